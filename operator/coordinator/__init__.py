@@ -1,0 +1,104 @@
+"""The checkpoint coordinator core: a pure state machine, one instance per job.
+
+It imports no Kubernetes, Kopf, HTTP or Spark code (enforced by import-linter); the
+operator and the local runtime are thin adapters that feed it events and carry out
+its effects.
+"""
+
+from spark_checkpoint_operator.coordinator.completed import (
+    CheckpointOutcome,
+    CompletedCheckpoint,
+    OutcomeStatus,
+)
+from spark_checkpoint_operator.coordinator.config import (
+    CoordinatorConfig,
+    RetentionPolicy,
+    SavepointHistoryLimits,
+    TerminalOutcome,
+)
+from spark_checkpoint_operator.coordinator.coordinator import (
+    CheckpointCoordinator,
+    Clock,
+    PendingView,
+)
+from spark_checkpoint_operator.coordinator.effects import (
+    AbortCheckpoint,
+    AnswerAcknowledgement,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    FailJob,
+    FinalizeCheckpoint,
+    NotifyCheckpointComplete,
+    PersistState,
+    RequestDeclined,
+    TriggerCheckpoint,
+)
+from spark_checkpoint_operator.coordinator.events import (
+    CheckpointFinalized,
+    Event,
+    FinalizationFailed,
+    JobPhase,
+    JobPhaseChanged,
+    JobTerminated,
+    TaskAcknowledged,
+    TaskDeclined,
+    TasksReported,
+    Tick,
+    TriggerDeliveryFailed,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.coordinator.pending import AckResult, TaskAck
+from spark_checkpoint_operator.coordinator.reasons import FailureReason
+from spark_checkpoint_operator.coordinator.requests import (
+    AfterCompletion,
+    CheckpointKind,
+    RequestOrigin,
+    TriggerRequest,
+)
+from spark_checkpoint_operator.coordinator.state import InvalidPersistedState, PersistedState
+
+__all__ = [
+    "AbortCheckpoint",
+    "AckResult",
+    "AfterCompletion",
+    "AnswerAcknowledgement",
+    "CheckpointCoordinator",
+    "CheckpointFinalized",
+    "CheckpointKind",
+    "CheckpointOutcome",
+    "Clock",
+    "CompletedCheckpoint",
+    "CoordinatorConfig",
+    "DiscardCheckpoint",
+    "DiscardSavepoint",
+    "Effect",
+    "Event",
+    "FailJob",
+    "FailureReason",
+    "FinalizationFailed",
+    "FinalizeCheckpoint",
+    "InvalidPersistedState",
+    "JobPhase",
+    "JobPhaseChanged",
+    "JobTerminated",
+    "NotifyCheckpointComplete",
+    "OutcomeStatus",
+    "PendingView",
+    "PersistState",
+    "PersistedState",
+    "RequestDeclined",
+    "RequestOrigin",
+    "RetentionPolicy",
+    "SavepointHistoryLimits",
+    "TaskAck",
+    "TaskAcknowledged",
+    "TaskDeclined",
+    "TasksReported",
+    "TerminalOutcome",
+    "Tick",
+    "TriggerCheckpoint",
+    "TriggerDeliveryFailed",
+    "TriggerRequest",
+    "TriggerRequested",
+]

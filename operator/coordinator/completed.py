@@ -1,0 +1,124 @@
+"""The registry of completed checkpoints and savepoints, and the bounded outcome history."""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from spark_checkpoint_operator.coordinator.config import SavepointHistoryLimits
+from spark_checkpoint_operator.coordinator.reasons import FailureReason
+from spark_checkpoint_operator.coordinator.requests import CheckpointKind
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedCheckpoint:
+    """A consistent image of the query as of ``batch_id``: its ``_metadata`` is written and
+    the registry lists it, so it may be restored from."""
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    batch_id: int
+    path: str
+    size_bytes: int
+    trigger_time: float
+    completion_time: float
+    label: str = ""
+
+    @property
+    def duration(self) -> float:
+        return self.completion_time - self.trigger_time
+
+
+class OutcomeStatus(StrEnum):
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointOutcome:
+    """One line of the bounded checkpoint history shown in status."""
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    status: OutcomeStatus
+    trigger_time: float
+    end_time: float
+    batch_id: int | None = None
+    size_bytes: int | None = None
+    reason: FailureReason | None = None
+    message: str = ""
+
+
+class CompletedCheckpointStore:
+    """Keeps the newest ``retained`` completed checkpoints; older ones are subsumed."""
+
+    def __init__(self, retained: int, checkpoints: Iterable[CompletedCheckpoint] = ()) -> None:
+        self._retained = retained
+        self._checkpoints = sorted(checkpoints, key=lambda c: c.checkpoint_id)
+
+    @property
+    def checkpoints(self) -> tuple[CompletedCheckpoint, ...]:
+        return tuple(self._checkpoints)
+
+    @property
+    def latest(self) -> CompletedCheckpoint | None:
+        return self._checkpoints[-1] if self._checkpoints else None
+
+    def add(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
+        """Register ``checkpoint``; return the checkpoints it subsumes, oldest first."""
+        if checkpoint.kind is not CheckpointKind.CHECKPOINT:
+            raise ValueError(f"savepoint {checkpoint.checkpoint_id} is not a checkpoint")
+        self._checkpoints.append(checkpoint)
+        self._checkpoints.sort(key=lambda c: c.checkpoint_id)
+        excess = len(self._checkpoints) - self._retained
+        subsumed, self._checkpoints = self._checkpoints[:excess], self._checkpoints[excess:]
+        return subsumed if excess > 0 else []
+
+    def remove_all(self) -> list[CompletedCheckpoint]:
+        removed, self._checkpoints = self._checkpoints, []
+        return removed
+
+
+class SavepointHistory:
+    """Completed savepoints, trimmed by count and age. The newest is always kept: it is
+    what a suspended job resumes from."""
+
+    def __init__(
+        self, limits: SavepointHistoryLimits, savepoints: Iterable[CompletedCheckpoint] = ()
+    ) -> None:
+        self._limits = limits
+        self._savepoints = sorted(savepoints, key=lambda s: s.checkpoint_id)
+
+    @property
+    def savepoints(self) -> tuple[CompletedCheckpoint, ...]:
+        return tuple(self._savepoints)
+
+    @property
+    def latest(self) -> CompletedCheckpoint | None:
+        return self._savepoints[-1] if self._savepoints else None
+
+    def add(self, savepoint: CompletedCheckpoint, now: float) -> list[CompletedCheckpoint]:
+        """Record ``savepoint``; return the savepoints that fall out of the history."""
+        if savepoint.kind is not CheckpointKind.SAVEPOINT:
+            raise ValueError(f"checkpoint {savepoint.checkpoint_id} is not a savepoint")
+        self._savepoints.append(savepoint)
+        self._savepoints.sort(key=lambda s: s.checkpoint_id)
+        return self.expire(now)
+
+    def expire(self, now: float) -> list[CompletedCheckpoint]:
+        """Drop savepoints beyond the count limit or older than the age limit."""
+        if len(self._savepoints) < 2:
+            return []
+        *older, newest = self._savepoints
+        max_age = self._limits.max_age_seconds
+        young = [s for s in older if max_age is None or now - s.completion_time < max_age]
+        room_for_older = self._limits.max_count - 1
+        kept = young[max(0, len(young) - room_for_older) :]
+        self._savepoints = [*kept, newest]
+        return [s for s in older if s not in kept]
+
+    def next_expiry(self) -> float | None:
+        """When the oldest savepoint other than the newest ages out, if an age limit is set."""
+        max_age = self._limits.max_age_seconds
+        if max_age is None or len(self._savepoints) < 2:
+            return None
+        return self._savepoints[0].completion_time + max_age

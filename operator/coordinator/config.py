@@ -1,0 +1,98 @@
+"""Coordinator settings and the termination retention policy."""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RetentionPolicy(StrEnum):
+    """What happens to retained checkpoints when the job terminates (Flink's externalized
+    checkpoint retention). Savepoints are never touched by it."""
+
+    NEVER_RETAIN_AFTER_TERMINATION = "NeverRetainAfterTermination"
+    RETAIN_ON_FAILURE = "RetainOnFailure"
+    RETAIN_ON_CANCELLATION = "RetainOnCancellation"
+
+    def discards_on(self, outcome: "TerminalOutcome") -> bool:
+        """Whether checkpoints are discarded when the job ends with ``outcome``.
+
+        Mirrors Flink's ``CheckpointProperties``: a finished job never needs its
+        checkpoints; a failed or suspended one keeps them unless the policy is
+        NeverRetain; a cancelled one keeps them only under RetainOnCancellation.
+        """
+        if self is RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION:
+            return True
+        if outcome is TerminalOutcome.FINISHED:
+            return True
+        if outcome is TerminalOutcome.CANCELLED:
+            return self is RetentionPolicy.RETAIN_ON_FAILURE
+        return False
+
+
+class TerminalOutcome(StrEnum):
+    FINISHED = "Finished"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+    SUSPENDED = "Suspended"
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointHistoryLimits:
+    """Savepoints have their own limits; the newest savepoint is always kept."""
+
+    max_count: int = 10
+    max_age_seconds: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_count < 1:
+            raise ValueError(f"savepoints.historyMaxCount must be >= 1, got {self.max_count}")
+        if self.max_age_seconds is not None and self.max_age_seconds <= 0:
+            raise ValueError(
+                f"savepoints.historyMaxAge must be > 0 seconds, got {self.max_age_seconds}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorConfig:
+    """Checkpointing settings of one job; times are seconds.
+
+    ``interval`` None disables periodic checkpoints (manual ones still work).
+    """
+
+    interval: float | None = 60.0
+    min_pause: float = 0.0
+    timeout: float = 600.0
+    max_concurrent: int = 1
+    tolerable_failures: int = 0
+    retained: int = 1
+    retention_policy: RetentionPolicy = RetentionPolicy.RETAIN_ON_FAILURE
+    max_queued_requests: int = 1000
+    history_size: int = 10
+    savepoint_history: SavepointHistoryLimits = SavepointHistoryLimits()
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.interval is not None and self.interval <= 0:
+            problems.append(f"checkpointing.interval must be > 0, got {self.interval}")
+        if self.min_pause < 0:
+            problems.append(f"checkpointing.minPause must be >= 0, got {self.min_pause}")
+        if self.interval is not None and self.min_pause > self.interval:
+            problems.append(
+                f"checkpointing.minPause ({self.min_pause}) must not exceed "
+                f"checkpointing.interval ({self.interval})"
+            )
+        if self.timeout <= 0:
+            problems.append(f"checkpointing.timeout must be > 0, got {self.timeout}")
+        if self.max_concurrent < 1:
+            problems.append(f"checkpointing.maxConcurrent must be >= 1, got {self.max_concurrent}")
+        if self.tolerable_failures < 0:
+            problems.append(
+                f"checkpointing.tolerableFailures must be >= 0, got {self.tolerable_failures}"
+            )
+        if self.retained < 1:
+            problems.append(f"checkpointing.retained must be >= 1, got {self.retained}")
+        if self.max_queued_requests < 1:
+            problems.append(f"max_queued_requests must be >= 1, got {self.max_queued_requests}")
+        if self.history_size < 1:
+            problems.append(f"history_size must be >= 1, got {self.history_size}")
+        if problems:
+            raise ValueError("; ".join(problems))

@@ -1,0 +1,500 @@
+"""The checkpoint coordinator of one job: a deterministic state machine.
+
+It consumes events and returns effects; time and randomness are injected, so it never
+sleeps, never does I/O and can be driven by a fake clock. The rules it keeps are
+Flink's (CheckpointCoordinator, CheckpointRequestDecider, CheckpointFailureManager);
+docs/coordinator.md lists each with the test that proves it.
+"""
+
+import random
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from spark_checkpoint_operator.coordinator.completed import (
+    CheckpointOutcome,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    OutcomeStatus,
+    SavepointHistory,
+)
+from spark_checkpoint_operator.coordinator.config import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.coordinator.effects import (
+    AbortCheckpoint,
+    AnswerAcknowledgement,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    FailJob,
+    FinalizeCheckpoint,
+    NotifyCheckpointComplete,
+    PersistState,
+    RequestDeclined,
+    TriggerCheckpoint,
+)
+from spark_checkpoint_operator.coordinator.events import (
+    CheckpointFinalized,
+    Event,
+    FinalizationFailed,
+    JobPhase,
+    JobPhaseChanged,
+    JobTerminated,
+    TaskAcknowledged,
+    TaskDeclined,
+    TasksReported,
+    Tick,
+    TriggerDeliveryFailed,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.coordinator.pending import AckResult, PendingCheckpoint
+from spark_checkpoint_operator.coordinator.reasons import FailureReason
+from spark_checkpoint_operator.coordinator.requests import (
+    AfterCompletion,
+    CheckpointKind,
+    RequestOrigin,
+    RequestQueue,
+    TriggerRequest,
+)
+from spark_checkpoint_operator.coordinator.state import PersistedState
+
+Clock = Callable[[], float]
+
+
+@dataclass(frozen=True, slots=True)
+class PendingView:
+    checkpoint_id: int
+    kind: CheckpointKind
+    trigger_time: float
+    deadline: float
+    acknowledged: int
+    expected: int
+    finalizing: bool
+
+
+class CheckpointCoordinator:
+    """Coordinates the checkpoints of one job.
+
+    ``clock`` returns the current time in seconds (epoch based, because times are shown to
+    users); ``rng`` picks the random initial delay of the periodic scheduler.
+    """
+
+    def __init__(
+        self,
+        config: CoordinatorConfig,
+        *,
+        clock: Clock,
+        rng: random.Random,
+        state: PersistedState | None = None,
+    ) -> None:
+        state = state or PersistedState()
+        self._config = config
+        self._clock = clock
+        self._rng = rng
+        self._next_id = state.next_checkpoint_id
+        self._store = CompletedCheckpointStore(config.retained, state.checkpoints)
+        self._savepoints = SavepointHistory(config.savepoint_history, state.savepoints)
+        self._history: deque[CheckpointOutcome] = deque(state.history, maxlen=config.history_size)
+        self._completed_count = state.completed_count
+        self._failed_count = state.failed_count
+        self._terminated = state.terminated
+        self._queue = RequestQueue(config.max_queued_requests)
+        self._pending: dict[int, PendingCheckpoint] = {}
+        self._next_periodic_at: float | None = None
+        self._consecutive_failures = 0
+        self._tasks: frozenset[str] = frozenset()
+        self._tasks_running = False
+        self._job_running = False
+        self._request_sequence = 0
+        self._last_completion_time = max(
+            (c.completion_time for c in (*state.checkpoints, *state.savepoints)), default=None
+        )
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def persisted_state(self) -> PersistedState:
+        return PersistedState(
+            next_checkpoint_id=self._next_id,
+            checkpoints=self._store.checkpoints,
+            savepoints=self._savepoints.savepoints,
+            history=tuple(self._history),
+            completed_count=self._completed_count,
+            failed_count=self._failed_count,
+            terminated=self._terminated,
+        )
+
+    @property
+    def periodic_scheduling(self) -> bool:
+        return self._next_periodic_at is not None
+
+    @property
+    def next_periodic_trigger(self) -> float | None:
+        return self._next_periodic_at
+
+    @property
+    def consecutive_failures(self) -> int:
+        return self._consecutive_failures
+
+    @property
+    def pending(self) -> tuple[PendingView, ...]:
+        return tuple(
+            PendingView(
+                checkpoint_id=p.checkpoint_id,
+                kind=p.kind,
+                trigger_time=p.trigger_time,
+                deadline=p.deadline,
+                acknowledged=len(p.acks),
+                expected=len(p.expected_tasks),
+                finalizing=p.finalizing,
+            )
+            for p in sorted(self._pending.values(), key=lambda p: p.checkpoint_id)
+        )
+
+    @property
+    def queued(self) -> tuple[TriggerRequest, ...]:
+        return tuple(self._queue)
+
+    def restore_candidates(self) -> tuple[CompletedCheckpoint, ...]:
+        """Registered checkpoints and savepoints, newest first: restore tries them in order
+        and falls back to the next one when an image turns out to be unreadable."""
+        registered = (*self._store.checkpoints, *self._savepoints.savepoints)
+        return tuple(sorted(registered, key=lambda c: c.checkpoint_id, reverse=True))
+
+    def next_deadline(self) -> float | None:
+        """The earliest time at which a Tick has something to do."""
+        deadlines = [p.deadline for p in self._pending.values()]
+        if self._next_periodic_at is not None:
+            deadlines.append(self._next_periodic_at)
+        savepoint_expiry = self._savepoints.next_expiry()
+        if savepoint_expiry is not None:
+            deadlines.append(savepoint_expiry)
+        return min(deadlines, default=None)
+
+    # ------------------------------------------------------------------ events
+
+    def handle(self, event: Event) -> list[Effect]:
+        effects: list[Effect] = []
+        match event:
+            case Tick():
+                self._on_tick(effects)
+            case JobPhaseChanged(phase=phase):
+                self._on_phase(phase, effects)
+            case TasksReported(tasks=tasks, all_running=all_running):
+                self._tasks, self._tasks_running = tasks, all_running
+            case TriggerRequested():
+                self._on_user_request(event, effects)
+            case TaskAcknowledged():
+                self._on_ack(event, effects)
+            case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
+                self._fail_pending(
+                    checkpoint_id, FailureReason.TASK_DECLINED, f"{task}: {message}", effects
+                )
+            case TriggerDeliveryFailed(checkpoint_id=checkpoint_id, message=message):
+                self._fail_pending(checkpoint_id, FailureReason.TRIGGER_FAILURE, message, effects)
+            case FinalizationFailed(checkpoint_id=checkpoint_id, message=message):
+                self._fail_pending(checkpoint_id, FailureReason.FINALIZE_FAILURE, message, effects)
+            case CheckpointFinalized():
+                self._on_finalized(event, effects)
+            case JobTerminated(outcome=outcome):
+                self._on_terminated(outcome, effects)
+        return effects
+
+    def _on_tick(self, effects: list[Effect]) -> None:
+        now = self._clock()
+        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+            if pending.deadline <= now:
+                self._abort(pending, FailureReason.EXPIRED, "", effects)
+        expired_savepoints = self._savepoints.expire(now)
+        if expired_savepoints:
+            effects.append(PersistState(self.persisted_state))
+            effects.extend(DiscardSavepoint(s) for s in expired_savepoints)
+        if self._next_periodic_at is not None and self._next_periodic_at <= now:
+            assert self._config.interval is not None
+            missed = (now - self._next_periodic_at) // self._config.interval
+            self._next_periodic_at += (missed + 1) * self._config.interval
+            self._submit(
+                self._new_request(CheckpointKind.CHECKPOINT, RequestOrigin.PERIODIC), effects
+            )
+        self._run_queue(effects)
+
+    def _on_phase(self, phase: JobPhase, effects: list[Effect]) -> None:
+        self._job_running = phase is JobPhase.RUNNING
+        if self._job_running:
+            if self._next_periodic_at is None:
+                self._start_scheduler()
+        else:
+            self._stop_scheduler(FailureReason.COORDINATOR_SUSPEND, effects)
+
+    def _start_scheduler(self) -> None:
+        if self._terminated is not None or self._config.interval is None:
+            return
+        delay = self._rng.uniform(self._config.min_pause, self._config.interval)
+        self._next_periodic_at = self._clock() + delay
+
+    def _stop_scheduler(self, reason: FailureReason, effects: list[Effect]) -> None:
+        self._next_periodic_at = None
+        for request in self._queue.drain():
+            declined_for = (
+                FailureReason.PERIODIC_SCHEDULER_SHUTDOWN if request.is_periodic else reason
+            )
+            effects.append(RequestDeclined(request, declined_for))
+        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+            self._abort(pending, reason, "", effects)
+        self._consecutive_failures = 0
+
+    def _on_user_request(self, event: TriggerRequested, effects: list[Effect]) -> None:
+        forced = (
+            event.forced if event.forced is not None else (event.kind is CheckpointKind.SAVEPOINT)
+        )
+        request = self._new_request(
+            event.kind, RequestOrigin.USER, forced=forced, after=event.after, label=event.label
+        )
+        self._submit(request, effects)
+        self._run_queue(effects)
+
+    def _new_request(
+        self,
+        kind: CheckpointKind,
+        origin: RequestOrigin,
+        *,
+        forced: bool = False,
+        after: AfterCompletion = AfterCompletion.CONTINUE,
+        label: str = "",
+    ) -> TriggerRequest:
+        self._request_sequence += 1
+        return TriggerRequest(
+            kind=kind,
+            origin=origin,
+            requested_at=self._clock(),
+            forced=forced,
+            after=after,
+            label=label,
+            sequence=self._request_sequence,
+        )
+
+    def _submit(self, request: TriggerRequest, effects: list[Effect]) -> None:
+        if self._terminated is not None:
+            effects.append(RequestDeclined(request, FailureReason.COORDINATOR_SHUTDOWN))
+        else:
+            rejected = self._queue.offer(request)
+            if rejected is not None:
+                effects.append(
+                    RequestDeclined(rejected, FailureReason.TOO_MANY_CHECKPOINT_REQUESTS)
+                )
+
+    def _run_queue(self, effects: list[Effect]) -> None:
+        """Trigger queued requests while slots allow (Flink's chooseRequestToExecute)."""
+        while (first := self._queue.peek()) is not None:
+            if len(self._pending) >= self._config.max_concurrent and not first.forced:
+                return
+            if first.is_periodic and not first.forced:
+                earliest = self._earliest_unforced_trigger()
+                if earliest > self._clock():
+                    self._queue.pop()
+                    effects.append(
+                        RequestDeclined(first, FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
+                    )
+                    self._next_periodic_at = earliest
+                    continue
+            self._trigger(self._queue.pop(), effects)
+
+    def _earliest_unforced_trigger(self) -> float:
+        if self._last_completion_time is None:
+            return float("-inf")
+        return self._last_completion_time + self._config.min_pause
+
+    def _trigger(self, request: TriggerRequest, effects: list[Effect]) -> None:
+        if not (self._job_running and self._tasks and self._tasks_running):
+            effects.append(RequestDeclined(request, FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING))
+            return
+        now = self._clock()
+        checkpoint_id = self._next_id
+        self._next_id += 1
+        self._pending[checkpoint_id] = PendingCheckpoint(
+            checkpoint_id=checkpoint_id,
+            kind=request.kind,
+            after=request.after,
+            label=request.label,
+            trigger_time=now,
+            deadline=now + self._config.timeout,
+            expected_tasks=self._tasks,
+        )
+        # The id is spent only once it is durable: a restarted coordinator never reuses it.
+        effects.append(PersistState(self.persisted_state))
+        effects.append(
+            TriggerCheckpoint(
+                checkpoint_id=checkpoint_id,
+                kind=request.kind,
+                after=request.after,
+                trigger_time=now,
+                expected_tasks=self._tasks,
+            )
+        )
+
+    def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
+        pending = self._pending.get(event.checkpoint_id)
+        if pending is None:
+            # An id below the counter was triggered once and has since been aborted or
+            # completed: the late message's work is discarded.
+            late = event.checkpoint_id < self._next_id
+            result = AckResult.DISCARDED if late else AckResult.UNKNOWN
+        else:
+            result = pending.acknowledge(event.ack)
+        effects.append(AnswerAcknowledgement(event.checkpoint_id, event.ack.task, result))
+        if pending is None or result is not AckResult.SUCCESS:
+            return
+        if len(pending.batch_ids) > 1:
+            batches = ", ".join(str(b) for b in sorted(pending.batch_ids))
+            self._abort(
+                pending,
+                FailureReason.INCONSISTENT_ACKNOWLEDGEMENTS,
+                f"batches {batches}",
+                effects,
+            )
+            self._run_queue(effects)
+        elif pending.fully_acknowledged:
+            pending.finalizing = True
+            (batch_id,) = pending.batch_ids
+            effects.append(
+                FinalizeCheckpoint(
+                    checkpoint_id=pending.checkpoint_id,
+                    kind=pending.kind,
+                    batch_id=batch_id,
+                    tasks=pending.expected_tasks,
+                )
+            )
+
+    def _on_finalized(self, event: CheckpointFinalized, effects: list[Effect]) -> None:
+        pending = self._pending.get(event.checkpoint_id)
+        if pending is None or not pending.finalizing:
+            if event.checkpoint_id < self._next_id and pending is None:
+                # Finalized after it was aborted: its image is not registered, so drop it.
+                effects.append(DiscardCheckpoint(event.checkpoint_id, self._retained_ids()))
+            return
+        now = self._clock()
+        del self._pending[pending.checkpoint_id]
+        (batch_id,) = pending.batch_ids
+        completed = CompletedCheckpoint(
+            checkpoint_id=pending.checkpoint_id,
+            kind=pending.kind,
+            batch_id=batch_id,
+            path=event.path,
+            size_bytes=event.size_bytes,
+            trigger_time=pending.trigger_time,
+            completion_time=now,
+            label=pending.label,
+        )
+        self._last_completion_time = now
+        self._completed_count += 1
+        self._history.append(
+            CheckpointOutcome(
+                checkpoint_id=completed.checkpoint_id,
+                kind=completed.kind,
+                status=OutcomeStatus.COMPLETED,
+                trigger_time=completed.trigger_time,
+                end_time=now,
+                batch_id=batch_id,
+                size_bytes=event.size_bytes,
+            )
+        )
+        subsumed: list[CompletedCheckpoint] = []
+        dropped_savepoints: list[CompletedCheckpoint] = []
+        if completed.kind is CheckpointKind.CHECKPOINT:
+            subsumed = self._store.add(completed)
+            self._consecutive_failures = 0
+        else:
+            dropped_savepoints = self._savepoints.add(completed, now)
+        # Crash-consistency order: registry, then sinks, then discards.
+        effects.append(PersistState(self.persisted_state))
+        effects.append(NotifyCheckpointComplete(completed))
+        retained = self._retained_ids()
+        effects.extend(DiscardCheckpoint(c.checkpoint_id, retained) for c in subsumed)
+        effects.extend(DiscardSavepoint(s) for s in dropped_savepoints)
+        if completed.kind is CheckpointKind.CHECKPOINT:
+            older = [
+                p
+                for p in self._pending.values()
+                if p.kind is CheckpointKind.CHECKPOINT and p.checkpoint_id < completed.checkpoint_id
+            ]
+            for stale in sorted(older, key=lambda p: p.checkpoint_id):
+                self._abort(
+                    stale,
+                    FailureReason.SUBSUMED,
+                    f"by checkpoint {completed.checkpoint_id}",
+                    effects,
+                )
+        self._run_queue(effects)
+
+    def _fail_pending(
+        self, checkpoint_id: int, reason: FailureReason, message: str, effects: list[Effect]
+    ) -> None:
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            return
+        self._abort(pending, reason, message, effects)
+        self._run_queue(effects)
+
+    def _abort(
+        self,
+        pending: PendingCheckpoint,
+        reason: FailureReason,
+        message: str,
+        effects: list[Effect],
+    ) -> None:
+        del self._pending[pending.checkpoint_id]
+        now = self._clock()
+        self._failed_count += 1
+        self._history.append(
+            CheckpointOutcome(
+                checkpoint_id=pending.checkpoint_id,
+                kind=pending.kind,
+                status=OutcomeStatus.FAILED,
+                trigger_time=pending.trigger_time,
+                end_time=now,
+                reason=reason,
+                message=message,
+            )
+        )
+        detail = f"{reason.description}: {message}" if message else reason.description
+        effects.append(AbortCheckpoint(pending.checkpoint_id, pending.kind, reason, detail))
+        self._count_failure(pending, reason, detail, effects)
+
+    def _count_failure(
+        self,
+        pending: PendingCheckpoint,
+        reason: FailureReason,
+        detail: str,
+        effects: list[Effect],
+    ) -> None:
+        """Flink's CheckpointFailureManager: only checkpoint failures of the kinds that say
+        the job cannot checkpoint count, and only if newer than the last completed one."""
+        if pending.kind is not CheckpointKind.CHECKPOINT:
+            return
+        if not reason.counts_toward_tolerable_failures:
+            return
+        latest = self._store.latest
+        if latest is not None and pending.checkpoint_id < latest.checkpoint_id:
+            return
+        self._consecutive_failures += 1
+        if self._consecutive_failures > self._config.tolerable_failures:
+            effects.append(
+                FailJob(
+                    f"{self._consecutive_failures} consecutive checkpoint failures exceed "
+                    f"tolerableFailures={self._config.tolerable_failures}; "
+                    f"last: checkpoint {pending.checkpoint_id}: {detail}"
+                )
+            )
+
+    def _on_terminated(self, outcome: TerminalOutcome, effects: list[Effect]) -> None:
+        if self._terminated is not None:
+            return
+        self._stop_scheduler(FailureReason.COORDINATOR_SHUTDOWN, effects)
+        self._terminated = outcome
+        discarded = (
+            self._store.remove_all() if self._config.retention_policy.discards_on(outcome) else []
+        )
+        effects.append(PersistState(self.persisted_state))
+        effects.extend(DiscardCheckpoint(c.checkpoint_id, ()) for c in discarded)
+
+    def _retained_ids(self) -> tuple[int, ...]:
+        return tuple(c.checkpoint_id for c in self._store.checkpoints)

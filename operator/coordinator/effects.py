@@ -1,0 +1,109 @@
+"""What the coordinator asks its adapter to do, in order.
+
+The adapter carries effects out one after another and stops at the first that fails:
+the order is the crash-consistency protocol (persist the id before the trigger goes out;
+persist the registry before sinks are notified; discard only after that).
+"""
+
+from dataclasses import dataclass
+
+from spark_checkpoint_operator.coordinator.completed import CompletedCheckpoint
+from spark_checkpoint_operator.coordinator.pending import AckResult
+from spark_checkpoint_operator.coordinator.reasons import FailureReason
+from spark_checkpoint_operator.coordinator.requests import (
+    AfterCompletion,
+    CheckpointKind,
+    TriggerRequest,
+)
+from spark_checkpoint_operator.coordinator.state import PersistedState
+
+
+@dataclass(frozen=True, slots=True)
+class PersistState:
+    state: PersistedState
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerCheckpoint:
+    checkpoint_id: int
+    kind: CheckpointKind
+    after: AfterCompletion
+    trigger_time: float
+    expected_tasks: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class AbortCheckpoint:
+    """Tell the job to stop working on a pending checkpoint and drop what it wrote."""
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    reason: FailureReason
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizeCheckpoint:
+    """Every expected task acknowledged: write ``_metadata`` atomically from the acks."""
+
+    checkpoint_id: int
+    kind: CheckpointKind
+    batch_id: int
+    tasks: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyCheckpointComplete:
+    """The checkpoint is registered: sinks may commit output of batches <= ``batch_id``."""
+
+    checkpoint: CompletedCheckpoint
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardCheckpoint:
+    """Delete a checkpoint that is no longer registered, keeping the shared files that the
+    ``retained`` checkpoints reference."""
+
+    checkpoint_id: int
+    retained: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardSavepoint:
+    savepoint: CompletedCheckpoint
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerAcknowledgement:
+    checkpoint_id: int
+    task: str
+    result: AckResult
+
+
+@dataclass(frozen=True, slots=True)
+class RequestDeclined:
+    """A request never became a checkpoint; recorded for status and events."""
+
+    request: TriggerRequest
+    reason: FailureReason
+
+
+@dataclass(frozen=True, slots=True)
+class FailJob:
+    """More consecutive checkpoint failures than tolerated: fail (and restore) the job."""
+
+    message: str
+
+
+Effect = (
+    PersistState
+    | TriggerCheckpoint
+    | AbortCheckpoint
+    | FinalizeCheckpoint
+    | NotifyCheckpointComplete
+    | DiscardCheckpoint
+    | DiscardSavepoint
+    | AnswerAcknowledgement
+    | RequestDeclined
+    | FailJob
+)

@@ -1,0 +1,116 @@
+"""What the coordinator consumes. Adapters turn timers, pod or process changes, agent
+reports and HTTP calls into these."""
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from spark_checkpoint_operator.coordinator.config import TerminalOutcome
+from spark_checkpoint_operator.coordinator.pending import TaskAck
+from spark_checkpoint_operator.coordinator.requests import AfterCompletion, CheckpointKind
+
+
+class JobPhase(StrEnum):
+    """Lifecycle phase of a job, derived from its pods (or local process) and its agent.
+
+    The periodic scheduler runs only in RUNNING (Flink's CheckpointCoordinatorDeActivator).
+    """
+
+    PENDING = "Pending"
+    DEPLOYING = "Deploying"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUSPENDING = "Suspending"
+    SUSPENDED = "Suspended"
+    FINISHED = "Finished"
+    FAILED = "Failed"
+    CANCELLED = "Cancelled"
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """Time moved on: fire due triggers, expire pending checkpoints, age out savepoints."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobPhaseChanged:
+    phase: JobPhase
+
+
+@dataclass(frozen=True, slots=True)
+class TasksReported:
+    """The agent's view of the snapshot tasks a checkpoint needs right now.
+
+    ``tasks`` are the ids of the state-store partitions plus the query-log task;
+    ``all_running`` is False while, for example, an executor is lost.
+    """
+
+    tasks: frozenset[str]
+    all_running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRequested:
+    """A user (or the runtime on the user's behalf) asks for a checkpoint or savepoint.
+
+    Savepoints are forced unless said otherwise: they bypass maxConcurrent and minPause.
+    """
+
+    kind: CheckpointKind
+    after: AfterCompletion = AfterCompletion.CONTINUE
+    forced: bool | None = None
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAcknowledged:
+    checkpoint_id: int
+    ack: TaskAck
+
+
+@dataclass(frozen=True, slots=True)
+class TaskDeclined:
+    checkpoint_id: int
+    task: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerDeliveryFailed:
+    """The trigger effect could not be carried out (state not persisted, agent unreachable)."""
+
+    checkpoint_id: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFinalized:
+    """``_metadata`` of the checkpoint was written atomically at ``path``."""
+
+    checkpoint_id: int
+    path: str
+    size_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizationFailed:
+    checkpoint_id: int
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobTerminated:
+    outcome: TerminalOutcome
+
+
+Event = (
+    Tick
+    | JobPhaseChanged
+    | TasksReported
+    | TriggerRequested
+    | TaskAcknowledged
+    | TaskDeclined
+    | TriggerDeliveryFailed
+    | CheckpointFinalized
+    | FinalizationFailed
+    | JobTerminated
+)

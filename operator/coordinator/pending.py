@@ -1,0 +1,62 @@
+"""A triggered checkpoint that waits for every expected task to acknowledge."""
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from spark_checkpoint_operator.coordinator.requests import AfterCompletion, CheckpointKind
+
+
+class AckResult(StrEnum):
+    """Answer to a task acknowledgement (Flink's ``TaskAcknowledgeResult``)."""
+
+    SUCCESS = "success"
+    DUPLICATE = "duplicate"
+    UNKNOWN = "unknown"
+    DISCARDED = "discarded"
+
+
+@dataclass(frozen=True, slots=True)
+class TaskAck:
+    """A snapshot task's report that its part of checkpoint N is durable in storage.
+
+    ``batch_id`` is the committed micro-batch the snapshot captured; every task of one
+    checkpoint must report the same one.
+    """
+
+    task: str
+    batch_id: int
+    size_bytes: int
+    duration_ms: int
+
+
+@dataclass(slots=True)
+class PendingCheckpoint:
+    checkpoint_id: int
+    kind: CheckpointKind
+    after: AfterCompletion
+    label: str
+    trigger_time: float
+    deadline: float
+    expected_tasks: frozenset[str]
+    acks: dict[str, TaskAck] = field(default_factory=dict)
+    finalizing: bool = False
+
+    def acknowledge(self, ack: TaskAck) -> AckResult:
+        if ack.task not in self.expected_tasks:
+            return AckResult.UNKNOWN
+        if ack.task in self.acks:
+            return AckResult.DUPLICATE
+        self.acks[ack.task] = ack
+        return AckResult.SUCCESS
+
+    @property
+    def fully_acknowledged(self) -> bool:
+        return len(self.acks) == len(self.expected_tasks)
+
+    @property
+    def batch_ids(self) -> frozenset[int]:
+        return frozenset(ack.batch_id for ack in self.acks.values())
+
+    @property
+    def acknowledged_bytes(self) -> int:
+        return sum(ack.size_bytes for ack in self.acks.values())

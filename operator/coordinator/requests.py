@@ -1,0 +1,96 @@
+"""Checkpoint trigger requests and the bounded, ordered queue they wait in."""
+
+import bisect
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class CheckpointKind(StrEnum):
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+
+class RequestOrigin(StrEnum):
+    PERIODIC = "periodic"
+    USER = "user"
+
+
+class AfterCompletion(StrEnum):
+    """What the job does once the checkpoint is complete (stop-with-savepoint)."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    DRAIN = "drain"
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerRequest:
+    """A wish for a checkpoint; it becomes a pending checkpoint with an id once triggered.
+
+    ``label`` identifies a user request in status and events (for example the trigger
+    nonce that asked for it).
+    """
+
+    kind: CheckpointKind
+    origin: RequestOrigin
+    requested_at: float
+    forced: bool = False
+    after: AfterCompletion = AfterCompletion.CONTINUE
+    label: str = ""
+    sequence: int = field(default=0, compare=False)
+
+    @property
+    def is_periodic(self) -> bool:
+        return self.origin is RequestOrigin.PERIODIC
+
+    @property
+    def priority_key(self) -> tuple[bool, bool, bool, float, int]:
+        """Savepoints before checkpoints, forced before unforced, user before periodic,
+        then oldest first (Flink's ``CheckpointRequestDecider`` order)."""
+        return (
+            self.kind is not CheckpointKind.SAVEPOINT,
+            not self.forced,
+            self.is_periodic,
+            self.requested_at,
+            self.sequence,
+        )
+
+
+class RequestQueue:
+    """Requests waiting for a free slot, highest priority first, bounded in size."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._requests: list[TriggerRequest] = []
+
+    def __len__(self) -> int:
+        return len(self._requests)
+
+    def __iter__(self) -> Iterator[TriggerRequest]:
+        return iter(tuple(self._requests))
+
+    def offer(self, request: TriggerRequest) -> TriggerRequest | None:
+        """Queue ``request``; return the request that is rejected, if any.
+
+        When the queue is full: if it holds only user requests, the new request is the
+        one rejected (user requests are never silently dropped for another); otherwise
+        the lowest-priority request, a periodic one, makes room.
+        """
+        if len(self._requests) >= self._capacity and not self._requests[-1].is_periodic:
+            return request
+        keys = [queued.priority_key for queued in self._requests]
+        self._requests.insert(bisect.bisect(keys, request.priority_key), request)
+        if len(self._requests) > self._capacity:
+            return self._requests.pop()
+        return None
+
+    def peek(self) -> TriggerRequest | None:
+        return self._requests[0] if self._requests else None
+
+    def pop(self) -> TriggerRequest:
+        return self._requests.pop(0)
+
+    def drain(self) -> list[TriggerRequest]:
+        drained, self._requests = self._requests, []
+        return drained

@@ -1,0 +1,188 @@
+"""The coordinator state that survives restarts: the checkpoint id counter and the
+registry of completed checkpoints and savepoints.
+
+Serialized as a JSON-compatible mapping with camelCase keys and RFC 3339 times, which is
+what the Kubernetes status (or the local status file) stores.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any, TypeVar
+
+from spark_checkpoint_operator.coordinator.completed import (
+    CheckpointOutcome,
+    CompletedCheckpoint,
+    OutcomeStatus,
+)
+from spark_checkpoint_operator.coordinator.config import TerminalOutcome
+from spark_checkpoint_operator.coordinator.reasons import FailureReason
+from spark_checkpoint_operator.coordinator.requests import CheckpointKind
+
+_E = TypeVar("_E", bound=StrEnum)
+
+
+class InvalidPersistedState(ValueError):
+    """The stored coordinator state cannot be read; the message names the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedState:
+    next_checkpoint_id: int = 1
+    checkpoints: tuple[CompletedCheckpoint, ...] = ()
+    savepoints: tuple[CompletedCheckpoint, ...] = ()
+    history: tuple[CheckpointOutcome, ...] = ()
+    completed_count: int = 0
+    failed_count: int = 0
+    terminated: TerminalOutcome | None = field(default=None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "nextCheckpointId": self.next_checkpoint_id,
+            "checkpoints": [_completed_to_dict(c) for c in self.checkpoints],
+            "savepoints": [_completed_to_dict(s) for s in self.savepoints],
+            "history": [_outcome_to_dict(o) for o in self.history],
+            "completedCount": self.completed_count,
+            "failedCount": self.failed_count,
+            "terminated": self.terminated.value if self.terminated else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PersistedState":
+        reader = _Reader(data, "")
+        terminated = reader.optional_text("terminated")
+        return cls(
+            next_checkpoint_id=reader.integer("nextCheckpointId", minimum=1),
+            checkpoints=tuple(_completed_from(r) for r in reader.items("checkpoints")),
+            savepoints=tuple(_completed_from(r) for r in reader.items("savepoints")),
+            history=tuple(_outcome_from(r) for r in reader.items("history")),
+            completed_count=reader.integer("completedCount", minimum=0),
+            failed_count=reader.integer("failedCount", minimum=0),
+            terminated=reader.choice("terminated", TerminalOutcome) if terminated else None,
+        )
+
+
+def format_time(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def _completed_to_dict(checkpoint: CompletedCheckpoint) -> dict[str, Any]:
+    return {
+        "id": checkpoint.checkpoint_id,
+        "kind": checkpoint.kind.value,
+        "batchId": checkpoint.batch_id,
+        "path": checkpoint.path,
+        "sizeBytes": checkpoint.size_bytes,
+        "triggerTime": format_time(checkpoint.trigger_time),
+        "completionTime": format_time(checkpoint.completion_time),
+        "label": checkpoint.label,
+    }
+
+
+def _outcome_to_dict(outcome: CheckpointOutcome) -> dict[str, Any]:
+    return {
+        "id": outcome.checkpoint_id,
+        "kind": outcome.kind.value,
+        "status": outcome.status.value,
+        "triggerTime": format_time(outcome.trigger_time),
+        "endTime": format_time(outcome.end_time),
+        "batchId": outcome.batch_id,
+        "sizeBytes": outcome.size_bytes,
+        "reason": outcome.reason.value if outcome.reason else None,
+        "message": outcome.message,
+    }
+
+
+def _completed_from(reader: "_Reader") -> CompletedCheckpoint:
+    return CompletedCheckpoint(
+        checkpoint_id=reader.integer("id", minimum=1),
+        kind=reader.choice("kind", CheckpointKind),
+        batch_id=reader.integer("batchId", minimum=0),
+        path=reader.text("path"),
+        size_bytes=reader.integer("sizeBytes", minimum=0),
+        trigger_time=reader.timestamp("triggerTime"),
+        completion_time=reader.timestamp("completionTime"),
+        label=reader.optional_text("label") or "",
+    )
+
+
+def _outcome_from(reader: "_Reader") -> CheckpointOutcome:
+    batch_id = reader.optional_integer("batchId")
+    size_bytes = reader.optional_integer("sizeBytes")
+    reason = reader.optional_text("reason")
+    return CheckpointOutcome(
+        checkpoint_id=reader.integer("id", minimum=1),
+        kind=reader.choice("kind", CheckpointKind),
+        status=reader.choice("status", OutcomeStatus),
+        trigger_time=reader.timestamp("triggerTime"),
+        end_time=reader.timestamp("endTime"),
+        batch_id=batch_id,
+        size_bytes=size_bytes,
+        reason=reader.choice("reason", FailureReason) if reason else None,
+        message=reader.optional_text("message") or "",
+    )
+
+
+class _Reader:
+    """Typed access to a mapping that reports the full path of any bad field."""
+
+    def __init__(self, data: Mapping[str, Any], path: str) -> None:
+        if not isinstance(data, Mapping):
+            raise InvalidPersistedState(f"{path or 'state'}: expected an object")
+        self._data = data
+        self._path = path
+
+    def _field(self, key: str) -> str:
+        return f"{self._path}.{key}" if self._path else key
+
+    def _get(self, key: str, expected: type | tuple[type, ...], what: str) -> Any:
+        if key not in self._data:
+            raise InvalidPersistedState(f"{self._field(key)}: missing")
+        value = self._data[key]
+        if not isinstance(value, expected) or isinstance(value, bool):
+            raise InvalidPersistedState(f"{self._field(key)}: expected {what}, got {value!r}")
+        return value
+
+    def integer(self, key: str, *, minimum: int) -> int:
+        value: int = self._get(key, int, "an integer")
+        if value < minimum:
+            raise InvalidPersistedState(f"{self._field(key)}: must be >= {minimum}, got {value}")
+        return value
+
+    def optional_integer(self, key: str) -> int | None:
+        return None if self._data.get(key) is None else self.integer(key, minimum=0)
+
+    def text(self, key: str) -> str:
+        value: str = self._get(key, str, "a string")
+        return value
+
+    def optional_text(self, key: str) -> str | None:
+        return None if self._data.get(key) is None else self.text(key)
+
+    def timestamp(self, key: str) -> float:
+        text = self.text(key)
+        try:
+            return parse_time(text)
+        except ValueError:
+            raise InvalidPersistedState(
+                f"{self._field(key)}: expected an RFC 3339 time, got {text!r}"
+            ) from None
+
+    def choice(self, key: str, enum: type[_E]) -> _E:
+        text = self.text(key)
+        try:
+            return enum(text)
+        except ValueError:
+            allowed = ", ".join(member.value for member in enum)
+            raise InvalidPersistedState(
+                f"{self._field(key)}: expected one of {allowed}, got {text!r}"
+            ) from None
+
+    def items(self, key: str) -> list["_Reader"]:
+        values = self._get(key, list, "a list")
+        return [_Reader(value, f"{self._field(key)}[{i}]") for i, value in enumerate(values)]

@@ -1,0 +1,7 @@
+import pytest
+from helpers.coordinator import Harness
+
+
+@pytest.fixture
+def harness() -> Harness:
+    return Harness()

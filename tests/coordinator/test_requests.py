@@ -1,0 +1,198 @@
+"""The trigger request decider: declines, queueing, ordering and the queue cap."""
+
+import pytest
+from helpers.coordinator import Harness, of_type
+
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CoordinatorConfig,
+    FailureReason,
+    JobTerminated,
+    PersistState,
+    RequestDeclined,
+    RequestOrigin,
+    TasksReported,
+    TerminalOutcome,
+    TriggerCheckpoint,
+    TriggerRequest,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.coordinator.requests import RequestQueue
+
+
+def _request(
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    origin: RequestOrigin = RequestOrigin.USER,
+    forced: bool = False,
+    at: float = 0.0,
+    label: str = "",
+) -> TriggerRequest:
+    return TriggerRequest(kind=kind, origin=origin, requested_at=at, forced=forced, label=label)
+
+
+def test_declined_when_coordinator_is_shut_down(harness: Harness) -> None:
+    harness.start()
+    harness.send(JobTerminated(TerminalOutcome.CANCELLED))
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    assert [d.reason for d in of_type(effects, RequestDeclined)] == [
+        FailureReason.COORDINATOR_SHUTDOWN
+    ]
+    assert of_type(effects, TriggerCheckpoint) == []
+
+
+def test_declined_when_not_all_required_tasks_run_without_spending_an_id(
+    harness: Harness,
+) -> None:
+    harness.start()
+    harness.send(TasksReported(frozenset({"logs", "state-0-0"}), all_running=False))
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert [d.reason for d in of_type(effects, RequestDeclined)] == [
+        FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
+    ]
+    harness.send(TasksReported(frozenset({"logs", "state-0-0"}), all_running=True))
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [1]
+
+
+def test_declined_when_the_agent_reported_no_tasks_yet() -> None:
+    harness = Harness()
+    harness.start(tasks=frozenset())
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert [d.reason for d in of_type(effects, RequestDeclined)] == [
+        FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
+    ]
+
+
+def test_request_waits_in_queue_while_too_many_are_pending() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="first"))
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="second"))
+    assert of_type(effects, TriggerCheckpoint) == []
+    assert [r.label for r in harness.coordinator.queued] == ["second"]
+
+    effects = harness.complete(1)
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [2]
+    assert harness.coordinator.queued == ()
+
+
+def test_max_concurrent_allows_that_many_pending() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=2))
+    harness.start()
+    for _ in range(3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert [p.checkpoint_id for p in harness.coordinator.pending] == [1, 2]
+    assert len(harness.coordinator.queued) == 1
+
+
+def test_forced_requests_bypass_max_concurrent_and_min_pause() -> None:
+    harness = Harness(CoordinatorConfig(interval=100.0, min_pause=50.0, max_concurrent=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))  # forced by default
+    assert [t.kind for t in of_type(effects, TriggerCheckpoint)] == [CheckpointKind.SAVEPOINT]
+    harness.complete(1)
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, forced=True))
+    assert len(of_type(effects, TriggerCheckpoint)) == 1
+
+
+def test_min_pause_declines_periodic_request_and_reschedules_at_earliest_time() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, min_pause=8.0, max_concurrent=1))
+    harness.start()
+    first = harness.next_trigger()
+    harness.clock.now = first.trigger_time + 9.5  # completes just before the next period
+    harness.complete(first.checkpoint_id)
+    completed_at = harness.clock.now
+
+    effects = harness.advance_to_next_deadline()  # the periodic trigger at +10 s
+    assert [d.reason for d in of_type(effects, RequestDeclined)] == [
+        FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS
+    ]
+    assert harness.coordinator.next_periodic_trigger == pytest.approx(completed_at + 8.0)
+
+    second = harness.next_trigger()
+    assert second.trigger_time == pytest.approx(completed_at + 8.0)
+
+
+def test_min_pause_does_not_hold_back_user_requests() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, min_pause=8.0))
+    harness.start()
+    first = harness.next_trigger()
+    harness.complete(first.checkpoint_id)
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert len(of_type(effects, TriggerCheckpoint)) == 1
+
+
+def test_the_id_counter_is_persisted_before_the_trigger_goes_out(harness: Harness) -> None:
+    harness.start()
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    persist = of_type(effects, PersistState)
+    trigger = of_type(effects, TriggerCheckpoint)
+    assert effects.index(persist[0]) < effects.index(trigger[0])
+    assert persist[0].state.next_checkpoint_id > trigger[0].checkpoint_id
+
+
+def test_queue_orders_savepoints_forced_user_then_time() -> None:
+    queue = RequestQueue(capacity=10)
+    requests = [
+        _request(origin=RequestOrigin.PERIODIC, at=1, label="periodic-early"),
+        _request(origin=RequestOrigin.PERIODIC, at=0, label="periodic-earliest"),
+        _request(at=5, label="user"),
+        _request(forced=True, at=9, label="forced"),
+        _request(kind=CheckpointKind.SAVEPOINT, at=9, label="savepoint"),
+        _request(kind=CheckpointKind.SAVEPOINT, forced=True, at=10, label="forced-savepoint"),
+    ]
+    for request in requests:
+        assert queue.offer(request) is None
+    assert [r.label for r in queue] == [
+        "forced-savepoint",
+        "savepoint",
+        "forced",
+        "user",
+        "periodic-earliest",
+        "periodic-early",
+    ]
+
+
+def test_coordinator_triggers_queued_requests_in_priority_order() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="blocker"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="user-checkpoint"))
+    harness.clock.now += 1
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, forced=False, label="savepoint"))
+    triggered = []
+    for checkpoint_id in (1, 2):
+        effects = harness.complete(checkpoint_id)
+        triggered += [t.kind for t in of_type(effects, TriggerCheckpoint)]
+    assert triggered == [CheckpointKind.SAVEPOINT, CheckpointKind.CHECKPOINT]
+
+
+def test_full_queue_drops_the_lowest_priority_periodic_request() -> None:
+    queue = RequestQueue(capacity=2)
+    queue.offer(_request(origin=RequestOrigin.PERIODIC, at=1, label="old-periodic"))
+    queue.offer(_request(origin=RequestOrigin.PERIODIC, at=2, label="new-periodic"))
+    dropped = queue.offer(_request(at=3, label="user"))
+    assert dropped is not None and dropped.label == "new-periodic"
+    assert [r.label for r in queue] == ["user", "old-periodic"]
+
+
+def test_full_queue_of_user_requests_rejects_the_new_request() -> None:
+    queue = RequestQueue(capacity=2)
+    queue.offer(_request(at=1, label="a"))
+    queue.offer(_request(at=2, label="b"))
+    rejected = queue.offer(_request(kind=CheckpointKind.SAVEPOINT, at=3, label="c"))
+    assert rejected is not None and rejected.label == "c"
+    assert [r.label for r in queue] == ["a", "b"]
+
+
+def test_coordinator_reports_requests_dropped_by_the_cap() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1, max_queued_requests=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="pending"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued"))
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="overflow"))
+    declined = of_type(effects, RequestDeclined)
+    assert [(d.request.label, d.reason) for d in declined] == [
+        ("overflow", FailureReason.TOO_MANY_CHECKPOINT_REQUESTS)
+    ]

@@ -1,0 +1,132 @@
+"""Periodic scheduling and the Running-only deactivator."""
+
+import pytest
+from helpers.coordinator import START, Harness, of_type
+
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    CheckpointKind,
+    CoordinatorConfig,
+    FailureReason,
+    JobPhase,
+    JobPhaseChanged,
+    RequestDeclined,
+    Tick,
+    TriggerCheckpoint,
+    TriggerRequested,
+)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_first_trigger_after_random_delay_between_min_pause_and_interval(seed: int) -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, min_pause=4.0), seed=seed)
+    harness.start()
+    first = harness.coordinator.next_periodic_trigger
+    assert first is not None
+    assert START + 4.0 <= first <= START + 10.0
+
+    harness.clock.now = first - 0.001
+    assert of_type(harness.send(Tick()), TriggerCheckpoint) == []
+    harness.clock.now = first
+    assert [t.checkpoint_id for t in of_type(harness.send(Tick()), TriggerCheckpoint)] == [1]
+
+
+def test_initial_delay_depends_on_the_injected_randomness() -> None:
+    delays = set()
+    for seed in range(10):
+        harness = Harness(CoordinatorConfig(interval=10.0, min_pause=0.0), seed=seed)
+        harness.start()
+        delays.add(harness.coordinator.next_periodic_trigger)
+    assert len(delays) > 1
+
+
+def test_periodic_triggers_follow_the_base_interval(harness: Harness) -> None:
+    harness.start()
+    first = harness.next_trigger()
+    harness.complete(first.checkpoint_id)
+    second = harness.next_trigger()
+    harness.complete(second.checkpoint_id)
+    third = harness.next_trigger()
+    assert second.trigger_time - first.trigger_time == pytest.approx(10.0)
+    assert third.trigger_time - second.trigger_time == pytest.approx(10.0)
+
+
+def test_missed_periods_do_not_fire_back_to_back(harness: Harness) -> None:
+    harness.start()
+    first = harness.next_trigger()
+    harness.complete(first.checkpoint_id)
+    effects = harness.advance(35.0)
+    assert len(of_type(effects, TriggerCheckpoint)) == 1
+    next_at = harness.coordinator.next_periodic_trigger
+    assert next_at is not None and next_at > harness.clock.now
+
+
+def test_no_periodic_trigger_before_the_job_runs() -> None:
+    harness = Harness()
+    assert harness.coordinator.next_periodic_trigger is None
+    assert harness.coordinator.next_deadline() is None
+    assert harness.advance(100.0) == []
+
+
+def test_interval_none_disables_periodic_checkpoints_but_not_manual_ones() -> None:
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    assert harness.coordinator.next_periodic_trigger is None
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [1]
+
+
+@pytest.mark.parametrize(
+    "phase", [p for p in JobPhase if p is not JobPhase.RUNNING], ids=lambda p: p.value
+)
+def test_leaving_running_stops_scheduler_and_aborts_pending_and_queued(phase: JobPhase) -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, max_concurrent=1))
+    harness.start()
+    pending = harness.next_trigger()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued-user"))
+    harness.advance(10.0)  # a periodic request queues behind the pending one
+    assert len(harness.coordinator.queued) == 2
+
+    effects = harness.send(JobPhaseChanged(phase))
+
+    aborts = of_type(effects, AbortCheckpoint)
+    assert [(a.checkpoint_id, a.reason) for a in aborts] == [
+        (pending.checkpoint_id, FailureReason.COORDINATOR_SUSPEND)
+    ]
+    declined = {(d.request.label, d.reason) for d in of_type(effects, RequestDeclined)}
+    assert declined == {
+        ("queued-user", FailureReason.COORDINATOR_SUSPEND),
+        ("", FailureReason.PERIODIC_SCHEDULER_SHUTDOWN),
+    }
+    assert harness.coordinator.pending == ()
+    assert harness.coordinator.queued == ()
+    assert not harness.coordinator.periodic_scheduling
+    assert of_type(harness.advance(100.0), TriggerCheckpoint) == []
+
+
+def test_returning_to_running_restarts_with_a_fresh_random_delay(harness: Harness) -> None:
+    harness.start()
+    harness.send(JobPhaseChanged(JobPhase.RESTARTING))
+    harness.clock.now += 50.0
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    next_at = harness.coordinator.next_periodic_trigger
+    assert next_at is not None
+    assert harness.clock.now <= next_at <= harness.clock.now + 10.0
+
+
+def test_repeated_running_reports_do_not_reset_the_schedule(harness: Harness) -> None:
+    harness.start()
+    first = harness.coordinator.next_periodic_trigger
+    harness.clock.now += 1.0
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    assert harness.coordinator.next_periodic_trigger == first
+
+
+def test_user_request_while_job_is_not_running_is_declined() -> None:
+    harness = Harness()
+    harness.start()
+    harness.send(JobPhaseChanged(JobPhase.RESTARTING))
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    assert [d.reason for d in of_type(effects, RequestDeclined)] == [
+        FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
+    ]

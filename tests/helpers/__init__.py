@@ -1,0 +1,1 @@
+"""Test helpers shared by the test packages (tests/ is on pytest's pythonpath)."""
