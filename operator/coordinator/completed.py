@@ -59,10 +59,6 @@ class CompletedCheckpointStore:
     def checkpoints(self) -> tuple[CompletedCheckpoint, ...]:
         return tuple(self._checkpoints)
 
-    @property
-    def latest(self) -> CompletedCheckpoint | None:
-        return self._checkpoints[-1] if self._checkpoints else None
-
     def add(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
         """Register ``checkpoint``; return the checkpoints it subsumes, oldest first."""
         if checkpoint.kind is not CheckpointKind.CHECKPOINT:
@@ -92,29 +88,36 @@ class SavepointHistory:
     def savepoints(self) -> tuple[CompletedCheckpoint, ...]:
         return tuple(self._savepoints)
 
-    @property
-    def latest(self) -> CompletedCheckpoint | None:
-        return self._savepoints[-1] if self._savepoints else None
-
     def add(self, savepoint: CompletedCheckpoint, now: float) -> list[CompletedCheckpoint]:
-        """Record ``savepoint``; return the savepoints that fall out of the history."""
+        """Record ``savepoint``; return the savepoints that fall out of the history.
+
+        The savepoint just added is never among them, even when it completed after newer
+        ones: whoever asked for it gets to see it.
+        """
         if savepoint.kind is not CheckpointKind.SAVEPOINT:
             raise ValueError(f"checkpoint {savepoint.checkpoint_id} is not a savepoint")
         self._savepoints.append(savepoint)
         self._savepoints.sort(key=lambda s: s.checkpoint_id)
-        return self.expire(now)
+        return self.expire(now, keep=savepoint)
 
-    def expire(self, now: float) -> list[CompletedCheckpoint]:
-        """Drop savepoints beyond the count limit or older than the age limit."""
-        if len(self._savepoints) < 2:
-            return []
-        *older, newest = self._savepoints
+    def expire(
+        self, now: float, keep: CompletedCheckpoint | None = None
+    ) -> list[CompletedCheckpoint]:
+        """Drop savepoints beyond the count limit or older than the age limit, oldest
+        first; the newest and ``keep`` stay."""
+        protected = {self._savepoints[-1].checkpoint_id} if self._savepoints else set()
+        if keep is not None:
+            protected.add(keep.checkpoint_id)
         max_age = self._limits.max_age_seconds
-        young = [s for s in older if max_age is None or now - s.completion_time < max_age]
-        room_for_older = self._limits.max_count - 1
-        kept = young[max(0, len(young) - room_for_older) :]
-        self._savepoints = [*kept, newest]
-        return [s for s in older if s not in kept]
+        candidates = [s for s in self._savepoints if s.checkpoint_id not in protected]
+        too_old = [
+            s for s in candidates if max_age is not None and now - s.completion_time >= max_age
+        ]
+        young = [s for s in candidates if s not in too_old]
+        excess = len(young) + len(protected) - self._limits.max_count
+        dropped = too_old + young[: max(0, excess)]
+        self._savepoints = [s for s in self._savepoints if s not in dropped]
+        return sorted(dropped, key=lambda s: s.checkpoint_id)
 
     def next_expiry(self) -> float | None:
         """When the oldest savepoint other than the newest ages out, if an age limit is set."""

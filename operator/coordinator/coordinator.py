@@ -64,6 +64,8 @@ Clock = Callable[[], float]
 class PendingView:
     checkpoint_id: int
     kind: CheckpointKind
+    forced: bool
+    label: str
     trigger_time: float
     deadline: float
     acknowledged: int
@@ -105,9 +107,9 @@ class CheckpointCoordinator:
         self._tasks_running = False
         self._job_running = False
         self._request_sequence = 0
-        self._last_completion_time = max(
-            (c.completion_time for c in (*state.checkpoints, *state.savepoints)), default=None
-        )
+        # Restored state needs no last completion time: the first periodic trigger after
+        # a (re)start waits at least minPause anyway (random delay in [minPause, interval]).
+        self._last_completion_time: float | None = None
 
     # ------------------------------------------------------------------ queries
 
@@ -141,6 +143,8 @@ class CheckpointCoordinator:
             PendingView(
                 checkpoint_id=p.checkpoint_id,
                 kind=p.kind,
+                forced=p.forced,
+                label=p.label,
                 trigger_time=p.trigger_time,
                 deadline=p.deadline,
                 acknowledged=len(p.acks),
@@ -314,6 +318,7 @@ class CheckpointCoordinator:
             checkpoint_id=checkpoint_id,
             kind=request.kind,
             after=request.after,
+            forced=request.forced,
             label=request.label,
             trigger_time=now,
             deadline=now + self._config.timeout,
@@ -367,9 +372,8 @@ class CheckpointCoordinator:
     def _on_finalized(self, event: CheckpointFinalized, effects: list[Effect]) -> None:
         pending = self._pending.get(event.checkpoint_id)
         if pending is None or not pending.finalizing:
-            if event.checkpoint_id < self._next_id and pending is None:
-                # Finalized after it was aborted: its image is not registered, so drop it.
-                effects.append(DiscardCheckpoint(event.checkpoint_id, self._retained_ids()))
+            # Finalized after an abort: the AbortCheckpoint effect already told the job to
+            # drop that image, and an unregistered image is never restored from.
             return
         now = self._clock()
         del self._pending[pending.checkpoint_id]
@@ -467,13 +471,11 @@ class CheckpointCoordinator:
         effects: list[Effect],
     ) -> None:
         """Flink's CheckpointFailureManager: only checkpoint failures of the kinds that say
-        the job cannot checkpoint count, and only if newer than the last completed one."""
+        the job cannot checkpoint count (older pending checkpoints are subsumed, never
+        failed, once a newer one completes)."""
         if pending.kind is not CheckpointKind.CHECKPOINT:
             return
         if not reason.counts_toward_tolerable_failures:
-            return
-        latest = self._store.latest
-        if latest is not None and pending.checkpoint_id < latest.checkpoint_id:
             return
         self._consecutive_failures += 1
         if self._consecutive_failures > self._config.tolerable_failures:

@@ -34,6 +34,7 @@ class PendingCheckpoint:
     checkpoint_id: int
     kind: CheckpointKind
     after: AfterCompletion
+    forced: bool
     label: str
     trigger_time: float
     deadline: float

@@ -1,4 +1,5 @@
 import pytest
+
 from helpers.coordinator import Harness
 
 

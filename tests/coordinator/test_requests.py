@@ -1,8 +1,8 @@
 """The trigger request decider: declines, queueing, ordering and the queue cap."""
 
 import pytest
-from helpers.coordinator import Harness, of_type
 
+from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CoordinatorConfig,

@@ -1,8 +1,8 @@
 """Periodic scheduling and the Running-only deactivator."""
 
 import pytest
-from helpers.coordinator import START, Harness, of_type
 
+from helpers.coordinator import START, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
     CheckpointKind,

@@ -1,0 +1,48 @@
+"""The checkpoint storage format: layout, `_metadata` manifests, and the operations that
+write, verify, discard and restore checkpoints and savepoints.
+
+Pure Python over fsspec: shared by the Spark driver (data plane) and the command line.
+"""
+
+from .errors import (
+    ChecksumMismatchError,
+    InvalidMetadataError,
+    MissingFileError,
+    NotEmptyError,
+    StorageError,
+    TruncatedMetadataError,
+    UnknownFormatVersionError,
+)
+from .filesystem import FileDigest, StorageFileSystem, digest_local_file
+from .layout import CheckpointKind, JobStorageLayout, parse_snapshot_dir_name
+from .metadata import (
+    FORMAT_VERSION,
+    METADATA_SCHEMA,
+    CheckpointMetadata,
+    ManifestEntry,
+    TaskAcknowledgement,
+)
+from .store import CheckpointStorage, GarbageReport
+
+__all__ = [
+    "FORMAT_VERSION",
+    "METADATA_SCHEMA",
+    "CheckpointKind",
+    "CheckpointMetadata",
+    "CheckpointStorage",
+    "ChecksumMismatchError",
+    "FileDigest",
+    "GarbageReport",
+    "InvalidMetadataError",
+    "JobStorageLayout",
+    "ManifestEntry",
+    "MissingFileError",
+    "NotEmptyError",
+    "StorageError",
+    "StorageFileSystem",
+    "TaskAcknowledgement",
+    "TruncatedMetadataError",
+    "UnknownFormatVersionError",
+    "digest_local_file",
+    "parse_snapshot_dir_name",
+]

@@ -1,0 +1,77 @@
+"""Errors of the checkpoint storage format.
+
+Every error names the storage path it is about and why, so that an operator reading a
+log line or the job's status knows which file to look at. Nothing is skipped silently:
+a missing, corrupt or unreadable file is always one of these errors.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+
+class StorageError(Exception):
+    """Base class: something is wrong with a file in checkpoint storage (or a restore target)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(path, reason)
+        self.path = path
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+class MissingFileError(StorageError):
+    """A file that a manifest or the layout says must exist does not."""
+
+
+class ChecksumMismatchError(StorageError):
+    """A file's size or SHA-256 differs from what the manifest recorded.
+
+    `mismatch` says which of the two differed; the size is checked first because it is
+    cheap and a truncated copy is the most likely corruption.
+    """
+
+    def __init__(
+        self, path: str, mismatch: Literal["size", "sha256"], expected: str, actual: str
+    ) -> None:
+        super().__init__(path, f"{mismatch} mismatch: expected {expected}, found {actual}")
+        self.args = (path, mismatch, expected, actual)
+        self.mismatch = mismatch
+        self.expected = expected
+        self.actual = actual
+
+
+class UnknownFormatVersionError(StorageError):
+    """A `_metadata` file was written in a format version this code cannot read."""
+
+    def __init__(self, path: str, version: int, supported_version: int) -> None:
+        super().__init__(
+            path,
+            f"unknown format_version {version}; this version of spark-checkpoint reads "
+            f"format_version {supported_version}",
+        )
+        self.args = (path, version, supported_version)
+        self.version = version
+        self.supported_version = supported_version
+
+
+class TruncatedMetadataError(StorageError):
+    """A `_metadata` file is empty or not parseable JSON (e.g. cut short by a foreign writer)."""
+
+
+class InvalidMetadataError(StorageError):
+    """A `_metadata` file is JSON but violates the schema or is internally inconsistent.
+
+    `field` is the JSON path of the offending value, e.g. ``files[3].sha256``.
+    """
+
+    def __init__(self, path: str, field: str, reason: str) -> None:
+        super().__init__(path, f"{field}: {reason}")
+        self.args = (path, field, reason)
+        self.field = field
+
+
+class NotEmptyError(StorageError):
+    """A restore target directory already has content; restoring never merges into it."""

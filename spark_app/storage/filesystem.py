@@ -1,0 +1,304 @@
+"""The storage operations checkpoints need, as a thin seam over fsspec.
+
+Everything else in this package does storage I/O through `StorageFileSystem`, so adding a
+Hadoop-compatible object store is a matter of installing its fsspec implementation (and,
+where its semantics differ, adjusting this module only).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import posixpath
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any, TypeVar
+
+from fsspec.core import url_to_fs
+from fsspec.implementations.local import LocalFileSystem
+
+from .errors import ChecksumMismatchError, MissingFileError
+
+_CHUNK_SIZE = 1024 * 1024
+# A hard link failing with one of these means "not possible here" (another device, a
+# file owned by someone else under protected_hardlinks, too many links, no link support):
+# copying is then the right thing to do. Any other error is a real failure.
+_LINK_FALLBACK_ERRNOS = frozenset(
+    {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP}
+)
+
+_Result = TypeVar("_Result")
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """Size in bytes and SHA-256 (lower-case hex) of a file's content."""
+
+    size: int
+    sha256: str
+
+    def require_match(self, expected: FileDigest, path: str) -> None:
+        """Raise ChecksumMismatchError about `path` unless this digest equals `expected`.
+
+        The size is compared first: it is what a truncated copy gets wrong.
+        """
+        if self.size != expected.size:
+            raise ChecksumMismatchError(
+                path, "size", f"{expected.size} bytes", f"{self.size} bytes"
+            )
+        if self.sha256 != expected.sha256:
+            raise ChecksumMismatchError(path, "sha256", expected.sha256, self.sha256)
+
+
+def digest_local_file(path: str) -> FileDigest:
+    """Size and SHA-256 of a local file, read in one streaming pass."""
+    with open(path, "rb") as source:
+        return _stream_digest(source, write=None)
+
+
+class StorageFileSystem:
+    """The few storage operations the checkpoint format needs, over one fsspec filesystem.
+
+    Paths are URIs or paths of the wrapped filesystem (`file:///x`, `/x`, `s3://b/x`).
+    Missing files are reported as MissingFileError; deleting something that is already
+    gone is not an error, so every delete can be repeated after a crash.
+
+    Atomicity of writes, which is what keeps a partially written file from ever appearing
+    under its final name:
+
+    - Local filesystem: bytes go to a temporary file in the destination directory, are
+      fsynced, and the temporary file is renamed over the destination (`os.replace`);
+      the directory is fsynced so the rename survives a power loss.
+    - Object stores (S3, GCS, ABFS, ...): a single put (`pipe_file` / `put_file`). An
+      object becomes visible only when its upload completes, so a put is atomic per
+      object. A filesystem that is neither (e.g. HDFS, where a file is visible while
+      being written) would need a write-then-rename branch here.
+    """
+
+    def __init__(self, fs: Any) -> None:
+        self._fs = fs
+        self._is_local = isinstance(fs, LocalFileSystem)
+
+    @classmethod
+    def for_url(cls, url: str) -> StorageFileSystem:
+        """The filesystem fsspec resolves for `url` (a URI or a local path)."""
+        fs, _ = url_to_fs(url)
+        return cls(fs)
+
+    @property
+    def is_local(self) -> bool:
+        """True if storage is the local filesystem (atomic renames and hard links work)."""
+        return self._is_local
+
+    def read_bytes(self, path: str) -> bytes:
+        """The whole content of the file at `path`."""
+        try:
+            data: bytes = self._fs.cat_file(self._native(path))
+        except FileNotFoundError as error:
+            raise MissingFileError(path, "no such file") from error
+        return data
+
+    def exists(self, path: str) -> bool:
+        """True if a file or directory exists at `path`."""
+        return bool(self._fs.exists(self._native(path)))
+
+    def file_size(self, path: str) -> int | None:
+        """The size of the file at `path`, or None if there is no file there."""
+        try:
+            info = self._fs.info(self._native(path))
+        except FileNotFoundError:
+            return None
+        return int(info["size"]) if info["type"] == "file" else None
+
+    def list_dir(self, path: str) -> list[str]:
+        """Sorted names of the entries directly in the directory `path` ([] if it is absent)."""
+        try:
+            entries = self._fs.ls(self._native(path), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted(posixpath.basename(entry.rstrip("/")) for entry in entries)
+
+    def list_files(self, path: str) -> list[str]:
+        """Sorted paths, relative to `path`, of all files below the directory `path`."""
+        base = self._native(path).rstrip("/")
+        return sorted(found[len(base) + 1 :] for found in self._fs.find(base))
+
+    def delete_file(self, path: str) -> None:
+        """Delete the file at `path`, if there is one."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm_file(self._native(path))
+
+    def delete_tree(self, path: str) -> None:
+        """Delete the directory `path` and everything below it, if it exists."""
+        with contextlib.suppress(FileNotFoundError):
+            self._fs.rm(self._native(path), recursive=True)
+
+    def digest(self, path: str) -> FileDigest:
+        """Size and SHA-256 of the stored file at `path`, read in one streaming pass."""
+        try:
+            source = self._fs.open(self._native(path), "rb")
+        except FileNotFoundError as error:
+            raise MissingFileError(path, "no such file") from error
+        with source:
+            return _stream_digest(source, write=None)
+
+    def write_atomic(self, path: str, data: bytes) -> None:
+        """Write `data` as the file `path`, replacing it atomically (see the class docstring)."""
+        native = self._native(path)
+        if self._is_local:
+            _replace_local_file(native, lambda target: target.write(data), durable=True)
+        else:
+            self._fs.makedirs(posixpath.dirname(native), exist_ok=True)
+            self._fs.pipe_file(native, data)
+
+    def copy_in(self, local_src: str, path: str, expected: FileDigest | None = None) -> FileDigest:
+        """Copy the local file `local_src` to `path` atomically and return its digest.
+
+        With `expected`, the copied bytes must match it (else ChecksumMismatchError naming
+        `local_src`, and nothing is left at `path`): this catches a source file that
+        changed after it was first hashed.
+        """
+        native = self._native(path)
+        if not self._is_local:
+            # A put reads the file itself, so the digest takes a separate (local) pass.
+            digest = digest_local_file(local_src)
+            if expected is not None:
+                digest.require_match(expected, local_src)
+            self._fs.makedirs(posixpath.dirname(native), exist_ok=True)
+            self._fs.put_file(local_src, native)
+            return digest
+        with open(local_src, "rb") as source:
+            return _replace_local_file(
+                native,
+                lambda target: _copy_verified(source, target, expected, local_src),
+                durable=True,
+            )
+
+    def link_in(self, local_src: str, path: str, expected: FileDigest) -> None:
+        """Make `path` a hard link to the local file `local_src`, or a copy if that is not
+        possible (storage is not local, another device, no permission, ...).
+
+        Only for files that are never modified in place: the link shares their bytes.
+        Deleting `local_src` later does not affect the link. `expected` is the digest of
+        `local_src`, checked when falling back to copying.
+        """
+        native = self._native(path)
+        if not self._is_local:
+            self.copy_in(local_src, path, expected)
+            return
+        directory = os.path.dirname(native)
+        os.makedirs(directory, exist_ok=True)
+        # Linked under a temporary name and renamed, because os.link cannot replace an
+        # existing (e.g. damaged) file.
+        temporary = _temporary_path(native)
+        try:
+            os.link(local_src, temporary)
+        except OSError as error:
+            if error.errno not in _LINK_FALLBACK_ERRNOS:
+                raise
+            self.copy_in(local_src, path, expected)
+            return
+        try:
+            # Spark does not fsync its files; a checkpoint must survive a power loss.
+            _fsync_path(temporary)
+            os.replace(temporary, native)
+        except BaseException:
+            _remove_if_present(temporary)
+            raise
+        _fsync_path(directory)
+
+    def copy_out(self, path: str, local_dst: str, expected: FileDigest | None = None) -> FileDigest:
+        """Copy the stored file `path` to the local path `local_dst` atomically and return
+        its digest.
+
+        With `expected`, a stored file whose bytes do not match raises
+        ChecksumMismatchError naming `path`, and nothing is left at `local_dst`. The copy
+        is not fsynced: it is restored into a fresh directory, which is made again from
+        storage if the machine goes down.
+        """
+        try:
+            source = self._fs.open(self._native(path), "rb")
+        except FileNotFoundError as error:
+            raise MissingFileError(path, "no such file") from error
+        with source:
+            return _replace_local_file(
+                local_dst,
+                lambda target: _copy_verified(source, target, expected, path),
+                durable=False,
+            )
+
+    def _native(self, path: str) -> str:
+        # The wrapped filesystem's own form of the path: no protocol, absolute if local.
+        native: str = self._fs._strip_protocol(path)
+        return native
+
+
+def _stream_digest(source: IO[bytes], write: Callable[[bytes], object] | None) -> FileDigest:
+    sha256 = hashlib.sha256()
+    size = 0
+    while chunk := source.read(_CHUNK_SIZE):
+        sha256.update(chunk)
+        size += len(chunk)
+        if write is not None:
+            write(chunk)
+    return FileDigest(size=size, sha256=sha256.hexdigest())
+
+
+def _copy_verified(
+    source: IO[bytes], target: IO[bytes], expected: FileDigest | None, checked_path: str
+) -> FileDigest:
+    digest = _stream_digest(source, write=target.write)
+    if expected is not None:
+        digest.require_match(expected, checked_path)
+    return digest
+
+
+def _replace_local_file(
+    final_path: str, write: Callable[[IO[bytes]], _Result], *, durable: bool
+) -> _Result:
+    """Create `final_path` through a temporary file in its directory, renamed into place
+    only after `write` succeeded; on any failure the temporary file is removed."""
+    directory = os.path.dirname(final_path) or "."
+    os.makedirs(directory, exist_ok=True)
+    temporary = _temporary_path(final_path)
+    try:
+        # "x" (O_EXCL) never follows or reuses an existing file; the mode honours the umask.
+        with open(temporary, "xb") as target:
+            result = write(target)
+            if durable:
+                target.flush()
+                os.fsync(target.fileno())
+        os.replace(temporary, final_path)
+    except BaseException:
+        _remove_if_present(temporary)
+        raise
+    if durable:
+        _fsync_path(directory)
+    return result
+
+
+def _temporary_path(final_path: str) -> str:
+    # Hidden and unique, next to the final file so that the rename stays on one filesystem.
+    directory, name = os.path.split(final_path)
+    return os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+
+
+def _fsync_path(path: str) -> None:
+    """fsync a file or directory by path (a read-only descriptor suffices on POSIX)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        # Some filesystems cannot fsync directories; they then offer no stronger guarantee.
+        if error.errno != errno.EINVAL:
+            raise
+    finally:
+        os.close(descriptor)
+
+
+def _remove_if_present(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)

@@ -1,0 +1,199 @@
+"""Where a job's checkpoints, savepoints and shared files live in storage.
+
+    <root>/<namespace>/<job>/chk-<N>/_metadata
+    <root>/<namespace>/<job>/shared/<sha256[:2]>/<sha256>-<file name>
+    <root>/<namespace>/<job>/savepoints/sp-<N>/_metadata
+    <root>/<namespace>/<job>/savepoints/sp-<N>/files/<path in the Spark checkpoint location>
+
+Manifests refer to stored bytes by *location*, a path relative to the job root, so a job's
+storage can be moved to another root (or bucket) without rewriting its `_metadata` files.
+Every name that becomes part of a path is validated here, so no value read from a
+resource or a `_metadata` file can point outside the job's directory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+
+# Python's `$` also matches before a trailing newline; this matches only at the very end,
+# in Python's `re` and in ECMA-262 regexes alike (the patterns also go into the JSON Schema).
+END_OF_INPUT = r"(?![\s\S])"
+_DNS_1123_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+
+DNS_1123_LABEL_PATTERN = rf"^{_DNS_1123_LABEL}{END_OF_INPUT}"
+DNS_1123_LABEL_MAX_LENGTH = 63
+DNS_1123_SUBDOMAIN_PATTERN = rf"^{_DNS_1123_LABEL}(?:\.{_DNS_1123_LABEL})*{END_OF_INPUT}"
+DNS_1123_SUBDOMAIN_MAX_LENGTH = 253
+
+# A path segment is anything but "." and "..", without "/" or control characters.
+_PATH_SEGMENT = r"(?!\.\.?(?:/|$))[^/\x00-\x1f\x7f]+"
+SAFE_RELATIVE_PATH_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*{END_OF_INPUT}"
+SHA256_PATTERN = rf"^[0-9a-f]{{64}}{END_OF_INPUT}"
+
+METADATA_FILE_NAME = "_metadata"
+# A checkpoint being discarded keeps its manifest under this name until its shared files
+# are gone, so that a discard interrupted by a crash can be finished (see CheckpointStorage).
+DISCARDING_FILE_NAME = "_discarding"
+SHARED_DIR_NAME = "shared"
+SAVEPOINTS_DIR_NAME = "savepoints"
+SAVEPOINT_FILES_DIR_NAME = "files"
+
+
+class CheckpointKind(StrEnum):
+    """What a snapshot is: a checkpoint (owned and retained by the coordinator) or a
+    savepoint (self-contained, owned by the user)."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+    @property
+    def directory_prefix(self) -> str:
+        """Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`."""
+        return "chk-" if self is CheckpointKind.CHECKPOINT else "sp-"
+
+
+def is_safe_relative_path(path: str) -> bool:
+    """True for a relative POSIX path that stays below the directory it is joined to."""
+    return re.match(SAFE_RELATIVE_PATH_PATTERN, path) is not None
+
+
+def require_safe_relative_path(path: str, field: str) -> None:
+    """Raise ValueError naming `field` unless `path` is a safe relative path."""
+    if not is_safe_relative_path(path):
+        raise ValueError(
+            f"{field} must be a relative path without '.', '..', empty or control-character "
+            f"segments, got {path!r}"
+        )
+
+
+def require_snapshot_id(snapshot_id: int, field: str) -> None:
+    """Raise ValueError naming `field` unless `snapshot_id` is a valid (non-negative) id."""
+    if isinstance(snapshot_id, bool) or not isinstance(snapshot_id, int) or snapshot_id < 0:
+        raise ValueError(f"{field} must be a non-negative integer, got {snapshot_id!r}")
+
+
+def require_dns_1123_label(value: str, field: str) -> None:
+    """Raise ValueError naming `field` unless `value` is a DNS-1123 label (a namespace)."""
+    if len(value) > DNS_1123_LABEL_MAX_LENGTH or not re.match(DNS_1123_LABEL_PATTERN, value):
+        raise ValueError(
+            f"{field} must be a DNS-1123 label (lower-case alphanumerics and '-', at most "
+            f"{DNS_1123_LABEL_MAX_LENGTH} characters), got {value!r}"
+        )
+
+
+def require_dns_1123_subdomain(value: str, field: str) -> None:
+    """Raise ValueError naming `field` unless `value` is a DNS-1123 subdomain (a resource name)."""
+    if len(value) > DNS_1123_SUBDOMAIN_MAX_LENGTH or not re.match(
+        DNS_1123_SUBDOMAIN_PATTERN, value
+    ):
+        raise ValueError(
+            f"{field} must be a DNS-1123 subdomain (dot-separated labels of lower-case "
+            f"alphanumerics and '-', at most {DNS_1123_SUBDOMAIN_MAX_LENGTH} characters), "
+            f"got {value!r}"
+        )
+
+
+def snapshot_location_prefix(kind: CheckpointKind, snapshot_id: int) -> str:
+    """The location prefix every manifest entry of this snapshot must have.
+
+    Checkpoints keep their bytes in `shared/` (incremental: later checkpoints reuse them);
+    a savepoint keeps all of its bytes below its own directory, so deleting or moving the
+    directory never affects anything else.
+    """
+    if kind is CheckpointKind.CHECKPOINT:
+        return f"{SHARED_DIR_NAME}/"
+    return f"{SAVEPOINTS_DIR_NAME}/sp-{snapshot_id}/{SAVEPOINT_FILES_DIR_NAME}/"
+
+
+def parse_snapshot_dir_name(kind: CheckpointKind, name: str) -> int | None:
+    """The id in a snapshot directory name (`chk-7` -> 7), or None if it is not one.
+
+    Only the canonical spelling is accepted (no leading zeros), so that an id maps to
+    exactly one directory.
+    """
+    match = re.fullmatch(rf"{kind.directory_prefix}(0|[1-9][0-9]*)", name)
+    return int(match.group(1)) if match else None
+
+
+@dataclass(frozen=True)
+class JobStorageLayout:
+    """Paths of one job's checkpoint storage.
+
+    `root` is a URI (`file:///data/checkpoints`, `s3://bucket/prefix`) or a local path;
+    paths returned here are `root` joined with '/', in the same form. `namespace` must be a
+    DNS-1123 label and `job` a DNS-1123 subdomain (Kubernetes' rules for namespaces and
+    resource names), which also keeps them from escaping the root (`..`, `/`).
+    """
+
+    root: str
+    namespace: str
+    job: str
+
+    def __post_init__(self) -> None:
+        if not self.root:
+            raise ValueError("root must be a non-empty URI or path")
+        require_dns_1123_label(self.namespace, "namespace")
+        require_dns_1123_subdomain(self.job, "job")
+
+    @property
+    def job_root(self) -> str:
+        """The directory holding everything of this job."""
+        return f"{self.root.rstrip('/')}/{self.namespace}/{self.job}"
+
+    @property
+    def shared_dir(self) -> str:
+        """Files referenced by one or more checkpoints, content-addressed."""
+        return f"{self.job_root}/{SHARED_DIR_NAME}"
+
+    @property
+    def savepoints_dir(self) -> str:
+        """The directory holding the `sp-<N>` savepoint directories."""
+        return f"{self.job_root}/{SAVEPOINTS_DIR_NAME}"
+
+    def checkpoint_dir(self, checkpoint_id: int) -> str:
+        """`chk-<N>`, holding the checkpoint's `_metadata`."""
+        return self.snapshot_dir(CheckpointKind.CHECKPOINT, checkpoint_id)
+
+    def savepoint_dir(self, savepoint_id: int) -> str:
+        """`savepoints/sp-<N>`, holding the savepoint's `_metadata` and all of its bytes."""
+        return self.snapshot_dir(CheckpointKind.SAVEPOINT, savepoint_id)
+
+    def snapshot_dir(self, kind: CheckpointKind, snapshot_id: int) -> str:
+        """The directory of a checkpoint or savepoint."""
+        require_snapshot_id(snapshot_id, f"{kind.value} id")
+        return f"{self.snapshot_parent_dir(kind)}/{kind.directory_prefix}{snapshot_id}"
+
+    def snapshot_parent_dir(self, kind: CheckpointKind) -> str:
+        """The directory whose `chk-<N>` / `sp-<N>` entries are snapshots of this kind."""
+        return self.job_root if kind is CheckpointKind.CHECKPOINT else self.savepoints_dir
+
+    def metadata_path(self, kind: CheckpointKind, snapshot_id: int) -> str:
+        """The `_metadata` file whose presence makes a snapshot complete."""
+        return f"{self.snapshot_dir(kind, snapshot_id)}/{METADATA_FILE_NAME}"
+
+    def discarding_path(self, checkpoint_id: int) -> str:
+        """Where a checkpoint's manifest is kept while the checkpoint is being discarded."""
+        return f"{self.checkpoint_dir(checkpoint_id)}/{DISCARDING_FILE_NAME}"
+
+    def shared_location(self, sha256: str, file_name: str) -> str:
+        """Content-addressed location of a checkpoint file: equal bytes under an equal name
+        are stored once, however many checkpoints reference them. The name is kept only to
+        make the directory readable to people."""
+        if not re.match(SHA256_PATTERN, sha256):
+            raise ValueError(f"sha256 must be 64 lower-case hex digits, got {sha256!r}")
+        require_safe_relative_path(file_name, "file name")
+        if "/" in file_name:
+            raise ValueError(f"file name must not contain '/', got {file_name!r}")
+        return f"{SHARED_DIR_NAME}/{sha256[:2]}/{sha256}-{file_name}"
+
+    def savepoint_file_location(self, savepoint_id: int, path: str) -> str:
+        """Location of a savepoint's copy of the file at `path` in the Spark checkpoint."""
+        require_safe_relative_path(path, "path")
+        return f"{snapshot_location_prefix(CheckpointKind.SAVEPOINT, savepoint_id)}{path}"
+
+    def location_path(self, location: str) -> str:
+        """The storage path of a manifest location (a path relative to the job root)."""
+        require_safe_relative_path(location, "location")
+        return f"{self.job_root}/{location}"

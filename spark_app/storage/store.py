@@ -1,0 +1,321 @@
+"""Writing, reading, discarding and restoring one job's checkpoints and savepoints."""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .errors import ChecksumMismatchError, InvalidMetadataError, MissingFileError, NotEmptyError
+from .filesystem import FileDigest, StorageFileSystem, digest_local_file
+from .layout import (
+    SHARED_DIR_NAME,
+    CheckpointKind,
+    JobStorageLayout,
+    parse_snapshot_dir_name,
+    require_safe_relative_path,
+)
+from .metadata import CheckpointMetadata, ManifestEntry
+
+
+@dataclass(frozen=True)
+class GarbageReport:
+    """What `CheckpointStorage.collect_garbage` deleted."""
+
+    checkpoint_ids: tuple[int, ...]
+    savepoint_ids: tuple[int, ...]
+    shared_locations: tuple[str, ...]
+
+
+class CheckpointStorage:
+    """One job's checkpoint storage: snapshot files, `_metadata`, discarding and restore.
+
+    A snapshot exists once its `_metadata` is written (atomically, after all of its files).
+    Which snapshots are *valid* is decided by the coordinator's persisted registry, not by
+    storage: `collect_garbage` removes whatever the registry does not list.
+
+    Concurrency contract: one writer per job (the driver, or a cleanup pod while no driver
+    runs). Discarding and garbage collection may run while a snapshot is in flight only if
+    every location that snapshot references so far is passed as `protected_locations`;
+    `collect_garbage` must not run between a `_metadata` write and the registry update.
+    """
+
+    def __init__(self, layout: JobStorageLayout, fs: StorageFileSystem | None = None) -> None:
+        self.layout = layout
+        self.fs = fs if fs is not None else StorageFileSystem.for_url(layout.root)
+
+    def add_shared_file(self, local_src: str, path: str, link: bool = True) -> ManifestEntry:
+        """Store a checkpoint file in `shared/`, content-addressed, and return its entry.
+
+        `path` is the file's path in the Spark checkpoint location. A file already stored
+        (same name and bytes, e.g. by an earlier checkpoint) is not written again, which is
+        what makes checkpoints incremental. With `link`, a local file is hard-linked rather
+        than copied: files are immutable once their Spark batch is committed, and Spark
+        deleting its own link leaves ours intact.
+        """
+        require_safe_relative_path(path, "path")
+        digest = digest_local_file(local_src)
+        location = self.layout.shared_location(digest.sha256, posixpath.basename(path))
+        stored_path = self.layout.location_path(location)
+        # The name holds the SHA-256, so an object of the right size holds the right bytes;
+        # one of another size is damaged and is replaced.
+        if self.fs.file_size(stored_path) != digest.size:
+            if link:
+                self.fs.link_in(local_src, stored_path, digest)
+            else:
+                self.fs.copy_in(local_src, stored_path, digest)
+        return ManifestEntry(path=path, size=digest.size, sha256=digest.sha256, location=location)
+
+    def add_savepoint_file(self, savepoint_id: int, local_src: str, path: str) -> ManifestEntry:
+        """Copy a file into savepoint `savepoint_id` and return its entry.
+
+        Savepoints are self-contained: their bytes live below `savepoints/sp-N/` only.
+        """
+        location = self.layout.savepoint_file_location(savepoint_id, path)
+        digest = self.fs.copy_in(local_src, self.layout.location_path(location))
+        return ManifestEntry(path=path, size=digest.size, sha256=digest.sha256, location=location)
+
+    def write_metadata(self, meta: CheckpointMetadata) -> None:
+        """Write a snapshot's `_metadata` atomically, which makes the snapshot exist.
+
+        Every manifest file must already be stored with its size (MissingFileError or
+        ChecksumMismatchError otherwise), so a `_metadata` never points at nothing.
+        """
+        if (meta.namespace, meta.job) != (self.layout.namespace, self.layout.job):
+            raise ValueError(
+                f"metadata of job {meta.namespace}/{meta.job} cannot be written to the "
+                f"storage of job {self.layout.namespace}/{self.layout.job}"
+            )
+        for entry in meta.files:
+            self._require_stored_size(entry)
+        path = self.layout.metadata_path(meta.kind, meta.checkpoint_id)
+        self.fs.write_atomic(path, meta.to_json())
+
+    def read_metadata(self, kind: CheckpointKind, snapshot_id: int) -> CheckpointMetadata:
+        """Read and validate the `_metadata` of a checkpoint or savepoint.
+
+        Besides the errors of `CheckpointMetadata.from_json`, raises MissingFileError if
+        there is none and InvalidMetadataError if it belongs to another job or snapshot.
+        """
+        return self._read_manifest(self.layout.metadata_path(kind, snapshot_id), kind, snapshot_id)
+
+    def verify(self, meta: CheckpointMetadata) -> None:
+        """Check that every manifest file is stored with its size and SHA-256.
+
+        Raises MissingFileError or ChecksumMismatchError naming the first bad file.
+        """
+        for entry in meta.files:
+            stored_path = self._require_stored_size(entry)
+            expected = FileDigest(size=entry.size, sha256=entry.sha256)
+            self.fs.digest(stored_path).require_match(expected, stored_path)
+
+    def list_ids(self, kind: CheckpointKind) -> list[int]:
+        """Ids of the snapshots of `kind` whose directory has a `_metadata`, ascending.
+
+        This is what storage holds, which may include crash leftovers: the registry, not
+        this list, says which checkpoints are valid.
+        """
+        return [
+            snapshot_id
+            for snapshot_id in self._snapshot_dir_ids(kind)
+            if self.fs.exists(self.layout.metadata_path(kind, snapshot_id))
+        ]
+
+    def discard_checkpoint(
+        self,
+        checkpoint_id: int,
+        retained: Iterable[int],
+        protected_locations: Iterable[str] = (),
+    ) -> None:
+        """Delete checkpoint `checkpoint_id` and the shared files only it needed.
+
+        Shared files referenced by a `retained` checkpoint's manifest or listed in
+        `protected_locations` (files an in-flight snapshot is about to reference) are kept.
+
+        Crash safety: first the manifest moves from `_metadata` to `_discarding`, so the
+        checkpoint is never mistaken for a complete one again; then its shared files go;
+        then its directory. Calling this again after a crash at any step finishes the job;
+        discarding a checkpoint that is already gone does nothing. If a retained
+        checkpoint's `_metadata` cannot be read, this raises before deleting anything.
+        """
+        retained_ids = set(retained)
+        if checkpoint_id in retained_ids:
+            raise ValueError(f"checkpoint {checkpoint_id} cannot be discarded and retained")
+        # Read everything needed before changing anything, so bad input changes nothing.
+        keep = self._referenced_locations(retained_ids) | set(protected_locations)
+        manifest = self._manifest_to_discard(checkpoint_id)
+        if manifest is not None:
+            for location in sorted(manifest.locations - keep):
+                self.fs.delete_file(self.layout.location_path(location))
+        self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
+
+    def discard_savepoint(self, savepoint_id: int) -> None:
+        """Delete savepoint `savepoint_id` (its `_metadata` first, then its directory)."""
+        self.fs.delete_file(self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id))
+        self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
+
+    def collect_garbage(
+        self,
+        registered_checkpoints: Iterable[int],
+        registered_savepoints: Iterable[int],
+        protected_locations: Iterable[str] = (),
+    ) -> GarbageReport:
+        """Delete what the registry does not know about and return what was deleted.
+
+        - `chk-N` directories of unregistered checkpoints, even with a valid `_metadata`
+          (written just before a crash, so never confirmed);
+        - `sp-N` directories without `_metadata` that are not registered (savepoints cut
+          short); an unregistered savepoint *with* `_metadata` is the user's and is kept;
+        - shared files (including temporary files of interrupted copies) that no
+          registered checkpoint references and that are not in `protected_locations`.
+
+        If a registered checkpoint's `_metadata` cannot be read, this raises before
+        deleting anything: storage disagrees with the registry, which needs a human.
+        """
+        checkpoint_ids = set(registered_checkpoints)
+        savepoint_ids = set(registered_savepoints)
+        keep = self._referenced_locations(checkpoint_ids) | set(protected_locations)
+
+        deleted_checkpoints = [
+            checkpoint_id
+            for checkpoint_id in self._snapshot_dir_ids(CheckpointKind.CHECKPOINT)
+            if checkpoint_id not in checkpoint_ids
+        ]
+        for checkpoint_id in deleted_checkpoints:
+            # `_metadata` first, as in discard_checkpoint.
+            self.fs.delete_file(self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id))
+            self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
+
+        deleted_savepoints = [
+            savepoint_id
+            for savepoint_id in self._snapshot_dir_ids(CheckpointKind.SAVEPOINT)
+            if savepoint_id not in savepoint_ids
+            and not self.fs.exists(
+                self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
+            )
+        ]
+        for savepoint_id in deleted_savepoints:
+            self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
+
+        deleted_locations = [
+            location
+            for location in (
+                f"{SHARED_DIR_NAME}/{relative}"
+                for relative in self.fs.list_files(self.layout.shared_dir)
+            )
+            if location not in keep
+        ]
+        for location in deleted_locations:
+            self.fs.delete_file(self.layout.location_path(location))
+
+        return GarbageReport(
+            checkpoint_ids=tuple(deleted_checkpoints),
+            savepoint_ids=tuple(deleted_savepoints),
+            shared_locations=tuple(deleted_locations),
+        )
+
+    def materialize(self, meta: CheckpointMetadata, target_dir: str) -> None:
+        """Restore a snapshot: copy every manifest file to `target_dir/<path>`.
+
+        `target_dir` is a local directory that must be absent or empty (NotEmptyError
+        otherwise): a restore never merges into an existing Spark checkpoint location.
+        Every file's SHA-256 is checked while it is copied; on any error everything
+        written so far is removed (and `target_dir` too, if this call created it) before
+        the error propagates.
+        """
+        if os.path.lexists(target_dir):
+            if not os.path.isdir(target_dir):
+                raise NotEmptyError(target_dir, "exists and is not a directory")
+            if os.listdir(target_dir):
+                raise NotEmptyError(target_dir, "is not empty; a restore needs a fresh directory")
+            created = False
+        else:
+            os.makedirs(target_dir)
+            created = True
+        try:
+            for entry in meta.files:
+                self.fs.copy_out(
+                    self.layout.location_path(entry.location),
+                    os.path.join(target_dir, *entry.path.split("/")),
+                    FileDigest(size=entry.size, sha256=entry.sha256),
+                )
+        except BaseException:
+            _empty_directory(target_dir, remove=created)
+            raise
+
+    def _read_manifest(
+        self, path: str, kind: CheckpointKind, snapshot_id: int
+    ) -> CheckpointMetadata:
+        return self._parse_manifest(self.fs.read_bytes(path), path, kind, snapshot_id)
+
+    def _parse_manifest(
+        self, data: bytes, path: str, kind: CheckpointKind, snapshot_id: int
+    ) -> CheckpointMetadata:
+        meta = CheckpointMetadata.from_json(data, source=path)
+        # A `_metadata` copied from another job or directory would reference the wrong files.
+        for field, actual, expected in (
+            ("namespace", meta.namespace, self.layout.namespace),
+            ("job", meta.job, self.layout.job),
+            ("kind", meta.kind, kind),
+            ("checkpoint_id", meta.checkpoint_id, snapshot_id),
+        ):
+            if actual != expected:
+                raise InvalidMetadataError(
+                    path, field, f"is {actual!r} but the file's directory is for {expected!r}"
+                )
+        return meta
+
+    def _manifest_to_discard(self, checkpoint_id: int) -> CheckpointMetadata | None:
+        """The manifest of a checkpoint being discarded, moved to `_discarding` first;
+        None if even that is gone (its shared files were handled already)."""
+        kind = CheckpointKind.CHECKPOINT
+        metadata_path = self.layout.metadata_path(kind, checkpoint_id)
+        discarding_path = self.layout.discarding_path(checkpoint_id)
+        if self.fs.exists(metadata_path):
+            data = self.fs.read_bytes(metadata_path)
+            manifest = self._parse_manifest(data, metadata_path, kind, checkpoint_id)
+            self.fs.write_atomic(discarding_path, data)
+            self.fs.delete_file(metadata_path)
+            return manifest
+        if self.fs.exists(discarding_path):
+            return self._read_manifest(discarding_path, kind, checkpoint_id)
+        return None
+
+    def _referenced_locations(self, checkpoint_ids: Iterable[int]) -> set[str]:
+        locations: set[str] = set()
+        for checkpoint_id in checkpoint_ids:
+            locations |= self.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id).locations
+        return locations
+
+    def _snapshot_dir_ids(self, kind: CheckpointKind) -> list[int]:
+        names = self.fs.list_dir(self.layout.snapshot_parent_dir(kind))
+        return sorted(
+            snapshot_id
+            for snapshot_id in (parse_snapshot_dir_name(kind, name) for name in names)
+            if snapshot_id is not None
+        )
+
+    def _require_stored_size(self, entry: ManifestEntry) -> str:
+        """The storage path of `entry`, after checking a file of its size is there."""
+        stored_path = self.layout.location_path(entry.location)
+        size = self.fs.file_size(stored_path)
+        if size is None:
+            raise MissingFileError(stored_path, f"file {entry.path!r} of the manifest is missing")
+        if size != entry.size:
+            raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
+        return stored_path
+
+
+def _empty_directory(directory: str, remove: bool) -> None:
+    """Remove what a failed restore wrote: everything in `directory`, which was empty."""
+    if remove:
+        shutil.rmtree(directory)
+        return
+    for name in os.listdir(directory):
+        path = os.path.join(directory, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)

@@ -1,0 +1,114 @@
+"""Expiry, declines, and the tolerable consecutive failure count."""
+
+import pytest
+
+from helpers.coordinator import Harness, of_type
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    CheckpointKind,
+    CoordinatorConfig,
+    FailJob,
+    FailureReason,
+    FinalizationFailed,
+    JobPhase,
+    JobPhaseChanged,
+    TaskDeclined,
+    TriggerDeliveryFailed,
+    TriggerRequested,
+)
+
+
+def _failing_harness(tolerable: int) -> Harness:
+    harness = Harness(CoordinatorConfig(interval=None, timeout=30.0, tolerable_failures=tolerable))
+    harness.start()
+    return harness
+
+
+def test_pending_checkpoint_expires_after_timeout() -> None:
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert harness.coordinator.next_deadline() == harness.clock.now + 30.0
+    assert of_type(harness.advance(29.9), AbortCheckpoint) == []
+    (abort,) = of_type(harness.advance(0.1), AbortCheckpoint)
+    assert (abort.checkpoint_id, abort.reason) == (1, FailureReason.EXPIRED)
+    assert harness.coordinator.persisted_state.failed_count == 1
+    assert harness.coordinator.consecutive_failures == 1
+
+
+@pytest.mark.parametrize(
+    ("event", "reason"),
+    [
+        (TaskDeclined(1, "state-0-0", "disk full"), FailureReason.TASK_DECLINED),
+        (TriggerDeliveryFailed(1, "agent unreachable"), FailureReason.TRIGGER_FAILURE),
+        (FinalizationFailed(1, "permission denied"), FailureReason.FINALIZE_FAILURE),
+    ],
+)
+def test_failures_abort_with_their_reason_and_count(
+    event: TaskDeclined | TriggerDeliveryFailed | FinalizationFailed, reason: FailureReason
+) -> None:
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    (abort,) = of_type(harness.send(event), AbortCheckpoint)
+    assert abort.reason is reason
+    assert harness.coordinator.consecutive_failures == 1
+
+
+def test_exceeding_tolerable_failures_fails_the_job() -> None:
+    harness = _failing_harness(tolerable=2)
+    fail_effects = []
+    for checkpoint_id in (1, 2, 3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+        effects = harness.send(TaskDeclined(checkpoint_id, "logs", "boom"))
+        fail_effects.append(of_type(effects, FailJob))
+    assert fail_effects[0] == [] and fail_effects[1] == []
+    (fail,) = fail_effects[2]
+    assert "3 consecutive checkpoint failures exceed tolerableFailures=2" in fail.message
+    assert "boom" in fail.message
+
+
+def test_zero_tolerable_failures_fails_on_the_first_failure() -> None:
+    harness = _failing_harness(tolerable=0)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(1, "logs", "x")), FailJob) != []
+
+
+def test_a_completed_checkpoint_resets_the_failure_count() -> None:
+    harness = _failing_harness(tolerable=1)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(1, "logs", "x"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(2)
+    assert harness.coordinator.consecutive_failures == 0
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
+
+
+def test_savepoint_failures_do_not_count() -> None:
+    harness = _failing_harness(tolerable=0)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    effects = harness.send(TaskDeclined(1, "logs", "x"))
+    assert of_type(effects, AbortCheckpoint) != []
+    assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+
+
+def test_preflight_declines_do_not_count() -> None:
+    harness = _failing_harness(tolerable=0)
+    harness.send(JobPhaseChanged(JobPhase.RESTARTING))
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    for _ in range(3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="x"))
+        harness.complete(harness.coordinator.pending[0].checkpoint_id)
+    harness.send(JobPhaseChanged(JobPhase.DEPLOYING))
+    effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+
+
+def test_stopping_the_scheduler_resets_the_failure_count() -> None:
+    harness = _failing_harness(tolerable=3)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(1, "logs", "x"))
+    assert harness.coordinator.consecutive_failures == 1
+    harness.send(JobPhaseChanged(JobPhase.RESTARTING))
+    assert harness.coordinator.consecutive_failures == 0

@@ -1,0 +1,119 @@
+"""Savepoint history limits and the retention policy at termination."""
+
+import pytest
+
+from helpers.coordinator import Harness, of_type
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    CheckpointKind,
+    CoordinatorConfig,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    FailureReason,
+    JobTerminated,
+    PersistState,
+    RetentionPolicy,
+    SavepointHistoryLimits,
+    TerminalOutcome,
+    TriggerRequested,
+)
+
+
+def _take(harness: Harness, kind: CheckpointKind) -> list[Effect]:
+    harness.send(TriggerRequested(kind))
+    checkpoint_id = harness.coordinator.pending[-1].checkpoint_id
+    return harness.complete(checkpoint_id)
+
+
+def test_savepoints_are_never_discarded_by_checkpoint_retention() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, retained=1))
+    harness.start()
+    _take(harness, CheckpointKind.SAVEPOINT)
+    discarded: list[int] = []
+    for _ in range(4):
+        effects = _take(harness, CheckpointKind.CHECKPOINT)
+        discarded += [d.checkpoint_id for d in of_type(effects, DiscardCheckpoint)]
+    state = harness.coordinator.persisted_state
+    assert [s.checkpoint_id for s in state.savepoints] == [1]
+    assert 1 not in discarded
+    assert discarded == [2, 3, 4]
+
+
+def test_savepoint_history_is_trimmed_by_count_keeping_the_newest() -> None:
+    limits = SavepointHistoryLimits(max_count=2)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    dropped: list[int] = []
+    for _ in range(4):
+        effects = _take(harness, CheckpointKind.SAVEPOINT)
+        dropped += [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)]
+    assert dropped == [1, 2]
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [3, 4]
+
+
+def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
+    limits = SavepointHistoryLimits(max_count=10, max_age_seconds=100.0)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    _take(harness, CheckpointKind.SAVEPOINT)
+    harness.clock.now += 50
+    _take(harness, CheckpointKind.SAVEPOINT)
+    assert harness.coordinator.next_deadline() == pytest.approx(harness.clock.now + 50)
+    effects = harness.advance_to_next_deadline()
+    persist = of_type(effects, PersistState)
+    assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
+    assert effects.index(persist[0]) < effects.index(of_type(effects, DiscardSavepoint)[0])
+    harness.clock.now += 1000
+    assert of_type(harness.send(JobTerminated(TerminalOutcome.FINISHED)), DiscardSavepoint) == []
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [2]
+
+
+@pytest.mark.parametrize(
+    ("policy", "outcome", "discards"),
+    [
+        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.FINISHED, True),
+        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.FAILED, True),
+        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.CANCELLED, True),
+        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.SUSPENDED, True),
+        (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.FINISHED, True),
+        (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.FAILED, False),
+        (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.CANCELLED, True),
+        (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.SUSPENDED, False),
+        (RetentionPolicy.RETAIN_ON_CANCELLATION, TerminalOutcome.FINISHED, True),
+        (RetentionPolicy.RETAIN_ON_CANCELLATION, TerminalOutcome.FAILED, False),
+        (RetentionPolicy.RETAIN_ON_CANCELLATION, TerminalOutcome.CANCELLED, False),
+        (RetentionPolicy.RETAIN_ON_CANCELLATION, TerminalOutcome.SUSPENDED, False),
+    ],
+)
+def test_retention_policy_at_termination(
+    policy: RetentionPolicy, outcome: TerminalOutcome, discards: bool
+) -> None:
+    harness = Harness(CoordinatorConfig(interval=None, retained=2, retention_policy=policy))
+    harness.start()
+    _take(harness, CheckpointKind.CHECKPOINT)
+    _take(harness, CheckpointKind.SAVEPOINT)
+    _take(harness, CheckpointKind.CHECKPOINT)
+
+    effects = harness.send(JobTerminated(outcome))
+
+    discarded = [d.checkpoint_id for d in of_type(effects, DiscardCheckpoint)]
+    assert discarded == ([1, 3] if discards else [])
+    persist = of_type(effects, PersistState)[-1]
+    assert persist.state.terminated is outcome
+    assert [s.checkpoint_id for s in persist.state.savepoints] == [2]
+    assert len(persist.state.checkpoints) == (0 if discards else 2)
+    if discarded:
+        first_discard = of_type(effects, DiscardCheckpoint)[0]
+        assert effects.index(persist) < effects.index(first_discard)
+
+
+def test_termination_aborts_pending_with_shutdown_and_is_idempotent(harness: Harness) -> None:
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    effects = harness.send(JobTerminated(TerminalOutcome.CANCELLED))
+    assert [a.reason for a in of_type(effects, AbortCheckpoint)] == [
+        FailureReason.COORDINATOR_SHUTDOWN
+    ]
+    assert harness.send(JobTerminated(TerminalOutcome.FAILED)) == []
+    assert harness.coordinator.persisted_state.terminated is TerminalOutcome.CANCELLED

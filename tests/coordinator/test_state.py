@@ -1,0 +1,98 @@
+"""Persisted state: ids survive restarts, the registry round-trips, bad input is named."""
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from helpers.coordinator import Harness, of_type
+from spark_checkpoint_operator.coordinator import (
+    AckResult,
+    AnswerAcknowledgement,
+    CheckpointKind,
+    CoordinatorConfig,
+    InvalidPersistedState,
+    PersistedState,
+    RetentionPolicy,
+    TaskAck,
+    TaskAcknowledged,
+    TriggerCheckpoint,
+    TriggerRequested,
+)
+
+
+def _run_some_checkpoints() -> Harness:
+    harness = Harness(CoordinatorConfig(interval=None, retained=2, max_concurrent=2))
+    harness.start()
+    for kind in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT, CheckpointKind.CHECKPOINT):
+        harness.send(TriggerRequested(kind, label=f"{kind}-label"))
+        harness.complete(harness.coordinator.pending[-1].checkpoint_id)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))  # 4 stays pending
+    return harness
+
+
+def test_state_round_trips_through_its_dict_form() -> None:
+    state = _run_some_checkpoints().coordinator.persisted_state
+    assert PersistedState.from_dict(state.to_dict()) == state
+
+
+def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None:
+    before = _run_some_checkpoints()
+    state = PersistedState.from_dict(before.coordinator.persisted_state.to_dict())
+
+    after = Harness(before.config, state=state, clock=before.clock)
+    after.start()
+    effects = after.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [5]
+    assert [c.checkpoint_id for c in after.coordinator.restore_candidates()] == [3, 2, 1]
+    # The checkpoint pending at the restart is gone; its late acks are discarded.
+    late = after.send(TaskAcknowledged(4, TaskAck("logs", 1, 1, 1)))
+    assert of_type(late, AnswerAcknowledgement)[0].result is AckResult.DISCARDED
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d.pop("nextCheckpointId"), "nextCheckpointId: missing"),
+        (lambda d: d.update(nextCheckpointId=0), "nextCheckpointId: must be >= 1"),
+        (lambda d: d.update(nextCheckpointId="7"), "nextCheckpointId: expected an integer"),
+        (lambda d: d["checkpoints"][0].update(kind="snapshot"), "checkpoints[0].kind"),
+        (lambda d: d["savepoints"][0].update(triggerTime="yesterday"), "savepoints[0].triggerTime"),
+        (lambda d: d["history"][1].update(reason="Gremlins"), "history[1].reason"),
+        (lambda d: d.update(terminated="Exploded"), "terminated"),
+    ],
+)
+def test_invalid_persisted_state_names_the_field(
+    mutate: Callable[[dict[str, Any]], object], field: str
+) -> None:
+    data = _run_some_checkpoints().coordinator.persisted_state.to_dict()
+    data["history"].append(dict(data["history"][0], status="Failed", reason="Expired"))
+    mutate(data)
+    with pytest.raises(InvalidPersistedState, match=re.escape(field)):
+        PersistedState.from_dict(data)
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"interval": 0}, "checkpointing.interval must be > 0"),
+        ({"interval": 5, "min_pause": 6}, "minPause (6) must not exceed checkpointing.interval"),
+        ({"timeout": 0}, "checkpointing.timeout must be > 0"),
+        ({"max_concurrent": 0}, "checkpointing.maxConcurrent must be >= 1"),
+        ({"tolerable_failures": -1}, "checkpointing.tolerableFailures must be >= 0"),
+        ({"retained": 0}, "checkpointing.retained must be >= 1"),
+    ],
+)
+def test_invalid_config_names_the_setting(options: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        CoordinatorConfig(**options)  # type: ignore[arg-type]
+
+
+def test_retention_policy_values_are_the_manifest_spelling() -> None:
+    assert [p.value for p in RetentionPolicy] == [
+        "NeverRetainAfterTermination",
+        "RetainOnFailure",
+        "RetainOnCancellation",
+    ]

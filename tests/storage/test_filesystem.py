@@ -1,0 +1,237 @@
+"""StorageFileSystem: atomic writes and copies, hard links, and the object-store branch."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from spark_checkpoint.storage import (
+    ChecksumMismatchError,
+    FileDigest,
+    MissingFileError,
+    StorageFileSystem,
+    digest_local_file,
+)
+
+CONTENT = b"state bytes " * 1000
+
+
+def digest_of(content: bytes) -> FileDigest:
+    return FileDigest(size=len(content), sha256=hashlib.sha256(content).hexdigest())
+
+
+def all_files(directory: Path) -> list[str]:
+    return sorted(
+        str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file()
+    )
+
+
+@pytest.fixture
+def fs(tmp_path: Path) -> StorageFileSystem:
+    return StorageFileSystem.for_url(f"file://{tmp_path}")
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "spark" / "state" / "0" / "1" / "2.delta"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(CONTENT)
+    return path
+
+
+def failing(*_args: object) -> None:
+    raise OSError(errno.EIO, "simulated I/O error")
+
+
+def test_write_atomic_writes_and_replaces_without_leftovers(
+    fs: StorageFileSystem, tmp_path: Path
+) -> None:
+    target = tmp_path / "store" / "chk-1" / "_metadata"
+
+    fs.write_atomic(f"file://{target}", b"first")
+    fs.write_atomic(str(target), b"second")
+
+    assert target.read_bytes() == b"second"
+    assert all_files(tmp_path / "store") == ["chk-1/_metadata"]
+    assert fs.is_local
+
+
+@pytest.mark.parametrize("broken", ["fsync", "replace"])
+def test_failed_write_leaves_neither_a_partial_file_nor_a_temporary_one(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, broken: str
+) -> None:
+    directory = tmp_path / "store"
+    new = directory / "chk-1" / "_metadata"
+    existing = directory / "chk-2" / "_metadata"
+    fs.write_atomic(str(existing), b"complete")
+    monkeypatch.setattr(os, broken, failing)
+
+    for target in (new, existing):
+        with pytest.raises(OSError, match="simulated"):
+            fs.write_atomic(str(target), b"x" * 10_000)
+
+    monkeypatch.undo()
+    assert not new.exists()
+    assert existing.read_bytes() == b"complete"
+    assert all_files(directory) == ["chk-2/_metadata"]
+
+
+def test_copy_in_returns_the_digest(fs: StorageFileSystem, source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "store" / "shared" / "x"
+
+    digest = fs.copy_in(str(source), str(target))
+
+    assert digest == digest_of(CONTENT) == digest_local_file(str(source))
+    assert target.read_bytes() == CONTENT
+    assert os.stat(target).st_ino != os.stat(source).st_ino
+
+
+def test_copy_in_of_a_changed_source_raises_and_leaves_nothing(
+    fs: StorageFileSystem, source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "store" / "shared" / "x"
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        fs.copy_in(str(source), str(target), digest_of(CONTENT + b"more"))
+
+    assert raised.value.path == str(source)
+    assert raised.value.mismatch == "size"
+    assert all_files(tmp_path / "store") == []
+
+
+def test_link_in_hard_links_on_a_local_filesystem(
+    fs: StorageFileSystem, source: Path, tmp_path: Path
+) -> None:
+    target = tmp_path / "store" / "shared" / "x"
+    target.parent.mkdir(parents=True)
+    target.write_bytes(b"damaged")
+
+    fs.link_in(str(source), str(target), digest_of(CONTENT))
+    source.unlink()  # Spark deleting its own file does not affect the stored one
+
+    assert target.read_bytes() == CONTENT
+    assert os.stat(target).st_nlink == 1
+    assert all_files(tmp_path / "store") == ["shared/x"]
+
+
+def test_link_in_shares_the_inode(fs: StorageFileSystem, source: Path, tmp_path: Path) -> None:
+    target = tmp_path / "store" / "shared" / "x"
+
+    fs.link_in(str(source), str(target), digest_of(CONTENT))
+
+    assert os.stat(target).st_ino == os.stat(source).st_ino
+
+
+@pytest.mark.parametrize("code", [errno.EXDEV, errno.EPERM])
+def test_link_in_copies_when_linking_is_not_possible(
+    fs: StorageFileSystem,
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    code: int,
+) -> None:
+    def cannot_link(*_args: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(os, "link", cannot_link)
+    target = tmp_path / "store" / "shared" / "x"
+
+    fs.link_in(str(source), str(target), digest_of(CONTENT))
+
+    assert target.read_bytes() == CONTENT
+    assert os.stat(target).st_ino != os.stat(source).st_ino
+
+
+def test_link_in_reports_other_errors(fs: StorageFileSystem, tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError):
+        fs.link_in(str(tmp_path / "absent"), str(tmp_path / "store" / "x"), digest_of(b""))
+
+
+def test_copy_out_verifies_and_leaves_nothing_on_mismatch(
+    fs: StorageFileSystem, source: Path, tmp_path: Path
+) -> None:
+    restored = tmp_path / "restore" / "state" / "2.delta"
+
+    assert fs.copy_out(str(source), str(restored), digest_of(CONTENT)) == digest_of(CONTENT)
+    assert restored.read_bytes() == CONTENT
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        fs.copy_out(
+            str(source), str(tmp_path / "restore" / "other"), digest_of(b"x" * len(CONTENT))
+        )
+
+    assert raised.value.path == str(source)
+    assert raised.value.mismatch == "sha256"
+    assert all_files(tmp_path / "restore") == ["state/2.delta"]
+
+
+def test_missing_files_are_reported_with_their_path(fs: StorageFileSystem, tmp_path: Path) -> None:
+    absent = str(tmp_path / "absent")
+
+    for read in (fs.read_bytes, fs.digest, lambda path: fs.copy_out(path, str(tmp_path / "o"))):
+        with pytest.raises(MissingFileError) as raised:
+            read(absent)
+        assert raised.value.path == absent
+    assert fs.file_size(absent) is None
+    assert fs.file_size(str(tmp_path)) is None  # a directory is not a file
+
+
+def test_listing_and_idempotent_deletes(fs: StorageFileSystem, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    for name in ("chk-1/_metadata", "chk-2/_metadata", "shared/ab/file"):
+        fs.write_atomic(str(root / name), b"x")
+
+    assert fs.list_dir(str(root)) == ["chk-1", "chk-2", "shared"]
+    assert fs.list_dir(str(root / "absent")) == []
+    assert fs.list_files(str(root / "shared")) == ["ab/file"]
+    assert fs.list_files(str(root / "absent")) == []
+    assert fs.file_size(str(root / "shared" / "ab" / "file")) == 1
+
+    for _ in range(2):
+        fs.delete_file(str(root / "shared" / "ab" / "file"))
+        fs.delete_tree(str(root / "chk-1"))
+
+    assert all_files(root) == ["chk-2/_metadata"]
+
+
+@pytest.fixture
+def memory_root() -> Iterator[str]:
+    root = f"memory://storage-test-{uuid.uuid4().hex}"
+    yield root
+    memory = fsspec.filesystem("memory")
+    if memory.exists(root):
+        memory.rm(root, recursive=True)
+
+
+def test_object_store_branch_on_an_in_memory_filesystem(
+    memory_root: str, source: Path, tmp_path: Path
+) -> None:
+    fs = StorageFileSystem.for_url(memory_root)
+    assert not fs.is_local
+
+    fs.write_atomic(f"{memory_root}/chk-1/_metadata", b"meta")
+    assert fs.copy_in(str(source), f"{memory_root}/shared/a") == digest_of(CONTENT)
+    fs.link_in(str(source), f"{memory_root}/shared/b", digest_of(CONTENT))
+
+    assert fs.read_bytes(f"{memory_root}/chk-1/_metadata") == b"meta"
+    assert fs.digest(f"{memory_root}/shared/b") == digest_of(CONTENT)
+    assert fs.list_dir(memory_root) == ["chk-1", "shared"]
+    assert fs.list_files(f"{memory_root}/shared") == ["a", "b"]
+
+    fs.copy_out(f"{memory_root}/shared/a", str(tmp_path / "out"), digest_of(CONTENT))
+    assert (tmp_path / "out").read_bytes() == CONTENT
+
+    with pytest.raises(ChecksumMismatchError):
+        fs.copy_in(str(source), f"{memory_root}/shared/c", digest_of(b"other"))
+    assert not fs.exists(f"{memory_root}/shared/c")
+
+    fs.delete_tree(f"{memory_root}/shared")
+    fs.delete_tree(f"{memory_root}/shared")
+    assert fs.list_files(f"{memory_root}/shared") == []

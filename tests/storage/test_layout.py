@@ -1,0 +1,110 @@
+"""Storage paths of a job, and the names that may (not) become part of them."""
+
+from __future__ import annotations
+
+import pytest
+
+from spark_checkpoint.storage import CheckpointKind, JobStorageLayout, parse_snapshot_dir_name
+
+SHA = "0f" + "1" * 62
+
+
+def test_paths_below_a_uri_root() -> None:
+    layout = JobStorageLayout("s3://bucket/checkpoints/", "team-a", "orders")
+
+    assert layout.job_root == "s3://bucket/checkpoints/team-a/orders"
+    assert layout.checkpoint_dir(7) == "s3://bucket/checkpoints/team-a/orders/chk-7"
+    assert (
+        layout.metadata_path(CheckpointKind.CHECKPOINT, 7)
+        == "s3://bucket/checkpoints/team-a/orders/chk-7/_metadata"
+    )
+    assert layout.shared_dir == "s3://bucket/checkpoints/team-a/orders/shared"
+    assert layout.savepoint_dir(2) == "s3://bucket/checkpoints/team-a/orders/savepoints/sp-2"
+    assert (
+        layout.metadata_path(CheckpointKind.SAVEPOINT, 2)
+        == "s3://bucket/checkpoints/team-a/orders/savepoints/sp-2/_metadata"
+    )
+
+
+def test_paths_below_a_local_root() -> None:
+    layout = JobStorageLayout("/data", "default", "orders")
+
+    assert layout.checkpoint_dir(0) == "/data/default/orders/chk-0"
+
+
+def test_locations_are_relative_to_the_job_root() -> None:
+    layout = JobStorageLayout("file:///data", "default", "orders")
+
+    shared = layout.shared_location(SHA, "2.delta")
+    saved = layout.savepoint_file_location(4, "state/0/1/2.delta")
+
+    assert shared == f"shared/0f/{SHA}-2.delta"
+    assert layout.location_path(shared) == f"file:///data/default/orders/shared/0f/{SHA}-2.delta"
+    assert saved == "savepoints/sp-4/files/state/0/1/2.delta"
+
+
+@pytest.mark.parametrize("job", ["../x", "..", ".", "", "x/y", "Orders", "a..b", "-a", "a-", "a_b"])
+def test_rejects_job_names_that_are_not_dns_subdomains(job: str) -> None:
+    with pytest.raises(ValueError, match="job"):
+        JobStorageLayout("/data", "default", job)
+
+
+def test_accepts_dns_subdomain_job_names() -> None:
+    assert JobStorageLayout("/data", "default", "orders.v2-eu").job == "orders.v2-eu"
+
+
+@pytest.mark.parametrize("namespace", ["../x", "a.b", "A", "", "x" * 64, "ns\n"])
+def test_rejects_namespaces_that_are_not_dns_labels(namespace: str) -> None:
+    with pytest.raises(ValueError, match="namespace"):
+        JobStorageLayout("/data", namespace, "orders")
+
+
+def test_rejects_an_empty_root() -> None:
+    with pytest.raises(ValueError, match="root"):
+        JobStorageLayout("", "default", "orders")
+
+
+@pytest.mark.parametrize("location", ["../other-job/shared/x", "shared/../../x", "/etc/passwd"])
+def test_rejects_locations_that_escape_the_job_root(location: str) -> None:
+    layout = JobStorageLayout("/data", "default", "orders")
+
+    with pytest.raises(ValueError, match="location"):
+        layout.location_path(location)
+
+
+def test_rejects_negative_ids_and_bad_shared_names() -> None:
+    layout = JobStorageLayout("/data", "default", "orders")
+
+    with pytest.raises(ValueError, match="checkpoint id"):
+        layout.checkpoint_dir(-1)
+    with pytest.raises(ValueError, match="sha256"):
+        layout.shared_location("ABC", "x")
+    with pytest.raises(ValueError, match="file name"):
+        layout.shared_location(SHA, "..")
+
+
+@pytest.mark.parametrize(
+    ("kind", "name", "expected"),
+    [
+        (CheckpointKind.CHECKPOINT, "chk-12", 12),
+        (CheckpointKind.CHECKPOINT, "chk-0", 0),
+        (CheckpointKind.CHECKPOINT, "chk-012", None),
+        (CheckpointKind.CHECKPOINT, "chk-", None),
+        (CheckpointKind.CHECKPOINT, "chk-1x", None),
+        (CheckpointKind.CHECKPOINT, "sp-1", None),
+        (CheckpointKind.CHECKPOINT, "shared", None),
+        (CheckpointKind.SAVEPOINT, "sp-3", 3),
+        (CheckpointKind.SAVEPOINT, "chk-3", None),
+    ],
+)
+def test_parses_ids_from_directory_names(
+    kind: CheckpointKind, name: str, expected: int | None
+) -> None:
+    assert parse_snapshot_dir_name(kind, name) == expected
+
+
+def test_directory_names_round_trip() -> None:
+    layout = JobStorageLayout("/data", "default", "orders")
+    for kind in CheckpointKind:
+        name = layout.snapshot_dir(kind, 42).rsplit("/", 1)[-1]
+        assert parse_snapshot_dir_name(kind, name) == 42

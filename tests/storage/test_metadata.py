@@ -1,0 +1,305 @@
+"""The `_metadata` JSON format: round trip, schema and consistency errors."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from spark_checkpoint.storage import (
+    FORMAT_VERSION,
+    METADATA_SCHEMA,
+    CheckpointKind,
+    CheckpointMetadata,
+    ChecksumMismatchError,
+    InvalidMetadataError,
+    ManifestEntry,
+    TaskAcknowledgement,
+    TruncatedMetadataError,
+    UnknownFormatVersionError,
+)
+
+MetadataMaker = Callable[..., CheckpointMetadata]
+SOURCE = "file:///data/team-a/orders.v2/chk-3/_metadata"
+SHA_A = "a" * 64
+SHA_B = "b" * 64
+
+
+def entry(path: str, size: int, sha256: str = SHA_A) -> ManifestEntry:
+    name = path.rsplit("/", 1)[-1]
+    return ManifestEntry(path=path, size=size, sha256=sha256, location=f"shared/aa/{sha256}-{name}")
+
+
+@pytest.fixture
+def metadata(make_metadata: MetadataMaker) -> CheckpointMetadata:
+    return make_metadata(
+        CheckpointKind.CHECKPOINT,
+        3,
+        [entry("state/0/3/2.delta", 120), entry("offsets/5", 7, SHA_B), entry("metadata", 0)],
+    )
+
+
+def document_of(meta: CheckpointMetadata) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(meta.to_json())
+    return document
+
+
+def encode(document: object) -> bytes:
+    return json.dumps(document).encode()
+
+
+def test_round_trip_preserves_every_field(metadata: CheckpointMetadata) -> None:
+    restored = CheckpointMetadata.from_json(metadata.to_json(), SOURCE)
+
+    assert restored == metadata
+    assert restored.trigger_time.tzinfo is UTC
+    assert restored.properties == {"spark.sql.shuffle.partitions": "4"}
+
+
+def test_written_document_satisfies_the_schema(metadata: CheckpointMetadata) -> None:
+    Draft202012Validator.check_schema(METADATA_SCHEMA)
+    Draft202012Validator(METADATA_SCHEMA).validate(document_of(metadata))
+
+
+def test_json_is_stable_and_human_readable(metadata: CheckpointMetadata) -> None:
+    data = metadata.to_json()
+
+    assert data == metadata.to_json()
+    assert data.endswith(b"\n")
+    assert b'"trigger_time": "2026-11-21T23:59:00.123456Z"' in data
+
+
+def test_timestamps_with_an_offset_are_read_as_utc(metadata: CheckpointMetadata) -> None:
+    document = document_of(metadata)
+    document["trigger_time"] = "2026-11-22T00:59:00.123456+01:00"
+
+    restored = CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert restored.trigger_time == metadata.trigger_time
+
+
+def test_properties_cannot_be_changed_through_the_callers_mapping(
+    make_metadata: MetadataMaker,
+) -> None:
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 1, [])
+    properties = dict(meta.properties)
+    rebuilt = CheckpointMetadata(**{**meta.__dict__, "properties": properties})
+
+    properties["injected"] = "x"
+
+    assert "injected" not in rebuilt.properties
+
+
+def test_unknown_format_version(metadata: CheckpointMetadata) -> None:
+    document = document_of(metadata)
+    document["format_version"] = FORMAT_VERSION + 1
+    document["something_new"] = True  # a newer format may have fields we do not know
+
+    with pytest.raises(UnknownFormatVersionError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert raised.value.path == SOURCE
+    assert raised.value.version == FORMAT_VERSION + 1
+    assert SOURCE in str(raised.value)
+    assert "format_version 2" in str(raised.value)
+
+
+@pytest.mark.parametrize("data", [b"", b"  \n"], ids=["empty", "whitespace"])
+def test_empty_metadata_is_truncated(data: bytes) -> None:
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_json(data, SOURCE)
+
+    assert raised.value.path == SOURCE
+    assert "empty" in raised.value.reason
+
+
+def test_cut_short_metadata_is_truncated(metadata: CheckpointMetadata) -> None:
+    data = metadata.to_json()
+
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_json(data[: len(data) // 2], SOURCE)
+
+    assert raised.value.path == SOURCE
+    assert "JSON" in raised.value.reason
+    assert str(raised.value).startswith(f"{SOURCE}: ")
+
+
+def test_non_utf8_metadata_is_truncated() -> None:
+    with pytest.raises(TruncatedMetadataError):
+        CheckpointMetadata.from_json(b"\xff\xfe\xfa{", SOURCE)
+
+
+def set_sha256_of_second_file(document: dict[str, Any]) -> None:
+    document["files"][1]["sha256"] = "not-a-digest"
+
+
+def drop_size_of_first_file(document: dict[str, Any]) -> None:
+    del document["files"][0]["size"]
+
+
+def add_unknown_field(document: dict[str, Any]) -> None:
+    document["acknowledgements"][0]["colour"] = "blue"
+
+
+def make_size_a_float(document: dict[str, Any]) -> None:
+    document["files"][2]["size"] = 0.0
+
+
+def escape_with_location(document: dict[str, Any]) -> None:
+    document["files"][0]["location"] = "shared/../../../etc/passwd"
+
+
+def escape_with_path(document: dict[str, Any]) -> None:
+    document["files"][0]["path"] = "/etc/passwd"
+
+
+def use_a_bad_kind(document: dict[str, Any]) -> None:
+    document["kind"] = "snapshot"
+
+
+def use_a_bad_job_name(document: dict[str, Any]) -> None:
+    document["job"] = "orders\n"
+
+
+@pytest.mark.parametrize(
+    ("break_document", "field"),
+    [
+        (set_sha256_of_second_file, "files[1].sha256"),
+        (drop_size_of_first_file, "files[0].size"),
+        (add_unknown_field, "acknowledgements[0].colour"),
+        (make_size_a_float, "files[2].size"),
+        (escape_with_location, "files[0].location"),
+        (escape_with_path, "files[0].path"),
+        (use_a_bad_kind, "kind"),
+        (use_a_bad_job_name, "job"),
+    ],
+)
+def test_schema_violation_names_the_field(
+    metadata: CheckpointMetadata,
+    break_document: Any,
+    field: str,
+) -> None:
+    document = document_of(metadata)
+    break_document(document)
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert raised.value.path == SOURCE
+    assert raised.value.field == field
+    assert str(raised.value).startswith(f"{SOURCE}: {field}: ")
+
+
+def test_a_document_that_is_not_an_object_is_invalid() -> None:
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(b"[1, 2]", SOURCE)
+
+    assert raised.value.field == "$"
+
+
+def test_an_impossible_date_is_invalid(metadata: CheckpointMetadata) -> None:
+    document = document_of(metadata)
+    document["completion_time"] = "2026-02-30T00:00:00Z"
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert raised.value.field == "completion_time"
+
+
+def set_wrong_total(document: dict[str, Any]) -> None:
+    document["total_bytes"] += 1
+
+
+def acknowledge_unknown_file(document: dict[str, Any]) -> None:
+    document["acknowledgements"][1]["files"].append("state/9/9/9.delta")
+
+
+def duplicate_a_path(document: dict[str, Any]) -> None:
+    document["files"][2]["path"] = document["files"][0]["path"]
+
+
+def store_outside_shared(document: dict[str, Any]) -> None:
+    document["files"][1]["location"] = "savepoints/sp-1/files/offsets/5"
+
+
+def acknowledge_a_task_twice(document: dict[str, Any]) -> None:
+    document["acknowledgements"][2]["task"] = document["acknowledgements"][0]["task"]
+
+
+@pytest.mark.parametrize(
+    ("break_document", "field"),
+    [
+        (set_wrong_total, "total_bytes"),
+        (acknowledge_unknown_file, "acknowledgements[1].files[1]"),
+        (duplicate_a_path, "files[2].path"),
+        (store_outside_shared, "files[1].location"),
+        (acknowledge_a_task_twice, "acknowledgements[2].task"),
+    ],
+)
+def test_inconsistent_manifest_names_the_field(
+    metadata: CheckpointMetadata, break_document: Any, field: str
+) -> None:
+    document = document_of(metadata)
+    break_document(document)
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert raised.value.field == field
+    assert raised.value.path == SOURCE
+
+
+def test_savepoint_files_must_be_below_its_own_directory(make_metadata: MetadataMaker) -> None:
+    own = ManifestEntry(
+        path="offsets/5", size=1, sha256=SHA_A, location="savepoints/sp-2/files/offsets/5"
+    )
+    assert make_metadata(CheckpointKind.SAVEPOINT, 2, [own]).files == (own,)
+
+    with pytest.raises(ValueError, match="savepoints/sp-3/files/"):
+        make_metadata(CheckpointKind.SAVEPOINT, 3, [own])
+
+
+def test_construction_checks_the_same_rules_as_reading(make_metadata: MetadataMaker) -> None:
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 1, [entry("offsets/1", 4)])
+
+    with pytest.raises(ValueError, match="total_bytes"):
+        CheckpointMetadata(**{**meta.__dict__, "total_bytes": 5})
+    with pytest.raises(ValueError, match="trigger_time"):
+        CheckpointMetadata(**{**meta.__dict__, "trigger_time": datetime(2026, 1, 1)})
+    with pytest.raises(ValueError, match="completion_time"):
+        CheckpointMetadata(
+            **{
+                **meta.__dict__,
+                "completion_time": datetime(2026, 1, 1, tzinfo=timezone(timedelta(hours=1))),
+            }
+        )
+    with pytest.raises(ValueError, match="format_version"):
+        CheckpointMetadata(**{**meta.__dict__, "format_version": 2})
+
+
+@pytest.mark.parametrize("path", ["../x", "a/../b", "/abs", "a//b", "./a", "a/", ""])
+def test_manifest_entries_reject_paths_that_escape(path: str) -> None:
+    with pytest.raises(ValueError, match="path"):
+        ManifestEntry(path=path, size=1, sha256=SHA_A, location="shared/aa/x")
+
+
+def test_acknowledgements_reject_negative_numbers() -> None:
+    with pytest.raises(ValueError, match="duration_ms"):
+        TaskAcknowledgement(task="logs", files=(), bytes=0, duration_ms=-1)
+
+
+def test_errors_survive_pickling() -> None:
+    errors = [
+        InvalidMetadataError(SOURCE, "files[3].sha256", "bad"),
+        ChecksumMismatchError(SOURCE, "size", "3 bytes", "2 bytes"),
+        UnknownFormatVersionError(SOURCE, 9, 1),
+        TruncatedMetadataError(SOURCE, "the file is empty"),
+    ]
+    for error in errors:
+        assert str(pickle.loads(pickle.dumps(error))) == str(error)

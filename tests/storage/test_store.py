@@ -1,0 +1,545 @@
+"""CheckpointStorage: incremental checkpoints, savepoints, discarding, GC and restore."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import fsspec
+import pytest
+
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    ChecksumMismatchError,
+    GarbageReport,
+    InvalidMetadataError,
+    JobStorageLayout,
+    MissingFileError,
+    NotEmptyError,
+    StorageFileSystem,
+    TruncatedMetadataError,
+)
+
+SparkFile = Callable[[str, bytes], str]
+MetadataMaker = Callable[..., CheckpointMetadata]
+CHECKPOINT = CheckpointKind.CHECKPOINT
+SAVEPOINT = CheckpointKind.SAVEPOINT
+
+
+def all_files(directory: Path) -> list[str]:
+    return sorted(
+        str(path.relative_to(directory)) for path in directory.rglob("*") if path.is_file()
+    )
+
+
+def stored(storage: CheckpointStorage, location: str) -> Path:
+    return Path(storage.layout.location_path(location))
+
+
+@pytest.fixture
+def job_root(layout: JobStorageLayout) -> Path:
+    return Path(layout.job_root)
+
+
+@pytest.fixture
+def take_checkpoint(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[..., CheckpointMetadata]:
+    """Stores the given Spark files as checkpoint `checkpoint_id` and writes its `_metadata`."""
+
+    def take(
+        checkpoint_id: int, files: Mapping[str, bytes], *, link: bool = True
+    ) -> CheckpointMetadata:
+        entries = [
+            storage.add_shared_file(spark_file(path, content), path, link=link)
+            for path, content in files.items()
+        ]
+        meta = make_metadata(CHECKPOINT, checkpoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    return take
+
+
+@pytest.fixture
+def take_savepoint(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[..., CheckpointMetadata]:
+    def take(savepoint_id: int, files: Mapping[str, bytes]) -> CheckpointMetadata:
+        entries = [
+            storage.add_savepoint_file(savepoint_id, spark_file(path, content), path)
+            for path, content in files.items()
+        ]
+        meta = make_metadata(SAVEPOINT, savepoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    return take
+
+
+def test_shared_files_are_content_addressed_and_hard_linked(
+    storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    local = spark_file("state/0/3/2.delta", b"delta")
+
+    entry = storage.add_shared_file(local, "state/0/3/2.delta")
+
+    assert entry.path == "state/0/3/2.delta"
+    assert entry.size == 5
+    assert entry.location == f"shared/{entry.sha256[:2]}/{entry.sha256}-2.delta"
+    assert os.stat(stored(storage, entry.location)).st_ino == os.stat(local).st_ino
+
+
+def test_shared_files_can_be_copied_instead(
+    storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    local = spark_file("offsets/1", b"offsets")
+
+    entry = storage.add_shared_file(local, "offsets/1", link=False)
+
+    assert stored(storage, entry.location).read_bytes() == b"offsets"
+    assert os.stat(stored(storage, entry.location)).st_ino != os.stat(local).st_ino
+
+
+def recording(
+    operation: Callable[..., object], path_argument: int, paths: list[str]
+) -> Callable[..., object]:
+    """`operation`, also recording the path it writes (its positional `path_argument`)."""
+
+    def run(*args: object) -> object:
+        paths.append(str(args[path_argument]))
+        return operation(*args)
+
+    return run
+
+
+def test_incremental_checkpoint_writes_no_bytes_for_files_already_stored(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    first = take_checkpoint(1, {"state/0/0/1.delta": b"one", "offsets/0": b"o0"})
+    writes: list[str] = []
+    for name, path_argument in (("link_in", 1), ("copy_in", 1), ("write_atomic", 0)):
+        operation = getattr(storage.fs, name)
+        monkeypatch.setattr(storage.fs, name, recording(operation, path_argument, writes))
+
+    second = take_checkpoint(2, {"state/0/0/1.delta": b"one", "offsets/1": b"o1"})
+
+    assert second.files[0].location == first.files[0].location
+    assert writes == [
+        storage.layout.location_path(second.files[1].location),
+        storage.layout.metadata_path(CHECKPOINT, 2),
+    ]
+
+
+def test_a_damaged_shared_file_is_replaced(
+    storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    entry = storage.add_shared_file(spark_file("offsets/0", b"offsets"), "offsets/0", link=False)
+    stored(storage, entry.location).write_bytes(b"off")
+
+    storage.add_shared_file(spark_file("offsets/0", b"offsets"), "offsets/0", link=False)
+
+    assert stored(storage, entry.location).read_bytes() == b"offsets"
+
+
+def test_metadata_round_trip_and_listing(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    take_savepoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    first = take_checkpoint(1, {"offsets/0": b"o0"})
+    take_checkpoint(12, {"offsets/1": b"o1"})
+    savepoint = take_savepoint(3, {"offsets/1": b"o1"})
+    (job_root / "chk-13").mkdir()  # in flight or crashed: no `_metadata`, not listed
+    (job_root / "savepoints" / "sp-4").mkdir()
+
+    assert storage.read_metadata(CHECKPOINT, 1) == first
+    assert storage.read_metadata(SAVEPOINT, 3) == savepoint
+    assert storage.list_ids(CHECKPOINT) == [1, 12]
+    assert storage.list_ids(SAVEPOINT) == [3]
+
+
+def test_write_metadata_requires_every_file_to_be_stored(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> None:
+    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+    stored(storage, entry.location).unlink()
+
+    with pytest.raises(MissingFileError) as raised:
+        storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+
+    assert raised.value.path == storage.layout.location_path(entry.location)
+    assert "offsets/0" in raised.value.reason
+    assert storage.list_ids(CHECKPOINT) == []
+
+
+def test_write_metadata_refuses_another_jobs_metadata(
+    tmp_path: Path, make_metadata: MetadataMaker
+) -> None:
+    other = CheckpointStorage(JobStorageLayout(str(tmp_path), "team-a", "other"))
+
+    with pytest.raises(ValueError, match="team-a/other"):
+        other.write_metadata(make_metadata(CHECKPOINT, 1, []))
+
+
+def test_a_failed_metadata_write_leaves_no_checkpoint_and_no_temporary_file(
+    storage: CheckpointStorage,
+    make_metadata: MetadataMaker,
+    job_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def power_cut(*_args: object) -> None:
+        raise OSError("simulated crash before the rename")
+
+    monkeypatch.setattr(os, "replace", power_cut)
+
+    with pytest.raises(OSError, match="simulated"):
+        storage.write_metadata(make_metadata(CHECKPOINT, 1, []))
+
+    monkeypatch.undo()
+    assert storage.list_ids(CHECKPOINT) == []
+    assert all_files(job_root) == []
+
+
+def test_read_metadata_errors_name_the_file(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    path = storage.layout.metadata_path(CHECKPOINT, 1)
+    with pytest.raises(MissingFileError) as missing:
+        storage.read_metadata(CHECKPOINT, 1)
+    assert missing.value.path == path
+
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    (job_root / "chk-1" / "_metadata").write_bytes(b"")
+    with pytest.raises(TruncatedMetadataError) as truncated:
+        storage.read_metadata(CHECKPOINT, 1)
+    assert truncated.value.path == path
+
+
+def test_a_metadata_file_copied_to_another_directory_is_invalid(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    (job_root / "chk-2").mkdir()
+    (job_root / "chk-2" / "_metadata").write_bytes((job_root / "chk-1" / "_metadata").read_bytes())
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        storage.read_metadata(CHECKPOINT, 2)
+
+    assert raised.value.field == "checkpoint_id"
+    assert raised.value.path == storage.layout.metadata_path(CHECKPOINT, 2)
+
+
+def test_verify_passes_for_an_intact_checkpoint(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+) -> None:
+    storage.verify(take_checkpoint(1, {"offsets/0": b"o0", "commits/0": b"c0"}))
+
+
+def test_verify_reports_a_missing_file(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+) -> None:
+    meta = take_checkpoint(1, {"offsets/0": b"o0", "commits/0": b"c0"})
+    stored(storage, meta.files[1].location).unlink()
+
+    with pytest.raises(MissingFileError) as raised:
+        storage.verify(meta)
+
+    assert raised.value.path == storage.layout.location_path(meta.files[1].location)
+    assert "commits/0" in str(raised.value)
+
+
+@pytest.mark.parametrize(("damaged_content", "mismatch"), [(b"o", "size"), (b"xx", "sha256")])
+def test_verify_reports_a_size_or_checksum_mismatch(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    damaged_content: bytes,
+    mismatch: str,
+) -> None:
+    meta = take_checkpoint(1, {"offsets/0": b"o0"}, link=False)
+    stored(storage, meta.files[0].location).write_bytes(damaged_content)
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        storage.verify(meta)
+
+    assert raised.value.path == storage.layout.location_path(meta.files[0].location)
+    assert raised.value.mismatch == mismatch
+    assert f"{mismatch} mismatch" in str(raised.value)
+
+
+def test_discard_deletes_only_unreferenced_shared_files(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    first = take_checkpoint(1, {"a": b"a", "b": b"b", "p": b"p"})
+    second = take_checkpoint(2, {"b": b"b", "c": b"c"})
+    only_first, shared_by_both, protected = first.files[0], first.files[1], first.files[2]
+
+    storage.discard_checkpoint(1, retained=[2], protected_locations=[protected.location])
+
+    assert not (job_root / "chk-1").exists()
+    assert not stored(storage, only_first.location).exists()
+    assert stored(storage, shared_by_both.location).exists()
+    assert stored(storage, protected.location).exists()
+    storage.verify(second)
+    assert storage.list_ids(CHECKPOINT) == [2]
+
+
+def test_discard_of_a_checkpoint_that_is_gone_does_nothing(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+) -> None:
+    meta = take_checkpoint(2, {"a": b"a"})
+
+    storage.discard_checkpoint(1, retained=[2])
+
+    storage.verify(meta)
+
+
+def test_discard_checks_its_input_before_deleting_anything(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+) -> None:
+    meta = take_checkpoint(1, {"a": b"a"})
+
+    with pytest.raises(ValueError, match="discarded and retained"):
+        storage.discard_checkpoint(1, retained=[1])
+    with pytest.raises(MissingFileError):
+        storage.discard_checkpoint(1, retained=[5])
+
+    assert storage.read_metadata(CHECKPOINT, 1) == meta
+    storage.verify(meta)
+
+
+class SimulatedCrash(Exception):
+    pass
+
+
+@pytest.mark.parametrize("crash_at", range(5))
+def test_discard_finishes_after_a_crash_at_any_step(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    crash_at: int,
+) -> None:
+    first = take_checkpoint(1, {"a": b"a", "b": b"b", "keep": b"k"})
+    second = take_checkpoint(2, {"keep": b"k"})
+    # The steps of discard_checkpoint(1): write `_discarding`, delete `_metadata`, delete
+    # shared files a and b, delete the directory. The crash comes before step `crash_at`.
+    steps: list[str] = []
+
+    def step(name: str, operation: Callable[..., None]) -> Callable[..., None]:
+        def run(*args: object) -> None:
+            if len(steps) == crash_at:
+                raise SimulatedCrash(name)
+            steps.append(name)
+            operation(*args)
+
+        return run
+
+    for name in ("write_atomic", "delete_file", "delete_tree"):
+        monkeypatch.setattr(storage.fs, name, step(name, getattr(storage.fs, name)))
+
+    with pytest.raises(SimulatedCrash):
+        storage.discard_checkpoint(1, retained=[2])
+    if crash_at >= 2:  # `_metadata` is gone before any shared file is
+        assert storage.list_ids(CHECKPOINT) == [2]
+
+    monkeypatch.undo()
+    storage.discard_checkpoint(1, retained=[2])
+    storage.discard_checkpoint(1, retained=[2])
+
+    assert not (job_root / "chk-1").exists()
+    assert not stored(storage, first.files[0].location).exists()
+    assert not stored(storage, first.files[1].location).exists()
+    storage.verify(second)
+    assert storage.list_ids(CHECKPOINT) == [2]
+
+
+def test_savepoints_are_self_contained_copies(
+    storage: CheckpointStorage, take_savepoint: Callable[..., CheckpointMetadata], spark_dir: Path
+) -> None:
+    meta = take_savepoint(4, {"state/0/0/1.delta": b"state", "offsets/0": b"o0"})
+
+    assert [entry.location for entry in meta.files] == [
+        "savepoints/sp-4/files/state/0/0/1.delta",
+        "savepoints/sp-4/files/offsets/0",
+    ]
+    copy = stored(storage, meta.files[0].location)
+    assert os.stat(copy).st_ino != os.stat(spark_dir / "state/0/0/1.delta").st_ino
+    storage.verify(meta)
+
+
+def test_discard_savepoint(
+    storage: CheckpointStorage,
+    take_savepoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    take_savepoint(1, {"a": b"a"})
+    kept = take_savepoint(2, {"a": b"a"})
+
+    storage.discard_savepoint(1)
+    storage.discard_savepoint(1)
+
+    assert not (job_root / "savepoints" / "sp-1").exists()
+    assert storage.list_ids(SAVEPOINT) == [2]
+    storage.verify(kept)
+
+
+def test_collect_garbage_follows_the_registry(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    take_savepoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+) -> None:
+    first = take_checkpoint(1, {"a": b"a"})
+    second = take_checkpoint(2, {"a": b"a", "b": b"b"})
+    # Written just before a crash, so never registered:
+    unconfirmed = take_checkpoint(3, {"b": b"b", "c": b"c", "protected": b"p"})
+    (job_root / "chk-4").mkdir()
+    (job_root / "chk-4" / ".x.tmp").write_bytes(b"partial")
+    leftover_copy = job_root / "shared" / "ff" / ".partial.tmp"
+    leftover_copy.parent.mkdir(parents=True)
+    leftover_copy.write_bytes(b"partial")
+    registered_savepoint = take_savepoint(1, {"a": b"a"})
+    users_savepoint = take_savepoint(2, {"a": b"a"})
+    (job_root / "savepoints" / "sp-3" / "files").mkdir(parents=True)
+    (job_root / "savepoints" / "sp-3" / "files" / "a").write_bytes(b"a")
+    (job_root / "unrelated").mkdir()
+    protected = unconfirmed.files[2].location
+
+    report = storage.collect_garbage([1, 2], [1], protected_locations=[protected])
+
+    assert report == GarbageReport(
+        checkpoint_ids=(3, 4),
+        savepoint_ids=(3,),
+        shared_locations=tuple(sorted([unconfirmed.files[1].location, "shared/ff/.partial.tmp"])),
+    )
+    assert storage.list_ids(CHECKPOINT) == [1, 2]
+    assert storage.list_ids(SAVEPOINT) == [1, 2]
+    for meta in (first, second, registered_savepoint, users_savepoint):
+        storage.verify(meta)
+    assert stored(storage, protected).exists()
+    assert (job_root / "unrelated").exists()
+    assert storage.collect_garbage([1, 2], [1], [protected]) == GarbageReport((), (), ())
+
+
+def test_materialize_restores_every_file(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+) -> None:
+    files = {"metadata": b"{}", "offsets/0": b"o0", "state/0/0/1.delta": b"state"}
+    meta = take_checkpoint(1, files)
+    target = tmp_path / "restore" / "attempt-2"
+
+    storage.materialize(meta, str(target))
+
+    assert {path: (target / path).read_bytes() for path in files} == files
+    assert all_files(target) == sorted(files)
+
+
+def test_materialize_into_an_existing_empty_directory(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+) -> None:
+    meta = take_checkpoint(1, {"offsets/0": b"o0"})
+    target = tmp_path / "fresh"
+    target.mkdir()
+
+    storage.materialize(meta, str(target))
+
+    assert all_files(target) == ["offsets/0"]
+
+
+def test_materialize_refuses_a_target_with_content(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+) -> None:
+    meta = take_checkpoint(1, {"offsets/0": b"o0"})
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "commits").mkdir()
+    not_a_directory = tmp_path / "file"
+    not_a_directory.write_bytes(b"")
+
+    for target in (live, not_a_directory):
+        with pytest.raises(NotEmptyError) as raised:
+            storage.materialize(meta, str(target))
+        assert raised.value.path == str(target)
+    assert all_files(live) == []
+
+
+@pytest.mark.parametrize("target_exists", [False, True])
+def test_materialize_removes_what_it_wrote_after_a_checksum_failure(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+    target_exists: bool,
+) -> None:
+    meta = take_checkpoint(1, {"offsets/0": b"o0", "state/0/0/1.delta": b"state"}, link=False)
+    corrupt = stored(storage, meta.files[1].location)
+    corrupt.write_bytes(b"STATE")
+    target = tmp_path / "restore"
+    if target_exists:
+        target.mkdir()
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        storage.materialize(meta, str(target))
+
+    assert raised.value.path == str(corrupt)
+    assert target.exists() == target_exists
+    if target_exists:
+        assert list(target.iterdir()) == []
+
+
+@pytest.fixture
+def memory_storage() -> Iterator[CheckpointStorage]:
+    root = f"memory://checkpoints-{uuid.uuid4().hex}"
+    yield CheckpointStorage(JobStorageLayout(root, "team-a", "orders.v2"))
+    memory = fsspec.filesystem("memory")
+    if memory.exists(root):
+        memory.rm(root, recursive=True)
+
+
+def test_the_whole_cycle_on_an_object_store(
+    memory_storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    tmp_path: Path,
+) -> None:
+    storage = memory_storage
+    assert isinstance(storage.fs, StorageFileSystem)
+    assert not storage.fs.is_local
+
+    def take(checkpoint_id: int, files: Mapping[str, bytes]) -> CheckpointMetadata:
+        entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
+        meta = make_metadata(CHECKPOINT, checkpoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    take(1, {"a": b"a", "b": b"b"})
+    second = take(2, {"b": b"b", "c": b"c"})
+    assert storage.list_ids(CHECKPOINT) == [1, 2]
+
+    storage.discard_checkpoint(1, retained=[2])
+    report = storage.collect_garbage([2], [])
+
+    assert report == GarbageReport((), (), ())
+    assert storage.read_metadata(CHECKPOINT, 2) == second
+    storage.verify(second)
+    storage.materialize(second, str(tmp_path / "restore"))
+    assert all_files(tmp_path / "restore") == ["b", "c"]
