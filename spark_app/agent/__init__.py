@@ -1,0 +1,1 @@
+"""The checkpoint agent: runs in the Spark driver, serves the control API, takes snapshots."""

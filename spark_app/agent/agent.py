@@ -1,0 +1,435 @@
+"""The checkpoint agent inside the Spark driver: takes snapshots, finalizes, notifies.
+
+It does what the coordinator asks (trigger, finalize, complete, abort, discard) and
+reports progress; it never decides that a checkpoint is complete. All storage I/O of a
+job happens here, in the process that already holds the job's storage configuration.
+"""
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from spark_checkpoint.agent.snapshot import (
+    LOGS_TASK,
+    SnapshotError,
+    SnapshotPlan,
+    committed_batches,
+    pin,
+    plan_snapshot,
+    planned_batches,
+    snapshot_tasks,
+)
+from spark_checkpoint.sink import CheckpointParticipant
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    ManifestEntry,
+    TaskAcknowledgement,
+)
+
+log = logging.getLogger(__name__)
+
+COPY_DELAY_VARIABLE = "SPARK_CHECKPOINT_COPY_DELAY"
+
+
+class AfterCompletion(StrEnum):
+    CONTINUE = "continue"
+    STOP = "stop"
+    DRAIN = "drain"
+
+
+class SnapshotState(StrEnum):
+    CAPTURING = "capturing"
+    COPYING = "copying"
+    ACKNOWLEDGED = "acknowledged"
+    FINALIZED = "finalized"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
+class AgentRequestError(Exception):
+    """A request the agent cannot honour; ``status`` is the HTTP status to answer."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class QueryView:
+    """What the agent needs to know about the running query."""
+
+    state: str  # running, finished, failed, stopped (after a stop-with-savepoint)
+    idle: bool  # no data available and no trigger active: drained
+    message: str = ""
+
+
+@dataclass
+class _Snapshot:
+    checkpoint_id: int
+    kind: CheckpointKind
+    after: AfterCompletion
+    trigger_time: datetime
+    state: SnapshotState = SnapshotState.CAPTURING
+    plan: SnapshotPlan | None = None
+    acks: dict[str, TaskAcknowledgement] = field(default_factory=dict)
+    entries: dict[str, list[ManifestEntry]] = field(default_factory=dict)
+    declines: dict[str, str] = field(default_factory=dict)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+
+    def locations(self) -> set[str]:
+        return {e.location for entries in self.entries.values() for e in entries}
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.checkpoint_id,
+            "kind": self.kind.value,
+            "state": self.state.value,
+            "batchId": self.plan.batch_id if self.plan else None,
+            "acks": [
+                {
+                    "task": ack.task,
+                    "batchId": self.plan.batch_id if self.plan else None,
+                    "sizeBytes": ack.bytes,
+                    "durationMs": ack.duration_ms,
+                }
+                for ack in self.acks.values()
+            ],
+            "declines": [{"task": t, "message": m} for t, m in self.declines.items()],
+        }
+
+
+class _AddersOrDiscarder:
+    """Many snapshot copies may add shared files at once; a discard runs alone, so it
+    never deletes a shared file that a copy in flight has just decided to reuse."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._adders = 0
+        self._discarding = False
+
+    @contextmanager
+    def add(self) -> Iterator[None]:
+        with self._condition:
+            self._condition.wait_for(lambda: not self._discarding)
+            self._adders += 1
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._adders -= 1
+                self._condition.notify_all()
+
+    @contextmanager
+    def discard(self) -> Iterator[None]:
+        with self._condition:
+            self._condition.wait_for(lambda: not self._discarding and self._adders == 0)
+            self._discarding = True
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._discarding = False
+                self._condition.notify_all()
+
+
+class CheckpointAgent:
+    def __init__(
+        self,
+        *,
+        storage: CheckpointStorage,
+        location: Path,
+        pin_root: Path,
+        participants: Sequence[CheckpointParticipant],
+        query_view: Callable[[], QueryView],
+        stop_query: Callable[[], None],
+        restored_from: dict[str, Any] | None,
+        attempt: int,
+        copy_workers: int = 2,
+    ) -> None:
+        self._storage = storage
+        self._location = location
+        self._pin_root = pin_root
+        self._participants = list(participants)
+        self._query_view = query_view
+        self._stop_query = stop_query
+        self._restored_from = restored_from
+        self._attempt = attempt
+        self._lock = threading.Lock()
+        self._snapshots: dict[int, _Snapshot] = {}
+        self._storage_access = _AddersOrDiscarder()
+        self._copies = ThreadPoolExecutor(copy_workers, thread_name_prefix="snapshot-copy")
+        self._stop_requested = threading.Event()
+        self._notified_batch: int | None = None
+        self._notified = threading.Condition(self._lock)
+        self._copy_delay = float(os.environ.get(COPY_DELAY_VARIABLE, "0") or 0)
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> dict[str, Any]:
+        view = self._query_view()
+        if self.stop_requested and view.state == "finished":
+            view = QueryView("stopped", True)
+        committed = committed_batches(self._location)
+        with self._lock:
+            snapshots = [s.to_json() for s in self._in_flight()]
+        return {
+            "apiVersion": "v1",
+            "attempt": self._attempt,
+            "query": {
+                "state": view.state,
+                "message": view.message,
+                "lastCommittedBatch": committed[-1] if committed else None,
+            },
+            "tasks": sorted(snapshot_tasks(self._location)),
+            "allTasksRunning": view.state == "running",
+            "awaitingFinalCheckpoint": view.state == "finished" and bool(committed),
+            "restoredFrom": self._restored_from,
+            "checkpoints": snapshots,
+        }
+
+    def _in_flight(self) -> list[_Snapshot]:
+        done = (SnapshotState.COMPLETED, SnapshotState.ABORTED)
+        return [s for s in self._snapshots.values() if s.state not in done]
+
+    # ------------------------------------------------------------------ commands
+
+    def trigger(self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion) -> None:
+        with self._lock:
+            if checkpoint_id in self._snapshots:
+                return  # a retried request: the snapshot is already under way
+            snapshot = _Snapshot(checkpoint_id, kind, after, datetime.now(UTC))
+            self._snapshots[checkpoint_id] = snapshot
+        threading.Thread(
+            target=self._capture, args=(snapshot,), name=f"capture-{checkpoint_id}", daemon=True
+        ).start()
+
+    def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> tuple[str, int]:
+        """Write ``_metadata`` from the acknowledgements; return its path and total size."""
+        with self._lock:
+            snapshot = self._require(checkpoint_id)
+            if snapshot.state is SnapshotState.FINALIZED:
+                path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
+                return path, sum(a.bytes for a in snapshot.acks.values())
+            if snapshot.state is not SnapshotState.ACKNOWLEDGED or snapshot.plan is None:
+                raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
+            missing = set(tasks) - snapshot.acks.keys()
+            if missing:
+                raise AgentRequestError(409, f"tasks not acknowledged: {sorted(missing)}")
+            entries = [e for task in sorted(tasks) for e in snapshot.entries[task]]
+            metadata = CheckpointMetadata(
+                namespace=self._storage.layout.namespace,
+                job=self._storage.layout.job,
+                checkpoint_id=checkpoint_id,
+                kind=snapshot.kind,
+                batch_id=snapshot.plan.batch_id,
+                query_id=self._query_id(),
+                trigger_time=snapshot.trigger_time,
+                completion_time=datetime.now(UTC),
+                acknowledgements=tuple(snapshot.acks[t] for t in sorted(tasks)),
+                files=tuple(entries),
+                total_bytes=sum(e.size for e in entries),
+                properties={"attempt": str(self._attempt)},
+            )
+        self._storage.write_metadata(metadata)
+        with self._lock:
+            snapshot.state = SnapshotState.FINALIZED
+        path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
+        return path, metadata.total_bytes
+
+    def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        """The coordinator registered the image: sinks may commit batches <= batch_id."""
+        with self._lock:
+            snapshot = self._snapshots.get(checkpoint_id)
+            after = snapshot.after if snapshot else AfterCompletion.CONTINUE
+            if snapshot is not None:
+                snapshot.state = SnapshotState.COMPLETED
+        for participant in self._participants:
+            participant.on_checkpoint_complete(batch_id)
+        with self._notified:
+            if self._notified_batch is None or batch_id > self._notified_batch:
+                self._notified_batch = batch_id
+            self._notified.notify_all()
+        if after is not AfterCompletion.CONTINUE:
+            log.info("savepoint %s complete: stopping the query", checkpoint_id)
+            self._stop_requested.set()
+            self._stop_query()
+
+    def abort(self, checkpoint_id: int, reason: str) -> None:
+        with self._lock:
+            snapshot = self._snapshots.get(checkpoint_id)
+            if snapshot is None or snapshot.state is SnapshotState.COMPLETED:
+                return
+            was = snapshot.state
+            snapshot.state = SnapshotState.ABORTED
+            snapshot.cancelled.set()
+        log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
+        # A finalized image or a savepoint's own files are garbage once aborted; shared
+        # files of an aborted checkpoint are left to garbage collection.
+        if was is SnapshotState.FINALIZED or snapshot.kind is CheckpointKind.SAVEPOINT:
+            self._storage.fs.delete_tree(
+                self._storage.layout.snapshot_dir(snapshot.kind, checkpoint_id)
+            )
+
+    def discard_checkpoint(self, checkpoint_id: int, retained: Sequence[int]) -> None:
+        with self._storage_access.discard():
+            with self._lock:
+                protected = set().union(*(s.locations() for s in self._in_flight()))
+            self._storage.discard_checkpoint(checkpoint_id, retained, protected)
+
+    def discard_savepoint(self, savepoint_id: int) -> None:
+        self._storage.discard_savepoint(savepoint_id)
+
+    def collect_garbage(
+        self, checkpoints: Sequence[int], savepoints: Sequence[int]
+    ) -> dict[str, Any]:
+        with self._storage_access.discard():
+            with self._lock:
+                if self._in_flight():
+                    raise AgentRequestError(409, "snapshots are in flight")
+            report = self._storage.collect_garbage(checkpoints, savepoints)
+        return {
+            "checkpoints": list(report.checkpoint_ids),
+            "savepoints": list(report.savepoint_ids),
+            "sharedFiles": len(report.shared_locations),
+        }
+
+    # ------------------------------------------------------------------ driver side
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def wait_for_notification(self, batch_id: int, should_give_up: Callable[[], bool]) -> bool:
+        """Block until sinks were notified of an image covering ``batch_id`` (the final
+        checkpoint of a bounded run), or until ``should_give_up``."""
+        with self._notified:
+            while self._notified_batch is None or self._notified_batch < batch_id:
+                if should_give_up():
+                    return False
+                self._notified.wait(timeout=0.5)
+        return True
+
+    def close(self) -> None:
+        self._copies.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ snapshots
+
+    def _require(self, checkpoint_id: int) -> _Snapshot:
+        snapshot = self._snapshots.get(checkpoint_id)
+        if snapshot is None:
+            raise AgentRequestError(404, f"checkpoint {checkpoint_id} is unknown")
+        return snapshot
+
+    def _capture(self, snapshot: _Snapshot) -> None:
+        pin_dir = self._pin_root / f"{snapshot.kind.directory_prefix}{snapshot.checkpoint_id}"
+        try:
+            batch_id = self._choose_batch(snapshot)
+            plan = plan_snapshot(self._location, batch_id)
+            pin(
+                self._location, (f for files in plan.files_by_task.values() for f in files), pin_dir
+            )
+        except (SnapshotError, OSError) as error:
+            self._decline_all(snapshot, str(error))
+            shutil.rmtree(pin_dir, ignore_errors=True)
+            return
+        with self._lock:
+            snapshot.plan = plan
+            if snapshot.state is SnapshotState.CAPTURING:
+                snapshot.state = SnapshotState.COPYING
+        remaining = [len(plan.files_by_task)]
+
+        def copy_done() -> None:
+            with self._lock:
+                remaining[0] -= 1
+                finished = remaining[0] == 0
+                if finished and snapshot.state is SnapshotState.COPYING and not snapshot.declines:
+                    snapshot.state = SnapshotState.ACKNOWLEDGED
+            if finished:
+                shutil.rmtree(pin_dir, ignore_errors=True)
+
+        for task, files in plan.files_by_task.items():
+            self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
+
+    def _choose_batch(self, snapshot: _Snapshot) -> int:
+        """The image is the query as of the first batch committed after the trigger: a
+        batch already running when the trigger came is waited for; an idle query's image
+        is its last committed batch. Drain first waits until no input is left."""
+        while True:
+            if snapshot.cancelled.is_set():
+                raise SnapshotError("aborted before capture")
+            view = self._query_view()
+            committed = committed_batches(self._location)
+            planned = planned_batches(self._location)
+            waiting_for_batch = planned and committed and planned[-1] > committed[-1]
+            draining = snapshot.after is AfterCompletion.DRAIN and not view.idle
+            if view.state != "running" and committed:
+                return committed[-1]  # a finished query cannot move on
+            if committed and not waiting_for_batch and not draining:
+                return committed[-1]
+            if view.state in ("failed", "stopped"):
+                raise SnapshotError(f"the query is {view.state}: {view.message}")
+            time.sleep(0.05)
+
+    def _copy_task(
+        self,
+        snapshot: _Snapshot,
+        task: str,
+        files: tuple[str, ...],
+        pin_dir: Path,
+        done: Callable[[], None],
+    ) -> None:
+        started = time.monotonic()
+        entries: list[ManifestEntry] = []
+        try:
+            for relative in files:
+                if snapshot.cancelled.is_set():
+                    return
+                if self._copy_delay:
+                    time.sleep(self._copy_delay)
+                source = str(pin_dir / relative)
+                with self._storage_access.add():
+                    if snapshot.kind is CheckpointKind.SAVEPOINT:
+                        entry = self._storage.add_savepoint_file(
+                            snapshot.checkpoint_id, source, relative
+                        )
+                    else:
+                        entry = self._storage.add_shared_file(source, relative)
+                    with self._lock:
+                        entries.append(entry)
+                        snapshot.entries[task] = entries
+            ack = TaskAcknowledgement(
+                task=task,
+                files=tuple(e.path for e in entries),
+                bytes=sum(e.size for e in entries),
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+            with self._lock:
+                snapshot.acks[task] = ack
+        except Exception as error:  # every failure of a task is a decline with its reason
+            log.warning("checkpoint %s task %s failed: %s", snapshot.checkpoint_id, task, error)
+            with self._lock:
+                snapshot.declines[task] = f"{type(error).__name__}: {error}"
+        finally:
+            done()
+
+    def _decline_all(self, snapshot: _Snapshot, message: str) -> None:
+        log.warning("checkpoint %s cannot be taken: %s", snapshot.checkpoint_id, message)
+        with self._lock:
+            snapshot.declines[LOGS_TASK] = message
+
+    def _query_id(self) -> str:
+        document = json.loads((self._location / "metadata").read_text())
+        return str(document["id"])

@@ -1,0 +1,207 @@
+"""Which files of a live Spark checkpoint location make up a consistent image at batch B.
+
+Facts this relies on (verified in docs/spark-checkpoint-layout.md):
+- batch B is committed exactly when ``commits/B`` exists; state version B+1 is the state
+  after batch B;
+- every file Spark writes is renamed into place complete and never modified afterwards, so
+  a hard link taken now keeps its bytes even when Spark's maintenance deletes the original;
+- files of versions <= B+1 stay until ``minBatchesToRetain`` newer versions exist, so
+  pinning right after B commits wins the race against Spark's cleanup.
+
+A snapshot is split into tasks: ``logs`` (query metadata, offset, commit and source logs,
+state schemas) and one task per state-store partition, named ``state-<op>-<part>`` (plus
+``-<store>`` for operators with several stores).
+"""
+
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+LOGS_TASK = "logs"
+
+_BATCH_FILE = re.compile(r"^(\d+)$")
+_COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
+_STATE_FILE = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
+
+
+class SnapshotError(Exception):
+    """The live checkpoint location does not hold what an image at batch B needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class StatePartition:
+    """One state store instance: ``state/<operator>/<partition>[/<store>]``."""
+
+    operator: str
+    partition: str
+    store: str | None
+    path: str  # relative to the checkpoint location
+
+    @property
+    def task(self) -> str:
+        suffix = f"-{self.store}" if self.store else ""
+        return f"state-{self.operator}-{self.partition}{suffix}"
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotPlan:
+    """The files (relative paths) each task must copy for an image at ``batch_id``."""
+
+    batch_id: int
+    files_by_task: dict[str, tuple[str, ...]]
+
+    @property
+    def tasks(self) -> frozenset[str]:
+        return frozenset(self.files_by_task)
+
+
+def committed_batches(location: Path) -> list[int]:
+    return _numbered(location / "commits")
+
+
+def planned_batches(location: Path) -> list[int]:
+    return _numbered(location / "offsets")
+
+
+def state_partitions(location: Path) -> list[StatePartition]:
+    """State store instances present in the live location, in a stable order."""
+    partitions: list[StatePartition] = []
+    state = location / "state"
+    for operator in _numeric_dirs(state):
+        for partition in _numeric_dirs(state / operator):
+            partition_dir = state / operator / partition
+            partition_dir_name = f"state/{operator}/{partition}"
+            stores = [
+                d.name
+                for d in sorted(partition_dir.iterdir())
+                if d.is_dir() and not d.name.startswith(("_", ".")) and d.name != "SSTs"
+            ]
+            if stores and not _has_state_files(partition_dir):
+                partitions.extend(
+                    StatePartition(
+                        operator, partition, store, f"state/{operator}/{partition}/{store}"
+                    )
+                    for store in stores
+                )
+            else:
+                partitions.append(StatePartition(operator, partition, None, partition_dir_name))
+    return partitions
+
+
+def snapshot_tasks(location: Path) -> frozenset[str]:
+    """The tasks a checkpoint of this query needs; empty before the first commit."""
+    if not committed_batches(location):
+        return frozenset()
+    return frozenset({LOGS_TASK, *(p.task for p in state_partitions(location))})
+
+
+def plan_snapshot(location: Path, batch_id: int) -> SnapshotPlan:
+    """What each task copies so that a fresh location restarts after ``batch_id``."""
+    if not (location / "commits" / str(batch_id)).is_file():
+        raise SnapshotError(f"batch {batch_id} is not committed in {location}")
+    files_by_task = {LOGS_TASK: tuple(_log_files(location, batch_id))}
+    for partition in state_partitions(location):
+        files_by_task[partition.task] = tuple(_state_files(location, partition.path, batch_id + 1))
+    return SnapshotPlan(batch_id, files_by_task)
+
+
+def pin(location: Path, relative_paths: Iterable[str], pin_dir: Path) -> None:
+    """Hard-link files into ``pin_dir`` so Spark's cleanup cannot take them away.
+
+    Falls back to a copy where links are impossible (another filesystem); a file that is
+    already gone means the image cannot be taken, which is reported, never papered over.
+    """
+    for relative in relative_paths:
+        source, target = location / relative, pin_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(source, target)
+        except FileNotFoundError:
+            raise SnapshotError(f"{relative} disappeared before it could be pinned") from None
+        except OSError:
+            _copy_file(source, target)
+
+
+def _copy_file(source: Path, target: Path) -> None:
+    temporary = target.with_name(target.name + ".pinning")
+    with source.open("rb") as reader, temporary.open("wb") as writer:
+        while chunk := reader.read(1 << 20):
+            writer.write(chunk)
+    temporary.replace(target)
+
+
+def _log_files(location: Path, batch_id: int) -> Iterator[str]:
+    yield "metadata"
+    for log in ("offsets", "commits"):
+        yield from (f"{log}/{n}" for n in _numbered(location / log) if n <= batch_id)
+    sources = location / "sources"
+    for source in _numeric_dirs(sources):
+        for name in sorted(os.listdir(sources / source)):
+            match = _BATCH_FILE.match(name) or _COMPACT_FILE.match(name)
+            if match and int(match[1]) <= batch_id:
+                yield f"sources/{source}/{name}"
+    state = location / "state"
+    # State schemas and operator metadata: small, rewritten only under new names.
+    for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):
+        yield from _regular_files(location, directory)
+    for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
+        yield from _regular_files(location, directory)
+
+
+def _state_files(location: Path, partition: str, version: int) -> list[str]:
+    """Files to rebuild ``version`` of one state store: the newest full image (snapshot
+    or RocksDB zip) at or below it, the deltas or changelogs after it, and RocksDB's SSTs.
+
+    RocksDB's SST files are shared by many versions; all present ones are taken (a
+    superset of what the zip references), which keeps the rule independent of RocksDB's
+    internal manifest and costs nothing extra with incremental, content-addressed storage.
+    """
+    directory = location / partition
+    versions: dict[int, dict[str, str]] = {}
+    for name in os.listdir(directory):
+        match = _STATE_FILE.match(name)
+        if match and int(match[1]) <= version:
+            versions.setdefault(int(match[1]), {})[match[2]] = f"{partition}/{name}"
+    full_images = [v for v, kinds in versions.items() if kinds.keys() & {"snapshot", "zip"}]
+    base = max(full_images, default=0)  # version 0 is the empty state: no file needed
+    missing = [
+        v
+        for v in range(base + 1, version + 1)
+        if not versions.get(v, {}).keys() & {"delta", "changelog"}
+    ]
+    if missing:
+        raise SnapshotError(
+            f"{partition}: version {version} cannot be rebuilt; missing versions {missing}"
+        )
+    selected = [versions[base][k] for k in ("snapshot", "zip") if k in versions.get(base, {})]
+    for v in range(base + 1, version + 1):
+        selected += [versions[v][k] for k in ("delta", "changelog") if k in versions[v]]
+    sst_dir = directory / "SSTs"
+    if sst_dir.is_dir():
+        selected += [f"{partition}/SSTs/{name}" for name in sorted(os.listdir(sst_dir))]
+    return selected
+
+
+def _regular_files(location: Path, directory: Path) -> Iterator[str]:
+    for path in sorted(directory.rglob("*")):
+        if path.is_file() and not path.name.endswith(".crc"):
+            yield path.relative_to(location).as_posix()
+
+
+def _has_state_files(directory: Path) -> bool:
+    return any(_STATE_FILE.match(name) for name in os.listdir(directory))
+
+
+def _numbered(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(name) for name in os.listdir(directory) if _BATCH_FILE.match(name))
+
+
+def _numeric_dirs(directory: Path) -> list[str]:
+    if not directory.is_dir():
+        return []
+    names = [d.name for d in directory.iterdir() if d.is_dir() and d.name.isdigit()]
+    return sorted(names, key=int)

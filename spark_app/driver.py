@@ -1,0 +1,115 @@
+"""The one call that turns a streaming query into a coordinated one.
+
+Replace ``writer.start()`` with ``run_coordinated(writer, participants=[sink])``: it
+restores the newest registered image into a fresh checkpoint location, starts the query
+there, serves the checkpoint agent and ends the process with a `DriverExit` code.
+"""
+
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, NoReturn
+
+from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
+from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.agent.snapshot import committed_batches
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.settings import DriverSettings, SettingsError
+from spark_checkpoint.sink import CheckpointParticipant
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql.streaming.query import StreamingQuery
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+log = logging.getLogger("spark_checkpoint")
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def run_coordinated(
+    writer: "DataStreamWriter", *, participants: Sequence[CheckpointParticipant] = ()
+) -> NoReturn:
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = DriverSettings.from_environment()
+    except SettingsError as error:
+        log.error("%s", error)
+        sys.exit(DriverExit.MISCONFIGURED)
+    sys.exit(_run(writer, participants, settings))
+
+
+def _run(
+    writer: "DataStreamWriter",
+    participants: Sequence[CheckpointParticipant],
+    settings: DriverSettings,
+) -> DriverExit:
+    storage = CheckpointStorage(
+        JobStorageLayout(settings.storage_root, settings.namespace, settings.job)
+    )
+    attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
+    location = attempt_dir / "checkpoint"
+    if location.exists():
+        log.error("%s exists: a checkpoint location is never reused across attempts", location)
+        return DriverExit.MISCONFIGURED
+    try:
+        outcome = restore(storage, settings.restore_candidates, location)
+    except RestoreFailed as error:
+        log.error("%s", error)
+        return DriverExit.RESTORE_FAILED
+    for participant in participants:
+        participant.on_restore(outcome.batch_id if outcome else None)
+
+    query = writer.option("checkpointLocation", str(location)).start()
+    agent = CheckpointAgent(
+        storage=storage,
+        location=location,
+        pin_root=attempt_dir / "pins",
+        participants=participants,
+        query_view=lambda: _view(query),
+        stop_query=query.stop,
+        restored_from=outcome.to_json() if outcome else None,
+        attempt=settings.attempt,
+    )
+
+    server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
+    server.start()
+    try:
+        return _await_end(query, agent, location)
+    finally:
+        server.stop()
+        agent.close()
+
+
+def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) -> DriverExit:
+    while query.isActive:
+        query.awaitTermination(1)
+    if agent.stop_requested:
+        log.info("stopped after a savepoint")
+        return DriverExit.STOPPED_WITH_SAVEPOINT
+    error = query.exception()
+    if error is not None:
+        log.error("query failed: %s", error)
+        return DriverExit.FAILED
+    committed = committed_batches(location)
+    if committed:
+        # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
+        # covers the last batch, so the driver stays until one completes.
+        log.info("input exhausted at batch %s: waiting for the final checkpoint", committed[-1])
+        agent.wait_for_notification(committed[-1], should_give_up=lambda: agent.stop_requested)
+    log.info("finished")
+    return DriverExit.FINISHED
+
+
+def _view(query: "StreamingQuery") -> QueryView:
+    if query.isActive:
+        status = query.status
+        idle = not status["isDataAvailable"] and not status["isTriggerActive"]
+        return QueryView("running", idle)
+    error = query.exception()
+    if error is not None:
+        return QueryView("failed", True, str(error))
+    return QueryView("finished", True)

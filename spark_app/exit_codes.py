@@ -1,0 +1,11 @@
+"""How a coordinated driver ends; the runtime turns these into job phases."""
+
+from enum import IntEnum
+
+
+class DriverExit(IntEnum):
+    FINISHED = 0  # bounded input done and its final checkpoint completed
+    FAILED = 1  # the query failed; the runtime may restart it with restore
+    MISCONFIGURED = 2  # settings or pipeline are wrong; restarting cannot help
+    STOPPED_WITH_SAVEPOINT = 3  # stop-with-savepoint (suspend, upgrade, shutdown) done
+    RESTORE_FAILED = 4  # no registered image could be restored

@@ -1,0 +1,110 @@
+"""What the runtime (local runner or Kubernetes operator) tells a driver, via environment.
+
+The token is read from a file, not the environment, so it does not show up in process
+listings or pod specs (in Kubernetes the file is a mounted Secret).
+"""
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+PREFIX = "SPARK_CHECKPOINT_"
+
+
+class SettingsError(ValueError):
+    """A required setting is missing or malformed; the message names the variable."""
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreCandidate:
+    """One image a driver may restore from: a registered checkpoint or savepoint of this
+    job (``kind`` and ``snapshot_id``), or an external savepoint's ``_metadata`` URI."""
+
+    kind: str
+    snapshot_id: int | None = None
+    metadata_uri: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> "RestoreCandidate":
+        kind, _, rest = text.partition(":")
+        if kind in ("checkpoint", "savepoint") and rest.isdigit():
+            return cls(kind=kind, snapshot_id=int(rest))
+        if kind == "external" and rest:
+            return cls(kind="external", metadata_uri=rest)
+        raise SettingsError(
+            f"{PREFIX}RESTORE: {text!r} is not checkpoint:N, savepoint:N or external:URI"
+        )
+
+    def __str__(self) -> str:
+        if self.kind == "external":
+            return f"external:{self.metadata_uri}"
+        return f"{self.kind}:{self.snapshot_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class DriverSettings:
+    namespace: str
+    job: str
+    storage_root: str
+    work_dir: Path
+    agent_host: str
+    agent_port: int
+    token: str
+    attempt: int
+    restore_candidates: tuple[RestoreCandidate, ...]
+
+    def to_environment(self, token_file: Path) -> dict[str, str]:
+        """The variables that make a driver process see these settings."""
+        return {
+            f"{PREFIX}NAMESPACE": self.namespace,
+            f"{PREFIX}JOB": self.job,
+            f"{PREFIX}STORAGE": self.storage_root,
+            f"{PREFIX}WORK_DIR": str(self.work_dir),
+            f"{PREFIX}AGENT_HOST": self.agent_host,
+            f"{PREFIX}AGENT_PORT": str(self.agent_port),
+            f"{PREFIX}TOKEN_FILE": str(token_file),
+            f"{PREFIX}ATTEMPT": str(self.attempt),
+            f"{PREFIX}RESTORE": ",".join(str(c) for c in self.restore_candidates),
+        }
+
+    @classmethod
+    def from_environment(cls, env: Mapping[str, str] | None = None) -> "DriverSettings":
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str:
+            value = env.get(PREFIX + name, "").strip()
+            if not value:
+                raise SettingsError(
+                    f"{PREFIX}{name} is not set: run the pipeline with `spark-checkpoint run` "
+                    "or as a SparkCheckpointJob"
+                )
+            return value
+
+        def number(name: str) -> int:
+            text = get(name)
+            if not text.isdigit():
+                raise SettingsError(f"{PREFIX}{name}: expected a number, got {text!r}")
+            return int(text)
+
+        token_file = Path(get("TOKEN_FILE"))
+        try:
+            token = token_file.read_text().strip()
+        except OSError as error:
+            raise SettingsError(f"{PREFIX}TOKEN_FILE: cannot read {token_file}: {error}") from None
+        if not token:
+            raise SettingsError(f"{PREFIX}TOKEN_FILE: {token_file} is empty")
+        restore = env.get(PREFIX + "RESTORE", "").strip()
+        return cls(
+            namespace=get("NAMESPACE"),
+            job=get("JOB"),
+            storage_root=get("STORAGE"),
+            work_dir=Path(get("WORK_DIR")),
+            agent_host=env.get(PREFIX + "AGENT_HOST", "127.0.0.1"),
+            agent_port=number("AGENT_PORT"),
+            token=token,
+            attempt=number("ATTEMPT"),
+            restore_candidates=tuple(
+                RestoreCandidate.parse(item) for item in restore.split(",") if item
+            ),
+        )
