@@ -1,10 +1,15 @@
 """The ``spark-checkpoint`` command line."""
 
 import argparse
+import asyncio
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from spark_checkpoint_operator.coordinator import CoordinatorConfig
+from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.local_runtime import run_local
+from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 
 
@@ -14,6 +19,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Flink-grade checkpoint coordination for Spark Structured Streaming.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run",
+        help="run a SparkCheckpointJob manifest on this machine (the embedded default)",
+        description=(
+            "Validates the manifest against the CRD schema, starts the driver as a local "
+            "process under the checkpoint coordinator, restarts it with restore when it "
+            "dies, and on Ctrl-C takes a savepoint and stops."
+        ),
+    )
+    run.add_argument("manifest", type=Path)
+    run.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(".spark-checkpoint"),
+        help="status, driver logs, work directories and default storage (default: %(default)s)",
+    )
 
     simulation = commands.add_parser(
         "simulate",
@@ -33,7 +55,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulation.add_argument("--seed", type=int, default=1)
 
     args = parser.parse_args(argv)
+    if args.command == "run":
+        return _run(args)
     return _simulate(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        manifest = load_manifest(args.manifest)
+    except (ManifestError, OSError) as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+
+    def report(line: str) -> None:
+        print(f"[{time.monotonic() - started:7.1f}s] {line}", flush=True)
+
+    outcome = asyncio.run(run_local(manifest, args.manifest, args.state_dir, report))
+    return 1 if outcome is TerminalOutcome.FAILED else 0
 
 
 def _simulate(args: argparse.Namespace) -> int:

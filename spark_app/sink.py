@@ -27,7 +27,7 @@ Protocol (`CheckpointParticipant`)
    ``_staging/batch-B`` (replacing an earlier staged attempt of the same batch). Spark records
    ``commits/B`` in its checkpoint location only after this returns, so a batch that Spark
    considers done is always staged. If ``committed/batch-B`` already exists, the batch is a
-   replay of output committed in an earlier attempt and is skipped.
+   replay of output committed in an earlier attempt: it is computed but its output dropped.
 2. ``on_checkpoint_complete(B)`` (the agent, after the coordinator registered a checkpoint
    covering batches <= B): every staged batch <= B is committed, in ascending batch order, by
    renaming its directory to ``committed/batch-<id>``.
@@ -58,7 +58,12 @@ Assumptions
 - Skipping a replayed batch by id is exact when the replay reads the same input as the
   original run, which is what Spark does when it re-runs a batch from its offset log entry
   ``offsets/B``. A batch that Spark has to *plan again* (its offsets are not in the restored
-  checkpoint) can cover a different range of the input than the committed one of the same id.
+  checkpoint) can cover a different range of the input than the committed one of the same id;
+  the skip is then exact only if the source plans batches deterministically (for example a
+  file source with ``maxFilesPerTrigger`` over files that were all present originally).
+- A skipped replay is still computed (into Spark's ``noop`` sink): stateful operators commit
+  their state for a batch only while its partitions are computed, and Spark 4 fails a batch
+  whose ``foreachBatch`` returned without computing them.
 - Executors write the batch through Spark, so with a cluster the output directory must be on
   a filesystem every executor and the driver share (local mode needs nothing).
 
@@ -184,12 +189,17 @@ class TransactionalFileSink:
         Pass it to ``foreachBatch``. Spark writes the rows as JSON lines into a temporary
         directory, which is then renamed into place, replacing an earlier staged attempt of
         the same batch. A batch already committed (a replay after a restore from an older
-        checkpoint) is recognised by its id and not staged again.
+        checkpoint) is recognised by its id and not staged again; it is still executed, into
+        Spark's ``noop`` sink, because stateful operators commit their state for the batch
+        only when every partition of the batch is computed.
         """
         _require_batch_id(batch_id, "batch_id")
         name = batch_dir_name(batch_id)
         if (self._committed / name).exists():
-            logger.info("batch %d is already committed; skipping its replay", batch_id)
+            logger.info(
+                "batch %d is already committed; discarding the output of its replay", batch_id
+            )
+            _run_without_output(batch_df)
             return
         attempt = self._tmp / f"{name}-{uuid.uuid4().hex}"
         try:
@@ -327,6 +337,16 @@ def latest_values(output_dir: str | os.PathLike[str], key: str) -> dict[str, dic
             seen.add(text)
             latest[text] = row
     return latest
+
+
+def _run_without_output(batch_df: DataFrame) -> None:
+    """Compute every partition of `batch_df` and drop the rows.
+
+    A stateful query's batch DataFrame must be computed in full: its state store commits
+    (state version B+1) happen while the partitions are computed, and Spark 4 fails the
+    batch (STATE_STORE_COMMIT_VALIDATION_FAILED) if ``foreachBatch`` returns without them.
+    """
+    batch_df.write.format("noop").mode("overwrite").save()
 
 
 def _require_batch_id(value: int, field: str) -> None:

@@ -194,7 +194,8 @@ class CheckpointAgent:
                 "lastCommittedBatch": committed[-1] if committed else None,
             },
             "tasks": sorted(snapshot_tasks(self._location)),
-            "allTasksRunning": view.state == "running",
+            # A finished query still has every snapshot task: its final image is takeable.
+            "allTasksRunning": view.state in ("running", "finished"),
             "awaitingFinalCheckpoint": view.state == "finished" and bool(committed),
             "restoredFrom": self._restored_from,
             "checkpoints": snapshots,

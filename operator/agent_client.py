@@ -1,0 +1,74 @@
+"""Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md)."""
+
+from typing import Any
+
+import aiohttp
+
+
+class AgentUnavailable(Exception):
+    """The agent did not answer (not started yet, gone, or timed out)."""
+
+
+class AgentRejected(Exception):
+    """The agent answered with an error; the message is its reason."""
+
+
+class AgentClient:
+    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
+        self._base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def status(self) -> dict[str, Any]:
+        answer: dict[str, Any] = await self._call("GET", "/v1/status")
+        return answer
+
+    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+        await self._call(
+            "POST", "/v1/checkpoints", {"id": checkpoint_id, "kind": kind, "after": after}
+        )
+
+    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
+        answer = await self._call(
+            "POST", f"/v1/checkpoints/{checkpoint_id}/finalize", {"tasks": tasks}
+        )
+        return str(answer["path"]), int(answer["sizeBytes"])
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/complete", {"batchId": batch_id})
+
+    async def abort(self, checkpoint_id: int, reason: str) -> None:
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/abort", {"reason": reason})
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/discard", {"retained": retained})
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        await self._call("POST", f"/v1/savepoints/{savepoint_id}/discard", {})
+
+    async def collect_garbage(
+        self, checkpoints: list[int], savepoints: list[int]
+    ) -> dict[str, Any]:
+        body = {"checkpoints": checkpoints, "savepoints": savepoints}
+        answer: dict[str, Any] = await self._call("POST", "/v1/storage/collect-garbage", body)
+        return answer
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+        try:
+            async with self._session.request(method, self._base_url + path, json=body) as response:
+                answer = await response.json(content_type=None)
+                if response.status >= 400:
+                    raise AgentRejected(
+                        f"{method} {path}: {response.status} {answer.get('error', answer)}"
+                    )
+                return answer
+        except (aiohttp.ClientConnectionError, TimeoutError) as error:
+            raise AgentUnavailable(f"{method} {path}: {error}") from error

@@ -1,0 +1,250 @@
+"""The embedded default: a SparkCheckpointJob manifest run on this machine.
+
+The driver is a local process (Spark ``local[*]``), storage a local directory unless the
+manifest names one, and status a JSON file; the coordinator and the driver's agent are the
+same as on Kubernetes and talk over loopback HTTP with a per-run token.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import secrets
+import shlex
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from spark_checkpoint.settings import DriverSettings, RestoreCandidate
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
+    CheckpointKind,
+    TerminalOutcome,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
+
+STOP_GRACE_SECONDS = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPaths:
+    """Where a local run keeps its things: ``<state_dir>/<namespace>/<job>/...``."""
+
+    job_dir: Path
+
+    @property
+    def status_file(self) -> Path:
+        return self.job_dir / "status.json"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.job_dir / "work"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.job_dir / "logs"
+
+    @property
+    def token_file(self) -> Path:
+        return self.job_dir / "agent-token"
+
+    @property
+    def default_storage(self) -> str:
+        return (self.job_dir.parent.parent / "storage").resolve().as_uri()
+
+
+class LocalDriver:
+    def __init__(self, process: asyncio.subprocess.Process, agent: AgentClient, log: IO[bytes]):
+        self._process = process
+        self._agent = agent
+        self._log = log
+
+    @property
+    def agent(self) -> AgentClient:
+        return self._agent
+
+    @property
+    def pid(self) -> int:
+        return self._process.pid
+
+    def exit_code(self) -> int | None:
+        code = self._process.returncode
+        if code is not None:
+            self._log.close()
+        return code
+
+    async def terminate(self) -> None:
+        if self._process.returncode is None:
+            self._process.terminate()
+            try:
+                await asyncio.wait_for(self._process.wait(), STOP_GRACE_SECONDS)
+            except TimeoutError:
+                self._process.kill()
+                await self._process.wait()
+        await self._agent.close()
+
+
+class LocalLauncher:
+    def __init__(self, manifest: JobManifest, manifest_dir: Path, paths: LocalPaths, storage: str):
+        self._manifest = manifest
+        self._manifest_dir = manifest_dir
+        self._paths = paths
+        self._storage = storage
+        self.current: LocalDriver | None = None
+        self.on_launch: Callable[[LocalDriver], None] = lambda driver: None
+
+    async def launch(self, attempt: int, restore: list[str]) -> LocalDriver:
+        token = secrets.token_urlsafe(32)
+        self._paths.token_file.write_text(token)
+        self._paths.token_file.chmod(0o600)
+        port = _free_port()
+        settings = DriverSettings(
+            namespace=self._manifest.namespace,
+            job=self._manifest.name,
+            storage_root=self._storage,
+            work_dir=self._paths.work_dir,
+            agent_host="127.0.0.1",
+            agent_port=port,
+            token=token,
+            attempt=attempt,
+            restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
+        )
+        application = self._manifest.spec.application
+        command = [sys.executable]
+        if application.module:
+            command += ["-m", application.module]
+        else:
+            assert application.main_file is not None
+            command.append(str(self._manifest_dir / application.main_file))
+        command += list(application.arguments)
+        environment = dict(os.environ)
+        environment.update({v.name: v.value for v in application.env})
+        environment.update(settings.to_environment(self._paths.token_file))
+        environment["PYSPARK_SUBMIT_ARGS"] = _submit_arguments(application.spark_conf)
+        self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        log = (self._paths.logs_dir / f"driver-{attempt}.log").open("ab")
+        process = await asyncio.create_subprocess_exec(
+            *command,
+            cwd=self._manifest_dir,
+            env=environment,
+            stdout=log,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        driver = LocalDriver(process, AgentClient(f"http://127.0.0.1:{port}", token), log)
+        self.current = driver
+        self.on_launch(driver)
+        return driver
+
+
+class LocalJanitor:
+    def __init__(self, storage: CheckpointStorage) -> None:
+        self._storage = storage
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        await asyncio.to_thread(self._storage.discard_checkpoint, checkpoint_id, retained)
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        await asyncio.to_thread(self._storage.discard_savepoint, savepoint_id)
+
+
+def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
+    return LocalPaths(state_dir.resolve() / manifest.namespace / manifest.name)
+
+
+def load_record(paths: LocalPaths) -> JobRecord:
+    if not paths.status_file.exists():
+        return JobRecord()
+    return JobRecord.from_dict(json.loads(paths.status_file.read_text())["status"])
+
+
+async def run_local(
+    manifest: JobManifest,
+    manifest_path: Path,
+    state_dir: Path,
+    report: Callable[[str], None],
+) -> TerminalOutcome:
+    """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills)."""
+    paths = local_paths(manifest, state_dir)
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    storage_root = manifest.spec.checkpointing.storage or paths.default_storage
+    storage = CheckpointStorage(JobStorageLayout(storage_root, manifest.namespace, manifest.name))
+    record = load_record(paths)
+    launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
+    launcher.on_launch = lambda driver: report(
+        f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
+    )
+
+    async def save(current: JobRecord) -> None:
+        document = {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": manifest.name, "namespace": manifest.namespace},
+            "status": current.to_dict(),
+            "driver": {"pid": launcher.current.pid if launcher.current else None},
+        }
+        temporary = paths.status_file.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=2))
+        os.replace(temporary, paths.status_file)
+
+    supervisor = JobSupervisor(
+        config=manifest.coordinator_config(),
+        restart_policy=manifest.spec.restart_policy,
+        launcher=launcher,
+        janitor=LocalJanitor(storage),
+        save=save,
+        record=record,
+        initial_savepoint=manifest.spec.restore.initial_savepoint_path,
+        report=report,
+    )
+    interrupts = [0]
+
+    def on_interrupt() -> None:
+        interrupts[0] += 1
+        if interrupts[0] == 1:
+            report("interrupted: taking a savepoint, then stopping (Ctrl-C again to kill)")
+            supervisor.request(
+                TriggerRequested(
+                    CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP, label="ctrl-c"
+                )
+            )
+        elif launcher.current is not None:
+            asyncio.get_running_loop().create_task(launcher.current.terminate())
+
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+    started = time.monotonic()
+    outcome = await supervisor.run()
+    state = supervisor.record.coordinator
+    report(
+        f"{outcome.value}: {state.completed_count} checkpoints/savepoints completed, "
+        f"{state.failed_count} failed, {supervisor.record.restores} restores "
+        f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
+    )
+    return outcome
+
+
+def _submit_arguments(spark_conf: Mapping[str, str]) -> str:
+    conf = dict(spark_conf)
+    conf.setdefault("spark.master", "local[*]")
+    conf.setdefault("spark.ui.enabled", "false")
+    parts = [f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(conf.items())]
+    return " ".join([*parts, "pyspark-shell"])
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

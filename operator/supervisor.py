@@ -1,0 +1,397 @@
+"""Runs one job: drivers one after another, and the coordinator between them and storage.
+
+The supervisor is the adapter around the coordinator core. It turns the agent's reports
+and the driver's exit into events, and carries out the coordinator's effects in order.
+How a driver is started (a local process, a Kubernetes pod) and where status is kept
+(a file, the resource's status) are supplied by the runtime.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    AfterCompletion,
+    CheckpointCoordinator,
+    CheckpointFinalized,
+    CheckpointKind,
+    CompletedCheckpoint,
+    CoordinatorConfig,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    Event,
+    FailJob,
+    FinalizationFailed,
+    FinalizeCheckpoint,
+    JobPhase,
+    JobPhaseChanged,
+    JobTerminated,
+    NotifyCheckpointComplete,
+    PersistedState,
+    PersistState,
+    RequestDeclined,
+    TaskAck,
+    TaskAcknowledged,
+    TaskDeclined,
+    TasksReported,
+    TerminalOutcome,
+    Tick,
+    TriggerCheckpoint,
+    TriggerDeliveryFailed,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.5
+
+
+def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
+    """Exponential backoff before the ``retry``-th restart (1-based)."""
+    return float(min(policy.max_backoff, policy.backoff * 2 ** (retry - 1)))
+
+
+class DriverHandle(Protocol):
+    @property
+    def agent(self) -> AgentClient: ...
+
+    def exit_code(self) -> int | None:
+        """None while the driver runs."""
+
+    async def terminate(self) -> None:
+        """Stop the driver and return once it is gone (never two drivers at once)."""
+
+
+class DriverLauncher(Protocol):
+    async def launch(self, attempt: int, restore: list[str]) -> DriverHandle: ...
+
+
+class Janitor(Protocol):
+    """Storage work while no driver runs (a cleanup pod in Kubernetes)."""
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None: ...
+
+    async def discard_savepoint(self, savepoint_id: int) -> None: ...
+
+
+@dataclass
+class JobRecord:
+    """Everything about the job that is persisted: the coordinator's registry and the
+    runtime's own counters. It is what status shows and what a restart resumes from."""
+
+    phase: JobPhase = JobPhase.PENDING
+    attempt: int = 0
+    restores: int = 0
+    restored_from: dict[str, Any] | None = None
+    message: str = ""
+    coordinator: PersistedState = field(default_factory=PersistedState)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    last_batch: int | None = None
+    consecutive_failures: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase.value,
+            "jobAttempt": self.attempt,
+            "restores": self.restores,
+            "restoredFrom": self.restored_from,
+            "message": self.message,
+            "lastCommittedBatch": self.last_batch,
+            "consecutiveFailures": self.consecutive_failures,
+            "pendingCheckpoints": self.pending,
+            "coordinator": self.coordinator.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
+        return cls(
+            phase=JobPhase(data.get("phase", JobPhase.PENDING)),
+            attempt=int(data.get("jobAttempt", 0)),
+            restores=int(data.get("restores", 0)),
+            restored_from=data.get("restoredFrom"),
+            message=str(data.get("message", "")),
+            coordinator=PersistedState.from_dict(data["coordinator"])
+            if "coordinator" in data
+            else PersistedState(),
+        )
+
+
+def _log_report(line: str) -> None:
+    log.info("%s", line)
+
+
+class JobSupervisor:
+    def __init__(
+        self,
+        *,
+        config: CoordinatorConfig,
+        restart_policy: RestartPolicySpec,
+        launcher: DriverLauncher,
+        janitor: Janitor,
+        save: Callable[[JobRecord], Awaitable[None]],
+        record: JobRecord,
+        initial_savepoint: str | None = None,
+        report: Callable[[str], None] = _log_report,
+    ) -> None:
+        self._config = config
+        self._restart_policy = restart_policy
+        self._launcher = launcher
+        self._janitor = janitor
+        self._save = save
+        self._record = record
+        self._initial_savepoint = initial_savepoint
+        self._report = report
+        self._coordinator = CheckpointCoordinator(
+            config, clock=time.time, rng=random.Random(), state=record.coordinator
+        )
+        self._driver: DriverHandle | None = None
+        self._requests: asyncio.Queue[TriggerRequested] = asyncio.Queue()
+        self._fed_acks: set[tuple[int, str]] = set()
+        self._fed_declines: set[tuple[int, str]] = set()
+        self._final_requested = False
+        self._failing: str | None = None
+        self._stop_requested = False
+
+    @property
+    def record(self) -> JobRecord:
+        return self._record
+
+    def request(self, event: TriggerRequested) -> None:
+        """A user's checkpoint or savepoint request (thread-safe through the loop)."""
+        if event.after is not AfterCompletion.CONTINUE:
+            self._stop_requested = True
+        self._requests.put_nowait(event)
+
+    async def run(self) -> TerminalOutcome:
+        """Run drivers until the job terminates; return how it ended."""
+        retries = 0
+        while True:
+            exit_code = await self._run_attempt()
+            outcome = self._outcome(exit_code)
+            if outcome is None:
+                retries += 1
+                unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
+                if not unlimited and retries > self._restart_policy.max_retries:
+                    self._record.message = (
+                        f"driver failed {retries} times; restartPolicy.maxRetries="
+                        f"{self._restart_policy.max_retries} exhausted"
+                    )
+                    outcome = TerminalOutcome.FAILED
+                else:
+                    delay = restart_delay(self._restart_policy, retries)
+                    self._report(
+                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s"
+                    )
+                    await self._set_phase(JobPhase.RESTARTING)
+                    await asyncio.sleep(delay)
+                    continue
+            await self._terminate(outcome)
+            return outcome
+
+    def _outcome(self, exit_code: int) -> TerminalOutcome | None:
+        """The terminal outcome of a driver exit, or None to restart it."""
+        if exit_code == DriverExit.FINISHED:
+            return TerminalOutcome.FINISHED
+        if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
+            return TerminalOutcome.SUSPENDED
+        if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
+            self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
+            return TerminalOutcome.FAILED
+        if self._restart_policy.type is RestartPolicyType.NEVER:
+            self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
+            return TerminalOutcome.FAILED
+        return None
+
+    async def _run_attempt(self) -> int:
+        self._record.attempt += 1
+        candidates = [
+            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
+        ]
+        if not candidates and self._initial_savepoint:
+            candidates = [f"external:{self._initial_savepoint}"]
+        await self._set_phase(JobPhase.DEPLOYING)
+        self._report(
+            f"starting driver attempt {self._record.attempt}"
+            + (f", restoring from {candidates[0]}" if candidates else "")
+        )
+        driver = await self._launcher.launch(self._record.attempt, candidates)
+        self._driver = driver
+        self._final_requested = False
+        self._failing = None
+        try:
+            while (exit_code := driver.exit_code()) is None:
+                await self._poll(driver)
+                await self._wait()
+        finally:
+            self._driver = None
+            await driver.terminate()
+        await self._leave_running()
+        return exit_code
+
+    async def _wait(self) -> None:
+        deadline = self._coordinator.next_deadline()
+        delay = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - time.time())
+        try:
+            request = await asyncio.wait_for(self._requests.get(), timeout=max(0.0, delay))
+        except TimeoutError:
+            return
+        await self._handle(request)
+
+    async def _poll(self, driver: DriverHandle) -> None:
+        try:
+            status = await driver.agent.status()
+        except (AgentUnavailable, AgentRejected):
+            await self._handle(Tick())
+            return
+        query = status["query"]
+        self._record.last_batch = query.get("lastCommittedBatch")
+        if status.get("restoredFrom") and self._record.restored_from != status["restoredFrom"]:
+            self._record.restored_from = status["restoredFrom"]
+            self._record.restores += 1
+            self._report(f"restored from {status['restoredFrom']['source']}")
+        await self._handle(TasksReported(frozenset(status["tasks"]), status["allTasksRunning"]))
+        if query["state"] in ("running", "finished") and self._record.phase is not JobPhase.RUNNING:
+            await self._set_phase(JobPhase.RUNNING)
+            await self._handle(JobPhaseChanged(JobPhase.RUNNING))
+        for snapshot in status["checkpoints"]:
+            await self._feed_progress(snapshot)
+        if status["awaitingFinalCheckpoint"] and not self._final_requested:
+            self._final_requested = True
+            self._report(
+                f"input exhausted at batch {query['lastCommittedBatch']}: final checkpoint"
+            )
+            await self._handle(
+                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="final")
+            )
+        await self._handle(Tick())
+
+    async def _feed_progress(self, snapshot: dict[str, Any]) -> None:
+        checkpoint_id = int(snapshot["id"])
+        for ack in snapshot["acks"]:
+            key = (checkpoint_id, ack["task"])
+            if key not in self._fed_acks:
+                self._fed_acks.add(key)
+                task_ack = TaskAck(ack["task"], ack["batchId"], ack["sizeBytes"], ack["durationMs"])
+                await self._handle(TaskAcknowledged(checkpoint_id, task_ack))
+        for decline in snapshot["declines"]:
+            key = (checkpoint_id, decline["task"])
+            if key not in self._fed_declines:
+                self._fed_declines.add(key)
+                await self._handle(TaskDeclined(checkpoint_id, decline["task"], decline["message"]))
+
+    async def _leave_running(self) -> None:
+        await self._handle(JobPhaseChanged(JobPhase.RESTARTING))
+
+    async def _terminate(self, outcome: TerminalOutcome) -> None:
+        await self._handle(JobTerminated(outcome))
+        await self._set_phase(JobPhase(outcome.value))
+        self._report(
+            f"job {outcome.value.lower()}"
+            + (f": {self._record.message}" if self._record.message else "")
+        )
+
+    async def _set_phase(self, phase: JobPhase) -> None:
+        self._record.phase = phase
+        await self._persist()
+
+    async def _persist(self) -> None:
+        self._record.coordinator = self._coordinator.persisted_state
+        self._record.consecutive_failures = self._coordinator.consecutive_failures
+        self._record.pending = [
+            {
+                "id": p.checkpoint_id,
+                "kind": p.kind.value,
+                "acknowledged": p.acknowledged,
+                "expected": p.expected,
+            }
+            for p in self._coordinator.pending
+        ]
+        await self._save(self._record)
+
+    # ------------------------------------------------------------------ effects
+
+    async def _handle(self, event: Event) -> None:
+        for effect in self._coordinator.handle(event):
+            await self._carry_out(effect)
+
+    async def _carry_out(self, effect: Effect) -> None:
+        driver = self._driver
+        match effect:
+            case PersistState():
+                await self._persist()
+            case TriggerCheckpoint(checkpoint_id=cid, kind=kind, after=after):
+                self._report(f"trigger {kind.value} {cid}")
+                try:
+                    if driver is None:
+                        raise AgentUnavailable("no driver")
+                    await driver.agent.trigger(cid, kind.value, after.value)
+                except (AgentUnavailable, AgentRejected) as error:
+                    await self._handle(TriggerDeliveryFailed(cid, str(error)))
+            case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
+                try:
+                    if driver is None:
+                        raise AgentUnavailable("no driver")
+                    path, size = await driver.agent.finalize(cid, sorted(tasks))
+                except (AgentUnavailable, AgentRejected) as error:
+                    await self._handle(FinalizationFailed(cid, str(error)))
+                else:
+                    await self._handle(CheckpointFinalized(cid, path, size))
+            case NotifyCheckpointComplete(checkpoint=completed):
+                self._report(_describe_completion(completed))
+                await self._notify(driver, completed)
+            case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
+                self._report(f"{kind.value} {cid} failed: {message}")
+                if driver is not None:
+                    try:
+                        await driver.agent.abort(cid, message)
+                    except (AgentUnavailable, AgentRejected) as error:
+                        log.warning("abort of %s not delivered: %s", cid, error)
+            case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
+                await self._discard(driver, cid, list(retained))
+            case DiscardSavepoint(savepoint=savepoint):
+                await self._janitor.discard_savepoint(savepoint.checkpoint_id)
+            case RequestDeclined(request=request, reason=reason):
+                if not request.is_periodic:
+                    self._report(f"{request.kind.value} request declined: {reason.description}")
+            case FailJob(message=message):
+                self._report(f"failing the job: {message}")
+                if driver is not None and self._failing is None:
+                    self._failing = message
+                    await driver.terminate()
+
+    async def _notify(self, driver: DriverHandle | None, completed: CompletedCheckpoint) -> None:
+        # A lost notification is recovered on restore: sinks commit what the restored,
+        # registered image covers before the query starts.
+        if driver is None:
+            return
+        try:
+            await driver.agent.complete(completed.checkpoint_id, completed.batch_id)
+        except (AgentUnavailable, AgentRejected) as error:
+            log.warning("completion of %s not delivered: %s", completed.checkpoint_id, error)
+
+    async def _discard(
+        self, driver: DriverHandle | None, checkpoint_id: int, retained: list[int]
+    ) -> None:
+        if driver is not None:
+            try:
+                await driver.agent.discard_checkpoint(checkpoint_id, retained)
+                return
+            except (AgentUnavailable, AgentRejected) as error:
+                log.warning("discard of %s through the agent failed: %s", checkpoint_id, error)
+        await self._janitor.discard_checkpoint(checkpoint_id, retained)
+
+
+def _describe_completion(completed: CompletedCheckpoint) -> str:
+    return (
+        f"{completed.kind.value} {completed.checkpoint_id} complete: batch {completed.batch_id}, "
+        f"{completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
+    )

@@ -1,0 +1,712 @@
+"""Loading SparkCheckpointJob manifests: defaults, typed values, and every problem named."""
+
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import pytest
+
+from spark_checkpoint_operator import manifest
+from spark_checkpoint_operator.coordinator import (
+    CoordinatorConfig,
+    RetentionPolicy,
+    SavepointHistoryLimits,
+)
+from spark_checkpoint_operator.manifest import (
+    Application,
+    CheckpointingSpec,
+    EnvVar,
+    ImagePullPolicy,
+    JobState,
+    ManifestError,
+    Problem,
+    RestartPolicySpec,
+    RestartPolicyType,
+    ShutdownSpec,
+    load_manifest,
+    manifest_from_document,
+    parse_manifest,
+    validate_document,
+)
+
+DELETE = object()
+
+
+def _set(document: dict[str, Any], path: str, value: object) -> dict[str, Any]:
+    """Set (or with DELETE remove) the field at a dotted path, creating parents."""
+    *parents, last = path.split(".")
+    node = document
+    for name in parents:
+        node = node.setdefault(name, {})
+    if value is DELETE:
+        del node[last]
+    else:
+        node[last] = value
+    return document
+
+
+def _problems(document: dict[str, Any]) -> list[str]:
+    with pytest.raises(ManifestError) as raised:
+        manifest_from_document(document, "job.yaml")
+    assert raised.value.source == "job.yaml"
+    return [str(problem) for problem in raised.value.problems]
+
+
+def test_full_manifest_sets_every_field(fixtures: Path) -> None:
+    job = load_manifest(fixtures / "full-job.yaml")
+
+    assert (job.name, job.namespace) == ("orders-enrichment", "streaming")
+    assert job.labels == {"team": "payments"}
+    assert job.annotations == {"owner": "payments@example.com"}
+    spec = job.spec
+    assert spec.image == "registry.example.com/spark-checkpoint:0.1.0"
+    assert spec.image_pull_policy is ImagePullPolicy.IF_NOT_PRESENT
+    assert spec.application == Application(
+        main_file="local:///opt/app/orders.py",
+        module=None,
+        arguments=("--source", "kafka", "--topic", "orders"),
+        spark_conf=MappingProxyType({"spark.sql.shuffle.partitions": "8"}),
+        env=(EnvVar("LOG_LEVEL", "INFO"),),
+    )
+    driver, executor = spec.driver, spec.executor
+    assert (driver.cores, driver.memory, driver.memory_mib) == (2, "2Gi", 2048)
+    assert driver.service_account == "spark-driver"
+    assert driver.env == (EnvVar("ROLE", "driver"),)
+    assert driver.node_selector == {"pool": "streaming"}
+    assert driver.tolerations == (
+        {"key": "dedicated", "operator": "Equal", "value": "streaming", "effect": "NoSchedule"},
+    )
+    assert driver.volumes == (
+        {"name": "checkpoints", "persistentVolumeClaim": {"claimName": "orders-checkpoints"}},
+    )
+    assert driver.volume_mounts == ({"name": "checkpoints", "mountPath": "/data/checkpoints"},)
+    assert driver.labels == {"role": "driver"}
+    assert driver.annotations == {"prometheus.io/scrape": "true"}
+    assert (executor.instances, executor.cores, executor.memory_mib) == (3, 4, 4096)
+    assert executor.service_account == "spark-executor"
+    assert executor.volumes == ({"name": "scratch", "emptyDir": {}},)
+    assert executor.annotations == {"sidecar.istio.io/inject": "false"}
+    assert spec.checkpointing == CheckpointingSpec(
+        interval=5400.0,
+        min_pause=30.0,
+        timeout=120.0,
+        max_concurrent=2,
+        tolerable_failures=3,
+        retained=5,
+        storage="s3a://checkpoints/orders",
+        retention_policy=RetentionPolicy.RETAIN_ON_CANCELLATION,
+        incremental=False,
+    )
+    assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (4, 604800.0)
+    assert spec.restore.initial_savepoint_path == "s3a://checkpoints/orders/savepoints/sp-42"
+    assert spec.restart_policy == RestartPolicySpec(
+        type=RestartPolicyType.ALWAYS, max_retries=10, backoff=0.5, max_backoff=60.0
+    )
+    assert spec.state is JobState.SUSPENDED
+    assert (spec.checkpoint_trigger_nonce, spec.savepoint_trigger_nonce) == (7, 3)
+    assert spec.shutdown == ShutdownSpec(final_savepoint=False, drain=True)
+
+
+def test_full_manifest_gives_the_coordinator_its_settings(fixtures: Path) -> None:
+    job = load_manifest(fixtures / "full-job.yaml")
+
+    assert job.coordinator_config() == CoordinatorConfig(
+        interval=5400.0,
+        min_pause=30.0,
+        timeout=120.0,
+        max_concurrent=2,
+        tolerable_failures=3,
+        retained=5,
+        retention_policy=RetentionPolicy.RETAIN_ON_CANCELLATION,
+        savepoint_history=SavepointHistoryLimits(max_count=4, max_age_seconds=604800.0),
+    )
+
+
+def test_minimal_manifest_takes_the_crd_defaults(fixtures: Path) -> None:
+    job = load_manifest(fixtures / "minimal-job.yaml")
+
+    assert (job.name, job.namespace, job.labels) == ("word-count", "default", {})
+    spec = job.spec
+    assert (spec.image, spec.image_pull_policy) == (None, None)
+    assert spec.application == Application(
+        main_file=None,
+        module="pipelines.word_count",
+        arguments=(),
+        spark_conf=MappingProxyType({}),
+        env=(),
+    )
+    for role in (spec.driver, spec.executor):
+        assert (role.cores, role.memory, role.memory_mib) == (1, "1g", 1024)
+        assert (role.service_account, role.env, role.tolerations) == (None, (), ())
+    assert spec.executor.instances == 1
+    assert spec.checkpointing == CheckpointingSpec(
+        interval=60.0,
+        min_pause=0.0,
+        timeout=600.0,
+        max_concurrent=1,
+        tolerable_failures=0,
+        retained=1,
+        storage=None,
+        retention_policy=RetentionPolicy.RETAIN_ON_FAILURE,
+        incremental=True,
+    )
+    assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (10, None)
+    assert spec.restore.initial_savepoint_path is None
+    assert spec.restart_policy == RestartPolicySpec(
+        type=RestartPolicyType.ON_FAILURE, max_retries=3, backoff=10.0, max_backoff=300.0
+    )
+    assert spec.state is JobState.RUNNING
+    assert (spec.checkpoint_trigger_nonce, spec.savepoint_trigger_nonce) == (None, None)
+    assert spec.shutdown == ShutdownSpec(final_savepoint=True, drain=False)
+
+
+def test_crd_defaults_are_the_coordinator_defaults(fixtures: Path) -> None:
+    assert load_manifest(fixtures / "minimal-job.yaml").coordinator_config() == CoordinatorConfig()
+
+
+def test_defaulted_document_is_what_the_api_server_would_store(minimal: dict[str, Any]) -> None:
+    _set(minimal, "spec.application.env", [{"name": "EMPTY"}])
+
+    stored = validate_document(minimal, "job.yaml")
+
+    assert stored["metadata"] == {"name": "word-count", "namespace": "default"}
+    assert stored["spec"]["application"]["env"] == [{"name": "EMPTY", "value": ""}]
+    assert stored["spec"]["checkpointing"] == {
+        "interval": "60s",
+        "minPause": "0s",
+        "timeout": "10m",
+        "maxConcurrent": 1,
+        "tolerableFailures": 0,
+        "retained": 1,
+        "retentionPolicy": "RetainOnFailure",
+        "incremental": True,
+    }
+    assert stored["spec"]["executor"] == {"cores": 1, "memory": "1g", "instances": 1}
+    assert "restore" not in stored["spec"]
+    assert "namespace" not in minimal["metadata"], "the caller's document is not changed"
+
+
+def test_null_interval_disables_periodic_checkpoints(minimal: dict[str, Any]) -> None:
+    # interval is nullable: null is kept (not defaulted) and CEL's has() is false for it,
+    # so the minPause <= interval rule does not apply.
+    _set(minimal, "spec.checkpointing", {"interval": None, "minPause": "5m"})
+
+    job = manifest_from_document(minimal)
+
+    assert job.spec.checkpointing.interval is None
+    assert job.coordinator_config().interval is None
+    assert job.spec.checkpointing.min_pause == 300.0
+
+
+def test_null_in_a_field_that_is_not_nullable_is_defaulted_or_dropped(
+    minimal: dict[str, Any],
+) -> None:
+    _set(minimal, "spec.checkpointing", {"retained": None, "storage": None})
+    _set(minimal, "spec.image", None)
+
+    job = manifest_from_document(minimal)
+
+    assert job.spec.checkpointing.retained == 1
+    assert job.spec.checkpointing.storage is None
+    assert job.spec.image is None
+
+
+@pytest.mark.parametrize(
+    ("duration", "seconds"),
+    [
+        ("250us", 0.00025),
+        ("500ms", 0.5),
+        ("90s", 90.0),
+        ("1.5h", 5400.0),
+        ("1h30m", 5400.0),
+        ("2m30.5s", 150.5),
+    ],
+)
+def test_durations_are_seconds(minimal: dict[str, Any], duration: str, seconds: float) -> None:
+    _set(minimal, "spec.checkpointing.interval", duration)
+
+    interval = manifest_from_document(minimal).spec.checkpointing.interval
+
+    assert interval == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize(
+    ("memory", "mib"),
+    [("512m", 512), ("1g", 1024), ("1GB", 1024), ("2Gi", 2048), ("1536Mi", 1536), ("100k", 1)],
+)
+def test_memory_sizes_in_spark_and_kubernetes_units(
+    minimal: dict[str, Any], memory: str, mib: int
+) -> None:
+    _set(minimal, "spec.driver.memory", memory)
+
+    assert manifest_from_document(minimal).spec.driver.memory_mib == mib
+
+
+INVALID = [
+    # (what is wrong, field, value, the one problem reported)
+    (
+        "retained below its minimum",
+        "spec.checkpointing.retained",
+        0,
+        "spec.checkpointing.retained: 0 is less than the minimum of 1",
+    ),
+    (
+        "retained above its maximum",
+        "spec.checkpointing.retained",
+        101,
+        "spec.checkpointing.retained: 101 is greater than the maximum of 100",
+    ),
+    (
+        "maxConcurrent above its maximum",
+        "spec.checkpointing.maxConcurrent",
+        17,
+        "spec.checkpointing.maxConcurrent: 17 is greater than the maximum of 16",
+    ),
+    (
+        "negative tolerableFailures",
+        "spec.checkpointing.tolerableFailures",
+        -1,
+        "spec.checkpointing.tolerableFailures: -1 is less than the minimum of 0",
+    ),
+    (
+        "unknown retention policy",
+        "spec.checkpointing.retentionPolicy",
+        "Sometimes",
+        "spec.checkpointing.retentionPolicy: 'Sometimes' is not one of "
+        "['NeverRetainAfterTermination', 'RetainOnFailure', 'RetainOnCancellation']",
+    ),
+    (
+        "interval not a duration",
+        "spec.checkpointing.interval",
+        "5 minutes",
+        "spec.checkpointing.interval: '5 minutes' is not a duration such as 500ms, 30s, 5m "
+        "or 1h30m",
+    ),
+    (
+        "interval as a bare number",
+        "spec.checkpointing.interval",
+        60,
+        "spec.checkpointing.interval: 60 is not a duration such as 500ms, 30s, 5m or 1h30m",
+    ),
+    (
+        "storage not a URI or absolute path",
+        "spec.checkpointing.storage",
+        "checkpoints/orders",
+        "spec.checkpointing.storage: 'checkpoints/orders' is not a URI such as "
+        "s3a://bucket/path or file:///data, or an absolute path",
+    ),
+    (
+        "incremental not a boolean",
+        "spec.checkpointing.incremental",
+        "yes",
+        "spec.checkpointing.incremental: 'yes' is not of type 'boolean'",
+    ),
+    (
+        "memory with a space",
+        "spec.executor.memory",
+        "2 GiB",
+        "spec.executor.memory: '2 GiB' is not a memory size such as 512m, 1g or 2Gi",
+    ),
+    (
+        "negative executor instances",
+        "spec.executor.instances",
+        -1,
+        "spec.executor.instances: -1 is less than the minimum of 0",
+    ),
+    (
+        "no driver cores",
+        "spec.driver.cores",
+        0,
+        "spec.driver.cores: 0 is less than the minimum of 1",
+    ),
+    (
+        "unknown state",
+        "spec.state",
+        "Paused",
+        "spec.state: 'Paused' is not one of ['Running', 'Suspended']",
+    ),
+    (
+        "unknown restart policy",
+        "spec.restartPolicy.type",
+        "Sometimes",
+        "spec.restartPolicy.type: 'Sometimes' is not one of ['Never', 'OnFailure', 'Always']",
+    ),
+    (
+        "nonce not an integer",
+        "spec.checkpointTriggerNonce",
+        "seven",
+        "spec.checkpointTriggerNonce: 'seven' is not of type 'integer'",
+    ),
+    (
+        "module that is a path",
+        "spec.application.module",
+        "pipelines/orders.py",
+        "spec.application.module: 'pipelines/orders.py' is not a dotted Python module name "
+        "such as pipelines.orders",
+    ),
+    (
+        "savepoint history kept at zero",
+        "spec.savepoints.historyMaxCount",
+        0,
+        "spec.savepoints.historyMaxCount: 0 is less than the minimum of 1",
+    ),
+    (
+        "name that is not a DNS subdomain",
+        "metadata.name",
+        "Orders_Job",
+        "metadata.name: 'Orders_Job' is not a DNS-1123 subdomain (lowercase letters, digits, "
+        "'-' and '.', starting and ending with a letter or digit)",
+    ),
+    (
+        "namespace that is not a DNS label",
+        "metadata.namespace",
+        "team.streaming",
+        "metadata.namespace: 'team.streaming' is not a DNS-1123 label (lowercase letters, "
+        "digits and '-', starting and ending with a letter or digit)",
+    ),
+    (
+        "no name",
+        "metadata.name",
+        DELETE,
+        "metadata.name: required field is missing",
+    ),
+    (
+        "no application",
+        "spec.application",
+        DELETE,
+        "spec.application: required field is missing",
+    ),
+    (
+        "env entry without a name",
+        "spec.application.env",
+        [{"value": "1"}],
+        "spec.application.env[0].name: required field is missing",
+    ),
+    (
+        "env names not unique",
+        "spec.application.env",
+        [{"name": "A", "value": "1"}, {"name": "B"}, {"name": "A", "value": "2"}],
+        "spec.application.env[2]: duplicate entry (name='A' is also at index 0)",
+    ),
+    # CEL rules
+    (
+        "minPause longer than interval",
+        "spec.checkpointing",
+        {"interval": "1m", "minPause": "90s"},
+        "spec.checkpointing.minPause: must not exceed spec.checkpointing.interval",
+    ),
+    (
+        "zero interval",
+        "spec.checkpointing.interval",
+        "0s",
+        "spec.checkpointing.interval: must be greater than 0s (set it to null to disable "
+        "periodic checkpoints)",
+    ),
+    (
+        "zero timeout",
+        "spec.checkpointing.timeout",
+        "0ms",
+        "spec.checkpointing.timeout: must be greater than 0s",
+    ),
+    (
+        "backoff longer than maxBackoff",
+        "spec.restartPolicy",
+        {"backoff": "2m", "maxBackoff": "1m"},
+        "spec.restartPolicy.backoff: must not exceed spec.restartPolicy.maxBackoff",
+    ),
+    (
+        "backoff above the default maxBackoff",
+        "spec.restartPolicy.backoff",
+        "1h",
+        "spec.restartPolicy.backoff: must not exceed spec.restartPolicy.maxBackoff",
+    ),
+    (
+        "both mainFile and module",
+        "spec.application.mainFile",
+        "job.py",
+        "spec.application: exactly one of spec.application.mainFile and "
+        "spec.application.module must be set",
+    ),
+    (
+        "neither mainFile nor module",
+        "spec.application",
+        {"arguments": ["--once"]},
+        "spec.application: exactly one of spec.application.mainFile and "
+        "spec.application.module must be set",
+    ),
+    (
+        "zero savepoint age",
+        "spec.savepoints.historyMaxAge",
+        "0h",
+        "spec.savepoints.historyMaxAge: must be greater than 0s",
+    ),
+    (
+        "checkpoint location in sparkConf",
+        "spec.application.sparkConf",
+        {"spark.sql.streaming.checkpointLocation": "/tmp/x"},
+        "spec.application.sparkConf: must not set spark.sql.streaming.checkpointLocation: the "
+        "coordinator owns the checkpoint location (set spec.checkpointing.storage)",
+    ),
+    (
+        "executor count in sparkConf",
+        "spec.application.sparkConf",
+        {"spark.executor.instances": "4"},
+        "spec.application.sparkConf: must not set spark.driver.cores, spark.driver.memory, "
+        "spark.executor.cores, spark.executor.memory or spark.executor.instances (set "
+        "spec.driver and spec.executor)",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [case[1:] for case in INVALID],
+    ids=[case[0] for case in INVALID],
+)
+def test_invalid_manifest_names_the_field(
+    minimal: dict[str, Any], field: str, value: object, expected: str
+) -> None:
+    with pytest.raises(ManifestError) as raised:
+        manifest_from_document(_set(minimal, field, value), "job.yaml")
+
+    assert str(raised.value) == f"job.yaml: {expected}"
+
+
+def test_every_problem_is_reported_together(full: dict[str, Any]) -> None:
+    _set(full, "metadata.name", "Orders")
+    _set(full, "spec.checkpointing.retained", 0)
+    _set(full, "spec.checkpointing.minPause", "2h")
+    _set(full, "spec.restartPolicy.backoff", "1h")
+    _set(full, "spec.driver.memory", "lots")
+    _set(full, "spec.application.module", "orders")
+    _set(full, "spec.shutdown.drian", True)
+
+    problems = _problems(full)
+
+    assert [problem.split(":")[0] for problem in problems] == [
+        "metadata.name",
+        "spec.application",
+        "spec.checkpointing.minPause",
+        "spec.checkpointing.retained",
+        "spec.driver.memory",
+        "spec.restartPolicy.backoff",
+        "spec.shutdown.drian",
+    ]
+    with pytest.raises(ManifestError) as raised:
+        manifest_from_document(full, "job.yaml")
+    lines = str(raised.value).splitlines()
+    assert len(lines) == 7
+    assert all(line.startswith("job.yaml: ") for line in lines)
+
+
+def test_problems_are_structured_for_api_style_callers(minimal: dict[str, Any]) -> None:
+    _set(minimal, "spec.checkpointing.retained", 0)
+
+    with pytest.raises(ManifestError) as raised:
+        validate_document(minimal, "scj/word-count")
+
+    assert raised.value.problems == (
+        Problem("spec.checkpointing.retained", "0 is less than the minimum of 1"),
+    )
+
+
+def test_unknown_fields_are_named_with_a_suggestion(minimal: dict[str, Any]) -> None:
+    _set(minimal, "spec.checkpointing.intervall", "30s")
+    _set(minimal, "spec.executor.replicas", 2)
+    _set(minimal, "specs", {})
+    _set(minimal, "metadata.uid", "1234")
+
+    assert _problems(minimal) == [
+        "metadata.uid: unknown field",
+        "spec.checkpointing.intervall: unknown field (did you mean 'interval'?)",
+        "spec.executor.replicas: unknown field",
+        "specs: unknown field (did you mean 'spec'?)",
+    ]
+
+
+def test_pod_objects_keep_the_fields_of_their_kubernetes_types(minimal: dict[str, Any]) -> None:
+    # Tolerations, volumes and mounts are core/v1 objects the CRD does not spell out.
+    volume = {"name": "conf", "configMap": {"name": "orders", "items": [{"key": "a"}]}}
+    _set(minimal, "spec.driver.volumes", [volume])
+
+    assert manifest_from_document(minimal).spec.driver.volumes == (volume,)
+
+
+def test_map_keys_that_are_not_identifiers_are_bracketed(minimal: dict[str, Any]) -> None:
+    _set(minimal, "spec.application.sparkConf", {"spark.sql.shuffle.partitions": 8})
+
+    assert _problems(minimal) == [
+        "spec.application.sparkConf[\"spark.sql.shuffle.partitions\"]: 8 is not of type 'string'"
+    ]
+
+
+def test_yaml_keys_that_are_not_strings_are_named(minimal: dict[str, Any]) -> None:
+    minimal["spec"].update({1.5: "x", 2: "y"})
+
+    assert _problems(minimal) == ["spec[1.5]: unknown field", "spec[2]: unknown field"]
+
+
+def test_a_value_the_schema_rejects_is_not_also_reported_by_its_rules(
+    minimal: dict[str, Any],
+) -> None:
+    # duration() cannot read "soon", so the interval rules cannot run; the pattern says why.
+    _set(minimal, "spec.checkpointing.interval", "soon")
+
+    assert _problems(minimal) == [
+        "spec.checkpointing.interval: 'soon' is not a duration such as 500ms, 30s, 5m or 1h30m"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "expected"),
+    [
+        ("kind", "Deployment", "kind: must be SparkCheckpointJob, got 'Deployment'"),
+        (
+            "apiVersion",
+            "sparkcheckpoint.io/v1",
+            "apiVersion: must be sparkcheckpoint.io/v1alpha1, got 'sparkcheckpoint.io/v1'",
+        ),
+        (
+            "apiVersion",
+            DELETE,
+            "apiVersion: required field is missing (use sparkcheckpoint.io/v1alpha1)",
+        ),
+    ],
+)
+def test_another_kind_of_object_is_rejected_before_its_fields(
+    minimal: dict[str, Any], field: str, value: object, expected: str
+) -> None:
+    _set(minimal, field, value)
+    _set(minimal, "spec.replicas", 3)  # not reported: the object is not a SparkCheckpointJob
+
+    assert _problems(minimal) == [expected]
+
+
+def test_a_document_that_is_not_a_mapping_is_rejected() -> None:
+    with pytest.raises(
+        ManifestError, match=r"^job\.yaml: expected a SparkCheckpointJob, got list$"
+    ):
+        parse_manifest("- a\n- b\n", "job.yaml")
+
+
+def test_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata:\n"
+        "  name: orders\n"
+        "spec:\n"
+        "  checkpointing:\n"
+        "    interval: 30s\n"
+        "     retained: 3\n"
+    )
+
+    with pytest.raises(ManifestError) as raised:
+        load_manifest(path)
+
+    assert str(raised.value) == (
+        f"{path}: line 8, column 14: invalid YAML: mapping values are not allowed here"
+    )
+
+
+def test_duplicate_keys_are_an_error_not_last_one_wins(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: orders}\n"
+        "spec:\n"
+        "  application: {module: orders}\n"
+        "  checkpointing:\n"
+        "    interval: 30s\n"
+        "    interval: 5m\n"
+    )
+
+    with pytest.raises(ManifestError) as raised:
+        load_manifest(path)
+
+    assert str(raised.value) == f"{path}: line 8, column 5: invalid YAML: duplicate key 'interval'"
+
+
+def test_yaml_merge_keys_may_be_overridden() -> None:
+    job = parse_manifest(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: orders}\n"
+        "spec:\n"
+        "  application: {module: orders}\n"
+        "  driver: &pod {cores: 2, memory: 2g}\n"
+        "  executor:\n"
+        "    <<: *pod\n"
+        "    cores: 4\n"
+    )
+
+    assert (job.spec.driver.cores, job.spec.executor.cores) == (2, 4)
+    assert job.spec.executor.memory == "2g"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "expected one SparkCheckpointJob document, found none"),
+        ("# nothing\n---\n", "expected one SparkCheckpointJob document, found none"),
+        ("a: 1\n---\nb: 2\n", "expected one SparkCheckpointJob document, found 2"),
+    ],
+)
+def test_a_file_holds_exactly_one_document(text: str, expected: str) -> None:
+    with pytest.raises(ManifestError) as raised:
+        parse_manifest(text, "job.yaml")
+
+    assert str(raised.value) == f"job.yaml: {expected}"
+
+
+def test_a_missing_file_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+
+    with pytest.raises(
+        ManifestError, match=r"absent\.yaml: cannot read the file: No such file or directory$"
+    ):
+        load_manifest(path)
+
+
+def test_a_file_that_is_not_text_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_bytes(b"kind: \xff\n")
+
+    with pytest.raises(ManifestError, match=r"job\.yaml: not UTF-8 text: "):
+        load_manifest(path)
+
+
+def test_the_typed_manifest_is_frozen(fixtures: Path) -> None:
+    job = load_manifest(fixtures / "full-job.yaml")
+
+    with pytest.raises(AttributeError):
+        job.spec.checkpointing.retained = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        job.spec.application.spark_conf["spark.x"] = "y"  # type: ignore[index]
+
+
+def test_a_rule_that_cannot_run_on_a_valid_value_is_reported(minimal: dict[str, Any]) -> None:
+    crd = manifest.load_crd()
+    checkpointing = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
+        "properties"
+    ]["checkpointing"]
+    checkpointing["x-kubernetes-validations"].append(
+        {"rule": "self.missing == 'x'", "message": "never shown"}
+    )
+    checker = manifest._Checker(crd)
+    document = validate_document(minimal)
+
+    assert [str(p) for p in checker.problems(document)] == [
+        "spec.checkpointing: rule \"self.missing == 'x'\" failed: 'missing'"
+    ]
+
+
+def test_schema_keywords_local_validation_cannot_check_are_refused() -> None:
+    crd = manifest.load_crd()
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec["properties"]["state"]["oneOf"] = [{"enum": ["Running"]}]
+
+    with pytest.raises(ValueError, match=r"#/properties/spec/properties/state: .*'oneOf'"):
+        manifest._Checker(crd)
