@@ -15,7 +15,7 @@ $(INSTALLED): pyproject.toml
 	touch $@
 
 demo: $(INSTALLED)
-	$(BIN)/spark-checkpoint simulate --duration 120
+	$(BIN)/python examples/wordcount/demo.py
 
 test: lint typecheck unit
 

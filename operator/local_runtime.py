@@ -157,6 +157,9 @@ class LocalJanitor:
     async def discard_savepoint(self, savepoint_id: int) -> None:
         await asyncio.to_thread(self._storage.discard_savepoint, savepoint_id)
 
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        await asyncio.to_thread(self._storage.collect_garbage, checkpoints, savepoints)
+
 
 def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / manifest.namespace / manifest.name)

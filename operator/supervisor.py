@@ -82,6 +82,8 @@ class Janitor(Protocol):
 
     async def discard_savepoint(self, savepoint_id: int) -> None: ...
 
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None: ...
+
 
 @dataclass
 class JobRecord:
@@ -158,6 +160,7 @@ class JobSupervisor:
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
+        self._garbage_collected = False
         self._failing: str | None = None
         self._stop_requested = False
 
@@ -226,6 +229,7 @@ class JobSupervisor:
         driver = await self._launcher.launch(self._record.attempt, candidates)
         self._driver = driver
         self._final_requested = False
+        self._garbage_collected = False
         self._failing = None
         try:
             while (exit_code := driver.exit_code()) is None:
@@ -252,6 +256,20 @@ class JobSupervisor:
         except (AgentUnavailable, AgentRejected):
             await self._handle(Tick())
             return
+        if not self._garbage_collected:
+            # Before the first trigger of an attempt: whatever a crash left in storage that
+            # the registry does not list goes now, while no snapshot is in flight.
+            try:
+                report = await driver.agent.collect_garbage(*self._registered())
+            except (AgentUnavailable, AgentRejected) as error:
+                log.warning("garbage collection postponed: %s", error)
+                return
+            self._garbage_collected = True
+            if report["checkpoints"] or report["sharedFiles"]:
+                self._report(
+                    f"removed unregistered checkpoints {report['checkpoints']} and "
+                    f"{report['sharedFiles']} unreferenced shared files"
+                )
         query = status["query"]
         self._record.last_batch = query.get("lastCommittedBatch")
         if status.get("restoredFrom") and self._record.restored_from != status["restoredFrom"]:
@@ -291,8 +309,16 @@ class JobSupervisor:
     async def _leave_running(self) -> None:
         await self._handle(JobPhaseChanged(JobPhase.RESTARTING))
 
+    def _registered(self) -> tuple[list[int], list[int]]:
+        state = self._coordinator.persisted_state
+        return (
+            [c.checkpoint_id for c in state.checkpoints],
+            [s.checkpoint_id for s in state.savepoints],
+        )
+
     async def _terminate(self, outcome: TerminalOutcome) -> None:
         await self._handle(JobTerminated(outcome))
+        await self._janitor.collect_garbage(*self._registered())
         await self._set_phase(JobPhase(outcome.value))
         self._report(
             f"job {outcome.value.lower()}"

@@ -203,7 +203,9 @@ class TransactionalFileSink:
             return
         attempt = self._tmp / f"{name}-{uuid.uuid4().hex}"
         try:
-            batch_df.write.mode("overwrite").json(attempt.as_uri())
+            # Not Path.as_uri(): Hadoop's Path does not decode percent escapes, so a
+            # directory named "a b" would be written to one named "a%20b".
+            batch_df.write.mode("overwrite").json(f"file://{attempt.as_posix()}")
             _fsync_tree(attempt)
             with self._lock:
                 if (self._committed / name).exists():

@@ -185,6 +185,7 @@ class CheckpointAgent:
         committed = committed_batches(self._location)
         with self._lock:
             snapshots = [s.to_json() for s in self._in_flight()]
+            notified = self._notified_batch
         return {
             "apiVersion": "v1",
             "attempt": self._attempt,
@@ -196,7 +197,9 @@ class CheckpointAgent:
             "tasks": sorted(snapshot_tasks(self._location)),
             # A finished query still has every snapshot task: its final image is takeable.
             "allTasksRunning": view.state in ("running", "finished"),
-            "awaitingFinalCheckpoint": view.state == "finished" and bool(committed),
+            "awaitingFinalCheckpoint": view.state == "finished"
+            and bool(committed)
+            and (notified is None or notified < committed[-1]),
             "restoredFrom": self._restored_from,
             "checkpoints": snapshots,
         }
