@@ -64,7 +64,10 @@ class AgentClient:
             self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         try:
             async with self._session.request(method, self._base_url + path, json=body) as response:
-                answer = await response.json(content_type=None)
+                try:
+                    answer = await response.json(content_type=None)
+                except ValueError:
+                    answer = {"error": (await response.text())[:500]}
                 if response.status >= 400:
                     raise AgentRejected(
                         f"{method} {path}: {response.status} {answer.get('error', answer)}"

@@ -7,6 +7,7 @@ How a driver is started (a local process, a Kubernetes pod) and where status is 
 """
 
 import asyncio
+import dataclasses
 import logging
 import random
 import time
@@ -152,8 +153,13 @@ class JobSupervisor:
         self._record = record
         self._initial_savepoint = initial_savepoint
         self._report = report
+        # Running a terminated job again (resume after suspend, re-run) starts a new
+        # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = CheckpointCoordinator(
-            config, clock=time.time, rng=random.Random(), state=record.coordinator
+            config,
+            clock=time.time,
+            rng=random.Random(),
+            state=dataclasses.replace(record.coordinator, terminated=None),
         )
         self._driver: DriverHandle | None = None
         self._requests: asyncio.Queue[TriggerRequested] = asyncio.Queue()
@@ -259,12 +265,12 @@ class JobSupervisor:
         if not self._garbage_collected:
             # Before the first trigger of an attempt: whatever a crash left in storage that
             # the registry does not list goes now, while no snapshot is in flight.
+            self._garbage_collected = True
             try:
                 report = await driver.agent.collect_garbage(*self._registered())
             except (AgentUnavailable, AgentRejected) as error:
-                log.warning("garbage collection postponed: %s", error)
-                return
-            self._garbage_collected = True
+                self._report(f"garbage collection skipped: {error}")
+                report = {"checkpoints": [], "sharedFiles": 0}
             if report["checkpoints"] or report["sharedFiles"]:
                 self._report(
                     f"removed unregistered checkpoints {report['checkpoints']} and "

@@ -121,7 +121,10 @@ class CheckpointParticipant(Protocol):
     """
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Stage the output of micro-batch `batch_id` (the ``foreachBatch`` function)."""
+        """Stage the output of micro-batch `batch_id` (the ``foreachBatch`` function).
+
+        It must compute every partition of `batch_df`, even when it drops the output:
+        stateful operators commit the batch's state only then."""
         ...
 
     def on_checkpoint_complete(self, batch_id: int) -> None:

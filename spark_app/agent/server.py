@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from spark_checkpoint.agent.agent import AfterCompletion, AgentRequestError, CheckpointAgent
-from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint.storage import CheckpointKind, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,9 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
             return web.json_response({"error": str(error)}, status=error.status)
         except (KeyError, ValueError, TypeError) as error:
             return web.json_response({"error": f"bad request: {error}"}, status=400)
+        except (StorageError, OSError) as error:
+            log.warning("%s %s failed: %s", request.method, request.path, error)
+            return web.json_response({"error": f"storage: {error}"}, status=500)
 
     async def run(call: Callable[[], Any]) -> Any:
         # Storage I/O blocks; keep the event loop free for status requests.

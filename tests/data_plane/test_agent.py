@@ -1,0 +1,208 @@
+"""The agent over real HTTP against a synthetic live checkpoint location (no Spark):
+authentication, the snapshot-finalize-complete cycle, abort, discard and restore."""
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
+from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.settings import RestoreCandidate
+from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected
+
+TOKEN = "s3cret-token"
+
+
+class RecordingParticipant:
+    def __init__(self) -> None:
+        self.completed: list[int] = []
+        self.restored: list[int | None] = []
+
+    def on_checkpoint_complete(self, batch_id: int) -> None:
+        self.completed.append(batch_id)
+
+    def on_restore(self, restored_batch: int | None) -> None:
+        self.restored.append(restored_batch)
+
+
+def _live_location(root: Path, batches: int) -> Path:
+    location = root / "live"
+    files = {"metadata": json.dumps({"id": "0b7c6a0e-query"})}
+    for b in range(batches):
+        files |= {f"offsets/{b}": f"offsets {b}", f"commits/{b}": f"commit {b}"}
+        files |= {f"sources/0/{b}": f"source {b}"}
+        for p in range(2):
+            files[f"state/0/{p}/{b + 1}.delta"] = f"delta {p} {b + 1}" * 50
+    for relative, text in files.items():
+        (location / relative).parent.mkdir(parents=True, exist_ok=True)
+        (location / relative).write_text(text)
+    return location
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Running:
+    def __init__(self, tmp_path: Path, batches: int = 3) -> None:
+        self.location = _live_location(tmp_path, batches)
+        self.storage = CheckpointStorage(
+            JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
+        )
+        self.participant = RecordingParticipant()
+        self.stopped = False
+        self.agent = CheckpointAgent(
+            storage=self.storage,
+            location=self.location,
+            pin_root=tmp_path / "pins",
+            participants=[self.participant],
+            query_view=lambda: QueryView("running", idle=True),
+            stop_query=self._stop,
+            restored_from=None,
+            attempt=1,
+        )
+        self.port = _free_port()
+        self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
+
+    def _stop(self) -> None:
+        self.stopped = True
+
+    def client(self, token: str = TOKEN) -> AgentClient:
+        return AgentClient(f"http://127.0.0.1:{self.port}", token)
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    job = Running(tmp_path)
+    job.server.start()
+    yield job
+    job.server.stop()
+    job.agent.close()
+
+
+def _call(client: AgentClient, method: str, *args: Any) -> Any:
+    async def go() -> Any:
+        try:
+            return await getattr(client, method)(*args)
+        finally:
+            await client.close()
+
+    return asyncio.run(go())
+
+
+def _wait_for(client: AgentClient, checkpoint_id: int, state: str) -> dict[str, Any]:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        status = _call(client, "status")
+        for snapshot in status["checkpoints"]:
+            if snapshot["id"] == checkpoint_id and snapshot["state"] == state:
+                return dict(snapshot)
+        time.sleep(0.05)
+    raise AssertionError(f"checkpoint {checkpoint_id} never reached {state}: {status}")
+
+
+def test_every_call_needs_the_bearer_token(running: Running) -> None:
+    with pytest.raises(AgentRejected, match="401"):
+        _call(running.client("wrong"), "status")
+    with pytest.raises(AgentRejected, match="401"):
+        _call(running.client(""), "trigger", 1, "checkpoint", "continue")
+    assert _call(running.client(), "status")["query"]["lastCommittedBatch"] == 2
+
+
+def test_status_reports_tasks_and_last_committed_batch(running: Running) -> None:
+    status = _call(running.client(), "status")
+    assert status["tasks"] == ["logs", "state-0-0", "state-0-1"]
+    assert status["allTasksRunning"] is True
+    assert status["checkpoints"] == []
+
+
+def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Running) -> None:
+    client = running.client()
+    _call(client, "trigger", 1, "checkpoint", "continue")
+    snapshot = _wait_for(client, 1, "acknowledged")
+    assert {a["task"] for a in snapshot["acks"]} == {"logs", "state-0-0", "state-0-1"}
+    assert {a["batchId"] for a in snapshot["acks"]} == {2}
+
+    path, size = _call(client, "finalize", 1, ["logs", "state-0-0", "state-0-1"])
+    assert path.endswith("/default/wordcount/chk-1/_metadata")
+    metadata = running.storage.read_metadata(CheckpointKind.CHECKPOINT, 1)
+    running.storage.verify(metadata)
+    assert (metadata.batch_id, metadata.query_id, metadata.total_bytes) == (
+        2,
+        "0b7c6a0e-query",
+        size,
+    )
+    assert "state/0/1/3.delta" in {f.path for f in metadata.files}
+    assert "offsets/2" in {f.path for f in metadata.files}
+
+    _call(client, "complete", 1, 2)
+    assert running.participant.completed == [2]
+    assert running.stopped is False
+    assert _call(client, "status")["checkpoints"] == []
+
+
+def test_finalize_before_all_acks_is_refused(running: Running) -> None:
+    client = running.client()
+    with pytest.raises(AgentRejected, match="404"):
+        _call(client, "finalize", 9, ["logs"])
+
+
+def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) -> None:
+    client = running.client()
+    _call(client, "trigger", 2, "savepoint", "stop")
+    _wait_for(client, 2, "acknowledged")
+    _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
+    savepoint = running.storage.read_metadata(CheckpointKind.SAVEPOINT, 2)
+    assert all(f.location.startswith("savepoints/sp-2/") for f in savepoint.files)
+    _call(client, "complete", 2, 2)
+    assert running.stopped is True
+
+
+def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Path) -> None:
+    client = running.client()
+    _call(client, "trigger", 3, "savepoint", "continue")
+    _wait_for(client, 3, "acknowledged")
+    _call(client, "finalize", 3, ["logs", "state-0-0", "state-0-1"])
+    _call(client, "abort", 3, "expired")
+    assert not (tmp_path / "storage/default/wordcount/savepoints/sp-3").exists()
+
+
+def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_path: Path) -> None:
+    client = running.client()
+    for checkpoint_id in (1, 2):
+        _call(client, "trigger", checkpoint_id, "checkpoint", "continue")
+        _wait_for(client, checkpoint_id, "acknowledged")
+        _call(client, "finalize", checkpoint_id, ["logs", "state-0-0", "state-0-1"])
+        _call(client, "complete", checkpoint_id, 2)
+    newest = running.storage.read_metadata(CheckpointKind.CHECKPOINT, 2)
+    # Corrupt a file only the newest image references: its own metadata entry.
+    (tmp_path / "storage/default/wordcount/chk-2/_metadata").write_text("{truncated")
+    target = tmp_path / "restored"
+
+    outcome = restore(
+        running.storage,
+        (RestoreCandidate("checkpoint", 2), RestoreCandidate("checkpoint", 1)),
+        target,
+    )
+
+    assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
+    assert outcome.skipped[0][0] == "checkpoint:2" and "_metadata" in outcome.skipped[0][1]
+    assert (target / "state/0/1/3.delta").read_text() == (
+        running.location / "state/0/1/3.delta"
+    ).read_text()
+    assert newest.batch_id == 2
+
+
+def test_restore_with_no_usable_image_fails_naming_each(running: Running, tmp_path: Path) -> None:
+    with pytest.raises(RestoreFailed, match="checkpoint:7"):
+        restore(running.storage, (RestoreCandidate("checkpoint", 7),), tmp_path / "restored")

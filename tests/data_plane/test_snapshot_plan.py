@@ -1,0 +1,124 @@
+"""Which files of a live Spark checkpoint location an image at batch B takes (no Spark:
+the layouts are built by hand after the ones Spark 4.3 writes)."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.agent.snapshot import (
+    LOGS_TASK,
+    SnapshotError,
+    pin,
+    plan_snapshot,
+    snapshot_tasks,
+    state_partitions,
+)
+
+
+def _touch(root: Path, *relative: str) -> None:
+    for name in relative:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+
+
+def _logs(root: Path, batches: int, planned: int | None = None) -> None:
+    _touch(root, "metadata")
+    for b in range(planned if planned is not None else batches):
+        _touch(root, f"offsets/{b}", f"sources/0/{b}")
+    for b in range(batches):
+        _touch(root, f"commits/{b}", f"commits/.{b}.crc")
+
+
+def test_no_tasks_before_the_first_commit(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=0, planned=1)
+    assert snapshot_tasks(tmp_path) == frozenset()
+
+
+def test_hdfs_provider_takes_latest_snapshot_and_later_deltas(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=6, planned=7)
+    for partition in ("0", "1"):
+        base = f"state/0/{partition}"
+        _touch(tmp_path, *(f"{base}/{v}.delta" for v in range(1, 8)), f"{base}/4.snapshot")
+        _touch(tmp_path, f"{base}/.5.delta.crc")
+    _touch(tmp_path, "state/0/0/_metadata/schema", "state/0/_metadata/v2/0")
+
+    plan = plan_snapshot(tmp_path, batch_id=5)
+
+    assert plan.tasks == {LOGS_TASK, "state-0-0", "state-0-1"}
+    assert plan.files_by_task["state-0-1"] == (
+        "state/0/1/4.snapshot",
+        "state/0/1/5.delta",
+        "state/0/1/6.delta",
+    )
+    logs = plan.files_by_task[LOGS_TASK]
+    assert "offsets/5" in logs and "offsets/6" not in logs  # batch 6 is not committed
+    assert "commits/5" in logs and "sources/0/5" in logs and "sources/0/6" not in logs
+    assert {"metadata", "state/0/0/_metadata/schema", "state/0/_metadata/v2/0"} <= set(logs)
+    assert not any(name.endswith(".crc") for files in plan.files_by_task.values() for name in files)
+
+
+def test_without_a_snapshot_every_delta_from_version_one(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=3)
+    _touch(tmp_path, *(f"state/0/0/{v}.delta" for v in range(1, 4)))
+    assert plan_snapshot(tmp_path, 2).files_by_task["state-0-0"] == (
+        "state/0/0/1.delta",
+        "state/0/0/2.delta",
+        "state/0/0/3.delta",
+    )
+
+
+def test_rocksdb_takes_the_version_zip_and_the_sst_files(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=4)
+    base = "state/0/0"
+    _touch(tmp_path, *(f"{base}/{v}.zip" for v in range(1, 6)))
+    _touch(tmp_path, f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
+    files = plan_snapshot(tmp_path, 3).files_by_task["state-0-0"]
+    assert files == (f"{base}/4.zip", f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
+
+
+def test_rocksdb_changelog_checkpointing_takes_zip_and_later_changelogs(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=6)
+    base = "state/0/0"
+    _touch(tmp_path, *(f"{base}/{v}.changelog" for v in range(1, 8)), f"{base}/5.zip")
+    files = plan_snapshot(tmp_path, 5).files_by_task["state-0-0"]
+    assert files == (f"{base}/5.zip", f"{base}/6.changelog")
+
+
+def test_a_missing_version_is_an_error_not_a_silent_gap(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=4)
+    _touch(tmp_path, "state/0/0/1.delta", "state/0/0/2.delta", "state/0/0/4.delta")
+    with pytest.raises(
+        SnapshotError, match=r"state/0/0: version 4 cannot be rebuilt; missing versions \[3\]"
+    ):
+        plan_snapshot(tmp_path, 3)
+
+
+def test_an_uncommitted_batch_cannot_be_planned(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=2, planned=3)
+    with pytest.raises(SnapshotError, match="batch 2 is not committed"):
+        plan_snapshot(tmp_path, 2)
+
+
+def test_operators_with_several_stores_get_a_task_per_store(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=1)
+    for store in ("left-keyToNumValues", "right-keyToNumValues"):
+        _touch(tmp_path, f"state/0/0/{store}/1.delta")
+    assert [p.task for p in state_partitions(tmp_path)] == [
+        "state-0-0-left-keyToNumValues",
+        "state-0-0-right-keyToNumValues",
+    ]
+
+
+def test_pinned_files_survive_spark_deleting_its_own(tmp_path: Path) -> None:
+    live, pins = tmp_path / "live", tmp_path / "pins"
+    _touch(live, "state/0/0/1.delta")
+    pin(live, ["state/0/0/1.delta"], pins)
+    os.remove(live / "state/0/0/1.delta")
+    assert (pins / "state/0/0/1.delta").read_text() == "state/0/0/1.delta"
+
+
+def test_pinning_a_file_that_is_already_gone_fails_loudly(tmp_path: Path) -> None:
+    with pytest.raises(SnapshotError, match="disappeared before it could be pinned"):
+        pin(tmp_path, ["state/0/0/9.delta"], tmp_path / "pins")
