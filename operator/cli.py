@@ -11,6 +11,13 @@ from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOut
 from spark_checkpoint_operator.local_runtime import run_local
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
+from spark_checkpoint_operator.storage_commands import (
+    DEFAULT_STATE_DIR,
+    StorageSource,
+    run_inspect,
+    run_list,
+    run_verify,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -54,10 +61,91 @@ def main(argv: Sequence[str] | None = None) -> int:
     simulation.add_argument("--tasks", type=int, default=4)
     simulation.add_argument("--seed", type=int, default=1)
 
+    _add_storage_commands(commands)
+
     args = parser.parse_args(argv)
     if args.command == "run":
         return _run(args)
-    return _simulate(args)
+    if args.command == "simulate":
+        return _simulate(args)
+    source = StorageSource(
+        manifest=args.manifest,
+        storage=args.storage,
+        namespace=args.namespace,
+        job=args.job,
+        state_dir=args.state_dir,
+    )
+    if args.command == "list":
+        return run_list(source, as_json=args.json, out=sys.stdout, err=sys.stderr)
+    if args.command == "inspect":
+        return run_inspect(
+            source,
+            args.snapshot,
+            as_json=args.json,
+            show_files=args.files,
+            out=sys.stdout,
+            err=sys.stderr,
+        )
+    return run_verify(source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr)
+
+
+def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """``list``, ``inspect`` and ``verify``: read-only views of a job's checkpoint storage."""
+    job = argparse.ArgumentParser(add_help=False)
+    where = job.add_argument_group(
+        "job storage",
+        "either --manifest (storage: spec.checkpointing.storage, else <state-dir>/storage) "
+        "or all of --storage, --namespace and --job",
+    )
+    where.add_argument("--manifest", "-f", type=Path, help="a SparkCheckpointJob manifest")
+    where.add_argument("--storage", metavar="URI", help="storage root (path or fsspec URI)")
+    where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
+    where.add_argument("--job", metavar="NAME", help="the job's name")
+    where.add_argument(
+        "--state-dir",
+        type=Path,
+        default=DEFAULT_STATE_DIR,
+        help="state directory of `spark-checkpoint run`: the registry is read from "
+        "<state-dir>/<namespace>/<job>/status.json if present (default: %(default)s)",
+    )
+
+    listing = commands.add_parser(
+        "list",
+        parents=[job],
+        help="list the checkpoints and savepoints in a job's storage",
+        description=(
+            "Lists every checkpoint and savepoint directory in the job's storage with its "
+            "batch, size, file count, age and whether the local registry lists it; also "
+            "registered snapshots that storage lacks."
+        ),
+    )
+    listing.add_argument("--json", action="store_true", help="machine-readable output")
+
+    inspect = commands.add_parser(
+        "inspect",
+        parents=[job],
+        help="show the _metadata of one checkpoint or savepoint",
+        description="Summarizes a snapshot's _metadata: times, batch, query id, task "
+        "acknowledgements, total bytes and shared files. Exit 1 if it cannot be read.",
+    )
+    inspect.add_argument("snapshot", metavar="KIND:ID", help="e.g. checkpoint:7 or savepoint:2")
+    inspect.add_argument("--json", action="store_true", help="print the _metadata document")
+    inspect.add_argument("--files", action="store_true", help="also list the manifest's files")
+
+    verify = commands.add_parser(
+        "verify",
+        parents=[job],
+        help="check checkpoints and savepoints against their manifests (size and SHA-256)",
+        description=(
+            "Reads each snapshot's _metadata and checks the size and SHA-256 of every file "
+            "it lists. Without KIND:ID, verifies every snapshot with a _metadata in storage "
+            "and every registered one. Exit 0 only if all are OK, 1 otherwise."
+        ),
+    )
+    verify.add_argument(
+        "snapshots", metavar="KIND:ID", nargs="*", help="e.g. checkpoint:7 (default: all)"
+    )
+    verify.add_argument("--json", action="store_true", help="machine-readable output")
 
 
 def _run(args: argparse.Namespace) -> int:

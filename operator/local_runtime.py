@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import IO
 
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -30,7 +30,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import JobManifest
-from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
 
 STOP_GRACE_SECONDS = 30.0
 
@@ -152,13 +152,19 @@ class LocalJanitor:
         self._storage = storage
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        await asyncio.to_thread(self._storage.discard_checkpoint, checkpoint_id, retained)
+        await self._run(self._storage.discard_checkpoint, checkpoint_id, retained)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        await asyncio.to_thread(self._storage.discard_savepoint, savepoint_id)
+        await self._run(self._storage.discard_savepoint, savepoint_id)
 
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
-        await asyncio.to_thread(self._storage.collect_garbage, checkpoints, savepoints)
+        await self._run(self._storage.collect_garbage, checkpoints, savepoints)
+
+    async def _run(self, operation: Callable[..., object], *args: object) -> None:
+        try:
+            await asyncio.to_thread(operation, *args)
+        except (StorageError, OSError) as error:
+            raise CleanupFailed(f"{operation.__name__}: {error}") from error
 
 
 def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:

@@ -76,8 +76,13 @@ class DriverLauncher(Protocol):
     async def launch(self, attempt: int, restore: list[str]) -> DriverHandle: ...
 
 
+class CleanupFailed(Exception):
+    """A janitor could not change storage; the message says what and why."""
+
+
 class Janitor(Protocol):
-    """Storage work while no driver runs (a cleanup pod in Kubernetes)."""
+    """Storage work while no driver runs (a cleanup pod in Kubernetes). Failures raise
+    `CleanupFailed`; what is left behind is garbage-collected on a later run."""
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None: ...
 
@@ -324,7 +329,7 @@ class JobSupervisor:
 
     async def _terminate(self, outcome: TerminalOutcome) -> None:
         await self._handle(JobTerminated(outcome))
-        await self._janitor.collect_garbage(*self._registered())
+        await self._clean_up(self._janitor.collect_garbage(*self._registered()))
         await self._set_phase(JobPhase(outcome.value))
         self._report(
             f"job {outcome.value.lower()}"
@@ -390,7 +395,7 @@ class JobSupervisor:
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(driver, cid, list(retained))
             case DiscardSavepoint(savepoint=savepoint):
-                await self._janitor.discard_savepoint(savepoint.checkpoint_id)
+                await self._clean_up(self._janitor.discard_savepoint(savepoint.checkpoint_id))
             case RequestDeclined(request=request, reason=reason):
                 if not request.is_periodic:
                     self._report(f"{request.kind.value} request declined: {reason.description}")
@@ -419,7 +424,13 @@ class JobSupervisor:
                 return
             except (AgentUnavailable, AgentRejected) as error:
                 log.warning("discard of %s through the agent failed: %s", checkpoint_id, error)
-        await self._janitor.discard_checkpoint(checkpoint_id, retained)
+        await self._clean_up(self._janitor.discard_checkpoint(checkpoint_id, retained))
+
+    async def _clean_up(self, work: Awaitable[None]) -> None:
+        try:
+            await work
+        except CleanupFailed as error:
+            self._report(f"storage cleanup failed: {error}")
 
 
 def _describe_completion(completed: CompletedCheckpoint) -> str:

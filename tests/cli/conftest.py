@@ -1,0 +1,189 @@
+"""Fixtures for the storage commands: a job's real checkpoint storage, written with the
+storage package (no Spark), a local status file and a way to run the command line."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+    ManifestEntry,
+    TaskAcknowledgement,
+)
+from spark_checkpoint_operator.cli import main
+
+NAMESPACE = "analytics"
+JOB = "clicks"
+QUERY_ID = "8f14e45f-ea1c-4e9b-9a6e-0c2b1b2f7d11"
+# Old enough for a stable age column ("2d2h") however long the test takes.
+COMPLETED_AGO = timedelta(hours=50)
+
+# checkpoint 1 at batch 0, checkpoint 2 at batch 1 (reuses the state file of checkpoint 1),
+# savepoint 3 at batch 1 (self-contained copies).
+CHECKPOINT_1 = {
+    "offsets/0": b'{"batchWatermarkMs":0}\n',
+    "commits/0": b'{"nextBatchWatermarkMs":0}\n',
+    "state/0/0/1.delta": b"state version 1 of partition 0",
+}
+CHECKPOINT_2 = {
+    "offsets/1": b'{"batchWatermarkMs":1}\n',
+    "commits/1": b'{"nextBatchWatermarkMs":1}\n',
+    "state/0/0/1.delta": CHECKPOINT_1["state/0/0/1.delta"],
+    "state/0/0/2.delta": b"state version 2 of partition 0, a little longer",
+}
+SAVEPOINT_3 = CHECKPOINT_2
+
+
+@dataclass(frozen=True)
+class Job:
+    """The storage of job analytics/clicks under tmp_path, and where its registry goes."""
+
+    storage: CheckpointStorage
+    state_dir: Path
+    spark_dir: Path
+
+    @property
+    def root(self) -> str:
+        return self.storage.layout.root
+
+    @property
+    def job_root(self) -> Path:
+        return Path(self.storage.layout.job_root)
+
+    @property
+    def flags(self) -> list[str]:
+        """The explicit way to name the job's storage on the command line."""
+        return [
+            "--storage",
+            self.root,
+            "--namespace",
+            NAMESPACE,
+            "--job",
+            JOB,
+            "--state-dir",
+            str(self.state_dir),
+        ]
+
+    @property
+    def status_file(self) -> Path:
+        return self.state_dir / NAMESPACE / JOB / "status.json"
+
+    def metadata_file(self, kind: CheckpointKind, snapshot_id: int) -> Path:
+        return Path(self.storage.layout.metadata_path(kind, snapshot_id))
+
+    def stored_file(self, kind: CheckpointKind, snapshot_id: int, path: str) -> Path:
+        """Where the bytes of the Spark file ``path`` of a snapshot are stored."""
+        meta = self.storage.read_metadata(kind, snapshot_id)
+        entry = next(e for e in meta.files if e.path == path)
+        return Path(self.storage.layout.location_path(entry.location))
+
+    def write_registry(self, checkpoints: Iterable[int], savepoints: Iterable[int]) -> None:
+        """A status file as `spark-checkpoint run` writes it (only what the commands read)."""
+
+        def registered(kind: str, ids: Iterable[int]) -> list[dict[str, object]]:
+            return [{"id": i, "kind": kind, "batchId": 0, "sizeBytes": 0} for i in ids]
+
+        document = {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": JOB, "namespace": NAMESPACE},
+            "status": {
+                "phase": "Running",
+                "coordinator": {
+                    "nextCheckpointId": 4,
+                    "checkpoints": registered("checkpoint", checkpoints),
+                    "savepoints": registered("savepoint", savepoints),
+                },
+            },
+        }
+        self.status_file.parent.mkdir(parents=True, exist_ok=True)
+        self.status_file.write_text(json.dumps(document, indent=2))
+
+
+def _spark_file(spark_dir: Path, path: str, content: bytes) -> str:
+    local = spark_dir / path
+    local.parent.mkdir(parents=True, exist_ok=True)
+    local.write_bytes(content)
+    return str(local)
+
+
+def _metadata(
+    kind: CheckpointKind, snapshot_id: int, batch_id: int, entries: list[ManifestEntry]
+) -> CheckpointMetadata:
+    completion = datetime.now(UTC) - COMPLETED_AGO
+    logs = [e for e in entries if not e.path.startswith("state/")]
+    state = [e for e in entries if e.path.startswith("state/")]
+    return CheckpointMetadata(
+        namespace=NAMESPACE,
+        job=JOB,
+        checkpoint_id=snapshot_id,
+        kind=kind,
+        batch_id=batch_id,
+        query_id=QUERY_ID,
+        trigger_time=completion - timedelta(milliseconds=2250),
+        completion_time=completion,
+        acknowledgements=tuple(
+            TaskAcknowledgement(
+                task=task,
+                files=tuple(e.path for e in task_entries),
+                bytes=sum(e.size for e in task_entries),
+                duration_ms=duration,
+            )
+            for task, task_entries, duration in (("logs", logs, 12), ("state-0-0", state, 30))
+        ),
+        files=tuple(entries),
+        total_bytes=sum(e.size for e in entries),
+        properties={"attempt": "1"},
+    )
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Job:
+    """Checkpoints 1 and 2 and savepoint 3, written as the agent writes them."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path / "storage"), NAMESPACE, JOB))
+    spark_dir = tmp_path / "spark"
+
+    def take_checkpoint(snapshot_id: int, batch_id: int, files: Mapping[str, bytes]) -> None:
+        entries = [
+            storage.add_shared_file(_spark_file(spark_dir, path, content), path)
+            for path, content in files.items()
+        ]
+        storage.write_metadata(_metadata(CheckpointKind.CHECKPOINT, snapshot_id, batch_id, entries))
+
+    take_checkpoint(1, 0, CHECKPOINT_1)
+    take_checkpoint(2, 1, CHECKPOINT_2)
+    entries = [
+        storage.add_savepoint_file(3, _spark_file(spark_dir, path, content), path)
+        for path, content in SAVEPOINT_3.items()
+    ]
+    storage.write_metadata(_metadata(CheckpointKind.SAVEPOINT, 3, 1, entries))
+    return Job(storage, tmp_path / "state", spark_dir)
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
+    """Runs ``spark-checkpoint ARGS`` in-process; returns exit code, stdout and stderr."""
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run

@@ -1,0 +1,170 @@
+"""`spark-checkpoint list`: the snapshots in a job's storage and the registry's view."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from spark_checkpoint.storage import CheckpointKind
+
+if TYPE_CHECKING:
+    from conftest import Job, Result
+
+Cli = Callable[..., "Result"]
+
+
+def rows(output: str) -> dict[tuple[str, str], list[str]]:
+    """Table rows by (kind, id): the cells split on runs of two or more spaces."""
+    lines = output.splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("KIND"))
+    table = {}
+    for line in lines[header + 1 :]:
+        cells = re.split(r"\s{2,}", line.strip())
+        table[(cells[0], cells[1])] = cells
+    return table
+
+
+def test_lists_checkpoints_and_savepoints_without_a_status_file(job: Job, cli: Cli) -> None:
+    result = cli("list", *job.flags)
+
+    assert result.code == 0, result.err
+    assert f"job analytics/clicks: {job.job_root}" in result.out
+    assert f"registry: none (no readable status file at {job.status_file})" in result.out
+    table = rows(result.out)
+    assert list(table) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
+    # kind, id, batch, size, files, age, registry (unknown without a status file)
+    assert table[("checkpoint", "1")] == ["checkpoint", "1", "0", "80 B", "3", "2d2h", "-"]
+    assert table[("checkpoint", "2")] == ["checkpoint", "2", "1", "127 B", "4", "2d2h", "-"]
+    assert table[("savepoint", "3")] == ["savepoint", "3", "1", "127 B", "4", "2d2h", "-"]
+
+
+def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: Cli) -> None:
+    job.write_registry(checkpoints=[2, 5], savepoints=[3])
+    Path(job.storage.layout.checkpoint_dir(4)).mkdir()  # a checkpoint cut short by a crash
+
+    result = cli("list", *job.flags)
+
+    assert result.code == 0, result.err
+    assert f"registry: {job.status_file.resolve()}" in result.out
+    table = rows(result.out)
+    assert table[("checkpoint", "1")][6:] == [
+        "unregistered", "not in the registry: never restored from, garbage-collected"
+    ]  # fmt: skip
+    assert table[("checkpoint", "2")][6:] == ["registered"]
+    assert table[("checkpoint", "4")][2:] == [
+        "-", "-", "-", "-", "unregistered", "no _metadata: in flight or cut short"
+    ]  # fmt: skip
+    assert table[("checkpoint", "5")][2:] == [
+        "-", "-", "-", "-", "registered", "registered but not in storage"
+    ]  # fmt: skip
+    assert table[("savepoint", "3")][6:] == ["registered"]
+
+
+def test_json_output(job: Job, cli: Cli) -> None:
+    job.write_registry(checkpoints=[2], savepoints=[3])
+    Path(job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 1)).write_text("{")
+
+    result = cli("list", *job.flags, "--json")
+
+    assert result.code == 0, result.err
+    document = json.loads(result.out)
+    assert document["namespace"] == "analytics"
+    assert document["job"] == "clicks"
+    assert document["jobRoot"] == str(job.job_root)
+    assert document["statusFile"] == str(job.status_file.resolve())
+    by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
+    assert by_id.keys() == {("checkpoint", 1), ("checkpoint", 2), ("savepoint", 3)}
+    second = by_id[("checkpoint", 2)]
+    assert second["state"] == "complete"
+    assert second["registered"] is True
+    assert (second["batchId"], second["sizeBytes"], second["files"]) == (1, 127, 4)
+    assert 50 * 3600 <= second["ageSeconds"] < 51 * 3600
+    assert second["completionTime"].endswith("Z")
+    assert second["path"] == job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 2)
+    first = by_id[("checkpoint", 1)]
+    assert first["state"] == "unreadable"
+    assert first["registered"] is False
+    assert first["batchId"] is None
+    assert first["error"].startswith(first["path"] + ": not parseable as JSON")
+
+
+def test_reads_the_job_from_a_manifest(job: Job, cli: Cli, tmp_path: Path) -> None:
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: clicks, namespace: analytics}\n"
+        "spec:\n"
+        "  application: {module: pipelines.clicks}\n"
+        f"  checkpointing: {{storage: {job.root!r}}}\n"
+    )
+    job.write_registry(checkpoints=[1, 2], savepoints=[])
+
+    result = cli("list", "--manifest", str(manifest), "--state-dir", str(job.state_dir))
+
+    assert result.code == 0, result.err
+    table = rows(result.out)
+    assert table[("checkpoint", "1")][6] == "registered"
+    assert table[("savepoint", "3")][6:] == [
+        "unregistered", "not in the registry: kept, a savepoint with _metadata is the user's"
+    ]  # fmt: skip
+
+
+def test_a_manifest_without_storage_uses_the_local_default(
+    job: Job, cli: Cli, tmp_path: Path
+) -> None:
+    # `spark-checkpoint run` keeps such a job's storage in <state-dir>/storage.
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: clicks, namespace: analytics}\n"
+        "spec: {application: {module: pipelines.clicks}}\n"
+    )
+    job_root = f"{(job.state_dir / 'storage').resolve().as_uri()}/analytics/clicks"
+
+    empty = cli("list", "-f", str(manifest), "--state-dir", str(job.state_dir))
+    assert empty.code == 0, empty.err
+    assert f"job analytics/clicks: {job_root}\n" in empty.out
+    assert "no checkpoints or savepoints in storage" in empty.out
+
+    (job.state_dir / "storage").parent.mkdir(parents=True, exist_ok=True)
+    Path(job.storage.layout.root).rename(job.state_dir / "storage")
+    moved = cli("list", "-f", str(manifest), "--state-dir", str(job.state_dir))
+    assert moved.code == 0, moved.err
+    assert list(rows(moved.out)) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
+
+
+def test_a_damaged_status_file_is_ignored_with_a_warning(job: Job, cli: Cli) -> None:
+    job.status_file.parent.mkdir(parents=True)
+    job.status_file.write_text('{"status": {"coordinator": {"checkpoints": [{"id": "2"}]}}}')
+
+    result = cli("list", *job.flags)
+
+    assert result.code == 0
+    assert (
+        f"warning: registry ignored: {job.status_file.resolve()}: "
+        "status.coordinator.checkpoints[0].id: expected a non-negative integer, got '2'"
+    ) in result.err
+    assert rows(result.out)[("checkpoint", "2")][6] == "-"
+
+
+def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
+    incomplete = cli("list", "--storage", job.root, "--job", "clicks")
+    assert incomplete.code == 2
+    assert "missing: --namespace" in incomplete.err
+
+    both = cli("list", "--manifest", str(tmp_path / "job.yaml"), *job.flags)
+    assert both.code == 2
+    assert "do not combine it with --storage" in both.err
+
+    no_manifest = cli("list", "--manifest", str(tmp_path / "absent.yaml"))
+    assert no_manifest.code == 2
+    assert "absent.yaml" in no_manifest.err
+
+    bad_name = cli("list", "--storage", job.root, "--namespace", "../etc", "--job", "clicks")
+    assert bad_name.code == 2
+    assert "namespace must be a DNS-1123 label" in bad_name.err

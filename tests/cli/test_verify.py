@@ -1,0 +1,172 @@
+"""`spark-checkpoint verify`: every stored file against its manifest; exit 1 on damage."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from spark_checkpoint.storage import CheckpointKind
+
+if TYPE_CHECKING:
+    from conftest import Job, Result
+
+Cli = Callable[..., "Result"]
+CHECKPOINT = CheckpointKind.CHECKPOINT
+SAVEPOINT = CheckpointKind.SAVEPOINT
+
+
+def verdicts(output: str) -> dict[str, str]:
+    """The first line printed for each snapshot: `KIND:ID  OK|FAILED  detail`."""
+    found = {}
+    for line in output.splitlines():
+        name, _, rest = line.partition("  ")
+        if ":" in name and name[:1].isalpha():
+            found[name.strip()] = rest.strip()
+    return found
+
+
+def test_all_snapshots_verify(job: Job, cli: Cli) -> None:
+    result = cli("verify", *job.flags)
+
+    assert result.code == 0, result.out + result.err
+    assert verdicts(result.out) == {
+        "checkpoint:1": "OK      3 files, 80 B",
+        "checkpoint:2": "OK      4 files, 127 B",
+        "savepoint:3": "OK      4 files, 127 B",
+    }
+    assert result.out.endswith("3 verified: 3 OK, 0 failed\n")
+
+
+def test_a_flipped_byte_in_a_shared_file_is_detected(job: Job, cli: Cli) -> None:
+    # state/0/0/1.delta is stored once in shared/ and referenced by checkpoints 1 and 2.
+    damaged = job.stored_file(CHECKPOINT, 1, "state/0/0/1.delta")
+    assert damaged == job.stored_file(CHECKPOINT, 2, "state/0/0/1.delta")
+    content = bytearray(damaged.read_bytes())
+    content[5] ^= 0x01
+    damaged.write_bytes(bytes(content))
+
+    result = cli("verify", *job.flags)
+
+    assert result.code == 1
+    found = verdicts(result.out)
+    expected_sha = damaged.name.split("-", 1)[0]
+    actual_sha = hashlib.sha256(content).hexdigest()
+    for snapshot in ("checkpoint:1", "checkpoint:2"):
+        assert found[snapshot] == (
+            f"FAILED  checksum mismatch: state/0/0/1.delta at {damaged}: "
+            f"expected sha256 {expected_sha}, found {actual_sha}"
+        )
+    assert found["savepoint:3"].startswith("OK")
+    assert result.out.endswith("3 verified: 1 OK, 2 failed\n")
+
+
+def test_a_truncated_file_is_a_size_mismatch(job: Job, cli: Cli) -> None:
+    damaged = job.stored_file(SAVEPOINT, 3, "offsets/1")
+    damaged.write_bytes(damaged.read_bytes()[:-4])
+
+    result = cli("verify", "savepoint:3", *job.flags)
+
+    assert result.code == 1
+    assert verdicts(result.out)["savepoint:3"] == (
+        f"FAILED  size mismatch: offsets/1 at {damaged}: expected 23 bytes, found 19 bytes"
+    )
+
+
+def test_a_deleted_file_is_detected_and_every_bad_file_is_named(job: Job, cli: Cli) -> None:
+    first = job.stored_file(CHECKPOINT, 2, "offsets/1")
+    second = job.stored_file(CHECKPOINT, 2, "state/0/0/2.delta")
+    first.unlink()
+    second.unlink()
+
+    result = cli("verify", "checkpoint:2", "checkpoint:1", *job.flags)
+
+    assert result.code == 1
+    lines = result.out.splitlines()
+    assert lines[0] == f"checkpoint:2  FAILED  missing file: offsets/1 at {first}"
+    assert lines[1] == f"                      missing file: state/0/0/2.delta at {second}"
+    assert lines[2].split()[:2] == ["checkpoint:1", "OK"]  # in the order asked for
+    assert lines[3] == "2 verified: 1 OK, 1 failed"
+
+
+def test_a_truncated_metadata_is_detected(job: Job, cli: Cli) -> None:
+    metadata = job.metadata_file(CHECKPOINT, 2)
+    metadata.write_bytes(metadata.read_bytes()[:100])
+
+    result = cli("verify", *job.flags)
+
+    assert result.code == 1
+    found = verdicts(result.out)
+    assert found["checkpoint:2"].startswith(
+        f"FAILED  truncated metadata: {metadata}: not parseable as JSON"
+    )
+    assert found["checkpoint:1"].startswith("OK")
+
+
+def test_an_empty_metadata_is_detected(job: Job, cli: Cli) -> None:
+    metadata = job.metadata_file(SAVEPOINT, 3)
+    metadata.write_bytes(b"")
+
+    result = cli("verify", "savepoint:3", *job.flags)
+
+    assert result.code == 1
+    assert verdicts(result.out)["savepoint:3"] == (
+        f"FAILED  truncated metadata: {metadata}: the file is empty"
+    )
+
+
+def test_only_the_named_snapshots_are_verified(job: Job, cli: Cli) -> None:
+    job.metadata_file(CHECKPOINT, 2).write_bytes(b"{")
+
+    result = cli("verify", "checkpoint:1", "savepoint:3", *job.flags)
+
+    assert result.code == 0, result.out
+    assert set(verdicts(result.out)) == {"checkpoint:1", "savepoint:3"}
+
+
+def test_a_registered_snapshot_missing_from_storage_fails(job: Job, cli: Cli) -> None:
+    job.write_registry(checkpoints=[1, 2], savepoints=[3])
+    shutil.rmtree(job.storage.layout.checkpoint_dir(1))
+
+    result = cli("verify", *job.flags)
+
+    assert result.code == 1
+    missing = job.storage.layout.metadata_path(CHECKPOINT, 1)
+    assert verdicts(result.out)["checkpoint:1"] == f"FAILED  missing file: {missing}: no such file"
+
+
+def test_a_named_snapshot_that_does_not_exist_fails(job: Job, cli: Cli) -> None:
+    result = cli("verify", "savepoint:8", *job.flags)
+
+    assert result.code == 1
+    assert verdicts(result.out)["savepoint:8"].startswith("FAILED  missing file: ")
+
+
+def test_json_output(job: Job, cli: Cli) -> None:
+    damaged = job.stored_file(CHECKPOINT, 1, "commits/0")
+    damaged.unlink()
+
+    result = cli("verify", *job.flags, "--json")
+
+    assert result.code == 1
+    document = json.loads(result.out)
+    assert document["ok"] is False
+    by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
+    assert by_id[("checkpoint", 1)]["ok"] is False
+    assert by_id[("checkpoint", 1)]["problems"] == [f"missing file: commits/0 at {damaged}"]
+    assert by_id[("checkpoint", 2)] == {
+        "kind": "checkpoint", "id": 2, "ok": True, "files": 4, "sizeBytes": 127, "problems": []
+    }  # fmt: skip
+
+
+def test_empty_storage_has_nothing_to_verify(job: Job, cli: Cli) -> None:
+    shutil.rmtree(job.job_root)
+
+    result = cli("verify", *job.flags)
+
+    assert result.code == 0
+    assert result.out == (
+        f"nothing to verify: no checkpoints or savepoints in {job.storage.layout.job_root}\n"
+    )

@@ -1,0 +1,126 @@
+"""`spark-checkpoint run` end to end with real PySpark drivers (local mode).
+
+Exactly-once is proven, not assumed: the driver is killed with SIGKILL at chosen and
+random points, the runtime restores it, and the committed output is compared with counts
+computed independently from the input files.
+"""
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+
+from helpers.job_run import JobRun
+
+pytestmark = pytest.mark.spark
+
+SEED = 20261122
+
+
+def _assert_exactly_once(run: JobRun) -> None:
+    assert run.output_counts() == run.expected_counts()
+    batches = run.committed_batches()
+    assert batches == list(range(len(batches))), "committed batches must be 0..N without gaps"
+
+
+def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Path) -> None:
+    rng = random.Random(SEED)
+    # Slow copies make "during a snapshot copy" a window a kill can hit.
+    run = JobRun(tmp_path / "job", env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
+    run.add_input(files=14)
+    run.start()
+    kills = []
+
+    # 1. Right after a trigger went out.
+    run.wait_for_line(r"checkpoint \d+ complete")
+    run.wait_for_line(r"trigger checkpoint \d+")
+    run.kill_driver()
+    kills.append("right after a trigger")
+
+    # 2. During restore: the new driver is starting and materializing its image.
+    run.wait_for_line(r"starting driver attempt 2, restoring from checkpoint:\d+")
+    time.sleep(rng.uniform(1.0, 4.0))
+    run.kill_driver()
+    kills.append("during restore")
+
+    # 3. During a snapshot copy.
+    run.wait_for_line(r"restored from checkpoint:\d+")
+    run.wait_for_line(r"trigger checkpoint \d+")
+    time.sleep(rng.uniform(0.1, 0.4))
+    run.kill_driver()
+    kills.append("during a snapshot copy")
+
+    # 4. Inside a batch, at a random moment.
+    run.wait_for_line(r"restored from checkpoint:\d+")
+    time.sleep(rng.uniform(0.5, 3.0))
+    run.kill_driver()
+    kills.append("at a random moment")
+
+    assert run.wait() == 0, "\n".join(run.lines)
+    status = run.status()["status"]
+    assert status["phase"] == "Finished"
+    assert status["restores"] >= 3, kills
+    _assert_exactly_once(run)
+    # Finished: retention discards every checkpoint, and garbage collection leaves no
+    # unreferenced shared file behind from the killed attempts.
+    leftovers = sorted(p.relative_to(run.storage_dir).as_posix() for p in run.storage_dir.rglob("*") if p.is_file())
+    assert leftovers == []
+
+
+def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) -> None:
+    first = JobRun(tmp_path / "job", bounded=False)
+    first.add_input(files=6)
+    first.start()
+    first.wait_for_line(r"checkpoint \d+ complete")
+    first.interrupt()
+    savepoint = first.wait_for_line(r"savepoint (\d+) complete")
+    assert first.wait() == 0
+    status = first.status()["status"]
+    assert status["phase"] == "Suspended"
+    registered = status["coordinator"]
+    assert [s["id"] for s in registered["savepoints"]] == [int(savepoint[1])]
+    savepoint_dir = first.storage_dir / "savepoints" / f"sp-{savepoint[1]}"
+    assert (savepoint_dir / "_metadata").is_file()
+    # RetainOnFailure keeps checkpoints of a suspended job.
+    for checkpoint in registered["checkpoints"]:
+        assert (first.storage_dir / f"chk-{checkpoint['id']}" / "_metadata").is_file()
+
+    resumed = JobRun(tmp_path / "job", bounded=True)  # same job, same state: an upgrade
+    resumed.add_input(files=6, start_index=6)
+    resumed.start()
+    resumed.wait_for_line(rf"restoring from savepoint:{savepoint[1]}")
+    assert resumed.wait() == 0, "\n".join(resumed.lines)
+    _assert_exactly_once(resumed)
+
+
+def test_unwritable_storage_fails_checkpoints_while_the_query_runs(tmp_path: Path) -> None:
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory should be")
+    run = JobRun(
+        tmp_path / "job",
+        checkpointing={"storage": (blocker / "storage").as_uri(), "tolerableFailures": 2},
+        restart_policy={"maxRetries": 1},
+    )
+    run.add_input(files=4)
+    run.start()
+    failure = run.wait_for_line(r"checkpoint \d+ failed: (.*)")
+    assert "Not a directory" in failure[1]
+    run.wait_for_line(r"failing the job: 3 consecutive checkpoint failures exceed")
+    assert run.wait() == 1, "\n".join(run.lines)
+    status = run.status()["status"]
+    assert status["phase"] == "Failed", "\n".join(run.lines)
+    assert "maxRetries=1 exhausted" in status["message"]
+    assert status["coordinator"]["failedCount"] >= 6
+    # The query kept running while checkpoints failed: batches were staged, none committed.
+    assert list((run.output_dir / "_staging").glob("batch-*"))
+    assert run.committed_batches() == []
+
+
+def test_invalid_manifest_fails_before_anything_starts(tmp_path: Path) -> None:
+    run = JobRun(tmp_path / "job", checkpointing={"minPause": "10s", "interval": "5s"})
+    run.start()
+    assert run.wait(timeout=60) == 2
+    output = "\n".join(run.lines)
+    assert "spec.checkpointing.minPause" in output
+    assert not run.state_dir.exists()

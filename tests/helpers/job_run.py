@@ -1,0 +1,168 @@
+"""Runs `spark-checkpoint run` on the reference word count in a temporary directory,
+with hooks to kill the driver or interrupt the runtime at chosen points."""
+
+import json
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "wordcount"
+sys.path.insert(0, str(EXAMPLE))
+
+from generate_input import generate  # noqa: E402
+from ground_truth import expected_counts  # noqa: E402
+
+from spark_checkpoint.sink import latest_values, read_committed  # noqa: E402
+
+# Halves JVM start and first-job time on small machines.
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
+class JobRun:
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        bounded: bool = True,
+        checkpointing: dict[str, Any] | None = None,
+        restart_policy: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
+        name: str = "wordcount",
+    ) -> None:
+        self.directory = directory
+        self.name = name
+        directory.mkdir(parents=True, exist_ok=True)
+        shutil.copy(EXAMPLE / "pipeline.py", directory / "pipeline.py")
+        arguments = ["--input", "data/input", "--output", "data/output"]
+        manifest = {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {
+                "application": {
+                    "mainFile": "pipeline.py",
+                    "arguments": [*arguments, *(["--bounded"] if bounded else [])],
+                    "sparkConf": {
+                        "spark.sql.shuffle.partitions": "2",
+                        "spark.master": "local[2]",
+                        "spark.driver.extraJavaOptions": FAST_JVM,
+                    },
+                    "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+                },
+                "checkpointing": {
+                    "interval": "3s",
+                    "minPause": "500ms",
+                    "timeout": "60s",
+                    "retained": 2,
+                    **(checkpointing or {}),
+                },
+                "restartPolicy": {
+                    "type": "OnFailure",
+                    "maxRetries": 10,
+                    "backoff": "500ms",
+                    **(restart_policy or {}),
+                },
+            },
+        }
+        (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+        self.lines: list[str] = []
+        self._new_lines: queue.Queue[str] = queue.Queue()
+        self.process: subprocess.Popen[str] | None = None
+
+    @property
+    def input_dir(self) -> Path:
+        return self.directory / "data" / "input"
+
+    @property
+    def output_dir(self) -> Path:
+        return self.directory / "data" / "output"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.directory / "state"
+
+    @property
+    def storage_dir(self) -> Path:
+        return self.state_dir / "storage" / "default" / self.name
+
+    @property
+    def status_file(self) -> Path:
+        return self.state_dir / "default" / self.name / "status.json"
+
+    def add_input(self, files: int, start_index: int = 0, lines: int = 150) -> None:
+        generate(self.input_dir, files=files, lines=lines, seed=11, start_index=start_index)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "job.yaml",
+             "--state-dir", "state"],
+            cwd=self.directory,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process is not None and self.process.stdout is not None
+        for line in self.process.stdout:
+            self.lines.append(line.rstrip())
+            self._new_lines.put(line.rstrip())
+        self._new_lines.put("")
+
+    def wait_for_line(self, pattern: str, timeout: float = 300) -> re.Match[str]:
+        """Block until the runtime prints a line matching ``pattern`` (seen lines included
+        only if they arrive after this call)."""
+        deadline = time.monotonic() + timeout
+        expression = re.compile(pattern)
+        while time.monotonic() < deadline:
+            try:
+                line = self._new_lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            if match := expression.search(line):
+                return match
+            if line == "" and self.process is not None and self.process.poll() is not None:
+                break
+        raise AssertionError(f"no line matching {pattern!r}; output:\n" + "\n".join(self.lines))
+
+    def status(self) -> dict[str, Any]:
+        document: dict[str, Any] = json.loads(self.status_file.read_text())
+        return document
+
+    def kill_driver(self) -> None:
+        """kill -9 of the driver and its JVM, as a node or OOM kill would."""
+        pid = self.status()["driver"]["pid"]
+        os.killpg(pid, signal.SIGKILL)
+
+    def interrupt(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGINT)
+
+    def wait(self, timeout: float = 600) -> int:
+        assert self.process is not None
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            raise AssertionError("run timed out; output:\n" + "\n".join(self.lines)) from None
+
+    def output_counts(self) -> dict[str, int]:
+        return {w: int(row["count"]) for w, row in latest_values(self.output_dir, "word").items()}
+
+    def expected_counts(self) -> dict[str, int]:
+        return expected_counts(self.input_dir)
+
+    def committed_batches(self) -> list[int]:
+        return sorted(read_committed(self.output_dir))
