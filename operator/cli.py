@@ -97,13 +97,16 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "either --manifest (storage: spec.checkpointing.storage, else <state-dir>/storage) "
         "or all of --storage, --namespace and --job",
     )
-    where.add_argument("--manifest", "-f", type=Path, help="a SparkCheckpointJob manifest")
+    where.add_argument(
+        "--manifest", "-f", type=Path, metavar="FILE", help="a SparkCheckpointJob manifest"
+    )
     where.add_argument("--storage", metavar="URI", help="storage root (path or fsspec URI)")
     where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
     where.add_argument("--job", metavar="NAME", help="the job's name")
     where.add_argument(
         "--state-dir",
         type=Path,
+        metavar="DIR",
         default=DEFAULT_STATE_DIR,
         help="state directory of `spark-checkpoint run`: the registry is read from "
         "<state-dir>/<namespace>/<job>/status.json if present (default: %(default)s)",

@@ -104,8 +104,11 @@ class LocalLauncher:
 
     async def launch(self, attempt: int, restore: list[str]) -> LocalDriver:
         token = secrets.token_urlsafe(32)
-        self._paths.token_file.write_text(token)
-        self._paths.token_file.chmod(0o600)
+        # Created owner-only from the start: the token never exists with looser modes.
+        self._paths.token_file.unlink(missing_ok=True)
+        descriptor = os.open(self._paths.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as token_file:
+            token_file.write(token)
         port = _free_port()
         settings = DriverSettings(
             namespace=self._manifest.namespace,

@@ -134,9 +134,11 @@ class Registry:
     checkpoints: frozenset[int]
     savepoints: frozenset[int]
 
+    def ids(self, kind: CheckpointKind) -> frozenset[int]:
+        return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
+
     def lists(self, kind: CheckpointKind, snapshot_id: int) -> bool:
-        ids = self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
-        return snapshot_id in ids
+        return snapshot_id in self.ids(kind)
 
 
 class RegistryError(ValueError):
@@ -235,10 +237,6 @@ class SnapshotRef:
         return f"{self.kind.value}:{self.snapshot_id}"
 
 
-def _sort_key(ref: SnapshotRef) -> tuple[int, int]:
-    return (0 if ref.kind is CheckpointKind.CHECKPOINT else 1, ref.snapshot_id)
-
-
 # --------------------------------------------------------------------------- list
 
 
@@ -265,7 +263,7 @@ class SnapshotRow:
             if self.registered is not False:
                 return ""
             if self.ref.kind is CheckpointKind.CHECKPOINT:
-                return "not in the registry: never restored from, garbage-collected"
+                return "not in the registry: never restored from; garbage collection removes it"
             return "not in the registry: kept, a savepoint with _metadata is the user's"
         if self.state is SnapshotState.UNREADABLE:
             return f"unreadable _metadata: {self.error}"
@@ -310,10 +308,7 @@ def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> lis
         for snapshot_id in present:
             rows.append(_row(storage, SnapshotRef(kind, snapshot_id), registry))
         if registry is not None:
-            registered = (
-                registry.checkpoints if kind is CheckpointKind.CHECKPOINT else (registry.savepoints)
-            )
-            for snapshot_id in sorted(registered - set(present)):
+            for snapshot_id in sorted(registry.ids(kind) - set(present)):
                 ref = SnapshotRef(kind, snapshot_id)
                 path = layout.snapshot_dir(kind, snapshot_id)
                 rows.append(SnapshotRow(ref, SnapshotState.MISSING, path, registered=True))
@@ -451,12 +446,16 @@ def _shared_reuse(storage: CheckpointStorage, meta: CheckpointMetadata) -> Share
         return None  # savepoints are self-contained
     others: set[str] = set()
     unreadable: list[int] = []
-    for checkpoint_id in storage.list_ids(CheckpointKind.CHECKPOINT):
+    try:
+        checkpoint_ids = storage.list_ids(CheckpointKind.CHECKPOINT)
+    except OSError:
+        return None
+    for checkpoint_id in checkpoint_ids:
         if checkpoint_id == meta.checkpoint_id:
             continue
         try:
             others |= storage.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id).locations
-        except StorageError:
+        except (StorageError, OSError):
             unreadable.append(checkpoint_id)
     return SharedReuse(len(_shared_locations(meta) & others), tuple(unreadable))
 
@@ -484,7 +483,11 @@ def describe_metadata(
             unreadable = ", ".join(str(i) for i in reuse.unreadable)
             shared_text += f"; unreadable _metadata of checkpoints {unreadable} not counted"
         shared_text += ")"
-    registry = {None: "unknown (no status file)", True: "registered", False: "unregistered"}
+    registry = {
+        None: "unknown (no readable status file)",
+        True: "registered",
+        False: "unregistered",
+    }
     fields = [
         ("metadata", path),
         ("registry", registry[registered]),
@@ -656,9 +659,8 @@ def _default_refs(storage: CheckpointStorage, registry: Registry | None) -> list
         for snapshot_id in storage.list_ids(kind)
     }
     if registry is not None:
-        refs |= {SnapshotRef(CheckpointKind.CHECKPOINT, i) for i in registry.checkpoints}
-        refs |= {SnapshotRef(CheckpointKind.SAVEPOINT, i) for i in registry.savepoints}
-    return sorted(refs, key=_sort_key)
+        refs |= {SnapshotRef(kind, i) for kind in CheckpointKind for i in registry.ids(kind)}
+    return sorted(refs)  # checkpoints, then savepoints, each by id
 
 
 # --------------------------------------------------------------------------- formatting

@@ -70,7 +70,6 @@ def _run(
         pin_root=attempt_dir / "pins",
         participants=participants,
         query_view=lambda: _view(query),
-        stop_query=query.stop,
         restored_from=outcome.to_json() if outcome else None,
         attempt=settings.attempt,
     )
@@ -86,6 +85,9 @@ def _run(
 
 def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) -> DriverExit:
     while query.isActive:
+        if agent.stop_requested:
+            query.stop()
+            break
         query.awaitTermination(1)
     if agent.stop_requested:
         log.info("stopped after a savepoint")

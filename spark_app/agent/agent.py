@@ -154,7 +154,6 @@ class CheckpointAgent:
         pin_root: Path,
         participants: Sequence[CheckpointParticipant],
         query_view: Callable[[], QueryView],
-        stop_query: Callable[[], None],
         restored_from: dict[str, Any] | None,
         attempt: int,
         copy_workers: int = 2,
@@ -164,7 +163,6 @@ class CheckpointAgent:
         self._pin_root = pin_root
         self._participants = list(participants)
         self._query_view = query_view
-        self._stop_query = stop_query
         self._restored_from = restored_from
         self._attempt = attempt
         self._lock = threading.Lock()
@@ -249,7 +247,14 @@ class CheckpointAgent:
             )
         self._storage.write_metadata(metadata)
         with self._lock:
-            snapshot.state = SnapshotState.FINALIZED
+            aborted = snapshot.cancelled.is_set()  # set by abort() under this lock
+            if not aborted:
+                snapshot.state = SnapshotState.FINALIZED
+        if aborted:  # the abort came while _metadata was being written: take it back
+            self._storage.fs.delete_tree(
+                self._storage.layout.snapshot_dir(snapshot.kind, checkpoint_id)
+            )
+            raise AgentRequestError(409, f"checkpoint {checkpoint_id} was aborted")
         path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
         return path, metadata.total_bytes
 
@@ -267,9 +272,10 @@ class CheckpointAgent:
                 self._notified_batch = batch_id
             self._notified.notify_all()
         if after is not AfterCompletion.CONTINUE:
+            # The driver's main thread stops the query: stopping it from this (HTTP)
+            # thread could block on the batch the query is running.
             log.info("savepoint %s complete: stopping the query", checkpoint_id)
             self._stop_requested.set()
-            self._stop_query()
 
     def abort(self, checkpoint_id: int, reason: str) -> None:
         with self._lock:

@@ -51,7 +51,7 @@ def test_lists_the_files_on_request(job: Job, cli: Cli) -> None:
     result = cli("inspect", "savepoint:3", *job.flags, "--files")
 
     assert result.code == 0, result.err
-    assert "registry:       unknown (no status file)" in result.out
+    assert "registry:       unknown (no readable status file)" in result.out
     assert "shared files:   0\n" in result.out  # a savepoint is self-contained
     files = result.out.split("  files (4):\n", 1)[1].splitlines()
     assert files[0].split() == ["PATH", "SIZE", "SHA256", "LOCATION"]

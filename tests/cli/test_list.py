@@ -51,7 +51,7 @@ def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: C
     assert f"registry: {job.status_file.resolve()}" in result.out
     table = rows(result.out)
     assert table[("checkpoint", "1")][6:] == [
-        "unregistered", "not in the registry: never restored from, garbage-collected"
+        "unregistered", "not in the registry: never restored from; garbage collection removes it"
     ]  # fmt: skip
     assert table[("checkpoint", "2")][6:] == ["registered"]
     assert table[("checkpoint", "4")][2:] == [

@@ -60,22 +60,17 @@ class Running:
             JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
         )
         self.participant = RecordingParticipant()
-        self.stopped = False
         self.agent = CheckpointAgent(
             storage=self.storage,
             location=self.location,
             pin_root=tmp_path / "pins",
             participants=[self.participant],
             query_view=lambda: QueryView("running", idle=True),
-            stop_query=self._stop,
             restored_from=None,
             attempt=1,
         )
         self.port = _free_port()
         self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
-
-    def _stop(self) -> None:
-        self.stopped = True
 
     def client(self, token: str = TOKEN) -> AgentClient:
         return AgentClient(f"http://127.0.0.1:{self.port}", token)
@@ -147,7 +142,7 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
 
     _call(client, "complete", 1, 2)
     assert running.participant.completed == [2]
-    assert running.stopped is False
+    assert running.agent.stop_requested is False
     assert _call(client, "status")["checkpoints"] == []
 
 
@@ -165,7 +160,7 @@ def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) 
     savepoint = running.storage.read_metadata(CheckpointKind.SAVEPOINT, 2)
     assert all(f.location.startswith("savepoints/sp-2/") for f in savepoint.files)
     _call(client, "complete", 2, 2)
-    assert running.stopped is True
+    assert running.agent.stop_requested is True
 
 
 def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Path) -> None:

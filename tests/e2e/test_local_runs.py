@@ -64,7 +64,9 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     _assert_exactly_once(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
     # unreferenced shared file behind from the killed attempts.
-    leftovers = sorted(p.relative_to(run.storage_dir).as_posix() for p in run.storage_dir.rglob("*") if p.is_file())
+    leftovers = sorted(
+        p.relative_to(run.storage_dir).as_posix() for p in run.storage_dir.rglob("*") if p.is_file()
+    )
     assert leftovers == []
 
 

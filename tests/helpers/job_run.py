@@ -105,8 +105,15 @@ class JobRun:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "job.yaml",
-             "--state-dir", "state"],
+            [
+                sys.executable,
+                "-m",
+                "spark_checkpoint_operator.cli",
+                "run",
+                "job.yaml",
+                "--state-dir",
+                "state",
+            ],
             cwd=self.directory,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
