@@ -172,6 +172,7 @@ class JobSupervisor:
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
         self._garbage_collected = False
+        self._restore_recorded = False
         self._failing: str | None = None
         self._stop_requested = False
 
@@ -239,8 +240,10 @@ class JobSupervisor:
         )
         driver = await self._launcher.launch(self._record.attempt, candidates)
         self._driver = driver
+        await self._persist()  # status now names the new driver
         self._final_requested = False
         self._garbage_collected = False
+        self._restore_recorded = False
         self._failing = None
         try:
             while (exit_code := driver.exit_code()) is None:
@@ -283,10 +286,14 @@ class JobSupervisor:
                 )
         query = status["query"]
         self._record.last_batch = query.get("lastCommittedBatch")
-        if status.get("restoredFrom") and self._record.restored_from != status["restoredFrom"]:
-            self._record.restored_from = status["restoredFrom"]
-            self._record.restores += 1
-            self._report(f"restored from {status['restoredFrom']['source']}")
+        if not self._restore_recorded:
+            self._restore_recorded = True
+            self._record.restored_from = status.get("restoredFrom")
+            if self._record.restored_from:
+                self._record.restores += 1
+                self._report(f"restored from {self._record.restored_from['source']}")
+                for skipped in self._record.restored_from["skipped"]:
+                    self._report(f"skipped {skipped['source']}: {skipped['reason']}")
         await self._handle(TasksReported(frozenset(status["tasks"]), status["allTasksRunning"]))
         if query["state"] in ("running", "finished") and self._record.phase is not JobPhase.RUNNING:
             await self._set_phase(JobPhase.RUNNING)

@@ -133,15 +133,24 @@ def _copy_file(source: Path, target: Path) -> None:
 
 
 def _log_files(location: Path, batch_id: int) -> Iterator[str]:
+    """What a restart at ``batch_id`` reads of the query logs: the offsets of B and B-1
+    (Spark checks the second latest on restart), the commit of B, and each source's
+    metadata log from its latest compaction at or below B."""
     yield "metadata"
-    for log in ("offsets", "commits"):
-        yield from (f"{log}/{n}" for n in _numbered(location / log) if n <= batch_id)
+    for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
+        yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
     for source in _numeric_dirs(sources):
-        for name in sorted(os.listdir(sources / source)):
-            match = _BATCH_FILE.match(name) or _COMPACT_FILE.match(name)
-            if match and int(match[1]) <= batch_id:
-                yield f"sources/{source}/{name}"
+        entries: dict[int, str] = {}
+        compactions = []
+        for name in os.listdir(sources / source):
+            if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
+                entries[int(match[1])] = name
+            elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
+                entries[int(match[1])] = name
+                compactions.append(int(match[1]))
+        since = max(compactions, default=0)
+        yield from (f"sources/{source}/{entries[n]}" for n in sorted(entries) if n >= since)
     state = location / "state"
     # State schemas and operator metadata: small, rewritten only under new names.
     for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):

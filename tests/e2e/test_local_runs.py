@@ -28,7 +28,7 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     rng = random.Random(SEED)
     # Slow copies make "during a snapshot copy" a window a kill can hit.
     run = JobRun(tmp_path / "job", env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
-    run.add_input(files=14)
+    run.add_input(files=60)
     run.start()
     kills = []
 
