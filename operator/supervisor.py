@@ -390,7 +390,9 @@ class JobSupervisor:
                 else:
                     await self._handle(CheckpointFinalized(cid, path, size))
             case NotifyCheckpointComplete(checkpoint=completed):
-                self._report(_describe_completion(completed))
+                self._report(
+                    f"{_describe_completion(completed)} (query at batch {self._record.last_batch})"
+                )
                 await self._notify(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
                 self._report(f"{kind.value} {cid} failed: {message}")

@@ -23,7 +23,10 @@ LOGS_TASK = "logs"
 
 _BATCH_FILE = re.compile(r"^(\d+)$")
 _COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
-_STATE_FILE = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?\.(delta|snapshot|zip|changelog)$")
+_STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
+# checkpointFormatVersion=2 names files <version>_<uniqueId>; which one a version uses is
+# recorded in commits/B. Not supported yet: refused rather than guessed.
+_UNIQUE_ID_STATE_FILE = re.compile(r"^\d+_[0-9a-fA-F-]+\.(delta|snapshot|zip|changelog)$")
 
 
 class SnapshotError(Exception):
@@ -170,6 +173,11 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     directory = location / partition
     versions: dict[int, dict[str, str]] = {}
     for name in os.listdir(directory):
+        if _UNIQUE_ID_STATE_FILE.match(name):
+            raise SnapshotError(
+                f"{partition}/{name}: spark.sql.streaming.stateStore.checkpointFormatVersion=2 "
+                "is not supported; use the default version 1"
+            )
         match = _STATE_FILE.match(name)
         if match and int(match[1]) <= version:
             versions.setdefault(int(match[1]), {})[match[2]] = f"{partition}/{name}"
@@ -189,7 +197,13 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
         selected += [versions[v][k] for k in ("delta", "changelog") if k in versions[v]]
     sst_dir = directory / "SSTs"
     if sst_dir.is_dir():
-        selected += [f"{partition}/SSTs/{name}" for name in sorted(os.listdir(sst_dir))]
+        # Every SST present (a superset of what the zip lists); uploads in progress are
+        # hidden temporary names and are left out.
+        selected += [
+            f"{partition}/SSTs/{name}"
+            for name in sorted(os.listdir(sst_dir))
+            if name.endswith(".sst") and not name.startswith(".")
+        ]
     return selected
 
 

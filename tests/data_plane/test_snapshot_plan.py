@@ -92,6 +92,7 @@ def test_rocksdb_takes_the_version_zip_and_the_sst_files(tmp_path: Path) -> None
     base = "state/0/0"
     _touch(tmp_path, *(f"{base}/{v}.zip" for v in range(1, 6)))
     _touch(tmp_path, f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
+    _touch(tmp_path, f"{base}/SSTs/.000010-cc.sst.tmp", f"{base}/.6.zip.tmp")
     files = plan_snapshot(tmp_path, 3).files_by_task["state-0-0"]
     assert files == (f"{base}/4.zip", f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
 
@@ -140,3 +141,10 @@ def test_pinned_files_survive_spark_deleting_its_own(tmp_path: Path) -> None:
 def test_pinning_a_file_that_is_already_gone_fails_loudly(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="disappeared before it could be pinned"):
         pin(tmp_path, ["state/0/0/9.delta"], tmp_path / "pins")
+
+
+def test_checkpoint_format_version_2_is_refused_not_guessed(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=2)
+    _touch(tmp_path, "state/0/0/1_0a1b2c3d-4e5f.delta", "state/0/0/2_0a1b2c3d-4e5f.delta")
+    with pytest.raises(SnapshotError, match="checkpointFormatVersion=2 is not supported"):
+        plan_snapshot(tmp_path, 1)

@@ -126,3 +126,60 @@ def test_invalid_manifest_fails_before_anything_starts(tmp_path: Path) -> None:
     output = "\n".join(run.lines)
     assert "spec.checkpointing.minPause" in output
     assert not run.state_dir.exists()
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+@pytest.mark.parametrize("changelog", [False, True], ids=["rocksdb", "rocksdb-changelog"])
+def test_rocksdb_state_store_restores_exactly_once(tmp_path: Path, changelog: bool) -> None:
+    run = JobRun(
+        tmp_path / "job",
+        spark_conf={
+            "spark.sql.streaming.stateStore.providerClass": ROCKSDB,
+            "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": str(
+                changelog
+            ).lower(),
+        },
+    )
+    run.add_input(files=30)
+    run.start()
+    run.wait_for_line(r"checkpoint \d+ complete")
+    run.wait_for_line(r"checkpoint \d+ complete")
+    run.kill_driver()
+    run.wait_for_line(r"restored from checkpoint:\d+")
+    assert run.wait() == 0, "\n".join(run.lines)
+    _assert_exactly_once(run)
+    live = tmp_path / "job/state/default/wordcount/work/attempt-1/checkpoint/state/0/0"
+    assert list(live.glob("*.zip")), "the run did use RocksDB"
+
+
+def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
+    tmp_path: Path,
+) -> None:
+    run = JobRun(
+        tmp_path / "job",
+        env={"SPARK_CHECKPOINT_COPY_DELAY": "0.4"},
+        checkpointing={"interval": "2s", "minPause": "0s"},
+        spark_conf={
+            # Spark keeps as little as it may and cleans up as often as it can.
+            "spark.sql.streaming.minBatchesToRetain": "1",
+            "spark.sql.streaming.stateStore.maintenanceInterval": "100ms",
+            "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
+        },
+    )
+    run.add_input(files=60)
+    run.start()
+    progressed = None
+    while progressed is None:
+        done = run.wait_for_line(
+            r"checkpoint \d+ complete: batch (\d+), .*\(query at batch (\d+)\)"
+        )
+        if int(done[2]) >= int(done[1]) + 2:
+            progressed = done  # the query committed batches while this image was copied
+    live = tmp_path / "job/state/default/wordcount/work/attempt-1/checkpoint/state/0/0"
+    assert not (live / "1.delta").exists(), "Spark's cleanup ran during the run"
+    run.kill_driver()
+    run.wait_for_line(r"restored from checkpoint:\d+")
+    assert run.wait() == 0, "\n".join(run.lines)
+    _assert_exactly_once(run)

@@ -38,6 +38,7 @@ class JobRun:
         checkpointing: dict[str, Any] | None = None,
         restart_policy: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
+        spark_conf: dict[str, str] | None = None,
         name: str = "wordcount",
     ) -> None:
         self.directory = directory
@@ -57,6 +58,7 @@ class JobRun:
                         "spark.sql.shuffle.partitions": "2",
                         "spark.master": "local[2]",
                         "spark.driver.extraJavaOptions": FAST_JVM,
+                        **(spark_conf or {}),
                     },
                     "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
                 },

@@ -1,0 +1,111 @@
+"""Shared helpers of the benchmarks: paths, Spark settings, load and statistics."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "wordcount"
+RESULTS = Path(__file__).resolve().parent / "results"
+# spark_checkpoint and spark_checkpoint_operator are installed in the venv; the example's
+# modules (generate_input, ground_truth) are imported from its directory.
+if str(EXAMPLE) not in sys.path:
+    sys.path.insert(0, str(EXAMPLE))
+
+# The JVM flags of tests/helpers/job_run.py: C1 only and the serial collector roughly halve
+# JVM start and first-job time on this 2-core machine and keep JIT threads from competing
+# with the measured work. Both sides of every comparison use the same settings.
+FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SPARK_CONF: dict[str, str] = {
+    "spark.master": "local[2]",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.ui.enabled": "false",
+    "spark.driver.extraJavaOptions": FAST_JVM,
+}
+
+
+def submit_arguments(conf: Mapping[str, str], driver_memory: str | None = None) -> str:
+    """PYSPARK_SUBMIT_ARGS as `spark-checkpoint run` builds them (same conf, same order)."""
+    from spark_checkpoint_operator.local_runtime import _submit_arguments
+
+    arguments = _submit_arguments(conf)
+    if driver_memory:
+        arguments = f"--driver-memory {driver_memory} {arguments}"
+    return arguments
+
+
+def load_average() -> tuple[float, float, float]:
+    one, five, fifteen = os.getloadavg()
+    return (round(one, 2), round(five, 2), round(fifteen, 2))
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    """Median and spread (min, max) of a sample."""
+    ordered = sorted(values)
+    return {
+        "median": statistics.median(ordered),
+        "min": ordered[0],
+        "max": ordered[-1],
+        "n": len(ordered),
+    }
+
+
+def machine() -> dict[str, Any]:
+    memory_kib = 0
+    with open("/proc/meminfo") as meminfo:
+        for line in meminfo:
+            if line.startswith("MemTotal:"):
+                memory_kib = int(line.split()[1])
+    return {
+        "cpus": os.cpu_count(),
+        "memory_gib": round(memory_kib / 1024 / 1024, 1),
+        "python": platform.python_version(),
+    }
+
+
+class LoadSampler:
+    """Samples the 1-minute load average while a benchmark runs."""
+
+    def __init__(self) -> None:
+        self.samples: list[float] = [load_average()[0]]
+
+    def sample(self) -> None:
+        self.samples.append(load_average()[0])
+
+    def to_json(self) -> dict[str, float]:
+        return {
+            "min": min(self.samples),
+            "median": statistics.median(self.samples),
+            "max": max(self.samples),
+        }
+
+
+def save_results(name: str, quick: bool, document: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}{'-quick' if quick else ''}.json"
+    document = {
+        "benchmark": name,
+        "quick": quick,
+        "finished": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": machine(),
+        **document,
+    }
+    path.write_text(json.dumps(document, indent=2) + "\n")
+    return path
+
+
+def wait_for_file(path: Path, timeout: float, poll: float = 0.01) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} did not appear within {timeout:.0f}s")
+        time.sleep(poll)

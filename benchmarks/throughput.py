@@ -1,0 +1,275 @@
+"""Throughput of the reference word count with and without the checkpoint coordinator.
+
+A: coordinated -- examples/wordcount/pipeline.py under `spark-checkpoint run` with a
+   checkpoint every 10 s (agent in the driver, coordinator polling it, snapshots copied to
+   local storage, two-phase-commit sink committing on each completed checkpoint);
+B: uncoordinated -- the same query and sink started with ``writer.start()``
+   (benchmarks/_plain_wordcount.py), no agent, no coordinator.
+
+Both process the same generated input (bounded, ``availableNow``, one file per batch) with
+``local[2]`` and ``spark.sql.shuffle.partitions=4``. The measured window runs from the
+first batch's start (mtime of ``offsets/0``) to the last batch's commit (mtime of
+``commits/<last>``) in the run's Spark checkpoint location, so JVM start and, for A, the
+final checkpoint after the last batch are excluded; A's window does include the restore
+step's leftovers (none on a first attempt), the agent and every periodic checkpoint.
+Runs alternate A/B (ABBA order over pairs) so drift from the machine's other load falls
+on both sides.
+
+    python benchmarks/throughput.py [--quick] [--pairs N] [--files N] [--lines N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from _common import (
+    EXAMPLE,
+    SPARK_CONF,
+    LoadSampler,
+    load_average,
+    save_results,
+    submit_arguments,
+    summary,
+)
+from generate_input import generate
+from ground_truth import compare, committed_counts, expected_counts
+
+HERE = Path(__file__).resolve().parent
+JOB = "wordcount-bench"
+TARGET = 0.97
+
+
+def checkpoint_window(location: Path) -> dict[str, Any]:
+    """Batch timings from the Spark checkpoint location's files: ``offsets/B`` is written
+    when batch B starts, ``commits/B`` when it is committed."""
+    commits = sorted(int(n) for n in os.listdir(location / "commits") if n.isdigit())
+    last = commits[-1]
+
+    def mtime(log: str, batch: int) -> int:
+        return (location / log / str(batch)).stat().st_mtime_ns
+
+    start, first_commit, end = mtime("offsets", 0), mtime("commits", 0), mtime("commits", last)
+    durations = [(mtime("commits", b) - mtime("offsets", b)) / 1e9 for b in commits]
+    return {
+        "batches": last + 1,
+        "start_ns": start,
+        "end_ns": end,
+        # The brief's window: first batch's start -> last batch's commit.
+        "seconds": (end - start) / 1e9,
+        # Without batch 0, which also carries the JVM's first-job warm-up.
+        "steady_seconds": (end - first_commit) / 1e9,
+        "batch_seconds_median": statistics.median(durations),
+    }
+
+
+def run_coordinated(directory: Path, input_dir: Path, interval: str) -> dict[str, Any]:
+    directory.mkdir(parents=True)
+    shutil.copy(EXAMPLE / "pipeline.py", directory / "pipeline.py")
+    manifest = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": JOB, "namespace": "default"},
+        "spec": {
+            "application": {
+                "mainFile": "pipeline.py",
+                "arguments": ["--input", str(input_dir), "--output", "output", "--bounded"],
+                "sparkConf": dict(SPARK_CONF),
+            },
+            "checkpointing": {
+                "interval": interval,
+                "minPause": "1s",
+                "timeout": "60s",
+                "retained": 2,
+            },
+            "restartPolicy": {"type": "Never"},
+        },
+    }
+    (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+    command = [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "job.yaml"]
+    command += ["--state-dir", "state"]
+    started = time.time_ns()
+    with (directory / "run.log").open("w") as log:
+        code = subprocess.call(command, cwd=directory, stdout=log, stderr=subprocess.STDOUT)
+    ended = time.time_ns()
+    output = (directory / "run.log").read_text()
+    if code != 0:
+        raise RuntimeError(f"coordinated run failed ({code}):\n{output}")
+    work = directory / "state" / "default" / JOB / "work"
+    attempts = sorted(p.name for p in work.iterdir())
+    if attempts != ["attempt-1"]:
+        raise RuntimeError(f"expected one driver attempt, found {attempts}:\n{output}")
+    location = work / "attempt-1" / "checkpoint"
+    window = checkpoint_window(location)
+    completions = [line for line in output.splitlines() if " complete: batch " in line]
+    status = json.loads((directory / "state" / "default" / JOB / "status.json").read_text())
+    return {
+        **window,
+        "process_seconds": (ended - started) / 1e9,
+        "startup_seconds": (window["start_ns"] - started) / 1e9,
+        "after_last_commit_seconds": (ended - window["end_ns"]) / 1e9,
+        "checkpoints_completed": len(completions),
+        "checkpoints_failed": status["status"]["coordinator"].get("failedCount"),
+        "output": directory / "output",
+    }
+
+
+def run_plain(directory: Path, input_dir: Path) -> dict[str, Any]:
+    directory.mkdir(parents=True)
+    location = directory / "checkpoint"
+    command = [sys.executable, str(HERE / "_plain_wordcount.py"), "--input", str(input_dir)]
+    command += ["--output", "output", "--checkpoint", str(location)]
+    environment = dict(os.environ, PYSPARK_SUBMIT_ARGS=submit_arguments(SPARK_CONF))
+    started = time.time_ns()
+    with (directory / "run.log").open("w") as log:
+        code = subprocess.call(
+            command, cwd=directory, env=environment, stdout=log, stderr=subprocess.STDOUT
+        )
+    ended = time.time_ns()
+    if code != 0:
+        raise RuntimeError(f"plain run failed ({code}):\n{(directory / 'run.log').read_text()}")
+    window = checkpoint_window(location)
+    return {
+        **window,
+        "process_seconds": (ended - started) / 1e9,
+        "startup_seconds": (window["start_ns"] - started) / 1e9,
+        "after_last_commit_seconds": (ended - window["end_ns"]) / 1e9,
+        "output": directory / "output",
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small smoke run (< 2 min)")
+    parser.add_argument("--pairs", type=int)
+    parser.add_argument("--files", type=int)
+    parser.add_argument("--lines", type=int)
+    parser.add_argument("--interval", default="10s", help="checkpoint interval (default 10s)")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    pairs = args.pairs or (1 if args.quick else 3)
+    files = args.files or (6 if args.quick else 80)
+    lines = args.lines or (500 if args.quick else 2000)
+    rows = files * lines
+
+    base = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
+    load = LoadSampler()
+    runs: list[dict[str, Any]] = []
+    try:
+        input_dir = base / "input"
+        generate(input_dir, files=files, lines=lines, seed=7)
+        expected = expected_counts(input_dir)
+        print(
+            f"throughput: {files} files x {lines} lines = {rows} rows, {pairs} pairs, "
+            f"checkpoint interval {args.interval}, load {load_average()}",
+            flush=True,
+        )
+        for pair in range(pairs):
+            order = ("coordinated", "plain") if pair % 2 == 0 else ("plain", "coordinated")
+            for mode in order:
+                directory = base / f"{mode}-{pair}"
+                load.sample()
+                before = load_average()
+                if mode == "coordinated":
+                    result = run_coordinated(directory, input_dir, args.interval)
+                else:
+                    result = run_plain(directory, input_dir)
+                diff = compare(expected, committed_counts(result.pop("output")))
+                if diff:
+                    raise RuntimeError(f"{mode} run {pair}: wrong output: {diff.lines()[:5]}")
+                if result["batches"] != files:
+                    raise RuntimeError(f"{mode} run {pair}: {result['batches']} batches")
+                result.update(
+                    mode=mode,
+                    pair=pair,
+                    rows_per_second=rows / result["seconds"],
+                    # Every file has `lines` rows and each batch reads one file.
+                    steady_rows_per_second=(rows - lines) / result["steady_seconds"],
+                    load_before=before,
+                    load_after=load_average(),
+                )
+                load.sample()
+                runs.append(result)
+                extra = (
+                    f", {result['checkpoints_completed']} checkpoints"
+                    if mode == "coordinated"
+                    else ""
+                )
+                print(
+                    f"  pair {pair} {mode:11s}: {result['seconds']:6.2f}s window, "
+                    f"{result['rows_per_second']:6.0f} rows/s (steady "
+                    f"{result['steady_rows_per_second']:6.0f}), batch median "
+                    f"{result['batch_seconds_median']:.2f}s, process "
+                    f"{result['process_seconds']:.1f}s{extra}, load {before[0]}",
+                    flush=True,
+                )
+    finally:
+        if args.keep:
+            print(f"kept {base}")
+        else:
+            shutil.rmtree(base, ignore_errors=True)
+
+    by_pair: dict[int, dict[str, dict[str, Any]]] = {}
+    for run in runs:
+        by_pair.setdefault(run["pair"], {})[run["mode"]] = run
+    ratios = [
+        p["coordinated"]["rows_per_second"] / p["plain"]["rows_per_second"]
+        for p in by_pair.values()
+    ]
+    steady_ratios = [
+        p["coordinated"]["steady_rows_per_second"] / p["plain"]["steady_rows_per_second"]
+        for p in by_pair.values()
+    ]
+    coordinated = [r["rows_per_second"] for r in runs if r["mode"] == "coordinated"]
+    plain = [r["rows_per_second"] for r in runs if r["mode"] == "plain"]
+
+    def steady(mode: str) -> dict[str, float]:
+        return summary([r["steady_rows_per_second"] for r in runs if r["mode"] == mode])
+
+    document = {
+        "parameters": {
+            "files": files,
+            "lines": lines,
+            "rows": rows,
+            "pairs": pairs,
+            "interval": args.interval,
+            "spark_conf": SPARK_CONF,
+        },
+        "load_average": load.to_json(),
+        "coordinated_rows_per_second": summary(coordinated),
+        "plain_rows_per_second": summary(plain),
+        "paired_ratio": summary(ratios),
+        "ratios": ratios,
+        "coordinated_steady_rows_per_second": steady("coordinated"),
+        "plain_steady_rows_per_second": steady("plain"),
+        "paired_steady_ratio": summary(steady_ratios),
+        "steady_ratios": steady_ratios,
+        "target": f"coordinated >= {TARGET}x plain",
+        "target_met": summary(ratios)["median"] >= TARGET,
+        "runs": runs,
+    }
+    path = save_results("throughput", args.quick, document)
+    ratio = document["paired_ratio"]
+    print(
+        f"coordinated {summary(coordinated)['median']:.0f} rows/s, plain "
+        f"{summary(plain)['median']:.0f} rows/s; paired ratio median {ratio['median']:.3f} "
+        f"(min {ratio['min']:.3f}, max {ratio['max']:.3f}); steady ratio median "
+        f"{document['paired_steady_ratio']['median']:.3f}; target >= {TARGET}: "
+        f"{'met' if document['target_met'] else 'MISSED'}; load {load.to_json()}; {path}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
