@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from spark_checkpoint_operator.local_runtime import _submit_arguments
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "wordcount"
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -35,8 +37,6 @@ SPARK_CONF: dict[str, str] = {
 
 def submit_arguments(conf: Mapping[str, str], driver_memory: str | None = None) -> str:
     """PYSPARK_SUBMIT_ARGS as `spark-checkpoint run` builds them (same conf, same order)."""
-    from spark_checkpoint_operator.local_runtime import _submit_arguments
-
     arguments = _submit_arguments(conf)
     if driver_memory:
         arguments = f"--driver-memory {driver_memory} {arguments}"
@@ -57,6 +57,14 @@ def summary(values: Sequence[float]) -> dict[str, float]:
         "max": ordered[-1],
         "n": len(ordered),
     }
+
+
+def paired_ratios(runs: Sequence[Mapping[str, Any]], key: str, a: str, b: str) -> list[float]:
+    """``run[key]`` of mode `a` divided by that of mode `b`, for each pair of runs."""
+    by_pair: dict[int, dict[str, Mapping[str, Any]]] = {}
+    for run in runs:
+        by_pair.setdefault(run["pair"], {})[run["mode"]] = run
+    return [float(p[a][key]) / float(p[b][key]) for _pair, p in sorted(by_pair.items())]
 
 
 def machine() -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 A stateful query (``groupBy("k").count()`` over CSV files of long keys, HDFS state store,
 ``local[2]``, 4 shuffle partitions) runs in this process. Input is fed one file per batch:
-the state grows in steps (by default 10 thousand, 100 thousand, then 1 million keys) and
+the state grows in steps (by default 10 thousand for 3 batches, 100 thousand for 3, then 1 million for 12) and
 every batch also updates ~1% of the keys already in the state. After each batch commits,
 while the query idles, one checkpoint of batch B is taken with the project's own snapshot
 and storage modules (``plan_snapshot``, ``pin``, ``CheckpointStorage.add_shared_file``,
@@ -31,12 +31,10 @@ import random
 import shutil
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _checkpoint import query_id_of, take_checkpoint
 from _common import (
     SPARK_CONF,
     LoadSampler,
@@ -46,16 +44,10 @@ from _common import (
     summary,
     wait_for_file,
 )
+from pyspark.sql import SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
-from spark_checkpoint.agent.snapshot import pin, plan_snapshot
-from spark_checkpoint.storage import (
-    CheckpointKind,
-    CheckpointMetadata,
-    CheckpointStorage,
-    JobStorageLayout,
-    ManifestEntry,
-    TaskAcknowledgement,
-)
+from spark_checkpoint.storage import CheckpointMetadata, CheckpointStorage, JobStorageLayout
 
 TARGET = 1.2
 NAMESPACE, JOB = "default", "incremental-bench"
@@ -99,58 +91,88 @@ def state_files(location: Path) -> dict[str, int]:
     }
 
 
-def take_checkpoint(
-    storage: CheckpointStorage,
-    location: Path,
-    batch_id: int,
-    checkpoint_id: int,
-    pin_dir: Path,
-    link: bool,
-    query_id: str,
-) -> tuple[float, CheckpointMetadata]:
-    """One checkpoint as the agent takes it: plan, pin, copy per task (2 workers), then
-    ``_metadata``. Returns the duration and the metadata."""
-    started = time.monotonic()
-    trigger_time = datetime.now(UTC)
-    plan = plan_snapshot(location, batch_id)
-    pin(location, (f for files in plan.files_by_task.values() for f in files), pin_dir)
+class Bench:
+    """The live location, the storages and what the previous checkpoint saw."""
 
-    def copy_task(task: str, files: tuple[str, ...]) -> tuple[TaskAcknowledgement, list[Any]]:
-        task_started = time.monotonic()
-        entries: list[ManifestEntry] = [
-            storage.add_shared_file(str(pin_dir / relative), relative, link=link)
-            for relative in files
-        ]
-        ack = TaskAcknowledgement(
-            task=task,
-            files=tuple(e.path for e in entries),
-            bytes=sum(e.size for e in entries),
-            duration_ms=int((time.monotonic() - task_started) * 1000),
-        )
-        return ack, entries
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.input_dir, self.location = base / "input", base / "checkpoint"
+        self.input_dir.mkdir()
+        self.roots = {
+            "incremental": base / "storage-incremental",
+            "incremental-copy": base / "storage-incremental-copy",
+        }
+        self.storages = {
+            name: CheckpointStorage(JobStorageLayout(str(root), NAMESPACE, JOB))
+            for name, root in self.roots.items()
+        }
+        self.previous_state: dict[str, int] = {}
 
-    with ThreadPoolExecutor(2) as workers:
-        results = list(
-            workers.map(lambda item: copy_task(*item), sorted(plan.files_by_task.items()))
+    def start_query(self, spark: SparkSession) -> StreamingQuery:
+        keys = spark.readStream.schema("k LONG").option("maxFilesPerTrigger", 1)
+        return (
+            keys.csv(str(self.input_dir))
+            .groupBy("k")
+            .count()
+            .writeStream.outputMode("update")
+            .format("noop")
+            .option("checkpointLocation", str(self.location))
+            .trigger(processingTime="500 milliseconds")
+            .start()
         )
-    entries = [e for _ack, task_entries in results for e in task_entries]
-    metadata = CheckpointMetadata(
-        namespace=NAMESPACE,
-        job=JOB,
-        checkpoint_id=checkpoint_id,
-        kind=CheckpointKind.CHECKPOINT,
-        batch_id=batch_id,
-        query_id=query_id,
-        trigger_time=trigger_time,
-        completion_time=datetime.now(UTC),
-        acknowledgements=tuple(ack for ack, _entries in results),
-        files=tuple(entries),
-        total_bytes=sum(e.size for e in entries),
-        properties={"benchmark": "incremental"},
-    )
-    storage.write_metadata(metadata)
-    shutil.rmtree(pin_dir)
-    return time.monotonic() - started, metadata
+
+    def measure(self, batch_id: int) -> dict[str, Any]:
+        """Checkpoint `batch_id` into each storage; bytes and time of each."""
+        checkpoint_id = batch_id + 1
+        state = state_files(self.location)
+        new_state = {p: s for p, s in state.items() if p not in self.previous_state}
+        self.previous_state = state
+        query_id = query_id_of(self.location)
+        full_root = self.base / f"storage-full-{checkpoint_id}"
+        modes = ["incremental", "incremental-copy", "full"]
+        # Rotate the order so that no mode always runs first (colder caches, other load).
+        shift = batch_id % len(modes)
+        seconds: dict[str, float] = {}
+        written: dict[str, int] = {}
+        breakdown: dict[str, int] = {}
+        for mode in modes[shift:] + modes[:shift]:
+            if mode == "full":
+                storage = CheckpointStorage(JobStorageLayout(str(full_root), NAMESPACE, JOB))
+                root = full_root
+            else:
+                storage, root = self.storages[mode], self.roots[mode]
+            before = files_below(root)
+            seconds[mode], metadata = take_checkpoint(
+                storage,
+                self.location,
+                batch_id=batch_id,
+                checkpoint_id=checkpoint_id,
+                pin_dir=self.base / f"pins-{mode}",
+                link=mode == "incremental",
+                query_id=query_id,
+            )
+            added = {p: size for p, size in files_below(root).items() if p not in before}
+            written[mode] = sum(added.values())
+            if mode == "incremental":
+                breakdown = _breakdown(added, metadata)
+        shutil.rmtree(full_root)
+        new_state_bytes = sum(new_state.values())
+        return {
+            "checkpoint": checkpoint_id,
+            "batch": batch_id,
+            "new_state_files": len(new_state),
+            "new_state_bytes": new_state_bytes,
+            "image_files": len(metadata.files),
+            "image_bytes": metadata.total_bytes,
+            "image_state_bytes": sum(e.size for e in metadata.files if e.path.startswith("state/")),
+            "bytes": written,
+            "seconds": seconds,
+            "incremental_breakdown": breakdown,
+            "ratio_incremental_to_new_state": written["incremental"] / max(1, new_state_bytes),
+            "ratio_incremental_state_files_to_new_state": breakdown["state_files"]
+            / max(1, new_state_bytes),
+            "ratio_full_to_incremental": written["full"] / max(1, written["incremental"]),
+        }
 
 
 def main() -> int:
@@ -160,74 +182,41 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     stages = parse_stages(
-        args.stages or ("1000:2,10000:3" if args.quick else "10000:3,100000:3,1000000:4")
+        args.stages or ("1000:2,10000:3" if args.quick else "10000:3,100000:3,1000000:12")
     )
 
     base = Path(tempfile.mkdtemp(prefix="bench-incremental-"))
-    input_dir, location = base / "input", base / "checkpoint"
-    input_dir.mkdir()
-    roots = {
-        "incremental": base / "storage-incremental",
-        "incremental-copy": base / "storage-incremental-copy",
-    }
-    storages = {
-        name: CheckpointStorage(JobStorageLayout(str(root), NAMESPACE, JOB))
-        for name, root in roots.items()
-    }
+    bench = Bench(base)
     load = LoadSampler()
     rows: list[dict[str, Any]] = []
-    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_arguments(SPARK_CONF, driver_memory="4g")
-    from pyspark.sql import SparkSession
-
+    conf = {**SPARK_CONF, "spark.ui.showConsoleProgress": "false"}
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_arguments(conf, driver_memory="4g")
     spark = SparkSession.builder.appName("incremental-bench").getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel("ERROR")
     query = None
     try:
-        keys_stream = (
-            spark.readStream.schema("k LONG").option("maxFilesPerTrigger", 1).csv(str(input_dir))
-        )
-        query = (
-            keys_stream.groupBy("k")
-            .count()
-            .writeStream.outputMode("update")
-            .format("noop")
-            .option("checkpointLocation", str(location))
-            .trigger(processingTime="500 milliseconds")
-            .start()
-        )
+        query = bench.start_query(spark)
         rng = random.Random(42)
         state_size = 0
         batch_id = 0
-        previous_state: dict[str, int] = {}
         print(f"incremental: stages {stages}, load {load_average()}", flush=True)
         for target, batches in stages:
             for _ in range(batches):
                 updated = rng.sample(range(state_size), int(state_size * UPDATE_FRACTION))
                 new = list(range(state_size, max(target, state_size)))
-                write_input(input_dir, batch_id, updated + new)
-                wait_for_file(location / "commits" / str(batch_id), timeout=900)
+                write_input(bench.input_dir, batch_id, updated + new)
+                wait_for_file(bench.location / "commits" / str(batch_id), timeout=900)
                 state_size = max(target, state_size)
                 load.sample()
-                row = measure(storages, roots, base, location, batch_id, previous_state)
+                row = bench.measure(batch_id)
                 row.update(
                     keys=state_size,
                     keys_updated=len(updated),
                     keys_added=len(new),
                     load=load_average()[0],
                 )
-                previous_state = state_files(location)
                 rows.append(row)
-                print(
-                    f"  chk {batch_id + 1:2d} batch {batch_id:2d} keys {state_size:8d}: "
-                    f"new state {row['new_state_bytes'] / 1e6:8.3f} MB, incremental "
-                    f"{row['bytes']['incremental'] / 1e6:8.3f} MB "
-                    f"({row['ratio_incremental_to_new_state']:.3f}x) in "
-                    f"{row['seconds']['incremental']:.2f}s (copy "
-                    f"{row['seconds']['incremental-copy']:.2f}s), full "
-                    f"{row['bytes']['full'] / 1e6:8.3f} MB in {row['seconds']['full']:.2f}s, "
-                    f"load {row['load']}",
-                    flush=True,
-                )
+                print_row(row)
                 batch_id += 1
     finally:
         if query is not None:
@@ -268,53 +257,35 @@ def main() -> int:
     return 0
 
 
-def measure(
-    storages: dict[str, CheckpointStorage],
-    roots: dict[str, Path],
-    base: Path,
-    location: Path,
-    batch_id: int,
-    previous_state: dict[str, int],
-) -> dict[str, Any]:
-    checkpoint_id = batch_id + 1
-    state = state_files(location)
-    new_state = {p: s for p, s in state.items() if p not in previous_state}
-    query_id = (location / "metadata").read_text()
-    query_id = query_id.split('"id":"', 1)[1].split('"', 1)[0]
-    full_root = base / f"storage-full-{checkpoint_id}"
-    modes = ["incremental", "incremental-copy", "full"]
-    # Rotate the order so that no mode always runs first (colder caches, fresher load).
-    shift = batch_id % len(modes)
-    seconds: dict[str, float] = {}
-    written: dict[str, int] = {}
-    for mode in modes[shift:] + modes[:shift]:
-        if mode == "full":
-            storage = CheckpointStorage(JobStorageLayout(str(full_root), NAMESPACE, JOB))
-            root, link = full_root, False
+def print_row(row: dict[str, Any]) -> None:
+    parts = row["incremental_breakdown"]
+    print(
+        f"  chk {row['checkpoint']:2d} batch {row['batch']:2d} keys {row['keys']:8d}: "
+        f"new state {row['new_state_bytes'] / 1e6:8.3f} MB, incremental "
+        f"{row['bytes']['incremental'] / 1e6:8.3f} MB "
+        f"({row['ratio_incremental_to_new_state']:.3f}x; state "
+        f"{parts['state_files'] / 1e6:.3f}, logs {parts['log_files'] / 1e6:.3f}, _metadata "
+        f"{parts['metadata'] / 1e6:.3f}) in {row['seconds']['incremental']:.2f}s (copy "
+        f"{row['seconds']['incremental-copy']:.2f}s), full "
+        f"{row['bytes']['full'] / 1e6:8.3f} MB in {row['seconds']['full']:.2f}s, "
+        f"load {row['load']}",
+        flush=True,
+    )
+
+
+def _breakdown(added: dict[str, int], metadata: CheckpointMetadata) -> dict[str, int]:
+    """Bytes a checkpoint added to storage: state files, query logs and ``_metadata``."""
+    prefix = f"{NAMESPACE}/{JOB}/"
+    path_of = {prefix + e.location: e.path for e in metadata.files}
+    result = {"state_files": 0, "log_files": 0, "metadata": 0}
+    for stored, size in added.items():
+        if stored.endswith("/_metadata") and "/chk-" in stored:
+            result["metadata"] += size
+        elif path_of.get(stored, "").startswith("state/"):
+            result["state_files"] += size
         else:
-            storage, root, link = storages[mode], roots[mode], mode == "incremental"
-        before = files_below(root)
-        seconds[mode], metadata = take_checkpoint(
-            storage, location, batch_id, checkpoint_id, base / f"pins-{mode}", link, query_id
-        )
-        after = files_below(root)
-        written[mode] = sum(size for path, size in after.items() if path not in before)
-    shutil.rmtree(full_root)
-    image_state = sum(e.size for e in metadata.files if e.path.startswith("state/"))
-    new_state_bytes = sum(new_state.values())
-    return {
-        "checkpoint": checkpoint_id,
-        "batch": batch_id,
-        "new_state_files": len(new_state),
-        "new_state_bytes": new_state_bytes,
-        "image_files": len(metadata.files),
-        "image_bytes": metadata.total_bytes,
-        "image_state_bytes": image_state,
-        "bytes": written,
-        "seconds": seconds,
-        "ratio_incremental_to_new_state": written["incremental"] / max(1, new_state_bytes),
-        "ratio_full_to_incremental": written["full"] / max(1, written["incremental"]),
-    }
+            result["log_files"] += size
+    return result
 
 
 if __name__ == "__main__":

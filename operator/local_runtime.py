@@ -220,15 +220,16 @@ async def run_local(
         report=report,
     )
     interrupts = [0]
+    # shutdown.drain: process all available input before the savepoint (stop --drain).
+    after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
 
     def on_interrupt() -> None:
         interrupts[0] += 1
         if interrupts[0] == 1:
-            report("interrupted: taking a savepoint, then stopping (Ctrl-C again to kill)")
+            what = "draining the input, then " if after is AfterCompletion.DRAIN else ""
+            report(f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to kill)")
             supervisor.request(
-                TriggerRequested(
-                    CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP, label="ctrl-c"
-                )
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="ctrl-c")
             )
         elif launcher.current is not None:
             asyncio.get_running_loop().create_task(launcher.current.terminate())

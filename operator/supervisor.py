@@ -173,6 +173,7 @@ class JobSupervisor:
         self._final_requested = False
         self._garbage_collected = False
         self._restore_recorded = False
+        self._completed_in_attempt = False
         self._failing: str | None = None
         self._stop_requested = False
 
@@ -193,7 +194,8 @@ class JobSupervisor:
             exit_code = await self._run_attempt()
             outcome = self._outcome(exit_code)
             if outcome is None:
-                retries += 1
+                # An attempt that completed a checkpoint made progress: backoff starts over.
+                retries = 1 if self._completed_in_attempt else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
                 if not unlimited and retries > self._restart_policy.max_retries:
                     self._record.message = (
@@ -244,6 +246,7 @@ class JobSupervisor:
         self._final_requested = False
         self._garbage_collected = False
         self._restore_recorded = False
+        self._completed_in_attempt = False
         self._failing = None
         try:
             while (exit_code := driver.exit_code()) is None:
@@ -268,6 +271,7 @@ class JobSupervisor:
         try:
             status = await driver.agent.status()
         except (AgentUnavailable, AgentRejected):
+            await self._agent_lost()
             await self._handle(Tick())
             return
         if not self._garbage_collected:
@@ -324,6 +328,14 @@ class JobSupervisor:
                 self._fed_declines.add(key)
                 await self._handle(TaskDeclined(checkpoint_id, decline["task"], decline["message"]))
 
+    async def _agent_lost(self) -> None:
+        """The driver process is there but its agent does not answer (starting, stopping,
+        or dying): the job is not Running, so nothing is triggered and pending checkpoints
+        are aborted without counting as failures (Flink's deactivator)."""
+        if self._record.phase is JobPhase.RUNNING:
+            await self._set_phase(JobPhase.DEPLOYING)
+            await self._handle(JobPhaseChanged(JobPhase.DEPLOYING))
+
     async def _leave_running(self) -> None:
         await self._handle(JobPhaseChanged(JobPhase.RESTARTING))
 
@@ -373,23 +385,28 @@ class JobSupervisor:
             case PersistState():
                 await self._persist()
             case TriggerCheckpoint(checkpoint_id=cid, kind=kind, after=after):
+                if driver is None or self._record.phase is not JobPhase.RUNNING:
+                    return  # the agent was lost meanwhile: the coordinator aborted it
                 self._report(f"trigger {kind.value} {cid}")
                 try:
-                    if driver is None:
-                        raise AgentUnavailable("no driver")
                     await driver.agent.trigger(cid, kind.value, after.value)
-                except (AgentUnavailable, AgentRejected) as error:
+                except AgentUnavailable:
+                    await self._agent_lost()
+                except AgentRejected as error:
                     await self._handle(TriggerDeliveryFailed(cid, str(error)))
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
+                if driver is None:
+                    return
                 try:
-                    if driver is None:
-                        raise AgentUnavailable("no driver")
                     path, size = await driver.agent.finalize(cid, sorted(tasks))
-                except (AgentUnavailable, AgentRejected) as error:
+                except AgentUnavailable:
+                    await self._agent_lost()
+                except AgentRejected as error:
                     await self._handle(FinalizationFailed(cid, str(error)))
                 else:
                     await self._handle(CheckpointFinalized(cid, path, size))
             case NotifyCheckpointComplete(checkpoint=completed):
+                self._completed_in_attempt = True
                 self._report(
                     f"{_describe_completion(completed)} (query at batch {self._record.last_batch})"
                 )

@@ -39,6 +39,7 @@ class JobRun:
         restart_policy: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
         spark_conf: dict[str, str] | None = None,
+        shutdown: dict[str, Any] | None = None,
         name: str = "wordcount",
     ) -> None:
         self.directory = directory
@@ -69,6 +70,7 @@ class JobRun:
                     "retained": 2,
                     **(checkpointing or {}),
                 },
+                "shutdown": shutdown or {},
                 "restartPolicy": {
                     "type": "OnFailure",
                     "maxRetries": 10,
