@@ -201,3 +201,22 @@ def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_pa
 def test_restore_with_no_usable_image_fails_naming_each(running: Running, tmp_path: Path) -> None:
     with pytest.raises(RestoreFailed, match="checkpoint:7"):
         restore(running.storage, (RestoreCandidate("checkpoint", 7),), tmp_path / "restored")
+
+
+def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
+    running: Running, tmp_path: Path
+) -> None:
+    client = running.client()
+    _call(client, "trigger", 4, "savepoint", "continue")
+    _wait_for(client, 4, "acknowledged")
+    path, _ = _call(client, "finalize", 4, ["logs", "state-0-0", "state-0-1"])
+    other_job = CheckpointStorage(
+        JobStorageLayout((tmp_path / "other-storage").as_uri(), "default", "wordcount-fork")
+    )
+    target = tmp_path / "forked"
+
+    outcome = restore(other_job, (RestoreCandidate("external", metadata_uri=path),), target)
+
+    assert outcome is not None and outcome.batch_id == 2
+    assert json.loads((target / "metadata").read_text())["id"] != "0b7c6a0e-query"
+    assert (target / "offsets/2").read_text() == "offsets 2"
