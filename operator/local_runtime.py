@@ -7,6 +7,7 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 
 import asyncio
 import contextlib
+import ctypes
 import json
 import os
 import secrets
@@ -33,6 +34,7 @@ from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
 
 STOP_GRACE_SECONDS = 30.0
+PR_SET_PDEATHSIG = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +145,7 @@ class LocalLauncher:
             stderr=log,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
+            preexec_fn=_die_with_parent,
         )
         driver = LocalDriver(process, AgentClient(f"http://127.0.0.1:{port}", token), log)
         self.current = driver
@@ -189,6 +192,7 @@ async def run_local(
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills)."""
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
+    _stop_leftover_driver(paths, report)
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
     storage = CheckpointStorage(JobStorageLayout(storage_root, manifest.namespace, manifest.name))
     record = load_record(paths)
@@ -255,6 +259,34 @@ def _submit_arguments(spark_conf: Mapping[str, str]) -> str:
     conf.setdefault("spark.ui.enabled", "false")
     parts = [f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(conf.items())]
     return " ".join([*parts, "pyspark-shell"])
+
+
+def _die_with_parent() -> None:
+    """Runs in the driver before exec: if the runtime dies, so does its driver, so a later
+    run never finds a second driver of the job still writing."""
+    if sys.platform == "linux":
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:
+    """A driver of an earlier run whose runtime was killed must be gone before a new one
+    starts: two drivers of one job would commit the same output."""
+    if not paths.status_file.exists():
+        return
+    pid = json.loads(paths.status_file.read_text()).get("driver", {}).get("pid")
+    if pid is None:
+        return
+    # Only a process that is this job's driver (pids get reused): its environment names
+    # this job's work directory.
+    marker = f"SPARK_CHECKPOINT_WORK_DIR={paths.work_dir}".encode()
+    try:
+        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return
+    if marker in environment:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+            report(f"stopped driver {pid} left over from an earlier run")
 
 
 def _free_port() -> int:

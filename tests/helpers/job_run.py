@@ -166,7 +166,7 @@ class JobRun:
         try:
             return self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            self.process.kill()
+            self.process.kill()  # its driver dies with it (PR_SET_PDEATHSIG)
             raise AssertionError("run timed out; output:\n" + "\n".join(self.lines)) from None
 
     def output_counts(self) -> dict[str, int]:
