@@ -2,11 +2,12 @@
 
 A stateful query (``groupBy("k").count()`` over CSV files of long keys, HDFS state store,
 ``local[2]``, 4 shuffle partitions) runs in this process. Input is fed one file per batch:
-the state grows in steps (by default 10 thousand for 3 batches, 100 thousand for 3, then 1 million for 12) and
-every batch also updates ~1% of the keys already in the state. After each batch commits,
-while the query idles, one checkpoint of batch B is taken with the project's own snapshot
-and storage modules (``plan_snapshot``, ``pin``, ``CheckpointStorage.add_shared_file``,
-``write_metadata``), the way the agent takes it, into three storages:
+the state grows in steps (by default 10 thousand keys for 3 batches, 100 thousand for 3,
+then 1 million for 12) and every batch also updates ~1% of the keys already in the state.
+After each batch commits, while the query idles, one checkpoint of batch B is taken with
+the project's own snapshot and storage modules (``plan_snapshot``, ``pin``,
+``CheckpointStorage.add_shared_file``, ``write_metadata``), the way the agent takes it,
+into three storages:
 
 - ``incremental`` -- one storage root for all checkpoints, content-addressed shared files,
   hard links on a local filesystem (the default the agent uses);
@@ -20,7 +21,7 @@ state files, without Hadoop ``.crc`` files, that appeared in the live location),
 stored by each storage (sizes of the files that appeared under its root, ``_metadata``
 included), the ratio incremental / new state, and the duration of each.
 
-    python benchmarks/incremental.py [--quick] [--stages 10000:3,100000:3,1000000:4]
+    python benchmarks/incremental.py [--quick] [--stages 10000:3,100000:3,1000000:12]
 """
 
 from __future__ import annotations

@@ -15,7 +15,10 @@ Each repetition, in one warm Spark session, measures the time until batch B+1 is
   location (every file copied out of storage and its SHA-256 checked), the sink's
   ``on_restore`` runs, then the same query starts there, until ``commits/B+1`` exists.
 
-Repetitions alternate (ABBA order over pairs) after one unmeasured warm-up of each.
+Repetitions alternate (ABBA order over pairs) after one unmeasured warm-up of each. Before
+every run the state stores the previous query left loaded in the JVM are unloaded and the
+JVM collects garbage (untimed), so each run loads its state from files, as a restarted
+driver does.
 
     python benchmarks/restore_time.py [--quick] [--pairs N] [--keys N] [--batches N]
 """
@@ -41,7 +44,6 @@ from _common import (
     save_results,
     submit_arguments,
     summary,
-    wait_for_file,
 )
 from pyspark.sql import DataFrame, SparkSession
 
@@ -68,9 +70,12 @@ def counts(spark: SparkSession, input_dir: Path) -> DataFrame:
 
 def run_to_end(
     spark: SparkSession, input_dir: Path, location: Path, output: Path, batch: int
-) -> float:
-    """Start the query on `location`; return the time (epoch seconds) at which
-    ``commits/<batch>`` was written, after the query ended."""
+) -> dict[str, Any]:
+    """Start the query on `location` and wait until it ended after committing `batch`.
+
+    Returns the epoch times at which ``offsets/<batch>`` (the batch was planned) and
+    ``commits/<batch>`` (it was committed) were written, and Spark's ``durationMs`` of
+    the batch."""
     sink = TransactionalFileSink(output)
     query = (
         counts(spark, input_dir)
@@ -81,26 +86,53 @@ def run_to_end(
         .start()
     )
     commit = location / "commits" / str(batch)
-    wait_for_file(commit, timeout=600, poll=0.005)
+    deadline = time.monotonic() + 600
+    while not commit.exists():
+        if not query.isActive and not commit.exists():
+            raise RuntimeError(f"query ended before batch {batch}: {query.exception()}")
+        if time.monotonic() > deadline:
+            query.stop()
+            raise TimeoutError(f"batch {batch} not committed in {location}")
+        time.sleep(0.005)
     query.awaitTermination()
     if query.exception() is not None:
         raise RuntimeError(f"query failed: {query.exception()}")
-    return commit.stat().st_mtime_ns / 1e9
+    progress = next((p for p in query.recentProgress if p.batchId == batch), None)
+    return {
+        "planned": (location / "offsets" / str(batch)).stat().st_mtime_ns / 1e9,
+        "committed": commit.stat().st_mtime_ns / 1e9,
+        "duration_ms": dict(progress.durationMs) if progress is not None else {},
+    }
+
+
+def unload_state(spark: SparkSession) -> None:
+    """Drop the state stores the finished query left loaded in this JVM (Spark unloads
+    them only on its maintenance schedule), as a restarted driver starts without any; then
+    collect garbage. Untimed, and done before every run of either kind."""
+    jvm = spark._jvm
+    assert jvm is not None
+    jvm.org.apache.spark.sql.execution.streaming.state.StateStore.stop()
+    jvm.java.lang.System.gc()
 
 
 def spark_restart(
     spark: SparkSession, input_dir: Path, live: Path, work: Path, batch: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     location = work / "checkpoint"
     shutil.copytree(live, location)  # before the clock: the live directory as it was at B
     started = time.time()
-    committed = run_to_end(spark, input_dir, location, work / "output", batch + 1)
-    return {"seconds": committed - started}
+    run = run_to_end(spark, input_dir, location, work / "output", batch + 1)
+    return {
+        "seconds": run["committed"] - started,
+        "to_planned_seconds": run["planned"] - started,
+        "batch_seconds": run["committed"] - run["planned"],
+        "duration_ms": run["duration_ms"],
+    }
 
 
 def our_restore(
     spark: SparkSession, input_dir: Path, storage: CheckpointStorage, work: Path, batch: int
-) -> dict[str, float]:
+) -> dict[str, Any]:
     location = work / "checkpoint"
     sink = TransactionalFileSink(work / "output")
     started = time.time()
@@ -108,11 +140,14 @@ def our_restore(
     assert outcome is not None and outcome.batch_id == batch
     sink.on_restore(outcome.batch_id)
     restored = time.time()
-    committed = run_to_end(spark, input_dir, location, work / "output", batch + 1)
+    run = run_to_end(spark, input_dir, location, work / "output", batch + 1)
     return {
-        "seconds": committed - started,
+        "seconds": run["committed"] - started,
         "restore_seconds": restored - started,
-        "query_seconds": committed - restored,
+        "query_seconds": run["committed"] - restored,
+        "to_planned_seconds": run["planned"] - started,
+        "batch_seconds": run["committed"] - run["planned"],
+        "duration_ms": run["duration_ms"],
     }
 
 
@@ -179,9 +214,18 @@ def print_run(result: dict[str, Any]) -> None:
     )
     print(
         f"  pair {result['pair']} {result['mode']:5s}: {result['seconds']:.2f}s{detail}, "
-        f"load {result['load_before']}",
+        f"planned after {result['to_planned_seconds']:.2f}s, batch "
+        f"{result['batch_seconds']:.2f}s {result['duration_ms']}, load {result['load_before']}",
         flush=True,
     )
+
+
+def start_spark() -> SparkSession:
+    conf = {**SPARK_CONF, "spark.ui.showConsoleProgress": "false"}
+    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_arguments(conf, driver_memory="3g")
+    spark = SparkSession.builder.appName("restore-bench").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def main() -> int:
@@ -192,7 +236,7 @@ def main() -> int:
     parser.add_argument("--batches", type=int, help="batches that build the state")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
-    pairs = args.pairs or (2 if args.quick else 10)
+    pairs = args.pairs or (2 if args.quick else 20)
     keys = args.keys or (50_000 if args.quick else 800_000)
     batches = args.batches or (2 if args.quick else 4)
 
@@ -200,10 +244,7 @@ def main() -> int:
     input_dir, live = base / "input", base / "live"
     input_dir.mkdir()
     storage = CheckpointStorage(JobStorageLayout(str(base / "storage"), NAMESPACE, JOB))
-    conf = {**SPARK_CONF, "spark.ui.showConsoleProgress": "false"}
-    os.environ["PYSPARK_SUBMIT_ARGS"] = submit_arguments(conf, driver_memory="2g")
-    spark = SparkSession.builder.appName("restore-bench").getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = start_spark()
     load = LoadSampler()
     runs: list[dict[str, Any]] = []
     try:
@@ -220,12 +261,14 @@ def main() -> int:
             order = ("spark", "ours") if pair % 2 == 0 else ("ours", "spark")
             for mode in order:
                 work = base / f"{mode}-{pair + 1}"
+                unload_state(spark)
                 load.sample()
                 before = load_average()[0]
-                if mode == "spark":
-                    result = spark_restart(spark, input_dir, live, work, last)
-                else:
-                    result = our_restore(spark, input_dir, storage, work, last)
+                result = (
+                    spark_restart(spark, input_dir, live, work, last)
+                    if mode == "spark"
+                    else our_restore(spark, input_dir, storage, work, last)
+                )
                 shutil.rmtree(work)
                 if pair < 0:
                     print(f"  warm-up {mode:5s}: {result['seconds']:.2f}s", flush=True)

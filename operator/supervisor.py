@@ -421,7 +421,7 @@ class JobSupervisor:
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(driver, cid, list(retained))
             case DiscardSavepoint(savepoint=savepoint):
-                await self._clean_up(self._janitor.discard_savepoint(savepoint.checkpoint_id))
+                await self._discard_savepoint(driver, savepoint.checkpoint_id)
             case RequestDeclined(request=request, reason=reason):
                 if not request.is_periodic:
                     self._report(f"{request.kind.value} request declined: {reason.description}")
@@ -451,6 +451,17 @@ class JobSupervisor:
             except (AgentUnavailable, AgentRejected) as error:
                 log.warning("discard of %s through the agent failed: %s", checkpoint_id, error)
         await self._clean_up(self._janitor.discard_checkpoint(checkpoint_id, retained))
+
+    async def _discard_savepoint(self, driver: DriverHandle | None, savepoint_id: int) -> None:
+        if driver is not None:
+            try:
+                await driver.agent.discard_savepoint(savepoint_id)
+                return
+            except (AgentUnavailable, AgentRejected) as error:
+                log.warning(
+                    "discard of savepoint %s through the agent failed: %s", savepoint_id, error
+                )
+        await self._clean_up(self._janitor.discard_savepoint(savepoint_id))
 
     async def _clean_up(self, work: Awaitable[None]) -> None:
         try:

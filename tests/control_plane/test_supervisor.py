@@ -61,6 +61,9 @@ class FakeAgent:
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
         self._check()
 
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        self._check()
+
     async def collect_garbage(
         self, checkpoints: list[int], savepoints: list[int]
     ) -> dict[str, Any]:
