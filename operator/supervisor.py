@@ -19,7 +19,6 @@ from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
-    AfterCompletion,
     CheckpointCoordinator,
     CheckpointFinalized,
     CheckpointKind,
@@ -175,7 +174,6 @@ class JobSupervisor:
         self._restore_recorded = False
         self._completed_in_attempt = False
         self._failing: str | None = None
-        self._stop_requested = False
 
     @property
     def record(self) -> JobRecord:
@@ -183,8 +181,6 @@ class JobSupervisor:
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
-        if event.after is not AfterCompletion.CONTINUE:
-            self._stop_requested = True
         self._requests.put_nowait(event)
 
     async def run(self) -> TerminalOutcome:
