@@ -163,7 +163,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"[{time.monotonic() - started:7.1f}s] {line}", flush=True)
 
     outcome = asyncio.run(run_local(manifest, args.manifest, args.state_dir, report))
-    return 1 if outcome is TerminalOutcome.FAILED else 0
+    exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
+    return exit_codes.get(outcome, 0)
 
 
 def _simulate(args: argparse.Namespace) -> int:

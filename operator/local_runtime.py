@@ -231,12 +231,13 @@ async def run_local(
         interrupts[0] += 1
         if interrupts[0] == 1:
             what = "draining the input, then " if after is AfterCompletion.DRAIN else ""
-            report(f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to kill)")
+            report(f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to cancel)")
             supervisor.request(
                 TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="ctrl-c")
             )
-        elif launcher.current is not None:
-            asyncio.get_running_loop().create_task(launcher.current.terminate())
+        else:
+            report("interrupted again: stopping the driver without a savepoint")
+            supervisor.cancel()
 
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError):

@@ -19,6 +19,7 @@ from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
+    AfterCompletion,
     CheckpointCoordinator,
     CheckpointFinalized,
     CheckpointKind,
@@ -174,6 +175,9 @@ class JobSupervisor:
         self._restore_recorded = False
         self._completed_in_attempt = False
         self._failing: str | None = None
+        self._cancelled = False
+        self._suspend_on_exit = False
+        self._stopping_savepoints: set[int] = set()
 
     @property
     def record(self) -> JobRecord:
@@ -190,8 +194,10 @@ class JobSupervisor:
             exit_code = await self._run_attempt()
             outcome = self._outcome(exit_code)
             if outcome is None:
-                # An attempt that completed a checkpoint made progress: backoff starts over.
-                retries = 1 if self._completed_in_attempt else retries + 1
+                # An attempt that completed a checkpoint made progress: backoff starts over;
+                # not when it was failed for failing checkpoints.
+                progressed = self._completed_in_attempt and self._failing is None
+                retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
                 if not unlimited and retries > self._restart_policy.max_retries:
                     self._record.message = (
@@ -210,8 +216,23 @@ class JobSupervisor:
             await self._terminate(outcome)
             return outcome
 
+    def cancel(self) -> None:
+        """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
+        self._cancelled = True
+        if self._driver is not None:
+            asyncio.get_running_loop().create_task(self._driver.terminate())
+
     def _outcome(self, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
+        if self._cancelled:
+            self._record.message = "cancelled by the user"
+            return TerminalOutcome.CANCELLED
+        if self._suspend_on_exit:
+            # A stop-with-savepoint whose completion could not be delivered: the savepoint
+            # is registered, and the driver was stopped here instead of by its agent.
+            return TerminalOutcome.SUSPENDED
+        if self._failing is not None:
+            self._record.message = self._failing
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
         if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
@@ -244,6 +265,7 @@ class JobSupervisor:
         self._restore_recorded = False
         self._completed_in_attempt = False
         self._failing = None
+        self._suspend_on_exit = False
         try:
             while (exit_code := driver.exit_code()) is None:
                 await self._poll(driver)
@@ -384,6 +406,8 @@ class JobSupervisor:
                 if driver is None or self._record.phase is not JobPhase.RUNNING:
                     return  # the agent was lost meanwhile: the coordinator aborted it
                 self._report(f"trigger {kind.value} {cid}")
+                if after is not AfterCompletion.CONTINUE:
+                    self._stopping_savepoints.add(cid)
                 try:
                     await driver.agent.trigger(cid, kind.value, after.value)
                 except AgentUnavailable:
@@ -436,6 +460,11 @@ class JobSupervisor:
             await driver.agent.complete(completed.checkpoint_id, completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
             log.warning("completion of %s not delivered: %s", completed.checkpoint_id, error)
+            if completed.checkpoint_id in self._stopping_savepoints:
+                # The agent would have stopped the query; the savepoint is registered, so
+                # stop the driver from here and end suspended.
+                self._suspend_on_exit = True
+                await driver.terminate()
 
     async def _discard(
         self, driver: DriverHandle | None, checkpoint_id: int, retained: list[int]

@@ -56,7 +56,8 @@ def restore(
         try:
             metadata, source_storage = _open(storage, candidate)
             source_storage.materialize(metadata, str(target))
-        except (StorageError, OSError) as error:
+        except (StorageError, OSError, ValueError, ImportError) as error:
+            # ValueError and ImportError: fsspec knows no such protocol (or lacks its package)
             log.warning(
                 "cannot restore from %s (%s); falling back to the next image", candidate, error
             )

@@ -4,6 +4,7 @@ The token is read from a file, not the environment, so it does not show up in pr
 listings or pod specs (in Kubernetes the file is a mounted Secret).
 """
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -65,7 +66,8 @@ class DriverSettings:
             f"{PREFIX}AGENT_PORT": str(self.agent_port),
             f"{PREFIX}TOKEN_FILE": str(token_file),
             f"{PREFIX}ATTEMPT": str(self.attempt),
-            f"{PREFIX}RESTORE": ",".join(str(c) for c in self.restore_candidates),
+            # JSON, not a separator: URIs may contain commas.
+            f"{PREFIX}RESTORE": json.dumps([str(c) for c in self.restore_candidates]),
         }
 
     @classmethod
@@ -94,7 +96,12 @@ class DriverSettings:
             raise SettingsError(f"{PREFIX}TOKEN_FILE: cannot read {token_file}: {error}") from None
         if not token:
             raise SettingsError(f"{PREFIX}TOKEN_FILE: {token_file} is empty")
-        restore = env.get(PREFIX + "RESTORE", "").strip()
+        try:
+            restore = json.loads(env.get(PREFIX + "RESTORE", "").strip() or "[]")
+        except json.JSONDecodeError as error:
+            raise SettingsError(f"{PREFIX}RESTORE: not a JSON list: {error}") from None
+        if not isinstance(restore, list) or not all(isinstance(c, str) for c in restore):
+            raise SettingsError(f"{PREFIX}RESTORE: expected a JSON list of strings")
         return cls(
             namespace=get("NAMESPACE"),
             job=get("JOB"),
@@ -104,7 +111,5 @@ class DriverSettings:
             agent_port=number("AGENT_PORT"),
             token=token,
             attempt=number("ATTEMPT"),
-            restore_candidates=tuple(
-                RestoreCandidate.parse(item) for item in restore.split(",") if item
-            ),
+            restore_candidates=tuple(RestoreCandidate.parse(item) for item in restore),
         )

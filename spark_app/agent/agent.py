@@ -88,6 +88,7 @@ class _Snapshot:
     entries: dict[str, list[ManifestEntry]] = field(default_factory=dict)
     declines: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
+    finalized: tuple[str, int] | None = None  # _metadata path and total bytes
 
     def locations(self) -> set[str]:
         return {e.location for entries in self.entries.values() for e in entries}
@@ -222,14 +223,18 @@ class CheckpointAgent:
         """Write ``_metadata`` from the acknowledgements; return its path and total size."""
         with self._lock:
             snapshot = self._require(checkpoint_id)
-            if snapshot.state is SnapshotState.FINALIZED:
-                path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
-                return path, sum(a.bytes for a in snapshot.acks.values())
+            if snapshot.state is SnapshotState.FINALIZED and snapshot.finalized is not None:
+                return snapshot.finalized
             if snapshot.state is not SnapshotState.ACKNOWLEDGED or snapshot.plan is None:
                 raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
-            missing = set(tasks) - snapshot.acks.keys()
-            if missing:
-                raise AgentRequestError(409, f"tasks not acknowledged: {sorted(missing)}")
+            if set(tasks) != snapshot.plan.tasks:
+                # The coordinator expected another task set than the image has (a state
+                # partition appeared in between): an image missing a partition would
+                # restore it empty, so it is refused.
+                raise AgentRequestError(
+                    409,
+                    f"tasks {sorted(tasks)} differ from the image's {sorted(snapshot.plan.tasks)}",
+                )
             entries = [e for task in sorted(tasks) for e in snapshot.entries[task]]
             metadata = CheckpointMetadata(
                 namespace=self._storage.layout.namespace,
@@ -256,7 +261,8 @@ class CheckpointAgent:
             )
             raise AgentRequestError(409, f"checkpoint {checkpoint_id} was aborted")
         path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
-        return path, metadata.total_bytes
+        snapshot.finalized = (path, metadata.total_bytes)
+        return snapshot.finalized
 
     def complete(self, checkpoint_id: int, batch_id: int) -> None:
         """The coordinator registered the image: sinks may commit batches <= batch_id."""
@@ -286,12 +292,14 @@ class CheckpointAgent:
             snapshot.state = SnapshotState.ABORTED
             snapshot.cancelled.set()
         log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
-        # A finalized image or a savepoint's own files are garbage once aborted; shared
-        # files of an aborted checkpoint are left to garbage collection.
-        if was is SnapshotState.FINALIZED or snapshot.kind is CheckpointKind.SAVEPOINT:
-            self._storage.fs.delete_tree(
-                self._storage.layout.snapshot_dir(snapshot.kind, checkpoint_id)
-            )
+        # A finalized image or a savepoint's own files are garbage once aborted (shared
+        # files of an aborted checkpoint are left to garbage collection). Copies still
+        # running would write after a delete, so they delete when the last one ends.
+        copies_running = was in (SnapshotState.CAPTURING, SnapshotState.COPYING)
+        if not copies_running and (
+            was is SnapshotState.FINALIZED or snapshot.kind is CheckpointKind.SAVEPOINT
+        ):
+            self._delete_image(snapshot)
 
     def discard_checkpoint(self, checkpoint_id: int, retained: Sequence[int]) -> None:
         with self._storage_access.discard():
@@ -367,8 +375,11 @@ class CheckpointAgent:
                 finished = remaining[0] == 0
                 if finished and snapshot.state is SnapshotState.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotState.ACKNOWLEDGED
+                aborted = snapshot.cancelled.is_set()
             if finished:
                 shutil.rmtree(pin_dir, ignore_errors=True)
+                if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
+                    self._delete_image(snapshot)
 
         for task, files in plan.files_by_task.items():
             self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
@@ -377,13 +388,16 @@ class CheckpointAgent:
         """The image is the query as of the first batch committed after the trigger: a
         batch already running when the trigger came is waited for; an idle query's image
         is its last committed batch. Drain first waits until no input is left."""
+        planned_at_trigger = planned_batches(self._location)
+        # On a busy query the next batch is planned right after each commit; waiting for
+        # "nothing planned" could wait forever, so wait for the batch running at the trigger.
+        target = planned_at_trigger[-1] if planned_at_trigger else 0
         while True:
             if snapshot.cancelled.is_set():
                 raise SnapshotError("aborted before capture")
             view = self._query_view()
             committed = committed_batches(self._location)
-            planned = planned_batches(self._location)
-            waiting_for_batch = planned and committed and planned[-1] > committed[-1]
+            waiting_for_batch = not committed or committed[-1] < target
             draining = snapshot.after is AfterCompletion.DRAIN and not view.idle
             if view.state != "running" and committed:
                 return committed[-1]  # a finished query cannot move on
@@ -434,6 +448,11 @@ class CheckpointAgent:
                 snapshot.declines[task] = f"{type(error).__name__}: {error}"
         finally:
             done()
+
+    def _delete_image(self, snapshot: _Snapshot) -> None:
+        self._storage.fs.delete_tree(
+            self._storage.layout.snapshot_dir(snapshot.kind, snapshot.checkpoint_id)
+        )
 
     def _decline_all(self, snapshot: _Snapshot, message: str) -> None:
         log.warning("checkpoint %s cannot be taken: %s", snapshot.checkpoint_id, message)

@@ -197,3 +197,18 @@ def test_exit_codes_end_the_job_without_restart(code: DriverExit, outcome: Termi
     ended, launcher = asyncio.run(scenario())
     assert ended is outcome
     assert len(launcher.drivers) == 1
+
+
+def test_cancel_ends_the_job_cancelled_without_a_restart() -> None:
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await _until(lambda: bool(launcher.drivers))
+        supervisor.cancel()
+        return await run, supervisor, launcher
+
+    ended, supervisor, launcher = asyncio.run(scenario())
+    assert ended is TerminalOutcome.CANCELLED
+    assert len(launcher.drivers) == 1
+    assert supervisor.record.message == "cancelled by the user"

@@ -14,7 +14,7 @@ import pytest
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.restore import RestoreFailed, restore
-from spark_checkpoint.settings import RestoreCandidate
+from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected
 
@@ -220,3 +220,32 @@ def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
     assert outcome is not None and outcome.batch_id == 2
     assert json.loads((target / "metadata").read_text())["id"] != "0b7c6a0e-query"
     assert (target / "offsets/2").read_text() == "offsets 2"
+
+
+def test_finalize_refuses_a_task_set_other_than_the_images(running: Running) -> None:
+    client = running.client()
+    _call(client, "trigger", 5, "checkpoint", "continue")
+    _wait_for(client, 5, "acknowledged")
+    with pytest.raises(AgentRejected, match=r"409.*differ from the image"):
+        _call(client, "finalize", 5, ["logs", "state-0-0"])  # a partition left out
+
+
+def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    candidates = (
+        RestoreCandidate("checkpoint", 3),
+        RestoreCandidate("external", metadata_uri="s3a://bucket/a,b/sp-1/_metadata"),
+    )
+    settings = DriverSettings(
+        namespace="default",
+        job="wordcount",
+        storage_root="file:///s",
+        work_dir=tmp_path,
+        agent_host="127.0.0.1",
+        agent_port=1,
+        token="t",
+        attempt=1,
+        restore_candidates=candidates,
+    )
+    assert DriverSettings.from_environment(settings.to_environment(token)) == settings
