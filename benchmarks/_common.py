@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
@@ -97,14 +99,51 @@ class LoadSampler:
         }
 
 
+def code_fingerprint() -> str:
+    """SHA-256 over the code under test (operator/, spark_app/, the example), so a result
+    says which code it measured even when the working tree changes between runs."""
+    digest = hashlib.sha256()
+    for directory in (ROOT / "operator", ROOT / "spark_app", EXAMPLE):
+        for path in sorted(directory.rglob("*.py")):
+            digest.update(path.relative_to(ROOT).as_posix().encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def git_commit() -> str:
+    try:
+        return subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+STARTED = datetime.now(UTC).isoformat(timespec="seconds")
+START_CODE = code_fingerprint()
+START_COMMIT = git_commit()
+
+
 def save_results(name: str, quick: bool, document: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}{'-quick' if quick else ''}.json"
+    end_code = code_fingerprint()
     document = {
         "benchmark": name,
         "quick": quick,
+        "started": STARTED,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),
+        "code": {
+            "commit_at_start": START_COMMIT,
+            "commit_at_end": git_commit(),
+            "fingerprint_at_start": START_CODE,
+            "fingerprint_at_end": end_code,
+            "changed_during_run": end_code != START_CODE,
+        },
         **document,
     }
     path.write_text(json.dumps(document, indent=2) + "\n")
