@@ -11,15 +11,14 @@ import ctypes
 import json
 import os
 import secrets
-import shlex
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
@@ -30,10 +29,13 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
+from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
 from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
 
 STOP_GRACE_SECONDS = 30.0
+LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 PR_SET_PDEATHSIG = 1
 
 
@@ -78,6 +80,9 @@ class LocalDriver:
     def pid(self) -> int:
         return self._process.pid
 
+    def executors_ready(self) -> bool:
+        return True  # local mode: the executors are threads of the driver
+
     def exit_code(self) -> int | None:
         code = self._process.returncode
         if code is not None:
@@ -104,6 +109,9 @@ class LocalLauncher:
         self.current: LocalDriver | None = None
         self.on_launch: Callable[[LocalDriver], None] = lambda driver: None
 
+    async def adopt(self, attempt: int) -> None:
+        """Never: a local driver dies with the runtime that started it."""
+
     async def launch(self, attempt: int, restore: list[str]) -> LocalDriver:
         token = secrets.token_urlsafe(32)
         # Created owner-only from the start: the token never exists with looser modes.
@@ -124,17 +132,13 @@ class LocalLauncher:
             restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
         )
         application = self._manifest.spec.application
-        command = [sys.executable]
-        if application.module:
-            command += ["-m", application.module]
-        else:
-            assert application.main_file is not None
-            command.append(str(self._manifest_dir / application.main_file))
-        command += list(application.arguments)
+        # Relative main files are relative to the manifest: the driver runs from there.
+        command = driver_command(application, sys.executable)
         environment = dict(os.environ)
         environment.update({v.name: v.value for v in application.env})
         environment.update(settings.to_environment(self._paths.token_file))
-        environment["PYSPARK_SUBMIT_ARGS"] = _submit_arguments(application.spark_conf)
+        spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
+        environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
         self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
         log = (self._paths.logs_dir / f"driver-{attempt}.log").open("ab")
         process = await asyncio.create_subprocess_exec(
@@ -201,12 +205,16 @@ async def run_local(
         f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
     )
 
+    conditions: list[dict[str, Any]] = []
+
     async def save(current: JobRecord) -> None:
+        status = render_status(current, now=time.time(), previous_conditions=conditions)
+        conditions[:] = status["conditions"]
         document = {
             "apiVersion": "sparkcheckpoint.io/v1alpha1",
             "kind": "SparkCheckpointJob",
             "metadata": {"name": manifest.name, "namespace": manifest.namespace},
-            "status": current.to_dict(),
+            "status": status,
             "driver": {"pid": launcher.current.pid if launcher.current else None},
         }
         temporary = paths.status_file.with_suffix(".tmp")
@@ -252,14 +260,6 @@ async def run_local(
         f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
     )
     return outcome
-
-
-def _submit_arguments(spark_conf: Mapping[str, str]) -> str:
-    conf = dict(spark_conf)
-    conf.setdefault("spark.master", "local[*]")
-    conf.setdefault("spark.ui.enabled", "false")
-    parts = [f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(conf.items())]
-    return " ".join([*parts, "pyspark-shell"])
 
 
 def _die_with_parent() -> None:

@@ -71,9 +71,16 @@ class DriverHandle(Protocol):
     async def terminate(self) -> None:
         """Stop the driver and return once it is gone (never two drivers at once)."""
 
+    def executors_ready(self) -> bool:
+        """False while Spark replaces a lost executor: a checkpoint would miss its tasks."""
+
 
 class DriverLauncher(Protocol):
     async def launch(self, attempt: int, restore: list[str]) -> DriverHandle: ...
+
+    async def adopt(self, attempt: int) -> DriverHandle | None:
+        """The driver of ``attempt`` if it still runs from before this runtime restarted
+        (an operator upgrade must not restart every job); None to start a new one."""
 
 
 class CleanupFailed(Exception):
@@ -107,24 +114,25 @@ class JobRecord:
     consecutive_failures: int = 0
 
     def to_dict(self) -> dict[str, Any]:
+        """The record's part of the status (``status.render_status`` adds the views)."""
         return {
             "phase": self.phase.value,
             "jobAttempt": self.attempt,
-            "restores": self.restores,
             "restoredFrom": self.restored_from,
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
-            "pendingCheckpoints": self.pending,
+            "pending": self.pending,
             "coordinator": self.coordinator.to_dict(),
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
+        """Read back a status written from ``to_dict`` (views are ignored)."""
         return cls(
             phase=JobPhase(data.get("phase", JobPhase.PENDING)),
             attempt=int(data.get("jobAttempt", 0)),
-            restores=int(data.get("restores", 0)),
+            restores=int(data.get("counts", {}).get("restored", 0)),
             restored_from=data.get("restoredFrom"),
             message=str(data.get("message", "")),
             coordinator=PersistedState.from_dict(data["coordinator"])
@@ -149,6 +157,7 @@ class JobSupervisor:
         record: JobRecord,
         initial_savepoint: str | None = None,
         report: Callable[[str], None] = _log_report,
+        idle_poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._config = config
         self._restart_policy = restart_policy
@@ -158,14 +167,12 @@ class JobSupervisor:
         self._record = record
         self._initial_savepoint = initial_savepoint
         self._report = report
+        # How often a running job without pending checkpoints asks its agent for status;
+        # triggers are timed by the coordinator's deadlines, not by polling.
+        self._idle_poll_interval = idle_poll_interval
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
-        self._coordinator = CheckpointCoordinator(
-            config,
-            clock=time.time,
-            rng=random.Random(),
-            state=dataclasses.replace(record.coordinator, terminated=None),
-        )
+        self._coordinator = self._new_coordinator(config, record.coordinator)
         self._driver: DriverHandle | None = None
         self._requests: asyncio.Queue[TriggerRequested] = asyncio.Queue()
         self._fed_acks: set[tuple[int, str]] = set()
@@ -178,10 +185,30 @@ class JobSupervisor:
         self._cancelled = False
         self._suspend_on_exit = False
         self._stopping_savepoints: set[int] = set()
+        self._aborted_unknown: set[int] = set()
 
     @property
     def record(self) -> JobRecord:
         return self._record
+
+    @staticmethod
+    def _new_coordinator(config: CoordinatorConfig, state: PersistedState) -> CheckpointCoordinator:
+        return CheckpointCoordinator(
+            config,
+            clock=time.time,
+            rng=random.Random(),
+            state=dataclasses.replace(state, terminated=None),
+        )
+
+    def reconfigure(self, config: CoordinatorConfig) -> None:
+        """New checkpoint settings for the running job. Checkpoints in flight are given up
+        (the agent is told on its next report), not counted as failures; the id counter
+        and the registry carry over."""
+        if config == self._config:
+            return
+        self._config = config
+        self._coordinator = self._new_coordinator(config, self._coordinator.persisted_state)
+        self._coordinator.handle(JobPhaseChanged(self._record.phase))
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
@@ -190,8 +217,10 @@ class JobSupervisor:
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
         retries = 0
+        adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
         while True:
-            exit_code = await self._run_attempt()
+            exit_code = await self._run_attempt(adopted)
+            adopted = None
             outcome = self._outcome(exit_code)
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
@@ -245,24 +274,18 @@ class JobSupervisor:
             return TerminalOutcome.FAILED
         return None
 
-    async def _run_attempt(self) -> int:
-        self._record.attempt += 1
-        candidates = [
-            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
-        ]
-        if not candidates and self._initial_savepoint:
-            candidates = [f"external:{self._initial_savepoint}"]
-        await self._set_phase(JobPhase.DEPLOYING)
-        self._report(
-            f"starting driver attempt {self._record.attempt}"
-            + (f", restoring from {candidates[0]}" if candidates else "")
-        )
-        driver = await self._launcher.launch(self._record.attempt, candidates)
+    async def _run_attempt(self, adopted: DriverHandle | None) -> int:
+        if adopted is None:
+            driver = await self._launch()
+        else:
+            driver = adopted
+            self._report(f"resumed with the running driver of attempt {self._record.attempt}")
         self._driver = driver
-        await self._persist()  # status now names the new driver
+        await self._persist()  # status now names the driver
         self._final_requested = False
         self._garbage_collected = False
-        self._restore_recorded = False
+        # An adopted driver's restore is in the record already.
+        self._restore_recorded = adopted is not None
         self._completed_in_attempt = False
         self._failing = None
         self._suspend_on_exit = False
@@ -276,9 +299,27 @@ class JobSupervisor:
         await self._leave_running()
         return exit_code
 
+    async def _launch(self) -> DriverHandle:
+        self._record.attempt += 1
+        candidates = [
+            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
+        ]
+        if not candidates and self._initial_savepoint:
+            candidates = [f"external:{self._initial_savepoint}"]
+        # Persisted before the driver exists: a restarted runtime knows which attempt's
+        # driver may be running and never starts a second one for it.
+        await self._set_phase(JobPhase.DEPLOYING)
+        self._report(
+            f"starting driver attempt {self._record.attempt}"
+            + (f", restoring from {candidates[0]}" if candidates else "")
+        )
+        return await self._launcher.launch(self._record.attempt, candidates)
+
     async def _wait(self) -> None:
+        idle = self._record.phase is JobPhase.RUNNING and not self._coordinator.pending
+        interval = self._idle_poll_interval if idle else POLL_INTERVAL
         deadline = self._coordinator.next_deadline()
-        delay = POLL_INTERVAL if deadline is None else min(POLL_INTERVAL, deadline - time.time())
+        delay = interval if deadline is None else min(interval, deadline - time.time())
         try:
             request = await asyncio.wait_for(self._requests.get(), timeout=max(0.0, delay))
         except TimeoutError:
@@ -316,12 +357,18 @@ class JobSupervisor:
                 self._report(f"restored from {self._record.restored_from['source']}")
                 for skipped in self._record.restored_from["skipped"]:
                     self._report(f"skipped {skipped['source']}: {skipped['reason']}")
-        await self._handle(TasksReported(frozenset(status["tasks"]), status["allTasksRunning"]))
+        all_running = status["allTasksRunning"] and driver.executors_ready()
+        await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
         if query["state"] in ("running", "finished") and self._record.phase is not JobPhase.RUNNING:
             await self._set_phase(JobPhase.RUNNING)
             await self._handle(JobPhaseChanged(JobPhase.RUNNING))
+        known = {p.checkpoint_id for p in self._coordinator.pending}
+        known.update(*self._registered())
         for snapshot in status["checkpoints"]:
-            await self._feed_progress(snapshot)
+            if int(snapshot["id"]) in known:
+                await self._feed_progress(snapshot)
+            else:
+                await self._drop_unknown(driver, int(snapshot["id"]))
         if status["awaitingFinalCheckpoint"] and not self._final_requested:
             self._final_requested = True
             self._report(
@@ -345,6 +392,14 @@ class JobSupervisor:
             if key not in self._fed_declines:
                 self._fed_declines.add(key)
                 await self._handle(TaskDeclined(checkpoint_id, decline["task"], decline["message"]))
+
+    async def _drop_unknown(self, driver: DriverHandle, checkpoint_id: int) -> None:
+        """A snapshot the coordinator neither waits for nor registered: triggered before
+        this runtime restarted, or aborted while the agent was unreachable. The agent
+        drops it and unpins its files; its id is never used again."""
+        if checkpoint_id not in self._aborted_unknown:
+            self._aborted_unknown.add(checkpoint_id)
+            await self._abort(driver, checkpoint_id, "not a pending checkpoint of the coordinator")
 
     async def _agent_lost(self) -> None:
         """The driver process is there but its agent does not answer (starting, stopping,
@@ -402,29 +457,10 @@ class JobSupervisor:
         match effect:
             case PersistState():
                 await self._persist()
-            case TriggerCheckpoint(checkpoint_id=cid, kind=kind, after=after):
-                if driver is None or self._record.phase is not JobPhase.RUNNING:
-                    return  # the agent was lost meanwhile: the coordinator aborted it
-                self._report(f"trigger {kind.value} {cid}")
-                if after is not AfterCompletion.CONTINUE:
-                    self._stopping_savepoints.add(cid)
-                try:
-                    await driver.agent.trigger(cid, kind.value, after.value)
-                except AgentUnavailable:
-                    await self._agent_lost()
-                except AgentRejected as error:
-                    await self._handle(TriggerDeliveryFailed(cid, str(error)))
+            case TriggerCheckpoint():
+                await self._trigger(driver, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
-                if driver is None:
-                    return
-                try:
-                    path, size = await driver.agent.finalize(cid, sorted(tasks))
-                except AgentUnavailable:
-                    await self._agent_lost()
-                except AgentRejected as error:
-                    await self._handle(FinalizationFailed(cid, str(error)))
-                else:
-                    await self._handle(CheckpointFinalized(cid, path, size))
+                await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed):
                 self._completed_in_attempt = True
                 self._report(
@@ -433,15 +469,22 @@ class JobSupervisor:
                 await self._notify(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
                 self._report(f"{kind.value} {cid} failed: {message}")
-                if driver is not None:
-                    try:
-                        await driver.agent.abort(cid, message)
-                    except (AgentUnavailable, AgentRejected) as error:
-                        log.warning("abort of %s not delivered: %s", cid, error)
+                await self._abort(driver, cid, message)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
-                await self._discard(driver, cid, list(retained))
+                await self._discard(
+                    f"checkpoint {cid}",
+                    driver,
+                    lambda agent: agent.discard_checkpoint(cid, list(retained)),
+                    lambda: self._janitor.discard_checkpoint(cid, list(retained)),
+                )
             case DiscardSavepoint(savepoint=savepoint):
-                await self._discard_savepoint(driver, savepoint.checkpoint_id)
+                sid = savepoint.checkpoint_id
+                await self._discard(
+                    f"savepoint {sid}",
+                    driver,
+                    lambda agent: agent.discard_savepoint(sid),
+                    lambda: self._janitor.discard_savepoint(sid),
+                )
             case RequestDeclined(request=request, reason=reason):
                 if not request.is_periodic:
                     self._report(f"{request.kind.value} request declined: {reason.description}")
@@ -450,6 +493,40 @@ class JobSupervisor:
                 if driver is not None and self._failing is None:
                     self._failing = message
                     await driver.terminate()
+
+    async def _trigger(self, driver: DriverHandle | None, effect: TriggerCheckpoint) -> None:
+        if driver is None or self._record.phase is not JobPhase.RUNNING:
+            return  # the agent was lost meanwhile: the coordinator aborted it
+        cid, kind, after = effect.checkpoint_id, effect.kind, effect.after
+        self._report(f"trigger {kind.value} {cid}")
+        if after is not AfterCompletion.CONTINUE:
+            self._stopping_savepoints.add(cid)
+        try:
+            await driver.agent.trigger(cid, kind.value, after.value)
+        except AgentUnavailable:
+            await self._agent_lost()
+        except AgentRejected as error:
+            await self._handle(TriggerDeliveryFailed(cid, str(error)))
+
+    async def _finalize(self, driver: DriverHandle | None, cid: int, tasks: list[str]) -> None:
+        if driver is None:
+            return
+        try:
+            path, size = await driver.agent.finalize(cid, tasks)
+        except AgentUnavailable:
+            await self._agent_lost()
+        except AgentRejected as error:
+            await self._handle(FinalizationFailed(cid, str(error)))
+        else:
+            await self._handle(CheckpointFinalized(cid, path, size))
+
+    async def _abort(self, driver: DriverHandle | None, cid: int, message: str) -> None:
+        if driver is None:
+            return
+        try:
+            await driver.agent.abort(cid, message)
+        except (AgentUnavailable, AgentRejected) as error:
+            log.warning("abort of %s not delivered: %s", cid, error)
 
     async def _notify(self, driver: DriverHandle | None, completed: CompletedCheckpoint) -> None:
         # A lost notification is recovered on restore: sinks commit what the restored,
@@ -467,26 +544,20 @@ class JobSupervisor:
                 await driver.terminate()
 
     async def _discard(
-        self, driver: DriverHandle | None, checkpoint_id: int, retained: list[int]
+        self,
+        what: str,
+        driver: DriverHandle | None,
+        through_agent: Callable[[AgentClient], Awaitable[object]],
+        through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
+        """Storage is changed by the driver's agent while one runs, else by the janitor."""
         if driver is not None:
             try:
-                await driver.agent.discard_checkpoint(checkpoint_id, retained)
+                await through_agent(driver.agent)
                 return
             except (AgentUnavailable, AgentRejected) as error:
-                log.warning("discard of %s through the agent failed: %s", checkpoint_id, error)
-        await self._clean_up(self._janitor.discard_checkpoint(checkpoint_id, retained))
-
-    async def _discard_savepoint(self, driver: DriverHandle | None, savepoint_id: int) -> None:
-        if driver is not None:
-            try:
-                await driver.agent.discard_savepoint(savepoint_id)
-                return
-            except (AgentUnavailable, AgentRejected) as error:
-                log.warning(
-                    "discard of savepoint %s through the agent failed: %s", savepoint_id, error
-                )
-        await self._clean_up(self._janitor.discard_savepoint(savepoint_id))
+                log.warning("discard of %s through the agent failed: %s", what, error)
+        await self._clean_up(through_janitor())
 
     async def _clean_up(self, work: Awaitable[None]) -> None:
         try:

@@ -7,7 +7,11 @@ import pytest
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentUnavailable
-from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.coordinator import (
+    CoordinatorConfig,
+    PersistedState,
+    TerminalOutcome,
+)
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
 
@@ -78,6 +82,10 @@ class FakeDriver:
     def __init__(self, agent: FakeAgent) -> None:
         self.agent = agent
         self.code: int | None = None
+        self.executors = True
+
+    def executors_ready(self) -> bool:
+        return self.executors
 
     def exit_code(self) -> int | None:
         return self.code
@@ -88,9 +96,15 @@ class FakeDriver:
 
 
 class FakeLauncher:
-    def __init__(self) -> None:
+    def __init__(self, running: FakeDriver | None = None) -> None:
         self.drivers: list[FakeDriver] = []
         self.restores: list[list[str]] = []
+        self.running = running
+        self.adopt_asked: list[int] = []
+
+    async def adopt(self, attempt: int) -> FakeDriver | None:
+        self.adopt_asked.append(attempt)
+        return self.running
 
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
         self.restores.append(restore)
@@ -109,7 +123,9 @@ class NoJanitor:
         return None
 
 
-def _supervisor(launcher: FakeLauncher, max_retries: int = 3) -> tuple[JobSupervisor, list[str]]:
+def _supervisor(
+    launcher: FakeLauncher, max_retries: int = 3, record: JobRecord | None = None
+) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
     async def save(record: JobRecord) -> None:
@@ -121,7 +137,7 @@ def _supervisor(launcher: FakeLauncher, max_retries: int = 3) -> tuple[JobSuperv
         launcher=launcher,
         janitor=NoJanitor(),
         save=save,
-        record=JobRecord(),
+        record=record or JobRecord(),
         report=lines.append,
     )
     return supervisor, lines
@@ -212,3 +228,70 @@ def test_cancel_ends_the_job_cancelled_without_a_restart() -> None:
     assert ended is TerminalOutcome.CANCELLED
     assert len(launcher.drivers) == 1
     assert supervisor.record.message == "cancelled by the user"
+
+
+def test_a_restarted_runtime_adopts_the_running_driver_and_drops_its_unknown_checkpoint() -> None:
+    """An operator restart mid-checkpoint: the driver of the recorded attempt goes on, the
+    checkpoint the old coordinator triggered is aborted at the agent, and no id is reused."""
+    running = FakeDriver(FakeAgent())
+    # Id 4 was triggered by the previous operator process (the counter was persisted at 5).
+    running.agent.snapshots[4] = {"id": 4, "acks": [], "declines": []}
+    record = JobRecord(attempt=2, coordinator=PersistedState(next_checkpoint_id=5))
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
+        launcher = FakeLauncher(running=running)
+        supervisor, _ = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await _until(lambda: len(running.agent.completed) >= 2)
+        running.code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return supervisor, launcher
+
+    supervisor, launcher = asyncio.run(scenario())
+    assert launcher.adopt_asked == [2]
+    assert launcher.drivers == [], "no second driver was started"
+    assert supervisor.record.attempt == 2
+    assert 4 not in running.agent.snapshots, "the unknown checkpoint was aborted"
+    assert min(running.agent.triggers) == 5
+
+
+def test_triggers_wait_while_an_executor_is_missing() -> None:
+    async def scenario() -> FakeDriver:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await _until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        driver = launcher.drivers[0]
+        driver.executors = False
+        await asyncio.sleep(0.6)
+        triggered = len(driver.agent.triggers)
+        await asyncio.sleep(1.0)
+        assert len(driver.agent.triggers) == triggered, "no trigger while an executor is lost"
+        driver.executors = True
+        await _until(lambda: len(driver.agent.triggers) > triggered)
+        driver.code = DriverExit.FINISHED
+        await run
+        return driver
+
+    asyncio.run(scenario())
+
+
+def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
+    async def scenario() -> list[str]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await _until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        driver = launcher.drivers[0]
+        supervisor.reconfigure(CoordinatorConfig(interval=None, min_pause=0.0, timeout=5.0))
+        await asyncio.sleep(0.5)
+        triggered = len(driver.agent.triggers)
+        await asyncio.sleep(1.0)
+        assert len(driver.agent.triggers) == triggered, "periodic checkpoints are off"
+        supervisor.reconfigure(CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0))
+        await _until(lambda: len(driver.agent.triggers) > triggered)
+        driver.code = DriverExit.FINISHED
+        await run
+        return lines
+
+    asyncio.run(scenario())

@@ -60,7 +60,7 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     assert run.wait() == 0, "\n".join(run.lines)
     status = run.status()["status"]
     assert status["phase"] == "Finished"
-    assert status["restores"] >= 3, kills
+    assert status["counts"]["restored"] >= 3, kills
     _assert_exactly_once(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
     # unreferenced shared file behind from the killed attempts.

@@ -1,0 +1,28 @@
+"""How a driver is started, the same on every runtime: the Python command of the
+application and the Spark configuration PySpark's launcher reads from the environment."""
+
+import shlex
+from collections.abc import Mapping
+
+from spark_checkpoint_operator.manifest import Application
+
+LOCAL_SCHEME = "local://"
+
+
+def driver_command(application: Application, python: str = "python") -> list[str]:
+    """``python <mainFile> <args>`` or ``python -m <module> <args>``. A ``local://`` main
+    file is a path inside the image, as Spark spells it."""
+    command = [python]
+    if application.module:
+        command += ["-m", application.module]
+    else:
+        assert application.main_file is not None
+        command.append(application.main_file.removeprefix(LOCAL_SCHEME))
+    return command + list(application.arguments)
+
+
+def submit_arguments(spark_conf: Mapping[str, str]) -> str:
+    """``PYSPARK_SUBMIT_ARGS``: every setting as ``--conf``, so that settings the JVM needs
+    at start (driver memory, extra class path) apply too."""
+    parts = [f"--conf {shlex.quote(f'{k}={v}')}" for k, v in sorted(spark_conf.items())]
+    return " ".join([*parts, "pyspark-shell"])

@@ -1,0 +1,1 @@
+"""The Kubernetes runtime: the SparkCheckpointJob controller, its pods and its status."""

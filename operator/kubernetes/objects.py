@@ -1,0 +1,336 @@
+"""The Kubernetes objects the operator creates for a job, built from its manifest.
+
+Pure functions: no API calls. The driver runs in Spark's client mode inside a pod the
+operator creates itself (not through spark-submit's cluster mode): the operator then owns
+the driver pod directly (owner reference, labels, the agent's token Secret mounted, one
+pod name per attempt), the checkpoint agent lives in the driver's Python process where the
+query is, and executors are still created by Spark, owned by the driver pod, so they go
+when it goes.
+"""
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from spark_checkpoint.settings import PREFIX, DriverSettings, RestoreCandidate
+from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
+from spark_checkpoint_operator.manifest import EnvVar, JobManifest, RoleSpec
+
+GROUP = "sparkcheckpoint.io"
+VERSION = "v1alpha1"
+PLURAL = "sparkcheckpointjobs"
+KIND = "SparkCheckpointJob"
+
+LABEL_JOB = "sparkcheckpoint.io/job"
+LABEL_COMPONENT = "sparkcheckpoint.io/component"
+LABEL_ATTEMPT = "sparkcheckpoint.io/attempt"
+LABEL_SPARK_ROLE = "spark-role"  # Spark's own label on driver and executor pods
+ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
+
+DRIVER = "driver"
+CLEANUP = "cleanup"
+
+AGENT_PORT = 8484
+TOKEN_KEY = "token"
+TOKEN_DIR = "/var/run/spark-checkpoint"
+WORK_DIR = "/var/lib/spark-checkpoint/work"
+TOKEN_VOLUME = "agent-token"
+WORK_VOLUME = "checkpoint-work"
+STOP_GRACE_SECONDS = 60
+# Python drivers need room outside the JVM heap (Spark's non-JVM overhead factor).
+MEMORY_OVERHEAD_FACTOR = 0.4
+MIN_MEMORY_OVERHEAD_MIB = 384
+
+_RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+def driver_pod_name(job: str, attempt: int) -> str:
+    """One name per attempt: a create that races a leftover pod of the same attempt fails
+    with AlreadyExists instead of starting a second driver."""
+    return f"{job}-driver-{attempt}"
+
+
+def token_secret_name(job: str) -> str:
+    return f"{job}-agent-token"
+
+
+def cleanup_pod_name(job: str, sequence: int) -> str:
+    return f"{job}-cleanup-{sequence}"
+
+
+def job_labels(manifest: JobManifest, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "spark-checkpoint",
+        "app.kubernetes.io/instance": manifest.name,
+        "app.kubernetes.io/managed-by": "spark-checkpoint-operator",
+        LABEL_JOB: manifest.name,
+        LABEL_COMPONENT: component,
+    }
+
+
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    """Makes the job's pods and Secret go with the job (garbage collection)."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": KIND,
+        "name": job["metadata"]["name"],
+        "uid": job["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def deployment_hash(spec: Mapping[str, Any]) -> str:
+    """What a running driver was built from: a change means savepoint, redeploy, restore.
+    Checkpoint settings, nonces and the desired state are not part of it."""
+    deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
+    deployed |= {key: spec.get(key) for key in ("driver", "executor")}
+    text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def token_secret(manifest: JobManifest, job: Mapping[str, Any], token: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": token_secret_name(manifest.name),
+            "namespace": manifest.namespace,
+            "labels": job_labels(manifest, "agent-token"),
+            "ownerReferences": [owner_reference(job)],
+        },
+        "type": "Opaque",
+        "stringData": {TOKEN_KEY: token},
+    }
+
+
+def driver_pod(
+    manifest: JobManifest,
+    job: Mapping[str, Any],
+    *,
+    attempt: int,
+    storage: str,
+    restore: list[str],
+    deployed_hash: str,
+) -> dict[str, Any]:
+    spec = manifest.spec
+    name = driver_pod_name(manifest.name, attempt)
+    settings = DriverSettings(
+        namespace=manifest.namespace,
+        job=manifest.name,
+        storage_root=storage,
+        work_dir=Path(WORK_DIR),
+        agent_host="$(POD_IP)",
+        agent_port=AGENT_PORT,
+        token="",  # never in the pod spec: the driver reads the mounted Secret
+        attempt=attempt,
+        restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
+    )
+    memory_mib = spec.driver.memory_mib
+    spark_conf = {**_spark_defaults(manifest, name), **spec.application.spark_conf}
+    environment = [
+        _field_env("POD_NAME", "metadata.name"),
+        _field_env("POD_NAMESPACE", "metadata.namespace"),
+        _field_env("POD_IP", "status.podIP"),
+        *_env(spec.application.env),
+        *_env(spec.driver.env),
+        *(
+            {"name": key, "value": value}
+            for key, value in settings.to_environment(Path(TOKEN_DIR, TOKEN_KEY)).items()
+        ),
+        {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_arguments(spark_conf)},
+    ]
+    labels = {
+        **spec.driver.labels,
+        **job_labels(manifest, DRIVER),
+        LABEL_SPARK_ROLE: DRIVER,
+        LABEL_ATTEMPT: str(attempt),
+    }
+    container = {
+        "name": "driver",
+        "image": spec.image,
+        "command": driver_command(spec.application),
+        "env": environment,
+        "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
+        "volumeMounts": [
+            {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
+            {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+            *spec.driver.volume_mounts,
+        ],
+        "securityContext": _RESTRICTED_CONTAINER,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy.value
+    return _pod(
+        manifest,
+        job,
+        name=name,
+        labels=labels,
+        annotations={**spec.driver.annotations, ANNOTATION_SPEC_HASH: deployed_hash},
+        role=spec.driver,
+        container=container,
+        volumes=[
+            {
+                "name": TOKEN_VOLUME,
+                "secret": {
+                    "secretName": token_secret_name(manifest.name),
+                    "defaultMode": 0o400,
+                },
+            },
+            {"name": WORK_VOLUME, "emptyDir": {}},
+            *spec.driver.volumes,
+        ],
+    )
+
+
+def cleanup_pod(
+    manifest: JobManifest,
+    job: Mapping[str, Any],
+    *,
+    sequence: int,
+    storage: str,
+    arguments: list[str],
+) -> dict[str, Any]:
+    """A short pod that changes storage while no driver runs. It has the driver's service
+    account, environment and volumes, which is where storage credentials live; the
+    operator itself has none."""
+    spec = manifest.spec
+    environment = [
+        *_env(spec.application.env),
+        *_env(spec.driver.env),
+        {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
+        {"name": f"{PREFIX}JOB", "value": manifest.name},
+        {"name": f"{PREFIX}STORAGE", "value": storage},
+    ]
+    container = {
+        "name": "cleanup",
+        "image": spec.image,
+        "command": ["python", "-m", "spark_checkpoint.janitor", *arguments],
+        "env": environment,
+        "resources": _resources(spec.driver, 256),
+        "volumeMounts": list(spec.driver.volume_mounts),
+        "securityContext": _RESTRICTED_CONTAINER,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = spec.image_pull_policy.value
+    return _pod(
+        manifest,
+        job,
+        name=cleanup_pod_name(manifest.name, sequence),
+        labels={**job_labels(manifest, CLEANUP)},
+        annotations={},
+        role=spec.driver,
+        container=container,
+        volumes=list(spec.driver.volumes),
+    )
+
+
+def _pod(
+    manifest: JobManifest,
+    job: Mapping[str, Any],
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    annotations: Mapping[str, str],
+    role: RoleSpec,
+    container: dict[str, Any],
+    volumes: list[Any],
+) -> dict[str, Any]:
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if role.service_account:
+        pod_spec["serviceAccountName"] = role.service_account
+    if role.node_selector:
+        pod_spec["nodeSelector"] = dict(role.node_selector)
+    if role.tolerations:
+        pod_spec["tolerations"] = list(role.tolerations)
+    pod: dict[str, Any] = _plain(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": manifest.namespace,
+                "labels": dict(labels),
+                "annotations": dict(annotations),
+                "ownerReferences": [owner_reference(job)],
+            },
+            "spec": pod_spec,
+        }
+    )
+    return pod
+
+
+def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
+    """Client mode on Kubernetes; the manifest's sparkConf may override any of it."""
+    spec = manifest.spec
+    conf = {
+        "spark.master": "k8s://https://kubernetes.default.svc:443",
+        "spark.submit.deployMode": "client",
+        "spark.kubernetes.namespace": manifest.namespace,
+        "spark.kubernetes.driver.pod.name": driver_pod,
+        "spark.driver.host": "$(POD_IP)",
+        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.memory": f"{spec.driver.memory_mib}m",
+        "spark.executor.instances": str(spec.executor.instances),
+        "spark.executor.cores": str(spec.executor.cores),
+        "spark.executor.memory": f"{spec.executor.memory_mib}m",
+        f"spark.kubernetes.executor.label.{LABEL_JOB}": manifest.name,
+        "spark.ui.enabled": "false",
+    }
+    if spec.image:
+        conf["spark.kubernetes.container.image"] = spec.image
+    if spec.executor.service_account:
+        conf["spark.kubernetes.authenticate.executor.serviceAccountName"] = (
+            spec.executor.service_account
+        )
+    for key, value in spec.executor.labels.items():
+        conf[f"spark.kubernetes.executor.label.{key}"] = value
+    for key, value in spec.executor.node_selector.items():
+        conf[f"spark.kubernetes.executor.node.selector.{key}"] = value
+    for variable in spec.executor.env:
+        conf[f"spark.executorEnv.{variable.name}"] = variable.value
+    return conf
+
+
+def _resources(role: RoleSpec, memory_mib: int) -> dict[str, Any]:
+    return {
+        "requests": {"cpu": str(role.cores), "memory": f"{memory_mib}Mi"},
+        "limits": {"memory": f"{memory_mib}Mi"},
+    }
+
+
+def _overhead_mib(memory_mib: int) -> int:
+    return max(MIN_MEMORY_OVERHEAD_MIB, int(memory_mib * MEMORY_OVERHEAD_FACTOR))
+
+
+def _env(variables: tuple[EnvVar, ...]) -> list[dict[str, str]]:
+    return [{"name": v.name, "value": v.value} for v in variables]
+
+
+def _field_env(name: str, field_path: str) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def _plain(value: Any) -> Any:
+    """Deep copies of the manifest's read-only mappings, as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    return value

@@ -1,0 +1,72 @@
+"""Storage work while no driver runs: ``python -m spark_checkpoint.janitor <command>``.
+
+On Kubernetes the operator runs this in a short cleanup pod that has the job's image,
+service account, environment and volumes, which is where storage credentials live; the
+operator itself never touches storage. The job comes from ``SPARK_CHECKPOINT_NAMESPACE``,
+``SPARK_CHECKPOINT_JOB`` and ``SPARK_CHECKPOINT_STORAGE``.
+
+Exit codes: 0 done, 1 storage failed (the message is the last line of output, which the
+pod's termination message shows), 2 bad arguments or settings.
+"""
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from spark_checkpoint.settings import PREFIX
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
+
+
+def _ids(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m spark_checkpoint.janitor")
+    commands = parser.add_subparsers(dest="command", required=True)
+    discard = commands.add_parser("discard-checkpoint", help="delete one checkpoint")
+    discard.add_argument("checkpoint_id", type=int)
+    discard.add_argument(
+        "--retained", type=_ids, default=[], help="ids whose shared files must stay (1,2,3)"
+    )
+    savepoint = commands.add_parser("discard-savepoint", help="delete one savepoint")
+    savepoint.add_argument("savepoint_id", type=int)
+    garbage = commands.add_parser("collect-garbage", help="delete what the registry does not list")
+    garbage.add_argument("--checkpoints", type=_ids, default=[], help="registered ids (1,2)")
+    garbage.add_argument("--savepoints", type=_ids, default=[], help="registered ids (1,2)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = _parser().parse_args(argv)
+    settings = {name: os.environ.get(PREFIX + name, "") for name in ("NAMESPACE", "JOB", "STORAGE")}
+    missing = [PREFIX + name for name, value in settings.items() if not value]
+    if missing:
+        print(f"not set: {', '.join(missing)}", file=sys.stderr)
+        return 2
+    storage = CheckpointStorage(
+        JobStorageLayout(settings["STORAGE"], settings["NAMESPACE"], settings["JOB"])
+    )
+    try:
+        match arguments.command:
+            case "discard-checkpoint":
+                storage.discard_checkpoint(arguments.checkpoint_id, arguments.retained)
+                print(f"discarded checkpoint {arguments.checkpoint_id}")
+            case "discard-savepoint":
+                storage.discard_savepoint(arguments.savepoint_id)
+                print(f"discarded savepoint {arguments.savepoint_id}")
+            case "collect-garbage":
+                report = storage.collect_garbage(arguments.checkpoints, arguments.savepoints)
+                print(
+                    f"removed checkpoints {list(report.checkpoint_ids)}, savepoints "
+                    f"{list(report.savepoint_ids)}, {len(report.shared_locations)} shared files"
+                )
+    except (StorageError, OSError, ValueError) as error:
+        print(f"{arguments.command} failed: {error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
