@@ -1,5 +1,6 @@
 """Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md)."""
 
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -13,15 +14,30 @@ class AgentRejected(Exception):
     """The agent answered with an error; the message is its reason."""
 
 
+BaseUrl = str | Callable[[], str | None]
+
+
 class AgentClient:
-    def __init__(self, base_url: str, token: str, *, timeout: float = 10.0) -> None:
-        self._base_url = base_url.rstrip("/")
+    """``base_url`` may be a function: a pod's address is known only once it runs, and
+    until then the agent is simply unavailable. A shared ``session`` (one per operator,
+    not per job) is left open by ``close``."""
+
+    def __init__(
+        self,
+        base_url: BaseUrl,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self._base_url = base_url
         self._headers = {"Authorization": f"Bearer {token}"}
         self._timeout = aiohttp.ClientTimeout(total=timeout)
-        self._session: aiohttp.ClientSession | None = None
+        self._session = session
+        self._owns_session = session is None
 
     async def close(self) -> None:
-        if self._session is not None:
+        if self._session is not None and self._owns_session:
             await self._session.close()
             self._session = None
 
@@ -60,10 +76,16 @@ class AgentClient:
         return answer
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        base_url = self._base_url() if callable(self._base_url) else self._base_url
+        if base_url is None:
+            raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:
-            self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
+            self._session = aiohttp.ClientSession()
+        url = base_url.rstrip("/") + path
         try:
-            async with self._session.request(method, self._base_url + path, json=body) as response:
+            async with self._session.request(
+                method, url, json=body, headers=self._headers, timeout=self._timeout
+            ) as response:
                 try:
                     answer = await response.json(content_type=None)
                 except ValueError:

@@ -229,7 +229,7 @@ async def run_local(
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
-        report=report,
+        report=lambda notice: report(notice.message),
     )
     interrupts = [0]
     # shutdown.drain: process all available input before the savepoint (stop --drain).

@@ -13,6 +13,7 @@ import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
 from spark_checkpoint.exit_codes import DriverExit
@@ -141,8 +142,23 @@ class JobRecord:
         )
 
 
-def _log_report(line: str) -> None:
-    log.info("%s", line)
+class Level(StrEnum):
+    DETAIL = "detail"  # routine progress: logged, not an event
+    NOTE = "note"  # worth an event: restores, savepoints, terminations
+    WARNING = "warning"  # something failed
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should be told; ``reason`` is CamelCase (a Kubernetes event's)."""
+
+    reason: str
+    level: Level
+    message: str
+
+
+def _log_notice(notice: Notice) -> None:
+    log.log(logging.WARNING if notice.level is Level.WARNING else logging.INFO, notice.message)
 
 
 class JobSupervisor:
@@ -156,7 +172,7 @@ class JobSupervisor:
         save: Callable[[JobRecord], Awaitable[None]],
         record: JobRecord,
         initial_savepoint: str | None = None,
-        report: Callable[[str], None] = _log_report,
+        report: Callable[[Notice], None] = _log_notice,
         idle_poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._config = config
@@ -210,6 +226,9 @@ class JobSupervisor:
         self._coordinator = self._new_coordinator(config, self._coordinator.persisted_state)
         self._coordinator.handle(JobPhaseChanged(self._record.phase))
 
+    def _notify(self, reason: str, level: Level, message: str) -> None:
+        self._report(Notice(reason, level, message))
+
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
         self._requests.put_nowait(event)
@@ -236,8 +255,10 @@ class JobSupervisor:
                     outcome = TerminalOutcome.FAILED
                 else:
                     delay = restart_delay(self._restart_policy, retries)
-                    self._report(
-                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s"
+                    self._notify(
+                        "DriverFailed",
+                        Level.WARNING,
+                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s",
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await asyncio.sleep(delay)
@@ -279,7 +300,11 @@ class JobSupervisor:
             driver = await self._launch()
         else:
             driver = adopted
-            self._report(f"resumed with the running driver of attempt {self._record.attempt}")
+            self._notify(
+                "DriverAdopted",
+                Level.NOTE,
+                f"resumed with the running driver of attempt {self._record.attempt}",
+            )
         self._driver = driver
         await self._persist()  # status now names the driver
         self._final_requested = False
@@ -309,9 +334,11 @@ class JobSupervisor:
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
         await self._set_phase(JobPhase.DEPLOYING)
-        self._report(
+        self._notify(
+            "DriverStarting",
+            Level.NOTE,
             f"starting driver attempt {self._record.attempt}"
-            + (f", restoring from {candidates[0]}" if candidates else "")
+            + (f", restoring from {candidates[0]}" if candidates else ""),
         )
         return await self._launcher.launch(self._record.attempt, candidates)
 
@@ -340,12 +367,18 @@ class JobSupervisor:
             try:
                 report = await driver.agent.collect_garbage(*self._registered())
             except (AgentUnavailable, AgentRejected) as error:
-                self._report(f"garbage collection skipped: {error}")
+                self._notify(
+                    "GarbageCollectionSkipped",
+                    Level.WARNING,
+                    f"garbage collection skipped: {error}",
+                )
                 report = {"checkpoints": [], "sharedFiles": 0}
             if report["checkpoints"] or report["sharedFiles"]:
-                self._report(
+                self._notify(
+                    "GarbageCollected",
+                    Level.NOTE,
                     f"removed unregistered checkpoints {report['checkpoints']} and "
-                    f"{report['sharedFiles']} unreferenced shared files"
+                    f"{report['sharedFiles']} unreferenced shared files",
                 )
         query = status["query"]
         self._record.last_batch = query.get("lastCommittedBatch")
@@ -354,9 +387,15 @@ class JobSupervisor:
             self._record.restored_from = status.get("restoredFrom")
             if self._record.restored_from:
                 self._record.restores += 1
-                self._report(f"restored from {self._record.restored_from['source']}")
+                self._notify(
+                    "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
+                )
                 for skipped in self._record.restored_from["skipped"]:
-                    self._report(f"skipped {skipped['source']}: {skipped['reason']}")
+                    self._notify(
+                        "RestoreSkipped",
+                        Level.WARNING,
+                        f"skipped {skipped['source']}: {skipped['reason']}",
+                    )
         all_running = status["allTasksRunning"] and driver.executors_ready()
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
         if query["state"] in ("running", "finished") and self._record.phase is not JobPhase.RUNNING:
@@ -371,8 +410,10 @@ class JobSupervisor:
                 await self._drop_unknown(driver, int(snapshot["id"]))
         if status["awaitingFinalCheckpoint"] and not self._final_requested:
             self._final_requested = True
-            self._report(
-                f"input exhausted at batch {query['lastCommittedBatch']}: final checkpoint"
+            self._notify(
+                "FinalCheckpoint",
+                Level.NOTE,
+                f"input exhausted at batch {query['lastCommittedBatch']}: final checkpoint",
             )
             await self._handle(
                 TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="final")
@@ -423,9 +464,11 @@ class JobSupervisor:
         await self._handle(JobTerminated(outcome))
         await self._clean_up(self._janitor.collect_garbage(*self._registered()))
         await self._set_phase(JobPhase(outcome.value))
-        self._report(
+        self._notify(
+            f"Job{outcome.value}",
+            Level.WARNING if outcome is TerminalOutcome.FAILED else Level.NOTE,
             f"job {outcome.value.lower()}"
-            + (f": {self._record.message}" if self._record.message else "")
+            + (f": {self._record.message}" if self._record.message else ""),
         )
 
     async def _set_phase(self, phase: JobPhase) -> None:
@@ -463,12 +506,16 @@ class JobSupervisor:
                 await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed):
                 self._completed_in_attempt = True
-                self._report(
-                    f"{_describe_completion(completed)} (query at batch {self._record.last_batch})"
+                self._notify(
+                    _completion_reason(completed),
+                    Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
+                    f"{_describe_completion(completed)} (query at batch {self._record.last_batch})",
                 )
-                await self._notify(driver, completed)
+                await self._notify_complete(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
-                self._report(f"{kind.value} {cid} failed: {message}")
+                self._notify(
+                    "CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}"
+                )
                 await self._abort(driver, cid, message)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
@@ -487,9 +534,13 @@ class JobSupervisor:
                 )
             case RequestDeclined(request=request, reason=reason):
                 if not request.is_periodic:
-                    self._report(f"{request.kind.value} request declined: {reason.description}")
+                    self._notify(
+                        "RequestDeclined",
+                        Level.WARNING,
+                        f"{request.kind.value} request declined: {reason.description}",
+                    )
             case FailJob(message=message):
-                self._report(f"failing the job: {message}")
+                self._notify("FailingJob", Level.WARNING, f"failing the job: {message}")
                 if driver is not None and self._failing is None:
                     self._failing = message
                     await driver.terminate()
@@ -498,7 +549,7 @@ class JobSupervisor:
         if driver is None or self._record.phase is not JobPhase.RUNNING:
             return  # the agent was lost meanwhile: the coordinator aborted it
         cid, kind, after = effect.checkpoint_id, effect.kind, effect.after
-        self._report(f"trigger {kind.value} {cid}")
+        self._notify("CheckpointTriggered", Level.DETAIL, f"trigger {kind.value} {cid}")
         if after is not AfterCompletion.CONTINUE:
             self._stopping_savepoints.add(cid)
         try:
@@ -528,7 +579,9 @@ class JobSupervisor:
         except (AgentUnavailable, AgentRejected) as error:
             log.warning("abort of %s not delivered: %s", cid, error)
 
-    async def _notify(self, driver: DriverHandle | None, completed: CompletedCheckpoint) -> None:
+    async def _notify_complete(
+        self, driver: DriverHandle | None, completed: CompletedCheckpoint
+    ) -> None:
         # A lost notification is recovered on restore: sinks commit what the restored,
         # registered image covers before the query starts.
         if driver is None:
@@ -563,7 +616,15 @@ class JobSupervisor:
         try:
             await work
         except CleanupFailed as error:
-            self._report(f"storage cleanup failed: {error}")
+            self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+
+
+def _completion_reason(completed: CompletedCheckpoint) -> str:
+    return (
+        "SavepointCompleted"
+        if completed.kind is CheckpointKind.SAVEPOINT
+        else "CheckpointCompleted"
+    )
 
 
 def _describe_completion(completed: CompletedCheckpoint) -> str:

@@ -61,10 +61,6 @@ def token_secret_name(job: str) -> str:
     return f"{job}-agent-token"
 
 
-def cleanup_pod_name(job: str, sequence: int) -> str:
-    return f"{job}-cleanup-{sequence}"
-
-
 def job_labels(manifest: JobManifest, component: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "spark-checkpoint",
@@ -196,7 +192,6 @@ def cleanup_pod(
     manifest: JobManifest,
     job: Mapping[str, Any],
     *,
-    sequence: int,
     storage: str,
     arguments: list[str],
 ) -> dict[str, Any]:
@@ -226,7 +221,8 @@ def cleanup_pod(
     return _pod(
         manifest,
         job,
-        name=cleanup_pod_name(manifest.name, sequence),
+        name=None,
+        generate_name=f"{manifest.name}-cleanup-",
         labels={**job_labels(manifest, CLEANUP)},
         annotations={},
         role=spec.driver,
@@ -239,7 +235,8 @@ def _pod(
     manifest: JobManifest,
     job: Mapping[str, Any],
     *,
-    name: str,
+    name: str | None,
+    generate_name: str | None = None,
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     role: RoleSpec,
@@ -264,7 +261,6 @@ def _pod(
             "apiVersion": "v1",
             "kind": "Pod",
             "metadata": {
-                "name": name,
                 "namespace": manifest.namespace,
                 "labels": dict(labels),
                 "annotations": dict(annotations),
@@ -273,6 +269,10 @@ def _pod(
             "spec": pod_spec,
         }
     )
+    if name is not None:
+        pod["metadata"]["name"] = name
+    if generate_name is not None:
+        pod["metadata"]["generateName"] = generate_name
     return pod
 
 

@@ -138,7 +138,7 @@ def _supervisor(
         janitor=NoJanitor(),
         save=save,
         record=record or JobRecord(),
-        report=lines.append,
+        report=lambda notice: lines.append(notice.message),
     )
     return supervisor, lines
 

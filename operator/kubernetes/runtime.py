@@ -1,0 +1,342 @@
+"""Drivers as pods: the supervisor's launcher, driver handle and janitor on Kubernetes.
+
+Pods are seen through `PodRegistry`, which Kopf's pod watch keeps current; the API is
+asked directly only where a missed watch event would otherwise stall (a pod that is gone).
+"""
+
+import asyncio
+import base64
+import contextlib
+import logging
+import secrets
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+from lightkube import ApiError, AsyncClient
+from lightkube.codecs import from_dict
+from lightkube.resources.core_v1 import Pod, Secret
+
+from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.supervisor import CleanupFailed
+
+log = logging.getLogger(__name__)
+
+GONE_CHECK_SECONDS = 5.0
+CLEANUP_TIMEOUT_SECONDS = 600.0
+NOT_FOUND = 404
+CONFLICT = 409
+
+JobKey = tuple[str, str]  # namespace, job name
+
+
+class PodRegistry:
+    """The pods of every job, as last reported by the pod watch."""
+
+    def __init__(self) -> None:
+        self._pods: dict[JobKey, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+        self._changed: dict[JobKey, asyncio.Event] = defaultdict(asyncio.Event)
+
+    def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
+        metadata = pod["metadata"]
+        job = metadata.get("labels", {}).get(objects.LABEL_JOB)
+        if job is None:
+            return
+        key = (metadata["namespace"], job)
+        if event_type == "DELETED":
+            self._pods[key].pop(metadata["name"], None)
+        else:
+            self._pods[key][metadata["name"]] = pod
+        self._changed[key].set()
+
+    def pod(self, namespace: str, job: str, name: str) -> Mapping[str, Any] | None:
+        return self._pods[namespace, job].get(name)
+
+    def pods(self, namespace: str, job: str) -> list[Mapping[str, Any]]:
+        return list(self._pods[namespace, job].values())
+
+    async def changed(self, namespace: str, job: str, timeout: float) -> None:
+        """Return when a pod of the job changed, or after ``timeout``."""
+        event = self._changed[namespace, job]
+        event.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(event.wait(), timeout)
+
+    def forget(self, namespace: str, job: str) -> None:
+        self._pods.pop((namespace, job), None)
+        self._changed.pop((namespace, job), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Clients:
+    """What every job shares: the API client, the pod view and the agents' HTTP session."""
+
+    api: AsyncClient
+    pods: PodRegistry
+    session: aiohttp.ClientSession
+
+
+def pod_exit_code(pod: Mapping[str, Any]) -> int | None:
+    """The container's exit code once the pod is done; None while it may still run."""
+    status = pod.get("status", {})
+    if status.get("phase") not in ("Succeeded", "Failed"):
+        return None
+    for container in status.get("containerStatuses", ()):
+        terminated = container.get("state", {}).get("terminated")
+        if terminated is not None:
+            return int(terminated.get("exitCode", 1))
+    # Failed before the container ran (image pull, eviction): a failure to restart from.
+    return 0 if status["phase"] == "Succeeded" else 1
+
+
+def pod_ready(pod: Mapping[str, Any]) -> bool:
+    status = pod.get("status", {})
+    if status.get("phase") != "Running" or pod["metadata"].get("deletionTimestamp"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions", ())
+    )
+
+
+def pod_failure_message(pod: Mapping[str, Any]) -> str:
+    status = pod.get("status", {})
+    for container in status.get("containerStatuses", ()):
+        terminated = container.get("state", {}).get("terminated") or {}
+        if terminated:
+            reason = terminated.get("reason", "")
+            message = (terminated.get("message") or "").strip().splitlines()
+            tail = f": {message[-1]}" if message else ""
+            return f"exit code {terminated.get('exitCode')} ({reason}){tail}"
+    return str(status.get("message") or status.get("reason") or "no container status")
+
+
+class KubernetesDriver:
+    """One driver pod. Its agent is reached at the pod's IP once it has one."""
+
+    def __init__(
+        self, clients: Clients, manifest: JobManifest, *, name: str, token: str, executors: int
+    ) -> None:
+        self._clients = clients
+        self._namespace = manifest.namespace
+        self._job = manifest.name
+        self.name = name
+        self._expected_executors = executors
+        self._seen = False
+        self._gone = False
+        self._agent = AgentClient(self._agent_url, token, session=clients.session)
+
+    @property
+    def agent(self) -> AgentClient:
+        return self._agent
+
+    @property
+    def pod(self) -> Mapping[str, Any] | None:
+        return self._clients.pods.pod(self._namespace, self._job, self.name)
+
+    def _agent_url(self) -> str | None:
+        pod = self.pod
+        ip = pod.get("status", {}).get("podIP") if pod is not None else None
+        return f"http://{ip}:{objects.AGENT_PORT}" if ip else None
+
+    def exit_code(self) -> int | None:
+        pod = self.pod
+        if pod is None:
+            # Deleted by someone else (or evicted and collected): the driver is gone.
+            return -1 if self._seen or self._gone else None
+        self._seen = True
+        return pod_exit_code(pod)
+
+    def executors_ready(self) -> bool:
+        ready = sum(
+            1
+            for pod in self._clients.pods.pods(self._namespace, self._job)
+            if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == "executor"
+            and pod_ready(pod)
+        )
+        return ready >= self._expected_executors
+
+    async def terminate(self) -> None:
+        """Delete the pod and return once it is gone: only then may another driver of
+        this job start (never two on one checkpoint location)."""
+        await delete_pod_and_wait(self._clients, self._namespace, self._job, self.name)
+        self._gone = True
+
+
+async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: str) -> None:
+    try:
+        await clients.api.delete(Pod, name, namespace=namespace)
+    except ApiError as error:
+        if error.status.code != NOT_FOUND:
+            raise
+    while True:
+        await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
+        if clients.pods.pod(namespace, job, name) is not None:
+            continue
+        try:
+            await clients.api.get(Pod, name, namespace=namespace)
+        except ApiError as error:
+            if error.status.code == NOT_FOUND:
+                return
+            raise
+
+
+class KubernetesLauncher:
+    """Starts the job's driver pods, one attempt after another."""
+
+    def __init__(
+        self, clients: Clients, manifest: JobManifest, job: Mapping[str, Any], storage: str
+    ) -> None:
+        self._clients = clients
+        self._api = clients.api
+        self.manifest = manifest
+        self._job = job
+        self._storage = storage
+        self.current: KubernetesDriver | None = None
+
+    @property
+    def expected_executors(self) -> int:
+        """Local-mode masters (the test kubelet, single-pod jobs) have no executor pods."""
+        master = self.manifest.spec.application.spark_conf.get("spark.master", "")
+        return 0 if master.startswith("local") else self.manifest.spec.executor.instances
+
+    async def adopt(self, attempt: int) -> KubernetesDriver | None:
+        name = objects.driver_pod_name(self.manifest.name, attempt)
+        try:
+            pod = await self._api.get(Pod, name, namespace=self.manifest.namespace)
+        except ApiError as error:
+            if error.status.code == NOT_FOUND:
+                return None
+            raise
+        raw = pod.to_dict()
+        if raw["metadata"].get("deletionTimestamp") or pod_exit_code(raw) is not None:
+            return None
+        self._clients.pods.observe("MODIFIED", raw)
+        self.current = self._driver(name, await self._token())
+        return self.current
+
+    async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
+        await self._remove_other_drivers()
+        token = secrets.token_urlsafe(32)
+        await self._store_token(token)
+        name = objects.driver_pod_name(self.manifest.name, attempt)
+        pod = objects.driver_pod(
+            self.manifest,
+            self._job,
+            attempt=attempt,
+            storage=self._storage,
+            restore=restore,
+            deployed_hash=objects.deployment_hash(self._job["spec"]),
+        )
+        await self._api.create(from_dict(pod))
+        self.current = self._driver(name, token)
+        return self.current
+
+    def _driver(self, name: str, token: str) -> KubernetesDriver:
+        return KubernetesDriver(
+            self._clients,
+            self.manifest,
+            name=name,
+            token=token,
+            executors=self.expected_executors,
+        )
+
+    async def _remove_other_drivers(self) -> None:
+        """Drivers of earlier attempts that are still there (an operator that died while
+        deleting one): gone before the next starts."""
+        pods = self._api.list(
+            Pod,
+            namespace=self.manifest.namespace,
+            labels={
+                objects.LABEL_JOB: self.manifest.name,
+                objects.LABEL_COMPONENT: objects.DRIVER,
+            },
+        )
+        async for pod in pods:
+            assert pod.metadata is not None and pod.metadata.name is not None
+            await delete_pod_and_wait(
+                self._clients, self.manifest.namespace, self.manifest.name, pod.metadata.name
+            )
+
+    async def _store_token(self, token: str) -> None:
+        """A new token per attempt: a driver of an earlier attempt cannot be talked to."""
+        secret = objects.token_secret(self.manifest, self._job, token)
+        name = secret["metadata"]["name"]
+        try:
+            await self._api.create(from_dict(secret))
+        except ApiError as error:
+            if error.status.code != CONFLICT:
+                raise
+            await self._api.patch(
+                Secret,
+                name,
+                {"stringData": {objects.TOKEN_KEY: token}},
+                namespace=self.manifest.namespace,
+            )
+
+    async def _token(self) -> str:
+        secret = await self._api.get(
+            Secret, objects.token_secret_name(self.manifest.name), namespace=self.manifest.namespace
+        )
+        data = secret.data or {}
+        return base64.b64decode(data[objects.TOKEN_KEY]).decode()
+
+
+class KubernetesJanitor:
+    """Storage work in short cleanup pods (the operator holds no storage credentials)."""
+
+    def __init__(
+        self, clients: Clients, manifest: JobManifest, job: Mapping[str, Any], storage: str
+    ) -> None:
+        self._clients = clients
+        self._manifest = manifest
+        self._job = job
+        self._storage = storage
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        await self._run(["discard-checkpoint", str(checkpoint_id), f"--retained={_ids(retained)}"])
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        await self._run(["discard-savepoint", str(savepoint_id)])
+
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        await self._run(
+            [
+                "collect-garbage",
+                f"--checkpoints={_ids(checkpoints)}",
+                f"--savepoints={_ids(savepoints)}",
+            ]
+        )
+
+    async def _run(self, arguments: list[str]) -> None:
+        namespace, job = self._manifest.namespace, self._manifest.name
+        pod = objects.cleanup_pod(
+            self._manifest, self._job, storage=self._storage, arguments=arguments
+        )
+        try:
+            created = await self._clients.api.create(from_dict(pod))
+        except ApiError as error:
+            raise CleanupFailed(f"{arguments[0]}: cannot create a cleanup pod: {error}") from error
+        assert created.metadata is not None and created.metadata.name is not None
+        name = created.metadata.name
+        try:
+            async with asyncio.timeout(CLEANUP_TIMEOUT_SECONDS):
+                while (current := self._clients.pods.pod(namespace, job, name)) is None or (
+                    code := pod_exit_code(current)
+                ) is None:
+                    await self._clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
+        except TimeoutError:
+            raise CleanupFailed(
+                f"{arguments[0]}: pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s"
+            ) from None
+        finally:
+            await delete_pod_and_wait(self._clients, namespace, job, name)
+        if code != 0:
+            raise CleanupFailed(f"{arguments[0]} in pod {name}: {pod_failure_message(current)}")
+
+
+def _ids(ids: list[int]) -> str:
+    return ",".join(str(i) for i in ids)
