@@ -7,6 +7,7 @@ How a driver is started (a local process, a Kubernetes pod) and where status is 
 """
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import random
@@ -202,6 +203,9 @@ class JobSupervisor:
         self._suspend_on_exit = False
         self._stopping_savepoints: set[int] = set()
         self._aborted_unknown: set[int] = set()
+        self._shutting_down = False
+        self._detached = False
+        self._stop_requested = asyncio.Event()
 
     @property
     def record(self) -> JobRecord:
@@ -261,21 +265,59 @@ class JobSupervisor:
                         f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s",
                     )
                     await self._set_phase(JobPhase.RESTARTING)
-                    await asyncio.sleep(delay)
-                    continue
+                    await self._sleep_unless_stopped(delay)
+                    if not self._stopped_meanwhile():
+                        continue
+                    outcome = TerminalOutcome.CANCELLED
             await self._terminate(outcome)
             return outcome
+
+    async def _sleep_unless_stopped(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), delay)
+
+    def _stopped_meanwhile(self) -> bool:
+        """Cancelled or shut down while no driver ran (in a restart's backoff)."""
+        if self._cancelled or self._shutting_down:
+            self._record.message = self._stop_message()
+            return True
+        return False
+
+    def _stop_message(self) -> str:
+        return "the job was deleted" if self._shutting_down else "cancelled by the user"
+
+    async def retire(self, outcome: TerminalOutcome) -> None:
+        """End a job that has no driver (deleted while suspended): its retention policy
+        and garbage collection are carried out by the janitor."""
+        await self._terminate(outcome)
+
+    def shut_down(self, *, savepoint: bool, drain: bool) -> None:
+        """The job is being deleted: a final savepoint if asked (and possible), then the
+        job ends Cancelled, so its retention policy applies as to a cancellation."""
+        self._shutting_down = True
+        self._stop_requested.set()
+        if savepoint and self._driver is not None and self._record.phase is JobPhase.RUNNING:
+            after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
+            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="final"))
+        else:
+            self.cancel()
+
+    def detach(self) -> None:
+        """The runtime itself is exiting: leave the driver running for the next runtime
+        process to adopt; the caller then cancels ``run``."""
+        self._detached = True
 
     def cancel(self) -> None:
         """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
         self._cancelled = True
+        self._stop_requested.set()
         if self._driver is not None:
             asyncio.get_running_loop().create_task(self._driver.terminate())
 
     def _outcome(self, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
-        if self._cancelled:
-            self._record.message = "cancelled by the user"
+        if self._cancelled or self._shutting_down:
+            self._record.message = self._stop_message()
             return TerminalOutcome.CANCELLED
         if self._suspend_on_exit:
             # A stop-with-savepoint whose completion could not be delivered: the savepoint
@@ -320,7 +362,8 @@ class JobSupervisor:
                 await self._wait()
         finally:
             self._driver = None
-            await driver.terminate()
+            if not self._detached:
+                await driver.terminate()
         await self._leave_running()
         return exit_code
 
@@ -517,6 +560,8 @@ class JobSupervisor:
                     "CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}"
                 )
                 await self._abort(driver, cid, message)
+                if self._shutting_down and cid in self._stopping_savepoints:
+                    self.cancel()  # no final savepoint: the job is deleted without one
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
                     f"checkpoint {cid}",
@@ -533,6 +578,8 @@ class JobSupervisor:
                     lambda: self._janitor.discard_savepoint(sid),
                 )
             case RequestDeclined(request=request, reason=reason):
+                if self._shutting_down and request.after is not AfterCompletion.CONTINUE:
+                    self.cancel()
                 if not request.is_periodic:
                     self._notify(
                         "RequestDeclined",

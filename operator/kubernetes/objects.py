@@ -92,6 +92,12 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def expected_executors(manifest: JobManifest) -> int:
+    """Local-mode masters (single-pod jobs, the test kubelet) have no executor pods."""
+    master = manifest.spec.application.spark_conf.get("spark.master", "")
+    return 0 if master.startswith("local") else manifest.spec.executor.instances
+
+
 def token_secret(manifest: JobManifest, job: Mapping[str, Any], token: str) -> dict[str, Any]:
     return {
         "apiVersion": "v1",

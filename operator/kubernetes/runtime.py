@@ -188,20 +188,21 @@ class KubernetesLauncher:
     """Starts the job's driver pods, one attempt after another."""
 
     def __init__(
-        self, clients: Clients, manifest: JobManifest, job: Mapping[str, Any], storage: str
+        self,
+        clients: Clients,
+        manifest: JobManifest,
+        job: Mapping[str, Any],
+        storage: str,
+        *,
+        deployed_hash: str,
     ) -> None:
         self._clients = clients
         self._api = clients.api
         self.manifest = manifest
         self._job = job
         self._storage = storage
+        self._deployed_hash = deployed_hash
         self.current: KubernetesDriver | None = None
-
-    @property
-    def expected_executors(self) -> int:
-        """Local-mode masters (the test kubelet, single-pod jobs) have no executor pods."""
-        master = self.manifest.spec.application.spark_conf.get("spark.master", "")
-        return 0 if master.startswith("local") else self.manifest.spec.executor.instances
 
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
         name = objects.driver_pod_name(self.manifest.name, attempt)
@@ -229,7 +230,7 @@ class KubernetesLauncher:
             attempt=attempt,
             storage=self._storage,
             restore=restore,
-            deployed_hash=objects.deployment_hash(self._job["spec"]),
+            deployed_hash=self._deployed_hash,
         )
         await self._api.create(from_dict(pod))
         self.current = self._driver(name, token)
@@ -241,7 +242,7 @@ class KubernetesLauncher:
             self.manifest,
             name=name,
             token=token,
-            executors=self.expected_executors,
+            executors=objects.expected_executors(self.manifest),
         )
 
     async def _remove_other_drivers(self) -> None:

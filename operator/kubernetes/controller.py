@@ -1,0 +1,421 @@
+"""One SparkCheckpointJob on the cluster: its driver kept as the spec says, one supervisor
+(so one coordinator) at a time, and its status.
+
+The controller knows nothing of Kopf: the handlers give it the job's live body, tell it
+when the body changed, and tell it to stop (the job was deleted, or the operator exits).
+
+- ``spec.state: Suspended``: stop-with-savepoint, then no pods; back to ``Running``:
+  restore from that savepoint.
+- A change of what the driver is built from (image, application, pods): a savepoint that
+  stops the driver, then a new driver restored from it (an upgrade).
+- Trigger nonces: a checkpoint or savepoint per new value, labelled with it.
+- Checkpoint settings: applied to the running coordinator.
+- Deletion: the final savepoint if ``spec.shutdown.finalSavepoint``, then the job ends
+  Cancelled and its retention policy is applied by cleanup pods.
+- An operator restart: the running driver is adopted, the registry and id counter are
+  read back from status.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import time
+from collections.abc import Callable, Mapping
+from enum import Enum
+from typing import Any
+
+from lightkube import ApiError
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.types import PatchType
+
+from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
+    CheckpointKind,
+    JobPhase,
+    TerminalOutcome,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.runtime import (
+    Clients,
+    KubernetesJanitor,
+    KubernetesLauncher,
+    pod_ready,
+)
+from spark_checkpoint_operator.manifest import (
+    JobManifest,
+    JobState,
+    ManifestError,
+    manifest_from_document,
+    validate_document,
+)
+from spark_checkpoint_operator.status import Observed, Readiness, render_status
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
+
+log = logging.getLogger(__name__)
+
+SparkCheckpointJob = create_namespaced_resource(
+    objects.GROUP, objects.VERSION, objects.KIND, objects.PLURAL
+)
+
+PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, message
+
+ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
+STATUS_WRITE_ATTEMPTS = 5
+# How long a deleted job may take for its final savepoint beyond the checkpoint timeout.
+SHUTDOWN_GRACE_SECONDS = 60.0
+
+
+class _Stop(Enum):
+    DELETE = "delete"
+    EXIT = "exit"
+
+
+class JobController:
+    def __init__(
+        self,
+        clients: Clients,
+        body: Mapping[str, Any],
+        post_event: PostEvent,
+        *,
+        idle_poll_interval: float = 2.0,
+    ) -> None:
+        self._clients = clients
+        self._body = body  # a live view: the handlers keep it current
+        self._post_event = post_event
+        self._idle_poll_interval = idle_poll_interval
+        self._changed = asyncio.Event()
+        self._stop: _Stop | None = None
+        status = dict(body.get("status") or {})
+        self._record = JobRecord.from_dict(status) if "coordinator" in status else JobRecord()
+        self._conditions: list[dict[str, Any]] = list(status.get("conditions", ()))
+        self._handled = dict(status.get("handledTriggers") or {})
+        self._deployed = str(status.get("deploymentHash", ""))
+        self._stopped_spec = str(status.get("stoppedSpecHash", ""))
+        self._problem: str | None = None
+        self._generation = int(body["metadata"].get("generation", 0))
+        self._manifest: JobManifest | None = None
+        self._document: dict[str, Any] = {}
+
+    @property
+    def _namespace(self) -> str:
+        return str(self._body["metadata"]["namespace"])
+
+    @property
+    def _name(self) -> str:
+        return str(self._body["metadata"]["name"])
+
+    def body_changed(self) -> None:
+        self._changed.set()
+
+    def stop(self, *, deleting: bool) -> None:
+        self._stop = _Stop.DELETE if deleting else _Stop.EXIT
+        self._changed.set()
+
+    # ------------------------------------------------------------------ the loop
+
+    async def run(self) -> None:
+        while self._stop is None:
+            manifest = await self._read_spec()
+            if manifest is not None and await self._should_run(manifest):
+                await self._supervise(manifest)
+                continue
+            await self._wait_for_change()
+        if self._stop is _Stop.DELETE:
+            await self._retire()
+
+    async def _wait_for_change(self) -> None:
+        await self._changed.wait()
+        self._changed.clear()
+
+    async def _read_spec(self) -> JobManifest | None:
+        """The validated spec, or None with the problem in status (no pods for it)."""
+        document, problem = _validated(self._body)
+        self._generation = int(self._body["metadata"].get("generation", 0))
+        if problem != self._problem:
+            self._problem = problem
+            if problem is not None:
+                self._post_event("Warning", "InvalidSpec", problem)
+            await self._save(self._record)
+        if document is None:
+            return None
+        self._manifest = manifest_from_document(document)
+        self._document = document
+        return self._manifest
+
+    async def _should_run(self, manifest: JobManifest) -> bool:
+        phase = self._record.phase
+        if phase is JobPhase.FINISHED:
+            return False  # its input is done; a new job runs it again
+        if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
+            # Retried when the spec is changed (beyond nonces and state), not otherwise.
+            return _spec_hash(self._document["spec"]) != self._stopped_spec
+        if manifest.spec.state is JobState.SUSPENDED:
+            if phase in ACTIVE_PHASES and self._record.attempt:
+                launcher = self._launcher(manifest)
+                if await launcher.adopt(self._record.attempt) is not None:
+                    return True  # a driver from before a restart: suspend it with a savepoint
+            if phase is not JobPhase.SUSPENDED and self._record.attempt:
+                self._record.phase = JobPhase.SUSPENDED
+                self._record.message = "suspended without a driver; resumes from the latest image"
+                await self._save(self._record)
+            return False
+        return True
+
+    # ------------------------------------------------------------------ running
+
+    def _launcher(self, manifest: JobManifest) -> KubernetesLauncher:
+        return KubernetesLauncher(
+            self._clients,
+            manifest,
+            self._document,
+            _storage(manifest),
+            deployed_hash=objects.deployment_hash(self._document["spec"]),
+        )
+
+    async def _supervise(self, manifest: JobManifest) -> None:
+        if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
+            self._record.message = ""
+        launcher = self._launcher(manifest)
+        supervisor = JobSupervisor(
+            config=manifest.coordinator_config(),
+            restart_policy=manifest.spec.restart_policy,
+            launcher=launcher,
+            janitor=KubernetesJanitor(self._clients, manifest, self._document, _storage(manifest)),
+            save=self._save,
+            record=self._record,
+            initial_savepoint=manifest.spec.restore.initial_savepoint_path,
+            report=self._on_notice,
+            idle_poll_interval=self._idle_poll_interval,
+        )
+        self._deployed = objects.deployment_hash(self._document["spec"])
+        running = asyncio.create_task(supervisor.run())
+        requested: dict[str, float] = {}
+        changed = asyncio.create_task(self._changed.wait())
+        try:
+            while not running.done():
+                await asyncio.wait({running, changed}, return_when=asyncio.FIRST_COMPLETED)
+                if changed.done():
+                    self._changed.clear()
+                    changed = asyncio.create_task(self._changed.wait())
+                if running.done():
+                    break
+                if self._stop is _Stop.EXIT:
+                    supervisor.detach()
+                    running.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await running
+                    return
+                if self._stop is _Stop.DELETE:
+                    await self._shut_down(supervisor, running, manifest)
+                    return
+                await self._follow_spec(supervisor, requested)
+            outcome = running.result()
+        finally:
+            changed.cancel()
+        if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
+            self._stopped_spec = _spec_hash(self._document["spec"])
+            await self._save(self._record)
+
+    async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
+        """React to a changed spec while a driver runs."""
+        document, problem = _validated(self._body)
+        self._generation = int(self._body["metadata"].get("generation", 0))
+        if problem != self._problem:
+            self._problem = problem
+            if problem is not None:
+                self._post_event("Warning", "InvalidSpec", f"{problem}; the job keeps running")
+            await self._save(self._record)
+        if document is None:
+            return  # the running deployment goes on until the spec is valid again
+        self._document = document
+        manifest = manifest_from_document(document)
+        supervisor.reconfigure(manifest.coordinator_config())
+        self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)
+        self._request_by_nonce(supervisor, manifest, CheckpointKind.SAVEPOINT)
+        now = time.monotonic()
+        retry_after = manifest.spec.checkpointing.timeout
+        if manifest.spec.state is JobState.SUSPENDED:
+            stop_reason = "suspend"
+        elif objects.deployment_hash(document["spec"]) != self._deployed:
+            stop_reason = "upgrade"
+        else:
+            return
+        # One stop-with-savepoint at a time; asked again if it did not stop the driver.
+        if now - requested.get(stop_reason, -retry_after) >= retry_after:
+            requested[stop_reason] = now
+            self._post_event(
+                "Normal", "Stopping", f"savepoint, then stop the driver ({stop_reason})"
+            )
+            after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
+            supervisor.request(
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason)
+            )
+            asyncio.get_running_loop().call_later(retry_after, self._changed.set)
+
+    def _request_by_nonce(
+        self, supervisor: JobSupervisor, manifest: JobManifest, kind: CheckpointKind
+    ) -> None:
+        spec = manifest.spec
+        nonce = (
+            spec.checkpoint_trigger_nonce
+            if kind is CheckpointKind.CHECKPOINT
+            else spec.savepoint_trigger_nonce
+        )
+        key = f"{kind.value}Nonce"
+        if nonce is None or self._handled.get(key) == nonce:
+            return
+        self._handled[key] = nonce
+        supervisor.request(TriggerRequested(kind, label=f"nonce {nonce}"))
+
+    async def _shut_down(
+        self,
+        supervisor: JobSupervisor,
+        running: "asyncio.Task[TerminalOutcome]",
+        manifest: JobManifest,
+    ) -> None:
+        shutdown = manifest.spec.shutdown
+        supervisor.shut_down(savepoint=shutdown.final_savepoint, drain=shutdown.drain)
+        grace = manifest.spec.checkpointing.timeout + SHUTDOWN_GRACE_SECONDS
+        done, _ = await asyncio.wait({running}, timeout=grace)
+        if not done:
+            self._post_event(
+                "Warning", "FinalSavepointTimedOut", f"no final savepoint in {grace:.0f}s"
+            )
+            supervisor.cancel()
+        await running
+
+    async def _retire(self) -> None:
+        """Deleted without a running supervisor: a suspended job is cancelled now (its
+        retention policy applies); a job that ended already has been cleaned up."""
+        suspended = self._record.phase is JobPhase.SUSPENDED
+        if not suspended or self._manifest is None:
+            return
+        manifest = self._manifest
+        supervisor = JobSupervisor(
+            config=manifest.coordinator_config(),
+            restart_policy=manifest.spec.restart_policy,
+            launcher=self._launcher(manifest),
+            janitor=KubernetesJanitor(self._clients, manifest, self._document, _storage(manifest)),
+            save=self._save,
+            record=self._record,
+            report=self._on_notice,
+        )
+        self._record.message = "the job was deleted"
+        await supervisor.retire(TerminalOutcome.CANCELLED)
+
+    # ------------------------------------------------------------------ status
+
+    def _on_notice(self, notice: Notice) -> None:
+        log.log(
+            logging.WARNING if notice.level is Level.WARNING else logging.INFO,
+            "%s/%s: %s",
+            self._namespace,
+            self._name,
+            notice.message,
+        )
+        if notice.level is not Level.DETAIL:
+            kind = "Warning" if notice.level is Level.WARNING else "Normal"
+            self._post_event(kind, notice.reason, notice.message)
+
+    def _observed(self) -> Observed:
+        pods = self._clients.pods.pods(self._namespace, self._name)
+        driver_expected = 1 if self._record.phase in ACTIVE_PHASES else 0
+        components = [
+            (pod, pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE)) for pod in pods
+        ]
+        executors_expected = 0
+        if driver_expected and self._manifest is not None:
+            executors_expected = objects.expected_executors(self._manifest)
+        return Observed(
+            generation=self._generation,
+            driver=Readiness(
+                sum(1 for pod, role in components if role == objects.DRIVER and pod_ready(pod)),
+                driver_expected,
+            ),
+            executors=Readiness(
+                sum(1 for pod, role in components if role == "executor" and pod_ready(pod)),
+                executors_expected,
+            ),
+            spec_problem=self._problem,
+        )
+
+    async def _save(self, record: JobRecord) -> None:
+        status = render_status(
+            record,
+            now=time.time(),
+            observed=self._observed(),
+            previous_conditions=self._conditions,
+        )
+        status["handledTriggers"] = dict(self._handled)
+        status["deploymentHash"] = self._deployed
+        status["stoppedSpecHash"] = self._stopped_spec
+        self._conditions = status["conditions"]
+        for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
+            try:
+                await self._clients.api.patch(
+                    SparkCheckpointJob.Status,
+                    self._name,
+                    {"status": status},
+                    namespace=self._namespace,
+                    patch_type=PatchType.MERGE,
+                )
+                return
+            except ApiError as error:
+                # The coordinator must not act on state that is not stored: retried, then
+                # raised (the daemon restarts and adopts the driver).
+                if attempt == STATUS_WRITE_ATTEMPTS or error.status.code == 404:
+                    raise
+                await asyncio.sleep(0.2 * 2**attempt)
+
+
+def _validated(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """Check the spec as a local manifest (the API server checked the schema already) and
+    for what only a cluster needs. Returns the defaulted document or the problem."""
+    metadata = body["metadata"]
+    document = {
+        "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
+        "kind": objects.KIND,
+        "metadata": {
+            key: metadata[key]
+            for key in ("name", "namespace", "labels", "annotations")
+            if key in metadata
+        },
+        "spec": json.loads(json.dumps(dict(body.get("spec") or {}))),
+    }
+    try:
+        validated = validate_document(document, f"{metadata['namespace']}/{metadata['name']}")
+    except ManifestError as error:
+        return None, "; ".join(str(p) for p in error.problems)
+    spec = validated["spec"]
+    missing = []
+    if not spec.get("image"):
+        missing.append("spec.image: required on a cluster (the driver's container image)")
+    if not spec.get("checkpointing", {}).get("storage"):
+        missing.append(
+            "spec.checkpointing.storage: required on a cluster (a URI every driver and "
+            "cleanup pod can reach, such as s3a://bucket/checkpoints)"
+        )
+    if missing:
+        return None, "; ".join(missing)
+    validated["metadata"]["uid"] = metadata["uid"]
+    return validated, None
+
+
+def _spec_hash(spec: Mapping[str, Any]) -> str:
+    """The spec without what does not call for a retry of a failed job."""
+    relevant = {
+        key: value
+        for key, value in spec.items()
+        if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state")
+    }
+    text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _storage(manifest: JobManifest) -> str:
+    storage = manifest.spec.checkpointing.storage
+    assert storage is not None  # checked by _validated
+    return storage

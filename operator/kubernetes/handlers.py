@@ -1,0 +1,90 @@
+"""Kopf handlers: thin glue between the cluster's events and `JobController`.
+
+Run with ``kopf run -m spark_checkpoint_operator.kubernetes.handlers`` (add
+``--namespace`` per watched namespace, or ``--all-namespaces``). Kubernetes credentials
+come from the service account or KUBECONFIG, for Kopf and for the operator's own client.
+"""
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+import aiohttp
+import kopf
+from lightkube import AsyncClient
+
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.controller import JobController
+from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
+
+FINALIZER = f"{objects.GROUP}/finalizer"
+CONTROLLER = "controller"
+CLIENTS = "clients"
+
+
+@kopf.on.startup()
+async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=objects.GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=objects.GROUP)
+    # One replica (Recreate strategy) is the operator's lease; no peering resources.
+    settings.peering.standalone = True
+    # Only the events this operator posts itself, not one per handler run.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    memo[CLIENTS] = Clients(
+        api=AsyncClient(),
+        pods=PodRegistry(),
+        session=aiohttp.ClientSession(),
+    )
+
+
+@kopf.on.cleanup()
+async def close(memo: kopf.Memo, **_: Any) -> None:
+    clients: Clients = memo[CLIENTS]
+    await clients.session.close()
+    await clients.api.close()
+
+
+@kopf.on.event("", "v1", "pods", labels={objects.LABEL_JOB: kopf.PRESENT})
+def pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    clients: Clients = memo[CLIENTS]
+    clients.pods.observe(event.get("type"), event["object"])
+
+
+@kopf.on.event(objects.GROUP, objects.VERSION, objects.PLURAL)
+def job_changed(memo: kopf.Memo, **_: Any) -> None:
+    controller: JobController | None = memo.get(CONTROLLER)
+    if controller is not None:
+        controller.body_changed()
+
+
+@kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0)
+async def run_job(
+    body: kopf.Body,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    def post_event(kind: str, reason: str, message: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message[:1000])
+
+    controller = JobController(memo[CLIENTS], body, post_event)
+    memo[CONTROLLER] = controller
+    running = asyncio.create_task(controller.run())
+    stopping = asyncio.ensure_future(stopped.wait())
+    try:
+        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not running.done():
+            reason = stopped.reason or kopf.DaemonStoppingReason.OPERATOR_EXITING
+            controller.stop(deleting=bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED))
+        await running
+    finally:
+        stopping.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await stopping
+        memo.pop(CONTROLLER, None)
+        clients: Clients = memo[CLIENTS]
+        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+            clients.pods.forget(body["metadata"]["namespace"], body["metadata"]["name"])
