@@ -49,7 +49,6 @@ from spark_checkpoint_operator.manifest import (
     JobState,
     ManifestError,
     manifest_from_document,
-    validate_document,
 )
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
@@ -95,9 +94,9 @@ class JobController:
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._problem: str | None = None
-        self._generation = int(body["metadata"].get("generation", 0))
+        self._generation = -1  # of the spec read last; status writes do not change it
         self._manifest: JobManifest | None = None
-        self._document: dict[str, Any] = {}
+        self._spec: dict[str, Any] = {}
 
     @property
     def _namespace(self) -> str:
@@ -131,19 +130,24 @@ class JobController:
         self._changed.clear()
 
     async def _read_spec(self) -> JobManifest | None:
-        """The validated spec, or None with the problem in status (no pods for it)."""
-        document, problem = _validated(self._body)
-        self._generation = int(self._body["metadata"].get("generation", 0))
+        """The spec, validated again only when its generation changed. A spec in error
+        is reported in status and an event; the last valid one stays in effect for a
+        running driver, and nothing starts for it otherwise."""
+        generation = int(self._body["metadata"].get("generation", 0))
+        if generation == self._generation:
+            return self._manifest if self._problem is None else None
+        self._generation = generation
+        manifest, problem = _validated(self._body)
         if problem != self._problem:
             self._problem = problem
             if problem is not None:
                 self._post_event("Warning", "InvalidSpec", problem)
             await self._save(self._record)
-        if document is None:
+        if manifest is None:
             return None
-        self._manifest = manifest_from_document(document)
-        self._document = document
-        return self._manifest
+        self._manifest = manifest
+        self._spec = json.loads(json.dumps(dict(self._body["spec"])))
+        return manifest
 
     async def _should_run(self, manifest: JobManifest) -> bool:
         phase = self._record.phase
@@ -151,7 +155,7 @@ class JobController:
             return False  # its input is done; a new job runs it again
         if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             # Retried when the spec is changed (beyond nonces and state), not otherwise.
-            return _spec_hash(self._document["spec"]) != self._stopped_spec
+            return _spec_hash(self._spec) != self._stopped_spec
         if manifest.spec.state is JobState.SUSPENDED:
             if phase in ACTIVE_PHASES and self._record.attempt:
                 launcher = self._launcher(manifest)
@@ -170,9 +174,9 @@ class JobController:
         return KubernetesLauncher(
             self._clients,
             manifest,
-            self._document,
+            self._body,
             _storage(manifest),
-            deployed_hash=objects.deployment_hash(self._document["spec"]),
+            deployed_hash=objects.deployment_hash(self._spec),
         )
 
     async def _supervise(self, manifest: JobManifest) -> None:
@@ -183,14 +187,14 @@ class JobController:
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
-            janitor=KubernetesJanitor(self._clients, manifest, self._document, _storage(manifest)),
+            janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
             save=self._save,
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
             report=self._on_notice,
             idle_poll_interval=self._idle_poll_interval,
         )
-        self._deployed = objects.deployment_hash(self._document["spec"])
+        self._deployed = objects.deployment_hash(self._spec)
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         changed = asyncio.create_task(self._changed.wait())
@@ -216,22 +220,14 @@ class JobController:
         finally:
             changed.cancel()
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
-            self._stopped_spec = _spec_hash(self._document["spec"])
+            self._stopped_spec = _spec_hash(self._spec)
             await self._save(self._record)
 
     async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
         """React to a changed spec while a driver runs."""
-        document, problem = _validated(self._body)
-        self._generation = int(self._body["metadata"].get("generation", 0))
-        if problem != self._problem:
-            self._problem = problem
-            if problem is not None:
-                self._post_event("Warning", "InvalidSpec", f"{problem}; the job keeps running")
-            await self._save(self._record)
-        if document is None:
+        manifest = await self._read_spec()
+        if manifest is None:
             return  # the running deployment goes on until the spec is valid again
-        self._document = document
-        manifest = manifest_from_document(document)
         supervisor.reconfigure(manifest.coordinator_config())
         self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)
         self._request_by_nonce(supervisor, manifest, CheckpointKind.SAVEPOINT)
@@ -239,7 +235,7 @@ class JobController:
         retry_after = manifest.spec.checkpointing.timeout
         if manifest.spec.state is JobState.SUSPENDED:
             stop_reason = "suspend"
-        elif objects.deployment_hash(document["spec"]) != self._deployed:
+        elif objects.deployment_hash(self._spec) != self._deployed:
             stop_reason = "upgrade"
         else:
             return
@@ -298,7 +294,7 @@ class JobController:
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=self._launcher(manifest),
-            janitor=KubernetesJanitor(self._clients, manifest, self._document, _storage(manifest)),
+            janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
             save=self._save,
             record=self._record,
             report=self._on_notice,
@@ -371,9 +367,10 @@ class JobController:
                 await asyncio.sleep(0.2 * 2**attempt)
 
 
-def _validated(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
-    """Check the spec as a local manifest (the API server checked the schema already) and
-    for what only a cluster needs. Returns the defaulted document or the problem."""
+def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]:
+    """Check the spec as a local manifest is checked (the API server checked the schema
+    already; the operator may be older or newer than the CRD) and for what only a cluster
+    needs. Returns the manifest or the problem."""
     metadata = body["metadata"]
     document = {
         "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
@@ -386,22 +383,20 @@ def _validated(body: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str | No
         "spec": json.loads(json.dumps(dict(body.get("spec") or {}))),
     }
     try:
-        validated = validate_document(document, f"{metadata['namespace']}/{metadata['name']}")
+        manifest = manifest_from_document(document, f"{metadata['namespace']}/{metadata['name']}")
     except ManifestError as error:
         return None, "; ".join(str(p) for p in error.problems)
-    spec = validated["spec"]
     missing = []
-    if not spec.get("image"):
+    if not manifest.spec.image:
         missing.append("spec.image: required on a cluster (the driver's container image)")
-    if not spec.get("checkpointing", {}).get("storage"):
+    if not manifest.spec.checkpointing.storage:
         missing.append(
             "spec.checkpointing.storage: required on a cluster (a URI every driver and "
             "cleanup pod can reach, such as s3a://bucket/checkpoints)"
         )
     if missing:
         return None, "; ".join(missing)
-    validated["metadata"]["uid"] = metadata["uid"]
-    return validated, None
+    return manifest, None
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:

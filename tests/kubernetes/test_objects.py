@@ -1,0 +1,131 @@
+"""The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+
+FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
+KUBERNETES_VERSION = "1.30"
+
+
+def _job(name: str = "full-job.yaml") -> tuple[Any, dict[str, Any]]:
+    """The manifest and the stored object (with the uid the API server gave it)."""
+    document = validate_document(yaml.safe_load((FIXTURES / name).read_text()))
+    manifest = manifest_from_document(document)
+    document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
+    return manifest, document
+
+
+def _env(pod: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
+
+
+def _driver(name: str = "full-job.yaml", restore: list[str] | None = None) -> dict[str, Any]:
+    manifest, document = _job(name)
+    return objects.driver_pod(
+        manifest,
+        document,
+        attempt=3,
+        storage="s3a://bucket/checkpoints",
+        restore=restore or [],
+        deployed_hash=objects.deployment_hash(document["spec"]),
+    )
+
+
+@pytest.mark.parametrize("fixture", ["full-job.yaml", "minimal-job.yaml"])
+def test_the_driver_pod_is_a_valid_pod(fixture: str) -> None:
+    kubernetes_validate.validate(_driver(fixture), KUBERNETES_VERSION, strict=True)
+
+
+def test_the_cleanup_pod_and_token_secret_are_valid() -> None:
+    manifest, document = _job()
+    cleanup = objects.cleanup_pod(
+        manifest, document, storage="s3a://b/c", arguments=["collect-garbage"]
+    )
+    secret = objects.token_secret(manifest, document, "secret-token")
+
+    kubernetes_validate.validate(cleanup, KUBERNETES_VERSION, strict=True)
+    kubernetes_validate.validate(secret, KUBERNETES_VERSION, strict=True)
+    assert cleanup["metadata"]["generateName"] == f"{manifest.name}-cleanup-"
+    assert cleanup["spec"]["containers"][0]["command"][:3] == [
+        "python",
+        "-m",
+        "spark_checkpoint.janitor",
+    ]
+
+
+def test_the_driver_is_owned_by_its_job_and_labelled_per_attempt() -> None:
+    pod = _driver()
+    manifest, document = _job()
+
+    assert pod["metadata"]["name"] == f"{manifest.name}-driver-3"
+    assert pod["metadata"]["ownerReferences"] == [objects.owner_reference(document)]
+    labels = pod["metadata"]["labels"]
+    assert labels[objects.LABEL_JOB] == manifest.name
+    assert labels[objects.LABEL_SPARK_ROLE] == "driver"
+    assert labels[objects.LABEL_ATTEMPT] == "3"
+    assert pod["spec"]["restartPolicy"] == "Never"
+
+
+def test_the_token_is_mounted_never_written_into_the_pod() -> None:
+    pod = _driver()
+    environment = _env(pod)
+
+    assert environment["SPARK_CHECKPOINT_TOKEN_FILE"]["value"] == f"{objects.TOKEN_DIR}/token"
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[objects.TOKEN_VOLUME]["secret"]["secretName"].endswith("-agent-token")
+    assert "secret-token" not in str(pod)
+
+
+def test_the_agent_listens_on_the_pod_ip_and_restores_from_the_candidates() -> None:
+    pod = _driver(restore=["savepoint:9", "checkpoint:8"])
+    environment = list(_env(pod))
+
+    assert environment.index("POD_IP") < environment.index("SPARK_CHECKPOINT_AGENT_HOST")
+    assert _env(pod)["SPARK_CHECKPOINT_AGENT_HOST"]["value"] == "$(POD_IP)"
+    assert _env(pod)["SPARK_CHECKPOINT_RESTORE"]["value"] == '["savepoint:9", "checkpoint:8"]'
+    assert _env(pod)["SPARK_CHECKPOINT_STORAGE"]["value"] == "s3a://bucket/checkpoints"
+
+
+def test_spark_runs_in_client_mode_unless_the_manifest_says_otherwise() -> None:
+    submit = _env(_driver())["PYSPARK_SUBMIT_ARGS"]["value"]
+    manifest, _ = _job()
+
+    assert "spark.submit.deployMode=client" in submit
+    assert "spark.kubernetes.driver.pod.name=" in submit
+    for key, value in manifest.spec.application.spark_conf.items():
+        assert f"{key}={value}" in submit
+    assert submit.endswith("pyspark-shell")
+
+
+def test_pods_run_as_non_root_without_privileges() -> None:
+    pod = _driver()
+    container = pod["spec"]["containers"][0]
+
+    assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_only_what_a_driver_is_built_from_changes_the_deployment_hash() -> None:
+    _, document = _job()
+    spec = document["spec"]
+    base = objects.deployment_hash(spec)
+
+    for unrelated in (
+        {"checkpointTriggerNonce": 7},
+        {"state": "Suspended"},
+        {"checkpointing": {**spec["checkpointing"], "interval": "1h"}},
+    ):
+        assert objects.deployment_hash({**spec, **unrelated}) == base
+    for redeploy in (
+        {"image": "other:2"},
+        {"application": {**spec["application"], "arguments": ["--new"]}},
+    ):
+        assert objects.deployment_hash({**spec, **redeploy}) != base
