@@ -1,0 +1,268 @@
+"""A cluster on this machine for operator tests: the emulated API server, a kubelet (real
+processes, or simulated drivers), and the operator itself as a real ``kopf run`` process
+that a test can kill and start again."""
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import kmock
+
+from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
+from helpers.kube.kubelet import KubeletThread
+from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
+
+JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
+PODS = "v1/pods"
+SECRETS = "v1/secrets"
+EVENTS = "v1/events"
+NAMESPACE = "default"
+OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
+
+T = TypeVar("T")
+
+
+class OperatorProcess:
+    """``kopf run`` of the operator's handlers, as it runs in its Deployment."""
+
+    def __init__(self, kubeconfig: Path, log_path: Path, namespaces: tuple[str, ...]) -> None:
+        self._kubeconfig = kubeconfig
+        self.log_path = log_path
+        self._namespaces = namespaces
+        self._process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    def start(self) -> None:
+        command = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", OPERATOR_MODULE]
+        command += [f"--namespace={n}" for n in self._namespaces]
+        environment = {**os.environ, "KUBECONFIG": str(self._kubeconfig)}
+        with self.log_path.open("ab") as log:
+            log.write(f"--- operator start {self.starts + 1}\n".encode())
+            self._process = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=environment,
+                start_new_session=True,
+            )
+        self.starts += 1
+
+    def kill(self) -> None:
+        """``kill -9``: no handler gets to clean anything up."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+            self._process = None
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        self._process = None
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class _LoopThread:
+    """An event loop in a daemon thread for the simulated kubelet and agents."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+
+    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float = 30.0) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout)
+
+    def call(self, function: Callable[[], T]) -> T:
+        async def call() -> T:
+            return function()
+
+        return self.run(call())
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+
+
+class LocalCluster:
+    """``with LocalCluster(tmp_path) as cluster:`` runs real drivers (the kubelet runs pod
+    processes); ``LocalCluster(tmp_path, simulated=SimulatedAgents(...))`` runs simulated
+    ones. The operator starts with the cluster unless ``operator=False``."""
+
+    def __init__(
+        self,
+        work_dir: Path,
+        *,
+        simulated: SimulatedAgents | None = None,
+        operator: bool = True,
+        namespaces: tuple[str, ...] = (NAMESPACE,),
+    ) -> None:
+        self.work_dir = work_dir
+        self._simulated_agents = simulated
+        self._start_operator = operator
+        self._namespaces = namespaces
+        self._stack = contextlib.ExitStack()
+        self.api: EmulatedApiServer
+        self.operator: OperatorProcess
+        self.kubelet: KubeletThread | None = None
+        self._simulated: tuple[_LoopThread, SimulatedKubelet] | None = None
+
+    def __enter__(self) -> Self:
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self.api = self._stack.enter_context(spark_checkpoint_api())
+            kubeconfig = self.api.write_kubeconfig(self.work_dir / "kubeconfig")
+            for namespace in self._namespaces:
+                with contextlib.suppress(kmock.KubernetesError):  # "default" exists already
+                    self.api.create("v1/namespaces", {"metadata": {"name": namespace}})
+            if self._simulated_agents is None:
+                self.kubelet = self._stack.enter_context(
+                    KubeletThread(self.api.url, self.work_dir / "pods")
+                )
+            else:
+                self._start_simulated(self._simulated_agents)
+            self.operator = OperatorProcess(
+                kubeconfig, self.work_dir / "operator.log", self._namespaces
+            )
+            self._stack.callback(self.operator.stop)
+            if self._start_operator:
+                self.operator.start()
+        except BaseException:
+            self._stack.close()
+            raise
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self._stack.close()
+
+    def _start_simulated(self, agents: SimulatedAgents) -> None:
+        thread = _LoopThread()
+        kubelet = SimulatedKubelet(self.api.url, agents)
+        thread.run(agents.start())
+        thread.run(kubelet.start())
+        self._simulated = (thread, kubelet)
+
+        def stop() -> None:
+            thread.run(kubelet.stop())
+            thread.run(agents.stop())
+            thread.close()
+
+        self._stack.callback(stop)
+
+    # ------------------------------------------------------------------ jobs
+
+    def apply(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        namespace = document["metadata"].get("namespace", NAMESPACE)
+        return self.api.create(JOBS, document, namespace=namespace)
+
+    def patch_spec(self, name: str, spec: Mapping[str, Any], namespace: str = NAMESPACE) -> None:
+        self.api.patch(JOBS, namespace, name, {"spec": spec})
+
+    def delete(self, name: str, namespace: str = NAMESPACE) -> None:
+        self.api.delete(JOBS, namespace, name)
+
+    def job(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
+        try:
+            return self.api.get(JOBS, namespace, name)
+        except kmock.KubernetesNotFoundError:
+            return None
+
+    def status(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
+        job = self.job(name, namespace)
+        assert job is not None, f"{namespace}/{name} does not exist"
+        status: dict[str, Any] = job.get("status") or {}
+        return status
+
+    def pods(self, name: str, namespace: str = NAMESPACE, component: str = "") -> list[Any]:
+        selector = f"sparkcheckpoint.io/job={name}"
+        if component:
+            selector += f",sparkcheckpoint.io/component={component}"
+        return self.api.list(PODS, namespace, labels=selector)
+
+    def events(self, name: str, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+        return [
+            event
+            for event in self.api.list(EVENTS, namespace)
+            if event.get("involvedObject", {}).get("name") == name
+        ]
+
+    def event_reasons(self, name: str, namespace: str = NAMESPACE) -> list[str]:
+        return [event.get("reason", "") for event in self.events(name, namespace)]
+
+    def wait_for(
+        self,
+        what: str,
+        condition: Callable[[], Any],
+        timeout: float = 60.0,
+        job: str | None = None,
+    ) -> Any:
+        """Poll ``condition`` until it returns something truthy; on timeout, fail with the
+        job's status and the operator's log."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = condition()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                status = self.status(job) if job and self.job(job) else None
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {what}\n"
+                    f"status: {status}\noperator log:\n{self.operator.log_tail()}"
+                )
+            time.sleep(0.2)
+
+    # ------------------------------------------------------------------ drivers
+
+    def simulated_agent(self, pod: str, namespace: str = NAMESPACE) -> SimulatedAgent | None:
+        assert self._simulated is not None, "the cluster runs real drivers"
+        thread, kubelet = self._simulated
+        return thread.call(lambda: kubelet.agent(namespace, pod))
+
+    def crash_driver(self, pod: str, namespace: str = NAMESPACE) -> None:
+        """The driver dies as with ``kill -9`` (a real process, or a simulated one)."""
+        if self._simulated is not None:
+            thread, kubelet = self._simulated
+            thread.call(lambda: kubelet.crash(namespace, pod))
+        else:
+            assert self.kubelet is not None
+            self.kubelet.kubelet.kill(namespace, pod, signal.SIGKILL)
+
+    def driver_pods(self, name: str, namespace: str = NAMESPACE) -> list[str]:
+        return sorted(p["metadata"]["name"] for p in self.pods(name, namespace, "driver"))
+
+
+@contextlib.contextmanager
+def operator_stopped(cluster: LocalCluster) -> Iterator[None]:
+    """The operator is down for the block (its pods and status stay), then starts again."""
+    cluster.operator.kill()
+    try:
+        yield
+    finally:
+        cluster.operator.start()

@@ -1,0 +1,1415 @@
+"""A Kubernetes API server for tests: kmock's ``KubernetesEmulator`` made to behave like one.
+
+kmock serves discovery, records requests and keeps objects in memory, but as plain JSON: no
+``resourceVersion``, ``uid`` or ``generation``, ``/status`` merged into the object, selectors
+ignored, and every watch (re)connect replays all objects. Kopf relies on all of these: its
+finalizer JSON patch tests ``metadata.resourceVersion``, it resumes watches from the last
+version it saw, and it expects a no-op write to produce no event. With stale replays, Kopf
+acts on old bodies and its patches fail with 422 in a loop. This module adds what a real API
+server does, and runs it on a real port (``serve`` in a loop, ``EmulatedApiServer`` in a
+thread) so that Kopf, lightkube and subprocesses can talk to it over plain HTTP.
+
+What it does like a real API server:
+
+- One global ``resourceVersion`` counter bumped by every write; lists carry it; a write that
+  changes nothing keeps the version and sends no event.
+- Create: ``uid``, ``creationTimestamp``, ``generation: 1``, ``generateName``, 409
+  AlreadyExists; ``generation`` grows on changes outside ``metadata`` (and ``status`` where
+  the status subresource exists), and once when deletion starts.
+- Status subresource: the main endpoint ignores ``.status``, ``/status`` changes only it.
+- PUT and merge patches carrying ``metadata.resourceVersion`` are preconditions (409
+  Conflict); PUT of a custom resource must carry one (422). JSON patch (RFC 6902, the
+  ``jsonpatch`` package; a failed ``test`` is 422), merge patch (RFC 7386), strategic merge
+  patch (415 for custom resources, as on a real server).
+- Label and field selectors on list and watch; a watch sees an object leave (DELETED) or
+  enter (ADDED) its selection.
+- Watches resume from ``resourceVersion`` out of a bounded per-resource event log; an older
+  version gets an ERROR event with code 410; ``timeoutSeconds``, bookmarks, and
+  ``sendInitialEvents`` with its closing bookmark.
+- Deletion: finalizers hold an object (``deletionTimestamp``); removing the last one deletes
+  it; dependents (``ownerReferences``) are garbage-collected in the background style; a pod
+  bound to a node terminates gracefully until a kubelet deletes it with grace period 0.
+- Custom resources registered from their CRD (or created through the API) are discoverable
+  and validated by a callable (422 Invalid with causes); what it returns is stored, so it
+  can apply defaults.
+
+Simplified:
+
+- Strategic merge patches of built-in resources are plain merge patches: no merge keys (a
+  patched list replaces the old one, e.g. containers or finalizers) and no ``$patch``
+  directives. Server-side apply (``application/apply-patch+yaml``) is refused with 415.
+- Only a CRD's storage version is served; deleting a CRD leaves its resource served.
+- Validation is whatever the registered validator does (the SparkCheckpointJob one rejects
+  unknown fields where a real server would prune them); ObjectMeta is checked only for a
+  DNS-subdomain name; namespaces need not exist and deleting one deletes nothing inside.
+- Garbage collection happens at once, inside the deleting request; propagationPolicy
+  Foreground is treated as Background; Orphan leaves dependents (with their ownerReferences).
+- Field selectors accept any field path of built-in resources (a real server supports a
+  few per resource); custom resources only ``metadata.name`` and ``metadata.namespace``.
+- Pods: an update may change only container images, ``activeDeadlineSeconds``,
+  ``tolerations`` and an unset ``spec.nodeName`` (a real server sets that only through
+  ``pods/binding``, also served); status starts as ``{"phase": "Pending"}``.
+- Lists ignore ``limit``/``continue`` and ``resourceVersion`` (always the latest state);
+  ``dryRun`` is not supported; no admission, authentication or managedFields.
+- Initial watch events are sent oldest first, so a client resuming from the last one it saw
+  misses nothing (a real server sends them in key order).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import copy
+import datetime
+import json
+import math
+import random
+import re
+import threading
+import uuid
+import warnings
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, NamedTuple, Self, TypeVar
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import jsonpointer
+import kmock
+import yaml
+from kmock._internal import parsing, rendering
+
+from spark_checkpoint_operator.manifest import ManifestError, load_crd, validate_document
+
+Body = dict[str, Any]
+Validator = Callable[[Body], Body]
+ResourceRef = str | kmock.resource
+_T = TypeVar("_T")
+
+NAMESPACES = kmock.resource("", "v1", "namespaces")
+PODS = kmock.resource("", "v1", "pods")
+CUSTOM_RESOURCE_DEFINITIONS = kmock.resource(
+    "apiextensions.k8s.io", "v1", "customresourcedefinitions"
+)
+SPARK_CHECKPOINT_JOBS = kmock.resource("sparkcheckpoint.io", "v1alpha1", "sparkcheckpointjobs")
+SPARK_CHECKPOINT_JOBS_CRD = "sparkcheckpointjobs.sparkcheckpoint.io"
+
+PATCH_TYPES = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+}
+_JSON_HEADERS = {"Content-Type": "application/json"}  # exactly; lightkube needs no charset
+_CUSTOM_RESOURCE_VERBS = (
+    "create",
+    "delete",
+    "deletecollection",
+    "get",
+    "list",
+    "patch",
+    "update",
+    "watch",
+)
+_CUSTOM_RESOURCE_PATCHES = (
+    PATCH_TYPES["json"],
+    PATCH_TYPES["merge"],
+    "application/apply-patch+yaml",
+)
+_GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no 0/1/3
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_INITIAL_STATUS: Mapping[kmock.resource, Body] = {
+    PODS: {"phase": "Pending"},
+    NAMESPACES: {"phase": "Active"},
+}
+_SERVER_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+)
+_DEFAULT_GRACE_SECONDS = 30
+_INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+class Invalid(Exception):
+    """Raised by a validator: what is wrong, as (field path, message) pairs."""
+
+    def __init__(self, causes: Sequence[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field}: {message}" for field, message in causes))
+        self.causes = tuple(causes)
+
+
+class Rejection(NamedTuple):
+    """A request the emulator refused, kept for assertions (e.g. no 409/422 retry loops)."""
+
+    method: str
+    path: str
+    error: kmock.KubernetesError
+
+
+def validate_spark_checkpoint_job(obj: Body) -> Body:
+    """A SparkCheckpointJob checked and defaulted by the operator's own manifest validation
+    (the CRD's schema and CEL rules). The API server checks ObjectMeta itself and the status
+    apart from the spec, so only the user-facing part goes through ``validate_document``."""
+    metadata = obj.get("metadata") or {}
+    document = {key: value for key, value in obj.items() if key != "status"}
+    document["metadata"] = {
+        key: metadata[key]
+        for key in ("name", "namespace", "labels", "annotations")
+        if key in metadata
+    }
+    try:
+        defaulted = validate_document(document, source=metadata.get("name", "<object>"))
+    except ManifestError as error:
+        raise Invalid([(problem.path, problem.message) for problem in error.problems]) from None
+    defaulted["metadata"] = metadata
+    if "status" in obj:
+        defaulted["status"] = obj["status"]
+    return defaulted
+
+
+# --- the emulator -------------------------------------------------------------------------
+
+
+@attrs.frozen
+class _Change:
+    """One write as watches see it: the object after it, and before it (None when created)."""
+
+    revision: int
+    type: str
+    obj: Body
+    old: Body | None
+
+
+@attrs.define
+class _EventLog:
+    """A resource's recent changes: a watch can resume from any version >= ``floor``."""
+
+    size: int
+    floor: int = 0
+    changes: collections.deque[_Change] = attrs.field(factory=collections.deque)
+
+    def append(self, change: _Change) -> None:
+        self.changes.append(change)
+        if len(self.changes) > self.size:
+            self.floor = self.changes.popleft().revision
+
+    def since(self, revision: int) -> list[_Change] | None:
+        """The changes after ``revision``, or None if some of them are forgotten."""
+        if revision < self.floor:
+            return None
+        return [change for change in self.changes if change.revision > revision]
+
+
+@attrs.define(eq=False)
+class _Watcher:
+    resource: kmock.resource
+    queue: asyncio.Queue[_Change | None] = attrs.field(factory=asyncio.Queue)
+
+
+class _LabelRequirement(NamedTuple):
+    key: str
+    operator: str  # in, notin, exists, !exists
+    values: frozenset[str]
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        match self.operator:
+            case "exists":
+                return self.key in labels
+            case "!exists":
+                return self.key not in labels
+            case "in":
+                return labels.get(self.key) in self.values
+            case _:
+                return labels.get(self.key) not in self.values
+
+
+class _FieldRequirement(NamedTuple):
+    path: str
+    negated: bool
+    value: str
+
+    def matches(self, obj: Body) -> bool:
+        found: Any = obj
+        for key in self.path.split("."):
+            found = found.get(key) if isinstance(found, dict) else None
+        text = (
+            "" if found is None else str(found).lower() if isinstance(found, bool) else str(found)
+        )
+        return (text == self.value) != self.negated
+
+
+@attrs.frozen
+class _Selector:
+    """What a list or watch sees: the URL's namespace and the label and field selectors."""
+
+    namespace: str | None = None
+    labels: tuple[_LabelRequirement, ...] = ()
+    fields: tuple[_FieldRequirement, ...] = ()
+
+    def matches(self, obj: Body) -> bool:
+        metadata = obj.get("metadata") or {}
+        if self.namespace is not None and metadata.get("namespace") != self.namespace:
+            return False
+        labels = metadata.get("labels") or {}
+        return all(requirement.matches(labels) for requirement in self.labels) and all(
+            requirement.matches(obj) for requirement in self.fields
+        )
+
+    def event(self, change: _Change) -> Body | None:
+        """The change as this selection sees it: entering it is ADDED, leaving it DELETED."""
+        now = self.matches(change.obj)
+        before = change.old is not None and self.matches(change.old)
+        if change.type != "MODIFIED":
+            kind = change.type if now else None
+        else:
+            kind = (
+                "MODIFIED" if now and before else "ADDED" if now else "DELETED" if before else None
+            )
+        return None if kind is None else {"type": kind, "object": change.obj}
+
+
+@attrs.define(kw_only=True)
+class ApiServerEmulator(kmock.KubernetesEmulator):
+    """kmock's emulator with a real API server's versions, subresources, patches, selectors,
+    watches, deletion and validation (see the module's docstring).
+
+    Its methods are not thread-safe: call them on the loop that serves it (``serve``), or
+    through ``EmulatedApiServer.call``. Requests go to kmock's reactions first, so a test can
+    still inject failures, e.g. ``emulator["patch", "pods"] << kmock.KubernetesError(500)``;
+    the state then does not change.
+    """
+
+    event_log_size: int = 1000
+    bookmark_interval: float = 1.0
+    validators: dict[str, Validator] = attrs.field(factory=dict)  # by CRD name
+    rejections: list[Rejection] = attrs.field(factory=list, init=False)
+    _revision: int = attrs.field(default=0, init=False)
+    _logs: dict[kmock.resource, _EventLog] = attrs.field(factory=dict, init=False)
+    _watchers: set[_Watcher] = attrs.field(factory=set, init=False)
+    _custom: dict[kmock.resource, str] = attrs.field(factory=dict, init=False)  # -> CRD name
+
+    def __attrs_post_init__(self) -> None:
+        # Discovery from kmock's scaffold, but not KubernetesEmulator's own object handling.
+        kmock.KubernetesScaffold.__attrs_post_init__(self)
+        self.fallback << self._serve
+        with warnings.catch_warnings():  # kmock 0.8 reads them with a deprecated function
+            warnings.simplefilter("ignore", DeprecationWarning)
+            self.resources.load_bundled()
+        self.create_object(NAMESPACES, {"metadata": {"name": "default"}})
+
+    @property
+    def revision(self) -> int:
+        """The latest resourceVersion, as a number."""
+        return self._revision
+
+    def register_crd(
+        self, crd: Mapping[str, Any], validator: Validator | None = None
+    ) -> kmock.resource:
+        """Install a CRD as ``kubectl apply`` would: its resource becomes discoverable and
+        served, with writes checked by ``validator`` (or ``validators[crd name]``)."""
+        if validator is not None:
+            self.validators[crd["metadata"]["name"]] = validator
+        self.create_object(CUSTOM_RESOURCE_DEFINITIONS, dict(crd))
+        return _crd_resource(crd)
+
+    def stop_watches(self) -> None:
+        """End every watch stream, as an API server restart would; clients reconnect."""
+        for watcher in self._watchers:
+            watcher.queue.put_nowait(None)
+
+    def compact(self) -> None:
+        """Forget the event history, as etcd compaction does: resuming a watch from any
+        version seen so far gets 410 Gone, and clients must list again."""
+        for log in self._logs.values():
+            log.changes.clear()
+            log.floor = self._revision
+
+    # --- operations for tests (the HTTP handlers use the same code) -------------------------
+
+    def get_object(self, resource: ResourceRef, namespace: str | None, name: str) -> Body:
+        res, info = self._resolve(kmock.resource(resource))
+        return copy.deepcopy(self._stored(res, _scope(info, namespace), name))
+
+    def list_objects(
+        self,
+        resource: ResourceRef,
+        namespace: str | None = None,
+        *,
+        labels: str = "",
+        fields: str = "",
+    ) -> list[Body]:
+        res, info = self._resolve(kmock.resource(resource))
+        params = {"labelSelector": labels, "fieldSelector": fields}
+        return copy.deepcopy(
+            self._select(res, self._selector(res, _scope(info, namespace), params))
+        )
+
+    def create_object(
+        self, resource: ResourceRef, body: Mapping[str, Any], namespace: str | None = None
+    ) -> Body:
+        res, info = self._resolve(kmock.resource(resource))
+        return copy.deepcopy(
+            self._create(res, info, _scope(info, namespace), copy.deepcopy(dict(body)))
+        )
+
+    def patch_object(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+    ) -> Body:
+        res, info = self._resolve(kmock.resource(resource))
+        stored = self._stored(res, _scope(info, namespace), name)
+        content_type = PATCH_TYPES[patch_type]
+        patched = self._patch(
+            res,
+            info,
+            stored,
+            copy.deepcopy(patch),
+            content_type=content_type,
+            subresource=subresource,
+        )
+        return copy.deepcopy(patched)
+
+    def delete_object(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> Body:
+        res, info = self._resolve(kmock.resource(resource))
+        options = (
+            {} if grace_period_seconds is None else {"gracePeriodSeconds": grace_period_seconds}
+        )
+        return copy.deepcopy(self._delete(res, _scope(info, namespace), name, options))
+
+    # --- HTTP -------------------------------------------------------------------------------
+
+    async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        """Parse the request like the API server does, then serve it. kmock 0.8's own parser
+        fails on ``/api/v1/namespaces`` and misreads the names of namespaces."""
+        body = await raw_request.read()
+        path = _parse_path(raw_request.path)
+        method = kmock.method(raw_request.method)
+        request = rendering.Request(
+            id=len(self._requests),
+            raw_request=raw_request,
+            url=raw_request.url,
+            method=method,
+            params=dict(raw_request.query),
+            headers=dict(raw_request.headers),
+            cookies=dict(raw_request.cookies),
+            body=body,
+            text=body.decode("utf-8", errors="replace"),
+            data=_json_or_none(body),
+            action=parsing.guess_k8s(path, method, dict(raw_request.query)),
+            resource=None
+            if path.group is None
+            else kmock.resource(group=path.group, version=path.version, plural=path.plural),
+            namespace=path.namespace,
+            name=path.name,
+            subresource=path.subresource,
+        )
+        self._requests.append(request)
+        try:
+            return await self._handle(request)
+        except kmock.KubernetesError as error:
+            self.rejections.append(Rejection(raw_request.method, raw_request.path, error))
+            return aiohttp.web.Response(
+                status=error.status, body=_dumps(_status(error)), headers=_JSON_HEADERS
+            )
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        # kmock's KubernetesEmulator changes its objects here; ours change in the fallback.
+        return await kmock.RawHandler._handle(self, request)
+
+    def _serve(self, request: rendering.Request) -> rendering.Payload:
+        """The fallback for everything that is not discovery: the resources' endpoints."""
+        res, info = self._resolve(request.resource)
+        namespace = _scope(info, request.namespace)
+        name, subresource, params = request.name, request.subresource, request.params
+        allowed = (
+            {None} | ({"status"} & info.subresources) | ({"binding"} if res == PODS else set())
+        )
+        if subresource not in allowed:
+            raise _resource_not_found()
+        content_type = next(
+            (v for k, v in request.headers.items() if k.lower() == "content-type"), ""
+        )
+        match request.method, name, subresource:
+            case ("GET", _, None) if params.get("watch") in ("true", "1"):
+                return rendering.Response(
+                    headers=_JSON_HEADERS, payload=self._watch(res, info, namespace, params, name)
+                )
+            case ("GET", None, None):
+                selector = self._selector(res, namespace, params)
+                return _json(_list(res, info, self._select(res, selector), self._revision))
+            case ("GET", str(), _):
+                return _json(self._stored(res, namespace, name))
+            case ("POST", None, None):
+                return _json(self._create(res, info, namespace, request.data), status=201)
+            case ("POST", str(), "binding"):
+                return _json(self._bind(namespace, name, request.data), status=201)
+            case ("PUT", str(), _):
+                stored = self._stored(res, namespace, name)
+                return _json(
+                    self._replace(res, info, stored, request.data, subresource=subresource)
+                )
+            case ("PATCH", str(), _):
+                stored = self._stored(res, namespace, name)
+                patched = self._patch(
+                    res,
+                    info,
+                    stored,
+                    request.data,
+                    content_type=content_type,
+                    subresource=subresource,
+                )
+                return _json(patched)
+            case ("DELETE", None, None):
+                selector = self._selector(res, namespace, params)
+                options = _delete_options(request.data, params)
+                deleted = [
+                    self._delete(res, namespace, obj["metadata"]["name"], options)
+                    for obj in self._select(res, selector)
+                ]
+                return _json(_list(res, info, deleted, self._revision))
+            case ("DELETE", str(), None):
+                return _json(
+                    self._delete(res, namespace, name, _delete_options(request.data, params))
+                )
+        raise kmock.KubernetesError(
+            405,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        )
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def _resolve(self, res: kmock.resource | None) -> tuple[kmock.resource, kmock.ResourceInfo]:
+        if res is None or res.plural is None or res not in self.resources:
+            raise _resource_not_found()
+        return res, self.resources[res]
+
+    def _current(self, res: kmock.resource, namespace: str | None, name: str) -> Body | None:
+        key = (res, namespace, name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        return self._objects[key].raw
+
+    def _stored(self, res: kmock.resource, namespace: str | None, name: str) -> Body:
+        stored = self._current(res, namespace, name)
+        if stored is None:
+            raise kmock.KubernetesError(
+                404, "NotFound", f'{_qualified(res)} "{name}" not found', _details(res, name)
+            )
+        return stored
+
+    def _live(self) -> Iterator[tuple[kmock.resource, Body]]:
+        for (res, _, _), obj in self._objects.items():
+            if not obj.deleted:
+                yield res, obj.raw
+
+    def _select(self, res: kmock.resource, selector: _Selector) -> list[Body]:
+        found = [obj for kind, obj in self._live() if kind == res and selector.matches(obj)]
+        return sorted(
+            found, key=lambda obj: (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
+        )
+
+    def _selector(
+        self, res: kmock.resource, namespace: str | None, params: Mapping[str, str]
+    ) -> _Selector:
+        fields = _field_requirements(params.get("fieldSelector", ""))
+        if res in self._custom:
+            for requirement in fields:
+                if requirement.path not in ("metadata.name", "metadata.namespace"):
+                    raise _bad_request(f"field label not supported: {requirement.path}")
+        return _Selector(namespace, _label_requirements(params.get("labelSelector", "")), fields)
+
+    # --- watching -------------------------------------------------------------------------
+
+    def _watch(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        namespace: str | None,
+        params: Mapping[str, str],
+        name: str | None,
+    ) -> AsyncIterator[rendering.Payload]:
+        selector = self._selector(res, namespace, params)
+        if name is not None:
+            selector = attrs.evolve(
+                selector, fields=(*selector.fields, _FieldRequirement("metadata.name", False, name))
+            )
+        since = params.get("resourceVersion") or "0"
+        timeout = params.get("timeoutSeconds")
+        if not since.isdigit() or (timeout is not None and not timeout.isdigit()):
+            raise _bad_request(f"invalid resourceVersion {since!r} or timeoutSeconds {timeout!r}")
+        return self._stream(
+            res,
+            info,
+            selector,
+            since=None if since == "0" or params.get("sendInitialEvents") == "true" else int(since),
+            timeout=math.inf if timeout is None else float(timeout),
+            bookmarks=params.get("allowWatchBookmarks") == "true",
+            initial_end=params.get("sendInitialEvents") == "true",
+        )
+
+    async def _stream(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        selector: _Selector,
+        *,
+        since: int | None,
+        timeout: float,
+        bookmarks: bool,
+        initial_end: bool,
+    ) -> AsyncIterator[rendering.Payload]:
+        """The events of one watch. Everything up to the first ``yield`` runs at once, so the
+        replay and the subscription to new changes have no gap and no overlap."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        watcher = _Watcher(res)
+        self._watchers.add(watcher)
+        try:
+            if since is None:  # the current objects, as if just created, oldest first
+                current = sorted(self._select(res, selector), key=_version)
+                events: list[Body] = [{"type": "ADDED", "object": obj} for obj in current]
+            elif (changes := self._log(res).since(since)) is not None:
+                events = [
+                    event for change in changes if (event := selector.event(change)) is not None
+                ]
+            else:
+                yield _expired(since, self._log(res).floor)
+                return
+            yield b""  # the headers, at once, even if no event comes soon
+            for event in events:
+                yield event
+            if initial_end and bookmarks:
+                yield self._bookmark(res, info, {_INITIAL_EVENTS_END: "true"})
+            while True:
+                wait = min(
+                    deadline - loop.time(), self.bookmark_interval if bookmarks else math.inf
+                )
+                try:
+                    async with asyncio.timeout(None if wait == math.inf else max(wait, 0)):
+                        change = await watcher.queue.get()
+                except TimeoutError:
+                    if loop.time() >= deadline:
+                        return
+                    yield self._bookmark(res, info, {})
+                    continue
+                if change is None:
+                    return
+                if (event := selector.event(change)) is not None:
+                    yield event
+        finally:
+            self._watchers.discard(watcher)
+
+    def _bookmark(
+        self, res: kmock.resource, info: kmock.ResourceInfo, annotations: Mapping[str, str]
+    ) -> Body:
+        # Safe to send only while idle: every change up to this version is already queued.
+        metadata: Body = {"resourceVersion": str(self._revision)}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
+        return {
+            "type": "BOOKMARK",
+            "object": {
+                "kind": _kind(res, info),
+                "apiVersion": _api_version(res),
+                "metadata": metadata,
+            },
+        }
+
+    def _log(self, res: kmock.resource) -> _EventLog:
+        return self._logs.setdefault(res, _EventLog(self.event_log_size))
+
+    # --- writing --------------------------------------------------------------------------
+
+    def _commit(self, res: kmock.resource, kind: str, obj: Body, old: Body | None) -> Body:
+        """Store a new state under a new resourceVersion and tell the watches."""
+        self._revision += 1
+        obj = {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(self._revision)}}
+        key = (res, obj["metadata"].get("namespace"), obj["metadata"]["name"])
+        if key in self._objects:
+            self._objects[key].history.append(obj)
+        else:
+            self._objects[key] = obj
+        if kind == "DELETED":
+            self._objects[key].delete()
+        change = _Change(self._revision, kind, obj, old)
+        self._log(res).append(change)
+        for watcher in self._watchers:
+            if watcher.resource == res:
+                watcher.queue.put_nowait(change)
+        return obj
+
+    def _create(
+        self, res: kmock.resource, info: kmock.ResourceInfo, namespace: str | None, body: Any
+    ) -> Body:
+        if not isinstance(body, dict):
+            raise _bad_request("the body must be a JSON object")
+        obj = body
+        metadata = obj["metadata"] = dict(obj.get("metadata") or {})
+        if info.namespaced:
+            if namespace and metadata.get("namespace") not in (None, namespace):
+                raise _bad_request(
+                    "the namespace of the provided object does not match the namespace sent on"
+                    " the request"
+                )
+            metadata["namespace"] = namespace or metadata.get("namespace")
+            if not metadata["namespace"]:
+                raise _bad_request("the namespace of the object is not set")
+        else:
+            metadata.pop("namespace", None)
+        obj["apiVersion"], obj["kind"] = _api_version(res), _kind(res, info)
+        if not metadata.get("name"):
+            if not metadata.get("generateName"):
+                raise _invalid(
+                    res,
+                    info,
+                    "",
+                    [("metadata.name", "Required value: name or generateName is required")],
+                )
+            metadata["name"] = self._generate_name(
+                res, metadata.get("namespace"), metadata["generateName"]
+            )
+        name = metadata["name"]
+        if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+            message = (
+                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric"
+                " characters, '-' or '.'"
+            )
+            raise _invalid(
+                res, info, name, [("metadata.name", f"Invalid value: {name!r}: {message}")]
+            )
+        if self._current(res, metadata.get("namespace"), name) is not None:
+            raise kmock.KubernetesError(
+                409,
+                "AlreadyExists",
+                f'{_qualified(res)} "{name}" already exists',
+                _details(res, name),
+            )
+        for field in (*_SERVER_METADATA[2:], "resourceVersion"):
+            metadata.pop(field, None)
+        metadata.update(uid=str(uuid.uuid4()), creationTimestamp=_timestamp(), generation=1)
+        if "status" in info.subresources:
+            obj.pop("status", None)
+            if res in _INITIAL_STATUS:
+                obj["status"] = copy.deepcopy(_INITIAL_STATUS[res])
+        created = self._commit(res, "ADDED", self._validated(res, info, obj), None)
+        if res == CUSTOM_RESOURCE_DEFINITIONS:
+            self._serve_custom_resource(created)
+        return created
+
+    def _generate_name(self, res: kmock.resource, namespace: str | None, prefix: str) -> str:
+        while True:
+            name = prefix + "".join(random.choices(_GENERATED_NAME_ALPHABET, k=5))
+            if self._current(res, namespace, name) is None:
+                return name
+
+    def _serve_custom_resource(self, crd: Body) -> None:
+        spec, names = crd["spec"], crd["spec"]["names"]
+        version = next(version for version in spec["versions"] if version.get("storage"))
+        res = _crd_resource(crd)
+        self.resources[res] = kmock.ResourceInfo(
+            namespaced=spec.get("scope", "Namespaced") == "Namespaced",
+            kind=names["kind"],
+            singular=names.get("singular", names["kind"].lower()),
+            shortnames=names.get("shortNames", ()),
+            categories=names.get("categories", ()),
+            verbs=_CUSTOM_RESOURCE_VERBS,
+            subresources=set(version.get("subresources") or {}),
+        )
+        self._custom[res] = crd["metadata"]["name"]
+
+    def _validated(self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body) -> Body:
+        validator = self.validators.get(self._custom.get(res, ""))
+        if validator is None:
+            return obj
+        try:
+            return validator(obj)
+        except Invalid as error:
+            raise _invalid(res, info, obj["metadata"]["name"], error.causes) from None
+
+    def _replace(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        stored: Body,
+        body: Any,
+        *,
+        subresource: str | None,
+    ) -> Body:
+        name = stored["metadata"]["name"]
+        if not isinstance(body, dict):
+            raise _bad_request("the body must be a JSON object")
+        metadata = body.get("metadata") or {}
+        if metadata.get("name") not in (None, name):
+            raise _bad_request(
+                f"the name of the object ({metadata['name']}) does not match the name on the URL"
+                f" ({name})"
+            )
+        if res in self._custom and not metadata.get("resourceVersion"):
+            cause = (
+                "metadata.resourceVersion",
+                "Invalid value: 0x0: must be specified for an update",
+            )
+            raise _invalid(res, info, name, [cause])
+        return self._update(res, info, stored, body, subresource=subresource)
+
+    def _patch(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        stored: Body,
+        patch: Any,
+        *,
+        content_type: str,
+        subresource: str | None,
+    ) -> Body:
+        media_type = content_type.split(";", maxsplit=1)[0].strip()
+        if media_type == PATCH_TYPES["json"]:
+            if not isinstance(patch, list):
+                raise _bad_request("a JSON patch must be a list of operations")
+            try:
+                candidate = jsonpatch.apply_patch(stored, patch)
+            except jsonpatch.InvalidJsonPatch as error:
+                raise _bad_request(str(error)) from None
+            except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as error:
+                # As the API server: any failure to apply, a failed `test` included, is 422.
+                raise kmock.KubernetesError(422, "Invalid", str(error), {}) from None
+        elif media_type == PATCH_TYPES["merge"] or (
+            media_type == PATCH_TYPES["strategic"] and res not in self._custom
+        ):
+            if not isinstance(patch, dict):
+                raise _bad_request("a merge patch must be a JSON object")
+            candidate = _merge_patch(stored, patch)
+        else:
+            accepted = _CUSTOM_RESOURCE_PATCHES if res in self._custom else (*PATCH_TYPES.values(),)
+            raise kmock.KubernetesError(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted),
+                {},
+            )
+        return self._update(res, info, stored, candidate, subresource=subresource)
+
+    def _update(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        stored: Body,
+        candidate: Body,
+        *,
+        subresource: str | None,
+    ) -> Body:
+        """Write a new state of an object, from a PUT or a patch, as the API server would."""
+        if subresource not in (None, *({"status"} & info.subresources)):
+            raise _resource_not_found()
+        old_metadata = stored["metadata"]
+        name = old_metadata["name"]
+        version = (candidate.get("metadata") or {}).get("resourceVersion")
+        if version is not None and version != old_metadata["resourceVersion"]:
+            raise _conflict(
+                res,
+                name,
+                "the object has been modified; please apply your changes to the latest version"
+                " and try again",
+            )
+        if subresource == "status":
+            new = copy.deepcopy(stored)
+            _keep(new, candidate, "status")
+        else:
+            new = copy.deepcopy(candidate)
+            metadata = new["metadata"] = dict(new.get("metadata") or {})
+            for field in _SERVER_METADATA:
+                _keep(metadata, old_metadata, field)
+            new["apiVersion"], new["kind"] = stored["apiVersion"], stored["kind"]
+            if "status" in info.subresources:
+                _keep(new, stored, "status")
+            if old_metadata.get("deletionTimestamp") and not set(
+                metadata.get("finalizers") or ()
+            ) <= set(old_metadata.get("finalizers") or ()):
+                cause = (
+                    "metadata.finalizers",
+                    "Forbidden: no new finalizers can be added if the object is being deleted",
+                )
+                raise _invalid(res, info, name, [cause])
+            if res == PODS and _pod_spec_essence(new, stored) != _pod_spec_essence(stored, stored):
+                cause = (
+                    "spec",
+                    "Forbidden: pod updates may not change fields other than container images,"
+                    " activeDeadlineSeconds, tolerations",
+                )
+                raise _invalid(res, info, name, [cause])
+            new = self._validated(res, info, new)
+        new["metadata"]["resourceVersion"] = old_metadata["resourceVersion"]
+        if _essence(new, info) != _essence(stored, info):
+            new["metadata"]["generation"] = old_metadata.get("generation", 0) + 1
+        if new == stored:
+            return stored  # no new version, no event
+        metadata = new["metadata"]
+        if (
+            old_metadata.get("finalizers")
+            and not metadata.get("finalizers")
+            and metadata.get("deletionTimestamp")
+            and not metadata.get("deletionGracePeriodSeconds")
+        ):
+            return self._remove(res, new, stored, orphan=False)
+        return self._commit(res, "MODIFIED", new, stored)
+
+    def _bind(self, namespace: str | None, name: str, binding: Any) -> Body:
+        pod = self._stored(PODS, namespace, name)
+        node = (
+            ((binding or {}).get("target") or {}).get("name") if isinstance(binding, dict) else None
+        )
+        if not node:
+            raise _bad_request("a Binding needs target.name")
+        if pod.get("spec", {}).get("nodeName"):
+            raise _conflict(
+                PODS, name, f'pod {name} is already assigned to node "{pod["spec"]["nodeName"]}"'
+            )
+        if pod["metadata"].get("deletionTimestamp"):
+            raise _conflict(
+                PODS, name, f"pod {name} is being deleted, cannot be assigned to a host"
+            )
+        bound = copy.deepcopy(pod)
+        bound.setdefault("spec", {})["nodeName"] = node
+        self._commit(PODS, "MODIFIED", bound, pod)
+        return {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Success",
+            "code": 201,
+        }
+
+    # --- deleting -------------------------------------------------------------------------
+
+    def _delete(
+        self, res: kmock.resource, namespace: str | None, name: str, options: Mapping[str, Any]
+    ) -> Body:
+        stored = self._stored(res, namespace, name)
+        metadata = stored["metadata"]
+        preconditions = options.get("preconditions") or {}
+        for field in ("uid", "resourceVersion"):
+            if preconditions.get(field) not in (None, metadata[field]):
+                raise _conflict(
+                    res,
+                    name,
+                    f"Precondition failed: {field} in precondition: {preconditions[field]},"
+                    f" {field} in object meta: {metadata[field]}",
+                )
+        grace = options.get("gracePeriodSeconds")
+        orphan = (
+            options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
+        )
+        if metadata.get("deletionTimestamp"):
+            # Already terminating: only a kubelet's zero-grace delete of a pod moves it on.
+            if res != PODS or grace != 0:
+                return stored
+            if not metadata.get("finalizers"):
+                return self._remove(res, stored, stored, orphan=orphan)
+            return (
+                stored
+                if metadata.get("deletionGracePeriodSeconds") == 0
+                else self._mark(res, stored, 0)
+            )
+        seconds = 0
+        if res == PODS and (stored.get("spec") or {}).get("nodeName"):
+            seconds = (
+                grace
+                if grace is not None
+                else stored["spec"].get("terminationGracePeriodSeconds", _DEFAULT_GRACE_SECONDS)
+            )
+        if seconds == 0 and not metadata.get("finalizers"):
+            return self._remove(res, stored, stored, orphan=orphan)
+        return self._mark(res, stored, seconds)
+
+    def _mark(self, res: kmock.resource, stored: Body, seconds: int) -> Body:
+        """Start (or, with 0 seconds, hurry) a deletion that finalizers or a kubelet finish."""
+        marked = copy.deepcopy(stored)
+        metadata = marked["metadata"]
+        if not metadata.get("deletionTimestamp"):
+            metadata["generation"] = metadata.get("generation", 0) + 1
+        metadata["deletionTimestamp"] = _timestamp(seconds)
+        metadata["deletionGracePeriodSeconds"] = seconds
+        return self._commit(res, "MODIFIED", marked, stored)
+
+    def _remove(self, res: kmock.resource, obj: Body, old: Body, *, orphan: bool) -> Body:
+        removed = self._commit(res, "DELETED", obj, old)
+        if not orphan:
+            self._collect_garbage(removed["metadata"]["uid"])
+        return removed
+
+    def _collect_garbage(self, owner: str) -> None:
+        """Delete the dependents of a deleted owner that have no other owner left."""
+        live = list(self._live())
+        uids = {obj["metadata"]["uid"] for _, obj in live}
+        for res, obj in live:
+            owners = {ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or ()}
+            if owner in owners and not (owners - {owner}) & uids:
+                namespace, name = obj["metadata"].get("namespace"), obj["metadata"]["name"]
+                if self._current(res, namespace, name) is not None:  # not removed meanwhile
+                    self._delete(res, namespace, name, {})
+
+
+# --- serving ------------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def serve(
+    emulator: ApiServerEmulator, host: str = "127.0.0.1", port: int = 0
+) -> AsyncIterator[str]:
+    """Serve the emulator over HTTP on this loop; yields its URL. (``kmock.Server`` would
+    also patch aiohttp's host resolution for the whole process.)"""
+    # handler_cancellation: a client's disconnect ends its watch at once.
+    server = aiohttp.web.Server(emulator, handler_cancellation=True)
+    runner = aiohttp.web.ServerRunner(server, shutdown_timeout=1.0)
+    async with emulator:
+        await runner.setup()
+        try:
+            await aiohttp.web.TCPSite(runner, host, port).start()
+            bound_host, bound_port = runner.addresses[0][:2]
+            yield f"http://{bound_host}:{bound_port}"
+        finally:
+            emulator.stop_watches()
+            await runner.cleanup()
+
+
+@attrs.frozen
+class _Running:
+    url: str
+    loop: asyncio.AbstractEventLoop
+    emulator: ApiServerEmulator
+    stop: asyncio.Event
+
+
+class EmulatedApiServer:
+    """The emulator on a real TCP port, in a background thread with its own event loop, for
+    sync tests and subprocesses::
+
+        with EmulatedApiServer(crds=[crd]) as api:
+            api.write_kubeconfig(tmp_path / "kubeconfig")
+            api.create("v1/pods", {...}, namespace="default")
+
+    The helpers run on the emulator's loop (thread-safe) and raise ``kmock.KubernetesError``
+    as the API would answer; ``call`` runs anything else there.
+    """
+
+    def __init__(
+        self,
+        *,
+        crds: Sequence[Mapping[str, Any]] = (),
+        validators: Mapping[str, Validator] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        event_log_size: int = 1000,
+        bookmark_interval: float = 1.0,
+        timeout: float = 10.0,
+    ) -> None:
+        self._crds = [copy.deepcopy(dict(crd)) for crd in crds]
+        self._options: dict[str, Any] = {
+            "validators": dict(validators or {}),
+            "event_log_size": event_log_size,
+            "bookmark_interval": bookmark_interval,
+        }
+        self._address = (host, port)
+        self._timeout = timeout
+        self._thread: threading.Thread | None = None
+        self._running: _Running | None = None
+
+    def __enter__(self) -> Self:
+        started: concurrent.futures.Future[_Running] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=asyncio.run, args=(self._main(started),), name="kube-api-emulator", daemon=True
+        )
+        self._thread.start()
+        self._running = started.result(timeout=self._timeout)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc_value: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        running, thread = self._state()
+        running.loop.call_soon_threadsafe(running.stop.set)
+        thread.join(self._timeout)
+        self._running = self._thread = None
+
+    async def _main(self, started: concurrent.futures.Future[_Running]) -> None:
+        try:
+            emulator = ApiServerEmulator(**self._options)
+            for crd in self._crds:
+                emulator.register_crd(crd)
+            async with serve(emulator, *self._address) as url:
+                stop = asyncio.Event()
+                started.set_result(_Running(url, asyncio.get_running_loop(), emulator, stop))
+                await stop.wait()
+        except BaseException as error:
+            if started.done():
+                raise
+            started.set_exception(error)
+
+    def _state(self) -> tuple[_Running, threading.Thread]:
+        if self._running is None or self._thread is None:
+            raise RuntimeError(
+                "the emulated API server is not running (use it as a context manager)"
+            )
+        return self._running, self._thread
+
+    @property
+    def url(self) -> str:
+        return self._state()[0].url
+
+    def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
+        """A kubeconfig for this server (plain http, no credentials) that Kopf's and
+        lightkube's kubeconfig loaders accept."""
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
+            "users": [{"name": "emulator", "user": {}}],
+            "contexts": [
+                {
+                    "name": "emulator",
+                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+                }
+            ],
+            "current-context": "emulator",
+        }
+        path = Path(path)
+        path.write_text(yaml.safe_dump(config), encoding="utf-8")
+        return path
+
+    def call(self, fn: Callable[[ApiServerEmulator], _T]) -> _T:
+        """Run ``fn(emulator)`` on the emulator's loop and return its result."""
+        running, _ = self._state()
+
+        async def run() -> _T:
+            return fn(running.emulator)
+
+        return asyncio.run_coroutine_threadsafe(run(), running.loop).result(self._timeout)
+
+    def get(self, resource: ResourceRef, namespace: str | None, name: str) -> Body:
+        return self.call(lambda emulator: emulator.get_object(resource, namespace, name))
+
+    def list(
+        self,
+        resource: ResourceRef,
+        namespace: str | None = None,
+        *,
+        labels: str = "",
+        fields: str = "",
+    ) -> list[Body]:
+        return self.call(
+            lambda emulator: emulator.list_objects(
+                resource, namespace, labels=labels, fields=fields
+            )
+        )
+
+    def create(
+        self, resource: ResourceRef, body: Mapping[str, Any], namespace: str | None = None
+    ) -> Body:
+        return self.call(lambda emulator: emulator.create_object(resource, body, namespace))
+
+    def patch(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        name: str,
+        patch: Any,
+        *,
+        patch_type: str = "merge",
+        subresource: str | None = None,
+    ) -> Body:
+        return self.call(
+            lambda emulator: emulator.patch_object(
+                resource, namespace, name, patch, patch_type=patch_type, subresource=subresource
+            )
+        )
+
+    def delete(
+        self,
+        resource: ResourceRef,
+        namespace: str | None,
+        name: str,
+        *,
+        grace_period_seconds: int | None = None,
+    ) -> Body:
+        return self.call(
+            lambda emulator: emulator.delete_object(
+                resource, namespace, name, grace_period_seconds=grace_period_seconds
+            )
+        )
+
+
+def spark_checkpoint_api(**options: Any) -> EmulatedApiServer:
+    """An emulated API server with the SparkCheckpointJob CRD installed and validated."""
+    validators = {SPARK_CHECKPOINT_JOBS_CRD: validate_spark_checkpoint_job}
+    return EmulatedApiServer(crds=[load_crd()], validators=validators, **options)
+
+
+# --- helpers ------------------------------------------------------------------------------
+
+
+def _json(payload: Body, status: int = 200) -> rendering.Response:
+    return rendering.Response(status=status, headers=_JSON_HEADERS, payload=_dumps(payload))
+
+
+def _dumps(payload: Body) -> bytes:
+    return json.dumps(payload).encode("utf-8")
+
+
+def _json_or_none(body: bytes) -> Any:
+    try:
+        return json.loads(body) if body else None
+    except ValueError:
+        return None
+
+
+def _parse_path(path: str) -> parsing.ParsedPath:
+    """Split an API path like the API server: ``/api/v1/namespaces/{name}[/status]`` is a
+    namespace, ``/api/v1/namespaces/{ns}/{plural}/...`` something in it."""
+    parts = path.strip("/").split("/")
+    version: str | None
+    if parts[0] == "api" and len(parts) >= 2:
+        group, version, rest = "", parts[1], parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 2:
+        group, version, rest = parts[1], parts[2] if len(parts) >= 3 else None, parts[3:]
+    else:
+        return parsing.ParsedPath()
+    namespace = None
+    if len(rest) >= 3 and rest[0] == "namespaces" and rest[2] not in ("status", "finalize"):
+        namespace, rest = rest[1], rest[2:]
+    return parsing.ParsedPath(
+        group=group,
+        version=version,
+        plural=rest[0] if rest else None,
+        namespace=namespace,
+        name=rest[1] if len(rest) >= 2 else None,
+        subresource="/".join(rest[2:]) or None,
+    )
+
+
+def _merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, null deletes a key, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    merged = dict(target) if isinstance(target, dict) else {}  # untouched values are shared
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = _merge_patch(merged.get(key), value)
+    return merged
+
+
+_SET_REQUIREMENT = re.compile(
+    r"(?P<key>[\w./-]+)\s+(?P<operator>in|notin)\s*\((?P<values>[\w.,\s-]*)\)"
+)
+_EQUALITY_REQUIREMENT = re.compile(
+    r"(?P<key>[\w./-]+)\s*(?P<operator>==|=|!=)\s*(?P<value>[\w.-]*)"
+)
+_EXISTENCE_REQUIREMENT = re.compile(r"(?P<negation>!?)\s*(?P<key>[\w./-]+)")
+_FIELD_REQUIREMENT = re.compile(r"(?P<path>[\w.]+)\s*(?P<operator>==|=|!=)\s*(?P<value>[^,]*?)")
+
+
+def _label_requirements(selector: str) -> tuple[_LabelRequirement, ...]:
+    """Parse a label selector: ``k=v``, ``k==v``, ``k!=v``, ``k in (a,b)``, ``k notin (a,b)``,
+    ``k``, ``!k``; commas (outside parentheses) join requirements."""
+    if not selector.strip():
+        return ()
+    requirements = []
+    for part in re.split(r",(?![^(]*\))", selector):
+        text = part.strip()
+        if match := _SET_REQUIREMENT.fullmatch(text):
+            values = frozenset(
+                value.strip() for value in match["values"].split(",") if value.strip()
+            )
+            requirements.append(_LabelRequirement(match["key"], match["operator"], values))
+        elif match := _EQUALITY_REQUIREMENT.fullmatch(text):
+            operator = "notin" if match["operator"] == "!=" else "in"
+            requirements.append(
+                _LabelRequirement(match["key"], operator, frozenset({match["value"]}))
+            )
+        elif match := _EXISTENCE_REQUIREMENT.fullmatch(text):
+            operator = "!exists" if match["negation"] else "exists"
+            requirements.append(_LabelRequirement(match["key"], operator, frozenset()))
+        else:
+            raise _bad_request(f"unable to parse requirement: {text!r}")
+    return tuple(requirements)
+
+
+def _field_requirements(selector: str) -> tuple[_FieldRequirement, ...]:
+    """Parse a field selector: ``path=value``, ``path==value``, ``path!=value``, comma-joined."""
+    if not selector.strip():
+        return ()
+    requirements = []
+    for part in selector.split(","):
+        match = _FIELD_REQUIREMENT.fullmatch(part.strip())
+        if match is None:
+            raise _bad_request(f"invalid field selector: {part!r}")
+        requirements.append(
+            _FieldRequirement(match["path"], match["operator"] == "!=", match["value"])
+        )
+    return tuple(requirements)
+
+
+def _crd_resource(crd: Mapping[str, Any]) -> kmock.resource:
+    spec = crd["spec"]
+    version = next(version for version in spec["versions"] if version.get("storage"))
+    return kmock.resource(spec["group"], version["name"], spec["names"]["plural"])
+
+
+def _scope(info: kmock.ResourceInfo, namespace: str | None) -> str | None:
+    return namespace if info.namespaced else None
+
+
+def _api_version(res: kmock.resource) -> str:
+    return f"{res.group}/{res.version}" if res.group else str(res.version)
+
+
+def _kind(res: kmock.resource, info: kmock.ResourceInfo) -> str:
+    return info.kind or str(res.plural).capitalize()
+
+
+def _qualified(res: kmock.resource) -> str:
+    """The resource as the API server names it in messages: ``pods``, ``jobs.batch``."""
+    return f"{res.plural}.{res.group}" if res.group else str(res.plural)
+
+
+def _list(res: kmock.resource, info: kmock.ResourceInfo, items: list[Body], revision: int) -> Body:
+    return {
+        "apiVersion": _api_version(res),
+        "kind": f"{_kind(res, info)}List",
+        "metadata": {"resourceVersion": str(revision)},
+        "items": items,
+    }
+
+
+def _version(obj: Body) -> int:
+    return int(obj["metadata"]["resourceVersion"])
+
+
+def _timestamp(seconds_from_now: int = 0) -> str:
+    moment = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds_from_now)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _keep(target: Body, source: Mapping[str, Any], key: str) -> None:
+    """Make ``target[key]`` what it is in ``source``, absent included."""
+    if key in source:
+        target[key] = copy.deepcopy(source[key])
+    else:
+        target.pop(key, None)
+
+
+def _essence(obj: Body, info: kmock.ResourceInfo) -> Body:
+    """What ``metadata.generation`` counts changes of."""
+    ignored = {"metadata", "status"} if "status" in info.subresources else {"metadata"}
+    return {key: value for key, value in obj.items() if key not in ignored}
+
+
+def _pod_spec_essence(pod: Body, stored: Body) -> Body:
+    """The part of a pod's spec that no update may change."""
+    spec = copy.deepcopy(pod.get("spec") or {})
+    for field in ("activeDeadlineSeconds", "tolerations"):
+        spec.pop(field, None)
+    if not (stored.get("spec") or {}).get("nodeName"):
+        spec.pop("nodeName", None)
+    for container in (*spec.get("containers", ()), *spec.get("initContainers", ())):
+        container.pop("image", None)
+    return spec
+
+
+def _delete_options(body: Any, params: Mapping[str, str]) -> Body:
+    """DeleteOptions from the body and the query (the query's win, as on the API server)."""
+    options = dict(body) if isinstance(body, dict) else {}
+    if "propagationPolicy" in params:
+        options["propagationPolicy"] = params["propagationPolicy"]
+    if "gracePeriodSeconds" in params:
+        options["gracePeriodSeconds"] = params["gracePeriodSeconds"]
+    if options.get("gracePeriodSeconds") is not None:
+        try:
+            options["gracePeriodSeconds"] = int(options["gracePeriodSeconds"])
+        except (TypeError, ValueError):
+            raise _bad_request("gracePeriodSeconds must be an integer") from None
+    return options
+
+
+def _details(res: kmock.resource, name: str) -> Body:
+    return {"name": name, "group": res.group, "kind": res.plural}
+
+
+def _status(error: kmock.KubernetesError) -> Body:
+    return {
+        "apiVersion": "v1",
+        "kind": "Status",
+        "metadata": {},
+        "status": "Failure",
+        "message": error.message or "",
+        "reason": error.reason or "",
+        "details": error.details or {},
+        "code": error.status,
+    }
+
+
+def _expired(since: int, floor: int) -> Body:
+    status = kmock.KubernetesError(
+        410, "Expired", f"too old resource version: {since} ({floor})", {}
+    )
+    return {"type": "ERROR", "object": _status(status)}
+
+
+def _resource_not_found() -> kmock.KubernetesError:
+    return kmock.KubernetesError(
+        404, "NotFound", "the server could not find the requested resource", {}
+    )
+
+
+def _bad_request(message: str) -> kmock.KubernetesError:
+    return kmock.KubernetesError(400, "BadRequest", message, {})
+
+
+def _conflict(res: kmock.resource, name: str, why: str) -> kmock.KubernetesError:
+    message = f'Operation cannot be fulfilled on {_qualified(res)} "{name}": {why}'
+    return kmock.KubernetesError(409, "Conflict", message, _details(res, name))
+
+
+def _invalid(
+    res: kmock.resource, info: kmock.ResourceInfo, name: str, causes: Sequence[tuple[str, str]]
+) -> kmock.KubernetesError:
+    """422 Invalid, worded as the API server words it."""
+    listed = [f"{field}: {message}" if field else message for field, message in causes]
+    text = listed[0] if len(listed) == 1 else f"[{', '.join(listed)}]"
+    kind = f"{_kind(res, info)}.{res.group}" if res.group else _kind(res, info)
+    details = {
+        **_details(res, name),
+        "kind": _kind(res, info),
+        "causes": [
+            {"reason": "FieldValueInvalid", "message": message, "field": field}
+            for field, message in causes
+        ],
+    }
+    return kmock.KubernetesError(422, "Invalid", f'{kind} "{name}" is invalid: {text}', details)

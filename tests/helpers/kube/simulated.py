@@ -1,0 +1,347 @@
+"""Simulated drivers: a kubelet that runs no process, and agents that speak the agent
+protocol (docs/agent-protocol.md) without Spark.
+
+For tests of the operator's control flow that need no data, and for the operator-scale
+benchmark (thousands of jobs on one machine). One HTTP server on ``0.0.0.0:<port>``
+serves every agent: a pod's IP is a distinct 127.x.y.z address, which the request's
+Host header carries, so each pod reaches its own agent at ``http://<podIP>:<port>``
+exactly as the operator addresses a real one.
+"""
+
+import asyncio
+import base64
+import contextlib
+import datetime
+import hmac
+import itertools
+import json
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2 as httpx
+from aiohttp import web
+from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.kubeconfig import Cluster, User
+from lightkube.resources.core_v1 import Pod, Secret
+
+AGENT_PORT = 8484
+TASKS = ("logs", "state-0-0", "state-0-1")
+EXIT_FINISHED = 0
+EXIT_STOPPED_WITH_SAVEPOINT = 3
+
+
+@dataclass
+class Snapshot:
+    checkpoint_id: int
+    kind: str
+    after: str
+    batch: int
+    acks: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class SimulatedAgent:
+    """One driver's agent: the query commits a batch every ``batch_seconds``; snapshot
+    tasks acknowledge after a random delay; a stop-with-savepoint ends the driver."""
+
+    token: str
+    attempt: int
+    restored_from: str | None
+    batch_seconds: float
+    ack_delay: tuple[float, float]
+    finish_after: int | None  # batches of a bounded input, None for unbounded
+    started: float
+    exit_code: int | None = None
+    snapshots: dict[int, Snapshot] = field(default_factory=dict)
+    notified_batch: int | None = None
+    rng: random.Random = field(default_factory=random.Random)
+
+    def batch(self, now: float) -> int:
+        committed = int((now - self.started) / self.batch_seconds)
+        return committed if self.finish_after is None else min(committed, self.finish_after)
+
+    def status(self, now: float) -> dict[str, Any]:
+        batch = self.batch(now)
+        finished = self.finish_after is not None and batch >= self.finish_after
+        return {
+            "apiVersion": "v1",
+            "attempt": self.attempt,
+            "query": {
+                "state": "finished" if finished else "running",
+                "message": "",
+                "lastCommittedBatch": batch,
+            },
+            "tasks": list(TASKS),
+            "allTasksRunning": True,
+            "awaitingFinalCheckpoint": finished
+            and (self.notified_batch is None or self.notified_batch < batch),
+            "restoredFrom": None
+            if self.restored_from is None
+            else {"source": self.restored_from, "skipped": []},
+            "checkpoints": [
+                {"id": s.checkpoint_id, "acks": s.acks, "declines": []}
+                for s in self.snapshots.values()
+            ],
+        }
+
+
+class SimulatedAgents:
+    """Every simulated agent behind one server, found by the Host header's IP."""
+
+    def __init__(
+        self,
+        *,
+        port: int = AGENT_PORT,
+        batch_seconds: float = 0.5,
+        ack_delay: tuple[float, float] = (0.01, 0.2),
+        finish_after: int | None = None,
+    ) -> None:
+        self.port = port
+        self.batch_seconds = batch_seconds
+        self.ack_delay = ack_delay
+        self.finish_after = finish_after
+        self.agents: dict[str, SimulatedAgent] = {}
+        self._runner: web.AppRunner | None = None
+        self.requests = 0
+
+    def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
+        loop = asyncio.get_running_loop()
+        agent = SimulatedAgent(
+            token=token,
+            attempt=attempt,
+            restored_from=restore[0] if restore else None,
+            batch_seconds=self.batch_seconds,
+            ack_delay=self.ack_delay,
+            finish_after=self.finish_after,
+            started=loop.time(),
+        )
+        self.agents[ip] = agent
+        return agent
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_get("/v1/status", self._status)
+        app.router.add_post("/v1/checkpoints", self._trigger)
+        app.router.add_post(r"/v1/checkpoints/{id:\d+}/{action}", self._command)
+        app.router.add_post(r"/v1/savepoints/{id:\d+}/discard", self._ok)
+        app.router.add_post("/v1/storage/collect-garbage", self._garbage)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "0.0.0.0", self.port, reuse_address=True).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def _agent(self, request: web.Request) -> SimulatedAgent:
+        self.requests += 1
+        ip = (request.host or "").rsplit(":", 1)[0]
+        agent = self.agents.get(ip)
+        if agent is None or agent.exit_code is not None:
+            raise web.HTTPServiceUnavailable(text="no driver at this address")
+        expected = f"Bearer {agent.token}"
+        if not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
+            raise web.HTTPUnauthorized(
+                text=json.dumps({"error": "missing or wrong bearer token"}),
+                content_type="application/json",
+            )
+        return agent
+
+    async def _status(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        return web.json_response(agent.status(asyncio.get_running_loop().time()))
+
+    async def _trigger(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        body = await request.json()
+        checkpoint_id = int(body["id"])
+        if checkpoint_id not in agent.snapshots:
+            now = asyncio.get_running_loop().time()
+            snapshot = Snapshot(checkpoint_id, body["kind"], body["after"], agent.batch(now))
+            agent.snapshots[checkpoint_id] = snapshot
+            delay = agent.rng.uniform(*agent.ack_delay)
+            asyncio.get_running_loop().call_later(delay, _acknowledge, snapshot)
+        return web.json_response({"accepted": True}, status=202)
+
+    async def _command(self, request: web.Request) -> web.Response:
+        agent = self._agent(request)
+        checkpoint_id = int(request.match_info["id"])
+        action = request.match_info["action"]
+        snapshot = agent.snapshots.get(checkpoint_id)
+        if action == "finalize":
+            if snapshot is None:
+                raise web.HTTPNotFound(text=json.dumps({"error": "unknown"}))
+            path = f"file:///simulated/chk-{checkpoint_id}/_metadata"
+            return web.json_response({"path": path, "sizeBytes": 1024 * len(TASKS)})
+        if action == "complete":
+            agent.snapshots.pop(checkpoint_id, None)
+            body = await request.json()
+            agent.notified_batch = int(body["batchId"])
+            if snapshot is not None and snapshot.after != "continue":
+                agent.exit_code = EXIT_STOPPED_WITH_SAVEPOINT
+            elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
+                agent.exit_code = EXIT_FINISHED
+            return web.json_response({})
+        if action == "abort":
+            agent.snapshots.pop(checkpoint_id, None)
+        return web.json_response({})
+
+    async def _ok(self, request: web.Request) -> web.Response:
+        self._agent(request)
+        return web.json_response({})
+
+    async def _garbage(self, request: web.Request) -> web.Response:
+        self._agent(request)
+        return web.json_response({"checkpoints": [], "savepoints": [], "sharedFiles": 0})
+
+
+def _acknowledge(snapshot: Snapshot) -> None:
+    snapshot.acks = [
+        {"task": task, "batchId": snapshot.batch, "sizeBytes": 1024, "durationMs": 5}
+        for task in TASKS
+    ]
+
+
+class SimulatedKubelet:
+    """Runs driver pods as simulated agents and cleanup pods as instant successes; pods
+    are deleted as soon as they are asked to be (no process to stop)."""
+
+    def __init__(self, api_url: str, agents: SimulatedAgents) -> None:
+        config = KubeConfig.from_one(cluster=Cluster(server=api_url), user=User())
+        self._api = AsyncClient(config, trust_env=False, field_manager="simulated-kubelet")
+        self._agents = agents
+        self._addresses = (f"127.{b}.{c}.{d}" for b, c, d in _address_space())
+        self._pod_ips: dict[tuple[str, str], str] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._reporter: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._watch())
+        self._reporter = asyncio.create_task(self._report_exits())
+
+    async def stop(self) -> None:
+        for task in (self._task, self._reporter):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self._api.close()
+
+    def agent(self, namespace: str, pod: str) -> SimulatedAgent | None:
+        ip = self._pod_ips.get((namespace, pod))
+        return None if ip is None else self._agents.agents.get(ip)
+
+    def crash(self, namespace: str, pod: str, exit_code: int = 137) -> None:
+        agent = self.agent(namespace, pod)
+        assert agent is not None, f"{namespace}/{pod} runs no simulated driver"
+        agent.exit_code = exit_code
+
+    async def _watch(self) -> None:
+        while True:
+            try:
+                async for kind, pod in self._api.watch(Pod, namespace="*"):
+                    await self._on_pod(kind, pod.to_dict())
+            except (ApiError, httpx.HTTPError, OSError):  # reconnect, like a kubelet
+                await asyncio.sleep(0.2)
+
+    async def _on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
+        metadata = pod["metadata"]
+        key = (metadata["namespace"], metadata["name"])
+        if kind == "DELETED":
+            ip = self._pod_ips.pop(key, None)
+            if ip is not None:
+                self._agents.agents.pop(ip, None)
+            return
+        if metadata.get("deletionTimestamp"):
+            agent = self.agent(*key)
+            if agent is not None and agent.exit_code is None:
+                agent.exit_code = 143
+            await _ignore_missing(self._api.delete(Pod, key[1], namespace=key[0], grace_period=0))
+            return
+        if key in self._pod_ips or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+            return
+        await self._start(pod, key)
+
+    async def _start(self, pod: Mapping[str, Any], key: tuple[str, str]) -> None:
+        ip = next(self._addresses)
+        self._pod_ips[key] = ip
+        container = pod["spec"]["containers"][0]
+        environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
+        if container["name"] == "driver":
+            token = await self._token(pod)
+            self._agents.add(
+                ip,
+                token,
+                int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
+                json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
+            )
+            await self._set_status(key, _running(ip))
+        else:  # a cleanup pod: storage work that succeeds at once
+            await self._set_status(key, _terminated(ip, 0))
+
+    async def _token(self, pod: Mapping[str, Any]) -> str:
+        volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
+        secret = await self._api.get(
+            Secret, volume["secret"]["secretName"], namespace=pod["metadata"]["namespace"]
+        )
+        data = secret.data or {}
+        return base64.b64decode(data["token"]).decode()
+
+    async def _report_exits(self) -> None:
+        reported: set[tuple[str, str]] = set()
+        while True:
+            await asyncio.sleep(0.1)
+            for key, ip in list(self._pod_ips.items()):
+                agent = self._agents.agents.get(ip)
+                if agent is None or agent.exit_code is None or key in reported:
+                    continue
+                reported.add(key)
+                await _ignore_missing(self._set_status(key, _terminated(ip, agent.exit_code)))
+
+    async def _set_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
+        await self._api.patch(Pod.Status, key[1], {"status": status}, namespace=key[0])
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _running(ip: str) -> dict[str, Any]:
+    return {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "containerStatuses": [
+            {"name": "driver", "ready": True, "state": {"running": {"startedAt": _now()}}}
+        ],
+    }
+
+
+def _terminated(ip: str, exit_code: int) -> dict[str, Any]:
+    return {
+        "phase": "Succeeded" if exit_code == 0 else "Failed",
+        "podIP": ip,
+        "conditions": [{"type": "Ready", "status": "False"}],
+        "containerStatuses": [
+            {
+                "name": "main",
+                "ready": False,
+                "state": {"terminated": {"exitCode": exit_code, "reason": "Simulated"}},
+            }
+        ],
+    }
+
+
+def _address_space() -> Any:
+    return itertools.product(range(1, 255), range(256), range(2, 255))
+
+
+async def _ignore_missing(call: Any) -> None:
+    try:
+        await call
+    except ApiError as error:
+        if error.status.code != 404:
+            raise
