@@ -342,6 +342,8 @@ class JobSupervisor:
             driver = await self._launch()
         else:
             driver = adopted
+            # Running again once its agent answers: the new coordinator starts its scheduler then.
+            self._record.phase = JobPhase.DEPLOYING
             self._notify(
                 "DriverAdopted",
                 Level.NOTE,
@@ -441,7 +443,10 @@ class JobSupervisor:
                     )
         all_running = status["allTasksRunning"] and driver.executors_ready()
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
-        if query["state"] in ("running", "finished") and self._record.phase is not JobPhase.RUNNING:
+        leaving = self._record.phase is JobPhase.SUSPENDING
+        running = query["state"] in ("running", "finished")
+        if running and not leaving and self._record.phase is not JobPhase.RUNNING:
+            self._record.message = ""  # why an earlier attempt ended is in its events
             await self._set_phase(JobPhase.RUNNING)
             await self._handle(JobPhaseChanged(JobPhase.RUNNING))
         known = {p.checkpoint_id for p in self._coordinator.pending}
@@ -554,6 +559,10 @@ class JobSupervisor:
                     Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
                     f"{_describe_completion(completed)} (query at batch {self._record.last_batch})",
                 )
+                if completed.checkpoint_id in self._stopping_savepoints:
+                    # The agent stops the query now: nothing more is triggered.
+                    await self._set_phase(JobPhase.SUSPENDING)
+                    await self._handle(JobPhaseChanged(JobPhase.SUSPENDING))
                 await self._notify_complete(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
                 self._notify(

@@ -33,6 +33,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Only the events this operator posts itself, not one per handler run.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # Every API request and every handler call at INFO would bury what the operator says.
+    for name in ("httpx", "httpx2", "kopf.objects"):
+        logging.getLogger(name).setLevel(logging.WARNING)
     memo[CLIENTS] = Clients(
         api=AsyncClient(),
         pods=PodRegistry(),

@@ -291,7 +291,7 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         "spark.kubernetes.namespace": manifest.namespace,
         "spark.kubernetes.driver.pod.name": driver_pod,
         "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "0.0.0.0",
+        "spark.driver.bindAddress": "$(POD_IP)",
         "spark.driver.memory": f"{spec.driver.memory_mib}m",
         "spark.executor.instances": str(spec.executor.instances),
         "spark.executor.cores": str(spec.executor.cores),

@@ -191,8 +191,10 @@ class LocalCluster:
     def job(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any] | None:
         try:
             return self.api.get(JOBS, namespace, name)
-        except kmock.KubernetesNotFoundError:
-            return None
+        except kmock.KubernetesError as error:
+            if error.status == 404:
+                return None
+            raise
 
     def status(self, name: str, namespace: str = NAMESPACE) -> dict[str, Any]:
         job = self.job(name, namespace)

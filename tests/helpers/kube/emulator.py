@@ -58,6 +58,7 @@ Simplified:
 from __future__ import annotations
 
 import asyncio
+import base64
 import collections
 import concurrent.futures
 import contextlib
@@ -740,6 +741,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         self._custom[res] = crd["metadata"]["name"]
 
     def _validated(self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body) -> Body:
+        if res.group == "" and res.plural == "secrets" and "stringData" in obj:
+            # Write-only convenience field: the API server stores it base64-encoded in data.
+            encoded = {
+                key: base64.b64encode(str(value).encode()).decode()
+                for key, value in (obj.pop("stringData") or {}).items()
+            }
+            obj["data"] = {**(obj.get("data") or {}), **encoded}
         validator = self.validators.get(self._custom.get(res, ""))
         if validator is None:
             return obj

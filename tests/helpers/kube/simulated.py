@@ -15,6 +15,7 @@ import datetime
 import hmac
 import itertools
 import json
+import logging
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,6 +26,8 @@ from aiohttp import web
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import Cluster, User
 from lightkube.resources.core_v1 import Pod, Secret
+
+log = logging.getLogger(__name__)
 
 AGENT_PORT = 8484
 TASKS = ("logs", "state-0-0", "state-0-1")
@@ -140,7 +143,10 @@ class SimulatedAgents:
         ip = (request.host or "").rsplit(":", 1)[0]
         agent = self.agents.get(ip)
         if agent is None or agent.exit_code is not None:
-            raise web.HTTPServiceUnavailable(text="no driver at this address")
+            # Like a port nobody listens on: the connection drops, nothing answers.
+            if request.transport is not None:
+                request.transport.abort()
+            raise web.HTTPServiceUnavailable()
         expected = f"Bearer {agent.token}"
         if not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
             raise web.HTTPUnauthorized(
@@ -242,7 +248,11 @@ class SimulatedKubelet:
         while True:
             try:
                 async for kind, pod in self._api.watch(Pod, namespace="*"):
-                    await self._on_pod(kind, pod.to_dict())
+                    try:
+                        await self._on_pod(kind, pod.to_dict())
+                    except (ApiError, httpx.HTTPError, KeyError, StopIteration):
+                        # One bad pod never stops the kubelet.
+                        log.exception("simulated kubelet: pod %s", pod.metadata)
             except (ApiError, httpx.HTTPError, OSError):  # reconnect, like a kubelet
                 await asyncio.sleep(0.2)
 
@@ -314,9 +324,7 @@ def _running(ip: str) -> dict[str, Any]:
         "podIP": ip,
         "podIPs": [{"ip": ip}],
         "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [
-            {"name": "driver", "ready": True, "state": {"running": {"startedAt": _now()}}}
-        ],
+        "containerStatuses": [_container(ready=True, state={"running": {"startedAt": _now()}})],
     }
 
 
@@ -326,12 +334,22 @@ def _terminated(ip: str, exit_code: int) -> dict[str, Any]:
         "podIP": ip,
         "conditions": [{"type": "Ready", "status": "False"}],
         "containerStatuses": [
-            {
-                "name": "main",
-                "ready": False,
-                "state": {"terminated": {"exitCode": exit_code, "reason": "Simulated"}},
-            }
+            _container(
+                ready=False,
+                state={"terminated": {"exitCode": exit_code, "reason": "Simulated"}},
+            )
         ],
+    }
+
+
+def _container(*, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": "main",
+        "image": "simulated",
+        "imageID": "",
+        "ready": ready,
+        "restartCount": 0,
+        "state": state,
     }
 
 

@@ -1,0 +1,209 @@
+"""The operator (a real ``kopf run`` process) against the emulated API server, with
+simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
+operator with real Spark drivers."""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.kube.cluster import LocalCluster, operator_stopped
+from helpers.kube.simulated import SimulatedAgents
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def job(name: str = "orders", **spec: Any) -> dict[str, Any]:
+    checkpointing = {
+        "interval": "1s",
+        "minPause": "0s",
+        "timeout": "20s",
+        "retained": 2,
+        "storage": "file:///simulated",
+    }
+    checkpointing |= spec.pop("checkpointing", {})
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "image": "example/orders:1",
+            # A local master: simulated drivers have no executor pods.
+            "application": {
+                "mainFile": "local:///opt/app/orders.py",
+                "sparkConf": {"spark.master": "local[2]"},
+            },
+            "checkpointing": checkpointing,
+            "restartPolicy": {"type": "OnFailure", "maxRetries": 3, "backoff": "1s"},
+            **spec,
+        },
+    }
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with LocalCluster(tmp_path, simulated=SimulatedAgents(batch_seconds=0.3)) as running:
+        yield running
+
+
+def completed(cluster: LocalCluster, name: str, at_least: int) -> Any:
+    def check() -> Any:
+        status = cluster.status(name)
+        done = status.get("counts", {}).get("completed", 0)
+        return status if done >= at_least else None
+
+    return cluster.wait_for(f"{at_least} completed checkpoints", check, job=name)
+
+
+def test_checkpoints_complete_and_appear_in_status(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+
+    status = completed(cluster, "orders", 3)
+
+    assert status["phase"] == "Running"
+    assert status["lastCheckpoint"]["id"] >= 1
+    assert status["driver"] == {"ready": 1, "expected": 1}
+    conditions = {c["type"]: c["status"] for c in status["conditions"]}
+    assert conditions == {"Ready": "True", "CheckpointsHealthy": "True", "SpecValid": "True"}
+    job_object = cluster.job("orders")
+    assert job_object is not None
+    assert status["observedGeneration"] == job_object["metadata"]["generation"]
+    assert "orders" not in str(job_object.get("spec", {}).get("status", ""))
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+
+
+def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+
+    cluster.crash_driver("orders-driver-1")
+
+    status = cluster.wait_for(
+        "a restored second attempt",
+        lambda: (s := cluster.status("orders")).get("counts", {}).get("restored") and s,
+        job="orders",
+    )
+    assert status["jobAttempt"] == 2
+    assert status["restoredFrom"]["source"].startswith("checkpoint:")
+    cluster.wait_for(
+        "the first driver gone", lambda: cluster.driver_pods("orders") == ["orders-driver-2"]
+    )
+    assert "DriverFailed" in cluster.event_reasons("orders")
+
+
+def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    suspended = cluster.wait_for(
+        "Suspended",
+        lambda: (s := cluster.status("orders")).get("phase") == "Suspended" and s,
+        job="orders",
+    )
+    cluster.wait_for("no driver pods", lambda: cluster.driver_pods("orders") == [])
+    savepoint = suspended["lastSavepoint"]
+    assert savepoint["label"] == "suspend"
+
+    cluster.patch_spec("orders", {"state": "Running"})
+    resumed = cluster.wait_for(
+        "a resumed driver",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and (s.get("restoredFrom") or {}).get("source") == f"savepoint:{savepoint['id']}"
+            and s
+        ),
+        job="orders",
+    )
+    assert resumed["jobAttempt"] == 2
+
+
+def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster) -> None:
+    cluster.apply(job(checkpointing={"interval": "1h"}))
+    cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
+
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 1, "checkpointTriggerNonce": 5})
+
+    def labelled() -> Any:
+        status = cluster.status("orders")
+        history = status.get("coordinator", {})
+        labels = {c.get("label") for c in history.get("checkpoints", [])}
+        labels |= {s.get("label") for s in history.get("savepoints", [])}
+        return {"nonce 1", "nonce 5"} <= labels and status
+
+    status = cluster.wait_for("both requests completed", labelled, job="orders")
+    assert status["handledTriggers"] == {"savepointNonce": 1, "checkpointNonce": 5}
+    assert "SavepointCompleted" in cluster.event_reasons("orders")
+
+
+def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    status = cluster.wait_for(
+        "the upgraded driver",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and (s.get("restoredFrom") or {}).get("source", "").startswith("savepoint:")
+            and s
+        ),
+        job="orders",
+    )
+    assert status["lastSavepoint"]["label"] == "upgrade"
+    pods = cluster.pods("orders", component="driver")
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
+
+
+def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCluster) -> None:
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+
+    cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    reasons = cluster.event_reasons("orders")
+    assert "SavepointCompleted" in reasons
+    assert "JobCancelled" in reasons
+    cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job())
+    before = completed(cluster, "orders", 2)
+
+    with operator_stopped(cluster):
+        agent = cluster.simulated_agent("orders-driver-1")
+        assert agent is not None and agent.exit_code is None, "the driver runs on"
+
+    after = completed(cluster, "orders", before["counts"]["completed"] + 3)
+    assert after["jobAttempt"] == 1, "adopted, not restarted"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    ids = [c["id"] for c in after["history"]]
+    assert len(ids) == len(set(ids))
+    assert min(ids) > before["lastCheckpoint"]["id"] or before["lastCheckpoint"]["id"] in ids
+
+
+def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
+    cluster: LocalCluster,
+) -> None:
+    broken = job("broken")
+    del broken["spec"]["checkpointing"]["storage"]
+    cluster.apply(broken)
+    cluster.apply(job("healthy"))
+
+    status = cluster.wait_for(
+        "the problem in status",
+        lambda: (s := cluster.status("broken")).get("conditions") and s,
+        job="broken",
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["SpecValid"]["status"] == "False"
+    assert "spec.checkpointing.storage" in conditions["SpecValid"]["message"]
+    completed(cluster, "healthy", 2)
+    assert cluster.pods("broken") == []
+    assert "InvalidSpec" in cluster.event_reasons("broken")
