@@ -32,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -54,6 +55,8 @@ from _common import (
 )
 from generate_input import generate
 from ground_truth import committed_counts, compare, expected_counts
+
+COMPLETION = re.compile(r" complete(?: \([^)]*\))?: batch ")
 
 HERE = Path(__file__).resolve().parent
 JOB = "wordcount-bench"
@@ -121,7 +124,7 @@ def run_coordinated(directory: Path, input_dir: Path, interval: str) -> dict[str
         raise RuntimeError(f"expected one driver attempt, found {attempts}:\n{output}")
     location = work / "attempt-1" / "checkpoint"
     window = checkpoint_window(location)
-    completions = [line for line in output.splitlines() if " complete: batch " in line]
+    completions = [line for line in output.splitlines() if COMPLETION.search(line)]
     status = json.loads((directory / "state" / "default" / JOB / "status.json").read_text())
     return {
         **window,

@@ -684,7 +684,8 @@ def _completion_reason(completed: CompletedCheckpoint) -> str:
 
 
 def _describe_completion(completed: CompletedCheckpoint) -> str:
+    label = f" ({completed.label})" if completed.label else ""
     return (
-        f"{completed.kind.value} {completed.checkpoint_id} complete: batch {completed.batch_id}, "
-        f"{completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
+        f"{completed.kind.value} {completed.checkpoint_id} complete{label}: batch "
+        f"{completed.batch_id}, {completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
     )

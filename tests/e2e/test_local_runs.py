@@ -100,10 +100,10 @@ def test_stop_with_savepoint_and_drain_processes_all_input_first(tmp_path: Path)
     run = JobRun(tmp_path / "job", bounded=False, shutdown={"drain": True})
     run.add_input(files=16)  # one file per batch: most are still unread at the stop
     run.start()
-    stopped_at = run.wait_for_line(r"checkpoint \d+ complete: batch (\d+)")
+    stopped_at = run.wait_for_line(r"checkpoint \d+ complete(?: \([^)]*\))?: batch (\d+)")
     run.interrupt()
     run.wait_for_line(r"draining the input")
-    savepoint = run.wait_for_line(r"savepoint \d+ complete: batch (\d+)")
+    savepoint = run.wait_for_line(r"savepoint \d+ complete(?: \([^)]*\))?: batch (\d+)")
     assert run.wait() == 0, "\n".join(run.lines)
     assert run.status()["status"]["phase"] == "Suspended"
     assert int(savepoint[1]) == 15 > int(stopped_at[1])
@@ -187,7 +187,7 @@ def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
     progressed = None
     while progressed is None:
         done = run.wait_for_line(
-            r"checkpoint \d+ complete: batch (\d+), .*\(query at batch (\d+)\)"
+            r"checkpoint \d+ complete(?: \([^)]*\))?: batch (\d+), .*\(query at batch (\d+)\)"
         )
         if int(done[2]) >= int(done[1]) + 2:
             progressed = done  # the query committed batches while this image was copied

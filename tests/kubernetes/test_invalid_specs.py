@@ -1,0 +1,102 @@
+"""Specs the API server rejects (schema and CEL rules of the CRD, as the emulator enforces
+them with the same validator `spark-checkpoint run` uses), each with a message that names
+the field; and a change to an existing job that is rejected leaves the stored job as it was.
+
+Specs only a cluster rejects (no image, no storage) are accepted by the API server and
+reported by the operator as a condition: tests/kubernetes/test_operator_simulated.py.
+"""
+
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import kmock
+import pytest
+
+from helpers.kube.cluster import JOBS
+from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
+
+VALID: dict[str, Any] = {
+    "apiVersion": "sparkcheckpoint.io/v1alpha1",
+    "kind": "SparkCheckpointJob",
+    "metadata": {"name": "orders", "namespace": "default"},
+    "spec": {
+        "image": "example/orders:1",
+        "application": {"mainFile": "local:///opt/app/orders.py"},
+        "checkpointing": {"interval": "10s", "storage": "s3a://bucket/checkpoints"},
+    },
+}
+
+# (change to the spec, a field the message names, a phrase of the message)
+INVALID_SPECS = [
+    ({"checkpointing": {"minPause": "1m"}}, "spec.checkpointing", "minPause"),
+    ({"checkpointing": {"timeout": "0s"}}, "spec.checkpointing", "timeout"),
+    ({"checkpointing": {"interval": "0s"}}, "spec.checkpointing", "interval"),
+    ({"checkpointing": {"retained": 0}}, "spec.checkpointing.retained", "minimum"),
+    ({"checkpointing": {"maxConcurrent": 0}}, "spec.checkpointing.maxConcurrent", "minimum"),
+    ({"checkpointing": {"interval": "ten seconds"}}, "spec.checkpointing.interval", "duration"),
+    ({"checkpointing": {"retentionPolicy": "Sometimes"}}, "retentionPolicy", "one of"),
+    ({"checkpointing": {"intervall": "10s"}}, "spec.checkpointing.intervall", "unknown field"),
+    ({"application": {"mainFile": "a.py", "module": "a"}}, "spec.application", "exactly one"),
+    ({"application": {}}, "spec.application", "exactly one"),
+    (
+        {
+            "application": {
+                "mainFile": "a.py",
+                "sparkConf": {"spark.sql.streaming.checkpointLocation": "/x"},
+            }
+        },
+        "spec.application.sparkConf",
+        "checkpointLocation",
+    ),
+    ({"restartPolicy": {"type": "Sometimes"}}, "spec.restartPolicy.type", "one of"),
+    ({"restartPolicy": {"backoff": "10m", "maxBackoff": "1m"}}, "spec.restartPolicy", "backoff"),
+    ({"state": "Paused"}, "spec.state", "one of"),
+    ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
+    ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),
+]
+
+
+def _with(change: dict[str, Any]) -> dict[str, Any]:
+    """VALID with ``change``: merged into checkpointing, replacing anything else."""
+    document = copy.deepcopy(VALID)
+    for key, value in change.items():
+        if key == "checkpointing":
+            document["spec"][key] = {**document["spec"][key], **value}
+        else:
+            document["spec"][key] = value
+    return document
+
+
+@pytest.fixture
+def api() -> Iterator[EmulatedApiServer]:
+    with spark_checkpoint_api() as server:
+        yield server
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "phrase"), INVALID_SPECS, ids=[str(c[0]) for c in INVALID_SPECS]
+)
+def test_an_invalid_spec_is_rejected_naming_its_field(
+    api: EmulatedApiServer, change: dict[str, Any], field: str, phrase: str
+) -> None:
+    with pytest.raises(kmock.KubernetesError) as rejected:
+        api.create(JOBS, _with(change), namespace="default")
+
+    assert rejected.value.status == 422
+    message = str(rejected.value.message)
+    assert message.startswith('SparkCheckpointJob.sparkcheckpoint.io "orders" is invalid: ')
+    assert api.list(JOBS, "default") == [], "nothing was stored"
+    assert field in message and phrase.lower() in message.lower(), message
+
+
+def test_a_rejected_change_leaves_the_job_as_it_was(api: EmulatedApiServer) -> None:
+    created = api.create(JOBS, {**VALID, "metadata": {"name": "kept"}}, namespace="default")
+
+    with pytest.raises(kmock.KubernetesError) as rejected:
+        api.patch(JOBS, "default", "kept", {"spec": {"checkpointing": {"minPause": "1h"}}})
+
+    assert rejected.value.status == 422
+    stored = api.get(JOBS, "default", "kept")
+    assert stored["spec"] == created["spec"]
+    assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
