@@ -97,6 +97,8 @@ class JobController:
         self._generation = -1  # of the spec read last; status writes do not change it
         self._manifest: JobManifest | None = None
         self._spec: dict[str, Any] = {}
+        self._saving = asyncio.Lock()
+        self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
 
     @property
     def _namespace(self) -> str:
@@ -106,7 +108,8 @@ class JobController:
     def _name(self) -> str:
         return str(self._body["metadata"]["name"])
 
-    def body_changed(self) -> None:
+    def changed(self) -> None:
+        """The job or one of its pods changed."""
         self._changed.set()
 
     def stop(self, *, deleting: bool) -> None:
@@ -216,6 +219,7 @@ class JobController:
                     await self._shut_down(supervisor, running, manifest)
                     return
                 await self._follow_spec(supervisor, requested)
+                await self._refresh_readiness()
             outcome = running.result()
         finally:
             changed.cancel()
@@ -338,11 +342,25 @@ class JobController:
             spec_problem=self._problem,
         )
 
+    async def _refresh_readiness(self) -> None:
+        """Pods came or went: status shows it even when nothing else changes."""
+        observed = self._observed()
+        if (observed.driver, observed.executors) != self._written_readiness:
+            await self._save(self._record)
+
     async def _save(self, record: JobRecord) -> None:
+        # One write at a time, each rendered when its turn comes: never an older status
+        # over a newer one.
+        async with self._saving:
+            await self._write(record)
+
+    async def _write(self, record: JobRecord) -> None:
+        observed = self._observed()
+        self._written_readiness = (observed.driver, observed.executors)
         status = render_status(
             record,
             now=time.time(),
-            observed=self._observed(),
+            observed=observed,
             previous_conditions=self._conditions,
         )
         status["handledTriggers"] = dict(self._handled)

@@ -20,6 +20,7 @@ from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
 
 FINALIZER = f"{objects.GROUP}/finalizer"
 CONTROLLER = "controller"
+CONTROLLERS = "controllers"
 CLIENTS = "clients"
 
 
@@ -36,6 +37,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Every API request and every handler call at INFO would bury what the operator says.
     for name in ("httpx", "httpx2", "kopf.objects"):
         logging.getLogger(name).setLevel(logging.WARNING)
+    # The operator-wide memo is shared by every object's memo: pods find their job here.
+    memo[CONTROLLERS] = {}
     memo[CLIENTS] = Clients(
         api=AsyncClient(),
         pods=PodRegistry(),
@@ -53,14 +56,19 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("", "v1", "pods", labels={objects.LABEL_JOB: kopf.PRESENT})
 def pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     clients: Clients = memo[CLIENTS]
-    clients.pods.observe(event.get("type"), event["object"])
+    pod = event["object"]
+    clients.pods.observe(event.get("type"), pod)
+    job = (pod["metadata"]["namespace"], pod["metadata"]["labels"][objects.LABEL_JOB])
+    controller: JobController | None = memo[CONTROLLERS].get(job)
+    if controller is not None:
+        controller.changed()
 
 
 @kopf.on.event(objects.GROUP, objects.VERSION, objects.PLURAL)
 def job_changed(memo: kopf.Memo, **_: Any) -> None:
     controller: JobController | None = memo.get(CONTROLLER)
     if controller is not None:
-        controller.body_changed()
+        controller.changed()
 
 
 @kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0)
@@ -74,7 +82,8 @@ async def run_job(
         kopf.event(body, type=kind, reason=reason, message=message[:1000])
 
     controller = JobController(memo[CLIENTS], body, post_event)
-    memo[CONTROLLER] = controller
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    memo[CONTROLLER] = memo[CONTROLLERS][key] = controller
     running = asyncio.create_task(controller.run())
     stopping = asyncio.ensure_future(stopped.wait())
     try:
@@ -88,6 +97,7 @@ async def run_job(
         with contextlib.suppress(asyncio.CancelledError):
             await stopping
         memo.pop(CONTROLLER, None)
+        memo[CONTROLLERS].pop(key, None)
         clients: Clients = memo[CLIENTS]
         if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
             clients.pods.forget(body["metadata"]["namespace"], body["metadata"]["name"])

@@ -2,6 +2,7 @@
 simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
 operator with real Spark drivers."""
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -207,3 +208,43 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     completed(cluster, "healthy", 2)
     assert cluster.pods("broken") == []
     assert "InvalidSpec" in cluster.event_reasons("broken")
+
+
+def executor(name: str, ready_job: str = "orders") -> dict[str, Any]:
+    """An executor pod as Spark creates it for the job (the operator labels executors)."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "default",
+            "labels": {"spark-role": "executor", "sparkcheckpoint.io/job": ready_job},
+        },
+        "spec": {"containers": [{"name": "executor", "image": "example/orders:1"}]},
+    }
+
+
+def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
+    cluster: LocalCluster,
+) -> None:
+    distributed = job()
+    distributed["spec"]["application"]["sparkConf"] = {"spark.master": "k8s://cluster"}
+    distributed["spec"]["executor"] = {"instances": 1}
+    cluster.apply(distributed)
+    cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
+    time.sleep(2.5)
+    assert cluster.status("orders")["counts"]["completed"] == 0, "no executor: no checkpoint"
+
+    cluster.api.create("v1/pods", executor("orders-exec-1"), namespace="default")
+    before = completed(cluster, "orders", 2)["counts"]["completed"]
+    assert cluster.status("orders")["executors"] == {"ready": 1, "expected": 1}
+
+    cluster.api.delete("v1/pods", "default", "orders-exec-1")
+    cluster.wait_for(
+        "the executor missing in status",
+        lambda: cluster.status("orders")["executors"] == {"ready": 0, "expected": 1},
+    )
+    held = cluster.status("orders")["counts"]["completed"]
+    time.sleep(2.5)
+    assert cluster.status("orders")["counts"]["completed"] <= held + 1  # one in flight may end
+
+    cluster.api.create("v1/pods", executor("orders-exec-2"), namespace="default")
+    completed(cluster, "orders", held + 2)

@@ -211,8 +211,9 @@ def _acknowledge(snapshot: Snapshot) -> None:
 
 
 class SimulatedKubelet:
-    """Runs driver pods as simulated agents and cleanup pods as instant successes; pods
-    are deleted as soon as they are asked to be (no process to stop)."""
+    """Runs driver pods as simulated agents, executor pods (Spark's ``spark-role`` label)
+    as idle running pods, and cleanup pods as instant successes; pods are deleted as soon
+    as they are asked to be (no process to stop)."""
 
     def __init__(self, api_url: str, agents: SimulatedAgents) -> None:
         config = KubeConfig.from_one(cluster=Cluster(server=api_url), user=User())
@@ -279,7 +280,9 @@ class SimulatedKubelet:
         self._pod_ips[key] = ip
         container = pod["spec"]["containers"][0]
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
-        if container["name"] == "driver":
+        if pod["metadata"].get("labels", {}).get("spark-role") == "executor":
+            await self._set_status(key, _running(ip))  # runs until deleted
+        elif container["name"] == "driver":
             token = await self._token(pod)
             self._agents.add(
                 ip,
