@@ -234,7 +234,7 @@ def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
     assert cluster.status("orders")["counts"]["completed"] == 0, "no executor: no checkpoint"
 
     cluster.api.create("v1/pods", executor("orders-exec-1"), namespace="default")
-    before = completed(cluster, "orders", 2)["counts"]["completed"]
+    completed(cluster, "orders", 2)
     assert cluster.status("orders")["executors"] == {"ready": 1, "expected": 1}
 
     cluster.api.delete("v1/pods", "default", "orders-exec-1")
@@ -248,3 +248,25 @@ def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
 
     cluster.api.create("v1/pods", executor("orders-exec-2"), namespace="default")
     completed(cluster, "orders", held + 2)
+
+
+def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
+    tmp_path: Path,
+) -> None:
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+
+        finished = cluster.wait_for(
+            "Finished",
+            lambda: (s := cluster.status("orders")).get("phase") == "Finished" and s,
+            job="orders",
+        )
+
+        assert finished["lastCheckpoint"]["batch"] == 8, "the final checkpoint covers the end"
+        # RetainOnFailure: a finished job needs no checkpoint; cleanup pods discarded them.
+        assert finished["coordinator"]["checkpoints"] == []
+        assert "JobFinished" in cluster.event_reasons("orders")
+        cluster.wait_for("no pods left", lambda: cluster.pods("orders") == [])
+        conditions = {c["type"]: c for c in finished["conditions"]}
+        assert conditions["Ready"]["reason"] == "Finished"
