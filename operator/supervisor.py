@@ -204,7 +204,6 @@ class JobSupervisor:
         self._stopping_savepoints: set[int] = set()
         self._aborted_unknown: set[int] = set()
         self._shutting_down = False
-        self._detached = False
         self._stop_requested = asyncio.Event()
 
     @property
@@ -302,11 +301,6 @@ class JobSupervisor:
         else:
             self.cancel()
 
-    def detach(self) -> None:
-        """The runtime itself is exiting: leave the driver running for the next runtime
-        process to adopt; the caller then cancels ``run``."""
-        self._detached = True
-
     def cancel(self) -> None:
         """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
         self._cancelled = True
@@ -364,8 +358,9 @@ class JobSupervisor:
                 await self._wait()
         finally:
             self._driver = None
-            if not self._detached:
-                await driver.terminate()
+        # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
+        # the driver running for the next runtime process to adopt.
+        await driver.terminate()
         await self._leave_running()
         return exit_code
 

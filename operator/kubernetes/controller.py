@@ -210,8 +210,7 @@ class JobController:
                 if running.done():
                     break
                 if self._stop is _Stop.EXIT:
-                    supervisor.detach()
-                    running.cancel()
+                    running.cancel()  # the driver runs on; the next operator adopts it
                     with contextlib.suppress(asyncio.CancelledError):
                         await running
                     return

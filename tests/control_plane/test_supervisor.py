@@ -295,3 +295,30 @@ def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
         return lines
 
     asyncio.run(scenario())
+
+
+def test_an_error_in_the_runtime_leaves_the_driver_for_the_next_one_to_adopt() -> None:
+    """A status that cannot be stored stops the supervisor; the driver is not killed."""
+    launcher = FakeLauncher()
+    saves = [0]
+
+    async def failing_save(record: JobRecord) -> None:
+        saves[0] += 1
+        if saves[0] > 4:
+            raise ConnectionError("the API server is gone")
+
+    async def scenario() -> None:
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=failing_save,
+            record=JobRecord(),
+        )
+        with pytest.raises(ConnectionError):
+            await supervisor.run()
+
+    asyncio.run(scenario())
+    assert len(launcher.drivers) == 1
+    assert launcher.drivers[0].code is None, "the driver was left running"
