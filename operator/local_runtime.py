@@ -31,6 +31,7 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
 from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
 
@@ -192,6 +193,8 @@ async def run_local(
     manifest_path: Path,
     state_dir: Path,
     report: Callable[[str], None],
+    *,
+    metrics: CheckpointMetrics | None = None,
 ) -> TerminalOutcome:
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills)."""
     paths = local_paths(manifest, state_dir)
@@ -230,6 +233,7 @@ async def run_local(
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
         report=lambda notice: report(notice.message),
+        observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
     )
     interrupts = [0]
     # shutdown.drain: process all available input before the savepoint (stop --drain).

@@ -143,6 +143,33 @@ class JobRecord:
         )
 
 
+class Observer(Protocol):
+    """What a metrics sink learns from the supervisor (see ``metrics.JobMetrics``)."""
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None: ...
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None: ...
+
+    def restored(self) -> None: ...
+
+    def late(self, seconds: float) -> None:
+        """A periodic trigger fired ``seconds`` after its scheduled time."""
+
+
+class _Unobserved:
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        pass
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None:
+        pass
+
+    def restored(self) -> None:
+        pass
+
+    def late(self, seconds: float) -> None:
+        pass
+
+
 class Level(StrEnum):
     DETAIL = "detail"  # routine progress: logged, not an event
     NOTE = "note"  # worth an event: restores, savepoints, terminations
@@ -174,6 +201,7 @@ class JobSupervisor:
         record: JobRecord,
         initial_savepoint: str | None = None,
         report: Callable[[Notice], None] = _log_notice,
+        observer: "Observer | None" = None,
         idle_poll_interval: float = POLL_INTERVAL,
     ) -> None:
         self._config = config
@@ -184,6 +212,7 @@ class JobSupervisor:
         self._record = record
         self._initial_savepoint = initial_savepoint
         self._report = report
+        self._observer = observer or _Unobserved()
         # How often a running job without pending checkpoints asks its agent for status;
         # triggers are timed by the coordinator's deadlines, not by polling.
         self._idle_poll_interval = idle_poll_interval
@@ -398,7 +427,7 @@ class JobSupervisor:
             status = await driver.agent.status()
         except (AgentUnavailable, AgentRejected):
             await self._agent_lost()
-            await self._handle(Tick())
+            await self._tick()
             return
         if not self._garbage_collected:
             # Before the first trigger of an attempt: whatever a crash left in storage that
@@ -427,6 +456,7 @@ class JobSupervisor:
             self._record.restored_from = status.get("restoredFrom")
             if self._record.restored_from:
                 self._record.restores += 1
+                self._observer.restored()
                 self._notify(
                     "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
                 )
@@ -461,6 +491,13 @@ class JobSupervisor:
             await self._handle(
                 TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="final")
             )
+        await self._tick()
+
+    async def _tick(self) -> None:
+        due = self._coordinator.next_periodic_trigger
+        now = time.time()
+        if due is not None and due <= now:
+            self._observer.late(now - due)
         await self._handle(Tick())
 
     async def _feed_progress(self, snapshot: dict[str, Any]) -> None:
@@ -549,6 +586,7 @@ class JobSupervisor:
                 await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed):
                 self._completed_in_attempt = True
+                self._observer.completed(completed)
                 self._notify(
                     _completion_reason(completed),
                     Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
@@ -559,7 +597,8 @@ class JobSupervisor:
                     await self._set_phase(JobPhase.SUSPENDING)
                     await self._handle(JobPhaseChanged(JobPhase.SUSPENDING))
                 await self._notify_complete(driver, completed)
-            case AbortCheckpoint(checkpoint_id=cid, kind=kind, message=message):
+            case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
+                self._observer.failed(kind, reason.value)
                 self._notify(
                     "CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}"
                 )

@@ -50,6 +50,7 @@ from spark_checkpoint_operator.manifest import (
     ManifestError,
     manifest_from_document,
 )
+from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
 
@@ -78,10 +79,12 @@ class JobController:
         clients: Clients,
         body: Mapping[str, Any],
         post_event: PostEvent,
+        metrics: JobMetrics,
         *,
         idle_poll_interval: float = 2.0,
     ) -> None:
         self._clients = clients
+        self._metrics = metrics
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
         self._idle_poll_interval = idle_poll_interval
@@ -127,6 +130,7 @@ class JobController:
             await self._wait_for_change()
         if self._stop is _Stop.DELETE:
             await self._retire()
+            self._metrics.forget()
 
     async def _wait_for_change(self) -> None:
         await self._changed.wait()
@@ -195,6 +199,7 @@ class JobController:
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
             report=self._on_notice,
+            observer=self._metrics,
             idle_poll_interval=self._idle_poll_interval,
         )
         self._deployed = objects.deployment_hash(self._spec)

@@ -8,20 +8,26 @@ come from the service account or KUBECONFIG, for Kopf and for the operator's own
 import asyncio
 import contextlib
 import logging
+import os
 from typing import Any
 
 import aiohttp
 import kopf
 from lightkube import AsyncClient
+from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController
 from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
+from spark_checkpoint_operator.metrics import CheckpointMetrics
 
+METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
+DEFAULT_METRICS_PORT = 9090
 FINALIZER = f"{objects.GROUP}/finalizer"
 CONTROLLER = "controller"
 CONTROLLERS = "controllers"
 CLIENTS = "clients"
+METRICS = "metrics"
 
 
 @kopf.on.startup()
@@ -39,6 +45,11 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         logging.getLogger(name).setLevel(logging.WARNING)
     # The operator-wide memo is shared by every object's memo: pods find their job here.
     memo[CONTROLLERS] = {}
+    metrics = CheckpointMetrics(REGISTRY)
+    port = int(os.environ.get(METRICS_PORT_VARIABLE, DEFAULT_METRICS_PORT))
+    if port:  # 0 turns the endpoint off
+        metrics.serve(port)
+    memo[METRICS] = metrics
     memo[CLIENTS] = Clients(
         api=AsyncClient(),
         pods=PodRegistry(),
@@ -81,8 +92,8 @@ async def run_job(
     def post_event(kind: str, reason: str, message: str) -> None:
         kopf.event(body, type=kind, reason=reason, message=message[:1000])
 
-    controller = JobController(memo[CLIENTS], body, post_event)
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    controller = JobController(memo[CLIENTS], body, post_event, memo[METRICS].job(*key))
     memo[CONTROLLER] = memo[CONTROLLERS][key] = controller
     running = asyncio.create_task(controller.run())
     stopping = asyncio.ensure_future(stopped.wait())

@@ -11,7 +11,13 @@ from spark_checkpoint_operator.local_runtime import LocalPaths, _stop_leftover_d
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
     environment = dict(os.environ, SPARK_CHECKPOINT_WORK_DIR=str(work_dir))
-    return subprocess.Popen(["sleep", "600"], env=environment, start_new_session=True)
+    process = subprocess.Popen(["sleep", "600"], env=environment, start_new_session=True)
+    # Until it has exec'd, the child shows its parent's environment, not its own.
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{process.pid}/cmdline").read_bytes().split(b"\0")[0] != b"sleep":
+        assert time.monotonic() < deadline, "the fake driver never started"
+        time.sleep(0.01)
+    return process
 
 
 def _record(paths: LocalPaths, pid: int) -> None:

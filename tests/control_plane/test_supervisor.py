@@ -1,12 +1,11 @@
 """The supervisor against scripted drivers and agents (no Spark, real asyncio time)."""
 
 import asyncio
-from typing import Any
 
 import pytest
 
+from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint_operator.agent_client import AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     PersistedState,
@@ -14,113 +13,6 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
-
-TASKS = ["logs", "state-0-0"]
-
-
-class FakeAgent:
-    """Acknowledges every trigger at once at the current batch."""
-
-    def __init__(self) -> None:
-        self.reachable = True
-        self.batch = 3
-        self.snapshots: dict[int, dict[str, Any]] = {}
-        self.completed: list[int] = []
-        self.triggers: list[int] = []
-
-    def _check(self) -> None:
-        if not self.reachable:
-            raise AgentUnavailable("connection refused")
-
-    async def status(self) -> dict[str, Any]:
-        self._check()
-        return {
-            "query": {"state": "running", "lastCommittedBatch": self.batch},
-            "tasks": TASKS,
-            "allTasksRunning": True,
-            "awaitingFinalCheckpoint": False,
-            "restoredFrom": None,
-            "checkpoints": list(self.snapshots.values()),
-        }
-
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
-        self._check()
-        self.triggers.append(checkpoint_id)
-        acks = [{"task": t, "batchId": self.batch, "sizeBytes": 10, "durationMs": 1} for t in TASKS]
-        self.snapshots[checkpoint_id] = {"id": checkpoint_id, "acks": acks, "declines": []}
-
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
-        self._check()
-        return f"file:///s/chk-{checkpoint_id}/_metadata", 20
-
-    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        self._check()
-        self.snapshots.pop(checkpoint_id, None)
-        self.completed.append(checkpoint_id)
-
-    async def abort(self, checkpoint_id: int, reason: str) -> None:
-        self._check()
-        self.snapshots.pop(checkpoint_id, None)
-
-    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        self._check()
-
-    async def discard_savepoint(self, savepoint_id: int) -> None:
-        self._check()
-
-    async def collect_garbage(
-        self, checkpoints: list[int], savepoints: list[int]
-    ) -> dict[str, Any]:
-        self._check()
-        return {"checkpoints": [], "savepoints": [], "sharedFiles": 0}
-
-    async def close(self) -> None:
-        return None
-
-
-class FakeDriver:
-    def __init__(self, agent: FakeAgent) -> None:
-        self.agent = agent
-        self.code: int | None = None
-        self.executors = True
-
-    def executors_ready(self) -> bool:
-        return self.executors
-
-    def exit_code(self) -> int | None:
-        return self.code
-
-    async def terminate(self) -> None:
-        if self.code is None:
-            self.code = -15
-
-
-class FakeLauncher:
-    def __init__(self, running: FakeDriver | None = None) -> None:
-        self.drivers: list[FakeDriver] = []
-        self.restores: list[list[str]] = []
-        self.running = running
-        self.adopt_asked: list[int] = []
-
-    async def adopt(self, attempt: int) -> FakeDriver | None:
-        self.adopt_asked.append(attempt)
-        return self.running
-
-    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
-        self.restores.append(restore)
-        self.drivers.append(FakeDriver(FakeAgent()))
-        return self.drivers[-1]
-
-
-class NoJanitor:
-    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        return None
-
-    async def discard_savepoint(self, savepoint_id: int) -> None:
-        return None
-
-    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
-        return None
 
 
 def _supervisor(
@@ -143,26 +35,19 @@ def _supervisor(
     return supervisor, lines
 
 
-async def _until(condition: Any, timeout: float = 10.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, "condition never met"
-        await asyncio.sleep(0.05)
-
-
 def test_a_lost_agent_stops_triggers_without_failing_the_job() -> None:
     async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str]]:
         launcher = FakeLauncher()
         supervisor, lines = _supervisor(launcher)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
         driver = launcher.drivers[0]
         driver.agent.reachable = False  # e.g. the driver is shutting down
         await asyncio.sleep(1.0)
         assert supervisor.record.consecutive_failures == 0
         driver.agent.reachable = True
         completed = len(driver.agent.completed)
-        await _until(lambda: len(driver.agent.completed) > completed)
+        await until(lambda: len(driver.agent.completed) > completed)
         driver.code = DriverExit.FINISHED
         assert await run is TerminalOutcome.FINISHED
         return supervisor, launcher, lines
@@ -178,9 +63,9 @@ def test_driver_failures_restart_with_restore_until_retries_run_out() -> None:
         launcher = FakeLauncher()
         supervisor, _ = _supervisor(launcher, max_retries=2)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
         for attempt in range(3):
-            await _until(lambda attempt=attempt: len(launcher.drivers) > attempt)
+            await until(lambda attempt=attempt: len(launcher.drivers) > attempt)
             launcher.drivers[attempt].code = DriverExit.FAILED  # dies before a checkpoint
         assert await run is TerminalOutcome.FAILED
         return supervisor, launcher
@@ -206,7 +91,7 @@ def test_exit_codes_end_the_job_without_restart(code: DriverExit, outcome: Termi
         launcher = FakeLauncher()
         supervisor, _ = _supervisor(launcher)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: bool(launcher.drivers))
+        await until(lambda: bool(launcher.drivers))
         launcher.drivers[0].code = code
         return await run, launcher
 
@@ -220,7 +105,7 @@ def test_cancel_ends_the_job_cancelled_without_a_restart() -> None:
         launcher = FakeLauncher()
         supervisor, _ = _supervisor(launcher)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: bool(launcher.drivers))
+        await until(lambda: bool(launcher.drivers))
         supervisor.cancel()
         return await run, supervisor, launcher
 
@@ -242,7 +127,7 @@ def test_a_restarted_runtime_adopts_the_running_driver_and_drops_its_unknown_che
         launcher = FakeLauncher(running=running)
         supervisor, _ = _supervisor(launcher, record=record)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: len(running.agent.completed) >= 2)
+        await until(lambda: len(running.agent.completed) >= 2)
         running.code = DriverExit.FINISHED
         assert await run is TerminalOutcome.FINISHED
         return supervisor, launcher
@@ -260,7 +145,7 @@ def test_triggers_wait_while_an_executor_is_missing() -> None:
         launcher = FakeLauncher()
         supervisor, _ = _supervisor(launcher)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
         driver = launcher.drivers[0]
         driver.executors = False
         await asyncio.sleep(0.6)
@@ -268,7 +153,7 @@ def test_triggers_wait_while_an_executor_is_missing() -> None:
         await asyncio.sleep(1.0)
         assert len(driver.agent.triggers) == triggered, "no trigger while an executor is lost"
         driver.executors = True
-        await _until(lambda: len(driver.agent.triggers) > triggered)
+        await until(lambda: len(driver.agent.triggers) > triggered)
         driver.code = DriverExit.FINISHED
         await run
         return driver
@@ -281,7 +166,7 @@ def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
         launcher = FakeLauncher()
         supervisor, lines = _supervisor(launcher)
         run = asyncio.create_task(supervisor.run())
-        await _until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
         driver = launcher.drivers[0]
         supervisor.reconfigure(CoordinatorConfig(interval=None, min_pause=0.0, timeout=5.0))
         await asyncio.sleep(0.5)
@@ -289,7 +174,7 @@ def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
         await asyncio.sleep(1.0)
         assert len(driver.agent.triggers) == triggered, "periodic checkpoints are off"
         supervisor.reconfigure(CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0))
-        await _until(lambda: len(driver.agent.triggers) > triggered)
+        await until(lambda: len(driver.agent.triggers) > triggered)
         driver.code = DriverExit.FINISHED
         await run
         return lines

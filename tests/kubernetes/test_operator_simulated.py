@@ -3,11 +3,13 @@ simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the
 operator with real Spark drivers."""
 
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.kube.cluster import LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
@@ -72,6 +74,43 @@ def test_checkpoints_complete_and_appear_in_status(cluster: LocalCluster) -> Non
     assert status["observedGeneration"] == job_object["metadata"]["generation"]
     assert "orders" not in str(job_object.get("spec", {}).get("status", ""))
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
+
+
+def test_the_operator_serves_prometheus_metrics_per_job(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+    status = completed(cluster, "orders", 3)
+
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(
+            urllib.request.urlopen(cluster.operator.metrics_url, timeout=5).read().decode()
+        )
+        for sample in family.samples
+    }
+
+    job_labels = (("job", "orders"), ("namespace", "default"))
+    completed_checkpoints = samples[
+        (
+            "spark_checkpoint_checkpoints_total",
+            tuple(sorted((*job_labels, ("kind", "checkpoint"), ("outcome", "completed")))),
+        )
+    ]
+    assert completed_checkpoints >= status["counts"]["completed"] - 1
+    durations = samples[
+        (
+            "spark_checkpoint_duration_seconds_count",
+            tuple(sorted((*job_labels, ("kind", "checkpoint")))),
+        )
+    ]
+    assert durations == completed_checkpoints
+    assert samples[("spark_checkpoint_trigger_lateness_seconds_count", job_labels)] >= 3
+    last = samples[
+        (
+            "spark_checkpoint_last_completion_timestamp_seconds",
+            tuple(sorted((*job_labels, ("kind", "checkpoint")))),
+        )
+    ]
+    assert abs(last - time.time()) < 60
 
 
 def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalCluster) -> None:

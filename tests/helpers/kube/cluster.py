@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -40,11 +41,16 @@ class OperatorProcess:
         self._namespaces = namespaces
         self._process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self.metrics_port = _free_port()
 
     def start(self) -> None:
         command = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", OPERATOR_MODULE]
         command += [f"--namespace={n}" for n in self._namespaces]
-        environment = {**os.environ, "KUBECONFIG": str(self._kubeconfig)}
+        environment = {
+            **os.environ,
+            "KUBECONFIG": str(self._kubeconfig),
+            "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
+        }
         with self.log_path.open("ab") as log:
             log.write(f"--- operator start {self.starts + 1}\n".encode())
             self._process = subprocess.Popen(
@@ -73,6 +79,14 @@ class OperatorProcess:
             self._process.kill()
             self._process.wait()
         self._process = None
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._process is None else self._process.pid
 
     @property
     def running(self) -> bool:
@@ -268,3 +282,9 @@ def operator_stopped(cluster: LocalCluster) -> Iterator[None]:
         yield
     finally:
         cluster.operator.start()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

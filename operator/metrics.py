@@ -1,0 +1,105 @@
+"""Prometheus metrics of the coordinators in this process (the operator, or a local run).
+
+Every series is labelled with the job's namespace and name; a deleted job's series are
+removed. Served by ``prometheus_client``'s own HTTP server on ``/metrics``.
+"""
+
+from typing import TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+
+_Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
+
+JOB = ("namespace", "job")
+DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+SIZE_BUCKETS = tuple(float(1 << shift) for shift in range(10, 41, 3))  # 1 KiB .. 1 TiB
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class CheckpointMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self.checkpoints = Counter(
+            "spark_checkpoint_checkpoints",
+            "Checkpoints and savepoints by how they ended (completed, or the failure reason).",
+            [*JOB, "kind", "outcome"],
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "spark_checkpoint_duration_seconds",
+            "Time from trigger to completion of completed checkpoints and savepoints.",
+            [*JOB, "kind"],
+            buckets=DURATION_BUCKETS,
+            registry=registry,
+        )
+        self.size = Histogram(
+            "spark_checkpoint_size_bytes",
+            "Bytes each completed checkpoint or savepoint added to storage.",
+            [*JOB, "kind"],
+            buckets=SIZE_BUCKETS,
+            registry=registry,
+        )
+        self.last_completion = Gauge(
+            "spark_checkpoint_last_completion_timestamp_seconds",
+            "When the last checkpoint or savepoint of the job completed (Unix time).",
+            [*JOB, "kind"],
+            registry=registry,
+        )
+        self.restores = Counter(
+            "spark_checkpoint_restores",
+            "Driver attempts restored from a checkpoint or savepoint.",
+            JOB,
+            registry=registry,
+        )
+        self.lateness = Histogram(
+            "spark_checkpoint_trigger_lateness_seconds",
+            "How late the coordinator fired periodic triggers against their schedule.",
+            JOB,
+            buckets=LATENESS_BUCKETS,
+            registry=registry,
+        )
+
+    def job(self, namespace: str, name: str) -> "JobMetrics":
+        return JobMetrics(self, namespace, name)
+
+    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+        start_http_server(port, address, registry=self.registry)
+
+
+class JobMetrics:
+    """The metrics of one job: what the supervisor reports as it happens."""
+
+    def __init__(self, metrics: CheckpointMetrics, namespace: str, name: str) -> None:
+        self._metrics = metrics
+        self._job = (namespace, name)
+        self._series: set[tuple[Counter | Gauge | Histogram, tuple[str, ...]]] = set()
+
+    def _child(self, collector: _Metric, *labels: str) -> _Metric:
+        values = (*self._job, *labels)
+        self._series.add((collector, values))
+        return collector.labels(*values)
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        kind = checkpoint.kind.value
+        m = self._metrics
+        self._child(m.checkpoints, kind, "completed").inc()
+        self._child(m.duration, kind).observe(checkpoint.duration)
+        self._child(m.size, kind).observe(checkpoint.size_bytes)
+        self._child(m.last_completion, kind).set(checkpoint.completion_time)
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None:
+        self._child(self._metrics.checkpoints, kind.value, reason).inc()
+
+    def restored(self) -> None:
+        self._child(self._metrics.restores).inc()
+
+    def late(self, seconds: float) -> None:
+        self._child(self._metrics.lateness).observe(seconds)
+
+    def forget(self) -> None:
+        """The job is gone: its series go too (they would grow without bound)."""
+        for collector, labels in self._series:
+            collector.remove(*labels)
+        self._series.clear()

@@ -1,0 +1,120 @@
+"""Scripted drivers and agents for supervisor tests (no Spark, real asyncio time)."""
+
+import asyncio
+from typing import Any
+
+from spark_checkpoint_operator.agent_client import AgentUnavailable
+
+TASKS = ["logs", "state-0-0"]
+
+
+class FakeAgent:
+    """Acknowledges every trigger at once at the current batch."""
+
+    def __init__(self) -> None:
+        self.reachable = True
+        self.batch = 3
+        self.snapshots: dict[int, dict[str, Any]] = {}
+        self.completed: list[int] = []
+        self.triggers: list[int] = []
+
+    def _check(self) -> None:
+        if not self.reachable:
+            raise AgentUnavailable("connection refused")
+
+    async def status(self) -> dict[str, Any]:
+        self._check()
+        return {
+            "query": {"state": "running", "lastCommittedBatch": self.batch},
+            "tasks": TASKS,
+            "allTasksRunning": True,
+            "awaitingFinalCheckpoint": False,
+            "restoredFrom": None,
+            "checkpoints": list(self.snapshots.values()),
+        }
+
+    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+        self._check()
+        self.triggers.append(checkpoint_id)
+        acks = [{"task": t, "batchId": self.batch, "sizeBytes": 10, "durationMs": 1} for t in TASKS]
+        self.snapshots[checkpoint_id] = {"id": checkpoint_id, "acks": acks, "declines": []}
+
+    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
+        self._check()
+        return f"file:///s/chk-{checkpoint_id}/_metadata", 20
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        self._check()
+        self.snapshots.pop(checkpoint_id, None)
+        self.completed.append(checkpoint_id)
+
+    async def abort(self, checkpoint_id: int, reason: str) -> None:
+        self._check()
+        self.snapshots.pop(checkpoint_id, None)
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        self._check()
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        self._check()
+
+    async def collect_garbage(
+        self, checkpoints: list[int], savepoints: list[int]
+    ) -> dict[str, Any]:
+        self._check()
+        return {"checkpoints": [], "savepoints": [], "sharedFiles": 0}
+
+    async def close(self) -> None:
+        return None
+
+
+class FakeDriver:
+    def __init__(self, agent: FakeAgent) -> None:
+        self.agent = agent
+        self.code: int | None = None
+        self.executors = True
+
+    def executors_ready(self) -> bool:
+        return self.executors
+
+    def exit_code(self) -> int | None:
+        return self.code
+
+    async def terminate(self) -> None:
+        if self.code is None:
+            self.code = -15
+
+
+class FakeLauncher:
+    def __init__(self, running: FakeDriver | None = None) -> None:
+        self.drivers: list[FakeDriver] = []
+        self.restores: list[list[str]] = []
+        self.running = running
+        self.adopt_asked: list[int] = []
+
+    async def adopt(self, attempt: int) -> FakeDriver | None:
+        self.adopt_asked.append(attempt)
+        return self.running
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        self.restores.append(restore)
+        self.drivers.append(FakeDriver(FakeAgent()))
+        return self.drivers[-1]
+
+
+class NoJanitor:
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        return None
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        return None
+
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        return None
+
+
+async def until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition never met"
+        await asyncio.sleep(0.05)
