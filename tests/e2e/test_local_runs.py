@@ -6,10 +6,13 @@ computed independently from the input files.
 """
 
 import random
+import socket
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.job_run import JobRun
 
@@ -73,8 +76,24 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
 def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) -> None:
     first = JobRun(tmp_path / "job", bounded=False)
     first.add_input(files=6)
-    first.start()
+    port = _free_port()
+    first.start(f"--metrics-port={port}")
     first.wait_for_line(r"checkpoint \d+ complete")
+    scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    completions = [
+        sample.value
+        for family in text_string_to_metric_families(scraped.decode())
+        for sample in family.samples
+        if sample.name == "spark_checkpoint_checkpoints_total"
+        and sample.labels
+        == {
+            "namespace": "default",
+            "job": "wordcount",
+            "kind": "checkpoint",
+            "outcome": "completed",
+        }
+    ]
+    assert completions and completions[0] >= 1, "the local runtime serves the same metrics"
     first.interrupt()
     savepoint = first.wait_for_line(r"savepoint (\d+) complete")
     assert first.wait() == 0
@@ -197,3 +216,9 @@ def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
     run.wait_for_line(r"restored from checkpoint:\d+")
     assert run.wait() == 0, "\n".join(run.lines)
     _assert_exactly_once(run)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])

@@ -107,7 +107,7 @@ class JobRun:
     def add_input(self, files: int, start_index: int = 0, lines: int = 150) -> None:
         generate(self.input_dir, files=files, lines=lines, seed=11, start_index=start_index)
 
-    def start(self) -> None:
+    def start(self, *options: str) -> None:
         self.process = subprocess.Popen(
             [
                 sys.executable,
@@ -117,6 +117,7 @@ class JobRun:
                 "job.yaml",
                 "--state-dir",
                 "state",
+                *options,
             ],
             cwd=self.directory,
             stdout=subprocess.PIPE,
