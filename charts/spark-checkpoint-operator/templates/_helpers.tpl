@@ -1,0 +1,85 @@
+{{/* Names and labels shared by every template. */}}
+
+{{- define "sco.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "sco.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "sco.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The operator pods' identity: the Deployment's selector and the NetworkPolicy's source. */}}
+{{- define "sco.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "sco.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end }}
+
+{{- define "sco.labels" -}}
+helm.sh/chart: {{ include "sco.chart" . }}
+{{ include "sco.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: spark-checkpoint-operator
+{{- end }}
+
+{{- define "sco.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "sco.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "sco.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The namespaces that get a NetworkPolicy for their drivers (see values.yaml). */}}
+{{- define "sco.networkPolicyNamespaces" -}}
+{{- if .Values.watchNamespaces }}
+{{- toJson .Values.watchNamespaces }}
+{{- else }}
+{{- toJson .Values.networkPolicy.namespaces }}
+{{- end }}
+{{- end }}
+
+{{/*
+What the operator itself does in each namespace it serves (docs/operator.md, "What the
+operator creates"); tests/chart/test_chart.py checks these against a recorded run.
+*/}}
+{{- define "sco.operatorRules" -}}
+# Kopf lists and watches jobs, and patches them for its finalizer and progress annotations.
+- apiGroups: [sparkcheckpoint.io]
+  resources: [sparkcheckpointjobs]
+  verbs: [list, watch, patch]
+# The controller writes the job's status (merge patch on the status subresource).
+- apiGroups: [sparkcheckpoint.io]
+  resources: [sparkcheckpointjobs/status]
+  verbs: [patch]
+# Driver and cleanup pods: Kopf watches them; the runtime creates, reads and deletes them.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, delete]
+# The agent's token Secret: created per job, patched per attempt, read back on adoption.
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, patch]
+# The job's events (DriverStarting, SavepointCompleted, ...), posted through Kopf.
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end }}

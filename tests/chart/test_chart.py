@@ -1,0 +1,673 @@
+"""The Helm chart, rendered by Helm's own Go code (helm-python-sdk): lint, Kubernetes schemas,
+security defaults, the NetworkPolicy, values.schema.json, the CRD's single source, and RBAC
+that grants exactly what a recorded run of the operator uses."""
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+
+from helpers.kube.cluster import LocalCluster
+from helpers.kube.simulated import SimulatedAgents
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "spark-checkpoint-operator"
+CRD_SOURCE = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+CRD_IN_CHART = "files/sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+KUBERNETES_VERSION = "1.30"
+RELEASE = "sco"
+RELEASE_NAMESPACE = "spark-ops"
+FULLNAME = f"{RELEASE}-spark-checkpoint-operator"
+MODULE = "spark_checkpoint_operator.kubernetes.handlers"
+AGENT_PORT = 8484
+KEEP = "helm.sh/resource-policy"
+OPERATOR_TOKEN = "operator-service-account"
+
+# Non-default values the chart must render, lint and validate with.
+SCENARIOS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "monitoring": {
+        "metrics": {
+            "enabled": True,
+            "service": {"port": 9100, "annotations": {"example.com/scrape": "true"}},
+            "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
+        }
+    },
+    "no-network-policy": {"networkPolicy": {"enabled": False}, "metrics": {"enabled": False}},
+    "custom-image": {
+        "image": {"repository": "registry.example.com/sco", "tag": "1.2.3", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}},
+        "operator": {"extraArgs": ["--verbose"], "env": [{"name": "TZ", "value": "UTC"}]},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "tolerations": [{"key": "ops", "operator": "Exists", "effect": "NoSchedule"}],
+        "podAnnotations": {"example.com/team": "data"},
+    },
+    "cluster-wide-policies": {
+        "networkPolicy": {
+            "namespaces": ["jobs-1", "jobs-2"],
+            "otherTraffic": "executors",
+            "extraIngress": [{"ports": [{"protocol": "TCP", "port": 4040}]}],
+        }
+    },
+    "external-crd-and-account": {
+        "crds": {"install": False},
+        "serviceAccount": {"create": False, "name": "existing"},
+        "rbac": {"create": False},
+    },
+}
+
+
+def _render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Every object the chart renders with ``values`` (NOTES.txt aside)."""
+    with helm_python.Chart.load(CHART) as chart:
+        rendered = chart.render(
+            values=dict(values or {}), name=RELEASE, namespace=RELEASE_NAMESPACE
+        )
+    return [
+        document
+        for path, text in sorted(rendered.items())
+        if not path.endswith("NOTES.txt")
+        for document in yaml.safe_load_all(text)
+        if document
+    ]
+
+
+def _notes(values: Mapping[str, Any] | None = None) -> str:
+    with helm_python.Chart.load(CHART) as chart:
+        rendered = chart.render(
+            values=dict(values or {}), name=RELEASE, namespace=RELEASE_NAMESPACE
+        )
+    return next(text for path, text in rendered.items() if path.endswith("NOTES.txt"))
+
+
+def _of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def _one(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    found = _of_kind(objects, kind)
+    assert len(found) == 1, f"expected one {kind}, got {len(found)}"
+    return found[0]
+
+
+def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    containers = _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    container: dict[str, Any] = containers[0]
+    return container
+
+
+# --- rendering, lint, schemas ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_the_chart_lints_clean(scenario: str) -> None:
+    """Helm's linter (strict: warnings fail) on the oldest supported Kubernetes."""
+    report = helm_python.lint(
+        CHART, SCENARIOS[scenario], strict=True, namespace=RELEASE_NAMESPACE, kube_version="v1.26.0"
+    )
+    assert report["errors"] == []
+    # Severity 1 is informational ("icon is recommended"); 2 warning, 3 error.
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_chart_metadata() -> None:
+    """kubeVersion: NetworkPolicy endPort (1.25) and the CRD's CEL rules (1.25+); Helm checks
+    it at install (lint and render do not)."""
+    with helm_python.Chart.load(CHART) as chart:
+        metadata = chart.metadata
+    assert metadata["apiVersion"] == "v2"
+    assert (metadata["version"], metadata["appVersion"]) == ("0.1.0", "0.1.0")
+    assert metadata["kubeVersion"] == ">=1.26.0-0"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_rendered_object_is_valid_kubernetes(scenario: str) -> None:
+    """kubernetes-validate's strict schemas; the ServiceMonitor is a CRD (prometheus-operator)
+    with no schema there, so its shape is checked by hand."""
+    objects = _render(SCENARIOS[scenario])
+    assert objects
+    for obj in objects:
+        if obj["apiVersion"] == "monitoring.coreos.com/v1":
+            _check_service_monitor(obj, objects)
+            continue
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        namespaced = obj["kind"] not in {
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "CustomResourceDefinition",
+        }
+        assert ("namespace" in obj["metadata"]) == namespaced, obj["metadata"]["name"]
+
+
+def _check_service_monitor(monitor: dict[str, Any], objects: list[dict[str, Any]]) -> None:
+    assert monitor["kind"] == "ServiceMonitor"
+    assert monitor["metadata"]["namespace"] == RELEASE_NAMESPACE
+    service = _one(objects, "Service")
+    spec = monitor["spec"]
+    assert set(spec) == {"selector", "namespaceSelector", "endpoints"}
+    labels = service["metadata"]["labels"]
+    assert spec["selector"]["matchLabels"].items() <= labels.items()
+    assert spec["namespaceSelector"] == {"matchNames": [RELEASE_NAMESPACE]}
+    (endpoint,) = spec["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in service["spec"]["ports"]}
+    assert endpoint["path"] == "/metrics"
+    assert isinstance(endpoint["interval"], str)
+    assert isinstance(endpoint["scrapeTimeout"], str)
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"image": {"tag": 1.2}}, "/image/tag"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"watchNamespaces": "team-a"}, "/watchNamespaces"),
+        ({"watchNamespaces": ["Team_A"]}, "/watchNamespaces/0"),
+        ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
+        ({"networkPolicy": {"otherTraffic": "none"}}, "/networkPolicy/otherTraffic"),
+        ({"metrics": {"serviceMonitor": {"interval": 30}}}, "/metrics/serviceMonitor/interval"),
+        ({"metrics": {"service": {"port": 70000}}}, "/metrics/service/port"),
+        ({"operator": {"healthPort": 9090}}, "/operator/healthPort"),
+        ({"resources": {"limits": {"memory": ["1Gi"]}}}, "/resources/limits/memory"),
+        ({"rbac": {"create": 1}}, "/rbac/create"),
+        ({"crds": {"instal": True}}, "instal"),
+        ({"replicaCount": 2}, "replicaCount"),
+    ],
+)
+def test_values_schema_rejects_bad_values(values: dict[str, Any], named: str) -> None:
+    """A typo or a wrong type fails at render time, naming the value."""
+    with pytest.raises(helm_python.HelmValuesError) as raised:
+        _render(values)
+    assert named in str(raised.value)
+
+
+def test_every_default_value_is_described_by_the_schema() -> None:
+    """The schema allows no unknown keys, so it must cover every default (and each scenario
+    above rendering proves the non-default shapes pass)."""
+    with helm_python.Chart.load(CHART) as chart:
+        chart.validate_schema(chart.values)
+        schema = chart.schema
+    assert schema is not None
+    assert schema["additionalProperties"] is False
+
+
+# --- the CRD: one source ------------------------------------------------------------------------
+
+
+def test_the_chart_ships_the_repository_crd_byte_for_byte() -> None:
+    """crds/ is the one source of truth; the chart's copy is a symlink to it, which Helm
+    follows (and `helm package` resolves). A copy that drifts fails here."""
+    link = CHART / CRD_IN_CHART
+    assert link.is_symlink()
+    assert link.resolve() == CRD_SOURCE.resolve()
+    with helm_python.Chart.load(CHART) as chart:
+        files = {f["name"]: f["data"] for f in chart.files}
+    assert files[CRD_IN_CHART] == CRD_SOURCE.read_text(encoding="utf-8")
+
+
+def test_a_packaged_chart_carries_the_crd_itself(tmp_path: Path) -> None:
+    """`helm package` stores the symlink's target, so a published chart needs no repository."""
+    archive = helm_python.package(CHART, destination=tmp_path)
+    with helm_python.Chart.load_archive(Path(archive).read_bytes()) as chart:
+        files = {f["name"]: f["data"] for f in chart.files}
+    assert files[CRD_IN_CHART] == CRD_SOURCE.read_text(encoding="utf-8")
+
+
+def test_the_rendered_crd_is_the_source_crd_plus_keep_policy() -> None:
+    """Semantically equal to crds/ once the chart's labels and keep annotation are set
+    aside: the fromYaml/toYaml round trip in the template loses nothing."""
+    source = yaml.safe_load(CRD_SOURCE.read_text(encoding="utf-8"))
+    crd = _one(_render(), "CustomResourceDefinition")
+    metadata = crd["metadata"]
+    assert metadata["annotations"] == {KEEP: "keep"}
+    assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+    stripped = {
+        **crd,
+        "metadata": {k: v for k, v in metadata.items() if k not in {"labels", "annotations"}},
+    }
+    assert stripped == source
+
+
+def test_notes_tell_the_next_step() -> None:
+    notes = _notes()
+    assert "kubectl apply -f" in notes
+    assert "kubectl get scj" in notes
+    assert "docs/operator.md" in notes
+    assert f"rollout status deployment/{FULLNAME}" in notes
+
+
+def test_the_crd_can_be_left_to_someone_else() -> None:
+    assert _of_kind(_render({"crds": {"install": False}}), "CustomResourceDefinition") == []
+    assert "apply crds/sparkcheckpointjobs" in _notes({"crds": {"install": False}})
+
+
+# --- the Deployment ---------------------------------------------------------------------------
+
+
+def test_one_operator_at_a_time_with_kopfs_liveness_probe() -> None:
+    objects = _render()
+    deployment = _one(objects, "Deployment")
+    container = _container(objects)
+    assert deployment["spec"]["replicas"] == 1
+    assert deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert container["command"] == ["kopf"]
+    assert container["args"] == [
+        "run",
+        "--standalone",
+        "--liveness=http://0.0.0.0:8080/healthz",
+        "-m",
+        MODULE,
+        "--all-namespaces",
+    ]
+    ports = {p["name"]: p for p in container["ports"]}
+    probe = container["livenessProbe"]["httpGet"]
+    assert probe == {"path": "/healthz", "port": "health"}
+    assert ports["health"]["containerPort"] == 8080
+    assert ports["metrics"] == {"name": "metrics", "containerPort": 9090, "protocol": "TCP"}
+    assert container["image"] == "ghcr.io/spark-checkpoint/operator:0.1.0"  # appVersion
+    assert container["imagePullPolicy"] == "IfNotPresent"
+    pod = deployment["spec"]["template"]
+    assert (
+        pod["metadata"]["labels"].items() <= deployment["spec"]["selector"]["matchLabels"].items()
+    )
+    assert pod["spec"]["serviceAccountName"] == _one(objects, "ServiceAccount")["metadata"]["name"]
+
+
+def test_security_defaults() -> None:
+    objects = _render()
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    container = _container(objects)
+    security = pod["securityContext"]
+    assert security["runAsNonRoot"] is True
+    assert security["runAsUser"] > 0
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert container["securityContext"] == {
+        "readOnlyRootFilesystem": True,
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    (mount,) = container["volumeMounts"]
+    assert mount["mountPath"] == "/tmp"
+    (volume,) = pod["volumes"]
+    assert volume["name"] == mount["name"]
+    assert "emptyDir" in volume
+
+
+def test_custom_image_resources_and_arguments() -> None:
+    objects = _render(SCENARIOS["custom-image"])
+    container = _container(objects)
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    assert container["image"] == "registry.example.com/sco:1.2.3"
+    assert container["imagePullPolicy"] == "Always"
+    assert container["resources"] == {
+        "requests": {"cpu": "250m", "memory": "256Mi"},
+        "limits": {"memory": "1Gi"},
+    }
+    assert container["args"][-1] == "--verbose"
+    assert {"name": "TZ", "value": "UTC"} in container["env"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["nodeSelector"] == {"kubernetes.io/os": "linux"}
+
+
+def test_namespaced_mode_watches_each_namespace() -> None:
+    objects = _render(SCENARIOS["namespaced"])
+    args = _container(objects)["args"]
+    assert "--all-namespaces" not in args
+    assert [a for a in args if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+    roles = _of_kind(objects, "Role")
+    bindings = _of_kind(objects, "RoleBinding")
+    assert sorted(r["metadata"]["namespace"] for r in roles) == ["team-a", "team-b"]
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    # The only cluster-wide grant is Kopf's read-only scanning.
+    (cluster_role,) = _of_kind(objects, "ClusterRole")
+    assert cluster_role["metadata"]["name"].endswith("-kopf-scanning")
+    assert {r["resources"][0] for r in cluster_role["rules"]} == {
+        "customresourcedefinitions",
+        "namespaces",
+    }
+
+
+def test_metrics_service_and_service_monitor() -> None:
+    objects = _render(SCENARIOS["monitoring"])
+    service = _one(objects, "Service")
+    assert service["metadata"]["name"] == f"{FULLNAME}-metrics"
+    assert service["spec"]["ports"] == [
+        {"name": "metrics", "port": 9100, "targetPort": "metrics", "protocol": "TCP"}
+    ]
+    monitor = _one(objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    assert monitor["spec"]["endpoints"][0]["interval"] == "15s"
+    assert _of_kind(_render(), "ServiceMonitor") == []  # off by default
+    assert _of_kind(_render(SCENARIOS["no-network-policy"]), "Service") == []
+
+
+# --- the NetworkPolicy ----------------------------------------------------------------------------
+
+
+def _policies(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["namespace"]: p["spec"] for p in _of_kind(_render(values), "NetworkPolicy")
+    }
+
+
+def test_only_the_operator_reaches_the_agent_port() -> None:
+    policies = _policies(SCENARIOS["namespaced"])
+    assert set(policies) == {"team-a", "team-b"}
+    deployment = _one(_render(), "Deployment")
+    operator_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    for spec in policies.values():
+        assert spec["podSelector"] == {"matchLabels": {"sparkcheckpoint.io/component": "driver"}}
+        assert spec["policyTypes"] == ["Ingress"]
+        operator_rule, others = spec["ingress"]
+        (source,) = operator_rule["from"]
+        assert source["namespaceSelector"] == {
+            "matchLabels": {"kubernetes.io/metadata.name": RELEASE_NAMESPACE}
+        }
+        assert source["podSelector"]["matchLabels"].items() <= operator_labels.items()
+        assert operator_rule["ports"] == [{"protocol": "TCP", "port": AGENT_PORT}]
+        # Everyone else: every port but the agent's (no `from`: any source).
+        assert "from" not in others
+        tcp = [(p["port"], p["endPort"]) for p in others["ports"] if p["protocol"] == "TCP"]
+        assert tcp == [(1, AGENT_PORT - 1), (AGENT_PORT + 1, 65535)]
+        assert {"protocol": "UDP"} in others["ports"]
+    # A network plugin without endPort would cut executors off: the install says so.
+    assert "networkPolicy.otherTraffic=executors" in _notes(SCENARIOS["namespaced"])
+
+
+def test_cluster_wide_policies_go_to_listed_namespaces_only() -> None:
+    """A NetworkPolicy selects pods of its own namespace: cluster-wide, the chart cannot know
+    where drivers run, so it renders one per listed namespace, or none and says so."""
+    assert _policies({}) == {}
+    assert "no NetworkPolicy protects" in _notes()
+    policies = _policies(SCENARIOS["cluster-wide-policies"])
+    assert set(policies) == {"jobs-1", "jobs-2"}
+    for spec in policies.values():
+        operator_rule, executors, extra = spec["ingress"]
+        assert operator_rule["ports"] == [{"protocol": "TCP", "port": AGENT_PORT}]
+        assert executors == {"from": [{"podSelector": {"matchLabels": {"spark-role": "executor"}}}]}
+        assert extra == {"ports": [{"protocol": "TCP", "port": 4040}]}
+    assert _policies(SCENARIOS["no-network-policy"]) == {}
+
+
+# --- RBAC ----------------------------------------------------------------------------------
+
+
+class Grant(NamedTuple):
+    verb: str
+    group: str
+    resource: str  # "plural" or "plural/subresource"
+
+
+def _grants(rules: list[dict[str, Any]]) -> set[Grant]:
+    return {
+        Grant(verb, group, resource)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+# What the operator's code calls, per namespace it serves (docs/operator.md, RBAC), as found
+# in operator/kubernetes/{runtime,controller}.py (lightkube) and handlers.py (Kopf).
+OPERATOR_GRANTS = {
+    Grant("list", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf's watch: list, then watch
+    Grant("watch", "sparkcheckpoint.io", "sparkcheckpointjobs"),
+    Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf: finalizer, annotations
+    Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs/status"),  # the controller
+    Grant("list", "", "pods"),  # Kopf's pod events; earlier drivers before a launch
+    Grant("watch", "", "pods"),
+    Grant("get", "", "pods"),  # adoption; waiting for a deleted pod to be gone
+    Grant("create", "", "pods"),  # drivers and cleanup pods
+    Grant("delete", "", "pods"),
+    Grant("create", "", "secrets"),  # the agent token, per job
+    Grant("patch", "", "secrets"),  # a new token per attempt
+    Grant("get", "", "secrets"),  # the token read back when adopting a driver
+    Grant("create", "", "events"),  # kopf.event(): core v1 events, POST
+}
+# What Kopf 1.45 observes cluster-wide (kopf/_core/reactor/observation.py): CRDs always,
+# namespaces only with --namespace. Peering (kopfpeerings) is off: --standalone.
+KOPF_SCANNING = {
+    Grant("list", "apiextensions.k8s.io", "customresourcedefinitions"),
+    Grant("watch", "apiextensions.k8s.io", "customresourcedefinitions"),
+}
+KOPF_NAMESPACES = {Grant("list", "", "namespaces"), Grant("watch", "", "namespaces")}
+
+
+def _role_grants(objects: list[dict[str, Any]], kind: str) -> set[Grant]:
+    return {g for role in _of_kind(objects, kind) for g in _grants(role["rules"])}
+
+
+def test_cluster_wide_rbac_is_exactly_what_the_operator_uses() -> None:
+    objects = _render()
+    assert _of_kind(objects, "Role") == []
+    roles = {r["metadata"]["name"]: _grants(r["rules"]) for r in _of_kind(objects, "ClusterRole")}
+    assert roles == {FULLNAME: OPERATOR_GRANTS, f"{FULLNAME}-kopf-scanning": KOPF_SCANNING}
+
+
+def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:
+    objects = _render(SCENARIOS["namespaced"])
+    for role in _of_kind(objects, "Role"):
+        assert _grants(role["rules"]) == OPERATOR_GRANTS
+    assert _role_grants(objects, "ClusterRole") == KOPF_SCANNING | KOPF_NAMESPACES
+
+
+def test_every_binding_binds_the_operators_service_account_to_a_rendered_role() -> None:
+    for scenario in ("default", "namespaced"):
+        objects = _render(SCENARIOS[scenario])
+        account = _one(objects, "ServiceAccount")["metadata"]
+        roles = {
+            (r["kind"], r["metadata"].get("namespace"), r["metadata"]["name"])
+            for r in _of_kind(objects, "Role") + _of_kind(objects, "ClusterRole")
+        }
+        bindings = _of_kind(objects, "RoleBinding") + _of_kind(objects, "ClusterRoleBinding")
+        assert len(bindings) == len(roles)
+        for binding in bindings:
+            ref = binding["roleRef"]
+            namespace = binding["metadata"].get("namespace") if ref["kind"] == "Role" else None
+            assert (ref["kind"], namespace, ref["name"]) in roles
+            assert binding["subjects"] == [
+                {
+                    "kind": "ServiceAccount",
+                    "name": account["name"],
+                    "namespace": account["namespace"],
+                }
+            ]
+
+
+def test_without_kopf_scanning_namespaced_mode_needs_no_cluster_rights() -> None:
+    """rbac.kopfScanning=false: a tenant without cluster-level rights can install it."""
+    objects = _render({"watchNamespaces": ["team-a"], "rbac": {"kopfScanning": False}})
+    assert _of_kind(objects, "ClusterRole") == _of_kind(objects, "ClusterRoleBinding") == []
+
+
+# --- RBAC against a recorded run ---------------------------------------------------------
+
+
+class Access(NamedTuple):
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None  # None: cluster scope (a cluster-scoped resource, or all namespaces)
+
+
+def _verb(request: Any) -> str:
+    method = str(request.method.value)
+    named = request.name is not None
+    if method == "GET":
+        if named:
+            return "get"
+        return "watch" if request.params.get("watch") in ("true", "1") else "list"
+    if method == "DELETE":
+        return "delete" if named else "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}[method]
+
+
+def _accesses(requests: list[Any]) -> set[Access]:
+    """The operator's resource requests: those with its token (the simulated kubelet has
+    none). Discovery (/api, /apis, /version) is for every authenticated user
+    (system:discovery) and needs no grant."""
+    found = set()
+    for request in requests:
+        if request.headers.get("Authorization") != f"Bearer {OPERATOR_TOKEN}":
+            continue
+        if request.resource is None or request.resource.plural is None:
+            continue
+        resource = request.resource.plural
+        if request.subresource:
+            resource += f"/{request.subresource}"
+        found.add(Access(_verb(request), request.resource.group, resource, request.namespace))
+    return found
+
+
+def _allowed(objects: list[dict[str, Any]], access: Access) -> bool:
+    """Kubernetes' RBAC authorizer, for the rendered objects: a ClusterRole bound by a
+    ClusterRoleBinding allows everywhere, a Role bound by a RoleBinding in its namespace."""
+    roles = {
+        (r["kind"], r["metadata"].get("namespace"), r["metadata"]["name"]): _grants(r["rules"])
+        for r in _of_kind(objects, "Role") + _of_kind(objects, "ClusterRole")
+    }
+    grant = Grant(access.verb, access.group, access.resource)
+    for binding in _of_kind(objects, "ClusterRoleBinding") + _of_kind(objects, "RoleBinding"):
+        scope = binding["metadata"].get("namespace")
+        if scope is not None and scope != access.namespace:
+            continue
+        ref = binding["roleRef"]
+        key = (ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"])
+        if grant in roles.get(key, set()):
+            return True
+    return False
+
+
+def _job() -> dict[str, Any]:
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": {
+            "image": "example/orders:1",
+            "application": {
+                "mainFile": "local:///opt/app/orders.py",
+                "sparkConf": {"spark.master": "local[2]"},
+            },
+            "checkpointing": {
+                "interval": "1s",
+                "minPause": "0s",
+                "timeout": "20s",
+                "retained": 2,
+                "storage": "file:///simulated",
+            },
+            "restartPolicy": {"type": "OnFailure", "maxRetries": 3, "backoff": "1s"},
+        },
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+@contextlib.contextmanager
+def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """The Deployment's own `kopf run` arguments, as the operator identity."""
+    environment = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    with log.open("ab") as output:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "kopf", *args],
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            env=environment,
+            start_new_session=True,
+        )
+    try:
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def _counts(cluster: LocalCluster, key: str) -> int:
+    counts: dict[str, int] = cluster.status("orders").get("counts", {})
+    return counts.get(key, 0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("watch", [["default"], []], ids=["namespaced", "cluster-wide"])
+def test_a_recorded_run_uses_exactly_what_the_chart_grants(
+    tmp_path: Path, watch: list[str]
+) -> None:
+    """The operator, started with the rendered Deployment's arguments against the emulated
+    API server, goes through a job's life (driver, checkpoints, a crash and restore, its own
+    restart with adoption, deletion with a final savepoint). Every request it makes must be
+    allowed by the rendered RBAC, and every rule must have been used."""
+    health = _free_port()
+    values = {"watchNamespaces": watch, "operator": {"healthPort": health}}
+    objects = _render(values)
+    args = _container(objects)["args"]
+    assert f"--liveness=http://0.0.0.0:{health}/healthz" in args
+
+    with LocalCluster(
+        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), operator=False
+    ) as cluster:
+        kubeconfig = cluster.api.write_kubeconfig(tmp_path / "operator-kubeconfig")
+        config = yaml.safe_load(kubeconfig.read_text(encoding="utf-8"))
+        config["users"][0]["user"] = {"token": OPERATOR_TOKEN}
+        kubeconfig.write_text(yaml.safe_dump(config), encoding="utf-8")
+        log = tmp_path / "operator.log"
+
+        def wait(what: str, condition: Any) -> None:
+            deadline = time.monotonic() + 30
+            while not condition():
+                assert time.monotonic() < deadline, f"{what}\n{log.read_text(errors='replace')}"
+                time.sleep(0.2)
+
+        with _operator(args, kubeconfig, log):
+            wait("Kopf's liveness endpoint", lambda: _healthy(health))
+            cluster.apply(_job())
+            wait("2 checkpoints", lambda: _counts(cluster, "completed") >= 2)
+            cluster.crash_driver("orders-driver-1")
+            wait("a restore", lambda: _counts(cluster, "restored") >= 1)
+        with _operator(args, kubeconfig, log):  # adopts the running driver
+            done = _counts(cluster, "completed")
+            wait("a checkpoint after adoption", lambda: _counts(cluster, "completed") > done)
+            cluster.delete("orders")
+            wait("the job gone", lambda: cluster.job("orders") is None)
+        requests = cluster.api.call(list)  # kmock's record of every request
+
+    used = _accesses(requests)
+    assert used, "no request carried the operator's token"
+    denied = sorted(a for a in used if not _allowed(objects, a))
+    assert denied == [], f"the chart does not grant: {denied}"
+    granted = _role_grants(objects, "Role") | _role_grants(objects, "ClusterRole")
+    unused = granted - {Grant(a.verb, a.group, a.resource) for a in used}
+    assert unused == set(), f"granted but never used: {sorted(unused)}"
