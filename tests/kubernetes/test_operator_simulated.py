@@ -309,3 +309,34 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
         cluster.wait_for("no pods left", lambda: cluster.pods("orders") == [])
         conditions = {c["type"]: c for c in finished["conditions"]}
         assert conditions["Ready"]["reason"] == "Finished"
+
+
+def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(restartPolicy={"type": "OnFailure", "maxRetries": 1, "backoff": "100ms"}))
+    for attempt in (1, 2):
+        pod = f"orders-driver-{attempt}"
+        cluster.wait_for(f"{pod} running", lambda pod=pod: cluster.simulated_agent(pod))
+        cluster.crash_driver(pod)
+
+    failed = cluster.wait_for(
+        "Failed",
+        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
+        job="orders",
+    )
+    assert "restartPolicy.maxRetries=1 exhausted" in failed["message"]
+    assert "JobFailed" in cluster.event_reasons("orders")
+    assert {c["type"]: c["status"] for c in failed["conditions"]}["Ready"] == "False"
+    time.sleep(1.5)
+    assert cluster.status("orders")["jobAttempt"] == 2, "a failed job stays failed"
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    retried = cluster.wait_for(
+        "the job running again",
+        lambda: (s := cluster.status("orders")).get("phase") == "Running" and s,
+        job="orders",
+    )
+    assert retried["jobAttempt"] == 3
+    assert retried["message"] == ""
