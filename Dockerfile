@@ -1,0 +1,221 @@
+# syntax=docker/dockerfile:1
+# The images of spark-checkpoint-operator, two targets of one file:
+#
+#   docker build --target operator -t ghcr.io/spark-checkpoint/operator:0.1.0 .
+#   docker build --target spark    -t ghcr.io/spark-checkpoint/spark:0.1.0 .
+#
+# operator: the Kopf operator (charts/spark-checkpoint-operator runs it). No pyspark, no Java.
+# spark:    the image user pipelines build on (FROM it, COPY the pipeline): Python, Java 17,
+#           PySpark and `spark_checkpoint`; the reference word count is in
+#           /opt/spark-checkpoint/examples/wordcount/. The operator starts driver and cleanup
+#           pods with an explicit command (`python <mainFile> ...`,
+#           `python -m spark_checkpoint.janitor ...`); Spark starts executor pods from the same
+#           image with the single argument `executor`, which the entrypoint turns into the JVM
+#           executor. Any other command runs as given.
+#
+# Needs BuildKit (the default builder since Docker 23) for `RUN --mount` and `COPY <<EOF`.
+# tests/image/test_dockerfile.py lints this file with hadolint and checks it against the
+# repository (pins, users, paths, the executor entrypoint).
+
+# ---------------------------------------------------------------------------------------------
+# base: the one base image of every stage, the runtime user, Python's settings.
+#
+# Pinned by version tag. A digest (python:3.11.15-slim-bookworm@sha256:...) would pin it
+# harder, but none could be resolved where this file was written (no registry access): append
+# the digest of the tag's multi-platform index when building from a trusted network.
+FROM python:3.11.15-slim-bookworm AS base
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# No bytecode written at run time (the operator runs with a read-only root filesystem; pip
+# compiles the installed packages at install time), unbuffered logs, quiet and cache-less pip.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
+
+# One numeric non-root user for both images (the chart's runAsUser/runAsGroup: 10001), with
+# a home for what Spark and Ivy keep there in the spark image.
+RUN groupadd --system --gid 10001 sparkcheckpoint \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /home/sparkcheckpoint \
+        --create-home --shell /usr/sbin/nologin sparkcheckpoint
+
+# ---------------------------------------------------------------------------------------------
+# builder: the project's wheel, built once, installed by both runtime stages.
+FROM base AS builder
+
+# The build backend, pinned (pyproject.toml asks for setuptools>=69; its SPDX `license`
+# string needs 77 or newer), instead of whatever build isolation would fetch.
+RUN pip install --no-cache-dir setuptools==84.2.1
+
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator/ operator/
+COPY spark_app/ spark_app/
+RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
+
+# ---------------------------------------------------------------------------------------------
+# deps: the project's runtime dependencies, every one pinned (the whole closure, not only what
+# pyproject.toml names), before any of the project's code so that a code change rebuilds
+# only the small layers after this one. The versions are the ones the test suite runs with
+# (`pip freeze` of the development environment, restricted to the runtime closure);
+# tests/image checks that they cover that closure and satisfy pyproject.toml's ranges.
+FROM base AS deps
+
+RUN pip install --no-cache-dir \
+        aiohappyeyeballs==2.7.1 \
+        aiohttp==3.14.5 \
+        aiosignal==1.4.0 \
+        annotated-doc==0.0.7 \
+        annotated-types==0.8.0 \
+        anyio==4.16.0 \
+        attrs==26.1.0 \
+        click==8.5.1 \
+        common-expression-language==0.10.0 \
+        frozenlist==1.8.0 \
+        fsspec==2026.9.0 \
+        h11==0.16.0 \
+        h2==4.4.1 \
+        hpack==4.2.0 \
+        httpcore2==2.16.2 \
+        httpx2==2.16.2 \
+        hyperframe==6.1.0 \
+        idna==3.20 \
+        iso8601==2.1.0 \
+        jsonpatch==1.47 \
+        jsonpointer==3.12 \
+        jsonschema==4.26.0 \
+        jsonschema-specifications==2025.9.1 \
+        kopf==1.45.2 \
+        lightkube==1.0.1 \
+        lightkube-models==1.37.0.8 \
+        markdown-it-py==4.3.0 \
+        mdurl==0.1.2 \
+        msgspec==0.22.0 \
+        multidict==7.2.1 \
+        prometheus-client==0.26.0 \
+        prompt-toolkit==3.0.53 \
+        propcache==0.5.4 \
+        pydantic==2.14.3 \
+        pydantic-core==2.50.4 \
+        pygments==2.21.0 \
+        python-json-logger==4.2.0 \
+        pyyaml==6.0.3 \
+        referencing==0.37.0 \
+        rich==15.0.0 \
+        rpds-py==2026.9.1 \
+        shellingham==1.5.4 \
+        truststore==0.10.5 \
+        typer==0.29.2 \
+        typing-extensions==4.16.0 \
+        typing-inspection==0.4.5 \
+        wcwidth==0.9.4 \
+        wsproto==1.3.2 \
+        yarl==1.25.1
+
+# ---------------------------------------------------------------------------------------------
+# spark: Python 3.11, Java 17, PySpark and the project with its `spark` extra.
+FROM deps AS spark
+
+# Debian bookworm's Java 17 runtime (bookworm-security's build as of 2026) and tini, the init
+# Spark's own images run executors under. A pinned Debian version disappears from the
+# archive once superseded: when `apt-get install` says "Version ... not found", take the
+# new one from `apt-cache policy openjdk-17-jre-headless` in the base image. The slim base
+# drops /usr/share/man, where the JRE's postinst links its man pages (created empty first).
+# JAVA_HOME is a link of our own, so that it is the same path on amd64 and arm64.
+RUN mkdir -p /usr/share/man/man1 \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openjdk-17-jre-headless=17.0.21.1+2-1~deb12u1 \
+        tini=0.19.0-1+b3 \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+    && /usr/lib/jvm/java-17/bin/java -version
+
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
+
+# PySpark (the pyproject.toml `spark` extra's pin) and its one dependency. Its jars, the
+# Kubernetes scheduler backend among them, are what the executor entrypoint runs.
+RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
+    && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar"
+
+RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
+    pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+    && pip check \
+    && python -c "import pyspark, spark_checkpoint.driver, spark_checkpoint.janitor"
+
+# The executor entrypoint, after Spark's own (resource-managers/kubernetes/docker in Spark's
+# sources), reduced to the executor: Spark's executor pods pass `executor` and the
+# executor's settings in SPARK_* variables.
+COPY --chmod=0755 <<"EOF" /opt/spark-checkpoint/bin/entrypoint.sh
+#!/bin/bash
+# `executor`: Spark's Kubernetes executor. Anything else runs as given.
+set -euo pipefail
+
+if [[ "${1:-}" != executor ]]; then
+  exec "$@"
+fi
+
+# The class path as Spark's own entrypoint builds it: configuration first, then the extra
+# class path of spark.executor.extraClassPath (SPARK_CLASSPATH), Spark's jars, the working
+# directory (SPARK-43540).
+classpath="${SPARK_CONF_DIR:-${SPARK_HOME}/conf}"
+classpath+="${HADOOP_CONF_DIR:+:${HADOOP_CONF_DIR}}"
+classpath+="${SPARK_CLASSPATH:+:${SPARK_CLASSPATH}}"
+classpath+=":${SPARK_HOME}/jars/*"
+classpath+="${SPARK_EXTRA_CLASSPATH:+:${SPARK_EXTRA_CLASSPATH}}"
+classpath+=":${PWD}"
+classpath+="${SPARK_DIST_CLASSPATH:+:${SPARK_DIST_CLASSPATH}}"
+
+# The JVM options Spark passes as SPARK_JAVA_OPT_0, SPARK_JAVA_OPT_1, ..., in that order.
+java_options=()
+while IFS= read -r name; do
+  java_options+=("${!name}")
+done < <(compgen -v SPARK_JAVA_OPT_ | sort -t _ -k 4 -n)
+
+exec tini -s -- "${JAVA_HOME}/bin/java" "${java_options[@]}" \
+  -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
+  -cp "${classpath}" \
+  org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
+  --driver-url "${SPARK_DRIVER_URL}" \
+  --executor-id "${SPARK_EXECUTOR_ID}" \
+  --cores "${SPARK_EXECUTOR_CORES}" \
+  --app-id "${SPARK_APPLICATION_ID}" \
+  --hostname "${SPARK_EXECUTOR_POD_IP}" \
+  --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
+  --podName "${SPARK_EXECUTOR_POD_NAME}"
+EOF
+
+# The reference pipeline, where tests/cluster expects it
+# (mainFile local:///opt/spark-checkpoint/examples/wordcount/pipeline.py). Its generated
+# data/ is not part of the image (.dockerignore).
+COPY examples/wordcount/ /opt/spark-checkpoint/examples/wordcount/
+
+# A writable working directory: relative paths of a driver (spark-warehouse, derby.log,
+# relative input and output arguments) land here.
+RUN mkdir -p /opt/spark-checkpoint/work \
+    && chown 10001:10001 /opt/spark-checkpoint/work
+WORKDIR /opt/spark-checkpoint/work
+
+USER 10001:10001
+ENTRYPOINT ["/opt/spark-checkpoint/bin/entrypoint.sh"]
+CMD ["python"]
+
+# ---------------------------------------------------------------------------------------------
+# operator: the Kopf operator. Writes nothing outside /tmp (the chart mounts an emptyDir
+# there and sets readOnlyRootFilesystem). The last stage: a plain `docker build` builds it.
+FROM deps AS operator
+
+RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
+    pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+    && pip check \
+    && python -c "import spark_checkpoint_operator.kubernetes.handlers" \
+    && python -c "import importlib.util as u, sys; sys.exit(u.find_spec('pyspark') is not None)"
+
+USER 10001:10001
+# The chart overrides the command and arguments (--liveness, --namespace=... or
+# --all-namespaces); without it, the operator serves every namespace.
+ENTRYPOINT ["kopf", "run", "--standalone", "-m", "spark_checkpoint_operator.kubernetes.handlers"]
+CMD ["--all-namespaces"]
