@@ -15,6 +15,7 @@ a routable pod network).
 """
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -29,13 +30,19 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.codecs import load_all_yaml
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
-from lightkube.resources.core_v1 import Namespace
+from lightkube.resources.core_v1 import ConfigMap, Namespace
+from lightkube.types import PatchType
 
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+# Custom resources take no strategic merge patch (lightkube's default).
+MERGE = PatchType.MERGE
+INPUT = "wordcount-input"
+OUTPUT = os.environ.get("SPARK_CHECKPOINT_TEST_OUTPUT", "/tmp/output")
 PIPELINE = os.environ.get(
     "SPARK_CHECKPOINT_TEST_MAIN_FILE",
     "local:///opt/spark-checkpoint/examples/wordcount/pipeline.py",
@@ -75,7 +82,14 @@ def namespace(client: Any) -> Iterator[str]:
             crd.metadata.resourceVersion = current.metadata.resourceVersion
             client.replace(crd)
     name = f"scj-test-{uuid.uuid4().hex[:6]}"
-    client.create(Namespace(metadata={"name": name}))  # type: ignore[arg-type]
+    client.create(Namespace(metadata=ObjectMeta(name=name)))
+    lines = "\n".join(json.dumps({"word": f"w{i % 7}", "n": 1}) for i in range(50))
+    client.create(
+        ConfigMap(
+            metadata=ObjectMeta(name=INPUT, namespace=name),
+            data={f"part-{i}.json": lines for i in range(3)},
+        )
+    )
     try:
         yield name
     finally:
@@ -116,6 +130,7 @@ def _jobs() -> Any:
 
 
 def _job(name: str, namespace: str, **spec: Any) -> Any:
+    """The word count in one pod (a local master) over input from a ConfigMap."""
     document = {
         "apiVersion": "sparkcheckpoint.io/v1alpha1",
         "kind": "SparkCheckpointJob",
@@ -124,7 +139,19 @@ def _job(name: str, namespace: str, **spec: Any) -> Any:
             "image": os.environ["SPARK_CHECKPOINT_TEST_IMAGE"],
             "application": {
                 "mainFile": PIPELINE,
-                "arguments": ["--input", "/tmp/input", "--output", "/tmp/output"],
+                "arguments": [
+                    "--input",
+                    "/opt/input",
+                    "--output",
+                    OUTPUT,
+                    "--trigger-seconds",
+                    "2",
+                ],
+                "sparkConf": {"spark.master": "local[2]"},
+            },
+            "driver": {
+                "volumes": [{"name": "input", "configMap": {"name": INPUT}}],
+                "volumeMounts": [{"name": "input", "mountPath": "/opt/input"}],
             },
             "checkpointing": {
                 "interval": "10s",
@@ -165,11 +192,15 @@ def test_a_job_checkpoints_suspends_resumes_and_is_deleted(
         return dict(client.get(jobs, "wordcount", namespace=namespace).get("status") or {})
 
     _wait("2 checkpoints", lambda: status().get("counts", {}).get("completed", 0) >= 2)
-    client.patch(jobs, "wordcount", {"spec": {"state": "Suspended"}}, namespace=namespace)
+    client.patch(
+        jobs, "wordcount", {"spec": {"state": "Suspended"}}, namespace=namespace, patch_type=MERGE
+    )
     suspended = _wait("Suspended", lambda: (s := status()).get("phase") == "Suspended" and s)
     assert suspended["lastSavepoint"]["label"] == "suspend"
 
-    client.patch(jobs, "wordcount", {"spec": {"state": "Running"}}, namespace=namespace)
+    client.patch(
+        jobs, "wordcount", {"spec": {"state": "Running"}}, namespace=namespace, patch_type=MERGE
+    )
     _wait(
         "resumed",
         lambda: (status().get("restoredFrom") or {}).get("source", "").startswith("savepoint:"),
