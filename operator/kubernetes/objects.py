@@ -157,7 +157,6 @@ def driver_pod(
     }
     container = {
         "name": "driver",
-        "image": spec.image,
         "command": driver_command(spec.application),
         "env": environment,
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
@@ -167,11 +166,7 @@ def driver_pod(
             {"name": WORK_VOLUME, "mountPath": WORK_DIR},
             *spec.driver.volume_mounts,
         ],
-        "securityContext": _RESTRICTED_CONTAINER,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.image_pull_policy is not None:
-        container["imagePullPolicy"] = spec.image_pull_policy.value
     return _pod(
         manifest,
         job,
@@ -214,16 +209,11 @@ def cleanup_pod(
     ]
     container = {
         "name": "cleanup",
-        "image": spec.image,
         "command": ["python", "-m", "spark_checkpoint.janitor", *arguments],
         "env": environment,
         "resources": _resources(spec.driver, 256),
         "volumeMounts": list(spec.driver.volume_mounts),
-        "securityContext": _RESTRICTED_CONTAINER,
-        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
-    if spec.image_pull_policy is not None:
-        container["imagePullPolicy"] = spec.image_pull_policy.value
     return _pod(
         manifest,
         job,
@@ -249,6 +239,17 @@ def _pod(
     container: dict[str, Any],
     volumes: list[Any],
 ) -> dict[str, Any]:
+    """A pod of the job's image: restricted, never restarted by the kubelet (the
+    supervisor decides about restarts), its container's last log lines as the reason it
+    failed."""
+    container = {
+        **container,
+        "image": manifest.spec.image,
+        "securityContext": _RESTRICTED_CONTAINER,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if manifest.spec.image_pull_policy is not None:
+        container["imagePullPolicy"] = manifest.spec.image_pull_policy.value
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
