@@ -15,6 +15,7 @@ class AgentRejected(Exception):
 
 
 BaseUrl = str | Callable[[], str | None]
+CONNECT_TIMEOUT = 2.0
 
 
 class AgentClient:
@@ -32,7 +33,8 @@ class AgentClient:
     ) -> None:
         self._base_url = base_url
         self._headers = {"Authorization": f"Bearer {token}"}
-        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        # A partitioned node's agent must not hold a connection slot for long.
+        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT)
         self._session = session
         self._owns_session = session is None
 

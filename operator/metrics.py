@@ -21,6 +21,7 @@ LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 class CheckpointMetrics:
     def __init__(self, registry: CollectorRegistry) -> None:
         self.registry = registry
+        self._jobs: dict[tuple[str, str], JobMetrics] = {}
         self.checkpoints = Counter(
             "spark_checkpoint_checkpoints",
             "Checkpoints and savepoints by how they ended (completed, or the failure reason).",
@@ -62,7 +63,12 @@ class CheckpointMetrics:
         )
 
     def job(self, namespace: str, name: str) -> "JobMetrics":
-        return JobMetrics(self, namespace, name)
+        """The same object for the same job, however often its daemon restarts: forgetting
+        it then removes every series the job ever had."""
+        key = (namespace, name)
+        if key not in self._jobs:
+            self._jobs[key] = JobMetrics(self, namespace, name)
+        return self._jobs[key]
 
     def serve(self, port: int, address: str = "0.0.0.0") -> None:
         start_http_server(port, address, registry=self.registry)
@@ -103,3 +109,4 @@ class JobMetrics:
         for collector, labels in self._series:
             collector.remove(*labels)
         self._series.clear()
+        self._metrics._jobs.pop(self._job, None)

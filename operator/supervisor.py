@@ -56,6 +56,8 @@ from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyT
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.5
+# How long a driver may take to exit after its stop-with-savepoint completed.
+STOP_GRACE_SECONDS = 120.0
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
@@ -83,6 +85,11 @@ class DriverLauncher(Protocol):
     async def adopt(self, attempt: int) -> DriverHandle | None:
         """The driver of ``attempt`` if it still runs from before this runtime restarted
         (an operator upgrade must not restart every job); None to start a new one."""
+
+
+class LaunchFailed(Exception):
+    """The runtime refused to start a driver (admission, quota, an invalid pod): retrying
+    the same spec cannot help; the message says why."""
 
 
 class CleanupFailed(Exception):
@@ -230,6 +237,8 @@ class JobSupervisor:
         self._failing: str | None = None
         self._cancelled = False
         self._suspend_on_exit = False
+        self._stopping: asyncio.Task[None] | None = None
+        self._suspending_since: float | None = None
         self._stopping_savepoints: set[int] = set()
         self._aborted_unknown: set[int] = set()
         self._shutting_down = False
@@ -270,7 +279,12 @@ class JobSupervisor:
         retries = 0
         adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
         while True:
-            exit_code = await self._run_attempt(adopted)
+            try:
+                exit_code = await self._run_attempt(adopted)
+            except LaunchFailed as error:
+                self._record.message = f"the driver could not be started: {error}"
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
             if outcome is None:
@@ -294,9 +308,9 @@ class JobSupervisor:
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
-                    if not self._stopped_meanwhile():
+                    if (stopped := self._stopped_meanwhile()) is None:
                         continue
-                    outcome = TerminalOutcome.CANCELLED
+                    outcome = stopped
             await self._terminate(outcome)
             return outcome
 
@@ -304,12 +318,12 @@ class JobSupervisor:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._stop_requested.wait(), delay)
 
-    def _stopped_meanwhile(self) -> bool:
-        """Cancelled or shut down while no driver ran (in a restart's backoff)."""
+    def _stopped_meanwhile(self) -> TerminalOutcome | None:
+        """Cancelled, suspended or shut down while no driver ran (a restart's backoff)."""
         if self._cancelled or self._shutting_down:
             self._record.message = self._stop_message()
-            return True
-        return False
+            return TerminalOutcome.CANCELLED
+        return TerminalOutcome.SUSPENDED if self._suspend_on_exit else None
 
     def _stop_message(self) -> str:
         return "the job was deleted" if self._shutting_down else "cancelled by the user"
@@ -333,9 +347,19 @@ class JobSupervisor:
     def cancel(self) -> None:
         """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
         self._cancelled = True
+        self._stop_driver()
+
+    def suspend_now(self) -> None:
+        """Stop without a savepoint, ending Suspended: for a job that is not Running (a
+        driver starting, restoring or in a restart's backoff), whose newest image is
+        what it would resume from anyway."""
+        self._suspend_on_exit = True
+        self._stop_driver()
+
+    def _stop_driver(self) -> None:
         self._stop_requested.set()
         if self._driver is not None:
-            asyncio.get_running_loop().create_task(self._driver.terminate())
+            self._stopping = asyncio.get_running_loop().create_task(self._driver.terminate())
 
     def _outcome(self, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
@@ -380,7 +404,9 @@ class JobSupervisor:
         self._restore_recorded = adopted is not None
         self._completed_in_attempt = False
         self._failing = None
-        self._suspend_on_exit = False
+        self._suspending_since = None
+        if self._stop_requested.is_set():
+            self._stop_driver()  # asked to stop while the driver was being started
         try:
             while (exit_code := driver.exit_code()) is None:
                 await self._poll(driver)
@@ -469,6 +495,10 @@ class JobSupervisor:
         all_running = status["allTasksRunning"] and driver.executors_ready()
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
         leaving = self._record.phase is JobPhase.SUSPENDING
+        if leaving and self._stalled_stopping():
+            # Its savepoint is registered; a driver that does not stop on its own is.
+            self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
+            self.suspend_now()
         running = query["state"] in ("running", "finished")
         if running and not leaving and self._record.phase is not JobPhase.RUNNING:
             self._record.message = ""  # why an earlier attempt ended is in its events
@@ -476,11 +506,13 @@ class JobSupervisor:
             await self._handle(JobPhaseChanged(JobPhase.RUNNING))
         known = {p.checkpoint_id for p in self._coordinator.pending}
         known.update(*self._registered())
+        in_flight = {int(snapshot["id"]) for snapshot in status["checkpoints"]}
         for snapshot in status["checkpoints"]:
             if int(snapshot["id"]) in known:
                 await self._feed_progress(snapshot)
             else:
                 await self._drop_unknown(driver, int(snapshot["id"]))
+        self._forget_done(in_flight)
         if status["awaitingFinalCheckpoint"] and not self._final_requested:
             self._final_requested = True
             self._notify(
@@ -514,6 +546,17 @@ class JobSupervisor:
                 self._fed_declines.add(key)
                 await self._handle(TaskDeclined(checkpoint_id, decline["task"], decline["message"]))
 
+    def _forget_done(self, in_flight: set[int]) -> None:
+        """What was fed of snapshots the agent no longer lists is never fed again: a job
+        runs for months, these sets must not grow with it."""
+        self._fed_acks = {key for key in self._fed_acks if key[0] in in_flight}
+        self._fed_declines = {key for key in self._fed_declines if key[0] in in_flight}
+        self._aborted_unknown &= in_flight
+
+    def _stalled_stopping(self) -> bool:
+        since = self._suspending_since
+        return since is not None and time.monotonic() - since > STOP_GRACE_SECONDS
+
     async def _drop_unknown(self, driver: DriverHandle, checkpoint_id: int) -> None:
         """A snapshot the coordinator neither waits for nor registered: triggered before
         this runtime restarted, or aborted while the agent was unreachable. The agent
@@ -541,9 +584,12 @@ class JobSupervisor:
         )
 
     async def _terminate(self, outcome: TerminalOutcome) -> None:
+        # The phase is stored with the termination, before the cleanup (which may take
+        # minutes): a restarted runtime never runs a finished job again.
+        self._record.phase = JobPhase(outcome.value)
         await self._handle(JobTerminated(outcome))
         await self._clean_up(self._janitor.collect_garbage(*self._registered()))
-        await self._set_phase(JobPhase(outcome.value))
+        await self._persist()
         self._notify(
             f"Job{outcome.value}",
             Level.WARNING if outcome is TerminalOutcome.FAILED else Level.NOTE,
@@ -594,6 +640,7 @@ class JobSupervisor:
                 )
                 if completed.checkpoint_id in self._stopping_savepoints:
                     # The agent stops the query now: nothing more is triggered.
+                    self._suspending_since = time.monotonic()
                     await self._set_phase(JobPhase.SUSPENDING)
                     await self._handle(JobPhaseChanged(JobPhase.SUSPENDING))
                 await self._notify_complete(driver, completed)

@@ -90,12 +90,7 @@ class JobController:
         self._idle_poll_interval = idle_poll_interval
         self._changed = asyncio.Event()
         self._stop: _Stop | None = None
-        status = dict(body.get("status") or {})
-        self._record = JobRecord.from_dict(status) if "coordinator" in status else JobRecord()
-        self._conditions: list[dict[str, Any]] = list(status.get("conditions", ()))
-        self._handled = dict(status.get("handledTriggers") or {})
-        self._deployed = str(status.get("deploymentHash", ""))
-        self._stopped_spec = str(status.get("stoppedSpecHash", ""))
+        self._read_status(dict(body.get("status") or {}))
         self._problem: str | None = None
         self._generation = -1  # of the spec read last; status writes do not change it
         self._manifest: JobManifest | None = None
@@ -111,6 +106,22 @@ class JobController:
     def _name(self) -> str:
         return str(self._body["metadata"]["name"])
 
+    def _read_status(self, status: dict[str, Any]) -> None:
+        self._record = JobRecord.from_dict(status) if "coordinator" in status else JobRecord()
+        self._conditions: list[dict[str, Any]] = list(status.get("conditions", ()))
+        self._handled = dict(status.get("handledTriggers") or {})
+        self._deployed = str(status.get("deploymentHash", ""))
+        self._stopped_spec = str(status.get("stoppedSpecHash", ""))
+
+    async def _read_stored_status(self) -> None:
+        """The status as stored, not as the watch last showed it: a daemon restarted after
+        an error must not resume from an older registry (an id used twice, a completed
+        checkpoint forgotten)."""
+        stored = await self._clients.api.get(
+            SparkCheckpointJob, self._name, namespace=self._namespace
+        )
+        self._read_status(dict(stored.get("status") or {}))
+
     def changed(self) -> None:
         """The job or one of its pods changed."""
         self._changed.set()
@@ -122,6 +133,7 @@ class JobController:
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
+        await self._read_stored_status()
         while self._stop is None:
             manifest = await self._read_spec()
             if manifest is not None and await self._should_run(manifest):
@@ -202,6 +214,7 @@ class JobController:
             observer=self._metrics,
             idle_poll_interval=self._idle_poll_interval,
         )
+        started_spec = _spec_hash(self._spec)  # a failure is of this spec, not a later one
         self._deployed = objects.deployment_hash(self._spec)
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
@@ -222,13 +235,21 @@ class JobController:
                 if self._stop is _Stop.DELETE:
                     await self._shut_down(supervisor, running, manifest)
                     return
+                if launcher.current is not None:
+                    self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
                 await self._refresh_readiness()
             outcome = running.result()
         finally:
             changed.cancel()
+            if not running.done():
+                # An error here: never leave a second coordinator of this job behind. The
+                # driver runs on and is adopted when the daemon starts again.
+                running.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await running
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
-            self._stopped_spec = _spec_hash(self._spec)
+            self._stopped_spec = started_spec
             await self._save(self._record)
 
     async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
@@ -237,8 +258,10 @@ class JobController:
         if manifest is None:
             return  # the running deployment goes on until the spec is valid again
         supervisor.reconfigure(manifest.coordinator_config())
-        self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)
-        self._request_by_nonce(supervisor, manifest, CheckpointKind.SAVEPOINT)
+        running = self._record.phase is JobPhase.RUNNING
+        if running:  # a nonce waits for the job to run; handled, it is never repeated
+            self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)
+            self._request_by_nonce(supervisor, manifest, CheckpointKind.SAVEPOINT)
         now = time.monotonic()
         retry_after = manifest.spec.checkpointing.timeout
         if manifest.spec.state is JobState.SUSPENDED:
@@ -246,6 +269,12 @@ class JobController:
         elif objects.deployment_hash(self._spec) != self._deployed:
             stop_reason = "upgrade"
         else:
+            return
+        if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
+            # Nothing runs to take a savepoint of (starting, restoring, or failing):
+            # stop now; the newest image is what it resumes from.
+            self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
+            supervisor.suspend_now()
             return
         # One stop-with-savepoint at a time; asked again if it did not stop the driver.
         if now - requested.get(stop_reason, -retry_after) >= retry_after:

@@ -40,6 +40,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # Only the events this operator posts itself, not one per handler run.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    # Only the jobs' pods are sent to the operator (the handler's filter is client-side).
+    settings.watching.label_selectors["pods"] = objects.LABEL_JOB
     # Every API request and every handler call at INFO would bury what the operator says.
     for name in ("httpx", "httpx2", "kopf.objects"):
         logging.getLogger(name).setLevel(logging.WARNING)
@@ -53,7 +55,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo[CLIENTS] = Clients(
         api=AsyncClient(),
         pods=PodRegistry(),
-        session=aiohttp.ClientSession(),
+        # One connection pool for every job's agent; no cap shared by all of them.
+        session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
     )
 
 
@@ -64,8 +67,10 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     await clients.api.close()
 
 
+# The event handlers are coroutines: Kopf runs plain functions in a thread pool, where the
+# controllers' asyncio events must not be set, and each call would cost a thread hop.
 @kopf.on.event("", "v1", "pods", labels={objects.LABEL_JOB: kopf.PRESENT})
-def pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+async def pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
     clients: Clients = memo[CLIENTS]
     pod = event["object"]
     clients.pods.observe(event.get("type"), pod)
@@ -76,13 +81,15 @@ def pod_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
 
 
 @kopf.on.event(objects.GROUP, objects.VERSION, objects.PLURAL)
-def job_changed(memo: kopf.Memo, **_: Any) -> None:
+async def job_changed(memo: kopf.Memo, **_: Any) -> None:
     controller: JobController | None = memo.get(CONTROLLER)
     if controller is not None:
         controller.changed()
 
 
-@kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0)
+# While a deleted job takes its final savepoint, Kopf checks every second whether its
+# daemon is done (it releases the finalizer then), not once a minute.
+@kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0, cancellation_polling=1.0)
 async def run_job(
     body: kopf.Body,
     stopped: kopf.DaemonStopped,

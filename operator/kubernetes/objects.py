@@ -39,6 +39,9 @@ WORK_DIR = "/var/lib/spark-checkpoint/work"
 TOKEN_VOLUME = "agent-token"
 WORK_VOLUME = "checkpoint-work"
 STOP_GRACE_SECONDS = 60
+# Mounted Secrets are root-owned: their files are readable by this group (the spark
+# image's user group) and the owner only.
+FS_GROUP = 10001
 # Python drivers need room outside the JVM heap (Spark's non-JVM overhead factor).
 MEMORY_OVERHEAD_FACTOR = 0.4
 MIN_MEMORY_OVERHEAD_MIB = 384
@@ -180,7 +183,8 @@ def driver_pod(
                 "name": TOKEN_VOLUME,
                 "secret": {
                     "secretName": token_secret_name(manifest.name),
-                    "defaultMode": 0o400,
+                    # Group-readable: with fsGroup, the non-root driver can read it.
+                    "defaultMode": 0o440,
                 },
             },
             {"name": WORK_VOLUME, "emptyDir": {}},
@@ -253,7 +257,11 @@ def _pod(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
-        "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": {
+            "runAsNonRoot": True,
+            "fsGroup": FS_GROUP,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [container],
         "volumes": volumes,
     }

@@ -17,12 +17,13 @@ from typing import Any
 import aiohttp
 from lightkube import ApiError, AsyncClient
 from lightkube.codecs import from_dict
+from lightkube.operators import in_
 from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest import JobManifest
-from spark_checkpoint_operator.supervisor import CleanupFailed
+from spark_checkpoint_operator.supervisor import CleanupFailed, LaunchFailed
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +31,7 @@ GONE_CHECK_SECONDS = 5.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
 NOT_FOUND = 404
 CONFLICT = 409
+TOO_MANY_REQUESTS = 429
 
 JobKey = tuple[str, str]  # namespace, job name
 
@@ -38,7 +40,7 @@ class PodRegistry:
     """The pods of every job, as last reported by the pod watch."""
 
     def __init__(self) -> None:
-        self._pods: dict[JobKey, dict[str, Mapping[str, Any]]] = defaultdict(dict)
+        self._pods: dict[JobKey, dict[str, Mapping[str, Any]]] = {}
         self._changed: dict[JobKey, asyncio.Event] = defaultdict(asyncio.Event)
 
     def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
@@ -48,16 +50,17 @@ class PodRegistry:
             return
         key = (metadata["namespace"], job)
         if event_type == "DELETED":
-            self._pods[key].pop(metadata["name"], None)
+            self._pods.get(key, {}).pop(metadata["name"], None)
         else:
-            self._pods[key][metadata["name"]] = pod
-        self._changed[key].set()
+            self._pods.setdefault(key, {})[metadata["name"]] = pod
+        if key in self._changed:
+            self._changed[key].set()
 
     def pod(self, namespace: str, job: str, name: str) -> Mapping[str, Any] | None:
-        return self._pods[namespace, job].get(name)
+        return self._pods.get((namespace, job), {}).get(name)
 
     def pods(self, namespace: str, job: str) -> list[Mapping[str, Any]]:
-        return list(self._pods[namespace, job].values())
+        return list(self._pods.get((namespace, job), {}).values())
 
     async def changed(self, namespace: str, job: str, timeout: float) -> None:
         """Return when a pod of the job changed, or after ``timeout``."""
@@ -118,9 +121,17 @@ class KubernetesDriver:
     """One driver pod. Its agent is reached at the pod's IP once it has one."""
 
     def __init__(
-        self, clients: Clients, manifest: JobManifest, *, name: str, token: str, executors: int
+        self,
+        clients: Clients,
+        manifest: JobManifest,
+        *,
+        name: str,
+        token: str,
+        executors: int,
+        deployed_hash: str,
     ) -> None:
         self._clients = clients
+        self.deployed_hash = deployed_hash  # what the pod was built from
         self._namespace = manifest.namespace
         self._job = manifest.name
         self.name = name
@@ -216,7 +227,9 @@ class KubernetesLauncher:
         if raw["metadata"].get("deletionTimestamp") or pod_exit_code(raw) is not None:
             return None
         self._clients.pods.observe("MODIFIED", raw)
-        self.current = self._driver(name, await self._token())
+        # Built from the spec of its time, which may since have changed (an upgrade).
+        deployed = raw["metadata"].get("annotations", {}).get(objects.ANNOTATION_SPEC_HASH, "")
+        self.current = self._driver(name, await self._token(), deployed)
         return self.current
 
     async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
@@ -232,28 +245,33 @@ class KubernetesLauncher:
             restore=restore,
             deployed_hash=self._deployed_hash,
         )
-        await self._api.create(from_dict(pod))
-        self.current = self._driver(name, token)
+        try:
+            await self._api.create(from_dict(pod))
+        except ApiError as error:
+            raise _launch_error(error, f"pod {name}") from error
+        self.current = self._driver(name, token, self._deployed_hash)
         return self.current
 
-    def _driver(self, name: str, token: str) -> KubernetesDriver:
+    def _driver(self, name: str, token: str, deployed_hash: str) -> KubernetesDriver:
         return KubernetesDriver(
             self._clients,
             self.manifest,
             name=name,
             token=token,
             executors=objects.expected_executors(self.manifest),
+            deployed_hash=deployed_hash,
         )
 
     async def _remove_other_drivers(self) -> None:
         """Drivers of earlier attempts that are still there (an operator that died while
-        deleting one): gone before the next starts."""
+        deleting one), and cleanup pods an earlier operator left (one with an older
+        registry could delete what the new driver writes): gone before the next starts."""
         pods = self._api.list(
             Pod,
             namespace=self.manifest.namespace,
             labels={
                 objects.LABEL_JOB: self.manifest.name,
-                objects.LABEL_COMPONENT: objects.DRIVER,
+                objects.LABEL_COMPONENT: in_((objects.DRIVER, objects.CLEANUP)),
             },
         )
         async for pod in pods:
@@ -270,7 +288,7 @@ class KubernetesLauncher:
             await self._api.create(from_dict(secret))
         except ApiError as error:
             if error.status.code != CONFLICT:
-                raise
+                raise _launch_error(error, f"secret {name}") from error
             await self._api.patch(
                 Secret,
                 name,
@@ -337,6 +355,15 @@ class KubernetesJanitor:
             await delete_pod_and_wait(self._clients, namespace, job, name)
         if code != 0:
             raise CleanupFailed(f"{arguments[0]} in pod {name}: {pod_failure_message(current)}")
+
+
+def _launch_error(error: ApiError, what: str) -> Exception:
+    """A refusal (admission, quota, invalid) fails the job with its reason; what may pass
+    on retry (throttling, server errors) is raised as it is."""
+    code = error.status.code or 0
+    if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
+        return LaunchFailed(f"{what}: {error.status.message}")
+    return error
 
 
 def _ids(ids: list[int]) -> str:

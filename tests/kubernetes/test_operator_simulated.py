@@ -305,7 +305,8 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
         assert finished["lastCheckpoint"]["batch"] == 8, "the final checkpoint covers the end"
         # RetainOnFailure: a finished job needs no checkpoint; cleanup pods discarded them.
         assert finished["coordinator"]["checkpoints"] == []
-        assert "JobFinished" in cluster.event_reasons("orders")
+        # The phase is stored first; the event follows once the cleanup pods are done.
+        cluster.wait_for("JobFinished", lambda: "JobFinished" in cluster.event_reasons("orders"))
         cluster.wait_for("no pods left", lambda: cluster.pods("orders") == [])
         conditions = {c["type"]: c for c in finished["conditions"]}
         assert conditions["Ready"]["reason"] == "Finished"
@@ -326,7 +327,7 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
         job="orders",
     )
     assert "restartPolicy.maxRetries=1 exhausted" in failed["message"]
-    assert "JobFailed" in cluster.event_reasons("orders")
+    cluster.wait_for("JobFailed", lambda: "JobFailed" in cluster.event_reasons("orders"))
     assert {c["type"]: c["status"] for c in failed["conditions"]}["Ready"] == "False"
     time.sleep(1.5)
     assert cluster.status("orders")["jobAttempt"] == 2, "a failed job stays failed"
