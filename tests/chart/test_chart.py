@@ -427,6 +427,7 @@ def _grants(rules: list[dict[str, Any]]) -> set[Grant]:
 # What the operator's code calls, per namespace it serves (docs/operator.md, RBAC), as found
 # in operator/kubernetes/{runtime,controller}.py (lightkube) and handlers.py (Kopf).
 OPERATOR_GRANTS = {
+    Grant("get", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # the stored status at start
     Grant("list", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf's watch: list, then watch
     Grant("watch", "sparkcheckpoint.io", "sparkcheckpointjobs"),
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf: finalizer, annotations

@@ -62,10 +62,11 @@ What the operator itself does in each namespace it serves (docs/operator.md, "Wh
 operator creates"); tests/chart/test_chart.py checks these against a recorded run.
 */}}
 {{- define "sco.operatorRules" -}}
-# Kopf lists and watches jobs, and patches them for its finalizer and progress annotations.
+# Kopf lists and watches jobs and patches them (finalizer, progress annotations); the
+# controller reads a job's stored status when its daemon starts.
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointjobs]
-  verbs: [list, watch, patch]
+  verbs: [get, list, watch, patch]
 # The controller writes the job's status (merge patch on the status subresource).
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointjobs/status]
