@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 import aiohttp
+import httpx2 as httpx
 import kopf
 from lightkube import AsyncClient
 from prometheus_client import REGISTRY
@@ -21,6 +22,7 @@ from spark_checkpoint_operator.kubernetes.controller import JobController
 from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 
+API_TIMEOUT_SECONDS = 30.0
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9090
 FINALIZER = f"{objects.GROUP}/finalizer"
@@ -53,7 +55,9 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         metrics.serve(port)
     memo[METRICS] = metrics
     memo[CLIENTS] = Clients(
-        api=AsyncClient(),
+        # Waiting for a free connection is not an error: at startup every job's daemon
+        # asks at once (the requests themselves still time out).
+        api=AsyncClient(timeout=httpx.Timeout(API_TIMEOUT_SECONDS, pool=None)),
         pods=PodRegistry(),
         # One connection pool for every job's agent; no cap shared by all of them.
         session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
