@@ -11,7 +11,9 @@ when the body changed, and tell it to stop (the job was deleted, or the operator
 - Trigger nonces: a checkpoint or savepoint per new value, labelled with it.
 - Checkpoint settings: applied to the running coordinator.
 - Deletion: the final savepoint if ``spec.shutdown.finalSavepoint``, then the job ends
-  Cancelled and its retention policy is applied by cleanup pods.
+  Cancelled and its retention policy is applied by cleanup pods. The daemon's controller
+  does it (``stop(deleting=True)``); a job deleted while the operator was down, with no
+  daemon, is done by ``delete``, which adopts the recorded driver for its savepoint.
 - An operator restart: the running driver is adopted, the registry and id counter are
   read back from status.
 """
@@ -22,7 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from enum import Enum
 from typing import Any
 
@@ -40,6 +42,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (
     Clients,
+    KubernetesDriver,
     KubernetesJanitor,
     KubernetesLauncher,
     pod_ready,
@@ -52,7 +55,15 @@ from spark_checkpoint_operator.manifest import (
 )
 from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
-from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
+from spark_checkpoint_operator.supervisor import (
+    DriverHandle,
+    DriverLauncher,
+    JobRecord,
+    JobSupervisor,
+    LaunchFailed,
+    Level,
+    Notice,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +74,7 @@ SparkCheckpointJob = create_namespaced_resource(
 PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, message
 
 ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
+ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 STATUS_WRITE_ATTEMPTS = 5
 # How long a deleted job may take for its final savepoint beyond the checkpoint timeout.
 SHUTDOWN_GRACE_SECONDS = 60.0
@@ -97,6 +109,8 @@ class JobController:
         self._spec: dict[str, Any] = {}
         self._saving = asyncio.Lock()
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
+        self._ended = asyncio.Event()  # `run` or `delete` returned or failed
+        self._deleted = False  # the deletion's work is done
 
     @property
     def _namespace(self) -> str:
@@ -127,22 +141,54 @@ class JobController:
         self._changed.set()
 
     def stop(self, *, deleting: bool) -> None:
-        self._stop = _Stop.DELETE if deleting else _Stop.EXIT
+        if self._stop is not _Stop.DELETE:  # a deletion is never turned into an exit
+            self._stop = _Stop.DELETE if deleting else _Stop.EXIT
         self._changed.set()
+
+    async def ended(self) -> bool:
+        """Wait until ``run`` (or ``delete``) has returned or failed; return whether the
+        job's deletion is done (its final savepoint, its retention policy)."""
+        await self._ended.wait()
+        return self._deleted
 
     # ------------------------------------------------------------------ the loop
 
     async def run(self) -> None:
-        await self._read_stored_status()
-        while self._stop is None:
+        try:
+            await self._read_stored_status()
+            while self._stop is None:
+                manifest = await self._read_spec()
+                if manifest is not None and await self._should_run(manifest):
+                    await self._supervise(manifest)
+                    continue
+                await self._wait_for_change()
+            if self._stop is _Stop.DELETE:
+                await self._retire()
+                self._metrics.forget()
+                self._deleted = True
+        finally:
+            self._ended.set()
+
+    async def delete(self) -> None:
+        """The job is being deleted and no ``run`` drives it (the operator was down when
+        it was deleted, or its daemon had exited): what ``run`` does when stopped with
+        ``deleting=True``. The recorded attempt's driver, if it still runs, is adopted and
+        shut down with the final savepoint; then the job ends Cancelled and its retention
+        policy applies. A job that has ended needs nothing. Safe to call again after a
+        failure: it starts over from the stored status."""
+        self.stop(deleting=True)
+        try:
+            await self._read_stored_status()
             manifest = await self._read_spec()
-            if manifest is not None and await self._should_run(manifest):
-                await self._supervise(manifest)
-                continue
-            await self._wait_for_change()
-        if self._stop is _Stop.DELETE:
+            if manifest is not None and self._record.phase in ACTIVE_PHASES:
+                driver = await self._launcher(manifest).adopt(self._record.attempt)
+                if driver is not None:
+                    await self._shut_down_adopted(manifest, driver)
             await self._retire()
             self._metrics.forget()
+            self._deleted = True
+        finally:
+            self._ended.set()
 
     async def _wait_for_change(self) -> None:
         await self._changed.wait()
@@ -198,22 +244,30 @@ class JobController:
             deployed_hash=objects.deployment_hash(self._spec),
         )
 
-    async def _supervise(self, manifest: JobManifest) -> None:
-        if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
-            self._record.message = ""
-        launcher = self._launcher(manifest)
-        supervisor = JobSupervisor(
+    def _supervisor(
+        self,
+        manifest: JobManifest,
+        launcher: DriverLauncher,
+        save: Callable[[JobRecord], Awaitable[None]] | None = None,
+    ) -> JobSupervisor:
+        return JobSupervisor(
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
             janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
-            save=self._save,
+            save=save or self._save,
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
             report=self._on_notice,
             observer=self._metrics,
             idle_poll_interval=self._idle_poll_interval,
         )
+
+    async def _supervise(self, manifest: JobManifest) -> None:
+        if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
+            self._record.message = ""
+        launcher = self._launcher(manifest)
+        supervisor = self._supervisor(manifest, launcher)
         started_spec = _spec_hash(self._spec)  # a failure is of this spec, not a later one
         self._deployed = objects.deployment_hash(self._spec)
         running = asyncio.create_task(supervisor.run())
@@ -228,12 +282,10 @@ class JobController:
                 if running.done():
                     break
                 if self._stop is _Stop.EXIT:
-                    running.cancel()  # the driver runs on; the next operator adopts it
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await running
+                    await _cancel(running)  # the driver runs on; the next operator adopts it
                     return
                 if self._stop is _Stop.DELETE:
-                    await self._shut_down(supervisor, running, manifest)
+                    await self._shut_down(_Shutdown(supervisor, manifest), running)
                     return
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
@@ -242,12 +294,9 @@ class JobController:
             outcome = running.result()
         finally:
             changed.cancel()
-            if not running.done():
-                # An error here: never leave a second coordinator of this job behind. The
-                # driver runs on and is adopted when the daemon starts again.
-                running.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await running
+            # An error here: never leave a second coordinator of this job behind. The
+            # driver runs on and is adopted when the daemon starts again.
+            await _cancel(running)
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
             self._stopped_spec = started_spec
             await self._save(self._record)
@@ -303,41 +352,78 @@ class JobController:
         self._handled[key] = nonce
         supervisor.request(TriggerRequested(kind, label=f"nonce {nonce}"))
 
+    async def _shut_down_adopted(self, manifest: JobManifest, driver: KubernetesDriver) -> None:
+        """A deleted job's driver, adopted: shut down as the daemon shuts down its own.
+        Its supervisor starts Deploying and is Running once the agent answers: only then
+        can the final savepoint be taken, so the shutdown is asked for at the first status
+        it saves with another phase. Within that save, not later: after a Restarting one
+        the supervisor would start a new driver once its backoff is over; shut down before
+        then, it ends the job Cancelled instead."""
+        shutdown: _Shutdown | None = None
+
+        async def save(record: JobRecord) -> None:
+            await self._save(record)
+            if record.phase is not JobPhase.DEPLOYING and shutdown is not None:
+                shutdown.request()
+
+        supervisor = self._supervisor(manifest, _AdoptedDriver(driver), save)
+        shutdown = _Shutdown(supervisor, manifest, wait_for_running=True)
+        self._deployed = driver.deployed_hash
+        running = asyncio.create_task(supervisor.run())
+        try:
+            await self._shut_down(shutdown, running)
+        finally:
+            await _cancel(running)  # after an error: never a coordinator left behind
+
     async def _shut_down(
-        self,
-        supervisor: JobSupervisor,
-        running: "asyncio.Task[TerminalOutcome]",
-        manifest: JobManifest,
+        self, shutdown: "_Shutdown", running: "asyncio.Task[TerminalOutcome]"
     ) -> None:
-        shutdown = manifest.spec.shutdown
-        supervisor.shut_down(savepoint=shutdown.final_savepoint, drain=shutdown.drain)
-        grace = manifest.spec.checkpointing.timeout + SHUTDOWN_GRACE_SECONDS
+        """The job is being deleted: the final savepoint if the spec asks for one (and the
+        driver runs), then the supervisor ends the job Cancelled. Cancelled without a
+        savepoint if it does not complete in the checkpoint timeout + 60 s. A driver
+        adopted for the deletion is first given as long to answer (to be Running)."""
+        grace = shutdown.grace
+        if shutdown.wait_for_running:
+            requested = asyncio.ensure_future(shutdown.requested.wait())
+            try:
+                await asyncio.wait(
+                    {running, requested}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                requested.cancel()
+            if running.done():
+                # Failed (raised here): a supervisor that failed must not stop the driver
+                # (its next try adopts it again); one that ended needs nothing more.
+                await running
+                return
+            if not shutdown.requested.is_set() and shutdown.final_savepoint:
+                self._post_event(
+                    "Warning",
+                    "FinalSavepointTimedOut",
+                    f"the adopted driver did not answer in {grace:.0f}s: no final savepoint",
+                )
+        shutdown.request()
         done, _ = await asyncio.wait({running}, timeout=grace)
         if not done:
             self._post_event(
                 "Warning", "FinalSavepointTimedOut", f"no final savepoint in {grace:.0f}s"
             )
-            supervisor.cancel()
+            shutdown.supervisor.cancel()
         await running
 
     async def _retire(self) -> None:
-        """Deleted without a running supervisor: a suspended job is cancelled now (its
-        retention policy applies); a job that ended already has been cleaned up."""
-        suspended = self._record.phase is JobPhase.SUSPENDED
-        if not suspended or self._manifest is None:
-            return
+        """Deleted with no supervisor running: a job that has not ended (suspended, or
+        its driver gone) is cancelled now, so its retention policy applies, once any pod
+        of its own left behind is gone; a job that ended has been cleaned up then, and one
+        that never started has nothing in storage."""
         manifest = self._manifest
-        supervisor = JobSupervisor(
-            config=manifest.coordinator_config(),
-            restart_policy=manifest.spec.restart_policy,
-            launcher=self._launcher(manifest),
-            janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
-            save=self._save,
-            record=self._record,
-            report=self._on_notice,
-        )
+        if manifest is None or not self._record.attempt or self._record.phase in ENDED_PHASES:
+            return
+        launcher = self._launcher(manifest)
+        # A driver still terminating must never write while a cleanup pod discards.
+        await launcher.remove_pods()
         self._record.message = "the job was deleted"
-        await supervisor.retire(TerminalOutcome.CANCELLED)
+        await self._supervisor(manifest, launcher).retire(TerminalOutcome.CANCELLED)
 
     # ------------------------------------------------------------------ status
 
@@ -416,6 +502,48 @@ class JobController:
                 if attempt == STATUS_WRITE_ATTEMPTS or error.status.code == 404:
                     raise
                 await asyncio.sleep(0.2 * 2**attempt)
+
+
+class _Shutdown:
+    """The one shutdown request of a deleted job's supervisor (asking twice would ask
+    for two final savepoints)."""
+
+    def __init__(
+        self, supervisor: JobSupervisor, manifest: JobManifest, *, wait_for_running: bool = False
+    ) -> None:
+        self.supervisor = supervisor
+        self.final_savepoint = manifest.spec.shutdown.final_savepoint
+        self._drain = manifest.spec.shutdown.drain
+        self.grace = manifest.spec.checkpointing.timeout + SHUTDOWN_GRACE_SECONDS
+        self.wait_for_running = wait_for_running
+        self.requested = asyncio.Event()
+
+    def request(self) -> None:
+        if not self.requested.is_set():
+            self.requested.set()
+            self.supervisor.shut_down(savepoint=self.final_savepoint, drain=self._drain)
+
+
+class _AdoptedDriver:
+    """The launcher of a deleted job's supervisor: the driver adopted for its shutdown,
+    never a new one."""
+
+    def __init__(self, driver: KubernetesDriver) -> None:
+        self._driver = driver
+
+    async def adopt(self, attempt: int) -> DriverHandle | None:
+        return self._driver
+
+    async def launch(self, attempt: int, restore: list[str]) -> DriverHandle:
+        # Not reached: the shutdown is asked for before the supervisor would restart.
+        raise LaunchFailed("the job is being deleted")
+
+
+async def _cancel(task: "asyncio.Task[Any]") -> None:
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]:

@@ -30,13 +30,27 @@ CONTROLLER = "controller"
 CONTROLLERS = "controllers"
 CLIENTS = "clients"
 METRICS = "metrics"
+# How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
+DELETE_RETRY_SECONDS = 5.0
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """Kopf keeps the last handled spec for creation and update handlers; there are none
+    (the daemon follows the spec itself), only a deletion handler. Nothing is stored, so
+    no job is patched with Kopf's copy of its spec when it is created or changed."""
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        pass
 
 
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=objects.GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=objects.GROUP)
+    settings.persistence.diffbase_storage = _NoDiffBase()
     # One replica (Recreate strategy) is the operator's lease; no peering resources.
     settings.peering.standalone = True
     # Only the events this operator posts itself, not one per handler run.
@@ -91,6 +105,14 @@ async def job_changed(memo: kopf.Memo, **_: Any) -> None:
         controller.changed()
 
 
+def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
+    def post_event(kind: str, reason: str, message: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message[:1000])
+
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    return JobController(memo[CLIENTS], body, post_event, memo[METRICS].job(namespace, name))
+
+
 # While a deleted job takes its final savepoint, Kopf checks every second whether its
 # daemon is done (it releases the finalizer then), not once a minute.
 @kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0, cancellation_polling=1.0)
@@ -100,11 +122,8 @@ async def run_job(
     memo: kopf.Memo,
     **_: Any,
 ) -> None:
-    def post_event(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message[:1000])
-
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
-    controller = JobController(memo[CLIENTS], body, post_event, memo[METRICS].job(*key))
+    controller = _controller(body, memo)
     memo[CONTROLLER] = memo[CONTROLLERS][key] = controller
     running = asyncio.create_task(controller.run())
     stopping = asyncio.ensure_future(stopped.wait())
@@ -119,7 +138,48 @@ async def run_job(
         with contextlib.suppress(asyncio.CancelledError):
             await stopping
         memo.pop(CONTROLLER, None)
-        memo[CONTROLLERS].pop(key, None)
+        if memo[CONTROLLERS].get(key) is controller:
+            del memo[CONTROLLERS][key]
         clients: Clients = memo[CLIENTS]
         if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
-            clients.pods.forget(body["metadata"]["namespace"], body["metadata"]["name"])
+            clients.pods.forget(*key)
+
+
+# Kopf holds a deleted job by its finalizer until this handler has succeeded and the daemon
+# has exited (both are checked on every cycle), and tells the daemon to stop before it calls
+# this handler. It starts no daemon for a job that is being deleted already (the operator
+# was down when it was deleted): then this handler does the deletion itself. A failure must
+# be retried until it succeeds, never given up (Kopf would release the finalizer then):
+# errors, timeout and retries are Kopf's defaults for handlers, stated so that they stay so;
+# the backoff is 5 s instead of Kopf's 60 s.
+@kopf.on.delete(
+    objects.GROUP,
+    objects.VERSION,
+    objects.PLURAL,
+    errors=kopf.ErrorsMode.TEMPORARY,
+    timeout=None,
+    retries=None,
+    backoff=DELETE_RETRY_SECONDS,
+)
+async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    controllers: dict[tuple[str, str], JobController] = memo[CONTROLLERS]
+    running = controllers.get(key)
+    if running is not None:
+        # The daemon's controller does the deletion (Kopf told the daemon to stop, for the
+        # deletion, before it called this handler); never a second one for the same job.
+        running.stop(deleting=True)
+        if await running.ended():
+            return
+        raise kopf.TemporaryError(
+            "the job's deletion failed; trying again", delay=DELETE_RETRY_SECONDS
+        )
+    controller = _controller(body, memo)
+    controllers[key] = controller  # its pods' events reach it
+    try:
+        await controller.delete()
+    finally:
+        if controllers.get(key) is controller:
+            del controllers[key]
+    clients: Clients = memo[CLIENTS]
+    clients.pods.forget(*key)

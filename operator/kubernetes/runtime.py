@@ -233,7 +233,7 @@ class KubernetesLauncher:
         return self.current
 
     async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
-        await self._remove_other_drivers()
+        await self.remove_pods()
         token = secrets.token_urlsafe(32)
         await self._store_token(token)
         name = objects.driver_pod_name(self.manifest.name, attempt)
@@ -262,10 +262,11 @@ class KubernetesLauncher:
             deployed_hash=deployed_hash,
         )
 
-    async def _remove_other_drivers(self) -> None:
+    async def remove_pods(self) -> None:
         """Drivers of earlier attempts that are still there (an operator that died while
         deleting one), and cleanup pods an earlier operator left (one with an older
-        registry could delete what the new driver writes): gone before the next starts."""
+        registry could delete what the new driver writes): gone before the next driver
+        starts, and before a deleted job's retention policy is carried out."""
         pods = self._api.list(
             Pod,
             namespace=self.manifest.namespace,

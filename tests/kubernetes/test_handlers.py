@@ -13,5 +13,6 @@ def test_every_handler_runs_on_the_event_loop() -> None:
         handlers.pod_changed,
         handlers.job_changed,
         handlers.run_job,
+        handlers.delete_job,
     ):
         assert inspect.iscoroutinefunction(handler), handler.__name__

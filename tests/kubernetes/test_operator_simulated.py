@@ -2,12 +2,14 @@
 simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
 operator with real Spark drivers."""
 
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -208,6 +210,159 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     assert "SavepointCompleted" in reasons
     assert "JobCancelled" in reasons
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+FINALIZER = "sparkcheckpoint.io/finalizer"
+
+
+def cleanup_commands(cluster: LocalCluster, name: str) -> list[list[str]]:
+    """The janitor commands of the cleanup pods the operator created for the job, in order
+    (the simulated kubelet completes them at once; the API server's record keeps them)."""
+    commands = []
+    for request in cluster.api.call(list):
+        pod = request.data if isinstance(request.data, dict) else {}
+        if request.method.value != "POST" or pod.get("kind", "Pod") != "Pod":
+            continue
+        labels = pod.get("metadata", {}).get("labels", {})
+        if labels.get("sparkcheckpoint.io/job") == name and (
+            labels.get("sparkcheckpoint.io/component") == "cleanup"
+        ):
+            command = pod["spec"]["containers"][0]["command"]
+            commands.append(command[command.index("spark_checkpoint.janitor") + 1 :])
+    return commands
+
+
+def last_written_status(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    """The status the operator wrote last (the job itself may be gone)."""
+    written = [
+        request.data["status"]
+        for request in cluster.api.call(list)
+        if request.method.value == "PATCH"
+        and request.subresource == "status"
+        and request.name == name
+        and isinstance(request.data, dict)
+    ]
+    assert written, f"no status written for {name}"
+    return written[-1]
+
+
+def deleted_while_the_operator_is_down(cluster: LocalCluster, name: str) -> list[int]:
+    """Delete the job while no operator runs: its finalizer holds it. Returns the ids of
+    the checkpoints its status retains."""
+    cluster.delete(name)
+    held = cluster.job(name)
+    assert held is not None and held["metadata"].get("deletionTimestamp")
+    assert FINALIZER in held["metadata"].get("finalizers", [])
+    return [c["id"] for c in held["status"]["coordinator"]["checkpoints"]]
+
+
+def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_retention(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 2)
+
+    cluster.operator.kill()
+    retained = deleted_while_the_operator_is_down(cluster, "orders")
+    assert retained
+    cluster.operator.start()
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    events = cluster.events("orders")
+    final = [
+        e for e in events if e.get("reason") == "SavepointCompleted" and "(final)" in e["message"]
+    ]
+    assert final, f"no final savepoint: {[e.get('reason') for e in events]}"
+    assert "DriverAdopted" in cluster.event_reasons("orders")
+    status = last_written_status(cluster, "orders")
+    assert status["phase"] == "Cancelled"
+    assert status["message"] == "the job was deleted"
+    assert status["lastSavepoint"]["label"] == "final"
+    assert status["jobAttempt"] == 1, "the running driver was adopted, none started"
+    # RetainOnFailure: a cancelled job's checkpoints are discarded by cleanup pods; the
+    # savepoint stays.
+    assert status["coordinator"]["checkpoints"] == []
+    assert [s["label"] for s in status["coordinator"]["savepoints"]] == ["final"]
+    commands = cleanup_commands(cluster, "orders")
+    discarded = {int(c[1]) for c in commands if c[0] == "discard-checkpoint"}
+    assert set(retained) <= discarded
+    assert commands[-1][0] == "collect-garbage"
+    cluster.wait_for("JobCancelled", lambda: "JobCancelled" in cluster.event_reasons("orders"))
+    cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_retention(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 2)
+
+    cluster.operator.kill()
+    cluster.crash_driver("orders-driver-1")
+    cluster.wait_for(
+        "the driver pod failed",
+        lambda: (
+            [p["status"].get("phase") for p in cluster.pods("orders", component="driver")]
+            == ["Failed"]
+        ),
+    )
+    retained = deleted_while_the_operator_is_down(cluster, "orders")
+    assert retained
+    cluster.operator.start()
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    status = last_written_status(cluster, "orders")
+    assert status["phase"] == "Cancelled"
+    assert status["coordinator"]["checkpoints"] == []
+    assert status["jobAttempt"] == 1, "no driver started for a deleted job"
+    commands = cleanup_commands(cluster, "orders")
+    assert {int(c[1]) for c in commands if c[0] == "discard-checkpoint"} == set(retained)
+    assert commands[-1][0] == "collect-garbage"
+    reasons = cluster.event_reasons("orders")
+    assert "SavepointCompleted" not in reasons, "nothing ran to take one"
+    cluster.wait_for("JobCancelled", lambda: "JobCancelled" in cluster.event_reasons("orders"))
+    cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+def test_a_failed_deletion_is_retried_and_holds_the_job_until_it_is_done(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+    cluster.operator.kill()
+    deleted_while_the_operator_is_down(cluster, "orders")
+    failing = threading.Event()
+    failing.set()
+
+    def status_write(request: Any) -> bool:
+        return bool(
+            failing.is_set()
+            and request.method.value == "PATCH"
+            and request.subresource == "status"
+            and request.name == "orders"
+        )
+
+    def inject(emulator: Any) -> None:
+        emulator[status_write] << kmock.KubernetesError(503, "ServiceUnavailable", "injected", {})
+
+    cluster.api.call(inject)
+    cluster.operator.start()
+
+    cluster.wait_for(
+        "the deletion failing",
+        lambda: "Handler 'delete_job' failed" in cluster.operator.log_path.read_text(),
+    )
+    held = cluster.job("orders")
+    assert held is not None and FINALIZER in held["metadata"]["finalizers"]
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None and agent.exit_code is None, "the driver waits for the next try"
+    failing.clear()
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    status = last_written_status(cluster, "orders")
+    assert status["phase"] == "Cancelled"
+    assert status["lastSavepoint"]["label"] == "final"
+    assert status["jobAttempt"] == 1
 
 
 def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
