@@ -807,7 +807,10 @@ async def test_kopf_runs_a_job_through_its_life_without_conflicts(
         await asyncio.wait_for(ready.wait(), 10)
         await client.create(Job(job()))
         await eventually(lambda: kopf_handled(api, "60s"))
-        assert api.get(JOBS, "default", "wc")["status"]["phase"] == "Pending"
+        # Kopf patches the main object, then the status subresource: a second request.
+        await eventually(
+            lambda: api.get(JOBS, "default", "wc").get("status") == {"phase": "Pending"}
+        )
 
         for interval in ("20s", "30s", "45s"):
             patch = {"spec": {"checkpointing": {"interval": interval}}}
