@@ -14,13 +14,16 @@ coordinator had scheduled it for. The scheduled time comes from the coordinator 
 when the operator imports this module (``kopf run ... -m operator_scale`` with
 ``OPERATOR_SCALE_PROBE`` set), it wraps ``CheckpointCoordinator.handle`` and
 ``JobSupervisor._trigger`` to write one line per consumed periodic slot. The wrappers cost
-a few microseconds per trigger; the module imports nothing else into the operator.
+a few microseconds per event; the module imports nothing else into the operator. The same
+probe applies the experiments ``--idle-poll`` and ``--api-concurrency``.
 
-Everything runs in a private network namespace (``unshare``) when it can, so the
-agents' fixed port 8484 does not collide with tests running on the same machine.
+Everything runs in a private network namespace (``unshare``) when it can, so the agents'
+fixed port 8484 does not collide with tests running on the same machine; as root, the
+operator runs SCHED_FIFO, so other work on a shared machine does not take its core.
+Results and method: benchmarks/README.md, section 4.
 
-    .venv/bin/python benchmarks/operator_scale.py --jobs 1000 --interval 10 --duration 240
-    .venv/bin/python benchmarks/operator_scale.py --jobs 10000 --interval 60 --duration 600
+    .venv/bin/python benchmarks/operator_scale.py --jobs 1000 --interval 10
+    .venv/bin/python benchmarks/operator_scale.py --jobs 10000 --interval 60 --duration 300
 """
 
 from __future__ import annotations
@@ -65,6 +68,7 @@ NETNS_VARIABLE = "OPERATOR_SCALE_IN_NETNS"
 OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
+TRIGGER_LINE = re.compile(r"\S+/job-\d+: trigger (checkpoint|savepoint) \d+")
 SAMPLE_SECONDS = 1.0
 DRAIN_SECONDS = 5.0
 TARGET_LATENESS = 1.0
@@ -813,10 +817,14 @@ def summarize(args: argparse.Namespace, work: Path, timeline: Timeline) -> dict[
     return result
 
 
-def operator_log_summary(path: Path, until: float) -> dict[str, int]:
-    """Warnings and errors the operator logged until the end of the window, by kind."""
+def operator_log_summary(path: Path, until: float) -> dict[str, Any]:
+    """Warnings and errors the operator logged until the end of the window, by kind, and
+    checkpoint ids triggered twice for one job over the whole run (never allowed)."""
     kinds: collections.Counter[str] = collections.Counter()
+    triggered: collections.Counter[str] = collections.Counter()
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if found := TRIGGER_LINE.search(line):
+            triggered[found.group(0)] += 1
         try:
             logged = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
         except ValueError:
@@ -824,7 +832,11 @@ def operator_log_summary(path: Path, until: float) -> dict[str, int]:
         if logged <= until and ("[WARNING" in line or "[ERROR" in line):
             message = line.split("] ", 2)[-1]
             kinds[re.sub(r"job-\d+|\d+(\.\d+)?", "N", message)[:120]] += 1
-    return dict(kinds.most_common(10))
+    return {
+        "warnings_and_errors": dict(kinds.most_common(10)),
+        "triggers_logged": sum(triggered.values()),
+        "ids_triggered_twice": sorted(key for key, count in triggered.items() if count > 1)[:20],
+    }
 
 
 def wait_running(
