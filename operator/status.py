@@ -62,7 +62,6 @@ def render_status(
             "inProgress": len(record.pending),
             "restored": record.restores,
         },
-        "nextCheckpointId": state.next_checkpoint_id,
         "lastCheckpoint": _last(state.checkpoints, state.history, CheckpointKind.CHECKPOINT),
         "lastSavepoint": _last(state.savepoints, state.history, CheckpointKind.SAVEPOINT),
         "history": [_outcome(o) for o in reversed(state.history[-HISTORY_SHOWN:])],

@@ -121,6 +121,7 @@ class JobRecord:
     pending: list[dict[str, Any]] = field(default_factory=list)
     last_batch: int | None = None
     consecutive_failures: int = 0
+    next_checkpoint_id: int = 1
 
     def to_dict(self) -> dict[str, Any]:
         """The record's part of the status (``status.render_status`` adds the views)."""
@@ -131,6 +132,7 @@ class JobRecord:
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
+            "nextCheckpointId": self.next_checkpoint_id,
             "pending": self.pending,
             "coordinator": self.coordinator.to_dict(),
         }
@@ -138,15 +140,20 @@ class JobRecord:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
         """Read back a status written from ``to_dict`` (views are ignored)."""
+        coordinator = (
+            PersistedState.from_dict(data["coordinator"])
+            if "coordinator" in data
+            else PersistedState()
+        )
         return cls(
             phase=JobPhase(data.get("phase", JobPhase.PENDING)),
             attempt=int(data.get("jobAttempt", 0)),
             restores=int(data.get("counts", {}).get("restored", 0)),
             restored_from=data.get("restoredFrom"),
             message=str(data.get("message", "")),
-            coordinator=PersistedState.from_dict(data["coordinator"])
-            if "coordinator" in data
-            else PersistedState(),
+            coordinator=coordinator,
+            # A rebuilt coordinator starts after the persisted block of ids.
+            next_checkpoint_id=coordinator.next_checkpoint_id,
         )
 
 
@@ -604,6 +611,7 @@ class JobSupervisor:
     async def _persist(self) -> None:
         self._record.coordinator = self._coordinator.persisted_state
         self._record.consecutive_failures = self._coordinator.consecutive_failures
+        self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
         self._record.pending = [
             {
                 "id": p.checkpoint_id,

@@ -17,6 +17,7 @@ from spark_checkpoint_operator.coordinator.config import (
     TerminalOutcome,
 )
 from spark_checkpoint_operator.coordinator.coordinator import (
+    CHECKPOINT_ID_BLOCK,
     CheckpointCoordinator,
     Clock,
     PendingView,
@@ -59,6 +60,7 @@ from spark_checkpoint_operator.coordinator.requests import (
 from spark_checkpoint_operator.coordinator.state import InvalidPersistedState, PersistedState
 
 __all__ = [
+    "CHECKPOINT_ID_BLOCK",
     "AbortCheckpoint",
     "AckResult",
     "AfterCompletion",

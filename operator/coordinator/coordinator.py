@@ -59,6 +59,11 @@ from spark_checkpoint_operator.coordinator.state import PersistedState
 
 Clock = Callable[[], float]
 
+# Checkpoint ids are made durable a block at a time: one state write per block, not one per
+# checkpoint. A restarted coordinator starts after the block, so the unused rest of a block
+# is a gap in the ids, never a reuse.
+CHECKPOINT_ID_BLOCK = 100
+
 
 @dataclass(frozen=True, slots=True)
 class PendingView:
@@ -77,7 +82,8 @@ class CheckpointCoordinator:
     """Coordinates the checkpoints of one job.
 
     ``clock`` returns the current time in seconds (epoch based, because times are shown to
-    users); ``rng`` picks the random initial delay of the periodic scheduler.
+    users); ``rng`` picks the random initial delay of the periodic scheduler; ``id_block``
+    is how many checkpoint ids one state write reserves.
     """
 
     def __init__(
@@ -87,12 +93,17 @@ class CheckpointCoordinator:
         clock: Clock,
         rng: random.Random,
         state: PersistedState | None = None,
+        id_block: int = CHECKPOINT_ID_BLOCK,
     ) -> None:
+        if id_block < 1:
+            raise ValueError(f"id_block must be at least 1, got {id_block}")
         state = state or PersistedState()
         self._config = config
         self._clock = clock
         self._rng = rng
+        self._id_block = id_block
         self._next_id = state.next_checkpoint_id
+        self._reserved_until = state.next_checkpoint_id
         self._store = CompletedCheckpointStore(config.retained, state.checkpoints)
         self._savepoints = SavepointHistory(config.savepoint_history, state.savepoints)
         self._history: deque[CheckpointOutcome] = deque(state.history, maxlen=config.history_size)
@@ -116,7 +127,7 @@ class CheckpointCoordinator:
     @property
     def persisted_state(self) -> PersistedState:
         return PersistedState(
-            next_checkpoint_id=self._next_id,
+            next_checkpoint_id=self._reserved_until,
             checkpoints=self._store.checkpoints,
             savepoints=self._savepoints.savepoints,
             history=tuple(self._history),
@@ -124,6 +135,11 @@ class CheckpointCoordinator:
             failed_count=self._failed_count,
             terminated=self._terminated,
         )
+
+    @property
+    def next_checkpoint_id(self) -> int:
+        """The id the next trigger gets (the persisted counter may be ahead: a block)."""
+        return self._next_id
 
     @property
     def periodic_scheduling(self) -> bool:
@@ -314,6 +330,9 @@ class CheckpointCoordinator:
         now = self._clock()
         checkpoint_id = self._next_id
         self._next_id += 1
+        reserving = checkpoint_id >= self._reserved_until
+        if reserving:
+            self._reserved_until = checkpoint_id + self._id_block
         self._pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id=checkpoint_id,
             kind=request.kind,
@@ -324,8 +343,9 @@ class CheckpointCoordinator:
             deadline=now + self._config.timeout,
             expected_tasks=self._tasks,
         )
-        # The id is spent only once it is durable: a restarted coordinator never reuses it.
-        effects.append(PersistState(self.persisted_state))
+        if reserving:
+            # The id is spent only once it is durable: a restarted coordinator never reuses it.
+            effects.append(PersistState(self.persisted_state))
         effects.append(
             TriggerCheckpoint(
                 checkpoint_id=checkpoint_id,

@@ -7,6 +7,7 @@ import pytest
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import (
+    CHECKPOINT_ID_BLOCK,
     CoordinatorConfig,
     PersistedState,
     TerminalOutcome,
@@ -138,6 +139,9 @@ def test_a_restarted_runtime_adopts_the_running_driver_and_drops_its_unknown_che
     assert supervisor.record.attempt == 2
     assert 4 not in running.agent.snapshots, "the unknown checkpoint was aborted"
     assert min(running.agent.triggers) == 5
+    # Id 5 reserved a block; status shows the id the next checkpoint gets.
+    assert supervisor.record.coordinator.next_checkpoint_id == 5 + CHECKPOINT_ID_BLOCK
+    assert supervisor.record.next_checkpoint_id == max(running.agent.triggers) + 1
 
 
 def test_triggers_wait_while_an_executor_is_missing() -> None:

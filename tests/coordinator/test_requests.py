@@ -132,6 +132,28 @@ def test_the_id_counter_is_persisted_before_the_trigger_goes_out(harness: Harnes
     assert persist[0].state.next_checkpoint_id > trigger[0].checkpoint_id
 
 
+def test_one_state_write_reserves_a_block_of_ids() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=10), id_block=3)
+    harness.start()
+    persisted = []
+    for _ in range(7):
+        effects = harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+        [trigger] = of_type(effects, TriggerCheckpoint)
+        persisted += [
+            (trigger.checkpoint_id, p.state.next_checkpoint_id)
+            for p in of_type(effects, PersistState)
+        ]
+
+    # Ids 1, 4 and 7 each open a block; the others are covered by a block already durable.
+    assert persisted == [(1, 4), (4, 7), (7, 10)]
+    assert harness.coordinator.persisted_state.next_checkpoint_id == 10
+
+
+def test_a_block_must_hold_an_id() -> None:
+    with pytest.raises(ValueError, match="id_block must be at least 1, got 0"):
+        Harness(id_block=0)
+
+
 def test_queue_orders_savepoints_forced_user_then_time() -> None:
     queue = RequestQueue(capacity=10)
     requests = [

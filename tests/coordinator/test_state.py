@@ -8,6 +8,7 @@ import pytest
 
 from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
+    CHECKPOINT_ID_BLOCK,
     AckResult,
     AnswerAcknowledgement,
     CheckpointKind,
@@ -45,7 +46,10 @@ def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None
     after.start()
     effects = after.send(TriggerRequested(CheckpointKind.CHECKPOINT))
 
-    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [5]
+    # Ids 1-4 came from the first block; the restarted coordinator opens the next one.
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [
+        CHECKPOINT_ID_BLOCK + 1
+    ]
     assert [c.checkpoint_id for c in after.coordinator.restore_candidates()] == [3, 2, 1]
     # The checkpoint pending at the restart is gone; its late acks are discarded.
     late = after.send(TaskAcknowledged(4, TaskAck("logs", 1, 1, 1)))

@@ -5,6 +5,7 @@ from collections.abc import Iterable
 from typing import TypeVar
 
 from spark_checkpoint_operator.coordinator import (
+    CHECKPOINT_ID_BLOCK,
     CheckpointCoordinator,
     CheckpointFinalized,
     CoordinatorConfig,
@@ -46,11 +47,12 @@ class Harness:
         state: PersistedState | None = None,
         seed: int = 7,
         clock: FakeClock | None = None,
+        id_block: int = CHECKPOINT_ID_BLOCK,
     ) -> None:
         self.clock = clock or FakeClock()
         self.config = config or CoordinatorConfig(interval=10.0, min_pause=0.0, timeout=60.0)
         self.coordinator = CheckpointCoordinator(
-            self.config, clock=self.clock, rng=random.Random(seed), state=state
+            self.config, clock=self.clock, rng=random.Random(seed), state=state, id_block=id_block
         )
 
     def send(self, event: Event) -> list[Effect]:

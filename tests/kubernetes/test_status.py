@@ -33,8 +33,9 @@ def _record(failures: int = 0) -> JobRecord:
         attempt=2,
         restores=1,
         consecutive_failures=failures,
+        next_checkpoint_id=10,
         coordinator=PersistedState(
-            next_checkpoint_id=10,
+            next_checkpoint_id=101,
             checkpoints=(checkpoint,),
             savepoints=(savepoint,),
             history=(failed,),
@@ -63,7 +64,9 @@ def test_printer_columns_and_counters() -> None:
     assert status["lastCheckpoint"]["duration"] == "2.0s"
     assert status["lastSavepoint"]["path"] == "s3a://b/sp-8"
     assert status["counts"] == {"completed": 8, "failed": 1, "inProgress": 0, "restored": 1}
+    # The id the next checkpoint gets, not the end of the block of ids made durable.
     assert status["nextCheckpointId"] == 10
+    assert status["coordinator"]["nextCheckpointId"] == 101
     assert status["history"][0]["reason"] == "Expired"
 
 
