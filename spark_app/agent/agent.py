@@ -174,10 +174,41 @@ class CheckpointAgent:
         self._notified_batch: int | None = None
         self._notified = threading.Condition(self._lock)
         self._copy_delay = float(os.environ.get(COPY_DELAY_VARIABLE, "0") or 0)
+        # The status version: one status at a time, so versions follow the documents.
+        self._status_lock = threading.Lock()
+        self._version = 0
+        self._reported: dict[str, Any] | None = None
+        self._watchers: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
+        """The status document. Its ``version`` rises whenever what the coordinator acts on
+        differs from the previous document (``lastCommittedBatch`` alone does not count)."""
+        with self._status_lock:
+            document = self._status()
+            query = document["query"]
+            reported = document | {"query": {k: query[k] for k in ("state", "message")}}
+            if reported != self._reported:
+                self._reported = reported
+                self._version += 1
+            document["version"] = self._version
+            return document
+
+    def watch(self, changed: Callable[[], None]) -> None:
+        """Call ``changed`` (from any thread) when a snapshot makes progress: a status
+        computed afterwards may have a new version. Query state and tasks change without
+        a call; a long poll finds those by asking for status again now and then."""
+        self._watchers.append(changed)
+
+    def unwatch(self, changed: Callable[[], None]) -> None:
+        self._watchers.remove(changed)
+
+    def _changed(self) -> None:
+        for changed in list(self._watchers):
+            changed()
+
+    def _status(self) -> dict[str, Any]:
         view = self._query_view()
         if self.stop_requested and view.state == "finished":
             view = QueryView("stopped", True)
@@ -215,6 +246,7 @@ class CheckpointAgent:
                 return  # a retried request: the snapshot is already under way
             snapshot = _Snapshot(checkpoint_id, kind, after, datetime.now(UTC))
             self._snapshots[checkpoint_id] = snapshot
+        self._changed()
         threading.Thread(
             target=self._capture, args=(snapshot,), name=f"capture-{checkpoint_id}", daemon=True
         ).start()
@@ -255,6 +287,7 @@ class CheckpointAgent:
             aborted = snapshot.cancelled.is_set()  # set by abort() under this lock
             if not aborted:
                 snapshot.state = SnapshotState.FINALIZED
+        self._changed()
         if aborted:  # the abort came while _metadata was being written: take it back
             self._storage.fs.delete_tree(
                 self._storage.layout.snapshot_dir(snapshot.kind, checkpoint_id)
@@ -277,6 +310,7 @@ class CheckpointAgent:
             if self._notified_batch is None or batch_id > self._notified_batch:
                 self._notified_batch = batch_id
             self._notified.notify_all()
+        self._changed()
         if after is not AfterCompletion.CONTINUE:
             # The driver's main thread stops the query: stopping it from this (HTTP)
             # thread could block on the batch the query is running.
@@ -291,6 +325,7 @@ class CheckpointAgent:
             was = snapshot.state
             snapshot.state = SnapshotState.ABORTED
             snapshot.cancelled.set()
+        self._changed()
         log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
         # A finalized image or a savepoint's own files are garbage once aborted (shared
         # files of an aborted checkpoint are left to garbage collection). Copies still
@@ -367,6 +402,7 @@ class CheckpointAgent:
             snapshot.plan = plan
             if snapshot.state is SnapshotState.CAPTURING:
                 snapshot.state = SnapshotState.COPYING
+        self._changed()
         remaining = [len(plan.files_by_task)]
 
         def copy_done() -> None:
@@ -376,6 +412,7 @@ class CheckpointAgent:
                 if finished and snapshot.state is SnapshotState.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotState.ACKNOWLEDGED
                 aborted = snapshot.cancelled.is_set()
+            self._changed()  # this task's ack or decline, and perhaps "acknowledged"
             if finished:
                 shutil.rmtree(pin_dir, ignore_errors=True)
                 if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
@@ -458,6 +495,7 @@ class CheckpointAgent:
         log.warning("checkpoint %s cannot be taken: %s", snapshot.checkpoint_id, message)
         with self._lock:
             snapshot.declines[LOGS_TASK] = message
+        self._changed()
 
     def _query_id(self) -> str:
         document = json.loads((self._location / "metadata").read_text())

@@ -2,11 +2,13 @@
 the driver. Every request needs the job's bearer token."""
 
 import asyncio
+import contextlib
 import hmac
 import logging
+import math
 import threading
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -16,6 +18,84 @@ from spark_checkpoint.storage import CheckpointKind, StorageError
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Number = TypeVar("Number", int, float)
+
+# The longest a status request waits for a change (``wait`` is capped to it).
+MAX_WAIT_SECONDS = 30.0
+# Query state and tasks change without telling the agent: a waiting status request
+# computes the status again this often to notice.
+RECHECK_SECONDS = 1.0
+
+
+def _long_poll(query: Mapping[str, str]) -> tuple[int | None, float]:
+    """``after`` and ``wait`` of a status request; a bad value is a ValueError naming it."""
+    after = _parameter(query, "after", int, "a status version (an integer >= 0)")
+    wait = _parameter(query, "wait", float, "a number of seconds >= 0")
+    return after, min(wait or 0.0, MAX_WAIT_SECONDS)
+
+
+def _parameter(
+    query: Mapping[str, str], name: str, parse: Callable[[str], Number], meaning: str
+) -> Number | None:
+    text = query.get(name)
+    if text is None:
+        return None
+    try:
+        value = parse(text)
+        valid = math.isfinite(value) and value >= 0
+    except ValueError:
+        valid = False
+    if not valid:
+        raise ValueError(f"query parameter {name!r} must be {meaning}, got {text!r}")
+    return value
+
+
+async def _in_thread(call: Callable[[], Any]) -> Any:
+    # Storage I/O blocks; keep the event loop free for status requests.
+    return await asyncio.get_running_loop().run_in_executor(None, call)
+
+
+class _StatusRoute:
+    """``GET /v1/status``: at once, unless ``after`` names the current version; then when
+    the version changes, or after ``wait`` seconds with the same one (a long poll)."""
+
+    def __init__(self, agent: CheckpointAgent) -> None:
+        self._agent = agent
+        self._changed = asyncio.Event()  # replaced by a new one at each change
+        self._closing = False
+
+    async def watch_agent(self, app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+
+        def changed() -> None:  # called from the agent's threads
+            loop.call_soon_threadsafe(self._notify)
+
+        self._agent.watch(changed)
+        yield
+        self._agent.unwatch(changed)
+
+    async def answer_waiting(self, app: web.Application) -> None:
+        """The server is stopping: waiting requests answer now, not after their wait."""
+        self._closing = True
+        self._notify()
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def handle(self, request: web.Request) -> web.Response:
+        after, wait = _long_poll(request.query)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            changed = self._changed  # taken before the status: a later change wakes us
+            document = await _in_thread(self._agent.status)
+            remaining = deadline - loop.time()
+            gone = request.transport is None  # the client gave up waiting
+            if document["version"] != after or remaining <= 0 or gone or self._closing:
+                return web.json_response(document)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
 
 
 def build_app(agent: CheckpointAgent, token: str) -> web.Application:
@@ -34,12 +114,7 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
             log.warning("%s %s failed: %s", request.method, request.path, error)
             return web.json_response({"error": f"storage: {error}"}, status=500)
 
-    async def run(call: Callable[[], Any]) -> Any:
-        # Storage I/O blocks; keep the event loop free for status requests.
-        return await asyncio.get_running_loop().run_in_executor(None, call)
-
-    async def status(request: web.Request) -> web.Response:
-        return web.json_response(await run(agent.status))
+    status = _StatusRoute(agent)
 
     async def trigger(request: web.Request) -> web.Response:
         body = await request.json()
@@ -53,43 +128,47 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     async def finalize(request: web.Request) -> web.Response:
         body = await request.json()
         checkpoint_id = int(request.match_info["id"])
-        path, size = await run(lambda: agent.finalize(checkpoint_id, list(body["tasks"])))
+        path, size = await _in_thread(lambda: agent.finalize(checkpoint_id, list(body["tasks"])))
         return web.json_response({"path": path, "sizeBytes": size})
 
     async def complete(request: web.Request) -> web.Response:
         body = await request.json()
         checkpoint_id = int(request.match_info["id"])
-        await run(lambda: agent.complete(checkpoint_id, int(body["batchId"])))
+        await _in_thread(lambda: agent.complete(checkpoint_id, int(body["batchId"])))
         return web.json_response({"notified": True})
 
     async def abort(request: web.Request) -> web.Response:
         body = await request.json()
         checkpoint_id = int(request.match_info["id"])
-        await run(lambda: agent.abort(checkpoint_id, str(body.get("reason", ""))))
+        await _in_thread(lambda: agent.abort(checkpoint_id, str(body.get("reason", ""))))
         return web.json_response({"aborted": True})
 
     async def discard_checkpoint(request: web.Request) -> web.Response:
         body = await request.json()
         checkpoint_id = int(request.match_info["id"])
         retained = [int(r) for r in body["retained"]]
-        await run(lambda: agent.discard_checkpoint(checkpoint_id, retained))
+        await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, retained))
         return web.json_response({"discarded": True})
 
     async def discard_savepoint(request: web.Request) -> web.Response:
         savepoint_id = int(request.match_info["id"])
-        await run(lambda: agent.discard_savepoint(savepoint_id))
+        await _in_thread(lambda: agent.discard_savepoint(savepoint_id))
         return web.json_response({"discarded": True})
 
     async def collect_garbage(request: web.Request) -> web.Response:
         body = await request.json()
         checkpoints = [int(c) for c in body["checkpoints"]]
         savepoints = [int(s) for s in body["savepoints"]]
-        return web.json_response(await run(lambda: agent.collect_garbage(checkpoints, savepoints)))
+        return web.json_response(
+            await _in_thread(lambda: agent.collect_garbage(checkpoints, savepoints))
+        )
 
     app = web.Application(middlewares=[authenticate])
+    app.cleanup_ctx.append(status.watch_agent)
+    app.on_shutdown.append(status.answer_waiting)
     app.add_routes(
         [
-            web.get("/v1/status", status),
+            web.get("/v1/status", status.handle),
             web.post("/v1/checkpoints", trigger),
             web.post("/v1/checkpoints/{id:\\d+}/finalize", finalize),
             web.post("/v1/checkpoints/{id:\\d+}/complete", complete),

@@ -2,21 +2,25 @@
 authentication, the snapshot-finalize-complete cycle, abort, discard and restore."""
 
 import asyncio
+import contextlib
 import json
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 
+from spark_checkpoint.agent import server
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
-from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected
+from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 
 TOKEN = "s3cret-token"
 
@@ -60,12 +64,13 @@ class Running:
             JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
         )
         self.participant = RecordingParticipant()
+        self.view = QueryView("running", idle=True)
         self.agent = CheckpointAgent(
             storage=self.storage,
             location=self.location,
             pin_root=tmp_path / "pins",
             participants=[self.participant],
-            query_view=lambda: QueryView("running", idle=True),
+            query_view=lambda: self.view,
             restored_from=None,
             attempt=1,
         )
@@ -249,3 +254,179 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
         restore_candidates=candidates,
     )
     assert DriverSettings.from_environment(settings.to_environment(token)) == settings
+
+
+# ---------------------------------------------------------------- status versions, long polls
+
+
+def _version(running: Running) -> int:
+    version = _call(running.client(), "status")["version"]
+    assert isinstance(version, int)
+    return version
+
+
+async def _timed(call: Any) -> tuple[float, Any]:
+    started = time.monotonic()
+    answer = await call
+    return time.monotonic() - started, answer
+
+
+def test_status_answers_at_once_when_its_version_is_another(running: Running) -> None:
+    version = _version(running)
+
+    async def ask() -> tuple[float, Any]:
+        client = running.client()
+        try:
+            return await _timed(client.status(after=version - 1, wait=10))
+        finally:
+            await client.close()
+
+    elapsed, status = asyncio.run(ask())
+    assert elapsed < 1.0
+    assert status["version"] == version
+
+
+def test_status_waits_for_a_snapshot_change_and_answers_it(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "RECHECK_SECONDS", 60.0)  # only the agent's notice wakes it
+    version = _version(running)
+
+    async def scenario() -> tuple[float, dict[str, Any]]:
+        client = running.client()
+        try:
+            waiting = asyncio.create_task(_timed(client.status(after=version, wait=20)))
+            await asyncio.sleep(0.5)
+            assert not waiting.done(), "no change: the status is held back"
+            await client.trigger(1, "checkpoint", "continue")
+            elapsed, status = await waiting
+            return elapsed, status
+        finally:
+            await client.close()
+
+    elapsed, status = asyncio.run(scenario())
+    assert elapsed < 2.0
+    assert status["version"] > version
+    assert [s["id"] for s in status["checkpoints"]] == [1]
+    _wait_for(running.client(), 1, "acknowledged")  # no copy left running at teardown
+
+
+def test_status_notices_a_query_change_while_it_waits(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(server, "RECHECK_SECONDS", 0.1)
+    version = _version(running)
+    threading.Timer(0.3, lambda: setattr(running, "view", QueryView("finished", True))).start()
+
+    async def ask() -> tuple[float, Any]:
+        client = running.client()
+        try:
+            return await _timed(client.status(after=version, wait=20))
+        finally:
+            await client.close()
+
+    elapsed, status = asyncio.run(ask())
+    assert elapsed < 2.0
+    assert status["query"]["state"] == "finished"
+    assert status["awaitingFinalCheckpoint"] is True
+    assert status["version"] > version
+
+
+def test_status_answers_after_its_wait_with_the_same_version(running: Running) -> None:
+    version = _version(running)
+
+    async def ask() -> tuple[float, Any]:
+        # The client's 0.5 s timeout is on top of the wait: the answer is not a timeout.
+        client = AgentClient(f"http://127.0.0.1:{running.port}", TOKEN, timeout=0.5)
+        try:
+            return await _timed(client.status(after=version, wait=1.5))
+        finally:
+            await client.close()
+
+    elapsed, status = asyncio.run(ask())
+    assert 1.4 <= elapsed < 3.0
+    assert status["version"] == version
+
+
+def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None:
+    before = _call(running.client(), "status")
+    for log in ("offsets", "commits"):
+        (running.location / log / "3").write_text(f"{log} 3")
+    after = _call(running.client(), "status")
+    assert after["query"]["lastCommittedBatch"] == before["query"]["lastCommittedBatch"] + 1
+    assert after["version"] == before["version"]
+
+
+@pytest.mark.parametrize(
+    ("query", "parameter"),
+    [
+        ({"after": "abc"}, "after"),
+        ({"after": "-1"}, "after"),
+        ({"after": "1.5"}, "after"),
+        ({"after": "1", "wait": "soon"}, "wait"),
+        ({"after": "1", "wait": "-2"}, "wait"),
+        ({"after": "1", "wait": "nan"}, "wait"),
+        ({"after": "1", "wait": "inf"}, "wait"),
+    ],
+)
+def test_bad_long_poll_parameters_are_refused_naming_them(
+    running: Running, query: dict[str, str], parameter: str
+) -> None:
+    async def ask() -> tuple[int, Any]:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.get(
+                f"http://127.0.0.1:{running.port}/v1/status",
+                params=query,
+                headers={"Authorization": f"Bearer {TOKEN}"},
+            ) as response,
+        ):
+            return response.status, await response.json()
+
+    status, body = asyncio.run(ask())
+    assert status == 400
+    assert body["error"].startswith(f"bad request: query parameter '{parameter}' must be")
+
+
+def test_a_cancelled_long_poll_leaves_the_client_usable(running: Running) -> None:
+    version = _version(running)
+
+    async def scenario() -> dict[str, Any]:
+        client = running.client()
+        try:
+            waiting = asyncio.create_task(client.status(after=version, wait=20))
+            await asyncio.sleep(0.3)
+            waiting.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            return await client.status()
+        finally:
+            await client.close()
+
+    assert asyncio.run(scenario())["version"] == version
+
+
+def test_stopping_the_server_answers_waiting_status_requests(tmp_path: Path) -> None:
+    """The driver stops its agent on exit: a long poll must not hold that up."""
+    job = Running(tmp_path)
+    job.server.start()
+    version = _version(job)
+
+    async def scenario() -> float:
+        client = job.client()
+        try:
+            waiting = asyncio.create_task(client.status(after=version, wait=25))
+            await asyncio.sleep(0.3)
+            started = time.monotonic()
+            await asyncio.to_thread(job.server.stop)
+            stopped = time.monotonic() - started
+            with contextlib.suppress(AgentUnavailable):
+                await waiting
+            return stopped
+        finally:
+            await client.close()
+
+    try:
+        assert asyncio.run(scenario()) < 5.0
+    finally:
+        job.agent.close()
