@@ -34,7 +34,7 @@ class AgentClient:
         self._base_url = base_url
         self._headers = {"Authorization": f"Bearer {token}"}
         # A partitioned node's agent must not hold a connection slot for long.
-        self._timeout = aiohttp.ClientTimeout(total=timeout, sock_connect=CONNECT_TIMEOUT)
+        self._timeout = timeout
         self._session = session
         self._owns_session = session is None
 
@@ -43,8 +43,15 @@ class AgentClient:
             await self._session.close()
             self._session = None
 
-    async def status(self) -> dict[str, Any]:
-        answer: dict[str, Any] = await self._call("GET", "/v1/status")
+    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+        """The agent's status. With ``after`` (a version it reported), the agent answers
+        when its version differs, or after ``wait`` seconds with the same one."""
+        if after is None:
+            answer: dict[str, Any] = await self._call("GET", "/v1/status")
+        else:
+            wait = max(0.0, wait)
+            params = {"after": str(after), "wait": str(wait)}
+            answer = await self._call("GET", "/v1/status", params=params, waits=wait)
         return answer
 
     async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
@@ -77,16 +84,26 @@ class AgentClient:
         answer: dict[str, Any] = await self._call("POST", "/v1/storage/collect-garbage", body)
         return answer
 
-    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        *,
+        params: dict[str, str] | None = None,
+        waits: float = 0.0,
+    ) -> Any:
+        """``waits``: how long the agent may hold the answer back, on top of the timeout."""
         base_url = self._base_url() if callable(self._base_url) else self._base_url
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:
             self._session = aiohttp.ClientSession()
         url = base_url.rstrip("/") + path
+        timeout = aiohttp.ClientTimeout(total=self._timeout + waits, sock_connect=CONNECT_TIMEOUT)
         try:
             async with self._session.request(
-                method, url, json=body, headers=self._headers, timeout=self._timeout
+                method, url, json=body, params=params, headers=self._headers, timeout=timeout
             ) as response:
                 try:
                     answer = await response.json(content_type=None)

@@ -56,8 +56,16 @@ from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyT
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL = 0.5
+# The longest a status request waits for the agent's status to change (a long poll).
+LONG_POLL_SECONDS = 30.0
+# Status requests are at least this far apart, so that changes in quick succession (the
+# acks of a snapshot's tasks) are picked up together.
+STATUS_GAP_SECONDS = 0.25
 # How long a driver may take to exit after its stop-with-savepoint completed.
 STOP_GRACE_SECONDS = 120.0
+
+# A status document, or why the agent gave none.
+_Answer = dict[str, Any] | AgentUnavailable | AgentRejected
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
@@ -227,14 +235,18 @@ class JobSupervisor:
         self._initial_savepoint = initial_savepoint
         self._report = report
         self._observer = observer or _Unobserved()
-        # How often a running job without pending checkpoints asks its agent for status;
-        # triggers are timed by the coordinator's deadlines, not by polling.
+        # How often a running job without pending checkpoints asks an agent that cannot
+        # long-poll for status, and checks the driver while a long poll waits; triggers
+        # are timed by the coordinator's deadlines, not by polling.
         self._idle_poll_interval = idle_poll_interval
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = self._new_coordinator(config, record.coordinator)
         self._driver: DriverHandle | None = None
-        self._requests: asyncio.Queue[TriggerRequested] = asyncio.Queue()
+        # User requests, and None to wake `_wait` (new settings).
+        self._requests: asyncio.Queue[TriggerRequested | None] = asyncio.Queue()
+        self._executors_ready = True  # as of the last status
+        self._last_status = 0.0  # when it was asked for (monotonic)
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
@@ -273,6 +285,7 @@ class JobSupervisor:
         self._config = config
         self._coordinator = self._new_coordinator(config, self._coordinator.persisted_state)
         self._coordinator.handle(JobPhaseChanged(self._record.phase))
+        self._requests.put_nowait(None)  # its deadlines apply now, not after a long poll
 
     def _notify(self, reason: str, level: Level, message: str) -> None:
         self._report(Notice(reason, level, message))
@@ -415,9 +428,10 @@ class JobSupervisor:
         if self._stop_requested.is_set():
             self._stop_driver()  # asked to stop while the driver was being started
         try:
+            answer: _Answer | None = None  # a status a long poll brought
             while (exit_code := driver.exit_code()) is None:
-                await self._poll(driver)
-                await self._wait()
+                version = await self._poll(driver, answer)
+                answer = await self._wait(driver, version)
         finally:
             self._driver = None
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
@@ -444,24 +458,79 @@ class JobSupervisor:
         )
         return await self._launcher.launch(self._record.attempt, candidates)
 
-    async def _wait(self) -> None:
+    async def _wait(self, driver: DriverHandle, version: int | None) -> _Answer | None:
+        """Until the next status is due. A user request is handled (and None returned:
+        ask for status now). With the ``version`` of the last status, the agent is asked
+        to answer once its status changes (a long poll), at the latest at the
+        coordinator's next deadline, and its answer is returned. Without one (no answer,
+        or an agent that cannot long-poll), this sleeps an interval as before."""
         idle = self._record.phase is JobPhase.RUNNING and not self._coordinator.pending
         interval = self._idle_poll_interval if idle else POLL_INTERVAL
         deadline = self._coordinator.next_deadline()
-        delay = interval if deadline is None else min(interval, deadline - time.time())
+        limit = interval if version is None else LONG_POLL_SECONDS
+        delay = limit if deadline is None else min(limit, deadline - time.time())
+        request = asyncio.ensure_future(self._requests.get())
+        waiting: set[asyncio.Future[Any]] = {request}
+        poll = None
+        if version is not None:
+            poll = asyncio.ensure_future(self._long_poll(driver, version, delay))
+            waiting.add(poll)
         try:
-            request = await asyncio.wait_for(self._requests.get(), timeout=max(0.0, delay))
-        except TimeoutError:
-            return
-        await self._handle(request)
+            while True:
+                done, _ = await asyncio.wait(
+                    waiting,
+                    timeout=interval if poll else max(0.0, delay),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                # The driver's exit and its executors are not in the agent's status: they
+                # are looked at every interval while a long poll waits.
+                if done or poll is None or self._driver_changed(driver):
+                    break
+        finally:
+            for task in waiting:
+                task.cancel()  # a cancelled long poll closes its connection
+            await asyncio.gather(*waiting, return_exceptions=True)
+        if not request.cancelled() and (event := request.result()) is not None:
+            await self._handle(event)
+        return None if poll is None or poll.cancelled() else poll.result()
 
-    async def _poll(self, driver: DriverHandle) -> None:
+    def _driver_changed(self, driver: DriverHandle) -> bool:
+        return (
+            driver.exit_code() is not None
+            or driver.executors_ready() != self._executors_ready
+            or self._stalled_stopping()
+        )
+
+    async def _long_poll(self, driver: DriverHandle, version: int, delay: float) -> _Answer:
+        # Never past the deadline: a due periodic trigger is not held back.
+        pause = max(0.0, min(self._last_status + STATUS_GAP_SECONDS - time.monotonic(), delay))
+        if pause:
+            await asyncio.sleep(pause)
+        return await self._status(driver, version, max(0.0, delay - pause))
+
+    async def _status(
+        self, driver: DriverHandle, after: int | None = None, wait: float = 0.0
+    ) -> _Answer:
+        self._last_status = time.monotonic()
         try:
-            status = await driver.agent.status()
-        except (AgentUnavailable, AgentRejected):
+            return await driver.agent.status(after=after, wait=wait)
+        except (AgentUnavailable, AgentRejected) as error:
+            return error
+
+    async def _poll(self, driver: DriverHandle, answer: _Answer | None = None) -> int | None:
+        """Act on a status of the agent: ``answer`` (from a long poll), or one asked for
+        now. Returns the status's version; None when there is none to long-poll after."""
+        if answer is None:
+            answer = await self._status(driver)
+        if isinstance(answer, Exception):
             await self._agent_lost()
             await self._tick()
-            return
+            return None
+        await self._process(driver, answer)
+        version = answer.get("version")
+        return version if isinstance(version, int) else None  # an older agent: no version
+
+    async def _process(self, driver: DriverHandle, status: dict[str, Any]) -> None:
         if not self._garbage_collected:
             # Before the first trigger of an attempt: whatever a crash left in storage that
             # the registry does not list goes now, while no snapshot is in flight.
@@ -499,7 +568,8 @@ class JobSupervisor:
                         Level.WARNING,
                         f"skipped {skipped['source']}: {skipped['reason']}",
                     )
-        all_running = status["allTasksRunning"] and driver.executors_ready()
+        self._executors_ready = driver.executors_ready()
+        all_running = status["allTasksRunning"] and self._executors_ready
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
         leaving = self._record.phase is JobPhase.SUSPENDING
         if leaving and self._stalled_stopping():

@@ -8,16 +8,23 @@ from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
+    CheckpointKind,
     CoordinatorConfig,
     PersistedState,
     TerminalOutcome,
+    TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor import POLL_INTERVAL, JobRecord, JobSupervisor
 
 
 def _supervisor(
-    launcher: FakeLauncher, max_retries: int = 3, record: JobRecord | None = None
+    launcher: FakeLauncher,
+    max_retries: int = 3,
+    record: JobRecord | None = None,
+    *,
+    interval: float | None = 0.2,
+    idle_poll_interval: float = POLL_INTERVAL,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -25,13 +32,14 @@ def _supervisor(
         return None
 
     supervisor = JobSupervisor(
-        config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
+        config=CoordinatorConfig(interval=interval, min_pause=0.0, timeout=5.0),
         restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05),
         launcher=launcher,
         janitor=NoJanitor(),
         save=save,
         record=record or JobRecord(),
         report=lambda notice: lines.append(notice.message),
+        idle_poll_interval=idle_poll_interval,
     )
     return supervisor, lines
 
@@ -211,3 +219,96 @@ def test_an_error_in_the_runtime_leaves_the_driver_for_the_next_one_to_adopt() -
     asyncio.run(scenario())
     assert len(launcher.drivers) == 1
     assert launcher.drivers[0].code is None, "the driver was left running"
+
+
+# ---------------------------------------------------------------- long polls of the status
+
+
+class SlowAgent(FakeAgent):
+    """Its snapshots wait for the test to acknowledge them."""
+
+    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+        await super().trigger(checkpoint_id, kind, after)
+        self.unacknowledged = self.snapshots[checkpoint_id]["acks"]
+        self.snapshots[checkpoint_id]["acks"] = []
+
+    def acknowledge(self, checkpoint_id: int) -> None:
+        self.snapshots[checkpoint_id]["acks"] = self.unacknowledged
+
+
+@pytest.mark.parametrize("long_polls", [True, False])
+def test_an_idle_job_asks_for_status_when_it_changes_not_every_interval(long_polls: bool) -> None:
+    """0.1 s idle interval: polling would ask 20 times in 2 s; a long poll asks once (or
+    not at all: the one in flight does not count until it is answered)."""
+
+    async def scenario() -> tuple[int, float]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, interval=None, idle_poll_interval=0.1)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        driver = launcher.drivers[0]
+        driver.agent.long_polls = long_polls  # False: an agent from before long polls
+        await asyncio.sleep(0.5)
+        asked = driver.agent.status_requests
+        driver.agent.batch += 5  # a new committed batch alone is no change
+        await asyncio.sleep(2.0)
+        asked = driver.agent.status_requests - asked
+        driver.code = DriverExit.FINISHED  # noticed within the idle interval
+        started = asyncio.get_running_loop().time()
+        assert await run is TerminalOutcome.FINISHED
+        return asked, asyncio.get_running_loop().time() - started
+
+    asked, ending = asyncio.run(scenario())
+    if long_polls:
+        assert asked <= 1
+    else:
+        assert asked >= 10, "an agent without versions is polled as before"
+    assert ending < 1.0
+
+
+def test_a_pending_checkpoints_acks_are_picked_up_as_they_arrive() -> None:
+    async def scenario() -> tuple[int, float]:
+        launcher = FakeLauncher()
+        launcher.agent_class = SlowAgent
+        supervisor, _ = _supervisor(launcher, interval=None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, SlowAgent)
+        await asyncio.sleep(0.3)
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: bool(agent.triggers))
+        await asyncio.sleep(0.3)  # the new snapshot is reported
+        asked = agent.status_requests
+        await asyncio.sleep(2.0)  # pending: polling every 0.5 s would ask 4 times
+        asked = agent.status_requests - asked
+        acknowledged = asyncio.get_running_loop().time()
+        agent.acknowledge(agent.triggers[0])
+        await until(lambda: bool(agent.completed), timeout=5.0)
+        latency = asyncio.get_running_loop().time() - acknowledged
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return asked, latency
+
+    asked, latency = asyncio.run(scenario())
+    assert asked <= 1
+    assert latency < 0.3, "the long poll answered when the acks came"
+
+
+def test_a_request_is_handled_while_a_long_poll_waits() -> None:
+    async def scenario() -> float:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, interval=None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        agent = launcher.drivers[0].agent
+        await asyncio.sleep(0.5)  # a long poll is waiting
+        requested = asyncio.get_running_loop().time()
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(agent.completed), timeout=5.0)
+        completed = asyncio.get_running_loop().time() - requested
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return completed
+
+    assert asyncio.run(scenario()) < 1.0

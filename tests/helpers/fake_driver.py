@@ -1,6 +1,7 @@
 """Scripted drivers and agents for supervisor tests (no Spark, real asyncio time)."""
 
 import asyncio
+import copy
 from typing import Any
 
 from spark_checkpoint_operator.agent_client import AgentUnavailable
@@ -9,22 +10,39 @@ TASKS = ["logs", "state-0-0"]
 
 
 class FakeAgent:
-    """Acknowledges every trigger at once at the current batch."""
+    """Acknowledges every trigger at once at the current batch. Its status has a version
+    and can be long-polled, as the real agent's; ``long_polls = False`` makes it an agent
+    without (no ``version``, ``after`` ignored). Tests change its fields directly, so a
+    waiting status request looks at them every few milliseconds."""
 
     def __init__(self) -> None:
         self.reachable = True
+        self.long_polls = True
         self.batch = 3
         self.snapshots: dict[int, dict[str, Any]] = {}
         self.completed: list[int] = []
         self.triggers: list[int] = []
+        self.status_requests = 0
+        self._version = 0
+        self._reported: dict[str, Any] | None = None
 
     def _check(self) -> None:
         if not self.reachable:
             raise AgentUnavailable("connection refused")
 
-    async def status(self) -> dict[str, Any]:
-        self._check()
-        return {
+    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+        self.status_requests += 1
+        deadline = asyncio.get_running_loop().time() + min(wait, 30.0)
+        while True:
+            self._check()
+            document = self._status()
+            unchanged = self.long_polls and after == document["version"]
+            if not unchanged or asyncio.get_running_loop().time() >= deadline:
+                return document
+            await asyncio.sleep(0.01)
+
+    def _status(self) -> dict[str, Any]:
+        document: dict[str, Any] = {
             "query": {"state": "running", "lastCommittedBatch": self.batch},
             "tasks": TASKS,
             "allTasksRunning": True,
@@ -32,6 +50,13 @@ class FakeAgent:
             "restoredFrom": None,
             "checkpoints": list(self.snapshots.values()),
         }
+        if not self.long_polls:
+            return document
+        reported = document | {"query": {"state": "running"}}  # not lastCommittedBatch
+        if reported != self._reported:
+            self._reported = copy.deepcopy(reported)
+            self._version += 1
+        return document | {"version": self._version}
 
     async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
         self._check()
@@ -91,6 +116,7 @@ class FakeLauncher:
         self.restores: list[list[str]] = []
         self.running = running
         self.adopt_asked: list[int] = []
+        self.agent_class = FakeAgent
 
     async def adopt(self, attempt: int) -> FakeDriver | None:
         self.adopt_asked.append(attempt)
@@ -98,7 +124,7 @@ class FakeLauncher:
 
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
         self.restores.append(restore)
-        self.drivers.append(FakeDriver(FakeAgent()))
+        self.drivers.append(FakeDriver(self.agent_class()))
         return self.drivers[-1]
 
 
