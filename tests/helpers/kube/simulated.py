@@ -33,6 +33,7 @@ AGENT_PORT = 8484
 TASKS = ("logs", "state-0-0", "state-0-1")
 EXIT_FINISHED = 0
 EXIT_STOPPED_WITH_SAVEPOINT = 3
+MAX_WAIT_SECONDS = 30.0  # as the real agent's
 
 
 @dataclass
@@ -47,7 +48,10 @@ class Snapshot:
 @dataclass
 class SimulatedAgent:
     """One driver's agent: the query commits a batch every ``batch_seconds``; snapshot
-    tasks acknowledge after a random delay; a stop-with-savepoint ends the driver."""
+    tasks acknowledge after a random delay; a stop-with-savepoint ends the driver.
+
+    Its status ``version`` counts the changes (`changed`), plus one once a bounded query
+    has finished (that happens at a time, not on a request)."""
 
     token: str
     attempt: int
@@ -60,16 +64,42 @@ class SimulatedAgent:
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
     notified_batch: int | None = None
     rng: random.Random = field(default_factory=random.Random)
+    changes: int = 0
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def batch(self, now: float) -> int:
         committed = int((now - self.started) / self.batch_seconds)
         return committed if self.finish_after is None else min(committed, self.finish_after)
 
+    def finished(self, now: float) -> bool:
+        return self.finish_after is not None and self.batch(now) >= self.finish_after
+
+    def changed(self) -> None:
+        """Something the coordinator acts on changed: waiting status requests answer."""
+        self.changes += 1
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def end(self, exit_code: int) -> None:
+        self.exit_code = exit_code
+        self.changed()  # a waiting status request loses its connection
+
+    async def wait_for_change(self, timeout: float) -> None:
+        """Until `changed`, the query's finish, or ``timeout``."""
+        now = asyncio.get_running_loop().time()
+        if self.finish_after is not None and not self.finished(now):
+            # Just after the finish time: batch() rounds down.
+            finish = self.started + self.finish_after * self.batch_seconds + 0.001
+            timeout = max(0.0, min(timeout, finish - now))
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout)
+
     def status(self, now: float) -> dict[str, Any]:
         batch = self.batch(now)
-        finished = self.finish_after is not None and batch >= self.finish_after
+        finished = self.finished(now)
         return {
             "apiVersion": "v1",
+            "version": self.changes + finished,
             "attempt": self.attempt,
             "query": {
                 "state": "finished" if finished else "running",
@@ -140,13 +170,7 @@ class SimulatedAgents:
 
     def _agent(self, request: web.Request) -> SimulatedAgent:
         self.requests += 1
-        ip = (request.host or "").rsplit(":", 1)[0]
-        agent = self.agents.get(ip)
-        if agent is None or agent.exit_code is not None:
-            # Like a port nobody listens on: the connection drops, nothing answers.
-            if request.transport is not None:
-                request.transport.abort()
-            raise web.HTTPServiceUnavailable()
+        agent = self._running(request)
         expected = f"Bearer {agent.token}"
         if not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
             raise web.HTTPUnauthorized(
@@ -155,9 +179,31 @@ class SimulatedAgents:
             )
         return agent
 
+    def _running(self, request: web.Request) -> SimulatedAgent:
+        ip = (request.host or "").rsplit(":", 1)[0]
+        agent = self.agents.get(ip)
+        if agent is None or agent.exit_code is not None:
+            # Like a port nobody listens on: the connection drops, nothing answers.
+            if request.transport is not None:
+                request.transport.abort()
+            raise web.HTTPServiceUnavailable()
+        return agent
+
     async def _status(self, request: web.Request) -> web.Response:
+        """The real agent's long poll: with ``after`` (the current version), answered
+        when the version changes or after ``wait`` seconds."""
         agent = self._agent(request)
-        return web.json_response(agent.status(asyncio.get_running_loop().time()))
+        after = request.query.get("after")
+        wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait
+        while True:
+            status = agent.status(loop.time())
+            remaining = deadline - loop.time()
+            if after is None or status["version"] != int(after) or remaining <= 0:
+                return web.json_response(status)
+            await agent.wait_for_change(remaining)
+            agent = self._running(request)  # a driver that ended drops the connection
 
     async def _trigger(self, request: web.Request) -> web.Response:
         agent = self._agent(request)
@@ -167,8 +213,9 @@ class SimulatedAgents:
             now = asyncio.get_running_loop().time()
             snapshot = Snapshot(checkpoint_id, body["kind"], body["after"], agent.batch(now))
             agent.snapshots[checkpoint_id] = snapshot
+            agent.changed()
             delay = agent.rng.uniform(*agent.ack_delay)
-            asyncio.get_running_loop().call_later(delay, _acknowledge, snapshot)
+            asyncio.get_running_loop().call_later(delay, _acknowledge, agent, snapshot)
         return web.json_response({"accepted": True}, status=202)
 
     async def _command(self, request: web.Request) -> web.Response:
@@ -185,13 +232,14 @@ class SimulatedAgents:
             agent.snapshots.pop(checkpoint_id, None)
             body = await request.json()
             agent.notified_batch = int(body["batchId"])
+            agent.changed()
             if snapshot is not None and snapshot.after != "continue":
-                agent.exit_code = EXIT_STOPPED_WITH_SAVEPOINT
+                agent.end(EXIT_STOPPED_WITH_SAVEPOINT)
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
-                agent.exit_code = EXIT_FINISHED
+                agent.end(EXIT_FINISHED)
             return web.json_response({})
-        if action == "abort":
-            agent.snapshots.pop(checkpoint_id, None)
+        if action == "abort" and agent.snapshots.pop(checkpoint_id, None) is not None:
+            agent.changed()
         return web.json_response({})
 
     async def _ok(self, request: web.Request) -> web.Response:
@@ -203,11 +251,12 @@ class SimulatedAgents:
         return web.json_response({"checkpoints": [], "savepoints": [], "sharedFiles": 0})
 
 
-def _acknowledge(snapshot: Snapshot) -> None:
+def _acknowledge(agent: SimulatedAgent, snapshot: Snapshot) -> None:
     snapshot.acks = [
         {"task": task, "batchId": snapshot.batch, "sizeBytes": 1024, "durationMs": 5}
         for task in TASKS
     ]
+    agent.changed()
 
 
 class SimulatedKubelet:
@@ -243,7 +292,7 @@ class SimulatedKubelet:
     def crash(self, namespace: str, pod: str, exit_code: int = 137) -> None:
         agent = self.agent(namespace, pod)
         assert agent is not None, f"{namespace}/{pod} runs no simulated driver"
-        agent.exit_code = exit_code
+        agent.end(exit_code)
 
     async def _watch(self) -> None:
         while True:
@@ -262,13 +311,14 @@ class SimulatedKubelet:
         key = (metadata["namespace"], metadata["name"])
         if kind == "DELETED":
             ip = self._pod_ips.pop(key, None)
-            if ip is not None:
-                self._agents.agents.pop(ip, None)
+            agent = None if ip is None else self._agents.agents.pop(ip, None)
+            if agent is not None:
+                agent.changed()  # a waiting status request loses its connection
             return
         if metadata.get("deletionTimestamp"):
             agent = self.agent(*key)
             if agent is not None and agent.exit_code is None:
-                agent.exit_code = 143
+                agent.end(143)
             await _ignore_missing(self._api.delete(Pod, key[1], namespace=key[0], grace_period=0))
             return
         if key in self._pod_ips or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
