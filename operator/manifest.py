@@ -222,6 +222,7 @@ class CheckpointingSpec:
     tolerable_failures: int
     retained: int
     storage: str | None
+    live_volume_claim: str | None
     retention_policy: RetentionPolicy
     incremental: bool
 
@@ -739,6 +740,7 @@ def _to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 tolerable_failures=checkpointing["tolerableFailures"],
                 retained=checkpointing["retained"],
                 storage=checkpointing.get("storage"),
+                live_volume_claim=checkpointing.get("liveVolumeClaim"),
                 retention_policy=RetentionPolicy(checkpointing["retentionPolicy"]),
                 incremental=checkpointing["incremental"],
             ),

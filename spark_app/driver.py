@@ -6,6 +6,7 @@ there, serves the checkpoint agent and ends the process with a `DriverExit` code
 """
 
 import logging
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -55,6 +56,7 @@ def _run(
     if location.exists():
         log.error("%s exists: a checkpoint location is never reused across attempts", location)
         return DriverExit.MISCONFIGURED
+    _remove_earlier_attempts(settings.work_dir, settings.attempt)
     try:
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
@@ -81,6 +83,16 @@ def _run(
     finally:
         server.stop()
         agent.close()
+
+
+def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:
+    """What earlier drivers left on a work volume that outlives pods (a shared claim, a
+    local run's directory) is dead: a new driver starts only after the previous one is gone,
+    and restores from storage, never from a live location."""
+    for earlier in work_dir.glob("attempt-*"):
+        number = earlier.name.removeprefix("attempt-")
+        if number.isdigit() and int(number) < attempt:
+            shutil.rmtree(earlier, ignore_errors=True)
 
 
 def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) -> DriverExit:

@@ -573,6 +573,12 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
             "spec.checkpointing.storage: required on a cluster (a URI every driver and "
             "cleanup pod can reach, such as s3a://bucket/checkpoints)"
         )
+    if objects.expected_executors(manifest) and not manifest.spec.checkpointing.live_volume_claim:
+        missing.append(
+            "spec.checkpointing.liveVolumeClaim: required when the job runs executors "
+            "(spark.master is not local): they write the state the driver's agent snapshots, "
+            "so it must be on a ReadWriteMany volume both mount"
+        )
     if missing:
         return None, "; ".join(missing)
     return manifest, None

@@ -88,9 +88,13 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
 
 def deployment_hash(spec: Mapping[str, Any]) -> str:
     """What a running driver was built from: a change means savepoint, redeploy, restore.
-    Checkpoint settings, nonces and the desired state are not part of it."""
+    Checkpoint settings (but the pods' live volume), nonces and the desired state are not
+    part of it."""
     deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
     deployed |= {key: spec.get(key) for key in ("driver", "executor")}
+    # Only when set: the hash of every job that has none stays what it was.
+    if claim := spec.get("checkpointing", {}).get("liveVolumeClaim"):
+        deployed["liveVolumeClaim"] = claim
     text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -139,7 +143,11 @@ def driver_pod(
         restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
     )
     memory_mib = spec.driver.memory_mib
-    spark_conf = {**_spark_defaults(manifest, name), **spec.application.spark_conf}
+    spark_conf = {
+        **_spark_defaults(manifest, name),
+        **_live_volume_conf(manifest, job),
+        **spec.application.spark_conf,
+    }
     environment = [
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -166,7 +174,7 @@ def driver_pod(
         "resources": _resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
         "volumeMounts": [
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
-            {"name": WORK_VOLUME, "mountPath": WORK_DIR},
+            {"name": WORK_VOLUME, "mountPath": WORK_DIR, **_live_sub_path(manifest, job)},
             *spec.driver.volume_mounts,
         ],
     }
@@ -187,7 +195,7 @@ def driver_pod(
                     "defaultMode": 0o440,
                 },
             },
-            {"name": WORK_VOLUME, "emptyDir": {}},
+            {"name": WORK_VOLUME, **_work_volume_source(manifest)},
             *spec.driver.volumes,
         ],
     )
@@ -321,6 +329,36 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
     for variable in spec.executor.env:
         conf[f"spark.executorEnv.{variable.name}"] = variable.value
     return conf
+
+
+def _work_volume_source(manifest: JobManifest) -> dict[str, Any]:
+    """The driver's work directory (its live checkpoint location): the shared claim when
+    the job has one, else the pod's own disk."""
+    claim = manifest.spec.checkpointing.live_volume_claim
+    return {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
+
+
+def _live_sub_path(manifest: JobManifest, job: Mapping[str, Any]) -> dict[str, str]:
+    """A directory of the claim per job object: jobs may share a claim, and a job recreated
+    under the same name never finds the old one's attempts."""
+    if not manifest.spec.checkpointing.live_volume_claim:
+        return {}
+    return {"subPath": f"{manifest.name}-{job['metadata']['uid']}"}
+
+
+def _live_volume_conf(manifest: JobManifest, job: Mapping[str, Any]) -> dict[str, str]:
+    """Executors mount the claim where the driver does: Spark's state store files, which
+    executors write, land where the driver's agent snapshots them."""
+    claim = manifest.spec.checkpointing.live_volume_claim
+    if not claim:
+        return {}
+    prefix = f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{WORK_VOLUME}"
+    return {
+        f"{prefix}.options.claimName": claim,
+        f"{prefix}.mount.path": WORK_DIR,
+        f"{prefix}.mount.subPath": _live_sub_path(manifest, job)["subPath"],
+        f"{prefix}.mount.readOnly": "false",
+    }
 
 
 def _resources(role: RoleSpec, memory_mib: int) -> dict[str, Any]:

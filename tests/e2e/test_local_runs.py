@@ -5,6 +5,7 @@ random points, the runtime restores it, and the committed output is compared wit
 computed independently from the input files.
 """
 
+import os
 import random
 import socket
 import time
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.job_run import JobRun
+from helpers.job_run import FAST_JVM, JobRun
 
 pytestmark = pytest.mark.spark
 
@@ -183,8 +184,50 @@ def test_rocksdb_state_store_restores_exactly_once(tmp_path: Path, changelog: bo
     run.wait_for_line(r"restored from checkpoint:\d+")
     assert run.wait() == 0, "\n".join(run.lines)
     _assert_exactly_once(run)
-    live = tmp_path / "job/state/default/wordcount/work/attempt-1/checkpoint/state/0/0"
+    # The restored attempt's live location (the killed one's was removed when it started).
+    [live] = (tmp_path / "job/state/default/wordcount/work").glob("attempt-*/checkpoint/state/0/0")
+    assert live.parts[-5] != "attempt-1"
     assert list(live.glob("*.changelog" if changelog else "*.zip")), "the run did use RocksDB"
+
+
+def test_state_that_executor_processes_write_is_checkpointed_and_restored_exactly_once(
+    tmp_path: Path,
+) -> None:
+    """Spark's local-cluster master: two executor JVMs, separate from the driver, write the
+    state store files, as executor pods do into a shared live volume claim on a cluster."""
+    run = JobRun(
+        tmp_path / "job",
+        spark_conf={
+            "spark.master": "local-cluster[2,1,1024]",
+            "spark.executor.extraJavaOptions": FAST_JVM,
+        },
+    )
+    run.add_input(files=30)
+    run.start()
+    run.wait_for_line(r"checkpoint \d+ complete")
+    assert len(_executor_jvms(run.status()["driver"]["pid"])) == 2, "executor processes run it"
+    run.wait_for_line(r"checkpoint \d+ complete")
+    run.kill_driver()
+    run.wait_for_line(r"restored from checkpoint:\d+")
+    assert run.wait() == 0, "\n".join(run.lines)
+    _assert_exactly_once(run)
+
+
+def _executor_jvms(driver_pid: int) -> list[int]:
+    """Spark executor JVMs in the driver's process group (the runtime starts each driver in
+    a group of its own)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            command = (entry / "cmdline").read_bytes()
+            in_group = os.getpgid(int(entry.name)) == driver_pid
+        except (OSError, ProcessLookupError):
+            continue  # it ended meanwhile
+        if in_group and b"CoarseGrainedExecutorBackend" in command:
+            found.append(int(entry.name))
+    return found
 
 
 def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(

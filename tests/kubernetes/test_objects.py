@@ -104,6 +104,39 @@ def test_spark_runs_in_client_mode_unless_the_manifest_says_otherwise() -> None:
     assert submit.endswith("pyspark-shell")
 
 
+def test_driver_and_executors_share_the_live_volume_claim_in_a_directory_per_job() -> None:
+    manifest, document = _job()
+    pod = _driver()
+    submit = _env(pod)["PYSPARK_SUBMIT_ARGS"]["value"]
+    directory = f"{manifest.name}-{document['metadata']['uid']}"
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    assert volumes[objects.WORK_VOLUME]["persistentVolumeClaim"] == {"claimName": "orders-live"}
+    assert mounts[objects.WORK_VOLUME] == {
+        "name": objects.WORK_VOLUME,
+        "mountPath": objects.WORK_DIR,
+        "subPath": directory,
+    }
+    executor_volume = (
+        f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{objects.WORK_VOLUME}"
+    )
+    for setting in (
+        f"{executor_volume}.options.claimName=orders-live",
+        f"{executor_volume}.mount.path={objects.WORK_DIR}",
+        f"{executor_volume}.mount.subPath={directory}",
+    ):
+        assert setting in submit
+
+
+def test_without_executors_the_live_location_is_on_the_drivers_own_disk() -> None:
+    pod = _driver("minimal-job.yaml")
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes[objects.WORK_VOLUME] == {"name": objects.WORK_VOLUME, "emptyDir": {}}
+    assert "persistentVolumeClaim" not in _env(pod)["PYSPARK_SUBMIT_ARGS"]["value"]
+
+
 def test_pods_run_as_non_root_without_privileges() -> None:
     pod = _driver()
     container = pod["spec"]["containers"][0]
@@ -126,6 +159,14 @@ def test_only_what_a_driver_is_built_from_changes_the_deployment_hash() -> None:
         assert objects.deployment_hash({**spec, **unrelated}) == base
     for redeploy in (
         {"image": "other:2"},
+        {"checkpointing": {**spec["checkpointing"], "liveVolumeClaim": "other-claim"}},
         {"application": {**spec["application"], "arguments": ["--new"]}},
     ):
         assert objects.deployment_hash({**spec, **redeploy}) != base
+
+
+def test_the_deployment_hash_of_a_job_without_a_live_volume_claim_is_unchanged() -> None:
+    """Pinned: an operator upgrade that changed it would redeploy every running job."""
+    _, document = _job("minimal-job.yaml")
+
+    assert objects.deployment_hash(document["spec"]) == "ee42c8b5226cd4ed"

@@ -94,6 +94,7 @@ def test_full_manifest_sets_every_field(fixtures: Path) -> None:
         tolerable_failures=3,
         retained=5,
         storage="s3a://checkpoints/orders",
+        live_volume_claim="orders-live",
         retention_policy=RetentionPolicy.RETAIN_ON_CANCELLATION,
         incremental=False,
     )
@@ -147,6 +148,7 @@ def test_minimal_manifest_takes_the_crd_defaults(fixtures: Path) -> None:
         tolerable_failures=0,
         retained=1,
         storage=None,
+        live_volume_claim=None,
         retention_policy=RetentionPolicy.RETAIN_ON_FAILURE,
         incremental=True,
     )
