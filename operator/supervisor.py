@@ -58,8 +58,8 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.5
 # The longest a status request waits for the agent's status to change (a long poll).
 LONG_POLL_SECONDS = 30.0
-# Status requests are at least this far apart, so that changes in quick succession (the
-# acks of a snapshot's tasks) are picked up together.
+# A status request goes out at least this long after the previous answer, so that changes
+# in quick succession (a trigger and its snapshot's acks) are picked up together.
 STATUS_GAP_SECONDS = 0.25
 # How long a driver may take to exit after its stop-with-savepoint completed.
 STOP_GRACE_SECONDS = 120.0
@@ -246,7 +246,7 @@ class JobSupervisor:
         # User requests, and None to wake `_wait` (new settings).
         self._requests: asyncio.Queue[TriggerRequested | None] = asyncio.Queue()
         self._executors_ready = True  # as of the last status
-        self._last_status = 0.0  # when it was asked for (monotonic)
+        self._last_status = 0.0  # when the agent last answered (monotonic)
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
@@ -511,11 +511,12 @@ class JobSupervisor:
     async def _status(
         self, driver: DriverHandle, after: int | None = None, wait: float = 0.0
     ) -> _Answer:
-        self._last_status = time.monotonic()
         try:
             return await driver.agent.status(after=after, wait=wait)
         except (AgentUnavailable, AgentRejected) as error:
             return error
+        finally:
+            self._last_status = time.monotonic()
 
     async def _poll(self, driver: DriverHandle, answer: _Answer | None = None) -> int | None:
         """Act on a status of the agent: ``answer`` (from a long poll), or one asked for
