@@ -87,6 +87,7 @@ from kmock._internal import parsing, rendering
 from spark_checkpoint_operator.manifest import ManifestError, load_crd, validate_document
 
 Body = dict[str, Any]
+_Key = tuple[kmock.resource, str | None, str]  # resource, namespace, name
 Validator = Callable[[Body], Body]
 ResourceRef = str | kmock.resource
 _T = TypeVar("_T")
@@ -296,6 +297,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     _logs: dict[kmock.resource, _EventLog] = attrs.field(factory=dict, init=False)
     _watchers: set[_Watcher] = attrs.field(factory=set, init=False)
     _custom: dict[kmock.resource, str] = attrs.field(factory=dict, init=False)  # -> CRD name
+    # The keys of each resource's objects (deleted ones too): lists and watches then scan one
+    # resource, not every object (events, which only grow, outnumber the rest at scale).
+    _keys: dict[kmock.resource, dict[_Key, None]] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Discovery from kmock's scaffold, but not KubernetesEmulator's own object handling.
@@ -526,7 +530,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 yield res, obj.raw
 
     def _select(self, res: kmock.resource, selector: _Selector) -> list[Body]:
-        found = [obj for kind, obj in self._live() if kind == res and selector.matches(obj)]
+        found = []
+        for key in self._keys.get(res, {}):
+            stored = self._objects[key]
+            if not stored.deleted and selector.matches(body := stored.raw):
+                found.append(body)
         return sorted(
             found, key=lambda obj: (obj["metadata"].get("namespace") or "", obj["metadata"]["name"])
         )
@@ -652,6 +660,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             self._objects[key].history.append(obj)
         else:
             self._objects[key] = obj
+            self._keys.setdefault(res, {})[key] = None
         if kind == "DELETED":
             self._objects[key].delete()
         change = _Change(self._revision, kind, obj, old)
