@@ -242,6 +242,7 @@ class JobController:
             self._body,
             _storage(manifest),
             deployed_hash=objects.deployment_hash(self._spec),
+            report=self._on_notice,
         )
 
     def _supervisor(

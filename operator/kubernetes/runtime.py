@@ -10,7 +10,7 @@ import contextlib
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +23,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest import JobManifest
-from spark_checkpoint_operator.supervisor import CleanupFailed, LaunchFailed
+from spark_checkpoint_operator.supervisor import CleanupFailed, LaunchFailed, Level, Notice
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,7 @@ class KubernetesLauncher:
         storage: str,
         *,
         deployed_hash: str,
+        report: Callable[[Notice], None],
     ) -> None:
         self._clients = clients
         self._api = clients.api
@@ -213,6 +214,7 @@ class KubernetesLauncher:
         self._job = job
         self._storage = storage
         self._deployed_hash = deployed_hash
+        self._report = report
         self.current: KubernetesDriver | None = None
 
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
@@ -227,9 +229,27 @@ class KubernetesLauncher:
         if raw["metadata"].get("deletionTimestamp") or pod_exit_code(raw) is not None:
             return None
         self._clients.pods.observe("MODIFIED", raw)
+        token = await self._token()
+        if token is None:
+            # Without its token the driver cannot be asked for anything, ever: adopting it
+            # would retry forever. It is stopped and the job restores as after a crash.
+            self._report(
+                Notice(
+                    "DriverReplaced",
+                    Level.WARNING,
+                    f"driver {name} cannot be adopted: its agent token (secret "
+                    f"{objects.token_secret_name(self.manifest.name)}, key "
+                    f"{objects.TOKEN_KEY}) is missing; it is stopped and a new attempt "
+                    "restores from the latest checkpoint",
+                )
+            )
+            await delete_pod_and_wait(
+                self._clients, self.manifest.namespace, self.manifest.name, name
+            )
+            return None
         # Built from the spec of its time, which may since have changed (an upgrade).
         deployed = raw["metadata"].get("annotations", {}).get(objects.ANNOTATION_SPEC_HASH, "")
-        self.current = self._driver(name, await self._token(), deployed)
+        self.current = self._driver(name, token, deployed)
         return self.current
 
     async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
@@ -297,12 +317,20 @@ class KubernetesLauncher:
                 namespace=self.manifest.namespace,
             )
 
-    async def _token(self) -> str:
-        secret = await self._api.get(
-            Secret, objects.token_secret_name(self.manifest.name), namespace=self.manifest.namespace
-        )
-        data = secret.data or {}
-        return base64.b64decode(data[objects.TOKEN_KEY]).decode()
+    async def _token(self) -> str | None:
+        """The running attempt's agent token; None when its Secret or key is gone."""
+        try:
+            secret = await self._api.get(
+                Secret,
+                objects.token_secret_name(self.manifest.name),
+                namespace=self.manifest.namespace,
+            )
+        except ApiError as error:
+            if error.status.code == NOT_FOUND:
+                return None
+            raise
+        encoded = (secret.data or {}).get(objects.TOKEN_KEY)
+        return base64.b64decode(encoded).decode() if encoded else None
 
 
 class KubernetesJanitor:

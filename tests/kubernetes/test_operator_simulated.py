@@ -383,6 +383,32 @@ def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
     assert min(ids) > before["lastCheckpoint"]["id"] or before["lastCheckpoint"]["id"] in ids
 
 
+def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job())
+    before = completed(cluster, "orders", 2)
+
+    with operator_stopped(cluster):
+        cluster.api.delete("v1/secrets", "default", "orders-agent-token")
+
+    after = cluster.wait_for(
+        "a new attempt checkpointing",
+        lambda: (
+            (s := cluster.status("orders")).get("jobAttempt") == 2
+            and s["counts"]["completed"] > before["counts"]["completed"]
+            and s
+        ),
+    )
+    assert cluster.driver_pods("orders") == ["orders-driver-2"]
+    assert "DriverReplaced" in cluster.event_reasons("orders")
+    assert after["counts"]["restored"] == 1
+    kind, restored_id = after["restoredFrom"]["source"].split(":")
+    assert kind == "checkpoint" and int(restored_id) >= before["lastCheckpoint"]["id"]
+    ids = [c["id"] for c in after["history"]]
+    assert len(ids) == len(set(ids))
+
+
 def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     cluster: LocalCluster,
 ) -> None:
