@@ -58,8 +58,8 @@ RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels 
 # ---------------------------------------------------------------------------------------------
 # deps: the project's runtime dependencies, every one pinned (the whole closure, not only what
 # pyproject.toml names), before any of the project's code so that a code change rebuilds
-# only the small layers after this one. The versions are the ones the test suite runs with
-# (`pip freeze` of the development environment, restricted to the runtime closure);
+# only the small layers after this one. This list is the lock: the Makefile installs the
+# development environment with it as pip constraints, so the test suite runs these versions;
 # tests/image checks that they cover that closure and satisfy pyproject.toml's ranges.
 FROM base AS deps
 

@@ -8,10 +8,14 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: demo test lint typecheck unit
 
-$(INSTALLED): pyproject.toml
+# The runtime dependencies are installed at the images' pins (the Dockerfile's deps stage is
+# the lock): what the tests run is what ships, and an upstream release cannot change a run.
+$(INSTALLED): pyproject.toml Dockerfile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev,spark]'
+	grep -oE '^[[:space:]]+[A-Za-z0-9._-]+==[^[:space:]\\]+' Dockerfile | tr -d ' ' \
+		> $(VENV)/runtime-pins.txt
+	$(BIN)/python -m pip install --quiet --constraint $(VENV)/runtime-pins.txt -e '.[dev,spark]'
 	touch $@
 
 demo: $(INSTALLED)

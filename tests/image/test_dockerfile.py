@@ -537,6 +537,18 @@ def test_the_operator_image_installs_no_spark() -> None:
     assert not set(pins("operator")) & SPARK_ONLY
 
 
+def test_the_tests_run_the_pinned_runtime_dependencies() -> None:
+    """`make` installs the development environment with the image's pins as constraints;
+    an environment installed otherwise tests what the images do not ship."""
+    drifted = [
+        f"{name} {installed} (the image pins {version})"
+        for name, version in pins("deps").items()
+        if (installed := Version(distribution(name).version)) != version
+    ]
+
+    assert not drifted, f"installed other than the Dockerfile's pins: {', '.join(drifted)}"
+
+
 def test_the_runtime_pins_are_the_dependency_closure() -> None:
     pinned = pins("deps")
 
