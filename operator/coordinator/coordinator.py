@@ -246,10 +246,23 @@ class CheckpointCoordinator:
             self._stop_scheduler(FailureReason.COORDINATOR_SUSPEND, effects)
 
     def _start_scheduler(self) -> None:
-        if self._terminated is not None or self._config.interval is None:
+        if self._terminated is not None or self._config.interval is None or self._stopping:
             return
         delay = self._rng.uniform(self._config.min_pause, self._config.interval)
         self._next_periodic_at = self._clock() + delay
+
+    @property
+    def _stopping(self) -> bool:
+        """A stop-with-savepoint is pending: the query stops once it completes."""
+        return any(p.after is not AfterCompletion.CONTINUE for p in self._pending.values())
+
+    def _hold_periodic(self, effects: list[Effect]) -> None:
+        """Flink's stop-with-savepoint stops the periodic scheduler before it triggers: a
+        checkpoint triggered after the stopping savepoint spends an id only to be aborted
+        when the query stops."""
+        self._next_periodic_at = None
+        for request in self._queue.drain_periodic():
+            effects.append(RequestDeclined(request, FailureReason.PERIODIC_SCHEDULER_SHUTDOWN))
 
     def _stop_scheduler(self, reason: FailureReason, effects: list[Effect]) -> None:
         self._next_periodic_at = None
@@ -343,6 +356,8 @@ class CheckpointCoordinator:
             deadline=now + self._config.timeout,
             expected_tasks=self._tasks,
         )
+        if request.after is not AfterCompletion.CONTINUE:
+            self._hold_periodic(effects)
         if reserving:
             # The id is spent only once it is durable: a restarted coordinator never reuses it.
             effects.append(PersistState(self.persisted_state))
@@ -482,6 +497,8 @@ class CheckpointCoordinator:
         detail = f"{reason.description}: {message}" if message else reason.description
         effects.append(AbortCheckpoint(pending.checkpoint_id, pending.kind, reason, detail))
         self._count_failure(pending, reason, detail, effects)
+        if pending.after is not AfterCompletion.CONTINUE and self._job_running:
+            self._start_scheduler()  # the stop failed: the job runs on
 
     def _count_failure(
         self,
@@ -510,8 +527,8 @@ class CheckpointCoordinator:
     def _on_terminated(self, outcome: TerminalOutcome, effects: list[Effect]) -> None:
         if self._terminated is not None:
             return
+        self._terminated = outcome  # first: nothing the shutdown aborts restarts the scheduler
         self._stop_scheduler(FailureReason.COORDINATOR_SHUTDOWN, effects)
-        self._terminated = outcome
         discarded = (
             self._store.remove_all() if self._config.retention_policy.discards_on(outcome) else []
         )

@@ -94,3 +94,8 @@ class RequestQueue:
     def drain(self) -> list[TriggerRequest]:
         drained, self._requests = self._requests, []
         return drained
+
+    def drain_periodic(self) -> list[TriggerRequest]:
+        drained = [request for request in self._requests if request.is_periodic]
+        self._requests = [request for request in self._requests if not request.is_periodic]
+        return drained

@@ -5,12 +5,16 @@ import pytest
 from helpers.coordinator import START, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
+    AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
     FailureReason,
     JobPhase,
     JobPhaseChanged,
+    JobTerminated,
     RequestDeclined,
+    TaskDeclined,
+    TerminalOutcome,
     Tick,
     TriggerCheckpoint,
     TriggerRequested,
@@ -102,6 +106,70 @@ def test_leaving_running_stops_scheduler_and_aborts_pending_and_queued(phase: Jo
     assert harness.coordinator.queued == ()
     assert not harness.coordinator.periodic_scheduling
     assert of_type(harness.advance(100.0), TriggerCheckpoint) == []
+
+
+def stop_with_savepoint(harness: Harness) -> TriggerCheckpoint:
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP))
+    (trigger,) = of_type(effects, TriggerCheckpoint)
+    return trigger
+
+
+@pytest.mark.parametrize("after", [AfterCompletion.STOP, AfterCompletion.DRAIN])
+def test_a_stopping_savepoint_holds_periodic_triggers_until_the_query_stops(
+    after: AfterCompletion,
+) -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, max_concurrent=1))
+    harness.start()
+    running = harness.next_trigger()
+    harness.advance(10.0)  # a periodic request queues behind the running checkpoint
+    assert len(harness.coordinator.queued) == 1
+
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=after))
+
+    (savepoint,) = of_type(effects, TriggerCheckpoint)
+    declined = [(d.request.is_periodic, d.reason) for d in of_type(effects, RequestDeclined)]
+    assert declined == [(True, FailureReason.PERIODIC_SCHEDULER_SHUTDOWN)]
+    assert not harness.coordinator.periodic_scheduling
+    assert [p.checkpoint_id for p in harness.coordinator.pending] == [
+        running.checkpoint_id,
+        savepoint.checkpoint_id,
+    ], "a checkpoint triggered before the stop may still complete"
+    harness.complete(running.checkpoint_id)
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))  # a repeated report does not restart it
+    assert of_type(harness.advance(30.0), TriggerCheckpoint) == []
+
+    harness.complete(savepoint.checkpoint_id)
+    assert of_type(harness.advance(30.0), TriggerCheckpoint) == []
+    assert of_type(harness.send(JobPhaseChanged(JobPhase.SUSPENDING)), AbortCheckpoint) == []
+
+
+def test_a_failed_stopping_savepoint_restarts_periodic_triggers(harness: Harness) -> None:
+    harness.start()
+    savepoint = stop_with_savepoint(harness)
+    assert not harness.coordinator.periodic_scheduling
+
+    harness.send(TaskDeclined(savepoint.checkpoint_id, "logs", "disk full"))
+
+    assert harness.coordinator.periodic_scheduling
+    assert harness.next_trigger().checkpoint_id == savepoint.checkpoint_id + 1
+
+
+def test_a_savepoint_that_continues_keeps_periodic_triggers(harness: Harness) -> None:
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    assert harness.coordinator.periodic_scheduling
+
+
+def test_termination_during_a_stopping_savepoint_leaves_the_scheduler_stopped(
+    harness: Harness,
+) -> None:
+    harness.start()
+    stop_with_savepoint(harness)
+
+    effects = harness.send(JobTerminated(TerminalOutcome.CANCELLED))
+
+    assert len(of_type(effects, AbortCheckpoint)) == 1
+    assert not harness.coordinator.periodic_scheduling
 
 
 def test_returning_to_running_restarts_with_a_fresh_random_delay(harness: Harness) -> None:
