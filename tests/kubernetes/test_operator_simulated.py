@@ -131,7 +131,7 @@ def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalClus
     cluster.wait_for(
         "the first driver gone", lambda: cluster.driver_pods("orders") == ["orders-driver-2"]
     )
-    assert "DriverFailed" in cluster.event_reasons("orders")
+    cluster.wait_for_event("orders", "DriverFailed")
 
 
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
@@ -176,7 +176,7 @@ def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster)
 
     status = cluster.wait_for("both requests completed", labelled, job="orders")
     assert status["handledTriggers"] == {"savepointNonce": 1, "checkpointNonce": 5}
-    assert "SavepointCompleted" in cluster.event_reasons("orders")
+    cluster.wait_for_event("orders", "SavepointCompleted")
 
 
 def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluster) -> None:
@@ -206,9 +206,8 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     cluster.delete("orders")
 
     cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
-    reasons = cluster.event_reasons("orders")
-    assert "SavepointCompleted" in reasons
-    assert "JobCancelled" in reasons
+    cluster.wait_for_event("orders", "SavepointCompleted")
+    cluster.wait_for_event("orders", "JobCancelled")
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
 
 
@@ -268,12 +267,8 @@ def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_r
     cluster.operator.start()
 
     cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
-    events = cluster.events("orders")
-    final = [
-        e for e in events if e.get("reason") == "SavepointCompleted" and "(final)" in e["message"]
-    ]
-    assert final, f"no final savepoint: {[e.get('reason') for e in events]}"
-    assert "DriverAdopted" in cluster.event_reasons("orders")
+    cluster.wait_for_event("orders", "SavepointCompleted", "(final)")
+    cluster.wait_for_event("orders", "DriverAdopted")
     status = last_written_status(cluster, "orders")
     assert status["phase"] == "Cancelled"
     assert status["message"] == "the job was deleted"
@@ -287,7 +282,7 @@ def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_r
     discarded = {int(c[1]) for c in commands if c[0] == "discard-checkpoint"}
     assert set(retained) <= discarded
     assert commands[-1][0] == "collect-garbage"
-    cluster.wait_for("JobCancelled", lambda: "JobCancelled" in cluster.event_reasons("orders"))
+    cluster.wait_for_event("orders", "JobCancelled")
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
 
 
@@ -318,9 +313,8 @@ def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_reten
     commands = cleanup_commands(cluster, "orders")
     assert {int(c[1]) for c in commands if c[0] == "discard-checkpoint"} == set(retained)
     assert commands[-1][0] == "collect-garbage"
-    reasons = cluster.event_reasons("orders")
-    assert "SavepointCompleted" not in reasons, "nothing ran to take one"
-    cluster.wait_for("JobCancelled", lambda: "JobCancelled" in cluster.event_reasons("orders"))
+    cluster.wait_for_event("orders", "JobCancelled")
+    assert "SavepointCompleted" not in cluster.event_reasons("orders"), "nothing ran to take one"
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
 
 
@@ -401,7 +395,7 @@ def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
         ),
     )
     assert cluster.driver_pods("orders") == ["orders-driver-2"]
-    assert "DriverReplaced" in cluster.event_reasons("orders")
+    cluster.wait_for_event("orders", "DriverReplaced")
     assert after["counts"]["restored"] == 1
     kind, restored_id = after["restoredFrom"]["source"].split(":")
     assert kind == "checkpoint" and int(restored_id) >= before["lastCheckpoint"]["id"]
@@ -434,7 +428,7 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
         assert conditions["SpecValid"]["status"] == "False"
         assert conditions["SpecValid"]["message"].startswith(field)
         assert cluster.pods(name) == []
-        assert "InvalidSpec" in cluster.event_reasons(name)
+        cluster.wait_for_event(name, "InvalidSpec")
     completed(cluster, "healthy", 2)
 
 
@@ -496,7 +490,7 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
         # RetainOnFailure: a finished job needs no checkpoint; cleanup pods discarded them.
         assert finished["coordinator"]["checkpoints"] == []
         # The phase is stored first; the event follows once the cleanup pods are done.
-        cluster.wait_for("JobFinished", lambda: "JobFinished" in cluster.event_reasons("orders"))
+        cluster.wait_for_event("orders", "JobFinished")
         cluster.wait_for("no pods left", lambda: cluster.pods("orders") == [])
         conditions = {c["type"]: c for c in finished["conditions"]}
         assert conditions["Ready"]["reason"] == "Finished"
@@ -517,7 +511,7 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
         job="orders",
     )
     assert "restartPolicy.maxRetries=1 exhausted" in failed["message"]
-    cluster.wait_for("JobFailed", lambda: "JobFailed" in cluster.event_reasons("orders"))
+    cluster.wait_for_event("orders", "JobFailed")
     assert {c["type"]: c["status"] for c in failed["conditions"]}["Ready"] == "False"
     time.sleep(1.5)
     assert cluster.status("orders")["jobAttempt"] == 2, "a failed job stays failed"

@@ -232,6 +232,21 @@ class LocalCluster:
     def event_reasons(self, name: str, namespace: str = NAMESPACE) -> list[str]:
         return [event.get("reason", "") for event in self.events(name, namespace)]
 
+    def wait_for_event(
+        self, name: str, reason: str = "", containing: str = "", timeout: float = 30.0
+    ) -> dict[str, Any]:
+        """The job's first event with ``reason`` (any if empty) whose message contains
+        ``containing``: Kopf posts events from a queue, so one may arrive after the status
+        write a test waited for."""
+
+        def found() -> dict[str, Any] | None:
+            for event in self.events(name):
+                if reason in ("", event.get("reason")) and containing in event.get("message", ""):
+                    return event
+            return None
+
+        return dict(self.wait_for(f"event {reason} {containing!r}".strip(), found, timeout))
+
     def wait_for(
         self,
         what: str,
