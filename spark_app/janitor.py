@@ -3,7 +3,8 @@
 On Kubernetes the operator runs this in a short cleanup pod that has the job's image,
 service account, environment and volumes, which is where storage credentials live; the
 operator itself never touches storage. The job comes from ``SPARK_CHECKPOINT_NAMESPACE``,
-``SPARK_CHECKPOINT_JOB`` and ``SPARK_CHECKPOINT_STORAGE``.
+``SPARK_CHECKPOINT_JOB`` and ``SPARK_CHECKPOINT_STORAGE``; ``remove-live-directory`` also
+needs ``SPARK_CHECKPOINT_LIVE_ROOT``, where the job's live volume claim is mounted whole.
 
 Exit codes: 0 done, 1 storage failed (the message is the last line of output, which the
 pod's termination message shows), 2 bad arguments or settings.
@@ -11,8 +12,10 @@ pod's termination message shows), 2 bad arguments or settings.
 
 import argparse
 import os
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from spark_checkpoint.settings import PREFIX
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
@@ -20,6 +23,12 @@ from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, Storag
 
 def _ids(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
+
+
+def _directory_name(text: str) -> str:
+    if text in ("", ".", "..") or "/" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one directory name")
+    return text
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -35,12 +44,19 @@ def _parser() -> argparse.ArgumentParser:
     garbage = commands.add_parser("collect-garbage", help="delete what the registry does not list")
     garbage.add_argument("--checkpoints", type=_ids, default=[], help="registered ids (1,2)")
     garbage.add_argument("--savepoints", type=_ids, default=[], help="registered ids (1,2)")
+    live = commands.add_parser(
+        "remove-live-directory", help="delete a deleted job's directory on its live volume claim"
+    )
+    live.add_argument("name", type=_directory_name, help="the directory under the claim's root")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     arguments = _parser().parse_args(argv)
-    settings = {name: os.environ.get(PREFIX + name, "") for name in ("NAMESPACE", "JOB", "STORAGE")}
+    names = ["NAMESPACE", "JOB", "STORAGE"]
+    if arguments.command == "remove-live-directory":
+        names.append("LIVE_ROOT")
+    settings = {name: os.environ.get(PREFIX + name, "") for name in names}
     missing = [PREFIX + name for name, value in settings.items() if not value]
     if missing:
         print(f"not set: {', '.join(missing)}", file=sys.stderr)
@@ -62,6 +78,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"removed checkpoints {list(report.checkpoint_ids)}, savepoints "
                     f"{list(report.savepoint_ids)}, {len(report.shared_locations)} shared files"
                 )
+            case "remove-live-directory":
+                directory = Path(settings["LIVE_ROOT"]) / arguments.name
+                if directory.exists():
+                    shutil.rmtree(directory)
+                    print(f"removed {directory}")
+                else:
+                    print(f"{directory} does not exist: nothing to remove")
     except (StorageError, OSError, ValueError) as error:
         print(f"{arguments.command} failed: {error}", file=sys.stderr)
         return 1

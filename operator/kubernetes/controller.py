@@ -56,6 +56,7 @@ from spark_checkpoint_operator.manifest import (
 from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import (
+    CleanupFailed,
     DriverHandle,
     DriverLauncher,
     JobRecord,
@@ -163,9 +164,7 @@ class JobController:
                     continue
                 await self._wait_for_change()
             if self._stop is _Stop.DELETE:
-                await self._retire()
-                self._metrics.forget()
-                self._deleted = True
+                await self._finish_deletion()
         finally:
             self._ended.set()
 
@@ -184,11 +183,33 @@ class JobController:
                 driver = await self._launcher(manifest).adopt(self._record.attempt)
                 if driver is not None:
                     await self._shut_down_adopted(manifest, driver)
-            await self._retire()
-            self._metrics.forget()
-            self._deleted = True
+            await self._finish_deletion()
         finally:
             self._ended.set()
+
+    async def _finish_deletion(self) -> None:
+        """After the final savepoint (or without one): retention, then the job's directory
+        on its live volume claim; then the finalizer may go."""
+        await self._retire()
+        manifest = self._manifest
+        claim = manifest.spec.checkpointing.live_volume_claim if manifest is not None else None
+        if manifest is not None and claim and self._record.attempt:
+            janitor = KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest))
+            try:
+                await janitor.remove_live_directory()
+            except CleanupFailed as error:
+                # Not worth holding the deletion for: the directory is named after the job
+                # object's uid, so nothing ever reads it again.
+                self._on_notice(
+                    Notice(
+                        "LiveDirectoryLeft",
+                        Level.WARNING,
+                        f"{objects.live_directory(manifest, self._body)} stays on claim "
+                        f"{claim}: {error}",
+                    )
+                )
+        self._metrics.forget()
+        self._deleted = True
 
     async def _wait_for_change(self) -> None:
         await self._changed.wait()
@@ -456,7 +477,7 @@ class JobController:
                 driver_expected,
             ),
             executors=Readiness(
-                sum(1 for pod, role in components if role == "executor" and pod_ready(pod)),
+                sum(1 for pod, role in components if role == objects.EXECUTOR and pod_ready(pod)),
                 executors_expected,
             ),
             spec_problem=self._problem,

@@ -30,6 +30,7 @@ LABEL_SPARK_ROLE = "spark-role"  # Spark's own label on driver and executor pods
 ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
 
 DRIVER = "driver"
+EXECUTOR = "executor"  # Spark's spark-role of executor pods
 CLEANUP = "cleanup"
 
 AGENT_PORT = 8484
@@ -38,6 +39,9 @@ TOKEN_DIR = "/var/run/spark-checkpoint"
 WORK_DIR = "/var/lib/spark-checkpoint/work"
 TOKEN_VOLUME = "agent-token"
 WORK_VOLUME = "checkpoint-work"
+# Where a cleanup pod mounts the whole live volume claim (drivers mount only their directory).
+LIVE_ROOT_DIR = "/var/lib/spark-checkpoint/live"
+LIVE_VOLUME = "checkpoint-live"
 STOP_GRACE_SECONDS = 60
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
@@ -207,10 +211,12 @@ def cleanup_pod(
     *,
     storage: str,
     arguments: list[str],
+    live_claim: bool = False,
 ) -> dict[str, Any]:
     """A short pod that changes storage while no driver runs. It has the driver's service
     account, environment and volumes, which is where storage credentials live; the
-    operator itself has none."""
+    operator itself has none. With ``live_claim``, the job's live volume claim is mounted
+    whole at LIVE_ROOT_DIR (to remove the job's directory there)."""
     spec = manifest.spec
     environment = [
         *_env(spec.application.env),
@@ -219,12 +225,18 @@ def cleanup_pod(
         {"name": f"{PREFIX}JOB", "value": manifest.name},
         {"name": f"{PREFIX}STORAGE", "value": storage},
     ]
+    mounts = list(spec.driver.volume_mounts)
+    volumes = list(spec.driver.volumes)
+    if live_claim:
+        environment.append({"name": f"{PREFIX}LIVE_ROOT", "value": LIVE_ROOT_DIR})
+        mounts.append({"name": LIVE_VOLUME, "mountPath": LIVE_ROOT_DIR})
+        volumes.append({"name": LIVE_VOLUME, **_work_volume_source(manifest)})
     container = {
         "name": "cleanup",
         "command": ["python", "-m", "spark_checkpoint.janitor", *arguments],
         "env": environment,
         "resources": _resources(spec.driver, 256),
-        "volumeMounts": list(spec.driver.volume_mounts),
+        "volumeMounts": mounts,
     }
     return _pod(
         manifest,
@@ -235,7 +247,7 @@ def cleanup_pod(
         annotations={},
         role=spec.driver,
         container=container,
-        volumes=list(spec.driver.volumes),
+        volumes=volumes,
     )
 
 
@@ -338,12 +350,16 @@ def _work_volume_source(manifest: JobManifest) -> dict[str, Any]:
     return {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
 
 
+def live_directory(manifest: JobManifest, job: Mapping[str, Any]) -> str:
+    """The job's directory on its live volume claim, one per job object: jobs may share a
+    claim, and a job recreated under the same name never finds the old one's attempts."""
+    return f"{manifest.name}-{job['metadata']['uid']}"
+
+
 def _live_sub_path(manifest: JobManifest, job: Mapping[str, Any]) -> dict[str, str]:
-    """A directory of the claim per job object: jobs may share a claim, and a job recreated
-    under the same name never finds the old one's attempts."""
     if not manifest.spec.checkpointing.live_volume_claim:
         return {}
-    return {"subPath": f"{manifest.name}-{job['metadata']['uid']}"}
+    return {"subPath": live_directory(manifest, job)}
 
 
 def _live_volume_conf(manifest: JobManifest, job: Mapping[str, Any]) -> dict[str, str]:

@@ -165,7 +165,7 @@ class KubernetesDriver:
         ready = sum(
             1
             for pod in self._clients.pods.pods(self._namespace, self._job)
-            if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == "executor"
+            if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == objects.EXECUTOR
             and pod_ready(pod)
         )
         return ready >= self._expected_executors
@@ -359,10 +359,31 @@ class KubernetesJanitor:
             ]
         )
 
-    async def _run(self, arguments: list[str]) -> None:
+    async def remove_live_directory(self) -> None:
+        """The deleted job's directory on its live volume claim (what its last driver and
+        executors left there; the claim outlives the job and may be shared)."""
+        namespace, job = self._manifest.namespace, self._manifest.name
+        # Executors outlive their driver until garbage collection takes them; none may
+        # write there while the directory goes.
+        executors = self._clients.api.list(
+            Pod,
+            namespace=namespace,
+            labels={objects.LABEL_JOB: job, objects.LABEL_SPARK_ROLE: objects.EXECUTOR},
+        )
+        async for pod in executors:
+            assert pod.metadata is not None and pod.metadata.name is not None
+            await delete_pod_and_wait(self._clients, namespace, job, pod.metadata.name)
+        name = objects.live_directory(self._manifest, self._job)
+        await self._run(["remove-live-directory", name], live_claim=True)
+
+    async def _run(self, arguments: list[str], *, live_claim: bool = False) -> None:
         namespace, job = self._manifest.namespace, self._manifest.name
         pod = objects.cleanup_pod(
-            self._manifest, self._job, storage=self._storage, arguments=arguments
+            self._manifest,
+            self._job,
+            storage=self._storage,
+            arguments=arguments,
+            live_claim=live_claim,
         )
         try:
             created = await self._clients.api.create(from_dict(pod))

@@ -216,12 +216,10 @@ async def test_failing_and_unrunnable_pods_fail_and_the_kubelet_goes_on(
     assert two.spec is not None
     two.spec.containers.append(Container(name="sidecar", command=["true"]))
     await api.client.create(two)
-    unsupported = pod(
-        "pvc", "", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "x"}}]
-    )
+    unsupported = pod("nfs", "", volumes=[{"name": "data", "nfs": {"server": "x", "path": "/"}}])
     await api.client.create(unsupported)
 
-    for name in ("exits-3", "no-binary", "two-containers", "pvc"):
+    for name in ("exits-3", "no-binary", "two-containers", "nfs"):
         assert await kubelet.wait_for_phase(NS, name, "Succeeded", "Failed") == "Failed"
     failed = await status(api, "exits-3")
     terminated = failed["containerStatuses"][0]["state"]["terminated"]
@@ -231,11 +229,37 @@ async def test_failing_and_unrunnable_pods_fail_and_the_kubelet_goes_on(
     assert start_error["reason"] == "StartError"
     assert "no-such-binary-for-kubelet-tests" in start_error["message"]
     assert "exactly one container" in (await status(api, "two-containers"))["message"]
-    pvc = await status(api, "pvc")
-    assert pvc["reason"] == "UnsupportedVolume" and "'data'" in pvc["message"]
+    nfs = await status(api, "nfs")
+    assert nfs["reason"] == "UnsupportedVolume" and "'data'" in nfs["message"]
 
     await api.client.create(pod("fine", "print('still running pods')"))
     assert await kubelet.wait_for_phase(NS, "fine", "Succeeded", "Failed") == "Succeeded"
+
+
+async def test_a_claim_is_one_directory_the_namespaces_pods_share_and_outlives_them(
+    api: Api, kubelet: LocalKubelet
+) -> None:
+    claim = [{"name": "live", "persistentVolumeClaim": {"claimName": "shared"}}]
+    writer = pod(
+        "writer",
+        "import pathlib; pathlib.Path('/live/state').write_text('written')",
+        volumes=claim,
+        volumeMounts=[{"name": "live", "mountPath": "/live", "subPath": "job-1"}],
+    )
+    await api.client.create(writer)
+    assert await kubelet.wait_for_phase(NS, "writer", "Succeeded", "Failed") == "Succeeded"
+    await api.client.delete(Pod, "writer", namespace=NS)
+    reader = pod(
+        "reader",
+        "import pathlib; print(pathlib.Path('/claim/job-1/state').read_text())",
+        volumes=claim,
+        volumeMounts=[{"name": "live", "mountPath": "/claim"}],
+    )
+    await api.client.create(reader)
+
+    assert await kubelet.wait_for_phase(NS, "reader", "Succeeded", "Failed") == "Succeeded"
+    assert kubelet.log_path(NS, "reader").read_text() == "written\n"
+    assert (kubelet.work_root / NS / "claims" / "shared" / "job-1" / "state").exists()
 
 
 async def test_a_killed_process_fails_with_exit_code_137_in_the_thread_runner(

@@ -129,6 +129,29 @@ def test_driver_and_executors_share_the_live_volume_claim_in_a_directory_per_job
         assert setting in submit
 
 
+def test_the_cleanup_pod_removing_a_live_directory_mounts_the_whole_claim() -> None:
+    manifest, document = _job()
+    directory = objects.live_directory(manifest, document)
+    cleanup = objects.cleanup_pod(
+        manifest,
+        document,
+        storage="s3a://b/c",
+        arguments=["remove-live-directory", directory],
+        live_claim=True,
+    )
+
+    kubernetes_validate.validate(cleanup, KUBERNETES_VERSION, strict=True)
+    volumes = {v["name"]: v for v in cleanup["spec"]["volumes"]}
+    mounts = {m["name"]: m for m in cleanup["spec"]["containers"][0]["volumeMounts"]}
+    assert volumes[objects.LIVE_VOLUME]["persistentVolumeClaim"] == {"claimName": "orders-live"}
+    assert mounts[objects.LIVE_VOLUME] == {
+        "name": objects.LIVE_VOLUME,
+        "mountPath": objects.LIVE_ROOT_DIR,
+    }, "the whole claim: a subPath mount cannot remove its own directory"
+    assert _env(cleanup)["SPARK_CHECKPOINT_LIVE_ROOT"]["value"] == objects.LIVE_ROOT_DIR
+    assert directory == f"{manifest.name}-{document['metadata']['uid']}"
+
+
 def test_without_executors_the_live_location_is_on_the_drivers_own_disk() -> None:
     pod = _driver("minimal-job.yaml")
 

@@ -66,3 +66,42 @@ def test_a_storage_failure_is_the_last_line(tmp_path: Path, job_storage: Path) -
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1].startswith("discard-checkpoint failed:")
     assert (job_storage / "chk-3").exists(), "nothing was deleted"
+
+
+def test_a_deleted_jobs_live_directory_is_removed_and_only_it(tmp_path: Path) -> None:
+    claim = tmp_path / "claim"
+    for job in ("orders-1a2b", "orders-9f8e"):
+        (claim / job / "attempt-3" / "state").mkdir(parents=True)
+        (claim / job / "attempt-3" / "state" / "1.delta").write_text("state")
+
+    removed = _janitor(
+        tmp_path, "remove-live-directory", "orders-1a2b", SPARK_CHECKPOINT_LIVE_ROOT=str(claim)
+    )
+    again = _janitor(
+        tmp_path, "remove-live-directory", "orders-1a2b", SPARK_CHECKPOINT_LIVE_ROOT=str(claim)
+    )
+
+    assert removed.returncode == 0, removed.stderr
+    assert not (claim / "orders-1a2b").exists()
+    assert (claim / "orders-9f8e" / "attempt-3" / "state" / "1.delta").exists()
+    assert again.returncode == 0 and "nothing to remove" in again.stdout
+
+
+@pytest.mark.parametrize("name", ["..", ".", "", "orders/../../etc"])
+def test_a_live_directory_is_one_name_under_the_root(tmp_path: Path, name: str) -> None:
+    (tmp_path / "claim").mkdir()
+
+    result = _janitor(
+        tmp_path, "remove-live-directory", name, SPARK_CHECKPOINT_LIVE_ROOT=str(tmp_path / "claim")
+    )
+
+    assert result.returncode == 2
+    assert "not one directory name" in result.stderr
+    assert (tmp_path / "claim").exists()
+
+
+def test_removing_a_live_directory_needs_the_claims_root(tmp_path: Path) -> None:
+    result = _janitor(tmp_path, "remove-live-directory", "orders-1a2b")
+
+    assert result.returncode == 2
+    assert "SPARK_CHECKPOINT_LIVE_ROOT" in result.stderr

@@ -33,8 +33,10 @@ Simplifications (a process is not a container):
   their pod IP (`status.podIP` through a fieldRef), not to 0.0.0.0. hostIP is 127.0.0.1.
 - Volumes: secret, configMap (files from data/binaryData, and `stringData`, which an
   emulator may keep; `items`, `defaultMode`, `optional` honoured, mode 0o644 by default),
-  downwardAPI (fieldRef items), emptyDir (a fresh directory per pod) and hostPath (the real
-  path; DirectoryOrCreate creates it). Others (projected, persistentVolumeClaim, ...) fail
+  downwardAPI (fieldRef items), emptyDir (a fresh directory per pod), hostPath (the real
+  path; DirectoryOrCreate creates it) and persistentVolumeClaim (a ReadWriteMany volume of
+  this node: `<work_root>/<namespace>/claims/<claimName>`, shared by the namespace's pods and
+  kept after them; no PersistentVolumeClaim object is needed). Others (projected, ...) fail
   the pod. Secret and configMap files are written when the pod starts, not refreshed.
 - Mounts: a process cannot mount, so each volumeMount's `mountPath` maps to a directory:
   `<work_root>/<namespace>/<pod>/volumes/<volume>[/<subPath>]`, or the hostPath itself. Every
@@ -626,6 +628,11 @@ class LocalKubelet:
             if volume.hostPath.type == "DirectoryOrCreate":
                 path.mkdir(parents=True, exist_ok=True)
             return path
+        if volume.persistentVolumeClaim is not None:
+            claim = self.work_root / state.namespace / "claims"
+            path = claim / volume.persistentVolumeClaim.claimName
+            path.mkdir(parents=True, exist_ok=True)
+            return path
         target = state.sandbox / "volumes" / volume.name
         if volume.emptyDir is not None:
             target.mkdir(parents=True, exist_ok=True)
@@ -648,7 +655,7 @@ class LocalKubelet:
             raise _PodFailed(
                 "UnsupportedVolume",
                 f"volume {volume.name!r}: the local kubelet supports secret, configMap, "
-                "downwardAPI, emptyDir and hostPath volumes only",
+                "downwardAPI, emptyDir, hostPath and persistentVolumeClaim volumes only",
             )
         if isinstance(source, SecretVolumeSource):
             data = await sources.read("Secret", source.secretName or "", bool(source.optional))
