@@ -189,12 +189,13 @@ class AgentServer:
         self._host = host
         self._port = port
         self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._serve, name="checkpoint-agent", daemon=True)
         self._started = threading.Event()
         self._runner: web.AppRunner | None = None
         self._error: BaseException | None = None
 
     def start(self) -> None:
-        threading.Thread(target=self._serve, name="checkpoint-agent", daemon=True).start()
+        self._thread.start()
         self._started.wait()
         if self._error is not None:
             raise self._error
@@ -202,21 +203,29 @@ class AgentServer:
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
         try:
-            self._runner = web.AppRunner(self._app, access_log=None)
-            self._loop.run_until_complete(self._runner.setup())
-            site = web.TCPSite(self._runner, self._host, self._port)
-            self._loop.run_until_complete(site.start())
-        except BaseException as error:  # reported to the starting thread
-            self._error = error
-            self._started.set()
-            return
-        log.info("checkpoint agent listening on %s:%s", self._host, self._port)
-        self._started.set()
-        self._loop.run_forever()
+            try:
+                runner = web.AppRunner(self._app, access_log=None)
+                self._loop.run_until_complete(runner.setup())
+                site = web.TCPSite(runner, self._host, self._port)
+                self._loop.run_until_complete(site.start())
+            except BaseException as error:  # reported to the starting thread
+                self._error = error
+                return
+            finally:
+                self._started.set()
+            self._runner = runner
+            log.info("checkpoint agent listening on %s:%s", self._host, self._port)
+            self._loop.run_forever()
+        finally:
+            # Storage calls still running in the default executor are not waited for: the
+            # driver is exiting, and their answers have nobody to go to.
+            self._loop.close()
 
     def stop(self) -> None:
+        """Stop serving and return once the server's thread and loop are gone."""
         if self._runner is None:
             return
         future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
         future.result(timeout=10)
         self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)

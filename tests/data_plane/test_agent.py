@@ -3,10 +3,12 @@ authentication, the snapshot-finalize-complete cycle, abort, discard and restore
 
 import asyncio
 import contextlib
+import gc
 import json
 import socket
 import threading
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -430,3 +432,19 @@ def test_stopping_the_server_answers_waiting_status_requests(tmp_path: Path) -> 
         assert asyncio.run(scenario()) < 5.0
     finally:
         job.agent.close()
+
+
+def test_a_stopped_server_ends_its_thread_and_closes_its_loop(tmp_path: Path) -> None:
+    job = Running(tmp_path)
+    job.server.start()
+    assert _call(job.client(), "status")["query"]["lastCommittedBatch"] == 2
+
+    job.server.stop()
+    job.agent.close()
+
+    assert not [t for t in threading.enumerate() if t.name == "checkpoint-agent"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        del job
+        gc.collect()
+    assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
