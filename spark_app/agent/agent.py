@@ -418,8 +418,12 @@ class CheckpointAgent:
                 if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
                     self._delete_image(snapshot)
 
-        for task, files in plan.files_by_task.items():
-            self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
+        try:
+            for task, files in plan.files_by_task.items():
+                self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
+        except RuntimeError:  # close() shut the copy pool down: the driver is exiting
+            self._decline_all(snapshot, "the agent is closing")
+            shutil.rmtree(pin_dir, ignore_errors=True)
 
     def _choose_batch(self, snapshot: _Snapshot) -> int:
         """The image is the query as of the first batch committed after the trigger: a

@@ -17,7 +17,7 @@ import aiohttp
 import pytest
 
 from spark_checkpoint.agent import server
-from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
+from spark_checkpoint.agent.agent import AfterCompletion, CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
@@ -448,3 +448,22 @@ def test_a_stopped_server_ends_its_thread_and_closes_its_loop(tmp_path: Path) ->
         del job
         gc.collect()
     assert not [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+
+
+def test_a_snapshot_captured_after_close_is_declined_and_leaves_no_pins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    thread_errors: list[threading.ExceptHookArgs] = []
+    monkeypatch.setattr(threading, "excepthook", thread_errors.append)
+    job = Running(tmp_path)
+    job.agent.close()  # the driver exits while the trigger's capture starts
+
+    job.agent.trigger(5, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+
+    deadline = time.monotonic() + 20
+    while not (snapshots := job.agent.status()["checkpoints"])[0]["declines"]:
+        assert time.monotonic() < deadline, snapshots
+        time.sleep(0.05)
+    assert "the agent is closing" in json.dumps(snapshots[0]["declines"])
+    assert not thread_errors
+    assert not list((tmp_path / "pins").glob("*"))
