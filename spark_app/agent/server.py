@@ -27,7 +27,7 @@ MAX_WAIT_SECONDS = 30.0
 RECHECK_SECONDS = 1.0
 
 
-def _long_poll(query: Mapping[str, str]) -> tuple[int | None, float]:
+def long_poll_parameters(query: Mapping[str, str]) -> tuple[int | None, float]:
     """``after`` and ``wait`` of a status request; a bad value is a ValueError naming it."""
     after = _parameter(query, "after", int, "a status version (an integer >= 0)")
     wait = _parameter(query, "wait", float, "a number of seconds >= 0")
@@ -84,7 +84,7 @@ class _StatusRoute:
         self._changed = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.Response:
-        after, wait = _long_poll(request.query)
+        after, wait = long_poll_parameters(request.query)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:

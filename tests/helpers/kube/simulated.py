@@ -27,13 +27,14 @@ from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.config.kubeconfig import Cluster, User
 from lightkube.resources.core_v1 import Pod, Secret
 
+from spark_checkpoint.agent.server import long_poll_parameters
+
 log = logging.getLogger(__name__)
 
 AGENT_PORT = 8484
 TASKS = ("logs", "state-0-0", "state-0-1")
 EXIT_FINISHED = 0
 EXIT_STOPPED_WITH_SAVEPOINT = 3
-MAX_WAIT_SECONDS = 30.0  # as the real agent's
 
 
 @dataclass
@@ -193,14 +194,16 @@ class SimulatedAgents:
         """The real agent's long poll: with ``after`` (the current version), answered
         when the version changes or after ``wait`` seconds."""
         agent = self._agent(request)
-        after = request.query.get("after")
-        wait = min(float(request.query.get("wait", "0")), MAX_WAIT_SECONDS)
+        try:
+            after, wait = long_poll_parameters(request.query)
+        except ValueError as error:
+            return web.json_response({"error": f"bad request: {error}"}, status=400)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
             status = agent.status(loop.time())
             remaining = deadline - loop.time()
-            if after is None or status["version"] != int(after) or remaining <= 0:
+            if after is None or status["version"] != after or remaining <= 0:
                 return web.json_response(status)
             await agent.wait_for_change(remaining)
             agent = self._running(request)  # a driver that ended drops the connection
