@@ -129,7 +129,10 @@ class JobRecord:
     pending: list[dict[str, Any]] = field(default_factory=list)
     last_batch: int | None = None
     consecutive_failures: int = 0
-    next_checkpoint_id: int = 1
+    # The live counter of this process's coordinator: no id at or above it has been
+    # triggered (at most the persisted counter). None in a record read back: its coordinator
+    # starts after the persisted counter, as nothing tells which ids below were used.
+    next_checkpoint_id: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record's part of the status (``status.render_status`` adds the views)."""
@@ -140,7 +143,11 @@ class JobRecord:
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
-            "nextCheckpointId": self.next_checkpoint_id,
+            "nextCheckpointId": (
+                self.coordinator.next_checkpoint_id
+                if self.next_checkpoint_id is None
+                else self.next_checkpoint_id
+            ),
             "pending": self.pending,
             "coordinator": self.coordinator.to_dict(),
         }
@@ -160,8 +167,6 @@ class JobRecord:
             restored_from=data.get("restoredFrom"),
             message=str(data.get("message", "")),
             coordinator=coordinator,
-            # A rebuilt coordinator starts after the persisted block of ids.
-            next_checkpoint_id=coordinator.next_checkpoint_id,
         )
 
 
@@ -241,7 +246,9 @@ class JobSupervisor:
         self._idle_poll_interval = idle_poll_interval
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
-        self._coordinator = self._new_coordinator(config, record.coordinator)
+        self._coordinator = self._new_coordinator(
+            config, record.coordinator, record.next_checkpoint_id
+        )
         self._driver: DriverHandle | None = None
         # User requests, and None to wake `_wait` (new settings).
         self._requests: asyncio.Queue[TriggerRequested | None] = asyncio.Queue()
@@ -268,12 +275,15 @@ class JobSupervisor:
         return self._record
 
     @staticmethod
-    def _new_coordinator(config: CoordinatorConfig, state: PersistedState) -> CheckpointCoordinator:
+    def _new_coordinator(
+        config: CoordinatorConfig, state: PersistedState, next_id: int | None
+    ) -> CheckpointCoordinator:
         return CheckpointCoordinator(
             config,
             clock=time.time,
             rng=random.Random(),
             state=dataclasses.replace(state, terminated=None),
+            next_id=next_id,
         )
 
     def reconfigure(self, config: CoordinatorConfig) -> None:
@@ -283,7 +293,9 @@ class JobSupervisor:
         if config == self._config:
             return
         self._config = config
-        self._coordinator = self._new_coordinator(config, self._coordinator.persisted_state)
+        self._coordinator = self._new_coordinator(
+            config, self._coordinator.persisted_state, self._coordinator.next_checkpoint_id
+        )
         self._coordinator.handle(JobPhaseChanged(self._record.phase))
         self._requests.put_nowait(None)  # its deadlines apply now, not after a long poll
 
@@ -706,6 +718,9 @@ class JobSupervisor:
             case PersistState():
                 await self._persist()
             case TriggerCheckpoint():
+                # Kept current without a state write: a coordinator that replaces this one
+                # in this process continues from it (see JobRecord.next_checkpoint_id).
+                self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
                 await self._trigger(driver, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))

@@ -83,7 +83,10 @@ class CheckpointCoordinator:
 
     ``clock`` returns the current time in seconds (epoch based, because times are shown to
     users); ``rng`` picks the random initial delay of the periodic scheduler; ``id_block``
-    is how many checkpoint ids one state write reserves.
+    is how many checkpoint ids one state write reserves. ``next_id`` continues the counter
+    of a coordinator this one replaces in the same process (new settings, a resumed job):
+    the ids from it up to the persisted counter are reserved and unused. Without it, the
+    counter starts after the reserved block (after a restart, the only safe place).
     """
 
     def __init__(
@@ -94,15 +97,20 @@ class CheckpointCoordinator:
         rng: random.Random,
         state: PersistedState | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
+        next_id: int | None = None,
     ) -> None:
         if id_block < 1:
             raise ValueError(f"id_block must be at least 1, got {id_block}")
         state = state or PersistedState()
+        if next_id is not None and not 1 <= next_id <= state.next_checkpoint_id:
+            raise ValueError(
+                f"next_id {next_id} is outside the reserved ids (1 to {state.next_checkpoint_id})"
+            )
         self._config = config
         self._clock = clock
         self._rng = rng
         self._id_block = id_block
-        self._next_id = state.next_checkpoint_id
+        self._next_id = state.next_checkpoint_id if next_id is None else next_id
         self._reserved_until = state.next_checkpoint_id
         self._store = CompletedCheckpointStore(config.retained, state.checkpoints)
         self._savepoints = SavepointHistory(config.savepoint_history, state.savepoints)

@@ -189,9 +189,51 @@ def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
         await until(lambda: len(driver.agent.triggers) > triggered)
         driver.code = DriverExit.FINISHED
         await run
+        ids = driver.agent.triggers
+        assert ids == list(range(1, len(ids) + 1)), "new settings skip no ids"
         return lines
 
     asyncio.run(scenario())
+
+
+def test_a_resumed_job_continues_the_ids_of_its_suspended_run() -> None:
+    async def scenario() -> tuple[list[int], list[int], JobRecord]:
+        first = FakeLauncher()
+        suspended, _ = _supervisor(first)
+        run = asyncio.create_task(suspended.run())
+        await until(lambda: first.drivers and len(first.drivers[0].agent.completed) >= 2)
+        first.drivers[0].code = DriverExit.STOPPED_WITH_SAVEPOINT
+        assert await run is TerminalOutcome.SUSPENDED
+
+        second = FakeLauncher()
+        resumed, _ = _supervisor(second, record=suspended.record)
+        run = asyncio.create_task(resumed.run())
+        await until(lambda: second.drivers and len(second.drivers[0].agent.completed) >= 2)
+        second.drivers[0].code = DriverExit.FINISHED
+        await run
+        return first.drivers[0].agent.triggers, second.drivers[0].agent.triggers, resumed.record
+
+    before, after, record = asyncio.run(scenario())
+    assert after[0] == max(before) + 1, "the same process knows which ids were used"
+    assert record.coordinator.next_checkpoint_id == CHECKPOINT_ID_BLOCK + 1
+
+
+def test_a_job_read_back_from_status_starts_after_the_reserved_ids() -> None:
+    """After a restart nothing tells which reserved ids were used: none is reused."""
+    stored = JobRecord(coordinator=PersistedState(next_checkpoint_id=CHECKPOINT_ID_BLOCK + 1))
+    record = JobRecord.from_dict(stored.to_dict())
+
+    async def scenario() -> list[int]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return launcher.drivers[0].agent.triggers
+
+    assert record.to_dict()["nextCheckpointId"] == CHECKPOINT_ID_BLOCK + 1
+    assert asyncio.run(scenario())[0] == CHECKPOINT_ID_BLOCK + 1
 
 
 def test_an_error_in_the_runtime_leaves_the_driver_for_the_next_one_to_adopt() -> None:

@@ -78,13 +78,16 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.persisted = PersistedState()
         self.completions = 0
 
-    def _build(self, state: PersistedState | None) -> CheckpointCoordinator:
+    def _build(
+        self, state: PersistedState | None, next_id: int | None = None
+    ) -> CheckpointCoordinator:
         return CheckpointCoordinator(
             self.config,
             clock=self.clock,
             rng=random.Random(len(str(state))),
             state=state,
             id_block=self.id_block,
+            next_id=next_id,
         )
 
     def _send(self, event: object) -> list[Effect]:
@@ -219,6 +222,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def restart_operator(self) -> None:
         self.coordinator = self._build(PersistedState.from_dict(self.persisted.to_dict()))
         self.finalizing.clear()
+
+    @rule()
+    def replace_in_process(self) -> None:
+        """New settings or a resumed job: a new coordinator continues the live counter."""
+        old = self.coordinator
+        self.coordinator = self._build(old.persisted_state, next_id=old.next_checkpoint_id)
+        self.finalizing.clear()
+        self.job_runs()  # the supervisor tells it the phase; the next status, the tasks
 
     @precondition(lambda self: self.highest_triggered > 6)
     @rule(outcome=st.sampled_from(TerminalOutcome))

@@ -15,6 +15,7 @@ from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     InvalidPersistedState,
     PersistedState,
+    PersistState,
     RetentionPolicy,
     TaskAck,
     TaskAcknowledged,
@@ -100,3 +101,29 @@ def test_retention_policy_values_are_the_manifest_spelling() -> None:
         "RetainOnFailure",
         "RetainOnCancellation",
     ]
+
+
+def test_a_replacing_coordinator_continues_the_live_counter_inside_the_reserved_block() -> None:
+    first = Harness()
+    first.start()
+    triggered = [first.next_trigger().checkpoint_id for _ in range(3)]
+    assert triggered == [1, 2, 3]
+
+    replacing = Harness(
+        state=first.coordinator.persisted_state,
+        next_id=first.coordinator.next_checkpoint_id,
+        clock=first.clock,
+    )
+    replacing.start()
+    effects = replacing.advance_to_next_deadline() + replacing.advance_to_next_deadline()
+
+    assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)][:1] == [4]
+    assert of_type(effects, PersistState) == [], "4 is inside the block already reserved"
+
+
+@pytest.mark.parametrize("next_id", [0, CHECKPOINT_ID_BLOCK + 2])
+def test_a_live_counter_outside_the_reserved_ids_is_refused(next_id: int) -> None:
+    state = PersistedState(next_checkpoint_id=CHECKPOINT_ID_BLOCK + 1)
+
+    with pytest.raises(ValueError, match=f"next_id {next_id} is outside the reserved ids"):
+        Harness(state=state, next_id=next_id)

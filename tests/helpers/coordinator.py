@@ -48,11 +48,17 @@ class Harness:
         seed: int = 7,
         clock: FakeClock | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
+        next_id: int | None = None,
     ) -> None:
         self.clock = clock or FakeClock()
         self.config = config or CoordinatorConfig(interval=10.0, min_pause=0.0, timeout=60.0)
         self.coordinator = CheckpointCoordinator(
-            self.config, clock=self.clock, rng=random.Random(seed), state=state, id_block=id_block
+            self.config,
+            clock=self.clock,
+            rng=random.Random(seed),
+            state=state,
+            id_block=id_block,
+            next_id=next_id,
         )
 
     def send(self, event: Event) -> list[Effect]:
