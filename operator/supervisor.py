@@ -92,7 +92,8 @@ class DriverLauncher(Protocol):
 
     async def adopt(self, attempt: int) -> DriverHandle | None:
         """The driver of ``attempt`` if it still runs from before this runtime restarted
-        (an operator upgrade must not restart every job); None to start a new one."""
+        (an operator upgrade must not restart every job), or if it ended since (its exit
+        code is judged as any driver's); None to start a new one."""
 
 
 class LaunchFailed(Exception):
@@ -423,10 +424,14 @@ class JobSupervisor:
             driver = adopted
             # Running again once its agent answers: the new coordinator starts its scheduler then.
             self._record.phase = JobPhase.DEPLOYING
+            ended = driver.exit_code()
             self._notify(
                 "DriverAdopted",
                 Level.NOTE,
-                f"resumed with the running driver of attempt {self._record.attempt}",
+                f"resumed with the running driver of attempt {self._record.attempt}"
+                if ended is None
+                else f"the driver of attempt {self._record.attempt} exited with {ended} "
+                "while the runtime was down",
             )
         self._driver = driver
         await self._persist()  # status now names the driver

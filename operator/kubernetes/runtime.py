@@ -226,9 +226,17 @@ class KubernetesLauncher:
                 return None
             raise
         raw = pod.to_dict()
-        if raw["metadata"].get("deletionTimestamp") or pod_exit_code(raw) is not None:
-            return None
+        if raw["metadata"].get("deletionTimestamp"):
+            return None  # going: the next attempt starts once it is gone
         self._clients.pods.observe("MODIFIED", raw)
+        # Built from the spec of its time, which may since have changed (an upgrade).
+        deployed = raw["metadata"].get("annotations", {}).get(objects.ANNOTATION_SPEC_HASH, "")
+        if pod_exit_code(raw) is not None:
+            # It ended while the operator was down: its exit is judged as any driver's (a
+            # finished job is not run again, restartPolicy Never is kept); nothing asks
+            # its agent anything.
+            self.current = self._driver(name, "", deployed)
+            return self.current
         token = await self._token()
         if token is None:
             # Without its token the driver cannot be asked for anything, ever: adopting it
@@ -247,8 +255,6 @@ class KubernetesLauncher:
                 self._clients, self.manifest.namespace, self.manifest.name, name
             )
             return None
-        # Built from the spec of its time, which may since have changed (an upgrade).
-        deployed = raw["metadata"].get("annotations", {}).get(objects.ANNOTATION_SPEC_HASH, "")
         self.current = self._driver(name, token, deployed)
         return self.current
 

@@ -377,6 +377,41 @@ def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
     assert min(ids) > before["lastCheckpoint"]["id"] or before["lastCheckpoint"]["id"] in ids
 
 
+@pytest.mark.parametrize(
+    ("restart_policy", "exit_code", "phase", "drivers"),
+    [
+        ("Never", 1, "Failed", []),
+        ("OnFailure", 1, "Running", ["orders-driver-2"]),
+        ("OnFailure", 0, "Finished", []),
+    ],
+)
+def test_a_driver_that_ended_while_the_operator_was_down_is_judged_by_its_exit(
+    cluster: LocalCluster, restart_policy: str, exit_code: int, phase: str, drivers: list[str]
+) -> None:
+    cluster.apply(job(restartPolicy={"type": restart_policy, "maxRetries": 3, "backoff": "1s"}))
+    completed(cluster, "orders", 2)
+
+    with operator_stopped(cluster):
+        cluster.crash_driver("orders-driver-1", exit_code=exit_code)
+        cluster.wait_for(
+            "the pod's exit in its status",
+            lambda: cluster.pods("orders")[0]["status"]["phase"] in ("Succeeded", "Failed"),
+        )
+
+    status = cluster.wait_for(
+        f"phase {phase}",
+        lambda: (s := cluster.status("orders")).get("phase") == phase and s,
+        job="orders",
+    )
+    cluster.wait_for("the ended driver removed", lambda: cluster.driver_pods("orders") == drivers)
+    event = cluster.wait_for_event("orders", "DriverAdopted", f"exited with {exit_code}")
+    assert "while the runtime was down" in event["message"]
+    if phase == "Failed":
+        assert "restartPolicy is Never" in status["message"]
+    if phase == "Running":
+        cluster.wait_for_event("orders", "DriverFailed")
+
+
 def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
     cluster: LocalCluster,
 ) -> None:

@@ -276,12 +276,15 @@ class LocalCluster:
         thread, kubelet = self._simulated
         return thread.call(lambda: kubelet.agent(namespace, pod))
 
-    def crash_driver(self, pod: str, namespace: str = NAMESPACE) -> None:
-        """The driver dies as with ``kill -9`` (a real process, or a simulated one)."""
+    def crash_driver(self, pod: str, namespace: str = NAMESPACE, exit_code: int = 137) -> None:
+        """The driver dies as with ``kill -9`` (a real process, or a simulated one); a
+        simulated one may end with another ``exit_code``."""
         if self._simulated is not None:
             thread, kubelet = self._simulated
-            thread.call(lambda: kubelet.crash(namespace, pod))
+            thread.call(lambda: kubelet.crash(namespace, pod, exit_code))
         else:
+            assert exit_code == 137, "a real driver is killed"
+
             assert self.kubelet is not None
             self.kubelet.kubelet.kill(namespace, pod, signal.SIGKILL)
 
