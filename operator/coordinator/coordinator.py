@@ -505,8 +505,9 @@ class CheckpointCoordinator:
         detail = f"{reason.description}: {message}" if message else reason.description
         effects.append(AbortCheckpoint(pending.checkpoint_id, pending.kind, reason, detail))
         self._count_failure(pending, reason, detail, effects)
-        if pending.after is not AfterCompletion.CONTINUE and self._job_running:
-            self._start_scheduler()  # the stop failed: the job runs on
+        stop_failed = pending.after is not AfterCompletion.CONTINUE and self._job_running
+        if stop_failed and self._next_periodic_at is None:
+            self._start_scheduler()  # the job runs on
 
     def _count_failure(
         self,
