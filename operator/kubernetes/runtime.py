@@ -195,6 +195,16 @@ async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: 
             raise
 
 
+async def delete_job_pods_and_wait(
+    clients: Clients, namespace: str, job: str, labels: Mapping[str, Any]
+) -> None:
+    """Every pod of the job that matches ``labels``, gone."""
+    pods = clients.api.list(Pod, namespace=namespace, labels={objects.LABEL_JOB: job, **labels})
+    async for pod in pods:
+        assert pod.metadata is not None and pod.metadata.name is not None
+        await delete_pod_and_wait(clients, namespace, job, pod.metadata.name)
+
+
 class KubernetesLauncher:
     """Starts the job's driver pods, one attempt after another."""
 
@@ -293,19 +303,12 @@ class KubernetesLauncher:
         deleting one), and cleanup pods an earlier operator left (one with an older
         registry could delete what the new driver writes): gone before the next driver
         starts, and before a deleted job's retention policy is carried out."""
-        pods = self._api.list(
-            Pod,
-            namespace=self.manifest.namespace,
-            labels={
-                objects.LABEL_JOB: self.manifest.name,
-                objects.LABEL_COMPONENT: in_((objects.DRIVER, objects.CLEANUP)),
-            },
+        await delete_job_pods_and_wait(
+            self._clients,
+            self.manifest.namespace,
+            self.manifest.name,
+            {objects.LABEL_COMPONENT: in_((objects.DRIVER, objects.CLEANUP))},
         )
-        async for pod in pods:
-            assert pod.metadata is not None and pod.metadata.name is not None
-            await delete_pod_and_wait(
-                self._clients, self.manifest.namespace, self.manifest.name, pod.metadata.name
-            )
 
     async def _store_token(self, token: str) -> None:
         """A new token per attempt: a driver of an earlier attempt cannot be talked to."""
@@ -371,14 +374,9 @@ class KubernetesJanitor:
         namespace, job = self._manifest.namespace, self._manifest.name
         # Executors outlive their driver until garbage collection takes them; none may
         # write there while the directory goes.
-        executors = self._clients.api.list(
-            Pod,
-            namespace=namespace,
-            labels={objects.LABEL_JOB: job, objects.LABEL_SPARK_ROLE: objects.EXECUTOR},
+        await delete_job_pods_and_wait(
+            self._clients, namespace, job, {objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
         )
-        async for pod in executors:
-            assert pod.metadata is not None and pod.metadata.name is not None
-            await delete_pod_and_wait(self._clients, namespace, job, pod.metadata.name)
         name = objects.live_directory(self._manifest, self._job)
         await self._run(["remove-live-directory", name], live_claim=True)
 
