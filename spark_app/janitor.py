@@ -7,22 +7,37 @@ operator itself never touches storage. The job comes from ``SPARK_CHECKPOINT_NAM
 needs ``SPARK_CHECKPOINT_LIVE_ROOT``, where the job's live volume claim is mounted whole.
 
 Exit codes: 0 done, 1 storage failed (the message is the last line of output, which the
-pod's termination message shows), 2 bad arguments or settings.
+pod's termination message shows; a symbolic link in the job's directory is refused this
+way, before anything is deleted), 2 bad arguments or settings (an id that is not a
+non-negative integer, a namespace or job that is not a valid name, an unknown storage URI).
 """
 
 import argparse
 import os
+import re
 import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from spark_checkpoint.settings import PREFIX
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
+from spark_checkpoint.storage import (
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageError,
+    SymbolicLinkError,
+)
+
+
+def _id(text: str) -> int:
+    # Only ASCII digits: int() would also take "-1", " 7", "1_000" and other scripts' digits.
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not an id (a non-negative integer)")
+    return int(text)
 
 
 def _ids(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part]
+    return [_id(part) for part in text.split(",") if part]
 
 
 def _directory_name(text: str) -> str:
@@ -35,12 +50,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m spark_checkpoint.janitor")
     commands = parser.add_subparsers(dest="command", required=True)
     discard = commands.add_parser("discard-checkpoint", help="delete one checkpoint")
-    discard.add_argument("checkpoint_id", type=int)
+    discard.add_argument("checkpoint_id", type=_id)
     discard.add_argument(
         "--retained", type=_ids, default=[], help="ids whose shared files must stay (1,2,3)"
     )
     savepoint = commands.add_parser("discard-savepoint", help="delete one savepoint")
-    savepoint.add_argument("savepoint_id", type=int)
+    savepoint.add_argument("savepoint_id", type=_id)
     garbage = commands.add_parser("collect-garbage", help="delete what the registry does not list")
     garbage.add_argument("--checkpoints", type=_ids, default=[], help="registered ids (1,2)")
     garbage.add_argument("--savepoints", type=_ids, default=[], help="registered ids (1,2)")
@@ -61,9 +76,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if missing:
         print(f"not set: {', '.join(missing)}", file=sys.stderr)
         return 2
-    storage = CheckpointStorage(
-        JobStorageLayout(settings["STORAGE"], settings["NAMESPACE"], settings["JOB"])
-    )
+    try:
+        layout = JobStorageLayout(settings["STORAGE"], settings["NAMESPACE"], settings["JOB"])
+        storage = CheckpointStorage(layout)
+    except (ValueError, ImportError) as error:  # a bad name, or no fsspec for the URI
+        print(f"bad settings: {error}", file=sys.stderr)
+        return 2
     try:
         match arguments.command:
             case "discard-checkpoint":
@@ -80,6 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
             case "remove-live-directory":
                 directory = Path(settings["LIVE_ROOT"]) / arguments.name
+                if directory.is_symlink():
+                    raise SymbolicLinkError(str(directory), os.readlink(directory))
                 if directory.exists():
                     shutil.rmtree(directory)
                     print(f"removed {directory}")

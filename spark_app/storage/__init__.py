@@ -10,6 +10,7 @@ from .errors import (
     MissingFileError,
     NotEmptyError,
     StorageError,
+    SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "NotEmptyError",
     "StorageError",
     "StorageFileSystem",
+    "SymbolicLinkError",
     "TaskAcknowledgement",
     "TruncatedMetadataError",
     "UnknownFormatVersionError",

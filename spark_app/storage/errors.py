@@ -75,3 +75,20 @@ class InvalidMetadataError(StorageError):
 
 class NotEmptyError(StorageError):
     """A restore target directory already has content; restoring never merges into it."""
+
+
+class SymbolicLinkError(StorageError):
+    """A symbolic link inside a job's storage directory.
+
+    Nothing in this package creates one, and following one could read or delete files
+    outside the job's directory, so every operation that meets one refuses it.
+    """
+
+    def __init__(self, path: str, target: str) -> None:
+        super().__init__(
+            path,
+            f"is a symbolic link (to {target!r}); links are never followed out of the "
+            "job's storage directory: remove the link",
+        )
+        self.args = (path, target)
+        self.target = target

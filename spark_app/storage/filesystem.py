@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import posixpath
+import stat
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import IO, Any, TypeVar
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import ChecksumMismatchError, MissingFileError
+from .errors import ChecksumMismatchError, MissingFileError, SymbolicLinkError
 
 _CHUNK_SIZE = 1024 * 1024
 # A hard link failing with one of these means "not possible here" (another device, a
@@ -76,11 +77,20 @@ class StorageFileSystem:
       object becomes visible only when its upload completes, so a put is atomic per
       object. A filesystem that is neither (e.g. HDFS, where a file is visible while
       being written) would need a write-then-rename branch here.
+
+    Symbolic links: below the directory given as `confined_to` (a job's directory), no
+    path is followed through a symbolic link. Every operation whose path crosses one, and
+    a listing that meets one, raises SymbolicLinkError instead: a link placed there could
+    otherwise make a delete or a read reach files outside the job's directory. (Object
+    stores have no links.)
     """
 
-    def __init__(self, fs: Any) -> None:
+    def __init__(self, fs: Any, confined_to: str | None = None) -> None:
         self._fs = fs
         self._is_local = isinstance(fs, LocalFileSystem)
+        self._boundary = (
+            None if confined_to is None else self._fs._strip_protocol(confined_to).rstrip("/")
+        )
 
     @classmethod
     def for_url(cls, url: str) -> StorageFileSystem:
@@ -88,10 +98,19 @@ class StorageFileSystem:
         fs, _ = url_to_fs(url)
         return cls(fs)
 
+    def confined(self, directory: str) -> StorageFileSystem:
+        """This filesystem, refusing symbolic links below `directory` (see the class)."""
+        return StorageFileSystem(self._fs, confined_to=directory)
+
     @property
     def is_local(self) -> bool:
         """True if storage is the local filesystem (atomic renames and hard links work)."""
         return self._is_local
+
+    def require_no_link(self, path: str) -> None:
+        """Raise SymbolicLinkError if `path` goes through a link (see the class docstring);
+        for checking every path of a multi-step delete before the first step."""
+        self._native(path)
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of the file at `path`."""
@@ -124,6 +143,8 @@ class StorageFileSystem:
     def list_files(self, path: str) -> list[str]:
         """Sorted paths, relative to `path`, of all files below the directory `path`."""
         base = self._native(path).rstrip("/")
+        if self._is_local and self._boundary is not None:
+            return sorted(_local_files_refusing_links(base))
         return sorted(found[len(base) + 1 :] for found in self._fs.find(base))
 
     def delete_file(self, path: str) -> None:
@@ -233,7 +254,36 @@ class StorageFileSystem:
     def _native(self, path: str) -> str:
         # The wrapped filesystem's own form of the path: no protocol, absolute if local.
         native: str = self._fs._strip_protocol(path)
+        if self._is_local and self._boundary is not None:
+            _require_no_link_below(self._boundary, native)
         return native
+
+
+def _require_no_link_below(boundary: str, native: str) -> None:
+    """Raise SymbolicLinkError if a component of `native` below `boundary` is a link."""
+    if not native.startswith(boundary + "/"):
+        return
+    current = boundary
+    for part in native[len(boundary) + 1 :].split("/"):
+        current = f"{current}/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            return  # nothing further down exists, so nothing there is a link
+        if stat.S_ISLNK(mode):
+            raise SymbolicLinkError(current, os.readlink(current))
+
+
+def _local_files_refusing_links(base: str) -> list[str]:
+    """Paths relative to `base` of the files below it, never descending through a link."""
+    found: list[str] = []
+    for directory, subdirectories, files in os.walk(base):  # os.walk does not follow links
+        for name in (*subdirectories, *files):
+            path = os.path.join(directory, name)
+            if os.path.islink(path):
+                raise SymbolicLinkError(path, os.readlink(path))
+        found.extend(os.path.relpath(os.path.join(directory, name), base) for name in files)
+    return found
 
 
 def _stream_digest(source: IO[bytes], write: Callable[[bytes], object] | None) -> FileDigest:

@@ -44,7 +44,10 @@ class CheckpointStorage:
 
     def __init__(self, layout: JobStorageLayout, fs: StorageFileSystem | None = None) -> None:
         self.layout = layout
-        self.fs = fs if fs is not None else StorageFileSystem.for_url(layout.root)
+        # Every path this class builds is below the job's directory; a link placed there
+        # must not lead a delete or a read outside of it.
+        base = fs if fs is not None else StorageFileSystem.for_url(layout.root)
+        self.fs = base.confined(layout.job_root)
 
     def add_shared_file(self, local_src: str, path: str, link: bool = True) -> ManifestEntry:
         """Store a checkpoint file in `shared/`, content-addressed, and return its entry.
@@ -145,6 +148,7 @@ class CheckpointStorage:
             raise ValueError(f"checkpoint {checkpoint_id} cannot be discarded and retained")
         # Read everything needed before changing anything, so bad input changes nothing.
         keep = self._referenced_locations(retained_ids) | set(protected_locations)
+        self.fs.require_no_link(self.layout.checkpoint_dir(checkpoint_id))
         manifest = self._manifest_to_discard(checkpoint_id)
         if manifest is not None:
             for location in sorted(manifest.locations - keep):
@@ -153,6 +157,7 @@ class CheckpointStorage:
 
     def discard_savepoint(self, savepoint_id: int) -> None:
         """Delete savepoint `savepoint_id` (its `_metadata` first, then its directory)."""
+        self.fs.require_no_link(self.layout.savepoint_dir(savepoint_id))
         self.fs.delete_file(self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id))
         self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
 
@@ -171,23 +176,20 @@ class CheckpointStorage:
         - shared files (including temporary files of interrupted copies) that no
           registered checkpoint references and that are not in `protected_locations`.
 
-        If a registered checkpoint's `_metadata` cannot be read, this raises before
-        deleting anything: storage disagrees with the registry, which needs a human.
+        If a registered checkpoint's `_metadata` cannot be read, or a symbolic link is in
+        the way (SymbolicLinkError), this raises before deleting anything: storage
+        disagrees with the registry, or was tampered with, which needs a human.
         """
         checkpoint_ids = set(registered_checkpoints)
         savepoint_ids = set(registered_savepoints)
         keep = self._referenced_locations(checkpoint_ids) | set(protected_locations)
 
+        # Everything to delete is decided, and checked for links, before the first delete.
         deleted_checkpoints = [
             checkpoint_id
             for checkpoint_id in self._snapshot_dir_ids(CheckpointKind.CHECKPOINT)
             if checkpoint_id not in checkpoint_ids
         ]
-        for checkpoint_id in deleted_checkpoints:
-            # `_metadata` first, as in discard_checkpoint.
-            self.fs.delete_file(self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id))
-            self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
-
         deleted_savepoints = [
             savepoint_id
             for savepoint_id in self._snapshot_dir_ids(CheckpointKind.SAVEPOINT)
@@ -196,9 +198,6 @@ class CheckpointStorage:
                 self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
             )
         ]
-        for savepoint_id in deleted_savepoints:
-            self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
-
         deleted_locations = [
             location
             for location in (
@@ -207,6 +206,16 @@ class CheckpointStorage:
             )
             if location not in keep
         ]
+        self._require_no_links(
+            [self.layout.checkpoint_dir(checkpoint_id) for checkpoint_id in deleted_checkpoints]
+        )
+
+        for checkpoint_id in deleted_checkpoints:
+            # `_metadata` first, as in discard_checkpoint.
+            self.fs.delete_file(self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id))
+            self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
+        for savepoint_id in deleted_savepoints:
+            self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
         for location in deleted_locations:
             self.fs.delete_file(self.layout.location_path(location))
 
@@ -276,11 +285,14 @@ class CheckpointStorage:
         if self.fs.exists(metadata_path):
             data = self.fs.read_bytes(metadata_path)
             manifest = self._parse_manifest(data, metadata_path, kind, checkpoint_id)
+            self._require_no_links(manifest)  # before the first change
             self.fs.write_atomic(discarding_path, data)
             self.fs.delete_file(metadata_path)
             return manifest
         if self.fs.exists(discarding_path):
-            return self._read_manifest(discarding_path, kind, checkpoint_id)
+            manifest = self._read_manifest(discarding_path, kind, checkpoint_id)
+            self._require_no_links(manifest)
+            return manifest
         return None
 
     def _referenced_locations(self, checkpoint_ids: Iterable[int]) -> set[str]:
@@ -296,6 +308,14 @@ class CheckpointStorage:
             for snapshot_id in (parse_snapshot_dir_name(kind, name) for name in names)
             if snapshot_id is not None
         )
+
+    def _require_no_links(self, what: Iterable[str] | CheckpointMetadata) -> None:
+        """Raise SymbolicLinkError if one of these paths (or a manifest's files) goes
+        through a link: checked for all before a multi-step delete changes anything."""
+        if isinstance(what, CheckpointMetadata):
+            what = [self.layout.location_path(location) for location in sorted(what.locations)]
+        for path in what:
+            self.fs.require_no_link(path)
 
     def _require_stored_size(self, entry: ManifestEntry) -> str:
         """The storage path of `entry`, after checking a file of its size is there."""

@@ -1,11 +1,21 @@
 """`python -m spark_checkpoint.janitor`: what a cleanup pod runs while no driver does."""
 
+import dataclasses
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+)
 
 
 def _janitor(
@@ -105,3 +115,163 @@ def test_removing_a_live_directory_needs_the_claims_root(tmp_path: Path) -> None
 
     assert result.returncode == 2
     assert "SPARK_CHECKPOINT_LIVE_ROOT" in result.stderr
+
+
+# ---------------------------------------------------------------- symbolic links (issue 12, #7)
+
+
+def _outside(tmp_path: Path) -> Path:
+    """Files outside every job's directory that a link inside one points at."""
+    outside = tmp_path / "elsewhere"
+    for relative in ("ab/precious-1", "ab/precious-2", "sp-3/part", "top-file"):
+        (outside / relative).parent.mkdir(parents=True, exist_ok=True)
+        (outside / relative).write_text("not the job's")
+    return outside
+
+
+def _intact(outside: Path) -> bool:
+    return all(
+        (outside / relative).read_text() == "not the job's"
+        for relative in ("ab/precious-1", "ab/precious-2", "sp-3/part", "top-file")
+    )
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [
+        ("shared", ""),  # the whole shared directory
+        ("shared/ab", "ab"),  # one fan-out directory of it
+        ("chk-9", "ab"),  # an unregistered checkpoint
+        ("savepoints", ""),  # every savepoint (sp-3 has no _metadata: garbage)
+        ("savepoints/sp-5", "sp-3"),  # one savepoint directory
+        ("shared/ab/link-to-file", "top-file"),  # a file of shared/
+    ],
+)
+def test_garbage_collection_refuses_a_symbolic_link_and_deletes_nothing(
+    tmp_path: Path, job_storage: Path, link: str, target: str
+) -> None:
+    outside = _outside(tmp_path)
+    if (job_storage / link).is_dir():
+        shutil.rmtree(job_storage / link)  # replaced by the link
+    (job_storage / link).parent.mkdir(parents=True, exist_ok=True)
+    (job_storage / link).symlink_to(outside / target)
+
+    result = _janitor(tmp_path, "collect-garbage", "--checkpoints=", "--savepoints=2")
+
+    assert result.returncode == 1, result.stdout
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("collect-garbage failed: ") and "is a symbolic link" in last
+    assert "Traceback" not in result.stderr
+    assert _intact(outside)
+    assert (job_storage / "chk-3" / "part").exists(), "refused before deleting anything"
+
+
+def test_discarding_a_checkpoint_through_a_linked_directory_is_refused(
+    tmp_path: Path, job_storage: Path
+) -> None:
+    outside = _outside(tmp_path)
+    (job_storage / "chk-7").symlink_to(outside / "ab")
+
+    result = _janitor(tmp_path, "discard-checkpoint", "7")
+
+    assert result.returncode == 1
+    assert "is a symbolic link" in result.stderr.strip().splitlines()[-1]
+    assert _intact(outside)
+
+
+def test_discarding_a_checkpoint_whose_shared_files_are_behind_a_link_is_refused(
+    tmp_path: Path, make_metadata: Callable[..., CheckpointMetadata]
+) -> None:
+    storage = CheckpointStorage(JobStorageLayout(tmp_path.as_uri(), "default", "orders"))
+    source = tmp_path / "live" / "state" / "1.delta"
+    source.parent.mkdir(parents=True)
+    source.write_text("state of batch 1")
+    entry = storage.add_shared_file(str(source), "state/1.delta", link=False)
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 1, [entry])
+    storage.write_metadata(dataclasses.replace(meta, namespace="default", job="orders"))
+    shared = tmp_path / "default" / "orders" / "shared"
+    moved = tmp_path / "elsewhere"
+    shared.rename(moved)
+    shared.symlink_to(moved)
+
+    result = _janitor(tmp_path, "discard-checkpoint", "1")
+
+    assert result.returncode == 1
+    assert "is a symbolic link" in result.stderr
+    assert (moved / entry.location.removeprefix("shared/")).exists()
+    assert (tmp_path / "default/orders/chk-1/_metadata").exists(), "nothing changed"
+
+
+def test_discarding_a_linked_savepoint_is_refused(tmp_path: Path, job_storage: Path) -> None:
+    outside = _outside(tmp_path)
+    (job_storage / "savepoints" / "sp-8").symlink_to(outside / "sp-3")
+
+    result = _janitor(tmp_path, "discard-savepoint", "8")
+
+    assert result.returncode == 1
+    assert "is a symbolic link" in result.stderr
+    assert _intact(outside)
+
+
+def test_a_live_directory_that_is_a_link_is_refused(tmp_path: Path) -> None:
+    outside = _outside(tmp_path)
+    (tmp_path / "claim").mkdir()
+    (tmp_path / "claim" / "orders-1a2b").symlink_to(outside)
+
+    result = _janitor(
+        tmp_path,
+        "remove-live-directory",
+        "orders-1a2b",
+        SPARK_CHECKPOINT_LIVE_ROOT=str(tmp_path / "claim"),
+    )
+
+    assert result.returncode == 1
+    assert "is a symbolic link" in result.stderr
+    assert _intact(outside)
+
+
+# ---------------------------------------------------------------- bad settings (issue 12, #9)
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("SPARK_CHECKPOINT_NAMESPACE", "Not_A_Label"),
+        ("SPARK_CHECKPOINT_NAMESPACE", "default\n"),
+        ("SPARK_CHECKPOINT_JOB", "../../etc"),
+        ("SPARK_CHECKPOINT_JOB", "x" * 254),
+        ("SPARK_CHECKPOINT_STORAGE", "nosuchprotocol://bucket/prefix"),
+    ],
+)
+def test_a_bad_job_namespace_or_storage_exits_2_naming_it(
+    tmp_path: Path, job_storage: Path, variable: str, value: str
+) -> None:
+    result = _janitor(tmp_path, "collect-garbage", **{variable: value})
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    named = {"SPARK_CHECKPOINT_NAMESPACE": "namespace", "SPARK_CHECKPOINT_JOB": "job"}
+    assert named.get(variable, "nosuchprotocol") in result.stderr
+    assert (job_storage / "chk-3").exists()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("discard-checkpoint", "-1"),
+        ("discard-checkpoint", "٣"),  # an Arabic-Indic three: int() would take it
+        ("discard-checkpoint", "3", "--retained=4,-1"),
+        ("discard-savepoint", "1_0"),
+        ("collect-garbage", "--checkpoints=3, 4"),
+    ],
+)
+def test_a_bad_id_exits_2_and_deletes_nothing(
+    tmp_path: Path, job_storage: Path, arguments: tuple[str, ...]
+) -> None:
+    result = _janitor(tmp_path, *arguments)
+
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "is not an id" in result.stderr
+    assert (job_storage / "chk-3").exists() and (job_storage / "savepoints/sp-2").exists()

@@ -21,6 +21,7 @@ from spark_checkpoint.storage import (
     MissingFileError,
     NotEmptyError,
     StorageFileSystem,
+    SymbolicLinkError,
     TruncatedMetadataError,
 )
 
@@ -543,3 +544,75 @@ def test_the_whole_cycle_on_an_object_store(
     storage.verify(second)
     storage.materialize(second, str(tmp_path / "restore"))
     assert all_files(tmp_path / "restore") == ["b", "c"]
+
+
+# ---------------------------------------------------------------- symbolic links (issue 12, #7)
+
+
+def _move_behind_link(directory: Path, elsewhere: Path) -> None:
+    directory.rename(elsewhere)
+    directory.symlink_to(elsewhere)
+
+
+def test_restoring_through_a_linked_shared_directory_is_refused(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+    tmp_path: Path,
+) -> None:
+    meta = take_checkpoint(1, {"state/1.delta": b"one"})
+    _move_behind_link(job_root / "shared", tmp_path / "elsewhere")
+
+    with pytest.raises(SymbolicLinkError, match="shared: is a symbolic link"):
+        storage.materialize(meta, str(tmp_path / "restored"))
+    with pytest.raises(SymbolicLinkError):
+        storage.verify(meta)
+    assert not (tmp_path / "restored").exists()
+
+
+def test_listing_through_a_linked_savepoints_directory_is_refused(
+    storage: CheckpointStorage, job_root: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "elsewhere" / "sp-4").mkdir(parents=True)
+    (job_root).mkdir(parents=True)
+    (job_root / "savepoints").symlink_to(tmp_path / "elsewhere")
+
+    with pytest.raises(SymbolicLinkError, match="savepoints: is a symbolic link"):
+        storage.list_ids(SAVEPOINT)
+    with pytest.raises(SymbolicLinkError):
+        storage.discard_savepoint(4)
+    assert (tmp_path / "elsewhere" / "sp-4").is_dir()
+
+
+def test_a_linked_metadata_file_is_not_read(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+    tmp_path: Path,
+) -> None:
+    take_checkpoint(1, {"state/1.delta": b"one"})
+    (job_root / "chk-1" / "_metadata").rename(tmp_path / "foreign-metadata")
+    (job_root / "chk-1" / "_metadata").symlink_to(tmp_path / "foreign-metadata")
+
+    with pytest.raises(SymbolicLinkError, match="_metadata: is a symbolic link"):
+        storage.read_metadata(CHECKPOINT, 1)
+    with pytest.raises(SymbolicLinkError):
+        storage.discard_checkpoint(1, retained=[])
+    assert (tmp_path / "foreign-metadata").exists()
+
+
+def test_links_above_the_jobs_directory_are_the_administrators_and_work(
+    tmp_path: Path, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> None:
+    """A storage root mounted or linked elsewhere is ordinary; only the job's own
+    directory is guarded."""
+    (tmp_path / "volume").mkdir()
+    (tmp_path / "root-link").symlink_to(tmp_path / "volume")
+    layout = JobStorageLayout(str(tmp_path / "root-link"), "team-a", "orders.v2")
+    storage = CheckpointStorage(layout)
+    entry = storage.add_shared_file(spark_file("state/1.delta", b"one"), "state/1.delta")
+    storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+
+    storage.verify(storage.read_metadata(CHECKPOINT, 1))
+    assert storage.collect_garbage([], []).checkpoint_ids == (1,)
+    assert not (tmp_path / "volume" / "team-a" / "orders.v2" / "chk-1").exists()
