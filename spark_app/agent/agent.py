@@ -298,12 +298,30 @@ class CheckpointAgent:
         return snapshot.finalized
 
     def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        """The coordinator registered the image: sinks may commit batches <= batch_id."""
+        """The coordinator registered the image: sinks may commit batches <= batch_id.
+
+        Only an image this agent finalized can complete, and only at its own batch:
+        sinks committing past the newest restorable image would break exactly-once, so
+        anything else is refused (404, 409) before a sink hears of it. Repeating a
+        completion is allowed (the coordinator cannot know whether the first arrived).
+        """
         with self._lock:
-            snapshot = self._snapshots.get(checkpoint_id)
-            after = snapshot.after if snapshot else AfterCompletion.CONTINUE
-            if snapshot is not None:
-                snapshot.state = SnapshotState.COMPLETED
+            snapshot = self._require(checkpoint_id)
+            completable = (SnapshotState.FINALIZED, SnapshotState.COMPLETED)
+            if snapshot.plan is None or snapshot.state not in completable:
+                raise AgentRequestError(
+                    409,
+                    f"checkpoint {checkpoint_id} is {snapshot.state}: only a finalized image "
+                    "can complete",
+                )
+            if batch_id != snapshot.plan.batch_id:
+                raise AgentRequestError(
+                    409,
+                    f"checkpoint {checkpoint_id} is an image of batch "
+                    f"{snapshot.plan.batch_id}, not of batch {batch_id}",
+                )
+            snapshot.state = SnapshotState.COMPLETED
+            after = snapshot.after
         for participant in self._participants:
             participant.on_checkpoint_complete(batch_id)
         with self._notified:

@@ -4,8 +4,10 @@ the driver. Every request needs the job's bearer token."""
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import math
+import re
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -20,6 +22,9 @@ log = logging.getLogger(__name__)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Number = TypeVar("Number", int, float)
 
+# Ids and batch ids are int64 wherever they are recorded (the job's status in Kubernetes).
+MAX_ID = 2**63 - 1
+_CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
 # The longest a status request waits for a change (``wait`` is capped to it).
 MAX_WAIT_SECONDS = 30.0
 # Query state and tasks change without telling the agent: a waiting status request
@@ -48,6 +53,79 @@ def _parameter(
     if not valid:
         raise ValueError(f"query parameter {name!r} must be {meaning}, got {text!r}")
     return value
+
+
+def _bad_request(message: str) -> AgentRequestError:
+    return AgentRequestError(400, f"bad request: {message}")
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+async def _json_object(request: web.Request) -> dict[str, Any]:
+    """The request's body: a JSON object, else a 400 that says what is wrong with it."""
+    raw = await request.read()
+    try:
+        document = json.loads(raw, parse_constant=_refuse_constant)
+    except RecursionError:
+        raise _bad_request("the body is nested too deeply") from None
+    except ValueError as error:  # not JSON, not UTF-8, an integer of more than 4300 digits
+        raise _bad_request(f"the body is not JSON: {error}") from None
+    if not isinstance(document, dict):
+        raise _bad_request(f"the body must be a JSON object, got {type(document).__name__}")
+    return document
+
+
+def _required(body: dict[str, Any], name: str) -> Any:
+    if name not in body:
+        raise _bad_request(f"field {name!r} is missing")
+    return body[name]
+
+
+def _id_value(value: Any, field: str) -> int:
+    """An id or batch id: a JSON integer from 0 to MAX_ID (no string, float or boolean)."""
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise _bad_request(f"{field} must be an integer from 0 to {MAX_ID}, got {_shown(value)}")
+    return value
+
+
+def _id_list(body: dict[str, Any], name: str) -> list[int]:
+    values = _required(body, name)
+    if not isinstance(values, list):
+        raise _bad_request(f"{name} must be a list of ids, got {_shown(values)}")
+    return [_id_value(value, f"{name}[{index}]") for index, value in enumerate(values)]
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise _bad_request(f"{field} must be a string, got {_shown(value)}")
+    return value
+
+
+Choice = TypeVar("Choice", CheckpointKind, AfterCompletion)
+
+
+def _choice(values: type[Choice], value: Any, field: str) -> Choice:
+    if not isinstance(value, str) or value not in set(values):
+        allowed = ", ".join(repr(str(member)) for member in values)
+        raise _bad_request(f"{field} must be one of {allowed}, got {_shown(value)}")
+    return values(value)
+
+
+def _path_id(request: web.Request) -> int:
+    # The route admits ASCII digits only; leading zeros and int64 overflow are refused here.
+    text = request.match_info["id"]
+    if not _CANONICAL_ID.fullmatch(text) or len(text) > 19 or int(text) > MAX_ID:
+        raise _bad_request(
+            f"the id in the path must be an integer from 0 to {MAX_ID}, got {text!r}"
+        )
+    return int(text)
 
 
 async def _in_thread(call: Callable[[], Any]) -> Any:
@@ -101,14 +179,15 @@ class _StatusRoute:
 def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     @web.middleware
     async def authenticate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        supplied = request.headers.get("Authorization", "")
-        if not hmac.compare_digest(supplied.encode(), f"Bearer {token}".encode()):
+        # aiohttp decodes header bytes that are not UTF-8 as lone surrogates: encode them back.
+        supplied = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        if not hmac.compare_digest(supplied, f"Bearer {token}".encode()):
             return web.json_response({"error": "missing or wrong bearer token"}, status=401)
         try:
             return await handler(request)
         except AgentRequestError as error:
             return web.json_response({"error": str(error)}, status=error.status)
-        except (KeyError, ValueError, TypeError) as error:
+        except ValueError as error:  # an argument the agent or storage refuses
             return web.json_response({"error": f"bad request: {error}"}, status=400)
         except (StorageError, OSError) as error:
             log.warning("%s %s failed: %s", request.method, request.path, error)
@@ -117,48 +196,52 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     status = _StatusRoute(agent)
 
     async def trigger(request: web.Request) -> web.Response:
-        body = await request.json()
-        agent.trigger(
-            int(body["id"]),
-            CheckpointKind(body["kind"]),
-            AfterCompletion(body.get("after", "continue")),
-        )
+        body = await _json_object(request)
+        checkpoint_id = _id_value(_required(body, "id"), "id")
+        kind = _choice(CheckpointKind, _required(body, "kind"), "kind")
+        after = _choice(AfterCompletion, body.get("after", "continue"), "after")
+        agent.trigger(checkpoint_id, kind, after)
         return web.json_response({"accepted": True}, status=202)
 
     async def finalize(request: web.Request) -> web.Response:
-        body = await request.json()
-        checkpoint_id = int(request.match_info["id"])
-        path, size = await _in_thread(lambda: agent.finalize(checkpoint_id, list(body["tasks"])))
+        checkpoint_id = _path_id(request)
+        body = await _json_object(request)
+        tasks = _required(body, "tasks")
+        if not isinstance(tasks, list):
+            raise _bad_request(f"tasks must be a list of task names, got {_shown(tasks)}")
+        names = [_string(task, f"tasks[{index}]") for index, task in enumerate(tasks)]
+        path, size = await _in_thread(lambda: agent.finalize(checkpoint_id, names))
         return web.json_response({"path": path, "sizeBytes": size})
 
     async def complete(request: web.Request) -> web.Response:
-        body = await request.json()
-        checkpoint_id = int(request.match_info["id"])
-        await _in_thread(lambda: agent.complete(checkpoint_id, int(body["batchId"])))
+        checkpoint_id = _path_id(request)
+        body = await _json_object(request)
+        batch_id = _id_value(_required(body, "batchId"), "batchId")
+        await _in_thread(lambda: agent.complete(checkpoint_id, batch_id))
         return web.json_response({"notified": True})
 
     async def abort(request: web.Request) -> web.Response:
-        body = await request.json()
-        checkpoint_id = int(request.match_info["id"])
-        await _in_thread(lambda: agent.abort(checkpoint_id, str(body.get("reason", ""))))
+        checkpoint_id = _path_id(request)
+        body = await _json_object(request)
+        reason = _string(body.get("reason", ""), "reason")
+        await _in_thread(lambda: agent.abort(checkpoint_id, reason))
         return web.json_response({"aborted": True})
 
     async def discard_checkpoint(request: web.Request) -> web.Response:
-        body = await request.json()
-        checkpoint_id = int(request.match_info["id"])
-        retained = [int(r) for r in body["retained"]]
+        checkpoint_id = _path_id(request)
+        retained = _id_list(await _json_object(request), "retained")
         await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, retained))
         return web.json_response({"discarded": True})
 
     async def discard_savepoint(request: web.Request) -> web.Response:
-        savepoint_id = int(request.match_info["id"])
+        savepoint_id = _path_id(request)
         await _in_thread(lambda: agent.discard_savepoint(savepoint_id))
         return web.json_response({"discarded": True})
 
     async def collect_garbage(request: web.Request) -> web.Response:
-        body = await request.json()
-        checkpoints = [int(c) for c in body["checkpoints"]]
-        savepoints = [int(s) for s in body["savepoints"]]
+        body = await _json_object(request)
+        checkpoints = _id_list(body, "checkpoints")
+        savepoints = _id_list(body, "savepoints")
         return web.json_response(
             await _in_thread(lambda: agent.collect_garbage(checkpoints, savepoints))
         )
@@ -170,11 +253,12 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         [
             web.get("/v1/status", status.handle),
             web.post("/v1/checkpoints", trigger),
-            web.post("/v1/checkpoints/{id:\\d+}/finalize", finalize),
-            web.post("/v1/checkpoints/{id:\\d+}/complete", complete),
-            web.post("/v1/checkpoints/{id:\\d+}/abort", abort),
-            web.post("/v1/checkpoints/{id:\\d+}/discard", discard_checkpoint),
-            web.post("/v1/savepoints/{id:\\d+}/discard", discard_savepoint),
+            # [0-9], not \\d: \\d also matches other scripts' digits, which int() would take.
+            web.post("/v1/checkpoints/{id:[0-9]+}/finalize", finalize),
+            web.post("/v1/checkpoints/{id:[0-9]+}/complete", complete),
+            web.post("/v1/checkpoints/{id:[0-9]+}/abort", abort),
+            web.post("/v1/checkpoints/{id:[0-9]+}/discard", discard_checkpoint),
+            web.post("/v1/savepoints/{id:[0-9]+}/discard", discard_savepoint),
             web.post("/v1/storage/collect-garbage", collect_garbage),
         ]
     )

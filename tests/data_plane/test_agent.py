@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -15,71 +14,13 @@ from typing import Any
 import aiohttp
 import pytest
 
+from helpers.agent import TOKEN, Running
 from spark_checkpoint.agent import server
-from spark_checkpoint.agent.agent import AfterCompletion, CheckpointAgent, QueryView
-from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.agent.agent import AfterCompletion, QueryView
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
-
-TOKEN = "s3cret-token"
-
-
-class RecordingParticipant:
-    def __init__(self) -> None:
-        self.completed: list[int] = []
-        self.restored: list[int | None] = []
-
-    def on_checkpoint_complete(self, batch_id: int) -> None:
-        self.completed.append(batch_id)
-
-    def on_restore(self, restored_batch: int | None) -> None:
-        self.restored.append(restored_batch)
-
-
-def _live_location(root: Path, batches: int) -> Path:
-    location = root / "live"
-    files = {"metadata": json.dumps({"id": "0b7c6a0e-query"})}
-    for b in range(batches):
-        files |= {f"offsets/{b}": f"offsets {b}", f"commits/{b}": f"commit {b}"}
-        files |= {f"sources/0/{b}": f"source {b}"}
-        for p in range(2):
-            files[f"state/0/{p}/{b + 1}.delta"] = f"delta {p} {b + 1}" * 50
-    for relative, text in files.items():
-        (location / relative).parent.mkdir(parents=True, exist_ok=True)
-        (location / relative).write_text(text)
-    return location
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Running:
-    def __init__(self, tmp_path: Path, batches: int = 3) -> None:
-        self.location = _live_location(tmp_path, batches)
-        self.storage = CheckpointStorage(
-            JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
-        )
-        self.participant = RecordingParticipant()
-        self.view = QueryView("running", idle=True)
-        self.agent = CheckpointAgent(
-            storage=self.storage,
-            location=self.location,
-            pin_root=tmp_path / "pins",
-            participants=[self.participant],
-            query_view=lambda: self.view,
-            restored_from=None,
-            attempt=1,
-        )
-        self.port = _free_port()
-        self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
-
-    def client(self, token: str = TOKEN) -> AgentClient:
-        return AgentClient(f"http://127.0.0.1:{self.port}", token)
 
 
 @pytest.fixture

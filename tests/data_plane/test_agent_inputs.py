@@ -1,0 +1,165 @@
+"""Bad input to the agent over real HTTP (issue 12, defect 8): every request the agent
+cannot honour gets a 4xx naming the problem, and changes nothing: no sink commits, no
+file is written, no snapshot starts."""
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from helpers.agent import Running, raw_request
+from spark_checkpoint.agent.server import MAX_ID
+
+TASKS = ["logs", "state-0-0", "state-0-1"]
+
+
+@pytest.fixture
+def running(tmp_path: Path) -> Iterator[Running]:
+    job = Running(tmp_path)
+    job.server.start()
+    yield job
+    job.server.stop()
+    job.agent.close()
+
+
+def _post(running: Running, path: str, body: object) -> tuple[int, dict[str, object]]:
+    answer = raw_request(running.port, b"POST", path.encode(), json.dumps(body).encode())
+    return answer.status, json.loads(answer.body)
+
+
+def _finalized(running: Running, checkpoint_id: int) -> None:
+    assert _post(running, "/v1/checkpoints", {"id": checkpoint_id, "kind": "checkpoint"})[0] == 202
+    deadline = time.monotonic() + 20
+    while not any(
+        s["id"] == checkpoint_id and s["state"] == "acknowledged"
+        for s in running.agent.status()["checkpoints"]
+    ):
+        assert time.monotonic() < deadline, running.agent.status()
+        time.sleep(0.05)
+    status, _ = _post(running, f"/v1/checkpoints/{checkpoint_id}/finalize", {"tasks": TASKS})
+    assert status == 200
+
+
+BAD_REQUESTS = [
+    # Ids: a JSON integer from 0 to 2^63-1, nothing coerced.
+    ("/v1/checkpoints", b'{"id": "7", "kind": "checkpoint"}', 400, "id must be an integer"),
+    ("/v1/checkpoints", b'{"id": 7.0, "kind": "checkpoint"}', 400, "id must be an integer"),
+    ("/v1/checkpoints", b'{"id": true, "kind": "checkpoint"}', 400, "id must be an integer"),
+    ("/v1/checkpoints", b'{"id": -7, "kind": "savepoint"}', 400, "got -7"),
+    ("/v1/checkpoints", b'{"id": 9223372036854775808, "kind": "savepoint"}', 400, "id must"),
+    ("/v1/checkpoints", b'{"id": 7, "kind": 5}', 400, "kind must be one of"),
+    ("/v1/checkpoints", b'{"id": 7, "kind": "checkpoint", "after": "later"}', 400, "after must"),
+    ("/v1/checkpoints", b'{"kind": "checkpoint"}', 400, "field 'id' is missing"),
+    ("/v1/checkpoints/007/complete", b'{"batchId": 2}', 400, "the id in the path"),
+    ("/v1/checkpoints/9223372036854775808/abort", b"{}", 400, "the id in the path"),
+    # Batch ids likewise; numbers JSON cannot hold.
+    ("/v1/checkpoints/1/complete", b'{"batchId": "2"}', 400, "batchId must be an integer"),
+    ("/v1/checkpoints/1/complete", b'{"batchId": 1e999}', 400, "got inf"),
+    ("/v1/checkpoints/1/complete", b'{"batchId": NaN}', 400, "NaN is not a JSON number"),
+    ("/v1/checkpoints/1/complete", b'{"batchId": ' + b"9" * 5000 + b"}", 400, "not JSON"),
+    ("/v1/checkpoints/1/complete", b"{}", 400, "field 'batchId' is missing"),
+    # Bodies that are not a JSON object.
+    ("/v1/checkpoints/1/abort", b"[]", 400, "must be a JSON object, got list"),
+    ("/v1/checkpoints/1/abort", b'"stop"', 400, "must be a JSON object, got str"),
+    ("/v1/checkpoints/1/abort", b"", 400, "not JSON"),
+    ("/v1/checkpoints/1/abort", b'{"reason": 5}', 400, "reason must be a string"),
+    ("/v1/checkpoints/1/abort", b"\xff\xfe{}", 400, "not JSON"),
+    ("/v1/checkpoints", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    ("/v1/checkpoints/1/finalize", b'{"tasks": "logs"}', 400, "tasks must be a list"),
+    ("/v1/checkpoints/1/finalize", b'{"tasks": ["logs", 0]}', 400, "tasks[1] must be a string"),
+    ("/v1/checkpoints/1/discard", b'{"retained": [2, "3"]}', 400, "retained[1] must be"),
+    ("/v1/storage/collect-garbage", b'{"checkpoints": [], "savepoints": [-1]}', 400, "savepoints"),
+    ("/v1/storage/collect-garbage", b'{"checkpoints": {}}', 400, "checkpoints must be a list"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "status", "message"), BAD_REQUESTS)
+def test_a_bad_request_is_refused_naming_the_problem_and_changes_nothing(
+    running: Running, path: str, body: bytes, status: int, message: str
+) -> None:
+    _finalized(running, 1)  # something a wrong request could damage
+    before = running.side_effects()
+
+    answer = raw_request(running.port, b"POST", path.encode(), body)
+
+    assert (answer.status, message in answer.error()) == (status, True), answer
+    assert running.side_effects() == before
+
+
+def test_an_id_in_other_scripts_digits_is_no_route(running: Running) -> None:
+    before = running.side_effects()
+    # U+0663 ARABIC-INDIC DIGIT THREE: int() reads it as 3; the route does not match it.
+    answer = raw_request(running.port, b"POST", b"/v1/checkpoints/%D9%A3/abort", b"{}")
+    assert answer.status == 404
+    assert running.side_effects() == before
+
+
+def test_completing_an_unknown_checkpoint_commits_nothing(running: Running) -> None:
+    status, body = _post(running, "/v1/checkpoints/424242/complete", {"batchId": 1_000_000_000})
+
+    assert (status, body) == (404, {"error": "checkpoint 424242 is unknown"})
+    assert running.participant.completed == []
+    assert running.agent.status()["awaitingFinalCheckpoint"] is False
+
+
+def test_completing_a_checkpoint_at_another_batch_commits_nothing(running: Running) -> None:
+    _finalized(running, 1)  # an image of batch 2
+    before = running.side_effects()
+
+    status, body = _post(running, "/v1/checkpoints/1/complete", {"batchId": 1_000_000_000})
+
+    assert status == 409
+    assert body["error"] == "checkpoint 1 is an image of batch 2, not of batch 1000000000"
+    assert running.side_effects() == before
+    assert _post(running, "/v1/checkpoints/1/complete", {"batchId": 2}) == (
+        200,
+        {"notified": True},
+    )
+    assert _post(running, "/v1/checkpoints/1/complete", {"batchId": 2})[0] == 200, "a repeat"
+    assert running.participant.completed == [2, 2]
+
+
+def test_completing_an_image_that_is_not_finalized_commits_nothing(running: Running) -> None:
+    assert _post(running, "/v1/checkpoints", {"id": 4, "kind": "checkpoint"})[0] == 202
+    deadline = time.monotonic() + 20
+    while running.agent.status()["checkpoints"][0]["state"] != "acknowledged":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+    status, body = _post(running, "/v1/checkpoints/4/complete", {"batchId": 2})
+
+    assert status == 409 and "only a finalized image can complete" in str(body["error"])
+    assert running.participant.completed == []
+    assert not (running.root / "storage/default/wordcount/chk-4").exists()
+
+
+def test_a_negative_savepoint_id_writes_nothing(running: Running) -> None:
+    status, _ = _post(running, "/v1/checkpoints", {"id": -7, "kind": "savepoint"})
+    time.sleep(0.3)  # a capture would have started copying by now
+
+    assert status == 400
+    assert not (running.root / "storage").exists()
+    assert not (running.root / "pins").exists()
+
+
+@pytest.mark.parametrize(
+    "authorization", [b"Bearer \xff\xfe", b"\xc3\x28", b"Bearer s3cret-token\x80", b""]
+)
+def test_a_token_that_is_not_utf8_is_unauthorized(running: Running, authorization: bytes) -> None:
+    answer = raw_request(
+        running.port,
+        b"GET",
+        b"/v1/status",
+        token=None,
+        headers=((b"Authorization", authorization),),
+    )
+
+    assert answer.status == 401
+    assert answer.error() == "missing or wrong bearer token"
+
+
+def test_the_upper_id_bound_is_accepted(running: Running) -> None:
+    status, body = _post(running, f"/v1/checkpoints/{MAX_ID}/abort", {"reason": "probe"})
+    assert (status, body) == (200, {"aborted": True})
