@@ -190,6 +190,7 @@ class JobStorageLayout:
 
     def savepoint_file_location(self, savepoint_id: int, path: str) -> str:
         """Location of a savepoint's copy of the file at `path` in the Spark checkpoint."""
+        require_snapshot_id(savepoint_id, "savepoint id")
         require_safe_relative_path(path, "path")
         return f"{snapshot_location_prefix(CheckpointKind.SAVEPOINT, savepoint_id)}{path}"
 

@@ -178,7 +178,7 @@ def test_missing_files_are_reported_with_their_path(fs: StorageFileSystem, tmp_p
     for read in (fs.read_bytes, fs.digest, lambda path: fs.copy_out(path, str(tmp_path / "o"))):
         with pytest.raises(MissingFileError) as raised:
             read(absent)
-        assert raised.value.path == absent
+        assert str(raised.value) == f"{absent}: no such file"
     assert fs.file_size(absent) is None
     assert fs.file_size(str(tmp_path)) is None  # a directory is not a file
 
@@ -232,6 +232,36 @@ def test_object_store_branch_on_an_in_memory_filesystem(
         fs.copy_in(str(source), f"{memory_root}/shared/c", digest_of(b"other"))
     assert not fs.exists(f"{memory_root}/shared/c")
 
+    # Object stores have no links: confining one changes nothing.
+    assert fs.confined(memory_root).list_files(f"{memory_root}/shared") == ["a", "b"]
+
     fs.delete_tree(f"{memory_root}/shared")
     fs.delete_tree(f"{memory_root}/shared")
     assert fs.list_files(f"{memory_root}/shared") == []
+
+
+def test_names_ending_in_any_character_are_listed_whole(
+    fs: StorageFileSystem, tmp_path: Path
+) -> None:
+    root = tmp_path / "filesX"
+    for name in ("chk-1X/_metadata", "sub/fileX", "fileX"):
+        fs.write_atomic(str(root / name), b"x")
+
+    assert fs.list_dir(str(root)) == ["chk-1X", "fileX", "sub"]
+    assert fs.list_files(str(root)) == ["chk-1X/_metadata", "fileX", "sub/fileX"]
+
+
+def test_a_name_too_long_for_its_temporary_file_fails_with_the_os_error(
+    fs: StorageFileSystem, source: Path, tmp_path: Path
+) -> None:
+    """The temporary file's name is longer than the final one: the OS refuses it, and the
+    failure is reported as such, with nothing left behind."""
+    stored = str(tmp_path / "stored")
+    fs.write_atomic(stored, CONTENT)
+    target = tmp_path / "restore" / ("x" * 250)
+
+    with pytest.raises(OSError) as raised:
+        fs.copy_out(stored, str(target))
+
+    assert raised.value.errno == errno.ENAMETOOLONG
+    assert all_files(tmp_path / "restore") == []

@@ -81,6 +81,11 @@ def test_rejects_negative_ids_and_bad_shared_names() -> None:
         layout.shared_location("ABC", "x")
     with pytest.raises(ValueError, match="file name"):
         layout.shared_location(SHA, "..")
+    # A savepoint's files live below its own directory: never `savepoints/sp--7/`.
+    with pytest.raises(ValueError, match="savepoint id must be a non-negative integer, got -7"):
+        layout.savepoint_file_location(-7, "offsets/0")
+    with pytest.raises(ValueError, match=r"^path must be a relative path"):
+        layout.savepoint_file_location(7, "../offsets/0")
 
 
 @pytest.mark.parametrize(

@@ -303,3 +303,49 @@ def test_errors_survive_pickling() -> None:
     ]
     for error in errors:
         assert str(pickle.loads(pickle.dumps(error))) == str(error)
+
+
+@pytest.mark.parametrize("field", ["trigger_time", "completion_time"])
+def test_a_timestamp_of_the_right_shape_but_no_real_time_names_its_field(
+    metadata: CheckpointMetadata, field: str
+) -> None:
+    document = document_of(metadata)
+    document[field] = "2026-13-01T25:00:00Z"  # matches the schema's pattern
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert (raised.value.path, raised.value.field) == (SOURCE, field)
+    assert str(raised.value).startswith(f"{SOURCE}: {field}: not a valid timestamp (")
+
+
+def test_an_object_where_a_string_belongs_names_the_field_not_its_keys(
+    metadata: CheckpointMetadata,
+) -> None:
+    document = document_of(metadata)
+    document["namespace"] = {"name": "team-a"}
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    assert raised.value.field == "namespace"
+
+
+# The schema's message for a string batch_id is "'<value>' is not of type 'integer'".
+_TYPE_MESSAGE_OVERHEAD = len("'' is not of type 'integer'")
+
+
+@pytest.mark.parametrize("length", [300, 301, 2000])
+def test_a_long_reason_is_shortened_to_300_characters(
+    metadata: CheckpointMetadata, length: int
+) -> None:
+    document = document_of(metadata)
+    value = "b" * (length - _TYPE_MESSAGE_OVERHEAD)
+    document["batch_id"] = value
+    message = f"'{value}' is not of type 'integer'"
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_json(encode(document), SOURCE)
+
+    reason = str(raised.value).removeprefix(f"{SOURCE}: batch_id: ")
+    assert reason == (message if length <= 300 else message[:297] + "...")

@@ -477,11 +477,43 @@ def test_materialize_refuses_a_target_with_content(
     not_a_directory = tmp_path / "file"
     not_a_directory.write_bytes(b"")
 
-    for target in (live, not_a_directory):
+    for target, reason in (
+        (live, "is not empty; a restore needs a fresh directory"),
+        (not_a_directory, "exists and is not a directory"),
+    ):
         with pytest.raises(NotEmptyError) as raised:
             storage.materialize(meta, str(target))
-        assert raised.value.path == str(target)
+        assert str(raised.value) == f"{target}: {reason}"
     assert all_files(live) == []
+
+
+def test_materialize_keeps_a_space_in_a_path_as_part_of_the_name(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+) -> None:
+    meta = take_checkpoint(1, {"sources/0/my input.txt": b"source"})
+
+    storage.materialize(meta, str(tmp_path / "restore"))
+
+    assert all_files(tmp_path / "restore") == ["sources/0/my input.txt"]
+
+
+def test_a_failed_restore_into_an_existing_directory_empties_it_of_files_and_directories(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    tmp_path: Path,
+) -> None:
+    files = {"metadata": b"{}", "offsets/0": b"o0", "state/0/0/1.delta": b"state"}
+    meta = take_checkpoint(1, files, link=False)
+    stored(storage, meta.files[2].location).unlink()  # the last one copied is missing
+    target = tmp_path / "restore"
+    target.mkdir()
+
+    with pytest.raises(MissingFileError):
+        storage.materialize(meta, str(target))
+
+    assert list(target.iterdir()) == []
 
 
 @pytest.mark.parametrize("target_exists", [False, True])
@@ -616,3 +648,44 @@ def test_links_above_the_jobs_directory_are_the_administrators_and_work(
     storage.verify(storage.read_metadata(CHECKPOINT, 1))
     assert storage.collect_garbage([], []).checkpoint_ids == (1,)
     assert not (tmp_path / "volume" / "team-a" / "orders.v2" / "chk-1").exists()
+
+
+def test_discarding_names_a_corrupt_metadata_file(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata], job_root: Path
+) -> None:
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    (job_root / "chk-1" / "_metadata").write_text('{"format_version": 1}')
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        storage.discard_checkpoint(1, retained=[])
+
+    assert raised.value.path == storage.layout.metadata_path(CHECKPOINT, 1)
+    assert (job_root / "chk-1" / "_metadata").exists()
+
+
+@pytest.mark.parametrize(
+    ("link", "target"),
+    [("shared/ab/cd", "directory"), ("shared/ab/cd/file", "file"), ("shared/top", "file")],
+)
+def test_garbage_collection_meets_a_link_deep_in_shared_and_deletes_nothing(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+    link: str,
+    target: str,
+) -> None:
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    outside = job_root.parent.parent / "outside"
+    (outside / "directory").mkdir(parents=True)
+    (outside / "directory" / "precious").write_text("not the job's")
+    (outside / "file").write_text("not the job's")
+    (job_root / link).parent.mkdir(parents=True, exist_ok=True)
+    (job_root / link).symlink_to(outside / target)
+    before = all_files(job_root)
+
+    with pytest.raises(SymbolicLinkError) as raised:
+        storage.collect_garbage([], [])
+
+    assert (raised.value.path, raised.value.target) == (str(job_root / link), str(outside / target))
+    assert all_files(job_root) == before
+    assert all_files(outside) == ["directory/precious", "file"]
