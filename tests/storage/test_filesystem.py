@@ -147,6 +147,37 @@ def test_link_in_copies_when_linking_is_not_possible(
 
     assert target.read_bytes() == CONTENT
     assert os.stat(target).st_ino != os.stat(source).st_ino
+    # The copy is checked against the digest the caller took: the source may have changed.
+    with pytest.raises(ChecksumMismatchError) as raised:
+        fs.link_in(str(source), str(tmp_path / "store" / "y"), digest_of(b"earlier content"))
+    assert raised.value.path == str(source)
+    assert not (tmp_path / "store" / "y").exists()
+
+
+@pytest.mark.parametrize("broken", ["fsync", "replace"])
+def test_a_failed_link_leaves_no_temporary_link(
+    fs: StorageFileSystem,
+    source: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    broken: str,
+) -> None:
+    monkeypatch.setattr(os, broken, failing)
+
+    with pytest.raises(OSError, match="simulated"):
+        fs.link_in(str(source), str(tmp_path / "store" / "x"), digest_of(CONTENT))
+
+    monkeypatch.undo()
+    assert all_files(tmp_path / "store") == []
+
+
+def test_a_size_mismatch_says_both_sizes(fs: StorageFileSystem, source: Path) -> None:
+    with pytest.raises(ChecksumMismatchError) as raised:
+        fs.digest(str(source)).require_match(digest_of(CONTENT + b"!"), "/s/x")
+
+    assert str(raised.value) == (
+        f"/s/x: size mismatch: expected {len(CONTENT) + 1} bytes, found {len(CONTENT)} bytes"
+    )
 
 
 def test_link_in_reports_other_errors(fs: StorageFileSystem, tmp_path: Path) -> None:
@@ -228,8 +259,11 @@ def test_object_store_branch_on_an_in_memory_filesystem(
     fs.copy_out(f"{memory_root}/shared/a", str(tmp_path / "out"), digest_of(CONTENT))
     assert (tmp_path / "out").read_bytes() == CONTENT
 
-    with pytest.raises(ChecksumMismatchError):
+    with pytest.raises(ChecksumMismatchError) as raised:
         fs.copy_in(str(source), f"{memory_root}/shared/c", digest_of(b"other"))
+    assert raised.value.path == str(source)
+    with pytest.raises(ChecksumMismatchError):
+        fs.link_in(str(source), f"{memory_root}/shared/c", digest_of(b"other"))
     assert not fs.exists(f"{memory_root}/shared/c")
 
     # Object stores have no links: confining one changes nothing.

@@ -105,8 +105,11 @@ def test_unknown_format_version(metadata: CheckpointMetadata) -> None:
 
     assert raised.value.path == SOURCE
     assert raised.value.version == FORMAT_VERSION + 1
-    assert SOURCE in str(raised.value)
-    assert "format_version 2" in str(raised.value)
+    assert raised.value.supported_version == FORMAT_VERSION
+    assert str(raised.value) == (
+        f"{SOURCE}: unknown format_version 2; this version of spark-checkpoint reads "
+        "format_version 1"
+    )
 
 
 @pytest.mark.parametrize("data", [b"", b"  \n"], ids=["empty", "whitespace"])
@@ -115,7 +118,7 @@ def test_empty_metadata_is_truncated(data: bytes) -> None:
         CheckpointMetadata.from_json(data, SOURCE)
 
     assert raised.value.path == SOURCE
-    assert "empty" in raised.value.reason
+    assert raised.value.reason == "the file is empty"
 
 
 def test_cut_short_metadata_is_truncated(metadata: CheckpointMetadata) -> None:
@@ -193,6 +196,7 @@ def test_schema_violation_names_the_field(
     assert raised.value.path == SOURCE
     assert raised.value.field == field
     assert str(raised.value).startswith(f"{SOURCE}: {field}: ")
+    assert len(str(raised.value)) > len(f"{SOURCE}: {field}: ") + 10, "the reason is given"
 
 
 def test_a_document_that_is_not_an_object_is_invalid() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -240,6 +241,44 @@ def test_a_metadata_file_copied_to_another_directory_is_invalid(
 
     assert raised.value.field == "checkpoint_id"
     assert raised.value.path == storage.layout.metadata_path(CHECKPOINT, 2)
+    assert raised.value.reason == "checkpoint_id: is 1 but the file's directory is for 2"
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        (
+            "namespace",
+            {"namespace": "team-b"},
+            "is 'team-b' but the file's directory is for 'team-a'",
+        ),
+        ("job", {"job": "payments"}, "is 'payments' but the file's directory is for 'orders.v2'"),
+        (
+            "kind",
+            {"kind": SAVEPOINT},
+            "is <CheckpointKind.SAVEPOINT: 'savepoint'> but the "
+            "file's directory is for <CheckpointKind.CHECKPOINT: 'checkpoint'>",
+        ),
+    ],
+)
+def test_a_metadata_file_of_another_job_or_kind_is_invalid_naming_the_field(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: Path,
+    case: tuple[str, dict[str, object], str],
+) -> None:
+    field, change, reason = case
+    meta = take_checkpoint(1, {"offsets/0": b"o0"})
+    files = () if field == "kind" else meta.files  # a savepoint stores its own files
+    foreign = dataclasses.replace(
+        meta, files=files, total_bytes=sum(f.size for f in files), acknowledgements=(), **change
+    )
+    (job_root / "chk-1" / "_metadata").write_bytes(foreign.to_json())
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        storage.read_metadata(CHECKPOINT, 1)
+
+    assert (raised.value.field, raised.value.reason) == (field, f"{field}: {reason}")
 
 
 def test_verify_passes_for_an_intact_checkpoint(
