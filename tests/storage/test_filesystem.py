@@ -299,3 +299,13 @@ def test_a_name_too_long_for_its_temporary_file_fails_with_the_os_error(
 
     assert raised.value.errno == errno.ENAMETOOLONG
     assert all_files(tmp_path / "restore") == []
+
+
+def test_a_content_mismatch_says_both_digests(fs: StorageFileSystem, source: Path) -> None:
+    other = digest_of(CONTENT.upper())
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        fs.digest(str(source)).require_match(other, "/s/x")
+
+    actual = hashlib.sha256(CONTENT).hexdigest()
+    assert str(raised.value) == f"/s/x: sha256 mismatch: expected {other.sha256}, found {actual}"

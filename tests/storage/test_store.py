@@ -24,7 +24,9 @@ from spark_checkpoint.storage import (
     StorageFileSystem,
     SymbolicLinkError,
     TruncatedMetadataError,
+    digest_local_file,
 )
+from spark_checkpoint.storage import store as store_module
 
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
@@ -728,3 +730,31 @@ def test_garbage_collection_meets_a_link_deep_in_shared_and_deletes_nothing(
     assert (raised.value.path, raised.value.target) == (str(job_root / link), str(outside / target))
     assert all_files(job_root) == before
     assert all_files(outside) == ["directory/precious", "file"]
+
+
+@pytest.mark.parametrize("link", [True, False])
+def test_a_file_that_changes_between_hashing_and_storing_is_refused(
+    memory_storage: CheckpointStorage,
+    spark_file: SparkFile,
+    monkeypatch: pytest.MonkeyPatch,
+    link: bool,
+) -> None:
+    """Spark could rewrite a file while a checkpoint stores it: the bytes stored must be
+    the bytes hashed (here the hash is taken of an earlier version)."""
+    local = spark_file("state/0/0/1.delta", b"earlier")
+    earlier = digest_local_file(local)
+    Path(local).write_bytes(b"rewritten")
+    monkeypatch.setattr(store_module, "digest_local_file", lambda _path: earlier)
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        memory_storage.add_shared_file(local, "state/0/0/1.delta", link=link)
+
+    assert raised.value.path == local
+    assert memory_storage.fs.list_files(memory_storage.layout.shared_dir) == []
+
+
+def test_a_shared_file_path_must_be_relative(
+    storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    with pytest.raises(ValueError, match=r"^path must be a relative path"):
+        storage.add_shared_file(spark_file("x", b"x"), "../x")
