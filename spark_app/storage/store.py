@@ -42,12 +42,11 @@ class CheckpointStorage:
     `collect_garbage` must not run between a `_metadata` write and the registry update.
     """
 
-    def __init__(self, layout: JobStorageLayout, fs: StorageFileSystem | None = None) -> None:
+    def __init__(self, layout: JobStorageLayout) -> None:
         self.layout = layout
         # Every path this class builds is below the job's directory; a link placed there
         # must not lead a delete or a read outside of it.
-        base = fs if fs is not None else StorageFileSystem.for_url(layout.root)
-        self.fs = base.confined(layout.job_root)
+        self.fs = StorageFileSystem.for_url(layout.root).confined(layout.job_root)
 
     def add_shared_file(self, local_src: str, path: str, link: bool = True) -> ManifestEntry:
         """Store a checkpoint file in `shared/`, content-addressed, and return its entry.

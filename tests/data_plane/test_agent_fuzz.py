@@ -177,7 +177,7 @@ def _describe(answer: RawAnswer) -> str:
 
 
 @settings(
-    max_examples=300,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

@@ -55,12 +55,12 @@ def test_accepts_dns_subdomain_job_names() -> None:
 
 @pytest.mark.parametrize("namespace", ["../x", "a.b", "A", "", "x" * 64, "ns\n"])
 def test_rejects_namespaces_that_are_not_dns_labels(namespace: str) -> None:
-    with pytest.raises(ValueError, match="namespace"):
+    with pytest.raises(ValueError, match=r"^namespace must be a DNS-1123 label"):
         JobStorageLayout("/data", namespace, "orders")
 
 
 def test_rejects_an_empty_root() -> None:
-    with pytest.raises(ValueError, match="root"):
+    with pytest.raises(ValueError, match=r"^root must be a non-empty URI or path$"):
         JobStorageLayout("", "default", "orders")
 
 
@@ -68,7 +68,7 @@ def test_rejects_an_empty_root() -> None:
 def test_rejects_locations_that_escape_the_job_root(location: str) -> None:
     layout = JobStorageLayout("/data", "default", "orders")
 
-    with pytest.raises(ValueError, match="location"):
+    with pytest.raises(ValueError, match=r"^location must be a relative path"):
         layout.location_path(location)
 
 
@@ -79,8 +79,10 @@ def test_rejects_negative_ids_and_bad_shared_names() -> None:
         layout.checkpoint_dir(-1)
     with pytest.raises(ValueError, match="sha256"):
         layout.shared_location("ABC", "x")
-    with pytest.raises(ValueError, match="file name"):
+    with pytest.raises(ValueError, match=r"^file name must be a relative path"):
         layout.shared_location(SHA, "..")
+    with pytest.raises(ValueError, match=r"^file name must not contain '/', got 'state/x'$"):
+        layout.shared_location(SHA, "state/x")
     # A savepoint's files live below its own directory: never `savepoints/sp--7/`.
     with pytest.raises(ValueError, match="savepoint id must be a non-negative integer, got -7"):
         layout.savepoint_file_location(-7, "offsets/0")

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
@@ -71,6 +73,27 @@ def test_json_is_stable_and_human_readable(metadata: CheckpointMetadata) -> None
 
     assert data == metadata.to_json()
     assert data.endswith(b"\n")
+    assert b'"trigger_time": "2026-11-21T23:59:00.123456Z"' in data
+    assert data.startswith(b'{\n  "format_version": 1,\n  "namespace": "team-a",\n')
+
+
+def test_json_keeps_non_ascii_text_as_utf8(metadata: CheckpointMetadata) -> None:
+    data = dataclasses.replace(metadata, properties={"owner": "Zoë"}).to_json()
+
+    assert '"owner": "Zoë"'.encode() in data
+
+
+def test_timestamps_are_written_in_utc_whatever_the_local_zone(
+    metadata: CheckpointMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    time.tzset()
+    try:
+        data = metadata.to_json()
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
     assert b'"trigger_time": "2026-11-21T23:59:00.123456Z"' in data
 
 
@@ -293,9 +316,21 @@ def test_manifest_entries_reject_paths_that_escape(path: str) -> None:
         ManifestEntry(path=path, size=1, sha256=SHA_A, location="shared/aa/x")
 
 
-def test_acknowledgements_reject_negative_numbers() -> None:
-    with pytest.raises(ValueError, match="duration_ms"):
-        TaskAcknowledgement(task="logs", files=(), bytes=0, duration_ms=-1)
+@pytest.mark.parametrize(
+    ("task", "size", "duration_ms", "message"),
+    [
+        ("logs", 0, -1, "duration_ms must be a non-negative integer, got -1"),
+        ("logs", -2, 0, "bytes must be a non-negative integer, got -2"),
+        ("", 0, 0, "task must be a non-empty name"),
+    ],
+)
+def test_acknowledgements_reject_bad_values_naming_the_field(
+    task: str, size: int, duration_ms: int, message: str
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        TaskAcknowledgement(task=task, files=(), bytes=size, duration_ms=duration_ms)
+
+    assert str(raised.value) == message
 
 
 def test_errors_survive_pickling() -> None:

@@ -184,6 +184,20 @@ def test_write_metadata_requires_every_file_to_be_stored(
     assert storage.list_ids(CHECKPOINT) == []
 
 
+def test_write_metadata_requires_every_file_to_have_its_size(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> None:
+    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0", link=False)
+    stored(storage, entry.location).write_bytes(b"o")
+
+    with pytest.raises(ChecksumMismatchError) as raised:
+        storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+
+    path = storage.layout.location_path(entry.location)
+    assert str(raised.value) == f"{path}: size mismatch: expected 2 bytes, found 1 bytes"
+    assert storage.list_ids(CHECKPOINT) == []
+
+
 def test_write_metadata_refuses_another_jobs_metadata(
     tmp_path: Path, make_metadata: MetadataMaker
 ) -> None:
@@ -650,8 +664,9 @@ def test_listing_through_a_linked_savepoints_directory_is_refused(
     (job_root).mkdir(parents=True)
     (job_root / "savepoints").symlink_to(tmp_path / "elsewhere")
 
-    with pytest.raises(SymbolicLinkError, match="savepoints: is a symbolic link"):
+    with pytest.raises(SymbolicLinkError, match="savepoints: is a symbolic link") as raised:
         storage.list_ids(SAVEPOINT)
+    assert raised.value.target == str(tmp_path / "elsewhere")
     with pytest.raises(SymbolicLinkError):
         storage.discard_savepoint(4)
     assert (tmp_path / "elsewhere" / "sp-4").is_dir()
