@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from spark_checkpoint.storage import (
     FileDigest,
     MissingFileError,
     StorageFileSystem,
+    SymbolicLinkError,
     digest_local_file,
 )
 
@@ -309,3 +311,70 @@ def test_a_content_mismatch_says_both_digests(fs: StorageFileSystem, source: Pat
 
     actual = hashlib.sha256(CONTENT).hexdigest()
     assert str(raised.value) == f"/s/x: sha256 mismatch: expected {other.sha256}, found {actual}"
+
+
+def test_a_filesystem_that_cannot_fsync_directories_still_stores_files(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_fsync = os.fsync
+
+    def fsync_files_only(descriptor: int) -> None:
+        if stat.S_ISDIR(os.fstat(descriptor).st_mode):
+            raise OSError(errno.EINVAL, "Invalid argument")
+        real_fsync(descriptor)
+
+    monkeypatch.setattr(os, "fsync", fsync_files_only)
+
+    fs.write_atomic(str(tmp_path / "store" / "x"), b"stored")
+
+    assert (tmp_path / "store" / "x").read_bytes() == b"stored"
+
+
+def test_the_temporary_file_is_renamed_from_the_final_files_directory(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Same directory, so the same filesystem: the rename is atomic (never a copy)."""
+    renamed: list[tuple[str, str]] = []
+    real_replace = os.replace
+
+    def recording_replace(source: str, target: str) -> None:
+        renamed.append((os.path.dirname(source), os.path.dirname(target)))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "replace", recording_replace)
+    monkeypatch.chdir(tmp_path)
+
+    fs.write_atomic(str(tmp_path / "store" / "x"), b"stored")
+
+    assert renamed == [(str(tmp_path / "store"), str(tmp_path / "store"))]
+
+
+def test_a_restore_to_a_bare_file_name_writes_only_that_file(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fs.write_atomic(str(tmp_path / "stored"), b"stored")
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+
+    fs.copy_out(str(tmp_path / "stored"), "restored")
+
+    assert sorted(os.listdir(tmp_path / "cwd")) == ["restored"]
+
+
+def test_a_file_of_several_chunks_is_digested_whole(fs: StorageFileSystem, tmp_path: Path) -> None:
+    content = os.urandom(2 * 1024 * 1024 + 17)  # the digest reads 1 MiB at a time
+    (tmp_path / "big").write_bytes(content)
+
+    assert fs.digest(str(tmp_path / "big")) == digest_of(content)
+
+
+@pytest.mark.parametrize("name", ["jobX", "job "])
+def test_links_below_any_confined_directory_are_refused(
+    fs: StorageFileSystem, tmp_path: Path, name: str
+) -> None:
+    confined = tmp_path / name
+    (confined).mkdir()
+    (confined / "shared").symlink_to(tmp_path)
+
+    with pytest.raises(SymbolicLinkError):
+        fs.confined(str(confined)).list_files(str(confined / "shared"))

@@ -53,6 +53,22 @@ def test_accepts_dns_subdomain_job_names() -> None:
     assert JobStorageLayout("/data", "default", "orders.v2-eu").job == "orders.v2-eu"
 
 
+def test_accepts_names_of_the_longest_length_kubernetes_allows() -> None:
+    longest_job = ".".join(["a" * 63] * 4)[:253]
+    layout = JobStorageLayout("/data", "n" * 63, longest_job)
+    assert (len(layout.namespace), len(layout.job)) == (63, 253)
+    with pytest.raises(ValueError, match=r"^job must be a DNS-1123 subdomain"):
+        JobStorageLayout("/data", "default", longest_job + "a")
+
+
+@pytest.mark.parametrize("snapshot_id", ["5", 1.5, True, None])
+def test_an_id_that_is_not_an_integer_is_refused_naming_it(snapshot_id: object) -> None:
+    layout = JobStorageLayout("/data", "default", "orders")
+
+    with pytest.raises(ValueError, match=r"^checkpoint id must be a non-negative integer, got "):
+        layout.checkpoint_dir(snapshot_id)  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("namespace", ["../x", "a.b", "A", "", "x" * 64, "ns\n"])
 def test_rejects_namespaces_that_are_not_dns_labels(namespace: str) -> None:
     with pytest.raises(ValueError, match=r"^namespace must be a DNS-1123 label"):

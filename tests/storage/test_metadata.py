@@ -388,3 +388,45 @@ def test_a_long_reason_is_shortened_to_300_characters(
 
     reason = str(raised.value).removeprefix(f"{SOURCE}: batch_id: ")
     assert reason == (message if length <= 300 else message[:297] + "...")
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"namespace": "Team"}, "namespace must be a DNS-1123 label"),
+        ({"job": "Orders"}, "job must be a DNS-1123 subdomain"),
+        ({"checkpoint_id": -1}, "checkpoint_id must be a non-negative integer, got -1"),
+        ({"batch_id": 1.5}, "batch_id must be a non-negative integer, got 1.5"),
+        ({"batch_id": "7"}, "batch_id must be a non-negative integer, got '7'"),
+        ({"query_id": ""}, "query_id must not be empty"),
+        ({"trigger_time": datetime(2026, 1, 1)}, "trigger_time must"),
+        ({"completion_time": datetime(2026, 1, 1)}, "completion_time must"),
+    ],
+)
+def test_building_metadata_with_a_bad_value_names_the_field(
+    metadata: CheckpointMetadata, change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as raised:
+        dataclasses.replace(metadata, **change)
+
+    assert str(raised.value).startswith(message)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"path": "../x"}, "path must be a relative path"),
+        ({"size": -1}, "size must be a non-negative integer, got -1"),
+        ({"sha256": "AB"}, "sha256 must be 64 lower-case hex digits, got 'AB'"),
+        ({"location": "/etc/x"}, "location must be a relative path"),
+    ],
+)
+def test_building_a_manifest_entry_with_a_bad_value_names_the_field(
+    fields: dict[str, Any], message: str
+) -> None:
+    valid: dict[str, Any] = {"path": "x", "size": 1, "sha256": SHA_A, "location": "shared/aa/x"}
+
+    with pytest.raises(ValueError) as raised:
+        ManifestEntry(**(valid | fields))
+
+    assert str(raised.value).startswith(message)
