@@ -20,21 +20,23 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers.agent import TOKEN, RawAnswer, Running, raw_request
 
 TASKS = ["logs", "state-0-0", "state-0-1"]
-ROUTES = [
-    ("GET", "/v1/status"),
-    ("POST", "/v1/checkpoints"),
-    ("POST", "/v1/checkpoints/{id}/finalize"),
-    ("POST", "/v1/checkpoints/{id}/complete"),
-    ("POST", "/v1/checkpoints/{id}/abort"),
-    ("POST", "/v1/checkpoints/{id}/discard"),
-    ("POST", "/v1/savepoints/{id}/discard"),
-    ("POST", "/v1/storage/collect-garbage"),
+# Each route with a body the agent accepts; the fuzz sends it as is, with one field
+# replaced or left out, or something else entirely.
+ROUTES: list[tuple[str, str, dict[str, Any]]] = [
+    ("GET", "/v1/status", {}),
+    ("POST", "/v1/checkpoints", {"id": 1, "kind": "checkpoint", "after": "continue"}),
+    ("POST", "/v1/checkpoints/{id}/finalize", {"tasks": TASKS}),
+    ("POST", "/v1/checkpoints/{id}/complete", {"batchId": 2}),
+    ("POST", "/v1/checkpoints/{id}/abort", {"reason": "expired"}),
+    ("POST", "/v1/checkpoints/{id}/discard", {"retained": []}),
+    ("POST", "/v1/savepoints/{id}/discard", {}),
+    ("POST", "/v1/storage/collect-garbage", {"checkpoints": [], "savepoints": []}),
 ]
 FIELDS = [
     "id",
@@ -114,29 +116,35 @@ id_segments = st.one_of(
 
 
 @st.composite
+def near_valid_bodies(draw: st.DrawFn, valid: dict[str, Any]) -> bytes:
+    body = dict(valid)
+    change = draw(st.sampled_from(["none", "replace", "replace", "drop"]))
+    if change == "replace":
+        body[draw(st.sampled_from(sorted(body) or FIELDS))] = draw(field_values)
+    elif change == "drop" and body:
+        del body[draw(st.sampled_from(sorted(body)))]
+    return _encode(body)
+
+
+@st.composite
 def requests(draw: st.DrawFn) -> tuple[bytes, bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
-    method, template = draw(st.sampled_from(ROUTES))
-    method = draw(st.sampled_from([method, method, method, "GET", "PUT", "DELETE", "PATCH"]))
-    path = template.replace("{id}", draw(id_segments))
-    path += draw(st.sampled_from(["", "", "", "?wait=1&after=x", "?after=-1", "/", "?%ff"]))
+    method, template, valid = draw(st.sampled_from(ROUTES))
+    method = draw(st.sampled_from([method] * 6 + ["GET", "PUT", "DELETE"]))
+    path = template.replace("{id}", draw(st.one_of(real_ids.map(str), id_segments)))
+    path += draw(st.sampled_from([""] * 6 + ["?wait=1&after=x", "?after=-1", "/", "?%ff"]))
+    body = draw(st.one_of(near_valid_bodies(valid), near_valid_bodies(valid), bodies))
+    right = b"Bearer " + TOKEN.encode()
     authorization = draw(
         st.sampled_from(
-            [
-                b"Bearer " + TOKEN.encode(),
-                b"Bearer " + TOKEN.encode(),
-                b"Bearer " + TOKEN.encode(),
-                b"Bearer wrong",
-                b"Bearer \xff\xfe",
-                b"bearer " + TOKEN.encode(),
-                b"Bearer " + TOKEN.encode() + b"\x80",
-            ]
+            [right] * 12
+            + [b"Bearer wrong", b"Bearer \xff\xfe", b"bearer " + TOKEN.encode(), right + b"\x80"]
         )
     )
     content_type = draw(
         st.sampled_from([b"application/json", b"text/plain", b"application/json; charset=latin-1"])
     )
     headers = ((b"Authorization", authorization), (b"Content-Type", content_type))
-    return method.encode(), path.encode(), draw(bodies), headers
+    return method.encode(), path.encode(), body, headers
 
 
 class _Errors(logging.Handler):
@@ -177,7 +185,7 @@ def _describe(answer: RawAnswer) -> str:
 
 
 @settings(
-    max_examples=200,
+    max_examples=400,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
@@ -199,6 +207,7 @@ def test_no_request_gets_a_5xx_a_traceback_or_a_side_effect_when_refused(
     finally:
         logging.getLogger().removeHandler(errors)
 
+    event(f"answered {answer.status}")  # --hypothesis-show-statistics: what was reached
     assert answer.status < 500, _describe(answer)
     assert not errors.records, [errors.format(record) for record in errors.records]
     if answer.status >= 400:
