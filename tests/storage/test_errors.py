@@ -2,6 +2,7 @@
 raised in a worker process reaches its parent as a pickled copy, rebuilt from `args`)."""
 
 import pickle
+from collections.abc import Callable
 
 import pytest
 
@@ -16,32 +17,34 @@ from spark_checkpoint.storage import (
     UnknownFormatVersionError,
 )
 
-ERRORS: list[tuple[StorageError, str, dict[str, object]]] = [
+# Built inside the test, not at collection: mutmut credits a test only with the code that
+# ran while it ran.
+ERRORS: list[tuple[Callable[[], StorageError], str, dict[str, object]]] = [
     (
-        MissingFileError("/s/chk-1/_metadata", "no such file"),
+        lambda: MissingFileError("/s/chk-1/_metadata", "no such file"),
         "/s/chk-1/_metadata: no such file",
         {},
     ),
     (
-        ChecksumMismatchError("/s/shared/ab/x", "sha256", "ab" * 32, "cd" * 32),
+        lambda: ChecksumMismatchError("/s/shared/ab/x", "sha256", "ab" * 32, "cd" * 32),
         f"/s/shared/ab/x: sha256 mismatch: expected {'ab' * 32}, found {'cd' * 32}",
         {"mismatch": "sha256", "expected": "ab" * 32, "actual": "cd" * 32},
     ),
     (
-        UnknownFormatVersionError("/s/chk-2/_metadata", 7, 1),
+        lambda: UnknownFormatVersionError("/s/chk-2/_metadata", 7, 1),
         "/s/chk-2/_metadata: unknown format_version 7; this version of spark-checkpoint reads "
         "format_version 1",
         {"version": 7, "supported_version": 1},
     ),
-    (TruncatedMetadataError("/m", "the file is empty"), "/m: the file is empty", {}),
+    (lambda: TruncatedMetadataError("/m", "the file is empty"), "/m: the file is empty", {}),
     (
-        InvalidMetadataError("/m", "files[3].sha256", "bad"),
+        lambda: InvalidMetadataError("/m", "files[3].sha256", "bad"),
         "/m: files[3].sha256: bad",
         {"field": "files[3].sha256"},
     ),
-    (NotEmptyError("/t", "is not empty"), "/t: is not empty", {}),
+    (lambda: NotEmptyError("/t", "is not empty"), "/t: is not empty", {}),
     (
-        SymbolicLinkError("/s/default/orders/shared", "/etc"),
+        lambda: SymbolicLinkError("/s/default/orders/shared", "/etc"),
         "/s/default/orders/shared: is a symbolic link (to '/etc'); links are never followed "
         "out of the job's storage directory: remove the link",
         {"target": "/etc"},
@@ -49,10 +52,11 @@ ERRORS: list[tuple[StorageError, str, dict[str, object]]] = [
 ]
 
 
-@pytest.mark.parametrize(("error", "text", "attributes"), ERRORS)
+@pytest.mark.parametrize(("make", "text", "attributes"), ERRORS)
 def test_an_error_says_which_path_and_why_and_survives_pickling(
-    error: StorageError, text: str, attributes: dict[str, object]
+    make: Callable[[], StorageError], text: str, attributes: dict[str, object]
 ) -> None:
+    error = make()
     copy = pickle.loads(pickle.dumps(error))
 
     for candidate in (error, copy):

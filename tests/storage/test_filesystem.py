@@ -276,10 +276,11 @@ def test_object_store_branch_on_an_in_memory_filesystem(
     assert fs.list_files(f"{memory_root}/shared") == []
 
 
+@pytest.mark.parametrize("directory", ["filesX", "files "])
 def test_names_ending_in_any_character_are_listed_whole(
-    fs: StorageFileSystem, tmp_path: Path
+    fs: StorageFileSystem, tmp_path: Path, directory: str
 ) -> None:
-    root = tmp_path / "filesX"
+    root = tmp_path / directory
     for name in ("chk-1X/_metadata", "sub/fileX", "fileX"):
         fs.write_atomic(str(root / name), b"x")
 
@@ -373,8 +374,36 @@ def test_links_below_any_confined_directory_are_refused(
     fs: StorageFileSystem, tmp_path: Path, name: str
 ) -> None:
     confined = tmp_path / name
-    (confined).mkdir()
-    (confined / "shared").symlink_to(tmp_path)
+    confined.mkdir()
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "file").write_text("not the job's")
+    (confined / "shared").symlink_to(tmp_path / "outside")
 
     with pytest.raises(SymbolicLinkError):
-        fs.confined(str(confined)).list_files(str(confined / "shared"))
+        fs.confined(str(confined)).read_bytes(str(confined / "shared" / "file"))
+
+
+def test_a_stored_file_is_fsynced_before_it_is_renamed_into_place(
+    fs: StorageFileSystem, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A checkpoint must survive a power loss: a failing fsync fails the copy."""
+    monkeypatch.setattr(os, "fsync", failing)
+
+    with pytest.raises(OSError, match="simulated"):
+        fs.copy_in(str(source), str(tmp_path / "store" / "x"))
+
+    monkeypatch.undo()
+    assert all_files(tmp_path / "store") == []
+
+
+def test_a_restored_file_is_not_fsynced(
+    fs: StorageFileSystem, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A restore goes to a fresh directory, made again from storage after a crash: it
+    does not pay for fsync (which fails here)."""
+    fs.copy_in(str(source), str(tmp_path / "store" / "x"))
+    monkeypatch.setattr(os, "fsync", failing)
+
+    fs.copy_out(str(tmp_path / "store" / "x"), str(tmp_path / "restore" / "x"))
+
+    assert (tmp_path / "restore" / "x").read_bytes() == CONTENT
