@@ -1,5 +1,6 @@
-"""Storage errors: what they say and carry, and that they survive pickling (an error
-raised in a worker process reaches its parent as a pickled copy, rebuilt from `args`)."""
+"""Storage errors: what they say and carry (`args` too, which their repr in a log shows),
+and that they survive pickling (an error raised in a worker process reaches its parent as
+a pickled copy)."""
 
 import pickle
 from collections.abc import Callable
@@ -23,7 +24,7 @@ ERRORS: list[tuple[Callable[[], StorageError], str, dict[str, object]]] = [
     (
         lambda: MissingFileError("/s/chk-1/_metadata", "no such file"),
         "/s/chk-1/_metadata: no such file",
-        {},
+        {"args": ("/s/chk-1/_metadata", "no such file")},
     ),
     (
         lambda: ChecksumMismatchError("/s/shared/ab/x", "sha256", "ab" * 32, "cd" * 32),
@@ -36,13 +37,21 @@ ERRORS: list[tuple[Callable[[], StorageError], str, dict[str, object]]] = [
         "format_version 1",
         {"version": 7, "supported_version": 1},
     ),
-    (lambda: TruncatedMetadataError("/m", "the file is empty"), "/m: the file is empty", {}),
+    (
+        lambda: TruncatedMetadataError("/m", "the file is empty"),
+        "/m: the file is empty",
+        {"args": ("/m", "the file is empty")},
+    ),
     (
         lambda: InvalidMetadataError("/m", "files[3].sha256", "bad"),
         "/m: files[3].sha256: bad",
         {"field": "files[3].sha256"},
     ),
-    (lambda: NotEmptyError("/t", "is not empty"), "/t: is not empty", {}),
+    (
+        lambda: NotEmptyError("/t", "is not empty"),
+        "/t: is not empty",
+        {"args": ("/t", "is not empty")},
+    ),
     (
         lambda: SymbolicLinkError("/s/default/orders/shared", "/etc"),
         "/s/default/orders/shared: is a symbolic link (to '/etc'); links are never followed "

@@ -773,3 +773,18 @@ def test_a_shared_file_path_must_be_relative(
 ) -> None:
     with pytest.raises(ValueError, match=r"^path must be a relative path"):
         storage.add_shared_file(spark_file("x", b"x"), "../x")
+
+
+def test_every_retained_checkpoints_files_are_kept_not_only_the_last_ones(
+    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+) -> None:
+    first = take_checkpoint(1, {"state/0/0/1.delta": b"one"})
+    second = take_checkpoint(2, {"state/0/0/2.delta": b"two"})
+    take_checkpoint(3, {"state/0/0/3.delta": b"three"})
+
+    storage.discard_checkpoint(3, retained=[1, 2])
+    report = storage.collect_garbage([1, 2], [])
+
+    assert report == GarbageReport((), (), ())
+    storage.verify(first)
+    storage.verify(second)
