@@ -370,7 +370,7 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
     if not isinstance(document, dict):
         kind = "null" if document is None else type(document).__name__
         raise ManifestError(source, [Problem("", f"expected a SparkCheckpointJob, got {kind}")])
-    if _deeper_than(document, MAX_MANIFEST_DEPTH):
+    if deeper_than(document, MAX_MANIFEST_DEPTH):
         nested = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
         raise ManifestError(source, [Problem("", nested)])
     checker = _checker()
@@ -396,7 +396,7 @@ def _expanded_copy(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
-def _deeper_than(document: object, limit: int) -> bool:
+def deeper_than(document: object, limit: int) -> bool:
     """Whether lists and mappings nest more than ``limit`` levels (checked without recursion:
     validation recurses, and a document from an API request has no YAML bounds)."""
     stack: list[tuple[object, int]] = [(document, 1)]
@@ -478,6 +478,24 @@ def _parse_yaml(text: str, source: str) -> object:
     if len(text.encode("utf-8", errors="replace")) > MAX_MANIFEST_BYTES:
         problem = Problem("", f"larger than {MAX_MANIFEST_BYTES} bytes; a manifest is far smaller")
         raise ManifestError(source, [problem])
+    try:
+        documents = _documents(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = Problem("", _clip(f"{where}invalid YAML: {error.problem}"))
+        raise ManifestError(source, [problem]) from None
+    except yaml.YAMLError as error:  # e.g. a control character, which has no mark
+        raise ManifestError(source, [Problem("", _clip(f"invalid YAML: {error}"))]) from None
+    if len(documents) != 1:
+        found = "none" if not documents else str(len(documents))
+        raise ManifestError(
+            source, [Problem("", f"expected one SparkCheckpointJob document, found {found}")]
+        )
+    return documents[0]
+
+
+def _documents(text: str) -> list[object]:
     loader = _StrictLoader(text)
     try:
         documents = []
@@ -487,21 +505,9 @@ def _parse_yaml(text: str, source: str) -> object:
             _check_expanded_size(node)
             if (document := loader.construct_document(node)) is not None:
                 documents.append(document)
-    except yaml.MarkedYAMLError as error:
-        mark = error.problem_mark
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = Problem("", _clip(f"{where}invalid YAML: {error.problem}"))
-        raise ManifestError(source, [problem]) from None
-    except yaml.YAMLError as error:
-        raise ManifestError(source, [Problem("", _clip(f"invalid YAML: {error}"))]) from None
+        return documents
     finally:
         loader.dispose()
-    if len(documents) != 1:
-        found = "none" if not documents else str(len(documents))
-        raise ManifestError(
-            source, [Problem("", f"expected one SparkCheckpointJob document, found {found}")]
-        )
-    return documents[0]
 
 
 def _check_expanded_size(root: yaml.Node) -> None:
