@@ -1,0 +1,226 @@
+"""The docs run: every code block of README.md, docs/*.md, benchmarks/README.md, the chart's
+README and examples/**/*.md is run by a test, or says why it cannot be.
+
+Each block in a language a reader can run or apply (shell, Python, YAML, JSON, Dockerfile)
+is one of:
+
+(a) run here, without a marker:
+    - ``python``: executed in a fresh interpreter of the project's venv, from an empty
+      temporary directory;
+    - ``sh``/``bash``/``shell``/``console``: run by ``bash -euo pipefail`` in a temporary
+      directory holding a copy of ``examples/`` and ``crds/``, with the venv's ``bin/``
+      (so the installed ``spark-checkpoint``) first on ``PATH``; in ``console`` blocks only
+      the ``$ `` lines are commands;
+    - ``yaml``: every document is applied as the API server would check it: a
+      ``SparkCheckpointJob`` through the project's manifest loader (the CRD's schema and
+      CEL rules), a built-in Kubernetes object through kubernetes-validate (strict);
+    - ``json``: a ``_metadata`` document (it has ``format_version``) through the storage
+      format's reader; other JSON has no schema to be checked against, so it needs (c);
+(b) ``<!-- illustrative: <reason> -->`` on the line directly above the fence: not run, for
+    the stated reason (a cluster-only command, minutes of Spark that an e2e test covers);
+(c) ``<!-- tested-by: tests/<path>.py::<test> -->`` on the line directly above the fence:
+    that test reads the block from the doc (``helpers.doc_blocks.marked_blocks``) and runs
+    or checks it, so doc and test cannot drift apart.
+
+A block that is none of these fails here with its file and line.
+"""
+
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from helpers.doc_blocks import ROOT, Block, all_blocks, doc_paths, shell_commands
+from spark_checkpoint.storage import CheckpointMetadata
+from spark_checkpoint_operator.manifest import manifest_from_document
+
+KUBERNETES_VERSION = "1.30"
+TIMEOUT_SECONDS = 120
+
+# Languages a reader runs or applies, by the name the harness knows them under.
+RUNNABLE = {
+    "sh": "shell",
+    "shell": "shell",
+    "bash": "shell",
+    "console": "console",
+    "python": "python",
+    "py": "python",
+    "yaml": "yaml",
+    "yml": "yaml",
+    "json": "json",
+    "dockerfile": "dockerfile",
+}
+# Blocks that show something rather than do it: trees, diagrams, wire-format examples.
+DESCRIPTIVE = {"", "text", "http"}
+
+_TESTED_BY = re.compile(r"(tests/[\w/]+\.py)::(\w+)(\[[^\]]*\])?")
+
+
+def _runnable() -> list[Block]:
+    return [b for b in all_blocks() if b.language not in DESCRIPTIVE]
+
+
+@pytest.mark.parametrize("block", _runnable(), ids=str)
+def test_block_runs_or_is_marked(block: Block, tmp_path: Path) -> None:
+    language = RUNNABLE.get(block.language.lower())
+    assert language, (
+        f"{block}: unknown language {block.language!r}; use one of "
+        f"{sorted(RUNNABLE)} or, for a block that is not run, {sorted(DESCRIPTIVE - {''})}"
+    )
+    if block.marker is None:
+        _run(block, language, tmp_path)
+    elif block.marker.kind == "illustrative":
+        assert block.marker.value, f"{block}: <!-- illustrative: ... --> needs its reason"
+    else:
+        _check_tested_by(block)
+
+
+def _run(block: Block, language: str, tmp_path: Path) -> None:
+    if language == "python":
+        _run_python(block, tmp_path)
+    elif language in ("shell", "console"):
+        _run_shell(block, tmp_path, console=language == "console")
+    elif language == "yaml":
+        _apply_yaml(block)
+    elif language == "json" and '"format_version"' in block.text:
+        CheckpointMetadata.from_json(block.text.encode(), str(block))
+    else:
+        pytest.fail(
+            f"{block}: a {language} block is not run by the harness: have a test read it "
+            "(<!-- tested-by: tests/<file>.py::<test> -->) or say why it cannot be "
+            "(<!-- illustrative: <reason> -->) on the line above the fence"
+        )
+
+
+def _check_result(block: Block, result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 0, (
+        f"{block} exits {result.returncode}:\n{block.text}\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+
+
+def _venv_environment() -> dict[str, str]:
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def _run_python(block: Block, tmp_path: Path) -> None:
+    (tmp_path / "snippet.py").write_text(block.text)
+    result = subprocess.run(
+        [sys.executable, "snippet.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    _check_result(block, result)
+
+
+def _run_shell(block: Block, tmp_path: Path, *, console: bool) -> None:
+    for directory in ("examples", "crds"):
+        shutil.copytree(ROOT / directory, tmp_path / directory, ignore=_ignore_data)
+    script = block.text
+    if console:
+        script = "\n".join(line[2:] for line in script.splitlines() if line.startswith("$ "))
+    assert shell_commands(script), f"{block}: no command to run"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=tmp_path,
+        env=_venv_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
+    _check_result(block, result)
+
+
+def _ignore_data(directory: str, names: list[str]) -> list[str]:
+    # What runs and tests leave behind in the checkout is not part of the docs' world.
+    return [n for n in names if n in ("data", "__pycache__", ".spark-checkpoint")]
+
+
+def _apply_yaml(block: Block) -> None:
+    documents = [d for d in yaml.safe_load_all(block.text) if d is not None]
+    assert documents, f"{block}: an empty YAML block"
+    for document in documents:
+        if not (isinstance(document, dict) and "apiVersion" in document and "kind" in document):
+            pytest.fail(
+                f"{block}: not a Kubernetes object (no apiVersion and kind), so nothing can "
+                "check it: mark it tested-by or illustrative"
+            )
+        if document["kind"] == "SparkCheckpointJob":
+            manifest_from_document(document, str(block))
+        else:
+            try:
+                kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+            except kubernetes_validate.ValidationError as error:
+                pytest.fail(f"{block}: {error.message} at {list(error.path)}")
+
+
+def _check_tested_by(block: Block) -> None:
+    assert block.marker is not None
+    test_id = block.marker.value
+    match = _TESTED_BY.fullmatch(test_id)
+    assert match, f"{block}: tested-by wants tests/<path>.py::<test_name>, not {test_id!r}"
+    path, name = ROOT / match[1], match[2]
+    assert path.is_file(), f"{block}: tested-by names {match[1]}, which does not exist"
+    function = next(
+        (
+            node
+            for node in ast.parse(path.read_text()).body
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name
+        ),
+        None,
+    )
+    assert function, f"{block}: tested-by names {name}, which {match[1]} does not define"
+    own_id = f"{match[1]}::{name}"
+    reads_its_blocks = any(
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "marked_blocks"
+        and [ast.literal_eval(a) for a in node.args if isinstance(a, ast.Constant)] == [own_id]
+        for node in ast.walk(function)
+    )
+    assert reads_its_blocks, (
+        f"{block}: {own_id} does not read the blocks marked for it "
+        f'(marked_blocks("{own_id}")), so the doc could drift from what it tests'
+    )
+
+
+def test_the_docs_are_found() -> None:
+    docs = {b.doc for b in all_blocks()}
+    assert {"README.md", "docs/user-guide.md", "benchmarks/README.md"} <= docs
+
+
+def test_a_marker_must_sit_directly_above_a_fence() -> None:
+    """A marker separated from its fence (a blank line, moved text) would silently stop
+    applying; every marker in the docs must be claimed by the block below it."""
+    marker = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
+    claimed = {(b.doc, b.line - 1) for b in all_blocks() if b.marker is not None}
+    stray = [
+        f"{doc}:{number}"
+        for doc in doc_paths()
+        for number, line in enumerate((ROOT / doc).read_text().splitlines(), start=1)
+        if marker.search(line) and (doc, number) not in claimed
+    ]
+    assert stray == [], f"markers not directly above a code fence: {stray}"
+
+
+def test_json_blocks_parse() -> None:
+    """Whatever else covers them, every JSON block is JSON."""
+    for block in all_blocks():
+        if block.language == "json":
+            try:
+                json.loads(block.text)
+            except json.JSONDecodeError as error:
+                pytest.fail(f"{block}: not JSON: {error}")

@@ -1,0 +1,92 @@
+"""The fenced code blocks of the project's Markdown docs, and the markers that say how each
+one is tested (tests/docs/test_docs_run.py explains the markers and enforces them).
+
+A test that covers blocks itself (marker ``tested-by``) reads them with ``marked_blocks``,
+so what it runs is the doc's text and the two cannot drift apart.
+"""
+
+import re
+import shlex
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from markdown_it import MarkdownIt
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# README and docs/, the benchmarks' and the chart's READMEs, and every page of an example.
+DOC_PATTERNS = (
+    "README.md",
+    "docs/*.md",
+    "benchmarks/README.md",
+    "charts/*/README.md",
+    "examples/**/*.md",
+)
+
+_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:(.*?)-->\s*$")
+
+
+@dataclass(frozen=True)
+class Marker:
+    kind: str  # "illustrative" or "tested-by"
+    value: str  # the reason, or the test's node id
+
+
+@dataclass(frozen=True)
+class Block:
+    doc: str  # path relative to the repository root
+    line: int  # 1-based line of the opening fence
+    language: str
+    text: str
+    marker: Marker | None
+
+    def __str__(self) -> str:
+        return f"{self.doc}:{self.line} ({self.language or 'no language'})"
+
+
+def doc_paths() -> list[str]:
+    found = {p for pattern in DOC_PATTERNS for p in ROOT.glob(pattern) if p.is_file()}
+    return sorted(p.relative_to(ROOT).as_posix() for p in found)
+
+
+@cache
+def blocks_of(doc: str) -> tuple[Block, ...]:
+    source = (ROOT / doc).read_text(encoding="utf-8")
+    lines = source.splitlines()
+    blocks = []
+    for token in MarkdownIt("commonmark").parse(source):
+        if token.type != "fence" or token.map is None:
+            continue
+        first = token.map[0]
+        above = lines[first - 1].strip() if first > 0 else ""
+        marker = _MARKER.search(above)
+        blocks.append(
+            Block(
+                doc=doc,
+                line=first + 1,
+                language=token.info.split()[0] if token.info.strip() else "",
+                text=token.content,
+                marker=Marker(marker[1], marker[2].strip()) if marker else None,
+            )
+        )
+    return tuple(blocks)
+
+
+def all_blocks() -> list[Block]:
+    return [block for doc in doc_paths() for block in blocks_of(doc)]
+
+
+def marked_blocks(test_id: str) -> list[Block]:
+    """The blocks whose marker says ``tested-by: <test_id>``; at least one, or the test's
+    claim to cover a doc is stale."""
+    found = [b for b in all_blocks() if b.marker == Marker("tested-by", test_id)]
+    assert found, f"no doc block is marked <!-- tested-by: {test_id} -->"
+    return found
+
+
+def shell_commands(text: str) -> list[list[str]]:
+    """The commands of a shell block as argument lists: comments dropped, backslash
+    continuations joined, one command per line."""
+    joined = re.sub(r"\\\n", " ", text)
+    return [words for line in joined.splitlines() if (words := shlex.split(line, comments=True))]
