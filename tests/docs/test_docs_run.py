@@ -27,7 +27,6 @@ A block that is none of these fails here with its file and line.
 
 import ast
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -38,7 +37,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from helpers.doc_blocks import ROOT, Block, all_blocks, doc_paths, shell_commands
+from helpers.doc_blocks import ROOT, Block, all_blocks, doc_paths, run_shell, venv_environment
 from spark_checkpoint.storage import CheckpointMetadata
 from spark_checkpoint_operator.manifest import manifest_from_document
 
@@ -87,7 +86,7 @@ def _run(block: Block, language: str, tmp_path: Path) -> None:
     if language == "python":
         _run_python(block, tmp_path)
     elif language in ("shell", "console"):
-        _run_shell(block, tmp_path, console=language == "console")
+        _run_shell(block, tmp_path)
     elif language == "yaml":
         _apply_yaml(block)
     elif language == "json" and '"format_version"' in block.text:
@@ -100,48 +99,27 @@ def _run(block: Block, language: str, tmp_path: Path) -> None:
         )
 
 
-def _check_result(block: Block, result: subprocess.CompletedProcess[str]) -> None:
+def _run_python(block: Block, tmp_path: Path) -> None:
+    (tmp_path / "snippet.py").write_text(block.text)
+    result = subprocess.run(
+        [sys.executable, "snippet.py"],
+        cwd=tmp_path,
+        env=venv_environment(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT_SECONDS,
+        check=False,
+    )
     assert result.returncode == 0, (
         f"{block} exits {result.returncode}:\n{block.text}\n"
         f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
     )
 
 
-def _venv_environment() -> dict[str, str]:
-    bin_dir = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
-
-
-def _run_python(block: Block, tmp_path: Path) -> None:
-    (tmp_path / "snippet.py").write_text(block.text)
-    result = subprocess.run(
-        [sys.executable, "snippet.py"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
-    _check_result(block, result)
-
-
-def _run_shell(block: Block, tmp_path: Path, *, console: bool) -> None:
+def _run_shell(block: Block, tmp_path: Path) -> None:
     for directory in ("examples", "crds"):
         shutil.copytree(ROOT / directory, tmp_path / directory, ignore=_ignore_data)
-    script = block.text
-    if console:
-        script = "\n".join(line[2:] for line in script.splitlines() if line.startswith("$ "))
-    assert shell_commands(script), f"{block}: no command to run"
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=tmp_path,
-        env=_venv_environment(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT_SECONDS,
-        check=False,
-    )
-    _check_result(block, result)
+    run_shell(block, tmp_path, timeout=TIMEOUT_SECONDS)
 
 
 def _ignore_data(directory: str, names: list[str]) -> list[str]:

@@ -5,8 +5,11 @@ A test that covers blocks itself (marker ``tested-by``) reads them with ``marked
 so what it runs is the doc's text and the two cannot drift apart.
 """
 
+import os
 import re
 import shlex
+import subprocess
+import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -90,3 +93,34 @@ def shell_commands(text: str) -> list[list[str]]:
     continuations joined, one command per line."""
     joined = re.sub(r"\\\n", " ", text)
     return [words for line in joined.splitlines() if (words := shlex.split(line, comments=True))]
+
+
+def venv_environment() -> dict[str, str]:
+    """The environment a reader of the docs has: the project's venv first on ``PATH``, so
+    ``spark-checkpoint`` is the installed command line."""
+    bin_dir = str(Path(sys.executable).parent)
+    return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
+
+
+def run_shell(block: Block, cwd: Path, *, timeout: float = 120) -> str:
+    """Run a shell block with ``bash -euo pipefail`` in ``cwd``; its stdout if every command
+    succeeds, else an AssertionError naming the block with its output. In a ``console``
+    block only the ``$ `` lines are commands."""
+    script = block.text
+    if block.language == "console":
+        script = "\n".join(line[2:] for line in script.splitlines() if line.startswith("$ "))
+    assert shell_commands(script), f"{block}: no command to run"
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", script],
+        cwd=cwd,
+        env=venv_environment(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert result.returncode == 0, (
+        f"{block} exits {result.returncode}:\n{block.text}\n"
+        f"stdout:\n{result.stdout}\nstderr:\n{result.stderr}"
+    )
+    return result.stdout
