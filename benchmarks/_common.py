@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint_operator.local_runtime import _submit_arguments
+from spark_checkpoint_operator.driver_command import submit_arguments as runtime_submit_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "wordcount"
@@ -39,7 +39,7 @@ SPARK_CONF: dict[str, str] = {
 
 def submit_arguments(conf: Mapping[str, str], driver_memory: str | None = None) -> str:
     """PYSPARK_SUBMIT_ARGS as `spark-checkpoint run` builds them (same conf, same order)."""
-    arguments = _submit_arguments(conf)
+    arguments = runtime_submit_arguments(conf)
     if driver_memory:
         arguments = f"--driver-memory {driver_memory} {arguments}"
     return arguments
