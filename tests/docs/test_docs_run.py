@@ -37,7 +37,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from helpers.doc_blocks import ROOT, Block, all_blocks, doc_paths, run_shell, venv_environment
+from helpers.doc_blocks import (
+    ROOT,
+    Block,
+    Marker,
+    all_blocks,
+    doc_paths,
+    parse_blocks,
+    run_shell,
+    venv_environment,
+)
 from spark_checkpoint.storage import CheckpointMetadata
 from spark_checkpoint_operator.manifest import manifest_from_document
 
@@ -60,21 +69,28 @@ RUNNABLE = {
 # Blocks that show something rather than do it: trees, diagrams, wire-format examples.
 DESCRIPTIVE = {"", "text", "http"}
 
+_ANY_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
 _TESTED_BY = re.compile(r"(tests/[\w/]+\.py)::(\w+)(\[[^\]]*\])?")
 
 
-def _runnable() -> list[Block]:
-    return [b for b in all_blocks() if b.language not in DESCRIPTIVE]
+def _checked() -> list[Block]:
+    return [b for b in all_blocks() if b.language not in DESCRIPTIVE or b.marker]
 
 
-@pytest.mark.parametrize("block", _runnable(), ids=str)
+@pytest.mark.parametrize("block", _checked(), ids=str)
 def test_block_runs_or_is_marked(block: Block, tmp_path: Path) -> None:
-    language = RUNNABLE.get(block.language.lower())
-    assert language, (
-        f"{block}: unknown language {block.language!r}; use one of "
-        f"{sorted(RUNNABLE)} or, for a block that is not run, {sorted(DESCRIPTIVE - {''})}"
-    )
+    _check_block(block, tmp_path)
+
+
+def _check_block(block: Block, tmp_path: Path) -> None:
     if block.marker is None:
+        if block.language in DESCRIPTIVE:
+            return
+        language = RUNNABLE.get(block.language.lower())
+        assert language, (
+            f"{block}: unknown language {block.language!r}; use one of {sorted(RUNNABLE)} "
+            f"or, for a block that is not run, one of {sorted(DESCRIPTIVE - {''})} or none"
+        )
         _run(block, language, tmp_path)
     elif block.marker.kind == "illustrative":
         assert block.marker.value, f"{block}: <!-- illustrative: ... --> needs its reason"
@@ -183,15 +199,20 @@ def test_the_docs_are_found() -> None:
 def test_a_marker_must_sit_directly_above_a_fence() -> None:
     """A marker separated from its fence (a blank line, moved text) would silently stop
     applying; every marker in the docs must be claimed by the block below it."""
-    marker = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
-    claimed = {(b.doc, b.line - 1) for b in all_blocks() if b.marker is not None}
     stray = [
-        f"{doc}:{number}"
+        f"{doc}:{line}"
         for doc in doc_paths()
-        for number, line in enumerate((ROOT / doc).read_text().splitlines(), start=1)
-        if marker.search(line) and (doc, number) not in claimed
+        for line in _stray_markers((ROOT / doc).read_text(encoding="utf-8"))
     ]
     assert stray == [], f"markers not directly above a code fence: {stray}"
+
+
+def _stray_markers(source: str) -> list[int]:
+    claimed = {b.line - 1 for b in parse_blocks("", source) if b.marker is not None}
+    lines = source.splitlines()
+    return [
+        n for n, line in enumerate(lines, start=1) if _ANY_MARKER.search(line) and n not in claimed
+    ]
 
 
 def test_json_blocks_parse() -> None:
@@ -202,3 +223,95 @@ def test_json_blocks_parse() -> None:
                 json.loads(block.text)
             except json.JSONDecodeError as error:
                 pytest.fail(f"{block}: not JSON: {error}")
+
+
+# --- the harness itself: each check fails on what it exists to catch ----------------------
+
+
+def _block(language: str, text: str, marker: Marker | None = None) -> Block:
+    return Block(doc="docs/example.md", line=3, language=language, text=text, marker=marker)
+
+
+@pytest.mark.parametrize(
+    ("block", "complaint"),
+    [
+        (_block("python", "import sys\nsys.exit('no')\n"), "exits 1"),
+        (_block("sh", "spark-checkpoint list --nope\n"), "exits 2"),
+        (_block("yaml", "resource: {a: 1}\n"), "not a Kubernetes object"),
+        (
+            _block(
+                "yaml",
+                "apiVersion: sparkcheckpoint.io/v1alpha1\nkind: SparkCheckpointJob\n"
+                "metadata: {name: a}\nspec:\n  application: {mainFile: a.py}\n"
+                "  checkpointing: {interval: 5s, minPause: 10s}\n",
+            ),
+            "minPause",
+        ),
+        (
+            _block(
+                "yaml",
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndatta: {}\n",
+            ),
+            "datta",
+        ),
+        (_block("json", '{"id": 7}\n'), "not run by the harness"),
+        (_block("dockerfile", "FROM scratch\n"), "not run by the harness"),
+        (_block("pyhton", "print(1)\n"), "unknown language"),
+        (_block("sh", "make demo\n", Marker("illustrative", "")), "needs its reason"),
+        (
+            _block("sh", "true\n", Marker("tested-by", "tests/docs/test_nothing.py::test_x")),
+            "does not exist",
+        ),
+        (
+            _block(
+                "sh", "true\n", Marker("tested-by", "tests/docs/test_docs_run.py::test_nothing")
+            ),
+            "does not define",
+        ),
+        (
+            _block(
+                "sh",
+                "true\n",
+                Marker("tested-by", "tests/docs/test_docs_run.py::test_the_docs_are_found"),
+            ),
+            "does not read the blocks marked for it",
+        ),
+        (_block("sh", "true\n", Marker("tested-by", "test_the_docs_are_found")), "wants tests/"),
+    ],
+    ids=lambda value: value.language if isinstance(value, Block) else "",
+)
+def test_the_harness_rejects(block: Block, complaint: str, tmp_path: Path) -> None:
+    with pytest.raises((AssertionError, pytest.fail.Exception, ValueError)) as raised:
+        _check_block(block, tmp_path)
+    assert complaint in str(raised.value)
+    assert str(block) in str(raised.value), "the complaint names the doc and line"
+
+
+@pytest.mark.parametrize(
+    "block",
+    [
+        _block("python", "from spark_checkpoint.storage import JobStorageLayout\n"),
+        _block("sh", "spark-checkpoint --help\ntest -f examples/wordcount/job.yaml\n"),
+        _block("console", "$ spark-checkpoint --help\nusage: spark-checkpoint ...\n"),
+        _block("http", "GET /v1/status\n"),
+        _block("json", "{}", Marker("illustrative", "an empty answer")),
+    ],
+    ids=lambda block: block.language,
+)
+def test_the_harness_accepts(block: Block, tmp_path: Path) -> None:
+    _check_block(block, tmp_path)
+
+
+def test_a_marker_apart_from_its_fence_is_stray() -> None:
+    source = (
+        "<!-- illustrative: a -->\n```sh\nmake\n```\n\n"
+        "<!-- illustrative: b -->\n\n```sh\nmake\n```\n"
+        "- item\n\n  <!-- tested-by: tests/x.py::test_y -->\n  ```json\n  {}\n  ```\n"
+    )
+    assert _stray_markers(source) == [6]
+    blocks = parse_blocks("doc.md", source)
+    assert [b.marker for b in blocks] == [
+        Marker("illustrative", "a"),
+        None,
+        Marker("tested-by", "tests/x.py::test_y"),
+    ]

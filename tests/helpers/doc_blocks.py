@@ -55,7 +55,12 @@ def doc_paths() -> list[str]:
 
 @cache
 def blocks_of(doc: str) -> tuple[Block, ...]:
-    source = (ROOT / doc).read_text(encoding="utf-8")
+    return parse_blocks(doc, (ROOT / doc).read_text(encoding="utf-8"))
+
+
+def parse_blocks(doc: str, source: str) -> tuple[Block, ...]:
+    """The fenced code blocks of Markdown ``source`` (named ``doc``), as CommonMark reads
+    them (so indented fences in lists count, and fences inside other blocks do not)."""
     lines = source.splitlines()
     blocks = []
     for token in MarkdownIt("commonmark").parse(source):
