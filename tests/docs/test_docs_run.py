@@ -36,6 +36,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from markdown_it import MarkdownIt
 
 from helpers.doc_blocks import (
     ROOT,
@@ -208,11 +209,20 @@ def test_a_marker_must_sit_directly_above_a_fence() -> None:
 
 
 def _stray_markers(source: str) -> list[int]:
+    """Lines of marker comments (HTML, not text in code) that no fence claims."""
     claimed = {b.line - 1 for b in parse_blocks("", source) if b.marker is not None}
-    lines = source.splitlines()
-    return [
-        n for n, line in enumerate(lines, start=1) if _ANY_MARKER.search(line) and n not in claimed
-    ]
+    comments = []
+    for token in MarkdownIt("commonmark").parse(source):
+        assert token.map is not None or token.type.endswith("_close")
+        if (token.type == "html_block" and _ANY_MARKER.search(token.content)) or (
+            token.type == "inline"
+            and any(
+                child.type == "html_inline" and _ANY_MARKER.search(child.content)
+                for child in token.children or []
+            )
+        ):
+            comments.append(token.map[0] + 1 if token.map else 0)
+    return [line for line in comments if line not in claimed]
 
 
 def test_json_blocks_parse() -> None:
@@ -306,12 +316,15 @@ def test_a_marker_apart_from_its_fence_is_stray() -> None:
     source = (
         "<!-- illustrative: a -->\n```sh\nmake\n```\n\n"
         "<!-- illustrative: b -->\n\n```sh\nmake\n```\n"
-        "- item\n\n  <!-- tested-by: tests/x.py::test_y -->\n  ```json\n  {}\n  ```\n"
+        "- item\n\n  <!-- tested-by: tests/x.py::test_y -->\n  ```json\n  {}\n  ```\n\n"
+        "Text `<!-- illustrative: in code -->` and <!-- illustrative: inline -->.\n"
+        "`<!-- illustrative: code above a fence -->`\n```sh\nmake\n```\n"
     )
-    assert _stray_markers(source) == [6]
+    assert _stray_markers(source) == [6, 18]
     blocks = parse_blocks("doc.md", source)
     assert [b.marker for b in blocks] == [
         Marker("illustrative", "a"),
         None,
         Marker("tested-by", "tests/x.py::test_y"),
+        None,
     ]

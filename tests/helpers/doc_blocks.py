@@ -27,7 +27,7 @@ DOC_PATTERNS = (
     "examples/**/*.md",
 )
 
-_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:(.*?)-->\s*$")
+_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:(.*?)-->")
 
 
 @dataclass(frozen=True)
@@ -68,7 +68,7 @@ def parse_blocks(doc: str, source: str) -> tuple[Block, ...]:
             continue
         first = token.map[0]
         above = lines[first - 1].strip() if first > 0 else ""
-        marker = _MARKER.search(above)
+        marker = _MARKER.fullmatch(above)
         blocks.append(
             Block(
                 doc=doc,
