@@ -213,7 +213,6 @@ def _stray_markers(source: str) -> list[int]:
     claimed = {b.line - 1 for b in parse_blocks("", source) if b.marker is not None}
     comments = []
     for token in MarkdownIt("commonmark").parse(source):
-        assert token.map is not None or token.type.endswith("_close")
         if (token.type == "html_block" and _ANY_MARKER.search(token.content)) or (
             token.type == "inline"
             and any(
