@@ -25,6 +25,7 @@ import pytest
 from helpers.doc_blocks import ROOT, Block, marked_blocks
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
 DOC = Path("docs/agent-protocol.md")
@@ -81,14 +82,6 @@ def _live_location(root: Path, batches: int) -> Path:
     return location
 
 
-class _Participant:
-    def on_checkpoint_complete(self, batch_id: int) -> None:
-        pass
-
-    def on_restore(self, restored_batch: int | None) -> None:
-        pass
-
-
 @pytest.fixture
 def agent_url(tmp_path: Path) -> Iterator[str]:
     agent = CheckpointAgent(
@@ -97,7 +90,7 @@ def agent_url(tmp_path: Path) -> Iterator[str]:
         ),
         location=_live_location(tmp_path, batches=3),
         pin_root=tmp_path / "pins",
-        participants=[_Participant()],
+        participants=[TransactionalFileSink(tmp_path / "output")],
         query_view=lambda: QueryView("running", idle=True),
         restored_from=None,
         attempt=1,
