@@ -22,7 +22,9 @@ is one of:
     that test reads the block from the doc (``helpers.doc_blocks.marked_blocks``) and runs
     or checks it, so doc and test cannot drift apart.
 
-A block that is none of these fails here with its file and line.
+A block that is none of these fails here with its file and line. Blocks with no language,
+``text`` or ``http`` show rather than do (trees, diagrams, the wire format) and need no
+marker; a marker on one is checked all the same.
 """
 
 import ast
