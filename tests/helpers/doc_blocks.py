@@ -18,12 +18,12 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# README and docs/, the benchmarks' and the chart's READMEs, and every page of an example.
+# Every page a reader follows: README, docs/, and the benchmarks', charts' and examples' pages.
 DOC_PATTERNS = (
     "README.md",
-    "docs/*.md",
-    "benchmarks/README.md",
-    "charts/*/README.md",
+    "docs/**/*.md",
+    "benchmarks/**/*.md",
+    "charts/**/*.md",
     "examples/**/*.md",
 )
 
