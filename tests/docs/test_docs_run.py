@@ -48,6 +48,8 @@ from helpers.doc_blocks import (
     doc_paths,
     parse_blocks,
     run_shell,
+    shell_commands,
+    shell_script,
     venv_environment,
 )
 from spark_checkpoint.storage import CheckpointMetadata
@@ -72,6 +74,9 @@ RUNNABLE = {
 # Blocks that show something rather than do it: trees, diagrams, wire-format examples.
 DESCRIPTIVE = {"", "text", "http"}
 
+# Programs whose commands act outside this machine; a block using them is never run here.
+OUTSIDE_PROGRAMS = {"kubectl", "helm", "kopf", "docker", "podman", "argocd", "flux"}
+_SEPARATORS = {"&&", "||", ";", "|"}
 _ANY_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
 _TESTED_BY = re.compile(r"(tests/[\w/]+\.py)::(\w+)(\[[^\]]*\])?")
 
@@ -136,6 +141,19 @@ def _run_python(block: Block, tmp_path: Path) -> None:
 
 
 def _run_shell(block: Block, tmp_path: Path) -> None:
+    # Never from a test: with a KUBECONFIG or a Docker engine at hand they would change a
+    # real cluster or registry.
+    commands = shell_commands(shell_script(block))
+    words = [w for command in commands for w in command]
+    programs = {w for i, w in enumerate(words) if i > 0 and words[i - 1] in _SEPARATORS}
+    programs |= {command[0] for command in commands}
+    outside = sorted(programs & OUTSIDE_PROGRAMS)
+    assert not outside, (
+        f"{block}: {', '.join(outside)} act on a cluster, image or registry and are not run "
+        "here: mark the block tested-by tests/docs/test_cluster_commands.py::"
+        "test_cluster_commands_refer_to_what_the_project_ships (helm, kubectl, kopf) or "
+        "illustrative, with the reason"
+    )
     for directory in ("examples", "crds"):
         shutil.copytree(ROOT / directory, tmp_path / directory, ignore=_ignore_data)
     run_shell(block, tmp_path, timeout=TIMEOUT_SECONDS)
@@ -268,6 +286,9 @@ def _block(language: str, text: str, marker: Marker | None = None) -> Block:
         (_block("json", '{"id": 7}\n'), "not run by the harness"),
         (_block("dockerfile", "FROM scratch\n"), "not run by the harness"),
         (_block("pyhton", "print(1)\n"), "unknown language"),
+        (_block("sh", "ls\nkubectl apply -f examples/wordcount/job.yaml\n"), "kubectl act on"),
+        (_block("sh", "true && helm install a charts/spark-checkpoint-operator\n"), "helm act"),
+        (_block("console", "$ docker build .\nStep 1/9\n"), "docker act"),
         (_block("sh", "make demo\n", Marker("illustrative", "")), "needs its reason"),
         (
             _block("sh", "true\n", Marker("tested-by", "tests/docs/test_nothing.py::test_x")),

@@ -107,13 +107,17 @@ def venv_environment() -> dict[str, str]:
     return {**os.environ, "PATH": os.pathsep.join([bin_dir, os.environ.get("PATH", "")])}
 
 
+def shell_script(block: Block) -> str:
+    """What a shell block runs: its text, or in a ``console`` block its ``$ `` lines."""
+    if block.language != "console":
+        return block.text
+    return "\n".join(line[2:] for line in block.text.splitlines() if line.startswith("$ "))
+
+
 def run_shell(block: Block, cwd: Path, *, timeout: float = 120) -> str:
     """Run a shell block with ``bash -euo pipefail`` in ``cwd``; its stdout if every command
-    succeeds, else an AssertionError naming the block with its output. In a ``console``
-    block only the ``$ `` lines are commands."""
-    script = block.text
-    if block.language == "console":
-        script = "\n".join(line[2:] for line in script.splitlines() if line.startswith("$ "))
+    succeeds, else an AssertionError naming the block with its output."""
+    script = shell_script(block)
     assert shell_commands(script), f"{block}: no command to run"
     result = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", script],
