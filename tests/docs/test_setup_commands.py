@@ -4,6 +4,7 @@ final checkpoint, ground truth), so neither runs here a second time. What can dr
 checked: each target exists, the scripts it would run (``make -n``) exist, and CI's entry
 point runs README's test command."""
 
+import re
 import shlex
 import subprocess
 
@@ -25,8 +26,7 @@ def test_setup_commands_are_make_targets_and_ci_runs_the_test_command() -> None:
             ["make", "-n", command[1]], cwd=ROOT, capture_output=True, text=True, check=False
         )
         assert dry_run.returncode == 0, f"{block}: `{shlex.join(command)}`: {dry_run.stderr}"
-        scripts = [w for line in dry_run.stdout.splitlines() for w in shlex.split(line)]
-        for script in (w for w in scripts if w.endswith(".py")):
+        for script in re.findall(r"[\w./-]+\.py\b", dry_run.stdout):
             assert (ROOT / script).is_file(), (
                 f"{block}: `{shlex.join(command)}` runs {script}, which does not exist"
             )
