@@ -1,5 +1,5 @@
-"""The docs run: every code block of README.md, docs/*.md, benchmarks/README.md, the chart's
-README and examples/**/*.md is run by a test, or says why it cannot be.
+"""The docs run: every code block of README.md and of the Markdown pages under docs/,
+benchmarks/, charts/ and examples/ is run by a test, or says why it cannot be.
 
 Each block in a language a reader can run or apply (shell, Python, YAML, JSON, Dockerfile)
 is one of:
@@ -10,17 +10,22 @@ is one of:
     - ``sh``/``bash``/``shell``/``console``: run by ``bash -euo pipefail`` in a temporary
       directory holding a copy of ``examples/`` and ``crds/``, with the venv's ``bin/``
       (so the installed ``spark-checkpoint``) first on ``PATH``; in ``console`` blocks only
-      the ``$ `` lines are commands;
+      the ``$ `` lines are commands; a block using kubectl, helm, kopf or docker is never
+      run (it could reach a real cluster or registry) and needs (b) or (c);
     - ``yaml``: every document is applied as the API server would check it: a
       ``SparkCheckpointJob`` through the project's manifest loader (the CRD's schema and
       CEL rules), a built-in Kubernetes object through kubernetes-validate (strict);
     - ``json``: a ``_metadata`` document (it has ``format_version``) through the storage
       format's reader; other JSON has no schema to be checked against, so it needs (c);
+    - ``dockerfile``: needs (c) or (b) (no Docker engine in the tests);
 (b) ``<!-- illustrative: <reason> -->`` on the line directly above the fence: not run, for
     the stated reason (a cluster-only command, minutes of Spark that an e2e test covers);
 (c) ``<!-- tested-by: tests/<path>.py::<test> -->`` on the line directly above the fence:
     that test reads the block from the doc (``helpers.doc_blocks.marked_blocks``) and runs
-    or checks it, so doc and test cannot drift apart.
+    or checks it, so doc and test cannot drift apart. The tests of tests/docs/ do this for
+    the CLI's storage commands, the pipeline snippets, the agent protocol's JSON, the
+    cluster commands (helm, kubectl, kopf), the image examples, the benchmarks' commands
+    and README's make commands.
 
 A block that is none of these fails here with its file and line. Blocks with no language,
 ``text`` or ``http`` show rather than do (trees, diagrams, the wire format) and need no
