@@ -466,7 +466,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {_SHORT.repr(key)}", key_node.start_mark
+                None, None, f"duplicate key {_shown(key)}", key_node.start_mark
             )
     return loader.construct_mapping(node, deep=True)
 
@@ -580,7 +580,7 @@ class _Checker:
             if field not in document:
                 problems.append(Problem(field, f"required field is missing (use {expected})"))
             elif document[field] != expected:
-                got = _SHORT.repr(document[field])
+                got = _shown(document[field])
                 problems.append(Problem(field, f"must be {expected}, got {got}"))
         return problems
 
@@ -681,7 +681,7 @@ def _pattern_keyword(
     validator: Validator, pattern: str, instance: object, schema: _Schema
 ) -> Iterator[ValidationError]:
     if isinstance(instance, str) and not _go_regex(pattern).search(instance):
-        yield ValidationError(f"{_SHORT.repr(instance)} does not match {pattern!r}")
+        yield ValidationError(f"{_shown(instance)} does not match {pattern!r}")
 
 
 def _is_int64(checker: object, instance: object) -> bool:
@@ -878,7 +878,7 @@ def _duplicate_keys(
 def _schema_problems(error: ValidationError) -> Iterator[Problem]:
     path = tuple(error.absolute_path)
     instance, schema = error.instance, error.schema
-    shown = _SHORT.repr(instance)
+    shown = _shown(instance)
     if not isinstance(schema, Mapping):
         yield Problem(_render(path), _clip(error.message))
     elif error.validator == "required" and isinstance(instance, dict):
@@ -912,6 +912,11 @@ def _schema_problems(error: ValidationError) -> Iterator[Problem]:
         yield Problem(_render(path), _clip(error.message))
 
 
+def _shown(value: object) -> str:
+    """A value as a message quotes it: its repr, cut short."""
+    return _clip(_SHORT.repr(value), 100)
+
+
 def _clip(message: str, limit: int = 300) -> str:
     """One bounded line: a message may quote a value of any size."""
     line = message.replace("\r", "\\r").replace("\n", "\\n")
@@ -927,7 +932,7 @@ def _render(path: Iterable[str | int]) -> str:
         elif isinstance(part, str):
             rendered += f"[{_clip(json.dumps(part), 80)}]"
         else:  # a list index, or a YAML key that is not a string
-            rendered += f"[{_SHORT.repr(part)}]"
+            rendered += f"[{_shown(part)}]"
     return rendered.removeprefix(".")
 
 
