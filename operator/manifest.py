@@ -5,7 +5,11 @@ The CRD in ``crds/`` is the one source of truth. A manifest is checked against i
 and its CEL rules (``x-kubernetes-validations``) are evaluated with the
 ``common-expression-language`` package. Unlike the API server, which silently prunes unknown
 fields, a local manifest with an unknown field is rejected, so a misspelt setting is never
-silently ignored. Every problem is reported, each naming the file and the field.
+silently ignored. Every problem is reported, each on one line naming the file and the field.
+
+Otherwise the verdict is the API server's: patterns match as Go's RE2 does (``$`` is the end
+of the text), integers are int64 (an integral float is stored as an integer), and a file
+is bounded in size, nesting and alias expansion, so hostile YAML costs bounded time.
 
 The package ships the CRD as package data next to this module: in the checkout a symlink to
 the ``crds/`` file, which the wheel build copies as a file.

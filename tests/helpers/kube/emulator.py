@@ -39,9 +39,16 @@ Simplified:
   patched list replaces the old one, e.g. containers or finalizers) and no ``$patch``
   directives. Server-side apply (``application/apply-patch+yaml``) is refused with 415.
 - Only a CRD's storage version is served; deleting a CRD leaves its resource served.
-- Validation is whatever the registered validator does (the SparkCheckpointJob one rejects
-  unknown fields where a real server would prune them); ObjectMeta is checked only for a
-  DNS-subdomain name; namespaces need not exist and deleting one deletes nothing inside.
+- Requests are decoded as the API server decodes them: apiVersion and kind checked against
+  the endpoint, ObjectMeta's JSON types checked (400), unknown fields pruned (ObjectMeta's;
+  a custom resource's outside its schema) with a Warning, or refused under
+  ``fieldValidation=Strict``. Numbers are int64 or finite float64; JSON nested more than
+  MAX_JSON_DEPTH (100) levels is refused (a real server allows 10,000: Python's recursion
+  cannot follow).
+- Validation is whatever the registered validator does (the SparkCheckpointJob one is the
+  operator's manifest validation, on the spec and the status); of ObjectMeta only the name
+  is checked (a DNS subdomain); namespaces need not exist and deleting one deletes nothing
+  inside.
 - Garbage collection happens at once, inside the deleting request; propagationPolicy
   Foreground is treated as Background; Orphan leaves dependents (with their ownerReferences).
 - Field selectors accept any field path of built-in resources (a real server supports a
