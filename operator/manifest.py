@@ -58,6 +58,15 @@ _Schema = Mapping[str, Any]
 # CRD cannot use spark_checkpoint.storage.layout's; both anchor at the very end).
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
+# Label and annotation keys and label values, as Kubernetes validates them on every object
+# (k8s.io/apimachinery: a qualified name with an optional DNS-subdomain prefix of at most
+# 253 characters; a name part and a value of at most 63).
+QUALIFIED_NAME_PATTERN = (
+    r"^((?=[^/]{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
 # The API server validates ObjectMeta itself, so a local manifest's metadata is checked
 # against this subset; the CRD may only restrict metadata.name further (its maxLength).
 _OBJECT_META: _Schema = {
@@ -75,7 +84,10 @@ _OBJECT_META: _Schema = {
             "pattern": DNS_1123_LABEL_PATTERN,
             "default": "default",
         },
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "labels": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN},
+        },
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
@@ -126,6 +138,14 @@ PATTERN_HINTS: Mapping[str, str] = {
     DNS_1123_LABEL_PATTERN: (
         "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a"
         " letter or digit)"
+    ),
+    QUALIFIED_NAME_PATTERN: (
+        "a label or annotation key (an optional DNS subdomain and '/', then at most 63"
+        " letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+    ),
+    LABEL_VALUE_PATTERN: (
+        "a label value (empty, or at most 63 letters, digits, '-', '_' and '.', starting"
+        " and ending with a letter or digit)"
     ),
 }
 
@@ -575,7 +595,12 @@ class _Checker:
         schema["properties"]["metadata"] = _object_meta(schema["properties"]["metadata"])
         schema["required"] = sorted({*schema.get("required", ()), "metadata"})
         self.schema: _Schema = schema
-        self.validator = _KubernetesValidator(_to_json_schema(schema, "#"))
+        json_schema = _to_json_schema(schema, "#")
+        # Keys are checked as names (OpenAPI's structural subset has no keyword for it).
+        for field in ("labels", "annotations"):
+            metadata_field = json_schema["properties"]["metadata"]["properties"][field]
+            metadata_field["propertyNames"] = {"pattern": QUALIFIED_NAME_PATTERN}
+        self.validator = _KubernetesValidator(json_schema)
         self.programs = {rule: cel.compile(rule) for rule in _rules(schema)}
 
     def envelope_problems(self, document: Mapping[str, Any]) -> list[Problem]:
@@ -660,7 +685,7 @@ def _object_meta(crd_metadata: _Schema) -> dict[str, Any]:
 
 
 @functools.cache
-def _go_regex(pattern: str) -> re.Pattern[str]:
+def go_regex(pattern: str) -> re.Pattern[str]:
     """A CRD pattern as the API server matches it (Go's RE2; the schema says ECMA-262):
     ``$`` matches only at the very end of the text, where Python's also matches before a
     final newline (``"probe\\n"`` would pass ``^[a-z]+$``)."""
@@ -684,7 +709,7 @@ def _go_regex(pattern: str) -> re.Pattern[str]:
 def _pattern_keyword(
     validator: Validator, pattern: str, instance: object, schema: _Schema
 ) -> Iterator[ValidationError]:
-    if isinstance(instance, str) and not _go_regex(pattern).search(instance):
+    if isinstance(instance, str) and not go_regex(pattern).search(instance):
         yield ValidationError(f"{_shown(instance)} does not match {pattern!r}")
 
 

@@ -928,6 +928,19 @@ async def test_values_a_real_api_server_refuses_are_a_422_naming_the_field(
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize("path", [JOBS_PATH, PODS_PATH])
+async def test_invalid_labels_are_a_422_on_every_object(api: EmulatedApiServer, path: str) -> None:
+    body = job() if path == JOBS_PATH else pod("p")
+    body["metadata"]["labels"] = {"team": "pay ments", "Bad Key": "x"}
+
+    status, answer, _ = await send(api, "POST", path, body)
+
+    assert status == 422, answer
+    assert {cause["field"] for cause in answer["details"]["causes"]} == {"metadata.labels"}
+    assert api.list(JOBS, "default") == [] and api.list(PODS, "default") == []
+
+
+@pytest.mark.asyncio
 async def test_an_integral_float_is_stored_as_an_integer(api: EmulatedApiServer) -> None:
     status, created, _ = await send(api, "POST", JOBS_PATH, job(checkpointing={"retained": 2.0}))
 

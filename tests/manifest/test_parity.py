@@ -296,8 +296,8 @@ def test_every_crd_pattern_is_anchored_at_the_end_of_the_text() -> None:
     }
     assert crd_patterns == examples.keys()
     for pattern, example in examples.items():
-        assert manifest._go_regex(pattern).search(example)
-        assert not manifest._go_regex(pattern).search(example + "\n"), pattern
+        assert manifest.go_regex(pattern).search(example)
+        assert not manifest.go_regex(pattern).search(example + "\n"), pattern
 
 
 def _schema_nodes(schema: dict[str, Any]) -> list[dict[str, Any]]:
@@ -308,3 +308,30 @@ def _schema_nodes(schema: dict[str, Any]) -> list[dict[str, Any]]:
         if isinstance(schema.get(key), dict):
             nodes += _schema_nodes(schema[key])
     return nodes
+
+
+@pytest.mark.parametrize(
+    ("field", "entries", "phrase"),
+    [
+        ("labels", {"Bad Key": "x"}, "'Bad Key' is not a label or annotation key"),
+        ("labels", {"team": "pay ments"}, "'pay ments' is not a label value"),
+        ("labels", {"team": "p" * 64}, "is not a label value"),
+        ("labels", {"team": "payments\n"}, "'payments\\n' is not a label value"),
+        ("annotations", {"a/b/c": "anything"}, "'a/b/c' is not a label or annotation key"),
+    ],
+)
+def test_metadata_labels_and_annotations_are_validated_as_on_every_object(
+    minimal: dict[str, Any], field: str, entries: dict[str, str], phrase: str
+) -> None:
+    message = _rejection(_with(minimal, f"metadata.{field}", entries))
+
+    assert message.startswith(f"job.yaml: metadata.{field}") and phrase in message, message
+
+
+def test_valid_labels_and_annotations_are_accepted(minimal: dict[str, Any]) -> None:
+    _with(minimal, "metadata.labels", {"app.kubernetes.io/part-of": "orders", "tier": ""})
+    _with(minimal, "metadata.annotations", {"example.com/owner": "payments team <x@y>"})
+
+    job = manifest_from_document(minimal)
+
+    assert job.labels["tier"] == "" and "example.com/owner" in job.annotations

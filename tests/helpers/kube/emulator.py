@@ -96,8 +96,11 @@ from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_PATTERN,
 )
 from spark_checkpoint_operator.manifest import (
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_PATTERN,
     ManifestError,
     deeper_than,
+    go_regex,
     load_crd,
     validate_document,
 )
@@ -788,6 +791,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             raise _invalid(
                 res, info, name, [("metadata.name", f"Invalid value: {name!r}: {message}")]
             )
+        if causes := _label_problems(metadata):
+            raise _invalid(res, info, name, causes)
         if self._current(res, metadata.get("namespace"), name) is not None:
             raise kmock.KubernetesError(
                 409,
@@ -1023,6 +1028,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     "Forbidden: no new finalizers can be added if the object is being deleted",
                 )
                 raise _invalid(res, info, name, [cause])
+            if causes := _label_problems(metadata):
+                raise _invalid(res, info, name, causes)
             if res == PODS and _pod_spec_essence(new, stored) != _pod_spec_essence(stored, stored):
                 cause = (
                     "spec",
@@ -1419,6 +1426,26 @@ def _object_meta(
                 )
             decoded[key] = value
     return decoded
+
+
+def _label_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """ObjectMeta validation of labels and annotations, as on every object: keys are
+    qualified names, label values at most 63 characters of a restricted alphabet."""
+    causes = []
+    for field in ("labels", "annotations"):
+        for key, value in (metadata.get(field) or {}).items():
+            if not go_regex(QUALIFIED_NAME_PATTERN).search(key):
+                causes.append(
+                    (f"metadata.{field}", f"Invalid value: {json.dumps(key)}: not a qualified name")
+                )
+            elif field == "labels" and not go_regex(LABEL_VALUE_PATTERN).search(value or ""):
+                causes.append(
+                    (
+                        f"metadata.{field}",
+                        f"Invalid value: {json.dumps(value)}: not a valid label value",
+                    )
+                )
+    return causes
 
 
 def _name_of(obj: Body) -> str:
