@@ -290,6 +290,7 @@ def test_every_crd_pattern_is_anchored_at_the_end_of_the_text() -> None:
         "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": "a.b",
         "^[-._a-zA-Z][-._a-zA-Z0-9]*$": "NAME",
         manifest._DNS_SUBDOMAIN: "a.b",
+        manifest.LABEL_VALUE_PATTERN: "v",
     }
     crd_patterns = {
         node["pattern"] for node in _schema_nodes(manifest.crd_schema()) if "pattern" in node
@@ -335,3 +336,22 @@ def test_valid_labels_and_annotations_are_accepted(minimal: dict[str, Any]) -> N
     job = manifest_from_document(minimal)
 
     assert job.labels["tier"] == "" and "example.com/owner" in job.annotations
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("spec.driver.labels", {"role": "driver pod"}),
+        ("spec.executor.labels", {"role": "e" * 64}),
+        ("spec.driver.nodeSelector", {"pool": "-streaming"}),
+        ("spec.executor.nodeSelector", {"pool": "streaming\n"}),
+    ],
+)
+def test_a_pod_label_value_kubernetes_would_refuse_is_rejected_at_apply_time(
+    minimal: dict[str, Any], field: str, value: dict[str, str]
+) -> None:
+    # These become labels (and node selectors) of the pods: refused now, not at launch.
+    message = _rejection(_with(minimal, field, value))
+
+    (key,) = value
+    assert message.startswith(f"job.yaml: {field}.{key}: "), message
