@@ -138,28 +138,43 @@ def _copy_file(source: Path, target: Path) -> None:
 def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     """What a restart at ``batch_id`` reads of the query logs: the offsets of B and B-1
     (Spark checks the second latest on restart), the commit of B, and each source's
-    metadata log from its latest compaction at or below B."""
+    metadata log from its latest compaction at or below B (see ``_source_log_files``)."""
     yield "metadata"
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
     for source in _numeric_dirs(sources):
-        entries: dict[int, str] = {}
-        compactions = []
-        for name in os.listdir(sources / source):
-            if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
-                entries[int(match[1])] = name
-            elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
-                entries[int(match[1])] = name
-                compactions.append(int(match[1]))
-        since = max(compactions, default=0)
-        yield from (f"sources/{source}/{entries[n]}" for n in sorted(entries) if n >= since)
+        yield from (
+            f"sources/{source}/{name}" for name in _source_log_files(sources / source, batch_id)
+        )
     state = location / "state"
     # State schemas and operator metadata: small, rewritten only under new names.
     for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):
         yield from _regular_files(location, directory)
     for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
         yield from _regular_files(location, directory)
+
+
+def _source_log_files(directory: Path, batch_id: int) -> list[str]:
+    """A file source's metadata log (a ``CompactibleFileStreamLog``) as of ``batch_id``.
+
+    A restart reads the newest compaction ``C <= B`` and the batch files after it. Spark
+    also derives the log's compact interval from the names of the ``.compact`` files it
+    lists: the difference of the newest two, or a guess from ``C`` alone when there is only
+    one, which can differ from the interval the query used (``19.compact`` alone gives 20
+    where the query used 10) and later makes it look for a compaction that was never
+    written. So the compaction before ``C`` comes too, whenever the live log still has it.
+    """
+    batches: dict[int, str] = {}
+    compactions: dict[int, str] = {}
+    for name in os.listdir(directory):
+        if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
+            batches[int(match[1])] = name
+        elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
+            compactions[int(match[1])] = name
+    newest_two = sorted(compactions)[-2:]
+    since = newest_two[-1] if newest_two else -1
+    return [compactions[n] for n in newest_two] + [batches[n] for n in sorted(batches) if n > since]
 
 
 def _state_files(location: Path, partition: str, version: int) -> list[str]:

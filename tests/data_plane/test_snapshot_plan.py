@@ -63,17 +63,31 @@ def test_hdfs_provider_takes_latest_snapshot_and_later_deltas(tmp_path: Path) ->
     assert not any(name.endswith(".crc") for files in plan.files_by_task.values() for name in files)
 
 
-def test_source_logs_from_the_latest_compaction(tmp_path: Path) -> None:
+def test_source_logs_from_the_latest_two_compactions(tmp_path: Path) -> None:
     _logs(tmp_path, batches=25)
     _touch(tmp_path, "sources/0/9.compact", "sources/0/19.compact", "sources/0/29.compact")
     for name in ("sources/0/9", "sources/0/19"):
         (tmp_path / name).unlink()  # replaced by their compaction
     logs = plan_snapshot(tmp_path, 22).files_by_task[LOGS_TASK]
     assert [f for f in logs if f.startswith("sources/")] == [
+        "sources/0/9.compact",  # only its name matters: Spark derives the interval from it
         "sources/0/19.compact",
         "sources/0/20",
         "sources/0/21",
         "sources/0/22",
+    ]
+
+
+def test_a_single_compaction_is_all_the_log_has(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=14)
+    (tmp_path / "sources/0/9").unlink()
+    _touch(tmp_path, "sources/0/9.compact")
+    logs = plan_snapshot(tmp_path, 12).files_by_task[LOGS_TASK]
+    assert [f for f in logs if f.startswith("sources/")] == [
+        "sources/0/9.compact",
+        "sources/0/10",
+        "sources/0/11",
+        "sources/0/12",
     ]
 
 
