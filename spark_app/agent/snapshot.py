@@ -23,6 +23,8 @@ LOGS_TASK = "logs"
 
 _BATCH_FILE = re.compile(r"^(\d+)$")
 _COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
+# transformWithState's operator metadata and schema files: `<batch>` and `<batch>_<uuid>`.
+_WRITTEN_BY_BATCH = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?$")
 _STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
 # checkpointFormatVersion=2 names files <version>_<uniqueId>; which one a version uses is
 # recorded in commits/B. Not supported yet: refused rather than guessed.
@@ -148,11 +150,14 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
             f"sources/{source}/{name}" for name in _source_log_files(sources / source, batch_id)
         )
     state = location / "state"
-    # State schemas and operator metadata: small, rewritten only under new names.
+    # State schemas and operator metadata: small, rewritten only under new names. Those
+    # named after the batch that wrote them (transformWithState's `_metadata/v2/<batch>`,
+    # `_stateSchema/.../<batch>_<uuid>`) are left out above B: Spark writes its own at the
+    # first batch of the restored run only when no file of that name exists.
     for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):
-        yield from _regular_files(location, directory)
+        yield from _files_up_to(location, directory, batch_id)
     for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
-        yield from _regular_files(location, directory)
+        yield from _files_up_to(location, directory, batch_id)
 
 
 def _source_log_files(directory: Path, batch_id: int) -> list[str]:
@@ -222,8 +227,11 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     return selected
 
 
-def _regular_files(location: Path, directory: Path) -> Iterator[str]:
+def _files_up_to(location: Path, directory: Path, batch_id: int) -> Iterator[str]:
     for path in sorted(directory.rglob("*")):
+        written_by = _WRITTEN_BY_BATCH.match(path.name)
+        if written_by and int(written_by[1]) > batch_id:
+            continue
         if path.is_file() and not path.name.endswith(".crc"):
             yield path.relative_to(location).as_posix()
 

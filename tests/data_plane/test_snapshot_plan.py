@@ -91,6 +91,21 @@ def test_a_single_compaction_is_all_the_log_has(tmp_path: Path) -> None:
     ]
 
 
+def test_transform_with_state_metadata_written_after_the_batch_is_left_out(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=8)
+    _touch(tmp_path, *(f"state/0/0/{v}.delta" for v in range(1, 9)))
+    for batch in (0, 4, 7):  # the first batch of three runs
+        _touch(tmp_path, f"state/0/_metadata/v2/{batch}")
+        _touch(tmp_path, f"state/0/_stateSchema/default/{batch}_0a1b2c3d-4e5f")
+    logs = plan_snapshot(tmp_path, 5).files_by_task[LOGS_TASK]
+    assert [f for f in logs if f.startswith("state/")] == [
+        "state/0/_metadata/v2/0",
+        "state/0/_metadata/v2/4",
+        "state/0/_stateSchema/default/0_0a1b2c3d-4e5f",
+        "state/0/_stateSchema/default/4_0a1b2c3d-4e5f",
+    ]
+
+
 def test_without_a_snapshot_every_delta_from_version_one(tmp_path: Path) -> None:
     _logs(tmp_path, batches=3)
     _touch(tmp_path, *(f"state/0/0/{v}.delta" for v in range(1, 4)))
