@@ -81,7 +81,9 @@ def state_partitions(location: Path) -> list[StatePartition]:
             stores = [
                 d.name
                 for d in sorted(partition_dir.iterdir())
-                if d.is_dir() and not d.name.startswith(("_", ".")) and d.name != "SSTs"
+                if d.is_dir()
+                and not d.name.startswith(("_", "."))
+                and d.name not in ("SSTs", "logs")
             ]
             if stores and not _has_state_files(partition_dir):
                 partitions.extend(
@@ -215,15 +217,15 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     selected = [versions[base][k] for k in ("snapshot", "zip") if k in versions.get(base, {})]
     for v in range(base + 1, version + 1):
         selected += [versions[v][k] for k in ("delta", "changelog") if k in versions[v]]
-    sst_dir = directory / "SSTs"
-    if sst_dir.is_dir():
-        # Every SST present (a superset of what the zip lists); uploads in progress are
-        # hidden temporary names and are left out.
-        selected += [
-            f"{partition}/SSTs/{name}"
-            for name in sorted(os.listdir(sst_dir))
-            if name.endswith(".sst") and not name.startswith(".")
-        ]
+    # Every SST (and archived RocksDB log, `RocksDBImmutableFile`) present: a superset of
+    # what the zip lists; uploads in progress are hidden temporary names and are left out.
+    for subdirectory, suffix in (("SSTs", ".sst"), ("logs", ".log")):
+        if (directory / subdirectory).is_dir():
+            selected += [
+                f"{partition}/{subdirectory}/{name}"
+                for name in sorted(os.listdir(directory / subdirectory))
+                if name.endswith(suffix) and not name.startswith(".")
+            ]
     return selected
 
 

@@ -122,8 +122,15 @@ def test_rocksdb_takes_the_version_zip_and_the_sst_files(tmp_path: Path) -> None
     _touch(tmp_path, *(f"{base}/{v}.zip" for v in range(1, 6)))
     _touch(tmp_path, f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
     _touch(tmp_path, f"{base}/SSTs/.000010-cc.sst.tmp", f"{base}/.6.zip.tmp")
+    _touch(tmp_path, f"{base}/logs/000007-dd.log")  # an archived log a zip can list
     files = plan_snapshot(tmp_path, 3).files_by_task["state-0-0"]
-    assert files == (f"{base}/4.zip", f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
+    assert files == (
+        f"{base}/4.zip",
+        f"{base}/SSTs/000008-aa.sst",
+        f"{base}/SSTs/000009-bb.sst",
+        f"{base}/logs/000007-dd.log",
+    )
+    assert [p.task for p in state_partitions(tmp_path)] == ["state-0-0"]
 
 
 def test_rocksdb_changelog_checkpointing_takes_zip_and_later_changelogs(tmp_path: Path) -> None:
