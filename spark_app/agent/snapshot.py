@@ -141,8 +141,8 @@ def _copy_file(source: Path, target: Path) -> None:
 
 def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     """What a restart at ``batch_id`` reads of the query logs: the offsets of B and B-1
-    (Spark checks the second latest on restart), the commit of B, and each source's
-    metadata log from its latest compaction at or below B (see ``_source_log_files``)."""
+    (Spark checks the second latest on restart), the commit of B, each source's metadata
+    log (``_source_log_files``), and the state operators' metadata and schemas."""
     yield "metadata"
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
