@@ -46,9 +46,9 @@ Simplified:
   MAX_JSON_DEPTH (100) levels is refused (a real server allows 10,000: Python's recursion
   cannot follow).
 - Validation is whatever the registered validator does (the SparkCheckpointJob one is the
-  operator's manifest validation, on the spec and the status); of ObjectMeta only the name
-  is checked (a DNS subdomain); namespaces need not exist and deleting one deletes nothing
-  inside.
+  operator's manifest validation, on the spec and the status); of ObjectMeta, the name (a
+  DNS subdomain), label and annotation keys and label values are checked; namespaces need
+  not exist and deleting one deletes nothing inside.
 - Garbage collection happens at once, inside the deleting request; propagationPolicy
   Foreground is treated as Background; Orphan leaves dependents (with their ownerReferences).
 - Field selectors accept any field path of built-in resources (a real server supports a
@@ -853,7 +853,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         checks (422)."""
         if not isinstance(body, dict):
             raise _bad_request("the body must be a JSON object")
-        obj = dict(body)
+        obj = copy.deepcopy(body)  # pruning must not touch what a merge patch shares
         self._check_type(res, info, obj, update=update)
         unknown: list[str] = []
         obj["metadata"] = _object_meta(res, info, obj.get("metadata"), unknown)
