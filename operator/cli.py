@@ -7,12 +7,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from prometheus_client import REGISTRY
-
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.local_runtime import run_local
+from spark_checkpoint_operator.local_runtime import JobBusy, run_local
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
-from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 from spark_checkpoint_operator.storage_commands import (
     DEFAULT_STATE_DIR,
@@ -171,14 +168,15 @@ def _run(args: argparse.Namespace) -> int:
     def report(line: str) -> None:
         print(f"[{time.monotonic() - started:7.1f}s] {line}", flush=True)
 
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = CheckpointMetrics(REGISTRY)
-        metrics.serve(args.metrics_port, "127.0.0.1")
-        report(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-    outcome = asyncio.run(
-        run_local(manifest, args.manifest, args.state_dir, report, metrics=metrics)
-    )
+    try:
+        outcome = asyncio.run(
+            run_local(
+                manifest, args.manifest, args.state_dir, report, metrics_port=args.metrics_port
+            )
+        )
+    except JobBusy as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        return 1
     exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
     return exit_codes.get(outcome, 0)
 

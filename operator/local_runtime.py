@@ -8,6 +8,7 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import secrets
@@ -15,10 +16,12 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from prometheus_client import REGISTRY
 
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
@@ -63,8 +66,38 @@ class LocalPaths:
         return self.job_dir / "agent-token"
 
     @property
+    def lock_file(self) -> Path:
+        return self.job_dir / "run.lock"
+
+    @property
     def default_storage(self) -> str:
         return (self.job_dir.parent.parent / "storage").resolve().as_uri()
+
+
+class JobBusy(Exception):
+    """Another `spark-checkpoint run` holds the job; the message names it."""
+
+
+@contextlib.contextmanager
+def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
+    """Held for a whole run: a second run of the same job would otherwise take the first
+    one's driver for a leftover and kill it. The lock (``flock``) goes with the process,
+    however it ends; the file only names the holder for the message."""
+    descriptor = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
+            raise JobBusy(
+                f"job {manifest.namespace}/{manifest.name} is already running "
+                f"(pid {holder}, lock {paths.lock_file}): stop that run first"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(descriptor)
 
 
 class LocalDriver:
@@ -194,11 +227,29 @@ async def run_local(
     state_dir: Path,
     report: Callable[[str], None],
     *,
-    metrics: CheckpointMetrics | None = None,
+    metrics_port: int | None = None,
 ) -> TerminalOutcome:
-    """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills)."""
+    """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
+    With ``metrics_port``, Prometheus metrics are served on loopback. Raises `JobBusy` if
+    another run of the job is under way (before anything else is started)."""
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
+    with job_lock(paths, manifest):
+        metrics = None
+        if metrics_port is not None:
+            metrics = CheckpointMetrics(REGISTRY)
+            metrics.serve(metrics_port, "127.0.0.1")
+            report(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+        return await _run_locked(manifest, manifest_path, paths, report, metrics)
+
+
+async def _run_locked(
+    manifest: JobManifest,
+    manifest_path: Path,
+    paths: LocalPaths,
+    report: Callable[[str], None],
+    metrics: CheckpointMetrics | None,
+) -> TerminalOutcome:
     _stop_leftover_driver(paths, report)
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
     storage = CheckpointStorage(JobStorageLayout(storage_root, manifest.namespace, manifest.name))

@@ -1,4 +1,4 @@
-"""Local runtime safeguards: never two drivers of one job."""
+"""Local runtime safeguards: never two drivers of one job, never two runs of one job."""
 
 import json
 import os
@@ -6,6 +6,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint_operator.local_runtime import LocalPaths, _stop_leftover_driver
 
 
@@ -46,3 +47,40 @@ def test_a_reused_pid_of_another_process_is_left_alone(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+SLEEPING_DRIVER = """
+    import os, pathlib, time
+    pathlib.Path("driver.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def test_a_second_run_of_a_running_job_is_refused_and_leaves_the_first_alone(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, SLEEPING_DRIVER)
+    first = job.start()
+    try:
+        driver = int(wait_for_file(tmp_path / "driver.pid"))
+        second = job.run(timeout=20)
+        assert second.returncode == 1
+        assert second.stderr.splitlines() == [
+            f"spark-checkpoint run: job default/probe is already running (pid {first.pid}, "
+            f"lock {job.job_dir.resolve() / 'run.lock'}): stop that run first"
+        ]
+        assert alive(driver), "the first run's driver was killed"
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.communicate()
+    # The lock goes with its holder: the next run starts (and stops the orphaned driver).
+    wait_until_gone(driver)
+    (tmp_path / "driver.pid").unlink()
+    third = job.start()
+    try:
+        wait_for_file(tmp_path / "driver.pid")
+        assert int((tmp_path / "driver.pid").read_text()) != driver
+    finally:
+        third.kill()
+        third.communicate()
