@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.local_runtime import JobBusy, run_local
+from spark_checkpoint_operator.local_runtime import RunRefused, run_local
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 from spark_checkpoint_operator.storage_commands import (
@@ -174,7 +174,7 @@ def _run(args: argparse.Namespace) -> int:
                 manifest, args.manifest, args.state_dir, report, metrics_port=args.metrics_port
             )
         )
-    except JobBusy as error:
+    except RunRefused as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return 1
     exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}

@@ -29,6 +29,7 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
+    JobPhase,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -74,7 +75,11 @@ class LocalPaths:
         return (self.job_dir.parent.parent / "storage").resolve().as_uri()
 
 
-class JobBusy(Exception):
+class RunRefused(Exception):
+    """The job is not run; the message says why and what to do instead."""
+
+
+class JobBusy(RunRefused):
     """Another `spark-checkpoint run` holds the job; the message names it."""
 
 
@@ -250,10 +255,21 @@ async def _run_locked(
     report: Callable[[str], None],
     metrics: CheckpointMetrics | None,
 ) -> TerminalOutcome:
-    _stop_leftover_driver(paths, report)
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
-    storage = CheckpointStorage(JobStorageLayout(storage_root, manifest.namespace, manifest.name))
+    layout = JobStorageLayout(storage_root, manifest.namespace, manifest.name)
     record = load_record(paths)
+    if record.phase is JobPhase.FINISHED:
+        # As on Kubernetes: its input is done. Running it again would restore whatever
+        # image is left (an old savepoint) and recompute from there without a word. Both
+        # directories go: a new registry's ids would run into the old snapshots'.
+        raise RunRefused(
+            f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
+            f"to run it from the start, delete its state {paths.job_dir} and storage "
+            f"{layout.job_root.removeprefix('file://')} (to start from one of its savepoints, copy it elsewhere "
+            "first and name it in spec.restore.initialSavepointPath)"
+        )
+    _stop_leftover_driver(paths, report)
+    storage = CheckpointStorage(layout)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"

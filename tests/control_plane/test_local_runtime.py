@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -84,3 +85,24 @@ def test_a_second_run_of_a_running_job_is_refused_and_leaves_the_first_alone(
     finally:
         third.kill()
         third.communicate()
+
+
+def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
+    first = job.run()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
+    again = job.run()
+    assert again.returncode == 1
+    storage = tmp_path / "state" / "storage" / "default" / "probe"
+    assert again.stderr.splitlines() == [
+        "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
+        f"from the start, delete its state {job.job_dir} and storage {storage} (to start from "
+        "one of its savepoints, copy it elsewhere first and name it in "
+        "spec.restore.initialSavepointPath)"
+    ]
+    assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"
+    # What the message says works.
+    shutil.rmtree(job.job_dir)
+    assert job.run().returncode == 0
+    assert (tmp_path / "runs").read_text() == "run\nrun\n"
