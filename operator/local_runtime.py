@@ -265,8 +265,9 @@ async def _run_locked(
         raise RunRefused(
             f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
             f"to run it from the start, delete its state {paths.job_dir} and storage "
-            f"{layout.job_root.removeprefix('file://')} (to start from one of its savepoints, copy it elsewhere "
-            "first and name it in spec.restore.initialSavepointPath)"
+            f"{layout.job_root.removeprefix('file://')} (to start from one of its "
+            "savepoints, copy it elsewhere first and name it in "
+            "spec.restore.initialSavepointPath)"
         )
     _stop_leftover_driver(paths, report)
     storage = CheckpointStorage(layout)
