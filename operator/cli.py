@@ -8,11 +8,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.local_runtime import RunRefused, run_local
+from spark_checkpoint_operator.local_runtime import (
+    STATE_DIR_NAME,
+    RunRefused,
+    default_state_dir,
+    run_local,
+)
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 from spark_checkpoint_operator.storage_commands import (
-    DEFAULT_STATE_DIR,
     StorageSource,
     run_inspect,
     run_list,
@@ -40,8 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(".spark-checkpoint"),
-        help="status, driver logs, work directories and default storage (default: %(default)s)",
+        help="status, driver logs, work directories and default storage "
+        f"(default: {STATE_DIR_NAME} next to the manifest)",
     )
     run.add_argument(
         "--metrics-port",
@@ -113,9 +117,9 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "--state-dir",
         type=Path,
         metavar="DIR",
-        default=DEFAULT_STATE_DIR,
         help="state directory of `spark-checkpoint run`: the registry is read from "
-        "<state-dir>/<namespace>/<job>/status.json if present (default: %(default)s)",
+        "<state-dir>/<namespace>/<job>/status.json if present (default: "
+        f"{STATE_DIR_NAME} next to the manifest, else in the current directory)",
     )
 
     listing = commands.add_parser(
@@ -171,7 +175,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         outcome = asyncio.run(
             run_local(
-                manifest, args.manifest, args.state_dir, report, metrics_port=args.metrics_port
+                manifest,
+                args.manifest,
+                args.state_dir or default_state_dir(args.manifest),
+                report,
+                metrics_port=args.metrics_port,
             )
         )
     except RunRefused as error:

@@ -216,6 +216,15 @@ class LocalJanitor:
             raise CleanupFailed(f"{operation.__name__}: {error}") from error
 
 
+STATE_DIR_NAME = ".spark-checkpoint"
+
+
+def default_state_dir(manifest_path: Path) -> Path:
+    """Next to the manifest, so that every command finds a job's state and default storage
+    whichever directory it is run from."""
+    return manifest_path.parent / STATE_DIR_NAME
+
+
 def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / manifest.namespace / manifest.name)
 

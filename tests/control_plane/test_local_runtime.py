@@ -106,3 +106,17 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     shutil.rmtree(job.job_dir)
     assert job.run().returncode == 0
     assert (tmp_path / "runs").read_text() == "run\nrun\n"
+
+
+def test_run_keeps_its_state_next_to_the_manifest_by_default(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path / "project", "pass\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = [a for a in job.command() if a not in ("--state-dir", str(job.state_dir))]
+    finished = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, check=False)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    status = json.loads(
+        (tmp_path / "project/.spark-checkpoint/default/probe/status.json").read_text()
+    )
+    assert status["status"]["phase"] == "Finished"
+    assert list(elsewhere.iterdir()) == []
