@@ -9,6 +9,7 @@ from pathlib import Path
 
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.local_runtime import (
+    AGENT_START_TIMEOUT_SECONDS,
     STATE_DIR_NAME,
     RunRefused,
     default_state_dir,
@@ -46,6 +47,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="status, driver logs, work directories and default storage "
         f"(default: {STATE_DIR_NAME} next to the manifest)",
+    )
+    run.add_argument(
+        "--agent-timeout",
+        type=float,
+        metavar="SECONDS",
+        default=AGENT_START_TIMEOUT_SECONDS,
+        help="fail the job if a started driver's checkpoint agent has not answered within "
+        "SECONDS (a pipeline that does not call run_coordinated) (default: %(default).0f)",
     )
     run.add_argument(
         "--metrics-port",
@@ -180,6 +189,7 @@ def _run(args: argparse.Namespace) -> int:
                 args.state_dir or default_state_dir(args.manifest),
                 report,
                 metrics_port=args.metrics_port,
+                agent_start_timeout=args.agent_timeout,
             )
         )
     except RunRefused as error:

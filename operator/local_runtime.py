@@ -37,9 +37,11 @@ from spark_checkpoint_operator.driver_command import driver_command, submit_argu
 from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.status import render_status
-from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
 STOP_GRACE_SECONDS = 30.0
+# Spark's start plus the restore of a large image, with room to spare.
+AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 PR_SET_PDEATHSIG = 1
 
@@ -242,6 +244,7 @@ async def run_local(
     report: Callable[[str], None],
     *,
     metrics_port: int | None = None,
+    agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
 ) -> TerminalOutcome:
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
     With ``metrics_port``, Prometheus metrics are served on loopback. Raises `JobBusy` if
@@ -254,7 +257,14 @@ async def run_local(
             metrics = CheckpointMetrics(REGISTRY)
             metrics.serve(metrics_port, "127.0.0.1")
             report(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
-        return await _run_locked(manifest, manifest_path, paths, report, metrics)
+        return await _run_locked(
+            manifest,
+            manifest_path,
+            paths,
+            report,
+            metrics=metrics,
+            agent_start_timeout=agent_start_timeout,
+        )
 
 
 async def _run_locked(
@@ -262,7 +272,9 @@ async def _run_locked(
     manifest_path: Path,
     paths: LocalPaths,
     report: Callable[[str], None],
+    *,
     metrics: CheckpointMetrics | None,
+    agent_start_timeout: float,
 ) -> TerminalOutcome:
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
     layout = JobStorageLayout(storage_root, manifest.namespace, manifest.name)
@@ -301,6 +313,19 @@ async def _run_locked(
         temporary.write_text(json.dumps(document, indent=2))
         os.replace(temporary, paths.status_file)
 
+    interrupts = [0]
+
+    def on_notice(notice: Notice) -> None:
+        report(notice.message)
+        if notice.reason == "RequestDeclined" and interrupts[0] == 1:
+            # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
+            # stop, so stop without one rather than keep running.
+            report(
+                "interrupted: no savepoint can be taken now; stopping the driver without one "
+                "(the next run resumes from the newest checkpoint or savepoint)"
+            )
+            supervisor.suspend_now()
+
     supervisor = JobSupervisor(
         config=manifest.coordinator_config(),
         restart_policy=manifest.spec.restart_policy,
@@ -309,10 +334,11 @@ async def _run_locked(
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
-        report=lambda notice: report(notice.message),
+        report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
+        agent_start_timeout=agent_start_timeout,
     )
-    interrupts = [0]
+
     # shutdown.drain: process all available input before the savepoint (stop --drain).
     after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
 

@@ -231,6 +231,7 @@ class JobSupervisor:
         report: Callable[[Notice], None] = _log_notice,
         observer: "Observer | None" = None,
         idle_poll_interval: float = POLL_INTERVAL,
+        agent_start_timeout: float | None = None,
     ) -> None:
         self._config = config
         self._restart_policy = restart_policy
@@ -245,6 +246,10 @@ class JobSupervisor:
         # long-poll for status, and checks the driver while a long poll waits; triggers
         # are timed by the coordinator's deadlines, not by polling.
         self._idle_poll_interval = idle_poll_interval
+        # How long a started driver's agent may stay silent before the job fails: a
+        # pipeline that never calls run_coordinated would otherwise look like a slow start
+        # forever. None: no limit (a pod may wait for a node or an image).
+        self._agent_start_timeout = agent_start_timeout
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = self._new_coordinator(
@@ -261,6 +266,8 @@ class JobSupervisor:
         self._garbage_collected = False
         self._restore_recorded = False
         self._completed_in_attempt = False
+        self._agent_answered = False
+        self._attempt_started = 0.0
         self._failing: str | None = None
         self._cancelled = False
         self._suspend_on_exit = False
@@ -405,6 +412,8 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         if self._failing is not None:
             self._record.message = self._failing
+            if not self._agent_answered:
+                return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
         if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
@@ -441,6 +450,9 @@ class JobSupervisor:
         self._restore_recorded = adopted is not None
         self._completed_in_attempt = False
         self._failing = None
+        # An adopted driver's agent answered before this runtime restarted.
+        self._agent_answered = adopted is not None
+        self._attempt_started = time.monotonic()
         self._suspending_since = None
         if self._stop_requested.is_set():
             self._stop_driver()  # asked to stop while the driver was being started
@@ -543,10 +555,25 @@ class JobSupervisor:
         if isinstance(answer, Exception):
             await self._agent_lost()
             await self._tick()
+            await self._give_up_on_a_silent_agent(driver)
             return None
+        self._agent_answered = True
         await self._process(driver, answer)
         version = answer.get("version")
         return version if isinstance(version, int) else None  # an older agent: no version
+
+    async def _give_up_on_a_silent_agent(self, driver: DriverHandle) -> None:
+        timeout = self._agent_start_timeout
+        waited = time.monotonic() - self._attempt_started
+        if self._agent_answered or timeout is None or waited < timeout or self._failing:
+            return
+        self._failing = (
+            f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
+            "pipeline start its query with run_coordinated(writer, participants=[...]) "
+            "instead of writer.start()?"
+        )
+        self._notify("AgentNeverAnswered", Level.WARNING, f"{self._failing} Stopping the driver.")
+        await driver.terminate()
 
     async def _process(self, driver: DriverHandle, status: dict[str, Any]) -> None:
         if not self._garbage_collected:

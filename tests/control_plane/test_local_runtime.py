@@ -3,6 +3,7 @@
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -120,3 +121,45 @@ def test_run_keeps_its_state_next_to_the_manifest_by_default(tmp_path: Path) -> 
     )
     assert status["status"]["phase"] == "Finished"
     assert list(elsewhere.iterdir()) == []
+
+
+# A pipeline that starts its query with writer.start() instead of run_coordinated(...):
+# the process runs, and no checkpoint agent ever answers.
+UNCOORDINATED_DRIVER = SLEEPING_DRIVER
+
+
+def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, UNCOORDINATED_DRIVER, restart_policy={"maxRetries": 3})
+    started = time.monotonic()
+    result = job.run("--agent-timeout", "2", timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 30
+    expected = (
+        "the driver's checkpoint agent never answered in 2s: does the pipeline start its "
+        "query with run_coordinated(writer, participants=[...]) instead of writer.start()?"
+    )
+    assert f"{expected} Stopping the driver." in result.stdout
+    assert f"job failed: {expected}" in result.stdout
+    assert "starting driver attempt 2" not in result.stdout, "retrying cannot help"
+    assert not alive(int((tmp_path / "driver.pid").read_text()))
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert (status["phase"], status["message"]) == ("Failed", expected)
+
+
+def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, UNCOORDINATED_DRIVER)
+    run = job.start()
+    driver = int(wait_for_file(tmp_path / "driver.pid"))
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, out + err
+    assert "savepoint request declined: not all required tasks are running" in out
+    assert (
+        "interrupted: no savepoint can be taken now; stopping the driver without one "
+        "(the next run resumes from the newest checkpoint or savepoint)"
+    ) in out
+    wait_until_gone(driver)
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Suspended"
