@@ -11,6 +11,7 @@ import ctypes
 import fcntl
 import json
 import os
+import re
 import secrets
 import signal
 import socket
@@ -337,6 +338,7 @@ async def _run_locked(
         report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
         agent_start_timeout=agent_start_timeout,
+        driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
     )
 
     # shutdown.drain: process all available input before the savepoint (stop --drain).
@@ -367,6 +369,35 @@ async def _run_locked(
         f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
     )
     return outcome
+
+
+ERROR_LINES_SHOWN = 6
+LOG_TAIL_BYTES = 64 * 1024
+TRACEBACK = "Traceback (most recent call last):"
+ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
+
+
+def last_error_lines(log_file: Path) -> list[str]:
+    """The error a driver ended with, from the end of its log, the error itself first: the
+    exception of its last Python traceback (without the frames), else the last line that
+    reads as an error and what follows it; at most a few lines."""
+    try:
+        with log_file.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            lines = [line.rstrip() for line in log.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return []
+    lines = [line for line in lines if line]
+    if TRACEBACK in lines:
+        start = len(lines) - lines[::-1].index(TRACEBACK)
+        frames = 0
+        while start + frames < len(lines) and lines[start + frames][:1].isspace():
+            frames += 1
+        error = lines[start + frames :]
+    else:
+        marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
+        error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
+    return error[:ERROR_LINES_SHOWN]
 
 
 def _die_with_parent() -> None:

@@ -232,6 +232,7 @@ class JobSupervisor:
         observer: "Observer | None" = None,
         idle_poll_interval: float = POLL_INTERVAL,
         agent_start_timeout: float | None = None,
+        driver_error: Callable[[int], list[str]] = lambda attempt: [],
     ) -> None:
         self._config = config
         self._restart_policy = restart_policy
@@ -250,6 +251,9 @@ class JobSupervisor:
         # pipeline that never calls run_coordinated would otherwise look like a slow start
         # forever. None: no limit (a pod may wait for a node or an image).
         self._agent_start_timeout = agent_start_timeout
+        # The last error lines of an attempt's driver (its log), first the error itself;
+        # shown with each failure, and compared to tell a repeating failure.
+        self._driver_error = driver_error
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = self._new_coordinator(
@@ -268,6 +272,10 @@ class JobSupervisor:
         self._completed_in_attempt = False
         self._agent_answered = False
         self._attempt_started = 0.0
+        # The committed batch the attempt's first status showed (a tuple: it may be None),
+        # and whether a later status showed another: the query made progress.
+        self._first_batch: tuple[int | None] | None = None
+        self._batches_advanced = False
         self._failing: str | None = None
         self._cancelled = False
         self._suspend_on_exit = False
@@ -317,40 +325,64 @@ class JobSupervisor:
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
         retries = 0
+        # The error of the last attempt that failed before its query committed a batch.
+        repeating: list[str] | None = None
         adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
         while True:
             try:
                 exit_code = await self._run_attempt(adopted)
-            except LaunchFailed as error:
-                self._record.message = f"the driver could not be started: {error}"
+            except LaunchFailed as refused:
+                self._record.message = f"the driver could not be started: {refused}"
                 await self._terminate(TerminalOutcome.FAILED)
                 return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
+            failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not self._failing
+            error = self._driver_error(self._record.attempt) if failed_on_its_own else []
+            early = not self._batches_advanced and not self._completed_in_attempt
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
                 # not when it was failed for failing checkpoints.
                 progressed = self._completed_in_attempt and self._failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if not unlimited and retries > self._restart_policy.max_retries:
+                if error and early and error == repeating:
+                    # The same error again before any batch (a misspelled column, a missing
+                    # file): the pipeline needs fixing, another attempt cannot help.
+                    self._record.message = (
+                        "the driver failed the same way twice before its first batch; "
+                        f"not retried: {error[0]}"
+                    )
+                    outcome = TerminalOutcome.FAILED
+                elif not unlimited and retries > self._restart_policy.max_retries:
                     self._record.message = (
                         f"driver failed {retries} times; restartPolicy.maxRetries="
                         f"{self._restart_policy.max_retries} exhausted"
+                        + (f"; last error: {error[0]}" if error else "")
                     )
                     outcome = TerminalOutcome.FAILED
                 else:
+                    repeating = error if early else None
                     delay = restart_delay(self._restart_policy, retries)
                     self._notify(
                         "DriverFailed",
                         Level.WARNING,
-                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s",
+                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s"
+                        + _error_lines(error),
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
                     if (stopped := self._stopped_meanwhile()) is None:
                         continue
                     outcome = stopped
+            elif error:
+                self._record.message += f": {error[0]}"
+            if outcome is TerminalOutcome.FAILED and error:
+                self._notify(
+                    "DriverFailed",
+                    Level.WARNING,
+                    f"driver failed (exit {exit_code})" + _error_lines(error),
+                )
             await self._terminate(outcome)
             return outcome
 
@@ -453,6 +485,8 @@ class JobSupervisor:
         # An adopted driver's agent answered before this runtime restarted.
         self._agent_answered = adopted is not None
         self._attempt_started = time.monotonic()
+        self._first_batch = None
+        self._batches_advanced = False
         self._suspending_since = None
         if self._stop_requested.is_set():
             self._stop_driver()  # asked to stop while the driver was being started
@@ -598,6 +632,10 @@ class JobSupervisor:
                 )
         query = status["query"]
         self._record.last_batch = query.get("lastCommittedBatch")
+        if self._first_batch is None:
+            self._first_batch = (self._record.last_batch,)
+        elif self._first_batch != (self._record.last_batch,):
+            self._batches_advanced = True
         if not self._restore_recorded:
             self._restore_recorded = True
             self._record.restored_from = status.get("restoredFrom")
@@ -880,6 +918,11 @@ class JobSupervisor:
             await work
         except CleanupFailed as error:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+
+
+def _error_lines(error: list[str]) -> str:
+    """A driver's error lines as the indented tail of a notice."""
+    return "".join(f"\n    {line}" for line in ["its error:", *error]) if error else ""
 
 
 def _completion_reason(completed: CompletedCheckpoint) -> str:

@@ -5,6 +5,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -163,3 +164,65 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     wait_until_gone(driver)
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Suspended"
+
+
+def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_error(
+    tmp_path: Path,
+) -> None:
+    script = """
+        from spark_checkpoint.sink import TransactionalFileSink
+        sink = TransactionalFileSink("s3a://bucket/output/orders")
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 5})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = (
+        "ValueError: TransactionalFileSink writes to a local filesystem only, not "
+        "'s3a://bucket/output/orders': commits are directory renames"
+    )
+    lines = result.stdout.splitlines()
+    restart = next(i for i, line in enumerate(lines) if "driver failed (exit 1); restart 1" in line)
+    assert lines[restart + 1] == "    its error:"
+    assert lines[restart + 2].startswith(f"    {error}")
+    assert "starting driver attempt 3" not in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith(
+        f"the driver failed the same way twice before its first batch; not retried: {error}"
+    )
+    assert f"job failed: {status['message']}" in result.stdout
+
+
+def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_shown(
+    tmp_path: Path,
+) -> None:
+    script = """
+        import pathlib
+        runs = pathlib.Path("runs")
+        runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+        raise RuntimeError(f"lost the connection, run {len(runs.read_text())}")
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 2})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    for run in (1, 2, 3):
+        assert f"    RuntimeError: lost the connection, run {run}" in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["message"] == (
+        "driver failed 3 times; restartPolicy.maxRetries=2 exhausted; "
+        "last error: RuntimeError: lost the connection, run 3"
+    )
+
+
+def test_a_missing_main_file_fails_with_pythons_own_words(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, "")
+    (tmp_path / "driver.py").unlink()
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["message"] == (
+        "driver cannot run: MISCONFIGURED: "
+        f"{sys.executable}: can't open file {str(tmp_path / 'driver.py')!r}: "
+        "[Errno 2] No such file or directory"
+    )
+    assert f"job failed: {status['message']}" in result.stdout

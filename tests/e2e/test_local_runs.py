@@ -7,6 +7,7 @@ computed independently from the input files.
 
 import os
 import random
+import re
 import socket
 import time
 import urllib.request
@@ -265,3 +266,29 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(
+    tmp_path: Path,
+) -> None:
+    run = JobRun(tmp_path / "job", restart_policy={"maxRetries": 5})
+    pipeline = run.directory / "pipeline.py"
+    pipeline.write_text(pipeline.read_text().replace('groupBy("word")', 'groupBy("wrod")'))
+    run.add_input(files=1)
+    run.start()
+    assert run.wait(timeout=300) == 1, "\n".join(run.lines)
+    output = "\n".join(run.lines)
+    unresolved = "AnalysisException: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or "
+    assert re.search(
+        rf"driver failed \(exit 1\); restart 1 in \d+s\n"
+        rf"    its error:\n    \S*{re.escape(unresolved)}",
+        output,
+    ), output
+    assert "starting driver attempt 3" not in output
+    status = run.status()["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith(
+        "the driver failed the same way twice before its first batch; not retried: "
+        f"pyspark.errors.exceptions.captured.{unresolved}"
+    )
+    assert "`wrod`" in status["message"]
