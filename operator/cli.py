@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 from collections.abc import Sequence
@@ -176,11 +177,15 @@ def _run(args: argparse.Namespace) -> int:
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return 2
-    started = time.monotonic()
+    started = time.time()
 
     def report(line: str) -> None:
-        print(f"[{time.monotonic() - started:7.1f}s] {line}", flush=True)
+        print(f"{_elapsed(time.time() - started)} {line}", flush=True)
 
+    # What libraries log gets the same time stamp as the runtime's own lines.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_ElapsedFormatter(started))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
     try:
         outcome = asyncio.run(
             run_local(
@@ -197,6 +202,20 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
     return exit_codes.get(outcome, 0)
+
+
+def _elapsed(seconds: float) -> str:
+    return f"[{seconds:7.1f}s]"
+
+
+class _ElapsedFormatter(logging.Formatter):
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self._started = started
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_elapsed(record.created - self._started)} {record.levelname.lower()}: "
+        return line + super().format(record)
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     Effect,
     Event,
     FailJob,
+    FailureReason,
     FinalizationFailed,
     FinalizeCheckpoint,
     JobPhase,
@@ -49,6 +50,7 @@ from spark_checkpoint_operator.coordinator import (
     Tick,
     TriggerCheckpoint,
     TriggerDeliveryFailed,
+    TriggerRequest,
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
@@ -61,6 +63,9 @@ LONG_POLL_SECONDS = 30.0
 # A status request goes out at least this long after the previous answer, so that changes
 # in quick succession (a trigger and its snapshot's acks) are picked up together.
 STATUS_GAP_SECONDS = 0.25
+# The label of the last image of a job: bounded input's final checkpoint, a deleted job's
+# final savepoint.
+FINAL_LABEL = "final"
 # How long a driver may take to exit after its stop-with-savepoint completed.
 STOP_GRACE_SECONDS = 120.0
 
@@ -267,6 +272,10 @@ class JobSupervisor:
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
+        # The last batch of bounded input, once the agent reported it; then whether a
+        # completed checkpoint covers it: the driver is exiting.
+        self._input_exhausted_at: int | None = None
+        self._finishing = False
         self._garbage_collected = False
         self._restore_recorded = False
         self._completed_in_attempt = False
@@ -412,7 +421,7 @@ class JobSupervisor:
         self._stop_requested.set()
         if savepoint and self._driver is not None and self._record.phase is JobPhase.RUNNING:
             after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
-            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="final"))
+            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=FINAL_LABEL))
         else:
             self.cancel()
 
@@ -477,6 +486,8 @@ class JobSupervisor:
         self._driver = driver
         await self._persist()  # status now names the driver
         self._final_requested = False
+        self._input_exhausted_at = None
+        self._finishing = False
         self._garbage_collected = False
         # An adopted driver's restore is in the record already.
         self._restore_recorded = adopted is not None
@@ -654,7 +665,7 @@ class JobSupervisor:
         self._executors_ready = driver.executors_ready()
         all_running = status["allTasksRunning"] and self._executors_ready
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
-        leaving = self._record.phase is JobPhase.SUSPENDING
+        leaving = self._record.phase is JobPhase.SUSPENDING or self._finishing
         if leaving and self._stalled_stopping():
             # Its savepoint is registered; a driver that does not stop on its own is.
             self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
@@ -674,16 +685,33 @@ class JobSupervisor:
                 await self._drop_unknown(driver, int(snapshot["id"]))
         self._forget_done(in_flight)
         if status["awaitingFinalCheckpoint"] and not self._final_requested:
-            self._final_requested = True
+            await self._on_input_exhausted(driver, query["lastCommittedBatch"])
+        await self._tick()
+
+    async def _on_input_exhausted(self, driver: DriverHandle, last: int) -> None:
+        """Bounded input is done at batch ``last``: its final checkpoint."""
+        self._final_requested = True
+        self._input_exhausted_at = last
+        covering = [c for c in self._coordinator.persisted_state.checkpoints if c.batch_id >= last]
+        if covering:
+            # One completed after this status was written: the driver is told of it
+            # (again) instead of a new one being triggered that its exit would cut short.
             self._notify(
                 "FinalCheckpoint",
                 Level.NOTE,
-                f"input exhausted at batch {query['lastCommittedBatch']}: final checkpoint",
+                f"input exhausted at batch {last}: checkpoint {covering[-1].checkpoint_id} "
+                "covers it",
+            )
+            await self._notify_complete(driver, covering[-1])
+        else:
+            self._notify(
+                "FinalCheckpoint",
+                Level.NOTE,
+                f"input exhausted at batch {last}: final checkpoint",
             )
             await self._handle(
-                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="final")
+                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label=FINAL_LABEL)
             )
-        await self._tick()
 
     async def _tick(self) -> None:
         due = self._coordinator.next_periodic_trigger
@@ -810,9 +838,7 @@ class JobSupervisor:
                 await self._notify_complete(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
                 self._observer.failed(kind, reason.value)
-                self._notify(
-                    "CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}"
-                )
+                self._report_abort(kind, cid, reason, message)
                 await self._abort(driver, cid, message)
                 if self._shutting_down and cid in self._stopping_savepoints:
                     self.cancel()  # no final savepoint: the job is deleted without one
@@ -835,16 +861,39 @@ class JobSupervisor:
                 if self._shutting_down and request.after is not AfterCompletion.CONTINUE:
                     self.cancel()
                 if not request.is_periodic:
-                    self._notify(
-                        "RequestDeclined",
-                        Level.WARNING,
-                        f"{request.kind.value} request declined: {reason.description}",
-                    )
+                    self._report_declined(request, reason)
             case FailJob(message=message):
                 self._notify("FailingJob", Level.WARNING, f"failing the job: {message}")
                 if driver is not None and self._failing is None:
                     self._failing = message
                     await driver.terminate()
+
+    def _report_abort(
+        self, kind: CheckpointKind, cid: int, reason: FailureReason, message: str
+    ) -> None:
+        if self._finishing and reason is FailureReason.COORDINATOR_SUSPEND:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
+                "covers its last batch",
+            )
+        else:
+            self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
+
+    def _report_declined(self, request: TriggerRequest, reason: FailureReason) -> None:
+        if self._finishing and request.label == FINAL_LABEL:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                "final checkpoint not needed: a completed checkpoint covers the last batch",
+            )
+        else:
+            self._notify(
+                "RequestDeclined",
+                Level.WARNING,
+                f"{request.kind.value} request declined: {reason.description}",
+            )
 
     async def _trigger(self, driver: DriverHandle | None, effect: TriggerCheckpoint) -> None:
         if driver is None or self._record.phase is not JobPhase.RUNNING:
@@ -878,7 +927,14 @@ class JobSupervisor:
         try:
             await driver.agent.abort(cid, message)
         except (AgentUnavailable, AgentRejected) as error:
-            log.warning("abort of %s not delivered: %s", cid, error)
+            # Nothing to undo: an agent that is still there lists the snapshot in its next
+            # report and is told again (`_drop_unknown`); files of a dead one are garbage.
+            self._notify(
+                "AbortNotDelivered",
+                Level.DETAIL,
+                f"the driver did not take the abort of {cid} ({error}); nothing is lost: a "
+                "running agent drops it at its next report, and its files are garbage-collected",
+            )
 
     async def _notify_complete(
         self, driver: DriverHandle | None, completed: CompletedCheckpoint
@@ -887,10 +943,23 @@ class JobSupervisor:
         # registered image covers before the query starts.
         if driver is None:
             return
+        end = self._input_exhausted_at
+        covers_the_end = end is not None and completed.batch_id >= end
+        if covers_the_end and completed.kind is CheckpointKind.CHECKPOINT and not self._finishing:
+            # The driver exits once told: nothing more is triggered, and what the exit cuts
+            # short is no failure.
+            self._finishing = True
+            await self._handle(JobPhaseChanged(JobPhase.FINISHED))
         try:
             await driver.agent.complete(completed.checkpoint_id, completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
-            log.warning("completion of %s not delivered: %s", completed.checkpoint_id, error)
+            what = f"{completed.kind.value} {completed.checkpoint_id}"
+            self._notify(
+                "CompletionNotDelivered",
+                Level.DETAIL,
+                f"the driver did not confirm the completion of {what} ({error}); nothing is "
+                f"lost: {what} is registered, and sinks commit up to it when a driver restores it",
+            )
             if completed.checkpoint_id in self._stopping_savepoints:
                 # The agent would have stopped the query; the savepoint is registered, so
                 # stop the driver from here and end suspended.
@@ -905,13 +974,24 @@ class JobSupervisor:
         through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
         """Storage is changed by the driver's agent while one runs, else by the janitor."""
+        refused: AgentUnavailable | AgentRejected | None = None
         if driver is not None:
             try:
                 await through_agent(driver.agent)
                 return
             except (AgentUnavailable, AgentRejected) as error:
-                log.warning("discard of %s through the agent failed: %s", what, error)
-        await self._clean_up(through_janitor())
+                refused = error  # the driver is stopping or gone: the janitor does it
+        try:
+            await through_janitor()
+        except CleanupFailed as error:
+            self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+        else:
+            if refused is not None:
+                self._notify(
+                    "DiscardedByJanitor",
+                    Level.DETAIL,
+                    f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
+                )
 
     async def _clean_up(self, work: Awaitable[None]) -> None:
         try:

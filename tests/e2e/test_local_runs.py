@@ -115,6 +115,10 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
     resumed.wait_for_line(rf"restoring from savepoint:{savepoint[1]}")
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     _assert_exactly_once(resumed)
+    # A clean finish says nothing alarming, and every line has its time.
+    assert [line for line in resumed.lines if not re.match(r"\[ *\d+\.\ds\] ", line)] == []
+    alarming = re.compile(r"fail(?!ed,)|[1-9]\d* failed|warning|not delivered|error", re.I)
+    assert [line for line in resumed.lines if alarming.search(line)] == []
 
 
 def test_stop_with_savepoint_and_drain_processes_all_input_first(tmp_path: Path) -> None:
