@@ -334,7 +334,8 @@ class JobSupervisor:
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
         retries = 0
-        # The error of the last attempt that failed before its query committed a batch.
+        # The error of the last attempt that failed before its query committed a batch;
+        # its first line (the error itself) is compared: what follows may name the attempt.
         repeating: list[str] | None = None
         adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
         while True:
@@ -355,7 +356,7 @@ class JobSupervisor:
                 progressed = self._completed_in_attempt and self._failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if error and early and error == repeating:
+                if error and early and repeating and error[0] == repeating[0]:
                     # The same error again before any batch (a misspelled column, a missing
                     # file): the pipeline needs fixing, another attempt cannot help.
                     self._record.message = (
