@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import ctypes
 import fcntl
+import itertools
 import json
 import os
 import re
@@ -176,7 +177,9 @@ class LocalLauncher:
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.
         command = driver_command(application, sys.executable)
-        environment = dict(os.environ)
+        # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
+        # interpreter, so they see the packages the driver sees, unless told otherwise.
+        environment = {"PYSPARK_PYTHON": sys.executable, **os.environ}
         environment.update({v.name: v.value for v in application.env})
         environment.update(settings.to_environment(self._paths.token_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
@@ -397,7 +400,9 @@ def last_error_lines(log_file: Path) -> list[str]:
     else:
         marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
         error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
-    return error[:ERROR_LINES_SHOWN]
+    # Spark appends the failed query's description: not part of the error.
+    shown = list(itertools.takewhile(lambda line: not line.startswith("=== "), error))
+    return shown[:ERROR_LINES_SHOWN]
 
 
 def _die_with_parent() -> None:

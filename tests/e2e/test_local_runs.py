@@ -8,6 +8,7 @@ computed independently from the input files.
 import os
 import random
 import re
+import shutil
 import socket
 import time
 import urllib.request
@@ -21,6 +22,7 @@ from helpers.job_run import FAST_JVM, JobRun
 pytestmark = pytest.mark.spark
 
 SEED = 20261122
+PANDAS_STATE_PIPELINE = Path(__file__).parents[2] / "examples" / "pandas_state" / "pipeline.py"
 
 
 def _assert_exactly_once(run: JobRun) -> None:
@@ -296,3 +298,14 @@ def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(
         f"pyspark.errors.exceptions.captured.{unresolved}"
     )
     assert "`wrod`" in status["message"]
+
+
+def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) -> None:
+    """applyInPandasWithState needs pandas and pyarrow (the spark extra, the spark image)."""
+    run = JobRun(tmp_path / "job")
+    shutil.copy(PANDAS_STATE_PIPELINE, run.directory / "pipeline.py")
+    run.add_input(files=3)
+    run.start()
+    assert run.wait() == 0, "\n".join(run.lines)
+    assert run.status()["status"]["phase"] == "Finished"
+    _assert_exactly_once(run)
