@@ -982,23 +982,21 @@ class JobSupervisor:
                 return
             except (AgentUnavailable, AgentRejected) as error:
                 refused = error  # the driver is stopping or gone: the janitor does it
-        try:
-            await through_janitor()
-        except CleanupFailed as error:
-            self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
-        else:
-            if refused is not None:
-                self._notify(
-                    "DiscardedByJanitor",
-                    Level.DETAIL,
-                    f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
-                )
+        if await self._clean_up(through_janitor()) and refused is not None:
+            self._notify(
+                "DiscardedByJanitor",
+                Level.DETAIL,
+                f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
+            )
 
-    async def _clean_up(self, work: Awaitable[None]) -> None:
+    async def _clean_up(self, work: Awaitable[None]) -> bool:
+        """Whether the janitor did it; its failure is reported."""
         try:
             await work
         except CleanupFailed as error:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+            return False
+        return True
 
 
 def _error_lines(error: list[str]) -> str:
