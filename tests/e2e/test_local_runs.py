@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers.doc_blocks import marked_blocks, shell_commands
 from helpers.job_run import FAST_JVM, JobRun
 
 pytestmark = pytest.mark.spark
@@ -78,6 +79,11 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
 
 
 def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) -> None:
+    # README shows these two runs: JobRun runs the same command (with --state-dir).
+    (readme,) = marked_blocks(
+        "tests/e2e/test_local_runs.py::test_stop_with_savepoint_then_resume_from_it_exactly_once"
+    )
+    assert shell_commands(readme.text) == [["spark-checkpoint", "run", "job.yaml"]] * 2
     first = JobRun(tmp_path / "job", bounded=False)
     first.add_input(files=6)
     port = _free_port()
