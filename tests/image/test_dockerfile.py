@@ -570,11 +570,12 @@ def test_the_runtime_pins_satisfy_pyproject() -> None:
 
 def test_the_spark_image_pins_the_spark_extra_and_what_it_needs() -> None:
     spark_pins = pins("spark", inherited=False)
-    (pyspark,) = [r for r in declared("spark") if canonicalize_name(r.name) == "pyspark"]
+    extra = declared("spark")
 
-    assert set(spark_pins) == SPARK_ONLY
-    assert spark_pins["pyspark"] in pyspark.specifier
-    assert closure([Requirement(f"pyspark=={spark_pins['pyspark']}")], spark_pins) <= SPARK_ONLY
+    for requirement in extra:  # pyspark, and pandas and pyarrow for its pandas-based APIs
+        assert spark_pins[canonicalize_name(requirement.name)] in requirement.specifier
+    deps = pins("deps")
+    assert set(spark_pins) == closure(extra, {**deps, **spark_pins}) - set(deps)
     installed = distribution("pyspark")
     if Version(installed.version) == spark_pins["pyspark"]:
         for text in installed.requires or []:
