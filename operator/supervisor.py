@@ -101,6 +101,10 @@ class LaunchFailed(Exception):
     the same spec cannot help; the message says why."""
 
 
+class NoRestorableImage(Exception):
+    """Every image the job could restore from failed its restore; the message lists why."""
+
+
 class CleanupFailed(Exception):
     """A janitor could not change storage; the message says what and why."""
 
@@ -123,8 +127,11 @@ class JobRecord:
 
     phase: JobPhase = JobPhase.PENDING
     attempt: int = 0
-    restores: int = 0
+    restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
+    failed_restores: int = 0
     restored_from: dict[str, Any] | None = None
+    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
+    unrestorable: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -141,6 +148,7 @@ class JobRecord:
             "phase": self.phase.value,
             "jobAttempt": self.attempt,
             "restoredFrom": self.restored_from,
+            "unrestorable": self.unrestorable,
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
@@ -161,11 +169,14 @@ class JobRecord:
             if "coordinator" in data
             else PersistedState()
         )
+        counts = data.get("counts", {})
         return cls(
             phase=JobPhase(data.get("phase", JobPhase.PENDING)),
             attempt=int(data.get("jobAttempt", 0)),
-            restores=int(data.get("counts", {}).get("restored", 0)),
+            restores=int(counts.get("restored", 0)),
+            failed_restores=int(counts.get("failedRestores", 0)),
             restored_from=data.get("restoredFrom"),
+            unrestorable=list(data.get("unrestorable", [])),
             message=str(data.get("message", "")),
             coordinator=coordinator,
         )
@@ -260,7 +271,11 @@ class JobSupervisor:
         self._final_requested = False
         self._garbage_collected = False
         self._restore_recorded = False
-        self._completed_in_attempt = False
+        # This attempt's restore: its candidates, and the image it restored from until a
+        # committed batch or a clean end confirms it (None: confirmed, or no restore).
+        self._candidates: list[str] = []
+        self._unconfirmed_restore: dict[str, Any] | None = None
+        self._completed_in_attempt: list[str] = []  # images registered by this attempt
         self._failing: str | None = None
         self._cancelled = False
         self._suspend_on_exit = False
@@ -318,12 +333,22 @@ class JobSupervisor:
                 self._record.message = f"the driver could not be started: {error}"
                 await self._terminate(TerminalOutcome.FAILED)
                 return TerminalOutcome.FAILED
+            except NoRestorableImage as error:
+                self._record.message = str(error)
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
+            if outcome is None and exit_code == DriverExit.RESTORE_UNUSABLE:
+                # Not a retry of the same image: the next attempt restores an older one.
+                await self._mark_unrestorable()
+                if (stopped := self._stopped_meanwhile()) is None:
+                    continue
+                outcome = stopped
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
                 # not when it was failed for failing checkpoints.
-                progressed = self._completed_in_attempt and self._failing is None
+                progressed = bool(self._completed_in_attempt) and self._failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
                 if not unlimited and retries > self._restart_policy.max_retries:
@@ -412,6 +437,8 @@ class JobSupervisor:
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
             return TerminalOutcome.FAILED
+        if exit_code == DriverExit.RESTORE_UNUSABLE:
+            return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
             self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
             return TerminalOutcome.FAILED
@@ -439,7 +466,8 @@ class JobSupervisor:
         self._garbage_collected = False
         # An adopted driver's restore is in the record already.
         self._restore_recorded = adopted is not None
-        self._completed_in_attempt = False
+        self._unconfirmed_restore = None
+        self._completed_in_attempt = []
         self._failing = None
         self._suspending_since = None
         if self._stop_requested.is_set():
@@ -451,6 +479,8 @@ class JobSupervisor:
                 answer = await self._wait(driver, version)
         finally:
             self._driver = None
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+            self._confirm_restore()  # e.g. a bounded query with nothing left to run
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
@@ -459,11 +489,8 @@ class JobSupervisor:
 
     async def _launch(self) -> DriverHandle:
         self._record.attempt += 1
-        candidates = [
-            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
-        ]
-        if not candidates and self._initial_savepoint:
-            candidates = [f"external:{self._initial_savepoint}"]
+        candidates = self._restore_candidates()
+        self._candidates = candidates
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
         await self._set_phase(JobPhase.DEPLOYING)
@@ -474,6 +501,72 @@ class JobSupervisor:
             + (f", restoring from {candidates[0]}" if candidates else ""),
         )
         return await self._launcher.launch(self._record.attempt, candidates)
+
+    def _images(self) -> list[str]:
+        """What the job restores from, newest first: its registered images, else the
+        initial savepoint."""
+        images = [
+            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
+        ]
+        if not images and self._initial_savepoint:
+            images = [f"external:{self._initial_savepoint}"]
+        return images
+
+    def _restore_candidates(self) -> list[str]:
+        """The images the next driver may restore from, newest first, without those a
+        restored query failed on. Raises `NoRestorableImage` when only those are left."""
+        images = self._images()
+        # Entries of images retention has discarded since are of no use any more.
+        self._record.unrestorable = [
+            entry for entry in self._record.unrestorable if entry["source"] in images
+        ]
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        candidates = [image for image in images if image not in failed]
+        if images and not candidates:
+            reasons = "; ".join(
+                f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
+            )
+            raise NoRestorableImage(f"no restorable image left ({reasons})")
+        return candidates
+
+    async def _mark_unrestorable(self) -> None:
+        """The restored query failed on its image before it committed a batch: that image,
+        and any checkpoint this attempt took of it, are never restored again."""
+        if self._unconfirmed_restore is not None:
+            source = str(self._unconfirmed_restore["source"])
+        elif self._candidates:
+            # The driver died before its agent was asked: every candidate before the one it
+            # restored was one it could not read, so the first is unusable in any case.
+            source = self._candidates[0]
+        elif self._record.restored_from is not None:  # an adopted driver's
+            source = str(self._record.restored_from["source"])
+        else:
+            return
+        reason = (
+            f"the query restored from it in attempt {self._record.attempt} failed before "
+            "committing a batch, with an error that points at the checkpoint (see the "
+            "driver's log)"
+        )
+        for image in (source, *self._completed_in_attempt):
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+        self._record.failed_restores += 1
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        following = next((image for image in self._images() if image not in failed), None)
+        self._record.message = f"restoring {source} failed: " + (
+            f"falling back to {following}" if following else "no older image to fall back to"
+        )
+        self._notify("RestoreFailed", Level.WARNING, f"{self._record.message} ({reason})")
+        await self._persist()
+
+    def _confirm_restore(self) -> None:
+        """A restore succeeded once the restored query committed a batch past its image,
+        or ended cleanly: only then is it counted."""
+        if self._unconfirmed_restore is not None:
+            self._unconfirmed_restore = None
+            self._record.restores += 1
+            self._observer.restored()
 
     async def _wait(self, driver: DriverHandle, version: int | None) -> _Answer | None:
         """Until the next status is due. A user request is handled (and None returned:
@@ -575,8 +668,7 @@ class JobSupervisor:
             self._restore_recorded = True
             self._record.restored_from = status.get("restoredFrom")
             if self._record.restored_from:
-                self._record.restores += 1
-                self._observer.restored()
+                self._unconfirmed_restore = self._record.restored_from
                 self._notify(
                     "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
                 )
@@ -586,6 +678,10 @@ class JobSupervisor:
                         Level.WARNING,
                         f"skipped {skipped['source']}: {skipped['reason']}",
                     )
+        restored = self._unconfirmed_restore
+        last_batch = self._record.last_batch
+        if restored is not None and last_batch is not None and last_batch > restored["batchId"]:
+            self._confirm_restore()
         self._executors_ready = driver.executors_ready()
         all_running = status["allTasksRunning"] and self._executors_ready
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
@@ -730,7 +826,9 @@ class JobSupervisor:
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed):
-                self._completed_in_attempt = True
+                self._completed_in_attempt.append(
+                    f"{completed.kind.value}:{completed.checkpoint_id}"
+                )
                 self._observer.completed(completed)
                 self._notify(
                     _completion_reason(completed),

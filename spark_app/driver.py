@@ -16,7 +16,7 @@ from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.restore import RestoreFailed, RestoreOutcome, points_at_checkpoint, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
 from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -65,7 +65,13 @@ def _run(
     for participant in participants:
         participant.on_restore(outcome.batch_id if outcome else None)
 
-    query = writer.option("checkpointLocation", str(location)).start()
+    try:
+        # Spark reads the restored metadata file here, the logs and state once it runs.
+        query = writer.option("checkpointLocation", str(location)).start()
+    except Exception as error:
+        if _restored_image_unusable(outcome, str(error), location):
+            return DriverExit.RESTORE_UNUSABLE
+        raise
     agent = CheckpointAgent(
         storage=storage,
         location=location,
@@ -79,7 +85,7 @@ def _run(
     server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
     server.start()
     try:
-        return _await_end(query, agent, location)
+        return _await_end(query, agent, location, outcome)
     finally:
         server.stop()
         agent.close()
@@ -95,7 +101,12 @@ def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:
             shutil.rmtree(earlier, ignore_errors=True)
 
 
-def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) -> DriverExit:
+def _await_end(
+    query: "StreamingQuery",
+    agent: CheckpointAgent,
+    location: Path,
+    outcome: RestoreOutcome | None,
+) -> DriverExit:
     while query.isActive:
         if agent.stop_requested:
             query.stop()
@@ -105,10 +116,13 @@ def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) 
         log.info("stopped after a savepoint")
         return DriverExit.STOPPED_WITH_SAVEPOINT
     error = query.exception()
+    committed = committed_batches(location)
     if error is not None:
+        restarted = outcome is not None and (not committed or committed[-1] <= outcome.batch_id)
+        if restarted and _restored_image_unusable(outcome, str(error), location):
+            return DriverExit.RESTORE_UNUSABLE
         log.error("query failed: %s", error)
         return DriverExit.FAILED
-    committed = committed_batches(location)
     if committed:
         # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
         # covers the last batch, so the driver stays until one completes.
@@ -116,6 +130,21 @@ def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) 
         agent.wait_for_notification(committed[-1], should_give_up=lambda: agent.stop_requested)
     log.info("finished")
     return DriverExit.FINISHED
+
+
+def _restored_image_unusable(outcome: RestoreOutcome | None, error: str, location: Path) -> bool:
+    """A failure of the restored query, before it committed a batch, that points at the
+    checkpoint: the image is at fault, and retrying it fails the same way."""
+    if outcome is None or not points_at_checkpoint(error, location):
+        return False
+    log.error(
+        "the image restored from %s (batch %s) cannot be used: %s; the runtime falls back "
+        "to an older image",
+        outcome.candidate,
+        outcome.batch_id,
+        error,
+    )
+    return True
 
 
 def _view(query: "StreamingQuery") -> QueryView:
