@@ -339,9 +339,9 @@ class JobSupervisor:
                 return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
-            if outcome is None and exit_code == DriverExit.RESTORE_UNUSABLE:
+            if outcome is None and (failed := self._failed_restore(exit_code)) is not None:
                 # Not a retry of the same image: the next attempt restores an older one.
-                await self._mark_unrestorable()
+                await self._mark_unrestorable(failed)
                 if (stopped := self._stopped_meanwhile()) is None:
                     continue
                 outcome = stopped
@@ -437,7 +437,7 @@ class JobSupervisor:
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
             return TerminalOutcome.FAILED
-        if exit_code == DriverExit.RESTORE_UNUSABLE:
+        if self._failed_restore(exit_code) is not None:
             return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
             self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
@@ -526,26 +526,30 @@ class JobSupervisor:
             reasons = "; ".join(
                 f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
             )
-            raise NoRestorableImage(f"no restorable image left ({reasons})")
+            raise NoRestorableImage(f"no restorable image left: {reasons}")
         return candidates
 
-    async def _mark_unrestorable(self) -> None:
-        """The restored query failed on its image before it committed a batch: that image,
-        and any checkpoint this attempt took of it, are never restored again."""
+    def _failed_restore(self, exit_code: int) -> str | None:
+        """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
+        restored one."""
+        if exit_code != DriverExit.RESTORE_UNUSABLE:
+            return None
         if self._unconfirmed_restore is not None:
-            source = str(self._unconfirmed_restore["source"])
-        elif self._candidates:
+            return str(self._unconfirmed_restore["source"])
+        if self._candidates:
             # The driver died before its agent was asked: every candidate before the one it
             # restored was one it could not read, so the first is unusable in any case.
-            source = self._candidates[0]
-        elif self._record.restored_from is not None:  # an adopted driver's
-            source = str(self._record.restored_from["source"])
-        else:
-            return
+            return self._candidates[0]
+        if self._record.restored_from is not None:  # an adopted driver's
+            return str(self._record.restored_from["source"])
+        return None
+
+    async def _mark_unrestorable(self, source: str) -> None:
+        """The restored query failed on its image before it committed a batch: that image,
+        and any checkpoint this attempt took of it, are never restored again."""
         reason = (
-            f"the query restored from it in attempt {self._record.attempt} failed before "
-            "committing a batch, with an error that points at the checkpoint (see the "
-            "driver's log)"
+            f"its restored query failed in attempt {self._record.attempt} before committing "
+            "a batch, on an error that points at the checkpoint (the driver's log has it)"
         )
         for image in (source, *self._completed_in_attempt):
             self._record.unrestorable.append(
@@ -554,10 +558,10 @@ class JobSupervisor:
         self._record.failed_restores += 1
         failed = {entry["source"] for entry in self._record.unrestorable}
         following = next((image for image in self._images() if image not in failed), None)
-        self._record.message = f"restoring {source} failed: " + (
-            f"falling back to {following}" if following else "no older image to fall back to"
+        self._record.message = f"{source} cannot be restored: {reason}; " + (
+            f"falling back to {following}" if following else "no older image is left"
         )
-        self._notify("RestoreFailed", Level.WARNING, f"{self._record.message} ({reason})")
+        self._notify("RestoreFailed", Level.WARNING, self._record.message)
         await self._persist()
 
     def _confirm_restore(self) -> None:
