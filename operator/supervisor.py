@@ -565,8 +565,9 @@ class JobSupervisor:
         await self._persist()
 
     def _confirm_restore(self) -> None:
-        """A restore succeeded once the restored query committed a batch past its image,
-        or ended cleanly: only then is it counted."""
+        """A restore succeeded once the restored query got past its image (the agent
+        reports it running: it committed a batch after the image's, or completed a trigger
+        without new data), or ended cleanly: only then is it counted."""
         if self._unconfirmed_restore is not None:
             self._unconfirmed_restore = None
             self._record.restores += 1
@@ -682,9 +683,8 @@ class JobSupervisor:
                         Level.WARNING,
                         f"skipped {skipped['source']}: {skipped['reason']}",
                     )
-        restored = self._unconfirmed_restore
-        last_batch = self._record.last_batch
-        if restored is not None and last_batch is not None and last_batch > restored["batchId"]:
+        if query["state"] in ("running", "finished"):
+            # A restored query is reported "restoring" until it got past its image.
             self._confirm_restore()
         self._executors_ready = driver.executors_ready()
         all_running = status["allTasksRunning"] and self._executors_ready

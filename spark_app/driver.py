@@ -72,12 +72,13 @@ def _run(
         if _restored_image_unusable(outcome, str(error), location):
             return DriverExit.RESTORE_UNUSABLE
         raise
+    restore_check = _RestoreCheck(query, location, outcome)
     agent = CheckpointAgent(
         storage=storage,
         location=location,
         pin_root=attempt_dir / "pins",
         participants=participants,
-        query_view=lambda: _view(query),
+        query_view=lambda: _view(query, restore_check),
         restored_from=outcome.to_json() if outcome else None,
         attempt=settings.attempt,
     )
@@ -111,7 +112,10 @@ def _await_end(
         if agent.stop_requested:
             query.stop()
             break
-        query.awaitTermination(1)
+        try:
+            query.awaitTermination(1)
+        except Exception:  # the query failed: query.exception() below has the error
+            break
     if agent.stop_requested:
         log.info("stopped after a savepoint")
         return DriverExit.STOPPED_WITH_SAVEPOINT
@@ -147,7 +151,33 @@ def _restored_image_unusable(outcome: RestoreOutcome | None, error: str, locatio
     return True
 
 
-def _view(query: "StreamingQuery") -> QueryView:
+class _RestoreCheck:
+    """Whether a restored query got past its image: it committed a batch after the image's,
+    or it completed a trigger without one (no new data: its state is read when data comes).
+    Until then the agent reports the query as restoring, not running, so no checkpoint is
+    taken of an image that may turn out unusable."""
+
+    def __init__(
+        self, query: "StreamingQuery", location: Path, outcome: RestoreOutcome | None
+    ) -> None:
+        self._query = query
+        self._location = location
+        self._batch = outcome.batch_id if outcome else None
+        self._passed = outcome is None
+
+    def passed(self) -> bool:
+        if not self._passed:
+            committed = committed_batches(self._location)
+            assert self._batch is not None
+            self._passed = (bool(committed) and committed[-1] > self._batch) or (
+                self._query.lastProgress is not None
+            )
+        return self._passed
+
+
+def _view(query: "StreamingQuery", restore_check: _RestoreCheck) -> QueryView:
+    if query.isActive and not restore_check.passed():
+        return QueryView("restoring", False)
     if query.isActive:
         status = query.status
         idle = not status["isDataAvailable"] and not status["isTriggerActive"]

@@ -173,6 +173,7 @@ def _run(problems: list[str], what: str, read: Callable[[], object]) -> None:
 def _excerpt(error: Exception) -> str:
     lines = [line.strip() for line in str(error).splitlines()]
     text = " ".join(line for line in lines if line and not line.startswith("at "))
+    text = text.split(" Suppressed: ")[0]  # the same error again, from a task listener
     return _PY4J_PREFIX.sub("", text)[:MAX_PROBLEM_CHARS]
 
 

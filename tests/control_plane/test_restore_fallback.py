@@ -16,17 +16,21 @@ from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notic
 
 
 class RestoringAgent(FakeAgent):
-    """Reports the restore its driver did; takes no snapshot until the restored query
-    committed a batch past its image (the tests decide when a restored query fails)."""
+    """Reports the restore its driver did, and the query as restoring (no task running)
+    until it committed a batch past its image, as the driver's agent does."""
 
     restored: dict[str, Any] | None = None
 
-    def _status(self) -> dict[str, Any]:
-        return super()._status() | {"restoredFrom": self.restored}
+    def __init__(self) -> None:
+        super().__init__()
+        self.long_polls = False  # its state changes are not versioned: asked every interval
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
-        if self.restored is None or self.batch > self.restored["batchId"]:
-            await super().trigger(checkpoint_id, kind, after)
+    def _status(self) -> dict[str, Any]:
+        document = super()._status() | {"restoredFrom": self.restored}
+        if self.restored is not None and self.batch <= self.restored["batchId"]:
+            document["query"] = document["query"] | {"state": "restoring"}
+            document["allTasksRunning"] = False
+        return document
 
 
 class RestoringLauncher(FakeLauncher):

@@ -15,8 +15,9 @@ def image_dir(job_storage: Path, kind: str, snapshot_id: int) -> Path:
 def leave_out(
     job_storage: Path, kind: str, snapshot_id: int, unwanted: Callable[[str], bool]
 ) -> list[str]:
-    """Remove the files whose path ``unwanted`` selects from the image's manifest (and a
-    savepoint's own copies of them); returns their paths."""
+    """Remove the files whose path ``unwanted`` selects from the image's manifest: a
+    restore no longer brings them back (their stored bytes stay, unreferenced). Returns
+    their paths."""
     metadata_file = image_dir(job_storage, kind, snapshot_id) / "_metadata"
     document = json.loads(metadata_file.read_text())
     dropped = [entry for entry in document["files"] if unwanted(entry["path"])]
@@ -27,9 +28,6 @@ def leave_out(
     for ack in document["acknowledgements"]:
         ack["files"] = [path for path in ack["files"] if path not in paths]
     metadata_file.write_text(json.dumps(document, indent=2) + "\n")
-    if kind == "savepoint":
-        for entry in dropped:
-            (job_storage / entry["location"]).unlink()
     return sorted(paths)
 
 
