@@ -16,7 +16,7 @@ from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.restore import RestoreFailed, RestoreOutcome, points_at_checkpoint, restore
+from spark_checkpoint.restore import RestoreFailed, RestoreOutcome, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
 from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -139,13 +139,14 @@ def _await_end(
 def _restored_image_unusable(outcome: RestoreOutcome | None, error: str, location: Path) -> bool:
     """A failure of the restored query, before it committed a batch, that points at the
     checkpoint: the image is at fault, and retrying it fails the same way."""
-    if outcome is None or not points_at_checkpoint(error, location):
+    if outcome is None or (reason := checkpoint_failure(error, location)) is None:
         return False
     log.error(
         "the image restored from %s (batch %s) cannot be used: %s; the runtime falls back "
-        "to an older image",
+        "to an older image. The query's error: %s",
         outcome.candidate,
         outcome.batch_id,
+        reason,
         error,
     )
     return True

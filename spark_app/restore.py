@@ -5,7 +5,7 @@ with a warning and the next one is tried. The live location of an earlier attemp
 never reused: two drivers on one location corrupt it.
 
 An image can be intact and still not restorable (a file Spark reads at restart is not in
-it): Spark then fails the restored query. `points_at_checkpoint` tells such a failure from
+it): Spark then fails the restored query. `checkpoint_failure` tells such a failure from
 any other, so that the runtime falls back to an older image instead of retrying this one.
 """
 
@@ -50,6 +50,7 @@ CHECKPOINT_ERROR_CLASSES = (
     "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
     "STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS",
 )
+MAX_REASON_CHARS = 500
 # Failures to read a file, which point at the checkpoint when the file is in it.
 _FILE_READ_FAILURE = re.compile(
     r"FileNotFoundException|NoSuchFileException|EOFException|does not exist|doesn't exist"
@@ -109,14 +110,18 @@ def restore(
     return None
 
 
-def points_at_checkpoint(error: str, location: Path) -> bool:
-    """Whether a query failure (Spark's error text) is about the checkpoint at ``location``:
-    one of Spark's checkpoint error classes, or a file under ``location`` that cannot be
-    read. Failures of the pipeline, its input or its sink are not."""
-    if any(error_class in error for error_class in CHECKPOINT_ERROR_CLASSES):
-        return True
+def checkpoint_failure(error: str, location: Path) -> str | None:
+    """The line of a query failure (Spark's error text) that shows it is about the
+    checkpoint at ``location``: one of Spark's checkpoint error classes, or a file under
+    ``location`` that cannot be read. None for failures of the pipeline, its input or its
+    sink."""
     names = {str(location), str(location.resolve())}  # Spark prints file:<absolute path>
-    return any(name in error for name in names) and bool(_FILE_READ_FAILURE.search(error))
+    for line in error.splitlines():
+        if any(error_class in line for error_class in CHECKPOINT_ERROR_CLASSES) or (
+            any(name in line for name in names) and _FILE_READ_FAILURE.search(line)
+        ):
+            return line.strip()[:MAX_REASON_CHARS]
+    return None
 
 
 def _open(
