@@ -95,7 +95,8 @@ LOCATION = Path("/work/attempt-3/checkpoint")
     [
         # Spark 4.3's text for a state version missing from the image (seen in a driver log).
         "org.apache.spark.SparkException: "
-        "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS] An error occurred during loading state. Error reading delta file "
+        "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS] An error occurred during "
+        "loading state. Error reading delta file "
         f"file:{LOCATION}/state/0/0/8.delta of HDFSStateStoreProvider[...] does not exist.",
         # Issue 11: the source log's compaction file the derived interval needs.
         "Traceback (most recent call last):\n  ...\njava.io.FileNotFoundException: "
