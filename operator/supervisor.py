@@ -271,8 +271,8 @@ class JobSupervisor:
         self._final_requested = False
         self._garbage_collected = False
         self._restore_recorded = False
-        # This attempt's restore: its candidates, and the image it restored from until a
-        # committed batch or a clean end confirms it (None: confirmed, or no restore).
+        # This attempt's restore: its candidates, and the image it restored from until the
+        # agent reports the query running or it ends cleanly (None: confirmed, or none).
         self._candidates: list[str] = []
         self._unconfirmed_restore: dict[str, Any] | None = None
         self._completed_in_attempt: list[str] = []  # images registered by this attempt
