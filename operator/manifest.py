@@ -7,8 +7,8 @@ and its CEL rules (``x-kubernetes-validations``) are evaluated with the
 fields, a local manifest with an unknown field is rejected, so a misspelt setting is never
 silently ignored. Every problem is reported, each naming the file and the field.
 
-The CRD is found relative to the repository checkout (``operator/../crds``), which is what
-the editable install runs from; a wheel does not ship ``crds/`` yet.
+The package ships the CRD as package data next to this module: in the checkout a symlink to
+the ``crds/`` file, which the wheel build copies as a file.
 """
 
 import copy
@@ -35,9 +35,9 @@ from spark_checkpoint_operator.coordinator import (
     SavepointHistoryLimits,
 )
 
-CRD_PATH = (
-    Path(__file__).resolve().parent.parent / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
-)
+# Next to this module, not through importlib.resources: on Python 3.11 that cannot read a
+# namespace package (this one has no __init__.py) installed in editable mode.
+CRD_PATH = Path(__file__).with_name("sparkcheckpointjobs.sparkcheckpoint.io.yaml")
 
 _Schema = Mapping[str, Any]
 
