@@ -106,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=sys.stdout,
             err=sys.stderr,
         )
-    return run_verify(source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr)
+    return run_verify(
+        source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr, deep=args.deep
+    )
 
 
 def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -169,6 +171,12 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "snapshots", metavar="KIND:ID", nargs="*", help="e.g. checkpoint:7 (default: all)"
     )
     verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.add_argument(
+        "--deep",
+        action="store_true",
+        help="also prove each intact snapshot restorable: materialize it into a scratch "
+        "directory and let Spark read what a restarted query reads (needs pyspark; slow)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:

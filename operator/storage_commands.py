@@ -10,8 +10,11 @@ Exit codes: 0 success; 1 a snapshot cannot be read or failed verification; 2 the
 line, the manifest or the storage address is wrong.
 """
 
+import dataclasses
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -604,6 +607,40 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
     return None
 
 
+def deep_verify(storage: CheckpointStorage, results: list[Verification]) -> list[Verification]:
+    """``--deep``: the intact snapshots are also proven restorable by Spark, in a data-plane
+    subprocess (``python -m spark_checkpoint.restorable``; see docs/data-plane.md)."""
+    intact = [result.ref for result in results if result.ok]
+    if not intact:
+        return results
+    layout = storage.layout
+    command = [
+        sys.executable,
+        "-m",
+        "spark_checkpoint.restorable",
+        f"--storage={layout.root}",
+        f"--namespace={layout.namespace}",
+        f"--job={layout.job}",
+        *(str(ref) for ref in intact),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    found: dict[SnapshotRef, list[str]] = {}
+    try:
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        for snapshot in report["snapshots"]:
+            ref = SnapshotRef(CheckpointKind(snapshot["kind"]), int(snapshot["id"]))
+            found[ref] = [f"not restorable: {problem}" for problem in snapshot["problems"]]
+    except (IndexError, ValueError, KeyError, TypeError):
+        lines = completed.stderr.strip().splitlines() or [f"exit code {completed.returncode}"]
+        found = {ref: [f"the restore check could not run: {lines[-1]}"] for ref in intact}
+    return [
+        dataclasses.replace(result, problems=(*result.problems, *found.get(result.ref, ())))
+        if result.ok
+        else result
+        for result in results
+    ]
+
+
 def run_verify(
     source: StorageSource,
     snapshots: Sequence[str],
@@ -611,8 +648,10 @@ def run_verify(
     as_json: bool,
     out: TextIO,
     err: TextIO,
+    deep: bool = False,
 ) -> int:
-    """``spark-checkpoint verify [KIND:ID ...]``: exit 0 only if every snapshot is OK."""
+    """``spark-checkpoint verify [--deep] [KIND:ID ...]``: exit 0 only if every snapshot is
+    OK (with ``--deep``: and restorable)."""
     try:
         refs = [SnapshotRef.parse(text) for text in snapshots]
         job = open_job_storage(source)
@@ -626,6 +665,8 @@ def run_verify(
             print(f"spark-checkpoint verify: {error}", file=err)
             return EXIT_FAILED
     results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
+    if deep:
+        results = deep_verify(job.storage, results)
     failed = sum(not result.ok for result in results)
     # Nothing verified is not a pass: a gate that reads exit 0 as "the images are sound"
     # must not see it for storage that is empty or named wrongly.

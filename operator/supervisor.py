@@ -106,6 +106,10 @@ class LaunchFailed(Exception):
     the same spec cannot help; the message says why."""
 
 
+class NoRestorableImage(Exception):
+    """Every image the job could restore from failed its restore; the message lists why."""
+
+
 class CleanupFailed(Exception):
     """A janitor could not change storage; the message says what and why."""
 
@@ -128,8 +132,11 @@ class JobRecord:
 
     phase: JobPhase = JobPhase.PENDING
     attempt: int = 0
-    restores: int = 0
+    restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
+    failed_restores: int = 0
     restored_from: dict[str, Any] | None = None
+    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
+    unrestorable: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -146,6 +153,7 @@ class JobRecord:
             "phase": self.phase.value,
             "jobAttempt": self.attempt,
             "restoredFrom": self.restored_from,
+            "unrestorable": self.unrestorable,
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
@@ -166,11 +174,14 @@ class JobRecord:
             if "coordinator" in data
             else PersistedState()
         )
+        counts = data.get("counts", {})
         return cls(
             phase=JobPhase(data.get("phase", JobPhase.PENDING)),
             attempt=int(data.get("jobAttempt", 0)),
-            restores=int(data.get("counts", {}).get("restored", 0)),
+            restores=int(counts.get("restored", 0)),
+            failed_restores=int(counts.get("failedRestores", 0)),
             restored_from=data.get("restoredFrom"),
+            unrestorable=list(data.get("unrestorable", [])),
             message=str(data.get("message", "")),
             coordinator=coordinator,
         )
@@ -278,7 +289,11 @@ class JobSupervisor:
         self._finishing = False
         self._garbage_collected = False
         self._restore_recorded = False
-        self._completed_in_attempt = False
+        # This attempt's restore: its candidates, and the image it restored from until the
+        # agent reports the query running or it ends cleanly (None: confirmed, or none).
+        self._candidates: list[str] = []
+        self._unconfirmed_restore: dict[str, Any] | None = None
+        self._completed_in_attempt: list[str] = []  # images registered by this attempt
         self._agent_answered = False
         self._attempt_started = 0.0
         # The committed batch the attempt's first status showed (a tuple: it may be None),
@@ -345,15 +360,26 @@ class JobSupervisor:
                 self._record.message = f"the driver could not be started: {refused}"
                 await self._terminate(TerminalOutcome.FAILED)
                 return TerminalOutcome.FAILED
+            except NoRestorableImage as exhausted:
+                self._record.message = str(exhausted)
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
+            if outcome is None and (failed := self._failed_restore(exit_code)) is not None:
+                # Not a retry of the same image: the next attempt restores an older one.
+                await self._mark_unrestorable(failed)
+                repeating = None
+                if (stopped := self._stopped_meanwhile()) is None:
+                    continue
+                outcome = stopped
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not self._failing
             error = self._driver_error(self._record.attempt) if failed_on_its_own else []
             early = not self._batches_advanced and not self._completed_in_attempt
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
                 # not when it was failed for failing checkpoints.
-                progressed = self._completed_in_attempt and self._failing is None
+                progressed = bool(self._completed_in_attempt) and self._failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
                 if error and early and repeating and error[0] == repeating[0]:
@@ -463,6 +489,8 @@ class JobSupervisor:
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
             return TerminalOutcome.FAILED
+        if self._failed_restore(exit_code) is not None:
+            return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
             self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
             return TerminalOutcome.FAILED
@@ -492,7 +520,8 @@ class JobSupervisor:
         self._garbage_collected = False
         # An adopted driver's restore is in the record already.
         self._restore_recorded = adopted is not None
-        self._completed_in_attempt = False
+        self._unconfirmed_restore = None
+        self._completed_in_attempt = []
         self._failing = None
         # An adopted driver's agent answered before this runtime restarted.
         self._agent_answered = adopted is not None
@@ -509,6 +538,8 @@ class JobSupervisor:
                 answer = await self._wait(driver, version)
         finally:
             self._driver = None
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+            self._confirm_restore()  # e.g. a bounded query with nothing left to run
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
@@ -517,11 +548,8 @@ class JobSupervisor:
 
     async def _launch(self) -> DriverHandle:
         self._record.attempt += 1
-        candidates = [
-            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
-        ]
-        if not candidates and self._initial_savepoint:
-            candidates = [f"external:{self._initial_savepoint}"]
+        candidates = self._restore_candidates()
+        self._candidates = candidates
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
         await self._set_phase(JobPhase.DEPLOYING)
@@ -532,6 +560,77 @@ class JobSupervisor:
             + (f", restoring from {candidates[0]}" if candidates else ""),
         )
         return await self._launcher.launch(self._record.attempt, candidates)
+
+    def _images(self) -> list[str]:
+        """What the job restores from, newest first: its registered images, else the
+        initial savepoint."""
+        images = [
+            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
+        ]
+        if not images and self._initial_savepoint:
+            images = [f"external:{self._initial_savepoint}"]
+        return images
+
+    def _restore_candidates(self) -> list[str]:
+        """The images the next driver may restore from, newest first, without those a
+        restored query failed on. Raises `NoRestorableImage` when only those are left."""
+        images = self._images()
+        # Entries of images retention has discarded since are of no use any more.
+        self._record.unrestorable = [
+            entry for entry in self._record.unrestorable if entry["source"] in images
+        ]
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        candidates = [image for image in images if image not in failed]
+        if images and not candidates:
+            reasons = "; ".join(
+                f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
+            )
+            raise NoRestorableImage(f"no restorable image left: {reasons}")
+        return candidates
+
+    def _failed_restore(self, exit_code: int) -> str | None:
+        """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
+        restored one."""
+        if exit_code != DriverExit.RESTORE_UNUSABLE:
+            return None
+        if self._unconfirmed_restore is not None:
+            return str(self._unconfirmed_restore["source"])
+        if self._candidates:
+            # The driver died before its agent was asked: every candidate before the one it
+            # restored was one it could not read, so the first is unusable in any case.
+            return self._candidates[0]
+        if self._record.restored_from is not None:  # an adopted driver's
+            return str(self._record.restored_from["source"])
+        return None
+
+    async def _mark_unrestorable(self, source: str) -> None:
+        """The restored query failed on its image before it committed a batch: that image,
+        and any checkpoint this attempt took of it, are never restored again."""
+        reason = (
+            f"its restored query failed in attempt {self._record.attempt} before committing "
+            "a batch, on an error that points at the checkpoint (the driver's log has it)"
+        )
+        for image in (source, *self._completed_in_attempt):
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+        self._record.failed_restores += 1
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        following = next((image for image in self._images() if image not in failed), None)
+        self._record.message = f"{source} cannot be restored: {reason}; " + (
+            f"falling back to {following}" if following else "no older image is left"
+        )
+        self._notify("RestoreFailed", Level.WARNING, self._record.message)
+        await self._persist()
+
+    def _confirm_restore(self) -> None:
+        """A restore succeeded once the restored query got past its image (the agent
+        reports it running: it committed a batch after the image's, or completed a trigger
+        without new data), or ended cleanly: only then is it counted."""
+        if self._unconfirmed_restore is not None:
+            self._unconfirmed_restore = None
+            self._record.restores += 1
+            self._observer.restored()
 
     async def _wait(self, driver: DriverHandle, version: int | None) -> _Answer | None:
         """Until the next status is due. A user request is handled (and None returned:
@@ -652,8 +751,7 @@ class JobSupervisor:
             self._restore_recorded = True
             self._record.restored_from = status.get("restoredFrom")
             if self._record.restored_from:
-                self._record.restores += 1
-                self._observer.restored()
+                self._unconfirmed_restore = self._record.restored_from
                 self._notify(
                     "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
                 )
@@ -663,6 +761,9 @@ class JobSupervisor:
                         Level.WARNING,
                         f"skipped {skipped['source']}: {skipped['reason']}",
                     )
+        if query["state"] in ("running", "finished"):
+            # A restored query is reported "restoring" until it got past its image.
+            self._confirm_restore()
         self._executors_ready = driver.executors_ready()
         all_running = status["allTasksRunning"] and self._executors_ready
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
@@ -824,7 +925,9 @@ class JobSupervisor:
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed):
-                self._completed_in_attempt = True
+                self._completed_in_attempt.append(
+                    f"{completed.kind.value}:{completed.checkpoint_id}"
+                )
                 self._observer.completed(completed)
                 self._notify(
                     _completion_reason(completed),

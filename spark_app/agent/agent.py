@@ -71,7 +71,9 @@ class AgentRequestError(Exception):
 class QueryView:
     """What the agent needs to know about the running query."""
 
-    state: str  # running, finished, failed, stopped (after a stop-with-savepoint)
+    # running, finished, failed, stopped (after a stop-with-savepoint), restoring (a restored
+    # query not yet past its image: no snapshot is taken)
+    state: str
     idle: bool  # no data available and no trigger active: drained
     message: str = ""
 

@@ -68,7 +68,10 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     assert run.wait() == 0, "\n".join(run.lines)
     status = run.status()["status"]
     assert status["phase"] == "Finished"
-    assert status["counts"]["restored"] >= 3, kills
+    # Only restores the query got past count (issue 12 defect 19): those of the attempts
+    # killed during a snapshot copy (it was checkpointing) and of the last one; the others
+    # may have been killed while their query was still restoring.
+    assert status["counts"]["restored"] >= 2, kills
     _assert_exactly_once(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
     # unreferenced shared file behind from the killed attempts.
