@@ -21,7 +21,6 @@ from spark_checkpoint_operator.coordinator.completed import (
 from spark_checkpoint_operator.coordinator.config import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.coordinator.effects import (
     AbortCheckpoint,
-    AnswerAcknowledgement,
     DiscardCheckpoint,
     DiscardSavepoint,
     Effect,
@@ -46,7 +45,7 @@ from spark_checkpoint_operator.coordinator.events import (
     TriggerDeliveryFailed,
     TriggerRequested,
 )
-from spark_checkpoint_operator.coordinator.pending import AckResult, PendingCheckpoint
+from spark_checkpoint_operator.coordinator.pending import PendingCheckpoint
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
     AfterCompletion,
@@ -381,15 +380,10 @@ class CheckpointCoordinator:
 
     def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
         pending = self._pending.get(event.checkpoint_id)
-        if pending is None:
-            # An id below the counter was triggered once and has since been aborted or
-            # completed: the late message's work is discarded.
-            late = event.checkpoint_id < self._next_id
-            result = AckResult.DISCARDED if late else AckResult.UNKNOWN
-        else:
-            result = pending.acknowledge(event.ack)
-        effects.append(AnswerAcknowledgement(event.checkpoint_id, event.ack.task, result))
-        if pending is None or result is not AckResult.SUCCESS:
+        # Nothing answers a late, unknown or duplicate ack (Flink answers so that the job
+        # manager discards the task's state): the agent owns the files, it was told of
+        # every abort, and what no registered image lists is garbage-collected.
+        if pending is None or not pending.acknowledge(event.ack):
             return
         if len(pending.batch_ids) > 1:
             batches = ", ".join(str(b) for b in sorted(pending.batch_ids))
@@ -453,7 +447,11 @@ class CheckpointCoordinator:
             dropped_savepoints = self._savepoints.add(completed, now)
         # Crash-consistency order: registry, then sinks, then discards.
         effects.append(PersistState(self.persisted_state))
-        effects.append(NotifyCheckpointComplete(completed))
+        sinks_may_commit = (
+            completed.kind is CheckpointKind.CHECKPOINT
+            or pending.after is not AfterCompletion.CONTINUE
+        )
+        effects.append(NotifyCheckpointComplete(completed, sinks_may_commit))
         retained = self._retained_ids()
         effects.extend(DiscardCheckpoint(c.checkpoint_id, retained) for c in subsumed)
         effects.extend(DiscardSavepoint(s) for s in dropped_savepoints)
