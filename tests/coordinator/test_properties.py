@@ -346,8 +346,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         COMPLETIONS.append(self.completions)
 
 
+# max_examples is the profile's (hypothesis' 100; fewer in the mutation profile).
 CoordinatorMachine.TestCase.settings = settings(
-    max_examples=150,
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
