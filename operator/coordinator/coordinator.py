@@ -1,9 +1,10 @@
 """The checkpoint coordinator of one job: a deterministic state machine.
 
 It consumes events and returns effects; time and randomness are injected, so it never
-sleeps, never does I/O and can be driven by a fake clock. The rules it keeps are
-Flink's (CheckpointCoordinator, CheckpointRequestDecider, CheckpointFailureManager);
-docs/coordinator.md lists each with the test that proves it.
+sleeps, never does I/O and can be driven by a fake clock. Its rules are modelled on Flink's
+(CheckpointCoordinator, CheckpointRequestDecider, CheckpointFailureManager);
+docs/coordinator.md lists each with the test that proves it, and where and why it
+differs from Flink.
 """
 
 import random
@@ -514,9 +515,10 @@ class CheckpointCoordinator:
         detail: str,
         effects: list[Effect],
     ) -> None:
-        """Flink's CheckpointFailureManager: only checkpoint failures of the kinds that say
-        the job cannot checkpoint count (older pending checkpoints are subsumed, never
-        failed, once a newer one completes)."""
+        """Modelled on Flink's CheckpointFailureManager: only checkpoint failures of the
+        kinds that say the job cannot checkpoint count (older pending checkpoints are
+        subsumed, never failed, once a newer one completes). Unlike Flink, no savepoint
+        failure counts (docs/coordinator.md)."""
         if pending.kind is not CheckpointKind.CHECKPOINT:
             return
         if not reason.counts_toward_tolerable_failures:
