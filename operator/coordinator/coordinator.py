@@ -125,7 +125,6 @@ class CheckpointCoordinator:
         self._tasks: frozenset[str] = frozenset()
         self._tasks_running = False
         self._job_running = False
-        self._request_sequence = 0
         # Restored state needs no last completion time: the first periodic trigger after
         # a (re)start waits at least minPause anyway (random delay in [minPause, interval]).
         self._last_completion_time: float | None = None
@@ -175,7 +174,7 @@ class CheckpointCoordinator:
                 expected=len(p.expected_tasks),
                 finalizing=p.finalizing,
             )
-            for p in sorted(self._pending.values(), key=lambda p: p.checkpoint_id)
+            for p in self._pending.values()
         )
 
     @property
@@ -229,7 +228,8 @@ class CheckpointCoordinator:
 
     def _on_tick(self, effects: list[Effect]) -> None:
         now = self._clock()
-        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+        # Pending checkpoints are kept in trigger order, which is id order.
+        for pending in list(self._pending.values()):
             if pending.deadline <= now:
                 self._abort(pending, FailureReason.EXPIRED, "", effects)
         expired_savepoints = self._savepoints.expire(now)
@@ -279,7 +279,7 @@ class CheckpointCoordinator:
                 FailureReason.PERIODIC_SCHEDULER_SHUTDOWN if request.is_periodic else reason
             )
             effects.append(RequestDeclined(request, declined_for))
-        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+        for pending in list(self._pending.values()):
             self._abort(pending, reason, "", effects)
         self._consecutive_failures = 0
 
@@ -302,7 +302,6 @@ class CheckpointCoordinator:
         after: AfterCompletion = AfterCompletion.CONTINUE,
         label: str = "",
     ) -> TriggerRequest:
-        self._request_sequence += 1
         return TriggerRequest(
             kind=kind,
             origin=origin,
@@ -310,7 +309,6 @@ class CheckpointCoordinator:
             forced=forced,
             after=after,
             label=label,
-            sequence=self._request_sequence,
         )
 
     def _submit(self, request: TriggerRequest, effects: list[Effect]) -> None:
@@ -462,7 +460,7 @@ class CheckpointCoordinator:
                 for p in self._pending.values()
                 if p.kind is CheckpointKind.CHECKPOINT and p.checkpoint_id < completed.checkpoint_id
             ]
-            for stale in sorted(older, key=lambda p: p.checkpoint_id):
+            for stale in older:
                 self._abort(
                     stale,
                     FailureReason.SUBSUMED,
