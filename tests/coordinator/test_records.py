@@ -88,6 +88,7 @@ def test_the_history_records_each_outcome_with_its_times_and_details() -> None:
     assert (state.completed_count, state.failed_count) == (1, 1)
     (checkpoint,) = state.checkpoints
     assert (checkpoint.batch_id, checkpoint.size_bytes, checkpoint.label) == (0, 0, "")
+    assert PersistedState.from_dict(state.to_dict()) == state
 
 
 def test_counts_and_history_accumulate_and_the_history_is_bounded() -> None:
@@ -275,6 +276,46 @@ def test_leaving_running_aborts_every_pending_checkpoint_in_id_order() -> None:
         harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     aborts = of_type(harness.send(JobPhaseChanged(JobPhase.DEPLOYING)), AbortCheckpoint)
     assert [a.checkpoint_id for a in aborts] == [1, 2, 3]
+    history = harness.coordinator.persisted_state.history
+    assert [(o.reason, o.message) for o in history] == [(FailureReason.COORDINATOR_SUSPEND, "")] * 3
+
+
+def test_a_periodic_request_meeting_a_full_queue_of_user_requests_is_declined() -> None:
+    config = CoordinatorConfig(interval=10.0, max_concurrent=1, max_queued_requests=1)
+    harness = Harness(config)
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="running"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued"))
+    due = harness.coordinator.next_periodic_trigger
+    assert due is not None
+    harness.clock.now = due
+    (declined,) = of_type(harness.advance(0.0), RequestDeclined)
+    assert (declined.request.origin, declined.reason) == (
+        RequestOrigin.PERIODIC,
+        FailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
+    )
+
+
+def test_every_periodic_request_inside_the_minimum_pause_is_declined() -> None:
+    """Two periodic requests wait behind a user checkpoint; when it completes, both fall
+    inside the minimum pause and both are declined, and the next trigger is rescheduled."""
+    config = CoordinatorConfig(interval=10.0, min_pause=8.0, max_concurrent=1, timeout=100.0)
+    harness = Harness(config)
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="slow"))
+    for _ in range(2):
+        due = harness.coordinator.next_periodic_trigger
+        assert due is not None
+        harness.clock.now = due
+        harness.advance(0.0)
+    assert [r.origin for r in harness.coordinator.queued] == [RequestOrigin.PERIODIC] * 2
+    effects = harness.complete(1)
+    declined = of_type(effects, RequestDeclined)
+    assert [(d.request.origin, d.reason) for d in declined] == [
+        (RequestOrigin.PERIODIC, FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
+    ] * 2
+    assert harness.coordinator.queued == ()
+    assert harness.coordinator.next_periodic_trigger == harness.clock.now + 8.0
 
 
 def test_declines_carry_the_request_that_was_declined() -> None:
