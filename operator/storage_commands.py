@@ -33,14 +33,18 @@ from spark_checkpoint.storage import (
     UnknownFormatVersionError,
     parse_snapshot_dir_name,
 )
-from spark_checkpoint_operator.local_runtime import LocalPaths, local_paths
+from spark_checkpoint_operator.local_runtime import (
+    STATE_DIR_NAME,
+    LocalPaths,
+    default_state_dir,
+    local_paths,
+)
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-DEFAULT_STATE_DIR = Path(".spark-checkpoint")
 
 _DISCARDING_FILE_NAME = "_discarding"  # see CheckpointStorage.discard_checkpoint
 _SHARED_PREFIX = "shared/"
@@ -58,13 +62,14 @@ class StorageSource:
     """Where a job's storage is, as given on the command line: a manifest, or explicit
     ``storage``, ``namespace`` and ``job``. ``state_dir`` is where ``spark-checkpoint run``
     keeps the job's status file (and, for a manifest without ``checkpointing.storage``,
-    its default storage)."""
+    its default storage); by default next to the manifest, as for ``run``, else in the
+    current directory."""
 
     manifest: Path | None = None
     storage: str | None = None
     namespace: str | None = None
     job: str | None = None
-    state_dir: Path = DEFAULT_STATE_DIR
+    state_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +96,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
             manifest = load_manifest(source.manifest)
         except ManifestError as error:
             raise CommandError(str(error)) from error
-        paths = local_paths(manifest, source.state_dir)
+        paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
         namespace, job = manifest.namespace, manifest.name
     else:
@@ -119,7 +124,8 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     except (ValueError, ImportError) as error:
         raise CommandError(f"storage {root!r}: {error}") from error
     if paths is None:
-        paths = LocalPaths(source.state_dir.resolve() / namespace / job)
+        state_dir = source.state_dir or Path(STATE_DIR_NAME)
+        paths = LocalPaths(state_dir.resolve() / namespace / job)
     return JobStorage(storage, paths.status_file)
 
 
@@ -621,19 +627,26 @@ def run_verify(
             return EXIT_FAILED
     results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
     failed = sum(not result.ok for result in results)
+    # Nothing verified is not a pass: a gate that reads exit 0 as "the images are sound"
+    # must not see it for storage that is empty or named wrongly.
+    ok = bool(results) and not failed
     if as_json:
         document = {
             "namespace": job.layout.namespace,
             "job": job.layout.job,
             "jobRoot": job.layout.job_root,
-            "ok": failed == 0,
+            "ok": ok,
             "snapshots": [result.to_json() for result in results],
         }
         print(json.dumps(document, indent=2), file=out)
-        return EXIT_FAILED if failed else EXIT_OK
+        return EXIT_OK if ok else EXIT_FAILED
     if not results:
-        print(f"nothing to verify: no checkpoints or savepoints in {job.layout.job_root}", file=out)
-        return EXIT_OK
+        print(
+            "spark-checkpoint verify: nothing to verify: no checkpoints or savepoints in "
+            f"{job.layout.job_root}",
+            file=err,
+        )
+        return EXIT_FAILED
     width = max(len(str(result.ref)) for result in results)
     for result in results:
         name = f"{result.ref!s:<{width}}"
