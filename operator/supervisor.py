@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
@@ -924,7 +924,7 @@ class JobSupervisor:
                 await self._trigger(driver, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))
-            case NotifyCheckpointComplete(checkpoint=completed):
+            case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
                 self._completed_in_attempt.append(
                     f"{completed.kind.value}:{completed.checkpoint_id}"
                 )
@@ -939,7 +939,10 @@ class JobSupervisor:
                     self._suspending_since = time.monotonic()
                     await self._set_phase(JobPhase.SUSPENDING)
                     await self._handle(JobPhaseChanged(JobPhase.SUSPENDING))
-                await self._notify_complete(driver, completed)
+                if commit:
+                    # A savepoint the job continues after is done once its metadata is
+                    # written; the agent hears nothing more of it (docs/coordinator.md).
+                    await self._notify_complete(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
                 self._observer.failed(kind, reason.value)
                 self._report_abort(kind, cid, reason, message)
@@ -971,6 +974,9 @@ class JobSupervisor:
                 if driver is not None and self._failing is None:
                     self._failing = message
                     await driver.terminate()
+            case _:
+                # Every effect is carried out: a new one fails the type check here.
+                assert_never(effect)
 
     def _report_abort(
         self, kind: CheckpointKind, cid: int, reason: FailureReason, message: str
