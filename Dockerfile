@@ -53,6 +53,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY spark_app/ spark_app/
+# The CRD: operator/ links to it and the wheel ships it as package data.
+COPY crds/ crds/
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 
 # ---------------------------------------------------------------------------------------------
@@ -137,9 +139,19 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 
 # PySpark (the pyproject.toml `spark` extra's pin) and its one dependency. Its jars, the
-# Kubernetes scheduler backend among them, are what the executor entrypoint runs.
+# Kubernetes scheduler backend among them, are what the executor entrypoint runs. Then
+# pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
+# pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
+# dependencies; the Makefile's constraints take these lines as they take the deps stage's.
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
-    && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar"
+        pandas==2.3.3 \
+        pyarrow==26.0.1 \
+        numpy==2.4.6 \
+        python-dateutil==4.0.0 \
+        pytz==2026.6 \
+        tzdata==2026.6 \
+    && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
+    && python -c "import pandas, pyarrow"
 
 RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
     pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \

@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit
+.PHONY: demo test lint typecheck unit mutation-coordinator
 
 # The runtime dependencies are installed at the images' pins (the Dockerfile's deps stage is
 # the lock): what the tests run is what ships, and an upstream release cannot change a run.
@@ -37,6 +37,21 @@ typecheck: $(INSTALLED)
 
 unit: $(INSTALLED)
 	$(BIN)/python -m pytest
+
+# Mutation testing of the coordinator core (docs/testing.md; CI does not run it: it takes
+# many minutes). mutmut names modules after their paths, so it runs in build/mutation,
+# where src/ holds the coordinator under its import name; `mutmut results` and
+# `mutmut show NAME` there explain a run.
+MUTATION := build/mutation
+mutation-coordinator: $(INSTALLED)
+	rm -rf $(MUTATION)
+	mkdir -p $(MUTATION)/src/spark_checkpoint_operator
+	cp -r operator/coordinator $(MUTATION)/src/spark_checkpoint_operator/
+	rm -rf $(MUTATION)/src/spark_checkpoint_operator/coordinator/__pycache__
+	ln -s ../../tests $(MUTATION)/tests
+	cp pyproject.toml $(MUTATION)/
+	cd $(MUTATION) && ../../$(BIN)/mutmut run --max-children 2
+	cd $(MUTATION) && ../../$(BIN)/mutmut results
 
 # Mutation testing of spark_app/storage/ with mutmut (docs/testing.md, "Mutation testing:
 # storage"); not part of `make test`. mutmut names mutants by file path, so it runs in a

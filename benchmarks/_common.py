@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -15,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint_operator.local_runtime import _submit_arguments
+from spark_checkpoint_operator import driver_command
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "wordcount"
@@ -39,7 +40,7 @@ SPARK_CONF: dict[str, str] = {
 
 def submit_arguments(conf: Mapping[str, str], driver_memory: str | None = None) -> str:
     """PYSPARK_SUBMIT_ARGS as `spark-checkpoint run` builds them (same conf, same order)."""
-    arguments = _submit_arguments(conf)
+    arguments = driver_command.submit_arguments(conf)
     if driver_memory:
         arguments = f"--driver-memory {driver_memory} {arguments}"
     return arguments
@@ -127,13 +128,25 @@ START_CODE = code_fingerprint()
 START_COMMIT = git_commit()
 
 
-def save_results(name: str, quick: bool, document: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}{'-quick' if quick else ''}.json"
+def add_result_arguments(parser: argparse.ArgumentParser, quick: str) -> None:
+    """--quick (described by `quick`) and --results-dir, the same in every benchmark."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS,
+        help="where <name>[-quick].json goes (default: benchmarks/results)",
+    )
+
+
+def save_results(name: str, args: argparse.Namespace, document: dict[str, Any]) -> Path:
+    directory: Path = args.results_dir
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}{'-quick' if args.quick else ''}.json"
     end_code = code_fingerprint()
     document = {
         "benchmark": name,
-        "quick": quick,
+        "quick": args.quick,
         "started": STARTED,
         "finished": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": machine(),

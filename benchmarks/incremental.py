@@ -39,6 +39,7 @@ from _checkpoint import query_id_of, take_checkpoint
 from _common import (
     SPARK_CONF,
     LoadSampler,
+    add_result_arguments,
     load_average,
     save_results,
     submit_arguments,
@@ -178,7 +179,7 @@ class Bench:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small smoke run (< 2 min)")
+    add_result_arguments(parser, quick="stages 1000:2,10000:3 (CI runs it)")
     parser.add_argument("--stages", help="keys:batches,... (see parse_stages)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
@@ -247,7 +248,7 @@ def main() -> int:
             r["ratio_incremental_to_new_state"] <= TARGET for r in later if r["keys"] >= 100_000
         ),
     }
-    path = save_results("incremental", args.quick, document)
+    path = save_results("incremental", args, document)
     print(
         f"ratio incremental/new-state after the first checkpoint: median "
         f"{summary(ratios)['median']:.3f}, max {summary(ratios)['max']:.3f}; "

@@ -954,7 +954,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--api-concurrency", type=int, help="experiment: API requests in flight at most"
     )
-    parser.add_argument("--quick", action="store_true", help="50 jobs @ 5 s for 30 s")
+    parser.add_argument("--quick", action="store_true", help="20 jobs @ 5 s for 15 s (CI runs it)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS,
+        help="where the result file goes (default: benchmarks/results)",
+    )
     parser.add_argument("--profile", action="store_true", help="py-spy (implies --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
     parser.add_argument("--no-netns", action="store_true", help="use the host's network")
@@ -962,7 +968,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--agents-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
-        args.jobs, args.interval, args.duration = 50, 5.0, 30.0
+        args.jobs, args.interval, args.duration = 20, 5.0, 15.0
     args.keep = args.keep or args.profile
     args.realtime = args.realtime and os.geteuid() == 0
     if args.settle is None:
@@ -989,7 +995,7 @@ def main(argv: Sequence[str]) -> int:
             say(f"kept {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
-    path = RESULTS / f"{result_name(args)}.json"
+    path = args.results_dir / f"{result_name(args)}.json"
     document = {
         "benchmark": "operator_scale",
         "started": started,
@@ -1000,7 +1006,7 @@ def main(argv: Sequence[str]) -> int:
         "uncommitted_in_operator_at_end": changed_files(),
         **result,
     }
-    RESULTS.mkdir(exist_ok=True)
+    args.results_dir.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(result, indent=2))
     print(readme_row(result))

@@ -39,6 +39,7 @@ from _checkpoint import query_id_of, take_checkpoint
 from _common import (
     SPARK_CONF,
     LoadSampler,
+    add_result_arguments,
     load_average,
     paired_ratios,
     save_results,
@@ -230,14 +231,14 @@ def start_spark() -> SparkSession:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small smoke run (< 2 min)")
+    add_result_arguments(parser, quick="one pair, 20,000 keys in 2 batches (CI runs it)")
     parser.add_argument("--pairs", type=int)
     parser.add_argument("--keys", type=int, help="keys in the state")
     parser.add_argument("--batches", type=int, help="batches that build the state")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
-    pairs = args.pairs or (2 if args.quick else 20)
-    keys = args.keys or (50_000 if args.quick else 800_000)
+    pairs = args.pairs or (1 if args.quick else 20)
+    keys = args.keys or (20_000 if args.quick else 800_000)
     batches = args.batches or (2 if args.quick else 4)
 
     base = Path(tempfile.mkdtemp(prefix="bench-restore-"))
@@ -295,7 +296,7 @@ def main() -> int:
         **analyse(runs),
         "runs": runs,
     }
-    path = save_results("restore_time", args.quick, document)
+    path = save_results("restore_time", args, document)
     ratio = document["paired_ratio"]
     print(
         f"spark {document['spark_seconds']['median']:.2f}s, ours "

@@ -47,6 +47,7 @@ from _common import (
     EXAMPLE,
     SPARK_CONF,
     LoadSampler,
+    add_result_arguments,
     load_average,
     paired_ratios,
     save_results,
@@ -176,7 +177,7 @@ def one_run(
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="small smoke run (< 2 min)")
+    add_result_arguments(parser, quick="one pair of 4 files x 300 lines (CI runs it)")
     parser.add_argument("--pairs", type=int)
     parser.add_argument("--files", type=int)
     parser.add_argument("--lines", type=int)
@@ -184,8 +185,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     pairs = args.pairs or (1 if args.quick else 6)
-    files = args.files or (6 if args.quick else 40)
-    lines = args.lines or (500 if args.quick else 2000)
+    files = args.files or (4 if args.quick else 40)
+    lines = args.lines or (300 if args.quick else 2000)
     rows = files * lines
 
     base = Path(tempfile.mkdtemp(prefix="bench-throughput-"))
@@ -239,7 +240,7 @@ def main() -> int:
         **analyse(runs),
         "runs": runs,
     }
-    path = save_results("throughput", args.quick, document)
+    path = save_results("throughput", args, document)
     ratio = document["paired_ratio"]
     print(
         f"coordinated {document['coordinated_rows_per_second']['median']:.0f} rows/s, plain "

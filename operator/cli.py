@@ -2,20 +2,23 @@
 
 import argparse
 import asyncio
+import logging
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from prometheus_client import REGISTRY
-
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.local_runtime import run_local
+from spark_checkpoint_operator.local_runtime import (
+    AGENT_START_TIMEOUT_SECONDS,
+    STATE_DIR_NAME,
+    RunRefused,
+    default_state_dir,
+    run_local,
+)
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
-from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 from spark_checkpoint_operator.storage_commands import (
-    DEFAULT_STATE_DIR,
     StorageSource,
     run_inspect,
     run_list,
@@ -43,8 +46,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     run.add_argument(
         "--state-dir",
         type=Path,
-        default=Path(".spark-checkpoint"),
-        help="status, driver logs, work directories and default storage (default: %(default)s)",
+        help="status, driver logs, work directories and default storage "
+        f"(default: {STATE_DIR_NAME} next to the manifest)",
+    )
+    run.add_argument(
+        "--agent-timeout",
+        type=float,
+        metavar="SECONDS",
+        default=AGENT_START_TIMEOUT_SECONDS,
+        help="fail the job if a started driver's checkpoint agent has not answered within "
+        "SECONDS (a pipeline that does not call run_coordinated) (default: %(default).0f)",
     )
     run.add_argument(
         "--metrics-port",
@@ -95,7 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             out=sys.stdout,
             err=sys.stderr,
         )
-    return run_verify(source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr)
+    return run_verify(
+        source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr, deep=args.deep
+    )
 
 
 def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
@@ -116,9 +129,9 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "--state-dir",
         type=Path,
         metavar="DIR",
-        default=DEFAULT_STATE_DIR,
         help="state directory of `spark-checkpoint run`: the registry is read from "
-        "<state-dir>/<namespace>/<job>/status.json if present (default: %(default)s)",
+        "<state-dir>/<namespace>/<job>/status.json if present (default: "
+        f"{STATE_DIR_NAME} next to the manifest, else in the current directory)",
     )
 
     listing = commands.add_parser(
@@ -158,6 +171,12 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "snapshots", metavar="KIND:ID", nargs="*", help="e.g. checkpoint:7 (default: all)"
     )
     verify.add_argument("--json", action="store_true", help="machine-readable output")
+    verify.add_argument(
+        "--deep",
+        action="store_true",
+        help="also prove each intact snapshot restorable: materialize it into a scratch "
+        "directory and let Spark read what a restarted query reads (needs pyspark; slow)",
+    )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -166,21 +185,45 @@ def _run(args: argparse.Namespace) -> int:
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return 2
-    started = time.monotonic()
+    started = time.time()
 
     def report(line: str) -> None:
-        print(f"[{time.monotonic() - started:7.1f}s] {line}", flush=True)
+        print(f"{_elapsed(time.time() - started)} {line}", flush=True)
 
-    metrics = None
-    if args.metrics_port is not None:
-        metrics = CheckpointMetrics(REGISTRY)
-        metrics.serve(args.metrics_port, "127.0.0.1")
-        report(f"metrics on http://127.0.0.1:{args.metrics_port}/metrics")
-    outcome = asyncio.run(
-        run_local(manifest, args.manifest, args.state_dir, report, metrics=metrics)
-    )
+    # What libraries log gets the same time stamp as the runtime's own lines.
+    handler = logging.StreamHandler(sys.stdout)
+    handler.setFormatter(_ElapsedFormatter(started))
+    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    try:
+        outcome = asyncio.run(
+            run_local(
+                manifest,
+                args.manifest,
+                args.state_dir or default_state_dir(args.manifest),
+                report,
+                metrics_port=args.metrics_port,
+                agent_start_timeout=args.agent_timeout,
+            )
+        )
+    except RunRefused as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        return 1
     exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
     return exit_codes.get(outcome, 0)
+
+
+def _elapsed(seconds: float) -> str:
+    return f"[{seconds:7.1f}s]"
+
+
+class _ElapsedFormatter(logging.Formatter):
+    def __init__(self, started: float) -> None:
+        super().__init__()
+        self._started = started
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_elapsed(record.created - self._started)} {record.levelname.lower()}: "
+        return line + super().format(record)
 
 
 def _simulate(args: argparse.Namespace) -> int:

@@ -8,17 +8,22 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 import asyncio
 import contextlib
 import ctypes
+import fcntl
+import itertools
 import json
 import os
+import re
 import secrets
 import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
+
+from prometheus_client import REGISTRY
 
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
@@ -26,6 +31,7 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
+    JobPhase,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -33,9 +39,11 @@ from spark_checkpoint_operator.driver_command import driver_command, submit_argu
 from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.status import render_status
-from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
 STOP_GRACE_SECONDS = 30.0
+# Spark's start plus the restore of a large image, with room to spare.
+AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 PR_SET_PDEATHSIG = 1
 
@@ -63,8 +71,42 @@ class LocalPaths:
         return self.job_dir / "agent-token"
 
     @property
+    def lock_file(self) -> Path:
+        return self.job_dir / "run.lock"
+
+    @property
     def default_storage(self) -> str:
         return (self.job_dir.parent.parent / "storage").resolve().as_uri()
+
+
+class RunRefused(Exception):
+    """The job is not run; the message says why and what to do instead."""
+
+
+class JobBusy(RunRefused):
+    """Another `spark-checkpoint run` holds the job; the message names it."""
+
+
+@contextlib.contextmanager
+def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
+    """Held for a whole run: a second run of the same job would otherwise take the first
+    one's driver for a leftover and kill it. The lock (``flock``) goes with the process,
+    however it ends; the file only names the holder for the message."""
+    descriptor = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
+            raise JobBusy(
+                f"job {manifest.namespace}/{manifest.name} is already running "
+                f"(pid {holder}, lock {paths.lock_file}): stop that run first"
+            ) from None
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(descriptor)
 
 
 class LocalDriver:
@@ -135,7 +177,9 @@ class LocalLauncher:
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.
         command = driver_command(application, sys.executable)
-        environment = dict(os.environ)
+        # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
+        # interpreter, so they see the packages the driver sees, unless told otherwise.
+        environment = {"PYSPARK_PYTHON": sys.executable, **os.environ}
         environment.update({v.name: v.value for v in application.env})
         environment.update(settings.to_environment(self._paths.token_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
@@ -178,6 +222,15 @@ class LocalJanitor:
             raise CleanupFailed(f"{operation.__name__}: {error}") from error
 
 
+STATE_DIR_NAME = ".spark-checkpoint"
+
+
+def default_state_dir(manifest_path: Path) -> Path:
+    """Next to the manifest, so that every command finds a job's state and default storage
+    whichever directory it is run from."""
+    return manifest_path.parent / STATE_DIR_NAME
+
+
 def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / manifest.namespace / manifest.name)
 
@@ -194,15 +247,55 @@ async def run_local(
     state_dir: Path,
     report: Callable[[str], None],
     *,
-    metrics: CheckpointMetrics | None = None,
+    metrics_port: int | None = None,
+    agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
 ) -> TerminalOutcome:
-    """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills)."""
+    """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
+    With ``metrics_port``, Prometheus metrics are served on loopback. Raises `JobBusy` if
+    another run of the job is under way (before anything else is started)."""
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
-    _stop_leftover_driver(paths, report)
+    with job_lock(paths, manifest):
+        metrics = None
+        if metrics_port is not None:
+            metrics = CheckpointMetrics(REGISTRY)
+            metrics.serve(metrics_port, "127.0.0.1")
+            report(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+        return await _run_locked(
+            manifest,
+            manifest_path,
+            paths,
+            report,
+            metrics=metrics,
+            agent_start_timeout=agent_start_timeout,
+        )
+
+
+async def _run_locked(
+    manifest: JobManifest,
+    manifest_path: Path,
+    paths: LocalPaths,
+    report: Callable[[str], None],
+    *,
+    metrics: CheckpointMetrics | None,
+    agent_start_timeout: float,
+) -> TerminalOutcome:
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
-    storage = CheckpointStorage(JobStorageLayout(storage_root, manifest.namespace, manifest.name))
+    layout = JobStorageLayout(storage_root, manifest.namespace, manifest.name)
     record = load_record(paths)
+    if record.phase is JobPhase.FINISHED:
+        # As on Kubernetes: its input is done. Running it again would restore whatever
+        # image is left (an old savepoint) and recompute from there without a word. Both
+        # directories go: a new registry's ids would run into the old snapshots'.
+        raise RunRefused(
+            f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
+            f"to run it from the start, delete its state {paths.job_dir} and storage "
+            f"{layout.job_root.removeprefix('file://')} (to start from one of its "
+            "savepoints, copy it elsewhere first and name it in "
+            "spec.restore.initialSavepointPath)"
+        )
+    _stop_leftover_driver(paths, report)
+    storage = CheckpointStorage(layout)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
@@ -224,6 +317,19 @@ async def run_local(
         temporary.write_text(json.dumps(document, indent=2))
         os.replace(temporary, paths.status_file)
 
+    interrupts = [0]
+
+    def on_notice(notice: Notice) -> None:
+        report(notice.message)
+        if notice.reason == "RequestDeclined" and interrupts[0] == 1:
+            # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
+            # stop, so stop without one rather than keep running.
+            report(
+                "interrupted: no savepoint can be taken now; stopping the driver without one "
+                "(the next run resumes from the newest checkpoint or savepoint)"
+            )
+            supervisor.suspend_now()
+
     supervisor = JobSupervisor(
         config=manifest.coordinator_config(),
         restart_policy=manifest.spec.restart_policy,
@@ -232,10 +338,12 @@ async def run_local(
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
-        report=lambda notice: report(notice.message),
+        report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
+        agent_start_timeout=agent_start_timeout,
+        driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
     )
-    interrupts = [0]
+
     # shutdown.drain: process all available input before the savepoint (stop --drain).
     after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
 
@@ -264,6 +372,37 @@ async def run_local(
         f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
     )
     return outcome
+
+
+ERROR_LINES_SHOWN = 6
+LOG_TAIL_BYTES = 64 * 1024
+TRACEBACK = "Traceback (most recent call last):"
+ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
+
+
+def last_error_lines(log_file: Path) -> list[str]:
+    """The error a driver ended with, from the end of its log, the error itself first: the
+    exception of its last Python traceback (without the frames), else the last line that
+    reads as an error and what follows it; at most a few lines."""
+    try:
+        with log_file.open("rb") as log:
+            log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
+            lines = [line.rstrip() for line in log.read().decode(errors="replace").splitlines()]
+    except OSError:
+        return []
+    lines = [line for line in lines if line]
+    if TRACEBACK in lines:
+        start = len(lines) - lines[::-1].index(TRACEBACK)
+        frames = 0
+        while start + frames < len(lines) and lines[start + frames][:1].isspace():
+            frames += 1
+        error = lines[start + frames :]
+    else:
+        marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
+        error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
+    # Spark appends the failed query's description: not part of the error.
+    shown = list(itertools.takewhile(lambda line: not line.startswith("=== "), error))
+    return shown[:ERROR_LINES_SHOWN]
 
 
 def _die_with_parent() -> None:

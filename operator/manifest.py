@@ -5,19 +5,25 @@ The CRD in ``crds/`` is the one source of truth. A manifest is checked against i
 and its CEL rules (``x-kubernetes-validations``) are evaluated with the
 ``common-expression-language`` package. Unlike the API server, which silently prunes unknown
 fields, a local manifest with an unknown field is rejected, so a misspelt setting is never
-silently ignored. Every problem is reported, each naming the file and the field.
+silently ignored. Every problem is reported, each on one line naming the file and the field.
 
-The CRD is found relative to the repository checkout (``operator/../crds``), which is what
-the editable install runs from; a wheel does not ship ``crds/`` yet.
+Otherwise the verdict is the API server's: patterns match as Go's RE2 does (``$`` is the end
+of the text), integers are int64 (an integral float is stored as an integer), and a file
+is bounded in size, nesting and alias expansion, so hostile YAML costs bounded time.
+
+The package ships the CRD as package data next to this module: in the checkout a symlink to
+the ``crds/`` file, which the wheel build copies as a file.
 """
 
 import copy
 import difflib
 import functools
+import itertools
 import json
 import math
 import os
 import re
+import reprlib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,40 +33,85 @@ from typing import Any
 
 import cel
 import yaml
-from jsonschema import Draft202012Validator, ValidationError
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.protocols import Validator
 
+from spark_checkpoint.storage.layout import (
+    DNS_1123_LABEL_MAX_LENGTH,
+    DNS_1123_LABEL_PATTERN,
+    DNS_1123_SUBDOMAIN_MAX_LENGTH,
+    DNS_1123_SUBDOMAIN_PATTERN,
+)
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     RetentionPolicy,
     SavepointHistoryLimits,
 )
 
-CRD_PATH = (
-    Path(__file__).resolve().parent.parent / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
-)
+# Next to this module, not through importlib.resources: on Python 3.11 that cannot read a
+# namespace package (this one has no __init__.py) installed in editable mode.
+CRD_PATH = Path(__file__).with_name("sparkcheckpointjobs.sparkcheckpoint.io.yaml")
 
 _Schema = Mapping[str, Any]
 
+# The DNS-1123 subdomain pattern as the CRD spells it (Go's RE2 has no lookahead, so the
+# CRD cannot use spark_checkpoint.storage.layout's; both anchor at the very end).
 _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-_DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
-# The CRD has no schema for metadata (the API server validates ObjectMeta itself), so a
-# local manifest's metadata is checked against this subset instead.
+# Label and annotation keys and label values, as Kubernetes validates them on every object
+# (k8s.io/apimachinery: a qualified name with an optional DNS-subdomain prefix of at most
+# 253 characters; a name part and a value of at most 63).
+QUALIFIED_NAME_PATTERN = (
+    r"^((?=[^/]{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
+# The API server validates ObjectMeta itself, so a local manifest's metadata is checked
+# against this subset; the CRD may only restrict metadata.name further (its maxLength).
 _OBJECT_META: _Schema = {
     "type": "object",
     "required": ["name"],
     "properties": {
-        "name": {"type": "string", "maxLength": 253, "pattern": _DNS_SUBDOMAIN},
+        "name": {
+            "type": "string",
+            "maxLength": DNS_1123_SUBDOMAIN_MAX_LENGTH,
+            "pattern": DNS_1123_SUBDOMAIN_PATTERN,
+        },
         "namespace": {
             "type": "string",
-            "maxLength": 63,
-            "pattern": _DNS_LABEL,
+            "maxLength": DNS_1123_LABEL_MAX_LENGTH,
+            "pattern": DNS_1123_LABEL_PATTERN,
             "default": "default",
         },
-        "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+        "labels": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN},
+        },
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
     },
 }
+
+# Bounds on a manifest file, so that hostile YAML costs bounded time and memory. Aliases
+# are expanded when the document is used, so a 1 KB file of nested aliases (a "billion
+# laughs") stands for billions of values: the expanded size is what is bounded. The API
+# server's own bounds are larger (3 MiB requests, 10,000 levels of nesting), but PyYAML
+# reads some 25,000 tokens a second; no job manifest comes near these bounds.
+MAX_MANIFEST_BYTES = 512 << 10
+MAX_MANIFEST_VALUES = 10_000  # scalars, lists and mappings, with aliases expanded
+MAX_MANIFEST_DEPTH = 64
+# A document that is wrong everywhere is reported by its first problems.
+MAX_PROBLEMS = 50
+
+# JSON integers the API server accepts: int64. A float is accepted where an integer is
+# expected only if it is integral and exactly representable (|f| < 2**53, go-openapi's
+# IsFloat64AJSONInteger); the API server then stores it as an integer (2.0 becomes 2).
+_INT64 = range(-(1 << 63), 1 << 63)
+_MAX_EXACT_FLOAT_INTEGER = float((1 << 53) - 1)
+
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxother = 80
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist = 2, 4, 4
 
 # What a value failing each pattern should have been; a raw regular expression teaches
 # little. tests/manifest checks that every pattern of the CRD is listed here.
@@ -80,9 +131,21 @@ PATTERN_HINTS: Mapping[str, str] = {
         "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
         " with a letter or digit)"
     ),
-    _DNS_LABEL: (
+    DNS_1123_SUBDOMAIN_PATTERN: (
+        "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
+        " with a letter or digit)"
+    ),
+    DNS_1123_LABEL_PATTERN: (
         "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a"
         " letter or digit)"
+    ),
+    QUALIFIED_NAME_PATTERN: (
+        "a label or annotation key (an optional DNS subdomain and '/', then at most 63"
+        " letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+    ),
+    LABEL_VALUE_PATTERN: (
+        "a label value (empty, or at most 63 letters, digits, '-', '_' and '.', starting"
+        " and ending with a letter or digit)"
     ),
 }
 
@@ -303,7 +366,9 @@ def load_manifest(path: str | os.PathLike[str]) -> JobManifest:
     """Read, validate and default the SparkCheckpointJob in the YAML file at ``path``."""
     source = os.fspath(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_MANIFEST_BYTES + 1)
+        text = data.decode("utf-8")
     except OSError as error:
         reason = error.strerror or str(error)
         raise ManifestError(source, [Problem("", f"cannot read the file: {reason}")]) from error
@@ -329,15 +394,44 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
     if not isinstance(document, dict):
         kind = "null" if document is None else type(document).__name__
         raise ManifestError(source, [Problem("", f"expected a SparkCheckpointJob, got {kind}")])
+    if deeper_than(document, MAX_MANIFEST_DEPTH):
+        nested = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
+        raise ManifestError(source, [Problem("", nested)])
     checker = _checker()
     if problems := checker.envelope_problems(document):
         # Another kind of object: its fields would only bury the one problem that matters.
         raise ManifestError(source, problems)
-    defaulted = copy.deepcopy(document)
+    defaulted: dict[str, Any] = _expanded_copy(document)
     _apply_defaults(defaulted, checker.schema)
+    _store_integers(defaulted, checker.schema)
     if problems := checker.problems(defaulted):
         raise ManifestError(source, problems)
     return defaulted
+
+
+def _expanded_copy(value: Any) -> Any:
+    """A copy in which a value used twice (a YAML alias) becomes two values, as the API
+    server's YAML-to-JSON conversion makes it: defaulting one must not change the other.
+    (``copy.deepcopy`` keeps shared values shared.)"""
+    if isinstance(value, dict):
+        return {key: _expanded_copy(child) for key, child in value.items()}
+    if isinstance(value, list):
+        return [_expanded_copy(item) for item in value]
+    return copy.deepcopy(value)
+
+
+def deeper_than(document: object, limit: int) -> bool:
+    """Whether lists and mappings nest more than ``limit`` levels (checked without recursion:
+    validation recurses, and a document from an API request has no YAML bounds)."""
+    stack: list[tuple[object, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return False
 
 
 # --- YAML ---------------------------------------------------------------------------------
@@ -345,7 +439,42 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
 
 class _StrictLoader(yaml.SafeLoader):
     """PyYAML keeps the last of duplicate keys; a manifest with two ``interval:`` lines is a
-    mistake worth reporting."""
+    mistake worth reporting. Composing is recursive, so nesting is bounded as it is read."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.values = 0
+
+    def fetch_flow_collection_start(self, TokenClass: type[yaml.Token]) -> None:
+        # The scanner looks ahead over every open bracket (each may start a key), so deep
+        # flow nesting is refused here, before it costs quadratic time.
+        if self.flow_level >= MAX_MANIFEST_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None,
+                None,
+                f"nested more than {MAX_MANIFEST_DEPTH} levels deep",
+                self.get_mark(),
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        self.depth += 1
+        self.values += not isinstance(event, yaml.AliasEvent)
+        try:
+            if self.depth > MAX_MANIFEST_DEPTH or self.values > MAX_MANIFEST_VALUES:
+                too_many = f"more than {MAX_MANIFEST_VALUES} values"
+                too_deep = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    too_deep if self.depth > MAX_MANIFEST_DEPTH else too_many,
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
@@ -361,7 +490,7 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
             continue
         if duplicate:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {key!r}", key_node.start_mark
+                None, None, f"duplicate key {_shown(key)}", key_node.start_mark
             )
     return loader.construct_mapping(node, deep=True)
 
@@ -370,21 +499,86 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 
 
 def _parse_yaml(text: str, source: str) -> object:
+    if len(text.encode("utf-8", errors="replace")) > MAX_MANIFEST_BYTES:
+        problem = Problem("", f"larger than {MAX_MANIFEST_BYTES} bytes; a manifest is far smaller")
+        raise ManifestError(source, [problem])
     try:
-        documents = [d for d in yaml.load_all(text, Loader=_StrictLoader) if d is not None]
+        documents = _documents(text)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
-        problem = Problem("", f"{where}invalid YAML: {error.problem}")
+        problem = Problem("", _clip(f"{where}invalid YAML: {error.problem}"))
         raise ManifestError(source, [problem]) from None
-    except yaml.YAMLError as error:
-        raise ManifestError(source, [Problem("", f"invalid YAML: {error}")]) from None
+    except yaml.YAMLError as error:  # e.g. a control character, which has no mark
+        raise ManifestError(source, [Problem("", _clip(f"invalid YAML: {error}"))]) from None
     if len(documents) != 1:
         found = "none" if not documents else str(len(documents))
         raise ManifestError(
             source, [Problem("", f"expected one SparkCheckpointJob document, found {found}")]
         )
     return documents[0]
+
+
+def _documents(text: str) -> list[object]:
+    loader = _StrictLoader(text)
+    try:
+        documents = []
+        while loader.check_node():
+            if (node := loader.get_node()) is None:
+                break
+            _check_expanded_size(node)
+            if (document := loader.construct_document(node)) is not None:
+                documents.append(document)
+        return documents
+    finally:
+        loader.dispose()
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it beyond MAX_MANIFEST_VALUES values or
+    MAX_MANIFEST_DEPTH levels, or that contains itself; computed on the composed nodes
+    (each counted once), without expanding anything."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded values, depth)
+    visiting: set[int] = set()
+    stack: list[yaml.Node] = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+            continue
+        children = _child_nodes(node)
+        if id(node) not in visiting:
+            visiting.add(id(node))
+            for child in children:
+                if id(child) in visiting:
+                    raise yaml.composer.ComposerError(
+                        None, None, "an alias refers to a value that contains it", node.start_mark
+                    )
+                if id(child) not in sizes:
+                    stack.append(child)
+            continue
+        stack.pop()
+        visiting.discard(id(node))
+        size = 1 + sum(sizes[id(child)][0] for child in children)
+        depth = 1 + max((sizes[id(child)][1] for child in children), default=0)
+        if size > MAX_MANIFEST_VALUES or depth > MAX_MANIFEST_DEPTH:
+            limit = (
+                f"more than {MAX_MANIFEST_VALUES} values"
+                if size > MAX_MANIFEST_VALUES
+                else f"more than {MAX_MANIFEST_DEPTH} levels deep"
+            )
+            raise yaml.composer.ComposerError(
+                None, None, f"{limit} once its aliases are expanded", node.start_mark
+            )
+        sizes[id(node)] = (size, depth)
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 # --- schema translation and checks --------------------------------------------------------
@@ -398,10 +592,15 @@ class _Checker:
         self.api_version = f"{crd['spec']['group']}/{_storage_version(crd)['name']}"
         self.kind: str = names["kind"]
         schema = copy.deepcopy(_storage_version(crd)["schema"]["openAPIV3Schema"])
-        schema["properties"]["metadata"] = copy.deepcopy(_OBJECT_META)
+        schema["properties"]["metadata"] = _object_meta(schema["properties"]["metadata"])
         schema["required"] = sorted({*schema.get("required", ()), "metadata"})
         self.schema: _Schema = schema
-        self.validator = Draft202012Validator(_to_json_schema(schema, "#"))
+        json_schema = _to_json_schema(schema, "#")
+        # Keys are checked as names (OpenAPI's structural subset has no keyword for it).
+        for field in ("labels", "annotations"):
+            metadata_field = json_schema["properties"]["metadata"]["properties"][field]
+            metadata_field["propertyNames"] = {"pattern": QUALIFIED_NAME_PATTERN}
+        self.validator = _KubernetesValidator(json_schema)
         self.programs = {rule: cel.compile(rule) for rule in _rules(schema)}
 
     def envelope_problems(self, document: Mapping[str, Any]) -> list[Problem]:
@@ -410,17 +609,23 @@ class _Checker:
             if field not in document:
                 problems.append(Problem(field, f"required field is missing (use {expected})"))
             elif document[field] != expected:
-                problems.append(Problem(field, f"must be {expected}, got {document[field]!r}"))
+                got = _shown(document[field])
+                problems.append(Problem(field, f"must be {expected}, got {got}"))
         return problems
 
     def problems(self, document: Mapping[str, Any]) -> list[Problem]:
         found: dict[Problem, None] = {}  # ordered and without duplicates
         error_paths: list[tuple[str | int, ...]] = []
-        for error in self.validator.iter_errors(document):
+        for error in itertools.islice(self.validator.iter_errors(document), MAX_PROBLEMS + 1):
             error_paths.append(tuple(error.absolute_path))
             found.update(dict.fromkeys(_schema_problems(error)))
-        found.update(dict.fromkeys(self._walk_problems(document, self.schema, (), error_paths)))
-        return sorted(found)
+        walked = self._walk_problems(document, self.schema, (), error_paths)
+        found.update(dict.fromkeys(itertools.islice(walked, MAX_PROBLEMS + 1)))
+        problems = sorted(found)
+        if len(problems) > MAX_PROBLEMS:
+            more = Problem("", f"(and more problems; only the first {MAX_PROBLEMS} are listed)")
+            return [*problems[:MAX_PROBLEMS], more]
+        return problems
 
     def _walk_problems(
         self,
@@ -444,7 +649,8 @@ class _Checker:
                     # A rule that cannot read a value the schema already rejected adds
                     # nothing; one that fails on a valid value is reported.
                     if not any(p[: len(path)] == path for p in error_paths):
-                        yield Problem(_render(path), f"rule {rule['rule']!r} failed: {error}")
+                        failed = f"rule {rule['rule']!r} failed: {error}"
+                        yield Problem(_render(path), _clip(failed))
                     continue
                 if result is not True:
                     field_path = [p for p in rule.get("fieldPath", "").split(".") if p]
@@ -464,6 +670,60 @@ class _Checker:
 @functools.cache
 def _checker() -> _Checker:
     return _Checker(_crd())
+
+
+def _object_meta(crd_metadata: _Schema) -> dict[str, Any]:
+    """ObjectMeta's rules, with the CRD's further restriction of metadata.name (a structural
+    schema may restrict only name and generateName; this CRD restricts the name's length)."""
+    metadata = copy.deepcopy(dict(_OBJECT_META))
+    crd_name = crd_metadata.get("properties", {}).get("name", {})
+    if unsupported := set(crd_name) - {"type", "description", "maxLength"}:
+        raise ValueError(f"metadata.name: unsupported schema keywords {sorted(unsupported)}")
+    name = metadata["properties"]["name"]
+    name["maxLength"] = min(name["maxLength"], crd_name.get("maxLength", name["maxLength"]))
+    return metadata
+
+
+@functools.cache
+def go_regex(pattern: str) -> re.Pattern[str]:
+    """A CRD pattern as the API server matches it (Go's RE2; the schema says ECMA-262):
+    ``$`` matches only at the very end of the text, where Python's also matches before a
+    final newline (``"probe\\n"`` would pass ``^[a-z]+$``)."""
+    translated, escaped, in_class = [], False, False
+    for char in pattern:
+        end_of_text = False
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        else:
+            end_of_text = char == "$"
+        translated.append(r"\Z" if end_of_text else char)
+    return re.compile("".join(translated), re.ASCII)
+
+
+def _pattern_keyword(
+    validator: Validator, pattern: str, instance: object, schema: _Schema
+) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and not go_regex(pattern).search(instance):
+        yield ValidationError(f"{_shown(instance)} does not match {pattern!r}")
+
+
+def _is_int64(checker: object, instance: object) -> bool:
+    """The API server's integers: int64, never a boolean. (Integral floats were already
+    stored as integers, see _store_integers.)"""
+    return isinstance(instance, int) and not isinstance(instance, bool) and instance in _INT64
+
+
+_KubernetesValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    {"pattern": _pattern_keyword},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int64),
+)
 
 
 def _rules(schema: _Schema) -> Iterator[str]:
@@ -486,6 +746,33 @@ def _child_schema(schema: _Schema, key: str) -> _Schema | None:
         return child
     additional = schema.get("additionalProperties")
     return additional if isinstance(additional, Mapping) else None
+
+
+def _store_integers(value: Any, schema: _Schema | None) -> None:
+    """Turn integral floats in integer fields into integers in place, as the API server
+    stores them: it accepts 2.0 for an integer (go-openapi's IsFloat64AJSONInteger) and
+    its JSON encoding writes it as 2. Other floats are left for the schema to reject."""
+    if schema is None:
+        return
+    entries: Iterable[tuple[Any, _Schema | None]]
+    if isinstance(value, dict):
+        entries = [(key, _child_schema(schema, key)) for key in value]
+    elif isinstance(value, list):
+        entries = [(index, schema.get("items")) for index in range(len(value))]
+    else:
+        return
+    for key, child_schema in entries:
+        child = value[key]
+        if (
+            child_schema is not None
+            and child_schema.get("type") == "integer"
+            and isinstance(child, float)
+            and child.is_integer()
+            and abs(child) <= _MAX_EXACT_FLOAT_INTEGER
+        ):
+            value[key] = int(child)
+        else:
+            _store_integers(child, child_schema)
 
 
 def _apply_defaults(value: Any, schema: _Schema | None) -> None:
@@ -620,8 +907,9 @@ def _duplicate_keys(
 def _schema_problems(error: ValidationError) -> Iterator[Problem]:
     path = tuple(error.absolute_path)
     instance, schema = error.instance, error.schema
+    shown = _shown(instance)
     if not isinstance(schema, Mapping):
-        yield Problem(_render(path), error.message)
+        yield Problem(_render(path), _clip(error.message))
     elif error.validator == "required" and isinstance(instance, dict):
         for name in schema["required"]:
             if name not in instance:
@@ -633,25 +921,47 @@ def _schema_problems(error: ValidationError) -> Iterator[Problem]:
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             yield Problem(_render((*path, name)), f"unknown field{hint}")
     elif error.validator in ("type", "pattern") and schema.get("pattern") in PATTERN_HINTS:
-        yield Problem(_render(path), f"{instance!r} is not {PATTERN_HINTS[schema['pattern']]}")
+        yield Problem(_render(path), f"{shown} is not {PATTERN_HINTS[schema['pattern']]}")
+    elif error.validator == "type" and isinstance(instance, int) and instance not in _INT64:
+        yield Problem(_render(path), f"{shown} is outside the range of a 64-bit integer")
     elif error.validator == "type":
         types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
         expected = " or ".join(repr(t) for t in types if t != "null")
-        yield Problem(_render(path), f"{instance!r} is not of type {expected}")
+        yield Problem(_render(path), f"{shown} is not of type {expected}")
+    elif error.validator == "maxLength":
+        yield Problem(_render(path), f"{shown} is longer than {schema['maxLength']} characters")
+    elif error.validator in ("minimum", "maximum"):
+        bound = (
+            "less than the minimum" if error.validator == "minimum" else "greater than the maximum"
+        )
+        yield Problem(_render(path), f"{shown} is {bound} of {schema[error.validator]}")
+    elif error.validator == "enum":
+        yield Problem(_render(path), f"{shown} is not one of {schema['enum']!r}")
     else:
-        yield Problem(_render(path), error.message)
+        yield Problem(_render(path), _clip(error.message))
+
+
+def _shown(value: object) -> str:
+    """A value as a message quotes it: its repr, cut short."""
+    return _clip(_SHORT.repr(value), 100)
+
+
+def _clip(message: str, limit: int = 300) -> str:
+    """One bounded line: a message may quote a value of any size."""
+    line = message.replace("\r", "\\r").replace("\n", "\\n")
+    return line if len(line) <= limit else f"{line[: limit - 1]}…"
 
 
 def _render(path: Iterable[str | int]) -> str:
     """``spec.application.env[2].name``; keys that are not identifiers are bracketed."""
     rendered = ""
     for part in path:
-        if isinstance(part, str) and _IDENTIFIER.fullmatch(part):
+        if isinstance(part, str) and _IDENTIFIER.fullmatch(part) and len(part) <= 80:
             rendered += f".{part}"
         elif isinstance(part, str):
-            rendered += f"[{json.dumps(part)}]"
+            rendered += f"[{_clip(json.dumps(part), 80)}]"
         else:  # a list index, or a YAML key that is not a string
-            rendered += f"[{part}]"
+            rendered += f"[{_shown(part)}]"
     return rendered.removeprefix(".")
 
 

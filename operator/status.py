@@ -61,6 +61,7 @@ def render_status(
             "failed": state.failed_count,
             "inProgress": len(record.pending),
             "restored": record.restores,
+            "failedRestores": record.failed_restores,
         },
         "lastCheckpoint": _last(state.checkpoints, state.history, CheckpointKind.CHECKPOINT),
         "lastSavepoint": _last(state.savepoints, state.history, CheckpointKind.SAVEPOINT),

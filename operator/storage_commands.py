@@ -10,8 +10,11 @@ Exit codes: 0 success; 1 a snapshot cannot be read or failed verification; 2 the
 line, the manifest or the storage address is wrong.
 """
 
+import dataclasses
 import json
 import math
+import subprocess
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,14 +36,18 @@ from spark_checkpoint.storage import (
     UnknownFormatVersionError,
     parse_snapshot_dir_name,
 )
-from spark_checkpoint_operator.local_runtime import LocalPaths, local_paths
+from spark_checkpoint_operator.local_runtime import (
+    STATE_DIR_NAME,
+    LocalPaths,
+    default_state_dir,
+    local_paths,
+)
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
-DEFAULT_STATE_DIR = Path(".spark-checkpoint")
 
 _DISCARDING_FILE_NAME = "_discarding"  # see CheckpointStorage.discard_checkpoint
 _SHARED_PREFIX = "shared/"
@@ -58,13 +65,14 @@ class StorageSource:
     """Where a job's storage is, as given on the command line: a manifest, or explicit
     ``storage``, ``namespace`` and ``job``. ``state_dir`` is where ``spark-checkpoint run``
     keeps the job's status file (and, for a manifest without ``checkpointing.storage``,
-    its default storage)."""
+    its default storage); by default next to the manifest, as for ``run``, else in the
+    current directory."""
 
     manifest: Path | None = None
     storage: str | None = None
     namespace: str | None = None
     job: str | None = None
-    state_dir: Path = DEFAULT_STATE_DIR
+    state_dir: Path | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +99,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
             manifest = load_manifest(source.manifest)
         except ManifestError as error:
             raise CommandError(str(error)) from error
-        paths = local_paths(manifest, source.state_dir)
+        paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
         namespace, job = manifest.namespace, manifest.name
     else:
@@ -119,7 +127,8 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     except (ValueError, ImportError) as error:
         raise CommandError(f"storage {root!r}: {error}") from error
     if paths is None:
-        paths = LocalPaths(source.state_dir.resolve() / namespace / job)
+        state_dir = source.state_dir or Path(STATE_DIR_NAME)
+        paths = LocalPaths(state_dir.resolve() / namespace / job)
     return JobStorage(storage, paths.status_file)
 
 
@@ -598,6 +607,40 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
     return None
 
 
+def deep_verify(storage: CheckpointStorage, results: list[Verification]) -> list[Verification]:
+    """``--deep``: the intact snapshots are also proven restorable by Spark, in a data-plane
+    subprocess (``python -m spark_checkpoint.restorable``; see docs/data-plane.md)."""
+    intact = [result.ref for result in results if result.ok]
+    if not intact:
+        return results
+    layout = storage.layout
+    command = [
+        sys.executable,
+        "-m",
+        "spark_checkpoint.restorable",
+        f"--storage={layout.root}",
+        f"--namespace={layout.namespace}",
+        f"--job={layout.job}",
+        *(str(ref) for ref in intact),
+    ]
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    found: dict[SnapshotRef, list[str]] = {}
+    try:
+        report = json.loads(completed.stdout.strip().splitlines()[-1])
+        for snapshot in report["snapshots"]:
+            ref = SnapshotRef(CheckpointKind(snapshot["kind"]), int(snapshot["id"]))
+            found[ref] = [f"not restorable: {problem}" for problem in snapshot["problems"]]
+    except (IndexError, ValueError, KeyError, TypeError):
+        lines = completed.stderr.strip().splitlines() or [f"exit code {completed.returncode}"]
+        found = {ref: [f"the restore check could not run: {lines[-1]}"] for ref in intact}
+    return [
+        dataclasses.replace(result, problems=(*result.problems, *found.get(result.ref, ())))
+        if result.ok
+        else result
+        for result in results
+    ]
+
+
 def run_verify(
     source: StorageSource,
     snapshots: Sequence[str],
@@ -605,8 +648,10 @@ def run_verify(
     as_json: bool,
     out: TextIO,
     err: TextIO,
+    deep: bool = False,
 ) -> int:
-    """``spark-checkpoint verify [KIND:ID ...]``: exit 0 only if every snapshot is OK."""
+    """``spark-checkpoint verify [--deep] [KIND:ID ...]``: exit 0 only if every snapshot is
+    OK (with ``--deep``: and restorable)."""
     try:
         refs = [SnapshotRef.parse(text) for text in snapshots]
         job = open_job_storage(source)
@@ -620,20 +665,29 @@ def run_verify(
             print(f"spark-checkpoint verify: {error}", file=err)
             return EXIT_FAILED
     results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
+    if deep:
+        results = deep_verify(job.storage, results)
     failed = sum(not result.ok for result in results)
+    # Nothing verified is not a pass: a gate that reads exit 0 as "the images are sound"
+    # must not see it for storage that is empty or named wrongly.
+    ok = bool(results) and not failed
     if as_json:
         document = {
             "namespace": job.layout.namespace,
             "job": job.layout.job,
             "jobRoot": job.layout.job_root,
-            "ok": failed == 0,
+            "ok": ok,
             "snapshots": [result.to_json() for result in results],
         }
         print(json.dumps(document, indent=2), file=out)
-        return EXIT_FAILED if failed else EXIT_OK
+        return EXIT_OK if ok else EXIT_FAILED
     if not results:
-        print(f"nothing to verify: no checkpoints or savepoints in {job.layout.job_root}", file=out)
-        return EXIT_OK
+        print(
+            "spark-checkpoint verify: nothing to verify: no checkpoints or savepoints in "
+            f"{job.layout.job_root}",
+            file=err,
+        )
+        return EXIT_FAILED
     width = max(len(str(result.ref)) for result in results)
     for result in results:
         name = f"{result.ref!s:<{width}}"

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, assert_never
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
@@ -32,6 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     Effect,
     Event,
     FailJob,
+    FailureReason,
     FinalizationFailed,
     FinalizeCheckpoint,
     JobPhase,
@@ -49,6 +50,7 @@ from spark_checkpoint_operator.coordinator import (
     Tick,
     TriggerCheckpoint,
     TriggerDeliveryFailed,
+    TriggerRequest,
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
@@ -61,6 +63,9 @@ LONG_POLL_SECONDS = 30.0
 # A status request goes out at least this long after the previous answer, so that changes
 # in quick succession (a trigger and its snapshot's acks) are picked up together.
 STATUS_GAP_SECONDS = 0.25
+# The label of the last image of a job: bounded input's final checkpoint, a deleted job's
+# final savepoint.
+FINAL_LABEL = "final"
 # How long a driver may take to exit after its stop-with-savepoint completed.
 STOP_GRACE_SECONDS = 120.0
 
@@ -101,6 +106,10 @@ class LaunchFailed(Exception):
     the same spec cannot help; the message says why."""
 
 
+class NoRestorableImage(Exception):
+    """Every image the job could restore from failed its restore; the message lists why."""
+
+
 class CleanupFailed(Exception):
     """A janitor could not change storage; the message says what and why."""
 
@@ -123,8 +132,11 @@ class JobRecord:
 
     phase: JobPhase = JobPhase.PENDING
     attempt: int = 0
-    restores: int = 0
+    restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
+    failed_restores: int = 0
     restored_from: dict[str, Any] | None = None
+    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
+    unrestorable: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -141,6 +153,7 @@ class JobRecord:
             "phase": self.phase.value,
             "jobAttempt": self.attempt,
             "restoredFrom": self.restored_from,
+            "unrestorable": self.unrestorable,
             "message": self.message,
             "lastCommittedBatch": self.last_batch,
             "consecutiveFailures": self.consecutive_failures,
@@ -161,11 +174,14 @@ class JobRecord:
             if "coordinator" in data
             else PersistedState()
         )
+        counts = data.get("counts", {})
         return cls(
             phase=JobPhase(data.get("phase", JobPhase.PENDING)),
             attempt=int(data.get("jobAttempt", 0)),
-            restores=int(data.get("counts", {}).get("restored", 0)),
+            restores=int(counts.get("restored", 0)),
+            failed_restores=int(counts.get("failedRestores", 0)),
             restored_from=data.get("restoredFrom"),
+            unrestorable=list(data.get("unrestorable", [])),
             message=str(data.get("message", "")),
             coordinator=coordinator,
         )
@@ -231,6 +247,8 @@ class JobSupervisor:
         report: Callable[[Notice], None] = _log_notice,
         observer: "Observer | None" = None,
         idle_poll_interval: float = POLL_INTERVAL,
+        agent_start_timeout: float | None = None,
+        driver_error: Callable[[int], list[str]] = lambda attempt: [],
     ) -> None:
         self._config = config
         self._restart_policy = restart_policy
@@ -245,6 +263,13 @@ class JobSupervisor:
         # long-poll for status, and checks the driver while a long poll waits; triggers
         # are timed by the coordinator's deadlines, not by polling.
         self._idle_poll_interval = idle_poll_interval
+        # How long a started driver's agent may stay silent before the job fails: a
+        # pipeline that never calls run_coordinated would otherwise look like a slow start
+        # forever. None: no limit (a pod may wait for a node or an image).
+        self._agent_start_timeout = agent_start_timeout
+        # The last error lines of an attempt's driver (its log), first the error itself;
+        # shown with each failure, and compared to tell a repeating failure.
+        self._driver_error = driver_error
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = self._new_coordinator(
@@ -258,9 +283,23 @@ class JobSupervisor:
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._final_requested = False
+        # The last batch of bounded input, once the agent reported it; then whether a
+        # completed checkpoint covers it: the driver is exiting.
+        self._input_exhausted_at: int | None = None
+        self._finishing = False
         self._garbage_collected = False
         self._restore_recorded = False
-        self._completed_in_attempt = False
+        # This attempt's restore: its candidates, and the image it restored from until the
+        # agent reports the query running or it ends cleanly (None: confirmed, or none).
+        self._candidates: list[str] = []
+        self._unconfirmed_restore: dict[str, Any] | None = None
+        self._completed_in_attempt: list[str] = []  # images registered by this attempt
+        self._agent_answered = False
+        self._attempt_started = 0.0
+        # The committed batch the attempt's first status showed (a tuple: it may be None),
+        # and whether a later status showed another: the query made progress.
+        self._first_batch: tuple[int | None] | None = None
+        self._batches_advanced = False
         self._failing: str | None = None
         self._cancelled = False
         self._suspend_on_exit = False
@@ -310,40 +349,76 @@ class JobSupervisor:
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
         retries = 0
+        # The error of the last attempt that failed before its query committed a batch;
+        # its first line (the error itself) is compared: what follows may name the attempt.
+        repeating: list[str] | None = None
         adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
         while True:
             try:
                 exit_code = await self._run_attempt(adopted)
-            except LaunchFailed as error:
-                self._record.message = f"the driver could not be started: {error}"
+            except LaunchFailed as refused:
+                self._record.message = f"the driver could not be started: {refused}"
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
+            except NoRestorableImage as exhausted:
+                self._record.message = str(exhausted)
                 await self._terminate(TerminalOutcome.FAILED)
                 return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(exit_code)
+            if outcome is None and (failed := self._failed_restore(exit_code)) is not None:
+                # Not a retry of the same image: the next attempt restores an older one.
+                await self._mark_unrestorable(failed)
+                repeating = None
+                if (stopped := self._stopped_meanwhile()) is None:
+                    continue
+                outcome = stopped
+            failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not self._failing
+            error = self._driver_error(self._record.attempt) if failed_on_its_own else []
+            early = not self._batches_advanced and not self._completed_in_attempt
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
                 # not when it was failed for failing checkpoints.
-                progressed = self._completed_in_attempt and self._failing is None
+                progressed = bool(self._completed_in_attempt) and self._failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if not unlimited and retries > self._restart_policy.max_retries:
+                if error and early and repeating and error[0] == repeating[0]:
+                    # The same error again before any batch (a misspelled column, a missing
+                    # file): the pipeline needs fixing, another attempt cannot help.
+                    self._record.message = (
+                        "the driver failed the same way twice before its first batch; "
+                        f"not retried: {error[0]}"
+                    )
+                    outcome = TerminalOutcome.FAILED
+                elif not unlimited and retries > self._restart_policy.max_retries:
                     self._record.message = (
                         f"driver failed {retries} times; restartPolicy.maxRetries="
                         f"{self._restart_policy.max_retries} exhausted"
+                        + (f"; last error: {error[0]}" if error else "")
                     )
                     outcome = TerminalOutcome.FAILED
                 else:
+                    repeating = error if early else None
                     delay = restart_delay(self._restart_policy, retries)
                     self._notify(
                         "DriverFailed",
                         Level.WARNING,
-                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s",
+                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s"
+                        + _error_lines(error),
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
                     if (stopped := self._stopped_meanwhile()) is None:
                         continue
                     outcome = stopped
+            elif error:
+                self._record.message += f": {error[0]}"
+            if outcome is TerminalOutcome.FAILED and error:
+                self._notify(
+                    "DriverFailed",
+                    Level.WARNING,
+                    f"driver failed (exit {exit_code})" + _error_lines(error),
+                )
             await self._terminate(outcome)
             return outcome
 
@@ -373,7 +448,7 @@ class JobSupervisor:
         self._stop_requested.set()
         if savepoint and self._driver is not None and self._record.phase is JobPhase.RUNNING:
             after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
-            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="final"))
+            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=FINAL_LABEL))
         else:
             self.cancel()
 
@@ -405,6 +480,8 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         if self._failing is not None:
             self._record.message = self._failing
+            if not self._agent_answered:
+                return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
         if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
@@ -412,6 +489,8 @@ class JobSupervisor:
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
             return TerminalOutcome.FAILED
+        if self._failed_restore(exit_code) is not None:
+            return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
             self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
             return TerminalOutcome.FAILED
@@ -436,11 +515,19 @@ class JobSupervisor:
         self._driver = driver
         await self._persist()  # status now names the driver
         self._final_requested = False
+        self._input_exhausted_at = None
+        self._finishing = False
         self._garbage_collected = False
         # An adopted driver's restore is in the record already.
         self._restore_recorded = adopted is not None
-        self._completed_in_attempt = False
+        self._unconfirmed_restore = None
+        self._completed_in_attempt = []
         self._failing = None
+        # An adopted driver's agent answered before this runtime restarted.
+        self._agent_answered = adopted is not None
+        self._attempt_started = time.monotonic()
+        self._first_batch = None
+        self._batches_advanced = False
         self._suspending_since = None
         if self._stop_requested.is_set():
             self._stop_driver()  # asked to stop while the driver was being started
@@ -451,6 +538,8 @@ class JobSupervisor:
                 answer = await self._wait(driver, version)
         finally:
             self._driver = None
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+            self._confirm_restore()  # e.g. a bounded query with nothing left to run
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
@@ -459,11 +548,8 @@ class JobSupervisor:
 
     async def _launch(self) -> DriverHandle:
         self._record.attempt += 1
-        candidates = [
-            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
-        ]
-        if not candidates and self._initial_savepoint:
-            candidates = [f"external:{self._initial_savepoint}"]
+        candidates = self._restore_candidates()
+        self._candidates = candidates
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
         await self._set_phase(JobPhase.DEPLOYING)
@@ -474,6 +560,77 @@ class JobSupervisor:
             + (f", restoring from {candidates[0]}" if candidates else ""),
         )
         return await self._launcher.launch(self._record.attempt, candidates)
+
+    def _images(self) -> list[str]:
+        """What the job restores from, newest first: its registered images, else the
+        initial savepoint."""
+        images = [
+            f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
+        ]
+        if not images and self._initial_savepoint:
+            images = [f"external:{self._initial_savepoint}"]
+        return images
+
+    def _restore_candidates(self) -> list[str]:
+        """The images the next driver may restore from, newest first, without those a
+        restored query failed on. Raises `NoRestorableImage` when only those are left."""
+        images = self._images()
+        # Entries of images retention has discarded since are of no use any more.
+        self._record.unrestorable = [
+            entry for entry in self._record.unrestorable if entry["source"] in images
+        ]
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        candidates = [image for image in images if image not in failed]
+        if images and not candidates:
+            reasons = "; ".join(
+                f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
+            )
+            raise NoRestorableImage(f"no restorable image left: {reasons}")
+        return candidates
+
+    def _failed_restore(self, exit_code: int) -> str | None:
+        """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
+        restored one."""
+        if exit_code != DriverExit.RESTORE_UNUSABLE:
+            return None
+        if self._unconfirmed_restore is not None:
+            return str(self._unconfirmed_restore["source"])
+        if self._candidates:
+            # The driver died before its agent was asked: every candidate before the one it
+            # restored was one it could not read, so the first is unusable in any case.
+            return self._candidates[0]
+        if self._record.restored_from is not None:  # an adopted driver's
+            return str(self._record.restored_from["source"])
+        return None
+
+    async def _mark_unrestorable(self, source: str) -> None:
+        """The restored query failed on its image before it committed a batch: that image,
+        and any checkpoint this attempt took of it, are never restored again."""
+        reason = (
+            f"its restored query failed in attempt {self._record.attempt} before committing "
+            "a batch, on an error that points at the checkpoint (the driver's log has it)"
+        )
+        for image in (source, *self._completed_in_attempt):
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+        self._record.failed_restores += 1
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        following = next((image for image in self._images() if image not in failed), None)
+        self._record.message = f"{source} cannot be restored: {reason}; " + (
+            f"falling back to {following}" if following else "no older image is left"
+        )
+        self._notify("RestoreFailed", Level.WARNING, self._record.message)
+        await self._persist()
+
+    def _confirm_restore(self) -> None:
+        """A restore succeeded once the restored query got past its image (the agent
+        reports it running: it committed a batch after the image's, or completed a trigger
+        without new data), or ended cleanly: only then is it counted."""
+        if self._unconfirmed_restore is not None:
+            self._unconfirmed_restore = None
+            self._record.restores += 1
+            self._observer.restored()
 
     async def _wait(self, driver: DriverHandle, version: int | None) -> _Answer | None:
         """Until the next status is due. A user request is handled (and None returned:
@@ -543,10 +700,25 @@ class JobSupervisor:
         if isinstance(answer, Exception):
             await self._agent_lost()
             await self._tick()
+            await self._give_up_on_a_silent_agent(driver)
             return None
+        self._agent_answered = True
         await self._process(driver, answer)
         version = answer.get("version")
         return version if isinstance(version, int) else None  # an older agent: no version
+
+    async def _give_up_on_a_silent_agent(self, driver: DriverHandle) -> None:
+        timeout = self._agent_start_timeout
+        waited = time.monotonic() - self._attempt_started
+        if self._agent_answered or timeout is None or waited < timeout or self._failing:
+            return
+        self._failing = (
+            f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
+            "pipeline start its query with run_coordinated(writer, participants=[...]) "
+            "instead of writer.start()?"
+        )
+        self._notify("AgentNeverAnswered", Level.WARNING, f"{self._failing} Stopping the driver.")
+        await driver.terminate()
 
     async def _process(self, driver: DriverHandle, status: dict[str, Any]) -> None:
         if not self._garbage_collected:
@@ -571,12 +743,15 @@ class JobSupervisor:
                 )
         query = status["query"]
         self._record.last_batch = query.get("lastCommittedBatch")
+        if self._first_batch is None:
+            self._first_batch = (self._record.last_batch,)
+        elif self._first_batch != (self._record.last_batch,):
+            self._batches_advanced = True
         if not self._restore_recorded:
             self._restore_recorded = True
             self._record.restored_from = status.get("restoredFrom")
             if self._record.restored_from:
-                self._record.restores += 1
-                self._observer.restored()
+                self._unconfirmed_restore = self._record.restored_from
                 self._notify(
                     "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
                 )
@@ -586,10 +761,13 @@ class JobSupervisor:
                         Level.WARNING,
                         f"skipped {skipped['source']}: {skipped['reason']}",
                     )
+        if query["state"] in ("running", "finished"):
+            # A restored query is reported "restoring" until it got past its image.
+            self._confirm_restore()
         self._executors_ready = driver.executors_ready()
         all_running = status["allTasksRunning"] and self._executors_ready
         await self._handle(TasksReported(frozenset(status["tasks"]), all_running))
-        leaving = self._record.phase is JobPhase.SUSPENDING
+        leaving = self._record.phase is JobPhase.SUSPENDING or self._finishing
         if leaving and self._stalled_stopping():
             # Its savepoint is registered; a driver that does not stop on its own is.
             self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
@@ -609,16 +787,33 @@ class JobSupervisor:
                 await self._drop_unknown(driver, int(snapshot["id"]))
         self._forget_done(in_flight)
         if status["awaitingFinalCheckpoint"] and not self._final_requested:
-            self._final_requested = True
+            await self._on_input_exhausted(driver, query["lastCommittedBatch"])
+        await self._tick()
+
+    async def _on_input_exhausted(self, driver: DriverHandle, last: int) -> None:
+        """Bounded input is done at batch ``last``: its final checkpoint."""
+        self._final_requested = True
+        self._input_exhausted_at = last
+        covering = [c for c in self._coordinator.persisted_state.checkpoints if c.batch_id >= last]
+        if covering:
+            # One completed after this status was written: the driver is told of it
+            # (again) instead of a new one being triggered that its exit would cut short.
             self._notify(
                 "FinalCheckpoint",
                 Level.NOTE,
-                f"input exhausted at batch {query['lastCommittedBatch']}: final checkpoint",
+                f"input exhausted at batch {last}: checkpoint {covering[-1].checkpoint_id} "
+                "covers it",
+            )
+            await self._notify_complete(driver, covering[-1])
+        else:
+            self._notify(
+                "FinalCheckpoint",
+                Level.NOTE,
+                f"input exhausted at batch {last}: final checkpoint",
             )
             await self._handle(
-                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="final")
+                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label=FINAL_LABEL)
             )
-        await self._tick()
 
     async def _tick(self) -> None:
         due = self._coordinator.next_periodic_trigger
@@ -729,8 +924,10 @@ class JobSupervisor:
                 await self._trigger(driver, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))
-            case NotifyCheckpointComplete(checkpoint=completed):
-                self._completed_in_attempt = True
+            case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
+                self._completed_in_attempt.append(
+                    f"{completed.kind.value}:{completed.checkpoint_id}"
+                )
                 self._observer.completed(completed)
                 self._notify(
                     _completion_reason(completed),
@@ -742,12 +939,13 @@ class JobSupervisor:
                     self._suspending_since = time.monotonic()
                     await self._set_phase(JobPhase.SUSPENDING)
                     await self._handle(JobPhaseChanged(JobPhase.SUSPENDING))
-                await self._notify_complete(driver, completed)
+                if commit:
+                    # A savepoint the job continues after is done once its metadata is
+                    # written; the agent hears nothing more of it (docs/coordinator.md).
+                    await self._notify_complete(driver, completed)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
                 self._observer.failed(kind, reason.value)
-                self._notify(
-                    "CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}"
-                )
+                self._report_abort(kind, cid, reason, message)
                 await self._abort(driver, cid, message)
                 if self._shutting_down and cid in self._stopping_savepoints:
                     self.cancel()  # no final savepoint: the job is deleted without one
@@ -770,16 +968,42 @@ class JobSupervisor:
                 if self._shutting_down and request.after is not AfterCompletion.CONTINUE:
                     self.cancel()
                 if not request.is_periodic:
-                    self._notify(
-                        "RequestDeclined",
-                        Level.WARNING,
-                        f"{request.kind.value} request declined: {reason.description}",
-                    )
+                    self._report_declined(request, reason)
             case FailJob(message=message):
                 self._notify("FailingJob", Level.WARNING, f"failing the job: {message}")
                 if driver is not None and self._failing is None:
                     self._failing = message
                     await driver.terminate()
+            case _:
+                # Every effect is carried out: a new one fails the type check here.
+                assert_never(effect)
+
+    def _report_abort(
+        self, kind: CheckpointKind, cid: int, reason: FailureReason, message: str
+    ) -> None:
+        if self._finishing and reason is FailureReason.COORDINATOR_SUSPEND:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
+                "covers its last batch",
+            )
+        else:
+            self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
+
+    def _report_declined(self, request: TriggerRequest, reason: FailureReason) -> None:
+        if self._finishing and request.label == FINAL_LABEL:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                "final checkpoint not needed: a completed checkpoint covers the last batch",
+            )
+        else:
+            self._notify(
+                "RequestDeclined",
+                Level.WARNING,
+                f"{request.kind.value} request declined: {reason.description}",
+            )
 
     async def _trigger(self, driver: DriverHandle | None, effect: TriggerCheckpoint) -> None:
         if driver is None or self._record.phase is not JobPhase.RUNNING:
@@ -813,7 +1037,14 @@ class JobSupervisor:
         try:
             await driver.agent.abort(cid, message)
         except (AgentUnavailable, AgentRejected) as error:
-            log.warning("abort of %s not delivered: %s", cid, error)
+            # Nothing to undo: an agent that is still there lists the snapshot in its next
+            # report and is told again (`_drop_unknown`); files of a dead one are garbage.
+            self._notify(
+                "AbortNotDelivered",
+                Level.DETAIL,
+                f"the driver did not take the abort of {cid} ({error}); nothing is lost: a "
+                "running agent drops it at its next report, and its files are garbage-collected",
+            )
 
     async def _notify_complete(
         self, driver: DriverHandle | None, completed: CompletedCheckpoint
@@ -822,10 +1053,23 @@ class JobSupervisor:
         # registered image covers before the query starts.
         if driver is None:
             return
+        end = self._input_exhausted_at
+        covers_the_end = end is not None and completed.batch_id >= end
+        if covers_the_end and completed.kind is CheckpointKind.CHECKPOINT and not self._finishing:
+            # The driver exits once told: nothing more is triggered, and what the exit cuts
+            # short is no failure.
+            self._finishing = True
+            await self._handle(JobPhaseChanged(JobPhase.FINISHED))
         try:
             await driver.agent.complete(completed.checkpoint_id, completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
-            log.warning("completion of %s not delivered: %s", completed.checkpoint_id, error)
+            what = f"{completed.kind.value} {completed.checkpoint_id}"
+            self._notify(
+                "CompletionNotDelivered",
+                Level.DETAIL,
+                f"the driver did not confirm the completion of {what} ({error}); nothing is "
+                f"lost: {what} is registered, and sinks commit up to it when a driver restores it",
+            )
             if completed.checkpoint_id in self._stopping_savepoints:
                 # The agent would have stopped the query; the savepoint is registered, so
                 # stop the driver from here and end suspended.
@@ -840,19 +1084,33 @@ class JobSupervisor:
         through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
         """Storage is changed by the driver's agent while one runs, else by the janitor."""
+        refused: AgentUnavailable | AgentRejected | None = None
         if driver is not None:
             try:
                 await through_agent(driver.agent)
                 return
             except (AgentUnavailable, AgentRejected) as error:
-                log.warning("discard of %s through the agent failed: %s", what, error)
-        await self._clean_up(through_janitor())
+                refused = error  # the driver is stopping or gone: the janitor does it
+        if await self._clean_up(through_janitor()) and refused is not None:
+            self._notify(
+                "DiscardedByJanitor",
+                Level.DETAIL,
+                f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
+            )
 
-    async def _clean_up(self, work: Awaitable[None]) -> None:
+    async def _clean_up(self, work: Awaitable[None]) -> bool:
+        """Whether the janitor did it; its failure is reported."""
         try:
             await work
         except CleanupFailed as error:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+            return False
+        return True
+
+
+def _error_lines(error: list[str]) -> str:
+    """A driver's error lines as the indented tail of a notice."""
+    return "".join(f"\n    {line}" for line in ["its error:", *error]) if error else ""
 
 
 def _completion_reason(completed: CompletedCheckpoint) -> str:

@@ -16,7 +16,7 @@ from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.restore import RestoreFailed, RestoreOutcome, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
 from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -65,13 +65,20 @@ def _run(
     for participant in participants:
         participant.on_restore(outcome.batch_id if outcome else None)
 
-    query = writer.option("checkpointLocation", str(location)).start()
+    try:
+        # Spark reads the restored metadata file here, the logs and state once it runs.
+        query = writer.option("checkpointLocation", str(location)).start()
+    except Exception as error:
+        if _restored_image_unusable(outcome, str(error), location):
+            return DriverExit.RESTORE_UNUSABLE
+        raise
+    restore_check = _RestoreCheck(query, location, outcome)
     agent = CheckpointAgent(
         storage=storage,
         location=location,
         pin_root=attempt_dir / "pins",
         participants=participants,
-        query_view=lambda: _view(query),
+        query_view=lambda: _view(query, restore_check),
         restored_from=outcome.to_json() if outcome else None,
         attempt=settings.attempt,
     )
@@ -79,7 +86,7 @@ def _run(
     server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
     server.start()
     try:
-        return _await_end(query, agent, location)
+        return _await_end(query, agent, location, outcome)
     finally:
         server.stop()
         agent.close()
@@ -95,20 +102,31 @@ def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:
             shutil.rmtree(earlier, ignore_errors=True)
 
 
-def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) -> DriverExit:
+def _await_end(
+    query: "StreamingQuery",
+    agent: CheckpointAgent,
+    location: Path,
+    outcome: RestoreOutcome | None,
+) -> DriverExit:
     while query.isActive:
         if agent.stop_requested:
             query.stop()
             break
-        query.awaitTermination(1)
+        try:
+            query.awaitTermination(1)
+        except Exception:  # the query failed: query.exception() below has the error
+            break
     if agent.stop_requested:
         log.info("stopped after a savepoint")
         return DriverExit.STOPPED_WITH_SAVEPOINT
     error = query.exception()
+    committed = committed_batches(location)
     if error is not None:
+        restarted = outcome is not None and (not committed or committed[-1] <= outcome.batch_id)
+        if restarted and _restored_image_unusable(outcome, str(error), location):
+            return DriverExit.RESTORE_UNUSABLE
         log.error("query failed: %s", error)
         return DriverExit.FAILED
-    committed = committed_batches(location)
     if committed:
         # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
         # covers the last batch, so the driver stays until one completes.
@@ -118,7 +136,49 @@ def _await_end(query: "StreamingQuery", agent: CheckpointAgent, location: Path) 
     return DriverExit.FINISHED
 
 
-def _view(query: "StreamingQuery") -> QueryView:
+def _restored_image_unusable(outcome: RestoreOutcome | None, error: str, location: Path) -> bool:
+    """A failure of the restored query, before it committed a batch, that points at the
+    checkpoint: the image is at fault, and retrying it fails the same way."""
+    if outcome is None or (reason := checkpoint_failure(error, location)) is None:
+        return False
+    log.error(
+        "the image restored from %s (batch %s) cannot be used: %s; the runtime falls back "
+        "to an older image. The query's error: %s",
+        outcome.candidate,
+        outcome.batch_id,
+        reason,
+        error,
+    )
+    return True
+
+
+class _RestoreCheck:
+    """Whether a restored query got past its image: it committed a batch after the image's,
+    or it completed a trigger without one (no new data: its state is read when data comes).
+    Until then the agent reports the query as restoring, not running, so no checkpoint is
+    taken of an image that may turn out unusable."""
+
+    def __init__(
+        self, query: "StreamingQuery", location: Path, outcome: RestoreOutcome | None
+    ) -> None:
+        self._query = query
+        self._location = location
+        self._batch = outcome.batch_id if outcome else None
+        self._passed = outcome is None
+
+    def passed(self) -> bool:
+        if not self._passed:
+            committed = committed_batches(self._location)
+            assert self._batch is not None
+            self._passed = (bool(committed) and committed[-1] > self._batch) or (
+                self._query.lastProgress is not None
+            )
+        return self._passed
+
+
+def _view(query: "StreamingQuery", restore_check: _RestoreCheck) -> QueryView:
+    if query.isActive and not restore_check.passed():
+        return QueryView("restoring", False)
     if query.isActive:
         status = query.status
         idle = not status["isDataAvailable"] and not status["isTriggerActive"]

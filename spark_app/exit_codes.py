@@ -9,3 +9,6 @@ class DriverExit(IntEnum):
     MISCONFIGURED = 2  # settings or pipeline are wrong; restarting cannot help
     STOPPED_WITH_SAVEPOINT = 3  # stop-with-savepoint (suspend, upgrade, shutdown) done
     RESTORE_FAILED = 4  # no registered image could be restored
+    # The restored image failed the query before it committed a batch, with an error that
+    # points at the checkpoint: the runtime marks that image unrestorable and falls back.
+    RESTORE_UNUSABLE = 5

@@ -3,10 +3,15 @@
 Candidates are tried newest first; an image that cannot be read or verified is skipped
 with a warning and the next one is tried. The live location of an earlier attempt is
 never reused: two drivers on one location corrupt it.
+
+An image can be intact and still not restorable (a file Spark reads at restart is not in
+it): Spark then fails the restored query. `checkpoint_failure` tells such a failure from
+any other, so that the runtime falls back to an older image instead of retrying this one.
 """
 
 import json
 import logging
+import re
 import shutil
 import uuid
 from dataclasses import dataclass
@@ -25,6 +30,33 @@ from spark_checkpoint.storage import (
 )
 
 log = logging.getLogger(__name__)
+
+SPARK_METADATA_FILE = "metadata"  # the query id, at the root of a checkpoint location
+
+# Spark's error classes that say a checkpoint's files are missing, corrupt or incompatible
+# with the query (Spark 4's error-conditions.json).
+CHECKPOINT_ERROR_CLASSES = (
+    "CANNOT_LOAD_STATE_STORE",
+    "CHECKPOINT_FILE_CHECKSUM_VERIFICATION_FAILED",
+    "STATE_STORE_BASE_CHECKPOINT_ID_MISMATCH",
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_ROW_CHECKSUM_VERIFICATION_FAILED",
+    "STATE_STORE_UNEXPECTED_EMPTY_FILE_IN_ROCKSDB_ZIP",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STREAMING_CHECKPOINT_MISSING_METADATA_FILE",
+    "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY",
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS",
+)
+MAX_REASON_CHARS = 500
+# Failures to read a file, which point at the checkpoint when the file is in it.
+_FILE_READ_FAILURE = re.compile(
+    r"FileNotFoundException|NoSuchFileException|EOFException|does not exist|doesn't exist"
+    r"|malformed|corrupt|UnsupportedLogVersion|Failed to read",
+    re.IGNORECASE,
+)
 
 
 class RestoreFailed(Exception):
@@ -56,6 +88,10 @@ def restore(
         try:
             metadata, source_storage = _open(storage, candidate)
             source_storage.materialize(metadata, str(target))
+            if not (target / SPARK_METADATA_FILE).is_file():
+                # Spark writes it when a query first starts, before any batch: an image
+                # without it (an external savepoint made by hand) is not a query's checkpoint.
+                raise StorageError(str(candidate), "the image has no Spark metadata file")
         except (StorageError, OSError, ValueError, ImportError) as error:
             # ValueError and ImportError: fsspec knows no such protocol (or lacks its package)
             log.warning(
@@ -71,6 +107,20 @@ def restore(
     if skipped:
         reasons = "; ".join(f"{c}: {r}" for c, r in skipped)
         raise RestoreFailed(f"no image could be restored: {reasons}")
+    return None
+
+
+def checkpoint_failure(error: str, location: Path) -> str | None:
+    """The line of a query failure (Spark's error text) that shows it is about the
+    checkpoint at ``location``: one of Spark's checkpoint error classes, or a file under
+    ``location`` that cannot be read. None for failures of the pipeline, its input or its
+    sink."""
+    names = {str(location), str(location.resolve())}  # Spark prints file:<absolute path>
+    for line in error.splitlines():
+        if any(error_class in line for error_class in CHECKPOINT_ERROR_CLASSES) or (
+            any(name in line for name in names) and _FILE_READ_FAILURE.search(line)
+        ):
+            return line.strip()[:MAX_REASON_CHARS]
     return None
 
 
@@ -96,7 +146,7 @@ def _open(
 def _give_new_query_id(location: Path) -> None:
     """A fork from another job's savepoint is a new query: sinks that skip batch ids they
     saw must not mistake it for the old one."""
-    metadata_file = location / "metadata"
+    metadata_file = location / SPARK_METADATA_FILE
     document = json.loads(metadata_file.read_text())
     document["id"] = str(uuid.uuid4())
     metadata_file.write_text(json.dumps(document))

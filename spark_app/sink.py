@@ -83,6 +83,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from urllib.request import url2pathname
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -150,6 +151,25 @@ def parse_batch_dir_name(name: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+_URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
+
+
+def _local_directory(output_dir: str | os.PathLike[str]) -> Path:
+    """``output_dir`` as a local path. A URI would otherwise become a relative directory
+    named after its scheme (``s3a:/bucket/...``), written silently on the driver's disk."""
+    text = os.fspath(output_dir)
+    uri = _URI.fullmatch(text)
+    if uri is None:
+        return Path(text)
+    if uri["scheme"].lower() == "file" and uri["authority"] in ("", "localhost"):
+        return Path(url2pathname(uri["path"]))
+    raise ValueError(
+        f"TransactionalFileSink writes to a local filesystem only, not {text!r}: commits are "
+        "directory renames, which object stores do not have. Give a local path, on a cluster "
+        "a shared volume mounted at the same path in the driver and the executors"
+    )
+
+
 class TransactionalFileSink:
     """A two-phase-commit sink writing each micro-batch as JSON lines on a local filesystem.
 
@@ -161,8 +181,10 @@ class TransactionalFileSink:
     """
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
-        """Use `output_dir` (created if missing) for staged and committed output."""
-        self._root = Path(output_dir).absolute()
+        """Use `output_dir` (created if missing) for staged and committed output: a local
+        path or ``file://`` URI. Another filesystem's URI raises ValueError (object stores
+        are not supported yet: see the module docstring)."""
+        self._root = _local_directory(output_dir).absolute()
         self._staging = self._root / STAGING_DIR
         self._committed = self._root / COMMITTED_DIR
         self._tmp = self._staging / _TMP_DIR

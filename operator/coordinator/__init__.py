@@ -24,7 +24,6 @@ from spark_checkpoint_operator.coordinator.coordinator import (
 )
 from spark_checkpoint_operator.coordinator.effects import (
     AbortCheckpoint,
-    AnswerAcknowledgement,
     DiscardCheckpoint,
     DiscardSavepoint,
     Effect,
@@ -49,7 +48,7 @@ from spark_checkpoint_operator.coordinator.events import (
     TriggerDeliveryFailed,
     TriggerRequested,
 )
-from spark_checkpoint_operator.coordinator.pending import AckResult, TaskAck
+from spark_checkpoint_operator.coordinator.pending import TaskAck
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
     AfterCompletion,
@@ -62,9 +61,7 @@ from spark_checkpoint_operator.coordinator.state import InvalidPersistedState, P
 __all__ = [
     "CHECKPOINT_ID_BLOCK",
     "AbortCheckpoint",
-    "AckResult",
     "AfterCompletion",
-    "AnswerAcknowledgement",
     "CheckpointCoordinator",
     "CheckpointFinalized",
     "CheckpointKind",

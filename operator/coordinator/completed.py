@@ -65,9 +65,11 @@ class CompletedCheckpointStore:
             raise ValueError(f"savepoint {checkpoint.checkpoint_id} is not a checkpoint")
         self._checkpoints.append(checkpoint)
         self._checkpoints.sort(key=lambda c: c.checkpoint_id)
-        excess = len(self._checkpoints) - self._retained
+        # Clamped: a negative excess would slice from the end and drop the oldest
+        # checkpoints from the registry without reporting them.
+        excess = max(0, len(self._checkpoints) - self._retained)
         subsumed, self._checkpoints = self._checkpoints[:excess], self._checkpoints[excess:]
-        return subsumed if excess > 0 else []
+        return subsumed
 
     def remove_all(self) -> list[CompletedCheckpoint]:
         removed, self._checkpoints = self._checkpoints, []

@@ -4,6 +4,19 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 
+def _require_integer(name: str, value: object) -> None:
+    # bool is an int subclass, and True is no count.
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+
+
+def _require_seconds(name: str, value: object, *, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise ValueError(f"{name} must be a number of seconds, got {value!r}")
+
+
 class RetentionPolicy(StrEnum):
     """What happens to retained checkpoints when the job terminates (Flink's externalized
     checkpoint retention). Savepoints are never touched by it."""
@@ -43,6 +56,8 @@ class SavepointHistoryLimits:
     max_age_seconds: float | None = None
 
     def __post_init__(self) -> None:
+        _require_integer("savepoints.historyMaxCount", self.max_count)
+        _require_seconds("savepoints.historyMaxAge", self.max_age_seconds, optional=True)
         if self.max_count < 1:
             raise ValueError(f"savepoints.historyMaxCount must be >= 1, got {self.max_count}")
         if self.max_age_seconds is not None and self.max_age_seconds <= 0:
@@ -70,6 +85,24 @@ class CoordinatorConfig:
     savepoint_history: SavepointHistoryLimits = SavepointHistoryLimits()
 
     def __post_init__(self) -> None:
+        # Types first: a float count (``retained: 2.0``) passes every comparison below and
+        # only fails later, inside a completion, where nothing can report it.
+        for name, value in (
+            ("checkpointing.maxConcurrent", self.max_concurrent),
+            ("checkpointing.tolerableFailures", self.tolerable_failures),
+            ("checkpointing.retained", self.retained),
+            ("max_queued_requests", self.max_queued_requests),
+            ("history_size", self.history_size),
+        ):
+            _require_integer(name, value)
+        _require_seconds("checkpointing.interval", self.interval, optional=True)
+        _require_seconds("checkpointing.minPause", self.min_pause)
+        _require_seconds("checkpointing.timeout", self.timeout)
+        if not isinstance(self.retention_policy, RetentionPolicy):
+            raise ValueError(
+                f"checkpointing.retentionPolicy must be one of "
+                f"{', '.join(p.value for p in RetentionPolicy)}, got {self.retention_policy!r}"
+            )
         problems = []
         if self.interval is not None and self.interval <= 0:
             problems.append(f"checkpointing.interval must be > 0, got {self.interval}")

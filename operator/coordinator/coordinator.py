@@ -1,9 +1,10 @@
 """The checkpoint coordinator of one job: a deterministic state machine.
 
 It consumes events and returns effects; time and randomness are injected, so it never
-sleeps, never does I/O and can be driven by a fake clock. The rules it keeps are
-Flink's (CheckpointCoordinator, CheckpointRequestDecider, CheckpointFailureManager);
-docs/coordinator.md lists each with the test that proves it.
+sleeps, never does I/O and can be driven by a fake clock. Its rules are modelled on Flink's
+(CheckpointCoordinator, CheckpointRequestDecider, CheckpointFailureManager);
+docs/coordinator.md lists each with the test that proves it, and where and why it
+differs from Flink.
 """
 
 import random
@@ -21,7 +22,6 @@ from spark_checkpoint_operator.coordinator.completed import (
 from spark_checkpoint_operator.coordinator.config import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.coordinator.effects import (
     AbortCheckpoint,
-    AnswerAcknowledgement,
     DiscardCheckpoint,
     DiscardSavepoint,
     Effect,
@@ -46,7 +46,7 @@ from spark_checkpoint_operator.coordinator.events import (
     TriggerDeliveryFailed,
     TriggerRequested,
 )
-from spark_checkpoint_operator.coordinator.pending import AckResult, PendingCheckpoint
+from spark_checkpoint_operator.coordinator.pending import PendingCheckpoint
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
     AfterCompletion,
@@ -125,7 +125,6 @@ class CheckpointCoordinator:
         self._tasks: frozenset[str] = frozenset()
         self._tasks_running = False
         self._job_running = False
-        self._request_sequence = 0
         # Restored state needs no last completion time: the first periodic trigger after
         # a (re)start waits at least minPause anyway (random delay in [minPause, interval]).
         self._last_completion_time: float | None = None
@@ -175,7 +174,7 @@ class CheckpointCoordinator:
                 expected=len(p.expected_tasks),
                 finalizing=p.finalizing,
             )
-            for p in sorted(self._pending.values(), key=lambda p: p.checkpoint_id)
+            for p in self._pending.values()
         )
 
     @property
@@ -229,7 +228,8 @@ class CheckpointCoordinator:
 
     def _on_tick(self, effects: list[Effect]) -> None:
         now = self._clock()
-        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+        # Pending checkpoints are kept in trigger order, which is id order.
+        for pending in list(self._pending.values()):
             if pending.deadline <= now:
                 self._abort(pending, FailureReason.EXPIRED, "", effects)
         expired_savepoints = self._savepoints.expire(now)
@@ -279,7 +279,7 @@ class CheckpointCoordinator:
                 FailureReason.PERIODIC_SCHEDULER_SHUTDOWN if request.is_periodic else reason
             )
             effects.append(RequestDeclined(request, declined_for))
-        for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
+        for pending in list(self._pending.values()):
             self._abort(pending, reason, "", effects)
         self._consecutive_failures = 0
 
@@ -302,7 +302,6 @@ class CheckpointCoordinator:
         after: AfterCompletion = AfterCompletion.CONTINUE,
         label: str = "",
     ) -> TriggerRequest:
-        self._request_sequence += 1
         return TriggerRequest(
             kind=kind,
             origin=origin,
@@ -310,7 +309,6 @@ class CheckpointCoordinator:
             forced=forced,
             after=after,
             label=label,
-            sequence=self._request_sequence,
         )
 
     def _submit(self, request: TriggerRequest, effects: list[Effect]) -> None:
@@ -381,15 +379,10 @@ class CheckpointCoordinator:
 
     def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
         pending = self._pending.get(event.checkpoint_id)
-        if pending is None:
-            # An id below the counter was triggered once and has since been aborted or
-            # completed: the late message's work is discarded.
-            late = event.checkpoint_id < self._next_id
-            result = AckResult.DISCARDED if late else AckResult.UNKNOWN
-        else:
-            result = pending.acknowledge(event.ack)
-        effects.append(AnswerAcknowledgement(event.checkpoint_id, event.ack.task, result))
-        if pending is None or result is not AckResult.SUCCESS:
+        # Nothing answers a late, unknown or duplicate ack (Flink answers so that the job
+        # manager discards the task's state): the agent owns the files, it was told of
+        # every abort, and what no registered image lists is garbage-collected.
+        if pending is None or not pending.acknowledge(event.ack):
             return
         if len(pending.batch_ids) > 1:
             batches = ", ".join(str(b) for b in sorted(pending.batch_ids))
@@ -453,7 +446,11 @@ class CheckpointCoordinator:
             dropped_savepoints = self._savepoints.add(completed, now)
         # Crash-consistency order: registry, then sinks, then discards.
         effects.append(PersistState(self.persisted_state))
-        effects.append(NotifyCheckpointComplete(completed))
+        sinks_may_commit = (
+            completed.kind is CheckpointKind.CHECKPOINT
+            or pending.after is not AfterCompletion.CONTINUE
+        )
+        effects.append(NotifyCheckpointComplete(completed, sinks_may_commit))
         retained = self._retained_ids()
         effects.extend(DiscardCheckpoint(c.checkpoint_id, retained) for c in subsumed)
         effects.extend(DiscardSavepoint(s) for s in dropped_savepoints)
@@ -463,7 +460,7 @@ class CheckpointCoordinator:
                 for p in self._pending.values()
                 if p.kind is CheckpointKind.CHECKPOINT and p.checkpoint_id < completed.checkpoint_id
             ]
-            for stale in sorted(older, key=lambda p: p.checkpoint_id):
+            for stale in older:
                 self._abort(
                     stale,
                     FailureReason.SUBSUMED,
@@ -516,9 +513,10 @@ class CheckpointCoordinator:
         detail: str,
         effects: list[Effect],
     ) -> None:
-        """Flink's CheckpointFailureManager: only checkpoint failures of the kinds that say
-        the job cannot checkpoint count (older pending checkpoints are subsumed, never
-        failed, once a newer one completes)."""
+        """Modelled on Flink's CheckpointFailureManager: only checkpoint failures of the
+        kinds that say the job cannot checkpoint count (older pending checkpoints are
+        subsumed, never failed, once a newer one completes). Unlike Flink, no savepoint
+        failure counts (docs/coordinator.md)."""
         if pending.kind is not CheckpointKind.CHECKPOINT:
             return
         if not reason.counts_toward_tolerable_failures:

@@ -8,7 +8,6 @@ persist the registry before sinks are notified; discard only after that).
 from dataclasses import dataclass
 
 from spark_checkpoint_operator.coordinator.completed import CompletedCheckpoint
-from spark_checkpoint_operator.coordinator.pending import AckResult
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
     AfterCompletion,
@@ -54,9 +53,16 @@ class FinalizeCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class NotifyCheckpointComplete:
-    """The checkpoint is registered: sinks may commit output of batches <= ``batch_id``."""
+    """The image is registered (status and events report it).
+
+    When ``sinks_may_commit``, the job is told and its sinks may commit the output of
+    batches <= the image's batch: for checkpoints and stop-with-savepoints only. A savepoint
+    the job continues after commits nothing (as in Flink 1.15+): it may later be trimmed or
+    deleted, and committed output must never be ahead of every image left to restore from.
+    """
 
     checkpoint: CompletedCheckpoint
+    sinks_may_commit: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,13 +77,6 @@ class DiscardCheckpoint:
 @dataclass(frozen=True, slots=True)
 class DiscardSavepoint:
     savepoint: CompletedCheckpoint
-
-
-@dataclass(frozen=True, slots=True)
-class AnswerAcknowledgement:
-    checkpoint_id: int
-    task: str
-    result: AckResult
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +102,6 @@ Effect = (
     | NotifyCheckpointComplete
     | DiscardCheckpoint
     | DiscardSavepoint
-    | AnswerAcknowledgement
     | RequestDeclined
     | FailJob
 )

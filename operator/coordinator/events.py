@@ -76,7 +76,9 @@ class TaskDeclined:
 
 @dataclass(frozen=True, slots=True)
 class TriggerDeliveryFailed:
-    """The trigger effect could not be carried out (state not persisted, agent unreachable)."""
+    """The job's agent refused the trigger: the checkpoint is aborted without counting as a
+    failure. (An agent that cannot be reached at all is a job that is not Running: the
+    adapter reports a phase change, which aborts pending checkpoints without counting.)"""
 
     checkpoint_id: int
     message: str

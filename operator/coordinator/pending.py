@@ -1,18 +1,8 @@
 """A triggered checkpoint that waits for every expected task to acknowledge."""
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 
 from spark_checkpoint_operator.coordinator.requests import AfterCompletion, CheckpointKind
-
-
-class AckResult(StrEnum):
-    """Answer to a task acknowledgement (Flink's ``TaskAcknowledgeResult``)."""
-
-    SUCCESS = "success"
-    DUPLICATE = "duplicate"
-    UNKNOWN = "unknown"
-    DISCARDED = "discarded"
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,13 +32,13 @@ class PendingCheckpoint:
     acks: dict[str, TaskAck] = field(default_factory=dict)
     finalizing: bool = False
 
-    def acknowledge(self, ack: TaskAck) -> AckResult:
-        if ack.task not in self.expected_tasks:
-            return AckResult.UNKNOWN
-        if ack.task in self.acks:
-            return AckResult.DUPLICATE
+    def acknowledge(self, ack: TaskAck) -> bool:
+        """Record ``ack``; False for a task this checkpoint does not expect or one that
+        acknowledged already (its first acknowledgement stands)."""
+        if ack.task not in self.expected_tasks or ack.task in self.acks:
+            return False
         self.acks[ack.task] = ack
-        return AckResult.SUCCESS
+        return True
 
     @property
     def fully_acknowledged(self) -> bool:

@@ -8,7 +8,10 @@ class FailureReason(StrEnum):
 
     Pre-flight reasons decline a request before any checkpoint id is spent; they never
     count toward ``tolerableFailures``. The others end a pending checkpoint; those that
-    mean "the job could not take a checkpoint" count as a consecutive failure.
+    mean "the job could not take a checkpoint" count as a consecutive failure, as Flink's
+    ``CheckpointFailureReason.isPreFlight``/``CheckpointFailureManager`` decide: a trigger
+    that never reached the job is not counted (Flink's TRIGGER_CHECKPOINT_FAILURE), while
+    expiry, a declining task and a failed metadata write (the coordinator's own I/O) are.
     """
 
     COORDINATOR_SHUTDOWN = "CoordinatorShutdown"
@@ -55,7 +58,6 @@ _COUNTED = frozenset(
         FailureReason.EXPIRED,
         FailureReason.TASK_DECLINED,
         FailureReason.INCONSISTENT_ACKNOWLEDGEMENTS,
-        FailureReason.TRIGGER_FAILURE,
         FailureReason.FINALIZE_FAILURE,
     }
 )

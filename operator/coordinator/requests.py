@@ -2,7 +2,7 @@
 
 import bisect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 
 
@@ -38,22 +38,21 @@ class TriggerRequest:
     forced: bool = False
     after: AfterCompletion = AfterCompletion.CONTINUE
     label: str = ""
-    sequence: int = field(default=0, compare=False)
 
     @property
     def is_periodic(self) -> bool:
         return self.origin is RequestOrigin.PERIODIC
 
     @property
-    def priority_key(self) -> tuple[bool, bool, bool, float, int]:
+    def priority_key(self) -> tuple[bool, bool, bool, float]:
         """Savepoints before checkpoints, forced before unforced, user before periodic,
-        then oldest first (Flink's ``CheckpointRequestDecider`` order)."""
+        then oldest first (Flink's ``CheckpointRequestDecider`` order); equal keys keep
+        their arrival order."""
         return (
             self.kind is not CheckpointKind.SAVEPOINT,
             not self.forced,
             self.is_periodic,
             self.requested_at,
-            self.sequence,
         )
 
 
@@ -80,7 +79,8 @@ class RequestQueue:
         if len(self._requests) >= self._capacity and not self._requests[-1].is_periodic:
             return request
         keys = [queued.priority_key for queued in self._requests]
-        self._requests.insert(bisect.bisect(keys, request.priority_key), request)
+        # bisect_right: after every request of an equal key, so arrival order breaks ties.
+        self._requests.insert(bisect.bisect_right(keys, request.priority_key), request)
         if len(self._requests) > self._capacity:
             return self._requests.pop()
         return None

@@ -68,7 +68,7 @@ def format_time(timestamp: float) -> str:
 
 
 def parse_time(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(text).timestamp()  # reads the "Z" suffix since 3.11
 
 
 def _completed_to_dict(checkpoint: CompletedCheckpoint) -> dict[str, Any]:

@@ -71,7 +71,9 @@ class AgentRequestError(Exception):
 class QueryView:
     """What the agent needs to know about the running query."""
 
-    state: str  # running, finished, failed, stopped (after a stop-with-savepoint)
+    # running, finished, failed, stopped (after a stop-with-savepoint), restoring (a restored
+    # query not yet past its image: no snapshot is taken)
+    state: str
     idle: bool  # no data available and no trigger active: drained
     message: str = ""
 
@@ -144,6 +146,12 @@ class _AddersOrDiscarder:
             with self._condition:
                 self._discarding = False
                 self._condition.notify_all()
+
+
+def _completes_at_finalization(snapshot: _Snapshot) -> bool:
+    """A savepoint the query continues after gets no completion notification (its sinks
+    commit nothing up to it, docs/coordinator.md): it is done once its metadata is written."""
+    return snapshot.kind is CheckpointKind.SAVEPOINT and snapshot.after is AfterCompletion.CONTINUE
 
 
 class CheckpointAgent:
@@ -255,7 +263,8 @@ class CheckpointAgent:
         """Write ``_metadata`` from the acknowledgements; return its path and total size."""
         with self._lock:
             snapshot = self._require(checkpoint_id)
-            if snapshot.state is SnapshotState.FINALIZED and snapshot.finalized is not None:
+            done = (SnapshotState.FINALIZED, SnapshotState.COMPLETED)
+            if snapshot.state in done and snapshot.finalized is not None:
                 return snapshot.finalized
             if snapshot.state is not SnapshotState.ACKNOWLEDGED or snapshot.plan is None:
                 raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
@@ -286,7 +295,8 @@ class CheckpointAgent:
         with self._lock:
             aborted = snapshot.cancelled.is_set()  # set by abort() under this lock
             if not aborted:
-                snapshot.state = SnapshotState.FINALIZED
+                done_here = _completes_at_finalization(snapshot)
+                snapshot.state = SnapshotState.COMPLETED if done_here else SnapshotState.FINALIZED
         self._changed()
         if aborted:  # the abort came while _metadata was being written: take it back
             self._storage.fs.delete_tree(
@@ -338,7 +348,13 @@ class CheckpointAgent:
     def abort(self, checkpoint_id: int, reason: str) -> None:
         with self._lock:
             snapshot = self._snapshots.get(checkpoint_id)
-            if snapshot is None or snapshot.state is SnapshotState.COMPLETED:
+            if snapshot is None:
+                return
+            # A completed image is registered, so never aborted, except a savepoint done at
+            # finalization whose abort overtook the coordinator's registration.
+            if snapshot.state is SnapshotState.COMPLETED and not _completes_at_finalization(
+                snapshot
+            ):
                 return
             was = snapshot.state
             snapshot.state = SnapshotState.ABORTED

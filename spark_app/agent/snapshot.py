@@ -23,6 +23,8 @@ LOGS_TASK = "logs"
 
 _BATCH_FILE = re.compile(r"^(\d+)$")
 _COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
+# transformWithState's operator metadata and schema files: `<batch>` and `<batch>_<uuid>`.
+_WRITTEN_BY_BATCH = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?$")
 _STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
 # checkpointFormatVersion=2 names files <version>_<uniqueId>; which one a version uses is
 # recorded in commits/B. Not supported yet: refused rather than guessed.
@@ -79,7 +81,9 @@ def state_partitions(location: Path) -> list[StatePartition]:
             stores = [
                 d.name
                 for d in sorted(partition_dir.iterdir())
-                if d.is_dir() and not d.name.startswith(("_", ".")) and d.name != "SSTs"
+                if d.is_dir()
+                and not d.name.startswith(("_", "."))
+                and d.name not in ("SSTs", "logs")
             ]
             if stores and not _has_state_files(partition_dir):
                 partitions.extend(
@@ -137,29 +141,47 @@ def _copy_file(source: Path, target: Path) -> None:
 
 def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     """What a restart at ``batch_id`` reads of the query logs: the offsets of B and B-1
-    (Spark checks the second latest on restart), the commit of B, and each source's
-    metadata log from its latest compaction at or below B."""
+    (Spark checks the second latest on restart), the commit of B, each source's metadata
+    log (``_source_log_files``), and the state operators' metadata and schemas."""
     yield "metadata"
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
     for source in _numeric_dirs(sources):
-        entries: dict[int, str] = {}
-        compactions = []
-        for name in os.listdir(sources / source):
-            if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
-                entries[int(match[1])] = name
-            elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
-                entries[int(match[1])] = name
-                compactions.append(int(match[1]))
-        since = max(compactions, default=0)
-        yield from (f"sources/{source}/{entries[n]}" for n in sorted(entries) if n >= since)
+        yield from (
+            f"sources/{source}/{name}" for name in _source_log_files(sources / source, batch_id)
+        )
     state = location / "state"
-    # State schemas and operator metadata: small, rewritten only under new names.
+    # State schemas and operator metadata: small, rewritten only under new names. Those
+    # named after the batch that wrote them (transformWithState's `_metadata/v2/<batch>`,
+    # `_stateSchema/.../<batch>_<uuid>`) are left out above B: Spark writes its own at the
+    # first batch of the restored run only when no file of that name exists.
     for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):
-        yield from _regular_files(location, directory)
+        yield from _files_up_to(location, directory, batch_id)
     for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
-        yield from _regular_files(location, directory)
+        yield from _files_up_to(location, directory, batch_id)
+
+
+def _source_log_files(directory: Path, batch_id: int) -> list[str]:
+    """A file source's metadata log (a ``CompactibleFileStreamLog``) as of ``batch_id``.
+
+    A restart reads the newest compaction ``C <= B`` and the batch files after it. Spark
+    also derives the log's compact interval from the names of the ``.compact`` files it
+    lists: the difference of the newest two, or a guess from ``C`` alone when there is only
+    one, which can differ from the interval the query used (``19.compact`` alone gives 20
+    where the query used 10) and later makes it look for a compaction that was never
+    written. So the compaction before ``C`` comes too, whenever the live log still has it.
+    """
+    batches: dict[int, str] = {}
+    compactions: dict[int, str] = {}
+    for name in os.listdir(directory):
+        if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
+            batches[int(match[1])] = name
+        elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
+            compactions[int(match[1])] = name
+    newest_two = sorted(compactions)[-2:]
+    since = newest_two[-1] if newest_two else -1
+    return [compactions[n] for n in newest_two] + [batches[n] for n in sorted(batches) if n > since]
 
 
 def _state_files(location: Path, partition: str, version: int) -> list[str]:
@@ -195,20 +217,23 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     selected = [versions[base][k] for k in ("snapshot", "zip") if k in versions.get(base, {})]
     for v in range(base + 1, version + 1):
         selected += [versions[v][k] for k in ("delta", "changelog") if k in versions[v]]
-    sst_dir = directory / "SSTs"
-    if sst_dir.is_dir():
-        # Every SST present (a superset of what the zip lists); uploads in progress are
-        # hidden temporary names and are left out.
-        selected += [
-            f"{partition}/SSTs/{name}"
-            for name in sorted(os.listdir(sst_dir))
-            if name.endswith(".sst") and not name.startswith(".")
-        ]
+    # Every SST (and archived RocksDB log, `RocksDBImmutableFile`) present: a superset of
+    # what the zip lists; uploads in progress are hidden temporary names and are left out.
+    for subdirectory, suffix in (("SSTs", ".sst"), ("logs", ".log")):
+        if (directory / subdirectory).is_dir():
+            selected += [
+                f"{partition}/{subdirectory}/{name}"
+                for name in sorted(os.listdir(directory / subdirectory))
+                if name.endswith(suffix) and not name.startswith(".")
+            ]
     return selected
 
 
-def _regular_files(location: Path, directory: Path) -> Iterator[str]:
+def _files_up_to(location: Path, directory: Path, batch_id: int) -> Iterator[str]:
     for path in sorted(directory.rglob("*")):
+        written_by = _WRITTEN_BY_BATCH.match(path.name)
+        if written_by and int(written_by[1]) > batch_id:
+            continue
         if path.is_file() and not path.name.endswith(".crc"):
             yield path.relative_to(location).as_posix()
 

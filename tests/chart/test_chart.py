@@ -1,9 +1,11 @@
 """The Helm chart, rendered by Helm's own Go code (helm-python-sdk): lint, Kubernetes schemas,
-security defaults, the NetworkPolicy, values.schema.json, the CRD's single source, and RBAC
-that grants exactly what a recorded run of the operator uses."""
+names within Kubernetes' limits, security defaults, the NetworkPolicy, values.schema.json,
+the CRD's single source and the Kubernetes version it needs, and RBAC that is namespaced by
+default and grants exactly what a recorded run of the operator uses."""
 
 import contextlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -38,6 +40,7 @@ OPERATOR_TOKEN = "operator-service-account"
 SCENARIOS: dict[str, dict[str, Any]] = {
     "default": {},
     "namespaced": {"watchNamespaces": ["team-a", "team-b"]},
+    "cluster-wide": {"clusterWide": True},
     "monitoring": {
         "metrics": {
             "enabled": True,
@@ -56,25 +59,29 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "podAnnotations": {"example.com/team": "data"},
     },
     "cluster-wide-policies": {
+        "clusterWide": True,
         "networkPolicy": {
             "namespaces": ["jobs-1", "jobs-2"],
             "otherTraffic": "executors",
             "extraIngress": [{"ports": [{"protocol": "TCP", "port": 4040}]}],
-        }
+        },
     },
     "external-crd-and-account": {
         "crds": {"install": False},
         "serviceAccount": {"create": False, "name": "existing"},
         "rbac": {"create": False},
     },
+    "longest-fullname": {"fullnameOverride": "f" * 63, "podLabels": {"team": "data"}},
 }
 
 
-def _render(values: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def _render(
+    values: Mapping[str, Any] | None = None, release: str = RELEASE
+) -> list[dict[str, Any]]:
     """Every object the chart renders with ``values`` (NOTES.txt aside)."""
     with helm_python.Chart.load(CHART) as chart:
         rendered = chart.render(
-            values=dict(values or {}), name=RELEASE, namespace=RELEASE_NAMESPACE
+            values=dict(values or {}), name=release, namespace=RELEASE_NAMESPACE
         )
     return [
         document
@@ -113,11 +120,25 @@ def _container(objects: list[dict[str, Any]]) -> dict[str, Any]:
 # --- rendering, lint, schemas ------------------------------------------------------------------
 
 
+def _oldest_kubernetes() -> tuple[int, int]:
+    """The lower bound of Chart.yaml's kubeVersion (">=1.28.0-0")."""
+    with helm_python.Chart.load(CHART) as chart:
+        bound = chart.metadata["kubeVersion"]
+    found = re.fullmatch(r">=(\d+)\.(\d+)\.0-0", bound)
+    assert found, f"kubeVersion {bound!r}: expected a single lower bound"
+    return int(found[1]), int(found[2])
+
+
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_the_chart_lints_clean(scenario: str) -> None:
     """Helm's linter (strict: warnings fail) on the oldest supported Kubernetes."""
+    major, minor = _oldest_kubernetes()
     report = helm_python.lint(
-        CHART, SCENARIOS[scenario], strict=True, namespace=RELEASE_NAMESPACE, kube_version="v1.26.0"
+        CHART,
+        SCENARIOS[scenario],
+        strict=True,
+        namespace=RELEASE_NAMESPACE,
+        kube_version=f"v{major}.{minor}.0",
     )
     assert report["errors"] == []
     # Severity 1 is informational ("icon is recommended"); 2 warning, 3 error.
@@ -125,13 +146,43 @@ def test_the_chart_lints_clean(scenario: str) -> None:
 
 
 def test_chart_metadata() -> None:
-    """kubeVersion: NetworkPolicy endPort (1.25) and the CRD's CEL rules (1.25+); Helm checks
-    it at install (lint and render do not)."""
     with helm_python.Chart.load(CHART) as chart:
         metadata = chart.metadata
     assert metadata["apiVersion"] == "v2"
     assert (metadata["version"], metadata["appVersion"]) == ("0.1.0", "0.1.0")
-    assert metadata["kubeVersion"] == ">=1.26.0-0"
+
+
+# The Kubernetes minor version from which the API server accepts each field of a CRD
+# validation rule (x-kubernetes-validations), and the chart's other version-bound feature.
+CEL_RULE_FIELDS = {
+    "rule": (1, 25),
+    "message": (1, 25),
+    "messageExpression": (1, 27),
+    "reason": (1, 28),
+    "fieldPath": (1, 28),
+    "optionalOldSelf": (1, 30),
+}
+NETWORK_POLICY_END_PORT = (1, 25)
+
+
+def _validation_rules(node: object) -> Iterator[Mapping[str, Any]]:
+    if isinstance(node, Mapping):
+        yield from node.get("x-kubernetes-validations", [])
+        for value in node.values():
+            yield from _validation_rules(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _validation_rules(item)
+
+
+def test_kube_version_admits_only_clusters_that_accept_the_crd() -> None:
+    """Helm refuses an install below kubeVersion (lint and render do not check it); below
+    what the CRD's CEL rules use, the API server would reject the CRD instead."""
+    crd = yaml.safe_load(CRD_SOURCE.read_text(encoding="utf-8"))
+    used = {field for rule in _validation_rules(crd) for field in rule}
+    assert used <= CEL_RULE_FIELDS.keys(), f"add the version of {used - CEL_RULE_FIELDS.keys()}"
+    needed = max([NETWORK_POLICY_END_PORT, *(CEL_RULE_FIELDS[field] for field in used)])
+    assert _oldest_kubernetes() == needed
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -151,6 +202,44 @@ def test_every_rendered_object_is_valid_kubernetes(scenario: str) -> None:
             "CustomResourceDefinition",
         }
         assert ("namespace" in obj["metadata"]) == namespaced, obj["metadata"]["name"]
+
+
+# Kubernetes' name rules (k8s.io/apimachinery validation): a Service's name is a DNS-1035
+# label, other objects' names DNS-1123 subdomains; label values at most 63 characters.
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
+DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
+LONGEST_RELEASE_NAME = "analytics-streaming-platform-prod"
+
+
+@pytest.mark.parametrize(
+    ("release", "values"),
+    [
+        (LONGEST_RELEASE_NAME, {}),
+        ("r" * 53, {"clusterWide": True, "metrics": {"serviceMonitor": {"enabled": True}}}),
+        (RELEASE, SCENARIOS["longest-fullname"]),
+    ],
+    ids=["long-release", "longest-release", "longest-fullname"],
+)
+def test_every_name_and_label_fits_kubernetes_limits(release: str, values: dict[str, Any]) -> None:
+    """kubernetes-validate checks types, not these: the API server would reject the object.
+    Helm allows release names up to 53 characters."""
+    for obj in _render(values, release=release):
+        name = obj["metadata"]["name"]
+        pattern = DNS_1035_LABEL if obj["kind"] == "Service" else DNS_1123_SUBDOMAIN
+        assert pattern.fullmatch(name) and len(name) <= 253, (obj["kind"], name)
+        labels = dict(obj["metadata"].get("labels", {}))
+        if obj["kind"] == "Deployment":
+            labels.update(obj["spec"]["template"]["metadata"]["labels"])
+        for key, value in labels.items():
+            assert LABEL_VALUE.fullmatch(value), (obj["kind"], key, value)
+
+
+def test_the_metrics_service_name_keeps_its_suffix_when_shortened() -> None:
+    (service,) = _of_kind(_render(release=LONGEST_RELEASE_NAME), "Service")
+    name = service["metadata"]["name"]
+    assert len(name) == 63
+    assert name == f"{LONGEST_RELEASE_NAME}-spark-checkpoint-oper-metrics"
 
 
 def _check_service_monitor(monitor: dict[str, Any], objects: list[dict[str, Any]]) -> None:
@@ -270,7 +359,7 @@ def test_one_operator_at_a_time_with_kopfs_liveness_probe() -> None:
         "--liveness=http://0.0.0.0:8080/healthz",
         "-m",
         MODULE,
-        "--all-namespaces",
+        f"--namespace={RELEASE_NAMESPACE}",  # least privilege: its own namespace by default
     ]
     ports = {p["name"]: p for p in container["ports"]}
     probe = container["livenessProbe"]["httpGet"]
@@ -284,6 +373,18 @@ def test_one_operator_at_a_time_with_kopfs_liveness_probe() -> None:
         pod["metadata"]["labels"].items() <= deployment["spec"]["selector"]["matchLabels"].items()
     )
     assert pod["spec"]["serviceAccountName"] == _one(objects, "ServiceAccount")["metadata"]["name"]
+
+
+def test_pod_labels_add_to_the_selector_labels_but_cannot_change_them() -> None:
+    """The Deployment's selector is immutable and must select its own pods."""
+    deployment = _one(_render({"podLabels": {"team": "data"}}), "Deployment")
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["team"] == "data"
+    assert deployment["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    for key in deployment["spec"]["selector"]["matchLabels"]:
+        with pytest.raises(helm_python.HelmRenderError) as raised:
+            _render({"podLabels": {key: "mine"}})
+        assert f"podLabels: {key} is a selector label" in str(raised.value)
 
 
 def test_security_defaults() -> None:
@@ -343,6 +444,25 @@ def test_namespaced_mode_watches_each_namespace() -> None:
     }
 
 
+def test_the_default_serves_the_release_namespace_only() -> None:
+    """Least privilege by default: pods and Secrets only in the operator's own namespace."""
+    objects = _render()
+    (role,) = _of_kind(objects, "Role")
+    (binding,) = _of_kind(objects, "RoleBinding")
+    assert role["metadata"]["namespace"] == binding["metadata"]["namespace"] == RELEASE_NAMESPACE
+    assert _role_grants(objects, "ClusterRole") == KOPF_SCANNING | KOPF_NAMESPACES
+    assert f"in its own namespace, {RELEASE_NAMESPACE}" in _notes()
+
+
+def test_cluster_wide_mode_is_explicit_and_excludes_a_namespace_list() -> None:
+    args = _container(_render(SCENARIOS["cluster-wide"]))["args"]
+    assert args[-1] == "--all-namespaces"
+    assert not [a for a in args if a.startswith("--namespace")]
+    with pytest.raises(helm_python.HelmRenderError) as raised:
+        _render({"clusterWide": True, "watchNamespaces": ["team-a"]})
+    assert "leave watchNamespaces empty" in str(raised.value)
+
+
 def test_metrics_service_and_service_monitor() -> None:
     objects = _render(SCENARIOS["monitoring"])
     service = _one(objects, "Service")
@@ -393,8 +513,9 @@ def test_only_the_operator_reaches_the_agent_port() -> None:
 def test_cluster_wide_policies_go_to_listed_namespaces_only() -> None:
     """A NetworkPolicy selects pods of its own namespace: cluster-wide, the chart cannot know
     where drivers run, so it renders one per listed namespace, or none and says so."""
-    assert _policies({}) == {}
-    assert "no NetworkPolicy protects" in _notes()
+    assert set(_policies({})) == {RELEASE_NAMESPACE}
+    assert _policies(SCENARIOS["cluster-wide"]) == {}
+    assert "no NetworkPolicy protects" in _notes(SCENARIOS["cluster-wide"])
     policies = _policies(SCENARIOS["cluster-wide-policies"])
     assert set(policies) == {"jobs-1", "jobs-2"}
     for spec in policies.values():
@@ -456,7 +577,7 @@ def _role_grants(objects: list[dict[str, Any]], kind: str) -> set[Grant]:
 
 
 def test_cluster_wide_rbac_is_exactly_what_the_operator_uses() -> None:
-    objects = _render()
+    objects = _render(SCENARIOS["cluster-wide"])
     assert _of_kind(objects, "Role") == []
     roles = {r["metadata"]["name"]: _grants(r["rules"]) for r in _of_kind(objects, "ClusterRole")}
     assert roles == {FULLNAME: OPERATOR_GRANTS, f"{FULLNAME}-kopf-scanning": KOPF_SCANNING}
@@ -470,7 +591,7 @@ def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:
 
 
 def test_every_binding_binds_the_operators_service_account_to_a_rendered_role() -> None:
-    for scenario in ("default", "namespaced"):
+    for scenario in ("default", "namespaced", "cluster-wide"):
         objects = _render(SCENARIOS[scenario])
         account = _one(objects, "ServiceAccount")["metadata"]
         roles = {
@@ -623,16 +744,20 @@ def _counts(cluster: LocalCluster, key: str) -> int:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("watch", [["default"], []], ids=["namespaced", "cluster-wide"])
+@pytest.mark.parametrize(
+    "scope",
+    [{"watchNamespaces": ["default"]}, {"clusterWide": True}],
+    ids=["namespaced", "cluster-wide"],
+)
 def test_a_recorded_run_uses_exactly_what_the_chart_grants(
-    tmp_path: Path, watch: list[str]
+    tmp_path: Path, scope: dict[str, Any]
 ) -> None:
     """The operator, started with the rendered Deployment's arguments against the emulated
     API server, goes through a job's life (driver, checkpoints, a crash and restore, its own
     restart with adoption, deletion with a final savepoint). Every request it makes must be
     allowed by the rendered RBAC, and every rule must have been used."""
     health = _free_port()
-    values = {"watchNamespaces": watch, "operator": {"healthPort": health}}
+    values = {**scope, "operator": {"healthPort": health}}
     objects = _render(values)
     args = _container(objects)["args"]
     assert f"--liveness=http://0.0.0.0:{health}/healthz" in args

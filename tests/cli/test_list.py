@@ -8,6 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
 from spark_checkpoint.storage import CheckpointKind
 
 if TYPE_CHECKING:
@@ -168,3 +170,33 @@ def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
     bad_name = cli("list", "--storage", job.root, "--namespace", "../etc", "--job", "clicks")
     assert bad_name.code == 2
     assert "namespace must be a DNS-1123 label" in bad_name.err
+
+
+def test_list_and_verify_find_the_default_storage_next_to_the_manifest_from_any_directory(
+    job: Job, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `spark-checkpoint run project/job.yaml` keeps a job without checkpointing.storage in
+    # project/.spark-checkpoint, whichever directory it was run from.
+    project = tmp_path / "project"
+    project.mkdir()
+    manifest = project / "job.yaml"
+    manifest.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: clicks, namespace: analytics}\n"
+        "spec: {application: {module: pipelines.clicks}}\n"
+    )
+    state = project / ".spark-checkpoint"
+    state.mkdir()
+    Path(job.storage.layout.root).rename(state / "storage")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+
+    listed = cli("list", "-f", str(manifest))
+    assert listed.code == 0, listed.err
+    assert f"job analytics/clicks: {(state / 'storage').as_uri()}/analytics/clicks\n" in listed.out
+    assert list(rows(listed.out)) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
+    verified = cli("verify", "-f", "../project/job.yaml")
+    assert verified.code == 0, verified.err
+    assert verified.out.endswith("3 verified: 3 OK, 0 failed\n")

@@ -161,12 +161,17 @@ def test_json_output(job: Job, cli: Cli) -> None:
     }  # fmt: skip
 
 
-def test_empty_storage_has_nothing_to_verify(job: Job, cli: Cli) -> None:
+def test_empty_storage_has_nothing_to_verify_which_is_not_a_pass(job: Job, cli: Cli) -> None:
     shutil.rmtree(job.job_root)
 
     result = cli("verify", *job.flags)
 
-    assert result.code == 0
-    assert result.out == (
-        f"nothing to verify: no checkpoints or savepoints in {job.storage.layout.job_root}\n"
+    assert result.code == 1
+    assert result.out == ""
+    assert result.err == (
+        "spark-checkpoint verify: nothing to verify: no checkpoints or savepoints in "
+        f"{job.storage.layout.job_root}\n"
     )
+    as_json = cli("verify", "--json", *job.flags)
+    assert as_json.code == 1
+    assert json.loads(as_json.out)["ok"] is False

@@ -1,11 +1,15 @@
-"""Local runtime safeguards: never two drivers of one job."""
+"""Local runtime safeguards: never two drivers of one job, never two runs of one job."""
 
 import json
 import os
+import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint_operator.local_runtime import LocalPaths, _stop_leftover_driver
 
 
@@ -46,3 +50,179 @@ def test_a_reused_pid_of_another_process_is_left_alone(tmp_path: Path) -> None:
     finally:
         stranger.kill()
         stranger.wait()
+
+
+SLEEPING_DRIVER = """
+    import os, pathlib, time
+    pathlib.Path("driver.pid").write_text(str(os.getpid()))
+    time.sleep(600)
+"""
+
+
+def test_a_second_run_of_a_running_job_is_refused_and_leaves_the_first_alone(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, SLEEPING_DRIVER)
+    first = job.start()
+    try:
+        driver = int(wait_for_file(tmp_path / "driver.pid"))
+        second = job.run(timeout=20)
+        assert second.returncode == 1
+        assert second.stderr.splitlines() == [
+            f"spark-checkpoint run: job default/probe is already running (pid {first.pid}, "
+            f"lock {job.job_dir.resolve() / 'run.lock'}): stop that run first"
+        ]
+        assert alive(driver), "the first run's driver was killed"
+        assert first.poll() is None
+    finally:
+        first.kill()
+        first.communicate()
+    # The lock goes with its holder: the next run starts (and stops the orphaned driver).
+    wait_until_gone(driver)
+    (tmp_path / "driver.pid").unlink()
+    third = job.start()
+    try:
+        wait_for_file(tmp_path / "driver.pid")
+        assert int((tmp_path / "driver.pid").read_text()) != driver
+    finally:
+        third.kill()
+        third.communicate()
+
+
+def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
+    first = job.run()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
+    again = job.run()
+    assert again.returncode == 1
+    storage = tmp_path / "state" / "storage" / "default" / "probe"
+    assert again.stderr.splitlines() == [
+        "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
+        f"from the start, delete its state {job.job_dir} and storage {storage} (to start from "
+        "one of its savepoints, copy it elsewhere first and name it in "
+        "spec.restore.initialSavepointPath)"
+    ]
+    assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"
+    # What the message says works.
+    shutil.rmtree(job.job_dir)
+    assert job.run().returncode == 0
+    assert (tmp_path / "runs").read_text() == "run\nrun\n"
+
+
+def test_run_keeps_its_state_next_to_the_manifest_by_default(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path / "project", "pass\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    command = [a for a in job.command() if a not in ("--state-dir", str(job.state_dir))]
+    finished = subprocess.run(command, cwd=elsewhere, capture_output=True, text=True, check=False)
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    status = json.loads(
+        (tmp_path / "project/.spark-checkpoint/default/probe/status.json").read_text()
+    )
+    assert status["status"]["phase"] == "Finished"
+    assert list(elsewhere.iterdir()) == []
+
+
+# A pipeline that starts its query with writer.start() instead of run_coordinated(...):
+# the process runs, and no checkpoint agent ever answers.
+UNCOORDINATED_DRIVER = SLEEPING_DRIVER
+
+
+def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, UNCOORDINATED_DRIVER, restart_policy={"maxRetries": 3})
+    started = time.monotonic()
+    result = job.run("--agent-timeout", "2", timeout=60)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert time.monotonic() - started < 30
+    expected = (
+        "the driver's checkpoint agent never answered in 2s: does the pipeline start its "
+        "query with run_coordinated(writer, participants=[...]) instead of writer.start()?"
+    )
+    assert f"{expected} Stopping the driver." in result.stdout
+    assert f"job failed: {expected}" in result.stdout
+    assert "starting driver attempt 2" not in result.stdout, "retrying cannot help"
+    assert not alive(int((tmp_path / "driver.pid").read_text()))
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert (status["phase"], status["message"]) == ("Failed", expected)
+
+
+def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, UNCOORDINATED_DRIVER)
+    run = job.start()
+    driver = int(wait_for_file(tmp_path / "driver.pid"))
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode == 0, out + err
+    assert "savepoint request declined: not all required tasks are running" in out
+    assert (
+        "interrupted: no savepoint can be taken now; stopping the driver without one "
+        "(the next run resumes from the newest checkpoint or savepoint)"
+    ) in out
+    wait_until_gone(driver)
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Suspended"
+
+
+def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_error(
+    tmp_path: Path,
+) -> None:
+    script = """
+        from spark_checkpoint.sink import TransactionalFileSink
+        sink = TransactionalFileSink("s3a://bucket/output/orders")
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 5})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    error = (
+        "ValueError: TransactionalFileSink writes to a local filesystem only, not "
+        "'s3a://bucket/output/orders': commits are directory renames"
+    )
+    lines = result.stdout.splitlines()
+    restart = next(i for i, line in enumerate(lines) if "driver failed (exit 1); restart 1" in line)
+    assert lines[restart + 1] == "    its error:"
+    assert lines[restart + 2].startswith(f"    {error}")
+    assert "starting driver attempt 3" not in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith(
+        f"the driver failed the same way twice before its first batch; not retried: {error}"
+    )
+    assert f"job failed: {status['message']}" in result.stdout
+
+
+def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_shown(
+    tmp_path: Path,
+) -> None:
+    script = """
+        import pathlib
+        runs = pathlib.Path("runs")
+        runs.write_text(runs.read_text() + "x" if runs.exists() else "x")
+        raise RuntimeError(f"lost the connection, run {len(runs.read_text())}")
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 2})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    for run in (1, 2, 3):
+        assert f"    RuntimeError: lost the connection, run {run}" in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["message"] == (
+        "driver failed 3 times; restartPolicy.maxRetries=2 exhausted; "
+        "last error: RuntimeError: lost the connection, run 3"
+    )
+
+
+def test_a_missing_main_file_fails_with_pythons_own_words(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, "")
+    (tmp_path / "driver.py").unlink()
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["message"] == (
+        "driver cannot run: MISCONFIGURED: "
+        f"{sys.executable}: can't open file {str(tmp_path / 'driver.py')!r}: "
+        "[Errno 2] No such file or directory"
+    )
+    assert f"job failed: {status['message']}" in result.stdout

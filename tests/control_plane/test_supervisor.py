@@ -6,6 +6,7 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
     CheckpointKind,
@@ -343,14 +344,63 @@ def test_a_request_is_handled_while_a_long_poll_waits() -> None:
         supervisor, _ = _supervisor(launcher, interval=None)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
-        agent = launcher.drivers[0].agent
         await asyncio.sleep(0.5)  # a long poll is waiting
         requested = asyncio.get_running_loop().time()
         supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
-        await until(lambda: bool(agent.completed), timeout=5.0)
+        await until(lambda: bool(supervisor.record.coordinator.savepoints), timeout=5.0)
         completed = asyncio.get_running_loop().time() - requested
         launcher.drivers[0].code = DriverExit.FINISHED
         await run
         return completed
 
     assert asyncio.run(scenario()) < 1.0
+
+
+def test_a_savepoint_the_job_continues_after_commits_nothing_but_is_reported() -> None:
+    async def scenario() -> tuple[FakeAgent, JobSupervisor, list[str]]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher, interval=None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        agent = launcher.drivers[0].agent
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: agent.completed == [1])
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(supervisor.record.coordinator.savepoints))
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: agent.completed == [1, 3])
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return agent, supervisor, lines
+
+    agent, supervisor, lines = asyncio.run(scenario())
+    assert agent.triggers == [1, 2, 3]
+    assert agent.completed == [1, 3], "sinks are never told to commit up to savepoint 2"
+    assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [2]
+    assert any(line.startswith("savepoint 2 complete") for line in lines)
+
+
+class RefusingAgent(FakeAgent):
+    """Answers every trigger with an error, as an agent that is closing does."""
+
+    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+        self._check()
+        self.triggers.append(checkpoint_id)
+        raise AgentRejected(f"POST /v1/checkpoints: 409 checkpoint {checkpoint_id} refused")
+
+
+def test_refused_triggers_do_not_fail_a_job_that_tolerates_no_failure() -> None:
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher, list[str]]:
+        launcher = FakeLauncher()
+        launcher.agent_class = RefusingAgent
+        supervisor, lines = _supervisor(launcher)  # tolerableFailures 0, interval 0.2 s
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and len(launcher.drivers[0].agent.triggers) > 2)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        return await run, supervisor, launcher, lines
+
+    outcome, supervisor, launcher, lines = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FINISHED
+    assert len(launcher.drivers) == 1
+    assert not any("failing the job" in line for line in lines)
+    assert supervisor.record.consecutive_failures == 0

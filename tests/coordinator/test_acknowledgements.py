@@ -1,48 +1,62 @@
 """Acknowledgement answers, completion and subsumption."""
 
+import pytest
+
 from helpers.coordinator import TASKS, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
-    AckResult,
-    AnswerAcknowledgement,
+    AfterCompletion,
     CheckpointFinalized,
     CheckpointKind,
     CoordinatorConfig,
     DiscardCheckpoint,
+    Effect,
     FailureReason,
     FinalizeCheckpoint,
     NotifyCheckpointComplete,
     PersistState,
+    SavepointHistoryLimits,
     TaskAck,
     TaskAcknowledged,
     TriggerRequested,
 )
 
 
-def _ack(harness: Harness, checkpoint_id: int, task: str, batch_id: int = 3) -> AckResult:
-    effects = harness.send(TaskAcknowledged(checkpoint_id, TaskAck(task, batch_id, 10, 1)))
-    (answer,) = of_type(effects, AnswerAcknowledgement)
-    return answer.result
+def _ack(harness: Harness, checkpoint_id: int, task: str, batch_id: int = 3) -> list[Effect]:
+    return harness.send(TaskAcknowledged(checkpoint_id, TaskAck(task, batch_id, 10, 1)))
 
 
-def test_ack_answers_success_duplicate_and_unknown_task(harness: Harness) -> None:
+def _acknowledged(harness: Harness) -> list[int]:
+    return [p.acknowledged for p in harness.coordinator.pending]
+
+
+def test_duplicate_and_unexpected_acks_count_once_and_never_complete(harness: Harness) -> None:
     harness.start()
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
-    assert _ack(harness, 1, "logs") is AckResult.SUCCESS
-    assert _ack(harness, 1, "logs") is AckResult.DUPLICATE
-    assert _ack(harness, 1, "state-9-9") is AckResult.UNKNOWN
+    first, *others = sorted(TASKS)
+    assert _ack(harness, 1, first) == []
+    assert _acknowledged(harness) == [1]
+    assert _ack(harness, 1, first, batch_id=4) == [], "the first ack of a task stands"
+    assert _ack(harness, 1, "state-9-9", batch_id=4) == [], "a task the checkpoint never expected"
+    assert _acknowledged(harness) == [1]
+    for task in others[:-1]:
+        harness.send(TaskAcknowledged(1, TaskAck(task, 3, 10, 1)))
+    (finalize,) = of_type(_ack(harness, 1, others[-1]), FinalizeCheckpoint)
+    assert finalize.batch_id == 3
 
 
-def test_ack_for_an_id_never_triggered_is_unknown(harness: Harness) -> None:
+def test_ack_for_an_id_never_triggered_changes_nothing(harness: Harness) -> None:
     harness.start()
-    assert _ack(harness, 42, "logs") is AckResult.UNKNOWN
+    assert _ack(harness, 42, "logs") == []
+    assert harness.coordinator.pending == ()
 
 
-def test_late_ack_for_an_aborted_checkpoint_is_discarded(harness: Harness) -> None:
+def test_late_ack_for_an_aborted_checkpoint_changes_nothing(harness: Harness) -> None:
     harness.start()
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     harness.advance(61.0)  # expires
-    assert _ack(harness, 1, "logs") is AckResult.DISCARDED
+    assert _ack(harness, 1, "logs") == []
+    assert harness.coordinator.persisted_state.history[-1].reason is FailureReason.EXPIRED
 
 
 def test_checkpoint_finalizes_only_when_every_expected_task_acknowledged(
@@ -136,3 +150,46 @@ def test_finalization_arriving_after_abort_registers_nothing(harness: Harness) -
     assert abort.reason is FailureReason.EXPIRED
     assert harness.send(CheckpointFinalized(1, "file:///s/chk-1", 300)) == []
     assert harness.coordinator.persisted_state.checkpoints == ()
+
+
+def _completion(harness: Harness, request: TriggerRequested, batch_id: int) -> bool:
+    harness.send(request)
+    checkpoint_id = harness.coordinator.pending[-1].checkpoint_id
+    (notify,) = of_type(harness.complete(checkpoint_id, batch_id), NotifyCheckpointComplete)
+    assert notify.checkpoint.checkpoint_id == checkpoint_id
+    return notify.sinks_may_commit
+
+
+@pytest.mark.parametrize(
+    ("request_", "commits"),
+    [
+        (TriggerRequested(CheckpointKind.CHECKPOINT), True),
+        (TriggerRequested(CheckpointKind.SAVEPOINT), False),
+        (TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP), True),
+        (TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN), True),
+    ],
+)
+def test_sinks_commit_for_checkpoints_and_stopping_savepoints_only(
+    request_: TriggerRequested, commits: bool
+) -> None:
+    """Flink 1.15+ notifies no savepoint but a stop-with-savepoint (its last commit)."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    assert _completion(harness, request_, batch_id=3) is commits
+
+
+def test_committed_output_stays_behind_a_checkpoint_when_savepoints_go() -> None:
+    limits = SavepointHistoryLimits(max_count=1)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    committed = 0
+    for kind, batch in [
+        (CheckpointKind.CHECKPOINT, 3),
+        (CheckpointKind.SAVEPOINT, 5),
+        (CheckpointKind.SAVEPOINT, 8),  # trims the savepoint at batch 5
+    ]:
+        if _completion(harness, TriggerRequested(kind), batch):
+            committed = batch
+    checkpoints = harness.coordinator.persisted_state.checkpoints
+    assert committed == 3
+    assert committed <= max(c.batch_id for c in checkpoints), "no savepoint is needed"

@@ -39,18 +39,45 @@ def test_pending_checkpoint_expires_after_timeout() -> None:
     ("event", "reason"),
     [
         (TaskDeclined(1, "state-0-0", "disk full"), FailureReason.TASK_DECLINED),
-        (TriggerDeliveryFailed(1, "agent unreachable"), FailureReason.TRIGGER_FAILURE),
         (FinalizationFailed(1, "permission denied"), FailureReason.FINALIZE_FAILURE),
     ],
 )
 def test_failures_abort_with_their_reason_and_count(
-    event: TaskDeclined | TriggerDeliveryFailed | FinalizationFailed, reason: FailureReason
+    event: TaskDeclined | FinalizationFailed, reason: FailureReason
 ) -> None:
     harness = _failing_harness(tolerable=5)
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     (abort,) = of_type(harness.send(event), AbortCheckpoint)
     assert abort.reason is reason
     assert harness.coordinator.consecutive_failures == 1
+
+
+def test_a_trigger_the_agent_refused_aborts_without_counting() -> None:
+    """Flink counts no TRIGGER_CHECKPOINT_FAILURE: with ``tolerableFailures: 0`` one
+    undeliverable trigger once failed the job."""
+    harness = _failing_harness(tolerable=0)
+    for checkpoint_id in (1, 2, 3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+        effects = harness.send(TriggerDeliveryFailed(checkpoint_id, "409 agent is closing"))
+        (abort,) = of_type(effects, AbortCheckpoint)
+        assert abort.reason is FailureReason.TRIGGER_FAILURE
+        assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+    # A counted failure after them is the first one: it alone exceeds zero.
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    (fail,) = of_type(harness.send(TaskDeclined(4, "logs", "x")), FailJob)
+    assert "1 consecutive checkpoint failures" in fail.message
+
+
+def test_a_counted_failure_count_survives_an_uncounted_one() -> None:
+    harness = _failing_harness(tolerable=1)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(1, "logs", "x"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TriggerDeliveryFailed(2, "refused"))
+    assert harness.coordinator.consecutive_failures == 1
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) != []
 
 
 def test_exceeding_tolerable_failures_fails_the_job() -> None:

@@ -1,10 +1,15 @@
-"""Invariants of the coordinator over random event sequences (hypothesis state machine).
+"""Invariants of the coordinator over random configurations and event sequences (a
+hypothesis state machine).
 
-A model agent acknowledges, declines and finalizes at random; the operator may restart
-(the coordinator is rebuilt from its persisted state) at any point.
+Each run draws the coordinator's configuration (retained, maxConcurrent,
+tolerableFailures, the id block, interval/minPause/timeout, savepoint history limits), then
+a model agent acknowledges, declines and finalizes at random while the job commits
+batches; the operator may restart (the coordinator is rebuilt from its persisted state) at
+any point.
 """
 
 import random
+from collections import Counter
 
 from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
@@ -19,8 +24,7 @@ from hypothesis.stateful import (
 
 from helpers.coordinator import FakeClock
 from spark_checkpoint_operator.coordinator import (
-    AckResult,
-    AnswerAcknowledgement,
+    AfterCompletion,
     CheckpointCoordinator,
     CheckpointFinalized,
     CheckpointKind,
@@ -36,6 +40,7 @@ from spark_checkpoint_operator.coordinator import (
     NotifyCheckpointComplete,
     PersistedState,
     PersistState,
+    RetentionPolicy,
     SavepointHistoryLimits,
     TaskAck,
     TaskAcknowledged,
@@ -44,6 +49,7 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     Tick,
     TriggerCheckpoint,
+    TriggerDeliveryFailed,
     TriggerRequested,
 )
 
@@ -51,23 +57,32 @@ TASK_POOL = ("logs", "state-0-0", "state-0-1", "state-1-0")
 COMPLETIONS: list[int] = []
 
 
+@st.composite
+def configurations(draw: st.DrawFn) -> CoordinatorConfig:
+    """The settings a user may pick: every combination the manifest accepts, small enough
+    that runs reach their limits (a full queue, the retained count, the history size)."""
+    interval = draw(st.none() | st.floats(1.0, 60.0))
+    min_pause = draw(st.floats(0.0, interval if interval is not None else 30.0))
+    max_age = draw(st.none() | st.floats(5.0, 300.0))
+    return CoordinatorConfig(
+        interval=interval,
+        min_pause=min_pause,
+        timeout=draw(st.floats(1.0, 120.0)),
+        max_concurrent=draw(st.integers(1, 5)),
+        tolerable_failures=draw(st.integers(0, 5)),
+        retained=draw(st.integers(1, 10)),
+        retention_policy=draw(st.sampled_from(RetentionPolicy)),
+        max_queued_requests=draw(st.integers(1, 5)),
+        savepoint_history=SavepointHistoryLimits(
+            max_count=draw(st.integers(1, 5)), max_age_seconds=max_age
+        ),
+    )
+
+
 class CoordinatorMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.clock = FakeClock()
-        self.config = CoordinatorConfig(
-            interval=10.0,
-            min_pause=2.0,
-            timeout=25.0,
-            max_concurrent=2,
-            tolerable_failures=2,
-            retained=2,
-            max_queued_requests=3,
-            savepoint_history=SavepointHistoryLimits(max_count=2, max_age_seconds=120.0),
-        )
-        # A small id block: runs cross block boundaries and restart inside blocks.
-        self.id_block = 3
-        self.coordinator = self._build(None)
         self.highest_triggered = 0
         self.expected: dict[int, frozenset[str]] = {}
         self.acked: dict[int, set[str]] = {}
@@ -75,6 +90,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.finalizing: set[int] = set()
         self.savepoint_ids: set[int] = set()
         self.discarded_savepoints: set[int] = set()
+        self.completed_checkpoints: list[int] = []
+        self.discarded_checkpoints: Counter[int] = Counter()
+        self.job_batch = 0  # the query's last committed micro-batch
+        self.committed_batch = -1  # the newest batch sinks were allowed to commit
+        self.terminated = False
         self.persisted = PersistedState()
         self.completions = 0
 
@@ -95,6 +115,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self._check(effects)
         return effects
 
+    def _ack(self, checkpoint_id: int, task: str, batch: int) -> None:
+        pending = {p.checkpoint_id for p in self.coordinator.pending}
+        counted = checkpoint_id in pending and task in self.expected[checkpoint_id]
+        if counted and task not in self.acked[checkpoint_id]:
+            self.acked[checkpoint_id].add(task)
+        self._send(TaskAcknowledged(checkpoint_id, TaskAck(task, batch, 10, 1)))
+
     def _check(self, effects: list[Effect]) -> None:
         for effect in effects:
             match effect:
@@ -108,15 +135,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     self.highest_triggered = cid
                     self.expected[cid] = tasks
                     self.acked[cid] = set()
+                    self.batch_of[cid] = self.job_batch  # the batch its snapshot captures
                     if kind is CheckpointKind.SAVEPOINT:
                         self.savepoint_ids.add(cid)
-                case AnswerAcknowledgement(checkpoint_id=cid, task=task, result=result):
-                    if result is AckResult.SUCCESS:
-                        self.acked[cid].add(task)
                 case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                     assert self.acked[cid] == set(tasks) == set(self.expected[cid])
                     self.finalizing.add(cid)
-                case NotifyCheckpointComplete(checkpoint=completed):
+                case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
                     self.completions += 1
                     # Complete only with every expected task acknowledged, and only after
                     # the registry listing it was persisted.
@@ -127,24 +152,36 @@ class CoordinatorMachine(RuleBasedStateMachine):
                         for c in (*self.persisted.checkpoints, *self.persisted.savepoints)
                     }
                     assert cid in registered
+                    if completed.kind is CheckpointKind.CHECKPOINT:
+                        self.completed_checkpoints.append(cid)
+                    if commit:
+                        self.committed_batch = max(self.committed_batch, completed.batch_id)
                 case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                     assert cid not in self.savepoint_ids
                     registered = {c.checkpoint_id for c in self.persisted.checkpoints}
                     assert cid not in registered
                     assert set(retained) <= registered
+                    self.discarded_checkpoints[cid] += 1
                 case DiscardSavepoint(savepoint=savepoint):
                     self.discarded_savepoints.add(savepoint.checkpoint_id)
 
     # ------------------------------------------------------------------ rules
 
-    @initialize()
-    def job_runs(self) -> None:
+    @initialize(config=configurations(), id_block=st.integers(1, 100))
+    def job_runs(self, config: CoordinatorConfig, id_block: int) -> None:
+        self.config = config
+        self.id_block = id_block
+        self.coordinator = self._build(None)
+        self._start_job()
+
+    def _start_job(self) -> None:
         self._send(TasksReported(frozenset(TASK_POOL[:3]), all_running=True))
         self._send(JobPhaseChanged(JobPhase.RUNNING))
 
-    @rule(seconds=st.floats(min_value=0.1, max_value=30.0))
-    def advance(self, seconds: float) -> None:
+    @rule(seconds=st.floats(min_value=0.1, max_value=30.0), batches=st.integers(0, 3))
+    def advance(self, seconds: float, batches: int) -> None:
         self.clock.now += seconds
+        self.job_batch += batches
         self._send(Tick())
 
     # Flags are phrased so that hypothesis' simplest value (False, 0) is the happy path.
@@ -159,9 +196,24 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(
         kind=st.sampled_from(CheckpointKind),
         forced=st.none() | st.booleans(),
+        stop=st.booleans(),
     )
-    def request(self, kind: CheckpointKind, forced: bool | None) -> None:
-        self._send(TriggerRequested(kind, forced=forced))
+    def request(self, kind: CheckpointKind, forced: bool | None, stop: bool) -> None:
+        after = AfterCompletion.STOP if stop and kind is CheckpointKind.SAVEPOINT else None
+        self._send(TriggerRequested(kind, after=after or AfterCompletion.CONTINUE, forced=forced))
+
+    @rule(kind=st.sampled_from(CheckpointKind))
+    def take_checkpoint(self, kind: CheckpointKind) -> None:
+        """A whole round trip, as most of a healthy job's checkpoints are: without it, runs
+        rarely complete enough checkpoints to fill the retained count."""
+        effects = self._send(TriggerRequested(kind))
+        for trigger in [e for e in effects if isinstance(e, TriggerCheckpoint)]:
+            cid = trigger.checkpoint_id
+            for task in sorted(self.expected[cid] - self.acked[cid]):
+                self._ack(cid, task, self.batch_of[cid])
+            if cid in self.finalizing:
+                self.finalizing.discard(cid)
+                self._send(CheckpointFinalized(cid, f"file:///s/chk-{cid}", 100))
 
     @precondition(lambda self: bool(self.coordinator.pending))
     @rule(data=st.data(), unknown_task=st.booleans(), odd_batch=st.integers(0, 19))
@@ -170,10 +222,10 @@ class CoordinatorMachine(RuleBasedStateMachine):
         cid = pending.checkpoint_id
         missing = sorted(self.expected[cid] - self.acked[cid]) or sorted(self.expected[cid])
         task = "state-9-9" if unknown_task else data.draw(st.sampled_from(missing))
-        batch = self.batch_of.setdefault(cid, 5)
+        batch = self.batch_of[cid]
         if odd_batch == 19:
             batch += 1  # a task that captured another batch: the checkpoint must fail
-        self._send(TaskAcknowledged(cid, TaskAck(task, batch, 10, 1)))
+        self._ack(cid, task, batch)
 
     @precondition(lambda self: bool(self.coordinator.pending))
     @rule(data=st.data())
@@ -181,21 +233,23 @@ class CoordinatorMachine(RuleBasedStateMachine):
         pending = data.draw(st.sampled_from(self.coordinator.pending))
         cid = pending.checkpoint_id
         for task in sorted(self.expected[cid] - self.acked[cid]):
-            self._send(TaskAcknowledged(cid, TaskAck(task, 5, 10, 1)))
+            self._ack(cid, task, self.batch_of[cid])
 
     @rule(checkpoint_id=st.integers(1, 30))
     def stray_acknowledgement(self, checkpoint_id: int) -> None:
         pending_ids = {p.checkpoint_id for p in self.coordinator.pending}
         effects = self._send(TaskAcknowledged(checkpoint_id, TaskAck("logs", 5, 1, 1)))
         if checkpoint_id not in pending_ids:
-            (answer,) = [e for e in effects if isinstance(e, AnswerAcknowledgement)]
-            assert answer.result in (AckResult.DISCARDED, AckResult.UNKNOWN)
+            assert effects == [], "an ack of no pending checkpoint changes nothing"
 
     @precondition(lambda self: bool(self.coordinator.pending))
-    @rule(data=st.data())
-    def decline(self, data: st.DataObject) -> None:
+    @rule(data=st.data(), refused_trigger=st.booleans())
+    def decline(self, data: st.DataObject, refused_trigger: bool) -> None:
         pending = data.draw(st.sampled_from(self.coordinator.pending))
-        self._send(TaskDeclined(pending.checkpoint_id, "logs", "boom"))
+        if refused_trigger:
+            self._send(TriggerDeliveryFailed(pending.checkpoint_id, "409 refused"))
+        else:
+            self._send(TaskDeclined(pending.checkpoint_id, "logs", "boom"))
 
     @precondition(lambda self: bool(self.coordinator.pending))
     @rule(data=st.data())
@@ -203,7 +257,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         pending = data.draw(st.sampled_from(self.coordinator.pending))
         cid = pending.checkpoint_id
         for task in sorted(self.expected[cid] - self.acked[cid]):
-            self._send(TaskAcknowledged(cid, TaskAck(task, 5, 10, 1)))
+            self._ack(cid, task, self.batch_of[cid])
         if cid in self.finalizing:
             self.finalizing.discard(cid)
             self._send(CheckpointFinalized(cid, f"file:///s/chk-{cid}", 100))
@@ -229,12 +283,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         old = self.coordinator
         self.coordinator = self._build(old.persisted_state, next_id=old.next_checkpoint_id)
         self.finalizing.clear()
-        self.job_runs()  # the supervisor tells it the phase; the next status, the tasks
+        self._start_job()  # the supervisor tells it the phase; the next status, the tasks
 
     @precondition(lambda self: self.highest_triggered > 6)
     @rule(outcome=st.sampled_from(TerminalOutcome))
     def terminate(self, outcome: TerminalOutcome) -> None:
         self._send(JobTerminated(outcome))
+        self.terminated = True
 
     # ------------------------------------------------------------------ invariants
 
@@ -247,34 +302,52 @@ class CoordinatorMachine(RuleBasedStateMachine):
             assert any(p.forced for p in pending)
 
     @invariant()
-    def registry_respects_retention_and_savepoints_survive_it(self) -> None:
+    def registry_is_the_newest_retained_and_every_other_is_discarded_once(self) -> None:
+        registry = [c.checkpoint_id for c in self.coordinator.persisted_state.checkpoints]
+        completed = self.completed_checkpoints
+        discarded_everything = self.terminated and not registry and completed
+        if not discarded_everything:
+            assert (
+                registry == completed[len(completed) - min(len(completed), self.config.retained) :]
+            )
+        assert set(self.discarded_checkpoints) == set(completed) - set(registry)
+        assert all(times == 1 for times in self.discarded_checkpoints.values())
+
+    @invariant()
+    def savepoints_leave_the_registry_only_through_their_history_limits(self) -> None:
         state = self.coordinator.persisted_state
-        assert len(state.checkpoints) <= self.config.retained
-        ids = [c.checkpoint_id for c in state.checkpoints]
-        assert ids == sorted(ids)
         registered_savepoints = {s.checkpoint_id for s in state.savepoints}
         completed_savepoints = {
             h.checkpoint_id
             for h in state.history
             if h.kind is CheckpointKind.SAVEPOINT and h.status.value == "Completed"
         }
-        # A completed savepoint leaves the registry only through the history limits.
         for sid in completed_savepoints - registered_savepoints:
             assert sid in self.discarded_savepoints
+        assert len(registered_savepoints) <= self.config.savepoint_history.max_count + 1
 
-    def teardown(self) -> None:
-        # Steer the search towards runs that complete checkpoints: most random runs
-        # complete none, and the invariants about the registry need some that do.
-        target(float(self.completions), label="completed checkpoints")
-        COMPLETIONS.append(self.completions)
+    @invariant()
+    def committed_output_is_never_ahead_of_the_newest_restorable_image(self) -> None:
+        if self.terminated:
+            return  # the retention policy may discard every checkpoint: nothing restarts
+        state = self.coordinator.persisted_state
+        images = [c.batch_id for c in (*state.checkpoints, *state.savepoints)]
+        assert self.committed_batch <= max(images, default=-1)
 
     @invariant()
     def queue_is_bounded(self) -> None:
         assert len(self.coordinator.queued) <= self.config.max_queued_requests
 
+    def teardown(self) -> None:
+        # Steer the search towards runs that complete checkpoints: most random runs
+        # complete none, and the invariants about the registry need some that do.
+        target(float(self.completions), label="completed images")
+        target(float(len(self.completed_checkpoints)), label="completed checkpoints")
+        COMPLETIONS.append(self.completions)
 
+
+# max_examples is the profile's (hypothesis' 100; fewer in the mutation profile).
 CoordinatorMachine.TestCase.settings = settings(
-    max_examples=150,
     stateful_step_count=60,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

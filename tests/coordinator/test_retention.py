@@ -40,6 +40,25 @@ def test_savepoints_are_never_discarded_by_checkpoint_retention() -> None:
     assert discarded == [2, 3, 4]
 
 
+@pytest.mark.parametrize("retained", [1, 2, 3, 5, 10])
+def test_registry_is_the_newest_retained_and_every_other_checkpoint_is_discarded_once(
+    retained: int,
+) -> None:
+    """The user guide's example uses ``retained: 3``; a negative excess once sliced the
+    registry down and lost checkpoints without discarding them."""
+    harness = Harness(CoordinatorConfig(interval=None, retained=retained))
+    harness.start()
+    completed = 12
+    discarded: list[int] = []
+    for checkpoint_id in range(1, completed + 1):
+        effects = _take(harness, CheckpointKind.CHECKPOINT)
+        discarded += [d.checkpoint_id for d in of_type(effects, DiscardCheckpoint)]
+        registry = [c.checkpoint_id for c in harness.coordinator.persisted_state.checkpoints]
+        newest = list(range(max(1, checkpoint_id - retained + 1), checkpoint_id + 1))
+        assert registry == newest
+    assert discarded == list(range(1, completed - retained + 1))
+
+
 def test_savepoint_history_is_trimmed_by_count_keeping_the_newest() -> None:
     limits = SavepointHistoryLimits(max_count=2)
     harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))

@@ -8,6 +8,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
+    FailJob,
     FailureReason,
     JobPhase,
     JobPhaseChanged,
@@ -198,3 +199,21 @@ def test_user_request_while_job_is_not_running_is_declined() -> None:
     assert [d.reason for d in of_type(effects, RequestDeclined)] == [
         FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
     ]
+
+
+@pytest.mark.parametrize("after", [AfterCompletion.STOP, AfterCompletion.DRAIN])
+def test_a_declined_stopping_savepoint_leaves_the_job_running(after: AfterCompletion) -> None:
+    """Differs from Flink, which fails the job (its tasks may have finished by then): here
+    the query stops only once the savepoint is registered, so it runs on unchanged."""
+    harness = Harness(CoordinatorConfig(interval=10.0, tolerable_failures=0))
+    harness.start()
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=after))
+    (savepoint,) = of_type(effects, TriggerCheckpoint)
+
+    effects = harness.send(TaskDeclined(savepoint.checkpoint_id, "state-0-0", "disk full"))
+
+    (abort,) = of_type(effects, AbortCheckpoint)
+    assert abort.reason is FailureReason.TASK_DECLINED
+    assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+    assert harness.coordinator.periodic_scheduling

@@ -9,14 +9,13 @@ import pytest
 from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
-    AckResult,
-    AnswerAcknowledgement,
     CheckpointKind,
     CoordinatorConfig,
     InvalidPersistedState,
     PersistedState,
     PersistState,
     RetentionPolicy,
+    SavepointHistoryLimits,
     TaskAck,
     TaskAcknowledged,
     TriggerCheckpoint,
@@ -52,9 +51,9 @@ def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None
         CHECKPOINT_ID_BLOCK + 1
     ]
     assert [c.checkpoint_id for c in after.coordinator.restore_candidates()] == [3, 2, 1]
-    # The checkpoint pending at the restart is gone; its late acks are discarded.
-    late = after.send(TaskAcknowledged(4, TaskAck("logs", 1, 1, 1)))
-    assert of_type(late, AnswerAcknowledgement)[0].result is AckResult.DISCARDED
+    # The checkpoint pending at the restart is gone; its late acks change nothing.
+    assert after.send(TaskAcknowledged(4, TaskAck("logs", 1, 1, 1))) == []
+    assert [p.checkpoint_id for p in after.coordinator.pending] == [CHECKPOINT_ID_BLOCK + 1]
 
 
 @pytest.mark.parametrize(
@@ -88,11 +87,39 @@ def test_invalid_persisted_state_names_the_field(
         ({"max_concurrent": 0}, "checkpointing.maxConcurrent must be >= 1"),
         ({"tolerable_failures": -1}, "checkpointing.tolerableFailures must be >= 0"),
         ({"retained": 0}, "checkpointing.retained must be >= 1"),
+        ({"retained": 2.0}, "checkpointing.retained must be an integer, got 2.0"),
+        ({"retained": True}, "checkpointing.retained must be an integer, got True"),
+        ({"max_concurrent": 1.5}, "checkpointing.maxConcurrent must be an integer, got 1.5"),
+        ({"tolerable_failures": 0.0}, "checkpointing.tolerableFailures must be an integer"),
+        ({"max_queued_requests": 9.0}, "max_queued_requests must be an integer"),
+        ({"history_size": "10"}, "history_size must be an integer, got '10'"),
+        ({"timeout": "60"}, "checkpointing.timeout must be a number of seconds, got '60'"),
+        ({"min_pause": None}, "checkpointing.minPause must be a number of seconds, got None"),
+        ({"interval": False}, "checkpointing.interval must be a number of seconds, got False"),
+        ({"retention_policy": "RetainOnFailure"}, "checkpointing.retentionPolicy must be one of"),
     ],
 )
 def test_invalid_config_names_the_setting(options: dict[str, float], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         CoordinatorConfig(**options)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"max_count": 2.0}, "savepoints.historyMaxCount must be an integer, got 2.0"),
+        ({"max_age_seconds": "1h"}, "savepoints.historyMaxAge must be a number of seconds"),
+    ],
+)
+def test_invalid_savepoint_limits_name_the_setting(limits: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        SavepointHistoryLimits(**limits)  # type: ignore[arg-type]
+
+
+def test_a_float_retained_count_is_refused_before_any_checkpoint_completes() -> None:
+    """``retained: 2.0`` once passed and crashed the coordinator at the first completion."""
+    with pytest.raises(ValueError, match=re.escape("checkpointing.retained must be an integer")):
+        Harness(CoordinatorConfig(interval=None, retained=2.0))  # type: ignore[arg-type]
 
 
 def test_retention_policy_values_are_the_manifest_spelling() -> None:

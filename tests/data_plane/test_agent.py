@@ -110,6 +110,18 @@ def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) 
     assert running.agent.stop_requested is True
 
 
+def test_a_savepoint_the_query_continues_after_is_done_at_finalization(running: Running) -> None:
+    """No completion notification follows it (docs/coordinator.md): sinks commit nothing up
+    to it, and it is no longer in flight (in flight, it would hold garbage collection)."""
+    client = running.client()
+    _call(client, "trigger", 6, "savepoint", "continue")
+    _wait_for(client, 6, "acknowledged")
+    _call(client, "finalize", 6, ["logs", "state-0-0", "state-0-1"])
+    assert _call(client, "status")["checkpoints"] == []
+    assert running.participant.completed == []
+    assert running.storage.read_metadata(CheckpointKind.SAVEPOINT, 6).batch_id == 2
+
+
 def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Path) -> None:
     client = running.client()
     _call(client, "trigger", 3, "savepoint", "continue")

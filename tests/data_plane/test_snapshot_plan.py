@@ -63,17 +63,46 @@ def test_hdfs_provider_takes_latest_snapshot_and_later_deltas(tmp_path: Path) ->
     assert not any(name.endswith(".crc") for files in plan.files_by_task.values() for name in files)
 
 
-def test_source_logs_from_the_latest_compaction(tmp_path: Path) -> None:
+def test_source_logs_from_the_latest_two_compactions(tmp_path: Path) -> None:
     _logs(tmp_path, batches=25)
     _touch(tmp_path, "sources/0/9.compact", "sources/0/19.compact", "sources/0/29.compact")
     for name in ("sources/0/9", "sources/0/19"):
         (tmp_path / name).unlink()  # replaced by their compaction
     logs = plan_snapshot(tmp_path, 22).files_by_task[LOGS_TASK]
     assert [f for f in logs if f.startswith("sources/")] == [
+        "sources/0/9.compact",  # only its name matters: Spark derives the interval from it
         "sources/0/19.compact",
         "sources/0/20",
         "sources/0/21",
         "sources/0/22",
+    ]
+
+
+def test_a_single_compaction_is_all_the_log_has(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=14)
+    (tmp_path / "sources/0/9").unlink()
+    _touch(tmp_path, "sources/0/9.compact")
+    logs = plan_snapshot(tmp_path, 12).files_by_task[LOGS_TASK]
+    assert [f for f in logs if f.startswith("sources/")] == [
+        "sources/0/9.compact",
+        "sources/0/10",
+        "sources/0/11",
+        "sources/0/12",
+    ]
+
+
+def test_transform_with_state_metadata_written_after_the_batch_is_left_out(tmp_path: Path) -> None:
+    _logs(tmp_path, batches=8)
+    _touch(tmp_path, *(f"state/0/0/{v}.delta" for v in range(1, 9)))
+    for batch in (0, 4, 7):  # the first batch of three runs
+        _touch(tmp_path, f"state/0/_metadata/v2/{batch}")
+        _touch(tmp_path, f"state/0/_stateSchema/default/{batch}_0a1b2c3d-4e5f")
+    logs = plan_snapshot(tmp_path, 5).files_by_task[LOGS_TASK]
+    assert [f for f in logs if f.startswith("state/")] == [
+        "state/0/_metadata/v2/0",
+        "state/0/_metadata/v2/4",
+        "state/0/_stateSchema/default/0_0a1b2c3d-4e5f",
+        "state/0/_stateSchema/default/4_0a1b2c3d-4e5f",
     ]
 
 
@@ -93,8 +122,15 @@ def test_rocksdb_takes_the_version_zip_and_the_sst_files(tmp_path: Path) -> None
     _touch(tmp_path, *(f"{base}/{v}.zip" for v in range(1, 6)))
     _touch(tmp_path, f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
     _touch(tmp_path, f"{base}/SSTs/.000010-cc.sst.tmp", f"{base}/.6.zip.tmp")
+    _touch(tmp_path, f"{base}/logs/000007-dd.log")  # an archived log a zip can list
     files = plan_snapshot(tmp_path, 3).files_by_task["state-0-0"]
-    assert files == (f"{base}/4.zip", f"{base}/SSTs/000008-aa.sst", f"{base}/SSTs/000009-bb.sst")
+    assert files == (
+        f"{base}/4.zip",
+        f"{base}/SSTs/000008-aa.sst",
+        f"{base}/SSTs/000009-bb.sst",
+        f"{base}/logs/000007-dd.log",
+    )
+    assert [p.task for p in state_partitions(tmp_path)] == ["state-0-0"]
 
 
 def test_rocksdb_changelog_checkpointing_takes_zip_and_later_changelogs(tmp_path: Path) -> None:

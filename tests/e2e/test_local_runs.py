@@ -7,6 +7,8 @@ computed independently from the input files.
 
 import os
 import random
+import re
+import shutil
 import socket
 import time
 import urllib.request
@@ -15,11 +17,13 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from helpers.doc_blocks import marked_blocks, shell_commands
 from helpers.job_run import FAST_JVM, JobRun
 
 pytestmark = pytest.mark.spark
 
 SEED = 20261122
+PANDAS_STATE_PIPELINE = Path(__file__).parents[2] / "examples" / "pandas_state" / "pipeline.py"
 
 
 def _assert_exactly_once(run: JobRun) -> None:
@@ -64,7 +68,10 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     assert run.wait() == 0, "\n".join(run.lines)
     status = run.status()["status"]
     assert status["phase"] == "Finished"
-    assert status["counts"]["restored"] >= 3, kills
+    # Only restores the query got past count (issue 12 defect 19): those of the attempts
+    # killed during a snapshot copy (it was checkpointing) and of the last one; the others
+    # may have been killed while their query was still restoring.
+    assert status["counts"]["restored"] >= 2, kills
     _assert_exactly_once(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
     # unreferenced shared file behind from the killed attempts.
@@ -75,6 +82,11 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
 
 
 def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) -> None:
+    # README shows these two runs: JobRun runs the same command (with --state-dir).
+    (readme,) = marked_blocks(
+        "tests/e2e/test_local_runs.py::test_stop_with_savepoint_then_resume_from_it_exactly_once"
+    )
+    assert shell_commands(readme.text) == [["spark-checkpoint", "run", "job.yaml"]] * 2
     first = JobRun(tmp_path / "job", bounded=False)
     first.add_input(files=6)
     port = _free_port()
@@ -114,6 +126,10 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
     resumed.wait_for_line(rf"restoring from savepoint:{savepoint[1]}")
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     _assert_exactly_once(resumed)
+    # A clean finish says nothing alarming, and every line has its time.
+    assert [line for line in resumed.lines if not re.match(r"\[ *\d+\.\ds\] ", line)] == []
+    alarming = re.compile(r"fail(?!ed,)|[1-9]\d* failed|warning|not delivered|error", re.I)
+    assert [line for line in resumed.lines if alarming.search(line)] == []
 
 
 def test_stop_with_savepoint_and_drain_processes_all_input_first(tmp_path: Path) -> None:
@@ -265,3 +281,40 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(
+    tmp_path: Path,
+) -> None:
+    run = JobRun(tmp_path / "job", restart_policy={"maxRetries": 5})
+    pipeline = run.directory / "pipeline.py"
+    pipeline.write_text(pipeline.read_text().replace('groupBy("word")', 'groupBy("wrod")'))
+    run.add_input(files=1)
+    run.start()
+    assert run.wait(timeout=300) == 1, "\n".join(run.lines)
+    output = "\n".join(run.lines)
+    unresolved = "AnalysisException: [UNRESOLVED_COLUMN.WITH_SUGGESTION] A column, variable, or "
+    assert re.search(
+        rf"driver failed \(exit 1\); restart 1 in \d+s\n"
+        rf"    its error:\n    \S*{re.escape(unresolved)}",
+        output,
+    ), output
+    assert "starting driver attempt 3" not in output
+    status = run.status()["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith(
+        "the driver failed the same way twice before its first batch; not retried: "
+        f"pyspark.errors.exceptions.captured.{unresolved}"
+    )
+    assert "`wrod`" in status["message"]
+
+
+def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) -> None:
+    """applyInPandasWithState needs pandas and pyarrow (the spark extra, the spark image)."""
+    run = JobRun(tmp_path / "job")
+    shutil.copy(PANDAS_STATE_PIPELINE, run.directory / "pipeline.py")
+    run.add_input(files=3)
+    run.start()
+    assert run.wait() == 0, "\n".join(run.lines)
+    assert run.status()["status"]["phase"] == "Finished"
+    _assert_exactly_once(run)

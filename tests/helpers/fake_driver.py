@@ -22,6 +22,7 @@ class FakeAgent:
         self.snapshots: dict[int, dict[str, Any]] = {}
         self.completed: list[int] = []
         self.triggers: list[int] = []
+        self.done_at_finalization: set[int] = set()
         self.status_requests = 0
         self._version = 0
         self._reported: dict[str, Any] | None = None
@@ -63,9 +64,13 @@ class FakeAgent:
         self.triggers.append(checkpoint_id)
         acks = [{"task": t, "batchId": self.batch, "sizeBytes": 10, "durationMs": 1} for t in TASKS]
         self.snapshots[checkpoint_id] = {"id": checkpoint_id, "acks": acks, "declines": []}
+        if kind == "savepoint" and after == "continue":
+            self.done_at_finalization.add(checkpoint_id)
 
     async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
         self._check()
+        if checkpoint_id in self.done_at_finalization:  # as the agent: no completion follows
+            self.snapshots.pop(checkpoint_id, None)
         return f"file:///s/chk-{checkpoint_id}/_metadata", 20
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:

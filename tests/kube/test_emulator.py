@@ -634,7 +634,7 @@ async def test_pods_are_bound_through_the_binding_subresource(api: EmulatedApiSe
 
 @pytest.mark.asyncio
 async def test_custom_resources_are_validated_like_the_api_server(client: AsyncClient) -> None:
-    invalid = job(checkpointing={"interval": "10s", "minPause": "1m"}, bogus=1)
+    invalid = job(checkpointing={"interval": "10s", "minPause": "1m", "retained": 0}, bogus=1)
 
     with pytest.raises(ApiError) as caught:
         await client.create(Job(invalid))
@@ -643,9 +643,10 @@ async def test_custom_resources_are_validated_like_the_api_server(client: AsyncC
     assert (status.code, status.reason) == (422, "Invalid")
     assert status.message.startswith('SparkCheckpointJob.sparkcheckpoint.io "wc" is invalid: [')
     assert status.details is not None and status.details.causes is not None
+    # spec.bogus is pruned, not an error: lightkube sends no fieldValidation (Warn).
     assert {(c.field, c.message) for c in status.details.causes} == {
-        ("spec.bogus", "unknown field"),
         ("spec.checkpointing.minPause", "must not exceed spec.checkpointing.interval"),
+        ("spec.checkpointing.retained", "0 is less than the minimum of 1"),
     }
 
 
@@ -689,7 +690,8 @@ async def test_namespaces_and_crds_through_the_api(
     await client.create(Namespace(metadata=ObjectMeta(name="spark")))
     api.create("apiextensions.k8s.io/v1/customresourcedefinitions", crd)
 
-    created = api.create("example.com/v1/widgets", {"metadata": {"name": "w"}, "spec": {"a": 1}})
+    widget = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+    created = api.create("example.com/v1/widgets", {**widget, "spec": {"a": 1}})
     names = [n.metadata.name async for n in client.list(Namespace)]
 
     assert created["kind"] == "Widget"
@@ -739,6 +741,247 @@ async def test_serve_runs_in_the_callers_loop() -> None:
         assert (response.status, response.content_type) == (200, "application/json")
 
     assert body["metadata"]["name"] == "default"
+
+
+# --- input handling: a real API server's verdicts --------------------------------------
+
+JOBS_PATH = "/apis/sparkcheckpoint.io/v1alpha1/namespaces/default/sparkcheckpointjobs"
+PODS_PATH = "/api/v1/namespaces/default/pods"
+
+
+async def send(
+    api: EmulatedApiServer,
+    method: str,
+    path: str,
+    body: str | dict[str, Any],
+    *,
+    content_type: str = "application/json",
+    **params: str,
+) -> tuple[int, dict[str, Any], str]:
+    """A raw request: the status code, the JSON answer and the Warning header."""
+    data = body if isinstance(body, str) else json.dumps(body)
+    async with (
+        aiohttp.ClientSession() as session,
+        session.request(
+            method,
+            api.url + path,
+            data=data.encode(),
+            params=params,
+            headers={"Content-Type": content_type},
+        ) as response,
+    ):
+        return response.status, await response.json(), response.headers.get("Warning", "")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("path", "change", "code", "phrase"),
+    [
+        (JOBS_PATH, {"apiVersion": "sparkcheckpoint.io/v1"}, 400, "does not match the expected"),
+        (JOBS_PATH, {"apiVersion": None}, 400, "does not match the expected"),
+        (JOBS_PATH, {"kind": None}, 400, "Object 'Kind' is missing"),
+        (JOBS_PATH, {"kind": "Pod"}, 422, "kind: Invalid value"),
+        (PODS_PATH, {"apiVersion": "apps/v1", "kind": "Pod"}, 400, "does not match the expected"),
+        (PODS_PATH, {"apiVersion": "v1", "kind": "Secret"}, 400, "cannot be handled as a Pod"),
+    ],
+)
+async def test_a_body_of_another_type_is_refused(
+    api: EmulatedApiServer, path: str, change: dict[str, Any], code: int, phrase: str
+) -> None:
+    body = {**(job() if path == JOBS_PATH else pod("p")), **change}
+    body = {key: value for key, value in body.items() if value is not None}
+
+    status, answer, _ = await send(api, "POST", path, body)
+
+    assert (status, answer["code"]) == (code, code)
+    assert phrase in answer["message"], answer["message"]
+    assert api.list(JOBS, "default") == [] and api.list(PODS, "default") == []
+
+
+@pytest.mark.asyncio
+async def test_a_built_in_body_without_its_type_takes_the_endpoints(api: EmulatedApiServer) -> None:
+    status, answer, _ = await send(api, "POST", PODS_PATH, pod("p"))
+
+    assert status == 201
+    assert (answer["apiVersion"], answer["kind"]) == ("v1", "Pod")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("metadata", "phrase"),
+    [
+        (5, "cannot unmarshal number into Go struct field SparkCheckpointJob.metadata"),
+        ({"name": 5}, "ObjectMeta.metadata.name of type string"),
+        ({"name": "wc", "labels": {"a": 1}}, "ObjectMeta.metadata.labels"),
+        ({"name": "wc", "finalizers": "x"}, "ObjectMeta.metadata.finalizers"),
+        ({"name": "wc", "generation": 1.5}, "ObjectMeta.metadata.generation"),
+    ],
+)
+async def test_metadata_that_does_not_decode_is_a_400(
+    api: EmulatedApiServer, metadata: object, phrase: str
+) -> None:
+    status, answer, _ = await send(api, "POST", JOBS_PATH, {**job(), "metadata": metadata})
+
+    assert status == 400 and phrase in answer["message"], answer
+    assert api.list(JOBS, "default") == []
+
+
+@pytest.mark.asyncio
+async def test_unknown_fields_are_pruned_with_a_warning_or_refused_when_strict(
+    api: EmulatedApiServer,
+) -> None:
+    body = job(checkpointing={"intervall": "10s"})
+    body["metadata"]["bogus"] = 1
+    expected = {"metadata.bogus", "spec.checkpointing.intervall"}
+
+    status, answer, _ = await send(api, "POST", JOBS_PATH, body, fieldValidation="Strict")
+    assert status == 400
+    assert answer["message"].startswith(
+        'SparkCheckpointJob in version "v1alpha1" cannot be handled as a SparkCheckpointJob:'
+        " strict decoding error: "
+    )
+    assert set(re.findall(r'unknown field "([^"]+)"', answer["message"])) == expected
+    with pytest.raises(kmock.KubernetesError) as strict:  # the helpers act as kubectl does
+        api.create(JOBS, body)
+    assert strict.value.status == 400
+
+    status, created, warning = await send(api, "POST", JOBS_PATH, body)  # Warn, the default
+    assert status == 201
+    assert set(re.findall(r'unknown field \\"([^"\\]+)\\"', warning)) == expected, warning
+    assert "bogus" not in created["metadata"]
+    assert "intervall" not in created["spec"]["checkpointing"]
+
+    body["metadata"]["name"] = "quiet"
+    status, _, warning = await send(api, "POST", JOBS_PATH, body, fieldValidation="Ignore")
+    assert (status, warning) == (201, "")
+
+
+@pytest.mark.asyncio
+async def test_the_status_is_validated_on_its_subresource(api: EmulatedApiServer) -> None:
+    api.create(JOBS, job())
+    status_path = f"{JOBS_PATH}/wc/status"
+    merge = "application/merge-patch+json"
+
+    invalid, answer, _ = await send(
+        api, "PATCH", status_path, {"status": {"phase": "Bogus"}}, content_type=merge
+    )
+    valid, _, _ = await send(
+        api, "PATCH", status_path, {"status": {"phase": "Running", "x": 1}}, content_type=merge
+    )
+
+    assert invalid == 422 and "status.phase" in answer["message"], answer
+    assert valid == 200
+    assert api.get(JOBS, "default", "wc")["status"] == {"phase": "Running", "x": 1}
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("text", "phrase"),
+    [
+        ('{"a":' * 50_000 + "1" + "}" * 50_000, "exceeded max depth"),
+        ('{"a":' * 101 + "1" + "}" * 101, "exceeded max depth"),
+        ('{"apiVersion": "v1", "spec": {"x": 1e999}}', "out of range"),
+        ('{"apiVersion": "v1", "spec": {"x": NaN}}', "invalid"),
+        ('{"apiVersion": "v1",', "invalid JSON"),
+        ("\udcff", "invalid JSON"),
+    ],
+    ids=["deep-50000", "deep-101", "1e999", "NaN", "truncated", "not-utf8"],
+)
+async def test_a_body_that_is_not_acceptable_json_is_a_400(
+    api: EmulatedApiServer, text: str, phrase: str
+) -> None:
+    data = text.encode("utf-8", errors="surrogateescape").decode("latin-1")
+
+    status, answer, _ = await send(api, "POST", JOBS_PATH, data)
+
+    assert status == 400 and phrase in answer["message"], answer
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("field", "value", "problem"),
+    [
+        ("metadata.name", "probe\n", "metadata.name"),
+        ("spec.checkpointing.interval", "5s\n", "spec.checkpointing.interval"),
+        ("spec.checkpointing.storage", "/data\n", "spec.checkpointing.storage"),
+        ("spec.checkpointing.timeout", "2562048h", "spec.checkpointing.timeout"),
+        ("spec.checkpointTriggerNonce", 1 << 63, "spec.checkpointTriggerNonce"),
+        ("spec.checkpointing.retained", 2.5, "spec.checkpointing.retained"),
+        ("metadata.name", "a" * 64, "metadata.name"),
+    ],
+)
+async def test_values_a_real_api_server_refuses_are_a_422_naming_the_field(
+    api: EmulatedApiServer, field: str, value: object, problem: str
+) -> None:
+    body = job()
+    *parents, last = field.split(".")
+    node = body
+    for name in parents:
+        node = node.setdefault(name, {})
+    node[last] = value
+
+    status, answer, _ = await send(api, "POST", JOBS_PATH, body)
+
+    assert status == 422, answer
+    assert [cause["field"] for cause in answer["details"]["causes"]] == [problem]
+    assert api.list(JOBS, "default") == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("path", [JOBS_PATH, PODS_PATH])
+async def test_invalid_labels_are_a_422_on_every_object(api: EmulatedApiServer, path: str) -> None:
+    body = job() if path == JOBS_PATH else pod("p")
+    body["metadata"]["labels"] = {"team": "pay ments", "Bad Key": "x"}
+
+    status, answer, _ = await send(api, "POST", path, body)
+
+    assert status == 422, answer
+    assert {cause["field"] for cause in answer["details"]["causes"]} == {"metadata.labels"}
+    assert api.list(JOBS, "default") == [] and api.list(PODS, "default") == []
+
+
+@pytest.mark.asyncio
+async def test_an_integral_float_is_stored_as_an_integer(api: EmulatedApiServer) -> None:
+    status, created, _ = await send(api, "POST", JOBS_PATH, job(checkpointing={"retained": 2.0}))
+
+    assert status == 201
+    retained = api.get(JOBS, "default", "wc")["spec"]["checkpointing"]["retained"]
+    assert retained == created["spec"]["checkpointing"]["retained"] == 2
+    assert type(retained) is int
+
+
+def test_a_generated_name_fits_a_label_value(api: EmulatedApiServer) -> None:
+    body = job()
+    body["metadata"] = {"generateName": "j" * 70}
+
+    created = api.create(JOBS, body, namespace="default")
+
+    assert len(created["metadata"]["name"]) == 63
+
+
+@pytest.mark.asyncio
+async def test_a_patch_cannot_change_the_type_or_break_the_metadata(
+    api: EmulatedApiServer,
+) -> None:
+    api.create(JOBS, job())
+    merge = "application/merge-patch+json"
+
+    kind, kind_answer, _ = await send(
+        api, "PATCH", f"{JOBS_PATH}/wc", {"kind": "Pod"}, content_type=merge
+    )
+    metadata, _, _ = await send(
+        api, "PATCH", f"{JOBS_PATH}/wc", {"metadata": 5}, content_type=merge
+    )
+    replaced, _, _ = await send(
+        api,
+        "PATCH",
+        f"{JOBS_PATH}/wc",
+        [{"op": "replace", "path": "", "value": 5}],
+        content_type="application/json-patch+json",
+    )
+
+    assert (kind, metadata, replaced) == (422, 400, 400), kind_answer
+    assert api.get(JOBS, "default", "wc")["metadata"]["generation"] == 1
 
 
 # --- real Kopf ----------------------------------------------------------------------------

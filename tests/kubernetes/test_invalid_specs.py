@@ -36,7 +36,6 @@ INVALID_SPECS = [
     ({"checkpointing": {"maxConcurrent": 0}}, "spec.checkpointing.maxConcurrent", "minimum"),
     ({"checkpointing": {"interval": "ten seconds"}}, "spec.checkpointing.interval", "duration"),
     ({"checkpointing": {"retentionPolicy": "Sometimes"}}, "retentionPolicy", "one of"),
-    ({"checkpointing": {"intervall": "10s"}}, "spec.checkpointing.intervall", "unknown field"),
     ({"application": {"mainFile": "a.py", "module": "a"}}, "spec.application", "exactly one"),
     ({"application": {}}, "spec.application", "exactly one"),
     (

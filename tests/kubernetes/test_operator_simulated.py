@@ -560,3 +560,43 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     )
     assert retried["jobAttempt"] == 3
     assert retried["message"] == ""
+
+
+def test_a_restore_that_fails_on_its_image_falls_back_and_says_so(tmp_path: Path) -> None:
+    """A restored driver exits RESTORE_UNUSABLE: the image goes to status.unrestorable, an
+    event says so, and the next driver restores the previous image (not a retry: maxRetries
+    is 1 and the first crash used it); an operator restart does not try the image again."""
+    agents = SimulatedAgents(batch_seconds=0.3, restore_seconds=3.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(restartPolicy={"type": "OnFailure", "maxRetries": 1, "backoff": "100ms"}))
+        completed(cluster, "orders", 2)
+        cluster.crash_driver("orders-driver-1", exit_code=1)
+        second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+        newest = second.restored_from
+        registered = cluster.status("orders")["coordinator"]["checkpoints"]
+        previous = f"checkpoint:{sorted(c['id'] for c in registered)[-2]}"
+        assert newest == f"checkpoint:{max(c['id'] for c in registered)}"
+        cluster.crash_driver("orders-driver-2", exit_code=5)  # DriverExit.RESTORE_UNUSABLE
+
+        third = cluster.wait_for("driver 3", lambda: cluster.simulated_agent("orders-driver-3"))
+        assert third.restored_from == previous
+        status = cluster.wait_for(
+            "the fallback restored and running",
+            lambda: (
+                (s := cluster.status("orders")).get("phase") == "Running"
+                and s["counts"]["restored"] == 1
+                and s
+            ),
+            job="orders",
+        )
+        assert [e["source"] for e in status["unrestorable"]] == [newest]
+        assert status["counts"]["failedRestores"] == 1
+        assert status["restoredFrom"]["source"] == previous
+        event = cluster.wait_for_event("orders", "RestoreFailed", f"{newest} cannot be restored")
+        assert event["type"] == "Warning"
+        assert event["message"].endswith(f"falling back to {previous}")
+
+        with operator_stopped(cluster):
+            cluster.crash_driver("orders-driver-3", exit_code=1)
+        fourth = cluster.wait_for("driver 4", lambda: cluster.simulated_agent("orders-driver-4"))
+        assert fourth.restored_from != newest, "the operator read the unrestorable image back"

@@ -63,7 +63,13 @@ def test_printer_columns_and_counters() -> None:
     assert status["lastCheckpoint"]["completionTime"] == "1970-01-01T00:00:12Z"
     assert status["lastCheckpoint"]["duration"] == "2.0s"
     assert status["lastSavepoint"]["path"] == "s3a://b/sp-8"
-    assert status["counts"] == {"completed": 8, "failed": 1, "inProgress": 0, "restored": 1}
+    assert status["counts"] == {
+        "completed": 8,
+        "failed": 1,
+        "inProgress": 0,
+        "restored": 1,
+        "failedRestores": 0,
+    }
     # The id the next checkpoint gets, not the end of the block of ids made durable.
     assert status["nextCheckpointId"] == 10
     assert status["coordinator"]["nextCheckpointId"] == 101

@@ -48,12 +48,45 @@ app.kubernetes.io/part-of: spark-checkpoint-operator
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
+{{/* A Service's name is a DNS label (63 characters): the suffix always fits. */}}
+{{- define "sco.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "sco.fullname" . | trunc 55 | trimSuffix "-") }}
+{{- end }}
+
+{{/* The operator pods' labels: podLabels cannot change the selector's (the Deployment's
+selector is immutable and would no longer select its own pods). */}}
+{{- define "sco.podLabels" -}}
+{{- $selector := include "sco.selectorLabels" . | fromYaml }}
+{{- range $key, $_ := .Values.podLabels }}
+{{- if hasKey $selector $key }}
+{{- fail (printf "podLabels: %s is a selector label of the operator's Deployment and cannot be set" $key) }}
+{{- end }}
+{{- end }}
+{{- include "sco.selectorLabels" . }}
+{{- with .Values.podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The namespaces the operator serves, as a JSON list: empty when it serves all of them
+(clusterWide), else watchNamespaces, else the release's own namespace. */}}
+{{- define "sco.watchedNamespaces" -}}
+{{- if .Values.clusterWide }}
+{{- if .Values.watchNamespaces }}
+{{- fail "clusterWide serves every namespace: leave watchNamespaces empty, or set clusterWide=false to serve only the listed ones" }}
+{{- end }}
+{{- toJson list }}
+{{- else }}
+{{- toJson (.Values.watchNamespaces | default (list .Release.Namespace)) }}
+{{- end }}
+{{- end }}
+
 {{/* The namespaces that get a NetworkPolicy for their drivers (see values.yaml). */}}
 {{- define "sco.networkPolicyNamespaces" -}}
-{{- if .Values.watchNamespaces }}
-{{- toJson .Values.watchNamespaces }}
-{{- else }}
+{{- if .Values.clusterWide }}
 {{- toJson .Values.networkPolicy.namespaces }}
+{{- else }}
+{{- include "sco.watchedNamespaces" . }}
 {{- end }}
 {{- end }}
 

@@ -39,9 +39,16 @@ Simplified:
   patched list replaces the old one, e.g. containers or finalizers) and no ``$patch``
   directives. Server-side apply (``application/apply-patch+yaml``) is refused with 415.
 - Only a CRD's storage version is served; deleting a CRD leaves its resource served.
-- Validation is whatever the registered validator does (the SparkCheckpointJob one rejects
-  unknown fields where a real server would prune them); ObjectMeta is checked only for a
-  DNS-subdomain name; namespaces need not exist and deleting one deletes nothing inside.
+- Requests are decoded as the API server decodes them: apiVersion and kind checked against
+  the endpoint, ObjectMeta's JSON types checked (400), unknown fields pruned (ObjectMeta's;
+  a custom resource's outside its schema) with a Warning, or refused under
+  ``fieldValidation=Strict``. Numbers are int64 or finite float64; JSON nested more than
+  MAX_JSON_DEPTH (100) levels is refused (a real server allows 10,000: Python's recursion
+  cannot follow).
+- Validation is whatever the registered validator does (the SparkCheckpointJob one is the
+  operator's manifest validation, on the spec and the status); of ObjectMeta, the name (a
+  DNS subdomain), label and annotation keys and label values are checked; namespaces need
+  not exist and deleting one deletes nothing inside.
 - Garbage collection happens at once, inside the deleting request; propagationPolicy
   Foreground is treated as Background; Orphan leaves dependents (with their ownerReferences).
 - Field selectors accept any field path of built-in resources (a real server supports a
@@ -84,7 +91,19 @@ import kmock
 import yaml
 from kmock._internal import parsing, rendering
 
-from spark_checkpoint_operator.manifest import ManifestError, load_crd, validate_document
+from spark_checkpoint.storage.layout import (
+    DNS_1123_SUBDOMAIN_MAX_LENGTH,
+    DNS_1123_SUBDOMAIN_PATTERN,
+)
+from spark_checkpoint_operator.manifest import (
+    LABEL_VALUE_PATTERN,
+    QUALIFIED_NAME_PATTERN,
+    ManifestError,
+    deeper_than,
+    go_regex,
+    load_crd,
+    validate_document,
+)
 
 Body = dict[str, Any]
 _Key = tuple[kmock.resource, str | None, str]  # resource, namespace, name
@@ -122,7 +141,30 @@ _CUSTOM_RESOURCE_PATCHES = (
     "application/apply-patch+yaml",
 )
 _GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no 0/1/3
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_GENERATED_NAME_MAX_PREFIX = 58  # 63 minus the 5 random characters
+# A real API server refuses JSON nested more than 10,000 levels deep; Python's recursion
+# (json, copy, validation) cannot follow that far, so the emulator refuses less.
+MAX_JSON_DEPTH = 100
+_INT64 = range(-(1 << 63), 1 << 63)
+FIELD_VALIDATIONS = ("Ignore", "Warn", "Strict")
+# ObjectMeta's fields as Go decodes them: a JSON value of another type is a 400.
+_OBJECT_META_TYPES: Mapping[str, str] = {
+    "name": "string",
+    "generateName": "string",
+    "namespace": "string",
+    "selfLink": "string",
+    "uid": "string",
+    "resourceVersion": "string",
+    "generation": "int64",
+    "creationTimestamp": "string",
+    "deletionTimestamp": "string",
+    "deletionGracePeriodSeconds": "int64",
+    "labels": "map[string]string",
+    "annotations": "map[string]string",
+    "ownerReferences": "[]v1.OwnerReference",
+    "finalizers": "[]string",
+    "managedFields": "[]v1.ManagedFieldsEntry",
+}
 _INITIAL_STATUS: Mapping[kmock.resource, Body] = {
     PODS: {"phase": "Pending"},
     NAMESPACES: {"phase": "Active"},
@@ -157,11 +199,11 @@ class Rejection(NamedTuple):
 
 
 def validate_spark_checkpoint_job(obj: Body) -> Body:
-    """A SparkCheckpointJob checked and defaulted by the operator's own manifest validation
-    (the CRD's schema and CEL rules). The API server checks ObjectMeta itself and the status
-    apart from the spec, so only the user-facing part goes through ``validate_document``."""
+    """A SparkCheckpointJob (already pruned of unknown fields) checked and defaulted by the
+    operator's own manifest validation: the CRD's schema and CEL rules, on the spec and the
+    status. Of ObjectMeta, the fields a manifest may set are checked with it."""
     metadata = obj.get("metadata") or {}
-    document = {key: value for key, value in obj.items() if key != "status"}
+    document = dict(obj)
     document["metadata"] = {
         key: metadata[key]
         for key in ("name", "namespace", "labels", "annotations")
@@ -172,8 +214,6 @@ def validate_spark_checkpoint_job(obj: Body) -> Body:
     except ManifestError as error:
         raise Invalid([(problem.path, problem.message) for problem in error.problems]) from None
     defaulted["metadata"] = metadata
-    if "status" in obj:
-        defaulted["status"] = obj["status"]
     return defaulted
 
 
@@ -293,10 +333,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     bookmark_interval: float = 1.0
     validators: dict[str, Validator] = attrs.field(factory=dict)  # by CRD name
     rejections: list[Rejection] = attrs.field(factory=list, init=False)
+    # What the request being served warns about (unknown fields it pruned), for its response.
+    warnings: list[str] = attrs.field(factory=list, init=False)
     _revision: int = attrs.field(default=0, init=False)
     _logs: dict[kmock.resource, _EventLog] = attrs.field(factory=dict, init=False)
     _watchers: set[_Watcher] = attrs.field(factory=set, init=False)
     _custom: dict[kmock.resource, str] = attrs.field(factory=dict, init=False)  # -> CRD name
+    _schemas: dict[kmock.resource, Body] = attrs.field(factory=dict, init=False)  # openAPIV3Schema
     # The keys of each resource's objects (deleted ones too): lists and watches then scan one
     # resource, not every object (events, which only grow, outnumber the rest at scale).
     _keys: dict[kmock.resource, dict[_Key, None]] = attrs.field(factory=dict, init=False)
@@ -358,12 +401,21 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         )
 
     def create_object(
-        self, resource: ResourceRef, body: Mapping[str, Any], namespace: str | None = None
+        self,
+        resource: ResourceRef,
+        body: Mapping[str, Any],
+        namespace: str | None = None,
+        *,
+        field_validation: str = "Strict",
     ) -> Body:
+        """Create as ``kubectl create`` does: unknown fields are an error (its --validate
+        defaults to strict); over HTTP, a request without ``fieldValidation`` gets Warn."""
         res, info = self._resolve(kmock.resource(resource))
-        return copy.deepcopy(
-            self._create(res, info, _scope(info, namespace), copy.deepcopy(dict(body)))
+        self.warnings.clear()
+        created = self._create(
+            res, info, _scope(info, namespace), copy.deepcopy(body), field_validation
         )
+        return copy.deepcopy(created)
 
     def patch_object(
         self,
@@ -374,10 +426,12 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         *,
         patch_type: str = "merge",
         subresource: str | None = None,
+        field_validation: str = "Strict",
     ) -> Body:
         res, info = self._resolve(kmock.resource(resource))
         stored = self._stored(res, _scope(info, namespace), name)
         content_type = PATCH_TYPES[patch_type]
+        self.warnings.clear()
         patched = self._patch(
             res,
             info,
@@ -385,6 +439,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             copy.deepcopy(patch),
             content_type=content_type,
             subresource=subresource,
+            field_validation=field_validation,
         )
         return copy.deepcopy(patched)
 
@@ -410,6 +465,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         body = await raw_request.read()
         path = _parse_path(raw_request.path)
         method = kmock.method(raw_request.method)
+        try:
+            data = _json_body(body)
+        except kmock.KubernetesError as error:
+            self.rejections.append(Rejection(raw_request.method, raw_request.path, error))
+            return aiohttp.web.Response(
+                status=error.status, body=_dumps(_status(error)), headers=_JSON_HEADERS
+            )
         request = rendering.Request(
             id=len(self._requests),
             raw_request=raw_request,
@@ -420,7 +482,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             cookies=dict(raw_request.cookies),
             body=body,
             text=body.decode("utf-8", errors="replace"),
-            data=_json_or_none(body),
+            data=data,
             action=parsing.guess_k8s(path, method, dict(raw_request.query)),
             resource=None
             if path.group is None
@@ -455,6 +517,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         content_type = next(
             (v for k, v in request.headers.items() if k.lower() == "content-type"), ""
         )
+        field_validation = params.get("fieldValidation") or "Warn"
+        if field_validation not in FIELD_VALIDATIONS:
+            raise _bad_request(
+                f"fieldValidation must be one of {', '.join(FIELD_VALIDATIONS)}, got"
+                f" {field_validation!r}"
+            )
+        self.warnings.clear()
         match request.method, name, subresource:
             case ("GET", _, None) if params.get("watch") in ("true", "1"):
                 return rendering.Response(
@@ -466,14 +535,21 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             case ("GET", str(), _):
                 return _json(self._stored(res, namespace, name))
             case ("POST", None, None):
-                return _json(self._create(res, info, namespace, request.data), status=201)
+                created = self._create(res, info, namespace, request.data, field_validation)
+                return _json(created, status=201, warnings=self.warnings)
             case ("POST", str(), "binding"):
                 return _json(self._bind(namespace, name, request.data), status=201)
             case ("PUT", str(), _):
                 stored = self._stored(res, namespace, name)
-                return _json(
-                    self._replace(res, info, stored, request.data, subresource=subresource)
+                replaced = self._replace(
+                    res,
+                    info,
+                    stored,
+                    request.data,
+                    subresource=subresource,
+                    field_validation=field_validation,
                 )
+                return _json(replaced, warnings=self.warnings)
             case ("PATCH", str(), _):
                 stored = self._stored(res, namespace, name)
                 patched = self._patch(
@@ -483,8 +559,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     request.data,
                     content_type=content_type,
                     subresource=subresource,
+                    field_validation=field_validation,
                 )
-                return _json(patched)
+                return _json(patched, warnings=self.warnings)
             case ("DELETE", None, None):
                 selector = self._selector(res, namespace, params)
                 options = _delete_options(request.data, params)
@@ -671,12 +748,15 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return obj
 
     def _create(
-        self, res: kmock.resource, info: kmock.ResourceInfo, namespace: str | None, body: Any
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        namespace: str | None,
+        body: Any,
+        field_validation: str,
     ) -> Body:
-        if not isinstance(body, dict):
-            raise _bad_request("the body must be a JSON object")
-        obj = body
-        metadata = obj["metadata"] = dict(obj.get("metadata") or {})
+        obj = self._decoded(res, info, body, field_validation, update=False)
+        metadata = obj["metadata"]
         if info.namespaced:
             if namespace and metadata.get("namespace") not in (None, namespace):
                 raise _bad_request(
@@ -701,7 +781,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 res, metadata.get("namespace"), metadata["generateName"]
             )
         name = metadata["name"]
-        if len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name):
+        if len(name) > DNS_1123_SUBDOMAIN_MAX_LENGTH or not re.match(
+            DNS_1123_SUBDOMAIN_PATTERN, name
+        ):
             message = (
                 "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric"
                 " characters, '-' or '.'"
@@ -709,6 +791,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             raise _invalid(
                 res, info, name, [("metadata.name", f"Invalid value: {name!r}: {message}")]
             )
+        if causes := _label_problems(metadata):
+            raise _invalid(res, info, name, causes)
         if self._current(res, metadata.get("namespace"), name) is not None:
             raise kmock.KubernetesError(
                 409,
@@ -729,6 +813,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return created
 
     def _generate_name(self, res: kmock.resource, namespace: str | None, prefix: str) -> str:
+        prefix = prefix[:_GENERATED_NAME_MAX_PREFIX]  # as the API server's name generator
         while True:
             name = prefix + "".join(random.choices(_GENERATED_NAME_ALPHABET, k=5))
             if self._current(res, namespace, name) is None:
@@ -748,6 +833,74 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             subresources=set(version.get("subresources") or {}),
         )
         self._custom[res] = crd["metadata"]["name"]
+        if schema := (version.get("schema") or {}).get("openAPIV3Schema"):
+            self._schemas[res] = schema
+
+    def _decoded(
+        self,
+        res: kmock.resource,
+        info: kmock.ResourceInfo,
+        body: Any,
+        field_validation: str,
+        *,
+        update: bool,
+    ) -> Body:
+        """A copy of a request's object as the API server decodes it: a type that does not
+        match the endpoint, or ObjectMeta of the wrong shape, is a 400; unknown fields
+        (in ObjectMeta; in a custom resource, outside its schema) are pruned, with a
+        warning (fieldValidation Warn, the default), silently (Ignore), or refused (Strict).
+        ``update``: the object of a patch, whose type a custom resource's update validation
+        checks (422)."""
+        if not isinstance(body, dict):
+            raise _bad_request("the body must be a JSON object")
+        obj = copy.deepcopy(body)  # pruning must not touch what a merge patch shares
+        self._check_type(res, info, obj, update=update)
+        unknown: list[str] = []
+        obj["metadata"] = _object_meta(res, info, obj.get("metadata"), unknown)
+        if res in self._schemas:
+            unknown += _prune(obj, self._schemas[res])
+        if unknown and field_validation == "Strict":
+            fields = ", ".join(f'unknown field "{path}"' for path in unknown)
+            raise _undecodable(res, info, f"strict decoding error: {fields}")
+        if field_validation == "Warn":
+            self.warnings.extend(f'unknown field "{path}"' for path in unknown)
+        return obj
+
+    def _check_type(
+        self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body, *, update: bool
+    ) -> None:
+        """apiVersion and kind against the endpoint's. Built-in types take them from the
+        endpoint when absent; a custom resource's body must carry both."""
+        api_version, kind = _api_version(res), _kind(res, info)
+        custom = res in self._custom
+        given_version, given_kind = obj.get("apiVersion"), obj.get("kind")
+        if update and custom and (given_version, given_kind) != (api_version, kind):
+            causes = [
+                (field, f"Invalid value: {json.dumps(given)}: must be {expected}")
+                for field, given, expected in (
+                    ("kind", given_kind, kind),
+                    ("apiVersion", given_version, api_version),
+                )
+                if given != expected
+            ]
+            raise _invalid(res, info, _name_of(obj), causes)
+        if custom and given_kind is None:
+            raise _undecodable(res, info, "Object 'Kind' is missing", kind_known=False)
+        if given_kind is not None and given_kind != kind:
+            if custom:
+                cause = ("kind", f"Invalid value: {json.dumps(given_kind)}: must be {kind}")
+                raise _invalid(res, info, _name_of(obj), [cause])
+            raise _bad_request(
+                f"{given_kind} in version {json.dumps(res.version)} cannot be handled as a"
+                f" {kind}: no kind {json.dumps(given_kind)} is registered for version"
+                f" {json.dumps(api_version)}"
+            )
+        if (custom or given_version is not None) and given_version != api_version:
+            shown = given_version if isinstance(given_version, str) else json.dumps(given_version)
+            raise _bad_request(
+                f"the API version in the data ({'' if given_version is None else shown}) does"
+                f" not match the expected API version ({api_version})"
+            )
 
     def _validated(self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body) -> Body:
         if res.group == "" and res.plural == "secrets" and "stringData" in obj:
@@ -773,11 +926,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         body: Any,
         *,
         subresource: str | None,
+        field_validation: str,
     ) -> Body:
         name = stored["metadata"]["name"]
-        if not isinstance(body, dict):
-            raise _bad_request("the body must be a JSON object")
-        metadata = body.get("metadata") or {}
+        body = self._decoded(res, info, body, field_validation, update=False)
+        metadata = body["metadata"]
         if metadata.get("name") not in (None, name):
             raise _bad_request(
                 f"the name of the object ({metadata['name']}) does not match the name on the URL"
@@ -800,6 +953,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         *,
         content_type: str,
         subresource: str | None,
+        field_validation: str,
     ) -> Body:
         media_type = content_type.split(";", maxsplit=1)[0].strip()
         if media_type == PATCH_TYPES["json"]:
@@ -827,6 +981,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 + ", ".join(accepted),
                 {},
             )
+        if not isinstance(candidate, dict) or deeper_than(candidate, MAX_JSON_DEPTH):
+            raise _bad_request("the patched object is not a JSON object of a bounded depth")
+        candidate = self._decoded(res, info, candidate, field_validation, update=True)
         return self._update(res, info, stored, candidate, subresource=subresource)
 
     def _update(
@@ -854,6 +1011,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         if subresource == "status":
             new = copy.deepcopy(stored)
             _keep(new, candidate, "status")
+            new = self._validated(res, info, new)
         else:
             new = copy.deepcopy(candidate)
             metadata = new["metadata"] = dict(new.get("metadata") or {})
@@ -870,6 +1028,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     "Forbidden: no new finalizers can be added if the object is being deleted",
                 )
                 raise _invalid(res, info, name, [cause])
+            if causes := _label_problems(metadata):
+                raise _invalid(res, info, name, causes)
             if res == PODS and _pod_spec_essence(new, stored) != _pod_spec_essence(stored, stored):
                 cause = (
                     "spec",
@@ -1190,19 +1350,163 @@ def spark_checkpoint_api(**options: Any) -> EmulatedApiServer:
 # --- helpers ------------------------------------------------------------------------------
 
 
-def _json(payload: Body, status: int = 200) -> rendering.Response:
-    return rendering.Response(status=status, headers=_JSON_HEADERS, payload=_dumps(payload))
+def _json(payload: Body, status: int = 200, warnings: Sequence[str] = ()) -> rendering.Response:
+    # RFC 7234 warn-code 299, as the API server sends them. kmock merges a response's headers
+    # into its fallback reaction, which serves every request: None unsets an older warning.
+    warning = ", ".join(f"299 - {json.dumps(text)}" for text in warnings) or None
+    headers: dict[str, str | None] = {**_JSON_HEADERS, "Warning": warning}
+    return rendering.Response(status=status, headers=headers, payload=_dumps(payload))
 
 
 def _dumps(payload: Body) -> bytes:
     return json.dumps(payload).encode("utf-8")
 
 
-def _json_or_none(body: bytes) -> Any:
-    try:
-        return json.loads(body) if body else None
-    except ValueError:
+def _json_body(body: bytes) -> Any:
+    """A request body decoded as the API server's JSON decoder does: a number is an int64
+    or else a float64 (one that fits neither is an error), NaN and Infinity are not JSON,
+    and nesting is bounded (MAX_JSON_DEPTH here). None for an empty body."""
+    if not body:
         return None
+    try:
+        data = json.loads(
+            body, parse_int=_go_number, parse_float=_go_float, parse_constant=_no_constant
+        )
+    except RecursionError:
+        raise _bad_request(f"exceeded max depth of {MAX_JSON_DEPTH}") from None
+    except ValueError as error:  # UnicodeDecodeError too
+        raise _bad_request(f"invalid JSON: {str(error)[:200]}") from None
+    if deeper_than(data, MAX_JSON_DEPTH):
+        raise _bad_request(f"exceeded max depth of {MAX_JSON_DEPTH}")
+    return data
+
+
+def _go_number(text: str) -> int | float:
+    number = int(text)
+    return number if number in _INT64 else _go_float(text)
+
+
+def _go_float(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return number
+
+
+def _no_constant(text: str) -> Any:
+    raise ValueError(f"invalid character {text[:1]!r} looking for beginning of value")
+
+
+def _object_meta(
+    res: kmock.resource, info: kmock.ResourceInfo, metadata: Any, unknown: list[str]
+) -> Body:
+    """ObjectMeta as Go decodes it: a field of the wrong JSON type is a 400, null is
+    absent, and an unknown field is dropped (its path added to ``unknown``)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, dict):
+        raise _undecodable(
+            res,
+            info,
+            f"json: cannot unmarshal {_json_type(metadata)} into Go struct field"
+            f" {_kind(res, info)}.metadata of type v1.ObjectMeta",
+        )
+    decoded = {}
+    for key, value in metadata.items():
+        go_type = _OBJECT_META_TYPES.get(key)
+        if go_type is None:
+            unknown.append(f"metadata.{key}")
+        elif value is not None:
+            if not _decodes_as(value, go_type):
+                raise _undecodable(
+                    res,
+                    info,
+                    f"json: cannot unmarshal {_json_type(value)} into Go struct field"
+                    f" ObjectMeta.metadata.{key} of type {go_type}",
+                )
+            decoded[key] = value
+    return decoded
+
+
+def _label_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """ObjectMeta validation of labels and annotations, as on every object: keys are
+    qualified names, label values at most 63 characters of a restricted alphabet."""
+    causes = []
+    for field in ("labels", "annotations"):
+        for key, value in (metadata.get(field) or {}).items():
+            if not go_regex(QUALIFIED_NAME_PATTERN).search(key):
+                causes.append(
+                    (f"metadata.{field}", f"Invalid value: {json.dumps(key)}: not a qualified name")
+                )
+            elif field == "labels" and not go_regex(LABEL_VALUE_PATTERN).search(value or ""):
+                causes.append(
+                    (
+                        f"metadata.{field}",
+                        f"Invalid value: {json.dumps(value)}: not a valid label value",
+                    )
+                )
+    return causes
+
+
+def _name_of(obj: Body) -> str:
+    """The name of a body not decoded yet, for a message."""
+    metadata = obj.get("metadata")
+    name = metadata.get("name") if isinstance(metadata, dict) else None
+    return name if isinstance(name, str) else ""
+
+
+def _decodes_as(value: Any, go_type: str) -> bool:
+    match go_type:
+        case "string":
+            return isinstance(value, str)
+        case "int64":
+            return isinstance(value, int) and not isinstance(value, bool)
+        case "map[string]string":
+            return isinstance(value, dict) and all(
+                isinstance(item, str | None) for item in value.values()
+            )
+        case "[]string":
+            return isinstance(value, list) and all(isinstance(item, str) for item in value)
+        case _:  # a list of objects
+            return isinstance(value, list) and all(isinstance(item, dict) for item in value)
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return {str: "string", list: "array", dict: "object"}.get(type(value), "value")
+
+
+def _prune(obj: Body, schema: Mapping[str, Any]) -> list[str]:
+    """Drop what a CRD's structural schema does not specify, in place, as the API server
+    prunes (apiVersion, kind and metadata at the root are its own); returns the paths."""
+    unknown: list[str] = []
+    for key in [key for key in obj if key not in ("apiVersion", "kind", "metadata")]:
+        unknown += _prune_value(obj, key, schema, "")
+    return unknown
+
+
+def _prune_value(parent: Any, key: Any, schema: Mapping[str, Any], path: str) -> list[str]:
+    value = parent[key]
+    field_path = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}".lstrip(".")
+    properties = schema.get("properties", {})
+    additional = schema.get("additionalProperties")
+    if isinstance(parent, dict) and key not in properties and not isinstance(additional, dict):
+        if schema.get("x-kubernetes-preserve-unknown-fields") or additional is True:
+            return []
+        del parent[key]
+        return [field_path]
+    child = properties.get(key, additional) if isinstance(parent, dict) else schema
+    unknown: list[str] = []
+    if isinstance(value, dict):
+        for name in list(value):
+            unknown += _prune_value(value, name, child, field_path)
+    elif isinstance(value, list) and isinstance(child.get("items"), dict):
+        for index in range(len(value)):
+            unknown += _prune_value(value, index, child["items"], field_path)
+    return unknown
 
 
 def _parse_path(path: str) -> parsing.ParsedPath:
@@ -1407,6 +1711,19 @@ def _resource_not_found() -> kmock.KubernetesError:
 
 def _bad_request(message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(400, "BadRequest", message, {})
+
+
+def _undecodable(
+    res: kmock.resource, info: kmock.ResourceInfo, why: str, *, kind_known: bool = True
+) -> kmock.KubernetesError:
+    """400 for a body that does not decode into the endpoint's type, worded as the API
+    server words it."""
+    kind = _kind(res, info)
+    if kind_known:
+        return _bad_request(
+            f"{kind} in version {json.dumps(res.version)} cannot be handled as a {kind}: {why}"
+        )
+    return _bad_request(f"the object provided is unrecognized (must be of type {kind}): {why}")
 
 
 def _conflict(res: kmock.resource, name: str, why: str) -> kmock.KubernetesError:

@@ -52,7 +52,8 @@ class SimulatedAgent:
     tasks acknowledge after a random delay; a stop-with-savepoint ends the driver.
 
     Its status ``version`` counts the changes (`changed`), plus one once a bounded query
-    has finished (that happens at a time, not on a request)."""
+    has finished and one once a restored query is past restoring (those happen at a time,
+    not on a request)."""
 
     token: str
     attempt: int
@@ -61,6 +62,9 @@ class SimulatedAgent:
     ack_delay: tuple[float, float]
     finish_after: int | None  # batches of a bounded input, None for unbounded
     started: float
+    # A restored query reports "restoring" (no snapshot task running) this long, as a real
+    # driver does until its query got past the image.
+    restore_seconds: float = 0.0
     exit_code: int | None = None
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
     notified_batch: int | None = None
@@ -98,17 +102,18 @@ class SimulatedAgent:
     def status(self, now: float) -> dict[str, Any]:
         batch = self.batch(now)
         finished = self.finished(now)
+        restoring = self.restored_from is not None and now - self.started < self.restore_seconds
         return {
             "apiVersion": "v1",
-            "version": self.changes + finished,
+            "version": self.changes + finished + (self.restored_from is not None and not restoring),
             "attempt": self.attempt,
             "query": {
-                "state": "finished" if finished else "running",
+                "state": "restoring" if restoring else "finished" if finished else "running",
                 "message": "",
                 "lastCommittedBatch": batch,
             },
             "tasks": list(TASKS),
-            "allTasksRunning": True,
+            "allTasksRunning": not restoring,
             "awaitingFinalCheckpoint": finished
             and (self.notified_batch is None or self.notified_batch < batch),
             "restoredFrom": None
@@ -131,8 +136,10 @@ class SimulatedAgents:
         batch_seconds: float = 0.5,
         ack_delay: tuple[float, float] = (0.01, 0.2),
         finish_after: int | None = None,
+        restore_seconds: float = 0.0,
     ) -> None:
         self.port = port
+        self.restore_seconds = restore_seconds
         self.batch_seconds = batch_seconds
         self.ack_delay = ack_delay
         self.finish_after = finish_after
@@ -150,6 +157,7 @@ class SimulatedAgents:
             ack_delay=self.ack_delay,
             finish_after=self.finish_after,
             started=loop.time(),
+            restore_seconds=self.restore_seconds,
         )
         self.agents[ip] = agent
         return agent
@@ -205,7 +213,8 @@ class SimulatedAgents:
             remaining = deadline - loop.time()
             if after is None or status["version"] != after or remaining <= 0:
                 return web.json_response(status)
-            await agent.wait_for_change(remaining)
+            # In slices: a bounded query's end and a restore's end happen at a time.
+            await agent.wait_for_change(min(remaining, 0.5))
             agent = self._running(request)  # a driver that ended drops the connection
 
     async def _trigger(self, request: web.Request) -> web.Response:

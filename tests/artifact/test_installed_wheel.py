@@ -1,0 +1,195 @@
+"""The artifact, not the checkout: the wheel is built as a user or the image builds it (build
+isolation, so a current setuptools from PyPI), installed into a fresh virtual environment
+outside the checkout, and used from a directory outside the checkout, so nothing here can
+import the repository's code. The runtime dependencies are installed at the image's pins
+(the Dockerfile's deps stage, as the Makefile does), from pip's cache when it has them.
+
+About 40-90 s here: the build and the environment take about 25 s, the rest is one
+coordinated word count on real PySpark.
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import zipfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CRD = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+EXAMPLE = ROOT / "examples" / "wordcount"
+# The Makefile's pattern for the Dockerfile's pins (its deps stage is the lock).
+PIN = re.compile(r"^[ \t]+([A-Za-z0-9._-]+==[^\s\\]+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Installed:
+    wheel: Path
+    venv: Path
+    workdir: Path  # outside the checkout; every command runs here
+
+    def bin(self, name: str) -> str:
+        return str(self.venv / "bin" / name)
+
+    def run(self, *command: str, timeout: float) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            command,
+            cwd=self.workdir,
+            env=_clean_environment(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+
+def _clean_environment() -> dict[str, str]:
+    """This process's environment without what could point Python at the checkout."""
+    environment = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("PYTHON", "VIRTUAL_ENV", "PYTEST"))
+    }
+    environment["PYTHONNOUSERSITE"] = "1"
+    return environment
+
+
+def _checkout_files() -> Iterator[Path]:
+    """The files a fresh clone has (tracked, or new and not ignored), relative to ROOT."""
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    for name in listed.stdout.decode().split("\0"):
+        if name and (ROOT / name).is_file():
+            yield Path(name)
+
+
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
+    base = tmp_path_factory.mktemp("artifact")
+    assert not base.resolve().is_relative_to(ROOT), "the work must happen outside the checkout"
+    source = base / "clone"  # what a fresh clone has, symlinks kept as links
+    for name in _checkout_files():
+        (source / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, source / name, follow_symlinks=False)
+    wheels = base / "wheels"
+    pip = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+    subprocess.run(
+        [*pip, "wheel", "--quiet", "--no-deps", "--wheel-dir", str(wheels), str(source)],
+        check=True,
+        timeout=300,
+    )
+    (wheel,) = wheels.glob("*.whl")
+
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    pins = base / "runtime-pins.txt"
+    pins.write_text("\n".join(PIN.findall((ROOT / "Dockerfile").read_text())) + "\n")
+    subprocess.run(
+        [
+            *(str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"),
+            *("--disable-pip-version-check", "--constraint", str(pins), f"{wheel}[spark]"),
+        ],
+        check=True,
+        timeout=600,
+    )
+    workdir = base / "work"
+    workdir.mkdir()
+    return Installed(wheel, venv, workdir)
+
+
+def test_the_wheel_ships_the_crd_byte_identical_to_crds(installed: Installed) -> None:
+    with zipfile.ZipFile(installed.wheel) as wheel:
+        packaged = wheel.read(f"spark_checkpoint_operator/{CRD.name}")
+
+    assert packaged == CRD.read_bytes()
+
+
+def test_the_operator_validates_a_spec_from_the_installed_package(installed: Installed) -> None:
+    """Through the function the Kopf daemon validates every job's spec with."""
+    valid = {
+        "image": "ghcr.io/spark-checkpoint/spark:0.1.0",
+        "application": {
+            "mainFile": "local:///opt/spark-checkpoint/examples/wordcount/pipeline.py",
+            "sparkConf": {"spark.master": "local[2]"},
+        },
+        "checkpointing": {"interval": "30s", "storage": "s3a://bucket/checkpoints"},
+    }
+    invalid = {**valid, "checkpointing": {**valid["checkpointing"], "interval": "soon"}}
+    script = textwrap.dedent(
+        """
+        import json, sys
+        import spark_checkpoint_operator
+        from spark_checkpoint_operator.kubernetes.controller import _validated
+
+        def body(spec):
+            metadata = {"name": "orders", "namespace": "streaming"}
+            return {"metadata": metadata, "spec": spec}
+
+        valid, invalid = (json.loads(a) for a in sys.argv[1:])
+        manifest, problem = _validated(body(valid))
+        rejected, reason = _validated(body(invalid))
+        print(json.dumps({
+            "package": list(spark_checkpoint_operator.__path__),
+            "valid": [manifest is not None, problem],
+            "invalid": [rejected is None, reason],
+        }))
+        """
+    )
+
+    result = installed.run(
+        installed.bin("python"),
+        "-c",
+        script,
+        json.dumps(valid),
+        json.dumps(invalid),
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stderr
+    verdict = json.loads(result.stdout)
+    assert all(Path(p).is_relative_to(installed.venv) for p in verdict["package"]), verdict
+    assert verdict["valid"] == [True, None]
+    accepted, reason = verdict["invalid"]
+    assert accepted and "spec.checkpointing.interval" in reason, reason
+
+
+@pytest.mark.spark
+def test_spark_checkpoint_run_of_the_example_ends_verified(installed: Installed) -> None:
+    """The reference job as the README runs it, with the installed command, then the ground
+    truth check the demo makes."""
+    example = installed.workdir / "wordcount"
+    shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("data", "__pycache__"))
+    python = installed.bin("python")
+    generated = installed.run(
+        *(python, str(example / "generate_input.py"), str(example / "data" / "input")),
+        *("--files", "3", "--lines", "200", "--seed", "1"),
+        timeout=60,
+    )
+    assert generated.returncode == 0, generated.stderr
+
+    run = installed.run(
+        *(installed.bin("spark-checkpoint"), "run", str(example / "job.yaml")),
+        *("--state-dir", str(installed.workdir / "state")),
+        timeout=600,
+    )
+
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert re.search(r"checkpoint \d+ complete:", run.stdout), run.stdout
+    checked = installed.run(
+        *(python, str(example / "ground_truth.py")),
+        *(str(example / "data" / "input"), str(example / "data" / "output")),
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr

@@ -1,0 +1,106 @@
+"""Every benchmark runs in its quick mode, so none can rot unnoticed: each is started as a user
+starts it (its script, `--quick`), writes its result file into a temporary directory, and the
+file must hold the numbers the benchmark exists to measure. The numbers themselves are not
+judged here (a shared CI machine measures nothing reliably).
+
+About 20-45 s each here (a JVM start, or the operator and its simulated cluster).
+"""
+
+import json
+import math
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _positive(value: Any) -> bool:
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def _check_throughput(result: dict[str, Any]) -> None:
+    assert result["parameters"]["pairs"] == 1
+    assert sorted(run["mode"] for run in result["runs"]) == ["coordinated", "plain"]
+    for mode in ("coordinated", "plain"):
+        assert _positive(result[f"{mode}_rows_per_second"]["median"])
+        assert _positive(result[f"{mode}_batch_seconds_median"]["median"])
+    (coordinated,) = [run for run in result["runs"] if run["mode"] == "coordinated"]
+    assert coordinated["checkpoints_completed"] >= 1
+    assert _positive(result["paired_ratio"]["median"])
+    assert isinstance(result["target_met"], bool)
+
+
+def _check_incremental(result: dict[str, Any]) -> None:
+    checkpoints = result["checkpoints"]
+    assert len(checkpoints) == sum(batches for _keys, batches in result["parameters"]["stages"])
+    for row in checkpoints:
+        assert _positive(row["new_state_bytes"])
+        for mode in ("incremental", "incremental-copy", "full"):
+            assert _positive(row["bytes"][mode]) and _positive(row["seconds"][mode])
+    assert _positive(result["ratio_incremental_to_new_state_after_first"]["median"])
+    assert isinstance(result["target_met_all_after_first"], bool)
+
+
+def _check_restore_time(result: dict[str, Any]) -> None:
+    assert sorted(run["mode"] for run in result["runs"]) == ["ours", "spark"]
+    for key in ("spark_seconds", "ours_seconds", "ours_restore_seconds", "paired_ratio"):
+        assert _positive(result[key]["median"]), key
+    assert result["parameters"]["image_files"] > 0
+    assert isinstance(result["target_met"], bool)
+
+
+def _check_operator_scale(result: dict[str, Any]) -> None:
+    assert result["jobs"] == 20
+    assert result["checkpoints"]["completed"] > 0
+    assert result["triggers"]["slots"] > 0
+    assert set(result["triggers"]["lateness"]) >= {"p50", "p99", "max"}
+    assert _positive(result["operator"]["rss_mib_max"])
+    assert result["operator"]["cpu_cores"] >= 0
+    assert _positive(result["api"]["requests_per_s"])
+
+
+BENCHMARKS_CHECKED: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
+    # script: (result file, check)
+    "throughput": ("throughput-quick.json", _check_throughput),
+    "incremental": ("incremental-quick.json", _check_incremental),
+    "restore_time": ("restore_time-quick.json", _check_restore_time),
+    "operator_scale": ("operator_scale-20x5s-quick.json", _check_operator_scale),
+}
+
+
+def test_every_benchmark_is_checked() -> None:
+    scripts = {p.stem for p in BENCHMARKS.glob("*.py") if not p.name.startswith("_")}
+    assert scripts == set(BENCHMARKS_CHECKED)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param("throughput", marks=pytest.mark.spark),
+        pytest.param("incremental", marks=pytest.mark.spark),
+        pytest.param("restore_time", marks=pytest.mark.spark),
+        "operator_scale",
+    ],
+)
+def test_the_quick_mode_produces_its_results(name: str, tmp_path: Path) -> None:
+    result_file, check = BENCHMARKS_CHECKED[name]
+
+    run = subprocess.run(
+        [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--results-dir", str(tmp_path)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert [p.name for p in tmp_path.glob("*.json")] == [result_file]
+    result = json.loads((tmp_path / result_file).read_text())
+    assert result.get("quick", True) is True
+    check(result)

@@ -1,0 +1,96 @@
+"""What a clean finish of bounded input tells the user: its final checkpoint, and no
+failure. The agent behaves as a real one at the end: it reports the exhausted input, and
+once told of the final checkpoint its driver exits, cutting the completion call short and
+leaving the agent unreachable while the JVM stops."""
+
+import asyncio
+from typing import Any
+
+from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint_operator.agent_client import AgentUnavailable
+from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
+
+JVM_SHUTDOWN_SECONDS = 1.5
+
+
+class FinishingAgent(FakeAgent):
+    def __init__(self) -> None:
+        super().__init__()
+        self.exhausted = False
+        self.notified: int | None = None
+        self.driver: FakeDriver | None = None
+
+    def _status(self) -> dict[str, Any]:
+        document = super()._status()
+        if self.exhausted:
+            document["query"]["state"] = "finished"
+            document["awaitingFinalCheckpoint"] = (
+                self.notified is None or self.notified < self.batch
+            )
+        return document
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await super().complete(checkpoint_id, batch_id)
+        self.notified = batch_id
+        if self.exhausted and batch_id >= self.batch:
+            # The driver got it and exits before the answer is written.
+            self.reachable = False
+            asyncio.get_running_loop().call_later(JVM_SHUTDOWN_SECONDS, self._exit)
+            raise AgentUnavailable("Connection reset by peer")
+
+    def _exit(self) -> None:
+        assert self.driver is not None
+        self.driver.code = DriverExit.FINISHED
+
+
+class FinishingLauncher(FakeLauncher):
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = FakeDriver(FinishingAgent())
+        driver.agent.driver = driver
+        self.drivers.append(driver)
+        return driver
+
+
+def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead() -> None:
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        launcher = FinishingLauncher()
+
+        async def save(record: JobRecord) -> None:
+            return None
+
+        supervisor = JobSupervisor(
+            # Periodic checkpoints as often as they can go: one is due while the driver exits.
+            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=save,
+            record=JobRecord(),
+            report=notices.append,
+        )
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, FinishingAgent)
+        agent.batch += 1  # the last batch: the checkpoints so far do not cover it
+        agent.exhausted = True
+        return await run
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    lines = [notice.message for notice in notices]
+    assert [n for n in notices if n.level is Level.WARNING] == [], "\n".join(lines)
+    assert not [line for line in lines if "failed" in line or "not delivered" in line], lines
+    final = next(n for n in notices if "(final)" in n.message)
+    assert final.reason == "CheckpointCompleted"
+    final_id = final.message.split()[1]
+    assert (
+        f"the driver did not confirm the completion of checkpoint {final_id} (Connection reset "
+        f"by peer); nothing is lost: checkpoint {final_id} is registered, and sinks commit up "
+        "to it when a driver restores it"
+    ) in lines
+    assert lines[-1] == "job finished"

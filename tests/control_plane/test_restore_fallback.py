@@ -1,0 +1,238 @@
+"""Restore fallback in the supervisor, against scripted drivers: a driver that exits
+RESTORE_UNUSABLE makes the next attempt restore the previous image (not a retry of the
+restart policy); the image is never restored again, also after a runtime restart; with no
+image left the job fails with that reason. ``counts.restored`` counts only restores the
+query got past."""
+
+import asyncio
+from typing import Any
+
+from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.status import render_status
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
+
+
+class RestoringAgent(FakeAgent):
+    """Reports the restore its driver did, and the query as restoring (no task running)
+    until it committed a batch past its image, as the driver's agent does."""
+
+    restored: dict[str, Any] | None = None
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.long_polls = False  # its state changes are not versioned: asked every interval
+
+    def _status(self) -> dict[str, Any]:
+        document = super()._status() | {"restoredFrom": self.restored}
+        if self.restored is not None and self.batch <= self.restored["batchId"]:
+            document["query"] = document["query"] | {"state": "restoring"}
+            document["allTasksRunning"] = False
+        return document
+
+
+class RestoringLauncher(FakeLauncher):
+    """Its drivers restore the first candidate, at the batch the fake agent is at."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agent_class = RestoringAgent
+
+    async def launch(self, attempt: int, restore: list[str]) -> Any:
+        driver = await super().launch(attempt, restore)
+        agent: RestoringAgent = driver.agent
+        if restore:
+            agent.restored = {"source": restore[0], "batchId": agent.batch, "skipped": []}
+        return driver
+
+
+def _supervisor(
+    launcher: FakeLauncher,
+    *,
+    policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
+    max_retries: int = 1,
+    record: JobRecord | None = None,
+) -> tuple[JobSupervisor, list[Notice]]:
+    notices: list[Notice] = []
+
+    async def save(record: JobRecord) -> None:
+        return None
+
+    supervisor = JobSupervisor(
+        config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0, retained=2),
+        restart_policy=RestartPolicySpec(policy, max_retries, 0.01, 0.05),
+        launcher=launcher,
+        janitor=NoJanitor(),
+        save=save,
+        record=record or JobRecord(),
+        report=notices.append,
+    )
+    return supervisor, notices
+
+
+async def _checkpoints_then_crash(launcher: FakeLauncher, count: int) -> None:
+    """The first driver completes ``count`` checkpoints, then dies (an ordinary failure)."""
+    await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= count)
+    launcher.drivers[0].agent.reachable = False  # no checkpoint after these
+    launcher.drivers[0].code = DriverExit.FAILED
+
+
+async def _next_driver(launcher: FakeLauncher, index: int) -> FakeAgent:
+    await until(lambda: len(launcher.drivers) > index)
+    agent: FakeAgent = launcher.drivers[index].agent
+    return agent
+
+
+def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> None:
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[Notice], list[int]]:
+        launcher = RestoringLauncher()
+        # maxRetries 1: the failure of attempt 1 uses it up, so only a fallback that is
+        # not counted as a retry lets attempt 3 run.
+        supervisor, notices = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 2)
+        await _next_driver(launcher, 1)
+        await until(lambda: supervisor.record.restored_from is not None)
+        restores_while_failing = supervisor.record.restores
+        launcher.drivers[1].agent.reachable = False
+        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
+        third = await _next_driver(launcher, 2)
+        await until(lambda: third.status_requests > 0)
+        third.batch += 1  # the restored query commits a batch: its restore worked
+        await until(lambda: supervisor.record.restores == 1)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return supervisor, launcher, notices, [restores_while_failing]
+
+    supervisor, launcher, notices, (restores_while_failing,) = asyncio.run(scenario())
+    newest, previous = launcher.restores[1][:2]
+    assert launcher.restores[2][0] == previous, "attempt 3 restores the previous image"
+    assert newest not in launcher.restores[2]
+    record = supervisor.record
+    assert [e["source"] for e in record.unrestorable] == [newest]
+    assert record.unrestorable[0]["attempt"] == 2
+    assert record.failed_restores == 1
+    assert restores_while_failing == 0, "a restore is counted only once the query got past it"
+    assert record.restores == 1
+    failed = [n for n in notices if n.reason == "RestoreFailed"]
+    assert [n.message.split(": ")[0] for n in failed] == [f"{newest} cannot be restored"]
+    assert failed[0].message.endswith(f"; falling back to {previous}")
+    assert "its restored query failed in attempt 2 before committing a batch" in failed[0].message
+    status = render_status(record, now=0.0)
+    assert status["counts"]["restored"] == 1
+    assert status["counts"]["failedRestores"] == 1
+    assert status["unrestorable"][0]["source"] == newest
+
+
+def test_a_failed_restore_falls_back_even_with_restart_policy_never() -> None:
+    async def scenario() -> tuple[TerminalOutcome, FakeLauncher]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, policy=RestartPolicyType.NEVER)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].agent.reachable = False
+        launcher.drivers[0].code = DriverExit.RESTORE_UNUSABLE  # a fresh start: nothing to mark
+        return await run, launcher
+
+    ended, launcher = asyncio.run(scenario())
+    assert ended is TerminalOutcome.FAILED, "without a restore, exit 5 is an ordinary failure"
+    assert len(launcher.drivers) == 1
+
+    async def restored() -> tuple[TerminalOutcome, FakeLauncher, JobSupervisor]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, policy=RestartPolicyType.ALWAYS)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 2)
+        await _next_driver(launcher, 1)
+        supervisor._restart_policy = RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05)
+        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
+        third = await _next_driver(launcher, 2)
+        third.reachable = False
+        launcher.drivers[2].code = DriverExit.FAILED
+        return await run, launcher, supervisor
+
+    ended, launcher, supervisor = asyncio.run(restored())
+    assert len(launcher.drivers) == 3, "the fallback ran although restartPolicy is Never"
+    assert ended is TerminalOutcome.FAILED
+    assert "restartPolicy is Never" in supervisor.record.message
+
+
+def test_with_every_image_unrestorable_the_job_fails_with_that_reason() -> None:
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
+        launcher = FakeLauncher()  # its agents never answer: the driver dies at restore
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 2)
+        registered = len(supervisor._coordinator.restore_candidates())
+        for index in range(1, registered + 1):
+            agent = await _next_driver(launcher, index)
+            agent.reachable = False
+            launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+        return await run, supervisor, launcher
+
+    ended, supervisor, launcher = asyncio.run(scenario())
+    assert ended is TerminalOutcome.FAILED
+    images = launcher.restores[1]
+    assert len(images) >= 2
+    # Each attempt restores the next older image; none is tried twice.
+    assert [restore[0] for restore in launcher.restores[1:]] == images
+    message = supervisor.record.message
+    assert message.startswith("no restorable image left: ")
+    for image in images:
+        assert f"{image}: its restored query failed in attempt" in message
+
+
+def test_an_unrestorable_image_stays_so_after_a_runtime_restart() -> None:
+    async def first_run() -> tuple[dict[str, Any], list[str]]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=3)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 2)
+        await _next_driver(launcher, 1)
+        await until(lambda: supervisor.record.restored_from is not None)
+        launcher.drivers[1].agent.reachable = False
+        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
+        await _next_driver(launcher, 2)
+        await until(lambda: bool(supervisor.record.unrestorable))
+        status = render_status(supervisor.record, now=0.0)
+        run.cancel()  # the runtime stops (an operator restart); the status is what remains
+        await asyncio.gather(run, return_exceptions=True)
+        return status, launcher.restores[1]
+
+    status, first_candidates = asyncio.run(first_run())
+
+    async def second_run() -> list[str]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return launcher.restores[0]
+
+    candidates = asyncio.run(second_run())
+    assert first_candidates[0] not in candidates
+    assert candidates[0] == first_candidates[1]
+
+
+def test_a_restored_attempt_that_fails_before_committing_is_not_counted() -> None:
+    async def scenario() -> JobSupervisor:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=5)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 1)
+        await _next_driver(launcher, 1)
+        await until(lambda: supervisor.record.restored_from is not None)
+        launcher.drivers[1].code = DriverExit.FAILED  # an ordinary failure, no progress
+        third = await _next_driver(launcher, 2)
+        await until(lambda: third.status_requests > 0)
+        launcher.drivers[2].code = DriverExit.FINISHED  # nothing left to run: a clean end
+        await run
+        return supervisor
+
+    supervisor = asyncio.run(scenario())
+    assert supervisor.record.restores == 1
+    assert supervisor.record.unrestorable == []
+    assert supervisor.record.failed_restores == 0

@@ -1,0 +1,506 @@
+"""What the coordinator records and says: the outcome history, the persisted form of every
+field, the messages of aborts, declines and refused settings. Written against the
+mutants that survived the other tests (docs/testing.md)."""
+
+import re
+
+import pytest
+
+from helpers.coordinator import START, TASKS, Harness, of_type
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    AfterCompletion,
+    CheckpointFinalized,
+    CheckpointKind,
+    CheckpointOutcome,
+    CompletedCheckpoint,
+    CoordinatorConfig,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    FailureReason,
+    FinalizationFailed,
+    FinalizeCheckpoint,
+    InvalidPersistedState,
+    JobPhase,
+    JobPhaseChanged,
+    JobTerminated,
+    NotifyCheckpointComplete,
+    OutcomeStatus,
+    PersistedState,
+    PersistState,
+    RequestDeclined,
+    RequestOrigin,
+    RetentionPolicy,
+    SavepointHistoryLimits,
+    TaskAck,
+    TaskAcknowledged,
+    TaskDeclined,
+    TasksReported,
+    TerminalOutcome,
+    TriggerCheckpoint,
+    TriggerDeliveryFailed,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.coordinator.completed import (
+    CompletedCheckpointStore,
+    SavepointHistory,
+)
+from spark_checkpoint_operator.coordinator.state import format_time
+
+
+def _abort_message(harness: Harness, event: object) -> AbortCheckpoint:
+    (abort,) = of_type(harness.send(event), AbortCheckpoint)  # type: ignore[arg-type]
+    return abort
+
+
+def test_the_history_records_each_outcome_with_its_times_and_details() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, timeout=30.0, tolerable_failures=5))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.clock.now += 2.0
+    harness.ack_all(1, batch_id=0)
+    harness.send(CheckpointFinalized(1, "file:///store/chk-1", 0))
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="nonce-7"))
+    harness.advance(31.0)  # the savepoint expires
+    state = harness.coordinator.persisted_state
+
+    assert state.history == (
+        CheckpointOutcome(
+            checkpoint_id=1,
+            kind=CheckpointKind.CHECKPOINT,
+            status=OutcomeStatus.COMPLETED,
+            trigger_time=START,
+            end_time=START + 2.0,
+            batch_id=0,
+            size_bytes=0,
+        ),
+        CheckpointOutcome(
+            checkpoint_id=2,
+            kind=CheckpointKind.SAVEPOINT,
+            status=OutcomeStatus.FAILED,
+            trigger_time=START + 2.0,
+            end_time=START + 33.0,
+            reason=FailureReason.EXPIRED,
+            message="",
+        ),
+    )
+    assert (state.completed_count, state.failed_count) == (1, 1)
+    (checkpoint,) = state.checkpoints
+    assert (checkpoint.batch_id, checkpoint.size_bytes, checkpoint.label) == (0, 0, "")
+    assert PersistedState.from_dict(state.to_dict()) == state
+
+
+def test_counts_and_history_accumulate_and_the_history_is_bounded() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, history_size=3, tolerable_failures=5))
+    harness.start()
+    for checkpoint_id in (1, 2, 3, 4):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+        harness.send(TaskDeclined(checkpoint_id, "logs", f"boom {checkpoint_id}"))
+    state = harness.coordinator.persisted_state
+    assert state.failed_count == 4
+    assert [o.message for o in state.history] == ["logs: boom 2", "logs: boom 3", "logs: boom 4"]
+
+    rebuilt = Harness(harness.config, state=state, clock=harness.clock)
+    rebuilt.start()
+    rebuilt.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    rebuilt_id = rebuilt.coordinator.pending[0].checkpoint_id
+    rebuilt.complete(rebuilt_id)
+    history = rebuilt.coordinator.persisted_state.history
+    assert [o.checkpoint_id for o in history] == [3, 4, rebuilt_id]
+
+
+def test_a_full_state_round_trips_and_its_times_are_rfc3339_utc() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, tolerable_failures=5))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(1, batch_id=0)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(FinalizationFailed(2, "permission denied"))
+    harness.send(JobTerminated(TerminalOutcome.FAILED))
+    state = harness.coordinator.persisted_state
+    data = state.to_dict()
+
+    assert data["terminated"] == "Failed"
+    assert data["history"][-1]["reason"] == "FinalizeFailure"
+    assert data["history"][-1]["message"] == "permission denied"
+    assert data["history"][0]["batchId"] == 0
+    assert data["checkpoints"][0]["triggerTime"] == format_time(START)
+    assert PersistedState.from_dict(data) == state
+    assert format_time(0.0) == "1970-01-01T00:00:00Z"
+    assert format_time(1.5) == "1970-01-01T00:00:01.500000Z"
+
+
+def test_a_coordinator_rebuilt_after_termination_stays_shut_down() -> None:
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(JobTerminated(TerminalOutcome.SUSPENDED))
+    rebuilt = Harness(state=harness.coordinator.persisted_state, clock=harness.clock)
+    rebuilt.start()
+    (declined,) = of_type(rebuilt.send(TriggerRequested(CheckpointKind.SAVEPOINT)), RequestDeclined)
+    assert declined.reason is FailureReason.COORDINATOR_SHUTDOWN
+    assert declined.request.kind is CheckpointKind.SAVEPOINT
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ([], "state: expected an object"),
+        ({"nextCheckpointId": 1}, "checkpoints: missing"),
+        ({"nextCheckpointId": 1, "checkpoints": {}}, "checkpoints: expected a list, got {}"),
+        (
+            {"nextCheckpointId": 1, "checkpoints": [{"id": 1, "kind": 5}]},
+            "checkpoints[0].kind: expected a string, got 5",
+        ),
+        (
+            {"nextCheckpointId": 1, "checkpoints": [{"id": 1, "kind": "snapshot"}]},
+            "checkpoints[0].kind: expected one of checkpoint, savepoint, got 'snapshot'",
+        ),
+        ({"nextCheckpointId": True}, "nextCheckpointId: expected an integer, got True"),
+    ],
+)
+def test_invalid_state_messages_name_the_field_exactly(data: object, message: str) -> None:
+    with pytest.raises(InvalidPersistedState) as raised:
+        PersistedState.from_dict(data)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+def test_an_outcome_with_a_zero_batch_and_size_round_trips() -> None:
+    outcome = CheckpointOutcome(
+        checkpoint_id=3,
+        kind=CheckpointKind.CHECKPOINT,
+        status=OutcomeStatus.COMPLETED,
+        trigger_time=START,
+        end_time=START,
+        batch_id=0,
+        size_bytes=0,
+    )
+    state = PersistedState(next_checkpoint_id=4, history=(outcome,))
+    assert PersistedState.from_dict(state.to_dict()) == state
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"min_pause": -1.0}, "checkpointing.minPause must be >= 0, got -1.0"),
+        ({"max_queued_requests": 0}, "max_queued_requests must be >= 1, got 0"),
+        ({"history_size": 0}, "history_size must be >= 1, got 0"),
+        (
+            {"timeout": 0, "retained": 0},
+            "checkpointing.timeout must be > 0, got 0; checkpointing.retained must be >= 1, got 0",
+        ),
+        (
+            {"retention_policy": "Keep"},
+            "checkpointing.retentionPolicy must be one of NeverRetainAfterTermination, "
+            "RetainOnFailure, RetainOnCancellation, got 'Keep'",
+        ),
+    ],
+)
+def test_refused_settings_say_exactly_why(options: dict[str, object], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        CoordinatorConfig(**options)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"max_count": 0}, "savepoints.historyMaxCount must be >= 1, got 0"),
+        ({"max_age_seconds": 0.0}, "savepoints.historyMaxAge must be > 0 seconds, got 0.0"),
+    ],
+)
+def test_refused_savepoint_limits_say_exactly_why(limits: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        SavepointHistoryLimits(**limits)  # type: ignore[arg-type]
+    assert str(raised.value) == message
+
+
+def test_the_smallest_allowed_settings_are_accepted() -> None:
+    CoordinatorConfig(interval=5.0, min_pause=5.0, history_size=1, max_queued_requests=1)
+    SavepointHistoryLimits(max_count=1, max_age_seconds=0.5)
+
+
+@pytest.mark.parametrize(
+    ("event", "message"),
+    [
+        (
+            TaskDeclined(1, "state-0-0", "disk full"),
+            "a task declined the checkpoint: state-0-0: disk full",
+        ),
+        (
+            TriggerDeliveryFailed(1, "409 closing"),
+            "the trigger could not be delivered to the job: 409 closing",
+        ),
+        (
+            FinalizationFailed(1, "permission denied"),
+            "writing the checkpoint metadata failed: permission denied",
+        ),
+        (JobPhaseChanged(JobPhase.RESTARTING), "the job left the Running phase"),
+    ],
+)
+def test_abort_messages_give_the_reason_and_the_detail(event: object, message: str) -> None:
+    harness = Harness(CoordinatorConfig(interval=None, tolerable_failures=5))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    abort = _abort_message(harness, event)
+    assert (abort.checkpoint_id, abort.kind, abort.message) == (
+        1,
+        CheckpointKind.CHECKPOINT,
+        message,
+    )
+
+
+def test_expiry_and_subsumption_messages() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, timeout=30.0, max_concurrent=3))
+    harness.start()
+    for _ in range(3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    aborts = of_type(harness.complete(3), AbortCheckpoint)
+    assert [(a.checkpoint_id, a.message) for a in aborts] == [
+        (1, "a newer checkpoint completed first: by checkpoint 3"),
+        (2, "a newer checkpoint completed first: by checkpoint 3"),
+    ]
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    aborts = of_type(harness.advance(30.0), AbortCheckpoint)
+    assert [(a.checkpoint_id, a.kind, a.message) for a in aborts] == [
+        (4, CheckpointKind.SAVEPOINT, "the checkpoint expired before all tasks acknowledged"),
+        (5, CheckpointKind.SAVEPOINT, "the checkpoint expired before all tasks acknowledged"),
+    ]
+
+
+def test_leaving_running_aborts_every_pending_checkpoint_in_id_order() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=3))
+    harness.start()
+    for _ in range(3):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    aborts = of_type(harness.send(JobPhaseChanged(JobPhase.DEPLOYING)), AbortCheckpoint)
+    assert [a.checkpoint_id for a in aborts] == [1, 2, 3]
+    history = harness.coordinator.persisted_state.history
+    assert [(o.reason, o.message) for o in history] == [(FailureReason.COORDINATOR_SUSPEND, "")] * 3
+
+
+def test_a_periodic_request_meeting_a_full_queue_of_user_requests_is_declined() -> None:
+    config = CoordinatorConfig(interval=10.0, max_concurrent=1, max_queued_requests=1)
+    harness = Harness(config)
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="running"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued"))
+    due = harness.coordinator.next_periodic_trigger
+    assert due is not None
+    harness.clock.now = due
+    (declined,) = of_type(harness.advance(0.0), RequestDeclined)
+    assert (declined.request.origin, declined.reason) == (
+        RequestOrigin.PERIODIC,
+        FailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
+    )
+
+
+def test_every_periodic_request_inside_the_minimum_pause_is_declined() -> None:
+    """Two periodic requests wait behind a user checkpoint; when it completes, both fall
+    inside the minimum pause and both are declined, and the next trigger is rescheduled."""
+    config = CoordinatorConfig(interval=10.0, min_pause=8.0, max_concurrent=1, timeout=100.0)
+    harness = Harness(config)
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="slow"))
+    for _ in range(2):
+        due = harness.coordinator.next_periodic_trigger
+        assert due is not None
+        harness.clock.now = due
+        harness.advance(0.0)
+    assert [r.origin for r in harness.coordinator.queued] == [RequestOrigin.PERIODIC] * 2
+    effects = harness.complete(1)
+    declined = of_type(effects, RequestDeclined)
+    assert [(d.request.origin, d.reason) for d in declined] == [
+        (RequestOrigin.PERIODIC, FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
+    ] * 2
+    assert harness.coordinator.queued == ()
+    assert harness.coordinator.next_periodic_trigger == harness.clock.now + 8.0
+
+
+def test_declines_carry_the_request_that_was_declined() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, min_pause=5.0))
+    harness.send(TasksReported(TASKS, all_running=True))  # no phase yet: not Running
+    (declined,) = of_type(
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="early")), RequestDeclined
+    )
+    assert (declined.request.label, declined.request.origin, declined.reason) == (
+        "early",
+        RequestOrigin.USER,
+        FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING,
+    )
+    assert declined.request.requested_at == START
+
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    first = harness.next_trigger()
+    harness.complete(first.checkpoint_id)
+    harness.clock.now = harness.coordinator.next_periodic_trigger or 0.0
+    declined_periodic = of_type(harness.advance(0.0), RequestDeclined)
+    if declined_periodic:  # the period ended inside the minimum pause
+        (periodic,) = declined_periodic
+        assert periodic.request.origin is RequestOrigin.PERIODIC
+
+
+def test_trigger_and_finalize_effects_carry_kind_and_after() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=2))
+    harness.start()
+    effects = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN))
+    (trigger,) = of_type(effects, TriggerCheckpoint)
+    assert (trigger.kind, trigger.after, trigger.expected_tasks) == (
+        CheckpointKind.SAVEPOINT,
+        AfterCompletion.DRAIN,
+        TASKS,
+    )
+    (pending,) = harness.coordinator.pending
+    assert pending.forced is True
+    (finalize,) = of_type(harness.ack_all(trigger.checkpoint_id), FinalizeCheckpoint)
+    assert finalize.kind is CheckpointKind.SAVEPOINT
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, forced=False))
+    assert harness.coordinator.pending[-1].forced is False
+
+
+def test_a_duplicate_ack_after_all_acknowledged_finalizes_once() -> None:
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert len(of_type(harness.ack_all(1), FinalizeCheckpoint)) == 1
+    duplicate = harness.send(TaskAcknowledged(1, TaskAck("logs", 3, 10, 1)))
+    unknown = harness.send(TaskAcknowledged(1, TaskAck("state-9-9", 3, 10, 1)))
+    assert duplicate == [] and unknown == []
+
+
+def test_a_queued_request_runs_as_soon_as_the_pending_one_fails() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1, tolerable_failures=5))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="waiting"))
+    (trigger,) = of_type(harness.send(TaskDeclined(1, "logs", "x")), TriggerCheckpoint)
+    assert trigger.checkpoint_id == 2
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="waiting too"))
+    (trigger,) = of_type(_inconsistent(harness, 2), TriggerCheckpoint)
+    assert trigger.checkpoint_id == 3
+
+
+def _inconsistent(harness: Harness, checkpoint_id: int) -> list[Effect]:
+    first, second, *_ = sorted(TASKS)
+    harness.send(TaskAcknowledged(checkpoint_id, TaskAck(first, 3, 10, 1)))
+    return harness.send(TaskAcknowledged(checkpoint_id, TaskAck(second, 4, 10, 1)))
+
+
+def test_requests_at_the_same_time_run_in_arrival_order() -> None:
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="running"))
+    for label in ("first", "second", "third"):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label=label))
+    assert [r.label for r in harness.coordinator.queued] == ["first", "second", "third"]
+
+
+def test_a_failed_stopping_savepoint_of_a_job_not_running_does_not_restart_the_scheduler() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP))
+    harness.send(JobPhaseChanged(JobPhase.RESTARTING))
+    assert not harness.coordinator.periodic_scheduling
+
+
+def test_termination_discards_with_nothing_retained() -> None:
+    harness = Harness(
+        CoordinatorConfig(
+            interval=None, retention_policy=RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION
+        )
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(1)
+    discards = of_type(harness.send(JobTerminated(TerminalOutcome.FINISHED)), DiscardCheckpoint)
+    assert discards == [DiscardCheckpoint(1, ())]
+
+
+def _savepoint(checkpoint_id: int, completed_at: float) -> CompletedCheckpoint:
+    return CompletedCheckpoint(
+        checkpoint_id=checkpoint_id,
+        kind=CheckpointKind.SAVEPOINT,
+        batch_id=checkpoint_id,
+        path=f"file:///s/sp-{checkpoint_id}",
+        size_bytes=1,
+        trigger_time=completed_at,
+        completion_time=completed_at,
+    )
+
+
+def test_savepoint_history_read_in_any_order_trims_the_oldest() -> None:
+    history = SavepointHistory(
+        SavepointHistoryLimits(max_count=2), [_savepoint(3, 30.0), _savepoint(1, 10.0)]
+    )
+    assert [s.checkpoint_id for s in history.savepoints] == [1, 3]
+    dropped = history.add(_savepoint(4, 40.0), now=40.0)
+    assert [s.checkpoint_id for s in dropped] == [1]
+
+
+def test_savepoint_history_drops_old_and_excess_ones_oldest_first() -> None:
+    limits = SavepointHistoryLimits(max_count=2, max_age_seconds=100.0)
+    history = SavepointHistory(limits, [_savepoint(i, 10.0 * i) for i in (1, 2, 3, 4, 5)])
+    # At 125 s: 1 and 2 are too old (>= 100 s); of 3, 4 and the newest 5, 3 is one too many.
+    assert [s.checkpoint_id for s in history.expire(125.0)] == [1, 2, 3]
+    assert [s.checkpoint_id for s in history.savepoints] == [4, 5]
+
+
+def test_the_newest_savepoint_never_ages_out_and_sets_no_deadline_alone() -> None:
+    limits = SavepointHistoryLimits(max_count=5, max_age_seconds=10.0)
+    history = SavepointHistory(limits, [_savepoint(1, 0.0)])
+    assert history.expire(1000.0) == []
+    assert history.next_expiry() is None
+    history = SavepointHistory(limits, [_savepoint(1, 0.0), _savepoint(2, 5.0)])
+    assert history.next_expiry() == 10.0
+    unlimited = SavepointHistory(SavepointHistoryLimits(), [_savepoint(1, 0.0), _savepoint(2, 5.0)])
+    assert unlimited.next_expiry() is None
+
+
+def test_a_savepoint_completing_after_a_newer_one_is_kept_until_the_next_trim() -> None:
+    limits = SavepointHistoryLimits(max_count=1)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))  # 1
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))  # 2
+    harness.complete(2)
+    effects = harness.complete(1)
+    assert of_type(effects, DiscardSavepoint) == []
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [1, 2]
+    effects = harness.advance(1.0)
+    assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
+    (persist,) = of_type(effects, PersistState)
+    assert [s.checkpoint_id for s in persist.state.savepoints] == [2]
+
+
+def test_stores_refuse_the_other_kind_by_name() -> None:
+    savepoint = _savepoint(2, 0.0)
+    with pytest.raises(ValueError, match=re.escape("savepoint 2 is not a checkpoint")):
+        CompletedCheckpointStore(1).add(savepoint)
+    checkpoint = CompletedCheckpoint(2, CheckpointKind.CHECKPOINT, 1, "p", 1, 0.0, 0.0)
+    with pytest.raises(ValueError, match=re.escape("checkpoint 2 is not a savepoint")):
+        SavepointHistory(SavepointHistoryLimits()).add(checkpoint, now=0.0)
+
+
+def test_missed_periods_keep_the_base_grid() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0))
+    harness.start()
+    first = harness.coordinator.next_periodic_trigger
+    assert first is not None
+    harness.clock.now = first + 25.0  # woke 2.5 periods late
+    harness.send(TasksReported(TASKS, all_running=True))
+    effects = harness.advance(0.0)
+    assert len(of_type(effects, TriggerCheckpoint)) == 1
+    assert harness.coordinator.next_periodic_trigger == first + 30.0
+
+
+def test_notification_carries_the_completed_image() -> None:
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="before-upgrade"))
+    (notify,) = of_type(harness.complete(1, batch_id=7), NotifyCheckpointComplete)
+    assert (notify.checkpoint.label, notify.checkpoint.batch_id, notify.checkpoint.size_bytes) == (
+        "before-upgrade",
+        7,
+        300,
+    )

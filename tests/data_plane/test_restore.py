@@ -1,0 +1,128 @@
+"""Restore's own decisions, without Spark: which images it skips and why, and which query
+failures the driver blames on the restored checkpoint."""
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
+from spark_checkpoint.settings import RestoreCandidate
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+    TaskAcknowledgement,
+)
+
+WHEN = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def _savepoint(tmp_path: Path, files: dict[str, str], savepoint_id: int = 4) -> str:
+    """A savepoint of job ``source`` holding ``files``; returns its _metadata URI."""
+    storage = CheckpointStorage(
+        JobStorageLayout((tmp_path / "other").as_uri(), "default", "source")
+    )
+    entries = []
+    for path, content in files.items():
+        local = tmp_path / "live" / path
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_text(content)
+        entries.append(storage.add_savepoint_file(savepoint_id, str(local), path))
+    storage.write_metadata(
+        CheckpointMetadata(
+            namespace="default",
+            job="source",
+            checkpoint_id=savepoint_id,
+            kind=CheckpointKind.SAVEPOINT,
+            batch_id=2,
+            query_id="q",
+            trigger_time=WHEN,
+            completion_time=WHEN,
+            acknowledgements=(
+                TaskAcknowledgement("logs", tuple(files), sum(e.size for e in entries), 1),
+            ),
+            files=tuple(entries),
+            total_bytes=sum(e.size for e in entries),
+            properties={},
+        )
+    )
+    return f"{storage.layout.job_root}/savepoints/sp-{savepoint_id}/_metadata"
+
+
+def _job(tmp_path: Path) -> CheckpointStorage:
+    return CheckpointStorage(JobStorageLayout((tmp_path / "mine").as_uri(), "default", "fork"))
+
+
+def test_an_external_savepoint_without_sparks_metadata_file_is_skipped_with_a_reason(
+    tmp_path: Path,
+) -> None:
+    without = _savepoint(tmp_path, {"offsets/2": "v1", "commits/2": "v1"})
+    target = tmp_path / "restored"
+
+    with pytest.raises(RestoreFailed, match="has no Spark metadata file"):
+        restore(_job(tmp_path), (RestoreCandidate("external", metadata_uri=without),), target)
+    assert not target.exists(), "nothing of the skipped image is left behind"
+
+
+def test_a_fork_past_an_image_without_metadata_restores_the_next_one(tmp_path: Path) -> None:
+    without = _savepoint(tmp_path / "a", {"offsets/2": "v1"}, savepoint_id=5)
+    usable = _savepoint(tmp_path / "b", {"metadata": '{"id":"q"}', "offsets/2": "v1"})
+    target = tmp_path / "restored"
+
+    outcome = restore(
+        _job(tmp_path),
+        (
+            RestoreCandidate("external", metadata_uri=without),
+            RestoreCandidate("external", metadata_uri=usable),
+        ),
+        target,
+    )
+
+    assert outcome is not None and outcome.candidate.metadata_uri == usable
+    assert outcome.skipped == (
+        (f"external:{without}", f"external:{without}: the image has no Spark metadata file"),
+    )
+    assert (target / "offsets/2").read_text() == "v1"
+
+
+LOCATION = Path("/work/attempt-3/checkpoint")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        # Spark 4.3's text for a state version missing from the image (seen in a driver log).
+        "org.apache.spark.SparkException: "
+        "[CANNOT_LOAD_STATE_STORE.CANNOT_READ_DELTA_FILE_NOT_EXISTS] An error occurred during "
+        "loading state. Error reading delta file "
+        f"file:{LOCATION}/state/0/0/8.delta of HDFSStateStoreProvider[...] does not exist.",
+        # Issue 11: the source log's compaction file the derived interval needs.
+        "Traceback (most recent call last):\n  ...\njava.io.FileNotFoundException: "
+        f"file:{LOCATION}/sources/0/49.compact doesn't exist (latestId: 51, compactInterval: 10)",
+        "[STREAMING_CHECKPOINT_MISSING_METADATA_FILE] Checkpoint location "
+        f"{LOCATION} is in an inconsistent state: the metadata file is missing.",
+        f"java.lang.IllegalStateException: Log file was malformed: failed to read correct log "
+        f"version from file:{LOCATION}/offsets/7.",
+    ],
+    ids=["state-delta", "source-compaction", "metadata-file", "malformed-log"],
+)
+def test_failures_that_point_at_the_restored_checkpoint(error: str) -> None:
+    reason = checkpoint_failure(error, LOCATION)
+    assert reason is not None and not reason.startswith("Traceback")
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        "[UNRESOLVED_COLUMN.WITH_SUGGESTION] A column `wrod` cannot be resolved.",
+        # A missing input file is the pipeline's problem, not the checkpoint's.
+        "java.io.FileNotFoundException: File file:/data/input/part-00007.json does not exist",
+        # The checkpoint path in a failure that is not a failure to read it.
+        f"Query [checkpointLocation={LOCATION}] terminated: ZeroDivisionError: division by zero",
+    ],
+    ids=["analysis", "input-file", "user-code"],
+)
+def test_other_failures_do_not(error: str) -> None:
+    assert checkpoint_failure(error, LOCATION) is None

@@ -1,0 +1,80 @@
+"""The docs' `spark-checkpoint` examples that need a job with checkpoints in storage: run as
+written, with the installed command line, against storage the storage package wrote."""
+
+import re
+import shutil
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from helpers.doc_blocks import ROOT, marked_blocks, run_shell
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+    TaskAcknowledgement,
+)
+from spark_checkpoint_operator.manifest import load_manifest
+
+EXAMPLE_MANIFEST = ROOT / "examples" / "wordcount" / "job.yaml"
+
+
+def _checkpoint(storage: CheckpointStorage, spark_dir: Path, checkpoint_id: int) -> None:
+    """Checkpoint ``checkpoint_id`` as the agent stores it: shared files, then `_metadata`."""
+    files = {f"offsets/{checkpoint_id}": b"v1\n{}\n", f"commits/{checkpoint_id}": b"v1\n{}\n"}
+    entries = []
+    for relative, content in files.items():
+        local = spark_dir / relative
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(content)
+        entries.append(storage.add_shared_file(str(local), relative))
+    completion = datetime.now(UTC)
+    storage.write_metadata(
+        CheckpointMetadata(
+            namespace=storage.layout.namespace,
+            job=storage.layout.job,
+            checkpoint_id=checkpoint_id,
+            kind=CheckpointKind.CHECKPOINT,
+            batch_id=checkpoint_id,
+            query_id="0b7c6a0e-5a2f-4a4e-9b52-8d1f0f3a6c11",
+            trigger_time=completion - timedelta(seconds=1),
+            completion_time=completion,
+            acknowledgements=(
+                TaskAcknowledgement(
+                    task="logs",
+                    files=tuple(e.path for e in entries),
+                    bytes=sum(e.size for e in entries),
+                    duration_ms=12,
+                ),
+            ),
+            files=tuple(entries),
+            total_bytes=sum(e.size for e in entries),
+            properties={"attempt": "1"},
+        )
+    )
+
+
+def test_readme_storage_commands_run_on_a_job_with_checkpoints(tmp_path: Path) -> None:
+    """The reader's job.yaml is the example's (default local storage); checkpoints 6 and 7
+    are in that storage, where `spark-checkpoint run job.yaml` from here puts them."""
+    (block,) = marked_blocks(
+        "tests/docs/test_cli_examples.py::test_readme_storage_commands_run_on_a_job_with_checkpoints"
+    )
+    shutil.copy(EXAMPLE_MANIFEST, tmp_path / "job.yaml")
+    manifest = load_manifest(tmp_path / "job.yaml")
+    assert manifest.spec.checkpointing.storage is None, "the example uses the default storage"
+    layout = JobStorageLayout(
+        str(tmp_path / ".spark-checkpoint" / "storage"),
+        manifest.namespace,
+        manifest.name,
+    )
+    storage = CheckpointStorage(layout)
+    for checkpoint_id in (6, 7):
+        _checkpoint(storage, tmp_path / "spark", checkpoint_id)
+
+    out = run_shell(block, tmp_path)
+
+    # Each command found the job's images, not an empty storage.
+    assert re.search(r"checkpoint\s+7\b", out), out
+    assert re.search(r"checkpoint\s+6\b", out), out
+    assert "completed" in out, out  # the simulation's summary

@@ -1,0 +1,211 @@
+"""The docs' cluster commands (helm, kubectl, kopf) need a cluster to run, so each is checked
+against what it refers to, as far as that is possible without one:
+
+- ``helm install RELEASE CHART ...``: the chart renders with the command's ``--set`` values
+  (Helm's own parser and renderer, values.schema.json included) for that release name and
+  namespace;
+- ``kubectl rollout status deploy/NAME``: such a Deployment is rendered by an install above;
+- ``kubectl apply -f FILE``: a file of the repository is a valid manifest (the project's
+  loader for a SparkCheckpointJob, kubernetes-validate for the rest); any other file is the
+  reader's own;
+- ``kubectl get|describe|explain``: the resource is the CRD's, a described job is one the doc
+  defines, an explained field is in the CRD's schema;
+- ``kopf run``: Kopf's command line accepts the arguments and the modules exist.
+
+A command this test does not know fails it: teach it here, or mark the block illustrative.
+"""
+
+import importlib.util
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import click
+import helm_python
+import kubernetes_validate
+import pytest
+import yaml
+from kopf.cli import main as kopf_cli
+
+from helpers.doc_blocks import ROOT, Block, blocks_of, marked_blocks, shell_commands
+from spark_checkpoint_operator.manifest import load_crd, manifest_from_document
+
+KUBERNETES_VERSION = "1.30"
+CRD = load_crd()
+CRD_NAMES = {
+    CRD["spec"]["names"]["plural"],
+    CRD["spec"]["names"]["singular"],
+    CRD["spec"]["names"]["kind"].lower(),
+    *CRD["spec"]["names"].get("shortNames", []),
+}
+
+
+@dataclass
+class Cluster:
+    """What the commands of one doc have installed and applied so far."""
+
+    deployments: set[tuple[str, str]] = field(default_factory=set)  # (namespace, name)
+    jobs: set[tuple[str, str]] = field(default_factory=set)
+
+
+def _commands(block: Block) -> Iterator[list[str]]:
+    for words in shell_commands(block.text):
+        command: list[str] = []
+        for word in [*words, "&&"]:
+            if word == "&&":
+                yield command
+                command = []
+            else:
+                command.append(word)
+
+
+def _options(arguments: list[str], flags: dict[str, str]) -> tuple[list[str], dict[str, list[str]]]:
+    """Positional arguments and options; ``flags`` maps each known option spelling to its
+    name, a trailing ``=`` marking one that takes a value."""
+    positional: list[str] = []
+    options: dict[str, list[str]] = {}
+    words = iter(arguments)
+    for word in words:
+        if word.startswith("-"):
+            spelling, _, inline = word.partition("=")
+            name = flags.get(spelling) or flags.get(spelling + "=")
+            assert name, f"unknown option {spelling}"
+            if spelling + "=" in flags:
+                options.setdefault(name, []).append(inline or next(words))
+            else:
+                options.setdefault(name, []).append("")
+        else:
+            positional.append(word)
+    return positional, options
+
+
+def _helm(arguments: list[str], cluster: Cluster) -> None:
+    (verb, release, chart), options = _options(
+        arguments,
+        {
+            "-n=": "namespace",
+            "--namespace=": "namespace",
+            "--create-namespace": "create",
+            "--set=": "set",
+        },
+    )
+    assert verb == "install", f"helm {verb} is not known here"
+    assert (ROOT / chart / "Chart.yaml").is_file(), f"{chart} is not a chart of the repository"
+    namespace = options.get("namespace", ["default"])[-1]
+    values = (
+        helm_python.parse_set_string(",".join(options.get("set", []))) if "set" in options else {}
+    )
+    with helm_python.Chart.load(str(ROOT / chart)) as loaded:
+        rendered = loaded.render(values=values, name=release, namespace=namespace)
+    for path, text in rendered.items():
+        if path.endswith(".yaml"):
+            for document in yaml.safe_load_all(text):
+                if document and document["kind"] == "Deployment":
+                    metadata = document["metadata"]
+                    cluster.deployments.add(
+                        (metadata.get("namespace", namespace), metadata["name"])
+                    )
+
+
+def _apply(path: str, cluster: Cluster) -> None:
+    file = ROOT / path
+    if not file.is_file():
+        assert "/" not in path, f"{path} looks like a file of the repository, but is not one"
+        return  # the reader's own manifest
+    for document in yaml.safe_load_all(file.read_text()):
+        if document is None:
+            continue
+        if document["kind"] == "SparkCheckpointJob":
+            manifest = manifest_from_document(document, path)
+            cluster.jobs.add((manifest.namespace, manifest.name))
+        else:
+            kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+
+def _explained(path: str) -> None:
+    resource, *fields = path.split(".")
+    assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
+    version = next(v for v in CRD["spec"]["versions"] if v["storage"])
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    for name in fields:
+        assert name in schema.get("properties", {}), f"the CRD has no field {path}"
+        schema = schema["properties"][name]
+
+
+def _kubectl(arguments: list[str], cluster: Cluster) -> None:
+    positional, options = _options(
+        arguments, {"-n=": "namespace", "--namespace=": "namespace", "-f=": "file"}
+    )
+    namespace = options.get("namespace", ["default"])[-1]
+    verb, *rest = positional
+    if verb == "apply":
+        assert not rest and len(options.get("file", [])) == 1, "kubectl apply -f FILE"
+        _apply(options["file"][0], cluster)
+    elif verb == "get":
+        (resource,) = rest
+        assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
+    elif verb == "describe":
+        resource, name = rest
+        assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
+        assert (namespace, name) in cluster.jobs, f"no job {namespace}/{name} is defined above"
+    elif verb == "explain":
+        (path,) = rest
+        _explained(path)
+    elif verb == "rollout":
+        action, target = rest
+        kind, _, name = target.partition("/")
+        assert action == "status" and kind in ("deploy", "deployment"), f"rollout {rest}"
+        assert (namespace, name) in cluster.deployments, (
+            f"no Deployment {namespace}/{name} is installed above: {sorted(cluster.deployments)}"
+        )
+    else:
+        pytest.fail(f"kubectl {verb} is not known here")
+
+
+def _kopf(arguments: list[str]) -> None:
+    verb, *rest = arguments
+    assert verb == "run", f"kopf {verb} is not known here"
+    context = kopf_cli.commands["run"].make_context("run", rest)
+    for module in context.params["modules"]:
+        assert importlib.util.find_spec(module), f"no module {module}"
+
+
+def test_cluster_commands_refer_to_what_the_project_ships() -> None:
+    blocks = marked_blocks(
+        "tests/docs/test_cluster_commands.py::test_cluster_commands_refer_to_what_the_project_ships"
+    )
+    clusters: dict[str, Cluster] = {}
+    for block in blocks:
+        cluster = clusters.get(block.doc)
+        if cluster is None:  # the doc's own job manifests are what the reader applies
+            cluster = clusters[block.doc] = Cluster()
+            for defined in blocks_of(block.doc):
+                if defined.language == "yaml":
+                    for document in yaml.safe_load_all(defined.text):
+                        if (
+                            isinstance(document, dict)
+                            and document.get("kind") == "SparkCheckpointJob"
+                        ):
+                            metadata = document["metadata"]
+                            cluster.jobs.add(
+                                (metadata.get("namespace", "default"), metadata["name"])
+                            )
+        for program, *arguments in _commands(block):
+            try:
+                if program == "helm":
+                    _helm(arguments, cluster)
+                elif program == "kubectl":
+                    _kubectl(arguments, cluster)
+                elif program == "kopf":
+                    _kopf(arguments)
+                else:
+                    pytest.fail(f"{program} is not known here")
+            except (
+                AssertionError,
+                ValueError,
+                helm_python.HelmError,
+                click.ClickException,
+                kubernetes_validate.ValidationError,
+            ) as error:
+                line = " ".join([program, *arguments])
+                pytest.fail(f"{block}: `{line}`: {error}")
