@@ -186,7 +186,7 @@ def test_spark_checkpoint_run_of_the_example_ends_verified(installed: Installed)
     )
 
     assert run.returncode == 0, run.stdout + run.stderr
-    assert re.search(r"checkpoint \d+ complete:", run.stdout), run.stdout
+    assert re.search(r"checkpoint \d+ complete\b", run.stdout), run.stdout
     checked = installed.run(
         *(python, str(example / "ground_truth.py")),
         *(str(example / "data" / "input"), str(example / "data" / "output")),
