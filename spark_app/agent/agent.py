@@ -429,8 +429,9 @@ class CheckpointAgent:
                 self._location, (f for files in plan.files_by_task.values() for f in files), pin_dir
             )
         except (SnapshotError, OSError) as error:
-            self._decline_all(snapshot, str(error))
+            # Pins go first: whoever sees the decline must see no pins left behind.
             shutil.rmtree(pin_dir, ignore_errors=True)
+            self._decline_all(snapshot, str(error))
             return
         with self._lock:
             snapshot.plan = plan
@@ -456,8 +457,8 @@ class CheckpointAgent:
             for task, files in plan.files_by_task.items():
                 self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
         except RuntimeError:  # close() shut the copy pool down: the driver is exiting
-            self._decline_all(snapshot, "the agent is closing")
             shutil.rmtree(pin_dir, ignore_errors=True)
+            self._decline_all(snapshot, "the agent is closing")
 
     def _choose_batch(self, snapshot: _Snapshot) -> int:
         """The image is the query as of the first batch committed after the trigger: a
