@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import logging
 import random
+import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -374,7 +375,12 @@ class JobSupervisor:
                     continue
                 outcome = stopped
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not self._failing
-            error = self._driver_error(self._record.attempt) if failed_on_its_own else []
+            # A driver killed by a signal wrote no error of its own: its log's tail would
+            # be whatever it was doing at the time, so none is shown.
+            killed = exit_code < 0
+            error = (
+                self._driver_error(self._record.attempt) if failed_on_its_own and not killed else []
+            )
             early = not self._batches_advanced and not self._completed_in_attempt
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
@@ -403,8 +409,8 @@ class JobSupervisor:
                     self._notify(
                         "DriverFailed",
                         Level.WARNING,
-                        f"driver failed (exit {exit_code}); restart {retries} in {delay:.0f}s"
-                        + _error_lines(error),
+                        f"driver failed ({describe_exit(exit_code)}); "
+                        f"restart {retries} in {delay:.0f}s" + _error_lines(error),
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
@@ -417,7 +423,7 @@ class JobSupervisor:
                 self._notify(
                     "DriverFailed",
                     Level.WARNING,
-                    f"driver failed (exit {exit_code})" + _error_lines(error),
+                    f"driver failed ({describe_exit(exit_code)})" + _error_lines(error),
                 )
             await self._terminate(outcome)
             return outcome
@@ -492,7 +498,9 @@ class JobSupervisor:
         if self._failed_restore(exit_code) is not None:
             return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
-            self._record.message = f"driver exited with {exit_code}; restartPolicy is Never"
+            self._record.message = (
+                f"driver failed ({describe_exit(exit_code)}); restartPolicy is Never"
+            )
             return TerminalOutcome.FAILED
         return None
 
@@ -1106,6 +1114,16 @@ class JobSupervisor:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
             return False
         return True
+
+
+def describe_exit(exit_code: int) -> str:
+    """A driver's exit as a person reads it: a negative code is the signal that killed it."""
+    if exit_code >= 0:
+        return f"exit {exit_code}"
+    try:
+        return f"killed by {signal.Signals(-exit_code).name}"
+    except ValueError:
+        return f"killed by signal {-exit_code}"
 
 
 def _error_lines(error: list[str]) -> str:

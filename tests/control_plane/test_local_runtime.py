@@ -226,3 +226,19 @@ def test_a_missing_main_file_fails_with_pythons_own_words(tmp_path: Path) -> Non
         "[Errno 2] No such file or directory"
     )
     assert f"job failed: {status['message']}" in result.stdout
+
+
+def test_a_driver_killed_by_a_signal_is_described_so_without_log_lines_as_its_error(
+    tmp_path: Path,
+) -> None:
+    script = """
+        import os, signal, sys
+        print("INFO spark_checkpoint.sink: batch 13 staged", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 1})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "driver failed (killed by SIGKILL); restart 1" in result.stdout
+    assert "its error:" not in result.stdout, "a killed driver's log tail is not its error"
+    assert "batch 13 staged" not in result.stdout
