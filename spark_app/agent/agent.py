@@ -36,6 +36,7 @@ from spark_checkpoint.storage import (
     CheckpointMetadata,
     CheckpointStorage,
     ManifestEntry,
+    StorageError,
     TaskAcknowledgement,
 )
 
@@ -386,7 +387,14 @@ class CheckpointAgent:
             with self._lock:
                 if self._in_flight():
                     raise AgentRequestError(409, "snapshots are in flight")
-            report = self._storage.collect_garbage(checkpoints, savepoints)
+            try:
+                report = self._storage.collect_garbage(checkpoints, savepoints)
+            except StorageError as error:
+                # Storage disagrees with the registry the request carries (a listed image
+                # is missing or unreadable, a link is in the way): nothing was deleted.
+                raise AgentRequestError(
+                    409, f"storage disagrees with the registry, nothing collected: {error}"
+                ) from error
         return {
             "checkpoints": list(report.checkpoint_ids),
             "savepoints": list(report.savepoint_ids),

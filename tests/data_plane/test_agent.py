@@ -7,7 +7,6 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,15 +20,6 @@ from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings, RestoreCandidate
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    job = Running(tmp_path)
-    job.server.start()
-    yield job
-    job.server.stop()
-    job.agent.close()
 
 
 def _call(client: AgentClient, method: str, *args: Any) -> Any:

@@ -15,11 +15,8 @@ import json
 import logging
 import string
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -157,15 +154,6 @@ class _Errors(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if record.exc_info or record.levelno >= logging.ERROR:
             self.records.append(record)
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    job = Running(tmp_path)
-    job.server.start()
-    yield job
-    job.server.stop()
-    job.agent.close()
 
 
 def _settle(running: Running) -> None:

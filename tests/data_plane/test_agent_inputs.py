@@ -4,8 +4,6 @@ file is written, no snapshot starts."""
 
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -13,15 +11,6 @@ from helpers.agent import Running, raw_request
 from spark_checkpoint.agent.server import MAX_ID
 
 TASKS = ["logs", "state-0-0", "state-0-1"]
-
-
-@pytest.fixture
-def running(tmp_path: Path) -> Iterator[Running]:
-    job = Running(tmp_path)
-    job.server.start()
-    yield job
-    job.server.stop()
-    job.agent.close()
 
 
 def _post(running: Running, path: str, body: object) -> tuple[int, dict[str, object]]:
@@ -133,6 +122,23 @@ def test_completing_an_image_that_is_not_finalized_commits_nothing(running: Runn
     assert status == 409 and "only a finalized image can complete" in str(body["error"])
     assert running.participant.completed == []
     assert not (running.root / "storage/default/wordcount/chk-4").exists()
+
+
+def test_collecting_garbage_for_a_registry_storage_disagrees_with_deletes_nothing(
+    running: Running,
+) -> None:
+    _finalized(running, 1)  # chk-1 exists; the request says only chk-1000000000 is retained
+    assert _post(running, "/v1/checkpoints/1/complete", {"batchId": 2})[0] == 200
+    before = running.side_effects()
+
+    status, body = _post(
+        running, "/v1/storage/collect-garbage", {"checkpoints": [1_000_000_000], "savepoints": []}
+    )
+
+    assert status == 409, body
+    assert str(body["error"]).startswith("storage disagrees with the registry, nothing collected: ")
+    assert "chk-1000000000/_metadata" in str(body["error"])
+    assert running.side_effects() == before
 
 
 def test_a_negative_savepoint_id_writes_nothing(running: Running) -> None:
