@@ -38,6 +38,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
 from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
+from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
@@ -342,6 +343,7 @@ async def _run_locked(
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
         agent_start_timeout=agent_start_timeout,
         driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
+        restorable_check=local_restorable_check(manifest, layout),
     )
 
     # shutdown.drain: process all available input before the savepoint (stop --drain).

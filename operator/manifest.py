@@ -288,6 +288,9 @@ class CheckpointingSpec:
     live_volume_claim: str | None
     retention_policy: RetentionPolicy
     incremental: bool
+    # Each completed image is proven restorable by Spark in the background; one that is
+    # not is recorded as unrestorable, so restores skip it.
+    verify_restorable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -1053,6 +1056,7 @@ def _to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 live_volume_claim=checkpointing.get("liveVolumeClaim"),
                 retention_policy=RetentionPolicy(checkpointing["retentionPolicy"]),
                 incremental=checkpointing["incremental"],
+                verify_restorable=checkpointing["verifyRestorable"],
             ),
             savepoints=SavepointsSpec(
                 history_max_count=savepoints["historyMaxCount"],

@@ -115,6 +115,19 @@ class CleanupFailed(Exception):
     """A janitor could not change storage; the message says what and why."""
 
 
+class CheckUnavailable(Exception):
+    """The restorable check could not run (no verdict); the message says why."""
+
+
+class RestorableCheck(Protocol):
+    """Lets Spark read an image as a restart would (``python -m spark_checkpoint.restorable``)
+    where storage is reachable: a subprocess locally, a cleanup pod on Kubernetes."""
+
+    async def problems(self, image: str) -> list[str]:
+        """What keeps a restarted query from reading ``image`` (``kind:id``); empty when it
+        is restorable. Raises `CheckUnavailable` when there is no verdict."""
+
+
 class Janitor(Protocol):
     """Storage work while no driver runs (a cleanup pod in Kubernetes). Failures raise
     `CleanupFailed`; what is left behind is garbage-collected on a later run."""
@@ -250,6 +263,7 @@ class JobSupervisor:
         idle_poll_interval: float = POLL_INTERVAL,
         agent_start_timeout: float | None = None,
         driver_error: Callable[[int], list[str]] = lambda attempt: [],
+        restorable_check: RestorableCheck | None = None,
     ) -> None:
         self._config = config
         self._restart_policy = restart_policy
@@ -271,6 +285,11 @@ class JobSupervisor:
         # The last error lines of an attempt's driver (its log), first the error itself;
         # shown with each failure, and compared to tell a repeating failure.
         self._driver_error = driver_error
+        # checkpointing.verifyRestorable: each completed image is checked in the background,
+        # one at a time; images completed meanwhile give way to the newest (`_check_newest`).
+        self._restorable_check = restorable_check
+        self._to_check: str | None = None
+        self._checking: asyncio.Task[None] | None = None
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
         self._coordinator = self._new_coordinator(
@@ -555,6 +574,10 @@ class JobSupervisor:
         return exit_code
 
     async def _launch(self) -> DriverHandle:
+        # A check under way is of the newest image, the one a restore would pick: its
+        # verdict is waited for rather than a driver started on an image about to be
+        # found unrestorable.
+        await self._checks_done()
         self._record.attempt += 1
         candidates = self._restore_candidates()
         self._candidates = candidates
@@ -881,7 +904,56 @@ class JobSupervisor:
             [s.checkpoint_id for s in state.savepoints],
         )
 
+    def _check_newest(self, image: str) -> None:
+        """Check ``image`` once the check under way (if any) is done, instead of any image
+        still waiting: checkpointing never waits for checks, and checks never pile up."""
+        if self._restorable_check is None:
+            return
+        self._to_check = image
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._run_checks())
+
+    async def _checks_done(self) -> None:
+        if self._checking is not None:
+            await self._checking
+
+    async def _run_checks(self) -> None:
+        assert self._restorable_check is not None
+        while (image := self._to_check) is not None:
+            self._to_check = None
+            started = time.monotonic()
+            try:
+                problems = await self._restorable_check.problems(image)
+            except CheckUnavailable as error:
+                self._notify(
+                    "RestorableCheckSkipped", Level.WARNING, f"could not check {image}: {error}"
+                )
+                continue
+            seconds = time.monotonic() - started
+            recorded = {entry["source"] for entry in self._record.unrestorable}
+            if image not in self._images() or image in recorded:
+                continue  # discarded by retention meanwhile, or a restore found it already
+            if not problems:
+                self._notify(
+                    "ImageRestorable", Level.DETAIL, f"{image} is restorable ({seconds:.0f}s)"
+                )
+                continue
+            reason = "the restorable check after it completed found: " + "; ".join(problems)
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+            self._notify(
+                "ImageUnrestorable",
+                Level.WARNING,
+                f"{image} is not restorable, restores skip it: " + "; ".join(problems),
+            )
+            await self._persist()
+
     async def _terminate(self, outcome: TerminalOutcome) -> None:
+        if self._checking is not None:
+            self._checking.cancel()  # no restore follows
+            await asyncio.gather(self._checking, return_exceptions=True)
+            self._checking = self._to_check = None
         # The phase is stored with the termination, before the cleanup (which may take
         # minutes): a restarted runtime never runs a finished job again.
         self._record.phase = JobPhase(outcome.value)
@@ -933,9 +1005,9 @@ class JobSupervisor:
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(driver, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
-                self._completed_in_attempt.append(
-                    f"{completed.kind.value}:{completed.checkpoint_id}"
-                )
+                image = f"{completed.kind.value}:{completed.checkpoint_id}"
+                self._completed_in_attempt.append(image)
+                self._check_newest(image)
                 self._observer.completed(completed)
                 self._notify(
                     _completion_reason(completed),

@@ -151,6 +151,7 @@ def test_minimal_manifest_takes_the_crd_defaults(fixtures: Path) -> None:
         live_volume_claim=None,
         retention_policy=RetentionPolicy.RETAIN_ON_FAILURE,
         incremental=True,
+        verify_restorable=False,
     )
     assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (10, None)
     assert spec.restore.initial_savepoint_path is None
@@ -182,6 +183,7 @@ def test_defaulted_document_is_what_the_api_server_would_store(minimal: dict[str
         "retained": 1,
         "retentionPolicy": "RetainOnFailure",
         "incremental": True,
+        "verifyRestorable": False,
     }
     assert stored["spec"]["executor"] == {"cores": 1, "memory": "1g", "instances": 1}
     assert "restore" not in stored["spec"]

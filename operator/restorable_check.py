@@ -1,0 +1,77 @@
+"""``checkpointing.verifyRestorable`` on this machine: each completed image is read by Spark
+as a restart reads it, in a data-plane subprocess (``python -m spark_checkpoint.restorable``;
+the control plane never imports pyspark)."""
+
+import asyncio
+import contextlib
+import json
+import sys
+
+from spark_checkpoint.storage import JobStorageLayout
+from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.supervisor import CheckUnavailable
+
+
+def restorable_command(layout: JobStorageLayout, images: list[str]) -> list[str]:
+    """The data plane's restorable check of ``images`` (``kind:id``) in ``layout``."""
+    return [
+        sys.executable,
+        "-m",
+        "spark_checkpoint.restorable",
+        f"--storage={layout.root}",
+        f"--namespace={layout.namespace}",
+        f"--job={layout.job}",
+        *images,
+    ]
+
+
+def problems_by_image(output: str) -> dict[str, list[str]]:
+    """The check's report (its last output line) as each image's problems. Raises
+    ValueError when there is none (the check did not get to report)."""
+    lines = output.strip().splitlines()
+    if not lines:
+        raise ValueError("no report")
+    try:
+        report = json.loads(lines[-1])
+        return {f"{s['kind']}:{s['id']}": list(s["problems"]) for s in report["snapshots"]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"no report: {lines[-1]}") from error
+
+
+class LocalRestorableCheck:
+    """Runs the check as a subprocess of the runtime, which can reach storage."""
+
+    def __init__(self, layout: JobStorageLayout) -> None:
+        self._layout = layout
+
+    async def problems(self, image: str) -> list[str]:
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *restorable_command(self._layout, [image]),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as error:
+            raise CheckUnavailable(str(error)) from error
+        try:
+            stdout, stderr = await process.communicate()
+        finally:
+            if process.returncode is None:  # cancelled: the job ended
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+        try:
+            return problems_by_image(stdout.decode(errors="replace"))[image]
+        except (ValueError, KeyError):
+            errors = stderr.decode(errors="replace").strip().splitlines()
+            raise CheckUnavailable(
+                errors[-1] if errors else f"exit code {process.returncode}"
+            ) from None
+
+
+def local_restorable_check(
+    manifest: JobManifest, layout: JobStorageLayout
+) -> LocalRestorableCheck | None:
+    """The check of a local run; None (no check) unless checkpointing.verifyRestorable."""
+    return LocalRestorableCheck(layout) if manifest.spec.checkpointing.verify_restorable else None
