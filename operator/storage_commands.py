@@ -14,7 +14,6 @@ import dataclasses
 import json
 import math
 import subprocess
-import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -43,6 +42,7 @@ from spark_checkpoint_operator.local_runtime import (
     local_paths,
 )
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.restorable_check import problems_by_image, restorable_command
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -613,24 +613,15 @@ def deep_verify(storage: CheckpointStorage, results: list[Verification]) -> list
     intact = [result.ref for result in results if result.ok]
     if not intact:
         return results
-    layout = storage.layout
-    command = [
-        sys.executable,
-        "-m",
-        "spark_checkpoint.restorable",
-        f"--storage={layout.root}",
-        f"--namespace={layout.namespace}",
-        f"--job={layout.job}",
-        *(str(ref) for ref in intact),
-    ]
+    command = restorable_command(storage.layout, [str(ref) for ref in intact])
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
-    found: dict[SnapshotRef, list[str]] = {}
     try:
-        report = json.loads(completed.stdout.strip().splitlines()[-1])
-        for snapshot in report["snapshots"]:
-            ref = SnapshotRef(CheckpointKind(snapshot["kind"]), int(snapshot["id"]))
-            found[ref] = [f"not restorable: {problem}" for problem in snapshot["problems"]]
-    except (IndexError, ValueError, KeyError, TypeError):
+        problems = problems_by_image(completed.stdout)
+        found = {
+            ref: [f"not restorable: {problem}" for problem in problems.get(str(ref), [])]
+            for ref in intact
+        }
+    except ValueError:
         lines = completed.stderr.strip().splitlines() or [f"exit code {completed.returncode}"]
         found = {ref: [f"the restore check could not run: {lines[-1]}"] for ref in intact}
     return [
