@@ -77,7 +77,9 @@ import base64
 import contextlib
 import ctypes
 import datetime
+import hashlib
 import ipaddress
+import json
 import logging
 import os
 import re
@@ -661,6 +663,13 @@ class LocalKubelet:
             data = await sources.read("Secret", source.secretName or "", bool(source.optional))
         else:
             data = await sources.read("ConfigMap", source.name or "", bool(source.optional))
+            # On a node every pod sees a ConfigMap at its mountPath, one path for all pods;
+            # here the path is a host directory, so pods mounting the same ConfigMap the same
+            # way share one (a file source's log records absolute input paths, which a pod
+            # restored from another pod's checkpoint must find again).
+            shape = json.dumps([source.name, str(source.items), source.defaultMode, read_only])
+            digest = hashlib.sha256(shape.encode()).hexdigest()[:12]
+            target = self.work_root / state.namespace / "configmaps" / f"{source.name}-{digest}"
         data = data or {}
         for item in source.items or [KeyToPath(key=key, path=key) for key in data]:
             if item.key in data:
