@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from helpers.agent import live_location
 from helpers.doc_blocks import ROOT, Block, marked_blocks
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
@@ -66,29 +67,13 @@ def _free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def _live_location(root: Path, batches: int) -> Path:
-    """Spark's files for ``batches`` committed batches of a query with one state operator
-    of two partitions."""
-    location = root / "live"
-    files = {"metadata": json.dumps({"id": "0b7c6a0e-query"})}
-    for b in range(batches):
-        files |= {f"offsets/{b}": f"offsets {b}", f"commits/{b}": f"commit {b}"}
-        files |= {f"sources/0/{b}": f"source {b}"}
-        for p in range(2):
-            files[f"state/0/{p}/{b + 1}.delta"] = f"delta {p} {b + 1}"
-    for relative, content in files.items():
-        (location / relative).parent.mkdir(parents=True, exist_ok=True)
-        (location / relative).write_text(content)
-    return location
-
-
 @pytest.fixture
 def agent_url(tmp_path: Path) -> Iterator[str]:
     agent = CheckpointAgent(
         storage=CheckpointStorage(
             JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
         ),
-        location=_live_location(tmp_path, batches=3),
+        location=live_location(tmp_path, batches=3),
         pin_root=tmp_path / "pins",
         participants=[TransactionalFileSink(tmp_path / "output")],
         query_view=lambda: QueryView("running", idle=True),
