@@ -53,7 +53,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY spark_app/ spark_app/
-# The CRD: operator/ links to it and the wheel ships it as package data.
+# The CRD: the package links to it and the wheel ships it as package data.
 COPY crds/ crds/
 RUN pip wheel --no-cache-dir --no-deps --no-build-isolation --wheel-dir /wheels .
 

@@ -26,13 +26,9 @@ test: lint typecheck unit
 lint: $(INSTALLED)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
-# The packages' directories differ from their import names (operator/ must not shadow the
-# standard library), so mypy reads them through a link tree named like the imports.
 typecheck: $(INSTALLED)
-	mkdir -p build/typecheck
-	ln -sfn ../../operator build/typecheck/spark_checkpoint_operator
-	ln -sfn ../../spark_app build/typecheck/spark_checkpoint
 	$(BIN)/mypy -p spark_checkpoint_operator -p spark_checkpoint
 
 unit: $(INSTALLED)
@@ -46,23 +42,23 @@ MUTATION := build/mutation
 mutation-coordinator: $(INSTALLED)
 	rm -rf $(MUTATION)
 	mkdir -p $(MUTATION)/src/spark_checkpoint_operator
-	cp -r operator/coordinator $(MUTATION)/src/spark_checkpoint_operator/
+	cp -r operator/spark_checkpoint_operator/coordinator $(MUTATION)/src/spark_checkpoint_operator/
 	rm -rf $(MUTATION)/src/spark_checkpoint_operator/coordinator/__pycache__
 	ln -s ../../tests $(MUTATION)/tests
 	cp pyproject.toml $(MUTATION)/
 	cd $(MUTATION) && ../../$(BIN)/mutmut run --max-children 2
 	cd $(MUTATION) && ../../$(BIN)/mutmut results
 
-# Mutation testing of spark_app/storage/ with mutmut (docs/testing.md, "Mutation testing:
-# storage"); not part of `make test`. mutmut names mutants by file path, so it runs in a
-# staging directory under build/ with the package under its import name; the checkout is never
-# mutated. Prints the score; the surviving mutants are listed in survivors.txt there.
+# Mutation testing of spark_app/spark_checkpoint/storage/ with mutmut (docs/testing.md,
+# "Mutation testing: storage"); not part of `make test`. mutmut names mutants by file path, so
+# it runs in a staging directory under build/ with the package at the top; the checkout is
+# never mutated. Prints the score; the surviving mutants are listed in survivors.txt there.
 MUTATION_STORAGE := build/mutation-storage
 .PHONY: mutation-storage
 mutation-storage: $(INSTALLED)
 	rm -rf $(MUTATION_STORAGE)
 	mkdir -p $(MUTATION_STORAGE)/tests
-	cp -r spark_app $(MUTATION_STORAGE)/spark_checkpoint
+	cp -r spark_app/spark_checkpoint $(MUTATION_STORAGE)/spark_checkpoint
 	cp -r tests/storage $(MUTATION_STORAGE)/tests/storage
 	cp tests/storage/mutmut.toml $(MUTATION_STORAGE)/pyproject.toml
 	cd $(MUTATION_STORAGE) && $(abspath $(BIN))/mutmut run --max-children 2 > run.log 2>&1 \

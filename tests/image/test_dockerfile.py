@@ -335,8 +335,15 @@ def declared(extra: str | None = None) -> list[Requirement]:
 
 
 def package_directories() -> dict[str, Path]:
-    mapping = pyproject()["tool"]["setuptools"]["package-dir"]
-    return {name: ROOT / directory for name, directory in mapping.items()}
+    """Each top-level package, by import name: pyproject's find roots hold one each."""
+    roots = pyproject()["tool"]["setuptools"]["packages"]["find"]["where"]
+    found = {
+        package.parent.name: package.parent
+        for root in roots
+        for package in (ROOT / root).glob("*/__init__.py")
+    }
+    assert len(found) == len(roots), f"one package per root in {roots}: {sorted(found)}"
+    return found
 
 
 def image_python() -> Version:
@@ -653,7 +660,7 @@ def test_every_copy_source_is_in_the_build_context() -> None:
         "tests/image/test_dockerfile.py",
         "benchmarks/results/x.json",
         "examples/wordcount/data/input/part-00000.json",
-        "operator/__pycache__/cli.cpython-311.pyc",
+        "operator/spark_checkpoint_operator/__pycache__/cli.cpython-311.pyc",
         "spark_checkpoint_operator.egg-info/PKG-INFO",
     ],
 )
@@ -685,14 +692,15 @@ def test_a_final_image_installs_the_wheel_after_its_dependencies(target: str) ->
     for directory in package_directories().values():
         for name in stages():
             copied = [s.rstrip("/") for _, sources, _ in copies(name) for s in sources]
-            assert (directory.name in copied) == (name == "builder"), (name, directory.name)
+            root = directory.parent.name
+            assert (root in copied) == (name == "builder"), (name, root)
 
 
 def test_the_builder_copies_what_the_wheel_build_reads() -> None:
     copied = {source.rstrip("/") for _, sources, _ in copies("builder") for source in sources}
 
     assert {"pyproject.toml", pyproject()["project"]["readme"]} <= copied
-    assert {str(d.relative_to(ROOT)) for d in package_directories().values()} <= copied
+    assert {str(d.parent.relative_to(ROOT)) for d in package_directories().values()} <= copied
     (backend,) = [Requirement(r) for r in pyproject()["build-system"]["requires"]]
     setuptools = pins("builder")[canonicalize_name(backend.name)]
     assert setuptools in backend.specifier
