@@ -78,62 +78,85 @@ class QueryState(StrEnum):
 # --------------------------------------------------------------------------- checks
 
 
-def shown(value: Any) -> str:
+def _shown(value: Any) -> str:
     """A JSON value as an error message quotes it: short, and a float as Python prints it."""
     text = json.dumps(value) if not isinstance(value, float) else repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-def _object(value: Any, field: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ProtocolError(f"{field} must be a JSON object, got {type(value).__name__}")
-    return value
-
-
-def _required(document: Mapping[str, Any], key: str, prefix: str = "") -> Any:
-    if key not in document:
-        raise ProtocolError(f"field {prefix + key!r} is missing")
-    return document[key]
-
-
 def _integer(value: Any, field: str) -> int:
     """An id, batch id or count: a JSON integer from 0 to MAX_ID (no string, float, bool)."""
     if type(value) is not int or not 0 <= value <= MAX_ID:
-        raise ProtocolError(f"{field} must be an integer from 0 to {MAX_ID}, got {shown(value)}")
+        raise ProtocolError(f"{field} must be an integer from 0 to {MAX_ID}, got {_shown(value)}")
     return value
 
 
-def _optional_integer(value: Any, field: str) -> int | None:
-    return None if value is None else _integer(value, field)
+def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+    def optional(value: Any, field: str) -> T | None:
+        return None if value is None else check(value, field)
+
+    return optional
+
+
+_optional_integer = _optional(_integer)
 
 
 def _string(value: Any, field: str) -> str:
     if not isinstance(value, str):
-        raise ProtocolError(f"{field} must be a string, got {shown(value)}")
+        raise ProtocolError(f"{field} must be a string, got {_shown(value)}")
     return value
 
 
 def _boolean(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
-        raise ProtocolError(f"{field} must be true or false, got {shown(value)}")
+        raise ProtocolError(f"{field} must be true or false, got {_shown(value)}")
     return value
 
 
-def _choice(values: type[E], value: Any, field: str) -> E:
-    if not isinstance(value, str) or value not in set(values):
-        allowed = ", ".join(repr(str(member)) for member in values)
-        raise ProtocolError(f"{field} must be one of {allowed}, got {shown(value)}")
-    return values(value)
+def _one_of(values: type[E]) -> Callable[[Any, str], E]:
+    def check(value: Any, field: str) -> E:
+        if not isinstance(value, str) or value not in set(values):
+            allowed = ", ".join(repr(str(member)) for member in values)
+            raise ProtocolError(f"{field} must be one of {allowed}, got {_shown(value)}")
+        return values(value)
+
+    return check
 
 
-def _list(value: Any, field: str, items: str, item: Callable[[Any, str], T]) -> tuple[T, ...]:
-    if not isinstance(value, list):
-        raise ProtocolError(f"{field} must be a list of {items}, got {shown(value)}")
-    return tuple(item(element, f"{field}[{index}]") for index, element in enumerate(value))
+def _list_of(items: str, item: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
+    def check(value: Any, field: str) -> tuple[T, ...]:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{field} must be a list of {items}, got {_shown(value)}")
+        return tuple(item(element, f"{field}[{index}]") for index, element in enumerate(value))
+
+    return check
 
 
-def _ids(document: Mapping[str, Any], key: str) -> tuple[int, ...]:
-    return _list(_required(document, key), key, "ids", _integer)
+_ids = _list_of("ids", _integer)
+_task_names = _list_of("task names", _string)
+_REQUIRED: Any = object()
+
+
+class _Fields:
+    """The fields of one JSON object being read. A bad one is a `ProtocolError` naming it
+    by its path from the document's root (``checkpoints[0].acks[1].sizeBytes``)."""
+
+    def __init__(self, value: Any, name: str, path: str = "") -> None:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{name} must be a JSON object, got {type(value).__name__}")
+        self._fields: Mapping[str, Any] = value
+        self._path = path
+
+    @classmethod
+    def nested(cls, value: Any, field: str) -> "_Fields":
+        return cls(value, field, f"{field}.")
+
+    def read(self, key: str, check: Callable[[Any, str], T], default: Any = _REQUIRED) -> T:
+        if key in self._fields:
+            return check(self._fields[key], self._path + key)
+        if default is _REQUIRED:
+            raise ProtocolError(f"field {self._path + key!r} is missing")
+        return check(default, self._path + key)
 
 
 # --------------------------------------------------------------------------- restore candidates
@@ -183,7 +206,7 @@ class RestoreCandidate:
         snapshot_id = _canonical_id(rest)
         if prefix in set(CheckpointKind) and snapshot_id is not None:
             return cls.registered(CheckpointKind(prefix), snapshot_id)
-        raise ProtocolError(f"{shown(text)} is not checkpoint:N, savepoint:N or external:URI")
+        raise ProtocolError(f"{_shown(text)} is not checkpoint:N, savepoint:N or external:URI")
 
     def __str__(self) -> str:
         return self.encode()
@@ -212,11 +235,11 @@ class TriggerBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
+        body = _Fields(value, "the body")
         return cls(
-            checkpoint_id=_integer(_required(body, "id"), "id"),
-            kind=_choice(CheckpointKind, _required(body, "kind"), "kind"),
-            after=_choice(AfterCompletion, body.get("after", "continue"), "after"),
+            checkpoint_id=body.read("id", _integer),
+            kind=body.read("kind", _one_of(CheckpointKind)),
+            after=body.read("after", _one_of(AfterCompletion), default="continue"),
         )
 
 
@@ -231,8 +254,7 @@ class FinalizeBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
-        return cls(tasks=_list(_required(body, "tasks"), "tasks", "task names", _string))
+        return cls(tasks=_Fields(value, "the body").read("tasks", _task_names))
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,11 +269,8 @@ class FinalizeAnswer:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
-        return cls(
-            path=_string(_required(body, "path"), "path"),
-            size_bytes=_integer(_required(body, "sizeBytes"), "sizeBytes"),
-        )
+        body = _Fields(value, "the body")
+        return cls(path=body.read("path", _string), size_bytes=body.read("sizeBytes", _integer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,8 +284,7 @@ class CompleteBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
-        return cls(batch_id=_integer(_required(body, "batchId"), "batchId"))
+        return cls(batch_id=_Fields(value, "the body").read("batchId", _integer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,8 +298,7 @@ class AbortBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
-        return cls(reason=_string(body.get("reason", ""), "reason"))
+        return cls(reason=_Fields(value, "the body").read("reason", _string, default=""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,7 +312,7 @@ class DiscardCheckpointBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        return cls(retained=_ids(_object(value, "the body"), "retained"))
+        return cls(retained=_Fields(value, "the body").read("retained", _ids))
 
 
 @dataclass(frozen=True, slots=True)
@@ -310,8 +327,10 @@ class CollectGarbageBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
-        return cls(checkpoints=_ids(body, "checkpoints"), savepoints=_ids(body, "savepoints"))
+        body = _Fields(value, "the body")
+        return cls(
+            checkpoints=body.read("checkpoints", _ids), savepoints=body.read("savepoints", _ids)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,11 +350,11 @@ class CollectGarbageAnswer:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _object(value, "the body")
+        body = _Fields(value, "the body")
         return cls(
-            checkpoints=_ids(body, "checkpoints"),
-            savepoints=_ids(body, "savepoints"),
-            shared_files=_integer(_required(body, "sharedFiles"), "sharedFiles"),
+            checkpoints=body.read("checkpoints", _ids),
+            savepoints=body.read("savepoints", _ids),
+            shared_files=body.read("sharedFiles", _integer),
         )
 
 
@@ -361,13 +380,12 @@ class AckReport:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "ack") -> Self:
-        ack = _object(value, field)
-        prefix = f"{field}."
+        ack = _Fields.nested(value, field)
         return cls(
-            task=_string(_required(ack, "task", prefix), prefix + "task"),
-            batch_id=_integer(_required(ack, "batchId", prefix), prefix + "batchId"),
-            size_bytes=_integer(_required(ack, "sizeBytes", prefix), prefix + "sizeBytes"),
-            duration_ms=_integer(_required(ack, "durationMs", prefix), prefix + "durationMs"),
+            task=ack.read("task", _string),
+            batch_id=ack.read("batchId", _integer),
+            size_bytes=ack.read("sizeBytes", _integer),
+            duration_ms=ack.read("durationMs", _integer),
         )
 
 
@@ -383,12 +401,8 @@ class DeclineReport:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "decline") -> Self:
-        decline = _object(value, field)
-        prefix = f"{field}."
-        return cls(
-            task=_string(_required(decline, "task", prefix), prefix + "task"),
-            message=_string(_required(decline, "message", prefix), prefix + "message"),
-        )
+        decline = _Fields.nested(value, field)
+        return cls(task=decline.read("task", _string), message=decline.read("message", _string))
 
 
 @dataclass(frozen=True, slots=True)
@@ -414,21 +428,14 @@ class SnapshotStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "snapshot") -> Self:
-        snapshot = _object(value, field)
-        prefix = f"{field}."
-
-        def get(key: str) -> Any:
-            return _required(snapshot, key, prefix)
-
+        snapshot = _Fields.nested(value, field)
         return cls(
-            checkpoint_id=_integer(get("id"), prefix + "id"),
-            kind=_choice(CheckpointKind, get("kind"), prefix + "kind"),
-            state=_choice(SnapshotPhase, get("state"), prefix + "state"),
-            batch_id=_optional_integer(get("batchId"), prefix + "batchId"),
-            acks=_list(get("acks"), prefix + "acks", "objects", AckReport.from_json),
-            declines=_list(
-                get("declines"), prefix + "declines", "objects", DeclineReport.from_json
-            ),
+            checkpoint_id=snapshot.read("id", _integer),
+            kind=snapshot.read("kind", _one_of(CheckpointKind)),
+            state=snapshot.read("state", _one_of(SnapshotPhase)),
+            batch_id=snapshot.read("batchId", _optional_integer),
+            acks=snapshot.read("acks", _list_of("objects", AckReport.from_json)),
+            declines=snapshot.read("declines", _list_of("objects", DeclineReport.from_json)),
         )
 
 
@@ -451,14 +458,11 @@ class QueryStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "query") -> Self:
-        query = _object(value, field)
-        prefix = f"{field}."
+        query = _Fields.nested(value, field)
         return cls(
-            state=_choice(QueryState, _required(query, "state", prefix), prefix + "state"),
-            message=_string(_required(query, "message", prefix), prefix + "message"),
-            last_committed_batch=_optional_integer(
-                _required(query, "lastCommittedBatch", prefix), prefix + "lastCommittedBatch"
-            ),
+            state=query.read("state", _one_of(QueryState)),
+            message=query.read("message", _string),
+            last_committed_batch=query.read("lastCommittedBatch", _optional_integer),
         )
 
 
@@ -474,11 +478,9 @@ class SkippedImage:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "skipped") -> Self:
-        skipped = _object(value, field)
-        prefix = f"{field}."
+        skipped = _Fields.nested(value, field)
         return cls(
-            candidate=_candidate(_required(skipped, "source", prefix), prefix + "source"),
-            reason=_string(_required(skipped, "reason", prefix), prefix + "reason"),
+            candidate=skipped.read("source", _candidate), reason=skipped.read("reason", _string)
         )
 
 
@@ -499,17 +501,11 @@ class RestoredFrom:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "restoredFrom") -> Self:
-        restored = _object(value, field)
-        prefix = f"{field}."
+        restored = _Fields.nested(value, field)
         return cls(
-            candidate=_candidate(_required(restored, "source", prefix), prefix + "source"),
-            batch_id=_integer(_required(restored, "batchId", prefix), prefix + "batchId"),
-            skipped=_list(
-                _required(restored, "skipped", prefix),
-                prefix + "skipped",
-                "objects",
-                SkippedImage.from_json,
-            ),
+            candidate=restored.read("source", _candidate),
+            batch_id=restored.read("batchId", _integer),
+            skipped=restored.read("skipped", _list_of("objects", SkippedImage.from_json)),
         )
 
 
@@ -546,22 +542,17 @@ class AgentStatus:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        status = _object(value, "the status")
-        api_version = _required(status, "apiVersion")
+        status = _Fields(value, "the status")
+        api_version = status.read("apiVersion", _string)
         if api_version != API_VERSION:
-            raise ProtocolError(f"apiVersion must be {API_VERSION!r}, got {shown(api_version)}")
-        restored_from = _required(status, "restoredFrom")
+            raise ProtocolError(f"apiVersion must be {API_VERSION!r}, got {_shown(api_version)}")
         return cls(
-            version=_optional_integer(status.get("version"), "version"),
-            attempt=_integer(_required(status, "attempt"), "attempt"),
-            query=QueryStatus.from_json(_required(status, "query")),
-            tasks=_list(_required(status, "tasks"), "tasks", "task names", _string),
-            all_tasks_running=_boolean(_required(status, "allTasksRunning"), "allTasksRunning"),
-            awaiting_final_checkpoint=_boolean(
-                _required(status, "awaitingFinalCheckpoint"), "awaitingFinalCheckpoint"
-            ),
-            restored_from=None if restored_from is None else RestoredFrom.from_json(restored_from),
-            checkpoints=_list(
-                _required(status, "checkpoints"), "checkpoints", "objects", SnapshotStatus.from_json
-            ),
+            version=status.read("version", _optional_integer, default=None),
+            attempt=status.read("attempt", _integer),
+            query=status.read("query", QueryStatus.from_json),
+            tasks=status.read("tasks", _task_names),
+            all_tasks_running=status.read("allTasksRunning", _boolean),
+            awaiting_final_checkpoint=status.read("awaitingFinalCheckpoint", _boolean),
+            restored_from=status.read("restoredFrom", _optional(RestoredFrom.from_json)),
+            checkpoints=status.read("checkpoints", _list_of("objects", SnapshotStatus.from_json)),
         )

@@ -71,19 +71,12 @@ def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-Body = TypeVar(
-    "Body",
-    TriggerBody,
-    FinalizeBody,
-    CompleteBody,
-    AbortBody,
-    DiscardCheckpointBody,
-    CollectGarbageBody,
-)
+Document = TypeVar("Document")
 
 
-async def _body(request: web.Request, document: type[Body]) -> Body:
-    """The request's body as ``document``, else a 400 that says what is wrong with it."""
+async def _body(request: web.Request, read: Callable[[Any], Document]) -> Document:
+    """The request's body as ``read`` makes it a document of the protocol, else a 400 that
+    says what is wrong with it."""
     raw = await request.read()
     try:
         value = json.loads(raw, parse_constant=_refuse_constant)
@@ -92,7 +85,7 @@ async def _body(request: web.Request, document: type[Body]) -> Body:
     except ValueError as error:  # not JSON, not UTF-8, an integer of more than 4300 digits
         raise _bad_request(f"the body is not JSON: {error}") from None
     try:
-        return document.from_json(value)
+        return read(value)
     except ProtocolError as error:
         raise _bad_request(str(error)) from None
 
@@ -175,31 +168,31 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     status = _StatusRoute(agent)
 
     async def trigger(request: web.Request) -> web.Response:
-        body = await _body(request, TriggerBody)
+        body = await _body(request, TriggerBody.from_json)
         agent.trigger(body.checkpoint_id, body.kind, body.after)
         return web.json_response({"accepted": True}, status=202)
 
     async def finalize(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _body(request, FinalizeBody)
+        body = await _body(request, FinalizeBody.from_json)
         answer = await _in_thread(lambda: agent.finalize(checkpoint_id, body.tasks))
         return web.json_response(answer.to_json())
 
     async def complete(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _body(request, CompleteBody)
+        body = await _body(request, CompleteBody.from_json)
         await _in_thread(lambda: agent.complete(checkpoint_id, body.batch_id))
         return web.json_response({"notified": True})
 
     async def abort(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _body(request, AbortBody)
+        body = await _body(request, AbortBody.from_json)
         await _in_thread(lambda: agent.abort(checkpoint_id, body.reason))
         return web.json_response({"aborted": True})
 
     async def discard_checkpoint(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _body(request, DiscardCheckpointBody)
+        body = await _body(request, DiscardCheckpointBody.from_json)
         await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, body.retained))
         return web.json_response({"discarded": True})
 
@@ -209,7 +202,7 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         return web.json_response({"discarded": True})
 
     async def collect_garbage(request: web.Request) -> web.Response:
-        body = await _body(request, CollectGarbageBody)
+        body = await _body(request, CollectGarbageBody.from_json)
         answer = await _in_thread(lambda: agent.collect_garbage(body.checkpoints, body.savepoints))
         return web.json_response(answer.to_json())
 
