@@ -232,3 +232,62 @@ def test_the_wire_contract_imports_only_the_standard_library() -> None:
     imported = graph.find_modules_directly_imported_by(protocol.__name__)
 
     assert {name.split(".")[0] for name in imported} <= sys.stdlib_module_names
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
+    max_leaves=20,
+)
+readers = st.sampled_from(
+    [
+        AgentStatus,
+        TriggerBody,
+        FinalizeBody,
+        FinalizeAnswer,
+        CompleteBody,
+        AbortBody,
+        DiscardCheckpointBody,
+        CollectGarbageBody,
+        CollectGarbageAnswer,
+    ]
+)
+
+
+def _damaged(document: Any, path: list[int], value: Any) -> Any:
+    """``document`` with one value replaced: the one ``path`` leads to, each step the n-th
+    (modulo) key of an object or element of a list, stopping early at a leaf."""
+    if not path or not isinstance(document, dict | list) or not document:
+        return value
+    if isinstance(document, dict):
+        key = sorted(document)[path[0] % len(document)]
+        return document | {key: _damaged(document[key], path[1:], value)}
+    index = path[0] % len(document)
+    return [*document[:index], _damaged(document[index], path[1:], value), *document[index + 1 :]]
+
+
+@given(
+    documents,
+    st.lists(st.integers(0, 10), max_size=5),
+    json_values,
+)
+def test_a_damaged_document_is_read_or_refused_in_one_line(
+    document: Any, path: list[int], value: Any
+) -> None:
+    """Any field of a valid document replaced by any JSON value: the reader returns a
+    document or raises one ProtocolError of one line, never another exception."""
+    damaged = _damaged(_over_the_wire(document.to_json()), path, value)
+    try:
+        type(document).from_json(damaged)
+    except ProtocolError as error:
+        assert "\n" not in str(error) and str(error)
+
+
+@given(readers, json_values)
+def test_any_json_value_is_read_or_refused_in_one_line(reader: Any, value: Any) -> None:
+    try:
+        reader.from_json(value)
+    except ProtocolError as error:
+        assert "\n" not in str(error) and str(error)

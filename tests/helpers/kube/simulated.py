@@ -80,7 +80,7 @@ class SimulatedAgent:
 
     token: str
     attempt: int
-    restored_from: RestoreCandidate | None
+    restored_from: str | None  # the first restore candidate, as the environment spells it
     batch_seconds: float
     ack_delay: tuple[float, float]
     finish_after: int | None  # batches of a bounded input, None for unbounded
@@ -144,7 +144,7 @@ class SimulatedAgent:
             # Batches count from 0 in every simulated attempt: the image is "before" batch 0.
             restored_from=None
             if self.restored_from is None
-            else RestoredFrom(self.restored_from, batch_id=0),
+            else RestoredFrom(RestoreCandidate.decode(self.restored_from), batch_id=0),
             checkpoints=tuple(s.report() for s in self.snapshots.values()),
         )
 
@@ -175,7 +175,7 @@ class SimulatedAgents:
         agent = SimulatedAgent(
             token=token,
             attempt=attempt,
-            restored_from=RestoreCandidate.decode(restore[0]) if restore else None,
+            restored_from=restore[0] if restore else None,
             batch_seconds=self.batch_seconds,
             ack_delay=self.ack_delay,
             finish_after=self.finish_after,
