@@ -213,8 +213,9 @@ class RestoreCandidate:
 
 
 def _candidate(value: Any, field: str) -> RestoreCandidate:
+    text = _string(value, field)
     try:
-        return RestoreCandidate.decode(_string(value, field))
+        return RestoreCandidate.decode(text)
     except ProtocolError as error:
         raise ProtocolError(f"{field}: {error}") from None
 

@@ -170,7 +170,14 @@ HOSTILE = [
     (_status(tasks=["logs", None]), "tasks[1] must be a string, got null"),
     (_status(allTasksRunning=1), "allTasksRunning must be true or false, got 1"),
     (_status(restoredFrom={"source": "chk-4", "batchId": 1, "skipped": []}), "restoredFrom.source"),
-    (_status(restoredFrom={"source": "checkpoint:4", "skipped": []}), "'restoredFrom.batchId'"),
+    (
+        _status(restoredFrom={"source": "checkpoint:4", "skipped": []}),
+        "field 'restoredFrom.batchId' is missing",
+    ),
+    (
+        _status(restoredFrom={"source": 4, "batchId": 1, "skipped": []}),
+        "restoredFrom.source must be a string, got 4",
+    ),
     (_status(checkpoints=[{"id": 7}]), "field 'checkpoints[0].kind' is missing"),
     (_status(checkpoints=[7]), "checkpoints[0] must be a JSON object, got int"),
     (
@@ -197,7 +204,7 @@ def test_a_hostile_status_is_one_line_naming_the_field(document: Any, message: s
     with pytest.raises(ProtocolError) as raised:
         AgentStatus.from_json(document)
 
-    assert message in str(raised.value)
+    assert str(raised.value).startswith(message)
     assert "\n" not in str(raised.value)
 
 
