@@ -2,13 +2,16 @@
 
 import argparse
 import asyncio
+import importlib.metadata
 import logging
 import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.detached_run import run_detached
 from spark_checkpoint_operator.local_runtime import (
     AGENT_START_TIMEOUT_SECONDS,
     STATE_DIR_NAME,
@@ -31,18 +34,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="spark-checkpoint",
         description="Flink-grade checkpoint coordination for Spark Structured Streaming.",
     )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"%(prog)s {importlib.metadata.version('spark-checkpoint-operator')}",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser(
         "run",
         help="run a SparkCheckpointJob manifest on this machine (the embedded default)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Validates the manifest against the CRD schema, starts the driver as a local "
             "process under the checkpoint coordinator, restarts it with restore when it "
-            "dies, and on Ctrl-C takes a savepoint and stops."
+            "dies, and on Ctrl-C takes a savepoint and stops. From another terminal: "
+            "`spark-checkpoint status`, `savepoint`, `stop` and `cancel` with the same -f."
         ),
+        epilog=RUN_EPILOG,
     )
-    run.add_argument("manifest", type=Path)
+    manifest = run.add_mutually_exclusive_group(required=True)
+    manifest.add_argument(
+        "-f", "--manifest", dest="manifest_file", type=Path, metavar="FILE", help="the manifest"
+    )
+    manifest.add_argument(
+        "manifest", type=Path, nargs="?", metavar="FILE", help="the manifest (as -f FILE)"
+    )
+    run.add_argument(
+        "--from",
+        dest="restore_from",
+        metavar="IMAGE",
+        help="restore savepoint:N, checkpoint:N (of the job's registry) or the savepoint at "
+        "PATH instead of the newest image; checked before Spark starts",
+    )
+    run.add_argument(
+        "--detach",
+        action="store_true",
+        help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
+        "runtime.log); return once the run answers `spark-checkpoint status`",
+    )
     run.add_argument(
         "--state-dir",
         type=Path,
@@ -83,11 +113,20 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     _add_storage_commands(commands)
 
+    add_control_commands(commands)
+
     args = parser.parse_args(argv)
     if args.command == "run":
-        return _run(args)
+        args.manifest = args.manifest_file or args.manifest
+        return (
+            run_detached(args, sys.argv[1:] if argv is None else list(argv))
+            if args.detach
+            else _run(args)
+        )
     if args.command == "simulate":
         return _simulate(args)
+    if args.command in ("status", "savepoint", "stop", "cancel"):
+        return run_control(args)
     source = StorageSource(
         manifest=args.manifest,
         storage=args.storage,
@@ -203,6 +242,7 @@ def _run(args: argparse.Namespace) -> int:
                 report,
                 metrics_port=args.metrics_port,
                 agent_start_timeout=args.agent_timeout,
+                restore_from=args.restore_from,
             )
         )
     except RunRefused as error:
@@ -210,6 +250,20 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
     return exit_codes.get(outcome, 0)
+
+
+RUN_EPILOG = """examples:
+  spark-checkpoint run -f job.yaml                       # Ctrl-C: savepoint, then stop
+  spark-checkpoint run -f job.yaml --detach              # in the background
+  spark-checkpoint run -f job.yaml --from savepoint:4    # restore savepoint 4, not the newest
+
+exit codes:
+  0    the job Finished, or stopped with a savepoint (Suspended)
+  1    the job Failed, or the run was refused (another run of the job, a Finished job,
+       an image --from cannot restore)
+  2    the manifest cannot be read or is invalid
+  130  cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)
+"""
 
 
 def _elapsed(seconds: float) -> str:

@@ -29,6 +29,7 @@ from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
 from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.control import ControlPaths, serve_controls
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -40,10 +41,12 @@ from spark_checkpoint_operator.driver_command import driver_command, submit_argu
 from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
+from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
 STOP_GRACE_SECONDS = 30.0
+INTERRUPT_LABEL = "ctrl-c"
 # Spark's start plus the restore of a large image, with room to spare.
 AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
@@ -75,6 +78,10 @@ class LocalPaths:
     @property
     def lock_file(self) -> Path:
         return self.job_dir / "run.lock"
+
+    @property
+    def control(self) -> ControlPaths:
+        return ControlPaths(self.job_dir / "control")
 
     @property
     def default_storage(self) -> str:
@@ -153,6 +160,9 @@ class LocalLauncher:
         self._storage = storage
         self.current: LocalDriver | None = None
         self.on_launch: Callable[[LocalDriver], None] = lambda driver: None
+
+    def driver_pid(self) -> int | None:
+        return self.current.pid if self.current else None
 
     async def adopt(self, attempt: int) -> None:
         """Never: a local driver dies with the runtime that started it."""
@@ -251,10 +261,13 @@ async def run_local(
     *,
     metrics_port: int | None = None,
     agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
+    restore_from: str | None = None,
 ) -> TerminalOutcome:
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
-    With ``metrics_port``, Prometheus metrics are served on loopback. Raises `JobBusy` if
-    another run of the job is under way (before anything else is started)."""
+    With ``metrics_port``, Prometheus metrics are served on loopback; with ``restore_from``
+    (``run --from``), that image is restored instead of the newest. Raises `JobBusy` if
+    another run of the job is under way, `RunRefused` for an image that cannot be restored
+    (before anything else is started)."""
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     with job_lock(paths, manifest):
@@ -270,6 +283,7 @@ async def run_local(
             report,
             metrics=metrics,
             agent_start_timeout=agent_start_timeout,
+            restore_from=restore_from,
         )
 
 
@@ -281,6 +295,7 @@ async def _run_locked(
     *,
     metrics: CheckpointMetrics | None,
     agent_start_timeout: float,
+    restore_from: str | None,
 ) -> TerminalOutcome:
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
     layout = JobStorageLayout(storage_root, manifest.namespace, manifest.name)
@@ -296,8 +311,9 @@ async def _run_locked(
             "savepoints, copy it elsewhere first and name it in "
             "spec.restore.initialSavepointPath)"
         )
-    _stop_leftover_driver(paths, report)
     storage = CheckpointStorage(layout)
+    image = None if restore_from is None else _chosen(restore_from, record, storage)
+    _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
@@ -313,7 +329,7 @@ async def _run_locked(
             "kind": "SparkCheckpointJob",
             "metadata": {"name": manifest.name, "namespace": manifest.namespace},
             "status": status,
-            "driver": {"pid": launcher.current.pid if launcher.current else None},
+            "driver": {"pid": launcher.driver_pid()},
         }
         temporary = paths.status_file.with_suffix(".tmp")
         temporary.write_text(json.dumps(document, indent=2))
@@ -323,7 +339,8 @@ async def _run_locked(
 
     def on_notice(notice: Notice) -> None:
         report(notice.message)
-        if notice.reason == "RequestDeclined" and interrupts[0] == 1:
+        control.notice(notice)
+        if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
             # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
             # stop, so stop without one rather than keep running.
             report(
@@ -356,7 +373,7 @@ async def _run_locked(
             what = "draining the input, then " if after is AfterCompletion.DRAIN else ""
             report(f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to cancel)")
             supervisor.request(
-                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="ctrl-c")
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=INTERRUPT_LABEL)
             )
         else:
             report("interrupted again: stopping the driver without a savepoint")
@@ -366,8 +383,14 @@ async def _run_locked(
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGINT, on_interrupt)
         loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+    if image is not None:
+        supervisor.restore_from(image)
+        report(f"restoring {image} (--from) instead of the newest image")
     started = time.monotonic()
-    outcome = await supervisor.run()
+    job = f"{manifest.namespace}/{manifest.name}"
+    # `spark-checkpoint status`, `savepoint`, `stop` and `cancel` from another terminal.
+    async with serve_controls(paths.control, supervisor, job, launcher.driver_pid) as control:
+        outcome = await supervisor.run()
     state = supervisor.record.coordinator
     report(
         f"{outcome.value}: {state.completed_count} checkpoints/savepoints completed, "
@@ -406,6 +429,13 @@ def last_error_lines(log_file: Path) -> list[str]:
     # Spark appends the failed query's description: not part of the error.
     shown = list(itertools.takewhile(lambda line: not line.startswith("=== "), error))
     return shown[:ERROR_LINES_SHOWN]
+
+
+def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:
+    try:
+        return chosen_image(restore_from, record.coordinator, storage)
+    except UnknownImage as error:
+        raise RunRefused(str(error)) from None
 
 
 def _die_with_parent() -> None:

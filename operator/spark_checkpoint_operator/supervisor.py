@@ -241,6 +241,9 @@ class Notice:
     reason: str
     level: Level
     message: str
+    # The label of the user request the notice is about (a decline), so that whoever made
+    # the request can tell its answer from another request's.
+    label: str = ""
 
 
 def _log_notice(notice: Notice) -> None:
@@ -329,6 +332,7 @@ class JobSupervisor:
         self._aborted_unknown: set[int] = set()
         self._shutting_down = False
         self._stop_requested = asyncio.Event()
+        self._chosen_image: str | None = None
 
     @property
     def record(self) -> JobRecord:
@@ -359,8 +363,13 @@ class JobSupervisor:
         self._coordinator.handle(JobPhaseChanged(self._record.phase))
         self._requests.put_nowait(None)  # its deadlines apply now, not after a long poll
 
-    def _notify(self, reason: str, level: Level, message: str) -> None:
-        self._report(Notice(reason, level, message))
+    def _notify(self, reason: str, level: Level, message: str, label: str = "") -> None:
+        self._report(Notice(reason, level, message, label))
+
+    def restore_from(self, image: str) -> None:
+        """Restore ``image`` (a restore candidate's spelling), and only it, instead of the
+        newest image, until a checkpoint or savepoint of this run completes."""
+        self._chosen_image = image
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
@@ -594,7 +603,9 @@ class JobSupervisor:
 
     def _images(self) -> list[str]:
         """What the job restores from, newest first: its registered images, else the
-        initial savepoint."""
+        initial savepoint; the image chosen by `restore_from` alone while it is chosen."""
+        if self._chosen_image is not None:
+            return [self._chosen_image]
         images = [
             f"{c.kind.value}:{c.checkpoint_id}" for c in self._coordinator.restore_candidates()
         ]
@@ -981,6 +992,7 @@ class JobSupervisor:
                 "kind": p.kind.value,
                 "acknowledged": p.acknowledged,
                 "expected": p.expected,
+                **({"label": p.label} if p.label else {}),
             }
             for p in self._coordinator.pending
         ]
@@ -1007,6 +1019,7 @@ class JobSupervisor:
             case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
                 image = f"{completed.kind.value}:{completed.checkpoint_id}"
                 self._completed_in_attempt.append(image)
+                self._chosen_image = None  # a failure restores this newer image
                 self._check_newest(image)
                 self._observer.completed(completed)
                 self._notify(
@@ -1083,6 +1096,7 @@ class JobSupervisor:
                 "RequestDeclined",
                 Level.WARNING,
                 f"{request.kind.value} request declined: {reason.description}",
+                label=request.label,
             )
 
     async def _trigger(self, driver: DriverHandle | None, effect: TriggerCheckpoint) -> None:

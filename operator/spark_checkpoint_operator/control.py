@@ -1,0 +1,321 @@
+"""A local run's controls from another terminal, as Flink's CLI has them: ``status``,
+``savepoint``, ``stop`` and ``cancel``.
+
+The runtime serves them on a Unix domain socket in ``<job dir>/control/`` (the directory
+0700, the socket 0600, never TCP); each run writes a new token beside it (0600) that a
+request must carry, compared in constant time, like the agent's bearer token. The
+requests and answers are the documents of `control_protocol`.
+"""
+
+import asyncio
+import contextlib
+import hmac
+import os
+import secrets
+import socket
+import stat
+import struct
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_checkpoint_operator.control_protocol import (
+    MAX_LINE_BYTES,
+    Command,
+    ControlAnswer,
+    ControlProtocolError,
+    ControlRequest,
+    Image,
+    Outcome,
+    RuntimeStatus,
+    decode_line,
+    encode_line,
+)
+from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
+    CheckpointKind,
+    CompletedCheckpoint,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
+
+SOCKET_NAME = "runtime.sock"
+TOKEN_NAME = "token"
+# Unix socket paths are limited to 107 bytes; a longer one is reached through the
+# directory's descriptor (/proc/self/fd/N/runtime.sock).
+MAX_SOCKET_PATH = 100
+POLL_SECONDS = 0.05
+
+
+class NoRuntime(Exception):
+    """No runtime answers on the control socket of that state directory."""
+
+
+class ControlRefused(Exception):
+    """The control directory is not private, or the runtime refused the request."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPaths:
+    directory: Path
+
+    @property
+    def socket(self) -> Path:
+        return self.directory / SOCKET_NAME
+
+    @property
+    def token(self) -> Path:
+        return self.directory / TOKEN_NAME
+
+
+@contextlib.contextmanager
+def _socket_address(path: Path) -> Iterator[str]:
+    """``path`` as a socket address: itself if short enough, else through an open
+    descriptor of its directory."""
+    if len(os.fsencode(path)) <= MAX_SOCKET_PATH:
+        yield str(path)
+        return
+    descriptor = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{descriptor}/{path.name}"
+    finally:
+        os.close(descriptor)
+
+
+# --------------------------------------------------------------------------- the runtime's side
+
+
+class ControlServer:
+    """Answers the control requests of one run of one job."""
+
+    def __init__(
+        self,
+        supervisor: JobSupervisor,
+        job: str,
+        driver_pid: Callable[[], int | None],
+        token: str,
+    ) -> None:
+        self._supervisor = supervisor
+        self._job = job
+        self._driver_pid = driver_pid
+        self._token = token
+        self._declined: dict[str, str] = {}  # request label -> the coordinator's reason
+        self._ended = False
+
+    def notice(self, notice: Notice) -> None:
+        """Every notice of the supervisor: a decline of one of our requests answers it."""
+        if notice.reason == "RequestDeclined" and notice.label.startswith("cli-"):
+            self._declined[notice.label] = notice.message
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            answer = await self._answer(reader, writer)
+            writer.write(encode_line(answer))
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass  # the command went away: its request stands, nobody to tell
+        finally:
+            writer.close()
+
+    async def _answer(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> ControlAnswer:
+        peer = writer.get_extra_info("socket")
+        if peer is not None and _peer_uid(peer) != os.getuid():
+            return ControlAnswer(Outcome.REFUSED, "the request comes from another user")
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.LimitOverrunError:
+            return ControlAnswer(Outcome.REFUSED, f"a request is at most {MAX_LINE_BYTES} bytes")
+        try:
+            request = decode_line(line, ControlRequest.from_json)
+        except ControlProtocolError as error:
+            return ControlAnswer(Outcome.REFUSED, f"not a control request: {error}")
+        if not hmac.compare_digest(request.token.encode(), self._token.encode()):
+            return ControlAnswer(Outcome.REFUSED, "wrong token: not this run's")
+        match request.command:
+            case Command.STATUS:
+                return ControlAnswer(Outcome.OK, "running", status=self.status())
+            case Command.CANCEL:
+                self._supervisor.cancel()
+                return ControlAnswer(Outcome.OK, "cancelling: the driver stops without a savepoint")
+            case Command.SAVEPOINT:
+                return await self._savepoint(AfterCompletion.CONTINUE, request.wait)
+            case Command.STOP:
+                after = AfterCompletion.DRAIN if request.drain else AfterCompletion.STOP
+                return await self._savepoint(after, request.wait)
+
+    def status(self) -> RuntimeStatus:
+        record = self._supervisor.record
+        state = record.coordinator
+        return RuntimeStatus(
+            job=self._job,
+            phase=record.phase.value,
+            attempt=record.attempt,
+            runtime_pid=os.getpid(),
+            driver_pid=self._driver_pid(),
+            last_batch=record.last_batch,
+            last_checkpoint=_image(state.checkpoints[-1]) if state.checkpoints else None,
+            last_savepoint=_image(state.savepoints[-1]) if state.savepoints else None,
+            in_progress=len(record.pending),
+            message=record.message,
+        )
+
+    def ended(self) -> None:
+        """The run is over: requests still waiting are answered."""
+        self._ended = True
+
+    async def _savepoint(self, after: AfterCompletion, wait: float) -> ControlAnswer:
+        label = f"cli-{secrets.token_hex(4)}"
+        self._supervisor.request(
+            TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=label)
+        )
+        deadline = time.monotonic() + wait
+        savepoint_id: int | None = None
+        while True:
+            record = self._supervisor.record
+            completed = next((s for s in record.coordinator.savepoints if s.label == label), None)
+            if completed is not None:
+                return ControlAnswer(
+                    Outcome.OK, f"savepoint {completed.checkpoint_id} completed", _image(completed)
+                )
+            if label in self._declined:
+                return ControlAnswer(Outcome.DECLINED, self._declined.pop(label))
+            pending = next((p for p in record.pending if p.get("label") == label), None)
+            if pending is not None:
+                savepoint_id = int(pending["id"])
+            elif savepoint_id is not None:
+                return ControlAnswer(Outcome.FAILED, _failure(record, savepoint_id))
+            if self._ended:
+                return ControlAnswer(Outcome.FAILED, "the run ended before the savepoint completed")
+            if savepoint_id is not None and time.monotonic() >= deadline:
+                return ControlAnswer(
+                    Outcome.TRIGGERED,
+                    f"savepoint {savepoint_id} is in progress",
+                    Image(savepoint_id, ""),
+                )
+            await asyncio.sleep(POLL_SECONDS)
+
+
+def _image(completed: CompletedCheckpoint) -> Image:
+    return Image(completed.checkpoint_id, completed.path)
+
+
+def _failure(record: JobRecord, savepoint_id: int) -> str:
+    history = record.coordinator.history
+    outcome = next((o for o in history if o.checkpoint_id == savepoint_id), None)
+    if outcome is None or not outcome.message:
+        return f"savepoint {savepoint_id} failed"
+    return f"savepoint {savepoint_id} failed: {outcome.message}"
+
+
+def _peer_uid(peer: socket.socket) -> int:
+    credentials = peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", credentials)
+    return int(uid)
+
+
+@contextlib.asynccontextmanager
+async def serve_controls(
+    paths: ControlPaths,
+    supervisor: JobSupervisor,
+    job: str,
+    driver_pid: Callable[[], int | None],
+) -> AsyncIterator[ControlServer]:
+    """Serve the controls for the run inside the block; a new token each run."""
+    paths.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(paths.directory, 0o700)  # one made by an earlier version, or by hand
+    token = secrets.token_urlsafe(32)
+    paths.token.unlink(missing_ok=True)
+    descriptor = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as token_file:
+        token_file.write(token)
+    control = ControlServer(supervisor, job, driver_pid, token)
+    paths.socket.unlink(missing_ok=True)  # left by a killed run (the job lock is ours)
+    with _socket_address(paths.socket) as address:
+        server = await asyncio.start_unix_server(control.handle, address, limit=MAX_LINE_BYTES)
+        os.chmod(address, 0o600)
+    try:
+        yield control
+    finally:
+        control.ended()
+        server.close()
+        paths.socket.unlink(missing_ok=True)
+        paths.token.unlink(missing_ok=True)
+        # Requests still waiting see the end and are answered before the loop stops.
+        await asyncio.sleep(2 * POLL_SECONDS)
+
+
+# --------------------------------------------------------------------------- the command's side
+
+
+def check_private(paths: ControlPaths) -> None:
+    """Refuse a control directory or socket that others may use: a request carries the
+    run's token, and an answer is trusted."""
+    for path, required in ((paths.directory, 0o700), (paths.socket, 0o600)):
+        try:
+            found = path.lstat()
+        except FileNotFoundError:
+            raise NoRuntime(f"no runtime is running for this job (no {path})") from None
+        mode = stat.S_IMODE(found.st_mode)
+        if found.st_uid != os.getuid() or mode & 0o077:
+            raise ControlRefused(
+                f"refusing {path}: it must be yours and private (mode {required:04o}), "
+                f"it is mode {mode:04o} owned by uid {found.st_uid}"
+            )
+
+
+def request(
+    paths: ControlPaths, command: Command, *, drain: bool = False, wait: float = 0.0
+) -> ControlAnswer:
+    """Send one request to the runtime and return its answer. Raises `NoRuntime` when
+    none answers, `ControlRefused` for a directory that is not private or a refusal."""
+    check_private(paths)
+    try:
+        token = paths.token.read_text().strip()
+    except FileNotFoundError:
+        raise NoRuntime(f"no runtime is running for this job (no token {paths.token})") from None
+    except PermissionError as error:
+        raise ControlRefused(f"cannot read the run's token: {error}") from None
+    document = ControlRequest(token, command, drain=drain, wait=wait)
+    with _socket_address(paths.socket) as address, socket.socket(socket.AF_UNIX) as connection:
+        connection.settimeout(wait + 30.0)
+        try:
+            connection.connect(address)
+        except (FileNotFoundError, ConnectionRefusedError):
+            raise NoRuntime(
+                f"no runtime is running for this job (nothing answers on {paths.socket})"
+            ) from None
+        connection.sendall(encode_line(document))
+        answer = b""
+        try:
+            while not answer.endswith(b"\n") and len(answer) <= MAX_LINE_BYTES:
+                chunk = connection.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+        except TimeoutError:
+            raise NoRuntime(f"the runtime did not answer within {wait + 30.0:.0f}s") from None
+    if not answer:
+        raise NoRuntime("the runtime ended without answering")
+    try:
+        reply = decode_line(answer.rstrip(b"\n"), ControlAnswer.from_json)
+    except ControlProtocolError as error:
+        raise ControlRefused(f"not the runtime's answer: {error}") from None
+    if reply.outcome is Outcome.REFUSED:
+        raise ControlRefused(f"the runtime refused the request: {reply.message}")
+    return reply
+
+
+def wait_until_gone(paths: ControlPaths, timeout: float) -> bool:
+    """Whether the runtime stopped answering within ``timeout`` (its run is over)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with _socket_address(paths.socket) as address, socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(address)
+            except (FileNotFoundError, ConnectionRefusedError):
+                return True
+        time.sleep(POLL_SECONDS * 2)
+    return False

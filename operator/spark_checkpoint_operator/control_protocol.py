@@ -1,0 +1,257 @@
+"""The documents of a local run's control socket (`spark-checkpoint status`, `savepoint`,
+`stop`, `cancel`): one JSON object a line, a request from the command, an answer from the
+runtime.
+
+As the agent protocol's (spark_checkpoint.protocol): frozen dataclasses, ``to_json`` gives
+the JSON object (camelCase keys) and ``from_json`` checks every field's JSON type and range,
+nothing coerced, raising `ControlProtocolError` whose one-line message names the field.
+"""
+
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Self, TypeVar
+
+# A request or an answer is one line of at most this many bytes.
+MAX_LINE_BYTES = 64 * 1024
+# The longest a command may ask the runtime to wait for a savepoint (a day).
+MAX_WAIT_SECONDS = 86400.0
+
+T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
+
+
+class ControlProtocolError(ValueError):
+    """A document that is not a control request or answer; the message names the field."""
+
+
+class Command(StrEnum):
+    STATUS = "status"
+    SAVEPOINT = "savepoint"  # the job keeps running
+    STOP = "stop"  # a savepoint, then the driver stops
+    CANCEL = "cancel"  # stop now, without a savepoint
+
+
+class Outcome(StrEnum):
+    """How the runtime answered a request."""
+
+    OK = "ok"  # done (a savepoint: completed; stop: savepoint completed, the run is ending)
+    TRIGGERED = "triggered"  # a savepoint under way (no wait asked, or the wait ran out)
+    DECLINED = "declined"  # the coordinator declined the request; the message says why
+    FAILED = "failed"  # the savepoint failed, or the run ended before it completed
+    REFUSED = "refused"  # not this run's token, or not a control request
+
+
+def _shown(value: Any) -> str:
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ControlProtocolError(f"{field} must be a string, got {_shown(value)}")
+    return value
+
+
+def _boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ControlProtocolError(f"{field} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _count(value: Any, field: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ControlProtocolError(f"{field} must be an integer >= 0, got {_shown(value)}")
+    return value
+
+
+def _seconds(value: Any, field: str) -> float:
+    number_type = type(value) in (int, float)
+    if not number_type or not math.isfinite(value) or not 0 <= value <= MAX_WAIT_SECONDS:
+        raise ControlProtocolError(
+            f"{field} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f}, "
+            f"got {_shown(value)}"
+        )
+    return float(value)
+
+
+def _one_of(values: type[E]) -> Callable[[Any, str], E]:
+    def check(value: Any, field: str) -> E:
+        if not isinstance(value, str) or value not in set(values):
+            allowed = ", ".join(repr(str(member)) for member in values)
+            raise ControlProtocolError(f"{field} must be one of {allowed}, got {_shown(value)}")
+        return values(value)
+
+    return check
+
+
+def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+    def optional(value: Any, field: str) -> T | None:
+        return None if value is None else check(value, field)
+
+    return optional
+
+
+_REQUIRED: Any = object()
+
+
+class _Fields:
+    def __init__(self, value: Any, name: str, path: str = "") -> None:
+        if not isinstance(value, dict):
+            raise ControlProtocolError(f"{name} must be a JSON object, got {type(value).__name__}")
+        self._fields: dict[str, Any] = value
+        self._path = path
+
+    def read(self, key: str, check: Callable[[Any, str], T], default: Any = _REQUIRED) -> T:
+        if key in self._fields:
+            return check(self._fields[key], self._path + key)
+        if default is _REQUIRED:
+            raise ControlProtocolError(f"field {self._path + key!r} is missing")
+        return check(default, self._path + key)
+
+
+def decode_line(line: bytes, read: Callable[[Any], T]) -> T:
+    """One line of the socket as ``read`` makes it a document; anything else is a
+    `ControlProtocolError`."""
+    if len(line) > MAX_LINE_BYTES:
+        raise ControlProtocolError(f"a line is at most {MAX_LINE_BYTES} bytes")
+    try:
+        value = json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
+    except (UnicodeDecodeError, ValueError) as error:
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise ControlProtocolError(f"not a JSON document: {message}") from None
+    except RecursionError:
+        raise ControlProtocolError("not a JSON document: nested too deeply") from None
+    return read(value)
+
+
+def encode_line(document: "ControlRequest | ControlAnswer") -> bytes:
+    return json.dumps(document.to_json(), separators=(",", ":")).encode() + b"\n"
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+@dataclass(frozen=True, slots=True)
+class ControlRequest:
+    """What a command asks the runtime. ``wait``: how long a savepoint or stop request
+    waits for the savepoint to complete (0: answer once it is triggered)."""
+
+    token: str
+    command: Command
+    drain: bool = False  # stop: process all available input before the savepoint
+    wait: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "token": self.token,
+            "command": str(self.command),
+            "drain": self.drain,
+            "wait": self.wait,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        fields = _Fields(value, "the request")
+        return cls(
+            token=fields.read("token", _string),
+            command=fields.read("command", _one_of(Command)),
+            drain=fields.read("drain", _boolean, default=False),
+            wait=fields.read("wait", _seconds, default=0.0),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Image:
+    """A registered checkpoint or savepoint: its id and its ``_metadata`` path."""
+
+    snapshot_id: int  # "id"
+    path: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.snapshot_id, "path": self.path}
+
+    @classmethod
+    def from_json(cls, value: Any, field: str) -> Self:
+        fields = _Fields(value, field, f"{field}.")
+        return cls(fields.read("id", _count), fields.read("path", _string))
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeStatus:
+    """What `spark-checkpoint status` shows of a running job."""
+
+    job: str  # namespace/name
+    phase: str
+    attempt: int
+    runtime_pid: int
+    driver_pid: int | None
+    last_batch: int | None
+    last_checkpoint: Image | None
+    last_savepoint: Image | None
+    in_progress: int
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "job": self.job,
+            "phase": self.phase,
+            "attempt": self.attempt,
+            "runtimePid": self.runtime_pid,
+            "driverPid": self.driver_pid,
+            "lastCommittedBatch": self.last_batch,
+            "lastCheckpoint": None
+            if self.last_checkpoint is None
+            else self.last_checkpoint.to_json(),
+            "lastSavepoint": None if self.last_savepoint is None else self.last_savepoint.to_json(),
+            "inProgress": self.in_progress,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "status") -> Self:
+        fields = _Fields(value, field, f"{field}.")
+        return cls(
+            job=fields.read("job", _string),
+            phase=fields.read("phase", _string),
+            attempt=fields.read("attempt", _count),
+            runtime_pid=fields.read("runtimePid", _count),
+            driver_pid=fields.read("driverPid", _optional(_count)),
+            last_batch=fields.read("lastCommittedBatch", _optional(_count)),
+            last_checkpoint=fields.read("lastCheckpoint", _optional(Image.from_json)),
+            last_savepoint=fields.read("lastSavepoint", _optional(Image.from_json)),
+            in_progress=fields.read("inProgress", _count),
+            message=fields.read("message", _string),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ControlAnswer:
+    """The runtime's answer: the outcome, a one-line message, and what it is about (the
+    savepoint of a savepoint or stop request, the job's status)."""
+
+    outcome: Outcome
+    message: str
+    savepoint: Image | None = None
+    status: RuntimeStatus | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "outcome": str(self.outcome),
+            "message": self.message,
+            "savepoint": None if self.savepoint is None else self.savepoint.to_json(),
+            "status": None if self.status is None else self.status.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        fields = _Fields(value, "the answer")
+        return cls(
+            outcome=fields.read("outcome", _one_of(Outcome)),
+            message=fields.read("message", _string),
+            savepoint=fields.read("savepoint", _optional(Image.from_json), default=None),
+            status=fields.read("status", _optional(RuntimeStatus.from_json), default=None),
+        )

@@ -1,0 +1,66 @@
+"""``spark-checkpoint run --detach``: the same run in the background, its output in a log;
+the command returns once the run answers on its control socket."""
+
+import argparse
+import subprocess
+import sys
+import time
+
+from spark_checkpoint_operator.control import ControlRefused, NoRuntime, request
+from spark_checkpoint_operator.control_protocol import Command
+from spark_checkpoint_operator.local_runtime import default_state_dir, local_paths
+from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+
+# Python's start and the run's checks (the manifest, --from's image): no Spark yet.
+ANSWER_TIMEOUT_SECONDS = 60.0
+POLL_SECONDS = 0.1
+LOG_LINES_SHOWN = 5
+
+
+def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
+    """Start ``spark-checkpoint run`` with ``argv`` less ``--detach`` in a new session;
+    0 once it answers, else its exit code (or 1) with the end of its log."""
+    try:
+        manifest = load_manifest(args.manifest)
+    except (ManifestError, OSError) as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        return 2
+    paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
+    paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    log_file = paths.logs_dir / "runtime.log"
+    command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
+    with log_file.open("ab") as log:
+        process = subprocess.Popen(
+            [*command, *(a for a in argv if a != "--detach")],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
+        )
+    deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
+    while process.poll() is None and time.monotonic() < deadline:
+        try:
+            request(paths.control, Command.STATUS)
+        except (NoRuntime, ControlRefused):  # not serving yet, or an old run's leftovers
+            time.sleep(POLL_SECONDS)
+            continue
+        job = f"-f {args.manifest}" + (f" --state-dir {args.state_dir}" if args.state_dir else "")
+        print(
+            f"job {manifest.namespace}/{manifest.name} runs in the background (pid "
+            f"{process.pid}, output in {log_file})\n"
+            f"  follow it:  spark-checkpoint status {job}\n"
+            f"  savepoint:  spark-checkpoint savepoint {job}\n"
+            f"  stop it:    spark-checkpoint stop {job}   (a savepoint first; or cancel)"
+        )
+        return 0
+    tail = log_file.read_text(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
+    if process.poll() is None:
+        print(
+            f"spark-checkpoint run: the background run (pid {process.pid}) did not answer "
+            f"within {ANSWER_TIMEOUT_SECONDS:.0f}s; its output is in {log_file}",
+            file=sys.stderr,
+        )
+        return 1
+    for line in tail:
+        print(line, file=sys.stderr)
+    return process.returncode or 1

@@ -1,0 +1,69 @@
+"""``spark-checkpoint run --from``: the image a local run restores instead of the newest,
+checked before Spark starts (known to the job's registry, its files intact)."""
+
+from pathlib import Path
+
+from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageError,
+    parse_snapshot_dir_name,
+)
+from spark_checkpoint_operator.coordinator import PersistedState
+
+
+class UnknownImage(Exception):
+    """The image named by ``--from`` cannot be restored; the message says why."""
+
+
+def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
+    """The restore candidate (its encoding) ``choice`` names: ``savepoint:N`` or
+    ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's directory
+    or ``_metadata``. Raises `UnknownImage` if it is not registered or not intact."""
+    kind = choice.partition(":")[0]
+    if kind in set(CheckpointKind) and "://" not in choice:
+        try:
+            candidate = RestoreCandidate.decode(choice)
+        except ValueError:
+            raise UnknownImage(f"{choice!r} is not {kind}:N with N an id") from None
+        assert candidate.snapshot_id is not None
+        registered = (
+            registry.checkpoints if kind == CheckpointKind.CHECKPOINT else registry.savepoints
+        )
+        ids = [c.checkpoint_id for c in registered]
+        if candidate.snapshot_id not in ids:
+            known = ", ".join(map(str, ids)) or "none"
+            raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
+        _require_intact(storage, candidate.kind, candidate.snapshot_id, choice)
+        return candidate.encode()
+    return _external(choice)
+
+
+def _external(choice: str) -> str:
+    uri = choice if "://" in choice else Path(choice).resolve().as_uri()
+    if not uri.endswith("/_metadata"):
+        uri = uri.rstrip("/") + "/_metadata"
+    # <root>/<namespace>/<job>/savepoints/sp-<N>/_metadata
+    parts = uri.split("/")
+    snapshot_id = (
+        parse_snapshot_dir_name(CheckpointKind.SAVEPOINT, parts[-2]) if len(parts) > 5 else None
+    )
+    if snapshot_id is None or parts[-3] != "savepoints":
+        raise UnknownImage(
+            f"{choice} is not savepoint:N, checkpoint:N or the path of a savepoint "
+            "(<root>/<namespace>/<job>/savepoints/sp-<N>)"
+        )
+    layout = JobStorageLayout("/".join(parts[:-5]), parts[-5], parts[-4])
+    _require_intact(CheckpointStorage(layout), CheckpointKind.SAVEPOINT, snapshot_id, choice)
+    return RestoreCandidate.external(uri).encode()
+
+
+def _require_intact(
+    storage: CheckpointStorage, kind: CheckpointKind, snapshot_id: int, choice: str
+) -> None:
+    try:
+        storage.verify(storage.read_metadata(kind, snapshot_id))
+    except (StorageError, OSError, ValueError) as error:
+        raise UnknownImage(f"{choice} cannot be restored: {error}") from None

@@ -1,0 +1,246 @@
+"""A local run's controls from another terminal, driven as a user does: the real CLI as a
+subprocess (`run --detach`, `status`, `savepoint`, `stop`, `cancel`, `run --from`), with
+a driver that runs the real `run_coordinated` and agent around a stand-in query
+(helpers/fake_query.py): real images in real storage, no Spark."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from helpers.script_job import alive, wait_until_gone
+
+TESTS = Path(__file__).resolve().parents[1]
+DRIVER = f"""
+    import sys
+    sys.path.insert(0, {str(TESTS)!r})
+    from helpers.fake_query import main
+    main()
+"""
+
+
+class LocalJob:
+    """A job directory with a manifest and its driver; ``cli`` runs `spark-checkpoint`."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        (directory / "driver.py").write_text(textwrap.dedent(DRIVER))
+        manifest = {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "probe", "namespace": "default"},
+            "spec": {
+                "application": {"mainFile": "driver.py"},
+                "checkpointing": {"interval": "1s"},
+                "restartPolicy": {"backoff": "100ms"},
+            },
+        }
+        (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+        self.job_dir = directory / ".spark-checkpoint" / "default" / "probe"
+
+    def cli(self, *args: str, timeout: float = 120) -> "subprocess.CompletedProcess[str]":
+        return subprocess.run(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", *args],
+            cwd=self.directory,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+
+    def runtime_pid(self) -> int:
+        return int((self.job_dir / "run.lock").read_text())
+
+    def status(self) -> dict[str, object]:
+        result = self.cli("status", "-f", "job.yaml", "--json")
+        assert result.returncode == 0, result.stderr
+        return dict(json.loads(result.stdout))
+
+    def status_file(self) -> dict[str, object]:
+        return dict(json.loads((self.job_dir / "status.json").read_text())["status"])
+
+
+@pytest.fixture
+def job(tmp_path: Path) -> Iterator[LocalJob]:
+    local = LocalJob(tmp_path)
+    yield local
+    lock = local.job_dir / "run.lock"
+    if lock.exists() and (text := lock.read_text().strip()) and alive(int(text)):
+        os.kill(int(text), 9)  # a test that failed half-way leaves no run behind
+
+
+def _detach(job: LocalJob, *options: str) -> None:
+    started = job.cli("run", "-f", "job.yaml", "--detach", *options)
+    assert started.returncode == 0, started.stderr
+    assert "spark-checkpoint status -f job.yaml" in started.stdout
+    assert "spark-checkpoint stop -f job.yaml" in started.stdout
+
+
+def _wait_for_checkpoint(job: LocalJob) -> None:
+    result = job.cli("savepoint", "-f", "job.yaml", "--timeout", "60")
+    assert result.returncode == 0, result.stderr
+
+
+def test_detached_run_status_savepoint_and_stop(job: LocalJob) -> None:
+    _detach(job)
+    status = job.status()
+    assert status["job"] == "default/probe"
+    assert status["runtimePid"] == job.runtime_pid()
+
+    taken = job.cli("savepoint", "-f", "job.yaml")
+    assert taken.returncode == 0, taken.stderr
+    first, _, path = taken.stdout.strip().partition(": ")
+    assert first.startswith("savepoint ") and first.endswith(" completed")
+    savepoint_id = int(first.split()[1])
+    assert path.endswith(f"/savepoints/sp-{savepoint_id}/_metadata")
+    listing = job.cli("list", "-f", "job.yaml", "--json")
+    assert any(
+        s["kind"] == "savepoint" and s["id"] == savepoint_id
+        for s in json.loads(listing.stdout)["snapshots"]
+    ), listing.stdout
+    assert job.status()["phase"] == "Running"  # the job keeps running
+
+    runtime = job.runtime_pid()
+    stopped = job.cli("stop", "-f", "job.yaml")
+    assert stopped.returncode == 0, stopped.stderr
+    final = int(stopped.stdout.split()[1])
+    assert final > savepoint_id
+    assert stopped.stdout.splitlines()[-1] == "stopped: the run has ended"
+    wait_until_gone(runtime)
+    record = job.status_file()
+    assert record["phase"] == "Suspended"
+    assert record["lastSavepoint"]["id"] == final  # type: ignore[index]
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert "Suspended:" in log
+
+    gone = job.cli("status", "-f", "job.yaml")
+    assert gone.returncode == 3
+    assert gone.stderr.startswith("spark-checkpoint status: no runtime is running for this job")
+    assert len(gone.stderr.splitlines()) == 1
+
+
+def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
+    _detach(job)
+    runtime = job.runtime_pid()
+    cancelled = job.cli("cancel", "-f", "job.yaml")
+    assert cancelled.returncode == 0, cancelled.stderr
+    assert cancelled.stdout.splitlines()[-1] == "cancelled: the run has ended"
+    wait_until_gone(runtime)
+    record = job.status_file()
+    assert record["phase"] == "Cancelled"
+    assert record["lastSavepoint"] is None
+
+
+def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
+    job: LocalJob,
+) -> None:
+    # A driver that never serves an agent: the job stays Deploying, so nothing is triggered.
+    (job.directory / "driver.py").write_text("import time\ntime.sleep(600)\n")
+    _detach(job)
+    declined = job.cli("savepoint", "-f", "job.yaml", "--timeout", "5")
+    assert declined.returncode == 4, declined.stderr
+    assert declined.stderr.startswith("spark-checkpoint savepoint: savepoint request declined: ")
+    assert len(declined.stderr.splitlines()) == 1
+    stop = job.cli("stop", "-f", "job.yaml", "--timeout", "5")
+    assert stop.returncode == 4
+    assert job.status()["phase"] == "Deploying"  # a declined stop leaves it running
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_a_wrong_token_and_a_public_control_directory_are_refused(job: LocalJob) -> None:
+    _detach(job)
+    control = job.job_dir / "control"
+    assert (control.stat().st_mode & 0o777, (control / "runtime.sock").stat().st_mode & 0o777) == (
+        0o700,
+        0o600,
+    )
+    token = control / "token"
+    real = token.read_text()
+    token.write_text("not-the-token")
+    refused = job.cli("savepoint", "-f", "job.yaml")
+    assert refused.returncode == 5
+    assert refused.stderr == (
+        "spark-checkpoint savepoint: the runtime refused the request: wrong token: not this run's\n"
+    )
+    token.write_text(real)
+    control.chmod(0o755)
+    public = job.cli("status", "-f", "job.yaml")
+    assert public.returncode == 5
+    assert public.stderr.startswith(f"spark-checkpoint status: refusing {control}: it must be")
+    control.chmod(0o700)
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
+    _detach(job)
+    first = job.cli("savepoint", "-f", "job.yaml")
+    assert first.returncode == 0, first.stderr
+    chosen = int(first.stdout.split()[1])
+    _wait_for_checkpoint(job)  # a newer image than the chosen one
+    assert job.cli("stop", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+
+    unknown = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
+    assert unknown.returncode == 1
+    assert unknown.stderr.startswith(
+        "spark-checkpoint run: savepoint:999 is not a registered savepoint of the job"
+    )
+    assert len(unknown.stderr.splitlines()) == 1
+    attempts = job.status_file()["jobAttempt"]
+
+    _detach(job, "--from", f"savepoint:{chosen}")
+    assert job.status_file()["jobAttempt"] != attempts or job.status()["attempt"] > 0
+    _wait_for_checkpoint(job)
+    restored = job.status_file()["restoredFrom"]
+    assert restored is not None and restored["source"] == f"savepoint:{chosen}"  # type: ignore[index]
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob) -> None:
+    _detach(job)
+    taken = job.cli("savepoint", "-f", "job.yaml")
+    chosen = int(taken.stdout.split()[1])
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+    storage = job.directory / ".spark-checkpoint" / "storage" / "default" / "probe"
+    damaged = next((storage / "savepoints" / f"sp-{chosen}" / "files").rglob("commits/*"))
+    damaged.write_text("changed")
+    logs_before = sorted((job.job_dir / "logs").iterdir())
+
+    refused = job.cli("run", "-f", "job.yaml", "--from", f"savepoint:{chosen}")
+    assert refused.returncode == 1
+    assert refused.stderr.startswith(
+        f"spark-checkpoint run: savepoint:{chosen} cannot be restored:"
+    )
+    assert len(refused.stderr.splitlines()) == 1
+    assert sorted((job.job_dir / "logs").iterdir()) == logs_before  # no driver started
+    path = job.cli("run", "-f", "job.yaml", "--from", str(job.directory / "nowhere"))
+    assert path.returncode == 1
+    assert "is not savepoint:N, checkpoint:N or the path of a savepoint" in path.stderr
+
+
+def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
+    for command in ("status", "savepoint", "stop", "cancel"):
+        result = job.cli(command, "-f", "job.yaml")
+        assert result.returncode == 3, (command, result.stderr)
+        assert len(result.stderr.splitlines()) == 1
+        unnamed = job.cli(command)
+        assert unnamed.returncode == 2
+        assert unnamed.stderr == (
+            f"spark-checkpoint {command}: name the job: -f FILE, or --job NAME (and --namespace)\n"
+        )
+
+
+def test_every_control_command_documents_examples_and_exit_codes(job: LocalJob) -> None:
+    for command in ("run", "status", "savepoint", "stop", "cancel"):
+        text = job.cli(command, "--help").stdout
+        assert "examples:" in text and "exit codes:" in text, command
+    version = job.cli("--version")
+    assert version.returncode == 0
+    assert version.stdout.startswith("spark-checkpoint 0.")

@@ -1,0 +1,83 @@
+"""A driver for `spark-checkpoint run` without Spark: the real `run_coordinated` (restore,
+agent, exit codes) around a stand-in streaming query that commits a batch every
+``BATCH_SECONDS`` into its checkpoint location, in the layout Spark writes (offsets,
+commits, sources, a state store partition). For tests of the local run's control flow:
+the images it makes are real and restore, in a second instead of Spark's minutes."""
+
+import json
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+from spark_checkpoint.agent.snapshot import committed_batches
+from spark_checkpoint.driver import run_coordinated
+
+BATCH_SECONDS = 0.2
+
+
+class FakeQuery:
+    def __init__(self, location: Path) -> None:
+        self._location = location
+        self._stopped = threading.Event()
+        metadata = location / "metadata"
+        if not metadata.exists():  # a restored location has its query's
+            location.mkdir(parents=True, exist_ok=True)
+            metadata.write_text(json.dumps({"id": str(uuid.uuid4())}))
+        committed = committed_batches(location)
+        self._batch = committed[-1] + 1 if committed else 0
+        self.lastProgress: dict[str, Any] | None = None
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(BATCH_SECONDS):
+            b = self._batch
+            files = {
+                f"offsets/{b}": f"offsets {b}",
+                f"sources/0/{b}": f"source {b}",
+                f"state/0/0/{b + 1}.delta": f"state {b + 1}",
+                f"commits/{b}": f"commit {b}",  # last: the batch is committed
+            }
+            for relative, text in files.items():
+                (self._location / relative).parent.mkdir(parents=True, exist_ok=True)
+                (self._location / relative).write_text(text)
+            self.lastProgress = {"batchId": b}
+            self._batch += 1
+
+    @property
+    def isActive(self) -> bool:
+        return not self._stopped.is_set()
+
+    @property
+    def status(self) -> dict[str, bool]:
+        return {"isDataAvailable": False, "isTriggerActive": False}
+
+    def awaitTermination(self, timeout: float) -> None:
+        self._stopped.wait(timeout)
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def exception(self) -> None:
+        return None
+
+
+class FakeWriter:
+    def __init__(self) -> None:
+        self._location = ""
+
+    def option(self, key: str, value: str) -> "FakeWriter":
+        assert key == "checkpointLocation"
+        self._location = value
+        return self
+
+    def start(self) -> FakeQuery:
+        return FakeQuery(Path(self._location))
+
+
+def main() -> None:
+    run_coordinated(FakeWriter())  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    main()
