@@ -20,11 +20,11 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_checkpoint.protocol import ProtocolError
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     Command,
     ControlAnswer,
-    ControlProtocolError,
     ControlRequest,
     Image,
     Outcome,
@@ -130,7 +130,7 @@ class ControlServer:
             return ControlAnswer(Outcome.REFUSED, f"a request is at most {MAX_LINE_BYTES} bytes")
         try:
             request = decode_line(line, ControlRequest.from_json)
-        except ControlProtocolError as error:
+        except ProtocolError as error:
             return ControlAnswer(Outcome.REFUSED, f"not a control request: {error}")
         if not hmac.compare_digest(request.token.encode(), self._token.encode()):
             return ControlAnswer(Outcome.REFUSED, "wrong token: not this run's")
@@ -301,7 +301,7 @@ def request(
         raise NoRuntime("the runtime ended without answering")
     try:
         reply = decode_line(answer.rstrip(b"\n"), ControlAnswer.from_json)
-    except ControlProtocolError as error:
+    except ProtocolError as error:
         raise ControlRefused(f"not the runtime's answer: {error}") from None
     if reply.outcome is Outcome.REFUSED:
         raise ControlRefused(f"the runtime refused the request: {reply.message}")

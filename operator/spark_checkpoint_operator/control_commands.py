@@ -65,13 +65,11 @@ def add_control_commands(commands: "argparse._SubParsersAction[argparse.Argument
         "else in the current directory)",
     )
     timeout = argparse.ArgumentParser(add_help=False)
-    timeout.add_argument(
-        "--timeout",
-        type=_seconds,
-        metavar="SECONDS",
-        default=DEFAULT_TIMEOUT_SECONDS,
-        help="how long to wait for the savepoint (default: %(default).0f); the savepoint "
-        "goes on after the command gives up",
+    _timeout_option(
+        timeout,
+        DEFAULT_TIMEOUT_SECONDS,
+        "how long to wait for the savepoint (default: %(default).0f); the savepoint goes on "
+        "after the command gives up",
     )
     formatter = argparse.RawDescriptionHelpFormatter
 
@@ -135,13 +133,11 @@ def add_control_commands(commands: "argparse._SubParsersAction[argparse.Argument
         "run resumes from the newest checkpoint or savepoint. Waits until the run has ended.",
         epilog=_examples("spark-checkpoint cancel -f job.yaml"),
     )
-    cancel.add_argument(
-        "--timeout",
-        type=_seconds,
-        metavar="SECONDS",
-        default=60.0,
-        help="how long to wait for the run to end (default: %(default).0f)",
-    )
+    _timeout_option(cancel, 60.0, "how long to wait for the run to end (default: %(default).0f)")
+
+
+def _timeout_option(parser: argparse.ArgumentParser, default: float, text: str) -> None:
+    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=default, help=text)
 
 
 def _seconds(text: str) -> float:

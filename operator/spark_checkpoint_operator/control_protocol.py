@@ -4,7 +4,7 @@ runtime.
 
 As the agent protocol's (spark_checkpoint.protocol): frozen dataclasses, ``to_json`` gives
 the JSON object (camelCase keys) and ``from_json`` checks every field's JSON type and range,
-nothing coerced, raising `ControlProtocolError` whose one-line message names the field.
+nothing coerced, raising `ProtocolError` whose one-line message names the field.
 """
 
 import json
@@ -14,17 +14,24 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self, TypeVar
 
+# The agent protocol's checked field readers: a field has one kind of check and message.
+from spark_checkpoint.protocol import (
+    ProtocolError,
+    _boolean,
+    _Fields,
+    _integer,
+    _one_of,
+    _optional,
+    _shown,
+    _string,
+)
+
 # A request or an answer is one line of at most this many bytes.
 MAX_LINE_BYTES = 64 * 1024
 # The longest a command may ask the runtime to wait for a savepoint (a day).
 MAX_WAIT_SECONDS = 86400.0
 
 T = TypeVar("T")
-E = TypeVar("E", bound=StrEnum)
-
-
-class ControlProtocolError(ValueError):
-    """A document that is not a control request or answer; the message names the field."""
 
 
 class Command(StrEnum):
@@ -44,86 +51,31 @@ class Outcome(StrEnum):
     REFUSED = "refused"  # not this run's token, or not a control request
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
-def _string(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise ControlProtocolError(f"{field} must be a string, got {_shown(value)}")
-    return value
-
-
-def _boolean(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise ControlProtocolError(f"{field} must be true or false, got {_shown(value)}")
-    return value
-
-
-def _count(value: Any, field: str) -> int:
-    if type(value) is not int or value < 0:
-        raise ControlProtocolError(f"{field} must be an integer >= 0, got {_shown(value)}")
-    return value
+_optional_integer = _optional(_integer)
 
 
 def _seconds(value: Any, field: str) -> float:
     number_type = type(value) in (int, float)
     if not number_type or not math.isfinite(value) or not 0 <= value <= MAX_WAIT_SECONDS:
-        raise ControlProtocolError(
+        raise ProtocolError(
             f"{field} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f}, "
             f"got {_shown(value)}"
         )
     return float(value)
 
 
-def _one_of(values: type[E]) -> Callable[[Any, str], E]:
-    def check(value: Any, field: str) -> E:
-        if not isinstance(value, str) or value not in set(values):
-            allowed = ", ".join(repr(str(member)) for member in values)
-            raise ControlProtocolError(f"{field} must be one of {allowed}, got {_shown(value)}")
-        return values(value)
-
-    return check
-
-
-def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
-    def optional(value: Any, field: str) -> T | None:
-        return None if value is None else check(value, field)
-
-    return optional
-
-
-_REQUIRED: Any = object()
-
-
-class _Fields:
-    def __init__(self, value: Any, name: str, path: str = "") -> None:
-        if not isinstance(value, dict):
-            raise ControlProtocolError(f"{name} must be a JSON object, got {type(value).__name__}")
-        self._fields: dict[str, Any] = value
-        self._path = path
-
-    def read(self, key: str, check: Callable[[Any, str], T], default: Any = _REQUIRED) -> T:
-        if key in self._fields:
-            return check(self._fields[key], self._path + key)
-        if default is _REQUIRED:
-            raise ControlProtocolError(f"field {self._path + key!r} is missing")
-        return check(default, self._path + key)
-
-
 def decode_line(line: bytes, read: Callable[[Any], T]) -> T:
     """One line of the socket as ``read`` makes it a document; anything else is a
-    `ControlProtocolError`."""
+    `ProtocolError`."""
     if len(line) > MAX_LINE_BYTES:
-        raise ControlProtocolError(f"a line is at most {MAX_LINE_BYTES} bytes")
+        raise ProtocolError(f"a line is at most {MAX_LINE_BYTES} bytes")
     try:
         value = json.loads(line.decode("utf-8"), parse_constant=_refuse_constant)
     except (UnicodeDecodeError, ValueError) as error:
         message = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise ControlProtocolError(f"not a JSON document: {message}") from None
+        raise ProtocolError(f"not a JSON document: {message}") from None
     except RecursionError:
-        raise ControlProtocolError("not a JSON document: nested too deeply") from None
+        raise ProtocolError("not a JSON document: nested too deeply") from None
     return read(value)
 
 
@@ -176,8 +128,8 @@ class Image:
 
     @classmethod
     def from_json(cls, value: Any, field: str) -> Self:
-        fields = _Fields(value, field, f"{field}.")
-        return cls(fields.read("id", _count), fields.read("path", _string))
+        fields = _Fields.nested(value, field)
+        return cls(fields.read("id", _integer), fields.read("path", _string))
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,17 +165,17 @@ class RuntimeStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "status") -> Self:
-        fields = _Fields(value, field, f"{field}.")
+        fields = _Fields.nested(value, field)
         return cls(
             job=fields.read("job", _string),
             phase=fields.read("phase", _string),
-            attempt=fields.read("attempt", _count),
-            runtime_pid=fields.read("runtimePid", _count),
-            driver_pid=fields.read("driverPid", _optional(_count)),
-            last_batch=fields.read("lastCommittedBatch", _optional(_count)),
+            attempt=fields.read("attempt", _integer),
+            runtime_pid=fields.read("runtimePid", _integer),
+            driver_pid=fields.read("driverPid", _optional_integer),
+            last_batch=fields.read("lastCommittedBatch", _optional_integer),
             last_checkpoint=fields.read("lastCheckpoint", _optional(Image.from_json)),
             last_savepoint=fields.read("lastSavepoint", _optional(Image.from_json)),
-            in_progress=fields.read("inProgress", _count),
+            in_progress=fields.read("inProgress", _integer),
             message=fields.read("message", _string),
         )
 
