@@ -46,6 +46,7 @@ TOKEN_NAME = "token"
 # directory's descriptor (/proc/self/fd/N/runtime.sock).
 MAX_SOCKET_PATH = 100
 POLL_SECONDS = 0.05
+TRIGGER_GRACE_SECONDS = 5.0
 
 
 class NoRuntime(Exception):
@@ -95,8 +96,10 @@ class ControlServer:
         job: str,
         driver_pid: Callable[[], int | None],
         token: str,
+        report: Callable[[str], None],
     ) -> None:
         self._supervisor = supervisor
+        self._report = report
         self._job = job
         self._driver_pid = driver_pid
         self._token = token
@@ -138,13 +141,21 @@ class ControlServer:
             case Command.STATUS:
                 return ControlAnswer(Outcome.OK, "running", status=self.status())
             case Command.CANCEL:
+                self._report("`spark-checkpoint cancel`: stopping the driver without a savepoint")
                 self._supervisor.cancel()
                 return ControlAnswer(Outcome.OK, "cancelling: the driver stops without a savepoint")
             case Command.SAVEPOINT:
+                self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request.wait)
+            case Command.STOP if request.drain:
+                self._report(
+                    "`spark-checkpoint stop --drain`: draining the input, then taking a "
+                    "savepoint, then stopping"
+                )
+                return await self._savepoint(AfterCompletion.DRAIN, request.wait)
             case Command.STOP:
-                after = AfterCompletion.DRAIN if request.drain else AfterCompletion.STOP
-                return await self._savepoint(after, request.wait)
+                self._report("`spark-checkpoint stop`: taking a savepoint, then stopping")
+                return await self._savepoint(AfterCompletion.STOP, request.wait)
 
     def status(self) -> RuntimeStatus:
         record = self._supervisor.record
@@ -172,6 +183,8 @@ class ControlServer:
             TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=label)
         )
         deadline = time.monotonic() + wait
+        # Even an answer that does not wait says whether the request was declined.
+        trigger_deadline = time.monotonic() + max(wait, TRIGGER_GRACE_SECONDS)
         savepoint_id: int | None = None
         while True:
             record = self._supervisor.record
@@ -194,6 +207,11 @@ class ControlServer:
                     Outcome.TRIGGERED,
                     f"savepoint {savepoint_id} is in progress",
                     Image(savepoint_id, ""),
+                )
+            if time.monotonic() >= trigger_deadline:
+                # Queued behind a checkpoint in progress, or the minimum pause.
+                return ControlAnswer(
+                    Outcome.TRIGGERED, "the savepoint is requested, not started yet"
                 )
             await asyncio.sleep(POLL_SECONDS)
 
@@ -222,6 +240,7 @@ async def serve_controls(
     supervisor: JobSupervisor,
     job: str,
     driver_pid: Callable[[], int | None],
+    report: Callable[[str], None],
 ) -> AsyncIterator[ControlServer]:
     """Serve the controls for the run inside the block; a new token each run."""
     paths.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -231,7 +250,7 @@ async def serve_controls(
     descriptor = os.open(paths.token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(descriptor, "w") as token_file:
         token_file.write(token)
-    control = ControlServer(supervisor, job, driver_pid, token)
+    control = ControlServer(supervisor, job, driver_pid, token, report)
     paths.socket.unlink(missing_ok=True)  # left by a killed run (the job lock is ours)
     with _socket_address(paths.socket) as address:
         server = await asyncio.start_unix_server(control.handle, address, limit=MAX_LINE_BYTES)

@@ -218,9 +218,11 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
             assert savepoint is not None
             print(f"savepoint {savepoint.snapshot_id} completed: {savepoint.path}", flush=True)
             return EXIT_OK
-        case Outcome.TRIGGERED if detached:
-            assert savepoint is not None
+        case Outcome.TRIGGERED if detached and savepoint is not None:
             print(f"savepoint {savepoint.snapshot_id} triggered; the job keeps running")
+            return EXIT_OK
+        case Outcome.TRIGGERED if detached:
+            print(f"{answer.message}; the job keeps running")
             return EXIT_OK
         case Outcome.TRIGGERED:
             print(

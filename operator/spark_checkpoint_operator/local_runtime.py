@@ -389,7 +389,9 @@ async def _run_locked(
     started = time.monotonic()
     job = f"{manifest.namespace}/{manifest.name}"
     # `spark-checkpoint status`, `savepoint`, `stop` and `cancel` from another terminal.
-    async with serve_controls(paths.control, supervisor, job, launcher.driver_pid) as control:
+    async with serve_controls(
+        paths.control, supervisor, job, launcher.driver_pid, report
+    ) as control:
         outcome = await supervisor.run()
     state = supervisor.record.coordinator
     report(

@@ -270,3 +270,22 @@ def test_every_control_command_documents_examples_and_exit_codes(job: LocalJob) 
     version = job.cli("--version")
     assert version.returncode == 0
     assert version.stdout.startswith("spark-checkpoint 0.")
+
+
+def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoint(
+    job: LocalJob,
+) -> None:
+    _detach(job)
+    triggered = job.cli("savepoint", "-f", "job.yaml", "--detached")
+    assert triggered.returncode == 0, triggered.stderr
+    words = triggered.stdout.split()
+    # Returned at its trigger; a savepoint this small may be complete already.
+    assert words[0] == "savepoint" and words[2] in ("triggered;", "completed:"), words
+    runtime = job.runtime_pid()
+    drained = job.cli("stop", "-f", "job.yaml", "--drain")
+    assert drained.returncode == 0, drained.stderr
+    wait_until_gone(runtime)
+    saved = {s["id"] for s in job.status_file()["savepointHistory"]}  # type: ignore[attr-defined]
+    assert {int(words[1]), int(drained.stdout.split()[1])} <= saved
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert "`spark-checkpoint stop --drain`: draining the input, then taking a savepoint" in log

@@ -1,0 +1,138 @@
+"""The control socket's documents under hostile input: any line is a document or a
+one-line `ProtocolError` naming what is wrong, never another exception; and a runtime
+answers any line sent to its socket with one line, refusing what is not a request of
+this run's."""
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+from typing import Any, cast
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_checkpoint.protocol import ProtocolError
+from spark_checkpoint_operator.control import ControlPaths, serve_controls
+from spark_checkpoint_operator.control_protocol import (
+    MAX_WAIT_SECONDS,
+    Command,
+    ControlAnswer,
+    ControlRequest,
+    Image,
+    Outcome,
+    RuntimeStatus,
+    decode_line,
+    encode_line,
+)
+from spark_checkpoint_operator.supervisor import JobSupervisor
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(1 << 70), max_value=1 << 70)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=20),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
+    ),
+    max_leaves=12,
+)
+ids = st.integers(min_value=0, max_value=(1 << 63) - 1)
+images = st.builds(Image, ids, st.text(max_size=40))
+statuses = st.builds(
+    RuntimeStatus,
+    job=st.text(max_size=30),
+    phase=st.text(max_size=12),
+    attempt=ids,
+    runtime_pid=ids,
+    driver_pid=st.none() | ids,
+    last_batch=st.none() | ids,
+    last_checkpoint=st.none() | images,
+    last_savepoint=st.none() | images,
+    in_progress=ids,
+    message=st.text(max_size=40),
+)
+requests = st.builds(
+    ControlRequest,
+    token=st.text(max_size=50),
+    command=st.sampled_from(Command),
+    drain=st.booleans(),
+    wait=st.floats(min_value=0, max_value=MAX_WAIT_SECONDS),
+)
+answers = st.builds(
+    ControlAnswer,
+    outcome=st.sampled_from(Outcome),
+    message=st.text(max_size=60),
+    savepoint=st.none() | images,
+    status=st.none() | statuses,
+)
+
+
+@given(st.one_of(requests, answers))
+def test_every_document_survives_its_line(document: ControlRequest | ControlAnswer) -> None:
+    assert decode_line(encode_line(document), type(document).from_json) == document
+
+
+def _hostile_request_values() -> st.SearchStrategy[Any]:
+    """A valid request with one field replaced, removed or added, or any JSON value."""
+    fields = ("token", "command", "drain", "wait", "extra")
+
+    def spoil(document: dict[str, Any], field: str, value: Any, remove: bool) -> Any:
+        document = dict(document)
+        if remove:
+            document.pop(field, None)
+        else:
+            document[field] = value
+        return document
+
+    valid = requests.map(lambda r: r.to_json())
+    return json_values | st.builds(
+        spoil, valid, st.sampled_from(fields), json_values, st.booleans()
+    )
+
+
+@given(_hostile_request_values())
+def test_a_hostile_request_is_a_document_or_one_line_naming_the_field(value: Any) -> None:
+    for read in (ControlRequest.from_json, ControlAnswer.from_json):
+        try:
+            read(value)
+        except ProtocolError as error:
+            assert "\n" not in str(error) and str(error)
+
+
+@given(st.binary(max_size=300))
+def test_any_bytes_are_a_document_or_one_line(line: bytes) -> None:
+    try:
+        decode_line(line, ControlRequest.from_json)
+    except ProtocolError as error:
+        assert "\n" not in str(error) and str(error)
+
+
+class _NoSupervisor:
+    """What a refused request may not reach."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"a refused request reached the supervisor ({name})")
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200) | _hostile_request_values().map(lambda v: json.dumps(v).encode()))
+def test_the_runtime_answers_a_hostile_line_with_one_line_and_no_effect(line: bytes) -> None:
+    async def exchange(directory: Path) -> bytes:
+        paths = ControlPaths(directory / "control")
+        supervisor = cast(JobSupervisor, _NoSupervisor())
+        async with serve_controls(paths, supervisor, "default/probe", lambda: None, print):
+            reader, writer = await asyncio.open_unix_connection(str(paths.socket))
+            writer.write(line.replace(b"\n", b" ") + b"\n")
+            await writer.drain()
+            answer = await reader.read()
+            writer.close()
+            return answer
+
+    with tempfile.TemporaryDirectory() as directory:
+        answer = asyncio.run(exchange(Path(directory)))
+    assert answer.endswith(b"\n") and answer.count(b"\n") == 1
+    document = decode_line(answer, ControlAnswer.from_json)
+    assert document.outcome is Outcome.REFUSED
+    assert document.message
