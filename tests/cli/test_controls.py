@@ -9,25 +9,16 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 import time
 from collections.abc import Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
-import yaml
 
+from helpers.fake_query import write_job
 from helpers.script_job import alive, wait_until_gone
 from spark_checkpoint_operator.cli import main
-
-TESTS = Path(__file__).resolve().parents[1]
-DRIVER = f"""
-    import sys
-    sys.path.insert(0, {str(TESTS)!r})
-    from helpers.fake_query import main
-    main()
-"""
 
 
 class LocalJob:
@@ -35,18 +26,7 @@ class LocalJob:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        (directory / "driver.py").write_text(textwrap.dedent(DRIVER))
-        manifest = {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "probe", "namespace": "default"},
-            "spec": {
-                "application": {"mainFile": "driver.py"},
-                "checkpointing": {"interval": "1s"},
-                "restartPolicy": {"backoff": "100ms"},
-            },
-        }
-        (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+        write_job(directory, interval="1s")
         self.job_dir = directory / ".spark-checkpoint" / "default" / "probe"
 
     def cli(self, *args: str) -> "subprocess.CompletedProcess[str]":

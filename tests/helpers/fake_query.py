@@ -10,6 +10,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.driver import run_coordinated
 
@@ -27,22 +29,28 @@ class FakeQuery:
         committed = committed_batches(location)
         self._batch = committed[-1] + 1 if committed else 0
         self.lastProgress: dict[str, Any] | None = None
+        # A first batch at once, as a query with input: the agent's first status lists
+        # every snapshot task, so a savepoint is not declined for a task still missing.
+        self._commit_batch()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
         while not self._stopped.wait(BATCH_SECONDS):
-            b = self._batch
-            files = {
-                f"offsets/{b}": f"offsets {b}",
-                f"sources/0/{b}": f"source {b}",
-                f"state/0/0/{b + 1}.delta": f"state {b + 1}",
-                f"commits/{b}": f"commit {b}",  # last: the batch is committed
-            }
-            for relative, text in files.items():
-                (self._location / relative).parent.mkdir(parents=True, exist_ok=True)
-                (self._location / relative).write_text(text)
-            self.lastProgress = {"batchId": b}
-            self._batch += 1
+            self._commit_batch()
+
+    def _commit_batch(self) -> None:
+        b = self._batch
+        files = {
+            f"offsets/{b}": f"offsets {b}",
+            f"sources/0/{b}": f"source {b}",
+            f"state/0/0/{b + 1}.delta": f"state {b + 1}",
+            f"commits/{b}": f"commit {b}",  # last: the batch is committed
+        }
+        for relative, text in files.items():
+            (self._location / relative).parent.mkdir(parents=True, exist_ok=True)
+            (self._location / relative).write_text(text)
+        self.lastProgress = {"batchId": b}
+        self._batch += 1
 
     @property
     def isActive(self) -> bool:
@@ -73,6 +81,28 @@ class FakeWriter:
 
     def start(self) -> FakeQuery:
         return FakeQuery(Path(self._location))
+
+
+def write_job(directory: Path, *, interval: str) -> Path:
+    """``job.yaml`` (job default/probe, checkpoints every ``interval``) in ``directory``,
+    with ``driver.py`` running this module's query; returns the manifest."""
+    tests = Path(__file__).resolve().parents[1]
+    (directory / "driver.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(tests)!r})\n"
+        "from helpers.fake_query import main\nmain()\n"
+    )
+    manifest = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": "probe", "namespace": "default"},
+        "spec": {
+            "application": {"mainFile": "driver.py"},
+            "checkpointing": {"interval": interval},
+            "restartPolicy": {"backoff": "100ms"},
+        },
+    }
+    (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+    return directory / "job.yaml"
 
 
 def main() -> None:
