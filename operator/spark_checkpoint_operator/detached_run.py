@@ -40,8 +40,11 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     while process.poll() is None and time.monotonic() < deadline:
         try:
-            request(paths.control, Command.STATUS)
+            answer = request(paths.control, Command.STATUS)
         except (NoRuntime, ControlRefused):  # not serving yet, or an old run's leftovers
+            answer = None
+        if answer is None or answer.status is None or answer.status.runtime_pid != process.pid:
+            # Another run of the job answers: this one is refused and exits (JobBusy).
             time.sleep(POLL_SECONDS)
             continue
         job = f"-f {args.manifest}" + (f" --state-dir {args.state_dir}" if args.state_dir else "")

@@ -269,3 +269,14 @@ def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoin
     assert {int(words[1]), int(drained.stdout.split()[1])} <= saved
     log = (job.job_dir / "logs" / "runtime.log").read_text()
     assert "`spark-checkpoint stop --drain`: draining the input, then taking a savepoint" in log
+
+
+def test_a_second_detached_run_of_a_running_job_is_refused(job: LocalJob) -> None:
+    _detach(job, running=False)
+    first = job.runtime_pid()
+    second = job.cli("run", "-f", "job.yaml", "--detach")
+    assert second.returncode == 1
+    assert "spark-checkpoint run: job default/probe is already running" in second.stderr
+    assert "runs in the background" not in second.stdout
+    assert job.status()["runtimePid"] == first
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
