@@ -47,6 +47,7 @@ TOKEN_NAME = "token"
 MAX_SOCKET_PATH = 100
 POLL_SECONDS = 0.05
 TRIGGER_GRACE_SECONDS = 5.0
+REQUEST_SECONDS = 10.0  # a connection that sends no request line is not kept open
 
 
 class NoRuntime(Exception):
@@ -128,9 +129,11 @@ class ControlServer:
         if peer is not None and _peer_uid(peer) != os.getuid():
             return ControlAnswer(Outcome.REFUSED, "the request comes from another user")
         try:
-            line = await reader.readuntil(b"\n")
+            line = await asyncio.wait_for(reader.readuntil(b"\n"), REQUEST_SECONDS)
         except asyncio.LimitOverrunError:
             return ControlAnswer(Outcome.REFUSED, f"a request is at most {MAX_LINE_BYTES} bytes")
+        except TimeoutError:
+            return ControlAnswer(Outcome.REFUSED, f"no request line within {REQUEST_SECONDS:.0f}s")
         try:
             request = decode_line(line, ControlRequest.from_json)
         except ProtocolError as error:

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from spark_checkpoint.protocol import ProtocolError
 from spark_checkpoint_operator.control import ControlPaths, serve_controls
 from spark_checkpoint_operator.control_protocol import (
+    MAX_LINE_BYTES,
     MAX_WAIT_SECONDS,
     Command,
     ControlAnswer,
@@ -116,15 +117,16 @@ class _NoSupervisor:
         raise AssertionError(f"a refused request reached the supervisor ({name})")
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.binary(max_size=200) | _hostile_request_values().map(lambda v: json.dumps(v).encode()))
-def test_the_runtime_answers_a_hostile_line_with_one_line_and_no_effect(line: bytes) -> None:
+def _exchange(line: bytes) -> ControlAnswer:
+    """``line`` sent to a runtime's control socket (a supervisor nothing may reach); the
+    answer, which must be exactly one line."""
+
     async def exchange(directory: Path) -> bytes:
         paths = ControlPaths(directory / "control")
         supervisor = cast(JobSupervisor, _NoSupervisor())
         async with serve_controls(paths, supervisor, "default/probe", lambda: None, print):
             reader, writer = await asyncio.open_unix_connection(str(paths.socket))
-            writer.write(line.replace(b"\n", b" ") + b"\n")
+            writer.write(line)
             await writer.drain()
             answer = await reader.read()
             writer.close()
@@ -133,6 +135,20 @@ def test_the_runtime_answers_a_hostile_line_with_one_line_and_no_effect(line: by
     with tempfile.TemporaryDirectory() as directory:
         answer = asyncio.run(exchange(Path(directory)))
     assert answer.endswith(b"\n") and answer.count(b"\n") == 1
-    document = decode_line(answer, ControlAnswer.from_json)
+    return decode_line(answer, ControlAnswer.from_json)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.binary(max_size=200) | _hostile_request_values().map(lambda v: json.dumps(v).encode()))
+def test_the_runtime_answers_a_hostile_line_with_one_line_and_no_effect(line: bytes) -> None:
+    document = _exchange(line.replace(b"\n", b" ") + b"\n")
     assert document.outcome is Outcome.REFUSED
     assert document.message
+
+
+def test_an_overlong_line_is_refused_with_one_line() -> None:
+    document = _exchange(b"x" * (MAX_LINE_BYTES + 10) + b"\n")
+    assert (document.outcome, document.message) == (
+        Outcome.REFUSED,
+        f"a request is at most {MAX_LINE_BYTES} bytes",
+    )
