@@ -10,6 +10,8 @@ import random
 import re
 import shutil
 import socket
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -318,3 +320,40 @@ def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) 
     assert run.wait() == 0, "\n".join(run.lines)
     assert run.status()["status"]["phase"] == "Finished"
     _assert_exactly_once(run)
+
+
+def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path: Path) -> None:
+    """`savepoint` and `stop` from another terminal against a real Spark driver, then a
+    run `--from` the first savepoint (not the newest image): exactly-once from there."""
+    job = ("-f", "job.yaml", "--state-dir", "state")
+
+    def control(*args: str) -> subprocess.CompletedProcess[str]:
+        """``spark-checkpoint ARGS`` for the job, as typed in another terminal."""
+        return subprocess.run(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", *args, *job],
+            cwd=tmp_path / "job",
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+
+    first = JobRun(tmp_path / "job", bounded=False)
+    first.add_input(files=6)
+    first.start()
+    first.wait_for_line(r"checkpoint \d+ complete")
+    taken = control("savepoint")
+    assert taken.returncode == 0, taken.stderr
+    chosen = int(taken.stdout.split()[1])
+    assert control("status").stdout.startswith("job default/wordcount: Running")
+    stopped = control("stop")
+    assert stopped.returncode == 0, stopped.stderr
+    assert first.wait() == 0
+    assert int(stopped.stdout.split()[1]) > chosen
+
+    resumed = JobRun(tmp_path / "job", bounded=True)
+    resumed.add_input(files=6, start_index=6)
+    resumed.start("--from", f"savepoint:{chosen}")
+    resumed.wait_for_line(rf"restoring from savepoint:{chosen}\b")
+    assert resumed.wait() == 0, "\n".join(resumed.lines)
+    _assert_exactly_once(resumed)
