@@ -11,12 +11,9 @@ import contextlib
 import dataclasses
 import logging
 import random
-import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from enum import StrEnum
-from typing import Any, Protocol, assert_never
+from typing import Any, assert_never
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
@@ -55,6 +52,28 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.supervisor.notices import (
+    Level,
+    Notice,
+    completion_reason,
+    describe_completion,
+    describe_exit,
+    error_lines,
+    log_notice,
+)
+from spark_checkpoint_operator.supervisor.ports import (
+    CheckUnavailable,
+    CleanupFailed,
+    DriverHandle,
+    DriverLauncher,
+    Janitor,
+    LaunchFailed,
+    NoRestorableImage,
+    Observer,
+    RestorableCheck,
+    Unobserved,
+)
+from spark_checkpoint_operator.supervisor.record import JobRecord
 
 log = logging.getLogger(__name__)
 
@@ -79,174 +98,6 @@ def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
     return float(min(policy.max_backoff, policy.backoff * 2 ** (retry - 1)))
 
 
-class DriverHandle(Protocol):
-    @property
-    def agent(self) -> AgentClient: ...
-
-    def exit_code(self) -> int | None:
-        """None while the driver runs."""
-
-    async def terminate(self) -> None:
-        """Stop the driver and return once it is gone (never two drivers at once)."""
-
-    def executors_ready(self) -> bool:
-        """False while Spark replaces a lost executor: a checkpoint would miss its tasks."""
-
-
-class DriverLauncher(Protocol):
-    async def launch(self, attempt: int, restore: list[str]) -> DriverHandle: ...
-
-    async def adopt(self, attempt: int) -> DriverHandle | None:
-        """The driver of ``attempt`` if it still runs from before this runtime restarted
-        (an operator upgrade must not restart every job), or if it ended since (its exit
-        code is judged as any driver's); None to start a new one."""
-
-
-class LaunchFailed(Exception):
-    """The runtime refused to start a driver (admission, quota, an invalid pod): retrying
-    the same spec cannot help; the message says why."""
-
-
-class NoRestorableImage(Exception):
-    """Every image the job could restore from failed its restore; the message lists why."""
-
-
-class CleanupFailed(Exception):
-    """A janitor could not change storage; the message says what and why."""
-
-
-class CheckUnavailable(Exception):
-    """The restorable check could not run (no verdict); the message says why."""
-
-
-class RestorableCheck(Protocol):
-    """Lets Spark read an image as a restart would (``python -m spark_checkpoint.restorable``)
-    where storage is reachable: a subprocess locally, a cleanup pod on Kubernetes."""
-
-    async def problems(self, image: str) -> list[str]:
-        """What keeps a restarted query from reading ``image`` (``kind:id``); empty when it
-        is restorable. Raises `CheckUnavailable` when there is no verdict."""
-
-
-class Janitor(Protocol):
-    """Storage work while no driver runs (a cleanup pod in Kubernetes). Failures raise
-    `CleanupFailed`; what is left behind is garbage-collected on a later run."""
-
-    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None: ...
-
-    async def discard_savepoint(self, savepoint_id: int) -> None: ...
-
-    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None: ...
-
-
-@dataclass
-class JobRecord:
-    """Everything about the job that is persisted: the coordinator's registry and the
-    runtime's own counters. It is what status shows and what a restart resumes from."""
-
-    phase: JobPhase = JobPhase.PENDING
-    attempt: int = 0
-    restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
-    failed_restores: int = 0
-    restored_from: dict[str, Any] | None = None
-    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
-    unrestorable: list[dict[str, Any]] = field(default_factory=list)
-    message: str = ""
-    coordinator: PersistedState = field(default_factory=PersistedState)
-    pending: list[dict[str, Any]] = field(default_factory=list)
-    last_batch: int | None = None
-    consecutive_failures: int = 0
-    # The live counter of this process's coordinator: no id at or above it has been
-    # triggered (at most the persisted counter). None in a record read back: its coordinator
-    # starts after the persisted counter, as nothing tells which ids below were used.
-    next_checkpoint_id: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record's part of the status (``status.render_status`` adds the views)."""
-        return {
-            "phase": self.phase.value,
-            "jobAttempt": self.attempt,
-            "restoredFrom": self.restored_from,
-            "unrestorable": self.unrestorable,
-            "message": self.message,
-            "lastCommittedBatch": self.last_batch,
-            "consecutiveFailures": self.consecutive_failures,
-            "nextCheckpointId": (
-                self.coordinator.next_checkpoint_id
-                if self.next_checkpoint_id is None
-                else self.next_checkpoint_id
-            ),
-            "pending": self.pending,
-            "coordinator": self.coordinator.to_dict(),
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
-        """Read back a status written from ``to_dict`` (views are ignored)."""
-        coordinator = (
-            PersistedState.from_dict(data["coordinator"])
-            if "coordinator" in data
-            else PersistedState()
-        )
-        counts = data.get("counts", {})
-        return cls(
-            phase=JobPhase(data.get("phase", JobPhase.PENDING)),
-            attempt=int(data.get("jobAttempt", 0)),
-            restores=int(counts.get("restored", 0)),
-            failed_restores=int(counts.get("failedRestores", 0)),
-            restored_from=data.get("restoredFrom"),
-            unrestorable=list(data.get("unrestorable", [])),
-            message=str(data.get("message", "")),
-            coordinator=coordinator,
-        )
-
-
-class Observer(Protocol):
-    """What a metrics sink learns from the supervisor (see ``metrics.JobMetrics``)."""
-
-    def completed(self, checkpoint: CompletedCheckpoint) -> None: ...
-
-    def failed(self, kind: CheckpointKind, reason: str) -> None: ...
-
-    def restored(self) -> None: ...
-
-    def late(self, seconds: float) -> None:
-        """A periodic trigger fired ``seconds`` after its scheduled time."""
-
-
-class _Unobserved:
-    def completed(self, checkpoint: CompletedCheckpoint) -> None:
-        pass
-
-    def failed(self, kind: CheckpointKind, reason: str) -> None:
-        pass
-
-    def restored(self) -> None:
-        pass
-
-    def late(self, seconds: float) -> None:
-        pass
-
-
-class Level(StrEnum):
-    DETAIL = "detail"  # routine progress: logged, not an event
-    NOTE = "note"  # worth an event: restores, savepoints, terminations
-    WARNING = "warning"  # something failed
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """Something the user should be told; ``reason`` is CamelCase (a Kubernetes event's)."""
-
-    reason: str
-    level: Level
-    message: str
-
-
-def _log_notice(notice: Notice) -> None:
-    log.log(logging.WARNING if notice.level is Level.WARNING else logging.INFO, notice.message)
-
-
 class JobSupervisor:
     def __init__(
         self,
@@ -258,8 +109,8 @@ class JobSupervisor:
         save: Callable[[JobRecord], Awaitable[None]],
         record: JobRecord,
         initial_savepoint: str | None = None,
-        report: Callable[[Notice], None] = _log_notice,
-        observer: "Observer | None" = None,
+        report: Callable[[Notice], None] = log_notice,
+        observer: Observer | None = None,
         idle_poll_interval: float = POLL_INTERVAL,
         agent_start_timeout: float | None = None,
         driver_error: Callable[[int], list[str]] = lambda attempt: [],
@@ -273,7 +124,7 @@ class JobSupervisor:
         self._record = record
         self._initial_savepoint = initial_savepoint
         self._report = report
-        self._observer = observer or _Unobserved()
+        self._observer = observer or Unobserved()
         # How often a running job without pending checkpoints asks an agent that cannot
         # long-poll for status, and checks the driver while a long poll waits; triggers
         # are timed by the coordinator's deadlines, not by polling.
@@ -429,7 +280,7 @@ class JobSupervisor:
                         "DriverFailed",
                         Level.WARNING,
                         f"driver failed ({describe_exit(exit_code)}); "
-                        f"restart {retries} in {delay:.0f}s" + _error_lines(error),
+                        f"restart {retries} in {delay:.0f}s" + error_lines(error),
                     )
                     await self._set_phase(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
@@ -442,7 +293,7 @@ class JobSupervisor:
                 self._notify(
                     "DriverFailed",
                     Level.WARNING,
-                    f"driver failed ({describe_exit(exit_code)})" + _error_lines(error),
+                    f"driver failed ({describe_exit(exit_code)})" + error_lines(error),
                 )
             await self._terminate(outcome)
             return outcome
@@ -1010,9 +861,9 @@ class JobSupervisor:
                 self._check_newest(image)
                 self._observer.completed(completed)
                 self._notify(
-                    _completion_reason(completed),
+                    completion_reason(completed),
                     Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
-                    f"{_describe_completion(completed)} (query at batch {self._record.last_batch})",
+                    f"{describe_completion(completed)} (query at batch {self._record.last_batch})",
                 )
                 if completed.checkpoint_id in self._stopping_savepoints:
                     # The agent stops the query now: nothing more is triggered.
@@ -1186,34 +1037,3 @@ class JobSupervisor:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
             return False
         return True
-
-
-def describe_exit(exit_code: int) -> str:
-    """A driver's exit as a person reads it: a negative code is the signal that killed it."""
-    if exit_code >= 0:
-        return f"exit {exit_code}"
-    try:
-        return f"killed by {signal.Signals(-exit_code).name}"
-    except ValueError:
-        return f"killed by signal {-exit_code}"
-
-
-def _error_lines(error: list[str]) -> str:
-    """A driver's error lines as the indented tail of a notice."""
-    return "".join(f"\n    {line}" for line in ["its error:", *error]) if error else ""
-
-
-def _completion_reason(completed: CompletedCheckpoint) -> str:
-    return (
-        "SavepointCompleted"
-        if completed.kind is CheckpointKind.SAVEPOINT
-        else "CheckpointCompleted"
-    )
-
-
-def _describe_completion(completed: CompletedCheckpoint) -> str:
-    label = f" ({completed.label})" if completed.label else ""
-    return (
-        f"{completed.kind.value} {completed.checkpoint_id} complete{label}: batch "
-        f"{completed.batch_id}, {completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
-    )
