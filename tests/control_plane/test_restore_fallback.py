@@ -165,7 +165,8 @@ def test_with_every_image_unrestorable_the_job_fails_with_that_reason() -> None:
         supervisor, _ = _supervisor(launcher, max_retries=1)
         run = asyncio.create_task(supervisor.run())
         await _checkpoints_then_crash(launcher, 2)
-        registered = len(supervisor._coordinator.restore_candidates())
+        state = supervisor.record.coordinator
+        registered = len(state.checkpoints) + len(state.savepoints)
         for index in range(1, registered + 1):
             agent = await _next_driver(launcher, index)
             agent.reachable = False

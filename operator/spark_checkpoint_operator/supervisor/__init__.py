@@ -6,7 +6,11 @@ Kubernetes pods) supplies its ports. Its parts, by responsibility:
 - ``ports``: what the runtime supplies (drivers, a janitor, a restorable check, an observer);
 - ``record``: the persisted `JobRecord`;
 - ``notices``: what the user is told;
-- ``job``: the attempt loop and its restart policy.
+- ``status_events``: the agent's status read as coordinator events;
+- ``interpreter``: the coordinator's effects carried out from one queue, and the job's
+  phase as the coordinator is told it;
+- ``attempt``: the state of one attempt (one driver) and its named transitions;
+- ``job``: the attempt loop, long polls of the agent, and the restart policy.
 
 Adapters import from this package; its modules import each other directly.
 """
