@@ -1,11 +1,15 @@
-"""The order the supervisor carries effects out in, as the driver's agent sees it.
+"""How the supervisor carries effects out and tells the coordinator the job's phase, as
+the driver's agent sees it.
 
 Effects run from one queue in the order the coordinator produced them; an effect whose
 outcome is an event for the coordinator (a finalized checkpoint, a phase change) queues
 that event's effects after those already queued, never inside the effect that caused it.
+The coordinator is told one phase, derived from the job's and its attempt's, also when new
+settings replace it.
 """
 
 import asyncio
+from typing import Any
 
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
@@ -103,3 +107,40 @@ def test_a_phase_change_fed_back_by_a_completion_runs_after_the_completions_disc
         ("discard savepoint", 1),
         ("abort", 2),
     ]
+
+
+class BoundedAgent(FakeAgent):
+    """Bounded input read to its end: the query waits for its final checkpoint and, once
+    told of it, stays until the test lets the driver exit."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified: int | None = None
+
+    def _status(self) -> dict[str, Any]:
+        document = super()._status()
+        document["query"]["state"] = "finished"
+        document["awaitingFinalCheckpoint"] = self.notified is None or self.notified < self.batch
+        return document
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await super().complete(checkpoint_id, batch_id)
+        self.notified = batch_id
+
+
+def test_new_settings_trigger_nothing_while_the_driver_exits_after_its_final_checkpoint() -> None:
+    async def scenario() -> tuple[TerminalOutcome, FakeAgent]:
+        launcher = FakeLauncher()
+        launcher.agent_class = BoundedAgent
+        supervisor = _supervisor(launcher, CoordinatorConfig(interval=None, timeout=30.0))
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.completed)
+        agent = launcher.drivers[0].agent
+        supervisor.reconfigure(CoordinatorConfig(interval=0.1, timeout=30.0))
+        await asyncio.sleep(1.0)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        return await run, agent
+
+    outcome, agent = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FINISHED
+    assert agent.triggers == [1], "only the final checkpoint: the driver is exiting"
