@@ -38,6 +38,11 @@ class AgentClient:
         self._session = session
         self._owns_session = session is None
 
+    @property
+    def url(self) -> str | None:
+        """Where the agent is now; None while it has no address."""
+        return self._base_url() if callable(self._base_url) else self._base_url
+
     async def close(self) -> None:
         if self._session is not None and self._owns_session:
             await self._session.close()
@@ -94,7 +99,7 @@ class AgentClient:
         waits: float = 0.0,
     ) -> Any:
         """``waits``: how long the agent may hold the answer back, on top of the timeout."""
-        base_url = self._base_url() if callable(self._base_url) else self._base_url
+        base_url = self.url
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:

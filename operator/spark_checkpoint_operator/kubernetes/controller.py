@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -64,6 +64,8 @@ from spark_checkpoint_operator.supervisor import (
     LaunchFailed,
     Level,
     Notice,
+    Observer,
+    Observers,
 )
 
 log = logging.getLogger(__name__)
@@ -95,9 +97,11 @@ class JobController:
         metrics: JobMetrics,
         *,
         idle_poll_interval: float = 2.0,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self._clients = clients
         self._metrics = metrics
+        self._observer = Observers(metrics, *observers)  # the supervisor's
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
         self._idle_poll_interval = idle_poll_interval
@@ -281,7 +285,7 @@ class JobController:
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
             report=self._on_notice,
-            observer=self._metrics,
+            observer=self._observer,
             idle_poll_interval=self._idle_poll_interval,
         )
 

@@ -25,6 +25,8 @@ from spark_checkpoint_operator.supervisor.ports import (
     Janitor,
     LaunchFailed,
     Observer,
+    Observers,
+    PeriodicSlot,
     RestorableCheck,
 )
 from spark_checkpoint_operator.supervisor.record import JobRecord
@@ -42,5 +44,7 @@ __all__ = [
     "Level",
     "Notice",
     "Observer",
+    "Observers",
+    "PeriodicSlot",
     "RestorableCheck",
 ]

@@ -11,6 +11,7 @@ The job's phase is kept in one place, the record; the coordinator is told the ph
 derives from the record and the attempt (`coordinator_phase`), and only by this class.
 """
 
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol, assert_never
@@ -110,11 +111,14 @@ class EffectInterpreter:
 
     # ------------------------------------------------------------------ events and phases
 
-    async def handle(self, event: Event) -> None:
-        """Feed ``event`` to the coordinator and carry out its effects. Fed back while
-        effects are being carried out, its effects are queued after those."""
-        self._queue.extend(self._coordinator.handle(event))
+    async def handle(self, event: Event) -> list[Effect]:
+        """Feed ``event`` to the coordinator and carry out its effects, which are returned.
+        Fed back while effects are being carried out, its effects are queued after those
+        (and carried out once this returns)."""
+        effects = self._coordinator.handle(event)
+        self._queue.extend(effects)
         await self._carry_out_queued()
+        return effects
 
     def replace(self, coordinator: CheckpointCoordinator) -> None:
         """Continue with ``coordinator`` (new settings), told the current phase. Its
@@ -247,12 +251,16 @@ class EffectInterpreter:
         self._notify("CheckpointTriggered", Level.DETAIL, f"trigger {kind.value} {cid}")
         if after is not AfterCompletion.CONTINUE:
             self._stopping_savepoints.add(cid)
+        agent = attempt.driver.agent
+        sent = time.time()
         try:
-            await attempt.driver.agent.trigger(cid, kind.value, after.value)
+            await agent.trigger(cid, kind.value, after.value)
         except AgentUnavailable:
             await self.agent_lost()
         except AgentRejected as error:
             await self.handle(TriggerDeliveryFailed(cid, str(error)))
+        finally:
+            self._observer.trigger_sent(cid, agent, sent, time.time())
 
     async def _finalize(self, attempt: Attempt | None, cid: int, tasks: list[str]) -> None:
         if attempt is None:

@@ -26,6 +26,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
     TerminalOutcome,
     Tick,
+    TriggerCheckpoint,
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
@@ -47,8 +48,8 @@ from spark_checkpoint_operator.supervisor.ports import (
     LaunchFailed,
     NoRestorableImage,
     Observer,
+    PeriodicSlot,
     RestorableCheck,
-    Unobserved,
 )
 from spark_checkpoint_operator.supervisor.record import JobRecord
 from spark_checkpoint_operator.supervisor.status_events import (
@@ -98,7 +99,7 @@ class JobSupervisor:
         self._record = record
         self._initial_savepoint = initial_savepoint
         self._report = report
-        self._observer = observer or Unobserved()
+        self._observer = observer or Observer()
         # How often a running job without pending checkpoints asks an agent that cannot
         # long-poll for status, and checks the driver while a long poll waits; triggers
         # are timed by the coordinator's deadlines, not by polling.
@@ -656,10 +657,12 @@ class JobSupervisor:
 
     async def _tick(self) -> None:
         due = self._interpreter.coordinator.next_periodic_trigger
-        now = time.time()
-        if due is not None and due <= now:
-            self._observer.late(now - due)
-        await self._interpreter.handle(Tick())
+        decided = time.time()
+        effects = await self._interpreter.handle(Tick())
+        next_due = self._interpreter.coordinator.next_periodic_trigger
+        if due is not None and next_due != due:  # this Tick consumed the periodic slot
+            triggered = (e.checkpoint_id for e in effects if isinstance(e, TriggerCheckpoint))
+            self._observer.periodic(PeriodicSlot(due, decided, next_due, next(triggered, None)))
 
     def _registered(self) -> tuple[list[int], list[int]]:
         state = self._interpreter.coordinator.persisted_state

@@ -2,6 +2,7 @@
 restorable check, and a sink for what it observes. A local process or a Kubernetes pod
 supplies them (``local_runtime``, ``kubernetes.runtime``)."""
 
+from dataclasses import dataclass
 from typing import Protocol
 
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -68,21 +69,20 @@ class Janitor(Protocol):
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None: ...
 
 
-class Observer(Protocol):
-    """What a metrics sink learns from the supervisor (see ``metrics.JobMetrics``)."""
+@dataclass(frozen=True, slots=True)
+class PeriodicSlot:
+    """A periodic trigger time that a Tick consumed (epoch seconds)."""
 
-    def completed(self, checkpoint: CompletedCheckpoint) -> None: ...
-
-    def failed(self, kind: CheckpointKind, reason: str) -> None: ...
-
-    def restored(self) -> None: ...
-
-    def late(self, seconds: float) -> None:
-        """A periodic trigger fired ``seconds`` after its scheduled time."""
+    due: float  # when the coordinator had scheduled it
+    decided: float  # when the Tick that consumed it was handled: ``decided - due`` is late
+    next_due: float | None  # the slot scheduled after it
+    checkpoint_id: int | None  # the checkpoint it triggered; None: declined (minPause)
 
 
-class Unobserved:
-    """The observer of a job nobody measures."""
+class Observer:
+    """What the supervisor reports as it happens, for metrics (``metrics.JobMetrics``) or
+    a measurement (the operator-scale benchmark's probe). Every method does nothing here:
+    an observer overrides those it wants."""
 
     def completed(self, checkpoint: CompletedCheckpoint) -> None:
         pass
@@ -93,5 +93,40 @@ class Unobserved:
     def restored(self) -> None:
         pass
 
-    def late(self, seconds: float) -> None:
-        pass
+    def periodic(self, slot: PeriodicSlot) -> None:
+        """A periodic slot was consumed: after its trigger (if any) was carried out."""
+
+    def trigger_sent(
+        self, checkpoint_id: int, agent: AgentClient, sent: float, answered: float
+    ) -> None:
+        """The trigger of ``checkpoint_id`` went to ``agent`` at ``sent`` and was answered
+        (or failed) at ``answered`` (epoch seconds)."""
+
+
+class Observers(Observer):
+    """Several observers of one job, each told everything."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self._observers = observers
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        for observer in self._observers:
+            observer.completed(checkpoint)
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None:
+        for observer in self._observers:
+            observer.failed(kind, reason)
+
+    def restored(self) -> None:
+        for observer in self._observers:
+            observer.restored()
+
+    def periodic(self, slot: PeriodicSlot) -> None:
+        for observer in self._observers:
+            observer.periodic(slot)
+
+    def trigger_sent(
+        self, checkpoint_id: int, agent: AgentClient, sent: float, answered: float
+    ) -> None:
+        for observer in self._observers:
+            observer.trigger_sent(checkpoint_id, agent, sent, answered)
