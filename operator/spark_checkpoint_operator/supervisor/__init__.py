@@ -10,13 +10,15 @@ Kubernetes pods) supplies its ports. Its parts, by responsibility:
 - ``interpreter``: the coordinator's effects carried out from one queue, and the job's
   phase as the coordinator is told it;
 - ``attempt``: the state of one attempt (one driver) and its named transitions;
-- ``job``: the attempt loop, long polls of the agent, and the restart policy.
+- ``polling``: asking the agent for status, at once or as a long poll;
+- ``job``: the attempt loop, with restores and the restart policy.
 
 Adapters import from this package; its modules import each other directly.
 """
 
-from spark_checkpoint_operator.supervisor.job import POLL_INTERVAL, JobSupervisor
+from spark_checkpoint_operator.supervisor.job import JobSupervisor
 from spark_checkpoint_operator.supervisor.notices import Level, Notice
+from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
 from spark_checkpoint_operator.supervisor.ports import (
     CheckUnavailable,
     CleanupFailed,

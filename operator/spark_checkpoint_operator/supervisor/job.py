@@ -13,7 +13,6 @@ import dataclasses
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
@@ -40,6 +39,7 @@ from spark_checkpoint_operator.supervisor.notices import (
     error_lines,
     log_notice,
 )
+from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL, Answer, StatusPolls
 from spark_checkpoint_operator.supervisor.ports import (
     CheckUnavailable,
     DriverHandle,
@@ -57,16 +57,6 @@ from spark_checkpoint_operator.supervisor.status_events import (
     Status,
     UnknownSnapshot,
 )
-
-POLL_INTERVAL = 0.5
-# The longest a status request waits for the agent's status to change (a long poll).
-LONG_POLL_SECONDS = 30.0
-# A status request goes out at least this long after the previous answer, so that changes
-# in quick succession (a trigger and its snapshot's acks) are picked up together.
-STATUS_GAP_SECONDS = 0.25
-
-# A status document, or why the agent gave none.
-_Answer = Status | AgentUnavailable | AgentRejected
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
@@ -100,10 +90,6 @@ class JobSupervisor:
         self._initial_savepoint = initial_savepoint
         self._report = report
         self._observer = observer or Observer()
-        # How often a running job without pending checkpoints asks an agent that cannot
-        # long-poll for status, and checks the driver while a long poll waits; triggers
-        # are timed by the coordinator's deadlines, not by polling.
-        self._idle_poll_interval = idle_poll_interval
         # How long a started driver's agent may stay silent before the job fails: a
         # pipeline that never calls run_coordinated would otherwise look like a slow start
         # forever. None: no limit (a pod may wait for a node or an image).
@@ -129,9 +115,7 @@ class JobSupervisor:
             job=self,
         )
         self._snapshots = SnapshotProgress()
-        # User requests, and None to wake `_wait` (new settings).
-        self._requests: asyncio.Queue[TriggerRequested | None] = asyncio.Queue()
-        self._last_status = 0.0  # when the agent last answered (monotonic)
+        self._polls = StatusPolls(idle_poll_interval)
         self._stop = StopRequest.NONE
         self._stop_requested = asyncio.Event()
         self._stopping: asyncio.Task[None] | None = None
@@ -164,14 +148,14 @@ class JobSupervisor:
             self._new_coordinator(config, current.persisted_state, current.next_checkpoint_id)
         )
         # Its deadlines apply now, not after a long poll, and its effects are carried out.
-        self._requests.put_nowait(None)
+        self._polls.inbox.put_nowait(None)
 
     def _notify(self, reason: str, level: Level, message: str) -> None:
         self._report(Notice(reason, level, message))
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
-        self._requests.put_nowait(event)
+        self._polls.inbox.put_nowait(event)
 
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
@@ -363,7 +347,7 @@ class JobSupervisor:
         if self._stop_requested.is_set():
             self._stop_driver()  # asked to stop while the driver was being started
         try:
-            answer: _Answer | None = None  # a status a long poll brought
+            answer: Answer | None = None  # a status a long poll brought
             while (exit_code := driver.exit_code()) is None:
                 version = await self._poll(attempt, answer)
                 answer = await self._wait(attempt, version)
@@ -469,45 +453,23 @@ class JobSupervisor:
 
     # ------------------------------------------------------------------ asking the agent
 
-    async def _wait(self, attempt: Attempt, version: int | None) -> _Answer | None:
-        """Until the next status is due. A user request is handled (and None returned:
-        ask for status now). With the ``version`` of the last status, the agent is asked
-        to answer once its status changes (a long poll), at the latest at the
-        coordinator's next deadline, and its answer is returned. Without one (no answer,
-        or an agent that cannot long-poll), this sleeps an interval as before."""
+    async def _wait(self, attempt: Attempt, version: int | None) -> Answer | None:
+        """Until the next status is due (see `StatusPolls.wait`); a user request that
+        came meanwhile is handled, new settings' effects carried out."""
         coordinator = self._interpreter.coordinator
-        idle = self._record.phase is JobPhase.RUNNING and not coordinator.pending
-        interval = self._idle_poll_interval if idle else POLL_INTERVAL
-        deadline = coordinator.next_deadline()
-        limit = interval if version is None else LONG_POLL_SECONDS
-        delay = limit if deadline is None else min(limit, deadline - time.time())
-        request = asyncio.ensure_future(self._requests.get())
-        waiting: set[asyncio.Future[Any]] = {request}
-        poll = None
-        if version is not None:
-            poll = asyncio.ensure_future(self._long_poll(attempt.driver, version, delay))
-            waiting.add(poll)
-        try:
-            while True:
-                done, _ = await asyncio.wait(
-                    waiting,
-                    timeout=interval if poll else max(0.0, delay),
-                    return_when=asyncio.FIRST_COMPLETED,
-                )
-                # The driver's exit and its executors are not in the agent's status: they
-                # are looked at every interval while a long poll waits.
-                if done or poll is None or self._driver_changed(attempt):
-                    break
-        finally:
-            for task in waiting:
-                task.cancel()  # a cancelled long poll closes its connection
-            await asyncio.gather(*waiting, return_exceptions=True)
-        if not request.cancelled():
-            if (event := request.result()) is not None:
-                await self._interpreter.handle(event)
+        answer, messages = await self._polls.wait(
+            attempt.driver,
+            version,
+            idle=self._record.phase is JobPhase.RUNNING and not coordinator.pending,
+            deadline=coordinator.next_deadline(),
+            changed=lambda: self._driver_changed(attempt),
+        )
+        for message in messages:
+            if message is None:
+                await self._interpreter.carry_out_queued()
             else:
-                await self._interpreter.carry_out_queued()  # new settings' effects
-        return None if poll is None or poll.cancelled() else poll.result()
+                await self._interpreter.handle(message)
+        return answer
 
     def _driver_changed(self, attempt: Attempt) -> bool:
         driver = attempt.driver
@@ -517,28 +479,11 @@ class JobSupervisor:
             or attempt.stalled_stopping()
         )
 
-    async def _long_poll(self, driver: DriverHandle, version: int, delay: float) -> _Answer:
-        # Never past the deadline: a due periodic trigger is not held back.
-        pause = max(0.0, min(self._last_status + STATUS_GAP_SECONDS - time.monotonic(), delay))
-        if pause:
-            await asyncio.sleep(pause)
-        return await self._status(driver, version, max(0.0, delay - pause))
-
-    async def _status(
-        self, driver: DriverHandle, after: int | None = None, wait: float = 0.0
-    ) -> _Answer:
-        try:
-            return await driver.agent.status(after=after, wait=wait)
-        except (AgentUnavailable, AgentRejected) as error:
-            return error
-        finally:
-            self._last_status = time.monotonic()
-
-    async def _poll(self, attempt: Attempt, answer: _Answer | None = None) -> int | None:
+    async def _poll(self, attempt: Attempt, answer: Answer | None = None) -> int | None:
         """Act on a status of the agent: ``answer`` (from a long poll), or one asked for
         now. Returns the status's version; None when there is none to long-poll after."""
         if answer is None:
-            answer = await self._status(attempt.driver)
+            answer = await self._polls.status(attempt.driver)
         if isinstance(answer, Exception):
             await self._interpreter.agent_lost()
             await self._tick()
