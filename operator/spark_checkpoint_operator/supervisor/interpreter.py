@@ -76,6 +76,9 @@ class JobControl(Protocol):
 
 
 class EffectInterpreter:
+    """The coordinator of one job, the queue of its effects, and what carries them out
+    (the running attempt's agent, else the janitor)."""
+
     def __init__(
         self,
         coordinator: CheckpointCoordinator,
@@ -106,9 +109,6 @@ class EffectInterpreter:
         """For its queries; events go through `handle`."""
         return self._coordinator
 
-    def is_stopping_savepoint(self, checkpoint_id: int) -> bool:
-        return checkpoint_id in self._stopping_savepoints
-
     # ------------------------------------------------------------------ events and phases
 
     async def handle(self, event: Event) -> list[Effect]:
@@ -117,7 +117,7 @@ class EffectInterpreter:
         (and carried out once this returns)."""
         effects = self._coordinator.handle(event)
         self._queue.extend(effects)
-        await self._carry_out_queued()
+        await self.carry_out_queued()
         return effects
 
     def replace(self, coordinator: CheckpointCoordinator) -> None:
@@ -127,9 +127,6 @@ class EffectInterpreter:
         self._queue.extend(coordinator.handle(JobPhaseChanged(self.coordinator_phase())))
 
     async def carry_out_queued(self) -> None:
-        await self._carry_out_queued()
-
-    async def _carry_out_queued(self) -> None:
         if self._carrying_out:
             return  # fed back by an effect: the loop below reaches its effects in turn
         self._carrying_out = True
