@@ -9,10 +9,11 @@ settings replace it.
 """
 
 import asyncio
-from typing import Any
+from dataclasses import replace
 
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AgentStatus, QueryState
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -34,10 +35,12 @@ class RecordingAgent(FakeAgent):
         super().__init__()
         self.calls: list[tuple[str, int]] = []
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+    ) -> None:
         await super().trigger(checkpoint_id, kind, after)
-        if kind == CheckpointKind.CHECKPOINT.value:
-            self.snapshots[checkpoint_id]["acks"] = []
+        if kind == CheckpointKind.CHECKPOINT:
+            self.snapshots[checkpoint_id] = replace(self.snapshots[checkpoint_id], acks=())
 
     async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
         self.calls.append(("finalize", checkpoint_id))
@@ -117,11 +120,13 @@ class BoundedAgent(FakeAgent):
         super().__init__()
         self.notified: int | None = None
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> AgentStatus:
         document = super()._status()
-        document["query"]["state"] = "finished"
-        document["awaitingFinalCheckpoint"] = self.notified is None or self.notified < self.batch
-        return document
+        return replace(
+            document,
+            query=replace(document.query, state=QueryState.FINISHED),
+            awaiting_final_checkpoint=self.notified is None or self.notified < self.batch,
+        )
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         await super().complete(checkpoint_id, batch_id)

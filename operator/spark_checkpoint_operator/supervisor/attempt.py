@@ -25,8 +25,8 @@ driver's exit; the next one starts from a new `Attempt`.
 import time
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any
 
+from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.supervisor.ports import DriverHandle
 
 # How long a driver may take to exit after its stop-with-savepoint completed.
@@ -62,7 +62,7 @@ class Attempt:
     failing: str | None = None
     # The image it restored from until the agent reports the query running or it ends
     # cleanly (`confirm_restore`); None: confirmed, or none.
-    unconfirmed_restore: dict[str, Any] | None = None
+    unconfirmed_restore: RestoredFrom | None = None
     completed: list[str] = field(default_factory=list)  # images registered by this attempt
     # The last batch of bounded input, once the agent reported it (its final checkpoint
     # was requested, or one covering it was found).
@@ -118,8 +118,8 @@ class Attempt:
         elif self.first_batch != (batch,):
             self.batches_advanced = True
 
-    def restored(self, source: dict[str, Any]) -> None:
-        self.unconfirmed_restore = source
+    def restored(self, restore: RestoredFrom) -> None:
+        self.unconfirmed_restore = restore
 
     def confirm_restore(self) -> bool:
         """Whether this confirms the restore (it had one, unconfirmed until now)."""

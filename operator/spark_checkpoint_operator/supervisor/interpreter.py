@@ -16,6 +16,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Protocol, assert_never
 
+from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
@@ -251,7 +252,7 @@ class EffectInterpreter:
         agent = attempt.driver.agent
         sent = time.time()
         try:
-            await agent.trigger(cid, kind.value, after.value)
+            await agent.trigger(cid, kind, after)
         except AgentUnavailable:
             await self.agent_lost()
         except AgentRejected as error:
@@ -274,7 +275,7 @@ class EffectInterpreter:
     async def _completed(
         self, attempt: Attempt | None, completed: CompletedCheckpoint, sinks_may_commit: bool
     ) -> None:
-        image = f"{completed.kind.value}:{completed.checkpoint_id}"
+        image = RestoreCandidate.registered(completed.kind, completed.checkpoint_id).encode()
         if attempt is not None:
             attempt.completed.append(image)
         self._job.check_restorable(image)

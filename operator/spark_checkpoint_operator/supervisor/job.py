@@ -15,6 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AgentStatus, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -52,11 +53,7 @@ from spark_checkpoint_operator.supervisor.ports import (
     RestorableCheck,
 )
 from spark_checkpoint_operator.supervisor.record import JobRecord
-from spark_checkpoint_operator.supervisor.status_events import (
-    SnapshotProgress,
-    Status,
-    UnknownSnapshot,
-)
+from spark_checkpoint_operator.supervisor.status_events import SnapshotProgress, UnknownSnapshot
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
@@ -383,12 +380,10 @@ class JobSupervisor:
     def _images(self) -> list[str]:
         """What the job restores from, newest first: its registered images, else the
         initial savepoint."""
-        images = [
-            f"{c.kind.value}:{c.checkpoint_id}"
-            for c in self._interpreter.coordinator.restore_candidates()
-        ]
+        registered = self._interpreter.coordinator.restore_candidates()
+        images = [RestoreCandidate.registered(c.kind, c.checkpoint_id).encode() for c in registered]
         if not images and self._initial_savepoint:
-            images = [f"external:{self._initial_savepoint}"]
+            images = [RestoreCandidate.external(self._initial_savepoint).encode()]
         return images
 
     def _restore_candidates(self) -> list[str]:
@@ -414,7 +409,7 @@ class JobSupervisor:
         if exit_code != DriverExit.RESTORE_UNUSABLE:
             return None
         if attempt.unconfirmed_restore is not None:
-            return str(attempt.unconfirmed_restore["source"])
+            return attempt.unconfirmed_restore.candidate.encode()
         if attempt.candidates:
             # The driver died before its agent was asked: every candidate before the one it
             # restored was one it could not read, so the first is unusable in any case.
@@ -490,7 +485,7 @@ class JobSupervisor:
             await self._give_up_on_a_silent_agent(attempt)
             return None
         await self._process(attempt, answer, before=attempt.answered())
-        return status_events.version(answer)
+        return answer.version
 
     async def _give_up_on_a_silent_agent(self, attempt: Attempt) -> None:
         timeout = self._agent_start_timeout
@@ -505,29 +500,19 @@ class JobSupervisor:
         self._notify("AgentNeverAnswered", Level.WARNING, f"{attempt.failing} Stopping the driver.")
         await attempt.driver.terminate()
 
-    async def _process(self, attempt: Attempt, status: Status, *, before: Stage) -> None:
+    async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:
         """Act on a status; ``before``: the attempt's stage before this answer."""
         driver = attempt.driver
         if before in (Stage.STARTING, Stage.ADOPTED):
             # Before the first trigger of an attempt: whatever a crash left in storage that
             # the registry does not list goes now, while no snapshot is in flight.
             await self._collect_garbage(driver)
-        self._record.last_batch = status_events.last_batch(status)
+        self._record.last_batch = status.query.last_committed_batch
         attempt.saw_batch(self._record.last_batch)
         if before is Stage.STARTING:  # an adopted driver's restore is in the record already
-            self._record.restored_from = status_events.restored_from(status)
-            if self._record.restored_from:
-                attempt.restored(self._record.restored_from)
-                self._notify(
-                    "Restored", Level.NOTE, f"restored from {self._record.restored_from['source']}"
-                )
-                for skipped in self._record.restored_from["skipped"]:
-                    self._notify(
-                        "RestoreSkipped",
-                        Level.WARNING,
-                        f"skipped {skipped['source']}: {skipped['reason']}",
-                    )
-        running = status_events.query_running(status)
+            self._record_restore(attempt, status.restored_from)
+        # A restored query is reported restoring until it got past its image.
+        running = status.query.state.runs_tasks
         if running:
             self._confirm_restore(attempt)
         attempt.executors_ready = driver.executors_ready()
@@ -556,6 +541,17 @@ class JobSupervisor:
         if last is not None and attempt.input_exhausted_at is None:
             await self._on_input_exhausted(attempt, last)
         await self._tick()
+
+    def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
+        self._record.restored_from = None if restored is None else restored.to_json()
+        if restored is None:
+            return
+        attempt.restored(restored)
+        self._notify("Restored", Level.NOTE, f"restored from {restored.candidate}")
+        for skipped in restored.skipped:
+            self._notify(
+                "RestoreSkipped", Level.WARNING, f"skipped {skipped.candidate}: {skipped.reason}"
+            )
 
     async def _collect_garbage(self, driver: DriverHandle) -> None:
         try:

@@ -10,10 +10,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from spark_checkpoint.protocol import AgentStatus
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import TriggerRequested
 from spark_checkpoint_operator.supervisor.ports import DriverHandle
-from spark_checkpoint_operator.supervisor.status_events import Status
 
 POLL_INTERVAL = 0.5
 # The longest a status request waits for the agent's status to change (a long poll).
@@ -23,7 +23,7 @@ LONG_POLL_SECONDS = 30.0
 STATUS_GAP_SECONDS = 0.25
 
 # A status document, or why the agent gave none.
-Answer = Status | AgentUnavailable | AgentRejected
+Answer = AgentStatus | AgentUnavailable | AgentRejected
 # A user's request, or None: new settings (their deadlines and effects apply now).
 Message = TriggerRequested | None
 
@@ -41,7 +41,7 @@ class StatusPolls:
         self, driver: DriverHandle, after: int | None = None, wait: float = 0.0
     ) -> Answer:
         try:
-            return await driver.agent.status(after=after, wait=wait)
+            return await driver.agent.read_status(after=after, wait=wait)
         except (AgentUnavailable, AgentRejected) as error:
             return error
         finally:

@@ -1,4 +1,5 @@
-"""The agent's status document read as coordinator events (docs/agent-protocol.md).
+"""The agent's status document (`spark_checkpoint.protocol.AgentStatus`) read as
+coordinator events (docs/agent-protocol.md, "The status document").
 
 The agent lists each snapshot in flight with all its acknowledgements and declines until
 the snapshot is done; each is fed to the coordinator once. A snapshot the coordinator
@@ -6,17 +7,14 @@ neither waits for nor registered is reported once, to be dropped at the agent.
 """
 
 from dataclasses import dataclass
-from typing import Any
 
+from spark_checkpoint.protocol import AgentStatus, SnapshotStatus
 from spark_checkpoint_operator.coordinator import (
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
     TasksReported,
 )
-
-# A status document as the agent sends it.
-Status = dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,39 +28,14 @@ class UnknownSnapshot:
 Progress = TaskAcknowledged | TaskDeclined | UnknownSnapshot
 
 
-def version(status: Status) -> int | None:
-    """What a long poll waits to change; None from an agent that cannot long-poll."""
-    found = status.get("version")
-    return found if isinstance(found, int) else None
+def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
+    """The tasks a checkpoint needs now; not all running while an executor is replaced."""
+    return TasksReported(frozenset(status.tasks), status.all_tasks_running and executors_ready)
 
 
-def last_batch(status: Status) -> int | None:
-    batch: int | None = status["query"].get("lastCommittedBatch")
-    return batch
-
-
-def query_running(status: Status) -> bool:
-    """A restored query is reported "restoring" until it got past its image."""
-    return status["query"]["state"] in ("running", "finished")
-
-
-def restored_from(status: Status) -> dict[str, Any] | None:
-    """The image the driver restored from (``source``) and those it skipped (``skipped``:
-    each a ``source`` and a ``reason``)."""
-    restored: dict[str, Any] | None = status.get("restoredFrom")
-    return restored
-
-
-def input_exhausted_at(status: Status) -> int | None:
+def input_exhausted_at(status: AgentStatus) -> int | None:
     """The last batch of bounded input, once the query waits for its final checkpoint."""
-    if not status["awaitingFinalCheckpoint"]:
-        return None
-    batch: int = status["query"]["lastCommittedBatch"]
-    return batch
-
-
-def tasks_reported(status: Status, executors_ready: bool) -> TasksReported:
-    return TasksReported(frozenset(status["tasks"]), status["allTasksRunning"] and executors_ready)
+    return status.query.last_committed_batch if status.awaiting_final_checkpoint else None
 
 
 class SnapshotProgress:
@@ -74,15 +47,15 @@ class SnapshotProgress:
         self._fed_declines: set[tuple[int, str]] = set()
         self._dropped: set[int] = set()
 
-    def read(self, status: Status, known: set[int]) -> list[Progress]:
+    def read(self, status: AgentStatus, known: set[int]) -> list[Progress]:
         """What is new in ``status``, in the agent's order, for the snapshots the
-        coordinator ``known``s (pending or registered); the others are unknown."""
+        coordinator knows (``known``: pending or registered); the others are unknown."""
         progress: list[Progress] = []
-        in_flight = {int(snapshot["id"]) for snapshot in status["checkpoints"]}
-        for snapshot in status["checkpoints"]:
-            checkpoint_id = int(snapshot["id"])
+        in_flight = {snapshot.checkpoint_id for snapshot in status.checkpoints}
+        for snapshot in status.checkpoints:
+            checkpoint_id = snapshot.checkpoint_id
             if checkpoint_id in known:
-                progress.extend(self._new(checkpoint_id, snapshot))
+                progress.extend(self._new(snapshot))
             elif checkpoint_id not in self._dropped:
                 self._dropped.add(checkpoint_id)
                 progress.append(UnknownSnapshot(checkpoint_id))
@@ -91,17 +64,18 @@ class SnapshotProgress:
         self._dropped &= in_flight
         return progress
 
-    def _new(self, checkpoint_id: int, snapshot: dict[str, Any]) -> list[Progress]:
+    def _new(self, snapshot: SnapshotStatus) -> list[Progress]:
+        checkpoint_id = snapshot.checkpoint_id
         progress: list[Progress] = []
-        for ack in snapshot["acks"]:
-            key = (checkpoint_id, ack["task"])
+        for ack in snapshot.acks:
+            key = (checkpoint_id, ack.task)
             if key not in self._fed_acks:
                 self._fed_acks.add(key)
-                task_ack = TaskAck(ack["task"], ack["batchId"], ack["sizeBytes"], ack["durationMs"])
+                task_ack = TaskAck(ack.task, ack.batch_id, ack.size_bytes, ack.duration_ms)
                 progress.append(TaskAcknowledged(checkpoint_id, task_ack))
-        for decline in snapshot["declines"]:
-            key = (checkpoint_id, decline["task"])
+        for decline in snapshot.declines:
+            key = (checkpoint_id, decline.task)
             if key not in self._fed_declines:
                 self._fed_declines.add(key)
-                progress.append(TaskDeclined(checkpoint_id, decline["task"], decline["message"]))
+                progress.append(TaskDeclined(checkpoint_id, decline.task, decline.message))
         return progress
