@@ -14,6 +14,7 @@ environment variables of botocore (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...)
 from __future__ import annotations
 
 import collections
+import functools
 import re
 import shutil
 import subprocess
@@ -252,7 +253,7 @@ class StorageRoot:
     url: str
     environment: dict[str, str]
 
-    @property
+    @functools.cached_property
     def fs(self) -> Any:
         # A fresh instance without a listings cache: it sees what the code under test did.
         fs, _ = fsspec.url_to_fs(self.url, skip_instance_cache=True, use_listings_cache=False)
