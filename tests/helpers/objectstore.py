@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import logging
 import re
 import shutil
 import subprocess
@@ -111,6 +112,8 @@ class S3Server:
 
 
 def start_s3_server() -> S3Server:
+    # werkzeug logs every request at INFO, which would fill each failing test's report.
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
     log = RequestLog()
     app = _CountingApp(DomainDispatcherApplication(create_backend_app), log)
     server = make_server("127.0.0.1", 0, app, threaded=True, request_handler=MotoRequestHandler)
