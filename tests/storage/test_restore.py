@@ -1,0 +1,109 @@
+"""Restore with fallback (spark_checkpoint.restore) on every kind of storage root: a damaged
+newest image is skipped with its reason and the previous one is restored, and an external
+savepoint is read from its `_metadata` URI on the same store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from helpers.objectstore import StorageRoot
+from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.settings import RestoreCandidate
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+)
+
+SparkFile = Callable[[str, bytes], str]
+MetadataMaker = Callable[..., CheckpointMetadata]
+SPARK_METADATA = b'{"id":"5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11"}'
+
+
+def _checkpoint(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    checkpoint_id: int,
+    offsets: bytes,
+) -> CheckpointMetadata:
+    # Spark writes a new file per batch; it never rewrites one (which hard links share).
+    files = {"metadata": SPARK_METADATA, f"offsets/{checkpoint_id}": offsets}
+    entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
+    meta = make_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries)
+    storage.write_metadata(meta)
+    return meta
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    storage_root: StorageRoot,
+    tmp_path: Path,
+) -> None:
+    _checkpoint(storage, spark_file, make_metadata, 1, b"batch 1")
+    newest = _checkpoint(storage, spark_file, make_metadata, 2, b"batch 2")
+    damaged = storage.layout.location_path(newest.files[1].location)
+    storage_root.write(damaged, b"batch 3")  # same size, other bytes
+    target = tmp_path / "restored"
+
+    outcome = restore(
+        storage,
+        (RestoreCandidate("checkpoint", 2), RestoreCandidate("checkpoint", 1)),
+        target,
+    )
+
+    assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
+    assert outcome.skipped[0][0] == "checkpoint:2"
+    assert outcome.skipped[0][1].startswith(f"{damaged}: sha256 mismatch")
+    assert (target / "offsets" / "1").read_bytes() == b"batch 1"
+    assert not (target / "offsets" / "2").exists()
+
+
+def test_with_every_image_unreadable_restore_fails_naming_each(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    storage_root: StorageRoot,
+    tmp_path: Path,
+) -> None:
+    meta = _checkpoint(storage, spark_file, make_metadata, 1, b"batch 1")
+    storage_root.delete(storage.layout.location_path(meta.files[0].location))
+
+    with pytest.raises(RestoreFailed) as raised:
+        restore(
+            storage,
+            (RestoreCandidate("checkpoint", 1), RestoreCandidate("savepoint", 9)),
+            tmp_path / "restored",
+        )
+
+    assert "checkpoint:1: " in str(raised.value)
+    assert f"savepoint:9: {storage.layout.metadata_path(CheckpointKind.SAVEPOINT, 9)}" in str(
+        raised.value
+    )
+    assert not (tmp_path / "restored").exists()
+
+
+def test_an_external_savepoint_on_the_store_is_restored(
+    storage_root: StorageRoot,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    tmp_path: Path,
+) -> None:
+    source = CheckpointStorage(JobStorageLayout(f"{storage_root.url}/other", "team-a", "orders.v2"))
+    files = {"metadata": SPARK_METADATA, "offsets/0": b"batch 1"}
+    entries = [source.add_savepoint_file(3, spark_file(p, c), p) for p, c in files.items()]
+    source.write_metadata(make_metadata(CheckpointKind.SAVEPOINT, 3, entries))
+    fork = CheckpointStorage(JobStorageLayout(f"{storage_root.url}/mine", "team-a", "fork"))
+    uri = source.layout.metadata_path(CheckpointKind.SAVEPOINT, 3)
+    target = tmp_path / "restored"
+
+    outcome = restore(fork, (RestoreCandidate("external", metadata_uri=uri),), target)
+
+    assert outcome is not None and outcome.batch_id == 7
+    assert (target / "offsets" / "0").read_bytes() == b"batch 1"
