@@ -3,26 +3,20 @@ a stand-in for the live Spark checkpoint location, and builders for manifests.
 
 Every test that uses `storage_root` (directly or through `layout` and `storage`) runs three
 times: on the local filesystem, on S3 (moto's server) and on Azure Blob Storage (Azurite),
-each server started once per session on a loopback port. A test marked `local_only` is about
-what only a local filesystem has (hard links, symbolic links, fsync, rename) and runs once.
+each server started once per session on a loopback port (tests/conftest.py). A test marked
+`local_only` is about what only a local filesystem has (hard links, symbolic links, fsync,
+rename) and runs once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from helpers.objectstore import (
-    AzureServer,
-    S3Server,
-    StorageRoot,
-    start_azure_server,
-    start_s3_server,
-    storage_roots,
-)
+from helpers.objectstore import StorageRoot, storage_roots
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -80,20 +74,6 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "storage_root" in metafunc.fixturenames:
         local_only = metafunc.definition.get_closest_marker("local_only") is not None
         metafunc.parametrize("storage_root", ["local"] if local_only else ROOT_KINDS, indirect=True)
-
-
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    server = start_s3_server()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="session")
-def azure_server() -> Iterator[AzureServer]:
-    server = start_azure_server()
-    yield server
-    server.stop()
 
 
 @pytest.fixture
