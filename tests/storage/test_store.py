@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.objectstore import StorageRoot
+from helpers.objectstore import S3Server, StorageRoot, storage_roots
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -791,3 +791,31 @@ def test_every_retained_checkpoints_files_are_kept_not_only_the_last_ones(
     assert report == GarbageReport((), (), ())
     storage.verify(first)
     storage.verify(second)
+
+
+def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_delete(
+    s3_server: S3Server,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An object store's keys are plain strings: `shared/ab/../../../victim` can be a key
+    (S3 keeps it as it is; Azure refuses such a name). Such a key is not a location, and
+    garbage collection refuses it before it deletes anything."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    storage = CheckpointStorage(JobStorageLayout(root.url, "team-a", "orders.v2"))
+    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+    storage.write_metadata(make_metadata(CHECKPOINT, 2, [entry]))  # never registered
+    trap = f"{storage.layout.shared_dir}/ab/../../../victim"
+    root.write(f"{root.url}/team-a/victim", b"not the job's")
+    root.write(trap, b"placed by someone")
+
+    with pytest.raises(ValueError, match=r"location must be a relative path without '\.'"):
+        storage.collect_garbage([], [])
+
+    assert storage.list_ids(CHECKPOINT) == [2], "nothing was deleted"
+    assert root.read(f"{root.url}/team-a/victim") == b"not the job's"
+    assert root.exists(trap)
