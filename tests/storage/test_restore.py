@@ -24,30 +24,31 @@ MetadataMaker = Callable[..., CheckpointMetadata]
 SPARK_METADATA = b'{"id":"5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11"}'
 
 
-def _checkpoint(
-    storage: CheckpointStorage,
-    spark_file: SparkFile,
-    make_metadata: MetadataMaker,
-    checkpoint_id: int,
-    offsets: bytes,
-) -> CheckpointMetadata:
-    # Spark writes a new file per batch; it never rewrites one (which hard links share).
-    files = {"metadata": SPARK_METADATA, f"offsets/{checkpoint_id}": offsets}
-    entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
-    meta = make_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries)
-    storage.write_metadata(meta)
-    return meta
+@pytest.fixture
+def checkpoint(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[[int, bytes], CheckpointMetadata]:
+    """Takes checkpoint N of Spark's `metadata` file and the offsets of batch N."""
+
+    def take(checkpoint_id: int, offsets: bytes) -> CheckpointMetadata:
+        # Spark writes a new file per batch; it never rewrites one (which hard links share).
+        files = {"metadata": SPARK_METADATA, f"offsets/{checkpoint_id}": offsets}
+        entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
+        meta = make_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    return take
 
 
 def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
     storage: CheckpointStorage,
-    spark_file: SparkFile,
-    make_metadata: MetadataMaker,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
     storage_root: StorageRoot,
     tmp_path: Path,
 ) -> None:
-    _checkpoint(storage, spark_file, make_metadata, 1, b"batch 1")
-    newest = _checkpoint(storage, spark_file, make_metadata, 2, b"batch 2")
+    checkpoint(1, b"batch 1")
+    newest = checkpoint(2, b"batch 2")
     damaged = storage.layout.location_path(newest.files[1].location)
     storage_root.write(damaged, b"batch 3")  # same size, other bytes
     target = tmp_path / "restored"
@@ -67,12 +68,11 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
 
 def test_with_every_image_unreadable_restore_fails_naming_each(
     storage: CheckpointStorage,
-    spark_file: SparkFile,
-    make_metadata: MetadataMaker,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
     storage_root: StorageRoot,
     tmp_path: Path,
 ) -> None:
-    meta = _checkpoint(storage, spark_file, make_metadata, 1, b"batch 1")
+    meta = checkpoint(1, b"batch 1")
     storage_root.delete(storage.layout.location_path(meta.files[0].location))
 
     with pytest.raises(RestoreFailed) as raised:
