@@ -26,6 +26,8 @@ from spark_checkpoint.storage import (
 )
 from spark_checkpoint.storage import store as store_module
 
+from .conftest import JOB, NAMESPACE
+
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
 CHECKPOINT = CheckpointKind.CHECKPOINT
@@ -69,6 +71,21 @@ def take_checkpoint(
             for path, content in files.items()
         ]
         meta = make_metadata(CHECKPOINT, checkpoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    return take
+
+
+@pytest.fixture
+def take_checkpoint_on(
+    spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[[CheckpointStorage], CheckpointMetadata]:
+    """Takes checkpoint 1 (one file) on the given storage, which need not be `storage`."""
+
+    def take(storage: CheckpointStorage) -> CheckpointMetadata:
+        entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+        meta = make_metadata(CHECKPOINT, 1, [entry])
         storage.write_metadata(meta)
         return meta
 
@@ -795,8 +812,7 @@ def test_every_retained_checkpoints_files_are_kept_not_only_the_last_ones(
 
 def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_delete(
     s3_server: S3Server,
-    spark_file: SparkFile,
-    make_metadata: MetadataMaker,
+    take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -806,9 +822,8 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     for name, value in s3_server.environment().items():
         monkeypatch.setenv(name, value)
     root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
-    storage = CheckpointStorage(JobStorageLayout(root.url, "team-a", "orders.v2"))
-    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
-    storage.write_metadata(make_metadata(CHECKPOINT, 2, [entry]))  # never registered
+    storage = CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB))
+    take_checkpoint_on(storage)  # never registered
     trap = f"{storage.layout.shared_dir}/ab/../../../victim"
     root.write(f"{root.url}/team-a/victim", b"not the job's")
     root.write(trap, b"placed by someone")
@@ -816,6 +831,26 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     with pytest.raises(ValueError, match=r"location must be a relative path without '\.'"):
         storage.collect_garbage([], [])
 
-    assert storage.list_ids(CHECKPOINT) == [2], "nothing was deleted"
+    assert storage.list_ids(CHECKPOINT) == [1], "nothing was deleted"
     assert root.read(f"{root.url}/team-a/victim") == b"not the job's"
     assert root.exists(trap)
+
+
+def test_the_hadoop_scheme_s3a_names_the_same_storage(
+    s3_server: S3Server,
+    take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Manifests name the root as Spark does (`s3a://`); s3fs serves both schemes."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    written = take_checkpoint_on(CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB)))
+    hadoop_root = root.url.replace("s3://", "s3a://", 1)
+
+    storage = CheckpointStorage(JobStorageLayout(hadoop_root, NAMESPACE, JOB))
+
+    assert storage.list_ids(CHECKPOINT) == [1]
+    assert storage.read_metadata(CHECKPOINT, 1) == written
+    storage.verify(written)
