@@ -4,8 +4,9 @@ a stand-in for the live Spark checkpoint location, and builders for manifests.
 Every test that uses `storage_root` (directly or through `layout` and `storage`) runs three
 times: on the local filesystem, on S3 (moto's server) and on Azure Blob Storage (Azurite),
 each server started once per session on a loopback port (tests/conftest.py). A test marked
-`local_only` is about what only a local filesystem has (hard links, symbolic links, fsync,
-rename) and runs once.
+`local_only` runs once, on the local filesystem: it is about what only a local filesystem has
+(hard links, symbolic links, fsync, rename), or about what does not depend on the storage
+(argument checks, parsing), which keeps the object-store runs to what they add.
 """
 
 from __future__ import annotations

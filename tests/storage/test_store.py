@@ -233,6 +233,7 @@ def test_write_metadata_requires_every_file_to_have_its_size(
     assert storage.list_ids(CHECKPOINT) == []
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_write_metadata_refuses_another_jobs_metadata(
     storage_root: StorageRoot, make_metadata: MetadataMaker
 ) -> None:
@@ -298,6 +299,7 @@ def test_a_metadata_file_copied_to_another_directory_is_invalid(
     assert raised.value.reason == "checkpoint_id: is 1 but the file's directory is for 2"
 
 
+@pytest.mark.local_only  # parsing, the same on every root
 @pytest.mark.parametrize(
     "case",
     [
@@ -548,6 +550,7 @@ def test_materialize_restores_every_file(
     assert all_files(target) == sorted(files)
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_materialize_into_an_existing_empty_directory(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
@@ -562,6 +565,7 @@ def test_materialize_into_an_existing_empty_directory(
     assert all_files(target) == ["offsets/0"]
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_materialize_refuses_a_target_with_content(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
@@ -788,6 +792,7 @@ def test_a_file_that_changes_between_hashing_and_storing_is_refused(
     assert storage.fs.list_files(storage.layout.shared_dir) == []
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_a_shared_file_path_must_be_relative(
     storage: CheckpointStorage, spark_file: SparkFile
 ) -> None:
