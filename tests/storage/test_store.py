@@ -859,3 +859,25 @@ def test_the_hadoop_scheme_s3a_names_the_same_storage(
     assert storage.list_ids(CHECKPOINT) == [1]
     assert storage.read_metadata(CHECKPOINT, 1) == written
     storage.verify(written)
+
+
+def test_what_another_process_changed_is_seen(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
+) -> None:
+    """A cleanup pod or the next driver changes storage between two listings of this one
+    (storage_root writes through a filesystem object of its own)."""
+    first = take_checkpoint(1, {"offsets/0": b"o0"})
+    assert storage.list_ids(CHECKPOINT) == [1]
+    assert storage.fs.list_files(storage.layout.shared_dir) == [
+        first.files[0].location.removeprefix("shared/")
+    ]
+    storage_root.write(
+        storage.layout.metadata_path(CHECKPOINT, 2),
+        dataclasses.replace(first, checkpoint_id=2).to_json(),
+    )
+    storage_root.write(f"{storage.layout.shared_dir}/ff/.partial.tmp", b"partial")
+
+    assert storage.list_ids(CHECKPOINT) == [1, 2]
+    assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.partial.tmp",)
