@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import fsspec
-
 from spark_checkpoint.settings import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -27,6 +25,7 @@ from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
     StorageError,
+    StorageFileSystem,
 )
 
 log = logging.getLogger(__name__)
@@ -132,8 +131,8 @@ def _open(
         kind = CheckpointKind(candidate.kind)
         return storage.read_metadata(kind, candidate.snapshot_id), storage
     uri = candidate.metadata_uri or ""
-    with fsspec.open(uri, "rb") as stream:
-        metadata = CheckpointMetadata.from_json(stream.read(), uri)
+    # Through the storage seam: a missing file or credentials are a StorageError.
+    metadata = CheckpointMetadata.from_json(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
     suffix = (
         f"/{metadata.namespace}/{metadata.job}/savepoints/sp-{metadata.checkpoint_id}/_metadata"
     )

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from s3fs import S3FileSystem
 
-from helpers.objectstore import StorageRoot
+from helpers.objectstore import S3Server, StorageRoot
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import RestoreCandidate
 from spark_checkpoint.storage import (
@@ -107,3 +108,34 @@ def test_an_external_savepoint_on_the_store_is_restored(
 
     assert outcome is not None and outcome.batch_id == 7
     assert (target / "offsets" / "0").read_bytes() == b"batch 1"
+
+
+def test_an_external_savepoint_without_credentials_is_skipped_with_the_reason(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's environment has no credentials for the savepoint's bucket: restore
+    names the failure instead of crashing the driver."""
+    nowhere = str(tmp_path / "absent")
+    for name, value in {
+        **s3_server.environment(),
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    # fsspec reuses filesystem objects made with the same arguments: one made here reads
+    # this environment, and none made here is reused later.
+    S3FileSystem.clear_instance_cache()
+    monkeypatch.setattr(S3FileSystem, "cachable", False)
+    uri = f"s3://{s3_server.bucket}/elsewhere/team-a/orders.v2/savepoints/sp-3/_metadata"
+    fork = CheckpointStorage(JobStorageLayout(str(tmp_path / "mine"), "team-a", "fork"))
+
+    with pytest.raises(RestoreFailed) as raised:
+        restore(fork, (RestoreCandidate("external", metadata_uri=uri),), tmp_path / "restored")
+
+    assert str(raised.value) == (
+        f"no image could be restored: external:{uri}: {uri}: "
+        "NoCredentialsError: Unable to locate credentials"
+    )
