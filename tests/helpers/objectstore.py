@@ -26,15 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import boto3
 import fsspec
-from azure.storage.blob import BlobServiceClient
-from moto.moto_server.werkzeug_app import (
-    DomainDispatcherApplication,
-    MotoRequestHandler,
-    create_backend_app,
-)
-from werkzeug.serving import make_server
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE_VERSION = "3.35.0"  # the newest release that runs on Node.js 20 (3.36 needs 21)
@@ -45,8 +37,6 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 _STARTUP_SECONDS = 60
-
-Environ = Callable[[], dict[str, str]]
 
 
 class RequestLog:
@@ -112,6 +102,14 @@ class S3Server:
 
 
 def start_s3_server() -> S3Server:
+    # Imported here: moto takes a second to import, which runs that use no server skip.
+    from moto.moto_server.werkzeug_app import (  # noqa: PLC0415
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server  # noqa: PLC0415
+
     # werkzeug logs every request at INFO, which would fill each failing test's report.
     logging.getLogger("werkzeug").setLevel(logging.WARNING)
     log = RequestLog()
@@ -126,18 +124,15 @@ def start_s3_server() -> S3Server:
         server.server_close()
 
     s3 = S3Server(f"http://127.0.0.1:{server.server_port}", "checkpoints", log, stop)
-    boto3.client("s3", **_boto_arguments(s3)).create_bucket(Bucket=s3.bucket)
-    return s3
-
-
-def _boto_arguments(s3: S3Server) -> dict[str, str]:
     env = s3.environment()
-    return {
-        "endpoint_url": env["AWS_ENDPOINT_URL"],
-        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-        "region_name": env["AWS_DEFAULT_REGION"],
-    }
+    fsspec.filesystem(
+        "s3",
+        skip_instance_cache=True,
+        endpoint_url=s3.endpoint,
+        key=env["AWS_ACCESS_KEY_ID"],
+        secret=env["AWS_SECRET_ACCESS_KEY"],
+    ).mkdir(s3.bucket)
+    return s3
 
 
 def install_azurite() -> Path:
@@ -149,7 +144,7 @@ def install_azurite() -> Path:
     if npm is None:
         raise RuntimeError("npm is needed to install Azurite (the Azure Storage emulator)")
     staging = AZURITE_DIR.with_name(f"{AZURITE_DIR.name}.{uuid.uuid4().hex}.tmp")
-    subprocess.run(
+    installed = subprocess.run(
         [
             npm,
             "install",
@@ -160,10 +155,14 @@ def install_azurite() -> Path:
             "--loglevel=error",
             f"azurite@{AZURITE_VERSION}",
         ],
-        check=True,
+        check=False,
         capture_output=True,
+        text=True,
         timeout=600,
     )
+    if installed.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"npm could not install azurite@{AZURITE_VERSION}: {installed.stderr}")
     try:
         staging.rename(AZURITE_DIR)  # atomic: a concurrent run sees all of it or nothing
     except OSError:
@@ -216,10 +215,11 @@ def start_azure_server() -> AzureServer:
     )
     endpoint = _wait_for_listening(process)
     azure = AzureServer(f"{endpoint}/{AZURITE_ACCOUNT}", "checkpoints", process)
-    service = BlobServiceClient.from_connection_string(
-        azure.environment()["AZURE_STORAGE_CONNECTION_STRING"]
-    )
-    service.create_container(azure.container)
+    fsspec.filesystem(
+        "abfs",
+        skip_instance_cache=True,
+        connection_string=azure.environment()["AZURE_STORAGE_CONNECTION_STRING"],
+    ).mkdir(azure.container)
     return azure
 
 
