@@ -11,8 +11,8 @@ import pytest
 from s3fs import S3FileSystem
 
 from helpers.objectstore import S3Server, StorageRoot
+from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.restore import RestoreFailed, restore
-from spark_checkpoint.settings import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -56,13 +56,16 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
 
     outcome = restore(
         storage,
-        (RestoreCandidate("checkpoint", 2), RestoreCandidate("checkpoint", 1)),
+        (
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+        ),
         target,
     )
 
     assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
-    assert outcome.skipped[0][0] == "checkpoint:2"
-    assert outcome.skipped[0][1].startswith(f"{damaged}: sha256 mismatch")
+    assert str(outcome.skipped[0].candidate) == "checkpoint:2"
+    assert outcome.skipped[0].reason.startswith(f"{damaged}: sha256 mismatch")
     assert (target / "offsets" / "1").read_bytes() == b"batch 1"
     assert not (target / "offsets" / "2").exists()
 
@@ -79,7 +82,10 @@ def test_with_every_image_unreadable_restore_fails_naming_each(
     with pytest.raises(RestoreFailed) as raised:
         restore(
             storage,
-            (RestoreCandidate("checkpoint", 1), RestoreCandidate("savepoint", 9)),
+            (
+                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+                RestoreCandidate.registered(CheckpointKind.SAVEPOINT, 9),
+            ),
             tmp_path / "restored",
         )
 
@@ -104,7 +110,7 @@ def test_an_external_savepoint_on_the_store_is_restored(
     uri = source.layout.metadata_path(CheckpointKind.SAVEPOINT, 3)
     target = tmp_path / "restored"
 
-    outcome = restore(fork, (RestoreCandidate("external", metadata_uri=uri),), target)
+    outcome = restore(fork, (RestoreCandidate.external(uri),), target)
 
     assert outcome is not None and outcome.batch_id == 7
     assert (target / "offsets" / "0").read_bytes() == b"batch 1"
@@ -133,7 +139,7 @@ def test_an_external_savepoint_without_credentials_is_skipped_with_the_reason(
     fork = CheckpointStorage(JobStorageLayout(str(tmp_path / "mine"), "team-a", "fork"))
 
     with pytest.raises(RestoreFailed) as raised:
-        restore(fork, (RestoreCandidate("external", metadata_uri=uri),), tmp_path / "restored")
+        restore(fork, (RestoreCandidate.external(uri),), tmp_path / "restored")
 
     assert str(raised.value) == (
         f"no image could be restored: external:{uri}: {uri}: "
