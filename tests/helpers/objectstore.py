@@ -3,8 +3,10 @@
 - S3: moto's server (an S3 API over HTTP) in a thread of the test process, behind a WSGI
   middleware that counts the requests it serves by kind (PUT, GET, LIST, HEAD, COPY, ...).
 - Azure Blob Storage: Azurite, Microsoft's emulator (the npm package `azurite`), as a
-  subprocess. It is installed with npm into `.venv/azurite-<version>` the first time a test
-  needs it (about 15 s; later runs reuse it).
+  subprocess. It is installed with npm into the user's cache directory
+  (`$XDG_CACHE_HOME` or `~/.cache`, then `spark-checkpoint-tests/azurite-<version>`) the first
+  time a test needs it (15 to 30 s); later runs, other checkouts and CI on the same machine
+  reuse it.
 
 The code under test reaches them the way a driver or cleanup pod does: through the standard
 environment variables of botocore (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...) and adlfs
@@ -16,6 +18,7 @@ from __future__ import annotations
 import collections
 import functools
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -28,9 +31,12 @@ from typing import Any
 
 import fsspec
 
-ROOT = Path(__file__).resolve().parents[2]
 AZURITE_VERSION = "3.35.0"  # the newest release that runs on Node.js 20 (3.36 needs 21)
-AZURITE_DIR = ROOT / ".venv" / f"azurite-{AZURITE_VERSION}"
+AZURITE_DIR = (
+    Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    / "spark-checkpoint-tests"
+    / f"azurite-{AZURITE_VERSION}"
+)
 # Azurite's well-known development account (documented by Microsoft; not a secret).
 AZURITE_ACCOUNT = "devstoreaccount1"
 AZURITE_KEY = (
@@ -143,6 +149,7 @@ def install_azurite() -> Path:
     npm = shutil.which("npm")
     if npm is None:
         raise RuntimeError("npm is needed to install Azurite (the Azure Storage emulator)")
+    AZURITE_DIR.parent.mkdir(parents=True, exist_ok=True)
     staging = AZURITE_DIR.with_name(f"{AZURITE_DIR.name}.{uuid.uuid4().hex}.tmp")
     installed = subprocess.run(
         [
