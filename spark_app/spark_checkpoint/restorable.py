@@ -14,9 +14,8 @@ classes, without running the query:
   Data Source (``spark.read.format("statestore")``), which loads each partition's store
   version as the next batch would.
 
-Prints one JSON document on its last output line: ``{"snapshots": [{"kind", "id",
-"problems": [...]}]}``. Exit codes: 0 every image restorable, 1 a problem found, 2 bad
-arguments.
+Prints its report (`spark_checkpoint.restorable_report`) on its last output line. Exit
+codes: 0 every image restorable, 1 a problem found, 2 bad arguments.
 """
 
 import argparse
@@ -31,6 +30,8 @@ from typing import Any
 
 from pyspark.sql import DataFrameReader, SparkSession
 
+from spark_checkpoint.janitor_commands import image_argument
+from spark_checkpoint.restorable_report import encoded
 from spark_checkpoint.restore import SPARK_METADATA_FILE
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -206,13 +207,6 @@ def check_images(
     return results
 
 
-def _image(text: str) -> tuple[CheckpointKind, int]:
-    kind, _, number = text.partition(":")
-    if kind not in {k.value for k in CheckpointKind} or not number.isdigit():
-        raise argparse.ArgumentTypeError(f"{text!r} is not checkpoint:N or savepoint:N")
-    return CheckpointKind(kind), int(number)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m spark_checkpoint.restorable",
@@ -221,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage", required=True, help="storage root (path or URI)")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--job", required=True)
-    parser.add_argument("images", nargs="+", type=_image, metavar="KIND:ID")
+    parser.add_argument("images", nargs="+", type=image_argument, metavar="KIND:ID")
     args = parser.parse_args(argv)
     try:
         storage = CheckpointStorage(JobStorageLayout(args.storage, args.namespace, args.job))
@@ -229,7 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{parser.prog}: {error}", file=sys.stderr)
         return EXIT_USAGE
     results = check_images(storage, args.images)
-    print(json.dumps({"snapshots": results}))
+    print(encoded(results))
     return EXIT_PROBLEMS if any(r["problems"] for r in results) else EXIT_OK
 
 

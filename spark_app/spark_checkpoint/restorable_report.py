@@ -1,0 +1,85 @@
+"""The restorable check's report, written by the check and read by the operator.
+
+One JSON document, ``{"snapshots": [{"kind", "id", "problems": [...]}]}``: the last line
+of ``python -m spark_checkpoint.restorable``'s output, and on Kubernetes the termination
+message of the check pod (``python -m spark_checkpoint.janitor verify-restorable``), which
+Kubernetes cuts at 4096 bytes: `fitted` keeps a report within that, so what the operator
+reads is always a whole document.
+"""
+
+import json
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from spark_checkpoint.storage import CheckpointKind
+
+# Kubernetes keeps at most this much of a container's termination message file.
+TERMINATION_MESSAGE_BYTES = 4096
+
+
+class ReportUnreadable(ValueError):
+    """No verdict can be read; the message says why, in one line."""
+
+
+def parse_image(text: str) -> tuple[CheckpointKind, int]:
+    """A registered image as the supervisor and the report name it: ``checkpoint:N`` or
+    ``savepoint:N``. Raises ValueError for anything else."""
+    kind, _, number = text.partition(":")
+    if kind not in {k.value for k in CheckpointKind} or not re.fullmatch(r"[0-9]+", number):
+        raise ValueError(f"{text!r} is not checkpoint:N or savepoint:N")
+    return CheckpointKind(kind), int(number)
+
+
+def encoded(results: Sequence[dict[str, Any]]) -> str:
+    """The report of ``results`` (``{"kind", "id", "problems"}`` per image), one line."""
+    return json.dumps({"snapshots": list(results)})
+
+
+def fitted(result: dict[str, Any], limit: int = TERMINATION_MESSAGE_BYTES) -> str:
+    """The report of one image in at most ``limit`` bytes: the problems that fit, in order,
+    then one saying how many were left out; a problem alone too long is cut at the end. An
+    image with problems keeps at least one (the verdict never changes)."""
+    problems = [str(problem) for problem in result["problems"]]
+    left_out = 0
+    cut = False  # the one problem left was shortened
+    while True:
+        kept = [*problems[:-1], problems[-1] + "... (cut)"] if cut else [*problems]
+        if left_out:
+            kept.append(
+                f"... and {left_out} more problem(s), left out to fit the {limit}-byte "
+                "termination message (the check pod's log has them all)"
+            )
+        text = encoded([{**result, "problems": kept}])
+        if len(text.encode()) <= limit:
+            return text
+        if len(problems) > 1:
+            problems.pop()
+            left_out += 1
+        elif problems and problems[0]:
+            problems[0] = problems[0][: len(problems[0]) // 2]
+            cut = True
+        else:
+            raise ValueError(f"no report of {result['kind']}:{result['id']} fits {limit} bytes")
+
+
+def problems_by_image(text: str) -> dict[str, list[str]]:
+    """The report (the last line of ``text``) as each image's problems, by ``kind:id``.
+    Raises `ReportUnreadable` when ``text`` holds none (the check did not get to report, or
+    what it wrote was cut or replaced)."""
+    lines = text.strip().splitlines()
+    if not lines:
+        raise ReportUnreadable("empty")
+    try:
+        report = json.loads(lines[-1])
+        found = {f"{s['kind']}:{s['id']}": s["problems"] for s in report["snapshots"]}
+    except (ValueError, KeyError, TypeError) as error:
+        raise ReportUnreadable(f"not a report: {_excerpt(lines[-1])}") from error
+    for image, problems in found.items():
+        if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
+            raise ReportUnreadable(f"not a report: the problems of {image} are not a list of text")
+    return found
+
+
+def _excerpt(line: str, length: int = 200) -> str:
+    return line if len(line) <= length else line[:length] + "..."
