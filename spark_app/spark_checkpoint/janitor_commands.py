@@ -90,7 +90,7 @@ class RemoveLiveDirectory:
     name: str  # the directory under the live claim's root
 
     def arguments(self) -> list[str]:
-        return [self.NAME, self.name]
+        return [self.NAME, "--", self.name]  # a name may start with "-"
 
 
 @dataclass(frozen=True, slots=True)
