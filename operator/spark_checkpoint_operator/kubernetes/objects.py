@@ -249,11 +249,14 @@ def check_pod(
 ) -> dict[str, Any]:
     """The restorable check of ``image`` (``kind:id``): Spark reads the image as a restart
     would, in a pod shaped like a cleanup pod (the job's image and credentials) with the
-    driver's cores and memory, since the check loads the image's state as the restored
-    driver does. The verdict is the container's termination message."""
+    driver's cores and memory and the application's sparkConf (jars, JVM options, state
+    store settings; the check runs Spark in local mode), since it loads the image's state
+    as the restored driver does. The verdict is the container's termination message."""
     spec = manifest.spec
     memory_mib = spec.driver.memory_mib
-    submit = submit_arguments({"spark.driver.memory": f"{memory_mib}m"})
+    submit = submit_arguments(
+        {"spark.driver.memory": f"{memory_mib}m", **spec.application.spark_conf}
+    )
     return _janitor_pod(
         manifest,
         job,
