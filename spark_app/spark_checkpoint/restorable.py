@@ -31,7 +31,7 @@ from typing import Any
 from pyspark.sql import DataFrameReader, SparkSession
 
 from spark_checkpoint.janitor_commands import image_argument
-from spark_checkpoint.restorable_report import encoded
+from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.restore import SPARK_METADATA_FILE
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -180,7 +180,7 @@ def _excerpt(error: Exception) -> str:
 
 def check_images(
     storage: CheckpointStorage, images: Sequence[tuple[CheckpointKind, int]]
-) -> list[dict[str, Any]]:
+) -> list[ImageVerdict]:
     """Materialize each image into a scratch directory and let Spark read it there."""
     spark = (
         SparkSession.builder.master("local[1]")
@@ -189,7 +189,7 @@ def check_images(
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    results = []
+    results: list[ImageVerdict] = []
     try:
         for kind, snapshot_id in images:
             with tempfile.TemporaryDirectory(prefix="verify-deep-") as scratch:
@@ -201,7 +201,7 @@ def check_images(
                     problems = [f"cannot materialize: {error}"]
                 else:
                     problems = check_location(spark, location, meta.batch_id)
-            results.append({"kind": kind.value, "id": snapshot_id, "problems": problems})
+            results.append(ImageVerdict(kind, snapshot_id, tuple(problems)))
     finally:
         spark.stop()
     return results
@@ -224,7 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     results = check_images(storage, args.images)
     print(encoded(results))
-    return EXIT_PROBLEMS if any(r["problems"] for r in results) else EXIT_OK
+    return EXIT_PROBLEMS if any(verdict.problems for verdict in results) else EXIT_OK
 
 
 if __name__ == "__main__":

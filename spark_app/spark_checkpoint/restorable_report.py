@@ -1,6 +1,7 @@
 """The restorable check's report, written by the check and read by the operator.
 
-One JSON document, ``{"snapshots": [{"kind", "id", "problems": [...]}]}``: the last line
+One JSON document, ``{"snapshots": [{"kind", "id", "problems": [...]}]}`` (`ImageVerdict`
+per image): the last line
 of ``python -m spark_checkpoint.restorable``'s output, and on Kubernetes the termination
 message of the check pod (``python -m spark_checkpoint.janitor verify-restorable``), which
 Kubernetes cuts at 4096 bytes: `fitted` keeps a report within that, so what the operator
@@ -10,6 +11,7 @@ reads is always a whole document.
 import json
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_checkpoint.storage import CheckpointKind
@@ -31,16 +33,48 @@ def parse_image(text: str) -> tuple[CheckpointKind, int]:
     return CheckpointKind(kind), int(number)
 
 
-def encoded(results: Sequence[dict[str, Any]]) -> str:
-    """The report of ``results`` (``{"kind", "id", "problems"}`` per image), one line."""
-    return json.dumps({"snapshots": list(results)})
+@dataclass(frozen=True, slots=True)
+class ImageVerdict:
+    """What the check found in one image: no problems means restorable."""
+
+    kind: CheckpointKind
+    snapshot_id: int
+    problems: tuple[str, ...]
+
+    @property
+    def image(self) -> str:
+        return f"{self.kind.value}:{self.snapshot_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "id": self.snapshot_id, "problems": list(self.problems)}
+
+    @classmethod
+    def from_dict(cls, data: object) -> "ImageVerdict":
+        """Raises `ReportUnreadable` when ``data`` is not one."""
+        if not isinstance(data, dict) or not {"kind", "id", "problems"} <= data.keys():
+            raise ReportUnreadable("not a report: an image without kind, id and problems")
+        problems = data["problems"]
+        if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
+            raise ReportUnreadable(
+                f"not a report: the problems of {data['kind']}:{data['id']} are not a list of text"
+            )
+        try:
+            kind, snapshot_id = parse_image(f"{data['kind']}:{data['id']}")
+        except ValueError as error:
+            raise ReportUnreadable(f"not a report: {error}") from None
+        return cls(kind, snapshot_id, tuple(problems))
 
 
-def fitted(result: dict[str, Any], limit: int = TERMINATION_MESSAGE_BYTES) -> str:
+def encoded(verdicts: Sequence[ImageVerdict]) -> str:
+    """The report of ``verdicts``, one line."""
+    return json.dumps({"snapshots": [verdict.to_dict() for verdict in verdicts]})
+
+
+def fitted(verdict: ImageVerdict, limit: int = TERMINATION_MESSAGE_BYTES) -> str:
     """The report of one image in at most ``limit`` bytes: the problems that fit, in order,
     then one saying how many were left out; a problem alone too long is cut at the end. An
     image with problems keeps at least one (the verdict never changes)."""
-    problems = [str(problem) for problem in result["problems"]]
+    problems = list(verdict.problems)
     left_out = 0
     cut = False  # the one problem left was shortened
     while True:
@@ -50,7 +84,7 @@ def fitted(result: dict[str, Any], limit: int = TERMINATION_MESSAGE_BYTES) -> st
                 f"... and {left_out} more problem(s), left out to fit the {limit}-byte "
                 "termination message (the check pod's log has them all)"
             )
-        text = encoded([{**result, "problems": kept}])
+        text = encoded([replace(verdict, problems=tuple(kept))])
         if len(text.encode()) <= limit:
             return text
         if len(problems) > 1:
@@ -60,7 +94,7 @@ def fitted(result: dict[str, Any], limit: int = TERMINATION_MESSAGE_BYTES) -> st
             problems[0] = problems[0][: len(problems[0]) // 2]
             cut = True
         else:
-            raise ValueError(f"no report of {result['kind']}:{result['id']} fits {limit} bytes")
+            raise ValueError(f"no report of {verdict.image} fits {limit} bytes")
 
 
 def problems_by_image(text: str) -> dict[str, list[str]]:
@@ -71,14 +105,13 @@ def problems_by_image(text: str) -> dict[str, list[str]]:
     if not lines:
         raise ReportUnreadable("empty")
     try:
-        report = json.loads(lines[-1])
-        found = {f"{s['kind']}:{s['id']}": s["problems"] for s in report["snapshots"]}
+        snapshots = json.loads(lines[-1])["snapshots"]
     except (ValueError, KeyError, TypeError) as error:
         raise ReportUnreadable(f"not a report: {_excerpt(lines[-1])}") from error
-    for image, problems in found.items():
-        if not isinstance(problems, list) or not all(isinstance(p, str) for p in problems):
-            raise ReportUnreadable(f"not a report: the problems of {image} are not a list of text")
-    return found
+    if not isinstance(snapshots, list):
+        raise ReportUnreadable(f"not a report: {_excerpt(lines[-1])}")
+    verdicts = [ImageVerdict.from_dict(entry) for entry in snapshots]
+    return {verdict.image: list(verdict.problems) for verdict in verdicts}
 
 
 def _excerpt(line: str, length: int = 200) -> str:

@@ -24,7 +24,14 @@ from spark_checkpoint.janitor_commands import (
     VerifyRestorable,
     parse,
 )
-from spark_checkpoint.restorable_report import TERMINATION_MESSAGE_BYTES, encoded, fitted
+from spark_checkpoint.restorable_report import (
+    TERMINATION_MESSAGE_BYTES,
+    ImageVerdict,
+    encoded,
+    fitted,
+    parse_image,
+)
+from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import restorable_verdict
 from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
@@ -123,8 +130,7 @@ def _ended(message: str | None, exit_code: int = 0) -> dict[str, Any]:
 
 
 def _report(image: str, problems: list[str]) -> str:
-    kind, number = image.split(":")
-    return fitted({"kind": kind, "id": int(number), "problems": problems})
+    return fitted(ImageVerdict(*parse_image(image), tuple(problems)))
 
 
 def test_the_verdict_is_read_from_the_termination_message() -> None:
@@ -146,10 +152,14 @@ REPORT = _report("checkpoint:7", [SPARK_REASON])
         (_ended(json.dumps({"snapshots": "none"})), "not a report"),
         (_ended(json.dumps({"snapshots": [{"kind": "checkpoint"}]})), "not a report"),
         (
-            _ended(encoded([{"kind": "checkpoint", "id": 7, "problems": "x"}])),
+            _ended(json.dumps({"snapshots": [{"kind": "checkpoint", "id": 7, "problems": "x"}]})),
             "the problems of checkpoint:7 are not a list of text",
         ),
         (_ended(json.dumps([1, 2])), "not a report"),
+        (
+            _ended(json.dumps({"snapshots": [{"kind": "x", "id": 7, "problems": []}]})),
+            "not a report: 'x:7'",
+        ),
         (_ended(_report("checkpoint:6", [])), "reported on checkpoint:6, not on checkpoint:7"),
         (
             _ended("java.lang.OutOfMemoryError: Java heap space\n", exit_code=1),
@@ -187,7 +197,7 @@ def test_any_report_fits_the_termination_message_and_keeps_its_verdict(
     assert len(message.encode()) <= TERMINATION_MESSAGE_BYTES
     found = restorable_verdict(_ended(message), image)
     assert bool(found) == bool(problems), "never restorable by being cut"
-    whole = encoded([{"kind": "savepoint", "id": snapshot_id, "problems": problems}])
+    whole = encoded([ImageVerdict(CheckpointKind.SAVEPOINT, snapshot_id, tuple(problems))])
     if len(whole.encode()) <= TERMINATION_MESSAGE_BYTES:
         assert found == problems
     else:
