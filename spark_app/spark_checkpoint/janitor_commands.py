@@ -11,8 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from spark_checkpoint.protocol import CheckpointKind
 from spark_checkpoint.restorable_report import parse_image
-from spark_checkpoint.storage import CheckpointKind
 
 JANITOR_MODULE = "spark_checkpoint.janitor"
 

@@ -9,12 +9,11 @@ reads is always a whole document.
 """
 
 import json
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint.protocol import CheckpointKind, ProtocolError, RestoreCandidate
 
 # Kubernetes keeps at most this much of a container's termination message file.
 TERMINATION_MESSAGE_BYTES = 4096
@@ -25,12 +24,16 @@ class ReportUnreadable(ValueError):
 
 
 def parse_image(text: str) -> tuple[CheckpointKind, int]:
-    """A registered image as the supervisor and the report name it: ``checkpoint:N`` or
-    ``savepoint:N``. Raises ValueError for anything else."""
-    kind, _, number = text.partition(":")
-    if kind not in {k.value for k in CheckpointKind} or not re.fullmatch(r"[0-9]+", number):
+    """A registered image in the one restore-candidate spelling (``checkpoint:N``,
+    ``savepoint:N``; `RestoreCandidate`). Raises ValueError for anything else (an external
+    savepoint too: only the job's own images are checked)."""
+    try:
+        image = RestoreCandidate.decode(text)
+    except ProtocolError:
+        image = None
+    if image is None or image.snapshot_id is None:
         raise ValueError(f"{text!r} is not checkpoint:N or savepoint:N")
-    return CheckpointKind(kind), int(number)
+    return image.kind, image.snapshot_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +46,7 @@ class ImageVerdict:
 
     @property
     def image(self) -> str:
-        return f"{self.kind.value}:{self.snapshot_id}"
+        return RestoreCandidate.registered(self.kind, self.snapshot_id).encode()
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind.value, "id": self.snapshot_id, "problems": list(self.problems)}
