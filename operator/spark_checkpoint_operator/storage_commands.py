@@ -21,6 +21,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, TextIO
 
+from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -42,7 +43,7 @@ from spark_checkpoint_operator.local_runtime import (
     local_paths,
 )
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
-from spark_checkpoint_operator.restorable_check import problems_by_image, restorable_command
+from spark_checkpoint_operator.restorable_check import restorable_command
 
 EXIT_OK = 0
 EXIT_FAILED = 1

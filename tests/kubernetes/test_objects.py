@@ -7,6 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
 
@@ -46,7 +47,7 @@ def test_the_driver_pod_is_a_valid_pod(fixture: str) -> None:
 def test_the_cleanup_pod_and_token_secret_are_valid() -> None:
     manifest, document = _job()
     cleanup = objects.cleanup_pod(
-        manifest, document, storage="s3a://b/c", arguments=["collect-garbage"]
+        manifest, document, storage="s3a://b/c", command=CollectGarbage((), ())
     )
     secret = objects.token_secret(manifest, document, "secret-token")
 
@@ -136,7 +137,7 @@ def test_the_cleanup_pod_removing_a_live_directory_mounts_the_whole_claim() -> N
         manifest,
         document,
         storage="s3a://b/c",
-        arguments=["remove-live-directory", directory],
+        command=RemoveLiveDirectory(directory),
         live_claim=True,
     )
 

@@ -9,7 +9,8 @@ when the body changed, and tell it to stop (the job was deleted, or the operator
 - A change of what the driver is built from (image, application, pods): a savepoint that
   stops the driver, then a new driver restored from it (an upgrade).
 - Trigger nonces: a checkpoint or savepoint per new value, labelled with it.
-- Checkpoint settings: applied to the running coordinator.
+- Checkpoint settings: applied to the running coordinator. ``verifyRestorable``: each
+  completed image is checked in a check pod (`KubernetesJanitor.problems`).
 - Deletion: the final savepoint if ``spec.shutdown.finalSavepoint``, then the job ends
   Cancelled and its retention policy is applied by cleanup pods. The daemon's controller
   does it (``stop(deleting=True)``); a job deleted while the operator was down, with no
@@ -276,11 +277,13 @@ class JobController:
         launcher: DriverLauncher,
         save: Callable[[JobRecord], Awaitable[None]] | None = None,
     ) -> JobSupervisor:
+        janitor = KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest))
         return JobSupervisor(
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
-            janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
+            janitor=janitor,
+            restorable_check=janitor if manifest.spec.checkpointing.verify_restorable else None,
             save=save or self._save,
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spark_checkpoint.janitor_commands import JanitorCommand, VerifyRestorable, command_line
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import PREFIX, DriverSettings
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
@@ -33,6 +34,12 @@ ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
 DRIVER = "driver"
 EXECUTOR = "executor"  # Spark's spark-role of executor pods
 CLEANUP = "cleanup"
+# Restorable checks only read storage: unlike cleanup pods, they need not be gone before a
+# driver starts, and one under way is not deleted then (its restart waits for its verdict).
+CHECK = "check"
+CLEANUP_MEMORY_MIB = 256
+# Kubernetes' default; the janitor's verify-restorable writes its report there.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 AGENT_PORT = 8484
 TOKEN_KEY = "token"
@@ -211,7 +218,7 @@ def cleanup_pod(
     job: Mapping[str, Any],
     *,
     storage: str,
-    arguments: list[str],
+    command: JanitorCommand,
     live_claim: bool = False,
 ) -> dict[str, Any]:
     """A short pod that changes storage while no driver runs. It has the driver's service
@@ -219,36 +226,91 @@ def cleanup_pod(
     operator itself has none. With ``live_claim``, the job's live volume claim is mounted
     whole at LIVE_ROOT_DIR (to remove the job's directory there)."""
     spec = manifest.spec
-    environment = [
-        *_env(spec.application.env),
-        *_env(spec.driver.env),
-        {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
-        {"name": f"{PREFIX}JOB", "value": manifest.name},
-        {"name": f"{PREFIX}STORAGE", "value": storage},
-    ]
-    mounts = list(spec.driver.volume_mounts)
-    volumes = list(spec.driver.volumes)
+    environment: list[dict[str, Any]] = []
+    mounts, volumes = [], []
     if live_claim:
         environment.append({"name": f"{PREFIX}LIVE_ROOT", "value": LIVE_ROOT_DIR})
         mounts.append({"name": LIVE_VOLUME, "mountPath": LIVE_ROOT_DIR})
         volumes.append({"name": LIVE_VOLUME, **_work_volume_source(manifest)})
+    return _janitor_pod(
+        manifest,
+        job,
+        storage=storage,
+        command=command,
+        component=CLEANUP,
+        resources=_resources(spec.driver, CLEANUP_MEMORY_MIB),
+        environment=environment,
+        mounts=mounts,
+        volumes=volumes,
+    )
+
+
+def check_pod(
+    manifest: JobManifest, job: Mapping[str, Any], *, storage: str, image: str
+) -> dict[str, Any]:
+    """The restorable check of ``image`` (``kind:id``): Spark reads the image as a restart
+    would, in a pod shaped like a cleanup pod (the job's image and credentials) with the
+    driver's cores and memory and the application's sparkConf (jars, JVM options, state
+    store settings; the check runs Spark in local mode), since it loads the image's state
+    as the restored driver does. The verdict is the container's termination message."""
+    spec = manifest.spec
+    memory_mib = spec.driver.memory_mib
+    submit = submit_arguments(
+        {"spark.driver.memory": f"{memory_mib}m", **spec.application.spark_conf}
+    )
+    return _janitor_pod(
+        manifest,
+        job,
+        storage=storage,
+        command=VerifyRestorable(image, report=TERMINATION_MESSAGE_PATH),
+        component=CHECK,
+        resources=_resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
+        environment=[{"name": "PYSPARK_SUBMIT_ARGS", "value": submit}],
+        mounts=[],
+        volumes=[],
+    )
+
+
+def _janitor_pod(
+    manifest: JobManifest,
+    job: Mapping[str, Any],
+    *,
+    storage: str,
+    command: JanitorCommand,
+    component: str,
+    resources: dict[str, Any],
+    environment: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A pod that runs the janitor with the driver's service account, environment and
+    volumes (and the ones given); the job comes from its environment."""
+    spec = manifest.spec
     container = {
-        "name": "cleanup",
-        "command": ["python", "-m", "spark_checkpoint.janitor", *arguments],
-        "env": environment,
-        "resources": _resources(spec.driver, 256),
-        "volumeMounts": mounts,
+        "name": component,
+        "command": command_line(command),
+        "env": [
+            *_env(spec.application.env),
+            *_env(spec.driver.env),
+            {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
+            {"name": f"{PREFIX}JOB", "value": manifest.name},
+            {"name": f"{PREFIX}STORAGE", "value": storage},
+            *environment,
+        ],
+        "resources": resources,
+        "volumeMounts": [*spec.driver.volume_mounts, *mounts],
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
     }
     return _pod(
         manifest,
         job,
         name=None,
-        generate_name=f"{manifest.name}-cleanup-",
-        labels={**job_labels(manifest, CLEANUP)},
+        generate_name=f"{manifest.name}-{component}-",
+        labels={**job_labels(manifest, component)},
         annotations={},
         role=spec.driver,
         container=container,
-        volumes=volumes,
+        volumes=[*spec.driver.volumes, *volumes],
     )
 
 

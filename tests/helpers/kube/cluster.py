@@ -18,6 +18,7 @@ from typing import Any, Self, TypeVar
 
 import kmock
 
+from helpers.job_run import FAST_JVM
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
@@ -290,6 +291,32 @@ class LocalCluster:
 
     def driver_pods(self, name: str, namespace: str = NAMESPACE) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.pods(name, namespace, "driver"))
+
+
+def wordcount_job(
+    name: str, pipeline: Path, input_dir: Path, output_dir: Path, **spec: Any
+) -> dict[str, Any]:
+    """The word count example as a job the local kubelet runs (its paths are this
+    machine's); ``spec`` adds to the spec (``env`` to the application's)."""
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "image": "example/wordcount:1",
+            "application": {
+                "mainFile": f"local://{pipeline}",
+                "arguments": ["--input", str(input_dir), "--output", str(output_dir)],
+                "sparkConf": {
+                    "spark.master": "local[2]",
+                    "spark.sql.shuffle.partitions": "2",
+                    "spark.driver.extraJavaOptions": FAST_JVM,
+                },
+                "env": spec.pop("env", []),
+            },
+            **spec,
+        },
+    }
 
 
 @contextlib.contextmanager
