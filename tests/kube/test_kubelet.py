@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import ipaddress
 import json
 import signal
 import socket
@@ -189,7 +190,8 @@ async def test_a_pod_sees_its_env_and_mounted_secret_and_succeeds(
     bound = await api.client.get(Pod, "env-pod", namespace=NS)
     assert bound.spec is not None and bound.spec.nodeName == "local-kubelet"
     assert reported["phase"] == "Succeeded"
-    assert reported["podIP"].startswith("127.0.0.") and reported["podIP"] != "127.0.0.1"
+    pod_ip = ipaddress.IPv4Address(reported["podIP"])
+    assert pod_ip.is_loopback and str(pod_ip) != "127.0.0.1"
     assert reported["hostIP"] == "127.0.0.1"
     assert reported["startTime"]
     terminated = reported["containerStatuses"][0]["state"]["terminated"]
