@@ -16,7 +16,8 @@ from spark_checkpoint_operator.local_runtime import (
     default_state_dir,
     run_local,
 )
-from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
 from spark_checkpoint_operator.storage_commands import (
     StorageSource,

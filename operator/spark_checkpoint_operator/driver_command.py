@@ -4,7 +4,7 @@ application and the Spark configuration PySpark's launcher reads from the enviro
 import shlex
 from collections.abc import Mapping
 
-from spark_checkpoint_operator.manifest import Application
+from spark_checkpoint_operator.manifest.model import Application
 
 LOCAL_SCHEME = "local://"
 

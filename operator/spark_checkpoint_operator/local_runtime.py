@@ -36,7 +36,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.status import render_status

@@ -41,7 +41,8 @@ from spark_checkpoint_operator.local_runtime import (
     default_state_dir,
     local_paths,
 )
-from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.restorable_check import problems_by_image, restorable_command
 
 EXIT_OK = 0

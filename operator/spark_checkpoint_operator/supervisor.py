@@ -54,7 +54,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequest,
     TriggerRequested,
 )
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from typing import Any
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from spark_checkpoint.settings import PREFIX, DriverSettings, RestoreCandidate
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
-from spark_checkpoint_operator.manifest import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
 
 GROUP = "sparkcheckpoint.io"
 VERSION = "v1alpha1"

@@ -22,7 +22,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import CleanupFailed, LaunchFailed, Level, Notice
 
 log = logging.getLogger(__name__)
