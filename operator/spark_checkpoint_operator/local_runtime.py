@@ -35,14 +35,17 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
+from spark_checkpoint_operator.driver_command import (
+    TERMINATION_GRACE_SECONDS,
+    driver_command,
+    submit_arguments,
+)
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
-STOP_GRACE_SECONDS = 30.0
 # Spark's start plus the restore of a large image, with room to spare.
 AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
@@ -137,7 +140,7 @@ class LocalDriver:
         if self._process.returncode is None:
             self._process.terminate()
             try:
-                await asyncio.wait_for(self._process.wait(), STOP_GRACE_SECONDS)
+                await asyncio.wait_for(self._process.wait(), TERMINATION_GRACE_SECONDS)
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()

@@ -67,8 +67,9 @@ STATUS_GAP_SECONDS = 0.25
 # The label of the last image of a job: bounded input's final checkpoint, a deleted job's
 # final savepoint.
 FINAL_LABEL = "final"
-# How long a driver may take to exit after its stop-with-savepoint completed.
-STOP_GRACE_SECONDS = 120.0
+# How long a driver may take to exit on its own after its stop-with-savepoint completed;
+# then it is told to stop (see driver_command.TERMINATION_GRACE_SECONDS).
+STOPPED_DRIVER_EXIT_SECONDS = 120.0
 
 # A status document, or why the agent gave none.
 _Answer = dict[str, Any] | AgentUnavailable | AgentRejected
@@ -876,7 +877,7 @@ class JobSupervisor:
 
     def _stalled_stopping(self) -> bool:
         since = self._suspending_since
-        return since is not None and time.monotonic() - since > STOP_GRACE_SECONDS
+        return since is not None and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
 
     async def _drop_unknown(self, driver: DriverHandle, checkpoint_id: int) -> None:
         """A snapshot the coordinator neither waits for nor registered: triggered before
