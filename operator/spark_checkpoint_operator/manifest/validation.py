@@ -21,6 +21,7 @@ from jsonschema.protocols import Validator
 from spark_checkpoint.storage.layout import (
     DNS_1123_LABEL_MAX_LENGTH,
     DNS_1123_LABEL_PATTERN,
+    DNS_1123_SUBDOMAIN,
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
 )
@@ -45,14 +46,15 @@ from spark_checkpoint_operator.manifest.problems import (
 )
 
 # The DNS-1123 subdomain pattern as the CRD spells it (Go's RE2 has no lookahead, so the
-# CRD cannot use spark_checkpoint.storage.layout's; both anchor at the very end).
-_DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# CRD cannot use spark_checkpoint.storage.layout's anchoring; go_regex makes its `$` the
+# very end, as layout's is).
+_DNS_SUBDOMAIN = f"^{DNS_1123_SUBDOMAIN}$"
 
 # Label and annotation keys and label values, as Kubernetes validates them on every object
 # (k8s.io/apimachinery: a qualified name with an optional DNS-subdomain prefix of at most
 # 253 characters; a name part and a value of at most 63).
 QUALIFIED_NAME_PATTERN = (
-    r"^((?=[^/]{1,253}/)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    rf"^((?=[^/]{{1,{DNS_1123_SUBDOMAIN_MAX_LENGTH}}}/){DNS_1123_SUBDOMAIN}/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
 )
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
@@ -92,6 +94,10 @@ MAX_PROBLEMS = 50
 # already stored as an integer, see defaults.store_integers).
 _INT64 = range(-(1 << 63), 1 << 63)
 
+_DNS_SUBDOMAIN_HINT = (
+    "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
+    " with a letter or digit)"
+)
 # What a value failing each pattern should have been; a raw regular expression teaches
 # little. tests/manifest checks that every pattern of the CRD is listed here.
 PATTERN_HINTS: Mapping[str, str] = {
@@ -106,14 +112,8 @@ PATTERN_HINTS: Mapping[str, str] = {
     r"^[-._a-zA-Z][-._a-zA-Z0-9]*$": (
         "an environment variable name (letters, digits, '-', '.' and '_'; no leading digit)"
     ),
-    _DNS_SUBDOMAIN: (
-        "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
-        " with a letter or digit)"
-    ),
-    DNS_1123_SUBDOMAIN_PATTERN: (
-        "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
-        " with a letter or digit)"
-    ),
+    _DNS_SUBDOMAIN: _DNS_SUBDOMAIN_HINT,
+    DNS_1123_SUBDOMAIN_PATTERN: _DNS_SUBDOMAIN_HINT,
     DNS_1123_LABEL_PATTERN: (
         "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a"
         " letter or digit)"
