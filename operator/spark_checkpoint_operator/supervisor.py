@@ -13,7 +13,7 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Protocol, assert_never
@@ -55,6 +55,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.status import PersistedStatus
 
 log = logging.getLogger(__name__)
 
@@ -162,43 +163,48 @@ class JobRecord:
     # starts after the persisted counter, as nothing tells which ids below were used.
     next_checkpoint_id: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def persisted_status(self) -> PersistedStatus:
         """The record's part of the status (``status.render_status`` adds the views)."""
-        return {
-            "phase": self.phase.value,
-            "jobAttempt": self.attempt,
-            "restoredFrom": self.restored_from,
-            "unrestorable": self.unrestorable,
-            "message": self.message,
-            "lastCommittedBatch": self.last_batch,
-            "consecutiveFailures": self.consecutive_failures,
-            "nextCheckpointId": (
+        return PersistedStatus(
+            phase=self.phase,
+            job_attempt=self.attempt,
+            restores=self.restores,
+            failed_restores=self.failed_restores,
+            restored_from=self.restored_from,
+            unrestorable=self.unrestorable,
+            message=self.message,
+            last_committed_batch=self.last_batch,
+            consecutive_failures=self.consecutive_failures,
+            next_checkpoint_id=(
                 self.coordinator.next_checkpoint_id
                 if self.next_checkpoint_id is None
                 else self.next_checkpoint_id
             ),
-            "pending": self.pending,
-            "coordinator": self.coordinator.to_dict(),
-        }
+            pending=self.pending,
+            coordinator=self.coordinator,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.persisted_status().to_dict()
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
-        """Read back a status written from ``to_dict`` (views are ignored)."""
-        coordinator = (
-            PersistedState.from_dict(data["coordinator"])
-            if "coordinator" in data
-            else PersistedState()
-        )
-        counts = data.get("counts", {})
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobRecord":
+        """Read back a status: what a restart resumes from (the previous process's pending
+        snapshots, failure streak and live id counter start afresh)."""
+        return cls.from_status(PersistedStatus.from_dict(data))
+
+    @classmethod
+    def from_status(cls, status: PersistedStatus) -> "JobRecord":
+        """What a restart resumes from (see ``from_dict``)."""
         return cls(
-            phase=JobPhase(data.get("phase", JobPhase.PENDING)),
-            attempt=int(data.get("jobAttempt", 0)),
-            restores=int(counts.get("restored", 0)),
-            failed_restores=int(counts.get("failedRestores", 0)),
-            restored_from=data.get("restoredFrom"),
-            unrestorable=list(data.get("unrestorable", [])),
-            message=str(data.get("message", "")),
-            coordinator=coordinator,
+            phase=status.phase,
+            attempt=status.job_attempt,
+            restores=status.restores,
+            failed_restores=status.failed_restores,
+            restored_from=None if status.restored_from is None else dict(status.restored_from),
+            unrestorable=[dict(image) for image in status.unrestorable],
+            message=status.message,
+            coordinator=status.coordinator,
         )
 
 

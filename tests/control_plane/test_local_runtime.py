@@ -10,7 +10,8 @@ import time
 from pathlib import Path
 
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
-from spark_checkpoint_operator.local_runtime import LocalPaths, _stop_leftover_driver
+from spark_checkpoint_operator.local_runtime import _stop_leftover_driver
+from spark_checkpoint_operator.local_state import LocalPaths
 
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
