@@ -41,10 +41,9 @@ def run_list(
     as_json: bool,
     out: TextIO,
     err: TextIO,
-    now: datetime | None = None,
 ) -> int:
     """``spark-checkpoint list``."""
-    now = now or datetime.now(UTC)
+    now = datetime.now(UTC)
     try:
         job = open_job_storage(source)
     except CommandError as error:
@@ -71,10 +70,9 @@ def run_inspect(
     show_files: bool,
     out: TextIO,
     err: TextIO,
-    now: datetime | None = None,
 ) -> int:
     """``spark-checkpoint inspect KIND:ID``."""
-    now = now or datetime.now(UTC)
+    now = datetime.now(UTC)
     try:
         ref = SnapshotRef.parse(snapshot)
         job = open_job_storage(source)
