@@ -27,16 +27,13 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
+from spark_checkpoint_operator.manifest import crd
 
 HISTORY_SHOWN = 10
 
 READY = "Ready"
 CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
 SPEC_VALID = "SpecValid"
-
-
-API_VERSION = "sparkcheckpoint.io/v1alpha1"
-KIND = "SparkCheckpointJob"
 
 
 class StatusFileError(ValueError):
@@ -130,8 +127,8 @@ class StatusFile:
     def write(self) -> None:
         """Replace the file at once: a reader never sees half of it."""
         document = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
+            "apiVersion": crd.resource_api_version(crd.cached_crd()),
+            "kind": crd.resource_kind(crd.cached_crd()),
             "metadata": {"name": self.name, "namespace": self.namespace},
             "status": self.status,
             "driver": {"pid": self.driver_pid},

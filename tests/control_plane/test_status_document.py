@@ -4,6 +4,7 @@ local runtime's status file (written each save, read back by the next run and fo
 leftover driver's pid), and the storage commands' registry. Drawn records cover every
 phase, counters, restore history, pending snapshots and registries."""
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from spark_checkpoint_operator.status import (
 from spark_checkpoint_operator.storage_commands.job import load_registry
 from spark_checkpoint_operator.supervisor import JobRecord
 
+API_VERSION = "sparkcheckpoint.io/v1alpha1"
 ids = st.integers(min_value=1, max_value=2**40)  # the coordinator counts from 1
 counts = st.integers(min_value=0, max_value=10**6)
 texts = st.text(max_size=20)
@@ -125,6 +127,9 @@ def test_the_status_round_trips_through_each_of_its_users(
 
         # The local runtime's next run, and its search for a leftover driver.
         assert _resumable(load_record(paths)) == _resumable(record)
+        envelope = json.loads(paths.status_file.read_text())
+        assert (envelope["apiVersion"], envelope["kind"]) == (API_VERSION, "SparkCheckpointJob")
+        assert envelope["metadata"] == {"name": "job", "namespace": "default"}
         found = StatusFile.read(paths.status_file)
         assert found is not None and found.driver_pid == driver_pid
         assert found.persisted_status() == persisted

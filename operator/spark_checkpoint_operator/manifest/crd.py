@@ -41,6 +41,17 @@ def storage_version(crd: Mapping[str, Any]) -> Mapping[str, Any]:
     return version
 
 
+def resource_api_version(crd: Mapping[str, Any]) -> str:
+    """``sparkcheckpoint.io/v1alpha1``: the ``apiVersion`` of a stored job."""
+    return f"{crd['spec']['group']}/{storage_version(crd)['name']}"
+
+
+def resource_kind(crd: Mapping[str, Any]) -> str:
+    """``SparkCheckpointJob``."""
+    name: str = crd["spec"]["names"]["kind"]
+    return name
+
+
 def child_schema(schema: Schema, key: str) -> Schema | None:
     """The schema of an object's field ``key``: a property, else additionalProperties."""
     if key in schema.get("properties", {}):

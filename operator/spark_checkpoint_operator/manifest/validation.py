@@ -30,6 +30,8 @@ from spark_checkpoint_operator.manifest.crd import (
     cached_crd,
     child_schema,
     child_schemas,
+    resource_api_version,
+    resource_kind,
     storage_version,
 )
 from spark_checkpoint_operator.manifest.defaults import (
@@ -172,9 +174,8 @@ class _Checker:
     """The CRD's schema with local metadata rules, as JSON Schema plus compiled CEL rules."""
 
     def __init__(self, crd: Mapping[str, Any]) -> None:
-        names = crd["spec"]["names"]
-        self.api_version = f"{crd['spec']['group']}/{storage_version(crd)['name']}"
-        self.kind: str = names["kind"]
+        self.api_version = resource_api_version(crd)
+        self.kind = resource_kind(crd)
         schema = copy.deepcopy(storage_version(crd)["schema"]["openAPIV3Schema"])
         schema["properties"]["metadata"] = _object_meta(schema["properties"]["metadata"])
         schema["required"] = sorted({*schema.get("required", ()), "metadata"})
