@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_checkpoint.storage.layout import DNS_1123_SUBDOMAIN
 from spark_checkpoint_operator import cli
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest import validation
@@ -30,8 +31,9 @@ from spark_checkpoint_operator.manifest.loading import (
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.manifest.validation import MAX_MANIFEST_DEPTH
 
-# Kubernetes' own rules for what the operator creates (k8s.io/apimachinery validation).
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes' own rules for what the operator creates (k8s.io/apimachinery validation; the
+# subdomain's definition is checked against Kubernetes' rule in test_dns_names.py).
+_DNS_SUBDOMAIN = re.compile(DNS_1123_SUBDOMAIN)
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
