@@ -12,8 +12,7 @@ from typing import Any
 
 import yaml
 
-# Next to the package, not through importlib.resources: on Python 3.11 that cannot read a
-# package installed in editable mode.
+# Package data of spark_checkpoint_operator, one level up from this package.
 CRD_PATH = Path(__file__).parent.parent / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
 
 Schema = Mapping[str, Any]
