@@ -42,7 +42,7 @@ from spark_checkpoint_operator.local_state import LocalPaths, local_paths
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
-from spark_checkpoint_operator.status import StatusFile, render_status
+from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
 # Spark's start plus the restore of a large image, with room to spare.
@@ -195,10 +195,18 @@ class LocalJanitor:
 
 
 def load_record(paths: LocalPaths) -> JobRecord:
-    status_file = StatusFile.read(paths.status_file)
-    if status_file is None:
-        return JobRecord()
-    return JobRecord.from_status(status_file.persisted_status())
+    """What the job resumes from; raises RunRefused if its status file cannot be read (the
+    registry in it is what keeps ids unique and images restorable: never guessed)."""
+    try:
+        status_file = StatusFile.read(paths.status_file)
+        if status_file is None:
+            return JobRecord()
+        return JobRecord.from_status(status_file.persisted_status())
+    except StatusFileError as error:
+        raise RunRefused(
+            f"the job's status file cannot be read ({error}); repair it, or delete "
+            f"{paths.job_dir} and the job's storage to start the job afresh"
+        ) from error
 
 
 async def run_local(

@@ -22,6 +22,7 @@ from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CheckpointOutcome,
     CompletedCheckpoint,
+    InvalidPersistedState,
     JobPhase,
     OutcomeStatus,
     PersistedState,
@@ -76,27 +77,51 @@ class PersistedStatus:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "PersistedStatus":
         """Read back a status written by ``to_dict`` or ``render_status`` (views are
-        ignored; a field not written yet takes its default, as in a new job's status)."""
-        counts = data.get("counts", {})
-        coordinator = (
-            PersistedState.from_dict(data["coordinator"])
-            if "coordinator" in data
-            else PersistedState()
-        )
+        ignored; a field not written yet takes its default, as in a new job's status).
+        Raises InvalidStatus naming the field."""
+        counts = _field(data, "counts", Mapping, {})
+        coordinator = _field(data, "coordinator", Mapping, None)
+        try:
+            state = (
+                PersistedState() if coordinator is None else PersistedState.from_dict(coordinator)
+            )
+        except InvalidPersistedState as error:
+            raise InvalidStatus(f"coordinator.{error}") from None
+        phase = _field(data, "phase", str, JobPhase.PENDING.value)
+        if phase not in set(JobPhase):
+            allowed = ", ".join(JobPhase)
+            raise InvalidStatus(f"phase: expected one of {allowed}, got {phase!r}")
         return cls(
-            phase=JobPhase(data.get("phase", JobPhase.PENDING)),
-            job_attempt=int(data.get("jobAttempt", 0)),
-            restores=int(counts.get("restored", 0)),
-            failed_restores=int(counts.get("failedRestores", 0)),
-            restored_from=data.get("restoredFrom"),
-            unrestorable=list(data.get("unrestorable", [])),
-            message=str(data.get("message", "")),
-            last_committed_batch=data.get("lastCommittedBatch"),
-            consecutive_failures=int(data.get("consecutiveFailures") or 0),
-            next_checkpoint_id=int(data.get("nextCheckpointId", coordinator.next_checkpoint_id)),
-            pending=list(data.get("pending", [])),
-            coordinator=coordinator,
+            phase=JobPhase(phase),
+            job_attempt=_field(data, "jobAttempt", int, 0),
+            restores=_field(counts, "restored", int, 0, "counts."),
+            failed_restores=_field(counts, "failedRestores", int, 0, "counts."),
+            restored_from=_field(data, "restoredFrom", Mapping, None),
+            unrestorable=_field(data, "unrestorable", list, []),
+            message=_field(data, "message", str, ""),
+            last_committed_batch=_field(data, "lastCommittedBatch", int, None),
+            consecutive_failures=_field(data, "consecutiveFailures", int, 0),
+            next_checkpoint_id=_field(data, "nextCheckpointId", int, state.next_checkpoint_id),
+            pending=_field(data, "pending", list, []),
+            coordinator=state,
         )
+
+
+class InvalidStatus(ValueError):
+    """A status that cannot be read back; the message names the field."""
+
+
+def _field(
+    data: Mapping[str, Any], key: str, expected: type, default: Any, prefix: str = ""
+) -> Any:
+    """``data[key]`` if it is of the ``expected`` type, ``default`` if absent or null."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        what = {int: "an integer", str: "a string", list: "a list"}.get(expected, "an object")
+        raise InvalidStatus(f"{prefix}{key}: expected {what}, got {value!r}")
+    return value
 
 
 class StatusRecord(Protocol):
@@ -152,8 +177,9 @@ class StatusFile:
             raise StatusFileError(f"{path}: not JSON: {error}") from error
         if not isinstance(document, Mapping):
             raise StatusFileError(f"{path}: not an object")
-        metadata = document.get("metadata") or {}
-        driver = document.get("driver") or {}
+        metadata = document.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        driver = document.get("driver")
         pid = driver.get("pid") if isinstance(driver, Mapping) else None
         return cls(
             path=path,
@@ -166,7 +192,10 @@ class StatusFile:
     def persisted_status(self) -> PersistedStatus:
         if not isinstance(self.status, Mapping):
             raise StatusFileError(f"{self.path}: status: missing")
-        return PersistedStatus.from_dict(self.status)
+        try:
+            return PersistedStatus.from_dict(self.status)
+        except InvalidStatus as error:
+            raise StatusFileError(f"{self.path}: status.{error}") from None
 
     def registered_ids(self) -> RegisteredIds:
         """Only the registry's ids: a status file of another version still says which
