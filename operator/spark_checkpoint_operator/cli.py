@@ -17,7 +17,7 @@ from spark_checkpoint_operator.local_runtime import (
 from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
-from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
+from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
 from spark_checkpoint_operator.storage_commands.job import StorageSource
 
@@ -236,7 +236,7 @@ def _simulate(args: argparse.Namespace) -> int:
         return 2
     coordinator = simulate(
         config,
-        SimulatedAgent(tasks=args.tasks),
+        SimulatedDriver(tasks=args.tasks),
         duration=args.duration,
         seed=args.seed,
         report=lambda at, line: print(f"[{at:8.2f}s] {line}"),

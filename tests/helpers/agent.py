@@ -9,6 +9,7 @@ from typing import Any
 
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.protocol import QueryState
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient
 
@@ -57,7 +58,7 @@ class Running:
             JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
         )
         self.participant = RecordingParticipant()
-        self.view = QueryView("running", idle=True)
+        self.view = QueryView(QueryState.RUNNING, idle=True)
         self.agent = CheckpointAgent(
             storage=self.storage,
             location=self.location,

@@ -4,6 +4,8 @@ write, verify, discard and restore checkpoints and savepoints.
 Pure Python over fsspec: shared by the Spark driver (data plane) and the command line.
 """
 
+from spark_checkpoint.protocol import CheckpointKind
+
 from .errors import (
     ChecksumMismatchError,
     InvalidMetadataError,
@@ -15,7 +17,7 @@ from .errors import (
     UnknownFormatVersionError,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
-from .layout import CheckpointKind, JobStorageLayout, parse_snapshot_dir_name
+from .layout import JobStorageLayout, parse_snapshot_dir_name, snapshot_dir_name
 from .metadata import (
     FORMAT_VERSION,
     METADATA_SCHEMA,
@@ -47,4 +49,5 @@ __all__ = [
     "UnknownFormatVersionError",
     "digest_local_file",
     "parse_snapshot_dir_name",
+    "snapshot_dir_name",
 ]

@@ -8,11 +8,12 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spark_checkpoint.protocol import CheckpointKind
+
 from .errors import ChecksumMismatchError, InvalidMetadataError, MissingFileError, NotEmptyError
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     SHARED_DIR_NAME,
-    CheckpointKind,
     JobStorageLayout,
     parse_snapshot_dir_name,
     require_safe_relative_path,
