@@ -5,6 +5,7 @@ import subprocess
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -32,17 +33,22 @@ class SnapshotRef:
 
     @classmethod
     def parse(cls, text: str) -> "SnapshotRef":
-        kind, separator, number = text.partition(":")
-        kinds = [k.value for k in CheckpointKind]
-        if not separator or kind not in kinds:
-            raise CommandError(f"{text!r}: expected KIND:ID with KIND one of {', '.join(kinds)}")
-        # The canonical spelling only, as in storage (`chk-7`, never `chk-07`).
-        if not number.isascii() or not number.isdigit() or (len(number) > 1 and number[0] == "0"):
-            raise CommandError(f"{text!r}: ID must be a non-negative integer without leading 0")
-        return cls(CheckpointKind(kind), int(number))
+        """A registered image as the wire contract spells it (canonical ids only, as in
+        storage: `chk-7`, never `chk-07`)."""
+        try:
+            image: RestoreCandidate | None = RestoreCandidate.decode(text)
+        except ProtocolError:
+            image = None
+        if image is None or image.snapshot_id is None:
+            kinds = ", ".join(CheckpointKind)
+            raise CommandError(
+                f"{text!r}: expected KIND:ID with KIND one of {kinds} and ID a non-negative "
+                "integer without leading 0"
+            )
+        return cls(image.kind, image.snapshot_id)
 
     def __str__(self) -> str:
-        return f"{self.kind.value}:{self.snapshot_id}"
+        return RestoreCandidate.registered(self.kind, self.snapshot_id).encode()
 
 
 class StoredSnapshotState(StrEnum):
