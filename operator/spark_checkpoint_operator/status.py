@@ -137,6 +137,9 @@ class RegisteredIds:
     checkpoints: frozenset[int]
     savepoints: frozenset[int]
 
+    def of(self, kind: CheckpointKind) -> frozenset[int]:
+        return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
+
 
 @dataclass(frozen=True, slots=True)
 class StatusFile:

@@ -99,9 +99,7 @@ class Registry:
     registered: RegisteredIds
 
     def ids(self, kind: CheckpointKind) -> frozenset[int]:
-        if kind is CheckpointKind.CHECKPOINT:
-            return self.registered.checkpoints
-        return self.registered.savepoints
+        return self.registered.of(kind)
 
     def lists(self, kind: CheckpointKind, snapshot_id: int) -> bool:
         return snapshot_id in self.ids(kind)
