@@ -143,15 +143,40 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
 # pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
 # dependencies; the Makefile's constraints take these lines as they take the deps stage's.
+# Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://) and
+# adlfs (abfs://, az://), with their dependencies (botocore holds python-dateutil below 3).
+# Only this image has them: the operator never touches storage.
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
         pyarrow==26.0.1 \
         numpy==2.4.6 \
-        python-dateutil==4.0.0 \
+        python-dateutil==2.9.0.post0 \
         pytz==2026.6 \
         tzdata==2026.6 \
+        s3fs==2026.9.0 \
+        aiobotocore==3.10.0 \
+        aioitertools==0.13.0 \
+        botocore==1.43.117 \
+        jmespath==1.1.0 \
+        urllib3==2.8.0 \
+        wrapt==2.5.2 \
+        adlfs==2026.8.0 \
+        azure-core==1.41.0 \
+        azure-identity==1.27.0 \
+        azure-storage-blob==12.31.1 \
+        certifi==2026.10.19.post1 \
+        cffi==2.1.1 \
+        charset-normalizer==3.5.3 \
+        cryptography==50.0.2 \
+        isodate==0.7.2 \
+        msal==1.39.0 \
+        msal-extensions==1.3.1 \
+        pycparser==3.12 \
+        pyjwt==2.15.1 \
+        requests==2.34.2 \
+        six==1.17.0 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
-    && python -c "import pandas, pyarrow"
+    && python -c "import pandas, pyarrow, s3fs, adlfs"
 
 RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
     pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \

@@ -4,6 +4,7 @@ whatever its fields hold; what the real agent serves parses; a hostile document 
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from helpers.agent import Running
+from helpers.agent import Running, raw_request
 from spark_checkpoint import protocol
 from spark_checkpoint.protocol import (
     MAX_ID,
@@ -218,20 +219,33 @@ def test_a_valid_status_parses() -> None:
 
 
 def test_what_the_real_agent_serves_parses(tmp_path: Path) -> None:
-    running = Running(tmp_path)
+    """A snapshot the real agent took, with every task's ack, read off its HTTP API."""
+    running = Running(tmp_path)  # three committed batches: the image is of batch 2
     running.server.start()
     try:
         running.agent.trigger(3, CheckpointKind.SAVEPOINT, AfterCompletion.STOP)
-        served = running.agent.status()
+        deadline = time.monotonic() + 20
+        while running.agent.status()["checkpoints"][0]["state"] != "acknowledged":
+            assert time.monotonic() < deadline, running.agent.status()
+            time.sleep(0.05)
+        served = json.loads(raw_request(running.port, b"GET", b"/v1/status").body)
 
-        status = AgentStatus.from_json(_over_the_wire(served))
+        status = AgentStatus.from_json(served)
     finally:
         running.server.stop()
         running.agent.close()
 
     assert status.to_json() == served
-    assert status.checkpoints[0].checkpoint_id == 3
-    assert status.checkpoints[0].kind is CheckpointKind.SAVEPOINT
+    assert (status.version, status.query.last_committed_batch) == (served["version"], 2)
+    [snapshot] = status.checkpoints
+    assert (snapshot.checkpoint_id, snapshot.kind, snapshot.state, snapshot.batch_id) == (
+        3,
+        CheckpointKind.SAVEPOINT,
+        SnapshotPhase.ACKNOWLEDGED,
+        2,
+    )
+    assert sorted(ack.task for ack in snapshot.acks) == list(status.tasks)
+    assert {ack.batch_id for ack in snapshot.acks} == {2}
 
 
 def test_the_wire_contract_imports_only_the_standard_library() -> None:
