@@ -8,7 +8,7 @@ import sys
 
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import CheckUnavailable
 
 

@@ -12,7 +12,7 @@ from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 

@@ -746,7 +746,7 @@ def test_the_wheel_of_the_builder_context_runs_the_operator_without_spark(tmp_pa
         + f"sys.path = [{str(site)!r}] + [p for p in sys.path if '__editable__' not in p]\n"
         + f"import {OPERATOR_MODULE} as m\n"
         + f"assert m.__file__.startswith({str(site)!r}), m.__file__\n"
-        + "from spark_checkpoint_operator.manifest import CRD_PATH, load_crd\n"
+        + "from spark_checkpoint_operator.manifest.crd import CRD_PATH, load_crd\n"
         + f"assert str(CRD_PATH).startswith({str(site)!r}) and load_crd(), CRD_PATH\n"
     )
     subprocess.run([sys.executable, "-c", check], check=True, cwd=tmp_path, timeout=120)

@@ -34,7 +34,8 @@ from spark_checkpoint.restorable_report import (
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import restorable_verdict
-from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.validation import validate_document
 from spark_checkpoint_operator.supervisor import CheckUnavailable
 
 FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"

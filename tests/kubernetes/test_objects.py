@@ -9,7 +9,8 @@ import yaml
 
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.validation import validate_document
 
 FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
 KUBERNETES_VERSION = "1.30"

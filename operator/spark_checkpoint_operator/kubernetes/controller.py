@@ -48,12 +48,9 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesLauncher,
     pod_ready,
 )
-from spark_checkpoint_operator.manifest import (
-    JobManifest,
-    JobState,
-    ManifestError,
-    manifest_from_document,
-)
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.model import JobManifest, JobState
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import (

@@ -17,8 +17,12 @@ from typing import Any
 from spark_checkpoint.janitor_commands import JanitorCommand, VerifyRestorable, command_line
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import PREFIX, DriverSettings
-from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
-from spark_checkpoint_operator.manifest import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.driver_command import (
+    TERMINATION_GRACE_SECONDS,
+    driver_command,
+    submit_arguments,
+)
+from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
 
 GROUP = "sparkcheckpoint.io"
 VERSION = "v1alpha1"
@@ -50,7 +54,6 @@ WORK_VOLUME = "checkpoint-work"
 # Where a cleanup pod mounts the whole live volume claim (drivers mount only their directory).
 LIVE_ROOT_DIR = "/var/lib/spark-checkpoint/live"
 LIVE_VOLUME = "checkpoint-live"
-STOP_GRACE_SECONDS = 60
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
 FS_GROUP = 10001
@@ -339,7 +342,7 @@ def _pod(
         container["imagePullPolicy"] = manifest.spec.image_pull_policy.value
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
             "fsGroup": FS_GROUP,

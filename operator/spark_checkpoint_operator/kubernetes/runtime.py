@@ -30,7 +30,7 @@ from spark_checkpoint.janitor_commands import (
 from spark_checkpoint.restorable_report import ReportUnreadable, problems_by_image
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import (
     CheckUnavailable,
     CleanupFailed,

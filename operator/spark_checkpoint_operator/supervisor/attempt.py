@@ -14,7 +14,7 @@ An attempt moves through `Stage`s, only by the named transitions of `Attempt`::
   driver was told and exits; nothing more is triggered, and what its exit cuts short is no
   failure.
 - SUSPENDING: its stop-with-savepoint completed: the query stops and the driver exits
-  (stopped from here after `STOP_GRACE_SECONDS`).
+  (stopped from here after `STOPPED_DRIVER_EXIT_SECONDS`).
 
 Alongside the stage, an attempt may be failing (`fail`: its driver is being stopped for a
 reason the job fails or restarts with), and its restore is unconfirmed until the restored
@@ -29,8 +29,9 @@ from enum import Enum, IntEnum
 from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.supervisor.ports import DriverHandle
 
-# How long a driver may take to exit after its stop-with-savepoint completed.
-STOP_GRACE_SECONDS = 120.0
+# How long a driver may take to exit on its own after its stop-with-savepoint completed;
+# then it is told to stop (see driver_command.TERMINATION_GRACE_SECONDS).
+STOPPED_DRIVER_EXIT_SECONDS = 120.0
 
 
 class Stage(Enum):
@@ -100,7 +101,7 @@ class Attempt:
 
     def stalled_stopping(self) -> bool:
         since = self.suspending_since
-        return since is not None and time.monotonic() - since > STOP_GRACE_SECONDS
+        return since is not None and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
 
     # ------------------------------------------------------------------ transitions
 

@@ -29,7 +29,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerCheckpoint,
     TriggerRequested,
 )
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import status_events
 from spark_checkpoint_operator.supervisor.attempt import Attempt, Stage, StopRequest
 from spark_checkpoint_operator.supervisor.interpreter import FINAL_LABEL, EffectInterpreter

@@ -1,9 +1,11 @@
 """The persisted part of a job: what status shows and what a restarted runtime resumes from."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
+from spark_checkpoint_operator.status import PersistedStatus
 
 
 @dataclass
@@ -31,41 +33,46 @@ class JobRecord:
     # starts after the persisted counter, as nothing tells which ids below were used.
     next_checkpoint_id: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def persisted_status(self) -> PersistedStatus:
         """The record's part of the status (``status.render_status`` adds the views)."""
-        return {
-            "phase": self.phase.value,
-            "jobAttempt": self.attempt,
-            "restoredFrom": self.restored_from,
-            "unrestorable": self.unrestorable,
-            "message": self.message,
-            "lastCommittedBatch": self.last_batch,
-            "consecutiveFailures": self.consecutive_failures,
-            "nextCheckpointId": (
+        return PersistedStatus(
+            phase=self.phase,
+            job_attempt=self.attempt,
+            restores=self.restores,
+            failed_restores=self.failed_restores,
+            restored_from=self.restored_from,
+            unrestorable=self.unrestorable,
+            message=self.message,
+            last_committed_batch=self.last_batch,
+            consecutive_failures=self.consecutive_failures,
+            next_checkpoint_id=(
                 self.coordinator.next_checkpoint_id
                 if self.next_checkpoint_id is None
                 else self.next_checkpoint_id
             ),
-            "pending": self.pending,
-            "coordinator": self.coordinator.to_dict(),
-        }
+            pending=self.pending,
+            coordinator=self.coordinator,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.persisted_status().to_dict()
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "JobRecord":
-        """Read back a status written from ``to_dict`` (views are ignored)."""
-        coordinator = (
-            PersistedState.from_dict(data["coordinator"])
-            if "coordinator" in data
-            else PersistedState()
-        )
-        counts = data.get("counts", {})
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobRecord":
+        """Read back a status: what a restart resumes from (the previous process's pending
+        snapshots, failure streak and live id counter start afresh)."""
+        return cls.from_status(PersistedStatus.from_dict(data))
+
+    @classmethod
+    def from_status(cls, status: PersistedStatus) -> "JobRecord":
+        """What a restart resumes from (see ``from_dict``)."""
         return cls(
-            phase=JobPhase(data.get("phase", JobPhase.PENDING)),
-            attempt=int(data.get("jobAttempt", 0)),
-            restores=int(counts.get("restored", 0)),
-            failed_restores=int(counts.get("failedRestores", 0)),
-            restored_from=data.get("restoredFrom"),
-            unrestorable=list(data.get("unrestorable", [])),
-            message=str(data.get("message", "")),
-            coordinator=coordinator,
+            phase=status.phase,
+            attempt=status.job_attempt,
+            restores=status.restores,
+            failed_restores=status.failed_restores,
+            restored_from=None if status.restored_from is None else dict(status.restored_from),
+            unrestorable=[dict(image) for image in status.unrestorable],
+            message=status.message,
+            coordinator=status.coordinator,
         )
