@@ -32,7 +32,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import helm_python
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "spark-checkpoint-operator"
 TOOLS = ("podman", "buildah", "mmdebstrap", "runc")
 TARGETS = ("operator", "spark")
 CACHE = Path(
@@ -117,14 +121,16 @@ def _run(command: Sequence[str], *, timeout: float, what: str) -> str:
     return result.stdout
 
 
+def podman_command(*arguments: str) -> list[str]:
+    return ["podman", *PODMAN_OPTIONS, *arguments]
+
+
 def podman(*arguments: str, timeout: float = 120) -> str:
-    return _run(["podman", *PODMAN_OPTIONS, *arguments], timeout=timeout, what="podman")
+    return _run(podman_command(*arguments), timeout=timeout, what="podman")
 
 
 def image_exists(name: str) -> bool:
-    return (
-        _execute(["podman", *PODMAN_OPTIONS, "image", "exists", name], timeout=60).returncode == 0
-    )
+    return _execute(podman_command("image", "exists", name), timeout=60).returncode == 0
 
 
 def apt_sources() -> list[Path]:
@@ -337,6 +343,20 @@ def _tmpfs_size(quantity: str) -> str:
     raise ImageError(f"emptyDir sizeLimit {quantity!r}: use a Ki, Mi or Gi quantity")
 
 
+def chart_deployment(values: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's Deployment as the chart renders it with ``values``."""
+    with helm_python.Chart.load(CHART) as chart:
+        rendered = chart.render(values=dict(values), name="sco", namespace="operators")
+    (deployment,) = [
+        document
+        for path, text in rendered.items()
+        if path.endswith("/deployment.yaml")
+        for document in yaml.safe_load_all(text)
+        if document
+    ]
+    return dict(deployment)
+
+
 def image_user(image: str) -> str:
     return podman("image", "inspect", "--format", "{{.Config.User}}", image).strip()
 
@@ -370,13 +390,13 @@ def run(
     try:
         return _execute(
             [
-                *("podman", *PODMAN_OPTIONS, "run", "--rm", "--pull=never", "--network=host"),
+                *podman_command("run", "--rm", "--pull=never", "--network=host"),
                 *("--name", name, *options, image, *command),
             ],
             timeout=timeout,
         )
     except subprocess.TimeoutExpired:
-        _execute(["podman", *PODMAN_OPTIONS, "rm", "--force", name], timeout=60)
+        _execute(podman_command("rm", "--force", name), timeout=60)
         raise
 
 

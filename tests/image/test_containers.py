@@ -11,23 +11,26 @@ and `make test` does not; they fail, never skip, where the tools are missing.
 
 import json
 import os
+import socket
+import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import helm_python
 import pytest
 import yaml
 
 from helpers import containers
+from helpers.kube.cluster import LocalCluster, OperatorContainer
+from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(3600)]
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "charts" / "spark-checkpoint-operator"
 JOB = ROOT / "tests" / "manifest" / "fixtures" / "minimal-job.yaml"
+GUIDE_JOB = ROOT / "examples" / "orders" / "job.yaml"
 UID = 10001
 
 
@@ -40,19 +43,6 @@ def images() -> dict[str, str]:
         pytest.fail("building and running the images needs root here (as CI has)")
     base = containers.stand_in_base()
     return {target: containers.build(target, base) for target in containers.TARGETS}
-
-
-def chart_deployment(values: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    with helm_python.Chart.load(CHART) as chart:
-        rendered = chart.render(values=dict(values or {}), name="sco", namespace="operators")
-    (deployment,) = [
-        document
-        for path, text in rendered.items()
-        if path.endswith("deployment.yaml")
-        for document in yaml.safe_load_all(text)
-        if document
-    ]
-    return deployment
 
 
 def run_pod_container(
@@ -89,7 +79,7 @@ def test_the_images_run_as_their_numeric_non_root_user(images: dict[str, str]) -
 def test_the_operator_image_answers_under_the_charts_security_context(
     images: dict[str, str],
 ) -> None:
-    deployment = chart_deployment()
+    deployment = containers.chart_deployment({})
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
@@ -143,3 +133,115 @@ def test_the_spark_image_runs_python_java_and_writes_its_working_directory(
     assert expected in output
     if expected == "writable":
         assert output.splitlines()[:3] == [str(UID), str(UID), "/opt/spark-checkpoint/work"]
+
+
+def orders_job() -> dict[str, Any]:
+    """The user guide's job, checkpointing every second, with a final savepoint."""
+    document: dict[str, Any] = yaml.safe_load(GUIDE_JOB.read_text())
+    document["metadata"]["namespace"] = "default"
+    document["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s", "timeout": "20s"}
+    document["spec"]["shutdown"] = {"finalSavepoint": True}
+    return document
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def test_the_operator_image_runs_a_job_as_the_chart_deploys_it(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The chart's Deployment (command, arguments, environment, securityContext, /tmp) run
+    from the operator image against the emulated API server, with simulated drivers: Kopf's
+    liveness endpoint answers, checkpoints reach the status, a killed operator container
+    is replaced and adopts the running driver, and deletion takes the final savepoint."""
+    with LocalCluster(
+        tmp_path,
+        simulated=SimulatedAgents(batch_seconds=0.3),
+        operator_image=images["operator"],
+    ) as cluster:
+        operator = cluster.operator
+        assert isinstance(operator, OperatorContainer)
+
+        def completed() -> int:
+            return int(cluster.status("orders").get("counts", {}).get("completed", 0))
+
+        cluster.wait_for("the liveness endpoint", lambda: answers(operator.health_url), 120)
+        cluster.apply(orders_job())
+        cluster.wait_for("2 checkpoints", lambda: completed() >= 2, 120, job="orders")
+        assert answers(operator.metrics_url)
+        operator.kill()
+        operator.start()
+        done = completed()
+        cluster.wait_for("a checkpoint after adoption", lambda: completed() > done, 120, "orders")
+        assert cluster.driver_pods("orders") == ["orders-driver-1"]
+        cluster.delete("orders")
+        cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, 120)
+        cluster.wait_for_event("orders", "SavepointCompleted")
+
+
+def test_the_harness_enforces_the_charts_security_context(images: dict[str, str]) -> None:
+    """What the tests above rely on: under the chart's context the container runs as
+    10001:10001 without capabilities or privilege escalation, and only the emptyDir on /tmp
+    is writable (no writable /var/tmp or /run as Podman's read-only mode would add)."""
+    pod_spec = containers.chart_deployment({})["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    probe = (
+        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+        "for d in / /var/tmp /run /tmp; do touch $d/probe 2>/dev/null && echo writable $d; done"
+    )
+
+    output = run_pod_container(
+        images["operator"], pod_spec, {**container, "command": ["bash", "-c", probe], "args": []}
+    )
+
+    assert output.split() == [
+        *(str(UID), str(UID)),
+        *("CapEff:", "0000000000000000", "NoNewPrivs:", "1"),
+        *("writable", "/tmp"),
+    ]
+
+
+def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]) -> None:
+    """Spark's executor pods run the image with the argument `executor` and the settings in
+    SPARK_* variables: the JVM's executor backend starts and tries the driver (none listens
+    on the port here)."""
+    port = free_port()
+    settings = {
+        "SPARK_EXECUTOR_MEMORY": "512m",
+        "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
+        "SPARK_EXECUTOR_ID": "1",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_APPLICATION_ID": "spark-application-1",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
+        "SPARK_EXECUTOR_POD_NAME": "orders-exec-1",
+        "SPARK_JAVA_OPT_0": "-Dspark.driver.port=" + str(port),
+    }
+    pod_spec = janitor_pod([])["spec"]
+    (container,) = pod_spec["containers"]
+    executor = {
+        "name": "spark-kubernetes-executor",
+        "args": ["executor"],
+        "env": [{"name": name, "value": value} for name, value in settings.items()],
+        "securityContext": container["securityContext"],
+    }
+    options, arguments = containers.pod_container_options(
+        images["spark"], pod_spec, executor, volumes={}
+    )
+
+    result = containers.run(images["spark"], arguments, options=options)
+
+    assert result.returncode != 0
+    assert "KubernetesExecutorBackend" in result.stdout + result.stderr
+    assert f"Failed to connect to /127.0.0.1:{port}" in result.stdout + result.stderr
