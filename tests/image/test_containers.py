@@ -136,9 +136,11 @@ def test_the_spark_image_runs_python_java_and_writes_its_working_directory(
 
 
 def orders_job() -> dict[str, Any]:
-    """The user guide's job, checkpointing every second, with a final savepoint."""
+    """The user guide's job, checkpointing every second, with a final savepoint, on a local
+    master (simulated drivers start no executor pods, which the operator would wait for)."""
     document: dict[str, Any] = yaml.safe_load(GUIDE_JOB.read_text())
     document["metadata"]["namespace"] = "default"
+    document["spec"]["application"]["sparkConf"]["spark.master"] = "local[2]"
     document["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s", "timeout": "20s"}
     document["spec"]["shutdown"] = {"finalSavepoint": True}
     return document
