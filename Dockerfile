@@ -168,10 +168,10 @@ RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
     && pip check \
     && python -c "import pyspark, spark_checkpoint.driver, spark_checkpoint.janitor"
 
-# The executor entrypoint (images/spark-entrypoint.sh), after Spark's own
+# The executor entrypoint (container/spark-entrypoint.sh), after Spark's own
 # (resource-managers/kubernetes/docker in Spark's sources), reduced to the executor: Spark's
 # executor pods pass `executor` and the executor's settings in SPARK_* variables.
-COPY --chmod=0755 images/spark-entrypoint.sh /opt/spark-checkpoint/bin/entrypoint.sh
+COPY --chmod=0755 container/spark-entrypoint.sh /opt/spark-checkpoint/bin/entrypoint.sh
 
 # The reference pipeline, where tests/cluster expects it
 # (mainFile local:///opt/spark-checkpoint/examples/wordcount/pipeline.py). Its generated
