@@ -22,6 +22,7 @@ cgroup layout) and without default ulimits (refused here).
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -249,17 +250,23 @@ def build(target: str, base: str | None = None) -> str:
     if target not in TARGETS:
         raise ImageError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
     name = image_name(target)
+    build_context(
+        ROOT, name, "--build-arg", f"BASE_IMAGE={base or stand_in_base()}", "--target", target
+    )
+    return name
+
+
+def build_context(context: Path, name: str, *options: str) -> None:
+    """`buildah bud` of the context's Dockerfile, tagged ``name``, with the layer cache."""
     _run(
         [
             *("buildah", "bud", "--layers", *PODMAN_OPTIONS, "--network", "host"),
-            *("--build-arg", f"BASE_IMAGE={base or stand_in_base()}"),
-            *("--target", target, "--tag", name, "--file", str(ROOT / "Dockerfile")),
-            str(ROOT),
+            *options,
+            *("--tag", name, "--file", str(context / "Dockerfile"), str(context)),
         ],
         timeout=1800,
-        what=f"buildah bud --target {target}",
+        what=f"buildah bud {shlex.join(options)} {context}",
     )
-    return name
 
 
 # --- running containers as Kubernetes would ------------------------------------------------------

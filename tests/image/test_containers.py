@@ -11,6 +11,7 @@ and `make test` does not; they fail, never skip, where the tools are missing.
 
 import json
 import os
+import shutil
 import socket
 import urllib.request
 from collections.abc import Mapping
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from helpers import containers
+from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import LocalCluster, OperatorContainer
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint_operator.kubernetes import objects
@@ -247,3 +249,35 @@ def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]
     assert result.returncode != 0
     assert "KubernetesExecutorBackend" in result.stdout + result.stderr
     assert f"Failed to connect to /127.0.0.1:{port}" in result.stdout + result.stderr
+
+
+def test_a_pipeline_image_builds_on_the_spark_image_as_the_guide_says(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The user guide's pipeline Dockerfile, built with Buildah on the spark image (tagged
+    with the name the guide gives it), runs its pipeline as the image's user."""
+    (dockerfile,) = [
+        block
+        for block in marked_blocks(
+            "tests/docs/test_image_examples.py::"
+            "test_image_commands_build_the_dockerfiles_targets_and_pipelines_build_on_spark"
+        )
+        if block.language == "dockerfile"
+    ]
+    base = dockerfile.text.split()[1]
+    containers.podman("tag", images["spark"], base)
+    (tmp_path / "Dockerfile").write_text(dockerfile.text)
+    # The guide's orders.py is the user's: the reference word count stands in for it.
+    shutil.copy(ROOT / "examples" / "wordcount" / "pipeline.py", tmp_path / "orders.py")
+    pipeline_image = f"{containers.IMAGE_REPOSITORY}/orders:{containers.IMAGE_TAG}"
+    try:
+        containers.build_context(tmp_path, pipeline_image)
+        pod_spec = janitor_pod([])["spec"]
+        (container,) = pod_spec["containers"]
+        command = ["python", "/opt/app/orders.py", "--help"]
+
+        output = run_pod_container(pipeline_image, pod_spec, {**container, "command": command})
+    finally:
+        containers.podman("rmi", base)
+
+    assert "usage: orders.py" in output
