@@ -37,7 +37,7 @@ unit: $(INSTALLED)
 # The images, built here without Docker: Buildah builds the Dockerfile's targets on a stand-in
 # for the official Python image assembled from Debian's packages, Podman runs them
 # (tests/helpers/containers.py; caches outside the clone). Not part of `make test`: on a fresh
-# machine the tools, the base and both images take about 7 minutes more than CI's budget has
+# machine the tools, the base and both images take about 8 minutes more than CI's budget has
 # left (README, "The images"). Needs root, as CI has.
 IMAGE_TOOLS := podman buildah mmdebstrap runc
 images-tools:
