@@ -20,8 +20,9 @@ from spark_checkpoint_operator.control_protocol import (
     Outcome,
     RuntimeStatus,
 )
-from spark_checkpoint_operator.local_runtime import STATE_DIR_NAME, LocalPaths, default_state_dir
-from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir, local_job_paths
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # the savepoint failed or was not done in time, or the run did not end
@@ -170,7 +171,7 @@ def control_paths(args: argparse.Namespace) -> ControlPaths:
         state_dir = args.state_dir or Path(STATE_DIR_NAME)
     else:
         raise _Usage("name the job: -f FILE, or --job NAME (and --namespace)")
-    return LocalPaths(state_dir.resolve() / namespace / name).control
+    return ControlPaths(local_job_paths(state_dir, namespace, name).control_dir)
 
 
 def run_control(args: argparse.Namespace) -> int:

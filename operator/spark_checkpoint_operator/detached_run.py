@@ -6,10 +6,11 @@ import subprocess
 import sys
 import time
 
-from spark_checkpoint_operator.control import ControlRefused, NoRuntime, request
+from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command
-from spark_checkpoint_operator.local_runtime import default_state_dir, local_paths
-from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.local_state import default_state_dir, local_paths
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
 
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
@@ -40,7 +41,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     while process.poll() is None and time.monotonic() < deadline:
         try:
-            answer = request(paths.control, Command.STATUS)
+            answer = request(ControlPaths(paths.control_dir), Command.STATUS)
         except (NoRuntime, ControlRefused):  # not serving yet, or an old run's leftovers
             answer = None
         if answer is None or answer.status is None or answer.status.runtime_pid != process.pid:

@@ -16,14 +16,13 @@ import shutil
 import uuid
 from pathlib import Path
 
-import fsspec
-
 from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint.storage import (
     CheckpointMetadata,
     CheckpointStorage,
     JobStorageLayout,
     StorageError,
+    StorageFileSystem,
 )
 
 log = logging.getLogger(__name__)
@@ -115,8 +114,8 @@ def _open(
         assert candidate.snapshot_id is not None
         return storage.read_metadata(candidate.kind, candidate.snapshot_id), storage
     uri = candidate.metadata_uri
-    with fsspec.open(uri, "rb") as stream:
-        metadata = CheckpointMetadata.from_json(stream.read(), uri)
+    # Through the storage seam: a missing file or credentials are a StorageError.
+    metadata = CheckpointMetadata.from_json(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
     suffix = (
         f"/{metadata.namespace}/{metadata.job}/savepoints/sp-{metadata.checkpoint_id}/_metadata"
     )

@@ -51,11 +51,13 @@ def free_port() -> int:
 
 
 class Running:
-    def __init__(self, tmp_path: Path, batches: int = 3) -> None:
+    def __init__(self, tmp_path: Path, batches: int = 3, storage_root: str | None = None) -> None:
         self.root = tmp_path
         self.location = live_location(tmp_path, batches)
         self.storage = CheckpointStorage(
-            JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
+            JobStorageLayout(
+                storage_root or (tmp_path / "storage").as_uri(), "default", "wordcount"
+            )
         )
         self.participant = RecordingParticipant()
         self.view = QueryView(QueryState.RUNNING, idle=True)

@@ -2,10 +2,12 @@
 protocol (docs/agent-protocol.md) without Spark.
 
 For tests of the operator's control flow that need no data, and for the operator-scale
-benchmark (thousands of jobs on one machine). One HTTP server on ``0.0.0.0:<port>``
-serves every agent: a pod's IP is a distinct 127.x.y.z address, which the request's
-Host header carries, so each pod reaches its own agent at ``http://<podIP>:<port>``
-exactly as the operator addresses a real one.
+benchmark (thousands of jobs on one machine). One HTTP server serves every agent: a pod's
+IP is a distinct 127.x.y.z address, on which the server listens at ``<port>`` once the pod
+starts, and which the request's Host header carries, so each pod reaches its own agent at
+``http://<podIP>:<port>`` exactly as the operator addresses a real one. The addresses begin
+at a random block, and no socket listens on 0.0.0.0, so test runs in parallel (and real
+drivers on the local kubelet) do not take each other's ports.
 """
 
 import asyncio
@@ -170,8 +172,10 @@ class SimulatedAgents:
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
-    def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
+    async def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
         loop = asyncio.get_running_loop()
+        assert self._runner is not None, "start() the agents first"
+        await web.TCPSite(self._runner, ip, self.port, reuse_address=True).start()
         agent = SimulatedAgent(
             token=token,
             attempt=attempt,
@@ -194,7 +198,6 @@ class SimulatedAgents:
         app.router.add_post("/v1/storage/collect-garbage", self._garbage)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "0.0.0.0", self.port, reuse_address=True).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -376,7 +379,7 @@ class SimulatedKubelet:
             await self._set_status(key, _running(ip))  # runs until deleted
         elif container["name"] == "driver":
             token = await self._token(pod)
-            self._agents.add(
+            await self._agents.add(
                 ip,
                 token,
                 int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
@@ -449,7 +452,8 @@ def _container(*, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _address_space() -> Any:
-    return itertools.product(range(1, 255), range(256), range(2, 255))
+    first = random.randrange(1, 255)
+    return itertools.product((*range(first, 255), *range(1, first)), range(256), range(2, 255))
 
 
 async def _ignore_missing(call: Any) -> None:
