@@ -12,6 +12,8 @@ from helpers.agent import free_port
 from spark_checkpoint.protocol import (
     AgentStatus,
     CheckpointKind,
+    CollectGarbageAnswer,
+    FinalizeAnswer,
     QueryState,
     QueryStatus,
     SnapshotPhase,
@@ -29,6 +31,8 @@ STATUS = AgentStatus(
     restored_from=None,
     checkpoints=(SnapshotStatus(7, CheckpointKind.CHECKPOINT, SnapshotPhase.CAPTURING, None),),
 )
+FINALIZE = "/v1/checkpoints/7/finalize"
+COLLECT = "/v1/storage/collect-garbage"
 
 
 def _ask(answers: dict[str, Any], call: str, *args: Any) -> Any:
@@ -58,14 +62,22 @@ def test_the_status_is_read_as_the_typed_document() -> None:
     assert _ask({"/v1/status": STATUS.to_json()}, "read_status") == STATUS
 
 
+def test_finalize_and_garbage_collection_answers_are_read_as_typed_documents() -> None:
+    finalized = FinalizeAnswer("file:///s/chk-7/_metadata", 2048)
+    collected = CollectGarbageAnswer(checkpoints=(3, 4), savepoints=(), shared_files=5)
+
+    assert _ask({FINALIZE: finalized.to_json()}, "finalize", 7, ["logs"]) == finalized
+    assert _ask({COLLECT: collected.to_json()}, "collect_garbage", [7], []) == collected
+
+
 @pytest.mark.parametrize(
     ("call", "path", "answer", "message"),
     [
         ("read_status", "/v1/status", STATUS.to_json() | {"apiVersion": "v2"}, "apiVersion"),
         ("read_status", "/v1/status", STATUS.to_json() | {"tasks": "logs"}, "tasks must be"),
-        ("status", "/v1/status", {"version": 1}, "field 'apiVersion' is missing"),
-        ("finalize", "/v1/checkpoints/7/finalize", {"path": "p"}, "'sizeBytes' is missing"),
-        ("collect_garbage", "/v1/storage/collect-garbage", [], "must be a JSON object"),
+        ("read_status", "/v1/status", {"version": 1}, "field 'apiVersion' is missing"),
+        ("finalize", FINALIZE, {"path": "p"}, "'sizeBytes' is missing"),
+        ("collect_garbage", COLLECT, [], "must be a JSON object"),
     ],
 )
 def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
