@@ -8,6 +8,7 @@ import aiohttp
 
 from spark_checkpoint.protocol import (
     AbortBody,
+    Acknowledgement,
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
@@ -85,8 +86,8 @@ class AgentClient:
     async def trigger(
         self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
     ) -> None:
-        body = TriggerBody(checkpoint_id, kind, after)
-        await self._call("POST", "/v1/checkpoints", body.to_json())
+        body = TriggerBody(checkpoint_id, kind, after).to_json()
+        await self._command("/v1/checkpoints", body, Acknowledgement.ACCEPTED)
 
     async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
         path = f"/v1/checkpoints/{checkpoint_id}/finalize"
@@ -94,19 +95,21 @@ class AgentClient:
         return _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        body = CompleteBody(batch_id).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/complete", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/complete"
+        await self._command(path, CompleteBody(batch_id).to_json(), Acknowledgement.NOTIFIED)
 
     async def abort(self, checkpoint_id: int, reason: str) -> None:
-        body = AbortBody(reason).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/abort", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/abort"
+        await self._command(path, AbortBody(reason).to_json(), Acknowledgement.ABORTED)
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: Sequence[int]) -> None:
         body = DiscardCheckpointBody(tuple(retained)).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/discard", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/discard"
+        await self._command(path, body, Acknowledgement.DISCARDED)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        await self._call("POST", f"/v1/savepoints/{savepoint_id}/discard", {})
+        path = f"/v1/savepoints/{savepoint_id}/discard"
+        await self._command(path, {}, Acknowledgement.DISCARDED)
 
     async def collect_garbage(
         self, checkpoints: Sequence[int], savepoints: Sequence[int]
@@ -115,6 +118,13 @@ class AgentClient:
         body = CollectGarbageBody(tuple(checkpoints), tuple(savepoints)).to_json()
         answer = await self._call("POST", path, body)
         return _checked(f"POST {path}", CollectGarbageAnswer.from_json, answer)
+
+    async def _command(
+        self, path: str, body: dict[str, Any], acknowledgement: Acknowledgement
+    ) -> None:
+        """POST a command whose answer only acknowledges it."""
+        answer = await self._call("POST", path, body)
+        _checked(f"POST {path}", acknowledgement.read, answer)
 
     async def _call(
         self,

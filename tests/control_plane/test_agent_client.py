@@ -10,6 +10,7 @@ from aiohttp import web
 
 from helpers.agent import free_port
 from spark_checkpoint.protocol import (
+    AfterCompletion,
     AgentStatus,
     CheckpointKind,
     CollectGarbageAnswer,
@@ -78,12 +79,23 @@ def test_finalize_and_garbage_collection_answers_are_read_as_typed_documents() -
         ("read_status", "/v1/status", {"version": 1}, "field 'apiVersion' is missing"),
         ("finalize", FINALIZE, {"path": "p"}, "'sizeBytes' is missing"),
         ("collect_garbage", COLLECT, [], "must be a JSON object"),
+        ("trigger", "/v1/checkpoints", {}, "field 'accepted' is missing"),
+        ("complete", "/v1/checkpoints/7/complete", {"aborted": True}, "'notified' is missing"),
+        ("abort", "/v1/checkpoints/7/abort", {"aborted": 1}, "aborted must be true or false"),
+        ("discard_savepoint", "/v1/savepoints/7/discard", {"discarded": False}, "must be true"),
     ],
 )
 def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
     call: str, path: str, answer: Any, message: str
 ) -> None:
-    args = {"finalize": (7, ["logs"]), "collect_garbage": ([], [])}.get(call, ())
+    args = {
+        "trigger": (7, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE),
+        "finalize": (7, ["logs"]),
+        "complete": (7, 2),
+        "abort": (7, "expired"),
+        "discard_savepoint": (7,),
+        "collect_garbage": ([], []),
+    }.get(call, ())
 
     with pytest.raises(AgentAnswerInvalid) as raised:
         _ask({path: answer}, call, *args)
