@@ -431,9 +431,9 @@ def test_a_snapshot_captured_after_close_is_declined_and_leaves_no_pins(
     job.agent.trigger(5, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
 
     deadline = time.monotonic() + 20
-    while not (snapshots := job.agent.status()["checkpoints"])[0]["declines"]:
+    while not (snapshots := job.agent.status().checkpoints)[0].declines:
         assert time.monotonic() < deadline, snapshots
         time.sleep(0.05)
-    assert "the agent is closing" in json.dumps(snapshots[0]["declines"])
+    assert "the agent is closing" in json.dumps(snapshots[0].to_json()["declines"])
     assert not thread_errors
     assert not list((tmp_path / "pins").glob("*"))

@@ -226,7 +226,7 @@ def test_what_the_real_agent_serves_parses(tmp_path: Path) -> None:
     try:
         running.agent.trigger(3, CheckpointKind.SAVEPOINT, AfterCompletion.STOP)
         deadline = time.monotonic() + 20
-        while running.agent.status()["checkpoints"][0]["state"] != "acknowledged":
+        while running.agent.status().checkpoints[0].state is not SnapshotPhase.ACKNOWLEDGED:
             assert time.monotonic() < deadline, running.agent.status()
             time.sleep(0.05)
         served = json.loads(raw_request(running.port, b"GET", b"/v1/status").body)

@@ -143,8 +143,8 @@ class _StatusRoute:
             document = await _in_thread(self._agent.status)
             remaining = deadline - loop.time()
             gone = request.transport is None  # the client gave up waiting
-            if document["version"] != after or remaining <= 0 or gone or self._closing:
-                return web.json_response(document)
+            if document.version != after or remaining <= 0 or gone or self._closing:
+                return web.json_response(document.to_json())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
 
