@@ -146,6 +146,7 @@ def _simulated_cluster(api_url: str, out: Path, batch_seconds: float) -> None:
     """Run the simulated kubelet and agents until SIGTERM; then write what the agents saw."""
     sys.path.insert(0, str(TESTS))
     from helpers.kube.simulated import SimulatedAgents, SimulatedKubelet  # noqa: PLC0415
+    from spark_checkpoint.protocol import TriggerBody  # noqa: PLC0415
 
     class RecordingAgents(SimulatedAgents):
         """Simulated agents that note when each trigger arrives and count requests."""
@@ -164,9 +165,10 @@ def _simulated_cluster(api_url: str, out: Path, batch_seconds: float) -> None:
         async def _trigger(self, request: web.Request) -> web.Response:
             arrived = time.time()
             response = await super()._trigger(request)
-            body = await request.json()  # read once already; aiohttp keeps it
+            # Read once already (aiohttp keeps it) and found the protocol's document.
+            body = TriggerBody.from_json(await request.json())
             host = (request.host or "").rsplit(":", 1)[0]
-            self.arrivals.append((host, int(body["id"]), arrived))
+            self.arrivals.append((host, body.checkpoint_id, arrived))
             return response
 
     async def main() -> None:

@@ -8,6 +8,7 @@ import aiohttp
 
 from spark_checkpoint.protocol import (
     AbortBody,
+    Acknowledgement,
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
@@ -82,46 +83,48 @@ class AgentClient:
             answer = await self._call("GET", "/v1/status", params=params, waits=wait)
         return _checked("GET /v1/status", AgentStatus.from_json, answer)
 
-    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
-        """`read_status` as its JSON document (the supervisor reads `read_status`; the
-        agent's own tests look at the document as sent)."""
-        return (await self.read_status(after, wait)).to_json()
-
     async def trigger(
-        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
     ) -> None:
-        # The enums, or their values (the agent's tests send what a JSON client would).
-        body = TriggerBody(checkpoint_id, CheckpointKind(kind), AfterCompletion(after))
-        await self._call("POST", "/v1/checkpoints", body.to_json())
+        body = TriggerBody(checkpoint_id, kind, after).to_json()
+        await self._command("/v1/checkpoints", body, Acknowledgement.ACCEPTED)
 
-    async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> tuple[str, int]:
+    async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
         path = f"/v1/checkpoints/{checkpoint_id}/finalize"
         answer = await self._call("POST", path, FinalizeBody(tuple(tasks)).to_json())
-        finalized = _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
-        return finalized.path, finalized.size_bytes
+        return _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        body = CompleteBody(batch_id).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/complete", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/complete"
+        await self._command(path, CompleteBody(batch_id).to_json(), Acknowledgement.NOTIFIED)
 
     async def abort(self, checkpoint_id: int, reason: str) -> None:
-        body = AbortBody(reason).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/abort", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/abort"
+        await self._command(path, AbortBody(reason).to_json(), Acknowledgement.ABORTED)
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: Sequence[int]) -> None:
         body = DiscardCheckpointBody(tuple(retained)).to_json()
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/discard", body)
+        path = f"/v1/checkpoints/{checkpoint_id}/discard"
+        await self._command(path, body, Acknowledgement.DISCARDED)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        await self._call("POST", f"/v1/savepoints/{savepoint_id}/discard", {})
+        path = f"/v1/savepoints/{savepoint_id}/discard"
+        await self._command(path, {}, Acknowledgement.DISCARDED)
 
     async def collect_garbage(
         self, checkpoints: Sequence[int], savepoints: Sequence[int]
-    ) -> dict[str, Any]:
+    ) -> CollectGarbageAnswer:
         path = "/v1/storage/collect-garbage"
         body = CollectGarbageBody(tuple(checkpoints), tuple(savepoints)).to_json()
         answer = await self._call("POST", path, body)
-        return _checked(f"POST {path}", CollectGarbageAnswer.from_json, answer).to_json()
+        return _checked(f"POST {path}", CollectGarbageAnswer.from_json, answer)
+
+    async def _command(
+        self, path: str, body: dict[str, Any], acknowledgement: Acknowledgement
+    ) -> None:
+        """POST a command whose answer only acknowledges it."""
+        answer = await self._call("POST", path, body)
+        _checked(f"POST {path}", acknowledgement.read, answer)
 
     async def _call(
         self,

@@ -359,6 +359,24 @@ class CollectGarbageAnswer:
         )
 
 
+class Acknowledgement(StrEnum):
+    """The answer to a command with nothing else to report: ``{"<value>": true}``."""
+
+    ACCEPTED = "accepted"  # a trigger (202): the snapshot runs in the background
+    NOTIFIED = "notified"  # complete
+    ABORTED = "aborted"
+    DISCARDED = "discarded"  # a checkpoint's or a savepoint's discard
+
+    def to_json(self) -> dict[str, Any]:
+        return {self.value: True}
+
+    def read(self, value: Any) -> Self:
+        """This acknowledgement if ``value`` is it; else `ProtocolError` naming the field."""
+        if not _Fields(value, "the body").read(self.value, _boolean):
+            raise ProtocolError(f"{self.value} must be true, got false")
+        return self
+
+
 # --------------------------------------------------------------------------- status
 
 

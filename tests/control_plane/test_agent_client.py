@@ -10,8 +10,11 @@ from aiohttp import web
 
 from helpers.agent import free_port
 from spark_checkpoint.protocol import (
+    AfterCompletion,
     AgentStatus,
     CheckpointKind,
+    CollectGarbageAnswer,
+    FinalizeAnswer,
     QueryState,
     QueryStatus,
     SnapshotPhase,
@@ -29,6 +32,8 @@ STATUS = AgentStatus(
     restored_from=None,
     checkpoints=(SnapshotStatus(7, CheckpointKind.CHECKPOINT, SnapshotPhase.CAPTURING, None),),
 )
+FINALIZE = "/v1/checkpoints/7/finalize"
+COLLECT = "/v1/storage/collect-garbage"
 
 
 def _ask(answers: dict[str, Any], call: str, *args: Any) -> Any:
@@ -58,20 +63,39 @@ def test_the_status_is_read_as_the_typed_document() -> None:
     assert _ask({"/v1/status": STATUS.to_json()}, "read_status") == STATUS
 
 
+def test_finalize_and_garbage_collection_answers_are_read_as_typed_documents() -> None:
+    finalized = FinalizeAnswer("file:///s/chk-7/_metadata", 2048)
+    collected = CollectGarbageAnswer(checkpoints=(3, 4), savepoints=(), shared_files=5)
+
+    assert _ask({FINALIZE: finalized.to_json()}, "finalize", 7, ["logs"]) == finalized
+    assert _ask({COLLECT: collected.to_json()}, "collect_garbage", [7], []) == collected
+
+
 @pytest.mark.parametrize(
     ("call", "path", "answer", "message"),
     [
         ("read_status", "/v1/status", STATUS.to_json() | {"apiVersion": "v2"}, "apiVersion"),
         ("read_status", "/v1/status", STATUS.to_json() | {"tasks": "logs"}, "tasks must be"),
-        ("status", "/v1/status", {"version": 1}, "field 'apiVersion' is missing"),
-        ("finalize", "/v1/checkpoints/7/finalize", {"path": "p"}, "'sizeBytes' is missing"),
-        ("collect_garbage", "/v1/storage/collect-garbage", [], "must be a JSON object"),
+        ("read_status", "/v1/status", {"version": 1}, "field 'apiVersion' is missing"),
+        ("finalize", FINALIZE, {"path": "p"}, "'sizeBytes' is missing"),
+        ("collect_garbage", COLLECT, [], "must be a JSON object"),
+        ("trigger", "/v1/checkpoints", {}, "field 'accepted' is missing"),
+        ("complete", "/v1/checkpoints/7/complete", {"aborted": True}, "'notified' is missing"),
+        ("abort", "/v1/checkpoints/7/abort", {"aborted": 1}, "aborted must be true or false"),
+        ("discard_savepoint", "/v1/savepoints/7/discard", {"discarded": False}, "must be true"),
     ],
 )
 def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
     call: str, path: str, answer: Any, message: str
 ) -> None:
-    args = {"finalize": (7, ["logs"]), "collect_garbage": ([], [])}.get(call, ())
+    args = {
+        "trigger": (7, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE),
+        "finalize": (7, ["logs"]),
+        "complete": (7, 2),
+        "abort": (7, "expired"),
+        "discard_savepoint": (7,),
+        "collect_garbage": ([], []),
+    }.get(call, ())
 
     with pytest.raises(AgentAnswerInvalid) as raised:
         _ask({path: answer}, call, *args)

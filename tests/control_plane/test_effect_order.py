@@ -13,7 +13,7 @@ from dataclasses import replace
 
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, QueryState
+from spark_checkpoint.protocol import AgentStatus, FinalizeAnswer, QueryState
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -36,13 +36,13 @@ class RecordingAgent(FakeAgent):
         self.calls: list[tuple[str, int]] = []
 
     async def trigger(
-        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
     ) -> None:
         await super().trigger(checkpoint_id, kind, after)
-        if kind == CheckpointKind.CHECKPOINT:
+        if kind is CheckpointKind.CHECKPOINT:
             self.snapshots[checkpoint_id] = replace(self.snapshots[checkpoint_id], acks=())
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
+    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
         self.calls.append(("finalize", checkpoint_id))
         return await super().finalize(checkpoint_id, tasks)
 

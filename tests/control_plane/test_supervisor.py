@@ -11,6 +11,7 @@ from spark_checkpoint.protocol import SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
+    AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
     PersistedState,
@@ -274,7 +275,9 @@ def test_an_error_in_the_runtime_leaves_the_driver_for_the_next_one_to_adopt() -
 class SlowAgent(FakeAgent):
     """Its snapshots wait for the test to acknowledge them."""
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
         await super().trigger(checkpoint_id, kind, after)
         self.unacknowledged = self.snapshots[checkpoint_id]
         self.snapshots[checkpoint_id] = replace(self.unacknowledged, acks=())
@@ -387,7 +390,9 @@ def test_a_savepoint_the_job_continues_after_commits_nothing_but_is_reported() -
 class RefusingAgent(FakeAgent):
     """Answers every trigger with an error, as an agent that is closing does."""
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
         self._check()
         self.triggers.append(checkpoint_id)
         raise AgentRejected(f"POST /v1/checkpoints: 409 checkpoint {checkpoint_id} refused")

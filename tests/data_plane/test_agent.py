@@ -7,6 +7,7 @@ import gc
 import json
 import threading
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ import pytest
 from helpers.agent import TOKEN, Running
 from spark_checkpoint.agent import server
 from spark_checkpoint.agent.agent import QueryView
-from spark_checkpoint.protocol import AfterCompletion, QueryState, RestoreCandidate
+from spark_checkpoint.protocol import AfterCompletion, AgentStatus, QueryState, RestoreCandidate
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
@@ -33,10 +34,15 @@ def _call(client: AgentClient, method: str, *args: Any) -> Any:
     return asyncio.run(go())
 
 
+def _status(client: AgentClient) -> dict[str, Any]:
+    """The status document as the agent sent it (the client checked it on the way in)."""
+    return dict(_call(client, "read_status").to_json())
+
+
 def _wait_for(client: AgentClient, checkpoint_id: int, state: str) -> dict[str, Any]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        status = _call(client, "status")
+        status = _status(client)
         for snapshot in status["checkpoints"]:
             if snapshot["id"] == checkpoint_id and snapshot["state"] == state:
                 return dict(snapshot)
@@ -46,14 +52,14 @@ def _wait_for(client: AgentClient, checkpoint_id: int, state: str) -> dict[str, 
 
 def test_every_call_needs_the_bearer_token(running: Running) -> None:
     with pytest.raises(AgentRejected, match="401"):
-        _call(running.client("wrong"), "status")
+        _call(running.client("wrong"), "read_status")
     with pytest.raises(AgentRejected, match="401"):
-        _call(running.client(""), "trigger", 1, "checkpoint", "continue")
-    assert _call(running.client(), "status")["query"]["lastCommittedBatch"] == 2
+        _call(running.client(""), "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    assert _status(running.client())["query"]["lastCommittedBatch"] == 2
 
 
 def test_status_reports_tasks_and_last_committed_batch(running: Running) -> None:
-    status = _call(running.client(), "status")
+    status = _status(running.client())
     assert status["tasks"] == ["logs", "state-0-0", "state-0-1"]
     assert status["allTasksRunning"] is True
     assert status["checkpoints"] == []
@@ -61,19 +67,19 @@ def test_status_reports_tasks_and_last_committed_batch(running: Running) -> None
 
 def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Running) -> None:
     client = running.client()
-    _call(client, "trigger", 1, "checkpoint", "continue")
+    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
     snapshot = _wait_for(client, 1, "acknowledged")
     assert {a["task"] for a in snapshot["acks"]} == {"logs", "state-0-0", "state-0-1"}
     assert {a["batchId"] for a in snapshot["acks"]} == {2}
 
-    path, size = _call(client, "finalize", 1, ["logs", "state-0-0", "state-0-1"])
-    assert path.endswith("/default/wordcount/chk-1/_metadata")
+    finalized = _call(client, "finalize", 1, ["logs", "state-0-0", "state-0-1"])
+    assert finalized.path.endswith("/default/wordcount/chk-1/_metadata")
     metadata = running.storage.read_metadata(CheckpointKind.CHECKPOINT, 1)
     running.storage.verify(metadata)
     assert (metadata.batch_id, metadata.query_id, metadata.total_bytes) == (
         2,
         "0b7c6a0e-query",
-        size,
+        finalized.size_bytes,
     )
     assert "state/0/1/3.delta" in {f.path for f in metadata.files}
     assert "offsets/2" in {f.path for f in metadata.files}
@@ -81,7 +87,7 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
     _call(client, "complete", 1, 2)
     assert running.participant.completed == [2]
     assert running.agent.stop_requested is False
-    assert _call(client, "status")["checkpoints"] == []
+    assert _status(client)["checkpoints"] == []
 
 
 def test_finalize_before_all_acks_is_refused(running: Running) -> None:
@@ -92,7 +98,7 @@ def test_finalize_before_all_acks_is_refused(running: Running) -> None:
 
 def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) -> None:
     client = running.client()
-    _call(client, "trigger", 2, "savepoint", "stop")
+    _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.STOP)
     _wait_for(client, 2, "acknowledged")
     _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
     savepoint = running.storage.read_metadata(CheckpointKind.SAVEPOINT, 2)
@@ -105,17 +111,17 @@ def test_a_savepoint_the_query_continues_after_is_done_at_finalization(running: 
     """No completion notification follows it (docs/coordinator.md): sinks commit nothing up
     to it, and it is no longer in flight (in flight, it would hold garbage collection)."""
     client = running.client()
-    _call(client, "trigger", 6, "savepoint", "continue")
+    _call(client, "trigger", 6, CheckpointKind.SAVEPOINT, AfterCompletion.CONTINUE)
     _wait_for(client, 6, "acknowledged")
     _call(client, "finalize", 6, ["logs", "state-0-0", "state-0-1"])
-    assert _call(client, "status")["checkpoints"] == []
+    assert _status(client)["checkpoints"] == []
     assert running.participant.completed == []
     assert running.storage.read_metadata(CheckpointKind.SAVEPOINT, 6).batch_id == 2
 
 
 def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Path) -> None:
     client = running.client()
-    _call(client, "trigger", 3, "savepoint", "continue")
+    _call(client, "trigger", 3, CheckpointKind.SAVEPOINT, AfterCompletion.CONTINUE)
     _wait_for(client, 3, "acknowledged")
     _call(client, "finalize", 3, ["logs", "state-0-0", "state-0-1"])
     _call(client, "abort", 3, "expired")
@@ -125,7 +131,7 @@ def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Pat
 def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_path: Path) -> None:
     client = running.client()
     for checkpoint_id in (1, 2):
-        _call(client, "trigger", checkpoint_id, "checkpoint", "continue")
+        _call(client, "trigger", checkpoint_id, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
         _wait_for(client, checkpoint_id, "acknowledged")
         _call(client, "finalize", checkpoint_id, ["logs", "state-0-0", "state-0-1"])
         _call(client, "complete", checkpoint_id, 2)
@@ -165,9 +171,9 @@ def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
     running: Running, tmp_path: Path
 ) -> None:
     client = running.client()
-    _call(client, "trigger", 4, "savepoint", "continue")
+    _call(client, "trigger", 4, CheckpointKind.SAVEPOINT, AfterCompletion.CONTINUE)
     _wait_for(client, 4, "acknowledged")
-    path, _ = _call(client, "finalize", 4, ["logs", "state-0-0", "state-0-1"])
+    path = _call(client, "finalize", 4, ["logs", "state-0-0", "state-0-1"]).path
     other_job = CheckpointStorage(
         JobStorageLayout((tmp_path / "other-storage").as_uri(), "default", "wordcount-fork")
     )
@@ -182,7 +188,7 @@ def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
 
 def test_finalize_refuses_a_task_set_other_than_the_images(running: Running) -> None:
     client = running.client()
-    _call(client, "trigger", 5, "checkpoint", "continue")
+    _call(client, "trigger", 5, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
     _wait_for(client, 5, "acknowledged")
     with pytest.raises(AgentRejected, match=r"409.*differ from the image"):
         _call(client, "finalize", 5, ["logs", "state-0-0"])  # a partition left out
@@ -213,9 +219,14 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
 
 
 def _version(running: Running) -> int:
-    version = _call(running.client(), "status")["version"]
+    version = _status(running.client())["version"]
     assert isinstance(version, int)
     return version
+
+
+async def _document(call: Awaitable[AgentStatus]) -> dict[str, Any]:
+    """`_status` of a long poll."""
+    return (await call).to_json()
 
 
 async def _timed(call: Any) -> tuple[float, Any]:
@@ -230,7 +241,7 @@ def test_status_answers_at_once_when_its_version_is_another(running: Running) ->
     async def ask() -> tuple[float, Any]:
         client = running.client()
         try:
-            return await _timed(client.status(after=version - 1, wait=10))
+            return await _timed(_document(client.read_status(after=version - 1, wait=10)))
         finally:
             await client.close()
 
@@ -248,10 +259,12 @@ def test_status_waits_for_a_snapshot_change_and_answers_it(
     async def scenario() -> tuple[float, dict[str, Any]]:
         client = running.client()
         try:
-            waiting = asyncio.create_task(_timed(client.status(after=version, wait=20)))
+            waiting = asyncio.create_task(
+                _timed(_document(client.read_status(after=version, wait=20)))
+            )
             await asyncio.sleep(0.5)
             assert not waiting.done(), "no change: the status is held back"
-            await client.trigger(1, "checkpoint", "continue")
+            await client.trigger(1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
             elapsed, status = await waiting
             return elapsed, status
         finally:
@@ -276,7 +289,7 @@ def test_status_notices_a_query_change_while_it_waits(
     async def ask() -> tuple[float, Any]:
         client = running.client()
         try:
-            return await _timed(client.status(after=version, wait=20))
+            return await _timed(_document(client.read_status(after=version, wait=20)))
         finally:
             await client.close()
 
@@ -294,7 +307,7 @@ def test_status_answers_after_its_wait_with_the_same_version(running: Running) -
         # The client's 0.5 s timeout is on top of the wait: the answer is not a timeout.
         client = AgentClient(f"http://127.0.0.1:{running.port}", TOKEN, timeout=0.5)
         try:
-            return await _timed(client.status(after=version, wait=1.5))
+            return await _timed(_document(client.read_status(after=version, wait=1.5)))
         finally:
             await client.close()
 
@@ -304,10 +317,10 @@ def test_status_answers_after_its_wait_with_the_same_version(running: Running) -
 
 
 def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None:
-    before = _call(running.client(), "status")
+    before = _status(running.client())
     for log in ("offsets", "commits"):
         (running.location / log / "3").write_text(f"{log} 3")
-    after = _call(running.client(), "status")
+    after = _status(running.client())
     assert after["query"]["lastCommittedBatch"] == before["query"]["lastCommittedBatch"] + 1
     assert after["version"] == before["version"]
 
@@ -349,12 +362,12 @@ def test_a_cancelled_long_poll_leaves_the_client_usable(running: Running) -> Non
     async def scenario() -> dict[str, Any]:
         client = running.client()
         try:
-            waiting = asyncio.create_task(client.status(after=version, wait=20))
+            waiting = asyncio.create_task(_document(client.read_status(after=version, wait=20)))
             await asyncio.sleep(0.3)
             waiting.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await waiting
-            return await client.status()
+            return await _document(client.read_status())
         finally:
             await client.close()
 
@@ -370,7 +383,7 @@ def test_stopping_the_server_answers_waiting_status_requests(tmp_path: Path) -> 
     async def scenario() -> float:
         client = job.client()
         try:
-            waiting = asyncio.create_task(client.status(after=version, wait=25))
+            waiting = asyncio.create_task(_document(client.read_status(after=version, wait=25)))
             await asyncio.sleep(0.3)
             started = time.monotonic()
             await asyncio.to_thread(job.server.stop)
@@ -398,7 +411,7 @@ def test_a_stopped_server_ends_its_thread_and_closes_its_loop(tmp_path: Path) ->
     before = open_loops()
     job = Running(tmp_path)
     job.server.start()
-    assert _call(job.client(), "status")["query"]["lastCommittedBatch"] == 2
+    assert _status(job.client())["query"]["lastCommittedBatch"] == 2
 
     job.server.stop()
     job.agent.close()
@@ -418,9 +431,9 @@ def test_a_snapshot_captured_after_close_is_declined_and_leaves_no_pins(
     job.agent.trigger(5, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
 
     deadline = time.monotonic() + 20
-    while not (snapshots := job.agent.status()["checkpoints"])[0]["declines"]:
+    while not (snapshots := job.agent.status().checkpoints)[0].declines:
         assert time.monotonic() < deadline, snapshots
         time.sleep(0.05)
-    assert "the agent is closing" in json.dumps(snapshots[0]["declines"])
+    assert "the agent is closing" in json.dumps(snapshots[0].to_json()["declines"])
     assert not thread_errors
     assert not list((tmp_path / "pins").glob("*"))

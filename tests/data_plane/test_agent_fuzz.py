@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers.agent import TOKEN, RawAnswer, Running, raw_request
+from spark_checkpoint.protocol import SnapshotPhase
 
 TASKS = ["logs", "state-0-0", "state-0-1"]
 # Each route with a body the agent accepts; the fuzz sends it as is, with one field
@@ -161,8 +162,8 @@ def _settle(running: Running) -> None:
     trigger does has happened before the next baseline."""
     deadline = time.monotonic() + 20
     while any(
-        s["state"] in ("capturing", "copying") and not s["declines"]
-        for s in running.agent.status()["checkpoints"]
+        s.state in (SnapshotPhase.CAPTURING, SnapshotPhase.COPYING) and not s.declines
+        for s in running.agent.status().checkpoints
     ):
         assert time.monotonic() < deadline, running.agent.status()
         time.sleep(0.02)

@@ -9,6 +9,7 @@ import pytest
 
 from helpers.agent import Running, raw_request
 from spark_checkpoint.agent.server import MAX_ID
+from spark_checkpoint.protocol import SnapshotPhase
 
 TASKS = ["logs", "state-0-0", "state-0-1"]
 
@@ -22,8 +23,8 @@ def _finalized(running: Running, checkpoint_id: int) -> None:
     assert _post(running, "/v1/checkpoints", {"id": checkpoint_id, "kind": "checkpoint"})[0] == 202
     deadline = time.monotonic() + 20
     while not any(
-        s["id"] == checkpoint_id and s["state"] == "acknowledged"
-        for s in running.agent.status()["checkpoints"]
+        s.checkpoint_id == checkpoint_id and s.state is SnapshotPhase.ACKNOWLEDGED
+        for s in running.agent.status().checkpoints
     ):
         assert time.monotonic() < deadline, running.agent.status()
         time.sleep(0.05)
@@ -90,7 +91,7 @@ def test_completing_an_unknown_checkpoint_commits_nothing(running: Running) -> N
 
     assert (status, body) == (404, {"error": "checkpoint 424242 is unknown"})
     assert running.participant.completed == []
-    assert running.agent.status()["awaitingFinalCheckpoint"] is False
+    assert running.agent.status().awaiting_final_checkpoint is False
 
 
 def test_completing_a_checkpoint_at_another_batch_commits_nothing(running: Running) -> None:
@@ -113,7 +114,7 @@ def test_completing_a_checkpoint_at_another_batch_commits_nothing(running: Runni
 def test_completing_an_image_that_is_not_finalized_commits_nothing(running: Running) -> None:
     assert _post(running, "/v1/checkpoints", {"id": 4, "kind": "checkpoint"})[0] == 202
     deadline = time.monotonic() + 20
-    while running.agent.status()["checkpoints"][0]["state"] != "acknowledged":
+    while running.agent.status().checkpoints[0].state is not SnapshotPhase.ACKNOWLEDGED:
         assert time.monotonic() < deadline
         time.sleep(0.05)
 

@@ -18,6 +18,7 @@ from spark_checkpoint import protocol
 from spark_checkpoint.protocol import (
     MAX_ID,
     AbortBody,
+    Acknowledgement,
     AckReport,
     AfterCompletion,
     AgentStatus,
@@ -225,7 +226,7 @@ def test_what_the_real_agent_serves_parses(tmp_path: Path) -> None:
     try:
         running.agent.trigger(3, CheckpointKind.SAVEPOINT, AfterCompletion.STOP)
         deadline = time.monotonic() + 20
-        while running.agent.status()["checkpoints"][0]["state"] != "acknowledged":
+        while running.agent.status().checkpoints[0].state is not SnapshotPhase.ACKNOWLEDGED:
             assert time.monotonic() < deadline, running.agent.status()
             time.sleep(0.05)
         served = json.loads(raw_request(running.port, b"GET", b"/v1/status").body)
@@ -312,3 +313,23 @@ def test_any_json_value_is_read_or_refused_in_one_line(reader: Any, value: Any) 
         reader.from_json(value)
     except ProtocolError as error:
         assert "\n" not in str(error) and str(error)
+
+
+@given(st.sampled_from(Acknowledgement), json_values)
+def test_an_acknowledgement_reads_back_and_anything_else_is_refused_in_one_line(
+    acknowledgement: Acknowledgement, value: Any
+) -> None:
+    assert acknowledgement.read(_over_the_wire(acknowledgement.to_json())) is acknowledgement
+    try:
+        acknowledgement.read(value)
+    except ProtocolError as error:
+        assert "\n" not in str(error) and str(error)
+    else:  # other fields are ignored, as in every document
+        assert value[acknowledgement.value] is True
+
+
+def test_an_acknowledgement_of_another_command_is_refused_naming_the_field() -> None:
+    with pytest.raises(ProtocolError, match="field 'notified' is missing"):
+        Acknowledgement.NOTIFIED.read(Acknowledgement.ABORTED.to_json())
+    with pytest.raises(ProtocolError, match="accepted must be true, got false"):
+        Acknowledgement.ACCEPTED.read({"accepted": False})

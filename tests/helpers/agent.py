@@ -88,13 +88,13 @@ class Running:
             )
         )
         status = self.agent.status()
-        in_flight = tuple((s["id"], s["state"]) for s in status["checkpoints"])
+        in_flight = tuple((s.checkpoint_id, s.state) for s in status.checkpoints)
         return (
             files,
             tuple(self.participant.completed),
             in_flight,
             self.agent.stop_requested,
-            status["awaitingFinalCheckpoint"],
+            status.awaiting_final_checkpoint,
         )
 
 

@@ -9,6 +9,8 @@ from spark_checkpoint.protocol import (
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
+    CollectGarbageAnswer,
+    FinalizeAnswer,
     QueryState,
     QueryStatus,
     SnapshotPhase,
@@ -73,26 +75,26 @@ class FakeAgent:
         return replace(document, version=self._version)
 
     async def trigger(
-        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
     ) -> None:
         self._check()
         self.triggers.append(checkpoint_id)
         acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
         self.snapshots[checkpoint_id] = SnapshotStatus(
             checkpoint_id,
-            CheckpointKind(kind),
+            kind,
             SnapshotPhase.ACKNOWLEDGED,
             self.batch,
             acks,
         )
-        if kind == CheckpointKind.SAVEPOINT and after == AfterCompletion.CONTINUE:
+        if kind is CheckpointKind.SAVEPOINT and after is AfterCompletion.CONTINUE:
             self.done_at_finalization.add(checkpoint_id)
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
+    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
         self._check()
         if checkpoint_id in self.done_at_finalization:  # as the agent: no completion follows
             self.snapshots.pop(checkpoint_id, None)
-        return f"file:///s/chk-{checkpoint_id}/_metadata", 20
+        return FinalizeAnswer(f"file:///s/chk-{checkpoint_id}/_metadata", 20)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         self._check()
@@ -111,9 +113,9 @@ class FakeAgent:
 
     async def collect_garbage(
         self, checkpoints: list[int], savepoints: list[int]
-    ) -> dict[str, Any]:
+    ) -> CollectGarbageAnswer:
         self._check()
-        return {"checkpoints": [], "savepoints": [], "sharedFiles": 0}
+        return CollectGarbageAnswer(checkpoints=(), savepoints=(), shared_files=0)
 
     async def close(self) -> None:
         return None

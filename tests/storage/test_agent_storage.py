@@ -6,13 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from helpers.agent import Running
 from helpers.objectstore import S3Server, StorageRoot
-from spark_checkpoint.protocol import AfterCompletion
+from spark_checkpoint.protocol import AfterCompletion, SnapshotPhase, SnapshotStatus
 from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
@@ -29,13 +28,13 @@ def _checkpoint(job: Running, checkpoint_id: int) -> CheckpointMetadata:
     """Trigger, wait for every task's acknowledgement, finalize and complete."""
     job.agent.trigger(checkpoint_id, CHECKPOINT, AfterCompletion.CONTINUE)
     deadline = time.monotonic() + 30
-    snapshot: dict[str, Any] = {}
-    while snapshot.get("state") != "acknowledged":
+    snapshot: SnapshotStatus | None = None
+    while snapshot is None or snapshot.state is not SnapshotPhase.ACKNOWLEDGED:
         assert time.monotonic() < deadline, f"checkpoint {checkpoint_id} stuck: {snapshot}"
         time.sleep(0.05)
-        found = [s for s in job.agent.status()["checkpoints"] if s["id"] == checkpoint_id]
-        snapshot = found[0] if found else {}
-    job.agent.finalize(checkpoint_id, [ack["task"] for ack in snapshot["acks"]])
+        found = [s for s in job.agent.status().checkpoints if s.checkpoint_id == checkpoint_id]
+        snapshot = found[0] if found else None
+    job.agent.finalize(checkpoint_id, [ack.task for ack in snapshot.acks])
     metadata = job.storage.read_metadata(CHECKPOINT, checkpoint_id)
     job.agent.complete(checkpoint_id, metadata.batch_id)
     return metadata

@@ -267,13 +267,13 @@ class EffectInterpreter:
         if attempt is None:
             return
         try:
-            path, size = await attempt.driver.agent.finalize(cid, tasks)
+            finalized = await attempt.driver.agent.finalize(cid, tasks)
         except AgentUnavailable:
             await self.agent_lost()
         except AgentRejected as error:
             await self.handle(FinalizationFailed(cid, str(error)))
         else:
-            await self.handle(CheckpointFinalized(cid, path, size))
+            await self.handle(CheckpointFinalized(cid, finalized.path, finalized.size_bytes))
 
     async def _completed(
         self, attempt: Attempt | None, completed: CompletedCheckpoint, sinks_may_commit: bool

@@ -573,13 +573,13 @@ class JobSupervisor:
                 Level.WARNING,
                 f"garbage collection skipped: {error}",
             )
-            report = {"checkpoints": [], "sharedFiles": 0}
-        if report["checkpoints"] or report["sharedFiles"]:
+            return
+        if report.checkpoints or report.shared_files:
             self._notify(
                 "GarbageCollected",
                 Level.NOTE,
-                f"removed unregistered checkpoints {report['checkpoints']} and "
-                f"{report['sharedFiles']} unreferenced shared files",
+                f"removed unregistered checkpoints {list(report.checkpoints)} and "
+                f"{report.shared_files} unreferenced shared files",
             )
 
     async def _on_input_exhausted(self, attempt: Attempt, last: int) -> None:

@@ -17,7 +17,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from spark_checkpoint.agent.snapshot import (
     LOGS_TASK,
@@ -185,8 +184,8 @@ class CheckpointAgent:
 
     # ------------------------------------------------------------------ status
 
-    def status(self) -> dict[str, Any]:
-        """The status document as ``GET /v1/status`` serves it. Its ``version`` rises
+    def status(self) -> AgentStatus:
+        """The status ``GET /v1/status`` serves. Its ``version`` rises
         whenever what the coordinator acts on differs from the previous document
         (``lastCommittedBatch`` alone does not count)."""
         with self._status_lock:
@@ -195,7 +194,7 @@ class CheckpointAgent:
             if reported != self._reported:
                 self._reported = reported
                 self._version += 1
-            return replace(document, version=self._version).to_json()
+            return replace(document, version=self._version)
 
     def watch(self, changed: Callable[[], None]) -> None:
         """Call ``changed`` (from any thread) when a snapshot makes progress: a status

@@ -18,6 +18,7 @@ from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
 from spark_checkpoint.protocol import (
     MAX_ID,
     AbortBody,
+    Acknowledgement,
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
@@ -142,8 +143,8 @@ class _StatusRoute:
             document = await _in_thread(self._agent.status)
             remaining = deadline - loop.time()
             gone = request.transport is None  # the client gave up waiting
-            if document["version"] != after or remaining <= 0 or gone or self._closing:
-                return web.json_response(document)
+            if document.version != after or remaining <= 0 or gone or self._closing:
+                return web.json_response(document.to_json())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
 
@@ -170,7 +171,7 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     async def trigger(request: web.Request) -> web.Response:
         body = await _body(request, TriggerBody.from_json)
         agent.trigger(body.checkpoint_id, body.kind, body.after)
-        return web.json_response({"accepted": True}, status=202)
+        return web.json_response(Acknowledgement.ACCEPTED.to_json(), status=202)
 
     async def finalize(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
@@ -182,24 +183,24 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         checkpoint_id = _path_id(request)
         body = await _body(request, CompleteBody.from_json)
         await _in_thread(lambda: agent.complete(checkpoint_id, body.batch_id))
-        return web.json_response({"notified": True})
+        return web.json_response(Acknowledgement.NOTIFIED.to_json())
 
     async def abort(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
         body = await _body(request, AbortBody.from_json)
         await _in_thread(lambda: agent.abort(checkpoint_id, body.reason))
-        return web.json_response({"aborted": True})
+        return web.json_response(Acknowledgement.ABORTED.to_json())
 
     async def discard_checkpoint(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
         body = await _body(request, DiscardCheckpointBody.from_json)
         await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, body.retained))
-        return web.json_response({"discarded": True})
+        return web.json_response(Acknowledgement.DISCARDED.to_json())
 
     async def discard_savepoint(request: web.Request) -> web.Response:
         savepoint_id = _path_id(request)
         await _in_thread(lambda: agent.discard_savepoint(savepoint_id))
-        return web.json_response({"discarded": True})
+        return web.json_response(Acknowledgement.DISCARDED.to_json())
 
     async def collect_garbage(request: web.Request) -> web.Response:
         body = await _body(request, CollectGarbageBody.from_json)

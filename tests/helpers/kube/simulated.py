@@ -31,6 +31,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint.agent.server import long_poll_parameters
 from spark_checkpoint.protocol import (
+    Acknowledgement,
     AckReport,
     AfterCompletion,
     AgentStatus,
@@ -194,7 +195,7 @@ class SimulatedAgents:
         app.router.add_get("/v1/status", self._status)
         app.router.add_post("/v1/checkpoints", self._trigger)
         app.router.add_post(r"/v1/checkpoints/{id:\d+}/{action}", self._command)
-        app.router.add_post(r"/v1/savepoints/{id:\d+}/discard", self._ok)
+        app.router.add_post(r"/v1/savepoints/{id:\d+}/discard", self._discarded)
         app.router.add_post("/v1/storage/collect-garbage", self._garbage)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
@@ -254,7 +255,7 @@ class SimulatedAgents:
             agent.changed()
             delay = agent.rng.uniform(*agent.ack_delay)
             asyncio.get_running_loop().call_later(delay, _acknowledge, agent, snapshot)
-        return web.json_response({"accepted": True}, status=202)
+        return web.json_response(Acknowledgement.ACCEPTED.to_json(), status=202)
 
     async def _command(self, request: web.Request) -> web.Response:
         agent = self._agent(request)
@@ -275,14 +276,18 @@ class SimulatedAgents:
                 agent.end(EXIT_STOPPED_WITH_SAVEPOINT)
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
                 agent.end(EXIT_FINISHED)
-            return web.json_response({})
-        if action == "abort" and agent.snapshots.pop(checkpoint_id, None) is not None:
-            agent.changed()
-        return web.json_response({})
+            return web.json_response(Acknowledgement.NOTIFIED.to_json())
+        if action == "abort":
+            if agent.snapshots.pop(checkpoint_id, None) is not None:
+                agent.changed()
+            return web.json_response(Acknowledgement.ABORTED.to_json())
+        if action == "discard":
+            return web.json_response(Acknowledgement.DISCARDED.to_json())
+        raise web.HTTPNotFound()  # as the agent: no such route
 
-    async def _ok(self, request: web.Request) -> web.Response:
+    async def _discarded(self, request: web.Request) -> web.Response:
         self._agent(request)
-        return web.json_response({})
+        return web.json_response(Acknowledgement.DISCARDED.to_json())
 
     async def _garbage(self, request: web.Request) -> web.Response:
         self._agent(request)

@@ -1,0 +1,132 @@
+"""An agent whose finalize or garbage-collection answer breaks the protocol is handled as
+one that refuses the request: the checkpoint fails (and counts), garbage collection is
+skipped, both with a notice naming the field, and the job runs on. The answers go over
+HTTP through the real agent client; the rest of the agent is the scripted fake."""
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from helpers.agent import free_port
+from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import CollectGarbageAnswer, FinalizeAnswer
+from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor.notices import Notice
+
+FINALIZE = "finalize"  # POST /v1/checkpoints/{id}/finalize
+COLLECT = "collect-garbage"  # POST /v1/storage/collect-garbage
+
+# (HTTP status, body) of the finalize and collect-garbage answers, and what the notices say.
+REFUSED = (
+    {FINALIZE: (409, {"error": "not acknowledged"}), COLLECT: (409, {"error": "in flight"})},
+    {FINALIZE: "409 not acknowledged", COLLECT: "409 in flight"},
+)
+MALFORMED = (
+    {
+        FINALIZE: (200, {"path": "file:///s/chk-1/_metadata"}),
+        COLLECT: (200, {"checkpoints": "all", "savepoints": [], "sharedFiles": 0}),
+    },
+    {
+        FINALIZE: "the answer breaks the protocol: field 'sizeBytes' is missing",
+        COLLECT: 'the answer breaks the protocol: checkpoints must be a list of ids, got "all"',
+    },
+)
+
+
+async def _serve(answers: dict[str, tuple[int, Any]]) -> tuple[web.AppRunner, str]:
+    async def answer(request: web.Request) -> web.Response:
+        status, body = answers[request.path.rsplit("/", 1)[1]]
+        return web.json_response(body, status=status)
+
+    app = web.Application()
+    app.router.add_post("/{tail:.*}", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def _agent_class(url: str) -> type[FakeAgent]:
+    class AnsweringOverHttp(FakeAgent):
+        """Finalize and collect-garbage answers come from the server at ``url``."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.client = AgentClient(url, "token")
+
+        async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
+            self._check()
+            return await self.client.finalize(checkpoint_id, tasks)
+
+        async def collect_garbage(
+            self, checkpoints: Sequence[int], savepoints: Sequence[int]
+        ) -> CollectGarbageAnswer:
+            self._check()
+            return await self.client.collect_garbage(checkpoints, savepoints)
+
+        async def close(self) -> None:
+            await self.client.close()
+
+    return AnsweringOverHttp
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"), [REFUSED, MALFORMED], ids=["refused", "breaking-the-protocol"]
+)
+def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_does(
+    answers: dict[str, tuple[int, Any]], said: dict[str, str]
+) -> None:
+    notices: list[Notice] = []
+
+    async def scenario() -> tuple[TerminalOutcome, FakeAgent]:
+        runner, url = await _serve(answers)
+        launcher = FakeLauncher()
+        launcher.agent_class = _agent_class(url)
+
+        async def save(record: JobRecord) -> None:
+            return None
+
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(interval=0.2, timeout=5.0, tolerable_failures=100),
+            restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=save,
+            record=JobRecord(),
+            report=notices.append,
+        )
+        try:
+            run = asyncio.create_task(supervisor.run())
+            await until(
+                lambda: bool(launcher.drivers) and len(launcher.drivers[0].agent.triggers) > 2
+            )
+            agent = launcher.drivers[0].agent
+            launcher.drivers[0].code = DriverExit.FINISHED
+            outcome = await run
+            await agent.close()
+            return outcome, agent
+        finally:
+            await runner.cleanup()
+
+    outcome, agent = asyncio.run(scenario())
+
+    assert outcome is TerminalOutcome.FINISHED, "the job ran on to its end"
+    assert agent.completed == [], "no checkpoint was finalized"
+    skipped = [n.message for n in notices if n.reason == "GarbageCollectionSkipped"]
+    assert skipped == [
+        f"garbage collection skipped: POST /v1/storage/collect-garbage: {said[COLLECT]}"
+    ]
+    failed = [n.message for n in notices if n.reason == "CheckpointFailed"]
+    assert failed[0] == (
+        "checkpoint 1 failed: writing the checkpoint metadata failed: "
+        f"POST /v1/checkpoints/1/finalize: {said[FINALIZE]}"
+    )
+    assert len(failed) >= 2, "the job triggered the next checkpoints"
