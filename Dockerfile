@@ -68,21 +68,18 @@ FROM base AS deps
 RUN pip install --no-cache-dir \
         aiohappyeyeballs==2.7.1 \
         aiohttp==3.14.5 \
+        aiohttp-retry==2.9.1 \
         aiosignal==1.4.0 \
         annotated-doc==0.0.7 \
         annotated-types==0.8.0 \
-        anyio==4.16.0 \
         attrs==26.1.0 \
+        certifi==2026.10.19.post1 \
+        charset-normalizer==3.5.3 \
         click==8.5.1 \
         common-expression-language==0.10.0 \
+        durationpy==0.11 \
         frozenlist==1.8.0 \
         fsspec==2026.9.0 \
-        h11==0.16.0 \
-        h2==4.4.1 \
-        hpack==4.2.0 \
-        httpcore2==2.16.2 \
-        httpx2==2.16.2 \
-        hyperframe==6.1.0 \
         idna==3.20 \
         iso8601==2.1.0 \
         jsonpatch==1.47 \
@@ -90,30 +87,33 @@ RUN pip install --no-cache-dir \
         jsonschema==4.26.0 \
         jsonschema-specifications==2025.9.1 \
         kopf==1.45.2 \
-        lightkube==1.0.1 \
-        lightkube-models==1.37.0.8 \
+        kubernetes==37.0.2 \
         markdown-it-py==4.3.0 \
         mdurl==0.1.2 \
-        msgspec==0.22.0 \
         multidict==7.2.1 \
+        oauthlib==4.0.1 \
         prometheus-client==0.26.0 \
         prompt-toolkit==3.0.53 \
         propcache==0.5.4 \
         pydantic==2.14.3 \
         pydantic-core==2.50.4 \
         pygments==2.21.0 \
+        python-dateutil==4.0.0 \
         python-json-logger==4.2.0 \
         pyyaml==6.0.3 \
         referencing==0.37.0 \
+        requests==2.34.2 \
+        requests-oauthlib==2.0.0 \
         rich==15.0.0 \
         rpds-py==2026.9.1 \
         shellingham==1.5.4 \
-        truststore==0.10.5 \
         typer==0.29.2 \
         typing-extensions==4.16.0 \
         typing-inspection==0.4.5 \
+        tzdata==2026.6 \
+        urllib3==2.8.0 \
         wcwidth==0.9.4 \
-        wsproto==1.3.2 \
+        websocket-client==1.9.2 \
         yarl==1.25.1
 
 # ---------------------------------------------------------------------------------------------
@@ -142,14 +142,13 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # Kubernetes scheduler backend among them, are what the executor entrypoint runs. Then
 # pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
 # pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
-# dependencies; the Makefile's constraints take these lines as they take the deps stage's.
+# dependencies (python-dateutil and tzdata are in the deps stage, for the Kubernetes
+# client); the Makefile's constraints take these lines as they take the deps stage's.
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
         pyarrow==26.0.1 \
         numpy==2.4.6 \
-        python-dateutil==4.0.0 \
         pytz==2026.6 \
-        tzdata==2026.6 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
     && python -c "import pandas, pyarrow"
 
