@@ -93,7 +93,7 @@ class Clients:
         object.__setattr__(self, "custom_objects", CustomObjectsApi(self.api))
 
 
-def api_message(error: ApiException) -> str:
+def _api_message(error: ApiException) -> str:
     """The message of the API server's Status, else the HTTP reason: one line."""
     try:
         message = json.loads(error.body or "").get("message")
@@ -102,7 +102,7 @@ def api_message(error: ApiException) -> str:
     return str(message or error.reason or f"HTTP {error.status}")
 
 
-def label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
+def _label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
     """``key=value`` for a value, ``key in (a,b)`` for a tuple of values."""
     return ",".join(
         f"{key} in ({','.join(value)})" if isinstance(value, tuple) else f"{key}={value}"
@@ -227,7 +227,7 @@ async def delete_job_pods_and_wait(
     """Every pod of the job that matches ``labels``, gone."""
     pods = await clients.core.list_namespaced_pod(
         namespace,
-        label_selector=label_selector({objects.LABEL_JOB: job, **labels}),
+        label_selector=_label_selector({objects.LABEL_JOB: job, **labels}),
         _request_timeout=API_TIMEOUT_SECONDS,
     )
     for pod in pods.items:
@@ -436,7 +436,7 @@ class KubernetesJanitor:
                 _request_timeout=API_TIMEOUT_SECONDS,
             )
         except ApiException as error:
-            raise CleanupFailed(f"{what}: {api_message(error)}") from error
+            raise CleanupFailed(f"{what}: {_api_message(error)}") from error
         assert created.metadata is not None and created.metadata.name is not None
         name = created.metadata.name
         try:
@@ -460,7 +460,7 @@ def _launch_error(error: ApiException, what: str) -> Exception:
     on retry (throttling, server errors) is raised as it is."""
     code = error.status or 0
     if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
-        return LaunchFailed(f"{what}: {api_message(error)}")
+        return LaunchFailed(f"{what}: {_api_message(error)}")
     return error
 
 
