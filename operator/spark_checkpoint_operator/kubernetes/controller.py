@@ -39,7 +39,6 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (
-    API_TIMEOUT_SECONDS,
     MERGE_PATCH,
     Clients,
     KubernetesDriver,
@@ -134,7 +133,6 @@ class JobController:
             self._namespace,
             objects.PLURAL,
             self._name,
-            _request_timeout=API_TIMEOUT_SECONDS,
         )
         assert isinstance(stored, dict)
         self._read_status(dict(stored.get("status") or {}))
@@ -520,7 +518,6 @@ class JobController:
                     self._name,
                     {"status": status},
                     _content_type=MERGE_PATCH,
-                    _request_timeout=API_TIMEOUT_SECONDS,
                 )
                 return
             except ApiException as error:

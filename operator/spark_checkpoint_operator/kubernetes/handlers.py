@@ -14,12 +14,12 @@ from typing import Any
 import aiohttp
 import kopf
 from kubernetes.aio import config
-from kubernetes.aio.client import ApiClient, Configuration
+from kubernetes.aio.client import Configuration
 from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController
-from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
+from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
@@ -67,7 +67,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
         metrics.serve(port)
     memo[METRICS] = metrics
     memo[CLIENTS] = Clients(
-        api=ApiClient(await _api_configuration()),
+        api=OperatorApiClient(await _api_configuration()),
         pods=PodRegistry(),
         # One connection pool for every job's agent; no cap shared by all of them.
         session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
@@ -82,10 +82,6 @@ async def _api_configuration() -> Configuration:
         config.load_incluster_config(client_configuration=configuration)
     except config.ConfigException:
         await config.load_kube_config(client_configuration=configuration)
-    # The client's timeout is a total one, which would count the wait for a free
-    # connection; waiting is not an error (at startup every job's daemon asks at once), so
-    # no request waits: no cap on connections, as for the agents.
-    configuration.connection_pool_maxsize = 0
     return configuration
 
 

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 GONE_CHECK_SECONDS = 5.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
-# Every API request, passed on each call (the client's default is 5 minutes).
 API_TIMEOUT_SECONDS = 30.0
 CONFLICT = 409
 TOO_MANY_REQUESTS = 429
@@ -76,6 +75,32 @@ class PodRegistry:
     def forget(self, namespace: str, job: str) -> None:
         self._pods.pop((namespace, job), None)
         self._changed.pop((namespace, job), None)
+
+
+class OperatorApiClient(ApiClient):
+    """The official client with the operator's timeouts: 30 s to connect and 30 s for each
+    read of an answer, never on the wait for a free connection (the pool holds the
+    client's 100): at startup every job's daemon asks at once, and a request queued behind
+    others has not failed. The client's own timeout is a total one that would count the
+    wait, so every request gets this one instead."""
+
+    _TIMEOUT = aiohttp.ClientTimeout(
+        total=None, sock_connect=API_TIMEOUT_SECONDS, sock_read=API_TIMEOUT_SECONDS
+    )
+
+    async def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+        _preload_content: bool = True,
+    ) -> Any:
+        return await super().call_api(
+            method, url, header_params, body, post_params, self._TIMEOUT, _preload_content
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,17 +231,13 @@ class KubernetesDriver:
 
 async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: str) -> None:
     with contextlib.suppress(NotFoundException):
-        await clients.core.delete_namespaced_pod(
-            name, namespace, _request_timeout=API_TIMEOUT_SECONDS
-        )
+        await clients.core.delete_namespaced_pod(name, namespace)
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         if clients.pods.pod(namespace, job, name) is not None:
             continue
         try:
-            await clients.core.read_namespaced_pod(
-                name, namespace, _request_timeout=API_TIMEOUT_SECONDS
-            )
+            await clients.core.read_namespaced_pod(name, namespace)
         except NotFoundException:
             return
 
@@ -228,7 +249,6 @@ async def delete_job_pods_and_wait(
     pods = await clients.core.list_namespaced_pod(
         namespace,
         label_selector=_label_selector({objects.LABEL_JOB: job, **labels}),
-        _request_timeout=API_TIMEOUT_SECONDS,
     )
     for pod in pods.items:
         assert pod.metadata is not None and pod.metadata.name is not None
@@ -260,9 +280,7 @@ class KubernetesLauncher:
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
         name = objects.driver_pod_name(self.manifest.name, attempt)
         try:
-            pod = await self._api.read_namespaced_pod(
-                name, self.manifest.namespace, _request_timeout=API_TIMEOUT_SECONDS
-            )
+            pod = await self._api.read_namespaced_pod(name, self.manifest.namespace)
         except NotFoundException:
             return None
         # As the pod watch shows pods: the API's JSON.
@@ -316,7 +334,6 @@ class KubernetesLauncher:
             await self._api.create_namespaced_pod(
                 self.manifest.namespace,
                 _model(V1Pod, pod, LaunchFailed, f"pod {name}"),
-                _request_timeout=API_TIMEOUT_SECONDS,
             )
         except ApiException as error:
             raise _launch_error(error, f"pod {name}") from error
@@ -354,7 +371,6 @@ class KubernetesLauncher:
             await self._api.create_namespaced_secret(
                 namespace,
                 _model(V1Secret, secret, LaunchFailed, f"secret {name}"),
-                _request_timeout=API_TIMEOUT_SECONDS,
             )
         except ConflictException:
             await self._api.patch_namespaced_secret(
@@ -362,7 +378,6 @@ class KubernetesLauncher:
                 namespace,
                 {"stringData": {objects.TOKEN_KEY: token}},
                 _content_type=STRATEGIC_MERGE_PATCH,
-                _request_timeout=API_TIMEOUT_SECONDS,
             )
         except ApiException as error:
             raise _launch_error(error, f"secret {name}") from error
@@ -373,7 +388,6 @@ class KubernetesLauncher:
             secret = await self._api.read_namespaced_secret(
                 objects.token_secret_name(self.manifest.name),
                 self.manifest.namespace,
-                _request_timeout=API_TIMEOUT_SECONDS,
             )
         except NotFoundException:
             return None
@@ -433,7 +447,6 @@ class KubernetesJanitor:
             created = await self._clients.core.create_namespaced_pod(
                 namespace,
                 _model(V1Pod, pod, CleanupFailed, what),
-                _request_timeout=API_TIMEOUT_SECONDS,
             )
         except ApiException as error:
             raise CleanupFailed(f"{what}: {_api_message(error)}") from error
