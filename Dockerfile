@@ -87,7 +87,7 @@ RUN pip install --no-cache-dir \
         jsonschema==4.26.0 \
         jsonschema-specifications==2025.9.1 \
         kopf==1.45.2 \
-        kubernetes==37.0.2 \
+        kubernetes==37.0.1 \
         markdown-it-py==4.3.0 \
         mdurl==0.1.2 \
         multidict==7.2.1 \
@@ -98,7 +98,7 @@ RUN pip install --no-cache-dir \
         pydantic==2.14.3 \
         pydantic-core==2.50.4 \
         pygments==2.21.0 \
-        python-dateutil==4.0.0 \
+        python-dateutil==2.9.0.post0 \
         python-json-logger==4.2.0 \
         pyyaml==6.0.3 \
         referencing==0.37.0 \
@@ -107,10 +107,10 @@ RUN pip install --no-cache-dir \
         rich==15.0.0 \
         rpds-py==2026.9.1 \
         shellingham==1.5.4 \
+        six==1.17.0 \
         typer==0.29.2 \
         typing-extensions==4.16.0 \
         typing-inspection==0.4.5 \
-        tzdata==2026.6 \
         urllib3==2.8.0 \
         wcwidth==0.9.4 \
         websocket-client==1.9.2 \
@@ -142,15 +142,36 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # Kubernetes scheduler backend among them, are what the executor entrypoint runs. Then
 # pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
 # pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
-# dependencies (python-dateutil and tzdata are in the deps stage, for the Kubernetes
-# client); the Makefile's constraints take these lines as they take the deps stage's.
+# dependencies (what the Kubernetes client shares with them is in the deps stage); the
+# Makefile's constraints take these lines as they take the deps stage's.
+# Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://) and
+# adlfs (abfs://, az://), with their dependencies (botocore holds python-dateutil below 3).
+# Only this image has them: the operator never touches storage.
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
         pyarrow==26.0.1 \
         numpy==2.4.6 \
         pytz==2026.6 \
+        tzdata==2026.6 \
+        s3fs==2026.9.0 \
+        aiobotocore==3.10.0 \
+        aioitertools==0.13.0 \
+        botocore==1.43.117 \
+        jmespath==1.1.0 \
+        wrapt==2.5.2 \
+        adlfs==2026.8.0 \
+        azure-core==1.41.0 \
+        azure-identity==1.27.0 \
+        azure-storage-blob==12.31.1 \
+        cffi==2.1.1 \
+        cryptography==50.0.2 \
+        isodate==0.7.2 \
+        msal==1.39.0 \
+        msal-extensions==1.3.1 \
+        pycparser==3.12 \
+        pyjwt==2.15.1 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
-    && python -c "import pandas, pyarrow"
+    && python -c "import pandas, pyarrow, s3fs, adlfs"
 
 RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
     pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \

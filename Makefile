@@ -59,7 +59,7 @@ mutation-storage: $(INSTALLED)
 	rm -rf $(MUTATION_STORAGE)
 	mkdir -p $(MUTATION_STORAGE)/tests
 	cp -r spark_app/spark_checkpoint $(MUTATION_STORAGE)/spark_checkpoint
-	cp -r tests/storage $(MUTATION_STORAGE)/tests/storage
+	cp -r tests/storage tests/helpers tests/conftest.py $(MUTATION_STORAGE)/tests/
 	cp tests/storage/mutmut.toml $(MUTATION_STORAGE)/pyproject.toml
 	cd $(MUTATION_STORAGE) && $(abspath $(BIN))/mutmut run --max-children 2 > run.log 2>&1 \
 		&& $(abspath $(BIN))/mutmut results > survivors.txt \

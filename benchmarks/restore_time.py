@@ -48,8 +48,8 @@ from _common import (
 )
 from pyspark.sql import DataFrame, SparkSession
 
+from spark_checkpoint.protocol import CheckpointKind, RestoreCandidate
 from spark_checkpoint.restore import restore
-from spark_checkpoint.settings import RestoreCandidate
 from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
@@ -137,7 +137,9 @@ def our_restore(
     location = work / "checkpoint"
     sink = TransactionalFileSink(work / "output")
     started = time.time()
-    outcome = restore(storage, (RestoreCandidate("checkpoint", 1),), location)
+    outcome = restore(
+        storage, (RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),), location
+    )
     assert outcome is not None and outcome.batch_id == batch
     sink.on_restore(outcome.batch_id)
     restored = time.time()

@@ -1,9 +1,27 @@
-"""Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md)."""
+"""Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md). Requests and
+answers are the documents of `spark_checkpoint.protocol`, checked on the way in."""
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import aiohttp
+
+from spark_checkpoint.protocol import (
+    AbortBody,
+    AfterCompletion,
+    AgentStatus,
+    CheckpointKind,
+    CollectGarbageAnswer,
+    CollectGarbageBody,
+    CompleteBody,
+    DiscardCheckpointBody,
+    FinalizeAnswer,
+    FinalizeBody,
+    ProtocolError,
+    TriggerBody,
+)
+
+Document = TypeVar("Document")
 
 
 class AgentUnavailable(Exception):
@@ -12,6 +30,11 @@ class AgentUnavailable(Exception):
 
 class AgentRejected(Exception):
     """The agent answered with an error; the message is its reason."""
+
+
+class AgentAnswerInvalid(AgentRejected):
+    """The agent answered, but not with the document the protocol defines (another
+    version, a broken agent): as useless as a refusal, and handled like one."""
 
 
 BaseUrl = str | Callable[[], str | None]
@@ -43,46 +66,57 @@ class AgentClient:
             await self._session.close()
             self._session = None
 
-    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+    async def read_status(self, after: int | None = None, wait: float = 0.0) -> AgentStatus:
         """The agent's status. With ``after`` (a version it reported), the agent answers
         when its version differs, or after ``wait`` seconds with the same one."""
         if after is None:
-            answer: dict[str, Any] = await self._call("GET", "/v1/status")
+            answer = await self._call("GET", "/v1/status")
         else:
             wait = max(0.0, wait)
             params = {"after": str(after), "wait": str(wait)}
             answer = await self._call("GET", "/v1/status", params=params, waits=wait)
-        return answer
+        return _checked("GET /v1/status", AgentStatus.from_json, answer)
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
-        await self._call(
-            "POST", "/v1/checkpoints", {"id": checkpoint_id, "kind": kind, "after": after}
-        )
+    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+        """`read_status` as its JSON document. Only for the supervisor until it reads the
+        typed document (issue 13, item 4); remove it then."""
+        return (await self.read_status(after, wait)).to_json()
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:
-        answer = await self._call(
-            "POST", f"/v1/checkpoints/{checkpoint_id}/finalize", {"tasks": tasks}
-        )
-        return str(answer["path"]), int(answer["sizeBytes"])
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+    ) -> None:
+        # The supervisor passes the enums' values until it passes the enums (issue 13).
+        body = TriggerBody(checkpoint_id, CheckpointKind(kind), AfterCompletion(after))
+        await self._call("POST", "/v1/checkpoints", body.to_json())
+
+    async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> tuple[str, int]:
+        path = f"/v1/checkpoints/{checkpoint_id}/finalize"
+        answer = await self._call("POST", path, FinalizeBody(tuple(tasks)).to_json())
+        finalized = _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
+        return finalized.path, finalized.size_bytes
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/complete", {"batchId": batch_id})
+        body = CompleteBody(batch_id).to_json()
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/complete", body)
 
     async def abort(self, checkpoint_id: int, reason: str) -> None:
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/abort", {"reason": reason})
+        body = AbortBody(reason).to_json()
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/abort", body)
 
-    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/discard", {"retained": retained})
+    async def discard_checkpoint(self, checkpoint_id: int, retained: Sequence[int]) -> None:
+        body = DiscardCheckpointBody(tuple(retained)).to_json()
+        await self._call("POST", f"/v1/checkpoints/{checkpoint_id}/discard", body)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
         await self._call("POST", f"/v1/savepoints/{savepoint_id}/discard", {})
 
     async def collect_garbage(
-        self, checkpoints: list[int], savepoints: list[int]
+        self, checkpoints: Sequence[int], savepoints: Sequence[int]
     ) -> dict[str, Any]:
-        body = {"checkpoints": checkpoints, "savepoints": savepoints}
-        answer: dict[str, Any] = await self._call("POST", "/v1/storage/collect-garbage", body)
-        return answer
+        path = "/v1/storage/collect-garbage"
+        body = CollectGarbageBody(tuple(checkpoints), tuple(savepoints)).to_json()
+        answer = await self._call("POST", path, body)
+        return _checked(f"POST {path}", CollectGarbageAnswer.from_json, answer).to_json()
 
     async def _call(
         self,
@@ -116,3 +150,10 @@ class AgentClient:
                 return answer
         except (aiohttp.ClientConnectionError, TimeoutError) as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
+
+
+def _checked(request: str, read: Callable[[Any], Document], answer: Any) -> Document:
+    try:
+        return read(answer)
+    except ProtocolError as error:
+        raise AgentAnswerInvalid(f"{request}: the answer breaks the protocol: {error}") from None

@@ -17,7 +17,7 @@ from spark_checkpoint_operator.local_runtime import (
     run_local,
 )
 from spark_checkpoint_operator.manifest import ManifestError, load_manifest
-from spark_checkpoint_operator.simulation import SimulatedAgent, simulate
+from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands import (
     StorageSource,
     run_inspect,
@@ -240,7 +240,7 @@ def _simulate(args: argparse.Namespace) -> int:
         return 2
     coordinator = simulate(
         config,
-        SimulatedAgent(tasks=args.tasks),
+        SimulatedDriver(tasks=args.tasks),
         duration=args.duration,
         seed=args.seed,
         report=lambda at, line: print(f"[{at:8.2f}s] {line}"),

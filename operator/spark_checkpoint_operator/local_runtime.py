@@ -25,7 +25,8 @@ from typing import IO, Any
 
 from prometheus_client import REGISTRY
 
-from spark_checkpoint.settings import DriverSettings, RestoreCandidate
+from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.coordinator import (
@@ -173,7 +174,7 @@ class LocalLauncher:
             agent_port=port,
             token=token,
             attempt=attempt,
-            restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
+            restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
         )
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.

@@ -7,6 +7,7 @@ import contextlib
 import json
 import sys
 
+from spark_checkpoint.protocol import CheckpointKind, RestoreCandidate
 from spark_checkpoint.storage import JobStorageLayout
 from spark_checkpoint_operator.manifest import JobManifest
 from spark_checkpoint_operator.supervisor import CheckUnavailable
@@ -33,7 +34,11 @@ def problems_by_image(output: str) -> dict[str, list[str]]:
         raise ValueError("no report")
     try:
         report = json.loads(lines[-1])
-        return {f"{s['kind']}:{s['id']}": list(s["problems"]) for s in report["snapshots"]}
+        problems: dict[str, list[str]] = {}
+        for snapshot in report["snapshots"]:
+            image = RestoreCandidate.registered(CheckpointKind(snapshot["kind"]), snapshot["id"])
+            problems[image.encode()] = list(snapshot["problems"])
+        return problems
     except (ValueError, KeyError, TypeError) as error:
         raise ValueError(f"no report: {lines[-1]}") from error
 

@@ -1,8 +1,11 @@
-"""A coordinator run against a simulated agent on virtual time.
+"""A coordinator run against a simulated driver on virtual time.
 
 It shows the coordinator's rules at work (periodic triggers, acknowledgements, expiry,
 tolerable failures, retention) without Spark: every snapshot task acknowledges after a
 random delay, some decline or hang, and each completed checkpoint moves the batch on.
+No agent protocol is spoken: the simulated tasks' acks and declines go to the
+coordinator as its events (the HTTP-speaking stand-in for tests and benchmarks is
+tests/helpers/kube/simulated.py's `SimulatedAgent`).
 """
 
 import heapq
@@ -34,8 +37,8 @@ from spark_checkpoint_operator.coordinator import (
 
 
 @dataclass(frozen=True, slots=True)
-class SimulatedAgent:
-    """How the simulated snapshot tasks behave."""
+class SimulatedDriver:
+    """How the simulated driver behaves: its snapshot tasks and its batches' pace."""
 
     tasks: int = 4
     ack_delay: tuple[float, float] = (0.2, 3.0)
@@ -53,7 +56,7 @@ class _Scheduled:
 
 def simulate(
     config: CoordinatorConfig,
-    agent: SimulatedAgent,
+    driver: SimulatedDriver,
     *,
     duration: float,
     seed: int,
@@ -65,7 +68,7 @@ def simulate(
     coordinator = CheckpointCoordinator(config, clock=lambda: now, rng=rng)
     agenda: list[_Scheduled] = []
     counter = iter(range(1 << 62))
-    tasks = frozenset({"logs", *(f"state-0-{p}" for p in range(agent.tasks - 1))})
+    tasks = frozenset({"logs", *(f"state-0-{p}" for p in range(driver.tasks - 1))})
 
     def schedule(at: float, event: Event) -> None:
         heapq.heappush(agenda, _Scheduled(at, next(counter), event))
@@ -76,13 +79,13 @@ def simulate(
         for effect in effects:
             match effect:
                 case TriggerCheckpoint(checkpoint_id=cid, expected_tasks=expected):
-                    batch = int(now // agent.batch_seconds) + 1
+                    batch = int(now // driver.batch_seconds) + 1
                     for task in sorted(expected):
                         roll = rng.random()
-                        at = now + rng.uniform(*agent.ack_delay)
-                        if roll < agent.decline_probability:
+                        at = now + rng.uniform(*driver.ack_delay)
+                        if roll < driver.decline_probability:
                             schedule(at, TaskDeclined(cid, task, "simulated I/O error"))
-                        elif roll > agent.hang_probability + agent.decline_probability:
+                        elif roll > driver.hang_probability + driver.decline_probability:
                             ack = TaskAck(task, batch, rng.randrange(1 << 20), 1)
                             schedule(at, TaskAcknowledged(cid, ack))
                 case FinalizeCheckpoint(checkpoint_id=cid):

@@ -16,7 +16,8 @@ from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.restore import RestoreFailed, RestoreOutcome, checkpoint_failure, restore
+from spark_checkpoint.protocol import QueryState, RestoredFrom
+from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
 from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -79,7 +80,7 @@ def _run(
         pin_root=attempt_dir / "pins",
         participants=participants,
         query_view=lambda: _view(query, restore_check),
-        restored_from=outcome.to_json() if outcome else None,
+        restored_from=outcome,
         attempt=settings.attempt,
     )
 
@@ -106,7 +107,7 @@ def _await_end(
     query: "StreamingQuery",
     agent: CheckpointAgent,
     location: Path,
-    outcome: RestoreOutcome | None,
+    outcome: RestoredFrom | None,
 ) -> DriverExit:
     while query.isActive:
         if agent.stop_requested:
@@ -136,7 +137,7 @@ def _await_end(
     return DriverExit.FINISHED
 
 
-def _restored_image_unusable(outcome: RestoreOutcome | None, error: str, location: Path) -> bool:
+def _restored_image_unusable(outcome: RestoredFrom | None, error: str, location: Path) -> bool:
     """A failure of the restored query, before it committed a batch, that points at the
     checkpoint: the image is at fault, and retrying it fails the same way."""
     if outcome is None or (reason := checkpoint_failure(error, location)) is None:
@@ -159,7 +160,7 @@ class _RestoreCheck:
     taken of an image that may turn out unusable."""
 
     def __init__(
-        self, query: "StreamingQuery", location: Path, outcome: RestoreOutcome | None
+        self, query: "StreamingQuery", location: Path, outcome: RestoredFrom | None
     ) -> None:
         self._query = query
         self._location = location
@@ -178,12 +179,12 @@ class _RestoreCheck:
 
 def _view(query: "StreamingQuery", restore_check: _RestoreCheck) -> QueryView:
     if query.isActive and not restore_check.passed():
-        return QueryView("restoring", False)
+        return QueryView(QueryState.RESTORING, False)
     if query.isActive:
         status = query.status
         idle = not status["isDataAvailable"] and not status["isTriggerActive"]
-        return QueryView("running", idle)
+        return QueryView(QueryState.RUNNING, idle)
     error = query.exception()
     if error is not None:
-        return QueryView("failed", True, str(error))
-    return QueryView("finished", True)
+        return QueryView(QueryState.FAILED, True, str(error))
+    return QueryView(QueryState.FINISHED, True)

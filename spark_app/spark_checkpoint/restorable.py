@@ -31,6 +31,7 @@ from typing import Any
 
 from pyspark.sql import DataFrameReader, SparkSession
 
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
 from spark_checkpoint.restore import SPARK_METADATA_FILE
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -207,10 +208,13 @@ def check_images(
 
 
 def _image(text: str) -> tuple[CheckpointKind, int]:
-    kind, _, number = text.partition(":")
-    if kind not in {k.value for k in CheckpointKind} or not number.isdigit():
+    try:
+        image: RestoreCandidate | None = RestoreCandidate.decode(text)
+    except ProtocolError:
+        image = None
+    if image is None or image.snapshot_id is None:  # not this job's checkpoint or savepoint
         raise argparse.ArgumentTypeError(f"{text!r} is not checkpoint:N or savepoint:N")
-    return CheckpointKind(kind), int(number)
+    return image.kind, image.snapshot_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:

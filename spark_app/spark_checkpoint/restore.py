@@ -14,19 +14,15 @@ import logging
 import re
 import shutil
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import fsspec
-
-from spark_checkpoint.settings import RestoreCandidate
+from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint.storage import (
-    CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
     JobStorageLayout,
     StorageError,
+    StorageFileSystem,
 )
 
 log = logging.getLogger(__name__)
@@ -63,27 +59,14 @@ class RestoreFailed(Exception):
     """No candidate could be restored; the message lists each one with its reason."""
 
 
-@dataclass(frozen=True, slots=True)
-class RestoreOutcome:
-    candidate: RestoreCandidate
-    batch_id: int
-    skipped: tuple[tuple[str, str], ...]  # (candidate, reason) of images passed over
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "source": str(self.candidate),
-            "batchId": self.batch_id,
-            "skipped": [{"source": c, "reason": r} for c, r in self.skipped],
-        }
-
-
 def restore(
     storage: CheckpointStorage,
     candidates: tuple[RestoreCandidate, ...],
     target: Path,
-) -> RestoreOutcome | None:
-    """Materialize the newest usable candidate into ``target``; None when there are none."""
-    skipped: list[tuple[str, str]] = []
+) -> RestoredFrom | None:
+    """Materialize the newest usable candidate into ``target``; None when there are none.
+    What it restored is what the agent reports as ``restoredFrom``."""
+    skipped: list[SkippedImage] = []
     for candidate in candidates:
         try:
             metadata, source_storage = _open(storage, candidate)
@@ -97,15 +80,15 @@ def restore(
             log.warning(
                 "cannot restore from %s (%s); falling back to the next image", candidate, error
             )
-            skipped.append((str(candidate), str(error)))
+            skipped.append(SkippedImage(candidate, str(error)))
             shutil.rmtree(target, ignore_errors=True)
             continue
-        if candidate.kind == "external" and metadata.job != storage.layout.job:
+        if candidate.is_external and metadata.job != storage.layout.job:
             _give_new_query_id(target)
         log.info("restored %s at batch %s into %s", candidate, metadata.batch_id, target)
-        return RestoreOutcome(candidate, metadata.batch_id, tuple(skipped))
+        return RestoredFrom(candidate, metadata.batch_id, tuple(skipped))
     if skipped:
-        reasons = "; ".join(f"{c}: {r}" for c, r in skipped)
+        reasons = "; ".join(f"{s.candidate}: {s.reason}" for s in skipped)
         raise RestoreFailed(f"no image could be restored: {reasons}")
     return None
 
@@ -127,13 +110,12 @@ def checkpoint_failure(error: str, location: Path) -> str | None:
 def _open(
     storage: CheckpointStorage, candidate: RestoreCandidate
 ) -> tuple[CheckpointMetadata, CheckpointStorage]:
-    if candidate.kind != "external":
+    if candidate.metadata_uri is None:
         assert candidate.snapshot_id is not None
-        kind = CheckpointKind(candidate.kind)
-        return storage.read_metadata(kind, candidate.snapshot_id), storage
-    uri = candidate.metadata_uri or ""
-    with fsspec.open(uri, "rb") as stream:
-        metadata = CheckpointMetadata.from_json(stream.read(), uri)
+        return storage.read_metadata(candidate.kind, candidate.snapshot_id), storage
+    uri = candidate.metadata_uri
+    # Through the storage seam: a missing file or credentials are a StorageError.
+    metadata = CheckpointMetadata.from_json(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
     suffix = (
         f"/{metadata.namespace}/{metadata.job}/savepoints/sp-{metadata.checkpoint_id}/_metadata"
     )

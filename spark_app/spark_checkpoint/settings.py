@@ -10,37 +10,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+
 PREFIX = "SPARK_CHECKPOINT_"
 
 
 class SettingsError(ValueError):
     """A required setting is missing or malformed; the message names the variable."""
-
-
-@dataclass(frozen=True, slots=True)
-class RestoreCandidate:
-    """One image a driver may restore from: a registered checkpoint or savepoint of this
-    job (``kind`` and ``snapshot_id``), or an external savepoint's ``_metadata`` URI."""
-
-    kind: str
-    snapshot_id: int | None = None
-    metadata_uri: str | None = None
-
-    @classmethod
-    def parse(cls, text: str) -> "RestoreCandidate":
-        kind, _, rest = text.partition(":")
-        if kind in ("checkpoint", "savepoint") and rest.isdigit():
-            return cls(kind=kind, snapshot_id=int(rest))
-        if kind == "external" and rest:
-            return cls(kind="external", metadata_uri=rest)
-        raise SettingsError(
-            f"{PREFIX}RESTORE: {text!r} is not checkpoint:N, savepoint:N or external:URI"
-        )
-
-    def __str__(self) -> str:
-        if self.kind == "external":
-            return f"external:{self.metadata_uri}"
-        return f"{self.kind}:{self.snapshot_id}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +43,7 @@ class DriverSettings:
             f"{PREFIX}TOKEN_FILE": str(token_file),
             f"{PREFIX}ATTEMPT": str(self.attempt),
             # JSON, not a separator: URIs may contain commas.
-            f"{PREFIX}RESTORE": json.dumps([str(c) for c in self.restore_candidates]),
+            f"{PREFIX}RESTORE": json.dumps([c.encode() for c in self.restore_candidates]),
         }
 
     @classmethod
@@ -102,6 +78,10 @@ class DriverSettings:
             raise SettingsError(f"{PREFIX}RESTORE: not a JSON list: {error}") from None
         if not isinstance(restore, list) or not all(isinstance(c, str) for c in restore):
             raise SettingsError(f"{PREFIX}RESTORE: expected a JSON list of strings")
+        try:
+            candidates = tuple(RestoreCandidate.decode(item) for item in restore)
+        except ProtocolError as error:
+            raise SettingsError(f"{PREFIX}RESTORE: {error}") from None
         return cls(
             namespace=get("NAMESPACE"),
             job=get("JOB"),
@@ -111,5 +91,5 @@ class DriverSettings:
             agent_port=number("AGENT_PORT"),
             token=token,
             attempt=number("ATTEMPT"),
-            restore_candidates=tuple(RestoreCandidate.parse(item) for item in restore),
+            restore_candidates=candidates,
         )

@@ -148,8 +148,19 @@ def _metadata(
 
 @pytest.fixture
 def job(tmp_path: Path) -> Job:
-    """Checkpoints 1 and 2 and savepoint 3, written as the agent writes them."""
-    storage = CheckpointStorage(JobStorageLayout(str(tmp_path / "storage"), NAMESPACE, JOB))
+    return write_job(str(tmp_path / "storage"), tmp_path)
+
+
+@pytest.fixture
+def job_on(tmp_path: Path) -> Callable[[str], Job]:
+    """Writes the job's snapshots on another storage root (a URI) and returns it."""
+    return lambda root: write_job(root, tmp_path)
+
+
+def write_job(root: str, tmp_path: Path) -> Job:
+    """Checkpoints 1 and 2 and savepoint 3 on the storage root `root`, written as the agent
+    writes them; the live location and the state directory are below `tmp_path`."""
+    storage = CheckpointStorage(JobStorageLayout(root, NAMESPACE, JOB))
     spark_dir = tmp_path / "spark"
 
     def take_checkpoint(snapshot_id: int, batch_id: int, files: Mapping[str, bytes]) -> None:

@@ -4,10 +4,11 @@ once told of the final checkpoint its driver exits, cutting the completion call 
 leaving the agent unreachable while the JVM stops."""
 
 import asyncio
-from typing import Any
+from dataclasses import replace
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AgentStatus, QueryState
 from spark_checkpoint_operator.agent_client import AgentUnavailable
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
@@ -23,12 +24,13 @@ class FinishingAgent(FakeAgent):
         self.notified: int | None = None
         self.driver: FakeDriver | None = None
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> AgentStatus:
         document = super()._status()
         if self.exhausted:
-            document["query"]["state"] = "finished"
-            document["awaitingFinalCheckpoint"] = (
-                self.notified is None or self.notified < self.batch
+            document = replace(
+                document,
+                query=replace(document.query, state=QueryState.FINISHED),
+                awaiting_final_checkpoint=self.notified is None or self.notified < self.batch,
             )
         return document
 

@@ -5,10 +5,12 @@ image left the job fails with that reason. ``counts.restored`` counts only resto
 query got past."""
 
 import asyncio
+from dataclasses import replace
 from typing import Any
 
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import render_status
@@ -19,17 +21,17 @@ class RestoringAgent(FakeAgent):
     """Reports the restore its driver did, and the query as restoring (no task running)
     until it committed a batch past its image, as the driver's agent does."""
 
-    restored: dict[str, Any] | None = None
+    restored: RestoredFrom | None = None
 
     def __init__(self) -> None:
         super().__init__()
         self.long_polls = False  # its state changes are not versioned: asked every interval
 
-    def _status(self) -> dict[str, Any]:
-        document = super()._status() | {"restoredFrom": self.restored}
-        if self.restored is not None and self.batch <= self.restored["batchId"]:
-            document["query"] = document["query"] | {"state": "restoring"}
-            document["allTasksRunning"] = False
+    def _status(self) -> AgentStatus:
+        document = replace(super()._status(), restored_from=self.restored)
+        if self.restored is not None and self.batch <= self.restored.batch_id:
+            restoring = replace(document.query, state=QueryState.RESTORING)
+            document = replace(document, query=restoring, all_tasks_running=False)
         return document
 
 
@@ -44,7 +46,7 @@ class RestoringLauncher(FakeLauncher):
         driver = await super().launch(attempt, restore)
         agent: RestoringAgent = driver.agent
         if restore:
-            agent.restored = {"source": restore[0], "batchId": agent.batch, "skipped": []}
+            agent.restored = RestoredFrom(RestoreCandidate.decode(restore[0]), agent.batch)
         return driver
 
 

@@ -1,11 +1,13 @@
 """The supervisor against scripted drivers and agents (no Spark, real asyncio time)."""
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
@@ -130,7 +132,9 @@ def test_a_restarted_runtime_adopts_the_running_driver_and_drops_its_unknown_che
     checkpoint the old coordinator triggered is aborted at the agent, and no id is reused."""
     running = FakeDriver(FakeAgent())
     # Id 4 was triggered by the previous operator process (the counter was persisted at 5).
-    running.agent.snapshots[4] = {"id": 4, "acks": [], "declines": []}
+    running.agent.snapshots[4] = SnapshotStatus(
+        4, CheckpointKind.CHECKPOINT, SnapshotPhase.COPYING, batch_id=None
+    )
     record = JobRecord(attempt=2, coordinator=PersistedState(next_checkpoint_id=5))
 
     async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
@@ -272,11 +276,11 @@ class SlowAgent(FakeAgent):
 
     async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
         await super().trigger(checkpoint_id, kind, after)
-        self.unacknowledged = self.snapshots[checkpoint_id]["acks"]
-        self.snapshots[checkpoint_id]["acks"] = []
+        self.unacknowledged = self.snapshots[checkpoint_id]
+        self.snapshots[checkpoint_id] = replace(self.unacknowledged, acks=())
 
     def acknowledge(self, checkpoint_id: int) -> None:
-        self.snapshots[checkpoint_id]["acks"] = self.unacknowledged
+        self.snapshots[checkpoint_id] = self.unacknowledged
 
 
 @pytest.mark.parametrize("long_polls", [True, False])

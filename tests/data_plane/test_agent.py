@@ -15,9 +15,10 @@ import pytest
 
 from helpers.agent import TOKEN, Running
 from spark_checkpoint.agent import server
-from spark_checkpoint.agent.agent import AfterCompletion, QueryView
+from spark_checkpoint.agent.agent import QueryView
+from spark_checkpoint.protocol import AfterCompletion, QueryState, RestoreCandidate
 from spark_checkpoint.restore import RestoreFailed, restore
-from spark_checkpoint.settings import DriverSettings, RestoreCandidate
+from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 
@@ -135,12 +136,16 @@ def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_pa
 
     outcome = restore(
         running.storage,
-        (RestoreCandidate("checkpoint", 2), RestoreCandidate("checkpoint", 1)),
+        (
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+        ),
         target,
     )
 
     assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
-    assert outcome.skipped[0][0] == "checkpoint:2" and "_metadata" in outcome.skipped[0][1]
+    skipped = outcome.skipped[0]
+    assert str(skipped.candidate) == "checkpoint:2" and "_metadata" in skipped.reason
     assert (target / "state/0/1/3.delta").read_text() == (
         running.location / "state/0/1/3.delta"
     ).read_text()
@@ -149,7 +154,11 @@ def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_pa
 
 def test_restore_with_no_usable_image_fails_naming_each(running: Running, tmp_path: Path) -> None:
     with pytest.raises(RestoreFailed, match="checkpoint:7"):
-        restore(running.storage, (RestoreCandidate("checkpoint", 7),), tmp_path / "restored")
+        restore(
+            running.storage,
+            (RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 7),),
+            tmp_path / "restored",
+        )
 
 
 def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
@@ -164,7 +173,7 @@ def test_fork_from_another_jobs_savepoint_gets_a_new_query_id(
     )
     target = tmp_path / "forked"
 
-    outcome = restore(other_job, (RestoreCandidate("external", metadata_uri=path),), target)
+    outcome = restore(other_job, (RestoreCandidate.external(path),), target)
 
     assert outcome is not None and outcome.batch_id == 2
     assert json.loads((target / "metadata").read_text())["id"] != "0b7c6a0e-query"
@@ -183,8 +192,8 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("t")
     candidates = (
-        RestoreCandidate("checkpoint", 3),
-        RestoreCandidate("external", metadata_uri="s3a://bucket/a,b/sp-1/_metadata"),
+        RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 3),
+        RestoreCandidate.external("s3a://bucket/a,b/sp-1/_metadata"),
     )
     settings = DriverSettings(
         namespace="default",
@@ -260,7 +269,9 @@ def test_status_notices_a_query_change_while_it_waits(
 ) -> None:
     monkeypatch.setattr(server, "RECHECK_SECONDS", 0.1)
     version = _version(running)
-    threading.Timer(0.3, lambda: setattr(running, "view", QueryView("finished", True))).start()
+    threading.Timer(
+        0.3, lambda: setattr(running, "view", QueryView(QueryState.FINISHED, True))
+    ).start()
 
     async def ask() -> tuple[float, Any]:
         client = running.client()

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
-from spark_checkpoint.settings import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -62,7 +62,7 @@ def test_an_external_savepoint_without_sparks_metadata_file_is_skipped_with_a_re
     target = tmp_path / "restored"
 
     with pytest.raises(RestoreFailed, match="has no Spark metadata file"):
-        restore(_job(tmp_path), (RestoreCandidate("external", metadata_uri=without),), target)
+        restore(_job(tmp_path), (RestoreCandidate.external(without),), target)
     assert not target.exists(), "nothing of the skipped image is left behind"
 
 
@@ -74,14 +74,14 @@ def test_a_fork_past_an_image_without_metadata_restores_the_next_one(tmp_path: P
     outcome = restore(
         _job(tmp_path),
         (
-            RestoreCandidate("external", metadata_uri=without),
-            RestoreCandidate("external", metadata_uri=usable),
+            RestoreCandidate.external(without),
+            RestoreCandidate.external(usable),
         ),
         target,
     )
 
     assert outcome is not None and outcome.candidate.metadata_uri == usable
-    assert outcome.skipped == (
+    assert tuple((str(s.candidate), s.reason) for s in outcome.skipped) == (
         (f"external:{without}", f"external:{without}: the image has no Spark metadata file"),
     )
     assert (target / "offsets/2").read_text() == "v1"

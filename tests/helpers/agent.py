@@ -9,6 +9,7 @@ from typing import Any
 
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
+from spark_checkpoint.protocol import QueryState
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient
 
@@ -50,14 +51,16 @@ def free_port() -> int:
 
 
 class Running:
-    def __init__(self, tmp_path: Path, batches: int = 3) -> None:
+    def __init__(self, tmp_path: Path, batches: int = 3, storage_root: str | None = None) -> None:
         self.root = tmp_path
         self.location = live_location(tmp_path, batches)
         self.storage = CheckpointStorage(
-            JobStorageLayout((tmp_path / "storage").as_uri(), "default", "wordcount")
+            JobStorageLayout(
+                storage_root or (tmp_path / "storage").as_uri(), "default", "wordcount"
+            )
         )
         self.participant = RecordingParticipant()
-        self.view = QueryView("running", idle=True)
+        self.view = QueryView(QueryState.RUNNING, idle=True)
         self.agent = CheckpointAgent(
             storage=self.storage,
             location=self.location,

@@ -1,12 +1,22 @@
 """Scripted drivers and agents for supervisor tests (no Spark, real asyncio time)."""
 
 import asyncio
-import copy
+from dataclasses import replace
 from typing import Any
 
+from spark_checkpoint.protocol import (
+    AckReport,
+    AfterCompletion,
+    AgentStatus,
+    CheckpointKind,
+    QueryState,
+    QueryStatus,
+    SnapshotPhase,
+    SnapshotStatus,
+)
 from spark_checkpoint_operator.agent_client import AgentUnavailable
 
-TASKS = ["logs", "state-0-0"]
+TASKS = ("logs", "state-0-0")
 
 
 class FakeAgent:
@@ -19,52 +29,67 @@ class FakeAgent:
         self.reachable = True
         self.long_polls = True
         self.batch = 3
-        self.snapshots: dict[int, dict[str, Any]] = {}
+        self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
         self.triggers: list[int] = []
         self.done_at_finalization: set[int] = set()
         self.status_requests = 0
         self._version = 0
-        self._reported: dict[str, Any] | None = None
+        self._reported: AgentStatus | None = None
 
     def _check(self) -> None:
         if not self.reachable:
             raise AgentUnavailable("connection refused")
 
-    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+    async def read_status(self, after: int | None = None, wait: float = 0.0) -> AgentStatus:
         self.status_requests += 1
         deadline = asyncio.get_running_loop().time() + min(wait, 30.0)
         while True:
             self._check()
             document = self._status()
-            unchanged = self.long_polls and after == document["version"]
+            unchanged = self.long_polls and after == document.version
             if not unchanged or asyncio.get_running_loop().time() >= deadline:
                 return document
             await asyncio.sleep(0.01)
 
-    def _status(self) -> dict[str, Any]:
-        document: dict[str, Any] = {
-            "query": {"state": "running", "lastCommittedBatch": self.batch},
-            "tasks": TASKS,
-            "allTasksRunning": True,
-            "awaitingFinalCheckpoint": False,
-            "restoredFrom": None,
-            "checkpoints": list(self.snapshots.values()),
-        }
+    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
+        """As `AgentClient.status`: only until the supervisor reads `read_status`."""
+        return (await self.read_status(after, wait)).to_json()
+
+    def _status(self) -> AgentStatus:
+        document = AgentStatus(
+            version=None,
+            attempt=1,
+            query=QueryStatus(QueryState.RUNNING, last_committed_batch=self.batch),
+            tasks=TASKS,
+            all_tasks_running=True,
+            awaiting_final_checkpoint=False,
+            restored_from=None,
+            checkpoints=tuple(self.snapshots.values()),
+        )
         if not self.long_polls:
             return document
-        reported = document | {"query": {"state": "running"}}  # not lastCommittedBatch
+        # As the real agent: a new committed batch alone changes no version.
+        reported = replace(document, query=replace(document.query, last_committed_batch=None))
         if reported != self._reported:
-            self._reported = copy.deepcopy(reported)
+            self._reported = reported
             self._version += 1
-        return document | {"version": self._version}
+        return replace(document, version=self._version)
 
-    async def trigger(self, checkpoint_id: int, kind: str, after: str) -> None:
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
+    ) -> None:
         self._check()
         self.triggers.append(checkpoint_id)
-        acks = [{"task": t, "batchId": self.batch, "sizeBytes": 10, "durationMs": 1} for t in TASKS]
-        self.snapshots[checkpoint_id] = {"id": checkpoint_id, "acks": acks, "declines": []}
-        if kind == "savepoint" and after == "continue":
+        acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
+        self.snapshots[checkpoint_id] = SnapshotStatus(
+            checkpoint_id,
+            CheckpointKind(kind),
+            SnapshotPhase.ACKNOWLEDGED,
+            self.batch,
+            acks,
+        )
+        if kind == CheckpointKind.SAVEPOINT and after == AfterCompletion.CONTINUE:
             self.done_at_finalization.add(checkpoint_id)
 
     async def finalize(self, checkpoint_id: int, tasks: list[str]) -> tuple[str, int]:

@@ -1,5 +1,13 @@
-"""Fixtures for the checkpoint storage tests: a job's storage under tmp_path, a stand-in
-for the live Spark checkpoint location, and builders for manifests."""
+"""Fixtures for the checkpoint storage tests: a job's storage on each kind of storage root,
+a stand-in for the live Spark checkpoint location, and builders for manifests.
+
+Every test that uses `storage_root` (directly or through `layout` and `storage`) runs three
+times: on the local filesystem, on S3 (moto's server) and on Azure Blob Storage (Azurite),
+each server started once per session on a loopback port (tests/conftest.py). A test marked
+`local_only` runs once, on the local filesystem: it is about what only a local filesystem has
+(hard links, symbolic links, fsync, rename), or about what does not depend on the storage
+(argument checks, parsing), which keeps the object-store runs to what they add.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.objectstore import StorageRoot, storage_roots
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -59,9 +68,32 @@ def build_metadata(
     )
 
 
+ROOT_KINDS = ("local", "s3", "azure")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "storage_root" in metafunc.fixturenames:
+        local_only = metafunc.definition.get_closest_marker("local_only") is not None
+        metafunc.parametrize("storage_root", ["local"] if local_only else ROOT_KINDS, indirect=True)
+
+
 @pytest.fixture
-def layout(tmp_path: Path) -> JobStorageLayout:
-    return JobStorageLayout(str(tmp_path / "storage"), NAMESPACE, JOB)
+def storage_root(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> StorageRoot:
+    """A fresh, empty storage root; its credentials are in the environment, as in a pod."""
+    servers = {"s3": "s3_server", "azure": "azure_server"}
+    root = storage_roots(
+        request.param, tmp_path / "storage", lambda kind: request.getfixturevalue(servers[kind])
+    )
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value)
+    return root
+
+
+@pytest.fixture
+def layout(storage_root: StorageRoot) -> JobStorageLayout:
+    return JobStorageLayout(storage_root.url, NAMESPACE, JOB)
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.objectstore import S3Server, StorageRoot, storage_roots
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -19,13 +20,15 @@ from spark_checkpoint.storage import (
 
 
 def _janitor(
-    storage: Path, *arguments: str, **environment: str
+    storage: Path | str, *arguments: str, **environment: str
 ) -> subprocess.CompletedProcess[str]:
+    """Runs the janitor on the storage root `storage` (a local directory or a URI), with
+    this process's environment, where storage_root put the credentials."""
     env = {
         **os.environ,
         "SPARK_CHECKPOINT_NAMESPACE": "default",
         "SPARK_CHECKPOINT_JOB": "orders",
-        "SPARK_CHECKPOINT_STORAGE": storage.as_uri(),
+        "SPARK_CHECKPOINT_STORAGE": storage.as_uri() if isinstance(storage, Path) else storage,
         **environment,
     }
     return subprocess.run(
@@ -46,21 +49,33 @@ def job_storage(tmp_path: Path) -> Path:
     return root
 
 
-def test_garbage_collection_keeps_what_is_registered(tmp_path: Path, job_storage: Path) -> None:
-    result = _janitor(tmp_path, "collect-garbage", "--checkpoints=", "--savepoints=2")
+@pytest.fixture
+def stored_job(storage_root: StorageRoot) -> str:
+    """The job_storage files, on each kind of storage root; returns the job's directory."""
+    root = f"{storage_root.url}/default/orders"
+    for directory in ("chk-3", "chk-4", "savepoints/sp-2"):
+        storage_root.write(f"{root}/{directory}/part", b"state")
+    return root
+
+
+def test_garbage_collection_keeps_what_is_registered(
+    storage_root: StorageRoot, stored_job: str
+) -> None:
+    result = _janitor(storage_root.url, "collect-garbage", "--checkpoints=", "--savepoints=2")
 
     assert result.returncode == 0, result.stderr
-    assert not (job_storage / "chk-3").exists()
-    assert not (job_storage / "chk-4").exists()
-    assert (job_storage / "savepoints" / "sp-2" / "part").exists()
+    assert not storage_root.exists(f"{stored_job}/chk-3")
+    assert not storage_root.exists(f"{stored_job}/chk-4")
+    assert storage_root.exists(f"{stored_job}/savepoints/sp-2/part")
     assert "removed checkpoints [3, 4]" in result.stdout
 
 
-def test_a_savepoint_is_discarded(tmp_path: Path, job_storage: Path) -> None:
-    result = _janitor(tmp_path, "discard-savepoint", "2")
+@pytest.mark.local_only  # test_store covers discarding on every kind of root
+def test_a_savepoint_is_discarded(storage_root: StorageRoot, stored_job: str) -> None:
+    result = _janitor(storage_root.url, "discard-savepoint", "2")
 
     assert result.returncode == 0, result.stderr
-    assert not (job_storage / "savepoints" / "sp-2").exists()
+    assert not storage_root.exists(f"{stored_job}/savepoints/sp-2")
 
 
 def test_missing_settings_are_named(tmp_path: Path) -> None:
@@ -275,3 +290,33 @@ def test_a_bad_id_exits_2_and_deletes_nothing(
     assert "Traceback" not in result.stderr
     assert "is not an id" in result.stderr
     assert (job_storage / "chk-3").exists() and (job_storage / "savepoints/sp-2").exists()
+
+
+def test_without_credentials_the_failure_is_one_line_and_nothing_is_deleted(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Credentials come only from the cleanup pod's environment; without them, the janitor
+    says so in its last line (the pod's termination message), not in a traceback."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    storage_root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    storage_root.write(f"{storage_root.url}/default/orders/chk-3/part", b"state")
+    nowhere = str(tmp_path / "absent")
+
+    result = _janitor(
+        storage_root.url,
+        "collect-garbage",
+        AWS_ACCESS_KEY_ID="",
+        AWS_SECRET_ACCESS_KEY="",
+        # Nor from anywhere else botocore looks.
+        AWS_SHARED_CREDENTIALS_FILE=nowhere,
+        AWS_CONFIG_FILE=nowhere,
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"collect-garbage failed: {storage_root.url}/default/orders: "
+        "NoCredentialsError: Unable to locate credentials"
+    ]
+    assert storage_root.exists(f"{storage_root.url}/default/orders/chk-3/part")

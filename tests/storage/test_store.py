@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
-import fsspec
 import pytest
 
+from helpers.objectstore import S3Server, StorageRoot, storage_roots
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -21,12 +20,13 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     MissingFileError,
     NotEmptyError,
-    StorageFileSystem,
     SymbolicLinkError,
     TruncatedMetadataError,
     digest_local_file,
 )
 from spark_checkpoint.storage import store as store_module
+
+from .conftest import JOB, NAMESPACE
 
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
@@ -41,11 +41,19 @@ def all_files(directory: Path) -> list[str]:
 
 
 def stored(storage: CheckpointStorage, location: str) -> Path:
+    """The local path of a stored file (local_only tests)."""
     return Path(storage.layout.location_path(location))
 
 
 @pytest.fixture
-def job_root(layout: JobStorageLayout) -> Path:
+def job_root(layout: JobStorageLayout) -> str:
+    """The job's directory on the storage root under test (a path or a URI)."""
+    return layout.job_root
+
+
+@pytest.fixture
+def local_job_root(layout: JobStorageLayout) -> Path:
+    """The job's directory, for local_only tests."""
     return Path(layout.job_root)
 
 
@@ -70,6 +78,21 @@ def take_checkpoint(
 
 
 @pytest.fixture
+def take_checkpoint_on(
+    spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[[CheckpointStorage], CheckpointMetadata]:
+    """Takes checkpoint 1 (one file) on the given storage, which need not be `storage`."""
+
+    def take(storage: CheckpointStorage) -> CheckpointMetadata:
+        entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+        meta = make_metadata(CHECKPOINT, 1, [entry])
+        storage.write_metadata(meta)
+        return meta
+
+    return take
+
+
+@pytest.fixture
 def take_savepoint(
     storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
 ) -> Callable[..., CheckpointMetadata]:
@@ -85,6 +108,7 @@ def take_savepoint(
     return take
 
 
+@pytest.mark.local_only
 def test_shared_files_are_content_addressed_and_hard_linked(
     storage: CheckpointStorage, spark_file: SparkFile
 ) -> None:
@@ -98,6 +122,7 @@ def test_shared_files_are_content_addressed_and_hard_linked(
     assert os.stat(stored(storage, entry.location)).st_ino == os.stat(local).st_ino
 
 
+@pytest.mark.local_only
 def test_shared_files_can_be_copied_instead(
     storage: CheckpointStorage, spark_file: SparkFile
 ) -> None:
@@ -135,34 +160,38 @@ def test_incremental_checkpoint_writes_no_bytes_for_files_already_stored(
     second = take_checkpoint(2, {"state/0/0/1.delta": b"one", "offsets/1": b"o1"})
 
     assert second.files[0].location == first.files[0].location
-    assert writes == [
+    # (Off the local filesystem, link_in stores by calling copy_in: one write, two records.)
+    assert list(dict.fromkeys(writes)) == [
         storage.layout.location_path(second.files[1].location),
         storage.layout.metadata_path(CHECKPOINT, 2),
     ]
 
 
 def test_a_damaged_shared_file_is_replaced(
-    storage: CheckpointStorage, spark_file: SparkFile
+    storage: CheckpointStorage, spark_file: SparkFile, storage_root: StorageRoot
 ) -> None:
     entry = storage.add_shared_file(spark_file("offsets/0", b"offsets"), "offsets/0", link=False)
-    stored(storage, entry.location).write_bytes(b"off")
+    path = storage.layout.location_path(entry.location)
+    storage_root.write(path, b"off")
 
     storage.add_shared_file(spark_file("offsets/0", b"offsets"), "offsets/0", link=False)
 
-    assert stored(storage, entry.location).read_bytes() == b"offsets"
+    assert storage_root.read(path) == b"offsets"
 
 
 def test_metadata_round_trip_and_listing(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
     take_savepoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
 ) -> None:
     first = take_checkpoint(1, {"offsets/0": b"o0"})
     take_checkpoint(12, {"offsets/1": b"o1"})
     savepoint = take_savepoint(3, {"offsets/1": b"o1"})
-    (job_root / "chk-13").mkdir()  # in flight or crashed: no `_metadata`, not listed
-    (job_root / "savepoints" / "sp-4").mkdir()
+    # In flight or crashed: no `_metadata`, not listed.
+    storage_root.write(f"{job_root}/chk-13/.x.tmp", b"partial")
+    storage_root.write(f"{job_root}/savepoints/sp-4/files/offsets/1", b"o1")
 
     assert storage.read_metadata(CHECKPOINT, 1) == first
     assert storage.read_metadata(SAVEPOINT, 3) == savepoint
@@ -171,10 +200,13 @@ def test_metadata_round_trip_and_listing(
 
 
 def test_write_metadata_requires_every_file_to_be_stored(
-    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    storage_root: StorageRoot,
 ) -> None:
     entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
-    stored(storage, entry.location).unlink()
+    storage_root.delete(storage.layout.location_path(entry.location))
 
     with pytest.raises(MissingFileError) as raised:
         storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
@@ -185,10 +217,13 @@ def test_write_metadata_requires_every_file_to_be_stored(
 
 
 def test_write_metadata_requires_every_file_to_have_its_size(
-    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    storage_root: StorageRoot,
 ) -> None:
     entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0", link=False)
-    stored(storage, entry.location).write_bytes(b"o")
+    storage_root.write(storage.layout.location_path(entry.location), b"o")
 
     with pytest.raises(ChecksumMismatchError) as raised:
         storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
@@ -198,19 +233,21 @@ def test_write_metadata_requires_every_file_to_have_its_size(
     assert storage.list_ids(CHECKPOINT) == []
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_write_metadata_refuses_another_jobs_metadata(
-    tmp_path: Path, make_metadata: MetadataMaker
+    storage_root: StorageRoot, make_metadata: MetadataMaker
 ) -> None:
-    other = CheckpointStorage(JobStorageLayout(str(tmp_path), "team-a", "other"))
+    other = CheckpointStorage(JobStorageLayout(storage_root.url, "team-a", "other"))
 
     with pytest.raises(ValueError, match="team-a/other"):
         other.write_metadata(make_metadata(CHECKPOINT, 1, []))
 
 
+@pytest.mark.local_only
 def test_a_failed_metadata_write_leaves_no_checkpoint_and_no_temporary_file(
     storage: CheckpointStorage,
     make_metadata: MetadataMaker,
-    job_root: Path,
+    local_job_root: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def power_cut(*_args: object) -> None:
@@ -223,13 +260,13 @@ def test_a_failed_metadata_write_leaves_no_checkpoint_and_no_temporary_file(
 
     monkeypatch.undo()
     assert storage.list_ids(CHECKPOINT) == []
-    assert all_files(job_root) == []
+    assert all_files(local_job_root) == []
 
 
 def test_read_metadata_errors_name_the_file(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    storage_root: StorageRoot,
 ) -> None:
     path = storage.layout.metadata_path(CHECKPOINT, 1)
     with pytest.raises(MissingFileError) as missing:
@@ -237,7 +274,7 @@ def test_read_metadata_errors_name_the_file(
     assert missing.value.path == path
 
     take_checkpoint(1, {"offsets/0": b"o0"})
-    (job_root / "chk-1" / "_metadata").write_bytes(b"")
+    storage_root.write(path, b"")
     with pytest.raises(TruncatedMetadataError) as truncated:
         storage.read_metadata(CHECKPOINT, 1)
     assert truncated.value.path == path
@@ -246,11 +283,13 @@ def test_read_metadata_errors_name_the_file(
 def test_a_metadata_file_copied_to_another_directory_is_invalid(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
 ) -> None:
     take_checkpoint(1, {"offsets/0": b"o0"})
-    (job_root / "chk-2").mkdir()
-    (job_root / "chk-2" / "_metadata").write_bytes((job_root / "chk-1" / "_metadata").read_bytes())
+    storage_root.write(
+        f"{job_root}/chk-2/_metadata", storage_root.read(f"{job_root}/chk-1/_metadata")
+    )
 
     with pytest.raises(InvalidMetadataError) as raised:
         storage.read_metadata(CHECKPOINT, 2)
@@ -260,6 +299,7 @@ def test_a_metadata_file_copied_to_another_directory_is_invalid(
     assert raised.value.reason == "checkpoint_id: is 1 but the file's directory is for 2"
 
 
+@pytest.mark.local_only  # parsing, the same on every root
 @pytest.mark.parametrize(
     "case",
     [
@@ -280,7 +320,8 @@ def test_a_metadata_file_copied_to_another_directory_is_invalid(
 def test_a_metadata_file_of_another_job_or_kind_is_invalid_naming_the_field(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
     case: tuple[str, dict[str, object], str],
 ) -> None:
     field, change, reason = case
@@ -289,7 +330,7 @@ def test_a_metadata_file_of_another_job_or_kind_is_invalid_naming_the_field(
     foreign = dataclasses.replace(
         meta, files=files, total_bytes=sum(f.size for f in files), acknowledgements=(), **change
     )
-    (job_root / "chk-1" / "_metadata").write_bytes(foreign.to_json())
+    storage_root.write(f"{job_root}/chk-1/_metadata", foreign.to_json())
 
     with pytest.raises(InvalidMetadataError) as raised:
         storage.read_metadata(CHECKPOINT, 1)
@@ -304,10 +345,12 @@ def test_verify_passes_for_an_intact_checkpoint(
 
 
 def test_verify_reports_a_missing_file(
-    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata]
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
 ) -> None:
     meta = take_checkpoint(1, {"offsets/0": b"o0", "commits/0": b"c0"})
-    stored(storage, meta.files[1].location).unlink()
+    storage_root.delete(storage.layout.location_path(meta.files[1].location))
 
     with pytest.raises(MissingFileError) as raised:
         storage.verify(meta)
@@ -320,11 +363,12 @@ def test_verify_reports_a_missing_file(
 def test_verify_reports_a_size_or_checksum_mismatch(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
     damaged_content: bytes,
     mismatch: str,
 ) -> None:
     meta = take_checkpoint(1, {"offsets/0": b"o0"}, link=False)
-    stored(storage, meta.files[0].location).write_bytes(damaged_content)
+    storage_root.write(storage.layout.location_path(meta.files[0].location), damaged_content)
 
     with pytest.raises(ChecksumMismatchError) as raised:
         storage.verify(meta)
@@ -337,7 +381,8 @@ def test_verify_reports_a_size_or_checksum_mismatch(
 def test_discard_deletes_only_unreferenced_shared_files(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
 ) -> None:
     first = take_checkpoint(1, {"a": b"a", "b": b"b", "p": b"p"})
     second = take_checkpoint(2, {"b": b"b", "c": b"c"})
@@ -345,10 +390,10 @@ def test_discard_deletes_only_unreferenced_shared_files(
 
     storage.discard_checkpoint(1, retained=[2], protected_locations=[protected.location])
 
-    assert not (job_root / "chk-1").exists()
-    assert not stored(storage, only_first.location).exists()
-    assert stored(storage, shared_by_both.location).exists()
-    assert stored(storage, protected.location).exists()
+    assert not storage_root.exists(f"{job_root}/chk-1")
+    assert not storage_root.exists(storage.layout.location_path(only_first.location))
+    assert storage_root.exists(storage.layout.location_path(shared_by_both.location))
+    assert storage_root.exists(storage.layout.location_path(protected.location))
     storage.verify(second)
     assert storage.list_ids(CHECKPOINT) == [2]
 
@@ -385,7 +430,7 @@ class SimulatedCrash(Exception):
 def test_discard_finishes_after_a_crash_at_any_step(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    storage_root: StorageRoot,
     monkeypatch: pytest.MonkeyPatch,
     crash_at: int,
 ) -> None:
@@ -404,25 +449,26 @@ def test_discard_finishes_after_a_crash_at_any_step(
 
         return run
 
-    for name in ("write_atomic", "delete_file", "delete_tree"):
-        monkeypatch.setattr(storage.fs, name, step(name, getattr(storage.fs, name)))
+    with monkeypatch.context() as patch:
+        for name in ("write_atomic", "delete_file", "delete_tree"):
+            patch.setattr(storage.fs, name, step(name, getattr(storage.fs, name)))
 
-    with pytest.raises(SimulatedCrash):
-        storage.discard_checkpoint(1, retained=[2])
-    if crash_at >= 2:  # `_metadata` is gone before any shared file is
-        assert storage.list_ids(CHECKPOINT) == [2]
+        with pytest.raises(SimulatedCrash):
+            storage.discard_checkpoint(1, retained=[2])
+        if crash_at >= 2:  # `_metadata` is gone before any shared file is
+            assert storage.list_ids(CHECKPOINT) == [2]
 
-    monkeypatch.undo()
     storage.discard_checkpoint(1, retained=[2])
     storage.discard_checkpoint(1, retained=[2])
 
-    assert not (job_root / "chk-1").exists()
-    assert not stored(storage, first.files[0].location).exists()
-    assert not stored(storage, first.files[1].location).exists()
+    assert not storage_root.exists(storage.layout.checkpoint_dir(1))
+    assert not storage_root.exists(storage.layout.location_path(first.files[0].location))
+    assert not storage_root.exists(storage.layout.location_path(first.files[1].location))
     storage.verify(second)
     assert storage.list_ids(CHECKPOINT) == [2]
 
 
+@pytest.mark.local_only
 def test_savepoints_are_self_contained_copies(
     storage: CheckpointStorage, take_savepoint: Callable[..., CheckpointMetadata], spark_dir: Path
 ) -> None:
@@ -440,7 +486,8 @@ def test_savepoints_are_self_contained_copies(
 def test_discard_savepoint(
     storage: CheckpointStorage,
     take_savepoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
 ) -> None:
     take_savepoint(1, {"a": b"a"})
     kept = take_savepoint(2, {"a": b"a"})
@@ -448,7 +495,7 @@ def test_discard_savepoint(
     storage.discard_savepoint(1)
     storage.discard_savepoint(1)
 
-    assert not (job_root / "savepoints" / "sp-1").exists()
+    assert not storage_root.exists(f"{job_root}/savepoints/sp-1")
     assert storage.list_ids(SAVEPOINT) == [2]
     storage.verify(kept)
 
@@ -457,22 +504,19 @@ def test_collect_garbage_follows_the_registry(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
     take_savepoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    job_root: str,
+    storage_root: StorageRoot,
 ) -> None:
     first = take_checkpoint(1, {"a": b"a"})
     second = take_checkpoint(2, {"a": b"a", "b": b"b"})
     # Written just before a crash, so never registered:
     unconfirmed = take_checkpoint(3, {"b": b"b", "c": b"c", "protected": b"p"})
-    (job_root / "chk-4").mkdir()
-    (job_root / "chk-4" / ".x.tmp").write_bytes(b"partial")
-    leftover_copy = job_root / "shared" / "ff" / ".partial.tmp"
-    leftover_copy.parent.mkdir(parents=True)
-    leftover_copy.write_bytes(b"partial")
+    storage_root.write(f"{job_root}/chk-4/.x.tmp", b"partial")
+    storage_root.write(f"{job_root}/shared/ff/.partial.tmp", b"partial")
     registered_savepoint = take_savepoint(1, {"a": b"a"})
     users_savepoint = take_savepoint(2, {"a": b"a"})
-    (job_root / "savepoints" / "sp-3" / "files").mkdir(parents=True)
-    (job_root / "savepoints" / "sp-3" / "files" / "a").write_bytes(b"a")
-    (job_root / "unrelated").mkdir()
+    storage_root.write(f"{job_root}/savepoints/sp-3/files/a", b"a")
+    storage_root.write(f"{job_root}/unrelated/x", b"x")
     protected = unconfirmed.files[2].location
 
     report = storage.collect_garbage([1, 2], [1], protected_locations=[protected])
@@ -486,8 +530,8 @@ def test_collect_garbage_follows_the_registry(
     assert storage.list_ids(SAVEPOINT) == [1, 2]
     for meta in (first, second, registered_savepoint, users_savepoint):
         storage.verify(meta)
-    assert stored(storage, protected).exists()
-    assert (job_root / "unrelated").exists()
+    assert storage_root.exists(storage.layout.location_path(protected))
+    assert storage_root.exists(f"{job_root}/unrelated/x")
     assert storage.collect_garbage([1, 2], [1], [protected]) == GarbageReport((), (), ())
 
 
@@ -506,6 +550,7 @@ def test_materialize_restores_every_file(
     assert all_files(target) == sorted(files)
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_materialize_into_an_existing_empty_directory(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
@@ -520,6 +565,7 @@ def test_materialize_into_an_existing_empty_directory(
     assert all_files(target) == ["offsets/0"]
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_materialize_refuses_a_target_with_content(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
@@ -557,11 +603,13 @@ def test_materialize_keeps_a_space_in_a_path_as_part_of_the_name(
 def test_a_failed_restore_into_an_existing_directory_empties_it_of_files_and_directories(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
     tmp_path: Path,
 ) -> None:
     files = {"metadata": b"{}", "offsets/0": b"o0", "state/0/0/1.delta": b"state"}
     meta = take_checkpoint(1, files, link=False)
-    stored(storage, meta.files[2].location).unlink()  # the last one copied is missing
+    # The last one copied is missing.
+    storage_root.delete(storage.layout.location_path(meta.files[2].location))
     target = tmp_path / "restore"
     target.mkdir()
 
@@ -575,12 +623,13 @@ def test_a_failed_restore_into_an_existing_directory_empties_it_of_files_and_dir
 def test_materialize_removes_what_it_wrote_after_a_checksum_failure(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
     tmp_path: Path,
     target_exists: bool,
 ) -> None:
     meta = take_checkpoint(1, {"offsets/0": b"o0", "state/0/0/1.delta": b"state"}, link=False)
-    corrupt = stored(storage, meta.files[1].location)
-    corrupt.write_bytes(b"STATE")
+    corrupt = storage.layout.location_path(meta.files[1].location)
+    storage_root.write(corrupt, b"STATE")
     target = tmp_path / "restore"
     if target_exists:
         target.mkdir()
@@ -588,49 +637,10 @@ def test_materialize_removes_what_it_wrote_after_a_checksum_failure(
     with pytest.raises(ChecksumMismatchError) as raised:
         storage.materialize(meta, str(target))
 
-    assert raised.value.path == str(corrupt)
+    assert raised.value.path == corrupt
     assert target.exists() == target_exists
     if target_exists:
         assert list(target.iterdir()) == []
-
-
-@pytest.fixture
-def memory_storage() -> Iterator[CheckpointStorage]:
-    root = f"memory://checkpoints-{uuid.uuid4().hex}"
-    yield CheckpointStorage(JobStorageLayout(root, "team-a", "orders.v2"))
-    memory = fsspec.filesystem("memory")
-    if memory.exists(root):
-        memory.rm(root, recursive=True)
-
-
-def test_the_whole_cycle_on_an_object_store(
-    memory_storage: CheckpointStorage,
-    spark_file: SparkFile,
-    make_metadata: MetadataMaker,
-    tmp_path: Path,
-) -> None:
-    storage = memory_storage
-    assert isinstance(storage.fs, StorageFileSystem)
-    assert not storage.fs.is_local
-
-    def take(checkpoint_id: int, files: Mapping[str, bytes]) -> CheckpointMetadata:
-        entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
-        meta = make_metadata(CHECKPOINT, checkpoint_id, entries)
-        storage.write_metadata(meta)
-        return meta
-
-    take(1, {"a": b"a", "b": b"b"})
-    second = take(2, {"b": b"b", "c": b"c"})
-    assert storage.list_ids(CHECKPOINT) == [1, 2]
-
-    storage.discard_checkpoint(1, retained=[2])
-    report = storage.collect_garbage([2], [])
-
-    assert report == GarbageReport((), (), ())
-    assert storage.read_metadata(CHECKPOINT, 2) == second
-    storage.verify(second)
-    storage.materialize(second, str(tmp_path / "restore"))
-    assert all_files(tmp_path / "restore") == ["b", "c"]
 
 
 # ---------------------------------------------------------------- symbolic links (issue 12, #7)
@@ -641,14 +651,15 @@ def _move_behind_link(directory: Path, elsewhere: Path) -> None:
     directory.symlink_to(elsewhere)
 
 
+@pytest.mark.local_only
 def test_restoring_through_a_linked_shared_directory_is_refused(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    local_job_root: Path,
     tmp_path: Path,
 ) -> None:
     meta = take_checkpoint(1, {"state/1.delta": b"one"})
-    _move_behind_link(job_root / "shared", tmp_path / "elsewhere")
+    _move_behind_link(local_job_root / "shared", tmp_path / "elsewhere")
 
     with pytest.raises(SymbolicLinkError, match="shared: is a symbolic link"):
         storage.materialize(meta, str(tmp_path / "restored"))
@@ -657,12 +668,13 @@ def test_restoring_through_a_linked_shared_directory_is_refused(
     assert not (tmp_path / "restored").exists()
 
 
+@pytest.mark.local_only
 def test_listing_through_a_linked_savepoints_directory_is_refused(
-    storage: CheckpointStorage, job_root: Path, tmp_path: Path
+    storage: CheckpointStorage, local_job_root: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "elsewhere" / "sp-4").mkdir(parents=True)
-    (job_root).mkdir(parents=True)
-    (job_root / "savepoints").symlink_to(tmp_path / "elsewhere")
+    (local_job_root).mkdir(parents=True)
+    (local_job_root / "savepoints").symlink_to(tmp_path / "elsewhere")
 
     with pytest.raises(SymbolicLinkError, match="savepoints: is a symbolic link") as raised:
         storage.list_ids(SAVEPOINT)
@@ -672,15 +684,16 @@ def test_listing_through_a_linked_savepoints_directory_is_refused(
     assert (tmp_path / "elsewhere" / "sp-4").is_dir()
 
 
+@pytest.mark.local_only
 def test_a_linked_metadata_file_is_not_read(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    local_job_root: Path,
     tmp_path: Path,
 ) -> None:
     take_checkpoint(1, {"state/1.delta": b"one"})
-    (job_root / "chk-1" / "_metadata").rename(tmp_path / "foreign-metadata")
-    (job_root / "chk-1" / "_metadata").symlink_to(tmp_path / "foreign-metadata")
+    (local_job_root / "chk-1" / "_metadata").rename(tmp_path / "foreign-metadata")
+    (local_job_root / "chk-1" / "_metadata").symlink_to(tmp_path / "foreign-metadata")
 
     with pytest.raises(SymbolicLinkError, match="_metadata: is a symbolic link"):
         storage.read_metadata(CHECKPOINT, 1)
@@ -689,6 +702,7 @@ def test_a_linked_metadata_file_is_not_read(
     assert (tmp_path / "foreign-metadata").exists()
 
 
+@pytest.mark.local_only
 def test_links_above_the_jobs_directory_are_the_administrators_and_work(
     tmp_path: Path, spark_file: SparkFile, make_metadata: MetadataMaker
 ) -> None:
@@ -707,18 +721,22 @@ def test_links_above_the_jobs_directory_are_the_administrators_and_work(
 
 
 def test_discarding_names_a_corrupt_metadata_file(
-    storage: CheckpointStorage, take_checkpoint: Callable[..., CheckpointMetadata], job_root: Path
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
 ) -> None:
     take_checkpoint(1, {"offsets/0": b"o0"})
-    (job_root / "chk-1" / "_metadata").write_text('{"format_version": 1}')
+    path = storage.layout.metadata_path(CHECKPOINT, 1)
+    storage_root.write(path, b'{"format_version": 1}')
 
     with pytest.raises(InvalidMetadataError) as raised:
         storage.discard_checkpoint(1, retained=[])
 
     assert raised.value.path == storage.layout.metadata_path(CHECKPOINT, 1)
-    assert (job_root / "chk-1" / "_metadata").exists()
+    assert storage_root.exists(path)
 
 
+@pytest.mark.local_only
 @pytest.mark.parametrize(
     ("link", "target"),
     [("shared/ab/cd", "directory"), ("shared/ab/cd/file", "file"), ("shared/top", "file")],
@@ -726,48 +744,55 @@ def test_discarding_names_a_corrupt_metadata_file(
 def test_garbage_collection_meets_a_link_deep_in_shared_and_deletes_nothing(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    job_root: Path,
+    local_job_root: Path,
     link: str,
     target: str,
 ) -> None:
     take_checkpoint(1, {"offsets/0": b"o0"})
-    outside = job_root.parent.parent / "outside"
+    outside = local_job_root.parent.parent / "outside"
     (outside / "directory").mkdir(parents=True)
     (outside / "directory" / "precious").write_text("not the job's")
     (outside / "file").write_text("not the job's")
-    (job_root / link).parent.mkdir(parents=True, exist_ok=True)
-    (job_root / link).symlink_to(outside / target)
-    before = all_files(job_root)
+    (local_job_root / link).parent.mkdir(parents=True, exist_ok=True)
+    (local_job_root / link).symlink_to(outside / target)
+    before = all_files(local_job_root)
 
     with pytest.raises(SymbolicLinkError) as raised:
         storage.collect_garbage([], [])
 
-    assert (raised.value.path, raised.value.target) == (str(job_root / link), str(outside / target))
-    assert all_files(job_root) == before
+    assert (raised.value.path, raised.value.target) == (
+        str(local_job_root / link),
+        str(outside / target),
+    )
+    assert all_files(local_job_root) == before
     assert all_files(outside) == ["directory/precious", "file"]
 
 
 @pytest.mark.parametrize("link", [True, False])
 def test_a_file_that_changes_between_hashing_and_storing_is_refused(
-    memory_storage: CheckpointStorage,
+    storage: CheckpointStorage,
     spark_file: SparkFile,
     monkeypatch: pytest.MonkeyPatch,
     link: bool,
 ) -> None:
     """Spark could rewrite a file while a checkpoint stores it: the bytes stored must be
-    the bytes hashed (here the hash is taken of an earlier version)."""
+    the bytes hashed (here the hash is taken of an earlier version). A hard link (local
+    storage) stores the file itself, which Spark never rewrites once committed."""
+    if link and storage.fs.is_local:
+        pytest.skip("a hard link is the file itself")
     local = spark_file("state/0/0/1.delta", b"earlier")
     earlier = digest_local_file(local)
     Path(local).write_bytes(b"rewritten")
     monkeypatch.setattr(store_module, "digest_local_file", lambda _path: earlier)
 
     with pytest.raises(ChecksumMismatchError) as raised:
-        memory_storage.add_shared_file(local, "state/0/0/1.delta", link=link)
+        storage.add_shared_file(local, "state/0/0/1.delta", link=link)
 
     assert raised.value.path == local
-    assert memory_storage.fs.list_files(memory_storage.layout.shared_dir) == []
+    assert storage.fs.list_files(storage.layout.shared_dir) == []
 
 
+@pytest.mark.local_only  # argument checks, the same on every root
 def test_a_shared_file_path_must_be_relative(
     storage: CheckpointStorage, spark_file: SparkFile
 ) -> None:
@@ -788,3 +813,71 @@ def test_every_retained_checkpoints_files_are_kept_not_only_the_last_ones(
     assert report == GarbageReport((), (), ())
     storage.verify(first)
     storage.verify(second)
+
+
+def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_delete(
+    s3_server: S3Server,
+    take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An object store's keys are plain strings: `shared/ab/../../../victim` can be a key
+    (S3 keeps it as it is; Azure refuses such a name). Such a key is not a location, and
+    garbage collection refuses it before it deletes anything."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    storage = CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB))
+    take_checkpoint_on(storage)  # never registered
+    trap = f"{storage.layout.shared_dir}/ab/../../../victim"
+    root.write(f"{root.url}/team-a/victim", b"not the job's")
+    root.write(trap, b"placed by someone")
+
+    with pytest.raises(ValueError, match=r"location must be a relative path without '\.'"):
+        storage.collect_garbage([], [])
+
+    assert storage.list_ids(CHECKPOINT) == [1], "nothing was deleted"
+    assert root.read(f"{root.url}/team-a/victim") == b"not the job's"
+    assert root.exists(trap)
+
+
+def test_the_hadoop_scheme_s3a_names_the_same_storage(
+    s3_server: S3Server,
+    take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Manifests name the root as Spark does (`s3a://`); s3fs serves both schemes."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    written = take_checkpoint_on(CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB)))
+    hadoop_root = root.url.replace("s3://", "s3a://", 1)
+
+    storage = CheckpointStorage(JobStorageLayout(hadoop_root, NAMESPACE, JOB))
+
+    assert storage.list_ids(CHECKPOINT) == [1]
+    assert storage.read_metadata(CHECKPOINT, 1) == written
+    storage.verify(written)
+
+
+def test_what_another_process_changed_is_seen(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    storage_root: StorageRoot,
+) -> None:
+    """A cleanup pod or the next driver changes storage between two listings of this one
+    (storage_root writes through a filesystem object of its own)."""
+    first = take_checkpoint(1, {"offsets/0": b"o0"})
+    assert storage.list_ids(CHECKPOINT) == [1]
+    assert storage.fs.list_files(storage.layout.shared_dir) == [
+        first.files[0].location.removeprefix("shared/")
+    ]
+    storage_root.write(
+        storage.layout.metadata_path(CHECKPOINT, 2),
+        dataclasses.replace(first, checkpoint_id=2).to_json(),
+    )
+    storage_root.write(f"{storage.layout.shared_dir}/ff/.partial.tmp", b"partial")
+
+    assert storage.list_ids(CHECKPOINT) == [1, 2]
+    assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.partial.tmp",)

@@ -5,23 +5,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 
+# The protocol's enums are defined once, with the wire contract the agent speaks.
+from spark_checkpoint.protocol import AfterCompletion, CheckpointKind
 
-class CheckpointKind(StrEnum):
-    CHECKPOINT = "checkpoint"
-    SAVEPOINT = "savepoint"
+__all__ = ["AfterCompletion", "CheckpointKind", "RequestOrigin", "RequestQueue", "TriggerRequest"]
 
 
 class RequestOrigin(StrEnum):
     PERIODIC = "periodic"
     USER = "user"
-
-
-class AfterCompletion(StrEnum):
-    """What the job does once the checkpoint is complete (stop-with-savepoint)."""
-
-    CONTINUE = "continue"
-    STOP = "stop"
-    DRAIN = "drain"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint.settings import PREFIX, DriverSettings, RestoreCandidate
+from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.settings import PREFIX, DriverSettings
 from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
 from spark_checkpoint_operator.manifest import EnvVar, JobManifest, RoleSpec
 
@@ -144,7 +145,7 @@ def driver_pod(
         agent_port=AGENT_PORT,
         token="",  # never in the pod spec: the driver reads the mounted Secret
         attempt=attempt,
-        restore_candidates=tuple(RestoreCandidate.parse(c) for c in restore),
+        restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
     )
     memory_mib = spec.driver.memory_mib
     spark_conf = {

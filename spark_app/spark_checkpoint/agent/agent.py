@@ -14,9 +14,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -30,34 +29,33 @@ from spark_checkpoint.agent.snapshot import (
     planned_batches,
     snapshot_tasks,
 )
+from spark_checkpoint.protocol import (
+    AckReport,
+    AfterCompletion,
+    AgentStatus,
+    CheckpointKind,
+    CollectGarbageAnswer,
+    DeclineReport,
+    FinalizeAnswer,
+    QueryState,
+    QueryStatus,
+    RestoredFrom,
+    SnapshotPhase,
+    SnapshotStatus,
+)
 from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import (
-    CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
     ManifestEntry,
     StorageError,
     TaskAcknowledgement,
+    snapshot_dir_name,
 )
 
 log = logging.getLogger(__name__)
 
 COPY_DELAY_VARIABLE = "SPARK_CHECKPOINT_COPY_DELAY"
-
-
-class AfterCompletion(StrEnum):
-    CONTINUE = "continue"
-    STOP = "stop"
-    DRAIN = "drain"
-
-
-class SnapshotState(StrEnum):
-    CAPTURING = "capturing"
-    COPYING = "copying"
-    ACKNOWLEDGED = "acknowledged"
-    FINALIZED = "finalized"
-    COMPLETED = "completed"
-    ABORTED = "aborted"
 
 
 class AgentRequestError(Exception):
@@ -72,9 +70,7 @@ class AgentRequestError(Exception):
 class QueryView:
     """What the agent needs to know about the running query."""
 
-    # running, finished, failed, stopped (after a stop-with-savepoint), restoring (a restored
-    # query not yet past its image: no snapshot is taken)
-    state: str
+    state: QueryState
     idle: bool  # no data available and no trigger active: drained
     message: str = ""
 
@@ -85,34 +81,32 @@ class _Snapshot:
     kind: CheckpointKind
     after: AfterCompletion
     trigger_time: datetime
-    state: SnapshotState = SnapshotState.CAPTURING
+    state: SnapshotPhase = SnapshotPhase.CAPTURING
     plan: SnapshotPlan | None = None
     acks: dict[str, TaskAcknowledgement] = field(default_factory=dict)
     entries: dict[str, list[ManifestEntry]] = field(default_factory=dict)
     declines: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    finalized: tuple[str, int] | None = None  # _metadata path and total bytes
+    finalized: FinalizeAnswer | None = None
 
     def locations(self) -> set[str]:
         return {e.location for entries in self.entries.values() for e in entries}
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.checkpoint_id,
-            "kind": self.kind.value,
-            "state": self.state.value,
-            "batchId": self.plan.batch_id if self.plan else None,
-            "acks": [
-                {
-                    "task": ack.task,
-                    "batchId": self.plan.batch_id if self.plan else None,
-                    "sizeBytes": ack.bytes,
-                    "durationMs": ack.duration_ms,
-                }
+    def report(self) -> SnapshotStatus:
+        batch_id = self.plan.batch_id if self.plan else None
+        return SnapshotStatus(
+            checkpoint_id=self.checkpoint_id,
+            kind=self.kind,
+            state=self.state,
+            batch_id=batch_id,
+            # An ack exists only once the plan (and so the batch) does.
+            acks=tuple(
+                AckReport(ack.task, batch_id, ack.bytes, ack.duration_ms)
                 for ack in self.acks.values()
-            ],
-            "declines": [{"task": t, "message": m} for t, m in self.declines.items()],
-        }
+                if batch_id is not None
+            ),
+            declines=tuple(DeclineReport(t, m) for t, m in self.declines.items()),
+        )
 
 
 class _AddersOrDiscarder:
@@ -164,7 +158,7 @@ class CheckpointAgent:
         pin_root: Path,
         participants: Sequence[CheckpointParticipant],
         query_view: Callable[[], QueryView],
-        restored_from: dict[str, Any] | None,
+        restored_from: RestoredFrom | None,
         attempt: int,
         copy_workers: int = 2,
     ) -> None:
@@ -186,23 +180,22 @@ class CheckpointAgent:
         # The status version: one status at a time, so versions follow the documents.
         self._status_lock = threading.Lock()
         self._version = 0
-        self._reported: dict[str, Any] | None = None
+        self._reported: AgentStatus | None = None
         self._watchers: list[Callable[[], None]] = []
 
     # ------------------------------------------------------------------ status
 
     def status(self) -> dict[str, Any]:
-        """The status document. Its ``version`` rises whenever what the coordinator acts on
-        differs from the previous document (``lastCommittedBatch`` alone does not count)."""
+        """The status document as ``GET /v1/status`` serves it. Its ``version`` rises
+        whenever what the coordinator acts on differs from the previous document
+        (``lastCommittedBatch`` alone does not count)."""
         with self._status_lock:
             document = self._status()
-            query = document["query"]
-            reported = document | {"query": {k: query[k] for k in ("state", "message")}}
+            reported = replace(document, query=replace(document.query, last_committed_batch=None))
             if reported != self._reported:
                 self._reported = reported
                 self._version += 1
-            document["version"] = self._version
-            return document
+            return replace(document, version=self._version).to_json()
 
     def watch(self, changed: Callable[[], None]) -> None:
         """Call ``changed`` (from any thread) when a snapshot makes progress: a status
@@ -217,34 +210,29 @@ class CheckpointAgent:
         for changed in list(self._watchers):
             changed()
 
-    def _status(self) -> dict[str, Any]:
+    def _status(self) -> AgentStatus:
         view = self._query_view()
-        if self.stop_requested and view.state == "finished":
-            view = QueryView("stopped", True)
+        if self.stop_requested and view.state is QueryState.FINISHED:
+            view = QueryView(QueryState.STOPPED, True)
         committed = committed_batches(self._location)
         with self._lock:
-            snapshots = [s.to_json() for s in self._in_flight()]
+            snapshots = tuple(s.report() for s in self._in_flight())
             notified = self._notified_batch
-        return {
-            "apiVersion": "v1",
-            "attempt": self._attempt,
-            "query": {
-                "state": view.state,
-                "message": view.message,
-                "lastCommittedBatch": committed[-1] if committed else None,
-            },
-            "tasks": sorted(snapshot_tasks(self._location)),
-            # A finished query still has every snapshot task: its final image is takeable.
-            "allTasksRunning": view.state in ("running", "finished"),
-            "awaitingFinalCheckpoint": view.state == "finished"
+        return AgentStatus(
+            version=None,  # set by status()
+            attempt=self._attempt,
+            query=QueryStatus(view.state, view.message, committed[-1] if committed else None),
+            tasks=tuple(sorted(snapshot_tasks(self._location))),
+            all_tasks_running=view.state.runs_tasks,
+            awaiting_final_checkpoint=view.state is QueryState.FINISHED
             and bool(committed)
             and (notified is None or notified < committed[-1]),
-            "restoredFrom": self._restored_from,
-            "checkpoints": snapshots,
-        }
+            restored_from=self._restored_from,
+            checkpoints=snapshots,
+        )
 
     def _in_flight(self) -> list[_Snapshot]:
-        done = (SnapshotState.COMPLETED, SnapshotState.ABORTED)
+        done = (SnapshotPhase.COMPLETED, SnapshotPhase.ABORTED)
         return [s for s in self._snapshots.values() if s.state not in done]
 
     # ------------------------------------------------------------------ commands
@@ -260,14 +248,14 @@ class CheckpointAgent:
             target=self._capture, args=(snapshot,), name=f"capture-{checkpoint_id}", daemon=True
         ).start()
 
-    def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> tuple[str, int]:
+    def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
         """Write ``_metadata`` from the acknowledgements; return its path and total size."""
         with self._lock:
             snapshot = self._require(checkpoint_id)
-            done = (SnapshotState.FINALIZED, SnapshotState.COMPLETED)
+            done = (SnapshotPhase.FINALIZED, SnapshotPhase.COMPLETED)
             if snapshot.state in done and snapshot.finalized is not None:
                 return snapshot.finalized
-            if snapshot.state is not SnapshotState.ACKNOWLEDGED or snapshot.plan is None:
+            if snapshot.state is not SnapshotPhase.ACKNOWLEDGED or snapshot.plan is None:
                 raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
             if set(tasks) != snapshot.plan.tasks:
                 # The coordinator expected another task set than the image has (a state
@@ -297,7 +285,7 @@ class CheckpointAgent:
             aborted = snapshot.cancelled.is_set()  # set by abort() under this lock
             if not aborted:
                 done_here = _completes_at_finalization(snapshot)
-                snapshot.state = SnapshotState.COMPLETED if done_here else SnapshotState.FINALIZED
+                snapshot.state = SnapshotPhase.COMPLETED if done_here else SnapshotPhase.FINALIZED
         self._changed()
         if aborted:  # the abort came while _metadata was being written: take it back
             self._storage.fs.delete_tree(
@@ -305,7 +293,7 @@ class CheckpointAgent:
             )
             raise AgentRequestError(409, f"checkpoint {checkpoint_id} was aborted")
         path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
-        snapshot.finalized = (path, metadata.total_bytes)
+        snapshot.finalized = FinalizeAnswer(path, metadata.total_bytes)
         return snapshot.finalized
 
     def complete(self, checkpoint_id: int, batch_id: int) -> None:
@@ -318,7 +306,7 @@ class CheckpointAgent:
         """
         with self._lock:
             snapshot = self._require(checkpoint_id)
-            completable = (SnapshotState.FINALIZED, SnapshotState.COMPLETED)
+            completable = (SnapshotPhase.FINALIZED, SnapshotPhase.COMPLETED)
             if snapshot.plan is None or snapshot.state not in completable:
                 raise AgentRequestError(
                     409,
@@ -331,7 +319,7 @@ class CheckpointAgent:
                     f"checkpoint {checkpoint_id} is an image of batch "
                     f"{snapshot.plan.batch_id}, not of batch {batch_id}",
                 )
-            snapshot.state = SnapshotState.COMPLETED
+            snapshot.state = SnapshotPhase.COMPLETED
             after = snapshot.after
         for participant in self._participants:
             participant.on_checkpoint_complete(batch_id)
@@ -353,21 +341,21 @@ class CheckpointAgent:
                 return
             # A completed image is registered, so never aborted, except a savepoint done at
             # finalization whose abort overtook the coordinator's registration.
-            if snapshot.state is SnapshotState.COMPLETED and not _completes_at_finalization(
+            if snapshot.state is SnapshotPhase.COMPLETED and not _completes_at_finalization(
                 snapshot
             ):
                 return
             was = snapshot.state
-            snapshot.state = SnapshotState.ABORTED
+            snapshot.state = SnapshotPhase.ABORTED
             snapshot.cancelled.set()
         self._changed()
         log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
         # A finalized image or a savepoint's own files are garbage once aborted (shared
         # files of an aborted checkpoint are left to garbage collection). Copies still
         # running would write after a delete, so they delete when the last one ends.
-        copies_running = was in (SnapshotState.CAPTURING, SnapshotState.COPYING)
+        copies_running = was in (SnapshotPhase.CAPTURING, SnapshotPhase.COPYING)
         if not copies_running and (
-            was is SnapshotState.FINALIZED or snapshot.kind is CheckpointKind.SAVEPOINT
+            was is SnapshotPhase.FINALIZED or snapshot.kind is CheckpointKind.SAVEPOINT
         ):
             self._delete_image(snapshot)
 
@@ -382,7 +370,7 @@ class CheckpointAgent:
 
     def collect_garbage(
         self, checkpoints: Sequence[int], savepoints: Sequence[int]
-    ) -> dict[str, Any]:
+    ) -> CollectGarbageAnswer:
         with self._storage_access.discard():
             with self._lock:
                 if self._in_flight():
@@ -395,11 +383,9 @@ class CheckpointAgent:
                 raise AgentRequestError(
                     409, f"storage disagrees with the registry, nothing collected: {error}"
                 ) from error
-        return {
-            "checkpoints": list(report.checkpoint_ids),
-            "savepoints": list(report.savepoint_ids),
-            "sharedFiles": len(report.shared_locations),
-        }
+        return CollectGarbageAnswer(
+            tuple(report.checkpoint_ids), tuple(report.savepoint_ids), len(report.shared_locations)
+        )
 
     # ------------------------------------------------------------------ driver side
 
@@ -429,7 +415,7 @@ class CheckpointAgent:
         return snapshot
 
     def _capture(self, snapshot: _Snapshot) -> None:
-        pin_dir = self._pin_root / f"{snapshot.kind.directory_prefix}{snapshot.checkpoint_id}"
+        pin_dir = self._pin_root / snapshot_dir_name(snapshot.kind, snapshot.checkpoint_id)
         try:
             batch_id = self._choose_batch(snapshot)
             plan = plan_snapshot(self._location, batch_id)
@@ -443,8 +429,8 @@ class CheckpointAgent:
             return
         with self._lock:
             snapshot.plan = plan
-            if snapshot.state is SnapshotState.CAPTURING:
-                snapshot.state = SnapshotState.COPYING
+            if snapshot.state is SnapshotPhase.CAPTURING:
+                snapshot.state = SnapshotPhase.COPYING
         self._changed()
         remaining = [len(plan.files_by_task)]
 
@@ -452,8 +438,8 @@ class CheckpointAgent:
             with self._lock:
                 remaining[0] -= 1
                 finished = remaining[0] == 0
-                if finished and snapshot.state is SnapshotState.COPYING and not snapshot.declines:
-                    snapshot.state = SnapshotState.ACKNOWLEDGED
+                if finished and snapshot.state is SnapshotPhase.COPYING and not snapshot.declines:
+                    snapshot.state = SnapshotPhase.ACKNOWLEDGED
                 aborted = snapshot.cancelled.is_set()
             self._changed()  # this task's ack or decline, and perhaps "acknowledged"
             if finished:
@@ -483,11 +469,11 @@ class CheckpointAgent:
             committed = committed_batches(self._location)
             waiting_for_batch = not committed or committed[-1] < target
             draining = snapshot.after is AfterCompletion.DRAIN and not view.idle
-            if view.state != "running" and committed:
+            if view.state is not QueryState.RUNNING and committed:
                 return committed[-1]  # a finished query cannot move on
             if committed and not waiting_for_batch and not draining:
                 return committed[-1]
-            if view.state in ("failed", "stopped"):
+            if view.state in (QueryState.FAILED, QueryState.STOPPED):
                 raise SnapshotError(f"the query is {view.state}: {view.message}")
             time.sleep(0.05)
 

@@ -14,16 +14,24 @@ from typing import Any, TypeVar
 
 from aiohttp import web
 
-from spark_checkpoint.agent.agent import AfterCompletion, AgentRequestError, CheckpointAgent
-from spark_checkpoint.storage import CheckpointKind, StorageError
+from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
+from spark_checkpoint.protocol import (
+    MAX_ID,
+    AbortBody,
+    CollectGarbageBody,
+    CompleteBody,
+    DiscardCheckpointBody,
+    FinalizeBody,
+    ProtocolError,
+    TriggerBody,
+)
+from spark_checkpoint.storage import StorageError
 
 log = logging.getLogger(__name__)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Number = TypeVar("Number", int, float)
 
-# Ids and batch ids are int64 wherever they are recorded (the job's status in Kubernetes).
-MAX_ID = 2**63 - 1
 _CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
 # The longest a status request waits for a change (``wait`` is capped to it).
 MAX_WAIT_SECONDS = 30.0
@@ -59,63 +67,27 @@ def _bad_request(message: str) -> AgentRequestError:
     return AgentRequestError(400, f"bad request: {message}")
 
 
-def _shown(value: Any) -> str:
-    text = json.dumps(value) if not isinstance(value, float) else repr(value)
-    return text if len(text) <= 60 else f"{text[:57]}..."
-
-
 def _refuse_constant(name: str) -> Any:
     raise ValueError(f"{name} is not a JSON number")
 
 
-async def _json_object(request: web.Request) -> dict[str, Any]:
-    """The request's body: a JSON object, else a 400 that says what is wrong with it."""
+Document = TypeVar("Document")
+
+
+async def _body(request: web.Request, read: Callable[[Any], Document]) -> Document:
+    """The request's body as ``read`` makes it a document of the protocol, else a 400 that
+    says what is wrong with it."""
     raw = await request.read()
     try:
-        document = json.loads(raw, parse_constant=_refuse_constant)
+        value = json.loads(raw, parse_constant=_refuse_constant)
     except RecursionError:
         raise _bad_request("the body is nested too deeply") from None
     except ValueError as error:  # not JSON, not UTF-8, an integer of more than 4300 digits
         raise _bad_request(f"the body is not JSON: {error}") from None
-    if not isinstance(document, dict):
-        raise _bad_request(f"the body must be a JSON object, got {type(document).__name__}")
-    return document
-
-
-def _required(body: dict[str, Any], name: str) -> Any:
-    if name not in body:
-        raise _bad_request(f"field {name!r} is missing")
-    return body[name]
-
-
-def _id_value(value: Any, field: str) -> int:
-    """An id or batch id: a JSON integer from 0 to MAX_ID (no string, float or boolean)."""
-    if type(value) is not int or not 0 <= value <= MAX_ID:
-        raise _bad_request(f"{field} must be an integer from 0 to {MAX_ID}, got {_shown(value)}")
-    return value
-
-
-def _id_list(body: dict[str, Any], name: str) -> list[int]:
-    values = _required(body, name)
-    if not isinstance(values, list):
-        raise _bad_request(f"{name} must be a list of ids, got {_shown(values)}")
-    return [_id_value(value, f"{name}[{index}]") for index, value in enumerate(values)]
-
-
-def _string(value: Any, field: str) -> str:
-    if not isinstance(value, str):
-        raise _bad_request(f"{field} must be a string, got {_shown(value)}")
-    return value
-
-
-Choice = TypeVar("Choice", CheckpointKind, AfterCompletion)
-
-
-def _choice(values: type[Choice], value: Any, field: str) -> Choice:
-    if not isinstance(value, str) or value not in set(values):
-        allowed = ", ".join(repr(str(member)) for member in values)
-        raise _bad_request(f"{field} must be one of {allowed}, got {_shown(value)}")
-    return values(value)
+    try:
+        return read(value)
+    except ProtocolError as error:
+        raise _bad_request(str(error)) from None
 
 
 def _path_id(request: web.Request) -> int:
@@ -196,41 +168,32 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
     status = _StatusRoute(agent)
 
     async def trigger(request: web.Request) -> web.Response:
-        body = await _json_object(request)
-        checkpoint_id = _id_value(_required(body, "id"), "id")
-        kind = _choice(CheckpointKind, _required(body, "kind"), "kind")
-        after = _choice(AfterCompletion, body.get("after", "continue"), "after")
-        agent.trigger(checkpoint_id, kind, after)
+        body = await _body(request, TriggerBody.from_json)
+        agent.trigger(body.checkpoint_id, body.kind, body.after)
         return web.json_response({"accepted": True}, status=202)
 
     async def finalize(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _json_object(request)
-        tasks = _required(body, "tasks")
-        if not isinstance(tasks, list):
-            raise _bad_request(f"tasks must be a list of task names, got {_shown(tasks)}")
-        names = [_string(task, f"tasks[{index}]") for index, task in enumerate(tasks)]
-        path, size = await _in_thread(lambda: agent.finalize(checkpoint_id, names))
-        return web.json_response({"path": path, "sizeBytes": size})
+        body = await _body(request, FinalizeBody.from_json)
+        answer = await _in_thread(lambda: agent.finalize(checkpoint_id, body.tasks))
+        return web.json_response(answer.to_json())
 
     async def complete(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _json_object(request)
-        batch_id = _id_value(_required(body, "batchId"), "batchId")
-        await _in_thread(lambda: agent.complete(checkpoint_id, batch_id))
+        body = await _body(request, CompleteBody.from_json)
+        await _in_thread(lambda: agent.complete(checkpoint_id, body.batch_id))
         return web.json_response({"notified": True})
 
     async def abort(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        body = await _json_object(request)
-        reason = _string(body.get("reason", ""), "reason")
-        await _in_thread(lambda: agent.abort(checkpoint_id, reason))
+        body = await _body(request, AbortBody.from_json)
+        await _in_thread(lambda: agent.abort(checkpoint_id, body.reason))
         return web.json_response({"aborted": True})
 
     async def discard_checkpoint(request: web.Request) -> web.Response:
         checkpoint_id = _path_id(request)
-        retained = _id_list(await _json_object(request), "retained")
-        await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, retained))
+        body = await _body(request, DiscardCheckpointBody.from_json)
+        await _in_thread(lambda: agent.discard_checkpoint(checkpoint_id, body.retained))
         return web.json_response({"discarded": True})
 
     async def discard_savepoint(request: web.Request) -> web.Response:
@@ -239,12 +202,9 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         return web.json_response({"discarded": True})
 
     async def collect_garbage(request: web.Request) -> web.Response:
-        body = await _json_object(request)
-        checkpoints = _id_list(body, "checkpoints")
-        savepoints = _id_list(body, "savepoints")
-        return web.json_response(
-            await _in_thread(lambda: agent.collect_garbage(checkpoints, savepoints))
-        )
+        body = await _body(request, CollectGarbageBody.from_json)
+        answer = await _in_thread(lambda: agent.collect_garbage(body.checkpoints, body.savepoints))
+        return web.json_response(answer.to_json())
 
     app = web.Application(middlewares=[authenticate])
     app.cleanup_ctx.append(status.watch_agent)

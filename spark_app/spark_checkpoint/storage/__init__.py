@@ -4,18 +4,21 @@ write, verify, discard and restore checkpoints and savepoints.
 Pure Python over fsspec: shared by the Spark driver (data plane) and the command line.
 """
 
+from spark_checkpoint.protocol import CheckpointKind
+
 from .errors import (
     ChecksumMismatchError,
     InvalidMetadataError,
     MissingFileError,
     NotEmptyError,
+    StorageAccessError,
     StorageError,
     SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
-from .layout import CheckpointKind, JobStorageLayout, parse_snapshot_dir_name
+from .layout import JobStorageLayout, parse_snapshot_dir_name, snapshot_dir_name
 from .metadata import (
     FORMAT_VERSION,
     METADATA_SCHEMA,
@@ -39,6 +42,7 @@ __all__ = [
     "ManifestEntry",
     "MissingFileError",
     "NotEmptyError",
+    "StorageAccessError",
     "StorageError",
     "StorageFileSystem",
     "SymbolicLinkError",
@@ -47,4 +51,5 @@ __all__ = [
     "UnknownFormatVersionError",
     "digest_local_file",
     "parse_snapshot_dir_name",
+    "snapshot_dir_name",
 ]

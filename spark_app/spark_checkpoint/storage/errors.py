@@ -22,6 +22,12 @@ class StorageError(Exception):
         return f"{self.path}: {self.reason}"
 
 
+class StorageAccessError(StorageError):
+    """The storage service could not be used for a path: no or wrong credentials, an
+    endpoint that does not answer, a request it refused (the reason names the library's
+    error, e.g. botocore's NoCredentialsError)."""
+
+
 class MissingFileError(StorageError):
     """A file that a manifest or the layout says must exist does not."""
 

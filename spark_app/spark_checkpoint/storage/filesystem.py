@@ -14,14 +14,20 @@ import os
 import posixpath
 import stat
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .errors import ChecksumMismatchError, MissingFileError, SymbolicLinkError
+from .errors import (
+    ChecksumMismatchError,
+    MissingFileError,
+    StorageAccessError,
+    StorageError,
+    SymbolicLinkError,
+)
 
 _CHUNK_SIZE = 1024 * 1024
 # A hard link failing with one of these means "not possible here" (another device, a
@@ -78,6 +84,10 @@ class StorageFileSystem:
       object. A filesystem that is neither (e.g. HDFS, where a file is visible while
       being written) would need a write-then-rename branch here.
 
+    Errors: a missing file is MissingFileError; any other failure of the storage library
+    (no credentials, an endpoint that does not answer, a refused request: each library has
+    its own exception classes) is StorageAccessError naming the path, or an OSError.
+
     Symbolic links: below the directory given as `confined_to` (a job's directory), no
     path is followed through a symbolic link. Every operation whose path crosses one, and
     a listing that meets one, raises SymbolicLinkError instead: a link placed there could
@@ -94,8 +104,12 @@ class StorageFileSystem:
 
     @classmethod
     def for_url(cls, url: str) -> StorageFileSystem:
-        """The filesystem fsspec resolves for `url` (a URI or a local path)."""
-        fs, _ = url_to_fs(url)
+        """The filesystem fsspec resolves for `url` (a URI or a local path).
+
+        Without fsspec's listings cache: every listing and existence check asks storage,
+        which another process (a cleanup pod, the next driver) may have changed.
+        """
+        fs, _ = url_to_fs(url, use_listings_cache=False)
         return cls(fs)
 
     def confined(self, directory: str) -> StorageFileSystem:
@@ -114,66 +128,66 @@ class StorageFileSystem:
 
     def read_bytes(self, path: str) -> bytes:
         """The whole content of the file at `path`."""
-        try:
-            data: bytes = self._fs.cat_file(self._native(path))
-        except FileNotFoundError as error:
-            raise MissingFileError(path, "no such file") from error
+        with _storage_errors(path):
+            try:
+                data: bytes = self._fs.cat_file(self._native(path))
+            except FileNotFoundError as error:
+                raise MissingFileError(path, "no such file") from error
         return data
 
     def exists(self, path: str) -> bool:
         """True if a file or directory exists at `path`."""
-        return bool(self._fs.exists(self._native(path)))
+        with _storage_errors(path):
+            return bool(self._fs.exists(self._native(path)))
 
     def file_size(self, path: str) -> int | None:
         """The size of the file at `path`, or None if there is no file there."""
-        try:
-            info = self._fs.info(self._native(path))
-        except FileNotFoundError:
-            return None
+        with _storage_errors(path):
+            try:
+                info = self._fs.info(self._native(path))
+            except FileNotFoundError:
+                return None
         return int(info["size"]) if info["type"] == "file" else None
 
     def list_dir(self, path: str) -> list[str]:
         """Sorted names of the entries directly in the directory `path` ([] if it is absent)."""
-        try:
-            entries = self._fs.ls(self._native(path), detail=False)
-        except FileNotFoundError:
-            return []
+        with _storage_errors(path):
+            try:
+                entries = self._fs.ls(self._native(path), detail=False)
+            except FileNotFoundError:
+                return []
         return sorted(posixpath.basename(entry.rstrip("/")) for entry in entries)
 
     def list_files(self, path: str) -> list[str]:
         """Sorted paths, relative to `path`, of all files below the directory `path`."""
-        base = self._native(path).rstrip("/")
-        if self._is_local and self._boundary is not None:
-            return sorted(_local_files_refusing_links(base))
-        return sorted(found[len(base) + 1 :] for found in self._fs.find(base))
+        with _storage_errors(path):
+            base = self._native(path).rstrip("/")
+            if self._is_local and self._boundary is not None:
+                return sorted(_local_files_refusing_links(base))
+            return sorted(found[len(base) + 1 :] for found in self._fs.find(base))
 
     def delete_file(self, path: str) -> None:
         """Delete the file at `path`, if there is one."""
-        with contextlib.suppress(FileNotFoundError):
+        with _storage_errors(path), contextlib.suppress(FileNotFoundError):
             self._fs.rm_file(self._native(path))
 
     def delete_tree(self, path: str) -> None:
         """Delete the directory `path` and everything below it, if it exists."""
-        with contextlib.suppress(FileNotFoundError):
+        with _storage_errors(path), contextlib.suppress(FileNotFoundError):
             self._fs.rm(self._native(path), recursive=True)
 
     def digest(self, path: str) -> FileDigest:
         """Size and SHA-256 of the stored file at `path`, read in one streaming pass."""
-        try:
-            source = self._fs.open(self._native(path), "rb")
-        except FileNotFoundError as error:
-            raise MissingFileError(path, "no such file") from error
-        with source:
-            return _stream_digest(source, write=None)
+        return self._read_stream(path, lambda source: _stream_digest(source, write=None))
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Write `data` as the file `path`, replacing it atomically (see the class docstring)."""
-        native = self._native(path)
-        if self._is_local:
-            _replace_local_file(native, lambda target: target.write(data), durable=True)
-        else:
-            self._fs.makedirs(posixpath.dirname(native), exist_ok=True)
-            self._fs.pipe_file(native, data)
+        with _storage_errors(path):
+            native = self._native(path)
+            if self._is_local:
+                _replace_local_file(native, lambda target: target.write(data), durable=True)
+            else:
+                self._fs.pipe_file(native, data)
 
     def copy_in(self, local_src: str, path: str, expected: FileDigest | None = None) -> FileDigest:
         """Copy the local file `local_src` to `path` atomically and return its digest.
@@ -188,8 +202,8 @@ class StorageFileSystem:
             digest = digest_local_file(local_src)
             if expected is not None:
                 digest.require_match(expected, local_src)
-            self._fs.makedirs(posixpath.dirname(native), exist_ok=True)
-            self._fs.put_file(local_src, native)
+            with _storage_errors(path):
+                self._fs.put_file(local_src, native)
             return digest
         with open(local_src, "rb") as source:
             return _replace_local_file(
@@ -240,16 +254,24 @@ class StorageFileSystem:
         is not fsynced: it is restored into a fresh directory, which is made again from
         storage if the machine goes down.
         """
-        try:
-            source = self._fs.open(self._native(path), "rb")
-        except FileNotFoundError as error:
-            raise MissingFileError(path, "no such file") from error
-        with source:
-            return _replace_local_file(
+        return self._read_stream(
+            path,
+            lambda source: _replace_local_file(
                 local_dst,
                 lambda target: _copy_verified(source, target, expected, path),
                 durable=False,
-            )
+            ),
+        )
+
+    def _read_stream(self, path: str, consume: Callable[[IO[bytes]], _Result]) -> _Result:
+        """`consume` applied to the stored file at `path`, open for reading."""
+        with _storage_errors(path):
+            try:
+                source = self._fs.open(self._native(path), "rb")
+            except FileNotFoundError as error:
+                raise MissingFileError(path, "no such file") from error
+            with source:
+                return consume(source)
 
     def _native(self, path: str) -> str:
         # The wrapped filesystem's own form of the path: no protocol, absolute if local.
@@ -257,6 +279,20 @@ class StorageFileSystem:
         if self._is_local and self._boundary is not None:
             _require_no_link_below(self._boundary, native)
         return native
+
+
+@contextlib.contextmanager
+def _storage_errors(path: str) -> Iterator[None]:
+    """Any error of the storage library as StorageAccessError naming `path`, except the
+    OSErrors (FileNotFoundError, PermissionError, ...) that fsspec libraries translate
+    their errors to: callers handle StorageError and OSError, not each library's own
+    classes (botocore's NoCredentialsError, Azure's ClientAuthenticationError, ...)."""
+    try:
+        yield
+    except (StorageError, OSError):
+        raise
+    except Exception as error:
+        raise StorageAccessError(path, f"{type(error).__name__}: {error}") from error
 
 
 def _require_no_link_below(boundary: str, native: str) -> None:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import StrEnum
+
+from spark_checkpoint.protocol import CheckpointKind
 
 # Python's `$` also matches before a trailing newline; this matches only at the very end,
 # in Python's `re` and in ECMA-262 regexes alike (the patterns also go into the JSON Schema).
@@ -41,17 +42,13 @@ SAVEPOINTS_DIR_NAME = "savepoints"
 SAVEPOINT_FILES_DIR_NAME = "files"
 
 
-class CheckpointKind(StrEnum):
-    """What a snapshot is: a checkpoint (owned and retained by the coordinator) or a
-    savepoint (self-contained, owned by the user)."""
+# Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`.
+_DIRECTORY_PREFIX = {CheckpointKind.CHECKPOINT: "chk-", CheckpointKind.SAVEPOINT: "sp-"}
 
-    CHECKPOINT = "checkpoint"
-    SAVEPOINT = "savepoint"
 
-    @property
-    def directory_prefix(self) -> str:
-        """Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`."""
-        return "chk-" if self is CheckpointKind.CHECKPOINT else "sp-"
+def snapshot_dir_name(kind: CheckpointKind, snapshot_id: int) -> str:
+    """The name of a snapshot's directory: `chk-7`, `sp-2`."""
+    return f"{_DIRECTORY_PREFIX[kind]}{snapshot_id}"
 
 
 def is_safe_relative_path(path: str) -> bool:
@@ -113,7 +110,7 @@ def parse_snapshot_dir_name(kind: CheckpointKind, name: str) -> int | None:
     Only the canonical spelling is accepted (no leading zeros), so that an id maps to
     exactly one directory.
     """
-    match = re.fullmatch(rf"{kind.directory_prefix}(0|[1-9][0-9]*)", name)
+    match = re.fullmatch(rf"{_DIRECTORY_PREFIX[kind]}(0|[1-9][0-9]*)", name)
     return int(match.group(1)) if match else None
 
 
@@ -163,7 +160,7 @@ class JobStorageLayout:
     def snapshot_dir(self, kind: CheckpointKind, snapshot_id: int) -> str:
         """The directory of a checkpoint or savepoint."""
         require_snapshot_id(snapshot_id, f"{kind.value} id")
-        return f"{self.snapshot_parent_dir(kind)}/{kind.directory_prefix}{snapshot_id}"
+        return f"{self.snapshot_parent_dir(kind)}/{snapshot_dir_name(kind, snapshot_id)}"
 
     def snapshot_parent_dir(self, kind: CheckpointKind) -> str:
         """The directory whose `chk-<N>` / `sp-<N>` entries are snapshots of this kind."""

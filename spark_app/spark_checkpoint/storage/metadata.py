@@ -19,6 +19,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
+from spark_checkpoint.protocol import CheckpointKind
+
 from .errors import InvalidMetadataError, TruncatedMetadataError, UnknownFormatVersionError
 from .layout import (
     DNS_1123_LABEL_MAX_LENGTH,
@@ -28,7 +30,6 @@ from .layout import (
     END_OF_INPUT,
     SAFE_RELATIVE_PATH_PATTERN,
     SHA256_PATTERN,
-    CheckpointKind,
     require_dns_1123_label,
     require_dns_1123_subdomain,
     require_safe_relative_path,

@@ -8,11 +8,12 @@ import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from spark_checkpoint.protocol import CheckpointKind
+
 from .errors import ChecksumMismatchError, InvalidMetadataError, MissingFileError, NotEmptyError
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     SHARED_DIR_NAME,
-    CheckpointKind,
     JobStorageLayout,
     parse_snapshot_dir_name,
     require_safe_relative_path,
@@ -175,9 +176,10 @@ class CheckpointStorage:
         - shared files (including temporary files of interrupted copies) that no
           registered checkpoint references and that are not in `protected_locations`.
 
-        If a registered checkpoint's `_metadata` cannot be read, or a symbolic link is in
-        the way (SymbolicLinkError), this raises before deleting anything: storage
-        disagrees with the registry, or was tampered with, which needs a human.
+        If a registered checkpoint's `_metadata` cannot be read, a symbolic link is in the
+        way (SymbolicLinkError) or an object's key below `shared/` is not a location (`..`
+        segments: ValueError), this raises before deleting anything: storage disagrees with
+        the registry, or was tampered with, which needs a human.
         """
         checkpoint_ids = set(registered_checkpoints)
         savepoint_ids = set(registered_savepoints)
@@ -205,6 +207,9 @@ class CheckpointStorage:
             )
             if location not in keep
         ]
+        # An object store's key can hold `..` segments: such a key is not a location
+        # (ValueError), found before anything is deleted.
+        deleted_paths = [self.layout.location_path(location) for location in deleted_locations]
         self._require_no_links(
             [self.layout.checkpoint_dir(checkpoint_id) for checkpoint_id in deleted_checkpoints]
         )
@@ -215,8 +220,8 @@ class CheckpointStorage:
             self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
-        for location in deleted_locations:
-            self.fs.delete_file(self.layout.location_path(location))
+        for path in deleted_paths:
+            self.fs.delete_file(path)
 
         return GarbageReport(
             checkpoint_ids=tuple(deleted_checkpoints),

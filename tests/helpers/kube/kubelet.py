@@ -28,9 +28,10 @@ Simplifications (a process is not a container):
 - A missing secret/configmap (or key) that is not optional keeps the pod Pending with the
   container waiting: reason CreateContainerConfigError for env, ContainerCreating for
   volumes, as on a real node; it is retried every half second until it appears.
-- Networking: every pod gets its own address from 127.0.0.0/8 (127.0.0.2, .3, ...; Linux
-  routes all of 127/8 to loopback), so two pods can listen on the same port if they bind to
-  their pod IP (`status.podIP` through a fieldRef), not to 0.0.0.0. hostIP is 127.0.0.1.
+- Networking: every pod gets its own address from 127.0.0.0/8 (127.x.y.2, .3, ... in a /24
+  each kubelet picks at random; Linux routes all of 127/8 to loopback), so two pods, even of
+  two test runs, can listen on the same port if they bind to their pod IP (`status.podIP`
+  through a fieldRef), not to 0.0.0.0. hostIP is 127.0.0.1.
 - Volumes: secret, configMap (files from data/binaryData, and `stringData`, which an
   emulator may keep; `items`, `defaultMode`, `optional` honoured, mode 0o644 by default),
   downwardAPI (fieldRef items), emptyDir (a fresh directory per pod), hostPath (the real
@@ -82,6 +83,7 @@ import ipaddress
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -120,7 +122,14 @@ from lightkube.types import PatchType
 log = logging.getLogger(__name__)
 
 HOST_IP = "127.0.0.1"
-FIRST_POD_IP = ipaddress.IPv4Address("127.0.0.2")
+
+
+def _first_pod_ip() -> ipaddress.IPv4Address:
+    """The first address of a random 127.x.y.0/24: kubelets of test runs in parallel give
+    their pods different addresses, so their agents never compete for one port."""
+    return ipaddress.IPv4Address(f"127.{random.randrange(1, 255)}.{random.randrange(256)}.2")
+
+
 DEFAULT_MODE = 0o644  # Kubernetes' defaultMode 420
 DEFAULT_GRACE_SECONDS = 30.0
 STOP_GRACE_SECONDS = 2.0  # how long stop() lets processes end on SIGTERM
@@ -229,7 +238,7 @@ class LocalKubelet:
         self.base_env = dict(_image_env() if base_env is None else base_env)
         self._pods: dict[tuple[str, str], _PodState] = {}
         self._lock = threading.Lock()  # guards _pods for the test controls
-        self._next_ip = FIRST_POD_IP
+        self._next_ip = _first_pod_ip()
         self._client: AsyncClient | None = None
         self._watcher: asyncio.Task[None] | None = None
 

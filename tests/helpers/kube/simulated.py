@@ -2,10 +2,12 @@
 protocol (docs/agent-protocol.md) without Spark.
 
 For tests of the operator's control flow that need no data, and for the operator-scale
-benchmark (thousands of jobs on one machine). One HTTP server on ``0.0.0.0:<port>``
-serves every agent: a pod's IP is a distinct 127.x.y.z address, which the request's
-Host header carries, so each pod reaches its own agent at ``http://<podIP>:<port>``
-exactly as the operator addresses a real one.
+benchmark (thousands of jobs on one machine). One HTTP server serves every agent: a pod's
+IP is a distinct 127.x.y.z address, on which the server listens at ``<port>`` once the pod
+starts, and which the request's Host header carries, so each pod reaches its own agent at
+``http://<podIP>:<port>`` exactly as the operator addresses a real one. The addresses begin
+at a random block, and no socket listens on 0.0.0.0, so test runs in parallel (and real
+drivers on the local kubelet) do not take each other's ports.
 """
 
 import asyncio
@@ -17,9 +19,9 @@ import itertools
 import json
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx2 as httpx
 from aiohttp import web
@@ -28,6 +30,22 @@ from lightkube.config.kubeconfig import Cluster, User
 from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint.agent.server import long_poll_parameters
+from spark_checkpoint.protocol import (
+    AckReport,
+    AfterCompletion,
+    AgentStatus,
+    CheckpointKind,
+    CollectGarbageAnswer,
+    CompleteBody,
+    FinalizeAnswer,
+    QueryState,
+    QueryStatus,
+    RestoreCandidate,
+    RestoredFrom,
+    SnapshotPhase,
+    SnapshotStatus,
+    TriggerBody,
+)
 
 log = logging.getLogger(__name__)
 
@@ -37,13 +55,20 @@ EXIT_FINISHED = 0
 EXIT_STOPPED_WITH_SAVEPOINT = 3
 
 
+Document = TypeVar("Document")
+
+
 @dataclass
 class Snapshot:
     checkpoint_id: int
-    kind: str
-    after: str
+    kind: CheckpointKind
+    after: AfterCompletion
     batch: int
-    acks: list[dict[str, Any]] = field(default_factory=list)
+    acks: tuple[AckReport, ...] = ()
+
+    def report(self) -> SnapshotStatus:
+        state = SnapshotPhase.ACKNOWLEDGED if self.acks else SnapshotPhase.COPYING
+        return SnapshotStatus(self.checkpoint_id, self.kind, state, self.batch, self.acks)
 
 
 @dataclass
@@ -57,7 +82,7 @@ class SimulatedAgent:
 
     token: str
     attempt: int
-    restored_from: str | None
+    restored_from: str | None  # the first restore candidate, as the environment spells it
     batch_seconds: float
     ack_delay: tuple[float, float]
     finish_after: int | None  # batches of a bounded input, None for unbounded
@@ -99,31 +124,31 @@ class SimulatedAgent:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._changed.wait(), timeout)
 
-    def status(self, now: float) -> dict[str, Any]:
+    def status(self, now: float) -> AgentStatus:
         batch = self.batch(now)
         finished = self.finished(now)
         restoring = self.restored_from is not None and now - self.started < self.restore_seconds
-        return {
-            "apiVersion": "v1",
-            "version": self.changes + finished + (self.restored_from is not None and not restoring),
-            "attempt": self.attempt,
-            "query": {
-                "state": "restoring" if restoring else "finished" if finished else "running",
-                "message": "",
-                "lastCommittedBatch": batch,
-            },
-            "tasks": list(TASKS),
-            "allTasksRunning": not restoring,
-            "awaitingFinalCheckpoint": finished
+        state = (
+            QueryState.RESTORING
+            if restoring
+            else QueryState.FINISHED
+            if finished
+            else QueryState.RUNNING
+        )
+        return AgentStatus(
+            version=self.changes + finished + (self.restored_from is not None and not restoring),
+            attempt=self.attempt,
+            query=QueryStatus(state, last_committed_batch=batch),
+            tasks=TASKS,
+            all_tasks_running=not restoring,
+            awaiting_final_checkpoint=finished
             and (self.notified_batch is None or self.notified_batch < batch),
-            "restoredFrom": None
+            # Batches count from 0 in every simulated attempt: the image is "before" batch 0.
+            restored_from=None
             if self.restored_from is None
-            else {"source": self.restored_from, "skipped": []},
-            "checkpoints": [
-                {"id": s.checkpoint_id, "acks": s.acks, "declines": []}
-                for s in self.snapshots.values()
-            ],
-        }
+            else RestoredFrom(RestoreCandidate.decode(self.restored_from), batch_id=0),
+            checkpoints=tuple(s.report() for s in self.snapshots.values()),
+        )
 
 
 class SimulatedAgents:
@@ -147,8 +172,10 @@ class SimulatedAgents:
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
-    def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
+    async def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
         loop = asyncio.get_running_loop()
+        assert self._runner is not None, "start() the agents first"
+        await web.TCPSite(self._runner, ip, self.port, reuse_address=True).start()
         agent = SimulatedAgent(
             token=token,
             attempt=attempt,
@@ -171,7 +198,6 @@ class SimulatedAgents:
         app.router.add_post("/v1/storage/collect-garbage", self._garbage)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "0.0.0.0", self.port, reuse_address=True).start()
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -211,19 +237,19 @@ class SimulatedAgents:
         while True:
             status = agent.status(loop.time())
             remaining = deadline - loop.time()
-            if after is None or status["version"] != after or remaining <= 0:
-                return web.json_response(status)
+            if after is None or status.version != after or remaining <= 0:
+                return web.json_response(status.to_json())
             # In slices: a bounded query's end and a restore's end happen at a time.
             await agent.wait_for_change(min(remaining, 0.5))
             agent = self._running(request)  # a driver that ended drops the connection
 
     async def _trigger(self, request: web.Request) -> web.Response:
         agent = self._agent(request)
-        body = await request.json()
-        checkpoint_id = int(body["id"])
+        body = await _body(request, TriggerBody.from_json)
+        checkpoint_id = body.checkpoint_id
         if checkpoint_id not in agent.snapshots:
             now = asyncio.get_running_loop().time()
-            snapshot = Snapshot(checkpoint_id, body["kind"], body["after"], agent.batch(now))
+            snapshot = Snapshot(checkpoint_id, body.kind, body.after, agent.batch(now))
             agent.snapshots[checkpoint_id] = snapshot
             agent.changed()
             delay = agent.rng.uniform(*agent.ack_delay)
@@ -239,13 +265,13 @@ class SimulatedAgents:
             if snapshot is None:
                 raise web.HTTPNotFound(text=json.dumps({"error": "unknown"}))
             path = f"file:///simulated/chk-{checkpoint_id}/_metadata"
-            return web.json_response({"path": path, "sizeBytes": 1024 * len(TASKS)})
+            return web.json_response(FinalizeAnswer(path, 1024 * len(TASKS)).to_json())
         if action == "complete":
+            body = await _body(request, CompleteBody.from_json)
             agent.snapshots.pop(checkpoint_id, None)
-            body = await request.json()
-            agent.notified_batch = int(body["batchId"])
+            agent.notified_batch = body.batch_id
             agent.changed()
-            if snapshot is not None and snapshot.after != "continue":
+            if snapshot is not None and snapshot.after is not AfterCompletion.CONTINUE:
                 agent.end(EXIT_STOPPED_WITH_SAVEPOINT)
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
                 agent.end(EXIT_FINISHED)
@@ -260,14 +286,21 @@ class SimulatedAgents:
 
     async def _garbage(self, request: web.Request) -> web.Response:
         self._agent(request)
-        return web.json_response({"checkpoints": [], "savepoints": [], "sharedFiles": 0})
+        return web.json_response(CollectGarbageAnswer((), (), 0).to_json())
+
+
+async def _body(request: web.Request, read: Callable[[Any], Document]) -> Document:
+    """A request's body as the protocol's document; anything else is answered 400."""
+    try:
+        return read(await request.json())
+    except ValueError as error:  # not JSON, or a ProtocolError: not the document
+        raise web.HTTPBadRequest(
+            text=json.dumps({"error": f"bad request: {error}"}), content_type="application/json"
+        ) from None
 
 
 def _acknowledge(agent: SimulatedAgent, snapshot: Snapshot) -> None:
-    snapshot.acks = [
-        {"task": task, "batchId": snapshot.batch, "sizeBytes": 1024, "durationMs": 5}
-        for task in TASKS
-    ]
+    snapshot.acks = tuple(AckReport(task, snapshot.batch, 1024, 5) for task in TASKS)
     agent.changed()
 
 
@@ -346,7 +379,7 @@ class SimulatedKubelet:
             await self._set_status(key, _running(ip))  # runs until deleted
         elif container["name"] == "driver":
             token = await self._token(pod)
-            self._agents.add(
+            await self._agents.add(
                 ip,
                 token,
                 int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
@@ -419,7 +452,8 @@ def _container(*, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _address_space() -> Any:
-    return itertools.product(range(1, 255), range(256), range(2, 255))
+    first = random.randrange(1, 255)
+    return itertools.product((*range(first, 255), *range(1, first)), range(256), range(2, 255))
 
 
 async def _ignore_missing(call: Any) -> None:

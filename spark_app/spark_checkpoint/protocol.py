@@ -1,0 +1,559 @@
+"""The agent protocol's wire contract (docs/agent-protocol.md): its enums, every JSON
+document the agent's HTTP API carries, and the restore-candidate encoding.
+
+Both sides build and read their documents here: the agent and its server in the driver,
+the agent client in the control plane, and the test doubles that play an agent. So a field
+has one name, one type and one check. The coordinator core imports this module (and no
+other of the data plane) for the enums, so the module uses the standard library only.
+
+Each document is a frozen dataclass with Python names; ``to_json`` gives the JSON object
+(camelCase keys, enums as strings) and ``from_json`` takes a decoded JSON value, checks
+every field's JSON type and range (nothing is coerced: ``"7"``, ``7.0`` and ``true`` are
+no id) and raises `ProtocolError`, whose one-line message names the field. Fields a reader
+does not know are ignored, so adding a field is compatible (docs/agent-protocol.md,
+"Transport and versioning").
+"""
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Self, TypeVar
+
+API_VERSION = "v1"
+# Ids, batch ids and byte counts are int64 wherever they are recorded (the job's status in
+# Kubernetes).
+MAX_ID = 2**63 - 1
+
+T = TypeVar("T")
+E = TypeVar("E", bound=StrEnum)
+
+
+class ProtocolError(ValueError):
+    """A document that breaks the contract; the one-line message names the field."""
+
+
+class CheckpointKind(StrEnum):
+    """What a snapshot is: a checkpoint (owned and retained by the coordinator) or a
+    savepoint (self-contained, owned by the user)."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+
+class AfterCompletion(StrEnum):
+    """What the query does once the snapshot is complete (stop-with-savepoint)."""
+
+    CONTINUE = "continue"
+    STOP = "stop"
+    DRAIN = "drain"  # first wait until no input is left, then take the image and stop
+
+
+class SnapshotPhase(StrEnum):
+    """Where a snapshot is in the agent (docs/agent-protocol.md, "Snapshot states"). The
+    status lists the phases up to FINALIZED only: those in flight."""
+
+    CAPTURING = "capturing"
+    COPYING = "copying"
+    ACKNOWLEDGED = "acknowledged"
+    FINALIZED = "finalized"
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+
+
+class QueryState(StrEnum):
+    # A restored query that has not yet got past its image: no snapshot is taken.
+    RESTORING = "restoring"
+    RUNNING = "running"
+    FINISHED = "finished"  # ended without error (bounded input exhausted)
+    FAILED = "failed"  # ended with an exception
+    STOPPED = "stopped"  # ended after a stop-with-savepoint
+
+    @property
+    def runs_tasks(self) -> bool:
+        """Every snapshot task runs: a finished query's final image can still be taken."""
+        return self in (QueryState.RUNNING, QueryState.FINISHED)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _shown(value: Any) -> str:
+    """A JSON value as an error message quotes it: short, and a float as Python prints it."""
+    text = json.dumps(value) if not isinstance(value, float) else repr(value)
+    return text if len(text) <= 60 else f"{text[:57]}..."
+
+
+def _integer(value: Any, field: str) -> int:
+    """An id, batch id or count: a JSON integer from 0 to MAX_ID (no string, float, bool)."""
+    if type(value) is not int or not 0 <= value <= MAX_ID:
+        raise ProtocolError(f"{field} must be an integer from 0 to {MAX_ID}, got {_shown(value)}")
+    return value
+
+
+def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+    def optional(value: Any, field: str) -> T | None:
+        return None if value is None else check(value, field)
+
+    return optional
+
+
+_optional_integer = _optional(_integer)
+
+
+def _string(value: Any, field: str) -> str:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{field} must be a string, got {_shown(value)}")
+    return value
+
+
+def _boolean(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise ProtocolError(f"{field} must be true or false, got {_shown(value)}")
+    return value
+
+
+def _one_of(values: type[E]) -> Callable[[Any, str], E]:
+    def check(value: Any, field: str) -> E:
+        if not isinstance(value, str) or value not in set(values):
+            allowed = ", ".join(repr(str(member)) for member in values)
+            raise ProtocolError(f"{field} must be one of {allowed}, got {_shown(value)}")
+        return values(value)
+
+    return check
+
+
+def _list_of(items: str, item: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
+    def check(value: Any, field: str) -> tuple[T, ...]:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{field} must be a list of {items}, got {_shown(value)}")
+        return tuple(item(element, f"{field}[{index}]") for index, element in enumerate(value))
+
+    return check
+
+
+_ids = _list_of("ids", _integer)
+_task_names = _list_of("task names", _string)
+_REQUIRED: Any = object()
+
+
+class _Fields:
+    """The fields of one JSON object being read. A bad one is a `ProtocolError` naming it
+    by its path from the document's root (``checkpoints[0].acks[1].sizeBytes``)."""
+
+    def __init__(self, value: Any, name: str, path: str = "") -> None:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{name} must be a JSON object, got {type(value).__name__}")
+        self._fields: Mapping[str, Any] = value
+        self._path = path
+
+    @classmethod
+    def nested(cls, value: Any, field: str) -> "_Fields":
+        return cls(value, field, f"{field}.")
+
+    def read(self, key: str, check: Callable[[Any, str], T], default: Any = _REQUIRED) -> T:
+        if key in self._fields:
+            return check(self._fields[key], self._path + key)
+        if default is _REQUIRED:
+            raise ProtocolError(f"field {self._path + key!r} is missing")
+        return check(default, self._path + key)
+
+
+# --------------------------------------------------------------------------- restore candidates
+
+
+def _canonical_id(text: str) -> int | None:
+    """The id ``text`` spells without a leading zero in ASCII digits, or None."""
+    if not text.isascii() or not text.isdigit() or (len(text) > 1 and text[0] == "0"):
+        return None
+    number = int(text)
+    return number if number <= MAX_ID else None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreCandidate:
+    """An image a driver may restore from: this job's registered checkpoint or savepoint
+    (``checkpoint:N``, ``savepoint:N``), or another savepoint's ``_metadata`` by URI
+    (``external:<URI>``, the job's initial savepoint). Build one with `registered` or
+    `external`; `encode` and `decode` are the only spelling of candidates."""
+
+    kind: CheckpointKind
+    snapshot_id: int | None = None  # a registered image's id
+    metadata_uri: str | None = None  # an external savepoint's _metadata
+
+    @classmethod
+    def registered(cls, kind: CheckpointKind, snapshot_id: int) -> Self:
+        return cls(kind, snapshot_id=snapshot_id)
+
+    @classmethod
+    def external(cls, metadata_uri: str) -> Self:
+        return cls(CheckpointKind.SAVEPOINT, metadata_uri=metadata_uri)
+
+    @property
+    def is_external(self) -> bool:
+        return self.metadata_uri is not None
+
+    def encode(self) -> str:
+        if self.metadata_uri is not None:
+            return f"external:{self.metadata_uri}"
+        return f"{self.kind}:{self.snapshot_id}"
+
+    @classmethod
+    def decode(cls, text: str) -> Self:
+        prefix, _, rest = text.partition(":")
+        if prefix == "external" and rest:
+            return cls.external(rest)
+        snapshot_id = _canonical_id(rest)
+        if prefix in set(CheckpointKind) and snapshot_id is not None:
+            return cls.registered(CheckpointKind(prefix), snapshot_id)
+        raise ProtocolError(f"{_shown(text)} is not checkpoint:N, savepoint:N or external:URI")
+
+    def __str__(self) -> str:
+        return self.encode()
+
+
+def _candidate(value: Any, field: str) -> RestoreCandidate:
+    text = _string(value, field)
+    try:
+        return RestoreCandidate.decode(text)
+    except ProtocolError as error:
+        raise ProtocolError(f"{field}: {error}") from None
+
+
+# --------------------------------------------------------------------------- requests
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerBody:
+    """``POST /v1/checkpoints``: take snapshot ``checkpoint_id``."""
+
+    checkpoint_id: int  # "id"
+    kind: CheckpointKind
+    after: AfterCompletion = AfterCompletion.CONTINUE
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.checkpoint_id, "kind": str(self.kind), "after": str(self.after)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        body = _Fields(value, "the body")
+        return cls(
+            checkpoint_id=body.read("id", _integer),
+            kind=body.read("kind", _one_of(CheckpointKind)),
+            after=body.read("after", _one_of(AfterCompletion), default="continue"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizeBody:
+    """``POST /v1/checkpoints/{id}/finalize``: write ``_metadata`` from these tasks' acks."""
+
+    tasks: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tasks": list(self.tasks)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(tasks=_Fields(value, "the body").read("tasks", _task_names))
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizeAnswer:
+    """What finalize wrote: the ``_metadata`` file's storage URI and the image's bytes."""
+
+    path: str
+    size_bytes: int  # "sizeBytes"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "sizeBytes": self.size_bytes}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        body = _Fields(value, "the body")
+        return cls(path=body.read("path", _string), size_bytes=body.read("sizeBytes", _integer))
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteBody:
+    """``POST /v1/checkpoints/{id}/complete``: the image of ``batch_id`` is registered."""
+
+    batch_id: int  # "batchId"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batchId": self.batch_id}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(batch_id=_Fields(value, "the body").read("batchId", _integer))
+
+
+@dataclass(frozen=True, slots=True)
+class AbortBody:
+    """``POST /v1/checkpoints/{id}/abort``; the reason is only logged."""
+
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"reason": self.reason}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(reason=_Fields(value, "the body").read("reason", _string, default=""))
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardCheckpointBody:
+    """``POST /v1/checkpoints/{id}/discard``: the checkpoints whose shared files stay."""
+
+    retained: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"retained": list(self.retained)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(retained=_Fields(value, "the body").read("retained", _ids))
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbageBody:
+    """``POST /v1/storage/collect-garbage``: the registered ids; the rest is garbage."""
+
+    checkpoints: tuple[int, ...]
+    savepoints: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"checkpoints": list(self.checkpoints), "savepoints": list(self.savepoints)}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        body = _Fields(value, "the body")
+        return cls(
+            checkpoints=body.read("checkpoints", _ids), savepoints=body.read("savepoints", _ids)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CollectGarbageAnswer:
+    """The ids whose directories were deleted, and how many shared files were."""
+
+    checkpoints: tuple[int, ...]
+    savepoints: tuple[int, ...]
+    shared_files: int  # "sharedFiles"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoints": list(self.checkpoints),
+            "savepoints": list(self.savepoints),
+            "sharedFiles": self.shared_files,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        body = _Fields(value, "the body")
+        return cls(
+            checkpoints=body.read("checkpoints", _ids),
+            savepoints=body.read("savepoints", _ids),
+            shared_files=body.read("sharedFiles", _integer),
+        )
+
+
+# --------------------------------------------------------------------------- status
+
+
+@dataclass(frozen=True, slots=True)
+class AckReport:
+    """A snapshot task copied all its files (``checkpoints[].acks[]``)."""
+
+    task: str
+    batch_id: int  # "batchId": the image's batch B
+    size_bytes: int  # "sizeBytes": bytes the task stored
+    duration_ms: int  # "durationMs"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "task": self.task,
+            "batchId": self.batch_id,
+            "sizeBytes": self.size_bytes,
+            "durationMs": self.duration_ms,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "ack") -> Self:
+        ack = _Fields.nested(value, field)
+        return cls(
+            task=ack.read("task", _string),
+            batch_id=ack.read("batchId", _integer),
+            size_bytes=ack.read("sizeBytes", _integer),
+            duration_ms=ack.read("durationMs", _integer),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DeclineReport:
+    """A snapshot task failed (``checkpoints[].declines[]``)."""
+
+    task: str
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"task": self.task, "message": self.message}
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "decline") -> Self:
+        decline = _Fields.nested(value, field)
+        return cls(task=decline.read("task", _string), message=decline.read("message", _string))
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotStatus:
+    """A snapshot in flight (``checkpoints[]``)."""
+
+    checkpoint_id: int  # "id"
+    kind: CheckpointKind
+    state: SnapshotPhase
+    batch_id: int | None  # "batchId": the image's batch B; None while capturing
+    acks: tuple[AckReport, ...] = ()
+    declines: tuple[DeclineReport, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.checkpoint_id,
+            "kind": str(self.kind),
+            "state": str(self.state),
+            "batchId": self.batch_id,
+            "acks": [ack.to_json() for ack in self.acks],
+            "declines": [decline.to_json() for decline in self.declines],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "snapshot") -> Self:
+        snapshot = _Fields.nested(value, field)
+        return cls(
+            checkpoint_id=snapshot.read("id", _integer),
+            kind=snapshot.read("kind", _one_of(CheckpointKind)),
+            state=snapshot.read("state", _one_of(SnapshotPhase)),
+            batch_id=snapshot.read("batchId", _optional_integer),
+            acks=snapshot.read("acks", _list_of("objects", AckReport.from_json)),
+            declines=snapshot.read("declines", _list_of("objects", DeclineReport.from_json)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryStatus:
+    """The streaming query (``query``)."""
+
+    state: QueryState
+    message: str = ""  # the query's exception when failed
+    # "lastCommittedBatch": the highest B with commits/B in the live location; informational,
+    # it changes no status version.
+    last_committed_batch: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": str(self.state),
+            "message": self.message,
+            "lastCommittedBatch": self.last_committed_batch,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "query") -> Self:
+        query = _Fields.nested(value, field)
+        return cls(
+            state=query.read("state", _one_of(QueryState)),
+            message=query.read("message", _string),
+            last_committed_batch=query.read("lastCommittedBatch", _optional_integer),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedImage:
+    """A newer candidate a restore passed over, and why."""
+
+    candidate: RestoreCandidate  # "source"
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"source": self.candidate.encode(), "reason": self.reason}
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "skipped") -> Self:
+        skipped = _Fields.nested(value, field)
+        return cls(
+            candidate=skipped.read("source", _candidate), reason=skipped.read("reason", _string)
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class RestoredFrom:
+    """What this attempt was restored from (``restoredFrom``): what `restore` returns."""
+
+    candidate: RestoreCandidate  # "source"
+    batch_id: int  # "batchId": the restored image's batch
+    skipped: tuple[SkippedImage, ...] = ()  # newer candidates passed over, newest first
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "source": self.candidate.encode(),
+            "batchId": self.batch_id,
+            "skipped": [skipped.to_json() for skipped in self.skipped],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "restoredFrom") -> Self:
+        restored = _Fields.nested(value, field)
+        return cls(
+            candidate=restored.read("source", _candidate),
+            batch_id=restored.read("batchId", _integer),
+            skipped=restored.read("skipped", _list_of("objects", SkippedImage.from_json)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class AgentStatus:
+    """``GET /v1/status``: the agent's status document (docs/agent-protocol.md, "The
+    status document"). ``apiVersion`` is always `API_VERSION` and is not a field."""
+
+    # Rises whenever anything but query.last_committed_batch changes; compare only for
+    # equality, within one driver. None from an agent before long polls (no "version").
+    version: int | None
+    attempt: int  # the driver's job attempt
+    query: QueryStatus
+    tasks: tuple[str, ...]  # the snapshot tasks an image needs, sorted; empty before a commit
+    all_tasks_running: bool  # "allTasksRunning"
+    # "awaitingFinalCheckpoint": a finished query's last batch is in no notified image yet.
+    awaiting_final_checkpoint: bool
+    restored_from: RestoredFrom | None  # "restoredFrom"; None for a fresh start
+    checkpoints: tuple[SnapshotStatus, ...]  # the snapshots in flight
+
+    def to_json(self) -> dict[str, Any]:
+        document: dict[str, Any] = {"apiVersion": API_VERSION}
+        if self.version is not None:
+            document["version"] = self.version
+        return document | {
+            "attempt": self.attempt,
+            "query": self.query.to_json(),
+            "tasks": list(self.tasks),
+            "allTasksRunning": self.all_tasks_running,
+            "awaitingFinalCheckpoint": self.awaiting_final_checkpoint,
+            "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
+            "checkpoints": [snapshot.to_json() for snapshot in self.checkpoints],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        status = _Fields(value, "the status")
+        api_version = status.read("apiVersion", _string)
+        if api_version != API_VERSION:
+            raise ProtocolError(f"apiVersion must be {API_VERSION!r}, got {_shown(api_version)}")
+        return cls(
+            version=status.read("version", _optional_integer, default=None),
+            attempt=status.read("attempt", _integer),
+            query=status.read("query", QueryStatus.from_json),
+            tasks=status.read("tasks", _task_names),
+            all_tasks_running=status.read("allTasksRunning", _boolean),
+            awaiting_final_checkpoint=status.read("awaitingFinalCheckpoint", _boolean),
+            restored_from=status.read("restoredFrom", _optional(RestoredFrom.from_json)),
+            checkpoints=status.read("checkpoints", _list_of("objects", SnapshotStatus.from_json)),
+        )

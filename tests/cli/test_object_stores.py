@@ -1,0 +1,62 @@
+"""`list`, `inspect` and `verify` on a job whose storage is on S3 (moto's server) or Azure
+Blob Storage (Azurite): the commands read it with the credentials of the environment."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from helpers.objectstore import StorageRoot, storage_roots
+from spark_checkpoint.storage import CheckpointKind
+
+if TYPE_CHECKING:
+    from conftest import Job, Result
+
+Cli = Callable[..., "Result"]
+SERVERS = {"s3": "s3_server", "azure": "azure_server"}
+
+
+@pytest.fixture(params=["s3", "azure"])
+def root(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> StorageRoot:
+    """A fresh root on the server, whose credentials are in the environment."""
+    server = request.getfixturevalue(SERVERS[request.param])
+    for name, value in server.environment().items():
+        monkeypatch.setenv(name, value)
+    return storage_roots(request.param, tmp_path, lambda _kind: server)
+
+
+def test_list_inspect_and_verify_on_an_object_store(
+    root: StorageRoot, job_on: Callable[[str], Job], cli: Cli
+) -> None:
+    job = job_on(root.url)
+    job.write_registry(checkpoints=[1, 2], savepoints=[3])
+
+    listed = cli("list", *job.flags)
+    inspected = cli("inspect", "checkpoint:2", *job.flags)
+    verified = cli("verify", *job.flags)
+
+    assert listed.code == 0, listed.err
+    assert f"job analytics/clicks: {root.url}/analytics/clicks" in listed.out
+    assert [line.split()[:3] for line in listed.out.splitlines() if "registered" in line] == [
+        ["checkpoint", "1", "0"],
+        ["checkpoint", "2", "1"],
+        ["savepoint", "3", "1"],
+    ]
+    assert inspected.code == 0, inspected.err
+    metadata = job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 2)
+    assert f"  metadata:       {metadata}\n" in inspected.out
+    assert verified.code == 0, verified.out + verified.err
+    assert verified.out.endswith("3 verified: 3 OK, 0 failed\n")
+
+    meta = job.storage.read_metadata(CheckpointKind.CHECKPOINT, 1)
+    damaged = job.storage.layout.location_path(meta.files[0].location)
+    root.write(damaged, b"x" * meta.files[0].size)
+    verified = cli("verify", "checkpoint:1", *job.flags)
+
+    assert verified.code == 1
+    assert f"checksum mismatch: {meta.files[0].path} at {damaged}" in verified.out

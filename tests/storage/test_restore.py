@@ -1,0 +1,147 @@
+"""Restore with fallback (spark_checkpoint.restore) on every kind of storage root: a damaged
+newest image is skipped with its reason and the previous one is restored, and an external
+savepoint is read from its `_metadata` URI on the same store."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from s3fs import S3FileSystem
+
+from helpers.objectstore import S3Server, StorageRoot
+from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+)
+
+SparkFile = Callable[[str, bytes], str]
+MetadataMaker = Callable[..., CheckpointMetadata]
+SPARK_METADATA = b'{"id":"5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11"}'
+
+
+@pytest.fixture
+def checkpoint(
+    storage: CheckpointStorage, spark_file: SparkFile, make_metadata: MetadataMaker
+) -> Callable[[int, bytes], CheckpointMetadata]:
+    """Takes checkpoint N of Spark's `metadata` file and the offsets of batch N."""
+
+    def take(checkpoint_id: int, offsets: bytes) -> CheckpointMetadata:
+        # Spark writes a new file per batch; it never rewrites one (which hard links share).
+        files = {"metadata": SPARK_METADATA, f"offsets/{checkpoint_id}": offsets}
+        entries = [storage.add_shared_file(spark_file(p, c), p) for p, c in files.items()]
+        meta = make_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries)
+        storage.write_metadata(meta)
+        return meta
+
+    return take
+
+
+def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
+    storage: CheckpointStorage,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
+    storage_root: StorageRoot,
+    tmp_path: Path,
+) -> None:
+    checkpoint(1, b"batch 1")
+    newest = checkpoint(2, b"batch 2")
+    damaged = storage.layout.location_path(newest.files[1].location)
+    storage_root.write(damaged, b"batch 3")  # same size, other bytes
+    target = tmp_path / "restored"
+
+    outcome = restore(
+        storage,
+        (
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+        ),
+        target,
+    )
+
+    assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
+    assert str(outcome.skipped[0].candidate) == "checkpoint:2"
+    assert outcome.skipped[0].reason.startswith(f"{damaged}: sha256 mismatch")
+    assert (target / "offsets" / "1").read_bytes() == b"batch 1"
+    assert not (target / "offsets" / "2").exists()
+
+
+def test_with_every_image_unreadable_restore_fails_naming_each(
+    storage: CheckpointStorage,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
+    storage_root: StorageRoot,
+    tmp_path: Path,
+) -> None:
+    meta = checkpoint(1, b"batch 1")
+    storage_root.delete(storage.layout.location_path(meta.files[0].location))
+
+    with pytest.raises(RestoreFailed) as raised:
+        restore(
+            storage,
+            (
+                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+                RestoreCandidate.registered(CheckpointKind.SAVEPOINT, 9),
+            ),
+            tmp_path / "restored",
+        )
+
+    assert "checkpoint:1: " in str(raised.value)
+    assert f"savepoint:9: {storage.layout.metadata_path(CheckpointKind.SAVEPOINT, 9)}" in str(
+        raised.value
+    )
+    assert not (tmp_path / "restored").exists()
+
+
+def test_an_external_savepoint_on_the_store_is_restored(
+    storage_root: StorageRoot,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    tmp_path: Path,
+) -> None:
+    source = CheckpointStorage(JobStorageLayout(f"{storage_root.url}/other", "team-a", "orders.v2"))
+    files = {"metadata": SPARK_METADATA, "offsets/0": b"batch 1"}
+    entries = [source.add_savepoint_file(3, spark_file(p, c), p) for p, c in files.items()]
+    source.write_metadata(make_metadata(CheckpointKind.SAVEPOINT, 3, entries))
+    fork = CheckpointStorage(JobStorageLayout(f"{storage_root.url}/mine", "team-a", "fork"))
+    uri = source.layout.metadata_path(CheckpointKind.SAVEPOINT, 3)
+    target = tmp_path / "restored"
+
+    outcome = restore(fork, (RestoreCandidate.external(uri),), target)
+
+    assert outcome is not None and outcome.batch_id == 7
+    assert (target / "offsets" / "0").read_bytes() == b"batch 1"
+
+
+def test_an_external_savepoint_without_credentials_is_skipped_with_the_reason(
+    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The driver's environment has no credentials for the savepoint's bucket: restore
+    names the failure instead of crashing the driver."""
+    nowhere = str(tmp_path / "absent")
+    for name, value in {
+        **s3_server.environment(),
+        "AWS_ACCESS_KEY_ID": "",
+        "AWS_SECRET_ACCESS_KEY": "",
+        "AWS_SHARED_CREDENTIALS_FILE": nowhere,
+        "AWS_CONFIG_FILE": nowhere,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }.items():
+        monkeypatch.setenv(name, value)
+    # fsspec reuses filesystem objects made with the same arguments: one made here reads
+    # this environment, and none made here is reused later.
+    S3FileSystem.clear_instance_cache()
+    monkeypatch.setattr(S3FileSystem, "cachable", False)
+    uri = f"s3://{s3_server.bucket}/elsewhere/team-a/orders.v2/savepoints/sp-3/_metadata"
+    fork = CheckpointStorage(JobStorageLayout(str(tmp_path / "mine"), "team-a", "fork"))
+
+    with pytest.raises(RestoreFailed) as raised:
+        restore(fork, (RestoreCandidate.external(uri),), tmp_path / "restored")
+
+    assert str(raised.value) == (
+        f"no image could be restored: external:{uri}: {uri}: "
+        "NoCredentialsError: Unable to locate credentials"
+    )
