@@ -13,17 +13,26 @@
 #           image with the single argument `executor`, which the entrypoint turns into the JVM
 #           executor. Any other command runs as given.
 #
-# Needs BuildKit (the default builder since Docker 23) for `RUN --mount` and `COPY <<EOF`.
-# tests/image/test_dockerfile.py lints this file with hadolint and checks it against the
-# repository (pins, users, paths, the executor entrypoint).
+# Builds with BuildKit (Docker's default builder since Docker 23; `COPY --chmod` needs it) and
+# with Buildah 1.28 (Debian bookworm's; `buildah bud --layers`, as the tests build it): it
+# keeps to what both read alike (no heredocs, which Buildah 1.28 does not read, and no
+# `RUN --mount=from=...`, whose cached layer Buildah 1.28 reuses after the mounted files change). tests/image/test_dockerfile.py lints this file with
+# hadolint and checks it against the repository (pins, users, paths, the executor
+# entrypoint); tests/image/test_containers.py builds both targets here and runs them.
 
 # ---------------------------------------------------------------------------------------------
 # base: the one base image of every stage, the runtime user, Python's settings.
 #
-# Pinned by version tag. A digest (python:3.11.15-slim-bookworm@sha256:...) would pin it
-# harder, but none could be resolved where this file was written (no registry access): append
-# the digest of the tag's multi-platform index when building from a trusted network.
-FROM python:3.11.15-slim-bookworm AS base
+# The official Python image, pinned by version tag. A digest
+# (python:3.11.15-slim-bookworm@sha256:...) would pin it harder, but none could be resolved
+# where this file was written (no registry access): append the digest of the tag's
+# multi-platform index when building from a trusted network. BASE_IMAGE replaces it with an
+# image that has what this file uses of it: Debian bookworm with apt, bash and useradd, and
+# Python 3.11 whose `python` and `pip` in /usr/local/bin install into
+# /usr/local/lib/python3.11/site-packages (tests/helpers/containers.py assembles such a
+# stand-in from Debian's packages where no image registry can be reached).
+ARG BASE_IMAGE=python:3.11.15-slim-bookworm
+FROM ${BASE_IMAGE} AS base
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
@@ -173,52 +182,16 @@ RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
     && python -c "import pandas, pyarrow, s3fs, adlfs"
 
-RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
-    pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+COPY --from=builder /wheels/ /tmp/wheels/
+RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
     && pip check \
     && python -c "import pyspark, spark_checkpoint.driver, spark_checkpoint.janitor"
 
-# The executor entrypoint, after Spark's own (resource-managers/kubernetes/docker in Spark's
-# sources), reduced to the executor: Spark's executor pods pass `executor` and the
-# executor's settings in SPARK_* variables.
-COPY --chmod=0755 <<"EOF" /opt/spark-checkpoint/bin/entrypoint.sh
-#!/bin/bash
-# `executor`: Spark's Kubernetes executor. Anything else runs as given.
-set -euo pipefail
-
-if [[ "${1:-}" != executor ]]; then
-  exec "$@"
-fi
-
-# The class path as Spark's own entrypoint builds it: configuration first, then the extra
-# class path of spark.executor.extraClassPath (SPARK_CLASSPATH), Spark's jars, the working
-# directory (SPARK-43540).
-classpath="${SPARK_CONF_DIR:-${SPARK_HOME}/conf}"
-classpath+="${HADOOP_CONF_DIR:+:${HADOOP_CONF_DIR}}"
-classpath+="${SPARK_CLASSPATH:+:${SPARK_CLASSPATH}}"
-classpath+=":${SPARK_HOME}/jars/*"
-classpath+="${SPARK_EXTRA_CLASSPATH:+:${SPARK_EXTRA_CLASSPATH}}"
-classpath+=":${PWD}"
-classpath+="${SPARK_DIST_CLASSPATH:+:${SPARK_DIST_CLASSPATH}}"
-
-# The JVM options Spark passes as SPARK_JAVA_OPT_0, SPARK_JAVA_OPT_1, ..., in that order.
-java_options=()
-while IFS= read -r name; do
-  java_options+=("${!name}")
-done < <(compgen -v SPARK_JAVA_OPT_ | sort -t _ -k 4 -n)
-
-exec tini -s -- "${JAVA_HOME}/bin/java" "${java_options[@]}" \
-  -Xms"${SPARK_EXECUTOR_MEMORY}" -Xmx"${SPARK_EXECUTOR_MEMORY}" \
-  -cp "${classpath}" \
-  org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend \
-  --driver-url "${SPARK_DRIVER_URL}" \
-  --executor-id "${SPARK_EXECUTOR_ID}" \
-  --cores "${SPARK_EXECUTOR_CORES}" \
-  --app-id "${SPARK_APPLICATION_ID}" \
-  --hostname "${SPARK_EXECUTOR_POD_IP}" \
-  --resourceProfileId "${SPARK_RESOURCE_PROFILE_ID}" \
-  --podName "${SPARK_EXECUTOR_POD_NAME}"
-EOF
+# The executor entrypoint (container/spark-entrypoint.sh), after Spark's own
+# (resource-managers/kubernetes/docker in Spark's sources), reduced to the executor: Spark's
+# executor pods pass `executor` and the executor's settings in SPARK_* variables.
+COPY --chmod=0755 container/spark-entrypoint.sh /opt/spark-checkpoint/bin/entrypoint.sh
 
 # The reference pipeline, where tests/cluster expects it
 # (mainFile local:///opt/spark-checkpoint/examples/wordcount/pipeline.py). Its generated
@@ -240,8 +213,9 @@ CMD ["python"]
 # there and sets readOnlyRootFilesystem). The last stage: a plain `docker build` builds it.
 FROM deps AS operator
 
-RUN --mount=type=bind,from=builder,source=/wheels,target=/tmp/wheels \
-    pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+COPY --from=builder /wheels/ /tmp/wheels/
+RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
     && pip check \
     && python -c "import spark_checkpoint_operator.kubernetes.handlers" \
     && python -c "import importlib.util as u, sys; sys.exit(u.find_spec('pyspark') is not None)"

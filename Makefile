@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck unit mutation-coordinator
+.PHONY: demo test lint typecheck unit mutation-coordinator images-tools images images-test
 
 # The runtime dependencies are installed at the images' pins (the Dockerfile's deps stage is
 # the lock): what the tests run is what ships, and an upstream release cannot change a run.
@@ -32,7 +32,23 @@ typecheck: $(INSTALLED)
 	$(BIN)/mypy -p spark_checkpoint_operator -p spark_checkpoint
 
 unit: $(INSTALLED)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not containers"
+
+# The images, built here without Docker: Buildah builds the Dockerfile's targets on a stand-in
+# for the official Python image assembled from Debian's packages, Podman runs them
+# (tests/helpers/containers.py; caches outside the clone). Not part of `make test`: on a fresh
+# machine the tools, the base and both images take about 8 minutes more than CI's budget has
+# left (README, "The images"). Needs root, as CI has.
+IMAGE_TOOLS := podman buildah mmdebstrap runc
+images-tools:
+	@(for tool in $(IMAGE_TOOLS); do command -v $$tool > /dev/null || exit 1; done) \
+		|| { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y $(IMAGE_TOOLS); }
+
+images: images-tools $(INSTALLED)
+	$(BIN)/python tests/helpers/containers.py build
+
+images-test: images-tools $(INSTALLED)
+	$(BIN)/python -m pytest -m containers tests/image
 
 # Mutation testing of the coordinator core (docs/testing.md; CI does not run it: it takes
 # many minutes). mutmut names modules after their paths, so it runs in build/mutation,

@@ -12,10 +12,10 @@ Three processes share the machine:
 Trigger lateness is the time a periodic trigger arrives at its agent minus the time the
 coordinator had scheduled it for. The scheduled time comes from the coordinator itself:
 when the operator imports this module (``kopf run ... -m operator_scale`` with
-``OPERATOR_SCALE_PROBE`` set), it wraps ``CheckpointCoordinator.handle`` and
-``JobSupervisor._trigger`` to write one line per consumed periodic slot. The wrappers cost
-a few microseconds per event; the module imports nothing else into the operator. The same
-probe applies the experiment ``--idle-poll``.
+``OPERATOR_SCALE_PROBE`` set), it adds an observer to every job (the supervisor reports
+each consumed periodic slot and each trigger sent) that writes one line per consumed
+slot; the module imports nothing else into the operator. ``--idle-poll`` sets the
+operator's own setting.
 
 Everything runs in a private network namespace (``unshare``) when it can, so the agents'
 fixed port 8484 does not collide with tests running on the same machine; as root, the
@@ -62,7 +62,7 @@ ROOT = BENCHMARKS.parent
 TESTS = ROOT / "tests"
 RESULTS = BENCHMARKS / "results"
 PROBE_VARIABLE = "OPERATOR_SCALE_PROBE"
-IDLE_POLL_VARIABLE = "OPERATOR_SCALE_IDLE_POLL"
+IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"  # the operator's setting
 NETNS_VARIABLE = "OPERATOR_SCALE_IN_NETNS"
 OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -79,68 +79,44 @@ TARGET_RSS_MIB = 500.0
 
 
 def _install_probe(path: str) -> None:
-    """Record, per periodic slot the coordinator consumes, when it was due, when the Tick
-    handled it, and when the trigger request was sent and answered. One line each:
-    ``ip checkpoint_id due decided sent answered next_due`` (checkpoint_id -1: declined)."""
+    """Record, per periodic slot a job's coordinator consumes, when it was due, when the
+    Tick handled it, and when the trigger request was sent and answered. One line each:
+    ``ip checkpoint_id due decided sent answered next_due`` (checkpoint_id -1: declined).
+    The operator tells every job's observers (``handlers.JOB_OBSERVERS``)."""
     # Imported here: the operator has these loaded already; nothing else enters it.
-    from spark_checkpoint_operator.coordinator import (  # noqa: PLC0415
-        CheckpointCoordinator,
-        Tick,
-        TriggerCheckpoint,
-    )
-    from spark_checkpoint_operator.supervisor import JobSupervisor  # noqa: PLC0415
+    from spark_checkpoint_operator.agent_client import AgentClient  # noqa: PLC0415
+    from spark_checkpoint_operator.kubernetes.handlers import JOB_OBSERVERS  # noqa: PLC0415
+    from spark_checkpoint_operator.supervisor import Observer, PeriodicSlot  # noqa: PLC0415
 
     out = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 (the process's life)
-    slots: dict[tuple[int, int], tuple[float, float, float]] = {}
-    handle = CheckpointCoordinator.handle
-    trigger = JobSupervisor._trigger
 
-    def probed_handle(self: CheckpointCoordinator, event: Any) -> Any:
-        if not isinstance(event, Tick):
-            return handle(self, event)
-        due = self.next_periodic_trigger
-        decided = time.time()
-        effects = handle(self, event)
-        after = self.next_periodic_trigger
-        if due is not None and after != due:  # this Tick consumed the slot
-            triggered = [e for e in effects if isinstance(e, TriggerCheckpoint)]
-            if triggered:
-                slots[id(self), triggered[0].checkpoint_id] = (due, decided, after or 0.0)
-            else:
-                out.write(f"- -1 {due:.6f} {decided:.6f} 0 0 {after or 0.0:.6f}\n")
-        return effects
+    class Probe(Observer):
+        """One job's: a slot's trigger is sent before the slot is reported."""
 
-    async def probed_trigger(self: JobSupervisor, driver: Any, effect: Any) -> None:
-        slot = slots.pop((id(self._coordinator), effect.checkpoint_id), None)
-        sent = time.time()
-        await trigger(self, driver, effect)
-        if slot is None or driver is None:
-            return
-        base = driver.agent._base_url
-        url = base() if callable(base) else base
-        host = urlsplit(url or "").hostname or "-"
-        due, decided, after = slot
-        out.write(
-            f"{host} {effect.checkpoint_id} {due:.6f} {decided:.6f} {sent:.6f}"
-            f" {time.time():.6f} {after:.6f}\n"
-        )
+        def __init__(self) -> None:
+            self._sent: dict[int, tuple[str, float, float]] = {}
 
-    if idle_poll := os.environ.get(IDLE_POLL_VARIABLE):
-        _set_idle_poll(float(idle_poll))
-    CheckpointCoordinator.handle = probed_handle  # type: ignore[method-assign]
-    JobSupervisor._trigger = probed_trigger  # type: ignore[method-assign]
+        def trigger_sent(
+            self, checkpoint_id: int, agent: AgentClient, sent: float, answered: float
+        ) -> None:
+            host = urlsplit(agent.url or "").hostname or "-"
+            self._sent[checkpoint_id] = (host, sent, answered)
 
+        def periodic(self, slot: PeriodicSlot) -> None:
+            next_due = slot.next_due or 0.0
+            if slot.checkpoint_id is None:
+                out.write(f"- -1 {slot.due:.6f} {slot.decided:.6f} 0 0 {next_due:.6f}\n")
+                return
+            sent = self._sent.pop(slot.checkpoint_id, None)
+            self._sent.clear()  # requested checkpoints' triggers: no slot reports them
+            if sent is not None:
+                host, at, answered = sent
+                out.write(
+                    f"{host} {slot.checkpoint_id} {slot.due:.6f} {slot.decided:.6f} {at:.6f}"
+                    f" {answered:.6f} {next_due:.6f}\n"
+                )
 
-def _set_idle_poll(seconds: float) -> None:
-    """An experiment (``--idle-poll``): the controllers poll idle agents this often."""
-    from spark_checkpoint_operator.kubernetes.controller import JobController  # noqa: PLC0415
-
-    init = JobController.__init__
-
-    def patched(self: JobController, *args: Any, **kwargs: Any) -> None:
-        init(self, *args, **{**kwargs, "idle_poll_interval": seconds})
-
-    JobController.__init__ = patched  # type: ignore[method-assign]
+    JOB_OBSERVERS.append(lambda namespace, name: Probe())
 
 
 # --- the simulated cluster, in a child process ---------------------------------------------

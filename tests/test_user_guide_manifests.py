@@ -10,7 +10,7 @@ import kubernetes_validate
 import yaml
 
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import load_manifest
+from spark_checkpoint_operator.manifest.loading import load_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "orders"

@@ -61,6 +61,11 @@ class AgentClient:
         self._session = session
         self._owns_session = session is None
 
+    @property
+    def url(self) -> str | None:
+        """Where the agent is now; None while it has no address."""
+        return self._base_url() if callable(self._base_url) else self._base_url
+
     async def close(self) -> None:
         if self._session is not None and self._owns_session:
             await self._session.close()
@@ -78,14 +83,14 @@ class AgentClient:
         return _checked("GET /v1/status", AgentStatus.from_json, answer)
 
     async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
-        """`read_status` as its JSON document. Only for the supervisor until it reads the
-        typed document (issue 13, item 4); remove it then."""
+        """`read_status` as its JSON document (the supervisor reads `read_status`; the
+        agent's own tests look at the document as sent)."""
         return (await self.read_status(after, wait)).to_json()
 
     async def trigger(
         self, checkpoint_id: int, kind: CheckpointKind | str, after: AfterCompletion | str
     ) -> None:
-        # The supervisor passes the enums' values until it passes the enums (issue 13).
+        # The enums, or their values (the agent's tests send what a JSON client would).
         body = TriggerBody(checkpoint_id, CheckpointKind(kind), AfterCompletion(after))
         await self._call("POST", "/v1/checkpoints", body.to_json())
 
@@ -128,7 +133,7 @@ class AgentClient:
         waits: float = 0.0,
     ) -> Any:
         """``waits``: how long the agent may hold the answer back, on top of the timeout."""
-        base_url = self._base_url() if callable(self._base_url) else self._base_url
+        base_url = self.url
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:

@@ -11,19 +11,15 @@ from pathlib import Path
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.local_runtime import (
     AGENT_START_TIMEOUT_SECONDS,
-    STATE_DIR_NAME,
     RunRefused,
-    default_state_dir,
     run_local,
 )
-from spark_checkpoint_operator.manifest import ManifestError, load_manifest
+from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
-from spark_checkpoint_operator.storage_commands import (
-    StorageSource,
-    run_inspect,
-    run_list,
-    run_verify,
-)
+from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
+from spark_checkpoint_operator.storage_commands.job import StorageSource
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,12 +1,17 @@
-"""How a driver is started, the same on every runtime: the Python command of the
-application and the Spark configuration PySpark's launcher reads from the environment."""
+"""How a driver is started and stopped, the same on every runtime: the Python command of
+the application, the Spark configuration PySpark's launcher reads from the environment, and
+how long a driver is given to exit once it is told to stop."""
 
 import shlex
 from collections.abc import Mapping
 
-from spark_checkpoint_operator.manifest import Application
+from spark_checkpoint_operator.manifest.model import Application
 
 LOCAL_SCHEME = "local://"
+# How long a driver told to stop (SIGTERM) may take to exit before it is killed (SIGKILL):
+# a pod's terminationGracePeriodSeconds, a local driver's wait. Spark's shutdown hooks
+# (stopping the context, closing the agent) must fit.
+TERMINATION_GRACE_SECONDS = 60
 
 
 def driver_command(application: Application, python: str = "python") -> list[str]:

@@ -10,7 +10,6 @@ import contextlib
 import ctypes
 import fcntl
 import itertools
-import json
 import os
 import re
 import secrets
@@ -19,7 +18,6 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -36,49 +34,22 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.driver_command import (
+    TERMINATION_GRACE_SECONDS,
+    driver_command,
+    submit_arguments,
+)
+from spark_checkpoint_operator.local_state import LocalPaths, local_paths
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
-from spark_checkpoint_operator.status import render_status
+from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
-STOP_GRACE_SECONDS = 30.0
 # Spark's start plus the restore of a large image, with room to spare.
 AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 PR_SET_PDEATHSIG = 1
-
-
-@dataclass(frozen=True, slots=True)
-class LocalPaths:
-    """Where a local run keeps its things: ``<state_dir>/<namespace>/<job>/...``."""
-
-    job_dir: Path
-
-    @property
-    def status_file(self) -> Path:
-        return self.job_dir / "status.json"
-
-    @property
-    def work_dir(self) -> Path:
-        return self.job_dir / "work"
-
-    @property
-    def logs_dir(self) -> Path:
-        return self.job_dir / "logs"
-
-    @property
-    def token_file(self) -> Path:
-        return self.job_dir / "agent-token"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.job_dir / "run.lock"
-
-    @property
-    def default_storage(self) -> str:
-        return (self.job_dir.parent.parent / "storage").resolve().as_uri()
 
 
 class RunRefused(Exception):
@@ -138,7 +109,7 @@ class LocalDriver:
         if self._process.returncode is None:
             self._process.terminate()
             try:
-                await asyncio.wait_for(self._process.wait(), STOP_GRACE_SECONDS)
+                await asyncio.wait_for(self._process.wait(), TERMINATION_GRACE_SECONDS)
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
@@ -224,23 +195,19 @@ class LocalJanitor:
             raise CleanupFailed(f"{operation.__name__}: {error}") from error
 
 
-STATE_DIR_NAME = ".spark-checkpoint"
-
-
-def default_state_dir(manifest_path: Path) -> Path:
-    """Next to the manifest, so that every command finds a job's state and default storage
-    whichever directory it is run from."""
-    return manifest_path.parent / STATE_DIR_NAME
-
-
-def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
-    return LocalPaths(state_dir.resolve() / manifest.namespace / manifest.name)
-
-
 def load_record(paths: LocalPaths) -> JobRecord:
-    if not paths.status_file.exists():
-        return JobRecord()
-    return JobRecord.from_dict(json.loads(paths.status_file.read_text())["status"])
+    """What the job resumes from; raises RunRefused if its status file cannot be read (the
+    registry in it is what keeps ids unique and images restorable: never guessed)."""
+    try:
+        status_file = StatusFile.read(paths.status_file)
+        if status_file is None:
+            return JobRecord()
+        return JobRecord.from_status(status_file.persisted_status())
+    except StatusFileError as error:
+        raise RunRefused(
+            f"the job's status file cannot be read ({error}); repair it, or delete "
+            f"{paths.job_dir} and the job's storage to start the job afresh"
+        ) from error
 
 
 async def run_local(
@@ -308,16 +275,13 @@ async def _run_locked(
     async def save(current: JobRecord) -> None:
         status = render_status(current, now=time.time(), previous_conditions=conditions)
         conditions[:] = status["conditions"]
-        document = {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": manifest.name, "namespace": manifest.namespace},
-            "status": status,
-            "driver": {"pid": launcher.current.pid if launcher.current else None},
-        }
-        temporary = paths.status_file.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=2))
-        os.replace(temporary, paths.status_file)
+        StatusFile(
+            path=paths.status_file,
+            name=manifest.name,
+            namespace=manifest.namespace,
+            status=status,
+            driver_pid=launcher.current.pid if launcher.current else None,
+        ).write()
 
     interrupts = [0]
 
@@ -418,9 +382,8 @@ def _die_with_parent() -> None:
 def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:
     """A driver of an earlier run whose runtime was killed must be gone before a new one
     starts: two drivers of one job would commit the same output."""
-    if not paths.status_file.exists():
-        return
-    pid = json.loads(paths.status_file.read_text()).get("driver", {}).get("pid")
+    status_file = StatusFile.read(paths.status_file)
+    pid = None if status_file is None else status_file.driver_pid
     if pid is None:
         return
     # Only a process that is this job's driver (pids get reused): its environment names

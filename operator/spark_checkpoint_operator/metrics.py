@@ -9,6 +9,7 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+from spark_checkpoint_operator.supervisor import Observer, PeriodicSlot
 
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
@@ -74,7 +75,7 @@ class CheckpointMetrics:
         start_http_server(port, address, registry=self.registry)
 
 
-class JobMetrics:
+class JobMetrics(Observer):
     """The metrics of one job: what the supervisor reports as it happens."""
 
     def __init__(self, metrics: CheckpointMetrics, namespace: str, name: str) -> None:
@@ -101,8 +102,8 @@ class JobMetrics:
     def restored(self) -> None:
         self._child(self._metrics.restores).inc()
 
-    def late(self, seconds: float) -> None:
-        self._child(self._metrics.lateness).observe(seconds)
+    def periodic(self, slot: PeriodicSlot) -> None:
+        self._child(self._metrics.lateness).observe(slot.decided - slot.due)
 
     def forget(self) -> None:
         """The job is gone: its series go too (they would grow without bound)."""

@@ -4,12 +4,11 @@ the control plane never imports pyspark)."""
 
 import asyncio
 import contextlib
-import json
 import sys
 
-from spark_checkpoint.protocol import CheckpointKind, RestoreCandidate
+from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
-from spark_checkpoint_operator.manifest import JobManifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import CheckUnavailable
 
 
@@ -24,23 +23,6 @@ def restorable_command(layout: JobStorageLayout, images: list[str]) -> list[str]
         f"--job={layout.job}",
         *images,
     ]
-
-
-def problems_by_image(output: str) -> dict[str, list[str]]:
-    """The check's report (its last output line) as each image's problems. Raises
-    ValueError when there is none (the check did not get to report)."""
-    lines = output.strip().splitlines()
-    if not lines:
-        raise ValueError("no report")
-    try:
-        report = json.loads(lines[-1])
-        problems: dict[str, list[str]] = {}
-        for snapshot in report["snapshots"]:
-            image = RestoreCandidate.registered(CheckpointKind(snapshot["kind"]), snapshot["id"])
-            problems[image.encode()] = list(snapshot["problems"])
-        return problems
-    except (ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"no report: {lines[-1]}") from error
 
 
 class LocalRestorableCheck:

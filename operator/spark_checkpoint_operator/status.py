@@ -4,27 +4,232 @@
 what an operator restart resumes from); the other fields are views of it and of the
 runtime, shaped by the CRD's status schema. Conditions follow the Kubernetes API
 conventions: a condition's ``lastTransitionTime`` changes only when its status does.
+
+The shape is defined here once: ``PersistedStatus`` is the part a restart reads back (the
+supervisor's ``JobRecord`` writes and reads it), ``render_status`` adds the views, and
+``StatusFile`` is the local runtime's file around it, which the storage commands read for
+the registry.
 """
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+import json
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
 
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CheckpointOutcome,
     CompletedCheckpoint,
+    InvalidPersistedState,
     JobPhase,
     OutcomeStatus,
+    PersistedState,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
-from spark_checkpoint_operator.supervisor import JobRecord
+from spark_checkpoint_operator.manifest import crd
 
 HISTORY_SHOWN = 10
 
 READY = "Ready"
 CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
 SPEC_VALID = "SpecValid"
+
+
+class StatusFileError(ValueError):
+    """A status file cannot be read; the message names the file and the field."""
+
+
+@dataclass(frozen=True, slots=True)
+class PersistedStatus:
+    """The part of a job's status that a restart resumes from: the coordinator's registry
+    and the runtime's counters. ``render_status`` adds the views."""
+
+    phase: JobPhase = JobPhase.PENDING
+    job_attempt: int = 0
+    restores: int = 0
+    failed_restores: int = 0
+    restored_from: Mapping[str, Any] | None = None
+    unrestorable: Sequence[Mapping[str, Any]] = ()
+    message: str = ""
+    last_committed_batch: int | None = None
+    consecutive_failures: int = 0
+    next_checkpoint_id: int = 1
+    pending: Sequence[Mapping[str, Any]] = ()
+    coordinator: PersistedState = field(default_factory=PersistedState)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.phase.value,
+            "jobAttempt": self.job_attempt,
+            "restoredFrom": None if self.restored_from is None else dict(self.restored_from),
+            "unrestorable": [dict(image) for image in self.unrestorable],
+            "message": self.message,
+            "lastCommittedBatch": self.last_committed_batch,
+            "consecutiveFailures": self.consecutive_failures,
+            "nextCheckpointId": self.next_checkpoint_id,
+            "pending": [dict(snapshot) for snapshot in self.pending],
+            "counts": {"restored": self.restores, "failedRestores": self.failed_restores},
+            "coordinator": self.coordinator.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PersistedStatus":
+        """Read back a status written by ``to_dict`` or ``render_status`` (views are
+        ignored; a field not written yet takes its default, as in a new job's status).
+        Raises InvalidStatus naming the field."""
+        counts = _field(data, "counts", Mapping, {})
+        coordinator = _field(data, "coordinator", Mapping, None)
+        try:
+            state = (
+                PersistedState() if coordinator is None else PersistedState.from_dict(coordinator)
+            )
+        except InvalidPersistedState as error:
+            raise InvalidStatus(f"coordinator.{error}") from None
+        phase = _field(data, "phase", str, JobPhase.PENDING.value)
+        if phase not in set(JobPhase):
+            allowed = ", ".join(JobPhase)
+            raise InvalidStatus(f"phase: expected one of {allowed}, got {phase!r}")
+        return cls(
+            phase=JobPhase(phase),
+            job_attempt=_field(data, "jobAttempt", int, 0),
+            restores=_field(counts, "restored", int, 0, "counts."),
+            failed_restores=_field(counts, "failedRestores", int, 0, "counts."),
+            restored_from=_field(data, "restoredFrom", Mapping, None),
+            unrestorable=_field(data, "unrestorable", list, []),
+            message=_field(data, "message", str, ""),
+            last_committed_batch=_field(data, "lastCommittedBatch", int, None),
+            consecutive_failures=_field(data, "consecutiveFailures", int, 0),
+            next_checkpoint_id=_field(data, "nextCheckpointId", int, state.next_checkpoint_id),
+            pending=_field(data, "pending", list, []),
+            coordinator=state,
+        )
+
+
+class InvalidStatus(ValueError):
+    """A status that cannot be read back; the message names the field."""
+
+
+def _field(
+    data: Mapping[str, Any], key: str, expected: type, default: Any, prefix: str = ""
+) -> Any:
+    """``data[key]`` if it is of the ``expected`` type, ``default`` if absent or null."""
+    value = data.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+        what = {int: "an integer", str: "a string", list: "a list"}.get(expected, "an object")
+        raise InvalidStatus(f"{prefix}{key}: expected {what}, got {value!r}")
+    return value
+
+
+class StatusRecord(Protocol):
+    """What the status is rendered from (the supervisor's ``JobRecord``)."""
+
+    def persisted_status(self) -> PersistedStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredIds:
+    """The ids of the snapshots the coordinator registered, as a status lists them."""
+
+    checkpoints: frozenset[int]
+    savepoints: frozenset[int]
+
+    def of(self, kind: CheckpointKind) -> frozenset[int]:
+        return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
+
+
+@dataclass(frozen=True, slots=True)
+class StatusFile:
+    """The local runtime's status file: the job's status in the envelope of its resource,
+    as ``kubectl get scj -o json`` would show it, and the pid of the driver it started."""
+
+    path: Path
+    name: str
+    namespace: str
+    status: Mapping[str, Any] | None
+    driver_pid: int | None
+
+    def write(self) -> None:
+        """Replace the file at once: a reader never sees half of it."""
+        document = {
+            "apiVersion": crd.resource_api_version(crd.cached_crd()),
+            "kind": crd.resource_kind(crd.cached_crd()),
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "status": self.status,
+            "driver": {"pid": self.driver_pid},
+        }
+        temporary = self.path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(document, indent=2))
+        os.replace(temporary, self.path)
+
+    @classmethod
+    def read(cls, path: Path) -> "StatusFile | None":
+        """The file at ``path``; None if there is none."""
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError) as error:
+            raise StatusFileError(f"{path}: cannot read: {error}") from error
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise StatusFileError(f"{path}: not JSON: {error}") from error
+        if not isinstance(document, Mapping):
+            raise StatusFileError(f"{path}: not an object")
+        metadata = document.get("metadata")
+        metadata = metadata if isinstance(metadata, Mapping) else {}
+        driver = document.get("driver")
+        pid = driver.get("pid") if isinstance(driver, Mapping) else None
+        return cls(
+            path=path,
+            name=str(metadata.get("name", "")),
+            namespace=str(metadata.get("namespace", "")),
+            status=document.get("status"),
+            driver_pid=pid if isinstance(pid, int) and not isinstance(pid, bool) else None,
+        )
+
+    def persisted_status(self) -> PersistedStatus:
+        if not isinstance(self.status, Mapping):
+            raise StatusFileError(f"{self.path}: status: missing")
+        try:
+            return PersistedStatus.from_dict(self.status)
+        except InvalidStatus as error:
+            raise StatusFileError(f"{self.path}: status.{error}") from None
+
+    def registered_ids(self) -> RegisteredIds:
+        """Only the registry's ids: a status file of another version still says which
+        snapshots are registered."""
+        coordinator: Any = self.status
+        field_path = "status"
+        if not isinstance(coordinator, Mapping):
+            raise StatusFileError(f"{self.path}: {field_path}: missing")
+        if "coordinator" not in coordinator:
+            raise StatusFileError(f"{self.path}: status.coordinator: missing")
+        coordinator = coordinator["coordinator"]
+        return RegisteredIds(
+            checkpoints=frozenset(self._ids(coordinator, "checkpoints")),
+            savepoints=frozenset(self._ids(coordinator, "savepoints")),
+        )
+
+    def _ids(self, coordinator: Any, key: str) -> Iterator[int]:
+        prefix = f"status.coordinator.{key}"
+        if not isinstance(coordinator, Mapping):
+            raise StatusFileError(f"{self.path}: status.coordinator: not an object")
+        items = coordinator.get(key, [])
+        if not isinstance(items, list):
+            raise StatusFileError(f"{self.path}: {prefix}: not a list")
+        for index, item in enumerate(items):
+            value = item.get("id") if isinstance(item, Mapping) else None
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise StatusFileError(
+                    f"{self.path}: {prefix}[{index}].id: expected a non-negative integer, "
+                    f"got {value!r}"
+                )
+            yield value
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,21 +252,21 @@ class Observed:
 
 
 def render_status(
-    record: JobRecord,
+    record: StatusRecord,
     *,
     now: float,
     observed: Observed = Observed(),
     previous_conditions: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    state = record.coordinator
-    status: dict[str, Any] = record.to_dict()
+    persisted = record.persisted_status()
+    state = persisted.coordinator
+    status: dict[str, Any] = persisted.to_dict()
     status |= {
         "counts": {
             "completed": state.completed_count,
             "failed": state.failed_count,
-            "inProgress": len(record.pending),
-            "restored": record.restores,
-            "failedRestores": record.failed_restores,
+            "inProgress": len(persisted.pending),
+            **status["counts"],
         },
         "lastCheckpoint": _last(state.checkpoints, state.history, CheckpointKind.CHECKPOINT),
         "lastSavepoint": _last(state.savepoints, state.history, CheckpointKind.SAVEPOINT),
@@ -74,7 +279,7 @@ def render_status(
         status["driver"] = observed.driver.to_dict()
     if observed.executors is not None:
         status["executors"] = observed.executors.to_dict()
-    status["conditions"] = _conditions(record, observed, previous_conditions, now)
+    status["conditions"] = _conditions(persisted, observed, previous_conditions, now)
     return status
 
 
@@ -136,7 +341,7 @@ def _duration(seconds: float) -> str:
 
 
 def _conditions(
-    record: JobRecord,
+    record: PersistedStatus,
     observed: Observed,
     previous: Sequence[Mapping[str, Any]],
     now: float,

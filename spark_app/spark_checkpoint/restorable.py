@@ -14,9 +14,8 @@ classes, without running the query:
   Data Source (``spark.read.format("statestore")``), which loads each partition's store
   version as the next batch would.
 
-Prints one JSON document on its last output line: ``{"snapshots": [{"kind", "id",
-"problems": [...]}]}``. Exit codes: 0 every image restorable, 1 a problem found, 2 bad
-arguments.
+Prints its report (`spark_checkpoint.restorable_report`) on its last output line. Exit
+codes: 0 every image restorable, 1 a problem found, 2 bad arguments.
 """
 
 import argparse
@@ -31,7 +30,8 @@ from typing import Any
 
 from pyspark.sql import DataFrameReader, SparkSession
 
-from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+from spark_checkpoint.janitor_commands import image_argument
+from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.restore import SPARK_METADATA_FILE
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -180,7 +180,7 @@ def _excerpt(error: Exception) -> str:
 
 def check_images(
     storage: CheckpointStorage, images: Sequence[tuple[CheckpointKind, int]]
-) -> list[dict[str, Any]]:
+) -> list[ImageVerdict]:
     """Materialize each image into a scratch directory and let Spark read it there."""
     spark = (
         SparkSession.builder.master("local[1]")
@@ -189,7 +189,7 @@ def check_images(
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
-    results = []
+    results: list[ImageVerdict] = []
     try:
         for kind, snapshot_id in images:
             with tempfile.TemporaryDirectory(prefix="verify-deep-") as scratch:
@@ -201,20 +201,10 @@ def check_images(
                     problems = [f"cannot materialize: {error}"]
                 else:
                     problems = check_location(spark, location, meta.batch_id)
-            results.append({"kind": kind.value, "id": snapshot_id, "problems": problems})
+            results.append(ImageVerdict(kind, snapshot_id, tuple(problems)))
     finally:
         spark.stop()
     return results
-
-
-def _image(text: str) -> tuple[CheckpointKind, int]:
-    try:
-        image: RestoreCandidate | None = RestoreCandidate.decode(text)
-    except ProtocolError:
-        image = None
-    if image is None or image.snapshot_id is None:  # not this job's checkpoint or savepoint
-        raise argparse.ArgumentTypeError(f"{text!r} is not checkpoint:N or savepoint:N")
-    return image.kind, image.snapshot_id
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -225,7 +215,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage", required=True, help="storage root (path or URI)")
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--job", required=True)
-    parser.add_argument("images", nargs="+", type=_image, metavar="KIND:ID")
+    parser.add_argument("images", nargs="+", type=image_argument, metavar="KIND:ID")
     args = parser.parse_args(argv)
     try:
         storage = CheckpointStorage(JobStorageLayout(args.storage, args.namespace, args.job))
@@ -233,8 +223,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{parser.prog}: {error}", file=sys.stderr)
         return EXIT_USAGE
     results = check_images(storage, args.images)
-    print(json.dumps({"snapshots": results}))
-    return EXIT_PROBLEMS if any(r["problems"] for r in results) else EXIT_OK
+    print(encoded(results))
+    return EXIT_PROBLEMS if any(verdict.problems for verdict in results) else EXIT_OK
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ import yaml
 
 from helpers.kube.cluster import LocalCluster
 from helpers.kube.simulated import SimulatedAgents
+from spark_checkpoint.storage import layout
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "spark-checkpoint-operator"
@@ -207,7 +208,7 @@ def test_every_rendered_object_is_valid_kubernetes(scenario: str) -> None:
 # Kubernetes' name rules (k8s.io/apimachinery validation): a Service's name is a DNS-1035
 # label, other objects' names DNS-1123 subdomains; label values at most 63 characters.
 DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
-DNS_1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+DNS_1123_SUBDOMAIN = re.compile(layout.DNS_1123_SUBDOMAIN)  # see tests/manifest/test_dns_names.py
 LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]{0,61})?[A-Za-z0-9])?")
 LONGEST_RELEASE_NAME = "analytics-streaming-platform-prod"
 

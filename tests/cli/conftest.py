@@ -3,7 +3,7 @@ storage package (no Spark), a local status file and a way to run the command lin
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -19,7 +19,10 @@ from spark_checkpoint.storage import (
     ManifestEntry,
     TaskAcknowledgement,
 )
+from spark_checkpoint_operator import coordinator
 from spark_checkpoint_operator.cli import main
+from spark_checkpoint_operator.status import StatusFile, render_status
+from spark_checkpoint_operator.supervisor import JobRecord
 
 NAMESPACE = "analytics"
 JOB = "clicks"
@@ -87,26 +90,24 @@ class Job:
         return Path(self.storage.layout.location_path(entry.location))
 
     def write_registry(self, checkpoints: Iterable[int], savepoints: Iterable[int]) -> None:
-        """A status file as `spark-checkpoint run` writes it (only what the commands read)."""
+        """A status file as `spark-checkpoint run` writes it, registering these snapshots."""
 
-        def registered(kind: str, ids: Iterable[int]) -> list[dict[str, object]]:
-            return [{"id": i, "kind": kind, "batchId": 0, "sizeBytes": 0} for i in ids]
+        def registered(
+            kind: coordinator.CheckpointKind, ids: Iterable[int]
+        ) -> tuple[coordinator.CompletedCheckpoint, ...]:
+            path = f"{self.root}/{kind.value}"
+            return tuple(coordinator.CompletedCheckpoint(i, kind, 0, path, 0, 0, 0) for i in ids)
 
-        document = {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": JOB, "namespace": NAMESPACE},
-            "status": {
-                "phase": "Running",
-                "coordinator": {
-                    "nextCheckpointId": 4,
-                    "checkpoints": registered("checkpoint", checkpoints),
-                    "savepoints": registered("savepoint", savepoints),
-                },
-            },
-        }
+        checkpoints, savepoints = tuple(checkpoints), tuple(savepoints)
+        state = coordinator.PersistedState(
+            next_checkpoint_id=max([*checkpoints, *savepoints, 0]) + 1,
+            checkpoints=registered(coordinator.CheckpointKind.CHECKPOINT, checkpoints),
+            savepoints=registered(coordinator.CheckpointKind.SAVEPOINT, savepoints),
+        )
+        record = JobRecord(phase=coordinator.JobPhase.RUNNING, coordinator=state)
+        status = render_status(record, now=time.time())
         self.status_file.parent.mkdir(parents=True, exist_ok=True)
-        self.status_file.write_text(json.dumps(document, indent=2))
+        StatusFile(self.status_file, JOB, NAMESPACE, status, driver_pid=None).write()
 
 
 def _spark_file(spark_dir: Path, path: str, content: bytes) -> str:

@@ -95,3 +95,10 @@ def test_a_malformed_snapshot_reference_exits_2(job: Job, cli: Cli) -> None:
         result = cli("inspect", reference, *job.flags)
         assert result.code == 2, reference
         assert result.err.startswith(f"spark-checkpoint inspect: {reference!r}: "), result.err
+
+
+def test_an_external_savepoint_is_not_a_snapshot_of_the_job(job: Job, cli: Cli) -> None:
+    reference = "external:file:///elsewhere/savepoints/sp-1/_metadata"
+    result = cli("inspect", reference, *job.flags)
+    assert result.code == 2
+    assert result.err.startswith(f"spark-checkpoint inspect: {reference!r}: "), result.err

@@ -11,7 +11,7 @@ from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState
 from spark_checkpoint_operator.agent_client import AgentUnavailable
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
 
 JVM_SHUTDOWN_SECONDS = 1.5

@@ -9,8 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
-from spark_checkpoint_operator.local_runtime import LocalPaths, _stop_leftover_driver
+from spark_checkpoint_operator.cli import main
+from spark_checkpoint_operator.local_runtime import _stop_leftover_driver
+from spark_checkpoint_operator.local_state import LocalPaths
 
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
@@ -242,3 +246,31 @@ def test_a_driver_killed_by_a_signal_is_described_so_without_log_lines_as_its_er
     assert "driver failed (killed by SIGKILL); restart 1" in result.stdout
     assert "its error:" not in result.stdout, "a killed driver's log tail is not its error"
     assert "batch 13 staged" not in result.stdout
+
+
+MANIFEST_FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
+
+
+def test_an_unreadable_status_file_refuses_the_run_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    status_file = tmp_path / ".spark-checkpoint" / "default" / "word-count" / "status.json"
+    status_file.parent.mkdir(parents=True)
+    for content, field in [
+        ('{"status": {"phase": "Sleeping"}}', "status.phase: expected one of Pending"),
+        ('{"status": {"jobAttempt": "2"}}', "status.jobAttempt: expected an integer"),
+        ('{"status": {"coordinator": {"nextCheckpointId": 0}}}', "coordinator.nextCheckpointId"),
+        ('{"status": []}', "status: missing"),
+        ("{", "not JSON"),
+    ]:
+        status_file.write_text(content)
+
+        assert main(["run", str(manifest)]) == 1
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.startswith(
+            f"spark-checkpoint run: the job's status file cannot be read ({status_file}: "
+        )
+        assert field in line
+        assert not (status_file.parent / "work").exists()  # nothing was started

@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.fake_driver import FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import CoordinatorConfig
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
 

@@ -12,7 +12,7 @@ from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 
@@ -167,7 +167,8 @@ def test_with_every_image_unrestorable_the_job_fails_with_that_reason() -> None:
         supervisor, _ = _supervisor(launcher, max_retries=1)
         run = asyncio.create_task(supervisor.run())
         await _checkpoints_then_crash(launcher, 2)
-        registered = len(supervisor._coordinator.restore_candidates())
+        state = supervisor.record.coordinator
+        registered = len(state.checkpoints) + len(state.savepoints)
         for index in range(1, registered + 1):
             agent = await _next_driver(launcher, index)
             agent.reachable = False

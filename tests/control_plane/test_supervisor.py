@@ -17,7 +17,7 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import POLL_INTERVAL, JobRecord, JobSupervisor
 
 

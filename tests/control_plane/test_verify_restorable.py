@@ -11,13 +11,14 @@ import yaml
 
 from helpers.fake_driver import FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.manifest import RestartPolicySpec, RestartPolicyType, parse_manifest
+from spark_checkpoint_operator.manifest.loading import parse_manifest
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.restorable_check import (
     LocalRestorableCheck,
     local_restorable_check,
-    problems_by_image,
 )
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 

@@ -14,7 +14,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     TaskAcknowledgement,
 )
-from spark_checkpoint_operator.manifest import load_manifest
+from spark_checkpoint_operator.manifest.loading import load_manifest
 
 EXAMPLE_MANIFEST = ROOT / "examples" / "wordcount" / "job.yaml"
 

@@ -28,7 +28,8 @@ import yaml
 from kopf.cli import main as kopf_cli
 
 from helpers.doc_blocks import ROOT, Block, blocks_of, marked_blocks, shell_commands
-from spark_checkpoint_operator.manifest import load_crd, manifest_from_document
+from spark_checkpoint_operator.manifest.crd import load_crd
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
 KUBERNETES_VERSION = "1.30"
 CRD = load_crd()

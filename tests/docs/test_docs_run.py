@@ -58,7 +58,7 @@ from helpers.doc_blocks import (
     venv_environment,
 )
 from spark_checkpoint.storage import CheckpointMetadata
-from spark_checkpoint_operator.manifest import manifest_from_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
 KUBERNETES_VERSION = "1.30"
 TIMEOUT_SECONDS = 120

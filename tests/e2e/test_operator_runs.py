@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from helpers.job_run import EXAMPLE, FAST_JVM, expected_counts, generate
-from helpers.kube.cluster import LocalCluster, operator_stopped
+from helpers.job_run import EXAMPLE, expected_counts, generate
+from helpers.kube.cluster import LocalCluster, operator_stopped, wordcount_job
 from spark_checkpoint.sink import latest_values, read_committed
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
@@ -39,36 +39,20 @@ class Workload:
         self.files += files
 
     def job(self, **spec: Any) -> dict[str, Any]:
-        return {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": NAME, "namespace": "default"},
-            "spec": {
-                "image": "example/wordcount:1",
-                "application": {
-                    # The kubelet runs pods on this machine: the image's paths are ours.
-                    "mainFile": f"local://{self.pipeline}",
-                    "arguments": ["--input", str(self.input), "--output", str(self.output)],
-                    "sparkConf": {
-                        "spark.master": "local[2]",
-                        "spark.sql.shuffle.partitions": "2",
-                        "spark.driver.extraJavaOptions": FAST_JVM,
-                    },
-                },
-                "checkpointing": {
-                    "interval": "3s",
-                    "minPause": "500ms",
-                    "timeout": "60s",
-                    "retained": 2,
-                    "storage": self.storage.as_uri(),
-                    # The driver's live location on a claim (as executors would need): the
-                    # deletion must remove the job's directory there.
-                    "liveVolumeClaim": "wordcount-live",
-                },
-                "restartPolicy": {"type": "OnFailure", "maxRetries": 10, "backoff": "500ms"},
-                **spec,
+        defaults: dict[str, Any] = {
+            "checkpointing": {
+                "interval": "3s",
+                "minPause": "500ms",
+                "timeout": "60s",
+                "retained": 2,
+                "storage": self.storage.as_uri(),
+                # The driver's live location on a claim (as executors would need): the
+                # deletion must remove the job's directory there.
+                "liveVolumeClaim": "wordcount-live",
             },
+            "restartPolicy": {"type": "OnFailure", "maxRetries": 10, "backoff": "500ms"},
         }
+        return wordcount_job(NAME, self.pipeline, self.input, self.output, **defaults | spec)
 
     @property
     def job_storage(self) -> Path:

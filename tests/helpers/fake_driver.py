@@ -52,10 +52,6 @@ class FakeAgent:
                 return document
             await asyncio.sleep(0.01)
 
-    async def status(self, after: int | None = None, wait: float = 0.0) -> dict[str, Any]:
-        """As `AgentClient.status`: only until the supervisor reads `read_status`."""
-        return (await self.read_status(after, wait)).to_json()
-
     def _status(self) -> AgentStatus:
         document = AgentStatus(
             version=None,

@@ -1,7 +1,7 @@
 """The Dockerfile, checked without a Docker engine.
 
 hadolint lints it; the rest parses it (stages, users, pins, COPY sources, the executor
-entrypoint in its heredoc) and checks what it says against the repository: the targets,
+entrypoint it copies) and checks what it says against the repository: the targets,
 non-root numeric users, pinned base images, pins that cover the runtime dependency closure
 and satisfy pyproject.toml, no pyspark in the operator image, the example where the cluster
 suite looks for it, COPY sources inside the build context, a wheel built from exactly the
@@ -151,7 +151,22 @@ def parse(text: str) -> list[Instruction]:
 
 
 @cache
+def build_arguments() -> dict[str, str]:
+    """The ARGs before the first FROM, with their defaults: the only ones a FROM can use."""
+    found: dict[str, str] = {}
+    for instruction in parse(DOCKERFILE.read_text()):
+        if instruction.keyword == "FROM":
+            break
+        assert instruction.keyword == "ARG", f"line {instruction.line}: before the first FROM"
+        for word in shlex.split(instruction.arguments):
+            name, _, default = word.partition("=")
+            found[name] = default
+    return found
+
+
+@cache
 def stages() -> dict[str, Stage]:
+    """The stages by name; a base named by a build argument is its default."""
     found: dict[str, Stage] = {}
     current: Stage | None = None
     for instruction in parse(DOCKERFILE.read_text()):
@@ -160,11 +175,11 @@ def stages() -> dict[str, Stage]:
             assert len(words) == 3 and words[1].upper() == "AS", (
                 f"line {instruction.line}: every stage is named (FROM <image> AS <name>)"
             )
-            current = Stage(words[2], words[0], instruction.line)
+            base = re.sub(r"\$\{(\w+)\}", lambda m: build_arguments()[m.group(1)], words[0])
+            current = Stage(words[2], base, instruction.line)
             assert current.name not in found, f"stage {current.name} named twice"
             found[current.name] = current
-        else:
-            assert current is not None, f"line {instruction.line}: before the first FROM"
+        elif current is not None:
             current.instructions.append(instruction)
     return found
 
@@ -497,6 +512,26 @@ def test_a_final_image_runs_as_a_numeric_non_root_user(target: str) -> None:
     assert not [i for i in after if i.keyword == "USER" and i is not user]
 
 
+def test_the_base_image_is_a_build_argument_defaulting_to_the_official_python() -> None:
+    """One external base, named by BASE_IMAGE (tests/helpers/containers.py passes a stand-in
+    built from Debian's packages); its default is the official Python image."""
+    froms = [i for i in parse(DOCKERFILE.read_text()) if i.keyword == "FROM"]
+    external = [i for i in froms if i.words()[1][0] not in stages()]
+
+    assert [i.words()[1][0] for i in external] == ["${BASE_IMAGE}"]
+    assert re.fullmatch(r"python:[\w.-]+-slim-bookworm", build_arguments()["BASE_IMAGE"])
+
+
+def test_buildah_reads_the_dockerfile_as_buildkit_does() -> None:
+    """Debian bookworm's Buildah (1.28) reads no heredocs, and reuses the cached layer of a
+    `RUN --mount=from=<stage>` after the mounted files changed (a stale wheel)."""
+    for stage in stages().values():
+        for instruction in stage.instructions:
+            assert not instruction.heredocs, f"line {instruction.line}: a heredoc"
+            if instruction.keyword == "RUN":
+                assert "from=" not in instruction.words()[0].get("mount", ""), instruction.line
+
+
 def test_base_images_are_pinned_to_a_version() -> None:
     external = {stage.base for stage in stages().values()} - set(stages())
     assert external, "no base image"
@@ -673,21 +708,23 @@ def test_a_final_image_installs_the_wheel_after_its_dependencies(target: str) ->
     """Dependencies first (cached across code changes), then the builder's wheel without
     dependencies of its own, then `pip check`; the code itself is copied only into the
     builder."""
-    runs = [i for stage in reversed(chain(target)) for i in stage.all("RUN")]
+    instructions = [i for stage in reversed(chain(target)) for i in stage.instructions]
+    runs = [i for i in instructions if i.keyword == "RUN"]
     pinning = [n for n, i in enumerate(runs) if any("==" in w for c in i.commands() for w in c)]
     wheel = [
         n
         for n, instruction in enumerate(runs)
-        if "from=builder" in instruction.words()[0].get("mount", "")
-        and any(c[:2] == ["pip", "install"] and "--no-deps" in c for c in instruction.commands())
+        if any(c[:2] == ["pip", "install"] and "--no-deps" in c for c in instruction.commands())
     ]
 
     assert len(wheel) == 1 and pinning and max(pinning) < wheel[0]
-    mount = runs[wheel[0]].words()[0]["mount"]
-    target_dir = dict(part.partition("=")[::2] for part in mount.split(","))["target"]
+    copy = instructions[instructions.index(runs[wheel[0]]) - 1]
+    flags, (source, wheel_dir) = copy.words()
+    assert (copy.keyword, flags, source) == ("COPY", {"from": "builder"}, "/wheels/")
     commands = runs[wheel[0]].commands()
     install = next(c for c in commands if c[:2] == ["pip", "install"])
-    assert install[-1] == f"{target_dir}/*.whl"
+    assert install[-1] == f"{wheel_dir}*.whl"
+    assert ["rm", "-rf", wheel_dir.rstrip("/")] in commands, "the wheel stays out of the image"
     assert ["pip", "check"] in commands
     for directory in package_directories().values():
         for name in stages():
@@ -746,7 +783,7 @@ def test_the_wheel_of_the_builder_context_runs_the_operator_without_spark(tmp_pa
         + f"sys.path = [{str(site)!r}] + [p for p in sys.path if '__editable__' not in p]\n"
         + f"import {OPERATOR_MODULE} as m\n"
         + f"assert m.__file__.startswith({str(site)!r}), m.__file__\n"
-        + "from spark_checkpoint_operator.manifest import CRD_PATH, load_crd\n"
+        + "from spark_checkpoint_operator.manifest.crd import CRD_PATH, load_crd\n"
         + f"assert str(CRD_PATH).startswith({str(site)!r}) and load_crd(), CRD_PATH\n"
     )
     subprocess.run([sys.executable, "-c", check], check=True, cwd=tmp_path, timeout=120)
@@ -799,16 +836,16 @@ def test_the_operator_module_imports_without_pyspark() -> None:
 
 
 def entrypoint_script() -> tuple[str, str]:
-    """(path in the image, text) of the spark image's entrypoint, from its COPY heredoc."""
+    """(path in the image, text) of the spark image's entrypoint, from the file its COPY
+    puts there."""
     entrypoint = stages()["spark"].last("ENTRYPOINT")
     assert entrypoint is not None
     (path,) = entrypoint.exec_form()
-    for instruction in stages()["spark"].all("COPY"):
-        flags, words = instruction.words()
-        if instruction.heredocs and words[-1] == path:
-            assert flags.get("chmod") == "0755"
-            (text,) = instruction.heredocs
-            return path, text
+    for instruction, sources, destination in copies("spark"):
+        if destination == path:
+            assert instruction.words()[0].get("chmod") == "0755"
+            (source,) = sources
+            return path, (ROOT / source).read_text()
     raise AssertionError(f"no COPY writes {path}")
 
 

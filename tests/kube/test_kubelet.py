@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import ipaddress
 import json
 import signal
 import socket
@@ -189,7 +190,8 @@ async def test_a_pod_sees_its_env_and_mounted_secret_and_succeeds(
     bound = await api.client.get(Pod, "env-pod", namespace=NS)
     assert bound.spec is not None and bound.spec.nodeName == "local-kubelet"
     assert reported["phase"] == "Succeeded"
-    assert reported["podIP"].startswith("127.0.0.") and reported["podIP"] != "127.0.0.1"
+    pod_ip = ipaddress.IPv4Address(reported["podIP"])
+    assert pod_ip.is_loopback and str(pod_ip) != "127.0.0.1"
     assert reported["hostIP"] == "127.0.0.1"
     assert reported["startTime"]
     terminated = reported["containerStatuses"][0]["state"]["terminated"]
@@ -461,3 +463,45 @@ async def test_the_kubelet_waits_for_the_api_and_watches_again_after_restarts(
             await client.create(pod("third", "print('ok')"))
             assert await kubelet.wait_for_phase(NS, "third", "Succeeded", "Failed") == "Succeeded"
             await until(lambda: sorted(p.name for p in kubelet.pods()) == ["second", "third"])
+
+
+WRITE_MESSAGE = """
+import sys
+with open(sys.argv[1], "w") as message:
+    message.write(sys.argv[2] * int(sys.argv[3]))
+print("log line 1\\nlog line 2")
+sys.exit(int(sys.argv[4]))
+"""
+
+
+async def test_the_termination_message_is_the_file_cut_at_4096_bytes_else_the_log_tail(
+    api: Api, kubelet: LocalKubelet
+) -> None:
+    custom = "/var/run/report"
+    cases = {
+        # name: (path in the spec, args, policy) -> expected message
+        "short": (None, ("/dev/termination-log", "ok", "1", "0"), None),
+        "long": (custom, (custom, "x", "5000", "0"), None),
+        "fallback": (None, ("/dev/termination-log", "", "0", "2"), "FallbackToLogsOnError"),
+        "no-fallback": (None, ("/dev/termination-log", "", "0", "2"), "File"),
+        "fallback-success": (None, ("/dev/termination-log", "", "0", "0"), "FallbackToLogsOnError"),
+    }
+    for name, (path, args, policy) in cases.items():
+        created = pod(name, WRITE_MESSAGE, args=args)
+        assert created.spec is not None
+        created.spec.containers[0].terminationMessagePath = path
+        created.spec.containers[0].terminationMessagePolicy = policy
+        await api.client.create(created)
+    messages = {}
+    for name in cases:
+        await kubelet.wait_for_phase(NS, name, "Succeeded", "Failed")
+        terminated = (await status(api, name))["containerStatuses"][0]["state"]["terminated"]
+        messages[name] = terminated.get("message")
+
+    assert messages == {
+        "short": "ok",
+        "long": "x" * 4096,
+        "fallback": "log line 1\nlog line 2\n",
+        "no-fallback": None,
+        "fallback-success": None,
+    }

@@ -47,7 +47,7 @@ async def test_bad_long_poll_parameters_are_refused_as_the_real_agent_does(
     agents = SimulatedAgents(port=_free_port())
     await agents.start()
     try:
-        agents.add("127.0.0.1", TOKEN, attempt=1, restore=[])
+        await agents.add("127.0.0.1", TOKEN, attempt=1, restore=[])
 
         status, body = await _status(agents, query)
         version = (await _status(agents, {}))[1]["version"]

@@ -7,8 +7,10 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.validation import validate_document
 
 FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
 KUBERNETES_VERSION = "1.30"
@@ -46,7 +48,7 @@ def test_the_driver_pod_is_a_valid_pod(fixture: str) -> None:
 def test_the_cleanup_pod_and_token_secret_are_valid() -> None:
     manifest, document = _job()
     cleanup = objects.cleanup_pod(
-        manifest, document, storage="s3a://b/c", arguments=["collect-garbage"]
+        manifest, document, storage="s3a://b/c", command=CollectGarbage((), ())
     )
     secret = objects.token_secret(manifest, document, "secret-token")
 
@@ -136,7 +138,7 @@ def test_the_cleanup_pod_removing_a_live_directory_mounts_the_whole_claim() -> N
         manifest,
         document,
         storage="s3a://b/c",
-        arguments=["remove-live-directory", directory],
+        command=RemoveLiveDirectory(directory),
         live_claim=True,
     )
 

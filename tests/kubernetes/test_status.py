@@ -13,7 +13,7 @@ from spark_checkpoint_operator.coordinator import (
     OutcomeStatus,
     PersistedState,
 )
-from spark_checkpoint_operator.manifest import validate_document
+from spark_checkpoint_operator.manifest.validation import validate_document
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import JobRecord
 

@@ -7,8 +7,9 @@ import cel
 import pytest
 from jsonschema import Draft202012Validator
 
-from spark_checkpoint_operator import manifest
 from spark_checkpoint_operator.coordinator import JobPhase
+from spark_checkpoint_operator.manifest import validation
+from spark_checkpoint_operator.manifest.crd import crd_schema, load_crd
 
 Node = tuple[str, Mapping[str, Any]]
 
@@ -58,7 +59,7 @@ def _nodes(schema: Mapping[str, Any], pointer: str = "#") -> Iterator[Node]:
 
 
 def _rules() -> Iterator[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-    for pointer, node in _nodes(manifest.crd_schema()):
+    for pointer, node in _nodes(crd_schema()):
         for rule in node.get("x-kubernetes-validations", ()):
             yield pointer, node, rule
 
@@ -67,7 +68,7 @@ RULES = list(_rules())
 
 
 def test_names_scope_and_version() -> None:
-    crd = manifest.load_crd()
+    crd = load_crd()
 
     assert crd["apiVersion"] == "apiextensions.k8s.io/v1"
     assert crd["metadata"]["name"] == "sparkcheckpointjobs.sparkcheckpoint.io"
@@ -87,7 +88,7 @@ def test_names_scope_and_version() -> None:
 
 
 def test_printer_columns() -> None:
-    [version] = manifest.load_crd()["spec"]["versions"]
+    [version] = load_crd()["spec"]["versions"]
 
     columns = [(c["name"], c["type"], c["jsonPath"]) for c in version["additionalPrinterColumns"]]
 
@@ -100,7 +101,7 @@ def test_printer_columns() -> None:
     ]
 
 
-@pytest.mark.parametrize(("pointer", "node"), list(_nodes(manifest.crd_schema())))
+@pytest.mark.parametrize(("pointer", "node"), list(_nodes(crd_schema())))
 def test_every_node_is_typed_and_described(pointer: str, node: Mapping[str, Any]) -> None:
     # Structural: every node has a type; kubectl explain shows each description (but
     # metadata's, which a structural schema may not have).
@@ -110,7 +111,7 @@ def test_every_node_is_typed_and_described(pointer: str, node: Mapping[str, Any]
 
 
 def test_the_schema_is_structural() -> None:
-    for pointer, node in _nodes(manifest.crd_schema()):
+    for pointer, node in _nodes(crd_schema()):
         assert not {"allOf", "anyOf", "oneOf", "not"} & node.keys(), pointer
         assert not {"properties", "additionalProperties"} <= node.keys(), pointer
         if node["type"] == "array":
@@ -121,23 +122,23 @@ def test_the_schema_is_structural() -> None:
     # The API server validates metadata itself; a CRD may restrict only name and
     # generateName, and give metadata nothing else (apiextensions-apiserver's
     # validateStructuralMetadataInvariants).
-    metadata = manifest.crd_schema()["properties"]["metadata"]
+    metadata = crd_schema()["properties"]["metadata"]
     assert metadata.keys() == {"type", "properties"}
     assert metadata["type"] == "object"
     assert metadata["properties"].keys() <= {"name", "generateName"}
 
 
 def test_every_default_is_valid_for_its_field() -> None:
-    for pointer, node in _nodes(manifest.crd_schema()):
+    for pointer, node in _nodes(crd_schema()):
         if "default" in node:
-            validator = Draft202012Validator(manifest._to_json_schema(node, pointer))
+            validator = Draft202012Validator(validation._to_json_schema(node, pointer))
             assert list(validator.iter_errors(node["default"])) == [], pointer
 
 
 def test_spec_objects_with_defaulted_fields_default_to_empty() -> None:
     # The API server only defaults inside objects that exist, so an object whose fields
     # have defaults must itself default to {} for the fields to be filled in.
-    spec = manifest.crd_schema()["properties"]["spec"]["properties"]
+    spec = crd_schema()["properties"]["spec"]["properties"]
     for name, node in spec.items():
         fields = node.get("properties", {}).values()
         if any("default" in field for field in fields):
@@ -145,13 +146,13 @@ def test_spec_objects_with_defaulted_fields_default_to_empty() -> None:
 
 
 def test_every_pattern_has_a_hint() -> None:
-    patterns = {node["pattern"] for _, node in _nodes(manifest.crd_schema()) if "pattern" in node}
+    patterns = {node["pattern"] for _, node in _nodes(crd_schema()) if "pattern" in node}
 
-    assert patterns <= manifest.PATTERN_HINTS.keys()
+    assert patterns <= validation.PATTERN_HINTS.keys()
 
 
 def test_status_phases_are_the_coordinator_job_phases() -> None:
-    status = manifest.crd_schema()["properties"]["status"]
+    status = crd_schema()["properties"]["status"]
 
     assert status["properties"]["phase"]["enum"] == [phase.value for phase in JobPhase]
 
@@ -181,12 +182,12 @@ def test_every_cel_rule_compiles_to_standard_cel(
 def test_the_crd_is_a_valid_kubernetes_object() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
 
-    kubernetes_validate.validate(manifest.load_crd(), "1.30", strict=True)
+    kubernetes_validate.validate(load_crd(), "1.30", strict=True)
 
 
 def test_load_crd_and_crd_schema_return_copies() -> None:
-    manifest.crd_schema()["properties"].clear()
-    manifest.load_crd()["spec"].clear()
+    crd_schema()["properties"].clear()
+    load_crd()["spec"].clear()
 
-    assert "spec" in manifest.crd_schema()["properties"]
-    assert manifest.load_crd()["spec"]["group"] == "sparkcheckpoint.io"
+    assert "spec" in crd_schema()["properties"]
+    assert load_crd()["spec"]["group"] == "sparkcheckpoint.io"

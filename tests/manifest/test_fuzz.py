@@ -14,14 +14,11 @@ from hypothesis import strategies as st
 
 from helpers.hostile import hostile_yaml, mutated
 from spark_checkpoint_operator import cli
-from spark_checkpoint_operator.manifest import (
-    MAX_PROBLEMS,
-    JobManifest,
-    ManifestError,
-    _render,
-    manifest_from_document,
-    parse_manifest,
-)
+from spark_checkpoint_operator.manifest.loading import manifest_from_document, parse_manifest
+from spark_checkpoint_operator.manifest.model import JobManifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.problems import render_path as _render
+from spark_checkpoint_operator.manifest.validation import MAX_PROBLEMS
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

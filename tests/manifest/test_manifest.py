@@ -6,28 +6,30 @@ from typing import Any
 
 import pytest
 
-from spark_checkpoint_operator import manifest
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     RetentionPolicy,
     SavepointHistoryLimits,
 )
-from spark_checkpoint_operator.manifest import (
+from spark_checkpoint_operator.manifest import validation
+from spark_checkpoint_operator.manifest.crd import load_crd
+from spark_checkpoint_operator.manifest.loading import (
+    load_manifest,
+    manifest_from_document,
+    parse_manifest,
+)
+from spark_checkpoint_operator.manifest.model import (
     Application,
     CheckpointingSpec,
     EnvVar,
     ImagePullPolicy,
     JobState,
-    ManifestError,
-    Problem,
     RestartPolicySpec,
     RestartPolicyType,
     ShutdownSpec,
-    load_manifest,
-    manifest_from_document,
-    parse_manifest,
-    validate_document,
 )
+from spark_checkpoint_operator.manifest.problems import ManifestError, Problem
+from spark_checkpoint_operator.manifest.validation import validate_document
 
 DELETE = object()
 
@@ -692,14 +694,14 @@ def test_the_typed_manifest_is_frozen(fixtures: Path) -> None:
 
 
 def test_a_rule_that_cannot_run_on_a_valid_value_is_reported(minimal: dict[str, Any]) -> None:
-    crd = manifest.load_crd()
+    crd = load_crd()
     checkpointing = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"][
         "properties"
     ]["checkpointing"]
     checkpointing["x-kubernetes-validations"].append(
         {"rule": "self.missing == 'x'", "message": "never shown"}
     )
-    checker = manifest._Checker(crd)
+    checker = validation._Checker(crd)
     document = validate_document(minimal)
 
     assert [str(p) for p in checker.problems(document)] == [
@@ -708,9 +710,9 @@ def test_a_rule_that_cannot_run_on_a_valid_value_is_reported(minimal: dict[str, 
 
 
 def test_schema_keywords_local_validation_cannot_check_are_refused() -> None:
-    crd = manifest.load_crd()
+    crd = load_crd()
     spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
     spec["properties"]["state"]["oneOf"] = [{"enum": ["Running"]}]
 
     with pytest.raises(ValueError, match=r"#/properties/spec/properties/state: .*'oneOf'"):
-        manifest._Checker(crd)
+        validation._Checker(crd)

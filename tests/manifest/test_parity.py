@@ -17,19 +17,23 @@ from typing import Any
 import pytest
 import yaml
 
-from spark_checkpoint_operator import cli, manifest
+from spark_checkpoint.storage.layout import DNS_1123_SUBDOMAIN
+from spark_checkpoint_operator import cli
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import (
+from spark_checkpoint_operator.manifest import validation
+from spark_checkpoint_operator.manifest.crd import crd_schema
+from spark_checkpoint_operator.manifest.loading import (
     MAX_MANIFEST_BYTES,
-    MAX_MANIFEST_DEPTH,
-    ManifestError,
     load_manifest,
     manifest_from_document,
     parse_manifest,
 )
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.validation import MAX_MANIFEST_DEPTH
 
-# Kubernetes' own rules for what the operator creates (k8s.io/apimachinery validation).
-_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+# Kubernetes' own rules for what the operator creates (k8s.io/apimachinery validation; the
+# subdomain's definition is checked against Kubernetes' rule in test_dns_names.py).
+_DNS_SUBDOMAIN = re.compile(DNS_1123_SUBDOMAIN)
 _LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
 
 
@@ -289,16 +293,14 @@ def test_every_crd_pattern_is_anchored_at_the_end_of_the_text() -> None:
         "^([a-zA-Z][a-zA-Z0-9+.-]*://.+|/.*)$": "/data",
         "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": "a.b",
         "^[-._a-zA-Z][-._a-zA-Z0-9]*$": "NAME",
-        manifest._DNS_SUBDOMAIN: "a.b",
-        manifest.LABEL_VALUE_PATTERN: "v",
+        validation._DNS_SUBDOMAIN: "a.b",
+        validation.LABEL_VALUE_PATTERN: "v",
     }
-    crd_patterns = {
-        node["pattern"] for node in _schema_nodes(manifest.crd_schema()) if "pattern" in node
-    }
+    crd_patterns = {node["pattern"] for node in _schema_nodes(crd_schema()) if "pattern" in node}
     assert crd_patterns == examples.keys()
     for pattern, example in examples.items():
-        assert manifest.go_regex(pattern).search(example)
-        assert not manifest.go_regex(pattern).search(example + "\n"), pattern
+        assert validation.go_regex(pattern).search(example)
+        assert not validation.go_regex(pattern).search(example + "\n"), pattern
 
 
 def _schema_nodes(schema: dict[str, Any]) -> list[dict[str, Any]]:

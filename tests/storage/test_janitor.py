@@ -320,3 +320,44 @@ def test_without_credentials_the_failure_is_one_line_and_nothing_is_deleted(
         "NoCredentialsError: Unable to locate credentials"
     ]
     assert storage_root.exists(f"{storage_root.url}/default/orders/chk-3/part")
+
+
+# verify-restorable, as a check pod runs it: the verdicts themselves are Spark's
+# (tests/kubernetes/test_verify_restorable_e2e.py).
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        (("external:s3a://b/sp-1", "--report=r"), "'external:s3a://b/sp-1' is not checkpoint:N"),
+        (("checkpoint:-1", "--report=r"), "is not checkpoint:N or savepoint:N"),
+        (("checkpoint:3",), "--report"),
+    ],
+)
+def test_verify_restorable_bad_arguments_are_one_line_naming_them(
+    tmp_path: Path, arguments: tuple[str, ...], named: str
+) -> None:
+    result = _janitor(tmp_path, "verify-restorable", *arguments)
+
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert "verify-restorable: error:" in last and named in last, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_verify_restorable_without_spark_is_no_verdict_and_one_line(tmp_path: Path) -> None:
+    report = tmp_path / "termination-log"
+    report.touch()
+
+    result = _janitor(
+        tmp_path,
+        "verify-restorable",
+        "checkpoint:3",
+        f"--report={report}",
+        JAVA_HOME=str(tmp_path / "no-java"),
+    )
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("verify-restorable failed: Spark could not read checkpoint:3: "), last
+    assert report.read_text() == "", "no verdict: the pod's log tail says why"

@@ -9,7 +9,8 @@ when the body changed, and tell it to stop (the job was deleted, or the operator
 - A change of what the driver is built from (image, application, pods): a savepoint that
   stops the driver, then a new driver restored from it (an upgrade).
 - Trigger nonces: a checkpoint or savepoint per new value, labelled with it.
-- Checkpoint settings: applied to the running coordinator.
+- Checkpoint settings: applied to the running coordinator. ``verifyRestorable``: each
+  completed image is checked in a check pod (`KubernetesJanitor.problems`).
 - Deletion: the final savepoint if ``spec.shutdown.finalSavepoint``, then the job ends
   Cancelled and its retention policy is applied by cleanup pods. The daemon's controller
   does it (``stop(deleting=True)``); a job deleted while the operator was down, with no
@@ -24,7 +25,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
@@ -46,12 +47,9 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesLauncher,
     pod_ready,
 )
-from spark_checkpoint_operator.manifest import (
-    JobManifest,
-    JobState,
-    ManifestError,
-    manifest_from_document,
-)
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.model import JobManifest, JobState
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.status import Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import (
@@ -63,6 +61,8 @@ from spark_checkpoint_operator.supervisor import (
     LaunchFailed,
     Level,
     Notice,
+    Observer,
+    Observers,
 )
 
 log = logging.getLogger(__name__)
@@ -90,9 +90,11 @@ class JobController:
         metrics: JobMetrics,
         *,
         idle_poll_interval: float = 2.0,
+        observers: Sequence[Observer] = (),
     ) -> None:
         self._clients = clients
         self._metrics = metrics
+        self._observer = Observers(metrics, *observers)  # the supervisor's
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
         self._idle_poll_interval = idle_poll_interval
@@ -272,16 +274,18 @@ class JobController:
         launcher: DriverLauncher,
         save: Callable[[JobRecord], Awaitable[None]] | None = None,
     ) -> JobSupervisor:
+        janitor = KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest))
         return JobSupervisor(
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
-            janitor=KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest)),
+            janitor=janitor,
+            restorable_check=janitor if manifest.spec.checkpointing.verify_restorable else None,
             save=save or self._save,
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
             report=self._on_notice,
-            observer=self._metrics,
+            observer=self._observer,
             idle_poll_interval=self._idle_poll_interval,
         )
 

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Callable
 from typing import Any
 
 import aiohttp
@@ -21,14 +22,23 @@ from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
+from spark_checkpoint_operator.supervisor import Observer
 
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9090
+# How often a job's supervisor asks an idle agent that cannot long-poll for status, and
+# checks its driver while a long poll waits (seconds; JobController's default if unset).
+IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"
+# Observers of every job beside its metrics, each made from the job's namespace and name:
+# a module run with the operator (``kopf run -m``) may add one, as the operator-scale
+# benchmark's probe does.
+JOB_OBSERVERS: list[Callable[[str, str], Observer]] = []
 FINALIZER = f"{objects.GROUP}/finalizer"
 CONTROLLER = "controller"
 CONTROLLERS = "controllers"
 CLIENTS = "clients"
 METRICS = "metrics"
+CONTROLLER_SETTINGS = "controller settings"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
 
@@ -66,6 +76,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     if port:  # 0 turns the endpoint off
         metrics.serve(port)
     memo[METRICS] = metrics
+    idle_poll = os.environ.get(IDLE_POLL_VARIABLE)
+    memo[CONTROLLER_SETTINGS] = {"idle_poll_interval": float(idle_poll)} if idle_poll else {}
     memo[CLIENTS] = Clients(
         api=OperatorApiClient(await _api_configuration()),
         pods=PodRegistry(),
@@ -117,7 +129,14 @@ def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
         kopf.event(body, type=kind, reason=reason, message=message[:1000])
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    return JobController(memo[CLIENTS], body, post_event, memo[METRICS].job(namespace, name))
+    return JobController(
+        memo[CLIENTS],
+        body,
+        post_event,
+        memo[METRICS].job(namespace, name),
+        observers=[observe(namespace, name) for observe in JOB_OBSERVERS],
+        **memo[CONTROLLER_SETTINGS],
+    )
 
 
 # While a deleted job takes its final savepoint, Kopf checks every second whether its

@@ -14,10 +14,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from spark_checkpoint.janitor_commands import JanitorCommand, VerifyRestorable, command_line
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import PREFIX, DriverSettings
-from spark_checkpoint_operator.driver_command import driver_command, submit_arguments
-from spark_checkpoint_operator.manifest import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.driver_command import (
+    TERMINATION_GRACE_SECONDS,
+    driver_command,
+    submit_arguments,
+)
+from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
 
 GROUP = "sparkcheckpoint.io"
 VERSION = "v1alpha1"
@@ -33,6 +38,12 @@ ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
 DRIVER = "driver"
 EXECUTOR = "executor"  # Spark's spark-role of executor pods
 CLEANUP = "cleanup"
+# Restorable checks only read storage: unlike cleanup pods, they need not be gone before a
+# driver starts, and one under way is not deleted then (its restart waits for its verdict).
+CHECK = "check"
+CLEANUP_MEMORY_MIB = 256
+# Kubernetes' default; the janitor's verify-restorable writes its report there.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 
 AGENT_PORT = 8484
 TOKEN_KEY = "token"
@@ -43,7 +54,6 @@ WORK_VOLUME = "checkpoint-work"
 # Where a cleanup pod mounts the whole live volume claim (drivers mount only their directory).
 LIVE_ROOT_DIR = "/var/lib/spark-checkpoint/live"
 LIVE_VOLUME = "checkpoint-live"
-STOP_GRACE_SECONDS = 60
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
 FS_GROUP = 10001
@@ -211,7 +221,7 @@ def cleanup_pod(
     job: Mapping[str, Any],
     *,
     storage: str,
-    arguments: list[str],
+    command: JanitorCommand,
     live_claim: bool = False,
 ) -> dict[str, Any]:
     """A short pod that changes storage while no driver runs. It has the driver's service
@@ -219,36 +229,91 @@ def cleanup_pod(
     operator itself has none. With ``live_claim``, the job's live volume claim is mounted
     whole at LIVE_ROOT_DIR (to remove the job's directory there)."""
     spec = manifest.spec
-    environment = [
-        *_env(spec.application.env),
-        *_env(spec.driver.env),
-        {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
-        {"name": f"{PREFIX}JOB", "value": manifest.name},
-        {"name": f"{PREFIX}STORAGE", "value": storage},
-    ]
-    mounts = list(spec.driver.volume_mounts)
-    volumes = list(spec.driver.volumes)
+    environment: list[dict[str, Any]] = []
+    mounts, volumes = [], []
     if live_claim:
         environment.append({"name": f"{PREFIX}LIVE_ROOT", "value": LIVE_ROOT_DIR})
         mounts.append({"name": LIVE_VOLUME, "mountPath": LIVE_ROOT_DIR})
         volumes.append({"name": LIVE_VOLUME, **_work_volume_source(manifest)})
+    return _janitor_pod(
+        manifest,
+        job,
+        storage=storage,
+        command=command,
+        component=CLEANUP,
+        resources=_resources(spec.driver, CLEANUP_MEMORY_MIB),
+        environment=environment,
+        mounts=mounts,
+        volumes=volumes,
+    )
+
+
+def check_pod(
+    manifest: JobManifest, job: Mapping[str, Any], *, storage: str, image: str
+) -> dict[str, Any]:
+    """The restorable check of ``image`` (``kind:id``): Spark reads the image as a restart
+    would, in a pod shaped like a cleanup pod (the job's image and credentials) with the
+    driver's cores and memory and the application's sparkConf (jars, JVM options, state
+    store settings; the check runs Spark in local mode), since it loads the image's state
+    as the restored driver does. The verdict is the container's termination message."""
+    spec = manifest.spec
+    memory_mib = spec.driver.memory_mib
+    submit = submit_arguments(
+        {"spark.driver.memory": f"{memory_mib}m", **spec.application.spark_conf}
+    )
+    return _janitor_pod(
+        manifest,
+        job,
+        storage=storage,
+        command=VerifyRestorable(image, report=TERMINATION_MESSAGE_PATH),
+        component=CHECK,
+        resources=_resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
+        environment=[{"name": "PYSPARK_SUBMIT_ARGS", "value": submit}],
+        mounts=[],
+        volumes=[],
+    )
+
+
+def _janitor_pod(
+    manifest: JobManifest,
+    job: Mapping[str, Any],
+    *,
+    storage: str,
+    command: JanitorCommand,
+    component: str,
+    resources: dict[str, Any],
+    environment: list[dict[str, Any]],
+    mounts: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """A pod that runs the janitor with the driver's service account, environment and
+    volumes (and the ones given); the job comes from its environment."""
+    spec = manifest.spec
     container = {
-        "name": "cleanup",
-        "command": ["python", "-m", "spark_checkpoint.janitor", *arguments],
-        "env": environment,
-        "resources": _resources(spec.driver, 256),
-        "volumeMounts": mounts,
+        "name": component,
+        "command": command_line(command),
+        "env": [
+            *_env(spec.application.env),
+            *_env(spec.driver.env),
+            {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
+            {"name": f"{PREFIX}JOB", "value": manifest.name},
+            {"name": f"{PREFIX}STORAGE", "value": storage},
+            *environment,
+        ],
+        "resources": resources,
+        "volumeMounts": [*spec.driver.volume_mounts, *mounts],
+        "terminationMessagePath": TERMINATION_MESSAGE_PATH,
     }
     return _pod(
         manifest,
         job,
         name=None,
-        generate_name=f"{manifest.name}-cleanup-",
-        labels={**job_labels(manifest, CLEANUP)},
+        generate_name=f"{manifest.name}-{component}-",
+        labels={**job_labels(manifest, component)},
         annotations={},
         role=spec.driver,
         container=container,
-        volumes=volumes,
+        volumes=[*spec.driver.volumes, *volumes],
     )
 
 
@@ -277,7 +342,7 @@ def _pod(
         container["imagePullPolicy"] = manifest.spec.image_pull_policy.value
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        "terminationGracePeriodSeconds": STOP_GRACE_SECONDS,
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "securityContext": {
             "runAsNonRoot": True,
             "fsGroup": FS_GROUP,

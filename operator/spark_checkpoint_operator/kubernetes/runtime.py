@@ -20,10 +20,24 @@ import pydantic
 from kubernetes.aio.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Pod, V1Secret
 from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 
+from spark_checkpoint.janitor_commands import (
+    CollectGarbage,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    JanitorCommand,
+    RemoveLiveDirectory,
+)
+from spark_checkpoint.restorable_report import ReportUnreadable, problems_by_image
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import JobManifest
-from spark_checkpoint_operator.supervisor import CleanupFailed, LaunchFailed, Level, Notice
+from spark_checkpoint_operator.manifest.model import JobManifest
+from spark_checkpoint_operator.supervisor import (
+    CheckUnavailable,
+    CleanupFailed,
+    LaunchFailed,
+    Level,
+    Notice,
+)
 
 log = logging.getLogger(__name__)
 
@@ -396,7 +410,8 @@ class KubernetesLauncher:
 
 
 class KubernetesJanitor:
-    """Storage work in short cleanup pods (the operator holds no storage credentials)."""
+    """Storage work in short cleanup pods (the operator holds no storage credentials), and
+    the restorable checks, in check pods."""
 
     def __init__(
         self, clients: Clients, manifest: JobManifest, job: Mapping[str, Any], storage: str
@@ -407,19 +422,13 @@ class KubernetesJanitor:
         self._storage = storage
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        await self._run(["discard-checkpoint", str(checkpoint_id), f"--retained={_ids(retained)}"])
+        await self._run(DiscardCheckpoint(checkpoint_id, tuple(retained)))
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        await self._run(["discard-savepoint", str(savepoint_id)])
+        await self._run(DiscardSavepoint(savepoint_id))
 
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
-        await self._run(
-            [
-                "collect-garbage",
-                f"--checkpoints={_ids(checkpoints)}",
-                f"--savepoints={_ids(savepoints)}",
-            ]
-        )
+        await self._run(CollectGarbage(tuple(checkpoints), tuple(savepoints)))
 
     async def remove_live_directory(self) -> None:
         """The deleted job's directory on its live volume claim (what its last driver and
@@ -431,41 +440,99 @@ class KubernetesJanitor:
             self._clients, namespace, job, {objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
         )
         name = objects.live_directory(self._manifest, self._job)
-        await self._run(["remove-live-directory", name], live_claim=True)
+        await self._run(RemoveLiveDirectory(name), live_claim=True)
 
-    async def _run(self, arguments: list[str], *, live_claim: bool = False) -> None:
-        namespace, job = self._manifest.namespace, self._manifest.name
+    async def problems(self, image: str) -> list[str]:
+        """The restorable check (``checkpointing.verifyRestorable``) of ``image`` in a
+        check pod (`objects.check_pod`), whose termination message is the verdict."""
+        # Checks run one at a time: a check pod there now is an earlier operator's, whose
+        # verdict nobody waits for.
+        await delete_job_pods_and_wait(
+            self._clients,
+            self._manifest.namespace,
+            self._manifest.name,
+            {objects.LABEL_COMPONENT: objects.CHECK},
+        )
+        pod = objects.check_pod(self._manifest, self._job, storage=self._storage, image=image)
+        try:
+            ended = await run_pod_to_end(self._clients, pod)
+        except PodDidNotEnd as error:
+            raise CheckUnavailable(str(error)) from None
+        return restorable_verdict(ended, image)
+
+    async def _run(self, command: JanitorCommand, *, live_claim: bool = False) -> None:
         pod = objects.cleanup_pod(
             self._manifest,
             self._job,
             storage=self._storage,
-            arguments=arguments,
+            command=command,
             live_claim=live_claim,
         )
-        what = f"{arguments[0]}: cannot create a cleanup pod"
         try:
-            created = await self._clients.core.create_namespaced_pod(
-                namespace,
-                _model(V1Pod, pod, CleanupFailed, what),
-            )
-        except ApiException as error:
-            raise CleanupFailed(f"{what}: {_api_message(error)}") from error
-        assert created.metadata is not None and created.metadata.name is not None
-        name = created.metadata.name
-        try:
-            async with asyncio.timeout(CLEANUP_TIMEOUT_SECONDS):
-                while (current := self._clients.pods.pod(namespace, job, name)) is None or (
-                    code := pod_exit_code(current)
-                ) is None:
-                    await self._clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
-        except TimeoutError:
+            ended = await run_pod_to_end(self._clients, pod)
+        except PodDidNotEnd as error:
+            raise CleanupFailed(f"{command.NAME}: {error}") from None
+        if pod_exit_code(ended) != 0:
             raise CleanupFailed(
-                f"{arguments[0]}: pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s"
-            ) from None
-        finally:
-            await delete_pod_and_wait(self._clients, namespace, job, name)
-        if code != 0:
-            raise CleanupFailed(f"{arguments[0]} in pod {name}: {pod_failure_message(current)}")
+                f"{command.NAME} in pod {ended['metadata']['name']}: {pod_failure_message(ended)}"
+            )
+
+
+class PodDidNotEnd(Exception):
+    """A janitor pod could not be created or did not end in time; the message says which."""
+
+
+async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, Any]:
+    """Create ``pod``, wait until its container has ended, delete it (also when cancelled)
+    and return it as it ended."""
+    namespace, job = pod["metadata"]["namespace"], pod["metadata"]["labels"][objects.LABEL_JOB]
+    what = "cannot create a pod"
+    try:
+        created = await clients.core.create_namespaced_pod(
+            namespace, _model(V1Pod, pod, PodDidNotEnd, what)
+        )
+    except ApiException as error:
+        raise PodDidNotEnd(f"{what}: {_api_message(error)}") from error
+    assert created.metadata is not None and created.metadata.name is not None
+    name = created.metadata.name
+    try:
+        async with asyncio.timeout(CLEANUP_TIMEOUT_SECONDS):
+            while (current := clients.pods.pod(namespace, job, name)) is None or pod_exit_code(
+                current
+            ) is None:
+                await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
+    except TimeoutError:
+        raise PodDidNotEnd(f"pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s") from None
+    finally:
+        await delete_pod_and_wait(clients, namespace, job, name)
+    return current
+
+
+def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
+    """The problems a check pod that ended found in ``image`` (empty: restorable), from its
+    termination message. Raises `CheckUnavailable` with one line saying why there is no
+    verdict (the check failed, or its message is missing, cut or not a report)."""
+    name = pod["metadata"]["name"]
+    if pod_exit_code(pod) != 0:
+        raise CheckUnavailable(f"check pod {name} failed: {pod_failure_message(pod)}")
+    message = next(
+        (
+            (status.get("state", {}).get("terminated") or {}).get("message") or ""
+            for status in pod.get("status", {}).get("containerStatuses", ())
+        ),
+        "",
+    )
+    try:
+        found = problems_by_image(message)
+    except ReportUnreadable as error:
+        raise CheckUnavailable(
+            f"check pod {name} gave no verdict: its termination message is {error}"
+        ) from None
+    if image not in found:
+        raise CheckUnavailable(
+            f"check pod {name} reported on {', '.join(found) or 'no image'}, not on {image}"
+        )
+    return found[image]
 
 
 def _launch_error(error: ApiException, what: str) -> Exception:
@@ -498,7 +565,3 @@ def _problems(error: pydantic.ValidationError) -> str:
         field_path = ".".join([error.title, *(str(key) for key in detail["loc"])])
         problems.append(f"{field_path}: {detail['msg']}")
     return "; ".join(problems)
-
-
-def _ids(ids: list[int]) -> str:
-    return ",".join(str(i) for i in ids)

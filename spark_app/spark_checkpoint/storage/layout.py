@@ -21,11 +21,15 @@ from spark_checkpoint.protocol import CheckpointKind
 # Python's `$` also matches before a trailing newline; this matches only at the very end,
 # in Python's `re` and in ECMA-262 regexes alike (the patterns also go into the JSON Schema).
 END_OF_INPUT = r"(?![\s\S])"
-_DNS_1123_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+# Kubernetes' names (k8s.io/apimachinery/pkg/util/validation), spelled as it spells them and
+# unanchored: RE2, ECMA-262 and Python read these alike. Anchored below for Python and JSON
+# Schema; the CRD anchors them with ^...$, as RE2 has no lookahead (see manifest.validation).
+DNS_1123_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+DNS_1123_SUBDOMAIN = rf"{DNS_1123_LABEL}(\.{DNS_1123_LABEL})*"
 
-DNS_1123_LABEL_PATTERN = rf"^{_DNS_1123_LABEL}{END_OF_INPUT}"
+DNS_1123_LABEL_PATTERN = rf"^{DNS_1123_LABEL}{END_OF_INPUT}"
 DNS_1123_LABEL_MAX_LENGTH = 63
-DNS_1123_SUBDOMAIN_PATTERN = rf"^{_DNS_1123_LABEL}(?:\.{_DNS_1123_LABEL})*{END_OF_INPUT}"
+DNS_1123_SUBDOMAIN_PATTERN = rf"^{DNS_1123_SUBDOMAIN}{END_OF_INPUT}"
 DNS_1123_SUBDOMAIN_MAX_LENGTH = 253
 
 # A path segment is anything but "." and "..", without "/" or control characters.

@@ -4,6 +4,7 @@ that a test can kill and start again."""
 
 import asyncio
 import contextlib
+import copy
 import os
 import signal
 import socket
@@ -18,6 +19,8 @@ from typing import Any, Self, TypeVar
 
 import kmock
 
+from helpers import containers
+from helpers.job_run import FAST_JVM
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
@@ -43,7 +46,7 @@ class OperatorProcess:
         self.starts = 0
         self.metrics_port = _free_port()
 
-    def start(self) -> None:
+    def _command(self) -> tuple[list[str], dict[str, str]]:
         command = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", OPERATOR_MODULE]
         command += [f"--namespace={n}" for n in self._namespaces]
         environment = {
@@ -51,6 +54,13 @@ class OperatorProcess:
             "KUBECONFIG": str(self._kubeconfig),
             "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
         }
+        return command, environment
+
+    def _kill(self, process: "subprocess.Popen[bytes]") -> None:
+        process.kill()
+
+    def start(self) -> None:
+        command, environment = self._command()
         with self.log_path.open("ab") as log:
             log.write(f"--- operator start {self.starts + 1}\n".encode())
             self._process = subprocess.Popen(
@@ -65,7 +75,7 @@ class OperatorProcess:
     def kill(self) -> None:
         """``kill -9``: no handler gets to clean anything up."""
         if self._process is not None:
-            self._process.kill()
+            self._kill(self._process)
             self._process.wait()
             self._process = None
 
@@ -76,7 +86,7 @@ class OperatorProcess:
         try:
             self._process.wait(timeout)
         except subprocess.TimeoutExpired:
-            self._process.kill()
+            self._kill(self._process)
             self._process.wait()
         self._process = None
 
@@ -96,6 +106,73 @@ class OperatorProcess:
         if not self.log_path.exists():
             return ""
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+
+class OperatorContainer(OperatorProcess):
+    """The operator image run as the chart's Deployment runs it (its command and arguments,
+    environment, securityContext and /tmp volume) in a Podman container on the host's
+    network, with a kubeconfig for the emulated API server mounted read-only. Stopping it
+    sends SIGTERM through Podman's client, as the kubelet stops a pod."""
+
+    KUBECONFIG_DIR = "/etc/spark-checkpoint-kubeconfig"
+
+    def __init__(
+        self, image: str, kubeconfig: Path, log_path: Path, namespaces: tuple[str, ...]
+    ) -> None:
+        super().__init__(kubeconfig, log_path, namespaces)
+        self.image = image
+        self.health_port = _free_port()
+        self._name = f"spark-checkpoint-operator-{os.getpid()}-{self.metrics_port}"
+        # Readable by the image's user: pytest's own directories are root's alone.
+        self._mounted = kubeconfig.parent / "operator-kubeconfig"
+        self._mounted.mkdir(mode=0o755, exist_ok=True)
+        self._mounted.chmod(0o755)
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        config = self._mounted / "config"
+        config.write_bytes(self._kubeconfig.read_bytes())
+        config.chmod(0o644)
+        settings = {
+            "KUBECONFIG": f"{self.KUBECONFIG_DIR}/config",
+            "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
+        }
+        deployment = containers.chart_deployment(
+            {
+                "watchNamespaces": list(self._namespaces),
+                "operator": {
+                    "healthPort": self.health_port,
+                    "env": [{"name": name, "value": value} for name, value in settings.items()],
+                },
+            }
+        )
+        pod_spec = copy.deepcopy(deployment["spec"]["template"]["spec"])
+        (container,) = pod_spec["containers"]
+        pod_spec["volumes"].append({"name": "kubeconfig", "hostPath": {"path": str(self._mounted)}})
+        container["volumeMounts"].append(
+            {"name": "kubeconfig", "mountPath": self.KUBECONFIG_DIR, "readOnly": True}
+        )
+        options, arguments = containers.pod_container_options(
+            self.image, pod_spec, container, volumes={"kubeconfig": self._mounted}
+        )
+        command = [
+            *containers.podman_command("run", "--rm", "--pull=never", "--network=host"),
+            *("--name", self._name, *options, self.image, *arguments),
+        ]
+        return command, containers.environment()
+
+    def _kill(self, process: "subprocess.Popen[bytes]") -> None:
+        """``kill -9`` of the container (Podman's client cannot pass SIGKILL on)."""
+        subprocess.run(
+            containers.podman_command("kill", "--signal", "KILL", self._name),
+            env=containers.environment(),
+            capture_output=True,
+            check=False,
+            timeout=60,
+        )
+
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.health_port}/healthz"
 
 
 class _LoopThread:
@@ -123,7 +200,8 @@ class _LoopThread:
 class LocalCluster:
     """``with LocalCluster(tmp_path) as cluster:`` runs real drivers (the kubelet runs pod
     processes); ``LocalCluster(tmp_path, simulated=SimulatedAgents(...))`` runs simulated
-    ones. The operator starts with the cluster unless ``operator=False``."""
+    ones. The operator starts with the cluster unless ``operator=False``: a ``kopf run``
+    process of this checkout, or with ``operator_image`` that image in a container."""
 
     def __init__(
         self,
@@ -132,8 +210,10 @@ class LocalCluster:
         simulated: SimulatedAgents | None = None,
         operator: bool = True,
         namespaces: tuple[str, ...] = (NAMESPACE,),
+        operator_image: str | None = None,
     ) -> None:
         self.work_dir = work_dir
+        self._operator_image = operator_image
         self._simulated_agents = simulated
         self._start_operator = operator
         self._namespaces = namespaces
@@ -157,9 +237,13 @@ class LocalCluster:
                 )
             else:
                 self._start_simulated(self._simulated_agents)
-            self.operator = OperatorProcess(
-                kubeconfig, self.work_dir / "operator.log", self._namespaces
-            )
+            log = self.work_dir / "operator.log"
+            if self._operator_image is None:
+                self.operator = OperatorProcess(kubeconfig, log, self._namespaces)
+            else:
+                self.operator = OperatorContainer(
+                    self._operator_image, kubeconfig, log, self._namespaces
+                )
             self._stack.callback(self.operator.stop)
             if self._start_operator:
                 self.operator.start()
@@ -290,6 +374,32 @@ class LocalCluster:
 
     def driver_pods(self, name: str, namespace: str = NAMESPACE) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.pods(name, namespace, "driver"))
+
+
+def wordcount_job(
+    name: str, pipeline: Path, input_dir: Path, output_dir: Path, **spec: Any
+) -> dict[str, Any]:
+    """The word count example as a job the local kubelet runs (its paths are this
+    machine's); ``spec`` adds to the spec (``env`` to the application's)."""
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {
+            "image": "example/wordcount:1",
+            "application": {
+                "mainFile": f"local://{pipeline}",
+                "arguments": ["--input", str(input_dir), "--output", str(output_dir)],
+                "sparkConf": {
+                    "spark.master": "local[2]",
+                    "spark.sql.shuffle.partitions": "2",
+                    "spark.driver.extraJavaOptions": FAST_JVM,
+                },
+                "env": spec.pop("env", []),
+            },
+            **spec,
+        },
+    }
 
 
 @contextlib.contextmanager

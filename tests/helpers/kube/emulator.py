@@ -95,13 +95,13 @@ from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
 )
-from spark_checkpoint_operator.manifest import (
+from spark_checkpoint_operator.manifest.crd import load_crd
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.validation import (
     LABEL_VALUE_PATTERN,
     QUALIFIED_NAME_PATTERN,
-    ManifestError,
     deeper_than,
     go_regex,
-    load_crd,
     validate_document,
 )
 

@@ -68,6 +68,11 @@ Simplifications (a process is not a container):
   scheduler does; a pod bound to another node is ignored. A pod already Running on this
   node when the kubelet first sees it (a kubelet restarted under it) is reported Failed:
   its process is lost.
+- Termination messages: `terminationMessagePath` (default /dev/termination-log) is a file
+  in the sandbox (rewritten in env, command and args like a mount path), empty at start;
+  its first 4096 bytes become the terminated state's `message`, else with
+  `terminationMessagePolicy: FallbackToLogsOnError` and a non-zero exit the log's last 80
+  lines (at most 2048 bytes), as on a real node.
 - Exit codes as Kubernetes reports them: the process's code, or 128+N with `signal: N` when
   signal N killed it (137 for SIGKILL); reason Completed or Error; 128 with reason
   StartError when the executable cannot be started.
@@ -147,6 +152,12 @@ IMAGE_ENV_NAMES = (
     "SPARK_HOME",
 )
 PR_SET_PDEATHSIG = 1
+# Kubernetes' termination messages: the file's first 4096 bytes, else with
+# FallbackToLogsOnError after a failure the log's last 80 lines, at most 2048 bytes.
+TERMINATION_MESSAGE_PATH = "/dev/termination-log"
+TERMINATION_MESSAGE_BYTES = 4096
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 T = TypeVar("T")
@@ -506,7 +517,10 @@ class LocalKubelet:
             await _end_process(process, _grace_seconds(state.pod))
         code = await exited
         _signal_group(process, signal.SIGKILL)  # the container's other processes die with it
-        return code, _terminated(code, started)
+        terminated = _terminated(code, started)
+        if message := _termination_message(state, terminated["terminated"]["exitCode"]):
+            terminated["terminated"]["message"] = message
+        return code, terminated
 
     async def _spawn(self, state: _PodState, launch: _Launch) -> asyncio.subprocess.Process:
         with (state.sandbox / "container.log").open("ab") as output:
@@ -550,6 +564,10 @@ class LocalKubelet:
             if not local.exists():  # a subPath the kubelet creates, as a real one does
                 local.mkdir(parents=True)
             mounts.append((mount.mountPath, local))
+        message_file = _termination_message_file(state)
+        message_file.unlink(missing_ok=True)
+        message_file.touch(mode=0o666)  # the container may run as any user
+        mounts.append((container.terminationMessagePath or TERMINATION_MESSAGE_PATH, message_file))
         rewrite = _mount_rewriter(mounts)
         defined = await self._container_env(state, sources, rewrite)
         env = {**self.base_env, "HOSTNAME": state.name, **defined}
@@ -948,6 +966,28 @@ def _terminated(returncode: int, started: str) -> dict[str, Any]:
     terminated["exitCode"] = returncode
     terminated["reason"] = "Completed" if returncode == 0 else "Error"
     return {"terminated": terminated}
+
+
+def _termination_message_file(state: _PodState) -> Path:
+    return state.sandbox / "termination-log"
+
+
+def _termination_message(state: _PodState, exit_code: int) -> str:
+    """What Kubernetes reports as the container's termination message: the start of the
+    message file, else (FallbackToLogsOnError, after a failure) the log's last lines."""
+    try:
+        with _termination_message_file(state).open("rb") as message_file:
+            message = message_file.read(TERMINATION_MESSAGE_BYTES)
+    except OSError:
+        message = b""
+    fallback = state.container.terminationMessagePolicy == "FallbackToLogsOnError"
+    if not message and fallback and exit_code != 0:
+        try:
+            lines = (state.sandbox / "container.log").read_bytes().splitlines(keepends=True)
+        except OSError:
+            lines = []
+        message = b"".join(lines[-FALLBACK_LOG_LINES:])[-FALLBACK_LOG_BYTES:]
+    return message.decode(errors="replace")
 
 
 def _waiting(reason: str, message: str | None = None) -> dict[str, Any]:

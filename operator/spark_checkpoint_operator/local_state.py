@@ -1,0 +1,54 @@
+"""Where a local run (``spark-checkpoint run``) keeps a job's state on this machine:
+``<state_dir>/<namespace>/<job>/...``, read back by the storage commands."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from spark_checkpoint_operator.manifest.model import JobManifest
+
+STATE_DIR_NAME = ".spark-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class LocalPaths:
+    """Where a local run keeps its things: ``<state_dir>/<namespace>/<job>/...``."""
+
+    job_dir: Path
+
+    @property
+    def status_file(self) -> Path:
+        return self.job_dir / "status.json"
+
+    @property
+    def work_dir(self) -> Path:
+        return self.job_dir / "work"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.job_dir / "logs"
+
+    @property
+    def token_file(self) -> Path:
+        return self.job_dir / "agent-token"
+
+    @property
+    def lock_file(self) -> Path:
+        return self.job_dir / "run.lock"
+
+    @property
+    def default_storage(self) -> str:
+        return (self.job_dir.parent.parent / "storage").resolve().as_uri()
+
+
+def default_state_dir(manifest_path: Path) -> Path:
+    """Next to the manifest, so that every command finds a job's state and default storage
+    whichever directory it is run from."""
+    return manifest_path.parent / STATE_DIR_NAME
+
+
+def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
+    return local_job_paths(state_dir, manifest.namespace, manifest.name)
+
+
+def local_job_paths(state_dir: Path, namespace: str, job: str) -> LocalPaths:
+    return LocalPaths(state_dir.resolve() / namespace / job)

@@ -1,0 +1,189 @@
+"""Manifest files and text to a ``JobManifest``: YAML read strictly (duplicate keys are
+errors) and bounded in size, nesting and alias expansion, so hostile YAML costs bounded
+time and memory; one document per file; every problem on one line naming the file."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError, Problem, clip, shown
+from spark_checkpoint_operator.manifest.validation import MAX_MANIFEST_DEPTH, validate_document
+
+# Bounds on a manifest file. Aliases are expanded when the document is used, so a 1 KB
+# file of nested aliases (a "billion laughs") stands for billions of values: the expanded
+# size is what is bounded. The API server's own bounds are larger (3 MiB requests), but
+# PyYAML reads some 25,000 tokens a second; no job manifest comes near these bounds.
+MAX_MANIFEST_BYTES = 512 << 10
+MAX_MANIFEST_VALUES = 10_000  # scalars, lists and mappings, with aliases expanded
+
+
+def load_manifest(path: str | os.PathLike[str]) -> JobManifest:
+    """Read, validate and default the SparkCheckpointJob in the YAML file at ``path``."""
+    source = os.fspath(path)
+    try:
+        with Path(path).open("rb") as file:
+            data = file.read(MAX_MANIFEST_BYTES + 1)
+        text = data.decode("utf-8")
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise ManifestError(source, [Problem("", f"cannot read the file: {reason}")]) from error
+    except UnicodeDecodeError as error:
+        raise ManifestError(source, [Problem("", f"not UTF-8 text: {error}")]) from error
+    return parse_manifest(text, source)
+
+
+def parse_manifest(text: str, source: str = "<manifest>") -> JobManifest:
+    """Like ``load_manifest`` for YAML text; ``source`` names it in messages."""
+    return manifest_from_document(_parse_yaml(text, source), source)
+
+
+def manifest_from_document(document: object, source: str = "<manifest>") -> JobManifest:
+    """Validate and default a parsed document, then convert it to a ``JobManifest``."""
+    return to_manifest(validate_document(document, source))
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of duplicate keys; a manifest with two ``interval:`` lines is a
+    mistake worth reporting. Composing is recursive, so nesting is bounded as it is read."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+        self.values = 0
+
+    def fetch_flow_collection_start(self, TokenClass: type[yaml.Token]) -> None:
+        # The scanner looks ahead over every open bracket (each may start a key), so deep
+        # flow nesting is refused here, before it costs quadratic time.
+        if self.flow_level >= MAX_MANIFEST_DEPTH:
+            raise yaml.scanner.ScannerError(
+                None,
+                None,
+                f"nested more than {MAX_MANIFEST_DEPTH} levels deep",
+                self.get_mark(),
+            )
+        super().fetch_flow_collection_start(TokenClass)
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        self.depth += 1
+        self.values += not isinstance(event, yaml.AliasEvent)
+        try:
+            if self.depth > MAX_MANIFEST_DEPTH or self.values > MAX_MANIFEST_VALUES:
+                too_many = f"more than {MAX_MANIFEST_VALUES} values"
+                too_deep = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
+                raise yaml.composer.ComposerError(
+                    None,
+                    None,
+                    too_deep if self.depth > MAX_MANIFEST_DEPTH else too_many,
+                    event.start_mark,
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` keys may be overridden
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            duplicate = key in seen
+            seen.add(key)
+        except TypeError:  # an unhashable key: construct_mapping reports it
+            continue
+        if duplicate:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {shown(key)}", key_node.start_mark
+            )
+    return loader.construct_mapping(node, deep=True)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _parse_yaml(text: str, source: str) -> object:
+    if len(text.encode("utf-8", errors="replace")) > MAX_MANIFEST_BYTES:
+        problem = Problem("", f"larger than {MAX_MANIFEST_BYTES} bytes; a manifest is far smaller")
+        raise ManifestError(source, [problem])
+    try:
+        documents = _documents(text)
+    except yaml.MarkedYAMLError as error:
+        mark = error.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = Problem("", clip(f"{where}invalid YAML: {error.problem}"))
+        raise ManifestError(source, [problem]) from None
+    except yaml.YAMLError as error:  # e.g. a control character, which has no mark
+        raise ManifestError(source, [Problem("", clip(f"invalid YAML: {error}"))]) from None
+    if len(documents) != 1:
+        found = "none" if not documents else str(len(documents))
+        raise ManifestError(
+            source, [Problem("", f"expected one SparkCheckpointJob document, found {found}")]
+        )
+    return documents[0]
+
+
+def _documents(text: str) -> list[object]:
+    loader = _StrictLoader(text)
+    try:
+        documents = []
+        while loader.check_node():
+            if (node := loader.get_node()) is None:
+                break
+            _check_expanded_size(node)
+            if (document := loader.construct_document(node)) is not None:
+                documents.append(document)
+        return documents
+    finally:
+        loader.dispose()
+
+
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Refuse a document whose aliases expand it beyond MAX_MANIFEST_VALUES values or
+    MAX_MANIFEST_DEPTH levels, or that contains itself; computed on the composed nodes
+    (each counted once), without expanding anything."""
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (expanded values, depth)
+    visiting: set[int] = set()
+    stack: list[yaml.Node] = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+            continue
+        children = _child_nodes(node)
+        if id(node) not in visiting:
+            visiting.add(id(node))
+            for child in children:
+                if id(child) in visiting:
+                    raise yaml.composer.ComposerError(
+                        None, None, "an alias refers to a value that contains it", node.start_mark
+                    )
+                if id(child) not in sizes:
+                    stack.append(child)
+            continue
+        stack.pop()
+        visiting.discard(id(node))
+        size = 1 + sum(sizes[id(child)][0] for child in children)
+        depth = 1 + max((sizes[id(child)][1] for child in children), default=0)
+        if size > MAX_MANIFEST_VALUES or depth > MAX_MANIFEST_DEPTH:
+            limit = (
+                f"more than {MAX_MANIFEST_VALUES} values"
+                if size > MAX_MANIFEST_VALUES
+                else f"more than {MAX_MANIFEST_DEPTH} levels deep"
+            )
+            raise yaml.composer.ComposerError(
+                None, None, f"{limit} once its aliases are expanded", node.start_mark
+            )
+        sizes[id(node)] = (size, depth)
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []

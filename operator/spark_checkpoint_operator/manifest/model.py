@@ -1,0 +1,277 @@
+"""The typed SparkCheckpointJob: what the runtimes read, built from a validated document."""
+
+import copy
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from types import MappingProxyType
+from typing import Any
+
+from spark_checkpoint_operator.coordinator import (
+    CoordinatorConfig,
+    RetentionPolicy,
+    SavepointHistoryLimits,
+)
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s|m|h)")
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_MEMORY = re.compile(r"([0-9]+)([kmgt])[bi]?", re.IGNORECASE)
+_MEMORY_EXPONENTS = {"k": 1, "m": 2, "g": 3, "t": 4}
+
+
+class ImagePullPolicy(StrEnum):
+    ALWAYS = "Always"
+    IF_NOT_PRESENT = "IfNotPresent"
+    NEVER = "Never"
+
+
+class RestartPolicyType(StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+    ALWAYS = "Always"
+
+
+class JobState(StrEnum):
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvVar:
+    name: str
+    value: str
+
+
+@dataclass(frozen=True, slots=True)
+class Application:
+    """Exactly one of ``main_file`` and ``module`` is set."""
+
+    main_file: str | None
+    module: str | None
+    arguments: tuple[str, ...]
+    spark_conf: Mapping[str, str]
+    env: tuple[EnvVar, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """The pods of one Spark role (the driver; the executors add a count). ``tolerations``,
+    ``volumes`` and ``volume_mounts`` are core/v1 objects as written in the manifest:
+    read-only at the top level, private copies inside."""
+
+    cores: int
+    memory: str
+    service_account: str | None
+    env: tuple[EnvVar, ...]
+    node_selector: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...]
+    volumes: tuple[Mapping[str, Any], ...]
+    volume_mounts: tuple[Mapping[str, Any], ...]
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+
+    @property
+    def memory_mib(self) -> int:
+        """``memory`` in MiB, rounded up: Spark and Kubernetes spell sizes differently."""
+        match = _MEMORY.fullmatch(self.memory)
+        if match is None:
+            raise ValueError(f"not a memory size: {self.memory!r}")
+        size_bytes = int(match[1]) << (10 * _MEMORY_EXPONENTS[match[2].lower()])
+        return math.ceil(size_bytes / (1 << 20))
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorSpec(RoleSpec):
+    instances: int
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointingSpec:
+    """Durations are seconds; ``interval`` None disables periodic checkpoints."""
+
+    interval: float | None
+    min_pause: float
+    timeout: float
+    max_concurrent: int
+    tolerable_failures: int
+    retained: int
+    storage: str | None
+    live_volume_claim: str | None
+    retention_policy: RetentionPolicy
+    incremental: bool
+    # Each completed image is proven restorable by Spark in the background; one that is
+    # not is recorded as unrestorable, so restores skip it.
+    verify_restorable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointsSpec:
+    history_max_count: int
+    history_max_age: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestoreSpec:
+    initial_savepoint_path: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RestartPolicySpec:
+    type: RestartPolicyType
+    max_retries: int
+    backoff: float
+    max_backoff: float
+
+
+@dataclass(frozen=True, slots=True)
+class ShutdownSpec:
+    final_savepoint: bool
+    drain: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    image: str | None
+    image_pull_policy: ImagePullPolicy | None
+    application: Application
+    driver: RoleSpec
+    executor: ExecutorSpec
+    checkpointing: CheckpointingSpec
+    savepoints: SavepointsSpec
+    restore: RestoreSpec
+    restart_policy: RestartPolicySpec
+    state: JobState
+    checkpoint_trigger_nonce: int | None
+    savepoint_trigger_nonce: int | None
+    shutdown: ShutdownSpec
+
+
+@dataclass(frozen=True, slots=True)
+class JobManifest:
+    """A validated, defaulted SparkCheckpointJob."""
+
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    annotations: Mapping[str, str]
+    spec: JobSpec
+
+    def coordinator_config(self) -> CoordinatorConfig:
+        checkpointing, savepoints = self.spec.checkpointing, self.spec.savepoints
+        return CoordinatorConfig(
+            interval=checkpointing.interval,
+            min_pause=checkpointing.min_pause,
+            timeout=checkpointing.timeout,
+            max_concurrent=checkpointing.max_concurrent,
+            tolerable_failures=checkpointing.tolerable_failures,
+            retained=checkpointing.retained,
+            retention_policy=checkpointing.retention_policy,
+            savepoint_history=SavepointHistoryLimits(
+                max_count=savepoints.history_max_count,
+                max_age_seconds=savepoints.history_max_age,
+            ),
+        )
+
+
+def to_manifest(document: Mapping[str, Any]) -> JobManifest:
+    """Convert a validated, defaulted document; its shape is guaranteed by the schema."""
+    metadata, spec = document["metadata"], document["spec"]
+    application = spec["application"]
+    checkpointing = spec["checkpointing"]
+    savepoints = spec["savepoints"]
+    restart = spec["restartPolicy"]
+    pull_policy = spec.get("imagePullPolicy")
+    return JobManifest(
+        name=metadata["name"],
+        namespace=metadata["namespace"],
+        labels=_strings(metadata.get("labels")),
+        annotations=_strings(metadata.get("annotations")),
+        spec=JobSpec(
+            image=spec.get("image"),
+            image_pull_policy=None if pull_policy is None else ImagePullPolicy(pull_policy),
+            application=Application(
+                main_file=application.get("mainFile"),
+                module=application.get("module"),
+                arguments=tuple(application.get("arguments", ())),
+                spark_conf=_strings(application.get("sparkConf")),
+                env=_env(application.get("env")),
+            ),
+            driver=RoleSpec(**_pod_fields(spec["driver"])),
+            executor=ExecutorSpec(
+                **_pod_fields(spec["executor"]), instances=spec["executor"]["instances"]
+            ),
+            checkpointing=CheckpointingSpec(
+                interval=_optional_seconds(checkpointing.get("interval")),
+                min_pause=_seconds(checkpointing["minPause"]),
+                timeout=_seconds(checkpointing["timeout"]),
+                max_concurrent=checkpointing["maxConcurrent"],
+                tolerable_failures=checkpointing["tolerableFailures"],
+                retained=checkpointing["retained"],
+                storage=checkpointing.get("storage"),
+                live_volume_claim=checkpointing.get("liveVolumeClaim"),
+                retention_policy=RetentionPolicy(checkpointing["retentionPolicy"]),
+                incremental=checkpointing["incremental"],
+                verify_restorable=checkpointing["verifyRestorable"],
+            ),
+            savepoints=SavepointsSpec(
+                history_max_count=savepoints["historyMaxCount"],
+                history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
+            ),
+            restore=RestoreSpec(
+                initial_savepoint_path=spec.get("restore", {}).get("initialSavepointPath")
+            ),
+            restart_policy=RestartPolicySpec(
+                type=RestartPolicyType(restart["type"]),
+                max_retries=restart["maxRetries"],
+                backoff=_seconds(restart["backoff"]),
+                max_backoff=_seconds(restart["maxBackoff"]),
+            ),
+            state=JobState(spec["state"]),
+            checkpoint_trigger_nonce=spec.get("checkpointTriggerNonce"),
+            savepoint_trigger_nonce=spec.get("savepointTriggerNonce"),
+            shutdown=ShutdownSpec(
+                final_savepoint=spec["shutdown"]["finalSavepoint"],
+                drain=spec["shutdown"]["drain"],
+            ),
+        ),
+    )
+
+
+def _seconds(duration: str) -> float:
+    """A Go duration string (the CRD's pattern guarantees the form) in seconds."""
+    return sum(
+        float(number) * _DURATION_UNITS[unit] for number, unit in _DURATION.findall(duration)
+    )
+
+
+def _optional_seconds(duration: str | None) -> float | None:
+    return None if duration is None else _seconds(duration)
+
+
+def _strings(mapping: Mapping[str, str] | None) -> Mapping[str, str]:
+    return MappingProxyType(dict(mapping or {}))
+
+
+def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, Any], ...]:
+    return tuple(MappingProxyType(copy.deepcopy(dict(item))) for item in items or ())
+
+
+def _env(items: Sequence[Mapping[str, str]] | None) -> tuple[EnvVar, ...]:
+    return tuple(EnvVar(item["name"], item["value"]) for item in items or ())
+
+
+def _pod_fields(role: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "cores": role["cores"],
+        "memory": role["memory"],
+        "service_account": role.get("serviceAccount"),
+        "env": _env(role.get("env")),
+        "node_selector": _strings(role.get("nodeSelector")),
+        "tolerations": _objects(role.get("tolerations")),
+        "volumes": _objects(role.get("volumes")),
+        "volume_mounts": _objects(role.get("volumeMounts")),
+        "labels": _strings(role.get("labels")),
+        "annotations": _strings(role.get("annotations")),
+    }

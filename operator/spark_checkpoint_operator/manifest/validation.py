@@ -1,0 +1,467 @@
+"""A SparkCheckpointJob checked as the API server checks it: the CRD's schema (translated
+to JSON Schema) with ObjectMeta's rules, then its CEL rules and list-map keys.
+
+Unlike the API server, which silently prunes unknown fields, an unknown field is a problem.
+Patterns match as Go's RE2 does (``$`` is the end of the text) and integers are int64.
+"""
+
+import copy
+import difflib
+import functools
+import itertools
+import json
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import cel
+from jsonschema import Draft202012Validator, ValidationError, validators
+from jsonschema.protocols import Validator
+
+from spark_checkpoint.storage.layout import (
+    DNS_1123_LABEL_MAX_LENGTH,
+    DNS_1123_LABEL_PATTERN,
+    DNS_1123_SUBDOMAIN,
+    DNS_1123_SUBDOMAIN_MAX_LENGTH,
+    DNS_1123_SUBDOMAIN_PATTERN,
+)
+from spark_checkpoint_operator.manifest.crd import (
+    Schema,
+    cached_crd,
+    child_schema,
+    child_schemas,
+    resource_api_version,
+    resource_kind,
+    storage_version,
+)
+from spark_checkpoint_operator.manifest.defaults import (
+    apply_defaults,
+    expanded_copy,
+    store_integers,
+)
+from spark_checkpoint_operator.manifest.problems import (
+    ManifestError,
+    Problem,
+    clip,
+    render_path,
+    shown,
+)
+
+# The DNS-1123 subdomain pattern as the CRD spells it (Go's RE2 has no lookahead, so the
+# CRD cannot use spark_checkpoint.storage.layout's anchoring; go_regex makes its `$` the
+# very end, as layout's is).
+_DNS_SUBDOMAIN = f"^{DNS_1123_SUBDOMAIN}$"
+
+# Label and annotation keys and label values, as Kubernetes validates them on every object
+# (k8s.io/apimachinery: a qualified name with an optional DNS-subdomain prefix of at most
+# 253 characters; a name part and a value of at most 63).
+QUALIFIED_NAME_PATTERN = (
+    rf"^((?=[^/]{{1,{DNS_1123_SUBDOMAIN_MAX_LENGTH}}}/){DNS_1123_SUBDOMAIN}/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"
+)
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+
+# The API server validates ObjectMeta itself, so a local manifest's metadata is checked
+# against this subset; the CRD may only restrict metadata.name further (its maxLength).
+_OBJECT_META: Schema = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {
+            "type": "string",
+            "maxLength": DNS_1123_SUBDOMAIN_MAX_LENGTH,
+            "pattern": DNS_1123_SUBDOMAIN_PATTERN,
+        },
+        "namespace": {
+            "type": "string",
+            "maxLength": DNS_1123_LABEL_MAX_LENGTH,
+            "pattern": DNS_1123_LABEL_PATTERN,
+            "default": "default",
+        },
+        "labels": {
+            "type": "object",
+            "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN},
+        },
+        "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+# Documents nest at most this deep (the API server allows 10,000 levels; no job manifest
+# comes near this).
+MAX_MANIFEST_DEPTH = 64
+# A document that is wrong everywhere is reported by its first problems.
+MAX_PROBLEMS = 50
+
+# JSON integers the API server accepts: int64 (an integral float in an integer field was
+# already stored as an integer, see defaults.store_integers).
+_INT64 = range(-(1 << 63), 1 << 63)
+
+_DNS_SUBDOMAIN_HINT = (
+    "a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', starting and ending"
+    " with a letter or digit)"
+)
+# What a value failing each pattern should have been; a raw regular expression teaches
+# little. tests/manifest checks that every pattern of the CRD is listed here.
+PATTERN_HINTS: Mapping[str, str] = {
+    r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$": "a duration such as 500ms, 30s, 5m or 1h30m",
+    r"^[1-9][0-9]*([kKmMgGtT][bB]?|[KMGT]i)$": "a memory size such as 512m, 1g or 2Gi",
+    r"^([a-zA-Z][a-zA-Z0-9+.-]*://.+|/.*)$": (
+        "a URI such as s3a://bucket/path or file:///data, or an absolute path"
+    ),
+    r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$": (
+        "a dotted Python module name such as pipelines.orders"
+    ),
+    r"^[-._a-zA-Z][-._a-zA-Z0-9]*$": (
+        "an environment variable name (letters, digits, '-', '.' and '_'; no leading digit)"
+    ),
+    _DNS_SUBDOMAIN: _DNS_SUBDOMAIN_HINT,
+    DNS_1123_SUBDOMAIN_PATTERN: _DNS_SUBDOMAIN_HINT,
+    DNS_1123_LABEL_PATTERN: (
+        "a DNS-1123 label (lowercase letters, digits and '-', starting and ending with a"
+        " letter or digit)"
+    ),
+    QUALIFIED_NAME_PATTERN: (
+        "a label or annotation key (an optional DNS subdomain and '/', then at most 63"
+        " letters, digits, '-', '_' and '.', starting and ending with a letter or digit)"
+    ),
+    LABEL_VALUE_PATTERN: (
+        "a label value (empty, or at most 63 letters, digits, '-', '_' and '.', starting"
+        " and ending with a letter or digit)"
+    ),
+}
+
+# CEL evaluation errors surface as these builtin exceptions (a missing field as KeyError).
+_CEL_ERRORS = (KeyError, RuntimeError, TypeError, ValueError)
+
+
+def validate_document(document: object, source: str = "<manifest>") -> dict[str, Any]:
+    """Check a parsed SparkCheckpointJob against the CRD (schema and CEL rules) and return
+    a defaulted copy, as the API server would store it; raise ``ManifestError`` listing
+    every problem."""
+    if not isinstance(document, dict):
+        kind = "null" if document is None else type(document).__name__
+        raise ManifestError(source, [Problem("", f"expected a SparkCheckpointJob, got {kind}")])
+    if deeper_than(document, MAX_MANIFEST_DEPTH):
+        nested = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
+        raise ManifestError(source, [Problem("", nested)])
+    checker = _checker()
+    if problems := checker.envelope_problems(document):
+        # Another kind of object: its fields would only bury the one problem that matters.
+        raise ManifestError(source, problems)
+    defaulted: dict[str, Any] = expanded_copy(document)
+    apply_defaults(defaulted, checker.schema)
+    store_integers(defaulted, checker.schema)
+    if problems := checker.problems(defaulted):
+        raise ManifestError(source, problems)
+    return defaulted
+
+
+def deeper_than(document: object, limit: int) -> bool:
+    """Whether lists and mappings nest more than ``limit`` levels (checked without recursion:
+    validation recurses, and a document from an API request has no YAML bounds)."""
+    stack: list[tuple[object, int]] = [(document, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > limit:
+                return True
+            children = value.values() if isinstance(value, dict) else value
+            stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+class _Checker:
+    """The CRD's schema with local metadata rules, as JSON Schema plus compiled CEL rules."""
+
+    def __init__(self, crd: Mapping[str, Any]) -> None:
+        self.api_version = resource_api_version(crd)
+        self.kind = resource_kind(crd)
+        schema = copy.deepcopy(storage_version(crd)["schema"]["openAPIV3Schema"])
+        schema["properties"]["metadata"] = _object_meta(schema["properties"]["metadata"])
+        schema["required"] = sorted({*schema.get("required", ()), "metadata"})
+        self.schema: Schema = schema
+        json_schema = _to_json_schema(schema, "#")
+        # Keys are checked as names (OpenAPI's structural subset has no keyword for it).
+        for field in ("labels", "annotations"):
+            metadata_field = json_schema["properties"]["metadata"]["properties"][field]
+            metadata_field["propertyNames"] = {"pattern": QUALIFIED_NAME_PATTERN}
+        self.validator = _KubernetesValidator(json_schema)
+        self.programs = {rule: cel.compile(rule) for rule in _rules(schema)}
+
+    def envelope_problems(self, document: Mapping[str, Any]) -> list[Problem]:
+        problems = []
+        for field, expected in (("apiVersion", self.api_version), ("kind", self.kind)):
+            if field not in document:
+                problems.append(Problem(field, f"required field is missing (use {expected})"))
+            elif document[field] != expected:
+                got = shown(document[field])
+                problems.append(Problem(field, f"must be {expected}, got {got}"))
+        return problems
+
+    def problems(self, document: Mapping[str, Any]) -> list[Problem]:
+        found: dict[Problem, None] = {}  # ordered and without duplicates
+        error_paths: list[tuple[str | int, ...]] = []
+        for error in itertools.islice(self.validator.iter_errors(document), MAX_PROBLEMS + 1):
+            error_paths.append(tuple(error.absolute_path))
+            found.update(dict.fromkeys(_schema_problems(error)))
+        walked = self._walk_problems(document, self.schema, (), error_paths)
+        found.update(dict.fromkeys(itertools.islice(walked, MAX_PROBLEMS + 1)))
+        problems = sorted(found)
+        if len(problems) > MAX_PROBLEMS:
+            more = Problem("", f"(and more problems; only the first {MAX_PROBLEMS} are listed)")
+            return [*problems[:MAX_PROBLEMS], more]
+        return problems
+
+    def _walk_problems(
+        self,
+        value: Any,
+        schema: Schema,
+        path: tuple[str | int, ...],
+        error_paths: Sequence[tuple[str | int, ...]],
+    ) -> Iterator[Problem]:
+        """What JSON Schema cannot express: CEL rules and unique keys of list maps."""
+        # The API server skips the rules of an absent or null value.
+        if value is None:
+            return
+        if isinstance(value, list) and (keys := schema.get("x-kubernetes-list-map-keys")):
+            yield from _duplicate_keys(value, keys, path)
+        if rules := schema.get("x-kubernetes-validations"):
+            activation = {"self": _cel_value(value)}
+            for rule in rules:
+                try:
+                    result = self.programs[rule["rule"]].execute(activation)
+                except _CEL_ERRORS as error:
+                    # A rule that cannot read a value the schema already rejected adds
+                    # nothing; one that fails on a valid value is reported.
+                    if not any(p[: len(path)] == path for p in error_paths):
+                        failed = f"rule {rule['rule']!r} failed: {error}"
+                        yield Problem(render_path(path), clip(failed))
+                    continue
+                if result is not True:
+                    field_path = [p for p in rule.get("fieldPath", "").split(".") if p]
+                    yield Problem(
+                        render_path((*path, *field_path)),
+                        rule.get("message") or f"failed rule: {rule['rule']}",
+                    )
+        if isinstance(value, dict):
+            for key, child in value.items():
+                if (field_schema := child_schema(schema, key)) is not None:
+                    yield from self._walk_problems(child, field_schema, (*path, key), error_paths)
+        elif isinstance(value, list) and (items := schema.get("items")) is not None:
+            for index, item in enumerate(value):
+                yield from self._walk_problems(item, items, (*path, index), error_paths)
+
+
+@functools.cache
+def _checker() -> _Checker:
+    return _Checker(cached_crd())
+
+
+def _object_meta(crd_metadata: Schema) -> dict[str, Any]:
+    """ObjectMeta's rules, with the CRD's further restriction of metadata.name (a structural
+    schema may restrict only name and generateName; this CRD restricts the name's length)."""
+    metadata = copy.deepcopy(dict(_OBJECT_META))
+    crd_name = crd_metadata.get("properties", {}).get("name", {})
+    if unsupported := set(crd_name) - {"type", "description", "maxLength"}:
+        raise ValueError(f"metadata.name: unsupported schema keywords {sorted(unsupported)}")
+    name = metadata["properties"]["name"]
+    name["maxLength"] = min(name["maxLength"], crd_name.get("maxLength", name["maxLength"]))
+    return metadata
+
+
+@functools.cache
+def go_regex(pattern: str) -> re.Pattern[str]:
+    """A CRD pattern as the API server matches it (Go's RE2; the schema says ECMA-262):
+    ``$`` matches only at the very end of the text, where Python's also matches before a
+    final newline (``"probe\\n"`` would pass ``^[a-z]+$``)."""
+    translated, escaped, in_class = [], False, False
+    for char in pattern:
+        end_of_text = False
+        if escaped:
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif in_class:
+            in_class = char != "]"
+        elif char == "[":
+            in_class = True
+        else:
+            end_of_text = char == "$"
+        translated.append(r"\Z" if end_of_text else char)
+    return re.compile("".join(translated), re.ASCII)
+
+
+def _pattern_keyword(
+    validator: Validator, pattern: str, instance: object, schema: Schema
+) -> Iterator[ValidationError]:
+    if isinstance(instance, str) and not go_regex(pattern).search(instance):
+        yield ValidationError(f"{shown(instance)} does not match {pattern!r}")
+
+
+def _is_int64(checker: object, instance: object) -> bool:
+    """The API server's integers: int64, never a boolean. (Integral floats were already
+    stored as integers, see defaults.store_integers.)"""
+    return isinstance(instance, int) and not isinstance(instance, bool) and instance in _INT64
+
+
+_KubernetesValidator = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator,
+    {"pattern": _pattern_keyword},
+    type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", _is_int64),
+)
+
+
+def _rules(schema: Schema) -> Iterator[str]:
+    for rule in schema.get("x-kubernetes-validations", ()):
+        yield rule["rule"]
+    for child in child_schemas(schema):
+        yield from _rules(child)
+
+
+# OpenAPI keywords whose JSON Schema meaning is the same.
+_SAME_KEYWORDS = frozenset(
+    {
+        "enum",
+        "maxItems",
+        "maxLength",
+        "maxProperties",
+        "maximum",
+        "minItems",
+        "minLength",
+        "minProperties",
+        "minimum",
+        "multipleOf",
+        "pattern",
+        "required",
+        "uniqueItems",
+    }
+)
+# Keywords JSON Schema does not check: defaults are applied before validation, formats
+# are descriptive (int64, date-time), and CEL rules and list-map keys are checked by
+# _Checker._walk_problems.
+_IGNORED_KEYWORDS = frozenset(
+    {
+        "default",
+        "description",
+        "format",
+        "x-kubernetes-list-map-keys",
+        "x-kubernetes-validations",
+    }
+)
+_HANDLED_KEYWORDS = frozenset(
+    {
+        "additionalProperties",
+        "items",
+        "nullable",
+        "properties",
+        "type",
+        "x-kubernetes-list-type",
+        "x-kubernetes-preserve-unknown-fields",
+    }
+)
+
+
+def _to_json_schema(schema: Schema, pointer: str) -> dict[str, Any]:
+    """Translate the structural OpenAPI v3 subset the CRD uses to JSON Schema 2020-12.
+
+    A keyword outside the subset raises, so the CRD cannot gain a constraint that local
+    validation silently skips.
+    """
+    unsupported = set(schema) - _SAME_KEYWORDS - _IGNORED_KEYWORDS - _HANDLED_KEYWORDS
+    if unsupported:
+        raise ValueError(f"{pointer}: unsupported schema keywords {sorted(unsupported)}")
+    result = {key: value for key, value in schema.items() if key in _SAME_KEYWORDS}
+    nullable = schema.get("nullable", False)
+    if "type" in schema:
+        result["type"] = [schema["type"], "null"] if nullable else schema["type"]
+    if nullable and "enum" in schema:
+        result["enum"] = [*schema["enum"], None]
+    if "properties" in schema:
+        result["properties"] = {
+            name: _to_json_schema(child, f"{pointer}/properties/{name}")
+            for name, child in schema["properties"].items()
+        }
+    additional = schema.get("additionalProperties")
+    if isinstance(additional, Mapping):
+        result["additionalProperties"] = _to_json_schema(
+            additional, f"{pointer}/additionalProperties"
+        )
+    elif additional is not None:
+        result["additionalProperties"] = additional
+    elif schema.get("type") == "object" and not schema.get(
+        "x-kubernetes-preserve-unknown-fields", False
+    ):
+        # The API server would prune unknown fields silently; locally they are errors.
+        result["additionalProperties"] = False
+    if "items" in schema:
+        result["items"] = _to_json_schema(schema["items"], f"{pointer}/items")
+    if schema.get("x-kubernetes-list-type") == "set":
+        result["uniqueItems"] = True
+    return result
+
+
+def _duplicate_keys(
+    items: Sequence[Any], keys: Sequence[str], path: tuple[str | int, ...]
+) -> Iterator[Problem]:
+    """``x-kubernetes-list-type: map``: no two items may have the same key fields."""
+    first_index: dict[str, int] = {}
+    for index, item in enumerate(items):
+        if not isinstance(item, dict):
+            continue
+        key = json.dumps([item.get(name) for name in keys])
+        if key in first_index:
+            described = ", ".join(f"{name}={item.get(name)!r}" for name in keys)
+            yield Problem(
+                render_path((*path, index)),
+                f"duplicate entry ({described} is also at index {first_index[key]})",
+            )
+        else:
+            first_index[key] = index
+
+
+def _schema_problems(error: ValidationError) -> Iterator[Problem]:
+    path = tuple(error.absolute_path)
+    instance, schema = error.instance, error.schema
+    quoted = shown(instance)
+    if not isinstance(schema, Mapping):
+        yield Problem(render_path(path), clip(error.message))
+    elif error.validator == "required" and isinstance(instance, dict):
+        for name in schema["required"]:
+            if name not in instance:
+                yield Problem(render_path((*path, name)), "required field is missing")
+    elif error.validator == "additionalProperties" and isinstance(instance, dict):
+        known = list(schema.get("properties", {}))
+        for name in sorted(set(instance) - set(known), key=str):
+            close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            yield Problem(render_path((*path, name)), f"unknown field{hint}")
+    elif error.validator in ("type", "pattern") and schema.get("pattern") in PATTERN_HINTS:
+        yield Problem(render_path(path), f"{quoted} is not {PATTERN_HINTS[schema['pattern']]}")
+    elif error.validator == "type" and isinstance(instance, int) and instance not in _INT64:
+        yield Problem(render_path(path), f"{quoted} is outside the range of a 64-bit integer")
+    elif error.validator == "type":
+        types = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        expected = " or ".join(repr(t) for t in types if t != "null")
+        yield Problem(render_path(path), f"{quoted} is not of type {expected}")
+    elif error.validator == "maxLength":
+        yield Problem(
+            render_path(path), f"{quoted} is longer than {schema['maxLength']} characters"
+        )
+    elif error.validator in ("minimum", "maximum"):
+        bound = (
+            "less than the minimum" if error.validator == "minimum" else "greater than the maximum"
+        )
+        yield Problem(render_path(path), f"{quoted} is {bound} of {schema[error.validator]}")
+    elif error.validator == "enum":
+        yield Problem(render_path(path), f"{quoted} is not one of {schema['enum']!r}")
+    else:
+        yield Problem(render_path(path), clip(error.message))
+
+
+def _cel_value(value: Any) -> Any:
+    # The API server gives CEL no null fields: has() is false for a field set to null.
+    if isinstance(value, dict):
+        return {k: _cel_value(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_cel_value(item) for item in value]
+    return value

@@ -1,0 +1,125 @@
+"""A job's checkpoint storage and its registry, as the command line names them."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator.local_state import (
+    STATE_DIR_NAME,
+    default_state_dir,
+    local_job_paths,
+    local_paths,
+)
+from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.status import RegisteredIds, StatusFile, StatusFileError
+
+
+class CommandError(Exception):
+    """The command cannot run as asked (exit code 2); the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class StorageSource:
+    """Where a job's storage is, as given on the command line: a manifest, or explicit
+    ``storage``, ``namespace`` and ``job``. ``state_dir`` is where ``spark-checkpoint run``
+    keeps the job's status file (and, for a manifest without ``checkpointing.storage``,
+    its default storage); by default next to the manifest, as for ``run``, else in the
+    current directory."""
+
+    manifest: Path | None = None
+    storage: str | None = None
+    namespace: str | None = None
+    job: str | None = None
+    state_dir: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobStorage:
+    """A job's checkpoint storage and the local status file that holds its registry."""
+
+    storage: CheckpointStorage
+    status_file: Path
+
+    @property
+    def layout(self) -> JobStorageLayout:
+        return self.storage.layout
+
+
+def open_job_storage(source: StorageSource) -> JobStorage:
+    """Resolve ``source``; raise CommandError naming what is wrong."""
+    if source.manifest is not None:
+        if source.storage is not None or source.namespace is not None or source.job is not None:
+            raise CommandError(
+                "--manifest names the job and its storage: do not combine it with "
+                "--storage, --namespace or --job"
+            )
+        try:
+            manifest = load_manifest(source.manifest)
+        except ManifestError as error:
+            raise CommandError(str(error)) from error
+        paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
+        root = manifest.spec.checkpointing.storage or paths.default_storage
+        namespace, job = manifest.namespace, manifest.name
+    else:
+        missing = [
+            flag
+            for flag, value in (
+                ("--storage", source.storage),
+                ("--namespace", source.namespace),
+                ("--job", source.job),
+            )
+            if not value
+        ]
+        if missing:
+            raise CommandError(
+                "give either --manifest FILE or all of --storage, --namespace and --job "
+                f"(missing: {', '.join(missing)})"
+            )
+        assert source.storage and source.namespace and source.job
+        root, namespace, job = source.storage, source.namespace, source.job
+        paths = None
+    try:
+        # Validates namespace and job before they become part of any local path.
+        layout = JobStorageLayout(root, namespace, job)
+        storage = CheckpointStorage(layout)
+    except (ValueError, ImportError) as error:
+        raise CommandError(f"storage {root!r}: {error}") from error
+    if paths is None:
+        paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
+    return JobStorage(storage, paths.status_file)
+
+
+@dataclass(frozen=True, slots=True)
+class Registry:
+    """The snapshots the coordinator registered, from a local status file."""
+
+    source: Path
+    registered: RegisteredIds
+
+    def ids(self, kind: CheckpointKind) -> frozenset[int]:
+        return self.registered.of(kind)
+
+    def lists(self, kind: CheckpointKind, snapshot_id: int) -> bool:
+        return snapshot_id in self.ids(kind)
+
+
+def load_registry(status_file: Path) -> Registry | None:
+    """The registry in ``status_file``; None if there is no such file. Raises
+    StatusFileError naming the file and the field."""
+    found = StatusFile.read(status_file)
+    return None if found is None else Registry(status_file, found.registered_ids())
+
+
+def registry_or_warn(job: JobStorage, err: TextIO) -> Registry | None:
+    try:
+        return load_registry(job.status_file)
+    except StatusFileError as error:
+        print(f"warning: registry ignored: {error}", file=err)
+        return None
+
+
+def is_registered(registry: Registry | None, kind: CheckpointKind, snapshot_id: int) -> bool | None:
+    """Whether the registry lists the snapshot; None without a registry."""
+    return None if registry is None else registry.lists(kind, snapshot_id)

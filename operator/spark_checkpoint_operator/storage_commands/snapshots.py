@@ -1,0 +1,250 @@
+"""What a job's storage holds, snapshot by snapshot, and whether its bytes are intact."""
+
+import dataclasses
+import subprocess
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+from spark_checkpoint.restorable_report import problems_by_image
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    ChecksumMismatchError,
+    InvalidMetadataError,
+    ManifestEntry,
+    MissingFileError,
+    StorageError,
+    TruncatedMetadataError,
+    UnknownFormatVersionError,
+    parse_snapshot_dir_name,
+)
+from spark_checkpoint.storage.layout import DISCARDING_FILE_NAME, SHARED_DIR_NAME
+from spark_checkpoint_operator.restorable_check import restorable_command
+from spark_checkpoint_operator.storage_commands.job import CommandError, Registry, is_registered
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SnapshotRef:
+    """A checkpoint or savepoint of the job, written ``KIND:ID`` (``checkpoint:7``)."""
+
+    kind: CheckpointKind
+    snapshot_id: int
+
+    @classmethod
+    def parse(cls, text: str) -> "SnapshotRef":
+        """A registered image as the wire contract spells it (canonical ids only, as in
+        storage: `chk-7`, never `chk-07`)."""
+        try:
+            image: RestoreCandidate | None = RestoreCandidate.decode(text)
+        except ProtocolError:
+            image = None
+        if image is None or image.snapshot_id is None:
+            kinds = ", ".join(CheckpointKind)
+            raise CommandError(
+                f"{text!r}: expected KIND:ID with KIND one of {kinds} and ID a non-negative "
+                "integer without leading 0"
+            )
+        return cls(image.kind, image.snapshot_id)
+
+    def __str__(self) -> str:
+        return RestoreCandidate.registered(self.kind, self.snapshot_id).encode()
+
+
+class StoredSnapshotState(StrEnum):
+    """What storage holds of a snapshot (not the agent's progress on one)."""
+
+    COMPLETE = "complete"  # `_metadata` present and valid
+    UNREADABLE = "unreadable"  # `_metadata` present but cannot be read or validated
+    INCOMPLETE = "incomplete"  # a directory without `_metadata`: in flight or cut short
+    DISCARDING = "discarding"  # a discard was started (`_discarding`) and not finished
+    MISSING = "missing"  # registered, but storage has no directory for it
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRow:
+    ref: SnapshotRef
+    state: StoredSnapshotState
+    path: str
+    registered: bool | None
+    metadata: CheckpointMetadata | None = None
+    error: str | None = None
+
+
+def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> list[SnapshotRow]:
+    """Every snapshot directory in storage, and every registered snapshot storage lacks,
+    checkpoints first, by id."""
+    rows: list[SnapshotRow] = []
+    layout = storage.layout
+    for kind in CheckpointKind:
+        names = storage.fs.list_dir(layout.snapshot_parent_dir(kind))
+        present = sorted(
+            snapshot_id
+            for snapshot_id in (parse_snapshot_dir_name(kind, name) for name in names)
+            if snapshot_id is not None
+        )
+        for snapshot_id in present:
+            rows.append(_row(storage, SnapshotRef(kind, snapshot_id), registry))
+        if registry is not None:
+            for snapshot_id in sorted(registry.ids(kind) - set(present)):
+                ref = SnapshotRef(kind, snapshot_id)
+                path = layout.snapshot_dir(kind, snapshot_id)
+                rows.append(SnapshotRow(ref, StoredSnapshotState.MISSING, path, registered=True))
+    return rows
+
+
+def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None) -> SnapshotRow:
+    layout = storage.layout
+    registered = is_registered(registry, ref.kind, ref.snapshot_id)
+    metadata_path = layout.metadata_path(ref.kind, ref.snapshot_id)
+    if storage.fs.exists(metadata_path):
+        try:
+            meta = storage.read_metadata(ref.kind, ref.snapshot_id)
+        except StorageError as error:
+            return SnapshotRow(
+                ref, StoredSnapshotState.UNREADABLE, metadata_path, registered, error=str(error)
+            )
+        return SnapshotRow(ref, StoredSnapshotState.COMPLETE, metadata_path, registered, meta)
+    directory = layout.snapshot_dir(ref.kind, ref.snapshot_id)
+    if storage.fs.exists(f"{directory}/{DISCARDING_FILE_NAME}"):
+        return SnapshotRow(ref, StoredSnapshotState.DISCARDING, directory, registered)
+    return SnapshotRow(ref, StoredSnapshotState.INCOMPLETE, directory, registered)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedReuse:
+    """How many of a checkpoint's shared files other checkpoints in storage reference."""
+
+    shared_with_others: int
+    unreadable: tuple[int, ...] = field(default=())
+
+
+def shared_reuse(storage: CheckpointStorage, meta: CheckpointMetadata) -> SharedReuse | None:
+    if meta.kind is not CheckpointKind.CHECKPOINT:
+        return None  # savepoints are self-contained
+    others: set[str] = set()
+    unreadable: list[int] = []
+    try:
+        checkpoint_ids = storage.list_ids(CheckpointKind.CHECKPOINT)
+    except OSError:
+        return None
+    for checkpoint_id in checkpoint_ids:
+        if checkpoint_id == meta.checkpoint_id:
+            continue
+        try:
+            others |= storage.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id).locations
+        except (StorageError, OSError):
+            unreadable.append(checkpoint_id)
+    return SharedReuse(len(shared_locations(meta) & others), tuple(unreadable))
+
+
+def shared_locations(meta: CheckpointMetadata) -> set[str]:
+    return {
+        entry.location for entry in meta.files if entry.location.startswith(f"{SHARED_DIR_NAME}/")
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    """The outcome of verifying one snapshot: OK when ``problems`` is empty."""
+
+    ref: SnapshotRef
+    problems: tuple[str, ...]
+    files: int = 0
+    total_bytes: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify_snapshot(storage: CheckpointStorage, ref: SnapshotRef) -> Verification:
+    """Read a snapshot's `_metadata` and check every file it lists (size, then SHA-256).
+
+    The checks of ``CheckpointStorage.verify``, except that every bad file is reported
+    rather than the first, so that the extent of the damage shows at once.
+    """
+    try:
+        meta = storage.read_metadata(ref.kind, ref.snapshot_id)
+    except StorageError as error:
+        return Verification(ref, (storage_problem(error),))
+    except OSError as error:
+        return Verification(ref, (f"I/O error: {error}",))
+    problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
+    return Verification(ref, tuple(problems), len(meta.files), meta.total_bytes)
+
+
+def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
+    """What is wrong with the stored bytes of one manifest file, or None."""
+    stored_path = storage.layout.location_path(entry.location)
+    where = f"{entry.path} at {stored_path}"
+    try:
+        size = storage.fs.file_size(stored_path)
+        if size is None:
+            return f"missing file: {where}"
+        if size != entry.size:
+            # Checked first, as CheckpointStorage.verify does: cheap, and what a truncated
+            # copy gets wrong.
+            return f"size mismatch: {where}: expected {entry.size} bytes, found {size} bytes"
+        digest = storage.fs.digest(stored_path)
+    except MissingFileError:
+        return f"missing file: {where}"
+    except (StorageError, OSError) as error:
+        return f"I/O error: {where}: {error}"
+    if digest.size != entry.size:
+        return f"size mismatch: {where}: expected {entry.size} bytes, found {digest.size} bytes"
+    if digest.sha256 != entry.sha256:
+        return f"checksum mismatch: {where}: expected sha256 {entry.sha256}, found {digest.sha256}"
+    return None
+
+
+def deep_verify(storage: CheckpointStorage, results: list[Verification]) -> list[Verification]:
+    """``--deep``: the intact snapshots are also proven restorable by Spark, in a data-plane
+    subprocess (``python -m spark_checkpoint.restorable``; see docs/data-plane.md)."""
+    intact = [result.ref for result in results if result.ok]
+    if not intact:
+        return results
+    command = restorable_command(storage.layout, [str(ref) for ref in intact])
+    completed = subprocess.run(command, capture_output=True, text=True, check=False)
+    try:
+        problems = problems_by_image(completed.stdout)
+        found = {
+            ref: [f"not restorable: {problem}" for problem in problems.get(str(ref), [])]
+            for ref in intact
+        }
+    except ValueError:
+        lines = completed.stderr.strip().splitlines() or [f"exit code {completed.returncode}"]
+        found = {ref: [f"the restore check could not run: {lines[-1]}"] for ref in intact}
+    return [
+        dataclasses.replace(result, problems=(*result.problems, *found.get(result.ref, ())))
+        if result.ok
+        else result
+        for result in results
+    ]
+
+
+def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[SnapshotRef]:
+    """Every snapshot with a `_metadata` in storage, plus every registered one (a
+    registered snapshot missing from storage is exactly what verify must report)."""
+    refs = {
+        SnapshotRef(kind, snapshot_id)
+        for kind in CheckpointKind
+        for snapshot_id in storage.list_ids(kind)
+    }
+    if registry is not None:
+        refs |= {SnapshotRef(kind, i) for kind in CheckpointKind for i in registry.ids(kind)}
+    return sorted(refs)  # checkpoints, then savepoints, each by id
+
+
+def storage_problem(error: StorageError) -> str:
+    """A storage error as one line that starts with what kind of problem it is."""
+    labels: list[tuple[type[StorageError], str]] = [
+        (MissingFileError, "missing file"),
+        (TruncatedMetadataError, "truncated metadata"),
+        (InvalidMetadataError, "invalid metadata"),
+        (UnknownFormatVersionError, "unknown metadata format"),
+        (ChecksumMismatchError, "checksum mismatch"),
+    ]
+    label = next((text for cls, text in labels if isinstance(error, cls)), "storage error")
+    return f"{label}: {error}"

@@ -1,0 +1,150 @@
+"""The state of one attempt (one driver), and of the job's stop request.
+
+An attempt moves through `Stage`s, only by the named transitions of `Attempt`::
+
+    STARTING --answered--> CONNECTED --finish--> FINISHING
+    ADOPTED  --answered--> CONNECTED --suspend--> SUSPENDING --finish--> FINISHING
+
+- STARTING: a driver this runtime started; its agent has not answered yet.
+- ADOPTED: a driver from before this runtime restarted; its agent answered that runtime,
+  and its restore is in the record already.
+- CONNECTED: its agent answered this runtime: storage was garbage-collected, the restore
+  recorded. The job's phase (Deploying, Running) follows the query's state from here.
+- FINISHING: bounded input is done and a completed checkpoint covers its last batch: the
+  driver was told and exits; nothing more is triggered, and what its exit cuts short is no
+  failure.
+- SUSPENDING: its stop-with-savepoint completed: the query stops and the driver exits
+  (stopped from here after `STOPPED_DRIVER_EXIT_SECONDS`).
+
+Alongside the stage, an attempt may be failing (`fail`: its driver is being stopped for a
+reason the job fails or restarts with), and its restore is unconfirmed until the restored
+query got past its image (`restored`, `confirm_restore`). Every attempt ends with its
+driver's exit; the next one starts from a new `Attempt`.
+"""
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+
+from spark_checkpoint.protocol import RestoredFrom
+from spark_checkpoint_operator.supervisor.ports import DriverHandle
+
+# How long a driver may take to exit on its own after its stop-with-savepoint completed;
+# then it is told to stop (see driver_command.TERMINATION_GRACE_SECONDS).
+STOPPED_DRIVER_EXIT_SECONDS = 120.0
+
+
+class Stage(Enum):
+    STARTING = "starting"
+    ADOPTED = "adopted"
+    CONNECTED = "connected"
+    FINISHING = "finishing"
+    SUSPENDING = "suspending"
+
+
+class StopRequest(IntEnum):
+    """What the job was asked to stop for, the strongest request winning: a cancellation
+    overrides a suspension, a deletion (which ends Cancelled too) overrides both."""
+
+    NONE = 0
+    SUSPEND = 1  # end Suspended: the newest image is what a resume restores
+    CANCEL = 2  # end Cancelled, without a savepoint
+    DELETE = 3  # the job is deleted: a final savepoint if asked, then Cancelled
+
+
+@dataclass
+class Attempt:
+    driver: DriverHandle
+    stage: Stage
+    # The images the driver was started to restore from, newest first (empty if adopted).
+    candidates: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    # Why the attempt is being failed (`fail`); None while it is not.
+    failing: str | None = None
+    # The image it restored from until the agent reports the query running or it ends
+    # cleanly (`confirm_restore`); None: confirmed, or none.
+    unconfirmed_restore: RestoredFrom | None = None
+    completed: list[str] = field(default_factory=list)  # images registered by this attempt
+    # The last batch of bounded input, once the agent reported it (its final checkpoint
+    # was requested, or one covering it was found).
+    input_exhausted_at: int | None = None
+    # The committed batch the attempt's first status showed (a tuple: it may be None),
+    # and whether a later status showed another: the query made progress.
+    first_batch: tuple[int | None] | None = None
+    batches_advanced: bool = False
+    executors_ready: bool = True  # as of the last status
+    suspending_since: float | None = None  # monotonic
+
+    @classmethod
+    def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
+        return cls(driver, Stage.STARTING, candidates)
+
+    @classmethod
+    def adopted(cls, driver: DriverHandle) -> "Attempt":
+        return cls(driver, Stage.ADOPTED)
+
+    # ------------------------------------------------------------------ queries
+
+    @property
+    def agent_answered(self) -> bool:
+        """In this runtime or, for an adopted driver, the one before."""
+        return self.stage is not Stage.STARTING
+
+    @property
+    def finishing(self) -> bool:
+        return self.stage is Stage.FINISHING
+
+    @property
+    def leaving(self) -> bool:
+        """The driver exits on its own now: no phase change brings it back to Running."""
+        return self.stage in (Stage.FINISHING, Stage.SUSPENDING)
+
+    def stalled_stopping(self) -> bool:
+        since = self.suspending_since
+        return since is not None and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
+
+    # ------------------------------------------------------------------ transitions
+
+    def answered(self) -> Stage:
+        """The agent answered; returns the stage before (STARTING or ADOPTED: its first
+        answer in this runtime)."""
+        before = self.stage
+        if before in (Stage.STARTING, Stage.ADOPTED):
+            self.stage = Stage.CONNECTED
+        return before
+
+    def saw_batch(self, batch: int | None) -> None:
+        if self.first_batch is None:
+            self.first_batch = (batch,)
+        elif self.first_batch != (batch,):
+            self.batches_advanced = True
+
+    def restored(self, restore: RestoredFrom) -> None:
+        self.unconfirmed_restore = restore
+
+    def confirm_restore(self) -> bool:
+        """Whether this confirms the restore (it had one, unconfirmed until now)."""
+        confirms = self.unconfirmed_restore is not None
+        self.unconfirmed_restore = None
+        return confirms
+
+    def finish(self) -> bool:
+        """The driver is told that a completed checkpoint covers its input's end; False
+        when it was told already."""
+        if self.stage is Stage.FINISHING:
+            return False
+        self.stage = Stage.FINISHING
+        return True
+
+    def suspend(self) -> None:
+        """Its stop-with-savepoint completed: the agent stops the query now."""
+        self.stage = Stage.SUSPENDING
+        self.suspending_since = time.monotonic()
+
+    def fail(self, message: str) -> bool:
+        """Fail the attempt for ``message``; False when it is failing already (the first
+        reason stays)."""
+        if self.failing is not None:
+            return False
+        self.failing = message
+        return True

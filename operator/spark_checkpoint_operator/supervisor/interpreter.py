@@ -1,0 +1,402 @@
+"""Carries out the coordinator's effects, and owns what the coordinator is told.
+
+Effects are carried out from one queue, in the order the coordinator produced them. An
+effect whose outcome is an event for the coordinator (a finalized checkpoint, a refused
+trigger, a phase change) feeds it back with `handle`: its effects join the end of the same
+queue, after the effects queued already, instead of running inside the effect that caused
+them. Every coordinator decision happens when its event arrives; only carrying it out
+waits its turn.
+
+The job's phase is kept in one place, the record; the coordinator is told the phase it
+derives from the record and the attempt (`coordinator_phase`), and only by this class.
+"""
+
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Protocol, assert_never
+
+from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
+from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
+    AfterCompletion,
+    CheckpointCoordinator,
+    CheckpointFinalized,
+    CheckpointKind,
+    CompletedCheckpoint,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    Effect,
+    Event,
+    FailJob,
+    FailureReason,
+    FinalizationFailed,
+    FinalizeCheckpoint,
+    JobPhase,
+    JobPhaseChanged,
+    JobTerminated,
+    NotifyCheckpointComplete,
+    PersistState,
+    RequestDeclined,
+    TerminalOutcome,
+    TriggerCheckpoint,
+    TriggerDeliveryFailed,
+    TriggerRequest,
+)
+from spark_checkpoint_operator.supervisor.attempt import Attempt
+from spark_checkpoint_operator.supervisor.notices import (
+    Level,
+    completion_reason,
+    describe_completion,
+)
+from spark_checkpoint_operator.supervisor.ports import CleanupFailed, Janitor, Observer
+from spark_checkpoint_operator.supervisor.record import JobRecord
+
+# The label of the last image of a job: bounded input's final checkpoint, a deleted job's
+# final savepoint.
+FINAL_LABEL = "final"
+
+Notify = Callable[[str, Level, str], None]
+
+
+class JobControl(Protocol):
+    """What effects may ask of the job beyond its driver (the supervisor)."""
+
+    @property
+    def deleting(self) -> bool: ...
+
+    def cancel(self) -> None: ...
+
+    def end_suspended(self) -> None:
+        """The driver is stopped from here (after its stop-with-savepoint completed): the
+        job ends Suspended."""
+
+    def check_restorable(self, image: str) -> None:
+        """``image`` was registered: check it in the background (verifyRestorable)."""
+
+
+class EffectInterpreter:
+    """The coordinator of one job, the queue of its effects, and what carries them out
+    (the running attempt's agent, else the janitor)."""
+
+    def __init__(
+        self,
+        coordinator: CheckpointCoordinator,
+        *,
+        record: JobRecord,
+        janitor: Janitor,
+        observer: Observer,
+        notify: Notify,
+        save: Callable[[JobRecord], Awaitable[None]],
+        job: JobControl,
+    ) -> None:
+        self._coordinator = coordinator
+        self._record = record
+        self._janitor = janitor
+        self._observer = observer
+        self._notify = notify
+        self._save = save
+        self._job = job
+        self._queue: deque[Effect] = deque()
+        self._carrying_out = False
+        # The running attempt; None between drivers.
+        self.attempt: Attempt | None = None
+        # Stop-with-savepoints triggered: the query stops once one completes.
+        self._stopping_savepoints: set[int] = set()
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator:
+        """For its queries; events go through `handle`."""
+        return self._coordinator
+
+    # ------------------------------------------------------------------ events and phases
+
+    async def handle(self, event: Event) -> list[Effect]:
+        """Feed ``event`` to the coordinator and carry out its effects, which are returned.
+        Fed back while effects are being carried out, its effects are queued after those
+        (and carried out once this returns)."""
+        effects = self._coordinator.handle(event)
+        self._queue.extend(effects)
+        await self.carry_out_queued()
+        return effects
+
+    def replace(self, coordinator: CheckpointCoordinator) -> None:
+        """Continue with ``coordinator`` (new settings), told the current phase. Its
+        effects are queued; `carry_out_queued` (or the next event) carries them out."""
+        self._coordinator = coordinator
+        self._queue.extend(coordinator.handle(JobPhaseChanged(self.coordinator_phase())))
+
+    async def carry_out_queued(self) -> None:
+        if self._carrying_out:
+            return  # fed back by an effect: the loop below reaches its effects in turn
+        self._carrying_out = True
+        try:
+            while self._queue:
+                await self._carry_out(self._queue.popleft())
+        except BaseException:
+            # The effects stop at the first that fails (the order is the crash-consistency
+            # protocol): what follows it is never carried out.
+            self._queue.clear()
+            raise
+        finally:
+            self._carrying_out = False
+
+    def coordinator_phase(self) -> JobPhase:
+        """The phase the coordinator acts on: the job's, except that without a driver,
+        or with one exiting after its final checkpoint, nothing is to be triggered."""
+        if self.attempt is None:
+            return JobPhase.RESTARTING
+        if self.attempt.finishing:
+            return JobPhase.FINISHED
+        return self._record.phase
+
+    async def enter(self, phase: JobPhase) -> None:
+        """The job is in ``phase`` now (not a terminal one: see `end`): stored, then the
+        coordinator is told."""
+        self._record.phase = phase
+        await self.persist()
+        await self.tell_phase()
+
+    async def tell_phase(self) -> None:
+        """The attempt changed what the coordinator acts on (`coordinator_phase`)."""
+        await self.handle(JobPhaseChanged(self.coordinator_phase()))
+
+    async def end(self, outcome: TerminalOutcome) -> None:
+        """The job terminated: the phase is stored with the termination, before any
+        cleanup (which may take minutes), so a restarted runtime never runs it again."""
+        self._record.phase = JobPhase(outcome.value)
+        await self.handle(JobTerminated(outcome))
+
+    async def agent_lost(self) -> None:
+        """The driver process is there but its agent does not answer (starting, stopping,
+        or dying): the job is not Running, so nothing is triggered and pending checkpoints
+        are aborted without counting as failures (Flink's deactivator)."""
+        if self._record.phase is JobPhase.RUNNING:
+            await self.enter(JobPhase.DEPLOYING)
+
+    async def persist(self) -> None:
+        coordinator = self._coordinator
+        self._record.coordinator = coordinator.persisted_state
+        self._record.consecutive_failures = coordinator.consecutive_failures
+        self._record.next_checkpoint_id = coordinator.next_checkpoint_id
+        self._record.pending = [
+            {
+                "id": p.checkpoint_id,
+                "kind": p.kind.value,
+                "acknowledged": p.acknowledged,
+                "expected": p.expected,
+            }
+            for p in coordinator.pending
+        ]
+        await self._save(self._record)
+
+    # ------------------------------------------------------------------ effects
+
+    async def _carry_out(self, effect: Effect) -> None:
+        attempt = self.attempt
+        match effect:
+            case PersistState():
+                await self.persist()
+            case TriggerCheckpoint():
+                # Kept current without a state write: a coordinator that replaces this one
+                # in this process continues from it (see JobRecord.next_checkpoint_id).
+                self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
+                await self._trigger(attempt, effect)
+            case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
+                await self._finalize(attempt, cid, sorted(tasks))
+            case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
+                await self._completed(attempt, completed, commit)
+            case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
+                self._observer.failed(kind, reason.value)
+                self._report_abort(attempt, kind, cid, reason, message)
+                if attempt is not None:
+                    await self.abort(attempt, cid, message)
+                if self._job.deleting and cid in self._stopping_savepoints:
+                    self._job.cancel()  # no final savepoint: the job is deleted without one
+            case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
+                await self._discard(
+                    f"checkpoint {cid}",
+                    attempt,
+                    lambda agent: agent.discard_checkpoint(cid, list(retained)),
+                    lambda: self._janitor.discard_checkpoint(cid, list(retained)),
+                )
+            case DiscardSavepoint(savepoint=savepoint):
+                sid = savepoint.checkpoint_id
+                await self._discard(
+                    f"savepoint {sid}",
+                    attempt,
+                    lambda agent: agent.discard_savepoint(sid),
+                    lambda: self._janitor.discard_savepoint(sid),
+                )
+            case RequestDeclined(request=request, reason=reason):
+                if self._job.deleting and request.after is not AfterCompletion.CONTINUE:
+                    self._job.cancel()
+                if not request.is_periodic:
+                    self._report_declined(attempt, request, reason)
+            case FailJob(message=message):
+                self._notify("FailingJob", Level.WARNING, f"failing the job: {message}")
+                if attempt is not None and attempt.fail(message):
+                    await attempt.driver.terminate()
+            case _:
+                # Every effect is carried out: a new one fails the type check here.
+                assert_never(effect)
+
+    async def _trigger(self, attempt: Attempt | None, effect: TriggerCheckpoint) -> None:
+        if attempt is None or self._record.phase is not JobPhase.RUNNING:
+            return  # the agent was lost meanwhile: the coordinator aborted it
+        cid, kind, after = effect.checkpoint_id, effect.kind, effect.after
+        self._notify("CheckpointTriggered", Level.DETAIL, f"trigger {kind.value} {cid}")
+        if after is not AfterCompletion.CONTINUE:
+            self._stopping_savepoints.add(cid)
+        agent = attempt.driver.agent
+        sent = time.time()
+        try:
+            await agent.trigger(cid, kind, after)
+        except AgentUnavailable:
+            await self.agent_lost()
+        except AgentRejected as error:
+            await self.handle(TriggerDeliveryFailed(cid, str(error)))
+        finally:
+            self._observer.trigger_sent(cid, agent, sent, time.time())
+
+    async def _finalize(self, attempt: Attempt | None, cid: int, tasks: list[str]) -> None:
+        if attempt is None:
+            return
+        try:
+            path, size = await attempt.driver.agent.finalize(cid, tasks)
+        except AgentUnavailable:
+            await self.agent_lost()
+        except AgentRejected as error:
+            await self.handle(FinalizationFailed(cid, str(error)))
+        else:
+            await self.handle(CheckpointFinalized(cid, path, size))
+
+    async def _completed(
+        self, attempt: Attempt | None, completed: CompletedCheckpoint, sinks_may_commit: bool
+    ) -> None:
+        image = RestoreCandidate.registered(completed.kind, completed.checkpoint_id).encode()
+        if attempt is not None:
+            attempt.completed.append(image)
+        self._job.check_restorable(image)
+        self._observer.completed(completed)
+        self._notify(
+            completion_reason(completed),
+            Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
+            f"{describe_completion(completed)} (query at batch {self._record.last_batch})",
+        )
+        if completed.checkpoint_id in self._stopping_savepoints:
+            # The agent stops the query now: nothing more is triggered.
+            if attempt is not None:
+                attempt.suspend()
+            await self.enter(JobPhase.SUSPENDING)
+        if sinks_may_commit and attempt is not None:
+            # A savepoint the job continues after is done once its metadata is written;
+            # the agent hears nothing more of it (docs/coordinator.md).
+            await self.notify_complete(attempt, completed)
+
+    async def notify_complete(self, attempt: Attempt, completed: CompletedCheckpoint) -> None:
+        """Tell the driver that sinks may commit up to ``completed``. A lost notification
+        is recovered on restore: sinks commit what the restored, registered image covers
+        before the query starts."""
+        end = attempt.input_exhausted_at
+        covers_the_end = end is not None and completed.batch_id >= end
+        if covers_the_end and completed.kind is CheckpointKind.CHECKPOINT and attempt.finish():
+            # The driver exits once told: nothing more is triggered, and what the exit cuts
+            # short is no failure.
+            await self.tell_phase()
+        try:
+            await attempt.driver.agent.complete(completed.checkpoint_id, completed.batch_id)
+        except (AgentUnavailable, AgentRejected) as error:
+            what = f"{completed.kind.value} {completed.checkpoint_id}"
+            self._notify(
+                "CompletionNotDelivered",
+                Level.DETAIL,
+                f"the driver did not confirm the completion of {what} ({error}); nothing is "
+                f"lost: {what} is registered, and sinks commit up to it when a driver restores it",
+            )
+            if completed.checkpoint_id in self._stopping_savepoints:
+                # The agent would have stopped the query; the savepoint is registered, so
+                # stop the driver from here and end suspended.
+                self._job.end_suspended()
+                await attempt.driver.terminate()
+
+    async def abort(self, attempt: Attempt, cid: int, message: str) -> None:
+        try:
+            await attempt.driver.agent.abort(cid, message)
+        except (AgentUnavailable, AgentRejected) as error:
+            # Nothing to undo: an agent that is still there lists the snapshot in its next
+            # report and is told again; files of a dead one are garbage.
+            self._notify(
+                "AbortNotDelivered",
+                Level.DETAIL,
+                f"the driver did not take the abort of {cid} ({error}); nothing is lost: a "
+                "running agent drops it at its next report, and its files are garbage-collected",
+            )
+
+    async def _discard(
+        self,
+        what: str,
+        attempt: Attempt | None,
+        through_agent: Callable[[AgentClient], Awaitable[object]],
+        through_janitor: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Storage is changed by the driver's agent while one runs, else by the janitor."""
+        refused: AgentUnavailable | AgentRejected | None = None
+        if attempt is not None:
+            try:
+                await through_agent(attempt.driver.agent)
+                return
+            except (AgentUnavailable, AgentRejected) as error:
+                refused = error  # the driver is stopping or gone: the janitor does it
+        if await self.clean_up(through_janitor()) and refused is not None:
+            self._notify(
+                "DiscardedByJanitor",
+                Level.DETAIL,
+                f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
+            )
+
+    async def clean_up(self, work: Awaitable[None]) -> bool:
+        """Whether the janitor did it; its failure is reported."""
+        try:
+            await work
+        except CleanupFailed as error:
+            self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
+            return False
+        return True
+
+    def _report_abort(
+        self,
+        attempt: Attempt | None,
+        kind: CheckpointKind,
+        cid: int,
+        reason: FailureReason,
+        message: str,
+    ) -> None:
+        finishing = attempt is not None and attempt.finishing
+        if finishing and reason is FailureReason.COORDINATOR_SUSPEND:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
+                "covers its last batch",
+            )
+        else:
+            self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
+
+    def _report_declined(
+        self, attempt: Attempt | None, request: TriggerRequest, reason: FailureReason
+    ) -> None:
+        finishing = attempt is not None and attempt.finishing
+        if finishing and request.label == FINAL_LABEL:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                "final checkpoint not needed: a completed checkpoint covers the last batch",
+            )
+        else:
+            self._notify(
+                "RequestDeclined",
+                Level.WARNING,
+                f"{request.kind.value} request declined: {reason.description}",
+            )

@@ -1,0 +1,675 @@
+"""The attempt loop: drivers one after another, each watched through its agent.
+
+An attempt launches (or adopts) a driver and asks its agent for status until the driver
+exits; the status is read as coordinator events (`status_events`) and the coordinator's
+effects are carried out by the `EffectInterpreter`. When a driver exits, the restart
+policy decides between another attempt and the job's end. The attempt's own state is an
+`Attempt` (see `attempt` for its stages).
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import random
+import time
+from collections.abc import Awaitable, Callable
+
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AgentStatus, RestoreCandidate, RestoredFrom
+from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
+from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
+    CheckpointCoordinator,
+    CheckpointKind,
+    CoordinatorConfig,
+    JobPhase,
+    PersistedState,
+    TerminalOutcome,
+    Tick,
+    TriggerCheckpoint,
+    TriggerRequested,
+)
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.supervisor import status_events
+from spark_checkpoint_operator.supervisor.attempt import Attempt, Stage, StopRequest
+from spark_checkpoint_operator.supervisor.interpreter import FINAL_LABEL, EffectInterpreter
+from spark_checkpoint_operator.supervisor.notices import (
+    Level,
+    Notice,
+    describe_exit,
+    error_lines,
+    log_notice,
+)
+from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL, Answer, StatusPolls
+from spark_checkpoint_operator.supervisor.ports import (
+    CheckUnavailable,
+    DriverHandle,
+    DriverLauncher,
+    Janitor,
+    LaunchFailed,
+    NoRestorableImage,
+    Observer,
+    PeriodicSlot,
+    RestorableCheck,
+)
+from spark_checkpoint_operator.supervisor.record import JobRecord
+from spark_checkpoint_operator.supervisor.status_events import SnapshotProgress, UnknownSnapshot
+
+
+def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
+    """Exponential backoff before the ``retry``-th restart (1-based)."""
+    return float(min(policy.max_backoff, policy.backoff * 2 ** (retry - 1)))
+
+
+class JobSupervisor:
+    def __init__(
+        self,
+        *,
+        config: CoordinatorConfig,
+        restart_policy: RestartPolicySpec,
+        launcher: DriverLauncher,
+        janitor: Janitor,
+        save: Callable[[JobRecord], Awaitable[None]],
+        record: JobRecord,
+        initial_savepoint: str | None = None,
+        report: Callable[[Notice], None] = log_notice,
+        observer: Observer | None = None,
+        idle_poll_interval: float = POLL_INTERVAL,
+        agent_start_timeout: float | None = None,
+        driver_error: Callable[[int], list[str]] = lambda attempt: [],
+        restorable_check: RestorableCheck | None = None,
+    ) -> None:
+        self._config = config
+        self._restart_policy = restart_policy
+        self._launcher = launcher
+        self._janitor = janitor
+        self._record = record
+        self._initial_savepoint = initial_savepoint
+        self._report = report
+        self._observer = observer or Observer()
+        # How long a started driver's agent may stay silent before the job fails: a
+        # pipeline that never calls run_coordinated would otherwise look like a slow start
+        # forever. None: no limit (a pod may wait for a node or an image).
+        self._agent_start_timeout = agent_start_timeout
+        # The last error lines of an attempt's driver (its log), first the error itself;
+        # shown with each failure, and compared to tell a repeating failure.
+        self._driver_error = driver_error
+        # checkpointing.verifyRestorable: each completed image is checked in the background,
+        # one at a time; images completed meanwhile give way to the newest
+        # (`check_restorable`).
+        self._restorable_check = restorable_check
+        self._to_check: str | None = None
+        self._checking: asyncio.Task[None] | None = None
+        # Running a terminated job again (resume after suspend, re-run) starts a new
+        # coordinator lifecycle that keeps the id counter and the registry.
+        self._interpreter = EffectInterpreter(
+            self._new_coordinator(config, record.coordinator, record.next_checkpoint_id),
+            record=record,
+            janitor=janitor,
+            observer=self._observer,
+            notify=self._notify,
+            save=save,
+            job=self,
+        )
+        self._snapshots = SnapshotProgress()
+        self._polls = StatusPolls(idle_poll_interval)
+        self._stop = StopRequest.NONE
+        self._stop_requested = asyncio.Event()
+        self._stopping: asyncio.Task[None] | None = None
+
+    @property
+    def record(self) -> JobRecord:
+        return self._record
+
+    @staticmethod
+    def _new_coordinator(
+        config: CoordinatorConfig, state: PersistedState, next_id: int | None
+    ) -> CheckpointCoordinator:
+        return CheckpointCoordinator(
+            config,
+            clock=time.time,
+            rng=random.Random(),
+            state=dataclasses.replace(state, terminated=None),
+            next_id=next_id,
+        )
+
+    def reconfigure(self, config: CoordinatorConfig) -> None:
+        """New checkpoint settings for the running job. Checkpoints in flight are given up
+        (the agent is told on its next report), not counted as failures; the id counter
+        and the registry carry over."""
+        if config == self._config:
+            return
+        self._config = config
+        current = self._interpreter.coordinator
+        self._interpreter.replace(
+            self._new_coordinator(config, current.persisted_state, current.next_checkpoint_id)
+        )
+        # Its deadlines apply now, not after a long poll, and its effects are carried out.
+        self._polls.inbox.put_nowait(None)
+
+    def _notify(self, reason: str, level: Level, message: str) -> None:
+        self._report(Notice(reason, level, message))
+
+    def request(self, event: TriggerRequested) -> None:
+        """A user's checkpoint or savepoint request (thread-safe through the loop)."""
+        self._polls.inbox.put_nowait(event)
+
+    async def run(self) -> TerminalOutcome:
+        """Run drivers until the job terminates; return how it ended."""
+        retries = 0
+        # The error of the last attempt that failed before its query committed a batch;
+        # its first line (the error itself) is compared: what follows may name the attempt.
+        repeating: list[str] | None = None
+        adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
+        while True:
+            try:
+                attempt, exit_code = await self._run_attempt(adopted)
+            except LaunchFailed as refused:
+                self._record.message = f"the driver could not be started: {refused}"
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
+            except NoRestorableImage as exhausted:
+                self._record.message = str(exhausted)
+                await self._terminate(TerminalOutcome.FAILED)
+                return TerminalOutcome.FAILED
+            adopted = None
+            outcome = self._outcome(attempt, exit_code)
+            if outcome is None and (failed := self._failed_restore(attempt, exit_code)):
+                # Not a retry of the same image: the next attempt restores an older one.
+                await self._mark_unrestorable(attempt, failed)
+                repeating = None
+                if (stopped := self._stopped_meanwhile()) is None:
+                    continue
+                outcome = stopped
+            failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not attempt.failing
+            # A driver killed by a signal wrote no error of its own: its log's tail would
+            # be whatever it was doing at the time, so none is shown.
+            killed = exit_code < 0
+            error = (
+                self._driver_error(self._record.attempt) if failed_on_its_own and not killed else []
+            )
+            early = not attempt.batches_advanced and not attempt.completed
+            if outcome is None:
+                # An attempt that completed a checkpoint made progress: backoff starts over;
+                # not when it was failed for failing checkpoints.
+                progressed = bool(attempt.completed) and attempt.failing is None
+                retries = 1 if progressed else retries + 1
+                unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
+                if error and early and repeating and error[0] == repeating[0]:
+                    # The same error again before any batch (a misspelled column, a missing
+                    # file): the pipeline needs fixing, another attempt cannot help.
+                    self._record.message = (
+                        "the driver failed the same way twice before its first batch; "
+                        f"not retried: {error[0]}"
+                    )
+                    outcome = TerminalOutcome.FAILED
+                elif not unlimited and retries > self._restart_policy.max_retries:
+                    self._record.message = (
+                        f"driver failed {retries} times; restartPolicy.maxRetries="
+                        f"{self._restart_policy.max_retries} exhausted"
+                        + (f"; last error: {error[0]}" if error else "")
+                    )
+                    outcome = TerminalOutcome.FAILED
+                else:
+                    repeating = error if early else None
+                    delay = restart_delay(self._restart_policy, retries)
+                    self._notify(
+                        "DriverFailed",
+                        Level.WARNING,
+                        f"driver failed ({describe_exit(exit_code)}); "
+                        f"restart {retries} in {delay:.0f}s" + error_lines(error),
+                    )
+                    await self._interpreter.enter(JobPhase.RESTARTING)
+                    await self._sleep_unless_stopped(delay)
+                    if (stopped := self._stopped_meanwhile()) is None:
+                        continue
+                    outcome = stopped
+            elif error:
+                self._record.message += f": {error[0]}"
+            if outcome is TerminalOutcome.FAILED and error:
+                self._notify(
+                    "DriverFailed",
+                    Level.WARNING,
+                    f"driver failed ({describe_exit(exit_code)})" + error_lines(error),
+                )
+            await self._terminate(outcome)
+            return outcome
+
+    async def _sleep_unless_stopped(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stop_requested.wait(), delay)
+
+    def _stopped_meanwhile(self) -> TerminalOutcome | None:
+        """Cancelled, suspended or shut down while no driver ran (a restart's backoff)."""
+        if self._stop >= StopRequest.CANCEL:
+            self._record.message = self._stop_message()
+            return TerminalOutcome.CANCELLED
+        return TerminalOutcome.SUSPENDED if self._stop is StopRequest.SUSPEND else None
+
+    def _stop_message(self) -> str:
+        return "the job was deleted" if self.deleting else "cancelled by the user"
+
+    async def retire(self, outcome: TerminalOutcome) -> None:
+        """End a job that has no driver (deleted while suspended): its retention policy
+        and garbage collection are carried out by the janitor."""
+        await self._terminate(outcome)
+
+    def shut_down(self, *, savepoint: bool, drain: bool) -> None:
+        """The job is being deleted: a final savepoint if asked (and possible), then the
+        job ends Cancelled, so its retention policy applies as to a cancellation."""
+        self._stop = StopRequest.DELETE
+        self._stop_requested.set()
+        running = self._interpreter.attempt is not None
+        if savepoint and running and self._record.phase is JobPhase.RUNNING:
+            after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
+            self.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=FINAL_LABEL))
+        else:
+            self.cancel()
+
+    def cancel(self) -> None:
+        """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
+        self._stop = max(self._stop, StopRequest.CANCEL)
+        self._stop_driver()
+
+    def suspend_now(self) -> None:
+        """Stop without a savepoint, ending Suspended: for a job that is not Running (a
+        driver starting, restoring or in a restart's backoff), whose newest image is
+        what it would resume from anyway."""
+        self.end_suspended()
+        self._stop_driver()
+
+    @property
+    def deleting(self) -> bool:
+        return self._stop is StopRequest.DELETE
+
+    def end_suspended(self) -> None:
+        """The job ends Suspended when its driver exits (unless it is cancelled)."""
+        self._stop = max(self._stop, StopRequest.SUSPEND)
+
+    def _stop_driver(self) -> None:
+        self._stop_requested.set()
+        if (attempt := self._interpreter.attempt) is not None:
+            self._stopping = asyncio.get_running_loop().create_task(attempt.driver.terminate())
+
+    def _outcome(self, attempt: Attempt, exit_code: int) -> TerminalOutcome | None:
+        """The terminal outcome of a driver exit, or None to restart it."""
+        if self._stop >= StopRequest.CANCEL:
+            self._record.message = self._stop_message()
+            return TerminalOutcome.CANCELLED
+        if self._stop is StopRequest.SUSPEND:
+            # A stop-with-savepoint whose completion could not be delivered: the savepoint
+            # is registered, and the driver was stopped here instead of by its agent.
+            return TerminalOutcome.SUSPENDED
+        if attempt.failing is not None:
+            self._record.message = attempt.failing
+            if not attempt.agent_answered:
+                return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
+        if exit_code == DriverExit.FINISHED:
+            return TerminalOutcome.FINISHED
+        if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
+            return TerminalOutcome.SUSPENDED
+        if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
+            self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
+            return TerminalOutcome.FAILED
+        if self._failed_restore(attempt, exit_code) is not None:
+            return None  # a fallback, whatever the restart policy
+        if self._restart_policy.type is RestartPolicyType.NEVER:
+            self._record.message = (
+                f"driver failed ({describe_exit(exit_code)}); restartPolicy is Never"
+            )
+            return TerminalOutcome.FAILED
+        return None
+
+    async def _run_attempt(self, adopted: DriverHandle | None) -> tuple[Attempt, int]:
+        if adopted is None:
+            attempt = await self._launch()
+            self._interpreter.attempt = attempt
+            await self._interpreter.persist()  # status now names the driver
+        else:
+            ended = adopted.exit_code()
+            self._notify(
+                "DriverAdopted",
+                Level.NOTE,
+                f"resumed with the running driver of attempt {self._record.attempt}"
+                if ended is None
+                else f"the driver of attempt {self._record.attempt} exited with {ended} "
+                "while the runtime was down",
+            )
+            attempt = Attempt.adopted(adopted)
+            self._interpreter.attempt = attempt
+            # Running again once its agent answers: the new coordinator starts its
+            # scheduler then. Status now names the driver.
+            await self._interpreter.enter(JobPhase.DEPLOYING)
+        driver = attempt.driver
+        if self._stop_requested.is_set():
+            self._stop_driver()  # asked to stop while the driver was being started
+        try:
+            answer: Answer | None = None  # a status a long poll brought
+            while (exit_code := driver.exit_code()) is None:
+                version = await self._poll(attempt, answer)
+                answer = await self._wait(attempt, version)
+        finally:
+            self._interpreter.attempt = None
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+            self._confirm_restore(attempt)  # e.g. a bounded query with nothing left to run
+        # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
+        # the driver running for the next runtime process to adopt.
+        await driver.terminate()
+        await self._interpreter.tell_phase()  # no driver: nothing is to be triggered
+        return attempt, exit_code
+
+    async def _launch(self) -> Attempt:
+        # A check under way is of the newest image, the one a restore would pick: its
+        # verdict is waited for rather than a driver started on an image about to be
+        # found unrestorable.
+        await self._checks_done()
+        self._record.attempt += 1
+        candidates = self._restore_candidates()
+        # Persisted before the driver exists: a restarted runtime knows which attempt's
+        # driver may be running and never starts a second one for it.
+        await self._interpreter.enter(JobPhase.DEPLOYING)
+        self._notify(
+            "DriverStarting",
+            Level.NOTE,
+            f"starting driver attempt {self._record.attempt}"
+            + (f", restoring from {candidates[0]}" if candidates else ""),
+        )
+        driver = await self._launcher.launch(self._record.attempt, candidates)
+        return Attempt.launched(driver, candidates)
+
+    def _images(self) -> list[str]:
+        """What the job restores from, newest first: its registered images, else the
+        initial savepoint."""
+        registered = self._interpreter.coordinator.restore_candidates()
+        images = [RestoreCandidate.registered(c.kind, c.checkpoint_id).encode() for c in registered]
+        if not images and self._initial_savepoint:
+            images = [RestoreCandidate.external(self._initial_savepoint).encode()]
+        return images
+
+    def _restore_candidates(self) -> list[str]:
+        """The images the next driver may restore from, newest first, without those a
+        restored query failed on. Raises `NoRestorableImage` when only those are left."""
+        images = self._images()
+        # Entries of images retention has discarded since are of no use any more.
+        self._record.unrestorable = [
+            entry for entry in self._record.unrestorable if entry["source"] in images
+        ]
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        candidates = [image for image in images if image not in failed]
+        if images and not candidates:
+            reasons = "; ".join(
+                f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
+            )
+            raise NoRestorableImage(f"no restorable image left: {reasons}")
+        return candidates
+
+    def _failed_restore(self, attempt: Attempt, exit_code: int) -> str | None:
+        """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
+        restored one."""
+        if exit_code != DriverExit.RESTORE_UNUSABLE:
+            return None
+        if attempt.unconfirmed_restore is not None:
+            return attempt.unconfirmed_restore.candidate.encode()
+        if attempt.candidates:
+            # The driver died before its agent was asked: every candidate before the one it
+            # restored was one it could not read, so the first is unusable in any case.
+            return attempt.candidates[0]
+        if self._record.restored_from is not None:  # an adopted driver's
+            return str(self._record.restored_from["source"])
+        return None
+
+    async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
+        """The restored query failed on its image before it committed a batch: that image,
+        and any checkpoint this attempt took of it, are never restored again."""
+        reason = (
+            f"its restored query failed in attempt {self._record.attempt} before committing "
+            "a batch, on an error that points at the checkpoint (the driver's log has it)"
+        )
+        for image in (source, *attempt.completed):
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+        self._record.failed_restores += 1
+        failed = {entry["source"] for entry in self._record.unrestorable}
+        following = next((image for image in self._images() if image not in failed), None)
+        self._record.message = f"{source} cannot be restored: {reason}; " + (
+            f"falling back to {following}" if following else "no older image is left"
+        )
+        self._notify("RestoreFailed", Level.WARNING, self._record.message)
+        await self._interpreter.persist()
+
+    def _confirm_restore(self, attempt: Attempt) -> None:
+        """A restore succeeded once the restored query got past its image (the agent
+        reports it running: it committed a batch after the image's, or completed a trigger
+        without new data), or ended cleanly: only then is it counted."""
+        if attempt.confirm_restore():
+            self._record.restores += 1
+            self._observer.restored()
+
+    # ------------------------------------------------------------------ asking the agent
+
+    async def _wait(self, attempt: Attempt, version: int | None) -> Answer | None:
+        """Until the next status is due (see `StatusPolls.wait`); a user request that
+        came meanwhile is handled, new settings' effects carried out."""
+        coordinator = self._interpreter.coordinator
+        answer, messages = await self._polls.wait(
+            attempt.driver,
+            version,
+            idle=self._record.phase is JobPhase.RUNNING and not coordinator.pending,
+            deadline=coordinator.next_deadline(),
+            changed=lambda: self._driver_changed(attempt),
+        )
+        for message in messages:
+            if message is None:
+                await self._interpreter.carry_out_queued()
+            else:
+                await self._interpreter.handle(message)
+        return answer
+
+    def _driver_changed(self, attempt: Attempt) -> bool:
+        driver = attempt.driver
+        return (
+            driver.exit_code() is not None
+            or driver.executors_ready() != attempt.executors_ready
+            or attempt.stalled_stopping()
+        )
+
+    async def _poll(self, attempt: Attempt, answer: Answer | None = None) -> int | None:
+        """Act on a status of the agent: ``answer`` (from a long poll), or one asked for
+        now. Returns the status's version; None when there is none to long-poll after."""
+        if answer is None:
+            answer = await self._polls.status(attempt.driver)
+        if isinstance(answer, Exception):
+            await self._interpreter.agent_lost()
+            await self._tick()
+            await self._give_up_on_a_silent_agent(attempt)
+            return None
+        await self._process(attempt, answer, before=attempt.answered())
+        return answer.version
+
+    async def _give_up_on_a_silent_agent(self, attempt: Attempt) -> None:
+        timeout = self._agent_start_timeout
+        waited = time.monotonic() - attempt.started
+        if attempt.agent_answered or timeout is None or waited < timeout or attempt.failing:
+            return
+        attempt.fail(
+            f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
+            "pipeline start its query with run_coordinated(writer, participants=[...]) "
+            "instead of writer.start()?"
+        )
+        self._notify("AgentNeverAnswered", Level.WARNING, f"{attempt.failing} Stopping the driver.")
+        await attempt.driver.terminate()
+
+    async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:
+        """Act on a status; ``before``: the attempt's stage before this answer."""
+        driver = attempt.driver
+        if before in (Stage.STARTING, Stage.ADOPTED):
+            # Before the first trigger of an attempt: whatever a crash left in storage that
+            # the registry does not list goes now, while no snapshot is in flight.
+            await self._collect_garbage(driver)
+        self._record.last_batch = status.query.last_committed_batch
+        attempt.saw_batch(self._record.last_batch)
+        if before is Stage.STARTING:  # an adopted driver's restore is in the record already
+            self._record_restore(attempt, status.restored_from)
+        # A restored query is reported restoring until it got past its image.
+        running = status.query.state.runs_tasks
+        if running:
+            self._confirm_restore(attempt)
+        attempt.executors_ready = driver.executors_ready()
+        await self._interpreter.handle(
+            status_events.tasks_reported(status, attempt.executors_ready)
+        )
+        if attempt.leaving and attempt.stalled_stopping():
+            # Its savepoint is registered; a driver that does not stop on its own is.
+            self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
+            self.suspend_now()
+        if running and not attempt.leaving and self._record.phase is not JobPhase.RUNNING:
+            self._record.message = ""  # why an earlier attempt ended is in its events
+            await self._interpreter.enter(JobPhase.RUNNING)
+        known = {p.checkpoint_id for p in self._interpreter.coordinator.pending}
+        known.update(*self._registered())
+        for progress in self._snapshots.read(status, known):
+            if isinstance(progress, UnknownSnapshot):
+                await self._interpreter.abort(
+                    attempt,
+                    progress.checkpoint_id,
+                    "not a pending checkpoint of the coordinator",
+                )
+            else:
+                await self._interpreter.handle(progress)
+        last = status_events.input_exhausted_at(status)
+        if last is not None and attempt.input_exhausted_at is None:
+            await self._on_input_exhausted(attempt, last)
+        await self._tick()
+
+    def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
+        self._record.restored_from = None if restored is None else restored.to_json()
+        if restored is None:
+            return
+        attempt.restored(restored)
+        self._notify("Restored", Level.NOTE, f"restored from {restored.candidate}")
+        for skipped in restored.skipped:
+            self._notify(
+                "RestoreSkipped", Level.WARNING, f"skipped {skipped.candidate}: {skipped.reason}"
+            )
+
+    async def _collect_garbage(self, driver: DriverHandle) -> None:
+        try:
+            report = await driver.agent.collect_garbage(*self._registered())
+        except (AgentUnavailable, AgentRejected) as error:
+            self._notify(
+                "GarbageCollectionSkipped",
+                Level.WARNING,
+                f"garbage collection skipped: {error}",
+            )
+            report = {"checkpoints": [], "sharedFiles": 0}
+        if report["checkpoints"] or report["sharedFiles"]:
+            self._notify(
+                "GarbageCollected",
+                Level.NOTE,
+                f"removed unregistered checkpoints {report['checkpoints']} and "
+                f"{report['sharedFiles']} unreferenced shared files",
+            )
+
+    async def _on_input_exhausted(self, attempt: Attempt, last: int) -> None:
+        """Bounded input is done at batch ``last``: its final checkpoint."""
+        attempt.input_exhausted_at = last
+        registered = self._interpreter.coordinator.persisted_state.checkpoints
+        covering = [c for c in registered if c.batch_id >= last]
+        if covering:
+            # One completed after this status was written: the driver is told of it
+            # (again) instead of a new one being triggered that its exit would cut short.
+            self._notify(
+                "FinalCheckpoint",
+                Level.NOTE,
+                f"input exhausted at batch {last}: checkpoint {covering[-1].checkpoint_id} "
+                "covers it",
+            )
+            await self._interpreter.notify_complete(attempt, covering[-1])
+        else:
+            self._notify(
+                "FinalCheckpoint",
+                Level.NOTE,
+                f"input exhausted at batch {last}: final checkpoint",
+            )
+            await self._interpreter.handle(
+                TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label=FINAL_LABEL)
+            )
+
+    async def _tick(self) -> None:
+        due = self._interpreter.coordinator.next_periodic_trigger
+        decided = time.time()
+        effects = await self._interpreter.handle(Tick())
+        next_due = self._interpreter.coordinator.next_periodic_trigger
+        if due is not None and next_due != due:  # this Tick consumed the periodic slot
+            triggered = (e.checkpoint_id for e in effects if isinstance(e, TriggerCheckpoint))
+            self._observer.periodic(PeriodicSlot(due, decided, next_due, next(triggered, None)))
+
+    def _registered(self) -> tuple[list[int], list[int]]:
+        state = self._interpreter.coordinator.persisted_state
+        return (
+            [c.checkpoint_id for c in state.checkpoints],
+            [s.checkpoint_id for s in state.savepoints],
+        )
+
+    # ------------------------------------------------------------------ restorable checks
+
+    def check_restorable(self, image: str) -> None:
+        """Check ``image`` once the check under way (if any) is done, instead of any image
+        still waiting: checkpointing never waits for checks, and checks never pile up."""
+        if self._restorable_check is None:
+            return
+        self._to_check = image
+        if self._checking is None or self._checking.done():
+            self._checking = asyncio.get_running_loop().create_task(self._run_checks())
+
+    async def _checks_done(self) -> None:
+        if self._checking is not None:
+            await self._checking
+
+    async def _run_checks(self) -> None:
+        assert self._restorable_check is not None
+        while (image := self._to_check) is not None:
+            self._to_check = None
+            started = time.monotonic()
+            try:
+                problems = await self._restorable_check.problems(image)
+            except CheckUnavailable as error:
+                self._notify(
+                    "RestorableCheckSkipped", Level.WARNING, f"could not check {image}: {error}"
+                )
+                continue
+            seconds = time.monotonic() - started
+            recorded = {entry["source"] for entry in self._record.unrestorable}
+            if image not in self._images() or image in recorded:
+                continue  # discarded by retention meanwhile, or a restore found it already
+            if not problems:
+                self._notify(
+                    "ImageRestorable", Level.DETAIL, f"{image} is restorable ({seconds:.0f}s)"
+                )
+                continue
+            reason = "the restorable check after it completed found: " + "; ".join(problems)
+            self._record.unrestorable.append(
+                {"source": image, "reason": reason, "attempt": self._record.attempt}
+            )
+            self._notify(
+                "ImageUnrestorable",
+                Level.WARNING,
+                f"{image} is not restorable, restores skip it: " + "; ".join(problems),
+            )
+            await self._interpreter.persist()
+
+    async def _terminate(self, outcome: TerminalOutcome) -> None:
+        if self._checking is not None:
+            self._checking.cancel()  # no restore follows
+            await asyncio.gather(self._checking, return_exceptions=True)
+            self._checking = self._to_check = None
+        await self._interpreter.end(outcome)
+        await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
+        await self._interpreter.persist()
+        self._notify(
+            f"Job{outcome.value}",
+            Level.WARNING if outcome is TerminalOutcome.FAILED else Level.NOTE,
+            f"job {outcome.value.lower()}"
+            + (f": {self._record.message}" if self._record.message else ""),
+        )

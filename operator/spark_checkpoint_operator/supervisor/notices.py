@@ -1,0 +1,61 @@
+"""What the supervisor tells the user (a Kubernetes event, a line of the local runner),
+and how it words drivers' exits and completed images."""
+
+import logging
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+
+from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+
+log = logging.getLogger(__name__)
+
+
+class Level(StrEnum):
+    DETAIL = "detail"  # routine progress: logged, not an event
+    NOTE = "note"  # worth an event: restores, savepoints, terminations
+    WARNING = "warning"  # something failed
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """Something the user should be told; ``reason`` is CamelCase (a Kubernetes event's)."""
+
+    reason: str
+    level: Level
+    message: str
+
+
+def log_notice(notice: Notice) -> None:
+    log.log(logging.WARNING if notice.level is Level.WARNING else logging.INFO, notice.message)
+
+
+def describe_exit(exit_code: int) -> str:
+    """A driver's exit as a person reads it: a negative code is the signal that killed it."""
+    if exit_code >= 0:
+        return f"exit {exit_code}"
+    try:
+        return f"killed by {signal.Signals(-exit_code).name}"
+    except ValueError:
+        return f"killed by signal {-exit_code}"
+
+
+def error_lines(error: list[str]) -> str:
+    """A driver's error lines as the indented tail of a notice."""
+    return "".join(f"\n    {line}" for line in ["its error:", *error]) if error else ""
+
+
+def completion_reason(completed: CompletedCheckpoint) -> str:
+    return (
+        "SavepointCompleted"
+        if completed.kind is CheckpointKind.SAVEPOINT
+        else "CheckpointCompleted"
+    )
+
+
+def describe_completion(completed: CompletedCheckpoint) -> str:
+    label = f" ({completed.label})" if completed.label else ""
+    return (
+        f"{completed.kind.value} {completed.checkpoint_id} complete{label}: batch "
+        f"{completed.batch_id}, {completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
+    )

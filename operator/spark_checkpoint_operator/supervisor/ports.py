@@ -1,0 +1,132 @@
+"""What the supervisor needs from its runtime: a driver, storage work without one, a
+restorable check, and a sink for what it observes. A local process or a Kubernetes pod
+supplies them (``local_runtime``, ``kubernetes.runtime``)."""
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+
+
+class DriverHandle(Protocol):
+    @property
+    def agent(self) -> AgentClient: ...
+
+    def exit_code(self) -> int | None:
+        """None while the driver runs."""
+
+    async def terminate(self) -> None:
+        """Stop the driver and return once it is gone (never two drivers at once)."""
+
+    def executors_ready(self) -> bool:
+        """False while Spark replaces a lost executor: a checkpoint would miss its tasks."""
+
+
+class DriverLauncher(Protocol):
+    async def launch(self, attempt: int, restore: list[str]) -> DriverHandle: ...
+
+    async def adopt(self, attempt: int) -> DriverHandle | None:
+        """The driver of ``attempt`` if it still runs from before this runtime restarted
+        (an operator upgrade must not restart every job), or if it ended since (its exit
+        code is judged as any driver's); None to start a new one."""
+
+
+class LaunchFailed(Exception):
+    """The runtime refused to start a driver (admission, quota, an invalid pod): retrying
+    the same spec cannot help; the message says why."""
+
+
+class NoRestorableImage(Exception):
+    """Every image the job could restore from failed its restore; the message lists why."""
+
+
+class CleanupFailed(Exception):
+    """A janitor could not change storage; the message says what and why."""
+
+
+class CheckUnavailable(Exception):
+    """The restorable check could not run (no verdict); the message says why."""
+
+
+class RestorableCheck(Protocol):
+    """Lets Spark read an image as a restart would (``python -m spark_checkpoint.restorable``)
+    where storage is reachable: a subprocess locally, a cleanup pod on Kubernetes."""
+
+    async def problems(self, image: str) -> list[str]:
+        """What keeps a restarted query from reading ``image`` (``kind:id``); empty when it
+        is restorable. Raises `CheckUnavailable` when there is no verdict."""
+
+
+class Janitor(Protocol):
+    """Storage work while no driver runs (a cleanup pod in Kubernetes). Failures raise
+    `CleanupFailed`; what is left behind is garbage-collected on a later run."""
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None: ...
+
+    async def discard_savepoint(self, savepoint_id: int) -> None: ...
+
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PeriodicSlot:
+    """A periodic trigger time that a Tick consumed (epoch seconds)."""
+
+    due: float  # when the coordinator had scheduled it
+    decided: float  # when the Tick that consumed it was handled: ``decided - due`` is late
+    next_due: float | None  # the slot scheduled after it
+    checkpoint_id: int | None  # the checkpoint it triggered; None: declined (minPause)
+
+
+class Observer:
+    """What the supervisor reports as it happens, for metrics (``metrics.JobMetrics``) or
+    a measurement (the operator-scale benchmark's probe). Every method does nothing here:
+    an observer overrides those it wants."""
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        pass
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None:
+        pass
+
+    def restored(self) -> None:
+        pass
+
+    def periodic(self, slot: PeriodicSlot) -> None:
+        """A periodic slot was consumed: after its trigger (if any) was carried out."""
+
+    def trigger_sent(
+        self, checkpoint_id: int, agent: AgentClient, sent: float, answered: float
+    ) -> None:
+        """The trigger of ``checkpoint_id`` went to ``agent`` at ``sent`` and was answered
+        (or failed) at ``answered`` (epoch seconds)."""
+
+
+class Observers(Observer):
+    """Several observers of one job, each told everything."""
+
+    def __init__(self, *observers: Observer) -> None:
+        self._observers = observers
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        for observer in self._observers:
+            observer.completed(checkpoint)
+
+    def failed(self, kind: CheckpointKind, reason: str) -> None:
+        for observer in self._observers:
+            observer.failed(kind, reason)
+
+    def restored(self) -> None:
+        for observer in self._observers:
+            observer.restored()
+
+    def periodic(self, slot: PeriodicSlot) -> None:
+        for observer in self._observers:
+            observer.periodic(slot)
+
+    def trigger_sent(
+        self, checkpoint_id: int, agent: AgentClient, sent: float, answered: float
+    ) -> None:
+        for observer in self._observers:
+            observer.trigger_sent(checkpoint_id, agent, sent, answered)

@@ -1,0 +1,78 @@
+"""The persisted part of a job: what status shows and what a restarted runtime resumes from."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
+from spark_checkpoint_operator.status import PersistedStatus
+
+
+@dataclass
+class JobRecord:
+    """Everything about the job that is persisted: the coordinator's registry and the
+    runtime's own counters. It is what status shows and what a restart resumes from.
+
+    ``phase`` is the one place the job's phase is kept; the coordinator is told it (see
+    ``EffectInterpreter.enter``)."""
+
+    phase: JobPhase = JobPhase.PENDING
+    attempt: int = 0
+    restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
+    failed_restores: int = 0
+    restored_from: dict[str, Any] | None = None
+    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
+    unrestorable: list[dict[str, Any]] = field(default_factory=list)
+    message: str = ""
+    coordinator: PersistedState = field(default_factory=PersistedState)
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    last_batch: int | None = None
+    consecutive_failures: int = 0
+    # The live counter of this process's coordinator: no id at or above it has been
+    # triggered (at most the persisted counter). None in a record read back: its coordinator
+    # starts after the persisted counter, as nothing tells which ids below were used.
+    next_checkpoint_id: int | None = None
+
+    def persisted_status(self) -> PersistedStatus:
+        """The record's part of the status (``status.render_status`` adds the views)."""
+        return PersistedStatus(
+            phase=self.phase,
+            job_attempt=self.attempt,
+            restores=self.restores,
+            failed_restores=self.failed_restores,
+            restored_from=self.restored_from,
+            unrestorable=self.unrestorable,
+            message=self.message,
+            last_committed_batch=self.last_batch,
+            consecutive_failures=self.consecutive_failures,
+            next_checkpoint_id=(
+                self.coordinator.next_checkpoint_id
+                if self.next_checkpoint_id is None
+                else self.next_checkpoint_id
+            ),
+            pending=self.pending,
+            coordinator=self.coordinator,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.persisted_status().to_dict()
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobRecord":
+        """Read back a status: what a restart resumes from (the previous process's pending
+        snapshots, failure streak and live id counter start afresh)."""
+        return cls.from_status(PersistedStatus.from_dict(data))
+
+    @classmethod
+    def from_status(cls, status: PersistedStatus) -> "JobRecord":
+        """What a restart resumes from (see ``from_dict``)."""
+        return cls(
+            phase=status.phase,
+            attempt=status.job_attempt,
+            restores=status.restores,
+            failed_restores=status.failed_restores,
+            restored_from=None if status.restored_from is None else dict(status.restored_from),
+            unrestorable=[dict(image) for image in status.unrestorable],
+            message=status.message,
+            coordinator=status.coordinator,
+        )

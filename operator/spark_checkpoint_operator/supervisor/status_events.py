@@ -1,0 +1,81 @@
+"""The agent's status document (`spark_checkpoint.protocol.AgentStatus`) read as
+coordinator events (docs/agent-protocol.md, "The status document").
+
+The agent lists each snapshot in flight with all its acknowledgements and declines until
+the snapshot is done; each is fed to the coordinator once. A snapshot the coordinator
+neither waits for nor registered is reported once, to be dropped at the agent.
+"""
+
+from dataclasses import dataclass
+
+from spark_checkpoint.protocol import AgentStatus, SnapshotStatus
+from spark_checkpoint_operator.coordinator import (
+    TaskAck,
+    TaskAcknowledged,
+    TaskDeclined,
+    TasksReported,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class UnknownSnapshot:
+    """Triggered before this runtime restarted, or aborted while the agent was unreachable:
+    the agent drops it and unpins its files; its id is never used again."""
+
+    checkpoint_id: int
+
+
+Progress = TaskAcknowledged | TaskDeclined | UnknownSnapshot
+
+
+def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
+    """The tasks a checkpoint needs now; not all running while an executor is replaced."""
+    return TasksReported(frozenset(status.tasks), status.all_tasks_running and executors_ready)
+
+
+def input_exhausted_at(status: AgentStatus) -> int | None:
+    """The last batch of bounded input, once the query waits for its final checkpoint."""
+    return status.query.last_committed_batch if status.awaiting_final_checkpoint else None
+
+
+class SnapshotProgress:
+    """Remembers what was fed of each snapshot while the agent lists it: a job runs for
+    months, so what it no longer lists is forgotten."""
+
+    def __init__(self) -> None:
+        self._fed_acks: set[tuple[int, str]] = set()
+        self._fed_declines: set[tuple[int, str]] = set()
+        self._dropped: set[int] = set()
+
+    def read(self, status: AgentStatus, known: set[int]) -> list[Progress]:
+        """What is new in ``status``, in the agent's order, for the snapshots the
+        coordinator knows (``known``: pending or registered); the others are unknown."""
+        progress: list[Progress] = []
+        in_flight = {snapshot.checkpoint_id for snapshot in status.checkpoints}
+        for snapshot in status.checkpoints:
+            checkpoint_id = snapshot.checkpoint_id
+            if checkpoint_id in known:
+                progress.extend(self._new(snapshot))
+            elif checkpoint_id not in self._dropped:
+                self._dropped.add(checkpoint_id)
+                progress.append(UnknownSnapshot(checkpoint_id))
+        self._fed_acks = {key for key in self._fed_acks if key[0] in in_flight}
+        self._fed_declines = {key for key in self._fed_declines if key[0] in in_flight}
+        self._dropped &= in_flight
+        return progress
+
+    def _new(self, snapshot: SnapshotStatus) -> list[Progress]:
+        checkpoint_id = snapshot.checkpoint_id
+        progress: list[Progress] = []
+        for ack in snapshot.acks:
+            key = (checkpoint_id, ack.task)
+            if key not in self._fed_acks:
+                self._fed_acks.add(key)
+                task_ack = TaskAck(ack.task, ack.batch_id, ack.size_bytes, ack.duration_ms)
+                progress.append(TaskAcknowledged(checkpoint_id, task_ack))
+        for decline in snapshot.declines:
+            key = (checkpoint_id, decline.task)
+            if key not in self._fed_declines:
+                self._fed_declines.add(key)
+                progress.append(TaskDeclined(checkpoint_id, decline.task, decline.message))
+        return progress

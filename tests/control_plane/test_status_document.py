@@ -1,0 +1,151 @@
+"""The job's status document, defined once in ``status``, round-trips through each of its
+users: the supervisor's record (``JobRecord``), the status view (``render_status``), the
+local runtime's status file (written each save, read back by the next run and for the
+leftover driver's pid), and the storage commands' registry. Drawn records cover every
+phase, counters, restore history, pending snapshots and registries."""
+
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    JobPhase,
+    PersistedState,
+    TerminalOutcome,
+)
+from spark_checkpoint_operator.local_runtime import load_record
+from spark_checkpoint_operator.local_state import LocalPaths
+from spark_checkpoint_operator.status import (
+    PersistedStatus,
+    RegisteredIds,
+    StatusFile,
+    render_status,
+)
+from spark_checkpoint_operator.storage_commands.job import load_registry
+from spark_checkpoint_operator.supervisor import JobRecord
+
+API_VERSION = "sparkcheckpoint.io/v1alpha1"
+ids = st.integers(min_value=1, max_value=2**40)  # the coordinator counts from 1
+counts = st.integers(min_value=0, max_value=10**6)
+texts = st.text(max_size=20)
+
+
+def _images(kind: CheckpointKind) -> st.SearchStrategy[tuple[CompletedCheckpoint, ...]]:
+    image = st.builds(
+        lambda checkpoint_id, batch, size, start, took, label: CompletedCheckpoint(
+            checkpoint_id,
+            kind,
+            batch,
+            f"file:///storage/{kind.value}-{checkpoint_id}",
+            size,
+            float(start),
+            float(start + took),
+            label,
+        ),
+        ids,
+        counts,
+        counts,
+        st.integers(0, 2**31),  # whole seconds: stored as RFC 3339 times
+        st.integers(0, 3600),
+        st.sampled_from(["", "final", "ctrl-c"]),
+    )
+    unique = st.lists(image, max_size=4, unique_by=lambda c: c.checkpoint_id)
+    return unique.map(lambda images: tuple(sorted(images, key=lambda c: c.checkpoint_id)))
+
+
+coordinators = st.builds(
+    PersistedState,
+    next_checkpoint_id=st.integers(1, 2**40),
+    checkpoints=_images(CheckpointKind.CHECKPOINT),
+    savepoints=_images(CheckpointKind.SAVEPOINT),
+    completed_count=counts,
+    failed_count=counts,
+    terminated=st.none() | st.sampled_from(TerminalOutcome),
+)
+unrestorable = st.fixed_dictionaries({"source": texts, "reason": texts, "attempt": counts})
+pending = st.fixed_dictionaries(
+    {
+        "id": ids,
+        "kind": st.sampled_from([k.value for k in CheckpointKind]),
+        "acknowledged": counts,
+        "expected": counts,
+    }
+)
+records = st.builds(
+    JobRecord,
+    phase=st.sampled_from(JobPhase),
+    attempt=counts,
+    restores=counts,
+    failed_restores=counts,
+    restored_from=st.none() | st.fixed_dictionaries({"source": texts, "attempt": counts}),
+    unrestorable=st.lists(unrestorable, max_size=3),
+    message=texts,
+    coordinator=coordinators,
+    pending=st.lists(pending, max_size=3),
+    last_batch=st.none() | counts,
+    consecutive_failures=counts,
+    next_checkpoint_id=st.none() | st.integers(1, 2**40),
+)
+
+
+def _resumable(record: JobRecord) -> tuple[object, ...]:
+    """What a restart resumes from; the rest is the live process's."""
+    return (
+        record.phase,
+        record.attempt,
+        record.restores,
+        record.failed_restores,
+        record.restored_from,
+        record.unrestorable,
+        record.message,
+        record.coordinator,
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(records, st.none() | st.integers(1, 2**22))
+def test_the_status_round_trips_through_each_of_its_users(
+    record: JobRecord, driver_pid: int | None
+) -> None:
+    persisted = record.persisted_status()
+    rendered = render_status(record, now=1_000.0)
+
+    # The view and the record write the same document, and both read back whole.
+    assert PersistedStatus.from_dict(rendered) == persisted
+    assert PersistedStatus.from_dict(record.to_dict()) == persisted
+    assert _resumable(JobRecord.from_dict(rendered)) == _resumable(record)
+
+    with tempfile.TemporaryDirectory() as directory:
+        paths = LocalPaths(Path(directory) / "default" / "job")
+        paths.job_dir.mkdir(parents=True)
+        StatusFile(paths.status_file, "job", "default", rendered, driver_pid).write()
+
+        # The local runtime's next run, and its search for a leftover driver.
+        assert _resumable(load_record(paths)) == _resumable(record)
+        envelope = json.loads(paths.status_file.read_text())
+        assert (envelope["apiVersion"], envelope["kind"]) == (API_VERSION, "SparkCheckpointJob")
+        assert envelope["metadata"] == {"name": "job", "namespace": "default"}
+        found = StatusFile.read(paths.status_file)
+        assert found is not None and found.driver_pid == driver_pid
+        assert found.persisted_status() == persisted
+
+        # The storage commands' registry.
+        registry = load_registry(paths.status_file)
+        assert registry is not None
+        assert registry.registered == RegisteredIds(
+            checkpoints=frozenset(c.checkpoint_id for c in record.coordinator.checkpoints),
+            savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
+        )
+
+
+def test_a_missing_status_file_is_a_new_job() -> None:
+    with tempfile.TemporaryDirectory() as directory:
+        paths = LocalPaths(Path(directory) / "default" / "job")
+        assert StatusFile.read(paths.status_file) is None
+        assert load_registry(paths.status_file) is None
+        assert _resumable(load_record(paths)) == _resumable(JobRecord())

@@ -1,0 +1,283 @@
+"""The two images, built here and run as Kubernetes runs them.
+
+Buildah builds both targets of the Dockerfile on the stand-in base (tests/helpers/containers.py),
+and Podman runs them under the security contexts they get in a cluster: the chart's for the
+operator image (user 10001, read-only root file system, every capability dropped, no
+privilege escalation, an emptyDir on /tmp), the operator's own pods' for the spark image
+(the image's user, every capability dropped, no privilege escalation). Slow on a cold machine
+(minutes: the base, PySpark and Java are downloaded), so `make images-test` runs these tests
+and `make test` does not; they fail, never skip, where the tools are missing.
+"""
+
+import json
+import os
+import shutil
+import socket
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers import containers
+from helpers.doc_blocks import marked_blocks
+from helpers.kube.cluster import LocalCluster, OperatorContainer
+from helpers.kube.simulated import SimulatedAgents
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+
+pytestmark = [pytest.mark.containers, pytest.mark.timeout(3600)]
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB = ROOT / "tests" / "manifest" / "fixtures" / "minimal-job.yaml"
+GUIDE_JOB = ROOT / "examples" / "orders" / "job.yaml"
+UID = 10001
+
+
+@pytest.fixture(scope="module")
+def images() -> dict[str, str]:
+    missing = containers.missing_tools()
+    if missing:
+        pytest.fail(f"missing {', '.join(missing)}: `make images-tools` installs them")
+    if os.geteuid() != 0:
+        pytest.fail("building and running the images needs root here (as CI has)")
+    base = containers.stand_in_base()
+    return {target: containers.build(target, base) for target in containers.TARGETS}
+
+
+def run_pod_container(
+    image: str,
+    pod_spec: Mapping[str, Any],
+    container: Mapping[str, Any],
+    *,
+    volumes: Mapping[str, Path] | None = None,
+) -> str:
+    """Run the container as the kubelet would; its output, which must end with exit 0."""
+    options, arguments = containers.pod_container_options(
+        image, pod_spec, container, volumes=volumes or {}
+    )
+    result = containers.run(image, arguments, options=options)
+    assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}{result.stderr}"
+    return result.stdout + result.stderr
+
+
+def janitor_pod(arguments: list[str]) -> dict[str, Any]:
+    """The cleanup pod the operator creates for a job, as it creates it."""
+    document = validate_document(yaml.safe_load(JOB.read_text()))
+    manifest = manifest_from_document(document)
+    document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"  # the API server's
+    return objects.cleanup_pod(manifest, document, storage="file:///tmp", arguments=arguments)
+
+
+def test_the_images_run_as_their_numeric_non_root_user(images: dict[str, str]) -> None:
+    for image in images.values():
+        config = json.loads(containers.podman("image", "inspect", image))[0]["Config"]
+
+        assert config["User"] == f"{UID}:{UID}"
+
+
+def test_the_operator_image_answers_under_the_charts_security_context(
+    images: dict[str, str],
+) -> None:
+    deployment = containers.chart_deployment({})
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    # The image's own entrypoint (Kopf's `run`), asked for its usage.
+    container = {key: value for key, value in container.items() if key not in {"command"}}
+
+    output = run_pod_container(images["operator"], pod_spec, {**container, "args": ["--help"]})
+
+    assert "Usage: kopf run" in output
+    assert "--all-namespaces" in output
+
+
+def test_the_spark_image_runs_the_janitor_as_the_operator_starts_it(
+    images: dict[str, str],
+) -> None:
+    pod = janitor_pod(["--help"])
+    pod_spec = pod["spec"]
+    (container,) = pod_spec["containers"]
+
+    output = run_pod_container(images["spark"], pod_spec, container)
+
+    assert "usage: python -m spark_checkpoint.janitor" in output
+    assert "collect-garbage" in output
+
+
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        (["python", "-c", "import spark_checkpoint, pyspark; print(pyspark.__version__)"], "4."),
+        (["bash", "-c", '"$JAVA_HOME/bin/java" -version'], 'openjdk version "17.'),
+        (["bash", "-c", "id -u; id -g; pwd; touch probe && echo writable"], "writable"),
+    ],
+    ids=["python-imports", "java", "working-directory"],
+)
+def test_the_spark_image_runs_python_java_and_writes_its_working_directory(
+    images: dict[str, str], command: list[str], expected: str
+) -> None:
+    """The operator's pods' security context (the image's user, no capabilities): Python
+    finds both packages and Java 17 runs, even on a read-only root file system; the working
+    directory a driver starts in is writable."""
+    pod_spec = janitor_pod([])["spec"]
+    (container,) = pod_spec["containers"]
+    context = container["securityContext"]
+    if expected != "writable":
+        context = {**context, "readOnlyRootFilesystem": True}
+
+    output = run_pod_container(
+        images["spark"], pod_spec, {**container, "command": command, "securityContext": context}
+    )
+
+    assert expected in output
+    if expected == "writable":
+        assert output.splitlines()[:3] == [str(UID), str(UID), "/opt/spark-checkpoint/work"]
+
+
+def orders_job() -> dict[str, Any]:
+    """The user guide's job, checkpointing every second, with a final savepoint, on a local
+    master (simulated drivers start no executor pods, which the operator would wait for)."""
+    document: dict[str, Any] = yaml.safe_load(GUIDE_JOB.read_text())
+    document["metadata"]["namespace"] = "default"
+    document["spec"]["application"]["sparkConf"]["spark.master"] = "local[2]"
+    document["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s", "timeout": "20s"}
+    document["spec"]["shutdown"] = {"finalSavepoint": True}
+    return document
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def test_the_operator_image_runs_a_job_as_the_chart_deploys_it(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The chart's Deployment (command, arguments, environment, securityContext, /tmp) run
+    from the operator image against the emulated API server, with simulated drivers: Kopf's
+    liveness endpoint answers, checkpoints reach the status, a killed operator container
+    is replaced and adopts the running driver, and deletion takes the final savepoint."""
+    with LocalCluster(
+        tmp_path,
+        simulated=SimulatedAgents(batch_seconds=0.3),
+        operator_image=images["operator"],
+    ) as cluster:
+        operator = cluster.operator
+        assert isinstance(operator, OperatorContainer)
+
+        def completed() -> int:
+            return int(cluster.status("orders").get("counts", {}).get("completed", 0))
+
+        cluster.wait_for("the liveness endpoint", lambda: answers(operator.health_url), 120)
+        cluster.apply(orders_job())
+        cluster.wait_for("2 checkpoints", lambda: completed() >= 2, 120, job="orders")
+        assert answers(operator.metrics_url)
+        operator.kill()
+        operator.start()
+        done = completed()
+        cluster.wait_for("a checkpoint after adoption", lambda: completed() > done, 120, "orders")
+        assert cluster.driver_pods("orders") == ["orders-driver-1"]
+        cluster.delete("orders")
+        cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, 120)
+        cluster.wait_for_event("orders", "SavepointCompleted")
+
+
+def test_the_harness_enforces_the_charts_security_context(images: dict[str, str]) -> None:
+    """What the tests above rely on: under the chart's context the container runs as
+    10001:10001 without capabilities or privilege escalation, and only the emptyDir on /tmp
+    is writable (no writable /var/tmp or /run as Podman's read-only mode would add)."""
+    pod_spec = containers.chart_deployment({})["spec"]["template"]["spec"]
+    (container,) = pod_spec["containers"]
+    probe = (
+        "id -u; id -g; grep -E '^(CapEff|NoNewPrivs)' /proc/self/status; "
+        "for d in / /var/tmp /run /tmp; do touch $d/probe 2>/dev/null && echo writable $d; done"
+    )
+
+    output = run_pod_container(
+        images["operator"], pod_spec, {**container, "command": ["bash", "-c", probe], "args": []}
+    )
+
+    assert output.split() == [
+        *(str(UID), str(UID)),
+        *("CapEff:", "0000000000000000", "NoNewPrivs:", "1"),
+        *("writable", "/tmp"),
+    ]
+
+
+def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]) -> None:
+    """Spark's executor pods run the image with the argument `executor` and the settings in
+    SPARK_* variables: the JVM's executor backend starts and tries the driver (none listens
+    on the port here)."""
+    port = free_port()
+    settings = {
+        "SPARK_EXECUTOR_MEMORY": "512m",
+        "SPARK_DRIVER_URL": f"spark://CoarseGrainedScheduler@127.0.0.1:{port}",
+        "SPARK_EXECUTOR_ID": "1",
+        "SPARK_EXECUTOR_CORES": "1",
+        "SPARK_APPLICATION_ID": "spark-application-1",
+        "SPARK_EXECUTOR_POD_IP": "127.0.0.1",
+        "SPARK_RESOURCE_PROFILE_ID": "0",
+        "SPARK_EXECUTOR_POD_NAME": "orders-exec-1",
+        "SPARK_JAVA_OPT_0": "-Dspark.driver.port=" + str(port),
+    }
+    pod_spec = janitor_pod([])["spec"]
+    (container,) = pod_spec["containers"]
+    executor = {
+        "name": "spark-kubernetes-executor",
+        "args": ["executor"],
+        "env": [{"name": name, "value": value} for name, value in settings.items()],
+        "securityContext": container["securityContext"],
+    }
+    options, arguments = containers.pod_container_options(
+        images["spark"], pod_spec, executor, volumes={}
+    )
+
+    result = containers.run(images["spark"], arguments, options=options)
+
+    assert result.returncode != 0
+    assert "KubernetesExecutorBackend" in result.stdout + result.stderr
+    assert f"Failed to connect to /127.0.0.1:{port}" in result.stdout + result.stderr
+
+
+def test_a_pipeline_image_builds_on_the_spark_image_as_the_guide_says(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """The user guide's pipeline Dockerfile, built with Buildah on the spark image (tagged
+    with the name the guide gives it), runs its pipeline as the image's user."""
+    (dockerfile,) = [
+        block
+        for block in marked_blocks(
+            "tests/docs/test_image_examples.py::"
+            "test_image_commands_build_the_dockerfiles_targets_and_pipelines_build_on_spark"
+        )
+        if block.language == "dockerfile"
+    ]
+    base = dockerfile.text.split()[1]
+    containers.podman("tag", images["spark"], base)
+    (tmp_path / "Dockerfile").write_text(dockerfile.text)
+    # The guide's orders.py is the user's: the reference word count stands in for it.
+    shutil.copy(ROOT / "examples" / "wordcount" / "pipeline.py", tmp_path / "orders.py")
+    pipeline_image = f"{containers.IMAGE_REPOSITORY}/orders:{containers.IMAGE_TAG}"
+    try:
+        containers.build_context(tmp_path, pipeline_image)
+        pod_spec = janitor_pod([])["spec"]
+        (container,) = pod_spec["containers"]
+        command = ["python", "/opt/app/orders.py", "--help"]
+
+        output = run_pod_container(pipeline_image, pod_spec, {**container, "command": command})
+    finally:
+        containers.podman("rmi", base)
+
+    assert "usage: orders.py" in output
