@@ -26,7 +26,8 @@ from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import LocalCluster, OperatorContainer
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.manifest import manifest_from_document, validate_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.validation import validate_document
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(3600)]
 
