@@ -77,21 +77,18 @@ FROM base AS deps
 RUN pip install --no-cache-dir \
         aiohappyeyeballs==2.7.1 \
         aiohttp==3.14.5 \
+        aiohttp-retry==2.9.1 \
         aiosignal==1.4.0 \
         annotated-doc==0.0.7 \
         annotated-types==0.8.0 \
-        anyio==4.16.0 \
         attrs==26.1.0 \
+        certifi==2026.10.19.post1 \
+        charset-normalizer==3.5.3 \
         click==8.5.1 \
         common-expression-language==0.10.0 \
+        durationpy==0.11 \
         frozenlist==1.8.0 \
         fsspec==2026.9.0 \
-        h11==0.16.0 \
-        h2==4.4.1 \
-        hpack==4.2.0 \
-        httpcore2==2.16.2 \
-        httpx2==2.16.2 \
-        hyperframe==6.1.0 \
         idna==3.20 \
         iso8601==2.1.0 \
         jsonpatch==1.47 \
@@ -99,30 +96,33 @@ RUN pip install --no-cache-dir \
         jsonschema==4.26.0 \
         jsonschema-specifications==2025.9.1 \
         kopf==1.45.2 \
-        lightkube==1.0.1 \
-        lightkube-models==1.37.0.8 \
+        kubernetes==37.0.1 \
         markdown-it-py==4.3.0 \
         mdurl==0.1.2 \
-        msgspec==0.22.0 \
         multidict==7.2.1 \
+        oauthlib==4.0.1 \
         prometheus-client==0.26.0 \
         prompt-toolkit==3.0.53 \
         propcache==0.5.4 \
         pydantic==2.14.3 \
         pydantic-core==2.50.4 \
         pygments==2.21.0 \
+        python-dateutil==2.9.0.post0 \
         python-json-logger==4.2.0 \
         pyyaml==6.0.3 \
         referencing==0.37.0 \
+        requests==2.34.2 \
+        requests-oauthlib==2.0.0 \
         rich==15.0.0 \
         rpds-py==2026.9.1 \
         shellingham==1.5.4 \
-        truststore==0.10.5 \
+        six==1.17.0 \
         typer==0.29.2 \
         typing-extensions==4.16.0 \
         typing-inspection==0.4.5 \
+        urllib3==2.8.0 \
         wcwidth==0.9.4 \
-        wsproto==1.3.2 \
+        websocket-client==1.9.2 \
         yarl==1.25.1
 
 # ---------------------------------------------------------------------------------------------
@@ -151,7 +151,8 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # Kubernetes scheduler backend among them, are what the executor entrypoint runs. Then
 # pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
 # pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
-# dependencies; the Makefile's constraints take these lines as they take the deps stage's.
+# dependencies (what the Kubernetes client shares with them is in the deps stage); the
+# Makefile's constraints take these lines as they take the deps stage's.
 # Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://) and
 # adlfs (abfs://, az://), with their dependencies (botocore holds python-dateutil below 3).
 # Only this image has them: the operator never touches storage.
@@ -159,7 +160,6 @@ RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
         pyarrow==26.0.1 \
         numpy==2.4.6 \
-        python-dateutil==2.9.0.post0 \
         pytz==2026.6 \
         tzdata==2026.6 \
         s3fs==2026.9.0 \
@@ -167,23 +167,18 @@ RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         aioitertools==0.13.0 \
         botocore==1.43.117 \
         jmespath==1.1.0 \
-        urllib3==2.8.0 \
         wrapt==2.5.2 \
         adlfs==2026.8.0 \
         azure-core==1.41.0 \
         azure-identity==1.27.0 \
         azure-storage-blob==12.31.1 \
-        certifi==2026.10.19.post1 \
         cffi==2.1.1 \
-        charset-normalizer==3.5.3 \
         cryptography==50.0.2 \
         isodate==0.7.2 \
         msal==1.39.0 \
         msal-extensions==1.3.1 \
         pycparser==3.12 \
         pyjwt==2.15.1 \
-        requests==2.34.2 \
-        six==1.17.0 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
     && python -c "import pandas, pyarrow, s3fs, adlfs"
 

@@ -14,8 +14,8 @@ coordinator had scheduled it for. The scheduled time comes from the coordinator 
 when the operator imports this module (``kopf run ... -m operator_scale`` with
 ``OPERATOR_SCALE_PROBE`` set), it adds an observer to every job (the supervisor reports
 each consumed periodic slot and each trigger sent) that writes one line per consumed
-slot; the module imports nothing else into the operator. The probe applies the experiment
-``--api-concurrency``; ``--idle-poll`` is the operator's own setting.
+slot; the module imports nothing else into the operator. ``--idle-poll`` sets the
+operator's own setting.
 
 Everything runs in a private network namespace (``unshare``) when it can, so the agents'
 fixed port 8484 does not collide with tests running on the same machine; as root, the
@@ -63,7 +63,6 @@ TESTS = ROOT / "tests"
 RESULTS = BENCHMARKS / "results"
 PROBE_VARIABLE = "OPERATOR_SCALE_PROBE"
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"  # the operator's setting
-API_CONCURRENCY_VARIABLE = "OPERATOR_SCALE_API_CONCURRENCY"
 NETNS_VARIABLE = "OPERATOR_SCALE_IN_NETNS"
 OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -117,26 +116,7 @@ def _install_probe(path: str) -> None:
                     f" {answered:.6f} {next_due:.6f}\n"
                 )
 
-    if api_concurrency := os.environ.get(API_CONCURRENCY_VARIABLE):
-        _limit_api_requests(int(api_concurrency))
     JOB_OBSERVERS.append(lambda namespace, name: Probe())
-
-
-def _limit_api_requests(limit: int) -> None:
-    """An experiment (``--api-concurrency``): at most ``limit`` API requests (other than
-    watches and lists) in flight; the others wait on a semaphore, not in httpx's pool,
-    whose bookkeeping costs grow with the number of requests queued in it."""
-    from lightkube.core.generic_client import GenericAsyncClient  # noqa: PLC0415
-
-    request = GenericAsyncClient.request
-    slots: dict[int, asyncio.Semaphore] = {}
-
-    async def limited(self: GenericAsyncClient, *args: Any, **kwargs: Any) -> Any:
-        semaphore = slots.setdefault(id(asyncio.get_running_loop()), asyncio.Semaphore(limit))
-        async with semaphore:
-            return await request(self, *args, **kwargs)
-
-    GenericAsyncClient.request = limited  # type: ignore[method-assign]
 
 
 # --- the simulated cluster, in a child process ---------------------------------------------
@@ -553,8 +533,6 @@ def start_operator(
     }
     if args.idle_poll is not None:
         environment[IDLE_POLL_VARIABLE] = str(args.idle_poll)
-    if args.api_concurrency is not None:
-        environment[API_CONCURRENCY_VARIABLE] = str(args.api_concurrency)
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
     )
@@ -725,7 +703,7 @@ def summarize(args: argparse.Namespace, work: Path, timeline: Timeline) -> dict[
         "interval_s": args.interval,
         "window_s": round(seconds, 1),
         "settle_s": args.settle,
-        "experiments": {"idle_poll_s": args.idle_poll, "api_concurrency": args.api_concurrency},
+        "experiments": {"idle_poll_s": args.idle_poll},
         "startup": {
             "create_s": round(timeline.created - timeline.began, 1),
             "ramp_jobs_per_s": args.ramp,
@@ -839,8 +817,6 @@ def result_name(args: argparse.Namespace) -> str:
     name = f"operator_scale-{args.jobs}x{args.interval:g}s"
     if args.idle_poll is not None:
         name += f"-idle{args.idle_poll:g}s"
-    if args.api_concurrency is not None:
-        name += f"-api{args.api_concurrency}"
     return name + ("-quick" if args.quick else "")
 
 
@@ -928,9 +904,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         action="store_false",
         help="run the operator at normal priority (by default, as root, it runs SCHED_FIFO:"
         " a core of its own whenever it is runnable, whatever else runs on this machine)",
-    )
-    parser.add_argument(
-        "--api-concurrency", type=int, help="experiment: API requests in flight at most"
     )
     parser.add_argument("--quick", action="store_true", help="20 jobs @ 5 s for 15 s (CI runs it)")
     parser.add_argument(

@@ -547,8 +547,8 @@ def _grants(rules: list[dict[str, Any]]) -> set[Grant]:
 
 
 # What the operator's code calls, per namespace it serves (docs/operator.md, RBAC), as found in
-# operator/spark_checkpoint_operator/kubernetes/: runtime.py, controller.py (lightkube) and
-# handlers.py (Kopf).
+# operator/spark_checkpoint_operator/kubernetes/: runtime.py, controller.py (the kubernetes
+# client) and handlers.py (Kopf).
 OPERATOR_GRANTS = {
     Grant("get", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # the stored status at start
     Grant("list", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf's watch: list, then watch

@@ -1,5 +1,6 @@
-"""The API-server emulator behaves like a real API server wherever Kopf, lightkube and the
-operator depend on it; the last test runs real Kopf against it."""
+"""The API-server emulator behaves like a real API server wherever Kopf, lightkube (the test
+kubelet's client) and the operator (the official client) depend on it; the last test runs
+real Kopf against it."""
 
 import asyncio
 import contextlib
@@ -17,6 +18,17 @@ import kmock
 import kopf
 import pytest
 import pytest_asyncio
+from kubernetes.aio import config as kube_config
+from kubernetes.aio.client import (
+    ApiClient,
+    Configuration,
+    CoreV1Api,
+    CustomObjectsApi,
+    V1ObjectMeta,
+    V1Pod,
+    V1Secret,
+)
+from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 from lightkube import ApiError, AsyncClient, KubeConfig
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.meta_v1 import ObjectMeta
@@ -1084,3 +1096,73 @@ async def test_kopf_runs_a_job_through_its_life_without_conflicts(
     lists = [r for r in requests if r.action == kmock.action.LIST]
     assert len(resumed) >= 4  # every reconnect resumed from the last version it had seen
     assert len(lists) == 2  # at the start, and once more after 410 Gone
+
+
+@pytest.mark.asyncio
+async def test_the_operators_client_gets_the_answers_of_a_real_api_server(
+    api: EmulatedApiServer, kubeconfig: Path
+) -> None:
+    """Each kind of call the operator makes through the official client (kubernetes.aio,
+    typed models), with the answers and errors a real API server gives."""
+    configuration = Configuration()
+    await kube_config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    async with ApiClient(configuration) as client:
+        core = CoreV1Api(client)
+        jobs = CustomObjectsApi(client)
+        stored_job = api.create(JOBS, job("orders"), namespace="default")
+        labels = {"sparkcheckpoint.io/job": "orders", "sparkcheckpoint.io/component": "driver"}
+        driver = V1Pod.from_dict(pod("orders-driver-1", labels=labels))
+        assert driver is not None
+
+        created = await core.create_namespaced_pod("default", driver)
+        listed = await core.list_namespaced_pod(
+            "default",
+            label_selector="sparkcheckpoint.io/job=orders,"
+            "sparkcheckpoint.io/component in (driver,cleanup)",
+        )
+        deleted = await core.delete_namespaced_pod("orders-driver-1", "default")
+
+        assert created.metadata is not None and created.metadata.uid
+        assert [p.metadata.name for p in listed.items if p.metadata] == ["orders-driver-1"]
+        assert deleted.metadata is not None and deleted.metadata.name == "orders-driver-1"
+        with pytest.raises(NotFoundException):
+            await core.read_namespaced_pod("orders-driver-1", "default")
+
+        secret = V1Secret(
+            metadata=V1ObjectMeta(name="orders-agent-token"),
+            string_data={"token": "first"},
+        )
+        await core.create_namespaced_secret("default", secret)
+        with pytest.raises(ConflictException):
+            await core.create_namespaced_secret("default", secret)
+        await core.patch_namespaced_secret(
+            "orders-agent-token",
+            "default",
+            {"stringData": {"token": "second"}},
+            _content_type="application/strategic-merge-patch+json",
+        )
+        stored_secret = await core.read_namespaced_secret("orders-agent-token", "default")
+        assert stored_secret.data == {"token": "c2Vjb25k"}  # base64 of "second"
+
+        name = stored_job["metadata"]["name"]
+        group, version = "sparkcheckpoint.io", "v1alpha1"
+        patch = {"status": {"phase": "Running"}}
+        await jobs.patch_namespaced_custom_object_status(
+            group, version, "default", "sparkcheckpointjobs", name, patch,
+            _content_type="application/merge-patch+json",
+        )  # fmt: skip
+        stored = await jobs.get_namespaced_custom_object(
+            group, version, "default", "sparkcheckpointjobs", name
+        )
+        assert isinstance(stored, dict) and stored["status"]["phase"] == "Running"
+        with pytest.raises(ApiException) as refused:
+            await jobs.patch_namespaced_custom_object_status(
+                group, version, "default", "sparkcheckpointjobs", name, patch,
+                _content_type="application/strategic-merge-patch+json",
+            )  # fmt: skip
+        assert refused.value.status == 415
+        with pytest.raises(NotFoundException):
+            await jobs.patch_namespaced_custom_object_status(
+                group, version, "default", "sparkcheckpointjobs", "gone", patch,
+                _content_type="application/merge-patch+json",
+            )  # fmt: skip

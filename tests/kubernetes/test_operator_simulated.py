@@ -467,6 +467,27 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     completed(cluster, "healthy", 2)
 
 
+def test_a_driver_volume_the_pod_schema_refuses_fails_the_job_naming_the_field(
+    cluster: LocalCluster,
+) -> None:
+    # Volumes are core/v1 objects the job's schema passes on as they are.
+    volume = {"name": "settings", "secret": {"secretName": "settings", "defaultMode": "rw"}}
+    mount = {"name": "settings", "mountPath": "/etc/settings"}
+    cluster.apply(job(driver={"volumes": [volume], "volumeMounts": [mount]}))
+
+    failed = cluster.wait_for(
+        "Failed",
+        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
+        job="orders",
+    )
+
+    assert failed["message"] == (
+        "the driver could not be started: pod orders-driver-1: "
+        "V1SecretVolumeSource.defaultMode: Input should be a valid integer"
+    )
+    assert cluster.pods("orders") == []
+
+
 def executor(name: str, ready_job: str = "orders") -> dict[str, Any]:
     """An executor pod as Spark creates it for the job (the operator labels executors)."""
     return {

@@ -29,9 +29,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
-from lightkube import ApiError
-from lightkube.generic_resource import create_namespaced_resource
-from lightkube.types import PatchType
+from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -42,6 +40,7 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (
+    MERGE_PATCH,
     Clients,
     KubernetesDriver,
     KubernetesJanitor,
@@ -67,10 +66,6 @@ from spark_checkpoint_operator.supervisor import (
 )
 
 log = logging.getLogger(__name__)
-
-SparkCheckpointJob = create_namespaced_resource(
-    objects.GROUP, objects.VERSION, objects.KIND, objects.PLURAL
-)
 
 PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, message
 
@@ -134,9 +129,14 @@ class JobController:
         """The status as stored, not as the watch last showed it: a daemon restarted after
         an error must not resume from an older registry (an id used twice, a completed
         checkpoint forgotten)."""
-        stored = await self._clients.api.get(
-            SparkCheckpointJob, self._name, namespace=self._namespace
+        stored = await self._clients.custom_objects.get_namespaced_custom_object(
+            objects.GROUP,
+            objects.VERSION,
+            self._namespace,
+            objects.PLURAL,
+            self._name,
         )
+        assert isinstance(stored, dict)
         self._read_status(dict(stored.get("status") or {}))
 
     def changed(self) -> None:
@@ -514,18 +514,20 @@ class JobController:
         self._conditions = status["conditions"]
         for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
             try:
-                await self._clients.api.patch(
-                    SparkCheckpointJob.Status,
+                await self._clients.custom_objects.patch_namespaced_custom_object_status(
+                    objects.GROUP,
+                    objects.VERSION,
+                    self._namespace,
+                    objects.PLURAL,
                     self._name,
                     {"status": status},
-                    namespace=self._namespace,
-                    patch_type=PatchType.MERGE,
+                    _content_type=MERGE_PATCH,
                 )
                 return
-            except ApiError as error:
+            except ApiException as error:
                 # The coordinator must not act on state that is not stored: retried, then
                 # raised (the daemon restarts and adopts the driver).
-                if attempt == STATUS_WRITE_ATTEMPTS or error.status.code == 404:
+                if attempt == STATUS_WRITE_ATTEMPTS or isinstance(error, NotFoundException):
                     raise
                 await asyncio.sleep(0.2 * 2**attempt)
 

@@ -13,18 +13,17 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
-import httpx2 as httpx
 import kopf
-from lightkube import AsyncClient
+from kubernetes.aio import config
+from kubernetes.aio.client import Configuration
 from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController
-from spark_checkpoint_operator.kubernetes.runtime import Clients, PodRegistry
+from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import Observer
 
-API_TIMEOUT_SECONDS = 30.0
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9090
 # How often a job's supervisor asks an idle agent that cannot long-poll for status, and
@@ -68,9 +67,8 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.watching.server_timeout = 300
     # Only the jobs' pods are sent to the operator (the handler's filter is client-side).
     settings.watching.label_selectors["pods"] = objects.LABEL_JOB
-    # Every API request and every handler call at INFO would bury what the operator says.
-    for name in ("httpx", "httpx2", "kopf.objects"):
-        logging.getLogger(name).setLevel(logging.WARNING)
+    # Every handler call at INFO would bury what the operator says.
+    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The operator-wide memo is shared by every object's memo: pods find their job here.
     memo[CONTROLLERS] = {}
     metrics = CheckpointMetrics(REGISTRY)
@@ -81,13 +79,22 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     idle_poll = os.environ.get(IDLE_POLL_VARIABLE)
     memo[CONTROLLER_SETTINGS] = {"idle_poll_interval": float(idle_poll)} if idle_poll else {}
     memo[CLIENTS] = Clients(
-        # Waiting for a free connection is not an error: at startup every job's daemon
-        # asks at once (the requests themselves still time out).
-        api=AsyncClient(timeout=httpx.Timeout(API_TIMEOUT_SECONDS, pool=None)),
+        api=OperatorApiClient(await _api_configuration()),
         pods=PodRegistry(),
         # One connection pool for every job's agent; no cap shared by all of them.
         session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
     )
+
+
+async def _api_configuration() -> Configuration:
+    """The service account's credentials in a pod, else KUBECONFIG's (as Kopf finds its
+    own)."""
+    configuration = Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)
+    except config.ConfigException:
+        await config.load_kube_config(client_configuration=configuration)
+    return configuration
 
 
 @kopf.on.cleanup()

@@ -7,18 +7,18 @@ asked directly only where a missed watch event would otherwise stall (a pod that
 import asyncio
 import base64
 import contextlib
+import json
 import logging
 import secrets
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import aiohttp
-from lightkube import ApiError, AsyncClient
-from lightkube.codecs import from_dict
-from lightkube.operators import in_
-from lightkube.resources.core_v1 import Pod, Secret
+import pydantic
+from kubernetes.aio.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Pod, V1Secret
+from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 
 from spark_checkpoint.janitor_commands import (
     CollectGarbage,
@@ -43,11 +43,14 @@ log = logging.getLogger(__name__)
 
 GONE_CHECK_SECONDS = 5.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
-NOT_FOUND = 404
+API_TIMEOUT_SECONDS = 30.0
 CONFLICT = 409
 TOO_MANY_REQUESTS = 429
+MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_MERGE_PATCH = "application/strategic-merge-patch+json"
 
 JobKey = tuple[str, str]  # namespace, job name
+_Model = TypeVar("_Model", V1Pod, V1Secret)
 
 
 class PodRegistry:
@@ -88,13 +91,62 @@ class PodRegistry:
         self._changed.pop((namespace, job), None)
 
 
+class OperatorApiClient(ApiClient):
+    """The official client with the operator's timeouts: 30 s to connect and 30 s for each
+    read of an answer, never on the wait for a free connection (the pool holds the
+    client's 100): at startup every job's daemon asks at once, and a request queued behind
+    others has not failed. The client's own timeout is a total one that would count the
+    wait, so every request gets this one instead."""
+
+    _TIMEOUT = aiohttp.ClientTimeout(
+        total=None, sock_connect=API_TIMEOUT_SECONDS, sock_read=API_TIMEOUT_SECONDS
+    )
+
+    async def call_api(
+        self,
+        method: str,
+        url: str,
+        header_params: Any = None,
+        body: Any = None,
+        post_params: Any = None,
+        _request_timeout: Any = None,
+        _preload_content: bool = True,
+    ) -> Any:
+        return await super().call_api(
+            method, url, header_params, body, post_params, self._TIMEOUT, _preload_content
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Clients:
     """What every job shares: the API client, the pod view and the agents' HTTP session."""
 
-    api: AsyncClient
+    api: ApiClient
     pods: PodRegistry
     session: aiohttp.ClientSession
+    core: CoreV1Api = field(init=False)
+    custom_objects: CustomObjectsApi = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "core", CoreV1Api(self.api))
+        object.__setattr__(self, "custom_objects", CustomObjectsApi(self.api))
+
+
+def _api_message(error: ApiException) -> str:
+    """The message of the API server's Status, else the HTTP reason: one line."""
+    try:
+        message = json.loads(error.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or error.reason or f"HTTP {error.status}")
+
+
+def _label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
+    """``key=value`` for a value, ``key in (a,b)`` for a tuple of values."""
+    return ",".join(
+        f"{key} in ({','.join(value)})" if isinstance(value, tuple) else f"{key}={value}"
+        for key, value in labels.items()
+    )
 
 
 def pod_exit_code(pod: Mapping[str, Any]) -> int | None:
@@ -192,29 +244,27 @@ class KubernetesDriver:
 
 
 async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: str) -> None:
-    try:
-        await clients.api.delete(Pod, name, namespace=namespace)
-    except ApiError as error:
-        if error.status.code != NOT_FOUND:
-            raise
+    with contextlib.suppress(NotFoundException):
+        await clients.core.delete_namespaced_pod(name, namespace)
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         if clients.pods.pod(namespace, job, name) is not None:
             continue
         try:
-            await clients.api.get(Pod, name, namespace=namespace)
-        except ApiError as error:
-            if error.status.code == NOT_FOUND:
-                return
-            raise
+            await clients.core.read_namespaced_pod(name, namespace)
+        except NotFoundException:
+            return
 
 
 async def delete_job_pods_and_wait(
-    clients: Clients, namespace: str, job: str, labels: Mapping[str, Any]
+    clients: Clients, namespace: str, job: str, labels: Mapping[str, str | tuple[str, ...]]
 ) -> None:
     """Every pod of the job that matches ``labels``, gone."""
-    pods = clients.api.list(Pod, namespace=namespace, labels={objects.LABEL_JOB: job, **labels})
-    async for pod in pods:
+    pods = await clients.core.list_namespaced_pod(
+        namespace,
+        label_selector=_label_selector({objects.LABEL_JOB: job, **labels}),
+    )
+    for pod in pods.items:
         assert pod.metadata is not None and pod.metadata.name is not None
         await delete_pod_and_wait(clients, namespace, job, pod.metadata.name)
 
@@ -233,7 +283,7 @@ class KubernetesLauncher:
         report: Callable[[Notice], None],
     ) -> None:
         self._clients = clients
-        self._api = clients.api
+        self._api = clients.core
         self.manifest = manifest
         self._job = job
         self._storage = storage
@@ -244,12 +294,11 @@ class KubernetesLauncher:
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
         name = objects.driver_pod_name(self.manifest.name, attempt)
         try:
-            pod = await self._api.get(Pod, name, namespace=self.manifest.namespace)
-        except ApiError as error:
-            if error.status.code == NOT_FOUND:
-                return None
-            raise
-        raw = pod.to_dict()
+            pod = await self._api.read_namespaced_pod(name, self.manifest.namespace)
+        except NotFoundException:
+            return None
+        # As the pod watch shows pods: the API's JSON.
+        raw: dict[str, Any] = self._clients.api.sanitize_for_serialization(pod)
         if raw["metadata"].get("deletionTimestamp"):
             return None  # going: the next attempt starts once it is gone
         self._clients.pods.observe("MODIFIED", raw)
@@ -296,8 +345,11 @@ class KubernetesLauncher:
             deployed_hash=self._deployed_hash,
         )
         try:
-            await self._api.create(from_dict(pod))
-        except ApiError as error:
+            await self._api.create_namespaced_pod(
+                self.manifest.namespace,
+                _model(V1Pod, pod, LaunchFailed, f"pod {name}"),
+            )
+        except ApiException as error:
             raise _launch_error(error, f"pod {name}") from error
         self.current = self._driver(name, token, self._deployed_hash)
         return self.current
@@ -321,37 +373,38 @@ class KubernetesLauncher:
             self._clients,
             self.manifest.namespace,
             self.manifest.name,
-            {objects.LABEL_COMPONENT: in_((objects.DRIVER, objects.CLEANUP))},
+            {objects.LABEL_COMPONENT: (objects.DRIVER, objects.CLEANUP)},
         )
 
     async def _store_token(self, token: str) -> None:
         """A new token per attempt: a driver of an earlier attempt cannot be talked to."""
         secret = objects.token_secret(self.manifest, self._job, token)
         name = secret["metadata"]["name"]
+        namespace = self.manifest.namespace
         try:
-            await self._api.create(from_dict(secret))
-        except ApiError as error:
-            if error.status.code != CONFLICT:
-                raise _launch_error(error, f"secret {name}") from error
-            await self._api.patch(
-                Secret,
-                name,
-                {"stringData": {objects.TOKEN_KEY: token}},
-                namespace=self.manifest.namespace,
+            await self._api.create_namespaced_secret(
+                namespace,
+                _model(V1Secret, secret, LaunchFailed, f"secret {name}"),
             )
+        except ConflictException:
+            await self._api.patch_namespaced_secret(
+                name,
+                namespace,
+                {"stringData": {objects.TOKEN_KEY: token}},
+                _content_type=STRATEGIC_MERGE_PATCH,
+            )
+        except ApiException as error:
+            raise _launch_error(error, f"secret {name}") from error
 
     async def _token(self) -> str | None:
         """The running attempt's agent token; None when its Secret or key is gone."""
         try:
-            secret = await self._api.get(
-                Secret,
+            secret = await self._api.read_namespaced_secret(
                 objects.token_secret_name(self.manifest.name),
-                namespace=self.manifest.namespace,
+                self.manifest.namespace,
             )
-        except ApiError as error:
-            if error.status.code == NOT_FOUND:
-                return None
-            raise
+        except NotFoundException:
+            return None
         encoded = (secret.data or {}).get(objects.TOKEN_KEY)
         return base64.b64decode(encoded).decode() if encoded else None
 
@@ -433,10 +486,13 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
     """Create ``pod``, wait until its container has ended, delete it (also when cancelled)
     and return it as it ended."""
     namespace, job = pod["metadata"]["namespace"], pod["metadata"]["labels"][objects.LABEL_JOB]
+    what = "cannot create a pod"
     try:
-        created = await clients.api.create(from_dict(pod))
-    except ApiError as error:
-        raise PodDidNotEnd(f"cannot create a pod: {error}") from error
+        created = await clients.core.create_namespaced_pod(
+            namespace, _model(V1Pod, pod, PodDidNotEnd, what)
+        )
+    except ApiException as error:
+        raise PodDidNotEnd(f"{what}: {_api_message(error)}") from error
     assert created.metadata is not None and created.metadata.name is not None
     name = created.metadata.name
     try:
@@ -479,10 +535,33 @@ def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
     return found[image]
 
 
-def _launch_error(error: ApiError, what: str) -> Exception:
+def _launch_error(error: ApiException, what: str) -> Exception:
     """A refusal (admission, quota, invalid) fails the job with its reason; what may pass
     on retry (throttling, server errors) is raised as it is."""
-    code = error.status.code or 0
+    code = error.status or 0
     if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
-        return LaunchFailed(f"{what}: {error.status.message}")
+        return LaunchFailed(f"{what}: {_api_message(error)}")
     return error
+
+
+def _model(
+    model: type[_Model], body: Mapping[str, Any], refusal: type[Exception], what: str
+) -> _Model:
+    """The client's typed model of an object built by `objects`. Fields the model does not
+    know are dropped, as the API server drops them; a value of the wrong type (from the
+    job's spec) is refused here as the API server would refuse it."""
+    try:
+        built = model.from_dict(dict(body))
+    except pydantic.ValidationError as error:
+        raise refusal(f"{what}: {_problems(error)}") from error
+    assert built is not None  # None only from None
+    return built
+
+
+def _problems(error: pydantic.ValidationError) -> str:
+    """One line: each wrong value's field and what is wrong with it."""
+    problems: list[str] = []
+    for detail in error.errors():
+        field_path = ".".join([error.title, *(str(key) for key in detail["loc"])])
+        problems.append(f"{field_path}: {detail['msg']}")
+    return "; ".join(problems)
