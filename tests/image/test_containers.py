@@ -25,6 +25,7 @@ from helpers import containers
 from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import LocalCluster, OperatorContainer
 from helpers.kube.simulated import SimulatedAgents
+from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.validation import validate_document
@@ -64,12 +65,16 @@ def run_pod_container(
     return result.stdout + result.stderr
 
 
-def janitor_pod(arguments: list[str]) -> dict[str, Any]:
-    """The cleanup pod the operator creates for a job, as it creates it."""
+def janitor_pod(*extra_arguments: str) -> dict[str, Any]:
+    """The cleanup pod the operator creates for a job to collect garbage, as it creates it,
+    with ``extra_arguments`` after its command line."""
     document = validate_document(yaml.safe_load(JOB.read_text()))
     manifest = manifest_from_document(document)
     document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"  # the API server's
-    return objects.cleanup_pod(manifest, document, storage="file:///tmp", arguments=arguments)
+    command = CollectGarbage(checkpoints=(), savepoints=())
+    pod = objects.cleanup_pod(manifest, document, storage="file:///tmp", command=command)
+    pod["spec"]["containers"][0]["command"] += list(extra_arguments)
+    return pod
 
 
 def test_the_images_run_as_their_numeric_non_root_user(images: dict[str, str]) -> None:
@@ -98,7 +103,7 @@ def test_the_operator_image_answers_under_the_charts_security_context(
 def test_the_spark_image_runs_the_janitor_as_the_operator_starts_it(
     images: dict[str, str],
 ) -> None:
-    pod = janitor_pod(["--help"])
+    pod = janitor_pod("--help")
     pod_spec = pod["spec"]
     (container,) = pod_spec["containers"]
 
@@ -123,7 +128,7 @@ def test_the_spark_image_runs_python_java_and_writes_its_working_directory(
     """The operator's pods' security context (the image's user, no capabilities): Python
     finds both packages and Java 17 runs, even on a read-only root file system; the working
     directory a driver starts in is writable."""
-    pod_spec = janitor_pod([])["spec"]
+    pod_spec = janitor_pod()["spec"]
     (container,) = pod_spec["containers"]
     context = container["securityContext"]
     if expected != "writable":
@@ -233,7 +238,7 @@ def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]
         "SPARK_EXECUTOR_POD_NAME": "orders-exec-1",
         "SPARK_JAVA_OPT_0": "-Dspark.driver.port=" + str(port),
     }
-    pod_spec = janitor_pod([])["spec"]
+    pod_spec = janitor_pod()["spec"]
     (container,) = pod_spec["containers"]
     executor = {
         "name": "spark-kubernetes-executor",
@@ -273,7 +278,7 @@ def test_a_pipeline_image_builds_on_the_spark_image_as_the_guide_says(
     pipeline_image = f"{containers.IMAGE_REPOSITORY}/orders:{containers.IMAGE_TAG}"
     try:
         containers.build_context(tmp_path, pipeline_image)
-        pod_spec = janitor_pod([])["spec"]
+        pod_spec = janitor_pod()["spec"]
         (container,) = pod_spec["containers"]
         command = ["python", "/opt/app/orders.py", "--help"]
 

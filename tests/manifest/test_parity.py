@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint.storage.layout import DNS_1123_SUBDOMAIN
 from spark_checkpoint_operator import cli
 from spark_checkpoint_operator.kubernetes import objects
@@ -190,7 +191,9 @@ def test_the_longest_name_gives_valid_pod_secret_and_label_names(minimal: dict[s
         job, resource, attempt=1000, storage="/data", restore=[], deployed_hash="0" * 16
     )
     secret = objects.token_secret(job, resource, "token")
-    cleanup = objects.cleanup_pod(job, resource, storage="/data", arguments=["collect-garbage"])
+    cleanup = objects.cleanup_pod(
+        job, resource, storage="/data", command=CollectGarbage(checkpoints=(), savepoints=())
+    )
 
     for derived in (pod["metadata"]["name"], secret["metadata"]["name"]):
         assert len(derived) <= 253 and _DNS_SUBDOMAIN.fullmatch(derived), derived
