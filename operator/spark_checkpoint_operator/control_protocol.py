@@ -16,14 +16,14 @@ from typing import Any, Self, TypeVar
 
 # The agent protocol's checked field readers: a field has one kind of check and message.
 from spark_checkpoint.protocol import (
+    Fields,
     ProtocolError,
-    _boolean,
-    _Fields,
-    _integer,
-    _one_of,
-    _optional,
-    _shown,
-    _string,
+    read_boolean,
+    read_integer,
+    read_one_of,
+    read_optional,
+    read_string,
+    shown,
 )
 
 # A request or an answer is one line of at most this many bytes.
@@ -51,7 +51,7 @@ class Outcome(StrEnum):
     REFUSED = "refused"  # not this run's token, or not a control request
 
 
-_optional_integer = _optional(_integer)
+_optional_integer = read_optional(read_integer)
 
 
 def _seconds(value: Any, field: str) -> float:
@@ -59,7 +59,7 @@ def _seconds(value: Any, field: str) -> float:
     if not number_type or not math.isfinite(value) or not 0 <= value <= MAX_WAIT_SECONDS:
         raise ProtocolError(
             f"{field} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f}, "
-            f"got {_shown(value)}"
+            f"got {shown(value)}"
         )
     return float(value)
 
@@ -107,11 +107,11 @@ class ControlRequest:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        fields = _Fields(value, "the request")
+        fields = Fields(value, "the request")
         return cls(
-            token=fields.read("token", _string),
-            command=fields.read("command", _one_of(Command)),
-            drain=fields.read("drain", _boolean, default=False),
+            token=fields.read("token", read_string),
+            command=fields.read("command", read_one_of(Command)),
+            drain=fields.read("drain", read_boolean, default=False),
             wait=fields.read("wait", _seconds, default=0.0),
         )
 
@@ -128,8 +128,8 @@ class Image:
 
     @classmethod
     def from_json(cls, value: Any, field: str) -> Self:
-        fields = _Fields.nested(value, field)
-        return cls(fields.read("id", _integer), fields.read("path", _string))
+        fields = Fields.nested(value, field)
+        return cls(fields.read("id", read_integer), fields.read("path", read_string))
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,18 +165,18 @@ class RuntimeStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "status") -> Self:
-        fields = _Fields.nested(value, field)
+        fields = Fields.nested(value, field)
         return cls(
-            job=fields.read("job", _string),
-            phase=fields.read("phase", _string),
-            attempt=fields.read("attempt", _integer),
-            runtime_pid=fields.read("runtimePid", _integer),
+            job=fields.read("job", read_string),
+            phase=fields.read("phase", read_string),
+            attempt=fields.read("attempt", read_integer),
+            runtime_pid=fields.read("runtimePid", read_integer),
             driver_pid=fields.read("driverPid", _optional_integer),
             last_batch=fields.read("lastCommittedBatch", _optional_integer),
-            last_checkpoint=fields.read("lastCheckpoint", _optional(Image.from_json)),
-            last_savepoint=fields.read("lastSavepoint", _optional(Image.from_json)),
-            in_progress=fields.read("inProgress", _integer),
-            message=fields.read("message", _string),
+            last_checkpoint=fields.read("lastCheckpoint", read_optional(Image.from_json)),
+            last_savepoint=fields.read("lastSavepoint", read_optional(Image.from_json)),
+            in_progress=fields.read("inProgress", read_integer),
+            message=fields.read("message", read_string),
         )
 
 
@@ -200,10 +200,10 @@ class ControlAnswer:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        fields = _Fields(value, "the answer")
+        fields = Fields(value, "the answer")
         return cls(
-            outcome=fields.read("outcome", _one_of(Outcome)),
-            message=fields.read("message", _string),
-            savepoint=fields.read("savepoint", _optional(Image.from_json), default=None),
-            status=fields.read("status", _optional(RuntimeStatus.from_json), default=None),
+            outcome=fields.read("outcome", read_one_of(Outcome)),
+            message=fields.read("message", read_string),
+            savepoint=fields.read("savepoint", read_optional(Image.from_json), default=None),
+            status=fields.read("status", read_optional(RuntimeStatus.from_json), default=None),
         )

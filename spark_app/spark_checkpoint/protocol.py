@@ -78,46 +78,46 @@ class QueryState(StrEnum):
 # --------------------------------------------------------------------------- checks
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
     """A JSON value as an error message quotes it: short, and a float as Python prints it."""
     text = json.dumps(value) if not isinstance(value, float) else repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
 
 
-def _integer(value: Any, field: str) -> int:
+def read_integer(value: Any, field: str) -> int:
     """An id, batch id or count: a JSON integer from 0 to MAX_ID (no string, float, bool)."""
     if type(value) is not int or not 0 <= value <= MAX_ID:
-        raise ProtocolError(f"{field} must be an integer from 0 to {MAX_ID}, got {_shown(value)}")
+        raise ProtocolError(f"{field} must be an integer from 0 to {MAX_ID}, got {shown(value)}")
     return value
 
 
-def _optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
+def read_optional(check: Callable[[Any, str], T]) -> Callable[[Any, str], T | None]:
     def optional(value: Any, field: str) -> T | None:
         return None if value is None else check(value, field)
 
     return optional
 
 
-_optional_integer = _optional(_integer)
+_optional_integer = read_optional(read_integer)
 
 
-def _string(value: Any, field: str) -> str:
+def read_string(value: Any, field: str) -> str:
     if not isinstance(value, str):
-        raise ProtocolError(f"{field} must be a string, got {_shown(value)}")
+        raise ProtocolError(f"{field} must be a string, got {shown(value)}")
     return value
 
 
-def _boolean(value: Any, field: str) -> bool:
+def read_boolean(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
-        raise ProtocolError(f"{field} must be true or false, got {_shown(value)}")
+        raise ProtocolError(f"{field} must be true or false, got {shown(value)}")
     return value
 
 
-def _one_of(values: type[E]) -> Callable[[Any, str], E]:
+def read_one_of(values: type[E]) -> Callable[[Any, str], E]:
     def check(value: Any, field: str) -> E:
         if not isinstance(value, str) or value not in set(values):
             allowed = ", ".join(repr(str(member)) for member in values)
-            raise ProtocolError(f"{field} must be one of {allowed}, got {_shown(value)}")
+            raise ProtocolError(f"{field} must be one of {allowed}, got {shown(value)}")
         return values(value)
 
     return check
@@ -126,18 +126,18 @@ def _one_of(values: type[E]) -> Callable[[Any, str], E]:
 def _list_of(items: str, item: Callable[[Any, str], T]) -> Callable[[Any, str], tuple[T, ...]]:
     def check(value: Any, field: str) -> tuple[T, ...]:
         if not isinstance(value, list):
-            raise ProtocolError(f"{field} must be a list of {items}, got {_shown(value)}")
+            raise ProtocolError(f"{field} must be a list of {items}, got {shown(value)}")
         return tuple(item(element, f"{field}[{index}]") for index, element in enumerate(value))
 
     return check
 
 
-_ids = _list_of("ids", _integer)
-_task_names = _list_of("task names", _string)
+_ids = _list_of("ids", read_integer)
+_task_names = _list_of("task names", read_string)
 _REQUIRED: Any = object()
 
 
-class _Fields:
+class Fields:
     """The fields of one JSON object being read. A bad one is a `ProtocolError` naming it
     by its path from the document's root (``checkpoints[0].acks[1].sizeBytes``)."""
 
@@ -148,7 +148,7 @@ class _Fields:
         self._path = path
 
     @classmethod
-    def nested(cls, value: Any, field: str) -> "_Fields":
+    def nested(cls, value: Any, field: str) -> "Fields":
         return cls(value, field, f"{field}.")
 
     def read(self, key: str, check: Callable[[Any, str], T], default: Any = _REQUIRED) -> T:
@@ -206,14 +206,14 @@ class RestoreCandidate:
         snapshot_id = _canonical_id(rest)
         if prefix in set(CheckpointKind) and snapshot_id is not None:
             return cls.registered(CheckpointKind(prefix), snapshot_id)
-        raise ProtocolError(f"{_shown(text)} is not checkpoint:N, savepoint:N or external:URI")
+        raise ProtocolError(f"{shown(text)} is not checkpoint:N, savepoint:N or external:URI")
 
     def __str__(self) -> str:
         return self.encode()
 
 
 def _candidate(value: Any, field: str) -> RestoreCandidate:
-    text = _string(value, field)
+    text = read_string(value, field)
     try:
         return RestoreCandidate.decode(text)
     except ProtocolError as error:
@@ -236,11 +236,11 @@ class TriggerBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _Fields(value, "the body")
+        body = Fields(value, "the body")
         return cls(
-            checkpoint_id=body.read("id", _integer),
-            kind=body.read("kind", _one_of(CheckpointKind)),
-            after=body.read("after", _one_of(AfterCompletion), default="continue"),
+            checkpoint_id=body.read("id", read_integer),
+            kind=body.read("kind", read_one_of(CheckpointKind)),
+            after=body.read("after", read_one_of(AfterCompletion), default="continue"),
         )
 
 
@@ -255,7 +255,7 @@ class FinalizeBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        return cls(tasks=_Fields(value, "the body").read("tasks", _task_names))
+        return cls(tasks=Fields(value, "the body").read("tasks", _task_names))
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,8 +270,10 @@ class FinalizeAnswer:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _Fields(value, "the body")
-        return cls(path=body.read("path", _string), size_bytes=body.read("sizeBytes", _integer))
+        body = Fields(value, "the body")
+        return cls(
+            path=body.read("path", read_string), size_bytes=body.read("sizeBytes", read_integer)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +287,7 @@ class CompleteBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        return cls(batch_id=_Fields(value, "the body").read("batchId", _integer))
+        return cls(batch_id=Fields(value, "the body").read("batchId", read_integer))
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +301,7 @@ class AbortBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        return cls(reason=_Fields(value, "the body").read("reason", _string, default=""))
+        return cls(reason=Fields(value, "the body").read("reason", read_string, default=""))
 
 
 @dataclass(frozen=True, slots=True)
@@ -313,7 +315,7 @@ class DiscardCheckpointBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        return cls(retained=_Fields(value, "the body").read("retained", _ids))
+        return cls(retained=Fields(value, "the body").read("retained", _ids))
 
 
 @dataclass(frozen=True, slots=True)
@@ -328,7 +330,7 @@ class CollectGarbageBody:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _Fields(value, "the body")
+        body = Fields(value, "the body")
         return cls(
             checkpoints=body.read("checkpoints", _ids), savepoints=body.read("savepoints", _ids)
         )
@@ -351,11 +353,11 @@ class CollectGarbageAnswer:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        body = _Fields(value, "the body")
+        body = Fields(value, "the body")
         return cls(
             checkpoints=body.read("checkpoints", _ids),
             savepoints=body.read("savepoints", _ids),
-            shared_files=body.read("sharedFiles", _integer),
+            shared_files=body.read("sharedFiles", read_integer),
         )
 
 
@@ -372,7 +374,7 @@ class Acknowledgement(StrEnum):
 
     def read(self, value: Any) -> Self:
         """This acknowledgement if ``value`` is it; else `ProtocolError` naming the field."""
-        if not _Fields(value, "the body").read(self.value, _boolean):
+        if not Fields(value, "the body").read(self.value, read_boolean):
             raise ProtocolError(f"{self.value} must be true, got false")
         return self
 
@@ -399,12 +401,12 @@ class AckReport:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "ack") -> Self:
-        ack = _Fields.nested(value, field)
+        ack = Fields.nested(value, field)
         return cls(
-            task=ack.read("task", _string),
-            batch_id=ack.read("batchId", _integer),
-            size_bytes=ack.read("sizeBytes", _integer),
-            duration_ms=ack.read("durationMs", _integer),
+            task=ack.read("task", read_string),
+            batch_id=ack.read("batchId", read_integer),
+            size_bytes=ack.read("sizeBytes", read_integer),
+            duration_ms=ack.read("durationMs", read_integer),
         )
 
 
@@ -420,8 +422,10 @@ class DeclineReport:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "decline") -> Self:
-        decline = _Fields.nested(value, field)
-        return cls(task=decline.read("task", _string), message=decline.read("message", _string))
+        decline = Fields.nested(value, field)
+        return cls(
+            task=decline.read("task", read_string), message=decline.read("message", read_string)
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -447,11 +451,11 @@ class SnapshotStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "snapshot") -> Self:
-        snapshot = _Fields.nested(value, field)
+        snapshot = Fields.nested(value, field)
         return cls(
-            checkpoint_id=snapshot.read("id", _integer),
-            kind=snapshot.read("kind", _one_of(CheckpointKind)),
-            state=snapshot.read("state", _one_of(SnapshotPhase)),
+            checkpoint_id=snapshot.read("id", read_integer),
+            kind=snapshot.read("kind", read_one_of(CheckpointKind)),
+            state=snapshot.read("state", read_one_of(SnapshotPhase)),
             batch_id=snapshot.read("batchId", _optional_integer),
             acks=snapshot.read("acks", _list_of("objects", AckReport.from_json)),
             declines=snapshot.read("declines", _list_of("objects", DeclineReport.from_json)),
@@ -477,10 +481,10 @@ class QueryStatus:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "query") -> Self:
-        query = _Fields.nested(value, field)
+        query = Fields.nested(value, field)
         return cls(
-            state=query.read("state", _one_of(QueryState)),
-            message=query.read("message", _string),
+            state=query.read("state", read_one_of(QueryState)),
+            message=query.read("message", read_string),
             last_committed_batch=query.read("lastCommittedBatch", _optional_integer),
         )
 
@@ -497,9 +501,9 @@ class SkippedImage:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "skipped") -> Self:
-        skipped = _Fields.nested(value, field)
+        skipped = Fields.nested(value, field)
         return cls(
-            candidate=skipped.read("source", _candidate), reason=skipped.read("reason", _string)
+            candidate=skipped.read("source", _candidate), reason=skipped.read("reason", read_string)
         )
 
 
@@ -520,10 +524,10 @@ class RestoredFrom:
 
     @classmethod
     def from_json(cls, value: Any, field: str = "restoredFrom") -> Self:
-        restored = _Fields.nested(value, field)
+        restored = Fields.nested(value, field)
         return cls(
             candidate=restored.read("source", _candidate),
-            batch_id=restored.read("batchId", _integer),
+            batch_id=restored.read("batchId", read_integer),
             skipped=restored.read("skipped", _list_of("objects", SkippedImage.from_json)),
         )
 
@@ -561,17 +565,17 @@ class AgentStatus:
 
     @classmethod
     def from_json(cls, value: Any) -> Self:
-        status = _Fields(value, "the status")
-        api_version = status.read("apiVersion", _string)
+        status = Fields(value, "the status")
+        api_version = status.read("apiVersion", read_string)
         if api_version != API_VERSION:
-            raise ProtocolError(f"apiVersion must be {API_VERSION!r}, got {_shown(api_version)}")
+            raise ProtocolError(f"apiVersion must be {API_VERSION!r}, got {shown(api_version)}")
         return cls(
             version=status.read("version", _optional_integer, default=None),
-            attempt=status.read("attempt", _integer),
+            attempt=status.read("attempt", read_integer),
             query=status.read("query", QueryStatus.from_json),
             tasks=status.read("tasks", _task_names),
-            all_tasks_running=status.read("allTasksRunning", _boolean),
-            awaiting_final_checkpoint=status.read("awaitingFinalCheckpoint", _boolean),
-            restored_from=status.read("restoredFrom", _optional(RestoredFrom.from_json)),
+            all_tasks_running=status.read("allTasksRunning", read_boolean),
+            awaiting_final_checkpoint=status.read("awaitingFinalCheckpoint", read_boolean),
+            restored_from=status.read("restoredFrom", read_optional(RestoredFrom.from_json)),
             checkpoints=status.read("checkpoints", _list_of("objects", SnapshotStatus.from_json)),
         )
