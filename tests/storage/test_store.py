@@ -139,9 +139,9 @@ def recording(
 ) -> Callable[..., object]:
     """`operation`, also recording the path it writes (its positional `path_argument`)."""
 
-    def run(*args: object) -> object:
+    def run(*args: object, **options: object) -> object:
         paths.append(str(args[path_argument]))
-        return operation(*args)
+        return operation(*args, **options)
 
     return run
 

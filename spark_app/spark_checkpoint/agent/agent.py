@@ -11,7 +11,7 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -421,7 +421,14 @@ class CheckpointAgent:
             pin(
                 self._location, (f for files in plan.files_by_task.values() for f in files), pin_dir
             )
-        except (SnapshotError, OSError) as error:
+            # What shared/ holds, listed once for all tasks where storage would otherwise
+            # be asked about each file (an object store); savepoints copy everything.
+            stored = (
+                self._storage.listed_shared_sizes()
+                if snapshot.kind is CheckpointKind.CHECKPOINT
+                else None
+            )
+        except (SnapshotError, StorageError, OSError) as error:
             # Pins go first: whoever sees the decline must see no pins left behind.
             shutil.rmtree(pin_dir, ignore_errors=True)
             self._decline_all(snapshot, str(error))
@@ -448,7 +455,9 @@ class CheckpointAgent:
 
         try:
             for task, files in plan.files_by_task.items():
-                self._copies.submit(self._copy_task, snapshot, task, files, pin_dir, copy_done)
+                self._copies.submit(
+                    self._copy_task, snapshot, task, files, pin_dir, copy_done, stored=stored
+                )
         except RuntimeError:  # close() shut the copy pool down: the driver is exiting
             shutil.rmtree(pin_dir, ignore_errors=True)
             self._decline_all(snapshot, "the agent is closing")
@@ -483,6 +492,8 @@ class CheckpointAgent:
         files: tuple[str, ...],
         pin_dir: Path,
         done: Callable[[], None],
+        *,
+        stored: Mapping[str, int] | None,
     ) -> None:
         started = time.monotonic()
         entries: list[ManifestEntry] = []
@@ -499,7 +510,7 @@ class CheckpointAgent:
                             snapshot.checkpoint_id, source, relative
                         )
                     else:
-                        entry = self._storage.add_shared_file(source, relative)
+                        entry = self._storage.add_shared_file(source, relative, stored=stored)
                     with self._lock:
                         entries.append(entry)
                         snapshot.entries[task] = entries

@@ -14,7 +14,8 @@ import os
 import posixpath
 import stat
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
@@ -36,6 +37,10 @@ _CHUNK_SIZE = 1024 * 1024
 _LINK_FALLBACK_ERRNOS = frozenset(
     {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP}
 )
+
+# fsyncs in flight at once in `make_durable`: enough for the filesystem to commit them
+# together, few enough not to flood a shared disk.
+_FSYNC_WORKERS = 16
 
 _Result = TypeVar("_Result")
 
@@ -160,11 +165,31 @@ class StorageFileSystem:
 
     def list_files(self, path: str) -> list[str]:
         """Sorted paths, relative to `path`, of all files below the directory `path`."""
+        return sorted(self.list_file_sizes(path))
+
+    def file_sizes(self, paths: Iterable[str], below: str) -> dict[str, int | None]:
+        """The size of each file of `paths` (None: there is none), all below the directory
+        `below`: on a local filesystem a stat each; on an object store one listing of
+        `below` (a request per 1,000 objects, where a size each is a request per file)."""
+        paths = list(paths)
+        if self._is_local or not paths:
+            return {path: self.file_size(path) for path in paths}
+        base = below.rstrip("/")
+        listed = self.list_file_sizes(base)
+        return {
+            path: listed.get(path[len(base) + 1 :]) if path.startswith(base + "/") else None
+            for path in paths
+        }
+
+    def list_file_sizes(self, path: str) -> dict[str, int]:
+        """Sizes of all files below the directory `path`, by path relative to it ({} if it
+        is absent): one listing."""
         with _storage_errors(path):
             base = self._native(path).rstrip("/")
             if self._is_local and self._boundary is not None:
-                return sorted(_local_files_refusing_links(base))
-            return sorted(found[len(base) + 1 :] for found in self._fs.find(base))
+                return _local_file_sizes_refusing_links(base)
+            found = self._fs.find(base, detail=True)
+            return {name[len(base) + 1 :]: int(info["size"]) for name, info in found.items()}
 
     def delete_file(self, path: str) -> None:
         """Delete the file at `path`, if there is one."""
@@ -212,13 +237,17 @@ class StorageFileSystem:
                 durable=True,
             )
 
-    def link_in(self, local_src: str, path: str, expected: FileDigest) -> None:
+    def link_in(
+        self, local_src: str, path: str, expected: FileDigest, *, durable: bool = True
+    ) -> None:
         """Make `path` a hard link to the local file `local_src`, or a copy if that is not
         possible (storage is not local, another device, no permission, ...).
 
         Only for files that are never modified in place: the link shares their bytes.
         Deleting `local_src` later does not affect the link. `expected` is the digest of
-        `local_src`, checked when falling back to copying.
+        `local_src`, checked when falling back to copying. Without `durable` the link is
+        not fsynced: the caller makes many links durable at once (`make_durable`), since
+        an fsync each costs milliseconds.
         """
         native = self._native(path)
         if not self._is_local:
@@ -237,13 +266,27 @@ class StorageFileSystem:
             self.copy_in(local_src, path, expected)
             return
         try:
-            # Spark does not fsync its files; a checkpoint must survive a power loss.
-            _fsync_path(temporary)
+            if durable:
+                # Spark does not fsync its files; a checkpoint must survive a power loss.
+                _fsync_path(temporary)
             os.replace(temporary, native)
         except BaseException:
             _remove_if_present(temporary)
             raise
-        _fsync_path(directory)
+        if durable:
+            _fsync_path(directory)
+
+    def make_durable(self, paths: Iterable[str]) -> None:
+        """fsync the local files `paths` and their directories (each once), so that they
+        survive a power loss; nothing to do on an object store, where a completed put is
+        durable. The fsyncs run on a bounded pool: the filesystem commits concurrent ones
+        together, where one after another each waits for its own journal commit."""
+        if not self._is_local:
+            return
+        files = [self._native(path) for path in paths]
+        directories = {os.path.dirname(native) for native in files}
+        with ThreadPoolExecutor(_FSYNC_WORKERS, thread_name_prefix="fsync") as pool:
+            list(pool.map(_fsync_path, [*files, *sorted(directories)]))
 
     def copy_out(self, path: str, local_dst: str, expected: FileDigest | None = None) -> FileDigest:
         """Copy the stored file `path` to the local path `local_dst` atomically and return
@@ -310,15 +353,19 @@ def _require_no_link_below(boundary: str, native: str) -> None:
             raise SymbolicLinkError(current, os.readlink(current))
 
 
-def _local_files_refusing_links(base: str) -> list[str]:
-    """Paths relative to `base` of the files below it, never descending through a link."""
-    found: list[str] = []
+def _local_file_sizes_refusing_links(base: str) -> dict[str, int]:
+    """Sizes of the files below `base` by path relative to it, never descending through a
+    link."""
+    found: dict[str, int] = {}
     for directory, subdirectories, files in os.walk(base):  # os.walk does not follow links
         for name in (*subdirectories, *files):
             path = os.path.join(directory, name)
             if os.path.islink(path):
                 raise SymbolicLinkError(path, os.readlink(path))
-        found.extend(os.path.relpath(os.path.join(directory, name), base) for name in files)
+        for name in files:
+            path = os.path.join(directory, name)
+            with contextlib.suppress(FileNotFoundError):  # deleted since the walk listed it
+                found[os.path.relpath(path, base)] = os.lstat(path).st_size
     return found
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import posixpath
 import shutil
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from spark_checkpoint.protocol import CheckpointKind
@@ -17,6 +18,7 @@ from .layout import (
     JobStorageLayout,
     parse_snapshot_dir_name,
     require_safe_relative_path,
+    snapshot_location_prefix,
 )
 from .metadata import CheckpointMetadata, ManifestEntry
 
@@ -48,25 +50,52 @@ class CheckpointStorage:
         # Every path this class builds is below the job's directory; a link placed there
         # must not lead a delete or a read outside of it.
         self.fs = StorageFileSystem.for_url(layout.root).confined(layout.job_root)
+        # Shared files this process made durable (fsynced); write_metadata fsyncs the
+        # others. Only ever a reason to skip an fsync: sizes are always checked in storage.
+        self._durable: set[str] = set()
+        self._durable_lock = threading.Lock()
 
-    def add_shared_file(self, local_src: str, path: str, link: bool = True) -> ManifestEntry:
+    def listed_shared_sizes(self) -> dict[str, int] | None:
+        """Sizes of the files stored in `shared/` by location, from one listing, for
+        `add_shared_file(..., stored=...)` to consult instead of asking for each file's
+        size: on an object store that is a request per file. None on a local filesystem,
+        where a stat each is cheaper than walking all of `shared/`."""
+        if self.fs.is_local:
+            return None
+        return {
+            f"{SHARED_DIR_NAME}/{relative}": size
+            for relative, size in self.fs.list_file_sizes(self.layout.shared_dir).items()
+        }
+
+    def add_shared_file(
+        self,
+        local_src: str,
+        path: str,
+        link: bool = True,
+        stored: Mapping[str, int] | None = None,
+    ) -> ManifestEntry:
         """Store a checkpoint file in `shared/`, content-addressed, and return its entry.
 
         `path` is the file's path in the Spark checkpoint location. A file already stored
         (same name and bytes, e.g. by an earlier checkpoint) is not written again, which is
         what makes checkpoints incremental. With `link`, a local file is hard-linked rather
         than copied: files are immutable once their Spark batch is committed, and Spark
-        deleting its own link leaves ours intact.
+        deleting its own link leaves ours intact. `stored` (from `shared_sizes`, taken
+        when the snapshot began) says what is stored already, where asking storage would
+        cost a request per file on an object store; a file it wrongly lists is found
+        missing by `write_metadata`. Links are made durable by `write_metadata`.
         """
         require_safe_relative_path(path, "path")
         digest = digest_local_file(local_src)
         location = self.layout.shared_location(digest.sha256, posixpath.basename(path))
         stored_path = self.layout.location_path(location)
+        stored_size = stored.get(location) if stored is not None else self.fs.file_size(stored_path)
         # The name holds the SHA-256, so an object of the right size holds the right bytes;
         # one of another size is damaged and is replaced.
-        if self.fs.file_size(stored_path) != digest.size:
+        if stored_size != digest.size:
+            self._forget_durable([location])
             if link:
-                self.fs.link_in(local_src, stored_path, digest)
+                self.fs.link_in(local_src, stored_path, digest, durable=False)
             else:
                 self.fs.copy_in(local_src, stored_path, digest)
         return ManifestEntry(path=path, size=digest.size, sha256=digest.sha256, location=location)
@@ -84,15 +113,28 @@ class CheckpointStorage:
         """Write a snapshot's `_metadata` atomically, which makes the snapshot exist.
 
         Every manifest file must already be stored with its size (MissingFileError or
-        ChecksumMismatchError otherwise), so a `_metadata` never points at nothing.
+        ChecksumMismatchError otherwise), so a `_metadata` never points at nothing; on a
+        local filesystem the files are fsynced first (all at once), so that a `_metadata`
+        which survives a power loss finds its files' bytes.
         """
         if (meta.namespace, meta.job) != (self.layout.namespace, self.layout.job):
             raise ValueError(
                 f"metadata of job {meta.namespace}/{meta.job} cannot be written to the "
                 f"storage of job {self.layout.namespace}/{self.layout.job}"
             )
+        prefix = snapshot_location_prefix(meta.kind, meta.checkpoint_id)
+        stored = self.fs.file_sizes(
+            [self.layout.location_path(entry.location) for entry in meta.files],
+            below=self.layout.location_path(prefix.rstrip("/")),
+        )
         for entry in meta.files:
-            self._require_stored_size(entry)
+            self._require_stored_size(entry, stored[self.layout.location_path(entry.location)])
+        with self._durable_lock:
+            not_durable = sorted(meta.locations - self._durable)
+        self.fs.make_durable(self.layout.location_path(location) for location in not_durable)
+        if meta.kind is CheckpointKind.CHECKPOINT:  # savepoints' files are never reused
+            with self._durable_lock:
+                self._durable.update(not_durable)
         path = self.layout.metadata_path(meta.kind, meta.checkpoint_id)
         self.fs.write_atomic(path, meta.to_json())
 
@@ -110,7 +152,8 @@ class CheckpointStorage:
         Raises MissingFileError or ChecksumMismatchError naming the first bad file.
         """
         for entry in meta.files:
-            stored_path = self._require_stored_size(entry)
+            stored_path = self.layout.location_path(entry.location)
+            self._require_stored_size(entry, self.fs.file_size(stored_path))
             expected = FileDigest(size=entry.size, sha256=entry.sha256)
             self.fs.digest(stored_path).require_match(expected, stored_path)
 
@@ -151,7 +194,9 @@ class CheckpointStorage:
         self.fs.require_no_link(self.layout.checkpoint_dir(checkpoint_id))
         manifest = self._manifest_to_discard(checkpoint_id)
         if manifest is not None:
-            for location in sorted(manifest.locations - keep):
+            deleted = sorted(manifest.locations - keep)
+            self._forget_durable(deleted)
+            for location in deleted:
                 self.fs.delete_file(self.layout.location_path(location))
         self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
 
@@ -220,6 +265,7 @@ class CheckpointStorage:
             self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
+        self._forget_durable(deleted_locations)
         for path in deleted_paths:
             self.fs.delete_file(path)
 
@@ -321,15 +367,18 @@ class CheckpointStorage:
         for path in what:
             self.fs.require_no_link(path)
 
-    def _require_stored_size(self, entry: ManifestEntry) -> str:
-        """The storage path of `entry`, after checking a file of its size is there."""
+    def _forget_durable(self, locations: Iterable[str]) -> None:
+        """These locations are deleted or about to be replaced: not durable any more."""
+        with self._durable_lock:
+            self._durable.difference_update(locations)
+
+    def _require_stored_size(self, entry: ManifestEntry, size: int | None) -> None:
+        """Check that `entry` is stored with its size (`size`: the stored file's, or None)."""
         stored_path = self.layout.location_path(entry.location)
-        size = self.fs.file_size(stored_path)
         if size is None:
             raise MissingFileError(stored_path, f"file {entry.path!r} of the manifest is missing")
         if size != entry.size:
             raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
-        return stored_path
 
 
 def _empty_directory(directory: str, remove: bool) -> None:
