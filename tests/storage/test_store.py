@@ -24,6 +24,7 @@ from spark_checkpoint.storage import (
     TruncatedMetadataError,
     digest_local_file,
 )
+from spark_checkpoint.storage import filesystem as filesystem_module
 from spark_checkpoint.storage import store as store_module
 
 from .conftest import JOB, NAMESPACE
@@ -881,3 +882,89 @@ def test_what_another_process_changed_is_seen(
 
     assert storage.list_ids(CHECKPOINT) == [1, 2]
     assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.partial.tmp",)
+
+
+@pytest.fixture
+def durability(
+    storage: CheckpointStorage, monkeypatch: pytest.MonkeyPatch
+) -> list[tuple[str, str]]:
+    """What becomes durable, in order: ("fsync", path), and ("write", path) and
+    ("written", path) around each `_metadata` write."""
+    events: list[tuple[str, str]] = []
+    fsync = filesystem_module._fsync_path
+    write_atomic = storage.fs.write_atomic
+
+    def recorded_fsync(path: str) -> None:
+        events.append(("fsync", path))
+        fsync(path)
+
+    def recorded_write(path: str, data: bytes) -> None:
+        events.append(("write", path))
+        write_atomic(path, data)
+        events.append(("written", path))
+
+    monkeypatch.setattr(filesystem_module, "_fsync_path", recorded_fsync)
+    monkeypatch.setattr(storage.fs, "write_atomic", recorded_write)
+    return events
+
+
+def _fsynced_before_metadata(events: list[tuple[str, str]]) -> list[str]:
+    """The paths fsynced after the last but one `_metadata` write, before the last."""
+    writes = [i for i, (kind, _path) in enumerate(events) if kind == "write"]
+    written = [i for i, (kind, _path) in enumerate(events) if kind == "written"]
+    start = written[-2] + 1 if len(written) > 1 else 0
+    return [path for kind, path in events[start : writes[-1]] if kind == "fsync"]
+
+
+@pytest.mark.local_only
+def test_linked_files_are_fsynced_together_before_metadata_and_once(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    durability: list[tuple[str, str]],
+) -> None:
+    """A power loss must not leave a `_metadata` whose files' bytes were lost (Spark does
+    not fsync its files): each linked file and its directory are fsynced before the
+    `_metadata` naming them is written, by this process once, not again by later
+    checkpoints that share the file."""
+    first = take_checkpoint(1, {"state/0/0/1.delta": b"one", "offsets/0": b"o0"})
+    files = [str(stored(storage, entry.location)) for entry in first.files]
+
+    assert sorted(_fsynced_before_metadata(durability)) == sorted(
+        files + [os.path.dirname(path) for path in files]
+    )
+    second = take_checkpoint(2, {"state/0/0/1.delta": b"one", "offsets/1": b"o1"})
+    (new,) = [str(stored(storage, e.location)) for e in second.files if e not in first.files]
+    assert sorted(_fsynced_before_metadata(durability)) == [os.path.dirname(new), new]
+
+
+@pytest.mark.local_only
+def test_a_file_another_process_stored_is_fsynced_before_metadata_names_it(
+    storage: CheckpointStorage,
+    layout: JobStorageLayout,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    durability: list[tuple[str, str]],
+) -> None:
+    """A driver that linked a file and died before its `_metadata` left it in `shared/`
+    without an fsync; the next driver reuses it, so it makes it durable first."""
+    earlier_driver = CheckpointStorage(layout)
+    earlier_driver.add_shared_file(spark_file("state/0/0/1.delta", b"one"), "state/0/0/1.delta")
+
+    entry = storage.add_shared_file(spark_file("state/0/0/1.delta", b"one"), "state/0/0/1.delta")
+    storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+
+    assert str(stored(storage, entry.location)) in _fsynced_before_metadata(durability)
+
+
+@pytest.mark.local_only
+def test_a_file_stored_again_after_a_discard_is_fsynced_again(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    durability: list[tuple[str, str]],
+) -> None:
+    first = take_checkpoint(1, {"state/0/0/1.delta": b"one"})
+    storage.discard_checkpoint(1, retained=[])
+
+    take_checkpoint(2, {"state/0/0/1.delta": b"one"})
+
+    assert str(stored(storage, first.files[0].location)) in _fsynced_before_metadata(durability)

@@ -368,7 +368,8 @@ class CheckpointStorage:
             self.fs.require_no_link(path)
 
     def _forget_durable(self, locations: Iterable[str]) -> None:
-        """These locations are deleted or about to be replaced: not durable any more."""
+        """These locations are about to be replaced (not durable any more) or deleted (no
+        longer worth remembering)."""
         with self._durable_lock:
             self._durable.difference_update(locations)
 
