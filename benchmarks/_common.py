@@ -169,3 +169,11 @@ def wait_for_file(path: Path, timeout: float, poll: float = 0.01) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"{path} did not appear within {timeout:.0f}s")
         time.sleep(poll)
+
+
+def write_input(directory: Path, index: int, keys: list[int]) -> None:
+    """One CSV input file of `keys`, renamed into place whole (a file source must never see
+    half of it)."""
+    temporary = directory / f".part-{index:05d}.csv.tmp"
+    temporary.write_text("".join(f"{k}\n" for k in keys))
+    os.rename(temporary, directory / f"part-{index:05d}.csv")

@@ -62,6 +62,7 @@ from _common import (
     submit_arguments,
     summary,
     wait_for_file,
+    write_input,
 )
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -79,6 +80,9 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.status import StatusFile
 from spark_checkpoint_operator.supervisor.polling import STATUS_GAP_SECONDS
 
+# The test suite's helpers are shared rather than copied (imported where used).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
 TARGET = 2.0
 NAMESPACE, JOB = "default", "checkpoint-cost"
 PROVIDERS = {
@@ -86,7 +90,7 @@ PROVIDERS = {
     "rocksdb": "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider",
 }
 KEYS = 20_000
-UPDATE_FRACTION = 0.01
+UPDATED_KEYS = 200  # per batch after the first: 1% of the keys
 BUCKET = "checkpoints"
 
 
@@ -186,9 +190,10 @@ def instrument(spans: Spans) -> None:
 
 
 async def coordinate(
-    client: AgentClient, checkpoint_id: int, registry: StatusFile
+    client: AgentClient, checkpoint_id: int, registry: StatusFile, changes: list[float]
 ) -> dict[str, float]:
-    """One checkpoint, trigger to complete; the seconds of each step."""
+    """One checkpoint, trigger to complete; the seconds of each step. ``changes``: when the
+    agent reported progress (its watch calls), to tell its own time from the polls'."""
     steps: dict[str, float] = {}
     started = mark = time.perf_counter()
     first = await client.read_status()
@@ -208,8 +213,13 @@ async def coordinate(
             raise RuntimeError(f"checkpoint {checkpoint_id} declined: {snapshot.declines}")
         if snapshot.state is SnapshotPhase.ACKNOWLEDGED:
             break
-    steps["tasks until all acknowledged"] = time.perf_counter() - mark
+    answered = time.perf_counter()
+    steps["tasks until all acknowledged"] = answered - mark
     steps["status polls"] = polls
+    # The agent's last progress before the answer is its last task's acknowledgement; the
+    # rest of the wait is the coordinator's pacing of its status requests.
+    acknowledged = max(t for t in changes if t <= answered)
+    steps["status pacing"] = answered - acknowledged
     mark = time.perf_counter()
     await client.finalize(checkpoint_id, tasks)
     steps["finalize (_metadata)"] = time.perf_counter() - mark
@@ -221,13 +231,8 @@ async def coordinate(
     await client.complete(checkpoint_id, snapshot.batch_id)
     steps["complete"] = time.perf_counter() - mark
     steps["total"] = time.perf_counter() - started
+    steps["total without status pacing"] = steps["total"] - steps["status pacing"]
     return steps
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class AgentUnderTest:
@@ -245,17 +250,21 @@ class AgentUnderTest:
             attempt=1,
         )
         self.token = secrets.token_hex(16)
+        from helpers.agent import free_port  # noqa: PLC0415
+
         port = free_port()
         self.server = AgentServer(self.agent, self.token, "127.0.0.1", port)
         self.server.start()
         self.url = f"http://127.0.0.1:{port}"
         self.registry = StatusFile(registry, JOB, NAMESPACE, None, None)
+        self.changes: list[float] = []
+        self.agent.watch(lambda: self.changes.append(time.perf_counter()))
 
     def checkpoint(self, checkpoint_id: int) -> dict[str, float]:
         async def run() -> dict[str, float]:
             client = AgentClient(self.url, self.token, timeout=600)
             try:
-                return await coordinate(client, checkpoint_id, self.registry)
+                return await coordinate(client, checkpoint_id, self.registry, self.changes)
             finally:
                 await client.close()
 
@@ -269,6 +278,8 @@ class AgentUnderTest:
 @contextmanager
 def s3_server() -> Iterator[tuple[str, dict[str, str]]]:
     """moto's S3 server as a subprocess on a loopback port, with one bucket."""
+    from helpers.agent import free_port  # noqa: PLC0415
+
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -307,12 +318,6 @@ def s3_filesystem(endpoint: str) -> Any:
 
 
 # --- the query ---------------------------------------------------------------------------
-
-
-def write_input(directory: Path, index: int, keys: list[int]) -> None:
-    temporary = directory / f".part-{index:05d}.csv.tmp"
-    temporary.write_text("".join(f"{k}\n" for k in keys))
-    os.rename(temporary, directory / f"part-{index:05d}.csv")
 
 
 def start_query(spark: SparkSession, input_dir: Path, location: Path) -> StreamingQuery:
@@ -358,7 +363,7 @@ def run_case(
     query = start_query(spark, input_dir, location)
     try:
         for batch_id in range(checkpoints + 1):
-            keys = list(range(KEYS)) if batch_id == 0 else rng.sample(range(KEYS), 200)
+            keys = list(range(KEYS)) if batch_id == 0 else rng.sample(range(KEYS), UPDATED_KEYS)
             batch_started = time.perf_counter()
             write_input(input_dir, batch_id, keys)
             wait_for_file(location / "commits" / str(batch_id), timeout=1800)
@@ -404,8 +409,10 @@ def run_case(
                     "stored_bytes": sum((location / f).stat().st_size for f in stored),
                     "metadata_bytes": metadata_size,
                     "cost_seconds": round(steps["total"], 4),
+                    "unpaced_cost_seconds": round(steps["total without status pacing"], 4),
                     "limit_seconds": round(limit, 4),
                     "ratio": steps["total"] / limit,
+                    "unpaced_ratio": steps["total without status pacing"] / limit,
                     "steps": {k: round(v, 4) for k, v in steps.items()},
                     "load": load_average()[0],
                 }
@@ -429,8 +436,10 @@ def print_row(row: dict[str, Any]) -> None:
         f"stored ({row['stored_bytes'] / 1e3:.0f} kB), _metadata "
         f"{row['metadata_bytes'] / 1e3:.0f} kB; cost {row['cost_seconds']:.3f}s "
         f"(acks {steps['tasks until all acknowledged']:.3f}s in {steps['status polls']:.0f} "
-        f"polls, finalize {steps['finalize (_metadata)']:.3f}s), limit "
-        f"{row['limit_seconds']:.3f}s: {row['ratio']:.2f}x; batch {row['batch_seconds']:.1f}s, "
+        f"polls, pacing {steps['status pacing']:.3f}s, finalize "
+        f"{steps['finalize (_metadata)']:.3f}s), limit {row['limit_seconds']:.3f}s: "
+        f"{row['ratio']:.2f}x ({row['unpaced_ratio']:.2f}x unpaced); batch "
+        f"{row['batch_seconds']:.1f}s, "
         f"load {row['load']}",
         flush=True,
     )
@@ -448,6 +457,7 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     summarized = []
     for (partitions, provider, storage), group in sorted(groups.items()):
         ratio = summary([r["ratio"] for r in group])
+        unpaced = summary([r["unpaced_ratio"] for r in group])
         summarized.append(
             {
                 "partitions": partitions,
@@ -458,9 +468,12 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "stored_files": summary([r["stored_files"] for r in group])["median"],
                 "metadata_bytes": summary([r["metadata_bytes"] for r in group])["median"],
                 "cost_seconds": summary([r["cost_seconds"] for r in group]),
+                "unpaced_cost_seconds": summary([r["unpaced_cost_seconds"] for r in group]),
                 "limit_seconds": summary([r["limit_seconds"] for r in group]),
                 "ratio": ratio,
+                "unpaced_ratio": unpaced,
                 "target_met": ratio["median"] <= TARGET,
+                "target_met_unpaced": unpaced["median"] <= TARGET,
             }
         )
     return summarized
@@ -469,7 +482,8 @@ def table(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_result_arguments(
-        parser, quick="4 and 40 partitions, HDFS provider, 2 checkpoints each (CI runs it)"
+        parser,
+        quick="4 partitions, HDFS provider, 1 checkpoint after the first (CI runs it)",
     )
     parser.add_argument("--partitions", help="comma-separated (default 4,200,1000)")
     parser.add_argument("--providers", help="comma-separated of hdfs, rocksdb (default both)")
@@ -479,11 +493,11 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     partitions = [
-        int(p) for p in (args.partitions or ("4,40" if args.quick else "4,200,1000")).split(",")
+        int(p) for p in (args.partitions or ("4" if args.quick else "4,200,1000")).split(",")
     ]
     providers = (args.providers or ("hdfs" if args.quick else "hdfs,rocksdb")).split(",")
     storage_kinds = (args.storages or "local,s3").split(",")
-    checkpoints = args.checkpoints or (2 if args.quick else 3)
+    checkpoints = args.checkpoints or (1 if args.quick else 3)
 
     base = Path(tempfile.mkdtemp(prefix="bench-checkpoint-cost-"))
     spans = Spans() if args.profile else None
@@ -510,8 +524,8 @@ def main() -> int:
                     f"storages {storage_kinds}, load {load_average()}",
                     flush=True,
                 )
-                for provider in providers:
-                    for count in partitions:
+                for count in partitions:  # the smaller cases first: a cut run keeps them
+                    for provider in providers:
                         rows += run_case(
                             spark,
                             base,
@@ -523,6 +537,7 @@ def main() -> int:
                             spans=spans,
                             load=load,
                         )
+                        save(args, rows, load, partitions, providers, storage_kinds, checkpoints)
             finally:
                 spark.stop()
     finally:
@@ -531,6 +546,29 @@ def main() -> int:
         else:
             shutil.rmtree(base, ignore_errors=True)
 
+    path = save(args, rows, load, partitions, providers, storage_kinds, checkpoints)
+    print("\n P      provider storage  cost (median)  limit (median)  ratio (min-max)  unpaced")
+    for row in table(rows):
+        ratio, unpaced = row["ratio"], row["unpaced_ratio"]
+        print(
+            f" {row['partitions']:5d}  {row['provider']:7s}  {row['storage']:5s}  "
+            f"{row['cost_seconds']['median']:10.3f}s  {row['limit_seconds']['median']:10.3f}s  "
+            f"{ratio['median']:6.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})  "
+            f"{unpaced['median']:6.2f}x  {'met' if row['target_met'] else 'MISSED'}"
+        )
+    print(f"load {load.to_json()}; {path}")
+    return 0
+
+
+def save(
+    args: argparse.Namespace,
+    rows: list[dict[str, Any]],
+    load: LoadSampler,
+    *parameters: Any,
+) -> Path:
+    """The result file, written again after each case: a long run cut short keeps what
+    it measured."""
+    partitions, providers, storage_kinds, checkpoints = parameters
     summarized = table(rows)
     document = {
         "parameters": {
@@ -539,7 +577,7 @@ def main() -> int:
             "storages": storage_kinds,
             "checkpoints_after_first": checkpoints,
             "keys": KEYS,
-            "updated_keys_per_batch": 200,
+            "updated_keys_per_batch": UPDATED_KEYS,
             "spark_conf": SPARK_CONF,
             "status_gap_seconds": STATUS_GAP_SECONDS,
         },
@@ -548,19 +586,9 @@ def main() -> int:
         "table": summarized,
         "target": f"snapshot cost <= {TARGET}x its physical limit",
         "target_met": all(row["target_met"] for row in summarized),
+        "target_met_unpaced": all(row["target_met_unpaced"] for row in summarized),
     }
-    path = save_results("checkpoint_cost", args, document)
-    print("\n P      provider storage  cost (median)  limit (median)  ratio median (min-max)")
-    for row in summarized:
-        ratio = row["ratio"]
-        print(
-            f" {row['partitions']:5d}  {row['provider']:7s}  {row['storage']:5s}  "
-            f"{row['cost_seconds']['median']:10.3f}s  {row['limit_seconds']['median']:10.3f}s  "
-            f"{ratio['median']:6.2f}x ({ratio['min']:.2f}-{ratio['max']:.2f})  "
-            f"{'met' if row['target_met'] else 'MISSED'}"
-        )
-    print(f"load {load.to_json()}; {path}")
-    return 0
+    return save_results("checkpoint_cost", args, document)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from _common import (
     submit_arguments,
     summary,
     wait_for_file,
+    write_input,
 )
 from pyspark.sql import SparkSession
 from pyspark.sql.streaming import StreamingQuery
@@ -64,13 +65,6 @@ def parse_stages(text: str) -> list[tuple[int, int]]:
         keys, _, batches = item.partition(":")
         stages.append((int(keys), int(batches)))
     return stages
-
-
-def write_input(directory: Path, index: int, keys: list[int]) -> None:
-    target = directory / f"part-{index:05d}.csv"
-    temporary = directory / f".part-{index:05d}.csv.tmp"
-    temporary.write_text("".join(f"{k}\n" for k in keys))
-    os.rename(temporary, target)
 
 
 def files_below(root: Path) -> dict[str, int]:
