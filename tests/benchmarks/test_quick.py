@@ -54,6 +54,21 @@ def _check_restore_time(result: dict[str, Any]) -> None:
     assert isinstance(result["target_met"], bool)
 
 
+def _check_checkpoint_cost(result: dict[str, Any]) -> None:
+    assert {(row["storage"], row["first"]) for row in result["checkpoints"]} == {
+        (storage, first) for storage in ("local", "s3") for first in (True, False)
+    }
+    for row in result["checkpoints"]:
+        assert row["stored_files"] > 0 and _positive(row["metadata_bytes"])
+        assert _positive(row["cost_seconds"]) and _positive(row["limit_seconds"])
+    assert [(row["storage"], row["checkpoints"]) for row in result["table"]] == [
+        ("local", 1),
+        ("s3", 1),
+    ]
+    assert all(_positive(row["ratio"]["median"]) for row in result["table"])
+    assert isinstance(result["target_met"], bool)
+
+
 def _check_operator_scale(result: dict[str, Any]) -> None:
     assert result["jobs"] == 20
     assert result["checkpoints"]["completed"] > 0
@@ -69,6 +84,7 @@ BENCHMARKS_CHECKED: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
     "throughput": ("throughput-quick.json", _check_throughput),
     "incremental": ("incremental-quick.json", _check_incremental),
     "restore_time": ("restore_time-quick.json", _check_restore_time),
+    "checkpoint_cost": ("checkpoint_cost-quick.json", _check_checkpoint_cost),
     "operator_scale": ("operator_scale-20x5s-quick.json", _check_operator_scale),
 }
 
@@ -84,6 +100,7 @@ def test_every_benchmark_is_checked() -> None:
         pytest.param("throughput", marks=pytest.mark.spark),
         pytest.param("incremental", marks=pytest.mark.spark),
         pytest.param("restore_time", marks=pytest.mark.spark),
+        pytest.param("checkpoint_cost", marks=pytest.mark.spark),
         "operator_scale",
     ],
 )

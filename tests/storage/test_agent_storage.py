@@ -12,7 +12,8 @@ import pytest
 from helpers.agent import Running
 from helpers.objectstore import S3Server, StorageRoot
 from spark_checkpoint.protocol import AfterCompletion, SnapshotPhase, SnapshotStatus
-from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata
+from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata, FileDigest
+from spark_checkpoint.storage import store as store_module
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
 
@@ -65,13 +66,50 @@ def test_the_agent_checkpoints_incrementally(
 
     second = _checkpoint(running, 2)
 
+    after = None if s3 is None else s3.requests.snapshot()
     assert second.batch_id == first.batch_id + 1
     running.storage.verify(second)
     shared = {entry.location for entry in first.files} & {e.location for e in second.files}
     new = {entry.path for entry in second.files if entry.location not in shared}
     assert new <= new_files  # files of earlier batches are referenced, not stored again
-    if s3 is not None and before is not None:  # the server counts what it was sent
-        requests = s3.requests.snapshot() - before
+    if after is not None and before is not None:  # the server counts what it was sent
+        requests = after - before
         # The new files and `_metadata`; `shared/` listed when the snapshot starts and
-        # before `_metadata` is written; nothing asked about each unchanged file.
-        assert requests == {"PUT": len(new) + 1, "LIST": 2}, requests
+        # before `_metadata` is written; nothing asked about each unchanged file. (The
+        # test reads `_metadata` back: a HEAD and a GET.)
+        assert requests == {"PUT": len(new) + 1, "LIST": 2, "HEAD": 1, "GET": 1}, requests
+
+
+def test_files_the_newest_completed_checkpoint_has_unchanged_are_not_pinned_or_hashed(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unchanged file (same name, same identity in the live location) of the newest
+    completed checkpoint is referenced where it is stored: no pin, hash or storage lookup.
+    A file rewritten under its name is stored again, and after that checkpoint is
+    discarded nothing is reused (its files may be gone)."""
+    _checkpoint(running, 1)
+    new_files = _next_batch(running, 3)
+    (running.location / "sources/0/1").write_text("rewritten, longer than before")
+    hashed: list[str] = []
+    digest = store_module.digest_local_file
+
+    def recorded_digest(path: str) -> FileDigest:
+        hashed.append(Path(path).relative_to(running.root / "pins" / "chk-2").as_posix())
+        return digest(path)
+
+    monkeypatch.setattr(store_module, "digest_local_file", recorded_digest)
+
+    second = _checkpoint(running, 2)
+
+    assert sorted(hashed) == sorted(new_files | {"sources/0/1"})
+    assert not (running.root / "pins" / "chk-2").exists()
+    running.storage.verify(second)
+    (rewritten,) = [e for e in second.files if e.path == "sources/0/1"]
+    assert rewritten.size == len("rewritten, longer than before")
+
+    running.agent.discard_checkpoint(2, retained=[1])
+    monkeypatch.setattr(store_module, "digest_local_file", digest)
+    third = _checkpoint(running, 3)
+
+    running.storage.verify(third)
+    assert {e.path for e in third.files} == {e.path for e in second.files}

@@ -20,9 +20,11 @@ from pathlib import Path
 
 from spark_checkpoint.agent.snapshot import (
     LOGS_TASK,
+    FileIdentity,
     SnapshotError,
     SnapshotPlan,
     committed_batches,
+    file_identities,
     pin,
     plan_snapshot,
     planned_batches,
@@ -84,12 +86,16 @@ class _Snapshot:
     plan: SnapshotPlan | None = None
     acks: dict[str, TaskAcknowledgement] = field(default_factory=dict)
     entries: dict[str, list[ManifestEntry]] = field(default_factory=dict)
+    # Files of the newest completed checkpoint this image has unchanged: not copied again.
+    reused: dict[str, ManifestEntry] = field(default_factory=dict)
+    identities: dict[str, FileIdentity] = field(default_factory=dict)
     declines: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
     finalized: FinalizeAnswer | None = None
 
     def locations(self) -> set[str]:
-        return {e.location for entries in self.entries.values() for e in entries}
+        copied = {e.location for entries in self.entries.values() for e in entries}
+        return copied | {e.location for e in self.reused.values()}
 
     def report(self) -> SnapshotStatus:
         batch_id = self.plan.batch_id if self.plan else None
@@ -171,6 +177,12 @@ class CheckpointAgent:
         self._lock = threading.Lock()
         self._snapshots: dict[int, _Snapshot] = {}
         self._storage_access = _AddersOrDiscarder()
+        # The files of the newest checkpoint this agent completed, by path, with their
+        # identity then. Retention always keeps the newest completed checkpoint, so their
+        # locations stay; a later image's file of the same path and identity is the same
+        # bytes there, so it is neither pinned, hashed nor looked up in storage again.
+        self._completed_files: dict[str, tuple[FileIdentity, ManifestEntry]] = {}
+        self._completed_id = -1
         self._copies = ThreadPoolExecutor(copy_workers, thread_name_prefix="snapshot-copy")
         self._stop_requested = threading.Event()
         self._notified_batch: int | None = None
@@ -320,6 +332,16 @@ class CheckpointAgent:
                 )
             snapshot.state = SnapshotPhase.COMPLETED
             after = snapshot.after
+            if snapshot.kind is CheckpointKind.CHECKPOINT and checkpoint_id > self._completed_id:
+                self._completed_id = checkpoint_id
+                self._completed_files = {
+                    entry.path: (snapshot.identities[entry.path], entry)
+                    for entry in (
+                        *snapshot.reused.values(),
+                        *(e for entries in snapshot.entries.values() for e in entries),
+                    )
+                    if entry.path in snapshot.identities
+                }
         for participant in self._participants:
             participant.on_checkpoint_complete(batch_id)
         with self._notified:
@@ -362,6 +384,8 @@ class CheckpointAgent:
         with self._storage_access.discard():
             with self._lock:
                 protected = set().union(*(s.locations() for s in self._in_flight()))
+                if checkpoint_id == self._completed_id:  # its files may go: reuse none
+                    self._completed_files = {}
             self._storage.discard_checkpoint(checkpoint_id, retained, protected)
 
     def discard_savepoint(self, savepoint_id: int) -> None:
@@ -374,6 +398,9 @@ class CheckpointAgent:
             with self._lock:
                 if self._in_flight():
                     raise AgentRequestError(409, "snapshots are in flight")
+            with self._lock:
+                if self._completed_id not in checkpoints:  # its files may go: reuse none
+                    self._completed_files = {}
             try:
                 report = self._storage.collect_garbage(checkpoints, savepoints)
             except StorageError as error:
@@ -418,9 +445,10 @@ class CheckpointAgent:
         try:
             batch_id = self._choose_batch(snapshot)
             plan = plan_snapshot(self._location, batch_id)
-            pin(
-                self._location, (f for files in plan.files_by_task.values() for f in files), pin_dir
-            )
+            planned = [f for files in plan.files_by_task.values() for f in files]
+            identities = file_identities(self._location, planned)
+            reused = self._unchanged(snapshot, identities)
+            pin(self._location, (f for f in planned if f not in reused), pin_dir)
             # What shared/ holds, listed once for all tasks where storage would otherwise
             # be asked about each file (an object store); savepoints copy everything.
             stored = (
@@ -435,6 +463,8 @@ class CheckpointAgent:
             return
         with self._lock:
             snapshot.plan = plan
+            snapshot.identities = identities
+            snapshot.reused = reused
             if snapshot.state is SnapshotPhase.CAPTURING:
                 snapshot.state = SnapshotPhase.COPYING
         self._changed()
@@ -461,6 +491,21 @@ class CheckpointAgent:
         except RuntimeError:  # close() shut the copy pool down: the driver is exiting
             shutil.rmtree(pin_dir, ignore_errors=True)
             self._decline_all(snapshot, "the agent is closing")
+
+    def _unchanged(
+        self, snapshot: _Snapshot, identities: Mapping[str, FileIdentity]
+    ) -> dict[str, ManifestEntry]:
+        """The entries of the newest completed checkpoint for the files this image has
+        unchanged (a savepoint copies every file: it is self-contained)."""
+        if snapshot.kind is not CheckpointKind.CHECKPOINT:
+            return {}
+        with self._lock:
+            completed = self._completed_files
+        return {
+            path: entry
+            for path, (identity, entry) in completed.items()
+            if identities.get(path) == identity
+        }
 
     def _choose_batch(self, snapshot: _Snapshot) -> int:
         """The image is the query as of the first batch committed after the trigger: a
@@ -501,6 +546,11 @@ class CheckpointAgent:
             for relative in files:
                 if snapshot.cancelled.is_set():
                     return
+                if relative in snapshot.reused:
+                    with self._lock:
+                        entries.append(snapshot.reused[relative])
+                        snapshot.entries[task] = entries
+                    continue
                 if self._copy_delay:
                     time.sleep(self._copy_delay)
                 source = str(pin_dir / relative)

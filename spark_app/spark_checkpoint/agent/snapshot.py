@@ -62,6 +62,33 @@ class SnapshotPlan:
         return frozenset(self.files_by_task)
 
 
+@dataclass(frozen=True, slots=True)
+class FileIdentity:
+    """Which file a name of the live location stands for. Spark renames complete files
+    into place and never rewrites one, so a name with the same identity as before has
+    the same bytes (an in-place rewrite would change the modification time)."""
+
+    device: int
+    inode: int
+    size: int
+    mtime_ns: int
+
+
+def file_identities(location: Path, relative_paths: Iterable[str]) -> dict[str, FileIdentity]:
+    """The identity of each of these files that exists (one gone is left out: pinning it
+    reports that)."""
+    identities: dict[str, FileIdentity] = {}
+    for relative in relative_paths:
+        try:
+            found = os.stat(location / relative)
+        except FileNotFoundError:
+            continue
+        identities[relative] = FileIdentity(
+            found.st_dev, found.st_ino, found.st_size, found.st_mtime_ns
+        )
+    return identities
+
+
 def committed_batches(location: Path) -> list[int]:
     return _numbered(location / "commits")
 
