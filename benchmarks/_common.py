@@ -14,9 +14,13 @@ import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_checkpoint_operator import driver_command
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "wordcount"
@@ -177,3 +181,21 @@ def write_input(directory: Path, index: int, keys: list[int]) -> None:
     temporary = directory / f".part-{index:05d}.csv.tmp"
     temporary.write_text("".join(f"{k}\n" for k in keys))
     os.rename(temporary, directory / f"part-{index:05d}.csv")
+
+
+def start_key_count(
+    spark: SparkSession, input_dir: Path, location: Path, trigger: str
+) -> StreamingQuery:
+    """The benchmarks' stateful query: ``groupBy("k").count()`` over the CSV files of
+    `input_dir` (one file per batch, see `write_input`), into the `noop` sink."""
+    keys = spark.readStream.schema("k LONG").option("maxFilesPerTrigger", 1)
+    return (
+        keys.csv(str(input_dir))
+        .groupBy("k")
+        .count()
+        .writeStream.outputMode("update")
+        .format("noop")
+        .option("checkpointLocation", str(location))
+        .trigger(processingTime=trigger)
+        .start()
+    )

@@ -59,13 +59,13 @@ from _common import (
     add_result_arguments,
     load_average,
     save_results,
+    start_key_count,
     submit_arguments,
     summary,
     wait_for_file,
     write_input,
 )
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from spark_checkpoint.agent import agent as agent_module
 from spark_checkpoint.agent import snapshot as snapshot_module
@@ -320,20 +320,6 @@ def s3_filesystem(endpoint: str) -> Any:
 # --- the query ---------------------------------------------------------------------------
 
 
-def start_query(spark: SparkSession, input_dir: Path, location: Path) -> StreamingQuery:
-    keys = spark.readStream.schema("k LONG").option("maxFilesPerTrigger", 1)
-    return (
-        keys.csv(str(input_dir))
-        .groupBy("k")
-        .count()
-        .writeStream.outputMode("update")
-        .format("noop")
-        .option("checkpointLocation", str(location))
-        .trigger(processingTime="200 milliseconds")
-        .start()
-    )
-
-
 def run_case(
     spark: SparkSession,
     base: Path,
@@ -360,7 +346,7 @@ def run_case(
     rng = random.Random(partitions)
     previous: set[str] = set()
     rows: list[dict[str, Any]] = []
-    query = start_query(spark, input_dir, location)
+    query = start_key_count(spark, input_dir, location, "200 milliseconds")
     try:
         for batch_id in range(checkpoints + 1):
             keys = list(range(KEYS)) if batch_id == 0 else rng.sample(range(KEYS), UPDATED_KEYS)

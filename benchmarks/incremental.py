@@ -42,13 +42,13 @@ from _common import (
     add_result_arguments,
     load_average,
     save_results,
+    start_key_count,
     submit_arguments,
     summary,
     wait_for_file,
     write_input,
 )
 from pyspark.sql import SparkSession
-from pyspark.sql.streaming import StreamingQuery
 
 from spark_checkpoint.storage import CheckpointMetadata, CheckpointStorage, JobStorageLayout
 
@@ -103,19 +103,6 @@ class Bench:
             for name, root in self.roots.items()
         }
         self.previous_state: dict[str, int] = {}
-
-    def start_query(self, spark: SparkSession) -> StreamingQuery:
-        keys = spark.readStream.schema("k LONG").option("maxFilesPerTrigger", 1)
-        return (
-            keys.csv(str(self.input_dir))
-            .groupBy("k")
-            .count()
-            .writeStream.outputMode("update")
-            .format("noop")
-            .option("checkpointLocation", str(self.location))
-            .trigger(processingTime="500 milliseconds")
-            .start()
-        )
 
     def measure(self, batch_id: int) -> dict[str, Any]:
         """Checkpoint `batch_id` into each storage; bytes and time of each."""
@@ -191,7 +178,7 @@ def main() -> int:
     spark.sparkContext.setLogLevel("ERROR")
     query = None
     try:
-        query = bench.start_query(spark)
+        query = start_key_count(spark, bench.input_dir, bench.location, "500 milliseconds")
         rng = random.Random(42)
         state_size = 0
         batch_id = 0
