@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from helpers.agent import TOKEN, Running
+from spark_checkpoint.agent import agent as agent_module
 from spark_checkpoint.agent import server
 from spark_checkpoint.agent.agent import QueryView
 from spark_checkpoint.protocol import AfterCompletion, AgentStatus, QueryState, RestoreCandidate
@@ -437,3 +438,25 @@ def test_a_snapshot_captured_after_close_is_declined_and_leaves_no_pins(
     assert "the agent is closing" in json.dumps(snapshots[0].to_json()["declines"])
     assert not thread_errors
     assert not list((tmp_path / "pins").glob("*"))
+
+
+def test_status_lists_the_state_partitions_again_only_after_a_new_commit(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listings: list[Path] = []
+    listed = agent_module.snapshot_tasks
+
+    def recorded(location: Path) -> frozenset[str]:
+        listings.append(location)
+        return listed(location)
+
+    monkeypatch.setattr(agent_module, "snapshot_tasks", recorded)
+    before = [running.agent.status().tasks for _ in range(3)]
+    for relative in ("offsets/3", "commits/3", "state/0/2/4.delta"):
+        (running.location / relative).parent.mkdir(parents=True, exist_ok=True)
+        (running.location / relative).write_text("batch 3")
+    after = [running.agent.status().tasks for _ in range(3)]
+
+    assert len(listings) == 2
+    assert before == [("logs", "state-0-0", "state-0-1")] * 3
+    assert after == [("logs", "state-0-0", "state-0-1", "state-0-2")] * 3

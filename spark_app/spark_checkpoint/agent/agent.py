@@ -190,6 +190,9 @@ class CheckpointAgent:
         self._copy_delay = float(os.environ.get(COPY_DELAY_VARIABLE, "0") or 0)
         # The status version: one status at a time, so versions follow the documents.
         self._status_lock = threading.Lock()
+        # The snapshot tasks as of a last committed batch (see _tasks).
+        self._tasks_lock = threading.Lock()
+        self._tasks_listed: tuple[int | None, tuple[str, ...]] | None = None
         self._version = 0
         self._reported: AgentStatus | None = None
         self._watchers: list[Callable[[], None]] = []
@@ -233,7 +236,7 @@ class CheckpointAgent:
             version=None,  # set by status()
             attempt=self._attempt,
             query=QueryStatus(view.state, view.message, committed[-1] if committed else None),
-            tasks=tuple(sorted(snapshot_tasks(self._location))),
+            tasks=self._tasks(committed[-1] if committed else None),
             all_tasks_running=view.state.runs_tasks,
             awaiting_final_checkpoint=view.state is QueryState.FINISHED
             and bool(committed)
@@ -241,6 +244,16 @@ class CheckpointAgent:
             restored_from=self._restored_from,
             checkpoints=snapshots,
         )
+
+    def _tasks(self, last_committed: int | None) -> tuple[str, ...]:
+        """The query's snapshot tasks, listed again only once another batch committed:
+        state partitions appear when a batch runs, and listing them (a directory each)
+        for every status took a fifth of a second at 200 partitions on a loaded machine."""
+        with self._tasks_lock:
+            if self._tasks_listed is None or self._tasks_listed[0] != last_committed:
+                tasks = tuple(sorted(snapshot_tasks(self._location)))
+                self._tasks_listed = (last_committed, tasks)
+            return self._tasks_listed[1]
 
     def _in_flight(self) -> list[_Snapshot]:
         done = (SnapshotPhase.COMPLETED, SnapshotPhase.ABORTED)
