@@ -123,9 +123,13 @@ def add_output_option(parser: argparse.ArgumentParser, *formats: OutputFormat) -
 def print_document(document: Mapping[str, Any], output: OutputFormat, out: TextIO) -> None:
     """A command's document as JSON or YAML: the same fields, the same types."""
     if output is OutputFormat.YAML:
-        out.write(yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True))
+        text = yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True)
     else:
-        out.write(json.dumps(document, indent=2) + "\n")
+        text = json.dumps(document, indent=2) + "\n"
+    # A line at a time: one write of a large text that the reader stops reading half-way
+    # returns as if complete (the write(2) that reached the pipe's end counts as written),
+    # so the command would end with 0 and the rest of the document lost.
+    out.writelines(text.splitlines(keepends=True))
 
 
 def exit_quietly_on_closed_pipe(command: Callable[[], int]) -> int:

@@ -211,11 +211,15 @@ class Result:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """Runs ``spark-checkpoint ARGS`` in-process; returns exit code, stdout and stderr."""
+    """Runs ``spark-checkpoint ARGS`` in-process (a process start costs a second or more on
+    a loaded machine); returns exit code, stdout and stderr."""
 
     def run(*args: str) -> Result:
         capsys.readouterr()
-        code = main(list(args))
+        try:
+            code = main(list(args))
+        except SystemExit as end:  # --help, --version, usage errors
+            code = int(end.code or 0)
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
@@ -230,6 +234,12 @@ def console() -> Callable[..., Result]:
     """Runs the installed console script ``spark-checkpoint ARGS`` (keyword ``cwd``) in a
     process of its own, as a user does. Stateless: hypothesis examples may share it."""
     return run_console
+
+
+@pytest.fixture
+def console_script() -> Path:
+    """The installed console script, for a test that runs it in a shell pipeline."""
+    return CONSOLE_SCRIPT
 
 
 @pytest.fixture
