@@ -348,7 +348,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         print(f"spark-checkpoint simulate: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     coordinator = simulate(
         config,
         SimulatedDriver(tasks=args.tasks),
@@ -362,7 +362,7 @@ def _simulate(args: argparse.Namespace) -> int:
         f"\n{state.completed_count} completed, {state.failed_count} failed; "
         f"retained checkpoints: {retained}; next checkpoint id: {state.next_checkpoint_id}"
     )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":
