@@ -294,7 +294,7 @@ def _run(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     started = time.time()
 
     def report(line: str) -> None:
@@ -318,9 +318,12 @@ def _run(args: argparse.Namespace) -> int:
         )
     except RunRefused as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return 1
-    exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
-    return exit_codes.get(outcome, 0)
+        return ExitCode.FAILED
+    exit_codes = {
+        TerminalOutcome.FAILED: ExitCode.FAILED,
+        TerminalOutcome.CANCELLED: ExitCode.CANCELLED,
+    }
+    return exit_codes.get(outcome, ExitCode.OK)
 
 
 def _elapsed(seconds: float) -> str:
