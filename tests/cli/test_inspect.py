@@ -4,6 +4,7 @@ driven through the installed console script on storage the storage package wrote
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import string
@@ -104,7 +105,7 @@ def test_json_and_yaml_hold_each_metadata_as_stored(job: Job, console: Cli) -> N
     for snapshot in snapshots:
         kind = CheckpointKind(snapshot["kind"])
         stored = job.metadata_file(kind, snapshot["id"])
-        assert snapshot["metadata"] == json.loads(stored.read_text())
+        assert snapshot["metadata"] == json.loads(gzip.decompress(stored.read_bytes()))
         assert snapshot["metadataPath"] == str(stored)
     assert [s["registered"] for s in snapshots] == [False, True, True]
     assert [s["sharedFiles"] for s in snapshots] == [3, 4, 0]
@@ -126,9 +127,9 @@ def test_an_unreadable_snapshot_exits_1_naming_it_and_the_others_are_shown(
 
 def test_an_invalid_metadata_exits_1_naming_the_field(job: Job, cli: Cli) -> None:
     path = job.metadata_file(CheckpointKind.CHECKPOINT, 1)
-    document = json.loads(path.read_text())
+    document = json.loads(gzip.decompress(path.read_bytes()))
     document["files"][0]["sha256"] = "not-a-digest"
-    path.write_text(json.dumps(document))
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
 
     result = cli("inspect", *job.flags, "-o", "json")
 
