@@ -166,17 +166,19 @@ class Sampler:
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def sample(self) -> Sample:
-        sample = Sample(
-            at=time.time(),
-            operator_cpu=cpu_seconds(self.operator),
-            operator_waited=waited_seconds(self.operator),
-            operator_rss=memory_mib(self.operator)["VmRSS"],
-            harness_cpu=cpu_seconds(os.getpid()),
-            load=os.getloadavg()[0],
-        )
+    def sample(self) -> None:
+        try:
+            sample = Sample(
+                at=time.time(),
+                operator_cpu=cpu_seconds(self.operator),
+                operator_waited=waited_seconds(self.operator),
+                operator_rss=memory_mib(self.operator)["VmRSS"],
+                harness_cpu=cpu_seconds(os.getpid()),
+                load=os.getloadavg()[0],
+            )
+        except (FileNotFoundError, KeyError):
+            return  # the operator has exited (the run reports why)
         self.samples.append(sample)
-        return sample
 
     def start(self) -> None:
         def loop() -> None:
@@ -452,6 +454,14 @@ def start_operator(probe: Path, log: TextIO, args: argparse.Namespace) -> subpro
     )
 
 
+class OperatorExited(RuntimeError):
+    """The operator under test ended during the run; the message ends with its log's tail."""
+
+    def __init__(self, operator: subprocess.Popen[bytes], log: Path) -> None:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
+        super().__init__(f"the operator exited with {operator.returncode}:\n" + "\n".join(tail))
+
+
 def stop(process: subprocess.Popen[Any], timeout: float) -> None:
     if process.poll() is not None:
         return
@@ -549,7 +559,7 @@ def run(
         cluster.create_job(job(f"job-{index:05d}", args.namespace, args.interval))
     timeline.created = time.time()
     say(f"{args.jobs} jobs created in {timeline.created - timeline.began:.0f}s")
-    phases = wait_running(cluster, args, operator).phases
+    phases = wait_running(cluster, args, work, operator).phases
     timeline.running = time.time()
     say(f"{phases} after {timeline.running - timeline.began:.0f}s; settling {args.settle:.0f}s")
     time.sleep(args.settle)
@@ -563,7 +573,7 @@ def run(
     while time.time() < timeline.start + args.duration:
         time.sleep(min(10.0, timeline.start + args.duration - time.time()))
         if operator.poll() is not None:
-            raise RuntimeError(f"the operator exited with {operator.returncode}")
+            raise OperatorExited(operator, work / "operator.log")
     timeline.end = time.time()
     timeline.served_after = cluster.metrics()
     timeline.after = cluster.job_totals()
@@ -701,7 +711,7 @@ def operator_log_summary(path: Path, until: float) -> dict[str, Any]:
 
 
 def wait_running(
-    cluster: Cluster, args: argparse.Namespace, operator: subprocess.Popen[bytes]
+    cluster: Cluster, args: argparse.Namespace, work: Path, operator: subprocess.Popen[bytes]
 ) -> JobTotals:
     deadline = time.time() + args.startup_timeout
     while True:
@@ -709,7 +719,7 @@ def wait_running(
         if totals.phases.get("Running", 0) >= args.jobs:
             return totals
         if operator.poll() is not None:
-            raise RuntimeError(f"the operator exited with {operator.returncode}")
+            raise OperatorExited(operator, work / "operator.log")
         if time.time() > deadline:
             # Measured anyway: an operator that cannot keep every job Running is a result.
             say(f"not all jobs Running after {args.startup_timeout:.0f}s: {totals.phases}")
