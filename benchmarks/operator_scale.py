@@ -15,8 +15,9 @@ for; without it (a real cluster), the time the operator got the trigger's answer
 scheduled time comes from the coordinator itself: when the operator imports this module
 (``kopf run ... -m operator_scale`` with ``OPERATOR_SCALE_PROBE`` set), it adds an observer
 to every job (the supervisor reports each consumed periodic slot and each trigger sent)
-that writes one line per consumed slot; the module imports nothing else into the
-operator. ``--idle-poll`` sets the operator's own setting.
+that writes one line per consumed slot; the module imports nothing the operator has not
+loaded already (the Kubernetes client and prometheus_client come with it). ``--idle-poll``
+sets the operator's own setting.
 
 As root, the operator runs SCHED_FIFO, so other work on a shared machine does not take its
 core. Results and method: benchmarks/README.md, section 4.
