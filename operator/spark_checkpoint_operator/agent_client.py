@@ -16,6 +16,7 @@ from spark_checkpoint.protocol import (
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
+    ErrorAnswer,
     FinalizeAnswer,
     FinalizeBody,
     ProtocolError,
@@ -149,15 +150,21 @@ class AgentClient:
             ) as response:
                 try:
                     answer = await response.json(content_type=None)
-                except ValueError:
-                    answer = {"error": (await response.text())[:500]}
+                except ValueError:  # not JSON: e.g. aiohttp's own "404: Not Found"
+                    answer = (await response.text())[:500]
                 if response.status >= 400:
-                    raise AgentRejected(
-                        f"{method} {path}: {response.status} {answer.get('error', answer)}"
-                    )
+                    raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")
                 return answer
         except (aiohttp.ClientConnectionError, TimeoutError) as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
+
+
+def _reason(answer: Any) -> str:
+    """Why the agent refused: its error answer's message, else the answer as it came."""
+    try:
+        return ErrorAnswer.from_json(answer).message
+    except ProtocolError:
+        return str(answer)
 
 
 def _checked(request: str, read: Callable[[Any], Document], answer: Any) -> Document:

@@ -361,6 +361,21 @@ class CollectGarbageAnswer:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """Any request the agent refuses or fails, with a 4xx or 5xx status: what went wrong,
+    in one line (docs/agent-protocol.md, "Status codes and errors")."""
+
+    message: str  # "error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.message}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(message=Fields(value, "the error answer").read("error", read_string))
+
+
 class Acknowledgement(StrEnum):
     """The answer to a command with nothing else to report: ``{"<value>": true}``."""
 

@@ -14,6 +14,7 @@ from spark_checkpoint.protocol import (
     AgentStatus,
     CheckpointKind,
     CollectGarbageAnswer,
+    ErrorAnswer,
     FinalizeAnswer,
     QueryState,
     QueryStatus,
@@ -36,11 +37,15 @@ FINALIZE = "/v1/checkpoints/7/finalize"
 COLLECT = "/v1/storage/collect-garbage"
 
 
-def _ask(answers: dict[str, Any], call: str, *args: Any) -> Any:
-    """``call`` of a client against a server that answers each path with ``answers``."""
+def _ask(answers: dict[str, Any], call: str, *args: Any, status: int = 200) -> Any:
+    """``call`` of a client against a server that answers each path with ``answers`` (as
+    JSON, a string as plain text) and ``status``."""
 
     async def answer(request: web.Request) -> web.Response:
-        return web.json_response(answers[request.path])
+        body = answers[request.path]
+        if isinstance(body, str):
+            return web.Response(text=body, status=status)
+        return web.json_response(body, status=status)
 
     async def scenario() -> Any:
         app = web.Application()
@@ -103,3 +108,21 @@ def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
     assert isinstance(raised.value, AgentRejected)
     assert str(raised.value).startswith(f"{'GET' if 'status' in call else 'POST'} {path}: ")
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ErrorAnswer("checkpoint 7 is copying").to_json(), "checkpoint 7 is copying"),
+        # Not the protocol's error answer: shown as it came.
+        (["not", "an", "object"], "['not', 'an', 'object']"),
+        ({"reason": "busy"}, "{'reason': 'busy'}"),
+        ("409: Conflict", "409: Conflict"),
+    ],
+)
+def test_a_refusal_is_one_line_with_the_agents_reason(answer: Any, reason: str) -> None:
+    with pytest.raises(AgentRejected) as raised:
+        _ask({FINALIZE: answer}, "finalize", 7, ["logs"], status=409)
+
+    assert str(raised.value) == f"POST {FINALIZE}: 409 {reason}"
+    assert not isinstance(raised.value, AgentAnswerInvalid)

@@ -28,6 +28,7 @@ from spark_checkpoint.protocol import (
     CompleteBody,
     DeclineReport,
     DiscardCheckpointBody,
+    ErrorAnswer,
     FinalizeAnswer,
     FinalizeBody,
     ProtocolError,
@@ -88,6 +89,7 @@ documents = st.one_of(
     st.builds(DiscardCheckpointBody, id_tuples),
     st.builds(CollectGarbageBody, id_tuples, id_tuples),
     st.builds(CollectGarbageAnswer, id_tuples, id_tuples, ids),
+    st.builds(ErrorAnswer, texts),
 )
 
 
@@ -274,6 +276,7 @@ readers = st.sampled_from(
         DiscardCheckpointBody,
         CollectGarbageBody,
         CollectGarbageAnswer,
+        ErrorAnswer,
     ]
 )
 

@@ -426,7 +426,7 @@ class JobSupervisor:
             # restored was one it could not read, so the first is unusable in any case.
             return attempt.candidates[0]
         if self._record.restored_from is not None:  # an adopted driver's
-            return str(self._record.restored_from["source"])
+            return self._record.restored_from.candidate.encode()
         return None
 
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
@@ -558,7 +558,7 @@ class JobSupervisor:
         await self._tick()
 
     def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
-        self._record.restored_from = None if restored is None else restored.to_json()
+        self._record.restored_from = restored
         if restored is None:
             return
         attempt.restored(restored)

@@ -29,6 +29,8 @@ What it does like a real API server:
 - Deletion: finalizers hold an object (``deletionTimestamp``); removing the last one deletes
   it; dependents (``ownerReferences``) are garbage-collected in the background style; a pod
   bound to a node terminates gracefully until a kubelet deletes it with grace period 0.
+- ``/metrics`` counts the requests served as kube-apiserver's ``apiserver_request_total``
+  (``request_metrics.py``).
 - Custom resources registered from their CRD (or created through the API) are discoverable
   and validated by a callable (422 Invalid with causes); what it returns is stored, so it
   can apply defaults.
@@ -91,6 +93,7 @@ import kmock
 import yaml
 from kmock._internal import parsing, rendering
 
+from helpers.kube.request_metrics import METRICS_PATH, RequestMetrics
 from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
@@ -343,6 +346,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     # The keys of each resource's objects (deleted ones too): lists and watches then scan one
     # resource, not every object (events, which only grow, outnumber the rest at scale).
     _keys: dict[kmock.resource, dict[_Key, None]] = attrs.field(factory=dict, init=False)
+    request_metrics: RequestMetrics = attrs.field(factory=RequestMetrics, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Discovery from kmock's scaffold, but not KubernetesEmulator's own object handling.
@@ -460,10 +464,20 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     # --- HTTP -------------------------------------------------------------------------------
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        path = _parse_path(raw_request.path)
+        if raw_request.path == METRICS_PATH:
+            response: aiohttp.web.StreamResponse = self.request_metrics.response()
+        else:
+            response = await self._answer(raw_request, path)
+        self.request_metrics.count(raw_request, path, response.status)
+        return response
+
+    async def _answer(
+        self, raw_request: aiohttp.web.BaseRequest, path: parsing.ParsedPath
+    ) -> aiohttp.web.StreamResponse:
         """Parse the request like the API server does, then serve it. kmock 0.8's own parser
         fails on ``/api/v1/namespaces`` and misreads the names of namespaces."""
         body = await raw_request.read()
-        path = _parse_path(raw_request.path)
         method = kmock.method(raw_request.method)
         try:
             data = _json_body(body)
@@ -1172,6 +1186,27 @@ async def serve(
             await runner.cleanup()
 
 
+def write_kubeconfig(url: str, path: str | Path, namespace: str = "default") -> Path:
+    """A kubeconfig for the emulator at ``url`` (plain http, no credentials) that Kopf's,
+    lightkube's and the kubernetes client's kubeconfig loaders accept."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+        "users": [{"name": "emulator", "user": {}}],
+        "contexts": [
+            {
+                "name": "emulator",
+                "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+            }
+        ],
+        "current-context": "emulator",
+    }
+    path = Path(path)
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
 @attrs.frozen
 class _Running:
     url: str
@@ -1260,24 +1295,7 @@ class EmulatedApiServer:
         return self._state()[0].url
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """A kubeconfig for this server (plain http, no credentials) that Kopf's and
-        lightkube's kubeconfig loaders accept."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {}}],
-            "contexts": [
-                {
-                    "name": "emulator",
-                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
-                }
-            ],
-            "current-context": "emulator",
-        }
-        path = Path(path)
-        path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        return path
+        return write_kubeconfig(self.url, path, namespace)
 
     def call(self, fn: Callable[[ApiServerEmulator], _T]) -> _T:
         """Run ``fn(emulator)`` on the emulator's loop and return its result."""
