@@ -32,12 +32,17 @@ What it does like a real API server:
 - Custom resources registered from their CRD (or created through the API) are discoverable
   and validated by a callable (422 Invalid with causes); what it returns is stored, so it
   can apply defaults.
+- What kubectl reads besides the resources: aggregated discovery (``discovery``), the
+  OpenAPI v3 documents (``openapi``: kubectl validates with them, computes strategic merge
+  patches and explains fields), a custom resource's Table for ``kubectl get`` from its
+  printer columns (``table``), strategic merge patches of built-in kinds with their schemas'
+  merge keys and directives (``strategic_merge``).
 
 Simplified:
 
-- Strategic merge patches of built-in resources are plain merge patches: no merge keys (a
-  patched list replaces the old one, e.g. containers or finalizers) and no ``$patch``
-  directives. Server-side apply (``application/apply-patch+yaml``) is refused with 415.
+- Server-side apply (``application/apply-patch+yaml``) is refused with 415. Built-in kinds
+  answer ``kubectl get`` with a list, not their own Table (kubectl then prints names and
+  ages); their unknown fields are kept, not pruned. No OpenAPI v2.
 - Only a CRD's storage version is served; deleting a CRD leaves its resource served.
 - Requests are decoded as the API server decodes them: apiVersion and kind checked against
   the endpoint, ObjectMeta's JSON types checked (400), unknown fields pruned (ObjectMeta's;
@@ -91,6 +96,7 @@ import kmock
 import yaml
 from kmock._internal import parsing, rendering
 
+from helpers.kube import discovery, openapi, strategic_merge, table
 from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
@@ -501,8 +507,32 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             )
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if (document := self._api_document(request)) is not None:
+            return document
         # kmock's KubernetesEmulator changes its objects here; ours change in the fallback.
         return await kmock.RawHandler._handle(self, request)
+
+    def _api_document(self, request: rendering.Request) -> aiohttp.web.Response | None:
+        """Aggregated discovery and the OpenAPI v3 documents (kmock serves legacy discovery)."""
+        path, accept = request.url.path, _header(request, "accept")
+        if request.method != "GET":
+            return None
+        if path in ("/api", "/apis") and discovery.wants_aggregated(accept):
+            found = discovery.aggregated(self.resources, legacy=path == "/api")
+            return _document(found, discovery.CONTENT_TYPE)
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            crds = {
+                res: self._stored(CUSTOM_RESOURCE_DEFINITIONS, None, crd)
+                for res, crd in self._custom.items()
+            }
+            documents = openapi.documents(self.resources, crds)
+            if path == "/openapi/v3":
+                return _document(openapi.index(documents), "application/json")
+            if (found := documents.get(path.removeprefix("/openapi/v3/"))) is None:
+                error = _resource_not_found()
+                return _document(_status(error), "application/json", status=error.status)
+            return _document(found, "application/json")
+        return None
 
     def _serve(self, request: rendering.Request) -> rendering.Payload:
         """The fallback for everything that is not discovery: the resources' endpoints."""
@@ -514,9 +544,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         )
         if subresource not in allowed:
             raise _resource_not_found()
-        content_type = next(
-            (v for k, v in request.headers.items() if k.lower() == "content-type"), ""
-        )
+        content_type = _header(request, "content-type")
         field_validation = params.get("fieldValidation") or "Warn"
         if field_validation not in FIELD_VALIDATIONS:
             raise _bad_request(
@@ -531,7 +559,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 )
             case ("GET", None, None):
                 selector = self._selector(res, namespace, params)
-                return _json(_list(res, info, self._select(res, selector), self._revision))
+                found = self._select(res, selector)
+                if (printed := self._table(request, res, found)) is not None:
+                    return printed
+                return _json(_list(res, info, found, self._revision))
+            case ("GET", str(), None) if (
+                printed := self._table(request, res, [self._stored(res, namespace, name)])
+            ) is not None:
+                return printed
             case ("GET", str(), _):
                 return _json(self._stored(res, namespace, name))
             case ("POST", None, None):
@@ -579,6 +614,29 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
         )
+
+    def _table(
+        self, request: rendering.Request, res: kmock.resource, objects: list[Body]
+    ) -> rendering.Response | None:
+        """Custom resources as the Table a client asks for first in ``Accept`` (kubectl get).
+        Built-in kinds have their own printers on a real server: here they answer JSON."""
+        if res not in self._custom or not table.wants_table(_header(request, "accept")):
+            return None
+        include = request.params.get("includeObject") or "Metadata"
+        if include not in table.INCLUDE_OBJECT:
+            raise _bad_request(f"includeObject must be one of {', '.join(table.INCLUDE_OBJECT)}")
+        crd = self._stored(CUSTOM_RESOURCE_DEFINITIONS, None, self._custom[res])
+        version = next(v for v in crd["spec"]["versions"] if v["name"] == res.version)
+        printed = table.table(
+            version.get("additionalPrinterColumns") or table.DEFAULT_COLUMNS,
+            objects,
+            resource_version=str(self._revision)
+            if request.name is None
+            else objects[0]["metadata"]["resourceVersion"],
+            include_object=include,
+        )
+        headers = {"Content-Type": table.CONTENT_TYPE, "Warning": None}
+        return rendering.Response(status=200, headers=headers, payload=_dumps(printed))
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -971,7 +1029,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         ):
             if not isinstance(patch, dict):
                 raise _bad_request("a merge patch must be a JSON object")
-            candidate = _merge_patch(stored, patch)
+            if media_type == PATCH_TYPES["merge"]:
+                candidate = _merge_patch(stored, patch)
+            else:
+                schema = openapi.builtin_schema(res, _kind(res, info))
+                try:
+                    candidate = strategic_merge.apply(stored, patch, schema, openapi.resolve)
+                except strategic_merge.PatchError as error:
+                    raise _bad_request(str(error)) from None
         else:
             accepted = _CUSTOM_RESOURCE_PATCHES if res in self._custom else (*PATCH_TYPES.values(),)
             raise kmock.KubernetesError(
@@ -1356,6 +1421,16 @@ def _json(payload: Body, status: int = 200, warnings: Sequence[str] = ()) -> ren
     warning = ", ".join(f"299 - {json.dumps(text)}" for text in warnings) or None
     headers: dict[str, str | None] = {**_JSON_HEADERS, "Warning": warning}
     return rendering.Response(status=status, headers=headers, payload=_dumps(payload))
+
+
+def _document(payload: Body, content_type: str, status: int = 200) -> aiohttp.web.Response:
+    return aiohttp.web.Response(
+        status=status, body=_dumps(payload), headers={"Content-Type": content_type}
+    )
+
+
+def _header(request: rendering.Request, name: str) -> str:
+    return next((v for k, v in request.headers.items() if k.lower() == name), "")
 
 
 def _dumps(payload: Body) -> bytes:
