@@ -78,3 +78,31 @@ def test_readme_storage_commands_run_on_a_job_with_checkpoints(tmp_path: Path) -
     assert re.search(r"checkpoint\s+7\b", out), out
     assert re.search(r"checkpoint\s+6\b", out), out
     assert "completed" in out, out  # the simulation's summary
+
+
+def test_the_guides_first_run_leaves_checkpoints_to_list_and_inspect(tmp_path: Path) -> None:
+    """The guide's reader ran examples/wordcount/job.yaml from the repository's root and
+    stopped it with Ctrl-C, which keeps its checkpoints (here 1 and 2) in the default
+    storage, next to the manifest."""
+    (block,) = marked_blocks(
+        "tests/docs/test_cli_examples.py::test_the_guides_first_run_leaves_checkpoints_to_list_and_inspect"
+    )
+    manifest_path = tmp_path / "examples" / "wordcount" / "job.yaml"
+    manifest_path.parent.mkdir(parents=True)
+    shutil.copy(EXAMPLE_MANIFEST, manifest_path)
+    manifest = load_manifest(manifest_path)
+    layout = JobStorageLayout(
+        str(manifest_path.parent / ".spark-checkpoint" / "storage"),
+        manifest.namespace,
+        manifest.name,
+    )
+    storage = CheckpointStorage(layout)
+    for checkpoint_id in (1, 2):
+        _checkpoint(storage, tmp_path / "spark", checkpoint_id)
+
+    out = run_shell(block, tmp_path)
+
+    assert re.search(r"^checkpoint\s+1\s+1\s", out, flags=re.MULTILINE), out  # list
+    assert re.search(r"^checkpoint\s+2\s+2\s", out, flags=re.MULTILINE), out
+    assert "checkpoint 2 of default/wordcount" in out, out  # inspect
+    assert "2 verified: 2 OK, 0 failed" in out, out  # verify
