@@ -16,7 +16,9 @@ import pytest
 import yaml
 
 from helpers.doc_blocks import ROOT, marked_blocks, shell_commands
+from helpers.kube.cluster import LocalCluster
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
+from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint_operator.manifest.crd import load_crd
 
 JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
@@ -252,3 +254,40 @@ def test_the_server_rejects_a_job_its_schema_and_rules_reject(
         " exceed spec.checkpointing.interval\n"
     )
     assert api.list(JOBS, "streaming") == []
+
+
+@pytest.mark.timeout(120)
+def test_the_columns_show_what_the_operator_writes(tmp_path: Path) -> None:
+    """The operator (``kopf run``, simulated drivers) runs the guide's job on a faster
+    schedule: ``kubectl get`` shows the status it writes, ``kubectl delete`` returns once the
+    final savepoint is taken and the job is gone."""
+    job = yaml.safe_load((ROOT / "examples/orders/job.yaml").read_text())
+    job["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s"}
+    # Simulated drivers start no executors: a local master, as in the operator's own tests.
+    job["spec"]["application"]["sparkConf"]["spark.master"] = "local[2]"
+    del job["spec"]["executor"]
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(yaml.safe_dump(job))
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path / "cluster", simulated=agents, namespaces=("streaming",)) as cluster:
+        kubectl = Kubectl(cluster.api, tmp_path / "home")
+        kubectl.run("apply", "-f", str(job_file))
+
+        def checkpointed() -> dict[str, Any] | None:
+            status = cluster.status("orders", "streaming")
+            return status if status.get("counts", {}).get("completed", 0) >= 2 else None
+
+        status = cluster.wait_for("two checkpoints", checkpointed)
+        rows = _table(kubectl.run("get", "scj", "-n", "streaming").stdout)
+
+        assert rows[0] == HEADERS
+        name, phase, last, age, restores, _ = rows[1]
+        assert (name, phase) == ("orders", "Running")
+        assert int(last) >= status["lastCheckpoint"]["id"] >= 2
+        assert re.fullmatch(r"\d+s", age), age
+        assert restores == str(status["counts"].get("restored", ""))
+
+        deleted = kubectl.run("delete", "-f", str(job_file), "--timeout=60s").stdout
+        assert 'sparkcheckpointjob.sparkcheckpoint.io "orders" deleted' in deleted
+        assert cluster.job("orders", "streaming") is None
+        assert "SavepointCompleted" in cluster.event_reasons("orders", "streaming")
