@@ -241,18 +241,20 @@ def test_apply_of_changed_manifests_patches_them_as_a_real_server(
 def test_the_server_rejects_a_job_its_schema_and_rules_reject(
     api: EmulatedApiServer, kubectl: Kubectl, tmp_path: Path
 ) -> None:
-    """As the guide says: the API server names the field (here through kubectl)."""
+    """As the guide shows: the API server names the field (here through kubectl)."""
+    [block] = marked_blocks(
+        "tests/kube/test_kubectl.py::test_the_server_rejects_a_job_its_schema_and_rules_reject"
+    )
+    [command, *shown] = block.text.splitlines()
     kubectl.run("apply", "-f", "examples/orders/namespace.yaml")
     job = yaml.safe_load((ROOT / "examples/orders/job.yaml").read_text())
     job["spec"]["checkpointing"]["minPause"] = "2m"  # above the 60s interval
     job_file = tmp_path / "job.yaml"
     job_file.write_text(yaml.safe_dump(job))
+    assert command == "$ kubectl apply -f examples/orders/job.yaml"
     rejected = kubectl.run("apply", "-f", str(job_file), check=False)
     assert rejected.returncode == 1
-    assert rejected.stderr == (
-        'The SparkCheckpointJob "orders" is invalid: spec.checkpointing.minPause: must not'
-        " exceed spec.checkpointing.interval\n"
-    )
+    assert rejected.stderr.splitlines() == shown
     assert api.list(JOBS, "streaming") == []
 
 
@@ -291,3 +293,13 @@ def test_the_columns_show_what_the_operator_writes(tmp_path: Path) -> None:
         assert 'sparkcheckpointjob.sparkcheckpoint.io "orders" deleted' in deleted
         assert cluster.job("orders", "streaming") is None
         assert "SavepointCompleted" in cluster.event_reasons("orders", "streaming")
+
+
+def test_server_side_apply_is_refused_in_one_line(api: EmulatedApiServer, kubectl: Kubectl) -> None:
+    """Not emulated (it needs managedFields): kubectl says so, and nothing is created."""
+    refused = kubectl.run(
+        "apply", "--server-side", "-f", "examples/orders/namespace.yaml", check=False
+    )
+    assert refused.returncode == 1
+    assert "server-side apply is not emulated here: apply client-side" in refused.stderr
+    assert [n["metadata"]["name"] for n in api.list("v1/namespaces")] == ["default"]

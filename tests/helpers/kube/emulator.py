@@ -40,7 +40,8 @@ What it does like a real API server:
 
 Simplified:
 
-- Server-side apply (``application/apply-patch+yaml``) is refused with 415. Built-in kinds
+- Server-side apply (``application/apply-patch+yaml``, ``kubectl apply --server-side``) is
+  refused with 415, also for an object that does not exist yet. Built-in kinds
   answer ``kubectl get`` with a list, not their own Table (kubectl then prints names and
   ages); their unknown fields are kept, not pruned. No OpenAPI v2.
 - Only a CRD's storage version is served; deleting a CRD leaves its resource served.
@@ -141,11 +142,8 @@ _CUSTOM_RESOURCE_VERBS = (
     "update",
     "watch",
 )
-_CUSTOM_RESOURCE_PATCHES = (
-    PATCH_TYPES["json"],
-    PATCH_TYPES["merge"],
-    "application/apply-patch+yaml",
-)
+_APPLY_PATCH = "application/apply-patch+yaml"
+_CUSTOM_RESOURCE_PATCHES = (PATCH_TYPES["json"], PATCH_TYPES["merge"], _APPLY_PATCH)
 _GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no 0/1/3
 _GENERATED_NAME_MAX_PREFIX = 58  # 63 minus the 5 random characters
 # A real API server refuses JSON nested more than 10,000 levels deep; Python's recursion
@@ -586,6 +584,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 )
                 return _json(replaced, warnings=self.warnings)
             case ("PATCH", str(), _):
+                if content_type.startswith(_APPLY_PATCH):  # even for an object not there yet
+                    raise kmock.KubernetesError(
+                        415,
+                        "UnsupportedMediaType",
+                        "server-side apply is not emulated here: apply client-side",
+                        {},
+                    )
                 stored = self._stored(res, namespace, name)
                 patched = self._patch(
                     res,

@@ -44,7 +44,7 @@ def _merge_map(original: Any, patch: Body, schema: Schema | None, resolve: Resol
     directive = patch.get(_DIRECTIVE)
     if directive == "replace":
         return copy.deepcopy({k: v for k, v in patch.items() if k != _DIRECTIVE})
-    if directive is not None:
+    if directive not in (None, "merge"):  # merge: what a map does anyway
         raise PatchError(f"unknown patch type: {directive!r} in map")
     merged = dict(original) if isinstance(original, dict) else {}
     if _RETAIN_KEYS in patch:
