@@ -71,6 +71,8 @@ def _merge_map(original: Any, patch: Body, schema: Schema | None, resolve: Resol
             merged[key] = copy.deepcopy(value)
     for key, value in patch.items():
         if key.startswith(_DELETE_FROM):
+            if not isinstance(value, list):
+                raise PatchError(f"{key} must be a list")
             field_name = key.removeprefix(_DELETE_FROM)
             if isinstance(merged.get(field_name), list):
                 merged[field_name] = [item for item in merged[field_name] if item not in value]
