@@ -303,3 +303,11 @@ def test_server_side_apply_is_refused_in_one_line(api: EmulatedApiServer, kubect
     assert refused.returncode == 1
     assert "server-side apply is not emulated here: apply client-side" in refused.stderr
     assert [n["metadata"]["name"] for n in api.list("v1/namespaces")] == ["default"]
+
+
+def test_the_server_is_the_kubernetes_of_its_schemas(kubectl: Kubectl) -> None:
+    """The OpenAPI documents hold Kubernetes 1.32's schemas, so /version says 1.32: no skew
+    warning for the 1.32 client."""
+    answer = kubectl.run("version")
+    assert "Server Version: v1.32.0" in answer.stdout
+    assert "WARNING" not in answer.stdout + answer.stderr

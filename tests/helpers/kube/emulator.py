@@ -511,10 +511,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return await kmock.RawHandler._handle(self, request)
 
     def _api_document(self, request: rendering.Request) -> aiohttp.web.Response | None:
-        """Aggregated discovery and the OpenAPI v3 documents (kmock serves legacy discovery)."""
+        """The version, aggregated discovery and the OpenAPI v3 documents (kmock serves legacy
+        discovery)."""
         path, accept = request.url.path, _header(request, "accept")
         if request.method != "GET":
             return None
+        if path == "/version":  # the Kubernetes whose schemas the OpenAPI documents hold
+            return _document(openapi.server_version(), "application/json")
         if path in ("/api", "/apis") and discovery.wants_aggregated(accept):
             found = discovery.aggregated(self.resources, legacy=path == "/api")
             return _document(found, discovery.CONTENT_TYPE)

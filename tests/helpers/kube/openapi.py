@@ -64,6 +64,18 @@ _METADATA_DESCRIPTION = (
 )
 
 
+def server_version() -> Body:
+    """``/version``: the Kubernetes release whose built-in schemas these documents hold."""
+    major, minor = KUBERNETES_VERSION.split(".")
+    return {
+        "major": major,
+        "minor": minor,
+        "gitVersion": f"v{KUBERNETES_VERSION}.0",
+        "gitTreeState": "clean",
+        "platform": "linux/amd64",
+    }
+
+
 def document_path(res: kmock.resource) -> str:
     """A group version's key in the ``/openapi/v3`` index: ``api/v1``, ``apis/apps/v1``."""
     return f"apis/{res.group}/{res.version}" if res.group else f"api/{res.version}"
