@@ -100,5 +100,6 @@ def test_the_guides_first_run_leaves_checkpoints_to_list_and_inspect(tmp_path: P
 
     assert re.search(r"^checkpoint\s+1\s+1\s", out, flags=re.MULTILINE), out  # list
     assert re.search(r"^checkpoint\s+2\s+2\s", out, flags=re.MULTILINE), out
-    assert "checkpoint 2 of default/wordcount" in out, out  # inspect
+    assert re.search(r"^checkpoint\s+2\s+2\s+\d{4}-\d\d-\d\dT", out, flags=re.MULTILINE), out
+    assert "query_id: 0b7c6a0e-5a2f-4a4e-9b52-8d1f0f3a6c11" in out, out  # inspect -o yaml
     assert "2 verified: 2 OK, 0 failed" in out, out  # verify
