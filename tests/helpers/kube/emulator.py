@@ -330,7 +330,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     Its methods are not thread-safe: call them on the loop that serves it (``serve``), or
     through ``EmulatedApiServer.call``. Requests go to kmock's reactions first, so a test can
     still inject failures, e.g. ``emulator["patch", "pods"] << kmock.KubernetesError(500)``;
-    the state then does not change.
+    the state then does not change. (``/version``, aggregated discovery and the OpenAPI
+    documents are answered before the reactions.)
     """
 
     event_log_size: int = 1000
