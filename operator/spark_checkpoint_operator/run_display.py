@@ -119,7 +119,10 @@ class RunDisplay:
 
         class Handler(logging.Handler):
             def emit(self, record: logging.LogRecord) -> None:
-                display.line(f"{record.levelname.lower()}: {self.format(record)}")
+                try:
+                    display.line(f"{record.levelname.lower()}: {self.format(record)}")
+                except Exception:  # as logging's own handlers: never raised into the caller
+                    self.handleError(record)
 
         return Handler()
 
