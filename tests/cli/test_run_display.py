@@ -24,6 +24,7 @@ import pytest
 
 from helpers.fake_query import BATCHES_VARIABLE, ROWS_PER_BATCH, write_job
 from helpers.script_job import alive
+from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
 
 COLUMNS, LINES = 320, 50  # wide: the summary ends with a path under tmp_path
 # Seconds the driver waits before it imports anything: Spark's start, as the user waits
@@ -204,8 +205,11 @@ def _plain_run(directory: Path, **environment: str) -> "subprocess.Popen[str]":
 def test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_code(
     job: Path,
 ) -> None:
+    # Checkpoints every 200 ms that copy slowly: one is in flight when the bounded input
+    # (8 batches) is done and the final checkpoint has completed, and is cut short.
+    write_job(job, interval="200ms")
     started = datetime.now().replace(microsecond=0)
-    run = _plain_run(job, **{BATCHES_VARIABLE: "12"})  # bounded: it finishes by itself
+    run = _plain_run(job, **{BATCHES_VARIABLE: "8", COPY_DELAY_VARIABLE: "0.3"})
     out, _ = run.communicate(timeout=120)
     ended = datetime.now()
 
@@ -220,10 +224,11 @@ def test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_cod
     summary = SUMMARY.search(lines[-1])
     assert summary is not None, out
     assert summary["outcome"] == "Finished"
-    assert (int(summary["batches"]), int(summary["rows"])) == (12, 12 * ROWS_PER_BATCH)
+    assert (int(summary["batches"]), int(summary["rows"])) == (8, 8 * ROWS_PER_BATCH)
     completions = re.findall(r"^\S+ \S+ checkpoint \d+ complete", out, re.MULTILINE)
     assert int(summary["checkpoints"]) == len(completions) > 0
     # A checkpoint given up because the input is done is no failure.
+    assert re.search(r"checkpoint \d+ given up: the input is done", out), out
     assert int(summary["failed"]) == 0, out
 
 
