@@ -245,7 +245,7 @@ class RunDisplay:
 
 
 def format_rate(rows_per_second: float) -> str:
-    return f"{rows_per_second:,.0f}" if rows_per_second >= 10 else f"{rows_per_second:.1f}"
+    return f"{rows_per_second:.0f}" if rows_per_second >= 10 else f"{rows_per_second:.1f}"
 
 
 def _count(number: int, singular: str, plural: str = "") -> str:

@@ -22,6 +22,7 @@ from pathlib import Path
 import pyte
 import pytest
 
+from helpers.doc_blocks import Block, marked_blocks
 from helpers.fake_query import BATCHES_VARIABLE, ROWS_PER_BATCH, write_job
 from helpers.script_job import alive
 from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
@@ -190,6 +191,21 @@ def test_a_terminal_shows_spark_starting_then_a_live_line_under_the_events(job: 
     assert summary["outcome"] == "Suspended"
     assert int(summary["savepoints"]) == 1
 
+    # The user guide shows the screen as it is.
+    *events, live_line = _lines(
+        marked_blocks(
+            "tests/cli/test_run_display.py::test_a_terminal_shows_spark_starting_then_a_live_line_under_the_events"
+        )
+    )
+    assert LIVE_LINE.fullmatch(live_line), live_line
+    assert all(re.match(r"\d\d:\d\d:\d\d \S", line) for line in events), events
+
+
+def _lines(blocks: list[Block]) -> list[str]:
+    """The lines of the one doc block a test keeps true."""
+    (block,) = blocks
+    return block.text.splitlines()
+
 
 def _plain_run(directory: Path, **environment: str) -> "subprocess.Popen[str]":
     return subprocess.Popen(
@@ -231,12 +247,21 @@ def test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_cod
     assert re.search(r"checkpoint \d+ given up: the input is done", out), out
     assert int(summary["failed"]) == 0, out
 
+    # The user guide shows such lines as they are.
+    guide = _lines(
+        marked_blocks(
+            "tests/cli/test_run_display.py::test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_code"
+        )
+    )
+    assert all(STAMP.match(line) for line in guide), guide
+    assert SUMMARY.match(guide[-1].split(" ", 2)[2]), guide[-1]
+
 
 def test_the_summary_of_a_resumed_run_counts_that_run_alone(job: Path) -> None:
     first = _plain_run(job)
     assert first.stdout is not None
-    for line in first.stdout:  # until two checkpoints completed
-        if re.search(r" checkpoint 2 complete", line):
+    for line in first.stdout:  # until a checkpoint completed
+        if re.search(r" checkpoint 1 complete", line):
             break
     first.send_signal(signal.SIGINT)  # a savepoint, then stop
     rest, _ = first.communicate(timeout=60)
