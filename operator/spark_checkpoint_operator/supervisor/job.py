@@ -578,6 +578,10 @@ class JobSupervisor:
         last = status_events.input_exhausted_at(status)
         if last is not None and attempt.input_exhausted_at is None:
             await self._on_input_exhausted(attempt, last)
+        elif status_events.finished_and_told(status) and attempt.finish():
+            # A completion it was told of covers its last batch: the driver exits now, and
+            # what its exit cuts short is no failure.
+            await self._interpreter.tell_phase()
         await self._tick()
 
     def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
