@@ -29,10 +29,9 @@ from spark_checkpoint_operator.storage_commands.rendering import (
 )
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 
-# How often the live line asks the driver's agent for the query's progress; without a
-# terminal, how often the progress is sampled for the summary.
-LIVE_REFRESH_SECONDS = 0.5
-PLAIN_REFRESH_SECONDS = 1.0
+# How often the driver's agent is asked for the query's progress, for the live line and
+# the summary (each answer walks Spark's recentProgress when a batch ran since the last).
+SAMPLE_SECONDS = 1.0
 COMPLETED = {
     "CheckpointCompleted": CheckpointKind.CHECKPOINT,
     "SavepointCompleted": CheckpointKind.SAVEPOINT,
@@ -155,14 +154,13 @@ class RunDisplay:
             self._ended = time.monotonic()
 
     async def _sample(self, supervisor: JobSupervisor) -> None:
-        interval = LIVE_REFRESH_SECONDS if self.live else PLAIN_REFRESH_SECONDS
         while True:
             self._status = await supervisor.read_status()
             for seen in (self._status, supervisor.last_status):
                 if seen is not None:
                     self._tally.status(seen)
             self._refresh()
-            await asyncio.sleep(interval)
+            await asyncio.sleep(SAMPLE_SECONDS)
 
     def _refresh(self) -> None:
         if self._live is not None and self._supervisor is not None:
