@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -160,7 +160,10 @@ class LocalLauncher:
         # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
         # interpreter, so they see the packages the driver sees, unless told otherwise.
         environment = {"PYSPARK_PYTHON": sys.executable, **os.environ}
-        environment.update({v.name: v.value for v in application.env})
+        # A Secret's variable is the run's own (`require_secret_variables`).
+        environment.update(
+            {v.name: v.value for v in self._manifest.spec.driver_env if v.secret is None}
+        )
         environment.update(settings.to_environment(self._paths.token_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
@@ -232,6 +235,7 @@ async def run_local(
     (``run --from``), that image is restored instead of the newest. Raises `JobBusy` if
     another run of the job is under way, `RunRefused` for an image that cannot be restored
     (before anything else is started)."""
+    require_secret_variables(manifest, os.environ)
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     with job_lock(paths, manifest):
@@ -248,6 +252,20 @@ async def run_local(
             metrics=metrics,
             agent_start_timeout=agent_start_timeout,
             restore_from=restore_from,
+        )
+
+
+def require_secret_variables(manifest: JobManifest, environment: Mapping[str, str]) -> None:
+    """A variable a Secret gives the pods on Kubernetes is taken from the run's own
+    environment (no cluster, no Secret): refuse the run, naming it, where it is not set."""
+    missing = [v for v in manifest.spec.driver_env if v.secret and v.name not in environment]
+    if missing:
+        first = missing[0]
+        assert first.secret is not None
+        raise RunRefused(
+            f"{', '.join(v.name for v in missing)} not set: on Kubernetes "
+            f"{first.name} comes from Secret {first.secret.name} (key {first.secret.key}); a "
+            "local run takes such variables from its own environment"
         )
 
 
