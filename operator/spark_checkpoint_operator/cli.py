@@ -5,7 +5,6 @@ import asyncio
 import importlib.metadata
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -30,6 +29,7 @@ from spark_checkpoint_operator.local_runtime import (
 from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
 from spark_checkpoint_operator.storage_commands.job import StorageSource
@@ -295,22 +295,16 @@ def _run(args: argparse.Namespace) -> int:
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.USAGE
-    started = time.time()
-
-    def report(line: str) -> None:
-        print(f"{_elapsed(time.time() - started)} {line}", flush=True)
-
-    # What libraries log gets the same time stamp as the runtime's own lines.
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(_ElapsedFormatter(started))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+    display = RunDisplay(sys.stdout)
+    # What libraries log is shown as the runtime's own lines are.
+    logging.basicConfig(level=logging.WARNING, handlers=[display.log_handler()], force=True)
     try:
         outcome = asyncio.run(
             run_local(
                 manifest,
                 args.manifest,
                 args.state_dir or default_state_dir(args.manifest),
-                report,
+                display,
                 metrics_port=args.metrics_port,
                 agent_start_timeout=args.agent_timeout,
                 restore_from=args.restore_from,
@@ -324,20 +318,6 @@ def _run(args: argparse.Namespace) -> int:
         TerminalOutcome.CANCELLED: ExitCode.CANCELLED,
     }
     return exit_codes.get(outcome, ExitCode.OK)
-
-
-def _elapsed(seconds: float) -> str:
-    return f"[{seconds:7.1f}s]"
-
-
-class _ElapsedFormatter(logging.Formatter):
-    def __init__(self, started: float) -> None:
-        super().__init__()
-        self._started = started
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = f"{_elapsed(record.created - self._started)} {record.levelname.lower()}: "
-        return line + super().format(record)
 
 
 def _simulate(args: argparse.Namespace) -> int:

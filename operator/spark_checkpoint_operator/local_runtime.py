@@ -45,6 +45,7 @@ from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
+from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
@@ -223,7 +224,7 @@ async def run_local(
     manifest: JobManifest,
     manifest_path: Path,
     state_dir: Path,
-    report: Callable[[str], None],
+    display: RunDisplay,
     *,
     metrics_port: int | None = None,
     agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
@@ -242,12 +243,12 @@ async def run_local(
         if metrics_port is not None:
             metrics = CheckpointMetrics(REGISTRY)
             metrics.serve(metrics_port, "127.0.0.1")
-            report(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+            display.line(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
         return await _run_locked(
             manifest,
             manifest_path,
             paths,
-            report,
+            display,
             metrics=metrics,
             agent_start_timeout=agent_start_timeout,
             restore_from=restore_from,
@@ -272,7 +273,7 @@ async def _run_locked(
     manifest: JobManifest,
     manifest_path: Path,
     paths: LocalPaths,
-    report: Callable[[str], None],
+    display: RunDisplay,
     *,
     metrics: CheckpointMetrics | None,
     agent_start_timeout: float,
@@ -292,6 +293,7 @@ async def _run_locked(
             "savepoints, copy it elsewhere first and name it in "
             "spec.restore.initialSavepointPath)"
         )
+    report = display.line
     storage = CheckpointStorage(layout)
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _stop_leftover_driver(paths, report)
@@ -316,7 +318,7 @@ async def _run_locked(
     interrupts = [0]
 
     def on_notice(notice: Notice) -> None:
-        report(notice.message)
+        display.notice(notice)
         control.notice(notice)
         if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
             # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
@@ -364,19 +366,16 @@ async def _run_locked(
     if image is not None:
         supervisor.restore_from(image)
         report(f"restoring {image} (--from) instead of the newest image")
-    started = time.monotonic()
     job = f"{manifest.namespace}/{manifest.name}"
     # `spark-checkpoint status`, `savepoint`, `stop` and `cancel` from another terminal.
-    async with serve_controls(
-        ControlPaths(paths.control_dir), supervisor, job, launcher.driver_pid, report
-    ) as control:
+    async with (
+        serve_controls(
+            ControlPaths(paths.control_dir), supervisor, job, launcher.driver_pid, report
+        ) as control,
+        display.showing(supervisor),
+    ):
         outcome = await supervisor.run()
-    state = supervisor.record.coordinator
-    report(
-        f"{outcome.value}: {state.completed_count} checkpoints/savepoints completed, "
-        f"{state.failed_count} failed, {supervisor.record.restores} restores "
-        f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
-    )
+    display.summary(outcome, supervisor.record, paths.status_file)
     return outcome
 
 
