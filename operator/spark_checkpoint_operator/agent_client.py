@@ -1,6 +1,7 @@
 """Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md). Requests and
 answers are the documents of `spark_checkpoint.protocol`, checked on the way in."""
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -155,6 +156,14 @@ class AgentClient:
                 if response.status >= 400:
                     raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")
                 return answer
+        except aiohttp.ClientConnectorError as error:
+            # A driver that exits closes its port: routine, so the words must not alarm
+            # ("Connect call failed" is aiohttp's).
+            number = error.os_error.errno
+            reason = os.strerror(number) if number else str(error.os_error)
+            raise AgentUnavailable(
+                f"{method} {path}: cannot connect to {error.host}:{error.port} ({reason})"
+            ) from error
         except (aiohttp.ClientConnectionError, TimeoutError) as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
 

@@ -3,6 +3,7 @@ the protocol's document (another version, a broken agent) is `AgentAnswerInvalid
 `AgentRejected` the supervisor already handles, with one line naming the field."""
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -21,7 +22,12 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
-from spark_checkpoint_operator.agent_client import AgentAnswerInvalid, AgentClient, AgentRejected
+from spark_checkpoint_operator.agent_client import (
+    AgentAnswerInvalid,
+    AgentClient,
+    AgentRejected,
+    AgentUnavailable,
+)
 
 STATUS = AgentStatus(
     version=4,
@@ -126,3 +132,23 @@ def test_a_refusal_is_one_line_with_the_agents_reason(answer: Any, reason: str) 
 
     assert str(raised.value) == f"POST {FINALIZE}: 409 {reason}"
     assert not isinstance(raised.value, AgentAnswerInvalid)
+
+
+def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm() -> None:
+    # A driver that exits closes its port: the fallbacks that follow (the janitor
+    # discards, a completion is recovered on restore) quote this reason to the user.
+    port = free_port()
+
+    async def scenario() -> str:
+        client = AgentClient(f"http://127.0.0.1:{port}", "token")
+        try:
+            await client.complete(7, 3)
+        except AgentUnavailable as error:
+            return str(error)
+        finally:
+            await client.close()
+        raise AssertionError("a closed port answered")
+
+    reason = asyncio.run(scenario())
+    assert reason.endswith(f"cannot connect to 127.0.0.1:{port} (Connection refused)"), reason
+    assert not re.search(r"fail|error|warning", reason, re.I), reason

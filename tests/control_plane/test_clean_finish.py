@@ -113,7 +113,7 @@ class ToldEarlyAgent(FakeAgent):
         if self.told_end:
             self.reachable = False
             asyncio.get_running_loop().call_later(JVM_SHUTDOWN_SECONDS, self._exit)
-            raise AgentUnavailable("Cannot connect to host 127.0.0.1:1 [Connect call failed]")
+            raise AgentUnavailable("POST /v1/complete: cannot connect to 127.0.0.1:1 (refused)")
         await super().complete(checkpoint_id, batch_id)
         self.told_end = self.last_batch is not None and batch_id >= self.last_batch
 
