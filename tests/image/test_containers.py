@@ -10,7 +10,6 @@ and `make test` does not; they fail, never skip, where the tools are missing.
 """
 
 import json
-import os
 import shutil
 import socket
 import urllib.request
@@ -36,17 +35,6 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "manifest" / "fixtures" / "minimal-job.yaml"
 GUIDE_JOB = ROOT / "examples" / "orders" / "job.yaml"
 UID = 10001
-
-
-@pytest.fixture(scope="module")
-def images() -> dict[str, str]:
-    missing = containers.missing_tools()
-    if missing:
-        pytest.fail(f"missing {', '.join(missing)}: `make images-tools` installs them")
-    if os.geteuid() != 0:
-        pytest.fail("building and running the images needs root here (as CI has)")
-    base = containers.stand_in_base()
-    return {target: containers.build(target, base) for target in containers.TARGETS}
 
 
 def run_pod_container(
