@@ -31,6 +31,7 @@ cat /etc/secret/password; echo
 stat -c '%a %g' /etc/projected/greeting
 cat /etc/projected/greeting; echo; cat /etc/projected/pod-name; echo
 echo "$GREETING $PASSWORD $POD_NAME $1"
+echo "$(hostname) $(getent hosts "$(hostname)" | awk '{print $1}')"
 echo "it ended badly" > /dev/termination-log
 exit 3
 """
@@ -178,6 +179,7 @@ def test_a_pod_runs_in_its_image_with_its_security_context_volumes_and_environme
         "hello",
         "probe",
         "hello s3cret probe hello-expanded",
+        f"probe {api.get(PODS, NS, 'probe')['status']['podIP']}",  # as in a kubelet's /etc/hosts
     ], log
     terminated = container_status(api, "probe")["state"]["terminated"]
     assert (terminated["exitCode"], terminated["reason"]) == (3, "Error")

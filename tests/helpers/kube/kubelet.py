@@ -1,4 +1,5 @@
-"""A local "kubelet" for tests: runs the Pod objects of a Kubernetes API as local processes.
+"""A local "kubelet" for tests: runs the Pod objects of a Kubernetes API as local processes,
+or (``containers=True``) as Podman containers from their images.
 
 No cluster exists in CI, so operator tests need something that turns the pods the operator
 creates into running Spark drivers and reports their phases back, as a kubelet would. This
@@ -9,7 +10,35 @@ patches the `status` subresource, and on graceful deletion stops the process and
 deletes the object with gracePeriodSeconds=0, so a pod object disappears only after its
 process is gone, as on a real node.
 
-Simplifications (a process is not a container):
+Container mode (``containers=True``; root and Podman, tests/helpers/containers.py): each
+pod's container is `podman create`d from the pod's image (never pulled: a missing image
+keeps the pod Pending, ErrImageNeverPull) and run attached, its output going to the same log
+file, with:
+
+- its securityContext over the pod's (user, group, readOnlyRootFilesystem without Podman's
+  writable /tmp, /var/tmp and /run, capabilities, no privilege escalation, fsGroup as a
+  supplemental group); runAsNonRoot checked against the image's user, as the kubelet does
+  (else Pending, CreateContainerConfigError);
+- its env (the image's own environment under it), command (replacing the image's
+  entrypoint) and args with `$(VAR)` expansion, and workingDir: nothing is rewritten, the
+  mounts are real bind mounts of the volumes' directories below, at their mountPath,
+  read-only where the mount says so; the termination message file is bind-mounted at
+  terminationMessagePath;
+- with the pod's fsGroup, every volume but hostPath owned by that group as a kubelet does
+  it: group-readable files (and group-writable in emptyDir and claim volumes), setgid
+  directories; emptyDirs are mode 0777;
+- the host's network (no network namespace; the pod still binds its own 127.x.y.z pod IP),
+  the pod's name as hostname, resolving to the pod IP (/etc/hosts, as a kubelet writes it);
+- exit codes and reasons from Podman (137 after SIGKILL, OOMKilled; StartError with exit 128
+  when runc cannot start the command); containerID `podman://<id>`, imageID the image's id;
+- deletion: `podman stop --time <grace period>` (SIGTERM to the container's PID 1, SIGKILL
+  after the grace period); `kill()` is `podman kill --signal`; `stop()` removes every
+  container of this kubelet (by its label). Containers outlive a killed test run (they are
+  not children of it): `podman ps --filter label=io.spark-checkpoint.local-kubelet` lists
+  them.
+
+Simplifications (a process is not a container; in container mode, the points about
+mounts, environment and processes do not apply):
 
 - Exactly one container; a pod with more, or with initContainers, gets phase Failed.
 - No image: the container must have a `command`; `argv = command + args` after `$(VAR)`
@@ -37,8 +66,9 @@ Simplifications (a process is not a container):
   downwardAPI (fieldRef items), emptyDir (a fresh directory per pod), hostPath (the real
   path; DirectoryOrCreate creates it) and persistentVolumeClaim (a ReadWriteMany volume of
   this node: `<work_root>/<namespace>/claims/<claimName>`, shared by the namespace's pods and
-  kept after them; no PersistentVolumeClaim object is needed). Others (projected, ...) fail
-  the pod. Secret and configMap files are written when the pod starts, not refreshed.
+  kept after them; no PersistentVolumeClaim object is needed), projected (secret, configMap
+  and downwardAPI sources). Others (nfs, serviceAccountToken projections, ...) fail the pod.
+  Secret and configMap files are written when the pod starts, not refreshed.
 - Mounts: a process cannot mount, so each volumeMount's `mountPath` maps to a directory:
   `<work_root>/<namespace>/<pod>/volumes/<volume>[/<subPath>]`, or the hostPath itself. Every
   occurrence of a mount path that starts a path (at the start of a string or after a
@@ -582,7 +612,10 @@ class LocalKubelet:
         name += f"_{state.restart_count}"
         created = await _podman(
             *("create", "--name", name, "--pull=never", "--network=host"),
-            *("--hostname", state.name, "--label", f"{CONTAINER_LABEL}={self._instance}"),
+            # As a kubelet writes /etc/hosts: the pod's name resolves to its IP (Spark looks
+            # its host up at start).
+            *("--hostname", state.name, "--add-host", f"{state.name}:{state.ip}"),
+            *("--label", f"{CONTAINER_LABEL}={self._instance}"),
             *launch.options,
             launch.image,
             *launch.arguments,
