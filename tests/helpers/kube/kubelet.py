@@ -582,18 +582,10 @@ class LocalKubelet:
 
     async def _run_process(self, state: _PodState, launch: _Launch) -> tuple[int, dict[str, Any]]:
         """Runs the container once, until it exits or the pod is deleted."""
-        process = await self._spawn(state, launch)
-        started = _now()
-        await self._report(state, "Running", {"running": {"startedAt": started}}, ready=True)
-        exited = asyncio.ensure_future(process.wait())
-        deleted = asyncio.ensure_future(state.deletion.wait())
-        try:
-            await asyncio.wait({exited, deleted}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            deleted.cancel()
-        if not exited.done():
-            await _end_process(process, _grace_seconds(state.pod))
-        code = await exited
+        grace = _grace_seconds(state.pod)
+        process, code, started = await self._attend(
+            state, launch, lambda running: _end_process(running, grace)
+        )
         _signal_group(process, signal.SIGKILL)  # the container's other processes die with it
         terminated = _terminated(code, started)
         if message := _termination_message(state, terminated["terminated"]["exitCode"]):
@@ -627,21 +619,14 @@ class LocalKubelet:
             inspected = await _podman("container", "inspect", "--format", "{{.Image}}", name)
             state.image_id = inspected.stdout.strip()
             attach = containers.podman_command("start", "--attach", name)
-            process = await self._spawn(
-                state, _Launch(argv=attach, env=containers.environment(), cwd=state.sandbox)
+            grace = str(math.ceil(_grace_seconds(state.pod)))
+
+            async def stop(_: asyncio.subprocess.Process) -> None:
+                await _podman("stop", "--time", grace, name)
+
+            _, _, started = await self._attend(
+                state, _Launch(argv=attach, env=containers.environment(), cwd=state.sandbox), stop
             )
-            started = _now()
-            await self._report(state, "Running", {"running": {"startedAt": started}}, ready=True)
-            exited = asyncio.ensure_future(process.wait())
-            deleted = asyncio.ensure_future(state.deletion.wait())
-            try:
-                await asyncio.wait({exited, deleted}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                deleted.cancel()
-            if not exited.done():
-                grace = math.ceil(_grace_seconds(state.pod))
-                await _podman("stop", "--time", str(grace), name)
-            await exited
             ended = await _podman("container", "inspect", "--format", "json", name)
             container_state = json.loads(ended.stdout)[0]["State"]
         finally:
@@ -658,6 +643,28 @@ class LocalKubelet:
         if message := _termination_message(state, code):
             terminated["terminated"]["message"] = message
         return code, terminated
+
+    async def _attend(
+        self,
+        state: _PodState,
+        launch: _Launch,
+        stop: Callable[[asyncio.subprocess.Process], Coroutine[Any, Any, None]],
+    ) -> tuple[asyncio.subprocess.Process, int, str]:
+        """Starts ``launch``, reports the pod Running and waits until the process exits or
+        the pod is deleted (then ``stop`` ends it): the process, its exit code and when it
+        started."""
+        process = await self._spawn(state, launch)
+        started = _now()
+        await self._report(state, "Running", {"running": {"startedAt": started}}, ready=True)
+        exited = asyncio.ensure_future(process.wait())
+        deleted = asyncio.ensure_future(state.deletion.wait())
+        try:
+            await asyncio.wait({exited, deleted}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            deleted.cancel()
+        if not exited.done():
+            await stop(process)
+        return process, await exited, started
 
     async def _spawn(self, state: _PodState, launch: _Launch) -> asyncio.subprocess.Process:
         with (state.sandbox / "container.log").open("ab") as output:
