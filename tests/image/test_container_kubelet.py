@@ -2,7 +2,9 @@
 containers from their images, as a kubelet runs them (tests/helpers/kube/kubelet.py)."""
 
 import base64
+import os
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,8 +12,9 @@ from typing import Any
 import kmock
 import pytest
 
+from helpers import containers
 from helpers.kube.emulator import EmulatedApiServer
-from helpers.kube.kubelet import KubeletThread
+from helpers.kube.kubelet import CONTAINER_LABEL, KubeletThread
 
 pytestmark = [pytest.mark.containers, pytest.mark.timeout(600)]
 
@@ -245,3 +248,28 @@ def test_a_pod_that_cannot_run_waits_or_fails_as_on_a_node(
     assert "runAsNonRoot" in waiting["as-root"]["message"]
     assert waiting["no-image"]["reason"] == "ErrImageNeverPull"
     assert api.get(PODS, NS, "as-root")["status"]["phase"] == "Pending"
+
+
+def test_a_kubelet_removes_the_containers_of_a_kubelet_that_died(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """A test run killed before its kubelet stopped leaves running containers behind (they
+    are not its children): the next container-mode kubelet removes them, not others'."""
+    # 4194305: above any pid Linux gives (PID_MAX_LIMIT is 2**22).
+    dead, alive = "local-kubelet-4194305-0badf00d", f"local-kubelet-{os.getpid()}-0badf00d"
+    names = {label: f"orphan-probe-{uuid.uuid4().hex[:8]}" for label in (dead, alive)}
+    for label, name in names.items():
+        containers.podman(
+            *("run", "--detach", "--pull=never", "--name", name),
+            *("--label", f"{CONTAINER_LABEL}={label}", images["spark"], "sleep", "300"),
+        )
+    try:
+        with EmulatedApiServer() as api, KubeletThread(api.url, tmp_path, containers=True):
+            pass
+
+        running = containers.podman("ps", "--all", "--format", "{{.Names}}").split()
+        assert names[dead] not in running
+        assert names[alive] in running
+    finally:
+        for name in names.values():  # one at a time: see kubelet._remove_containers
+            containers.podman("rm", "--force", "--time", "0", name)

@@ -311,6 +311,8 @@ class LocalKubelet:
     async def start(self) -> None:
         config = KubeConfig.from_one(cluster=Cluster(server=self.api_url), user=User())
         self._client = AsyncClient(config, lazy=False, trust_env=False, field_manager="kubelet")
+        if self.containers:
+            await _remove_orphans()
         self._watcher = asyncio.create_task(self._watch(), name="kubelet-watch")
 
     async def stop(self) -> None:
@@ -1166,8 +1168,26 @@ async def _remove_containers(*names_or_filter: str) -> None:
     if names and names[0].startswith("label="):
         listed = await _podman("ps", "--all", "--quiet", "--filter", names[0])
         names = listed.stdout.split()
-    if names:
-        await _podman("rm", "--force", "--time", str(int(STOP_GRACE_SECONDS)), *names)
+    # One at a time: Podman 4.3 given a name already gone among others leaves the rest.
+    grace = str(int(STOP_GRACE_SECONDS))
+    await asyncio.gather(*(_podman("rm", "--force", "--time", grace, name) for name in names))
+
+
+async def _remove_orphans() -> None:
+    """Removes the containers of local kubelets whose process is gone (a test run killed
+    before its kubelet could stop them): they would run on, a Spark driver among them."""
+    listed = await _podman(
+        "ps", "--all", "--filter", f"label={CONTAINER_LABEL}", "--format", "json"
+    )
+    orphans = []
+    for container in json.loads(listed.stdout or "[]"):
+        instance = (container.get("Labels") or {}).get(CONTAINER_LABEL, "")
+        pid = instance.rsplit("-", 2)[-2] if instance.count("-") >= 2 else ""
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            orphans.append(container["Id"])
+    if orphans:
+        log.warning("kubelet: removing %d containers of kubelets gone", len(orphans))
+        await _remove_containers(*orphans)
 
 
 def _last_line(text: str) -> str:
