@@ -696,8 +696,8 @@ class LocalKubelet:
         mounts = await self._mounts(state, sources)
         message_file = _termination_message_file(state)
         message_file.unlink(missing_ok=True)
-        message_file.touch(mode=0o666)  # the container may run as any user
-        message_file.chmod(0o666)
+        message_file.touch()
+        message_file.chmod(0o666)  # the container may run as any user (touch applies the umask)
         message_path = container.terminationMessagePath or TERMINATION_MESSAGE_PATH
         mounts.append(containers.Mount(message_path, message_file))
         if self.containers:
@@ -710,8 +710,8 @@ class LocalKubelet:
         if not argv:
             raise _PodFailed(
                 "CreateContainerConfigError",
-                "the container has no command, and the local kubelet runs no images "
-                "(but in container mode)",
+                "the container has no command, and the local kubelet runs images only in "
+                "container mode",
             )
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable
@@ -747,7 +747,8 @@ class LocalKubelet:
         if self.containers and fs_group is not None:
             for volume in _spec(state.pod).volumes or []:
                 if volume.hostPath is None:
-                    _own_by_group(volume_dirs[volume.name], fs_group, _files_only(volume))
+                    directory, files_only = volume_dirs[volume.name], _files_only(volume)
+                    await asyncio.to_thread(_own_by_group, directory, fs_group, files_only)
         return mounts
 
     async def _container_launch(
