@@ -31,14 +31,19 @@ lint: $(INSTALLED)
 typecheck: $(INSTALLED)
 	$(BIN)/mypy -p spark_checkpoint_operator -p spark_checkpoint
 
-unit: $(INSTALLED)
-	$(BIN)/python -m pytest -m "not containers"
+# The image smoke tests (marker `images`: both images build, each starts and answers) are
+# part of it, so it needs the image tools (installed here when missing; root, as CI has).
+# Two workers (pytest-xdist), one per core: the Spark e2es mostly wait on their drivers.
+unit: images-tools $(INSTALLED)
+	$(BIN)/python -m pytest -n 2 --dist worksteal -m "not containers"
 
 # The images, built here without Docker: Buildah builds the Dockerfile's targets on a stand-in
 # for the official Python image assembled from Debian's packages, Podman runs them
-# (tests/helpers/containers.py; caches outside the clone). Not part of `make test`: on a fresh
-# machine the tools, the base and both images take about 8 minutes more than CI's budget has
-# left (README, "The images"). Needs root, as CI has.
+# (tests/helpers/containers.py; caches outside the clone, shared by checkouts and xdist
+# workers under a file lock). `make test` runs the smoke tests (marker `images`); the
+# slow ones (marker `containers`: the operator image driving a job, the whole story with
+# every pod a container, executors, a pipeline image) run here: with them CI would not fit
+# its 25 minutes (README, "The images"). Needs root, as CI has.
 IMAGE_TOOLS := podman buildah mmdebstrap runc
 images-tools:
 	@(for tool in $(IMAGE_TOOLS); do command -v $$tool > /dev/null || exit 1; done) \
@@ -48,7 +53,7 @@ images: images-tools $(INSTALLED)
 	$(BIN)/python tests/helpers/containers.py build
 
 images-test: images-tools $(INSTALLED)
-	$(BIN)/python -m pytest -m containers tests/image
+	$(BIN)/python -m pytest -m "containers or images" tests/image
 
 # Mutation testing of the coordinator core (docs/testing.md; CI does not run it: it takes
 # many minutes). mutmut names modules after their paths, so it runs in build/mutation,

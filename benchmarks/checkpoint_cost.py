@@ -80,9 +80,6 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.status import StatusFile
 from spark_checkpoint_operator.supervisor.polling import STATUS_GAP_SECONDS
 
-# The test suite's helpers are shared rather than copied (imported where used).
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-
 TARGET = 2.0
 NAMESPACE, JOB = "default", "checkpoint-cost"
 PROVIDERS = {
@@ -250,8 +247,6 @@ class AgentUnderTest:
             attempt=1,
         )
         self.token = secrets.token_hex(16)
-        from helpers.agent import free_port  # noqa: PLC0415
-
         port = free_port()
         self.server = AgentServer(self.agent, self.token, "127.0.0.1", port)
         self.server.start()
@@ -278,8 +273,6 @@ class AgentUnderTest:
 @contextmanager
 def s3_server() -> Iterator[tuple[str, dict[str, str]]]:
     """moto's S3 server as a subprocess on a loopback port, with one bucket."""
-    from helpers.agent import free_port  # noqa: PLC0415
-
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
@@ -315,6 +308,12 @@ def s3_filesystem(endpoint: str) -> Any:
     return fsspec.filesystem(
         "s3", skip_instance_cache=True, endpoint_url=endpoint, key="testing", secret="testing"
     )
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 # --- the query ---------------------------------------------------------------------------

@@ -1,42 +1,39 @@
-"""Operator scale: N jobs with simulated drivers in one operator process (issue 4).
+"""Operator scale: N jobs in one operator process, against a cluster (issue 4).
 
-Three processes share the machine:
+The benchmark talks to the cluster as the operator does, through a kubeconfig
+(``--kubeconfig``): it creates the jobs, starts the operator under test with the same
+kubeconfig, ``kopf run --standalone -m spark_checkpoint_operator.kubernetes.handlers``
+as it runs in its Deployment (the process that is measured), and reads back what it needs
+through the API: the jobs' phases and checkpoint counts, their size, and the requests
+the API server served, from its ``/metrics`` (``apiserver_request_total``).
 
-- this one: the emulated API server (``tests/helpers/kube/emulator.py``, in a thread) and
-  the sampler;
-- a child process: the simulated kubelet and every simulated agent
-  (``tests/helpers/kube/simulated.py``), which records when each trigger arrives;
-- the operator, ``kopf run --standalone -m spark_checkpoint_operator.kubernetes.handlers``,
-  as it runs in its Deployment. This is the process that is measured.
+On this machine the cluster is the emulated API server with simulated drivers, started
+beforehand as a process of their own (``tests/helpers/kube/launch.py``; benchmarks/README.md
+says how). With ``--agents-log`` (the simulated agents' log), trigger lateness is the time
+a periodic trigger arrives at its agent minus the time the coordinator had scheduled it
+for; without it (a real cluster), the time the operator got the trigger's answer. The
+scheduled time comes from the coordinator itself: when the operator imports this module
+(``kopf run ... -m operator_scale`` with ``OPERATOR_SCALE_PROBE`` set), it adds an observer
+to every job (the supervisor reports each consumed periodic slot and each trigger sent)
+that writes one line per consumed slot; the module imports nothing the operator has not
+loaded already (the Kubernetes client and prometheus_client come with it). ``--idle-poll``
+sets the operator's own setting.
 
-Trigger lateness is the time a periodic trigger arrives at its agent minus the time the
-coordinator had scheduled it for. The scheduled time comes from the coordinator itself:
-when the operator imports this module (``kopf run ... -m operator_scale`` with
-``OPERATOR_SCALE_PROBE`` set), it adds an observer to every job (the supervisor reports
-each consumed periodic slot and each trigger sent) that writes one line per consumed
-slot; the module imports nothing else into the operator. ``--idle-poll`` sets the
-operator's own setting.
+As root, the operator runs SCHED_FIFO, so other work on a shared machine does not take its
+core. Results and method: benchmarks/README.md, section 4.
 
-Everything runs in a private network namespace (``unshare``) when it can, so the agents'
-fixed port 8484 does not collide with tests running on the same machine; as root, the
-operator runs SCHED_FIFO, so other work on a shared machine does not take its core.
-Results and method: benchmarks/README.md, section 4.
-
-    .venv/bin/python benchmarks/operator_scale.py --jobs 1000 --interval 10
-    .venv/bin/python benchmarks/operator_scale.py --jobs 10000 --interval 60 --duration 300
+    .venv/bin/python benchmarks/operator_scale.py --kubeconfig KUBECONFIG --jobs 1000 --interval 10
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import itertools
 import json
 import math
 import os
 import re
-import shlex
 import shutil
 import signal
 import statistics
@@ -49,30 +46,26 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-if TYPE_CHECKING:
-    from aiohttp import web
-
-    from helpers.kube.emulator import ApiServerEmulator, EmulatedApiServer
+from kubernetes import client, config
+from prometheus_client.parser import text_string_to_metric_families
 
 BENCHMARKS = Path(__file__).resolve().parent
 ROOT = BENCHMARKS.parent
-TESTS = ROOT / "tests"
 RESULTS = BENCHMARKS / "results"
 PROBE_VARIABLE = "OPERATOR_SCALE_PROBE"
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"  # the operator's setting
-NETNS_VARIABLE = "OPERATOR_SCALE_IN_NETNS"
 OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
 TRIGGER_LINE = re.compile(r"\S+/job-\d+: trigger (checkpoint|savepoint) \d+")
 SAMPLE_SECONDS = 1.0
-DRAIN_SECONDS = 5.0
 TARGET_LATENESS = 1.0
 TARGET_CORES = 1.0
 TARGET_RSS_MIB = 500.0
+JOBS = ("sparkcheckpoint.io", "v1alpha1", "sparkcheckpointjobs")
 
 
 # --- the probe, inside the operator process ---------------------------------------------
@@ -119,59 +112,6 @@ def _install_probe(path: str) -> None:
     JOB_OBSERVERS.append(lambda namespace, name: Probe())
 
 
-# --- the simulated cluster, in a child process ---------------------------------------------
-
-
-def _simulated_cluster(api_url: str, out: Path, batch_seconds: float) -> None:
-    """Run the simulated kubelet and agents until SIGTERM; then write what the agents saw."""
-    sys.path.insert(0, str(TESTS))
-    from helpers.kube.simulated import SimulatedAgents, SimulatedKubelet  # noqa: PLC0415
-    from spark_checkpoint.protocol import TriggerBody  # noqa: PLC0415
-
-    class RecordingAgents(SimulatedAgents):
-        """Simulated agents that note when each trigger arrives and count requests."""
-
-        def __init__(self) -> None:
-            super().__init__(batch_seconds=batch_seconds, ack_delay=(0.01, 0.2))
-            self.arrivals: list[tuple[str, int, float]] = []
-            self.per_second: collections.Counter[tuple[int, str]] = collections.Counter()
-
-        def _agent(self, request: web.Request) -> Any:
-            route = request.path.rsplit("/", 1)[-1]
-            route = {"checkpoints": "trigger", "collect-garbage": "garbage"}.get(route, route)
-            self.per_second[int(time.time()), route] += 1
-            return super()._agent(request)
-
-        async def _trigger(self, request: web.Request) -> web.Response:
-            arrived = time.time()
-            response = await super()._trigger(request)
-            # Read once already (aiohttp keeps it) and found the protocol's document.
-            body = TriggerBody.from_json(await request.json())
-            host = (request.host or "").rsplit(":", 1)[0]
-            self.arrivals.append((host, body.checkpoint_id, arrived))
-            return response
-
-    async def main() -> None:
-        agents = RecordingAgents()
-        kubelet = SimulatedKubelet(api_url, agents)
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGTERM, stop.set)
-        await agents.start()
-        await kubelet.start()
-        print("ready", flush=True)
-        await stop.wait()
-        document = {
-            "arrivals": agents.arrivals,
-            "requests": [[s, r, n] for (s, r), n in sorted(agents.per_second.items())],
-        }
-        out.write_text(json.dumps(document), encoding="utf-8")
-        await kubelet.stop()
-        await agents.stop()
-
-    asyncio.run(main())
-
-
 # --- measuring processes -------------------------------------------------------------------
 
 
@@ -214,37 +154,32 @@ class Sample:
     operator_cpu: float
     operator_waited: float
     operator_rss: float
-    simulated_cpu: float
     harness_cpu: float
-    emulator_cpu: float
     load: float
 
 
 @dataclass
 class Sampler:
-    """Samples CPU and memory of the three processes every second, in a thread."""
+    """Samples CPU and memory of the operator and of this process every second, in a thread."""
 
     operator: int
-    simulated: int
-    emulator_thread: int
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
-    def sample(self) -> Sample:
-        me = os.getpid()
-        sample = Sample(
-            at=time.time(),
-            operator_cpu=cpu_seconds(self.operator),
-            operator_waited=waited_seconds(self.operator),
-            operator_rss=memory_mib(self.operator)["VmRSS"],
-            simulated_cpu=cpu_seconds(self.simulated),
-            harness_cpu=cpu_seconds(me),
-            emulator_cpu=cpu_seconds(me, self.emulator_thread),
-            load=os.getloadavg()[0],
-        )
+    def sample(self) -> None:
+        try:
+            sample = Sample(
+                at=time.time(),
+                operator_cpu=cpu_seconds(self.operator),
+                operator_waited=waited_seconds(self.operator),
+                operator_rss=memory_mib(self.operator)["VmRSS"],
+                harness_cpu=cpu_seconds(os.getpid()),
+                load=os.getloadavg()[0],
+            )
+        except (FileNotFoundError, KeyError):
+            return  # the operator has exited (the run reports why)
         self.samples.append(sample)
-        return sample
 
     def start(self) -> None:
         def loop() -> None:
@@ -279,66 +214,7 @@ def busiest(samples: Sequence[Sample], metric: Callable[[Sample], float], window
     return max(cores(samples[i : i + window + 1], metric) for i in range(len(samples) - window))
 
 
-# --- the emulator's side ---------------------------------------------------------------------
-
-
-def _request_kind(request: Any) -> str:
-    resource = request.resource.plural if request.resource is not None else "discovery"
-    if request.subresource:
-        resource += f"/{request.subresource}"
-    if request.params.get("watch") in ("true", "1"):
-        return f"WATCH {resource}"
-    return f"{getattr(request.method, 'value', request.method)} {resource}"
-
-
-def drain_requests(emulator: ApiServerEmulator) -> collections.Counter[str]:
-    """Count the requests served since the last call by kind, and forget them. kmock
-    keeps every request and every version of every object, which would grow without end
-    at this rate; only the latest version of each object is kept."""
-    counts = collections.Counter(_request_kind(r) for r in emulator._requests)
-    emulator._requests.clear()
-    for payload in emulator._payloads:
-        requests = getattr(payload, "_requests", None)
-        if isinstance(requests, list):
-            requests.clear()
-    for obj in emulator._objects.values():
-        if len(obj.history) > 2:
-            del obj.history[:-2]
-    return counts
-
-
-def serve_resources_directly() -> None:
-    """Hand resource requests straight to the emulator's own handler (in this process).
-    kmock decides which reaction serves a request by scanning every request recorded so
-    far through each reaction's filter, so each request costs more than the one before;
-    at hundreds of requests per second that, not the emulated API, became the bottleneck.
-    Discovery still goes through kmock; no test reactions exist here to take precedence."""
-    from helpers.kube.emulator import ApiServerEmulator  # noqa: PLC0415
-
-    through_kmock = ApiServerEmulator._handle
-
-    async def handle(self: ApiServerEmulator, request: Any) -> Any:
-        if request.resource is None or not request.resource.plural:
-            return await through_kmock(self, request)
-        for payload in self._payloads:
-            if getattr(payload.response, "payload", None) == self._serve:
-                return await payload(request)
-        raise RuntimeError("the emulator serves no resources")
-
-    ApiServerEmulator._handle = handle  # type: ignore[method-assign]
-
-
-def job_object_bytes(emulator: ApiServerEmulator) -> int:
-    """The median size of a job object as JSON (of the first 50): what every status patch
-    returns and every watch event carries."""
-    from helpers.kube.emulator import SPARK_CHECKPOINT_JOBS  # noqa: PLC0415
-
-    sizes = [
-        len(json.dumps(obj.last.raw))
-        for (resource, _, _), obj in emulator._objects.items()
-        if resource == SPARK_CHECKPOINT_JOBS and not obj.deleted
-    ][:50]
-    return int(statistics.median(sizes)) if sizes else 0
+# --- the cluster, through its API ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -348,65 +224,98 @@ class JobTotals:
     failed: int
 
 
-def job_totals(emulator: ApiServerEmulator) -> JobTotals:
-    """Phases and checkpoint counters over every job, read in place (no copies)."""
-    from helpers.kube.emulator import SPARK_CHECKPOINT_JOBS  # noqa: PLC0415
+@dataclass(frozen=True)
+class ServerMetrics:
+    """What the API server's ``/metrics`` said at one time."""
 
-    phases: collections.Counter[str] = collections.Counter()
-    completed = failed = 0
-    for (resource, _, _), obj in emulator._objects.items():
-        if resource != SPARK_CHECKPOINT_JOBS or obj.deleted:
-            continue
-        status = obj.last.get("status") or {}
-        phases[str(status.get("phase", "-"))] += 1
-        counts = status.get("counts") or {}
-        completed += int(counts.get("completed", 0))
-        failed += int(counts.get("failed", 0))
-    return JobTotals(dict(phases), completed, failed)
+    at: float
+    requests: collections.Counter[str]  # by kind: "<verb> <resource>[/<subresource>]"
+    cpu_seconds: float | None  # process_cpu_seconds_total, if the server reports it
 
 
-class RequestLog:
-    """The emulator's request counts, drained every few seconds, with their times."""
+class Cluster:
+    """The cluster the kubeconfig names, as the benchmark uses it: jobs created and listed
+    through the API, the API server's request counts read from its ``/metrics`` (on a real
+    cluster that needs ``get`` on the non-resource URL ``/metrics``)."""
 
-    def __init__(self, api: EmulatedApiServer) -> None:
-        self._api = api
-        self.drains: list[tuple[float, collections.Counter[str]]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
+    def __init__(self, kubeconfig: Path, namespace: str) -> None:
+        self._api = config.new_client_from_config(config_file=str(kubeconfig))
+        self._jobs = client.CustomObjectsApi(self._api)
+        self.namespace = namespace
 
-    def drain(self) -> None:
-        self.drains.append((time.time(), self._api.call(drain_requests)))
+    def create_job(self, body: Mapping[str, Any]) -> None:
+        self._jobs.create_namespaced_custom_object(*JOBS[:2], self.namespace, JOBS[2], body)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(DRAIN_SECONDS):
-            self.drain()
+    def jobs(self) -> list[dict[str, Any]]:
+        listed = self._jobs.list_namespaced_custom_object(*JOBS[:2], self.namespace, JOBS[2])
+        items: list[dict[str, Any]] = listed["items"]
+        return items
 
-    def start(self) -> None:
-        self._thread.start()
+    def job_totals(self) -> JobTotals:
+        """Phases and checkpoint counters over every job."""
+        phases: collections.Counter[str] = collections.Counter()
+        completed = failed = 0
+        for job in self.jobs():
+            status = job.get("status") or {}
+            phases[str(status.get("phase", "-"))] += 1
+            counts = status.get("counts") or {}
+            completed += int(counts.get("completed", 0))
+            failed += int(counts.get("failed", 0))
+        return JobTotals(dict(phases), completed, failed)
 
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+    def job_object_bytes(self) -> int:
+        """The median size of a job object as JSON (of the first 50), as a GET returns it:
+        what every status patch returns and every watch event carries."""
+        kind = {"apiVersion": "/".join(JOBS[:2]), "kind": "SparkCheckpointJob"}
+        sizes = [len(json.dumps({**kind, **job})) for job in self.jobs()[:50]]
+        return int(statistics.median(sizes)) if sizes else 0
 
-    def between(self, start: float, end: float) -> collections.Counter[str]:
-        """Requests drained after ``start`` up to ``end`` (drain at both ends)."""
-        total: collections.Counter[str] = collections.Counter()
-        for at, counts in self.drains:
-            if start < at <= end:
-                total += counts
-        return total
+    def metrics(self) -> ServerMetrics:
+        method, url, headers, _, _ = self._api.param_serialize(
+            "GET", "/metrics", header_params={"Accept": "text/plain"}, auth_settings=["BearerToken"]
+        )
+        response = self._api.call_api(method, url, header_params=headers)
+        response.read()
+        if response.status != 200:
+            raise RuntimeError(f"GET /metrics: {response.status} {response.data[:200]!r}")
+        return parse_metrics(response.data.decode("utf-8"), time.time())
+
+
+def parse_metrics(text: str, at: float) -> ServerMetrics:
+    """``apiserver_request_total`` by kind, and the server's CPU time, from the Prometheus
+    text format. Non-resource requests (discovery) are named by their path; the
+    benchmark's own scrapes of ``/metrics`` are left out."""
+    requests: collections.Counter[str] = collections.Counter()
+    cpu = None
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "process_cpu_seconds_total":
+                cpu = sample.value
+            if sample.name != "apiserver_request_total":
+                continue
+            labels = sample.labels
+            if labels.get("resource"):
+                resource = labels["resource"]
+                if labels.get("subresource"):
+                    resource += f"/{labels['subresource']}"
+            elif labels.get("subresource") == "/metrics":
+                continue
+            else:
+                resource = labels.get("subresource", "")
+            requests[f"{labels.get('verb', '')} {resource}"] += int(sample.value)
+    return ServerMetrics(at, requests, cpu)
 
 
 # --- jobs ----------------------------------------------------------------------------------
 
 
-def job(name: str, interval: float) -> dict[str, Any]:
+def job(name: str, namespace: str, interval: float) -> dict[str, Any]:
     """A job as in tests/kubernetes/test_operator_simulated.py: a local master, so no
     executor pods; a checkpoint every ``interval`` seconds."""
     return {
         "apiVersion": "sparkcheckpoint.io/v1alpha1",
         "kind": "SparkCheckpointJob",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "image": "example/orders:1",
             "application": {
@@ -465,21 +374,26 @@ def quantiles(values: Sequence[float]) -> dict[str, float]:
 
 def lateness(
     slots: Sequence[Slot],
-    arrivals: Mapping[tuple[str, int], float],
+    arrivals: Mapping[tuple[str, int], float] | None,
     start: float,
     end: float,
     interval: float,
 ) -> dict[str, Any]:
-    """Lateness of the periodic slots due in [start, end)."""
+    """Lateness of the periodic slots due in [start, end): until the trigger arrived at its
+    agent, or without ``arrivals`` (the agents' log), until the operator got its answer."""
     due = [s for s in slots if start <= s.due < end]
     triggered = [s for s in due if s.checkpoint_id >= 0]
-    arrived = [
-        (s, arrivals[s.host, s.checkpoint_id])
-        for s in triggered
-        if (s.host, s.checkpoint_id) in arrivals
-    ]
+    if arrivals is None:
+        arrived = [(s, s.answered) for s in triggered]
+    else:
+        arrived = [
+            (s, arrivals[s.host, s.checkpoint_id])
+            for s in triggered
+            if (s.host, s.checkpoint_id) in arrivals
+        ]
     late = [at - s.due for s, at in arrived]
     return {
+        "until": "the answer at the operator" if arrivals is None else "the arrival at the agent",
         "slots": len(due),
         "declined": len(due) - len(triggered),
         "not_arrived": len(triggered) - len(arrived),
@@ -498,44 +412,55 @@ def lateness(
 # --- the run ---------------------------------------------------------------------------------
 
 
-def start_simulated(api_url: str, out: Path, batch_seconds: float, log: TextIO) -> Any:
-    command = [
-        sys.executable,
-        str(Path(__file__).resolve()),
-        "--simulated-cluster",
-        api_url,
-        "--agents-out",
-        str(out),
-        "--batch-seconds",
-        str(batch_seconds),
-    ]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True)
-    assert process.stdout is not None
-    if process.stdout.readline().strip() != "ready":
-        process.kill()
-        raise RuntimeError("the simulated cluster did not start (see its log)")
-    return process
+@dataclass(frozen=True)
+class AgentsLog:
+    """What the simulated agents logged (``helpers.kube.launch --agents-log``): when each
+    trigger arrived, by (host, checkpoint id), and their requests per (second, route)."""
+
+    arrivals: dict[tuple[str, int], float]
+    requests: list[tuple[int, str, int]]
+
+    @classmethod
+    def read(cls, path: Path) -> AgentsLog:
+        arrivals: dict[tuple[str, int], float] = {}
+        requests: list[tuple[int, str, int]] = []
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue  # a line cut short by the agents' exit
+            if "checkpoint_id" in entry:
+                arrivals[entry["host"], entry["checkpoint_id"]] = entry["at"]
+            elif "second" in entry:
+                requests.append((entry["second"], entry["route"], entry["count"]))
+        return cls(arrivals, requests)
 
 
-def start_operator(
-    kubeconfig: Path, probe: Path, log: TextIO, args: argparse.Namespace
-) -> subprocess.Popen[bytes]:
+def start_operator(probe: Path, log: TextIO, args: argparse.Namespace) -> subprocess.Popen[bytes]:
     priority = ["chrt", "--fifo", "1"] if args.realtime else []
     command = [*priority, sys.executable, "-m", "kopf", "run", "--standalone"]
-    command += ["-m", OPERATOR_MODULE, "-m", Path(__file__).stem, "--namespace=default"]
+    command += ["-m", OPERATOR_MODULE, "-m", Path(__file__).stem, f"--namespace={args.namespace}"]
     python_path = os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))
     environment = {
         **os.environ,
-        "KUBECONFIG": str(kubeconfig),
+        "KUBECONFIG": str(args.kubeconfig),
         "PYTHONPATH": python_path,
         PROBE_VARIABLE: str(probe),
-        "SPARK_CHECKPOINT_METRICS_PORT": "9090",  # its own network namespace: free
+        "SPARK_CHECKPOINT_METRICS_PORT": "0",  # its endpoint off: nothing scrapes it here
     }
     if args.idle_poll is not None:
         environment[IDLE_POLL_VARIABLE] = str(args.idle_poll)
     return subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, env=environment, start_new_session=True
     )
+
+
+class OperatorExited(RuntimeError):
+    """The operator under test ended during the run; the message ends with its log's tail."""
+
+    def __init__(self, operator: subprocess.Popen[bytes], log: Path) -> None:
+        tail = log.read_text(encoding="utf-8", errors="replace").splitlines()[-30:]
+        super().__init__(f"the operator exited with {operator.returncode}:\n" + "\n".join(tail))
 
 
 def stop(process: subprocess.Popen[Any], timeout: float) -> None:
@@ -581,13 +506,6 @@ def profile(
     ]
 
 
-def emulator_thread_id() -> int:
-    for thread in threading.enumerate():
-        if thread.name == "kube-api-emulator" and thread.native_id is not None:
-            return thread.native_id
-    raise RuntimeError("no emulator thread")
-
-
 def say(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -597,7 +515,6 @@ class Timeline:
     """What a run saw, for the summary."""
 
     sampler: Sampler
-    requests: RequestLog
     began: float = 0.0
     created: float = 0.0
     running: float = 0.0
@@ -606,39 +523,24 @@ class Timeline:
     phases_when_settled: dict[str, int] = field(default_factory=dict)
     before: JobTotals | None = None
     after: JobTotals | None = None
+    served_before: ServerMetrics | None = None
+    served_after: ServerMetrics | None = None
     peak_rss: float = 0.0
     job_bytes: int = 0
 
 
 def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
-    sys.path.insert(0, str(TESTS))
-    from helpers.kube.emulator import spark_checkpoint_api  # noqa: PLC0415
-
-    serve_resources_directly()
-    # A real API server resumes watches from minutes of history (etcd compaction runs
-    # every 5 minutes); the default log of 1000 changes would be seconds at this rate.
-    with (
-        spark_checkpoint_api(event_log_size=200_000, timeout=120.0) as api,
-        (work / "simulated.log").open("w") as simulated_log,
-        (work / "operator.log").open("w") as operator_log,
-    ):
-        kubeconfig = api.write_kubeconfig(work / "kubeconfig")
-        requests = RequestLog(api)
-        requests.start()
-        simulated = start_simulated(
-            api.url, work / "agents.json", args.batch_seconds, simulated_log
-        )
-        operator = start_operator(kubeconfig, work / "probe.txt", operator_log, args)
-        sampler = Sampler(operator.pid, simulated.pid, emulator_thread_id())
+    cluster = Cluster(args.kubeconfig, args.namespace)
+    with (work / "operator.log").open("w") as operator_log:
+        operator = start_operator(work / "probe.txt", operator_log, args)
+        sampler = Sampler(operator.pid)
         sampler.start()
-        timeline = Timeline(sampler, requests)
+        timeline = Timeline(sampler)
         try:
-            run(args, work, api, operator, timeline)
+            run(args, work, cluster, operator, timeline)
         finally:
             sampler.stop()
-            requests.stop()
             stop(operator, 20.0)  # Kopf stops 1000s of daemons slowly; nothing to measure
-            stop(simulated, 60.0)
     say("analysing")
     return summarize(args, work, timeline)
 
@@ -646,7 +548,7 @@ def measure(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 def run(
     args: argparse.Namespace,
     work: Path,
-    api: EmulatedApiServer,
+    cluster: Cluster,
     operator: subprocess.Popen[bytes],
     timeline: Timeline,
 ) -> None:
@@ -655,45 +557,41 @@ def run(
     for index in range(args.jobs):
         if args.ramp:  # jobs applied at a steady rate, not in one burst
             time.sleep(max(0.0, timeline.began + index / args.ramp - time.time()))
-        api.create(
-            "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs",
-            job(f"job-{index:05d}", args.interval),
-            namespace="default",
-        )
+        cluster.create_job(job(f"job-{index:05d}", args.namespace, args.interval))
     timeline.created = time.time()
     say(f"{args.jobs} jobs created in {timeline.created - timeline.began:.0f}s")
-    phases = wait_running(api, args, operator).phases
+    phases = wait_running(cluster, args, work, operator).phases
     timeline.running = time.time()
     say(f"{phases} after {timeline.running - timeline.began:.0f}s; settling {args.settle:.0f}s")
     time.sleep(args.settle)
-    timeline.requests.drain()
-    timeline.start, timeline.before = time.time(), api.call(job_totals)
+    # The jobs are listed outside the window, so the requests counted are the operator's.
+    timeline.before = cluster.job_totals()
     timeline.phases_when_settled = timeline.before.phases
+    timeline.served_before = cluster.metrics()
+    timeline.start = time.time()
     say(f"measuring for {args.duration:.0f}s")
     profilers = profile(args, work, {"operator": operator.pid, "harness": os.getpid()})
     while time.time() < timeline.start + args.duration:
         time.sleep(min(10.0, timeline.start + args.duration - time.time()))
         if operator.poll() is not None:
-            raise RuntimeError(f"the operator exited with {operator.returncode}")
-    timeline.requests.drain()
-    timeline.end, timeline.after = time.time(), api.call(job_totals)
+            raise OperatorExited(operator, work / "operator.log")
+    timeline.end = time.time()
+    timeline.served_after = cluster.metrics()
+    timeline.after = cluster.job_totals()
     for profiler in profilers:
         profiler.wait()
     timeline.peak_rss = memory_mib(operator.pid)["VmHWM"]
-    timeline.job_bytes = api.call(job_object_bytes)
+    timeline.job_bytes = cluster.job_object_bytes()
 
 
 def summarize(args: argparse.Namespace, work: Path, timeline: Timeline) -> dict[str, Any]:
     assert timeline.before is not None and timeline.after is not None
     start, end, seconds = timeline.start, timeline.end, timeline.end - timeline.start
-    agents = json.loads((work / "agents.json").read_text(encoding="utf-8"))
-    arrivals = {(host, cid): at for host, cid, at in agents["arrivals"]}
+    assert timeline.served_before is not None and timeline.served_after is not None
+    agents = AgentsLog.read(args.agents_log) if args.agents_log else None
     window = timeline.sampler.between(start, end)
-    served = timeline.requests.between(start, end)
-    agent_requests = collections.Counter[str]()
-    for second, route, count in agents["requests"]:
-        if start <= second < end:
-            agent_requests[route] += count
+    served = timeline.served_after.requests - timeline.served_before.requests
+    arrivals = None if agents is None else agents.arrivals
     triggers = lateness(read_slots(work / "probe.txt"), arrivals, start, end, args.interval)
     completed = timeline.after.completed - timeline.before.completed
     operator_cores = cores(window, lambda s: s.operator_cpu)
@@ -750,14 +648,12 @@ def summarize(args: argparse.Namespace, work: Path, timeline: Timeline) -> dict[
             "by_kind_per_s": {k: round(v / seconds, 2) for k, v in served.most_common()},
             "job_object_bytes": timeline.job_bytes,
         },
-        "agents": {
-            "requests_per_s": round(sum(agent_requests.values()) / seconds, 1),
-            "by_route_per_s": {k: round(v / seconds, 2) for k, v in agent_requests.most_common()},
-        },
+        "agents": None if agents is None else agent_requests(agents, start, end),
         "other_processes": {
-            "emulator_thread_cpu_cores": round(cores(window, lambda s: s.emulator_cpu), 3),
+            "api_server_process_cpu_cores": server_cores(
+                timeline.served_before, timeline.served_after
+            ),
             "harness_process_cpu_cores": round(cores(window, lambda s: s.harness_cpu), 3),
-            "simulated_cluster_cpu_cores": round(cores(window, lambda s: s.simulated_cpu), 3),
         },
         "load_1min": {
             "min": min(s.load for s in window),
@@ -771,6 +667,26 @@ def summarize(args: argparse.Namespace, work: Path, timeline: Timeline) -> dict[
         "rss_le_500_mib": max(rss) <= TARGET_RSS_MIB,
     }
     return result
+
+
+def agent_requests(agents: AgentsLog, start: float, end: float) -> dict[str, Any]:
+    """The agents' requests per second over the window, in total and by route."""
+    by_route = collections.Counter[str]()
+    for second, route, count in agents.requests:
+        if start <= second < end:
+            by_route[route] += count
+    seconds = end - start
+    return {
+        "requests_per_s": round(sum(by_route.values()) / seconds, 1),
+        "by_route_per_s": {k: round(v / seconds, 2) for k, v in by_route.most_common()},
+    }
+
+
+def server_cores(before: ServerMetrics, after: ServerMetrics) -> float | None:
+    """The API server process's CPU use over the window, if its /metrics reports it."""
+    if before.cpu_seconds is None or after.cpu_seconds is None:
+        return None
+    return round((after.cpu_seconds - before.cpu_seconds) / (after.at - before.at), 3)
 
 
 def operator_log_summary(path: Path, until: float) -> dict[str, Any]:
@@ -796,15 +712,15 @@ def operator_log_summary(path: Path, until: float) -> dict[str, Any]:
 
 
 def wait_running(
-    api: EmulatedApiServer, args: argparse.Namespace, operator: subprocess.Popen[bytes]
+    cluster: Cluster, args: argparse.Namespace, work: Path, operator: subprocess.Popen[bytes]
 ) -> JobTotals:
     deadline = time.time() + args.startup_timeout
     while True:
-        totals = api.call(job_totals)
+        totals = cluster.job_totals()
         if totals.phases.get("Running", 0) >= args.jobs:
             return totals
         if operator.poll() is not None:
-            raise RuntimeError(f"the operator exited with {operator.returncode}")
+            raise OperatorExited(operator, work / "operator.log")
         if time.time() > deadline:
             # Measured anyway: an operator that cannot keep every job Running is a result.
             say(f"not all jobs Running after {args.startup_timeout:.0f}s: {totals.phases}")
@@ -832,7 +748,8 @@ def readme_row(result: Mapping[str, Any]) -> str:
         f" ({operator['rss_mib_peak_since_start']:.0f})"
         f" | {result['checkpoints']['completed']:,} / {result['checkpoints']['failed']}"
         f" | {result['api']['job_status_patches_per_s']:.0f}"
-        f" | {result['api']['requests_per_s']:.0f} / {result['agents']['requests_per_s']:.0f} |"
+        f" | {result['api']['requests_per_s']:.0f}"
+        f" / {result['agents']['requests_per_s'] if result['agents'] else '-'} |"
     )
 
 
@@ -864,24 +781,21 @@ def changed_files() -> list[str]:
 # --- command line ------------------------------------------------------------------------------
 
 
-def in_network_namespace(argv: Sequence[str]) -> int | None:
-    """Run this script again in a private network namespace; None if that is impossible."""
-    if os.environ.get(NETNS_VARIABLE) or shutil.which("unshare") is None:
-        return None
-    # As root: a network namespace only (the operator's priority can still be raised).
-    unshare = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
-    probe = subprocess.run([*unshare, "true"], check=False, capture_output=True)
-    if probe.returncode != 0:
-        return None
-    inner = shlex.join([sys.executable, str(Path(__file__).resolve()), *argv])
-    environment = {**os.environ, NETNS_VARIABLE: "1"}
-    script = f"ip link set lo up && exec {inner}"
-    command = [*unshare, "sh", "-c", script]
-    return subprocess.run(command, check=False, env=environment).returncode
-
-
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--kubeconfig",
+        type=Path,
+        required=True,
+        help="the cluster's; the operator under test gets it too",
+    )
+    parser.add_argument("--namespace", default="default", help="where the jobs go")
+    parser.add_argument(
+        "--agents-log",
+        type=Path,
+        help="the simulated agents' log (helpers.kube.launch --agents-log): lateness until"
+        " a trigger arrives at its agent, and the agents' requests",
+    )
     parser.add_argument("--jobs", type=int, default=1000)
     parser.add_argument("--interval", type=float, default=10.0, help="checkpoint interval, s")
     parser.add_argument("--duration", type=float, default=180.0, help="measured window, s")
@@ -894,7 +808,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument(
         "--startup-timeout", type=float, default=180.0, help="wait for all Running at most"
     )
-    parser.add_argument("--batch-seconds", type=float, default=1.0, help="simulated batch time")
     parser.add_argument(
         "--idle-poll", type=float, help="experiment: the controllers' idle poll interval, s"
     )
@@ -914,9 +827,6 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
     )
     parser.add_argument("--profile", action="store_true", help="py-spy (implies --keep)")
     parser.add_argument("--keep", action="store_true", help="keep the work directory")
-    parser.add_argument("--no-netns", action="store_true", help="use the host's network")
-    parser.add_argument("--simulated-cluster", metavar="API_URL", help=argparse.SUPPRESS)
-    parser.add_argument("--agents-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.quick:
         args.jobs, args.interval, args.duration = 20, 5.0, 15.0
@@ -929,12 +839,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def main(argv: Sequence[str]) -> int:
     args = parse(argv)
-    if args.simulated_cluster:
-        _simulated_cluster(args.simulated_cluster, args.agents_out, args.batch_seconds)
-        return 0
-    if not args.no_netns and (code := in_network_namespace(argv)) is not None:
-        return code
-    # `kill` or `timeout`: clean up (the operator and the simulated cluster stop) first.
+    # `kill` or `timeout`: clean up (the operator stops) first.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started, commit = datetime.now(UTC).isoformat(timespec="seconds"), git_commit()
     changes_at_start = changed_files()

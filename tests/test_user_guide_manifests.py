@@ -98,7 +98,7 @@ def test_the_jobs_driver_pod_is_valid_and_its_token_mode_is_the_documented_one()
 
 def test_the_guide_shows_the_example_files() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
-    for name in ("driver-rbac.yaml", "job.yaml"):
+    for name in ("driver-rbac.yaml", "volumes.yaml", "job.yaml"):
         assert (EXAMPLE / name).read_text() in blocks, f"the guide's copy of {name} differs"
     for name in ("namespace.yaml", "driver-rbac.yaml", "volumes.yaml", "job.yaml"):
         assert f"kubectl apply -f examples/orders/{name}" in GUIDE.read_text()

@@ -1,6 +1,7 @@
 """Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md). Requests and
 answers are the documents of `spark_checkpoint.protocol`, checked on the way in."""
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
@@ -16,6 +17,7 @@ from spark_checkpoint.protocol import (
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
+    ErrorAnswer,
     FinalizeAnswer,
     FinalizeBody,
     ProtocolError,
@@ -149,15 +151,29 @@ class AgentClient:
             ) as response:
                 try:
                     answer = await response.json(content_type=None)
-                except ValueError:
-                    answer = {"error": (await response.text())[:500]}
+                except ValueError:  # not JSON: e.g. aiohttp's own "404: Not Found"
+                    answer = (await response.text())[:500]
                 if response.status >= 400:
-                    raise AgentRejected(
-                        f"{method} {path}: {response.status} {answer.get('error', answer)}"
-                    )
+                    raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")
                 return answer
+        except aiohttp.ClientConnectorError as error:
+            # A driver that exits closes its port: routine, so the words must not alarm
+            # ("Connect call failed" is aiohttp's).
+            number = error.os_error.errno
+            reason = os.strerror(number) if number else str(error.os_error)
+            raise AgentUnavailable(
+                f"{method} {path}: cannot connect to {error.host}:{error.port} ({reason})"
+            ) from error
         except (aiohttp.ClientConnectionError, TimeoutError) as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
+
+
+def _reason(answer: Any) -> str:
+    """Why the agent refused: its error answer's message, else the answer as it came."""
+    try:
+        return ErrorAnswer.from_json(answer).message
+    except ProtocolError:
+        return str(answer)
 
 
 def _checked(request: str, read: Callable[[Any], Document], answer: Any) -> Document:

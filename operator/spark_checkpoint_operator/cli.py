@@ -5,10 +5,19 @@ import asyncio
 import importlib.metadata
 import logging
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from spark_checkpoint_operator.cli_conventions import (
+    GENERAL_MEANINGS,
+    ExitCode,
+    OutputFormat,
+    Parser,
+    add_manifest_option,
+    add_output_option,
+    epilog,
+    exit_quietly_on_closed_pipe,
+)
 from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.detached_run import run_detached
@@ -20,39 +29,68 @@ from spark_checkpoint_operator.local_runtime import (
 from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
 from spark_checkpoint_operator.storage_commands.job import StorageSource
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    return exit_quietly_on_closed_pipe(lambda: _main(argv))
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser = Parser(
         prog="spark-checkpoint",
-        description="Flink-grade checkpoint coordination for Spark Structured Streaming.",
+        description="Flink-grade checkpoint coordination for Spark Structured Streaming: run "
+        "a SparkCheckpointJob on this machine, control the run from another terminal, and "
+        "look into its checkpoint storage. Each command's --help has examples and its exit "
+        "codes.",
+        epilog=epilog(
+            [
+                "spark-checkpoint run -f job.yaml              # run a job here",
+                "spark-checkpoint status -f job.yaml           # from another terminal",
+                "spark-checkpoint list -f job.yaml -o wide     # what its storage holds",
+                "spark-checkpoint inspect -f job.yaml -o yaml  # every _metadata, in full",
+            ],
+            GENERAL_MEANINGS,
+        ),
     )
     parser.add_argument(
         "--version",
         action="version",
         version=f"%(prog)s {importlib.metadata.version('spark-checkpoint-operator')}",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     run = commands.add_parser(
         "run",
         help="run a SparkCheckpointJob manifest on this machine (the embedded default)",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description=(
             "Validates the manifest against the CRD schema, starts the driver as a local "
             "process under the checkpoint coordinator, restarts it with restore when it "
             "dies, and on Ctrl-C takes a savepoint and stops. From another terminal: "
             "`spark-checkpoint status`, `savepoint`, `stop` and `cancel` with the same -f."
         ),
-        epilog=RUN_EPILOG,
+        epilog=epilog(
+            [
+                "spark-checkpoint run -f job.yaml                      # Ctrl-C: savepoint, "
+                "then stop",
+                "spark-checkpoint run -f job.yaml --detach             # in the background",
+                "spark-checkpoint run -f job.yaml --from savepoint:4   # restore savepoint 4, "
+                "not the newest",
+            ],
+            {
+                ExitCode.OK: "the job Finished, or stopped with a savepoint (Suspended)",
+                ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
+                "job, a Finished job, an image --from cannot restore)",
+                ExitCode.USAGE: "the manifest cannot be read or is invalid",
+                ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",
+            },
+        ),
     )
     manifest = run.add_mutually_exclusive_group(required=True)
-    manifest.add_argument(
-        "-f", "--manifest", dest="manifest_file", type=Path, metavar="FILE", help="the manifest"
-    )
+    add_manifest_option(manifest, "the manifest", dest="manifest_file")
     manifest.add_argument(
         "manifest", type=Path, nargs="?", metavar="FILE", help="the manifest (as -f FILE)"
     )
@@ -97,6 +135,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             "Runs the real coordinator core on virtual time against simulated snapshot "
             "tasks that acknowledge, decline or hang at random."
         ),
+        epilog=epilog(
+            [
+                "spark-checkpoint simulate",
+                "spark-checkpoint simulate --duration 600 --tasks 16 --seed 7",
+            ],
+            {ExitCode.OK: "the simulation ran", ExitCode.USAGE: "the settings are invalid"},
+        ),
     )
     simulation.add_argument("--duration", type=float, default=120.0, help="virtual seconds")
     simulation.add_argument("--interval", type=float, default=10.0)
@@ -131,32 +176,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         state_dir=args.state_dir,
     )
     if args.command == "list":
-        return run_list(source, as_json=args.json, out=sys.stdout, err=sys.stderr)
+        return run_list(source, output=args.output, out=sys.stdout, err=sys.stderr)
     if args.command == "inspect":
         return run_inspect(
-            source,
-            args.snapshot,
-            as_json=args.json,
-            show_files=args.files,
-            out=sys.stdout,
-            err=sys.stderr,
+            source, args.snapshots, output=args.output, out=sys.stdout, err=sys.stderr
         )
     return run_verify(
-        source, args.snapshots, as_json=args.json, out=sys.stdout, err=sys.stderr, deep=args.deep
+        source, args.snapshots, output=args.output, out=sys.stdout, err=sys.stderr, deep=args.deep
     )
 
 
-def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> None:
     """``list``, ``inspect`` and ``verify``: read-only views of a job's checkpoint storage."""
-    job = argparse.ArgumentParser(add_help=False)
+    job = Parser(add_help=False)
     where = job.add_argument_group(
         "job storage",
-        "either --manifest (storage: spec.checkpointing.storage, else <state-dir>/storage) "
+        "either -f FILE (storage: spec.checkpointing.storage, else <state-dir>/storage) "
         "or all of --storage, --namespace and --job",
     )
-    where.add_argument(
-        "--manifest", "-f", type=Path, metavar="FILE", help="a SparkCheckpointJob manifest"
-    )
+    add_manifest_option(where, "a SparkCheckpointJob manifest")
     where.add_argument("--storage", metavar="URI", help="storage root (path or fsspec URI)")
     where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
     where.add_argument("--job", metavar="NAME", help="the job's name")
@@ -168,6 +206,12 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         "<state-dir>/<namespace>/<job>/status.json if present (default: "
         f"{STATE_DIR_NAME} next to the manifest, else in the current directory)",
     )
+    order = (
+        "Snapshots are in id order, numerically (checkpoint 2 before checkpoint 10); "
+        "checkpoints and savepoints take their ids from one counter, so savepoints stand "
+        "among the checkpoints in the order they were triggered."
+    )
+    failed = "a snapshot cannot be read, or there is none"
 
     listing = commands.add_parser(
         "list",
@@ -176,21 +220,42 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         description=(
             "Lists every checkpoint and savepoint directory in the job's storage with its "
             "batch, size, file count, age and whether the local registry lists it; also "
-            "registered snapshots that storage lacks."
+            f"registered snapshots that storage lacks. {order}"
+        ),
+        epilog=epilog(
+            [
+                "spark-checkpoint list -f job.yaml",
+                "spark-checkpoint list -f job.yaml -o wide   # completion time, duration, path",
+                "spark-checkpoint list --storage s3://bucket/ckpt -n analytics --job clicks "
+                "-o json",
+            ],
+            {ExitCode.OK: "listed", ExitCode.FAILED: "storage cannot be listed"},
         ),
     )
-    listing.add_argument("--json", action="store_true", help="machine-readable output")
+    add_output_option(listing, *OutputFormat)
 
     inspect = commands.add_parser(
         "inspect",
         parents=[job],
-        help="show the _metadata of one checkpoint or savepoint",
-        description="Summarizes a snapshot's _metadata: times, batch, query id, task "
-        "acknowledgements, total bytes and shared files. Exit 1 if it cannot be read.",
+        help="show the _metadata of checkpoints and savepoints, a line each",
+        description="A line per snapshot with the essentials of its _metadata: batch, "
+        "completion time, age, duration, size, files and shared files; -o wide adds the "
+        "trigger time, the task count, the query id, the registry and the _metadata path; "
+        "-o yaml or -o json print every _metadata in full (acknowledgements, files and "
+        f"checksums). Without KIND:ID, every snapshot with a _metadata in storage. {order}",
+        epilog=epilog(
+            [
+                "spark-checkpoint inspect -f job.yaml",
+                "spark-checkpoint inspect -f job.yaml checkpoint:7 savepoint:8 -o wide",
+                "spark-checkpoint inspect -f job.yaml checkpoint:7 -o yaml   # everything",
+            ],
+            {ExitCode.OK: "shown", ExitCode.FAILED: failed},
+        ),
     )
-    inspect.add_argument("snapshot", metavar="KIND:ID", help="e.g. checkpoint:7 or savepoint:2")
-    inspect.add_argument("--json", action="store_true", help="print the _metadata document")
-    inspect.add_argument("--files", action="store_true", help="also list the manifest's files")
+    inspect.add_argument(
+        "snapshots", metavar="KIND:ID", nargs="*", help="e.g. checkpoint:7 (default: all)"
+    )
+    add_output_option(inspect, *OutputFormat)
 
     verify = commands.add_parser(
         "verify",
@@ -199,13 +264,23 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[argparse.Argumen
         description=(
             "Reads each snapshot's _metadata and checks the size and SHA-256 of every file "
             "it lists. Without KIND:ID, verifies every snapshot with a _metadata in storage "
-            "and every registered one. Exit 0 only if all are OK, 1 otherwise."
+            f"and every registered one. {order}"
+        ),
+        epilog=epilog(
+            [
+                "spark-checkpoint verify -f job.yaml",
+                "spark-checkpoint verify -f job.yaml savepoint:4 --deep   # and restorable",
+            ],
+            {
+                ExitCode.OK: "every snapshot is intact (with --deep: and restorable)",
+                ExitCode.FAILED: "a snapshot failed verification, or there is none",
+            },
         ),
     )
     verify.add_argument(
         "snapshots", metavar="KIND:ID", nargs="*", help="e.g. checkpoint:7 (default: all)"
     )
-    verify.add_argument("--json", action="store_true", help="machine-readable output")
+    add_output_option(verify, OutputFormat.JSON, OutputFormat.YAML)
     verify.add_argument(
         "--deep",
         action="store_true",
@@ -219,23 +294,17 @@ def _run(args: argparse.Namespace) -> int:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return 2
-    started = time.time()
-
-    def report(line: str) -> None:
-        print(f"{_elapsed(time.time() - started)} {line}", flush=True)
-
-    # What libraries log gets the same time stamp as the runtime's own lines.
-    handler = logging.StreamHandler(sys.stdout)
-    handler.setFormatter(_ElapsedFormatter(started))
-    logging.basicConfig(level=logging.WARNING, handlers=[handler], force=True)
+        return ExitCode.USAGE
+    display = RunDisplay(sys.stdout)
+    # What libraries log is shown as the runtime's own lines are.
+    logging.basicConfig(level=logging.WARNING, handlers=[display.log_handler()], force=True)
     try:
         outcome = asyncio.run(
             run_local(
                 manifest,
                 args.manifest,
                 args.state_dir or default_state_dir(args.manifest),
-                report,
+                display,
                 metrics_port=args.metrics_port,
                 agent_start_timeout=args.agent_timeout,
                 restore_from=args.restore_from,
@@ -243,37 +312,12 @@ def _run(args: argparse.Namespace) -> int:
         )
     except RunRefused as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return 1
-    exit_codes = {TerminalOutcome.FAILED: 1, TerminalOutcome.CANCELLED: 130}
-    return exit_codes.get(outcome, 0)
-
-
-RUN_EPILOG = """examples:
-  spark-checkpoint run -f job.yaml                       # Ctrl-C: savepoint, then stop
-  spark-checkpoint run -f job.yaml --detach              # in the background
-  spark-checkpoint run -f job.yaml --from savepoint:4    # restore savepoint 4, not the newest
-
-exit codes:
-  0    the job Finished, or stopped with a savepoint (Suspended)
-  1    the job Failed, or the run was refused (another run of the job, a Finished job,
-       an image --from cannot restore)
-  2    the manifest cannot be read or is invalid
-  130  cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)
-"""
-
-
-def _elapsed(seconds: float) -> str:
-    return f"[{seconds:7.1f}s]"
-
-
-class _ElapsedFormatter(logging.Formatter):
-    def __init__(self, started: float) -> None:
-        super().__init__()
-        self._started = started
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = f"{_elapsed(record.created - self._started)} {record.levelname.lower()}: "
-        return line + super().format(record)
+        return ExitCode.FAILED
+    exit_codes = {
+        TerminalOutcome.FAILED: ExitCode.FAILED,
+        TerminalOutcome.CANCELLED: ExitCode.CANCELLED,
+    }
+    return exit_codes.get(outcome, ExitCode.OK)
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -287,7 +331,7 @@ def _simulate(args: argparse.Namespace) -> int:
         )
     except ValueError as error:
         print(f"spark-checkpoint simulate: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     coordinator = simulate(
         config,
         SimulatedDriver(tasks=args.tasks),
@@ -301,7 +345,7 @@ def _simulate(args: argparse.Namespace) -> int:
         f"\n{state.completed_count} completed, {state.failed_count} failed; "
         f"retained checkpoints: {retained}; next checkpoint id: {state.next_checkpoint_id}"
     )
-    return 0
+    return ExitCode.OK
 
 
 if __name__ == "__main__":

@@ -2,10 +2,19 @@
 from another terminal (Flink's ``flink savepoint``, ``stop``, ``cancel``)."""
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
+from spark_checkpoint_operator.cli_conventions import (
+    ExitCode,
+    OutputFormat,
+    Parser,
+    add_manifest_option,
+    add_output_option,
+    epilog,
+    format_table,
+    print_document,
+)
 from spark_checkpoint_operator.control import (
     ControlPaths,
     ControlRefused,
@@ -24,38 +33,30 @@ from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 
-EXIT_OK = 0
-EXIT_FAILED = 1  # the savepoint failed or was not done in time, or the run did not end
-EXIT_USAGE = 2
-EXIT_NO_RUNTIME = 3
-EXIT_DECLINED = 4
-EXIT_REFUSED = 5
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
-EXIT_CODES = f"""exit codes:
-  {EXIT_OK}  done
-  {EXIT_FAILED}  the savepoint failed or did not complete within --timeout, or the run did not end
-  {EXIT_USAGE}  bad usage, or the manifest cannot be read
-  {EXIT_NO_RUNTIME}  no `spark-checkpoint run` of the job is running (for that state directory)
-  {EXIT_DECLINED}  the checkpoint coordinator declined the request (its reason is printed)
-  {EXIT_REFUSED}  refused: the control directory is not private, or the run's token is wrong
-"""
+# What every control command may exit with; each adds what its 0 and 1 mean.
+REACHING_THE_RUN = {
+    ExitCode.USAGE: "bad usage, or the manifest cannot be read",
+    ExitCode.NO_RUNTIME: "no `spark-checkpoint run` of the job is running (for that state "
+    "directory)",
+    ExitCode.REFUSED: "refused: the control directory is not private, or the run's token is wrong",
+}
+SAVEPOINT_EXIT_CODES = {
+    **REACHING_THE_RUN,
+    ExitCode.FAILED: "the savepoint failed or did not complete within --timeout",
+    ExitCode.DECLINED: "the checkpoint coordinator declined the request (its reason is printed)",
+}
 
 
-def _examples(*lines: str) -> str:
-    return "examples:\n" + "".join(f"  {line}\n" for line in lines) + "\n" + EXIT_CODES
-
-
-def add_control_commands(commands: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
-    job = argparse.ArgumentParser(add_help=False)
+def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None:
+    job = Parser(add_help=False)
     where = job.add_argument_group(
         "which job",
         "either -f FILE, or --namespace and --job (with --state-dir unless the state is in "
         f"./{STATE_DIR_NAME})",
     )
-    where.add_argument(
-        "-f", "--manifest", type=Path, metavar="FILE", help="the SparkCheckpointJob manifest run"
-    )
+    add_manifest_option(where, "the SparkCheckpointJob manifest run")
     where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
     where.add_argument("--job", metavar="NAME", help="the job's name")
     where.add_argument(
@@ -65,38 +66,48 @@ def add_control_commands(commands: "argparse._SubParsersAction[argparse.Argument
         help=f"the run's state directory (default: {STATE_DIR_NAME} next to the manifest, "
         "else in the current directory)",
     )
-    timeout = argparse.ArgumentParser(add_help=False)
+    timeout = Parser(add_help=False)
     _timeout_option(
         timeout,
         DEFAULT_TIMEOUT_SECONDS,
         "how long to wait for the savepoint (default: %(default).0f); the savepoint goes on "
         "after the command gives up",
     )
-    formatter = argparse.RawDescriptionHelpFormatter
-
     status = commands.add_parser(
         "status",
         parents=[job],
-        formatter_class=formatter,
         help="show a running job: phase, attempt, last batch, checkpoint and savepoint",
-        description="Asks the running `spark-checkpoint run` of the job for its status.",
-        epilog=_examples(
-            "spark-checkpoint status -f job.yaml",
-            "spark-checkpoint status -n default --job wordcount --state-dir /var/lib/sc --json",
+        description="Asks the running `spark-checkpoint run` of the job for its status: a "
+        "line with its phase, attempt, last committed batch, last checkpoint and savepoint "
+        "and the snapshots in progress; -o wide adds the pids of the run and of its driver, "
+        "the images' paths and the run's message.",
+        epilog=epilog(
+            [
+                "spark-checkpoint status -f job.yaml",
+                "spark-checkpoint status -f job.yaml -o wide",
+                "spark-checkpoint status -n default --job wordcount --state-dir /var/lib/sc "
+                "-o json",
+            ],
+            {ExitCode.OK: "shown", **REACHING_THE_RUN},
         ),
     )
-    status.add_argument("--json", action="store_true", help="machine-readable output")
+    add_output_option(status, *OutputFormat)
 
     savepoint = commands.add_parser(
         "savepoint",
         parents=[job, timeout],
-        formatter_class=formatter,
         help="take a savepoint of a running job; the job keeps running",
         description="Triggers a savepoint (a self-contained image that retention never "
         "deletes) and waits until it completes, then prints its id and path.",
-        epilog=_examples(
-            "spark-checkpoint savepoint -f job.yaml",
-            "spark-checkpoint savepoint -f job.yaml --detached   # print its id once triggered",
+        epilog=epilog(
+            [
+                "spark-checkpoint savepoint -f job.yaml",
+                "spark-checkpoint savepoint -f job.yaml --detached   # print its id once triggered",
+            ],
+            {
+                ExitCode.OK: "the savepoint completed (--detached: was triggered)",
+                **SAVEPOINT_EXIT_CODES,
+            },
         ),
     )
     savepoint.add_argument(
@@ -109,14 +120,21 @@ def add_control_commands(commands: "argparse._SubParsersAction[argparse.Argument
     stop = commands.add_parser(
         "stop",
         parents=[job, timeout],
-        formatter_class=formatter,
         help="take a savepoint, then stop the job (the next run resumes from it)",
         description="Stop-with-savepoint, as `flink stop` (and Ctrl-C in the run's "
         "terminal): the driver stops once the savepoint completes; the command waits "
         "until the run has ended.",
-        epilog=_examples(
-            "spark-checkpoint stop -f job.yaml",
-            "spark-checkpoint stop -f job.yaml --drain   # process all available input first",
+        epilog=epilog(
+            [
+                "spark-checkpoint stop -f job.yaml",
+                "spark-checkpoint stop -f job.yaml --drain   # process all available input first",
+            ],
+            {
+                ExitCode.OK: "the savepoint completed and the run has ended",
+                **SAVEPOINT_EXIT_CODES,
+                ExitCode.FAILED: "the savepoint failed or did not complete within --timeout, "
+                "or the run did not end",
+            },
         ),
     )
     stop.add_argument(
@@ -128,11 +146,17 @@ def add_control_commands(commands: "argparse._SubParsersAction[argparse.Argument
     cancel = commands.add_parser(
         "cancel",
         parents=[job],
-        formatter_class=formatter,
         help="stop a job at once, without a savepoint",
         description="Stops the driver without a savepoint (a second Ctrl-C): the next "
         "run resumes from the newest checkpoint or savepoint. Waits until the run has ended.",
-        epilog=_examples("spark-checkpoint cancel -f job.yaml"),
+        epilog=epilog(
+            ["spark-checkpoint cancel -f job.yaml"],
+            {
+                ExitCode.OK: "the run has ended",
+                ExitCode.FAILED: "the run did not end within --timeout",
+                **REACHING_THE_RUN,
+            },
+        ),
     )
     _timeout_option(cancel, 60.0, "how long to wait for the run to end (default: %(default).0f)")
 
@@ -180,13 +204,13 @@ def run_control(args: argparse.Namespace) -> int:
         return _control(args, control_paths(args))
     except _Usage as error:
         print(f"{prog}: {error}", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.USAGE
     except NoRuntime as error:
         print(f"{prog}: {error}", file=sys.stderr)
-        return EXIT_NO_RUNTIME
+        return ExitCode.NO_RUNTIME
     except ControlRefused as error:
         print(f"{prog}: {error}", file=sys.stderr)
-        return EXIT_REFUSED
+        return ExitCode.REFUSED
 
 
 def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
@@ -195,11 +219,12 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
     if command is Command.STATUS:
         answer = request(paths, command)
         assert answer.status is not None
-        if args.json:
-            print(json.dumps(answer.status.to_json(), indent=2))
+        if args.output in (OutputFormat.JSON, OutputFormat.YAML):
+            print_document(answer.status.to_json(), args.output, sys.stdout)
         else:
-            print(_describe(answer.status))
-        return EXIT_OK
+            for line in status_lines(answer.status, wide=args.output is OutputFormat.WIDE):
+                print(line)
+        return ExitCode.OK
     if command is Command.CANCEL:
         answer = request(paths, command)
         print(answer.message, flush=True)
@@ -207,7 +232,7 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
     wait = 0.0 if getattr(args, "detached", False) else args.timeout
     answer = request(paths, command, drain=getattr(args, "drain", False), wait=wait)
     code = _report(answer, prog, detached=wait == 0.0, timeout=args.timeout)
-    if command is Command.STOP and code == EXIT_OK:
+    if command is Command.STOP and code == ExitCode.OK:
         return _ended(paths, args.timeout, "stopped", prog)
     return code
 
@@ -218,54 +243,60 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
         case Outcome.OK:
             assert savepoint is not None
             print(f"savepoint {savepoint.snapshot_id} completed: {savepoint.path}", flush=True)
-            return EXIT_OK
+            return ExitCode.OK
         case Outcome.TRIGGERED if detached and savepoint is not None:
             print(f"savepoint {savepoint.snapshot_id} triggered; the job keeps running")
-            return EXIT_OK
+            return ExitCode.OK
         case Outcome.TRIGGERED if detached:
             print(f"{answer.message}; the job keeps running")
-            return EXIT_OK
+            return ExitCode.OK
         case Outcome.TRIGGERED:
             print(
                 f"{prog}: {answer.message} after {timeout:.0f}s; it goes on in the background "
                 "(`spark-checkpoint list` shows it once complete)",
                 file=sys.stderr,
             )
-            return EXIT_FAILED
+            return ExitCode.FAILED
         case Outcome.DECLINED:
             print(f"{prog}: {answer.message}", file=sys.stderr)
-            return EXIT_DECLINED
+            return ExitCode.DECLINED
         case _:
             print(f"{prog}: {answer.message}", file=sys.stderr)
-            return EXIT_FAILED
+            return ExitCode.FAILED
 
 
 def _ended(paths: ControlPaths, timeout: float, what: str, prog: str) -> int:
     if wait_until_gone(paths, timeout):
         print(f"{what}: the run has ended")
-        return EXIT_OK
+        return ExitCode.OK
     print(f"{prog}: the run has not ended within {timeout:.0f}s", file=sys.stderr)
-    return EXIT_FAILED
+    return ExitCode.FAILED
 
 
-def _describe(status: RuntimeStatus) -> str:
-    driver = "none" if status.driver_pid is None else str(status.driver_pid)
-    lines = [
-        f"job {status.job}: {status.phase} (attempt {status.attempt}, runtime pid "
-        f"{status.runtime_pid}, driver pid {driver})",
-        "last committed batch: "
-        + ("none" if status.last_batch is None else str(status.last_batch)),
+def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:
+    """``status``: the job as a one-row table, as ``kubectl get``; ``wide`` adds the pids,
+    the images' paths and the run's message."""
+    header = ["JOB", "PHASE", "ATTEMPT", "BATCH", "CHECKPOINT", "SAVEPOINT", "IN-PROGRESS"]
+    row = [
+        status.job,
+        status.phase,
+        str(status.attempt),
+        _or_none(status.last_batch),
+        _or_none(status.last_checkpoint and status.last_checkpoint.snapshot_id),
+        _or_none(status.last_savepoint and status.last_savepoint.snapshot_id),
+        str(status.in_progress),
     ]
-    for kind, found in (
-        ("checkpoint", status.last_checkpoint),
-        ("savepoint", status.last_savepoint),
-    ):
-        lines.append(
-            f"last {kind}: none"
-            if found is None
-            else f"last {kind}: {found.snapshot_id} {found.path}"
-        )
-    lines.append(f"in progress: {status.in_progress}")
-    if status.message:
-        lines.append(f"message: {status.message}")
-    return "\n".join(lines)
+    if wide:
+        header += ["RUNTIME-PID", "DRIVER-PID", "CHECKPOINT-PATH", "SAVEPOINT-PATH", "MESSAGE"]
+        row += [
+            str(status.runtime_pid),
+            _or_none(status.driver_pid),
+            _or_none(status.last_checkpoint and status.last_checkpoint.path),
+            _or_none(status.last_savepoint and status.last_savepoint.path),
+            status.message or "-",
+        ]
+    return format_table([header, row], right_aligned={2, 3, 4, 5, 6, 7, 8})
+
+
+def _or_none(value: object) -> str:
+    return "none" if value is None else str(value)

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import time
 
+from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command
 from spark_checkpoint_operator.local_state import default_state_dir, local_paths
@@ -25,7 +26,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.USAGE
     paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
     paths.logs_dir.mkdir(parents=True, exist_ok=True)
     log_file = paths.logs_dir / "runtime.log"
@@ -56,7 +57,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             f"  savepoint:  spark-checkpoint savepoint {job}\n"
             f"  stop it:    spark-checkpoint stop {job}   (a savepoint first; or cancel)"
         )
-        return 0
+        return ExitCode.OK
     tail = log_file.read_text(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
     if process.poll() is None:
         print(
@@ -64,7 +65,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             f"within {ANSWER_TIMEOUT_SECONDS:.0f}s; its output is in {log_file}",
             file=sys.stderr,
         )
-        return 1
+        return ExitCode.FAILED
     for line in tail:
         print(line, file=sys.stderr)
-    return process.returncode or 1
+    return process.returncode or ExitCode.FAILED

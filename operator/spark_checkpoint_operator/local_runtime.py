@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -45,6 +45,7 @@ from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
+from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
 
@@ -159,7 +160,10 @@ class LocalLauncher:
         # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
         # interpreter, so they see the packages the driver sees, unless told otherwise.
         environment = {"PYSPARK_PYTHON": sys.executable, **os.environ}
-        environment.update({v.name: v.value for v in application.env})
+        # A Secret's variable is the run's own (`require_secret_variables`).
+        environment.update(
+            {v.name: v.value for v in self._manifest.spec.driver_env if v.secret is None}
+        )
         environment.update(settings.to_environment(self._paths.token_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
@@ -220,7 +224,7 @@ async def run_local(
     manifest: JobManifest,
     manifest_path: Path,
     state_dir: Path,
-    report: Callable[[str], None],
+    display: RunDisplay,
     *,
     metrics_port: int | None = None,
     agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
@@ -231,6 +235,7 @@ async def run_local(
     (``run --from``), that image is restored instead of the newest. Raises `JobBusy` if
     another run of the job is under way, `RunRefused` for an image that cannot be restored
     (before anything else is started)."""
+    require_secret_variables(manifest, os.environ)
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     with job_lock(paths, manifest):
@@ -238,15 +243,29 @@ async def run_local(
         if metrics_port is not None:
             metrics = CheckpointMetrics(REGISTRY)
             metrics.serve(metrics_port, "127.0.0.1")
-            report(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+            display.line(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
         return await _run_locked(
             manifest,
             manifest_path,
             paths,
-            report,
+            display,
             metrics=metrics,
             agent_start_timeout=agent_start_timeout,
             restore_from=restore_from,
+        )
+
+
+def require_secret_variables(manifest: JobManifest, environment: Mapping[str, str]) -> None:
+    """A variable a Secret gives the pods on Kubernetes is taken from the run's own
+    environment (no cluster, no Secret): refuse the run, naming it, where it is not set."""
+    missing = [v for v in manifest.spec.driver_env if v.secret and v.name not in environment]
+    if missing:
+        first = missing[0]
+        assert first.secret is not None
+        raise RunRefused(
+            f"{', '.join(v.name for v in missing)} not set: on Kubernetes "
+            f"{first.name} comes from Secret {first.secret.name} (key {first.secret.key}); a "
+            "local run takes such variables from its own environment"
         )
 
 
@@ -254,7 +273,7 @@ async def _run_locked(
     manifest: JobManifest,
     manifest_path: Path,
     paths: LocalPaths,
-    report: Callable[[str], None],
+    display: RunDisplay,
     *,
     metrics: CheckpointMetrics | None,
     agent_start_timeout: float,
@@ -274,6 +293,7 @@ async def _run_locked(
             "savepoints, copy it elsewhere first and name it in "
             "spec.restore.initialSavepointPath)"
         )
+    report = display.line
     storage = CheckpointStorage(layout)
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _stop_leftover_driver(paths, report)
@@ -298,7 +318,7 @@ async def _run_locked(
     interrupts = [0]
 
     def on_notice(notice: Notice) -> None:
-        report(notice.message)
+        display.notice(notice)
         control.notice(notice)
         if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
             # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
@@ -346,19 +366,16 @@ async def _run_locked(
     if image is not None:
         supervisor.restore_from(image)
         report(f"restoring {image} (--from) instead of the newest image")
-    started = time.monotonic()
     job = f"{manifest.namespace}/{manifest.name}"
     # `spark-checkpoint status`, `savepoint`, `stop` and `cancel` from another terminal.
-    async with serve_controls(
-        ControlPaths(paths.control_dir), supervisor, job, launcher.driver_pid, report
-    ) as control:
+    async with (
+        serve_controls(
+            ControlPaths(paths.control_dir), supervisor, job, launcher.driver_pid, report
+        ) as control,
+        display.showing(supervisor),
+    ):
         outcome = await supervisor.run()
-    state = supervisor.record.coordinator
-    report(
-        f"{outcome.value}: {state.completed_count} checkpoints/savepoints completed, "
-        f"{state.failed_count} failed, {supervisor.record.restores} restores "
-        f"in {time.monotonic() - started:.0f}s; status in {paths.status_file}"
-    )
+    display.summary(outcome, supervisor.record, paths.status_file)
     return outcome
 
 

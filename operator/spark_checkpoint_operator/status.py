@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from spark_checkpoint.protocol import ProtocolError, RestoredFrom
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CheckpointOutcome,
@@ -50,7 +51,7 @@ class PersistedStatus:
     job_attempt: int = 0
     restores: int = 0
     failed_restores: int = 0
-    restored_from: Mapping[str, Any] | None = None
+    restored_from: RestoredFrom | None = None
     unrestorable: Sequence[Mapping[str, Any]] = ()
     message: str = ""
     last_committed_batch: int | None = None
@@ -63,7 +64,7 @@ class PersistedStatus:
         return {
             "phase": self.phase.value,
             "jobAttempt": self.job_attempt,
-            "restoredFrom": None if self.restored_from is None else dict(self.restored_from),
+            "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
             "unrestorable": [dict(image) for image in self.unrestorable],
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
@@ -96,7 +97,7 @@ class PersistedStatus:
             job_attempt=_field(data, "jobAttempt", int, 0),
             restores=_field(counts, "restored", int, 0, "counts."),
             failed_restores=_field(counts, "failedRestores", int, 0, "counts."),
-            restored_from=_field(data, "restoredFrom", Mapping, None),
+            restored_from=_restored_from(data),
             unrestorable=_field(data, "unrestorable", list, []),
             message=_field(data, "message", str, ""),
             last_committed_batch=_field(data, "lastCommittedBatch", int, None),
@@ -122,6 +123,15 @@ def _field(
         what = {int: "an integer", str: "a string", list: "a list"}.get(expected, "an object")
         raise InvalidStatus(f"{prefix}{key}: expected {what}, got {value!r}")
     return value
+
+
+def _restored_from(data: Mapping[str, Any]) -> RestoredFrom | None:
+    """``restoredFrom``: the protocol's document, as the agent reported it."""
+    value = data.get("restoredFrom")
+    try:
+        return None if value is None else RestoredFrom.from_json(value)
+    except ProtocolError as error:
+        raise InvalidStatus(f"restoredFrom: {error}") from None
 
 
 class StatusRecord(Protocol):

@@ -6,17 +6,18 @@ there, serves the checkpoint agent and ends the process with a `DriverExit` code
 """
 
 import logging
+import math
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import QueryState, RestoredFrom
+from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
 from spark_checkpoint.sink import CheckpointParticipant
@@ -74,12 +75,13 @@ def _run(
             return DriverExit.RESTORE_UNUSABLE
         raise
     restore_check = _RestoreCheck(query, location, outcome)
+    progress = _Progress(query)
     agent = CheckpointAgent(
         storage=storage,
         location=location,
         pin_root=attempt_dir / "pins",
         participants=participants,
-        query_view=lambda: _view(query, restore_check),
+        query_view=lambda: _view(query, restore_check, progress),
         restored_from=outcome,
         attempt=settings.attempt,
     )
@@ -177,14 +179,50 @@ class _RestoreCheck:
         return self._passed
 
 
-def _view(query: "StreamingQuery", restore_check: _RestoreCheck) -> QueryView:
+class _Progress:
+    """The query's progress as the agent reports it: Spark's ``lastProgress``, and the
+    input rows of every batch this driver ran, each progress of ``recentProgress`` counted
+    once (by its trigger's timestamp). Called with the agent's status lock held."""
+
+    def __init__(self, query: "StreamingQuery") -> None:
+        self._query = query
+        self._counted_until = ""  # the timestamp of the newest progress counted
+        self._total_rows = 0
+
+    def latest(self) -> QueryProgress | None:
+        last = self._query.lastProgress
+        if last is None:
+            return None
+        if last["timestamp"] > self._counted_until:
+            # Spark keeps the last spark.sql.streaming.numRecentProgressUpdates (100):
+            # far more than come between two status requests.
+            for progress in self._query.recentProgress:
+                if progress["timestamp"] > self._counted_until:
+                    self._total_rows += _rows(progress)
+                    self._counted_until = progress["timestamp"]
+        rate = last.get("inputRowsPerSecond")
+        return QueryProgress(
+            batch_id=int(last["batchId"]),
+            num_input_rows=_rows(last),
+            # Spark leaves the rate out (NaN in Scala) when it cannot compute one.
+            input_rows_per_second=float(rate) if rate is not None and math.isfinite(rate) else None,
+            total_input_rows=self._total_rows,
+        )
+
+
+def _rows(progress: Mapping[str, Any]) -> int:
+    return int(progress.get("numInputRows") or 0)
+
+
+def _view(query: "StreamingQuery", restore_check: _RestoreCheck, progress: _Progress) -> QueryView:
+    latest = progress.latest()
     if query.isActive and not restore_check.passed():
-        return QueryView(QueryState.RESTORING, False)
+        return QueryView(QueryState.RESTORING, False, progress=latest)
     if query.isActive:
         status = query.status
         idle = not status["isDataAvailable"] and not status["isTriggerActive"]
-        return QueryView(QueryState.RUNNING, idle)
+        return QueryView(QueryState.RUNNING, idle, progress=latest)
     error = query.exception()
     if error is not None:
-        return QueryView(QueryState.FAILED, True, str(error))
-    return QueryView(QueryState.FINISHED, True)
+        return QueryView(QueryState.FAILED, True, str(error), latest)
+    return QueryView(QueryState.FINISHED, True, progress=latest)

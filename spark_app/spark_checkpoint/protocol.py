@@ -15,8 +15,9 @@ does not know are ignored, so adding a field is compatible (docs/agent-protocol.
 """
 
 import json
+import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Self, TypeVar
 
@@ -361,6 +362,21 @@ class CollectGarbageAnswer:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class ErrorAnswer:
+    """Any request the agent refuses or fails, with a 4xx or 5xx status: what went wrong,
+    in one line (docs/agent-protocol.md, "Status codes and errors")."""
+
+    message: str  # "error"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"error": self.message}
+
+    @classmethod
+    def from_json(cls, value: Any) -> Self:
+        return cls(message=Fields(value, "the error answer").read("error", read_string))
+
+
 class Acknowledgement(StrEnum):
     """The answer to a command with nothing else to report: ``{"<value>": true}``."""
 
@@ -462,6 +478,45 @@ class SnapshotStatus:
         )
 
 
+def _rate(value: Any, field: str) -> float:
+    """Rows per second: a finite JSON number >= 0 (no string, bool, NaN)."""
+    if type(value) not in (int, float) or not 0 <= value < math.inf:
+        raise ProtocolError(f"{field} must be a number >= 0, got {shown(value)}")
+    return float(value)
+
+
+@dataclass(frozen=True, slots=True)
+class QueryProgress:
+    """The query's latest micro-batch (``query.progress``), from Spark's
+    ``StreamingQuery.lastProgress``, and the input this driver's query has read so far."""
+
+    batch_id: int  # "batchId": the batch lastProgress describes
+    num_input_rows: int  # "numInputRows": the rows that batch read
+    # "inputRowsPerSecond": the rate input arrived at for that batch; None when Spark has none
+    input_rows_per_second: float | None
+    # "totalInputRows": the rows of every batch this driver's query ran (its recentProgress,
+    # each progress counted once)
+    total_input_rows: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batchId": self.batch_id,
+            "numInputRows": self.num_input_rows,
+            "inputRowsPerSecond": self.input_rows_per_second,
+            "totalInputRows": self.total_input_rows,
+        }
+
+    @classmethod
+    def from_json(cls, value: Any, field: str = "progress") -> Self:
+        progress = Fields.nested(value, field)
+        return cls(
+            batch_id=progress.read("batchId", read_integer),
+            num_input_rows=progress.read("numInputRows", read_integer),
+            input_rows_per_second=progress.read("inputRowsPerSecond", read_optional(_rate)),
+            total_input_rows=progress.read("totalInputRows", read_integer),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class QueryStatus:
     """The streaming query (``query``)."""
@@ -471,12 +526,16 @@ class QueryStatus:
     # "lastCommittedBatch": the highest B with commits/B in the live location; informational,
     # it changes no status version.
     last_committed_batch: int | None = None
+    # "progress": None before the query's first progress (and from agents without it);
+    # informational, as lastCommittedBatch.
+    progress: QueryProgress | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "state": str(self.state),
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
+            "progress": None if self.progress is None else self.progress.to_json(),
         }
 
     @classmethod
@@ -486,6 +545,7 @@ class QueryStatus:
             state=query.read("state", read_one_of(QueryState)),
             message=query.read("message", read_string),
             last_committed_batch=query.read("lastCommittedBatch", _optional_integer),
+            progress=query.read("progress", read_optional(QueryProgress.from_json), default=None),
         )
 
 
@@ -579,3 +639,10 @@ class AgentStatus:
             restored_from=status.read("restoredFrom", read_optional(RestoredFrom.from_json)),
             checkpoints=status.read("checkpoints", _list_of("objects", SnapshotStatus.from_json)),
         )
+
+    def versioned_part(self) -> Self:
+        """What the version covers: the document without its version and the query's
+        informational fields (lastCommittedBatch, progress), which change with every batch
+        and so wake no long poll."""
+        query = replace(self.query, last_committed_batch=None, progress=None)
+        return replace(self, version=None, query=query)

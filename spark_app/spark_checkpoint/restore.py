@@ -115,7 +115,7 @@ def _open(
         return storage.read_metadata(candidate.kind, candidate.snapshot_id), storage
     uri = candidate.metadata_uri
     # Through the storage seam: a missing file or credentials are a StorageError.
-    metadata = CheckpointMetadata.from_json(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
+    metadata = CheckpointMetadata.from_bytes(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
     suffix = (
         f"/{metadata.namespace}/{metadata.job}/savepoints/sp-{metadata.checkpoint_id}/_metadata"
     )

@@ -3,20 +3,30 @@ starts it (its script, `--quick`), writes its result file into a temporary direc
 file must hold the numbers the benchmark exists to measure. The numbers themselves are not
 judged here (a shared CI machine measures nothing reliably).
 
+The operator-scale benchmark talks to a cluster through a kubeconfig: here, the emulated
+API server and the simulated cluster, started as benchmarks/README.md says
+(``python -m helpers.kube.launch``, from ``tests/``).
+
 About 20-45 s each here (a JVM start, or the operator and its simulated cluster).
 """
 
+import contextlib
 import json
 import math
+import os
+import re
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+from helpers.doc_blocks import ROOT, Block, marked_blocks, shell_commands
+
+BENCHMARKS = ROOT / "benchmarks"
+_README_WORK = "/tmp/scale"  # the work directory benchmarks/README.md's commands name
 
 
 def _positive(value: Any) -> bool:
@@ -77,6 +87,12 @@ def _check_operator_scale(result: dict[str, Any]) -> None:
     assert _positive(result["operator"]["rss_mib_max"])
     assert result["operator"]["cpu_cores"] >= 0
     assert _positive(result["api"]["requests_per_s"])
+    assert result["api"]["by_kind_per_s"]["PATCH sparkcheckpointjobs/status"] > 0
+    assert _positive(result["api"]["job_object_bytes"])
+    assert result["triggers"]["until"] == "the arrival at the agent"
+    assert result["triggers"]["not_arrived"] < result["triggers"]["slots"]
+    assert _positive(result["agents"]["by_route_per_s"]["trigger"])
+    assert result["other_processes"]["api_server_process_cpu_cores"] >= 0
 
 
 BENCHMARKS_CHECKED: dict[str, tuple[str, Callable[[dict[str, Any]], None]]] = {
@@ -106,18 +122,63 @@ def test_every_benchmark_is_checked() -> None:
 )
 def test_the_quick_mode_produces_its_results(name: str, tmp_path: Path) -> None:
     result_file, check = BENCHMARKS_CHECKED[name]
-
-    run = subprocess.run(
-        [sys.executable, str(BENCHMARKS / f"{name}.py"), "--quick", "--results-dir", str(tmp_path)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
+    results = tmp_path / "results"
+    # How benchmarks/README.md runs operator_scale: its launcher, then the benchmark.
+    (readme,) = marked_blocks(
+        "tests/benchmarks/test_quick.py::test_the_quick_mode_produces_its_results"
     )
 
+    with _cluster_for(name, readme, tmp_path) as cluster_arguments:
+        run = subprocess.run(
+            [
+                sys.executable,
+                str(BENCHMARKS / f"{name}.py"),
+                "--quick",
+                "--results-dir",
+                str(results),
+                *cluster_arguments,
+            ],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
+        )
+
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert [p.name for p in tmp_path.glob("*.json")] == [result_file]
-    result = json.loads((tmp_path / result_file).read_text())
+    assert [p.name for p in results.glob("*.json")] == [result_file]
+    result = json.loads((results / result_file).read_text())
     assert result.get("quick", True) is True
     check(result)
+
+
+@contextlib.contextmanager
+def _cluster_for(name: str, block: Block, tmp_path: Path) -> Iterator[list[str]]:
+    """The benchmark's arguments naming its cluster. For operator_scale, the commands of
+    benchmarks/README.md: the launcher runs (the emulated API server and the simulated
+    cluster) while the benchmark does, with the README's work directory in ``tmp_path``."""
+    if name != "operator_scale":
+        yield []
+        return
+    launch, benchmark = (
+        [word.replace(_README_WORK, str(tmp_path)) for word in command]
+        for command in shell_commands(block.text)
+    )
+    assert launch[:4] == ["PYTHONPATH=tests", ".venv/bin/python", "-m", "helpers.kube.launch"]
+    assert benchmark[:2] == [".venv/bin/python", "benchmarks/operator_scale.py"]
+    assert "--quick" in benchmark, f"{block}: not the quick mode"
+    launcher = subprocess.Popen(
+        [sys.executable, *launch[2:]],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": "tests"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert launcher.stdout is not None
+        assert re.fullmatch(r"ready http://\S+\n", launcher.stdout.readline())
+        yield benchmark[2:]
+    finally:
+        launcher.terminate()
+        # A clean stop on SIGTERM, as the README says.
+        assert launcher.wait(60) == 0

@@ -3,6 +3,8 @@ storage package (no Spark), a local status file and a way to run the command lin
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -118,14 +120,18 @@ def _spark_file(spark_dir: Path, path: str, content: bytes) -> str:
 
 
 def _metadata(
-    kind: CheckpointKind, snapshot_id: int, batch_id: int, entries: list[ManifestEntry]
+    layout: JobStorageLayout,
+    kind: CheckpointKind,
+    snapshot_id: int,
+    batch_id: int,
+    entries: list[ManifestEntry],
 ) -> CheckpointMetadata:
     completion = datetime.now(UTC) - COMPLETED_AGO
     logs = [e for e in entries if not e.path.startswith("state/")]
     state = [e for e in entries if e.path.startswith("state/")]
     return CheckpointMetadata(
-        namespace=NAMESPACE,
-        job=JOB,
+        namespace=layout.namespace,
+        job=layout.job,
         checkpoint_id=snapshot_id,
         kind=kind,
         batch_id=batch_id,
@@ -158,26 +164,41 @@ def job_on(tmp_path: Path) -> Callable[[str], Job]:
     return lambda root: write_job(root, tmp_path)
 
 
+def write_snapshot(
+    storage: CheckpointStorage,
+    spark_dir: Path,
+    *,
+    kind: CheckpointKind,
+    snapshot_id: int,
+    batch_id: int,
+    files: Mapping[str, bytes],
+) -> CheckpointMetadata:
+    """A checkpoint (its files shared, as incremental checkpoints store them) or a savepoint
+    (self-contained) of the Spark files ``files``, written as the agent writes it."""
+    entries = [
+        storage.add_shared_file(_spark_file(spark_dir, path, content), path)
+        if kind is CheckpointKind.CHECKPOINT
+        else storage.add_savepoint_file(snapshot_id, _spark_file(spark_dir, path, content), path)
+        for path, content in files.items()
+    ]
+    meta = _metadata(storage.layout, kind, snapshot_id, batch_id, entries)
+    storage.write_metadata(meta)
+    return meta
+
+
 def write_job(root: str, tmp_path: Path) -> Job:
     """Checkpoints 1 and 2 and savepoint 3 on the storage root `root`, written as the agent
     writes them; the live location and the state directory are below `tmp_path`."""
     storage = CheckpointStorage(JobStorageLayout(root, NAMESPACE, JOB))
     spark_dir = tmp_path / "spark"
-
-    def take_checkpoint(snapshot_id: int, batch_id: int, files: Mapping[str, bytes]) -> None:
-        entries = [
-            storage.add_shared_file(_spark_file(spark_dir, path, content), path)
-            for path, content in files.items()
-        ]
-        storage.write_metadata(_metadata(CheckpointKind.CHECKPOINT, snapshot_id, batch_id, entries))
-
-    take_checkpoint(1, 0, CHECKPOINT_1)
-    take_checkpoint(2, 1, CHECKPOINT_2)
-    entries = [
-        storage.add_savepoint_file(3, _spark_file(spark_dir, path, content), path)
-        for path, content in SAVEPOINT_3.items()
-    ]
-    storage.write_metadata(_metadata(CheckpointKind.SAVEPOINT, 3, 1, entries))
+    for kind, snapshot_id, batch_id, files in (
+        (CheckpointKind.CHECKPOINT, 1, 0, CHECKPOINT_1),
+        (CheckpointKind.CHECKPOINT, 2, 1, CHECKPOINT_2),
+        (CheckpointKind.SAVEPOINT, 3, 1, SAVEPOINT_3),
+    ):
+        write_snapshot(
+            storage, spark_dir, kind=kind, snapshot_id=snapshot_id, batch_id=batch_id, files=files
+        )
     return Job(storage, tmp_path / "state", spark_dir)
 
 
@@ -190,12 +211,50 @@ class Result:
 
 @pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Callable[..., Result]:
-    """Runs ``spark-checkpoint ARGS`` in-process; returns exit code, stdout and stderr."""
+    """Runs ``spark-checkpoint ARGS`` in-process (a process start costs a second or more on
+    a loaded machine); returns exit code, stdout and stderr."""
 
     def run(*args: str) -> Result:
         capsys.readouterr()
-        code = main(list(args))
+        try:
+            code = main(list(args))
+        except SystemExit as end:  # --help, --version, usage errors
+            code = int(end.code or 0)
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)
 
     return run
+
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "spark-checkpoint"
+
+
+@pytest.fixture
+def console() -> Callable[..., Result]:
+    """Runs the installed console script ``spark-checkpoint ARGS`` (keyword ``cwd``) in a
+    process of its own, as a user does. Stateless: hypothesis examples may share it."""
+    return run_console
+
+
+@pytest.fixture
+def console_script() -> Path:
+    """The installed console script, for a test that runs it in a shell pipeline."""
+    return CONSOLE_SCRIPT
+
+
+@pytest.fixture
+def snapshot_writer() -> Callable[..., CheckpointMetadata]:
+    """`write_snapshot`, for tests (hypothesis' among them) that draw their own snapshots."""
+    return write_snapshot
+
+
+def run_console(*args: str, cwd: Path | None = None) -> Result:
+    completed = subprocess.run(
+        [str(CONSOLE_SCRIPT), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return Result(completed.returncode, completed.stdout, completed.stderr)

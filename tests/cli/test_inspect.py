@@ -1,93 +1,152 @@
-"""`spark-checkpoint inspect KIND:ID`: the summary of a snapshot's `_metadata`."""
+"""`spark-checkpoint inspect [KIND:ID ...]`: a line per snapshot with the essentials of its
+`_metadata`, more columns with `-o wide`, every `_metadata` in full with `-o json|yaml`;
+driven through the installed console script on storage the storage package wrote."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import re
+import string
+import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from spark_checkpoint.storage import CheckpointKind
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+)
 
 if TYPE_CHECKING:
     from conftest import Job, Result
 
 Cli = Callable[..., "Result"]
+Writer = Callable[..., CheckpointMetadata]
 
 
-def test_summarizes_the_metadata(job: Job, cli: Cli) -> None:
+def table(output: str) -> list[list[str]]:
+    """The table's rows after its header, cells split on runs of two or more spaces."""
+    lines = output.splitlines()
+    assert lines[0].startswith("KIND "), output
+    return [re.split(r"\s{2,}", line.strip()) for line in lines[1:]]
+
+
+def rfc3339(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def test_a_line_per_snapshot_with_the_essentials(job: Job, console: Cli) -> None:
+    result = console("inspect", *job.flags)
+
+    assert result.code == 0, result.err
+    assert result.out.splitlines()[0].split() == [
+        "KIND", "ID", "BATCH", "COMPLETED", "AGE", "DURATION", "SIZE", "FILES", "SHARED"
+    ]  # fmt: skip
+    completed = {
+        (kind, i): rfc3339(job.storage.read_metadata(kind, i).completion_time)
+        for kind, i in ((CheckpointKind.CHECKPOINT, 1), (CheckpointKind.CHECKPOINT, 2))
+    } | {(CheckpointKind.SAVEPOINT, 3): rfc3339(
+        job.storage.read_metadata(CheckpointKind.SAVEPOINT, 3).completion_time
+    )}  # fmt: skip
+    assert table(result.out) == [
+        ["checkpoint", "1", "0", completed[(CheckpointKind.CHECKPOINT, 1)], "2d2h", "2.25s",
+         "80 B", "3", "3"],
+        ["checkpoint", "2", "1", completed[(CheckpointKind.CHECKPOINT, 2)], "2d2h", "2.25s",
+         "127 B", "4", "4"],
+        # A savepoint is self-contained: no shared files.
+        ["savepoint", "3", "1", completed[(CheckpointKind.SAVEPOINT, 3)], "2d2h", "2.25s",
+         "127 B", "4", "0"],
+    ]  # fmt: skip
+
+
+def test_wide_adds_reuse_trigger_tasks_query_registry_and_path(job: Job, console: Cli) -> None:
     job.write_registry(checkpoints=[2], savepoints=[3])
     meta = job.storage.read_metadata(CheckpointKind.CHECKPOINT, 2)
 
-    result = cli("inspect", "checkpoint:2", *job.flags)
+    result = console("inspect", "checkpoint:2", "savepoint:3", *job.flags, "-o", "wide")
 
     assert result.code == 0, result.err
-    lines = result.out.splitlines()
-    assert lines[0] == "checkpoint 2 of analytics/clicks"
-    fields = dict(line.strip().split(": ", 1) for line in lines[1:10])
-    assert {key.strip() for key in fields} == {
-        "metadata", "registry", "format version", "batch", "query id", "triggered",
-        "completed", "total", "shared files",
-    }  # fmt: skip
-    assert fields["metadata"].strip() == str(job.metadata_file(CheckpointKind.CHECKPOINT, 2))
-    assert fields["registry"].strip() == "registered"
-    assert fields["batch"].strip() == "1"
-    assert fields["query id"].strip() == "8f14e45f-ea1c-4e9b-9a6e-0c2b1b2f7d11"
-    triggered = meta.trigger_time.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    assert fields["triggered"].strip() == triggered
-    assert fields["completed"].endswith("(2.25s after the trigger, 2d2h ago)")
-    assert fields["total"].strip() == "127 B (127 bytes) in 4 files"
+    checkpoint, savepoint = table(result.out)
     # state/0/0/1.delta is stored once and referenced by checkpoints 1 and 2.
-    assert fields["shared files"].strip() == "4 (1 also referenced by other checkpoints)"
-    assert "  properties:" in result.out
-    acks = lines[lines.index("  task acknowledgements (2):") + 1 :]
-    assert [line.split() for line in acks] == [
-        ["TASK", "FILES", "BYTES", "DURATION"],
-        ["logs", "2", "50", "B", "12ms"],
-        ["state-0-0", "2", "77", "B", "30ms"],
-    ]
+    assert checkpoint[9:] == [
+        "1", rfc3339(meta.trigger_time), "2", meta.query_id, "registered",
+        str(job.metadata_file(CheckpointKind.CHECKPOINT, 2)),
+    ]  # fmt: skip
+    assert savepoint[9] == "-"  # reuse is a checkpoint's
+    assert savepoint[-1] == str(job.metadata_file(CheckpointKind.SAVEPOINT, 3))
 
 
-def test_lists_the_files_on_request(job: Job, cli: Cli) -> None:
-    result = cli("inspect", "savepoint:3", *job.flags, "--files")
+def test_json_and_yaml_hold_each_metadata_as_stored(job: Job, console: Cli) -> None:
+    job.write_registry(checkpoints=[2], savepoints=[3])
 
-    assert result.code == 0, result.err
-    assert "registry:       unknown (no readable status file)" in result.out
-    assert "shared files:   0\n" in result.out  # a savepoint is self-contained
-    files = result.out.split("  files (4):\n", 1)[1].splitlines()
-    assert files[0].split() == ["PATH", "SIZE", "SHA256", "LOCATION"]
-    assert files[1].split()[0] == "offsets/1"
-    assert files[1].split()[-1] == "savepoints/sp-3/files/offsets/1"
+    as_json = console("inspect", *job.flags, "-o", "json")
+    as_yaml = console("inspect", *job.flags, "-o", "yaml")
+
+    assert as_json.code == 0, as_json.err
+    assert as_yaml.code == 0, as_yaml.err
+    document = json.loads(as_json.out)
+    assert yaml.safe_load(as_yaml.out) == document  # one document, two notations
+    assert document["namespace"] == "analytics"
+    assert document["job"] == "clicks"
+    assert document["statusFile"] == str(job.status_file.resolve())
+    assert document["problems"] == []
+    snapshots = document["snapshots"]
+    assert [(s["kind"], s["id"]) for s in snapshots] == [
+        ("checkpoint", 1), ("checkpoint", 2), ("savepoint", 3)
+    ]  # fmt: skip
+    for snapshot in snapshots:
+        kind = CheckpointKind(snapshot["kind"])
+        stored = job.metadata_file(kind, snapshot["id"])
+        assert snapshot["metadata"] == json.loads(gzip.decompress(stored.read_bytes()))
+        assert snapshot["metadataPath"] == str(stored)
+    assert [s["registered"] for s in snapshots] == [False, True, True]
+    assert [s["sharedFiles"] for s in snapshots] == [3, 4, 0]
+    assert [s["sharedWithOthers"] for s in snapshots] == [1, 1, None]
 
 
-def test_json_prints_the_metadata_document(job: Job, cli: Cli) -> None:
-    result = cli("inspect", "checkpoint:1", *job.flags, "--json")
-
-    assert result.code == 0, result.err
-    stored = job.metadata_file(CheckpointKind.CHECKPOINT, 1).read_text()
-    assert json.loads(result.out) == json.loads(stored)
-    assert result.out == stored
-
-
-def test_an_absent_snapshot_exits_1_naming_the_file(job: Job, cli: Cli) -> None:
-    result = cli("inspect", "checkpoint:9", *job.flags)
+def test_an_unreadable_snapshot_exits_1_naming_it_and_the_others_are_shown(
+    job: Job, console: Cli
+) -> None:
+    result = console("inspect", "checkpoint:9", "checkpoint:2", *job.flags)
 
     assert result.code == 1
     missing = job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 9)
     assert result.err.strip() == (
         f"spark-checkpoint inspect: checkpoint:9: missing file: {missing}: no such file"
     )
+    assert [row[:2] for row in table(result.out)] == [["checkpoint", "2"]]
 
 
 def test_an_invalid_metadata_exits_1_naming_the_field(job: Job, cli: Cli) -> None:
     path = job.metadata_file(CheckpointKind.CHECKPOINT, 1)
-    document = json.loads(path.read_text())
+    document = json.loads(gzip.decompress(path.read_bytes()))
     document["files"][0]["sha256"] = "not-a-digest"
-    path.write_text(json.dumps(document))
+    path.write_bytes(gzip.compress(json.dumps(document).encode()))
 
-    result = cli("inspect", "checkpoint:1", *job.flags)
+    result = cli("inspect", *job.flags, "-o", "json")
 
     assert result.code == 1
     assert f"invalid metadata: {path}: files[0].sha256: " in result.err
+    problems = json.loads(result.out)["problems"]
+    assert len(problems) == 1
+    assert problems[0].startswith(f"checkpoint:1: invalid metadata: {path}: files[0].sha256")
+
+
+def test_empty_storage_has_nothing_to_inspect_which_exits_1(cli: Cli, tmp_path: Path) -> None:
+    flags = ["--storage", str(tmp_path), "--namespace", "analytics", "--job", "clicks"]
+    result = cli("inspect", *flags, "--state-dir", str(tmp_path / "state"))
+
+    assert result.code == 1
+    assert result.out == ""
+    assert "no checkpoints or savepoints with a _metadata in" in result.err
 
 
 def test_a_malformed_snapshot_reference_exits_2(job: Job, cli: Cli) -> None:
@@ -102,3 +161,70 @@ def test_an_external_savepoint_is_not_a_snapshot_of_the_job(job: Job, cli: Cli) 
     result = cli("inspect", reference, *job.flags)
     assert result.code == 2
     assert result.err.startswith(f"spark-checkpoint inspect: {reference!r}: "), result.err
+
+
+NAMES = st.text(string.ascii_lowercase + string.digits, min_size=1, max_size=12).filter(
+    lambda name: name[0].isalpha()
+)
+
+
+@st.composite
+def snapshot_sets(draw: st.DrawFn) -> dict[int, tuple[CheckpointKind, int]]:
+    """Ids from one counter, as the coordinator takes them, each a checkpoint or a
+    savepoint of some batch; sparse (retention removed some) and across digit counts."""
+    ids = draw(st.sets(st.integers(min_value=1, max_value=1200), min_size=1, max_size=8))
+    batches = st.integers(min_value=0, max_value=10**6)
+    return {i: (draw(st.sampled_from(CheckpointKind)), draw(batches)) for i in ids}
+
+
+# In-process (the tests above run the console script): a process start would cost a
+# second or more an example on a loaded machine, and the order is the code's, not the
+# process's.
+@settings(
+    max_examples=25,
+    deadline=None,
+    # `cli` reads what each example printed; `snapshot_writer` is stateless.
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(snapshots=snapshot_sets(), names=st.tuples(NAMES, NAMES))
+def test_natural_order_and_a_line_per_snapshot_for_any_set(
+    snapshots: dict[int, tuple[CheckpointKind, int]],
+    names: tuple[str, str],
+    cli: Cli,
+    snapshot_writer: Writer,
+) -> None:
+    namespace, job_name = names
+    with tempfile.TemporaryDirectory() as directory:
+        root = Path(directory)
+        storage = CheckpointStorage(JobStorageLayout(str(root / "storage"), namespace, job_name))
+        written = {
+            (kind, snapshot_id): snapshot_writer(
+                storage,
+                root / "spark",
+                kind=kind,
+                snapshot_id=snapshot_id,
+                batch_id=batch,
+                files={f"offsets/{batch}": f"batch {batch} of {snapshot_id}".encode()},
+            )
+            for snapshot_id, (kind, batch) in snapshots.items()
+        }
+        flags = ["--storage", str(root / "storage"), "--namespace", namespace]
+        flags += ["--job", job_name, "--state-dir", str(root / "state")]
+
+        compact = cli("inspect", *flags)
+        document = cli("inspect", *flags, "-o", "json")
+
+    expected = sorted(written, key=lambda ref: ref[1])  # by id, numerically
+    assert compact.code == 0, compact.err
+    assert document.code == 0, document.err
+    rows = table(compact.out)
+    assert len(rows) == len(snapshots)  # a line each
+    assert [(CheckpointKind(row[0]), int(row[1])) for row in rows] == expected
+    assert [int(row[2]) for row in rows] == [written[ref].batch_id for ref in expected]
+    assert [row[3] for row in rows] == [rfc3339(written[ref].completion_time) for ref in expected]
+    assert [int(row[7]) for row in rows] == [len(written[ref].files) for ref in expected]
+    stored = json.loads(document.out)["snapshots"]
+    assert [(CheckpointKind(s["kind"]), s["id"]) for s in stored] == expected
+    assert [s["metadata"] for s in stored] == [
+        json.loads(written[ref].to_json()) for ref in expected
+    ]

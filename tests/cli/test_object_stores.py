@@ -37,7 +37,7 @@ def test_list_inspect_and_verify_on_an_object_store(
     job.write_registry(checkpoints=[1, 2], savepoints=[3])
 
     listed = cli("list", *job.flags)
-    inspected = cli("inspect", "checkpoint:2", *job.flags)
+    inspected = cli("inspect", "checkpoint:2", *job.flags, "-o", "wide")
     verified = cli("verify", *job.flags)
 
     assert listed.code == 0, listed.err
@@ -49,7 +49,7 @@ def test_list_inspect_and_verify_on_an_object_store(
     ]
     assert inspected.code == 0, inspected.err
     metadata = job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 2)
-    assert f"  metadata:       {metadata}\n" in inspected.out
+    assert inspected.out.splitlines()[1].endswith(f"  registered  {metadata}")
     assert verified.code == 0, verified.out + verified.err
     assert verified.out.endswith("3 verified: 3 OK, 0 failed\n")
 

@@ -100,7 +100,7 @@ def test_a_truncated_metadata_is_detected(job: Job, cli: Cli) -> None:
     assert result.code == 1
     found = verdicts(result.out)
     assert found["checkpoint:2"].startswith(
-        f"FAILED  truncated metadata: {metadata}: not parseable as JSON"
+        f"FAILED  truncated metadata: {metadata}: the gzip stream is cut short"
     )
     assert found["checkpoint:1"].startswith("OK")
 

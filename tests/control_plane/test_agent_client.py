@@ -3,6 +3,7 @@ the protocol's document (another version, a broken agent) is `AgentAnswerInvalid
 `AgentRejected` the supervisor already handles, with one line naming the field."""
 
 import asyncio
+import re
 from typing import Any
 
 import pytest
@@ -14,13 +15,19 @@ from spark_checkpoint.protocol import (
     AgentStatus,
     CheckpointKind,
     CollectGarbageAnswer,
+    ErrorAnswer,
     FinalizeAnswer,
     QueryState,
     QueryStatus,
     SnapshotPhase,
     SnapshotStatus,
 )
-from spark_checkpoint_operator.agent_client import AgentAnswerInvalid, AgentClient, AgentRejected
+from spark_checkpoint_operator.agent_client import (
+    AgentAnswerInvalid,
+    AgentClient,
+    AgentRejected,
+    AgentUnavailable,
+)
 
 STATUS = AgentStatus(
     version=4,
@@ -36,11 +43,15 @@ FINALIZE = "/v1/checkpoints/7/finalize"
 COLLECT = "/v1/storage/collect-garbage"
 
 
-def _ask(answers: dict[str, Any], call: str, *args: Any) -> Any:
-    """``call`` of a client against a server that answers each path with ``answers``."""
+def _ask(answers: dict[str, Any], call: str, *args: Any, status: int = 200) -> Any:
+    """``call`` of a client against a server that answers each path with ``answers`` (as
+    JSON, a string as plain text) and ``status``."""
 
     async def answer(request: web.Request) -> web.Response:
-        return web.json_response(answers[request.path])
+        body = answers[request.path]
+        if isinstance(body, str):
+            return web.Response(text=body, status=status)
+        return web.json_response(body, status=status)
 
     async def scenario() -> Any:
         app = web.Application()
@@ -103,3 +114,41 @@ def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
     assert isinstance(raised.value, AgentRejected)
     assert str(raised.value).startswith(f"{'GET' if 'status' in call else 'POST'} {path}: ")
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("answer", "reason"),
+    [
+        (ErrorAnswer("checkpoint 7 is copying").to_json(), "checkpoint 7 is copying"),
+        # Not the protocol's error answer: shown as it came.
+        (["not", "an", "object"], "['not', 'an', 'object']"),
+        ({"reason": "busy"}, "{'reason': 'busy'}"),
+        ("409: Conflict", "409: Conflict"),
+    ],
+)
+def test_a_refusal_is_one_line_with_the_agents_reason(answer: Any, reason: str) -> None:
+    with pytest.raises(AgentRejected) as raised:
+        _ask({FINALIZE: answer}, "finalize", 7, ["logs"], status=409)
+
+    assert str(raised.value) == f"POST {FINALIZE}: 409 {reason}"
+    assert not isinstance(raised.value, AgentAnswerInvalid)
+
+
+def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm() -> None:
+    # A driver that exits closes its port: the fallbacks that follow (the janitor
+    # discards, a completion is recovered on restore) quote this reason to the user.
+    port = free_port()
+
+    async def scenario() -> str:
+        client = AgentClient(f"http://127.0.0.1:{port}", "token")
+        try:
+            await client.complete(7, 3)
+        except AgentUnavailable as error:
+            return str(error)
+        finally:
+            await client.close()
+        raise AssertionError("a closed port answered")
+
+    reason = asyncio.run(scenario())
+    assert reason.endswith(f"cannot connect to 127.0.0.1:{port} (Connection refused)"), reason
+    assert not re.search(r"fail|error|warning", reason, re.I), reason

@@ -96,3 +96,73 @@ def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead
         "to it when a driver restores it"
     ) in lines
     assert lines[-1] == "job finished"
+
+
+class ToldEarlyAgent(FakeAgent):
+    """Told of a checkpoint covering its last batch while the query still ran: once the
+    query ends the driver has nothing to wait for and exits. A checkpoint of that same
+    batch, acknowledged just before, completes after the agent stopped listening."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last_batch: int | None = None
+        self.told_end = False
+        self.driver: FakeDriver | None = None
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if self.told_end:
+            self.reachable = False
+            asyncio.get_running_loop().call_later(JVM_SHUTDOWN_SECONDS, self._exit)
+            raise AgentUnavailable("POST /v1/complete: cannot connect to 127.0.0.1:1 (refused)")
+        await super().complete(checkpoint_id, batch_id)
+        self.told_end = self.last_batch is not None and batch_id >= self.last_batch
+
+    def _status(self) -> AgentStatus:
+        document = super()._status()
+        if self.told_end:  # the query ended; nothing to wait for
+            document = replace(document, query=replace(document.query, state=QueryState.FINISHED))
+        return document
+
+    def _exit(self) -> None:
+        assert self.driver is not None
+        self.driver.code = DriverExit.FINISHED
+
+
+class ToldEarlyLauncher(FakeLauncher):
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = FakeDriver(ToldEarlyAgent())
+        driver.agent.driver = driver
+        self.drivers.append(driver)
+        return driver
+
+
+def test_a_checkpoint_of_a_batch_the_driver_was_told_of_needs_no_confirmation() -> None:
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        launcher = ToldEarlyLauncher()
+
+        async def save(record: JobRecord) -> None:
+            return None
+
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=save,
+            record=JobRecord(),
+            report=notices.append,
+        )
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, ToldEarlyAgent)
+        agent.batch += 1
+        agent.last_batch = agent.batch
+        return await run
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    lines = [notice.message for notice in notices]
+    assert not [line for line in lines if "did not confirm" in line or "fail" in line], lines
+    assert lines[-1] == "job finished"

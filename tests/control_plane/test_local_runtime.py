@@ -262,6 +262,11 @@ def test_an_unreadable_status_file_refuses_the_run_in_one_line(
         ('{"status": {"phase": "Sleeping"}}', "status.phase: expected one of Pending"),
         ('{"status": {"jobAttempt": "2"}}', "status.jobAttempt: expected an integer"),
         ('{"status": {"coordinator": {"nextCheckpointId": 0}}}', "coordinator.nextCheckpointId"),
+        (
+            '{"status": {"restoredFrom": {"source": "checkpoint:3", "skipped": []}}}',
+            "status.restoredFrom: field 'restoredFrom.batchId' is missing",
+        ),
+        ('{"status": {"restoredFrom": "checkpoint:3"}}', "status.restoredFrom: restoredFrom must"),
         ('{"status": []}', "status: missing"),
         ("{", "not JSON"),
     ]:

@@ -11,6 +11,7 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CompletedCheckpoint,
@@ -67,6 +68,16 @@ coordinators = st.builds(
     failed_count=counts,
     terminated=st.none() | st.sampled_from(TerminalOutcome),
 )
+candidates = st.one_of(
+    st.builds(RestoreCandidate.registered, st.sampled_from(CheckpointKind), ids),
+    st.builds(RestoreCandidate.external, st.text(min_size=1, max_size=20)),
+)
+restores = st.builds(
+    RestoredFrom,
+    candidates,
+    counts,
+    st.lists(st.builds(SkippedImage, candidates, texts), max_size=2).map(tuple),
+)
 unrestorable = st.fixed_dictionaries({"source": texts, "reason": texts, "attempt": counts})
 pending = st.fixed_dictionaries(
     {
@@ -82,7 +93,7 @@ records = st.builds(
     attempt=counts,
     restores=counts,
     failed_restores=counts,
-    restored_from=st.none() | st.fixed_dictionaries({"source": texts, "attempt": counts}),
+    restored_from=st.none() | restores,
     unrestorable=st.lists(unrestorable, max_size=3),
     message=texts,
     coordinator=coordinators,

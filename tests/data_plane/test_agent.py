@@ -18,7 +18,13 @@ from helpers.agent import TOKEN, Running
 from spark_checkpoint.agent import agent as agent_module
 from spark_checkpoint.agent import server
 from spark_checkpoint.agent.agent import QueryView
-from spark_checkpoint.protocol import AfterCompletion, AgentStatus, QueryState, RestoreCandidate
+from spark_checkpoint.protocol import (
+    AfterCompletion,
+    AgentStatus,
+    QueryProgress,
+    QueryState,
+    RestoreCandidate,
+)
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
@@ -234,6 +240,25 @@ async def _timed(call: Any) -> tuple[float, Any]:
     started = time.monotonic()
     answer = await call
     return time.monotonic() - started, answer
+
+
+def test_the_query_progress_is_served_and_changes_no_version(running: Running) -> None:
+    """It changes with every batch: a long poll is not woken for it."""
+    version = _version(running)
+    progress = QueryProgress(
+        batch_id=7, num_input_rows=10, input_rows_per_second=50.0, total_input_rows=80
+    )
+    running.view = QueryView(QueryState.RUNNING, idle=True, progress=progress)
+
+    status = _status(running.client())
+
+    assert status["query"]["progress"] == {
+        "batchId": 7,
+        "numInputRows": 10,
+        "inputRowsPerSecond": 50.0,
+        "totalInputRows": 80,
+    }
+    assert status["version"] == version
 
 
 def test_status_answers_at_once_when_its_version_is_another(running: Running) -> None:

@@ -28,9 +28,11 @@ from spark_checkpoint.protocol import (
     CompleteBody,
     DeclineReport,
     DiscardCheckpointBody,
+    ErrorAnswer,
     FinalizeAnswer,
     FinalizeBody,
     ProtocolError,
+    QueryProgress,
     QueryState,
     QueryStatus,
     RestoreCandidate,
@@ -67,11 +69,24 @@ restored = st.builds(
     ids,
     st.lists(st.builds(SkippedImage, candidates, texts), max_size=3).map(tuple),
 )
+progresses = st.builds(
+    QueryProgress,
+    ids,
+    ids,
+    st.none() | st.floats(min_value=0, allow_infinity=False) | st.sampled_from([0.0, 1e308]),
+    ids,
+)
 statuses = st.builds(
     AgentStatus,
     st.none() | ids,
     ids,
-    st.builds(QueryStatus, st.sampled_from(QueryState), texts, st.none() | ids),
+    st.builds(
+        QueryStatus,
+        st.sampled_from(QueryState),
+        texts,
+        st.none() | ids,
+        st.none() | progresses,
+    ),
     st.lists(texts, max_size=4).map(tuple),
     st.booleans(),
     st.booleans(),
@@ -88,6 +103,7 @@ documents = st.one_of(
     st.builds(DiscardCheckpointBody, id_tuples),
     st.builds(CollectGarbageBody, id_tuples, id_tuples),
     st.builds(CollectGarbageAnswer, id_tuples, id_tuples, ids),
+    st.builds(ErrorAnswer, texts),
 )
 
 
@@ -160,6 +176,15 @@ def _status(**changes: Any) -> dict[str, Any]:
     return document | changes
 
 
+def _query(**changes: Any) -> dict[str, Any]:
+    return {"state": "running", "message": "", "lastCommittedBatch": 2} | changes
+
+
+def _progress(**changes: Any) -> dict[str, Any]:
+    progress = {"batchId": 2, "numInputRows": 5, "inputRowsPerSecond": 9.5, "totalInputRows": 40}
+    return progress | changes
+
+
 HOSTILE = [
     ([], "the status must be a JSON object, got list"),
     (_status(apiVersion="v2"), "apiVersion must be 'v1', got \"v2\""),
@@ -168,6 +193,22 @@ HOSTILE = [
     (_status(attempt=True), "attempt must be an integer"),
     (_status(query={"state": "running", "message": ""}), "field 'query.lastCommittedBatch' is"),
     (_status(query={"state": "gone", "message": "", "lastCommittedBatch": 1}), "query.state must"),
+    (
+        _status(query=_query(progress={"batchId": 2, "numInputRows": 5})),
+        "field 'query.progress.inputRowsPerSecond' is missing",
+    ),
+    (
+        _status(query=_query(progress=_progress(inputRowsPerSecond="9.5"))),
+        'query.progress.inputRowsPerSecond must be a number >= 0, got "9.5"',
+    ),
+    (
+        _status(query=_query(progress=_progress(inputRowsPerSecond=-1))),
+        "query.progress.inputRowsPerSecond must be a number >= 0, got -1",
+    ),
+    (
+        _status(query=_query(progress=_progress(numInputRows=2.5))),
+        "query.progress.numInputRows must be an integer from 0 to",
+    ),
     (_status(tasks="logs"), 'tasks must be a list of task names, got "logs"'),
     (_status(tasks=["logs", None]), "tasks[1] must be a string, got null"),
     (_status(allTasksRunning=1), "allTasksRunning must be true or false, got 1"),
@@ -217,6 +258,17 @@ def test_a_valid_status_parses() -> None:
     assert status.restored_from == RestoredFrom(
         RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 4), 1
     )
+
+
+def test_the_query_progress_is_read_and_optional() -> None:
+    with_progress = AgentStatus.from_json(_status(query=_query(progress=_progress())))
+    without_rate = _progress(inputRowsPerSecond=None)
+    no_rate = AgentStatus.from_json(_status(query=_query(progress=without_rate)))
+
+    assert with_progress.query.progress == QueryProgress(2, 5, 9.5, 40)
+    assert no_rate.query.progress == QueryProgress(2, 5, None, 40)
+    # An agent from before the field: its status has no progress, and is read.
+    assert AgentStatus.from_json(_status()).query.progress is None
 
 
 def test_what_the_real_agent_serves_parses(tmp_path: Path) -> None:
@@ -274,6 +326,7 @@ readers = st.sampled_from(
         DiscardCheckpointBody,
         CollectGarbageBody,
         CollectGarbageAnswer,
+        ErrorAnswer,
     ]
 )
 

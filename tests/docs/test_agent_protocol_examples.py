@@ -26,7 +26,7 @@ from helpers.agent import live_location
 from helpers.doc_blocks import ROOT, Block, marked_blocks
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
-from spark_checkpoint.protocol import QueryState
+from spark_checkpoint.protocol import QueryProgress, QueryState
 from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
@@ -77,7 +77,9 @@ def agent_url(tmp_path: Path) -> Iterator[str]:
         location=live_location(tmp_path, batches=3),
         pin_root=tmp_path / "pins",
         participants=[TransactionalFileSink(tmp_path / "output")],
-        query_view=lambda: QueryView(QueryState.RUNNING, idle=True),
+        query_view=lambda: QueryView(
+            QueryState.RUNNING, idle=True, progress=QueryProgress(2, 120, 40.5, 360)
+        ),
         restored_from=None,
         attempt=1,
     )

@@ -54,23 +54,30 @@ def _checkpoint(storage: CheckpointStorage, spark_dir: Path, checkpoint_id: int)
     )
 
 
+def _example_with_checkpoints(manifest_path: Path, checkpoint_ids: tuple[int, ...]) -> None:
+    """The example's manifest at ``manifest_path``, with checkpoints in its default storage
+    (``.spark-checkpoint/storage`` next to it), where `spark-checkpoint run` puts them."""
+    manifest_path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(EXAMPLE_MANIFEST, manifest_path)
+    manifest = load_manifest(manifest_path)
+    assert manifest.spec.checkpointing.storage is None, "the example uses the default storage"
+    layout = JobStorageLayout(
+        str(manifest_path.parent / ".spark-checkpoint" / "storage"),
+        manifest.namespace,
+        manifest.name,
+    )
+    storage = CheckpointStorage(layout)
+    for checkpoint_id in checkpoint_ids:
+        _checkpoint(storage, manifest_path.parent / "spark", checkpoint_id)
+
+
 def test_readme_storage_commands_run_on_a_job_with_checkpoints(tmp_path: Path) -> None:
     """The reader's job.yaml is the example's (default local storage); checkpoints 6 and 7
     are in that storage, where `spark-checkpoint run job.yaml` from here puts them."""
     (block,) = marked_blocks(
         "tests/docs/test_cli_examples.py::test_readme_storage_commands_run_on_a_job_with_checkpoints"
     )
-    shutil.copy(EXAMPLE_MANIFEST, tmp_path / "job.yaml")
-    manifest = load_manifest(tmp_path / "job.yaml")
-    assert manifest.spec.checkpointing.storage is None, "the example uses the default storage"
-    layout = JobStorageLayout(
-        str(tmp_path / ".spark-checkpoint" / "storage"),
-        manifest.namespace,
-        manifest.name,
-    )
-    storage = CheckpointStorage(layout)
-    for checkpoint_id in (6, 7):
-        _checkpoint(storage, tmp_path / "spark", checkpoint_id)
+    _example_with_checkpoints(tmp_path / "job.yaml", (6, 7))
 
     out = run_shell(block, tmp_path)
 
@@ -78,3 +85,21 @@ def test_readme_storage_commands_run_on_a_job_with_checkpoints(tmp_path: Path) -
     assert re.search(r"checkpoint\s+7\b", out), out
     assert re.search(r"checkpoint\s+6\b", out), out
     assert "completed" in out, out  # the simulation's summary
+
+
+def test_the_guides_first_run_leaves_checkpoints_to_list_and_inspect(tmp_path: Path) -> None:
+    """The guide's reader ran examples/wordcount/job.yaml from the repository's root and
+    stopped it with Ctrl-C, which keeps its checkpoints (here 1 and 2) in the default
+    storage, next to the manifest."""
+    (block,) = marked_blocks(
+        "tests/docs/test_cli_examples.py::test_the_guides_first_run_leaves_checkpoints_to_list_and_inspect"
+    )
+    _example_with_checkpoints(tmp_path / "examples" / "wordcount" / "job.yaml", (1, 2))
+
+    out = run_shell(block, tmp_path)
+
+    assert re.search(r"^checkpoint\s+1\s+1\s", out, flags=re.MULTILINE), out  # list
+    assert re.search(r"^checkpoint\s+2\s+2\s", out, flags=re.MULTILINE), out
+    assert re.search(r"^checkpoint\s+2\s+2\s+\d{4}-\d\d-\d\dT", out, flags=re.MULTILINE), out
+    assert "query_id: 0b7c6a0e-5a2f-4a4e-9b52-8d1f0f3a6c11" in out, out  # inspect -o yaml
+    assert "2 verified: 2 OK, 0 failed" in out, out  # verify

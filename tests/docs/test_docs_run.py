@@ -119,7 +119,7 @@ def _run(block: Block, language: str, tmp_path: Path) -> None:
     elif language == "yaml":
         _apply_yaml(block)
     elif language == "json" and '"format_version"' in block.text:
-        CheckpointMetadata.from_json(block.text.encode(), str(block))
+        CheckpointMetadata.from_bytes(block.text.encode(), str(block))
     else:
         pytest.fail(
             f"{block}: a {language} block is not run by the harness: have a test read it "

@@ -9,7 +9,7 @@ from typing import Any
 
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
-from spark_checkpoint.protocol import QueryState
+from spark_checkpoint.protocol import ErrorAnswer, QueryState
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient
 
@@ -106,7 +106,7 @@ class RawAnswer:
 
     def error(self) -> str:
         """The ``error`` of a JSON error answer."""
-        return str(json.loads(self.body)["error"])
+        return ErrorAnswer.from_json(json.loads(self.body)).message
 
 
 def raw_request(

@@ -11,7 +11,7 @@ Everything is cached outside the clone: the base's root file system tarball in `
 the imported base, the images and Buildah's layer cache in Podman's storage. A rerun
 rebuilds only the layers whose inputs changed.
 
-    python tests/helpers/containers.py build [TARGET...]  # prints each image's name
+    python tests/helpers/containers.py build [TARGET...]  # prints each image's exact name
     python tests/helpers/containers.py run TARGET [COMMAND...]
 
 Needs root (as on CI), and `apt-get install podman buildah mmdebstrap runc` (`make
@@ -19,6 +19,8 @@ images-tools`). Podman runs with runc and cgroupfs (crun fails on this machine's
 cgroup layout) and without default ulimits (refused here).
 """
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -29,7 +31,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -245,28 +248,54 @@ def image_name(target: str) -> str:
     return f"{IMAGE_REPOSITORY}/{target}:{IMAGE_TAG}"
 
 
-def build(target: str, base: str | None = None) -> str:
-    """Build a target of the Dockerfile with Buildah's layer cache; returns its name."""
+@contextlib.contextmanager
+def build_lock() -> Iterator[None]:
+    """One build at a time on this machine: pytest-xdist's workers and other checkouts
+    share the cache and Podman's storage, and may need the images at the same moment."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        yield
+
+
+def build_images(targets: Sequence[str] = TARGETS) -> dict[str, str]:
+    """The stand-in base and the targets, built under the build lock: each target's name
+    (``build``)."""
+    with build_lock():
+        base = stand_in_base()
+        return {target: build(target, base) for target in targets}
+
+
+def build(target: str, base: str) -> str:
+    """Build a target of the Dockerfile on ``base`` with Buildah's layer cache (callers hold
+    ``build_lock``). Tags it ``:dev`` and returns a tag naming this very image
+    (``:dev-<image id>``): Podman's storage is the machine's, so another checkout may tag
+    another build ``:dev`` while a test runs this one."""
     if target not in TARGETS:
         raise ImageError(f"unknown target {target!r}: one of {', '.join(TARGETS)}")
     name = image_name(target)
-    build_context(
-        ROOT, name, "--build-arg", f"BASE_IMAGE={base or stand_in_base()}", "--target", target
-    )
-    return name
+    image_id = build_context(ROOT, name, "--build-arg", f"BASE_IMAGE={base}", "--target", target)
+    exact = f"{name}-{image_id.removeprefix('sha256:')[:12]}"
+    podman("tag", image_id, exact)
+    return exact
 
 
-def build_context(context: Path, name: str, *options: str) -> None:
-    """`buildah bud` of the context's Dockerfile, tagged ``name``, with the layer cache."""
-    _run(
-        [
-            *("buildah", "bud", "--layers", *PODMAN_OPTIONS, "--network", "host"),
-            *options,
-            *("--tag", name, "--file", str(context / "Dockerfile"), str(context)),
-        ],
-        timeout=1800,
-        what=f"buildah bud {shlex.join(options)} {context}",
-    )
+def build_context(context: Path, name: str, *options: str) -> str:
+    """`buildah bud` of the context's Dockerfile, tagged ``name``, with the layer cache;
+    returns the image's id."""
+    with tempfile.TemporaryDirectory() as scratch:
+        id_file = Path(scratch) / "image-id"
+        _run(
+            [
+                *("buildah", "bud", "--layers", *PODMAN_OPTIONS, "--network", "host"),
+                *options,
+                *("--iidfile", str(id_file), "--tag", name),
+                *("--file", str(context / "Dockerfile"), str(context)),
+            ],
+            timeout=1800,
+            what=f"buildah bud {shlex.join(options)} {context}",
+        )
+        return id_file.read_text().strip()
 
 
 # --- running containers as Kubernetes would ------------------------------------------------------
@@ -299,6 +328,50 @@ def security_options(
     return options
 
 
+@dataclass(frozen=True)
+class Mount:
+    """A volume mount of a container: ``source`` is a host directory or file, or None for a
+    fresh tmpfs (an emptyDir kept in memory, of at most ``size``)."""
+
+    path: str
+    source: Path | None
+    read_only: bool = False
+    size: str | None = None
+
+
+def container_options(
+    image: str,
+    pod_context: Mapping[str, Any],
+    container_context: Mapping[str, Any],
+    *,
+    env: Mapping[str, str],
+    mounts: Sequence[Mount],
+    command: Sequence[str] | None,
+    working_dir: str | None,
+) -> list[str]:
+    """`podman create`/`run` options (before the image) for a pod's container with its
+    environment and mounts resolved: its securityContext over the pod's (runAsNonRoot
+    checked against the image's user), the variables, the mounts and the command, which
+    replaces the image's entrypoint and arguments as a pod's `command` does."""
+    check_non_root(image, pod_context, container_context)
+    options = security_options(pod_context, container_context)
+    for name, value in env.items():
+        options += ["--env", f"{name}={value}"]
+    for mount in mounts:
+        if mount.source is None:
+            limit = f",size={_tmpfs_size(mount.size)}" if mount.size else ""
+            # As an emptyDir: writable by anyone, programs may run from it.
+            options += ["--tmpfs", f"{mount.path}:rw,exec,nosuid,nodev,mode=1777{limit}"]
+        else:
+            access = "ro" if mount.read_only else "rw"
+            options += ["--volume", f"{mount.source}:{mount.path}:{access}"]
+    if command is not None:
+        options += ["--entrypoint", json.dumps(list(command))]
+    if working_dir:
+        options += ["--workdir", working_dir]
+    return options
+
+
 def pod_container_options(
     image: str,
     pod_spec: Mapping[str, Any],
@@ -306,37 +379,34 @@ def pod_container_options(
     *,
     volumes: Mapping[str, Path],
 ) -> tuple[list[str], list[str]]:
-    """`podman run` options and arguments (after the image) that run a pod's container as
-    the kubelet would: its securityContext over the pod's, its plain environment values,
-    its volume mounts (a volume named in ``volumes`` is that host directory; an emptyDir
-    otherwise is a fresh tmpfs), its command (replacing the image's entrypoint and
-    arguments) and arguments."""
-    pod_context = pod_spec.get("securityContext", {})
-    container_context = container.get("securityContext", {})
-    check_non_root(image, pod_context, container_context)
-    options = security_options(pod_context, container_context)
+    """`podman run` options and arguments (after the image) for a pod's container without
+    an API server: plain environment values only; a volume named in ``volumes`` is that host
+    directory, an emptyDir otherwise a fresh tmpfs (the local kubelet's container mode
+    resolves the rest)."""
+    env: dict[str, str] = {}
     for variable in container.get("env", []):
         if "value" not in variable:
             raise ImageError(f"env {variable['name']}: only plain values are supported here")
-        options += ["--env", f"{variable['name']}={variable['value']}"]
+        env[variable["name"]] = variable["value"]
     sources = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
+    mounts: list[Mount] = []
     for mount in container.get("volumeMounts", []):
-        name, path = mount["name"], mount["mountPath"]
+        name, path, read_only = mount["name"], mount["mountPath"], bool(mount.get("readOnly"))
         if name in volumes:
-            source = volumes[name] / mount.get("subPath", "")
-            access = "ro" if mount.get("readOnly") else "rw"
-            options += ["--volume", f"{source}:{path}:{access}"]
+            mounts.append(Mount(path, volumes[name] / mount.get("subPath", ""), read_only))
         elif "emptyDir" in sources[name]:
-            size = sources[name]["emptyDir"].get("sizeLimit")
-            limit = f",size={_tmpfs_size(size)}" if size else ""
-            # As an emptyDir: writable by anyone, programs may run from it.
-            options += ["--tmpfs", f"{path}:rw,exec,nosuid,nodev,mode=1777{limit}"]
+            mounts.append(Mount(path, None, size=sources[name]["emptyDir"].get("sizeLimit")))
         else:
             raise ImageError(f"volume {name}: no host directory given for it")
-    if "command" in container:
-        options += ["--entrypoint", json.dumps(container["command"])]
-    if "workingDir" in container:
-        options += ["--workdir", container["workingDir"]]
+    options = container_options(
+        image,
+        pod_spec.get("securityContext", {}),
+        container.get("securityContext", {}),
+        env=env,
+        mounts=mounts,
+        command=container.get("command"),
+        working_dir=container.get("workingDir"),
+    )
     return options, list(container.get("args", []))
 
 
@@ -417,11 +487,10 @@ def main(arguments: Sequence[str]) -> int:
         return 1
     try:
         if arguments[0] == "build":
-            base = stand_in_base()
-            for target in arguments[1:] or TARGETS:
-                started = time.monotonic()
-                name = build(target, base)
-                print(f"{name} ({time.monotonic() - started:.0f} s)")
+            started = time.monotonic()
+            for name in build_images(arguments[1:] or TARGETS).values():
+                print(name)
+            print(f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
             return 0
         result = run(image_name(arguments[1]), arguments[2:], timeout=3600)
     except ImageError as error:

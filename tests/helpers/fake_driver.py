@@ -11,6 +11,7 @@ from spark_checkpoint.protocol import (
     CheckpointKind,
     CollectGarbageAnswer,
     FinalizeAnswer,
+    QueryProgress,
     QueryState,
     QueryStatus,
     SnapshotPhase,
@@ -31,6 +32,7 @@ class FakeAgent:
         self.reachable = True
         self.long_polls = True
         self.batch = 3
+        self.progress: QueryProgress | None = None
         self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
         self.triggers: list[int] = []
@@ -58,7 +60,9 @@ class FakeAgent:
         document = AgentStatus(
             version=None,
             attempt=1,
-            query=QueryStatus(QueryState.RUNNING, last_committed_batch=self.batch),
+            query=QueryStatus(
+                QueryState.RUNNING, last_committed_batch=self.batch, progress=self.progress
+            ),
             tasks=TASKS,
             all_tasks_running=True,
             awaiting_final_checkpoint=False,
@@ -67,8 +71,8 @@ class FakeAgent:
         )
         if not self.long_polls:
             return document
-        # As the real agent: a new committed batch alone changes no version.
-        reported = replace(document, query=replace(document.query, last_committed_batch=None))
+        # As the real agent: a new committed batch or progress alone changes no version.
+        reported = document.versioned_part()
         if reported != self._reported:
             self._reported = reported
             self._version += 1

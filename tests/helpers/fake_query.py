@@ -5,8 +5,10 @@ commits, sources, a state store partition). For tests of the local run's control
 the images it makes are real and restore, in a second instead of Spark's minutes."""
 
 import json
+import os
 import threading
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +18,11 @@ from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.driver import run_coordinated
 
 BATCH_SECONDS = 0.2
+ROWS_PER_BATCH = 10
+RECENT_PROGRESS = 100  # Spark's spark.sql.streaming.numRecentProgressUpdates
+# Set: the input is bounded, and the query finishes once it committed this many batches
+# (in this driver), as a query with trigger availableNow does.
+BATCHES_VARIABLE = "FAKE_QUERY_BATCHES"
 
 
 class FakeQuery:
@@ -28,14 +35,19 @@ class FakeQuery:
             metadata.write_text(json.dumps({"id": str(uuid.uuid4())}))
         committed = committed_batches(location)
         self._batch = committed[-1] + 1 if committed else 0
-        self.lastProgress: dict[str, Any] | None = None
+        self.recentProgress: list[dict[str, Any]] = []
+        self._committed = 0  # batches this query committed
         # A first batch at once, as a query with input: the agent's first status lists
         # every snapshot task, so a savepoint is not declined for a task still missing.
         self._commit_batch()
         threading.Thread(target=self._run, daemon=True).start()
 
     def _run(self) -> None:
+        bounded = os.environ.get(BATCHES_VARIABLE)
         while not self._stopped.wait(BATCH_SECONDS):
+            if bounded is not None and self._committed >= int(bounded):
+                self._stopped.set()  # finished: the input is done
+                return
             self._commit_batch()
 
     def _commit_batch(self) -> None:
@@ -49,8 +61,20 @@ class FakeQuery:
         for relative, text in files.items():
             (self._location / relative).parent.mkdir(parents=True, exist_ok=True)
             (self._location / relative).write_text(text)
-        self.lastProgress = {"batchId": b}
+        # The fields of Spark's StreamingQueryProgress the agent reports.
+        progress = {
+            "timestamp": datetime.now(UTC).isoformat(timespec="microseconds"),
+            "batchId": b,
+            "numInputRows": ROWS_PER_BATCH,
+            "inputRowsPerSecond": ROWS_PER_BATCH / BATCH_SECONDS,
+        }
+        self.recentProgress = [*self.recentProgress, progress][-RECENT_PROGRESS:]
         self._batch += 1
+        self._committed += 1
+
+    @property
+    def lastProgress(self) -> dict[str, Any] | None:
+        return self.recentProgress[-1] if self.recentProgress else None
 
     @property
     def isActive(self) -> bool:

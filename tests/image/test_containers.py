@@ -4,13 +4,13 @@ Buildah builds both targets of the Dockerfile on the stand-in base (tests/helper
 and Podman runs them under the security contexts they get in a cluster: the chart's for the
 operator image (user 10001, read-only root file system, every capability dropped, no
 privilege escalation, an emptyDir on /tmp), the operator's own pods' for the spark image
-(the image's user, every capability dropped, no privilege escalation). Slow on a cold machine
-(minutes: the base, PySpark and Java are downloaded), so `make images-test` runs these tests
-and `make test` does not; they fail, never skip, where the tools are missing.
+(the image's user, every capability dropped, no privilege escalation). The smoke tests
+(marker `images`: each image starts and answers) run in `make test`, on images cached
+outside the clone; the slow ones (marker `containers`) in `make images-test` only. They
+fail, never skip, where the tools are missing.
 """
 
 import json
-import os
 import shutil
 import socket
 import urllib.request
@@ -30,23 +30,12 @@ from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.validation import validate_document
 
-pytestmark = [pytest.mark.containers, pytest.mark.timeout(3600)]
+pytestmark = pytest.mark.timeout(3600)
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "manifest" / "fixtures" / "minimal-job.yaml"
 GUIDE_JOB = ROOT / "examples" / "orders" / "job.yaml"
 UID = 10001
-
-
-@pytest.fixture(scope="module")
-def images() -> dict[str, str]:
-    missing = containers.missing_tools()
-    if missing:
-        pytest.fail(f"missing {', '.join(missing)}: `make images-tools` installs them")
-    if os.geteuid() != 0:
-        pytest.fail("building and running the images needs root here (as CI has)")
-    base = containers.stand_in_base()
-    return {target: containers.build(target, base) for target in containers.TARGETS}
 
 
 def run_pod_container(
@@ -77,6 +66,7 @@ def janitor_pod(*extra_arguments: str) -> dict[str, Any]:
     return pod
 
 
+@pytest.mark.images
 def test_the_images_run_as_their_numeric_non_root_user(images: dict[str, str]) -> None:
     for image in images.values():
         config = json.loads(containers.podman("image", "inspect", image))[0]["Config"]
@@ -84,6 +74,7 @@ def test_the_images_run_as_their_numeric_non_root_user(images: dict[str, str]) -
         assert config["User"] == f"{UID}:{UID}"
 
 
+@pytest.mark.images
 def test_the_operator_image_answers_under_the_charts_security_context(
     images: dict[str, str],
 ) -> None:
@@ -100,6 +91,7 @@ def test_the_operator_image_answers_under_the_charts_security_context(
     assert "--all-namespaces" in output
 
 
+@pytest.mark.images
 def test_the_spark_image_runs_the_janitor_as_the_operator_starts_it(
     images: dict[str, str],
 ) -> None:
@@ -113,6 +105,7 @@ def test_the_spark_image_runs_the_janitor_as_the_operator_starts_it(
     assert "collect-garbage" in output
 
 
+@pytest.mark.images
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
@@ -168,6 +161,7 @@ def answers(url: str) -> bool:
         return False
 
 
+@pytest.mark.containers
 def test_the_operator_image_runs_a_job_as_the_chart_deploys_it(
     images: dict[str, str], tmp_path: Path
 ) -> None:
@@ -200,6 +194,7 @@ def test_the_operator_image_runs_a_job_as_the_chart_deploys_it(
         cluster.wait_for_event("orders", "SavepointCompleted")
 
 
+@pytest.mark.images
 def test_the_harness_enforces_the_charts_security_context(images: dict[str, str]) -> None:
     """What the tests above rely on: under the chart's context the container runs as
     10001:10001 without capabilities or privilege escalation, and only the emptyDir on /tmp
@@ -222,6 +217,7 @@ def test_the_harness_enforces_the_charts_security_context(images: dict[str, str]
     ]
 
 
+@pytest.mark.containers
 def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]) -> None:
     """Spark's executor pods run the image with the argument `executor` and the settings in
     SPARK_* variables: the JVM's executor backend starts and tries the driver (none listens
@@ -257,6 +253,7 @@ def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]
     assert f"Failed to connect to /127.0.0.1:{port}" in result.stdout + result.stderr
 
 
+@pytest.mark.containers
 def test_a_pipeline_image_builds_on_the_spark_image_as_the_guide_says(
     images: dict[str, str], tmp_path: Path
 ) -> None:

@@ -328,7 +328,7 @@ def test_strategic_merge_patches(api: EmulatedApiServer) -> None:
     patched = api.patch(
         PODS, "default", "p", {"metadata": {"labels": {"a": None}}}, patch_type="strategic"
     )
-    assert patched["metadata"]["labels"] == {"b": "2"}  # a merge patch, without merge keys
+    assert patched["metadata"]["labels"] == {"b": "2"}  # test_emulator_documents: the rest
 
     unsupported = refused(
         lambda: api.patch(JOBS, "default", "wc", {"spec": {}}, patch_type="strategic")

@@ -5,6 +5,7 @@ import json
 import math
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -161,3 +162,57 @@ def test_any_bytes_get_a_4xx_not_a_5xx(api: EmulatedApiServer, body: bytes) -> N
 
     _check_rejection(code, answer)
     assert _names(api) == before
+
+
+_DIRECTIVES = st.sampled_from(
+    [
+        "$patch",
+        "$retainKeys",
+        "$setElementOrder/containers",
+        "$setElementOrder/finalizers",
+        "$deleteFromPrimitiveList/finalizers",
+        "containers",
+        "finalizers",
+        "name",
+        "image",
+    ]
+)
+# Objects with strategic merge directives where kubectl puts them, and hostile values.
+_STRATEGIC = st.recursive(
+    values | st.sampled_from(["replace", "delete", "merge", "main"]),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(_DIRECTIVES, children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+@FUZZ
+@given(
+    metadata=st.dictionaries(_DIRECTIVES, _STRATEGIC, max_size=2),
+    pod_spec=st.dictionaries(_DIRECTIVES, _STRATEGIC, max_size=3),
+)
+def test_strategic_merge_patches_answer_2xx_or_4xx_and_a_rejection_changes_nothing(
+    api: EmulatedApiServer, metadata: Any, pod_spec: Any
+) -> None:
+    deployments = "/apis/apps/v1/namespaces/default/deployments"
+    name = f"strategic-{uuid.uuid4().hex[:8]}"  # one each: its finalizer may keep it
+    body = {
+        "metadata": {"name": name, "finalizers": ["a/x"]},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "m:1"}]}}},
+    }
+    assert send(api, "POST", deployments, _json(body), "application/json")[0] == 201
+    before = api.get("apps/v1/deployments", "default", name)
+    patch = {"metadata": metadata, "spec": {"template": {"spec": pod_spec}}}
+
+    code, answer = send(
+        api,
+        "PATCH",
+        f"{deployments}/{name}",
+        _json(patch),
+        "application/strategic-merge-patch+json",
+    )
+
+    if code != 200:
+        _check_rejection(code, answer)
+        assert api.get("apps/v1/deployments", "default", name) == before

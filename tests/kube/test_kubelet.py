@@ -18,7 +18,7 @@ import pytest_asyncio
 from lightkube import AsyncClient, KubeConfig
 from lightkube.config.models import Cluster, User
 from lightkube.models.core_v1 import Container
-from lightkube.resources.core_v1 import Pod, Secret
+from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 
 from helpers.kube.emulator import ApiServerEmulator, serve
 from helpers.kube.kubelet import KubeletThread, LocalKubelet
@@ -505,3 +505,47 @@ async def test_the_termination_message_is_the_file_cut_at_4096_bytes_else_the_lo
         "no-fallback": None,
         "fallback-success": None,
     }
+
+
+async def test_a_projected_volume_holds_its_sources_files_with_their_modes(
+    api: Api, kubelet: LocalKubelet, tmp_path: Path
+) -> None:
+    await api.client.create(secret("creds", password="s3cret"))
+    words = {"metadata": {"name": "words", "namespace": NS}, "data": {"greeting": "hello"}}
+    await api.client.create(ConfigMap.from_dict(words))
+    sources = [
+        {"secret": {"name": "creds", "items": [{"key": "password", "path": "db/password"}]}},
+        {
+            "configMap": {
+                "name": "words",
+                "items": [{"key": "greeting", "path": "greeting", "mode": 0o600}],
+            }
+        },
+        {
+            "downwardAPI": {
+                "items": [{"path": "team", "fieldRef": {"fieldPath": "metadata.labels['team']"}}]
+            }
+        },
+    ]
+    volume = {"name": "all", "projected": {"defaultMode": 0o640, "sources": sources}}
+    token = {"serviceAccountToken": {"path": "token"}}
+    await api.client.create(pod("projected", "", volumes=[volume]))
+    await api.client.create(
+        pod("token", "", volumes=[{"name": "t", "projected": {"sources": [token]}}])
+    )
+
+    assert await kubelet.wait_for_phase(NS, "projected", "Succeeded", "Failed") == "Succeeded"
+    files = tmp_path / "node" / NS / "projected" / "volumes" / "all"
+    found = {
+        str(path.relative_to(files)): (path.read_text(), path.stat().st_mode & 0o777)
+        for path in files.rglob("*")
+        if path.is_file()
+    }
+    assert found == {
+        "db/password": ("s3cret", 0o640),
+        "greeting": ("hello", 0o600),
+        "team": ("streaming", 0o640),
+    }
+    assert await kubelet.wait_for_phase(NS, "token", "Succeeded", "Failed") == "Failed"
+    unsupported = await status(api, "token")
+    assert unsupported["reason"] == "UnsupportedVolume" and "'t'" in unsupported["message"]

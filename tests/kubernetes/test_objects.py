@@ -7,6 +7,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from helpers.doc_blocks import marked_blocks
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
@@ -195,3 +196,60 @@ def test_the_deployment_hash_of_a_job_without_a_live_volume_claim_is_unchanged()
     _, document = _job("minimal-job.yaml")
 
     assert objects.deployment_hash(document["spec"]) == "ee42c8b5226cd4ed"
+
+
+def _with_env(
+    application: list[dict[str, Any]], driver: list[dict[str, Any]], executor: list[dict[str, Any]]
+) -> tuple[Any, dict[str, Any]]:
+    document = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
+    document["spec"]["application"]["env"] = application
+    document["spec"]["driver"]["env"] = driver
+    document["spec"]["executor"]["env"] = executor
+    stored = validate_document(document)
+    manifest = manifest_from_document(stored)
+    stored["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
+    return manifest, stored
+
+
+def _secret(name: str, key: str) -> dict[str, Any]:
+    return {"secretKeyRef": {"name": name, "key": key}}
+
+
+def test_storage_credentials_from_a_secret_reach_driver_executors_and_cleanup_pods() -> None:
+    # docs/operator.md's example, plus the clashes it describes.
+    (example,) = marked_blocks(
+        "tests/kubernetes/test_objects.py::"
+        "test_storage_credentials_from_a_secret_reach_driver_executors_and_cleanup_pods"
+    )
+    documented = yaml.safe_load(example.text)["spec"]["application"]["env"]
+    manifest, document = _with_env(
+        application=[*documented, {"name": "LOG_LEVEL", "value": "INFO"}],
+        driver=[{"name": "LOG_LEVEL", "value": "DEBUG"}],
+        executor=[{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret("exec", "key")}],
+    )
+    driver = objects.driver_pod(
+        manifest, document, attempt=1, storage="s3a://b/c", restore=[], deployed_hash="h"
+    )
+    cleanup = objects.cleanup_pod(
+        manifest, document, storage="s3a://b/c", command=CollectGarbage((), ())
+    )
+    for pod in (driver, cleanup):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        environment = _env(pod)
+        assert environment["AWS_SECRET_ACCESS_KEY"] == {
+            "name": "AWS_SECRET_ACCESS_KEY",
+            "valueFrom": _secret("s3-credentials", "secret-key"),
+        }
+        assert environment["LOG_LEVEL"]["value"] == "DEBUG"  # the driver's own wins
+        names = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+        assert len(names) == len(set(names)), "each variable once"
+    submit = _env(driver)["PYSPARK_SUBMIT_ARGS"]["value"]
+    # The executors get the application's variables too, and their own win.
+    assert (
+        "spark.kubernetes.executor.secretKeyRef.AWS_ACCESS_KEY_ID=s3-credentials:access-key"
+        in submit
+    )
+    assert "spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY=exec:key" in submit
+    assert "spark.executorEnv.LOG_LEVEL=INFO" in submit
+    assert "s3-credentials:secret-key" not in submit
+    assert "spark.executorEnv.AWS" not in submit

@@ -296,6 +296,7 @@ def test_every_crd_pattern_is_anchored_at_the_end_of_the_text() -> None:
         "^([a-zA-Z][a-zA-Z0-9+.-]*://.+|/.*)$": "/data",
         "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*$": "a.b",
         "^[-._a-zA-Z][-._a-zA-Z0-9]*$": "NAME",
+        "^[-._a-zA-Z0-9]+$": "access-key",
         validation._DNS_SUBDOMAIN: "a.b",
         validation.LABEL_VALUE_PATTERN: "v",
     }

@@ -32,10 +32,10 @@ ERRORS: list[tuple[Callable[[], StorageError], str, dict[str, object]]] = [
         {"mismatch": "sha256", "expected": "ab" * 32, "actual": "cd" * 32},
     ),
     (
-        lambda: UnknownFormatVersionError("/s/chk-2/_metadata", 7, 1),
+        lambda: UnknownFormatVersionError("/s/chk-2/_metadata", 7, (1, 2)),
         "/s/chk-2/_metadata: unknown format_version 7; this version of spark-checkpoint reads "
-        "format_version 1",
-        {"version": 7, "supported_version": 1},
+        "format_version 1 or 2",
+        {"version": 7, "supported_versions": (1, 2)},
     ),
     (
         lambda: TruncatedMetadataError("/m", "the file is empty"),

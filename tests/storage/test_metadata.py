@@ -1,8 +1,14 @@
-"""The `_metadata` JSON format: round trip, schema and consistency errors."""
+"""The `_metadata` format: round trip, compact encoding, schema and consistency errors.
+
+Format 1 files written by the previous version are read through the fixture in
+test_format_1.py.
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import hashlib
 import json
 import pickle
 import time
@@ -16,6 +22,8 @@ from jsonschema import Draft202012Validator
 from spark_checkpoint.storage import (
     FORMAT_VERSION,
     METADATA_SCHEMA,
+    METADATA_SCHEMA_V1,
+    READABLE_FORMAT_VERSIONS,
     CheckpointKind,
     CheckpointMetadata,
     ChecksumMismatchError,
@@ -25,6 +33,7 @@ from spark_checkpoint.storage import (
     TruncatedMetadataError,
     UnknownFormatVersionError,
 )
+from spark_checkpoint.storage import metadata as metadata_module
 
 MetadataMaker = Callable[..., CheckpointMetadata]
 SOURCE = "file:///data/team-a/orders.v2/chk-3/_metadata"
@@ -55,8 +64,11 @@ def encode(document: object) -> bytes:
     return json.dumps(document).encode()
 
 
-def test_round_trip_preserves_every_field(metadata: CheckpointMetadata) -> None:
-    restored = CheckpointMetadata.from_json(metadata.to_json(), SOURCE)
+@pytest.mark.parametrize("encoding", ["file", "readable"])
+def test_round_trip_preserves_every_field(metadata: CheckpointMetadata, encoding: str) -> None:
+    data = metadata.to_bytes() if encoding == "file" else metadata.to_json()
+
+    restored = CheckpointMetadata.from_bytes(data, SOURCE)
 
     assert restored == metadata
     assert restored.trigger_time.tzinfo is UTC
@@ -74,7 +86,7 @@ def test_json_is_stable_and_human_readable(metadata: CheckpointMetadata) -> None
     assert data == metadata.to_json()
     assert data.endswith(b"\n")
     assert b'"trigger_time": "2026-11-21T23:59:00.123456Z"' in data
-    assert data.startswith(b'{\n  "format_version": 1,\n  "namespace": "team-a",\n')
+    assert data.startswith(b'{\n  "format_version": 2,\n  "namespace": "team-a",\n')
 
 
 def test_json_keeps_non_ascii_text_as_utf8(metadata: CheckpointMetadata) -> None:
@@ -101,7 +113,7 @@ def test_timestamps_with_an_offset_are_read_as_utc(metadata: CheckpointMetadata)
     document = document_of(metadata)
     document["trigger_time"] = "2026-11-22T00:59:00.123456+01:00"
 
-    restored = CheckpointMetadata.from_json(encode(document), SOURCE)
+    restored = CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert restored.trigger_time == metadata.trigger_time
 
@@ -124,21 +136,21 @@ def test_unknown_format_version(metadata: CheckpointMetadata) -> None:
     document["something_new"] = True  # a newer format may have fields we do not know
 
     with pytest.raises(UnknownFormatVersionError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert raised.value.path == SOURCE
     assert raised.value.version == FORMAT_VERSION + 1
-    assert raised.value.supported_version == FORMAT_VERSION
+    assert raised.value.supported_versions == READABLE_FORMAT_VERSIONS == (1, 2)
     assert str(raised.value) == (
-        f"{SOURCE}: unknown format_version 2; this version of spark-checkpoint reads "
-        "format_version 1"
+        f"{SOURCE}: unknown format_version 3; this version of spark-checkpoint reads "
+        "format_version 1 or 2"
     )
 
 
 @pytest.mark.parametrize("data", [b"", b"  \n"], ids=["empty", "whitespace"])
 def test_empty_metadata_is_truncated(data: bytes) -> None:
     with pytest.raises(TruncatedMetadataError) as raised:
-        CheckpointMetadata.from_json(data, SOURCE)
+        CheckpointMetadata.from_bytes(data, SOURCE)
 
     assert raised.value.path == SOURCE
     assert raised.value.reason == "the file is empty"
@@ -148,7 +160,7 @@ def test_cut_short_metadata_is_truncated(metadata: CheckpointMetadata) -> None:
     data = metadata.to_json()
 
     with pytest.raises(TruncatedMetadataError) as raised:
-        CheckpointMetadata.from_json(data[: len(data) // 2], SOURCE)
+        CheckpointMetadata.from_bytes(data[: len(data) // 2], SOURCE)
 
     assert raised.value.path == SOURCE
     assert "JSON" in raised.value.reason
@@ -157,7 +169,7 @@ def test_cut_short_metadata_is_truncated(metadata: CheckpointMetadata) -> None:
 
 def test_non_utf8_metadata_is_truncated() -> None:
     with pytest.raises(TruncatedMetadataError):
-        CheckpointMetadata.from_json(b"\xff\xfe\xfa{", SOURCE)
+        CheckpointMetadata.from_bytes(b"\xff\xfe\xfa{", SOURCE)
 
 
 def set_sha256_of_second_file(document: dict[str, Any]) -> None:
@@ -180,8 +192,16 @@ def escape_with_location(document: dict[str, Any]) -> None:
     document["files"][0]["location"] = "shared/../../../etc/passwd"
 
 
-def escape_with_path(document: dict[str, Any]) -> None:
-    document["files"][0]["path"] = "/etc/passwd"
+def escape_with_name(document: dict[str, Any]) -> None:
+    document["files"][0]["name"] = "../../etc/passwd"
+
+
+def escape_with_directory(document: dict[str, Any]) -> None:
+    document["directories"][0] = "/etc"
+
+
+def repeat_a_directory(document: dict[str, Any]) -> None:
+    document["directories"].append(document["directories"][0])
 
 
 def use_a_bad_kind(document: dict[str, Any]) -> None:
@@ -200,7 +220,9 @@ def use_a_bad_job_name(document: dict[str, Any]) -> None:
         (add_unknown_field, "acknowledgements[0].colour"),
         (make_size_a_float, "files[2].size"),
         (escape_with_location, "files[0].location"),
-        (escape_with_path, "files[0].path"),
+        (escape_with_name, "files[0].name"),
+        (escape_with_directory, "directories[0]"),
+        (repeat_a_directory, "directories"),
         (use_a_bad_kind, "kind"),
         (use_a_bad_job_name, "job"),
     ],
@@ -214,7 +236,7 @@ def test_schema_violation_names_the_field(
     break_document(document)
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert raised.value.path == SOURCE
     assert raised.value.field == field
@@ -224,7 +246,7 @@ def test_schema_violation_names_the_field(
 
 def test_a_document_that_is_not_an_object_is_invalid() -> None:
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(b"[1, 2]", SOURCE)
+        CheckpointMetadata.from_bytes(b"[1, 2]", SOURCE)
 
     assert raised.value.field == "$"
 
@@ -234,7 +256,7 @@ def test_an_impossible_date_is_invalid(metadata: CheckpointMetadata) -> None:
     document["completion_time"] = "2026-02-30T00:00:00Z"
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert raised.value.field == "completion_time"
 
@@ -244,11 +266,16 @@ def set_wrong_total(document: dict[str, Any]) -> None:
 
 
 def acknowledge_unknown_file(document: dict[str, Any]) -> None:
-    document["acknowledgements"][1]["files"].append("state/9/9/9.delta")
+    document["acknowledgements"][1]["files"].append(len(document["files"]))
+
+
+def point_at_an_unknown_directory(document: dict[str, Any]) -> None:
+    document["files"][1]["dir"] = len(document["directories"])
 
 
 def duplicate_a_path(document: dict[str, Any]) -> None:
-    document["files"][2]["path"] = document["files"][0]["path"]
+    for key in ("dir", "name"):
+        document["files"][2][key] = document["files"][0][key]
 
 
 def store_outside_shared(document: dict[str, Any]) -> None:
@@ -264,6 +291,7 @@ def acknowledge_a_task_twice(document: dict[str, Any]) -> None:
     [
         (set_wrong_total, "total_bytes"),
         (acknowledge_unknown_file, "acknowledgements[1].files[1]"),
+        (point_at_an_unknown_directory, "files[1].dir"),
         (duplicate_a_path, "files[2].path"),
         (store_outside_shared, "files[1].location"),
         (acknowledge_a_task_twice, "acknowledgements[2].task"),
@@ -276,7 +304,7 @@ def test_inconsistent_manifest_names_the_field(
     break_document(document)
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert raised.value.field == field
     assert raised.value.path == SOURCE
@@ -307,7 +335,7 @@ def test_construction_checks_the_same_rules_as_reading(make_metadata: MetadataMa
             }
         )
     with pytest.raises(ValueError, match="format_version"):
-        CheckpointMetadata(**{**meta.__dict__, "format_version": 2})
+        CheckpointMetadata(**{**meta.__dict__, "format_version": 3})
 
 
 @pytest.mark.parametrize("path", ["../x", "a/../b", "/abs", "a//b", "./a", "a/", ""])
@@ -337,7 +365,7 @@ def test_errors_survive_pickling() -> None:
     errors = [
         InvalidMetadataError(SOURCE, "files[3].sha256", "bad"),
         ChecksumMismatchError(SOURCE, "size", "3 bytes", "2 bytes"),
-        UnknownFormatVersionError(SOURCE, 9, 1),
+        UnknownFormatVersionError(SOURCE, 9, (1, 2)),
         TruncatedMetadataError(SOURCE, "the file is empty"),
     ]
     for error in errors:
@@ -352,7 +380,7 @@ def test_a_timestamp_of_the_right_shape_but_no_real_time_names_its_field(
     document[field] = "2026-13-01T25:00:00Z"  # matches the schema's pattern
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert (raised.value.path, raised.value.field) == (SOURCE, field)
     assert str(raised.value).startswith(f"{SOURCE}: {field}: not a valid timestamp (")
@@ -365,7 +393,7 @@ def test_an_object_where_a_string_belongs_names_the_field_not_its_keys(
     document["namespace"] = {"name": "team-a"}
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     assert raised.value.field == "namespace"
 
@@ -384,7 +412,7 @@ def test_a_long_reason_is_shortened_to_300_characters(
     message = f"'{value}' is not of type 'integer'"
 
     with pytest.raises(InvalidMetadataError) as raised:
-        CheckpointMetadata.from_json(encode(document), SOURCE)
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
 
     reason = str(raised.value).removeprefix(f"{SOURCE}: batch_id: ")
     assert reason == (message if length <= 300 else message[:297] + "...")
@@ -430,3 +458,143 @@ def test_building_a_manifest_entry_with_a_bad_value_names_the_field(
         ManifestEntry(**(valid | fields))
 
     assert str(raised.value).startswith(message)
+
+
+def test_the_file_is_gzip_compressed_json_and_the_same_for_equal_metadata(
+    metadata: CheckpointMetadata,
+) -> None:
+    data = metadata.to_bytes()
+
+    assert data == metadata.to_bytes()  # no timestamp in the gzip header
+    assert json.loads(gzip.decompress(data)) == document_of(metadata)
+
+
+def test_each_file_is_listed_once_and_default_locations_are_left_out(
+    make_metadata: MetadataMaker,
+) -> None:
+    # Six files in two directories, all acknowledged; locations as add_shared_file makes them.
+    files = [
+        entry(f"state/0/{partition}/{version}.delta", 10 + version, f"{partition}{version}" * 32)
+        for partition in (0, 1)
+        for version in (1, 2, 3)
+    ]
+    files = [
+        dataclasses.replace(e, location=f"shared/{e.sha256[:2]}/{e.sha256}-{e.path[10:]}")
+        for e in files
+    ]
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 3, files)
+
+    text = gzip.decompress(meta.to_bytes()).decode()
+
+    for e in files:
+        assert text.count(e.sha256) == 1, "the digest appears once: no location spells it again"
+        assert text.count(e.path) == 0, "paths are stored as a directory and a name"
+    assert text.count('"name":') == len(files)
+    for directory in ("state/0/0", "state/0/1"):
+        assert text.count(f'"{directory}"') == 1
+    assert CheckpointMetadata.from_bytes(meta.to_bytes(), SOURCE) == meta
+
+
+def test_a_location_other_than_the_default_is_kept(metadata: CheckpointMetadata) -> None:
+    # `entry` stores offsets/5 (SHA_B) below shared/aa/, not its default shared/bb/.
+    document = document_of(metadata)
+
+    assert [f.get("location") for f in document["files"]] == [
+        None,
+        f"shared/aa/{SHA_B}-5",
+        None,
+    ]
+
+
+def test_the_file_is_much_smaller_than_format_1(make_metadata: MetadataMaker) -> None:
+    files = [
+        entry(f"state/0/{p}/{v}.delta", 70_000, hashlib.sha256(f"{p}/{v}".encode()).hexdigest())
+        for p in range(4)
+        for v in range(1, 21)
+    ]
+    files = [
+        dataclasses.replace(e, location=f"shared/{e.sha256[:2]}/{e.sha256}-{e.path[10:]}")
+        for e in files
+    ]
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 3, files)
+    format_1 = len(json.dumps(_format_1_document(meta), indent=2)) + 1
+
+    # Under 60 bytes a file (with one acknowledgement each), 32 of them the SHA-256, which
+    # does not compress.
+    assert len(meta.to_bytes()) < format_1 / 5
+    assert len(meta.to_bytes()) < 80 * 60
+
+
+def _format_1_document(meta: CheckpointMetadata) -> dict[str, Any]:
+    document = document_of(meta)
+    paths = [e.path for e in meta.files]
+    document.update(
+        format_version=1,
+        files=[dataclasses.asdict(e) for e in meta.files],
+        acknowledgements=[
+            {**ack, "files": [paths[i] for i in ack["files"]]}
+            for ack in document["acknowledgements"]
+        ],
+    )
+    del document["directories"]
+    Draft202012Validator(METADATA_SCHEMA_V1).validate(document)
+    return document
+
+
+def test_a_format_1_document_is_read(metadata: CheckpointMetadata) -> None:
+    restored = CheckpointMetadata.from_bytes(encode(_format_1_document(metadata)), SOURCE)
+
+    assert restored == dataclasses.replace(metadata, format_version=1)
+    assert CheckpointMetadata.from_bytes(restored.to_bytes(), SOURCE) == metadata
+
+
+def test_a_format_1_document_is_checked_against_its_own_schema(
+    metadata: CheckpointMetadata,
+) -> None:
+    document = _format_1_document(metadata)
+    document["files"][1]["path"] = "/etc/passwd"
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
+
+    assert raised.value.field == "files[1].path"
+
+
+def test_a_cut_short_gzip_stream_is_truncated(metadata: CheckpointMetadata) -> None:
+    data = metadata.to_bytes()
+
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_bytes(data[: len(data) - 9], SOURCE)
+
+    assert str(raised.value) == f"{SOURCE}: the gzip stream is cut short"
+
+
+def test_a_damaged_gzip_stream_is_truncated(metadata: CheckpointMetadata) -> None:
+    data = bytearray(metadata.to_bytes())
+    data[-8] ^= 0xFF  # the CRC-32 of the content
+
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_bytes(bytes(data), SOURCE)
+
+    assert str(raised.value).startswith(f"{SOURCE}: not a valid gzip stream (")
+
+
+def test_bytes_after_the_gzip_stream_are_refused(metadata: CheckpointMetadata) -> None:
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(metadata.to_bytes() + metadata.to_bytes(), SOURCE)
+
+    assert str(raised.value) == f"{SOURCE}: $: has bytes after the end of its gzip stream"
+
+
+def test_a_stream_that_expands_beyond_the_bound_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(metadata_module, "MAX_DOCUMENT_BYTES", 1000)
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(gzip.compress(b" " * 1001), SOURCE)
+
+    assert str(raised.value) == f"{SOURCE}: $: expands to more than 1000 bytes once decompressed"
+    with pytest.raises(InvalidMetadataError) as within_bound:
+        CheckpointMetadata.from_bytes(gzip.compress(b" " * 998 + b"[]"), SOURCE)
+    assert str(within_bound.value) == f"{SOURCE}: $: [] is not of type 'object'"

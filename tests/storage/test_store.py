@@ -331,7 +331,7 @@ def test_a_metadata_file_of_another_job_or_kind_is_invalid_naming_the_field(
     foreign = dataclasses.replace(
         meta, files=files, total_bytes=sum(f.size for f in files), acknowledgements=(), **change
     )
-    storage_root.write(f"{job_root}/chk-1/_metadata", foreign.to_json())
+    storage_root.write(f"{job_root}/chk-1/_metadata", foreign.to_bytes())
 
     with pytest.raises(InvalidMetadataError) as raised:
         storage.read_metadata(CHECKPOINT, 1)
@@ -876,7 +876,7 @@ def test_what_another_process_changed_is_seen(
     ]
     storage_root.write(
         storage.layout.metadata_path(CHECKPOINT, 2),
-        dataclasses.replace(first, checkpoint_id=2).to_json(),
+        dataclasses.replace(first, checkpoint_id=2).to_bytes(),
     )
     storage_root.write(f"{storage.layout.shared_dir}/ff/.partial.tmp", b"partial")
 

@@ -92,8 +92,15 @@ async def _api_configuration() -> Configuration:
     configuration = Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException:
-        await config.load_kube_config(client_configuration=configuration)
+    except config.ConfigException as not_in_pod:
+        try:
+            await config.load_kube_config(client_configuration=configuration)
+        except (config.ConfigException, OSError) as no_kubeconfig:
+            # Retrying cannot help: stop with one line instead of a traceback a minute.
+            raise kopf.PermanentError(
+                f"no Kubernetes credentials: in a pod, {not_in_pod}; "
+                f"from KUBECONFIG or ~/.kube/config, {no_kubeconfig}"
+            ) from None
     return configuration
 
 

@@ -167,8 +167,7 @@ def driver_pod(
         _field_env("POD_NAME", "metadata.name"),
         _field_env("POD_NAMESPACE", "metadata.namespace"),
         _field_env("POD_IP", "status.podIP"),
-        *_env(spec.application.env),
-        *_env(spec.driver.env),
+        *_env(spec.driver_env),
         *(
             {"name": key, "value": value}
             for key, value in settings.to_environment(Path(TOKEN_DIR, TOKEN_KEY)).items()
@@ -293,8 +292,7 @@ def _janitor_pod(
         "name": component,
         "command": command_line(command),
         "env": [
-            *_env(spec.application.env),
-            *_env(spec.driver.env),
+            *_env(spec.driver_env),
             {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
             {"name": f"{PREFIX}JOB", "value": manifest.name},
             {"name": f"{PREFIX}STORAGE", "value": storage},
@@ -404,8 +402,14 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         conf[f"spark.kubernetes.executor.label.{key}"] = value
     for key, value in spec.executor.node_selector.items():
         conf[f"spark.kubernetes.executor.node.selector.{key}"] = value
-    for variable in spec.executor.env:
-        conf[f"spark.executorEnv.{variable.name}"] = variable.value
+    for variable in spec.executor_env:
+        if variable.secret is None:
+            conf[f"spark.executorEnv.{variable.name}"] = variable.value
+        else:
+            secret = variable.secret
+            conf[f"spark.kubernetes.executor.secretKeyRef.{variable.name}"] = (
+                f"{secret.name}:{secret.key}"
+            )
     return conf
 
 
@@ -454,8 +458,16 @@ def _overhead_mib(memory_mib: int) -> int:
     return max(MIN_MEMORY_OVERHEAD_MIB, int(memory_mib * MEMORY_OVERHEAD_FACTOR))
 
 
-def _env(variables: tuple[EnvVar, ...]) -> list[dict[str, str]]:
-    return [{"name": v.name, "value": v.value} for v in variables]
+def _env(variables: tuple[EnvVar, ...]) -> list[dict[str, Any]]:
+    return [
+        {"name": v.name, "value": v.value}
+        if v.secret is None
+        else {
+            "name": v.name,
+            "valueFrom": {"secretKeyRef": {"name": v.secret.name, "key": v.secret.key}},
+        }
+        for v in variables
+    ]
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:

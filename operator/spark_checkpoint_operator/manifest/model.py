@@ -39,9 +39,19 @@ class JobState(StrEnum):
 
 
 @dataclass(frozen=True, slots=True)
+class SecretKeyRef:
+    """A key of a Secret in the job's namespace (storage credentials): the pods read it,
+    the operator never does."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class EnvVar:
     name: str
-    value: str
+    value: str  # empty when the value comes from a Secret
+    secret: SecretKeyRef | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +156,22 @@ class JobSpec:
     checkpoint_trigger_nonce: int | None
     savepoint_trigger_nonce: int | None
     shutdown: ShutdownSpec
+
+    @property
+    def driver_env(self) -> tuple[EnvVar, ...]:
+        """What the driver (and the cleanup pods, with its credentials) get:
+        ``application.env``, then ``driver.env``, which wins on a clash."""
+        return _overridden(self.application.env, self.driver.env)
+
+    @property
+    def executor_env(self) -> tuple[EnvVar, ...]:
+        return _overridden(self.application.env, self.executor.env)
+
+
+def _overridden(common: tuple[EnvVar, ...], own: tuple[EnvVar, ...]) -> tuple[EnvVar, ...]:
+    merged = {variable.name: variable for variable in common}
+    merged.update({variable.name: variable for variable in own})
+    return tuple(merged.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,8 +284,18 @@ def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, An
     return tuple(MappingProxyType(copy.deepcopy(dict(item))) for item in items or ())
 
 
-def _env(items: Sequence[Mapping[str, str]] | None) -> tuple[EnvVar, ...]:
-    return tuple(EnvVar(item["name"], item["value"]) for item in items or ())
+def _env(items: Sequence[Mapping[str, Any]] | None) -> tuple[EnvVar, ...]:
+    return tuple(
+        EnvVar(item["name"], item["value"], _secret_key_ref(item.get("valueFrom")))
+        for item in items or ()
+    )
+
+
+def _secret_key_ref(source: Mapping[str, Any] | None) -> SecretKeyRef | None:
+    if source is None:
+        return None
+    reference = source["secretKeyRef"]
+    return SecretKeyRef(reference["name"], reference["key"])
 
 
 def _pod_fields(role: Mapping[str, Any]) -> dict[str, Any]:

@@ -114,6 +114,7 @@ PATTERN_HINTS: Mapping[str, str] = {
     r"^[-._a-zA-Z][-._a-zA-Z0-9]*$": (
         "an environment variable name (letters, digits, '-', '.' and '_'; no leading digit)"
     ),
+    r"^[-._a-zA-Z0-9]+$": "a Secret key (letters, digits, '-', '.' and '_')",
     _DNS_SUBDOMAIN: _DNS_SUBDOMAIN_HINT,
     DNS_1123_SUBDOMAIN_PATTERN: _DNS_SUBDOMAIN_HINT,
     DNS_1123_LABEL_PATTERN: (

@@ -6,11 +6,11 @@ coordinator's registry does. Locally that is the status file of ``spark-checkpoi
 (``<state-dir>/<namespace>/<job>/status.json``), which these commands read when present
 to mark each snapshot registered or unregistered.
 
-Exit codes: 0 success; 1 a snapshot cannot be read or failed verification; 2 the command
-line, the manifest or the storage address is wrong.
+Exit codes (``cli_conventions.ExitCode``): 0 success; 1 a snapshot cannot be read or
+failed verification; 2 the command line, the manifest or the storage address is wrong.
 
 - ``job``: the job's storage and registry, from a manifest or explicit flags;
 - ``snapshots``: what storage holds, and the verification of its bytes;
-- ``rendering``: tables, summaries and JSON documents of those;
+- ``rendering``: tables for people, JSON and YAML documents for scripts;
 - ``commands``: the three commands, from arguments to exit code.
 """

@@ -52,7 +52,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     if source.manifest is not None:
         if source.storage is not None or source.namespace is not None or source.job is not None:
             raise CommandError(
-                "--manifest names the job and its storage: do not combine it with "
+                "-f FILE names the job and its storage: do not combine it with "
                 "--storage, --namespace or --job"
             )
         try:
@@ -74,7 +74,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         ]
         if missing:
             raise CommandError(
-                "give either --manifest FILE or all of --storage, --namespace and --job "
+                "give either -f FILE or all of --storage, --namespace and --job "
                 f"(missing: {', '.join(missing)})"
             )
         assert source.storage and source.namespace and source.job

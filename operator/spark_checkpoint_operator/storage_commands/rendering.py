@@ -1,16 +1,18 @@
 """How the storage commands show what they found: tables and summaries for people, JSON
 documents for scripts."""
 
+import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata
+from spark_checkpoint_operator.cli_conventions import format_table
 from spark_checkpoint_operator.storage_commands.job import JobStorage, Registry
 from spark_checkpoint_operator.storage_commands.snapshots import (
-    SharedReuse,
+    Inspection,
     SnapshotRow,
     StoredSnapshotState,
     Verification,
@@ -21,7 +23,7 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
 def list_document(
     job: JobStorage, registry: Registry | None, rows: Sequence[SnapshotRow], now: datetime
 ) -> dict[str, Any]:
-    """``list --json``."""
+    """``list -o json|yaml``."""
     return {
         "namespace": job.layout.namespace,
         "job": job.layout.job,
@@ -33,33 +35,106 @@ def list_document(
 
 
 def list_lines(
-    job: JobStorage, registry: Registry | None, rows: Sequence[SnapshotRow], now: datetime
+    job: JobStorage,
+    registry: Registry | None,
+    rows: Sequence[SnapshotRow],
+    now: datetime,
+    *,
+    wide: bool,
 ) -> list[str]:
-    """``list``: the job, its registry and a table of its snapshots."""
+    """``list``: the job, its registry and a table of its snapshots; ``wide`` adds when
+    each completed, how long it took and where it is."""
     lines = [f"job {job.layout.namespace}/{job.layout.job}: {job.layout.job_root}"]
     lines.append(registry_line(job.status_file, registry))
     if not rows:
         return [*lines, "no checkpoints or savepoints in storage"]
-    table = [["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY", "NOTE"]]
+    header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY"]
+    table = [header + (["COMPLETED", "DURATION", "PATH", "NOTE"] if wide else ["NOTE"])]
     for row in rows:
         meta = row.metadata
-        table.append(
-            [
-                row.ref.kind.value,
-                str(row.ref.snapshot_id),
-                str(meta.batch_id) if meta else "-",
-                human_size(meta.total_bytes) if meta else "-",
-                str(len(meta.files)) if meta else "-",
-                human_age(age_seconds(meta.completion_time, now)) if meta else "-",
-                registry_word(row.registered),
-                row_note(row),
+        cells = [
+            row.ref.kind.value,
+            str(row.ref.snapshot_id),
+            str(meta.batch_id) if meta else "-",
+            human_size(meta.total_bytes) if meta else "-",
+            str(len(meta.files)) if meta else "-",
+            human_age(age_seconds(meta.completion_time, now)) if meta else "-",
+            registry_word(row.registered),
+        ]
+        if wide:
+            cells += [
+                timestamp(meta.completion_time) if meta else "-",
+                short_duration(duration_seconds(meta)) if meta else "-",
+                row.path,
             ]
-        )
+        table.append([*cells, row_note(row)])
     return lines + format_table(table, right_aligned={1, 2, 3, 4, 5})
 
 
+def inspect_document(
+    job: JobStorage, registry: Registry | None, inspection: Inspection
+) -> dict[str, Any]:
+    """``inspect -o json|yaml``: each snapshot's `_metadata` document as stored, with what
+    the job says of it."""
+    return {
+        "namespace": job.layout.namespace,
+        "job": job.layout.job,
+        "jobRoot": job.layout.job_root,
+        "statusFile": str(registry.source) if registry else None,
+        "snapshots": [
+            {
+                "kind": found.ref.kind.value,
+                "id": found.ref.snapshot_id,
+                "metadataPath": found.metadata_path,
+                "registered": found.registered,
+                "sharedFiles": len(shared_locations(found.metadata)),
+                "sharedWithOthers": found.reuse.shared_with_others if found.reuse else None,
+                "unreadableOthers": list(found.reuse.unreadable) if found.reuse else [],
+                "metadata": json.loads(found.metadata.to_json()),
+            }
+            for found in inspection.snapshots
+        ],
+        "problems": inspection.problems,
+    }
+
+
+def inspect_lines(inspection: Inspection, now: datetime, *, wide: bool) -> list[str]:
+    """``inspect``: a line per snapshot with the essentials of its `_metadata`; ``wide``
+    adds the trigger time, the tasks, the query, the registry and the `_metadata` path."""
+    if not inspection.snapshots:
+        return []
+    header = ["KIND", "ID", "BATCH", "COMPLETED", "AGE", "DURATION", "SIZE", "FILES", "SHARED"]
+    if wide:
+        header += ["REUSED", "TRIGGERED", "TASKS", "QUERY", "REGISTRY", "METADATA"]
+    table = [header]
+    for found in inspection.snapshots:
+        meta = found.metadata
+        cells = [
+            meta.kind.value,
+            str(meta.checkpoint_id),
+            str(meta.batch_id),
+            timestamp(meta.completion_time),
+            human_age(age_seconds(meta.completion_time, now)),
+            short_duration(duration_seconds(meta)),
+            human_size(meta.total_bytes),
+            str(len(meta.files)),
+            str(len(shared_locations(meta))),
+        ]
+        if wide:
+            cells += [
+                "-" if found.reuse is None else str(found.reuse.shared_with_others),
+                timestamp(meta.trigger_time),
+                str(len(meta.acknowledgements)),
+                meta.query_id,
+                registry_word(found.registered),
+                found.metadata_path,
+            ]
+        table.append(cells)
+    return format_table(table, right_aligned={1, 2, 4, 5, 6, 7, 8, 9, 11})
+
+
 def verify_document(job: JobStorage, results: Sequence[Verification], ok: bool) -> dict[str, Any]:
-    """``verify --json``."""
+    """``verify -o json|yaml``."""
     return {
         "namespace": job.layout.namespace,
         "job": job.layout.job,
@@ -145,78 +220,6 @@ def verification_json(result: Verification) -> dict[str, Any]:
     }
 
 
-def describe_metadata(
-    meta: CheckpointMetadata,
-    *,
-    path: str,
-    registered: bool | None,
-    reuse: SharedReuse | None,
-    now: datetime,
-    show_files: bool,
-) -> list[str]:
-    """The human summary of a `_metadata` document."""
-    duration = (meta.completion_time - meta.trigger_time).total_seconds()
-    shared = len(shared_locations(meta))
-    shared_text = str(shared)
-    if reuse is not None:
-        shared_text += f" ({reuse.shared_with_others} also referenced by other checkpoints"
-        if reuse.unreadable:
-            unreadable = ", ".join(str(i) for i in reuse.unreadable)
-            shared_text += f"; unreadable _metadata of checkpoints {unreadable} not counted"
-        shared_text += ")"
-    registry = {
-        None: "unknown (no readable status file)",
-        True: "registered",
-        False: "unregistered",
-    }
-    fields = [
-        ("metadata", path),
-        ("registry", registry[registered]),
-        ("format version", str(meta.format_version)),
-        ("batch", str(meta.batch_id)),
-        ("query id", meta.query_id),
-        ("triggered", timestamp(meta.trigger_time)),
-        (
-            "completed",
-            f"{timestamp(meta.completion_time)} ({short_duration(duration)} after the trigger, "
-            f"{human_age(age_seconds(meta.completion_time, now))} ago)",
-        ),
-        (
-            "total",
-            f"{human_size(meta.total_bytes)} ({meta.total_bytes} bytes) in {len(meta.files)} files",
-        ),
-        ("shared files", shared_text),
-    ]
-    if meta.properties:
-        fields.append(
-            ("properties", ", ".join(f"{k}={v}" for k, v in sorted(meta.properties.items())))
-        )
-    width = max(len(name) for name, _ in fields) + 1
-    lines = [f"{meta.kind.value} {meta.checkpoint_id} of {meta.namespace}/{meta.job}"]
-    lines += [f"  {name + ':':<{width}} {value}" for name, value in fields]
-    lines.append(f"  task acknowledgements ({len(meta.acknowledgements)}):")
-    table = [["TASK", "FILES", "BYTES", "DURATION"]]
-    table += [
-        [
-            ack.task,
-            str(len(ack.files)),
-            human_size(ack.bytes),
-            short_duration(ack.duration_ms / 1000),
-        ]
-        for ack in meta.acknowledgements
-    ]
-    lines += [f"    {line}" for line in format_table(table, right_aligned={1, 2, 3})]
-    if show_files:
-        lines.append(f"  files ({len(meta.files)}):")
-        table = [["PATH", "SIZE", "SHA256", "LOCATION"]]
-        table += [
-            [entry.path, human_size(entry.size), entry.sha256[:12], entry.location]
-            for entry in meta.files
-        ]
-        lines += [f"    {line}" for line in format_table(table, right_aligned={1})]
-    return lines
-
-
 def human_size(size: int) -> str:
     """``17 B``, ``9.3 KiB``, ``1.2 MiB`` ..."""
     if size < 1024:
@@ -256,22 +259,14 @@ def short_duration(seconds: float) -> str:
     return f"{seconds:.2f}s"
 
 
+def duration_seconds(meta: CheckpointMetadata) -> float:
+    """From the trigger to the completion of a snapshot."""
+    return (meta.completion_time - meta.trigger_time).total_seconds()
+
+
 def age_seconds(completion_time: datetime, now: datetime) -> float:
     return (now - completion_time).total_seconds()
 
 
 def timestamp(value: datetime) -> str:
     return value.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def format_table(rows: Iterable[Sequence[str]], right_aligned: set[int]) -> list[str]:
-    rows = [list(row) for row in rows]
-    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
-    lines = []
-    for row in rows:
-        cells = [
-            cell.rjust(widths[column]) if column in right_aligned else cell.ljust(widths[column])
-            for column, cell in enumerate(row)
-        ]
-        lines.append("  ".join(cells).rstrip())
-    return lines

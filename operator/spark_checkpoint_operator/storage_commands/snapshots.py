@@ -2,6 +2,7 @@
 
 import dataclasses
 import subprocess
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -25,12 +26,18 @@ from spark_checkpoint_operator.restorable_check import restorable_command
 from spark_checkpoint_operator.storage_commands.job import CommandError, Registry, is_registered
 
 
-@dataclass(frozen=True, slots=True, order=True)
+@dataclass(frozen=True, slots=True)
 class SnapshotRef:
     """A checkpoint or savepoint of the job, written ``KIND:ID`` (``checkpoint:7``)."""
 
     kind: CheckpointKind
     snapshot_id: int
+
+    def __lt__(self, other: "SnapshotRef") -> bool:
+        """The commands' order: by id, numerically (checkpoints and savepoints take their
+        ids from one counter, so this is the order they were triggered in); a checkpoint
+        before a savepoint of the same id."""
+        return (self.snapshot_id, self.kind) < (other.snapshot_id, other.kind)
 
     @classmethod
     def parse(cls, text: str) -> "SnapshotRef":
@@ -74,7 +81,7 @@ class SnapshotRow:
 
 def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> list[SnapshotRow]:
     """Every snapshot directory in storage, and every registered snapshot storage lacks,
-    checkpoints first, by id."""
+    in the order of `SnapshotRef`."""
     rows: list[SnapshotRow] = []
     layout = storage.layout
     for kind in CheckpointKind:
@@ -91,7 +98,7 @@ def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> lis
                 ref = SnapshotRef(kind, snapshot_id)
                 path = layout.snapshot_dir(kind, snapshot_id)
                 rows.append(SnapshotRow(ref, StoredSnapshotState.MISSING, path, registered=True))
-    return rows
+    return sorted(rows, key=lambda row: row.ref)
 
 
 def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None) -> SnapshotRow:
@@ -120,22 +127,94 @@ class SharedReuse:
     unreadable: tuple[int, ...] = field(default=())
 
 
-def shared_reuse(storage: CheckpointStorage, meta: CheckpointMetadata) -> SharedReuse | None:
+@dataclass(frozen=True, slots=True)
+class InspectedSnapshot:
+    """A snapshot's `_metadata` and what the job says of it: whether the registry lists
+    it, and (a checkpoint) how many of its shared files other checkpoints reference."""
+
+    ref: SnapshotRef
+    metadata_path: str
+    registered: bool | None
+    metadata: CheckpointMetadata
+    reuse: SharedReuse | None
+
+
+@dataclass(frozen=True, slots=True)
+class Inspection:
+    snapshots: list[InspectedSnapshot]
+    problems: list[str]  # "KIND:ID: what is wrong", one per snapshot that cannot be read
+
+
+def inspect_snapshots(
+    storage: CheckpointStorage, refs: Sequence[SnapshotRef], registry: Registry | None
+) -> Inspection:
+    """Read the `_metadata` of each of ``refs`` (none: every one in storage), in the order
+    of `SnapshotRef`. Raises OSError if storage cannot be listed."""
+    if not refs:
+        refs = [SnapshotRef(kind, i) for kind in CheckpointKind for i in storage.list_ids(kind)]
+    found: dict[SnapshotRef, CheckpointMetadata] = {}
+    problems = []
+    for ref in sorted(set(refs)):
+        try:
+            found[ref] = storage.read_metadata(ref.kind, ref.snapshot_id)
+        except StorageError as error:
+            problems.append(f"{ref}: {storage_problem(error)}")
+        except OSError as error:
+            problems.append(f"{ref}: I/O error: {error}")
+    checkpoints = (
+        _checkpoint_metadata(storage, found)
+        if any(ref.kind is CheckpointKind.CHECKPOINT for ref in found)
+        else {}
+    )
+    snapshots = [
+        InspectedSnapshot(
+            ref,
+            storage.layout.metadata_path(ref.kind, ref.snapshot_id),
+            is_registered(registry, ref.kind, ref.snapshot_id),
+            meta,
+            _shared_reuse(meta, checkpoints),
+        )
+        for ref, meta in found.items()
+    ]
+    return Inspection(snapshots, problems)
+
+
+def _checkpoint_metadata(
+    storage: CheckpointStorage, known: Mapping[SnapshotRef, CheckpointMetadata]
+) -> dict[int, CheckpointMetadata | None]:
+    """Every checkpoint's `_metadata` in storage, None where it cannot be read; each read
+    once, however many checkpoints are inspected."""
+    found: dict[int, CheckpointMetadata | None] = {}
+    try:
+        checkpoint_ids = storage.list_ids(CheckpointKind.CHECKPOINT)
+    except OSError:
+        return found
+    for checkpoint_id in checkpoint_ids:
+        ref = SnapshotRef(CheckpointKind.CHECKPOINT, checkpoint_id)
+        if ref in known:
+            found[checkpoint_id] = known[ref]
+            continue
+        try:
+            found[checkpoint_id] = storage.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id)
+        except (StorageError, OSError):
+            found[checkpoint_id] = None
+    return found
+
+
+def _shared_reuse(
+    meta: CheckpointMetadata, checkpoints: Mapping[int, CheckpointMetadata | None]
+) -> SharedReuse | None:
     if meta.kind is not CheckpointKind.CHECKPOINT:
         return None  # savepoints are self-contained
     others: set[str] = set()
     unreadable: list[int] = []
-    try:
-        checkpoint_ids = storage.list_ids(CheckpointKind.CHECKPOINT)
-    except OSError:
-        return None
-    for checkpoint_id in checkpoint_ids:
+    for checkpoint_id, other in checkpoints.items():
         if checkpoint_id == meta.checkpoint_id:
             continue
-        try:
-            others |= storage.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id).locations
-        except (StorageError, OSError):
+        if other is None:
             unreadable.append(checkpoint_id)
+        else:
+            others |= other.locations
     return SharedReuse(len(shared_locations(meta) & others), tuple(unreadable))
 
 
@@ -234,7 +313,7 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
     }
     if registry is not None:
         refs |= {SnapshotRef(kind, i) for kind in CheckpointKind for i in registry.ids(kind)}
-    return sorted(refs)  # checkpoints, then savepoints, each by id
+    return sorted(refs)
 
 
 def storage_problem(error: StorageError) -> str:

@@ -73,6 +73,8 @@ class Attempt:
     first_batch: tuple[int | None] | None = None
     batches_advanced: bool = False
     executors_ready: bool = True  # as of the last status
+    # The newest batch a completion the agent confirmed covers: its sinks may commit that far.
+    told_batch: int | None = None
     suspending_since: float | None = None  # monotonic
 
     @classmethod

@@ -310,14 +310,20 @@ class EffectInterpreter:
             await self.tell_phase()
         try:
             await attempt.driver.agent.complete(completed.checkpoint_id, completed.batch_id)
+            attempt.told_batch = max(completed.batch_id, attempt.told_batch or completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
-            what = f"{completed.kind.value} {completed.checkpoint_id}"
-            self._notify(
-                "CompletionNotDelivered",
-                Level.DETAIL,
-                f"the driver did not confirm the completion of {what} ({error}); nothing is "
-                f"lost: {what} is registered, and sinks commit up to it when a driver restores it",
-            )
+            told = attempt.told_batch
+            if told is None or completed.batch_id > told:
+                # Below that, the driver (which may have exited already, having been told of
+                # its last batch) missed nothing its sinks need.
+                what = f"{completed.kind.value} {completed.checkpoint_id}"
+                self._notify(
+                    "CompletionNotDelivered",
+                    Level.DETAIL,
+                    f"the driver did not confirm the completion of {what} ({error}); nothing "
+                    f"is lost: {what} is registered, and sinks commit up to it when a driver "
+                    "restores it",
+                )
             if completed.checkpoint_id in self._stopping_savepoints:
                 # The agent would have stopped the query; the savepoint is registered, so
                 # stop the driver from here and end suspended.

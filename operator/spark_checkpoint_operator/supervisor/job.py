@@ -118,10 +118,36 @@ class JobSupervisor:
         # `restore_from`'s image, and the completions counted when it was chosen.
         self._chosen_image: tuple[str, int] | None = None
         self._stopping: asyncio.Task[None] | None = None
+        self._last_status: AgentStatus | None = None
 
     @property
     def record(self) -> JobRecord:
         return self._record
+
+    @property
+    def next_periodic_trigger(self) -> float | None:
+        """When the next periodic checkpoint is due (epoch seconds); None while the job is
+        not Running or has no interval."""
+        return self._interpreter.coordinator.next_periodic_trigger
+
+    @property
+    def last_status(self) -> AgentStatus | None:
+        """The newest status a driver's agent gave (to the attempt loop or `read_status`);
+        it stays after its driver exits."""
+        return self._last_status
+
+    async def read_status(self) -> AgentStatus | None:
+        """The running driver's status, asked of its agent now, for a live view of the
+        query (its batch, input rate): read, never acted on. None while no driver runs or
+        its agent does not answer (Spark is starting)."""
+        attempt = self._interpreter.attempt
+        if attempt is None:
+            return None
+        try:
+            self._last_status = await attempt.driver.agent.read_status()
+        except (AgentUnavailable, AgentRejected):
+            return None
+        return self._last_status
 
     @staticmethod
     def _new_coordinator(
@@ -426,7 +452,7 @@ class JobSupervisor:
             # restored was one it could not read, so the first is unusable in any case.
             return attempt.candidates[0]
         if self._record.restored_from is not None:  # an adopted driver's
-            return str(self._record.restored_from["source"])
+            return self._record.restored_from.candidate.encode()
         return None
 
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
@@ -518,6 +544,7 @@ class JobSupervisor:
             # Before the first trigger of an attempt: whatever a crash left in storage that
             # the registry does not list goes now, while no snapshot is in flight.
             await self._collect_garbage(driver)
+        self._last_status = status
         self._record.last_batch = status.query.last_committed_batch
         attempt.saw_batch(self._record.last_batch)
         if before is Stage.STARTING:  # an adopted driver's restore is in the record already
@@ -551,10 +578,14 @@ class JobSupervisor:
         last = status_events.input_exhausted_at(status)
         if last is not None and attempt.input_exhausted_at is None:
             await self._on_input_exhausted(attempt, last)
+        elif status_events.finished_and_told(status) and attempt.finish():
+            # A completion it was told of covers its last batch: the driver exits now, and
+            # what its exit cuts short is no failure.
+            await self._interpreter.tell_phase()
         await self._tick()
 
     def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
-        self._record.restored_from = None if restored is None else restored.to_json()
+        self._record.restored_from = restored
         if restored is None:
             return
         attempt.restored(restored)

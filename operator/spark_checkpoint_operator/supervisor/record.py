@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
 from spark_checkpoint_operator.status import PersistedStatus
 
@@ -20,7 +21,7 @@ class JobRecord:
     attempt: int = 0
     restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
     failed_restores: int = 0
-    restored_from: dict[str, Any] | None = None
+    restored_from: RestoredFrom | None = None  # the current attempt's, as its agent reported
     # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
     unrestorable: list[dict[str, Any]] = field(default_factory=list)
     message: str = ""
@@ -71,7 +72,7 @@ class JobRecord:
             attempt=status.job_attempt,
             restores=status.restores,
             failed_restores=status.failed_restores,
-            restored_from=None if status.restored_from is None else dict(status.restored_from),
+            restored_from=status.restored_from,
             unrestorable=[dict(image) for image in status.unrestorable],
             message=status.message,
             coordinator=status.coordinator,

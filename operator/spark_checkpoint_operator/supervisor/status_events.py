@@ -8,7 +8,7 @@ neither waits for nor registered is reported once, to be dropped at the agent.
 
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import AgentStatus, SnapshotStatus
+from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotStatus
 from spark_checkpoint_operator.coordinator import (
     TaskAck,
     TaskAcknowledged,
@@ -36,6 +36,12 @@ def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
 def input_exhausted_at(status: AgentStatus) -> int | None:
     """The last batch of bounded input, once the query waits for its final checkpoint."""
     return status.query.last_committed_batch if status.awaiting_final_checkpoint else None
+
+
+def finished_and_told(status: AgentStatus) -> bool:
+    """The query ended and a completion the driver was told of covers its last batch: the
+    driver exits without waiting for a final checkpoint."""
+    return status.query.state is QueryState.FINISHED and not status.awaiting_final_checkpoint
 
 
 class SnapshotProgress:

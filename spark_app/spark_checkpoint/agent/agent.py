@@ -38,6 +38,7 @@ from spark_checkpoint.protocol import (
     CollectGarbageAnswer,
     DeclineReport,
     FinalizeAnswer,
+    QueryProgress,
     QueryState,
     QueryStatus,
     RestoredFrom,
@@ -74,6 +75,7 @@ class QueryView:
     state: QueryState
     idle: bool  # no data available and no trigger active: drained
     message: str = ""
+    progress: QueryProgress | None = None  # None before the query's first progress
 
 
 @dataclass
@@ -202,10 +204,10 @@ class CheckpointAgent:
     def status(self) -> AgentStatus:
         """The status ``GET /v1/status`` serves. Its ``version`` rises
         whenever what the coordinator acts on differs from the previous document
-        (``lastCommittedBatch`` alone does not count)."""
+        (``lastCommittedBatch`` and ``progress`` alone do not count)."""
         with self._status_lock:
             document = self._status()
-            reported = replace(document, query=replace(document.query, last_committed_batch=None))
+            reported = document.versioned_part()
             if reported != self._reported:
                 self._reported = reported
                 self._version += 1
@@ -235,7 +237,9 @@ class CheckpointAgent:
         return AgentStatus(
             version=None,  # set by status()
             attempt=self._attempt,
-            query=QueryStatus(view.state, view.message, committed[-1] if committed else None),
+            query=QueryStatus(
+                view.state, view.message, committed[-1] if committed else None, view.progress
+            ),
             tasks=self._tasks(committed[-1] if committed else None),
             all_tasks_running=view.state.runs_tasks,
             awaiting_final_checkpoint=view.state is QueryState.FINISHED

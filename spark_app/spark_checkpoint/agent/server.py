@@ -22,6 +22,7 @@ from spark_checkpoint.protocol import (
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
+    ErrorAnswer,
     FinalizeBody,
     ProtocolError,
     TriggerBody,
@@ -66,6 +67,10 @@ def _parameter(
 
 def _bad_request(message: str) -> AgentRequestError:
     return AgentRequestError(400, f"bad request: {message}")
+
+
+def _error(status: int, message: str) -> web.Response:
+    return web.json_response(ErrorAnswer(message).to_json(), status=status)
 
 
 def _refuse_constant(name: str) -> Any:
@@ -155,16 +160,16 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         # aiohttp decodes header bytes that are not UTF-8 as lone surrogates: encode them back.
         supplied = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
         if not hmac.compare_digest(supplied, f"Bearer {token}".encode()):
-            return web.json_response({"error": "missing or wrong bearer token"}, status=401)
+            return _error(401, "missing or wrong bearer token")
         try:
             return await handler(request)
         except AgentRequestError as error:
-            return web.json_response({"error": str(error)}, status=error.status)
+            return _error(error.status, str(error))
         except ValueError as error:  # an argument the agent or storage refuses
-            return web.json_response({"error": f"bad request: {error}"}, status=400)
+            return _error(400, f"bad request: {error}")
         except (StorageError, OSError) as error:
             log.warning("%s %s failed: %s", request.method, request.path, error)
-            return web.json_response({"error": f"storage: {error}"}, status=500)
+            return _error(500, f"storage: {error}")
 
     status = _StatusRoute(agent)
 

@@ -22,6 +22,8 @@ from .layout import JobStorageLayout, parse_snapshot_dir_name, snapshot_dir_name
 from .metadata import (
     FORMAT_VERSION,
     METADATA_SCHEMA,
+    METADATA_SCHEMA_V1,
+    READABLE_FORMAT_VERSIONS,
     CheckpointMetadata,
     ManifestEntry,
     TaskAcknowledgement,
@@ -31,6 +33,8 @@ from .store import CheckpointStorage, GarbageReport
 __all__ = [
     "FORMAT_VERSION",
     "METADATA_SCHEMA",
+    "METADATA_SCHEMA_V1",
+    "READABLE_FORMAT_VERSIONS",
     "CheckpointKind",
     "CheckpointMetadata",
     "CheckpointStorage",

@@ -52,19 +52,20 @@ class ChecksumMismatchError(StorageError):
 class UnknownFormatVersionError(StorageError):
     """A `_metadata` file was written in a format version this code cannot read."""
 
-    def __init__(self, path: str, version: int, supported_version: int) -> None:
+    def __init__(self, path: str, version: int, supported_versions: tuple[int, ...]) -> None:
         super().__init__(
             path,
             f"unknown format_version {version}; this version of spark-checkpoint reads "
-            f"format_version {supported_version}",
+            f"format_version {' or '.join(str(known) for known in supported_versions)}",
         )
-        self.args = (path, version, supported_version)
+        self.args = (path, version, supported_versions)
         self.version = version
-        self.supported_version = supported_version
+        self.supported_versions = supported_versions
 
 
 class TruncatedMetadataError(StorageError):
-    """A `_metadata` file is empty or not parseable JSON (e.g. cut short by a foreign writer)."""
+    """A `_metadata` file is empty, a cut short or damaged gzip stream, or not parseable JSON
+    (e.g. cut short by a foreign writer)."""
 
 
 class InvalidMetadataError(StorageError):

@@ -13,6 +13,7 @@ resource or a `_metadata` file can point outside the job's directory.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from dataclasses import dataclass
 
@@ -108,6 +109,34 @@ def snapshot_location_prefix(kind: CheckpointKind, snapshot_id: int) -> str:
     return f"{SAVEPOINTS_DIR_NAME}/sp-{snapshot_id}/{SAVEPOINT_FILES_DIR_NAME}/"
 
 
+def shared_location(sha256: str, file_name: str) -> str:
+    """Content-addressed location of a checkpoint file: equal bytes under an equal name
+    are stored once, however many checkpoints reference them. The name is kept only to
+    make the directory readable to people."""
+    if not re.match(SHA256_PATTERN, sha256):
+        raise ValueError(f"sha256 must be 64 lower-case hex digits, got {sha256!r}")
+    require_safe_relative_path(file_name, "file name")
+    if "/" in file_name:
+        raise ValueError(f"file name must not contain '/', got {file_name!r}")
+    return f"{SHARED_DIR_NAME}/{sha256[:2]}/{sha256}-{file_name}"
+
+
+def savepoint_file_location(savepoint_id: int, path: str) -> str:
+    """Location of a savepoint's copy of the file at `path` in the Spark checkpoint."""
+    require_snapshot_id(savepoint_id, "savepoint id")
+    require_safe_relative_path(path, "path")
+    return f"{snapshot_location_prefix(CheckpointKind.SAVEPOINT, savepoint_id)}{path}"
+
+
+def default_location(kind: CheckpointKind, snapshot_id: int, path: str, sha256: str) -> str:
+    """Where a snapshot stores the file at `path` with content `sha256`: in `shared/` for
+    a checkpoint, below the savepoint's own directory for a savepoint. Derived from the
+    entry itself, so `_metadata` need not spell it out."""
+    if kind is CheckpointKind.CHECKPOINT:
+        return shared_location(sha256, posixpath.basename(path))
+    return savepoint_file_location(snapshot_id, path)
+
+
 def parse_snapshot_dir_name(kind: CheckpointKind, name: str) -> int | None:
     """The id in a snapshot directory name (`chk-7` -> 7), or None if it is not one.
 
@@ -179,21 +208,13 @@ class JobStorageLayout:
         return f"{self.checkpoint_dir(checkpoint_id)}/{DISCARDING_FILE_NAME}"
 
     def shared_location(self, sha256: str, file_name: str) -> str:
-        """Content-addressed location of a checkpoint file: equal bytes under an equal name
-        are stored once, however many checkpoints reference them. The name is kept only to
-        make the directory readable to people."""
-        if not re.match(SHA256_PATTERN, sha256):
-            raise ValueError(f"sha256 must be 64 lower-case hex digits, got {sha256!r}")
-        require_safe_relative_path(file_name, "file name")
-        if "/" in file_name:
-            raise ValueError(f"file name must not contain '/', got {file_name!r}")
-        return f"{SHARED_DIR_NAME}/{sha256[:2]}/{sha256}-{file_name}"
+        """Content-addressed location of a checkpoint file (see `shared_location`)."""
+        return shared_location(sha256, file_name)
 
     def savepoint_file_location(self, savepoint_id: int, path: str) -> str:
-        """Location of a savepoint's copy of the file at `path` in the Spark checkpoint."""
-        require_snapshot_id(savepoint_id, "savepoint id")
-        require_safe_relative_path(path, "path")
-        return f"{snapshot_location_prefix(CheckpointKind.SAVEPOINT, savepoint_id)}{path}"
+        """Location of a savepoint's copy of the file at `path` (see
+        `savepoint_file_location`)."""
+        return savepoint_file_location(savepoint_id, path)
 
     def location_path(self, location: str) -> str:
         """The storage path of a manifest location (a path relative to the job root)."""

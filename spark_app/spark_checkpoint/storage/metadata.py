@@ -1,14 +1,22 @@
-"""The `_metadata` file: a checkpoint's or savepoint's manifest and its JSON format.
+"""The `_metadata` file: a checkpoint's or savepoint's manifest and its format.
 
-A `_metadata` file is validated against `METADATA_SCHEMA` (JSON Schema, Draft 2020-12)
-and then for consistency (sizes add up, acknowledged files are in the manifest, ...)
-before any object is built from it, so code holding a `CheckpointMetadata` can trust it.
+Format 2 (written since 2026-11) is a gzip-compressed JSON document in which each file is
+listed once: the acknowledgements refer to files by index, paths are split into a table
+of directories and a name, and a location is stored only when it differs from the one
+derived from the entry (`default_location`). Format 1 (plain JSON, every path and location
+spelled out) is still read. A document is validated against its version's JSON Schema
+(Draft 2020-12: `METADATA_SCHEMA`, `METADATA_SCHEMA_V1`) and then for consistency (sizes
+add up, acknowledged files are in the manifest, ...) before any object is built from it,
+so code holding a `CheckpointMetadata` can trust it.
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import posixpath
 import re
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -30,6 +38,7 @@ from .layout import (
     END_OF_INPUT,
     SAFE_RELATIVE_PATH_PATTERN,
     SHA256_PATTERN,
+    default_location,
     require_dns_1123_label,
     require_dns_1123_subdomain,
     require_safe_relative_path,
@@ -37,7 +46,13 @@ from .layout import (
     snapshot_location_prefix,
 )
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_FORMAT_VERSIONS = (1, 2)
+# gzip's magic number: a format 2 file starts with it, a JSON document never does.
+_GZIP_MAGIC = b"\x1f\x8b"
+# A bound on what a compressed `_metadata` may expand to, so a damaged or hostile file
+# cannot exhaust memory: a manifest of 200,000 files is about 25 MiB of JSON.
+MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
 
 _TIMESTAMP_PATTERN = (
     rf"^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,6}})?"
@@ -45,61 +60,111 @@ _TIMESTAMP_PATTERN = (
 )
 _NON_NEGATIVE_INTEGER = {"type": "integer", "minimum": 0}
 _RELATIVE_PATH = {"type": "string", "pattern": SAFE_RELATIVE_PATH_PATTERN}
+_FILE_NAME = {"type": "string", "pattern": SAFE_RELATIVE_PATH_PATTERN, "not": {"pattern": "/"}}
 _TIMESTAMP = {"type": "string", "pattern": _TIMESTAMP_PATTERN}
+_SHA256 = {"type": "string", "pattern": SHA256_PATTERN}
+# The fields both formats share, with the same meaning.
+_HEADER_PROPERTIES: dict[str, Any] = {
+    "namespace": {
+        "type": "string",
+        "pattern": DNS_1123_LABEL_PATTERN,
+        "maxLength": DNS_1123_LABEL_MAX_LENGTH,
+    },
+    "job": {
+        "type": "string",
+        "pattern": DNS_1123_SUBDOMAIN_PATTERN,
+        "maxLength": DNS_1123_SUBDOMAIN_MAX_LENGTH,
+    },
+    "checkpoint_id": _NON_NEGATIVE_INTEGER,
+    "kind": {"enum": [kind.value for kind in CheckpointKind]},
+    "batch_id": _NON_NEGATIVE_INTEGER,
+    "query_id": {"type": "string", "minLength": 1},
+    "trigger_time": _TIMESTAMP,
+    "completion_time": _TIMESTAMP,
+    "total_bytes": _NON_NEGATIVE_INTEGER,
+    "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+}
+_HEADER_REQUIRED = [
+    "format_version",
+    "namespace",
+    "job",
+    "checkpoint_id",
+    "kind",
+    "batch_id",
+    "query_id",
+    "trigger_time",
+    "completion_time",
+    "acknowledgements",
+    "files",
+    "total_bytes",
+    "properties",
+]
+
+
+def _acknowledgements_schema(file_reference: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "array",
+        "items": {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["task", "files", "bytes", "duration_ms"],
+            "properties": {
+                "task": {"type": "string", "minLength": 1},
+                "files": {"type": "array", "items": file_reference},
+                "bytes": _NON_NEGATIVE_INTEGER,
+                "duration_ms": _NON_NEGATIVE_INTEGER,
+            },
+        },
+    }
+
 
 METADATA_SCHEMA: dict[str, Any] = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://sparkcheckpoint.io/schemas/checkpoint-metadata-v2.json",
+    "title": "spark-checkpoint _metadata, format_version 2 (the JSON inside the gzip)",
+    "type": "object",
+    "additionalProperties": False,
+    "required": [*_HEADER_REQUIRED, "directories"],
+    "properties": {
+        "format_version": {"const": 2},
+        **_HEADER_PROPERTIES,
+        # Each directory of the Spark checkpoint once; "" for files at its top level.
+        "directories": {
+            "type": "array",
+            "items": {"anyOf": [{"const": ""}, _RELATIVE_PATH]},
+            "uniqueItems": True,
+        },
+        "files": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["dir", "name", "size", "sha256"],
+                "properties": {
+                    "dir": _NON_NEGATIVE_INTEGER,
+                    "name": _FILE_NAME,
+                    "size": _NON_NEGATIVE_INTEGER,
+                    "sha256": _SHA256,
+                    # Only when it is not `default_location` of the entry.
+                    "location": _RELATIVE_PATH,
+                },
+            },
+        },
+        # Indices into `files`.
+        "acknowledgements": _acknowledgements_schema(_NON_NEGATIVE_INTEGER),
+    },
+}
+
+METADATA_SCHEMA_V1: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "$id": "https://sparkcheckpoint.io/schemas/checkpoint-metadata-v1.json",
     "title": "spark-checkpoint _metadata, format_version 1",
     "type": "object",
     "additionalProperties": False,
-    "required": [
-        "format_version",
-        "namespace",
-        "job",
-        "checkpoint_id",
-        "kind",
-        "batch_id",
-        "query_id",
-        "trigger_time",
-        "completion_time",
-        "acknowledgements",
-        "files",
-        "total_bytes",
-        "properties",
-    ],
+    "required": _HEADER_REQUIRED,
     "properties": {
-        "format_version": {"const": FORMAT_VERSION},
-        "namespace": {
-            "type": "string",
-            "pattern": DNS_1123_LABEL_PATTERN,
-            "maxLength": DNS_1123_LABEL_MAX_LENGTH,
-        },
-        "job": {
-            "type": "string",
-            "pattern": DNS_1123_SUBDOMAIN_PATTERN,
-            "maxLength": DNS_1123_SUBDOMAIN_MAX_LENGTH,
-        },
-        "checkpoint_id": _NON_NEGATIVE_INTEGER,
-        "kind": {"enum": [kind.value for kind in CheckpointKind]},
-        "batch_id": _NON_NEGATIVE_INTEGER,
-        "query_id": {"type": "string", "minLength": 1},
-        "trigger_time": _TIMESTAMP,
-        "completion_time": _TIMESTAMP,
-        "acknowledgements": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["task", "files", "bytes", "duration_ms"],
-                "properties": {
-                    "task": {"type": "string", "minLength": 1},
-                    "files": {"type": "array", "items": _RELATIVE_PATH},
-                    "bytes": _NON_NEGATIVE_INTEGER,
-                    "duration_ms": _NON_NEGATIVE_INTEGER,
-                },
-            },
-        },
+        "format_version": {"const": 1},
+        **_HEADER_PROPERTIES,
         "files": {
             "type": "array",
             "items": {
@@ -109,18 +174,20 @@ METADATA_SCHEMA: dict[str, Any] = {
                 "properties": {
                     "path": _RELATIVE_PATH,
                     "size": _NON_NEGATIVE_INTEGER,
-                    "sha256": {"type": "string", "pattern": SHA256_PATTERN},
+                    "sha256": _SHA256,
                     "location": _RELATIVE_PATH,
                 },
             },
         },
-        "total_bytes": _NON_NEGATIVE_INTEGER,
-        "properties": {"type": "object", "additionalProperties": {"type": "string"}},
+        "acknowledgements": _acknowledgements_schema(_RELATIVE_PATH),
     },
 }
 
 
-_VALIDATOR = Draft202012Validator(METADATA_SCHEMA)
+_VALIDATORS = {
+    1: Draft202012Validator(METADATA_SCHEMA_V1),
+    2: Draft202012Validator(METADATA_SCHEMA),
+}
 # Schema error messages quote the offending value, which can be a whole array.
 _MAX_REASON_LENGTH = 300
 
@@ -181,7 +248,8 @@ class CheckpointMetadata:
 
     It captures the query as of Spark batch `batch_id` (committed after `trigger_time`).
     Construction checks the same rules as reading a file does, so an inconsistent
-    manifest is never written.
+    manifest is never written. `format_version` is the format of the file it was read
+    from; writing always writes `FORMAT_VERSION`.
     """
 
     format_version: int = FORMAT_VERSION
@@ -199,10 +267,10 @@ class CheckpointMetadata:
     properties: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.format_version != FORMAT_VERSION:
+        if self.format_version not in READABLE_FORMAT_VERSIONS:
             raise ValueError(
-                f"format_version {self.format_version} cannot be written; "
-                f"this version writes {FORMAT_VERSION}"
+                f"format_version {self.format_version} is not one this version reads "
+                f"{READABLE_FORMAT_VERSIONS}"
             )
         # Also accepts the plain string ("checkpoint"), and rejects anything else.
         object.__setattr__(self, "kind", CheckpointKind(self.kind))
@@ -228,10 +296,37 @@ class CheckpointMetadata:
         """The storage locations (relative to the job root) this snapshot references."""
         return frozenset(entry.location for entry in self.files)
 
+    def to_bytes(self) -> bytes:
+        """The `_metadata` file content: the format 2 document as compact UTF-8 JSON,
+        gzip-compressed (modification time 0, so equal metadata gives equal bytes)."""
+        compact = json.dumps(self._document(), separators=(",", ":"), ensure_ascii=False)
+        return gzip.compress(compact.encode("utf-8"), compresslevel=9, mtime=0)
+
     def to_json(self) -> bytes:
-        """The `_metadata` file content: UTF-8 JSON, stable key order, ending in a newline."""
-        document = {
-            "format_version": self.format_version,
+        """The same format 2 document, readable: UTF-8 JSON with a 2-space indent, stable
+        key order, ending in a newline (what `inspect --json` prints; `from_bytes` reads
+        it too)."""
+        return (json.dumps(self._document(), indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+    def _document(self) -> dict[str, Any]:
+        directories: dict[str, int] = {}
+        files: list[dict[str, Any]] = []
+        for entry in self.files:
+            directory, name = posixpath.split(entry.path)
+            item: dict[str, Any] = {
+                "dir": directories.setdefault(directory, len(directories)),
+                "name": name,
+                "size": entry.size,
+                "sha256": entry.sha256,
+            }
+            if entry.location != default_location(
+                self.kind, self.checkpoint_id, entry.path, entry.sha256
+            ):
+                item["location"] = entry.location
+            files.append(item)
+        index_of = {entry.path: index for index, entry in enumerate(self.files)}
+        return {
+            "format_version": FORMAT_VERSION,
             "namespace": self.namespace,
             "job": self.job,
             "checkpoint_id": self.checkpoint_id,
@@ -240,67 +335,44 @@ class CheckpointMetadata:
             "query_id": self.query_id,
             "trigger_time": _format_timestamp(self.trigger_time),
             "completion_time": _format_timestamp(self.completion_time),
+            "total_bytes": self.total_bytes,
+            "properties": dict(self.properties),
             "acknowledgements": [
                 {
                     "task": ack.task,
-                    "files": list(ack.files),
+                    "files": [index_of[path] for path in ack.files],
                     "bytes": ack.bytes,
                     "duration_ms": ack.duration_ms,
                 }
                 for ack in self.acknowledgements
             ],
-            "files": [
-                {
-                    "path": entry.path,
-                    "size": entry.size,
-                    "sha256": entry.sha256,
-                    "location": entry.location,
-                }
-                for entry in self.files
-            ],
-            "total_bytes": self.total_bytes,
-            "properties": dict(self.properties),
+            "directories": list(directories),
+            "files": files,
         }
-        return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
 
     @classmethod
-    def from_json(cls, data: bytes, source: str) -> CheckpointMetadata:
-        """Parse and validate a `_metadata` file's content; `source` is its path, named in
-        every error.
+    def from_bytes(cls, data: bytes, source: str) -> CheckpointMetadata:
+        """Parse and validate a `_metadata` file's content, format 2 (gzip-compressed or
+        plain JSON) or format 1; `source` is its path, named in every error.
 
-        Raises TruncatedMetadataError (empty or not JSON), UnknownFormatVersionError, or
-        InvalidMetadataError (schema violation or inconsistency, naming the field).
+        Raises TruncatedMetadataError (empty, cut short, or not JSON),
+        UnknownFormatVersionError, or InvalidMetadataError (schema violation or
+        inconsistency, naming the field).
         """
-        document = _parse_json(data, source)
+        document = _parse_document(data, source)
         version = document.get("format_version") if isinstance(document, dict) else None
+        if not isinstance(version, int) or isinstance(version, bool):
+            version = FORMAT_VERSION  # whose schema then names the bad field
         # Checked before the schema: a newer format may be valid under a different schema.
-        if isinstance(version, int) and not isinstance(version, bool) and version != FORMAT_VERSION:
-            raise UnknownFormatVersionError(source, version, FORMAT_VERSION)
-        error = best_match(_VALIDATOR.iter_errors(document))
+        elif version not in READABLE_FORMAT_VERSIONS:
+            raise UnknownFormatVersionError(source, version, READABLE_FORMAT_VERSIONS)
+        error = best_match(_VALIDATORS[version].iter_errors(document))
         if error is not None:
             raise InvalidMetadataError(source, _field_path(error), _shorten(error.message))
-        return cls._from_valid_document(document, source)
-
-    @classmethod
-    def _from_valid_document(cls, document: dict[str, Any], source: str) -> CheckpointMetadata:
-        files = tuple(
-            ManifestEntry(
-                path=entry["path"],
-                size=entry["size"],
-                sha256=entry["sha256"],
-                location=entry["location"],
-            )
-            for entry in document["files"]
-        )
-        acknowledgements = tuple(
-            TaskAcknowledgement(
-                task=ack["task"],
-                files=tuple(ack["files"]),
-                bytes=ack["bytes"],
-                duration_ms=ack["duration_ms"],
-            )
-            for ack in document["acknowledgements"]
-        )
+        if version == 1:
+            files, acknowledgements = _read_files_v1(document)
+        else:
+            files, acknowledgements = _read_files_v2(document, source)
         kind = CheckpointKind(document["kind"])
         inconsistency = _find_inconsistency(
             kind, document["checkpoint_id"], files, acknowledgements, document["total_bytes"]
@@ -324,6 +396,69 @@ class CheckpointMetadata:
             total_bytes=document["total_bytes"],
             properties=document["properties"],
         )
+
+
+_Manifest = tuple[tuple[ManifestEntry, ...], tuple[TaskAcknowledgement, ...]]
+
+
+def _read_files_v1(document: dict[str, Any]) -> _Manifest:
+    files = tuple(
+        ManifestEntry(
+            path=entry["path"],
+            size=entry["size"],
+            sha256=entry["sha256"],
+            location=entry["location"],
+        )
+        for entry in document["files"]
+    )
+    acknowledgements = tuple(
+        TaskAcknowledgement(
+            task=ack["task"],
+            files=tuple(ack["files"]),
+            bytes=ack["bytes"],
+            duration_ms=ack["duration_ms"],
+        )
+        for ack in document["acknowledgements"]
+    )
+    return files, acknowledgements
+
+
+def _read_files_v2(document: dict[str, Any], source: str) -> _Manifest:
+    kind = CheckpointKind(document["kind"])
+    directories: list[str] = document["directories"]
+    files: list[ManifestEntry] = []
+    for index, item in enumerate(document["files"]):
+        if item["dir"] >= len(directories):
+            raise InvalidMetadataError(
+                source,
+                f"files[{index}].dir",
+                f"is {item['dir']} but there are {len(directories)} directories",
+            )
+        path = posixpath.join(directories[item["dir"]], item["name"])
+        location = item.get("location") or default_location(
+            kind, document["checkpoint_id"], path, item["sha256"]
+        )
+        files.append(
+            ManifestEntry(path=path, size=item["size"], sha256=item["sha256"], location=location)
+        )
+    acknowledgements: list[TaskAcknowledgement] = []
+    for ack_index, ack in enumerate(document["acknowledgements"]):
+        for file_index, reference in enumerate(ack["files"]):
+            if reference >= len(files):
+                raise InvalidMetadataError(
+                    source,
+                    f"acknowledgements[{ack_index}].files[{file_index}]",
+                    f"is {reference} but there are {len(files)} files",
+                )
+        acknowledgements.append(
+            TaskAcknowledgement(
+                task=ack["task"],
+                files=tuple(files[reference].path for reference in ack["files"]),
+                bytes=ack["bytes"],
+                duration_ms=ack["duration_ms"],
+            )
+        )
+    return tuple(files), tuple(acknowledgements)
 
 
 def _find_inconsistency(
@@ -365,7 +500,10 @@ def _find_inconsistency(
     return None
 
 
-def _parse_json(data: bytes, source: str) -> Any:
+def _parse_document(data: bytes, source: str) -> Any:
+    """The JSON value in a `_metadata` file, gzip-compressed (format 2) or not."""
+    if data.startswith(_GZIP_MAGIC):
+        data = _gunzip(data, source)
     if not data.strip():
         raise TruncatedMetadataError(source, "the file is empty")
     try:
@@ -374,6 +512,23 @@ def _parse_json(data: bytes, source: str) -> Any:
         return json.loads(data, parse_float=Decimal)
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
         raise TruncatedMetadataError(source, f"not parseable as JSON ({error})") from error
+
+
+def _gunzip(data: bytes, source: str) -> bytes:
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)  # one gzip member
+    try:
+        document = decompressor.decompress(data, MAX_DOCUMENT_BYTES + 1)
+    except zlib.error as error:
+        raise TruncatedMetadataError(source, f"not a valid gzip stream ({error})") from error
+    if len(document) > MAX_DOCUMENT_BYTES:
+        raise InvalidMetadataError(
+            source, "$", f"expands to more than {MAX_DOCUMENT_BYTES} bytes once decompressed"
+        )
+    if not decompressor.eof:
+        raise TruncatedMetadataError(source, "the gzip stream is cut short")
+    if decompressor.unused_data:
+        raise InvalidMetadataError(source, "$", "has bytes after the end of its gzip stream")
+    return document
 
 
 def _field_path(error: ValidationError) -> str:

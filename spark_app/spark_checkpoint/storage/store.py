@@ -136,12 +136,12 @@ class CheckpointStorage:
             with self._durable_lock:
                 self._durable.update(not_durable)
         path = self.layout.metadata_path(meta.kind, meta.checkpoint_id)
-        self.fs.write_atomic(path, meta.to_json())
+        self.fs.write_atomic(path, meta.to_bytes())
 
     def read_metadata(self, kind: CheckpointKind, snapshot_id: int) -> CheckpointMetadata:
         """Read and validate the `_metadata` of a checkpoint or savepoint.
 
-        Besides the errors of `CheckpointMetadata.from_json`, raises MissingFileError if
+        Besides the errors of `CheckpointMetadata.from_bytes`, raises MissingFileError if
         there is none and InvalidMetadataError if it belongs to another job or snapshot.
         """
         return self._read_manifest(self.layout.metadata_path(kind, snapshot_id), kind, snapshot_id)
@@ -312,7 +312,7 @@ class CheckpointStorage:
     def _parse_manifest(
         self, data: bytes, path: str, kind: CheckpointKind, snapshot_id: int
     ) -> CheckpointMetadata:
-        meta = CheckpointMetadata.from_json(data, source=path)
+        meta = CheckpointMetadata.from_bytes(data, source=path)
         # A `_metadata` copied from another job or directory would reference the wrong files.
         for field, actual, expected in (
             ("namespace", meta.namespace, self.layout.namespace),

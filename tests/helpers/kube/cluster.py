@@ -200,7 +200,8 @@ class _LoopThread:
 class LocalCluster:
     """``with LocalCluster(tmp_path) as cluster:`` runs real drivers (the kubelet runs pod
     processes); ``LocalCluster(tmp_path, simulated=SimulatedAgents(...))`` runs simulated
-    ones. The operator starts with the cluster unless ``operator=False``: a ``kopf run``
+    ones, and with ``pod_containers=True`` runs each pod as a Podman container from its
+    image. The operator starts with the cluster unless ``operator=False``: a ``kopf run``
     process of this checkout, or with ``operator_image`` that image in a container."""
 
     def __init__(
@@ -211,7 +212,9 @@ class LocalCluster:
         operator: bool = True,
         namespaces: tuple[str, ...] = (NAMESPACE,),
         operator_image: str | None = None,
+        pod_containers: bool = False,
     ) -> None:
+        self._pod_containers = pod_containers
         self.work_dir = work_dir
         self._operator_image = operator_image
         self._simulated_agents = simulated
@@ -233,7 +236,9 @@ class LocalCluster:
                     self.api.create("v1/namespaces", {"metadata": {"name": namespace}})
             if self._simulated_agents is None:
                 self.kubelet = self._stack.enter_context(
-                    KubeletThread(self.api.url, self.work_dir / "pods")
+                    KubeletThread(
+                        self.api.url, self.work_dir / "pods", containers=self._pod_containers
+                    )
                 )
             else:
                 self._start_simulated(self._simulated_agents)

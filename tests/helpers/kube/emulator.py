@@ -29,15 +29,23 @@ What it does like a real API server:
 - Deletion: finalizers hold an object (``deletionTimestamp``); removing the last one deletes
   it; dependents (``ownerReferences``) are garbage-collected in the background style; a pod
   bound to a node terminates gracefully until a kubelet deletes it with grace period 0.
+- ``/metrics`` counts the requests served as kube-apiserver's ``apiserver_request_total``
+  (``request_metrics.py``).
 - Custom resources registered from their CRD (or created through the API) are discoverable
   and validated by a callable (422 Invalid with causes); what it returns is stored, so it
   can apply defaults.
+- What kubectl reads besides the resources: aggregated discovery (``discovery``), the
+  OpenAPI v3 documents (``openapi``: kubectl validates with them, computes strategic merge
+  patches and explains fields), a custom resource's Table for ``kubectl get`` from its
+  printer columns (``table``), strategic merge patches of built-in kinds with their schemas'
+  merge keys and directives (``strategic_merge``).
 
 Simplified:
 
-- Strategic merge patches of built-in resources are plain merge patches: no merge keys (a
-  patched list replaces the old one, e.g. containers or finalizers) and no ``$patch``
-  directives. Server-side apply (``application/apply-patch+yaml``) is refused with 415.
+- Server-side apply (``application/apply-patch+yaml``, ``kubectl apply --server-side``) is
+  refused with 415, also for an object that does not exist yet. Built-in kinds
+  answer ``kubectl get`` with a list, not their own Table (kubectl then prints names and
+  ages); their unknown fields are kept, not pruned. No OpenAPI v2.
 - Only a CRD's storage version is served; deleting a CRD leaves its resource served.
 - Requests are decoded as the API server decodes them: apiVersion and kind checked against
   the endpoint, ObjectMeta's JSON types checked (400), unknown fields pruned (ObjectMeta's;
@@ -91,6 +99,8 @@ import kmock
 import yaml
 from kmock._internal import parsing, rendering
 
+from helpers.kube import discovery, openapi, strategic_merge, table
+from helpers.kube.request_metrics import METRICS_PATH, RequestMetrics
 from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
@@ -135,11 +145,8 @@ _CUSTOM_RESOURCE_VERBS = (
     "update",
     "watch",
 )
-_CUSTOM_RESOURCE_PATCHES = (
-    PATCH_TYPES["json"],
-    PATCH_TYPES["merge"],
-    "application/apply-patch+yaml",
-)
+_APPLY_PATCH = "application/apply-patch+yaml"
+_CUSTOM_RESOURCE_PATCHES = (PATCH_TYPES["json"], PATCH_TYPES["merge"], _APPLY_PATCH)
 _GENERATED_NAME_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # the API server's: no vowels, no 0/1/3
 _GENERATED_NAME_MAX_PREFIX = 58  # 63 minus the 5 random characters
 # A real API server refuses JSON nested more than 10,000 levels deep; Python's recursion
@@ -326,7 +333,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     Its methods are not thread-safe: call them on the loop that serves it (``serve``), or
     through ``EmulatedApiServer.call``. Requests go to kmock's reactions first, so a test can
     still inject failures, e.g. ``emulator["patch", "pods"] << kmock.KubernetesError(500)``;
-    the state then does not change.
+    the state then does not change. (``/version``, aggregated discovery and the OpenAPI
+    documents are answered before the reactions.)
     """
 
     event_log_size: int = 1000
@@ -343,6 +351,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     # The keys of each resource's objects (deleted ones too): lists and watches then scan one
     # resource, not every object (events, which only grow, outnumber the rest at scale).
     _keys: dict[kmock.resource, dict[_Key, None]] = attrs.field(factory=dict, init=False)
+    request_metrics: RequestMetrics = attrs.field(factory=RequestMetrics, init=False)
 
     def __attrs_post_init__(self) -> None:
         # Discovery from kmock's scaffold, but not KubernetesEmulator's own object handling.
@@ -460,10 +469,20 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     # --- HTTP -------------------------------------------------------------------------------
 
     async def __call__(self, raw_request: aiohttp.web.BaseRequest) -> aiohttp.web.StreamResponse:
+        path = _parse_path(raw_request.path)
+        if raw_request.path == METRICS_PATH:
+            response: aiohttp.web.StreamResponse = self.request_metrics.response()
+        else:
+            response = await self._answer(raw_request, path)
+        self.request_metrics.count(raw_request, path, response.status)
+        return response
+
+    async def _answer(
+        self, raw_request: aiohttp.web.BaseRequest, path: parsing.ParsedPath
+    ) -> aiohttp.web.StreamResponse:
         """Parse the request like the API server does, then serve it. kmock 0.8's own parser
         fails on ``/api/v1/namespaces`` and misreads the names of namespaces."""
         body = await raw_request.read()
-        path = _parse_path(raw_request.path)
         method = kmock.method(raw_request.method)
         try:
             data = _json_body(body)
@@ -501,8 +520,35 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             )
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if (document := self._api_document(request)) is not None:
+            return document
         # kmock's KubernetesEmulator changes its objects here; ours change in the fallback.
         return await kmock.RawHandler._handle(self, request)
+
+    def _api_document(self, request: rendering.Request) -> aiohttp.web.Response | None:
+        """The version, aggregated discovery and the OpenAPI v3 documents (kmock serves legacy
+        discovery)."""
+        path, accept = request.url.path, _header(request, "accept")
+        if request.method != "GET":
+            return None
+        if path == "/version":  # the Kubernetes whose schemas the OpenAPI documents hold
+            return _document(openapi.server_version(), "application/json")
+        if path in ("/api", "/apis") and discovery.wants_aggregated(accept):
+            found = discovery.aggregated(self.resources, legacy=path == "/api")
+            return _document(found, discovery.CONTENT_TYPE)
+        if path == "/openapi/v3" or path.startswith("/openapi/v3/"):
+            crds = {
+                res: self._stored(CUSTOM_RESOURCE_DEFINITIONS, None, crd)
+                for res, crd in self._custom.items()
+            }
+            documents = openapi.documents(self.resources, crds)
+            if path == "/openapi/v3":
+                return _document(openapi.index(documents), "application/json")
+            if (found := documents.get(path.removeprefix("/openapi/v3/"))) is None:
+                error = _resource_not_found()
+                return _document(_status(error), "application/json", status=error.status)
+            return _document(found, "application/json")
+        return None
 
     def _serve(self, request: rendering.Request) -> rendering.Payload:
         """The fallback for everything that is not discovery: the resources' endpoints."""
@@ -514,9 +560,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         )
         if subresource not in allowed:
             raise _resource_not_found()
-        content_type = next(
-            (v for k, v in request.headers.items() if k.lower() == "content-type"), ""
-        )
+        content_type = _header(request, "content-type")
         field_validation = params.get("fieldValidation") or "Warn"
         if field_validation not in FIELD_VALIDATIONS:
             raise _bad_request(
@@ -531,7 +575,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 )
             case ("GET", None, None):
                 selector = self._selector(res, namespace, params)
-                return _json(_list(res, info, self._select(res, selector), self._revision))
+                found = self._select(res, selector)
+                if (printed := self._table(request, res, found)) is not None:
+                    return printed
+                return _json(_list(res, info, found, self._revision))
+            case ("GET", str(), None) if (
+                printed := self._table(request, res, [self._stored(res, namespace, name)])
+            ) is not None:
+                return printed
             case ("GET", str(), _):
                 return _json(self._stored(res, namespace, name))
             case ("POST", None, None):
@@ -551,6 +602,13 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 )
                 return _json(replaced, warnings=self.warnings)
             case ("PATCH", str(), _):
+                if content_type.startswith(_APPLY_PATCH):  # even for an object not there yet
+                    raise kmock.KubernetesError(
+                        415,
+                        "UnsupportedMediaType",
+                        "server-side apply is not emulated here: apply client-side",
+                        {},
+                    )
                 stored = self._stored(res, namespace, name)
                 patched = self._patch(
                     res,
@@ -579,6 +637,29 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
         )
+
+    def _table(
+        self, request: rendering.Request, res: kmock.resource, objects: list[Body]
+    ) -> rendering.Response | None:
+        """Custom resources as the Table a client asks for first in ``Accept`` (kubectl get).
+        Built-in kinds have their own printers on a real server: here they answer JSON."""
+        if res not in self._custom or not table.wants_table(_header(request, "accept")):
+            return None
+        include = request.params.get("includeObject") or "Metadata"
+        if include not in table.INCLUDE_OBJECT:
+            raise _bad_request(f"includeObject must be one of {', '.join(table.INCLUDE_OBJECT)}")
+        crd = self._stored(CUSTOM_RESOURCE_DEFINITIONS, None, self._custom[res])
+        version = next(v for v in crd["spec"]["versions"] if v["name"] == res.version)
+        printed = table.table(
+            version.get("additionalPrinterColumns") or table.DEFAULT_COLUMNS,
+            objects,
+            resource_version=str(self._revision)
+            if request.name is None
+            else objects[0]["metadata"]["resourceVersion"],
+            include_object=include,
+        )
+        headers = {"Content-Type": table.CONTENT_TYPE, "Warning": None}
+        return rendering.Response(status=200, headers=headers, payload=_dumps(printed))
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -971,7 +1052,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         ):
             if not isinstance(patch, dict):
                 raise _bad_request("a merge patch must be a JSON object")
-            candidate = _merge_patch(stored, patch)
+            if media_type == PATCH_TYPES["merge"]:
+                candidate = _merge_patch(stored, patch)
+            else:
+                schema = openapi.builtin_schema(res, _kind(res, info))
+                try:
+                    candidate = strategic_merge.apply(stored, patch, schema, openapi.resolve)
+                except strategic_merge.PatchError as error:
+                    raise _bad_request(str(error)) from None
         else:
             accepted = _CUSTOM_RESOURCE_PATCHES if res in self._custom else (*PATCH_TYPES.values(),)
             raise kmock.KubernetesError(
@@ -1172,6 +1260,27 @@ async def serve(
             await runner.cleanup()
 
 
+def write_kubeconfig(url: str, path: str | Path, namespace: str = "default") -> Path:
+    """A kubeconfig for the emulator at ``url`` (plain http, no credentials) that Kopf's,
+    lightkube's and the kubernetes client's kubeconfig loaders accept."""
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "emulator", "cluster": {"server": url}}],
+        "users": [{"name": "emulator", "user": {}}],
+        "contexts": [
+            {
+                "name": "emulator",
+                "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
+            }
+        ],
+        "current-context": "emulator",
+    }
+    path = Path(path)
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return path
+
+
 @attrs.frozen
 class _Running:
     url: str
@@ -1260,24 +1369,7 @@ class EmulatedApiServer:
         return self._state()[0].url
 
     def write_kubeconfig(self, path: str | Path, namespace: str = "default") -> Path:
-        """A kubeconfig for this server (plain http, no credentials) that Kopf's and
-        lightkube's kubeconfig loaders accept."""
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": "emulator", "cluster": {"server": self.url}}],
-            "users": [{"name": "emulator", "user": {}}],
-            "contexts": [
-                {
-                    "name": "emulator",
-                    "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace},
-                }
-            ],
-            "current-context": "emulator",
-        }
-        path = Path(path)
-        path.write_text(yaml.safe_dump(config), encoding="utf-8")
-        return path
+        return write_kubeconfig(self.url, path, namespace)
 
     def call(self, fn: Callable[[ApiServerEmulator], _T]) -> _T:
         """Run ``fn(emulator)`` on the emulator's loop and return its result."""
@@ -1356,6 +1448,16 @@ def _json(payload: Body, status: int = 200, warnings: Sequence[str] = ()) -> ren
     warning = ", ".join(f"299 - {json.dumps(text)}" for text in warnings) or None
     headers: dict[str, str | None] = {**_JSON_HEADERS, "Warning": warning}
     return rendering.Response(status=status, headers=headers, payload=_dumps(payload))
+
+
+def _document(payload: Body, content_type: str, status: int = 200) -> aiohttp.web.Response:
+    return aiohttp.web.Response(
+        status=status, body=_dumps(payload), headers={"Content-Type": content_type}
+    )
+
+
+def _header(request: rendering.Request, name: str) -> str:
+    return next((v for k, v in request.headers.items() if k.lower() == name), "")
 
 
 def _dumps(payload: Body) -> bytes:

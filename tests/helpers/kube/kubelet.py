@@ -1,4 +1,5 @@
-"""A local "kubelet" for tests: runs the Pod objects of a Kubernetes API as local processes.
+"""A local "kubelet" for tests: runs the Pod objects of a Kubernetes API as local processes,
+or (``containers=True``) as Podman containers from their images.
 
 No cluster exists in CI, so operator tests need something that turns the pods the operator
 creates into running Spark drivers and reports their phases back, as a kubelet would. This
@@ -9,7 +10,35 @@ patches the `status` subresource, and on graceful deletion stops the process and
 deletes the object with gracePeriodSeconds=0, so a pod object disappears only after its
 process is gone, as on a real node.
 
-Simplifications (a process is not a container):
+Container mode (``containers=True``; root and Podman, tests/helpers/containers.py): each
+pod's container is `podman create`d from the pod's image (never pulled: a missing image
+keeps the pod Pending, ErrImageNeverPull) and run attached, its output going to the same log
+file, with:
+
+- its securityContext over the pod's (user, group, readOnlyRootFilesystem without Podman's
+  writable /tmp, /var/tmp and /run, capabilities, no privilege escalation, fsGroup as a
+  supplemental group); runAsNonRoot checked against the image's user, as the kubelet does
+  (else Pending, CreateContainerConfigError);
+- its env (the image's own environment under it), command (replacing the image's
+  entrypoint) and args with `$(VAR)` expansion, and workingDir: nothing is rewritten, the
+  mounts are real bind mounts of the volumes' directories below, at their mountPath,
+  read-only where the mount says so; the termination message file is bind-mounted at
+  terminationMessagePath;
+- with the pod's fsGroup, every volume but hostPath owned by that group as a kubelet does
+  it: group-readable files (and group-writable in emptyDir and claim volumes), setgid
+  directories; emptyDirs are mode 0777;
+- the host's network (no network namespace; the pod still binds its own 127.x.y.z pod IP),
+  the pod's name as hostname, resolving to the pod IP (/etc/hosts, as a kubelet writes it);
+- exit codes and reasons from Podman (137 after SIGKILL, OOMKilled; StartError with exit 128
+  when runc cannot start the command); containerID `podman://<id>`, imageID the image's id;
+- deletion: `podman stop --time <grace period>` (SIGTERM to the container's PID 1, SIGKILL
+  after the grace period); `kill()` is `podman kill --signal`; `stop()` removes every
+  container of this kubelet (by its label). Containers outlive a killed test run (they are
+  not children of it): `podman ps --filter label=io.spark-checkpoint.local-kubelet` lists
+  them.
+
+Simplifications (a process is not a container; in container mode, the points about
+mounts, environment and processes do not apply):
 
 - Exactly one container; a pod with more, or with initContainers, gets phase Failed.
 - No image: the container must have a `command`; `argv = command + args` after `$(VAR)`
@@ -37,8 +66,9 @@ Simplifications (a process is not a container):
   downwardAPI (fieldRef items), emptyDir (a fresh directory per pod), hostPath (the real
   path; DirectoryOrCreate creates it) and persistentVolumeClaim (a ReadWriteMany volume of
   this node: `<work_root>/<namespace>/claims/<claimName>`, shared by the namespace's pods and
-  kept after them; no PersistentVolumeClaim object is needed). Others (projected, ...) fail
-  the pod. Secret and configMap files are written when the pod starts, not refreshed.
+  kept after them; no PersistentVolumeClaim object is needed), projected (secret, configMap
+  and downwardAPI sources). Others (nfs, serviceAccountToken projections, ...) fail the pod.
+  Secret and configMap files are written when the pod starts, not refreshed.
 - Mounts: a process cannot mount, so each volumeMount's `mountPath` maps to a directory:
   `<work_root>/<namespace>/<pod>/volumes/<volume>[/<subPath>]`, or the hostPath itself. Every
   occurrence of a mount path that starts a path (at the start of a string or after a
@@ -87,11 +117,14 @@ import hashlib
 import ipaddress
 import json
 import logging
+import math
 import os
 import random
 import re
 import shutil
 import signal
+import stat
+import subprocess
 import sys
 import threading
 import time
@@ -111,6 +144,7 @@ from lightkube.models.core_v1 import (
     ConfigMapKeySelector,
     ConfigMapVolumeSource,
     Container,
+    DownwardAPIVolumeFile,
     KeyToPath,
     ObjectFieldSelector,
     ObjectReference,
@@ -124,9 +158,13 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 from lightkube.types import PatchType
 
+from helpers import containers
+
 log = logging.getLogger(__name__)
 
 HOST_IP = "127.0.0.1"
+# Container mode: the label on every container of one kubelet (its value: the kubelet).
+CONTAINER_LABEL = "io.spark-checkpoint.local-kubelet"
 
 
 def _first_pod_ip() -> ipaddress.IPv4Address:
@@ -197,6 +235,15 @@ class _Launch:
 
 
 @dataclass
+class _ContainerLaunch:
+    """Container mode: `podman create OPTIONS IMAGE ARGUMENTS`."""
+
+    image: str
+    options: list[str]
+    arguments: list[str]
+
+
+@dataclass
 class _PodState:
     """What the kubelet knows about one pod object (one uid) while it exists."""
 
@@ -207,6 +254,9 @@ class _PodState:
     ip: str | None = None
     phase: str = "Pending"  # as last reported
     process: asyncio.subprocess.Process | None = None
+    container_name: str | None = None  # container mode: the container, while it exists
+    container_id: str | None = None
+    image_id: str = ""
     start_time: str | None = None
     restart_count: int = 0
     last_state: dict[str, Any] = field(default_factory=dict)
@@ -241,8 +291,13 @@ class LocalKubelet:
         node_name: str = "local-kubelet",
         namespace: str | None = None,
         base_env: Mapping[str, str] | None = None,
+        *,
+        containers: bool = False,
     ) -> None:
         self.api_url = api_url
+        self.containers = containers
+        # Labels this kubelet's containers, so that stop() finds every one of them.
+        self._instance = f"{node_name}-{os.getpid()}-{random.getrandbits(32):08x}"
         self.work_root = work_root
         self.node_name = node_name
         self.namespace = namespace
@@ -256,6 +311,8 @@ class LocalKubelet:
     async def start(self) -> None:
         config = KubeConfig.from_one(cluster=Cluster(server=self.api_url), user=User())
         self._client = AsyncClient(config, lazy=False, trust_env=False, field_manager="kubelet")
+        if self.containers:
+            await _remove_orphans()
         self._watcher = asyncio.create_task(self._watch(), name="kubelet-watch")
 
     async def stop(self) -> None:
@@ -272,6 +329,8 @@ class LocalKubelet:
         # An exited process's group was killed when it exited, and its pid may be reused.
         processes = [s.process for s in states if s.process and s.process.returncode is None]
         await asyncio.gather(*(_end_process(p, STOP_GRACE_SECONDS) for p in processes))
+        if self.containers:
+            await _remove_containers(f"label={CONTAINER_LABEL}={self._instance}")
         if self._client is not None:
             await self._client.close()
 
@@ -290,7 +349,25 @@ class LocalKubelet:
     # Test controls.
 
     def kill(self, namespace: str, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signals the pod's main process, e.g. SIGKILL to simulate a crashing driver."""
+        """Signals the pod's main process, e.g. SIGKILL to simulate a crashing driver (in
+        container mode, `podman kill --signal` of its container)."""
+        if self.containers:
+            with self._lock:
+                state = self._pods.get((namespace, name))
+            container = state.container_name if state is not None else None
+            if container is None:
+                raise ProcessLookupError(f"pod {namespace}/{name} has no container")
+            killed = subprocess.run(
+                containers.podman_command("kill", "--signal", str(int(sig)), container),
+                env=containers.environment(),
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=60,
+            )
+            if killed.returncode != 0:
+                raise ProcessLookupError(f"pod {namespace}/{name}: {killed.stderr.strip()}")
+            return
         pid = self.pid(namespace, name)
         if pid is None:
             raise ProcessLookupError(f"pod {namespace}/{name} has no running process")
@@ -476,7 +553,7 @@ class LocalKubelet:
         with contextlib.suppress(msgspec.ValidationError):
             await self._api.create(binding, state.name, namespace=state.namespace)
 
-    async def _prepare_until_ready(self, state: _PodState) -> _Launch | None:
+    async def _prepare_until_ready(self, state: _PodState) -> "_Launch | _ContainerLaunch | None":
         """Resolves env and volumes, retrying while a secret or configmap is missing."""
         reported: tuple[str, str] | None = None
         while not state.deletion.is_set():
@@ -489,9 +566,12 @@ class LocalKubelet:
                 await _wait_event(state.deletion, RETRY_SECONDS)
         return None
 
-    async def _run_container(self, state: _PodState, launch: _Launch) -> None:
+    async def _run_container(self, state: _PodState, launch: "_Launch | _ContainerLaunch") -> None:
         while True:
-            code, terminated = await self._run_process(state, launch)
+            if isinstance(launch, _ContainerLaunch):
+                code, terminated = await self._run_in_container(state, launch)
+            else:
+                code, terminated = await self._run_process(state, launch)
             if state.deletion.is_set() or not _restarts(_spec(state.pod), code):
                 break
             state.restart_count += 1
@@ -504,6 +584,77 @@ class LocalKubelet:
 
     async def _run_process(self, state: _PodState, launch: _Launch) -> tuple[int, dict[str, Any]]:
         """Runs the container once, until it exits or the pod is deleted."""
+        grace = _grace_seconds(state.pod)
+        process, code, started = await self._attend(
+            state, launch, lambda running: _end_process(running, grace)
+        )
+        _signal_group(process, signal.SIGKILL)  # the container's other processes die with it
+        terminated = _terminated(code, started)
+        if message := _termination_message(state, terminated["terminated"]["exitCode"]):
+            terminated["terminated"]["message"] = message
+        return code, terminated
+
+    async def _run_in_container(
+        self, state: _PodState, launch: _ContainerLaunch
+    ) -> tuple[int, dict[str, Any]]:
+        """Container mode: creates the container, runs it attached (its output goes to the
+        pod's log) until it exits or the pod is deleted (then `podman stop` with the grace
+        period: SIGTERM to its PID 1, SIGKILL after it), reads how it ended from Podman and
+        removes it."""
+        meta = _meta(state.pod)
+        name = f"k8s_{state.container.name}_{state.name}_{state.namespace}_{meta.uid}"
+        name += f"_{state.restart_count}"
+        created = await _podman(
+            *("create", "--name", name, "--pull=never", "--network=host"),
+            # As a kubelet writes /etc/hosts: the pod's name resolves to its IP (Spark looks
+            # its host up at start).
+            *("--hostname", state.name, "--add-host", f"{state.name}:{state.ip}"),
+            *("--label", f"{CONTAINER_LABEL}={self._instance}"),
+            *launch.options,
+            launch.image,
+            *launch.arguments,
+        )
+        if created.returncode != 0:
+            raise _PodFailed("CreateContainerError", _last_line(created.stderr))
+        state.container_name, state.container_id = name, created.stdout.strip()
+        try:
+            inspected = await _podman("container", "inspect", "--format", "{{.Image}}", name)
+            state.image_id = inspected.stdout.strip()
+            attach = containers.podman_command("start", "--attach", name)
+            grace = str(math.ceil(_grace_seconds(state.pod)))
+
+            async def stop(_: asyncio.subprocess.Process) -> None:
+                await _podman("stop", "--time", grace, name)
+
+            _, _, started = await self._attend(
+                state, _Launch(argv=attach, env=containers.environment(), cwd=state.sandbox), stop
+            )
+            ended = await _podman("container", "inspect", "--format", "json", name)
+            container_state = json.loads(ended.stdout)[0]["State"]
+        finally:
+            await _remove_containers(name)
+            state.container_name = None
+        if container_state["Status"] == "created":  # it never ran: runc could not start it
+            message = _last_line(self._log_tail(state.namespace, state.name))
+            failed = {"exitCode": 128, "reason": "StartError", "message": message}
+            return 128, {"terminated": {"startedAt": started, "finishedAt": _now(), **failed}}
+        code = int(container_state["ExitCode"])
+        terminated = _terminated(code, started)
+        if container_state.get("OOMKilled"):
+            terminated["terminated"]["reason"] = "OOMKilled"
+        if message := _termination_message(state, code):
+            terminated["terminated"]["message"] = message
+        return code, terminated
+
+    async def _attend(
+        self,
+        state: _PodState,
+        launch: _Launch,
+        stop: Callable[[asyncio.subprocess.Process], Coroutine[Any, Any, None]],
+    ) -> tuple[asyncio.subprocess.Process, int, str]:
+        """Starts ``launch``, reports the pod Running and waits until the process exits or
+        the pod is deleted (then ``stop`` ends it): the process, its exit code and when it
+        started."""
         process = await self._spawn(state, launch)
         started = _now()
         await self._report(state, "Running", {"running": {"startedAt": started}}, ready=True)
@@ -514,13 +665,8 @@ class LocalKubelet:
         finally:
             deleted.cancel()
         if not exited.done():
-            await _end_process(process, _grace_seconds(state.pod))
-        code = await exited
-        _signal_group(process, signal.SIGKILL)  # the container's other processes die with it
-        terminated = _terminated(code, started)
-        if message := _termination_message(state, terminated["terminated"]["exitCode"]):
-            terminated["terminated"]["message"] = message
-        return code, terminated
+            await stop(process)
+        return process, await exited, started
 
     async def _spawn(self, state: _PodState, launch: _Launch) -> asyncio.subprocess.Process:
         with (state.sandbox / "container.log").open("ab") as output:
@@ -544,31 +690,19 @@ class LocalKubelet:
 
     # Env, volumes and mounts.
 
-    async def _prepare(self, state: _PodState) -> _Launch:
+    async def _prepare(self, state: _PodState) -> "_Launch | _ContainerLaunch":
         container = state.container
         sources = _Sources(self._api, state.namespace)
-        read_only = {m.name for m in container.volumeMounts or [] if m.readOnly}
-        volume_dirs: dict[str, Path] = {}
-        for volume in _spec(state.pod).volumes or []:
-            volume_dirs[volume.name] = await self._volume(
-                state, volume, sources, volume.name in read_only
-            )
-        mounts: list[tuple[str, Path]] = []
-        for mount in container.volumeMounts or []:
-            if mount.name not in volume_dirs:
-                raise _PodFailed(
-                    "CreateContainerConfigError",
-                    f"volumeMount {mount.mountPath!r} names an unknown volume {mount.name!r}",
-                )
-            local = volume_dirs[mount.name] / (mount.subPath or "")
-            if not local.exists():  # a subPath the kubelet creates, as a real one does
-                local.mkdir(parents=True)
-            mounts.append((mount.mountPath, local))
+        mounts = await self._mounts(state, sources)
         message_file = _termination_message_file(state)
         message_file.unlink(missing_ok=True)
-        message_file.touch(mode=0o666)  # the container may run as any user
-        mounts.append((container.terminationMessagePath or TERMINATION_MESSAGE_PATH, message_file))
-        rewrite = _mount_rewriter(mounts)
+        message_file.touch()
+        message_file.chmod(0o666)  # the container may run as any user (touch applies the umask)
+        message_path = container.terminationMessagePath or TERMINATION_MESSAGE_PATH
+        mounts.append(containers.Mount(message_path, message_file))
+        if self.containers:
+            return await self._container_launch(state, sources, mounts)
+        rewrite = _mount_rewriter((m.path, m.source) for m in mounts if m.source is not None)
         defined = await self._container_env(state, sources, rewrite)
         env = {**self.base_env, "HOSTNAME": state.name, **defined}
         argv = [_expand(rewrite(a), defined) for a in container.command or []]
@@ -576,7 +710,8 @@ class LocalKubelet:
         if not argv:
             raise _PodFailed(
                 "CreateContainerConfigError",
-                "the container has no command, and the local kubelet runs no images",
+                "the container has no command, and the local kubelet runs images only in "
+                "container mode",
             )
         if argv[0] in ("python", "python3"):
             argv[0] = sys.executable
@@ -586,6 +721,66 @@ class LocalKubelet:
                 "CreateContainerConfigError", f"workingDir {str(cwd)!r} is no directory here"
             )
         return _Launch(argv=argv, env=env, cwd=cwd)
+
+    async def _mounts(self, state: _PodState, sources: "_Sources") -> list[containers.Mount]:
+        """The pod's volumes made on this node, as the container's mounts; in container
+        mode, owned by the pod's fsGroup as a kubelet makes them."""
+        container = state.container
+        read_only = {m.name for m in container.volumeMounts or [] if m.readOnly}
+        volume_dirs: dict[str, Path] = {}
+        for volume in _spec(state.pod).volumes or []:
+            volume_dirs[volume.name] = await self._volume(
+                state, volume, sources, volume.name in read_only
+            )
+        mounts: list[containers.Mount] = []
+        for mount in container.volumeMounts or []:
+            if mount.name not in volume_dirs:
+                raise _PodFailed(
+                    "CreateContainerConfigError",
+                    f"volumeMount {mount.mountPath!r} names an unknown volume {mount.name!r}",
+                )
+            local = volume_dirs[mount.name] / (mount.subPath or "")
+            if not local.exists():  # a subPath the kubelet creates, as a real one does
+                local.mkdir(parents=True)
+            mounts.append(containers.Mount(mount.mountPath, local, bool(mount.readOnly)))
+        fs_group = _pod_security(state.pod).get("fsGroup")
+        if self.containers and fs_group is not None:
+            for volume in _spec(state.pod).volumes or []:
+                if volume.hostPath is None:
+                    directory, files_only = volume_dirs[volume.name], _files_only(volume)
+                    await asyncio.to_thread(_own_by_group, directory, fs_group, files_only)
+        return mounts
+
+    async def _container_launch(
+        self, state: _PodState, sources: "_Sources", mounts: list[containers.Mount]
+    ) -> "_ContainerLaunch":
+        """The pod's container as `podman create` options: the environment with no mount
+        path rewritten (the mounts are real), the image's own environment under it."""
+        container = state.container
+        image = container.image or ""
+        if not await _podman_succeeds("image", "exists", image):
+            raise _Waiting(
+                "ErrImageNeverPull",
+                f'Container image "{image}" is not present: the local kubelet pulls no images',
+            )
+        defined = await self._container_env(state, sources, lambda value: value)
+        command = [_expand(a, defined) for a in container.command or []]
+        arguments = [_expand(a, defined) for a in container.args or []]
+        container_context = container.securityContext.to_dict() if container.securityContext else {}
+        try:
+            options = await asyncio.to_thread(
+                containers.container_options,
+                image,
+                _pod_security(state.pod),
+                container_context,
+                env=defined,
+                mounts=mounts,
+                command=command if container.command else None,
+                working_dir=container.workingDir,
+            )
+        except containers.ImageError as error:
+            raise _Waiting("CreateContainerConfigError", str(error)) from error
+        return _ContainerLaunch(image=image, options=options, arguments=arguments)
 
     async def _container_env(
         self, state: _PodState, sources: "_Sources", rewrite: Callable[[str], str]
@@ -665,17 +860,38 @@ class LocalKubelet:
         target = state.sandbox / "volumes" / volume.name
         if volume.emptyDir is not None:
             target.mkdir(parents=True, exist_ok=True)
+            if self.containers:
+                target.chmod(0o777)  # as a kubelet makes it: any user may write
             return target
-        files: dict[str, tuple[bytes, int | None]] = {}
         if volume.downwardAPI is not None:
-            for downward in volume.downwardAPI.items or []:
-                if downward.fieldRef is None:
-                    raise _PodFailed(
-                        "UnsupportedVolume", f"volume {volume.name!r}: fieldRef items only"
-                    )
-                content = self._field(state, downward.fieldRef).encode()
-                files[downward.path] = (content, downward.mode)
+            files = self._downward_files(state, volume.name, volume.downwardAPI.items or [])
             _write_files(target, files, volume.downwardAPI.defaultMode, read_only)
+            return target
+        if volume.projected is not None:
+            files = {}
+            for projection in volume.projected.sources or []:
+                if projection.secret is not None or projection.configMap is not None:
+                    kind = "Secret" if projection.secret is not None else "ConfigMap"
+                    selected = projection.secret or projection.configMap
+                    assert selected is not None
+                    files |= await _key_files(
+                        sources,
+                        volume.name,
+                        kind,
+                        selected.name or "",
+                        items=selected.items,
+                        optional=bool(selected.optional),
+                    )
+                elif projection.downwardAPI is not None:
+                    items = projection.downwardAPI.items or []
+                    files |= self._downward_files(state, volume.name, items)
+                else:
+                    raise _PodFailed(
+                        "UnsupportedVolume",
+                        f"volume {volume.name!r}: projected secret, configMap and downwardAPI "
+                        "sources only",
+                    )
+            _write_files(target, files, volume.projected.defaultMode, read_only)
             return target
         source: SecretVolumeSource | ConfigMapVolumeSource | None = (
             volume.secret or volume.configMap
@@ -684,12 +900,13 @@ class LocalKubelet:
             raise _PodFailed(
                 "UnsupportedVolume",
                 f"volume {volume.name!r}: the local kubelet supports secret, configMap, "
-                "downwardAPI, emptyDir, hostPath and persistentVolumeClaim volumes only",
+                "downwardAPI, projected, emptyDir, hostPath and persistentVolumeClaim volumes "
+                "only",
             )
         if isinstance(source, SecretVolumeSource):
-            data = await sources.read("Secret", source.secretName or "", bool(source.optional))
+            kind, name = "Secret", source.secretName or ""
         else:
-            data = await sources.read("ConfigMap", source.name or "", bool(source.optional))
+            kind, name = "ConfigMap", source.name or ""
             # On a node every pod sees a ConfigMap at its mountPath, one path for all pods;
             # here the path is a host directory, so pods mounting the same ConfigMap the same
             # way share one (a file source's log records absolute input paths, which a pod
@@ -697,18 +914,21 @@ class LocalKubelet:
             shape = json.dumps([source.name, str(source.items), source.defaultMode, read_only])
             digest = hashlib.sha256(shape.encode()).hexdigest()[:12]
             target = self.work_root / state.namespace / "configmaps" / f"{source.name}-{digest}"
-        data = data or {}
-        for item in source.items or [KeyToPath(key=key, path=key) for key in data]:
-            if item.key in data:
-                files[item.path] = (data[item.key], item.mode)
-            elif not source.optional:
-                raise _Waiting(
-                    "ContainerCreating",
-                    f"MountVolume.SetUp failed for volume {volume.name!r}: "
-                    f"references non-existent key {item.key!r}",
-                )
+        files = await _key_files(
+            sources, volume.name, kind, name, items=source.items, optional=bool(source.optional)
+        )
         _write_files(target, files, source.defaultMode, read_only)
         return target
+
+    def _downward_files(
+        self, state: _PodState, volume: str, items: Iterable[DownwardAPIVolumeFile]
+    ) -> dict[str, tuple[bytes, int | None]]:
+        files: dict[str, tuple[bytes, int | None]] = {}
+        for downward in items:
+            if downward.fieldRef is None:
+                raise _PodFailed("UnsupportedVolume", f"volume {volume!r}: fieldRef items only")
+            files[downward.path] = (self._field(state, downward.fieldRef).encode(), downward.mode)
+        return files
 
     # Status.
 
@@ -727,8 +947,8 @@ class LocalKubelet:
             {
                 "name": container.name,
                 "image": container.image or "",
-                "imageID": "",
-                "containerID": f"local://{state.process.pid}" if state.process else None,
+                "imageID": state.image_id,
+                "containerID": _container_id(state),
                 "ready": ready,
                 "started": "running" in container_state,
                 "restartCount": state.restart_count,
@@ -839,6 +1059,31 @@ class _Sources:
             ) from error
 
 
+async def _key_files(
+    sources: _Sources,
+    volume: str,
+    kind: str,
+    name: str,
+    *,
+    items: list[KeyToPath] | None,
+    optional: bool,
+) -> dict[str, tuple[bytes, int | None]]:
+    """The files a secret or configMap volume (or projection) holds: every key, or the
+    ``items`` selected, each with its mode."""
+    data = await sources.read(kind, name, optional) or {}
+    files: dict[str, tuple[bytes, int | None]] = {}
+    for item in items or [KeyToPath(key=key, path=key) for key in data]:
+        if item.key in data:
+            files[item.path] = (data[item.key], item.mode)
+        elif not optional:
+            raise _Waiting(
+                "ContainerCreating",
+                f"MountVolume.SetUp failed for volume {volume!r}: "
+                f"references non-existent key {item.key!r}",
+            )
+    return files
+
+
 class KubeletThread:
     """A LocalKubelet on its own event loop in a daemon thread, for sync tests (and for async
     tests whose loop may block). Its processes die with that thread (PR_SET_PDEATHSIG)."""
@@ -886,6 +1131,95 @@ def _image_env() -> dict[str, str]:
     path = [str(Path(sys.executable).parent), *env.get("PATH", os.defpath).split(os.pathsep)]
     env["PATH"] = os.pathsep.join(path)
     return env
+
+
+def _container_id(state: _PodState) -> str | None:
+    if state.container_id is not None:
+        return f"podman://{state.container_id}"
+    return f"local://{state.process.pid}" if state.process else None
+
+
+async def _podman(*arguments: str) -> subprocess.CompletedProcess[str]:
+    """A Podman command with this machine's options; its result, whatever its exit code."""
+    process = await asyncio.create_subprocess_exec(
+        *containers.podman_command(*arguments),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=containers.environment(),
+    )
+    stdout, stderr = await process.communicate()
+    assert process.returncode is not None
+    return subprocess.CompletedProcess(
+        list(arguments),
+        process.returncode,
+        stdout.decode(errors="replace"),
+        stderr.decode(errors="replace"),
+    )
+
+
+async def _podman_succeeds(*arguments: str) -> bool:
+    return (await _podman(*arguments)).returncode == 0
+
+
+async def _remove_containers(*names_or_filter: str) -> None:
+    """Removes containers by name, or (with one `label=...` argument) those with the label,
+    killing what still runs after STOP_GRACE_SECONDS."""
+    names = list(names_or_filter)
+    if names and names[0].startswith("label="):
+        listed = await _podman("ps", "--all", "--quiet", "--filter", names[0])
+        names = listed.stdout.split()
+    # One at a time: Podman 4.3 given a name already gone among others leaves the rest.
+    grace = str(int(STOP_GRACE_SECONDS))
+    await asyncio.gather(*(_podman("rm", "--force", "--time", grace, name) for name in names))
+
+
+async def _remove_orphans() -> None:
+    """Removes the containers of local kubelets whose process is gone (a test run killed
+    before its kubelet could stop them): they would run on, a Spark driver among them."""
+    listed = await _podman(
+        "ps", "--all", "--filter", f"label={CONTAINER_LABEL}", "--format", "json"
+    )
+    orphans = []
+    for container in json.loads(listed.stdout or "[]"):
+        instance = (container.get("Labels") or {}).get(CONTAINER_LABEL, "")
+        pid = instance.rsplit("-", 2)[-2] if instance.count("-") >= 2 else ""
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            orphans.append(container["Id"])
+    if orphans:
+        log.warning("kubelet: removing %d containers of kubelets gone", len(orphans))
+        await _remove_containers(*orphans)
+
+
+def _last_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def _pod_security(pod: Pod) -> dict[str, Any]:
+    context = _spec(pod).securityContext
+    return dict(context.to_dict()) if context is not None else {}
+
+
+def _files_only(volume: Volume) -> bool:
+    """Volumes of files the kubelet writes, which a pod only reads."""
+    sources = (volume.secret, volume.configMap, volume.downwardAPI, volume.projected)
+    return any(source is not None for source in sources)
+
+
+def _own_by_group(root: Path, gid: int, read_only: bool) -> None:
+    """What a kubelet does to a volume for the pod's fsGroup: the group owns every file and
+    may read it (and write it, unless the volume holds the kubelet's files: secrets,
+    configMaps, downwardAPI, projected); directories are setgid, so that new files join the
+    group."""
+    mask = 0o440 if read_only else 0o660
+    for path in [root, *root.rglob("*")]:
+        with contextlib.suppress(FileNotFoundError):  # a running pod may remove files
+            if path.is_symlink():
+                continue
+            os.chown(path, -1, gid)
+            extra = mask | (stat.S_ISGID | 0o110 if path.is_dir() else 0)
+            path.chmod(stat.S_IMODE(path.stat().st_mode) | extra)
 
 
 def _check_supported(spec: PodSpec) -> None:

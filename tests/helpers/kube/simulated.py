@@ -38,6 +38,7 @@ from spark_checkpoint.protocol import (
     CheckpointKind,
     CollectGarbageAnswer,
     CompleteBody,
+    ErrorAnswer,
     FinalizeAnswer,
     QueryState,
     QueryStatus,
@@ -210,7 +211,7 @@ class SimulatedAgents:
         expected = f"Bearer {agent.token}"
         if not hmac.compare_digest(request.headers.get("Authorization", ""), expected):
             raise web.HTTPUnauthorized(
-                text=json.dumps({"error": "missing or wrong bearer token"}),
+                text=json.dumps(ErrorAnswer("missing or wrong bearer token").to_json()),
                 content_type="application/json",
             )
         return agent
@@ -232,7 +233,7 @@ class SimulatedAgents:
         try:
             after, wait = long_poll_parameters(request.query)
         except ValueError as error:
-            return web.json_response({"error": f"bad request: {error}"}, status=400)
+            return web.json_response(ErrorAnswer(f"bad request: {error}").to_json(), status=400)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
         while True:
@@ -264,7 +265,7 @@ class SimulatedAgents:
         snapshot = agent.snapshots.get(checkpoint_id)
         if action == "finalize":
             if snapshot is None:
-                raise web.HTTPNotFound(text=json.dumps({"error": "unknown"}))
+                raise web.HTTPNotFound(text=json.dumps(ErrorAnswer("unknown").to_json()))
             path = f"file:///simulated/chk-{checkpoint_id}/_metadata"
             return web.json_response(FinalizeAnswer(path, 1024 * len(TASKS)).to_json())
         if action == "complete":
@@ -300,7 +301,8 @@ async def _body(request: web.Request, read: Callable[[Any], Document]) -> Docume
         return read(await request.json())
     except ValueError as error:  # not JSON, or a ProtocolError: not the document
         raise web.HTTPBadRequest(
-            text=json.dumps({"error": f"bad request: {error}"}), content_type="application/json"
+            text=json.dumps(ErrorAnswer(f"bad request: {error}").to_json()),
+            content_type="application/json",
         ) from None
 
 

@@ -1,0 +1,160 @@
+"""What every ``spark-checkpoint`` subcommand shares, so that they behave alike and as
+kubectl and the Flink CLI do: ``-f FILE`` for the manifest, ``-o json|yaml|wide`` for the
+output, one-line usage errors, the exit codes (defined here once and rendered into each
+command's ``--help``), and a quiet exit when standard output is closed early (``| head``).
+"""
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from enum import IntEnum, StrEnum
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import yaml
+
+
+class ExitCode(IntEnum):
+    """The exit codes of ``spark-checkpoint``; each command's ``--help`` says what each of
+    the codes it uses means for it."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2  # also what argparse exits with on a bad command line
+    NO_RUNTIME = 3
+    DECLINED = 4
+    REFUSED = 5
+    CANCELLED = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C'd command
+    # 128 + SIGPIPE: what a shell reports for a C or Go program (kubectl) whose reader
+    # closed the pipe; Python would print a traceback instead.
+    CLOSED_PIPE = 141
+
+
+# What a code means when the command has nothing more specific to say.
+GENERAL_MEANINGS: Mapping[ExitCode, str] = {
+    ExitCode.OK: "done",
+    ExitCode.FAILED: "the command ran and what it checked or asked for failed",
+    ExitCode.USAGE: "bad usage: an unknown option or value, or a manifest that cannot be read",
+    ExitCode.NO_RUNTIME: "no `spark-checkpoint run` of the job is running",
+    ExitCode.DECLINED: "the checkpoint coordinator declined the request",
+    ExitCode.REFUSED: "refused: the control directory is not private, or the token is wrong",
+    ExitCode.CANCELLED: "the run was cancelled",
+    ExitCode.CLOSED_PIPE: "standard output was closed before all was written (`| head`)",
+}
+
+
+def epilog(examples: Sequence[str], exit_codes: Mapping[ExitCode, str]) -> str:
+    """A command's ``--help`` epilog: its examples and its exit codes. Every command may
+    exit 2 (usage) and 141 (closed pipe): those are added unless ``exit_codes`` says more."""
+    codes = {
+        ExitCode.USAGE: GENERAL_MEANINGS[ExitCode.USAGE],
+        ExitCode.CLOSED_PIPE: GENERAL_MEANINGS[ExitCode.CLOSED_PIPE],
+        **exit_codes,
+    }
+    lines = ["examples:", *(f"  {example}" for example in examples), "", "exit codes:"]
+    lines += [f"  {code:<4} {codes[code]}" for code in sorted(codes)]
+    return "\n".join(lines) + "\n"
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Wraps a one-line description; keeps a text of several lines (an epilog's examples
+    and exit codes) as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line naming the command and the
+    problem, exit code 2 (argparse's is the whole usage block first)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def add_manifest_option(parser: argparse._ActionsContainer, help_text: str, **kwargs: Any) -> None:
+    """``-f FILE`` (kubectl's ``--filename``; ``--manifest`` as before) names the job."""
+    kwargs.setdefault("dest", "manifest")
+    parser.add_argument(
+        "-f", "--filename", "--manifest", type=Path, metavar="FILE", help=help_text, **kwargs
+    )
+
+
+class OutputFormat(StrEnum):
+    """``-o``: a document for scripts (JSON, YAML) or the table with more columns."""
+
+    JSON = "json"
+    YAML = "yaml"
+    WIDE = "wide"
+
+
+def add_output_option(parser: argparse.ArgumentParser, *formats: OutputFormat) -> None:
+    """``-o FORMAT`` (default: the table for people), and ``--json`` for ``-o json``."""
+    names = "|".join(formats)
+
+    def output_format(text: str) -> OutputFormat:
+        if text not in formats:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an output format: use {names}")
+        return OutputFormat(text)
+
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument(
+        "-o",
+        "--output",
+        type=output_format,
+        metavar=names,
+        help="a JSON or YAML document (times RFC 3339 UTC, sizes in bytes)"
+        + (", or the table with more columns" if OutputFormat.WIDE in formats else "")
+        + " (default: a table)",
+    )
+    output.add_argument(
+        "--json", dest="output", action="store_const", const=OutputFormat.JSON, help="-o json"
+    )
+
+
+def print_document(document: Mapping[str, Any], output: OutputFormat, out: TextIO) -> None:
+    """A command's document as JSON or YAML: the same fields, the same types."""
+    if output is OutputFormat.YAML:
+        text = yaml.safe_dump(dict(document), sort_keys=False, allow_unicode=True)
+    else:
+        text = json.dumps(document, indent=2) + "\n"
+    # A line at a time: one write of a large text that the reader stops reading half-way
+    # returns as if complete (the write(2) that reached the pipe's end counts as written),
+    # so the command would end with 0 and the rest of the document lost.
+    out.writelines(text.splitlines(keepends=True))
+
+
+def exit_quietly_on_closed_pipe(command: Callable[[], int]) -> int:
+    """Run ``command``; if the reader of standard output goes away (``| head -1``), exit
+    141 without a traceback, as the recipe of Python's ``signal`` documentation does."""
+    try:
+        code = command()
+        sys.stdout.flush()  # what is still buffered may meet the closed pipe too
+    except BrokenPipeError:
+        # Python flushes stdout again at exit: point it at /dev/null so that cannot fail.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return ExitCode.CLOSED_PIPE
+    return code
+
+
+def format_table(rows: Iterable[Sequence[str]], right_aligned: set[int]) -> list[str]:
+    """Rows as columns two spaces apart, as ``kubectl get`` prints them."""
+    rows = [list(row) for row in rows]
+    widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
+    lines = []
+    for row in rows:
+        cells = [
+            cell.rjust(widths[column]) if column in right_aligned else cell.ljust(widths[column])
+            for column, cell in enumerate(row)
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines

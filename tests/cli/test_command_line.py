@@ -1,0 +1,171 @@
+"""What every `spark-checkpoint` subcommand shares, driven through the installed console
+script: `--version`, help with examples and exit codes, `-f`/`--filename`, `-o` and its
+one-line error, and a quiet exit when the reader of its output goes away (`| head -1`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint_operator.cli_conventions import ExitCode
+
+if TYPE_CHECKING:
+    from conftest import Job, Result
+
+Cli = Callable[..., "Result"]
+EXAMPLE_MANIFEST = Path(__file__).parents[2] / "examples" / "wordcount" / "job.yaml"
+MANIFEST_COMMANDS = {"run", "list", "inspect", "verify", "status", "savepoint", "stop", "cancel"}
+
+
+def commands(help_text: str) -> list[str]:
+    """The subcommands, as the top-level help lists them."""
+    listed = help_text.split("positional arguments:", 1)[1].split("options:", 1)[0]
+    return re.findall(r"^    (\w+)", listed, flags=re.MULTILINE)
+
+
+def test_version_is_the_installed_distributions(console: Cli) -> None:
+    result = console("--version")
+
+    assert result.code == 0
+    installed = importlib.metadata.version("spark-checkpoint-operator")
+    assert result.out == f"spark-checkpoint {installed}\n"
+
+
+def test_every_help_has_examples_of_itself_and_the_exit_codes_it_uses(
+    console: Cli, cli: Cli
+) -> None:
+    top = console("--help")  # the installed script's; each command's in-process
+    names = commands(top.out)
+    assert set(names) == MANIFEST_COMMANDS | {"simulate"}
+    for command in [None, *names]:
+        result = top if command is None else cli(command, "--help")
+        assert result.code == 0, result.err
+        epilog = result.out.split("\nexamples:\n", 1)[1]
+        examples, codes = epilog.split("\n\nexit codes:\n")
+        example_lines = examples.splitlines()
+        assert example_lines, command
+        for line in example_lines:
+            assert line.startswith(f"  spark-checkpoint {command or ''}".rstrip()), line
+        # Exit codes: one a line, ascending, each one of ExitCode; usage and closed pipe
+        # in every command's.
+        numbers = [int(line.split()[0]) for line in codes.splitlines() if line.strip()]
+        assert numbers == sorted(numbers), command
+        assert {ExitCode(n) for n in numbers} >= {ExitCode.USAGE, ExitCode.CLOSED_PIPE}
+        if command in MANIFEST_COMMANDS:
+            assert "-f FILE, --filename FILE" in result.out, command
+
+
+def test_every_command_that_takes_a_manifest_reads_it_from_f_and_filename(
+    cli: Cli, console: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each reads the named manifest: the job it names has no storage and no run, which
+    each says in its own way; a manifest that is not there is a one-line usage error
+    naming it."""
+    shutil.copy(EXAMPLE_MANIFEST, tmp_path / "job.yaml")
+    monkeypatch.chdir(tmp_path)
+    expected = {
+        "list": ExitCode.OK,  # an empty table
+        "inspect": ExitCode.FAILED,  # nothing to inspect
+        "verify": ExitCode.FAILED,  # nothing to verify
+        "status": ExitCode.NO_RUNTIME,
+        "savepoint": ExitCode.NO_RUNTIME,
+        "stop": ExitCode.NO_RUNTIME,
+        "cancel": ExitCode.NO_RUNTIME,
+    }
+    for command, code in expected.items():
+        for option in ("-f", "--filename"):
+            result = cli(command, option, "job.yaml")
+            assert result.code == code, (command, option, result.err)
+        absent = cli(command, "--filename", "absent.yaml")
+        assert absent.code == ExitCode.USAGE, (command, absent.err)
+        assert len(absent.err.splitlines()) == 1, absent.err
+        assert "absent.yaml" in absent.err, absent.err
+    run = console("run", "--filename", "absent.yaml", cwd=tmp_path)
+    assert run.code == ExitCode.USAGE, run.err
+    assert run.err.startswith("spark-checkpoint run: "), run.err
+    assert "absent.yaml" in run.err, run.err
+    assert len(run.err.splitlines()) == 1, run.err
+
+
+def test_an_unknown_output_format_is_a_one_line_usage_error(
+    job: Job, console: Cli, cli: Cli
+) -> None:
+    for run, command, output in (
+        (console, "list", "xml"),
+        (cli, "inspect", "table"),
+        (cli, "status", "JSON"),
+        (cli, "verify", "wide"),  # verify has no table columns to add
+    ):
+        result = run(command, *job.flags[:6], "-o", output)
+        assert result.code == ExitCode.USAGE, (command, result.err)
+        assert result.out == ""
+        assert result.err.startswith(
+            f"spark-checkpoint {command}: argument -o/--output: {output!r} is not an output "
+            "format: use json|yaml"
+        ), result.err
+        assert len(result.err.splitlines()) == 1, result.err
+
+
+def test_list_documents_are_the_same_in_json_and_yaml_and_match_storage(
+    job: Job, console: Cli
+) -> None:
+    job.write_registry(checkpoints=[2], savepoints=[3])
+
+    as_json = console("list", *job.flags, "-o", "json")
+    as_yaml = console("list", *job.flags, "-o", "yaml")
+    wide = console("list", *job.flags, "-o", "wide")
+
+    assert as_json.code == as_yaml.code == wide.code == 0, as_json.err + as_yaml.err + wide.err
+    document, from_yaml = json.loads(as_json.out), yaml.safe_load(as_yaml.out)
+    # Every field but the age, which grows between the two runs.
+    for snapshot in [*document["snapshots"], *from_yaml["snapshots"]]:
+        assert isinstance(snapshot.pop("ageSeconds"), float)
+    assert from_yaml == document
+    for snapshot in document["snapshots"]:
+        meta = job.storage.read_metadata(CheckpointKind(snapshot["kind"]), snapshot["id"])
+        assert snapshot["batchId"] == meta.batch_id
+        assert snapshot["sizeBytes"] == meta.total_bytes
+        assert snapshot["files"] == len(meta.files)
+        completed = snapshot["completionTime"]
+        assert completed.endswith("Z")
+        assert abs(_parse(completed) - meta.completion_time.timestamp()) < 0.001
+    header, *rows = (re.split(r"\s{2,}", line) for line in wide.out.splitlines()[2:])
+    assert header[7:] == ["COMPLETED", "DURATION", "PATH", "NOTE"]
+    assert [row[9] for row in rows] == [s["path"] for s in document["snapshots"]]
+
+
+def _parse(text: str) -> float:
+    return datetime.fromisoformat(text).timestamp()
+
+
+def test_a_closed_pipe_ends_the_command_quietly_with_141(job: Job, console_script: Path) -> None:
+    """`spark-checkpoint inspect | head -1`: the output is more than a pipe holds (64 KiB),
+    so the command is still writing when `head` has gone: a table, and a document."""
+    checkpoint = job.storage.read_metadata(CheckpointKind.CHECKPOINT, 2)
+    for snapshot_id in range(4, 400):  # about 100 KiB of wide table, 180 KiB of JSON
+        job.storage.write_metadata(dataclasses.replace(checkpoint, checkpoint_id=snapshot_id))
+
+    for command in (["inspect", "-o", "wide"], ["list", "-o", "json"]):
+        line = shlex.join([str(console_script), *command, *job.flags])
+        shell = subprocess.run(
+            ["bash", "-c", f'{line} | head -1; echo "exit ${{PIPESTATUS[0]}}" >&2'],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert len(shell.stdout.splitlines()) == 1, shell.stdout
+        assert shell.stderr == f"exit {ExitCode.CLOSED_PIPE}\n", (command, shell.stderr)
