@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -33,9 +33,6 @@ from spark_checkpoint.sink import (
 )
 from spark_checkpoint.sink_storage import OutputStorage
 
-if TYPE_CHECKING:
-    from sink.conftest import FakeBatch
-
 MUTATIONS = ("write", "create", "delete", "write_lines")
 # Examples per kind of root: the object stores answer over HTTP, hundreds of requests each.
 EXAMPLES = {"local": 50, "s3": 3, "azure": 3}
@@ -53,7 +50,7 @@ def rows_of(batch_id: int) -> list[dict[str, Any]]:
 def test_readers_see_each_batch_exactly_once_whatever_happens(
     output_root: StorageRoot,
     output_url: str,
-    fake_batch: type[FakeBatch],
+    fake_batch: Any,  # conftest.FakeBatch
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Durability is not observable here, and skipping fsync keeps the test fast.
