@@ -129,12 +129,15 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
         def kill_while_staging(self, partitions: int, mutation: int) -> None:
             self.run_killed(lambda: self.stage(partitions), mutation)
 
-        @precondition(lambda self: self.registry)
+        @precondition(lambda self: self.next_batch > 0)
         @rule(mutation=st.integers(0, 12), newest_unusable=st.booleans())
         def kill_while_committing(self, mutation: int, newest_unusable: bool) -> None:
-            """The driver dies while committing; the next one restores the newest image, or
-            falls back to the one before when the newest turns out unusable."""
-            newest = self.registry[-1]
+            """A checkpoint of Spark's last batch is registered and the driver dies while
+            the sink commits; the next driver restores it, or falls back to the image
+            before it (none: a fresh start) when it turns out unusable."""
+            newest = self.next_batch - 1
+            self.registry.append(newest)
+            self.highest_registered = max(self.highest_registered, newest)
             if newest_unusable:
                 self.registry.pop()
             self.run_killed(lambda: self.sink.on_checkpoint_complete(newest), mutation)
