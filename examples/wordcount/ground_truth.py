@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Compare committed word counts with counts computed from the input."
     )
     parser.add_argument("input_dir", type=Path, help="the generated input files")
-    parser.add_argument("output_dir", type=Path, help="the sink's output directory")
+    parser.add_argument("output_dir", help="the sink's output directory (a path or URI)")
     args = parser.parse_args(argv)
     expected = expected_counts(args.input_dir)
     actual = committed_counts(args.output_dir)

@@ -3,58 +3,76 @@
 Contract
 --------
 Output committed by `TransactionalFileSink` is **never ahead of the restorable state** and is
-**exactly-once**: a micro-batch's rows become visible under ``committed/`` only after the
+**exactly-once**: a micro-batch's rows become visible (to `read_committed`) only after the
 checkpoint coordinator has registered a checkpoint covering that batch, and each batch id is
 committed at most once, even when batches are replayed after a restore from an older
 checkpoint or when any step below is interrupted by a crash.
 
-Layout (local filesystem)
--------------------------
+The output directory is a local path, or an ``s3://`` (``s3a://``) or ``abfs://``
+(``abfss://``, ``az://``) URI: one protocol and one reader for all of them, over fsspec
+(`spark_checkpoint.sink_storage`). Nothing is ever renamed: a batch is committed by
+creating one small **commit record**, a create-only write that is atomic on each of them.
+
+Layout
+------
 ::
 
-    <output>/_staging/batch-<B>/      # phase 1: batch B written, waiting for its checkpoint
-    <output>/_staging/_tmp/...        # Spark writes here first; discards pass through here
-    <output>/committed/batch-<B>/     # phase 2: batch B is durable output
+    <output>/_data/batch-<B>/<attempt>/part-<P>-<task>.json   # data objects of one attempt
+    <output>/_staging/batch-<B>.json     # staged record: batch B written, awaiting its checkpoint
+    <output>/committed/batch-<B>.json    # commit record: batch B is output
 
-Each batch directory holds what Spark's JSON writer produces (``part-*.json`` files with one
-JSON object per line, plus ``_SUCCESS`` and Hadoop ``.crc`` files). Batch ids are canonical
-decimal integers (``batch-7``, never ``batch-07``); other names are ignored.
+A data object holds one partition of the batch as JSON lines (one object per row, as
+Spark's JSON writer writes them). ``<attempt>`` is a fresh random id per `write_batch`, and
+``<task>`` one per Spark task attempt, so no write ever lands on a name another attempt
+wrote or a record lists. A **record** (staged or commit) is a small JSON document naming
+the batch, the attempt and its data objects in partition order, each with its size::
+
+    {"format": 1, "batch": 7, "attempt": "3f2a...",
+     "files": [{"path": "_data/batch-7/3f2a.../part-00000-9c1e....json", "size": 1234}]}
+
+**Readers see a batch exactly when its commit record exists, and only the objects it
+lists.** Data objects that no record lists (of killed attempts, failed tasks, replays) are
+invisible and are garbage-collected. Directories starting with ``_`` are also what Hadoop
+and Spark readers skip. Batch ids are canonical decimal integers (``batch-7``, never
+``batch-07``); other names are ignored.
 
 Protocol (`CheckpointParticipant`)
 ----------------------------------
-1. ``write_batch(df, B)`` (Spark's ``foreachBatch``): Spark writes the batch into a fresh
-   temporary directory, the files are fsynced, and the directory is renamed to
-   ``_staging/batch-B`` (replacing an earlier staged attempt of the same batch). Spark records
-   ``commits/B`` in its checkpoint location only after this returns, so a batch that Spark
-   considers done is always staged. If ``committed/batch-B`` already exists, the batch is a
-   replay of output committed in an earlier attempt: it is computed but its output dropped.
+1. ``write_batch(df, B)`` (Spark's ``foreachBatch``): if ``committed/batch-B.json`` exists
+   the batch is a replay of output committed in an earlier attempt: it is computed (into
+   Spark's ``noop`` sink) and its output dropped. Otherwise Spark's tasks write the data
+   objects of a new attempt, then the staged record ``_staging/batch-B.json`` is written
+   (replacing an earlier attempt's, whose objects are deleted after its record). Spark
+   records ``commits/B`` in its checkpoint location only after this returns, so a batch
+   that Spark considers done is always staged.
 2. ``on_checkpoint_complete(B)`` (the agent, after the coordinator registered a checkpoint
-   covering batches <= B): every staged batch <= B is committed, in ascending batch order, by
-   renaming its directory to ``committed/batch-<id>``.
+   covering batches <= B): every staged batch <= B is committed, in ascending batch order:
+   its commit record is created from its staged record (create-only), the batch's data
+   objects that the commit record does not list are deleted, then the staged record.
+   If the commit record exists already, it wins: an identical one is this attempt's own
+   (a crash, or a retried request, after it was written); another attempt's means the
+   staged one is a duplicate, whose objects are deleted and never seen.
 3. ``on_restore(R)`` (before the restored query starts): staged batches > R are discarded
-   (Spark re-runs them from the restored offsets); staged batches <= R are committed, because
-   the restored checkpoint is registered, so the crash came between the registry update and
-   the notification. ``R = None`` is a fresh start: every staged batch is discarded.
+   (Spark re-runs them from the restored offsets); staged batches <= R are committed,
+   because the restored checkpoint is registered, so the crash came between the registry
+   update and the notification. ``R = None`` is a fresh start: every staged batch is
+   discarded. Then garbage is collected: the data objects of every batch that has no
+   commit record (killed attempts).
 
-Crash consistency: every state change is a single ``rename(2)`` of a complete directory, so
-a batch is at any time wholly absent, wholly staged or wholly committed, never partial.
-Renames are followed by an fsync of the directories involved so they survive a power loss.
-An interrupted step leaves either garbage in ``_staging/_tmp`` (removed by `on_restore`) or
-a prefix of its renames done; repeating the call finishes it. Discarding a directory renames
-it into ``_staging/_tmp`` before deleting it, so a half-deleted batch is never visible.
-
-On an object store (S3, GCS, ABFS) there is no atomic directory rename; the same protocol
-works with marker objects instead: a batch is written under an attempt-specific prefix and
-becomes staged when a ``_staging/batch-B`` marker object naming the attempt is written, and
-committed when a ``committed/batch-B`` marker object naming it is written (a single PUT is
-atomic per object). Readers and the replay check then look only at markers, never at a
-listing of data objects, and a discard deletes the marker first and the data after.
+Crash consistency: the visible state of a batch changes with one atomic write (of its
+commit record), so a batch is at any time wholly invisible or wholly committed, never
+partial. Every data object a record lists is complete and durable before the record is
+written, and no object a commit record lists is ever deleted: garbage collection of a batch
+first reads its commit record and keeps what it lists. An interrupted step leaves either
+garbage no record lists or a prefix of its commits done; repeating the call finishes it.
 
 Assumptions
 -----------
 - One writer: a single driver owns an output directory (the same rule Spark has for a
   checkpoint location). Calls are serialised by a lock inside one sink instance, so
   `on_checkpoint_complete` may run on the agent's thread while Spark stages the next batch.
+  The create-only commit also keeps a second writer (a driver that is not quite gone) from
+  replacing a committed batch.
 - Skipping a replayed batch by id is exact when the replay reads the same input as the
   original run, which is what Spark does when it re-runs a batch from its offset log entry
   ``offsets/B``. A batch that Spark has to *plan again* (its offsets are not in the restored
@@ -64,52 +82,69 @@ Assumptions
 - A skipped replay is still computed (into Spark's ``noop`` sink): stateful operators commit
   their state for a batch only while its partitions are computed, and Spark 4 fails a batch
   whose ``foreachBatch`` returned without computing them.
-- Executors write the batch through Spark, so with a cluster the output directory must be on
-  a filesystem every executor and the driver share (local mode needs nothing).
+- Spark's executors write the data objects (Python tasks over ``DataFrame.toJSON()``), so
+  they need what the driver needs to reach the output: on a cluster, a local path must be a
+  volume every executor mounts at the same path, and an object store's credentials must be
+  in the executors' environment too (docs/user-guide.md).
 
 Importing this module does not import pyspark.
 """
 
 from __future__ import annotations
 
-import errno
+import functools
 import json
 import logging
 import os
 import re
-import shutil
 import threading
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
-from urllib.request import url2pathname
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
+
+from .sink_storage import OutputStorage, write_partition
 
 if TYPE_CHECKING:
+    from pyspark import RDD
     from pyspark.sql import DataFrame
 
 __all__ = [
     "COMMITTED_DIR",
+    "DATA_DIR",
     "STAGING_DIR",
+    "BatchRecord",
     "CheckpointParticipant",
     "TransactionalFileSink",
-    "batch_dir_name",
+    "batch_record_name",
     "latest_values",
-    "parse_batch_dir_name",
+    "parse_batch_record_name",
     "read_committed",
 ]
 
 logger = logging.getLogger(__name__)
+# PySpark 4 announces that toJSON will return a DataFrame some day, on every call; the sink
+# needs the RDD it returns today (spark.sql.pyspark.toJSON.returnDataFrame=false, the default).
+warnings.filterwarnings(
+    "ignore",
+    message="The return type of DataFrame.toJSON will be changed",
+    module=r"pyspark\.sql\.classic\.dataframe",
+)
 
 STAGING_DIR = "_staging"
-"""Directory (under the output directory) of batches written but not yet committed."""
+"""Directory (under the output directory) of the records of batches written but not yet
+committed."""
 
 COMMITTED_DIR = "committed"
-"""Directory (under the output directory) of committed batches."""
+"""Directory (under the output directory) of the commit records."""
 
-_TMP_DIR = "_tmp"
-_FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
-_BATCH_DIR_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)")
+DATA_DIR = "_data"
+"""Directory (under the output directory) of the data objects of every attempt."""
+
+RECORD_FORMAT = 1
+_BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
+_ATTEMPT_PATTERN = re.compile(r"[0-9a-f]{32}")
 
 
 @runtime_checkable
@@ -139,118 +174,157 @@ class CheckpointParticipant(Protocol):
         ...
 
 
-def batch_dir_name(batch_id: int) -> str:
-    """The directory name of batch `batch_id`: ``batch-<id>``."""
+def batch_record_name(batch_id: int) -> str:
+    """The name of batch `batch_id`'s staged and commit records: ``batch-<id>.json``."""
     _require_batch_id(batch_id, "batch_id")
-    return f"batch-{batch_id}"
+    return f"batch-{batch_id}.json"
 
 
-def parse_batch_dir_name(name: str) -> int | None:
-    """The batch id of a canonical batch directory name, else ``None``."""
-    match = _BATCH_DIR_PATTERN.fullmatch(name)
+def parse_batch_record_name(name: str) -> int | None:
+    """The batch id of a canonical record name, else ``None``."""
+    match = _BATCH_RECORD_PATTERN.fullmatch(name)
     return int(match.group(1)) if match else None
 
 
-_URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
+def _data_dir(batch_id: int) -> str:
+    return f"{DATA_DIR}/batch-{batch_id}"
 
 
-def _local_directory(output_dir: str | os.PathLike[str]) -> Path:
-    """``output_dir`` as a local path. A URI would otherwise become a relative directory
-    named after its scheme (``s3a:/bucket/...``), written silently on the driver's disk."""
-    text = os.fspath(output_dir)
-    uri = _URI.fullmatch(text)
-    if uri is None:
-        return Path(text)
-    if uri["scheme"].lower() == "file" and uri["authority"] in ("", "localhost"):
-        return Path(url2pathname(uri["path"]))
-    raise ValueError(
-        f"TransactionalFileSink writes to a local filesystem only, not {text!r}: commits are "
-        "directory renames, which object stores do not have. Give a local path, on a cluster "
-        "a shared volume mounted at the same path in the driver and the executors"
-    )
+def _attempt_dir(batch_id: int, attempt: str) -> str:
+    return f"{_data_dir(batch_id)}/{attempt}"
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """A staged or commit record: batch `batch`'s output is the data objects `files`
+    (paths relative to the output directory, with their sizes) of attempt `attempt`."""
+
+    batch: int
+    attempt: str
+    files: tuple[tuple[str, int], ...]
+
+    def __post_init__(self) -> None:
+        _require_batch_id(self.batch, "batch")
+        if not _ATTEMPT_PATTERN.fullmatch(self.attempt):
+            raise ValueError(f"attempt must be 32 lower-case hex digits, not {self.attempt!r}")
+        prefix = _attempt_dir(self.batch, self.attempt) + "/"
+        for path, size in self.files:
+            name = path.removeprefix(prefix)
+            if name == path or "/" in name or name in ("", ".", ".."):
+                raise ValueError(f"file {path!r} is not an object of {prefix}")
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+                raise ValueError(f"file {path!r}: size must be a non-negative integer")
+
+    def to_json(self) -> bytes:
+        document = {
+            "format": RECORD_FORMAT,
+            "batch": self.batch,
+            "attempt": self.attempt,
+            "files": [{"path": path, "size": size} for path, size in self.files],
+        }
+        return json.dumps(document, indent=1).encode("utf-8") + b"\n"
+
+    @classmethod
+    def from_json(cls, data: bytes, source: str) -> BatchRecord:
+        """Parse a record; anything else raises ValueError naming `source`."""
+        try:
+            document = json.loads(data)
+            if document["format"] != RECORD_FORMAT:
+                raise ValueError(f"format {document['format']!r} is not {RECORD_FORMAT}")
+            return cls(
+                batch=document["batch"],
+                attempt=document["attempt"],
+                files=tuple((entry["path"], entry["size"]) for entry in document["files"]),
+            )
+        except (ValueError, KeyError, TypeError) as error:
+            reason = f"no field {error}" if isinstance(error, KeyError) else str(error)
+            raise ValueError(f"{source}: not a batch record: {reason}") from None
 
 
 class TransactionalFileSink:
-    """A two-phase-commit sink writing each micro-batch as JSON lines on a local filesystem.
+    """A two-phase-commit sink writing each micro-batch as JSON lines, to a local directory,
+    S3 or Azure Blob Storage.
 
     Use it as ``query.writeStream.foreachBatch(sink.write_batch)`` and hand the same instance
     to the checkpoint agent, which calls `on_restore` before the query starts and
     `on_checkpoint_complete` after each registered checkpoint. The module docstring describes
     the layout, the protocol and why it is crash-consistent. Committed output is never ahead
-    of the restorable state and is exactly-once.
+    of the restorable state and is exactly-once; read it with `read_committed`.
     """
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
-        """Use `output_dir` (created if missing) for staged and committed output: a local
-        path or ``file://`` URI. Another filesystem's URI raises ValueError (object stores
-        are not supported yet: see the module docstring)."""
-        self._root = _local_directory(output_dir).absolute()
-        self._staging = self._root / STAGING_DIR
-        self._committed = self._root / COMMITTED_DIR
-        self._tmp = self._staging / _TMP_DIR
+        """Use `output_dir` for staged and committed output: a local path or ``file://``
+        URI (created if missing), or an ``s3://``, ``s3a://``, ``abfs://``, ``abfss://`` or
+        ``az://`` URI (the bucket or container must exist). Any other URI raises
+        ValueError before anything is written."""
+        self._storage = OutputStorage(output_dir)
         self._lock = threading.Lock()
-        for directory in (self._staging, self._committed, self._tmp):
-            directory.mkdir(parents=True, exist_ok=True)
+        if self._storage.is_local:
+            os.makedirs(self._storage.native(COMMITTED_DIR), exist_ok=True)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}({str(self._root)!r})"
+        return f"{type(self).__name__}({self.output_dir!r})"
 
     @property
-    def output_dir(self) -> Path:
-        """The absolute output directory."""
-        return self._root
+    def output_dir(self) -> str:
+        """The output directory: an absolute local path or the URI given."""
+        return self._storage.url
 
     def staged_batches(self) -> list[int]:
         """Ids of the batches staged and not yet committed, ascending."""
-        return _batch_ids(self._staging)
+        return _record_ids(self._storage, STAGING_DIR)
 
     def committed_batches(self) -> list[int]:
         """Ids of the committed batches, ascending."""
-        return _batch_ids(self._committed)
+        return _record_ids(self._storage, COMMITTED_DIR)
 
     def write_batch(self, batch_df: DataFrame, batch_id: int) -> None:
-        """Stage micro-batch `batch_id` under ``_staging/batch-<id>`` (phase 1).
+        """Stage micro-batch `batch_id` (phase 1); pass it to ``foreachBatch``.
 
-        Pass it to ``foreachBatch``. Spark writes the rows as JSON lines into a temporary
-        directory, which is then renamed into place, replacing an earlier staged attempt of
-        the same batch. A batch already committed (a replay after a restore from an older
-        checkpoint) is recognised by its id and not staged again; it is still executed, into
-        Spark's ``noop`` sink, because stateful operators commit their state for the batch
-        only when every partition of the batch is computed.
+        Spark's tasks write the rows as JSON lines, one data object per non-empty
+        partition, under a fresh attempt; the staged record naming them then replaces an
+        earlier staged attempt of the same batch. A batch already committed (a replay after
+        a restore from an older checkpoint) is recognised by its id and not staged again; it
+        is still executed, into Spark's ``noop`` sink, because stateful operators commit
+        their state for the batch only when every partition of the batch is computed.
         """
         _require_batch_id(batch_id, "batch_id")
-        name = batch_dir_name(batch_id)
-        if (self._committed / name).exists():
+        if self._storage.exists(f"{COMMITTED_DIR}/{batch_record_name(batch_id)}"):
             logger.info(
                 "batch %d is already committed; discarding the output of its replay", batch_id
             )
             _run_without_output(batch_df)
             return
-        attempt = self._tmp / f"{name}-{uuid.uuid4().hex}"
+        attempt = uuid.uuid4().hex
+        directory = _attempt_dir(batch_id, attempt)
         try:
-            # Not Path.as_uri(): Hadoop's Path does not decode percent escapes, so a
-            # directory named "a b" would be written to one named "a%20b".
-            batch_df.write.mode("overwrite").json(f"file://{attempt.as_posix()}")
-            _fsync_tree(attempt)
-            with self._lock:
-                if (self._committed / name).exists():
-                    logger.warning(
-                        "batch %d was committed while it was being written; dropping the write",
-                        batch_id,
-                    )
-                    return
-                target = self._staging / name
-                replaced = target.exists()
-                if replaced:
-                    self._discard(target)
-                os.rename(attempt, target)
-                _fsync_dir(self._staging)
-            if replaced:
-                logger.info("batch %d staged again, replacing an earlier attempt", batch_id)
-            else:
-                logger.info("batch %d staged", batch_id)
-        finally:
-            shutil.rmtree(attempt, ignore_errors=True)
+            # Spark's own JSON encoding of each row, as an RDD of strings (classic PySpark).
+            lines = cast("RDD[str]", cast(Any, batch_df).toJSON())
+            written = lines.mapPartitionsWithIndex(
+                functools.partial(write_partition, self._storage.url, directory)
+            )
+            files = tuple((path, size) for path, size in written.collect())
+            self._storage.sync_tree(directory)
+        except BaseException:
+            self._delete_attempt(batch_id, attempt)
+            raise
+        record = BatchRecord(batch_id, attempt, files)
+        with self._lock:
+            if self._committed_record(batch_id) is not None:
+                logger.warning(
+                    "batch %d was committed while it was being written; dropping the write",
+                    batch_id,
+                )
+                self._delete_attempt(batch_id, attempt)
+                return
+            earlier = self._staged_record(batch_id)
+            if earlier is not None:
+                self._discard_staged(earlier)
+            self._storage.write(_staged_path(batch_id), record.to_json())
+        if earlier is not None:
+            logger.info("batch %d staged again, replacing an earlier attempt", batch_id)
+        else:
+            logger.info("batch %d staged", batch_id)
 
     def on_checkpoint_complete(self, batch_id: int) -> None:
         """Commit every staged batch <= `batch_id`, in ascending order (phase 2).
@@ -269,23 +343,27 @@ class TransactionalFileSink:
         Staged batches > `restored_batch` are discarded (the query re-runs them); staged
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
         their notification was lost in a crash). ``None`` means a fresh start without a
-        checkpoint: every staged batch is discarded. Leftovers of interrupted writes are
-        removed. Committed batches are never touched. Idempotent.
+        checkpoint: every staged batch is discarded. Data objects of batches without a
+        commit record (attempts killed while writing) are deleted. Committed batches are
+        never touched. Idempotent.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
         with self._lock:
-            self._clear_tmp()
-            for batch_id in _batch_ids(self._staging):
-                if restored_batch is None or batch_id > restored_batch:
-                    self._discard(self._staging / batch_dir_name(batch_id))
-                    logger.info("discarded staged batch %d (it will be re-run)", batch_id)
+            for staged_id in self.staged_batches():
+                if restored_batch is not None and staged_id <= restored_batch:
+                    continue
+                record = self._staged_record(staged_id)
+                if record is not None:
+                    self._discard_staged(record)
+                    logger.info("discarded staged batch %d (it will be re-run)", staged_id)
             if restored_batch is not None:
                 self._commit_through(restored_batch)
+            self._collect_garbage()
             ahead = [
-                batch_id
-                for batch_id in _batch_ids(self._committed)
-                if restored_batch is None or batch_id > restored_batch
+                committed_id
+                for committed_id in self.committed_batches()
+                if restored_batch is None or committed_id > restored_batch
             ]
             if ahead:
                 logger.warning(
@@ -298,48 +376,85 @@ class TransactionalFileSink:
 
     def _commit_through(self, batch_id: int) -> None:
         """Commit staged batches <= `batch_id` in ascending order. Caller holds the lock."""
-        for staged_id in _batch_ids(self._staging):
+        for staged_id in self.staged_batches():
             if staged_id > batch_id:
                 break
-            name = batch_dir_name(staged_id)
-            source, target = self._staging / name, self._committed / name
-            if target.exists():
-                logger.warning("batch %d is already committed; dropping its staged copy", staged_id)
-                self._discard(source)
+            staged = self._staged_record(staged_id)
+            if staged is None:
                 continue
-            os.rename(source, target)
-            _fsync_dir(self._committed)
-            _fsync_dir(self._staging)
-            logger.info("batch %d committed", staged_id)
-
-    def _discard(self, directory: Path) -> None:
-        """Remove `directory` so that it disappears in one rename. Caller holds the lock."""
-        doomed = self._tmp / f"discard-{directory.name}-{uuid.uuid4().hex}"
-        os.rename(directory, doomed)
-        _fsync_dir(directory.parent)
-        shutil.rmtree(doomed)
-
-    def _clear_tmp(self) -> None:
-        self._tmp.mkdir(parents=True, exist_ok=True)
-        for leftover in self._tmp.iterdir():
-            if leftover.is_dir() and not leftover.is_symlink():
-                shutil.rmtree(leftover)
+            committed_path = f"{COMMITTED_DIR}/{batch_record_name(staged_id)}"
+            if self._storage.create(committed_path, staged.to_json()):
+                logger.info("batch %d committed", staged_id)
             else:
-                leftover.unlink()
+                existing = self._committed_record(staged_id)
+                if existing is not None and existing.attempt != staged.attempt:
+                    logger.warning(
+                        "batch %d is already committed; dropping its staged copy", staged_id
+                    )
+            self._collect_batch_garbage(staged_id)
+            self._storage.delete([_staged_path(staged_id)])
+
+    def _discard_staged(self, record: BatchRecord) -> None:
+        """Remove a staged attempt: its record first, so that no record ever names a
+        deleted object, then its objects. Caller holds the lock."""
+        self._storage.delete([_staged_path(record.batch)])
+        self._delete_attempt(record.batch, record.attempt)
+
+    def _delete_attempt(self, batch_id: int, attempt: str) -> None:
+        """Delete the objects of one attempt, unless a commit record lists them."""
+        committed = self._committed_record(batch_id)
+        if committed is not None and committed.attempt == attempt:
+            return
+        self._storage.delete(self._storage.find(_attempt_dir(batch_id, attempt)))
+
+    def _collect_batch_garbage(self, batch_id: int) -> None:
+        """Delete the data objects of batch `batch_id` that its commit record does not
+        list (all of them without one). Caller holds the lock."""
+        committed = self._committed_record(batch_id)
+        keep = {path for path, _size in committed.files} if committed else set()
+        self._storage.delete(
+            path for path in self._storage.find(_data_dir(batch_id)) if path not in keep
+        )
+
+    def _collect_garbage(self) -> None:
+        """Delete the data of every batch without a commit record or a staged one.
+
+        Committed batches were cleaned when they were committed (before their staged
+        record went away), so only the names of data directories are listed for them."""
+        keep = set(self.committed_batches()) | set(self.staged_batches())
+        for name in self._storage.list_names(DATA_DIR):
+            batch_id = parse_batch_record_name(f"{name}.json")
+            if batch_id is not None and batch_id not in keep:
+                self._collect_batch_garbage(batch_id)
+                logger.info("removed the data of unfinished attempts of batch %d", batch_id)
+
+    def _staged_record(self, batch_id: int) -> BatchRecord | None:
+        return _read_record(self._storage, _staged_path(batch_id))
+
+    def _committed_record(self, batch_id: int) -> BatchRecord | None:
+        return _read_record(self._storage, f"{COMMITTED_DIR}/{batch_record_name(batch_id)}")
 
 
 def read_committed(output_dir: str | os.PathLike[str]) -> dict[int, list[dict[str, Any]]]:
     """The committed output of a `TransactionalFileSink`: batch id -> rows, ascending ids.
 
-    Rows of a batch come in the order of its part files (by name) and of the lines in each.
-    Hidden files (``_SUCCESS``, ``.crc``) are skipped. A missing output directory reads as
-    no output.
+    `output_dir` is what the sink was given (a local path or URI). A batch is read from the
+    data objects its commit record lists, in their order, and the lines in each; nothing
+    else under the output directory is read. A listed object that is missing or has
+    another size raises ValueError naming it. A missing output directory reads as no
+    output.
     """
-    committed = Path(output_dir) / COMMITTED_DIR
-    return {
-        batch_id: list(_read_rows(committed / batch_dir_name(batch_id)))
-        for batch_id in _batch_ids(committed)
-    }
+    storage = OutputStorage(output_dir)
+    output: dict[int, list[dict[str, Any]]] = {}
+    for batch_id in _record_ids(storage, COMMITTED_DIR):
+        path = f"{COMMITTED_DIR}/{batch_record_name(batch_id)}"
+        record = _read_record(storage, path)
+        if record is None:
+            continue  # listed, then gone: the output directory is being deleted
+        if record.batch != batch_id:
+            raise ValueError(f"{storage.native(path)}: names batch {record.batch}")
+        output[batch_id] = list(_read_rows(storage, record))
+    return output
 
 
 def latest_values(output_dir: str | os.PathLike[str], key: str) -> dict[str, dict[str, Any]]:
@@ -381,56 +496,38 @@ def _require_batch_id(value: int, field: str) -> None:
         raise ValueError(f"{field} must be a non-negative integer, not {value!r}")
 
 
-def _batch_ids(directory: Path) -> list[int]:
-    """Ids of the canonical batch directories in `directory`, ascending."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
+def _staged_path(batch_id: int) -> str:
+    return f"{STAGING_DIR}/{batch_record_name(batch_id)}"
+
+
+def _record_ids(storage: OutputStorage, directory: str) -> list[int]:
+    """Ids of the canonical records in `directory`, ascending."""
     return sorted(
         batch_id
-        for name in names
-        if (batch_id := parse_batch_dir_name(name)) is not None and (directory / name).is_dir()
+        for name in storage.list_names(directory)
+        if (batch_id := parse_batch_record_name(name)) is not None
     )
 
 
-def _read_rows(batch_dir: Path) -> Iterator[dict[str, Any]]:
-    for path in sorted(batch_dir.iterdir()):
-        if path.name.startswith(("_", ".")) or not path.is_file():
-            continue
-        with path.open(encoding="utf-8") as lines:
-            for number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                row = json.loads(line)
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{number}: expected a JSON object, got {line!r}")
-                yield row
+def _read_record(storage: OutputStorage, path: str) -> BatchRecord | None:
+    data = storage.read(path)
+    return None if data is None else BatchRecord.from_json(data, storage.native(path))
 
 
-def _fsync_tree(directory: Path) -> None:
-    """Flush every file below `directory`, then the directories themselves."""
-    for parent, _dirs, files in os.walk(directory, topdown=False):
-        for name in files:
-            descriptor = os.open(os.path.join(parent, name), os.O_RDONLY)
-            try:
-                os.fsync(descriptor)
-            finally:
-                os.close(descriptor)
-        _fsync_dir(Path(parent))
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make renames in `directory` durable. Skipped where directories cannot be opened or
-    flushed (Windows; filesystems answering EINVAL), which offer no other way to do it."""
-    try:
-        descriptor = os.open(directory, os.O_RDONLY)
-    except (PermissionError, IsADirectoryError):
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError as error:
-        if error.errno not in _FSYNC_UNSUPPORTED_ERRNOS:
-            raise
-    finally:
-        os.close(descriptor)
+def _read_rows(storage: OutputStorage, record: BatchRecord) -> Iterable[dict[str, Any]]:
+    for path, size in record.files:
+        data = storage.read(path)
+        where = storage.native(path)
+        if data is None:
+            raise ValueError(f"{where}: listed by committed batch {record.batch}, missing")
+        if len(data) != size:
+            raise ValueError(
+                f"{where}: committed batch {record.batch} lists {size} bytes, found {len(data)}"
+            )
+        for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if not isinstance(row, dict):
+                raise ValueError(f"{where}:{number}: expected a JSON object, got {line!r}")
+            yield row

@@ -175,14 +175,14 @@ def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_
 ) -> None:
     script = """
         from spark_checkpoint.sink import TransactionalFileSink
-        sink = TransactionalFileSink("s3a://bucket/output/orders")
+        sink = TransactionalFileSink("gs://bucket/output/orders")
     """
     job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 5})
     result = job.run()
     assert result.returncode == 1, result.stdout + result.stderr
     error = (
-        "ValueError: TransactionalFileSink writes to a local filesystem only, not "
-        "'s3a://bucket/output/orders': commits are directory renames"
+        "ValueError: TransactionalFileSink cannot commit atomically to "
+        "'gs://bucket/output/orders': its output must be a local path"
     )
     lines = result.stdout.splitlines()
     restart = next(i for i, line in enumerate(lines) if "driver failed (exit 1); restart 1" in line)

@@ -34,12 +34,11 @@ def _assert_exactly_once(run: JobRun) -> None:
     assert batches == list(range(len(batches))), "committed batches must be 0..N without gaps"
 
 
-def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Path) -> None:
+def kill_at_arbitrary_points(run: JobRun) -> None:
+    """Kill the started run's driver four times (right after a trigger, during a restore,
+    during a snapshot copy, at a random moment), then check that the job finished and its
+    output is exactly-once (also for the run on S3)."""
     rng = random.Random(SEED)
-    # Slow copies make "during a snapshot copy" a window a kill can hit.
-    run = JobRun(tmp_path / "job", env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
-    run.add_input(files=60)
-    run.start()
     kills = []
 
     # 1. Right after a trigger went out.
@@ -75,6 +74,14 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     # may have been killed while their query was still restoring.
     assert status["counts"]["restored"] >= 2, kills
     _assert_exactly_once(run)
+
+
+def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Path) -> None:
+    # Slow copies make "during a snapshot copy" a window a kill can hit.
+    run = JobRun(tmp_path / "job", env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
+    run.add_input(files=60)
+    run.start()
+    kill_at_arbitrary_points(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
     # unreferenced shared file behind from the killed attempts.
     leftovers = sorted(

@@ -41,12 +41,14 @@ class JobRun:
         spark_conf: dict[str, str] | None = None,
         shutdown: dict[str, Any] | None = None,
         name: str = "wordcount",
+        output: str = "data/output",
     ) -> None:
         self.directory = directory
         self.name = name
+        self.output = output  # the sink's output: relative to `directory`, or a URI
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(EXAMPLE / "pipeline.py", directory / "pipeline.py")
-        arguments = ["--input", "data/input", "--output", "data/output"]
+        arguments = ["--input", "data/input", "--output", output]
         manifest = {
             "apiVersion": "sparkcheckpoint.io/v1alpha1",
             "kind": "SparkCheckpointJob",
@@ -171,10 +173,14 @@ class JobRun:
             raise AssertionError("run timed out; output:\n" + "\n".join(self.lines)) from None
 
     def output_counts(self) -> dict[str, int]:
-        return {w: int(row["count"]) for w, row in latest_values(self.output_dir, "word").items()}
+        return {w: int(row["count"]) for w, row in latest_values(self._output_url, "word").items()}
 
     def expected_counts(self) -> dict[str, int]:
         return expected_counts(self.input_dir)
 
     def committed_batches(self) -> list[int]:
-        return sorted(read_committed(self.output_dir))
+        return sorted(read_committed(self._output_url))
+
+    @property
+    def _output_url(self) -> str:
+        return self.output if "://" in self.output else str(self.directory / self.output)

@@ -300,3 +300,28 @@ def storage_roots(kind: str, local_dir: Path, servers: Callable[[str], Any]) -> 
     server = servers(kind)
     scheme, bucket = ("s3", server.bucket) if kind == "s3" else ("abfs", server.container)
     return StorageRoot(kind, f"{scheme}://{bucket}/{uuid.uuid4().hex}", server.environment())
+
+
+ROOT_KINDS = ("local", "s3", "azure")
+_SERVER_FIXTURES = {"s3": "s3_server", "azure": "azure_server"}
+
+
+def parametrize_storage_roots(metafunc: Any, fixture: str) -> None:
+    """Run each test that uses `fixture` on every kind of root (`ROOT_KINDS`), or on the
+    local filesystem only when it is marked `local_only`; `fixture` calls
+    `storage_root_for`."""
+    if fixture in metafunc.fixturenames:
+        local_only = metafunc.definition.get_closest_marker("local_only") is not None
+        metafunc.parametrize(fixture, ["local"] if local_only else ROOT_KINDS, indirect=True)
+
+
+def storage_root_for(request: Any, local_dir: Path, monkeypatch: Any) -> StorageRoot:
+    """A fresh root of the kind `request.param`, its server started on first use (the
+    session fixtures of tests/conftest.py); its credentials are put in the environment, as
+    in a pod."""
+    root = storage_roots(
+        request.param, local_dir, lambda kind: request.getfixturevalue(_SERVER_FIXTURES[kind])
+    )
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value)
+    return root

@@ -1,20 +1,28 @@
 """Fixtures for the transactional sink tests: the word-count example modules (loaded from
-their files, examples/ is not a package) and a stand-in for a batch DataFrame that writes
-what Spark's JSON writer writes, for the protocol tests that need no Spark."""
+their files, examples/ is not a package), a stand-in for a batch DataFrame that encodes and
+writes rows as Spark's tasks do, for the protocol tests that need no Spark, and the output
+roots.
+
+Every test that uses `output_root` (directly or through `sink`) runs three times: on the
+local filesystem, on S3 (moto's server) and on Azure Blob Storage (Azurite), as the storage
+tests do (tests/helpers/objectstore.py). A test marked `local_only` runs on the local
+filesystem only.
+"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
+from helpers.objectstore import StorageRoot, parametrize_storage_roots, storage_root_for
 from spark_checkpoint.sink import TransactionalFileSink
 
 if TYPE_CHECKING:
@@ -49,19 +57,54 @@ def ground_truth() -> ModuleType:
     return _load_example("ground_truth")
 
 
-class FakeBatch:
-    """Quacks like the part of a batch DataFrame the sink uses:
-    ``df.write.mode(...).json(uri)``, writing part files, ``_SUCCESS`` and a ``.crc`` file
-    the way Spark does (counted in `writes`), and ``df.write.format("noop")...save()``
-    (counted in `noop_runs`). `fail_after_part` makes the JSON write die half-way, like an
-    executor failure."""
+class FakeRDD:
+    """The part of an RDD the sink uses: ``mapPartitionsWithIndex(f).collect()``, run
+    partition after partition in this process."""
 
-    def __init__(self, rows: Sequence[dict[str, Any]], *, fail_after_part: bool = False) -> None:
+    def __init__(self, partitions: Callable[[], list[list[Any]]]) -> None:
+        self._partitions = partitions
+
+    def mapPartitionsWithIndex(self, function: Callable[[int, Iterator[Any]], Any]) -> FakeRDD:
+        def mapped() -> list[list[Any]]:
+            return [
+                list(function(index, iter(rows))) for index, rows in enumerate(self._partitions())
+            ]
+
+        return FakeRDD(mapped)
+
+    def collect(self) -> list[Any]:
+        return [item for partition in self._partitions() for item in partition]
+
+
+class FakeBatch:
+    """Quacks like the part of a batch DataFrame the sink uses: ``df.toJSON()`` (rows as
+    JSON lines in `partitions` partitions, in order, the second one empty when there are
+    three or more; each run of its tasks is counted in `writes`), and
+    ``df.write.format("noop")...save()`` (counted in `noop_runs`). `fail_after_part` makes
+    the tasks die after the first partition's object is written, like an executor failure."""
+
+    def __init__(
+        self, rows: Sequence[dict[str, Any]], *, partitions: int = 2, fail_after_part: bool = False
+    ) -> None:
         self.rows = list(rows)
+        self.partitions = partitions
         self.fail_after_part = fail_after_part
         self.writes = 0
         self.noop_runs = 0
         self._noop = False
+
+    def toJSON(self) -> FakeRDD:
+        def partitions() -> list[list[str]]:
+            self.writes += 1
+            lines = [json.dumps(row, separators=(",", ":")) for row in self.rows]
+            filled = [i for i in range(self.partitions) if not (self.partitions >= 3 and i == 1)]
+            split: list[list[str]] = [[] for _ in range(self.partitions)]
+            chunk = -(-len(lines) // len(filled))  # contiguous chunks keep the rows' order
+            for number, index in enumerate(filled):
+                split[index] = lines[number * chunk : (number + 1) * chunk]
+            return split
+
+        return _FailingRDD(partitions) if self.fail_after_part else FakeRDD(partitions)
 
     @property
     def write(self) -> FakeBatch:
@@ -80,23 +123,24 @@ class FakeBatch:
         assert self._noop
         self.noop_runs += 1
 
-    def json(self, uri: str) -> None:
-        assert uri.startswith("file:///"), uri
-        self.writes += 1
-        directory = Path(uri.removeprefix("file://"))
-        directory.mkdir(parents=True)
-        name = f"part-00000-{uuid.uuid4()}-c000.json"
-        (directory / name).write_text("".join(json.dumps(row) + "\n" for row in self.rows))
-        (directory / f".{name}.crc").write_bytes(b"crc")
-        if self.fail_after_part:
+
+class _FailingRDD(FakeRDD):
+    def mapPartitionsWithIndex(self, function: Callable[[int, Iterator[Any]], Any]) -> FakeRDD:
+        def mapped() -> list[list[Any]]:
+            first = list(function(0, iter(self._partitions()[0])))
+            assert first, "the first partition wrote its object"
             raise RuntimeError("executor lost while writing")
-        (directory / "_SUCCESS").write_text("")
+
+        return FakeRDD(mapped)
 
 
 Stage = Callable[[TransactionalFileSink, int, Sequence[dict[str, Any]]], FakeBatch]
 
 
-def _stage(sink: TransactionalFileSink, batch_id: int, rows: Sequence[dict[str, Any]]) -> FakeBatch:
+def stage_rows(
+    sink: TransactionalFileSink, batch_id: int, rows: Sequence[dict[str, Any]]
+) -> FakeBatch:
+    """`sink.write_batch` with a FakeBatch of `rows`."""
     batch = FakeBatch(rows)
     sink.write_batch(cast("DataFrame", batch), batch_id)
     return batch
@@ -105,7 +149,7 @@ def _stage(sink: TransactionalFileSink, batch_id: int, rows: Sequence[dict[str, 
 @pytest.fixture
 def stage() -> Stage:
     """``stage(sink, batch_id, rows)``: `sink.write_batch` with a FakeBatch of `rows`."""
-    return _stage
+    return stage_rows
 
 
 @pytest.fixture
@@ -113,6 +157,30 @@ def fake_batch() -> type[FakeBatch]:
     return FakeBatch
 
 
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    parametrize_storage_roots(metafunc, "output_root")
+
+
 @pytest.fixture
-def sink(tmp_path: Path) -> TransactionalFileSink:
-    return TransactionalFileSink(str(tmp_path / "out"))
+def output_root(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> StorageRoot:
+    """A fresh, empty root on local disk, S3 or Azure, its credentials in the environment."""
+    return storage_root_for(request, tmp_path / "storage", monkeypatch)
+
+
+@pytest.fixture
+def output_url(output_root: StorageRoot) -> str:
+    """The sink's output directory on `output_root`."""
+    return f"{output_root.url}/out"
+
+
+@pytest.fixture
+def sink(output_url: str) -> TransactionalFileSink:
+    return TransactionalFileSink(output_url)
+
+
+@pytest.fixture
+def new_sink(output_url: str) -> Callable[[], TransactionalFileSink]:
+    """Another sink instance on the same output: the next driver's."""
+    return functools.partial(TransactionalFileSink, output_url)

@@ -1,31 +1,49 @@
-"""Where TransactionalFileSink may write: a local directory, never an object store it
-cannot commit to atomically."""
+"""Where TransactionalFileSink may write: a local directory, S3 or Azure Blob Storage, never
+a filesystem it cannot commit to atomically."""
 
 from pathlib import Path
 
 import pytest
 
-from spark_checkpoint.sink import TransactionalFileSink
+from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
 
 @pytest.mark.parametrize(
     "uri",
-    ["s3a://bucket/output/orders", "gs://bucket/out", "abfss://c@account/out", "file://host/out"],
+    ["gs://bucket/out", "hdfs://namenode/out", "file://host/out", "s3://", "memory://out"],
 )
-def test_a_uri_of_another_filesystem_is_refused_before_anything_is_written(
+def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
     uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ValueError) as refused:
         TransactionalFileSink(uri)
     assert str(refused.value).startswith(
-        f"TransactionalFileSink writes to a local filesystem only, not {uri!r}"
+        f"TransactionalFileSink cannot commit atomically to {uri!r}: its output must be a "
+        "local path"
     )
-    assert list(tmp_path.iterdir()) == [], "nothing is created (such as a directory 's3a:')"
+    with pytest.raises(ValueError, match="cannot commit atomically"):
+        read_committed(uri)
+    assert list(tmp_path.iterdir()) == [], "nothing is created (such as a directory 'gs:')"
+
+
+@pytest.mark.parametrize(
+    "uri",
+    ["s3a://bucket/output/orders", "s3://bucket/out/", "abfss://c@account/out", "az://c/out"],
+)
+def test_an_object_store_uri_is_taken_as_it_is_without_a_request(
+    uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("AZURE_STORAGE_ACCOUNT_NAME", "account")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")  # nothing listens there
+
+    assert TransactionalFileSink(uri).output_dir == uri.rstrip("/")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_file_uri_is_its_local_path(tmp_path: Path) -> None:
     target = tmp_path / "out put"
     sink = TransactionalFileSink(target.as_uri())
-    assert sink.output_dir == target
+    assert sink.output_dir == str(target)
     assert (target / "committed").is_dir()

@@ -1,31 +1,35 @@
 """The two-phase-commit protocol of TransactionalFileSink, without Spark: batches are
-written by a stand-in for Spark's JSON writer (conftest.FakeBatch)."""
+encoded and written by a stand-in for Spark's tasks (conftest.FakeBatch). Each test runs on
+the local filesystem, S3 (moto) and Azure Blob Storage (Azurite), unless marked local_only."""
 
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any, cast
 
 import pytest
 
+from helpers.objectstore import StorageRoot
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
+    DATA_DIR,
     STAGING_DIR,
+    BatchRecord,
     CheckpointParticipant,
     TransactionalFileSink,
-    batch_dir_name,
+    batch_record_name,
     latest_values,
-    parse_batch_dir_name,
+    parse_batch_record_name,
     read_committed,
 )
+from spark_checkpoint.sink_storage import OutputStorage
 
 Stage = Callable[[TransactionalFileSink, int, list[dict[str, Any]]], Any]
+NewSink = Callable[[], TransactionalFileSink]
 
 
 def rows_of(batch_id: int, words: str = "a b") -> list[dict[str, Any]]:
@@ -33,28 +37,52 @@ def rows_of(batch_id: int, words: str = "a b") -> list[dict[str, Any]]:
     return [{"word": word, "count": batch_id + 1} for word in words.split()]
 
 
-def tmp_entries(sink: TransactionalFileSink) -> list[str]:
-    return sorted(os.listdir(sink.output_dir / STAGING_DIR / "_tmp"))
+def stored(root: StorageRoot, output_url: str, directory: str) -> list[str]:
+    """Files below `directory` of the output, as the store lists them (hidden ones too)."""
+    return (
+        root.files(f"{output_url}/{directory}") if root.exists(f"{output_url}/{directory}") else []
+    )
+
+
+def record_of(root: StorageRoot, output_url: str, batch_id: int) -> BatchRecord:
+    path = f"{output_url}/{COMMITTED_DIR}/{batch_record_name(batch_id)}"
+    return BatchRecord.from_json(root.read(path), path)
+
+
+def data_objects(root: StorageRoot, output_url: str) -> set[str]:
+    return {f"{DATA_DIR}/{path}" for path in stored(root, output_url, DATA_DIR)}
+
+
+def listed_objects(root: StorageRoot, output_url: str) -> set[str]:
+    """Every data object a commit record lists."""
+    sink = TransactionalFileSink(output_url)
+    return {
+        path
+        for batch_id in sink.committed_batches()
+        for path, _size in record_of(root, output_url, batch_id).files
+    }
 
 
 # --- staging and commit -------------------------------------------------------------------
 
 
 def test_staged_batches_are_invisible_until_their_checkpoint_completes(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     stage(sink, 0, rows_of(0))
     stage(sink, 1, rows_of(1))
 
     assert sink.staged_batches() == [0, 1]
     assert sink.committed_batches() == []
-    assert read_committed(sink.output_dir) == {}
+    assert read_committed(output_url) == {}
 
     sink.on_checkpoint_complete(1)
 
     assert sink.staged_batches() == []
-    assert read_committed(sink.output_dir) == {0: rows_of(0), 1: rows_of(1)}
-    assert tmp_entries(sink) == []
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert stored(output_root, output_url, COMMITTED_DIR) == ["batch-0.json", "batch-1.json"]
+    assert stored(output_root, output_url, STAGING_DIR) == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
 def test_a_checkpoint_commits_only_the_batches_it_covers(
@@ -69,84 +97,116 @@ def test_a_checkpoint_commits_only_the_batches_it_covers(
     assert sink.staged_batches() == [2]
 
 
-def test_commit_is_idempotent(sink: TransactionalFileSink, stage: Stage) -> None:
+def test_commit_is_idempotent(sink: TransactionalFileSink, stage: Stage, output_url: str) -> None:
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(1)
-    before = read_committed(sink.output_dir)
+    before = read_committed(output_url)
 
     sink.on_checkpoint_complete(1)
     sink.on_checkpoint_complete(0)  # an older notification arriving late
 
-    assert read_committed(sink.output_dir) == before
+    assert read_committed(output_url) == before
     assert sink.staged_batches() == [2]
 
 
-def test_commit_renames_in_ascending_batch_order(
+def test_commit_records_are_created_in_ascending_batch_order_and_only_created(
     sink: TransactionalFileSink, stage: Stage, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for batch_id in (10, 2, 7, 0):  # staged out of order: order must come from the ids
         stage(sink, batch_id, rows_of(batch_id))
-    committed: list[str] = []
-    real_rename = os.rename
+    created: list[str] = []
+    real_create, real_write = OutputStorage.create, OutputStorage.write
 
-    def recording_rename(source: Any, target: Any) -> None:
-        if Path(target).parent.name == COMMITTED_DIR:
-            committed.append(Path(target).name)
-        real_rename(source, target)
+    def recording_create(storage: OutputStorage, path: str, data: bytes) -> bool:
+        created.append(path)
+        return real_create(storage, path, data)
 
-    monkeypatch.setattr(os, "rename", recording_rename)
+    def checking_write(storage: OutputStorage, path: str, data: bytes) -> None:
+        assert not path.startswith(COMMITTED_DIR), "a commit record is never replaced"
+        real_write(storage, path, data)
+
+    monkeypatch.setattr(OutputStorage, "create", recording_create)
+    monkeypatch.setattr(OutputStorage, "write", checking_write)
     sink.on_checkpoint_complete(10)
 
-    assert committed == ["batch-0", "batch-2", "batch-7", "batch-10"]
+    assert created == [f"{COMMITTED_DIR}/batch-{b}.json" for b in (0, 2, 7, 10)]
 
 
-def test_a_re_run_batch_replaces_its_staged_output(
-    sink: TransactionalFileSink, stage: Stage
+def test_a_re_run_batch_replaces_its_staged_output_and_its_objects(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     stage(sink, 0, rows_of(0, "first attempt"))
     stage(sink, 0, rows_of(0, "second"))
 
     assert sink.staged_batches() == [0]
     sink.on_checkpoint_complete(0)
-    assert read_committed(sink.output_dir) == {0: rows_of(0, "second")}
-    assert tmp_entries(sink) == []
+    assert read_committed(output_url) == {0: rows_of(0, "second")}
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_partitions_keep_their_order_and_empty_ones_write_no_object(
+    sink: TransactionalFileSink, fake_batch: Any, output_root: StorageRoot, output_url: str
+) -> None:
+    rows = rows_of(0, "a b c d e f")
+    sink.write_batch(fake_batch(rows, partitions=4), 0)
+    sink.write_batch(fake_batch([], partitions=3), 1)
+    sink.on_checkpoint_complete(1)
+
+    assert read_committed(output_url) == {0: rows, 1: []}
+    record = record_of(output_root, output_url, 0)
+    assert [path.rsplit("/", 1)[1][:10] for path, _ in record.files] == [
+        "part-00000",
+        "part-00002",
+        "part-00003",
+    ]
+    assert record_of(output_root, output_url, 1).files == ()
 
 
 def test_a_failed_write_stages_nothing_and_leaves_no_garbage(
-    sink: TransactionalFileSink, stage: Stage, fake_batch: Any
+    sink: TransactionalFileSink,
+    stage: Stage,
+    fake_batch: Any,
+    output_root: StorageRoot,
+    output_url: str,
 ) -> None:
     stage(sink, 0, rows_of(0, "good"))
+    kept = data_objects(output_root, output_url)
 
     with pytest.raises(RuntimeError, match="executor lost"):
         sink.write_batch(fake_batch(rows_of(0, "bad"), fail_after_part=True), 0)
 
-    assert tmp_entries(sink) == []
+    assert data_objects(output_root, output_url) == kept
     sink.on_checkpoint_complete(0)
-    assert read_committed(sink.output_dir) == {0: rows_of(0, "good")}
+    assert read_committed(output_url) == {0: rows_of(0, "good")}
 
 
 # --- restore -------------------------------------------------------------------------------
 
 
 def test_restore_discards_staged_batches_after_it_and_commits_those_it_covers(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink,
+    stage: Stage,
+    new_sink: NewSink,
+    output_root: StorageRoot,
+    output_url: str,
 ) -> None:
     for batch_id in range(5):
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(1)
     # The registry now lists a checkpoint of batch 2, but the crash came before notify.
 
-    restored = TransactionalFileSink(sink.output_dir)
+    restored = new_sink()
     restored.on_restore(2)
 
     assert restored.committed_batches() == [0, 1, 2]
     assert restored.staged_batches() == []
-    assert read_committed(sink.output_dir)[2] == rows_of(2)
+    assert read_committed(output_url)[2] == rows_of(2)
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
 def test_a_fresh_start_discards_every_staged_batch(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
@@ -155,29 +215,35 @@ def test_a_fresh_start_discards_every_staged_batch(
 
     assert sink.staged_batches() == []
     assert sink.committed_batches() == []
+    assert data_objects(output_root, output_url) == set()
 
 
-def test_restore_is_idempotent_and_removes_leftovers_of_interrupted_writes(
-    sink: TransactionalFileSink, stage: Stage
+def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
-    leftover = sink.output_dir / STAGING_DIR / "_tmp" / "batch-3-0123abcd"
-    leftover.mkdir()
-    (leftover / "part-00000.json").write_text('{"word": "partial"')
+    # Attempts killed while their tasks wrote: objects that no record lists.
+    for orphan in (
+        f"{DATA_DIR}/batch-3/{'a' * 32}/part-00000-x.json",
+        f"{DATA_DIR}/batch-1/{'b' * 32}/part-00001-y.json",
+    ):
+        output_root.write(f"{output_url}/{orphan}", b'{"word": "partial"')
 
     sink.on_restore(1)
     sink.on_restore(1)
 
-    assert tmp_entries(sink) == []
     assert sink.committed_batches() == [0, 1]
     assert sink.staged_batches() == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
 
 
 def test_a_replayed_batch_that_is_already_committed_is_not_staged_again(
     sink: TransactionalFileSink,
     stage: Stage,
     fake_batch: Any,
+    output_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     for batch_id in range(3):
@@ -197,82 +263,91 @@ def test_a_replayed_batch_that_is_already_committed_is_not_staged_again(
     assert [replay.writes for replay in replays] == [0, 0]
     assert [replay.noop_runs for replay in replays] == [1, 1]  # computed, output dropped
     assert "batch 2 is already committed; discarding the output of its replay" in caplog.text
-    assert read_committed(sink.output_dir) == {b: rows_of(b) for b in range(4)}
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(4)}
 
 
-def test_a_staged_copy_of_a_committed_batch_is_dropped_on_commit(
-    sink: TransactionalFileSink, stage: Stage
+def test_the_existing_commit_record_wins_over_a_staged_copy_of_another_attempt(
+    sink: TransactionalFileSink,
+    stage: Stage,
+    output_root: StorageRoot,
+    output_url: str,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    stage(sink, 0, rows_of(0))
+    """A staged record of another attempt of a committed batch (written by a driver that
+    was not quite gone): the commit record stays, the other attempt's objects are never
+    visible and are deleted, the committed ones are kept."""
+    stage(sink, 0, rows_of(0, "first"))
     sink.on_checkpoint_complete(0)
-    # Only possible if someone bypassed write_batch; the committed batch must win.
-    committed = sink.output_dir / COMMITTED_DIR / "batch-0"
-    staged = sink.output_dir / STAGING_DIR / "batch-0"
-    staged.mkdir()
-    for path in committed.iterdir():
-        (staged / path.name).write_text("{}\n" if path.name.startswith("part") else "")
+    winner = record_of(output_root, output_url, 0)
+    stage(sink, 1, rows_of(1))
+    loser = BatchRecord(0, "c" * 32, ((f"{DATA_DIR}/batch-0/{'c' * 32}/part-00000-z.json", 3),))
+    output_root.write(f"{output_url}/{loser.files[0][0]}", b"{}\n")
+    output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", loser.to_json())
+    caplog.set_level(logging.WARNING, logger="spark_checkpoint.sink")
 
+    sink.on_checkpoint_complete(1)
+
+    assert "batch 0 is already committed; dropping its staged copy" in caplog.text
+    assert record_of(output_root, output_url, 0) == winner
+    assert read_committed(output_url) == {0: rows_of(0, "first"), 1: rows_of(1)}
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """A crash after the commit record was created and before the staged record was
+    deleted: committing again, or a fresh start discarding staged batches, must not
+    delete the objects the commit record lists."""
+    stage(sink, 0, rows_of(0))
+    staged = output_root.read(f"{output_url}/{STAGING_DIR}/batch-0.json")
+    sink.on_checkpoint_complete(0)
+    output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
+
+    sink.on_restore(None)
+    output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
     sink.on_checkpoint_complete(0)
 
     assert sink.staged_batches() == []
-    assert read_committed(sink.output_dir) == {0: rows_of(0)}
+    assert read_committed(output_url) == {0: rows_of(0)}
 
 
 # --- crashes -------------------------------------------------------------------------------
 
 
 class SimulatedCrash(OSError):
-    """Raised by the patched os.rename in place of the process dying."""
+    """Raised by a patched OutputStorage operation in place of the process dying."""
+
+
+MUTATIONS = ("write", "create", "delete", "write_lines")
 
 
 @pytest.fixture
-def crash_on_rename(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], None]:
-    """``crash_on_rename(n)``: the n-th os.rename from now (0-based) fails, once."""
+def crash_at() -> Iterator[Callable[[int | None], list[str]]]:
+    """``crash_at(n)``: the n-th storage write, create or delete from now (0-based) fails
+    instead of happening (None: none fails); returns the list the calls are recorded in."""
+    patches = pytest.MonkeyPatch()  # its own: undoing it keeps the credentials' variables
 
-    def arm(failing_call: int) -> None:
-        real_rename = os.rename
-        calls = iter(range(10**9))
+    def arm(failing_call: int | None) -> list[str]:
+        patches.undo()
+        calls: list[str] = []
+        for name in MUTATIONS:
+            real = getattr(OutputStorage, name)
 
-        def rename(source: Any, target: Any) -> None:
-            if next(calls) == failing_call:
-                raise SimulatedCrash(f"crash before rename {source} -> {target}")
-            real_rename(source, target)
+            def patched(
+                storage: OutputStorage, *args: Any, _real: Any = real, _name: str = name
+            ) -> Any:
+                if len(calls) == failing_call:
+                    calls.append(f"{_name} (crashed)")
+                    raise SimulatedCrash(f"crash instead of {_name}{args[:1]}")
+                calls.append(_name)
+                return _real(storage, *args)
 
-        monkeypatch.setattr(os, "rename", rename)
+            patches.setattr(OutputStorage, name, patched)
+        return calls
 
-    return arm
-
-
-def test_a_crash_between_commit_renames_leaves_a_prefix_committed_and_a_retry_finishes(
-    sink: TransactionalFileSink, stage: Stage, crash_on_rename: Callable[[int], None]
-) -> None:
-    for batch_id in range(3):
-        stage(sink, batch_id, rows_of(batch_id))
-    crash_on_rename(1)  # batch 0 is renamed, batch 1's rename fails
-
-    with pytest.raises(SimulatedCrash):
-        sink.on_checkpoint_complete(2)
-
-    assert sink.committed_batches() == [0]
-    assert sink.staged_batches() == [1, 2]
-    sink.on_checkpoint_complete(2)
-    assert read_committed(sink.output_dir) == {b: rows_of(b) for b in range(3)}
-
-
-def test_a_crash_while_replacing_a_staged_batch_leaves_it_unstaged_and_a_retry_stages_it(
-    sink: TransactionalFileSink, stage: Stage, crash_on_rename: Callable[[int], None]
-) -> None:
-    stage(sink, 0, rows_of(0, "first"))
-    crash_on_rename(1)  # the old attempt is moved aside, the new one's rename fails
-
-    with pytest.raises(SimulatedCrash):
-        stage(sink, 0, rows_of(0, "second"))
-
-    assert sink.staged_batches() == []  # Spark did not see the batch finish: it re-runs it
-    assert tmp_entries(sink) == []
-    stage(sink, 0, rows_of(0, "second"))
-    sink.on_checkpoint_complete(0)
-    assert read_committed(sink.output_dir) == {0: rows_of(0, "second")}
+    yield arm
+    patches.undo()
 
 
 class Driver:
@@ -292,13 +367,13 @@ class Driver:
     )
     LAST_BATCH = 4
 
-    def __init__(self, output_dir: Path, stage: Stage) -> None:
-        self.output_dir = output_dir
+    def __init__(self, output_url: str, stage: Stage) -> None:
+        self.output_url = output_url
         self.stage = stage
         self.registered: int | None = None
 
     def run(self) -> None:
-        sink = TransactionalFileSink(self.output_dir)
+        sink = TransactionalFileSink(self.output_url)
         sink.on_restore(None)
         for step, batch_id in self.SCRIPT:
             if step == "stage":
@@ -309,7 +384,7 @@ class Driver:
 
     def recover(self) -> None:
         """A new driver restores the registered checkpoint and runs to the end."""
-        sink = TransactionalFileSink(self.output_dir)
+        sink = TransactionalFileSink(self.output_url)
         sink.on_restore(self.registered)
         first = 0 if self.registered is None else self.registered + 1
         for batch_id in range(first, self.LAST_BATCH + 1):
@@ -318,66 +393,53 @@ class Driver:
         sink.on_checkpoint_complete(self.LAST_BATCH)
 
 
-# Renames in Driver.run without a crash; crash point RENAMES means "crashed after the run".
-RENAMES = 11
-
-
-def test_the_crash_points_cover_every_rename_of_the_script(
-    tmp_path: Path, stage: Stage, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    real_rename, calls = os.rename, []
-
-    def counting(source: Any, target: Any) -> None:
-        calls.append((source, target))
-        real_rename(source, target)
-
-    monkeypatch.setattr(os, "rename", counting)
-    Driver(tmp_path / "out", stage).run()
-
-    assert len(calls) == RENAMES
-
-
-@pytest.mark.parametrize("crash_point", range(RENAMES + 1))
-def test_a_crash_at_any_rename_is_consistent_and_recovery_is_exactly_once(
-    tmp_path: Path,
+@pytest.mark.local_only  # minutes on the servers; the property test kills there too
+def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once(
+    output_root: StorageRoot,
+    output_url: str,
     stage: Stage,
-    crash_on_rename: Callable[[int], None],
-    monkeypatch: pytest.MonkeyPatch,
-    crash_point: int,
+    crash_at: Callable[[int | None], list[str]],
 ) -> None:
-    driver = Driver(tmp_path / "out", stage)
-    crash_on_rename(crash_point)
+    steps = crash_at(None)
+    Driver(f"{output_url}/count", stage).run()
+    assert len(steps) > 30, steps  # the writes, creates and deletes of the script
 
-    try:
-        driver.run()
-    except SimulatedCrash:
-        assert crash_point < RENAMES
-    else:
-        assert crash_point == RENAMES
+    for crash_point in range(len(steps) + 1):
+        output = f"{output_url}/crash-{crash_point}"
+        driver = Driver(output, stage)
+        crash_at(crash_point)
+        try:
+            driver.run()
+        except SimulatedCrash:
+            assert crash_point < len(steps)
+        else:
+            assert crash_point == len(steps)
+        crash_at(None)
 
-    committed = read_committed(driver.output_dir)
-    staged = TransactionalFileSink(driver.output_dir).staged_batches()
-    assert not set(committed) & set(staged), "a batch is both staged and committed"
-    assert all(rows == rows_of(b) for b, rows in committed.items()), "a partial batch"
-    registered = -1 if driver.registered is None else driver.registered
-    assert max(committed, default=-1) <= registered, "output ahead of the registry"
+        committed = read_committed(output)
+        staged = TransactionalFileSink(output).staged_batches()
+        assert all(rows == rows_of(b) for b, rows in committed.items()), crash_point
+        registered = -1 if driver.registered is None else driver.registered
+        assert max(committed, default=-1) <= registered, (
+            f"output ahead of the registry at {crash_point}"
+        )
+        assert set(staged) | set(committed) >= set(range(registered + 1)), crash_point
 
-    monkeypatch.undo()  # the new driver runs without crashing
-    driver.recover()
+        driver.recover()
 
-    assert read_committed(driver.output_dir) == {
-        b: rows_of(b) for b in range(Driver.LAST_BATCH + 1)
-    }
-    assert TransactionalFileSink(driver.output_dir).staged_batches() == []
+        assert read_committed(output) == {b: rows_of(b) for b in range(Driver.LAST_BATCH + 1)}
+        assert TransactionalFileSink(output).staged_batches() == []
+        TransactionalFileSink(output).on_restore(Driver.LAST_BATCH)  # the next start
+        assert data_objects(output_root, output) == listed_objects(output_root, output), crash_point
 
 
 # --- concurrency ---------------------------------------------------------------------------
 
 
 def test_notifications_from_another_thread_while_batches_are_staged(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink, stage: Stage, output_url: str
 ) -> None:
-    batches = 40
+    batches = 8
     staged_up_to = -1
     errors: list[BaseException] = []
     done = threading.Event()
@@ -402,33 +464,33 @@ def test_notifications_from_another_thread_while_batches_are_staged(
 
     assert errors == []
     sink.on_checkpoint_complete(batches - 1)
-    assert read_committed(sink.output_dir) == {b: rows_of(b) for b in range(batches)}
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(batches)}
     assert sink.staged_batches() == []
 
 
 def test_concurrent_notifications_of_the_same_checkpoint(
     sink: TransactionalFileSink, stage: Stage
 ) -> None:
-    for batch_id in range(20):
+    for batch_id in range(8):
         stage(sink, batch_id, rows_of(batch_id))
-    start = threading.Barrier(8)
+    start = threading.Barrier(4)
     errors: list[BaseException] = []
 
     def notify() -> None:
         start.wait()
         try:
-            sink.on_checkpoint_complete(19)
+            sink.on_checkpoint_complete(7)
         except BaseException as error:  # pragma: no cover - reported below
             errors.append(error)
 
-    threads = [threading.Thread(target=notify) for _ in range(8)]
+    threads = [threading.Thread(target=notify) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
 
     assert errors == []
-    assert sink.committed_batches() == list(range(20))
+    assert sink.committed_batches() == list(range(8))
 
 
 # --- reading the output --------------------------------------------------------------------
@@ -440,8 +502,9 @@ def _commit(sink: TransactionalFileSink, stage: Stage, batches: dict[int, list[A
     sink.on_checkpoint_complete(max(batches))
 
 
+@pytest.mark.local_only
 def test_latest_values_takes_each_key_from_the_highest_committed_batch(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink, stage: Stage, output_url: str
 ) -> None:
     _commit(
         sink,
@@ -454,24 +517,26 @@ def test_latest_values_takes_each_key_from_the_highest_committed_batch(
     )
     stage(sink, 3, [{"word": "a", "count": 99}])  # staged only: not visible
 
-    assert latest_values(sink.output_dir, "word") == {
+    assert latest_values(output_url, "word") == {
         "a": {"word": "a", "count": 3},
         "b": {"word": "b", "count": 1},
         "c": {"word": "c", "count": 1},
     }
 
 
+@pytest.mark.local_only
 def test_latest_values_keys_non_string_values_by_their_json(
-    sink: TransactionalFileSink, stage: Stage
+    sink: TransactionalFileSink, stage: Stage, output_url: str
 ) -> None:
     _commit(sink, stage, {0: [{"id": 5, "v": 1}], 1: [{"id": 5, "v": 2}, {"id": 6, "v": 1}]})
 
-    assert latest_values(sink.output_dir, "id") == {
+    assert latest_values(output_url, "id") == {
         "5": {"id": 5, "v": 2},
         "6": {"id": 6, "v": 1},
     }
 
 
+@pytest.mark.local_only
 @pytest.mark.parametrize(
     ("rows", "message"),
     [
@@ -481,43 +546,107 @@ def test_latest_values_keys_non_string_values_by_their_json(
     ],
 )
 def test_latest_values_rejects_output_no_update_mode_aggregation_writes(
-    sink: TransactionalFileSink, stage: Stage, rows: list[dict[str, Any]], message: str
+    sink: TransactionalFileSink,
+    stage: Stage,
+    output_url: str,
+    rows: list[dict[str, Any]],
+    message: str,
 ) -> None:
     _commit(sink, stage, {0: rows})
 
     with pytest.raises(ValueError, match=message):
-        latest_values(sink.output_dir, "word")
+        latest_values(output_url, "word")
 
 
-def test_reading_a_missing_output_directory_gives_nothing(tmp_path: Path) -> None:
-    assert read_committed(tmp_path / "nothing") == {}
-    assert latest_values(tmp_path / "nothing", "word") == {}
+def test_reading_a_missing_output_directory_gives_nothing(output_url: str) -> None:
+    assert read_committed(f"{output_url}/nothing") == {}
+    assert latest_values(f"{output_url}/nothing", "word") == {}
 
 
-def test_read_committed_ignores_hidden_files_and_non_batch_directories(
-    sink: TransactionalFileSink, stage: Stage
+def test_the_reader_reads_only_what_commit_records_list(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     _commit(sink, stage, {0: rows_of(0)})
-    committed = sink.output_dir / COMMITTED_DIR
-    (committed / "batch-01").mkdir()  # not canonical
-    (committed / "notes").mkdir()
-    (committed / "batch-0" / "_metadata").write_text("not json")
+    attempt = record_of(output_root, output_url, 0).attempt
+    for stray in (
+        f"{COMMITTED_DIR}/batch-01.json",  # not canonical
+        f"{COMMITTED_DIR}/notes",
+        f"{DATA_DIR}/batch-0/{attempt}/part-00009-unlisted.json",
+        f"{DATA_DIR}/batch-1/{'d' * 32}/part-00000-x.json",
+        f"{STAGING_DIR}/batch-1.json",
+    ):
+        output_root.write(f"{output_url}/{stray}", b'{"word": "stray", "count": 1}\n')
 
-    assert read_committed(sink.output_dir) == {0: rows_of(0)}
+    assert read_committed(output_url) == {0: rows_of(0)}
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("delete", "listed by committed batch 0, missing"),
+        ("truncate", "committed batch 0 lists 2[0-9] bytes, found 3"),
+    ],
+)
+def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
+    sink: TransactionalFileSink,
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    damage: str,
+    message: str,
+) -> None:
+    _commit(sink, stage, {0: [{"word": "a", "count": 1}]})
+    (path, _size) = record_of(output_root, output_url, 0).files[0]
+    if damage == "delete":
+        output_root.delete(f"{output_url}/{path}")
+    else:
+        output_root.write(f"{output_url}/{path}", b"{}\n")
+
+    with pytest.raises(ValueError, match=message) as error:
+        read_committed(output_url)
+    assert path.rsplit("/", 1)[1] in str(error.value)
+
+
+@pytest.mark.local_only
+@pytest.mark.parametrize(
+    ("document", "reason"),
+    [
+        (b"not json", "not a batch record: Expecting value"),
+        (b'{"format": 2, "batch": 0, "attempt": "", "files": []}', "format 2 is not 1"),
+        (b'{"format": 1, "batch": 0, "files": []}', "no field 'attempt'"),
+        (
+            b'{"format": 1, "batch": 0, "attempt": "' + b"a" * 32 + b'", "files": '
+            b'[{"path": "../../etc/passwd", "size": 1}]}',
+            "is not an object of _data/batch-0/",
+        ),
+    ],
+)
+def test_a_malformed_commit_record_is_an_error_naming_it(
+    output_root: StorageRoot, output_url: str, document: bytes, reason: str
+) -> None:
+    output_root.write(f"{output_url}/{COMMITTED_DIR}/batch-0.json", document)
+
+    with pytest.raises(ValueError, match=reason) as error:
+        read_committed(output_url)
+    assert str(error.value).startswith(
+        f"{output_url.removeprefix('file://')}/committed/batch-0.json: "
+    )
 
 
 # --- names, types, imports -----------------------------------------------------------------
 
 
-def test_batch_directory_names_are_canonical() -> None:
-    assert batch_dir_name(0) == "batch-0"
-    assert batch_dir_name(12) == "batch-12"
-    assert parse_batch_dir_name("batch-12") == 12
-    assert parse_batch_dir_name("batch-0") == 0
-    for name in ("batch-012", "batch--1", "batch-1 ", "batch-", "chk-1", "batch-1\n"):
-        assert parse_batch_dir_name(name) is None, name
+def test_batch_record_names_are_canonical() -> None:
+    assert batch_record_name(0) == "batch-0.json"
+    assert batch_record_name(12) == "batch-12.json"
+    assert parse_batch_record_name("batch-12.json") == 12
+    assert parse_batch_record_name("batch-0.json") == 0
+    for name in ("batch-012.json", "batch--1.json", "batch-1", "batch-.json", "batch-1.json\n"):
+        assert parse_batch_record_name(name) is None, name
 
 
+@pytest.mark.local_only
 @pytest.mark.parametrize("bad", [-1, True, 1.0, "1"])
 def test_batch_ids_must_be_non_negative_integers(sink: TransactionalFileSink, bad: object) -> None:
     with pytest.raises(ValueError, match="non-negative integer"):
@@ -526,6 +655,7 @@ def test_batch_ids_must_be_non_negative_integers(sink: TransactionalFileSink, ba
         sink.on_restore(cast(int, bad))
 
 
+@pytest.mark.local_only
 def test_the_sink_is_a_checkpoint_participant(sink: TransactionalFileSink) -> None:
     assert isinstance(sink, CheckpointParticipant)
 

@@ -1,10 +1,14 @@
-"""TransactionalFileSink with real Spark (local mode): batch DataFrames written by Spark's
-JSON writer, and streaming word counts whose committed output is compared with a ground
-truth computed without Spark, including a restore and a fallback to an older checkpoint."""
+"""TransactionalFileSink with real Spark (local mode): batch DataFrames encoded by Spark and
+written by its tasks, and streaming word counts whose committed output is compared with a
+ground truth computed without Spark, including a restore and a fallback to an older
+checkpoint. Each runs with the output on the local filesystem, S3 and Azure; the tasks get
+the store's credentials as executors do, from the executor environment
+(``spark.executorEnv.*``, here `SparkContext.environment`)."""
 
 from __future__ import annotations
 
 import shutil
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -12,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from helpers.objectstore import StorageRoot
 from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
 pytestmark = pytest.mark.spark
@@ -24,6 +29,9 @@ INPUT_SCHEMA = "word STRING, n INT"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
+    # Tasks run this interpreter (its packages: the sink's writer), as the runtime's do.
+    environment = pytest.MonkeyPatch()
+    environment.setenv("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master("local[2]")
         .appName("tests-sink")
@@ -37,32 +45,57 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    environment.undo()
+
+
+@pytest.fixture
+def executor_env(spark: Any, output_root: StorageRoot) -> Iterator[None]:
+    """The output root's credentials in the executors' environment, for this test."""
+    environment = spark.sparkContext.environment
+    saved = dict(environment)
+    environment.update(output_root.environment)
+    yield
+    environment.clear()
+    environment.update(saved)
 
 
 def _sorted(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(rows, key=lambda row: sorted(row.items()))
 
 
-def test_spark_writes_the_staged_batch_and_commit_publishes_it(spark: Any, tmp_path: Path) -> None:
+def test_a_local_output_directory_is_the_path_given(spark: Any, tmp_path: Path) -> None:
     sink = TransactionalFileSink(str(tmp_path / "out put %41"))  # Hadoop paths are not URIs
-    rows = [{"word": f"w{i}", "count": i} for i in range(10)]
-    batch = spark.createDataFrame(rows, "word STRING, count LONG").repartition(3)
+    sink.write_batch(spark.createDataFrame([("a", 1)], "word STRING, count LONG"), 0)
+    sink.on_checkpoint_complete(0)
+
+    assert read_committed(tmp_path / "out put %41") == {0: [{"word": "a", "count": 1}]}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out put %41"]
+
+
+@pytest.mark.usefixtures("executor_env")
+def test_spark_writes_the_staged_batch_and_commit_publishes_it(spark: Any, output_url: str) -> None:
+    sink = TransactionalFileSink(output_url)
+    rows = [{"word": f"w{i}", "count": i, "note": None} for i in range(10)]
+    batch = spark.createDataFrame(rows, "word STRING, count LONG, note STRING").repartition(3)
 
     sink.write_batch(batch, 0)
 
     assert sink.staged_batches() == [0]
-    assert read_committed(sink.output_dir) == {}
+    assert read_committed(output_url) == {}
     sink.on_checkpoint_complete(0)
-    committed = read_committed(sink.output_dir)
+    committed = read_committed(output_url)
     assert list(committed) == [0]
-    assert _sorted(committed[0]) == _sorted(rows)
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["out put %41"]
+    # Spark's JSON encoding: null fields are left out, as its JSON writer does.
+    assert _sorted(committed[0]) == _sorted(
+        [{"word": r["word"], "count": r["count"]} for r in rows]
+    )
 
 
+@pytest.mark.usefixtures("executor_env")
 def test_a_re_run_replaces_the_staged_batch_and_a_committed_batch_is_not_rewritten(
-    spark: Any, tmp_path: Path
+    spark: Any, output_url: str
 ) -> None:
-    sink = TransactionalFileSink(str(tmp_path / "out"))
+    sink = TransactionalFileSink(output_url)
     first = spark.createDataFrame([("a", 1)], "word STRING, count LONG")
     second = spark.createDataFrame([("b", 2)], "word STRING, count LONG")
 
@@ -72,7 +105,7 @@ def test_a_re_run_replaces_the_staged_batch_and_a_committed_batch_is_not_rewritt
     sink.write_batch(first, 0)  # a replay of the committed batch
 
     assert sink.staged_batches() == []
-    assert read_committed(sink.output_dir) == {0: [{"word": "b", "count": 2}]}
+    assert read_committed(output_url) == {0: [{"word": "b", "count": 2}]}
 
 
 def _run_wordcount(spark: Any, input_dir: Path, checkpoint: Path, sink: Any) -> list[int]:
@@ -99,10 +132,15 @@ def _run_wordcount(spark: Any, input_dir: Path, checkpoint: Path, sink: Any) -> 
     return [progress["batchId"] for progress in query.recentProgress]
 
 
+@pytest.mark.usefixtures("executor_env")
 def test_committed_word_counts_equal_the_ground_truth(
-    spark: Any, tmp_path: Path, generate_input: ModuleType, ground_truth: ModuleType
+    spark: Any,
+    tmp_path: Path,
+    output_url: str,
+    generate_input: ModuleType,
+    ground_truth: ModuleType,
 ) -> None:
-    input_dir, output_dir = tmp_path / "input", tmp_path / "out"
+    input_dir, output_dir = tmp_path / "input", output_url
     generate_input.generate(input_dir, files=3, lines=400, seed=7, start_index=0)
     sink = TransactionalFileSink(str(output_dir))
     sink.on_restore(None)
@@ -117,15 +155,20 @@ def test_committed_word_counts_equal_the_ground_truth(
     expected = ground_truth.expected_counts(input_dir)
     assert ground_truth.committed_counts(output_dir) == expected
     assert sum(expected.values()) == 3 * 400
-    assert ground_truth.main([str(input_dir), str(output_dir)]) == 0
+    assert ground_truth.main([str(input_dir), output_dir]) == 0
 
 
+@pytest.mark.usefixtures("executor_env")
 def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
-    spark: Any, tmp_path: Path, generate_input: ModuleType, ground_truth: ModuleType
+    spark: Any,
+    tmp_path: Path,
+    output_url: str,
+    generate_input: ModuleType,
+    ground_truth: ModuleType,
 ) -> None:
     """Copies of the stopped query's checkpoint location stand in for registered
     checkpoints; each restore starts a fresh query on a fresh copy."""
-    input_dir, output_dir, live = tmp_path / "input", tmp_path / "out", tmp_path / "live"
+    input_dir, output_dir, live = tmp_path / "input", output_url, tmp_path / "live"
     registered: dict[int, Path] = {}
 
     def register(batch_id: int) -> None:  # registry updated, then the sink is notified

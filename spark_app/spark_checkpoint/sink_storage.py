@@ -1,0 +1,246 @@
+"""Where `TransactionalFileSink` keeps its output: one directory on a local filesystem, S3
+or Azure Blob Storage, reached through fsspec, with the one operation a commit needs that
+an object store has and a rename-based design lacks: a create-only write.
+
+`OutputStorage` works on paths relative to the output directory (``committed/batch-3.json``).
+The driver uses it for records and garbage collection; Spark's executors use
+`write_partition` to write data objects, each opening the same directory from its URL.
+
+Create-only writes (`OutputStorage.create`), each atomic with respect to a reader and to
+another writer of the same name:
+
+- local filesystem: the bytes go to a temporary file, are fsynced, and the file is
+  hard-linked to its final name (``link(2)`` fails when the name exists), then the
+  directory is fsynced;
+- S3 (s3fs): ``PutObject`` with ``If-None-Match: *``;
+- Azure Blob Storage (adlfs): ``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``).
+
+A refused create raises FileExistsError in both libraries. Other fsspec filesystems are
+refused when the sink is created: fsspec's generic create-only write checks and then
+writes, which is not atomic.
+
+Importing this module does not import pyspark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import itertools
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import Any
+from urllib.request import url2pathname
+
+from fsspec.core import url_to_fs
+
+__all__ = ["OutputStorage", "write_partition"]
+
+_URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
+# fsspec protocols whose create-only write is atomic (see the module docstring).
+_OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "abfs", "abfss", "az"})
+_FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
+
+
+def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
+    """The output directory as fsspec's URL (an absolute path when local), and whether it
+    is local. Refuses what has no atomic create-only write, before anything is written:
+    a URI of such a filesystem would otherwise become a local directory named after its
+    scheme (``gs:/bucket/...``)."""
+    text = os.fspath(output_dir)
+    uri = _URI.fullmatch(text)
+    if uri is None:
+        return os.path.abspath(text), True
+    scheme = uri["scheme"].lower()
+    if scheme == "file" and uri["authority"] in ("", "localhost"):
+        return os.path.abspath(url2pathname(uri["path"])), True
+    if scheme in _OBJECT_STORE_SCHEMES and uri["authority"]:
+        return text.rstrip("/"), False
+    raise ValueError(
+        f"TransactionalFileSink cannot commit atomically to {text!r}: its output must be a "
+        "local path (on a cluster a volume every executor mounts at the same path), an "
+        "s3:// or s3a:// URI, or an abfs://, abfss:// or az:// URI"
+    )
+
+
+class OutputStorage:
+    """One sink's output directory. Paths are relative to it, ``/``-separated.
+
+    A missing file reads as ``None`` and a missing directory lists as empty; deleting what
+    is already gone is not an error, so every step can be repeated after a crash.
+    Listings bypass fsspec's listings cache: another driver may have changed the store.
+    """
+
+    def __init__(self, output_dir: str | os.PathLike[str]) -> None:
+        self.url, self.is_local = _output_url(output_dir)
+        fs, root = url_to_fs(self.url, use_listings_cache=False)
+        self._fs: Any = fs
+        self._root = root.rstrip("/")
+
+    def native(self, path: str) -> str:
+        """`path` as the filesystem's own path."""
+        return f"{self._root}/{path}" if path else self._root
+
+    def read(self, path: str) -> bytes | None:
+        """The content of the file at `path`, or None if there is none."""
+        try:
+            data: bytes = self._fs.cat_file(self.native(path))
+        except FileNotFoundError:
+            return None
+        return data
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs.exists(self.native(path)))
+
+    def write(self, path: str, data: bytes) -> None:
+        """Write `path` atomically, replacing what is there."""
+        native = self.native(path)
+        if self.is_local:
+            temporary = self._write_temporary(native, data)
+            os.replace(temporary, native)
+            _fsync_directory(os.path.dirname(native))
+        else:
+            self._fs.pipe_file(native, data)
+
+    def create(self, path: str, data: bytes) -> bool:
+        """Create `path` with `data` unless it exists, atomically (see the module
+        docstring); True if this call created it."""
+        native = self.native(path)
+        if not self.is_local:
+            try:
+                self._fs.pipe_file(native, data, mode="create")
+            except FileExistsError:
+                return False
+            return True
+        temporary = self._write_temporary(native, data)
+        try:
+            os.link(temporary, native)
+        except FileExistsError:
+            return False
+        finally:
+            os.unlink(temporary)
+        _fsync_directory(os.path.dirname(native))
+        return True
+
+    def list_names(self, directory: str) -> list[str]:
+        """Names of the entries (files and subdirectories) directly in `directory`."""
+        try:
+            entries = self._fs.ls(self.native(directory), detail=False)
+        except FileNotFoundError:
+            return []
+        return sorted({entry.rstrip("/").rsplit("/", 1)[-1] for entry in entries})
+
+    def find(self, directory: str) -> list[str]:
+        """Paths (relative to the output directory) of every file below `directory`."""
+        base = self.native(directory).rstrip("/")
+        try:
+            found = self._fs.find(base)
+        except FileNotFoundError:
+            return []
+        prefix = base[len(self._root) + 1 :]
+        return sorted(f"{prefix}/{entry[len(base) + 1 :]}" for entry in found)
+
+    def delete(self, paths: Iterable[str]) -> None:
+        """Delete the files `paths`; on a local filesystem also the directories left empty."""
+        natives = [self.native(path) for path in paths]
+        if not natives:
+            return
+        if not self.is_local:
+            with contextlib.suppress(FileNotFoundError):
+                self._fs.rm(natives)
+            return
+        for native in natives:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(native)
+        for directory in sorted({os.path.dirname(native) for native in natives}, reverse=True):
+            _remove_empty_directories(directory, stop=self._root)
+
+    def write_lines(self, path: str, lines: Iterable[str]) -> int:
+        """Write a new file `path` of `lines`, each ended by a newline; its size. Not
+        atomic on a local filesystem (only a record makes the file part of the output),
+        but durable there once this returns."""
+        native = self.native(path)
+        size = 0
+        if self.is_local:
+            os.makedirs(os.path.dirname(native), exist_ok=True)
+            with open(native, "xb") as target:
+                for line in lines:
+                    size += target.write((line + "\n").encode("utf-8"))
+                target.flush()
+                os.fsync(target.fileno())
+        else:
+            with self._fs.open(native, "wb") as target:
+                for line in lines:
+                    size += target.write((line + "\n").encode("utf-8"))
+        return size
+
+    def sync_tree(self, directory: str) -> None:
+        """Make the names of the files below `directory` durable (`write_lines` flushed
+        their bytes). Only a local filesystem needs it: an upload is durable once done."""
+        if not self.is_local:
+            return
+        for parent, _dirs, _files in os.walk(self.native(directory), topdown=False):
+            _fsync_directory(parent)
+        _fsync_directory(os.path.dirname(self.native(directory)))
+
+    def _write_temporary(self, native: str, data: bytes) -> str:
+        """A fsynced file holding `data`, hidden next to `native` (same filesystem)."""
+        directory, name = os.path.split(native)
+        os.makedirs(directory, exist_ok=True)
+        temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        try:
+            with open(temporary, "xb") as target:
+                target.write(data)
+                target.flush()
+                os.fsync(target.fileno())
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
+        return temporary
+
+
+def write_partition(
+    output_url: str, directory: str, partition: int, lines: Iterator[str]
+) -> list[tuple[str, int]]:
+    """Write one partition's JSON lines as one object in `directory` (runs in a Spark task).
+
+    Returns ``[(path, size)]``, or ``[]`` for an empty partition (no object). The name is
+    unique per task attempt, so a retried task never writes over an object a finished
+    attempt reported; what a failed attempt leaves is garbage no record lists.
+    """
+    first = next(lines, None)
+    if first is None:
+        return []
+    path = f"{directory}/part-{partition:05d}-{uuid.uuid4().hex}.json"
+    size = OutputStorage(output_url).write_lines(path, itertools.chain([first], lines))
+    return [(path, size)]
+
+
+def _remove_empty_directories(directory: str, stop: str) -> None:
+    """Remove `directory` and its parents up to (not including) `stop` while empty."""
+    while directory.startswith(stop + "/"):
+        try:
+            os.rmdir(directory)
+        except OSError:
+            return
+        _fsync_directory(os.path.dirname(directory))
+        directory = os.path.dirname(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    """Make the names in `directory` durable. Skipped where directories cannot be opened
+    or flushed (Windows; filesystems answering EINVAL), which offer no other way."""
+    try:
+        descriptor = os.open(directory, os.O_RDONLY)
+    except (PermissionError, IsADirectoryError, FileNotFoundError):
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError as error:
+        if error.errno not in _FSYNC_UNSUPPORTED_ERRNOS:
+            raise
+    finally:
+        os.close(descriptor)
