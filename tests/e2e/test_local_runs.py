@@ -361,7 +361,8 @@ def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path:
     taken = control("savepoint")
     assert taken.returncode == 0, taken.stderr
     chosen = int(taken.stdout.split()[1])
-    assert control("status").stdout.startswith("job default/wordcount: Running")
+    header, row = (line.split() for line in control("status").stdout.splitlines())
+    assert header[:2] == ["JOB", "PHASE"] and row[:2] == ["default/wordcount", "Running"]
     stopped = control("stop")
     assert stopped.returncode == 0, stopped.stderr
     assert first.wait() == 0
