@@ -23,9 +23,17 @@ from typing import IO, Any
 
 from prometheus_client import REGISTRY
 
+from spark_checkpoint.janitor_commands import (
+    JANITOR_MODULE,
+    CollectGarbage,
+    DiscardCheckpoint,
+    DiscardSavepoint,
+    JanitorCommand,
+    janitor_environment,
+)
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import DriverSettings
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.control import ControlPaths, serve_controls
 from spark_checkpoint_operator.coordinator import (
@@ -157,13 +165,7 @@ class LocalLauncher:
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.
         command = driver_command(application, sys.executable)
-        # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
-        # interpreter, so they see the packages the driver sees, unless told otherwise.
-        environment = {"PYSPARK_PYTHON": sys.executable, **os.environ}
-        # A Secret's variable is the run's own (`require_secret_variables`).
-        environment.update(
-            {v.name: v.value for v in self._manifest.spec.driver_env if v.secret is None}
-        )
+        environment = driver_environment(self._manifest)
         environment.update(settings.to_environment(self._paths.token_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
@@ -185,24 +187,58 @@ class LocalLauncher:
         return driver
 
 
+def driver_environment(manifest: JobManifest) -> dict[str, str]:
+    """What a local driver, and the runtime's own storage work, run with: the run's
+    environment and the manifest's literal variables (a Secret's are the run's own,
+    `require_secret_variables`): storage credentials may be in either."""
+    return {
+        # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
+        # interpreter, so they see the packages the driver sees, unless told otherwise.
+        "PYSPARK_PYTHON": sys.executable,
+        **os.environ,
+        **{v.name: v.value for v in manifest.spec.driver_env if v.secret is None},
+    }
+
+
 class LocalJanitor:
-    def __init__(self, storage: CheckpointStorage) -> None:
-        self._storage = storage
+    """Storage work while no driver runs, as on Kubernetes: the janitor
+    (`spark_checkpoint.janitor`) in a process with the driver's environment, which holds
+    the storage credentials."""
+
+    def __init__(self, manifest: JobManifest, storage_root: str) -> None:
+        self._environment = {
+            **driver_environment(manifest),
+            **janitor_environment(manifest.namespace, manifest.name, storage_root),
+        }
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        await self._run(self._storage.discard_checkpoint, checkpoint_id, retained)
+        await self._run(DiscardCheckpoint(checkpoint_id, tuple(retained)))
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        await self._run(self._storage.discard_savepoint, savepoint_id)
+        await self._run(DiscardSavepoint(savepoint_id))
 
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
-        await self._run(self._storage.collect_garbage, checkpoints, savepoints)
+        await self._run(CollectGarbage(tuple(checkpoints), tuple(savepoints)))
 
-    async def _run(self, operation: Callable[..., object], *args: object) -> None:
+    async def _run(self, command: JanitorCommand) -> None:
         try:
-            await asyncio.to_thread(operation, *args)
-        except (StorageError, OSError) as error:
-            raise CleanupFailed(f"{operation.__name__}: {error}") from error
+            process = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                JANITOR_MODULE,
+                *command.arguments(),
+                env=self._environment,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+            )
+            output, _ = await process.communicate()
+        except OSError as error:
+            raise CleanupFailed(f"{command.NAME}: {error}") from error
+        if process.returncode != 0:
+            lines = output.decode(errors="replace").strip().splitlines()
+            reason = lines[-1] if lines else f"exit code {process.returncode}"
+            raise CleanupFailed(f"{command.NAME}: {reason}")
 
 
 def load_record(paths: LocalPaths) -> JobRecord:
@@ -333,7 +369,7 @@ async def _run_locked(
         config=manifest.coordinator_config(),
         restart_policy=manifest.spec.restart_policy,
         launcher=launcher,
-        janitor=LocalJanitor(storage),
+        janitor=LocalJanitor(manifest, storage_root),
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
@@ -341,7 +377,7 @@ async def _run_locked(
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
         agent_start_timeout=agent_start_timeout,
         driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
-        restorable_check=local_restorable_check(manifest, layout),
+        restorable_check=local_restorable_check(manifest, layout, driver_environment(manifest)),
     )
 
     # shutdown.drain: process all available input before the savepoint (stop --drain).

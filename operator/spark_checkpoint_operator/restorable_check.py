@@ -5,6 +5,7 @@ the control plane never imports pyspark)."""
 import asyncio
 import contextlib
 import sys
+from collections.abc import Mapping
 
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
@@ -26,15 +27,18 @@ def restorable_command(layout: JobStorageLayout, images: list[str]) -> list[str]
 
 
 class LocalRestorableCheck:
-    """Runs the check as a subprocess of the runtime, which can reach storage."""
+    """Runs the check as a subprocess of the runtime, with the driver's environment (its
+    storage credentials)."""
 
-    def __init__(self, layout: JobStorageLayout) -> None:
+    def __init__(self, layout: JobStorageLayout, environment: Mapping[str, str]) -> None:
         self._layout = layout
+        self._environment = dict(environment)
 
     async def problems(self, image: str) -> list[str]:
         try:
             process = await asyncio.create_subprocess_exec(
                 *restorable_command(self._layout, [image]),
+                env=self._environment,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -58,7 +62,9 @@ class LocalRestorableCheck:
 
 
 def local_restorable_check(
-    manifest: JobManifest, layout: JobStorageLayout
+    manifest: JobManifest, layout: JobStorageLayout, environment: Mapping[str, str]
 ) -> LocalRestorableCheck | None:
     """The check of a local run; None (no check) unless checkpointing.verifyRestorable."""
-    return LocalRestorableCheck(layout) if manifest.spec.checkpointing.verify_restorable else None
+    if not manifest.spec.checkpointing.verify_restorable:
+        return None
+    return LocalRestorableCheck(layout, environment)

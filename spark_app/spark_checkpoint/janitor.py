@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from spark_checkpoint.janitor_commands import (
+    JANITOR_SETTINGS,
     CollectGarbage,
     DiscardCheckpoint,
     DiscardSavepoint,
@@ -46,7 +47,7 @@ from spark_checkpoint.storage import (
 
 def main(argv: Sequence[str] | None = None) -> int:
     command = parse(argv)
-    names = ["NAMESPACE", "JOB", "STORAGE"]
+    names = list(JANITOR_SETTINGS)
     if isinstance(command, RemoveLiveDirectory):
         names.append("LIVE_ROOT")
     settings = {name: os.environ.get(PREFIX + name, "") for name in names}

@@ -13,8 +13,16 @@ from typing import ClassVar
 
 from spark_checkpoint.protocol import CheckpointKind
 from spark_checkpoint.restorable_report import parse_image
+from spark_checkpoint.settings import PREFIX
 
 JANITOR_MODULE = "spark_checkpoint.janitor"
+# The job a janitor works on comes from its environment (a cleanup pod's, or a local run's).
+JANITOR_SETTINGS = ("NAMESPACE", "JOB", "STORAGE")
+
+
+def janitor_environment(namespace: str, job: str, storage: str) -> dict[str, str]:
+    values = dict(zip(JANITOR_SETTINGS, (namespace, job, storage), strict=True))
+    return {PREFIX + name: value for name, value in values.items()}
 
 
 def _id(text: str) -> int:

@@ -126,10 +126,10 @@ def test_with_the_setting_off_nothing_is_checked(tmp_path: Path) -> None:
     layout = JobStorageLayout(tmp_path.as_uri(), "default", "job")
     default = parse_manifest(yaml.safe_dump(document))
     assert default.spec.checkpointing.verify_restorable is False
-    assert local_restorable_check(default, layout) is None
+    assert local_restorable_check(default, layout, {}) is None
     document["spec"]["checkpointing"] = {"verifyRestorable": True}
     enabled = parse_manifest(yaml.safe_dump(document))
-    assert isinstance(local_restorable_check(enabled, layout), LocalRestorableCheck)
+    assert isinstance(local_restorable_check(enabled, layout, {}), LocalRestorableCheck)
 
 
 def test_the_report_of_the_check_is_read_from_its_last_line() -> None:

@@ -14,7 +14,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint.janitor_commands import JanitorCommand, VerifyRestorable, command_line
+from spark_checkpoint.janitor_commands import (
+    JanitorCommand,
+    VerifyRestorable,
+    command_line,
+    janitor_environment,
+)
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import PREFIX, DriverSettings
 from spark_checkpoint_operator.driver_command import (
@@ -293,9 +298,12 @@ def _janitor_pod(
         "command": command_line(command),
         "env": [
             *_env(spec.driver_env),
-            {"name": f"{PREFIX}NAMESPACE", "value": manifest.namespace},
-            {"name": f"{PREFIX}JOB", "value": manifest.name},
-            {"name": f"{PREFIX}STORAGE", "value": storage},
+            *(
+                {"name": name, "value": value}
+                for name, value in janitor_environment(
+                    manifest.namespace, manifest.name, storage
+                ).items()
+            ),
             *environment,
         ],
         "resources": resources,

@@ -1,0 +1,95 @@
+"""A local run whose storage is on S3 (moto's server) with the credentials only in the
+manifest's env: the driver writes its images with them, and the runtime's own storage work
+(discarding what retention drops, collecting garbage after the driver stopped) uses them
+too: the janitor runs with the driver's environment, as in a cleanup pod."""
+
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import fsspec
+import yaml
+
+from helpers.fake_query import write_job
+from helpers.objectstore import S3Server
+from helpers.script_job import wait_until_gone
+
+
+def _cli(directory: Path, *args: str) -> "subprocess.CompletedProcess[str]":
+    # The run's own environment has no storage credentials.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    return subprocess.run(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", *args],
+        cwd=directory,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_retention_discards_on_s3_with_the_manifests_credentials(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    root = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
+    manifest_path = write_job(tmp_path, interval="200ms")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    manifest["spec"]["checkpointing"].update({"storage": root, "retained": 1})
+    manifest["spec"]["application"]["env"] = [
+        {"name": name, "value": value} for name, value in s3_server.environment().items()
+    ]
+    manifest_path.write_text(yaml.safe_dump(manifest))
+    env = s3_server.environment()
+    s3 = fsspec.filesystem(
+        "s3",
+        skip_instance_cache=True,
+        use_listings_cache=False,
+        endpoint_url=s3_server.endpoint,
+        key=env["AWS_ACCESS_KEY_ID"],
+        secret=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    job_root = f"{root}/default/probe".removeprefix("s3://")
+
+    def checkpoints() -> list[str]:
+        if not s3.exists(job_root):
+            return []
+        return sorted(
+            p for p in s3.ls(job_root, detail=False) if p.rsplit("/", 1)[1].startswith("chk-")
+        )
+
+    started = _cli(tmp_path, "run", "-f", "job.yaml", "--detach")
+    assert started.returncode == 0, started.stderr
+    runtime = int((tmp_path / ".spark-checkpoint" / "default" / "probe" / "run.lock").read_text())
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            status = _cli(tmp_path, "status", "-f", "job.yaml", "-o", "json")
+            last = (
+                yaml.safe_load(status.stdout or "{}").get("lastCheckpoint")
+                if status.returncode == 0
+                else None
+            )
+            if last is not None and last["id"] >= 5:
+                break
+            assert time.monotonic() < deadline, status.stdout + status.stderr
+            time.sleep(0.2)
+        # Retention keeps one: the ones before it are discarded from S3 (not at once).
+        while len(checkpoints()) > 2:
+            log = tmp_path / ".spark-checkpoint" / "default" / "probe" / "logs" / "runtime.log"
+            assert time.monotonic() < deadline, (checkpoints(), log.read_text()[-2000:])
+            time.sleep(0.2)
+        stopped = _cli(tmp_path, "stop", "-f", "job.yaml")
+        assert stopped.returncode == 0, stopped.stderr
+    finally:
+        _cli(tmp_path, "cancel", "-f", "job.yaml")
+        wait_until_gone(runtime)
+    log = (
+        tmp_path / ".spark-checkpoint" / "default" / "probe" / "logs" / "runtime.log"
+    ).read_text()
+    # The garbage collection after the stop found them too (its failure would be a line).
+    assert "cleanup failed" not in log and "NoCredentialsError" not in log, log
+    assert "Suspended: " in log
