@@ -5,7 +5,6 @@ too: the janitor runs with the driver's environment, as in a cleanup pod."""
 
 import os
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import fsspec
 import yaml
 
-from helpers.fake_query import write_job
+from helpers.fake_query import run_cli, write_job
 from helpers.objectstore import S3Server
 from helpers.script_job import wait_until_gone
 
@@ -21,15 +20,7 @@ from helpers.script_job import wait_until_gone
 def _cli(directory: Path, *args: str) -> "subprocess.CompletedProcess[str]":
     # The run's own environment has no storage credentials.
     environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
-    return subprocess.run(
-        [sys.executable, "-m", "spark_checkpoint_operator.cli", *args],
-        cwd=directory,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(directory, *args, environment=environment)
 
 
 def test_retention_discards_on_s3_with_the_manifests_credentials(

@@ -4,14 +4,12 @@ refused with one line, before anything is created."""
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from helpers.fake_query import write_job
+from helpers.fake_query import run_cli, write_job
 from helpers.script_job import wait_until_gone
 
 SECRET = {"secretKeyRef": {"name": "s3-creds", "key": "secret-key"}}
@@ -36,27 +34,13 @@ def _job_with_secret_variable(directory: Path) -> Path:
     return manifest_path
 
 
-def _cli(
-    directory: Path, *args: str, environment: dict[str, str]
-) -> "subprocess.CompletedProcess[str]":
-    return subprocess.run(
-        [sys.executable, "-m", "spark_checkpoint_operator.cli", *args],
-        cwd=directory,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_a_secret_variable_missing_from_a_local_run_refuses_it_naming_the_secret(
     tmp_path: Path,
 ) -> None:
     _job_with_secret_variable(tmp_path)
     environment = {k: v for k, v in os.environ.items() if k != "AWS_SECRET_ACCESS_KEY"}
 
-    refused = _cli(tmp_path, "run", "-f", "job.yaml", environment=environment)
+    refused = run_cli(tmp_path, "run", "-f", "job.yaml", environment=environment)
 
     assert refused.returncode == 1
     assert refused.stderr.splitlines() == [
@@ -73,7 +57,7 @@ def test_a_local_driver_gets_secret_variables_from_the_run_and_the_driver_env(
     _job_with_secret_variable(tmp_path)
     environment = {**os.environ, "AWS_SECRET_ACCESS_KEY": "from-the-shell"}
 
-    started = _cli(tmp_path, "run", "-f", "job.yaml", "--detach", environment=environment)
+    started = run_cli(tmp_path, "run", "-f", "job.yaml", "--detach", environment=environment)
     assert started.returncode == 0, started.stderr
     seen_file = tmp_path / "seen.json"
     deadline = time.monotonic() + 60
@@ -81,7 +65,7 @@ def test_a_local_driver_gets_secret_variables_from_the_run_and_the_driver_env(
         assert time.monotonic() < deadline, "the driver never started"
         time.sleep(0.1)
     runtime = int((tmp_path / ".spark-checkpoint" / "default" / "probe" / "run.lock").read_text())
-    assert _cli(tmp_path, "cancel", "-f", "job.yaml", environment=environment).returncode == 0
+    assert run_cli(tmp_path, "cancel", "-f", "job.yaml", environment=environment).returncode == 0
     wait_until_gone(runtime)
 
     assert json.loads(seen_file.read_text()) == {

@@ -6,6 +6,8 @@ the images it makes are real and restore, in a second instead of Spark's minutes
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import uuid
 from datetime import UTC, datetime
@@ -127,6 +129,21 @@ def write_job(directory: Path, *, interval: str) -> Path:
     }
     (directory / "job.yaml").write_text(yaml.safe_dump(manifest))
     return directory / "job.yaml"
+
+
+def run_cli(
+    directory: Path, *args: str, environment: dict[str, str]
+) -> "subprocess.CompletedProcess[str]":
+    """``spark-checkpoint ARGS`` as a process of its own in ``directory``."""
+    return subprocess.run(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", *args],
+        cwd=directory,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
 
 
 def main() -> None:
