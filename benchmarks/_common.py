@@ -42,6 +42,11 @@ SPARK_CONF: dict[str, str] = {
 }
 
 
+# Spark's Python workers run this interpreter, as `spark-checkpoint run` makes them: the
+# sink's tasks import spark_checkpoint there (the plain runs and in-process sessions too).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+
 def submit_arguments(conf: Mapping[str, str], driver_memory: str | None = None) -> str:
     """PYSPARK_SUBMIT_ARGS as `spark-checkpoint run` builds them (same conf, same order)."""
     arguments = driver_command.submit_arguments(conf)
