@@ -4,6 +4,7 @@ once told of the final checkpoint its driver exits, cutting the completion call 
 leaving the agent unreachable while the JVM stops."""
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import replace
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
@@ -56,17 +57,17 @@ class FinishingLauncher(FakeLauncher):
         return driver
 
 
-def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead() -> None:
+def _finish(launcher: FakeLauncher, end_input: Callable[[FakeAgent], None]) -> list[Notice]:
+    """Runs a job until it ends, calling ``end_input`` on its agent once two checkpoints
+    completed; the job must finish. Periodic checkpoints go as often as they can: one is
+    due while the driver exits."""
     notices: list[Notice] = []
 
     async def scenario() -> TerminalOutcome:
-        launcher = FinishingLauncher()
-
         async def save(record: JobRecord) -> None:
             return None
 
         supervisor = JobSupervisor(
-            # Periodic checkpoints as often as they can go: one is due while the driver exits.
             config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
             restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
             launcher=launcher,
@@ -77,13 +78,20 @@ def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead
         )
         run = asyncio.create_task(supervisor.run())
         await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
-        agent = launcher.drivers[0].agent
-        assert isinstance(agent, FinishingAgent)
-        agent.batch += 1  # the last batch: the checkpoints so far do not cover it
-        agent.exhausted = True
+        end_input(launcher.drivers[0].agent)
         return await run
 
     assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    return notices
+
+
+def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead() -> None:
+    def end_input(agent: FakeAgent) -> None:
+        assert isinstance(agent, FinishingAgent)
+        agent.batch += 1  # the last batch: the checkpoints so far do not cover it
+        agent.exhausted = True
+
+    notices = _finish(FinishingLauncher(), end_input)
     lines = [notice.message for notice in notices]
     assert [n for n in notices if n.level is Level.WARNING] == [], "\n".join(lines)
     assert not [line for line in lines if "failed" in line or "not delivered" in line], lines
@@ -137,32 +145,12 @@ class ToldEarlyLauncher(FakeLauncher):
 
 
 def test_a_checkpoint_of_a_batch_the_driver_was_told_of_needs_no_confirmation() -> None:
-    notices: list[Notice] = []
-
-    async def scenario() -> TerminalOutcome:
-        launcher = ToldEarlyLauncher()
-
-        async def save(record: JobRecord) -> None:
-            return None
-
-        supervisor = JobSupervisor(
-            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
-            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
-            launcher=launcher,
-            janitor=NoJanitor(),
-            save=save,
-            record=JobRecord(),
-            report=notices.append,
-        )
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
-        agent = launcher.drivers[0].agent
+    def end_input(agent: FakeAgent) -> None:
         assert isinstance(agent, ToldEarlyAgent)
         agent.batch += 1
         agent.last_batch = agent.batch
-        return await run
 
-    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    notices = _finish(ToldEarlyLauncher(), end_input)
     lines = [notice.message for notice in notices]
     assert not [line for line in lines if "did not confirm" in line or "fail" in line], lines
     assert lines[-1] == "job finished"
