@@ -6,9 +6,9 @@ process with ``spark.sql.shuffle.partitions`` = P, the HDFS-backed or the RocksD
 provider. After each batch commits, while the query idles, checkpoints of that batch are
 taken the way a job takes them: the real agent (``CheckpointAgent`` behind its HTTP
 server) and, in place of the supervisor, the control plane's ``AgentClient`` doing what
-the supervisor does (trigger; long-poll the status, a request at most every
-``STATUS_GAP_SECONDS``, until every task acknowledged; finalize, which writes
-``_metadata``; the registry written as the local status file; complete). One agent per
+the supervisor does (trigger; long-poll the status until every task acknowledged, the
+agent gathering acknowledgements for up to ``ACKNOWLEDGEMENT_GATHER_SECONDS``; finalize,
+which writes ``_metadata``; the registry written as the local status file; complete). One agent per
 storage: local (hard links) and S3 (moto's server in a subprocess, through s3fs).
 
 **Snapshot cost** = trigger to complete, minus the wait for the batch to commit. Here the
@@ -71,14 +71,19 @@ from spark_checkpoint.agent import agent as agent_module
 from spark_checkpoint.agent import snapshot as snapshot_module
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
-from spark_checkpoint.protocol import AfterCompletion, CheckpointKind, QueryState, SnapshotPhase
+from spark_checkpoint.protocol import (
+    ACKNOWLEDGEMENT_GATHER_SECONDS,
+    AfterCompletion,
+    CheckpointKind,
+    QueryState,
+    SnapshotPhase,
+)
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint.storage import filesystem as filesystem_module
 from spark_checkpoint.storage import metadata as metadata_module
 from spark_checkpoint.storage import store as store_module
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.status import StatusFile
-from spark_checkpoint_operator.supervisor.polling import STATUS_GAP_SECONDS
 
 TARGET = 2.0
 NAMESPACE, JOB = "default", "checkpoint-cost"
@@ -201,7 +206,6 @@ async def coordinate(
     polls = 0
     mark = time.perf_counter()
     while True:
-        await asyncio.sleep(STATUS_GAP_SECONDS)
         status = await client.read_status(after=version, wait=30.0)
         polls += 1
         version = status.version
@@ -214,7 +218,7 @@ async def coordinate(
     steps["tasks until all acknowledged"] = answered - mark
     steps["status polls"] = polls
     # The agent's last progress before the answer is its last task's acknowledgement; the
-    # rest of the wait is the coordinator's pacing of its status requests.
+    # rest of the wait ("pacing") is how long that news took to reach the coordinator.
     acknowledged = max(t for t in changes if t <= answered)
     steps["status pacing"] = answered - acknowledged
     mark = time.perf_counter()
@@ -253,7 +257,7 @@ class AgentUnderTest:
         self.url = f"http://127.0.0.1:{port}"
         self.registry = StatusFile(registry, JOB, NAMESPACE, None, None)
         self.changes: list[float] = []
-        self.agent.watch(lambda: self.changes.append(time.perf_counter()))
+        self.agent.watch(lambda _acknowledgement_only: self.changes.append(time.perf_counter()))
 
     def checkpoint(self, checkpoint_id: int) -> dict[str, float]:
         async def run() -> dict[str, float]:
@@ -564,7 +568,7 @@ def save(
             "keys": KEYS,
             "updated_keys_per_batch": UPDATED_KEYS,
             "spark_conf": SPARK_CONF,
-            "status_gap_seconds": STATUS_GAP_SECONDS,
+            "acknowledgement_gather_seconds": ACKNOWLEDGEMENT_GATHER_SECONDS,
         },
         "load_average": load.to_json(),
         "checkpoints": rows,

@@ -22,6 +22,12 @@ from enum import StrEnum
 from typing import Any, Self, TypeVar
 
 API_VERSION = "v1"
+# A long poll holds back an answer whose only news is more task acknowledgements of
+# snapshots still copying, at most this long after the first of them, so that one
+# snapshot's acknowledgements come in a few answers rather than one each; any other change
+# (a snapshot's state, a decline, the query) is answered at once. docs/agent-protocol.md,
+# "Long polls".
+ACKNOWLEDGEMENT_GATHER_SECONDS = 0.25
 # Ids, batch ids and byte counts are int64 wherever they are recorded (the job's status in
 # Kubernetes).
 MAX_ID = 2**63 - 1
@@ -646,3 +652,13 @@ class AgentStatus:
         and so wake no long poll."""
         query = replace(self.query, last_committed_batch=None, progress=None)
         return replace(self, version=None, query=query)
+
+    def only_acknowledged_since(self, earlier: Self) -> bool:
+        """Whether this status is a newer version than ``earlier`` whose only difference
+        is more task acknowledgements (what a long poll may gather for a moment)."""
+        return self.version != earlier.version and _without_acks(self) == _without_acks(earlier)
+
+
+def _without_acks(status: AgentStatus) -> AgentStatus:
+    snapshots = tuple(replace(snapshot, acks=()) for snapshot in status.checkpoints)
+    return replace(status.versioned_part(), checkpoints=snapshots)

@@ -9,7 +9,7 @@ from dataclasses import replace
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, QueryState
+from spark_checkpoint.protocol import AfterCompletion, AgentStatus, CheckpointKind, QueryState
 from spark_checkpoint_operator.agent_client import AgentUnavailable
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
@@ -115,10 +115,18 @@ class ToldEarlyAgent(FakeAgent):
         super().__init__()
         self.last_batch: int | None = None
         self.told_end = False
+        self.ended = False
         self.driver: FakeDriver | None = None
 
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        await super().trigger(checkpoint_id, kind, after)
+        # The query ends just after this snapshot of its last batch was acknowledged.
+        self.ended = self.told_end
+
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
-        if self.told_end:
+        if self.ended:
             self.reachable = False
             asyncio.get_running_loop().call_later(JVM_SHUTDOWN_SECONDS, self._exit)
             raise AgentUnavailable("POST /v1/complete: cannot connect to 127.0.0.1:1 (refused)")
@@ -127,7 +135,7 @@ class ToldEarlyAgent(FakeAgent):
 
     def _status(self) -> AgentStatus:
         document = super()._status()
-        if self.told_end:  # the query ended; nothing to wait for
+        if self.ended:  # nothing to wait for
             document = replace(document, query=replace(document.query, state=QueryState.FINISHED))
         return document
 

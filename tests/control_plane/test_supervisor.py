@@ -71,15 +71,23 @@ def test_a_lost_agent_stops_triggers_without_failing_the_job() -> None:
     assert supervisor.record.phase.value == "Finished"
 
 
+class FailingRestartsLauncher(FakeLauncher):
+    """Every driver after the first dies before its first checkpoint."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        if attempt > 1:
+            driver.code = DriverExit.FAILED
+        return driver
+
+
 def test_driver_failures_restart_with_restore_until_retries_run_out() -> None:
     async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
-        launcher = FakeLauncher()
+        launcher = FailingRestartsLauncher()
         supervisor, _ = _supervisor(launcher, max_retries=2)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
-        for attempt in range(3):
-            await until(lambda attempt=attempt: len(launcher.drivers) > attempt)
-            launcher.drivers[attempt].code = DriverExit.FAILED  # dies before a checkpoint
+        launcher.drivers[0].code = DriverExit.FAILED
         assert await run is TerminalOutcome.FAILED
         return supervisor, launcher
 

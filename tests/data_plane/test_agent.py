@@ -342,6 +342,104 @@ def test_status_answers_after_its_wait_with_the_same_version(running: Running) -
     assert status["version"] == version
 
 
+class HeldCopies:
+    """Each snapshot task's copies wait until the test releases that task."""
+
+    def __init__(self, running: Running, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.released = {task: threading.Event() for task in ("logs", "state-0-0", "state-0-1")}
+        self.copying: list[str] = []  # the tasks that began to copy (two at a time)
+        add_shared_file = running.storage.add_shared_file
+
+        def held(local_src: str, path: str, **options: Any) -> Any:
+            parts = path.split("/")
+            task = f"state-{parts[1]}-{parts[2]}" if parts[0] == "state" else "logs"
+            if task not in self.copying:
+                self.copying.append(task)
+            assert self.released[task].wait(20), f"task {task} never released"
+            return add_shared_file(local_src, path, **options)
+
+        monkeypatch.setattr(running.storage, "add_shared_file", held)
+
+    def release(self, task: str | None = None) -> None:
+        for name, event in self.released.items():
+            if task in (None, name):
+                event.set()
+
+
+def _copying(
+    running: Running, monkeypatch: pytest.MonkeyPatch, gather_seconds: float
+) -> tuple[HeldCopies, int]:
+    """Checkpoint 1 triggered and copying, its tasks held, and the status version then;
+    long polls gather acknowledgements for ``gather_seconds`` and wake only on changes."""
+    monkeypatch.setattr(server, "ACKNOWLEDGEMENT_GATHER_SECONDS", gather_seconds)
+    monkeypatch.setattr(server, "RECHECK_SECONDS", 60.0)
+    copies = HeldCopies(running, monkeypatch)
+    _call(running.client(), "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    _wait_for(running.client(), 1, "copying")
+    return copies, _version(running)
+
+
+def test_a_long_poll_gathers_acknowledgements_until_the_snapshot_is_acknowledged(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acknowledgements alone do not end a long poll at once (one answer for each of 200
+    tasks would keep the coordinator busy); the snapshot's next state does."""
+    copies, version = _copying(running, monkeypatch, gather_seconds=60.0)
+
+    async def scenario() -> tuple[float, dict[str, Any]]:
+        client = running.client()
+        try:
+            waiting = asyncio.create_task(
+                _timed(_document(client.read_status(after=version, wait=20)))
+            )
+            await asyncio.sleep(0.3)  # the request waits
+            for task in ("state-0-0", "state-0-1"):
+                copies.release(task)
+                await asyncio.sleep(0.5)
+                assert not waiting.done(), f"{task}'s acknowledgement alone was answered"
+            copies.release("logs")
+            return await waiting
+        finally:
+            await client.close()
+
+    try:
+        elapsed, status = asyncio.run(scenario())
+    finally:
+        copies.release()
+    assert elapsed < 10.0, "the snapshot's acknowledged state was not answered at once"
+    (snapshot,) = status["checkpoints"]
+    assert snapshot["state"] == "acknowledged"
+    assert sorted(a["task"] for a in snapshot["acks"]) == ["logs", "state-0-0", "state-0-1"]
+
+
+def test_a_long_poll_answers_gathered_acknowledgements_after_a_moment(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copies, version = _copying(running, monkeypatch, gather_seconds=0.3)
+
+    async def scenario() -> tuple[float, dict[str, Any]]:
+        client = running.client()
+        try:
+            waiting = asyncio.create_task(
+                _timed(_document(client.read_status(after=version, wait=20)))
+            )
+            await asyncio.sleep(0.3)
+            copies.release(copies.copying[0])
+            return await waiting
+        finally:
+            await client.close()
+
+    try:
+        elapsed, status = asyncio.run(scenario())
+    finally:
+        copies.release()
+    assert elapsed < 10.0
+    (snapshot,) = status["checkpoints"]
+    assert snapshot["state"] == "copying"
+    assert [a["task"] for a in snapshot["acks"]] == copies.copying[:1]
+    assert status["version"] > version
+
+
 def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None:
     before = _status(running.client())
     for log in ("offsets", "commits"):

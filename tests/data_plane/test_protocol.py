@@ -5,6 +5,7 @@ whatever its fields hold; what the real agent serves parses; a hostile document 
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -386,3 +387,60 @@ def test_an_acknowledgement_of_another_command_is_refused_naming_the_field() -> 
         Acknowledgement.NOTIFIED.read(Acknowledgement.ABORTED.to_json())
     with pytest.raises(ProtocolError, match="accepted must be true, got false"):
         Acknowledgement.ACCEPTED.read({"accepted": False})
+
+
+DECLINE = DeclineReport("state-0-0", "disk full")
+OTHER_NEWS = {
+    "query state": lambda s: replace(
+        s, query=replace(s.query, state=_other(QueryState, s.query.state))
+    ),
+    "tasks": lambda s: replace(s, tasks=(*s.tasks, "state-9-9")),
+    "all tasks running": lambda s: replace(s, all_tasks_running=not s.all_tasks_running),
+    "a snapshot's state": lambda s: _first_snapshot(
+        s, lambda snapshot: replace(snapshot, state=_other(SnapshotPhase, snapshot.state))
+    ),
+    "a decline": lambda s: _first_snapshot(
+        s, lambda snapshot: replace(snapshot, declines=(*snapshot.declines, DECLINE))
+    ),
+    "a new snapshot": lambda s: replace(s, checkpoints=(*s.checkpoints, s.checkpoints[0])),
+    "a snapshot gone": lambda s: replace(s, checkpoints=s.checkpoints[1:]),
+}
+
+
+def _other(enum: Any, value: Any) -> Any:
+    return next(member for member in enum if member != value)
+
+
+def _first_snapshot(status: AgentStatus, change: Any) -> AgentStatus:
+    return replace(status, checkpoints=(change(status.checkpoints[0]), *status.checkpoints[1:]))
+
+
+@given(
+    statuses.filter(lambda s: s.checkpoints and s.version is not None),
+    st.lists(acks, min_size=1, max_size=3),
+    progresses,
+    st.sampled_from(sorted(OTHER_NEWS)),
+    st.data(),
+)
+def test_a_long_poll_tells_more_acknowledgements_from_other_news(
+    earlier: AgentStatus,
+    more_acks: list[AckReport],
+    progress: QueryProgress,
+    news: str,
+    data: st.DataObject,
+) -> None:
+    """What a long poll gathers for a moment (only more acks, whatever the informational
+    fields did) and what it answers at once (docs/agent-protocol.md, "Long polls")."""
+    version = data.draw(ids.filter(lambda v: v != earlier.version))
+    index = data.draw(st.integers(0, len(earlier.checkpoints) - 1))
+    snapshots = list(earlier.checkpoints)
+    snapshots[index] = replace(snapshots[index], acks=(*snapshots[index].acks, *more_acks))
+    acknowledged = replace(
+        earlier,
+        version=version,
+        query=replace(earlier.query, progress=progress, last_committed_batch=version),
+        checkpoints=tuple(snapshots),
+    )
+    assert acknowledged.only_acknowledged_since(earlier)
+    assert not replace(acknowledged, version=earlier.version).only_acknowledged_since(earlier)
+    assert not OTHER_NEWS[news](acknowledged).only_acknowledged_since(earlier)

@@ -17,10 +17,9 @@ from spark_checkpoint_operator.supervisor.ports import DriverHandle
 
 POLL_INTERVAL = 0.5
 # The longest a status request waits for the agent's status to change (a long poll).
+# The next one goes out as soon as the previous answer was acted on: the agent itself
+# gathers a snapshot's acknowledgements (ACKNOWLEDGEMENT_GATHER_SECONDS).
 LONG_POLL_SECONDS = 30.0
-# A status request goes out at least this long after the previous answer, so that changes
-# in quick succession (a trigger and its snapshot's acks) are picked up together.
-STATUS_GAP_SECONDS = 0.25
 
 # A status document, or why the agent gave none.
 Answer = AgentStatus | AgentUnavailable | AgentRejected
@@ -35,7 +34,6 @@ class StatusPolls:
         # are timed by the coordinator's deadlines, not by polling.
         self._idle_interval = idle_interval
         self.inbox: asyncio.Queue[Message] = asyncio.Queue()
-        self._last_status = 0.0  # when the agent last answered (monotonic)
 
     async def status(
         self, driver: DriverHandle, after: int | None = None, wait: float = 0.0
@@ -44,8 +42,6 @@ class StatusPolls:
             return await driver.agent.read_status(after=after, wait=wait)
         except (AgentUnavailable, AgentRejected) as error:
             return error
-        finally:
-            self._last_status = time.monotonic()
 
     async def wait(
         self,
@@ -69,7 +65,8 @@ class StatusPolls:
         waiting: set[asyncio.Future[Any]] = {message}
         poll = None
         if version is not None:
-            poll = asyncio.ensure_future(self._long_poll(driver, version, delay))
+            # Never past the deadline: a due periodic trigger is not held back.
+            poll = asyncio.ensure_future(self.status(driver, version, max(0.0, delay)))
             waiting.add(poll)
         try:
             while True:
@@ -87,10 +84,3 @@ class StatusPolls:
             await asyncio.gather(*waiting, return_exceptions=True)
         messages = [] if message.cancelled() else [message.result()]
         return (None if poll is None or poll.cancelled() else poll.result()), messages
-
-    async def _long_poll(self, driver: DriverHandle, version: int, delay: float) -> Answer:
-        # Never past the deadline: a due periodic trigger is not held back.
-        pause = max(0.0, min(self._last_status + STATUS_GAP_SECONDS - time.monotonic(), delay))
-        if pause:
-            await asyncio.sleep(pause)
-        return await self.status(driver, version, max(0.0, delay - pause))

@@ -197,7 +197,7 @@ class CheckpointAgent:
         self._tasks_listed: tuple[int | None, tuple[str, ...]] | None = None
         self._version = 0
         self._reported: AgentStatus | None = None
-        self._watchers: list[Callable[[], None]] = []
+        self._watchers: list[Callable[[bool], None]] = []
 
     # ------------------------------------------------------------------ status
 
@@ -213,18 +213,20 @@ class CheckpointAgent:
                 self._version += 1
             return replace(document, version=self._version)
 
-    def watch(self, changed: Callable[[], None]) -> None:
+    def watch(self, changed: Callable[[bool], None]) -> None:
         """Call ``changed`` (from any thread) when a snapshot makes progress: a status
-        computed afterwards may have a new version. Query state and tasks change without
-        a call; a long poll finds those by asking for status again now and then."""
+        computed afterwards may have a new version. Its argument says whether the progress
+        was only another task's acknowledgement (its snapshot still copying). Query state
+        and tasks change without a call; a long poll finds those by asking for status
+        again now and then."""
         self._watchers.append(changed)
 
-    def unwatch(self, changed: Callable[[], None]) -> None:
+    def unwatch(self, changed: Callable[[bool], None]) -> None:
         self._watchers.remove(changed)
 
-    def _changed(self) -> None:
+    def _changed(self, *, acknowledgement_only: bool = False) -> None:
         for changed in list(self._watchers):
-            changed()
+            changed(acknowledgement_only)
 
     def _status(self) -> AgentStatus:
         view = self._query_view()
@@ -494,7 +496,9 @@ class CheckpointAgent:
                 if finished and snapshot.state is SnapshotPhase.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotPhase.ACKNOWLEDGED
                 aborted = snapshot.cancelled.is_set()
-            self._changed()  # this task's ack or decline, and perhaps "acknowledged"
+                acknowledgement_only = not finished and not snapshot.declines
+            # This task's ack or decline, and perhaps "acknowledged".
+            self._changed(acknowledgement_only=acknowledgement_only)
             if finished:
                 shutil.rmtree(pin_dir, ignore_errors=True)
                 if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:

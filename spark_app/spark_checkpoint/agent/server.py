@@ -16,9 +16,11 @@ from aiohttp import web
 
 from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
 from spark_checkpoint.protocol import (
+    ACKNOWLEDGEMENT_GATHER_SECONDS,
     MAX_ID,
     AbortBody,
     Acknowledgement,
+    AgentStatus,
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
@@ -113,18 +115,23 @@ async def _in_thread(call: Callable[[], Any]) -> Any:
 
 class _StatusRoute:
     """``GET /v1/status``: at once, unless ``after`` names the current version; then when
-    the version changes, or after ``wait`` seconds with the same one (a long poll)."""
+    the version changes, or after ``wait`` seconds with the same one (a long poll). A
+    change that is only more task acknowledgements is gathered for a moment
+    (``ACKNOWLEDGEMENT_GATHER_SECONDS``) before it is answered."""
 
     def __init__(self, agent: CheckpointAgent) -> None:
         self._agent = agent
-        self._changed = asyncio.Event()  # replaced by a new one at each change
+        # Each replaced by a new one at each change: any change, and any change other than
+        # an acknowledgement alone (which ends the gathering of acknowledgements).
+        self._changed = asyncio.Event()
+        self._milestone = asyncio.Event()
         self._closing = False
 
     async def watch_agent(self, app: web.Application) -> AsyncIterator[None]:
         loop = asyncio.get_running_loop()
 
-        def changed() -> None:  # called from the agent's threads
-            loop.call_soon_threadsafe(self._notify)
+        def changed(acknowledgement_only: bool) -> None:  # called from the agent's threads
+            loop.call_soon_threadsafe(self._notify, acknowledgement_only)
 
         self._agent.watch(changed)
         yield
@@ -133,25 +140,45 @@ class _StatusRoute:
     async def answer_waiting(self, app: web.Application) -> None:
         """The server is stopping: waiting requests answer now, not after their wait."""
         self._closing = True
-        self._notify()
+        self._notify(acknowledgement_only=False)
 
-    def _notify(self) -> None:
+    def _notify(self, acknowledgement_only: bool) -> None:
         self._changed.set()
         self._changed = asyncio.Event()
+        if not acknowledgement_only:
+            self._milestone.set()
+            self._milestone = asyncio.Event()
 
     async def handle(self, request: web.Request) -> web.Response:
         after, wait = long_poll_parameters(request.query)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
+        unchanged: AgentStatus | None = None  # the status at version ``after``
+        gathered_until: float | None = None
         while True:
-            changed = self._changed  # taken before the status: a later change wakes us
+            # Taken before the status: a later change wakes us.
+            changed, milestone = self._changed, self._milestone
             document = await _in_thread(self._agent.status)
-            remaining = deadline - loop.time()
+            now = loop.time()
+            remaining = deadline - now
             gone = request.transport is None  # the client gave up waiting
-            if document.version != after or remaining <= 0 or gone or self._closing:
+            if after is None or remaining <= 0 or gone or self._closing:
+                return web.json_response(document.to_json())
+            if document.version == after:
+                unchanged = document
+                wake, timeout = changed, RECHECK_SECONDS
+            elif unchanged is not None and document.only_acknowledged_since(unchanged):
+                if gathered_until is None:
+                    gathered_until = now + ACKNOWLEDGEMENT_GATHER_SECONDS
+                if now >= gathered_until:
+                    return web.json_response(document.to_json())
+                # Only another kind of change ends the gathering early: computing the
+                # status for every acknowledgement would compete with the copies.
+                wake, timeout = milestone, gathered_until - now
+            else:
                 return web.json_response(document.to_json())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), min(remaining, RECHECK_SECONDS))
+                await asyncio.wait_for(wake.wait(), min(remaining, timeout))
 
 
 def build_app(agent: CheckpointAgent, token: str) -> web.Application:
