@@ -215,13 +215,15 @@ def _run(who: str, arguments: list[str], environment: Mapping[str, str]) -> str:
 
 @contextlib.contextmanager
 def _emptied_afterwards(*uris: str) -> Iterator[None]:
-    """Creates the buckets or containers the URIs name (the examples expect them to exist)
-    and removes what the test wrote below the URIs."""
+    """Creates the buckets or containers the URIs name (the examples expect them to exist);
+    afterwards removes what the test wrote below the URIs, and what it created."""
+    created = []
     for uri in uris:
         fs, path = fsspec.url_to_fs(uri, skip_instance_cache=True)
         bucket = path.split("/", 1)[0]
         if not fs.exists(bucket):
             fs.mkdir(bucket)
+            created.append((fs, bucket))
     try:
         yield
     finally:
@@ -229,3 +231,5 @@ def _emptied_afterwards(*uris: str) -> Iterator[None]:
             fs, path = fsspec.url_to_fs(uri, skip_instance_cache=True)
             if fs.exists(path):
                 fs.rm(path, recursive=True)
+        for fs, bucket in created:
+            fs.rmdir(bucket)
