@@ -57,7 +57,9 @@ Protocol (`CheckpointParticipant`)
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
    discarded. Then garbage is collected: the data objects of every batch that has no
-   commit record (killed attempts).
+   commit record (killed attempts), and what writes killed midway left that no listing
+   shows (`OutputStorage.remove_unfinished_writes`): a local record's temporary whose writer
+   is gone, an S3 multipart upload of a data object that was never completed.
 
 Crash consistency: the visible state of a batch changes with one atomic write (of its
 commit record), so a batch is at any time wholly invisible or wholly committed, never
@@ -72,7 +74,8 @@ Assumptions
   checkpoint location). Calls are serialised by a lock inside one sink instance, so
   `on_checkpoint_complete` may run on the agent's thread while Spark stages the next batch.
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
-  replacing a committed batch.
+  replacing a committed batch, and a starting driver removes only the temporaries whose
+  writer is gone, never one that a second writer is still linking into place.
 - Skipping a replayed batch by id is exact when the replay reads the same input as the
   original run, which is what Spark does when it re-runs a batch from its offset log entry
   ``offsets/B``. A batch that Spark has to *plan again* (its offsets are not in the restored
@@ -344,8 +347,9 @@ class TransactionalFileSink:
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
         their notification was lost in a crash). ``None`` means a fresh start without a
         checkpoint: every staged batch is discarded. Data objects of batches without a
-        commit record (attempts killed while writing) are deleted. Committed batches are
-        never touched. Idempotent.
+        commit record (attempts killed while writing) are deleted, and so is what writes
+        killed midway left unlisted (temporaries, unfinished uploads). Committed batches
+        are never touched. Idempotent.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
@@ -360,6 +364,10 @@ class TransactionalFileSink:
             if restored_batch is not None:
                 self._commit_through(restored_batch)
             self._collect_garbage()
+            for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR):
+                removed = self._storage.remove_unfinished_writes(directory)
+                if removed:
+                    logger.info("removed %d unfinished writes in %s", removed, directory)
             ahead = [
                 committed_id
                 for committed_id in self.committed_batches()
