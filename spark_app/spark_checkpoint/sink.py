@@ -49,9 +49,10 @@ Protocol (`CheckpointParticipant`)
    covering batches <= B): every staged batch <= B is committed, in ascending batch order:
    its commit record is created from its staged record (create-only), the batch's data
    objects that the commit record does not list are deleted, then the staged record.
-   If the commit record exists already, it wins: an identical one is this attempt's own
-   (a crash, or a retried request, after it was written); another attempt's means the
-   staged one is a duplicate, whose objects are deleted and never seen.
+   If the commit record exists already, it wins: one identical to the staged record is
+   this commit's own (written before a crash, or by a request whose answer was lost, so
+   that the store refused its retry); any other means the staged one is a duplicate,
+   whose objects are deleted and never seen.
 3. ``on_restore(R)`` (before the restored query starts): staged batches > R are discarded
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
@@ -393,12 +394,12 @@ class TransactionalFileSink:
             committed_path = f"{COMMITTED_DIR}/{batch_record_name(staged_id)}"
             if self._storage.create(committed_path, staged.to_json()):
                 logger.info("batch %d committed", staged_id)
+            elif self._committed_record(staged_id) == staged:
+                # Written by an earlier try: before a crash, or by a request whose answer
+                # was lost and whose retry the store refused (S3 412, Azure 409).
+                logger.info("batch %d committed (its record was already there)", staged_id)
             else:
-                existing = self._committed_record(staged_id)
-                if existing is not None and existing.attempt != staged.attempt:
-                    logger.warning(
-                        "batch %d is already committed; dropping its staged copy", staged_id
-                    )
+                logger.warning("batch %d is already committed; dropping its staged copy", staged_id)
             self._collect_batch_garbage(staged_id)
             self._storage.delete([_staged_path(staged_id)])
 

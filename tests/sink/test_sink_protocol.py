@@ -5,15 +5,18 @@ the local filesystem, S3 (moto) and Azure Blob Storage (Azurite), unless marked 
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
 
-from helpers.objectstore import StorageRoot
+from helpers.lossy_proxy import AnswerLosingProxy
+from helpers.objectstore import StorageRoot, storage_root_for
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
@@ -431,6 +434,51 @@ def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once
         assert TransactionalFileSink(output).staged_batches() == []
         TransactionalFileSink(output).on_restore(Driver.LAST_BATCH)  # the next start
         assert data_objects(output_root, output) == listed_objects(output_root, output), crash_point
+
+
+@pytest.fixture(params=["s3", "azure"])
+def lossy_root(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[StorageRoot, AnswerLosingProxy]]:
+    """A root on an object store reached through a proxy that loses the answer to the first
+    PUT of the commit record of batch 0 below it (tests/helpers/lossy_proxy.py)."""
+    root = storage_root_for(request, tmp_path, monkeypatch)
+    origin = re.compile(r"http://127\.0\.0\.1:[0-9]+")
+    upstream = next(
+        match[0] for value in root.environment.values() if (match := origin.search(value))
+    )
+    proxy = AnswerLosingProxy(
+        upstream, re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.MULTILINE)
+    )
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value.replace(upstream, proxy.url))
+    yield root, proxy
+    proxy.close()
+
+
+def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_retry(
+    lossy_root: tuple[StorageRoot, AnswerLosingProxy],
+    stage: Stage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store creates the commit record, its answer is lost, the client library retries
+    the create-only PUT and the store refuses it (S3 412, Azure 409): the record there is
+    this commit's own, so the batch is committed, not failed and not dropped."""
+    root, proxy = lossy_root
+    output_url = f"{root.url}/out"
+    sink = TransactionalFileSink(output_url)
+    stage(sink, 0, rows_of(0))
+    stage(sink, 1, rows_of(1))
+    caplog.set_level(logging.INFO, logger="spark_checkpoint.sink")
+
+    sink.on_checkpoint_complete(1)
+
+    assert proxy.matched == 2, "the create-only PUT and its retry"
+    assert "batch 0 committed (its record was already there)" in caplog.text
+    assert "dropping" not in caplog.text
+    assert sink.staged_batches() == []
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert data_objects(root, output_url) == listed_objects(root, output_url)
 
 
 # --- concurrency ---------------------------------------------------------------------------
