@@ -366,7 +366,17 @@ class TransactionalFileSink:
                 self._commit_through(restored_batch)
             self._collect_garbage()
             for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR):
-                removed = self._storage.remove_unfinished_writes(directory)
+                try:
+                    removed = self._storage.remove_unfinished_writes(directory)
+                except PermissionError as error:
+                    # Only garbage stays: not a reason to keep the query from starting.
+                    logger.warning(
+                        "cannot remove unfinished writes in %s (on S3 that needs "
+                        "s3:ListBucketMultipartUploads and s3:AbortMultipartUpload): %s",
+                        self._storage.native(directory),
+                        error,
+                    )
+                    continue
                 if removed:
                     logger.info("removed %d unfinished writes in %s", removed, directory)
             ahead = [

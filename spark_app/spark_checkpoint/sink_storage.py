@@ -31,8 +31,7 @@ What a write killed midway leaves behind, and who removes it
 - S3: the multipart upload of a data object larger than s3fs's block size (50 MiB) whose
   task was killed: never listed as an object, kept (and billed) until aborted.
 - Azure Blob Storage: the uncommitted blocks of such a data object, likewise invisible;
-  the service deletes uncommitted blocks 7 days after they were staged, and offers no
-  request that deletes them sooner without committing them first.
+  left to the service, which deletes uncommitted blocks after 7 days.
 
 Importing this module does not import pyspark.
 """

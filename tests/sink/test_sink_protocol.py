@@ -11,11 +11,10 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from helpers.lossy_proxy import AnswerLosingProxy
 from helpers.objectstore import StorageRoot, storage_root_for
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
@@ -30,6 +29,9 @@ from spark_checkpoint.sink import (
     read_committed,
 )
 from spark_checkpoint.sink_storage import OutputStorage
+
+if TYPE_CHECKING:
+    from conftest import StartProxy
 
 Stage = Callable[[TransactionalFileSink, int, list[dict[str, Any]]], Any]
 NewSink = Callable[[], TransactionalFileSink]
@@ -437,34 +439,23 @@ def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once
 
 
 @pytest.fixture(params=["s3", "azure"])
-def lossy_root(
+def object_store_root(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[StorageRoot, AnswerLosingProxy]]:
-    """A root on an object store reached through a proxy that loses the answer to the first
-    PUT of the commit record of batch 0 below it (tests/helpers/lossy_proxy.py)."""
-    root = storage_root_for(request, tmp_path, monkeypatch)
-    origin = re.compile(r"http://127\.0\.0\.1:[0-9]+")
-    upstream = next(
-        match[0] for value in root.environment.values() if (match := origin.search(value))
-    )
-    proxy = AnswerLosingProxy(
-        upstream, re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.MULTILINE)
-    )
-    for name, value in root.environment.items():
-        monkeypatch.setenv(name, value.replace(upstream, proxy.url))
-    yield root, proxy
-    proxy.close()
+) -> StorageRoot:
+    return storage_root_for(request, tmp_path, monkeypatch)
 
 
 def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_retry(
-    lossy_root: tuple[StorageRoot, AnswerLosingProxy],
+    object_store_root: StorageRoot,
+    faulty_proxy: StartProxy,
     stage: Stage,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The store creates the commit record, its answer is lost, the client library retries
     the create-only PUT and the store refuses it (S3 412, Azure 409): the record there is
     this commit's own, so the batch is committed, not failed and not dropped."""
-    root, proxy = lossy_root
+    root = object_store_root
+    proxy = faulty_proxy(root, re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.M), None)
     output_url = f"{root.url}/out"
     sink = TransactionalFileSink(output_url)
     stage(sink, 0, rows_of(0))

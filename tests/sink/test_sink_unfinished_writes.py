@@ -6,13 +6,15 @@ the real point and killed there with SIGKILL (tests/helpers/paused_process.py)."
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from helpers.faulty_proxy import http_answer
 from helpers.objectstore import S3Server, StorageRoot, storage_roots
 from helpers.paused_process import PausedProcess
 from spark_checkpoint.sink import (
@@ -25,6 +27,9 @@ from spark_checkpoint.sink import (
     read_committed,
 )
 from spark_checkpoint.sink_storage import OutputStorage
+
+if TYPE_CHECKING:
+    from conftest import StartProxy
 
 Stage = Callable[[TransactionalFileSink, int, list[dict[str, Any]]], Any]
 NewSink = Callable[[], TransactionalFileSink]
@@ -107,15 +112,21 @@ def test_a_temporary_removed_before_its_writer_locked_it_is_made_again(output_ur
     assert (committed / "batch-0.json").read_bytes() == b"theirs"
 
 
+@pytest.fixture
+def s3_root(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StorageRoot:
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value)
+    return root
+
+
 def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
-    s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage: Stage
+    s3_root: StorageRoot, stage: Stage
 ) -> None:
     """A task killed while it uploads a data object larger than s3fs's block size (5 MiB
     here, 50 MiB by default) leaves a multipart upload that no listing shows. The next
     start aborts it, and only the uploads below its own output directory."""
-    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
-    for name, value in root.environment.items():
-        monkeypatch.setenv(name, value)
+    root = s3_root
     output_url = f"{root.url}/out"
     sink = TransactionalFileSink(output_url)
     stage(sink, 0, ROWS)
@@ -132,7 +143,8 @@ def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
     with PausedProcess(_with_sink(output_url, task), environment=block_size) as executor:
         executor.kill()
     s3 = root.fs
-    other = s3.call_s3("create_multipart_upload", Bucket=s3_server.bucket, Key=_key(root, "other"))
+    bucket = root.url.removeprefix("s3://").split("/", 1)[0]
+    other = s3.call_s3("create_multipart_upload", Bucket=bucket, Key=_key(root, "other"))
 
     keys = [upload["Key"] for upload in _uploads(root)]
     assert len(keys) == 2, keys
@@ -149,6 +161,31 @@ def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
     assert [f"{DATA_DIR}/{path}" for path in root.files(f"{output_url}/{DATA_DIR}")] == [
         path for path, _size in record.files
     ]
+
+
+def test_a_store_that_refuses_to_list_uploads_delays_no_start(
+    s3_root: StorageRoot,
+    faulty_proxy: StartProxy,
+    stage: Stage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Listing and aborting uploads need two permissions of their own: a store that refuses
+    them leaves the uploads there, and the start goes on with a warning naming them."""
+    denied = faulty_proxy(
+        s3_root,
+        re.compile(rb"^GET /\S*\?uploads"),
+        http_answer("403 Forbidden", b"<Error><Code>AccessDenied</Code></Error>"),
+    )
+    output_url = f"{s3_root.url}/out"
+    stage(TransactionalFileSink(output_url), 0, ROWS)
+    caplog.set_level(logging.WARNING, logger="spark_checkpoint.sink")
+
+    TransactionalFileSink(output_url).on_restore(0)
+
+    assert denied.matched == 3, "a listing per directory, the first one refused"
+    assert "cannot remove unfinished writes in " in caplog.text
+    assert "/out/_staging (on S3 that needs s3:ListBucketMultipartUploads" in caplog.text
+    assert read_committed(output_url) == {0: ROWS}
 
 
 def _with_sink(output_url: str, code: str) -> str:
