@@ -49,15 +49,18 @@ Protocol (`CheckpointParticipant`)
    covering batches <= B): every staged batch <= B is committed, in ascending batch order:
    its commit record is created from its staged record (create-only), the batch's data
    objects that the commit record does not list are deleted, then the staged record.
-   If the commit record exists already, it wins: an identical one is this attempt's own
-   (a crash, or a retried request, after it was written); another attempt's means the
-   staged one is a duplicate, whose objects are deleted and never seen.
+   If the commit record exists already, it wins: one identical to the staged record is
+   this commit's own (written before a crash, or by a request whose answer was lost, so
+   that the store refused its retry); any other means the staged one is a duplicate,
+   whose objects are deleted and never seen.
 3. ``on_restore(R)`` (before the restored query starts): staged batches > R are discarded
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
    discarded. Then garbage is collected: the data objects of every batch that has no
-   commit record (killed attempts).
+   commit record (killed attempts), and what writes killed midway left that no listing
+   shows (`OutputStorage.remove_unfinished_writes`): a local record's temporary whose writer
+   is gone, an S3 multipart upload of a data object that was never completed.
 
 Crash consistency: the visible state of a batch changes with one atomic write (of its
 commit record), so a batch is at any time wholly invisible or wholly committed, never
@@ -72,7 +75,8 @@ Assumptions
   checkpoint location). Calls are serialised by a lock inside one sink instance, so
   `on_checkpoint_complete` may run on the agent's thread while Spark stages the next batch.
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
-  replacing a committed batch.
+  replacing a committed batch, and a starting driver removes only the temporaries whose
+  writer is gone, never one that a second writer is still linking into place.
 - Skipping a replayed batch by id is exact when the replay reads the same input as the
   original run, which is what Spark does when it re-runs a batch from its offset log entry
   ``offsets/B``. A batch that Spark has to *plan again* (its offsets are not in the restored
@@ -344,8 +348,9 @@ class TransactionalFileSink:
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
         their notification was lost in a crash). ``None`` means a fresh start without a
         checkpoint: every staged batch is discarded. Data objects of batches without a
-        commit record (attempts killed while writing) are deleted. Committed batches are
-        never touched. Idempotent.
+        commit record (attempts killed while writing) are deleted, and so is what writes
+        killed midway left unlisted (temporaries, unfinished uploads). Committed batches
+        are never touched. Idempotent.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
@@ -360,6 +365,20 @@ class TransactionalFileSink:
             if restored_batch is not None:
                 self._commit_through(restored_batch)
             self._collect_garbage()
+            for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR):
+                try:
+                    removed = self._storage.remove_unfinished_writes(directory)
+                except PermissionError as error:
+                    # Only garbage stays: not a reason to keep the query from starting.
+                    logger.warning(
+                        "cannot remove unfinished writes in %s (on S3 that needs "
+                        "s3:ListBucketMultipartUploads and s3:AbortMultipartUpload): %s",
+                        self._storage.native(directory),
+                        error,
+                    )
+                    continue
+                if removed:
+                    logger.info("removed %d unfinished writes in %s", removed, directory)
             ahead = [
                 committed_id
                 for committed_id in self.committed_batches()
@@ -385,12 +404,12 @@ class TransactionalFileSink:
             committed_path = f"{COMMITTED_DIR}/{batch_record_name(staged_id)}"
             if self._storage.create(committed_path, staged.to_json()):
                 logger.info("batch %d committed", staged_id)
+            elif self._committed_record(staged_id) == staged:
+                # Written by an earlier try: before a crash, or by a request whose answer
+                # was lost and whose retry the store refused (S3 412, Azure 409).
+                logger.info("batch %d committed (its record was already there)", staged_id)
             else:
-                existing = self._committed_record(staged_id)
-                if existing is not None and existing.attempt != staged.attempt:
-                    logger.warning(
-                        "batch %d is already committed; dropping its staged copy", staged_id
-                    )
+                logger.warning("batch %d is already committed; dropping its staged copy", staged_id)
             self._collect_batch_garbage(staged_id)
             self._storage.delete([_staged_path(staged_id)])
 

@@ -11,13 +11,27 @@ another writer of the same name:
 
 - local filesystem: the bytes go to a temporary file, are fsynced, and the file is
   hard-linked to its final name (``link(2)`` fails when the name exists), then the
-  directory is fsynced;
+  directory is fsynced and the temporary name removed;
 - S3 (s3fs): ``PutObject`` with ``If-None-Match: *``;
 - Azure Blob Storage (adlfs): ``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``).
 
 A refused create raises FileExistsError in both libraries. Other fsspec filesystems are
 refused when the sink is created: fsspec's generic create-only write checks and then
 writes, which is not atomic.
+
+What a write killed midway leaves behind, and who removes it
+(`OutputStorage.remove_unfinished_writes`):
+
+- local filesystem: the hidden temporary ``.<name>.<uuid>.tmp`` of `OutputStorage.write` or
+  `OutputStorage.create`, next to its target. Its writer holds a lock (``flock``) on it
+  until the temporary name is gone, and the lock dies with the process, so a temporary
+  whose lock can be taken is one whose writer is gone: only those are removed, at any
+  time, even while another process writes. A data object (`write_partition`) is written
+  under its final name: a partial one is an ordinary file that no record lists.
+- S3: the multipart upload of a data object larger than s3fs's block size (50 MiB) whose
+  task was killed: never listed as an object, kept (and billed) until aborted.
+- Azure Blob Storage: the uncommitted blocks of such a data object, likewise invisible;
+  left to the service, which deletes uncommitted blocks after 7 days.
 
 Importing this module does not import pyspark.
 """
@@ -26,6 +40,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import itertools
 import os
 import re
@@ -40,8 +55,11 @@ __all__ = ["OutputStorage", "write_partition"]
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
 # fsspec protocols whose create-only write is atomic (see the module docstring).
-_OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "abfs", "abfss", "az"})
+_S3_SCHEMES = frozenset({"s3", "s3a"})
+_OBJECT_STORE_SCHEMES = _S3_SCHEMES | {"abfs", "abfss", "az"}
 _FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
+# The hidden temporary of `OutputStorage.write` and `OutputStorage.create`, next to its target.
+_TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 
 
 def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
@@ -97,12 +115,12 @@ class OutputStorage:
     def write(self, path: str, data: bytes) -> None:
         """Write `path` atomically, replacing what is there."""
         native = self.native(path)
-        if self.is_local:
-            temporary = self._write_temporary(native, data)
-            os.replace(temporary, native)
-            _fsync_directory(os.path.dirname(native))
-        else:
+        if not self.is_local:
             self._fs.pipe_file(native, data)
+            return
+        with _locked_temporary(native, data) as temporary:
+            os.replace(temporary, native)
+        _fsync_directory(os.path.dirname(native))
 
     def create(self, path: str, data: bytes) -> bool:
         """Create `path` with `data` unless it exists, atomically (see the module
@@ -114,13 +132,11 @@ class OutputStorage:
             except FileExistsError:
                 return False
             return True
-        temporary = self._write_temporary(native, data)
-        try:
-            os.link(temporary, native)
-        except FileExistsError:
-            return False
-        finally:
-            os.unlink(temporary)
+        with _locked_temporary(native, data) as temporary:
+            try:
+                os.link(temporary, native)
+            except FileExistsError:
+                return False
         _fsync_directory(os.path.dirname(native))
         return True
 
@@ -185,21 +201,32 @@ class OutputStorage:
             _fsync_directory(parent)
         _fsync_directory(os.path.dirname(self.native(directory)))
 
-    def _write_temporary(self, native: str, data: bytes) -> str:
-        """A fsynced file holding `data`, hidden next to `native` (same filesystem)."""
-        directory, name = os.path.split(native)
-        os.makedirs(directory, exist_ok=True)
-        temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-        try:
-            with open(temporary, "xb") as target:
-                target.write(data)
-                target.flush()
-                os.fsync(target.fileno())
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(temporary)
-            raise
-        return temporary
+    def remove_unfinished_writes(self, directory: str) -> int:
+        """Remove what writes killed midway left in `directory` and that no listing shows
+        (see the module docstring); how many. On a local filesystem the temporaries directly
+        in `directory` whose writer is gone: safe while others write. On S3 every unfinished
+        multipart upload below `directory`: call it only when nothing writes there. Nothing
+        on Azure, whose uncommitted blocks expire."""
+        if self.is_local:
+            return _remove_abandoned_temporaries(self.native(directory))
+        if self.url.split("://", 1)[0].lower() not in _S3_SCHEMES:
+            return 0
+        bucket, prefix, _version = self._fs.split_path(self.native(directory))
+        removed = 0
+        markers: dict[str, str] = {}
+        while True:
+            page = self._fs.call_s3(
+                "list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/", **markers
+            )
+            for upload in page.get("Uploads", []):
+                self._fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
+                removed += 1
+            if not page.get("IsTruncated"):
+                return removed
+            markers = {
+                "KeyMarker": page["NextKeyMarker"],
+                "UploadIdMarker": page["NextUploadIdMarker"],
+            }
 
 
 def write_partition(
@@ -217,6 +244,64 @@ def write_partition(
     path = f"{directory}/part-{partition:05d}-{uuid.uuid4().hex}.json"
     size = OutputStorage(output_url).write_lines(path, itertools.chain([first], lines))
     return [(path, size)]
+
+
+@contextlib.contextmanager
+def _locked_temporary(native: str, data: bytes) -> Iterator[str]:
+    """A fsynced file holding `data`, hidden next to `native` (same filesystem), for the
+    body to link or rename into place. It is locked until it is removed, after the body."""
+    directory, name = os.path.split(native)
+    os.makedirs(directory, exist_ok=True)
+    while True:
+        temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            removed = os.fstat(descriptor).st_nlink == 0
+        except BaseException:
+            os.close(descriptor)  # what is left has a free lock: removed as abandoned
+            raise
+        if not removed:
+            break
+        # Removed between its creation and our lock, as one whose writer was gone.
+        os.close(descriptor)
+    with os.fdopen(descriptor, "wb") as target:  # closing it releases the lock
+        try:
+            target.write(data)
+            target.flush()
+            os.fsync(target.fileno())
+            yield temporary
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+
+def _remove_abandoned_temporaries(directory: str) -> int:
+    """Remove the temporaries in `directory` whose writer is gone (their lock is free);
+    how many. One is removed while holding its lock, so that a writer that locks it
+    afterwards finds it unlinked and makes another."""
+    try:
+        names = [entry.name for entry in os.scandir(directory) if _TEMPORARY.fullmatch(entry.name)]
+    except FileNotFoundError:
+        return 0
+    removed = 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            descriptor = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # its writer finished
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            continue  # its writer is alive
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+                removed += 1
+        finally:
+            os.close(descriptor)
+    return removed
 
 
 def _remove_empty_directories(directory: str, stop: str) -> None:

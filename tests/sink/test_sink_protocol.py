@@ -5,15 +5,17 @@ the local filesystem, S3 (moto) and Azure Blob Storage (Azurite), unless marked 
 from __future__ import annotations
 
 import logging
+import re
 import subprocess
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from helpers.objectstore import StorageRoot
+from helpers.objectstore import StorageRoot, storage_root_for
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
@@ -27,6 +29,9 @@ from spark_checkpoint.sink import (
     read_committed,
 )
 from spark_checkpoint.sink_storage import OutputStorage
+
+if TYPE_CHECKING:
+    from conftest import StartProxy
 
 Stage = Callable[[TransactionalFileSink, int, list[dict[str, Any]]], Any]
 NewSink = Callable[[], TransactionalFileSink]
@@ -431,6 +436,40 @@ def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once
         assert TransactionalFileSink(output).staged_batches() == []
         TransactionalFileSink(output).on_restore(Driver.LAST_BATCH)  # the next start
         assert data_objects(output_root, output) == listed_objects(output_root, output), crash_point
+
+
+@pytest.fixture(params=["s3", "azure"])
+def object_store_root(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> StorageRoot:
+    return storage_root_for(request, tmp_path, monkeypatch)
+
+
+def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_retry(
+    object_store_root: StorageRoot,
+    faulty_proxy: StartProxy,
+    stage: Stage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The store creates the commit record, its answer is lost, the client library retries
+    the create-only PUT and the store refuses it (S3 412, Azure 409): the record there is
+    this commit's own, so the batch is committed, not failed and not dropped."""
+    root = object_store_root
+    proxy = faulty_proxy(root, re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.M), None)
+    output_url = f"{root.url}/out"
+    sink = TransactionalFileSink(output_url)
+    stage(sink, 0, rows_of(0))
+    stage(sink, 1, rows_of(1))
+    caplog.set_level(logging.INFO, logger="spark_checkpoint.sink")
+
+    sink.on_checkpoint_complete(1)
+
+    assert proxy.matched == 2, "the create-only PUT and its retry"
+    assert "batch 0 committed (its record was already there)" in caplog.text
+    assert "dropping" not in caplog.text
+    assert sink.staged_batches() == []
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert data_objects(root, output_url) == listed_objects(root, output_url)
 
 
 # --- concurrency ---------------------------------------------------------------------------
