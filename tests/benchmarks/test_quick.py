@@ -71,6 +71,7 @@ def _check_checkpoint_cost(result: dict[str, Any]) -> None:
     for row in result["checkpoints"]:
         assert row["stored_files"] > 0 and _positive(row["metadata_bytes"])
         assert _positive(row["cost_seconds"]) and _positive(row["limit_seconds"])
+        assert _positive(row["fixed_cost_seconds"])
     assert [(row["storage"], row["checkpoints"]) for row in result["table"]] == [
         ("local", 1),
         ("s3", 1),
