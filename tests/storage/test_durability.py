@@ -13,6 +13,7 @@ import errno
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -120,21 +121,26 @@ def other_filesystem(tmp_path: Path) -> Iterator[Path]:
     shutil.rmtree(directory)
 
 
+@pytest.mark.parametrize("syncfs", [True, False])
 def test_each_filesystem_is_handled_on_its_own(
     tmp_path: Path,
     other_filesystem: Path,
     durability_calls: list[DurabilityCall],
     monkeypatch: pytest.MonkeyPatch,
+    syncfs: bool,
 ) -> None:
-    """One syncfs for the files on a filesystem it is used on; fsyncs for those on a
-    tmpfs, which syncfs is not used on."""
+    """One syncfs for the files on a filesystem it is used on, fsyncs for those on a tmpfs
+    (which it is not used on); without syncfs, fsyncs for both."""
     choose_syncfs(monkeypatch, tmp_path)
+    if not syncfs:
+        monkeypatch.setattr(durability_module, "_syncfs", None)
     here = linked_files(tmp_path, 3)
     there = linked_files(other_filesystem, 3)
 
     local_fs(tmp_path).make_durable([*there, *here])
 
-    assert sorted(durability_calls) == sorted([syncfs_of(tmp_path), *fsyncs_of(there)])
+    made_durable_here = [syncfs_of(tmp_path)] if syncfs else fsyncs_of(here)
+    assert sorted(durability_calls) == sorted([*made_durable_here, *fsyncs_of(there)])
 
 
 def test_the_filesystem_type_is_the_one_statfs_reports(tmp_path: Path) -> None:
@@ -162,3 +168,23 @@ def test_dirty_data_is_read_from_meminfo() -> None:
     assert dirty is not None
     assert dirty >= 0
     assert dirty % 1024 == 0
+
+
+def test_dirty_data_is_unknown_without_both_counters(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Then syncfs is not chosen: its cost cannot be bounded."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       24684084 kB\nDirty:             16552 kB\n")
+    monkeypatch.setattr(durability_module, "_MEMINFO", str(meminfo))
+
+    assert durability_module._dirty_bytes() is None
+    meminfo.write_text(meminfo.read_text() + "Writeback:            20 kB\n")
+    assert durability_module._dirty_bytes() == (16552 + 20) * 1024
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="syncfs is Linux's")
+def test_syncfs_and_fstatfs_are_found_on_linux() -> None:
+    """Else every syncfs test here skips, and checkpoints silently pay for fsyncs."""
+    assert durability_module._syncfs is not None
+    assert durability_module._fstatfs is not None

@@ -247,7 +247,7 @@ def test_file_sizes_answers_for_files_below_the_directory_only(
     paths = [f"{root}/{name}" for name in ("shared/ab/file", "shared/cd/other", "shared/ab/gone")]
 
     sizes = fs.file_sizes(
-        [*paths, f"{root}/chk-1/_metadata", f"{root}/shared/ab"], f"{root}/shared"
+        [*paths, f"{root}/chk-1/_metadata", f"{root}/shared/ab"], below=f"{root}/shared/"
     )
 
     assert sizes == {

@@ -57,6 +57,8 @@ _SYNCFS_FILESYSTEMS = frozenset(
 # (see the module docstring).
 _SYNCFS_DIRTY_BYTES = 4 * 1024 * 1024
 _SYNCFS_DIRTY_BYTES_PER_FSYNC = 64 * 1024
+# The kernel's memory counters, among them the page cache's dirty and writeback bytes.
+_MEMINFO = "/proc/meminfo"
 # `struct statfs` is 120 bytes on 64-bit Linux; the buffer leaves room for any layout.
 _STATFS_BUFFER_SIZE = 256
 
@@ -152,7 +154,7 @@ def _dirty_bytes() -> int | None:
     (/proc/meminfo): at least what a syncfs of one of them writes and waits for. None if
     unknown."""
     try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
+        with open(_MEMINFO, encoding="ascii") as meminfo:
             lines = meminfo.readlines()
     except OSError:
         return None

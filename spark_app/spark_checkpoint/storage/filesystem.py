@@ -311,18 +311,17 @@ class StorageFileSystem:
                 return consume(source)
 
     def _natives(self, paths: Iterable[str]) -> list[str]:
-        """`_native` of each of `paths`, for many files in few directories: each directory
-        is checked for links once, then each file itself."""
+        """`_native` of each of the local `paths`, for many files in few directories: each
+        directory is checked for links once, then each file itself."""
         natives: list[str] = []
         checked: set[str] = set()
-        confined = self._is_local and self._boundary is not None
         for path in paths:
             native: str = self._fs._strip_protocol(path)
             directory = posixpath.dirname(native)
             if directory not in checked:
                 self._native(directory)
                 checked.add(directory)
-            if confined and native.startswith(f"{self._boundary}/"):
+            if self._boundary is not None and native.startswith(self._boundary + "/"):
                 _require_no_link_below(directory, native)
             natives.append(native)
         return natives
