@@ -11,6 +11,7 @@ each server started once per session on a loopback port (tests/conftest.py). A t
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,7 @@ from spark_checkpoint.storage import (
     ManifestEntry,
     TaskAcknowledgement,
 )
+from spark_checkpoint.storage import durability as durability_module
 
 NAMESPACE = "team-a"
 JOB = "orders.v2"
@@ -123,3 +125,52 @@ def spark_file(spark_dir: Path) -> Callable[[str, bytes], str]:
 @pytest.fixture
 def make_metadata() -> Callable[..., CheckpointMetadata]:
     return build_metadata
+
+
+# A power loss cannot be simulated here, so durability is observed at the system calls that
+# provide it: which paths were fsynced, and which filesystems syncfs was called on.
+DurabilityCall = tuple[str, str]
+
+
+@pytest.fixture
+def durability_calls(monkeypatch: pytest.MonkeyPatch) -> list[DurabilityCall]:
+    """The calls, in order, by which `make_durable` made files durable: ("fsync", path) and
+    ("syncfs", device number of the filesystem synced). Both still do their work."""
+    calls: list[DurabilityCall] = []
+    fsync_path = durability_module.fsync_path
+    syncfs = durability_module._syncfs
+
+    def recorded_fsync(path: str) -> None:
+        calls.append(("fsync", path))
+        fsync_path(path)
+
+    def recorded_syncfs(descriptor: int) -> int:
+        calls.append(("syncfs", str(os.fstat(descriptor).st_dev)))
+        assert syncfs is not None
+        return syncfs(descriptor)
+
+    monkeypatch.setattr(durability_module, "fsync_path", recorded_fsync)
+    if syncfs is not None:
+        monkeypatch.setattr(durability_module, "_syncfs", recorded_syncfs)
+    return calls
+
+
+def choose_syncfs(monkeypatch: pytest.MonkeyPatch, directory: Path) -> None:
+    """Make `make_durable` choose syncfs for `directory`'s filesystem, as it does while
+    the system holds no dirty data; skip where it never would (no syncfs, or a filesystem
+    it is not used on, e.g. a tmpfs)."""
+    if durability_module._syncfs is None or durability_module._fstatfs is None:
+        pytest.skip("the C library has no syncfs or fstatfs")
+    descriptor = os.open(directory, os.O_RDONLY)
+    try:
+        filesystem = durability_module._filesystem_type(descriptor)
+    finally:
+        os.close(descriptor)
+    if filesystem not in durability_module._SYNCFS_FILESYSTEMS:
+        pytest.skip(f"{directory} is on a filesystem (type {filesystem}) syncfs is not used on")
+    monkeypatch.setattr(durability_module, "_dirty_bytes", lambda: 0)
+
+
+def choose_fsync(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `make_durable` fsync, as where the C library has no syncfs."""
+    monkeypatch.setattr(durability_module, "_syncfs", None)

@@ -234,6 +234,31 @@ def test_listing_and_idempotent_deletes(fs: StorageFileSystem, tmp_path: Path) -
     assert all_files(root) == ["chk-2/_metadata"]
 
 
+@pytest.mark.parametrize("kind", ["local", "object store"])
+def test_file_sizes_answers_for_files_below_the_directory_only(
+    tmp_path: Path, memory_root: str, kind: str
+) -> None:
+    """A path outside `below`, a missing file and a directory have no size, locally (a
+    stat each) as on an object store (one listing)."""
+    root = f"file://{tmp_path}" if kind == "local" else memory_root
+    fs = StorageFileSystem.for_url(root).confined(root)
+    for name in ("shared/ab/file", "shared/cd/other", "chk-1/_metadata"):
+        fs.write_atomic(f"{root}/{name}", b"x" * len(name))
+    paths = [f"{root}/{name}" for name in ("shared/ab/file", "shared/cd/other", "shared/ab/gone")]
+
+    sizes = fs.file_sizes(
+        [*paths, f"{root}/chk-1/_metadata", f"{root}/shared/ab"], below=f"{root}/shared/"
+    )
+
+    assert sizes == {
+        paths[0]: 14,
+        paths[1]: 15,
+        paths[2]: None,
+        f"{root}/chk-1/_metadata": None,
+        f"{root}/shared/ab": None,
+    }
+
+
 @pytest.fixture
 def memory_root() -> Iterator[str]:
     root = f"memory://storage-test-{uuid.uuid4().hex}"

@@ -29,6 +29,8 @@ from spark_checkpoint.storage import (
     ManifestEntry,
 )
 
+from .conftest import choose_fsync
+
 # Files of the live Spark checkpoint location. Two state files share name and bytes (so
 # they share one stored object), and "metadata" has the bytes of an offsets file.
 POOL = {
@@ -48,8 +50,9 @@ subsets = st.sets(st.sampled_from(POOL_PATHS))
 def test_retained_snapshots_survive_any_sequence_of_operations(
     make_metadata: Callable[..., CheckpointMetadata], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # Durability is not observable here, and skipping fsync keeps the test fast.
+    # Durability is not observable here, and skipping fsync (and syncfs) keeps the test fast.
     monkeypatch.setattr(os, "fsync", lambda _descriptor: None)
+    choose_fsync(monkeypatch)
 
     class CheckpointLifecycle(RuleBasedStateMachine):
         def __init__(self) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import errno
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -24,10 +26,10 @@ from spark_checkpoint.storage import (
     TruncatedMetadataError,
     digest_local_file,
 )
-from spark_checkpoint.storage import filesystem as filesystem_module
+from spark_checkpoint.storage import durability as durability_module
 from spark_checkpoint.storage import store as store_module
 
-from .conftest import JOB, NAMESPACE
+from .conftest import JOB, NAMESPACE, DurabilityCall, choose_fsync, choose_syncfs
 
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
@@ -232,6 +234,31 @@ def test_write_metadata_requires_every_file_to_have_its_size(
     path = storage.layout.location_path(entry.location)
     assert str(raised.value) == f"{path}: size mismatch: expected 2 bytes, found 1 bytes"
     assert storage.list_ids(CHECKPOINT) == []
+
+
+@pytest.mark.local_only
+@pytest.mark.parametrize("linked", ["file", "directory"])
+def test_write_metadata_refuses_a_file_reached_through_a_link(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    tmp_path: Path,
+    linked: str,
+) -> None:
+    """A link in `shared/` could make a `_metadata` name bytes outside the job's
+    directory, which a later discard would delete: the size check refuses it (the file
+    is durable already, so only that check looks at it)."""
+    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+    storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+    path = stored(storage, entry.location)
+    moved = path if linked == "file" else path.parent
+    _move_behind_link(moved, tmp_path / "elsewhere")
+
+    with pytest.raises(SymbolicLinkError) as raised:
+        storage.write_metadata(make_metadata(CHECKPOINT, 2, [entry]))
+
+    assert (raised.value.path, raised.value.target) == (str(moved), str(tmp_path / "elsewhere"))
+    assert storage.list_ids(CHECKPOINT) == [1]
 
 
 @pytest.mark.local_only  # argument checks, the same on every root
@@ -884,66 +911,82 @@ def test_what_another_process_changed_is_seen(
     assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.partial.tmp",)
 
 
-@pytest.fixture
+@dataclasses.dataclass
+class Durability:
+    """What made files durable, and when: `calls` are `durability_calls` with ("write",
+    path) and ("written", path) around each `_metadata` write; `mechanism` is the one
+    `make_durable` was made to choose."""
+
+    mechanism: str
+    calls: list[DurabilityCall]
+
+    def before_metadata(self) -> list[DurabilityCall]:
+        """The calls after the last but one `_metadata` write, before the last, sorted."""
+        writes = [i for i, (kind, _path) in enumerate(self.calls) if kind == "write"]
+        written = [i for i, (kind, _path) in enumerate(self.calls) if kind == "written"]
+        start = written[-2] + 1 if len(written) > 1 else 0
+        return sorted(self.calls[start : writes[-1]])
+
+    def of(self, files: list[str]) -> list[DurabilityCall]:
+        """The calls that make these new files durable: one syncfs of their filesystem,
+        or an fsync of each and of each of their directories."""
+        if self.mechanism == "syncfs":
+            return [("syncfs", str(os.stat(files[0]).st_dev))]
+        directories = {os.path.dirname(path) for path in files}
+        return sorted(("fsync", path) for path in [*files, *directories])
+
+
+@pytest.fixture(params=["syncfs", "fsync"])
 def durability(
-    storage: CheckpointStorage, monkeypatch: pytest.MonkeyPatch
-) -> list[tuple[str, str]]:
-    """What becomes durable, in order: ("fsync", path), and ("write", path) and
-    ("written", path) around each `_metadata` write."""
-    events: list[tuple[str, str]] = []
-    fsync = filesystem_module._fsync_path
+    request: pytest.FixtureRequest,
+    storage: CheckpointStorage,
+    durability_calls: list[DurabilityCall],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Durability:
+    if request.param == "syncfs":
+        choose_syncfs(monkeypatch, tmp_path)  # the local storage root's filesystem
+    else:
+        choose_fsync(monkeypatch)
     write_atomic = storage.fs.write_atomic
 
-    def recorded_fsync(path: str) -> None:
-        events.append(("fsync", path))
-        fsync(path)
-
     def recorded_write(path: str, data: bytes) -> None:
-        events.append(("write", path))
+        durability_calls.append(("write", path))
         write_atomic(path, data)
-        events.append(("written", path))
+        durability_calls.append(("written", path))
 
-    monkeypatch.setattr(filesystem_module, "_fsync_path", recorded_fsync)
     monkeypatch.setattr(storage.fs, "write_atomic", recorded_write)
-    return events
-
-
-def _fsynced_before_metadata(events: list[tuple[str, str]]) -> list[str]:
-    """The paths fsynced after the last but one `_metadata` write, before the last."""
-    writes = [i for i, (kind, _path) in enumerate(events) if kind == "write"]
-    written = [i for i, (kind, _path) in enumerate(events) if kind == "written"]
-    start = written[-2] + 1 if len(written) > 1 else 0
-    return [path for kind, path in events[start : writes[-1]] if kind == "fsync"]
+    return Durability(request.param, durability_calls)
 
 
 @pytest.mark.local_only
-def test_linked_files_are_fsynced_together_before_metadata_and_once(
+def test_linked_files_are_made_durable_together_before_metadata_and_once(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    durability: list[tuple[str, str]],
+    durability: Durability,
 ) -> None:
     """A power loss must not leave a `_metadata` whose files' bytes were lost (Spark does
-    not fsync its files): each linked file and its directory are fsynced before the
-    `_metadata` naming them is written, by this process once, not again by later
-    checkpoints that share the file."""
+    not fsync its files): the linked files are made durable (one syncfs of their
+    filesystem, or an fsync of each file and directory) before the `_metadata` naming
+    them is written, by this process once, not again by later checkpoints that share them."""
     first = take_checkpoint(1, {"state/0/0/1.delta": b"one", "offsets/0": b"o0"})
     files = [str(stored(storage, entry.location)) for entry in first.files]
 
-    assert sorted(_fsynced_before_metadata(durability)) == sorted(
-        files + [os.path.dirname(path) for path in files]
-    )
+    assert durability.before_metadata() == durability.of(files)
     second = take_checkpoint(2, {"state/0/0/1.delta": b"one", "offsets/1": b"o1"})
     (new,) = [str(stored(storage, e.location)) for e in second.files if e not in first.files]
-    assert sorted(_fsynced_before_metadata(durability)) == [os.path.dirname(new), new]
+    assert durability.before_metadata() == durability.of([new])
+    take_checkpoint(3, {"state/0/0/1.delta": b"one", "offsets/1": b"o1"})
+    assert durability.before_metadata() == []
 
 
 @pytest.mark.local_only
-def test_a_file_another_process_stored_is_fsynced_before_metadata_names_it(
+def test_a_file_another_process_stored_is_made_durable_before_metadata_names_it(
     storage: CheckpointStorage,
     layout: JobStorageLayout,
     spark_file: SparkFile,
     make_metadata: MetadataMaker,
-    durability: list[tuple[str, str]],
+    durability: Durability,
 ) -> None:
     """A driver that linked a file and died before its `_metadata` left it in `shared/`
     without an fsync; the next driver reuses it, so it makes it durable first."""
@@ -953,18 +996,50 @@ def test_a_file_another_process_stored_is_fsynced_before_metadata_names_it(
     entry = storage.add_shared_file(spark_file("state/0/0/1.delta", b"one"), "state/0/0/1.delta")
     storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
 
-    assert str(stored(storage, entry.location)) in _fsynced_before_metadata(durability)
+    assert durability.before_metadata() == durability.of([str(stored(storage, entry.location))])
 
 
 @pytest.mark.local_only
-def test_a_file_stored_again_after_a_discard_is_fsynced_again(
+def test_a_file_stored_again_after_a_discard_is_made_durable_again(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],
-    durability: list[tuple[str, str]],
+    durability: Durability,
 ) -> None:
     first = take_checkpoint(1, {"state/0/0/1.delta": b"one"})
     storage.discard_checkpoint(1, retained=[])
 
     take_checkpoint(2, {"state/0/0/1.delta": b"one"})
 
-    assert str(stored(storage, first.files[0].location)) in _fsynced_before_metadata(durability)
+    assert durability.before_metadata() == durability.of(
+        [str(stored(storage, first.files[0].location))]
+    )
+
+
+@pytest.mark.local_only
+def test_a_failed_syncfs_fails_the_checkpoint_with_its_error(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    """syncfs reports a writeback error of the filesystem (Linux 5.8+): its files may not
+    be on disk, so no `_metadata` names them."""
+    choose_syncfs(monkeypatch, tmp_path)
+    entry = storage.add_shared_file(spark_file("offsets/0", b"o0"), "offsets/0")
+
+    def failing_syncfs(_descriptor: int) -> int:
+        ctypes.set_errno(errno.EIO)
+        return -1
+
+    monkeypatch.setattr(durability_module, "_syncfs", failing_syncfs)
+
+    with pytest.raises(OSError) as raised:
+        storage.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+
+    directory = os.path.dirname(stored(storage, entry.location))
+    assert (
+        str(raised.value)
+        == f"[Errno 5] syncfs of the filesystem of {directory}: {os.strerror(errno.EIO)}"
+    )
+    assert storage.list_ids(CHECKPOINT) == []

@@ -15,13 +15,13 @@ import posixpath
 import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from .durability import fsync_path, make_files_durable
 from .errors import (
     ChecksumMismatchError,
     MissingFileError,
@@ -37,10 +37,6 @@ _CHUNK_SIZE = 1024 * 1024
 _LINK_FALLBACK_ERRNOS = frozenset(
     {errno.EXDEV, errno.EPERM, errno.EMLINK, errno.EOPNOTSUPP, errno.ENOTSUP}
 )
-
-# fsyncs in flight at once in `make_durable`: enough for the filesystem to commit them
-# together, few enough not to flood a shared disk.
-_FSYNC_WORKERS = 16
 
 _Result = TypeVar("_Result")
 
@@ -147,6 +143,8 @@ class StorageFileSystem:
 
     def file_size(self, path: str) -> int | None:
         """The size of the file at `path`, or None if there is no file there."""
+        if self._is_local:
+            return _local_file_size(self._natives([path])[0])
         with _storage_errors(path):
             try:
                 info = self._fs.info(self._native(path))
@@ -168,18 +166,19 @@ class StorageFileSystem:
         return sorted(self.list_file_sizes(path))
 
     def file_sizes(self, paths: Iterable[str], below: str) -> dict[str, int | None]:
-        """The size of each file of `paths` (None: there is none), all below the directory
-        `below`: on a local filesystem a stat each; on an object store one listing of
-        `below` (a request per 1,000 objects, where a size each is a request per file)."""
+        """The size of each file of `paths` (None: there is none, or it is not below the
+        directory `below`): on a local filesystem a stat each, each directory checked for
+        links once; on an object store one listing of `below` (a request per 1,000
+        objects, where a size each is a request per file)."""
         paths = list(paths)
-        if self._is_local or not paths:
-            return {path: self.file_size(path) for path in paths}
         base = below.rstrip("/")
-        listed = self.list_file_sizes(base)
-        return {
-            path: listed.get(path[len(base) + 1 :]) if path.startswith(base + "/") else None
-            for path in paths
-        }
+        inside = [path for path in paths if path.startswith(base + "/")]
+        if self._is_local:
+            found = dict(zip(inside, map(_local_file_size, self._natives(inside)), strict=True))
+        else:
+            listed = self.list_file_sizes(base) if inside else {}
+            found = {path: listed.get(path[len(base) + 1 :]) for path in inside}
+        return {path: found.get(path) for path in paths}
 
     def list_file_sizes(self, path: str) -> dict[str, int]:
         """Sizes of all files below the directory `path`, by path relative to it ({} if it
@@ -268,25 +267,20 @@ class StorageFileSystem:
         try:
             if durable:
                 # Spark does not fsync its files; a checkpoint must survive a power loss.
-                _fsync_path(temporary)
+                fsync_path(temporary)
             os.replace(temporary, native)
         except BaseException:
             _remove_if_present(temporary)
             raise
         if durable:
-            _fsync_path(directory)
+            fsync_path(directory)
 
     def make_durable(self, paths: Iterable[str]) -> None:
-        """fsync the local files `paths` and their directories (each once), so that they
-        survive a power loss; nothing to do on an object store, where a completed put is
-        durable. The fsyncs run on a bounded pool: the filesystem commits concurrent ones
-        together, where one after another each waits for its own journal commit."""
-        if not self._is_local:
-            return
-        files = [self._native(path) for path in paths]
-        directories = {os.path.dirname(native) for native in files}
-        with ThreadPoolExecutor(_FSYNC_WORKERS, thread_name_prefix="fsync") as pool:
-            list(pool.map(_fsync_path, [*files, *sorted(directories)]))
+        """Make the local files `paths` and their names survive a power loss: one syncfs
+        of their filesystem, or fsyncs of them and their directories (`durability`);
+        nothing to do on an object store, where a completed put is durable."""
+        if self._is_local:
+            make_files_durable(self._natives(paths))
 
     def copy_out(self, path: str, local_dst: str, expected: FileDigest | None = None) -> FileDigest:
         """Copy the stored file `path` to the local path `local_dst` atomically and return
@@ -315,6 +309,22 @@ class StorageFileSystem:
                 raise MissingFileError(path, "no such file") from error
             with source:
                 return consume(source)
+
+    def _natives(self, paths: Iterable[str]) -> list[str]:
+        """`_native` of each of the local `paths`, for many files in few directories: each
+        directory is checked for links once, then each file itself."""
+        natives: list[str] = []
+        checked: set[str] = set()
+        for path in paths:
+            native: str = self._fs._strip_protocol(path)
+            directory = posixpath.dirname(native)
+            if directory not in checked:
+                self._native(directory)
+                checked.add(directory)
+            if self._boundary is not None and native.startswith(self._boundary + "/"):
+                _require_no_link_below(directory, native)
+            natives.append(native)
+        return natives
 
     def _native(self, path: str) -> str:
         # The wrapped filesystem's own form of the path: no protocol, absolute if local.
@@ -351,6 +361,16 @@ def _require_no_link_below(boundary: str, native: str) -> None:
             return  # nothing further down exists, so nothing there is a link
         if stat.S_ISLNK(mode):
             raise SymbolicLinkError(current, os.readlink(current))
+
+
+def _local_file_size(native: str) -> int | None:
+    """The size of the local file `native` (None: no regular file there), from one stat
+    without the overhead of fsspec's `info`."""
+    try:
+        status = os.stat(native)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
 
 
 def _local_file_sizes_refusing_links(base: str) -> dict[str, int]:
@@ -409,7 +429,7 @@ def _replace_local_file(
         _remove_if_present(temporary)
         raise
     if durable:
-        _fsync_path(directory)
+        fsync_path(directory)
     return result
 
 
@@ -417,19 +437,6 @@ def _temporary_path(final_path: str) -> str:
     # Hidden and unique, next to the final file so that the rename stays on one filesystem.
     directory, name = os.path.split(final_path)
     return os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
-
-
-def _fsync_path(path: str) -> None:
-    """fsync a file or directory by path (a read-only descriptor suffices on POSIX)."""
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    except OSError as error:
-        # Some filesystems cannot fsync directories; they then offer no stronger guarantee.
-        if error.errno != errno.EINVAL:
-            raise
-    finally:
-        os.close(descriptor)
 
 
 def _remove_if_present(path: str) -> None:

@@ -50,8 +50,8 @@ class CheckpointStorage:
         # Every path this class builds is below the job's directory; a link placed there
         # must not lead a delete or a read outside of it.
         self.fs = StorageFileSystem.for_url(layout.root).confined(layout.job_root)
-        # Shared files this process made durable (fsynced); write_metadata fsyncs the
-        # others. Only ever a reason to skip an fsync: sizes are always checked in storage.
+        # Shared files this process made durable; write_metadata makes the others durable.
+        # Only ever a reason to skip that: sizes are always checked in storage.
         self._durable: set[str] = set()
         self._durable_lock = threading.Lock()
 
@@ -114,8 +114,8 @@ class CheckpointStorage:
 
         Every manifest file must already be stored with its size (MissingFileError or
         ChecksumMismatchError otherwise), so a `_metadata` never points at nothing; on a
-        local filesystem the files are fsynced first (all at once), so that a `_metadata`
-        which survives a power loss finds its files' bytes.
+        local filesystem the files are made durable first (all at once: `make_durable`),
+        so that a `_metadata` which survives a power loss finds its files' bytes.
         """
         if (meta.namespace, meta.job) != (self.layout.namespace, self.layout.job):
             raise ValueError(
@@ -123,15 +123,15 @@ class CheckpointStorage:
                 f"storage of job {self.layout.namespace}/{self.layout.job}"
             )
         prefix = snapshot_location_prefix(meta.kind, meta.checkpoint_id)
+        paths = {location: self.layout.location_path(location) for location in meta.locations}
         stored = self.fs.file_sizes(
-            [self.layout.location_path(entry.location) for entry in meta.files],
-            below=self.layout.location_path(prefix.rstrip("/")),
+            paths.values(), below=self.layout.location_path(prefix.rstrip("/"))
         )
         for entry in meta.files:
-            self._require_stored_size(entry, stored[self.layout.location_path(entry.location)])
+            self._require_stored_size(entry, stored[paths[entry.location]])
         with self._durable_lock:
             not_durable = sorted(meta.locations - self._durable)
-        self.fs.make_durable(self.layout.location_path(location) for location in not_durable)
+        self.fs.make_durable(paths[location] for location in not_durable)
         if meta.kind is CheckpointKind.CHECKPOINT:  # savepoints' files are never reused
             with self._durable_lock:
                 self._durable.update(not_durable)
@@ -375,11 +375,12 @@ class CheckpointStorage:
 
     def _require_stored_size(self, entry: ManifestEntry, size: int | None) -> None:
         """Check that `entry` is stored with its size (`size`: the stored file's, or None)."""
+        if size == entry.size:
+            return
         stored_path = self.layout.location_path(entry.location)
         if size is None:
             raise MissingFileError(stored_path, f"file {entry.path!r} of the manifest is missing")
-        if size != entry.size:
-            raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
+        raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
 
 
 def _empty_directory(directory: str, remove: bool) -> None:
