@@ -29,8 +29,8 @@ changed.
 
 Reported per row (P x provider x storage): the median over the checkpoints after the first
 of cost / limit (paired per checkpoint), the times themselves, files and bytes stored,
-the same-batch cost and the ``_metadata`` size. ``--profile`` adds where the agent's time goes (perf_counter
-spans around storage and snapshot functions, summed over threads).
+the same-batch cost and the ``_metadata`` size. ``--profile`` adds where the agent's time
+goes (perf_counter spans around storage and snapshot functions, summed over threads).
 
     python benchmarks/checkpoint_cost.py [--quick] [--partitions 4,200,1000]
         [--providers hdfs,rocksdb] [--storages local,s3] [--checkpoints 3] [--profile]
