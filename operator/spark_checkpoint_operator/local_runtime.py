@@ -189,15 +189,33 @@ class LocalLauncher:
 
 def driver_environment(manifest: JobManifest) -> dict[str, str]:
     """What a local driver, and the runtime's own storage work, run with: the run's
-    environment and the manifest's literal variables (a Secret's are the run's own,
-    `require_secret_variables`): storage credentials may be in either."""
+    environment and the manifest's literal variables, the executors' too (`JobSpec.local_env`;
+    a Secret's are the run's own, `require_secret_variables`): storage credentials may be in
+    either."""
     return {
         # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
         # interpreter, so they see the packages the driver sees, unless told otherwise.
         "PYSPARK_PYTHON": sys.executable,
         **os.environ,
-        **{v.name: v.value for v in manifest.spec.driver_env if v.secret is None},
+        **{v.name: v.value for v in manifest.spec.local_env if v.secret is None},
     }
+
+
+def _executor_variables_warning(manifest: JobManifest) -> str | None:
+    """A warning naming the executors' variables a local run gives the driver's value of
+    (never the values), or None."""
+    driver = {v.name: v for v in manifest.spec.driver_env}
+    clashes = [
+        f"{v.name} ({driver[v.name].source} over {v.source})"
+        for v in manifest.spec.executor_env
+        if v.name in driver and v != driver[v.name]
+    ]
+    if not clashes:
+        return None
+    return (
+        "warning: a local run's executors are in the driver's process and get the driver's "
+        f"{', '.join(clashes)}"
+    )
 
 
 class LocalJanitor:
@@ -275,6 +293,8 @@ async def run_local(
     paths = local_paths(manifest, state_dir)
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     with job_lock(paths, manifest):
+        if warning := _executor_variables_warning(manifest):
+            display.line(warning)
         metrics = None
         if metrics_port is not None:
             metrics = CheckpointMetrics(REGISTRY)
@@ -293,14 +313,15 @@ async def run_local(
 
 def require_secret_variables(manifest: JobManifest, environment: Mapping[str, str]) -> None:
     """A variable a Secret gives the pods on Kubernetes is taken from the run's own
-    environment (no cluster, no Secret): refuse the run, naming it, where it is not set."""
-    missing = [v for v in manifest.spec.driver_env if v.secret and v.name not in environment]
+    environment (no cluster, no Secret), the executors' too (they are in the driver's
+    process): refuse the run, naming it and its field, where it is not set."""
+    missing = [v for v in manifest.spec.local_env if v.secret and v.name not in environment]
     if missing:
         first = missing[0]
         assert first.secret is not None
         raise RunRefused(
-            f"{', '.join(v.name for v in missing)} not set: on Kubernetes "
-            f"{first.name} comes from Secret {first.secret.name} (key {first.secret.key}); a "
+            f"{', '.join(v.name for v in missing)} not set: on Kubernetes {first.source} "
+            f"takes {first.name} from Secret {first.secret.name} (key {first.secret.key}); a "
             "local run takes such variables from its own environment"
         )
 

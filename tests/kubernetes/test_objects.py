@@ -6,6 +6,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from helpers.doc_blocks import marked_blocks
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
@@ -253,3 +255,69 @@ def test_storage_credentials_from_a_secret_reach_driver_executors_and_cleanup_po
     assert "spark.executorEnv.LOG_LEVEL=INFO" in submit
     assert "s3-credentials:secret-key" not in submit
     assert "spark.executorEnv.AWS" not in submit
+
+
+# Keys the operator or Spark find or tell apart the job's pods by, and others.
+_LABEL_KEYS = [
+    objects.LABEL_JOB,
+    objects.LABEL_COMPONENT,
+    objects.LABEL_ATTEMPT,
+    objects.LABEL_SPARK_ROLE,
+    "app.kubernetes.io/instance",
+    "azure.workload.identity/use",
+    "team",
+]
+# Only drivers (and executors) carry these.
+DRIVER_ONLY_LABELS = (objects.LABEL_SPARK_ROLE, objects.LABEL_ATTEMPT)
+_LABEL_VALUES = [
+    objects.DRIVER,
+    objects.EXECUTOR,
+    objects.CLEANUP,
+    objects.CHECK,
+    "orders-enrichment",
+    "true",
+]
+
+
+@settings(deadline=None)  # the first example loads the manifest
+@given(
+    labels=st.dictionaries(st.sampled_from(_LABEL_KEYS), st.sampled_from(_LABEL_VALUES)),
+    annotations=st.dictionaries(
+        st.sampled_from(["azure.workload.identity/skip-containers", objects.ANNOTATION_SPEC_HASH]),
+        st.sampled_from(["driver", "h"]),
+    ),
+)
+@example(
+    labels={"azure.workload.identity/use": "true", objects.LABEL_SPARK_ROLE: objects.DRIVER},
+    annotations={},
+)
+def test_cleanup_and_check_pods_carry_the_drivers_labels_but_are_never_taken_for_a_driver(
+    labels: dict[str, str], annotations: dict[str, str]
+) -> None:
+    """Azure Workload Identity gives credentials only to pods labelled for it; the pods
+    that do the driver's storage work need its labels. The operator's own labels win, and
+    the ones only drivers and executors carry are left out, so no selector of the operator
+    (or Spark's spark-role) takes a cleanup or check pod for a driver or an executor."""
+    document = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
+    document["spec"]["driver"]["labels"] = labels
+    document["spec"]["driver"]["annotations"] = annotations
+    stored = validate_document(document)
+    manifest = manifest_from_document(stored)
+    stored["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
+    cleanup = objects.cleanup_pod(
+        manifest, stored, storage="s3a://b/c", command=CollectGarbage((), ())
+    )
+    check = objects.check_pod(manifest, stored, storage="s3a://b/c", image="checkpoint:7")
+
+    for pod, component in ((cleanup, objects.CLEANUP), (check, objects.CHECK)):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        carried = pod["metadata"]["labels"]
+        own = objects.job_labels(manifest, component)
+        assert carried[objects.LABEL_JOB] == manifest.name
+        assert carried[objects.LABEL_COMPONENT] == component, "never taken for a driver"
+        assert objects.LABEL_SPARK_ROLE not in carried, "nor for an executor"
+        assert objects.LABEL_ATTEMPT not in carried
+        assert carried == own | {
+            k: v for k, v in labels.items() if k not in (*own, *DRIVER_ONLY_LABELS)
+        }
+        assert pod["metadata"]["annotations"] == annotations

@@ -214,10 +214,10 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
 FINALIZER = "sparkcheckpoint.io/finalizer"
 
 
-def cleanup_commands(cluster: LocalCluster, name: str) -> list[list[str]]:
-    """The janitor commands of the cleanup pods the operator created for the job, in order
+def cleanup_pods(cluster: LocalCluster, name: str) -> list[dict[str, Any]]:
+    """The cleanup pods the operator created for the job, in order, as it created them
     (the simulated kubelet completes them at once; the API server's record keeps them)."""
-    commands = []
+    pods = []
     for request in cluster.api.call(list):
         pod = request.data if isinstance(request.data, dict) else {}
         if request.method.value != "POST" or pod.get("kind", "Pod") != "Pod":
@@ -226,8 +226,16 @@ def cleanup_commands(cluster: LocalCluster, name: str) -> list[list[str]]:
         if labels.get("sparkcheckpoint.io/job") == name and (
             labels.get("sparkcheckpoint.io/component") == "cleanup"
         ):
-            command = pod["spec"]["containers"][0]["command"]
-            commands.append(command[command.index("spark_checkpoint.janitor") + 1 :])
+            pods.append(pod)
+    return pods
+
+
+def cleanup_commands(cluster: LocalCluster, name: str) -> list[list[str]]:
+    """The janitor commands of the job's cleanup pods, in order."""
+    commands = []
+    for pod in cleanup_pods(cluster, name):
+        command = pod["spec"]["containers"][0]["command"]
+        commands.append(command[command.index("spark_checkpoint.janitor") + 1 :])
     return commands
 
 
@@ -550,6 +558,31 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
         cluster.wait_for("no pods left", lambda: cluster.pods("orders") == [])
         conditions = {c["type"]: c for c in finished["conditions"]}
         assert conditions["Ready"]["reason"] == "Finished"
+
+
+def test_cleanup_pods_are_labelled_and_annotated_as_the_driver_is(tmp_path: Path) -> None:
+    """Azure Workload Identity gives credentials only to pods labelled for it, so the
+    cleanup pods that discard a finished job's checkpoints carry the driver's labels and
+    annotations; but not a label that tells drivers and executors apart: the simulated
+    kubelet, as Spark would, takes a pod labelled spark-role=executor for an executor and
+    keeps it running, so the job would never finish."""
+    identity = {"azure.workload.identity/use": "true"}
+    annotations = {"azure.workload.identity/inject-proxy-sidecar": "false"}
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        labels = {**identity, "spark-role": "executor", "sparkcheckpoint.io/component": "x"}
+        cluster.apply(job(driver={"labels": labels, "annotations": annotations}))
+
+        cluster.wait_for_event("orders", "JobFinished", timeout=60)
+
+        pods = cleanup_pods(cluster, "orders")
+        assert pods, "a finished job's checkpoints are discarded in cleanup pods"
+        for pod in pods:
+            metadata = pod["metadata"]
+            assert identity.items() <= metadata["labels"].items()
+            assert metadata["labels"]["sparkcheckpoint.io/component"] == "cleanup"
+            assert "spark-role" not in metadata["labels"]
+            assert metadata["annotations"] == annotations
 
 
 def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(

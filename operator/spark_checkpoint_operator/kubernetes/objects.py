@@ -38,6 +38,10 @@ LABEL_JOB = "sparkcheckpoint.io/job"
 LABEL_COMPONENT = "sparkcheckpoint.io/component"
 LABEL_ATTEMPT = "sparkcheckpoint.io/attempt"
 LABEL_SPARK_ROLE = "spark-role"  # Spark's own label on driver and executor pods
+# What tells a driver from the job's other pods, besides its component: cleanup and check
+# pods carry the driver's labels from spec.driver.labels, never with these keys (one with
+# spark-role would be counted, waited for or deleted as a driver or an executor).
+_DRIVER_ONLY_LABELS = (LABEL_SPARK_ROLE, LABEL_ATTEMPT)
 ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
 
 DRIVER = "driver"
@@ -229,9 +233,9 @@ def cleanup_pod(
     live_claim: bool = False,
 ) -> dict[str, Any]:
     """A short pod that changes storage while no driver runs. It has the driver's service
-    account, environment and volumes, which is where storage credentials live; the
-    operator itself has none. With ``live_claim``, the job's live volume claim is mounted
-    whole at LIVE_ROOT_DIR (to remove the job's directory there)."""
+    account, environment, volumes, labels and annotations, which is where storage
+    credentials live; the operator itself has none. With ``live_claim``, the job's live
+    volume claim is mounted whole at LIVE_ROOT_DIR (to remove the job's directory there)."""
     spec = manifest.spec
     environment: list[dict[str, Any]] = []
     mounts, volumes = [], []
@@ -290,9 +294,13 @@ def _janitor_pod(
     mounts: list[dict[str, Any]],
     volumes: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    """A pod that runs the janitor with the driver's service account, environment and
-    volumes (and the ones given); the job comes from its environment."""
+    """A pod that runs the janitor with the driver's service account, environment, volumes,
+    labels and annotations (and the ones given), since that is where storage credentials
+    live (Azure Workload Identity, say, reaches only pods with its label); the job's own
+    labels win over the driver's. The job comes from its environment."""
     spec = manifest.spec
+    drivers = {k: v for k, v in spec.driver.labels.items() if k not in _DRIVER_ONLY_LABELS}
+    labels = {**drivers, **job_labels(manifest, component)}
     container = {
         "name": component,
         "command": command_line(command),
@@ -315,8 +323,8 @@ def _janitor_pod(
         job,
         name=None,
         generate_name=f"{manifest.name}-{component}-",
-        labels={**job_labels(manifest, component)},
-        annotations={},
+        labels=labels,
+        annotations=spec.driver.annotations,
         role=spec.driver,
         container=container,
         volumes=[*spec.driver.volumes, *volumes],

@@ -4,7 +4,7 @@ import copy
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -52,6 +52,8 @@ class EnvVar:
     name: str
     value: str  # empty when the value comes from a Secret
     secret: SecretKeyRef | None = None
+    # Where the manifest sets it (spec.executor.env[0]), for messages: not part of it.
+    source: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +169,13 @@ class JobSpec:
     def executor_env(self) -> tuple[EnvVar, ...]:
         return _overridden(self.application.env, self.executor.env)
 
+    @property
+    def local_env(self) -> tuple[EnvVar, ...]:
+        """What a local run's driver process gets: Spark's executors run in it (threads of
+        its JVM, whose Python workers inherit its environment), so the executors'
+        variables too; the driver's win on a clash."""
+        return _overridden(self.executor_env, self.driver_env)
+
 
 def _overridden(common: tuple[EnvVar, ...], own: tuple[EnvVar, ...]) -> tuple[EnvVar, ...]:
     merged = {variable.name: variable for variable in common}
@@ -222,11 +231,11 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 module=application.get("module"),
                 arguments=tuple(application.get("arguments", ())),
                 spark_conf=_strings(application.get("sparkConf")),
-                env=_env(application.get("env")),
+                env=_env(application.get("env"), "spec.application.env"),
             ),
-            driver=RoleSpec(**_pod_fields(spec["driver"])),
+            driver=RoleSpec(**_pod_fields(spec, "driver")),
             executor=ExecutorSpec(
-                **_pod_fields(spec["executor"]), instances=spec["executor"]["instances"]
+                **_pod_fields(spec, "executor"), instances=spec["executor"]["instances"]
             ),
             checkpointing=CheckpointingSpec(
                 interval=_optional_seconds(checkpointing.get("interval")),
@@ -284,10 +293,15 @@ def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, An
     return tuple(MappingProxyType(copy.deepcopy(dict(item))) for item in items or ())
 
 
-def _env(items: Sequence[Mapping[str, Any]] | None) -> tuple[EnvVar, ...]:
+def _env(items: Sequence[Mapping[str, Any]] | None, path: str) -> tuple[EnvVar, ...]:
     return tuple(
-        EnvVar(item["name"], item["value"], _secret_key_ref(item.get("valueFrom")))
-        for item in items or ()
+        EnvVar(
+            item["name"],
+            item["value"],
+            _secret_key_ref(item.get("valueFrom")),
+            source=f"{path}[{index}]",
+        )
+        for index, item in enumerate(items or ())
     )
 
 
@@ -298,12 +312,13 @@ def _secret_key_ref(source: Mapping[str, Any] | None) -> SecretKeyRef | None:
     return SecretKeyRef(reference["name"], reference["key"])
 
 
-def _pod_fields(role: Mapping[str, Any]) -> dict[str, Any]:
+def _pod_fields(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
+    role = spec[name]
     return {
         "cores": role["cores"],
         "memory": role["memory"],
         "service_account": role.get("serviceAccount"),
-        "env": _env(role.get("env")),
+        "env": _env(role.get("env"), f"spec.{name}.env"),
         "node_selector": _strings(role.get("nodeSelector")),
         "tolerations": _objects(role.get("tolerations")),
         "volumes": _objects(role.get("volumes")),
