@@ -440,6 +440,39 @@ def test_a_long_poll_answers_gathered_acknowledgements_after_a_moment(
     assert status["version"] > version
 
 
+def test_a_client_that_missed_only_acknowledgements_waits_for_more(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acks may come faster than the coordinator asks (1,000 tasks): a request whose
+    version is behind by acknowledgements alone is gathered too, not answered at once."""
+    copies, version = _copying(running, monkeypatch, gather_seconds=60.0)
+    copies.release(copies.copying[0])
+    deadline = time.monotonic() + 20
+    while _version(running) == version:  # the ack is in the status: the client is behind
+        assert time.monotonic() < deadline, "the released task never acknowledged"
+        time.sleep(0.05)
+
+    async def scenario() -> tuple[float, dict[str, Any]]:
+        client = running.client()
+        try:
+            waiting = asyncio.create_task(
+                _timed(_document(client.read_status(after=version, wait=20)))
+            )
+            await asyncio.sleep(0.5)
+            assert not waiting.done(), "a client behind by an ack was answered at once"
+            copies.release()
+            return await waiting
+        finally:
+            await client.close()
+
+    try:
+        elapsed, status = asyncio.run(scenario())
+    finally:
+        copies.release()
+    assert elapsed < 10.0
+    assert status["checkpoints"][0]["state"] == "acknowledged"
+
+
 def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None:
     before = _status(running.client())
     for log in ("offsets", "commits"):

@@ -58,6 +58,8 @@ from spark_checkpoint.storage import (
 log = logging.getLogger(__name__)
 
 COPY_DELAY_VARIABLE = "SPARK_CHECKPOINT_COPY_DELAY"
+# Status versions kept for `status_as_of`: a client acts on a status within a few versions.
+RECENT_VERSIONS = 16
 
 
 class AgentRequestError(Exception):
@@ -197,6 +199,7 @@ class CheckpointAgent:
         self._tasks_listed: tuple[int | None, tuple[str, ...]] | None = None
         self._version = 0
         self._reported: AgentStatus | None = None
+        self._recent_versions: dict[int, AgentStatus] = {}
         self._watchers: list[Callable[[bool], None]] = []
 
     # ------------------------------------------------------------------ status
@@ -211,7 +214,16 @@ class CheckpointAgent:
             if reported != self._reported:
                 self._reported = reported
                 self._version += 1
+                self._recent_versions[self._version] = replace(reported, version=self._version)
+                if len(self._recent_versions) > RECENT_VERSIONS:
+                    del self._recent_versions[min(self._recent_versions)]
             return replace(document, version=self._version)
+
+    def status_as_of(self, version: int) -> AgentStatus | None:
+        """The status this agent reported as ``version`` (its versioned part), if recent:
+        a long poll compares it with the current one to tell what its client missed."""
+        with self._status_lock:
+            return self._recent_versions.get(version)
 
     def watch(self, changed: Callable[[bool], None]) -> None:
         """Call ``changed`` (from any thread) when a snapshot makes progress: a status

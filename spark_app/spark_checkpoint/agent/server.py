@@ -20,7 +20,6 @@ from spark_checkpoint.protocol import (
     MAX_ID,
     AbortBody,
     Acknowledgement,
-    AgentStatus,
     CollectGarbageBody,
     CompleteBody,
     DiscardCheckpointBody,
@@ -153,7 +152,9 @@ class _StatusRoute:
         after, wait = long_poll_parameters(request.query)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + wait
-        unchanged: AgentStatus | None = None  # the status at version ``after``
+        # What the client last saw: a client that missed only acknowledgements (they come
+        # faster than it asks, e.g. 1,000 tasks) waits for more like one that missed none.
+        seen = None if after is None else self._agent.status_as_of(after)
         gathered_until: float | None = None
         while True:
             # Taken before the status: a later change wakes us.
@@ -165,9 +166,8 @@ class _StatusRoute:
             if after is None or remaining <= 0 or gone or self._closing:
                 return web.json_response(document.to_json())
             if document.version == after:
-                unchanged = document
                 wake, timeout = changed, RECHECK_SECONDS
-            elif unchanged is not None and document.only_acknowledged_since(unchanged):
+            elif seen is not None and document.only_acknowledged_since(seen):
                 if gathered_until is None:
                     gathered_until = now + ACKNOWLEDGEMENT_GATHER_SECONDS
                 if now >= gathered_until:
