@@ -1,7 +1,10 @@
 """The demo behind `make demo`: a coordinated run that shows checkpoints, a restore after
 the driver is killed, and a final checkpoint, then checks the output against ground truth.
 
-    python examples/wordcount/demo.py [--files 24] [--kill-after-checkpoints 3]
+    python examples/wordcount/demo.py [--files 48] [--kill-after-checkpoints 2]
+
+It fails unless the driver was killed and restored before the input ran out: a demo that
+quietly skipped its restore would show less than it says.
 """
 
 import argparse
@@ -23,8 +26,9 @@ HERE = Path(__file__).resolve().parent
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--files", type=int, default=24)
-    parser.add_argument("--kill-after-checkpoints", type=int, default=3)
+    # One file per batch: enough batches after the kill for the restored driver to work on.
+    parser.add_argument("--files", type=int, default=48)
+    parser.add_argument("--kill-after-checkpoints", type=int, default=2)
     args = parser.parse_args()
 
     data, state = HERE / "data", HERE / "data" / "state"
@@ -56,6 +60,14 @@ def main() -> int:
                 _kill_driver(state / "default" / "wordcount" / "status.json")
     if run.wait() != 0:
         print(f"demo: the run failed (exit {run.returncode})")
+        return 1
+    status = json.loads((state / "default" / "wordcount" / "status.json").read_text())
+    restores = status["status"]["counts"]["restored"]
+    if not killed or restores < 1:
+        print(
+            f"demo: the input ran out after {completed} checkpoints, before the driver was "
+            f"killed and restored (restores: {restores}); run it with more --files"
+        )
         return 1
 
     expected = expected_counts(data / "input")

@@ -1,6 +1,5 @@
-"""README's setup commands are `make` targets: `make test` is CI itself, and `make demo` is
-minutes of Spark on the path tests/e2e/test_local_runs.py covers (run, kill -9, restore,
-final checkpoint, ground truth), so neither runs here a second time. What can drift is
+"""README's setup commands are `make` targets: `make test` is CI itself, and `make demo`'s
+script runs in tests/e2e/test_demo.py, so neither runs here a second time. What can drift is
 checked: each target exists, the scripts it would run (``make -n``) exist, and CI's entry
 point runs README's test command."""
 
