@@ -33,7 +33,11 @@ from spark_checkpoint.restorable_report import (
 )
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.kubernetes.runtime import restorable_verdict
+from spark_checkpoint_operator.kubernetes.runtime import (
+    pod_exit_code,
+    pod_failure_message,
+    restorable_verdict,
+)
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.validation import validate_document
 from spark_checkpoint_operator.supervisor import CheckUnavailable
@@ -122,12 +126,50 @@ def _ended(message: str | None, exit_code: int = 0) -> dict[str, Any]:
     if message is not None:
         terminated["message"] = message
     return {
-        "metadata": {"name": "orders-check-x1"},
+        "metadata": {"name": "orders-check-x1", "labels": {objects.LABEL_COMPONENT: objects.CHECK}},
         "status": {
             "phase": "Succeeded" if exit_code == 0 else "Failed",
             "containerStatuses": [{"name": "check", "state": {"terminated": terminated}}],
         },
     }
+
+
+def _with_sidecar(pod: dict[str, Any], sidecar_state: dict[str, Any]) -> dict[str, Any]:
+    """``pod`` as a service mesh's webhook leaves it: its proxy listed first and, while the
+    proxy runs, the pod Running though our container ended."""
+    status = pod["status"]
+    proxy = {"name": "istio-proxy", "state": sidecar_state}
+    phase = "Running" if "running" in sidecar_state else status["phase"]
+    return {
+        **pod,
+        "status": {
+            **status,
+            "phase": phase,
+            "containerStatuses": [proxy, *status["containerStatuses"]],
+        },
+    }
+
+
+@pytest.mark.parametrize("exit_code", [0, 3])
+def test_a_pod_is_judged_by_its_own_container_not_an_injected_sidecar(exit_code: int) -> None:
+    """A sidecar that is not a native one keeps the pod Running after our container
+    exited: judging the phase kept a cleanup pod waiting for its 600 s timeout."""
+    ended = _ended(_report("checkpoint:7", []), exit_code)
+    running_proxy = _with_sidecar(ended, {"running": {"startedAt": "2026-11-27T08:00:00Z"}})
+    assert pod_exit_code(running_proxy) == exit_code
+    killed_proxy = _with_sidecar(ended, {"terminated": {"exitCode": 137, "reason": "Error"}})
+    assert pod_exit_code(killed_proxy) == exit_code
+    if exit_code == 0:
+        assert restorable_verdict(running_proxy, "checkpoint:7") == []
+    else:
+        assert "exit code 3 (Error)" in pod_failure_message(killed_proxy)
+
+
+def test_a_pod_whose_own_container_runs_has_not_ended_whatever_its_sidecar_does() -> None:
+    pod = _ended(None)
+    pod["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    pod["status"]["phase"] = "Running"
+    assert pod_exit_code(_with_sidecar(pod, {"terminated": {"exitCode": 0}})) is None
 
 
 def _report(image: str, problems: list[str]) -> str:

@@ -149,17 +149,30 @@ def _label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
     )
 
 
+def _own_container_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The `terminated` state of the pod's own container (named after its component:
+    `driver`, `cleanup`, `check`), never that of a container an admission webhook added (a
+    service mesh's sidecar), or None while it has not ended."""
+    name = pod["metadata"].get("labels", {}).get(objects.LABEL_COMPONENT)
+    for container in pod.get("status", {}).get("containerStatuses", ()):
+        if container.get("name") == name:
+            terminated: Mapping[str, Any] | None = container.get("state", {}).get("terminated")
+            return terminated
+    return None
+
+
 def pod_exit_code(pod: Mapping[str, Any]) -> int | None:
-    """The container's exit code once the pod is done; None while it may still run."""
-    status = pod.get("status", {})
-    if status.get("phase") not in ("Succeeded", "Failed"):
+    """The pod's own container's exit code once it has ended, even while an injected
+    sidecar keeps the pod running (restartPolicy Never: it stays ended); None while it may
+    still run."""
+    terminated = _own_container_ended(pod)
+    if terminated is not None:
+        return int(terminated.get("exitCode", 1))
+    phase = pod.get("status", {}).get("phase")
+    if phase not in ("Succeeded", "Failed"):
         return None
-    for container in status.get("containerStatuses", ()):
-        terminated = container.get("state", {}).get("terminated")
-        if terminated is not None:
-            return int(terminated.get("exitCode", 1))
-    # Failed before the container ran (image pull, eviction): a failure to restart from.
-    return 0 if status["phase"] == "Succeeded" else 1
+    # Ended before the container ran (image pull, eviction): a failure to restart from.
+    return 0 if phase == "Succeeded" else 1
 
 
 def pod_ready(pod: Mapping[str, Any]) -> bool:
@@ -172,14 +185,13 @@ def pod_ready(pod: Mapping[str, Any]) -> bool:
 
 
 def pod_failure_message(pod: Mapping[str, Any]) -> str:
+    terminated = _own_container_ended(pod)
+    if terminated:
+        reason = terminated.get("reason", "")
+        message = (terminated.get("message") or "").strip().splitlines()
+        tail = f": {message[-1]}" if message else ""
+        return f"exit code {terminated.get('exitCode')} ({reason}){tail}"
     status = pod.get("status", {})
-    for container in status.get("containerStatuses", ()):
-        terminated = container.get("state", {}).get("terminated") or {}
-        if terminated:
-            reason = terminated.get("reason", "")
-            message = (terminated.get("message") or "").strip().splitlines()
-            tail = f": {message[-1]}" if message else ""
-            return f"exit code {terminated.get('exitCode')} ({reason}){tail}"
     return str(status.get("message") or status.get("reason") or "no container status")
 
 
@@ -515,13 +527,7 @@ def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
     name = pod["metadata"]["name"]
     if pod_exit_code(pod) != 0:
         raise CheckUnavailable(f"check pod {name} failed: {pod_failure_message(pod)}")
-    message = next(
-        (
-            (status.get("state", {}).get("terminated") or {}).get("message") or ""
-            for status in pod.get("status", {}).get("containerStatuses", ())
-        ),
-        "",
-    )
+    message = (_own_container_ended(pod) or {}).get("message") or ""
     try:
         found = problems_by_image(message)
     except ReportUnreadable as error:

@@ -383,7 +383,7 @@ class SimulatedKubelet:
         container = pod["spec"]["containers"][0]
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
         if pod["metadata"].get("labels", {}).get("spark-role") == "executor":
-            await self._set_status(key, _running(ip))  # runs until deleted
+            await self._set_status(key, _running(ip, container["name"]))  # runs until deleted
         elif container["name"] == "driver":
             token = await self._token(pod)
             await self._agents.add(
@@ -392,9 +392,9 @@ class SimulatedKubelet:
                 int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
                 json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
             )
-            await self._set_status(key, _running(ip))
+            await self._set_status(key, _running(ip, container["name"]))
         else:  # a cleanup pod: storage work that succeeds at once
-            await self._set_status(key, _terminated(ip, 0))
+            await self._set_status(key, _terminated(ip, container["name"], 0))
 
     async def _token(self, pod: Mapping[str, Any]) -> str:
         volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
@@ -413,7 +413,9 @@ class SimulatedKubelet:
                 if agent is None or agent.exit_code is None or key in reported:
                     continue
                 reported.add(key)
-                await _ignore_missing(self._set_status(key, _terminated(ip, agent.exit_code)))
+                await _ignore_missing(
+                    self._set_status(key, _terminated(ip, "driver", agent.exit_code))
+                )
 
     async def _set_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
         await self._api.patch(Pod.Status, key[1], {"status": status}, namespace=key[0])
@@ -423,23 +425,26 @@ def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _running(ip: str) -> dict[str, Any]:
+def _running(ip: str, name: str) -> dict[str, Any]:
     return {
         "phase": "Running",
         "podIP": ip,
         "podIPs": [{"ip": ip}],
         "conditions": [{"type": "Ready", "status": "True"}],
-        "containerStatuses": [_container(ready=True, state={"running": {"startedAt": _now()}})],
+        "containerStatuses": [
+            _container(name, ready=True, state={"running": {"startedAt": _now()}})
+        ],
     }
 
 
-def _terminated(ip: str, exit_code: int) -> dict[str, Any]:
+def _terminated(ip: str, name: str, exit_code: int) -> dict[str, Any]:
     return {
         "phase": "Succeeded" if exit_code == 0 else "Failed",
         "podIP": ip,
         "conditions": [{"type": "Ready", "status": "False"}],
         "containerStatuses": [
             _container(
+                name,
                 ready=False,
                 state={"terminated": {"exitCode": exit_code, "reason": "Simulated"}},
             )
@@ -447,9 +452,9 @@ def _terminated(ip: str, exit_code: int) -> dict[str, Any]:
     }
 
 
-def _container(*, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
+def _container(name: str, *, ready: bool, state: dict[str, Any]) -> dict[str, Any]:
     return {
-        "name": "main",
+        "name": name,
         "image": "simulated",
         "imageID": "",
         "ready": ready,
