@@ -7,7 +7,7 @@ import gc
 import json
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -379,12 +379,14 @@ def _copying(
     return copies, _version(running)
 
 
-def test_a_long_poll_gathers_acknowledgements_until_the_snapshot_is_acknowledged(
-    running: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Acknowledgements alone do not end a long poll at once (one answer for each of 200
-    tasks would keep the coordinator busy); the snapshot's next state does."""
-    copies, version = _copying(running, monkeypatch, gather_seconds=60.0)
+def _long_poll_during(
+    running: Running,
+    copies: HeldCopies,
+    version: int,
+    meanwhile: Callable[[asyncio.Task[tuple[float, dict[str, Any]]]], Awaitable[None]],
+) -> tuple[float, dict[str, Any]]:
+    """How long a long poll after ``version`` took, and its answer, while ``meanwhile``
+    (given the waiting request) releases copies; every copy is released at the end."""
 
     async def scenario() -> tuple[float, dict[str, Any]]:
         client = running.client()
@@ -392,20 +394,33 @@ def test_a_long_poll_gathers_acknowledgements_until_the_snapshot_is_acknowledged
             waiting = asyncio.create_task(
                 _timed(_document(client.read_status(after=version, wait=20)))
             )
-            await asyncio.sleep(0.3)  # the request waits
-            for task in ("state-0-0", "state-0-1"):
-                copies.release(task)
-                await asyncio.sleep(0.5)
-                assert not waiting.done(), f"{task}'s acknowledgement alone was answered"
-            copies.release("logs")
+            await meanwhile(waiting)
             return await waiting
         finally:
             await client.close()
 
     try:
-        elapsed, status = asyncio.run(scenario())
+        return asyncio.run(scenario())
     finally:
         copies.release()
+
+
+def test_a_long_poll_gathers_acknowledgements_until_the_snapshot_is_acknowledged(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Acknowledgements alone do not end a long poll at once (one answer for each of 200
+    tasks would keep the coordinator busy); the snapshot's next state does."""
+    copies, version = _copying(running, monkeypatch, gather_seconds=60.0)
+
+    async def meanwhile(waiting: asyncio.Task[Any]) -> None:
+        await asyncio.sleep(0.3)  # the request waits
+        for task in ("state-0-0", "state-0-1"):
+            copies.release(task)
+            await asyncio.sleep(0.5)
+            assert not waiting.done(), f"{task}'s acknowledgement alone was answered"
+        copies.release("logs")
+
+    elapsed, status = _long_poll_during(running, copies, version, meanwhile)
     assert elapsed < 10.0, "the snapshot's acknowledged state was not answered at once"
     (snapshot,) = status["checkpoints"]
     assert snapshot["state"] == "acknowledged"
@@ -417,22 +432,11 @@ def test_a_long_poll_answers_gathered_acknowledgements_after_a_moment(
 ) -> None:
     copies, version = _copying(running, monkeypatch, gather_seconds=0.3)
 
-    async def scenario() -> tuple[float, dict[str, Any]]:
-        client = running.client()
-        try:
-            waiting = asyncio.create_task(
-                _timed(_document(client.read_status(after=version, wait=20)))
-            )
-            await asyncio.sleep(0.3)
-            copies.release(copies.copying[0])
-            return await waiting
-        finally:
-            await client.close()
+    async def meanwhile(waiting: asyncio.Task[Any]) -> None:
+        await asyncio.sleep(0.3)
+        copies.release(copies.copying[0])
 
-    try:
-        elapsed, status = asyncio.run(scenario())
-    finally:
-        copies.release()
+    elapsed, status = _long_poll_during(running, copies, version, meanwhile)
     assert elapsed < 10.0
     (snapshot,) = status["checkpoints"]
     assert snapshot["state"] == "copying"
@@ -452,23 +456,12 @@ def test_a_client_that_missed_only_acknowledgements_waits_for_more(
         assert time.monotonic() < deadline, "the released task never acknowledged"
         time.sleep(0.05)
 
-    async def scenario() -> tuple[float, dict[str, Any]]:
-        client = running.client()
-        try:
-            waiting = asyncio.create_task(
-                _timed(_document(client.read_status(after=version, wait=20)))
-            )
-            await asyncio.sleep(0.5)
-            assert not waiting.done(), "a client behind by an ack was answered at once"
-            copies.release()
-            return await waiting
-        finally:
-            await client.close()
-
-    try:
-        elapsed, status = asyncio.run(scenario())
-    finally:
+    async def meanwhile(waiting: asyncio.Task[Any]) -> None:
+        await asyncio.sleep(0.5)
+        assert not waiting.done(), "a client behind by an ack was answered at once"
         copies.release()
+
+    elapsed, status = _long_poll_during(running, copies, version, meanwhile)
     assert elapsed < 10.0
     assert status["checkpoints"][0]["state"] == "acknowledged"
 
