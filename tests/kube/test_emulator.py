@@ -536,6 +536,37 @@ async def test_a_watch_sees_objects_enter_and_leave_its_selection(api: EmulatedA
     ]
 
 
+@pytest.mark.asyncio
+async def test_a_watch_over_a_websocket_sends_one_text_frame_per_event(
+    api: EmulatedApiServer,
+) -> None:
+    """As the fabric8 client in Spark's driver asks for it; the stream's end closes it."""
+    api.create(PODS, pod("a", labels={"app": "web"}), "default")
+    api.create(PODS, pod("b"), "default")
+    query = {"watch": "true", "labelSelector": "app=web", "timeoutSeconds": "1"}
+    frames = []
+    async with (
+        aiohttp.ClientSession() as session,
+        session.ws_connect(api.url + "/api/v1/namespaces/default/pods", params=query) as socket,
+    ):
+        async for message in socket:
+            frames.append(message)
+    assert [m.type for m in frames] == [aiohttp.WSMsgType.TEXT]
+    event = json.loads(frames[0].data)
+    assert (event["type"], event["object"]["metadata"]["name"]) == ("ADDED", "a")
+
+
+@pytest.mark.asyncio
+async def test_a_refused_websocket_watch_is_answered_before_the_upgrade(
+    api: EmulatedApiServer,
+) -> None:
+    query = {"watch": "true", "resourceVersion": "x"}
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.WSServerHandshakeError) as refused:
+            await session.ws_connect(api.url + "/api/v1/pods", params=query)
+    assert refused.value.status == 400
+
+
 # --- deletion -----------------------------------------------------------------------------
 
 

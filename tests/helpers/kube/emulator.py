@@ -25,7 +25,8 @@ What it does like a real API server:
   enter (ADDED) its selection.
 - Watches resume from ``resourceVersion`` out of a bounded per-resource event log; an older
   version gets an ERROR event with code 410; ``timeoutSeconds``, bookmarks, and
-  ``sendInitialEvents`` with its closing bookmark.
+  ``sendInitialEvents`` with its closing bookmark; over a WebSocket too (one text frame
+  per event), which the fabric8 client in Spark's driver asks for first.
 - Deletion: finalizers hold an object (``deletionTimestamp``); removing the last one deletes
   it; dependents (``ownerReferences``) are garbage-collected in the background style; a pod
   bound to a node terminates gracefully until a kubelet deletes it with grace period 0.
@@ -512,6 +513,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         )
         self._requests.append(request)
         try:
+            if _is_websocket_watch(request):
+                return await self._websocket_watch(request, raw_request)
             return await self._handle(request)
         except kmock.KubernetesError as error:
             self.rejections.append(Rejection(raw_request.method, raw_request.path, error))
@@ -708,6 +711,23 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return _Selector(namespace, _label_requirements(params.get("labelSelector", "")), fields)
 
     # --- watching -------------------------------------------------------------------------
+
+    async def _websocket_watch(
+        self, request: rendering.Request, raw_request: aiohttp.web.BaseRequest
+    ) -> aiohttp.web.StreamResponse:
+        """A watch over a WebSocket, as the API server serves one (the fabric8 client in
+        Spark's driver asks for it first): one text frame per event, closed when the watch
+        ends. What the server refuses is refused before the upgrade, as a plain answer."""
+        res, info = self._resolve(request.resource)
+        namespace = _scope(info, request.namespace)
+        events = self._watch(res, info, namespace, request.params, request.name)
+        socket = aiohttp.web.WebSocketResponse()  # no subprotocol: JSON in text frames
+        await socket.prepare(raw_request)
+        async for event in events:
+            if event != b"":  # the plain stream's early headers
+                await socket.send_str(json.dumps(event))
+        await socket.close()
+        return socket
 
     def _watch(
         self,
@@ -1440,6 +1460,14 @@ def spark_checkpoint_api(**options: Any) -> EmulatedApiServer:
 
 
 # --- helpers ------------------------------------------------------------------------------
+
+
+def _is_websocket_watch(request: rendering.Request) -> bool:
+    return (
+        request.method == kmock.method("GET")
+        and request.params.get("watch") in ("true", "1")
+        and _header(request, "upgrade").lower() == "websocket"
+    )
 
 
 def _json(payload: Body, status: int = 200, warnings: Sequence[str] = ()) -> rendering.Response:
