@@ -1,5 +1,6 @@
 """The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +164,163 @@ def test_without_executors_the_live_location_is_on_the_drivers_own_disk() -> Non
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     assert volumes[objects.WORK_VOLUME] == {"name": objects.WORK_VOLUME, "emptyDir": {}}
     assert "persistentVolumeClaim" not in _env(pod)["PYSPARK_SUBMIT_ARGS"]["value"]
+
+
+def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -> None:
+    """The driver pod carries the template in an annotation and has it as the file Spark's
+    spark.kubernetes.executor.podTemplateFile names (a downwardAPI volume)."""
+    manifest, _ = _job()
+    pod = _driver()
+    submit = _env(pod)["PYSPARK_SUBMIT_ARGS"]["value"]
+    template = json.loads(pod["metadata"]["annotations"][objects.ANNOTATION_EXECUTOR_TEMPLATE])
+
+    assert template == objects.executor_pod_template(manifest)
+    kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
+    assert template["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
+    assert template["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == objects.EXECUTOR
+    assert container["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
+    assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert template["spec"]["securityContext"]["fsGroup"] == objects.FS_GROUP
+
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    mounts = {m["name"]: m for m in pod["spec"]["containers"][0]["volumeMounts"]}
+    (item,) = volumes[objects.EXECUTOR_TEMPLATE_VOLUME]["downwardAPI"]["items"]
+    assert item["fieldRef"]["fieldPath"] == (
+        f"metadata.annotations['{objects.ANNOTATION_EXECUTOR_TEMPLATE}']"
+    )
+    file = f"{mounts[objects.EXECUTOR_TEMPLATE_VOLUME]['mountPath']}/{item['path']}"
+    assert f"spark.kubernetes.executor.podTemplateFile={file}" in submit
+    assert "spark.kubernetes.executor.podTemplateContainerName=executor" in submit
+    assert "spark.kubernetes.executor.annotation.sidecar.istio.io/inject=false" in submit
+
+
+def test_a_job_without_executor_settings_gets_a_template_of_the_restricted_context() -> None:
+    manifest, _ = _job("minimal-job.yaml")
+    template = objects.executor_pod_template(manifest)
+
+    assert "tolerations" not in template["spec"]
+    assert template["spec"]["volumes"] == []
+    assert template["spec"]["containers"][0]["securityContext"]["runAsNonRoot"] is True
+    assert objects.pod_problems(manifest) == []
+
+
+def _problems(**spec: Any) -> list[str]:
+    """pod_problems of the full fixture with ``spec``'s roles and sparkConf replaced."""
+    document = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
+    for key, value in spec.items():
+        if key == "sparkConf":
+            document["spec"]["application"]["sparkConf"] = value
+        else:
+            document["spec"][key] = value
+    return objects.pod_problems(manifest_from_document(document))
+
+
+SCRATCH = {"name": "scratch", "emptyDir": {}}
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        (
+            {"executor": {"volumes": [{**SCRATCH, "name": "checkpoint-work"}]}},
+            "spec.executor.volumes[0].name: 'checkpoint-work' is a volume the operator or "
+            "Spark adds",
+        ),
+        (
+            {"executor": {"volumes": [{**SCRATCH, "name": "spark-local-dir-1"}]}},
+            "spec.executor.volumes[0].name: 'spark-local-dir-1' is a volume the operator or "
+            "Spark adds",
+        ),
+        (
+            {"executor": {"volumes": [SCRATCH, SCRATCH]}},
+            "spec.executor.volumes[1].name: 'scratch' names two volumes",
+        ),
+        ({"executor": {"volumes": [{"emptyDir": {}}]}}, "spec.executor.volumes[0].name: required"),
+        (
+            {"executor": {"volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}]}},
+            "spec.executor.volumeMounts[0].name: 'scratch' is not in spec.executor.volumes",
+        ),
+        (
+            {
+                "executor": {
+                    "volumes": [SCRATCH],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/opt/spark/conf/"}],
+                }
+            },
+            "spec.executor.volumeMounts[0].mountPath: '/opt/spark/conf/' is where the "
+            "operator or Spark mounts",
+        ),
+        (
+            {
+                "executor": {
+                    "volumes": [SCRATCH, {**SCRATCH, "name": "b"}],
+                    "volumeMounts": [
+                        {"name": "scratch", "mountPath": "/data"},
+                        {"name": "b", "mountPath": "/data"},
+                    ],
+                }
+            },
+            "spec.executor.volumeMounts[1].mountPath: '/data' mounts two volumes",
+        ),
+        (
+            {
+                "executor": {"volumes": [SCRATCH], "volumeMounts": [{"name": "scratch"}]},
+            },
+            "spec.executor.volumeMounts[0].mountPath: an absolute path is required",
+        ),
+        (
+            {"driver": {"volumes": [{**SCRATCH, "name": objects.TOKEN_VOLUME}]}},
+            f"spec.driver.volumes[0].name: {objects.TOKEN_VOLUME!r} is a volume the operator "
+            "or Spark adds",
+        ),
+        (
+            {
+                "driver": {
+                    "volumes": [SCRATCH],
+                    "volumeMounts": [
+                        {"name": "scratch", "mountPath": objects.EXECUTOR_TEMPLATE_DIR}
+                    ],
+                }
+            },
+            f"spec.driver.volumeMounts[0].mountPath: {objects.EXECUTOR_TEMPLATE_DIR!r} is "
+            "where the operator or Spark mounts",
+        ),
+        (
+            {
+                "sparkConf": {
+                    "spark.kubernetes.executor.volumes.nfs.shared.mount.path": "/shared",
+                    "spark.kubernetes.executor.volumes.nfs.shared.options.server": "nfs",
+                },
+                "executor": {
+                    "volumes": [{**SCRATCH, "name": "shared"}],
+                    "volumeMounts": [{"name": "shared", "mountPath": "/other"}],
+                },
+            },
+            "spec.executor.volumes[0].name: 'shared' is a volume the operator or Spark adds",
+        ),
+        (
+            {
+                "sparkConf": {"spark.kubernetes.executor.podTemplateFile": "/opt/t.yaml"},
+                "executor": {"tolerations": [{"key": "spot", "operator": "Exists"}]},
+            },
+            "spec.executor.tolerations: not applied with sparkConf "
+            "spark.kubernetes.executor.podTemplateFile, whose template replaces the "
+            "operator's; put tolerations, volumes and volumeMounts in that template",
+        ),
+    ],
+)
+def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_its_field(
+    spec: dict[str, Any], problem: str
+) -> None:
+    assert _problems(**spec) == [problem]
+
+
+def test_the_full_example_and_a_template_of_ones_own_without_executor_fields_are_fine() -> None:
+    assert _problems() == []
+    own_template = {"spark.kubernetes.executor.podTemplateFile": "/opt/t.yaml"}
+    assert _problems(sparkConf=own_template, executor={}) == []
 
 
 def test_pods_run_as_non_root_without_privileges() -> None:

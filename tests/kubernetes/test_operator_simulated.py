@@ -456,11 +456,16 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     unshared = job("unshared")
     unshared["spec"]["application"]["sparkConf"] = {"spark.master": "k8s://cluster"}
     cluster.apply(unshared)
+    # A mount of no volume: the API server would refuse each executor pod Spark creates.
+    unmounted = job("unmounted")
+    unmounted["spec"]["executor"] = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
+    cluster.apply(unmounted)
     cluster.apply(job("healthy"))
 
     for name, field in (
         ("broken", "spec.checkpointing.storage"),
         ("unshared", "spec.checkpointing.liveVolumeClaim"),
+        ("unmounted", "spec.executor.volumeMounts[0].name"),
     ):
         status = cluster.wait_for(
             "the problem in status",

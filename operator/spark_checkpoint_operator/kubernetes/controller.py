@@ -593,22 +593,23 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
         manifest = manifest_from_document(document, f"{metadata['namespace']}/{metadata['name']}")
     except ManifestError as error:
         return None, "; ".join(str(p) for p in error.problems)
-    missing = []
+    problems = []
     if not manifest.spec.image:
-        missing.append("spec.image: required on a cluster (the driver's container image)")
+        problems.append("spec.image: required on a cluster (the driver's container image)")
     if not manifest.spec.checkpointing.storage:
-        missing.append(
+        problems.append(
             "spec.checkpointing.storage: required on a cluster (a URI every driver and "
             "cleanup pod can reach, such as s3a://bucket/checkpoints)"
         )
     if objects.expected_executors(manifest) and not manifest.spec.checkpointing.live_volume_claim:
-        missing.append(
+        problems.append(
             "spec.checkpointing.liveVolumeClaim: required when the job runs executors "
             "(spark.master is not local): they write the state the driver's agent snapshots, "
             "so it must be on a ReadWriteMany volume both mount"
         )
-    if missing:
-        return None, "; ".join(missing)
+    problems += objects.pod_problems(manifest)
+    if problems:
+        return None, "; ".join(problems)
     return manifest, None
 
 

@@ -10,6 +10,7 @@ when it goes.
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,20 @@ WORK_VOLUME = "checkpoint-work"
 # Where a cleanup pod mounts the whole live volume claim (drivers mount only their directory).
 LIVE_ROOT_DIR = "/var/lib/spark-checkpoint/live"
 LIVE_VOLUME = "checkpoint-live"
+# The executors' pod template (spark.kubernetes.executor.podTemplateFile): the driver pod
+# carries it in an annotation, which a downwardAPI volume makes the driver's file.
+ANNOTATION_EXECUTOR_TEMPLATE = "sparkcheckpoint.io/executor-pod-template"
+EXECUTOR_TEMPLATE_VOLUME = "executor-pod-template"
+EXECUTOR_TEMPLATE_DIR = "/etc/spark-checkpoint/executor"
+EXECUTOR_TEMPLATE_FILE = "pod.json"
+EXECUTOR_TEMPLATE_SETTING = "spark.kubernetes.executor.podTemplateFile"
+# What Spark adds to every executor pod: its configuration, its local directories, and the
+# volumes of its spark.kubernetes.executor.volumes.<type>.<name>.* settings.
+_SPARK_EXECUTOR_VOLUMES = {"spark-conf-volume-exec": "/opt/spark/conf"}
+_SPARK_LOCAL_DIR_VOLUME_PREFIX = "spark-local-dir-"
+_SPARK_EXECUTOR_VOLUME_SETTING = re.compile(
+    r"spark\.kubernetes\.executor\.volumes\.[^.]+\.([^.]+)\.mount\.path"
+)
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
 FS_GROUP = 10001
@@ -74,6 +89,11 @@ _RESTRICTED_CONTAINER = {
     "allowPrivilegeEscalation": False,
     "capabilities": {"drop": ["ALL"]},
     "runAsNonRoot": True,
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+_RESTRICTED_POD = {
+    "runAsNonRoot": True,
+    "fsGroup": FS_GROUP,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
 
@@ -198,15 +218,25 @@ def driver_pod(
         "volumeMounts": [
             {"name": TOKEN_VOLUME, "mountPath": TOKEN_DIR, "readOnly": True},
             {"name": WORK_VOLUME, "mountPath": WORK_DIR, **_live_sub_path(manifest, job)},
+            {
+                "name": EXECUTOR_TEMPLATE_VOLUME,
+                "mountPath": EXECUTOR_TEMPLATE_DIR,
+                "readOnly": True,
+            },
             *spec.driver.volume_mounts,
         ],
     }
+    template = json.dumps(executor_pod_template(manifest), sort_keys=True, separators=(",", ":"))
     return _pod(
         manifest,
         job,
         name=name,
         labels=labels,
-        annotations={**spec.driver.annotations, ANNOTATION_SPEC_HASH: deployed_hash},
+        annotations={
+            **spec.driver.annotations,
+            ANNOTATION_SPEC_HASH: deployed_hash,
+            ANNOTATION_EXECUTOR_TEMPLATE: template,
+        },
         role=spec.driver,
         container=container,
         volumes=[
@@ -219,9 +249,121 @@ def driver_pod(
                 },
             },
             {"name": WORK_VOLUME, **_work_volume_source(manifest)},
+            {
+                "name": EXECUTOR_TEMPLATE_VOLUME,
+                "downwardAPI": {
+                    "items": [
+                        {
+                            "path": EXECUTOR_TEMPLATE_FILE,
+                            "fieldRef": {
+                                "fieldPath": _annotation_path(ANNOTATION_EXECUTOR_TEMPLATE)
+                            },
+                        }
+                    ]
+                },
+            },
             *spec.driver.volumes,
         ],
     )
+
+
+def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
+    """What Spark's settings cannot say about executor pods, as the template Spark builds
+    each one from: the manifest's tolerations, volumes and mounts, and the restricted
+    security context of the operator's own pods. Spark keeps these and adds its own
+    (name, image, resources, labels, annotations, env, its volumes and the live claim's)."""
+    executor = manifest.spec.executor
+    container = {
+        "name": EXECUTOR,
+        "securityContext": _RESTRICTED_CONTAINER,
+        "volumeMounts": list(executor.volume_mounts),
+    }
+    pod_spec: dict[str, Any] = {
+        "securityContext": _RESTRICTED_POD,
+        "containers": [container],
+        "volumes": list(executor.volumes),
+    }
+    if executor.tolerations:
+        pod_spec["tolerations"] = list(executor.tolerations)
+    template: dict[str, Any] = _plain({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
+    return template
+
+
+def pod_problems(manifest: JobManifest) -> list[str]:
+    """What the API server or Spark would refuse in the pods built from the manifest, each
+    naming its field: a volume's or mount path's clash with the operator's or Spark's own,
+    a mount of no volume, and executor fields a sparkConf pod template would drop."""
+    spec = manifest.spec
+    problems = []
+    if EXECUTOR_TEMPLATE_SETTING in spec.application.spark_conf:
+        set_fields = [
+            field
+            for field, value in (
+                ("tolerations", spec.executor.tolerations),
+                ("volumes", spec.executor.volumes),
+                ("volumeMounts", spec.executor.volume_mounts),
+            )
+            if value
+        ]
+        if set_fields:
+            problems.append(
+                f"spec.executor.{set_fields[0]}: not applied with sparkConf "
+                f"{EXECUTOR_TEMPLATE_SETTING}, whose template replaces the operator's; put "
+                "tolerations, volumes and volumeMounts in that template"
+            )
+    spark_volumes = {
+        match[1]: path
+        for key, path in spec.application.spark_conf.items()
+        if (match := _SPARK_EXECUTOR_VOLUME_SETTING.fullmatch(key))
+    }
+    driver_own = {TOKEN_VOLUME: TOKEN_DIR, WORK_VOLUME: WORK_DIR, LIVE_VOLUME: LIVE_ROOT_DIR}
+    driver_own[EXECUTOR_TEMPLATE_VOLUME] = EXECUTOR_TEMPLATE_DIR
+    executor_own = {**_SPARK_EXECUTOR_VOLUMES, **spark_volumes}
+    if spec.checkpointing.live_volume_claim:
+        executor_own[WORK_VOLUME] = WORK_DIR
+    for role, own, volumes, mounts in (
+        ("driver", driver_own, spec.driver.volumes, spec.driver.volume_mounts),
+        ("executor", executor_own, spec.executor.volumes, spec.executor.volume_mounts),
+    ):
+        problems += _volume_problems(role, own, volumes, mounts)
+    return problems
+
+
+def _volume_problems(
+    role: str,
+    own: Mapping[str, str],
+    volumes: tuple[Mapping[str, Any], ...],
+    mounts: tuple[Mapping[str, Any], ...],
+) -> list[str]:
+    """``own``: the volumes (name: mount path) the operator or Spark adds to the role's pods."""
+    problems = []
+    names: set[str] = set()
+    for index, volume in enumerate(volumes):
+        field, name = f"spec.{role}.volumes[{index}].name", volume.get("name")
+        if not isinstance(name, str) or not name:
+            problems.append(f"{field}: required")
+        elif name in names:
+            problems.append(f"{field}: {name!r} names two volumes")
+        elif name in own or (role == EXECUTOR and name.startswith(_SPARK_LOCAL_DIR_VOLUME_PREFIX)):
+            problems.append(f"{field}: {name!r} is a volume the operator or Spark adds")
+        names.add(str(name))
+    paths: set[str] = set()
+    for index, mount in enumerate(mounts):
+        field, name, path = (
+            f"spec.{role}.volumeMounts[{index}]",
+            mount.get("name"),
+            mount.get("mountPath"),
+        )
+        if name not in names:
+            problems.append(f"{field}.name: {name!r} is not in spec.{role}.volumes")
+        if not isinstance(path, str) or not path.startswith("/"):
+            problems.append(f"{field}.mountPath: an absolute path is required")
+        elif path in paths:
+            problems.append(f"{field}.mountPath: {path!r} mounts two volumes")
+        elif path.rstrip("/") in own.values():
+            problems.append(f"{field}.mountPath: {path!r} is where the operator or Spark mounts")
+        paths.add(str(path))
+    return problems
 
 
 def cleanup_pod(
@@ -357,11 +499,7 @@ def _pod(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "fsGroup": FS_GROUP,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _RESTRICTED_POD,
         "containers": [container],
         "volumes": volumes,
     }
@@ -406,6 +544,8 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         "spark.executor.cores": str(spec.executor.cores),
         "spark.executor.memory": f"{spec.executor.memory_mib}m",
         f"spark.kubernetes.executor.label.{LABEL_JOB}": manifest.name,
+        EXECUTOR_TEMPLATE_SETTING: f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_FILE}",
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR,
         "spark.ui.enabled": "false",
     }
     if spec.image:
@@ -416,6 +556,8 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         )
     for key, value in spec.executor.labels.items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
+    for key, value in spec.executor.annotations.items():
+        conf[f"spark.kubernetes.executor.annotation.{key}"] = value
     for key, value in spec.executor.node_selector.items():
         conf[f"spark.kubernetes.executor.node.selector.{key}"] = value
     for variable in spec.executor_env:
@@ -484,6 +626,10 @@ def _env(variables: tuple[EnvVar, ...]) -> list[dict[str, Any]]:
         }
         for v in variables
     ]
+
+
+def _annotation_path(key: str) -> str:
+    return f"metadata.annotations['{key}']"
 
 
 def _field_env(name: str, field_path: str) -> dict[str, Any]:
