@@ -161,18 +161,31 @@ def test_a_failed_restore_falls_back_even_with_restart_policy_never() -> None:
     assert "restartPolicy is Never" in supervisor.record.message
 
 
+class DeadAtRestoreLauncher(FakeLauncher):
+    """The agents of drivers after the first never answer: each dies at its restore (one
+    that answered would take checkpoints, and retention would discard older images)."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> Any:
+        driver = await super().launch(attempt, restore)
+        driver.agent.reachable = attempt == 1
+        return driver
+
+
 def test_with_every_image_unrestorable_the_job_fails_with_that_reason() -> None:
     async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
-        launcher = FakeLauncher()  # its agents never answer: the driver dies at restore
+        launcher = DeadAtRestoreLauncher()
         supervisor, _ = _supervisor(launcher, max_retries=1)
         run = asyncio.create_task(supervisor.run())
         await _checkpoints_then_crash(launcher, 2)
-        state = supervisor.record.coordinator
-        registered = len(state.checkpoints) + len(state.savepoints)
-        for index in range(1, registered + 1):
-            agent = await _next_driver(launcher, index)
-            agent.reachable = False
-            launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+
+        # Every driver fails at its restore, however many images there are.
+        def restoring() -> bool:
+            return len(launcher.drivers) > 1 and launcher.drivers[-1].code is None
+
+        while not run.done():
+            await until(lambda: restoring() or run.done())
+            if restoring():
+                launcher.drivers[-1].code = DriverExit.RESTORE_UNUSABLE
         return await run, supervisor, launcher
 
     ended, supervisor, launcher = asyncio.run(scenario())
