@@ -748,6 +748,36 @@ def test_links_above_the_jobs_directory_are_the_administrators_and_work(
     assert not (tmp_path / "volume" / "team-a" / "orders.v2" / "chk-1").exists()
 
 
+@pytest.mark.local_only
+@pytest.mark.parametrize("linked", ["namespace", "job"])
+def test_a_jobs_or_namespaces_directory_that_is_a_link_is_refused_and_nothing_is_deleted(
+    tmp_path: Path, spark_file: SparkFile, make_metadata: MetadataMaker, linked: str
+) -> None:
+    """On a root jobs share, a job's directory placed as a link to another job's would
+    make its garbage collection delete that job's files."""
+    root = tmp_path / "root"
+    other = CheckpointStorage(JobStorageLayout(str(root), "team-a", "orders.v2"))
+    entry = other.add_shared_file(spark_file("state/1.delta", b"theirs"), "state/1.delta")
+    other.write_metadata(make_metadata(CHECKPOINT, 1, [entry]))
+    if linked == "job":
+        link = root / "team-b" / "orders.v2"
+        link.parent.mkdir()
+        link.symlink_to(root / "team-a" / "orders.v2")
+    else:
+        link = root / "team-b"
+        link.symlink_to(root / "team-a")
+    storage = CheckpointStorage(JobStorageLayout(str(root), "team-b", "orders.v2"))
+
+    with pytest.raises(SymbolicLinkError) as raised:
+        storage.collect_garbage([], [])
+    assert raised.value.path == str(link)
+    with pytest.raises(SymbolicLinkError):
+        storage.list_ids(CHECKPOINT)
+    with pytest.raises(SymbolicLinkError):
+        storage.add_shared_file(spark_file("state/2.delta", b"mine"), "state/2.delta")
+    other.verify(other.read_metadata(CHECKPOINT, 1))
+
+
 def test_discarding_names_a_corrupt_metadata_file(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],

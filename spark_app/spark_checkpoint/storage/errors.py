@@ -85,7 +85,8 @@ class NotEmptyError(StorageError):
 
 
 class SymbolicLinkError(StorageError):
-    """A symbolic link inside a job's storage directory.
+    """A symbolic link below the storage root: the job's directory, its namespace's, or
+    anything inside them.
 
     Nothing in this package creates one, and following one could read or delete files
     outside the job's directory, so every operation that meets one refuses it.

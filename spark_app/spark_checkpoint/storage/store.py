@@ -47,9 +47,10 @@ class CheckpointStorage:
 
     def __init__(self, layout: JobStorageLayout) -> None:
         self.layout = layout
-        # Every path this class builds is below the job's directory; a link placed there
-        # must not lead a delete or a read outside of it.
-        self.fs = StorageFileSystem.for_url(layout.root).confined(layout.job_root)
+        # Every path this class builds is below the job's directory; a link placed there,
+        # or as the job's or its namespace's directory (on a root jobs share), must not lead
+        # a delete or a read outside of it. The root is the administrator's to link.
+        self.fs = StorageFileSystem.for_url(layout.root).confined(layout.root)
         # Shared files this process made durable; write_metadata makes the others durable.
         # Only ever a reason to skip that: sizes are always checked in storage.
         self._durable: set[str] = set()
