@@ -1,6 +1,7 @@
 """The supervisor against scripted drivers and agents (no Spark, real asyncio time)."""
 
 import asyncio
+import re
 from dataclasses import replace
 
 import pytest
@@ -29,6 +30,7 @@ def _supervisor(
     *,
     interval: float | None = 0.2,
     idle_poll_interval: float = POLL_INTERVAL,
+    heartbeat_timeout: float = 60.0,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -37,7 +39,9 @@ def _supervisor(
 
     supervisor = JobSupervisor(
         config=CoordinatorConfig(interval=interval, min_pause=0.0, timeout=5.0),
-        restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05),
+        restart_policy=RestartPolicySpec(
+            RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05, heartbeat_timeout
+        ),
         launcher=launcher,
         janitor=NoJanitor(),
         save=save,
@@ -68,6 +72,33 @@ def test_a_lost_agent_stops_triggers_without_failing_the_job() -> None:
     supervisor, launcher, lines = asyncio.run(scenario())
     assert len(launcher.drivers) == 1, "an unreachable agent is not a failure"
     assert not any("failing the job" in line for line in lines)
+    assert supervisor.record.phase.value == "Finished"
+
+
+def test_a_driver_whose_agent_stopped_answering_is_restarted_from_its_latest_checkpoint() -> None:
+    """A hung driver, or one cut off from the operator, would run on without checkpoints."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str], list[int]]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher, heartbeat_timeout=1.5)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        first = launcher.drivers[0]
+        first.agent.reachable = False
+        completed = list(first.agent.completed)
+        await until(lambda: len(launcher.drivers) == 2)
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return supervisor, launcher, lines, completed
+
+    supervisor, launcher, lines, completed = asyncio.run(scenario())
+    assert launcher.drivers[0].code == -15, "the silent driver was stopped"
+    # The newest registered: one more may have been registered as the agent went silent.
+    kind, newest = launcher.restores[1][0].split(":")
+    assert kind == "checkpoint" and int(newest) >= completed[-1]
+    (silence,) = [line for line in lines if "has not answered" in line]
+    assert re.match(r"the driver's checkpoint agent has not answered for \d+s", silence)
+    assert silence.endswith("connection refused. Stopping the driver.")
     assert supervisor.record.phase.value == "Finished"
 
 

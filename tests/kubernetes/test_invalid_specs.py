@@ -50,6 +50,11 @@ INVALID_SPECS = [
     ),
     ({"restartPolicy": {"type": "Sometimes"}}, "spec.restartPolicy.type", "one of"),
     ({"restartPolicy": {"backoff": "10m", "maxBackoff": "1m"}}, "spec.restartPolicy", "backoff"),
+    (
+        {"restartPolicy": {"heartbeatTimeout": "0s"}},
+        "spec.restartPolicy.heartbeatTimeout",
+        "must be positive",
+    ),
     ({"state": "Paused"}, "spec.state", "one of"),
     ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
     ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),

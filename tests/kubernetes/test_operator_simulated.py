@@ -134,6 +134,31 @@ def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalClus
     cluster.wait_for_event("orders", "DriverFailed")
 
 
+def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_timeout(
+    cluster: LocalCluster,
+) -> None:
+    restart_policy = {"type": "OnFailure", "backoff": "1s", "heartbeatTimeout": "3s"}
+    cluster.apply(job(restartPolicy=restart_policy))
+    before = completed(cluster, "orders", 2)
+
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+    agent.cut_off = True  # its pod stays Running
+
+    event = cluster.wait_for_event("orders", "AgentStoppedAnswering", timeout=60)
+    assert event["message"].startswith("the driver's checkpoint agent has not answered for")
+    status = cluster.wait_for(
+        "a restored second attempt",
+        lambda: (s := cluster.status("orders")).get("counts", {}).get("restored") and s,
+        job="orders",
+    )
+    kind, restored = status["restoredFrom"]["source"].split(":")
+    assert kind == "checkpoint" and int(restored) >= before["lastCheckpoint"]["id"]
+    cluster.wait_for(
+        "the cut-off driver gone", lambda: cluster.driver_pods("orders") == ["orders-driver-2"]
+    )
+
+
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
     cluster.apply(job())
     completed(cluster, "orders", 1)

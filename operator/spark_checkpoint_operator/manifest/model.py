@@ -135,6 +135,7 @@ class RestartPolicySpec:
     max_retries: int
     backoff: float
     max_backoff: float
+    heartbeat_timeout: float = 60.0  # the CRD's default
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,6 +263,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 max_retries=restart["maxRetries"],
                 backoff=_seconds(restart["backoff"]),
                 max_backoff=_seconds(restart["maxBackoff"]),
+                heartbeat_timeout=_seconds(restart["heartbeatTimeout"]),
             ),
             state=JobState(spec["state"]),
             checkpoint_trigger_nonce=spec.get("checkpointTriggerNonce"),

@@ -76,6 +76,8 @@ class Attempt:
     # The newest batch a completion the agent confirmed covers: its sinks may commit that far.
     told_batch: int | None = None
     suspending_since: float | None = None  # monotonic
+    # The first status request its agent did not answer since the last it did (monotonic).
+    unanswered_since: float | None = None
 
     @classmethod
     def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
@@ -101,6 +103,14 @@ class Attempt:
         """The driver exits on its own now: no phase change brings it back to Running."""
         return self.stage in (Stage.FINISHING, Stage.SUSPENDING)
 
+    def silent_for(self) -> float:
+        """How long its agent, having answered once (in this runtime or the one before),
+        has answered no status request; 0 while it answers."""
+        since = self.unanswered_since
+        if not self.agent_answered or since is None:
+            return 0.0
+        return time.monotonic() - since
+
     def stalled_stopping(self) -> bool:
         since = self.suspending_since
         return since is not None and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
@@ -113,7 +123,13 @@ class Attempt:
         before = self.stage
         if before in (Stage.STARTING, Stage.ADOPTED):
             self.stage = Stage.CONNECTED
+        self.unanswered_since = None
         return before
+
+    def unanswered(self) -> None:
+        """A status request went unanswered."""
+        if self.unanswered_since is None:
+            self.unanswered_since = time.monotonic()
 
     def saw_batch(self, batch: int | None) -> None:
         if self.first_batch is None:

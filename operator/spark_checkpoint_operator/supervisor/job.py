@@ -517,24 +517,42 @@ class JobSupervisor:
         if answer is None:
             answer = await self._polls.status(attempt.driver)
         if isinstance(answer, Exception):
+            attempt.unanswered()
             await self._interpreter.agent_lost()
             await self._tick()
-            await self._give_up_on_a_silent_agent(attempt)
+            await self._give_up_on_a_silent_agent(attempt, answer)
             return None
         await self._process(attempt, answer, before=attempt.answered())
         return answer.version
 
-    async def _give_up_on_a_silent_agent(self, attempt: Attempt) -> None:
-        timeout = self._agent_start_timeout
-        waited = time.monotonic() - attempt.started
-        if attempt.agent_answered or timeout is None or waited < timeout or attempt.failing:
+    async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:
+        """Stop a driver whose agent never answered (the job fails: a retry cannot help), or
+        stopped answering (hung, or cut off from the operator: the restart policy decides,
+        as for a crash; a driver leaving on its own is let go)."""
+        if attempt.failing or attempt.leaving:
             return
-        attempt.fail(
-            f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
-            "pipeline start its query with run_coordinated(writer, participants=[...]) "
-            "instead of writer.start()?"
-        )
-        self._notify("AgentNeverAnswered", Level.WARNING, f"{attempt.failing} Stopping the driver.")
+        timeout = self._agent_start_timeout
+        # The agent answers from a thread of its own, whatever the query does.
+        if (silent := attempt.silent_for()) >= self._restart_policy.heartbeat_timeout:
+            attempt.fail(
+                f"the driver's checkpoint agent has not answered for {silent:.0f}s (the "
+                f"driver hung, or the network to it is down): {error}."
+            )
+            reason = "AgentStoppedAnswering"
+        elif (
+            not attempt.agent_answered
+            and timeout is not None
+            and time.monotonic() - attempt.started >= timeout
+        ):
+            attempt.fail(
+                f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
+                "pipeline start its query with run_coordinated(writer, participants=[...]) "
+                "instead of writer.start()?"
+            )
+            reason = "AgentNeverAnswered"
+        else:
+            return
+        self._notify(reason, Level.WARNING, f"{attempt.failing} Stopping the driver.")
         await attempt.driver.terminate()
 
     async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:

@@ -93,6 +93,8 @@ class SimulatedAgent:
     # driver does until its query got past the image.
     restore_seconds: float = 0.0
     exit_code: int | None = None
+    # The driver runs on, but nothing reaches its agent (a hung process, a network cut).
+    cut_off: bool = False
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
     notified_batch: int | None = None
     rng: random.Random = field(default_factory=random.Random)
@@ -219,7 +221,7 @@ class SimulatedAgents:
     def _running(self, request: web.Request) -> SimulatedAgent:
         ip = (request.host or "").rsplit(":", 1)[0]
         agent = self.agents.get(ip)
-        if agent is None or agent.exit_code is not None:
+        if agent is None or agent.exit_code is not None or agent.cut_off:
             # Like a port nobody listens on: the connection drops, nothing answers.
             if request.transport is not None:
                 request.transport.abort()
