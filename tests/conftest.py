@@ -1,12 +1,23 @@
-"""Session fixtures shared by the test packages: the object-store servers (helpers/objectstore),
-each started on first use, once per session, and stopped at its end."""
+"""Fixtures shared by the test packages: the object-store servers (helpers/objectstore), each
+started on first use, once per session, and stopped at its end; a faulty proxy in front of
+one."""
 
-from collections.abc import Iterator
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import fsspec
 import pytest
 
-from helpers.objectstore import AzureServer, S3Server, start_azure_server, start_s3_server
+from helpers.faulty_proxy import FaultyProxy
+from helpers.objectstore import (
+    AzureServer,
+    S3Server,
+    StorageRoot,
+    start_azure_server,
+    start_s3_server,
+    storage_roots,
+)
 
 
 @pytest.fixture(scope="session")
@@ -33,3 +44,40 @@ def _fresh_filesystem_instances() -> Iterator[None]:
     yield
     for protocol in ("s3", "abfs"):
         fsspec.get_filesystem_class(protocol).clear_instance_cache()
+
+
+@pytest.fixture
+def s3_root(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StorageRoot:
+    """A fresh root on the S3 server; its credentials are in the environment, as in a pod."""
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value)
+    return root
+
+
+StartProxy = Callable[[StorageRoot, "re.Pattern[bytes]", bytes | None], FaultyProxy]
+
+
+@pytest.fixture
+def faulty_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[StartProxy]:
+    """``faulty_proxy(root, request_line, answer)``: a FaultyProxy (helpers/faulty_proxy.py)
+    in front of the server of the object-store root `root`; what starts afterwards reaches
+    the server through it (the endpoint in the environment is the proxy's)."""
+    proxies: list[FaultyProxy] = []
+    server = re.compile(r"http://127\.0\.0\.1:[0-9]+")
+
+    def start(
+        root: StorageRoot, request_line: re.Pattern[bytes], answer: bytes | None
+    ) -> FaultyProxy:
+        upstream = next(
+            match[0] for value in root.environment.values() if (match := server.search(value))
+        )
+        proxy = FaultyProxy(upstream, request_line, answer)
+        proxies.append(proxy)
+        for name, value in root.environment.items():
+            monkeypatch.setenv(name, value.replace(upstream, proxy.url))
+        return proxy
+
+    yield start
+    for proxy in proxies:
+        proxy.close()

@@ -75,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
                 print(
                     f"removed checkpoints {list(report.checkpoint_ids)}, savepoints "
-                    f"{list(report.savepoint_ids)}, {len(report.shared_locations)} shared files"
+                    f"{list(report.savepoint_ids)}, {len(report.shared_locations)} shared "
+                    f"files, {report.aborted_uploads} unfinished uploads"
                 )
             case RemoveLiveDirectory():
                 directory = Path(settings["LIVE_ROOT"]) / command.name

@@ -51,6 +51,8 @@ from urllib.request import url2pathname
 
 from fsspec.core import url_to_fs
 
+from spark_checkpoint.storage.filesystem import abort_s3_uploads
+
 __all__ = ["OutputStorage", "write_partition"]
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
@@ -211,22 +213,7 @@ class OutputStorage:
             return _remove_abandoned_temporaries(self.native(directory))
         if self.url.split("://", 1)[0].lower() not in _S3_SCHEMES:
             return 0
-        bucket, prefix, _version = self._fs.split_path(self.native(directory))
-        removed = 0
-        markers: dict[str, str] = {}
-        while True:
-            page = self._fs.call_s3(
-                "list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/", **markers
-            )
-            for upload in page.get("Uploads", []):
-                self._fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
-                removed += 1
-            if not page.get("IsTruncated"):
-                return removed
-            markers = {
-                "KeyMarker": page["NextKeyMarker"],
-                "UploadIdMarker": page["NextUploadIdMarker"],
-            }
+        return abort_s3_uploads(self._fs, self.native(directory))
 
 
 def write_partition(

@@ -162,7 +162,9 @@ def _deploy_and_reach_storage(
 
         assert read_committed(output) == {0: [ROW]}
         assert location.strip().startswith("shared/")
-        assert removed.strip() == "removed checkpoints [], savepoints [], 1 shared files"
+        assert removed.strip() == (
+            "removed checkpoints [], savepoints [], 1 shared files, 0 unfinished uploads"
+        )
 
 
 def _pod_environment(

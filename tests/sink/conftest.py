@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
-import re
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -23,7 +22,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from helpers.faulty_proxy import FaultyProxy
 from helpers.objectstore import StorageRoot, parametrize_storage_roots, storage_root_for
 from spark_checkpoint.sink import TransactionalFileSink
 
@@ -186,31 +184,3 @@ def sink(output_url: str) -> TransactionalFileSink:
 def new_sink(output_url: str) -> Callable[[], TransactionalFileSink]:
     """Another sink instance on the same output: the next driver's."""
     return functools.partial(TransactionalFileSink, output_url)
-
-
-StartProxy = Callable[[StorageRoot, "re.Pattern[bytes]", bytes | None], FaultyProxy]
-
-
-@pytest.fixture
-def faulty_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[StartProxy]:
-    """``faulty_proxy(root, request_line, answer)``: a FaultyProxy (helpers/faulty_proxy.py)
-    in front of the server of the object-store root `root`; what starts afterwards reaches
-    the server through it (the endpoint in the environment is the proxy's)."""
-    proxies: list[FaultyProxy] = []
-    server = re.compile(r"http://127\.0\.0\.1:[0-9]+")
-
-    def start(
-        root: StorageRoot, request_line: re.Pattern[bytes], answer: bytes | None
-    ) -> FaultyProxy:
-        upstream = next(
-            match[0] for value in root.environment.values() if (match := server.search(value))
-        )
-        proxy = FaultyProxy(upstream, request_line, answer)
-        proxies.append(proxy)
-        for name, value in root.environment.items():
-            monkeypatch.setenv(name, value.replace(upstream, proxy.url))
-        return proxy
-
-    yield start
-    for proxy in proxies:
-        proxy.close()

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from helpers.faulty_proxy import http_answer
-from helpers.objectstore import S3Server, StorageRoot, storage_roots
+from helpers.objectstore import StorageRoot
 from helpers.paused_process import PausedProcess
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
@@ -110,14 +110,6 @@ def test_a_temporary_removed_before_its_writer_locked_it_is_made_again(output_ur
 
     assert names(committed) == ["batch-0.json"]
     assert (committed / "batch-0.json").read_bytes() == b"theirs"
-
-
-@pytest.fixture
-def s3_root(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StorageRoot:
-    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
-    for name, value in root.environment.items():
-        monkeypatch.setenv(name, value)
-    return root
 
 
 def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(

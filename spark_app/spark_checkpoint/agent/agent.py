@@ -440,6 +440,8 @@ class CheckpointAgent:
                 raise AgentRequestError(
                     409, f"storage disagrees with the registry, nothing collected: {error}"
                 ) from error
+        if report.aborted_uploads:
+            log.info("aborted %d unfinished uploads in storage", report.aborted_uploads)
         return CollectGarbageAnswer(
             tuple(report.checkpoint_ids), tuple(report.savepoint_ids), len(report.shared_locations)
         )

@@ -122,6 +122,17 @@ class StorageFileSystem:
         """True if storage is the local filesystem (atomic renames and hard links work)."""
         return self._is_local
 
+    def abort_unfinished_uploads(self, directory: str) -> int:
+        """Abort every unfinished S3 multipart upload below `directory` (an upload killed
+        midway: no listing shows it, and it is kept and billed until aborted); how many.
+        Call it only while nothing uploads there. Nothing to do on other storage: a local
+        file is a file, and Azure deletes uncommitted blocks after 7 days. PermissionError
+        when the store refuses to list or abort uploads."""
+        if not _is_s3(self._fs):
+            return 0
+        with _storage_errors(directory):
+            return abort_s3_uploads(self._fs, self._native(directory))
+
     def require_no_link(self, path: str) -> None:
         """Raise SymbolicLinkError if `path` goes through a link (see the class docstring);
         for checking every path of a multi-step delete before the first step."""
@@ -332,6 +343,29 @@ class StorageFileSystem:
         if self._is_local and self._boundary is not None:
             _require_no_link_below(self._boundary, native)
         return native
+
+
+def abort_s3_uploads(fs: Any, native_directory: str) -> int:
+    """Abort the unfinished multipart uploads below `native_directory` of the s3fs `fs`."""
+    bucket, prefix, _version = fs.split_path(native_directory)
+    aborted = 0
+    markers: dict[str, str] = {}
+    while True:
+        page = fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/", **markers)
+        for upload in page.get("Uploads", []):
+            fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
+            aborted += 1
+        if not page.get("IsTruncated"):
+            return aborted
+        markers = {
+            "KeyMarker": page["NextKeyMarker"],
+            "UploadIdMarker": page["NextUploadIdMarker"],
+        }
+
+
+def _is_s3(fs: Any) -> bool:
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
+    return bool({"s3", "s3a"} & set(protocols))
 
 
 @contextlib.contextmanager

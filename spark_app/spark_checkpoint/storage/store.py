@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 import shutil
@@ -22,6 +23,8 @@ from .layout import (
 )
 from .metadata import CheckpointMetadata, ManifestEntry
 
+logger = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class GarbageReport:
@@ -30,6 +33,7 @@ class GarbageReport:
     checkpoint_ids: tuple[int, ...]
     savepoint_ids: tuple[int, ...]
     shared_locations: tuple[str, ...]
+    aborted_uploads: int = 0  # S3 multipart uploads a killed writer left unfinished
 
 
 class CheckpointStorage:
@@ -42,7 +46,8 @@ class CheckpointStorage:
     Concurrency contract: one writer per job (the driver, or a cleanup pod while no driver
     runs). Discarding and garbage collection may run while a snapshot is in flight only if
     every location that snapshot references so far is passed as `protected_locations`;
-    `collect_garbage` must not run between a `_metadata` write and the registry update.
+    `collect_garbage` must not run between a `_metadata` write and the registry update, nor
+    while a snapshot copies files (on S3 it aborts unfinished uploads).
     """
 
     def __init__(self, layout: JobStorageLayout) -> None:
@@ -220,7 +225,11 @@ class CheckpointStorage:
         - `sp-N` directories without `_metadata` that are not registered (savepoints cut
           short); an unregistered savepoint *with* `_metadata` is the user's and is kept;
         - shared files (including temporary files of interrupted copies) that no
-          registered checkpoint references and that are not in `protected_locations`.
+          registered checkpoint references and that are not in `protected_locations`;
+        - on S3, the multipart uploads below the job's directory that a writer killed
+          midway left unfinished (no listing shows them; they are billed until aborted):
+          garbage collection runs while nothing of the job uploads. A store that refuses
+          to list or abort them keeps them, with a warning.
 
         If a registered checkpoint's `_metadata` cannot be read, a symbolic link is in the
         way (SymbolicLinkError) or an object's key below `shared/` is not a location (`..`
@@ -269,11 +278,23 @@ class CheckpointStorage:
         self._forget_durable(deleted_locations)
         for path in deleted_paths:
             self.fs.delete_file(path)
+        try:
+            aborted = self.fs.abort_unfinished_uploads(self.layout.job_root)
+        except PermissionError as error:
+            # Only garbage stays: no reason to fail the collection.
+            logger.warning(
+                "cannot abort the unfinished uploads below %s (S3 needs "
+                "s3:ListBucketMultipartUploads and s3:AbortMultipartUpload): %s",
+                self.layout.job_root,
+                error,
+            )
+            aborted = 0
 
         return GarbageReport(
             checkpoint_ids=tuple(deleted_checkpoints),
             savepoint_ids=tuple(deleted_savepoints),
             shared_locations=tuple(deleted_locations),
+            aborted_uploads=aborted,
         )
 
     def materialize(self, meta: CheckpointMetadata, target_dir: str) -> None:
