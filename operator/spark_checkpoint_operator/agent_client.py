@@ -164,7 +164,22 @@ class AgentClient:
             raise AgentUnavailable(
                 f"{method} {path}: cannot connect to {error.host}:{error.port} ({reason})"
             ) from error
-        except (aiohttp.ClientConnectionError, TimeoutError) as error:
+        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
+            # A driver exiting while the request was under way: aiohttp's words for it
+            # ("[Errno None] Can not write request body", "Server disconnected") alarm.
+            raise AgentUnavailable(
+                f"{method} {path}: the connection closed before the agent answered"
+            ) from error
+        except aiohttp.ConnectionTimeoutError as error:
+            raise AgentUnavailable(
+                f"{method} {path}: cannot connect to {url} (no answer within "
+                f"{CONNECT_TIMEOUT:.0f}s)"
+            ) from error
+        except TimeoutError as error:
+            raise AgentUnavailable(
+                f"{method} {path}: no answer within {timeout.total:.0f}s"
+            ) from error
+        except aiohttp.ClientConnectionError as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
 
 

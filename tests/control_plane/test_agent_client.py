@@ -152,3 +152,40 @@ def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm
     reason = asyncio.run(scenario())
     assert reason.endswith(f"cannot connect to 127.0.0.1:{port} (Connection refused)"), reason
     assert not re.search(r"fail|error|warning", reason, re.I), reason
+
+
+@pytest.mark.parametrize(
+    ("agent", "reason"),
+    [
+        ("closes before reading the request", "the connection closed before the agent answered"),
+        ("closes after reading its headers", "the connection closed before the agent answered"),
+        ("never answers", "no answer within 1s"),
+    ],
+)
+def test_an_agent_that_ends_or_holds_a_request_midway_is_unavailable_in_plain_words(
+    agent: str, reason: str
+) -> None:
+    """A driver exiting, or hanging, while a request is under way: aiohttp's own words for
+    it ("[Errno None] Can not write request body", "Server disconnected") read like an error."""
+
+    async def scenario() -> str:
+        async def closing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            if agent != "closes before reading the request":
+                await reader.readuntil(b"\r\n\r\n")
+            if agent == "never answers":
+                await asyncio.sleep(30)
+            writer.transport.abort()
+
+        server = await asyncio.start_server(closing, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = AgentClient(f"http://127.0.0.1:{port}", "token", timeout=1.0)
+        try:
+            await client.discard_checkpoint(4, [5, 6])
+        except AgentUnavailable as error:
+            return str(error)
+        finally:
+            await client.close()
+            server.close()
+        raise AssertionError("a closed connection answered")
+
+    assert asyncio.run(scenario()) == f"POST /v1/checkpoints/4/discard: {reason}"
