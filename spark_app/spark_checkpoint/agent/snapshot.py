@@ -97,31 +97,62 @@ def planned_batches(location: Path) -> list[int]:
     return _numbered(location / "offsets")
 
 
+@dataclass(frozen=True, slots=True)
+class _Listing:
+    """The names in one directory: its subdirectories and everything else."""
+
+    directories: frozenset[str]
+    others: tuple[str, ...]
+
+    @property
+    def names(self) -> Iterator[str]:
+        yield from self.directories
+        yield from self.others
+
+
+def _listing(directory: Path) -> _Listing:
+    # One scandir: its entries know their type without a stat per name, which at Spark's
+    # 200 partitions and more was most of the time a snapshot took to plan.
+    directories, others = set(), []
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.is_dir():
+                directories.add(entry.name)
+            else:
+                others.append(entry.name)
+    return _Listing(frozenset(directories), tuple(others))
+
+
 def state_partitions(location: Path) -> list[StatePartition]:
     """State store instances present in the live location, in a stable order."""
-    partitions: list[StatePartition] = []
+    return [partition for partition, _listing in _listed_state_partitions(location)]
+
+
+def _listed_state_partitions(location: Path) -> Iterator[tuple[StatePartition, _Listing]]:
+    """Each state store instance with the listing of its directory (one per directory)."""
     state = location / "state"
     for operator in _numeric_dirs(state):
         for partition in _numeric_dirs(state / operator):
             partition_dir = state / operator / partition
-            partition_dir_name = f"state/{operator}/{partition}"
-            stores = [
-                d.name
-                for d in sorted(partition_dir.iterdir())
-                if d.is_dir()
-                and not d.name.startswith(("_", "."))
-                and d.name not in ("SSTs", "logs")
-            ]
-            if stores and not _has_state_files(partition_dir):
-                partitions.extend(
-                    StatePartition(
-                        operator, partition, store, f"state/{operator}/{partition}/{store}"
+            listing = _listing(partition_dir)
+            stores = sorted(
+                name
+                for name in listing.directories
+                if not name.startswith(("_", ".")) and name not in ("SSTs", "logs")
+            )
+            if stores and not any(_STATE_FILE.match(name) for name in listing.names):
+                for store in stores:
+                    yield (
+                        StatePartition(
+                            operator, partition, store, f"state/{operator}/{partition}/{store}"
+                        ),
+                        _listing(partition_dir / store),
                     )
-                    for store in stores
-                )
             else:
-                partitions.append(StatePartition(operator, partition, None, partition_dir_name))
-    return partitions
+                yield (
+                    StatePartition(operator, partition, None, f"state/{operator}/{partition}"),
+                    listing,
+                )
 
 
 def snapshot_tasks(location: Path) -> frozenset[str]:
@@ -136,8 +167,10 @@ def plan_snapshot(location: Path, batch_id: int) -> SnapshotPlan:
     if not (location / "commits" / str(batch_id)).is_file():
         raise SnapshotError(f"batch {batch_id} is not committed in {location}")
     files_by_task = {LOGS_TASK: tuple(_log_files(location, batch_id))}
-    for partition in state_partitions(location):
-        files_by_task[partition.task] = tuple(_state_files(location, partition.path, batch_id + 1))
+    for partition, listing in _listed_state_partitions(location):
+        files_by_task[partition.task] = tuple(
+            _state_files(location, partition.path, listing, batch_id + 1)
+        )
     return SnapshotPlan(batch_id, files_by_task)
 
 
@@ -211,9 +244,10 @@ def _source_log_files(directory: Path, batch_id: int) -> list[str]:
     return [compactions[n] for n in newest_two] + [batches[n] for n in sorted(batches) if n > since]
 
 
-def _state_files(location: Path, partition: str, version: int) -> list[str]:
-    """Files to rebuild ``version`` of one state store: the newest full image (snapshot
-    or RocksDB zip) at or below it, the deltas or changelogs after it, and RocksDB's SSTs.
+def _state_files(location: Path, partition: str, listing: _Listing, version: int) -> list[str]:
+    """Files to rebuild ``version`` of one state store (``listing``: its directory's): the
+    newest full image (snapshot or RocksDB zip) at or below it, the deltas or changelogs
+    after it, and RocksDB's SSTs.
 
     RocksDB's SST files are shared by many versions; all present ones are taken (a
     superset of what the zip references), which keeps the rule independent of RocksDB's
@@ -221,7 +255,7 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     """
     directory = location / partition
     versions: dict[int, dict[str, str]] = {}
-    for name in os.listdir(directory):
+    for name in listing.names:
         if _UNIQUE_ID_STATE_FILE.match(name):
             raise SnapshotError(
                 f"{partition}/{name}: spark.sql.streaming.stateStore.checkpointFormatVersion=2 "
@@ -247,7 +281,7 @@ def _state_files(location: Path, partition: str, version: int) -> list[str]:
     # Every SST (and archived RocksDB log, `RocksDBImmutableFile`) present: a superset of
     # what the zip lists; uploads in progress are hidden temporary names and are left out.
     for subdirectory, suffix in (("SSTs", ".sst"), ("logs", ".log")):
-        if (directory / subdirectory).is_dir():
+        if subdirectory in listing.directories:
             selected += [
                 f"{partition}/{subdirectory}/{name}"
                 for name in sorted(os.listdir(directory / subdirectory))
@@ -265,10 +299,6 @@ def _files_up_to(location: Path, directory: Path, batch_id: int) -> Iterator[str
             yield path.relative_to(location).as_posix()
 
 
-def _has_state_files(directory: Path) -> bool:
-    return any(_STATE_FILE.match(name) for name in os.listdir(directory))
-
-
 def _numbered(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
@@ -278,5 +308,5 @@ def _numbered(directory: Path) -> list[int]:
 def _numeric_dirs(directory: Path) -> list[str]:
     if not directory.is_dir():
         return []
-    names = [d.name for d in directory.iterdir() if d.is_dir() and d.name.isdigit()]
+    names = [name for name in _listing(directory).directories if name.isdigit()]
     return sorted(names, key=int)
