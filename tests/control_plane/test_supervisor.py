@@ -8,7 +8,7 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import SnapshotPhase, SnapshotStatus
+from spark_checkpoint.protocol import AgentStatus, SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
@@ -100,6 +100,57 @@ def test_a_driver_whose_agent_stopped_answering_is_restarted_from_its_latest_che
     assert re.match(r"the driver's checkpoint agent has not answered for \d+s", silence)
     assert silence.endswith("connection refused. Stopping the driver.")
     assert supervisor.record.phase.value == "Finished"
+
+
+class StatusRefusingAgent(FakeAgent):
+    """Answers its status requests with an error while ``refusing`` (a 500 of a storage
+    error): an agent that answers, if only with a refusal, is not silent."""
+
+    refusing = False
+
+    async def read_status(self, after: int | None = None, wait: float = 0.0) -> AgentStatus:
+        if self.refusing:
+            self.status_requests += 1
+            raise AgentRejected("GET /v1/status: 500 storage: the disk is full")
+        return await super().read_status(after, wait)
+
+
+@pytest.mark.parametrize("agent", ["adopted and not answering yet", "refusing"])
+def test_an_agent_that_is_not_silent_after_answering_keeps_its_driver(agent: str) -> None:
+    """Silence is counted only after an answer in this runtime: the runtime before may
+    have recorded the attempt before its pod ran (an image pull, a long restore); and an
+    agent that refuses its status requests is not silent."""
+
+    async def scenario() -> tuple[FakeDriver, list[str]]:
+        if agent == "refusing":
+            launcher = FakeLauncher()
+            launcher.agent_class = StatusRefusingAgent
+            record = None
+        else:
+            launcher = FakeLauncher(running=FakeDriver(FakeAgent()))
+            assert launcher.running is not None
+            launcher.running.agent.reachable = False
+            record = JobRecord(attempt=2)
+        supervisor, lines = _supervisor(launcher, record=record, heartbeat_timeout=0.5)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.running or launcher.drivers)
+        driver = launcher.running or launcher.drivers[0]
+        if agent == "refusing":
+            await until(lambda: len(driver.agent.completed) >= 1)
+            driver.agent.refusing = True
+        requests = driver.agent.status_requests
+        await until(lambda: driver.agent.status_requests >= requests + 3)
+        await asyncio.sleep(1.0)
+        driver.agent.reachable, driver.agent.refusing = True, False
+        completed = len(driver.agent.completed)
+        await until(lambda: len(driver.agent.completed) > completed)
+        driver.code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return driver, lines
+
+    driver, lines = asyncio.run(scenario())
+    assert driver.code == DriverExit.FINISHED, "the driver was never stopped"
+    assert not [line for line in lines if "has not answered" in line]
 
 
 class FailingRestartsLauncher(FakeLauncher):

@@ -2,6 +2,8 @@
 simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
 operator with real Spark drivers."""
 
+import hashlib
+import json
 import threading
 import time
 import urllib.request
@@ -13,7 +15,7 @@ import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.kube.cluster import LocalCluster, operator_stopped
+from helpers.kube.cluster import JOBS, LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
 
 pytestmark = pytest.mark.timeout(240)
@@ -644,6 +646,45 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     )
     assert retried["jobAttempt"] == 3
     assert retried["message"] == ""
+
+
+def test_a_failed_job_stays_failed_when_a_newer_crd_defaults_a_new_field(
+    cluster: LocalCluster,
+) -> None:
+    """The API server fills in a field the CRD gained (restartPolicy.heartbeatTimeout) when
+    it reads a stored job: for the operator that is no change of the spec, which would run
+    a Failed job again."""
+    cluster.apply(job(restartPolicy={"type": "Never"}))
+    cluster.wait_for("a driver", lambda: cluster.simulated_agent("orders-driver-1"))
+    cluster.crash_driver("orders-driver-1")
+    cluster.wait_for("Failed", lambda: cluster.status("orders").get("phase") == "Failed")
+
+    with operator_stopped(cluster):
+        # What the operator of the CRD before the field stored: the spec's hash without it.
+        spec = cluster.job("orders")["spec"]  # type: ignore[index]
+        assert spec["restartPolicy"].pop("heartbeatTimeout") == "60s"
+        relevant = {
+            key: value
+            for key, value in spec.items()
+            if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state")
+        }
+        text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
+        earlier = hashlib.sha256(text.encode()).hexdigest()[:16]
+        cluster.api.patch(
+            JOBS,
+            "default",
+            "orders",
+            {"status": {"stoppedSpecHash": earlier}},
+            subresource="status",
+        )
+
+    cluster.wait_for("the operator back", lambda: cluster.operator.running)
+    time.sleep(3)
+    status = cluster.status("orders")
+    assert (status["phase"], status["jobAttempt"]) == ("Failed", 1)
+    assert (
+        cluster.driver_pods("orders") == ["orders-driver-1"] or cluster.driver_pods("orders") == []
+    )
 
 
 def test_a_restore_that_fails_on_its_image_falls_back_and_says_so(tmp_path: Path) -> None:

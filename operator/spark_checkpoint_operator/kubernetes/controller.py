@@ -613,6 +613,12 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
     return manifest, None
 
 
+# Fields the CRD gained after jobs were stored, with their defaults. The API server fills
+# them in when it reads a stored job, so at their default they are left out of the hash:
+# installing a newer CRD must not look like a changed spec, which reruns a Failed job.
+_LATER_DEFAULTS = {("restartPolicy", "heartbeatTimeout"): "60s"}
+
+
 def _spec_hash(spec: Mapping[str, Any]) -> str:
     """The spec without what does not call for a retry of a failed job."""
     relevant = {
@@ -620,6 +626,9 @@ def _spec_hash(spec: Mapping[str, Any]) -> str:
         for key, value in spec.items()
         if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state")
     }
+    for (section, field), default in _LATER_DEFAULTS.items():
+        if isinstance(relevant.get(section), Mapping) and relevant[section].get(field) == default:
+            relevant[section] = {k: v for k, v in relevant[section].items() if k != field}
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -104,10 +104,11 @@ class Attempt:
         return self.stage in (Stage.FINISHING, Stage.SUSPENDING)
 
     def silent_for(self) -> float:
-        """How long its agent, having answered once (in this runtime or the one before),
-        has answered no status request; 0 while it answers."""
+        """How long its agent, having answered this runtime, has answered no status
+        request; 0 while it answers. An adopted driver counts only once it answered: the
+        runtime before may have recorded it before its pod ran or its agent started."""
         since = self.unanswered_since
-        if not self.agent_answered or since is None:
+        if self.stage is not Stage.CONNECTED or since is None:
             return 0.0
         return time.monotonic() - since
 
@@ -123,11 +124,15 @@ class Attempt:
         before = self.stage
         if before in (Stage.STARTING, Stage.ADOPTED):
             self.stage = Stage.CONNECTED
-        self.unanswered_since = None
+        self.replied()
         return before
 
+    def replied(self) -> None:
+        """Its agent answered a status request, if only with a refusal: it is not silent."""
+        self.unanswered_since = None
+
     def unanswered(self) -> None:
-        """A status request went unanswered."""
+        """A status request reached no agent (no connection, or no answer in time)."""
         if self.unanswered_since is None:
             self.unanswered_since = time.monotonic()
 

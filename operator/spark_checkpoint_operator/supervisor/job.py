@@ -517,7 +517,10 @@ class JobSupervisor:
         if answer is None:
             answer = await self._polls.status(attempt.driver)
         if isinstance(answer, Exception):
-            attempt.unanswered()
+            if isinstance(answer, AgentUnavailable):
+                attempt.unanswered()
+            else:  # refused (a 500 of a storage error, a broken answer): it is not silent
+                attempt.replied()
             await self._interpreter.agent_lost()
             await self._tick()
             await self._give_up_on_a_silent_agent(attempt, answer)
@@ -527,8 +530,9 @@ class JobSupervisor:
 
     async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:
         """Stop a driver whose agent never answered (the job fails: a retry cannot help), or
-        stopped answering (hung, or cut off from the operator: the restart policy decides,
-        as for a crash; a driver leaving on its own is let go)."""
+        stopped answering after it answered this runtime (hung, or cut off from the
+        operator: the restart policy decides, as for a crash; a driver leaving on its own
+        is let go)."""
         if attempt.failing or attempt.leaving:
             return
         timeout = self._agent_start_timeout
