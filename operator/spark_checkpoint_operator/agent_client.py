@@ -164,9 +164,15 @@ class AgentClient:
             raise AgentUnavailable(
                 f"{method} {path}: cannot connect to {error.host}:{error.port} ({reason})"
             ) from error
-        except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as error:
-            # A driver exiting while the request was under way: aiohttp's words for it
-            # ("[Errno None] Can not write request body", "Server disconnected") alarm.
+        except (
+            aiohttp.ServerDisconnectedError,
+            aiohttp.ClientOSError,
+            aiohttp.ClientPayloadError,
+        ) as error:
+            # A driver exiting while the request was under way (a payload cut short is not
+            # a connection error to aiohttp): its words for it ("[Errno None] Can not write
+            # request body", "Server disconnected", "Response payload is not completed")
+            # alarm.
             raise AgentUnavailable(
                 f"{method} {path}: the connection closed before the agent answered"
             ) from error

@@ -160,6 +160,7 @@ def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm
         ("closes before reading the request", "the connection closed before the agent answered"),
         ("closes after reading its headers", "the connection closed before the agent answered"),
         ("never answers", "no answer within 1s"),
+        ("closes in the middle of its answer", "the connection closed before the agent answered"),
     ],
 )
 def test_an_agent_that_ends_or_holds_a_request_midway_is_unavailable_in_plain_words(
@@ -174,6 +175,9 @@ def test_an_agent_that_ends_or_holds_a_request_midway_is_unavailable_in_plain_wo
                 await reader.readuntil(b"\r\n\r\n")
             if agent == "never answers":
                 await asyncio.sleep(30)
+            if agent == "closes in the middle of its answer":
+                writer.write(b'HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{"version": 1')
+                await writer.drain()
             writer.transport.abort()
 
         server = await asyncio.start_server(closing, "127.0.0.1", 0)

@@ -734,8 +734,8 @@ def test_a_linked_metadata_file_is_not_read(
 def test_links_above_the_jobs_directory_are_the_administrators_and_work(
     tmp_path: Path, spark_file: SparkFile, make_metadata: MetadataMaker
 ) -> None:
-    """A storage root mounted or linked elsewhere is ordinary; only the job's own
-    directory is guarded."""
+    """A storage root mounted or linked elsewhere is ordinary; what is below the root (the
+    namespace's and job's directories and all in them) is guarded."""
     (tmp_path / "volume").mkdir()
     (tmp_path / "root-link").symlink_to(tmp_path / "volume")
     layout = JobStorageLayout(str(tmp_path / "root-link"), "team-a", "orders.v2")

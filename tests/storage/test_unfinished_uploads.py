@@ -77,23 +77,28 @@ def test_an_upload_left_by_a_killed_driver_is_aborted_by_garbage_collection(
     assert _uploads(s3_root) == [other_job], "another job's upload is its own"
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        http_answer("403 Forbidden", b"<Error><Code>AccessDenied</Code></Error>"),
+        http_answer("400 Bad Request", b"<Error><Code>InvalidRequest</Code></Error>"),
+    ],
+    ids=["permission-denied", "refused-otherwise"],
+)
 def test_a_store_that_refuses_to_list_uploads_collects_the_rest_with_a_warning(
     s3_root: StorageRoot,
     tmp_path: Path,
     faulty_proxy: StartProxy,
     caplog: pytest.LogCaptureFixture,
+    answer: bytes,
 ) -> None:
-    """Listing and aborting uploads need two permissions of their own: without them the
-    uploads stay, and the collection goes on."""
+    """Listing and aborting uploads need two permissions of their own, and the store may
+    fail: the uploads stay, and the collection (its deletes done already) goes on."""
     _killed_copy(s3_root, tmp_path / "1.delta")
     bucket, prefix = s3_root.url.removeprefix("s3://").split("/", 1)
     unreferenced = f"{JOB}/shared/{'ab' * 32}-2.delta"
     s3_root.fs.pipe_file(f"{bucket}/{prefix}/{NAMESPACE}/{unreferenced}", b"left")
-    denied = faulty_proxy(
-        s3_root,
-        re.compile(rb"^GET /\S*\?uploads"),
-        http_answer("403 Forbidden", b"<Error><Code>AccessDenied</Code></Error>"),
-    )
+    denied = faulty_proxy(s3_root, re.compile(rb"^GET /\S*\?uploads"), answer)
     caplog.set_level(logging.WARNING, logger="spark_checkpoint.storage.store")
 
     storage = CheckpointStorage(JobStorageLayout(s3_root.url, NAMESPACE, JOB))

@@ -89,8 +89,8 @@ class StorageFileSystem:
     (no credentials, an endpoint that does not answer, a refused request: each library has
     its own exception classes) is StorageAccessError naming the path, or an OSError.
 
-    Symbolic links: below the directory given as `confined_to` (a job's directory), no
-    path is followed through a symbolic link. Every operation whose path crosses one, and
+    Symbolic links: below the directory given as `confined_to` (the storage root, so the
+    namespace's and the job's directories too), no path is followed through a symbolic link. Every operation whose path crosses one, and
     a listing that meets one, raises SymbolicLinkError instead: a link placed there could
     otherwise make a delete or a read reach files outside the job's directory. (Object
     stores have no links.)
@@ -355,11 +355,13 @@ def abort_s3_uploads(fs: Any, native_directory: str) -> int:
         for upload in page.get("Uploads", []):
             fs.abort_mpu(bucket, upload["Key"], upload["UploadId"])
             aborted += 1
-        if not page.get("IsTruncated"):
+        # A store that says "truncated" without the markers to go on would repeat the page.
+        next_key, next_upload = page.get("NextKeyMarker"), page.get("NextUploadIdMarker")
+        if not page.get("IsTruncated") or not next_key:
             return aborted
         markers = {
-            "KeyMarker": page["NextKeyMarker"],
-            "UploadIdMarker": page["NextUploadIdMarker"],
+            "KeyMarker": next_key,
+            **({"UploadIdMarker": next_upload} if next_upload else {}),
         }
 
 

@@ -12,7 +12,13 @@ from dataclasses import dataclass
 
 from spark_checkpoint.protocol import CheckpointKind
 
-from .errors import ChecksumMismatchError, InvalidMetadataError, MissingFileError, NotEmptyError
+from .errors import (
+    ChecksumMismatchError,
+    InvalidMetadataError,
+    MissingFileError,
+    NotEmptyError,
+    StorageError,
+)
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     SHARED_DIR_NAME,
@@ -280,8 +286,9 @@ class CheckpointStorage:
             self.fs.delete_file(path)
         try:
             aborted = self.fs.abort_unfinished_uploads(self.layout.job_root)
-        except PermissionError as error:
-            # Only garbage stays: no reason to fail the collection.
+        except (StorageError, OSError) as error:
+            # Only garbage stays, and what was deleted above is deleted: the collection did
+            # its work, so this is a warning, not its failure.
             logger.warning(
                 "cannot abort the unfinished uploads below %s (S3 needs "
                 "s3:ListBucketMultipartUploads and s3:AbortMultipartUpload): %s",
