@@ -90,10 +90,10 @@ class StorageFileSystem:
     its own exception classes) is StorageAccessError naming the path, or an OSError.
 
     Symbolic links: below the directory given as `confined_to` (the storage root, so the
-    namespace's and the job's directories too), no path is followed through a symbolic link. Every operation whose path crosses one, and
-    a listing that meets one, raises SymbolicLinkError instead: a link placed there could
-    otherwise make a delete or a read reach files outside the job's directory. (Object
-    stores have no links.)
+    namespace's and the job's directories too), no path is followed through a symbolic
+    link. Every operation whose path crosses one, and a listing that meets one, raises
+    SymbolicLinkError instead: a link placed there could otherwise make a delete or a read
+    reach files outside the job's directory. (Object stores have no links.)
     """
 
     def __init__(self, fs: Any, confined_to: str | None = None) -> None:
