@@ -77,7 +77,7 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
     claim = volumes[objects.WORK_VOLUME]["persistentVolumeClaim"]
     assert claim["claimName"] == "orders-live"
     (container,) = spec["containers"]
-    assert container["name"] == objects.EXECUTOR
+    assert container["name"] == objects.EXECUTOR_CONTAINER
     assert container["image"] == job["spec"]["image"]
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False

@@ -179,7 +179,7 @@ def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -
     assert template["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert template["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
     (container,) = template["spec"]["containers"]
-    assert container["name"] == objects.EXECUTOR
+    assert container["name"] == objects.EXECUTOR_CONTAINER == "spark-kubernetes-executor"
     assert container["volumeMounts"] == [{"name": "scratch", "mountPath": "/scratch"}]
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert template["spec"]["securityContext"]["fsGroup"] == objects.FS_GROUP
@@ -192,7 +192,7 @@ def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -
     )
     file = f"{mounts[objects.EXECUTOR_TEMPLATE_VOLUME]['mountPath']}/{item['path']}"
     assert f"spark.kubernetes.executor.podTemplateFile={file}" in submit
-    assert "spark.kubernetes.executor.podTemplateContainerName=executor" in submit
+    assert f"podTemplateContainerName={objects.EXECUTOR_CONTAINER}" in submit
     assert "spark.kubernetes.executor.annotation.sidecar.istio.io/inject=false" in submit
 
 
@@ -271,6 +271,33 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             "spec.executor.volumeMounts[0].mountPath: an absolute path is required",
         ),
         (
+            {"executor": {"volumeMounts": [{"mountPath": "/data"}]}},
+            "spec.executor.volumeMounts[0].name: required",
+        ),
+        (
+            {
+                "executor": {
+                    "volumes": [SCRATCH, {**SCRATCH, "name": "b"}],
+                    "volumeMounts": [
+                        {"name": "scratch", "mountPath": "/data/"},
+                        {"name": "b", "mountPath": "/data"},
+                    ],
+                }
+            },
+            "spec.executor.volumeMounts[1].mountPath: '/data' mounts two volumes",
+        ),
+        (
+            {
+                "sparkConf": {"spark.kubernetes.executor.secrets.s3-keys": "/etc/keys/"},
+                "executor": {
+                    "volumes": [SCRATCH],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/etc/keys"}],
+                },
+            },
+            "spec.executor.volumeMounts[0].mountPath: '/etc/keys' is where the operator or "
+            "Spark mounts",
+        ),
+        (
             {"driver": {"volumes": [{**SCRATCH, "name": objects.TOKEN_VOLUME}]}},
             f"spec.driver.volumes[0].name: {objects.TOKEN_VOLUME!r} is a volume the operator "
             "or Spark adds",
@@ -321,6 +348,9 @@ def test_the_full_example_and_a_template_of_ones_own_without_executor_fields_are
     assert _problems() == []
     own_template = {"spark.kubernetes.executor.podTemplateFile": "/opt/t.yaml"}
     assert _problems(sparkConf=own_template, executor={}) == []
+    # A mount of a volume the operator adds (the live claim, once more at a subPath).
+    again = {"name": objects.WORK_VOLUME, "mountPath": "/state", "subPath": "x"}
+    assert _problems(executor={"volumeMounts": [again]}) == []
 
 
 def test_pods_run_as_non_root_without_privileges() -> None:

@@ -483,16 +483,11 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     unshared = job("unshared")
     unshared["spec"]["application"]["sparkConf"] = {"spark.master": "k8s://cluster"}
     cluster.apply(unshared)
-    # A mount of no volume: the API server would refuse each executor pod Spark creates.
-    unmounted = job("unmounted")
-    unmounted["spec"]["executor"] = {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}
-    cluster.apply(unmounted)
     cluster.apply(job("healthy"))
 
     for name, field in (
         ("broken", "spec.checkpointing.storage"),
         ("unshared", "spec.checkpointing.liveVolumeClaim"),
-        ("unmounted", "spec.executor.volumeMounts[0].name"),
     ):
         status = cluster.wait_for(
             "the problem in status",
@@ -505,6 +500,28 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
         assert cluster.pods(name) == []
         cluster.wait_for_event(name, "InvalidSpec")
     completed(cluster, "healthy", 2)
+
+
+def test_an_executor_mount_the_api_server_would_refuse_fails_the_job_naming_the_field(
+    cluster: LocalCluster,
+) -> None:
+    """A mount of no volume: the API server would refuse each executor pod Spark creates,
+    which Spark retries for ever. Refused when a driver is to start (a running one, which
+    an operator upgrade adopts, goes on), before any pod."""
+    mount = {"name": "data", "mountPath": "/data"}
+    cluster.apply(job(executor={"volumeMounts": [mount]}))
+
+    failed = cluster.wait_for(
+        "Failed",
+        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
+        job="orders",
+    )
+
+    assert failed["message"] == (
+        "the driver could not be started: "
+        "spec.executor.volumeMounts[0].name: 'data' is not in spec.executor.volumes"
+    )
+    assert cluster.pods("orders") == []
 
 
 def test_a_driver_volume_the_pod_schema_refuses_fails_the_job_naming_the_field(

@@ -607,7 +607,6 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
             "(spark.master is not local): they write the state the driver's agent snapshots, "
             "so it must be on a ReadWriteMany volume both mount"
         )
-    problems += objects.pod_problems(manifest)
     if problems:
         return None, "; ".join(problems)
     return manifest, None

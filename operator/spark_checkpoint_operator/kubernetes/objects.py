@@ -71,13 +71,20 @@ EXECUTOR_TEMPLATE_VOLUME = "executor-pod-template"
 EXECUTOR_TEMPLATE_DIR = "/etc/spark-checkpoint/executor"
 EXECUTOR_TEMPLATE_FILE = "pod.json"
 EXECUTOR_TEMPLATE_SETTING = "spark.kubernetes.executor.podTemplateFile"
-# What Spark adds to every executor pod: its configuration, its local directories, and the
-# volumes of its spark.kubernetes.executor.volumes.<type>.<name>.* settings.
+# Spark's own name for the executor container: logs, dashboards and autoscalers know it.
+EXECUTOR_CONTAINER = "spark-kubernetes-executor"
+# What Spark adds to executor pods (its feature steps): its configuration, its local
+# directories, the Hadoop configuration of spark.kubernetes.hadoop.configMapName, the
+# Secrets of spark.kubernetes.executor.secrets.<name> (volume <name>-volume) and the
+# volumes of spark.kubernetes.executor.volumes.<type>.<name>.*.
 _SPARK_EXECUTOR_VOLUMES = {"spark-conf-volume-exec": "/opt/spark/conf"}
+_SPARK_HADOOP_CONF_VOLUME = ("spark.kubernetes.hadoop.configMapName", "hadoop-properties")
+_SPARK_HADOOP_CONF_DIR = "/opt/hadoop/conf"
 _SPARK_LOCAL_DIR_VOLUME_PREFIX = "spark-local-dir-"
 _SPARK_EXECUTOR_VOLUME_SETTING = re.compile(
     r"spark\.kubernetes\.executor\.volumes\.[^.]+\.([^.]+)\.mount\.path"
 )
+_SPARK_EXECUTOR_SECRET_SETTING = re.compile(r"spark\.kubernetes\.executor\.secrets\.(.+)")
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
 FS_GROUP = 10001
@@ -274,7 +281,7 @@ def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
     (name, image, resources, labels, annotations, env, its volumes and the live claim's)."""
     executor = manifest.spec.executor
     container = {
-        "name": EXECUTOR,
+        "name": EXECUTOR_CONTAINER,
         "securityContext": _RESTRICTED_CONTAINER,
         "volumeMounts": list(executor.volume_mounts),
     }
@@ -290,9 +297,10 @@ def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
 
 
 def pod_problems(manifest: JobManifest) -> list[str]:
-    """What the API server or Spark would refuse in the pods built from the manifest, each
-    naming its field: a volume's or mount path's clash with the operator's or Spark's own,
-    a mount of no volume, and executor fields a sparkConf pod template would drop."""
+    """What the API server would refuse in the pods built from the manifest (the executors'
+    only once Spark creates them, which it retries for ever), each naming its field: a
+    volume's or mount path's clash with the operator's or Spark's own, a mount of no
+    volume, and executor fields a sparkConf pod template would drop."""
     spec = manifest.spec
     problems = []
     if EXECUTOR_TEMPLATE_SETTING in spec.application.spark_conf:
@@ -311,16 +319,19 @@ def pod_problems(manifest: JobManifest) -> list[str]:
                 f"{EXECUTOR_TEMPLATE_SETTING}, whose template replaces the operator's; put "
                 "tolerations, volumes and volumeMounts in that template"
             )
-    spark_volumes = {
-        match[1]: path
-        for key, path in spec.application.spark_conf.items()
-        if (match := _SPARK_EXECUTOR_VOLUME_SETTING.fullmatch(key))
-    }
-    driver_own = {TOKEN_VOLUME: TOKEN_DIR, WORK_VOLUME: WORK_DIR, LIVE_VOLUME: LIVE_ROOT_DIR}
-    driver_own[EXECUTOR_TEMPLATE_VOLUME] = EXECUTOR_TEMPLATE_DIR
-    executor_own = {**_SPARK_EXECUTOR_VOLUMES, **spark_volumes}
+    conf = spec.application.spark_conf
+    executor_own = dict(_SPARK_EXECUTOR_VOLUMES)
+    for key, value in conf.items():
+        if match := _SPARK_EXECUTOR_VOLUME_SETTING.fullmatch(key):
+            executor_own[match[1]] = value
+        elif match := _SPARK_EXECUTOR_SECRET_SETTING.fullmatch(key):
+            executor_own[f"{match[1]}-volume"] = value
+    if _SPARK_HADOOP_CONF_VOLUME[0] in conf:
+        executor_own[_SPARK_HADOOP_CONF_VOLUME[1]] = _SPARK_HADOOP_CONF_DIR
     if spec.checkpointing.live_volume_claim:
         executor_own[WORK_VOLUME] = WORK_DIR
+    driver_own = {TOKEN_VOLUME: TOKEN_DIR, WORK_VOLUME: WORK_DIR, LIVE_VOLUME: LIVE_ROOT_DIR}
+    driver_own[EXECUTOR_TEMPLATE_VOLUME] = EXECUTOR_TEMPLATE_DIR
     for role, own, volumes, mounts in (
         ("driver", driver_own, spec.driver.volumes, spec.driver.volume_mounts),
         ("executor", executor_own, spec.executor.volumes, spec.executor.volume_mounts),
@@ -354,15 +365,17 @@ def _volume_problems(
             mount.get("name"),
             mount.get("mountPath"),
         )
-        if name not in names:
+        if not isinstance(name, str) or not name:
+            problems.append(f"{field}.name: required")
+        elif name not in names and name not in own:
             problems.append(f"{field}.name: {name!r} is not in spec.{role}.volumes")
         if not isinstance(path, str) or not path.startswith("/"):
             problems.append(f"{field}.mountPath: an absolute path is required")
-        elif path in paths:
+        elif path.rstrip("/") in paths:
             problems.append(f"{field}.mountPath: {path!r} mounts two volumes")
-        elif path.rstrip("/") in own.values():
+        elif path.rstrip("/") in {taken.rstrip("/") for taken in own.values()}:
             problems.append(f"{field}.mountPath: {path!r} is where the operator or Spark mounts")
-        paths.add(str(path))
+        paths.add(str(path).rstrip("/"))
     return problems
 
 
@@ -545,7 +558,7 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         "spark.executor.memory": f"{spec.executor.memory_mib}m",
         f"spark.kubernetes.executor.label.{LABEL_JOB}": manifest.name,
         EXECUTOR_TEMPLATE_SETTING: f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_FILE}",
-        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR,
+        "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
         "spark.ui.enabled": "false",
     }
     if spec.image:

@@ -344,6 +344,10 @@ class KubernetesLauncher:
         return self.current
 
     async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
+        # Refused here, not when the spec is read: a driver that runs (one an operator
+        # upgrade adopts) goes on, and only a new one needs pods the API server accepts.
+        if problems := objects.pod_problems(self.manifest):
+            raise LaunchFailed("; ".join(problems))
         await self.remove_pods()
         token = secrets.token_urlsafe(32)
         await self._store_token(token)
