@@ -557,6 +557,23 @@ async def test_a_watch_over_a_websocket_sends_one_text_frame_per_event(
 
 
 @pytest.mark.asyncio
+async def test_a_websocket_watch_the_client_closes_ends_at_once(api: EmulatedApiServer) -> None:
+    """The client's close is answered (not left to its timeout), and the watch goes."""
+    async with aiohttp.ClientSession() as session:
+        socket = await session.ws_connect(
+            api.url + "/api/v1/namespaces/default/pods", params={"watch": "true"}, heartbeat=0.2
+        )
+        await asyncio.sleep(0.5)  # pings answered meanwhile, or the heartbeat closes it
+        assert not socket.closed
+        started = time.monotonic()
+        await socket.close()
+    assert socket.close_code == aiohttp.WSCloseCode.OK
+    assert time.monotonic() - started < 1
+    # The watch has ended on the server: it no longer waits for changes.
+    await eventually(lambda: api.call(lambda emulator: not emulator._watchers))
+
+
+@pytest.mark.asyncio
 async def test_a_refused_websocket_watch_is_answered_before_the_upgrade(
     api: EmulatedApiServer,
 ) -> None:

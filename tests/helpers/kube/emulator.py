@@ -723,10 +723,22 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         events = self._watch(res, info, namespace, request.params, request.name)
         socket = aiohttp.web.WebSocketResponse()  # no subprotocol: JSON in text frames
         await socket.prepare(raw_request)
-        async for event in events:
-            if event != b"":  # the plain stream's early headers
-                await socket.send_str(json.dumps(event))
-        await socket.close()
+
+        async def send() -> None:
+            async for event in events:
+                if event != b"":  # the plain stream's early headers
+                    await socket.send_str(json.dumps(event))
+            await socket.close()
+
+        sending = asyncio.create_task(send())
+        try:
+            # Reading answers the client's pings and its close, which ends the watch.
+            async for _message in socket:
+                pass
+        finally:
+            sending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sending
         return socket
 
     def _watch(
