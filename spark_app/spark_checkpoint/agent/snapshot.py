@@ -13,9 +13,10 @@ state schemas) and one task per state-store partition, named ``state-<op>-<part>
 ``-<store>`` for operators with several stores).
 """
 
+import functools
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,23 +114,34 @@ class _Listing:
 def _listing(directory: Path) -> _Listing:
     # One scandir: its entries know their type without a stat per name, which at Spark's
     # 200 partitions and more was most of the time a snapshot took to plan.
-    directories, others = set(), []
+    directories: set[str] = set()
+    others: list[str] = []
     with os.scandir(directory) as entries:
         for entry in entries:
-            if entry.is_dir():
+            if _is_dir(entry):
                 directories.add(entry.name)
             else:
                 others.append(entry.name)
     return _Listing(frozenset(directories), tuple(others))
 
 
+def _is_dir(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:  # as Path.is_dir: a link that cannot be followed is no directory
+        return False
+
+
 def state_partitions(location: Path) -> list[StatePartition]:
     """State store instances present in the live location, in a stable order."""
-    return [partition for partition, _listing in _listed_state_partitions(location)]
+    return [partition for partition, _list in _listed_state_partitions(location)]
 
 
-def _listed_state_partitions(location: Path) -> Iterator[tuple[StatePartition, _Listing]]:
-    """Each state store instance with the listing of its directory (one per directory)."""
+def _listed_state_partitions(
+    location: Path,
+) -> Iterator[tuple[StatePartition, Callable[[], _Listing]]]:
+    """Each state store instance, and how to list its directory: the partition's own
+    listing, made once to find its stores, or the store's, made only when asked for."""
     state = location / "state"
     for operator in _numeric_dirs(state):
         for partition in _numeric_dirs(state / operator):
@@ -146,12 +158,12 @@ def _listed_state_partitions(location: Path) -> Iterator[tuple[StatePartition, _
                         StatePartition(
                             operator, partition, store, f"state/{operator}/{partition}/{store}"
                         ),
-                        _listing(partition_dir / store),
+                        functools.partial(_listing, partition_dir / store),
                     )
             else:
                 yield (
                     StatePartition(operator, partition, None, f"state/{operator}/{partition}"),
-                    listing,
+                    functools.partial(_same, listing),
                 )
 
 
@@ -167,9 +179,9 @@ def plan_snapshot(location: Path, batch_id: int) -> SnapshotPlan:
     if not (location / "commits" / str(batch_id)).is_file():
         raise SnapshotError(f"batch {batch_id} is not committed in {location}")
     files_by_task = {LOGS_TASK: tuple(_log_files(location, batch_id))}
-    for partition, listing in _listed_state_partitions(location):
+    for partition, list_directory in _listed_state_partitions(location):
         files_by_task[partition.task] = tuple(
-            _state_files(location, partition.path, listing, batch_id + 1)
+            _state_files(location, partition.path, list_directory(), batch_id + 1)
         )
     return SnapshotPlan(batch_id, files_by_task)
 
@@ -297,6 +309,10 @@ def _files_up_to(location: Path, directory: Path, batch_id: int) -> Iterator[str
             continue
         if path.is_file() and not path.name.endswith(".crc"):
             yield path.relative_to(location).as_posix()
+
+
+def _same(listing: _Listing) -> _Listing:
+    return listing
 
 
 def _numbered(directory: Path) -> list[int]:
