@@ -139,8 +139,11 @@ def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalClus
 def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_timeout(
     cluster: LocalCluster,
 ) -> None:
+    cluster.apply(job(restartPolicy={"type": "OnFailure", "backoff": "1s"}))
+    completed(cluster, "orders", 1)
+    # Changed while the driver runs: it applies at once (the default is 60s).
     restart_policy = {"type": "OnFailure", "backoff": "1s", "heartbeatTimeout": "3s"}
-    cluster.apply(job(restartPolicy=restart_policy))
+    cluster.patch_spec("orders", {"restartPolicy": restart_policy})
     before = completed(cluster, "orders", 2)
 
     agent = cluster.simulated_agent("orders-driver-1")

@@ -332,7 +332,7 @@ class JobController:
         manifest = await self._read_spec()
         if manifest is None:
             return  # the running deployment goes on until the spec is valid again
-        supervisor.reconfigure(manifest.coordinator_config())
+        supervisor.reconfigure(manifest.coordinator_config(), manifest.spec.restart_policy)
         running = self._record.phase is JobPhase.RUNNING
         if running:  # a nonce waits for the job to run; handled, it is never repeated
             self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)

@@ -161,10 +161,15 @@ class JobSupervisor:
             next_id=next_id,
         )
 
-    def reconfigure(self, config: CoordinatorConfig) -> None:
-        """New checkpoint settings for the running job. Checkpoints in flight are given up
-        (the agent is told on its next report), not counted as failures; the id counter
-        and the registry carry over."""
+    def reconfigure(
+        self, config: CoordinatorConfig, restart_policy: RestartPolicySpec | None = None
+    ) -> None:
+        """New checkpoint settings, and restart policy if given, for the running job. The
+        policy applies from the next failure (its heartbeat at once). Checkpoints in flight
+        are given up (the agent is told on its next report), not counted as failures; the
+        id counter and the registry carry over."""
+        if restart_policy is not None:
+            self._restart_policy = restart_policy
         if config == self._config:
             return
         self._config = config
