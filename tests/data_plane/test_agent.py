@@ -466,6 +466,38 @@ def test_a_client_that_missed_only_acknowledgements_waits_for_more(
     assert status["checkpoints"][0]["state"] == "acknowledged"
 
 
+def test_status_answers_while_storage_calls_fill_the_shared_threads(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Discards may wait long (for copies under way); the supervisor's heartbeat takes a
+    status that is not answered for a driver that stopped answering."""
+    release = threading.Event()
+
+    def held_discard(checkpoint_id: int, retained: Any) -> None:
+        release.wait(30)
+
+    monkeypatch.setattr(running.agent, "discard_checkpoint", held_discard)
+
+    async def scenario() -> float:
+        url = f"http://127.0.0.1:{running.port}"
+        clients = [AgentClient(url, TOKEN, timeout=30) for _ in range(40)]
+        discards = [
+            asyncio.create_task(client.discard_checkpoint(index, []))
+            for index, client in enumerate(clients[1:])
+        ]
+        try:
+            await asyncio.sleep(0.5)  # every shared thread holds a discard now
+            seconds, _status = await _timed(clients[0].read_status())
+            return seconds
+        finally:
+            release.set()
+            await asyncio.gather(*discards, return_exceptions=True)
+            for client in clients:
+                await client.close()
+
+    assert asyncio.run(scenario()) < 2
+
+
 def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None:
     before = _status(running.client())
     for log in ("offsets", "commits"):

@@ -2,6 +2,7 @@
 the driver. Every request needs the job's bearer token."""
 
 import asyncio
+import concurrent.futures
 import contextlib
 import hmac
 import json
@@ -120,6 +121,12 @@ class _StatusRoute:
 
     def __init__(self, agent: CheckpointAgent) -> None:
         self._agent = agent
+        # The status is computed on a thread of its own: storage calls on the shared pool
+        # may wait long (a discard waits for copies under way), and a status that cannot
+        # be answered reads as a driver that stopped answering.
+        self._status_thread = concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix="agent-status"
+        )
         # Each replaced by a new one at each change: any change, and any change other than
         # an acknowledgement alone (which ends the gathering of acknowledgements).
         self._changed = asyncio.Event()
@@ -135,6 +142,7 @@ class _StatusRoute:
         self._agent.watch(changed)
         yield
         self._agent.unwatch(changed)
+        self._status_thread.shutdown(wait=False)
 
     async def answer_waiting(self, app: web.Application) -> None:
         """The server is stopping: waiting requests answer now, not after their wait."""
@@ -159,7 +167,7 @@ class _StatusRoute:
         while True:
             # Taken before the status: a later change wakes us.
             changed, milestone = self._changed, self._milestone
-            document = await _in_thread(self._agent.status)
+            document = await loop.run_in_executor(self._status_thread, self._agent.status)
             now = loop.time()
             remaining = deadline - now
             gone = request.transport is None  # the client gave up waiting
