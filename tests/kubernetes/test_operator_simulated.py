@@ -668,21 +668,32 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     assert retried["message"] == ""
 
 
+@pytest.mark.parametrize(
+    "lacking",
+    [
+        [("restartPolicy", "heartbeatTimeout", "60s")],
+        [
+            ("checkpointing", "verifyRestorable", False),
+            ("restartPolicy", "heartbeatTimeout", "60s"),
+        ],
+    ],
+    ids=["before-heartbeatTimeout", "before-verifyRestorable"],
+)
 def test_a_failed_job_stays_failed_when_a_newer_crd_defaults_a_new_field(
-    cluster: LocalCluster,
+    cluster: LocalCluster, lacking: list[tuple[str, str, Any]]
 ) -> None:
-    """The API server fills in a field the CRD gained (restartPolicy.heartbeatTimeout) when
-    it reads a stored job: for the operator that is no change of the spec, which would run
-    a Failed job again."""
+    """The API server fills in the fields the CRD gained when it reads a stored job: for
+    the operator that is no change of the spec, which would run a Failed job again."""
     cluster.apply(job(restartPolicy={"type": "Never"}))
     cluster.wait_for("a driver", lambda: cluster.simulated_agent("orders-driver-1"))
     cluster.crash_driver("orders-driver-1")
     cluster.wait_for("Failed", lambda: cluster.status("orders").get("phase") == "Failed")
 
     with operator_stopped(cluster):
-        # What the operator of the CRD before the field stored: the spec's hash without it.
+        # What the operator of an earlier CRD stored: the spec's hash without those fields.
         spec = cluster.job("orders")["spec"]  # type: ignore[index]
-        assert spec["restartPolicy"].pop("heartbeatTimeout") == "60s"
+        for section, field, default in lacking:
+            assert spec[section].pop(field) == default
         relevant = {
             key: value
             for key, value in spec.items()

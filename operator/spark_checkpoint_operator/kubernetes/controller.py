@@ -22,6 +22,7 @@ when the body changed, and tell it to stop (the job was deleted, or the operator
 import asyncio
 import contextlib
 import hashlib
+import itertools
 import json
 import logging
 import time
@@ -243,7 +244,7 @@ class JobController:
             return False  # its input is done; a new job runs it again
         if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             # Retried when the spec is changed (beyond nonces and state), not otherwise.
-            return _spec_hash(self._spec) != self._stopped_spec
+            return self._stopped_spec not in _spec_hashes(self._spec)
         if manifest.spec.state is JobState.SUSPENDED:
             if phase in ACTIVE_PHASES and self._record.attempt:
                 launcher = self._launcher(manifest)
@@ -613,9 +614,13 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
 
 
 # Fields the CRD gained after jobs were stored, with their defaults. The API server fills
-# them in when it reads a stored job, so at their default they are left out of the hash:
-# installing a newer CRD must not look like a changed spec, which reruns a Failed job.
-_LATER_DEFAULTS = {("restartPolicy", "heartbeatTimeout"): "60s"}
+# them in when it reads a stored job, so a hash stored before a field existed is the hash
+# of the spec without it: installing a newer CRD must not look like a changed spec, which
+# would run a Failed or Cancelled job again.
+_LATER_DEFAULTS = {
+    ("checkpointing", "verifyRestorable"): False,
+    ("restartPolicy", "heartbeatTimeout"): "60s",
+}
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:
@@ -625,11 +630,26 @@ def _spec_hash(spec: Mapping[str, Any]) -> str:
         for key, value in spec.items()
         if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state")
     }
-    for (section, field), default in _LATER_DEFAULTS.items():
-        if isinstance(relevant.get(section), Mapping) and relevant[section].get(field) == default:
-            relevant[section] = {k: v for k, v in relevant[section].items() if k != field}
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _spec_hashes(spec: Mapping[str, Any]) -> set[str]:
+    """`_spec_hash` of the spec as every earlier CRD stored it: without any of the later
+    fields that are at their default."""
+    at_default = [
+        (section, field)
+        for (section, field), default in _LATER_DEFAULTS.items()
+        if isinstance(spec.get(section), Mapping) and spec[section].get(field) == default
+    ]
+    hashes = set()
+    for count in range(len(at_default) + 1):
+        for left_out in itertools.combinations(at_default, count):
+            earlier = dict(spec)
+            for section, field in left_out:
+                earlier[section] = {k: v for k, v in earlier[section].items() if k != field}
+            hashes.add(_spec_hash(earlier))
+    return hashes
 
 
 def _storage(manifest: JobManifest) -> str:
