@@ -57,8 +57,7 @@ __all__ = ["OutputStorage", "write_partition"]
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
 # fsspec protocols whose create-only write is atomic (see the module docstring).
-_S3_SCHEMES = frozenset({"s3", "s3a"})
-_OBJECT_STORE_SCHEMES = _S3_SCHEMES | {"abfs", "abfss", "az"}
+_OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "abfs", "abfss", "az"})
 _FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
 # The hidden temporary of `OutputStorage.write` and `OutputStorage.create`, next to its target.
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
@@ -211,8 +210,6 @@ class OutputStorage:
         on Azure, whose uncommitted blocks expire."""
         if self.is_local:
             return _remove_abandoned_temporaries(self.native(directory))
-        if self.url.split("://", 1)[0].lower() not in _S3_SCHEMES:
-            return 0
         return abort_s3_uploads(self._fs, self.native(directory))
 
 

@@ -292,6 +292,13 @@ class StorageRoot:
         base = fs._strip_protocol(directory).rstrip("/")
         return sorted(found[len(base) + 1 :] for found in fs.find(base))
 
+    def unfinished_uploads(self) -> list[dict[str, Any]]:
+        """The unfinished multipart uploads below an S3 root, by key (no listing shows them)."""
+        bucket, prefix = self.url.removeprefix("s3://").split("/", 1)
+        page = self.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/")
+        uploads: list[dict[str, Any]] = page.get("Uploads", [])
+        return sorted(uploads, key=lambda upload: str(upload["Key"]))
+
 
 def storage_roots(kind: str, local_dir: Path, servers: Callable[[str], Any]) -> StorageRoot:
     """A fresh root of `kind`: below `local_dir`, or a unique prefix on the server."""

@@ -505,14 +505,36 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     completed(cluster, "healthy", 2)
 
 
-def test_an_executor_mount_the_api_server_would_refuse_fails_the_job_naming_the_field(
-    cluster: LocalCluster,
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        # A mount of no volume: the API server would refuse each executor pod Spark creates,
+        # which Spark retries for ever. Refused when a driver is to start (a running one,
+        # which an operator upgrade adopts, goes on), before any pod.
+        (
+            {"executor": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
+            "spec.executor.volumeMounts[0].name: 'data' is not in spec.executor.volumes",
+        ),
+        # Volumes are core/v1 objects the job's schema passes on as they are.
+        (
+            {
+                "driver": {
+                    "volumes": [
+                        {"name": "settings", "secret": {"secretName": "s", "defaultMode": "rw"}}
+                    ],
+                    "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}],
+                }
+            },
+            "pod orders-driver-1: V1SecretVolumeSource.defaultMode: Input should be a valid "
+            "integer",
+        ),
+    ],
+    ids=["executor-mount-of-no-volume", "driver-volume-the-pod-schema-refuses"],
+)
+def test_pods_the_api_server_would_refuse_fail_the_job_naming_the_field(
+    cluster: LocalCluster, spec: dict[str, Any], reason: str
 ) -> None:
-    """A mount of no volume: the API server would refuse each executor pod Spark creates,
-    which Spark retries for ever. Refused when a driver is to start (a running one, which
-    an operator upgrade adopts, goes on), before any pod."""
-    mount = {"name": "data", "mountPath": "/data"}
-    cluster.apply(job(executor={"volumeMounts": [mount]}))
+    cluster.apply(job(**spec))
 
     failed = cluster.wait_for(
         "Failed",
@@ -520,31 +542,7 @@ def test_an_executor_mount_the_api_server_would_refuse_fails_the_job_naming_the_
         job="orders",
     )
 
-    assert failed["message"] == (
-        "the driver could not be started: "
-        "spec.executor.volumeMounts[0].name: 'data' is not in spec.executor.volumes"
-    )
-    assert cluster.pods("orders") == []
-
-
-def test_a_driver_volume_the_pod_schema_refuses_fails_the_job_naming_the_field(
-    cluster: LocalCluster,
-) -> None:
-    # Volumes are core/v1 objects the job's schema passes on as they are.
-    volume = {"name": "settings", "secret": {"secretName": "settings", "defaultMode": "rw"}}
-    mount = {"name": "settings", "mountPath": "/etc/settings"}
-    cluster.apply(job(driver={"volumes": [volume], "volumeMounts": [mount]}))
-
-    failed = cluster.wait_for(
-        "Failed",
-        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
-        job="orders",
-    )
-
-    assert failed["message"] == (
-        "the driver could not be started: pod orders-driver-1: "
-        "V1SecretVolumeSource.defaultMode: Input should be a valid integer"
-    )
+    assert failed["message"] == f"the driver could not be started: {reason}"
     assert cluster.pods("orders") == []
 
 

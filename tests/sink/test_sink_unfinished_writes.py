@@ -138,7 +138,7 @@ def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
     bucket = root.url.removeprefix("s3://").split("/", 1)[0]
     other = s3.call_s3("create_multipart_upload", Bucket=bucket, Key=_key(root, "other"))
 
-    keys = [upload["Key"] for upload in _uploads(root)]
+    keys = [upload["Key"] for upload in root.unfinished_uploads()]
     assert len(keys) == 2, keys
     assert keys[0] == _key(root, "other")
     assert keys[1].startswith(_key(root, f"out/{DATA_DIR}/batch-1/{'a' * 32}/part-00000-"))
@@ -146,7 +146,7 @@ def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
 
     TransactionalFileSink(output_url).on_restore(0)
 
-    assert [upload["UploadId"] for upload in _uploads(root)] == [other["UploadId"]]
+    assert [upload["UploadId"] for upload in root.unfinished_uploads()] == [other["UploadId"]]
     assert read_committed(output_url) == {0: ROWS}
     record_path = f"{output_url}/{COMMITTED_DIR}/{batch_record_name(0)}"
     record = BatchRecord.from_json(root.read(record_path), record_path)
@@ -190,11 +190,3 @@ def _with_sink(output_url: str, code: str) -> str:
 
 def _key(root: StorageRoot, path: str) -> str:
     return f"{root.url.removeprefix('s3://').split('/', 1)[1]}/{path}"
-
-
-def _uploads(root: StorageRoot) -> list[dict[str, Any]]:
-    """The unfinished multipart uploads below `root`, by key."""
-    bucket, prefix = root.url.removeprefix("s3://").split("/", 1)
-    page = root.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/")
-    uploads: list[dict[str, Any]] = page.get("Uploads", [])
-    return sorted(uploads, key=lambda upload: str(upload["Key"]))

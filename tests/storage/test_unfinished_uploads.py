@@ -54,10 +54,7 @@ def _killed_copy(root: StorageRoot, source: Path) -> None:
 
 
 def _uploads(root: StorageRoot) -> list[str]:
-    """The keys of the unfinished multipart uploads below `root`."""
-    bucket, prefix = root.url.removeprefix("s3://").split("/", 1)
-    page = root.fs.call_s3("list_multipart_uploads", Bucket=bucket, Prefix=f"{prefix}/")
-    return sorted(str(upload["Key"]) for upload in page.get("Uploads", []))
+    return [str(upload["Key"]) for upload in root.unfinished_uploads()]
 
 
 def test_an_upload_left_by_a_killed_driver_is_aborted_by_garbage_collection(

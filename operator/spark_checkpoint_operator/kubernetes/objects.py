@@ -303,22 +303,18 @@ def pod_problems(manifest: JobManifest) -> list[str]:
     volume, and executor fields a sparkConf pod template would drop."""
     spec = manifest.spec
     problems = []
-    if EXECUTOR_TEMPLATE_SETTING in spec.application.spark_conf:
-        set_fields = [
-            field
-            for field, value in (
-                ("tolerations", spec.executor.tolerations),
-                ("volumes", spec.executor.volumes),
-                ("volumeMounts", spec.executor.volume_mounts),
-            )
-            if value
-        ]
-        if set_fields:
-            problems.append(
-                f"spec.executor.{set_fields[0]}: not applied with sparkConf "
-                f"{EXECUTOR_TEMPLATE_SETTING}, whose template replaces the operator's; put "
-                "tolerations, volumes and volumeMounts in that template"
-            )
+    executor_fields = (
+        ("tolerations", spec.executor.tolerations),
+        ("volumes", spec.executor.volumes),
+        ("volumeMounts", spec.executor.volume_mounts),
+    )
+    dropped = next((field for field, value in executor_fields if value), None)
+    if EXECUTOR_TEMPLATE_SETTING in spec.application.spark_conf and dropped is not None:
+        problems.append(
+            f"spec.executor.{dropped}: not applied with sparkConf "
+            f"{EXECUTOR_TEMPLATE_SETTING}, whose template replaces the operator's; put "
+            "tolerations, volumes and volumeMounts in that template"
+        )
     conf = spec.application.spark_conf
     executor_own = dict(_SPARK_EXECUTOR_VOLUMES)
     for key, value in conf.items():
@@ -348,6 +344,7 @@ def _volume_problems(
 ) -> list[str]:
     """``own``: the volumes (name: mount path) the operator or Spark adds to the role's pods."""
     problems = []
+    taken_paths = {path.rstrip("/") for path in own.values()}
     names: set[str] = set()
     for index, volume in enumerate(volumes):
         field, name = f"spec.{role}.volumes[{index}].name", volume.get("name")
@@ -373,7 +370,7 @@ def _volume_problems(
             problems.append(f"{field}.mountPath: an absolute path is required")
         elif path.rstrip("/") in paths:
             problems.append(f"{field}.mountPath: {path!r} mounts two volumes")
-        elif path.rstrip("/") in {taken.rstrip("/") for taken in own.values()}:
+        elif path.rstrip("/") in taken_paths:
             problems.append(f"{field}.mountPath: {path!r} is where the operator or Spark mounts")
         paths.add(str(path).rstrip("/"))
     return problems

@@ -128,8 +128,6 @@ class StorageFileSystem:
         Call it only while nothing uploads there. Nothing to do on other storage: a local
         file is a file, and Azure deletes uncommitted blocks after 7 days. PermissionError
         when the store refuses to list or abort uploads."""
-        if not _is_s3(self._fs):
-            return 0
         with _storage_errors(directory):
             return abort_s3_uploads(self._fs, self._native(directory))
 
@@ -346,7 +344,11 @@ class StorageFileSystem:
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
-    """Abort the unfinished multipart uploads below `native_directory` of the s3fs `fs`."""
+    """Abort the unfinished multipart uploads below `native_directory` if the fsspec
+    filesystem `fs` is S3 (s3fs); how many. Other storage has none to abort."""
+    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
+    if not {"s3", "s3a"} & set(protocols):
+        return 0
     bucket, prefix, _version = fs.split_path(native_directory)
     aborted = 0
     markers: dict[str, str] = {}
@@ -363,11 +365,6 @@ def abort_s3_uploads(fs: Any, native_directory: str) -> int:
             "KeyMarker": next_key,
             **({"UploadIdMarker": next_upload} if next_upload else {}),
         }
-
-
-def _is_s3(fs: Any) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
-    return bool({"s3", "s3a"} & set(protocols))
 
 
 @contextlib.contextmanager
