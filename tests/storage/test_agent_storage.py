@@ -3,6 +3,7 @@ on each kind of storage root: what the driver does, on S3 and Azure Blob Storage
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,7 +13,14 @@ import pytest
 from helpers.agent import Running
 from helpers.objectstore import S3Server, StorageRoot
 from spark_checkpoint.protocol import AfterCompletion, SnapshotPhase, SnapshotStatus
-from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata, FileDigest
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    FileDigest,
+    JobStorageLayout,
+    MissingFileError,
+)
 from spark_checkpoint.storage import store as store_module
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
@@ -74,10 +82,10 @@ def test_the_agent_checkpoints_incrementally(
     assert new <= new_files  # files of earlier batches are referenced, not stored again
     if after is not None and before is not None:  # the server counts what it was sent
         requests = after - before
-        # The new files and `_metadata`; `shared/` listed when the snapshot starts and
-        # before `_metadata` is written; nothing asked about each unchanged file. (The
-        # test reads `_metadata` back: a HEAD and a GET.)
-        assert requests == {"PUT": len(new) + 1, "LIST": 2, "HEAD": 1, "GET": 1}, requests
+        # The new files and `_metadata`; `shared/` listed before `_metadata` is written
+        # (the snapshot starts from what the previous one's listing found); nothing asked
+        # about each unchanged file. (The test reads `_metadata` back: a HEAD and a GET.)
+        assert requests == {"PUT": len(new) + 1, "LIST": 1, "HEAD": 1, "GET": 1}, requests
 
 
 def test_files_the_newest_completed_checkpoint_has_unchanged_are_not_pinned_or_hashed(
@@ -113,3 +121,27 @@ def test_files_the_newest_completed_checkpoint_has_unchanged_are_not_pinned_or_h
 
     running.storage.verify(third)
     assert {e.path for e in third.files} == {e.path for e in second.files}
+
+
+def test_a_stored_file_deleted_behind_the_jobs_back_fails_one_checkpoint_then_is_stored_again(
+    running: Running, storage_root: StorageRoot
+) -> None:
+    """A file of the newest completed checkpoint that someone else deleted (a bucket's
+    lifecycle rule, a person) is found missing when the next `_metadata` would name it: that
+    checkpoint fails, naming it, and the one after stores it again, where the completed
+    checkpoint finds it too. Before, every later checkpoint reused the missing file."""
+    first = _checkpoint(running, 1)
+    new_files = _next_batch(running, 3)
+    gone = next(entry for entry in first.files if entry.path not in new_files)
+    someone_else = CheckpointStorage(JobStorageLayout(storage_root.url, "default", "wordcount"))
+    someone_else.fs.delete_file(someone_else.layout.location_path(gone.location))
+
+    with pytest.raises(MissingFileError, match=re.escape(repr(gone.path))):
+        _checkpoint(running, 2)
+    running.agent.abort(2, "finalize failed")
+    _next_batch(running, 4)
+    third = _checkpoint(running, 3)
+
+    assert gone in third.files
+    running.storage.verify(third)
+    running.storage.verify(first)

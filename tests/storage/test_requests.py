@@ -2,10 +2,11 @@
 
 Spark's own checkpoints on object stores LIST directories for every batch, which is a known
 cost that grows with the number of files. An incremental checkpoint here must not: an
-unchanged file costs no request of its own. What `shared/` holds is listed once when the
-snapshot starts (the agent's `listed_shared_sizes`) and once before `_metadata` is written
-(every file it names must be there), a request per 1,000 objects each, where a HEAD per file
-cost a request per file twice (at 200 partitions, 800 HEADs took 4-13 s against moto).
+unchanged file costs no request of its own. What `shared/` holds is listed once per
+checkpoint, before `_metadata` is written (every file it names must be there), a request per
+1,000 objects, where a HEAD per file cost a request per file twice (at 200 partitions, 800
+HEADs took 4-13 s against moto). The next snapshot starts from that listing, with what the
+process stored and deleted since; only the first one of a process lists when it starts.
 """
 
 from __future__ import annotations
@@ -16,12 +17,31 @@ from pathlib import Path
 
 import pytest
 
-from helpers.objectstore import S3Server, storage_roots
-from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from helpers.objectstore import S3Server, StorageRoot, storage_roots
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+)
+from spark_checkpoint.storage.layout import SHARED_DIR_NAME
 
 from .conftest import JOB, NAMESPACE, build_metadata
 
 SparkFile = Callable[[str, bytes], str]
+
+
+def _checkpoint(
+    storage: CheckpointStorage, spark_file: SparkFile, checkpoint_id: int, image: dict[str, bytes]
+) -> CheckpointMetadata:
+    """Store `image` (path: content) as the agent does, and write its `_metadata`."""
+    stored = storage.listed_shared_sizes()
+    entries = [
+        storage.add_shared_file(spark_file(p, c), p, stored=stored) for p, c in image.items()
+    ]
+    metadata = build_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries)
+    storage.write_metadata(metadata)
+    return metadata
 
 
 def _checkpoint_requests(
@@ -38,18 +58,10 @@ def _checkpoint_requests(
     root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
     storage = CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB))
     image = {f"state/0/{n}/1.delta": f"partition {n}".encode() for n in range(files)}
-
-    def checkpoint(checkpoint_id: int) -> None:  # as the agent takes it
-        stored = storage.listed_shared_sizes()
-        entries = [
-            storage.add_shared_file(spark_file(p, c), p, stored=stored) for p, c in image.items()
-        ]
-        storage.write_metadata(build_metadata(CheckpointKind.CHECKPOINT, checkpoint_id, entries))
-
-    checkpoint(1)
+    _checkpoint(storage, spark_file, 1, image)
     image["state/0/0/1.delta"] = b"partition 0, next batch"
     before = s3_server.requests.snapshot()
-    checkpoint(2)
+    _checkpoint(storage, spark_file, 2, image)
     return s3_server.requests.snapshot() - before
 
 
@@ -64,6 +76,83 @@ def test_an_unchanged_file_costs_no_request_and_the_requests_do_not_grow(
 
     assert small == large
     assert small["PUT"] == 2, small  # the changed file and `_metadata`
-    # `shared/` listed when the snapshot starts and before `_metadata` is written.
-    assert small["LIST"] == 2, small
+    # `shared/` listed before `_metadata` is written, not when the snapshot starts: it
+    # starts from the previous checkpoint's listing.
+    assert small["LIST"] == 1, small
     assert set(small) == {"PUT", "LIST"}, small
+
+
+@pytest.fixture
+def s3_storage(s3_root: StorageRoot) -> CheckpointStorage:
+    return CheckpointStorage(JobStorageLayout(s3_root.url, NAMESPACE, JOB))
+
+
+IMAGE = {f"state/0/{n}/1.delta": f"partition {n}".encode() for n in range(4)}
+
+
+def test_what_a_discard_deleted_is_stored_again_without_another_listing(
+    s3_server: S3Server, s3_storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    _checkpoint(s3_storage, spark_file, 1, IMAGE)
+    s3_storage.discard_checkpoint(1, retained=[])
+    before = s3_server.requests.snapshot()
+
+    second = _checkpoint(s3_storage, spark_file, 2, IMAGE)
+
+    requests = s3_server.requests.snapshot() - before
+    assert requests["PUT"] == len(IMAGE) + 1 and requests["LIST"] == 1, requests
+    s3_storage.verify(second)
+
+
+def test_the_next_snapshot_knows_what_was_stored_since_the_last_listing(
+    s3_server: S3Server, s3_storage: CheckpointStorage, spark_file: SparkFile
+) -> None:
+    _checkpoint(s3_storage, spark_file, 1, IMAGE)
+    path = "state/0/0/2.delta"
+    stored = s3_storage.listed_shared_sizes()
+    entry = s3_storage.add_shared_file(spark_file(path, b"next batch"), path, stored=stored)
+    before = s3_server.requests.snapshot()
+
+    listed = s3_storage.listed_shared_sizes()
+
+    assert s3_server.requests.snapshot() - before == collections.Counter()
+    assert listed is not None and listed[entry.location] == entry.size
+
+
+@pytest.mark.parametrize("listing", ["across the start of the deletes", "amid the deletes"])
+def test_a_listing_that_overlaps_deletes_is_not_what_the_next_snapshot_starts_from(
+    s3_storage: CheckpointStorage,
+    spark_file: SparkFile,
+    monkeypatch: pytest.MonkeyPatch,
+    listing: str,
+) -> None:
+    """A listing taken while files are deleted may show them: remembering it would make the
+    next snapshot skip storing them, and fail."""
+    first = _checkpoint(s3_storage, spark_file, 1, IMAGE)
+    # What another process of the job sees: nothing remembered yet.
+    storage = CheckpointStorage(s3_storage.layout)
+    if listing == "amid the deletes":
+        delete_file = storage.fs.delete_file
+
+        def listing_first(path: str) -> None:
+            if f"/{SHARED_DIR_NAME}/" in path:
+                storage.listed_shared_sizes()
+            delete_file(path)
+
+        monkeypatch.setattr(storage.fs, "delete_file", listing_first)
+        storage.discard_checkpoint(1, retained=[])
+    else:
+        list_file_sizes = storage.fs.list_file_sizes
+
+        def deleting_meanwhile(path: str) -> dict[str, int]:
+            sizes = list_file_sizes(path)
+            monkeypatch.setattr(storage.fs, "list_file_sizes", list_file_sizes)
+            storage.discard_checkpoint(1, retained=[])
+            return sizes
+
+        monkeypatch.setattr(storage.fs, "list_file_sizes", deleting_meanwhile)
+        listed = storage.listed_shared_sizes()
+        assert listed is not None and listed.keys() == first.locations
+
+    assert storage.listed_shared_sizes() == {}
+    storage.verify(_checkpoint(storage, spark_file, 2, IMAGE))

@@ -322,7 +322,15 @@ class CheckpointAgent:
                 total_bytes=sum(e.size for e in entries),
                 properties={"attempt": str(self._attempt)},
             )
-        self._storage.write_metadata(metadata)
+        try:
+            self._storage.write_metadata(metadata)
+        except StorageError:
+            # A file the image names is not stored as it says (deleted behind the job's
+            # back?): the next image looks up every file instead of reusing this one's, and
+            # stores again what is missing (where the completed checkpoint finds it too).
+            with self._lock:
+                self._completed_files = {}
+            raise
         with self._lock:
             aborted = snapshot.cancelled.is_set()  # set by abort() under this lock
             if not aborted:

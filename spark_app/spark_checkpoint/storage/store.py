@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import posixpath
 import shutil
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from spark_checkpoint.protocol import CheckpointKind
@@ -62,22 +63,42 @@ class CheckpointStorage:
         # or as the job's or its namespace's directory (on a root jobs share), must not lead
         # a delete or a read outside of it. The root is the administrator's to link.
         self.fs = StorageFileSystem.for_url(layout.root).confined(layout.root)
-        # Shared files this process made durable; write_metadata makes the others durable.
-        # Only ever a reason to skip that: sizes are always checked in storage.
+        # What this process knows of `shared/`, only ever a reason to skip work, never to
+        # trust storage (write_metadata checks every size it names in storage):
+        # - the files it made durable (write_metadata makes the others durable);
+        # - on an object store, the sizes its last listing found, with what it stored and
+        #   deleted since: the next snapshot starts from them instead of listing again.
+        self._lock = threading.Lock()
         self._durable: set[str] = set()
-        self._durable_lock = threading.Lock()
+        self._known_sizes: dict[str, int] | None = None
+        self._forgets = 0  # a listing taken across a change may hold what is gone
 
     def listed_shared_sizes(self) -> dict[str, int] | None:
-        """Sizes of the files stored in `shared/` by location, from one listing, for
+        """Sizes of the files stored in `shared/` by location, for
         `add_shared_file(..., stored=...)` to consult instead of asking for each file's
-        size: on an object store that is a request per file. None on a local filesystem,
-        where a stat each is cheaper than walking all of `shared/`."""
+        size: on an object store that is a request per file. They are those of the last
+        listing (the previous checkpoint's `write_metadata` lists `shared/`) with what this
+        process stored and deleted since, or of one listing now if there is none. None on
+        a local filesystem, where a stat each is cheaper than walking all of `shared/`."""
         if self.fs.is_local:
             return None
-        return {
+        with self._lock:
+            known = None if self._known_sizes is None else dict(self._known_sizes)
+        return known if known is not None else self._list_shared_sizes()
+
+    def _list_shared_sizes(self) -> dict[str, int]:
+        """Sizes of the files in `shared/` by location, from one listing, remembered unless
+        a file changed while it ran (it may list one deleted since)."""
+        with self._lock:
+            forgets = self._forgets
+        sizes = {
             f"{SHARED_DIR_NAME}/{relative}": size
             for relative, size in self.fs.list_file_sizes(self.layout.shared_dir).items()
         }
+        with self._lock:
+            if self._forgets == forgets:
+                self._known_sizes = dict(sizes)
+        return sizes
 
     def add_shared_file(
         self,
@@ -105,11 +126,14 @@ class CheckpointStorage:
         # The name holds the SHA-256, so an object of the right size holds the right bytes;
         # one of another size is damaged and is replaced.
         if stored_size != digest.size:
-            self._forget_durable([location])
-            if link:
-                self.fs.link_in(local_src, stored_path, digest, durable=False)
-            else:
-                self.fs.copy_in(local_src, stored_path, digest)
+            with self._changing([location]):
+                if link:
+                    self.fs.link_in(local_src, stored_path, digest, durable=False)
+                else:
+                    self.fs.copy_in(local_src, stored_path, digest)
+            with self._lock:
+                if self._known_sizes is not None:
+                    self._known_sizes[location] = digest.size
         return ManifestEntry(path=path, size=digest.size, sha256=digest.sha256, location=location)
 
     def add_savepoint_file(self, savepoint_id: int, local_src: str, path: str) -> ManifestEntry:
@@ -134,18 +158,24 @@ class CheckpointStorage:
                 f"metadata of job {meta.namespace}/{meta.job} cannot be written to the "
                 f"storage of job {self.layout.namespace}/{self.layout.job}"
             )
-        prefix = snapshot_location_prefix(meta.kind, meta.checkpoint_id)
         paths = {location: self.layout.location_path(location) for location in meta.locations}
-        stored = self.fs.file_sizes(
-            paths.values(), below=self.layout.location_path(prefix.rstrip("/"))
-        )
+        if meta.kind is CheckpointKind.CHECKPOINT and not self.fs.is_local:
+            # The listing of `shared/` this takes anyway tells the next snapshot what is stored.
+            listed = self._list_shared_sizes()
+            stored = {location: listed.get(location) for location in meta.locations}
+        else:
+            prefix = snapshot_location_prefix(meta.kind, meta.checkpoint_id)
+            sizes = self.fs.file_sizes(
+                paths.values(), below=self.layout.location_path(prefix.rstrip("/"))
+            )
+            stored = {location: sizes[path] for location, path in paths.items()}
         for entry in meta.files:
-            self._require_stored_size(entry, stored[paths[entry.location]])
-        with self._durable_lock:
+            self._require_stored_size(entry, stored[entry.location])
+        with self._lock:
             not_durable = sorted(meta.locations - self._durable)
         self.fs.make_durable(paths[location] for location in not_durable)
         if meta.kind is CheckpointKind.CHECKPOINT:  # savepoints' files are never reused
-            with self._durable_lock:
+            with self._lock:
                 self._durable.update(not_durable)
         path = self.layout.metadata_path(meta.kind, meta.checkpoint_id)
         self.fs.write_atomic(path, meta.to_bytes())
@@ -207,9 +237,9 @@ class CheckpointStorage:
         manifest = self._manifest_to_discard(checkpoint_id)
         if manifest is not None:
             deleted = sorted(manifest.locations - keep)
-            self._forget_durable(deleted)
-            for location in deleted:
-                self.fs.delete_file(self.layout.location_path(location))
+            with self._changing(deleted):
+                for location in deleted:
+                    self.fs.delete_file(self.layout.location_path(location))
         self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
 
     def discard_savepoint(self, savepoint_id: int) -> None:
@@ -281,9 +311,9 @@ class CheckpointStorage:
             self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
-        self._forget_durable(deleted_locations)
-        for path in deleted_paths:
-            self.fs.delete_file(path)
+        with self._changing(deleted_locations):
+            for path in deleted_paths:
+                self.fs.delete_file(path)
         try:
             aborted = self.fs.abort_unfinished_uploads(self.layout.job_root)
         except (StorageError, OSError) as error:
@@ -396,11 +426,25 @@ class CheckpointStorage:
         for path in what:
             self.fs.require_no_link(path)
 
-    def _forget_durable(self, locations: Iterable[str]) -> None:
-        """These locations are about to be replaced (not durable any more) or deleted (no
-        longer worth remembering)."""
-        with self._durable_lock:
+    @contextlib.contextmanager
+    def _changing(self, locations: Iterable[str]) -> Iterator[None]:
+        """Around replacing or deleting these locations: what this process knew of them
+        (durable, stored with a size) stops being true. Forgotten before and after, since a
+        listing that ran in between shows either state."""
+        locations = list(locations)
+        self._forget(locations)
+        try:
+            yield
+        finally:
+            self._forget(locations)
+
+    def _forget(self, locations: list[str]) -> None:
+        with self._lock:
+            self._forgets += 1
             self._durable.difference_update(locations)
+            if self._known_sizes is not None:
+                for location in locations:
+                    self._known_sizes.pop(location, None)
 
     def _require_stored_size(self, entry: ManifestEntry, size: int | None) -> None:
         """Check that `entry` is stored with its size (`size`: the stored file's, or None)."""
