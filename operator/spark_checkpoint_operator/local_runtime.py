@@ -55,7 +55,13 @@ from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
-from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord, JobSupervisor, Notice
+from spark_checkpoint_operator.supervisor import (
+    CleanupFailed,
+    JobRecord,
+    JobSupervisor,
+    Notice,
+    StartProblem,
+)
 
 INTERRUPT_LABEL = "ctrl-c"
 # Spark's start plus the restore of a large image, with room to spare.
@@ -110,6 +116,9 @@ class LocalDriver:
 
     def executors_ready(self) -> bool:
         return True  # local mode: the executors are threads of the driver
+
+    def start_problem(self) -> StartProblem | None:
+        return None  # a process that cannot start exits: its exit code says why
 
     def exit_code(self) -> int | None:
         code = self._process.returncode

@@ -20,7 +20,12 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.supervisor import POLL_INTERVAL, JobRecord, JobSupervisor
+from spark_checkpoint_operator.supervisor import (
+    POLL_INTERVAL,
+    JobRecord,
+    JobSupervisor,
+    StartProblem,
+)
 
 
 def _supervisor(
@@ -151,6 +156,86 @@ def test_an_agent_that_is_not_silent_after_answering_keeps_its_driver(agent: str
     driver, lines = asyncio.run(scenario())
     assert driver.code == DriverExit.FINISHED, "the driver was never stopped"
     assert not [line for line in lines if "has not answered" in line]
+
+
+class KeptFromStartingLauncher(FakeLauncher):
+    """Its drivers' pods cannot start (``problem``) until the test clears it."""
+
+    def __init__(self, problem: StartProblem, running: FakeDriver | None = None) -> None:
+        super().__init__(running)
+        self.problem = problem
+        for driver in [running] if running else []:
+            self.keep_from_starting(driver)
+
+    def keep_from_starting(self, driver: FakeDriver) -> None:
+        driver.problem = self.problem
+        driver.agent.reachable = False
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        self.keep_from_starting(driver)
+        return driver
+
+
+def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it_can() -> None:
+    missing_secret = StartProblem(
+        "CreateContainerConfigError", 'secret "s3-credentials" not found', needs_new_spec=False
+    )
+
+    async def scenario() -> tuple[FakeLauncher, list[str], list[str]]:
+        launcher = KeptFromStartingLauncher(missing_secret)
+        supervisor, lines = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.message)
+        messages = [supervisor.record.message]
+        driver = launcher.drivers[0]
+        requests = driver.agent.status_requests
+        await until(lambda: driver.agent.status_requests >= requests + 3)
+        driver.problem, driver.agent.reachable = None, True  # someone created the Secret
+        await until(lambda: len(driver.agent.completed) >= 1)
+        messages.append(supervisor.record.message)
+        driver.code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return launcher, lines, messages
+
+    launcher, lines, messages = asyncio.run(scenario())
+    told = (
+        'the driver cannot start yet: CreateContainerConfigError: secret "s3-credentials" not found'
+    )
+    assert messages == [told, ""]
+    assert [line for line in lines if "cannot start" in line] == [told]
+    assert len(launcher.drivers) == 1
+
+
+@pytest.mark.parametrize("driver", ["launched", "adopted"])
+def test_a_driver_whose_image_cannot_be_pulled_fails_the_job_without_a_retry(driver: str) -> None:
+    """As the Flink Kubernetes Operator judges a JobManager pod; an adopted driver too: the
+    runtime before may have recorded it before its pod ran."""
+    unpullable = StartProblem(
+        "ImagePullBackOff", 'Back-off pulling image "example/orders:1"', needs_new_spec=True
+    )
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str], TerminalOutcome]:
+        adopted = FakeDriver(FakeAgent()) if driver == "adopted" else None
+        launcher = KeptFromStartingLauncher(unpullable, running=adopted)
+        record = JobRecord(attempt=1) if adopted else None
+        supervisor, lines = _supervisor(launcher, record=record)
+        outcome = await asyncio.wait_for(supervisor.run(), 10)
+        return supervisor, launcher, lines, outcome
+
+    supervisor, launcher, lines, outcome = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FAILED
+    assert supervisor.record.message == (
+        'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:1"; '
+        "not retried: a new spec.image (or image pull secret) starts the job again"
+    )
+    stopped = launcher.running or launcher.drivers[0]
+    assert stopped.code == -15
+    assert launcher.drivers == ([] if driver == "adopted" else [stopped])
+    assert [line for line in lines if "cannot start" in line] == [
+        f"{supervisor.record.message} Stopping the driver.",
+        f"job failed: {supervisor.record.message}",
+    ]
 
 
 class FailingRestartsLauncher(FakeLauncher):

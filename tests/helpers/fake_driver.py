@@ -18,6 +18,7 @@ from spark_checkpoint.protocol import (
     SnapshotStatus,
 )
 from spark_checkpoint_operator.agent_client import AgentUnavailable
+from spark_checkpoint_operator.supervisor import StartProblem
 
 TASKS = ("logs", "state-0-0")
 
@@ -130,6 +131,10 @@ class FakeDriver:
         self.agent = agent
         self.code: int | None = None
         self.executors = True
+        self.problem: StartProblem | None = None
+
+    def start_problem(self) -> StartProblem | None:
+        return self.problem
 
     def executors_ready(self) -> bool:
         return self.executors

@@ -15,7 +15,7 @@ import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.kube.cluster import JOBS, LocalCluster, operator_stopped
+from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
 
 pytestmark = pytest.mark.timeout(240)
@@ -48,6 +48,9 @@ def job(name: str = "orders", **spec: Any) -> dict[str, Any]:
     }
 
 
+SECRET_KEY_REF = {"name": "s3", "key": "secret-key"}
+
+
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path, simulated=SimulatedAgents(batch_seconds=0.3)) as running:
@@ -61,6 +64,12 @@ def completed(cluster: LocalCluster, name: str, at_least: int) -> Any:
         return status if done >= at_least else None
 
     return cluster.wait_for(f"{at_least} completed checkpoints", check, job=name)
+
+
+def in_phase(cluster: LocalCluster, name: str, phase: str) -> Any:
+    return cluster.wait_for(
+        phase, lambda: (s := cluster.status(name)).get("phase") == phase and s, job=name
+    )
 
 
 def test_checkpoints_complete_and_appear_in_status(cluster: LocalCluster) -> None:
@@ -164,16 +173,68 @@ def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_tim
     )
 
 
+def test_a_driver_waiting_for_its_secret_is_told_and_starts_once_it_exists(
+    cluster: LocalCluster,
+) -> None:
+    document = job()
+    document["spec"]["application"]["env"] = [
+        {"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": {"secretKeyRef": SECRET_KEY_REF}}
+    ]
+    cluster.apply(document)
+
+    event = cluster.wait_for_event("orders", "DriverNotStarting")
+    told = 'the driver cannot start yet: CreateContainerConfigError: secret "s3" not found'
+    assert event["type"] == "Warning" and event["message"] == told
+    status = cluster.status("orders")
+    assert (status["phase"], status["message"]) == ("Deploying", told)
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["message"]) == ("False", told)
+
+    secret = {"metadata": {"name": "s3"}, "stringData": {"secret-key": "not-a-real-key"}}
+    cluster.api.create(SECRETS, secret, namespace="default")
+    status = completed(cluster, "orders", 1)
+    assert (status["phase"], status.get("message", "")) == ("Running", "")
+    assert cluster.event_reasons("orders").count("DriverNotStarting") == 1
+
+
+def test_an_image_that_cannot_be_pulled_fails_the_job_until_the_image_changes(
+    tmp_path: Path,
+) -> None:
+    """An upgrade to a missing image: the job fails at once (no retry can pull it), its
+    cleanup pods (the same image) fail at once instead of after their 600 s timeout, and
+    the next image runs the job again from the upgrade's savepoint."""
+    agents = SimulatedAgents(batch_seconds=0.3, missing_images=frozenset({"example/orders:2"}))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"retentionPolicy": "NeverRetainAfterTermination"}))
+        completed(cluster, "orders", 1)
+
+        cluster.patch_spec("orders", {"image": "example/orders:2"})
+        failed = in_phase(cluster, "orders", "Failed")
+        assert failed["message"] == (
+            'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:2"'
+            "; not retried: a new spec.image (or image pull secret) starts the job again"
+        )
+        assert "DriverCannotStart" in cluster.event_reasons("orders")
+        cleanup = cluster.wait_for_event("orders", "CleanupFailed")
+        assert "cannot start: ImagePullBackOff" in cleanup["message"], cleanup["message"]
+        assert cluster.driver_pods("orders") == []
+
+        cluster.patch_spec("orders", {"image": "example/orders:1"})
+        status = cluster.wait_for(
+            "restored from the upgrade's savepoint",
+            lambda: (s := cluster.status("orders")).get("counts", {}).get("restored") and s,
+            job="orders",
+        )
+        assert status["restoredFrom"]["source"].startswith("savepoint:")
+        completed(cluster, "orders", 2)
+
+
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
     cluster.apply(job())
     completed(cluster, "orders", 1)
 
     cluster.patch_spec("orders", {"state": "Suspended"})
-    suspended = cluster.wait_for(
-        "Suspended",
-        lambda: (s := cluster.status("orders")).get("phase") == "Suspended" and s,
-        job="orders",
-    )
+    suspended = in_phase(cluster, "orders", "Suspended")
     cluster.wait_for("no driver pods", lambda: cluster.driver_pods("orders") == [])
     savepoint = suspended["lastSavepoint"]
     assert savepoint["label"] == "suspend"
@@ -536,11 +597,7 @@ def test_pods_the_api_server_would_refuse_fail_the_job_naming_the_field(
 ) -> None:
     cluster.apply(job(**spec))
 
-    failed = cluster.wait_for(
-        "Failed",
-        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
-        job="orders",
-    )
+    failed = in_phase(cluster, "orders", "Failed")
 
     assert failed["message"] == f"the driver could not be started: {reason}"
     assert cluster.pods("orders") == []
@@ -594,11 +651,7 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job())
 
-        finished = cluster.wait_for(
-            "Finished",
-            lambda: (s := cluster.status("orders")).get("phase") == "Finished" and s,
-            job="orders",
-        )
+        finished = in_phase(cluster, "orders", "Finished")
 
         assert finished["lastCheckpoint"]["batch"] == 8, "the final checkpoint covers the end"
         # RetainOnFailure: a finished job needs no checkpoint; cleanup pods discarded them.
@@ -644,11 +697,7 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
         cluster.wait_for(f"{pod} running", lambda pod=pod: cluster.simulated_agent(pod))
         cluster.crash_driver(pod)
 
-    failed = cluster.wait_for(
-        "Failed",
-        lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s,
-        job="orders",
-    )
+    failed = in_phase(cluster, "orders", "Failed")
     assert "restartPolicy.maxRetries=1 exhausted" in failed["message"]
     cluster.wait_for_event("orders", "JobFailed")
     assert {c["type"]: c["status"] for c in failed["conditions"]}["Ready"] == "False"

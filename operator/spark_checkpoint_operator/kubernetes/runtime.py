@@ -37,6 +37,7 @@ from spark_checkpoint_operator.supervisor import (
     LaunchFailed,
     Level,
     Notice,
+    StartProblem,
 )
 
 log = logging.getLogger(__name__)
@@ -149,15 +150,41 @@ def _label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
     )
 
 
-def _own_container_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    """The `terminated` state of the pod's own container (named after its component:
-    `driver`, `cleanup`, `check`), never that of a container an admission webhook added (a
-    service mesh's sidecar), or None while it has not ended."""
+def _own_container_state(pod: Mapping[str, Any], state: str) -> Mapping[str, Any] | None:
+    """The `state` (`waiting`, `terminated`) of the pod's own container (named after its
+    component: `driver`, `cleanup`, `check`), never that of a container an admission webhook
+    added (a service mesh's sidecar); None while it is in another state."""
     name = pod["metadata"].get("labels", {}).get(objects.LABEL_COMPONENT)
     for container in pod.get("status", {}).get("containerStatuses", ()):
         if container.get("name") == name:
-            terminated: Mapping[str, Any] | None = container.get("state", {}).get("terminated")
-            return terminated
+            found: Mapping[str, Any] | None = container.get("state", {}).get(state)
+            return found
+    return None
+
+
+def _own_container_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    return _own_container_state(pod, "terminated")
+
+
+# How a kubelet reports a container on its usual way to running.
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+# The image cannot be pulled: the kubelet retries it for ever, and only a new spec.image (or
+# pull secret) helps. The Flink Kubernetes Operator judges a JobManager pod so.
+_UNPULLABLE = frozenset({"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
+
+
+def pod_start_problem(pod: Mapping[str, Any]) -> StartProblem | None:
+    """What keeps the pod's own container from starting, as Kubernetes reports it: why it
+    waits (other than the usual ContainerCreating), or why the pod has no node."""
+    waiting = _own_container_state(pod, "waiting")
+    if waiting is not None and waiting.get("reason") not in _STARTING:
+        reason = str(waiting.get("reason") or "Waiting")
+        message = str(waiting.get("message") or "")
+        return StartProblem(reason, message, needs_new_spec=reason in _UNPULLABLE)
+    for condition in pod.get("status", {}).get("conditions", ()):
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+            reason = str(condition.get("reason") or "Unschedulable")
+            return StartProblem(reason, str(condition.get("message") or ""), needs_new_spec=False)
     return None
 
 
@@ -230,6 +257,10 @@ class KubernetesDriver:
         pod = self.pod
         ip = pod.get("status", {}).get("podIP") if pod is not None else None
         return f"http://{ip}:{objects.AGENT_PORT}" if ip else None
+
+    def start_problem(self) -> StartProblem | None:
+        pod = self.pod
+        return None if pod is None else pod_start_problem(pod)
 
     def exit_code(self) -> int | None:
         pod = self.pod
@@ -511,14 +542,21 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
         raise PodDidNotEnd(f"{what}: {_api_message(error)}") from error
     assert created.metadata is not None and created.metadata.name is not None
     name = created.metadata.name
+    problem: StartProblem | None = None
     try:
         async with asyncio.timeout(CLEANUP_TIMEOUT_SECONDS):
             while (current := clients.pods.pod(namespace, job, name)) is None or pod_exit_code(
                 current
             ) is None:
+                problem = None if current is None else pod_start_problem(current)
+                if problem is not None and problem.needs_new_spec:
+                    raise PodDidNotEnd(f"pod {name} cannot start: {problem}")
                 await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
     except TimeoutError:
-        raise PodDidNotEnd(f"pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s") from None
+        kept = f" (it could not start: {problem})" if problem else ""
+        raise PodDidNotEnd(
+            f"pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s{kept}"
+        ) from None
     finally:
         await delete_pod_and_wait(clients, namespace, job, name)
     return current

@@ -30,6 +30,7 @@ from spark_checkpoint_operator.supervisor.ports import (
     Observers,
     PeriodicSlot,
     RestorableCheck,
+    StartProblem,
 )
 from spark_checkpoint_operator.supervisor.record import JobRecord
 
@@ -49,4 +50,5 @@ __all__ = [
     "Observers",
     "PeriodicSlot",
     "RestorableCheck",
+    "StartProblem",
 ]

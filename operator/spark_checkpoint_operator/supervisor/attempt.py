@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
 from spark_checkpoint.protocol import RestoredFrom
-from spark_checkpoint_operator.supervisor.ports import DriverHandle
+from spark_checkpoint_operator.supervisor.ports import DriverHandle, StartProblem
 
 # How long a driver may take to exit on its own after its stop-with-savepoint completed;
 # then it is told to stop (see driver_command.TERMINATION_GRACE_SECONDS).
@@ -78,6 +78,8 @@ class Attempt:
     suspending_since: float | None = None  # monotonic
     # The first status request its agent did not answer since the last it did (monotonic).
     unanswered_since: float | None = None
+    # What keeps the driver from starting, as last reported (`kept_from_starting`).
+    start_problem: StartProblem | None = None
 
     @classmethod
     def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
@@ -102,6 +104,11 @@ class Attempt:
     def leaving(self) -> bool:
         """The driver exits on its own now: no phase change brings it back to Running."""
         return self.stage in (Stage.FINISHING, Stage.SUSPENDING)
+
+    @property
+    def unstartable(self) -> bool:
+        """The driver cannot start with this spec (its image cannot be pulled)."""
+        return self.start_problem is not None and self.start_problem.needs_new_spec
 
     def silent_for(self) -> float:
         """How long its agent, having answered this runtime, has answered no status
@@ -135,6 +142,15 @@ class Attempt:
         """A status request reached no agent (no connection, or no answer in time)."""
         if self.unanswered_since is None:
             self.unanswered_since = time.monotonic()
+
+    def kept_from_starting(self, problem: StartProblem | None) -> bool:
+        """What keeps the driver from starting now (None: nothing the runtime reports, or
+        its agent answered in this runtime); whether that changed since the last report."""
+        if self.stage not in (Stage.STARTING, Stage.ADOPTED):
+            problem = None
+        changed = problem != self.start_problem
+        self.start_problem = problem
+        return changed
 
     def saw_batch(self, batch: int | None) -> None:
         if self.first_batch is None:

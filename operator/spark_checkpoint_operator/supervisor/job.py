@@ -51,6 +51,7 @@ from spark_checkpoint_operator.supervisor.ports import (
     Observer,
     PeriodicSlot,
     RestorableCheck,
+    StartProblem,
 )
 from spark_checkpoint_operator.supervisor.record import JobRecord
 from spark_checkpoint_operator.supervisor.status_events import SnapshotProgress, UnknownSnapshot
@@ -341,8 +342,9 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         if attempt.failing is not None:
             self._record.message = attempt.failing
-            if not attempt.agent_answered:
-                return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
+            if not attempt.agent_answered or attempt.unstartable:
+                # Its agent never answered, or its image cannot be pulled: a retry cannot help.
+                return TerminalOutcome.FAILED
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
         if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
@@ -530,6 +532,7 @@ class JobSupervisor:
             await self._tick()
             await self._give_up_on_a_silent_agent(attempt, answer)
             return None
+        await self._report_start_problem(attempt, None)
         await self._process(attempt, answer, before=attempt.answered())
         return answer.version
 
@@ -540,6 +543,7 @@ class JobSupervisor:
         is let go)."""
         if attempt.failing or attempt.leaving:
             return
+        await self._report_start_problem(attempt, attempt.driver.start_problem())
         timeout = self._agent_start_timeout
         # The agent answers from a thread of its own, whatever the query does.
         if (silent := attempt.silent_for()) >= self._restart_policy.heartbeat_timeout:
@@ -548,6 +552,12 @@ class JobSupervisor:
                 f"driver hung, or the network to it is down): {error}."
             )
             reason = "AgentStoppedAnswering"
+        elif attempt.unstartable:
+            attempt.fail(
+                f"the driver cannot start: {attempt.start_problem}; not retried: a new "
+                "spec.image (or image pull secret) starts the job again"
+            )
+            reason = "DriverCannotStart"
         elif (
             not attempt.agent_answered
             and timeout is not None
@@ -563,6 +573,19 @@ class JobSupervisor:
             return
         self._notify(reason, Level.WARNING, f"{attempt.failing} Stopping the driver.")
         await attempt.driver.terminate()
+
+    async def _report_start_problem(self, attempt: Attempt, problem: StartProblem | None) -> None:
+        """Tell what keeps the driver from starting (a missing Secret, no node for its pod)
+        once, and keep it as the job's message while it lasts."""
+        if not attempt.kept_from_starting(problem):
+            return
+        if problem is None:
+            self._record.message = ""
+        else:
+            self._record.message = f"the driver cannot start yet: {problem}"
+            if not problem.needs_new_spec:  # that one fails the attempt, which is told
+                self._notify("DriverNotStarting", Level.WARNING, self._record.message)
+        await self._interpreter.persist()
 
     async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:
         """Act on a status; ``before``: the attempt's stage before this answer."""

@@ -9,9 +9,28 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
 
 
+@dataclass(frozen=True, slots=True)
+class StartProblem:
+    """Why a driver has not started, as its runtime reports it (a Kubernetes pod's
+    container waiting on its image or a Secret, or no node for the pod)."""
+
+    reason: str  # the runtime's own word: ImagePullBackOff, CreateContainerConfigError, ...
+    message: str
+    # Only a change of the job's spec can help (the image cannot be pulled); otherwise it
+    # may pass on its own or when someone creates what is missing.
+    needs_new_spec: bool
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}" if self.message else self.reason
+
+
 class DriverHandle(Protocol):
     @property
     def agent(self) -> AgentClient: ...
+
+    def start_problem(self) -> StartProblem | None:
+        """What keeps the driver from starting now; None when nothing does that the
+        runtime can tell."""
 
     def exit_code(self) -> int | None:
         """None while the driver runs."""

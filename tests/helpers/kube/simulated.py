@@ -14,12 +14,13 @@ import asyncio
 import base64
 import contextlib
 import datetime
+import functools
 import hmac
 import itertools
 import json
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -166,8 +167,11 @@ class SimulatedAgents:
         ack_delay: tuple[float, float] = (0.01, 0.2),
         finish_after: int | None = None,
         restore_seconds: float = 0.0,
+        missing_images: frozenset[str] = frozenset(),
     ) -> None:
         self.port = port
+        # Images no registry has: a driver pod of one waits as a kubelet reports it.
+        self.missing_images = missing_images
         self.restore_seconds = restore_seconds
         self.batch_seconds = batch_seconds
         self.ack_delay = ack_delay
@@ -326,6 +330,8 @@ class SimulatedKubelet:
         self._pod_ips: dict[tuple[str, str], str] = {}
         self._task: asyncio.Task[None] | None = None
         self._reporter: asyncio.Task[None] | None = None
+        # Driver pods whose container cannot start yet (an image, a Secret).
+        self._waiting: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._watch())
@@ -363,6 +369,9 @@ class SimulatedKubelet:
     async def _on_pod(self, kind: str, pod: Mapping[str, Any]) -> None:
         metadata = pod["metadata"]
         key = (metadata["namespace"], metadata["name"])
+        deleted = kind == "DELETED" or metadata.get("deletionTimestamp")
+        if deleted and (waiting := self._waiting.pop(key, None)) is not None:
+            waiting.cancel()  # its container never started
         if kind == "DELETED":
             ip = self._pod_ips.pop(key, None)
             agent = None if ip is None else self._agents.agents.pop(ip, None)
@@ -383,20 +392,66 @@ class SimulatedKubelet:
         ip = next(self._addresses)
         self._pod_ips[key] = ip
         container = pod["spec"]["containers"][0]
-        environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
         if pod["metadata"].get("labels", {}).get("spark-role") == "executor":
             await self._set_status(key, _running(ip, container["name"]))  # runs until deleted
         elif container["name"] == "driver":
-            token = await self._token(pod)
-            await self._agents.add(
-                ip,
-                token,
-                int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
-                json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
-            )
-            await self._set_status(key, _running(ip, container["name"]))
+            start = functools.partial(self._start_driver, pod, key, ip)
+            self._waiting[key] = asyncio.create_task(self._start_when_it_can(pod, key, start))
         else:  # a cleanup pod: storage work that succeeds at once
-            await self._set_status(key, _terminated(ip, container["name"], 0))
+            end = functools.partial(self._set_status, key, _terminated(ip, container["name"], 0))
+            self._waiting[key] = asyncio.create_task(self._start_when_it_can(pod, key, end))
+
+    async def _start_when_it_can(
+        self, pod: Mapping[str, Any], key: tuple[str, str], start: Callable[[], Awaitable[None]]
+    ) -> None:
+        """``start`` once the pod's container can start, reporting why it waits until then
+        as a kubelet does (retried every half second)."""
+        name = pod["spec"]["containers"][0]["name"]
+        reported: tuple[str, str] | None = None
+        try:
+            while (waiting := await self._waiting_for(pod)) is not None:
+                if waiting != reported:
+                    reported = waiting
+                    await self._set_status(key, _pending(name, *waiting))
+                await asyncio.sleep(0.5)
+            self._waiting.pop(key, None)
+            await start()
+        except (ApiError, httpx.HTTPError):  # deleted meanwhile; one pod never stops the kubelet
+            log.exception("simulated kubelet: pod %s/%s", *key)
+
+    async def _start_driver(self, pod: Mapping[str, Any], key: tuple[str, str], ip: str) -> None:
+        container = pod["spec"]["containers"][0]
+        environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
+        await self._agents.add(
+            ip,
+            await self._token(pod),
+            int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
+            json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
+        )
+        await self._set_status(key, _running(ip, container["name"]))
+
+    async def _waiting_for(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+        """Why the pod's container cannot start (reason, message, as a kubelet words
+        them): its image is missing, or a Secret its env refers to (or the key) is."""
+        container = pod["spec"]["containers"][0]
+        if (image := container.get("image")) in self._agents.missing_images:
+            return "ImagePullBackOff", f'Back-off pulling image "{image}"'
+        namespace = pod["metadata"]["namespace"]
+        for variable in container.get("env", ()):
+            reference = variable.get("valueFrom", {}).get("secretKeyRef")
+            if reference is None or reference.get("optional"):
+                continue
+            name, secret_key = reference["name"], reference["key"]
+            try:
+                secret = await self._api.get(Secret, name, namespace=namespace)
+            except ApiError as error:
+                if error.status.code != 404:
+                    raise
+                return "CreateContainerConfigError", f'secret "{name}" not found'
+            if secret_key not in (secret.data or {}) | (secret.stringData or {}):
+                message = f"couldn't find key {secret_key} in Secret {namespace}/{name}"
+                return "CreateContainerConfigError", message
+        return None
 
     async def _token(self, pod: Mapping[str, Any]) -> str:
         volume = next(v for v in pod["spec"]["volumes"] if "secret" in v)
@@ -425,6 +480,16 @@ class SimulatedKubelet:
 
 def _now() -> str:
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _pending(name: str, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "phase": "Pending",
+        "conditions": [{"type": "PodScheduled", "status": "True"}],
+        "containerStatuses": [
+            _container(name, ready=False, state={"waiting": {"reason": reason, "message": message}})
+        ],
+    }
 
 
 def _running(ip: str, name: str) -> dict[str, Any]:
