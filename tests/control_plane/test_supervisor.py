@@ -159,17 +159,23 @@ def test_an_agent_that_is_not_silent_after_answering_keeps_its_driver(agent: str
 
 
 class KeptFromStartingLauncher(FakeLauncher):
-    """Its drivers' pods cannot start (``problem``) until the test clears it."""
+    """Its first ``kept`` drivers' pods cannot start (``problem``) until the test clears it;
+    an adopted driver counts."""
 
-    def __init__(self, problem: StartProblem, running: FakeDriver | None = None) -> None:
+    def __init__(
+        self, problem: StartProblem, running: FakeDriver | None = None, kept: int = 1_000
+    ) -> None:
         super().__init__(running)
         self.problem = problem
+        self.kept = kept
         for driver in [running] if running else []:
             self.keep_from_starting(driver)
 
     def keep_from_starting(self, driver: FakeDriver) -> None:
-        driver.problem = self.problem
-        driver.agent.reachable = False
+        if self.kept > 0:
+            self.kept -= 1
+            driver.problem = self.problem
+            driver.agent.reachable = False
 
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
         driver = await super().launch(attempt, restore)
@@ -179,7 +185,7 @@ class KeptFromStartingLauncher(FakeLauncher):
 
 def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it_can() -> None:
     missing_secret = StartProblem(
-        "CreateContainerConfigError", 'secret "s3-credentials" not found', needs_new_spec=False
+        "CreateContainerConfigError", 'secret "s3-credentials" not found', fails_attempt=False
     )
 
     async def scenario() -> tuple[FakeLauncher, list[str], list[str]]:
@@ -207,35 +213,57 @@ def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it
     assert len(launcher.drivers) == 1
 
 
+UNPULLABLE = StartProblem(
+    "ImagePullBackOff", 'Back-off pulling image "example/orders:1"', fails_attempt=True
+)
+
+
 @pytest.mark.parametrize("driver", ["launched", "adopted"])
-def test_a_driver_whose_image_cannot_be_pulled_fails_the_job_without_a_retry(driver: str) -> None:
-    """As the Flink Kubernetes Operator judges a JobManager pod; an adopted driver too: the
-    runtime before may have recorded it before its pod ran."""
-    unpullable = StartProblem(
-        "ImagePullBackOff", 'Back-off pulling image "example/orders:1"', needs_new_spec=True
-    )
+def test_a_driver_whose_image_cannot_be_pulled_fails_its_attempt_until_retries_run_out(
+    driver: str,
+) -> None:
+    """Another pod pulls again (a registry's outage passes); an image that never comes fails
+    the job when the restart policy is exhausted. An adopted driver too: the runtime before
+    may have recorded it before its pod ran."""
 
     async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str], TerminalOutcome]:
         adopted = FakeDriver(FakeAgent()) if driver == "adopted" else None
-        launcher = KeptFromStartingLauncher(unpullable, running=adopted)
+        launcher = KeptFromStartingLauncher(UNPULLABLE, running=adopted)
         record = JobRecord(attempt=1) if adopted else None
-        supervisor, lines = _supervisor(launcher, record=record)
-        outcome = await asyncio.wait_for(supervisor.run(), 10)
+        supervisor, lines = _supervisor(launcher, max_retries=2, record=record)
+        outcome = await asyncio.wait_for(supervisor.run(), 20)
         return supervisor, launcher, lines, outcome
 
     supervisor, launcher, lines, outcome = asyncio.run(scenario())
+    cannot_start = (
+        'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:1".'
+    )
     assert outcome is TerminalOutcome.FAILED
     assert supervisor.record.message == (
-        'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:1"; '
-        "not retried: a new spec.image (or image pull secret) starts the job again"
+        f"driver failed 3 times; restartPolicy.maxRetries=2 exhausted; last error: {cannot_start}"
     )
-    stopped = launcher.running or launcher.drivers[0]
-    assert stopped.code == -15
-    assert launcher.drivers == ([] if driver == "adopted" else [stopped])
+    stopped = [launcher.running] if launcher.running else []
+    stopped += launcher.drivers
+    assert len(stopped) == 3 and all(d.code == -15 for d in stopped)
     assert [line for line in lines if "cannot start" in line] == [
-        f"{supervisor.record.message} Stopping the driver.",
+        *[f"{cannot_start} Stopping the driver."] * 3,
         f"job failed: {supervisor.record.message}",
     ]
+    assert sum(line.startswith("driver stopped; restart") for line in lines) == 2
+
+
+def test_a_registry_outage_passes_with_the_next_driver() -> None:
+    async def scenario() -> tuple[FakeLauncher, TerminalOutcome]:
+        launcher = KeptFromStartingLauncher(UNPULLABLE, kept=1)
+        supervisor, _lines = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: len(launcher.drivers) == 2 and launcher.drivers[1].agent.completed)
+        launcher.drivers[1].code = DriverExit.FINISHED
+        return launcher, await run
+
+    launcher, outcome = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FINISHED
+    assert launcher.drivers[0].code == -15
 
 
 class FailingRestartsLauncher(FakeLauncher):

@@ -200,9 +200,10 @@ def test_a_driver_waiting_for_its_secret_is_told_and_starts_once_it_exists(
 def test_an_image_that_cannot_be_pulled_fails_the_job_until_the_image_changes(
     tmp_path: Path,
 ) -> None:
-    """An upgrade to a missing image: the job fails at once (no retry can pull it), its
-    cleanup pods (the same image) fail at once instead of after their 600 s timeout, and
-    the next image runs the job again from the upgrade's savepoint."""
+    """An upgrade to a missing image: each driver's attempt fails once its pod cannot pull
+    it (the first ErrImagePull is only told), the restart policy gives up, the cleanup pods
+    (the same image) fail at once instead of after their 600 s timeout, and the next image
+    runs the job again from the upgrade's savepoint."""
     agents = SimulatedAgents(batch_seconds=0.3, missing_images=frozenset({"example/orders:2"}))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job(checkpointing={"retentionPolicy": "NeverRetainAfterTermination"}))
@@ -211,10 +212,12 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_until_the_image_changes(
         cluster.patch_spec("orders", {"image": "example/orders:2"})
         failed = in_phase(cluster, "orders", "Failed")
         assert failed["message"] == (
-            'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:2"'
-            "; not retried: a new spec.image (or image pull secret) starts the job again"
+            "driver failed 4 times; restartPolicy.maxRetries=3 exhausted; last error: the "
+            'driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:2".'
         )
-        assert "DriverCannotStart" in cluster.event_reasons("orders")
+        reasons = cluster.event_reasons("orders")
+        assert reasons.count("DriverCannotStart") == 4, reasons
+        assert "DriverNotStarting" in reasons  # ErrImagePull, before the kubelet backs off
         cleanup = cluster.wait_for_event("orders", "CleanupFailed")
         assert "cannot start: ImagePullBackOff" in cleanup["message"], cleanup["message"]
         assert cluster.driver_pods("orders") == []

@@ -77,7 +77,7 @@ UNSCHEDULABLE = {
             StartProblem(
                 "CreateContainerConfigError",
                 "couldn't find key AWS_SECRET_ACCESS_KEY in Secret default/s3",
-                needs_new_spec=False,
+                fails_attempt=False,
             ),
         ),
         (
@@ -97,6 +97,30 @@ UNSCHEDULABLE = {
         (_waiting("ErrImageNeverPull"), StartProblem("ErrImageNeverPull", "", True)),
         # A sidecar an admission webhook added is not the driver.
         (_waiting("ImagePullBackOff", "mesh proxy", container="istio-proxy"), None),
+        (
+            _waiting("PodInitializing")
+            | {
+                "initContainerStatuses": [
+                    {
+                        "name": "istio-init",
+                        "image": "mesh/proxy:1",
+                        "imageID": "",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {
+                            "waiting": {
+                                "reason": "ImagePullBackOff",
+                                "message": 'Back-off pulling image "mesh/proxy:1"',
+                            }
+                        },
+                    }
+                ]
+            },
+            # An init container a webhook added: told, never the attempt's failure.
+            StartProblem(
+                "Init:ImagePullBackOff", 'istio-init: Back-off pulling image "mesh/proxy:1"', False
+            ),
+        ),
         (
             UNSCHEDULABLE,
             StartProblem("Unschedulable", "0/3 nodes are available: 3 Insufficient memory.", False),

@@ -12,6 +12,7 @@ process stored and deleted since; only the first one of a process lists when it 
 from __future__ import annotations
 
 import collections
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from spark_checkpoint.storage import (
     CheckpointMetadata,
     CheckpointStorage,
     JobStorageLayout,
+    MissingFileError,
 )
 from spark_checkpoint.storage.layout import SHARED_DIR_NAME
 
@@ -156,3 +158,30 @@ def test_a_listing_that_overlaps_deletes_is_not_what_the_next_snapshot_starts_fr
 
     assert storage.listed_shared_sizes() == {}
     storage.verify(_checkpoint(storage, spark_file, 2, IMAGE))
+
+
+def test_a_file_found_missing_is_stored_again_even_when_that_listing_is_not_remembered(
+    s3_storage: CheckpointStorage, spark_file: SparkFile, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file deleted behind the job's back fails the checkpoint that names it; the next
+    stores it again, also when another snapshot's upload overlapped the listing that found
+    it missing (so that listing is not what the next snapshot starts from)."""
+    first = _checkpoint(s3_storage, spark_file, 1, IMAGE)
+    gone = first.files[0]
+    CheckpointStorage(s3_storage.layout).fs.delete_file(
+        s3_storage.layout.location_path(gone.location)
+    )
+    list_file_sizes = s3_storage.fs.list_file_sizes
+
+    def uploading_meanwhile(path: str) -> dict[str, int]:
+        sizes = list_file_sizes(path)
+        monkeypatch.setattr(s3_storage.fs, "list_file_sizes", list_file_sizes)
+        concurrent = "state/1/0/1.delta"
+        s3_storage.add_shared_file(spark_file(concurrent, b"another snapshot"), concurrent)
+        return sizes
+
+    monkeypatch.setattr(s3_storage.fs, "list_file_sizes", uploading_meanwhile)
+    with pytest.raises(MissingFileError, match=re.escape(repr(gone.path))):
+        _checkpoint(s3_storage, spark_file, 2, IMAGE)
+
+    s3_storage.verify(_checkpoint(s3_storage, spark_file, 3, IMAGE))

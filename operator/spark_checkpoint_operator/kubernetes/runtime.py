@@ -168,23 +168,31 @@ def _own_container_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 # How a kubelet reports a container on its usual way to running.
 _STARTING = frozenset({"ContainerCreating", "PodInitializing"})
-# The image cannot be pulled: the kubelet retries it for ever, and only a new spec.image (or
-# pull secret) helps. The Flink Kubernetes Operator judges a JobManager pod so.
+# The image cannot be pulled (after a first ErrImagePull): the attempt fails and the restart
+# policy decides; the Flink Kubernetes Operator fails a JobManager pod's deployment on these.
 _UNPULLABLE = frozenset({"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 
 
 def pod_start_problem(pod: Mapping[str, Any]) -> StartProblem | None:
     """What keeps the pod's own container from starting, as Kubernetes reports it: why it
-    waits (other than the usual ContainerCreating), or why the pod has no node."""
+    waits (other than the usual ContainerCreating), why an init container an admission
+    webhook added waits, or why the pod has no node."""
     waiting = _own_container_state(pod, "waiting")
     if waiting is not None and waiting.get("reason") not in _STARTING:
         reason = str(waiting.get("reason") or "Waiting")
         message = str(waiting.get("message") or "")
-        return StartProblem(reason, message, needs_new_spec=reason in _UNPULLABLE)
+        return StartProblem(reason, message, fails_attempt=reason in _UNPULLABLE)
+    for container in pod.get("status", {}).get("initContainerStatuses", ()):
+        waiting = container.get("state", {}).get("waiting")
+        if waiting and waiting.get("reason") not in _STARTING:
+            # kubectl's spelling; not the job's own image: told, the pod left to Kubernetes.
+            reason = f"Init:{waiting.get('reason') or 'Waiting'}"
+            message = f"{container.get('name')}: {waiting.get('message') or ''}".rstrip(": ")
+            return StartProblem(reason, message, fails_attempt=False)
     for condition in pod.get("status", {}).get("conditions", ()):
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             reason = str(condition.get("reason") or "Unschedulable")
-            return StartProblem(reason, str(condition.get("message") or ""), needs_new_spec=False)
+            return StartProblem(reason, str(condition.get("message") or ""), fails_attempt=False)
     return None
 
 
@@ -549,7 +557,7 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
                 current
             ) is None:
                 problem = None if current is None else pod_start_problem(current)
-                if problem is not None and problem.needs_new_spec:
+                if problem is not None and problem.fails_attempt:
                     raise PodDidNotEnd(f"pod {name} cannot start: {problem}")
                 await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
     except TimeoutError:

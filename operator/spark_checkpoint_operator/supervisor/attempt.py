@@ -107,8 +107,8 @@ class Attempt:
 
     @property
     def unstartable(self) -> bool:
-        """The driver cannot start with this spec (its image cannot be pulled)."""
-        return self.start_problem is not None and self.start_problem.needs_new_spec
+        """The driver will not start as it is (its image cannot be pulled)."""
+        return self.start_problem is not None and self.start_problem.fails_attempt
 
     def silent_for(self) -> float:
         """How long its agent, having answered this runtime, has answered no status

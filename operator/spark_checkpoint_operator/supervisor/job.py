@@ -244,10 +244,8 @@ class JobSupervisor:
                     )
                     outcome = TerminalOutcome.FAILED
                 elif not unlimited and retries > self._restart_policy.max_retries:
-                    self._record.message = (
-                        f"driver failed {retries} times; restartPolicy.maxRetries="
-                        f"{self._restart_policy.max_retries} exhausted"
-                        + (f"; last error: {error[0]}" if error else "")
+                    self._record.message = _exhausted(
+                        self._restart_policy, retries, error[0] if error else attempt.failing
                     )
                     outcome = TerminalOutcome.FAILED
                 else:
@@ -256,8 +254,8 @@ class JobSupervisor:
                     self._notify(
                         "DriverFailed",
                         Level.WARNING,
-                        f"driver failed ({describe_exit(exit_code)}); "
-                        f"restart {retries} in {delay:.0f}s" + error_lines(error),
+                        f"{_ended(attempt, exit_code)}; restart {retries} in {delay:.0f}s"
+                        + error_lines(error),
                     )
                     await self._interpreter.enter(JobPhase.RESTARTING)
                     await self._sleep_unless_stopped(delay)
@@ -333,6 +331,8 @@ class JobSupervisor:
 
     def _outcome(self, attempt: Attempt, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
+        if attempt.start_problem is not None:
+            self._record.message = ""  # whatever ended the attempt ended its problem too
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
             return TerminalOutcome.CANCELLED
@@ -342,9 +342,8 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         if attempt.failing is not None:
             self._record.message = attempt.failing
-            if not attempt.agent_answered or attempt.unstartable:
-                # Its agent never answered, or its image cannot be pulled: a retry cannot help.
-                return TerminalOutcome.FAILED
+            if not attempt.agent_answered and not attempt.unstartable:
+                return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
         if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
@@ -539,11 +538,13 @@ class JobSupervisor:
     async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:
         """Stop a driver whose agent never answered (the job fails: a retry cannot help), or
         stopped answering after it answered this runtime (hung, or cut off from the
-        operator: the restart policy decides, as for a crash; a driver leaving on its own
-        is let go)."""
+        operator), or whose image cannot be pulled: the restart policy decides then, as for
+        a crash. A driver leaving on its own is let go, and one being stopped."""
         if attempt.failing or attempt.leaving:
             return
-        await self._report_start_problem(attempt, attempt.driver.start_problem())
+        stopping = self._stop_requested.is_set()  # why it cannot start is no news then
+        if not stopping:
+            await self._report_start_problem(attempt, attempt.driver.start_problem())
         timeout = self._agent_start_timeout
         # The agent answers from a thread of its own, whatever the query does.
         if (silent := attempt.silent_for()) >= self._restart_policy.heartbeat_timeout:
@@ -552,11 +553,9 @@ class JobSupervisor:
                 f"driver hung, or the network to it is down): {error}."
             )
             reason = "AgentStoppedAnswering"
-        elif attempt.unstartable:
-            attempt.fail(
-                f"the driver cannot start: {attempt.start_problem}; not retried: a new "
-                "spec.image (or image pull secret) starts the job again"
-            )
+        elif attempt.unstartable and not stopping:
+            # Also a registry's outage: the restart policy decides, as for a crash.
+            attempt.fail(f"the driver cannot start: {attempt.start_problem}.")
             reason = "DriverCannotStart"
         elif (
             not attempt.agent_answered
@@ -583,7 +582,7 @@ class JobSupervisor:
             self._record.message = ""
         else:
             self._record.message = f"the driver cannot start yet: {problem}"
-            if not problem.needs_new_spec:  # that one fails the attempt, which is told
+            if not problem.fails_attempt:  # the attempt's failure is told instead
                 self._notify("DriverNotStarting", Level.WARNING, self._record.message)
         await self._interpreter.persist()
 
@@ -765,3 +764,16 @@ class JobSupervisor:
             f"job {outcome.value.lower()}"
             + (f": {self._record.message}" if self._record.message else ""),
         )
+
+
+def _ended(attempt: Attempt, exit_code: int) -> str:
+    """How a failed attempt ended: a driver stopped here was told of with its reason, and
+    its exit says nothing (a pod deleted before it ran)."""
+    return "driver stopped" if attempt.failing else f"driver failed ({describe_exit(exit_code)})"
+
+
+def _exhausted(policy: RestartPolicySpec, retries: int, last: str | None) -> str:
+    return (
+        f"driver failed {retries} times; restartPolicy.maxRetries={policy.max_retries} "
+        "exhausted" + (f"; last error: {last}" if last else "")
+    )

@@ -16,9 +16,10 @@ class StartProblem:
 
     reason: str  # the runtime's own word: ImagePullBackOff, CreateContainerConfigError, ...
     message: str
-    # Only a change of the job's spec can help (the image cannot be pulled); otherwise it
-    # may pass on its own or when someone creates what is missing.
-    needs_new_spec: bool
+    # The pod will not start as it is (its image cannot be pulled): the attempt fails and
+    # the restart policy decides, as for a crash (another pod pulls again: a registry's
+    # outage passes). Otherwise it may pass on its own or once what is missing exists.
+    fails_attempt: bool
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}" if self.message else self.reason

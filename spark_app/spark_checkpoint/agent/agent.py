@@ -49,7 +49,9 @@ from spark_checkpoint.sink import CheckpointParticipant
 from spark_checkpoint.storage import (
     CheckpointMetadata,
     CheckpointStorage,
+    ChecksumMismatchError,
     ManifestEntry,
+    MissingFileError,
     StorageError,
     TaskAcknowledgement,
     snapshot_dir_name,
@@ -324,12 +326,13 @@ class CheckpointAgent:
             )
         try:
             self._storage.write_metadata(metadata)
-        except StorageError:
-            # A file the image names is not stored as it says (deleted behind the job's
-            # back?): the next image looks up every file instead of reusing this one's, and
-            # stores again what is missing (where the completed checkpoint finds it too).
-            with self._lock:
-                self._completed_files = {}
+        except (MissingFileError, ChecksumMismatchError):
+            # A shared file the image names is not stored as it says (deleted behind the
+            # job's back?): the next image looks up every file instead of reusing this one's,
+            # and stores again what is missing (where the completed checkpoint finds it too).
+            if snapshot.kind is CheckpointKind.CHECKPOINT:
+                with self._lock:
+                    self._completed_files = {}
             raise
         with self._lock:
             aborted = snapshot.cancelled.is_set()  # set by abort() under this lock

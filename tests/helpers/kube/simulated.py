@@ -338,7 +338,7 @@ class SimulatedKubelet:
         self._reporter = asyncio.create_task(self._report_exits())
 
     async def stop(self) -> None:
-        for task in (self._task, self._reporter):
+        for task in (self._task, self._reporter, *self._waiting.values()):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -409,14 +409,17 @@ class SimulatedKubelet:
         name = pod["spec"]["containers"][0]["name"]
         reported: tuple[str, str] | None = None
         try:
-            while (waiting := await self._waiting_for(pod)) is not None:
+            for tries in itertools.count():
+                if (waiting := await self._waiting_for(pod, tries)) is None:
+                    break
                 if waiting != reported:
                     reported = waiting
                     await self._set_status(key, _pending(name, *waiting))
                 await asyncio.sleep(0.5)
             self._waiting.pop(key, None)
             await start()
-        except (ApiError, httpx.HTTPError):  # deleted meanwhile; one pod never stops the kubelet
+        except (ApiError, httpx.HTTPError, KeyError, StopIteration):
+            # Deleted meanwhile, or a pod it cannot run: one pod never stops the kubelet.
             log.exception("simulated kubelet: pod %s/%s", *key)
 
     async def _start_driver(self, pod: Mapping[str, Any], key: tuple[str, str], ip: str) -> None:
@@ -428,13 +431,19 @@ class SimulatedKubelet:
             int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
             json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
         )
+        if key not in self._pod_ips:  # deleted while it started
+            self._agents.agents.pop(ip, None)
+            return
         await self._set_status(key, _running(ip, container["name"]))
 
-    async def _waiting_for(self, pod: Mapping[str, Any]) -> tuple[str, str] | None:
+    async def _waiting_for(self, pod: Mapping[str, Any], tries: int) -> tuple[str, str] | None:
         """Why the pod's container cannot start (reason, message, as a kubelet words
-        them): its image is missing, or a Secret its env refers to (or the key) is."""
+        them) at the check ``tries`` after the first: its image is missing (ErrImagePull,
+        then the kubelet backs off), or a Secret its env refers to (or the key) is."""
         container = pod["spec"]["containers"][0]
         if (image := container.get("image")) in self._agents.missing_images:
+            if tries == 0:
+                return "ErrImagePull", f'failed to pull image "{image}": not found'
             return "ImagePullBackOff", f'Back-off pulling image "{image}"'
         namespace = pod["metadata"]["namespace"]
         for variable in container.get("env", ()):
