@@ -223,5 +223,5 @@ RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \
 USER 10001:10001
 # The chart overrides the command and arguments (--liveness, --namespace=... or
 # --all-namespaces); without it, the operator serves every namespace.
-ENTRYPOINT ["kopf", "run", "--standalone", "-m", "spark_checkpoint_operator.kubernetes.handlers"]
+ENTRYPOINT ["spark-checkpoint-operator"]
 CMD ["--all-namespaces"]

@@ -2,7 +2,7 @@
 
 The benchmark talks to the cluster as the operator does, through a kubeconfig
 (``--kubeconfig``): it creates the jobs, starts the operator under test with the same
-kubeconfig, ``kopf run --standalone -m spark_checkpoint_operator.kubernetes.handlers``
+kubeconfig, ``spark-checkpoint-operator`` (Kopf's ``run`` of the operator's handlers)
 as it runs in its Deployment (the process that is measured), and reads back what it needs
 through the API: the jobs' phases and checkpoint counts, their size, and the requests
 the API server served, from its ``/metrics`` (``apiserver_request_total``).
@@ -13,11 +13,11 @@ says how). With ``--agents-log`` (the simulated agents' log), trigger lateness i
 a periodic trigger arrives at its agent minus the time the coordinator had scheduled it
 for; without it (a real cluster), the time the operator got the trigger's answer. The
 scheduled time comes from the coordinator itself: when the operator imports this module
-(``kopf run ... -m operator_scale`` with ``OPERATOR_SCALE_PROBE`` set), it adds an observer
-to every job (the supervisor reports each consumed periodic slot and each trigger sent)
-that writes one line per consumed slot; the module imports nothing the operator has not
-loaded already (the Kubernetes client and prometheus_client come with it). ``--idle-poll``
-sets the operator's own setting.
+(``spark-checkpoint-operator -m operator_scale`` with ``OPERATOR_SCALE_PROBE`` set), it
+adds an observer to every job (the supervisor reports each consumed periodic slot and each
+trigger sent) that writes one line per consumed slot; the module imports nothing the
+operator has not loaded already (the Kubernetes client and prometheus_client come with it).
+``--idle-poll`` sets the operator's own setting.
 
 As root, the operator runs SCHED_FIFO, so other work on a shared machine does not take its
 core. Results and method: benchmarks/README.md, section 4.
@@ -57,7 +57,6 @@ ROOT = BENCHMARKS.parent
 RESULTS = BENCHMARKS / "results"
 PROBE_VARIABLE = "OPERATOR_SCALE_PROBE"
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"  # the operator's setting
-OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 TICKS = os.sysconf("SC_CLK_TCK")
 MIB = 1024 * 1024
 TRIGGER_LINE = re.compile(r"\S+/job-\d+: trigger (checkpoint|savepoint) \d+")
@@ -438,8 +437,8 @@ class AgentsLog:
 
 def start_operator(probe: Path, log: TextIO, args: argparse.Namespace) -> subprocess.Popen[bytes]:
     priority = ["chrt", "--fifo", "1"] if args.realtime else []
-    command = [*priority, sys.executable, "-m", "kopf", "run", "--standalone"]
-    command += ["-m", OPERATOR_MODULE, "-m", Path(__file__).stem, f"--namespace={args.namespace}"]
+    operator = Path(sys.executable).parent / "spark-checkpoint-operator"
+    command = [*priority, str(operator), "-m", Path(__file__).stem, f"--namespace={args.namespace}"]
     python_path = os.pathsep.join(filter(None, [str(BENCHMARKS), os.environ.get("PYTHONPATH")]))
     environment = {
         **os.environ,

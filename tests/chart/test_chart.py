@@ -8,7 +8,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -20,7 +19,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from helpers.kube.cluster import LocalCluster
+from helpers.kube.cluster import OPERATOR_COMMAND, LocalCluster
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint.storage import layout
 
@@ -32,7 +31,6 @@ KUBERNETES_VERSION = "1.30"
 RELEASE = "sco"
 RELEASE_NAMESPACE = "spark-ops"
 FULLNAME = f"{RELEASE}-spark-checkpoint-operator"
-MODULE = "spark_checkpoint_operator.kubernetes.handlers"
 AGENT_PORT = 8484
 KEEP = "helm.sh/resource-policy"
 OPERATOR_TOKEN = "operator-service-account"
@@ -353,13 +351,9 @@ def test_one_operator_at_a_time_with_kopfs_liveness_probe() -> None:
     container = _container(objects)
     assert deployment["spec"]["replicas"] == 1
     assert deployment["spec"]["strategy"] == {"type": "Recreate"}
-    assert container["command"] == ["kopf"]
+    assert container["command"] == ["spark-checkpoint-operator"]
     assert container["args"] == [
-        "run",
-        "--standalone",
         "--liveness=http://0.0.0.0:8080/healthz",
-        "-m",
-        MODULE,
         f"--namespace={RELEASE_NAMESPACE}",  # least privilege: its own namespace by default
     ]
     ports = {p["name"]: p for p in container["ports"]}
@@ -711,11 +705,11 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The Deployment's own `kopf run` arguments, as the operator identity."""
+    """The Deployment's own command and arguments, as the operator identity."""
     environment = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     with log.open("ab") as output:
         process = subprocess.Popen(
-            [sys.executable, "-m", "kopf", *args],
+            [OPERATOR_COMMAND, *args],
             stdout=output,
             stderr=subprocess.STDOUT,
             env=environment,

@@ -1,5 +1,5 @@
-"""The docs' cluster commands (helm, kubectl, kopf) need a cluster to run, so each is checked
-against what it refers to, as far as that is possible without one:
+"""The docs' cluster commands (helm, kubectl, spark-checkpoint-operator) need a cluster to
+run, so each is checked against what it refers to, as far as that is possible without one:
 
 - ``helm install RELEASE CHART ...``: the chart renders with the command's ``--set`` values
   (Helm's own parser and renderer, values.schema.json included) for that release name and
@@ -10,7 +10,8 @@ against what it refers to, as far as that is possible without one:
   reader's own;
 - ``kubectl get|describe|explain``: the resource is the CRD's, a described job is one the doc
   defines, an explained field is in the CRD's schema;
-- ``kopf run``: Kopf's command line accepts the arguments and the modules exist.
+- ``spark-checkpoint-operator``: Kopf's ``run`` accepts the arguments after the handlers'
+  module, and every module exists.
 
 A command this test does not know fails it: teach it here, or mark the block illustrative.
 """
@@ -28,6 +29,7 @@ import yaml
 from kopf.cli import main as kopf_cli
 
 from helpers.doc_blocks import ROOT, Block, blocks_of, marked_blocks, shell_commands
+from spark_checkpoint_operator.kubernetes.main import kopf_arguments
 from spark_checkpoint_operator.manifest.crd import load_crd
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
@@ -163,10 +165,9 @@ def _kubectl(arguments: list[str], cluster: Cluster) -> None:
         pytest.fail(f"kubectl {verb} is not known here")
 
 
-def _kopf(arguments: list[str]) -> None:
-    verb, *rest = arguments
-    assert verb == "run", f"kopf {verb} is not known here"
-    context = kopf_cli.commands["run"].make_context("run", rest)
+def _operator(arguments: list[str]) -> None:
+    verb, *rest = kopf_arguments(arguments)
+    context = kopf_cli.commands[verb].make_context(verb, rest)
     for module in context.params["modules"]:
         assert importlib.util.find_spec(module), f"no module {module}"
 
@@ -197,8 +198,8 @@ def test_cluster_commands_refer_to_what_the_project_ships() -> None:
                     _helm(arguments, cluster)
                 elif program == "kubectl":
                     _kubectl(arguments, cluster)
-                elif program == "kopf":
-                    _kopf(arguments)
+                elif program == "spark-checkpoint-operator":
+                    _operator(arguments)
                 else:
                     pytest.fail(f"{program} is not known here")
             except (

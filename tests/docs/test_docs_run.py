@@ -80,7 +80,15 @@ RUNNABLE = {
 DESCRIPTIVE = {"", "text", "http"}
 
 # Programs whose commands act outside this machine; a block using them is never run here.
-OUTSIDE_PROGRAMS = {"kubectl", "helm", "kopf", "docker", "podman", "argocd", "flux"}
+OUTSIDE_PROGRAMS = {
+    "kubectl",
+    "helm",
+    "spark-checkpoint-operator",
+    "docker",
+    "podman",
+    "argocd",
+    "flux",
+}
 _SEPARATORS = {"&&", "||", ";", "|"}
 _ANY_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
 _TESTED_BY = re.compile(r"(tests/[\w/]+\.py)::(\w+)(\[[^\]]*\])?")
@@ -156,7 +164,8 @@ def _run_shell(block: Block, tmp_path: Path) -> None:
     assert not outside, (
         f"{block}: {', '.join(outside)} act on a cluster, image or registry and are not run "
         "here: mark the block tested-by tests/docs/test_cluster_commands.py::"
-        "test_cluster_commands_refer_to_what_the_project_ships (helm, kubectl, kopf) or "
+        "test_cluster_commands_refer_to_what_the_project_ships (helm, kubectl, "
+        "spark-checkpoint-operator) or "
         "illustrative, with the reason"
     )
     for directory in ("examples", "crds"):

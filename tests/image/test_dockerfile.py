@@ -34,6 +34,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
+from spark_checkpoint_operator.kubernetes.main import kopf_arguments
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
 DOCKERIGNORE = ROOT / ".dockerignore"
@@ -789,18 +791,23 @@ def test_the_wheel_of_the_builder_context_runs_the_operator_without_spark(tmp_pa
     subprocess.run([sys.executable, "-c", check], check=True, cwd=tmp_path, timeout=120)
 
 
-def kopf_arguments() -> list[str]:
+def operator_command() -> list[str]:
     entrypoint = stages()["operator"].last("ENTRYPOINT")
     command = stages()["operator"].last("CMD")
     assert entrypoint is not None and command is not None
     return entrypoint.exec_form() + command.exec_form()
 
 
-def test_the_operator_command_is_kopf_of_the_pinned_version() -> None:
-    arguments = kopf_arguments()
+def test_the_operator_command_runs_kopf_of_the_pinned_version() -> None:
+    program = operator_command()[0]
+    scripts = {
+        e.name: e.value
+        for e in distribution("spark-checkpoint-operator").entry_points
+        if e.group == "console_scripts"
+    }
     kopf = distribution("kopf")
 
-    assert arguments[0] in {e.name for e in kopf.entry_points if e.group == "console_scripts"}
+    assert scripts[program] == "spark_checkpoint_operator.kubernetes.main:main"
     assert Version(kopf.version) == pins("operator")["kopf"], "tested with the image's Kopf"
 
 
@@ -814,12 +821,12 @@ def test_the_operator_command_is_kopf_of_the_pinned_version() -> None:
 def test_kopf_accepts_the_operator_command(chart_arguments: list[str]) -> None:
     """The image's command line (and the chart's kind of arguments after it) as Kopf's own
     command-line parser reads it."""
-    arguments = kopf_arguments()
+    arguments = operator_command()[1:]
     if chart_arguments:  # the chart replaces CMD
-        arguments = arguments[: len(arguments) - 1] + chart_arguments
-    assert arguments[1] == "run"
+        arguments = chart_arguments
+    verb, *rest = kopf_arguments(arguments)
 
-    context = kopf_cli.commands["run"].make_context("run", arguments[2:])
+    context = kopf_cli.commands[verb].make_context(verb, rest)
 
     assert context.params["standalone"] is True
     assert context.params["modules"] == (OPERATOR_MODULE,)

@@ -1,7 +1,7 @@
 """Kopf handlers: thin glue between the cluster's events and `JobController`.
 
-Run with ``kopf run -m spark_checkpoint_operator.kubernetes.handlers`` (add
-``--namespace`` per watched namespace, or ``--all-namespaces``). Kubernetes credentials
+Run with ``spark-checkpoint-operator`` (``kubernetes/main.py``: Kopf's ``run`` of this
+module; add ``--namespace`` per watched namespace, or ``--all-namespaces``). Kubernetes credentials
 come from the service account or KUBECONFIG, for Kopf and for the operator's own client.
 """
 

@@ -1,6 +1,6 @@
 """A cluster on this machine for operator tests: the emulated API server, a kubelet (real
-processes, or simulated drivers), and the operator itself as a real ``kopf run`` process
-that a test can kill and start again."""
+processes, or simulated drivers), and the operator itself as a real process (its installed
+command) that a test can kill and start again."""
 
 import asyncio
 import contextlib
@@ -30,13 +30,15 @@ PODS = "v1/pods"
 SECRETS = "v1/secrets"
 EVENTS = "v1/events"
 NAMESPACE = "default"
-OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
+# The console script the package installs beside this interpreter, as users start it.
+OPERATOR_COMMAND = str(Path(sys.executable).parent / "spark-checkpoint-operator")
 
 T = TypeVar("T")
 
 
 class OperatorProcess:
-    """``kopf run`` of the operator's handlers, as it runs in its Deployment."""
+    """The operator's command (``spark-checkpoint-operator``: Kopf's ``run`` of its
+    handlers), as it runs in its Deployment."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, namespaces: tuple[str, ...]) -> None:
         self._kubeconfig = kubeconfig
@@ -47,8 +49,7 @@ class OperatorProcess:
         self.metrics_port = _free_port()
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
-        command = [sys.executable, "-m", "kopf", "run", "--standalone", "-m", OPERATOR_MODULE]
-        command += [f"--namespace={n}" for n in self._namespaces]
+        command = [OPERATOR_COMMAND, *(f"--namespace={n}" for n in self._namespaces)]
         environment = {
             **os.environ,
             "KUBECONFIG": str(self._kubeconfig),
@@ -201,8 +202,9 @@ class LocalCluster:
     """``with LocalCluster(tmp_path) as cluster:`` runs real drivers (the kubelet runs pod
     processes); ``LocalCluster(tmp_path, simulated=SimulatedAgents(...))`` runs simulated
     ones, and with ``pod_containers=True`` runs each pod as a Podman container from its
-    image. The operator starts with the cluster unless ``operator=False``: a ``kopf run``
-    process of this checkout, or with ``operator_image`` that image in a container."""
+    image. The operator starts with the cluster unless ``operator=False``: a
+    ``spark-checkpoint-operator`` process of this checkout, or with ``operator_image`` that
+    image in a container."""
 
     def __init__(
         self,
