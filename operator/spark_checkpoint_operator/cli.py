@@ -22,7 +22,6 @@ from spark_checkpoint_operator.control_commands import add_control_commands, run
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.detached_run import run_detached
 from spark_checkpoint_operator.local_runtime import (
-    AGENT_START_TIMEOUT_SECONDS,
     RunRefused,
     run_local,
 )
@@ -117,9 +116,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "--agent-timeout",
         type=float,
         metavar="SECONDS",
-        default=AGENT_START_TIMEOUT_SECONDS,
         help="fail the job if a started driver's checkpoint agent has not answered within "
-        "SECONDS (a pipeline that does not call run_coordinated) (default: %(default).0f)",
+        "SECONDS (a pipeline that does not call run_coordinated) (default: the manifest's "
+        "spec.restartPolicy.startTimeout, 5m)",
     )
     run.add_argument(
         "--metrics-port",

@@ -8,6 +8,7 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 import asyncio
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import itertools
 import os
@@ -64,8 +65,6 @@ from spark_checkpoint_operator.supervisor import (
 )
 
 INTERRUPT_LABEL = "ctrl-c"
-# Spark's start plus the restore of a large image, with room to spare.
-AGENT_START_TIMEOUT_SECONDS = 300.0
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 PR_SET_PDEATHSIG = 1
 
@@ -119,6 +118,9 @@ class LocalDriver:
 
     def start_problem(self) -> StartProblem | None:
         return None  # a process that cannot start exits: its exit code says why
+
+    def started(self) -> bool:
+        return True
 
     def exit_code(self) -> int | None:
         code = self._process.returncode
@@ -290,7 +292,7 @@ async def run_local(
     display: RunDisplay,
     *,
     metrics_port: int | None = None,
-    agent_start_timeout: float = AGENT_START_TIMEOUT_SECONDS,
+    agent_start_timeout: float | None = None,
     restore_from: str | None = None,
 ) -> TerminalOutcome:
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
@@ -342,7 +344,7 @@ async def _run_locked(
     display: RunDisplay,
     *,
     metrics: CheckpointMetrics | None,
-    agent_start_timeout: float,
+    agent_start_timeout: float | None,
     restore_from: str | None,
 ) -> TerminalOutcome:
     storage_root = manifest.spec.checkpointing.storage or paths.default_storage
@@ -395,9 +397,12 @@ async def _run_locked(
             )
             supervisor.suspend_now()
 
+    restart_policy = manifest.spec.restart_policy
+    if agent_start_timeout is not None:  # `run --agent-timeout` over the manifest's
+        restart_policy = dataclasses.replace(restart_policy, start_timeout=agent_start_timeout)
     supervisor = JobSupervisor(
         config=manifest.coordinator_config(),
-        restart_policy=manifest.spec.restart_policy,
+        restart_policy=restart_policy,
         launcher=launcher,
         janitor=LocalJanitor(manifest, storage_root),
         save=save,
@@ -405,7 +410,6 @@ async def _run_locked(
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
         report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
-        agent_start_timeout=agent_start_timeout,
         driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
         restorable_check=local_restorable_check(manifest, layout, driver_environment(manifest)),
     )

@@ -142,8 +142,9 @@ def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
     assert result.returncode == 1, result.stdout + result.stderr
     assert time.monotonic() - started < 30
     expected = (
-        "the driver's checkpoint agent never answered in 2s: does the pipeline start its "
-        "query with run_coordinated(writer, participants=[...]) instead of writer.start()?"
+        "the driver's checkpoint agent never answered in 2s after the driver started "
+        "(restartPolicy.startTimeout): does the pipeline start its query with "
+        "run_coordinated(writer, participants=[...]) instead of writer.start()?"
     )
     assert f"{expected} Stopping the driver." in result.stdout
     assert f"job failed: {expected}" in result.stdout

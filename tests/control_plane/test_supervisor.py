@@ -36,6 +36,7 @@ def _supervisor(
     interval: float | None = 0.2,
     idle_poll_interval: float = POLL_INTERVAL,
     heartbeat_timeout: float = 60.0,
+    start_timeout: float = 300.0,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -45,7 +46,7 @@ def _supervisor(
     supervisor = JobSupervisor(
         config=CoordinatorConfig(interval=interval, min_pause=0.0, timeout=5.0),
         restart_policy=RestartPolicySpec(
-            RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05, heartbeat_timeout
+            RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05, heartbeat_timeout, start_timeout
         ),
         launcher=launcher,
         janitor=NoJanitor(),
@@ -250,6 +251,34 @@ def test_a_driver_whose_image_cannot_be_pulled_fails_its_attempt_until_retries_r
         f"job failed: {supervisor.record.message}",
     ]
     assert sum(line.startswith("driver stopped; restart") for line in lines) == 2
+
+
+def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
+    """A pod waiting for its Secret longer than the start timeout is not failed; once it
+    runs, an agent that never answers fails the job after the timeout."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, TerminalOutcome, float]:
+        missing_secret = StartProblem(
+            "CreateContainerConfigError", 'secret "s3" not found', fails_attempt=False
+        )
+        launcher = KeptFromStartingLauncher(missing_secret)
+        supervisor, _lines = _supervisor(launcher, start_timeout=0.5)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers)
+        await asyncio.sleep(1.5)
+        assert not run.done(), "waiting for the Secret counts"
+        launcher.drivers[0].problem = None  # it runs, and its agent never answers
+        started = asyncio.get_running_loop().time()
+        outcome = await asyncio.wait_for(run, 10)
+        return supervisor, launcher, outcome, asyncio.get_running_loop().time() - started
+
+    supervisor, launcher, outcome, after = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FAILED
+    assert supervisor.record.message.startswith(
+        "the driver's checkpoint agent never answered in 0s after the driver started"
+    )
+    assert after >= 0.5
+    assert len(launcher.drivers) == 1 and launcher.drivers[0].code == -15
 
 
 def test_a_registry_outage_passes_with_the_next_driver() -> None:

@@ -9,9 +9,6 @@ from collections.abc import Iterator
 from helpers.doc_blocks import ROOT
 
 CODE = ROOT / "operator" / "spark_checkpoint_operator"
-# Posted by the local runtime only: it is the start timeout of `spark-checkpoint run`, which
-# the operator does not set (an image pull or a long restore may come first).
-LOCAL_ONLY = {"AgentNeverAnswered"}
 # A checkpoint's completion is only logged (`Level.DETAIL`), a savepoint's posted: one call.
 ROUTINE = {"CheckpointCompleted"}
 
@@ -84,7 +81,7 @@ def _posted() -> set[str]:
 
 
 def test_the_list_of_events_is_what_the_operator_posts() -> None:
-    posted = _posted() - LOCAL_ONLY - ROUTINE
+    posted = _posted() - ROUTINE
     # The reading of the code finds the events it knows are there.
     assert {"DriverFailed", "InvalidSpec", "JobFinished", "SavepointCompleted"} <= posted
     documented = _documented()

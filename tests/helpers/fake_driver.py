@@ -136,6 +136,9 @@ class FakeDriver:
     def start_problem(self) -> StartProblem | None:
         return self.problem
 
+    def started(self) -> bool:
+        return self.problem is None
+
     def executors_ready(self) -> bool:
         return self.executors
 

@@ -145,6 +145,26 @@ def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalClus
     cluster.wait_for_event("orders", "DriverFailed")
 
 
+def test_a_pipeline_without_run_coordinated_fails_the_job_after_the_start_timeout(
+    tmp_path: Path,
+) -> None:
+    """Its driver pod runs and its query would run without checkpoints: no agent answers."""
+    agents = SimulatedAgents(uncoordinated_images=frozenset({"example/uncoordinated:1"}))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        policy = {"type": "OnFailure", "backoff": "1s", "startTimeout": "2s"}
+        cluster.apply(job(image="example/uncoordinated:1", restartPolicy=policy))
+
+        failed = in_phase(cluster, "orders", "Failed")
+        assert failed["message"] == (
+            "the driver's checkpoint agent never answered in 2s after the driver started "
+            "(restartPolicy.startTimeout): does the pipeline start its query with "
+            "run_coordinated(writer, participants=[...]) instead of writer.start()?"
+        )
+        assert failed["jobAttempt"] == 1, "not retried: the next driver would do the same"
+        assert "AgentNeverAnswered" in cluster.event_reasons("orders")
+        cluster.wait_for("the driver gone", lambda: cluster.driver_pods("orders") == [])
+
+
 def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_timeout(
     cluster: LocalCluster,
 ) -> None:
@@ -721,13 +741,15 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
 @pytest.mark.parametrize(
     "lacking",
     [
-        [("restartPolicy", "heartbeatTimeout", "60s")],
+        [("restartPolicy", "startTimeout", "5m")],
+        [("restartPolicy", "heartbeatTimeout", "60s"), ("restartPolicy", "startTimeout", "5m")],
         [
             ("checkpointing", "verifyRestorable", False),
             ("restartPolicy", "heartbeatTimeout", "60s"),
+            ("restartPolicy", "startTimeout", "5m"),
         ],
     ],
-    ids=["before-heartbeatTimeout", "before-verifyRestorable"],
+    ids=["before-startTimeout", "before-heartbeatTimeout", "before-verifyRestorable"],
 )
 def test_a_failed_job_stays_failed_when_a_newer_crd_defaults_a_new_field(
     cluster: LocalCluster, lacking: list[tuple[str, str, Any]]

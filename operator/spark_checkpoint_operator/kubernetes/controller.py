@@ -620,6 +620,7 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
 _LATER_DEFAULTS = {
     ("checkpointing", "verifyRestorable"): False,
     ("restartPolicy", "heartbeatTimeout"): "60s",
+    ("restartPolicy", "startTimeout"): "5m",
 }
 
 

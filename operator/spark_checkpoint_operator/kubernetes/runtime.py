@@ -270,6 +270,13 @@ class KubernetesDriver:
         pod = self.pod
         return None if pod is None else pod_start_problem(pod)
 
+    def started(self) -> bool:
+        pod = self.pod
+        return pod is not None and (
+            _own_container_state(pod, "running") is not None
+            or _own_container_state(pod, "terminated") is not None
+        )
+
     def exit_code(self) -> int | None:
         pod = self.pod
         if pod is None:

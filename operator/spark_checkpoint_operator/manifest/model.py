@@ -135,7 +135,8 @@ class RestartPolicySpec:
     max_retries: int
     backoff: float
     max_backoff: float
-    heartbeat_timeout: float = 60.0  # the CRD's default
+    heartbeat_timeout: float = 60.0  # the CRD's defaults
+    start_timeout: float = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,6 +265,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 backoff=_seconds(restart["backoff"]),
                 max_backoff=_seconds(restart["maxBackoff"]),
                 heartbeat_timeout=_seconds(restart["heartbeatTimeout"]),
+                start_timeout=_seconds(restart["startTimeout"]),
             ),
             state=JobState(spec["state"]),
             checkpoint_trigger_nonce=spec.get("checkpointTriggerNonce"),

@@ -58,7 +58,9 @@ class Attempt:
     stage: Stage
     # The images the driver was started to restore from, newest first (empty if adopted).
     candidates: list[str] = field(default_factory=list)
-    started: float = field(default_factory=time.monotonic)
+    # When its driver was first seen running (monotonic; a pod may wait for a node or an
+    # image first), while its agent had not answered.
+    running_since: float | None = None
     # Why the attempt is being failed (`fail`); None while it is not.
     failing: str | None = None
     # The image it restored from until the agent reports the query running or it ends
@@ -109,6 +111,15 @@ class Attempt:
     def unstartable(self) -> bool:
         """The driver will not start as it is (its image cannot be pulled)."""
         return self.start_problem is not None and self.start_problem.fails_attempt
+
+    def running_for(self) -> float:
+        """How long the driver has run without its agent ever answering; 0 once it answered
+        (an adopted one: in the runtime before) or while it does not run yet."""
+        if self.stage is not Stage.STARTING:
+            return 0.0
+        if self.running_since is None and self.driver.started():
+            self.running_since = time.monotonic()
+        return 0.0 if self.running_since is None else time.monotonic() - self.running_since
 
     def silent_for(self) -> float:
         """How long its agent, having answered this runtime, has answered no status

@@ -76,7 +76,6 @@ class JobSupervisor:
         report: Callable[[Notice], None] = log_notice,
         observer: Observer | None = None,
         idle_poll_interval: float = POLL_INTERVAL,
-        agent_start_timeout: float | None = None,
         driver_error: Callable[[int], list[str]] = lambda attempt: [],
         restorable_check: RestorableCheck | None = None,
     ) -> None:
@@ -88,10 +87,6 @@ class JobSupervisor:
         self._initial_savepoint = initial_savepoint
         self._report = report
         self._observer = observer or Observer()
-        # How long a started driver's agent may stay silent before the job fails: a
-        # pipeline that never calls run_coordinated would otherwise look like a slow start
-        # forever. None: no limit (a pod may wait for a node or an image).
-        self._agent_start_timeout = agent_start_timeout
         # The last error lines of an attempt's driver (its log), first the error itself;
         # shown with each failure, and compared to tell a repeating failure.
         self._driver_error = driver_error
@@ -545,7 +540,7 @@ class JobSupervisor:
         stopping = self._stop_requested.is_set()  # why it cannot start is no news then
         if not stopping:
             await self._report_start_problem(attempt, attempt.driver.start_problem())
-        timeout = self._agent_start_timeout
+        timeout = self._restart_policy.start_timeout
         # The agent answers from a thread of its own, whatever the query does.
         if (silent := attempt.silent_for()) >= self._restart_policy.heartbeat_timeout:
             attempt.fail(
@@ -557,15 +552,12 @@ class JobSupervisor:
             # Also a registry's outage: the restart policy decides, as for a crash.
             attempt.fail(f"the driver cannot start: {attempt.start_problem}.")
             reason = "DriverCannotStart"
-        elif (
-            not attempt.agent_answered
-            and timeout is not None
-            and time.monotonic() - attempt.started >= timeout
-        ):
+        elif attempt.running_for() >= timeout:
             attempt.fail(
-                f"the driver's checkpoint agent never answered in {timeout:.0f}s: does the "
-                "pipeline start its query with run_coordinated(writer, participants=[...]) "
-                "instead of writer.start()?"
+                f"the driver's checkpoint agent never answered in {timeout:.0f}s after the "
+                "driver started (restartPolicy.startTimeout): does the pipeline start its "
+                "query with run_coordinated(writer, participants=[...]) instead of "
+                "writer.start()?"
             )
             reason = "AgentNeverAnswered"
         else:

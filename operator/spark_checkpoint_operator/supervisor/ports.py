@@ -33,6 +33,10 @@ class DriverHandle(Protocol):
         """What keeps the driver from starting now; None when nothing does that the
         runtime can tell."""
 
+    def started(self) -> bool:
+        """Its process runs or ran (a pod's container, not a pod waiting for a node or an
+        image): the start timeout counts from the first time this is true."""
+
     def exit_code(self) -> int | None:
         """None while the driver runs."""
 

@@ -168,10 +168,14 @@ class SimulatedAgents:
         finish_after: int | None = None,
         restore_seconds: float = 0.0,
         missing_images: frozenset[str] = frozenset(),
+        uncoordinated_images: frozenset[str] = frozenset(),
     ) -> None:
         self.port = port
         # Images no registry has: a driver pod of one waits as a kubelet reports it.
         self.missing_images = missing_images
+        # Images of a pipeline that starts its query without run_coordinated: the driver
+        # pod runs, and no agent ever listens.
+        self.uncoordinated_images = uncoordinated_images
         self.restore_seconds = restore_seconds
         self.batch_seconds = batch_seconds
         self.ack_delay = ack_delay
@@ -424,6 +428,9 @@ class SimulatedKubelet:
 
     async def _start_driver(self, pod: Mapping[str, Any], key: tuple[str, str], ip: str) -> None:
         container = pod["spec"]["containers"][0]
+        if container.get("image") in self._agents.uncoordinated_images:
+            await self._set_status(key, _running(ip, container["name"]))
+            return
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
         await self._agents.add(
             ip,
