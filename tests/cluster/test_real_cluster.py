@@ -9,16 +9,15 @@ Skipped unless KUBECONFIG names a reachable cluster. Needs, besides:
 - rights to create CRDs and namespaces (the suite installs the CRD and makes a namespace
   of its own, deleted at the end).
 
-The operator runs on this machine (``kopf run`` with the same KUBECONFIG), so driver pods
-must be reachable from here at their pod IPs (a kind or minikube cluster on this host, or
-a routable pod network).
+The operator runs on this machine (``spark-checkpoint-operator`` with the same KUBECONFIG),
+so driver pods must be reachable from here at their pod IPs (a kind or minikube cluster on
+this host, or a routable pod network).
 """
 
 import contextlib
 import json
 import os
 import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +33,8 @@ from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.core_v1 import ConfigMap, Namespace
 from lightkube.types import PatchType
+
+from helpers.kube.cluster import OPERATOR_COMMAND
 
 pytestmark = pytest.mark.cluster
 
@@ -101,16 +102,7 @@ def operator(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
     log = tmp_path_factory.mktemp("operator") / "operator.log"
     with log.open("wb") as output:
         process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "kopf",
-                "run",
-                "--standalone",
-                f"--namespace={namespace}",
-                "-m",
-                "spark_checkpoint_operator.kubernetes.handlers",
-            ],
+            [OPERATOR_COMMAND, f"--namespace={namespace}"],
             stdout=output,
             stderr=subprocess.STDOUT,
         )

@@ -2,6 +2,7 @@
 
 import asyncio
 import re
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -37,6 +38,8 @@ def _supervisor(
     idle_poll_interval: float = POLL_INTERVAL,
     heartbeat_timeout: float = 60.0,
     start_timeout: float = 300.0,
+    policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
+    report: Callable[[str], None] = lambda line: None,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -46,13 +49,13 @@ def _supervisor(
     supervisor = JobSupervisor(
         config=CoordinatorConfig(interval=interval, min_pause=0.0, timeout=5.0),
         restart_policy=RestartPolicySpec(
-            RestartPolicyType.ON_FAILURE, max_retries, 0.01, 0.05, heartbeat_timeout, start_timeout
+            policy, max_retries, 0.01, 0.05, heartbeat_timeout, start_timeout
         ),
         launcher=launcher,
         janitor=NoJanitor(),
         save=save,
         record=record or JobRecord(),
-        report=lambda notice: lines.append(notice.message),
+        report=lambda notice: (lines.append(notice.message), report(notice.message)),
         idle_poll_interval=idle_poll_interval,
     )
     return supervisor, lines
@@ -108,6 +111,43 @@ def test_a_driver_whose_agent_stopped_answering_is_restarted_from_its_latest_che
     assert supervisor.record.phase.value == "Finished"
 
 
+@pytest.mark.parametrize("then", ["restartPolicy Never", "suspended in the backoff"])
+def test_a_driver_stopped_for_its_silence_is_told_as_such(then: str) -> None:
+    """With restartPolicy Never the job fails with why its driver was stopped (not the
+    deleted pod's exit); suspended while the restart waits, it keeps no failure message."""
+
+    async def scenario() -> tuple[JobSupervisor, TerminalOutcome]:
+        launcher = FakeLauncher()
+
+        def suspend_at_restart(line: str) -> None:
+            if line.startswith("driver stopped; restart 1"):
+                supervisor.end_suspended()
+
+        supervisor, _lines = _supervisor(
+            launcher,
+            heartbeat_timeout=0.5,
+            policy=RestartPolicyType.NEVER
+            if then == "restartPolicy Never"
+            else RestartPolicyType.ON_FAILURE,
+            report=suspend_at_restart,
+        )
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        launcher.drivers[0].agent.reachable = False
+        return supervisor, await asyncio.wait_for(run, 10)
+
+    supervisor, outcome = asyncio.run(scenario())
+    if then == "restartPolicy Never":
+        assert outcome is TerminalOutcome.FAILED
+        assert re.fullmatch(
+            r"the driver's checkpoint agent has not answered for \ds \(the driver hung, or "
+            r"the network to it is down\): .*; restartPolicy is Never",
+            supervisor.record.message,
+        ), supervisor.record.message
+    else:
+        assert (outcome, supervisor.record.message) == (TerminalOutcome.SUSPENDED, "")
+
+
 class StatusRefusingAgent(FakeAgent):
     """Answers its status requests with an error while ``refusing`` (a 500 of a storage
     error): an agent that answers, if only with a refusal, is not silent."""
@@ -160,45 +200,42 @@ def test_an_agent_that_is_not_silent_after_answering_keeps_its_driver(agent: str
 
 
 class KeptFromStartingLauncher(FakeLauncher):
-    """Its first ``kept`` drivers' pods cannot start (``problem``) until the test clears it;
-    an adopted driver counts."""
+    """Its drivers' pods cannot start (``problem``) until the test clears it."""
 
-    def __init__(
-        self, problem: StartProblem, running: FakeDriver | None = None, kept: int = 1_000
-    ) -> None:
-        super().__init__(running)
+    def __init__(self, problem: StartProblem) -> None:
+        super().__init__()
         self.problem = problem
-        self.kept = kept
-        for driver in [running] if running else []:
-            self.keep_from_starting(driver)
-
-    def keep_from_starting(self, driver: FakeDriver) -> None:
-        if self.kept > 0:
-            self.kept -= 1
-            driver.problem = self.problem
-            driver.agent.reachable = False
 
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
         driver = await super().launch(attempt, restore)
-        self.keep_from_starting(driver)
+        driver.problem = self.problem
+        driver.agent.reachable = False
         return driver
 
 
-def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it_can() -> None:
-    missing_secret = StartProblem(
-        "CreateContainerConfigError", 'secret "s3-credentials" not found', fails_attempt=False
-    )
-
+@pytest.mark.parametrize(
+    "problem",
+    [
+        StartProblem("CreateContainerConfigError", 'secret "s3-credentials" not found'),
+        # A wrong image or a registry's outage: the kubelet retries, the job waits, told.
+        StartProblem("ImagePullBackOff", 'Back-off pulling image "example/orders:1"'),
+    ],
+    ids=["missing-secret", "image-pull"],
+)
+def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it_can(
+    problem: StartProblem,
+) -> None:
     async def scenario() -> tuple[FakeLauncher, list[str], list[str]]:
-        launcher = KeptFromStartingLauncher(missing_secret)
-        supervisor, lines = _supervisor(launcher)
+        launcher = KeptFromStartingLauncher(problem)
+        supervisor, lines = _supervisor(launcher, start_timeout=0.2)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: supervisor.record.message)
         messages = [supervisor.record.message]
         driver = launcher.drivers[0]
         requests = driver.agent.status_requests
         await until(lambda: driver.agent.status_requests >= requests + 3)
-        driver.problem, driver.agent.reachable = None, True  # someone created the Secret
+        await asyncio.sleep(0.5)  # longer than the start timeout: not counted
+        driver.problem, driver.agent.reachable = None, True  # the Secret, the image is there
         await until(lambda: len(driver.agent.completed) >= 1)
         messages.append(supervisor.record.message)
         driver.code = DriverExit.FINISHED
@@ -206,51 +243,10 @@ def test_what_keeps_a_driver_from_starting_is_told_once_and_the_job_runs_when_it
         return launcher, lines, messages
 
     launcher, lines, messages = asyncio.run(scenario())
-    told = (
-        'the driver cannot start yet: CreateContainerConfigError: secret "s3-credentials" not found'
-    )
+    told = f"the driver cannot start yet: {problem}"
     assert messages == [told, ""]
     assert [line for line in lines if "cannot start" in line] == [told]
     assert len(launcher.drivers) == 1
-
-
-UNPULLABLE = StartProblem(
-    "ImagePullBackOff", 'Back-off pulling image "example/orders:1"', fails_attempt=True
-)
-
-
-@pytest.mark.parametrize("driver", ["launched", "adopted"])
-def test_a_driver_whose_image_cannot_be_pulled_fails_its_attempt_until_retries_run_out(
-    driver: str,
-) -> None:
-    """Another pod pulls again (a registry's outage passes); an image that never comes fails
-    the job when the restart policy is exhausted. An adopted driver too: the runtime before
-    may have recorded it before its pod ran."""
-
-    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str], TerminalOutcome]:
-        adopted = FakeDriver(FakeAgent()) if driver == "adopted" else None
-        launcher = KeptFromStartingLauncher(UNPULLABLE, running=adopted)
-        record = JobRecord(attempt=1) if adopted else None
-        supervisor, lines = _supervisor(launcher, max_retries=2, record=record)
-        outcome = await asyncio.wait_for(supervisor.run(), 20)
-        return supervisor, launcher, lines, outcome
-
-    supervisor, launcher, lines, outcome = asyncio.run(scenario())
-    cannot_start = (
-        'the driver cannot start: ImagePullBackOff: Back-off pulling image "example/orders:1".'
-    )
-    assert outcome is TerminalOutcome.FAILED
-    assert supervisor.record.message == (
-        f"driver failed 3 times; restartPolicy.maxRetries=2 exhausted; last error: {cannot_start}"
-    )
-    stopped = [launcher.running] if launcher.running else []
-    stopped += launcher.drivers
-    assert len(stopped) == 3 and all(d.code == -15 for d in stopped)
-    assert [line for line in lines if "cannot start" in line] == [
-        *[f"{cannot_start} Stopping the driver."] * 3,
-        f"job failed: {supervisor.record.message}",
-    ]
-    assert sum(line.startswith("driver stopped; restart") for line in lines) == 2
 
 
 def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
@@ -258,9 +254,7 @@ def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
     runs, an agent that never answers fails the job after the timeout."""
 
     async def scenario() -> tuple[JobSupervisor, FakeLauncher, TerminalOutcome, float]:
-        missing_secret = StartProblem(
-            "CreateContainerConfigError", 'secret "s3" not found', fails_attempt=False
-        )
+        missing_secret = StartProblem("CreateContainerConfigError", 'secret "s3" not found')
         launcher = KeptFromStartingLauncher(missing_secret)
         supervisor, _lines = _supervisor(launcher, start_timeout=0.5)
         run = asyncio.create_task(supervisor.run())
@@ -279,20 +273,6 @@ def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
     )
     assert after >= 0.5
     assert len(launcher.drivers) == 1 and launcher.drivers[0].code == -15
-
-
-def test_a_registry_outage_passes_with_the_next_driver() -> None:
-    async def scenario() -> tuple[FakeLauncher, TerminalOutcome]:
-        launcher = KeptFromStartingLauncher(UNPULLABLE, kept=1)
-        supervisor, _lines = _supervisor(launcher)
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: len(launcher.drivers) == 2 and launcher.drivers[1].agent.completed)
-        launcher.drivers[1].code = DriverExit.FINISHED
-        return launcher, await run
-
-    launcher, outcome = asyncio.run(scenario())
-    assert outcome is TerminalOutcome.FINISHED
-    assert launcher.drivers[0].code == -15
 
 
 class FailingRestartsLauncher(FakeLauncher):

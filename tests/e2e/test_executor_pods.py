@@ -1,8 +1,9 @@
-"""Executor pods as Spark builds them for a job on Kubernetes: a real ``kopf run`` against the
-emulated API server, whose kubelet runs the driver pod as a real Spark driver with the
-emulator as its Kubernetes master. Spark's own code (the fabric8 client, the pod template
-loader, its feature steps) creates each executor pod from the settings and the pod template
-the operator gives the driver: what it creates is what a cluster would run.
+"""Executor pods as Spark builds them for a job on Kubernetes: a real
+``spark-checkpoint-operator`` against the emulated API server, whose kubelet runs the
+driver pod as a real Spark driver with the emulator as its Kubernetes master. Spark's own
+code (the fabric8 client, the pod template loader, its feature steps) creates each executor
+pod from the settings and the pod template the operator gives the driver: what it creates
+is what a cluster would run.
 """
 
 import shutil

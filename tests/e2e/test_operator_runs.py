@@ -1,5 +1,5 @@
-"""The operator end to end: a real ``kopf run`` process against the emulated API server,
-whose pods a local kubelet runs as real Spark drivers (local mode).
+"""The operator end to end: a real ``spark-checkpoint-operator`` process against the
+emulated API server, whose pods a local kubelet runs as real Spark drivers (local mode).
 
 One job lives through everything a job goes through, and its output is checked against
 ground truth computed independently from its input: exactly once, whatever happened.

@@ -260,9 +260,9 @@ def test_the_server_rejects_a_job_its_schema_and_rules_reject(
 
 @pytest.mark.timeout(120)
 def test_the_columns_show_what_the_operator_writes(tmp_path: Path) -> None:
-    """The operator (``kopf run``, simulated drivers) runs the guide's job on a faster
-    schedule: ``kubectl get`` shows the status it writes, ``kubectl delete`` returns once the
-    final savepoint is taken and the job is gone."""
+    """The operator (``spark-checkpoint-operator``, simulated drivers) runs the guide's job
+    on a faster schedule: ``kubectl get`` shows the status it writes, ``kubectl delete``
+    returns once the final savepoint is taken and the job is gone."""
     job = yaml.safe_load((ROOT / "examples/orders/job.yaml").read_text())
     job["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s"}
     # Simulated drivers start no executors: a local master, as in the operator's own tests.

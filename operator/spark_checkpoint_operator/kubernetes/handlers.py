@@ -30,8 +30,8 @@ DEFAULT_METRICS_PORT = 9090
 # checks its driver while a long poll waits (seconds; JobController's default if unset).
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"
 # Observers of every job beside its metrics, each made from the job's namespace and name:
-# a module run with the operator (``kopf run -m``) may add one, as the operator-scale
-# benchmark's probe does.
+# a module run with the operator (``spark-checkpoint-operator -m``) may add one, as the
+# operator-scale benchmark's probe does.
 JOB_OBSERVERS: list[Callable[[str, str], Observer]] = []
 FINALIZER = f"{objects.GROUP}/finalizer"
 CONTROLLER = "controller"

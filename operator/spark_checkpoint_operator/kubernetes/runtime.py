@@ -168,8 +168,8 @@ def _own_container_ended(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
 
 # How a kubelet reports a container on its usual way to running.
 _STARTING = frozenset({"ContainerCreating", "PodInitializing"})
-# The image cannot be pulled (after a first ErrImagePull): the attempt fails and the restart
-# policy decides; the Flink Kubernetes Operator fails a JobManager pod's deployment on these.
+# The image cannot be pulled (after a first ErrImagePull): a cleanup or check pod gives up
+# at once (its work is done on a later run); a driver waits, told, as the kubelet retries.
 _UNPULLABLE = frozenset({"ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"})
 
 
@@ -181,18 +181,20 @@ def pod_start_problem(pod: Mapping[str, Any]) -> StartProblem | None:
     if waiting is not None and waiting.get("reason") not in _STARTING:
         reason = str(waiting.get("reason") or "Waiting")
         message = str(waiting.get("message") or "")
-        return StartProblem(reason, message, fails_attempt=reason in _UNPULLABLE)
+        return StartProblem(reason, message)
     for container in pod.get("status", {}).get("initContainerStatuses", ()):
         waiting = container.get("state", {}).get("waiting")
         if waiting and waiting.get("reason") not in _STARTING:
             # kubectl's spelling; not the job's own image: told, the pod left to Kubernetes.
             reason = f"Init:{waiting.get('reason') or 'Waiting'}"
-            message = f"{container.get('name')}: {waiting.get('message') or ''}".rstrip(": ")
-            return StartProblem(reason, message, fails_attempt=False)
+            detail = waiting.get("message")
+            return StartProblem(
+                reason, f"{container.get('name')}" + (f": {detail}" if detail else "")
+            )
     for condition in pod.get("status", {}).get("conditions", ()):
         if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
             reason = str(condition.get("reason") or "Unschedulable")
-            return StartProblem(reason, str(condition.get("message") or ""), fails_attempt=False)
+            return StartProblem(reason, str(condition.get("message") or ""))
     return None
 
 
@@ -564,7 +566,7 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
                 current
             ) is None:
                 problem = None if current is None else pod_start_problem(current)
-                if problem is not None and problem.fails_attempt:
+                if problem is not None and problem.reason in _UNPULLABLE:
                     raise PodDidNotEnd(f"pod {name} cannot start: {problem}")
                 await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
     except TimeoutError:

@@ -107,11 +107,6 @@ class Attempt:
         """The driver exits on its own now: no phase change brings it back to Running."""
         return self.stage in (Stage.FINISHING, Stage.SUSPENDING)
 
-    @property
-    def unstartable(self) -> bool:
-        """The driver will not start as it is (its image cannot be pulled)."""
-        return self.start_problem is not None and self.start_problem.fails_attempt
-
     def running_for(self) -> float:
         """How long the driver has run without its agent ever answering; 0 once it answered
         (an adopted one: in the runtime before) or while it does not run yet."""

@@ -277,7 +277,10 @@ class JobSupervisor:
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
             return TerminalOutcome.CANCELLED
-        return TerminalOutcome.SUSPENDED if self._stop is StopRequest.SUSPEND else None
+        if self._stop is StopRequest.SUSPEND:
+            self._record.message = ""  # why the last driver failed is in its events
+            return TerminalOutcome.SUSPENDED
+        return None
 
     def _stop_message(self) -> str:
         return "the job was deleted" if self.deleting else "cancelled by the user"
@@ -337,7 +340,7 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         if attempt.failing is not None:
             self._record.message = attempt.failing
-            if not attempt.agent_answered and not attempt.unstartable:
+            if not attempt.agent_answered:
                 return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
         if exit_code == DriverExit.FINISHED:
             return TerminalOutcome.FINISHED
@@ -349,9 +352,13 @@ class JobSupervisor:
         if self._failed_restore(attempt, exit_code) is not None:
             return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
-            self._record.message = (
-                f"driver failed ({describe_exit(exit_code)}); restartPolicy is Never"
+            # A driver stopped here: why, not its exit (a deleted pod's says nothing).
+            ended = (
+                attempt.failing.rstrip(".")
+                if attempt.failing
+                else f"driver failed ({describe_exit(exit_code)})"
             )
+            self._record.message = f"{ended}; restartPolicy is Never"
             return TerminalOutcome.FAILED
         return None
 
@@ -531,10 +538,11 @@ class JobSupervisor:
         return answer.version
 
     async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:
-        """Stop a driver whose agent never answered (the job fails: a retry cannot help), or
-        stopped answering after it answered this runtime (hung, or cut off from the
-        operator), or whose image cannot be pulled: the restart policy decides then, as for
-        a crash. A driver leaving on its own is let go, and one being stopped."""
+        """Tell what keeps the driver from starting; stop a driver whose agent never answered
+        after it started (the job fails: a retry cannot help), or stopped answering after it
+        answered this runtime (hung, or cut off from the operator: the restart policy
+        decides, as for a crash). A driver leaving on its own is let go, and one being
+        stopped."""
         if attempt.failing or attempt.leaving:
             return
         stopping = self._stop_requested.is_set()  # why it cannot start is no news then
@@ -548,10 +556,6 @@ class JobSupervisor:
                 f"driver hung, or the network to it is down): {error}."
             )
             reason = "AgentStoppedAnswering"
-        elif attempt.unstartable and not stopping:
-            # Also a registry's outage: the restart policy decides, as for a crash.
-            attempt.fail(f"the driver cannot start: {attempt.start_problem}.")
-            reason = "DriverCannotStart"
         elif attempt.running_for() >= timeout:
             attempt.fail(
                 f"the driver's checkpoint agent never answered in {timeout:.0f}s after the "
@@ -574,8 +578,7 @@ class JobSupervisor:
             self._record.message = ""
         else:
             self._record.message = f"the driver cannot start yet: {problem}"
-            if not problem.fails_attempt:  # the attempt's failure is told instead
-                self._notify("DriverNotStarting", Level.WARNING, self._record.message)
+            self._notify("DriverNotStarting", Level.WARNING, self._record.message)
         await self._interpreter.persist()
 
     async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:

@@ -12,14 +12,12 @@ from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheck
 @dataclass(frozen=True, slots=True)
 class StartProblem:
     """Why a driver has not started, as its runtime reports it (a Kubernetes pod's
-    container waiting on its image or a Secret, or no node for the pod)."""
+    container waiting on its image or a Secret, or no node for the pod). It is told and
+    waited out: the runtime retries (a registry's outage passes), someone creates what is
+    missing, or a new spec replaces the driver."""
 
     reason: str  # the runtime's own word: ImagePullBackOff, CreateContainerConfigError, ...
     message: str
-    # The pod will not start as it is (its image cannot be pulled): the attempt fails and
-    # the restart policy decides, as for a crash (another pod pulls again: a registry's
-    # outage passes). Otherwise it may pass on its own or once what is missing exists.
-    fails_attempt: bool
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}" if self.message else self.reason

@@ -171,7 +171,8 @@ class CheckpointStorage:
             stored = {location: sizes[path] for location, path in paths.items()}
         # Whatever this process remembers of a file not stored as named is wrong, also when
         # the listing is not remembered (a change overlapped it).
-        self._forget([e.location for e in meta.files if stored[e.location] != e.size])
+        if wrong := [e.location for e in meta.files if stored[e.location] != e.size]:
+            self._forget(wrong)
         for entry in meta.files:
             self._require_stored_size(entry, stored[entry.location])
         with self._lock:
