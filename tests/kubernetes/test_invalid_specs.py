@@ -55,6 +55,11 @@ INVALID_SPECS = [
         "spec.restartPolicy.heartbeatTimeout",
         "must be positive",
     ),
+    (
+        {"restartPolicy": {"startTimeout": "0s"}},
+        "spec.restartPolicy.startTimeout",
+        "must be positive",
+    ),
     ({"state": "Paused"}, "spec.state", "one of"),
     ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
     ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),
