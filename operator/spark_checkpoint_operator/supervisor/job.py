@@ -545,7 +545,7 @@ class JobSupervisor:
         stopped."""
         if attempt.failing or attempt.leaving:
             return
-        stopping = self._stop_requested.is_set()  # why it cannot start is no news then
+        stopping = self._stop_requested.is_set()  # why it does not start is no news then
         if not stopping:
             await self._report_start_problem(attempt, attempt.driver.start_problem())
         timeout = self._restart_policy.start_timeout
@@ -556,7 +556,7 @@ class JobSupervisor:
                 f"driver hung, or the network to it is down): {error}."
             )
             reason = "AgentStoppedAnswering"
-        elif attempt.running_for() >= timeout:
+        elif not stopping and attempt.running_for() >= timeout:
             attempt.fail(
                 f"the driver's checkpoint agent never answered in {timeout:.0f}s after the "
                 "driver started (restartPolicy.startTimeout): does the pipeline start its "
