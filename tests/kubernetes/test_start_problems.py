@@ -77,24 +77,21 @@ UNSCHEDULABLE = {
             StartProblem(
                 "CreateContainerConfigError",
                 "couldn't find key AWS_SECRET_ACCESS_KEY in Secret default/s3",
-                fails_attempt=False,
             ),
         ),
         (
             _waiting("ErrImagePull", 'failed to pull image "example/orders:1": not found'),
-            StartProblem(
-                "ErrImagePull", 'failed to pull image "example/orders:1": not found', False
-            ),
+            StartProblem("ErrImagePull", 'failed to pull image "example/orders:1": not found'),
         ),
         (
             _waiting("ImagePullBackOff", 'Back-off pulling image "example/orders:1"'),
-            StartProblem("ImagePullBackOff", 'Back-off pulling image "example/orders:1"', True),
+            StartProblem("ImagePullBackOff", 'Back-off pulling image "example/orders:1"'),
         ),
         (
             _waiting("InvalidImageName", 'Failed to apply default image tag "Orders:1"'),
-            StartProblem("InvalidImageName", 'Failed to apply default image tag "Orders:1"', True),
+            StartProblem("InvalidImageName", 'Failed to apply default image tag "Orders:1"'),
         ),
-        (_waiting("ErrImageNeverPull"), StartProblem("ErrImageNeverPull", "", True)),
+        (_waiting("ErrImageNeverPull"), StartProblem("ErrImageNeverPull", "")),
         # A sidecar an admission webhook added is not the driver.
         (_waiting("ImagePullBackOff", "mesh proxy", container="istio-proxy"), None),
         (
@@ -116,14 +113,14 @@ UNSCHEDULABLE = {
                     }
                 ]
             },
-            # An init container a webhook added: told, never the attempt's failure.
+            # An init container a webhook added.
             StartProblem(
-                "Init:ImagePullBackOff", 'istio-init: Back-off pulling image "mesh/proxy:1"', False
+                "Init:ImagePullBackOff", 'istio-init: Back-off pulling image "mesh/proxy:1"'
             ),
         ),
         (
             UNSCHEDULABLE,
-            StartProblem("Unschedulable", "0/3 nodes are available: 3 Insufficient memory.", False),
+            StartProblem("Unschedulable", "0/3 nodes are available: 3 Insufficient memory."),
         ),
     ],
 )
@@ -134,7 +131,7 @@ def test_what_keeps_the_driver_from_starting(
 
 
 def test_a_problem_reads_as_reason_and_message() -> None:
-    assert str(StartProblem("Unschedulable", "0/3 nodes are available.", False)) == (
+    assert str(StartProblem("Unschedulable", "0/3 nodes are available.")) == (
         "Unschedulable: 0/3 nodes are available."
     )
-    assert str(StartProblem("ErrImageNeverPull", "", True)) == "ErrImageNeverPull"
+    assert str(StartProblem("ErrImageNeverPull", "")) == "ErrImageNeverPull"
