@@ -84,6 +84,38 @@ def test_a_lost_agent_stops_triggers_without_failing_the_job() -> None:
     assert supervisor.record.phase.value == "Finished"
 
 
+class SlowToStopDriver(FakeDriver):
+    """Its pod takes a second to go once deleted."""
+
+    async def terminate(self) -> None:
+        await asyncio.sleep(1.0)
+        await super().terminate()
+
+
+class SilentDriversLauncher(FakeLauncher):
+    """Its drivers run and their agents never answer, and they are slow to stop."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        self.restores.append(restore)
+        self.drivers.append(SlowToStopDriver(FakeAgent()))
+        self.drivers[-1].agent.reachable = False
+        return self.drivers[-1]
+
+
+def test_a_driver_stopped_before_its_agent_answered_is_not_told_as_never_answering() -> None:
+    async def scenario() -> tuple[list[str], TerminalOutcome]:
+        launcher = SilentDriversLauncher()
+        supervisor, lines = _supervisor(launcher, start_timeout=0.2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers)
+        supervisor.suspend_now()  # the pod goes in a second, past the start timeout
+        return lines, await asyncio.wait_for(run, 10)
+
+    lines, outcome = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.SUSPENDED
+    assert not [line for line in lines if "never answered" in line], lines
+
+
 def test_a_driver_whose_agent_stopped_answering_is_restarted_from_its_latest_checkpoint() -> None:
     """A hung driver, or one cut off from the operator, would run on without checkpoints."""
 
