@@ -165,6 +165,33 @@ def test_the_operator_validates_a_spec_from_the_installed_package(installed: Ins
     assert accepted and "spec.checkpointing.interval" in reason, reason
 
 
+def test_the_installed_operator_command_without_a_cluster_says_so_in_one_line(
+    installed: Installed,
+) -> None:
+    """`spark-checkpoint-operator`, the console script the wheel installs (the image's
+    entrypoint), where no cluster can be reached: exit 1, one line, no traceback."""
+    environment = {
+        name: value
+        for name, value in _clean_environment().items()
+        if name not in {"KUBECONFIG", "KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+    }
+    environment |= {"HOME": str(installed.workdir), "SPARK_CHECKPOINT_METRICS_PORT": "0"}
+
+    finished = subprocess.run(
+        [installed.bin("spark-checkpoint-operator"), "--all-namespaces"],
+        cwd=installed.workdir,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert finished.returncode == 1, finished.stderr
+    assert "no Kubernetes credentials" in finished.stderr
+    assert "Traceback" not in finished.stderr, finished.stderr
+
+
 @pytest.mark.spark
 def test_spark_checkpoint_run_of_the_example_ends_verified(installed: Installed) -> None:
     """The reference job as the README runs it, with the installed command, then the ground
