@@ -250,10 +250,9 @@ class AgentUnderTest:
             location=location,
             pin_root=pin_root,
             participants=[],
-            query_view=lambda: QueryView(QueryState.RUNNING, idle=True),
-            restored_from=None,
             attempt=1,
         )
+        self.agent.query_started(lambda: QueryView(QueryState.RUNNING, idle=True), None)
         self.token = secrets.token_hex(16)
         port = free_port()
         self.server = AgentServer(self.agent, self.token, "127.0.0.1", port)

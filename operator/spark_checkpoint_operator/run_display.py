@@ -174,7 +174,8 @@ class RunDisplay:
         record = supervisor.record
         parts = [Text(record.phase.value, style="bold"), Text(f"attempt {record.attempt}")]
         query = None if status is None or status.attempt != record.attempt else status.query
-        if record.phase is JobPhase.DEPLOYING and query is None:
+        starting = query is None or query.state is QueryState.STARTING
+        if record.phase is JobPhase.DEPLOYING and starting:
             waited = 0.0 if self._starting is None else time.monotonic() - self._starting
             parts.append(Text(f"Spark is starting ({human_age(waited)})", style="yellow"))
         elif query is not None and query.state is QueryState.RESTORING and status is not None:
@@ -182,7 +183,7 @@ class RunDisplay:
             parts.append(Text(f"restoring from {source}", style="yellow"))
         elif record.phase is JobPhase.RUNNING and query is None:
             parts.append(Text("the driver's agent does not answer", style="yellow"))
-        if query is not None:
+        if query is not None and not starting:
             progress = query.progress
             batch = progress.batch_id if progress is not None else query.last_committed_batch
             parts.append(Text(f"batch {'-' if batch is None else batch}"))

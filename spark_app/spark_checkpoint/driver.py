@@ -59,6 +59,40 @@ def _run(
         log.error("%s exists: a checkpoint location is never reused across attempts", location)
         return DriverExit.MISCONFIGURED
     _remove_earlier_attempts(settings.work_dir, settings.attempt)
+    agent = CheckpointAgent(
+        storage=storage,
+        location=location,
+        pin_root=attempt_dir / "pins",
+        participants=participants,
+        attempt=settings.attempt,
+    )
+    # Serving before the restore: however long that takes, the agent answers.
+    server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
+    server.start()
+    try:
+        return _start(
+            writer,
+            participants=participants,
+            settings=settings,
+            storage=storage,
+            location=location,
+            agent=agent,
+        )
+    finally:
+        server.stop()
+        agent.close()
+
+
+def _start(
+    writer: "DataStreamWriter",
+    *,
+    participants: Sequence[CheckpointParticipant],
+    settings: DriverSettings,
+    storage: CheckpointStorage,
+    location: Path,
+    agent: CheckpointAgent,
+) -> DriverExit:
+    """Restore, start the query, and run it to its end."""
     try:
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
@@ -76,23 +110,8 @@ def _run(
         raise
     restore_check = _RestoreCheck(query, location, outcome)
     progress = _Progress(query)
-    agent = CheckpointAgent(
-        storage=storage,
-        location=location,
-        pin_root=attempt_dir / "pins",
-        participants=participants,
-        query_view=lambda: _view(query, restore_check, progress),
-        restored_from=outcome,
-        attempt=settings.attempt,
-    )
-
-    server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
-    server.start()
-    try:
-        return _await_end(query, agent, location, outcome)
-    finally:
-        server.stop()
-        agent.close()
+    agent.query_started(lambda: _view(query, restore_check, progress), outcome)
+    return _await_end(query, agent, location, outcome)
 
 
 def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:

@@ -69,6 +69,8 @@ class SnapshotPhase(StrEnum):
 
 
 class QueryState(StrEnum):
+    # The driver restores its image and starts its query: no query yet, no snapshot.
+    STARTING = "starting"
     # A restored query that has not yet got past its image: no snapshot is taken.
     RESTORING = "restoring"
     RUNNING = "running"

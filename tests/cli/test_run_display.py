@@ -23,13 +23,18 @@ import pyte
 import pytest
 
 from helpers.doc_blocks import Block, marked_blocks
-from helpers.fake_query import BATCHES_VARIABLE, ROWS_PER_BATCH, write_job
+from helpers.fake_query import (
+    BATCHES_VARIABLE,
+    RESTORE_SECONDS_VARIABLE,
+    ROWS_PER_BATCH,
+    write_job,
+)
 from helpers.script_job import alive
 from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
 
 COLUMNS, LINES = 320, 50  # wide: the summary ends with a path under tmp_path
 # Seconds the driver waits before it imports anything: Spark's start, as the user waits
-# for it (the agent answers only once the query runs).
+# for it (no agent answers before the pipeline calls run_coordinated).
 SPARK_START_SECONDS = 2.5
 STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
 SUMMARY = re.compile(
@@ -216,6 +221,32 @@ def _plain_run(directory: Path, **environment: str) -> "subprocess.Popen[str]":
         stderr=subprocess.STDOUT,
         text=True,
     )
+
+
+def test_a_terminal_shows_spark_starting_while_the_driver_restores(job: Path) -> None:
+    """The agent answers while its driver restores: the line still says Spark is starting,
+    not a batch of a query that does not run yet."""
+    first = _plain_run(job)
+    assert first.stdout is not None
+    for line in first.stdout:
+        if " checkpoint 1 complete" in line:
+            break
+    first.send_signal(signal.SIGINT)  # a savepoint, then stop
+    first.communicate(timeout=60)
+
+    run = TerminalRun(job, **{RESTORE_SECONDS_VARIABLE: "4"})
+    try:
+        run.wait_for(lambda screen: any("starting driver attempt 2" in line for line in screen))
+        time.sleep(2.5)  # its agent answers "starting" by now; the restore takes 4 s
+        restoring = run.screen()
+        assert re.fullmatch(
+            r"Deploying  attempt 2  Spark is starting \(\d+s\)  checkpoint \d+ .*", restoring[-1]
+        ), restoring
+        run.wait_for(lambda screen: screen[-1].startswith("Running  attempt 2  batch "))
+        run.process.send_signal(signal.SIGINT)
+        assert run.wait() == 0
+    finally:
+        run.close()
 
 
 def test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_code(

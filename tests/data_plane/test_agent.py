@@ -24,6 +24,7 @@ from spark_checkpoint.protocol import (
     QueryProgress,
     QueryState,
     RestoreCandidate,
+    RestoredFrom,
 )
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings
@@ -70,6 +71,46 @@ def test_status_reports_tasks_and_last_committed_batch(running: Running) -> None
     assert status["tasks"] == ["logs", "state-0-0", "state-0-1"]
     assert status["allTasksRunning"] is True
     assert status["checkpoints"] == []
+
+
+def test_until_its_query_started_the_agent_answers_starting_and_snapshots_nothing(
+    tmp_path: Path,
+) -> None:
+    """While the driver restores (the live location already holds the image's commits) and
+    starts its query, the agent answers: the query is starting, with no batch, task or
+    restore to report; a trigger waits for the query instead of copying the half-restored
+    location. Then the status is the query's."""
+    job = Running(tmp_path, query_started=False)
+    job.server.start()
+    try:
+        client = job.client()
+        status = _status(client)
+        assert status["query"] == {
+            "state": "starting",
+            "message": "",
+            "lastCommittedBatch": None,
+            "progress": None,
+        }
+        assert (status["tasks"], status["allTasksRunning"], status["restoredFrom"]) == (
+            [],
+            False,
+            None,
+        )
+        _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+        time.sleep(0.5)
+        (snapshot,) = _status(client)["checkpoints"]
+        assert (snapshot["state"], snapshot["batchId"]) == ("capturing", None)
+
+        restored = RestoredFrom(RestoreCandidate.decode("checkpoint:7"), batch_id=1)
+        job.agent.query_started(lambda: job.view, restored)
+        assert _wait_for(client, 1, "acknowledged")["acks"][0]["batchId"] == 2
+        status = _status(client)
+        assert (status["query"]["state"], status["query"]["lastCommittedBatch"]) == ("running", 2)
+        assert status["tasks"] == ["logs", "state-0-0", "state-0-1"]
+        assert status["restoredFrom"] == restored.to_json()
+    finally:
+        job.server.stop()
+        job.agent.close()
 
 
 def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Running) -> None:

@@ -77,11 +77,11 @@ def agent_url(tmp_path: Path) -> Iterator[str]:
         location=live_location(tmp_path, batches=3),
         pin_root=tmp_path / "pins",
         participants=[TransactionalFileSink(tmp_path / "output")],
-        query_view=lambda: QueryView(
-            QueryState.RUNNING, idle=True, progress=QueryProgress(2, 120, 40.5, 360)
-        ),
-        restored_from=None,
         attempt=1,
+    )
+    agent.query_started(
+        lambda: QueryView(QueryState.RUNNING, idle=True, progress=QueryProgress(2, 120, 40.5, 360)),
+        None,
     )
     port = _free_port()
     server = AgentServer(agent, TOKEN, "127.0.0.1", port)

@@ -51,7 +51,14 @@ def free_port() -> int:
 
 
 class Running:
-    def __init__(self, tmp_path: Path, batches: int = 3, storage_root: str | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        batches: int = 3,
+        storage_root: str | None = None,
+        *,
+        query_started: bool = True,
+    ) -> None:
         self.root = tmp_path
         self.location = live_location(tmp_path, batches)
         self.storage = CheckpointStorage(
@@ -66,10 +73,10 @@ class Running:
             location=self.location,
             pin_root=tmp_path / "pins",
             participants=[self.participant],
-            query_view=lambda: self.view,
-            restored_from=None,
             attempt=1,
         )
+        if query_started:
+            self.agent.query_started(lambda: self.view, None)
         self.port = free_port()
         self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
 

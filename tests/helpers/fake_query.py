@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from spark_checkpoint import driver
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.driver import run_coordinated
 
@@ -25,6 +27,8 @@ RECENT_PROGRESS = 100  # Spark's spark.sql.streaming.numRecentProgressUpdates
 # Set: the input is bounded, and the query finishes once it committed this many batches
 # (in this driver), as a query with trigger availableNow does.
 BATCHES_VARIABLE = "FAKE_QUERY_BATCHES"
+# Set: the driver's restore of an image takes this many seconds longer, as a large one's.
+RESTORE_SECONDS_VARIABLE = "FAKE_RESTORE_SECONDS"
 
 
 class FakeQuery:
@@ -147,6 +151,14 @@ def run_cli(
 
 
 def main() -> None:
+    if delay := float(os.environ.get(RESTORE_SECONDS_VARIABLE, "0")):
+        restore = driver.restore
+
+        def slow_restore(*args: Any) -> Any:
+            time.sleep(delay)
+            return restore(*args)
+
+        driver.restore = slow_restore
     run_coordinated(FakeWriter())  # type: ignore[arg-type]
 
 

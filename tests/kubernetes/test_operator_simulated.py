@@ -165,6 +165,36 @@ def test_a_pipeline_without_run_coordinated_fails_the_job_after_the_start_timeou
         cluster.wait_for("the driver gone", lambda: cluster.driver_pods("orders") == [])
 
 
+def test_a_restore_longer_than_the_start_timeout_is_not_taken_for_a_missing_agent(
+    tmp_path: Path,
+) -> None:
+    """Every driver restores for 8 s (its agent answers "starting") against a start timeout
+    of 1 s: no driver is failed; the restore is recorded once the query started, also by
+    an operator restarted while the driver restores."""
+    agents = SimulatedAgents(batch_seconds=0.3, starting_seconds=8.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        policy = {"type": "OnFailure", "backoff": "100ms", "startTimeout": "1s"}
+        cluster.apply(job(restartPolicy=policy))
+        completed(cluster, "orders", 2)
+        cluster.crash_driver("orders-driver-1", exit_code=1)
+        second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+        deploying = in_phase(cluster, "orders", "Deploying")
+        assert deploying["jobAttempt"] == 2
+        assert deploying.get("restoredFrom") is None, "attempt 1's restore is not attempt 2's"
+
+        with operator_stopped(cluster):  # the driver restores meanwhile
+            time.sleep(1)
+        running = in_phase(cluster, "orders", "Running")
+        assert running["jobAttempt"] == 2
+        assert running["restoredFrom"]["source"] == second.restored_from
+        assert "AgentNeverAnswered" not in cluster.event_reasons("orders")
+        restored = cluster.wait_for_event("orders", "Restored")
+        assert restored["message"] == f"restored from {second.restored_from}"
+        assert cluster.wait_for(
+            "the restore counted", lambda: cluster.status("orders")["counts"]["restored"] == 1
+        )
+
+
 def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_timeout(
     cluster: LocalCluster,
 ) -> None:

@@ -6,10 +6,10 @@ An attempt moves through `Stage`s, only by the named transitions of `Attempt`::
     ADOPTED  --answered--> CONNECTED --suspend--> SUSPENDING --finish--> FINISHING
 
 - STARTING: a driver this runtime started; its agent has not answered yet.
-- ADOPTED: a driver from before this runtime restarted; its agent answered that runtime,
-  and its restore is in the record already.
-- CONNECTED: its agent answered this runtime: storage was garbage-collected, the restore
-  recorded. The job's phase (Deploying, Running) follows the query's state from here.
+- ADOPTED: a driver from before this runtime restarted; its agent answered that runtime.
+- CONNECTED: its agent answered this runtime (it answers while the driver restores and
+  starts its query): storage was garbage-collected; the restore is recorded once the query
+  started. The job's phase (Deploying, Running) follows the query's state from here.
 - FINISHING: bounded input is done and a completed checkpoint covers its last batch: the
   driver was told and exits; nothing more is triggered, and what its exit cuts short is no
   failure.

@@ -15,7 +15,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, RestoreCandidate, RestoredFrom
+from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -406,6 +406,7 @@ class JobSupervisor:
         # found unrestorable.
         await self._checks_done()
         self._record.attempt += 1
+        self._record.restored_from = None  # its agent reports the new attempt's
         candidates = self._restore_candidates()
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
@@ -591,7 +592,10 @@ class JobSupervisor:
         self._last_status = status
         self._record.last_batch = status.query.last_committed_batch
         attempt.saw_batch(self._record.last_batch)
-        if before is Stage.STARTING:  # an adopted driver's restore is in the record already
+        # Reported once the query started (restored); an adopted driver's may be in the
+        # record already.
+        started = status.query.state is not QueryState.STARTING
+        if started and status.restored_from != self._record.restored_from:
             self._record_restore(attempt, status.restored_from)
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks

@@ -82,6 +82,9 @@ class QueryView:
     progress: QueryProgress | None = None  # None before the query's first progress
 
 
+STARTING = QueryView(QueryState.STARTING, idle=False)
+
+
 @dataclass
 class _Snapshot:
     checkpoint_id: int
@@ -168,8 +171,6 @@ class CheckpointAgent:
         location: Path,
         pin_root: Path,
         participants: Sequence[CheckpointParticipant],
-        query_view: Callable[[], QueryView],
-        restored_from: RestoredFrom | None,
         attempt: int,
         copy_workers: int = 2,
     ) -> None:
@@ -177,8 +178,11 @@ class CheckpointAgent:
         self._location = location
         self._pin_root = pin_root
         self._participants = list(participants)
-        self._query_view = query_view
-        self._restored_from = restored_from
+        # Until `query_started`: the driver restores its image and starts its query, and
+        # the agent answers meanwhile, so that a long restore is not taken for a driver
+        # whose pipeline never started an agent.
+        self._query_view: Callable[[], QueryView] = lambda: STARTING
+        self._restored_from: RestoredFrom | None = None
         self._attempt = attempt
         self._lock = threading.Lock()
         self._snapshots: dict[int, _Snapshot] = {}
@@ -198,11 +202,20 @@ class CheckpointAgent:
         self._status_lock = threading.Lock()
         # The snapshot tasks as of a last committed batch (see _tasks).
         self._tasks_lock = threading.Lock()
-        self._tasks_listed: tuple[int | None, tuple[str, ...]] | None = None
+        self._tasks_listed: tuple[int, tuple[str, ...]] | None = None
         self._version = 0
         self._reported: AgentStatus | None = None
         self._recent_versions: dict[int, AgentStatus] = {}
         self._watchers: list[Callable[[bool], None]] = []
+
+    def query_started(
+        self, query_view: Callable[[], QueryView], restored_from: RestoredFrom | None
+    ) -> None:
+        """The query runs, restored from ``restored_from`` (None: a fresh start); from now
+        on the status reports it as ``query_view`` sees it."""
+        with self._status_lock:
+            self._restored_from = restored_from
+            self._query_view = query_view
 
     # ------------------------------------------------------------------ status
 
@@ -246,7 +259,7 @@ class CheckpointAgent:
         view = self._query_view()
         if self.stop_requested and view.state is QueryState.FINISHED:
             view = QueryView(QueryState.STOPPED, True)
-        committed = committed_batches(self._location)
+        committed = self._committed(view)
         with self._lock:
             snapshots = tuple(s.report() for s in self._in_flight())
             notified = self._notified_batch
@@ -256,7 +269,7 @@ class CheckpointAgent:
             query=QueryStatus(
                 view.state, view.message, committed[-1] if committed else None, view.progress
             ),
-            tasks=self._tasks(committed[-1] if committed else None),
+            tasks=self._tasks(committed[-1]) if committed else (),
             all_tasks_running=view.state.runs_tasks,
             awaiting_final_checkpoint=view.state is QueryState.FINISHED
             and bool(committed)
@@ -265,7 +278,12 @@ class CheckpointAgent:
             checkpoints=snapshots,
         )
 
-    def _tasks(self, last_committed: int | None) -> tuple[str, ...]:
+    def _committed(self, view: QueryView) -> list[int]:
+        """The live location's committed batches; none while the driver starts: a restore
+        may be writing them."""
+        return [] if view.state is QueryState.STARTING else committed_batches(self._location)
+
+    def _tasks(self, last_committed: int) -> tuple[str, ...]:
         """The query's snapshot tasks, listed again only once another batch committed:
         state partitions appear when a batch runs, and listing them (a directory each)
         for every status took a fifth of a second at 200 partitions on a loaded machine."""
@@ -565,7 +583,7 @@ class CheckpointAgent:
             if snapshot.cancelled.is_set():
                 raise SnapshotError("aborted before capture")
             view = self._query_view()
-            committed = committed_batches(self._location)
+            committed = self._committed(view)
             waiting_for_batch = not committed or committed[-1] < target
             draining = snapshot.after is AfterCompletion.DRAIN and not view.idle
             if view.state is not QueryState.RUNNING and committed:

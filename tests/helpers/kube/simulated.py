@@ -79,9 +79,9 @@ class SimulatedAgent:
     """One driver's agent: the query commits a batch every ``batch_seconds``; snapshot
     tasks acknowledge after a random delay; a stop-with-savepoint ends the driver.
 
-    Its status ``version`` counts the changes (`changed`), plus one once a bounded query
-    has finished and one once a restored query is past restoring (those happen at a time,
-    not on a request)."""
+    Its status ``version`` counts the changes (`changed`), plus one once the query started,
+    one once a bounded query has finished and one once a restored query is past restoring
+    (those happen at a time, not on a request)."""
 
     token: str
     attempt: int
@@ -89,6 +89,8 @@ class SimulatedAgent:
     batch_seconds: float
     ack_delay: tuple[float, float]
     finish_after: int | None  # batches of a bounded input, None for unbounded
+    # When the query starts (loop time); until then the agent reports "starting", as a real
+    # one does while its driver restores the image and starts the query.
     started: float
     # A restored query reports "restoring" (no snapshot task running) this long, as a real
     # driver does until its query got past the image.
@@ -122,6 +124,8 @@ class SimulatedAgent:
     async def wait_for_change(self, timeout: float) -> None:
         """Until `changed`, the query's finish, or ``timeout``."""
         now = asyncio.get_running_loop().time()
+        if now < self.started:  # the query starts then
+            timeout = min(timeout, self.started - now + 0.001)
         if self.finish_after is not None and not self.finished(now):
             # Just after the finish time: batch() rounds down.
             finish = self.started + self.finish_after * self.batch_seconds + 0.001
@@ -130,9 +134,21 @@ class SimulatedAgent:
             await asyncio.wait_for(self._changed.wait(), timeout)
 
     def status(self, now: float) -> AgentStatus:
+        if now < self.started:
+            return AgentStatus(
+                version=self.changes,
+                attempt=self.attempt,
+                query=QueryStatus(QueryState.STARTING),
+                tasks=(),
+                all_tasks_running=False,
+                awaiting_final_checkpoint=False,
+                restored_from=None,
+                checkpoints=(),
+            )
         batch = self.batch(now)
         finished = self.finished(now)
         restoring = self.restored_from is not None and now - self.started < self.restore_seconds
+        past_restoring = self.restored_from is not None and not restoring
         state = (
             QueryState.RESTORING
             if restoring
@@ -141,7 +157,7 @@ class SimulatedAgent:
             else QueryState.RUNNING
         )
         return AgentStatus(
-            version=self.changes + finished + (self.restored_from is not None and not restoring),
+            version=self.changes + 1 + finished + past_restoring,
             attempt=self.attempt,
             query=QueryStatus(state, last_committed_batch=batch),
             tasks=TASKS,
@@ -167,6 +183,7 @@ class SimulatedAgents:
         ack_delay: tuple[float, float] = (0.01, 0.2),
         finish_after: int | None = None,
         restore_seconds: float = 0.0,
+        starting_seconds: float = 0.0,
         missing_images: frozenset[str] = frozenset(),
         uncoordinated_images: frozenset[str] = frozenset(),
     ) -> None:
@@ -177,6 +194,7 @@ class SimulatedAgents:
         # pod runs, and no agent ever listens.
         self.uncoordinated_images = uncoordinated_images
         self.restore_seconds = restore_seconds
+        self.starting_seconds = starting_seconds
         self.batch_seconds = batch_seconds
         self.ack_delay = ack_delay
         self.finish_after = finish_after
@@ -195,7 +213,7 @@ class SimulatedAgents:
             batch_seconds=self.batch_seconds,
             ack_delay=self.ack_delay,
             finish_after=self.finish_after,
-            started=loop.time(),
+            started=loop.time() + self.starting_seconds,
             restore_seconds=self.restore_seconds,
         )
         self.agents[ip] = agent
