@@ -26,10 +26,9 @@ import helm_python
 import kubernetes_validate
 import pytest
 import yaml
-from kopf.cli import main as kopf_cli
 
 from helpers.doc_blocks import ROOT, Block, blocks_of, marked_blocks, shell_commands
-from spark_checkpoint_operator.kubernetes.main import kopf_arguments
+from spark_checkpoint_operator.kubernetes.main import HANDLERS, PROGRAM, command
 from spark_checkpoint_operator.manifest.crd import load_crd
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
@@ -166,9 +165,8 @@ def _kubectl(arguments: list[str], cluster: Cluster) -> None:
 
 
 def _operator(arguments: list[str]) -> None:
-    verb, *rest = kopf_arguments(arguments)
-    context = kopf_cli.commands[verb].make_context(verb, rest)
-    for module in context.params["modules"]:
+    context = command.make_context(PROGRAM, list(arguments))  # Click consumes its list
+    for module in (HANDLERS, *context.params["modules"]):
         assert importlib.util.find_spec(module), f"no module {module}"
 
 

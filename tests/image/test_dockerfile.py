@@ -28,13 +28,13 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
-from kopf.cli import main as kopf_cli
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from spark_checkpoint_operator.kubernetes.main import kopf_arguments
+from spark_checkpoint_operator.kubernetes.main import PROGRAM
+from spark_checkpoint_operator.kubernetes.main import command as operator_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "Dockerfile"
@@ -818,18 +818,17 @@ def test_the_operator_command_runs_kopf_of_the_pinned_version() -> None:
         ["--liveness=http://0.0.0.0:8080/healthz", "--namespace=a", "--namespace=b"],
     ],
 )
-def test_kopf_accepts_the_operator_command(chart_arguments: list[str]) -> None:
-    """The image's command line (and the chart's kind of arguments after it) as Kopf's own
-    command-line parser reads it."""
+def test_the_operator_command_accepts_the_images_and_the_charts_arguments(
+    chart_arguments: list[str],
+) -> None:
+    """The image's command line (and the chart's kind of arguments after it) as the
+    operator command's parser reads it."""
     arguments = operator_command()[1:]
     if chart_arguments:  # the chart replaces CMD
         arguments = chart_arguments
-    verb, *rest = kopf_arguments(arguments)
 
-    context = kopf_cli.commands[verb].make_context(verb, rest)
+    context = operator_cli.make_context(PROGRAM, list(arguments))  # Click consumes its list
 
-    assert context.params["standalone"] is True
-    assert context.params["modules"] == (OPERATOR_MODULE,)
     assert context.params["clusterwide"] is not bool(chart_arguments)
 
 

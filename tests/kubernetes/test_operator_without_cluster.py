@@ -1,12 +1,21 @@
-"""The operator started where no cluster can be reached (no service account, no kubeconfig)
-stops at once with one line that says so (exit code 1, no traceback), instead of retrying
-its startup for ever."""
+"""The operator's command, `spark-checkpoint-operator`: started where no cluster can be
+reached (no service account, no kubeconfig) it stops at once with one line that says so
+(exit code 1, no traceback), instead of retrying its startup for ever; what it hands to
+Kopf; what it refuses."""
 
 import os
 import subprocess
 from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from kopf import LogFormat, cli
 
 from helpers.kube.cluster import OPERATOR_COMMAND
+from spark_checkpoint_operator.kubernetes.main import HANDLERS, PROGRAM, main
+
+URL = "http://0.0.0.0:8080/healthz"
 
 
 def test_operator_without_credentials_stops_and_says_why(tmp_path: Path) -> None:
@@ -36,3 +45,51 @@ def test_operator_without_credentials_stops_and_says_why(tmp_path: Path) -> None
     # Besides that line only the Kubernetes client's warning that it found no kubeconfig.
     others = [line for line in finished.stderr.splitlines() if line not in reported]
     assert len(others) == 1 and "Config not found" in others[0], finished.stderr
+
+
+def test_the_operator_command_runs_kopf_standalone_with_its_handlers_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What the command hands to Kopf's run: the handlers, then each -m module, standalone,
+    and the options it was given."""
+    received: dict[str, Any] = {}
+    kopf_run = click.Command("run", params=cli.run.params, callback=received.update)
+    monkeypatch.setattr(cli, "run", kopf_run)
+
+    with pytest.raises(SystemExit) as exited:  # Click's standalone mode exits
+        main(["-n", "team-a", "-n", "team-b", "-m", "probe", "--log-format=json", "-L", URL])
+
+    assert exited.value.code == 0
+
+    assert received["modules"] == (HANDLERS, "probe")
+    assert (received["paths"], received["standalone"]) == ((), True)
+    assert received["namespaces"] == ("team-a", "team-b")
+    assert (received["clusterwide"], received["liveness_endpoint"]) == (False, URL)
+    assert received["log_format"] == LogFormat.JSON
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [["run"], ["--standalone"], ["--peering=p"], ["--dev"], ["handlers.py"]],
+    ids=["kopf-verb", "standalone", "peering", "dev", "path"],
+)
+def test_the_operator_command_refuses_what_would_change_its_handlers_or_peering(
+    arguments: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(arguments)
+    assert exited.value.code == 2  # Click's usage error
+    error = capsys.readouterr().err
+    assert error.startswith(f"Usage: {PROGRAM} [OPTIONS]"), error
+    assert "Traceback" not in error
+
+
+def test_the_operator_commands_help_lists_only_its_own_options() -> None:
+    shown = subprocess.run(
+        [OPERATOR_COMMAND, "--help"], capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+    assert shown.startswith(f"Usage: {PROGRAM} [OPTIONS]\n")
+    for option in ("--all-namespaces", "--namespace", "--liveness", "--module", "--verbose"):
+        assert option in shown
+    for option in ("--standalone", "--peering", "--priority", "--dev", "PATHS"):
+        assert option not in shown
