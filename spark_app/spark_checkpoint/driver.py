@@ -1,8 +1,8 @@
 """The one call that turns a streaming query into a coordinated one.
 
 Replace ``writer.start()`` with ``run_coordinated(writer, participants=[sink])``: it
-restores the newest registered image into a fresh checkpoint location, starts the query
-there, serves the checkpoint agent and ends the process with a `DriverExit` code.
+serves the checkpoint agent, restores the newest registered image into a fresh checkpoint
+location, starts the query there and ends the process with a `DriverExit` code.
 """
 
 import logging

@@ -9,7 +9,7 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, SnapshotPhase, SnapshotStatus
+from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
@@ -305,6 +305,55 @@ def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
     )
     assert after >= 0.5
     assert len(launcher.drivers) == 1 and launcher.drivers[0].code == -15
+
+
+class RestoringAgent(FakeAgent):
+    """A restored driver's agent: "starting" (no batch) for its first two statuses, while
+    the driver restores; then its query restoring at the image's batch 5."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.statuses = 0
+
+    def _status(self) -> AgentStatus:
+        self.statuses += 1
+        started = self.statuses > 2
+        self.state = QueryState.RESTORING if started else QueryState.STARTING
+        self.batch = 5 if started else None
+        return super()._status()
+
+
+def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_retried() -> None:
+    """Its agent answered while it restored, with no batch yet: the image's batch it reports
+    next is no progress of its query."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
+        launcher = FakeLauncher()
+        launcher.agent_class = RestoringAgent
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 5, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=lambda record: asyncio.sleep(0),
+            record=JobRecord(),
+            report=lambda notice: None,
+            driver_error=lambda attempt: ["ValueError: no such column 'k'"],
+        )
+        run = asyncio.create_task(supervisor.run())
+        for attempt in (1, 2):
+            await until(lambda n=attempt: len(launcher.drivers) == n)
+            driver = launcher.drivers[-1]
+            await until(lambda d=driver: d.agent.statuses > 3)  # past starting: it restores
+            driver.code = DriverExit.FAILED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FAILED
+        return supervisor, launcher
+
+    supervisor, launcher = asyncio.run(scenario())
+    assert len(launcher.drivers) == 2
+    assert supervisor.record.message.startswith(
+        "the driver failed the same way twice before its first batch; not retried"
+    )
 
 
 class FailingRestartsLauncher(FakeLauncher):

@@ -623,6 +623,43 @@ def test_stopping_the_server_answers_waiting_status_requests(tmp_path: Path) -> 
         job.agent.close()
 
 
+def test_stopping_the_server_cuts_a_storage_call_in_progress_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A garbage collection still running when the driver exits (its restore failed at
+    once) does not keep the server from stopping, nor turn the driver's exit into an
+    error: the request is answered with nothing after the grace period."""
+    monkeypatch.setattr(server, "STOP_GRACE_SECONDS", 0.5)
+    job = Running(tmp_path)
+    collecting = threading.Event()
+
+    def slow_collection(checkpoints: Any, savepoints: Any) -> Any:
+        collecting.set()
+        time.sleep(4)
+
+    monkeypatch.setattr(job.agent, "collect_garbage", slow_collection)
+    job.server.start()
+
+    async def scenario() -> float:
+        client = job.client()
+        try:
+            collection = asyncio.create_task(client.collect_garbage([], []))
+            await asyncio.to_thread(collecting.wait, 10)
+            started = time.monotonic()
+            await asyncio.to_thread(job.server.stop)
+            stopped = time.monotonic() - started
+            with pytest.raises(AgentUnavailable):
+                await collection
+            return stopped
+        finally:
+            await client.close()
+
+    try:
+        assert asyncio.run(scenario()) < 3.0
+    finally:
+        job.agent.close()
+
+
 def test_a_stopped_server_ends_its_thread_and_closes_its_loop(tmp_path: Path) -> None:
     def open_loops() -> int:
         return sum(

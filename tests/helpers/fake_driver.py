@@ -32,7 +32,8 @@ class FakeAgent:
     def __init__(self) -> None:
         self.reachable = True
         self.long_polls = True
-        self.batch = 3
+        self.state = QueryState.RUNNING
+        self.batch: int | None = 3
         self.progress: QueryProgress | None = None
         self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
@@ -61,11 +62,9 @@ class FakeAgent:
         document = AgentStatus(
             version=None,
             attempt=1,
-            query=QueryStatus(
-                QueryState.RUNNING, last_committed_batch=self.batch, progress=self.progress
-            ),
+            query=QueryStatus(self.state, last_committed_batch=self.batch, progress=self.progress),
             tasks=TASKS,
-            all_tasks_running=True,
+            all_tasks_running=self.state.runs_tasks,
             awaiting_final_checkpoint=False,
             restored_from=None,
             checkpoints=tuple(self.snapshots.values()),

@@ -590,13 +590,13 @@ class JobSupervisor:
             # the registry does not list goes now, while no snapshot is in flight.
             await self._collect_garbage(driver)
         self._last_status = status
-        self._record.last_batch = status.query.last_committed_batch
-        attempt.saw_batch(self._record.last_batch)
-        # Reported once the query started (restored); an adopted driver's may be in the
-        # record already.
-        started = status.query.state is not QueryState.STARTING
-        if started and status.restored_from != self._record.restored_from:
-            self._record_restore(attempt, status.restored_from)
+        # While the driver restores and starts its query, the location it reports from
+        # is not the query's yet: its batches and restore come once the query started.
+        if status.query.state is not QueryState.STARTING:
+            self._record.last_batch = status.query.last_committed_batch
+            attempt.saw_batch(self._record.last_batch)
+            if status.restored_from != self._record.restored_from:  # an adopted driver's
+                self._record_restore(attempt, status.restored_from)  # may be recorded
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks
         if running:

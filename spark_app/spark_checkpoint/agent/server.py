@@ -39,6 +39,9 @@ Number = TypeVar("Number", int, float)
 _CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
 # The longest a status request waits for a change (``wait`` is capped to it).
 MAX_WAIT_SECONDS = 30.0
+# How long `stop` lets requests in progress finish before it cancels them: a storage call
+# (a garbage collection while the driver restores) must not outlast the driver's exit.
+STOP_GRACE_SECONDS = 5.0
 # Query state and tasks change without telling the agent: a waiting status request
 # computes the status again this often to notice.
 RECHECK_SECONDS = 1.0
@@ -289,7 +292,9 @@ class AgentServer:
         asyncio.set_event_loop(self._loop)
         try:
             try:
-                runner = web.AppRunner(self._app, access_log=None)
+                runner = web.AppRunner(
+                    self._app, access_log=None, shutdown_timeout=STOP_GRACE_SECONDS
+                )
                 self._loop.run_until_complete(runner.setup())
                 site = web.TCPSite(runner, self._host, self._port)
                 self._loop.run_until_complete(site.start())
