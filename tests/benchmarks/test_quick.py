@@ -77,6 +77,7 @@ def _check_checkpoint_cost(result: dict[str, Any]) -> None:
         ("s3", 1),
     ]
     assert all(_positive(row["ratio"]["median"]) for row in result["table"])
+    assert all(_positive(row["share_of_batch"]["median"]) for row in result["table"])
     assert isinstance(result["target_met"], bool)
 
 
