@@ -22,6 +22,7 @@ import yaml
 from helpers.kube.cluster import OPERATOR_COMMAND, LocalCluster
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint.storage import layout
+from spark_checkpoint_operator.kubernetes.handlers import METRICS_PORT_VARIABLE
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "spark-checkpoint-operator"
@@ -705,8 +706,14 @@ def _free_port() -> int:
 
 @contextlib.contextmanager
 def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The Deployment's own command and arguments, as the operator identity."""
-    environment = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+    """The Deployment's own command and arguments, as the operator identity. Its metrics
+    port is a free one: the container's 9090 is the pod's own, not this machine's (two
+    tests, or another checkout's, would take it from each other)."""
+    environment = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        METRICS_PORT_VARIABLE: str(_free_port()),
+    }
     with log.open("ab") as output:
         process = subprocess.Popen(
             [OPERATOR_COMMAND, *args],
