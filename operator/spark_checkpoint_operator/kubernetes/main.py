@@ -41,7 +41,7 @@ OPTION_HELP = {
 
 
 def _options() -> list[click.Parameter]:
-    options = []
+    options: list[click.Parameter] = []
     for kopf_option in cli.run.params:
         if kopf_option.name in OPTION_HELP:
             option = copy.copy(kopf_option)
@@ -52,7 +52,7 @@ def _options() -> list[click.Parameter]:
 
 
 @click.pass_context
-def _run(context: click.Context, modules: tuple[str, ...], **options: Any) -> None:
+def _run(context: click.Context, /, modules: tuple[str, ...], **options: Any) -> None:
     context.invoke(cli.run, paths=(), modules=(HANDLERS, *modules), standalone=True, **options)
 
 
@@ -66,6 +66,8 @@ command = click.Command(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Exits with Click's code (0, or 2 for a usage error); returns 1 when the operator
+    cannot start."""
     arguments = list(sys.argv[1:] if argv is None else argv)
     # Kopf's authenticator is never awaited when the startup fails, which Python reports.
     warnings.filterwarnings("ignore", "coroutine 'authenticator' was never awaited")
@@ -77,7 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(error.__cause__, kopf.PermanentError):
             return 1
         raise
-    return 0
 
 
 if __name__ == "__main__":
