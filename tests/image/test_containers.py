@@ -82,12 +82,12 @@ def test_the_operator_image_answers_under_the_charts_security_context(
     pod_spec = deployment["spec"]["template"]["spec"]
     (container,) = pod_spec["containers"]
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
-    # The image's own entrypoint (the operator's command: Kopf's `run`), asked for its usage.
+    # The image's own entrypoint (the operator's command), asked for its usage.
     container = {key: value for key, value in container.items() if key not in {"command"}}
 
     output = run_pod_container(images["operator"], pod_spec, {**container, "args": ["--help"]})
 
-    assert "Usage: spark-checkpoint-operator run" in output
+    assert "Usage: spark-checkpoint-operator [OPTIONS]" in output
     assert "--all-namespaces" in output
 
 

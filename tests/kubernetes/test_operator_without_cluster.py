@@ -4,6 +4,7 @@ reached (no service account, no kubeconfig) it stops at once with one line that 
 Kopf; what it refuses."""
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -84,12 +85,35 @@ def test_the_operator_command_refuses_what_would_change_its_handlers_or_peering(
     assert "Traceback" not in error
 
 
-def test_the_operator_commands_help_lists_only_its_own_options() -> None:
+# Kopf's run options the command leaves out: it runs standalone, its own handlers.
+LEFT_OUT = {"paths", "standalone", "peering_name", "priority", "dev"}
+
+
+def test_the_operator_commands_help_lists_every_other_kopf_run_option() -> None:
     shown = subprocess.run(
         [OPERATOR_COMMAND, "--help"], capture_output=True, text=True, timeout=60, check=True
     ).stdout
     assert shown.startswith(f"Usage: {PROGRAM} [OPTIONS]\n")
-    for option in ("--all-namespaces", "--namespace", "--liveness", "--module", "--verbose"):
-        assert option in shown
-    for option in ("--standalone", "--peering", "--priority", "--dev", "PATHS"):
-        assert option not in shown
+    for option in cli.run.params:
+        listed = any(re.search(rf"(?<![\w-]){name}(?![\w-])", shown) for name in option.opts)
+        assert listed is (option.name not in LEFT_OUT), option.opts
+    assert "PATHS" not in shown
+
+
+def test_kopf_run_variables_set_the_operator_commands_options(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    received: dict[str, Any] = {}
+    monkeypatch.setattr(
+        cli, "run", click.Command("run", params=cli.run.params, callback=received.update)
+    )
+    monkeypatch.setenv("KOPF_RUN_VERBOSE", "1")
+    monkeypatch.setenv("KOPF_RUN_LOG_FORMAT", "json")
+    monkeypatch.setenv("KOPF_RUN_LIVENESS_ENDPOINT", URL)
+
+    with pytest.raises(SystemExit):
+        main(["-q", "-d", "-A"])
+
+    assert (received["verbose"], received["quiet"], received["debug"]) == (True, True, True)
+    assert received["log_format"] == LogFormat.JSON
+    assert (received["clusterwide"], received["liveness_endpoint"]) == (True, URL)

@@ -30,7 +30,10 @@ OPTION_HELP = {
         "Begin each line about an object with its namespace and name (default: on, off "
         "with --log-format=json)."
     ),
-    "clusterwide": "Watch jobs in every namespace (the image's default).",
+    "clusterwide": (
+        "Watch jobs in every namespace (the image's default; Kopf's too, with a warning, "
+        "when neither -A nor -n is given)."
+    ),
     "namespaces": "Watch jobs in this namespace (repeatable; glob patterns as Kopf's).",
     "liveness_endpoint": "Serve a liveness probe, e.g. http://0.0.0.0:8080/healthz.",
     "modules": (
@@ -60,8 +63,13 @@ command = click.Command(
     PROGRAM,
     callback=_run,
     params=_options(),
-    help="Run the operator: watch SparkCheckpointJob resources and run their jobs.",
-    context_settings={"help_option_names": ["-h", "--help"]},
+    help=(
+        "Run the operator: watch SparkCheckpointJob resources and run their jobs. Each "
+        "option may also come from KOPF_RUN_<NAME> (KOPF_RUN_VERBOSE=1, "
+        "KOPF_RUN_LOG_FORMAT=json), as with `kopf run`."
+    ),
+    # Kopf's group reads KOPF_RUN_* for its run command's options: so does this command.
+    context_settings={"help_option_names": ["-h", "--help"], "auto_envvar_prefix": "KOPF_RUN"},
 )
 
 
