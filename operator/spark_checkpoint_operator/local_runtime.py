@@ -100,10 +100,17 @@ def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
 
 
 class LocalDriver:
-    def __init__(self, process: asyncio.subprocess.Process, agent: AgentClient, log: IO[bytes]):
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        agent: AgentClient,
+        log: IO[bytes],
+        restore: list[str],
+    ):
         self._process = process
         self._agent = agent
         self._log = log
+        self._restore = restore
 
     @property
     def agent(self) -> AgentClient:
@@ -121,6 +128,9 @@ class LocalDriver:
 
     def started(self) -> bool:
         return True
+
+    def restore_candidates(self) -> list[str]:
+        return self._restore
 
     def exit_code(self) -> int | None:
         code = self._process.returncode
@@ -192,7 +202,7 @@ class LocalLauncher:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        driver = LocalDriver(process, AgentClient(f"http://127.0.0.1:{port}", token), log)
+        driver = LocalDriver(process, AgentClient(f"http://127.0.0.1:{port}", token), log, restore)
         self.current = driver
         self.on_launch(driver)
         return driver

@@ -13,6 +13,8 @@ from pathlib import Path
 from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
 
 PREFIX = "SPARK_CHECKPOINT_"
+# The images to restore from, newest first: a JSON list (URIs may contain commas).
+RESTORE_VARIABLE = f"{PREFIX}RESTORE"
 
 
 class SettingsError(ValueError):
@@ -42,8 +44,7 @@ class DriverSettings:
             f"{PREFIX}AGENT_PORT": str(self.agent_port),
             f"{PREFIX}TOKEN_FILE": str(token_file),
             f"{PREFIX}ATTEMPT": str(self.attempt),
-            # JSON, not a separator: URIs may contain commas.
-            f"{PREFIX}RESTORE": json.dumps([c.encode() for c in self.restore_candidates]),
+            RESTORE_VARIABLE: json.dumps([c.encode() for c in self.restore_candidates]),
         }
 
     @classmethod
@@ -72,16 +73,7 @@ class DriverSettings:
             raise SettingsError(f"{PREFIX}TOKEN_FILE: cannot read {token_file}: {error}") from None
         if not token:
             raise SettingsError(f"{PREFIX}TOKEN_FILE: {token_file} is empty")
-        try:
-            restore = json.loads(env.get(PREFIX + "RESTORE", "").strip() or "[]")
-        except json.JSONDecodeError as error:
-            raise SettingsError(f"{PREFIX}RESTORE: not a JSON list: {error}") from None
-        if not isinstance(restore, list) or not all(isinstance(c, str) for c in restore):
-            raise SettingsError(f"{PREFIX}RESTORE: expected a JSON list of strings")
-        try:
-            candidates = tuple(RestoreCandidate.decode(item) for item in restore)
-        except ProtocolError as error:
-            raise SettingsError(f"{PREFIX}RESTORE: {error}") from None
+        candidates = restore_candidates(env.get(RESTORE_VARIABLE, ""))
         return cls(
             namespace=get("NAMESPACE"),
             job=get("JOB"),
@@ -93,3 +85,17 @@ class DriverSettings:
             attempt=number("ATTEMPT"),
             restore_candidates=candidates,
         )
+
+
+def restore_candidates(value: str) -> tuple[RestoreCandidate, ...]:
+    """The images `RESTORE_VARIABLE`'s ``value`` lists, newest first (none when empty)."""
+    try:
+        restore = json.loads(value.strip() or "[]")
+    except json.JSONDecodeError as error:
+        raise SettingsError(f"{RESTORE_VARIABLE}: not a JSON list: {error}") from None
+    if not isinstance(restore, list) or not all(isinstance(c, str) for c in restore):
+        raise SettingsError(f"{RESTORE_VARIABLE}: expected a JSON list of strings")
+    try:
+        return tuple(RestoreCandidate.decode(item) for item in restore)
+    except ProtocolError as error:
+        raise SettingsError(f"{RESTORE_VARIABLE}: {error}") from None

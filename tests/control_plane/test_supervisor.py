@@ -9,7 +9,15 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotPhase, SnapshotStatus
+from spark_checkpoint.protocol import (
+    AgentStatus,
+    QueryState,
+    RestoreCandidate,
+    RestoredFrom,
+    SkippedImage,
+    SnapshotPhase,
+    SnapshotStatus,
+)
 from spark_checkpoint_operator.agent_client import AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
@@ -449,6 +457,38 @@ def test_a_restarted_runtime_adopts_the_running_driver_and_drops_its_unknown_che
     # Id 5 reserved a block; status shows the id the next checkpoint gets.
     assert supervisor.record.coordinator.next_checkpoint_id == 5 + CHECKPOINT_ID_BLOCK
     assert supervisor.record.next_checkpoint_id == max(running.agent.triggers) + 1
+
+
+def test_an_adopted_driver_failing_on_its_image_marks_the_image_it_restored() -> None:
+    """Its pod was to restore checkpoint:6 or else checkpoint:5; the runtime before recorded
+    that it restored checkpoint:5 (6 was unreadable). It exits RESTORE_UNUSABLE: 5 is the
+    image it failed on."""
+    running = FakeDriver(FakeAgent())
+    running.restore = ["checkpoint:6", "checkpoint:5"]
+    restored = RestoredFrom(
+        RestoreCandidate.decode("checkpoint:5"),
+        batch_id=9,
+        skipped=(SkippedImage(RestoreCandidate.decode("checkpoint:6"), "a file is missing"),),
+    )
+    running.agent.restored_from = restored
+    running.agent.state = QueryState.RESTORING
+    record = JobRecord(attempt=2, restored_from=restored)
+
+    async def scenario() -> list[str]:
+        launcher = FakeLauncher(running=running)
+        supervisor, lines = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: running.agent.status_requests > 0)
+        running.code = DriverExit.RESTORE_UNUSABLE
+        await until(lambda: launcher.drivers)  # the next attempt
+        launcher.drivers[0].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return lines
+
+    lines = asyncio.run(scenario())
+    assert [line.split(" cannot")[0] for line in lines if "cannot be restored" in line] == [
+        "checkpoint:5"
+    ]
 
 
 def test_triggers_wait_while_an_executor_is_missing() -> None:

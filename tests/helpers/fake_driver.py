@@ -14,6 +14,7 @@ from spark_checkpoint.protocol import (
     QueryProgress,
     QueryState,
     QueryStatus,
+    RestoredFrom,
     SnapshotPhase,
     SnapshotStatus,
 )
@@ -35,6 +36,7 @@ class FakeAgent:
         self.state = QueryState.RUNNING
         self.batch: int | None = 3
         self.progress: QueryProgress | None = None
+        self.restored_from: RestoredFrom | None = None
         self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
         self.triggers: list[int] = []
@@ -66,7 +68,7 @@ class FakeAgent:
             tasks=TASKS,
             all_tasks_running=self.state.runs_tasks,
             awaiting_final_checkpoint=False,
-            restored_from=None,
+            restored_from=self.restored_from,
             checkpoints=tuple(self.snapshots.values()),
         )
         if not self.long_polls:
@@ -131,12 +133,16 @@ class FakeDriver:
         self.code: int | None = None
         self.executors = True
         self.problem: StartProblem | None = None
+        self.restore: list[str] = []  # as the launcher was asked
 
     def start_problem(self) -> StartProblem | None:
         return self.problem
 
     def started(self) -> bool:
         return self.problem is None
+
+    def restore_candidates(self) -> list[str]:
+        return self.restore
 
     def executors_ready(self) -> bool:
         return self.executors
@@ -164,6 +170,7 @@ class FakeLauncher:
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
         self.restores.append(restore)
         self.drivers.append(FakeDriver(self.agent_class()))
+        self.drivers[-1].restore = restore
         return self.drivers[-1]
 
 

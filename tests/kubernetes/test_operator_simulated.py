@@ -195,6 +195,34 @@ def test_a_restore_longer_than_the_start_timeout_is_not_taken_for_a_missing_agen
         )
 
 
+def test_a_driver_adopted_while_it_restored_falls_back_when_its_image_is_unusable(
+    tmp_path: Path,
+) -> None:
+    """The operator restarts while the second driver restores (its agent answers
+    "starting": no restore recorded); the driver then exits RESTORE_UNUSABLE. The adopted
+    driver's image is the first its pod was to restore from: the next driver falls back."""
+    agents = SimulatedAgents(batch_seconds=0.3, starting_seconds=20.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(restartPolicy={"type": "OnFailure", "maxRetries": 1, "backoff": "100ms"}))
+        completed(cluster, "orders", 2)
+        registered = sorted(c["id"] for c in cluster.status("orders")["coordinator"]["checkpoints"])
+        newest, previous = f"checkpoint:{registered[-1]}", f"checkpoint:{registered[-2]}"
+        cluster.crash_driver("orders-driver-1", exit_code=1)
+        second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+        assert second.restored_from == newest
+
+        with operator_stopped(cluster):
+            pass
+        cluster.wait_for_event("orders", "DriverAdopted", "resumed with the running driver")
+        cluster.crash_driver("orders-driver-2", exit_code=5)  # DriverExit.RESTORE_UNUSABLE
+
+        third = cluster.wait_for("driver 3", lambda: cluster.simulated_agent("orders-driver-3"))
+        assert third.restored_from == previous
+        event = cluster.wait_for_event("orders", "RestoreFailed", f"{newest} cannot be restored")
+        assert event["message"].endswith(f"falling back to {previous}")
+        assert [e["source"] for e in cluster.status("orders")["unrestorable"]] == [newest]
+
+
 def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_timeout(
     cluster: LocalCluster,
 ) -> None:

@@ -28,6 +28,7 @@ from spark_checkpoint.janitor_commands import (
     RemoveLiveDirectory,
 )
 from spark_checkpoint.restorable_report import ReportUnreadable, problems_by_image
+from spark_checkpoint.settings import RESTORE_VARIABLE, SettingsError, restore_candidates
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.model import JobManifest
@@ -278,6 +279,17 @@ class KubernetesDriver:
             _own_container_state(pod, "running") is not None
             or _own_container_state(pod, "terminated") is not None
         )
+
+    def restore_candidates(self) -> list[str]:
+        pod = self.pod
+        for container in pod["spec"]["containers"] if pod is not None else ():
+            if container["name"] == objects.DRIVER:
+                for variable in container.get("env") or ():
+                    if variable["name"] == RESTORE_VARIABLE:
+                        with contextlib.suppress(SettingsError):  # not a pod this made
+                            listed = restore_candidates(variable.get("value") or "")
+                            return [c.encode() for c in listed]
+        return []
 
     def exit_code(self) -> int | None:
         pod = self.pod

@@ -56,7 +56,7 @@ class StopRequest(IntEnum):
 class Attempt:
     driver: DriverHandle
     stage: Stage
-    # The images the driver was started to restore from, newest first (empty if adopted).
+    # The images the driver was started to restore from, newest first.
     candidates: list[str] = field(default_factory=list)
     # When its driver was first seen running (monotonic; a pod may wait for a node or an
     # image first), while its agent had not answered.
@@ -89,7 +89,7 @@ class Attempt:
 
     @classmethod
     def adopted(cls, driver: DriverHandle) -> "Attempt":
-        return cls(driver, Stage.ADOPTED)
+        return cls(driver, Stage.ADOPTED, driver.restore_candidates())
 
     # ------------------------------------------------------------------ queries
 

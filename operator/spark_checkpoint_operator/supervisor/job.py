@@ -456,12 +456,13 @@ class JobSupervisor:
             return None
         if attempt.unconfirmed_restore is not None:
             return attempt.unconfirmed_restore.candidate.encode()
-        if attempt.candidates:
-            # The driver died before its agent was asked: every candidate before the one it
-            # restored was one it could not read, so the first is unusable in any case.
-            return attempt.candidates[0]
-        if self._record.restored_from is not None:  # an adopted driver's
+        if self._record.restored_from is not None:  # this attempt's, confirmed or adopted
             return self._record.restored_from.candidate.encode()
+        if attempt.candidates:
+            # Its restore is not known (its agent had not reported it): every candidate
+            # before the one it restored was one it could not read, so the first is
+            # unusable in any case.
+            return attempt.candidates[0]
         return None
 
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:

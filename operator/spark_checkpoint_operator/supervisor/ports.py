@@ -35,6 +35,10 @@ class DriverHandle(Protocol):
         """Its process runs or ran (a pod's container, not a pod waiting for a node or an
         image): the start timeout counts from the first time this is true."""
 
+    def restore_candidates(self) -> list[str]:
+        """The images it was started to restore from, newest first, as its environment
+        lists them: an adopted driver's too."""
+
     def exit_code(self) -> int | None:
         """None while the driver runs."""
 
