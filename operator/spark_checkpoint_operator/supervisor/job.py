@@ -592,12 +592,13 @@ class JobSupervisor:
             await self._collect_garbage(driver)
         self._last_status = status
         # While the driver restores and starts its query, the location it reports from
-        # is not the query's yet: its batches and restore come once the query started.
+        # is not the query's yet: its batches and restore come once the query started (an
+        # adopted driver's restore may be in the record already).
         if status.query.state is not QueryState.STARTING:
             self._record.last_batch = status.query.last_committed_batch
             attempt.saw_batch(self._record.last_batch)
-            if status.restored_from != self._record.restored_from:  # an adopted driver's
-                self._record_restore(attempt, status.restored_from)  # may be recorded
+            if status.restored_from != self._record.restored_from:
+                self._record_restore(attempt, status.restored_from)
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks
         if running:
