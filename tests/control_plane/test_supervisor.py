@@ -331,6 +331,48 @@ class RestoringAgent(FakeAgent):
         return super()._status()
 
 
+class SlowRestoreAgent(FakeAgent):
+    """Its driver restores (the agent answers "starting") until ``restored`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.restored = False
+
+    def _status(self) -> AgentStatus:
+        self.state = QueryState.RUNNING if self.restored else QueryState.STARTING
+        return super()._status()
+
+
+def test_a_restore_longer_than_the_start_timeout_is_told_once_and_does_not_fail_the_job() -> None:
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str], list[str]]:
+        launcher = FakeLauncher()
+        launcher.agent_class = SlowRestoreAgent
+        supervisor, lines = _supervisor(launcher, start_timeout=0.5)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers)
+        await asyncio.sleep(2)
+        restoring = [supervisor.record.phase.value, supervisor.record.message]
+        agent = launcher.drivers[0].agent
+        agent.restored = True
+        await until(lambda: agent.completed)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return supervisor, launcher, lines, restoring
+
+    supervisor, launcher, lines, (phase, message) = asyncio.run(scenario())
+    told = [line for line in lines if "restoring its image" in line]
+    assert len(told) == 1, lines
+    assert re.fullmatch(
+        r"the driver has been restoring its image and starting its query for \d+s, longer "
+        r"than restartPolicy.startTimeout \(0s\): a large image takes its time; storage "
+        r"that stopped answering needs the driver stopped",
+        told[0],
+    )
+    assert (phase, message) == ("Deploying", told[0])
+    assert len(launcher.drivers) == 1, "not failed, not restarted"
+    assert supervisor.record.message == ""
+
+
 def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_retried() -> None:
     """Its agent answered while it restored, with no batch yet: the image's batch it reports
     next is no progress of its query."""

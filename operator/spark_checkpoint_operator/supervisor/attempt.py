@@ -82,6 +82,11 @@ class Attempt:
     unanswered_since: float | None = None
     # What keeps the driver from starting, as last reported (`kept_from_starting`).
     start_problem: StartProblem | None = None
+    # Since when its agent reports the driver restoring and starting its query (monotonic;
+    # None once the query started), and whether a start longer than the start timeout was
+    # told (`slow_start_due`).
+    starting_since: float | None = None
+    slow_start_told: bool = False
 
     @classmethod
     def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
@@ -115,6 +120,18 @@ class Attempt:
         if self.running_since is None and self.driver.started():
             self.running_since = time.monotonic()
         return 0.0 if self.running_since is None else time.monotonic() - self.running_since
+
+    def starting_for(self) -> float:
+        """How long its agent has reported the driver starting; 0 once the query started."""
+        since = self.starting_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def slow_start_due(self, timeout: float) -> bool:
+        """Its agent has reported the driver starting for ``timeout``, and nobody was told."""
+        since = self.starting_since
+        return (
+            not self.slow_start_told and since is not None and time.monotonic() - since >= timeout
+        )
 
     def silent_for(self) -> float:
         """How long its agent, having answered this runtime, has answered no status
@@ -163,6 +180,13 @@ class Attempt:
             self.first_batch = (batch,)
         elif self.first_batch != (batch,):
             self.batches_advanced = True
+
+    def reported_starting(self, starting: bool) -> None:
+        """Its agent reported the driver restoring and starting its query, or not."""
+        if not starting:
+            self.starting_since = None
+        elif self.starting_since is None:
+            self.starting_since = time.monotonic()
 
     def restored(self, restore: RestoredFrom) -> None:
         self.unconfirmed_restore = restore

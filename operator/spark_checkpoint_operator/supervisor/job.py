@@ -329,7 +329,7 @@ class JobSupervisor:
 
     def _outcome(self, attempt: Attempt, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
-        if attempt.start_problem is not None:
+        if attempt.start_problem is not None or attempt.slow_start_told:
             self._record.message = ""  # whatever ended the attempt ended its problem too
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
@@ -519,6 +519,7 @@ class JobSupervisor:
             driver.exit_code() is not None
             or driver.executors_ready() != attempt.executors_ready
             or attempt.stalled_stopping()
+            or attempt.slow_start_due(self._restart_policy.start_timeout)
         )
 
     async def _poll(self, attempt: Attempt, answer: Answer | None = None) -> int | None:
@@ -594,7 +595,11 @@ class JobSupervisor:
         # While the driver restores and starts its query, the location it reports from
         # is not the query's yet: its batches and restore come once the query started (an
         # adopted driver's restore may be in the record already).
-        if status.query.state is not QueryState.STARTING:
+        starting = status.query.state is QueryState.STARTING
+        attempt.reported_starting(starting)
+        if starting:
+            await self._report_slow_start(attempt)
+        else:
             self._record.last_batch = status.query.last_committed_batch
             attempt.saw_batch(self._record.last_batch)
             if status.restored_from != self._record.restored_from:
@@ -633,6 +638,23 @@ class JobSupervisor:
             # what its exit cuts short is no failure.
             await self._interpreter.tell_phase()
         await self._tick()
+
+    async def _report_slow_start(self, attempt: Attempt) -> None:
+        """Nothing bounds a restore (its agent answers all along): one that takes longer
+        than the start timeout is told once, and kept as the job's message until the query
+        starts, so that one that hangs does not go unseen."""
+        timeout = self._restart_policy.start_timeout
+        if not attempt.slow_start_due(timeout):
+            return
+        attempt.slow_start_told = True
+        self._record.message = (
+            "the driver has been restoring its image and starting its query for "
+            f"{attempt.starting_for():.0f}s, longer than restartPolicy.startTimeout "
+            f"({timeout:.0f}s): a large image takes its time; storage that stopped answering "
+            "needs the driver stopped"
+        )
+        self._notify("DriverSlowToStart", Level.WARNING, self._record.message)
+        await self._interpreter.persist()
 
     def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
         self._record.restored_from = restored
