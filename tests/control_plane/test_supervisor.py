@@ -24,6 +24,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
+    JobPhase,
     PersistedState,
     TerminalOutcome,
     TriggerRequested,
@@ -371,6 +372,52 @@ def test_a_restore_longer_than_the_start_timeout_is_told_once_and_does_not_fail_
     assert (phase, message) == ("Deploying", told[0])
     assert len(launcher.drivers) == 1, "not failed, not restarted"
     assert supervisor.record.message == ""
+
+
+class SlowRestoreSlowStopLauncher(FakeLauncher):
+    """Its drivers restore until told, and take a second to go once deleted."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        self.drivers.append(SlowToStopDriver(SlowRestoreAgent()))
+        return self.drivers[-1]
+
+
+def test_a_slow_start_is_not_told_of_a_driver_being_stopped() -> None:
+    async def scenario() -> tuple[list[str], TerminalOutcome, str]:
+        launcher = SlowRestoreSlowStopLauncher()
+        supervisor, lines = _supervisor(launcher, start_timeout=0.3)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.status_requests)
+        supervisor.suspend_now()  # the pod goes in a second, past the start timeout
+        return lines, await asyncio.wait_for(run, 10), supervisor.record.message
+
+    lines, outcome, message = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.SUSPENDED
+    assert not [line for line in lines if "restoring its image" in line], lines
+    assert message == ""
+
+
+def test_a_slow_start_an_operator_restart_left_in_the_record_goes_with_its_driver() -> None:
+    """The runtime before told the adopted driver's slow start; it is suspended while it
+    still restores: the job ends Suspended without that message."""
+    running = FakeDriver(SlowRestoreAgent())
+    record = JobRecord(
+        attempt=2,
+        phase=JobPhase.DEPLOYING,
+        message="the driver has been restoring its image and starting its query for 301s",
+    )
+
+    async def scenario() -> tuple[TerminalOutcome, str]:
+        launcher = FakeLauncher(running=running)
+        supervisor, _ = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: running.agent.status_requests)
+        await asyncio.sleep(0.2)
+        supervisor.suspend_now()
+        return await asyncio.wait_for(run, 10), supervisor.record.message
+
+    outcome, message = asyncio.run(scenario())
+    assert (outcome, message) == (TerminalOutcome.SUSPENDED, "")
 
 
 def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_retried() -> None:

@@ -329,8 +329,10 @@ class JobSupervisor:
 
     def _outcome(self, attempt: Attempt, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
-        if attempt.start_problem is not None or attempt.slow_start_told:
-            self._record.message = ""  # whatever ended the attempt ended its problem too
+        if attempt.start_problem is not None or attempt.starting_since is not None:
+            # Whatever ended the attempt ended its problem too (a slow start an operator
+            # restart left in the record included).
+            self._record.message = ""
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
             return TerminalOutcome.CANCELLED
@@ -519,7 +521,7 @@ class JobSupervisor:
             driver.exit_code() is not None
             or driver.executors_ready() != attempt.executors_ready
             or attempt.stalled_stopping()
-            or attempt.slow_start_due(self._restart_policy.start_timeout)
+            or self._slow_start_due(attempt)
         )
 
     async def _poll(self, attempt: Attempt, answer: Answer | None = None) -> int | None:
@@ -639,14 +641,19 @@ class JobSupervisor:
             await self._interpreter.tell_phase()
         await self._tick()
 
+    def _slow_start_due(self, attempt: Attempt) -> bool:
+        """A slow start to tell: not of a driver being stopped."""
+        stopping = self._stop_requested.is_set() or attempt.failing is not None
+        return not stopping and attempt.slow_start_due(self._restart_policy.start_timeout)
+
     async def _report_slow_start(self, attempt: Attempt) -> None:
         """Nothing bounds a restore (its agent answers all along): one that takes longer
         than the start timeout is told once, and kept as the job's message until the query
         starts, so that one that hangs does not go unseen."""
-        timeout = self._restart_policy.start_timeout
-        if not attempt.slow_start_due(timeout):
+        if not self._slow_start_due(attempt):
             return
         attempt.slow_start_told = True
+        timeout = self._restart_policy.start_timeout
         self._record.message = (
             "the driver has been restoring its image and starting its query for "
             f"{attempt.starting_for():.0f}s, longer than restartPolicy.startTimeout "
