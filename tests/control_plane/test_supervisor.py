@@ -310,7 +310,7 @@ def test_the_start_timeout_counts_from_when_the_driver_runs() -> None:
     supervisor, launcher, outcome, after = asyncio.run(scenario())
     assert outcome is TerminalOutcome.FAILED
     assert supervisor.record.message.startswith(
-        "the driver's checkpoint agent never answered in 0s after the driver started"
+        "the driver's checkpoint agent never answered in 0.5s after the driver started"
     )
     assert after >= 0.5
     assert len(launcher.drivers) == 1 and launcher.drivers[0].code == -15
@@ -365,7 +365,7 @@ def test_a_restore_longer_than_the_start_timeout_is_told_once_and_does_not_fail_
     assert len(told) == 1, lines
     assert re.fullmatch(
         r"the driver has been restoring its image and starting its query for \d+s, longer "
-        r"than restartPolicy.startTimeout \(0s\): a large image takes its time; storage "
+        r"than restartPolicy.startTimeout \(0.5s\): a large image takes its time; storage "
         r"that stopped answering needs the driver stopped",
         told[0],
     )

@@ -563,7 +563,7 @@ class JobSupervisor:
             reason = "AgentStoppedAnswering"
         elif not stopping and attempt.running_for() >= timeout:
             attempt.fail(
-                f"the driver's checkpoint agent never answered in {timeout:.0f}s after the "
+                f"the driver's checkpoint agent never answered in {timeout:g}s after the "
                 "driver started (restartPolicy.startTimeout): does the pipeline start its "
                 "query with run_coordinated(writer, participants=[...]) instead of "
                 "writer.start()?"
@@ -657,7 +657,7 @@ class JobSupervisor:
         self._record.message = (
             "the driver has been restoring its image and starting its query for "
             f"{attempt.starting_for():.0f}s, longer than restartPolicy.startTimeout "
-            f"({timeout:.0f}s): a large image takes its time; storage that stopped answering "
+            f"({timeout:g}s): a large image takes its time; storage that stopped answering "
             "needs the driver stopped"
         )
         self._notify("DriverSlowToStart", Level.WARNING, self._record.message)
