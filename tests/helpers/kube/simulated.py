@@ -194,6 +194,7 @@ class SimulatedAgents:
         # pod runs, and no agent ever listens.
         self.uncoordinated_images = uncoordinated_images
         self.restore_seconds = restore_seconds
+        # A driver with an image to restore reports "starting" this long (its restore).
         self.starting_seconds = starting_seconds
         self.batch_seconds = batch_seconds
         self.ack_delay = ack_delay
@@ -213,7 +214,7 @@ class SimulatedAgents:
             batch_seconds=self.batch_seconds,
             ack_delay=self.ack_delay,
             finish_after=self.finish_after,
-            started=loop.time() + self.starting_seconds,
+            started=loop.time() + (self.starting_seconds if restore else 0.0),
             restore_seconds=self.restore_seconds,
         )
         self.agents[ip] = agent
@@ -226,7 +227,8 @@ class SimulatedAgents:
         app.router.add_post(r"/v1/checkpoints/{id:\d+}/{action}", self._command)
         app.router.add_post(r"/v1/savepoints/{id:\d+}/discard", self._discarded)
         app.router.add_post("/v1/storage/collect-garbage", self._garbage)
-        self._runner = web.AppRunner(app, access_log=None)
+        # A long poll still waiting when the cluster stops (its operator gone) is cut short.
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
 
     async def stop(self) -> None:
