@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import threading
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -130,6 +131,11 @@ def start_s3_server() -> S3Server:
         server.server_close()
 
     s3 = S3Server(f"http://127.0.0.1:{server.server_port}", "checkpoints", log, stop)
+    # moto keeps its buckets in the process: a server started again in one process (mutmut
+    # runs the tests several times in one) starts empty, as a new server process would.
+    urllib.request.urlopen(
+        urllib.request.Request(f"{s3.endpoint}/moto-api/reset", method="POST"), timeout=30
+    ).close()
     env = s3.environment()
     fsspec.filesystem(
         "s3",
