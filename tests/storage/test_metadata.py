@@ -244,6 +244,47 @@ def test_schema_violation_names_the_field(
     assert len(str(raised.value)) > len(f"{SOURCE}: {field}: ") + 10, "the reason is given"
 
 
+MISSING = object()  # the key is left out
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "field"),
+    [
+        (None, {}, "acknowledgements"),
+        (None, ["logs"], "acknowledgements[0]"),
+        ("task", MISSING, "acknowledgements[0].task"),
+        ("task", "", "acknowledgements[0].task"),
+        ("task", 7, "acknowledgements[0].task"),
+        ("files", MISSING, "acknowledgements[0].files"),
+        ("files", "0", "acknowledgements[0].files"),
+        ("files", ["0"], "acknowledgements[0].files[0]"),
+        ("bytes", MISSING, "acknowledgements[0].bytes"),
+        ("bytes", -1, "acknowledgements[0].bytes"),
+        ("bytes", 1.5, "acknowledgements[0].bytes"),
+        ("duration_ms", MISSING, "acknowledgements[0].duration_ms"),
+        ("duration_ms", -1, "acknowledgements[0].duration_ms"),
+        ("duration_ms", "5", "acknowledgements[0].duration_ms"),
+    ],
+)
+def test_each_acknowledgement_field_is_checked_naming_it(
+    metadata: CheckpointMetadata, key: str | None, value: Any, field: str
+) -> None:
+    """What each task acknowledged, as `_metadata` records it: an invalid one is refused
+    naming the field, never read as another checkpoint's (the schema's every rule)."""
+    document = document_of(metadata)
+    if key is None:
+        document["acknowledgements"] = value
+    elif value is MISSING:
+        del document["acknowledgements"][0][key]
+    else:
+        document["acknowledgements"][0][key] = value
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
+
+    assert raised.value.field == field
+
+
 def test_a_document_that_is_not_an_object_is_invalid() -> None:
     with pytest.raises(InvalidMetadataError) as raised:
         CheckpointMetadata.from_bytes(b"[1, 2]", SOURCE)
