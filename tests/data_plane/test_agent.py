@@ -5,7 +5,6 @@ import asyncio
 import contextlib
 import gc
 import json
-import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -137,24 +136,6 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
     assert running.participant.completed == [2]
     assert running.agent.stop_requested is False
     assert _status(client)["checkpoints"] == []
-
-
-def test_a_snapshot_reported_acknowledged_holds_no_pins(
-    running: Running, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Its hard links into the live location are gone by the time the coordinator may
-    finalize, however long removing them takes."""
-    remove = shutil.rmtree
-
-    def slow_removal(path: Any, ignore_errors: bool = False) -> None:
-        time.sleep(0.5)
-        remove(path, ignore_errors=ignore_errors)
-
-    monkeypatch.setattr(agent_module.shutil, "rmtree", slow_removal)
-    client = running.client()
-    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
-    _wait_for(client, 1, "acknowledged")
-    assert not (running.root / "pins" / "chk-1").exists()
 
 
 def test_finalize_before_all_acks_is_refused(running: Running) -> None:

@@ -536,19 +536,16 @@ class CheckpointAgent:
             with self._lock:
                 remaining[0] -= 1
                 finished = remaining[0] == 0
-            if finished:
-                # Gone before the snapshot is reported acknowledged: once the coordinator
-                # may finalize, no hard link of it holds the live location's files.
-                shutil.rmtree(pin_dir, ignore_errors=True)
-            with self._lock:
                 if finished and snapshot.state is SnapshotPhase.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotPhase.ACKNOWLEDGED
                 aborted = snapshot.cancelled.is_set()
                 acknowledgement_only = not finished and not snapshot.declines
             # This task's ack or decline, and perhaps "acknowledged".
             self._changed(acknowledgement_only=acknowledgement_only)
-            if finished and aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
-                self._delete_image(snapshot)
+            if finished:
+                shutil.rmtree(pin_dir, ignore_errors=True)
+                if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
+                    self._delete_image(snapshot)
 
         try:
             for task, files in plan.files_by_task.items():
