@@ -5,6 +5,7 @@ import asyncio
 import contextlib
 import gc
 import json
+import shutil
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -136,6 +137,35 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
     assert running.participant.completed == [2]
     assert running.agent.stop_requested is False
     assert _status(client)["checkpoints"] == []
+
+
+def test_a_snapshot_showing_every_acknowledgement_holds_no_pins_and_can_be_finalized(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A coordinator finalizes once every task acknowledged: by then the hard links into
+    the live location are gone, however long removing them takes, and the snapshot is
+    acknowledged (not still copying, which finalize refuses with 409)."""
+    remove = shutil.rmtree
+
+    def slow_removal(path: Any, ignore_errors: bool = False) -> None:
+        time.sleep(0.5)
+        remove(path, ignore_errors=ignore_errors)
+
+    monkeypatch.setattr(agent_module.shutil, "rmtree", slow_removal)
+    client = running.client()
+    tasks = ["logs", "state-0-0", "state-0-1"]
+    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    deadline = time.monotonic() + 20
+    acknowledged: list[str] = []
+    while sorted(acknowledged) != tasks:
+        assert time.monotonic() < deadline, f"never acknowledged by every task: {acknowledged}"
+        (snapshot,) = _status(client)["checkpoints"]
+        acknowledged = [ack["task"] for ack in snapshot["acks"]]
+        time.sleep(0.01)
+
+    assert not (running.root / "pins" / "chk-1").exists()
+    assert snapshot["state"] == "acknowledged"
+    _call(client, "finalize", 1, tasks)
 
 
 def test_finalize_before_all_acks_is_refused(running: Running) -> None:

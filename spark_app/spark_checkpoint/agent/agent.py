@@ -532,20 +532,27 @@ class CheckpointAgent:
         self._changed()
         remaining = [len(plan.files_by_task)]
 
-        def copy_done() -> None:
+        def copy_done(task: str, ack: TaskAcknowledgement | None) -> None:
             with self._lock:
                 remaining[0] -= 1
                 finished = remaining[0] == 0
+            if finished:
+                # Gone before the last acknowledgement shows: a coordinator that sees every
+                # task acknowledged may finalize, and no hard link holds Spark's files then.
+                shutil.rmtree(pin_dir, ignore_errors=True)
+            with self._lock:
+                # The last acknowledgement and "acknowledged" show together: finalize
+                # answers 409 to a snapshot still copying.
+                if ack is not None:
+                    snapshot.acks[task] = ack
                 if finished and snapshot.state is SnapshotPhase.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotPhase.ACKNOWLEDGED
                 aborted = snapshot.cancelled.is_set()
                 acknowledgement_only = not finished and not snapshot.declines
             # This task's ack or decline, and perhaps "acknowledged".
             self._changed(acknowledgement_only=acknowledgement_only)
-            if finished:
-                shutil.rmtree(pin_dir, ignore_errors=True)
-                if aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
-                    self._delete_image(snapshot)
+            if finished and aborted and snapshot.kind is CheckpointKind.SAVEPOINT:
+                self._delete_image(snapshot)
 
         try:
             for task, files in plan.files_by_task.items():
@@ -600,12 +607,13 @@ class CheckpointAgent:
         task: str,
         files: tuple[str, ...],
         pin_dir: Path,
-        done: Callable[[], None],
+        done: Callable[[str, TaskAcknowledgement | None], None],
         *,
         stored: Mapping[str, int] | None,
     ) -> None:
         started = time.monotonic()
         entries: list[ManifestEntry] = []
+        ack: TaskAcknowledgement | None = None
         try:
             for relative in files:
                 if snapshot.cancelled.is_set():
@@ -634,14 +642,12 @@ class CheckpointAgent:
                 bytes=sum(e.size for e in entries),
                 duration_ms=int((time.monotonic() - started) * 1000),
             )
-            with self._lock:
-                snapshot.acks[task] = ack
         except Exception as error:  # every failure of a task is a decline with its reason
             log.warning("checkpoint %s task %s failed: %s", snapshot.checkpoint_id, task, error)
             with self._lock:
                 snapshot.declines[task] = f"{type(error).__name__}: {error}"
         finally:
-            done()
+            done(task, ack)
 
     def _delete_image(self, snapshot: _Snapshot) -> None:
         self._storage.fs.delete_tree(
