@@ -57,7 +57,9 @@ class FinishingLauncher(FakeLauncher):
         return driver
 
 
-def _finish(launcher: FakeLauncher, end_input: Callable[[FakeAgent], None]) -> list[Notice]:
+def _finish(
+    launcher: FakeLauncher, end_input: Callable[[FakeAgent], None], janitor: NoJanitor | None = None
+) -> list[Notice]:
     """Runs a job until it ends, calling ``end_input`` on its agent once two checkpoints
     completed; the job must finish. Periodic checkpoints go as often as they can: one is
     due while the driver exits."""
@@ -71,7 +73,7 @@ def _finish(launcher: FakeLauncher, end_input: Callable[[FakeAgent], None]) -> l
             config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
             restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
             launcher=launcher,
-            janitor=NoJanitor(),
+            janitor=janitor or NoJanitor(),
             save=save,
             record=JobRecord(),
             report=notices.append,
@@ -91,10 +93,19 @@ def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead
         agent.batch += 1  # the last batch: the checkpoints so far do not cover it
         agent.exhausted = True
 
-    notices = _finish(FinishingLauncher(), end_input)
+    launcher, janitor = FinishingLauncher(), NoJanitor()
+    notices = _finish(launcher, end_input, janitor)
     lines = [notice.message for notice in notices]
     assert [n for n in notices if n.level is Level.WARNING] == [], "\n".join(lines)
     assert not [line for line in lines if "failed" in line or "not delivered" in line], lines
+    # Retention's discards and the abort of a checkpoint given up are not sent to a driver
+    # that exits: nothing reads as trouble.
+    assert not [line for line in lines if "did not take" in line], lines
+    agent = launcher.drivers[0].agent
+    # Each discarded once (RetainOnFailure: a finished job keeps none), by the janitor once
+    # the driver was told of its final checkpoint.
+    assert sorted(agent.discarded + janitor.discarded) == agent.completed
+    assert janitor.discarded == agent.completed[-2:]
     final = next(n for n in notices if "(final)" in n.message)
     assert final.reason == "CheckpointCompleted"
     final_id = final.message.split()[1]

@@ -39,6 +39,7 @@ class FakeAgent:
         self.restored_from: RestoredFrom | None = None
         self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
+        self.discarded: list[int] = []  # checkpoints
         self.triggers: list[int] = []
         self.done_at_finalization: set[int] = set()
         self.status_requests = 0
@@ -113,6 +114,7 @@ class FakeAgent:
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
         self._check()
+        self.discarded.append(checkpoint_id)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
         self._check()
@@ -175,8 +177,11 @@ class FakeLauncher:
 
 
 class NoJanitor:
+    def __init__(self) -> None:
+        self.discarded: list[int] = []  # checkpoints
+
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
-        return None
+        self.discarded.append(checkpoint_id)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
         return None

@@ -335,7 +335,10 @@ class EffectInterpreter:
             await attempt.driver.agent.abort(cid, message)
         except (AgentUnavailable, AgentRejected) as error:
             # Nothing to undo: an agent that is still there lists the snapshot in its next
-            # report and is told again; files of a dead one are garbage.
+            # report and is told again; files of a dead one are garbage. A driver that
+            # finishes or suspends exits anyway: no news.
+            if attempt.leaving:
+                return
             self._notify(
                 "AbortNotDelivered",
                 Level.DETAIL,
@@ -350,9 +353,10 @@ class EffectInterpreter:
         through_agent: Callable[[AgentClient], Awaitable[object]],
         through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
-        """Storage is changed by the driver's agent while one runs, else by the janitor."""
+        """Storage is changed by the driver's agent while one runs, else by the janitor:
+        also for a driver told of its final checkpoint, which exits any moment."""
         refused: AgentUnavailable | AgentRejected | None = None
-        if attempt is not None:
+        if attempt is not None and not attempt.finishing:
             try:
                 await through_agent(attempt.driver.agent)
                 return
