@@ -17,6 +17,7 @@ from spark_checkpoint.storage import (
     ChecksumMismatchError,
     FileDigest,
     MissingFileError,
+    StorageAccessError,
     StorageFileSystem,
     SymbolicLinkError,
     digest_local_file,
@@ -257,6 +258,55 @@ def test_file_sizes_answers_for_files_below_the_directory_only(
         f"{root}/chk-1/_metadata": None,
         f"{root}/shared/ab": None,
     }
+
+
+@pytest.mark.parametrize("kind", ["local", "object store"])
+def test_list_file_sizes_sizes_every_file_below_the_directory(
+    tmp_path: Path, memory_root: str, kind: str
+) -> None:
+    root = f"file://{tmp_path}" if kind == "local" else memory_root
+    fs = StorageFileSystem.for_url(root).confined(root)
+    for name in ("shared/ab/file", "shared/cd/other", "chk-1/_metadata"):
+        fs.write_atomic(f"{root}/{name}", b"x" * len(name))
+
+    assert fs.list_file_sizes(f"{root}/shared") == {"ab/file": 14, "cd/other": 15}
+    assert fs.list_file_sizes(f"{root}/absent") == {}
+
+
+def test_a_listing_the_storage_library_fails_names_the_directory(
+    memory_root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An error of the library's own (botocore's, Azure's) becomes a StorageAccessError
+    naming the directory and the library's error."""
+    fs = StorageFileSystem.for_url(memory_root)
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("the service refused")
+
+    monkeypatch.setattr(fs._fs, "find", refused)
+
+    with pytest.raises(StorageAccessError) as raised:
+        fs.list_file_sizes(f"{memory_root}/shared")
+    assert str(raised.value) == f"{memory_root}/shared: RuntimeError: the service refused"
+
+
+def test_a_file_deleted_while_its_directory_is_listed_is_left_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Garbage collection lists `shared/` while a janitor or driver may delete there."""
+    fs = StorageFileSystem.for_url(f"file://{tmp_path}").confined(f"file://{tmp_path}")
+    for name in ("gone", "kept"):
+        fs.write_atomic(str(tmp_path / "shared" / name), b"x")
+    walk = os.walk
+
+    def deleting_after_listing(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
+        for directory, subdirectories, files in walk(top):
+            (Path(directory) / "gone").unlink(missing_ok=True)
+            yield directory, subdirectories, files
+
+    monkeypatch.setattr(os, "walk", deleting_after_listing)
+
+    assert fs.list_file_sizes(str(tmp_path / "shared")) == {"kept": 1}
 
 
 @pytest.fixture
