@@ -536,6 +536,8 @@ class CheckpointAgent:
             with self._lock:
                 remaining[0] -= 1
                 finished = remaining[0] == 0
+                if ack is not None and not finished:
+                    snapshot.acks[task] = ack
             if finished:
                 # Gone before the last acknowledgement shows: a coordinator that sees every
                 # task acknowledged may finalize, and no hard link holds Spark's files then.
@@ -543,7 +545,7 @@ class CheckpointAgent:
             with self._lock:
                 # The last acknowledgement and "acknowledged" show together: finalize
                 # answers 409 to a snapshot still copying.
-                if ack is not None:
+                if ack is not None and finished:
                     snapshot.acks[task] = ack
                 if finished and snapshot.state is SnapshotPhase.COPYING and not snapshot.declines:
                     snapshot.state = SnapshotPhase.ACKNOWLEDGED
