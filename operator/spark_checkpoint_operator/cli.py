@@ -117,8 +117,8 @@ def _main(argv: Sequence[str] | None) -> int:
         type=float,
         metavar="SECONDS",
         help="fail the job if a started driver's checkpoint agent has not answered within "
-        "SECONDS (a pipeline that does not call run_coordinated) (default: the manifest's "
-        "spec.restartPolicy.startTimeout, 5m)",
+        "SECONDS (a pipeline that does not call run_coordinated), and warn once of a restore "
+        "longer than that (default: the manifest's spec.restartPolicy.startTimeout, 5m)",
     )
     run.add_argument(
         "--metrics-port",

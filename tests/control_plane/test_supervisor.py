@@ -36,6 +36,7 @@ from spark_checkpoint_operator.supervisor import (
     JobSupervisor,
     StartProblem,
 )
+from spark_checkpoint_operator.supervisor.job import SLOW_START
 
 
 def _supervisor(
@@ -333,14 +334,16 @@ class RestoringAgent(FakeAgent):
 
 
 class SlowRestoreAgent(FakeAgent):
-    """Its driver restores (the agent answers "starting") until ``restored`` is set."""
+    """Its driver restores (the agent answers "starting") until ``restored`` is set; then
+    its query runs, or with ``then`` is in that state."""
 
     def __init__(self) -> None:
         super().__init__()
         self.restored = False
+        self.then = QueryState.RUNNING
 
     def _status(self) -> AgentStatus:
-        self.state = QueryState.RUNNING if self.restored else QueryState.STARTING
+        self.state = self.then if self.restored else QueryState.STARTING
         return super()._status()
 
 
@@ -372,6 +375,54 @@ def test_a_restore_longer_than_the_start_timeout_is_told_once_and_does_not_fail_
     assert (phase, message) == ("Deploying", told[0])
     assert len(launcher.drivers) == 1, "not failed, not restarted"
     assert supervisor.record.message == ""
+
+
+def test_a_slow_start_told_is_over_once_the_query_started_however_the_attempt_ends() -> None:
+    """Told, then the query is restoring past its image (started, not running yet), and
+    the job is suspended there: the message went when the query started, and the
+    suspension does not carry it."""
+
+    async def scenario() -> tuple[str, TerminalOutcome, str, list[str]]:
+        launcher = FakeLauncher()
+        launcher.agent_class = SlowRestoreAgent
+        supervisor, lines = _supervisor(launcher, start_timeout=0.3)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.message.startswith(SLOW_START))
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, SlowRestoreAgent)
+        agent.then, agent.restored = QueryState.RESTORING, True
+        await until(lambda: supervisor.record.message == "")
+        phase = supervisor.record.phase.value
+        supervisor.suspend_now()
+        return phase, await asyncio.wait_for(run, 10), supervisor.record.message, lines
+
+    phase, outcome, message, lines = asyncio.run(scenario())
+    assert phase == "Deploying"
+    assert (outcome, message) == (TerminalOutcome.SUSPENDED, "")
+    assert lines[-1] == "job suspended", lines
+
+
+def test_a_slow_start_an_operator_restart_left_in_the_record_goes_once_the_query_started() -> None:
+    """The adopted driver's query restores past its image already: the runtime before
+    told a start that is over."""
+    running = FakeDriver(SlowRestoreAgent())
+    assert isinstance(running.agent, SlowRestoreAgent)
+    running.agent.then, running.agent.restored = QueryState.RESTORING, True
+    record = JobRecord(
+        attempt=2, phase=JobPhase.DEPLOYING, message=f"{SLOW_START} for 301s, longer than"
+    )
+
+    async def scenario() -> str:
+        launcher = FakeLauncher(running=running)
+        supervisor, _ = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: running.agent.status_requests > 1)
+        message = supervisor.record.message
+        supervisor.suspend_now()
+        await asyncio.wait_for(run, 10)
+        return message
+
+    assert asyncio.run(scenario()) == ""
 
 
 class SlowRestoreSlowStopLauncher(FakeLauncher):

@@ -56,6 +56,10 @@ from spark_checkpoint_operator.supervisor.ports import (
 from spark_checkpoint_operator.supervisor.record import JobRecord
 from spark_checkpoint_operator.supervisor.status_events import SnapshotProgress, UnknownSnapshot
 
+# How the job's message about a start longer than the start timeout begins: it is kept
+# until the query starts, also across an operator restart.
+SLOW_START = "the driver has been restoring its image and starting its query"
+
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
     """Exponential backoff before the ``retry``-th restart (1-based)."""
@@ -329,7 +333,7 @@ class JobSupervisor:
 
     def _outcome(self, attempt: Attempt, exit_code: int) -> TerminalOutcome | None:
         """The terminal outcome of a driver exit, or None to restart it."""
-        if attempt.start_problem is not None or attempt.starting_since is not None:
+        if attempt.start_problem is not None or self._record.message.startswith(SLOW_START):
             # Whatever ended the attempt ended its problem too (a slow start an operator
             # restart left in the record included).
             self._record.message = ""
@@ -563,7 +567,7 @@ class JobSupervisor:
             reason = "AgentStoppedAnswering"
         elif not stopping and attempt.running_for() >= timeout:
             attempt.fail(
-                f"the driver's checkpoint agent never answered in {timeout:g}s after the "
+                f"the driver's checkpoint agent never answered in {timeout:.10g}s after the "
                 "driver started (restartPolicy.startTimeout): does the pipeline start its "
                 "query with run_coordinated(writer, participants=[...]) instead of "
                 "writer.start()?"
@@ -602,6 +606,7 @@ class JobSupervisor:
         if starting:
             await self._report_slow_start(attempt)
         else:
+            await self._slow_start_over()
             self._record.last_batch = status.query.last_committed_batch
             attempt.saw_batch(self._record.last_batch)
             if status.restored_from != self._record.restored_from:
@@ -649,19 +654,26 @@ class JobSupervisor:
     async def _report_slow_start(self, attempt: Attempt) -> None:
         """Nothing bounds a restore (its agent answers all along): one that takes longer
         than the start timeout is told once, and kept as the job's message until the query
-        starts, so that one that hangs does not go unseen."""
+        starts (`_slow_start_over`), so that one that hangs does not go unseen."""
         if not self._slow_start_due(attempt):
             return
         attempt.slow_start_told = True
         timeout = self._restart_policy.start_timeout
         self._record.message = (
-            "the driver has been restoring its image and starting its query for "
-            f"{attempt.starting_for():.0f}s, longer than restartPolicy.startTimeout "
-            f"({timeout:g}s): a large image takes its time; storage that stopped answering "
+            f"{SLOW_START} for {attempt.starting_for():.0f}s, longer than "
+            "restartPolicy.startTimeout "
+            f"({timeout:.10g}s): a large image takes its time; storage that stopped answering "
             "needs the driver stopped"
         )
         self._notify("DriverSlowToStart", Level.WARNING, self._record.message)
         await self._interpreter.persist()
+
+    async def _slow_start_over(self) -> None:
+        """The query started (restoring or running): a slow start told, here or by the
+        runtime before, is over."""
+        if self._record.message.startswith(SLOW_START):
+            self._record.message = ""
+            await self._interpreter.persist()
 
     def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
         self._record.restored_from = restored
