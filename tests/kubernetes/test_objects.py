@@ -2,6 +2,7 @@
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import kubernetes_validate
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from helpers.doc_blocks import marked_blocks
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.validation import validate_document
 
@@ -509,3 +511,31 @@ def test_cleanup_and_check_pods_carry_the_drivers_labels_but_are_never_taken_for
             k: v for k, v in labels.items() if k not in (*own, *DRIVER_ONLY_LABELS)
         }
         assert pod["metadata"]["annotations"] == annotations
+
+
+def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
+    """A user's variable of the operator's name comes first in the pod, the operator's
+    last, which is what the container gets: an adopted driver's restore candidates are
+    read from that one."""
+    raw = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
+    user_set = {"name": "SPARK_CHECKPOINT_RESTORE", "value": '["checkpoint:99"]'}
+    raw["spec"]["driver"]["env"] = [user_set]
+    document = validate_document(raw)
+    manifest = manifest_from_document(document)
+    document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
+    pod = objects.driver_pod(
+        manifest,
+        document,
+        attempt=3,
+        storage="s3a://bucket/checkpoints",
+        restore=["checkpoint:7", "savepoint:2"],
+        deployed_hash=objects.deployment_hash(document["spec"]),
+    )
+    pods = PodRegistry()
+    pods.observe("ADDED", pod)
+    clients = SimpleNamespace(pods=pods, session=None)
+    driver = KubernetesDriver(
+        clients, manifest, name=pod["metadata"]["name"], token="t", executors=1, deployed_hash=""
+    )
+
+    assert driver.restore_candidates() == ["checkpoint:7", "savepoint:2"]

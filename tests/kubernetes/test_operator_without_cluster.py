@@ -71,8 +71,8 @@ def test_the_operator_command_runs_kopf_standalone_with_its_handlers_first(
 
 @pytest.mark.parametrize(
     "arguments",
-    [["run"], ["--standalone"], ["--peering=p"], ["--dev"], ["handlers.py"]],
-    ids=["kopf-verb", "standalone", "peering", "dev", "path"],
+    [["run"], ["--standalone"], ["--peering=p"], ["--dev"], ["handlers.py"], ["-A", "-n", "x"]],
+    ids=["kopf-verb", "standalone", "peering", "dev", "path", "all-and-one-namespace"],
 )
 def test_the_operator_command_refuses_what_would_change_its_handlers_or_peering(
     arguments: list[str], capsys: pytest.CaptureFixture[str]

@@ -56,7 +56,11 @@ def _options() -> list[click.Parameter]:
 
 @click.pass_context
 def _run(context: click.Context, /, modules: tuple[str, ...], **options: Any) -> None:
-    context.invoke(cli.run, paths=(), modules=(HANDLERS, *modules), standalone=True, **options)
+    try:
+        context.invoke(cli.run, paths=(), modules=(HANDLERS, *modules), standalone=True, **options)
+    except click.UsageError as error:
+        # Kopf's own checks (-A with -n) would show its usage, `run [OPTIONS] [PATHS]`.
+        raise click.UsageError(error.message, ctx=context) from None
 
 
 command = click.Command(

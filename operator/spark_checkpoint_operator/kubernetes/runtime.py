@@ -284,7 +284,8 @@ class KubernetesDriver:
         pod = self.pod
         for container in pod["spec"]["containers"] if pod is not None else ():
             if container["name"] == objects.DRIVER:
-                for variable in container.get("env") or ():
+                # The last of a name is what the container gets (the operator's come last).
+                for variable in reversed(container.get("env") or ()):
                     if variable["name"] == RESTORE_VARIABLE:
                         with contextlib.suppress(SettingsError):  # not a pod this made
                             listed = restore_candidates(variable.get("value") or "")
