@@ -5,7 +5,10 @@ import asyncio
 import contextlib
 import gc
 import json
+import os
 import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -688,6 +691,50 @@ def test_stopping_the_server_cuts_a_storage_call_in_progress_short(
         assert asyncio.run(scenario()) < 3.0
     finally:
         job.agent.close()
+
+
+# A driver whose agent is in the middle of a storage call that hangs (a garbage collection
+# on storage that stopped answering) when the driver exits with its code.
+EXITING_DRIVER = """
+import sys, threading, time, urllib.request
+from pathlib import Path
+from helpers.agent import TOKEN, Running
+
+job = Running(Path(sys.argv[1]))
+collecting = threading.Event()
+
+def hanging_collection(checkpoints, savepoints):
+    collecting.set()
+    time.sleep(120)
+
+job.agent.collect_garbage = hanging_collection
+job.server.start()
+request = urllib.request.Request(
+    f"http://127.0.0.1:{job.port}/v1/storage/collect-garbage",
+    data=b'{"checkpoints": [], "savepoints": []}',
+    headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
+)
+threading.Thread(target=lambda: urllib.request.urlopen(request), daemon=True).start()
+collecting.wait(30)
+job.server.stop()
+job.agent.close()
+sys.exit(4)
+"""
+
+
+def test_a_storage_call_that_hangs_does_not_hold_up_the_drivers_exit(tmp_path: Path) -> None:
+    """Python joins an executor's threads when the process exits: the storage call's own
+    thread must not be one, or the driver would exit only when storage answers."""
+    exited = subprocess.run(  # the storage call would take 120 s
+        [sys.executable, "-c", EXITING_DRIVER, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert exited.returncode == 4, exited.stderr
 
 
 def test_a_stopped_server_ends_its_thread_and_closes_its_loop(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ the driver. Every request needs the job's bearer token."""
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import hmac
 import json
 import logging
@@ -40,8 +41,9 @@ _CANONICAL_ID = re.compile(r"0|[1-9][0-9]*")
 # The longest a status request waits for a change (``wait`` is capped to it).
 MAX_WAIT_SECONDS = 30.0
 # How long `stop` lets requests in progress finish before it cancels them: a storage call
-# (a garbage collection while the driver restores) must not outlast the driver's exit.
-STOP_GRACE_SECONDS = 5.0
+# (a garbage collection while the driver restores) must not hold up the driver's exit.
+# aiohttp waits that long twice (for the handler, then for it once its request is cancelled).
+STOP_GRACE_SECONDS = 2.0
 # Query state and tasks change without telling the agent: a waiting status request
 # computes the status again this often to notice.
 RECHECK_SECONDS = 1.0
@@ -112,8 +114,29 @@ def _path_id(request: web.Request) -> int:
 
 
 async def _in_thread(call: Callable[[], Any]) -> Any:
-    # Storage I/O blocks; keep the event loop free for status requests.
-    return await asyncio.get_running_loop().run_in_executor(None, call)
+    """``call()`` on a thread of its own: storage I/O blocks, and the loop stays free for
+    status requests. A daemon thread, not an executor's: Python joins those when the
+    process exits, so a storage call that hangs (a garbage collection when the restore
+    failed at once) would hold the driver's exit."""
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Any] = loop.create_future()
+
+    def settle(outcome: Callable[[], None]) -> None:
+        if not answer.done():  # not cancelled meanwhile
+            outcome()
+
+    def run() -> None:
+        try:
+            result = call()
+        except BaseException as error:
+            outcome = functools.partial(answer.set_exception, error)
+        else:
+            outcome = functools.partial(answer.set_result, result)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+            loop.call_soon_threadsafe(settle, outcome)
+
+    threading.Thread(target=run, name="agent-storage-call", daemon=True).start()
+    return await answer
 
 
 class _StatusRoute:
@@ -307,8 +330,8 @@ class AgentServer:
             log.info("checkpoint agent listening on %s:%s", self._host, self._port)
             self._loop.run_forever()
         finally:
-            # Storage calls still running in the default executor are not waited for: the
-            # driver is exiting, and their answers have nobody to go to.
+            # Storage calls still running on their threads (`_in_thread`) are not waited
+            # for: the driver is exiting, and their answers have nobody to go to.
             self._loop.close()
 
     def stop(self) -> None:
@@ -316,6 +339,6 @@ class AgentServer:
         if self._runner is None:
             return
         future = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)
-        future.result(timeout=10)
+        future.result(timeout=2 * STOP_GRACE_SECONDS + 10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=10)
