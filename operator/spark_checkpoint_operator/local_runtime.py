@@ -463,6 +463,11 @@ ERROR_LINES_SHOWN = 6
 LOG_TAIL_BYTES = 64 * 1024
 TRACEBACK = "Traceback (most recent call last):"
 ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
+# When a log line was written (Python's logging, Spark's log4j): not part of the error, and
+# it would make the same error of two attempts differ.
+LOG_TIME = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}([,.]\d+)?|\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})\s+"
+)
 
 
 def last_error_lines(log_file: Path) -> list[str]:
@@ -487,7 +492,7 @@ def last_error_lines(log_file: Path) -> list[str]:
         error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
     # Spark appends the failed query's description: not part of the error.
     shown = list(itertools.takewhile(lambda line: not line.startswith("=== "), error))
-    return shown[:ERROR_LINES_SHOWN]
+    return [LOG_TIME.sub("", line, count=1) for line in shown[:ERROR_LINES_SHOWN]]
 
 
 def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:

@@ -198,6 +198,27 @@ def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_
     assert f"job failed: {status['message']}" in result.stdout
 
 
+def test_the_same_error_logged_at_another_time_is_the_same_error(tmp_path: Path) -> None:
+    """A driver logs its error (`run_coordinated`'s "query failed: ...") with the time of
+    day: two attempts that fail the same way a moment apart failed the same way."""
+    script = """
+        import logging, sys, time
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        time.sleep(0.01)
+        logging.getLogger("spark_checkpoint").error("query failed: Wrong basePath data/input")
+        sys.exit(1)
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 5})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "starting driver attempt 3" not in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["message"] == (
+        "the driver failed the same way twice before its first batch; not retried: "
+        "ERROR spark_checkpoint: query failed: Wrong basePath data/input"
+    )
+
+
 def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_shown(
     tmp_path: Path,
 ) -> None:
