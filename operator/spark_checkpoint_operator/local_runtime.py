@@ -366,8 +366,8 @@ async def _run_locked(
         # directories go: a new registry's ids would run into the old snapshots'.
         raise RunRefused(
             f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
-            f"to run it from the start, delete its state {paths.job_dir} and storage "
-            f"{layout.job_root.removeprefix('file://')} (to start from one of its "
+            f"to run it from the start, delete its state {paths.job_dir}, storage "
+            f"{layout.job_root.removeprefix('file://')} and output (to start from one of its "
             "savepoints, copy it elsewhere first and name it in "
             "spec.restore.initialSavepointPath)"
         )

@@ -20,7 +20,7 @@ from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError
-from spark_checkpoint.sink import CheckpointParticipant
+from spark_checkpoint.sink import CheckpointParticipant, StartRefused
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
 if TYPE_CHECKING:
@@ -98,8 +98,12 @@ def _start(
     except RestoreFailed as error:
         log.error("%s", error)
         return DriverExit.RESTORE_FAILED
-    for participant in participants:
-        participant.on_restore(outcome.batch_id if outcome else None)
+    try:
+        for participant in participants:
+            participant.on_restore(outcome.batch_id if outcome else None)
+    except StartRefused as error:
+        log.error("%s", error)
+        return DriverExit.MISCONFIGURED
 
     try:
         # Spark reads the restored metadata file here, the logs and state once it runs.

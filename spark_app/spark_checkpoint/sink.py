@@ -57,10 +57,12 @@ Protocol (`CheckpointParticipant`)
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
-   discarded. Then garbage is collected: the data objects of every batch that has no
-   commit record (killed attempts), and what writes killed midway left that no listing
-   shows (`OutputStorage.remove_unfinished_writes`): a local record's temporary whose writer
-   is gone, an S3 multipart upload of a data object that was never completed.
+   discarded, and a committed batch refuses the start (an earlier run's output: new
+   batches of its id would be dropped as replays). Then garbage is collected: the data
+   objects of every batch that has no commit record (killed attempts), and what writes
+   killed midway left that no listing shows (`OutputStorage.remove_unfinished_writes`): a
+   local record's temporary whose writer is gone, an S3 multipart upload of a data object
+   that was never completed.
 
 Crash consistency: the visible state of a batch changes with one atomic write (of its
 commit record), so a batch is at any time wholly invisible or wholly committed, never
@@ -120,6 +122,7 @@ __all__ = [
     "STAGING_DIR",
     "BatchRecord",
     "CheckpointParticipant",
+    "StartRefused",
     "TransactionalFileSink",
     "batch_record_name",
     "latest_values",
@@ -149,6 +152,11 @@ DATA_DIR = "_data"
 RECORD_FORMAT = 1
 _BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
 _ATTEMPT_PATTERN = re.compile(r"[0-9a-f]{32}")
+
+
+class StartRefused(Exception):
+    """A participant refuses to start the query (`CheckpointParticipant.on_restore`):
+    another attempt cannot help, so the driver exits MISCONFIGURED with this message."""
 
 
 @runtime_checkable
@@ -347,14 +355,27 @@ class TransactionalFileSink:
         Staged batches > `restored_batch` are discarded (the query re-runs them); staged
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
         their notification was lost in a crash). ``None`` means a fresh start without a
-        checkpoint: every staged batch is discarded. Data objects of batches without a
-        commit record (attempts killed while writing) are deleted, and so is what writes
-        killed midway left unlisted (temporaries, unfinished uploads). Committed batches
-        are never touched. Idempotent.
+        checkpoint: every staged batch is discarded, and committed batches refuse the
+        start (StartRefused: new batches of their ids would be dropped as replays). Data
+        objects of batches without a commit record (attempts killed while writing) are
+        deleted, and so is what writes killed midway left unlisted (temporaries, unfinished
+        uploads). Committed batches are never touched. Idempotent.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
         with self._lock:
+            committed = self.committed_batches()
+            if restored_batch is None and committed:
+                # New batches of those ids would be taken for replays and dropped: the
+                # output of an earlier run of the job (its state and storage deleted to
+                # start over) must go too.
+                raise StartRefused(
+                    f"the output {self._storage.url} holds batches {committed[0]}.."
+                    f"{committed[-1]} committed by an earlier run, but the query starts "
+                    "without a checkpoint, so its batches of those ids would be dropped as "
+                    "replays; to start over, delete that output too (or write to an empty "
+                    "one); to go on from those batches, restore the checkpoint they belong to"
+                )
             for staged_id in self.staged_batches():
                 if restored_batch is not None and staged_id <= restored_batch:
                     continue
@@ -382,13 +403,13 @@ class TransactionalFileSink:
             ahead = [
                 committed_id
                 for committed_id in self.committed_batches()
-                if restored_batch is None or committed_id > restored_batch
+                if restored_batch is not None and committed_id > restored_batch
             ]
             if ahead:
                 logger.warning(
-                    "restoring %s while batches %d..%d are already committed: their "
+                    "restoring batch %d while batches %d..%d are already committed: their "
                     "replays will be skipped",
-                    "a fresh start" if restored_batch is None else f"batch {restored_batch}",
+                    restored_batch,
                     ahead[0],
                     ahead[-1],
                 )

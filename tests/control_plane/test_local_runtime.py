@@ -103,7 +103,8 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     storage = tmp_path / "state" / "storage" / "default" / "probe"
     assert again.stderr.splitlines() == [
         "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
-        f"from the start, delete its state {job.job_dir} and storage {storage} (to start from "
+        f"from the start, delete its state {job.job_dir}, storage {storage} and output (to "
+        "start from "
         "one of its savepoints, copy it elsewhere first and name it in "
         "spec.restore.initialSavepointPath)"
     ]

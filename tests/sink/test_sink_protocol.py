@@ -22,6 +22,7 @@ from spark_checkpoint.sink import (
     STAGING_DIR,
     BatchRecord,
     CheckpointParticipant,
+    StartRefused,
     TransactionalFileSink,
     batch_record_name,
     latest_values,
@@ -298,18 +299,43 @@ def test_the_existing_commit_record_wins_over_a_staged_copy_of_another_attempt(
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
+def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_nothing(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """An earlier run's output (its job's state and storage deleted to start over, or
+    another job's): the new query's batches 0, 1, ... would be taken for replays of the
+    committed ones and dropped. The runtime never starts fresh past registered images, so
+    a start without a checkpoint onto committed batches is always such a mistake."""
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(1)
+    before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+
+    with pytest.raises(StartRefused) as refused:
+        TransactionalFileSink(output_url).on_restore(None)
+
+    assert str(refused.value) == (
+        f"the output {OutputStorage(output_url).url} holds batches 0..1 committed by an "
+        "earlier run, but the query starts without a checkpoint, so its batches of those ids "
+        "would be dropped as replays; to start over, delete that output too (or write to an "
+        "empty one); to go on from those batches, restore the checkpoint they belong to"
+    )
+    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    assert after == before
+
+
 def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
     sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     """A crash after the commit record was created and before the staged record was
-    deleted: committing again, or a fresh start discarding staged batches, must not
-    delete the objects the commit record lists."""
+    deleted: committing again, or a restore committing the staged batches it covers, must
+    not delete the objects the commit record lists."""
     stage(sink, 0, rows_of(0))
     staged = output_root.read(f"{output_url}/{STAGING_DIR}/batch-0.json")
     sink.on_checkpoint_complete(0)
     output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
 
-    sink.on_restore(None)
+    sink.on_restore(0)
     output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
     sink.on_checkpoint_complete(0)
 
