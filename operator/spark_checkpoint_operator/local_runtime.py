@@ -463,6 +463,7 @@ ERROR_LINES_SHOWN = 6
 LOG_TAIL_BYTES = 64 * 1024
 TRACEBACK = "Traceback (most recent call last):"
 ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
+AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
 # When a log line was written (Python's logging, Spark's log4j): not part of the error, and
 # it would make the same error of two attempts differ.
 LOG_TIME = re.compile(
@@ -490,9 +491,13 @@ def last_error_lines(log_file: Path) -> list[str]:
     else:
         marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
         error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
-    # Spark appends the failed query's description: not part of the error.
-    shown = list(itertools.takewhile(lambda line: not line.startswith("=== "), error))
-    return [LOG_TIME.sub("", line, count=1) for line in shown[:ERROR_LINES_SHOWN]]
+    error = [LOG_TIME.sub("", line, count=1) for line in error]
+    # Spark appends the failed query's description, and the driver logs on as it ends:
+    # neither is part of the error.
+    shown = error[:1] + list(
+        itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
+    )
+    return shown[:ERROR_LINES_SHOWN]
 
 
 def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:

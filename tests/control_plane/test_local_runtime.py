@@ -207,12 +207,14 @@ def test_the_same_error_logged_at_another_time_is_the_same_error(tmp_path: Path)
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         time.sleep(0.01)
         logging.getLogger("spark_checkpoint").error("query failed: Wrong basePath data/input")
+        logging.getLogger("py4j.clientserver").warning("Closing down clientserver connection")
         sys.exit(1)
     """
     job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 5})
     result = job.run()
     assert result.returncode == 1, result.stdout + result.stderr
     assert "starting driver attempt 3" not in result.stdout
+    assert "Closing down" not in result.stdout, "what the driver logs after its error"
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["message"] == (
         "the driver failed the same way twice before its first batch; not retried: "
