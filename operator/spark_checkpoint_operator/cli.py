@@ -17,6 +17,8 @@ from spark_checkpoint_operator.cli_conventions import (
     add_output_option,
     epilog,
     exit_quietly_on_closed_pipe,
+    port_number,
+    positive_seconds,
 )
 from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
@@ -114,7 +116,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     run.add_argument(
         "--agent-timeout",
-        type=float,
+        type=positive_seconds,
         metavar="SECONDS",
         help="fail the job if a started driver's checkpoint agent has not answered within "
         "SECONDS (a pipeline that does not call run_coordinated), and warn once of a restore "
@@ -122,7 +124,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     run.add_argument(
         "--metrics-port",
-        type=int,
+        type=port_number,
         metavar="PORT",
         help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (default: off)",
     )

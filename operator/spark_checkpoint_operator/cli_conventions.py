@@ -6,6 +6,7 @@ command's ``--help``), and a quiet exit when standard output is closed early (``
 
 import argparse
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -118,6 +119,28 @@ def add_output_option(parser: argparse.ArgumentParser, *formats: OutputFormat) -
     output.add_argument(
         "--json", dest="output", action="store_const", const=OutputFormat.JSON, help="-o json"
     )
+
+
+def positive_seconds(text: str) -> float:
+    """argparse's type for a number of seconds above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
+def port_number(text: str) -> int:
+    """argparse's type for a TCP port to listen on."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number from 1 to 65535")
+    return value
 
 
 def print_document(document: Mapping[str, Any], output: OutputFormat, out: TextIO) -> None:

@@ -312,14 +312,23 @@ async def run_local(
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
     paths = local_paths(manifest, state_dir)
-    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        paths.job_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunRefused(f"cannot create the job's state directory: {error}") from None
     with job_lock(paths, manifest):
         if warning := _executor_variables_warning(manifest):
             display.line(warning)
         metrics = None
         if metrics_port is not None:
             metrics = CheckpointMetrics(REGISTRY)
-            metrics.serve(metrics_port, "127.0.0.1")
+            try:
+                metrics.serve(metrics_port, "127.0.0.1")
+            except OSError as error:
+                raise RunRefused(
+                    f"--metrics-port {metrics_port}: cannot serve metrics there: "
+                    f"{error.strerror or error}"
+                ) from None
             display.line(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
         return await _run_locked(
             manifest,
@@ -372,7 +381,7 @@ async def _run_locked(
             "spec.restore.initialSavepointPath)"
         )
     report = display.line
-    storage = CheckpointStorage(layout)
+    storage = _checkpoint_storage(layout)
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
@@ -498,6 +507,13 @@ def last_error_lines(log_file: Path) -> list[str]:
         itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
     )
     return shown[:ERROR_LINES_SHOWN]
+
+
+def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:
+    try:
+        return CheckpointStorage(layout)
+    except (ValueError, ImportError, OSError) as error:  # no library for it (gcsfs, libhdfs)
+        raise RunRefused(f"spec.checkpointing.storage {layout.root!r}: {error}") from None
 
 
 def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:

@@ -10,6 +10,7 @@ import json
 import re
 import shlex
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from datetime import datetime
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from helpers.script_job import ScriptJob
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.cli_conventions import ExitCode
 
@@ -169,3 +171,64 @@ def test_a_closed_pipe_ends_the_command_quietly_with_141(job: Job, console_scrip
         )
         assert len(shell.stdout.splitlines()) == 1, shell.stdout
         assert shell.stderr == f"exit {ExitCode.CLOSED_PIPE}\n", (command, shell.stderr)
+
+
+def _script_manifest(directory: Path, storage: str | None = None) -> Path:
+    """A job whose driver (never started by these tests) is a script."""
+    manifest = ScriptJob(directory, "raise SystemExit(1)").manifest
+    if storage:
+        document = yaml.safe_load(manifest.read_text())
+        document["spec"]["checkpointing"] = {"storage": storage}
+        manifest.write_text(yaml.safe_dump(document))
+    return manifest
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        (["--agent-timeout", "-1"], "argument --agent-timeout: '-1' is not a number of seconds"),
+        (["--agent-timeout", "nan"], "argument --agent-timeout: 'nan' is not a number of seconds"),
+        (["--metrics-port", "99999"], "argument --metrics-port: '99999' is not a port number"),
+        (["--metrics-port", "0"], "argument --metrics-port: '0' is not a port number"),
+    ],
+)
+def test_a_run_option_out_of_range_is_a_one_line_usage_error(
+    tmp_path: Path, cli: Cli, option: list[str], said: str
+) -> None:
+    result = cli("run", "-f", str(_script_manifest(tmp_path)), *option)
+    assert result.code == ExitCode.USAGE, result.err
+    assert result.err.startswith(f"spark-checkpoint run: {said}"), result.err
+    assert len(result.err.splitlines()) == 1, result.err
+
+
+def test_what_keeps_a_run_from_starting_is_said_in_one_line_before_any_driver(
+    tmp_path: Path, cli: Cli
+) -> None:
+    """A metrics port in use, a state directory that cannot be made, storage of a kind no
+    library here serves: one line naming it, and no driver started."""
+    manifest = _script_manifest(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        in_use = cli("run", "-f", str(manifest), "--metrics-port", str(port))
+    no_state = cli("run", "-f", str(manifest), "--state-dir", "/proc/no-such-dir")
+    gcs = _script_manifest(tmp_path / "gcs", "gs://bucket/checkpoints")
+    no_library = cli("run", "-f", str(gcs))
+
+    for result in (in_use, no_state, no_library):
+        assert result.code == ExitCode.FAILED, result.err
+        assert len(result.err.splitlines()) == 1, result.err
+        assert "Traceback" not in result.err + result.out
+    assert in_use.err == (
+        f"spark-checkpoint run: --metrics-port {port}: cannot serve metrics there: "
+        "Address already in use\n"
+    )
+    assert no_state.err.startswith(
+        "spark-checkpoint run: cannot create the job's state directory: "
+    ), no_state.err
+    assert no_library.err == (
+        "spark-checkpoint run: spec.checkpointing.storage 'gs://bucket/checkpoints': Please "
+        "install gcsfs to access Google Storage\n"
+    )
+    assert "starting driver" not in in_use.out + no_state.out + no_library.out

@@ -84,7 +84,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         # Validates namespace and job before they become part of any local path.
         layout = JobStorageLayout(root, namespace, job)
         storage = CheckpointStorage(layout)
-    except (ValueError, ImportError) as error:
+    except (ValueError, ImportError, OSError) as error:  # no library for it (libhdfs, gcsfs)
         raise CommandError(f"storage {root!r}: {error}") from error
     if paths is None:
         paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
