@@ -172,6 +172,35 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     assert status["phase"] == "Suspended"
 
 
+def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: Path) -> None:
+    """No driver runs between a failure and the restart: Ctrl-C's savepoint is declined at
+    once and the run ends Suspended, rather than wait out the backoff and start a driver
+    to decline it."""
+    script = """
+        import pathlib
+        pathlib.Path("failed").write_text("yes")
+        raise RuntimeError("lost the connection")
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"backoff": "60s", "maxBackoff": "60s"})
+    run = job.start()
+    wait_for_file(tmp_path / "failed")
+    wait_for_file(job.job_dir / "status.json")
+    deadline = time.monotonic() + 30
+    while json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] != "Restarting":
+        assert time.monotonic() < deadline, "never restarting"
+        time.sleep(0.05)
+    run.send_signal(signal.SIGINT)
+    try:
+        out, err = run.communicate(timeout=20)  # the backoff is 60 s
+    finally:
+        run.kill()
+    assert run.returncode == 0, out + err
+    assert "starting driver attempt 2" not in out
+    assert "savepoint request declined: not all required tasks are running" in out
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Suspended"
+
+
 def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_error(
     tmp_path: Path,
 ) -> None:

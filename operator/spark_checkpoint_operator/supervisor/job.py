@@ -8,7 +8,6 @@ policy decides between another attempt and the job's end. The attempt's own stat
 """
 
 import asyncio
-import contextlib
 import dataclasses
 import random
 import time
@@ -273,8 +272,16 @@ class JobSupervisor:
             return outcome
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stop_requested.wait(), delay)
+        """A restart's backoff, ended by a stop. A request that comes meanwhile goes to the
+        coordinator at once, which declines what needs a driver (Ctrl-C then stops without
+        a savepoint), rather than wait for the next driver."""
+        deadline = time.monotonic() + delay
+        while not self._stop_requested.is_set() and (left := deadline - time.monotonic()) > 0:
+            for message in await self._polls.message_before(self._stop_requested, left):
+                if message is None:
+                    await self._interpreter.carry_out_queued()
+                else:
+                    await self._interpreter.handle(message)
 
     def _stopped_meanwhile(self) -> TerminalOutcome | None:
         """Cancelled, suspended or shut down while no driver ran (a restart's backoff)."""

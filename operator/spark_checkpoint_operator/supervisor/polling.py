@@ -43,6 +43,22 @@ class StatusPolls:
         except (AgentUnavailable, AgentRejected) as error:
             return error
 
+    async def message_before(self, stop: asyncio.Event, timeout: float) -> list[Message]:
+        """What comes to the inbox within ``timeout`` ([] when it does not, or once ``stop``
+        is set): while no driver runs, nothing else is waited for."""
+        message = asyncio.ensure_future(self.inbox.get())
+        stopped = asyncio.ensure_future(stop.wait())
+        waiting: set[asyncio.Future[Any]] = {message, stopped}
+        try:
+            await asyncio.wait(
+                waiting, timeout=max(0.0, timeout), return_when=asyncio.FIRST_COMPLETED
+            )
+        finally:
+            for task in waiting:
+                task.cancel()
+            await asyncio.gather(*waiting, return_exceptions=True)
+        return [] if message.cancelled() else [message.result()]
+
     async def wait(
         self,
         driver: DriverHandle,
