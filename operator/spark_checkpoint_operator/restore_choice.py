@@ -9,6 +9,7 @@ from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
     StorageError,
+    metadata_location,
     parse_snapshot_dir_name,
 )
 from spark_checkpoint_operator.coordinator import PersistedState
@@ -42,9 +43,7 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
 
 
 def _external(choice: str) -> str:
-    uri = choice if "://" in choice else Path(choice).resolve().as_uri()
-    if not uri.endswith("/_metadata"):
-        uri = uri.rstrip("/") + "/_metadata"
+    uri = metadata_location(choice if "://" in choice else Path(choice).resolve().as_uri())
     # <root>/<namespace>/<job>/savepoints/sp-<N>/_metadata
     parts = uri.split("/")
     snapshot_id = (

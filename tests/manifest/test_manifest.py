@@ -101,7 +101,9 @@ def test_full_manifest_sets_every_field(fixtures: Path) -> None:
         incremental=False,
     )
     assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (4, 604800.0)
-    assert spec.restore.initial_savepoint_path == "s3a://checkpoints/orders/savepoints/sp-42"
+    assert spec.restore.initial_savepoint_path == (
+        "s3a://checkpoints/orders/savepoints/sp-42/_metadata"
+    )
     assert spec.restart_policy == RestartPolicySpec(
         type=RestartPolicyType.ALWAYS, max_retries=10, backoff=0.5, max_backoff=60.0
     )
@@ -716,3 +718,23 @@ def test_schema_keywords_local_validation_cannot_check_are_refused() -> None:
 
     with pytest.raises(ValueError, match=r"#/properties/spec/properties/state: .*'oneOf'"):
         validation._Checker(crd)
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "/data/storage/default/orders/savepoints/sp-7",
+        "/data/storage/default/orders/savepoints/sp-7/",
+        "/data/storage/default/orders/savepoints/sp-7/_metadata",
+    ],
+)
+def test_the_initial_savepoint_is_named_by_its_directory_or_its_metadata(
+    minimal: dict[str, Any], given: str
+) -> None:
+    """As `run --from` takes it (and as status' paths name `_metadata`): the driver reads
+    the `_metadata` either way."""
+    _set(minimal, "spec.restore.initialSavepointPath", given)
+    restore = manifest_from_document(minimal).spec.restore
+    assert (
+        restore.initial_savepoint_path == "/data/storage/default/orders/savepoints/sp-7/_metadata"
+    )

@@ -9,6 +9,7 @@ from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
+from spark_checkpoint.storage import metadata_location
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     RetentionPolicy,
@@ -257,7 +258,9 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
             ),
             restore=RestoreSpec(
-                initial_savepoint_path=spec.get("restore", {}).get("initialSavepointPath")
+                initial_savepoint_path=_optional_metadata(
+                    spec.get("restore", {}).get("initialSavepointPath")
+                )
             ),
             restart_policy=RestartPolicySpec(
                 type=RestartPolicyType(restart["type"]),
@@ -287,6 +290,10 @@ def _seconds(duration: str) -> float:
 
 def _optional_seconds(duration: str | None) -> float | None:
     return None if duration is None else _seconds(duration)
+
+
+def _optional_metadata(snapshot: str | None) -> str | None:
+    return None if snapshot is None else metadata_location(snapshot)
 
 
 def _strings(mapping: Mapping[str, str] | None) -> Mapping[str, str]:

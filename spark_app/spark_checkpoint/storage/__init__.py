@@ -18,7 +18,12 @@ from .errors import (
     UnknownFormatVersionError,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
-from .layout import JobStorageLayout, parse_snapshot_dir_name, snapshot_dir_name
+from .layout import (
+    JobStorageLayout,
+    metadata_location,
+    parse_snapshot_dir_name,
+    snapshot_dir_name,
+)
 from .metadata import (
     FORMAT_VERSION,
     METADATA_SCHEMA,
@@ -54,6 +59,7 @@ __all__ = [
     "TruncatedMetadataError",
     "UnknownFormatVersionError",
     "digest_local_file",
+    "metadata_location",
     "parse_snapshot_dir_name",
     "snapshot_dir_name",
 ]

@@ -39,6 +39,16 @@ SAFE_RELATIVE_PATH_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*{END_OF_INP
 SHA256_PATTERN = rf"^[0-9a-f]{{64}}{END_OF_INPUT}"
 
 METADATA_FILE_NAME = "_metadata"
+
+
+def metadata_location(snapshot: str) -> str:
+    """The `_metadata` of the snapshot that `snapshot` names by its directory or by its
+    `_metadata` (a user may give either)."""
+    if snapshot.endswith(f"/{METADATA_FILE_NAME}"):
+        return snapshot
+    return f"{snapshot.rstrip('/')}/{METADATA_FILE_NAME}"
+
+
 # A checkpoint being discarded keeps its manifest under this name until its shared files
 # are gone, so that a discard interrupted by a crash can be finished (see CheckpointStorage).
 DISCARDING_FILE_NAME = "_discarding"
