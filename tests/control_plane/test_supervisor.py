@@ -11,6 +11,7 @@ from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
     AgentStatus,
+    FinalizeAnswer,
     QueryState,
     RestoreCandidate,
     RestoredFrom,
@@ -90,7 +91,7 @@ def test_a_lost_agent_stops_triggers_without_failing_the_job() -> None:
 
     supervisor, launcher, lines = asyncio.run(scenario())
     assert len(launcher.drivers) == 1, "an unreachable agent is not a failure"
-    assert not any("failing the job" in line for line in lines)
+    assert not any("failing the driver" in line for line in lines)
     assert supervisor.record.phase.value == "Finished"
 
 
@@ -871,6 +872,74 @@ class RefusingAgent(FakeAgent):
         raise AgentRejected(f"POST /v1/checkpoints: 409 checkpoint {checkpoint_id} refused")
 
 
+class FinalizeRefusingAgent(FakeAgent):
+    """Every checkpoint fails: its `_metadata` cannot be written."""
+
+    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
+        self._check()
+        raise AgentRejected(f"POST /v1/checkpoints/{checkpoint_id}/finalize: 500 storage gone")
+
+
+class LingeringDriver(FakeDriver):
+    """Told to stop, it exits a second later, as a JVM does."""
+
+    async def terminate(self) -> None:
+        def exit_now() -> None:
+            if self.code is None:
+                self.code = -15
+
+        asyncio.get_running_loop().call_later(1.0, exit_now)
+
+
+class FailingCheckpointsLauncher(FakeLauncher):
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        self.restores.append(restore)
+        self.drivers.append(LingeringDriver(FinalizeRefusingAgent()))
+        return self.drivers[-1]
+
+
+def test_checkpoint_failures_past_the_tolerance_fail_the_driver_and_trigger_no_more() -> None:
+    """Flink's "fail the job" is a failover: the driver is stopped and the restart policy
+    applies. While it stops, nothing more is triggered on it."""
+
+    async def scenario() -> tuple[FakeLauncher, list[str]]:
+        launcher = FailingCheckpointsLauncher()
+        supervisor, lines = _supervisor(launcher, max_retries=1)  # tolerableFailures 0
+        assert await asyncio.wait_for(supervisor.run(), 20) is TerminalOutcome.FAILED
+        return launcher, lines
+
+    launcher, lines = asyncio.run(scenario())
+    told = [line for line in lines if line.startswith("failing the driver")]
+    assert told[0] == (
+        "failing the driver: 1 consecutive checkpoint failures exceed tolerableFailures=0; "
+        "last: checkpoint 1: writing the checkpoint metadata failed: POST "
+        "/v1/checkpoints/1/finalize: 500 storage gone; restartPolicy decides what follows"
+    )
+    assert len(launcher.drivers) == 2, "restarted once (maxRetries 1)"
+    assert [len(driver.agent.triggers) for driver in launcher.drivers] == [1, 1], lines
+
+
+def test_a_job_suspended_before_its_next_driver_runs_does_not_carry_the_last_failure() -> None:
+    """Why the driver before failed is in its events: the suspension's message is its own."""
+
+    class SecondStillStarting(FailingCheckpointsLauncher):
+        async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+            driver = await super().launch(attempt, restore)
+            driver.agent.reachable = attempt == 1
+            return driver
+
+    async def scenario() -> tuple[TerminalOutcome, str]:
+        launcher = SecondStillStarting()
+        supervisor, _ = _supervisor(launcher, max_retries=3)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: len(launcher.drivers) == 2)
+        assert supervisor.record.message.startswith("1 consecutive checkpoint failures")
+        supervisor.suspend_now()
+        return await asyncio.wait_for(run, 10), supervisor.record.message
+
+    assert asyncio.run(scenario()) == (TerminalOutcome.SUSPENDED, "")
+
+
 def test_refused_triggers_do_not_fail_a_job_that_tolerates_no_failure() -> None:
     async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher, list[str]]:
         launcher = FakeLauncher()
@@ -884,5 +953,5 @@ def test_refused_triggers_do_not_fail_a_job_that_tolerates_no_failure() -> None:
     outcome, supervisor, launcher, lines = asyncio.run(scenario())
     assert outcome is TerminalOutcome.FINISHED
     assert len(launcher.drivers) == 1
-    assert not any("failing the job" in line for line in lines)
+    assert not any("failing the driver" in line for line in lines)
     assert supervisor.record.consecutive_failures == 0

@@ -176,7 +176,7 @@ def test_unwritable_storage_fails_checkpoints_while_the_query_runs(tmp_path: Pat
     run.start()
     failure = run.wait_for_line(r"checkpoint \d+ failed: (.*)")
     assert "Not a directory" in failure[1]
-    run.wait_for_line(r"failing the job: 3 consecutive checkpoint failures exceed")
+    run.wait_for_line(r"failing the driver: 3 consecutive checkpoint failures exceed")
     assert run.wait() == 1, "\n".join(run.lines)
     status = run.status()["status"]
     assert status["phase"] == "Failed", "\n".join(run.lines)

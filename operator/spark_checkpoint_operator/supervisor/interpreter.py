@@ -238,7 +238,12 @@ class EffectInterpreter:
                 if not request.is_periodic:
                     self._report_declined(attempt, request, reason)
             case FailJob(message=message):
-                self._notify("FailingJob", Level.WARNING, f"failing the job: {message}")
+                # Flink's "fail the job" is a failover: the restart policy decides.
+                self._notify(
+                    "FailingJob",
+                    Level.WARNING,
+                    f"failing the driver: {message}; restartPolicy decides what follows",
+                )
                 if attempt is not None and attempt.fail(message):
                     await attempt.driver.terminate()
             case _:
@@ -246,8 +251,10 @@ class EffectInterpreter:
                 assert_never(effect)
 
     async def _trigger(self, attempt: Attempt | None, effect: TriggerCheckpoint) -> None:
-        if attempt is None or self._record.phase is not JobPhase.RUNNING:
-            return  # the agent was lost meanwhile: the coordinator aborted it
+        if attempt is None or self._record.phase is not JobPhase.RUNNING or attempt.failing:
+            # The agent was lost meanwhile (the coordinator aborted it), or the driver is
+            # being failed: its stop aborts it.
+            return
         cid, kind, after = effect.checkpoint_id, effect.kind, effect.after
         self._notify("CheckpointTriggered", Level.DETAIL, f"trigger {kind.value} {cid}")
         if after is not AfterCompletion.CONTINUE:

@@ -349,7 +349,9 @@ class JobSupervisor:
             return TerminalOutcome.CANCELLED
         if self._stop is StopRequest.SUSPEND:
             # A stop-with-savepoint whose completion could not be delivered: the savepoint
-            # is registered, and the driver was stopped here instead of by its agent.
+            # is registered, and the driver was stopped here instead of by its agent. Why an
+            # earlier driver failed is in its events, not the suspension's message.
+            self._record.message = ""
             return TerminalOutcome.SUSPENDED
         if attempt.failing is not None:
             self._record.message = attempt.failing
