@@ -81,6 +81,14 @@ def main() -> int:
     print(
         f"demo: exactly-once output verified: {len(expected)} words, {sum(expected.values())} rows"
     )
+    # A run of the job on its own afterwards starts without a checkpoint: the sink refuses
+    # output an earlier run committed to.
+    shutil.rmtree(data / "output")
+    shutil.rmtree(state)
+    print(
+        f"demo: removed its output and state, kept the input: `spark-checkpoint run "
+        f"{HERE / 'job.yaml'}` runs the job on it from the start"
+    )
     return 0
 
 

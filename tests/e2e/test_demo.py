@@ -33,6 +33,8 @@ def test_the_demo_kills_restores_and_verifies_exactly_once(tmp_path: Path) -> No
     assert "demo: killing the driver" in output, output
     assert "restored from checkpoint:" in output, output
     assert "exactly-once output verified" in output, output
+    data = tmp_path / "wordcount" / "data"
+    assert sorted(path.name for path in data.iterdir()) == ["input"], "a run afterwards starts anew"
 
 
 def test_a_demo_whose_input_runs_out_before_its_kill_fails_saying_so(tmp_path: Path) -> None:
