@@ -499,7 +499,11 @@ def last_error_lines(log_file: Path) -> list[str]:
         error = lines[start + frames :]
     else:
         marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
-        error = lines[marked[-1] :] if marked else lines[-ERROR_LINES_SHOWN:]
+        if not marked:
+            # No error to tell: the log's last lines, as written (their times keep them
+            # from passing for the same error as another attempt's).
+            return lines[-ERROR_LINES_SHOWN:]
+        error = lines[marked[-1] :]
     error = [LOG_TIME.sub("", line, count=1) for line in error]
     # Spark appends the failed query's description, and the driver logs on as it ends:
     # neither is part of the error.

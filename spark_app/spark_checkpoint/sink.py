@@ -374,7 +374,8 @@ class TransactionalFileSink:
                     f"{committed[-1]} committed by an earlier run, but the query starts "
                     "without a checkpoint, so its batches of those ids would be dropped as "
                     "replays; to start over, delete that output too (or write to an empty "
-                    "one); to go on from those batches, restore the checkpoint they belong to"
+                    "one); to go on from those batches, restore the checkpoint or savepoint "
+                    "they belong to (spec.restore.initialSavepointPath, run --from)"
                 )
             for staged_id in self.staged_batches():
                 if restored_batch is not None and staged_id <= restored_batch:
@@ -400,9 +401,10 @@ class TransactionalFileSink:
                     continue
                 if removed:
                     logger.info("removed %d unfinished writes in %s", removed, directory)
+            # Batches committed above are <= restored_batch: the listing before still holds.
             ahead = [
                 committed_id
-                for committed_id in self.committed_batches()
+                for committed_id in committed
                 if restored_batch is not None and committed_id > restored_batch
             ]
             if ahead:

@@ -251,6 +251,23 @@ def test_the_same_error_logged_at_another_time_is_the_same_error(tmp_path: Path)
     )
 
 
+def test_a_driver_that_ends_without_an_error_in_its_log_is_retried(tmp_path: Path) -> None:
+    """Its log's last lines are shown as they are; alike in every attempt, they are no
+    error the rule of "the same error twice" could recognise."""
+    script = """
+        import logging, sys
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("py4j.clientserver").warning("Closing down clientserver connection")
+        sys.exit(1)
+    """
+    job = ScriptJob(tmp_path, script, restart_policy={"maxRetries": 2})
+    result = job.run()
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "starting driver attempt 3" in result.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert "restartPolicy.maxRetries=2 exhausted" in status["message"], status["message"]
+
+
 def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_shown(
     tmp_path: Path,
 ) -> None:

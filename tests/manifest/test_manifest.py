@@ -726,6 +726,7 @@ def test_schema_keywords_local_validation_cannot_check_are_refused() -> None:
         "/data/storage/default/orders/savepoints/sp-7",
         "/data/storage/default/orders/savepoints/sp-7/",
         "/data/storage/default/orders/savepoints/sp-7/_metadata",
+        "/data/storage/default/orders/savepoints/sp-7/_metadata/",
     ],
 )
 def test_the_initial_savepoint_is_named_by_its_directory_or_its_metadata(

@@ -318,7 +318,8 @@ def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_
         f"the output {OutputStorage(output_url).url} holds batches 0..1 committed by an "
         "earlier run, but the query starts without a checkpoint, so its batches of those ids "
         "would be dropped as replays; to start over, delete that output too (or write to an "
-        "empty one); to go on from those batches, restore the checkpoint they belong to"
+        "empty one); to go on from those batches, restore the checkpoint or savepoint they "
+        "belong to (spec.restore.initialSavepointPath, run --from)"
     )
     after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
     assert after == before

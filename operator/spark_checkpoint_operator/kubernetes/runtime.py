@@ -287,9 +287,11 @@ class KubernetesDriver:
                 # The last of a name is what the container gets (the operator's come last).
                 for variable in reversed(container.get("env") or ()):
                     if variable["name"] == RESTORE_VARIABLE:
-                        with contextlib.suppress(SettingsError):  # not a pod this made
+                        try:
                             listed = restore_candidates(variable.get("value") or "")
-                            return [c.encode() for c in listed]
+                        except SettingsError:  # not a pod this made
+                            return []
+                        return [c.encode() for c in listed]
         return []
 
     def exit_code(self) -> int | None:

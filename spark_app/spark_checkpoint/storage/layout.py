@@ -44,9 +44,10 @@ METADATA_FILE_NAME = "_metadata"
 def metadata_location(snapshot: str) -> str:
     """The `_metadata` of the snapshot that `snapshot` names by its directory or by its
     `_metadata` (a user may give either)."""
+    snapshot = snapshot.rstrip("/")
     if snapshot.endswith(f"/{METADATA_FILE_NAME}"):
         return snapshot
-    return f"{snapshot.rstrip('/')}/{METADATA_FILE_NAME}"
+    return f"{snapshot}/{METADATA_FILE_NAME}"
 
 
 # A checkpoint being discarded keeps its manifest under this name until its shared files
