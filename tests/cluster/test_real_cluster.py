@@ -105,6 +105,8 @@ def operator(namespace: str, tmp_path_factory: pytest.TempPathFactory) -> Iterat
             [OPERATOR_COMMAND, f"--namespace={namespace}"],
             stdout=output,
             stderr=subprocess.STDOUT,
+            # No metrics endpoint: its default port may be another operator's on this host.
+            env={**os.environ, "SPARK_CHECKPOINT_METRICS_PORT": "0"},
         )
     try:
         yield

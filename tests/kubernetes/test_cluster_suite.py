@@ -37,6 +37,6 @@ def test_the_cluster_suite_passes_against_the_emulated_cluster(tmp_path: Path) -
             check=False,
             timeout=900,
         )
-
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout, result.stdout
+        # Inside: if stopping the cluster fails too, its error comes with this one.
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "2 passed" in result.stdout, result.stdout

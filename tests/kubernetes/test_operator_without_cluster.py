@@ -4,6 +4,7 @@ reached (no service account, no kubeconfig) it stops at once with one line that 
 Kopf; what it refuses."""
 
 import os
+import socket
 import re
 import subprocess
 from pathlib import Path
@@ -46,6 +47,29 @@ def test_operator_without_credentials_stops_and_says_why(tmp_path: Path) -> None
     # Besides that line only the Kubernetes client's warning that it found no kubeconfig.
     others = [line for line in finished.stderr.splitlines() if line not in reported]
     assert len(others) == 1 and "Config not found" in others[0], finished.stderr
+
+
+def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Path) -> None:
+    """Another process on the port (a second operator on the node's network): one line and
+    exit 1, not a retry every minute that could never succeed."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        finished = subprocess.run(
+            [OPERATOR_COMMAND, "--all-namespaces"],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "SPARK_CHECKPOINT_METRICS_PORT": str(port)},
+            cwd=tmp_path,
+            timeout=120,  # a retry loop would first retry after 60 s
+            check=False,
+        )
+    assert finished.returncode == 1, finished.stderr
+    reported = [line for line in finished.stderr.splitlines() if "failed permanently" in line]
+    assert len(reported) == 1, finished.stderr
+    assert f"cannot serve metrics on port {port} (SPARK_CHECKPOINT_METRICS_PORT" in reported[0]
+    assert "Traceback" not in finished.stderr, finished.stderr
 
 
 def test_the_operator_command_runs_kopf_standalone_with_its_handlers_first(

@@ -74,7 +74,14 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     metrics = CheckpointMetrics(REGISTRY)
     port = int(os.environ.get(METRICS_PORT_VARIABLE, DEFAULT_METRICS_PORT))
     if port:  # 0 turns the endpoint off
-        metrics.serve(port)
+        try:
+            metrics.serve(port)
+        except OSError as error:
+            # Said once, and the operator exits: a retry would register the metrics twice.
+            raise kopf.PermanentError(
+                f"cannot serve metrics on port {port} ({METRICS_PORT_VARIABLE}; 0 turns "
+                f"them off): {error.strerror or error}"
+            ) from None
     memo[METRICS] = metrics
     idle_poll = os.environ.get(IDLE_POLL_VARIABLE)
     memo[CONTROLLER_SETTINGS] = {"idle_poll_interval": float(idle_poll)} if idle_poll else {}
