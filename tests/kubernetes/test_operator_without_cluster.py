@@ -4,8 +4,8 @@ reached (no service account, no kubeconfig) it stops at once with one line that 
 Kopf; what it refuses."""
 
 import os
-import socket
 import re
+import socket
 import subprocess
 from pathlib import Path
 from typing import Any
