@@ -98,12 +98,12 @@ def test_a_clean_finish_reports_no_failure_and_says_what_the_runtime_did_instead
     lines = [notice.message for notice in notices]
     assert [n for n in notices if n.level is Level.WARNING] == [], "\n".join(lines)
     assert not [line for line in lines if "failed" in line or "not delivered" in line], lines
-    # Retention's discards go to the janitor, not to a driver that exits, and the abort of
-    # a checkpoint given up that it no longer takes is not reported: nothing reads as trouble.
+    # A discard or an abort the exiting driver no longer takes is not reported (the janitor
+    # does the discard): nothing reads as trouble.
     assert not [line for line in lines if "did not take" in line], lines
     agent = launcher.drivers[0].agent
     # Each discarded once (RetainOnFailure: a finished job keeps none), by the janitor once
-    # the driver was told of its final checkpoint.
+    # the driver exits.
     assert sorted(agent.discarded + janitor.discarded) == agent.completed
     assert janitor.discarded == agent.completed[-2:]
     final = next(n for n in notices if "(final)" in n.message)

@@ -360,16 +360,17 @@ class EffectInterpreter:
         through_agent: Callable[[AgentClient], Awaitable[object]],
         through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
-        """Storage is changed by the driver's agent while one runs, else by the janitor:
-        also for a driver told of its final checkpoint, which exits any moment."""
+        """Storage is changed by the driver's agent while one runs, else by the janitor."""
         refused: AgentUnavailable | AgentRejected | None = None
-        if attempt is not None and not attempt.finishing:
+        if attempt is not None:
             try:
                 await through_agent(attempt.driver.agent)
                 return
             except (AgentUnavailable, AgentRejected) as error:
                 refused = error  # the driver is stopping or gone: the janitor does it
-        if await self.clean_up(through_janitor()) and refused is not None:
+        # A driver that finishes or suspends exits any moment: its refusal is no news.
+        told = refused is not None and not (attempt is not None and attempt.leaving)
+        if await self.clean_up(through_janitor()) and told:
             self._notify(
                 "DiscardedByJanitor",
                 Level.DETAIL,
