@@ -1,6 +1,7 @@
 """The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -22,9 +23,14 @@ FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
 KUBERNETES_VERSION = "1.30"
 
 
-def _job(name: str = "full-job.yaml") -> tuple[Any, dict[str, Any]]:
-    """The manifest and the stored object (with the uid the API server gave it)."""
-    document = validate_document(yaml.safe_load((FIXTURES / name).read_text()))
+def _job(
+    name: str = "full-job.yaml", edit: Callable[[dict[str, Any]], None] = lambda raw: None
+) -> tuple[Any, dict[str, Any]]:
+    """The manifest and the stored object (with the uid the API server gave it); ``edit``
+    changes the fixture first."""
+    raw = yaml.safe_load((FIXTURES / name).read_text())
+    edit(raw)
+    document = validate_document(raw)
     manifest = manifest_from_document(document)
     document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
     return manifest, document
@@ -34,8 +40,12 @@ def _env(pod: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e for e in pod["spec"]["containers"][0]["env"]}
 
 
-def _driver(name: str = "full-job.yaml", restore: list[str] | None = None) -> dict[str, Any]:
-    manifest, document = _job(name)
+def _driver(
+    name: str = "full-job.yaml",
+    restore: list[str] | None = None,
+    edit: Callable[[dict[str, Any]], None] = lambda raw: None,
+) -> dict[str, Any]:
+    manifest, document = _job(name, edit)
     return objects.driver_pod(
         manifest,
         document,
@@ -517,20 +527,13 @@ def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
     """A user's variable of the operator's name comes first in the pod, the operator's
     last, which is what the container gets: an adopted driver's restore candidates are
     read from that one."""
-    raw = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
     user_set = {"name": "SPARK_CHECKPOINT_RESTORE", "value": '["checkpoint:99"]'}
-    raw["spec"]["driver"]["env"] = [user_set]
-    document = validate_document(raw)
-    manifest = manifest_from_document(document)
-    document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
-    pod = objects.driver_pod(
-        manifest,
-        document,
-        attempt=3,
-        storage="s3a://bucket/checkpoints",
-        restore=["checkpoint:7", "savepoint:2"],
-        deployed_hash=objects.deployment_hash(document["spec"]),
-    )
+
+    def user_sets_the_variable(raw: dict[str, Any]) -> None:
+        raw["spec"]["driver"]["env"] = [user_set]
+
+    manifest, _ = _job(edit=user_sets_the_variable)
+    pod = _driver(restore=["checkpoint:7", "savepoint:2"], edit=user_sets_the_variable)
     pods = PodRegistry()
     pods.observe("ADDED", pod)
     clients = SimpleNamespace(pods=pods, session=None)
