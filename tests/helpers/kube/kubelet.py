@@ -128,6 +128,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1125,7 +1126,31 @@ class KubeletThread:
         return self._run(waiting, timeout=timeout + 5.0)
 
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(timeout)
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result(timeout)
+        except TimeoutError:
+            whereabouts = self._whereabouts()
+            future.cancel()
+            raise TimeoutError(
+                f"the local kubelet did not finish {coroutine.__qualname__} in {timeout:g} s; "
+                f"{whereabouts}"
+            ) from None
+
+    def _whereabouts(self) -> str:
+        """Where the kubelet's tasks wait (or its loop's thread, if the loop is blocked): what
+        a hang in CI needs explained, as it happens only there."""
+
+        async def tasks() -> str:
+            pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            return "its tasks wait at:\n" + "\n".join(_task_location(t) for t in pending)
+
+        try:
+            return asyncio.run_coroutine_threadsafe(tasks(), self._loop).result(5.0)
+        except TimeoutError:
+            frame = sys._current_frames().get(self._thread.ident or -1)
+            stack = "".join(traceback.format_stack(frame)) if frame else "(no thread)"
+            return f"its loop is blocked at:\n{stack}"
 
 
 def _image_env() -> dict[str, str]:
@@ -1280,6 +1305,12 @@ async def _end_process(process: asyncio.subprocess.Process, grace: float) -> Non
             await asyncio.wait_for(process.wait(), grace)
     _signal_group(process, signal.SIGKILL)
     await process.wait()
+
+
+def _task_location(task: "asyncio.Task[Any]") -> str:
+    frames = task.get_stack()
+    where = "".join(traceback.format_stack(frames[-1], limit=3)) if frames else "(not started)\n"
+    return f"- {task.get_name()}:\n{where}"
 
 
 def _signal_group(process: asyncio.subprocess.Process, sig: int) -> None:
