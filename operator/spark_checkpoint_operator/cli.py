@@ -18,7 +18,8 @@ from spark_checkpoint_operator.cli_conventions import (
     epilog,
     exit_quietly_on_closed_pipe,
     port_number,
-    positive_seconds,
+    seconds,
+    whole_number,
 )
 from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
@@ -116,7 +117,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     run.add_argument(
         "--agent-timeout",
-        type=positive_seconds,
+        type=seconds(),
         metavar="SECONDS",
         help="fail the job if a started driver's checkpoint agent has not answered within "
         "SECONDS (a pipeline that does not call run_coordinated), and warn once of a restore "
@@ -144,14 +145,37 @@ def _main(argv: Sequence[str] | None) -> int:
             {ExitCode.OK: "the simulation ran", ExitCode.USAGE: "the settings are invalid"},
         ),
     )
-    simulation.add_argument("--duration", type=float, default=120.0, help="virtual seconds")
-    simulation.add_argument("--interval", type=float, default=10.0)
-    simulation.add_argument("--min-pause", type=float, default=2.0)
-    simulation.add_argument("--timeout", type=float, default=8.0)
-    simulation.add_argument("--tolerable-failures", type=int, default=1)
-    simulation.add_argument("--retained", type=int, default=2)
-    simulation.add_argument("--tasks", type=int, default=4)
-    simulation.add_argument("--seed", type=int, default=1)
+    simulation.add_argument(
+        "--duration", type=seconds(), default=120.0, help="virtual seconds to run (120)"
+    )
+    simulation.add_argument(
+        "--interval", type=seconds(), default=10.0, help="checkpoint interval, seconds (10)"
+    )
+    simulation.add_argument(
+        "--min-pause",
+        type=seconds(zero=True),
+        default=2.0,
+        help="least pause between checkpoints, seconds (2)",
+    )
+    simulation.add_argument(
+        "--timeout", type=seconds(), default=8.0, help="checkpoint timeout, seconds (8)"
+    )
+    simulation.add_argument(
+        "--tolerable-failures",
+        type=whole_number(0),
+        default=1,
+        help="consecutive failed checkpoints tolerated (1)",
+    )
+    simulation.add_argument(
+        "--retained", type=whole_number(1), default=2, help="checkpoints retained (2)"
+    )
+    simulation.add_argument(
+        "--tasks",
+        type=whole_number(1),
+        default=4,
+        help="snapshot tasks per checkpoint: the logs and N-1 state partitions (4)",
+    )
+    simulation.add_argument("--seed", type=int, default=1, help="the random seed (1)")
 
     _add_storage_commands(commands)
 
@@ -344,7 +368,8 @@ def _simulate(args: argparse.Namespace) -> int:
     retained = ", ".join(str(c.checkpoint_id) for c in state.checkpoints) or "none"
     print(
         f"\n{state.completed_count} completed, {state.failed_count} failed; "
-        f"retained checkpoints: {retained}; next checkpoint id: {state.next_checkpoint_id}"
+        f"retained checkpoints: {retained}; "
+        f"a restarted coordinator would go on from checkpoint {state.next_checkpoint_id}"
     )
     return ExitCode.OK
 

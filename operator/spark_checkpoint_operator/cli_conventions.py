@@ -121,15 +121,40 @@ def add_output_option(parser: argparse.ArgumentParser, *formats: OutputFormat) -
     )
 
 
-def positive_seconds(text: str) -> float:
-    """argparse's type for a number of seconds above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
+def seconds(*, zero: bool = False, at_most: float = math.inf) -> Callable[[str], float]:
+    """argparse's type for a finite number of seconds above 0 (from 0 with ``zero``), up to
+    ``at_most``."""
+    lowest = "from 0" if zero else "above 0"
+    highest = f" up to {at_most:g}" if at_most < math.inf else ""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        above_lowest = value >= 0 if zero else value > 0
+        if not (above_lowest and value <= at_most and math.isfinite(value)):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number of seconds {lowest}{highest}"
+            )
+        return value
+
+    return parse
+
+
+def whole_number(minimum: int) -> Callable[[str], int]:
+    """argparse's type for a whole number of ``minimum`` or more."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = minimum - 1
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {minimum} or more")
+        return value
+
+    return parse
 
 
 def port_number(text: str) -> int:

@@ -14,6 +14,7 @@ from spark_checkpoint_operator.cli_conventions import (
     epilog,
     format_table,
     print_document,
+    seconds,
 )
 from spark_checkpoint_operator.control import (
     ControlPaths,
@@ -162,19 +163,13 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
 
 
 def _timeout_option(parser: argparse.ArgumentParser, default: float, text: str) -> None:
-    parser.add_argument("--timeout", type=_seconds, metavar="SECONDS", default=default, help=text)
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 <= value <= MAX_WAIT_SECONDS:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f}"
-        )
-    return value
+    parser.add_argument(
+        "--timeout",
+        type=seconds(zero=True, at_most=MAX_WAIT_SECONDS),
+        metavar="SECONDS",
+        default=default,
+        help=text,
+    )
 
 
 class _Usage(Exception):

@@ -281,6 +281,17 @@ def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
         )
 
 
+@pytest.mark.parametrize("timeout", ["-1", "86401", "nan", "soon"])
+def test_a_wait_out_of_range_is_a_one_line_usage_error(job: LocalJob, timeout: str) -> None:
+    result = job.cli("savepoint", "-f", "job.yaml", "--timeout", timeout)
+    assert result.returncode == 2
+    assert result.stderr.startswith(
+        f"spark-checkpoint savepoint: argument --timeout: {timeout!r} is not a number of "
+        "seconds from 0 up to 86400"
+    ), result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
 def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoint(
     job: LocalJob,
 ) -> None:

@@ -1,5 +1,6 @@
 """Persisted state: ids survive restarts, the registry round-trips, bad input is named."""
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
@@ -96,6 +97,9 @@ def test_invalid_persisted_state_names_the_field(
         ({"timeout": "60"}, "checkpointing.timeout must be a number of seconds, got '60'"),
         ({"min_pause": None}, "checkpointing.minPause must be a number of seconds, got None"),
         ({"interval": False}, "checkpointing.interval must be a number of seconds, got False"),
+        ({"interval": math.nan}, "checkpointing.interval must be a number of seconds, got nan"),
+        ({"timeout": math.inf}, "checkpointing.timeout must be a number of seconds, got inf"),
+        ({"min_pause": -math.inf}, "checkpointing.minPause must be a number of seconds, got -inf"),
         ({"retention_policy": "RetainOnFailure"}, "checkpointing.retentionPolicy must be one of"),
     ],
 )

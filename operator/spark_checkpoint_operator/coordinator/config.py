@@ -1,5 +1,6 @@
 """Coordinator settings and the termination retention policy."""
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -13,7 +14,8 @@ def _require_integer(name: str, value: object) -> None:
 def _require_seconds(name: str, value: object, *, optional: bool = False) -> None:
     if value is None and optional:
         return
-    if not isinstance(value, int | float) or isinstance(value, bool):
+    # NaN passes every comparison the settings are checked with; infinity is no time.
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
         raise ValueError(f"{name} must be a number of seconds, got {value!r}")
 
 
