@@ -10,9 +10,7 @@ import contextlib
 import ctypes
 import dataclasses
 import fcntl
-import itertools
 import os
-import re
 import secrets
 import signal
 import socket
@@ -62,6 +60,7 @@ from spark_checkpoint_operator.supervisor import (
     JobSupervisor,
     Notice,
     StartProblem,
+    driver_error,
 )
 
 INTERRUPT_LABEL = "ctrl-c"
@@ -105,11 +104,13 @@ class LocalDriver:
         process: asyncio.subprocess.Process,
         agent: AgentClient,
         log: IO[bytes],
+        log_file: Path,
         restore: list[str],
     ):
         self._process = process
         self._agent = agent
         self._log = log
+        self._log_file = log_file
         self._restore = restore
 
     @property
@@ -137,6 +138,9 @@ class LocalDriver:
         if code is not None:
             self._log.close()
         return code
+
+    def error_lines(self) -> list[str]:
+        return driver_error(_log_tail(self._log_file))
 
     async def terminate(self) -> None:
         if self._process.returncode is None:
@@ -191,7 +195,8 @@ class LocalLauncher:
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
         self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
-        log = (self._paths.logs_dir / f"driver-{attempt}.log").open("ab")
+        log_file = self._paths.logs_dir / f"driver-{attempt}.log"
+        log = log_file.open("ab")
         process = await asyncio.create_subprocess_exec(
             *command,
             cwd=self._manifest_dir,
@@ -202,7 +207,8 @@ class LocalLauncher:
             start_new_session=True,
             preexec_fn=_die_with_parent,
         )
-        driver = LocalDriver(process, AgentClient(f"http://127.0.0.1:{port}", token), log, restore)
+        agent = AgentClient(f"http://127.0.0.1:{port}", token)
+        driver = LocalDriver(process, agent, log, log_file, restore)
         self.current = driver
         self.on_launch(driver)
         return driver
@@ -429,7 +435,6 @@ async def _run_locked(
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
         report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
-        driver_error=lambda attempt: last_error_lines(paths.logs_dir / f"driver-{attempt}.log"),
         restorable_check=local_restorable_check(manifest, layout, driver_environment(manifest)),
     )
 
@@ -468,49 +473,16 @@ async def _run_locked(
     return outcome
 
 
-ERROR_LINES_SHOWN = 6
 LOG_TAIL_BYTES = 64 * 1024
-TRACEBACK = "Traceback (most recent call last):"
-ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
-AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
-# When a log line was written (Python's logging, Spark's log4j): not part of the error, and
-# it would make the same error of two attempts differ.
-LOG_TIME = re.compile(
-    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}([,.]\d+)?|\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})\s+"
-)
 
 
-def last_error_lines(log_file: Path) -> list[str]:
-    """The error a driver ended with, from the end of its log, the error itself first: the
-    exception of its last Python traceback (without the frames), else the last line that
-    reads as an error and what follows it; at most a few lines."""
+def _log_tail(log_file: Path) -> str:
     try:
         with log_file.open("rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
-            lines = [line.rstrip() for line in log.read().decode(errors="replace").splitlines()]
+            return log.read().decode(errors="replace")
     except OSError:
-        return []
-    lines = [line for line in lines if line]
-    if TRACEBACK in lines:
-        start = len(lines) - lines[::-1].index(TRACEBACK)
-        frames = 0
-        while start + frames < len(lines) and lines[start + frames][:1].isspace():
-            frames += 1
-        error = lines[start + frames :]
-    else:
-        marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
-        if not marked:
-            # No error to tell: the log's last lines, as written (their times keep them
-            # from passing for the same error as another attempt's).
-            return lines[-ERROR_LINES_SHOWN:]
-        error = lines[marked[-1] :]
-    error = [LOG_TIME.sub("", line, count=1) for line in error]
-    # Spark appends the failed query's description, and the driver logs on as it ends:
-    # neither is part of the error.
-    shown = error[:1] + list(
-        itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
-    )
-    return shown[:ERROR_LINES_SHOWN]
+        return ""
 
 
 def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:

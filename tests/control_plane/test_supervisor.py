@@ -487,13 +487,13 @@ def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_ret
             save=lambda record: asyncio.sleep(0),
             record=JobRecord(),
             report=lambda notice: None,
-            driver_error=lambda attempt: ["ValueError: no such column 'k'"],
         )
         run = asyncio.create_task(supervisor.run())
         for attempt in (1, 2):
             await until(lambda n=attempt: len(launcher.drivers) == n)
             driver = launcher.drivers[-1]
             await until(lambda d=driver: d.agent.statuses > 3)  # past starting: it restores
+            driver.error = ["ValueError: no such column 'k'"]
             driver.code = DriverExit.FAILED
         assert await asyncio.wait_for(run, 10) is TerminalOutcome.FAILED
         return supervisor, launcher

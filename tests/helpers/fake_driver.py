@@ -136,6 +136,7 @@ class FakeDriver:
         self.executors = True
         self.problem: StartProblem | None = None
         self.restore: list[str] = []  # as the launcher was asked
+        self.error: list[str] = []  # what it ended with
 
     def start_problem(self) -> StartProblem | None:
         return self.problem
@@ -151,6 +152,9 @@ class FakeDriver:
 
     def exit_code(self) -> int | None:
         return self.code
+
+    def error_lines(self) -> list[str]:
+        return self.error
 
     async def terminate(self) -> None:
         if self.code is None:

@@ -39,6 +39,7 @@ from spark_checkpoint_operator.supervisor import (
     Level,
     Notice,
     StartProblem,
+    driver_error,
 )
 
 log = logging.getLogger(__name__)
@@ -254,6 +255,9 @@ class KubernetesDriver:
         self._expected_executors = executors
         self._seen = False
         self._gone = False
+        # Its container's termination message, kept from its exit on: the pod is deleted
+        # before the supervisor asks for the error.
+        self._termination_message = ""
         self._agent = AgentClient(self._agent_url, token, session=clients.session)
 
     @property
@@ -300,7 +304,13 @@ class KubernetesDriver:
             # Deleted by someone else (or evicted and collected): the driver is gone.
             return -1 if self._seen or self._gone else None
         self._seen = True
+        if (ended := _own_container_ended(pod)) is not None:
+            self._termination_message = str(ended.get("message") or "")
         return pod_exit_code(pod)
+
+    def error_lines(self) -> list[str]:
+        """From its termination message: the end of its log (FallbackToLogsOnError)."""
+        return driver_error(self._termination_message)
 
     def executors_ready(self) -> bool:
         ready = sum(

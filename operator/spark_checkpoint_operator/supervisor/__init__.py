@@ -4,6 +4,7 @@ The supervisor is the adapter around the coordinator core; the runtime (a local 
 Kubernetes pods) supplies its ports. Its parts, by responsibility:
 
 - ``ports``: what the runtime supplies (drivers, a janitor, a restorable check, an observer);
+- ``driver_errors``: the error a driver ended with, read from its output's end;
 - ``record``: the persisted `JobRecord`;
 - ``notices``: what the user is told;
 - ``status_events``: the agent's status read as coordinator events;
@@ -16,6 +17,7 @@ Kubernetes pods) supplies its ports. Its parts, by responsibility:
 Adapters import from this package; its modules import each other directly.
 """
 
+from spark_checkpoint_operator.supervisor.driver_errors import driver_error
 from spark_checkpoint_operator.supervisor.job import JobSupervisor
 from spark_checkpoint_operator.supervisor.notices import Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
@@ -51,4 +53,5 @@ __all__ = [
     "PeriodicSlot",
     "RestorableCheck",
     "StartProblem",
+    "driver_error",
 ]

@@ -79,7 +79,6 @@ class JobSupervisor:
         report: Callable[[Notice], None] = log_notice,
         observer: Observer | None = None,
         idle_poll_interval: float = POLL_INTERVAL,
-        driver_error: Callable[[int], list[str]] = lambda attempt: [],
         restorable_check: RestorableCheck | None = None,
     ) -> None:
         self._config = config
@@ -90,9 +89,6 @@ class JobSupervisor:
         self._initial_savepoint = initial_savepoint
         self._report = report
         self._observer = observer or Observer()
-        # The last error lines of an attempt's driver (its log), first the error itself;
-        # shown with each failure, and compared to tell a repeating failure.
-        self._driver_error = driver_error
         # checkpointing.verifyRestorable: each completed image is checked in the background,
         # one at a time; images completed meanwhile give way to the newest
         # (`check_restorable`).
@@ -223,9 +219,7 @@ class JobSupervisor:
             # A driver killed by a signal wrote no error of its own: its log's tail would
             # be whatever it was doing at the time, so none is shown.
             killed = exit_code < 0
-            error = (
-                self._driver_error(self._record.attempt) if failed_on_its_own and not killed else []
-            )
+            error = attempt.driver.error_lines() if failed_on_its_own and not killed else []
             early = not attempt.batches_advanced and not attempt.completed
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;

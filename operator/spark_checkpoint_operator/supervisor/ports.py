@@ -42,6 +42,10 @@ class DriverHandle(Protocol):
     def exit_code(self) -> int | None:
         """None while the driver runs."""
 
+    def error_lines(self) -> list[str]:
+        """Once it exited: the error it ended with, the error itself first (`driver_error`);
+        none when it wrote nothing."""
+
     async def terminate(self) -> None:
         """Stop the driver and return once it is gone (never two drivers at once)."""
 

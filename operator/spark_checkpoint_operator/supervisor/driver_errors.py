@@ -1,0 +1,43 @@
+"""The error a driver ended with, read from what it wrote last: a local driver's log, a
+driver pod's termination message (its log's tail, FallbackToLogsOnError). Shown with each
+failure, and compared to tell a failure that repeats."""
+
+import itertools
+import re
+
+ERROR_LINES_SHOWN = 6
+TRACEBACK = "Traceback (most recent call last):"
+ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
+AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
+# When a log line was written (Python's logging, Spark's log4j): not part of the error, and
+# it would make the same error of two attempts differ.
+LOG_TIME = re.compile(
+    r"^(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}([,.]\d+)?|\d{2}/\d{2}/\d{2} \d{2}:\d{2}:\d{2})\s+"
+)
+
+
+def driver_error(output: str) -> list[str]:
+    """The error in the end of a driver's output, the error itself first: the exception of
+    its last Python traceback (without the frames), else the last line that reads as an
+    error and what follows it; at most a few lines."""
+    lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    if TRACEBACK in lines:
+        start = len(lines) - lines[::-1].index(TRACEBACK)
+        frames = 0
+        while start + frames < len(lines) and lines[start + frames][:1].isspace():
+            frames += 1
+        error = lines[start + frames :]
+    else:
+        marked = [i for i, line in enumerate(lines) if ERROR_WORDS.search(line)]
+        if not marked:
+            # No error to tell: the output's last lines, as written (their times keep them
+            # from passing for the same error as another attempt's).
+            return lines[-ERROR_LINES_SHOWN:]
+        error = lines[marked[-1] :]
+    error = [LOG_TIME.sub("", line, count=1) for line in error]
+    # Spark appends the failed query's description, and the driver logs on as it ends:
+    # neither is part of the error.
+    shown = error[:1] + list(
+        itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
+    )
+    return shown[:ERROR_LINES_SHOWN]
