@@ -32,7 +32,7 @@ from spark_checkpoint.janitor_commands import (
 )
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import DriverSettings
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.control import ControlPaths, serve_controls
 from spark_checkpoint_operator.coordinator import (
@@ -79,18 +79,63 @@ class JobBusy(RunRefused):
 @contextlib.contextmanager
 def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
     """Held for a whole run: a second run of the same job would otherwise take the first
-    one's driver for a leftover and kill it. The lock (``flock``) goes with the process,
-    however it ends; the file only names the holder for the message."""
-    descriptor = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT, 0o600)
+    one's driver for a leftover and kill it."""
+    with _exclusive(
+        paths.lock_file,
+        lambda holder: (
+            f"job {manifest.namespace}/{manifest.name} is already running "
+            f"(pid {holder}, lock {paths.lock_file}): stop that run first"
+        ),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[None]:
+    """Held for a whole run on local storage: a job's storage has one writer. Two runs of a
+    job kept in two state directories would otherwise share it, each taking the other's
+    checkpoints for garbage and writing the same checkpoint ids. (An object store has no
+    lock to take: there, one storage root per run is the user's to keep.)"""
+    root = storage.layout.root
+    try:
+        lock_file = storage.fs.local_path(storage.layout.run_lock_path)
+        if lock_file is not None:
+            Path(lock_file).parent.mkdir(parents=True, exist_ok=True)
+    except StorageError as error:
+        raise RunRefused(f"spec.checkpointing.storage {root!r}: {error}") from None
+    except OSError as error:
+        raise RunRefused(
+            f"spec.checkpointing.storage {root!r}: cannot create the job's directory "
+            f"{error.filename}: {error.strerror or error}"
+        ) from None
+    if lock_file is None:
+        yield
+        return
+    with _exclusive(
+        Path(lock_file),
+        lambda holder: (
+            f"job {manifest.namespace}/{manifest.name}'s storage {Path(lock_file).parent} is "
+            f"in use by another run (pid {holder}, lock {lock_file}): stop that run, or give "
+            "this one another spec.checkpointing.storage"
+        ),
+    ):
+        yield
+
+
+@contextlib.contextmanager
+def _exclusive(lock_file: Path, busy: Callable[[str], str]) -> Iterator[None]:
+    """An ``flock`` on ``lock_file``, which goes with the process however it ends; the file
+    only names the holder (its pid) for the `JobBusy` message ``busy`` makes of it."""
+    try:
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        raise RunRefused(f"cannot open the lock {lock_file}: {error.strerror or error}") from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
-            raise JobBusy(
-                f"job {manifest.namespace}/{manifest.name} is already running "
-                f"(pid {holder}, lock {paths.lock_file}): stop that run first"
-            ) from None
+            raise JobBusy(busy(holder)) from None
         os.ftruncate(descriptor, 0)
         os.write(descriptor, f"{os.getpid()}\n".encode())
         yield
@@ -322,7 +367,14 @@ async def run_local(
         paths.job_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise RunRefused(f"cannot create the job's state directory: {error}") from None
-    with job_lock(paths, manifest):
+    storage = _checkpoint_storage(
+        JobStorageLayout(
+            manifest.spec.checkpointing.storage or paths.default_storage,
+            manifest.namespace,
+            manifest.name,
+        )
+    )
+    with job_lock(paths, manifest), storage_lock(storage, manifest):
         if warning := _executor_variables_warning(manifest):
             display.line(warning)
         metrics = None
@@ -340,6 +392,7 @@ async def run_local(
             manifest,
             manifest_path,
             paths,
+            storage,
             display,
             metrics=metrics,
             agent_start_timeout=agent_start_timeout,
@@ -366,14 +419,14 @@ async def _run_locked(
     manifest: JobManifest,
     manifest_path: Path,
     paths: LocalPaths,
+    storage: CheckpointStorage,
     display: RunDisplay,
     *,
     metrics: CheckpointMetrics | None,
     agent_start_timeout: float | None,
     restore_from: str | None,
 ) -> TerminalOutcome:
-    storage_root = manifest.spec.checkpointing.storage or paths.default_storage
-    layout = JobStorageLayout(storage_root, manifest.namespace, manifest.name)
+    layout = storage.layout
     record = load_record(paths)
     if record.phase is JobPhase.FINISHED:
         # As on Kubernetes: its input is done. Running it again would restore whatever
@@ -387,10 +440,9 @@ async def _run_locked(
             "spec.restore.initialSavepointPath)"
         )
     report = display.line
-    storage = _checkpoint_storage(layout)
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _stop_leftover_driver(paths, report)
-    launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, storage_root)
+    launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
     )
@@ -429,7 +481,7 @@ async def _run_locked(
         config=manifest.coordinator_config(),
         restart_policy=restart_policy,
         launcher=launcher,
-        janitor=LocalJanitor(manifest, storage_root),
+        janitor=LocalJanitor(manifest, layout.root),
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,

@@ -93,6 +93,65 @@ def test_a_second_run_of_a_running_job_is_refused_and_leaves_the_first_alone(
         third.communicate()
 
 
+def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
+    tmp_path: Path,
+) -> None:
+    """Two copies of a manifest naming one storage: one writer per job's storage."""
+    storage = tmp_path / "storage"
+    job = ScriptJob(tmp_path / "here", SLEEPING_DRIVER, storage=storage.as_uri())
+    first = job.start()
+    try:
+        driver = int(wait_for_file(job.directory / "driver.pid"))
+        copy = ScriptJob(tmp_path / "there", SLEEPING_DRIVER, storage=storage.as_uri())
+        second = copy.run(timeout=20)
+        assert second.returncode == 1
+        job_storage = storage / "default" / "probe"
+        assert second.stderr.splitlines() == [
+            f"spark-checkpoint run: job default/probe's storage {job_storage} is in use by "
+            f"another run (pid {first.pid}, lock {job_storage / 'run.lock'}): stop that run, "
+            "or give this one another spec.checkpointing.storage"
+        ]
+        assert not (copy.directory / "driver.pid").exists(), "the second run started a driver"
+        assert alive(driver)
+    finally:
+        first.kill()
+        first.communicate()
+    wait_until_gone(driver)
+    third = copy.start()
+    try:
+        wait_for_file(copy.directory / "driver.pid")
+    finally:
+        third.kill()
+        third.communicate()
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+def test_local_storage_that_cannot_be_used_is_refused_before_a_driver_starts(
+    tmp_path: Path, kind: str
+) -> None:
+    root = tmp_path / "storage"
+    root.mkdir()
+    if kind == "file":
+        (root / "default").write_text("not a directory")
+    else:
+        (tmp_path / "elsewhere").mkdir()
+        (root / "default").symlink_to(tmp_path / "elsewhere")
+    job = ScriptJob(tmp_path / "job", SLEEPING_DRIVER, storage=root.as_uri())
+    result = job.run(timeout=20)
+    assert result.returncode == 1
+    expected = {
+        "file": f"cannot create the job's directory {root / 'default' / 'probe'}: Not a directory",
+        "link": f"{root / 'default'}: is a symbolic link (to '{tmp_path / 'elsewhere'}'); "
+        "links are never followed out of the job's storage directory: remove the link",
+    }[kind]
+    assert result.stderr.splitlines() == [
+        f"spark-checkpoint run: spec.checkpointing.storage {root.as_uri()!r}: {expected}"
+    ]
+    assert not (job.directory / "driver.pid").exists()
+    if kind == "link":
+        assert not list((tmp_path / "elsewhere").iterdir()), "the run wrote through the link"
+
+
 def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
     first = job.run()

@@ -20,6 +20,7 @@ class ScriptJob:
         name: str = "probe",
         restart_policy: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
+        storage: str | None = None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -35,6 +36,7 @@ class ScriptJob:
                     "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
                 },
                 "restartPolicy": {"backoff": "100ms", **(restart_policy or {})},
+                **({"checkpointing": {"storage": storage}} if storage else {}),
             },
         }
         self.manifest = directory / "job.yaml"

@@ -122,6 +122,10 @@ class StorageFileSystem:
         """True if storage is the local filesystem (atomic renames and hard links work)."""
         return self._is_local
 
+    def local_path(self, path: str) -> str | None:
+        """`path` as the local filesystem names it; None on an object store."""
+        return self._native(path) if self._is_local else None
+
     def abort_unfinished_uploads(self, directory: str) -> int:
         """Abort every unfinished S3 multipart upload below `directory` (an upload killed
         midway: no listing shows it, and it is kept and billed until aborted); how many.

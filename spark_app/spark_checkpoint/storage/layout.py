@@ -56,6 +56,9 @@ DISCARDING_FILE_NAME = "_discarding"
 SHARED_DIR_NAME = "shared"
 SAVEPOINTS_DIR_NAME = "savepoints"
 SAVEPOINT_FILES_DIR_NAME = "files"
+# Held (flock) by a local run for as long as it runs, on local storage: one writer per job
+# (see CheckpointStorage), whichever state directory the run keeps its registry in.
+RUN_LOCK_FILE_NAME = "run.lock"
 
 
 # Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`.
@@ -192,6 +195,11 @@ class JobStorageLayout:
     def savepoints_dir(self) -> str:
         """The directory holding the `sp-<N>` savepoint directories."""
         return f"{self.job_root}/{SAVEPOINTS_DIR_NAME}"
+
+    @property
+    def run_lock_path(self) -> str:
+        """The lock a local run holds on local storage (see `RUN_LOCK_FILE_NAME`)."""
+        return f"{self.job_root}/{RUN_LOCK_FILE_NAME}"
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """`chk-<N>`, holding the checkpoint's `_metadata`."""
