@@ -17,6 +17,7 @@ from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirector
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.manifest.validation import validate_document
 
 FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
@@ -524,16 +525,13 @@ def test_cleanup_and_check_pods_carry_the_drivers_labels_but_are_never_taken_for
 
 
 def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
-    """A user's variable of the operator's name comes first in the pod, the operator's
-    last, which is what the container gets: an adopted driver's restore candidates are
-    read from that one."""
+    """A variable of the operator's name that a manifest set (before the CRD reserved such
+    names) comes first in the pod, the operator's last, which is what the container gets: an
+    adopted driver's restore candidates are read from that one."""
+    manifest, _ = _job()
+    pod = _driver(restore=["checkpoint:7", "savepoint:2"])
     user_set = {"name": "SPARK_CHECKPOINT_RESTORE", "value": '["checkpoint:99"]'}
-
-    def user_sets_the_variable(raw: dict[str, Any]) -> None:
-        raw["spec"]["driver"]["env"] = [user_set]
-
-    manifest, _ = _job(edit=user_sets_the_variable)
-    pod = _driver(restore=["checkpoint:7", "savepoint:2"], edit=user_sets_the_variable)
+    pod["spec"]["containers"][0]["env"].insert(0, user_set)
     pods = PodRegistry()
     pods.observe("ADDED", pod)
     clients = SimpleNamespace(pods=pods, session=None)
@@ -542,3 +540,35 @@ def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
     )
 
     assert driver.restore_candidates() == ["checkpoint:7", "savepoint:2"]
+
+
+def test_every_variable_the_operator_gives_its_pods_is_one_a_manifest_may_not_set() -> None:
+    """The CRD's reserved names and the pods' own variables are one list: a variable the
+    operator adds later without reserving it fails here."""
+    manifest, document = _job()
+    pods = [
+        _driver(),
+        objects.cleanup_pod(
+            manifest,
+            document,
+            storage="s3a://b/c",
+            command=RemoveLiveDirectory("orders"),
+            live_claim=True,
+        ),
+        objects.check_pod(manifest, document, storage="s3a://b/c", image="checkpoint:7"),
+    ]
+    from_the_manifest = {
+        variable.name for variable in (*manifest.spec.driver_env, *manifest.spec.executor_env)
+    }
+    own = {
+        variable["name"]
+        for pod in pods
+        for variable in pod["spec"]["containers"][0]["env"]
+        if variable["name"] not in from_the_manifest
+    }
+    assert {"POD_IP", "PYSPARK_SUBMIT_ARGS", "SPARK_CHECKPOINT_RESTORE"} <= own
+    for name in sorted(own):
+        raw = yaml.safe_load((FIXTURES / "minimal-job.yaml").read_text())
+        raw["spec"]["application"] = {**raw["spec"]["application"], "env": [{"name": name}]}
+        with pytest.raises(ManifestError, match=r"env\[0\]\.name: is set by the operator"):
+            validate_document(raw, "job.yaml")

@@ -59,3 +59,42 @@ def test_a_bad_secret_reference_is_one_line_naming_the_field(
     lines = str(raised.value).splitlines()
     assert lines[0].startswith(f"job.yaml: {expected}"), lines
     assert all(line.startswith("job.yaml: spec.executor.env[0]") for line in lines), lines
+
+
+RESERVED = (
+    "is set by the operator itself (SPARK_CHECKPOINT_* variables, PYSPARK_SUBMIT_ARGS, made "
+    "of sparkConf, POD_NAME, POD_NAMESPACE and POD_IP are reserved)"
+)
+
+
+@pytest.mark.parametrize("role", ["application", "driver", "executor"])
+@pytest.mark.parametrize(
+    "name", ["SPARK_CHECKPOINT_STORAGE", "SPARK_CHECKPOINT_", "PYSPARK_SUBMIT_ARGS", "POD_IP"]
+)
+def test_a_variable_the_operator_sets_itself_is_refused_naming_it(
+    minimal: dict[str, Any], role: str, name: str
+) -> None:
+    """The pods' own variables come after the manifest's: one of the same name would be
+    replaced without a word (POD_IP would move the agent's address)."""
+    minimal["spec"].setdefault(role, {})["env"] = [{"name": "KEPT"}, {"name": name}]
+    with pytest.raises(ManifestError) as raised:
+        manifest_from_document(minimal, "job.yaml")
+    assert str(raised.value) == f"job.yaml: spec.{role}.env[1].name: {RESERVED}"
+
+
+@pytest.mark.parametrize("name", ["SPARK_CHECKPOINT", "spark_checkpoint_storage", "POD_IPS"])
+def test_a_variable_only_like_a_reserved_one_is_the_users(
+    minimal: dict[str, Any], name: str
+) -> None:
+    manifest = manifest_from_document(_with_env(minimal, {"name": name, "value": "v"}))
+    assert manifest.spec.executor.env == (EnvVar(name, "v", None),)
+
+
+def test_an_env_list_is_bounded_and_says_so_in_one_line(minimal: dict[str, Any]) -> None:
+    """The bound keeps the CEL rules' estimated cost within the API server's budget."""
+    minimal["spec"]["application"]["env"] = [{"name": f"V{i}"} for i in range(1001)]
+    with pytest.raises(ManifestError) as raised:
+        manifest_from_document(minimal, "job.yaml")
+    assert str(raised.value) == (
+        "job.yaml: spec.application.env: has 1001 items; at most 1000 are allowed"
+    )

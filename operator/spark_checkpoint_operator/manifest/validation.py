@@ -448,6 +448,9 @@ def _schema_problems(error: ValidationError) -> Iterator[Problem]:
         yield Problem(
             render_path(path), f"{quoted} is longer than {schema['maxLength']} characters"
         )
+    elif error.validator == "maxItems" and isinstance(instance, list):
+        limit = schema["maxItems"]
+        yield Problem(render_path(path), f"has {len(instance)} items; at most {limit} are allowed")
     elif error.validator in ("minimum", "maximum"):
         bound = (
             "less than the minimum" if error.validator == "minimum" else "greater than the maximum"
