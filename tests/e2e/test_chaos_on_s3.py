@@ -32,7 +32,8 @@ def test_exactly_once_on_s3_when_the_driver_is_killed_at_arbitrary_points(
     run = JobRun(
         tmp_path / "job",
         # Slow copies make "during a snapshot copy" a window a kill can hit.
-        env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05", **s3_server.environment()},
+        env=s3_server.environment(),
+        process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"},
         checkpointing={"storage": f"{prefix}/checkpoints"},
         output=f"{prefix}/output",
     )

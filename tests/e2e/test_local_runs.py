@@ -78,7 +78,7 @@ def kill_at_arbitrary_points(run: JobRun) -> None:
 
 def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Path) -> None:
     # Slow copies make "during a snapshot copy" a window a kill can hit.
-    run = JobRun(tmp_path / "job", env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
+    run = JobRun(tmp_path / "job", process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
     run.add_input(files=60)
     run.start()
     kill_at_arbitrary_points(run)
@@ -269,7 +269,7 @@ def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
 ) -> None:
     run = JobRun(
         tmp_path / "job",
-        env={"SPARK_CHECKPOINT_COPY_DELAY": "0.4"},
+        process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.4"},
         checkpointing={"interval": "2s", "minPause": "0s"},
         spark_conf={
             # Spark keeps as little as it may and cleans up as often as it can.

@@ -21,7 +21,7 @@ def test_an_image_found_unrestorable_after_it_completed_is_skipped_by_the_restor
 ) -> None:
     directory = tmp_path / "job"
     monkeypatch.setenv("PYTHONPATH", str(HOOK))
-    monkeypatch.setenv("SPARK_CHECKPOINT_TEST_JOB", str(directory))
+    monkeypatch.setenv("CHECK_HOOK_JOB", str(directory))
     run = JobRun(
         directory,
         bounded=False,

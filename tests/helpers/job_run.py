@@ -38,6 +38,7 @@ class JobRun:
         checkpointing: dict[str, Any] | None = None,
         restart_policy: dict[str, Any] | None = None,
         env: dict[str, str] | None = None,
+        process_env: dict[str, str] | None = None,
         spark_conf: dict[str, str] | None = None,
         shutdown: dict[str, Any] | None = None,
         name: str = "wordcount",
@@ -45,6 +46,9 @@ class JobRun:
     ) -> None:
         self.directory = directory
         self.name = name
+        # The run's own environment, which its driver inherits: for the agent's test knobs,
+        # whose names (SPARK_CHECKPOINT_*) a manifest may not set.
+        self.process_env = process_env or {}
         self.output = output  # the sink's output: relative to `directory`, or a URI
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(EXAMPLE / "pipeline.py", directory / "pipeline.py")
@@ -122,6 +126,7 @@ class JobRun:
                 *options,
             ],
             cwd=self.directory,
+            env={**os.environ, **self.process_env},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,

@@ -32,9 +32,9 @@ def _job(work: Path) -> dict[str, Any]:
         work / "output",
         env=[
             {"name": "PYTHONPATH", "value": str(HOOK)},
-            {"name": "SPARK_CHECKPOINT_TEST_JOB", "value": str(work)},
+            {"name": "CHECK_HOOK_JOB", "value": str(work)},
             {
-                "name": "SPARK_CHECKPOINT_TEST_STORAGE",
+                "name": "CHECK_HOOK_STORAGE",
                 "value": str(work / "storage" / "default" / NAME),
             },
         ],

@@ -1,6 +1,6 @@
 """Test hook: damages an image right after it completed, before its restorable check reads
 it, in the check's own process (``python -m spark_checkpoint.restorable``, which the runtime
-starts for checkpointing.verifyRestorable). Put on PYTHONPATH with SPARK_CHECKPOINT_TEST_JOB
+starts for checkpointing.verifyRestorable). Put on PYTHONPATH with CHECK_HOOK_JOB
 naming the job's directory (of tests/helpers/job_run.JobRun).
 
 The first image checked is left alone (the restore needs an older image). The next one
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-_JOB = os.environ.get("SPARK_CHECKPOINT_TEST_JOB")
+_JOB = os.environ.get("CHECK_HOOK_JOB")
 _COMMAND = Path("/proc/self/cmdline").read_bytes().split(b"\0")
 
 

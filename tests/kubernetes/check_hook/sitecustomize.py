@@ -1,7 +1,7 @@
 """Test hook for the restorable check on Kubernetes, in the check pod's own process
 (``python -m spark_checkpoint.janitor verify-restorable IMAGE``, which the operator runs for
-checkpointing.verifyRestorable). Put on the job's PYTHONPATH with SPARK_CHECKPOINT_TEST_JOB
-naming a directory the test watches and SPARK_CHECKPOINT_TEST_STORAGE the job's storage.
+checkpointing.verifyRestorable). Put on the job's PYTHONPATH with CHECK_HOOK_JOB
+naming a directory the test watches and CHECK_HOOK_STORAGE the job's storage.
 
 Before Spark reads the image, the hook writes ``checking-IMAGE`` there and waits for the
 test's ``answer-IMAGE``: ``damage`` leaves out of the image the state version its next batch
@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-_JOB = os.environ.get("SPARK_CHECKPOINT_TEST_JOB")
+_JOB = os.environ.get("CHECK_HOOK_JOB")
 _ARGUMENTS = [part.decode() for part in Path("/proc/self/cmdline").read_bytes().split(b"\0")]
 
 
@@ -36,5 +36,5 @@ if _JOB and "spark_checkpoint.janitor" in _ARGUMENTS and "verify-restorable" in 
     from helpers.images import leave_out_newest_state
 
     _kind, _number = _image.split(":")
-    _storage = Path(os.environ["SPARK_CHECKPOINT_TEST_STORAGE"])
+    _storage = Path(os.environ["CHECK_HOOK_STORAGE"])
     leave_out_newest_state(_storage, _kind, int(_number))
