@@ -82,7 +82,8 @@ def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
     one's driver for a leftover and kill it."""
     with _exclusive(
         paths.lock_file,
-        lambda holder: (
+        subject="the job's state directory",
+        busy=lambda holder: (
             f"job {manifest.namespace}/{manifest.name} is already running "
             f"(pid {holder}, lock {paths.lock_file}): stop that run first"
         ),
@@ -96,24 +97,25 @@ def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[
     job kept in two state directories would otherwise share it, each taking the other's
     checkpoints for garbage and writing the same checkpoint ids. (An object store has no
     lock to take: there, one storage root per run is the user's to keep.)"""
-    root = storage.layout.root
+    subject = f"spec.checkpointing.storage {storage.layout.root!r}"
     try:
-        lock_file = storage.fs.local_path(storage.layout.run_lock_path)
+        lock_file = storage.fs.local_path(storage.layout.writer_lock_path)
         if lock_file is not None:
             Path(lock_file).parent.mkdir(parents=True, exist_ok=True)
     except StorageError as error:
-        raise RunRefused(f"spec.checkpointing.storage {root!r}: {error}") from None
+        raise RunRefused(f"{subject}: {error}") from None
     except OSError as error:
         raise RunRefused(
-            f"spec.checkpointing.storage {root!r}: cannot create the job's directory "
-            f"{error.filename}: {error.strerror or error}"
+            f"{subject}: cannot create the job's directory {error.filename}: "
+            f"{error.strerror or error}"
         ) from None
     if lock_file is None:
         yield
         return
     with _exclusive(
         Path(lock_file),
-        lambda holder: (
+        subject=subject,
+        busy=lambda holder: (
             f"job {manifest.namespace}/{manifest.name}'s storage {Path(lock_file).parent} is "
             f"in use by another run (pid {holder}, lock {lock_file}): stop that run, or give "
             "this one another spec.checkpointing.storage"
@@ -123,21 +125,36 @@ def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[
 
 
 @contextlib.contextmanager
-def _exclusive(lock_file: Path, busy: Callable[[str], str]) -> Iterator[None]:
+def _exclusive(lock_file: Path, *, subject: str, busy: Callable[[str], str]) -> Iterator[None]:
     """An ``flock`` on ``lock_file``, which goes with the process however it ends; the file
-    only names the holder (its pid) for the `JobBusy` message ``busy`` makes of it."""
+    only names the holder (its pid) for the `JobBusy` message ``busy`` makes of it. A lock
+    that cannot be taken (no such file, no lock manager on NFS) refuses the run, naming
+    ``subject``. Readable by all: on shared storage another user's run must be able to
+    take it once this one ended (flock needs no write access)."""
     try:
-        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        except PermissionError:
+            descriptor = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError as error:
-        raise RunRefused(f"cannot open the lock {lock_file}: {error.strerror or error}") from None
+        raise RunRefused(
+            f"{subject}: cannot open the lock {lock_file}: {error.strerror or error}"
+        ) from None
     try:
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
             raise JobBusy(busy(holder)) from None
-        os.ftruncate(descriptor, 0)
-        os.write(descriptor, f"{os.getpid()}\n".encode())
+        except OSError as error:
+            raise RunRefused(
+                f"{subject}: cannot lock {lock_file}: {error.strerror or error}"
+            ) from None
+        # The holder's pid, for the message another run shows; best effort (a lock file
+        # another user made is read-only to this one).
+        with contextlib.suppress(OSError):
+            os.ftruncate(descriptor, 0)
+            os.write(descriptor, f"{os.getpid()}\n".encode())
         yield
     finally:
         os.close(descriptor)
@@ -321,6 +338,8 @@ class LocalJanitor:
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
+                # It must not go on deleting once the run holding the storage's lock is gone.
+                preexec_fn=_die_with_parent,
             )
             output, _ = await process.communicate()
         except OSError as error:

@@ -1,5 +1,7 @@
 """Local runtime safeguards: never two drivers of one job, never two runs of one job."""
 
+import errno
+import fcntl
 import json
 import os
 import shutil
@@ -12,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
-from spark_checkpoint_operator.local_runtime import _stop_leftover_driver
+from spark_checkpoint_operator.local_runtime import RunRefused, _stop_leftover_driver, storage_lock
 from spark_checkpoint_operator.local_state import LocalPaths
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
@@ -108,7 +112,7 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
         job_storage = storage / "default" / "probe"
         assert second.stderr.splitlines() == [
             f"spark-checkpoint run: job default/probe's storage {job_storage} is in use by "
-            f"another run (pid {first.pid}, lock {job_storage / 'run.lock'}): stop that run, "
+            f"another run (pid {first.pid}, lock {job_storage / 'writer.lock'}): stop that run, "
             "or give this one another spec.checkpointing.storage"
         ]
         assert not (copy.directory / "driver.pid").exists(), "the second run started a driver"
@@ -123,6 +127,44 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
     finally:
         third.kill()
         third.communicate()
+
+
+def test_a_state_directory_that_is_also_the_storage_root_does_not_lock_out_its_own_run(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, SLEEPING_DRIVER, storage=(tmp_path / "state").as_uri())
+    run = job.start()
+    try:
+        wait_for_file(tmp_path / "driver.pid")
+    finally:
+        run.kill()
+        run.communicate()
+
+
+def test_a_lock_the_filesystem_cannot_take_refuses_the_run_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NFS without a lock manager: ENOLCK, one line, not a traceback."""
+
+    def no_locks(descriptor: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, os.strerror(errno.ENOLCK))
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    layout = JobStorageLayout((tmp_path / "nfs").as_uri(), "default", "orders")
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+    with pytest.raises(RunRefused) as refused, storage_lock(CheckpointStorage(layout), manifest):
+        pass
+    lock = tmp_path / "nfs" / "default" / "orders" / "writer.lock"
+    assert str(refused.value) == (
+        f"spec.checkpointing.storage {layout.root!r}: cannot lock {lock}: No locks available"
+    )
 
 
 @pytest.mark.parametrize("kind", ["file", "link"])

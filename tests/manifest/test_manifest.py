@@ -250,6 +250,10 @@ def test_memory_sizes_in_spark_and_kubernetes_units(
     assert manifest_from_document(minimal).spec.driver.memory_mib == mib
 
 
+FILE_URI_HOST = (
+    "a file URI names an absolute path, as file:///data/checkpoints (in file://<name>/..., "
+    "<name> is a host)"
+)
 INVALID = [
     # (what is wrong, field, value, the one problem reported)
     (
@@ -462,6 +466,18 @@ INVALID = [
         "spec.application.sparkConf: must not set spark.driver.cores, spark.driver.memory, "
         "spark.executor.cores, spark.executor.memory or spark.executor.instances (set "
         "spec.driver and spec.executor)",
+    ),
+    (
+        "file URI naming a host",
+        "spec.checkpointing.storage",
+        "file://checkpoints/orders",
+        f"spec.checkpointing.storage: {FILE_URI_HOST}",
+    ),
+    (
+        "file URI of localhost",
+        "spec.restore.initialSavepointPath",
+        "file://localhost/data/sp-1",
+        f"spec.restore.initialSavepointPath: {FILE_URI_HOST}",
     ),
 ]
 

@@ -57,8 +57,9 @@ SHARED_DIR_NAME = "shared"
 SAVEPOINTS_DIR_NAME = "savepoints"
 SAVEPOINT_FILES_DIR_NAME = "files"
 # Held (flock) by a local run for as long as it runs, on local storage: one writer per job
-# (see CheckpointStorage), whichever state directory the run keeps its registry in.
-RUN_LOCK_FILE_NAME = "run.lock"
+# (see CheckpointStorage), whichever state directory the run keeps its registry in. Not the
+# state directory's `run.lock`: a state directory may be the storage root too.
+WRITER_LOCK_FILE_NAME = "writer.lock"
 
 
 # Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`.
@@ -197,9 +198,9 @@ class JobStorageLayout:
         return f"{self.job_root}/{SAVEPOINTS_DIR_NAME}"
 
     @property
-    def run_lock_path(self) -> str:
-        """The lock a local run holds on local storage (see `RUN_LOCK_FILE_NAME`)."""
-        return f"{self.job_root}/{RUN_LOCK_FILE_NAME}"
+    def writer_lock_path(self) -> str:
+        """The lock a local run holds on local storage (see `WRITER_LOCK_FILE_NAME`)."""
+        return f"{self.job_root}/{WRITER_LOCK_FILE_NAME}"
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """`chk-<N>`, holding the checkpoint's `_metadata`."""
