@@ -165,14 +165,17 @@ class LocalDriver:
         self,
         process: asyncio.subprocess.Process,
         agent: AgentClient,
+        *,
         log: IO[bytes],
         log_file: Path,
+        error_file: Path,
         restore: list[str],
     ):
         self._process = process
         self._agent = agent
         self._log = log
         self._log_file = log_file
+        self._error_file = error_file
         self._restore = restore
 
     @property
@@ -202,7 +205,12 @@ class LocalDriver:
         return code
 
     def error_lines(self) -> list[str]:
-        return driver_error(_log_tail(self._log_file))
+        """The error the driver reported, else the one its log ends with; none for a driver
+        killed by a signal: it wrote no error of its own, and its log's tail would be
+        whatever it was doing at the time."""
+        if (self._process.returncode or 0) < 0:
+            return []
+        return driver_error(_head(self._error_file) or _log_tail(self._log_file))
 
     async def terminate(self) -> None:
         if self._process.returncode is None:
@@ -253,11 +261,13 @@ class LocalLauncher:
         # Relative main files are relative to the manifest: the driver runs from there.
         command = driver_command(application, sys.executable)
         environment = driver_environment(self._manifest)
-        environment.update(settings.to_environment(self._paths.token_file))
+        error_file = self._paths.driver_error_file(attempt)
+        error_file.unlink(missing_ok=True)
+        environment.update(settings.to_environment(self._paths.token_file, error_file))
         spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
         self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
-        log_file = self._paths.logs_dir / f"driver-{attempt}.log"
+        log_file = self._paths.driver_log(attempt)
         log = log_file.open("ab")
         process = await asyncio.create_subprocess_exec(
             *command,
@@ -270,7 +280,9 @@ class LocalLauncher:
             preexec_fn=_die_with_parent,
         )
         agent = AgentClient(f"http://127.0.0.1:{port}", token)
-        driver = LocalDriver(process, agent, log, log_file, restore)
+        driver = LocalDriver(
+            process, agent, log=log, log_file=log_file, error_file=error_file, restore=restore
+        )
         self.current = driver
         self.on_launch(driver)
         return driver
@@ -463,7 +475,7 @@ async def _run_locked(
     _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root)
     launcher.on_launch = lambda driver: report(
-        f"driver pid {driver.pid}, log {paths.logs_dir}/driver-{record.attempt}.log"
+        f"driver pid {driver.pid}, log {paths.driver_log(record.attempt)}"
     )
 
     conditions: list[dict[str, Any]] = []
@@ -552,6 +564,14 @@ def _log_tail(log_file: Path) -> str:
         with log_file.open("rb") as log:
             log.seek(max(0, log.seek(0, os.SEEK_END) - LOG_TAIL_BYTES))
             return log.read().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _head(error_file: Path) -> str:
+    try:
+        with error_file.open("rb") as reported:
+            return reported.read(LOG_TAIL_BYTES).decode(errors="replace")
     except OSError:
         return ""
 

@@ -27,6 +27,13 @@ class LocalPaths:
     def logs_dir(self) -> Path:
         return self.job_dir / "logs"
 
+    def driver_log(self, attempt: int) -> Path:
+        return self.logs_dir / f"driver-{attempt}.log"
+
+    def driver_error_file(self, attempt: int) -> Path:
+        """Where the attempt's driver writes the error it fails with (`report_error`)."""
+        return self.logs_dir / f"driver-{attempt}.error"
+
     @property
     def token_file(self) -> Path:
         return self.job_dir / "agent-token"

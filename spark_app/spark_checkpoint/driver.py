@@ -19,7 +19,7 @@ from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
-from spark_checkpoint.settings import DriverSettings, SettingsError
+from spark_checkpoint.settings import DriverSettings, SettingsError, report_error
 from spark_checkpoint.sink import CheckpointParticipant, StartRefused
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
@@ -29,6 +29,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_checkpoint")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Where Spark's error of a failed query ends and its description of the query (the plan,
+# often kilobytes) begins.
+QUERY_DESCRIPTION = "\n=== Streaming Query ==="
+
+
+def _fail(message: str, exit_code: DriverExit) -> DriverExit:
+    """Log the error the driver ends with and report it to the runtime (without Spark's
+    description of the query, which would push the error out of a termination message)."""
+    log.error("%s", message)
+    report_error(message.split(QUERY_DESCRIPTION, 1)[0])
+    return exit_code
 
 
 def run_coordinated(
@@ -40,8 +51,7 @@ def run_coordinated(
     try:
         settings = DriverSettings.from_environment()
     except SettingsError as error:
-        log.error("%s", error)
-        sys.exit(DriverExit.MISCONFIGURED)
+        sys.exit(_fail(str(error), DriverExit.MISCONFIGURED))
     sys.exit(_run(writer, participants, settings))
 
 
@@ -56,8 +66,10 @@ def _run(
     attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
     location = attempt_dir / "checkpoint"
     if location.exists():
-        log.error("%s exists: a checkpoint location is never reused across attempts", location)
-        return DriverExit.MISCONFIGURED
+        return _fail(
+            f"{location} exists: a checkpoint location is never reused across attempts",
+            DriverExit.MISCONFIGURED,
+        )
     _remove_earlier_attempts(settings.work_dir, settings.attempt)
     agent = CheckpointAgent(
         storage=storage,
@@ -96,14 +108,12 @@ def _start(
     try:
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
-        log.error("%s", error)
-        return DriverExit.RESTORE_FAILED
+        return _fail(str(error), DriverExit.RESTORE_FAILED)
     try:
         for participant in participants:
             participant.on_restore(outcome.batch_id if outcome else None)
     except StartRefused as error:
-        log.error("%s", error)
-        return DriverExit.MISCONFIGURED
+        return _fail(str(error), DriverExit.MISCONFIGURED)
 
     try:
         # Spark reads the restored metadata file here, the logs and state once it runs.
@@ -111,6 +121,9 @@ def _start(
     except Exception as error:
         if _restored_image_unusable(outcome, str(error), location):
             return DriverExit.RESTORE_UNUSABLE
+        # The pipeline's own error (a missing path, a bad column): its traceback follows in
+        # the log, where a long one would push it out of a termination message.
+        report_error(f"the query could not start: {error}")
         raise
     restore_check = _RestoreCheck(query, location, outcome)
     progress = _Progress(query)
@@ -151,8 +164,7 @@ def _await_end(
         restarted = outcome is not None and (not committed or committed[-1] <= outcome.batch_id)
         if restarted and _restored_image_unusable(outcome, str(error), location):
             return DriverExit.RESTORE_UNUSABLE
-        log.error("query failed: %s", error)
-        return DriverExit.FAILED
+        return _fail(f"query failed: {error}", DriverExit.FAILED)
     if committed:
         # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
         # covers the last batch, so the driver stays until one completes.

@@ -4,6 +4,7 @@ The token is read from a file, not the environment, so it does not show up in pr
 listings or pod specs (in Kubernetes the file is a mounted Secret).
 """
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -15,6 +16,9 @@ from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
 PREFIX = "SPARK_CHECKPOINT_"
 # The images to restore from, newest first: a JSON list (URIs may contain commas).
 RESTORE_VARIABLE = f"{PREFIX}RESTORE"
+# Where a driver that fails writes its error, for its runtime to show (a driver pod's
+# termination message file; a file beside a local driver's log). Optional.
+ERROR_FILE_VARIABLE = f"{PREFIX}ERROR_FILE"
 
 
 class SettingsError(ValueError):
@@ -33,9 +37,11 @@ class DriverSettings:
     attempt: int
     restore_candidates: tuple[RestoreCandidate, ...]
 
-    def to_environment(self, token_file: Path) -> dict[str, str]:
-        """The variables that make a driver process see these settings."""
+    def to_environment(self, token_file: Path, error_file: Path) -> dict[str, str]:
+        """The variables that make a driver process see these settings, and where it
+        writes the error it fails with (`report_error`)."""
         return {
+            ERROR_FILE_VARIABLE: str(error_file),
             f"{PREFIX}NAMESPACE": self.namespace,
             f"{PREFIX}JOB": self.job,
             f"{PREFIX}STORAGE": self.storage_root,
@@ -99,3 +105,13 @@ def restore_candidates(value: str) -> tuple[RestoreCandidate, ...]:
         return tuple(RestoreCandidate.decode(item) for item in restore)
     except ProtocolError as error:
         raise SettingsError(f"{RESTORE_VARIABLE}: {error}") from None
+
+
+def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
+    """Write the error a driver ends with to `ERROR_FILE_VARIABLE`'s file, if set: its
+    runtime reads it there, whatever the log holds after it. Best effort: reporting an
+    error never fails a driver."""
+    error_file = (os.environ if env is None else env).get(ERROR_FILE_VARIABLE)
+    if error_file:
+        with contextlib.suppress(OSError):
+            Path(error_file).write_text(message + "\n", errors="replace")

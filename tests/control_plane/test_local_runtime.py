@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.fake_query import FAILURE_VARIABLE, run_cli, write_job
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
@@ -451,3 +452,21 @@ def test_an_unreadable_status_file_refuses_the_run_in_one_line(
         )
         assert field in line
         assert not (status_file.parent / "work").exists()  # nothing was started
+
+
+def test_the_error_a_driver_reports_is_its_error_whatever_its_log_ends_with(
+    tmp_path: Path,
+) -> None:
+    """The real `run_coordinated` around a query that fails as Spark's do (the error, then
+    kilobytes of plan), logging on as it ends: the error it reported is the one shown."""
+    write_job(tmp_path, interval="10s")
+    environment = {**os.environ, FAILURE_VARIABLE: "no such column 'k'"}
+    result = run_cli(tmp_path, "run", "job.yaml", environment=environment)
+    assert result.returncode == 1, result.stdout + result.stderr
+    status = json.loads(
+        (tmp_path / ".spark-checkpoint" / "default" / "probe" / "status.json").read_text()
+    )["status"]
+    assert status["message"] == (
+        "the driver failed the same way twice before its first batch; not retried: query "
+        "failed: [STREAM_FAILED] Query [id = 1] terminated with exception: no such column 'k'"
+    )

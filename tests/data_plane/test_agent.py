@@ -293,7 +293,10 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
         attempt=1,
         restore_candidates=candidates,
     )
-    assert DriverSettings.from_environment(settings.to_environment(token)) == settings
+    assert (
+        DriverSettings.from_environment(settings.to_environment(token, tmp_path / "error"))
+        == settings
+    )
 
 
 # ---------------------------------------------------------------- status versions, long polls

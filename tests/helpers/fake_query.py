@@ -4,6 +4,7 @@ agent, exit codes) around a stand-in streaming query that commits a batch every
 commits, sources, a state store partition). For tests of the local run's control flow:
 the images it makes are real and restore, in a second instead of Spark's minutes."""
 
+import atexit
 import json
 import os
 import subprocess
@@ -29,6 +30,22 @@ RECENT_PROGRESS = 100  # Spark's spark.sql.streaming.numRecentProgressUpdates
 BATCHES_VARIABLE = "FAKE_QUERY_BATCHES"
 # Set: the driver's restore of an image takes this many seconds longer, as a large one's.
 RESTORE_SECONDS_VARIABLE = "FAKE_RESTORE_SECONDS"
+# Set: the query fails at once with this error, as Spark reports one: the error, then
+# its description of the query (kilobytes of plan); the driver then logs on as it ends.
+FAILURE_VARIABLE = "FAKE_QUERY_FAILURE"
+PLAN_LINES = 120
+SHUTDOWN_LINES = 120
+
+
+class FakeQueryFailure(Exception):
+    """A StreamingQueryException's text: Spark's error, then the query it ended."""
+
+    def __init__(self, error: str) -> None:
+        plan = "\n".join(f"   +- Project [k#{i}, error_count#{i}]" for i in range(PLAN_LINES))
+        super().__init__(
+            f"[STREAM_FAILED] Query [id = 1] terminated with exception: {error}\n"
+            f"=== Streaming Query ===\nIdentifier: [id = 1]\n\nCurrent State: ACTIVE\n{plan}"
+        )
 
 
 class FakeQuery:
@@ -43,6 +60,10 @@ class FakeQuery:
         self._batch = committed[-1] + 1 if committed else 0
         self.recentProgress: list[dict[str, Any]] = []
         self._committed = 0  # batches this query committed
+        self._failure = os.environ.get(FAILURE_VARIABLE)
+        if self._failure is not None:
+            self._stopped.set()
+            return
         # A first batch at once, as a query with input: the agent's first status lists
         # every snapshot task, so a savepoint is not declined for a task still missing.
         self._commit_batch()
@@ -96,8 +117,8 @@ class FakeQuery:
     def stop(self) -> None:
         self._stopped.set()
 
-    def exception(self) -> None:
-        return None
+    def exception(self) -> FakeQueryFailure | None:
+        return None if self._failure is None else FakeQueryFailure(self._failure)
 
 
 class FakeWriter:
@@ -159,6 +180,17 @@ def main() -> None:
             return restore(*args)
 
         driver.restore = slow_restore
+    if FAILURE_VARIABLE in os.environ:
+        # What Spark and py4j log as the process ends, after the error.
+        atexit.register(
+            lambda: print(
+                "\n".join(
+                    f"INFO ShutdownHookManager: deleting /tmp/spark-{i}"
+                    for i in range(SHUTDOWN_LINES)
+                ),
+                file=sys.stderr,
+            )
+        )
     run_coordinated(FakeWriter())  # type: ignore[arg-type]
 
 

@@ -5,17 +5,23 @@ Spark needed to end with an error."""
 
 import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from helpers.fake_query import FAILURE_VARIABLE
 from helpers.kube.cluster import NAMESPACE, LocalCluster
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
 
 pytestmark = pytest.mark.timeout(240)
+TESTS = Path(__file__).resolve().parents[1]
 
 
-def _job(tmp_path: Path, script: str) -> dict[str, Any]:
+def _job(tmp_path: Path, script: str, **env: str) -> dict[str, Any]:
     driver = tmp_path / "driver.py"
     driver.write_text(textwrap.dedent(script))
     return {
@@ -27,6 +33,7 @@ def _job(tmp_path: Path, script: str) -> dict[str, Any]:
             "application": {
                 "mainFile": f"local://{driver}",
                 "sparkConf": {"spark.master": "local[2]"},
+                "env": [{"name": name, "value": value} for name, value in env.items()],
             },
             "checkpointing": {"storage": (tmp_path / "storage").as_uri()},
             "restartPolicy": {"type": "OnFailure", "maxRetries": 5, "backoff": "100ms"},
@@ -80,3 +87,95 @@ def test_a_misconfigured_driver_pod_says_why_in_the_status(tmp_path: Path) -> No
             "output holds committed batches and no image restores"
         )
         assert failed["jobAttempt"] == 1, "a misconfigured driver is not retried"
+
+
+def test_the_error_a_driver_pod_reports_is_shown_however_long_its_log_goes_on(
+    tmp_path: Path,
+) -> None:
+    """The real `run_coordinated` around a query that fails as Spark's do (the error, then
+    kilobytes of plan) and logs 120 lines as it ends: far more than the 80 lines a
+    termination message keeps of a log. The error it wrote to its termination message file
+    is the one shown."""
+    script = f"""
+        import sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from helpers.fake_query import main
+        main()
+    """
+    job = _job(tmp_path, script, **{FAILURE_VARIABLE: "no such column 'k'"})
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        cluster.apply(job)
+        failed = _failed(cluster)
+        assert failed["message"] == (
+            "the driver failed the same way twice before its first batch; not retried: query "
+            "failed: [STREAM_FAILED] Query [id = 1] terminated with exception: no such "
+            "column 'k'"
+        )
+
+
+def test_a_driver_pod_killed_by_a_signal_has_no_log_line_for_an_error(tmp_path: Path) -> None:
+    """Exit 137: its log's tail is whatever it was doing, not an error; a kill is no
+    failure that repeats the same way, so it is retried to the end."""
+    script = """
+        import logging, os, signal
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger("spark_checkpoint").error("cannot list /in/_tmp, skipping")
+        os.kill(os.getpid(), signal.SIGKILL)
+    """
+    job = _job(tmp_path, script)
+    job["spec"]["restartPolicy"]["maxRetries"] = 1
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        cluster.apply(job)
+        failed = _failed(cluster)
+        assert failed["message"] == "driver failed 2 times; restartPolicy.maxRetries=1 exhausted"
+        event = cluster.wait_for_event("orders", "DriverFailed", containing="restart 1")
+        assert "exit 137" in event["message"]
+        assert "its error" not in event["message"]
+
+
+def _ended_driver(
+    tmp_path: Path, state: dict[str, Any]
+) -> tuple[KubernetesDriver, PodRegistry, dict[str, Any]]:
+    manifest = manifest_from_document(_job(tmp_path, ""))
+    pod = {
+        "metadata": {
+            "name": "orders-driver-1",
+            "namespace": NAMESPACE,
+            "labels": objects.job_labels(manifest, objects.DRIVER),
+        },
+        "status": {
+            "phase": "Failed",
+            "containerStatuses": [{"name": "driver", "state": {"terminated": state}}],
+        },
+    }
+    pods = PodRegistry()
+    pods.observe("ADDED", pod)
+    clients = SimpleNamespace(pods=pods, session=None)
+    driver = KubernetesDriver(
+        clients, manifest, name="orders-driver-1", token="t", executors=0, deployed_hash=""
+    )
+    return driver, pods, pod
+
+
+def test_a_driver_pod_over_its_memory_limit_says_so_for_its_error(tmp_path: Path) -> None:
+    driver, _, _ = _ended_driver(
+        tmp_path, {"exitCode": 137, "reason": "OOMKilled", "message": "INFO BlockManager: dropping"}
+    )
+    assert driver.exit_code() == 137
+    assert driver.error_lines() == [
+        "OOMKilled: the driver went over its container's memory limit (spec.driver.memory "
+        "and Spark's overhead)"
+    ]
+
+
+def test_a_driver_pod_deleted_after_it_was_seen_ended_keeps_its_exit_and_error(
+    tmp_path: Path,
+) -> None:
+    driver, pods, pod = _ended_driver(
+        tmp_path,
+        {"exitCode": 2, "reason": "Error", "message": "cannot start: the output has batches"},
+    )
+    assert driver.exit_code() == 2
+    pods.observe("DELETED", pod)
+    assert driver.exit_code() == 2
+    assert driver.error_lines() == ["cannot start: the output has batches"]

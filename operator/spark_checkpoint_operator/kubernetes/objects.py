@@ -206,7 +206,9 @@ def driver_pod(
         *_env(spec.driver_env),
         *(
             {"name": key, "value": value}
-            for key, value in settings.to_environment(Path(TOKEN_DIR, TOKEN_KEY)).items()
+            for key, value in settings.to_environment(
+                Path(TOKEN_DIR, TOKEN_KEY), Path(TERMINATION_MESSAGE_PATH)
+            ).items()
         ),
         {"name": "PYSPARK_SUBMIT_ARGS", "value": submit_arguments(spark_conf)},
     ]

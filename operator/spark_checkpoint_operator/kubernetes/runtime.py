@@ -44,6 +44,13 @@ from spark_checkpoint_operator.supervisor import (
 
 log = logging.getLogger(__name__)
 
+# A container killed by signal N exits 128+N, as a shell reports it.
+SIGNAL_EXIT_BASE = 128
+OOM_KILLED = (
+    "OOMKilled: the driver went over its container's memory limit (spec.driver.memory and "
+    "Spark's overhead)"
+)
+
 GONE_CHECK_SECONDS = 5.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
 API_TIMEOUT_SECONDS = 30.0
@@ -255,9 +262,9 @@ class KubernetesDriver:
         self._expected_executors = executors
         self._seen = False
         self._gone = False
-        # Its container's termination message, kept from its exit on: the pod is deleted
+        # Its container's terminated state, kept from its exit on: the pod is deleted
         # before the supervisor asks for the error.
-        self._termination_message = ""
+        self._ended: Mapping[str, Any] | None = None
         self._agent = AgentClient(self._agent_url, token, session=clients.session)
 
     @property
@@ -301,16 +308,25 @@ class KubernetesDriver:
     def exit_code(self) -> int | None:
         pod = self.pod
         if pod is None:
+            if self._ended is not None:
+                return int(self._ended.get("exitCode", 1))
             # Deleted by someone else (or evicted and collected): the driver is gone.
             return -1 if self._seen or self._gone else None
         self._seen = True
-        if (ended := _own_container_ended(pod)) is not None:
-            self._termination_message = str(ended.get("message") or "")
+        self._ended = _own_container_ended(pod) or self._ended
         return pod_exit_code(pod)
 
     def error_lines(self) -> list[str]:
-        """From its termination message: the end of its log (FallbackToLogsOnError)."""
-        return driver_error(self._termination_message)
+        """From its termination message: the error the driver reported (`report_error`),
+        else the end of its log (FallbackToLogsOnError). None for a container killed by a
+        signal (exit code 128+N), whose log's tail is whatever it was doing at the time,
+        but the memory limit's kill, which is the error."""
+        ended = self._ended or {}
+        if ended.get("reason") == "OOMKilled":
+            return [OOM_KILLED]
+        if int(ended.get("exitCode", 0)) > SIGNAL_EXIT_BASE:
+            return []
+        return driver_error(str(ended.get("message") or ""))
 
     def executors_ready(self) -> bool:
         ready = sum(

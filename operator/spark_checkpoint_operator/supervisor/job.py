@@ -216,10 +216,7 @@ class JobSupervisor:
                     continue
                 outcome = stopped
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not attempt.failing
-            # A driver killed by a signal wrote no error of its own: its log's tail would
-            # be whatever it was doing at the time, so none is shown.
-            killed = exit_code < 0
-            error = attempt.driver.error_lines() if failed_on_its_own and not killed else []
+            error = attempt.driver.error_lines() if failed_on_its_own else []
             early = not attempt.batches_advanced and not attempt.completed
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;

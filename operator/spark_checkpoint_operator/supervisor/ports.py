@@ -44,7 +44,7 @@ class DriverHandle(Protocol):
 
     def error_lines(self) -> list[str]:
         """Once it exited: the error it ended with, the error itself first (`driver_error`);
-        none when it wrote nothing."""
+        none when it wrote nothing or was killed by a signal."""
 
     async def terminate(self) -> None:
         """Stop the driver and return once it is gone (never two drivers at once)."""
