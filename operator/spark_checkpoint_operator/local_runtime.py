@@ -7,7 +7,6 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import fcntl
 import os
@@ -34,6 +33,7 @@ from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
 from spark_checkpoint_operator.agent_client import AgentClient
+from spark_checkpoint_operator.child_process import dying_with_parent
 from spark_checkpoint_operator.control import ControlPaths, serve_controls
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -65,7 +65,6 @@ from spark_checkpoint_operator.supervisor import (
 
 INTERRUPT_LABEL = "ctrl-c"
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
-PR_SET_PDEATHSIG = 1
 
 
 class RunRefused(Exception):
@@ -270,14 +269,13 @@ class LocalLauncher:
         log_file = self._paths.driver_log(attempt)
         log = log_file.open("ab")
         process = await asyncio.create_subprocess_exec(
-            *command,
+            *dying_with_parent(command),
             cwd=self._manifest_dir,
             env=environment,
             stdout=log,
             stderr=log,
             stdin=asyncio.subprocess.DEVNULL,
             start_new_session=True,
-            preexec_fn=_die_with_parent,
         )
         agent = AgentClient(f"http://127.0.0.1:{port}", token)
         driver = LocalDriver(
@@ -342,16 +340,11 @@ class LocalJanitor:
     async def _run(self, command: JanitorCommand) -> None:
         try:
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                JANITOR_MODULE,
-                *command.arguments(),
+                *dying_with_parent([sys.executable, "-m", JANITOR_MODULE, *command.arguments()]),
                 env=self._environment,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
-                # It must not go on deleting once the run holding the storage's lock is gone.
-                preexec_fn=_die_with_parent,
             )
             output, _ = await process.communicate()
         except OSError as error:
@@ -588,13 +581,6 @@ def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) ->
         return chosen_image(restore_from, record.coordinator, storage)
     except UnknownImage as error:
         raise RunRefused(str(error)) from None
-
-
-def _die_with_parent() -> None:
-    """Runs in the driver before exec: if the runtime dies, so does its driver, so a later
-    run never finds a second driver of the job still writing."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:

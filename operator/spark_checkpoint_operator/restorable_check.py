@@ -9,6 +9,7 @@ from collections.abc import Mapping
 
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
+from spark_checkpoint_operator.child_process import dying_with_parent
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import CheckUnavailable
 
@@ -37,7 +38,8 @@ class LocalRestorableCheck:
     async def problems(self, image: str) -> list[str]:
         try:
             process = await asyncio.create_subprocess_exec(
-                *restorable_command(self._layout, [image]),
+                # A run killed mid-check leaves no Spark session behind.
+                *dying_with_parent(restorable_command(self._layout, [image])),
                 env=self._environment,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,

@@ -84,7 +84,9 @@ mounts, environment and processes do not apply):
 - stdout and stderr go to `<work_root>/<namespace>/<pod>/container.log`, appended across
   container restarts; a new pod of the same name moves it to `container.previous.log`.
 - The process gets its own session (`start_new_session`), and dies with the kubelet's thread
-  (PR_SET_PDEATHSIG=SIGKILL on Linux), so a killed test leaves no drivers behind.
+  (PR_SET_PDEATHSIG=SIGKILL on Linux, set by `dying_with_parent`, never in a `preexec_fn`,
+  which deadlocked a child forked from this threaded process), so a killed test leaves no
+  drivers behind.
 - Stop: on deletion the main process gets SIGTERM (what a container runtime sends to the
   container's PID 1; a Spark driver's JVM does not get it directly), after
   `deletionGracePeriodSeconds` (else the pod's terminationGracePeriodSeconds, else 30 s) the
@@ -111,8 +113,8 @@ mounts, environment and processes do not apply):
 import asyncio
 import base64
 import contextlib
-import ctypes
 import datetime
+import errno
 import hashlib
 import ipaddress
 import json
@@ -160,6 +162,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 from lightkube.types import PatchType
 
 from helpers import containers
+from spark_checkpoint_operator.child_process import dying_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -190,7 +193,6 @@ IMAGE_ENV_NAMES = (
     "PYTHONPATH",
     "SPARK_HOME",
 )
-PR_SET_PDEATHSIG = 1
 # Kubernetes' termination messages: the file's first 4096 bytes, else with
 # FallbackToLogsOnError after a failure the log's last 80 lines, at most 2048 bytes.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
@@ -672,15 +674,15 @@ class LocalKubelet:
     async def _spawn(self, state: _PodState, launch: _Launch) -> asyncio.subprocess.Process:
         with (state.sandbox / "container.log").open("ab") as output:
             try:
+                _require_executable(launch)
                 process = await asyncio.create_subprocess_exec(
-                    *launch.argv,
+                    *dying_with_parent(launch.argv),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=output,
                     stderr=asyncio.subprocess.STDOUT,
                     cwd=launch.cwd,
                     env=launch.env,
                     start_new_session=True,
-                    preexec_fn=_die_with_kubelet,
                 )
             except OSError as error:
                 raise _PodFailed(
@@ -1319,10 +1321,16 @@ def _signal_group(process: asyncio.subprocess.Process, sig: int) -> None:
         os.killpg(process.pid, sig)
 
 
-def _die_with_kubelet() -> None:
-    """Runs in the child before exec: a killed test run leaves no Spark drivers behind."""
-    if sys.platform == "linux":
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+def _require_executable(launch: _Launch) -> None:
+    """OSError, as exec would give, for a command that cannot be run: it is started through
+    `dying_with_parent`, whose child would only fail later."""
+    program = launch.argv[0]
+    path = launch.env.get("PATH", os.defpath)
+    found = (
+        os.path.join(launch.cwd, program) if "/" in program else shutil.which(program, path=path)
+    )
+    if found is None or not os.path.isfile(found) or not os.access(found, os.X_OK):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
 
 
 def _terminated(returncode: int, started: str) -> dict[str, Any]:
