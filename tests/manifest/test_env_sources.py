@@ -63,13 +63,21 @@ def test_a_bad_secret_reference_is_one_line_naming_the_field(
 
 RESERVED = (
     "is set by the operator itself (SPARK_CHECKPOINT_* variables, PYSPARK_SUBMIT_ARGS, made "
-    "of sparkConf, POD_NAME, POD_NAMESPACE and POD_IP are reserved)"
+    "of sparkConf, PYSPARK_GATEWAY_PORT, PYSPARK_GATEWAY_SECRET, POD_NAME, POD_NAMESPACE and "
+    "POD_IP are reserved)"
 )
 
 
 @pytest.mark.parametrize("role", ["application", "driver", "executor"])
 @pytest.mark.parametrize(
-    "name", ["SPARK_CHECKPOINT_STORAGE", "SPARK_CHECKPOINT_", "PYSPARK_SUBMIT_ARGS", "POD_IP"]
+    "name",
+    [
+        "SPARK_CHECKPOINT_STORAGE",
+        "SPARK_CHECKPOINT_",
+        "PYSPARK_SUBMIT_ARGS",
+        "PYSPARK_GATEWAY_PORT",
+        "POD_IP",
+    ],
 )
 def test_a_variable_the_operator_sets_itself_is_refused_naming_it(
     minimal: dict[str, Any], role: str, name: str

@@ -474,6 +474,12 @@ INVALID = [
         f"spec.checkpointing.storage: {FILE_URI_HOST}",
     ),
     (
+        "local URI naming a host",
+        "spec.checkpointing.storage",
+        "LOCAL://checkpoints/orders",
+        f"spec.checkpointing.storage: {FILE_URI_HOST}",
+    ),
+    (
         "file URI of localhost",
         "spec.restore.initialSavepointPath",
         "file://localhost/data/sp-1",
