@@ -55,6 +55,7 @@ from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
+    KILLING_SIGNALS,
     CleanupFailed,
     JobRecord,
     JobSupervisor,
@@ -127,14 +128,11 @@ def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[
 def _exclusive(lock_file: Path, *, subject: str, busy: Callable[[str], str]) -> Iterator[None]:
     """An ``flock`` on ``lock_file``, which goes with the process however it ends; the file
     only names the holder (its pid) for the `JobBusy` message ``busy`` makes of it. A lock
-    that cannot be taken (no such file, no lock manager on NFS) refuses the run, naming
-    ``subject``. Readable by all: on shared storage another user's run must be able to
-    take it once this one ended (flock needs no write access)."""
+    that cannot be taken (no permission, no lock manager on NFS) refuses the run, naming
+    ``subject``. Created as any shared file is (the umask decides who else may take it):
+    flock on NFS needs the file open for writing."""
     try:
-        try:
-            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-        except PermissionError:
-            descriptor = os.open(lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
     except OSError as error:
         raise RunRefused(
             f"{subject}: cannot open the lock {lock_file}: {error.strerror or error}"
@@ -149,11 +147,13 @@ def _exclusive(lock_file: Path, *, subject: str, busy: Callable[[str], str]) -> 
             raise RunRefused(
                 f"{subject}: cannot lock {lock_file}: {error.strerror or error}"
             ) from None
-        # The holder's pid, for the message another run shows; best effort (a lock file
-        # another user made is read-only to this one).
-        with contextlib.suppress(OSError):
+        try:
             os.ftruncate(descriptor, 0)
             os.write(descriptor, f"{os.getpid()}\n".encode())
+        except OSError as error:
+            raise RunRefused(
+                f"{subject}: cannot write the lock {lock_file}: {error.strerror or error}"
+            ) from None
         yield
     finally:
         os.close(descriptor)
@@ -204,12 +204,10 @@ class LocalDriver:
         return code
 
     def error_lines(self) -> list[str]:
-        """The error the driver reported, else the one its log ends with; none for a driver
-        killed by a signal: it wrote no error of its own, and its log's tail would be
-        whatever it was doing at the time."""
-        if (self._process.returncode or 0) < 0:
-            return []
-        return driver_error(_head(self._error_file) or _log_tail(self._log_file))
+        """The error the driver reported, else the one its log ends with (`driver_error`)."""
+        killed = -(self._process.returncode or 0) in KILLING_SIGNALS
+        output = _head(self._error_file) or ("" if killed else _log_tail(self._log_file))
+        return driver_error(output, killed=killed)
 
     async def terminate(self) -> None:
         if self._process.returncode is None:

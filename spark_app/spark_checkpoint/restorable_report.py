@@ -14,9 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from spark_checkpoint.protocol import CheckpointKind, ProtocolError, RestoreCandidate
+from spark_checkpoint.settings import TERMINATION_MESSAGE_BYTES
 
 # Kubernetes keeps at most this much of a container's termination message file.
-TERMINATION_MESSAGE_BYTES = 4096
 
 
 class ReportUnreadable(ValueError):

@@ -19,6 +19,12 @@ RESTORE_VARIABLE = f"{PREFIX}RESTORE"
 # Where a driver that fails writes its error, for its runtime to show (a driver pod's
 # termination message file; a file beside a local driver's log). Optional.
 ERROR_FILE_VARIABLE = f"{PREFIX}ERROR_FILE"
+# What Kubernetes keeps of a termination message: the file's last 4096 bytes.
+TERMINATION_MESSAGE_BYTES = 4096
+# The first line `report_error` writes: a runtime tells by it a reported error from a log's
+# tail, which is what a termination message holds when the file is empty.
+REPORTED_ERROR_HEADER = "error reported by run_coordinated:"
+REPORTED_ERROR_LINES = 6
 
 
 class SettingsError(ValueError):
@@ -108,10 +114,22 @@ def restore_candidates(value: str) -> tuple[RestoreCandidate, ...]:
 
 
 def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
-    """Write the error a driver ends with to `ERROR_FILE_VARIABLE`'s file, if set: its
-    runtime reads it there, whatever the log holds after it. Best effort: reporting an
-    error never fails a driver."""
+    """Write the error a driver ends with to `ERROR_FILE_VARIABLE`'s file, if set, for its
+    runtime to show whatever the log holds after it: after `REPORTED_ERROR_HEADER`, the
+    message's first line and those continuing it, up to a stack frame or a blank line, in
+    at most `TERMINATION_MESSAGE_BYTES`. Best effort: reporting never fails a driver."""
     error_file = (os.environ if env is None else env).get(ERROR_FILE_VARIABLE)
-    if error_file:
-        with contextlib.suppress(OSError):
-            Path(error_file).write_text(message + "\n", errors="replace")
+    if not error_file:
+        return
+    lines: list[str] = []
+    for line in message.strip().splitlines():
+        if lines and (not line.strip() or line[:1].isspace()):
+            break
+        lines.append(line.rstrip())
+        if len(lines) == REPORTED_ERROR_LINES:
+            break
+    text = "\n".join([REPORTED_ERROR_HEADER, *lines]).encode(errors="replace")
+    # Kubernetes keeps a message's end: one cut here keeps its head, on a character.
+    cut = text[:TERMINATION_MESSAGE_BYTES].decode(errors="ignore")
+    with contextlib.suppress(OSError):
+        Path(error_file).write_text(cut)

@@ -7,6 +7,7 @@ the images it makes are real and restore, in a second instead of Spark's minutes
 import atexit
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -38,14 +39,33 @@ SHUTDOWN_LINES = 120
 
 
 class FakeQueryFailure(Exception):
-    """A StreamingQueryException's text: Spark's error, then the query it ended."""
+    """A StreamingQueryException's text: Spark's error (the query's ids, a new runId in
+    each attempt, then the cause with an executor's stack frames), then the query it ended
+    (kilobytes of plan)."""
 
     def __init__(self, error: str) -> None:
+        frames = "\n".join(
+            f"\tat org.apache.spark.util.SparkErrorUtils.tryWithSafeFinally(Utils.scala:{i})"
+            for i in range(30)
+        )
         plan = "\n".join(f"   +- Project [k#{i}, error_count#{i}]" for i in range(PLAN_LINES))
         super().__init__(
-            f"[STREAM_FAILED] Query [id = 1] terminated with exception: {error}\n"
+            f"[STREAM_FAILED] Query [id = 5c0d6f5e-1bd4-4f0c-9a51-0f2f5d3c8e11, runId = "
+            f"{uuid.uuid4()}] terminated with exception: Job aborted due to stage failure: "
+            f"Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage "
+            f"1.0 (TID 1) (10.0.0.5 executor driver): {error}\n{frames}\n"
             f"=== Streaming Query ===\nIdentifier: [id = 1]\n\nCurrent State: ACTIVE\n{plan}"
         )
+
+
+def reported_failure(error: str) -> str:
+    """A pattern of the error line a driver reports for `FakeQueryFailure` (`error`)."""
+    return (
+        r"query failed: \[STREAM_FAILED\] Query \[id = 5c0d6f5e-1bd4-4f0c-9a51-0f2f5d3c8e11, "
+        r"runId = [0-9a-f-]{36}\] terminated with exception: Job aborted due to stage "
+        r"failure: Task 0 in stage 1\.0 failed 1 times, most recent failure: Lost task 0\.0 "
+        r"in stage 1\.0 \(TID 1\) \(10\.0\.0\.5 executor driver\): " + re.escape(error)
+    )
 
 
 class FakeQuery:

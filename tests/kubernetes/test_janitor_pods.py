@@ -25,12 +25,12 @@ from spark_checkpoint.janitor_commands import (
     parse,
 )
 from spark_checkpoint.restorable_report import (
-    TERMINATION_MESSAGE_BYTES,
     ImageVerdict,
     encoded,
     fitted,
     parse_image,
 )
+from spark_checkpoint.settings import TERMINATION_MESSAGE_BYTES
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (

@@ -33,6 +33,7 @@ from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import (
+    KILLING_SIGNALS,
     CheckUnavailable,
     CleanupFailed,
     LaunchFailed,
@@ -318,15 +319,13 @@ class KubernetesDriver:
 
     def error_lines(self) -> list[str]:
         """From its termination message: the error the driver reported (`report_error`),
-        else the end of its log (FallbackToLogsOnError). None for a container killed by a
-        signal (exit code 128+N), whose log's tail is whatever it was doing at the time,
-        but the memory limit's kill, which is the error."""
+        else the end of its log (FallbackToLogsOnError), as `driver_error` reads them; a
+        kill by the container's memory limit is the error."""
         ended = self._ended or {}
         if ended.get("reason") == "OOMKilled":
             return [OOM_KILLED]
-        if int(ended.get("exitCode", 0)) > SIGNAL_EXIT_BASE:
-            return []
-        return driver_error(str(ended.get("message") or ""))
+        killed = int(ended.get("exitCode", 0)) - SIGNAL_EXIT_BASE in KILLING_SIGNALS
+        return driver_error(str(ended.get("message") or ""), killed=killed)
 
     def executors_ready(self) -> bool:
         ready = sum(

@@ -1,11 +1,20 @@
-"""The error a driver ended with, read from what it wrote last: a local driver's log, a
-driver pod's termination message (its log's tail, FallbackToLogsOnError). Shown with each
-failure, and compared to tell a failure that repeats."""
+"""The error a driver ended with, read from what it wrote last: the error it reported
+(`spark_checkpoint.settings.report_error`), else its log's end (a local driver's log, a
+driver pod's termination message by FallbackToLogsOnError). Shown with each failure, and
+compared to tell a failure that repeats."""
 
 import itertools
 import re
+import signal
+
+from spark_checkpoint.settings import REPORTED_ERROR_HEADER
 
 ERROR_LINES_SHOWN = 6
+# An id a driver's error may carry that differs in each attempt (Spark's query runId).
+RUN_ID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# What another process sends to end a driver (the kernel's OOM killer, an eviction, a
+# deletion): the end of its log is then whatever it was doing, not an error of its own.
+KILLING_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
 TRACEBACK = "Traceback (most recent call last):"
 ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
 AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
@@ -16,11 +25,16 @@ LOG_TIME = re.compile(
 )
 
 
-def driver_error(output: str) -> list[str]:
-    """The error in the end of a driver's output, the error itself first: the exception of
-    its last Python traceback (without the frames), else the last line that reads as an
-    error and what follows it; at most a few lines."""
+def driver_error(output: str, *, killed: bool) -> list[str]:
+    """The error in the end of a driver's output, the error itself first: the error it
+    reported (`report_error`), else, unless it was `killed` by one of `KILLING_SIGNALS`, the
+    exception of its last Python traceback (without the frames), else the last line that
+    reads as an error and what follows it; at most a few lines."""
     lines = [line.rstrip() for line in output.splitlines() if line.strip()]
+    if lines[:1] == [REPORTED_ERROR_HEADER]:
+        return lines[1 : 1 + ERROR_LINES_SHOWN]
+    if killed:
+        return []
     if TRACEBACK in lines:
         start = len(lines) - lines[::-1].index(TRACEBACK)
         frames = 0
@@ -41,3 +55,9 @@ def driver_error(output: str) -> list[str]:
         itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
     )
     return shown[:ERROR_LINES_SHOWN]
+
+
+def same_error(error: list[str], other: list[str]) -> bool:
+    """Whether two attempts' errors (`driver_error`) are the same failure: their first
+    lines, ids aside."""
+    return bool(error and other) and RUN_ID.sub("<id>", error[0]) == RUN_ID.sub("<id>", other[0])

@@ -31,6 +31,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import status_events
 from spark_checkpoint_operator.supervisor.attempt import Attempt, Stage, StopRequest
+from spark_checkpoint_operator.supervisor.driver_errors import same_error
 from spark_checkpoint_operator.supervisor.interpreter import FINAL_LABEL, EffectInterpreter
 from spark_checkpoint_operator.supervisor.notices import (
     Level,
@@ -224,7 +225,7 @@ class JobSupervisor:
                 progressed = bool(attempt.completed) and attempt.failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if error and early and repeating and error[0] == repeating[0]:
+                if early and repeating and same_error(error, repeating):
                     # The same error again before any batch (a misspelled column, a missing
                     # file): the pipeline needs fixing, another attempt cannot help.
                     self._record.message = (

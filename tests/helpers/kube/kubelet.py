@@ -102,7 +102,7 @@ mounts, environment and processes do not apply):
   its process is lost.
 - Termination messages: `terminationMessagePath` (default /dev/termination-log) is a file
   in the sandbox (rewritten in env, command and args like a mount path), empty at start;
-  its first 4096 bytes become the terminated state's `message`, else with
+  its last 4096 bytes become the terminated state's `message`, else with
   `terminationMessagePolicy: FallbackToLogsOnError` and a non-zero exit the log's last 80
   lines (at most 2048 bytes), as on a real node.
 - Exit codes as Kubernetes reports them: the process's code, or 128+N with `signal: N` when
@@ -193,7 +193,7 @@ IMAGE_ENV_NAMES = (
     "PYTHONPATH",
     "SPARK_HOME",
 )
-# Kubernetes' termination messages: the file's first 4096 bytes, else with
+# Kubernetes' termination messages: the file's last 4096 bytes (tail.ReadAtMost), else with
 # FallbackToLogsOnError after a failure the log's last 80 lines, at most 2048 bytes.
 TERMINATION_MESSAGE_PATH = "/dev/termination-log"
 TERMINATION_MESSAGE_BYTES = 4096
@@ -1348,11 +1348,13 @@ def _termination_message_file(state: _PodState) -> Path:
 
 
 def _termination_message(state: _PodState, exit_code: int) -> str:
-    """What Kubernetes reports as the container's termination message: the start of the
+    """What Kubernetes reports as the container's termination message: the end of the
     message file, else (FallbackToLogsOnError, after a failure) the log's last lines."""
     try:
         with _termination_message_file(state).open("rb") as message_file:
-            message = message_file.read(TERMINATION_MESSAGE_BYTES)
+            size = message_file.seek(0, os.SEEK_END)
+            message_file.seek(max(0, size - TERMINATION_MESSAGE_BYTES))
+            message = message_file.read()
     except OSError:
         message = b""
     fallback = state.container.terminationMessagePolicy == "FallbackToLogsOnError"

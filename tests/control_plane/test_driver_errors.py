@@ -1,0 +1,86 @@
+"""The error a driver reports (`report_error`) and how a runtime reads it back
+(`driver_error`): what reaches status.message and events, and what the rule of "the same
+error twice" compares."""
+
+import tempfile
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers.fake_query import FakeQueryFailure
+from spark_checkpoint.driver import QUERY_DESCRIPTION
+from spark_checkpoint.settings import (
+    ERROR_FILE_VARIABLE,
+    REPORTED_ERROR_LINES,
+    TERMINATION_MESSAGE_BYTES,
+    report_error,
+)
+from spark_checkpoint_operator.supervisor import driver_error
+from spark_checkpoint_operator.supervisor.driver_errors import same_error
+
+
+def _reported(tmp_path: Path, message: str) -> str:
+    error_file = tmp_path / "error"
+    report_error(message, {ERROR_FILE_VARIABLE: str(error_file)})
+    return error_file.read_text()
+
+
+def test_a_spark_failure_reads_back_as_its_error_line_without_frames_or_plan(
+    tmp_path: Path,
+) -> None:
+    failure = str(FakeQueryFailure("no such column 'k'")).split(QUERY_DESCRIPTION)[0]
+    read = driver_error(_reported(tmp_path, f"query failed: {failure}"), killed=False)
+    assert len(read) == 1
+    assert read[0].startswith("query failed: [STREAM_FAILED] Query [id = ")
+    assert read[0].endswith("(10.0.0.5 executor driver): no such column 'k'")
+
+
+def test_a_reported_error_is_read_even_from_a_killed_driver(tmp_path: Path) -> None:
+    reported = _reported(tmp_path, "cannot start: the output holds batches")
+    assert driver_error(reported, killed=True) == ["cannot start: the output holds batches"]
+    assert driver_error("WARN still copying\n", killed=True) == []
+    assert driver_error("ERROR lost the connection\n", killed=False) == [
+        "ERROR lost the connection"
+    ]
+
+
+def test_continuation_lines_are_kept_up_to_a_few() -> None:
+    lines = [f"line {i}" for i in range(10)]
+    assert (
+        driver_error("\n".join(["error reported by run_coordinated:", *lines]), killed=False)
+        == lines[:6]
+    )
+
+
+@given(st.lists(st.text(st.characters(codec="utf-8"), max_size=3000), max_size=8))
+def test_any_report_fits_a_termination_message_and_reads_back_as_its_head(
+    lines: list[str],
+) -> None:
+    """Kubernetes keeps a file's last 4096 bytes: the report fits whole, so what is read
+    is the error's first line (cut on a character if it alone is too long)."""
+    message = "\n".join(lines)
+    with tempfile.TemporaryDirectory() as directory:
+        error_file = Path(directory, "error")
+        report_error(message, {ERROR_FILE_VARIABLE: str(error_file)})
+        written = error_file.read_bytes()
+    assert len(written) <= TERMINATION_MESSAGE_BYTES
+    read = driver_error(written.decode(), killed=True)
+    assert len(read) <= REPORTED_ERROR_LINES
+    first = message.strip().splitlines()[:1]
+    if first and first[0].strip():
+        assert read and first[0].rstrip().startswith(read[0])
+
+
+def test_without_a_file_to_write_nothing_is_reported_and_nothing_fails(tmp_path: Path) -> None:
+    report_error("x", {})
+    report_error("x", {ERROR_FILE_VARIABLE: str(tmp_path / "missing" / "error")})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_same_failure_in_two_attempts_differs_only_in_spark_run_ids() -> None:
+    first = ["query failed: Query [id = 1, runId = 5c0d6f5e-1bd4-4f0c-9a51-0f2f5d3c8e11]: x"]
+    second = ["query failed: Query [id = 1, runId = 0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f]: x"]
+    assert same_error(first, second)
+    assert not same_error(first, ["query failed: Query [id = 1, runId = 0]: y"])
+    assert not same_error([], [])
