@@ -9,6 +9,7 @@ import time
 from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command
+from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
 from spark_checkpoint_operator.local_state import default_state_dir, local_paths
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
@@ -29,6 +30,13 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         return ExitCode.USAGE
     paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
     paths.logs_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        # Refused here, its refusal is not appended to the running job's log.
+        with job_lock(paths, manifest):
+            pass
+    except RunRefused as refused:
+        print(f"spark-checkpoint run: {refused}", file=sys.stderr)
+        return ExitCode.FAILED
     log_file = paths.logs_dir / "runtime.log"
     command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
     with log_file.open("ab") as log:

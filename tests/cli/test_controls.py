@@ -318,5 +318,7 @@ def test_a_second_detached_run_of_a_running_job_is_refused(job: LocalJob) -> Non
     assert second.returncode == 1
     assert "spark-checkpoint run: job default/probe is already running" in second.stderr
     assert "runs in the background" not in second.stdout
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert "already running" not in log, "the refused run wrote into the running job's log"
     assert job.status()["runtimePid"] == first
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
