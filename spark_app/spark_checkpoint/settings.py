@@ -116,20 +116,58 @@ def restore_candidates(value: str) -> tuple[RestoreCandidate, ...]:
 def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
     """Write the error a driver ends with to `ERROR_FILE_VARIABLE`'s file, if set, for its
     runtime to show whatever the log holds after it: after `REPORTED_ERROR_HEADER`, the
-    message's first line and those continuing it, up to a stack frame or a blank line, in
-    at most `TERMINATION_MESSAGE_BYTES`. Best effort: reporting never fails a driver."""
+    message's error lines (`error_lines`) in at most `TERMINATION_MESSAGE_BYTES`. Best
+    effort: reporting never fails a driver."""
     error_file = (os.environ if env is None else env).get(ERROR_FILE_VARIABLE)
     if not error_file:
         return
-    lines: list[str] = []
-    for line in message.strip().splitlines():
-        if lines and (not line.strip() or line[:1].isspace()):
-            break
-        lines.append(line.rstrip())
-        if len(lines) == REPORTED_ERROR_LINES:
-            break
-    text = "\n".join([REPORTED_ERROR_HEADER, *lines]).encode(errors="replace")
+    text = "\n".join([REPORTED_ERROR_HEADER, *error_lines(message)]).encode(errors="replace")
     # Kubernetes keeps a message's end: one cut here keeps its head, on a character.
     cut = text[:TERMINATION_MESSAGE_BYTES].decode(errors="ignore")
     with contextlib.suppress(OSError):
         Path(error_file).write_text(cut)
+
+
+PYTHON_TRACEBACK = "Traceback (most recent call last):"
+# Python's lines between chained tracebacks, and where PySpark appends the JVM's stack.
+_CHAINED = ("During handling of the above exception", "The above exception was the direct")
+_JVM_STACK = "JVM stacktrace:"
+
+
+def error_lines(message: str) -> list[str]:
+    """The lines of an error message that say what failed: its first line and those
+    continuing it, up to a stack frame or a blank line. A message holding Python tracebacks
+    (an exception raised in a UDF or a foreachBatch function, as Spark passes it on) names
+    the exception their last one ended with, in place of the traceback that precedes it."""
+    lines = message.strip().splitlines()
+    if not lines:
+        return []
+    if any(PYTHON_TRACEBACK in line for line in lines):
+        exception = _python_exception(lines[1:])
+        first = lines[0].rstrip()
+        if exception is None:
+            return [first]
+        if PYTHON_TRACEBACK in first:
+            return [first[: first.index(PYTHON_TRACEBACK)] + exception]
+        return [f"{first} {exception}"] if first.endswith(":") else [first, exception]
+    shown: list[str] = []
+    for line in lines:
+        if shown and (not line.strip() or line[:1].isspace()):
+            break
+        shown.append(line.rstrip())
+        if len(shown) == REPORTED_ERROR_LINES:
+            break
+    return shown
+
+
+def _python_exception(lines: list[str]) -> str | None:
+    """The exception line the last of Python's tracebacks in `lines` ends with: the last
+    line that is none of a traceback's frames, headers or links between chained ones."""
+    found = None
+    for line in lines:
+        if line.startswith(_JVM_STACK):
+            break
+        frame = not line.strip() or line[:1].isspace()
+        if not frame and PYTHON_TRACEBACK not in line and not line.startswith(_CHAINED):
+            found = line.rstrip()
+    return found

@@ -5,6 +5,7 @@ error twice" compares."""
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -84,3 +85,60 @@ def test_the_same_failure_in_two_attempts_differs_only_in_spark_run_ids() -> Non
     assert same_error(first, second)
     assert not same_error(first, ["query failed: Query [id = 1, runId = 0]: y"])
     assert not same_error([], [])
+
+
+# As PySpark 4 passes on an exception a UDF raised (its log, trimmed).
+UDF_FAILURE = (
+    (
+        "[PYTHON_EXCEPTION] An exception was thrown from the Python worker: Traceback (most "
+        "recent call last):\n"
+    )
+    + """\
+  File "/jobs/orders/pipeline.py", line 21, in check_word
+    raise ValueError(f"unexpected word {w!r} in input")
+ValueError: unexpected word 'kassun' in input
+ SQLSTATE: 38000"""
+)
+# And one a foreachBatch function met: py4j's traceback, then the worker's, chained.
+FOREACH_BATCH_FAILURE = """\
+An exception was raised by the Python Proxy. Return Message: Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/py4j/clientserver.py", line 644, in _call_proxy
+    return_value = getattr(self.pool[obj_id], method)(*params)
+                   ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^
+  File "/venv/lib/python3.11/site-packages/pyspark/errors/exceptions/captured.py", line 262, in deco
+    raise converted from None
+pyspark.errors.exceptions.captured.PythonException: An exception was thrown from the Python worker:
+Traceback (most recent call last):
+  File "/jobs/orders/pipeline.py", line 21, in check_word
+    raise KeyError("kassun")
+KeyError: 'kassun'
+"""
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            UDF_FAILURE,
+            "query failed: [PYTHON_EXCEPTION] An exception was thrown from the Python worker: "
+            "ValueError: unexpected word 'kassun' in input",
+        ),
+        (
+            FOREACH_BATCH_FAILURE,
+            "query failed: An exception was raised by the Python Proxy. Return Message: "
+            "KeyError: 'kassun'",
+        ),
+        (
+            "RuntimeError: lost\n\nDuring handling of the above exception, another exception "
+            'occurred:\n\nTraceback (most recent call last):\n  File "x.py", line 1\nOSError: '
+            "disk full",
+            "query failed: RuntimeError: lost",
+        ),
+    ],
+)
+def test_an_error_of_python_code_in_the_query_names_its_exception(
+    tmp_path: Path, message: str, expected: str
+) -> None:
+    """Two different exceptions of a UDF must not read as the same failure."""
+    read = driver_error(_reported(tmp_path, f"query failed: {message}"), killed=False)
+    assert read[0] == expected
