@@ -62,9 +62,9 @@ def test_a_bad_secret_reference_is_one_line_naming_the_field(
 
 
 RESERVED = (
-    "is set by the operator itself (SPARK_CHECKPOINT_* variables, PYSPARK_SUBMIT_ARGS, made "
-    "of sparkConf, PYSPARK_GATEWAY_PORT, PYSPARK_GATEWAY_SECRET, POD_NAME, POD_NAMESPACE and "
-    "POD_IP are reserved)"
+    "is set by the operator itself (reserved: SPARK_CHECKPOINT_* variables, "
+    "PYSPARK_SUBMIT_ARGS (set Spark options in sparkConf), PYSPARK_GATEWAY_PORT, "
+    "PYSPARK_GATEWAY_SECRET, POD_NAME, POD_NAMESPACE and POD_IP)"
 )
 
 

@@ -251,8 +251,8 @@ def test_memory_sizes_in_spark_and_kubernetes_units(
 
 
 FILE_URI_HOST = (
-    "a file URI names an absolute path, as file:///data/checkpoints (in file://<name>/..., "
-    "<name> is a host)"
+    "a file:// or local:// URI names an absolute path, as file:///data/checkpoints (in "
+    "file://<name>/..., <name> is a host)"
 )
 INVALID = [
     # (what is wrong, field, value, the one problem reported)
