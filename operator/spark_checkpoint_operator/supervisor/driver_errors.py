@@ -7,7 +7,7 @@ import itertools
 import re
 import signal
 
-from spark_checkpoint.settings import REPORTED_ERROR_HEADER
+from spark_checkpoint.settings import PYTHON_TRACEBACK, REPORTED_ERROR_HEADER
 
 ERROR_LINES_SHOWN = 6
 # An id a driver's error may carry that differs in each attempt (Spark's query runId).
@@ -15,7 +15,6 @@ RUN_ID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 # What another process sends to end a driver (the kernel's OOM killer, an eviction, a
 # deletion): the end of its log is then whatever it was doing, not an error of its own.
 KILLING_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
-TRACEBACK = "Traceback (most recent call last):"
 ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
 AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
 # When a log line was written (Python's logging, Spark's log4j): not part of the error, and
@@ -35,8 +34,8 @@ def driver_error(output: str, *, killed: bool) -> list[str]:
         return lines[1 : 1 + ERROR_LINES_SHOWN]
     if killed:
         return []
-    if TRACEBACK in lines:
-        start = len(lines) - lines[::-1].index(TRACEBACK)
+    if PYTHON_TRACEBACK in lines:
+        start = len(lines) - lines[::-1].index(PYTHON_TRACEBACK)
         frames = 0
         while start + frames < len(lines) and lines[start + frames][:1].isspace():
             frames += 1
