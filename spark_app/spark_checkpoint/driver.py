@@ -29,16 +29,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_checkpoint")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-# Where Spark's error of a failed query ends and its description of the query (the plan,
-# often kilobytes) begins.
-QUERY_DESCRIPTION = "\n=== Streaming Query ==="
 
 
 def _fail(message: str, exit_code: DriverExit) -> DriverExit:
-    """Log the error the driver ends with and report it to the runtime (without Spark's
-    description of the query, which would push the error out of a termination message)."""
+    """Log the error the driver ends with and report it to the runtime."""
     log.error("%s", message)
-    report_error(message.split(QUERY_DESCRIPTION, 1)[0])
+    report_error(message)
     return exit_code
 
 

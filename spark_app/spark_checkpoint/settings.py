@@ -129,6 +129,9 @@ def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
 
 
 PYTHON_TRACEBACK = "Traceback (most recent call last):"
+# Where Spark's error of a failed query ends and its description of the query (the plan,
+# often kilobytes) begins.
+QUERY_DESCRIPTION = "\n=== Streaming Query ==="
 # Python's lines between chained tracebacks, and where PySpark appends the JVM's stack.
 _CHAINED = ("During handling of the above exception", "The above exception was the direct")
 _JVM_STACK = "JVM stacktrace:"
@@ -138,8 +141,9 @@ def error_lines(message: str) -> list[str]:
     """The lines of an error message that say what failed: its first line and those
     continuing it, up to a stack frame or a blank line. A message holding Python tracebacks
     (an exception raised in a UDF or a foreachBatch function, as Spark passes it on) names
-    the exception their last one ended with, in place of the traceback that precedes it."""
-    lines = message.strip().splitlines()
+    the exception their last one ended with, in place of the traceback that precedes it.
+    Spark's description of the query that follows its error is never part of it."""
+    lines = message.split(QUERY_DESCRIPTION, 1)[0].strip().splitlines()
     if not lines:
         return []
     if any(PYTHON_TRACEBACK in line for line in lines):

@@ -10,9 +10,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers.fake_query import FakeQueryFailure
-from spark_checkpoint.driver import QUERY_DESCRIPTION
 from spark_checkpoint.settings import (
     ERROR_FILE_VARIABLE,
+    QUERY_DESCRIPTION,
     REPORTED_ERROR_LINES,
     TERMINATION_MESSAGE_BYTES,
     report_error,
