@@ -29,9 +29,14 @@ from spark_checkpoint.janitor_commands import (
     JanitorCommand,
     janitor_environment,
 )
-from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
 from spark_checkpoint.settings import DriverSettings
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageError
+from spark_checkpoint.storage import (
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageError,
+    StorageOwnedElsewhere,
+)
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.child_process import dying_with_parent
 from spark_checkpoint_operator.control import ControlPaths, serve_controls
@@ -47,7 +52,7 @@ from spark_checkpoint_operator.driver_command import (
     driver_command,
     submit_arguments,
 )
-from spark_checkpoint_operator.local_state import LocalPaths, local_paths
+from spark_checkpoint_operator.local_state import LocalPaths, local_owner, local_paths
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
@@ -221,11 +226,19 @@ class LocalDriver:
 
 
 class LocalLauncher:
-    def __init__(self, manifest: JobManifest, manifest_dir: Path, paths: LocalPaths, storage: str):
+    def __init__(
+        self,
+        manifest: JobManifest,
+        manifest_dir: Path,
+        paths: LocalPaths,
+        storage: str,
+        owner: StorageOwner,
+    ):
         self._manifest = manifest
         self._manifest_dir = manifest_dir
         self._paths = paths
         self._storage = storage
+        self._owner = owner
         self.current: LocalDriver | None = None
         self.on_launch: Callable[[LocalDriver], None] = lambda driver: None
 
@@ -253,6 +266,7 @@ class LocalLauncher:
             token=token,
             attempt=attempt,
             restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
+            owner=self._owner,
         )
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.
@@ -320,10 +334,10 @@ class LocalJanitor:
     (`spark_checkpoint.janitor`) in a process with the driver's environment, which holds
     the storage credentials."""
 
-    def __init__(self, manifest: JobManifest, storage_root: str) -> None:
+    def __init__(self, manifest: JobManifest, storage_root: str, owner: StorageOwner) -> None:
         self._environment = {
             **driver_environment(manifest),
-            **janitor_environment(manifest.namespace, manifest.name, storage_root),
+            **janitor_environment(manifest.namespace, manifest.name, storage_root, owner),
         }
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
@@ -422,6 +436,27 @@ async def run_local(
         )
 
 
+def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
+    """This state directory's registry, which the job's storage is claimed for before the
+    driver starts (the driver and the janitors claim it too: that is where it is enforced)."""
+    try:
+        owner = local_owner(paths)
+    except (OSError, ValueError) as error:
+        raise RunRefused(
+            f"{paths.registry_id_file}: cannot read the registry's id: {error}"
+        ) from None
+    try:
+        storage.claim(owner)
+    except StorageOwnedElsewhere as error:
+        raise RunRefused(str(error)) from None
+    except (StorageError, OSError) as error:
+        raise RunRefused(
+            f"spec.checkpointing.storage {storage.layout.root!r}: cannot claim the job's "
+            f"storage: {error}"
+        ) from None
+    return owner
+
+
 def require_secret_variables(manifest: JobManifest, environment: Mapping[str, str]) -> None:
     """A variable a Secret gives the pods on Kubernetes is taken from the run's own
     environment (no cluster, no Secret), the executors' too (they are in the driver's
@@ -461,10 +496,11 @@ async def _run_locked(
             "savepoints, copy it elsewhere first and name it in "
             "spec.restore.initialSavepointPath)"
         )
+    owner = _claimed(storage, paths)
     report = display.line
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _stop_leftover_driver(paths, report)
-    launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root)
+    launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root, owner)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.driver_log(record.attempt)}"
     )
@@ -503,7 +539,7 @@ async def _run_locked(
         config=manifest.coordinator_config(),
         restart_policy=restart_policy,
         launcher=launcher,
-        janitor=LocalJanitor(manifest, layout.root),
+        janitor=LocalJanitor(manifest, layout.root, owner),
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,

@@ -21,7 +21,12 @@ from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
 from spark_checkpoint.settings import DriverSettings, SettingsError, report_error
 from spark_checkpoint.sink import CheckpointParticipant, StartRefused
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage import (
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageError,
+    StorageOwnedElsewhere,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -59,6 +64,12 @@ def _run(
     storage = CheckpointStorage(
         JobStorageLayout(settings.storage_root, settings.namespace, settings.job)
     )
+    try:
+        storage.claim(settings.owner)
+    except StorageOwnedElsewhere as error:
+        return _fail(str(error), DriverExit.MISCONFIGURED)
+    except (StorageError, OSError) as error:
+        return _fail(f"cannot claim the job's storage: {error}", DriverExit.FAILED)
     attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
     location = attempt_dir / "checkpoint"
     if location.exists():

@@ -3,7 +3,9 @@
 On Kubernetes the operator runs this in a short cleanup pod that has the job's image,
 service account, environment and volumes, which is where storage credentials live; the
 operator itself never touches storage. The job comes from ``SPARK_CHECKPOINT_NAMESPACE``,
-``SPARK_CHECKPOINT_JOB`` and ``SPARK_CHECKPOINT_STORAGE``; ``remove-live-directory`` also
+``SPARK_CHECKPOINT_JOB`` and ``SPARK_CHECKPOINT_STORAGE``, the registry it works for from
+``SPARK_CHECKPOINT_OWNER`` (discards and garbage collection claim the job's storage for it
+first, `CheckpointStorage.claim`); ``remove-live-directory`` also
 needs ``SPARK_CHECKPOINT_LIVE_ROOT``, where the job's live volume claim is mounted whole.
 
 ``verify-restorable`` runs the restorable check of `spark_checkpoint.restorable` on one
@@ -36,7 +38,7 @@ from spark_checkpoint.janitor_commands import (
 )
 from spark_checkpoint.restorable import check_images
 from spark_checkpoint.restorable_report import encoded, fitted, parse_image
-from spark_checkpoint.settings import PREFIX
+from spark_checkpoint.settings import OWNER_VARIABLE, PREFIX, storage_owner
 from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
@@ -58,18 +60,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         layout = JobStorageLayout(settings["STORAGE"], settings["NAMESPACE"], settings["JOB"])
         storage = CheckpointStorage(layout)
+        owner = storage_owner(os.environ.get(OWNER_VARIABLE, ""))
     except (ValueError, ImportError) as error:  # a bad name, or no fsspec for the URI
         print(f"bad settings: {error}", file=sys.stderr)
         return 2
     try:
         match command:
             case DiscardCheckpoint():
+                storage.claim(owner)
                 storage.discard_checkpoint(command.checkpoint_id, list(command.retained))
                 print(f"discarded checkpoint {command.checkpoint_id}")
             case DiscardSavepoint():
+                storage.claim(owner)
                 storage.discard_savepoint(command.savepoint_id)
                 print(f"discarded savepoint {command.savepoint_id}")
             case CollectGarbage():
+                storage.claim(owner)
                 report = storage.collect_garbage(
                     list(command.checkpoints), list(command.savepoints)
                 )

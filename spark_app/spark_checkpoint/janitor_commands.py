@@ -11,18 +11,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
-from spark_checkpoint.protocol import CheckpointKind
+from spark_checkpoint.protocol import CheckpointKind, StorageOwner
 from spark_checkpoint.restorable_report import parse_image
-from spark_checkpoint.settings import PREFIX
+from spark_checkpoint.settings import OWNER_VARIABLE, PREFIX
 
 JANITOR_MODULE = "spark_checkpoint.janitor"
 # The job a janitor works on comes from its environment (a cleanup pod's, or a local run's).
 JANITOR_SETTINGS = ("NAMESPACE", "JOB", "STORAGE")
 
 
-def janitor_environment(namespace: str, job: str, storage: str) -> dict[str, str]:
+def janitor_environment(
+    namespace: str, job: str, storage: str, owner: StorageOwner
+) -> dict[str, str]:
     values = dict(zip(JANITOR_SETTINGS, (namespace, job, storage), strict=True))
-    return {PREFIX + name: value for name, value in values.items()}
+    return {
+        **{PREFIX + name: value for name, value in values.items()},
+        OWNER_VARIABLE: owner.encode(),
+    }
 
 
 def _id(text: str) -> int:

@@ -31,6 +31,7 @@ ACKNOWLEDGEMENT_GATHER_SECONDS = 0.25
 # Ids, batch ids and byte counts are int64 wherever they are recorded (the job's status in
 # Kubernetes).
 MAX_ID = 2**63 - 1
+MAX_OWNER_ID_LENGTH = 200
 
 T = TypeVar("T")
 E = TypeVar("E", bound=StrEnum)
@@ -219,6 +220,44 @@ class RestoreCandidate:
 
     def __str__(self) -> str:
         return self.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StorageOwner:
+    """The registry of a job's snapshots that its storage belongs to: snapshots are valid
+    because a registry lists them (the resource's status on Kubernetes, a state directory's
+    ``status.json`` locally), and garbage collection deletes what its registry does not
+    list, so two registries of one job on one storage (a job recreated under its name, a
+    manifest run from a second state directory) would delete each other's snapshots and
+    write the same ids. The runtime passes its registry to drivers and janitors
+    (``SPARK_CHECKPOINT_OWNER``); storage records the first (`CheckpointStorage.claim`).
+    ``id`` tells registries apart (a resource's uid, a random id a state directory keeps);
+    ``description`` says to a person where the registry is."""
+
+    id: str
+    description: str
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.id) <= MAX_OWNER_ID_LENGTH:
+            raise ProtocolError(
+                f"owner id: expected 1 to {MAX_OWNER_ID_LENGTH} characters, got {shown(self.id)}"
+            )
+
+    def encode(self) -> str:
+        return json.dumps({"id": self.id, "description": self.description}, sort_keys=True)
+
+    @classmethod
+    def decode(cls, text: str) -> Self:
+        try:
+            document = json.loads(text)
+        except json.JSONDecodeError:
+            raise ProtocolError(f"owner: not a JSON object: {shown(text)}") from None
+        if not isinstance(document, dict):
+            raise ProtocolError(f"owner: not a JSON object: {shown(text)}")
+        return cls(
+            id=read_string(document.get("id"), "owner.id"),
+            description=read_string(document.get("description"), "owner.description"),
+        )
 
 
 def _candidate(value: Any, field: str) -> RestoreCandidate:

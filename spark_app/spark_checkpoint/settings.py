@@ -11,11 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate, StorageOwner
 
 PREFIX = "SPARK_CHECKPOINT_"
 # The images to restore from, newest first: a JSON list (URIs may contain commas).
 RESTORE_VARIABLE = f"{PREFIX}RESTORE"
+# The registry the job's storage must belong to (`StorageOwner`, JSON), for drivers and
+# janitors alike.
+OWNER_VARIABLE = f"{PREFIX}OWNER"
 # Where a driver that fails writes its error, for its runtime to show (a driver pod's
 # termination message file; a file beside a local driver's log). Optional.
 ERROR_FILE_VARIABLE = f"{PREFIX}ERROR_FILE"
@@ -42,6 +45,7 @@ class DriverSettings:
     token: str
     attempt: int
     restore_candidates: tuple[RestoreCandidate, ...]
+    owner: StorageOwner
 
     def to_environment(self, token_file: Path, error_file: Path) -> dict[str, str]:
         """The variables that make a driver process see these settings, and where it
@@ -57,6 +61,7 @@ class DriverSettings:
             f"{PREFIX}TOKEN_FILE": str(token_file),
             f"{PREFIX}ATTEMPT": str(self.attempt),
             RESTORE_VARIABLE: json.dumps([c.encode() for c in self.restore_candidates]),
+            OWNER_VARIABLE: self.owner.encode(),
         }
 
     @classmethod
@@ -96,6 +101,7 @@ class DriverSettings:
             token=token,
             attempt=number("ATTEMPT"),
             restore_candidates=candidates,
+            owner=storage_owner(env.get(OWNER_VARIABLE, "")),
         )
 
 
@@ -111,6 +117,19 @@ def restore_candidates(value: str) -> tuple[RestoreCandidate, ...]:
         return tuple(RestoreCandidate.decode(item) for item in restore)
     except ProtocolError as error:
         raise SettingsError(f"{RESTORE_VARIABLE}: {error}") from None
+
+
+def storage_owner(value: str) -> StorageOwner:
+    """The registry `OWNER_VARIABLE`'s ``value`` names."""
+    if not value.strip():
+        raise SettingsError(
+            f"{OWNER_VARIABLE} is not set: run the pipeline with `spark-checkpoint run` or as "
+            "a SparkCheckpointJob"
+        )
+    try:
+        return StorageOwner.decode(value)
+    except ProtocolError as error:
+        raise SettingsError(f"{OWNER_VARIABLE}: {error}") from None
 
 
 def report_error(message: str, env: Mapping[str, str] | None = None) -> None:

@@ -123,12 +123,34 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
         first.kill()
         first.communicate()
     wait_until_gone(driver)
-    third = copy.start()
+    # Nor after it: each state directory is a registry of the job's snapshots, and the
+    # copy's would delete the first one's as garbage and write the same ids.
+    third = copy.run(timeout=20)
+    assert third.returncode == 1
+    owner_file = job_storage / "owner.json"
+    assert third.stderr.splitlines() == [
+        f"spark-checkpoint run: {owner_file.as_uri()}: this job's storage belongs to the state "
+        f"directory {job.job_dir}, not to the state directory {copy.job_dir}, whose garbage "
+        "collection would delete the other's checkpoints: run the job from there, give this "
+        "one another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
+        f"it from a savepoint there), or delete {owner_file} to hand the storage over (the "
+        "checkpoints the other registry lists are then deleted as garbage)"
+    ]
+    assert not (copy.directory / "driver.pid").exists(), "the copy started a driver"
+    (job.directory / "driver.pid").unlink()
+    again = job.start()  # its own registry runs on it
+    try:
+        wait_for_file(job.directory / "driver.pid")
+    finally:
+        again.kill()
+        again.communicate()
+    owner_file.unlink()  # handed over, as the message says
+    fourth = copy.start()
     try:
         wait_for_file(copy.directory / "driver.pid")
     finally:
-        third.kill()
-        third.communicate()
+        fourth.kill()
+        fourth.communicate()
 
 
 def test_a_state_directory_that_is_also_the_storage_root_does_not_lock_out_its_own_run(
@@ -214,6 +236,7 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"
     # What the message says works.
     shutil.rmtree(job.job_dir)
+    shutil.rmtree(storage)
     assert job.run().returncode == 0
     assert (tmp_path / "runs").read_text() == "run\nrun\n"
 

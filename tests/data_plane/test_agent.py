@@ -29,6 +29,7 @@ from spark_checkpoint.protocol import (
     QueryState,
     RestoreCandidate,
     RestoredFrom,
+    StorageOwner,
 )
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings
@@ -292,6 +293,7 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
         token="t",
         attempt=1,
         restore_candidates=candidates,
+        owner=StorageOwner(id="uid-1", description='job "a,b"'),
     )
     assert (
         DriverSettings.from_environment(settings.to_environment(token, tmp_path / "error"))

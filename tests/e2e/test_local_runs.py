@@ -21,7 +21,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.doc_blocks import marked_blocks, shell_commands
 from helpers.job_run import FAST_JVM, JobRun
-from spark_checkpoint.storage.layout import SHARED_DIR_NAME, WRITER_LOCK_FILE_NAME
+from spark_checkpoint.storage.layout import (
+    OWNER_FILE_NAME,
+    SHARED_DIR_NAME,
+    WRITER_LOCK_FILE_NAME,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -84,12 +88,13 @@ def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Pa
     run.start()
     kill_at_arbitrary_points(run)
     # Finished: retention discards every checkpoint, and garbage collection leaves no
-    # unreferenced shared file behind from the killed attempts. The storage's lock stays:
-    # a lock file removed on release could be locked by two runs at once.
+    # unreferenced shared file behind from the killed attempts. The storage's lock stays
+    # (a lock file removed on release could be locked by two runs at once), and so does
+    # the record of the registry it belongs to.
     leftovers = sorted(
         p.relative_to(run.storage_dir).as_posix() for p in run.storage_dir.rglob("*") if p.is_file()
     )
-    assert leftovers == [WRITER_LOCK_FILE_NAME]
+    assert leftovers == sorted([OWNER_FILE_NAME, WRITER_LOCK_FILE_NAME])
 
 
 def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import pytest
 from helpers.fake_query import FAILURE_VARIABLE, reported_failure
 from helpers.kube.cluster import NAMESPACE, LocalCluster
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
@@ -110,6 +111,45 @@ def test_the_error_a_driver_pod_reports_is_shown_however_long_its_log_goes_on(
         repeated = "the driver failed the same way twice before its first batch; not retried: "
         failure = reported_failure("no such column 'k'")
         assert re.fullmatch(re.escape(repeated) + failure, failed["message"])
+
+
+def test_a_job_recreated_under_its_name_is_refused_the_old_jobs_storage(tmp_path: Path) -> None:
+    """Another uid is another registry of the job's snapshots: the real `run_coordinated`
+    refuses storage the job of the same name claimed before it was deleted (whose
+    checkpoints this job's garbage collection would delete), and nothing there changes."""
+    earlier = StorageOwner(
+        id="0b5c1f9e-0000-4000-8000-000000000001",
+        description=f"SparkCheckpointJob {NAMESPACE}/orders (uid 0b5c1f9e-...-000000000001)",
+    )
+    job_storage = tmp_path / "storage" / NAMESPACE / "orders"
+    (job_storage / "chk-7").mkdir(parents=True)
+    (job_storage / "chk-7" / "_metadata").write_text("the old job's")
+    (job_storage / "owner.json").write_text(earlier.encode())
+    script = f"""
+        import sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from helpers.fake_query import main
+        main()
+    """
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        cluster.apply(_job(tmp_path, script))
+        failed = _failed(cluster)
+        job = cluster.job("orders")
+        assert job is not None
+        uid = job["metadata"]["uid"]
+        assert failed["message"] == (
+            "driver cannot run: MISCONFIGURED: "
+            f"{(job_storage / 'owner.json').as_uri()}: this job's storage belongs to "
+            f"{earlier.description}, not to SparkCheckpointJob {NAMESPACE}/orders (uid {uid}), "
+            "whose garbage collection would delete the other's checkpoints: run the job from "
+            "there, give this one another spec.checkpointing.storage "
+            "(spec.restore.initialSavepointPath can start it from a savepoint there), or "
+            f"delete {job_storage / 'owner.json'} to hand the storage over (the checkpoints "
+            "the other registry lists are then deleted as garbage)"
+        )
+        assert failed["jobAttempt"] == 1, "a misconfigured driver is not retried"
+    assert (job_storage / "chk-7" / "_metadata").read_text() == "the old job's"
+    assert StorageOwner.decode((job_storage / "owner.json").read_text()) == earlier
 
 
 def test_a_driver_pod_killed_by_a_signal_has_no_log_line_for_an_error(tmp_path: Path) -> None:

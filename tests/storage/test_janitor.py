@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers.objectstore import S3Server, StorageRoot, storage_roots
+from spark_checkpoint.janitor_commands import janitor_environment
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -18,17 +20,18 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
 )
 
+REGISTRY = StorageOwner(id="registry-1", description="the registry of these tests")
+
 
 def _janitor(
     storage: Path | str, *arguments: str, **environment: str
 ) -> subprocess.CompletedProcess[str]:
     """Runs the janitor on the storage root `storage` (a local directory or a URI), with
     this process's environment, where storage_root put the credentials."""
+    root = storage.as_uri() if isinstance(storage, Path) else storage
     env = {
         **os.environ,
-        "SPARK_CHECKPOINT_NAMESPACE": "default",
-        "SPARK_CHECKPOINT_JOB": "orders",
-        "SPARK_CHECKPOINT_STORAGE": storage.as_uri() if isinstance(storage, Path) else storage,
+        **janitor_environment("default", "orders", root, REGISTRY),
         **environment,
     }
     return subprocess.run(
@@ -256,6 +259,9 @@ def test_a_live_directory_that_is_a_link_is_refused(tmp_path: Path) -> None:
         ("SPARK_CHECKPOINT_JOB", "../../etc"),
         ("SPARK_CHECKPOINT_JOB", "x" * 254),
         ("SPARK_CHECKPOINT_STORAGE", "nosuchprotocol://bucket/prefix"),
+        ("SPARK_CHECKPOINT_OWNER", ""),
+        ("SPARK_CHECKPOINT_OWNER", '{"id": "", "description": "x"}'),
+        ("SPARK_CHECKPOINT_OWNER", "registry-1"),
     ],
 )
 def test_a_bad_job_namespace_or_storage_exits_2_naming_it(
@@ -266,7 +272,11 @@ def test_a_bad_job_namespace_or_storage_exits_2_naming_it(
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-    named = {"SPARK_CHECKPOINT_NAMESPACE": "namespace", "SPARK_CHECKPOINT_JOB": "job"}
+    named = {
+        "SPARK_CHECKPOINT_NAMESPACE": "namespace",
+        "SPARK_CHECKPOINT_JOB": "job",
+        "SPARK_CHECKPOINT_OWNER": "SPARK_CHECKPOINT_OWNER",
+    }
     assert named.get(variable, "nosuchprotocol") in result.stderr
     assert (job_storage / "chk-3").exists()
 
@@ -316,7 +326,8 @@ def test_without_credentials_the_failure_is_one_line_and_nothing_is_deleted(
 
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
-        f"collect-garbage failed: {storage_root.url}/default/orders: "
+        # Its first request reads who the storage belongs to (CheckpointStorage.claim).
+        f"collect-garbage failed: {storage_root.url}/default/orders/owner.json: "
         "NoCredentialsError: Unable to locate credentials"
     ]
     assert storage_root.exists(f"{storage_root.url}/default/orders/chk-3/part")
@@ -361,3 +372,48 @@ def test_verify_restorable_without_spark_is_no_verdict_and_one_line(tmp_path: Pa
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("verify-restorable failed: Spark could not read checkpoint:3: "), last
     assert report.read_text() == "", "no verdict: the pod's log tail says why"
+
+
+# ---------------------------------------------------------------- the storage's owner
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        ("collect-garbage", "--checkpoints=4"),
+        ("discard-checkpoint", "3"),
+        ("discard-savepoint", "2"),
+    ],
+)
+def test_storage_of_another_registry_is_refused_in_one_line_and_nothing_is_deleted(
+    tmp_path: Path, job_storage: Path, arguments: tuple[str, ...]
+) -> None:
+    """A job recreated under its name, or run from a second state directory, is another
+    registry of the job: its janitor deleted the first one's checkpoints as garbage."""
+    earlier = StorageOwner(id="registry-0", description="SparkCheckpointJob default/orders")
+    (job_storage / "owner.json").write_text(earlier.encode())
+
+    result = _janitor(tmp_path, *arguments)
+
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert (
+        "this job's storage belongs to SparkCheckpointJob default/orders, not to the "
+        "registry of these tests" in result.stderr
+    )
+    assert str(job_storage / "owner.json") in result.stderr
+    for directory in ("chk-3", "chk-4", "savepoints/sp-2"):
+        assert (job_storage / directory / "part").read_text() == "state"
+
+
+def test_unclaimed_storage_is_claimed_by_its_first_janitor_and_kept_by_it(
+    tmp_path: Path, job_storage: Path
+) -> None:
+    first = _janitor(tmp_path, "discard-checkpoint", "3")
+    again = _janitor(tmp_path, "discard-savepoint", "2")
+
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert StorageOwner.decode((job_storage / "owner.json").read_text()) == REGISTRY
+    assert not (job_storage / "chk-3").exists() and not (job_storage / "savepoints/sp-2").exists()
+    assert (job_storage / "chk-4").exists()

@@ -21,7 +21,7 @@ from spark_checkpoint.janitor_commands import (
     command_line,
     janitor_environment,
 )
-from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
 from spark_checkpoint.settings import PREFIX, DriverSettings
 from spark_checkpoint_operator.driver_command import (
     TERMINATION_GRACE_SECONDS,
@@ -137,6 +137,16 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def storage_owner(job: Mapping[str, Any]) -> StorageOwner:
+    """The registry of the job's snapshots, its status, as its storage records it: a job
+    deleted and created again under its name is another registry (another uid)."""
+    metadata = job["metadata"]
+    return StorageOwner(
+        id=metadata["uid"],
+        description=(f"{KIND} {metadata['namespace']}/{metadata['name']} (uid {metadata['uid']})"),
+    )
+
+
 def deployment_hash(spec: Mapping[str, Any]) -> str:
     """What a running driver was built from: a change means savepoint, redeploy, restore.
     Checkpoint settings (but the pods' live volume), nonces and the desired state are not
@@ -192,6 +202,7 @@ def driver_pod(
         token="",  # never in the pod spec: the driver reads the mounted Secret
         attempt=attempt,
         restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
+        owner=storage_owner(job),
     )
     memory_mib = spec.driver.memory_mib
     spark_conf = {
@@ -463,7 +474,7 @@ def _janitor_pod(
             *(
                 {"name": name, "value": value}
                 for name, value in janitor_environment(
-                    manifest.namespace, manifest.name, storage
+                    manifest.namespace, manifest.name, storage, storage_owner(job)
                 ).items()
             ),
             *environment,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from spark_checkpoint.protocol import StorageOwner
+
 
 class StorageError(Exception):
     """Base class: something is wrong with a file in checkpoint storage (or a restore target)."""
@@ -100,3 +102,22 @@ class SymbolicLinkError(StorageError):
         )
         self.args = (path, target)
         self.target = target
+
+
+class StorageOwnedElsewhere(StorageError):
+    """The job's storage belongs to another registry of the job (see `StorageOwner`)."""
+
+    def __init__(self, path: str, owner: StorageOwner, claimant: StorageOwner) -> None:
+        super().__init__(
+            path,
+            f"this job's storage belongs to {owner.description}, not to "
+            f"{claimant.description}, whose garbage collection would delete the other's "
+            "checkpoints: run the job from there, give this one another "
+            "spec.checkpointing.storage (spec.restore.initialSavepointPath can start it "
+            f"from a savepoint there), or delete {path.removeprefix('file://')} to hand the "
+            "storage over (the "
+            "checkpoints the other registry lists are then deleted as garbage)",
+        )
+        self.args = (path, owner, claimant)
+        self.owner = owner
+        self.claimant = claimant

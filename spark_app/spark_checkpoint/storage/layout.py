@@ -60,6 +60,8 @@ SAVEPOINT_FILES_DIR_NAME = "files"
 # (see CheckpointStorage), whichever state directory the run keeps its registry in. Not the
 # state directory's `run.lock`: a state directory may be the storage root too.
 WRITER_LOCK_FILE_NAME = "writer.lock"
+# The registry the job's storage belongs to (see spark_checkpoint.storage.owner).
+OWNER_FILE_NAME = "owner.json"
 
 
 # Prefix of a snapshot directory's name; the id follows it: `chk-7`, `sp-2`.
@@ -201,6 +203,11 @@ class JobStorageLayout:
     def writer_lock_path(self) -> str:
         """The lock a local run holds on local storage (see `WRITER_LOCK_FILE_NAME`)."""
         return f"{self.job_root}/{WRITER_LOCK_FILE_NAME}"
+
+    @property
+    def owner_path(self) -> str:
+        """Names the registry the job's storage belongs to (see `OWNER_FILE_NAME`)."""
+        return f"{self.job_root}/{OWNER_FILE_NAME}"
 
     def checkpoint_dir(self, checkpoint_id: int) -> str:
         """`chk-<N>`, holding the checkpoint's `_metadata`."""

@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import CheckpointKind
+from spark_checkpoint.protocol import CheckpointKind, StorageOwner
 
 from .errors import (
     ChecksumMismatchError,
@@ -19,6 +19,7 @@ from .errors import (
     MissingFileError,
     NotEmptyError,
     StorageError,
+    StorageOwnedElsewhere,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
@@ -72,6 +73,29 @@ class CheckpointStorage:
         self._durable: set[str] = set()
         self._known_sizes: dict[str, int] | None = None
         self._forgets = 0  # a listing taken across a change may hold what is gone
+
+    def claim(self, owner: StorageOwner) -> None:
+        """Make sure the job's storage belongs to `owner`'s registry before writing or
+        deleting anything: storage no registry has claimed yet (a new job, or one written
+        before owners were recorded) becomes `owner`'s; storage of another registry raises
+        StorageOwnedElsewhere. Two first claims racing on an object store may both pass:
+        the claim fences registries that follow each other, the local writer lock runs
+        that overlap."""
+        path = self.layout.owner_path
+        try:
+            stored = self.fs.read_bytes(path)
+        except MissingFileError:
+            self.fs.write_atomic(path, owner.encode().encode())
+            return
+        try:
+            current = StorageOwner.decode(stored.decode(errors="replace"))
+        except ValueError as error:
+            raise StorageError(
+                path,
+                f"not an owner record ({error}): delete it to hand the storage to the next writer",
+            ) from None
+        if current.id != owner.id:
+            raise StorageOwnedElsewhere(path, current, owner)
 
     def listed_shared_sizes(self) -> dict[str, int] | None:
         """Sizes of the files stored in `shared/` by location, for
