@@ -1,0 +1,67 @@
+"""`CheckpointStorage.claim`: a job's storage belongs to one registry of its snapshots (on
+the local filesystem, S3 and Azure alike)."""
+
+import pytest
+
+from helpers.objectstore import StorageRoot
+from spark_checkpoint.protocol import ProtocolError, StorageOwner
+from spark_checkpoint.storage import CheckpointStorage, StorageError, StorageOwnedElsewhere
+
+FIRST = StorageOwner(id="uid-1", description="SparkCheckpointJob default/orders (uid uid-1)")
+SECOND = StorageOwner(id="uid-2", description="SparkCheckpointJob default/orders (uid uid-2)")
+
+
+def test_the_first_claim_records_its_registry_and_later_claims_of_it_pass(
+    storage: CheckpointStorage, storage_root: StorageRoot
+) -> None:
+    storage.claim(FIRST)
+    storage.claim(FIRST)
+    recorded = storage_root.read(storage.layout.owner_path)
+    assert StorageOwner.decode(recorded.decode()) == FIRST
+
+
+def test_another_registry_is_refused_naming_both_and_the_record_stays(
+    storage: CheckpointStorage, storage_root: StorageRoot
+) -> None:
+    storage.claim(FIRST)
+    with pytest.raises(StorageOwnedElsewhere) as refused:
+        storage.claim(SECOND)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"{storage.layout.owner_path}: this job's storage belongs to {FIRST.description}, not "
+        f"to {SECOND.description}"
+    )
+    assert refused.value.owner == FIRST and refused.value.claimant == SECOND
+    assert StorageOwner.decode(storage_root.read(storage.layout.owner_path).decode()) == FIRST
+
+
+def test_handing_the_storage_over_is_deleting_the_record(
+    storage: CheckpointStorage, storage_root: StorageRoot
+) -> None:
+    storage.claim(FIRST)
+    storage.fs.delete_file(storage.layout.owner_path)
+    storage.claim(SECOND)
+    with pytest.raises(StorageOwnedElsewhere):
+        storage.claim(FIRST)
+
+
+@pytest.mark.parametrize(
+    "record", [b"", b"uid-1", b'{"id": 1, "description": ""}', b"[]", b'{"id": ""}', b"\xff"]
+)
+def test_a_record_that_names_no_registry_is_an_error_naming_it(
+    storage: CheckpointStorage, storage_root: StorageRoot, record: bytes
+) -> None:
+    storage_root.write(storage.layout.owner_path, record)
+    with pytest.raises(StorageError) as broken:
+        storage.claim(FIRST)
+    assert not isinstance(broken.value, StorageOwnedElsewhere)
+    assert broken.value.path == storage.layout.owner_path
+    assert "not an owner record" in str(broken.value)
+    assert storage_root.read(storage.layout.owner_path) == record
+
+
+@pytest.mark.parametrize("owner_id", ["", "x" * 201])
+def test_an_owner_id_is_one_to_200_characters(owner_id: str) -> None:
+    with pytest.raises(ProtocolError):
+        StorageOwner(id=owner_id, description="")
