@@ -443,7 +443,8 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
         owner = local_owner(paths)
     except (OSError, ValueError) as error:
         raise RunRefused(
-            f"{paths.registry_id_file}: cannot read the registry's id: {error}"
+            f"{paths.registry_id_file}: cannot keep the id of the job's registry there: "
+            f"{getattr(error, 'strerror', None) or error}"
         ) from None
     try:
         storage.claim(owner)

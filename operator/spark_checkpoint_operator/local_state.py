@@ -1,6 +1,7 @@
 """Where a local run (``spark-checkpoint run``) keeps a job's state on this machine:
 ``<state_dir>/<namespace>/<job>/...``, read back by the storage commands."""
 
+import json
 import os
 import uuid
 from dataclasses import dataclass
@@ -77,24 +78,58 @@ def local_job_paths(state_dir: Path, namespace: str, job: str) -> LocalPaths:
 
 def local_owner(paths: LocalPaths) -> StorageOwner:
     """The registry this state directory keeps of the job, as its storage records it
-    (`StorageOwner`): an id made at its first run and kept beside its status (durably:
-    storage claimed for an id the state directory lost would refuse it), so that a state
-    directory that is moved stays the same registry and a copy of the manifest run
-    elsewhere is another. OSError, or ValueError for a file that holds no id."""
-    target = paths.registry_id_file
-    if not target.exists():
-        # Written whole under another name and linked: a crash leaves no empty id behind.
-        temporary = target.with_name(f".{target.name}.{os.getpid()}")
-        with temporary.open("w") as registry_file:
-            registry_file.write(f"{uuid.uuid4().hex}\n")
-            registry_file.flush()
-            os.fsync(registry_file.fileno())
-        try:
-            os.link(temporary, target)
-        except FileExistsError:
-            pass  # another run made it first: that one is the id
-        finally:
-            temporary.unlink()
-        fsync_path(str(target.parent))
-    registry_id = target.read_text().strip()
-    return StorageOwner(id=registry_id, description=f"the state directory {paths.job_dir}")
+    (`StorageOwner`), from ``registry-id`` beside its status: the registry's id and the
+    directory it was made in. A state directory that was moved stays the same registry; a
+    copy (its original still holds the id) is another, with an id of its own. Call it
+    under the job's lock. OSError, or ValueError for a file that holds no record."""
+    here = str(paths.job_dir)
+    record = _registry_record(paths.registry_id_file)
+    if record is None or (record[1] != here and _holds(Path(record[1]), record[0])):
+        record = (uuid.uuid4().hex, here)
+        _write_registry_record(paths.registry_id_file, record)
+    elif record[1] != here:
+        record = (record[0], here)
+        _write_registry_record(paths.registry_id_file, record)
+    return StorageOwner(id=record[0], description=f"the state directory {here}")
+
+
+def _registry_record(path: Path) -> tuple[str, str] | None:
+    """The (id, directory) ``registry-id`` holds, None if there is none."""
+    try:
+        document = json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not a JSON document: {error}") from None
+    if not (
+        isinstance(document, dict)
+        and isinstance(document.get("id"), str)
+        and document["id"]
+        and isinstance(document.get("stateDirectory"), str)
+    ):
+        raise ValueError('expected {"id": "...", "stateDirectory": "..."}')
+    return document["id"], document["stateDirectory"]
+
+
+def _holds(job_dir: Path, registry_id: str) -> bool:
+    """Whether the state directory ``job_dir`` (another one's) keeps registry ``registry_id``."""
+    try:
+        record = _registry_record(LocalPaths(job_dir).registry_id_file)
+    except (OSError, ValueError):
+        return False
+    return record is not None and record[0] == registry_id
+
+
+def _write_registry_record(path: Path, record: tuple[str, str]) -> None:
+    """Written whole and durably (storage claimed for an id the state directory lost would
+    refuse it) under another name, then renamed over the old one."""
+    temporary = path.with_name(f".{path.name}.{os.getpid()}")
+    try:
+        with temporary.open("w") as record_file:
+            json.dump({"id": record[0], "stateDirectory": record[1]}, record_file)
+            record_file.flush()
+            os.fsync(record_file.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    fsync_path(str(path.parent))

@@ -131,10 +131,11 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
     assert third.stderr.splitlines() == [
         f"spark-checkpoint run: {owner_file.as_uri()}: this job's storage belongs to the state "
         f"directory {job.job_dir}, not to the state directory {copy.job_dir}, whose garbage "
-        "collection would delete the other's checkpoints: run the job from there, give this "
-        "one another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
-        f"it from a savepoint there), or delete {owner_file} to hand the storage over (the "
-        "checkpoints the other registry lists are then deleted as garbage)"
+        "collection would delete the other's checkpoints: give this one another "
+        "spec.checkpointing.storage (spec.restore.initialSavepointPath can start it from a "
+        "savepoint there), or, if the other is gone for good, move the savepoints to keep "
+        f"out of {job_storage} and delete {owner_file} to hand the storage over (its "
+        "checkpoints are then deleted as garbage, and savepoint ids start anew)"
     ]
     assert not (copy.directory / "driver.pid").exists(), "the copy started a driver"
     (job.directory / "driver.pid").unlink()

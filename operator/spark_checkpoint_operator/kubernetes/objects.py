@@ -137,13 +137,12 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def storage_owner(job: Mapping[str, Any]) -> StorageOwner:
+def storage_owner(manifest: JobManifest, job: Mapping[str, Any]) -> StorageOwner:
     """The registry of the job's snapshots, its status, as its storage records it: a job
     deleted and created again under its name is another registry (another uid)."""
-    metadata = job["metadata"]
+    uid = job["metadata"]["uid"]
     return StorageOwner(
-        id=metadata["uid"],
-        description=(f"{KIND} {metadata['namespace']}/{metadata['name']} (uid {metadata['uid']})"),
+        id=uid, description=f"{KIND} {manifest.namespace}/{manifest.name} (uid {uid})"
     )
 
 
@@ -202,7 +201,7 @@ def driver_pod(
         token="",  # never in the pod spec: the driver reads the mounted Secret
         attempt=attempt,
         restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
-        owner=storage_owner(job),
+        owner=storage_owner(manifest, job),
     )
     memory_mib = spec.driver.memory_mib
     spark_conf = {
@@ -474,7 +473,7 @@ def _janitor_pod(
             *(
                 {"name": name, "value": value}
                 for name, value in janitor_environment(
-                    manifest.namespace, manifest.name, storage, storage_owner(job)
+                    manifest.namespace, manifest.name, storage, storage_owner(manifest, job)
                 ).items()
             ),
             *environment,

@@ -7,6 +7,7 @@ a missing, corrupt or unreadable file is always one of these errors.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Literal
 
 from spark_checkpoint.protocol import StorageOwner
@@ -108,15 +109,16 @@ class StorageOwnedElsewhere(StorageError):
     """The job's storage belongs to another registry of the job (see `StorageOwner`)."""
 
     def __init__(self, path: str, owner: StorageOwner, claimant: StorageOwner) -> None:
+        shown = path.removeprefix("file://")
         super().__init__(
             path,
             f"this job's storage belongs to {owner.description}, not to "
             f"{claimant.description}, whose garbage collection would delete the other's "
-            "checkpoints: run the job from there, give this one another "
-            "spec.checkpointing.storage (spec.restore.initialSavepointPath can start it "
-            f"from a savepoint there), or delete {path.removeprefix('file://')} to hand the "
-            "storage over (the "
-            "checkpoints the other registry lists are then deleted as garbage)",
+            "checkpoints: give this one another spec.checkpointing.storage "
+            "(spec.restore.initialSavepointPath can start it from a savepoint there), or, if "
+            "the other is gone for good, move the savepoints to keep out of "
+            f"{posixpath.dirname(shown)} and delete {shown} to hand the storage over (its "
+            "checkpoints are then deleted as garbage, and savepoint ids start anew)",
         )
         self.args = (path, owner, claimant)
         self.owner = owner

@@ -78,9 +78,10 @@ class CheckpointStorage:
         """Make sure the job's storage belongs to `owner`'s registry before writing or
         deleting anything: storage no registry has claimed yet (a new job, or one written
         before owners were recorded) becomes `owner`'s; storage of another registry raises
-        StorageOwnedElsewhere. Two first claims racing on an object store may both pass:
-        the claim fences registries that follow each other, the local writer lock runs
-        that overlap."""
+        StorageOwnedElsewhere; the record of `owner`'s own registry is brought up to date
+        (where it is now). Two first claims racing on an object store may both pass: the
+        claim fences registries that follow each other, the local writer lock runs that
+        overlap."""
         path = self.layout.owner_path
         try:
             stored = self.fs.read_bytes(path)
@@ -96,6 +97,8 @@ class CheckpointStorage:
             ) from None
         if current.id != owner.id:
             raise StorageOwnedElsewhere(path, current, owner)
+        if current != owner:  # the registry moved: later refusals name where it is now
+            self.fs.write_atomic(path, owner.encode().encode())
 
     def listed_shared_sizes(self) -> dict[str, int] | None:
         """Sizes of the files stored in `shared/` by location, for

@@ -1,0 +1,85 @@
+"""`local_owner`: which registry of a job a state directory is, for the job's storage to
+record (`CheckpointStorage.claim`). A moved state directory stays the registry it was; a
+copied one is another."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageOwnedElsewhere
+from spark_checkpoint_operator.local_state import LocalPaths, local_job_paths, local_owner
+
+
+def _paths(state_dir: Path) -> LocalPaths:
+    paths = local_job_paths(state_dir, "default", "orders")
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    return paths
+
+
+def test_a_state_directory_keeps_its_registry_from_run_to_run(tmp_path: Path) -> None:
+    paths = _paths(tmp_path / "state")
+    first = local_owner(paths)
+    assert local_owner(paths) == first
+    assert first.description == f"the state directory {paths.job_dir}"
+    assert json.loads(paths.registry_id_file.read_text()) == {
+        "id": first.id,
+        "stateDirectory": str(paths.job_dir),
+    }
+
+
+def test_a_moved_state_directory_is_the_same_registry_and_says_where_it_is_now(
+    tmp_path: Path,
+) -> None:
+    storage = CheckpointStorage(
+        JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
+    )
+    before = local_owner(_paths(tmp_path / "old"))
+    storage.claim(before)
+    shutil.move(tmp_path / "old", tmp_path / "new")
+    after = local_owner(_paths(tmp_path / "new"))
+    assert after.id == before.id
+    assert after.description == f"the state directory {tmp_path / 'new/default/orders'}"
+    storage.claim(after)  # its storage's record now names where it is
+    with pytest.raises(StorageOwnedElsewhere, match=f"belongs to {after.description},"):
+        storage.claim(local_owner(_paths(tmp_path / "third")))
+
+
+def test_a_copied_state_directory_is_another_registry(tmp_path: Path) -> None:
+    """`cp -r project project2` copies the state directory with the manifest: the copy must
+    not share the storage the original writes."""
+    original = local_owner(_paths(tmp_path / "project/state"))
+    shutil.copytree(tmp_path / "project", tmp_path / "project2")
+    copy = local_owner(_paths(tmp_path / "project2/state"))
+    assert copy.id != original.id
+    assert local_owner(_paths(tmp_path / "project/state")) == original, "the original keeps its"
+    storage = CheckpointStorage(
+        JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
+    )
+    storage.claim(original)
+    with pytest.raises(StorageOwnedElsewhere):
+        storage.claim(copy)
+
+
+@pytest.mark.parametrize("content", ["", "abc", '{"id": ""}', '{"id": "x"}', "[]"])
+def test_a_registry_file_without_a_record_is_an_error_and_is_left_as_it_is(
+    tmp_path: Path, content: str
+) -> None:
+    paths = _paths(tmp_path / "state")
+    paths.registry_id_file.write_text(content)
+    with pytest.raises(ValueError):
+        local_owner(paths)
+    assert paths.registry_id_file.read_text() == content
+
+
+def test_no_hard_link_is_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Some mounts (vboxsf, SMB) refuse links; the record is renamed into place."""
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr("os.link", refused)
+    paths = _paths(tmp_path / "state")
+    assert local_owner(paths) == local_owner(paths)
+    assert sorted(p.name for p in paths.job_dir.iterdir()) == ["registry-id"]
