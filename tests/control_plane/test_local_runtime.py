@@ -411,7 +411,7 @@ def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_sho
         assert f"    RuntimeError: lost the connection, run {run}" in result.stdout
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["message"] == (
-        "driver failed 3 times; restartPolicy.maxRetries=2 exhausted; "
+        "driver failed 3 times in a row; restartPolicy.maxRetries=2 exhausted; "
         "last error: RuntimeError: lost the connection, run 3"
     )
 

@@ -167,7 +167,9 @@ def test_a_driver_pod_killed_by_a_signal_has_no_log_line_for_an_error(tmp_path: 
     with LocalCluster(tmp_path / "cluster") as cluster:
         cluster.apply(job)
         failed = _failed(cluster)
-        assert failed["message"] == "driver failed 2 times; restartPolicy.maxRetries=1 exhausted"
+        assert failed["message"] == (
+            "driver failed 2 times in a row; restartPolicy.maxRetries=1 exhausted"
+        )
         event = cluster.wait_for_event("orders", "DriverFailed", containing="restart 1")
         assert "exit 137" in event["message"]
         assert "its error" not in event["message"]

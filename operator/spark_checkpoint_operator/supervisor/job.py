@@ -817,6 +817,6 @@ def _ended(attempt: Attempt, exit_code: int) -> str:
 
 def _exhausted(policy: RestartPolicySpec, retries: int, last: str | None) -> str:
     return (
-        f"driver failed {retries} times; restartPolicy.maxRetries={policy.max_retries} "
+        f"driver failed {retries} times in a row; restartPolicy.maxRetries={policy.max_retries} "
         "exhausted" + (f"; last error: {last}" if last else "")
     )
