@@ -121,6 +121,23 @@ def test_an_unknown_output_format_is_a_one_line_usage_error(
         assert len(result.err.splitlines()) == 1, result.err
 
 
+def test_storage_that_cannot_be_read_is_one_line_naming_the_path(tmp_path: Path, cli: Cli) -> None:
+    """A file where a directory of the job's storage should be: the path and the reason,
+    not Python's ``[Errno 20]``."""
+    (tmp_path / "blocker").write_text("")
+    flags = ("--storage", (tmp_path / "blocker").as_uri(), "--namespace", "a", "--job", "b")
+    job_root = tmp_path / "blocker/a/b"
+    for command, expected in (
+        ("list", f"I/O error: {job_root}: Not a directory"),
+        ("verify", f"I/O error: {job_root}: Not a directory"),
+        ("inspect", f"checkpoint:1: I/O error: {job_root}/chk-1/_metadata: Not a directory"),
+    ):
+        arguments = ("checkpoint:1",) if command == "inspect" else ()
+        result = cli(command, *flags, *arguments)
+        assert result.code == ExitCode.FAILED, (command, result.err)
+        assert result.err.splitlines()[-1] == f"spark-checkpoint {command}: {expected}"
+
+
 def test_list_documents_are_the_same_in_json_and_yaml_and_match_storage(
     job: Job, console: Cli
 ) -> None:

@@ -25,6 +25,7 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
     deep_verify,
     default_refs,
     inspect_snapshots,
+    io_problem,
     list_snapshots,
     verify_snapshot,
 )
@@ -47,8 +48,7 @@ def run_list(
     try:
         rows = list_snapshots(job.storage, registry)
     except (StorageError, OSError) as error:
-        print(f"spark-checkpoint list: {error}", file=err)
-        return ExitCode.FAILED
+        return _storage_failed("list", error, err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
         print_document(list_document(job, registry, rows, now), output, out)
     else:
@@ -78,8 +78,7 @@ def run_inspect(
     try:
         inspection = inspect_snapshots(job.storage, refs, registry)
     except (StorageError, OSError) as error:
-        print(f"spark-checkpoint inspect: {error}", file=err)
-        return ExitCode.FAILED
+        return _storage_failed("inspect", error, err)
     for problem in inspection.problems:
         print(f"spark-checkpoint inspect: {problem}", file=err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
@@ -118,8 +117,7 @@ def run_verify(
         try:
             refs = default_refs(job.storage, registry)
         except (StorageError, OSError) as error:
-            print(f"spark-checkpoint verify: {error}", file=err)
-            return ExitCode.FAILED
+            return _storage_failed("verify", error, err)
     results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
     if deep:
         results = deep_verify(job.storage, results)
@@ -145,3 +143,10 @@ def run_verify(
 def _usage_error(command: str, error: CommandError, err: TextIO) -> int:
     print(f"spark-checkpoint {command}: {error}", file=err)
     return ExitCode.USAGE
+
+
+def _storage_failed(command: str, error: StorageError | OSError, err: TextIO) -> int:
+    """Storage that cannot be read at all (listed, opened): one line naming the path."""
+    text = str(error) if isinstance(error, StorageError) else io_problem(error)
+    print(f"spark-checkpoint {command}: {text}", file=err)
+    return ExitCode.FAILED

@@ -160,7 +160,7 @@ def inspect_snapshots(
         except StorageError as error:
             problems.append(f"{ref}: {storage_problem(error)}")
         except OSError as error:
-            problems.append(f"{ref}: I/O error: {error}")
+            problems.append(f"{ref}: {io_problem(error)}")
     checkpoints = (
         _checkpoint_metadata(storage, found)
         if any(ref.kind is CheckpointKind.CHECKPOINT for ref in found)
@@ -249,7 +249,7 @@ def verify_snapshot(storage: CheckpointStorage, ref: SnapshotRef) -> Verificatio
     except StorageError as error:
         return Verification(ref, (storage_problem(error),))
     except OSError as error:
-        return Verification(ref, (f"I/O error: {error}",))
+        return Verification(ref, (io_problem(error),))
     problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
     return Verification(ref, tuple(problems), len(meta.files), meta.total_bytes)
 
@@ -269,8 +269,10 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
         digest = storage.fs.digest(stored_path)
     except MissingFileError:
         return f"missing file: {where}"
-    except (StorageError, OSError) as error:
+    except StorageError as error:
         return f"I/O error: {where}: {error}"
+    except OSError as error:
+        return f"I/O error: {where}: {error.strerror or error}"
     if digest.size != entry.size:
         return f"size mismatch: {where}: expected {entry.size} bytes, found {digest.size} bytes"
     if digest.sha256 != entry.sha256:
@@ -327,3 +329,11 @@ def storage_problem(error: StorageError) -> str:
     ]
     label = next((text for cls, text in labels if isinstance(error, cls)), "storage error")
     return f"{label}: {error}"
+
+
+def io_problem(error: OSError) -> str:
+    """An OSError as one line naming the path and the reason, without Python's
+    ``[Errno N]`` spelling: ``I/O error: /data/ckpt/default/job: Not a directory``."""
+    if error.filename is not None and error.strerror:
+        return f"I/O error: {error.filename}: {error.strerror}"
+    return f"I/O error: {error}"
