@@ -532,6 +532,33 @@ def test_driver_failures_restart_with_restore_until_retries_run_out() -> None:
     assert "maxRetries=2 exhausted" in supervisor.record.message
 
 
+def test_an_attempt_that_completed_a_checkpoint_starts_the_retries_over() -> None:
+    """maxRetries counts failures in a row: the second driver made progress before it
+    failed, so two more failures are allowed after it (maxRetries=2)."""
+
+    class ProgressOnceLauncher(FakeLauncher):
+        async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+            driver = await super().launch(attempt, restore)
+            if attempt != 2:
+                driver.code = DriverExit.FAILED
+            return driver
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
+        launcher = ProgressOnceLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: len(launcher.drivers) > 1 and launcher.drivers[1].agent.completed)
+        launcher.drivers[1].code = DriverExit.FAILED
+        assert await asyncio.wait_for(run, 20) is TerminalOutcome.FAILED
+        return supervisor, launcher
+
+    supervisor, launcher = asyncio.run(scenario())
+    assert len(launcher.drivers) == 4
+    assert supervisor.record.message == (
+        "driver failed 3 times in a row; restartPolicy.maxRetries=2 exhausted"
+    )
+
+
 @pytest.mark.parametrize(
     ("code", "outcome"),
     [
