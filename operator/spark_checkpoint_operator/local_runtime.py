@@ -437,8 +437,10 @@ async def run_local(
 
 
 def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
-    """This state directory's registry, which the job's storage is claimed for before the
-    driver starts (the driver and the janitors claim it too: that is where it is enforced)."""
+    """This state directory's registry. The driver and the janitors claim the job's storage
+    for it (that is where it is enforced, with the credentials the manifest gives them);
+    local storage, which needs none, is claimed here too, so that another registry's run
+    is refused before Spark starts."""
     try:
         owner = local_owner(paths)
     except (OSError, ValueError) as error:
@@ -446,6 +448,8 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
             f"{paths.registry_id_file}: cannot keep the id of the job's registry there: "
             f"{getattr(error, 'strerror', None) or error}"
         ) from None
+    if storage.fs.local_path(storage.layout.owner_path) is None:
+        return owner  # an object store: this process has no credentials for it
     try:
         storage.claim(owner)
     except StorageOwnedElsewhere as error:
