@@ -118,9 +118,10 @@ def test_an_unreadable_snapshot_exits_1_naming_it_and_the_others_are_shown(
     result = console("inspect", "checkpoint:9", "checkpoint:2", *job.flags)
 
     assert result.code == 1
-    missing = job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 9)
+    absent = job.storage.layout.checkpoint_dir(9)
     assert result.err.strip() == (
-        f"spark-checkpoint inspect: checkpoint:9: missing file: {missing}: no such file"
+        f"spark-checkpoint inspect: checkpoint:9: not in storage: no {absent} (never written, "
+        "or discarded)"
     )
     assert [row[:2] for row in table(result.out)] == [["checkpoint", "2"]]
 

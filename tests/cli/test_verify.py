@@ -133,15 +133,22 @@ def test_a_registered_snapshot_missing_from_storage_fails(job: Job, cli: Cli) ->
     result = cli("verify", *job.flags)
 
     assert result.code == 1
-    missing = job.storage.layout.metadata_path(CHECKPOINT, 1)
-    assert verdicts(result.out)["checkpoint:1"] == f"FAILED  missing file: {missing}: no such file"
+    absent = job.storage.layout.checkpoint_dir(1)
+    assert verdicts(result.out)["checkpoint:1"] == (
+        f"FAILED  not in storage: no {absent} (never written, or discarded)"
+    )
+    # A snapshot directory without its `_metadata` is what is missing.
+    job.storage.fs.delete_file(job.storage.layout.metadata_path(SAVEPOINT, 3))
+    missing = job.storage.layout.metadata_path(SAVEPOINT, 3)
+    result = cli("verify", *job.flags)
+    assert verdicts(result.out)["savepoint:3"] == f"FAILED  missing file: {missing}: no such file"
 
 
 def test_a_named_snapshot_that_does_not_exist_fails(job: Job, cli: Cli) -> None:
     result = cli("verify", "savepoint:8", *job.flags)
 
     assert result.code == 1
-    assert verdicts(result.out)["savepoint:8"].startswith("FAILED  missing file: ")
+    assert verdicts(result.out)["savepoint:8"].startswith("FAILED  not in storage: no ")
 
 
 def test_json_output(job: Job, cli: Cli) -> None:

@@ -1,5 +1,6 @@
 """What a job's storage holds, snapshot by snapshot, and whether its bytes are intact."""
 
+import contextlib
 import dataclasses
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -158,7 +159,7 @@ def inspect_snapshots(
         try:
             found[ref] = storage.read_metadata(ref.kind, ref.snapshot_id)
         except StorageError as error:
-            problems.append(f"{ref}: {storage_problem(error)}")
+            problems.append(f"{ref}: {_unreadable(storage, ref, error)}")
         except OSError as error:
             problems.append(f"{ref}: {io_problem(error)}")
     checkpoints = (
@@ -247,7 +248,7 @@ def verify_snapshot(storage: CheckpointStorage, ref: SnapshotRef) -> Verificatio
     try:
         meta = storage.read_metadata(ref.kind, ref.snapshot_id)
     except StorageError as error:
-        return Verification(ref, (storage_problem(error),))
+        return Verification(ref, (_unreadable(storage, ref, error),))
     except OSError as error:
         return Verification(ref, (io_problem(error),))
     problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
@@ -316,6 +317,17 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
     if registry is not None:
         refs |= {SnapshotRef(kind, i) for kind in CheckpointKind for i in registry.ids(kind)}
     return sorted(refs)
+
+
+def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageError) -> str:
+    """Why a snapshot's `_metadata` cannot be read; a snapshot without even its directory
+    was never written or is discarded (a registered one's `_metadata` is what is missing)."""
+    directory = storage.layout.snapshot_dir(ref.kind, ref.snapshot_id)
+    if isinstance(error, MissingFileError):
+        with contextlib.suppress(StorageError, OSError):
+            if not storage.fs.exists(directory):
+                return f"not in storage: no {directory} (never written, or discarded)"
+    return storage_problem(error)
 
 
 def storage_problem(error: StorageError) -> str:
