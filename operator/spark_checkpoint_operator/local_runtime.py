@@ -52,7 +52,12 @@ from spark_checkpoint_operator.driver_command import (
     driver_command,
     submit_arguments,
 )
-from spark_checkpoint_operator.local_state import LocalPaths, local_owner, local_paths
+from spark_checkpoint_operator.local_state import (
+    CopiedStateDirectory,
+    LocalPaths,
+    local_owner,
+    local_paths,
+)
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
@@ -443,6 +448,8 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
     is refused before Spark starts."""
     try:
         owner = local_owner(paths)
+    except CopiedStateDirectory as error:
+        raise RunRefused(str(error)) from None
     except (OSError, ValueError) as error:
         raise RunRefused(
             f"{paths.registry_id_file}: cannot keep the id of the job's registry there: "

@@ -80,17 +80,31 @@ def local_owner(paths: LocalPaths) -> StorageOwner:
     """The registry this state directory keeps of the job, as its storage records it
     (`StorageOwner`), from ``registry-id`` beside its status: the registry's id and the
     directory it was made in. A state directory that was moved stays the same registry; a
-    copy (its original still holds the id) is another, with an id of its own. Call it
-    under the job's lock. OSError, or ValueError for a file that holds no record."""
+    copy whose original still holds the id raises CopiedStateDirectory. Call it under the
+    job's lock. OSError, or ValueError for a file that holds no record."""
     here = str(paths.job_dir)
     record = _registry_record(paths.registry_id_file)
-    if record is None or (record[1] != here and _holds(Path(record[1]), record[0])):
+    if record is None:
         record = (uuid.uuid4().hex, here)
         _write_registry_record(paths.registry_id_file, record)
     elif record[1] != here:
+        if _holds(Path(record[1]), record[0]):
+            raise CopiedStateDirectory(
+                f"{here} is a copy of the state directory {record[1]}, whose registry of "
+                "the job's snapshots it lists: run the job from there, or delete "
+                f"{here} to run this copy as a new job (on storage of its own: "
+                "spec.checkpointing.storage)"
+            )
         record = (record[0], here)
         _write_registry_record(paths.registry_id_file, record)
-    return StorageOwner(id=record[0], description=f"the state directory {here}")
+    return StorageOwner(
+        id=record[0], description=f"the state directory {here} (registry {record[0][:8]})"
+    )
+
+
+class CopiedStateDirectory(Exception):
+    """A state directory copied with its registry, while the original keeps it: two
+    registries would list the same snapshots."""
 
 
 def _registry_record(path: Path) -> tuple[str, str] | None:

@@ -251,7 +251,7 @@ class StorageOwner:
         try:
             document = json.loads(text)
         except json.JSONDecodeError:
-            raise ProtocolError(f"owner: not a JSON object: {shown(text)}") from None
+            raise ProtocolError(f"owner: not JSON: {shown(text)}") from None
         if not isinstance(document, dict):
             raise ProtocolError(f"owner: not a JSON object: {shown(text)}")
         return cls(

@@ -3,13 +3,20 @@ record (`CheckpointStorage.claim`). A moved state directory stays the registry i
 copied one is another."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
 import pytest
 
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageOwnedElsewhere
-from spark_checkpoint_operator.local_state import LocalPaths, local_job_paths, local_owner
+from spark_checkpoint_operator.local_state import (
+    CopiedStateDirectory,
+    LocalPaths,
+    local_job_paths,
+    local_owner,
+)
 
 
 def _paths(state_dir: Path) -> LocalPaths:
@@ -22,7 +29,7 @@ def test_a_state_directory_keeps_its_registry_from_run_to_run(tmp_path: Path) ->
     paths = _paths(tmp_path / "state")
     first = local_owner(paths)
     assert local_owner(paths) == first
-    assert first.description == f"the state directory {paths.job_dir}"
+    assert first.description == f"the state directory {paths.job_dir} (registry {first.id[:8]})"
     assert json.loads(paths.registry_id_file.read_text()) == {
         "id": first.id,
         "stateDirectory": str(paths.job_dir),
@@ -40,26 +47,50 @@ def test_a_moved_state_directory_is_the_same_registry_and_says_where_it_is_now(
     shutil.move(tmp_path / "old", tmp_path / "new")
     after = local_owner(_paths(tmp_path / "new"))
     assert after.id == before.id
-    assert after.description == f"the state directory {tmp_path / 'new/default/orders'}"
+    assert after.description.startswith(f"the state directory {tmp_path / 'new/default/orders'} ")
     storage.claim(after)  # its storage's record now names where it is
-    with pytest.raises(StorageOwnedElsewhere, match=f"belongs to {after.description},"):
+    with pytest.raises(StorageOwnedElsewhere, match=re.escape(f"belongs to {after.description},")):
         storage.claim(local_owner(_paths(tmp_path / "third")))
 
 
-def test_a_copied_state_directory_is_another_registry(tmp_path: Path) -> None:
-    """`cp -r project project2` copies the state directory with the manifest: the copy must
-    not share the storage the original writes."""
+def test_a_copied_state_directory_is_refused_while_its_original_keeps_the_registry(
+    tmp_path: Path,
+) -> None:
+    """`cp -r project project2` copies the state directory, registry and all: two
+    registries listing the same snapshots. The copy is refused until it is deleted."""
     original = local_owner(_paths(tmp_path / "project/state"))
     shutil.copytree(tmp_path / "project", tmp_path / "project2")
-    copy = local_owner(_paths(tmp_path / "project2/state"))
-    assert copy.id != original.id
+    copied = _paths(tmp_path / "project2/state")
+    with pytest.raises(CopiedStateDirectory) as refused:
+        local_owner(copied)
+    assert str(refused.value) == (
+        f"{copied.job_dir} is a copy of the state directory "
+        f"{tmp_path / 'project/state/default/orders'}, whose registry of the job's snapshots "
+        f"it lists: run the job from there, or delete {copied.job_dir} to run this copy as a "
+        "new job (on storage of its own: spec.checkpointing.storage)"
+    )
     assert local_owner(_paths(tmp_path / "project/state")) == original, "the original keeps its"
+    shutil.rmtree(copied.job_dir)  # as the message says
+    assert local_owner(_paths(tmp_path / "project2/state")).id != original.id
+
+
+def test_the_description_names_the_registry_and_shows_no_control_character(
+    tmp_path: Path,
+) -> None:
+    paths = _paths(tmp_path / "state")
+    owner = local_owner(paths)
+    assert owner.description == f"the state directory {paths.job_dir} (registry {owner.id[:8]})"
     storage = CheckpointStorage(
         JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
     )
-    storage.claim(original)
-    with pytest.raises(StorageOwnedElsewhere):
-        storage.claim(copy)
+    hostile = StorageOwner(id="x", description="\x1b[31mred\n" + "y" * 5000)
+    storage.claim(hostile)
+    with pytest.raises(StorageOwnedElsewhere) as refused:
+        storage.claim(owner)
+    message = str(refused.value)
+    assert "\x1b" not in message and "\n" not in message
+    assert "belongs to \\x1b[31mred\\nyyy" in message
+    assert "y" * 300 not in message and "y..., not to" in message
 
 
 @pytest.mark.parametrize("content", ["", "abc", '{"id": ""}', '{"id": "x"}', "[]"])

@@ -130,12 +130,13 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
     owner_file = job_storage / "owner.json"
     assert third.stderr.splitlines() == [
         f"spark-checkpoint run: {owner_file.as_uri()}: this job's storage belongs to the state "
-        f"directory {job.job_dir}, not to the state directory {copy.job_dir}, whose garbage "
-        "collection would delete the other's checkpoints: give this one another "
-        "spec.checkpointing.storage (spec.restore.initialSavepointPath can start it from a "
-        "savepoint there), or, if the other is gone for good, move the savepoints to keep "
-        f"out of {job_storage} and delete {owner_file} to hand the storage over (its "
-        "checkpoints are then deleted as garbage, and savepoint ids start anew)"
+        f"directory {job.job_dir} (registry {_registry(job)}), not to the state directory "
+        f"{copy.job_dir} (registry {_registry(copy)}), whose garbage collection would delete "
+        "the other's checkpoints: run the job from the registry that owns it, or give this "
+        "one another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
+        f"it from a savepoint there); to hand the storage over, delete {owner_file} (the "
+        "checkpoints the other registry lists are then deleted as garbage; its savepoints "
+        "stay)"
     ]
     assert not (copy.directory / "driver.pid").exists(), "the copy started a driver"
     (job.directory / "driver.pid").unlink()
@@ -152,6 +153,11 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
     finally:
         fourth.kill()
         fourth.communicate()
+
+
+def _registry(job: ScriptJob) -> str:
+    """The short id a state directory's registry is named by in messages."""
+    return str(json.loads((job.job_dir / "registry-id").read_text())["id"])[:8]
 
 
 def test_a_state_directory_that_is_also_the_storage_root_does_not_lock_out_its_own_run(

@@ -210,6 +210,37 @@ def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Pat
     assert not (tmp_path / "storage/default/wordcount/savepoints/sp-3").exists()
 
 
+def test_a_savepoint_is_never_taken_over_one_another_registry_left(
+    running: Running, tmp_path: Path
+) -> None:
+    """Storage handed over to a new registry of the job: its ids start anew and meet the
+    old savepoints'. The savepoint is declined, the old one stays whole, and an abort of
+    the declined savepoint deletes nothing."""
+    old = tmp_path / "storage/default/wordcount/savepoints/sp-4"
+    (old / "files").mkdir(parents=True)
+    (old / "_metadata").write_text("the old registry's")
+    (old / "files/offsets").write_text("its bytes")
+    client = running.client()
+    _call(client, "trigger", 4, CheckpointKind.SAVEPOINT, AfterCompletion.CONTINUE)
+    deadline = time.monotonic() + 20
+    while not (declines := _snapshot(client, 4).get("declines")):
+        assert time.monotonic() < deadline, _status(client)
+        time.sleep(0.05)
+    assert declines[0]["message"] == (
+        f"{running.storage.layout.savepoint_dir(4)}: exists already, left by another registry "
+        "of this job (storage handed over to this one): the savepoint is not written over "
+        "it, and the next one takes the next id"
+    )
+    _call(client, "abort", 4, "declined")
+    assert (old / "_metadata").read_text() == "the old registry's"
+    assert (old / "files/offsets").read_text() == "its bytes"
+
+
+def _snapshot(client: AgentClient, checkpoint_id: int) -> dict[str, Any]:
+    found = [s for s in _status(client)["checkpoints"] if s["id"] == checkpoint_id]
+    return dict(found[0]) if found else {}
+
+
 def test_restore_falls_back_past_a_corrupted_checkpoint(running: Running, tmp_path: Path) -> None:
     client = running.client()
     for checkpoint_id in (1, 2):

@@ -505,6 +505,10 @@ class CheckpointAgent:
     def _capture(self, snapshot: _Snapshot) -> None:
         pin_dir = self._pin_root / snapshot_dir_name(snapshot.kind, snapshot.checkpoint_id)
         try:
+            if snapshot.kind is CheckpointKind.SAVEPOINT:
+                # Written over, another registry's savepoint of this job would be lost
+                # (storage handed over: its ids start anew); a checkpoint's id is new.
+                self._storage.require_no_snapshot(snapshot.kind, snapshot.checkpoint_id)
             batch_id = self._choose_batch(snapshot)
             plan = plan_snapshot(self._location, batch_id)
             planned = [f for files in plan.files_by_task.values() for f in files]

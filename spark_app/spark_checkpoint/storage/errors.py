@@ -7,7 +7,6 @@ a missing, corrupt or unreadable file is always one of these errors.
 
 from __future__ import annotations
 
-import posixpath
 from typing import Literal
 
 from spark_checkpoint.protocol import StorageOwner
@@ -109,17 +108,22 @@ class StorageOwnedElsewhere(StorageError):
     """The job's storage belongs to another registry of the job (see `StorageOwner`)."""
 
     def __init__(self, path: str, owner: StorageOwner, claimant: StorageOwner) -> None:
-        shown = path.removeprefix("file://")
         super().__init__(
             path,
-            f"this job's storage belongs to {owner.description}, not to "
+            f"this job's storage belongs to {_shown(owner.description)}, not to "
             f"{claimant.description}, whose garbage collection would delete the other's "
-            "checkpoints: give this one another spec.checkpointing.storage "
-            "(spec.restore.initialSavepointPath can start it from a savepoint there), or, if "
-            "the other is gone for good, move the savepoints to keep out of "
-            f"{posixpath.dirname(shown)} and delete {shown} to hand the storage over (its "
-            "checkpoints are then deleted as garbage, and savepoint ids start anew)",
+            "checkpoints: run the job from the registry that owns it, or give this one "
+            "another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
+            "it from a savepoint there); to hand the storage over, delete "
+            f"{path.removeprefix('file://')} (the checkpoints the other registry lists are "
+            "then deleted as garbage; its savepoints stay)",
         )
         self.args = (path, owner, claimant)
         self.owner = owner
         self.claimant = claimant
+
+
+def _shown(text: str, limit: int = 300) -> str:
+    """Text read from storage as one line of printable characters, at most ``limit``."""
+    printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return printable if len(printable) <= limit else f"{printable[: limit - 3]}..."

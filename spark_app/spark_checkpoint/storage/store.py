@@ -93,7 +93,8 @@ class CheckpointStorage:
         except ValueError as error:
             raise StorageError(
                 path,
-                f"not an owner record ({error}): delete it to hand the storage to the next writer",
+                f"not an owner record ({error}): if no other registry of this job writes "
+                "here, delete it to hand the storage to the next writer",
             ) from None
         if current.id != owner.id:
             raise StorageOwnedElsewhere(path, current, owner)
@@ -162,6 +163,18 @@ class CheckpointStorage:
                 if self._known_sizes is not None:
                     self._known_sizes[location] = digest.size
         return ManifestEntry(path=path, size=digest.size, sha256=digest.sha256, location=location)
+
+    def require_no_snapshot(self, kind: CheckpointKind, snapshot_id: int) -> None:
+        """Raise StorageError unless the snapshot's directory is absent: it is not written
+        over, whoever left it there."""
+        directory = self.layout.snapshot_dir(kind, snapshot_id)
+        if self.fs.exists(directory):
+            raise StorageError(
+                directory,
+                f"exists already, left by another registry of this job (storage handed over "
+                f"to this one): the {kind.value} is not written over it, and the next one "
+                "takes the next id",
+            )
 
     def add_savepoint_file(self, savepoint_id: int, local_src: str, path: str) -> ManifestEntry:
         """Copy a file into savepoint `savepoint_id` and return its entry.
