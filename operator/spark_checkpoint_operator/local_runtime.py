@@ -447,7 +447,7 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
     local storage, which needs none, is claimed here too, so that another registry's run
     is refused before Spark starts."""
     try:
-        owner = local_owner(paths)
+        owner = local_owner(paths, own_storage=storage.layout.root == paths.default_storage)
     except CopiedStateDirectory as error:
         raise RunRefused(str(error)) from None
     except (OSError, ValueError) as error:
@@ -455,16 +455,16 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
             f"{paths.registry_id_file}: cannot keep the id of the job's registry there: "
             f"{getattr(error, 'strerror', None) or error}"
         ) from None
-    if storage.fs.local_path(storage.layout.owner_path) is None:
+    if not storage.fs.is_local:
         return owner  # an object store: this process has no credentials for it
     try:
         storage.claim(owner)
     except StorageOwnedElsewhere as error:
         raise RunRefused(str(error)) from None
     except (StorageError, OSError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         raise RunRefused(
-            f"spec.checkpointing.storage {storage.layout.root!r}: cannot claim the job's "
-            f"storage: {error}"
+            f"{storage.layout.job_root}: cannot claim the job's storage: {reason}"
         ) from None
     return owner
 

@@ -76,19 +76,21 @@ def local_job_paths(state_dir: Path, namespace: str, job: str) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / namespace / job)
 
 
-def local_owner(paths: LocalPaths) -> StorageOwner:
+def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
     """The registry this state directory keeps of the job, as its storage records it
     (`StorageOwner`), from ``registry-id`` beside its status: the registry's id and the
-    directory it was made in. A state directory that was moved stays the same registry; a
-    copy whose original still holds the id raises CopiedStateDirectory. Call it under the
-    job's lock. OSError, or ValueError for a file that holds no record."""
+    directory it was made in. A state directory that was moved (or is reached by another
+    path) stays the same registry. A copy whose original still holds the id raises
+    CopiedStateDirectory, unless the job's storage is the state directory's own
+    (``own_storage``: the default, copied with it), which makes the copy a job of its own.
+    Call it under the job's lock. OSError, or ValueError for a file that holds no record."""
     here = str(paths.job_dir)
     record = _registry_record(paths.registry_id_file)
     if record is None:
         record = (uuid.uuid4().hex, here)
         _write_registry_record(paths.registry_id_file, record)
-    elif record[1] != here:
-        if _holds(Path(record[1]), record[0]):
+    elif record[1] != here and not _same_directory(record[1], here):
+        if not own_storage and _holds(Path(record[1]), record[0]):
             raise CopiedStateDirectory(
                 f"{here} is a copy of the state directory {record[1]}, whose registry of "
                 "the job's snapshots it lists: run the job from there, or delete "
@@ -100,6 +102,14 @@ def local_owner(paths: LocalPaths) -> StorageOwner:
     return StorageOwner(
         id=record[0], description=f"the state directory {here} (registry {record[0][:8]})"
     )
+
+
+def _same_directory(recorded: str, here: str) -> bool:
+    """Whether two paths name one directory (a bind mount, a case-insensitive filesystem)."""
+    try:
+        return os.path.samefile(recorded, here)
+    except OSError:
+        return False
 
 
 class CopiedStateDirectory(Exception):

@@ -19,6 +19,11 @@ from spark_checkpoint_operator.local_state import (
 )
 
 
+def _checkpoint_in(storage: CheckpointStorage) -> None:
+    """A checkpoint directory of the registry that owns the storage."""
+    Path(storage.fs.local_path(storage.layout.checkpoint_dir(1)) or "").mkdir(parents=True)
+
+
 def _paths(state_dir: Path) -> LocalPaths:
     paths = local_job_paths(state_dir, "default", "orders")
     paths.job_dir.mkdir(parents=True, exist_ok=True)
@@ -27,8 +32,8 @@ def _paths(state_dir: Path) -> LocalPaths:
 
 def test_a_state_directory_keeps_its_registry_from_run_to_run(tmp_path: Path) -> None:
     paths = _paths(tmp_path / "state")
-    first = local_owner(paths)
-    assert local_owner(paths) == first
+    first = local_owner(paths, own_storage=False)
+    assert local_owner(paths, own_storage=False) == first
     assert first.description == f"the state directory {paths.job_dir} (registry {first.id[:8]})"
     assert json.loads(paths.registry_id_file.read_text()) == {
         "id": first.id,
@@ -42,15 +47,16 @@ def test_a_moved_state_directory_is_the_same_registry_and_says_where_it_is_now(
     storage = CheckpointStorage(
         JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
     )
-    before = local_owner(_paths(tmp_path / "old"))
+    before = local_owner(_paths(tmp_path / "old"), own_storage=False)
     storage.claim(before)
     shutil.move(tmp_path / "old", tmp_path / "new")
-    after = local_owner(_paths(tmp_path / "new"))
+    after = local_owner(_paths(tmp_path / "new"), own_storage=False)
     assert after.id == before.id
     assert after.description.startswith(f"the state directory {tmp_path / 'new/default/orders'} ")
     storage.claim(after)  # its storage's record now names where it is
+    _checkpoint_in(storage)
     with pytest.raises(StorageOwnedElsewhere, match=re.escape(f"belongs to {after.description},")):
-        storage.claim(local_owner(_paths(tmp_path / "third")))
+        storage.claim(local_owner(_paths(tmp_path / "third"), own_storage=False))
 
 
 def test_a_copied_state_directory_is_refused_while_its_original_keeps_the_registry(
@@ -58,33 +64,53 @@ def test_a_copied_state_directory_is_refused_while_its_original_keeps_the_regist
 ) -> None:
     """`cp -r project project2` copies the state directory, registry and all: two
     registries listing the same snapshots. The copy is refused until it is deleted."""
-    original = local_owner(_paths(tmp_path / "project/state"))
+    original = local_owner(_paths(tmp_path / "project/state"), own_storage=False)
     shutil.copytree(tmp_path / "project", tmp_path / "project2")
     copied = _paths(tmp_path / "project2/state")
     with pytest.raises(CopiedStateDirectory) as refused:
-        local_owner(copied)
+        local_owner(copied, own_storage=False)
     assert str(refused.value) == (
         f"{copied.job_dir} is a copy of the state directory "
         f"{tmp_path / 'project/state/default/orders'}, whose registry of the job's snapshots "
         f"it lists: run the job from there, or delete {copied.job_dir} to run this copy as a "
         "new job (on storage of its own: spec.checkpointing.storage)"
     )
-    assert local_owner(_paths(tmp_path / "project/state")) == original, "the original keeps its"
+    assert local_owner(_paths(tmp_path / "project/state"), own_storage=False) == original, (
+        "the original keeps its"
+    )
     shutil.rmtree(copied.job_dir)  # as the message says
-    assert local_owner(_paths(tmp_path / "project2/state")).id != original.id
+    assert local_owner(_paths(tmp_path / "project2/state"), own_storage=False).id != original.id
+
+
+def test_a_copy_with_the_storage_it_was_copied_with_is_a_job_of_its_own(tmp_path: Path) -> None:
+    """The default storage is inside the state directory: `cp -r` copied it too."""
+    original = local_owner(_paths(tmp_path / "project/state"), own_storage=True)
+    shutil.copytree(tmp_path / "project", tmp_path / "project2")
+    copy = local_owner(_paths(tmp_path / "project2/state"), own_storage=True)
+    assert copy.id == original.id
+    assert copy.description.startswith(f"the state directory {tmp_path / 'project2/state'}")
+
+
+def test_one_directory_reached_by_another_path_is_no_copy(tmp_path: Path) -> None:
+    """A bind mount or a case-insensitive filesystem: os.path.samefile, not the string."""
+    original = local_owner(_paths(tmp_path / "state"), own_storage=False)
+    (tmp_path / "alias").symlink_to(tmp_path / "state")
+    alias = LocalPaths(tmp_path / "alias/default/orders")  # not resolved, as a mount is not
+    assert local_owner(alias, own_storage=False).id == original.id
 
 
 def test_the_description_names_the_registry_and_shows_no_control_character(
     tmp_path: Path,
 ) -> None:
     paths = _paths(tmp_path / "state")
-    owner = local_owner(paths)
+    owner = local_owner(paths, own_storage=False)
     assert owner.description == f"the state directory {paths.job_dir} (registry {owner.id[:8]})"
     storage = CheckpointStorage(
         JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
     )
     hostile = StorageOwner(id="x", description="\x1b[31mred\n" + "y" * 5000)
     storage.claim(hostile)
+    _checkpoint_in(storage)
     with pytest.raises(StorageOwnedElsewhere) as refused:
         storage.claim(owner)
     message = str(refused.value)
@@ -100,7 +126,7 @@ def test_a_registry_file_without_a_record_is_an_error_and_is_left_as_it_is(
     paths = _paths(tmp_path / "state")
     paths.registry_id_file.write_text(content)
     with pytest.raises(ValueError):
-        local_owner(paths)
+        local_owner(paths, own_storage=False)
     assert paths.registry_id_file.read_text() == content
 
 
@@ -112,5 +138,5 @@ def test_no_hard_link_is_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
 
     monkeypatch.setattr("os.link", refused)
     paths = _paths(tmp_path / "state")
-    assert local_owner(paths) == local_owner(paths)
+    assert local_owner(paths, own_storage=False) == local_owner(paths, own_storage=False)
     assert sorted(p.name for p in paths.job_dir.iterdir()) == ["registry-id"]

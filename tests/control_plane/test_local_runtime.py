@@ -124,7 +124,9 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
         first.communicate()
     wait_until_gone(driver)
     # Nor after it: each state directory is a registry of the job's snapshots, and the
-    # copy's would delete the first one's as garbage and write the same ids.
+    # copy's would delete the first one's checkpoints as garbage.
+    (job_storage / "chk-1").mkdir()
+    (job_storage / "chk-1" / "_metadata").write_text("the first run's")
     third = copy.run(timeout=20)
     assert third.returncode == 1
     owner_file = job_storage / "owner.json"

@@ -20,10 +20,15 @@ def test_the_first_claim_records_its_registry_and_later_claims_of_it_pass(
     assert StorageOwner.decode(recorded.decode()) == FIRST
 
 
+def _checkpoint_of_the_owner(storage: CheckpointStorage, storage_root: StorageRoot) -> None:
+    storage_root.write(f"{storage.layout.checkpoint_dir(3)}/_metadata", b"its checkpoint")
+
+
 def test_another_registry_is_refused_naming_both_and_the_record_stays(
     storage: CheckpointStorage, storage_root: StorageRoot
 ) -> None:
     storage.claim(FIRST)
+    _checkpoint_of_the_owner(storage, storage_root)
     with pytest.raises(StorageOwnedElsewhere) as refused:
         storage.claim(SECOND)
     message = str(refused.value)
@@ -40,8 +45,26 @@ def test_handing_the_storage_over_is_deleting_the_record(
     storage: CheckpointStorage, storage_root: StorageRoot
 ) -> None:
     storage.claim(FIRST)
+    _checkpoint_of_the_owner(storage, storage_root)
     storage.fs.delete_file(storage.layout.owner_path)
     storage.claim(SECOND)
+    with pytest.raises(StorageOwnedElsewhere):
+        storage.claim(FIRST)
+
+
+def test_storage_another_registry_left_without_checkpoints_is_taken_over(
+    storage: CheckpointStorage, storage_root: StorageRoot
+) -> None:
+    """A job deleted under a retention policy that discarded its checkpoints, created
+    again: nothing there its garbage collection could delete but garbage; the savepoints
+    stay (and are never written over: the agent's require_no_snapshot)."""
+    storage.claim(FIRST)
+    savepoint = f"{storage.layout.savepoint_dir(5)}/_metadata"
+    storage_root.write(savepoint, b"kept")
+    storage.claim(SECOND)
+    assert StorageOwner.decode(storage_root.read(storage.layout.owner_path).decode()) == SECOND
+    assert storage_root.read(savepoint) == b"kept"
+    _checkpoint_of_the_owner(storage, storage_root)
     with pytest.raises(StorageOwnedElsewhere):
         storage.claim(FIRST)
 

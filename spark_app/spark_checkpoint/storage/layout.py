@@ -60,7 +60,7 @@ SAVEPOINT_FILES_DIR_NAME = "files"
 # (see CheckpointStorage), whichever state directory the run keeps its registry in. Not the
 # state directory's `run.lock`: a state directory may be the storage root too.
 WRITER_LOCK_FILE_NAME = "writer.lock"
-# The registry the job's storage belongs to (see spark_checkpoint.storage.owner).
+# The registry the job's storage belongs to (`StorageOwner`, `CheckpointStorage.claim`).
 OWNER_FILE_NAME = "owner.json"
 
 

@@ -77,11 +77,14 @@ class CheckpointStorage:
     def claim(self, owner: StorageOwner) -> None:
         """Make sure the job's storage belongs to `owner`'s registry before writing or
         deleting anything: storage no registry has claimed yet (a new job, or one written
-        before owners were recorded) becomes `owner`'s; storage of another registry raises
-        StorageOwnedElsewhere; the record of `owner`'s own registry is brought up to date
-        (where it is now). Two first claims racing on an object store may both pass: the
-        claim fences registries that follow each other, the local writer lock runs that
-        overlap."""
+        before owners were recorded) becomes `owner`'s, and so does storage another
+        registry left without checkpoints (a job deleted under a retention policy that
+        discarded them: its savepoints stay, and are never written over); storage holding
+        another registry's checkpoints raises StorageOwnedElsewhere, as its garbage
+        collection would delete them. The record of `owner`'s own registry is brought up to
+        date (where it is now). Two first claims racing on an object store may both pass:
+        the claim fences registries that follow each other, the local writer lock runs
+        that overlap."""
         path = self.layout.owner_path
         try:
             stored = self.fs.read_bytes(path)
@@ -97,8 +100,14 @@ class CheckpointStorage:
                 "here, delete it to hand the storage to the next writer",
             ) from None
         if current.id != owner.id:
-            raise StorageOwnedElsewhere(path, current, owner)
-        if current != owner:  # the registry moved: later refusals name where it is now
+            if self._snapshot_dir_ids(CheckpointKind.CHECKPOINT):
+                raise StorageOwnedElsewhere(path, current, owner)
+            logger.warning(
+                "%s: taken over from %s, which left no checkpoints there",
+                self.layout.job_root,
+                current.description,
+            )
+        if current != owner:  # taken over, or moved: later refusals name where it is now
             self.fs.write_atomic(path, owner.encode().encode())
 
     def listed_shared_sizes(self) -> dict[str, int] | None:
