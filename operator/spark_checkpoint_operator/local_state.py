@@ -85,22 +85,23 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
     (``own_storage``: the default, copied with it), which makes the copy a job of its own.
     Call it under the job's lock. OSError, or ValueError for a file that holds no record."""
     here = str(paths.job_dir)
-    record = _registry_record(paths.registry_id_file)
+    record = _RegistryRecord.read(paths.registry_id_file)
     if record is None:
-        record = (uuid.uuid4().hex, here)
-        _write_registry_record(paths.registry_id_file, record)
-    elif record[1] != here and not _same_directory(record[1], here):
-        if not own_storage and _holds(Path(record[1]), record[0]):
+        record = _RegistryRecord(uuid.uuid4().hex, here)
+        record.write(paths.registry_id_file)
+    elif record.state_directory != here and not _same_directory(record.state_directory, here):
+        original = record.state_directory
+        if not own_storage and _holds(Path(original), record.id):
             raise CopiedStateDirectory(
-                f"{here} is a copy of the state directory {record[1]}, whose registry of "
+                f"{here} is a copy of the state directory {original}, whose registry of "
                 "the job's snapshots it lists: run the job from there, or delete "
                 f"{here} to run this copy as a new job (on storage of its own: "
                 "spec.checkpointing.storage)"
             )
-        record = (record[0], here)
-        _write_registry_record(paths.registry_id_file, record)
+        record = _RegistryRecord(record.id, here)
+        record.write(paths.registry_id_file)
     return StorageOwner(
-        id=record[0], description=f"the state directory {here} (registry {record[0][:8]})"
+        id=record.id, description=f"the state directory {here} (registry {record.id[:8]})"
     )
 
 
@@ -117,43 +118,50 @@ class CopiedStateDirectory(Exception):
     registries would list the same snapshots."""
 
 
-def _registry_record(path: Path) -> tuple[str, str] | None:
-    """The (id, directory) ``registry-id`` holds, None if there is none."""
-    try:
-        document = json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
-    except json.JSONDecodeError as error:
-        raise ValueError(f"not a JSON document: {error}") from None
-    if not (
-        isinstance(document, dict)
-        and isinstance(document.get("id"), str)
-        and document["id"]
-        and isinstance(document.get("stateDirectory"), str)
-    ):
-        raise ValueError('expected {"id": "...", "stateDirectory": "..."}')
-    return document["id"], document["stateDirectory"]
+@dataclass(frozen=True, slots=True)
+class _RegistryRecord:
+    """What ``registry-id`` holds: the registry's id and the directory it was made in."""
+
+    id: str
+    state_directory: str
+
+    @classmethod
+    def read(cls, path: Path) -> "_RegistryRecord | None":
+        """The record at ``path``, None if there is none."""
+        try:
+            document = json.loads(path.read_text())
+        except FileNotFoundError:
+            return None
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not a JSON document: {error}") from None
+        if not (
+            isinstance(document, dict)
+            and isinstance(document.get("id"), str)
+            and document["id"]
+            and isinstance(document.get("stateDirectory"), str)
+        ):
+            raise ValueError('expected {"id": "...", "stateDirectory": "..."}')
+        return cls(document["id"], document["stateDirectory"])
+
+    def write(self, path: Path) -> None:
+        """Written whole and durably (storage claimed for an id the state directory lost
+        would refuse it) under another name, then renamed over the old one."""
+        temporary = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            with temporary.open("w") as record_file:
+                json.dump({"id": self.id, "stateDirectory": self.state_directory}, record_file)
+                record_file.flush()
+                os.fsync(record_file.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_path(str(path.parent))
 
 
 def _holds(job_dir: Path, registry_id: str) -> bool:
     """Whether the state directory ``job_dir`` (another one's) keeps registry ``registry_id``."""
     try:
-        record = _registry_record(LocalPaths(job_dir).registry_id_file)
+        record = _RegistryRecord.read(LocalPaths(job_dir).registry_id_file)
     except (OSError, ValueError):
         return False
-    return record is not None and record[0] == registry_id
-
-
-def _write_registry_record(path: Path, record: tuple[str, str]) -> None:
-    """Written whole and durably (storage claimed for an id the state directory lost would
-    refuse it) under another name, then renamed over the old one."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    try:
-        with temporary.open("w") as record_file:
-            json.dump({"id": record[0], "stateDirectory": record[1]}, record_file)
-            record_file.flush()
-            os.fsync(record_file.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-    fsync_path(str(path.parent))
+    return record is not None and record.id == registry_id

@@ -65,17 +65,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bad settings: {error}", file=sys.stderr)
         return 2
     try:
+        if isinstance(command, DiscardCheckpoint | DiscardSavepoint | CollectGarbage):
+            storage.claim(owner)  # before anything of the job's storage is deleted
         match command:
             case DiscardCheckpoint():
-                storage.claim(owner)
                 storage.discard_checkpoint(command.checkpoint_id, list(command.retained))
                 print(f"discarded checkpoint {command.checkpoint_id}")
             case DiscardSavepoint():
-                storage.claim(owner)
                 storage.discard_savepoint(command.savepoint_id)
                 print(f"discarded savepoint {command.savepoint_id}")
             case CollectGarbage():
-                storage.claim(owner)
                 report = storage.collect_garbage(
                     list(command.checkpoints), list(command.savepoints)
                 )
