@@ -14,7 +14,11 @@ import kmock
 import pytest
 
 from helpers.kube.cluster import JOBS
-from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
+from helpers.kube.emulator import (
+    SPARK_CHECKPOINT_JOBS_CRD,
+    EmulatedApiServer,
+    spark_checkpoint_api,
+)
 
 VALID: dict[str, Any] = {
     "apiVersion": "sparkcheckpoint.io/v1alpha1",
@@ -109,3 +113,28 @@ def test_a_rejected_change_leaves_the_job_as_it_was(api: EmulatedApiServer) -> N
     stored = api.get(JOBS, "default", "kept")
     assert stored["spec"] == created["spec"]
     assert stored["metadata"]["resourceVersion"] == created["metadata"]["resourceVersion"]
+
+
+def test_a_job_stored_under_an_earlier_crd_is_ratcheted(api: EmulatedApiServer) -> None:
+    """A value a newer CRD's rule refuses stays writable while unchanged (Kubernetes 1.30
+    on): the operator's status writes and changes elsewhere pass; a changed value does not."""
+    reserved = {"name": "SPARK_CHECKPOINT_TOKEN", "value": "from an earlier CRD"}
+    earlier = _with({"application": {"mainFile": "a.py", "env": [reserved]}})
+    with pytest.raises(kmock.KubernetesError, match="SPARK_CHECKPOINT_"):
+        api.create(JOBS, earlier, namespace="default")
+    with api.validated_by(SPARK_CHECKPOINT_JOBS_CRD, lambda obj, stored: obj):
+        api.create(JOBS, earlier, namespace="default")
+
+    api.patch(JOBS, "default", "orders", {"status": {"phase": "Running"}}, subresource="status")
+    api.patch(JOBS, "default", "orders", {"spec": {"checkpointTriggerNonce": 1}})
+    added = {"name": "REGION", "value": "eu"}
+    api.patch(JOBS, "default", "orders", {"spec": {"application": {"env": [added, reserved]}}})
+    with pytest.raises(kmock.KubernetesError) as rejected:
+        renamed = {**reserved, "name": "SPARK_CHECKPOINT_OTHER"}
+        api.patch(JOBS, "default", "orders", {"spec": {"application": {"env": [renamed]}}})
+
+    assert rejected.value.status == 422
+    assert "spec.application.env[0].name" in str(rejected.value.message)
+    stored = api.get(JOBS, "default", "orders")
+    assert stored["spec"]["application"]["env"] == [added, reserved]
+    assert stored["status"]["phase"] == "Running"

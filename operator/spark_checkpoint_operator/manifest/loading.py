@@ -3,6 +3,7 @@ errors) and bounded in size, nesting and alias expansion, so hostile YAML costs 
 time and memory; one document per file; every problem on one line naming the file."""
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,11 @@ import yaml
 
 from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError, Problem, clip, shown
-from spark_checkpoint_operator.manifest.validation import MAX_MANIFEST_DEPTH, validate_document
+from spark_checkpoint_operator.manifest.validation import (
+    MAX_MANIFEST_DEPTH,
+    validate_document,
+    validate_update,
+)
 
 # Bounds on a manifest file. Aliases are expanded when the document is used, so a 1 KB
 # file of nested aliases (a "billion laughs") stands for billions of values: the expanded
@@ -43,6 +48,16 @@ def parse_manifest(text: str, source: str = "<manifest>") -> JobManifest:
 def manifest_from_document(document: object, source: str = "<manifest>") -> JobManifest:
     """Validate and default a parsed document, then convert it to a ``JobManifest``."""
     return to_manifest(validate_document(document, source))
+
+
+def manifest_from_update(
+    document: object, previous: Mapping[str, Any] | None, source: str = "<manifest>"
+) -> tuple[JobManifest, tuple[Problem, ...]]:
+    """``manifest_from_document`` for a document that replaces ``previous`` (if any): a
+    problem of a value ``previous`` already held is tolerated (``validate_update``) and
+    returned."""
+    defaulted, tolerated = validate_update(document, previous, source)
+    return to_manifest(defaulted), tolerated
 
 
 class _StrictLoader(yaml.SafeLoader):

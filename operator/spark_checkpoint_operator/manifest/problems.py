@@ -4,7 +4,7 @@ import json
 import re
 import reprlib
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxother = 80
@@ -16,10 +16,14 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 @dataclass(frozen=True, slots=True, order=True)
 class Problem:
     """One thing wrong with a manifest: the field it is about (``""`` for the whole
-    document) and what is wrong."""
+    document) and what is wrong. ``location`` is the value that was judged, as keys and
+    indexes from the document's root (a rule's object, a list of too many items, the
+    parent of a missing field); empty where no value was (the document as a whole, the
+    YAML)."""
 
     path: str
     message: str
+    location: tuple[str | int, ...] = field(default=(), compare=False)
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

@@ -12,6 +12,7 @@ import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import cel
@@ -139,6 +140,18 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
     """Check a parsed SparkCheckpointJob against the CRD (schema and CEL rules) and return
     a defaulted copy, as the API server would store it; raise ``ManifestError`` listing
     every problem."""
+    defaulted, _ = validate_update(document, None, source)
+    return defaulted
+
+
+def validate_update(
+    document: object, previous: Mapping[str, Any] | None, source: str = "<manifest>"
+) -> tuple[dict[str, Any], tuple[Problem, ...]]:
+    """Check a SparkCheckpointJob that replaces ``previous`` (None: a new one) as the API
+    server checks an update, with its validation ratcheting (Kubernetes 1.30 on): a
+    problem whose judged value is unchanged from ``previous`` (a rule tightened since that
+    value was let in) is tolerated, any other raised. Returns the defaulted copy and the
+    problems tolerated."""
     if not isinstance(document, dict):
         kind = "null" if document is None else type(document).__name__
         raise ManifestError(source, [Problem("", f"expected a SparkCheckpointJob, got {kind}")])
@@ -149,12 +162,63 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
     if problems := checker.envelope_problems(document):
         # Another kind of object: its fields would only bury the one problem that matters.
         raise ManifestError(source, problems)
-    defaulted: dict[str, Any] = expanded_copy(document)
-    apply_defaults(defaulted, checker.schema)
-    store_integers(defaulted, checker.schema)
-    if problems := checker.problems(defaulted):
+    defaulted = checker.defaulted(document)
+    problems = checker.problems(defaulted)
+    tolerated: tuple[Problem, ...] = ()
+    if problems and isinstance(previous, dict) and not deeper_than(previous, MAX_MANIFEST_DEPTH):
+        earlier = checker.defaulted(previous)
+        tolerated = tuple(
+            p
+            for p in problems
+            if p.location and _unchanged(p.location, defaulted, earlier, checker.schema)
+        )
+        problems = [p for p in problems if p not in tolerated]
+    if problems:
         raise ManifestError(source, problems)
-    return defaulted
+    return defaulted, tolerated
+
+
+def _unchanged(location: Sequence[str | int], new: Any, old: Any, schema: Schema | None) -> bool:
+    """Whether the value at ``location`` is the one ``old`` holds at the same place, found
+    as the API server correlates values for ratcheting: object fields by name, the items
+    of a list-type map by their keys; other lists only as a whole."""
+    for step in location:
+        if _same(new, old):
+            return True
+        if isinstance(step, str):
+            if not (
+                isinstance(new, dict) and isinstance(old, dict) and step in new and step in old
+            ):
+                return False
+            new, old = new[step], old[step]
+            schema = child_schema(schema, step) if schema is not None else None
+            continue
+        keys = schema.get("x-kubernetes-list-map-keys") if schema is not None else None
+        if not keys or not isinstance(new, list) or not isinstance(old, list):
+            return False
+        item = new[step]
+        matches = [
+            earlier
+            for earlier in old
+            if isinstance(item, dict)
+            and isinstance(earlier, dict)
+            and all(_same(earlier.get(key), item.get(key)) for key in keys)
+        ]
+        if len(matches) != 1:
+            return False
+        new, old, schema = item, matches[0], schema.get("items") if schema is not None else None
+    return _same(new, old)
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as JSON values: ``true`` is not ``1``."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[key], b[key]) for key in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return bool(a == b)
 
 
 def deeper_than(document: object, limit: int) -> bool:
@@ -199,12 +263,22 @@ class _Checker:
                 problems.append(Problem(field, f"must be {expected}, got {got}"))
         return problems
 
+    def defaulted(self, document: Mapping[str, Any]) -> dict[str, Any]:
+        """A copy defaulted as the API server stores it."""
+        defaulted: dict[str, Any] = expanded_copy(document)
+        apply_defaults(defaulted, self.schema)
+        store_integers(defaulted, self.schema)
+        return defaulted
+
     def problems(self, document: Mapping[str, Any]) -> list[Problem]:
         found: dict[Problem, None] = {}  # ordered and without duplicates
         error_paths: list[tuple[str | int, ...]] = []
         for error in itertools.islice(self.validator.iter_errors(document), MAX_PROBLEMS + 1):
-            error_paths.append(tuple(error.absolute_path))
-            found.update(dict.fromkeys(_schema_problems(error)))
+            judged = tuple(error.absolute_path)
+            error_paths.append(judged)
+            found.update(
+                dict.fromkeys(replace(p, location=judged) for p in _schema_problems(error))
+            )
         walked = self._walk_problems(document, self.schema, (), error_paths)
         found.update(dict.fromkeys(itertools.islice(walked, MAX_PROBLEMS + 1)))
         problems = sorted(found)
@@ -236,13 +310,14 @@ class _Checker:
                     # nothing; one that fails on a valid value is reported.
                     if not any(p[: len(path)] == path for p in error_paths):
                         failed = f"rule {rule['rule']!r} failed: {error}"
-                        yield Problem(render_path(path), clip(failed))
+                        yield Problem(render_path(path), clip(failed), path)
                     continue
                 if result is not True:
                     field_path = [p for p in rule.get("fieldPath", "").split(".") if p]
                     yield Problem(
                         render_path((*path, *field_path)),
                         rule.get("message") or f"failed rule: {rule['rule']}",
+                        path,  # the rule judged its object, whatever field it names
                     )
         if isinstance(value, dict):
             for key, child in value.items():
@@ -415,6 +490,7 @@ def _duplicate_keys(
             yield Problem(
                 render_path((*path, index)),
                 f"duplicate entry ({described} is also at index {first_index[key]})",
+                path,
             )
         else:
             first_index[key] = index

@@ -113,12 +113,13 @@ from spark_checkpoint_operator.manifest.validation import (
     QUALIFIED_NAME_PATTERN,
     deeper_than,
     go_regex,
-    validate_document,
+    validate_update,
 )
 
 Body = dict[str, Any]
 _Key = tuple[kmock.resource, str | None, str]  # resource, namespace, name
-Validator = Callable[[Body], Body]
+# A write's object, and the stored one it replaces (None for a create): the object to store.
+Validator = Callable[[Body, Body | None], Body]
 ResourceRef = str | kmock.resource
 _T = TypeVar("_T")
 
@@ -206,19 +207,24 @@ class Rejection(NamedTuple):
     error: kmock.KubernetesError
 
 
-def validate_spark_checkpoint_job(obj: Body) -> Body:
+def validate_spark_checkpoint_job(obj: Body, stored: Body | None) -> Body:
     """A SparkCheckpointJob (already pruned of unknown fields) checked and defaulted by the
     operator's own manifest validation: the CRD's schema and CEL rules, on the spec and the
-    status. Of ObjectMeta, the fields a manifest may set are checked with it."""
+    status. Of ObjectMeta, the fields a manifest may set are checked with it. An update
+    is ratcheted as by Kubernetes 1.30 on: a problem of a value the stored object already
+    held (stored under an earlier CRD) is let through."""
     metadata = obj.get("metadata") or {}
-    document = dict(obj)
-    document["metadata"] = {
-        key: metadata[key]
-        for key in ("name", "namespace", "labels", "annotations")
-        if key in metadata
-    }
+
+    def document(body: Body) -> Body:
+        meta = body.get("metadata") or {}
+        fields = ("name", "namespace", "labels", "annotations")
+        return {**body, "metadata": {key: meta[key] for key in fields if key in meta}}
+
+    source = metadata.get("name", "<object>")
     try:
-        defaulted = validate_document(document, source=metadata.get("name", "<object>"))
+        defaulted, _ = validate_update(
+            document(obj), None if stored is None else document(stored), source
+        )
     except ManifestError as error:
         raise Invalid([(problem.path, problem.message) for problem in error.problems]) from None
     defaulted["metadata"] = metadata
@@ -920,7 +926,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             obj.pop("status", None)
             if res in _INITIAL_STATUS:
                 obj["status"] = copy.deepcopy(_INITIAL_STATUS[res])
-        created = self._commit(res, "ADDED", self._validated(res, info, obj), None)
+        created = self._commit(res, "ADDED", self._validated(res, info, obj, None), None)
         if res == CUSTOM_RESOURCE_DEFINITIONS:
             self._serve_custom_resource(created)
         return created
@@ -1015,7 +1021,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 f" not match the expected API version ({api_version})"
             )
 
-    def _validated(self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body) -> Body:
+    def _validated(
+        self, res: kmock.resource, info: kmock.ResourceInfo, obj: Body, stored: Body | None
+    ) -> Body:
         if res.group == "" and res.plural == "secrets" and "stringData" in obj:
             # Write-only convenience field: the API server stores it base64-encoded in data.
             encoded = {
@@ -1027,7 +1035,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         if validator is None:
             return obj
         try:
-            return validator(obj)
+            return validator(obj, stored)
         except Invalid as error:
             raise _invalid(res, info, obj["metadata"]["name"], error.causes) from None
 
@@ -1131,7 +1139,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         if subresource == "status":
             new = copy.deepcopy(stored)
             _keep(new, candidate, "status")
-            new = self._validated(res, info, new)
+            new = self._validated(res, info, new, stored)
         else:
             new = copy.deepcopy(candidate)
             metadata = new["metadata"] = dict(new.get("metadata") or {})
@@ -1157,7 +1165,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     " activeDeadlineSeconds, tolerations",
                 )
                 raise _invalid(res, info, name, [cause])
-            new = self._validated(res, info, new)
+            new = self._validated(res, info, new, stored)
         new["metadata"]["resourceVersion"] = old_metadata["resourceVersion"]
         if _essence(new, info) != _essence(stored, info):
             new["metadata"]["generation"] = old_metadata.get("generation", 0) + 1
@@ -1411,6 +1419,17 @@ class EmulatedApiServer:
             return fn(running.emulator)
 
         return asyncio.run_coroutine_threadsafe(run(), running.loop).result(self._timeout)
+
+    @contextlib.contextmanager
+    def validated_by(self, crd_name: str, validator: Validator) -> Iterator[None]:
+        """Writes of the CRD's objects checked by ``validator`` meanwhile, as by an earlier
+        version of the CRD: what a CRD upgrade that tightens a rule finds stored."""
+        current = self.call(lambda emulator: emulator.validators[crd_name])
+        self.call(lambda emulator: emulator.validators.__setitem__(crd_name, validator))
+        try:
+            yield
+        finally:
+            self.call(lambda emulator: emulator.validators.__setitem__(crd_name, current))
 
     def get(self, resource: ResourceRef, namespace: str | None, name: str) -> Body:
         return self.call(lambda emulator: emulator.get_object(resource, namespace, name))

@@ -1,0 +1,191 @@
+"""Validation of a changed job, ratcheted as the API server ratchets it (Kubernetes 1.30
+on): a value a tightened rule refuses is tolerated while it is unchanged from the stored
+job, whatever else changes; the value changed, it is refused as in a new job. The operator
+(tests/kubernetes/test_operator_simulated.py) and the emulated API server
+(tests/kubernetes/test_invalid_specs.py) both check with ``validate_update``."""
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_checkpoint_operator.manifest.loading import manifest_from_update
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.validation import validate_document, validate_update
+
+Document = dict[str, Any]
+
+
+def _job(env: list[Document] | None = None, **checkpointing: Any) -> Document:
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": {
+            "image": "example/orders:1",
+            "application": {"mainFile": "local:///opt/app/orders.py", "env": env or []},
+            "checkpointing": {"interval": "10s", "storage": "s3a://b/c", **checkpointing},
+        },
+    }
+
+
+def _env(count: int) -> list[Document]:
+    return [{"name": f"VAR_{index}", "value": str(index)} for index in range(count)]
+
+
+# Rules tightened after jobs were stored: each breaks a valid job in its own way, and says
+# how to change the refused value itself, with the field its problem names.
+Violation = tuple[Callable[[Document], None], Callable[[Document], None], str]
+
+
+def _reserved_name(index: int) -> Violation:
+    def apply(document: Document) -> None:
+        variables = _variables(document)
+        reserved = {"name": "SPARK_CHECKPOINT_TOKEN", "value": "x"}
+        variables.insert(min(index, len(variables)), reserved)
+
+    def touch(document: Document) -> None:
+        for variable in _variables(document):
+            if variable["name"] == "SPARK_CHECKPOINT_TOKEN":
+                variable["name"] = "POD_IP"
+
+    return apply, touch, "spec.application.env"
+
+
+def _storage_host(document: Document) -> None:
+    document["spec"]["checkpointing"]["storage"] = "file://shared/checkpoints"
+
+
+def _other_host(document: Document) -> None:
+    document["spec"]["checkpointing"]["storage"] = "file://other/checkpoints"
+
+
+def _variables(document: Document) -> list[Document]:
+    variables: list[Document] = document["spec"]["application"]["env"]
+    return variables
+
+
+def _add_variable(document: Document, number: int) -> None:
+    variables = _variables(document)
+    if all(v["name"] != f"ADDED_{number}" for v in variables):
+        variables.insert(number % (len(variables) + 1), {"name": f"ADDED_{number}", "value": "a"})
+
+
+def _remove_variable(document: Document, number: int) -> None:
+    valid = [v for v in _variables(document) if v["name"].startswith("VAR_")]
+    if valid:
+        _variables(document).remove(valid[number % len(valid)])
+
+
+def _change_value(document: Document, number: int) -> None:
+    variables = _variables(document)
+    if variables:  # a refused variable's value too: its name is what the rule judges
+        variables[number % len(variables)]["value"] = f"changed {number}"
+
+
+# Edits that change no refused value, whatever else they change.
+EDITS: dict[str, Callable[[Document, int], None]] = {
+    "nonce": lambda d, n: d["spec"].__setitem__("checkpointTriggerNonce", n),
+    "interval": lambda d, n: d["spec"]["checkpointing"].__setitem__("interval", f"{n + 1}s"),
+    "image": lambda d, n: d["spec"].__setitem__("image", f"example/orders:{n}"),
+    "add variable": _add_variable,
+    "remove variable": _remove_variable,
+    "change a value": _change_value,
+    "reorder variables": lambda d, n: _variables(d).reverse(),
+    "sparkConf": lambda d, n: d["spec"]["application"].__setitem__(
+        "sparkConf", {"spark.sql.shuffle.partitions": str(n + 1)}
+    ),
+}
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    variables=st.integers(min_value=0, max_value=5),
+    violation=st.one_of(
+        st.integers(min_value=0, max_value=6).map(_reserved_name),
+        st.just((_storage_host, _other_host, "spec.checkpointing.storage")),
+    ),
+    edits=st.lists(
+        st.tuples(st.sampled_from(sorted(EDITS)), st.integers(min_value=0, max_value=50)),
+        max_size=4,
+    ),
+    touched=st.booleans(),
+)
+def test_a_refused_value_is_tolerated_exactly_while_it_is_unchanged(
+    variables: int,
+    violation: Violation,
+    edits: list[tuple[str, int]],
+    touched: bool,
+) -> None:
+    apply, touch, field = violation
+    stored = _job(_env(variables))
+    apply(stored)
+    changed = copy.deepcopy(stored)
+    for edit, number in edits:
+        EDITS[edit](changed, number)
+    if touched:
+        touch(changed)
+    with pytest.raises(ManifestError) as strict:
+        validate_document(changed)
+    assert field in str(strict.value), "the rule refuses the value in a new job"
+
+    if touched:
+        with pytest.raises(ManifestError) as refused:
+            validate_update(changed, stored)
+        assert field in str(refused.value)
+        return
+    defaulted, tolerated = validate_update(changed, stored)
+    assert tolerated == strict.value.problems
+    assert defaulted["spec"]["image"] == changed["spec"]["image"]
+
+
+def test_a_list_over_its_bound_is_tolerated_only_while_the_whole_list_is_unchanged() -> None:
+    stored = _job(_env(1001))
+    nonce = copy.deepcopy(stored)
+    nonce["spec"]["checkpointTriggerNonce"] = 1
+    _, tolerated = validate_update(nonce, stored)
+    assert [p.path for p in tolerated] == ["spec.application.env"]
+
+    one_value = copy.deepcopy(stored)
+    one_value["spec"]["application"]["env"][3]["value"] = "changed"
+    with pytest.raises(ManifestError, match=r"spec\.application\.env: has 1001 items"):
+        validate_update(one_value, stored)
+
+
+def test_a_rule_on_an_object_is_judged_again_when_any_of_its_fields_changes() -> None:
+    """A CEL rule judges its object: the API server ratchets it only while the whole
+    object is unchanged, whichever field the rule's message names."""
+    stored = _job()
+    stored["spec"]["checkpointing"] |= {"interval": "10s", "minPause": "1m"}
+    with pytest.raises(ManifestError, match="minPause"):
+        validate_document(stored)
+    elsewhere = copy.deepcopy(stored)
+    elsewhere["spec"]["image"] = "example/orders:2"
+    assert validate_update(elsewhere, stored)[1]
+    same_object = copy.deepcopy(stored)
+    same_object["spec"]["checkpointing"]["retained"] = 3
+    with pytest.raises(ManifestError, match="minPause"):
+        validate_update(same_object, stored)
+
+
+def test_values_are_compared_as_json_values() -> None:
+    """``true`` is not ``1``: a changed type is a change."""
+    stored = _job()
+    stored["spec"]["checkpointing"]["retained"] = 0
+    changed = copy.deepcopy(stored)
+    changed["spec"]["checkpointing"]["retained"] = False
+    with pytest.raises(ManifestError, match="retained"):
+        validate_update(changed, stored)
+
+
+def test_without_a_previous_job_nothing_is_tolerated() -> None:
+    job = _job()
+    _reserved_name(0)[0](job)
+    with pytest.raises(ManifestError, match=r"reserved: SPARK_CHECKPOINT_\*"):
+        validate_update(job, None)
+    manifest, tolerated = manifest_from_update(job, job)
+    assert [v.name for v in manifest.spec.application.env] == ["SPARK_CHECKPOINT_TOKEN"]
+    assert len(tolerated) == 1
