@@ -259,6 +259,8 @@ class Observed:
     driver: Readiness | None = None
     executors: Readiness | None = None
     spec_problem: str | None = None
+    # What this operator refuses in a spec it runs unchanged since it was accepted.
+    spec_tolerated: str | None = None
 
 
 def render_status(
@@ -382,11 +384,12 @@ def _conditions(
             ),
         )
     )
-    valid = (
-        ("False", "InvalidSpec", observed.spec_problem)
-        if observed.spec_problem is not None
-        else ("True", "Valid", "the spec can be run")
-    )
+    if observed.spec_problem is not None:
+        valid = ("False", "InvalidSpec", observed.spec_problem)
+    elif observed.spec_tolerated is not None:
+        valid = ("True", "AcceptedUnchanged", observed.spec_tolerated)
+    else:
+        valid = ("True", "Valid", "the spec can be run")
     earlier = {c.get("type"): c for c in previous}
     conditions = []
     for kind, (state, reason, message) in (

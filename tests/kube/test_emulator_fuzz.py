@@ -72,7 +72,7 @@ def _check_rejection(code: int, answer: dict[str, Any]) -> None:
 
 def _is_stored_validly(stored: dict[str, Any]) -> bool:
     """The stored job passes validation again and holds no non-finite number."""
-    validate_spark_checkpoint_job(stored)
+    validate_spark_checkpoint_job(stored, None)
     numbers = [stored]
     while numbers:
         value = numbers.pop()

@@ -16,7 +16,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
+from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
+from spark_checkpoint_operator.kubernetes import objects
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -822,6 +824,85 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     )
     assert retried["jobAttempt"] == 3
     assert retried["message"] == ""
+
+
+@pytest.mark.parametrize("earlier_operator", ["lastAcceptedSpec", "SpecValid condition only"])
+def test_an_upgrade_that_tightens_a_rule_neither_stops_a_running_job_nor_its_next_change(
+    cluster: LocalCluster, earlier_operator: str
+) -> None:
+    """An earlier CRD and operator let a value in that this one refuses: the running
+    driver is adopted and coordinated on, the value reported, and a change elsewhere in
+    the spec is acted on (as the API server ratchets it). An operator from before
+    status.lastAcceptedSpec left its verdict in the SpecValid condition."""
+    cluster.apply(job())
+    before = completed(cluster, "orders", 2)
+
+    with operator_stopped(cluster):
+        reserved = {"name": "SPARK_CHECKPOINT_LEGACY", "value": "set before the rule"}
+        with cluster.api.validated_by(SPARK_CHECKPOINT_JOBS_CRD, lambda obj, stored: obj):
+            cluster.patch_spec("orders", {"application": {"env": [reserved]}})
+        stored = cluster.job("orders")
+        assert stored is not None
+        # What the earlier operator wrote once it had deployed the driver from that spec.
+        deployed = objects.deployment_hash(stored["spec"])
+        annotations = {"metadata": {"annotations": {objects.ANNOTATION_SPEC_HASH: deployed}}}
+        cluster.api.patch(PODS, "default", "orders-driver-1", annotations)
+        status: dict[str, Any] = {"deploymentHash": deployed}
+        generation = stored["metadata"]["generation"]
+        if earlier_operator == "lastAcceptedSpec":
+            status["lastAcceptedSpec"] = json.dumps(stored["spec"])
+        else:
+            conditions = stored["status"]["conditions"]
+            for condition in conditions:
+                condition["observedGeneration"] = generation
+            status |= {"lastAcceptedSpec": None, "conditions": conditions}
+        cluster.api.patch(JOBS, "default", "orders", {"status": status}, subresource="status")
+
+    after = completed(cluster, "orders", before["counts"]["completed"] + 2)
+    assert after["jobAttempt"] == 1, "adopted, not upgraded or restarted"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    valid = {c["type"]: c for c in after["conditions"]}["SpecValid"]
+    assert (valid["status"], valid["reason"]) == ("True", "AcceptedUnchanged")
+    assert valid["message"].startswith("spec.application.env[0].name: is set by the operator")
+    cluster.wait_for_event("orders", "SpecAcceptedUnchanged", "spec.application.env[0].name")
+    assert json.loads(after["lastAcceptedSpec"])["application"]["env"] == [reserved]
+
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
+    cluster.wait_for_event("orders", "SavepointCompleted", "nonce 1")
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+
+
+def test_a_running_job_whose_spec_became_invalid_goes_on_across_an_operator_restart(
+    cluster: LocalCluster,
+) -> None:
+    """The last valid spec stays in effect for a running driver, also for the next
+    operator process (status.lastAcceptedSpec): its driver is adopted and coordinated."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    cluster.patch_spec("orders", {"image": None})  # only the operator refuses that
+    cluster.wait_for_event("orders", "InvalidSpec", "spec.image")
+
+    with operator_stopped(cluster):
+        pass
+    before = cluster.status("orders")["counts"]["completed"]
+
+    after = completed(cluster, "orders", before + 2)
+    assert after["jobAttempt"] == 1, "adopted, not restarted"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    valid = {c["type"]: c for c in after["conditions"]}["SpecValid"]
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+    assert valid["message"].startswith("spec.image: required on a cluster")
+
+    cluster.patch_spec("orders", {"image": "example/orders:1"})
+    cluster.wait_for(
+        "SpecValid again",
+        lambda: (
+            {c["type"]: c["status"] for c in cluster.status("orders")["conditions"]}["SpecValid"]
+            == "True"
+        ),
+    )
+    completed(cluster, "orders", after["counts"]["completed"] + 1)
+    assert cluster.driver_pods("orders") == ["orders-driver-1"], "the same spec: no upgrade"
 
 
 @pytest.mark.parametrize(

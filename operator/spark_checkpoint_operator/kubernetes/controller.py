@@ -48,11 +48,11 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesLauncher,
     pod_ready,
 )
-from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_update
 from spark_checkpoint_operator.manifest.model import JobManifest, JobState
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
-from spark_checkpoint_operator.status import Observed, Readiness, render_status
+from spark_checkpoint_operator.status import SPEC_VALID, Observed, Readiness, render_status
 from spark_checkpoint_operator.supervisor import (
     CleanupFailed,
     DriverHandle,
@@ -103,6 +103,7 @@ class JobController:
         self._stop: _Stop | None = None
         self._read_status(dict(body.get("status") or {}))
         self._problem: str | None = None
+        self._tolerated: str | None = None  # what a newer rule refuses in an unchanged spec
         self._generation = -1  # of the spec read last; status writes do not change it
         self._manifest: JobManifest | None = None
         self._spec: dict[str, Any] = {}
@@ -125,6 +126,7 @@ class JobController:
         self._handled = dict(status.get("handledTriggers") or {})
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
+        self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
 
     async def _read_stored_status(self) -> None:
         """The status as stored, not as the watch last showed it: a daemon restarted after
@@ -162,6 +164,8 @@ class JobController:
             await self._read_stored_status()
             while self._stop is None:
                 manifest = await self._read_spec()
+                if manifest is None and self._record.phase in ACTIVE_PHASES:
+                    manifest = self._manifest  # an invalid spec: the last valid one goes on
                 if manifest is not None and await self._should_run(manifest):
                     await self._supervise(manifest)
                     continue
@@ -181,7 +185,7 @@ class JobController:
         self.stop(deleting=True)
         try:
             await self._read_stored_status()
-            manifest = await self._read_spec()
+            manifest = await self._read_spec() or self._manifest
             if manifest is not None and self._record.phase in ACTIVE_PHASES:
                 driver = await self._launcher(manifest).adopt(self._record.attempt)
                 if driver is not None:
@@ -220,23 +224,51 @@ class JobController:
 
     async def _read_spec(self) -> JobManifest | None:
         """The spec, validated again only when its generation changed. A spec in error
-        is reported in status and an event; the last valid one stays in effect for a
-        running driver, and nothing starts for it otherwise."""
+        is reported in status and an event; the last valid one (or the one an earlier
+        operator accepted, from status) stays in effect for a running driver, and nothing
+        starts for it otherwise. What a rule refuses in a value the accepted spec already
+        held is tolerated, as the API server ratchets its validation: an operator upgrade
+        that tightens a rule neither stops a running job nor refuses its next change
+        elsewhere in the spec."""
         generation = int(self._body["metadata"].get("generation", 0))
         if generation == self._generation:
             return self._manifest if self._problem is None else None
         self._generation = generation
-        manifest, problem = _validated(self._body)
-        if problem != self._problem:
-            self._problem = problem
+        manifest, problem, tolerated = _validated(self._body, self._accepted_spec(generation))
+        if manifest is not None:
+            self._manifest = manifest
+            self._spec = json.loads(json.dumps(dict(self._body["spec"])))
+        elif self._manifest is None and self._stored_spec is not None:
+            # Accepted before this process: in effect for a driver the spec's error finds
+            # running, as a valid spec read earlier in this process would be.
+            self._manifest, _, _ = _validated(
+                {**self._body, "spec": self._stored_spec}, self._stored_spec
+            )
+            if self._manifest is not None:
+                self._spec = self._stored_spec
+        if (problem, tolerated) != (self._problem, self._tolerated):
+            self._problem, self._tolerated = problem, tolerated
             if problem is not None:
                 self._post_event("Warning", "InvalidSpec", problem)
+            elif tolerated is not None:
+                self._post_event("Warning", "SpecAcceptedUnchanged", tolerated)
             await self._save(self._record)
-        if manifest is None:
-            return None
-        self._manifest = manifest
-        self._spec = json.loads(json.dumps(dict(self._body["spec"])))
         return manifest
+
+    def _accepted_spec(self, generation: int) -> Mapping[str, Any] | None:
+        """The spec the job last ran under: accepted by this process, else as stored in
+        status by an earlier one. An operator from before ``lastAcceptedSpec`` left its
+        verdict in the SpecValid condition: a spec it found valid at this generation."""
+        if self._spec or self._stored_spec is not None:
+            return self._spec or self._stored_spec
+        valid = next((c for c in self._conditions if c.get("type") == SPEC_VALID), None)
+        if (
+            valid
+            and valid.get("status") == "True"
+            and valid.get("observedGeneration") == generation
+        ):
+            return dict(self._body.get("spec") or {})
+        return None
 
     async def _should_run(self, manifest: JobManifest) -> bool:
         phase = self._record.phase
@@ -486,6 +518,7 @@ class JobController:
                 executors_expected,
             ),
             spec_problem=self._problem,
+            spec_tolerated=self._tolerated,
         )
 
     async def _refresh_readiness(self) -> None:
@@ -512,6 +545,9 @@ class JobController:
         status["handledTriggers"] = dict(self._handled)
         status["deploymentHash"] = self._deployed
         status["stoppedSpecHash"] = self._stopped_spec
+        if self._spec:
+            # A string, not an object: a merge patch would keep fields the spec dropped.
+            status["lastAcceptedSpec"] = json.dumps(self._spec, sort_keys=True)
         self._conditions = status["conditions"]
         for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
             try:
@@ -575,25 +611,43 @@ async def _cancel(task: "asyncio.Task[Any]") -> None:
             await task
 
 
-def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]:
+def _validated(
+    body: Mapping[str, Any], accepted_spec: Mapping[str, Any] | None
+) -> tuple[JobManifest | None, str | None, str | None]:
     """Check the spec as a local manifest is checked (the API server checked the schema
     already; the operator may be older or newer than the CRD) and for what only a cluster
-    needs. Returns the manifest or the problem."""
+    needs, tolerating what a rule refuses in a value ``accepted_spec`` held. Returns the
+    manifest or the problem, and what was tolerated."""
     metadata = body["metadata"]
-    document = {
-        "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
-        "kind": objects.KIND,
-        "metadata": {
-            key: metadata[key]
-            for key in ("name", "namespace", "labels", "annotations")
-            if key in metadata
-        },
-        "spec": json.loads(json.dumps(dict(body.get("spec") or {}))),
-    }
+
+    def document(spec: Mapping[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
+            "kind": objects.KIND,
+            "metadata": {
+                key: metadata[key]
+                for key in ("name", "namespace", "labels", "annotations")
+                if key in metadata
+            },
+            "spec": json.loads(json.dumps(dict(spec))),
+        }
+
+    source = f"{metadata['namespace']}/{metadata['name']}"
     try:
-        manifest = manifest_from_document(document, f"{metadata['namespace']}/{metadata['name']}")
+        manifest, tolerated = manifest_from_update(
+            document(body.get("spec") or {}),
+            None if accepted_spec is None else document(accepted_spec),
+            source,
+        )
     except ManifestError as error:
-        return None, "; ".join(str(p) for p in error.problems)
+        return None, "; ".join(str(p) for p in error.problems), None
+    kept = (
+        "; ".join(str(p) for p in tolerated)
+        + " (refused by this operator, kept while unchanged since the spec was accepted;"
+        " a change to these fields must fix them)"
+        if tolerated
+        else None
+    )
     problems = []
     if not manifest.spec.image:
         problems.append("spec.image: required on a cluster (the driver's container image)")
@@ -609,8 +663,17 @@ def _validated(body: Mapping[str, Any]) -> tuple[JobManifest | None, str | None]
             "so it must be on a ReadWriteMany volume both mount"
         )
     if problems:
-        return None, "; ".join(problems)
-    return manifest, None
+        return None, "; ".join(problems), None
+    return manifest, None, kept
+
+
+def _stored_spec(text: object) -> dict[str, Any] | None:
+    """``status.lastAcceptedSpec`` as written by ``_write``; anything else is no spec."""
+    try:
+        spec = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 # Fields the CRD gained after jobs were stored, with their defaults. The API server fills
