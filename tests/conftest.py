@@ -81,3 +81,16 @@ def faulty_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[StartProxy]:
     yield start
     for proxy in proxies:
         proxy.close()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The modules that run Spark or build images first, each module's tests kept together
+    (module fixtures start once): `make test`'s xdist scheduler (worksteal) hands each
+    worker a contiguous share of the list and idle workers take the end of another's share,
+    so the long tests ahead of the short ones let the workers finish together."""
+    slow = {
+        item.path
+        for item in items
+        if item.get_closest_marker("spark") or item.get_closest_marker("images")
+    }
+    items.sort(key=lambda item: item.path not in slow)
