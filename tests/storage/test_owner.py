@@ -1,6 +1,8 @@
 """`CheckpointStorage.claim`: a job's storage belongs to one registry of its snapshots (on
 the local filesystem, S3 and Azure alike)."""
 
+import logging
+
 import pytest
 
 from helpers.objectstore import StorageRoot
@@ -88,3 +90,17 @@ def test_a_record_that_names_no_registry_is_an_error_naming_it(
 def test_an_owner_id_is_one_to_200_characters(owner_id: str) -> None:
     with pytest.raises(ProtocolError):
         StorageOwner(id=owner_id, description="")
+
+
+def test_a_takeover_logs_the_old_registry_as_one_printable_line(
+    storage: CheckpointStorage, storage_root: StorageRoot, caplog: pytest.LogCaptureFixture
+) -> None:
+    """owner.json is read from storage: whatever its description holds, the log line
+    quoting it stays one line without terminal escapes."""
+    hostile = StorageOwner(id="uid-0", description="job\n\x1b[31mERROR forged line")
+    storage_root.write(storage.layout.owner_path, hostile.encode().encode())
+    with caplog.at_level(logging.WARNING):
+        storage.claim(SECOND)
+    [line] = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert "\n" not in line and "\x1b" not in line
+    assert "job\\n\\x1b[31mERROR forged line" in line

@@ -110,7 +110,7 @@ class StorageOwnedElsewhere(StorageError):
     def __init__(self, path: str, owner: StorageOwner, claimant: StorageOwner) -> None:
         super().__init__(
             path,
-            f"this job's storage belongs to {_shown(owner.description)}, not to "
+            f"this job's storage belongs to {printable_line(owner.description)}, not to "
             f"{claimant.description}, whose garbage collection would delete the other's "
             "checkpoints: run the job from the registry that owns it, or give this one "
             "another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
@@ -123,7 +123,8 @@ class StorageOwnedElsewhere(StorageError):
         self.claimant = claimant
 
 
-def _shown(text: str, limit: int = 300) -> str:
-    """Text read from storage as one line of printable characters, at most ``limit``."""
+def printable_line(text: str, limit: int = 300) -> str:
+    """Text read from storage as one line of printable characters, at most ``limit``:
+    what a message or a log line quotes of it."""
     printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
     return printable if len(printable) <= limit else f"{printable[: limit - 3]}..."

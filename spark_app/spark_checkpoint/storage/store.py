@@ -20,6 +20,7 @@ from .errors import (
     NotEmptyError,
     StorageError,
     StorageOwnedElsewhere,
+    printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
@@ -105,7 +106,7 @@ class CheckpointStorage:
             logger.warning(
                 "%s: taken over from %s, which left no checkpoints there",
                 self.layout.job_root,
-                current.description,
+                printable_line(current.description),
             )
         if current != owner:  # taken over, or moved: later refusals name where it is now
             self.fs.write_atomic(path, owner.encode().encode())
