@@ -161,7 +161,9 @@ def test_list_documents_are_the_same_in_json_and_yaml_and_match_storage(
         completed = snapshot["completionTime"]
         assert completed.endswith("Z")
         assert abs(_parse(completed) - meta.completion_time.timestamp()) < 0.001
-    header, *rows = (re.split(r"\s{2,}", line) for line in wide.out.splitlines()[2:])
+    table = wide.out.splitlines()
+    table = table[next(i for i, line in enumerate(table) if line.startswith("KIND")) :]
+    header, *rows = (re.split(r"\s{2,}", line) for line in table)
     assert header[7:] == ["COMPLETED", "DURATION", "PATH", "NOTE"]
     assert [row[9] for row in rows] == [s["path"] for s in document["snapshots"]]
 

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointKind
 
 if TYPE_CHECKING:
@@ -200,3 +201,26 @@ def test_list_and_verify_find_the_default_storage_next_to_the_manifest_from_any_
     verified = cli("verify", "-f", "../project/job.yaml")
     assert verified.code == 0, verified.err
     assert verified.out.endswith("3 verified: 3 OK, 0 failed\n")
+
+
+def test_shows_the_registry_the_storage_belongs_to(job: Job, cli: Cli) -> None:
+    """`owner.json`: what a refusal to run from another registry names, shown before it."""
+    unclaimed = cli("list", *job.flags)
+    assert "owner: none recorded (the next run or cleanup of the job claims" in unclaimed.out
+    assert json.loads(cli("list", *job.flags, "--json").out)["owner"] is None
+
+    owner = StorageOwner(id="abcd", description="the state directory /x (registry abcd)\n")
+    job.storage.claim(owner)
+    claimed = cli("list", *job.flags)
+    assert claimed.code == 0, claimed.err
+    assert "owner: the state directory /x (registry abcd)\\n" in claimed.out.splitlines()
+    document = json.loads(cli("list", *job.flags, "--json").out)
+    assert document["owner"] == {"id": "abcd", "description": owner.description}
+    assert document["ownerProblem"] is None
+
+    Path(job.storage.layout.owner_path).write_text("{")
+    broken = cli("list", *job.flags, "--json")
+    assert broken.code == 0, broken.err
+    problem = json.loads(broken.out)["ownerProblem"]
+    assert problem.startswith(f"storage error: {job.storage.layout.owner_path}: not an owner")
+    assert f"owner: unreadable: {problem}" in cli("list", *job.flags).out.splitlines()

@@ -27,6 +27,7 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
     inspect_snapshots,
     io_problem,
     list_snapshots,
+    read_ownership,
     verify_snapshot,
 )
 
@@ -47,13 +48,14 @@ def run_list(
     registry = registry_or_warn(job, err)
     try:
         rows = list_snapshots(job.storage, registry)
+        ownership = read_ownership(job.storage)
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
-        print_document(list_document(job, registry, rows, now), output, out)
+        print_document(list_document(job, registry, ownership, rows, now), output, out)
     else:
         wide = output is OutputFormat.WIDE
-        for line in list_lines(job, registry, rows, now, wide=wide):
+        for line in list_lines(job, registry, ownership, rows, now, wide=wide):
             print(line, file=out)
     return ExitCode.OK
 

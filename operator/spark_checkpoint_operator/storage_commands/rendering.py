@@ -8,11 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata
+from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata, printable_line
 from spark_checkpoint_operator.cli_conventions import format_table
 from spark_checkpoint_operator.storage_commands.job import JobStorage, Registry
 from spark_checkpoint_operator.storage_commands.snapshots import (
     Inspection,
+    Ownership,
     SnapshotRow,
     StoredSnapshotState,
     Verification,
@@ -21,15 +22,22 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
 
 
 def list_document(
-    job: JobStorage, registry: Registry | None, rows: Sequence[SnapshotRow], now: datetime
+    job: JobStorage,
+    registry: Registry | None,
+    ownership: Ownership,
+    rows: Sequence[SnapshotRow],
+    now: datetime,
 ) -> dict[str, Any]:
     """``list -o json|yaml``."""
+    owner = ownership.owner
     return {
         "namespace": job.layout.namespace,
         "job": job.layout.job,
         "storage": job.layout.root,
         "jobRoot": job.layout.job_root,
         "statusFile": str(registry.source) if registry else None,
+        "owner": {"id": owner.id, "description": owner.description} if owner else None,
+        "ownerProblem": ownership.problem,
         "snapshots": [row_json(row, now) for row in rows],
     }
 
@@ -37,15 +45,17 @@ def list_document(
 def list_lines(
     job: JobStorage,
     registry: Registry | None,
+    ownership: Ownership,
     rows: Sequence[SnapshotRow],
     now: datetime,
     *,
     wide: bool,
 ) -> list[str]:
-    """``list``: the job, its registry and a table of its snapshots; ``wide`` adds when
-    each completed, how long it took and where it is."""
+    """``list``: the job, its registry, the registry its storage belongs to and a table of
+    its snapshots; ``wide`` adds when each completed, how long it took and where it is."""
     lines = [f"job {job.layout.namespace}/{job.layout.job}: {job.layout.job_root}"]
     lines.append(registry_line(job.status_file, registry))
+    lines.append(owner_line(ownership))
     if not rows:
         return [*lines, "no checkpoints or savepoints in storage"]
     header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY"]
@@ -171,6 +181,14 @@ def registry_line(status_file: Path, registry: Registry | None) -> str:
     if registry is None:
         return f"registry: none (no readable status file at {status_file})"
     return f"registry: {registry.source}"
+
+
+def owner_line(ownership: Ownership) -> str:
+    if ownership.problem is not None:
+        return f"owner: unreadable: {ownership.problem}"
+    if ownership.owner is None:
+        return "owner: none recorded (the next run or cleanup of the job claims the storage)"
+    return f"owner: {printable_line(ownership.owner.description)}"
 
 
 def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:

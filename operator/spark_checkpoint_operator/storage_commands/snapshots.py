@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate, StorageOwner
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -317,6 +317,22 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
     if registry is not None:
         refs |= {SnapshotRef(kind, i) for kind in CheckpointKind for i in registry.ids(kind)}
     return sorted(refs)
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """What the job's `owner.json` says: the registry that owns its storage (None: no
+    registry claimed it yet), or why it cannot be read."""
+
+    owner: StorageOwner | None
+    problem: str | None = None
+
+
+def read_ownership(storage: CheckpointStorage) -> Ownership:
+    try:
+        return Ownership(storage.recorded_owner())
+    except StorageError as error:
+        return Ownership(None, storage_problem(error))
 
 
 def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageError) -> str:

@@ -17,6 +17,7 @@ from .errors import (
     SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
+    printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
@@ -63,5 +64,6 @@ __all__ = [
     "digest_local_file",
     "metadata_location",
     "parse_snapshot_dir_name",
+    "printable_line",
     "snapshot_dir_name",
 ]

@@ -87,19 +87,10 @@ class CheckpointStorage:
         the claim fences registries that follow each other, the local writer lock runs
         that overlap."""
         path = self.layout.owner_path
-        try:
-            stored = self.fs.read_bytes(path)
-        except MissingFileError:
+        current = self.recorded_owner()
+        if current is None:
             self.fs.write_atomic(path, owner.encode().encode())
             return
-        try:
-            current = StorageOwner.decode(stored.decode(errors="replace"))
-        except ValueError as error:
-            raise StorageError(
-                path,
-                f"not an owner record ({error}): if no other registry of this job writes "
-                "here, delete it to hand the storage to the next writer",
-            ) from None
         if current.id != owner.id:
             if self._snapshot_dir_ids(CheckpointKind.CHECKPOINT):
                 raise StorageOwnedElsewhere(path, current, owner)
@@ -110,6 +101,23 @@ class CheckpointStorage:
             )
         if current != owner:  # taken over, or moved: later refusals name where it is now
             self.fs.write_atomic(path, owner.encode().encode())
+
+    def recorded_owner(self) -> StorageOwner | None:
+        """The registry `owner.json` names, or None where no registry claimed the storage;
+        StorageError if the file is not an owner record."""
+        path = self.layout.owner_path
+        try:
+            stored = self.fs.read_bytes(path)
+        except MissingFileError:
+            return None
+        try:
+            return StorageOwner.decode(stored.decode(errors="replace"))
+        except ValueError as error:
+            raise StorageError(
+                path,
+                f"not an owner record ({error}): if no other registry of this job writes "
+                "here, delete it to hand the storage to the next writer",
+            ) from None
 
     def listed_shared_sizes(self) -> dict[str, int] | None:
         """Sizes of the files stored in `shared/` by location, for
