@@ -189,3 +189,79 @@ def test_without_a_previous_job_nothing_is_tolerated() -> None:
     manifest, tolerated = manifest_from_update(job, job)
     assert [v.name for v in manifest.spec.application.env] == ["SPARK_CHECKPOINT_TOKEN"]
     assert len(tolerated) == 1
+
+
+def test_the_api_server_ratchets_a_values_shape_but_the_operator_cannot_run_it() -> None:
+    """An enum value a newer CRD dropped, a duration of a form it no longer takes: the
+    API server keeps them while unchanged; the manifest is read on the schema's word, so
+    the operator refuses such a job rather than misread it ("1d" is no duration it knows)."""
+    for section, field, value in [
+        ("spec", "imagePullPolicy", "Sometimes"),
+        ("restartPolicy", "backoff", "1d"),
+    ]:
+        stored = _job()
+        target = stored["spec"] if section == "spec" else stored["spec"].setdefault(section, {})
+        target[field] = value
+        changed = copy.deepcopy(stored)
+        changed["spec"]["checkpointTriggerNonce"] = 1
+        assert validate_update(changed, stored)[1], field
+        with pytest.raises(ManifestError, match=field):
+            manifest_from_update(changed, stored)
+
+
+def test_an_unknown_field_is_never_tolerated() -> None:
+    """The API server prunes unknown fields: one in a spec means the operator is older
+    than its CRD, and would drop the setting without a word."""
+    stored = _job(compression="zstd")
+    changed = copy.deepcopy(stored)
+    changed["spec"]["image"] = "example/orders:2"
+    with pytest.raises(ManifestError, match=r"compression: unknown field"):
+        validate_update(changed, stored)
+
+
+def test_a_rule_that_cannot_evaluate_a_tolerated_value_of_a_changed_object_refuses_it() -> None:
+    stored = _job()
+    stored["spec"]["restartPolicy"] = {"backoff": "1d"}
+    changed = copy.deepcopy(stored)
+    changed["spec"]["restartPolicy"]["maxBackoff"] = "1s"
+    with pytest.raises(ManifestError, match=r"spec\.restartPolicy: rule .* failed"):
+        validate_update(changed, stored)
+
+
+def test_any_number_of_tolerated_problems_leaves_the_bound_to_the_refused_ones() -> None:
+    reserved = [{"name": f"SPARK_CHECKPOINT_V{n}", "value": "x"} for n in range(2 * 51)]
+    stored = _job(reserved)
+    changed = copy.deepcopy(stored)
+    changed["spec"]["checkpointTriggerNonce"] = 1
+    assert len(validate_update(changed, stored)[1]) == len(reserved)
+    changed["spec"]["checkpointing"]["retained"] = 0
+    with pytest.raises(ManifestError) as refused:
+        validate_update(changed, stored)
+    assert [str(p) for p in refused.value.problems] == [
+        "spec.checkpointing.retained: 0 is less than the minimum of 1"
+    ]
+
+
+def test_duplicate_keys_are_not_checked_where_the_stored_list_had_duplicates() -> None:
+    stored = _job([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])
+    added = copy.deepcopy(stored)
+    _add_variable(added, 7)
+    assert [p.path for p in validate_update(added, stored)[1]] == ["spec.application.env[2]"]
+    fresh = _job([{"name": "B", "value": "1"}])
+    with pytest.raises(ManifestError, match="duplicate entry"):
+        validate_update(stored, fresh)
+
+
+def test_settings_the_coordinator_cannot_run_with_are_refused() -> None:
+    """A rule tightened on settings the coordinator checks itself: tolerated by the API
+    server, refused by the operator, naming the setting."""
+    stored = _job(minPause="1h")  # the CRD's rule: minPause below interval
+    changed = copy.deepcopy(stored)
+    changed["spec"]["image"] = "example/orders:2"
+    assert validate_update(changed, stored)[1]
+    with pytest.raises(ManifestError) as refused:
+        manifest_from_update(changed, stored)
+    assert str(refused.value).splitlines()[-1] == (
+        "<manifest>: cannot be run: checkpointing.minPause (3600.0) must not exceed "
+        "checkpointing.interval (10.0)"
+    )

@@ -73,6 +73,9 @@ PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, m
 ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
 ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 STATUS_WRITE_ATTEMPTS = 5
+# status.lastAcceptedSpec repeats the spec; a spec longer than this (as JSON) is not kept
+# there, so that it cannot take a job over etcd's object size limit (1.5 MiB).
+MAX_ACCEPTED_SPEC_LENGTH = 256 << 10
 # How long a deleted job may take for its final savepoint beyond the checkpoint timeout.
 SHUTDOWN_GRACE_SECONDS = 60.0
 
@@ -240,18 +243,24 @@ class JobController:
             self._spec = json.loads(json.dumps(dict(self._body["spec"])))
         elif self._manifest is None and self._stored_spec is not None:
             # Accepted before this process: in effect for a driver the spec's error finds
-            # running, as a valid spec read earlier in this process would be.
+            # running, as a valid spec read earlier in this process would be. Checked as
+            # the spec would be: only what it shares with the current spec is ratcheted (a
+            # status is writable by others than the operator).
             self._manifest, _, _ = _validated(
-                {**self._body, "spec": self._stored_spec}, self._stored_spec
+                {**self._body, "spec": self._stored_spec}, self._body.get("spec") or {}
             )
             if self._manifest is not None:
                 self._spec = self._stored_spec
-        if (problem, tolerated) != (self._problem, self._tolerated):
+        verdict_changed = (problem, tolerated) != (self._problem, self._tolerated)
+        if verdict_changed:
             self._problem, self._tolerated = problem, tolerated
             if problem is not None:
                 self._post_event("Warning", "InvalidSpec", problem)
             elif tolerated is not None:
                 self._post_event("Warning", "SpecAcceptedUnchanged", tolerated)
+        # The accepted spec is stored at once: a job that is not running writes no other
+        # status, and the next operator ratchets against what is stored.
+        if verdict_changed or (manifest is not None and self._spec != self._stored_spec):
             await self._save(self._record)
         return manifest
 
@@ -545,9 +554,11 @@ class JobController:
         status["handledTriggers"] = dict(self._handled)
         status["deploymentHash"] = self._deployed
         status["stoppedSpecHash"] = self._stopped_spec
-        if self._spec:
+        accepted = self._spec if self._spec != self._stored_spec else None
+        if accepted:
             # A string, not an object: a merge patch would keep fields the spec dropped.
-            status["lastAcceptedSpec"] = json.dumps(self._spec, sort_keys=True)
+            text = json.dumps(accepted, sort_keys=True, separators=(",", ":"))
+            status["lastAcceptedSpec"] = text if len(text) <= MAX_ACCEPTED_SPEC_LENGTH else None
         self._conditions = status["conditions"]
         for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
             try:
@@ -560,6 +571,8 @@ class JobController:
                     {"status": status},
                     _content_type=MERGE_PATCH,
                 )
+                if accepted:
+                    self._stored_spec = accepted
                 return
             except ApiException as error:
                 # The coordinator must not act on state that is not stored: retried, then

@@ -50,14 +50,26 @@ def manifest_from_document(document: object, source: str = "<manifest>") -> JobM
     return to_manifest(validate_document(document, source))
 
 
+# Problems of a value's shape: the manifest is read on the schema's word that there are
+# none (a duration's form, an enum's values), so a job cannot run with one, ratcheted or not.
+_SHAPE_KEYWORDS = frozenset({"type", "enum", "pattern", "required", "format", "const"})
+
+
 def manifest_from_update(
     document: object, previous: Mapping[str, Any] | None, source: str = "<manifest>"
 ) -> tuple[JobManifest, tuple[Problem, ...]]:
     """``manifest_from_document`` for a document that replaces ``previous`` (if any): a
     problem of a value ``previous`` already held is tolerated (``validate_update``) and
-    returned."""
+    returned, unless it is one of a value's shape or the job cannot be run with it."""
     defaulted, tolerated = validate_update(document, previous, source)
-    return to_manifest(defaulted), tolerated
+    if unreadable := [p for p in tolerated if p.keyword in _SHAPE_KEYWORDS]:
+        raise ManifestError(source, unreadable)
+    try:
+        manifest = to_manifest(defaulted)
+        manifest.coordinator_config()  # checks what the coordinator needs of the settings
+    except (KeyError, TypeError, ValueError) as error:
+        raise ManifestError(source, [*tolerated, Problem("", f"cannot be run: {error}")]) from None
+    return manifest, tolerated
 
 
 class _StrictLoader(yaml.SafeLoader):

@@ -19,11 +19,13 @@ class Problem:
     document) and what is wrong. ``location`` is the value that was judged, as keys and
     indexes from the document's root (a rule's object, a list of too many items, the
     parent of a missing field); empty where no value was (the document as a whole, the
-    YAML)."""
+    YAML). ``keyword`` is the kind of rule broken (``type``, ``pattern``, a CEL rule's
+    ``x-kubernetes-validations``, ...): what ratcheting may let through depends on it."""
 
     path: str
     message: str
     location: tuple[str | int, ...] = field(default=(), compare=False)
+    keyword: str = field(default="", compare=False)  # the rule broken: a schema keyword
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}" if self.path else self.message

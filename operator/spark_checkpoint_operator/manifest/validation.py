@@ -8,7 +8,6 @@ Patterns match as Go's RE2 does (``$`` is the end of the text) and integers are 
 import copy
 import difflib
 import functools
-import itertools
 import json
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -132,6 +131,11 @@ PATTERN_HINTS: Mapping[str, str] = {
     ),
 }
 
+# Problem.keyword of a CEL rule's problem and of a list map's duplicate keys; the others are
+# JSON Schema's keywords.
+_RULE = "x-kubernetes-validations"
+_UNIQUE_KEYS = "x-kubernetes-list-map-keys"
+
 # CEL evaluation errors surface as these builtin exceptions (a missing field as KeyError).
 _CEL_ERRORS = (KeyError, RuntimeError, TypeError, ValueError)
 
@@ -163,19 +167,44 @@ def validate_update(
         # Another kind of object: its fields would only bury the one problem that matters.
         raise ManifestError(source, problems)
     defaulted = checker.defaulted(document)
-    problems = checker.problems(defaulted)
-    tolerated: tuple[Problem, ...] = ()
-    if problems and isinstance(previous, dict) and not deeper_than(previous, MAX_MANIFEST_DEPTH):
+    earlier = None
+    if isinstance(previous, dict) and not deeper_than(previous, MAX_MANIFEST_DEPTH):
         earlier = checker.defaulted(previous)
-        tolerated = tuple(
-            p
-            for p in problems
-            if p.location and _unchanged(p.location, defaulted, earlier, checker.schema)
-        )
-        problems = [p for p in problems if p not in tolerated]
+    problems, tolerated = checker.problems(defaulted, earlier)
     if problems:
         raise ManifestError(source, problems)
     return defaulted, tolerated
+
+
+def _ratcheted(problem: Problem, new: Any, old: Any, schema: Schema) -> bool:
+    """Whether the API server's ratcheting lets ``problem`` of ``new`` through, ``old``
+    being the stored object. An unknown field is not ratcheted: the API server prunes
+    unknown fields (so it never stores one), and an operator older than its CRD would
+    drop one's setting without a word. Duplicate keys of a list map are not checked where
+    the stored list had duplicates already."""
+    if not problem.location or problem.keyword == "additionalProperties":
+        return False
+    if problem.keyword == _UNIQUE_KEYS:
+        stored = _correlated(problem.location, new, old, schema)
+        return stored is not None and any(_duplicate_keys(stored[1], stored[0], ()))
+    return _unchanged(problem.location, new, old, schema)
+
+
+def _correlated(
+    location: Sequence[str | int], new: Any, old: Any, schema: Schema | None
+) -> tuple[Sequence[str], list[Any]] | None:
+    """The stored list map at ``location`` with its key fields, found as ``_unchanged``
+    finds values; None if there is none."""
+    *parents, last = location
+    for step in (*parents, last):
+        if isinstance(step, int) or not isinstance(new, dict) or not isinstance(old, dict):
+            return None  # list-map lists correlated through a list: not in this CRD
+        if step not in new or step not in old:
+            return None
+        new, old = new[step], old[step]
+        schema = child_schema(schema, step) if schema is not None else None
+    keys = schema.get("x-kubernetes-list-map-keys") if schema is not None else None
+    return (keys, old) if keys and isinstance(old, list) else None
 
 
 def _unchanged(location: Sequence[str | int], new: Any, old: Any, schema: Schema | None) -> bool:
@@ -270,22 +299,44 @@ class _Checker:
         store_integers(defaulted, self.schema)
         return defaulted
 
-    def problems(self, document: Mapping[str, Any]) -> list[Problem]:
+    def problems(
+        self, document: Mapping[str, Any], previous: Mapping[str, Any] | None = None
+    ) -> tuple[list[Problem], tuple[Problem, ...]]:
+        """The problems of ``document``, and apart from them those ratcheted against
+        ``previous`` (the stored object of an update): the first are bounded, the second
+        are bounded by the document's size."""
         found: dict[Problem, None] = {}  # ordered and without duplicates
+        tolerated: dict[Problem, None] = {}
+
+        def refused(problem: Problem) -> bool:
+            if previous is not None and _ratcheted(problem, document, previous, self.schema):
+                tolerated[problem] = None
+                return False
+            found[problem] = None
+            return True
+
+        # A rule that cannot evaluate a value already refused adds nothing; one that
+        # cannot evaluate a tolerated value is reported (the object around it changed).
         error_paths: list[tuple[str | int, ...]] = []
-        for error in itertools.islice(self.validator.iter_errors(document), MAX_PROBLEMS + 1):
+        for error in self.validator.iter_errors(document):
             judged = tuple(error.absolute_path)
-            error_paths.append(judged)
-            found.update(
-                dict.fromkeys(replace(p, location=judged) for p in _schema_problems(error))
-            )
-        walked = self._walk_problems(document, self.schema, (), error_paths)
-        found.update(dict.fromkeys(itertools.islice(walked, MAX_PROBLEMS + 1)))
+            problems = [
+                replace(p, location=judged, keyword=str(error.validator))
+                for p in _schema_problems(error)
+            ]
+            if [p for p in problems if refused(p)]:
+                error_paths.append(judged)
+            if len(found) > MAX_PROBLEMS:
+                break
+        schema_problems = len(found)
+        for problem in self._walk_problems(document, self.schema, (), error_paths):
+            if refused(problem) and len(found) - schema_problems > MAX_PROBLEMS:
+                break
         problems = sorted(found)
         if len(problems) > MAX_PROBLEMS:
             more = Problem("", f"(and more problems; only the first {MAX_PROBLEMS} are listed)")
-            return [*problems[:MAX_PROBLEMS], more]
-        return problems
+            problems = [*problems[:MAX_PROBLEMS], more]
+        return problems, tuple(sorted(tolerated))
 
     def _walk_problems(
         self,
@@ -310,7 +361,7 @@ class _Checker:
                     # nothing; one that fails on a valid value is reported.
                     if not any(p[: len(path)] == path for p in error_paths):
                         failed = f"rule {rule['rule']!r} failed: {error}"
-                        yield Problem(render_path(path), clip(failed), path)
+                        yield Problem(render_path(path), clip(failed), path, _RULE)
                     continue
                 if result is not True:
                     field_path = [p for p in rule.get("fieldPath", "").split(".") if p]
@@ -318,6 +369,7 @@ class _Checker:
                         render_path((*path, *field_path)),
                         rule.get("message") or f"failed rule: {rule['rule']}",
                         path,  # the rule judged its object, whatever field it names
+                        _RULE,
                     )
         if isinstance(value, dict):
             for key, child in value.items():
@@ -491,6 +543,7 @@ def _duplicate_keys(
                 render_path((*path, index)),
                 f"duplicate entry ({described} is also at index {first_index[key]})",
                 path,
+                _UNIQUE_KEYS,
             )
         else:
             first_index[key] = index

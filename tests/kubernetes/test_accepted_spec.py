@@ -1,0 +1,53 @@
+"""What the operator runs a job's driver under when the spec is invalid after a restart:
+the spec it accepted before (status.lastAcceptedSpec), checked as a spec is, only what it
+shares with the current spec ratcheted. A status can be written by others than the
+operator, and an older operator wrote another layout: neither is run, nor crashes it.
+tests/kubernetes/test_operator_simulated.py runs the operator through it."""
+
+import copy
+from typing import Any
+
+from spark_checkpoint_operator.kubernetes.controller import _validated
+
+SPEC: dict[str, Any] = {
+    "image": "example/orders:1",
+    "application": {
+        "mainFile": "local:///opt/app/orders.py",
+        "sparkConf": {"spark.master": "local[2]"},
+    },
+    "checkpointing": {"interval": "10s", "storage": "s3a://b/c"},
+}
+RESERVED = {"name": "POD_IP", "value": "10.0.0.1"}
+
+
+def _body(spec: dict[str, Any]) -> dict[str, Any]:
+    return {"metadata": {"name": "orders", "namespace": "default"}, "spec": spec}
+
+
+def _invalid_current(spec: dict[str, Any]) -> dict[str, Any]:
+    current = copy.deepcopy(spec)
+    del current["image"]  # only the operator refuses it
+    return current
+
+
+def test_a_stored_spec_sharing_a_tightened_value_with_the_current_one_is_run() -> None:
+    stored = copy.deepcopy(SPEC)
+    stored["application"]["env"] = [RESERVED]
+    manifest, problem, _ = _validated(_body(stored), _invalid_current(stored))
+    assert problem is None and manifest is not None
+    assert [v.name for v in manifest.spec.application.env] == ["POD_IP"]
+
+
+def test_a_stored_spec_with_a_refused_value_the_current_one_lacks_is_not_run() -> None:
+    stored = copy.deepcopy(SPEC)
+    stored["application"]["env"] = [RESERVED]
+    manifest, problem, _ = _validated(_body(stored), _invalid_current(SPEC))
+    assert manifest is None
+    assert problem is not None and problem.startswith("spec.application.env[0].name: is set")
+
+
+def test_a_stored_spec_of_another_layout_is_a_problem_not_a_crash() -> None:
+    older = {"image": "example/orders:1", "mainFile": "orders.py"}
+    manifest, problem, _ = _validated(_body(older), _invalid_current(SPEC))
+    assert manifest is None
+    assert problem is not None and "spec.application: required field is missing" in problem
