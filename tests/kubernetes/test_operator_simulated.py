@@ -460,11 +460,17 @@ def deleted_while_the_operator_is_down(cluster: LocalCluster, name: str) -> list
     return [c["id"] for c in held["status"]["coordinator"]["checkpoints"]]
 
 
+@pytest.mark.parametrize("spec", ["valid", "made invalid"])
 def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_retention(
-    cluster: LocalCluster,
+    cluster: LocalCluster, spec: str
 ) -> None:
+    """Also when its spec had become invalid: the spec last accepted (status) is in effect
+    for its driver, so the next operator takes the final savepoint with it."""
     cluster.apply(job(shutdown={"finalSavepoint": True}))
     completed(cluster, "orders", 2)
+    if spec == "made invalid":
+        cluster.patch_spec("orders", {"image": None})
+        cluster.wait_for_event("orders", "InvalidSpec", "spec.image")
 
     cluster.operator.kill()
     retained = deleted_while_the_operator_is_down(cluster, "orders")
