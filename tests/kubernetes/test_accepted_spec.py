@@ -7,7 +7,7 @@ tests/kubernetes/test_operator_simulated.py runs the operator through it."""
 import copy
 from typing import Any
 
-from spark_checkpoint_operator.kubernetes.controller import _validated
+from spark_checkpoint_operator.kubernetes.controller import _stored_spec, _validated
 
 SPEC: dict[str, Any] = {
     "image": "example/orders:1",
@@ -51,3 +51,10 @@ def test_a_stored_spec_of_another_layout_is_a_problem_not_a_crash() -> None:
     manifest, problem, _ = _validated(_body(older), _invalid_current(SPEC))
     assert manifest is None
     assert problem is not None and "spec.application: required field is missing" in problem
+
+
+def test_a_status_field_that_is_no_spec_is_none() -> None:
+    nested = "[" * 100_000 + "]" * 100_000  # past the JSON parser's recursion
+    for text in (nested, "{", "[1]", 7, None, '"spec"'):
+        assert _stored_spec(text) is None
+    assert _stored_spec('{"image":"x"}') == {"image": "x"}

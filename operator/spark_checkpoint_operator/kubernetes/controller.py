@@ -684,7 +684,7 @@ def _stored_spec(text: object) -> dict[str, Any] | None:
     """``status.lastAcceptedSpec`` as written by ``_write``; anything else is no spec."""
     try:
         spec = json.loads(text) if isinstance(text, str) else None
-    except ValueError:
+    except (ValueError, RecursionError):  # a status is writable by others than the operator
         return None
     return spec if isinstance(spec, dict) else None
 

@@ -167,10 +167,11 @@ def validate_update(
         # Another kind of object: its fields would only bury the one problem that matters.
         raise ManifestError(source, problems)
     defaulted = checker.defaulted(document)
-    earlier = None
-    if isinstance(previous, dict) and not deeper_than(previous, MAX_MANIFEST_DEPTH):
-        earlier = checker.defaulted(previous)
-    problems, tolerated = checker.problems(defaulted, earlier)
+    problems, tolerated = checker.problems(defaulted)
+    if problems and isinstance(previous, dict) and not deeper_than(previous, MAX_MANIFEST_DEPTH):
+        # Checked again against the stored object only when there is something to ratchet:
+        # most updates (the operator's status writes) have nothing.
+        problems, tolerated = checker.problems(defaulted, checker.defaulted(previous))
     if problems:
         raise ManifestError(source, problems)
     return defaulted, tolerated
