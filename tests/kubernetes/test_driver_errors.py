@@ -148,8 +148,49 @@ def test_a_job_recreated_under_its_name_is_refused_the_old_jobs_storage(tmp_path
             "registry lists are then deleted as garbage; its savepoints stay)"
         )
         assert failed["jobAttempt"] == 1, "a misconfigured driver is not retried"
+        # No cleanup pod: it would be refused the storage too (a CleanupFailed event).
+        cluster.wait_for_event("orders", "JobFailed")
+        assert [e["reason"] for e in cluster.events("orders") if "Cleanup" in e["reason"]] == []
+        assert cluster.pods("orders", component="cleanup") == []
     assert (job_storage / "chk-7" / "_metadata").read_text() == "the old job's"
     assert StorageOwner.decode((job_storage / "owner.json").read_text()) == earlier
+
+
+def test_a_job_recreated_where_the_old_one_left_no_checkpoints_takes_its_storage_over(
+    tmp_path: Path,
+) -> None:
+    """The old job deleted under a retention policy that discarded its checkpoints: the
+    job created again under its name claims the storage (nothing there its garbage
+    collection could delete but garbage) and checkpoints; the old savepoint stays."""
+    earlier = StorageOwner(
+        id="0b5c1f9e-0000-4000-8000-000000000001",
+        description=f"SparkCheckpointJob {NAMESPACE}/orders (uid 0b5c1f9e-...-000000000001)",
+    )
+    job_storage = tmp_path / "storage" / NAMESPACE / "orders"
+    savepoint = job_storage / "savepoints" / "sp-3" / "_metadata"
+    savepoint.parent.mkdir(parents=True)
+    savepoint.write_text("the old job's savepoint")
+    (job_storage / "owner.json").write_text(earlier.encode())
+    script = f"""
+        import sys
+        sys.path.insert(0, {str(TESTS)!r})
+        from helpers.fake_query import main
+        main()
+    """
+    job = _job(tmp_path, script)
+    job["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s"}
+    with LocalCluster(tmp_path / "cluster") as cluster:
+        cluster.apply(job)
+        cluster.wait_for(
+            "a completed checkpoint",
+            lambda: cluster.status("orders").get("counts", {}).get("completed", 0) >= 1,
+            job="orders",
+        )
+        stored = cluster.job("orders")
+        assert stored is not None
+        owner = StorageOwner.decode((job_storage / "owner.json").read_text())
+        assert owner.id == stored["metadata"]["uid"]
+    assert savepoint.read_text() == "the old job's savepoint"
 
 
 def test_a_driver_pod_killed_by_a_signal_has_no_log_line_for_an_error(tmp_path: Path) -> None:

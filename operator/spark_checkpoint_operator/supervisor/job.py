@@ -260,7 +260,10 @@ class JobSupervisor:
                     Level.WARNING,
                     f"driver failed ({describe_exit(exit_code)})" + error_lines(error),
                 )
-            await self._terminate(outcome)
+            # A driver that cannot run (its storage another registry's, its settings
+            # wrong) leaves a cleanup pod nothing it could do: the garbage of earlier
+            # attempts waits for the job's next run.
+            await self._terminate(outcome, collect_garbage=exit_code != DriverExit.MISCONFIGURED)
             return outcome
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
@@ -793,13 +796,14 @@ class JobSupervisor:
             )
             await self._interpreter.persist()
 
-    async def _terminate(self, outcome: TerminalOutcome) -> None:
+    async def _terminate(self, outcome: TerminalOutcome, *, collect_garbage: bool = True) -> None:
         if self._checking is not None:
             self._checking.cancel()  # no restore follows
             await asyncio.gather(self._checking, return_exceptions=True)
             self._checking = self._to_check = None
         await self._interpreter.end(outcome)
-        await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
+        if collect_garbage:
+            await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
         await self._interpreter.persist()
         self._notify(
             f"Job{outcome.value}",
