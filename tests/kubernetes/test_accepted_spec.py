@@ -7,7 +7,13 @@ tests/kubernetes/test_operator_simulated.py runs the operator through it."""
 import copy
 from typing import Any
 
-from spark_checkpoint_operator.kubernetes.controller import _stored_spec, _validated
+from spark_checkpoint_operator.kubernetes.controller import (
+    MAX_ACCEPTED_SPEC_LENGTH,
+    TOLERATED_SHOWN,
+    _stored_spec,
+    _validated,
+    accepted_spec_text,
+)
 
 SPEC: dict[str, Any] = {
     "image": "example/orders:1",
@@ -58,3 +64,23 @@ def test_a_status_field_that_is_no_spec_is_none() -> None:
     for text in (nested, "{", "[1]", 7, None, '"spec"'):
         assert _stored_spec(text) is None
     assert _stored_spec('{"image":"x"}') == {"image": "x"}
+
+
+def test_the_stored_spec_is_compact_json_and_none_above_its_bound() -> None:
+    assert accepted_spec_text({"b": 1, "a": [1, 2]}) == '{"a":[1,2],"b":1}'
+    big = {"image": "x" * MAX_ACCEPTED_SPEC_LENGTH}
+    assert accepted_spec_text(big) is None
+    just = {"image": "x" * (MAX_ACCEPTED_SPEC_LENGTH - len('{"image":""}'))}
+    assert accepted_spec_text(just) is not None
+
+
+def test_a_condition_names_the_first_tolerated_problems_and_counts_the_rest() -> None:
+    """A job may run with thousands of values a newer rule refuses: the condition, repeated
+    in every status write, stays small."""
+    spec = copy.deepcopy(SPEC)
+    reserved = [{"name": f"SPARK_CHECKPOINT_{n}", "value": "x"} for n in range(7)]
+    spec["application"]["env"] = reserved
+    manifest, problem, kept = _validated(_body(spec), spec)
+    assert manifest is not None and problem is None and kept is not None
+    assert kept.count("is set by the operator itself") == TOLERATED_SHOWN
+    assert f"; and {7 - TOLERATED_SHOWN} more (refused by this operator" in kept

@@ -931,6 +931,46 @@ def test_a_running_job_whose_spec_became_invalid_goes_on_across_an_operator_rest
 
 
 @pytest.mark.parametrize(
+    ("tampering", "why"),
+    [
+        ("another image", "it was not built from the spec accepted before"),
+        ("a refused value", "the spec accepted before cannot run either: spec.application.env"),
+    ],
+)
+def test_a_status_write_alone_never_chooses_what_an_invalid_specs_driver_runs_under(
+    cluster: LocalCluster, tampering: str, why: str
+) -> None:
+    """status.lastAcceptedSpec is only a spec the recorded driver's pod was built from,
+    checked as a spec is: anyone who may write a job's status could otherwise choose the
+    image, service account or env of the pods the operator creates for it."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    cluster.patch_spec("orders", {"image": None})
+    cluster.wait_for_event("orders", "InvalidSpec", "spec.image")
+
+    with operator_stopped(cluster):
+        stored = cluster.job("orders")
+        assert stored is not None
+        accepted = json.loads(stored["status"]["lastAcceptedSpec"])
+        if tampering == "another image":
+            accepted["image"] = "attacker/image:1"
+        else:
+            accepted["application"]["env"] = [{"name": "POD_IP", "value": "10.0.0.1"}]
+        cluster.api.patch(
+            JOBS,
+            "default",
+            "orders",
+            {"status": {"lastAcceptedSpec": json.dumps(accepted)}},
+            subresource="status",
+        )
+
+    event = cluster.wait_for_event("orders", "DriverNotAdopted", why)
+    assert event["message"].startswith("driver orders-driver-1 waits for a valid spec: ")
+    assert not [e for e in cluster.events("orders") if e["reason"] == "DriverAdopted"]
+    assert cluster.driver_pods("orders") == ["orders-driver-1"], "nothing launched"
+
+
+@pytest.mark.parametrize(
     "lacking",
     [
         [("restartPolicy", "startTimeout", "5m")],

@@ -265,3 +265,58 @@ def test_settings_the_coordinator_cannot_run_with_are_refused() -> None:
         "<manifest>: cannot be run: checkpointing.minPause (3600.0) must not exceed "
         "checkpointing.interval (10.0)"
     )
+
+
+@pytest.mark.parametrize(
+    ("stored_value", "field"),
+    [
+        ({"retained": "3"}, "retained"),  # type
+        ({"retained": 0}, "retained"),  # minimum
+        ({"maxConcurrent": 99}, "maxConcurrent"),  # maximum
+    ],
+    ids=["type", "minimum", "maximum"],
+)
+def test_the_operator_refuses_tolerated_values_of_another_type_or_out_of_bounds(
+    stored_value: Document, field: str
+) -> None:
+    stored = _job(**stored_value)
+    changed = copy.deepcopy(stored)
+    changed["spec"]["checkpointTriggerNonce"] = 1
+    assert validate_update(changed, stored)[1]
+    with pytest.raises(ManifestError, match=field):
+        manifest_from_update(changed, stored)
+
+
+def test_the_operator_refuses_a_tolerated_missing_required_field() -> None:
+    stored = _job([{"value": "a variable without a name"}])
+    changed = copy.deepcopy(stored)
+    changed["spec"]["checkpointTriggerNonce"] = 1
+    assert [p.keyword for p in validate_update(changed, stored)[1]] == ["required"]
+    with pytest.raises(ManifestError, match=r"env\[0\]\.name: required field is missing"):
+        manifest_from_update(changed, stored)
+
+
+def test_tolerated_schema_problems_do_not_count_toward_the_bound() -> None:
+    """More than 50 schema problems tolerated (names over 256 characters), then one refused:
+    the refused one is reported, not lost past the bound."""
+    long_names = [{"name": f"V{n}_" + "x" * 300, "value": "x"} for n in range(60)]
+    stored = _job(long_names)
+    changed = copy.deepcopy(stored)
+    changed["spec"]["checkpointing"]["retained"] = 0
+    with pytest.raises(ManifestError) as refused:
+        validate_update(changed, stored)
+    assert [str(p) for p in refused.value.problems] == [
+        "spec.checkpointing.retained: 0 is less than the minimum of 1"
+    ]
+
+
+def test_duplicate_keys_anywhere_in_the_stored_job_lift_the_check_everywhere() -> None:
+    """kube-apiserver validates list maps of an update only when the stored object had no
+    duplicate keys at all."""
+    stored = _job([{"name": "A", "value": "1"}, {"name": "A", "value": "2"}])
+    changed = copy.deepcopy(stored)
+    changed["spec"]["driver"] = {"env": [{"name": "B", "value": "1"}, {"name": "B", "value": "2"}]}
+    assert [p.path for p in validate_update(changed, stored)[1]] == [
+        "spec.application.env[1]",
+        "spec.driver.env[1]",
+    ]

@@ -76,6 +76,8 @@ STATUS_WRITE_ATTEMPTS = 5
 # status.lastAcceptedSpec repeats the spec; a spec longer than this (as JSON) is not kept
 # there, so that it cannot take a job over etcd's object size limit (1.5 MiB).
 MAX_ACCEPTED_SPEC_LENGTH = 256 << 10
+# A condition's message names this many tolerated problems, then counts the rest.
+TOLERATED_SHOWN = 5
 # How long a deleted job may take for its final savepoint beyond the checkpoint timeout.
 SHUTDOWN_GRACE_SECONDS = 60.0
 
@@ -166,9 +168,8 @@ class JobController:
         try:
             await self._read_stored_status()
             while self._stop is None:
-                manifest = await self._read_spec()
-                if manifest is None and self._record.phase in ACTIVE_PHASES:
-                    manifest = self._manifest  # an invalid spec: the last valid one goes on
+                # An invalid spec: the last valid one goes on for a driver that runs.
+                manifest = await self._read_spec() or await self._last_valid_for_the_driver()
                 if manifest is not None and await self._should_run(manifest):
                     await self._supervise(manifest)
                     continue
@@ -188,7 +189,7 @@ class JobController:
         self.stop(deleting=True)
         try:
             await self._read_stored_status()
-            manifest = await self._read_spec() or self._manifest
+            manifest = await self._read_spec() or await self._last_valid_for_the_driver()
             if manifest is not None and self._record.phase in ACTIVE_PHASES:
                 driver = await self._launcher(manifest).adopt(self._record.attempt)
                 if driver is not None:
@@ -241,16 +242,6 @@ class JobController:
         if manifest is not None:
             self._manifest = manifest
             self._spec = json.loads(json.dumps(dict(self._body["spec"])))
-        elif self._manifest is None and self._stored_spec is not None:
-            # Accepted before this process: in effect for a driver the spec's error finds
-            # running, as a valid spec read earlier in this process would be. Checked as
-            # the spec would be: only what it shares with the current spec is ratcheted (a
-            # status is writable by others than the operator).
-            self._manifest, _, _ = _validated(
-                {**self._body, "spec": self._stored_spec}, self._body.get("spec") or {}
-            )
-            if self._manifest is not None:
-                self._spec = self._stored_spec
         verdict_changed = (problem, tolerated) != (self._problem, self._tolerated)
         if verdict_changed:
             self._problem, self._tolerated = problem, tolerated
@@ -263,6 +254,44 @@ class JobController:
         if verdict_changed or (manifest is not None and self._spec != self._stored_spec):
             await self._save(self._record)
         return manifest
+
+    async def _last_valid_for_the_driver(self) -> JobManifest | None:
+        """With the spec in error, what a driver that runs goes on under: the spec last
+        accepted by this process, else (after an operator restart) the one accepted before,
+        from status, if the recorded driver's pod was built from it (its deployment hash):
+        a status write alone never chooses what pods the operator creates. Checked as the
+        spec would be, ratcheted only against what the current spec shares with it. None
+        for a job without a driver to go on."""
+        if self._record.phase not in ACTIVE_PHASES or not self._record.attempt:
+            return None
+        if self._manifest is not None or self._stored_spec is None:
+            return self._manifest
+        stored = self._stored_spec
+        manifest, problem, _ = _validated(
+            {**self._body, "spec": stored}, self._body.get("spec") or {}
+        )
+        pod = objects.driver_pod_name(self._name, self._record.attempt)
+        if manifest is None:
+            why = f"the spec accepted before cannot run either: {problem}"
+        elif await self._pod_deployment_hash(pod) != objects.deployment_hash(stored):
+            why = "it was not built from the spec accepted before (status.lastAcceptedSpec)"
+        else:
+            self._manifest, self._spec = manifest, stored
+            return manifest
+        self._post_event(
+            "Warning", "DriverNotAdopted", f"driver {pod} waits for a valid spec: {why}"
+        )
+        return None
+
+    async def _pod_deployment_hash(self, pod: str) -> str | None:
+        """The deployment hash a pod was created with; None if there is no such pod."""
+        try:
+            found = await self._clients.core.read_namespaced_pod(pod, self._namespace)
+        except NotFoundException:
+            return None
+        metadata = found.metadata
+        annotations = (metadata.annotations if metadata is not None else None) or {}
+        return str(annotations.get(objects.ANNOTATION_SPEC_HASH, "")) or None
 
     def _accepted_spec(self, generation: int) -> Mapping[str, Any] | None:
         """The spec the job last ran under: accepted by this process, else as stored in
@@ -556,9 +585,7 @@ class JobController:
         status["stoppedSpecHash"] = self._stopped_spec
         accepted = self._spec if self._spec != self._stored_spec else None
         if accepted:
-            # A string, not an object: a merge patch would keep fields the spec dropped.
-            text = json.dumps(accepted, sort_keys=True, separators=(",", ":"))
-            status["lastAcceptedSpec"] = text if len(text) <= MAX_ACCEPTED_SPEC_LENGTH else None
+            status["lastAcceptedSpec"] = accepted_spec_text(accepted)
         self._conditions = status["conditions"]
         for attempt in range(1, STATUS_WRITE_ATTEMPTS + 1):
             try:
@@ -654,13 +681,16 @@ def _validated(
         )
     except ManifestError as error:
         return None, "; ".join(str(p) for p in error.problems), None
-    kept = (
-        "; ".join(str(p) for p in tolerated)
-        + " (refused by this operator, kept while unchanged since the spec was accepted;"
-        " a change to these fields must fix them)"
-        if tolerated
-        else None
-    )
+    kept = None
+    if tolerated:
+        named = "; ".join(str(p) for p in tolerated[:TOLERATED_SHOWN])
+        more = len(tolerated) - TOLERATED_SHOWN
+        kept = (
+            named
+            + (f"; and {more} more" if more > 0 else "")
+            + " (refused by this operator, kept while unchanged since the spec was accepted;"
+            " a change to these fields must fix them)"
+        )
     problems = []
     if not manifest.spec.image:
         problems.append("spec.image: required on a cluster (the driver's container image)")
@@ -678,6 +708,13 @@ def _validated(
     if problems:
         return None, "; ".join(problems), None
     return manifest, None, kept
+
+
+def accepted_spec_text(spec: Mapping[str, Any]) -> str | None:
+    """``status.lastAcceptedSpec`` of ``spec``: a string, not an object (a merge patch would
+    keep fields the spec dropped); None (the field removed) above its bound."""
+    text = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= MAX_ACCEPTED_SPEC_LENGTH else None
 
 
 def _stored_spec(text: object) -> dict[str, Any] | None:

@@ -50,9 +50,25 @@ def manifest_from_document(document: object, source: str = "<manifest>") -> JobM
     return to_manifest(validate_document(document, source))
 
 
-# Problems of a value's shape: the manifest is read on the schema's word that there are
-# none (a duration's form, an enum's values), so a job cannot run with one, ratcheted or not.
-_SHAPE_KEYWORDS = frozenset({"type", "enum", "pattern", "required", "format", "const"})
+# Problems of a value's shape or bounds: the manifest is read on the schema's word that
+# there are none (a duration's form, an enum's values, a count of at least 1), so a job
+# cannot run with one, ratcheted or not.
+_UNREADABLE_KEYWORDS = frozenset(
+    {
+        "type",
+        "enum",
+        "pattern",
+        "required",
+        "format",
+        "const",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "minLength",
+        "minItems",
+    }
+)
 
 
 def manifest_from_update(
@@ -60,9 +76,10 @@ def manifest_from_update(
 ) -> tuple[JobManifest, tuple[Problem, ...]]:
     """``manifest_from_document`` for a document that replaces ``previous`` (if any): a
     problem of a value ``previous`` already held is tolerated (``validate_update``) and
-    returned, unless it is one of a value's shape or the job cannot be run with it."""
+    returned, unless it is one of a value's shape or bounds or the job cannot be run with
+    it."""
     defaulted, tolerated = validate_update(document, previous, source)
-    if unreadable := [p for p in tolerated if p.keyword in _SHAPE_KEYWORDS]:
+    if unreadable := [p for p in tolerated if p.keyword in _UNREADABLE_KEYWORDS]:
         raise ManifestError(source, unreadable)
     try:
         manifest = to_manifest(defaulted)

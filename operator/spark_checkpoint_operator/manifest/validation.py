@@ -177,67 +177,101 @@ def validate_update(
     return defaulted, tolerated
 
 
-def _ratcheted(problem: Problem, new: Any, old: Any, schema: Schema) -> bool:
-    """Whether the API server's ratcheting lets ``problem`` of ``new`` through, ``old``
-    being the stored object. An unknown field is not ratcheted: the API server prunes
-    unknown fields (so it never stores one), and an operator older than its CRD would
-    drop one's setting without a word. Duplicate keys of a list map are not checked where
-    the stored list had duplicates already."""
-    if not problem.location or problem.keyword == "additionalProperties":
-        return False
-    if problem.keyword == _UNIQUE_KEYS:
-        stored = _correlated(problem.location, new, old, schema)
-        return stored is not None and any(_duplicate_keys(stored[1], stored[0], ()))
-    return _unchanged(problem.location, new, old, schema)
+class _Ratchet:
+    """Which problems of an update the API server's ratcheting lets through, ``old`` being
+    the stored object: those of a value unchanged from the value ``old`` holds at the same
+    place, or under an unchanged ancestor (an atomic list compared whole). Values are found
+    as the API server correlates them: object fields by name, the items of a list map by
+    their keys; other lists' items are not correlated. Each place is looked up and compared
+    once per update, so a document of many tolerated problems costs no more than a few
+    walks of it. An unknown field is not ratcheted: the API server prunes unknown fields
+    (it never stores one), and an operator older than its CRD would drop the setting
+    without a word. Duplicate keys of list maps are not checked when the stored object had
+    any (kube-apiserver skips that check on the whole object then)."""
 
+    def __init__(self, new: Any, old: Any, schema: Schema) -> None:
+        self._old = old
+        self._schema = schema
+        # By place: the new and the stored value there with their schema; None where the
+        # stored object has none to correlate.
+        self._places: dict[tuple[str | int, ...], tuple[Any, Any, Schema | None] | None] = {
+            (): (new, old, schema)
+        }
+        self._unchanged: dict[tuple[str | int, ...], bool] = {}
+        self._keyed: dict[tuple[str | int, ...], dict[str, list[Any]]] = {}
+        self._old_has_duplicates: bool | None = None
 
-def _correlated(
-    location: Sequence[str | int], new: Any, old: Any, schema: Schema | None
-) -> tuple[Sequence[str], list[Any]] | None:
-    """The stored list map at ``location`` with its key fields, found as ``_unchanged``
-    finds values; None if there is none."""
-    *parents, last = location
-    for step in (*parents, last):
-        if isinstance(step, int) or not isinstance(new, dict) or not isinstance(old, dict):
-            return None  # list-map lists correlated through a list: not in this CRD
-        if step not in new or step not in old:
-            return None
-        new, old = new[step], old[step]
-        schema = child_schema(schema, step) if schema is not None else None
-    keys = schema.get("x-kubernetes-list-map-keys") if schema is not None else None
-    return (keys, old) if keys and isinstance(old, list) else None
-
-
-def _unchanged(location: Sequence[str | int], new: Any, old: Any, schema: Schema | None) -> bool:
-    """Whether the value at ``location`` is the one ``old`` holds at the same place, found
-    as the API server correlates values for ratcheting: object fields by name, the items
-    of a list-type map by their keys; other lists only as a whole."""
-    for step in location:
-        if _same(new, old):
-            return True
-        if isinstance(step, str):
-            if not (
-                isinstance(new, dict) and isinstance(old, dict) and step in new and step in old
-            ):
+    def tolerates(self, problem: Problem) -> bool:
+        if not problem.location or problem.keyword == "additionalProperties":
+            return False
+        if problem.keyword == _UNIQUE_KEYS:
+            if self._old_has_duplicates is None:
+                self._old_has_duplicates = _has_duplicate_keys(self._old, self._schema)
+            return self._old_has_duplicates
+        for depth in range(len(problem.location) + 1):
+            place = problem.location[:depth]
+            if (values := self._place(place)) is None:
                 return False
-            new, old = new[step], old[step]
-            schema = child_schema(schema, step) if schema is not None else None
-            continue
+            if place not in self._unchanged:
+                self._unchanged[place] = _same(values[0], values[1])
+            if self._unchanged[place]:
+                return True
+        return False
+
+    def _place(self, place: tuple[str | int, ...]) -> tuple[Any, Any, Schema | None] | None:
+        if place in self._places:
+            return self._places[place]
+        parent = self._place(place[:-1])
+        found = None if parent is None else self._child(place, *parent)
+        self._places[place] = found
+        return found
+
+    def _child(
+        self, place: tuple[str | int, ...], new: Any, old: Any, schema: Schema | None
+    ) -> tuple[Any, Any, Schema | None] | None:
+        step = place[-1]
+        if isinstance(step, str):
+            if isinstance(new, dict) and isinstance(old, dict) and step in new and step in old:
+                child = child_schema(schema, step) if schema is not None else None
+                return new[step], old[step], child
+            return None
         keys = schema.get("x-kubernetes-list-map-keys") if schema is not None else None
         if not keys or not isinstance(new, list) or not isinstance(old, list):
-            return False
-        item = new[step]
-        matches = [
-            earlier
-            for earlier in old
-            if isinstance(item, dict)
-            and isinstance(earlier, dict)
-            and all(_same(earlier.get(key), item.get(key)) for key in keys)
-        ]
-        if len(matches) != 1:
-            return False
-        new, old, schema = item, matches[0], schema.get("items") if schema is not None else None
-    return _same(new, old)
+            return None
+        if not 0 <= step < len(new) or not isinstance(new[step], dict):
+            return None
+        parent = place[:-1]
+        if parent not in self._keyed:
+            keyed: dict[str, list[Any]] = {}
+            for item in old:
+                if isinstance(item, dict):
+                    keyed.setdefault(_key(item, keys), []).append(item)
+            self._keyed[parent] = keyed
+        matches = self._keyed[parent].get(_key(new[step], keys), [])
+        items = schema.get("items") if schema is not None else None
+        return (new[step], matches[0], items) if len(matches) == 1 else None
+
+
+def _key(item: Mapping[str, Any], keys: Sequence[str]) -> str:
+    return json.dumps([item.get(name) for name in keys], sort_keys=True, default=repr)
+
+
+def _has_duplicate_keys(value: Any, schema: Schema | None) -> bool:
+    """Whether any list map in ``value`` has two items of the same keys."""
+    stack = [(value, schema)]
+    while stack:
+        value, schema = stack.pop()
+        if schema is None:
+            continue
+        if isinstance(value, list):
+            if (keys := schema.get("x-kubernetes-list-map-keys")) and any(
+                _duplicate_keys(value, keys, ())
+            ):
+                return True
+            stack.extend((item, schema.get("items")) for item in value)
+        elif isinstance(value, dict):
+            stack.extend((child, child_schema(schema, key)) for key, child in value.items())
+    return False
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -308,9 +342,10 @@ class _Checker:
         are bounded by the document's size."""
         found: dict[Problem, None] = {}  # ordered and without duplicates
         tolerated: dict[Problem, None] = {}
+        ratchet = None if previous is None else _Ratchet(document, previous, self.schema)
 
         def refused(problem: Problem) -> bool:
-            if previous is not None and _ratcheted(problem, document, previous, self.schema):
+            if ratchet is not None and ratchet.tolerates(problem):
                 tolerated[problem] = None
                 return False
             found[problem] = None
