@@ -67,6 +67,11 @@ INVALID_SPECS = [
     ({"state": "Paused"}, "spec.state", "one of"),
     ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
     ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),
+    (
+        {"restore": {"initialSavepointPath": "s3a://b/default/orders/chk-4"}},
+        "spec.restore.initialSavepointPath",
+        "names a savepoint",
+    ),
 ]
 
 

@@ -482,7 +482,7 @@ INVALID = [
     (
         "file URI of localhost",
         "spec.restore.initialSavepointPath",
-        "file://localhost/data/sp-1",
+        "file://localhost/data/default/orders/savepoints/sp-1",
         f"spec.restore.initialSavepointPath: {FILE_URI_HOST}",
     ),
 ]
