@@ -505,12 +505,14 @@ async def _run_locked(
             f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
             f"to run it from the start, delete its state {paths.job_dir}, storage "
             f"{layout.job_root.removeprefix('file://')} and output (to start from one of its "
-            "savepoints, copy it elsewhere first and name it in "
-            "spec.restore.initialSavepointPath)"
+            "savepoints, copy its directory first to <another root>/"
+            f"{manifest.namespace}/{manifest.name}/savepoints/sp-N, where a savepoint must "
+            "lie to be read, and name it in spec.restore.initialSavepointPath)"
         )
     owner = _claimed(storage, paths)
     report = display.line
     image = None if restore_from is None else _chosen(restore_from, record, storage)
+    _check_initial_savepoint(manifest, record, storage)
     _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root, owner)
     launcher.on_launch = lambda driver: report(
@@ -620,6 +622,24 @@ def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:
         return CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no library for it (gcsfs, libhdfs)
         raise RunRefused(f"spec.checkpointing.storage {layout.root!r}: {error}") from None
+
+
+def _check_initial_savepoint(
+    manifest: JobManifest, record: JobRecord, storage: CheckpointStorage
+) -> None:
+    """A job without images of its own starts from its initial savepoint: one on this
+    machine is checked as `run --from` checks a path, before Spark starts (the driver
+    alone has the credentials of an object store)."""
+    initial = manifest.spec.restore.initial_savepoint_path
+    registry = record.coordinator
+    if not initial or registry.checkpoints or registry.savepoints:
+        return
+    if "://" in initial and not initial.startswith("file://"):
+        return
+    try:
+        chosen_image(initial, registry, storage)
+    except UnknownImage as error:
+        raise RunRefused(f"spec.restore.initialSavepointPath: {error}") from None
 
 
 def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from helpers.fake_query import FAILURE_VARIABLE, reported_failure, run_cli, write_job
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
@@ -227,6 +228,28 @@ def test_local_storage_that_cannot_be_used_is_refused_before_a_driver_starts(
         assert not list((tmp_path / "elsewhere").iterdir()), "the run wrote through the link"
 
 
+def test_an_initial_savepoint_on_this_machine_is_checked_before_a_driver_starts(
+    tmp_path: Path,
+) -> None:
+    """As `run --from PATH` is: before, only the driver found it missing, after Spark had
+    started, and the job failed."""
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")
+    missing = tmp_path / "backup" / "default" / "probe" / "savepoints" / "sp-9"
+    manifest = yaml.safe_load(job.manifest.read_text())
+    manifest["spec"]["restore"] = {"initialSavepointPath": str(missing)}
+    job.manifest.write_text(yaml.safe_dump(manifest))
+
+    result = job.run(timeout=20)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    [line] = result.stderr.splitlines()
+    assert line.startswith(
+        f"spark-checkpoint run: spec.restore.initialSavepointPath: {missing / '_metadata'} "
+        "cannot be restored: "
+    ), line
+    assert not (tmp_path / "runs").exists(), "no driver was started"
+
+
 def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
     first = job.run()
@@ -238,8 +261,8 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     assert again.stderr.splitlines() == [
         "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
         f"from the start, delete its state {job.job_dir}, storage {storage} and output (to "
-        "start from "
-        "one of its savepoints, copy it elsewhere first and name it in "
+        "start from one of its savepoints, copy its directory first to <another root>/"
+        "default/probe/savepoints/sp-N, where a savepoint must lie to be read, and name it in "
         "spec.restore.initialSavepointPath)"
     ]
     assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"

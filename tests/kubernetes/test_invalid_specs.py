@@ -70,7 +70,12 @@ INVALID_SPECS = [
     (
         {"restore": {"initialSavepointPath": "s3a://b/default/orders/chk-4"}},
         "spec.restore.initialSavepointPath",
-        "names a savepoint",
+        "must name a savepoint where it was written",
+    ),
+    (
+        {"restore": {"initialSavepointPath": "s3a://b/savepoints/sp-4"}},  # no <ns>/<job>
+        "spec.restore.initialSavepointPath",
+        "must name a savepoint where it was written",
     ),
 ]
 

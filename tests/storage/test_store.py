@@ -324,7 +324,14 @@ def test_a_metadata_file_copied_to_another_directory_is_invalid(
 
     assert raised.value.field == "checkpoint_id"
     assert raised.value.path == storage.layout.metadata_path(CHECKPOINT, 2)
-    assert raised.value.reason == "checkpoint_id: is 1 but the file's directory is for 2"
+    assert raised.value.reason == f"checkpoint_id: is 1 but the file's directory is for 2{WHERE}"
+
+
+# What every mismatch of a `_metadata` with its directory adds: where a snapshot must lie.
+WHERE = (
+    ": a snapshot is read only where it was written "
+    "(<root>/<namespace>/<job>/chk-N or .../savepoints/sp-N)"
+)
 
 
 @pytest.mark.local_only  # parsing, the same on every root
@@ -363,7 +370,7 @@ def test_a_metadata_file_of_another_job_or_kind_is_invalid_naming_the_field(
     with pytest.raises(InvalidMetadataError) as raised:
         storage.read_metadata(CHECKPOINT, 1)
 
-    assert (raised.value.field, raised.value.reason) == (field, f"{field}: {reason}")
+    assert (raised.value.field, raised.value.reason) == (field, f"{field}: {reason}{WHERE}")
 
 
 def test_verify_passes_for_an_intact_checkpoint(

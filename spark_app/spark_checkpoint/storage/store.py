@@ -443,7 +443,11 @@ class CheckpointStorage:
         ):
             if actual != expected:
                 raise InvalidMetadataError(
-                    path, field, f"is {actual!r} but the file's directory is for {expected!r}"
+                    path,
+                    field,
+                    f"is {actual!r} but the file's directory is for {expected!r}: a "
+                    "snapshot is read only where it was written "
+                    "(<root>/<namespace>/<job>/chk-N or .../savepoints/sp-N)",
                 )
         return meta
 
