@@ -320,7 +320,10 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 0, out + err
-    assert "savepoint request declined: not all required tasks are running" in out
+    assert (
+        "savepoint request declined: not all required tasks are running (the driver is "
+        "starting or restarting, or an executor is missing)"
+    ) in out
     assert (
         "interrupted: no savepoint can be taken now; stopping the driver without one "
         "(the next run resumes from the newest checkpoint or savepoint)"

@@ -43,7 +43,10 @@ _DESCRIPTIONS = {
     FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS: (
         "the minimum pause since the last completed checkpoint has not passed"
     ),
-    FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING: "not all required tasks are running",
+    FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING: (
+        "not all required tasks are running (the driver is starting or restarting, or an "
+        "executor is missing)"
+    ),
     FailureReason.COORDINATOR_SUSPEND: "the job left the Running phase",
     FailureReason.SUBSUMED: "a newer checkpoint completed first",
     FailureReason.EXPIRED: "the checkpoint expired before all tasks acknowledged",
