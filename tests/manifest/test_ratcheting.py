@@ -55,6 +55,14 @@ def _reserved_name(index: int) -> Violation:
     return apply, touch, "spec.application.env"
 
 
+def _savepoint_elsewhere(document: Document) -> None:
+    document["spec"]["restore"] = {"initialSavepointPath": "s3a://b/savepoints/sp-4"}
+
+
+def _checkpoint_instead(document: Document) -> None:
+    document["spec"]["restore"]["initialSavepointPath"] = "s3a://b/default/orders/chk-4"
+
+
 def _storage_host(document: Document) -> None:
     document["spec"]["checkpointing"]["storage"] = "file://shared/checkpoints"
 
@@ -107,6 +115,7 @@ EDITS: dict[str, Callable[[Document, int], None]] = {
     violation=st.one_of(
         st.integers(min_value=0, max_value=6).map(_reserved_name),
         st.just((_storage_host, _other_host, "spec.checkpointing.storage")),
+        st.just((_savepoint_elsewhere, _checkpoint_instead, "spec.restore.initialSavepointPath")),
     ),
     edits=st.lists(
         st.tuples(st.sampled_from(sorted(EDITS)), st.integers(min_value=0, max_value=50)),
