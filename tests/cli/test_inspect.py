@@ -143,6 +143,7 @@ def test_an_invalid_metadata_exits_1_naming_the_field(job: Job, cli: Cli) -> Non
 
 def test_empty_storage_has_nothing_to_inspect_which_exits_1(cli: Cli, tmp_path: Path) -> None:
     flags = ["--storage", str(tmp_path), "--namespace", "analytics", "--job", "clicks"]
+    (tmp_path / "analytics" / "clicks" / "checkpoints").mkdir(parents=True)
     result = cli("inspect", *flags, "--state-dir", str(tmp_path / "state"))
 
     assert result.code == 1

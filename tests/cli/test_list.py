@@ -132,7 +132,7 @@ def test_a_manifest_without_storage_uses_the_local_default(
     empty = cli("list", "-f", str(manifest), "--state-dir", str(job.state_dir))
     assert empty.code == 0, empty.err
     assert f"job analytics/clicks: {job_root}\n" in empty.out
-    assert "no checkpoints or savepoints in storage" in empty.out
+    assert f"nothing is stored at {job_root} (has the job run" in empty.out
 
     (job.state_dir / "storage").parent.mkdir(parents=True, exist_ok=True)
     Path(job.storage.layout.root).rename(job.state_dir / "storage")
@@ -170,7 +170,82 @@ def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
 
     bad_name = cli("list", "--storage", job.root, "--namespace", "../etc", "--job", "clicks")
     assert bad_name.code == 2
-    assert "namespace must be a DNS-1123 label" in bad_name.err
+    assert "--namespace: '../etc' is not a DNS-1123 label" in bad_name.err
+
+
+STORAGE_COMMANDS = ("list", "inspect", "verify")
+
+
+@pytest.mark.parametrize("command", STORAGE_COMMANDS)
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        # The rules of the manifest's fields these options stand for.
+        ("--storage", "file://host/data", "--storage: a file:// or local:// URI names an absolute"),
+        ("--storage", "s3:/bucket/ckpt", "--storage: 's3:/bucket/ckpt' is not a URI such as"),
+        ("--namespace", "Analytics", "--namespace: 'Analytics' is not a DNS-1123 label"),
+        ("--job", "clicks/../x", "--job: 'clicks/../x' is not a DNS-1123 subdomain"),
+        ("--job", "c" * 64, "--job: 'cccc"),
+    ],
+)
+def test_storage_options_are_judged_as_the_manifest_fields_they_stand_for(
+    job: Job, cli: Cli, *, command: str, flag: str, value: str, said: str
+) -> None:
+    given = {"--storage": job.root, "--namespace": "analytics", "--job": "clicks", flag: value}
+
+    result = cli(command, *(part for option in given.items() for part in option))
+
+    assert result.code == 2
+    assert result.out == ""
+    assert result.err.startswith(f"spark-checkpoint {command}: {said}"), result.err
+    assert result.err.count("\n") == 1
+
+
+@pytest.mark.parametrize("command", STORAGE_COMMANDS)
+def test_a_relative_storage_path_is_read_from_the_current_directory(
+    job: Job, cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    relative = f"./{Path(job.root).relative_to(tmp_path)}"
+    flags = ["--storage", relative, "-n", "analytics", "--job", "clicks"]
+
+    monkeypatch.chdir(tmp_path)
+    found = cli(command, *flags)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    not_here = cli(command, *flags)
+
+    assert found.code == 0, found.err
+    assert "checkpoint" in found.out
+    elsewhere = tmp_path / "elsewhere" / Path(job.root).name / "analytics" / "clicks"
+    assert f"nothing is stored at {elsewhere} " in not_here.out + not_here.err
+
+
+@pytest.mark.parametrize(
+    ("command", "prefix"),
+    [
+        ("list", ""),
+        ("inspect", "spark-checkpoint inspect: "),
+        ("verify", "spark-checkpoint verify: nothing to verify: "),
+    ],
+)
+def test_storage_where_the_job_never_wrote_says_so(
+    cli: Cli, tmp_path: Path, command: str, prefix: str
+) -> None:
+    # A mistyped storage, namespace or name must not read as a job without snapshots.
+    absent = tmp_path / "mistyped"
+    flags = ["--storage", str(absent), "-n", "analytics", "--job", "clicks"]
+
+    result = cli(command, *flags, "--state-dir", str(tmp_path / "state"))
+
+    said = (
+        f"{prefix}nothing is stored at {absent}/analytics/clicks "
+        "(has the job run with this storage, namespace and name?)\n"
+    )
+    assert result.code == (0 if command == "list" else 1)
+    assert (result.out if command == "list" else result.err).endswith(said)
+    (absent / "analytics" / "clicks").mkdir(parents=True)
+    emptied = cli(command, *flags, "--state-dir", str(tmp_path / "state"))
+    assert "nothing is stored" not in emptied.out + emptied.err
 
 
 def test_list_and_verify_find_the_default_storage_next_to_the_manifest_from_any_directory(

@@ -6,6 +6,7 @@ import hashlib
 import json
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from spark_checkpoint.storage import CheckpointKind
@@ -170,6 +171,7 @@ def test_json_output(job: Job, cli: Cli) -> None:
 
 def test_empty_storage_has_nothing_to_verify_which_is_not_a_pass(job: Job, cli: Cli) -> None:
     shutil.rmtree(job.job_root)
+    Path(job.job_root).mkdir()
 
     result = cli("verify", *job.flags)
 

@@ -177,6 +177,13 @@ def validate_update(
     return defaulted, tolerated
 
 
+def field_problems(path: Sequence[str], value: object) -> list[Problem]:
+    """What the CRD's schema and rules find wrong with ``value`` as the field at ``path``
+    (such as ``("spec", "checkpointing", "storage")``), with paths relative to it: a
+    command-line option standing for a manifest's field is judged by the field's rules."""
+    return _checker().field_problems(path, value)
+
+
 class _Ratchet:
     """Which problems of an update the API server's ratcheting lets through, ``old`` being
     the stored object: those of a value unchanged from the value ``old`` holds at the same
@@ -373,6 +380,18 @@ class _Checker:
             more = Problem("", f"(and more problems; only the first {MAX_PROBLEMS} are listed)")
             problems = [*problems[:MAX_PROBLEMS], more]
         return problems, tuple(sorted(tolerated))
+
+    def field_problems(self, path: Sequence[str], value: object) -> list[Problem]:
+        schema = self.schema
+        for key in path:
+            field_schema = child_schema(schema, key)
+            if field_schema is None:
+                raise KeyError(f"the CRD has no field {render_path(path)}")
+            schema = field_schema
+        validator = _KubernetesValidator(_to_json_schema(schema, "#"))
+        problems = [p for error in validator.iter_errors(value) for p in _schema_problems(error)]
+        # A rule would only repeat what the schema refused (as in ``problems``).
+        return problems or list(self._walk_problems(value, schema, (), ()))
 
     def _walk_problems(
         self,

@@ -27,6 +27,7 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
     inspect_snapshots,
     io_problem,
     list_snapshots,
+    nothing_stored,
     read_ownership,
     verify_snapshot,
 )
@@ -49,13 +50,14 @@ def run_list(
     try:
         rows = list_snapshots(job.storage, registry)
         ownership = read_ownership(job.storage)
+        missing = None if rows else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
         print_document(list_document(job, registry, ownership, rows, now), output, out)
     else:
         wide = output is OutputFormat.WIDE
-        for line in list_lines(job, registry, ownership, rows, now, wide=wide):
+        for line in list_lines(job, registry, ownership, rows, now, wide=wide, missing=missing):
             print(line, file=out)
     return ExitCode.OK
 
@@ -79,6 +81,7 @@ def run_inspect(
     registry = registry_or_warn(job, err)
     try:
         inspection = inspect_snapshots(job.storage, refs, registry)
+        missing = None if inspection.snapshots else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
         return _storage_failed("inspect", error, err)
     for problem in inspection.problems:
@@ -89,11 +92,8 @@ def run_inspect(
         for line in inspect_lines(inspection, now, wide=output is OutputFormat.WIDE):
             print(line, file=out)
     if not inspection.snapshots and not inspection.problems:
-        print(
-            "spark-checkpoint inspect: no checkpoints or savepoints with a _metadata in "
-            f"{job.layout.job_root}",
-            file=err,
-        )
+        found = f"no checkpoints or savepoints with a _metadata in {job.layout.job_root}"
+        print(f"spark-checkpoint inspect: {missing or found}", file=err)
         return ExitCode.FAILED
     return ExitCode.FAILED if inspection.problems else ExitCode.OK
 
@@ -114,10 +114,12 @@ def run_verify(
         job = open_job_storage(source)
     except CommandError as error:
         return _usage_error("verify", error, err)
+    missing = None
     if not refs:
         registry = registry_or_warn(job, err)
         try:
             refs = default_refs(job.storage, registry)
+            missing = None if refs else nothing_stored(job.storage)
         except (StorageError, OSError) as error:
             return _storage_failed("verify", error, err)
     results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
@@ -131,11 +133,8 @@ def run_verify(
         print_document(verify_document(job, results, ok), output, out)
         return ExitCode.OK if ok else ExitCode.FAILED
     if not results:
-        print(
-            "spark-checkpoint verify: nothing to verify: no checkpoints or savepoints in "
-            f"{job.layout.job_root}",
-            file=err,
-        )
+        found = f"no checkpoints or savepoints in {job.layout.job_root}"
+        print(f"spark-checkpoint verify: nothing to verify: {missing or found}", file=err)
         return ExitCode.FAILED
     for line in verify_lines(results):
         print(line, file=out)

@@ -50,14 +50,16 @@ def list_lines(
     now: datetime,
     *,
     wide: bool,
+    missing: str | None = None,
 ) -> list[str]:
     """``list``: the job, its registry, the registry its storage belongs to and a table of
-    its snapshots; ``wide`` adds when each completed, how long it took and where it is."""
+    its snapshots; ``wide`` adds when each completed, how long it took and where it is;
+    ``missing`` says why there are none when the job's directory does not exist."""
     lines = [f"job {job.layout.namespace}/{job.layout.job}: {job.layout.job_root}"]
     lines.append(registry_line(job.status_file, registry))
     lines.append(owner_line(ownership))
     if not rows:
-        return [*lines, "no checkpoints or savepoints in storage"]
+        return [*lines, missing or "no checkpoints or savepoints in storage"]
     header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY"]
     table = [header + (["COMPLETED", "DURATION", "PATH", "NOTE"] if wide else ["NOTE"])]
     for row in rows:

@@ -319,6 +319,18 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
     return sorted(refs)
 
 
+def nothing_stored(storage: CheckpointStorage) -> str | None:
+    """Why storage without snapshots holds none, when the job's directory does not exist
+    at all (a mistyped storage, namespace or name reads as an empty job otherwise); None
+    when it exists."""
+    job_root = storage.layout.job_root
+    if storage.fs.exists(job_root):
+        return None
+    return (
+        f"nothing is stored at {job_root} (has the job run with this storage, namespace and name?)"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Ownership:
     """What the job's `owner.json` says: the registry that owns its storage (None: no
