@@ -27,6 +27,7 @@ from spark_checkpoint.janitor_commands import (
     DiscardCheckpoint,
     DiscardSavepoint,
     JanitorCommand,
+    failure_reason,
     janitor_environment,
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
@@ -368,7 +369,9 @@ class LocalJanitor:
             raise CleanupFailed(f"{command.NAME}: {error}") from error
         if process.returncode != 0:
             lines = output.decode(errors="replace").strip().splitlines()
-            reason = lines[-1] if lines else f"exit code {process.returncode}"
+            reason = (
+                failure_reason(command, lines[-1]) if lines else f"exit code {process.returncode}"
+            )
             raise CleanupFailed(f"{command.NAME}: {reason}")
 
 

@@ -34,6 +34,7 @@ from spark_checkpoint.janitor_commands import (
     DiscardSavepoint,
     RemoveLiveDirectory,
     VerifyRestorable,
+    failure_line,
     parse,
 )
 from spark_checkpoint.restorable import check_images
@@ -95,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             case VerifyRestorable():
                 return _verify_restorable(storage, command)
     except (StorageError, OSError, ValueError) as error:
-        print(f"{command.NAME} failed: {error}", file=sys.stderr)
+        print(failure_line(command, str(error)), file=sys.stderr)
         return 1
     return 0
 
@@ -106,10 +107,8 @@ def _verify_restorable(storage: CheckpointStorage, command: VerifyRestorable) ->
     try:
         (result,) = check_images(storage, [parse_image(command.image)])
     except Exception as error:  # Spark did not start: its errors come as many classes
-        print(
-            f"{command.NAME} failed: Spark could not read {command.image}: {error}",
-            file=sys.stderr,
-        )
+        reason = f"Spark could not read {command.image}: {error}"
+        print(failure_line(command, reason), file=sys.stderr)
         return 1
     print(encoded([result]))
     Path(command.report).write_text(fitted(result))

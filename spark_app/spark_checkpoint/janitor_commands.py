@@ -121,6 +121,17 @@ JanitorCommand = (
 )
 
 
+def failure_line(command: JanitorCommand, reason: str) -> str:
+    """The janitor's last line when ``command`` fails, as its log shows it."""
+    return f"{command.NAME} failed: {reason}"
+
+
+def failure_reason(command: JanitorCommand, last_line: str) -> str:
+    """The reason in the janitor's last line, for a runtime that names the command itself
+    (else ``collect-garbage: collect-garbage failed: ...``)."""
+    return last_line.removeprefix(failure_line(command, ""))
+
+
 def command_line(command: JanitorCommand) -> list[str]:
     """The container command that runs ``command`` in the job's image."""
     return ["python", "-m", JANITOR_MODULE, *command.arguments()]

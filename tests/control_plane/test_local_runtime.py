@@ -1,5 +1,6 @@
 """Local runtime safeguards: never two drivers of one job, never two runs of one job."""
 
+import asyncio
 import errno
 import fcntl
 import json
@@ -17,11 +18,18 @@ import yaml
 
 from helpers.fake_query import FAILURE_VARIABLE, reported_failure, run_cli, write_job
 from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
-from spark_checkpoint_operator.local_runtime import RunRefused, _stop_leftover_driver, storage_lock
+from spark_checkpoint_operator.local_runtime import (
+    LocalJanitor,
+    RunRefused,
+    _stop_leftover_driver,
+    storage_lock,
+)
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.supervisor import CleanupFailed
 
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
@@ -529,3 +537,30 @@ def test_the_error_a_driver_reports_is_its_error_whatever_its_log_ends_with(
     assert re.fullmatch(
         re.escape(repeated) + reported_failure("no such column 'k'"), status["message"]
     )
+
+
+def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
+    # The janitor's last line ("collect-garbage failed: ...") is its reason for the runtime,
+    # which names the command itself: the event read "collect-garbage: collect-garbage
+    # failed: ...".
+    layout = JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
+    CheckpointStorage(layout).claim(StorageOwner("registry-2", "another registry"))
+    (Path(layout.job_root.removeprefix("file://")) / "chk-3").mkdir()
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+    janitor = LocalJanitor(manifest, layout.root, StorageOwner("registry-1", "this registry"))
+
+    with pytest.raises(CleanupFailed) as failed:
+        asyncio.run(janitor.collect_garbage([], []))
+
+    message = str(failed.value)
+    assert message.startswith("collect-garbage: "), message
+    assert message.count("collect-garbage") == 1, message
+    assert "another registry" in message
+    assert (Path(layout.job_root.removeprefix("file://")) / "chk-3").is_dir()
