@@ -649,7 +649,7 @@ def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) ->
     try:
         return chosen_image(restore_from, record.coordinator, storage)
     except UnknownImage as error:
-        raise RunRefused(str(error)) from None
+        raise RunRefused(f"--from: {error}") from None
 
 
 def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:

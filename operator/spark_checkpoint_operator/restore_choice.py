@@ -55,14 +55,16 @@ def _external(choice: str) -> str:
             "(<root>/<namespace>/<job>/savepoints/sp-<N>)"
         )
     layout = JobStorageLayout("/".join(parts[:-5]), parts[-5], parts[-4])
-    _require_intact(CheckpointStorage(layout), CheckpointKind.SAVEPOINT, snapshot_id, choice)
+    # Storage's errors name the path already.
+    savepoint = CheckpointStorage(layout)
+    _require_intact(savepoint, CheckpointKind.SAVEPOINT, snapshot_id, "the savepoint")
     return RestoreCandidate.external(uri).encode()
 
 
 def _require_intact(
-    storage: CheckpointStorage, kind: CheckpointKind, snapshot_id: int, choice: str
+    storage: CheckpointStorage, kind: CheckpointKind, snapshot_id: int, named: str
 ) -> None:
     try:
         storage.verify(storage.read_metadata(kind, snapshot_id))
     except (StorageError, OSError, ValueError) as error:
-        raise UnknownImage(f"{choice} cannot be restored: {error}") from None
+        raise UnknownImage(f"{named} cannot be restored: {error}") from None

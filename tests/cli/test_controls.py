@@ -234,7 +234,7 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     unknown = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
     assert unknown.returncode == 1
     assert unknown.stderr.startswith(
-        "spark-checkpoint run: savepoint:999 is not a registered savepoint of the job"
+        "spark-checkpoint run: --from: savepoint:999 is not a registered savepoint of the job"
     )
     assert len(unknown.stderr.splitlines()) == 1
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
@@ -260,13 +260,21 @@ def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob
     refused = job.cli("run", "-f", "job.yaml", "--from", f"savepoint:{chosen}")
     assert refused.returncode == 1
     assert refused.stderr.startswith(
-        f"spark-checkpoint run: savepoint:{chosen} cannot be restored:"
+        f"spark-checkpoint run: --from: savepoint:{chosen} cannot be restored:"
     )
     assert len(refused.stderr.splitlines()) == 1
     assert sorted((job.job_dir / "logs").iterdir()) == logs_before  # no driver started
     path = job.cli("run", "-f", "job.yaml", "--from", str(job.directory / "nowhere"))
     assert path.returncode == 1
     assert "is not savepoint:N, checkpoint:N or the path of a savepoint" in path.stderr
+    # Storage's error names the path: the refusal does not name it twice.
+    moved = storage / "savepoints" / f"sp-{chosen + 100}"
+    missing = job.cli("run", "-f", "job.yaml", "--from", str(moved))
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "spark-checkpoint run: --from: the savepoint cannot be restored: "
+        f"{moved.as_uri()}/_metadata: no such file\n"
+    )
 
 
 def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:

@@ -251,9 +251,9 @@ def test_an_initial_savepoint_on_this_machine_is_checked_before_a_driver_starts(
 
     assert result.returncode == 1, result.stdout + result.stderr
     [line] = result.stderr.splitlines()
-    assert line.startswith(
-        f"spark-checkpoint run: spec.restore.initialSavepointPath: {missing / '_metadata'} "
-        "cannot be restored: "
+    assert line == (
+        "spark-checkpoint run: spec.restore.initialSavepointPath: the savepoint cannot be "
+        f"restored: {missing.as_uri()}/_metadata: no such file"
     ), line
     assert not (tmp_path / "runs").exists(), "no driver was started"
 
