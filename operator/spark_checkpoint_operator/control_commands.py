@@ -5,6 +5,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from spark_checkpoint.storage import CheckpointKind, printable_line
 from spark_checkpoint_operator.cli_conventions import (
     ExitCode,
     OutputFormat,
@@ -30,9 +31,15 @@ from spark_checkpoint_operator.control_protocol import (
     Outcome,
     RuntimeStatus,
 )
-from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir, local_job_paths
+from spark_checkpoint_operator.local_state import (
+    STATE_DIR_NAME,
+    LocalPaths,
+    default_state_dir,
+    local_job_paths,
+)
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.status import StatusFile, StatusFileError, last_image
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
@@ -176,8 +183,9 @@ class _Usage(Exception):
     """The arguments name no job; the message says what to give."""
 
 
-def control_paths(args: argparse.Namespace) -> ControlPaths:
-    """The control directory of the job the arguments name; `_Usage` if they do not."""
+def job_paths(args: argparse.Namespace) -> LocalPaths:
+    """Where the run of the job the arguments name keeps its state; `_Usage` if they name
+    no job."""
     if args.manifest is not None:
         try:
             manifest = load_manifest(args.manifest)
@@ -190,18 +198,20 @@ def control_paths(args: argparse.Namespace) -> ControlPaths:
         state_dir = args.state_dir or Path(STATE_DIR_NAME)
     else:
         raise _Usage("name the job: -f FILE, or --job NAME (and --namespace)")
-    return ControlPaths(local_job_paths(state_dir, namespace, name).control_dir)
+    return local_job_paths(state_dir, namespace, name)
 
 
 def run_control(args: argparse.Namespace) -> int:
     prog = f"spark-checkpoint {args.command}"
     try:
-        return _control(args, control_paths(args))
+        paths = job_paths(args)
+        return _control(args, ControlPaths(paths.control_dir))
     except _Usage as error:
         print(f"{prog}: {error}", file=sys.stderr)
         return ExitCode.USAGE
     except NoRuntime as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+        ended = f"; {last_run(paths.status_file)}" if args.command == Command.STATUS else ""
+        print(f"{prog}: {error}{ended}", file=sys.stderr)
         return ExitCode.NO_RUNTIME
     except ControlRefused as error:
         print(f"{prog}: {error}", file=sys.stderr)
@@ -266,6 +276,27 @@ def _ended(paths: ControlPaths, timeout: float, what: str, prog: str) -> int:
         return ExitCode.OK
     print(f"{prog}: the run has not ended within {timeout:.0f}s", file=sys.stderr)
     return ExitCode.FAILED
+
+
+def last_run(status_file: Path) -> str:
+    """What the status file says of the job's last run, for a ``status`` no run answers."""
+    try:
+        found = StatusFile.read(status_file)
+        status = None if found is None else found.persisted_status()
+    except StatusFileError as error:
+        return f"its status file cannot be read: {error}"
+    if status is None:
+        return "the job has not run with this state directory"
+    images = ", ".join(
+        f"{kind} {_or_none(image and image['id'])}"
+        for kind in CheckpointKind
+        for image in [last_image(status.coordinator, kind)]
+    )
+    message = f": {printable_line(status.message)}" if status.message else ""
+    return (
+        f"the last run left it {status.phase.value} (attempt {status.job_attempt}, batch "
+        f"{_or_none(status.last_committed_batch)}, {images}){message}"
+    )
 
 
 def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:

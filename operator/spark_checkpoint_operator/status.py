@@ -280,8 +280,8 @@ def render_status(
             "inProgress": len(persisted.pending),
             **status["counts"],
         },
-        "lastCheckpoint": _last(state.checkpoints, state.history, CheckpointKind.CHECKPOINT),
-        "lastSavepoint": _last(state.savepoints, state.history, CheckpointKind.SAVEPOINT),
+        "lastCheckpoint": last_image(state, CheckpointKind.CHECKPOINT),
+        "lastSavepoint": last_image(state, CheckpointKind.SAVEPOINT),
         "history": [_outcome(o) for o in reversed(state.history[-HISTORY_SHOWN:])],
         "savepointHistory": [_completed(s) for s in reversed(state.savepoints)],
     }
@@ -295,16 +295,13 @@ def render_status(
     return status
 
 
-def _last(
-    registered: Sequence[CompletedCheckpoint],
-    history: Sequence[CheckpointOutcome],
-    kind: CheckpointKind,
-) -> dict[str, Any] | None:
+def last_image(state: PersistedState, kind: CheckpointKind) -> dict[str, Any] | None:
     """The newest registered image of ``kind``; a finished job's checkpoints are
     discarded, so the history's newest completion stands in for them."""
+    registered = state.checkpoints if kind is CheckpointKind.CHECKPOINT else state.savepoints
     if registered:
         return _completed(registered[-1])
-    for outcome in reversed(history):
+    for outcome in reversed(state.history):
         if outcome.kind is kind and outcome.status is OutcomeStatus.COMPLETED:
             return {
                 "id": outcome.checkpoint_id,

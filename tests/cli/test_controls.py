@@ -239,6 +239,14 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert len(unknown.stderr.splitlines()) == 1
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
     assert newest > chosen  # the stop's savepoint: what a run without --from restores
+    ended = job.cli("status", "-f", "job.yaml")
+    assert ended.returncode == 3
+    recorded = job.status_file()
+    assert ended.stderr.endswith(
+        f"; the last run left it {recorded['phase']} (attempt 1, batch "
+        f"{recorded['lastCommittedBatch']}, checkpoint {recorded['lastCheckpoint']['id']}, "  # type: ignore[index]
+        f"savepoint {newest})\n"
+    ), ended.stderr
 
     _detach(job, "--from", f"savepoint:{chosen}")
     restored = job.status_file()["restoredFrom"]
@@ -282,6 +290,8 @@ def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
         result = job.cli(command, "-f", "job.yaml")
         assert result.returncode == 3, (command, result.stderr)
         assert len(result.stderr.splitlines()) == 1
+        if command == "status":
+            assert result.stderr.endswith("; the job has not run with this state directory\n")
         unnamed = job.cli(command)
         assert unnamed.returncode == 2
         assert unnamed.stderr == (
