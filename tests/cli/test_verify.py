@@ -5,11 +5,16 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
+from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint_operator.storage_commands import snapshots
 
 if TYPE_CHECKING:
     from conftest import Job, Result
@@ -165,7 +170,8 @@ def test_json_output(job: Job, cli: Cli) -> None:
     assert by_id[("checkpoint", 1)]["ok"] is False
     assert by_id[("checkpoint", 1)]["problems"] == [f"missing file: commits/0 at {damaged}"]
     assert by_id[("checkpoint", 2)] == {
-        "kind": "checkpoint", "id": 2, "ok": True, "files": 4, "sizeBytes": 127, "problems": []
+        "kind": "checkpoint", "id": 2, "ok": True, "files": 4, "sizeBytes": 127, "problems": [],
+        "restorable": None,  # not tried without --deep
     }  # fmt: skip
 
 
@@ -184,3 +190,59 @@ def test_empty_storage_has_nothing_to_verify_which_is_not_a_pass(job: Job, cli: 
     as_json = cli("verify", "--json", *job.flags)
     assert as_json.code == 1
     assert json.loads(as_json.out)["ok"] is False
+
+
+def _restore_check_printing(
+    report: str, *, exit_code: int = 0, stderr: str = ""
+) -> Callable[..., list[str]]:
+    """A stand-in for the data plane's restorable check (real Spark runs it in
+    tests/e2e/test_restore_fallback.py): what verify --deep makes of its report."""
+    script = f"import sys; print({report!r}); sys.stderr.write({stderr!r}); sys.exit({exit_code})"
+    return lambda _layout, _images: [sys.executable, "-c", script]
+
+
+def test_deep_says_which_snapshots_spark_restored(
+    job: Job, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report = encoded(
+        [
+            ImageVerdict(CHECKPOINT, 1, ()),
+            ImageVerdict(CHECKPOINT, 2, ("state of operator 0 cannot be loaded",)),
+            ImageVerdict(SAVEPOINT, 3, ()),
+        ]
+    )
+    monkeypatch.setattr(snapshots, "restorable_command", _restore_check_printing(report))
+
+    text = cli("verify", "--deep", *job.flags)
+    as_json = cli("verify", "--deep", "-o", "json", *job.flags)
+
+    assert text.code == as_json.code == 1
+    assert text.out.splitlines() == [
+        "checkpoint:1  OK      3 files, 80 B, restorable",
+        "checkpoint:2  FAILED  not restorable: state of operator 0 cannot be loaded",
+        "savepoint:3   OK      4 files, 127 B, restorable",
+        "3 verified (--deep: each intact one restored by Spark): 2 OK, 1 failed",
+    ]
+    restorable = [s["restorable"] for s in json.loads(as_json.out)["snapshots"]]
+    assert restorable == [True, False, True]
+    shallow = cli("verify", "-o", "json", *job.flags)
+    assert [s["restorable"] for s in json.loads(shallow.out)["snapshots"]] == [None] * 3
+    assert "restored by Spark" not in cli("verify", *job.flags).out
+
+
+def test_deep_without_a_restore_check_fails_and_claims_nothing_restorable(
+    job: Job, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    no_spark = _restore_check_printing(
+        "", exit_code=1, stderr="ModuleNotFoundError: No module named 'pyspark'\n"
+    )
+    monkeypatch.setattr(snapshots, "restorable_command", no_spark)
+
+    result = cli("verify", "--deep", "-o", "json", *job.flags)
+
+    assert result.code == 1
+    for snapshot in json.loads(result.out)["snapshots"]:
+        assert snapshot["restorable"] is None
+        assert snapshot["problems"] == [
+            "the restore check could not run: ModuleNotFoundError: No module named 'pyspark'"
+        ]

@@ -72,7 +72,8 @@ def test_an_unrestorable_image_is_caught_by_verify_deep_and_restore_falls_back(
     assert "FAILED  not restorable: state of operator 0" in damaged
     assert "CANNOT_LOAD_STATE_STORE" in damaged
     checkpoints = [line for line in lines if line.startswith("checkpoint:")]
-    assert checkpoints and all(" OK " in line for line in checkpoints), deep.stdout
+    assert checkpoints and all(line.endswith(", restorable") for line in checkpoints), deep.stdout
+    assert "(--deep: each intact one restored by Spark)" in lines[-1]
 
     resumed = JobRun(tmp_path / "job", bounded=True)
     resumed.add_input(files=4, start_index=8)

@@ -164,12 +164,19 @@ def verify_lines(results: Sequence[Verification]) -> list[str]:
     for result in results:
         name = f"{result.ref!s:<{width}}"
         if result.ok:
-            lines.append(f"{name}  OK      {result.files} files, {human_size(result.total_bytes)}")
+            restored = ", restorable" if result.restorable else ""
+            size = human_size(result.total_bytes)
+            lines.append(f"{name}  OK      {result.files} files, {size}{restored}")
             continue
         first, *rest = result.problems
         lines.append(f"{name}  FAILED  {first}")
         lines += [f"{'':<{width}}          {problem}" for problem in rest]
-    lines.append(f"{len(results)} verified: {len(results) - failed} OK, {failed} failed")
+    deep = (
+        " (--deep: each intact one restored by Spark)"
+        if any(result.restorable is not None for result in results)
+        else ""
+    )
+    lines.append(f"{len(results)} verified{deep}: {len(results) - failed} OK, {failed} failed")
     return lines
 
 
@@ -237,6 +244,7 @@ def verification_json(result: Verification) -> dict[str, Any]:
         "files": result.files,
         "sizeBytes": result.total_bytes,
         "problems": list(result.problems),
+        "restorable": result.restorable,
     }
 
 

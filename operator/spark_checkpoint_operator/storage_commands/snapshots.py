@@ -227,12 +227,14 @@ def shared_locations(meta: CheckpointMetadata) -> set[str]:
 
 @dataclass(frozen=True, slots=True)
 class Verification:
-    """The outcome of verifying one snapshot: OK when ``problems`` is empty."""
+    """The outcome of verifying one snapshot: OK when ``problems`` is empty;
+    ``restorable``: whether Spark restored it (``--deep``), None if not tried."""
 
     ref: SnapshotRef
     problems: tuple[str, ...]
     files: int = 0
     total_bytes: int = 0
+    restorable: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -291,15 +293,19 @@ def deep_verify(storage: CheckpointStorage, results: list[Verification]) -> list
     completed = subprocess.run(command, capture_output=True, text=True, check=False)
     try:
         problems = problems_by_image(completed.stdout)
-        found = {
-            ref: [f"not restorable: {problem}" for problem in problems.get(str(ref), [])]
-            for ref in intact
-        }
     except ValueError:
         lines = completed.stderr.strip().splitlines() or [f"exit code {completed.returncode}"]
-        found = {ref: [f"the restore check could not run: {lines[-1]}"] for ref in intact}
+        unchecked = (f"the restore check could not run: {lines[-1]}",)
+        return [
+            dataclasses.replace(result, problems=unchecked) if result.ok else result
+            for result in results
+        ]
     return [
-        dataclasses.replace(result, problems=(*result.problems, *found.get(result.ref, ())))
+        dataclasses.replace(
+            result,
+            problems=tuple(f"not restorable: {p}" for p in problems.get(str(result.ref), [])),
+            restorable=not problems.get(str(result.ref)),
+        )
         if result.ok
         else result
         for result in results
