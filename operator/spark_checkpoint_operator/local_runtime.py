@@ -8,6 +8,7 @@ same as on Kubernetes and talk over loopback HTTP with a per-run token.
 import asyncio
 import contextlib
 import dataclasses
+import difflib
 import fcntl
 import os
 import secrets
@@ -37,6 +38,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageError,
     StorageOwnedElsewhere,
+    printable_line,
 )
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.child_process import dying_with_parent
@@ -49,6 +51,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.driver_command import (
+    LOCAL_SCHEME,
     TERMINATION_GRACE_SECONDS,
     driver_command,
     submit_arguments,
@@ -59,7 +62,7 @@ from spark_checkpoint_operator.local_state import (
     local_owner,
     local_paths,
 )
-from spark_checkpoint_operator.manifest.model import JobManifest
+from spark_checkpoint_operator.manifest.model import Application, JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
@@ -406,6 +409,7 @@ async def run_local(
     another run of the job is under way, `RunRefused` for an image that cannot be restored
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
+    require_main_file(manifest.spec.application, manifest_path.parent.resolve())
     paths = local_paths(manifest, state_dir)
     try:
         paths.job_dir.mkdir(parents=True, exist_ok=True)
@@ -485,6 +489,26 @@ def require_secret_variables(manifest: JobManifest, environment: Mapping[str, st
             f"takes {first.name} from Secret {first.secret.name} (key {first.secret.key}); a "
             "local run takes such variables from its own environment"
         )
+
+
+def require_main_file(application: Application, manifest_dir: Path) -> None:
+    """A main file that is not there is named before Spark starts (Python would only say
+    so in the driver's log, and the job would fail as misconfigured)."""
+    if application.main_file is None:
+        return
+    path = manifest_dir / application.main_file.removeprefix(LOCAL_SCHEME)
+    if path.is_file():
+        return
+    try:
+        siblings = [entry.name for entry in path.parent.iterdir() if entry.is_file()]
+    except OSError:
+        siblings = []
+    close = difflib.get_close_matches(path.name, siblings, n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    raise RunRefused(
+        f"spec.application.mainFile: no file {printable_line(str(path))} (a relative path is "
+        f"read from the manifest's directory){hint}"
+    )
 
 
 async def _run_locked(

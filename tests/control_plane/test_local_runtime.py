@@ -9,7 +9,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -458,18 +457,26 @@ def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_sho
     )
 
 
-def test_a_missing_main_file_fails_with_pythons_own_words(tmp_path: Path) -> None:
-    job = ScriptJob(tmp_path, "")
-    (tmp_path / "driver.py").unlink()
-    result = job.run()
+@pytest.mark.parametrize(
+    ("present", "hint"),
+    [("drivers.py", "; did you mean 'drivers.py'?"), ("other.txt", "")],
+)
+def test_a_missing_main_file_is_refused_before_spark_starts(
+    tmp_path: Path, present: str, hint: str
+) -> None:
+    """Before, Python said so in the driver's log and the job failed as misconfigured."""
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")
+    (tmp_path / "driver.py").rename(tmp_path / present)
+
+    result = job.run(timeout=20)
+
     assert result.returncode == 1, result.stdout + result.stderr
-    status = json.loads((job.job_dir / "status.json").read_text())["status"]
-    assert status["message"] == (
-        "driver cannot run: MISCONFIGURED: "
-        f"{sys.executable}: can't open file {str(tmp_path / 'driver.py')!r}: "
-        "[Errno 2] No such file or directory"
+    assert result.stderr == (
+        f"spark-checkpoint run: spec.application.mainFile: no file {tmp_path / 'driver.py'} "
+        f"(a relative path is read from the manifest's directory){hint}\n"
     )
-    assert f"job failed: {status['message']}" in result.stdout
+    assert not (tmp_path / "runs").exists(), "no driver was started"
+    assert not job.job_dir.exists(), "nothing of the run was left"
 
 
 def test_a_driver_killed_by_a_signal_is_described_so_without_log_lines_as_its_error(
