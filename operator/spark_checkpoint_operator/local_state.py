@@ -85,9 +85,9 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
     (``own_storage``: the default, copied with it), which makes the copy a job of its own.
     Call it under the job's lock. OSError, or ValueError for a file that holds no record."""
     here = str(paths.job_dir)
-    record = _RegistryRecord.read(paths.registry_id_file)
+    record = RegistryRecord.read(paths.registry_id_file)
     if record is None:
-        record = _RegistryRecord(uuid.uuid4().hex, here)
+        record = RegistryRecord(uuid.uuid4().hex, here)
         record.write(paths.registry_id_file)
     elif record.state_directory != here and not _same_directory(record.state_directory, here):
         original = record.state_directory
@@ -98,7 +98,7 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
                 f"{here} to run this copy as a new job (on storage of its own: "
                 "spec.checkpointing.storage)"
             )
-        record = _RegistryRecord(record.id, here)
+        record = RegistryRecord(record.id, here)
         record.write(paths.registry_id_file)
     return StorageOwner(
         id=record.id, description=f"the state directory {here} (registry {record.id[:8]})"
@@ -119,14 +119,15 @@ class CopiedStateDirectory(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class _RegistryRecord:
-    """What ``registry-id`` holds: the registry's id and the directory it was made in."""
+class RegistryRecord:
+    """What ``registry-id`` holds: the registry's id and the state directory it was last
+    run from (`local_owner` keeps it up to date)."""
 
     id: str
     state_directory: str
 
     @classmethod
-    def read(cls, path: Path) -> "_RegistryRecord | None":
+    def read(cls, path: Path) -> "RegistryRecord | None":
         """The record at ``path``, None if there is none."""
         try:
             document = json.loads(path.read_text())
@@ -161,7 +162,7 @@ class _RegistryRecord:
 def _holds(job_dir: Path, registry_id: str) -> bool:
     """Whether the state directory ``job_dir`` (another one's) keeps registry ``registry_id``."""
     try:
-        record = _RegistryRecord.read(LocalPaths(job_dir).registry_id_file)
+        record = RegistryRecord.read(LocalPaths(job_dir).registry_id_file)
     except (OSError, ValueError):
         return False
     return record is not None and record.id == registry_id

@@ -12,6 +12,7 @@ import pytest
 
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint_operator.local_state import RegistryRecord, local_job_paths
 
 if TYPE_CHECKING:
     from conftest import Job, Result
@@ -278,6 +279,42 @@ def test_list_and_verify_find_the_default_storage_next_to_the_manifest_from_any_
     assert verified.out.endswith("3 verified: 3 OK, 0 failed\n")
 
 
+@pytest.mark.parametrize(
+    ("registry_id", "recorded_at", "said", "is_this"),
+    [
+        ("abcd", "here", ": this state directory's registry", True),
+        # cp -r of a project: registry-id names the directory it was copied from.
+        (
+            "abcd",
+            "/old/place",
+            ": this state directory's registry, copied or moved here since",
+            True,
+        ),
+        (
+            "ef0123456789",
+            "here",
+            ": not this state directory's registry (ef012345), whose runs are refused while "
+            "that registry's checkpoints are there",
+            False,
+        ),
+    ],
+)
+def test_says_whether_the_owner_is_this_state_directorys_registry(
+    job: Job, cli: Cli, *, registry_id: str, recorded_at: str, said: str, is_this: bool
+) -> None:
+    job.storage.claim(StorageOwner(id="abcd", description="the state directory /x"))
+    paths = local_job_paths(job.state_dir, "analytics", "clicks")
+    paths.job_dir.mkdir(parents=True)
+    where = str(paths.job_dir) if recorded_at == "here" else recorded_at
+    RegistryRecord(registry_id, where).write(paths.registry_id_file)
+
+    listed = cli("list", *job.flags, "--state-dir", str(job.state_dir))
+    as_json = cli("list", *job.flags, "--state-dir", str(job.state_dir), "-o", "json")
+
+    assert f"owner: the state directory /x{said}" in listed.out.splitlines()
+    assert json.loads(as_json.out)["ownerIsThisRegistry"] is is_this
+
+
 def test_shows_the_registry_the_storage_belongs_to(job: Job, cli: Cli) -> None:
     """`owner.json`: what a refusal to run from another registry names, shown before it."""
     unclaimed = cli("list", *job.flags)
@@ -292,6 +329,7 @@ def test_shows_the_registry_the_storage_belongs_to(job: Job, cli: Cli) -> None:
     document = json.loads(cli("list", *job.flags, "--json").out)
     assert document["owner"] == {"id": "abcd", "description": owner.description}
     assert document["ownerProblem"] is None
+    assert document["ownerIsThisRegistry"] is None  # this state directory has no registry-id
 
     Path(job.storage.layout.owner_path).write_text("{")
     broken = cli("list", *job.flags, "--json")

@@ -49,7 +49,7 @@ def run_list(
     registry = registry_or_warn(job, err)
     try:
         rows = list_snapshots(job.storage, registry)
-        ownership = read_ownership(job.storage)
+        ownership = read_ownership(job.storage, job.paths)
         missing = None if rows else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err)

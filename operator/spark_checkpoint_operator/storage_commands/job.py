@@ -10,6 +10,7 @@ from typing import TextIO
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
+    LocalPaths,
     default_state_dir,
     local_job_paths,
     local_paths,
@@ -41,10 +42,14 @@ class StorageSource:
 
 @dataclass(frozen=True, slots=True)
 class JobStorage:
-    """A job's checkpoint storage and the local status file that holds its registry."""
+    """A job's checkpoint storage and the local state directory of its registry."""
 
     storage: CheckpointStorage
-    status_file: Path
+    paths: LocalPaths
+
+    @property
+    def status_file(self) -> Path:
+        return self.paths.status_file
 
     @property
     def layout(self) -> JobStorageLayout:
@@ -94,7 +99,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         raise CommandError(f"storage {root!r}: {error}") from error
     if paths is None:
         paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
-    return JobStorage(storage, paths.status_file)
+    return JobStorage(storage, paths)
 
 
 STORAGE_FIELD = ("spec", "checkpointing", "storage")

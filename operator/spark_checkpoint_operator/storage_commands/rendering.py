@@ -38,6 +38,7 @@ def list_document(
         "statusFile": str(registry.source) if registry else None,
         "owner": {"id": owner.id, "description": owner.description} if owner else None,
         "ownerProblem": ownership.problem,
+        "ownerIsThisRegistry": ownership.is_this_registry,
         "snapshots": [row_json(row, now) for row in rows],
     }
 
@@ -197,7 +198,18 @@ def owner_line(ownership: Ownership) -> str:
         return f"owner: unreadable: {ownership.problem}"
     if ownership.owner is None:
         return "owner: none recorded (the next run or cleanup of the job claims the storage)"
-    return f"owner: {printable_line(ownership.owner.description)}"
+    owner = f"owner: {printable_line(ownership.owner.description)}"
+    if ownership.moved_here:
+        return f"{owner}: this state directory's registry, copied or moved here since"
+    if ownership.is_this_registry:
+        return f"{owner}: this state directory's registry"
+    if ownership.is_this_registry is False:
+        assert ownership.here is not None
+        return (
+            f"{owner}: not this state directory's registry ({ownership.here.id[:8]}), whose "
+            "runs are refused while that registry's checkpoints are there"
+        )
+    return owner
 
 
 def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from spark_checkpoint.storage import (
     parse_snapshot_dir_name,
 )
 from spark_checkpoint.storage.layout import DISCARDING_FILE_NAME, SHARED_DIR_NAME
+from spark_checkpoint_operator.local_state import LocalPaths, RegistryRecord
 from spark_checkpoint_operator.restorable_check import restorable_command
 from spark_checkpoint_operator.storage_commands.job import CommandError, Registry, is_registered
 
@@ -340,17 +341,41 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Ownership:
     """What the job's `owner.json` says: the registry that owns its storage (None: no
-    registry claimed it yet), or why it cannot be read."""
+    registry claimed it yet), or why it cannot be read; and what this state directory's
+    ``registry-id`` says (None: it has none), to tell whose registry that is."""
 
     owner: StorageOwner | None
     problem: str | None = None
+    here: RegistryRecord | None = None
+    job_dir: str = ""
+
+    @property
+    def is_this_registry(self) -> bool | None:
+        """Whether the owner is the registry of this state directory; None if unknown."""
+        if self.owner is None or self.here is None:
+            return None
+        return self.owner.id == self.here.id
+
+    @property
+    def moved_here(self) -> bool:
+        """This state directory's registry, last run from another directory."""
+        return (
+            bool(self.is_this_registry)
+            and self.here is not None
+            and (self.here.state_directory != self.job_dir)
+        )
 
 
-def read_ownership(storage: CheckpointStorage) -> Ownership:
+def read_ownership(storage: CheckpointStorage, paths: LocalPaths) -> Ownership:
     try:
-        return Ownership(storage.recorded_owner())
+        owner = storage.recorded_owner()
     except StorageError as error:
         return Ownership(None, storage_problem(error))
+    try:
+        here = RegistryRecord.read(paths.registry_id_file)
+    except (OSError, ValueError):  # the run says what is wrong with it; list only reads
+        here = None
+    return Ownership(owner, here=here, job_dir=str(paths.job_dir))
 
 
 def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageError) -> str:
