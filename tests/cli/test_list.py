@@ -293,8 +293,8 @@ def test_list_and_verify_find_the_default_storage_next_to_the_manifest_from_any_
         (
             "ef0123456789",
             "here",
-            ": not this state directory's registry (ef012345), whose runs are refused while "
-            "that registry's checkpoints are there",
+            ": not this state directory's registry (ef012345): runs from here are "
+            "refused while the owner's checkpoints are there",
             False,
         ),
     ],

@@ -206,8 +206,8 @@ def owner_line(ownership: Ownership) -> str:
     if ownership.is_this_registry is False:
         assert ownership.here is not None
         return (
-            f"{owner}: not this state directory's registry ({ownership.here.id[:8]}), whose "
-            "runs are refused while that registry's checkpoints are there"
+            f"{owner}: not this state directory's registry ({ownership.here.id[:8]}): "
+            "runs from here are refused while the owner's checkpoints are there"
         )
     return owner
 
