@@ -228,12 +228,11 @@ class JobController:
 
     async def _read_spec(self) -> JobManifest | None:
         """The spec, validated again only when its generation changed. A spec in error
-        is reported in status and an event; the last valid one (or the one an earlier
-        operator accepted, from status) stays in effect for a running driver, and nothing
-        starts for it otherwise. What a rule refuses in a value the accepted spec already
-        held is tolerated, as the API server ratchets its validation: an operator upgrade
-        that tightens a rule neither stops a running job nor refuses its next change
-        elsewhere in the spec."""
+        is reported in status and an event, and None is returned: nothing starts for it
+        (which spec a running driver keeps is `_last_valid_for_the_driver`'s call). What a
+        rule refuses in a value the accepted spec already held is tolerated, as the API
+        server ratchets its validation: an operator upgrade that tightens a rule neither
+        stops a running job nor refuses its next change elsewhere in the spec."""
         generation = int(self._body["metadata"].get("generation", 0))
         if generation == self._generation:
             return self._manifest if self._problem is None else None
