@@ -53,6 +53,8 @@ from spark_checkpoint.restore import restore
 from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
+
 TARGET = 1.2
 NAMESPACE, JOB = "default", "restore-bench"
 
@@ -141,7 +143,7 @@ def our_restore(
         storage, (RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),), location
     )
     assert outcome is not None and outcome.batch_id == batch
-    sink.on_restore(outcome.batch_id)
+    sink.on_restore(outcome.batch_id, JOB)
     restored = time.time()
     run = run_to_end(spark, input_dir, location, work / "output", batch + 1)
     return {

@@ -118,7 +118,9 @@ def _start(
         return _fail(str(error), DriverExit.RESTORE_FAILED)
     try:
         for participant in participants:
-            participant.on_restore(outcome.batch_id if outcome else None)
+            participant.on_restore(
+                outcome.batch_id if outcome else None, f"{settings.namespace}/{settings.job}"
+            )
     except StartRefused as error:
         return _fail(str(error), DriverExit.MISCONFIGURED)
 

@@ -20,6 +20,7 @@ Layout
     <output>/_data/batch-<B>/<attempt>/part-<P>-<task>.json   # data objects of one attempt
     <output>/_staging/batch-<B>.json     # staged record: batch B written, awaiting its checkpoint
     <output>/committed/batch-<B>.json    # commit record: batch B is output
+    <output>/_owner.json                 # the job the output belongs to
 
 A data object holds one partition of the batch as JSON lines (one object per row, as
 Spark's JSON writer writes them). ``<attempt>`` is a fresh random id per `write_batch`, and
@@ -53,7 +54,9 @@ Protocol (`CheckpointParticipant`)
    this commit's own (written before a crash, or by a request whose answer was lost, so
    that the store refused its retry); any other means the staged one is a duplicate,
    whose objects are deleted and never seen.
-3. ``on_restore(R)`` (before the restored query starts): staged batches > R are discarded
+3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
+   or no job's yet (``_owner.json``, created create-only; another job is refused, as its
+   batch ids would collide with the owner's). Staged batches > R are discarded
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
@@ -74,8 +77,9 @@ garbage no record lists or a prefix of its commits done; repeating the call fini
 Assumptions
 -----------
 - One writer: a single driver owns an output directory (the same rule Spark has for a
-  checkpoint location). Calls are serialised by a lock inside one sink instance, so
-  `on_checkpoint_complete` may run on the agent's thread while Spark stages the next batch.
+  checkpoint location); of two jobs, the one that did not start on it first is refused.
+  Calls are serialised by a lock inside one sink instance, so `on_checkpoint_complete`
+  may run on the agent's thread while Spark stages the next batch.
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
   replacing a committed batch, and a starting driver removes only the temporaries whose
   writer is gone, never one that a second writer is still linking into place.
@@ -111,6 +115,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from .sink_storage import OutputStorage, write_partition
+from .storage.errors import printable_line
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -119,6 +124,7 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMITTED_DIR",
     "DATA_DIR",
+    "OWNER_FILE",
     "STAGING_DIR",
     "BatchRecord",
     "CheckpointParticipant",
@@ -148,6 +154,10 @@ COMMITTED_DIR = "committed"
 
 DATA_DIR = "_data"
 """Directory (under the output directory) of the data objects of every attempt."""
+
+OWNER_FILE = "_owner.json"
+"""The job the output belongs to (under the output directory): ``{"format": 1, "job":
+"<namespace>/<name>"}``."""
 
 RECORD_FORMAT = 1
 _BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
@@ -180,9 +190,11 @@ class CheckpointParticipant(Protocol):
         registered. Must be idempotent and safe to call while a batch is being staged."""
         ...
 
-    def on_restore(self, restored_batch: int | None) -> None:
+    def on_restore(self, restored_batch: int | None, job: str) -> None:
         """Reconcile staged output before the query starts from the checkpoint of
-        `restored_batch` (``None``: fresh start, no checkpoint)."""
+        `restored_batch` (``None``: fresh start, no checkpoint), for `job`
+        (``namespace/name``): output belongs to one job, which a restore from another
+        job's savepoint (a fork) must not write into."""
         ...
 
 
@@ -349,8 +361,12 @@ class TransactionalFileSink:
         with self._lock:
             self._commit_through(batch_id)
 
-    def on_restore(self, restored_batch: int | None) -> None:
+    def on_restore(self, restored_batch: int | None, job: str) -> None:
         """Reconcile staged output before a query starts from a restored checkpoint.
+
+        The output belongs to the first job that starts on it (``_owner.json``, written
+        create-only): another `job` is refused (StartRefused), as its batches would take
+        the ids of the owner's and each would drop the other's as replays.
 
         Staged batches > `restored_batch` are discarded (the query re-runs them); staged
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
@@ -364,6 +380,7 @@ class TransactionalFileSink:
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
         with self._lock:
+            self._owned_by(job)  # refused before anything is written
             committed = self.committed_batches()
             if restored_batch is None and committed:
                 # New batches of those ids would be taken for replays and dropped: the
@@ -377,6 +394,7 @@ class TransactionalFileSink:
                     "one); to go on from those batches, restore the checkpoint or savepoint "
                     "they belong to (spec.restore.initialSavepointPath, run --from)"
                 )
+            self._claim(job)
             for staged_id in self.staged_batches():
                 if restored_batch is not None and staged_id <= restored_batch:
                     continue
@@ -415,6 +433,39 @@ class TransactionalFileSink:
                     ahead[0],
                     ahead[-1],
                 )
+
+    def _owned_by(self, job: str) -> bool:
+        """True if the output is `job`'s, False if it is no job's yet; StartRefused if it
+        is another's, or its owner record cannot be read."""
+        data = self._storage.read(OWNER_FILE)
+        if data is None:
+            return False
+        path = self._storage.native(OWNER_FILE)
+        try:
+            owner = json.loads(data)["job"]
+        except (ValueError, KeyError, TypeError):
+            owner = None
+        if not isinstance(owner, str):
+            raise StartRefused(
+                f'{path}: not a record of the job the output belongs to ({{"job": '
+                '"<namespace>/<name>"}): delete it to hand the output to the next job'
+            )
+        if owner != job:
+            raise StartRefused(
+                f"the output {self._storage.url} belongs to job {printable_line(owner)} "
+                f"({path}), whose batch ids this job's would take (each dropping the "
+                f"other's as replays): give job {job} an output of its own (a fork of a job "
+                f"too), or delete {path} to hand the output over once that job no longer "
+                "writes there"
+            )
+        return True
+
+    def _claim(self, job: str) -> None:
+        """Make the output `job`'s (create-only: of two jobs starting at once, one wins
+        and the other is refused). Caller holds the lock."""
+        record = json.dumps({"format": RECORD_FORMAT, "job": job}).encode("utf-8") + b"\n"
+        if not self._owned_by(job) and not self._storage.create(OWNER_FILE, record):
+            self._owned_by(job)
 
     def _commit_through(self, batch_id: int) -> None:
         """Commit staged batches <= `batch_id` in ascending order. Caller holds the lock."""

@@ -17,6 +17,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.doc_blocks import marked_blocks, shell_commands
@@ -135,6 +136,29 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
     # RetainOnFailure keeps checkpoints of a suspended job.
     for checkpoint in registered["checkpoints"]:
         assert (first.storage_dir / f"chk-{checkpoint['id']}" / "_metadata").is_file()
+
+    # A fork from that savepoint, next to the job (its input, its output), is refused before
+    # its query starts: its batches would take the job's batch ids (user guide, section 7).
+    committed = first.committed_batches()
+    fork_manifest = yaml.safe_load((first.directory / "job.yaml").read_text())
+    fork_manifest["metadata"]["name"] = "wordcount-fork"
+    fork_manifest["spec"]["application"]["arguments"].append("--bounded")
+    (first.directory / "fork.yaml").write_text(yaml.safe_dump(fork_manifest))
+    fork = subprocess.run(
+        [
+            *(sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "fork.yaml"),
+            *("--state-dir", "state", "--from", str(savepoint_dir)),
+        ],
+        cwd=first.directory,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert fork.returncode == 1, fork.stdout + fork.stderr
+    refused = f"the output {first.output_dir} belongs to job default/wordcount ("
+    assert refused in fork.stdout, fork.stdout
+    assert first.committed_batches() == committed
 
     resumed = JobRun(tmp_path / "job", bounded=True)  # same job, same state: an upgrade
     resumed.add_input(files=6, start_index=6)

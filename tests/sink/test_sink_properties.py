@@ -33,6 +33,8 @@ from spark_checkpoint.sink import (
 )
 from spark_checkpoint.sink_storage import OutputStorage
 
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
+
 MUTATIONS = ("write", "create", "delete", "write_lines")
 # Examples per kind of root: the object stores answer over HTTP, hundreds of requests each.
 EXAMPLES = {"local": 50, "s3": 3, "azure": 3}
@@ -81,7 +83,7 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
             super().__init__()
             self.output = f"{output_url}/{uuid.uuid4().hex}"
             self.sink = TransactionalFileSink(self.output)
-            self.sink.on_restore(None)
+            self.sink.on_restore(None, JOB)
             self.next_batch = 0  # Spark's next batch: commits/<next_batch - 1> exists
             self.registry: list[int] = []  # batches of the registered checkpoints, in order
             self.highest_registered = -1
@@ -90,7 +92,7 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
             """A new driver restores the newest registered checkpoint (or starts fresh)."""
             restored = self.registry[-1] if self.registry else None
             self.sink = TransactionalFileSink(self.output)
-            self.sink.on_restore(restored)
+            self.sink.on_restore(restored, JOB)
             self.next_batch = 0 if restored is None else restored + 1
             self.check_no_garbage()
 
@@ -147,7 +149,7 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
         def kill_while_restoring(self, mutation: int) -> None:
             restored = self.registry[-1] if self.registry else None
             self.run_killed(
-                lambda: TransactionalFileSink(self.output).on_restore(restored), mutation
+                lambda: TransactionalFileSink(self.output).on_restore(restored, JOB), mutation
             )
 
         @precondition(lambda self: len(self.registry) >= 2)
@@ -186,7 +188,7 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
             self.registry.append(last)
             self.sink.on_checkpoint_complete(last)
             assert read_committed(self.output) == {b: rows_of(b) for b in range(last + 1)}
-            self.sink.on_restore(last)
+            self.sink.on_restore(last, JOB)
             self.check_no_garbage()
 
     run_state_machine_as_test(

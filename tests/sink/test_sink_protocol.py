@@ -4,6 +4,7 @@ the local filesystem, S3 (moto) and Azure Blob Storage (Azurite), unless marked 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import subprocess
@@ -19,6 +20,7 @@ from helpers.objectstore import StorageRoot, storage_root_for
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
+    OWNER_FILE,
     STAGING_DIR,
     BatchRecord,
     CheckpointParticipant,
@@ -30,6 +32,8 @@ from spark_checkpoint.sink import (
     read_committed,
 )
 from spark_checkpoint.sink_storage import OutputStorage
+
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
 
 if TYPE_CHECKING:
     from conftest import StartProxy
@@ -203,7 +207,7 @@ def test_restore_discards_staged_batches_after_it_and_commits_those_it_covers(
     # The registry now lists a checkpoint of batch 2, but the crash came before notify.
 
     restored = new_sink()
-    restored.on_restore(2)
+    restored.on_restore(2, JOB)
 
     assert restored.committed_batches() == [0, 1, 2]
     assert restored.staged_batches() == []
@@ -217,7 +221,7 @@ def test_a_fresh_start_discards_every_staged_batch(
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
 
-    sink.on_restore(None)
+    sink.on_restore(None, JOB)
 
     assert sink.staged_batches() == []
     assert sink.committed_batches() == []
@@ -236,8 +240,8 @@ def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
     ):
         output_root.write(f"{output_url}/{orphan}", b'{"word": "partial"')
 
-    sink.on_restore(1)
-    sink.on_restore(1)
+    sink.on_restore(1, JOB)
+    sink.on_restore(1, JOB)
 
     assert sink.committed_batches() == [0, 1]
     assert sink.staged_batches() == []
@@ -257,7 +261,7 @@ def test_a_replayed_batch_that_is_already_committed_is_not_staged_again(
     sink.on_checkpoint_complete(2)
     # Fall back to an older checkpoint (batch 0): Spark replays batches 1 and 2.
     caplog.set_level(logging.INFO, logger="spark_checkpoint.sink")
-    sink.on_restore(0)
+    sink.on_restore(0, JOB)
     assert "batches 1..2 are already committed" in caplog.text
 
     replays = [fake_batch(rows_of(batch_id, "replayed")) for batch_id in (1, 2)]
@@ -312,7 +316,7 @@ def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_
     before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
 
     with pytest.raises(StartRefused) as refused:
-        TransactionalFileSink(output_url).on_restore(None)
+        TransactionalFileSink(output_url).on_restore(None, JOB)
 
     assert str(refused.value) == (
         f"the output {OutputStorage(output_url).url} holds batches 0..1 committed by an "
@@ -323,6 +327,70 @@ def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_
     )
     after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
     assert after == before
+
+
+def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_nothing(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """A fork (a job restored from another job's savepoint) given the original's output:
+    its batches would take the original's ids, and each job would drop the other's
+    batches as replays (a newcomer's fork committed batches 28..37 there, and the original
+    then skipped its own 28..37 with only a warning in its driver log)."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(1)
+    before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    owner = OutputStorage(output_url).native(OWNER_FILE)
+
+    with pytest.raises(StartRefused) as refused:
+        TransactionalFileSink(output_url).on_restore(1, "default/orders-fork")
+
+    assert str(refused.value) == (
+        f"the output {OutputStorage(output_url).url} belongs to job default/orders ({owner}), "
+        "whose batch ids this job's would take (each dropping the other's as replays): give "
+        "job default/orders-fork an output of its own (a fork of a job too), or delete "
+        f"{owner} to hand the output over once that job no longer writes there"
+    )
+    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    assert after == before, "the staged batch 2 and everything else untouched"
+    TransactionalFileSink(output_url).on_restore(1, JOB)  # the owner goes on
+    assert sink.committed_batches() == [0, 1]
+    output_root.delete(f"{output_url}/{OWNER_FILE}")  # handed over
+    TransactionalFileSink(output_url).on_restore(1, "default/orders-fork")
+    with pytest.raises(StartRefused, match="belongs to job default/orders-fork "):
+        TransactionalFileSink(output_url).on_restore(1, JOB)
+
+
+def test_output_of_a_sink_without_owners_goes_to_the_first_job_that_starts(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    sink.on_restore(None, JOB)
+    stage(sink, 0, rows_of(0))
+    sink.on_checkpoint_complete(0)
+    output_root.delete(f"{output_url}/{OWNER_FILE}")  # written before outputs had owners
+
+    TransactionalFileSink(output_url).on_restore(0, "default/renamed")
+
+    assert read_committed(output_url) == {0: rows_of(0)}
+    owner = json.loads(output_root.read(f"{output_url}/{OWNER_FILE}"))
+    assert owner == {"format": 1, "job": "default/renamed"}
+
+
+@pytest.mark.parametrize("content", [b"", b"{", b'{"job": 7}', b"[]"])
+def test_an_unreadable_owner_record_refuses_the_start_naming_it(
+    output_root: StorageRoot, output_url: str, content: bytes
+) -> None:
+    output_root.write(f"{output_url}/{OWNER_FILE}", content)
+
+    with pytest.raises(StartRefused) as refused:
+        TransactionalFileSink(output_url).on_restore(None, JOB)
+
+    assert str(refused.value) == (
+        f"{OutputStorage(output_url).native(OWNER_FILE)}: not a record of the job the output "
+        'belongs to ({"job": "<namespace>/<name>"}): delete it to hand the output to the next '
+        "job"
+    )
 
 
 def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
@@ -336,7 +404,7 @@ def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
     sink.on_checkpoint_complete(0)
     output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
 
-    sink.on_restore(0)
+    sink.on_restore(0, JOB)
     output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
     sink.on_checkpoint_complete(0)
 
@@ -406,7 +474,7 @@ class Driver:
 
     def run(self) -> None:
         sink = TransactionalFileSink(self.output_url)
-        sink.on_restore(None)
+        sink.on_restore(None, JOB)
         for step, batch_id in self.SCRIPT:
             if step == "stage":
                 self.stage(sink, batch_id, rows_of(batch_id))
@@ -417,7 +485,7 @@ class Driver:
     def recover(self) -> None:
         """A new driver restores the registered checkpoint and runs to the end."""
         sink = TransactionalFileSink(self.output_url)
-        sink.on_restore(self.registered)
+        sink.on_restore(self.registered, JOB)
         first = 0 if self.registered is None else self.registered + 1
         for batch_id in range(first, self.LAST_BATCH + 1):
             self.stage(sink, batch_id, rows_of(batch_id))
@@ -461,7 +529,7 @@ def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once
 
         assert read_committed(output) == {b: rows_of(b) for b in range(Driver.LAST_BATCH + 1)}
         assert TransactionalFileSink(output).staged_batches() == []
-        TransactionalFileSink(output).on_restore(Driver.LAST_BATCH)  # the next start
+        TransactionalFileSink(output).on_restore(Driver.LAST_BATCH, JOB)  # the next start
         assert data_objects(output_root, output) == listed_objects(output_root, output), crash_point
 
 
@@ -718,7 +786,7 @@ def test_batch_ids_must_be_non_negative_integers(sink: TransactionalFileSink, ba
     with pytest.raises(ValueError, match="non-negative integer"):
         sink.on_checkpoint_complete(cast(int, bad))
     with pytest.raises(ValueError, match="non-negative integer"):
-        sink.on_restore(cast(int, bad))
+        sink.on_restore(cast(int, bad), JOB)
 
 
 @pytest.mark.local_only

@@ -19,6 +19,8 @@ import pytest
 from helpers.objectstore import StorageRoot
 from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
+
 pytestmark = pytest.mark.spark
 
 pyspark_sql = pytest.importorskip("pyspark.sql")
@@ -143,7 +145,7 @@ def test_committed_word_counts_equal_the_ground_truth(
     input_dir, output_dir = tmp_path / "input", output_url
     generate_input.generate(input_dir, files=3, lines=400, seed=7, start_index=0)
     sink = TransactionalFileSink(str(output_dir))
-    sink.on_restore(None)
+    sink.on_restore(None, JOB)
 
     batches = _run_wordcount(spark, input_dir, tmp_path / "checkpoint", sink)
 
@@ -176,7 +178,7 @@ def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
         sink.on_checkpoint_complete(batch_id)
 
     sink = TransactionalFileSink(str(output_dir))
-    sink.on_restore(None)
+    sink.on_restore(None, JOB)
     generate_input.generate(input_dir, files=2, lines=200, seed=3, start_index=0)
     assert _run_wordcount(spark, input_dir, live, sink) == [0, 1]
     register(1)
@@ -190,7 +192,7 @@ def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
     assert sink.staged_batches() == [4]
 
     restored = TransactionalFileSink(str(output_dir))
-    restored.on_restore(1)
+    restored.on_restore(1, JOB)
     assert restored.staged_batches() == []
     assert restored.committed_batches() == [0, 1, 2, 3]
     batches = _run_wordcount(

@@ -28,6 +28,8 @@ from spark_checkpoint.sink import (
 )
 from spark_checkpoint.sink_storage import OutputStorage
 
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
+
 if TYPE_CHECKING:
     from conftest import StartProxy
 
@@ -74,7 +76,7 @@ def test_a_temporary_left_by_a_killed_driver_is_removed_when_the_next_one_starts
     assert sink.committed_batches() == []
 
     restarted = new_sink()
-    restarted.on_restore(0)
+    restarted.on_restore(0, JOB)
 
     assert names(records) == (["batch-0.json"] if directory == COMMITTED_DIR else [])
     assert read_committed(output_url) == {0: ROWS}
@@ -89,7 +91,7 @@ def test_a_temporary_that_is_being_linked_is_never_removed(output_url: str) -> N
     code = "print(OutputStorage(URL).create('committed/batch-0.json', b'theirs'))"
     with PausedProcess(_with_sink(output_url, code), before="os.link") as other:
         assert OutputStorage(output_url).remove_unfinished_writes(COMMITTED_DIR) == 0
-        TransactionalFileSink(output_url).on_restore(None)
+        TransactionalFileSink(output_url).on_restore(None, JOB)
         assert len(names(committed)) == 1
         assert other.resume() == "True\n"
 
@@ -144,7 +146,7 @@ def test_an_upload_left_by_a_killed_task_is_aborted_when_the_driver_starts(
     assert keys[1].startswith(_key(root, f"out/{DATA_DIR}/batch-1/{'a' * 32}/part-00000-"))
     assert read_committed(output_url) == {0: ROWS}
 
-    TransactionalFileSink(output_url).on_restore(0)
+    TransactionalFileSink(output_url).on_restore(0, JOB)
 
     assert [upload["UploadId"] for upload in root.unfinished_uploads()] == [other["UploadId"]]
     assert read_committed(output_url) == {0: ROWS}
@@ -172,7 +174,7 @@ def test_a_store_that_refuses_to_list_uploads_delays_no_start(
     stage(TransactionalFileSink(output_url), 0, ROWS)
     caplog.set_level(logging.WARNING, logger="spark_checkpoint.sink")
 
-    TransactionalFileSink(output_url).on_restore(0)
+    TransactionalFileSink(output_url).on_restore(0, JOB)
 
     assert denied.matched == 3, "a listing per directory, the first one refused"
     assert "cannot remove unfinished writes in " in caplog.text
