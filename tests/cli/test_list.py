@@ -315,6 +315,26 @@ def test_says_whether_the_owner_is_this_state_directorys_registry(
     assert json.loads(as_json.out)["ownerIsThisRegistry"] is is_this
 
 
+def test_a_registry_whose_storage_is_named_wrongly_says_nothing_is_stored_there(
+    job: Job, cli: Cli, tmp_path: Path
+) -> None:
+    # A newcomer's mistyped bucket listed the registry's snapshots as missing, not why.
+    job.write_registry(checkpoints=[2], savepoints=[3])
+    mistyped = tmp_path / "storag"
+    flags = ["--storage", str(mistyped), "-n", "analytics", "--job", "clicks"]
+
+    result = cli("list", *flags, "--state-dir", str(job.state_dir))
+
+    assert result.code == 0, result.err
+    assert (
+        f"nothing is stored at {mistyped}/analytics/clicks (has the job run with this "
+        "storage, namespace and name?)"
+    ) in result.out.splitlines()
+    assert list(rows(result.out)) == [("checkpoint", "2"), ("savepoint", "3")]
+    right = cli("list", *job.flags, "--state-dir", str(job.state_dir))
+    assert "nothing is stored" not in right.out
+
+
 def test_shows_the_registry_the_storage_belongs_to(job: Job, cli: Cli) -> None:
     """`owner.json`: what a refusal to run from another registry names, shown before it."""
     unclaimed = cli("list", *job.flags)

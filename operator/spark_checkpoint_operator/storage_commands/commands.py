@@ -22,6 +22,7 @@ from spark_checkpoint_operator.storage_commands.rendering import (
 )
 from spark_checkpoint_operator.storage_commands.snapshots import (
     SnapshotRef,
+    StoredSnapshotState,
     deep_verify,
     default_refs,
     inspect_snapshots,
@@ -50,7 +51,8 @@ def run_list(
     try:
         rows = list_snapshots(job.storage, registry)
         ownership = read_ownership(job.storage, job.paths)
-        missing = None if rows else nothing_stored(job.storage)
+        stored = any(row.state is not StoredSnapshotState.MISSING for row in rows)
+        missing = None if stored else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):

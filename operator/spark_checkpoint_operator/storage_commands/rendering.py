@@ -55,12 +55,15 @@ def list_lines(
 ) -> list[str]:
     """``list``: the job, its registry, the registry its storage belongs to and a table of
     its snapshots; ``wide`` adds when each completed, how long it took and where it is;
-    ``missing`` says why there are none when the job's directory does not exist."""
+    ``missing`` says why storage holds none when the job's directory does not exist
+    (registered snapshots are listed all the same)."""
     lines = [f"job {job.layout.namespace}/{job.layout.job}: {job.layout.job_root}"]
     lines.append(registry_line(job.status_file, registry))
     lines.append(owner_line(ownership))
     if not rows:
         return [*lines, missing or "no checkpoints or savepoints in storage"]
+    if missing:
+        lines.append(missing)
     header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY"]
     table = [header + (["COMPLETED", "DURATION", "PATH", "NOTE"] if wide else ["NOTE"])]
     for row in rows:
