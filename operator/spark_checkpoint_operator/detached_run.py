@@ -40,6 +40,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     log_file = paths.logs_dir / "runtime.log"
     command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
     with log_file.open("ab") as log:
+        earlier_runs = log.tell()  # what this run adds is all a refusal shows
         process = subprocess.Popen(
             [*command, *(a for a in argv if a != "--detach")],
             stdin=subprocess.DEVNULL,
@@ -66,7 +67,9 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             f"  stop it:    spark-checkpoint stop {job}   (a savepoint first; or cancel)"
         )
         return ExitCode.OK
-    tail = log_file.read_text(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
+    with log_file.open("rb") as log:
+        log.seek(earlier_runs)
+        tail = log.read().decode(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
     if process.poll() is None:
         print(
             f"spark-checkpoint run: the background run (pid {process.pid}) did not answer "

@@ -237,6 +237,10 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
         "spark-checkpoint run: --from: savepoint:999 is not a registered savepoint of the job"
     )
     assert len(unknown.stderr.splitlines()) == 1
+    # Detached, the refusal is the end of the run's log, whose earlier runs are not shown.
+    detached = job.cli("run", "-f", "job.yaml", "--detach", "--from", "savepoint:999")
+    assert detached.returncode == 1
+    assert detached.stderr == unknown.stderr
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
     assert newest > chosen  # the stop's savepoint: what a run without --from restores
     ended = job.cli("status", "-f", "job.yaml")
