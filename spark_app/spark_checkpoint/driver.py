@@ -196,6 +196,7 @@ def _restored_image_unusable(outcome: RestoredFrom | None, error: str, location:
         reason,
         error,
     )
+    report_error(reason)  # what the runtime records as the image's fault
     return True
 
 

@@ -87,6 +87,12 @@ async def _next_driver(launcher: FakeLauncher, index: int) -> FakeAgent:
     return agent
 
 
+SCHEMA_ERROR = (
+    "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match existing "
+    "state value schema."
+)
+
+
 def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> None:
     async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[Notice], list[int]]:
         launcher = RestoringLauncher()
@@ -99,6 +105,8 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
         await until(lambda: supervisor.record.restored_from is not None)
         restores_while_failing = supervisor.record.restores
         launcher.drivers[1].agent.reachable = False
+        # The line of Spark's error the driver found pointing at the checkpoint.
+        launcher.drivers[1].error = [SCHEMA_ERROR]
         launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
         third = await _next_driver(launcher, 2)
         await until(lambda: third.status_requests > 0)
@@ -121,7 +129,11 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     failed = [n for n in notices if n.reason == "RestoreFailed"]
     assert [n.message.split(": ")[0] for n in failed] == [f"{newest} cannot be restored"]
     assert failed[0].message.endswith(f"; falling back to {previous}")
-    assert "its restored query failed in attempt 2 before committing a batch" in failed[0].message
+    assert (
+        "its restored query failed in attempt 2 before committing a batch, on an error that "
+        f"points at the checkpoint: {SCHEMA_ERROR}; falling back to"
+    ) in failed[0].message
+    assert record.unrestorable[0]["reason"].endswith(f": {SCHEMA_ERROR}")
     status = render_status(record, now=0.0)
     assert status["counts"]["restored"] == 1
     assert status["counts"]["failedRestores"] == 1

@@ -81,6 +81,9 @@ def test_an_unrestorable_image_is_caught_by_verify_deep_and_restore_falls_back(
     fallback = resumed.wait_for_line(
         rf"savepoint:{savepoint} cannot be restored: .*; falling back to (checkpoint:\d+)"
     )
+    # Spark's reason comes with it, not only in the driver's log.
+    assert "points at the checkpoint: " in fallback[0], fallback[0]
+    assert "CANNOT_LOAD_STATE_STORE" in fallback[0], fallback[0]
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     status = resumed.status()["status"]
     assert status["phase"] == "Finished"

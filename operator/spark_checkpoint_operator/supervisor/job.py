@@ -478,9 +478,11 @@ class JobSupervisor:
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
         """The restored query failed on its image before it committed a batch: that image,
         and any checkpoint this attempt took of it, are never restored again."""
+        error = attempt.driver.error_lines()
         reason = (
             f"its restored query failed in attempt {self._record.attempt} before committing "
-            "a batch, on an error that points at the checkpoint (the driver's log has it)"
+            "a batch, on an error that points at the checkpoint: "
+            + (error[0] if error else "(the driver's log has it)")
         )
         for image in (source, *attempt.completed):
             self._record.unrestorable.append(
