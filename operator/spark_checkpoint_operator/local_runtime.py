@@ -559,8 +559,6 @@ async def _run_locked(
             driver_pid=launcher.driver_pid(),
         ).write()
 
-    interrupts = [0]
-
     def on_notice(notice: Notice) -> None:
         display.notice(notice)
         control.notice(notice)
@@ -591,23 +589,13 @@ async def _run_locked(
 
     # shutdown.drain: process all available input before the savepoint (stop --drain).
     after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
-
-    def on_interrupt() -> None:
-        interrupts[0] += 1
-        if interrupts[0] == 1:
-            what = "draining the input, then " if after is AfterCompletion.DRAIN else ""
-            report(f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to cancel)")
-            supervisor.request(
-                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=INTERRUPT_LABEL)
-            )
-        else:
-            report("interrupted again: stopping the driver without a savepoint")
-            supervisor.cancel()
-
+    interrupts = _Interrupts(supervisor, after, report)
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError):
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
-        loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+        loop.add_signal_handler(signal.SIGINT, interrupts.interrupt)
+        loop.add_signal_handler(signal.SIGTERM, interrupts.interrupt)
+    # A line may be written from any thread (a log record): the loop acts on it.
+    display.on_closed = lambda: loop.call_soon_threadsafe(interrupts.output_closed)
     if image is not None:
         supervisor.restore_from(image)
         report(f"restoring {image} (--from) instead of the newest image")
@@ -622,6 +610,40 @@ async def _run_locked(
         outcome = await supervisor.run()
     display.summary(outcome, supervisor.record, paths.status_file)
     return outcome
+
+
+class _Interrupts:
+    """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
+    driver without a savepoint."""
+
+    def __init__(
+        self, supervisor: JobSupervisor, after: AfterCompletion, report: Callable[[str], None]
+    ) -> None:
+        self._supervisor = supervisor
+        self._after = after
+        self._report = report
+        self._count = 0
+
+    def interrupt(self) -> None:
+        self._count += 1
+        if self._count == 1:
+            what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
+            self._report(
+                f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to cancel)"
+            )
+            self._supervisor.request(
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=INTERRUPT_LABEL)
+            )
+        else:
+            self._report("interrupted again: stopping the driver without a savepoint")
+            self._supervisor.cancel()
+
+    def output_closed(self) -> None:
+        """`run ... | head`: the job stops as on Ctrl-C (Python would die of the closed
+        pipe, its driver with it, its status left Running). After a Ctrl-C, which the
+        pipe's reader got too, that one goes on."""
+        if self._count == 0:
+            self.interrupt()
 
 
 LOG_TAIL_BYTES = 64 * 1024

@@ -10,8 +10,9 @@ control codes. The summary counts this run only, not the job's earlier runs.
 import asyncio
 import contextlib
 import logging
+import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -82,6 +83,9 @@ class RunDisplay:
     def __init__(self, stream: TextIO) -> None:
         self._console = Console(file=stream, highlight=False, soft_wrap=True)
         self._stream = stream
+        # Called once when the reader of ``stream`` goes away (``run ... | head``).
+        self.on_closed: Callable[[], object] | None = None
+        self._gone = False
         self.live = self._console.is_terminal and not self._console.is_dumb_terminal
         self._live: Live | None = None
         self._tally = RunTally()
@@ -97,12 +101,28 @@ class RunDisplay:
     def line(self, text: str) -> None:
         """An event: above the live line on a terminal; a time-stamped line otherwise
         (the lines after the first of a multi-line message are printed as they are)."""
-        now = time.time()
-        if not self.live:
-            print(f"{wall_clock(now)} {text}", file=self._stream, flush=True)
+        if self._gone:
             return
-        stamp = Text(time.strftime("%H:%M:%S ", time.localtime(now)), style="dim")
-        self._console.print(stamp + Text(text))
+        now = time.time()
+        try:
+            if not self.live:
+                print(f"{wall_clock(now)} {text}", file=self._stream, flush=True)
+                return
+            stamp = Text(time.strftime("%H:%M:%S ", time.localtime(now)), style="dim")
+            self._console.print(stamp + Text(text))
+        except BrokenPipeError:
+            self._closed()
+
+    def _closed(self) -> None:
+        """The reader went away: nothing is shown any more (Python's flush of the stream
+        at exit meets /dev/null instead of the closed pipe), and the run is told."""
+        self._gone = True
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+        if self.on_closed is not None:
+            self.on_closed()
 
     def notice(self, notice: Notice) -> None:
         """A notice of the supervisor: a line, and counted for the summary."""

@@ -344,3 +344,26 @@ def test_a_second_detached_run_of_a_running_job_is_refused(job: LocalJob) -> Non
     assert "already running" not in log, "the refused run wrote into the running job's log"
     assert job.status()["runtimePid"] == first
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_a_run_whose_output_is_closed_stops_with_a_savepoint(job: LocalJob) -> None:
+    """``spark-checkpoint run -f job.yaml | head -3``: before, the run died of the closed
+    pipe (exit 141), its driver with it and its status left Running."""
+    run = subprocess.Popen(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml"],
+        cwd=job.directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert run.stdout is not None
+    for line in run.stdout:
+        if re.search(r"checkpoint \d+ complete", line):
+            break
+    run.stdout.close()  # as head does once it has its lines
+
+    assert run.wait(timeout=60) == 0, run.stderr.read() if run.stderr else ""
+    status = job.status_file()
+    assert status["phase"] == "Suspended"
+    assert status["lastSavepoint"] is not None
+    assert run.stderr is not None and run.stderr.read() == ""
