@@ -40,6 +40,7 @@ from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint.sink import read_committed
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import _validated
+from spark_checkpoint_operator.manifest.loading import parse_manifest
 
 KUBERNETES_VERSION = "1.30"
 TIMEOUT_SECONDS = 120
@@ -81,6 +82,8 @@ def test_the_s3_example_reaches_its_storage_from_every_pod(
     (block,) = marked_blocks(
         "tests/docs/test_storage_examples.py::test_the_s3_example_reaches_its_storage_from_every_pod"
     )
+    # `spark-checkpoint run` takes the job from the block as it stands, Secret and all.
+    assert parse_manifest(block.text, "job.yaml").name == "orders"
     server_environment = s3_server.environment()
     for name, value in server_environment.items():
         monkeypatch.setenv(name, value)

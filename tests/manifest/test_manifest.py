@@ -681,14 +681,34 @@ def test_yaml_merge_keys_may_be_overridden() -> None:
     [
         ("", "expected one SparkCheckpointJob document, found none"),
         ("# nothing\n---\n", "expected one SparkCheckpointJob document, found none"),
-        ("a: 1\n---\nb: 2\n", "expected one SparkCheckpointJob document, found 2"),
+        (
+            "a: 1\n---\nkind: Secret\n",
+            "expected one SparkCheckpointJob document, found none among its 2 documents "
+            "(no kind, Secret)",
+        ),
+        (
+            "kind: SparkCheckpointJob\n---\nkind: SparkCheckpointJob\n",
+            "expected one SparkCheckpointJob document, found 2; a manifest names one job",
+        ),
     ],
 )
-def test_a_file_holds_exactly_one_document(text: str, expected: str) -> None:
+def test_a_file_holds_exactly_one_job(text: str, expected: str) -> None:
     with pytest.raises(ManifestError) as raised:
         parse_manifest(text, "job.yaml")
 
     assert str(raised.value) == f"job.yaml: {expected}"
+
+
+def test_the_job_is_read_from_a_file_that_holds_what_kubectl_applies_with_it() -> None:
+    # The user guide's S3 job comes with its Secret, in one file for `kubectl apply -f`.
+    secret = "apiVersion: v1\nkind: Secret\nmetadata: {name: orders-s3}\nstringData: {a: b}\n"
+    job = (
+        "apiVersion: sparkcheckpoint.io/v1alpha1\nkind: SparkCheckpointJob\n"
+        "metadata: {name: orders}\nspec: {application: {module: pipelines.orders}}\n"
+    )
+
+    for text in (f"{secret}---\n{job}", f"{job}---\n{secret}"):
+        assert parse_manifest(text, "job.yaml").name == "orders"
 
 
 def test_a_missing_file_is_named(tmp_path: Path) -> None:

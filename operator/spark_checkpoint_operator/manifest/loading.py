@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from spark_checkpoint_operator.manifest.crd import cached_crd, resource_kind
 from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError, Problem, clip, shown
 from spark_checkpoint_operator.manifest.validation import (
@@ -163,12 +164,24 @@ def _parse_yaml(text: str, source: str) -> object:
         raise ManifestError(source, [problem]) from None
     except yaml.YAMLError as error:  # e.g. a control character, which has no mark
         raise ManifestError(source, [Problem("", clip(f"invalid YAML: {error}"))]) from None
-    if len(documents) != 1:
-        found = "none" if not documents else str(len(documents))
-        raise ManifestError(
-            source, [Problem("", f"expected one SparkCheckpointJob document, found {found}")]
+    if len(documents) == 1:
+        return documents[0]  # of whatever kind: validation names what is wrong with it
+    # A file kubectl applies may hold what the job needs beside it (a Secret, a claim).
+    kind = resource_kind(cached_crd())
+    jobs = [d for d in documents if isinstance(d, dict) and d.get("kind") == kind]
+    if len(jobs) == 1:
+        return jobs[0]
+    if not documents:
+        found = "none"
+    elif jobs:
+        found = f"{len(jobs)}; a manifest names one job"
+    else:
+        kinds = ", ".join(
+            str(d.get("kind", "no kind")) if isinstance(d, dict) else type(d).__name__
+            for d in documents
         )
-    return documents[0]
+        found = f"none among its {len(documents)} documents ({clip(kinds, 100)})"
+    raise ManifestError(source, [Problem("", f"expected one {kind} document, found {found}")])
 
 
 def _documents(text: str) -> list[object]:
