@@ -69,7 +69,10 @@ def _run(
     except StorageOwnedElsewhere as error:
         return _fail(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
-        return _fail(f"cannot claim the job's storage: {error}", DriverExit.FAILED)
+        # A StorageError names its file; an OSError of an object store may name nothing
+        # ("The specified bucket does not exist").
+        where = "" if isinstance(error, StorageError) else f"{storage.layout.job_root}: "
+        return _fail(f"cannot claim the job's storage: {where}{error}", DriverExit.FAILED)
     attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
     location = attempt_dir / "checkpoint"
     if location.exists():

@@ -84,3 +84,24 @@ def test_retention_discards_on_s3_with_the_manifests_credentials(
     # The garbage collection after the stop found them too (its failure would be a line).
     assert "cleanup failed" not in log and "NoCredentialsError" not in log, log
     assert "Suspended: " in log
+
+
+def test_a_bucket_that_does_not_exist_is_named(tmp_path: Path, s3_server: S3Server) -> None:
+    """A newcomer's mistyped bucket read 'cannot claim the job's storage: The specified
+    bucket does not exist', without the bucket."""
+    root = f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/checkpoints"
+    manifest_path = write_job(tmp_path, interval="200ms")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    manifest["spec"]["checkpointing"]["storage"] = root
+    manifest["spec"]["application"]["env"] = [
+        {"name": name, "value": value} for name, value in s3_server.environment().items()
+    ]
+    manifest_path.write_text(yaml.safe_dump(manifest))
+
+    result = _cli(tmp_path, "run", "-f", "job.yaml")
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    status = yaml.safe_load((tmp_path / ".spark-checkpoint/default/probe/status.json").read_text())
+    message = status["status"]["message"]
+    assert f"cannot claim the job's storage: {root}/default/probe: " in message, message
+    assert "bucket does not exist" in message, message
