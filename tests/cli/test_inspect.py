@@ -121,7 +121,7 @@ def test_an_unreadable_snapshot_exits_1_naming_it_and_the_others_are_shown(
     absent = job.storage.layout.checkpoint_dir(9)
     assert result.err.strip() == (
         f"spark-checkpoint inspect: checkpoint:9: not in storage: no {absent} (never written, "
-        "or discarded)"
+        "or discarded; checkpoints in storage: 1, 2)"
     )
     assert [row[:2] for row in table(result.out)] == [["checkpoint", "2"]]
 

@@ -141,7 +141,8 @@ def test_a_registered_snapshot_missing_from_storage_fails(job: Job, cli: Cli) ->
     assert result.code == 1
     absent = job.storage.layout.checkpoint_dir(1)
     assert verdicts(result.out)["checkpoint:1"] == (
-        f"FAILED  not in storage: no {absent} (never written, or discarded)"
+        f"FAILED  not in storage: no {absent} (never written, or discarded; checkpoints in "
+        "storage: 2)"
     )
     # A snapshot directory without its `_metadata` is what is missing.
     job.storage.fs.delete_file(job.storage.layout.metadata_path(SAVEPOINT, 3))

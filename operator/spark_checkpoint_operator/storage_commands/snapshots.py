@@ -385,7 +385,11 @@ def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageErro
     if isinstance(error, MissingFileError):
         with contextlib.suppress(StorageError, OSError):
             if not storage.fs.exists(directory):
-                return f"not in storage: no {directory} (never written, or discarded)"
+                stored = ", ".join(map(str, storage.list_ids(ref.kind))) or "none"
+                return (
+                    f"not in storage: no {directory} (never written, or discarded; "
+                    f"{ref.kind.value}s in storage: {stored})"
+                )
     return storage_problem(error)
 
 
