@@ -5,6 +5,7 @@ serves the checkpoint agent, restores the newest registered image into a fresh c
 location, starts the query there and ends the process with a `DriverExit` code.
 """
 
+import inspect
 import logging
 import math
 import shutil
@@ -53,7 +54,32 @@ def run_coordinated(
         settings = DriverSettings.from_environment()
     except SettingsError as error:
         sys.exit(_fail(str(error), DriverExit.MISCONFIGURED))
+    if problem := _participant_problem(participants):
+        sys.exit(_fail(problem, DriverExit.MISCONFIGURED))
     sys.exit(_run(writer, participants, settings))
+
+
+def _participant_problem(participants: Sequence[CheckpointParticipant]) -> str | None:
+    """What keeps a participant from being called as `CheckpointParticipant` says, in one
+    line (a participant written for an earlier ``on_restore(restored_batch)`` would fail
+    the start with a traceback)."""
+    for participant in participants:
+        for method, arguments in (
+            ("write_batch", (None, 0)),
+            ("on_checkpoint_complete", (0,)),
+            ("on_restore", (None, "namespace/job")),
+        ):
+            try:
+                inspect.signature(getattr(participant, method)).bind(*arguments)
+            except (AttributeError, TypeError, ValueError) as error:
+                expected = list(
+                    inspect.signature(getattr(CheckpointParticipant, method)).parameters
+                )
+                return (
+                    f"participant {participant!r} is not a CheckpointParticipant: {method} "
+                    f"must take ({', '.join(expected[1:])}) ({error})"
+                )
+    return None
 
 
 def _run(

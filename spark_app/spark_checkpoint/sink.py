@@ -155,6 +155,7 @@ COMMITTED_DIR = "committed"
 DATA_DIR = "_data"
 """Directory (under the output directory) of the data objects of every attempt."""
 
+MAX_OWNER_BYTES = 4096  # a record names one job; anything larger is none
 OWNER_FILE = "_owner.json"
 """The job the output belongs to (under the output directory): ``{"format": 1, "job":
 "<namespace>/<name>"}``."""
@@ -440,10 +441,10 @@ class TransactionalFileSink:
         data = self._storage.read(OWNER_FILE)
         if data is None:
             return False
-        path = self._storage.native(OWNER_FILE)
+        path = f"{self._storage.url}/{OWNER_FILE}"
         try:
-            owner = json.loads(data)["job"]
-        except (ValueError, KeyError, TypeError):
+            owner = json.loads(data)["job"] if len(data) <= MAX_OWNER_BYTES else None
+        except (ValueError, KeyError, TypeError, RecursionError):
             owner = None
         if not isinstance(owner, str):
             raise StartRefused(
@@ -464,8 +465,13 @@ class TransactionalFileSink:
         """Make the output `job`'s (create-only: of two jobs starting at once, one wins
         and the other is refused). Caller holds the lock."""
         record = json.dumps({"format": RECORD_FORMAT, "job": job}).encode("utf-8") + b"\n"
-        if not self._owned_by(job) and not self._storage.create(OWNER_FILE, record):
-            self._owned_by(job)
+        for _ in range(3):  # a record deleted between the two steps: its hand-over
+            if self._owned_by(job) or self._storage.create(OWNER_FILE, record):
+                return
+        raise StartRefused(
+            f"{self._storage.url}/{OWNER_FILE}: cannot record the job the output belongs "
+            "to: it is there when created and gone when read, again and again"
+        )
 
     def _commit_through(self, batch_id: int) -> None:
         """Commit staged batches <= `batch_id` in ascending order. Caller holds the lock."""

@@ -341,7 +341,7 @@ def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_not
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(1)
     before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
-    owner = OutputStorage(output_url).native(OWNER_FILE)
+    owner = f"{OutputStorage(output_url).url}/{OWNER_FILE}"
 
     with pytest.raises(StartRefused) as refused:
         TransactionalFileSink(output_url).on_restore(1, "default/orders-fork")
@@ -377,7 +377,10 @@ def test_output_of_a_sink_without_owners_goes_to_the_first_job_that_starts(
     assert owner == {"format": 1, "job": "default/renamed"}
 
 
-@pytest.mark.parametrize("content", [b"", b"{", b'{"job": 7}', b"[]"])
+@pytest.mark.parametrize(
+    "content",
+    [b"", b"{", b'{"job": 7}', b"[]", b"[" * 4000, b'{"job": "' + b"x" * 5000 + b'"}'],
+)
 def test_an_unreadable_owner_record_refuses_the_start_naming_it(
     output_root: StorageRoot, output_url: str, content: bytes
 ) -> None:
@@ -387,7 +390,7 @@ def test_an_unreadable_owner_record_refuses_the_start_naming_it(
         TransactionalFileSink(output_url).on_restore(None, JOB)
 
     assert str(refused.value) == (
-        f"{OutputStorage(output_url).native(OWNER_FILE)}: not a record of the job the output "
+        f"{OutputStorage(output_url).url}/{OWNER_FILE}: not a record of the job the output "
         'belongs to ({"job": "<namespace>/<name>"}): delete it to hand the output to the next '
         "job"
     )

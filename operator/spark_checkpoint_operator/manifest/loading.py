@@ -1,6 +1,7 @@
 """Manifest files and text to a ``JobManifest``: YAML read strictly (duplicate keys are
 errors) and bounded in size, nesting and alias expansion, so hostile YAML costs bounded
-time and memory; one document per file; every problem on one line naming the file."""
+time and memory; one SparkCheckpointJob per file (beside what kubectl applies with it);
+every problem on one line naming the file."""
 
 import os
 from collections.abc import Mapping

@@ -1,0 +1,59 @@
+"""What `run_coordinated` checks of its participants before anything starts."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from spark_checkpoint.driver import run_coordinated
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import StorageOwner
+from spark_checkpoint.settings import DriverSettings
+from spark_checkpoint.sink import TransactionalFileSink
+
+
+class EarlierParticipant:
+    """Written for on_restore(restored_batch), before participants were told the job."""
+
+    def write_batch(self, batch_df: Any, batch_id: int) -> None: ...
+
+    def on_checkpoint_complete(self, batch_id: int) -> None: ...
+
+    def on_restore(self, restored_batch: int | None) -> None: ...
+
+    def __repr__(self) -> str:
+        return "EarlierParticipant()"
+
+
+def test_a_participant_of_another_shape_fails_the_start_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = DriverSettings(
+        namespace="default",
+        job="orders",
+        storage_root=str(tmp_path / "storage"),
+        work_dir=tmp_path / "work",
+        agent_host="127.0.0.1",
+        agent_port=1,
+        token="t",
+        attempt=1,
+        restore_candidates=(),
+        owner=StorageOwner(id="registry-1", description="these tests"),
+    )
+    error_file = tmp_path / "error"
+    token_file = tmp_path / "token"
+    token_file.write_text("t")
+    for name, value in settings.to_environment(token_file, error_file).items():
+        monkeypatch.setenv(name, value)
+    sink = TransactionalFileSink(tmp_path / "output")
+
+    with pytest.raises(SystemExit) as ended:
+        run_coordinated(None, participants=[sink, EarlierParticipant()])  # type: ignore[arg-type,list-item]
+
+    assert ended.value.code == DriverExit.MISCONFIGURED
+    reported = error_file.read_text().splitlines()[1:]
+    assert reported == [
+        "participant EarlierParticipant() is not a CheckpointParticipant: on_restore must "
+        "take (restored_batch, job) (too many positional arguments)"
+    ]
+    assert not (tmp_path / "storage").exists(), "nothing started"
