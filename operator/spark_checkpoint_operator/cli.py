@@ -320,7 +320,7 @@ def _run(args: argparse.Namespace) -> int:
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.USAGE
-    display = RunDisplay(sys.stdout)
+    display = RunDisplay(sys.stdout, fallback=sys.stderr)
     # What libraries log is shown as the runtime's own lines are.
     logging.basicConfig(level=logging.WARNING, handlers=[display.log_handler()], force=True)
     try:

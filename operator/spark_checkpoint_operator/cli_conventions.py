@@ -5,6 +5,7 @@ command's ``--help``), and a quiet exit when standard output is closed early (``
 """
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -187,11 +188,18 @@ def exit_quietly_on_closed_pipe(command: Callable[[], int]) -> int:
         code = command()
         sys.stdout.flush()  # what is still buffered may meet the closed pipe too
     except BrokenPipeError:
-        # Python flushes stdout again at exit: point it at /dev/null so that cannot fail.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        discard_output(sys.stdout)
         return ExitCode.CLOSED_PIPE
     return code
+
+
+def discard_output(stream: TextIO) -> None:
+    """Point ``stream``'s descriptor at /dev/null once its reader is gone: Python flushes
+    it again at exit, which must not meet the closed pipe."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
 
 
 def format_table(rows: Iterable[Sequence[str]], right_aligned: set[int]) -> list[str]:

@@ -595,7 +595,7 @@ async def _run_locked(
         loop.add_signal_handler(signal.SIGINT, interrupts.interrupt)
         loop.add_signal_handler(signal.SIGTERM, interrupts.interrupt)
     # A line may be written from any thread (a log record): the loop acts on it.
-    display.on_closed = lambda: loop.call_soon_threadsafe(interrupts.output_closed)
+    display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
         supervisor.restore_from(image)
         report(f"restoring {image} (--from) instead of the newest image")
@@ -614,7 +614,10 @@ async def _run_locked(
 
 class _Interrupts:
     """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
-    driver without a savepoint."""
+    driver without a savepoint. A run whose output goes away (``run ... | head``) stops
+    as on Ctrl-C (Python would die of the closed pipe, its driver with it, its status left
+    Running); that is no Ctrl-C of the user's, so their first one still takes a savepoint
+    (the pipe's reader gets it too, and may close the pipe first)."""
 
     def __init__(
         self, supervisor: JobSupervisor, after: AfterCompletion, report: Callable[[str], None]
@@ -623,27 +626,29 @@ class _Interrupts:
         self._after = after
         self._report = report
         self._count = 0
+        self._stopping = False
 
     def interrupt(self) -> None:
         self._count += 1
-        if self._count == 1:
-            what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
-            self._report(
-                f"interrupted: {what}taking a savepoint, then stopping (Ctrl-C again to cancel)"
-            )
-            self._supervisor.request(
-                TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=INTERRUPT_LABEL)
-            )
-        else:
+        if self._count > 1:
             self._report("interrupted again: stopping the driver without a savepoint")
             self._supervisor.cancel()
+        elif self._stopping:
+            self._report("interrupted: the savepoint is under way (Ctrl-C again to cancel)")
+        else:
+            self._stop("interrupted", "Ctrl-C again to cancel")
 
     def output_closed(self) -> None:
-        """`run ... | head`: the job stops as on Ctrl-C (Python would die of the closed
-        pipe, its driver with it, its status left Running). After a Ctrl-C, which the
-        pipe's reader got too, that one goes on."""
-        if self._count == 0:
-            self.interrupt()
+        if not self._stopping:
+            self._stop("the output was closed", "Ctrl-C twice to cancel")
+
+    def _stop(self, why: str, cancel: str) -> None:
+        self._stopping = True
+        what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
+        self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")
+        self._supervisor.request(
+            TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=INTERRUPT_LABEL)
+        )
 
 
 LOG_TAIL_BYTES = 64 * 1024

@@ -10,7 +10,6 @@ control codes. The summary counts this run only, not the job's earlier runs.
 import asyncio
 import contextlib
 import logging
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from rich.live import Live
 from rich.text import Text
 
 from spark_checkpoint.protocol import AgentStatus, QueryState
+from spark_checkpoint_operator.cli_conventions import discard_output
 from spark_checkpoint_operator.coordinator import CheckpointKind, JobPhase, TerminalOutcome
 from spark_checkpoint_operator.storage_commands.rendering import (
     human_age,
@@ -80,12 +80,14 @@ class RunDisplay:
     """The output of one `spark-checkpoint run` on ``stream``: a live status line when it
     is a terminal, plain time-stamped lines otherwise."""
 
-    def __init__(self, stream: TextIO) -> None:
+    def __init__(self, stream: TextIO, fallback: TextIO | None = None) -> None:
         self._console = Console(file=stream, highlight=False, soft_wrap=True)
         self._stream = stream
-        # Called once when the reader of ``stream`` goes away (``run ... | head``).
-        self.on_closed: Callable[[], object] | None = None
-        self._gone = False
+        # Where the lines go once the reader of ``stream`` is gone (``run ... | head``).
+        self._fallback = fallback
+        self._gone = False  # no stream is left
+        self._on_closed: Callable[[], object] | None = None
+        self.closed = False
         self.live = self._console.is_terminal and not self._console.is_dumb_terminal
         self._live: Live | None = None
         self._tally = RunTally()
@@ -112,17 +114,29 @@ class RunDisplay:
             self._console.print(stamp + Text(text))
         except BrokenPipeError:
             self._closed()
+            self.line(text)
 
     def _closed(self) -> None:
-        """The reader went away: nothing is shown any more (Python's flush of the stream
-        at exit meets /dev/null instead of the closed pipe), and the run is told."""
-        self._gone = True
-        with contextlib.suppress(OSError, ValueError):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-        if self.on_closed is not None:
-            self.on_closed()
+        """The reader went away (``run ... | head``): the lines go on to the fallback
+        stream (the terminal's standard error) if there is one, else nowhere, and the run
+        is told once."""
+        discard_output(self._stream)
+        self.live = False
+        if self._fallback is None:
+            self._gone = True
+        else:
+            self._stream, self._fallback = self._fallback, None
+            self._console = Console(file=self._stream, highlight=False, soft_wrap=True)
+        if not self.closed:
+            self.closed = True
+            if self._on_closed is not None:
+                self._on_closed()
+
+    def when_closed(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once the reader of the output goes away (at once if it has)."""
+        self._on_closed = callback
+        if self.closed:
+            callback()
 
     def notice(self, notice: Notice) -> None:
         """A notice of the supervisor: a line, and counted for the summary."""

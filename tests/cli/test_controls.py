@@ -366,4 +366,11 @@ def test_a_run_whose_output_is_closed_stops_with_a_savepoint(job: LocalJob) -> N
     status = job.status_file()
     assert status["phase"] == "Suspended"
     assert status["lastSavepoint"] is not None
-    assert run.stderr is not None and run.stderr.read() == ""
+    # The lines go on to standard error, the terminal a pipeline leaves the run.
+    assert run.stderr is not None
+    told = run.stderr.read()
+    assert (
+        "the output was closed: taking a savepoint, then stopping (Ctrl-C twice to cancel)"
+    ) in told
+    assert "Suspended: this run took" in told.splitlines()[-1]
+    assert "Traceback" not in told

@@ -1,0 +1,96 @@
+"""`run ... | head`: what the run shows and does once the reader of its output is gone.
+(End to end, with a run of a stand-in query: tests/cli/test_controls.py.)"""
+
+import io
+import os
+from typing import Any
+
+import pytest
+
+from spark_checkpoint_operator.coordinator import AfterCompletion
+from spark_checkpoint_operator.local_runtime import _Interrupts
+from spark_checkpoint_operator.run_display import RunDisplay
+
+
+class ClosedPipe(io.StringIO):
+    """A stream whose reader is gone, with a descriptor of its own to point elsewhere."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__()
+        self._file = open(path, "w")  # noqa: SIM115
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError
+
+    def fileno(self) -> int:
+        return self._file.fileno()
+
+
+@pytest.fixture
+def closed(tmp_path: Any) -> ClosedPipe:
+    return ClosedPipe(str(tmp_path / "pipe"))
+
+
+def test_lines_go_on_to_the_fallback_and_the_run_is_told_once(closed: ClosedPipe) -> None:
+    fallback = io.StringIO()
+    display = RunDisplay(closed, fallback=fallback)
+    told: list[str] = []
+
+    display.line("checkpoint 1 complete")  # the pipe closes before anyone listens
+    display.when_closed(lambda: told.append("closed"))
+    display.line("checkpoint 2 complete")
+
+    assert told == ["closed"]
+    assert [line.split(" ", 2)[2] for line in fallback.getvalue().splitlines()] == [
+        "checkpoint 1 complete",
+        "checkpoint 2 complete",
+    ]
+    assert os.fstat(closed.fileno()).st_rdev == os.stat(os.devnull).st_rdev  # at exit
+
+
+def test_without_a_fallback_nothing_is_shown_and_nothing_raises(closed: ClosedPipe) -> None:
+    display = RunDisplay(closed)
+    told: list[str] = []
+    display.when_closed(lambda: told.append("closed"))
+
+    display.line("checkpoint 1 complete")
+    display.line("checkpoint 2 complete")
+
+    assert told == ["closed"]
+
+
+class Supervisor:
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def request(self, event: Any) -> None:
+        self.calls.append(f"savepoint then {event.after.name.lower()}")
+
+    def cancel(self) -> None:
+        self.calls.append("cancel")
+
+
+@pytest.mark.parametrize(
+    ("events", "calls"),
+    [
+        (["ctrl-c"], ["savepoint then stop"]),
+        (["ctrl-c", "ctrl-c"], ["savepoint then stop", "cancel"]),
+        (["closed"], ["savepoint then stop"]),
+        # `run | head` and one Ctrl-C: the reader dies of it too, and its pipe may close
+        # first; the user's one Ctrl-C is not a second one.
+        (["closed", "ctrl-c"], ["savepoint then stop"]),
+        (["ctrl-c", "closed"], ["savepoint then stop"]),
+        (["closed", "ctrl-c", "ctrl-c"], ["savepoint then stop", "cancel"]),
+    ],
+)
+def test_a_closed_output_stops_the_job_as_a_ctrl_c_that_is_not_the_users(
+    events: list[str], calls: list[str]
+) -> None:
+    supervisor = Supervisor()
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    for event in events:
+        (interrupts.interrupt if event == "ctrl-c" else interrupts.output_closed)()
+
+    assert supervisor.calls == calls
