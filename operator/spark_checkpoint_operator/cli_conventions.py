@@ -9,6 +9,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import IntEnum, StrEnum
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 import yaml
+
+from spark_checkpoint_operator.manifest.validation import field_problems
 
 
 class ExitCode(IntEnum):
@@ -214,3 +217,38 @@ def format_table(rows: Iterable[Sequence[str]], right_aligned: set[int]) -> list
         ]
         lines.append("  ".join(cells).rstrip())
     return lines
+
+
+class OptionError(ValueError):
+    """An option's value breaks the rules of the manifest field it stands for; the
+    message names the option."""
+
+
+# A scheme and a colon: a value that is no local path even if malformed (``s3:/bucket``),
+# which the field's rules then refuse.
+_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
+
+
+def storage_option(value: str) -> str:
+    """``--storage``, judged by the rules of ``spec.checkpointing.storage``. A path is
+    read as any command line path is (``~``, then from the current directory); the
+    manifest's field, read by processes in other directories, takes only absolute paths
+    and URIs."""
+    if not _SCHEME.match(value):
+        value = os.path.abspath(os.path.expanduser(value))
+    return _field_option("--storage", ("spec", "checkpointing", "storage"), value)
+
+
+def job_options(namespace: str, job: str) -> tuple[str, str]:
+    """``--namespace`` and ``--job``, judged by the rules of the job's metadata: they
+    become parts of local paths."""
+    return (
+        _field_option("--namespace", ("metadata", "namespace"), namespace),
+        _field_option("--job", ("metadata", "name"), job),
+    )
+
+
+def _field_option(flag: str, field: Sequence[str], value: str) -> str:
+    if problems := field_problems(field, value):
+        raise OptionError(f"{flag}: {problems[0].message}")
+    return value

@@ -8,12 +8,14 @@ from pathlib import Path
 from spark_checkpoint.storage import CheckpointKind, printable_line
 from spark_checkpoint_operator.cli_conventions import (
     ExitCode,
+    OptionError,
     OutputFormat,
     Parser,
     add_manifest_option,
     add_output_option,
     epilog,
     format_table,
+    job_options,
     print_document,
     seconds,
 )
@@ -194,7 +196,10 @@ def job_paths(args: argparse.Namespace) -> LocalPaths:
         namespace, name = manifest.namespace, manifest.name
         state_dir = args.state_dir or default_state_dir(args.manifest)
     elif args.job is not None:
-        namespace, name = args.namespace or "default", args.job
+        try:
+            namespace, name = job_options(args.namespace or "default", args.job)
+        except OptionError as error:
+            raise _Usage(str(error)) from None
         state_dir = args.state_dir or Path(STATE_DIR_NAME)
     else:
         raise _Usage("name the job: -f FILE, or --job NAME (and --namespace)")

@@ -374,3 +374,22 @@ def test_a_run_whose_output_is_closed_stops_with_a_savepoint(job: LocalJob) -> N
     ) in told
     assert "Suspended: this run took" in told.splitlines()[-1]
     assert "Traceback" not in told
+
+
+@pytest.mark.parametrize("command", ["status", "savepoint", "stop", "cancel"])
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--job", "../../elsewhere"], "--job: '../../elsewhere' is not a DNS-1123 subdomain"),
+        (["--job", "x", "-n", "a/../.."], "--namespace: 'a/../..' is not a DNS-1123 label"),
+    ],
+)
+def test_a_job_named_by_options_is_judged_before_it_names_a_path(
+    job: LocalJob, command: str, options: list[str], said: str
+) -> None:
+    # Before, status read a status file wherever the names led (outside the state directory).
+    result = job.cli(command, *options)
+
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"spark-checkpoint {command}: {said}"), result.stderr
+    assert len(result.stderr.splitlines()) == 1

@@ -219,6 +219,10 @@ def test_a_relative_storage_path_is_read_from_the_current_directory(
     assert "checkpoint" in found.out
     elsewhere = tmp_path / "elsewhere" / Path(job.root).name / "analytics" / "clicks"
     assert f"nothing is stored at {elsewhere} " in not_here.out + not_here.err
+    # --storage=~/... is no shell's to expand.
+    monkeypatch.setenv("HOME", str(tmp_path))
+    home = cli(command, f"--storage=~/{Path(job.root).name}", *flags[2:])
+    assert home.code == 0, home.err
 
 
 @pytest.mark.parametrize(

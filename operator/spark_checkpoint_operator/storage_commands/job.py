@@ -1,13 +1,11 @@
 """A job's checkpoint storage and its registry, as the command line names them."""
 
-import os
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator.cli_conventions import OptionError, job_options, storage_option
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
     LocalPaths,
@@ -17,7 +15,6 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
-from spark_checkpoint_operator.manifest.validation import field_problems
 from spark_checkpoint_operator.status import RegisteredIds, StatusFile, StatusFileError
 
 
@@ -87,9 +84,11 @@ def open_job_storage(source: StorageSource) -> JobStorage:
                 f"(missing: {', '.join(missing)})"
             )
         assert source.storage and source.namespace and source.job
-        root = _option("--storage", STORAGE_FIELD, _from_current_directory(source.storage))
-        namespace = _option("--namespace", ("metadata", "namespace"), source.namespace)
-        job = _option("--job", ("metadata", "name"), source.job)
+        try:
+            root = storage_option(source.storage)
+            namespace, job = job_options(source.namespace, source.job)
+        except OptionError as error:
+            raise CommandError(str(error)) from None
         paths = None
     try:
         # Validates namespace and job before they become part of any local path.
@@ -100,27 +99,6 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     if paths is None:
         paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
     return JobStorage(storage, paths)
-
-
-STORAGE_FIELD = ("spec", "checkpointing", "storage")
-
-# A scheme and a colon: an option value that is no local path even if malformed
-# (``s3:/bucket``), which the field's rules then refuse.
-_SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
-
-
-def _from_current_directory(storage: str) -> str:
-    """A relative path on the command line names a place below the current directory,
-    as for any command; the manifest's field, read by processes in other directories,
-    takes only absolute paths and URIs."""
-    return storage if _SCHEME.match(storage) else os.path.abspath(storage)
-
-
-def _option(flag: str, field: Sequence[str], value: str) -> str:
-    """``value`` of ``flag``, judged by the rules of the manifest field it stands for."""
-    if problems := field_problems(field, value):
-        raise CommandError(f"{flag}: {problems[0].message}")
-    return value
 
 
 @dataclass(frozen=True, slots=True)
