@@ -54,9 +54,14 @@ def _external(choice: str) -> str:
             f"{choice} is not savepoint:N, checkpoint:N or the path of a savepoint "
             "(<root>/<namespace>/<job>/savepoints/sp-<N>)"
         )
-    layout = JobStorageLayout("/".join(parts[:-5]), parts[-5], parts[-4])
+    try:
+        layout = JobStorageLayout("/".join(parts[:-5]), parts[-5], parts[-4])
+        savepoint = CheckpointStorage(layout)
+    except ValueError as error:  # a bad name, an unknown protocol
+        raise UnknownImage(f"{choice} is not the path of a savepoint: {error}") from None
+    except (ImportError, OSError) as error:  # no library for it here (gcsfs)
+        raise UnknownImage(f"{choice} cannot be read here: {error}") from None
     # Storage's errors name the path already.
-    savepoint = CheckpointStorage(layout)
     _require_intact(savepoint, CheckpointKind.SAVEPOINT, snapshot_id, "the savepoint")
     return RestoreCandidate.external(uri).encode()
 

@@ -1,0 +1,41 @@
+"""`run --from PATH` (and a local initialSavepointPath): a path that names no savepoint is
+refused in one line, before anything reads it."""
+
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator.coordinator import PersistedState
+from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (
+            "/backup/Bad_NS/orders/savepoints/sp-1",
+            "/backup/Bad_NS/orders/savepoints/sp-1 is not the path of a savepoint: namespace "
+            "must be a DNS-1123 label",
+        ),
+        (
+            "gs://bucket/default/orders/savepoints/sp-1",
+            "gs://bucket/default/orders/savepoints/sp-1 cannot be read here: ",
+        ),
+        (
+            "/backup/default/orders/checkpoints/chk-1",
+            "/backup/default/orders/checkpoints/chk-1 is not savepoint:N, checkpoint:N or the "
+            "path of a savepoint",
+        ),
+    ],
+)
+def test_a_path_that_names_no_readable_savepoint_is_one_line(
+    tmp_path: Path, choice: str, said: str
+) -> None:
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image(choice, PersistedState(), storage)
+
+    assert str(refused.value).startswith(said), refused.value
+    assert "\n" not in str(refused.value)
