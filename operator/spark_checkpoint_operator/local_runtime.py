@@ -497,7 +497,7 @@ def require_main_file(application: Application, manifest_dir: Path) -> None:
     if application.main_file is None:
         return
     path = manifest_dir / application.main_file.removeprefix(LOCAL_SCHEME)
-    if path.is_file():
+    if path.is_file() or (path / "__main__.py").is_file():  # Python runs both
         return
     try:
         siblings = [entry.name for entry in path.parent.iterdir() if entry.is_file()]

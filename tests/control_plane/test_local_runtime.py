@@ -457,6 +457,21 @@ def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_sho
     )
 
 
+def test_a_main_file_may_be_a_directory_python_runs(tmp_path: Path) -> None:
+    job = ScriptJob(tmp_path, "")
+    (tmp_path / "app").mkdir()
+    (tmp_path / "driver.py").rename(tmp_path / "app" / "__main__.py")
+    manifest = yaml.safe_load(job.manifest.read_text())
+    manifest["spec"]["application"]["mainFile"] = "app"
+    job.manifest.write_text(yaml.safe_dump(manifest))
+
+    result = job.run(timeout=30)
+
+    assert "mainFile" not in result.stderr, result.stderr
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Finished", status["message"]
+
+
 @pytest.mark.parametrize(
     ("present", "hint"),
     [("drivers.py", "; did you mean 'drivers.py'?"), ("other.txt", "")],
