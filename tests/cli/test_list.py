@@ -248,6 +248,9 @@ def test_storage_where_the_job_never_wrote_says_so(
     )
     assert result.code == (0 if command == "list" else 1)
     assert (result.out if command == "list" else result.err).endswith(said)
+    if command != "inspect":  # a script sees it too
+        as_json = cli(command, *flags, "--state-dir", str(tmp_path / "state"), "-o", "json")
+        assert json.loads(as_json.out)["nothingStored"] == said.removeprefix(prefix).rstrip()
     (absent / "analytics" / "clicks").mkdir(parents=True)
     emptied = cli(command, *flags, "--state-dir", str(tmp_path / "state"))
     assert "nothing is stored" not in emptied.out + emptied.err

@@ -56,7 +56,9 @@ def run_list(
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
-        print_document(list_document(job, registry, ownership, rows, now), output, out)
+        print_document(
+            list_document(job, registry, ownership, rows, now, missing=missing), output, out
+        )
     else:
         wide = output is OutputFormat.WIDE
         for line in list_lines(job, registry, ownership, rows, now, wide=wide, missing=missing):
@@ -132,7 +134,7 @@ def run_verify(
     # must not see it for storage that is empty or named wrongly.
     ok = bool(results) and not failed
     if output is not None:
-        print_document(verify_document(job, results, ok), output, out)
+        print_document(verify_document(job, results, ok, missing), output, out)
         return ExitCode.OK if ok else ExitCode.FAILED
     if not results:
         found = f"no checkpoints or savepoints in {job.layout.job_root}"

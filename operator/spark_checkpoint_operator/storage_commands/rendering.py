@@ -27,8 +27,11 @@ def list_document(
     ownership: Ownership,
     rows: Sequence[SnapshotRow],
     now: datetime,
+    *,
+    missing: str | None = None,
 ) -> dict[str, Any]:
-    """``list -o json|yaml``."""
+    """``list -o json|yaml``; ``nothingStored`` says why storage holds nothing of the job
+    when its directory does not exist (a mistyped storage, namespace or name)."""
     owner = ownership.owner
     return {
         "namespace": job.layout.namespace,
@@ -39,6 +42,7 @@ def list_document(
         "owner": {"id": owner.id, "description": owner.description} if owner else None,
         "ownerProblem": ownership.problem,
         "ownerIsThisRegistry": ownership.is_this_registry,
+        "nothingStored": missing,
         "snapshots": [row_json(row, now) for row in rows],
     }
 
@@ -149,13 +153,16 @@ def inspect_lines(inspection: Inspection, now: datetime, *, wide: bool) -> list[
     return format_table(table, right_aligned={1, 2, 4, 5, 6, 7, 8, 9, 11})
 
 
-def verify_document(job: JobStorage, results: Sequence[Verification], ok: bool) -> dict[str, Any]:
-    """``verify -o json|yaml``."""
+def verify_document(
+    job: JobStorage, results: Sequence[Verification], ok: bool, missing: str | None = None
+) -> dict[str, Any]:
+    """``verify -o json|yaml``; ``nothingStored`` as in `list_document`."""
     return {
         "namespace": job.layout.namespace,
         "job": job.layout.job,
         "jobRoot": job.layout.job_root,
         "ok": ok,
+        "nothingStored": missing,
         "snapshots": [verification_json(result) for result in results],
     }
 
