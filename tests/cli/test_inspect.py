@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import shutil
 import string
 import tempfile
 from collections.abc import Callable
@@ -230,3 +231,19 @@ def test_natural_order_and_a_line_per_snapshot_for_any_set(
     assert [s["metadata"] for s in stored] == [
         json.loads(written[ref].to_json()) for ref in expected
     ]
+
+
+def test_a_snapshot_not_in_storage_names_the_ids_nearest_it(job: Job, cli: Cli) -> None:
+    # Retention never discards savepoints: a mistyped id must not list hundreds.
+    for savepoint_id in range(4, 31):
+        shutil.copytree(
+            job.storage.layout.savepoint_dir(3), job.storage.layout.savepoint_dir(savepoint_id)
+        )
+
+    result = cli("inspect", "savepoint:100", *job.flags)
+
+    assert result.code == 1
+    assert result.err.rstrip().endswith(
+        "(never written, or discarded; savepoints in storage: 21, 22, 23, 24, 25, 26, 27, 28, "
+        "29, 30 (of 28))"
+    ), result.err

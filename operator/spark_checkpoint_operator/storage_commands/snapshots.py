@@ -385,12 +385,22 @@ def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageErro
     if isinstance(error, MissingFileError):
         with contextlib.suppress(StorageError, OSError):
             if not storage.fs.exists(directory):
-                stored = ", ".join(map(str, storage.list_ids(ref.kind))) or "none"
                 return (
                     f"not in storage: no {directory} (never written, or discarded; "
-                    f"{ref.kind.value}s in storage: {stored})"
+                    f"{ref.kind.value}s in storage: {_nearest(storage.list_ids(ref.kind), ref)})"
                 )
     return storage_problem(error)
+
+
+NEAREST_IDS_SHOWN = 10
+
+
+def _nearest(ids: Sequence[int], ref: SnapshotRef) -> str:
+    """The ids nearest the one asked for, in order: savepoints are never discarded by
+    retention, so a job may hold hundreds."""
+    shown = sorted(sorted(ids, key=lambda i: abs(i - ref.snapshot_id))[:NEAREST_IDS_SHOWN])
+    more = f" (of {len(ids)})" if len(ids) > len(shown) else ""
+    return (", ".join(map(str, shown)) or "none") + more
 
 
 def storage_problem(error: StorageError) -> str:
