@@ -89,7 +89,7 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
     if record is None:
         record = RegistryRecord(uuid.uuid4().hex, here)
         record.write(paths.registry_id_file)
-    elif record.state_directory != here and not _same_directory(record.state_directory, here):
+    elif not record.made_in(paths.job_dir):
         original = record.state_directory
         if not own_storage and _holds(Path(original), record.id):
             raise CopiedStateDirectory(
@@ -125,6 +125,12 @@ class RegistryRecord:
 
     id: str
     state_directory: str
+
+    def made_in(self, job_dir: Path) -> bool:
+        """Whether the record names ``job_dir`` (by another path too: a bind mount, a
+        case-insensitive filesystem); else the state directory was moved or copied."""
+        here = str(job_dir)
+        return self.state_directory == here or _same_directory(self.state_directory, here)
 
     @classmethod
     def read(cls, path: Path) -> "RegistryRecord | None":

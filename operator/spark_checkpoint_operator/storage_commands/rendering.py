@@ -214,9 +214,9 @@ def owner_line(ownership: Ownership) -> str:
     if ownership.is_this_registry:
         return f"{owner}: this state directory's registry"
     if ownership.is_this_registry is False:
-        assert ownership.here is not None
+        assert ownership.registry_here is not None
         return (
-            f"{owner}: not this state directory's registry ({ownership.here.id[:8]}): "
+            f"{owner}: not this state directory's registry ({ownership.registry_here[:8]}): "
             "runs from here are refused while the owner's checkpoints are there"
         )
     return owner

@@ -341,29 +341,20 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
 @dataclass(frozen=True, slots=True)
 class Ownership:
     """What the job's `owner.json` says: the registry that owns its storage (None: no
-    registry claimed it yet), or why it cannot be read; and what this state directory's
-    ``registry-id`` says (None: it has none), to tell whose registry that is."""
+    registry claimed it yet), or why it cannot be read; and the registry of this state
+    directory (its ``registry-id``; None: it has none), to tell whose that is."""
 
     owner: StorageOwner | None
     problem: str | None = None
-    here: RegistryRecord | None = None
-    job_dir: str = ""
+    registry_here: str | None = None
+    moved_here: bool = False  # this state directory's registry, last run elsewhere
 
     @property
     def is_this_registry(self) -> bool | None:
         """Whether the owner is the registry of this state directory; None if unknown."""
-        if self.owner is None or self.here is None:
+        if self.owner is None or self.registry_here is None:
             return None
-        return self.owner.id == self.here.id
-
-    @property
-    def moved_here(self) -> bool:
-        """This state directory's registry, last run from another directory."""
-        return (
-            bool(self.is_this_registry)
-            and self.here is not None
-            and (self.here.state_directory != self.job_dir)
-        )
+        return self.owner.id == self.registry_here
 
 
 def read_ownership(storage: CheckpointStorage, paths: LocalPaths) -> Ownership:
@@ -375,7 +366,10 @@ def read_ownership(storage: CheckpointStorage, paths: LocalPaths) -> Ownership:
         here = RegistryRecord.read(paths.registry_id_file)
     except (OSError, ValueError):  # the run says what is wrong with it; list only reads
         here = None
-    return Ownership(owner, here=here, job_dir=str(paths.job_dir))
+    if here is None:
+        return Ownership(owner)
+    moved = owner is not None and owner.id == here.id and not here.made_in(paths.job_dir)
+    return Ownership(owner, registry_here=here.id, moved_here=moved)
 
 
 def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageError) -> str:
