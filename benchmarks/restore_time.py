@@ -143,7 +143,7 @@ def our_restore(
         storage, (RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),), location
     )
     assert outcome is not None and outcome.batch_id == batch
-    sink.on_restore(outcome.batch_id, JOB)
+    sink.on_restore(outcome.batch_id, JOB, checkpoint_location=location)
     restored = time.time()
     run = run_to_end(spark, input_dir, location, work / "output", batch + 1)
     return {

@@ -64,13 +64,13 @@ def _participant_problem(participants: Sequence[CheckpointParticipant]) -> str |
     line (a participant written for an earlier ``on_restore(restored_batch)`` would fail
     the start with a traceback)."""
     for participant in participants:
-        for method, arguments in (
-            ("write_batch", (None, 0)),
-            ("on_checkpoint_complete", (0,)),
-            ("on_restore", (None, "namespace/job")),
+        for method, arguments, keywords in (
+            ("write_batch", (None, 0), {}),
+            ("on_checkpoint_complete", (0,), {}),
+            ("on_restore", (None, "namespace/job"), {"checkpoint_location": Path()}),
         ):
             try:
-                inspect.signature(getattr(participant, method)).bind(*arguments)
+                inspect.signature(getattr(participant, method)).bind(*arguments, **keywords)
             except (AttributeError, TypeError, ValueError) as error:
                 expected = list(
                     inspect.signature(getattr(CheckpointParticipant, method)).parameters
@@ -148,7 +148,9 @@ def _start(
     try:
         for participant in participants:
             participant.on_restore(
-                outcome.batch_id if outcome else None, f"{settings.namespace}/{settings.job}"
+                outcome.batch_id if outcome else None,
+                f"{settings.namespace}/{settings.job}",
+                checkpoint_location=location,
             )
     except StartRefused as error:
         return _fail(str(error), DriverExit.MISCONFIGURED)

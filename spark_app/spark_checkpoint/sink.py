@@ -83,12 +83,13 @@ Assumptions
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
   replacing a committed batch, and a starting driver removes only the temporaries whose
   writer is gone, never one that a second writer is still linking into place.
-- Skipping a replayed batch by id is exact when the replay reads the same input as the
-  original run, which is what Spark does when it re-runs a batch from its offset log entry
-  ``offsets/B``. A batch that Spark has to *plan again* (its offsets are not in the restored
-  checkpoint) can cover a different range of the input than the committed one of the same id;
-  the skip is then exact only if the source plans batches deterministically (for example a
-  file source with ``maxFilesPerTrigger`` over files that were all present originally).
+- A replayed batch is skipped only when it reads the committed batch's input (each record
+  keeps the SHA-256 of the batch's source offsets in ``offsets/B``), which is what Spark
+  does when it re-runs a batch from its offset log entry. A batch that Spark has to *plan
+  again* (its offsets are not in the restored checkpoint) can cover other input than the
+  committed one of the same id (a batch that only advanced the watermark now reads new
+  files): it fails the query with ReplayDiffers, as it can be neither skipped nor committed.
+  A record without its input (no checkpoint location was given) is skipped by id alone.
 - A skipped replay is still computed (into Spark's ``noop`` sink): stateful operators commit
   their state for a batch only while its partitions are computed, and Spark 4 fails a batch
   whose ``foreachBatch`` returned without computing them.
@@ -103,6 +104,7 @@ Importing this module does not import pyspark.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import logging
 import os
@@ -112,6 +114,7 @@ import uuid
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
 from .sink_storage import OutputStorage, write_partition
@@ -128,6 +131,7 @@ __all__ = [
     "STAGING_DIR",
     "BatchRecord",
     "CheckpointParticipant",
+    "ReplayDiffers",
     "StartRefused",
     "TransactionalFileSink",
     "batch_record_name",
@@ -163,6 +167,13 @@ OWNER_FILE = "_owner.json"
 RECORD_FORMAT = 1
 _BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
 _ATTEMPT_PATTERN = re.compile(r"[0-9a-f]{32}")
+_SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
+
+
+class ReplayDiffers(RuntimeError):
+    """A replay of a committed batch reads other input than the committed batch did: it
+    can be neither skipped nor committed without breaking exactly-once (the query fails;
+    the message says how to go on)."""
 
 
 class StartRefused(Exception):
@@ -191,11 +202,17 @@ class CheckpointParticipant(Protocol):
         registered. Must be idempotent and safe to call while a batch is being staged."""
         ...
 
-    def on_restore(self, restored_batch: int | None, job: str) -> None:
+    def on_restore(
+        self,
+        restored_batch: int | None,
+        job: str,
+        *,
+        checkpoint_location: str | os.PathLike[str] | None = None,
+    ) -> None:
         """Reconcile staged output before the query starts from the checkpoint of
-        `restored_batch` (``None``: fresh start, no checkpoint), for `job`
-        (``namespace/name``): output belongs to one job, which a restore from another
-        job's savepoint (a fork) must not write into."""
+        `restored_batch` (``None``: fresh start, no checkpoint) in `checkpoint_location`,
+        for `job` (``namespace/name``): output belongs to one job, which a restore from
+        another job's savepoint (a fork) must not write into."""
         ...
 
 
@@ -227,9 +244,16 @@ class BatchRecord:
     batch: int
     attempt: str
     files: tuple[tuple[str, int], ...]
+    # The input the batch read: SHA-256 of its source offsets in Spark's offset log (None:
+    # not known, a record written without a checkpoint location or before this was kept).
+    source_offsets: str | None = None
 
     def __post_init__(self) -> None:
         _require_batch_id(self.batch, "batch")
+        if self.source_offsets is not None and not _SHA256_PATTERN.fullmatch(self.source_offsets):
+            raise ValueError(
+                f"sourceOffsets must be a SHA-256 hex digest, not {self.source_offsets!r}"
+            )
         if not _ATTEMPT_PATTERN.fullmatch(self.attempt):
             raise ValueError(f"attempt must be 32 lower-case hex digits, not {self.attempt!r}")
         prefix = _attempt_dir(self.batch, self.attempt) + "/"
@@ -247,6 +271,8 @@ class BatchRecord:
             "attempt": self.attempt,
             "files": [{"path": path, "size": size} for path, size in self.files],
         }
+        if self.source_offsets is not None:
+            document["sourceOffsets"] = self.source_offsets
         return json.dumps(document, indent=1).encode("utf-8") + b"\n"
 
     @classmethod
@@ -260,6 +286,7 @@ class BatchRecord:
                 batch=document["batch"],
                 attempt=document["attempt"],
                 files=tuple((entry["path"], entry["size"]) for entry in document["files"]),
+                source_offsets=document.get("sourceOffsets"),
             )
         except (ValueError, KeyError, TypeError) as error:
             reason = f"no field {error}" if isinstance(error, KeyError) else str(error)
@@ -284,6 +311,7 @@ class TransactionalFileSink:
         ValueError before anything is written."""
         self._storage = OutputStorage(output_dir)
         self._lock = threading.Lock()
+        self._checkpoint_location: Path | None = None  # the query's (on_restore)
         if self._storage.is_local:
             os.makedirs(self._storage.native(COMMITTED_DIR), exist_ok=True)
 
@@ -314,7 +342,9 @@ class TransactionalFileSink:
         their state for the batch only when every partition of the batch is computed.
         """
         _require_batch_id(batch_id, "batch_id")
-        if self._storage.exists(f"{COMMITTED_DIR}/{batch_record_name(batch_id)}"):
+        source_offsets = self._source_offsets(batch_id)
+        if (committed := self._committed_record(batch_id)) is not None:
+            self._require_same_input(committed, source_offsets)
             logger.info(
                 "batch %d is already committed; discarding the output of its replay", batch_id
             )
@@ -333,7 +363,7 @@ class TransactionalFileSink:
         except BaseException:
             self._delete_attempt(batch_id, attempt)
             raise
-        record = BatchRecord(batch_id, attempt, files)
+        record = BatchRecord(batch_id, attempt, files, source_offsets)
         with self._lock:
             if self._committed_record(batch_id) is not None:
                 logger.warning(
@@ -362,8 +392,18 @@ class TransactionalFileSink:
         with self._lock:
             self._commit_through(batch_id)
 
-    def on_restore(self, restored_batch: int | None, job: str) -> None:
+    def on_restore(
+        self,
+        restored_batch: int | None,
+        job: str,
+        *,
+        checkpoint_location: str | os.PathLike[str] | None = None,
+    ) -> None:
         """Reconcile staged output before a query starts from a restored checkpoint.
+
+        `checkpoint_location` is the query's: each batch's record keeps the input it read
+        (its source offsets there), so that a replay of a committed batch that reads other
+        input is refused (ReplayDiffers) instead of skipped.
 
         The output belongs to the first job that starts on it (``_owner.json``, written
         create-only): another `job` is refused (StartRefused), as its batches would take
@@ -380,6 +420,8 @@ class TransactionalFileSink:
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
+        if checkpoint_location is not None:
+            self._checkpoint_location = Path(checkpoint_location)
         with self._lock:
             self._owned_by(job)  # refused before anything is written
             committed = self.committed_batches()
@@ -529,6 +571,37 @@ class TransactionalFileSink:
 
     def _staged_record(self, batch_id: int) -> BatchRecord | None:
         return _read_record(self._storage, _staged_path(batch_id))
+
+    def _source_offsets(self, batch_id: int) -> str | None:
+        """SHA-256 of the source offsets Spark logged for `batch_id` before running it
+        (``offsets/<B>`` in the checkpoint location, less its version and metadata lines,
+        which hold the batch's time); None without a checkpoint location or entry."""
+        if self._checkpoint_location is None:
+            return None
+        try:
+            logged = (self._checkpoint_location / "offsets" / str(batch_id)).read_bytes()
+        except OSError:
+            return None
+        return hashlib.sha256(b"\n".join(logged.splitlines()[2:])).hexdigest()
+
+    def _require_same_input(self, committed: BatchRecord, source_offsets: str | None) -> None:
+        """A replay of a committed batch is skipped only if it reads the committed batch's
+        input. After a restore to an older image Spark plans again the batches whose
+        offsets the image lacks, and may give one other input (a batch that only advanced
+        the watermark now reads new files): skipping it would lose that data, committing
+        it would add a second batch of its id. Raises ReplayDiffers."""
+        known = committed.source_offsets
+        if known is None or source_offsets is None or known == source_offsets:
+            return
+        later = [b for b in self.committed_batches() if b >= committed.batch]
+        raise ReplayDiffers(
+            f"batch {committed.batch} is committed in {self._storage.url}, but its replay "
+            "reads other input (Spark planned it again after a restore to an older image); "
+            "skipping it would lose that input's output and committing it would add a second "
+            f"batch {committed.batch}: restore the newest image, or take the output back to "
+            f"the restored image by deleting the commit records of batches {later[0]}.."
+            f"{later[-1]} ({COMMITTED_DIR}/batch-<B>.json), which the query then writes again"
+        )
 
     def _committed_record(self, batch_id: int) -> BatchRecord | None:
         return _read_record(self._storage, f"{COMMITTED_DIR}/{batch_record_name(batch_id)}")

@@ -54,6 +54,6 @@ def test_a_participant_of_another_shape_fails_the_start_in_one_line(
     reported = error_file.read_text().splitlines()[1:]
     assert reported == [
         "participant EarlierParticipant() is not a CheckpointParticipant: on_restore must "
-        "take (restored_batch, job) (too many positional arguments)"
+        "take (restored_batch, job, checkpoint_location) (too many positional arguments)"
     ]
     assert not (tmp_path / "storage").exists(), "nothing started"

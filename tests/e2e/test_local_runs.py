@@ -5,6 +5,7 @@ random points, the runtime restores it, and the committed output is compared wit
 computed independently from the input files.
 """
 
+import json
 import os
 import random
 import re
@@ -410,3 +411,11 @@ def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path:
     resumed.wait_for_line(rf"restoring from savepoint:{chosen}\b")
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     _assert_exactly_once(resumed)
+    # The batches after the savepoint were replays, each compared with what its commit
+    # record says it read (Spark's source offsets) before it was skipped.
+    records = [json.loads(p.read_text()) for p in (resumed.output_dir / "committed").iterdir()]
+    assert records and all(len(r["sourceOffsets"]) == 64 for r in records), records
+    driver_logs = "".join(
+        p.read_text() for p in (resumed.state_dir / "default").rglob("driver-*.log")
+    )
+    assert "is already committed; discarding the output of its replay" in driver_logs

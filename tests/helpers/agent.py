@@ -26,7 +26,9 @@ class RecordingParticipant:
     def on_checkpoint_complete(self, batch_id: int) -> None:
         self.completed.append(batch_id)
 
-    def on_restore(self, restored_batch: int | None, job: str) -> None:
+    def on_restore(
+        self, restored_batch: int | None, job: str, *, checkpoint_location: object = None
+    ) -> None:
         self.restored.append(restored_batch)
 
 

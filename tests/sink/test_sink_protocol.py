@@ -24,6 +24,7 @@ from spark_checkpoint.sink import (
     STAGING_DIR,
     BatchRecord,
     CheckpointParticipant,
+    ReplayDiffers,
     StartRefused,
     TransactionalFileSink,
     batch_record_name,
@@ -360,6 +361,75 @@ def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_not
     TransactionalFileSink(output_url).on_restore(1, "default/orders-fork")
     with pytest.raises(StartRefused, match="belongs to job default/orders-fork "):
         TransactionalFileSink(output_url).on_restore(1, JOB)
+
+
+def _offsets(location: Path, batch_id: int, files: int, at: int) -> None:
+    """Spark's offset log entry of a batch over a file source: its version, its metadata
+    (the batch's watermark and time) and the source's end offset."""
+    (location / "offsets").mkdir(parents=True, exist_ok=True)
+    (location / "offsets" / str(batch_id)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{at},"conf":{{}}}}\n'
+        f'{{"logOffset":{files - 1}}}'
+    )
+
+
+def test_a_replay_that_reads_other_input_than_the_committed_batch_fails_loudly(
+    stage: Stage, output_root: StorageRoot, output_url: str, tmp_path: Path
+) -> None:
+    """A newcomer's windowed count: batch 72 only advanced the watermark; after a cancel
+    and a restore of the savepoint of batch 70, Spark planned 72 again over a new file, and
+    the sink dropped it as a replay of the committed 72: 5 of 125 keys came out wrong."""
+    first, second = tmp_path / "first" / "checkpoint", tmp_path / "second" / "checkpoint"
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB, checkpoint_location=first)
+    for batch_id, files in ((0, 1), (1, 2), (2, 2)):  # batch 2 read no new file
+        _offsets(first, batch_id, files, at=1000 + batch_id)
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(2)
+    committed = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+
+    restored = TransactionalFileSink(output_url)
+    restored.on_restore(0, JOB, checkpoint_location=second)  # an image of batch 0
+    _offsets(second, 1, 2, at=5000)  # batch 1 planned again over the same input
+    stage(restored, 1, rows_of(1, "replayed"))
+    _offsets(second, 2, 3, at=5001)  # batch 2 planned again over a new file
+    with pytest.raises(ReplayDiffers) as refused:
+        stage(restored, 2, rows_of(2, "new data"))
+
+    assert str(refused.value) == (
+        f"batch 2 is committed in {OutputStorage(output_url).url}, but its replay reads "
+        "other input (Spark planned it again after a restore to an older image); skipping "
+        "it would lose that input's output and committing it would add a second batch 2: "
+        "restore the newest image, or take the output back to the restored image by "
+        "deleting the commit records of batches 2..2 (committed/batch-<B>.json), which the "
+        "query then writes again"
+    )
+    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    assert after == committed, "nothing written or lost"
+    output_root.delete(f"{output_url}/{COMMITTED_DIR}/batch-2.json")  # as the message says
+    stage(restored, 2, rows_of(2, "new data"))
+    restored.on_checkpoint_complete(2)
+    assert read_committed(output_url) == {
+        0: rows_of(0),
+        1: rows_of(1),
+        2: rows_of(2, "new data"),
+    }
+
+
+def test_a_record_without_its_input_skips_replays_as_before(
+    sink: TransactionalFileSink, stage: Stage, output_url: str, tmp_path: Path
+) -> None:
+    """Records written without a checkpoint location (or before inputs were kept) cannot
+    be compared: their replays are skipped by batch id."""
+    stage(sink, 0, rows_of(0))
+    sink.on_checkpoint_complete(0)
+    restored = TransactionalFileSink(output_url)
+    restored.on_restore(0, JOB, checkpoint_location=tmp_path / "chk")
+    _offsets(tmp_path / "chk", 0, 5, at=1)
+
+    stage(restored, 0, rows_of(0, "other"))
+
+    assert read_committed(output_url) == {0: rows_of(0)}
 
 
 def test_output_of_a_sink_without_owners_goes_to_the_first_job_that_starts(
