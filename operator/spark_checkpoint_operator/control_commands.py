@@ -33,6 +33,7 @@ from spark_checkpoint_operator.control_protocol import (
     Outcome,
     RuntimeStatus,
 )
+from spark_checkpoint_operator.coordinator import TerminalOutcome
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
     LocalPaths,
@@ -298,10 +299,14 @@ def last_run(status_file: Path) -> str:
         for image in [last_image(status.coordinator, kind)]
     )
     message = f": {printable_line(status.message)}" if status.message else ""
-    return (
-        f"the last run left it {status.phase.value} (attempt {status.job_attempt}, batch "
+    recorded = (
+        f"{status.phase.value} (attempt {status.job_attempt}, batch "
         f"{_or_none(status.last_committed_batch)}, {images}){message}"
     )
+    if status.phase.value not in set(TerminalOutcome):
+        # A run ends by recording how; one that did not was killed (its driver with it).
+        return f"the last run ended without recording how (killed?); it last recorded {recorded}"
+    return f"the last run left it {recorded}"
 
 
 def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:

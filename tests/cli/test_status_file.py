@@ -1,12 +1,18 @@
 """A status file the storage commands cannot read is ignored with a one-line warning that
-names the file and the field; the listing goes on without the registry."""
+names the file and the field; the listing goes on without the registry. `status` with no
+run to ask reads how the last run left the job from it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+
+from spark_checkpoint_operator.control_commands import last_run
+from spark_checkpoint_operator.coordinator import JobPhase
+from spark_checkpoint_operator.status import PersistedStatus, StatusFile
 
 if TYPE_CHECKING:
     from conftest import Job, Result
@@ -49,3 +55,25 @@ def test_an_unreadable_status_file_is_a_warning(
     assert warning.startswith(f"warning: registry ignored: {job.status_file.resolve()}: ")
     assert problem in warning
     assert "registry: none" in result.out
+
+
+@pytest.mark.parametrize(
+    ("phase", "said"),
+    [
+        (JobPhase.SUSPENDED, "the last run left it Suspended (attempt 3, batch none, "),
+        # kill -9 of the run: its status file still says Running.
+        (
+            JobPhase.RUNNING,
+            "the last run ended without recording how (killed?); it last recorded Running "
+            "(attempt 3, batch none, ",
+        ),
+    ],
+)
+def test_status_with_no_run_says_how_the_last_one_ended(
+    tmp_path: Path, phase: JobPhase, said: str
+) -> None:
+    path = tmp_path / "status.json"
+    status = PersistedStatus(phase=phase, job_attempt=3).to_dict()
+    StatusFile(path, name="probe", namespace="default", status=status, driver_pid=None).write()
+
+    assert last_run(path).startswith(said), last_run(path)
