@@ -142,3 +142,26 @@ def test_an_error_of_python_code_in_the_query_names_its_exception(
     """Two different exceptions of a UDF must not read as the same failure."""
     read = driver_error(_reported(tmp_path, f"query failed: {message}"), killed=False)
     assert read[0] == expected
+
+
+@pytest.mark.parametrize(
+    ("output", "expected"),
+    [
+        # `python pipeline.py` of a file Python cannot compile: no traceback header.
+        (
+            '  File "/app/pipeline.py", line 8\n    df = (\n         ^\n'
+            "SyntaxError: '(' was never closed\n",
+            "SyntaxError: '(' was never closed (/app/pipeline.py, line 8)",
+        ),
+        # A module it imports, inside a traceback.
+        (
+            'Traceback (most recent call last):\n  File "/app/pipeline.py", line 3, in '
+            '<module>\n    import helpers\n  File "/app/helpers.py", line 7\n    def f(:\n'
+            "          ^\nSyntaxError: invalid syntax\n",
+            "SyntaxError: invalid syntax (/app/helpers.py, line 7)",
+        ),
+    ],
+)
+def test_a_syntax_error_names_where_the_code_is_wrong(output: str, expected: str) -> None:
+    # A newcomer's summary read "SyntaxError: '(' was never closed" alone.
+    assert driver_error(output, killed=False) == [expected]

@@ -17,6 +17,8 @@ RUN_ID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
 KILLING_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
 ERROR_WORDS = re.compile(r"error|exception|fatal|can't|cannot", re.IGNORECASE)
 AFTER_THE_ERROR = re.compile(r"=== |(INFO|DEBUG|WARN|WARNING) ")
+SYNTAX_ERROR = re.compile(r"(SyntaxError|IndentationError|TabError): ")
+PYTHON_PLACE = re.compile(r'^\s*File "([^"]+)", line (\d+)', re.MULTILINE)
 # When a log line was written (Python's logging, Spark's log4j): not part of the error, and
 # it would make the same error of two attempts differ.
 LOG_TIME = re.compile(
@@ -53,6 +55,10 @@ def driver_error(output: str, *, killed: bool) -> list[str]:
     shown = error[:1] + list(
         itertools.takewhile(lambda line: not AFTER_THE_ERROR.match(line), error[1:])
     )
+    if SYNTAX_ERROR.match(shown[0]) and (places := PYTHON_PLACE.findall(output)):
+        # Where the code is wrong: Python prints it above the error, among the frames.
+        file, line = places[-1]
+        shown[0] = f"{shown[0]} ({file}, line {line})"
     return shown[:ERROR_LINES_SHOWN]
 
 
