@@ -178,6 +178,32 @@ def test_finalize_before_all_acks_is_refused(running: Running) -> None:
         _call(client, "finalize", 9, ["logs"])
 
 
+@pytest.mark.parametrize("error", [RuntimeError("database is locked"), ValueError("no table")])
+def test_a_participant_that_fails_to_commit_is_named_with_its_error(
+    running: Running, monkeypatch: pytest.MonkeyPatch, error: Exception
+) -> None:
+    """A newcomer's participant raised in on_checkpoint_complete: the coordinator read
+    '500 Internal Server Error, Server got itself in trouble' (and a ValueError of a
+    participant was answered as a bad request)."""
+
+    def fail(batch_id: int) -> None:
+        raise error
+
+    monkeypatch.setattr(running.participant, "on_checkpoint_complete", fail)
+    client = running.client()
+    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    _wait_for(client, 1, "acknowledged")
+    _call(client, "finalize", 1, ["logs", "state-0-0", "state-0-1"])
+
+    with pytest.raises(AgentRejected) as refused:
+        _call(running.client(), "complete", 1, 2)
+
+    failed = f"{type(error).__name__}: {error}"
+    said = f"participant {running.participant!r} did not commit batch 2: {failed}"
+    assert said in str(refused.value)
+    assert "500" in str(refused.value)
+
+
 def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) -> None:
     client = running.client()
     _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.STOP)

@@ -403,7 +403,15 @@ class CheckpointAgent:
                     if entry.path in snapshot.identities
                 }
         for participant in self._participants:
-            participant.on_checkpoint_complete(batch_id)
+            try:
+                participant.on_checkpoint_complete(batch_id)
+            except Exception as error:  # the participant's own: the coordinator repeats it
+                log.exception("participant %r did not commit batch %s", participant, batch_id)
+                raise AgentRequestError(
+                    500,
+                    f"participant {participant!r} did not commit batch {batch_id}: "
+                    f"{type(error).__name__}: {error}",
+                ) from error
         with self._notified:
             if self._notified_batch is None or batch_id > self._notified_batch:
                 self._notified_batch = batch_id
