@@ -39,7 +39,17 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
             raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
         _require_intact(storage, candidate.kind, candidate.snapshot_id, choice)
         return candidate.encode()
-    return _external(choice)
+    external = _external(choice)
+    # A savepoint of the job's own named by its path (as `savepoint` prints it) is one the
+    # registry lists: restored as such (status shows savepoint:N, not a URI).
+    uri = RestoreCandidate.decode(external).metadata_uri or ""
+    directory, _, name = uri.removesuffix("/_metadata").rpartition("/")
+    own = directory == storage.layout.snapshot_parent_dir(CheckpointKind.SAVEPOINT)
+    snapshot_id = parse_snapshot_dir_name(CheckpointKind.SAVEPOINT, name)
+    if own and snapshot_id in {s.checkpoint_id for s in registry.savepoints}:
+        assert snapshot_id is not None
+        return RestoreCandidate.registered(CheckpointKind.SAVEPOINT, snapshot_id).encode()
+    return external
 
 
 def _external(choice: str) -> str:

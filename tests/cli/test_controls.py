@@ -252,7 +252,10 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
         f"savepoint {newest})\n"
     ), ended.stderr
 
-    _detach(job, "--from", f"savepoint:{chosen}")
+    # By the path `savepoint` printed: the registry's savepoint, not an external image.
+    printed = first.stdout.split()[-1]
+    assert printed.endswith(f"/savepoints/sp-{chosen}/_metadata"), first.stdout
+    _detach(job, "--from", printed.removeprefix("file://"))
     restored = job.status_file()["restoredFrom"]
     assert restored is not None and restored["source"] == f"savepoint:{chosen}"  # type: ignore[index]
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
