@@ -257,6 +257,21 @@ def test_an_initial_savepoint_on_this_machine_is_checked_before_a_driver_starts(
     assert not (tmp_path / "runs").exists(), "no driver was started"
 
 
+def test_how_an_earlier_run_failed_is_not_how_the_next_one_ended(tmp_path: Path) -> None:
+    # A newcomer's fixed pipeline finished with "job finished: the driver failed the same
+    # way twice ...", the failed run's message, in its status too.
+    job = ScriptJob(tmp_path, "raise RuntimeError('amout is not a column')\n")
+    assert job.run(timeout=30).returncode == 1
+    (tmp_path / "driver.py").write_text("open('runs', 'a').write('run\\n')\n")
+
+    finished = job.run(timeout=30)
+
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "amout" not in finished.stdout
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert (status["phase"], status["message"]) == ("Finished", "")
+
+
 def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
     first = job.run()

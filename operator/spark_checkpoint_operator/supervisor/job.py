@@ -352,9 +352,11 @@ class JobSupervisor:
             self._record.message = attempt.failing
             if not attempt.agent_answered:
                 return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
-        if exit_code == DriverExit.FINISHED:
-            return TerminalOutcome.FINISHED
-        if exit_code == DriverExit.STOPPED_WITH_SAVEPOINT:
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+            # An earlier run's failure, kept in its status, is not how this one ended.
+            self._record.message = ""
+            if exit_code == DriverExit.FINISHED:
+                return TerminalOutcome.FINISHED
             return TerminalOutcome.SUSPENDED
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
