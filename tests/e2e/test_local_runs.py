@@ -405,17 +405,20 @@ def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path:
     assert first.wait() == 0
     assert int(stopped.stdout.split()[1]) > chosen
 
+    registered = first.status()["status"]["coordinator"]["savepoints"]
+    chosen_batch = next(s["batchId"] for s in registered if s["id"] == chosen)
+    replayed = [b for b in first.committed_batches() if b > chosen_batch]
+
     resumed = JobRun(tmp_path / "job", bounded=True)
     resumed.add_input(files=6, start_index=6)
     resumed.start("--from", f"savepoint:{chosen}")
     resumed.wait_for_line(rf"restoring from savepoint:{chosen}\b")
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     _assert_exactly_once(resumed)
-    # The batches after the savepoint were replays, each compared with what its commit
-    # record says it read (Spark's source offsets) before it was skipped.
+    # Each record keeps what its batch read (Spark's source offsets); the batches the first
+    # run committed after the savepoint were replays, compared with it before being skipped.
     records = [json.loads(p.read_text()) for p in (resumed.output_dir / "committed").iterdir()]
     assert records and all(len(r["sourceOffsets"]) == 64 for r in records), records
-    driver_logs = "".join(
-        p.read_text() for p in (resumed.state_dir / "default").rglob("driver-*.log")
-    )
-    assert "is already committed; discarding the output of its replay" in driver_logs
+    logs = "".join(p.read_text() for p in (resumed.state_dir / "default").rglob("driver-*.log"))
+    for batch in replayed:
+        assert f"batch {batch} is already committed; discarding the output" in logs
