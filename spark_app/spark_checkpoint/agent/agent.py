@@ -54,6 +54,7 @@ from spark_checkpoint.storage import (
     MissingFileError,
     StorageError,
     TaskAcknowledgement,
+    printable_line,
     snapshot_dir_name,
 )
 
@@ -407,11 +408,11 @@ class CheckpointAgent:
                 participant.on_checkpoint_complete(batch_id)
             except Exception as error:  # the participant's own: the coordinator repeats it
                 log.exception("participant %r did not commit batch %s", participant, batch_id)
-                raise AgentRequestError(
-                    500,
-                    f"participant {participant!r} did not commit batch {batch_id}: "
-                    f"{type(error).__name__}: {error}",
-                ) from error
+                failed = (
+                    f"{participant!r} did not commit batch {batch_id}: "
+                    f"{type(error).__name__}: {error}"
+                )
+                raise AgentRequestError(500, f"participant {printable_line(failed)}") from error
         with self._notified:
             if self._notified_batch is None or batch_id > self._notified_batch:
                 self._notified_batch = batch_id
