@@ -39,20 +39,10 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
             raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
         _require_intact(storage, candidate.kind, candidate.snapshot_id, choice)
         return candidate.encode()
-    external = _external(choice)
-    # A savepoint of the job's own named by its path (as `savepoint` prints it) is one the
-    # registry lists: restored as such (status shows savepoint:N, not a URI).
-    uri = RestoreCandidate.decode(external).metadata_uri or ""
-    directory, _, name = uri.removesuffix("/_metadata").rpartition("/")
-    own = directory == storage.layout.snapshot_parent_dir(CheckpointKind.SAVEPOINT)
-    snapshot_id = parse_snapshot_dir_name(CheckpointKind.SAVEPOINT, name)
-    if own and snapshot_id in {s.checkpoint_id for s in registry.savepoints}:
-        assert snapshot_id is not None
-        return RestoreCandidate.registered(CheckpointKind.SAVEPOINT, snapshot_id).encode()
-    return external
+    return _external(choice, registry, storage)
 
 
-def _external(choice: str) -> str:
+def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
     uri = metadata_location(choice if "://" in choice else Path(choice).resolve().as_uri())
     # <root>/<namespace>/<job>/savepoints/sp-<N>/_metadata
     parts = uri.split("/")
@@ -73,6 +63,12 @@ def _external(choice: str) -> str:
         raise UnknownImage(f"{choice} cannot be read here: {error}") from None
     # Storage's errors name the path already.
     _require_intact(savepoint, CheckpointKind.SAVEPOINT, snapshot_id, "the savepoint")
+    if layout.job_root == storage.layout.job_root and snapshot_id in {
+        s.checkpoint_id for s in registry.savepoints
+    }:
+        # One of the job's own by its path (as `savepoint` prints it): restored as the
+        # registry's (status shows savepoint:N, not a URI).
+        return RestoreCandidate.registered(CheckpointKind.SAVEPOINT, snapshot_id).encode()
     return RestoreCandidate.external(uri).encode()
 
 

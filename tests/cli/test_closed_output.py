@@ -3,6 +3,7 @@
 
 import io
 import os
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -17,18 +18,20 @@ class ClosedPipe(io.StringIO):
 
     def __init__(self, path: str) -> None:
         super().__init__()
-        self._file = open(path, "w")  # noqa: SIM115
+        self.descriptor = open(path, "w")  # noqa: SIM115 (closed by the fixture)
 
     def write(self, text: str) -> int:
         raise BrokenPipeError
 
     def fileno(self) -> int:
-        return self._file.fileno()
+        return self.descriptor.fileno()
 
 
 @pytest.fixture
-def closed(tmp_path: Any) -> ClosedPipe:
-    return ClosedPipe(str(tmp_path / "pipe"))
+def closed(tmp_path: Any) -> Iterator[ClosedPipe]:
+    pipe = ClosedPipe(str(tmp_path / "pipe"))
+    yield pipe
+    pipe.descriptor.close()
 
 
 def test_lines_go_on_to_the_fallback_and_the_run_is_told_once(closed: ClosedPipe) -> None:

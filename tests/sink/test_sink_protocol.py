@@ -55,6 +55,11 @@ def stored(root: StorageRoot, output_url: str, directory: str) -> list[str]:
     )
 
 
+def contents(root: StorageRoot, output_url: str) -> dict[str, bytes]:
+    """Every file of the output and its bytes: what a step that touches nothing keeps."""
+    return {path: root.read(f"{output_url}/{path}") for path in root.files(output_url)}
+
+
 def record_of(root: StorageRoot, output_url: str, batch_id: int) -> BatchRecord:
     path = f"{output_url}/{COMMITTED_DIR}/{batch_record_name(batch_id)}"
     return BatchRecord.from_json(root.read(path), path)
@@ -314,7 +319,7 @@ def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(1)
-    before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    before = contents(output_root, output_url)
 
     with pytest.raises(StartRefused) as refused:
         TransactionalFileSink(output_url).on_restore(None, JOB)
@@ -326,7 +331,7 @@ def test_a_start_without_a_checkpoint_onto_committed_output_is_refused_touching_
         "empty one); to go on from those batches, restore the checkpoint or savepoint they "
         "belong to (spec.restore.initialSavepointPath, run --from)"
     )
-    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    after = contents(output_root, output_url)
     assert after == before
 
 
@@ -341,7 +346,7 @@ def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_not
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(1)
-    before = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    before = contents(output_root, output_url)
     owner = f"{OutputStorage(output_url).url}/{OWNER_FILE}"
 
     with pytest.raises(StartRefused) as refused:
@@ -353,7 +358,7 @@ def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_not
         "job default/orders-fork an output of its own (a fork of a job too), or delete "
         f"{owner} to hand the output over once that job no longer writes there"
     )
-    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    after = contents(output_root, output_url)
     assert after == before, "the staged batch 2 and everything else untouched"
     TransactionalFileSink(output_url).on_restore(1, JOB)  # the owner goes on
     assert sink.committed_batches() == [0, 1]
@@ -386,7 +391,7 @@ def test_a_replay_that_reads_other_input_than_the_committed_batch_fails_loudly(
         _offsets(first, batch_id, files, at=1000 + batch_id)
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(2)
-    committed = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    committed = contents(output_root, output_url)
 
     restored = TransactionalFileSink(output_url)
     restored.on_restore(0, JOB, checkpoint_location=second)  # an image of batch 0
@@ -404,7 +409,7 @@ def test_a_replay_that_reads_other_input_than_the_committed_batch_fails_loudly(
         "deleting the commit records of batches 2..2 (committed/batch-<B>.json), which the "
         "query then writes again"
     )
-    after = {p: output_root.read(f"{output_url}/{p}") for p in output_root.files(output_url)}
+    after = contents(output_root, output_url)
     assert after == committed, "nothing written or lost"
     output_root.delete(f"{output_url}/{COMMITTED_DIR}/batch-2.json")  # as the message says
     stage(restored, 2, rows_of(2, "new data"))
