@@ -8,6 +8,9 @@ from collections.abc import Mapping
 from spark_checkpoint_operator.manifest.model import Application
 
 LOCAL_SCHEME = "local://"
+# The data plane's module every driver runs its application through (it holds the
+# application to `run_coordinated`).
+LAUNCHER_MODULE = "spark_checkpoint.launch"
 # How long a driver told to stop (SIGTERM) may take to exit before it is killed (SIGKILL):
 # a pod's terminationGracePeriodSeconds, a local driver's wait. Spark's shutdown hooks
 # (stopping the context, closing the agent) must fit.
@@ -15,9 +18,9 @@ TERMINATION_GRACE_SECONDS = 60
 
 
 def driver_command(application: Application, python: str = "python") -> list[str]:
-    """``python <mainFile> <args>`` or ``python -m <module> <args>``. A ``local://`` main
-    file is a path inside the image, as Spark spells it."""
-    command = [python]
+    """``python <mainFile> <args>`` or ``python -m <module> <args>``, through the launcher.
+    A ``local://`` main file is a path inside the image, as Spark spells it."""
+    command = [python, "-m", LAUNCHER_MODULE]
     if application.module:
         command += ["-m", application.module]
     else:

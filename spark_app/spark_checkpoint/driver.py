@@ -10,6 +10,7 @@ import logging
 import math
 import shutil
 import sys
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -35,9 +36,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("spark_checkpoint")
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# The writer option run_coordinated sets, to a fresh location per attempt.
+CHECKPOINT_LOCATION = "checkpointLocation"
 
 
-def _fail(message: str, exit_code: DriverExit) -> DriverExit:
+# Set once `run_coordinated` is called: the launcher refuses a query started, or a
+# pipeline ended, without it.
+_called = threading.Event()
+
+
+def run_coordinated_called() -> bool:
+    return _called.is_set()
+
+
+def fail_with(message: str, exit_code: DriverExit) -> DriverExit:
     """Log the error the driver ends with and report it to the runtime."""
     log.error("%s", message)
     report_error(message)
@@ -47,15 +59,14 @@ def _fail(message: str, exit_code: DriverExit) -> DriverExit:
 def run_coordinated(
     writer: "DataStreamWriter", *, participants: Sequence[CheckpointParticipant] = ()
 ) -> NoReturn:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _called.set()
+    logging.basicConfig(level=logging.INFO, format=LOG_FORMAT)
     try:
         settings = DriverSettings.from_environment()
     except SettingsError as error:
-        sys.exit(_fail(str(error), DriverExit.MISCONFIGURED))
+        sys.exit(fail_with(str(error), DriverExit.MISCONFIGURED))
     if problem := _participant_problem(participants):
-        sys.exit(_fail(problem, DriverExit.MISCONFIGURED))
+        sys.exit(fail_with(problem, DriverExit.MISCONFIGURED))
     sys.exit(_run(writer, participants, settings))
 
 
@@ -93,16 +104,16 @@ def _run(
     try:
         storage.claim(settings.owner)
     except StorageOwnedElsewhere as error:
-        return _fail(str(error), DriverExit.MISCONFIGURED)
+        return fail_with(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
         # A StorageError names its file; an OSError of an object store may name nothing
         # ("The specified bucket does not exist").
         where = "" if isinstance(error, StorageError) else f"{storage.layout.job_root}: "
-        return _fail(f"cannot claim the job's storage: {where}{error}", DriverExit.FAILED)
+        return fail_with(f"cannot claim the job's storage: {where}{error}", DriverExit.FAILED)
     attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
     location = attempt_dir / "checkpoint"
     if location.exists():
-        return _fail(
+        return fail_with(
             f"{location} exists: a checkpoint location is never reused across attempts",
             DriverExit.MISCONFIGURED,
         )
@@ -144,7 +155,7 @@ def _start(
     try:
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
-        return _fail(str(error), DriverExit.RESTORE_FAILED)
+        return fail_with(str(error), DriverExit.RESTORE_FAILED)
     try:
         for participant in participants:
             participant.on_restore(
@@ -153,11 +164,11 @@ def _start(
                 checkpoint_location=location,
             )
     except StartRefused as error:
-        return _fail(str(error), DriverExit.MISCONFIGURED)
+        return fail_with(str(error), DriverExit.MISCONFIGURED)
 
     try:
         # Spark reads the restored metadata file here, the logs and state once it runs.
-        query = writer.option("checkpointLocation", str(location)).start()
+        query = writer.option(CHECKPOINT_LOCATION, str(location)).start()
     except Exception as error:
         if _restored_image_unusable(outcome, str(error), location):
             return DriverExit.RESTORE_UNUSABLE
@@ -204,7 +215,7 @@ def _await_end(
         restarted = outcome is not None and (not committed or committed[-1] <= outcome.batch_id)
         if restarted and _restored_image_unusable(outcome, str(error), location):
             return DriverExit.RESTORE_UNUSABLE
-        return _fail(f"query failed: {error}", DriverExit.FAILED)
+        return fail_with(f"query failed: {error}", DriverExit.FAILED)
     if committed:
         # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
         # covers the last batch, so the driver stays until one completes.

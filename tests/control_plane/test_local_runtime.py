@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from helpers.fake_query import FAILURE_VARIABLE, reported_failure, run_cli, write_job
-from helpers.script_job import ScriptJob, alive, wait_for_file, wait_until_gone
+from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
@@ -262,7 +262,7 @@ def test_how_an_earlier_run_failed_is_not_how_the_next_one_ended(tmp_path: Path)
     # way twice ...", the failed run's message, in its status too.
     job = ScriptJob(tmp_path, "raise RuntimeError('amout is not a column')\n")
     assert job.run(timeout=30).returncode == 1
-    (tmp_path / "driver.py").write_text("open('runs', 'a').write('run\\n')\n")
+    (tmp_path / "driver.py").write_text(FINISH)
 
     finished = job.run(timeout=30)
 
@@ -273,7 +273,7 @@ def test_how_an_earlier_run_failed_is_not_how_the_next_one_ended(tmp_path: Path)
 
 
 def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
-    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n")  # exits 0: FINISHED
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n" + FINISH)
     first = job.run()
     assert first.returncode == 0, first.stdout + first.stderr
     assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
@@ -296,7 +296,7 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
 
 
 def test_run_keeps_its_state_next_to_the_manifest_by_default(tmp_path: Path) -> None:
-    job = ScriptJob(tmp_path / "project", "pass\n")
+    job = ScriptJob(tmp_path / "project", FINISH)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     command = [a for a in job.command() if a not in ("--state-dir", str(job.state_dir))]
@@ -309,8 +309,8 @@ def test_run_keeps_its_state_next_to_the_manifest_by_default(tmp_path: Path) -> 
     assert list(elsewhere.iterdir()) == []
 
 
-# A pipeline that starts its query with writer.start() instead of run_coordinated(...):
-# the process runs, and no checkpoint agent ever answers.
+# A pipeline that never reaches run_coordinated(...) (stuck before it): the process runs,
+# and no checkpoint agent ever answers.
 UNCOORDINATED_DRIVER = SLEEPING_DRIVER
 
 
@@ -324,8 +324,9 @@ def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
     assert time.monotonic() - started < 30
     expected = (
         "the driver's checkpoint agent never answered in 2s after the driver started "
-        "(restartPolicy.startTimeout): does the pipeline start its query with "
-        "run_coordinated(writer, participants=[...]) instead of writer.start()?"
+        "(restartPolicy.startTimeout): does the pipeline reach run_coordinated(writer, "
+        "participants=[...])? (If the code before it, or Spark's start, is slow rather "
+        "than stuck: raise startTimeout.)"
     )
     assert f"{expected} Stopping the driver." in result.stdout
     assert f"job failed: {expected}" in result.stdout
@@ -333,6 +334,33 @@ def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
     assert not alive(int((tmp_path / "driver.pid").read_text()))
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert (status["phase"], status["message"]) == ("Failed", expected)
+
+
+def test_a_pipeline_that_exits_0_without_run_coordinated_fails_the_job_and_is_not_finished(
+    tmp_path: Path,
+) -> None:
+    # A pipeline that started its query with writer.start() and left (or a batch job):
+    # its exit 0 was taken for "finished with a final checkpoint", and the job was never
+    # run again though nothing of it had been checkpointed.
+    job = ScriptJob(
+        tmp_path, "open('runs', 'a').write('run\\n')\n", restart_policy={"maxRetries": 3}
+    )
+
+    result = job.run(timeout=60)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    reason = (
+        "the pipeline ended without calling run_coordinated: nothing of it was checkpointed, "
+        "and an exit 0 would read as finished; hand the writer to "
+        "spark_checkpoint.run_coordinated(writer, participants=[...])"
+    )
+    assert f"job failed: driver cannot run: MISCONFIGURED: {reason}" in result.stdout
+    assert (tmp_path / "runs").read_text() == "run\n", "retrying cannot help"
+    status = json.loads((job.job_dir / "status.json").read_text())["status"]
+    assert status["phase"] == "Failed", status
+    # Fixed, it runs: a failed job is run again.
+    (tmp_path / "driver.py").write_text(FINISH)
+    assert job.run(timeout=60).returncode == 0
 
 
 def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path) -> None:
@@ -473,7 +501,7 @@ def test_a_failure_that_changes_is_retried_up_to_max_retries_with_each_error_sho
 
 
 def test_a_main_file_may_be_a_directory_python_runs(tmp_path: Path) -> None:
-    job = ScriptJob(tmp_path, "")
+    job = ScriptJob(tmp_path, FINISH)
     (tmp_path / "app").mkdir()
     (tmp_path / "driver.py").rename(tmp_path / "app" / "__main__.py")
     manifest = yaml.safe_load(job.manifest.read_text())

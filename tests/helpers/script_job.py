@@ -10,6 +10,32 @@ from typing import Any
 
 import yaml
 
+# The end of a script that finishes as a coordinated pipeline whose input is done:
+# `run_coordinated` with a query that ends at once without a batch (exit 0, FINISHED). A
+# script that ends without it is refused as misconfigured (spark_checkpoint.launch).
+FINISH = """
+from spark_checkpoint.driver import run_coordinated
+
+class EndedQuery:
+    isActive = False
+    lastProgress = None
+    recentProgress = []
+
+    def exception(self):
+        return None
+
+
+class Writer:
+    def option(self, key, value):
+        return self
+
+    def start(self):
+        return EndedQuery()
+
+
+run_coordinated(Writer())
+"""
+
 
 class ScriptJob:
     def __init__(

@@ -159,8 +159,9 @@ def test_a_pipeline_without_run_coordinated_fails_the_job_after_the_start_timeou
         failed = in_phase(cluster, "orders", "Failed")
         assert failed["message"] == (
             "the driver's checkpoint agent never answered in 2s after the driver started "
-            "(restartPolicy.startTimeout): does the pipeline start its query with "
-            "run_coordinated(writer, participants=[...]) instead of writer.start()?"
+            "(restartPolicy.startTimeout): does the pipeline reach run_coordinated(writer, "
+            "participants=[...])? (If the code before it, or Spark's start, is slow rather "
+            "than stuck: raise startTimeout.)"
         )
         assert failed["jobAttempt"] == 1, "not retried: the next driver would do the same"
         assert "AgentNeverAnswered" in cluster.event_reasons("orders")

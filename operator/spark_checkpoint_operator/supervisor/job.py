@@ -576,9 +576,9 @@ class JobSupervisor:
         elif not stopping and attempt.running_for() >= timeout:
             attempt.fail(
                 f"the driver's checkpoint agent never answered in {timeout:.10g}s after the "
-                "driver started (restartPolicy.startTimeout): does the pipeline start its "
-                "query with run_coordinated(writer, participants=[...]) instead of "
-                "writer.start()?"
+                "driver started (restartPolicy.startTimeout): does the pipeline reach "
+                "run_coordinated(writer, participants=[...])? (If the code before it, or "
+                "Spark's start, is slow rather than stuck: raise startTimeout.)"
             )
             reason = "AgentNeverAnswered"
         else:

@@ -1,0 +1,125 @@
+"""`python -m spark_checkpoint.launch`: the application runs as `python` would run it, and
+one that does not hand its query to `run_coordinated` ends as misconfigured."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER
+
+# What a program sees of how it was started.
+SEEN = """
+import json, sys
+import sibling
+print(json.dumps({"name": __name__, "argv": sys.argv, "path0": sys.path[0],
+                  "file": globals().get("__file__"), "sibling": sibling.VALUE}))
+"""
+
+
+def _launch(
+    *arguments: str, cwd: Path, error_file: Path | None = None
+) -> "subprocess.CompletedProcess[str]":
+    environment = {ERROR_FILE_VARIABLE: str(error_file)} if error_file else {}
+    return subprocess.run(
+        [sys.executable, "-m", "spark_checkpoint.launch", *arguments],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin", **environment},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def _python(*arguments: str, cwd: Path) -> "subprocess.CompletedProcess[str]":
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=cwd,
+        env={"PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize(
+    "layout",
+    ["file", "directory", "module"],
+)
+def test_the_application_sees_what_python_would_show_it(tmp_path: Path, layout: str) -> None:
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "sibling.py").write_text("VALUE = 'next to the main file'\n")
+    elsewhere = tmp_path / "run-from-here"
+    elsewhere.mkdir()
+    if layout == "file":
+        (app / "main.py").write_text(SEEN)
+        target, cwd = [str(app / "main.py")], elsewhere
+    elif layout == "directory":
+        (app / "__main__.py").write_text(SEEN)
+        target, cwd = [str(app)], elsewhere
+    else:
+        (app / "main.py").write_text(SEEN)
+        target, cwd = ["-m", "main"], app
+
+    expected = _python(*target, "--input", "in dir", cwd=cwd)
+    launched = _launch(*target, "--input", "in dir", cwd=cwd)
+
+    assert expected.returncode == 0, expected.stderr
+    seen = json.loads(expected.stdout)
+    assert seen["argv"][1:] == ["--input", "in dir"]
+    assert json.loads(launched.stdout.splitlines()[0]) == seen
+    # It ended without run_coordinated: refused (below), not finished.
+    assert launched.returncode == DriverExit.MISCONFIGURED
+
+
+def test_an_application_that_ends_without_run_coordinated_is_misconfigured(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "main.py").write_text("print('a batch job, or a query started and left')\n")
+    error_file = tmp_path / "error"
+
+    result = _launch("main.py", cwd=tmp_path, error_file=error_file)
+
+    assert result.returncode == DriverExit.MISCONFIGURED
+    reason = (
+        "the pipeline ended without calling run_coordinated: nothing of it was checkpointed, "
+        "and an exit 0 would read as finished; hand the writer to "
+        "spark_checkpoint.run_coordinated(writer, participants=[...])"
+    )
+    assert result.stderr.splitlines()[-1].endswith(reason), result.stderr
+    assert error_file.read_text() == f"{REPORTED_ERROR_HEADER}\n{reason}"
+
+
+@pytest.mark.parametrize("code", ["sys.exit(3)", "raise ValueError('bad column')"])
+def test_an_application_that_fails_without_run_coordinated_keeps_its_exit(
+    tmp_path: Path, code: str
+) -> None:
+    (tmp_path / "main.py").write_text(f"import sys\n{code}\n")
+
+    result = _launch("main.py", cwd=tmp_path)
+
+    assert result.returncode == (3 if "exit" in code else 1), result.stderr
+    assert "run_coordinated" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        (["nosuch.py"], "mainFile nosuch.py: no such file"),
+        (["-m", "nosuch.module"], "module nosuch.module: no such module on the path"),
+    ],
+)
+def test_an_application_that_is_not_there_is_one_line(
+    tmp_path: Path, arguments: list[str], reason: str
+) -> None:
+    result = _launch(*arguments, cwd=tmp_path)
+
+    assert result.returncode == DriverExit.MISCONFIGURED
+    [line] = result.stderr.splitlines()
+    assert line.endswith(f"ERROR spark_checkpoint: {reason}"), line
