@@ -28,6 +28,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageError,
     StorageOwnedElsewhere,
+    SymbolicLinkError,
 )
 
 if TYPE_CHECKING:
@@ -163,7 +164,8 @@ def _start(
                 f"{settings.namespace}/{settings.job}",
                 checkpoint_location=location,
             )
-    except StartRefused as error:
+    except (StartRefused, SymbolicLinkError) as error:
+        # A link in the output is not followed, and another attempt would meet it again.
         return fail_with(str(error), DriverExit.MISCONFIGURED)
 
     try:

@@ -51,7 +51,11 @@ from urllib.request import url2pathname
 
 from fsspec.core import url_to_fs
 
-from spark_checkpoint.storage.filesystem import abort_s3_uploads
+from spark_checkpoint.storage.filesystem import (
+    abort_s3_uploads,
+    local_file_sizes_refusing_links,
+    require_no_link_below,
+)
 
 __all__ = ["OutputStorage", "write_partition"]
 
@@ -59,6 +63,8 @@ _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?
 # fsspec protocols whose create-only write is atomic (see the module docstring).
 _OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "abfs", "abfss", "az"})
 _FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
+# What `SymbolicLinkError` says links are never followed out of.
+_OUTPUT_DIRECTORY = "the sink's output directory"
 # The hidden temporary of `OutputStorage.write` and `OutputStorage.create`, next to its target.
 _TEMPORARY = re.compile(r"\..+\.[0-9a-f]{32}\.tmp")
 
@@ -90,17 +96,27 @@ class OutputStorage:
     A missing file reads as ``None`` and a missing directory lists as empty; deleting what
     is already gone is not an error, so every step can be repeated after a crash.
     Listings bypass fsspec's listings cache: another driver may have changed the store.
+
+    On a local filesystem no path below the output directory is followed through a
+    symbolic link: each operation whose path crosses one, and a listing that meets one,
+    raises SymbolicLinkError (a link placed there would otherwise have a write or the
+    garbage collection of `on_restore` reach files outside it).
     """
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.url, self.is_local = _output_url(output_dir)
         fs, root = url_to_fs(self.url, use_listings_cache=False)
         self._fs: Any = fs
-        self._root = root.rstrip("/")
+        self._root: str = root.rstrip("/")
 
     def native(self, path: str) -> str:
-        """`path` as the filesystem's own path."""
-        return f"{self._root}/{path}" if path else self._root
+        """`path` as the filesystem's own path (refused if local and it crosses a link)."""
+        if not path:
+            return self._root
+        native = f"{self._root}/{path}"
+        if self.is_local:
+            require_no_link_below(self._root, native, _OUTPUT_DIRECTORY)
+        return native
 
     def read(self, path: str) -> bytes | None:
         """The content of the file at `path`, or None if there is none."""
@@ -152,6 +168,9 @@ class OutputStorage:
     def find(self, directory: str) -> list[str]:
         """Paths (relative to the output directory) of every file below `directory`."""
         base = self.native(directory).rstrip("/")
+        if self.is_local:
+            below = local_file_sizes_refusing_links(base, _OUTPUT_DIRECTORY)
+            return sorted(f"{directory}/{relative}" for relative in below)
         try:
             found = self._fs.find(base)
         except FileNotFoundError:

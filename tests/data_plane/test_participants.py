@@ -9,7 +9,7 @@ from spark_checkpoint.driver import run_coordinated
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.settings import DriverSettings
-from spark_checkpoint.sink import TransactionalFileSink
+from spark_checkpoint.sink import DATA_DIR, TransactionalFileSink
 
 
 class EarlierParticipant:
@@ -25,16 +25,16 @@ class EarlierParticipant:
         return "EarlierParticipant()"
 
 
-def test_a_participant_of_another_shape_fails_the_start_in_one_line(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _driver_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The variables a runtime gives a driver of job default/orders; the reported error's
+    file."""
     settings = DriverSettings(
         namespace="default",
         job="orders",
         storage_root=str(tmp_path / "storage"),
         work_dir=tmp_path / "work",
         agent_host="127.0.0.1",
-        agent_port=1,
+        agent_port=0,
         token="t",
         attempt=1,
         restore_candidates=(),
@@ -45,6 +45,13 @@ def test_a_participant_of_another_shape_fails_the_start_in_one_line(
     token_file.write_text("t")
     for name, value in settings.to_environment(token_file, error_file).items():
         monkeypatch.setenv(name, value)
+    return error_file
+
+
+def test_a_participant_of_another_shape_fails_the_start_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    error_file = _driver_environment(tmp_path, monkeypatch)
     sink = TransactionalFileSink(tmp_path / "output")
 
     with pytest.raises(SystemExit) as ended:
@@ -57,3 +64,24 @@ def test_a_participant_of_another_shape_fails_the_start_in_one_line(
         "take (restored_batch, job, checkpoint_location) (too many positional arguments)"
     ]
     assert not (tmp_path / "storage").exists(), "nothing started"
+
+
+def test_a_link_in_the_output_fails_the_start_as_misconfigured_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Another attempt would meet the same link: not a failure to retry.
+    error_file = _driver_environment(tmp_path, monkeypatch)
+    output = tmp_path / "output"
+    (output / DATA_DIR).mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    (output / DATA_DIR / "batch-4").symlink_to(tmp_path / "elsewhere")
+
+    with pytest.raises(SystemExit) as ended:
+        run_coordinated(None, participants=[TransactionalFileSink(output)])  # type: ignore[arg-type]
+
+    assert ended.value.code == DriverExit.MISCONFIGURED
+    assert error_file.read_text().splitlines()[1:] == [
+        f"{output / DATA_DIR / 'batch-4'}: is a symbolic link (to "
+        f"{str(tmp_path / 'elsewhere')!r}); links are never followed out of the sink's "
+        "output directory: remove the link"
+    ]

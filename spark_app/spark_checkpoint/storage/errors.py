@@ -86,21 +86,25 @@ class NotEmptyError(StorageError):
     """A restore target directory already has content; restoring never merges into it."""
 
 
+# What links are never followed out of (`SymbolicLinkError`), unless another is named.
+STORAGE_DIRECTORY = "the job's storage directory"
+
+
 class SymbolicLinkError(StorageError):
     """A symbolic link below the storage root: the job's directory, its namespace's, or
-    anything inside them.
+    anything inside them (or below another directory a job owns: `within` names it).
 
     Nothing in this package creates one, and following one could read or delete files
     outside the job's directory, so every operation that meets one refuses it.
     """
 
-    def __init__(self, path: str, target: str) -> None:
+    def __init__(self, path: str, target: str, within: str = STORAGE_DIRECTORY) -> None:
         super().__init__(
             path,
-            f"is a symbolic link (to {target!r}); links are never followed out of the "
-            "job's storage directory: remove the link",
+            f"is a symbolic link (to {target!r}); links are never followed out of {within}: "
+            "remove the link",
         )
-        self.args = (path, target)
+        self.args = (path, target, within)
         self.target = target
 
 

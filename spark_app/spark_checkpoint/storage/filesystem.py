@@ -23,6 +23,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .durability import fsync_path, make_files_durable
 from .errors import (
+    STORAGE_DIRECTORY,
     ChecksumMismatchError,
     MissingFileError,
     StorageAccessError,
@@ -199,7 +200,7 @@ class StorageFileSystem:
         with _storage_errors(path):
             base = self._native(path).rstrip("/")
             if self._is_local and self._boundary is not None:
-                return _local_file_sizes_refusing_links(base)
+                return local_file_sizes_refusing_links(base)
             found = self._fs.find(base, detail=True)
             return {name[len(base) + 1 :]: int(info["size"]) for name, info in found.items()}
 
@@ -335,7 +336,7 @@ class StorageFileSystem:
                 self._native(directory)
                 checked.add(directory)
             if self._boundary is not None and native.startswith(self._boundary + "/"):
-                _require_no_link_below(directory, native)
+                require_no_link_below(directory, native)
             natives.append(native)
         return natives
 
@@ -343,7 +344,7 @@ class StorageFileSystem:
         # The wrapped filesystem's own form of the path: no protocol, absolute if local.
         native: str = self._fs._strip_protocol(path)
         if self._is_local and self._boundary is not None:
-            _require_no_link_below(self._boundary, native)
+            require_no_link_below(self._boundary, native)
         return native
 
 
@@ -385,8 +386,9 @@ def _storage_errors(path: str) -> Iterator[None]:
         raise StorageAccessError(path, f"{type(error).__name__}: {error}") from error
 
 
-def _require_no_link_below(boundary: str, native: str) -> None:
-    """Raise SymbolicLinkError if a component of `native` below `boundary` is a link."""
+def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRECTORY) -> None:
+    """Raise SymbolicLinkError if a component of `native` below `boundary` (`within` says
+    what it is) is a link."""
     if not native.startswith(boundary + "/"):
         return
     current = boundary
@@ -397,7 +399,7 @@ def _require_no_link_below(boundary: str, native: str) -> None:
         except (FileNotFoundError, NotADirectoryError):
             return  # nothing further down exists, so nothing there is a link
         if stat.S_ISLNK(mode):
-            raise SymbolicLinkError(current, os.readlink(current))
+            raise SymbolicLinkError(current, os.readlink(current), within)
 
 
 def _local_file_size(native: str) -> int | None:
@@ -410,15 +412,15 @@ def _local_file_size(native: str) -> int | None:
     return status.st_size if stat.S_ISREG(status.st_mode) else None
 
 
-def _local_file_sizes_refusing_links(base: str) -> dict[str, int]:
+def local_file_sizes_refusing_links(base: str, within: str = STORAGE_DIRECTORY) -> dict[str, int]:
     """Sizes of the files below `base` by path relative to it, never descending through a
-    link."""
+    link (one raises SymbolicLinkError; `within` says what `base` is part of)."""
     found: dict[str, int] = {}
     for directory, subdirectories, files in os.walk(base):  # os.walk does not follow links
         for name in (*subdirectories, *files):
             path = os.path.join(directory, name)
             if os.path.islink(path):
-                raise SymbolicLinkError(path, os.readlink(path))
+                raise SymbolicLinkError(path, os.readlink(path), within)
         for name in files:
             path = os.path.join(directory, name)
             with contextlib.suppress(FileNotFoundError):  # deleted since the walk listed it
