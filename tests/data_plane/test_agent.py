@@ -34,6 +34,7 @@ from spark_checkpoint.protocol import (
 from spark_checkpoint.restore import RestoreFailed, restore
 from spark_checkpoint.settings import DriverSettings
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage.layout import snapshot_dir_name
 from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
 
 
@@ -248,10 +249,7 @@ def test_a_savepoint_is_never_taken_over_one_another_registry_left(
     (old / "files/offsets").write_text("its bytes")
     client = running.client()
     _call(client, "trigger", 4, CheckpointKind.SAVEPOINT, AfterCompletion.CONTINUE)
-    deadline = time.monotonic() + 20
-    while not (declines := _snapshot(client, 4).get("declines")):
-        assert time.monotonic() < deadline, _status(client)
-        time.sleep(0.05)
+    declines = _declines(client, 4)
     assert declines[0]["message"] == (
         f"{running.storage.layout.savepoint_dir(4)}: exists already, left by another registry "
         "of this job (storage handed over to this one): the savepoint is not written over "
@@ -260,6 +258,42 @@ def test_a_savepoint_is_never_taken_over_one_another_registry_left(
     _call(client, "abort", 4, "declined")
     assert (old / "_metadata").read_text() == "the old registry's"
     assert (old / "files/offsets").read_text() == "its bytes"
+
+
+@pytest.mark.parametrize("kind", [CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT])
+def test_a_symbolic_link_in_the_live_location_declines_the_snapshot_and_copies_nothing_of_it(
+    running: Running, tmp_path: Path, kind: CheckpointKind
+) -> None:
+    """The security review's case: a link placed in the live location (by an executor,
+    another writer of the shared claim) was followed, and its target's bytes went into
+    storage and came back with a restore."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-CANARY")
+    link = running.location / "state/0/_metadata/zz-evil"
+    link.parent.mkdir(parents=True)
+    link.symlink_to(secret)
+    client = running.client()
+
+    _call(client, "trigger", 5, kind, AfterCompletion.CONTINUE)
+    declines = _declines(client, 5)
+
+    assert declines[0]["message"] == (
+        f"{link}: is a symbolic link (to {str(secret)!r}); links are never followed out of "
+        "the query's checkpoint location: remove the link"
+    )
+    _call(client, "abort", 5, "declined")
+    stored = [path for path in (tmp_path / "storage").rglob("*") if path.is_file()]
+    assert all("CANARY" not in path.read_text(errors="replace") for path in stored)
+    assert not (running.root / "pins" / snapshot_dir_name(kind, 5)).exists()
+
+
+def _declines(client: AgentClient, checkpoint_id: int) -> list[dict[str, Any]]:
+    """The declines of the snapshot, once there are any."""
+    deadline = time.monotonic() + 20
+    while not (declines := _snapshot(client, checkpoint_id).get("declines")):
+        assert time.monotonic() < deadline, _status(client)
+        time.sleep(0.05)
+    return list(declines)
 
 
 def _snapshot(client: AgentClient, checkpoint_id: int) -> dict[str, Any]:

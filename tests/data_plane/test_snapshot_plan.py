@@ -1,11 +1,13 @@
 """Which files of a live Spark checkpoint location an image at batch B takes (no Spark:
 the layouts are built by hand after the ones Spark 4.3 writes)."""
 
+import errno
 import os
 from pathlib import Path
 
 import pytest
 
+from spark_checkpoint.agent import snapshot as snapshot_module
 from spark_checkpoint.agent.snapshot import (
     LOGS_TASK,
     SnapshotError,
@@ -14,6 +16,7 @@ from spark_checkpoint.agent.snapshot import (
     snapshot_tasks,
     state_partitions,
 )
+from spark_checkpoint.storage import SymbolicLinkError
 
 
 def _touch(root: Path, *relative: str) -> None:
@@ -177,6 +180,48 @@ def test_pinned_files_survive_spark_deleting_its_own(tmp_path: Path) -> None:
 def test_pinning_a_file_that_is_already_gone_fails_loudly(tmp_path: Path) -> None:
     with pytest.raises(SnapshotError, match="disappeared before it could be pinned"):
         pin(tmp_path, ["state/0/0/9.delta"], tmp_path / "pins")
+
+
+@pytest.mark.parametrize("hard_links", [True, False], ids=["linked", "copied"])
+@pytest.mark.parametrize(
+    ("link", "planned"),
+    [
+        ("state/0/_metadata/zz", "state/0/_metadata/zz"),  # a file link
+        ("state/0/0", "state/0/0/1.delta"),  # a directory link on the way
+    ],
+)
+def test_pinning_never_follows_a_symbolic_link_out_of_the_location(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    link: str,
+    planned: str,
+    hard_links: bool,
+) -> None:
+    # Whoever else writes the live location (executors, a shared claim) could otherwise
+    # have the image hold, and a restore bring back, any file the driver can read.
+    live, pins, secret = tmp_path / "live", tmp_path / "pins", tmp_path / "secret"
+    secret.mkdir()
+    # Named as Spark names its own files.
+    (secret / "1.delta").write_text("token of the driver's service account")
+    (live / link).parent.mkdir(parents=True)
+    target = secret / "1.delta" if link.endswith("zz") else secret
+    (live / link).symlink_to(target)
+    if not hard_links:  # another filesystem: pins are copies
+
+        def cross_device(*args: object, **kwargs: object) -> None:
+            raise OSError(errno.EXDEV, "Invalid cross-device link")
+
+        monkeypatch.setattr(snapshot_module.os, "link", cross_device)
+
+    with pytest.raises(SymbolicLinkError) as refused:
+        pin(live, [planned], pins)
+
+    assert str(refused.value) == (
+        f"{live / link}: is a symbolic link (to {str(target)!r}); links are never followed "
+        "out of the query's checkpoint location: remove the link"
+    )
+    pinned = [path for path in pins.rglob("*") if path.is_file()] if pins.exists() else []
+    assert all("service account" not in path.read_text() for path in pinned)
 
 
 def test_checkpoint_format_version_2_is_refused_not_guessed(tmp_path: Path) -> None:

@@ -13,14 +13,21 @@ state schemas) and one task per state-store partition, named ``state-<op>-<part>
 ``-<store>`` for operators with several stores).
 """
 
+import errno
 import functools
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_checkpoint.storage.errors import SymbolicLinkError
+from spark_checkpoint.storage.filesystem import require_no_link_below
+
 LOGS_TASK = "logs"
+# What `SymbolicLinkError` says links are never followed out of.
+_LOCATION = "the query's checkpoint location"
 
 _BATCH_FILE = re.compile(r"^(\d+)$")
 _COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
@@ -191,21 +198,39 @@ def pin(location: Path, relative_paths: Iterable[str], pin_dir: Path) -> None:
 
     Falls back to a copy where links are impossible (another filesystem); a file that is
     already gone means the image cannot be taken, which is reported, never papered over.
+    Spark writes no symbolic link there: one in the way (a directory, or a file, placed by
+    whoever else writes the location) raises SymbolicLinkError instead of being followed
+    (the image would hold, and a restore bring back, whatever it points at).
     """
+    boundary = str(location)
+    checked: set[str] = set()
     for relative in relative_paths:
         source, target = location / relative, pin_dir / relative
+        if (directory := str(source.parent)) not in checked:
+            require_no_link_below(boundary, directory, _LOCATION)
+            checked.add(directory)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(source, target)
+            os.link(source, target, follow_symlinks=False)
         except FileNotFoundError:
             raise SnapshotError(f"{relative} disappeared before it could be pinned") from None
         except OSError:
             _copy_file(source, target)
+        if stat.S_ISLNK(os.lstat(target).st_mode):  # the link itself was linked
+            pointed_at = os.readlink(target)
+            target.unlink()
+            raise SymbolicLinkError(str(source), pointed_at, _LOCATION)
 
 
 def _copy_file(source: Path, target: Path) -> None:
     temporary = target.with_name(target.name + ".pinning")
-    with source.open("rb") as reader, temporary.open("wb") as writer:
+    try:
+        descriptor = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as error:
+        if error.errno == errno.ELOOP:  # the file is a link
+            raise SymbolicLinkError(str(source), os.readlink(source), _LOCATION) from None
+        raise
+    with open(descriptor, "rb") as reader, temporary.open("wb") as writer:
         while chunk := reader.read(1 << 20):
             writer.write(chunk)
     temporary.replace(target)
