@@ -1,6 +1,7 @@
 """Client of the checkpoint agent's HTTP/JSON API (docs/agent-protocol.md). Requests and
 answers are the documents of `spark_checkpoint.protocol`, checked on the way in."""
 
+import json
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -25,6 +26,10 @@ from spark_checkpoint.protocol import (
 )
 
 Document = TypeVar("Document")
+# The largest answer read from an agent. The driver's process is the job author's code, so
+# its answers are untrusted input to an operator that serves every job: one of hundreds of
+# MiB would take its memory. A status at 1,000 state partitions is about 100 KiB.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class AgentUnavailable(Exception):
@@ -149,10 +154,7 @@ class AgentClient:
             async with self._session.request(
                 method, url, json=body, params=params, headers=self._headers, timeout=timeout
             ) as response:
-                try:
-                    answer = await response.json(content_type=None)
-                except ValueError:  # not JSON: e.g. aiohttp's own "404: Not Found"
-                    answer = (await response.text())[:500]
+                answer = _decoded(await _bounded_body(response, f"{method} {path}"))
                 if response.status >= 400:
                     raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")
                 return answer
@@ -187,6 +189,30 @@ class AgentClient:
             ) from error
         except aiohttp.ClientConnectionError as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
+
+
+async def _bounded_body(response: aiohttp.ClientResponse, request: str) -> bytes:
+    """The answer's body, refused once it is larger than `MAX_ANSWER_BYTES`."""
+    too_large = AgentAnswerInvalid(
+        f"{request}: the answer is larger than {MAX_ANSWER_BYTES} bytes, the most read"
+    )
+    if (response.content_length or 0) > MAX_ANSWER_BYTES:
+        raise too_large
+    body = bytearray()
+    async for chunk in response.content.iter_chunked(64 * 1024):
+        body += chunk
+        if len(body) > MAX_ANSWER_BYTES:
+            raise too_large
+    return bytes(body)
+
+
+def _decoded(body: bytes) -> Any:
+    """The answer as JSON, or its text when it is none (aiohttp's own "404: Not Found"; a
+    document nested past the parser's depth, or a number of more digits than it reads)."""
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError):
+        return body[:500].decode(errors="replace")
 
 
 def _reason(answer: Any) -> str:

@@ -22,6 +22,7 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
+from spark_checkpoint_operator import agent_client
 from spark_checkpoint_operator.agent_client import (
     AgentAnswerInvalid,
     AgentClient,
@@ -43,12 +44,26 @@ FINALIZE = "/v1/checkpoints/7/finalize"
 COLLECT = "/v1/storage/collect-garbage"
 
 
+class Chunked(bytes):
+    """An answer's bytes sent without a Content-Length."""
+
+
 def _ask(answers: dict[str, Any], call: str, *args: Any, status: int = 200) -> Any:
     """``call`` of a client against a server that answers each path with ``answers`` (as
-    JSON, a string as plain text) and ``status``."""
+    JSON; a string as plain text, bytes as they are) and ``status``."""
 
-    async def answer(request: web.Request) -> web.Response:
+    async def answer(request: web.Request) -> web.StreamResponse:
         body = answers[request.path]
+        if isinstance(body, Chunked):  # no Content-Length: read until the stream ends
+            streamed = web.StreamResponse(status=status)
+            streamed.enable_chunked_encoding()
+            await streamed.prepare(request)
+            for start in range(0, len(body), 4096):
+                await streamed.write(body[start : start + 4096])
+            await streamed.write_eof()
+            return streamed
+        if isinstance(body, bytes):
+            return web.Response(body=body, status=status)
         if isinstance(body, str):
             return web.Response(text=body, status=status)
         return web.json_response(body, status=status)
@@ -114,6 +129,36 @@ def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
     assert isinstance(raised.value, AgentRejected)
     assert str(raised.value).startswith(f"{'GET' if 'status' in call else 'POST'} {path}: ")
     assert message in str(raised.value) and "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("sent", [bytes, Chunked], ids=["with-length", "chunked"])
+def test_an_answer_larger_than_the_client_reads_is_refused_before_it_is_all_read(
+    monkeypatch: pytest.MonkeyPatch, sent: type[bytes]
+) -> None:
+    # The agent runs in the job author's process: an answer of hundreds of MiB would
+    # take the memory of the operator that serves every job.
+    monkeypatch.setattr(agent_client, "MAX_ANSWER_BYTES", 64 * 1024)
+    huge = sent(b'{"version": "' + b"x" * (1024 * 1024) + b'"}')
+
+    with pytest.raises(AgentAnswerInvalid) as raised:
+        _ask({"/v1/status": huge}, "read_status")
+
+    assert str(raised.value) == (
+        "GET /v1/status: the answer is larger than 65536 bytes, the most read"
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"[" * 100_000, b'{"version": ' + b"9" * 5000 + b"}"],
+    ids=["nested-too-deep", "too-many-digits"],
+)
+def test_an_answer_json_cannot_parse_is_refused_in_one_line(body: bytes) -> None:
+    with pytest.raises(AgentAnswerInvalid) as raised:
+        _ask({"/v1/status": body}, "read_status")
+
+    assert str(raised.value).startswith("GET /v1/status: the answer breaks the protocol: ")
+    assert "\n" not in str(raised.value) and len(str(raised.value)) < 1000
 
 
 @pytest.mark.parametrize(
