@@ -139,7 +139,9 @@ class RegistryRecord:
             document = json.loads(path.read_text())
         except FileNotFoundError:
             return None
-        except json.JSONDecodeError as error:
+        except RecursionError:
+            raise ValueError("not a JSON document: nested too deeply") from None
+        except ValueError as error:  # also an integer of over 4300 digits
             raise ValueError(f"not a JSON document: {error}") from None
         if not (
             isinstance(document, dict)

@@ -186,7 +186,9 @@ class StatusFile:
             raise StatusFileError(f"{path}: cannot read: {error}") from error
         try:
             document = json.loads(text)
-        except json.JSONDecodeError as error:
+        except RecursionError:
+            raise StatusFileError(f"{path}: not JSON: nested too deeply") from None
+        except ValueError as error:  # also an integer of over 4300 digits
             raise StatusFileError(f"{path}: not JSON: {error}") from error
         if not isinstance(document, Mapping):
             raise StatusFileError(f"{path}: not an object")

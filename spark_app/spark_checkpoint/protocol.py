@@ -250,7 +250,7 @@ class StorageOwner:
     def decode(cls, text: str) -> Self:
         try:
             document = json.loads(text)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # also nested too deeply, a number too long
             raise ProtocolError(f"owner: not JSON: {shown(text)}") from None
         if not isinstance(document, dict):
             raise ProtocolError(f"owner: not a JSON object: {shown(text)}")

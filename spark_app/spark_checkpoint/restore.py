@@ -75,16 +75,18 @@ def restore(
                 # Spark writes it when a query first starts, before any batch: an image
                 # without it (an external savepoint made by hand) is not a query's checkpoint.
                 raise StorageError(str(candidate), "the image has no Spark metadata file")
-        except (StorageError, OSError, ValueError, ImportError) as error:
-            # ValueError and ImportError: fsspec knows no such protocol (or lacks its package)
+            if candidate.is_external and metadata.job != storage.layout.job:
+                _give_new_query_id(target)
+        except (StorageError, OSError, ValueError, ImportError, RecursionError) as error:
+            # ValueError and ImportError: fsspec knows no such protocol (or lacks its
+            # package); ValueError and RecursionError: Spark's metadata file is no JSON
+            # object (nested too deeply).
             log.warning(
                 "cannot restore from %s (%s); falling back to the next image", candidate, error
             )
             skipped.append(SkippedImage(candidate, str(error)))
             shutil.rmtree(target, ignore_errors=True)
             continue
-        if candidate.is_external and metadata.job != storage.layout.job:
-            _give_new_query_id(target)
         log.info("restored %s at batch %s into %s", candidate, metadata.batch_id, target)
         return RestoredFrom(candidate, metadata.batch_id, tuple(skipped))
     if skipped:
@@ -130,5 +132,7 @@ def _give_new_query_id(location: Path) -> None:
     saw must not mistake it for the old one."""
     metadata_file = location / SPARK_METADATA_FILE
     document = json.loads(metadata_file.read_text())
+    if not isinstance(document, dict):
+        raise StorageError(str(metadata_file), "Spark's metadata file is not a JSON object")
     document["id"] = str(uuid.uuid4())
     metadata_file.write_text(json.dumps(document))

@@ -288,6 +288,8 @@ class BatchRecord:
                 files=tuple((entry["path"], entry["size"]) for entry in document["files"]),
                 source_offsets=document.get("sourceOffsets"),
             )
+        except RecursionError:
+            raise ValueError(f"{source}: not a batch record: nested too deeply") from None
         except (ValueError, KeyError, TypeError) as error:
             reason = f"no field {error}" if isinstance(error, KeyError) else str(error)
             raise ValueError(f"{source}: not a batch record: {reason}") from None

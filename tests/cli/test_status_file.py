@@ -25,6 +25,8 @@ Cli = Callable[..., "Result"]
     [
         (b"\xff\xfe", "cannot read"),
         (b"{", "not JSON"),
+        (b"[" * 100_000, "not JSON: nested too deeply"),
+        (b'{"status": ' + b"9" * 5000 + b"}", "not JSON: Exceeds the limit"),
         (b"[]", "not an object"),
         (b'{"metadata": ["x"], "driver": [7]}', "status: missing"),
         (b'{"status": []}', "status: missing"),

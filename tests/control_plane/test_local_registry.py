@@ -119,7 +119,9 @@ def test_the_description_names_the_registry_and_shows_no_control_character(
     assert "y" * 300 not in message and "y..., not to" in message
 
 
-@pytest.mark.parametrize("content", ["", "abc", '{"id": ""}', '{"id": "x"}', "[]"])
+@pytest.mark.parametrize(
+    "content", ["", "abc", '{"id": ""}', '{"id": "x"}', "[]", "[" * 100_000, "9" * 5000]
+)
 def test_a_registry_file_without_a_record_is_an_error_and_is_left_as_it_is(
     tmp_path: Path, content: str
 ) -> None:

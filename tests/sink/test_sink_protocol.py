@@ -825,6 +825,7 @@ def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
     ("document", "reason"),
     [
         (b"not json", "not a batch record: Expecting value"),
+        (b"[" * 100_000, "not a batch record: nested too deeply"),
         (b'{"format": 2, "batch": 0, "attempt": "", "files": []}', "format 2 is not 1"),
         (b'{"format": 1, "batch": 0, "files": []}', "no field 'attempt'"),
         (

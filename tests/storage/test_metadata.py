@@ -167,9 +167,21 @@ def test_cut_short_metadata_is_truncated(metadata: CheckpointMetadata) -> None:
     assert str(raised.value).startswith(f"{SOURCE}: ")
 
 
-def test_non_utf8_metadata_is_truncated() -> None:
-    with pytest.raises(TruncatedMetadataError):
-        CheckpointMetadata.from_bytes(b"\xff\xfe\xfa{", SOURCE)
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\xff\xfe\xfa{", "not parseable as JSON ("),
+        # Crafted (security review): past the parser's depth, or a number it refuses.
+        (b'{"a":' * 200_000, "not parseable as JSON (nested too deeply)"),
+        (b'{"format_version": ' + b"9" * 5000 + b"}", "not parseable as JSON (Exceeds the limit"),
+    ],
+    ids=["not-utf8", "nested-too-deeply", "too-many-digits"],
+)
+def test_metadata_json_cannot_parse_is_an_error_naming_the_file(data: bytes, reason: str) -> None:
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_bytes(data, SOURCE)
+
+    assert str(raised.value).startswith(f"{SOURCE}: {reason}")
 
 
 def set_sha256_of_second_file(document: dict[str, Any]) -> None:

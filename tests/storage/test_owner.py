@@ -72,7 +72,17 @@ def test_storage_another_registry_left_without_checkpoints_is_taken_over(
 
 
 @pytest.mark.parametrize(
-    "record", [b"", b"uid-1", b'{"id": 1, "description": ""}', b"[]", b'{"id": ""}', b"\xff"]
+    "record",
+    [
+        b"",
+        b"uid-1",
+        b'{"id": 1, "description": ""}',
+        b"[]",
+        b'{"id": ""}',
+        b"\xff",
+        b"[" * 100_000,  # crafted: past the parser's depth
+        b'{"id": ' + b"9" * 5000 + b"}",  # a number the parser refuses
+    ],
 )
 def test_a_record_that_names_no_registry_is_an_error_naming_it(
     storage: CheckpointStorage, storage_root: StorageRoot, record: bytes

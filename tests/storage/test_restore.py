@@ -70,6 +70,37 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
     assert not (target / "offsets" / "2").exists()
 
 
+@pytest.mark.parametrize(
+    "crafted",
+    [b'{"a":' * 200_000, b'{"format_version": ' + b"9" * 5000 + b"}"],
+    ids=["nested-too-deeply", "too-many-digits"],
+)
+def test_a_crafted_newest_metadata_falls_back_to_the_previous_image(
+    storage: CheckpointStorage,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
+    storage_root: StorageRoot,
+    tmp_path: Path,
+    crafted: bytes,
+) -> None:
+    # The security review's case: the parser's RecursionError, or its ValueError for a
+    # number it refuses, ended the restore instead of the image.
+    checkpoint(1, b"batch 1")
+    newest = storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 2)
+    storage_root.write(newest, crafted)
+
+    outcome = restore(
+        storage,
+        (
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+        ),
+        tmp_path / "restored",
+    )
+
+    assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
+    assert outcome.skipped[0].reason.startswith(f"{newest}: not parseable as JSON (")
+
+
 def test_with_every_image_unreadable_restore_fails_naming_each(
     storage: CheckpointStorage,
     checkpoint: Callable[[int, bytes], CheckpointMetadata],

@@ -510,7 +510,9 @@ def _parse_document(data: bytes, source: str) -> Any:
         # JSON Schema counts 1.0 as an integer, but no `_metadata` writer produces one: as
         # Decimals, fractional numbers fail the schema's integer checks.
         return json.loads(data, parse_float=Decimal)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except RecursionError:
+        raise TruncatedMetadataError(source, "not parseable as JSON (nested too deeply)") from None
+    except ValueError as error:  # not UTF-8, not JSON, an integer of over 4300 digits
         raise TruncatedMetadataError(source, f"not parseable as JSON ({error})") from error
 
 
