@@ -82,6 +82,10 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
     assert container["image"] == job["spec"]["image"]
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # spark.authenticate: the driver's ports answer only its executors, with the secret
+    # Spark generated and gave each executor pod.
+    variables = {v["name"]: v.get("value") for v in container["env"]}
+    assert variables.get("_SPARK_AUTH_SECRET"), sorted(variables)
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts["settings"] == SETTINGS_MOUNT
     live = mounts[objects.WORK_VOLUME]

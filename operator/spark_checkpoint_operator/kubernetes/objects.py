@@ -569,6 +569,9 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         EXECUTOR_TEMPLATE_SETTING: f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_FILE}",
         "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
         "spark.ui.enabled": "false",
+        # The driver's RPC and block manager ports take only its executors: Spark
+        # generates the secret and gives it to the executor pods it creates.
+        "spark.authenticate": "true",
     }
     if spec.image:
         conf["spark.kubernetes.container.image"] = spec.image
