@@ -32,7 +32,7 @@ from spark_checkpoint.janitor_commands import (
     janitor_environment,
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
-from spark_checkpoint.settings import DriverSettings
+from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF, DriverSettings
 from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
@@ -80,6 +80,14 @@ from spark_checkpoint_operator.supervisor import (
 
 INTERRUPT_LABEL = "ctrl-c"
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
+
+
+def local_spark_conf(application: Application) -> dict[str, str]:
+    """The Spark settings of a local driver: the manifest's over the local defaults."""
+    conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
+    if conf["spark.master"].startswith("local"):
+        conf = {**LOOPBACK_DRIVER_CONF, **conf}
+    return conf
 
 
 class RunRefused(Exception):
@@ -284,8 +292,7 @@ class LocalLauncher:
         error_file = self._paths.driver_error_file(attempt)
         error_file.unlink(missing_ok=True)
         environment.update(settings.to_environment(self._paths.token_file, error_file))
-        spark_conf = {**LOCAL_SPARK_DEFAULTS, **application.spark_conf}
-        environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(spark_conf)
+        environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(local_spark_conf(application))
         self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
         log_file = self._paths.driver_log(attempt)
         log = log_file.open("ab")

@@ -33,6 +33,7 @@ from pyspark.sql import DataFrameReader, SparkSession
 from spark_checkpoint.janitor_commands import image_argument
 from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.restore import SPARK_METADATA_FILE
+from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
@@ -182,12 +183,14 @@ def check_images(
     storage: CheckpointStorage, images: Sequence[tuple[CheckpointKind, int]]
 ) -> list[ImageVerdict]:
     """Materialize each image into a scratch directory and let Spark read it there."""
-    spark = (
+    builder = (
         SparkSession.builder.master("local[1]")
         .appName("spark-checkpoint-verify-deep")
         .config("spark.ui.enabled", "false")
-        .getOrCreate()
     )
+    for key, value in LOOPBACK_DRIVER_CONF.items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     results: list[ImageVerdict] = []
     try:

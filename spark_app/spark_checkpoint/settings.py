@@ -24,6 +24,10 @@ OWNER_VARIABLE = f"{PREFIX}OWNER"
 ERROR_FILE_VARIABLE = f"{PREFIX}ERROR_FILE"
 # What Kubernetes keeps of a termination message: the file's last 4096 bytes.
 TERMINATION_MESSAGE_BYTES = 4096
+# The Spark settings of a driver whose executors run in its own process (local mode): it
+# listens on the loopback interface only, where Spark would open its RPC and block
+# manager ports on the machine's address.
+LOOPBACK_DRIVER_CONF = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
 # The first line `report_error` writes: a runtime tells by it a reported error from a log's
 # tail, which is what a termination message holds when the file is empty.
 REPORTED_ERROR_HEADER = "error reported by run_coordinated:"

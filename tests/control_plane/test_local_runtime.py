@@ -24,10 +24,12 @@ from spark_checkpoint_operator.local_runtime import (
     LocalJanitor,
     RunRefused,
     _stop_leftover_driver,
+    local_spark_conf,
     storage_lock,
 )
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.model import Application
 from spark_checkpoint_operator.supervisor import CleanupFailed
 
 
@@ -629,3 +631,22 @@ def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
     assert message.count("collect-garbage") == 1, message
     assert "another registry" in message
     assert (Path(layout.job_root.removeprefix("file://")) / "chk-3").is_dir()
+
+
+@pytest.mark.parametrize(
+    ("spark_conf", "bound_to"),
+    [
+        ({}, "127.0.0.1"),
+        ({"spark.master": "local[2]"}, "127.0.0.1"),
+        ({"spark.driver.bindAddress": "0.0.0.0"}, "0.0.0.0"),  # the manifest's choice
+        # Executors elsewhere must reach the driver: Spark's own default stands.
+        ({"spark.master": "spark://cluster:7077"}, None),
+    ],
+)
+def test_a_local_driver_listens_on_loopback_unless_its_executors_are_elsewhere(
+    spark_conf: dict[str, str], bound_to: str | None
+) -> None:
+    # tests/e2e/test_local_runs.py checks the sockets of a real driver.
+    application = Application("pipeline.py", None, (), spark_conf, ())
+
+    assert local_spark_conf(application).get("spark.driver.bindAddress") == bound_to

@@ -187,6 +187,9 @@ def test_stop_with_savepoint_and_drain_processes_all_input_first(tmp_path: Path)
     run.add_input(files=16)  # one file per batch: most are still unread at the stop
     run.start()
     stopped_at = run.wait_for_line(r"checkpoint \d+ complete(?: \([^)]*\))?: batch (\d+)")
+    # Its executors in its own process: the driver (agent, Spark's RPC and block manager)
+    # listens on the loopback interface only.
+    assert run.driver_listening_addresses() == {"127.0.0.1"}
     run.interrupt()
     run.wait_for_line(r"draining the input")
     savepoint = run.wait_for_line(r"savepoint \d+ complete(?: \([^)]*\))?: batch (\d+)")

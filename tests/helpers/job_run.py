@@ -1,6 +1,7 @@
 """Runs `spark-checkpoint run` on the reference word count in a temporary directory,
 with hooks to kill the driver or interrupt the runtime at chosen points."""
 
+import ipaddress
 import json
 import os
 import queue
@@ -165,6 +166,10 @@ class JobRun:
         pid = self.status()["driver"]["pid"]
         os.killpg(pid, signal.SIGKILL)
 
+    def driver_listening_addresses(self) -> set[str]:
+        """The addresses the driver's processes (its Python, its JVM) listen on."""
+        return listening_addresses(self.status()["driver"]["pid"])
+
     def interrupt(self) -> None:
         assert self.process is not None
         self.process.send_signal(signal.SIGINT)
@@ -189,3 +194,32 @@ class JobRun:
     @property
     def _output_url(self) -> str:
         return self.output if "://" in self.output else str(self.directory / self.output)
+
+
+def listening_addresses(process_group: int) -> set[str]:
+    """The local addresses of the TCP sockets that processes of `process_group` listen on,
+    from /proc (``127.0.0.1``, ``::``, ``192.0.2.2``...)."""
+    inodes: set[str] = set()
+    for process in Path("/proc").iterdir():
+        try:
+            if not process.name.isdigit() or os.getpgid(int(process.name)) != process_group:
+                continue
+            for descriptor in (process / "fd").iterdir():
+                target = os.readlink(descriptor)
+                if target.startswith("socket:["):
+                    inodes.add(target[len("socket:[") : -1])
+        except OSError:  # gone meanwhile
+            continue
+    addresses: set[str] = set()
+    for table, width in (("/proc/net/tcp", 4), ("/proc/net/tcp6", 16)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and inode in inodes:  # LISTEN
+                address = bytes.fromhex(local.split(":")[0])
+                # /proc prints each 32-bit word in the host's (little-endian) byte order.
+                words = [address[i : i + 4][::-1] for i in range(0, width, 4)]
+                ip = ipaddress.ip_address(b"".join(words))
+                mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+                addresses.add(str(mapped or ip))  # a JVM's IPv4 sockets are in tcp6
+    return addresses
