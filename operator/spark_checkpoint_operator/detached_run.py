@@ -6,11 +6,12 @@ import subprocess
 import sys
 import time
 
+from spark_checkpoint.storage import SymbolicLinkError
 from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command
 from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
-from spark_checkpoint_operator.local_state import default_state_dir, local_paths
+from spark_checkpoint_operator.local_state import default_state_dir, local_paths, open_state_file
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 
@@ -39,7 +40,12 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         return ExitCode.FAILED
     log_file = paths.logs_dir / "runtime.log"
     command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
-    with log_file.open("ab") as log:
+    try:
+        log = open_state_file(log_file, append=True)
+    except SymbolicLinkError as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        return ExitCode.FAILED
+    with log:
         earlier_runs = log.tell()  # what this run adds is all a refusal shows
         process = subprocess.Popen(
             [*command, *(a for a in argv if a != "--detach")],

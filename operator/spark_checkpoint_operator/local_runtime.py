@@ -38,6 +38,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageError,
     StorageOwnedElsewhere,
+    SymbolicLinkError,
     printable_line,
 )
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -61,6 +62,7 @@ from spark_checkpoint_operator.local_state import (
     LocalPaths,
     local_owner,
     local_paths,
+    open_state_file,
 )
 from spark_checkpoint_operator.manifest.model import Application, JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
@@ -73,6 +75,7 @@ from spark_checkpoint_operator.supervisor import (
     CleanupFailed,
     JobRecord,
     JobSupervisor,
+    LaunchFailed,
     Notice,
     StartProblem,
     driver_error,
@@ -295,7 +298,10 @@ class LocalLauncher:
         environment["PYSPARK_SUBMIT_ARGS"] = submit_arguments(local_spark_conf(application))
         self._paths.logs_dir.mkdir(parents=True, exist_ok=True)
         log_file = self._paths.driver_log(attempt)
-        log = log_file.open("ab")
+        try:
+            log = open_state_file(log_file, append=True)
+        except SymbolicLinkError as error:
+            raise LaunchFailed(str(error)) from None
         process = await asyncio.create_subprocess_exec(
             *dying_with_parent(command),
             cwd=self._manifest_dir,

@@ -1,13 +1,16 @@
 """Where a local run (``spark-checkpoint run``) keeps a job's state on this machine:
 ``<state_dir>/<namespace>/<job>/...``, read back by the storage commands."""
 
+import errno
 import json
 import os
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from spark_checkpoint.protocol import StorageOwner
+from spark_checkpoint.storage import SymbolicLinkError
 from spark_checkpoint.storage.durability import fsync_path
 from spark_checkpoint_operator.manifest.model import JobManifest
 
@@ -157,8 +160,9 @@ class RegistryRecord:
         would refuse it) under another name, then renamed over the old one."""
         temporary = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            with temporary.open("w") as record_file:
-                json.dump({"id": self.id, "stateDirectory": self.state_directory}, record_file)
+            with open_state_file(temporary) as record_file:
+                document = {"id": self.id, "stateDirectory": self.state_directory}
+                record_file.write(json.dumps(document).encode())
                 record_file.flush()
                 os.fsync(record_file.fileno())
             os.replace(temporary, path)
@@ -174,3 +178,23 @@ def _holds(job_dir: Path, registry_id: str) -> bool:
     except (OSError, ValueError):
         return False
     return record is not None and record.id == registry_id
+
+
+def open_state_file(path: Path, *, append: bool = False) -> BinaryIO:
+    """A file of the state directory opened for writing, never through a symbolic link: one
+    placed there would have a run append to, or truncate, whatever it points at. A log
+    appended to refuses one (SymbolicLinkError naming it); a file written anew (a
+    temporary, renamed into place) is this process's own: whatever has its name is
+    removed first, a link included (not what it points at)."""
+    if append:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW
+    else:
+        path.unlink(missing_ok=True)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL  # O_EXCL: no link is followed
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            raise SymbolicLinkError(str(path), os.readlink(path), "the state directory") from None
+        raise
+    return os.fdopen(descriptor, "ab" if append else "wb")

@@ -29,6 +29,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
+from spark_checkpoint_operator.local_state import open_state_file
 from spark_checkpoint_operator.manifest import crd
 
 HISTORY_SHOWN = 10
@@ -172,7 +173,8 @@ class StatusFile:
             "driver": {"pid": self.driver_pid},
         }
         temporary = self.path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(document, indent=2))
+        with open_state_file(temporary) as status_file:
+            status_file.write(json.dumps(document, indent=2).encode())
         os.replace(temporary, self.path)
 
     @classmethod

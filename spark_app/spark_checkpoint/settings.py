@@ -147,8 +147,10 @@ def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
     text = "\n".join([REPORTED_ERROR_HEADER, *error_lines(message)]).encode(errors="replace")
     # Kubernetes keeps a message's end: one cut here keeps its head, on a character.
     cut = text[:TERMINATION_MESSAGE_BYTES].decode(errors="ignore")
-    with contextlib.suppress(OSError):
-        Path(error_file).write_text(cut)
+    # Never through a link: one placed there would have the report truncate its target.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
+    with contextlib.suppress(OSError), open(os.open(error_file, flags, 0o666), "w") as report:
+        report.write(cut)
 
 
 PYTHON_TRACEBACK = "Traceback (most recent call last):"

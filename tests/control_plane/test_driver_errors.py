@@ -79,6 +79,16 @@ def test_without_a_file_to_write_nothing_is_reported_and_nothing_fails(tmp_path:
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_report_is_never_written_through_a_symbolic_link(tmp_path: Path) -> None:
+    victim = tmp_path / "victim.rc"
+    victim.write_text("the user's file\n")
+    (tmp_path / "error").symlink_to(victim)
+
+    report_error("x", {ERROR_FILE_VARIABLE: str(tmp_path / "error")})
+
+    assert victim.read_text() == "the user's file\n"
+
+
 def test_the_same_failure_in_two_attempts_differs_only_in_spark_run_ids() -> None:
     first = ["query failed: Query [id = 1, runId = 5c0d6f5e-1bd4-4f0c-9a51-0f2f5d3c8e11]: x"]
     second = ["query failed: Query [id = 1, runId = 0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f]: x"]

@@ -3,6 +3,7 @@ record (`CheckpointStorage.claim`). A moved state directory stays the registry i
 copied one is another."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -14,6 +15,7 @@ from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, Storag
 from spark_checkpoint_operator.local_state import (
     CopiedStateDirectory,
     LocalPaths,
+    RegistryRecord,
     local_job_paths,
     local_owner,
 )
@@ -142,3 +144,15 @@ def test_no_hard_link_is_needed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     paths = _paths(tmp_path / "state")
     assert local_owner(paths, own_storage=False) == local_owner(paths, own_storage=False)
     assert sorted(p.name for p in paths.job_dir.iterdir()) == ["registry-id"]
+
+
+def test_a_symbolic_link_in_place_of_the_records_temporary_is_replaced(tmp_path: Path) -> None:
+    record = tmp_path / "registry-id"
+    victim = tmp_path / "victim.rc"
+    victim.write_text("the user's file\n")
+    (tmp_path / f".registry-id.{os.getpid()}").symlink_to(victim)
+
+    RegistryRecord("registry-1", str(tmp_path)).write(record)
+
+    assert victim.read_text() == "the user's file\n"
+    assert RegistryRecord.read(record) == RegistryRecord("registry-1", str(tmp_path))

@@ -650,3 +650,43 @@ def test_a_local_driver_listens_on_loopback_unless_its_executors_are_elsewhere(
     application = Application("pipeline.py", None, (), spark_conf, ())
 
     assert local_spark_conf(application).get("spark.driver.bindAddress") == bound_to
+
+
+@pytest.mark.parametrize("place", ["logs/driver-1.log", "logs/runtime.log"])
+def test_a_log_of_the_state_directory_that_is_a_symbolic_link_is_refused(
+    tmp_path: Path, place: str
+) -> None:
+    # The security review appended a whole driver log to a file of the user's this way.
+    job = ScriptJob(tmp_path, FINISH)
+    victim = tmp_path / "victim.rc"
+    victim.write_text("the user's file\n")
+    link = job.job_dir / place
+    link.parent.mkdir(parents=True)
+    link.symlink_to(victim)
+
+    result = job.run(*(["--detach"] if place.endswith("runtime.log") else []), timeout=60)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert victim.read_text() == "the user's file\n"
+    said = result.stdout + result.stderr
+    assert (
+        f"{link}: is a symbolic link (to {str(victim)!r}); links are never followed out of "
+        "the state directory: remove the link"
+    ) in said, said
+    assert "Traceback" not in said
+
+
+def test_a_symbolic_link_in_place_of_the_status_files_temporary_is_replaced(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, FINISH)
+    victim = tmp_path / "victim.rc"
+    victim.write_text("the user's file\n")
+    job.job_dir.mkdir(parents=True)
+    (job.job_dir / "status.tmp").symlink_to(victim)
+
+    result = job.run(timeout=60)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert victim.read_text() == "the user's file\n"
+    assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
