@@ -1,6 +1,7 @@
 """The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
 
 import json
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -349,6 +350,25 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             "spark.kubernetes.executor.podTemplateFile, whose template replaces the "
             "operator's; put tolerations, volumes and volumeMounts in that template",
         ),
+        # The security review: executors labelled as the operator's pods matched its
+        # NetworkPolicy rule and reached every driver's agent port.
+        (
+            {"sparkConf": {"spark.kubernetes.executor.label.app.kubernetes.io/name": "x"}},
+            "spec.application.sparkConf: spark.kubernetes.executor.label."
+            "app.kubernetes.io/name is set by the operator",
+        ),
+        (
+            {"executor": {"labels": {"sparkcheckpoint.io/job": "another"}}},
+            "spec.executor.labels: 'sparkcheckpoint.io/job' is a label the operator sets",
+        ),
+        (
+            {"sparkConf": {"spark.kubernetes.namespace": "elsewhere"}},
+            "spec.application.sparkConf: spark.kubernetes.namespace is set by the operator",
+        ),
+        (
+            {"sparkConf": {"spark.kubernetes.driver.pod.name": "another-driver"}},
+            "spec.application.sparkConf: spark.kubernetes.driver.pod.name is set by the operator",
+        ),
     ],
 )
 def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_its_field(
@@ -364,6 +384,22 @@ def test_the_full_example_and_a_template_of_ones_own_without_executor_fields_are
     # A mount of a volume the operator adds (the live claim, once more at a subPath).
     again = {"name": objects.WORK_VOLUME, "mountPath": "/state", "subPath": "x"}
     assert _problems(executor={"volumeMounts": [again]}) == []
+
+
+def test_executors_carry_the_jobs_labels_besides_the_manifests() -> None:
+    def gold(raw: dict[str, Any]) -> None:
+        raw["spec"].setdefault("executor", {})["labels"] = {"tier": "gold"}
+
+    words = shlex.split(_env(_driver(edit=gold))["PYSPARK_SUBMIT_ARGS"]["value"])
+    prefix = "spark.kubernetes.executor.label."
+    labels = dict(
+        setting.removeprefix(prefix).split("=", 1)
+        for setting in words
+        if setting.startswith(prefix)
+    )
+
+    assert labels == {"tier": "gold", **objects.job_labels(_job()[0], objects.EXECUTOR)}
+    assert labels["app.kubernetes.io/name"] == "spark-checkpoint"  # not the operator's
 
 
 def test_pods_run_as_non_root_without_privileges() -> None:

@@ -312,7 +312,8 @@ def pod_problems(manifest: JobManifest) -> list[str]:
     """What the API server would refuse in the pods built from the manifest (the executors'
     only once Spark creates them, which it retries for ever), each naming its field: a
     volume's or mount path's clash with the operator's or Spark's own, a mount of no
-    volume, and executor fields a sparkConf pod template would drop."""
+    volume, executor fields a sparkConf pod template would drop, and labels and settings
+    of the executors that are the operator's."""
     spec = manifest.spec
     problems = []
     executor_fields = (
@@ -328,6 +329,21 @@ def pod_problems(manifest: JobManifest) -> list[str]:
             "tolerations, volumes and volumeMounts in that template"
         )
     conf = spec.application.spark_conf
+    job_own = job_labels(manifest, EXECUTOR)
+    problems += [
+        f"spec.executor.labels: {key!r} is a label the operator sets"
+        for key in spec.executor.labels
+        if key in job_own
+    ]
+    problems += [
+        f"spec.application.sparkConf: {key} is set by the operator"
+        for key in conf
+        if key in _OPERATOR_SPARK_SETTINGS
+        or (
+            key.startswith(_EXECUTOR_LABEL_SETTING)
+            and key[len(_EXECUTOR_LABEL_SETTING) :] in job_own
+        )
+    ]
     executor_own = dict(_SPARK_EXECUTOR_VOLUMES)
     for key, value in conf.items():
         if match := _SPARK_EXECUTOR_VOLUME_SETTING.fullmatch(key):
@@ -551,6 +567,13 @@ def _pod(
     return pod
 
 
+_EXECUTOR_LABEL_SETTING = "spark.kubernetes.executor.label."
+# Where the executors go and whose they are: a job's sparkConf may not say otherwise.
+_OPERATOR_SPARK_SETTINGS = frozenset(
+    {"spark.kubernetes.namespace", "spark.kubernetes.driver.pod.name"}
+)
+
+
 def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
     """Client mode on Kubernetes; the manifest's sparkConf may override any of it."""
     spec = manifest.spec
@@ -565,7 +588,6 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         "spark.executor.instances": str(spec.executor.instances),
         "spark.executor.cores": str(spec.executor.cores),
         "spark.executor.memory": f"{spec.executor.memory_mib}m",
-        f"spark.kubernetes.executor.label.{LABEL_JOB}": manifest.name,
         EXECUTOR_TEMPLATE_SETTING: f"{EXECUTOR_TEMPLATE_DIR}/{EXECUTOR_TEMPLATE_FILE}",
         "spark.kubernetes.executor.podTemplateContainerName": EXECUTOR_CONTAINER,
         "spark.ui.enabled": "false",
@@ -579,8 +601,11 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         conf["spark.kubernetes.authenticate.executor.serviceAccountName"] = (
             spec.executor.service_account
         )
-    for key, value in spec.executor.labels.items():
-        conf[f"spark.kubernetes.executor.label.{key}"] = value
+    # The job's labels over the manifest's (`pod_problems` refuses those keys there), as
+    # on the driver pod: an executor never carries the labels that select the operator
+    # (its NetworkPolicy lets the operator's pods reach every driver's agent).
+    for key, value in {**spec.executor.labels, **job_labels(manifest, EXECUTOR)}.items():
+        conf[f"{_EXECUTOR_LABEL_SETTING}{key}"] = value
     for key, value in spec.executor.annotations.items():
         conf[f"spark.kubernetes.executor.annotation.{key}"] = value
     for key, value in spec.executor.node_selector.items():
