@@ -84,11 +84,13 @@ Assumptions
   replacing a committed batch, and a starting driver removes only the temporaries whose
   writer is gone, never one that a second writer is still linking into place.
 - A replayed batch is skipped only when it reads the committed batch's input (each record
-  keeps the SHA-256 of the batch's source offsets in ``offsets/B``), which is what Spark
-  does when it re-runs a batch from its offset log entry. A batch that Spark has to *plan
-  again* (its offsets are not in the restored checkpoint) can cover other input than the
-  committed one of the same id (a batch that only advanced the watermark now reads new
-  files): it fails the query with ReplayDiffers, as it can be neither skipped nor committed.
+  keeps the SHA-256 of the batch's source offsets in ``offsets/B`` and of the files its file
+  sources read), which is what Spark does when it re-runs a batch from its offset log
+  entry. A batch that Spark has to *plan again* (its offsets are not in the restored
+  checkpoint) can cover other input than the committed one of the same id (a batch that
+  only advanced the watermark now reads new files; another ``maxFilesPerTrigger`` splits
+  the files otherwise): it fails the query with ReplayDiffers, as it can be neither skipped
+  nor committed.
   A record without its input (no checkpoint location was given) is skipped by id alone.
 - A skipped replay is still computed (into Spark's ``noop`` sink): stateful operators commit
   their state for a batch only while its partitions are computed, and Spark 4 fails a batch
@@ -244,16 +246,20 @@ class BatchRecord:
     batch: int
     attempt: str
     files: tuple[tuple[str, int], ...]
-    # The input the batch read: SHA-256 of its source offsets in Spark's offset log (None:
-    # not known, a record written without a checkpoint location or before this was kept).
+    # The input the batch read (None: not known, a record written without a checkpoint
+    # location or before this was kept): SHA-256 of its source offsets in Spark's offset
+    # log, and of the files its file sources read (`_source_files`; None without one too).
     source_offsets: str | None = None
+    source_files: str | None = None
 
     def __post_init__(self) -> None:
         _require_batch_id(self.batch, "batch")
-        if self.source_offsets is not None and not _SHA256_PATTERN.fullmatch(self.source_offsets):
-            raise ValueError(
-                f"sourceOffsets must be a SHA-256 hex digest, not {self.source_offsets!r}"
-            )
+        for field, digest in (
+            ("sourceOffsets", self.source_offsets),
+            ("sourceFiles", self.source_files),
+        ):
+            if digest is not None and not _SHA256_PATTERN.fullmatch(digest):
+                raise ValueError(f"{field} must be a SHA-256 hex digest, not {digest!r}")
         if not _ATTEMPT_PATTERN.fullmatch(self.attempt):
             raise ValueError(f"attempt must be 32 lower-case hex digits, not {self.attempt!r}")
         prefix = _attempt_dir(self.batch, self.attempt) + "/"
@@ -273,6 +279,8 @@ class BatchRecord:
         }
         if self.source_offsets is not None:
             document["sourceOffsets"] = self.source_offsets
+        if self.source_files is not None:
+            document["sourceFiles"] = self.source_files
         return json.dumps(document, indent=1).encode("utf-8") + b"\n"
 
     @classmethod
@@ -287,6 +295,7 @@ class BatchRecord:
                 attempt=document["attempt"],
                 files=tuple((entry["path"], entry["size"]) for entry in document["files"]),
                 source_offsets=document.get("sourceOffsets"),
+                source_files=document.get("sourceFiles"),
             )
         except RecursionError:
             raise ValueError(f"{source}: not a batch record: nested too deeply") from None
@@ -345,8 +354,9 @@ class TransactionalFileSink:
         """
         _require_batch_id(batch_id, "batch_id")
         source_offsets = self._source_offsets(batch_id)
+        source_files = self._source_files(batch_id)
         if (committed := self._committed_record(batch_id)) is not None:
-            self._require_same_input(committed, source_offsets)
+            self._require_same_input(committed, source_offsets, source_files)
             logger.info(
                 "batch %d is already committed; discarding the output of its replay", batch_id
             )
@@ -365,7 +375,7 @@ class TransactionalFileSink:
         except BaseException:
             self._delete_attempt(batch_id, attempt)
             raise
-        record = BatchRecord(batch_id, attempt, files, source_offsets)
+        record = BatchRecord(batch_id, attempt, files, source_offsets, source_files)
         with self._lock:
             if self._committed_record(batch_id) is not None:
                 logger.warning(
@@ -586,14 +596,43 @@ class TransactionalFileSink:
             return None
         return hashlib.sha256(b"\n".join(logged.splitlines()[2:])).hexdigest()
 
-    def _require_same_input(self, committed: BatchRecord, source_offsets: str | None) -> None:
+    def _source_files(self, batch_id: int) -> str | None:
+        """SHA-256 of the files Spark's file sources read in `batch_id` (their paths and
+        modification times); None without a checkpoint location or a file source.
+
+        A file source's offset is the id of its own log (``{"logOffset": L}``), which
+        ``maxFilesPerTrigger`` or new files leave unchanged while changing what the batch
+        reads: the files are those its log lists under the ids after its offset of batch
+        B-1 up to its offset of B (``sources/<n>/<L>``, or ``<L>.compact`` at a compaction;
+        source n is the n-th offset of the batch, as Spark numbers them)."""
+        location = self._checkpoint_location
+        if location is None:
+            return None
+        ends = _file_source_offsets(location, batch_id)
+        starts = _file_source_offsets(location, batch_id - 1) if batch_id > 0 else {}
+        if not ends or starts is None:
+            return None
+        entries: list[str] = []
+        for source, end in ends.items():
+            for log_id in range(starts.get(source, -1) + 1, end + 1):
+                listed = _file_source_entries(location / "sources" / str(source), log_id)
+                if listed is None:
+                    return None
+                entries += [f"{source}\t{entry}" for entry in listed]
+        return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+
+    def _require_same_input(
+        self, committed: BatchRecord, source_offsets: str | None, source_files: str | None
+    ) -> None:
         """A replay of a committed batch is skipped only if it reads the committed batch's
         input. After a restore to an older image Spark plans again the batches whose
         offsets the image lacks, and may give one other input (a batch that only advanced
-        the watermark now reads new files): skipping it would lose that data, committing
-        it would add a second batch of its id. Raises ReplayDiffers."""
-        known = committed.source_offsets
-        if known is None or source_offsets is None or known == source_offsets:
+        the watermark now reads new files; another maxFilesPerTrigger splits the files
+        otherwise): skipping it would lose that data, committing it would add a second
+        batch of its id. Raises ReplayDiffers."""
+        if _same(committed.source_offsets, source_offsets) and _same(
+            committed.source_files, source_files
+        ):
             return
         later = [b for b in self.committed_batches() if b >= committed.batch]
         raise ReplayDiffers(
@@ -607,6 +646,53 @@ class TransactionalFileSink:
 
     def _committed_record(self, batch_id: int) -> BatchRecord | None:
         return _read_record(self._storage, f"{COMMITTED_DIR}/{batch_record_name(batch_id)}")
+
+
+def _same(known: str | None, now: str | None) -> bool:
+    """Whether two digests of an input are equal, as far as both are known."""
+    return known is None or now is None or known == now
+
+
+def _file_source_offsets(location: Path, batch_id: int) -> dict[int, int] | None:
+    """The offsets of the file sources of `batch_id` in Spark's offset log (its lines after
+    the version and metadata, one per source: a file source's is ``{"logOffset": L}``), by
+    the source's number; None when the log has no entry of the batch."""
+    try:
+        lines = (location / "offsets" / str(batch_id)).read_text().splitlines()[2:]
+    except (OSError, UnicodeDecodeError):
+        return None
+    offsets: dict[int, int] = {}
+    for source, line in enumerate(lines):
+        try:
+            offset = json.loads(line)
+        except (ValueError, RecursionError):  # "-": no offset yet
+            continue
+        if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
+            offsets[source] = offset["logOffset"]
+    return offsets
+
+
+def _file_source_entries(log: Path, log_id: int) -> list[str] | None:
+    """The files (path and modification time) a file source's log lists under `log_id`:
+    its file ``<L>`` or, at a compaction, its entries of ``<L>.compact``; None if neither
+    is there."""
+    for name in (str(log_id), f"{log_id}.compact"):
+        try:
+            lines = (log / name).read_text().splitlines()[1:]  # after the version
+        except FileNotFoundError:
+            continue
+        except (OSError, UnicodeDecodeError):
+            return None
+        entries = []
+        for line in lines:
+            try:
+                entry = json.loads(line)
+            except (ValueError, RecursionError):
+                return None
+            if isinstance(entry, dict) and entry.get("batchId") == log_id:
+                entries.append(f"{entry.get('path')}\t{entry.get('timestamp')}")
+        return entries
+    return None
 
 
 def read_committed(output_dir: str | os.PathLike[str]) -> dict[int, list[dict[str, Any]]]:

@@ -381,18 +381,9 @@ def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) 
 def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path: Path) -> None:
     """`savepoint` and `stop` from another terminal against a real Spark driver, then a
     run `--from` the first savepoint (not the newest image): exactly-once from there."""
-    job = ("-f", "job.yaml", "--state-dir", "state")
 
     def control(*args: str) -> subprocess.CompletedProcess[str]:
-        """``spark-checkpoint ARGS`` for the job, as typed in another terminal."""
-        return subprocess.run(
-            [sys.executable, "-m", "spark_checkpoint_operator.cli", *args, *job],
-            cwd=tmp_path / "job",
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
+        return _control(tmp_path / "job", *args)
 
     first = JobRun(tmp_path / "job", bounded=False)
     first.add_input(files=6)
@@ -425,3 +416,70 @@ def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path:
     logs = "".join(p.read_text() for p in (resumed.state_dir / "default").rglob("driver-*.log"))
     for batch in replayed:
         assert f"batch {batch} is already committed; discarding the output" in logs
+
+
+CONTROLLED_JOB = ("-f", "job.yaml", "--state-dir", "state")
+
+
+def _control(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``spark-checkpoint ARGS`` for the job in `directory`, as typed in another terminal."""
+    return subprocess.run(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", *args, *CONTROLLED_JOB],
+        cwd=directory,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def _files_per_batch(run: JobRun, files: int) -> None:
+    """The pipeline's maxFilesPerTrigger, in the job's manifest."""
+    manifest = yaml.safe_load((run.directory / "job.yaml").read_text())
+    arguments = manifest["spec"]["application"]["arguments"]
+    if "--files-per-batch" in arguments:
+        arguments[arguments.index("--files-per-batch") + 1] = str(files)
+    else:
+        arguments += ["--files-per-batch", str(files)]
+    (run.directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+
+
+def test_an_upgrade_that_splits_the_input_otherwise_fails_its_replays_instead_of_skipping_them(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's upgrade: maxFilesPerTrigger 3 -> 2, then a run from a savepoint older
+    than the committed output. The file source's offsets (its log ids) stay the same, so
+    the sink took the replays, which read other files, for the committed batches and
+    skipped them; the files they left out came again later: committed twice."""
+    first = JobRun(tmp_path / "job", bounded=False)
+    _files_per_batch(first, 3)
+    first.add_input(files=6)
+    first.start()
+    first.wait_for_line(r"checkpoint \d+ complete")
+    taken = _control(first.directory, "savepoint")
+    assert taken.returncode == 0, taken.stderr
+    chosen = int(taken.stdout.split()[1])
+    first.add_input(files=9, start_index=6)  # five batches of three files in all
+    deadline = time.monotonic() + 240
+    while len(first.committed_batches()) < 5:
+        assert time.monotonic() < deadline, "\n".join(first.lines)
+        time.sleep(0.5)
+    first.interrupt()
+    assert first.wait() == 0, "\n".join(first.lines)
+    registered = first.status()["status"]["coordinator"]["savepoints"]
+    chosen_batch = next(s["batchId"] for s in registered if s["id"] == chosen)
+    assert max(first.committed_batches()) > chosen_batch, "replays to come"
+    committed = {p.name: p.read_bytes() for p in (first.output_dir / "committed").iterdir()}
+
+    _files_per_batch(first, 2)
+    upgraded = JobRun(tmp_path / "job", bounded=False)  # the same directory and manifest
+    upgraded.start("--from", f"savepoint:{chosen}")
+    upgraded.wait_for_line(
+        rf"batch {chosen_batch + 1} is committed in .*, but its replay reads other input"
+    )
+    upgraded.interrupt()
+    upgraded.wait()
+
+    # Nothing of the committed output was written over or added to by a replay.
+    after = {p.name: p.read_bytes() for p in (first.output_dir / "committed").iterdir()}
+    assert {name: after.get(name) for name in committed} == committed

@@ -421,6 +421,85 @@ def test_a_replay_that_reads_other_input_than_the_committed_batch_fails_loudly(
     }
 
 
+def _file_source_batch(
+    location: Path, batch_id: int, files: list[str], *, compact_every: int = 0
+) -> None:
+    """What Spark logs when it plans `batch_id` over a file source that finds `files`: its
+    log's next id (one per batch here) in the offset log, and the files under that id in
+    ``sources/0/<id>``, or in ``<id>.compact`` (with every earlier id's) at a compaction."""
+    log = location / "sources" / "0"
+    log.mkdir(parents=True, exist_ok=True)
+    (location / "offsets").mkdir(parents=True, exist_ok=True)
+    (location / "offsets" / str(batch_id)).write_text(
+        f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":{batch_id},"conf":{{}}}}\n'
+        f'{{"logOffset":{batch_id}}}'
+    )
+    lines = [
+        json.dumps({"path": f"file:///in/{name}", "timestamp": 7, "batchId": batch_id})
+        for name in files
+    ]
+    if compact_every and (batch_id + 1) % compact_every == 0:
+        earlier = [
+            line
+            for log_id in range(batch_id)
+            for line in (log / str(log_id)).read_text().splitlines()[1:]
+        ]
+        (log / f"{batch_id}.compact").write_text("\n".join(["v1", *earlier, *lines]))
+    else:
+        (log / str(batch_id)).write_text("\n".join(["v1", *lines]))
+
+
+@pytest.mark.parametrize("compact_every", [0, 2], ids=["plain-log", "compacted-log"])
+def test_a_replay_over_other_files_of_a_file_source_fails_loudly(
+    stage: Stage, output_root: StorageRoot, output_url: str, tmp_path: Path, compact_every: int
+) -> None:
+    """A newcomer's upgrade: maxFilesPerTrigger 3 -> 2 after a cancel, and a restore of an
+    older savepoint. The file source's offsets (its log ids) were the same, so the replays
+    of batches 1.. over other files were skipped as the committed ones, and the files they
+    had left out came again in later batches: 1,000 of 6,000 rows committed twice."""
+    first, second = tmp_path / "first" / "checkpoint", tmp_path / "second" / "checkpoint"
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB, checkpoint_location=first)
+    for batch_id in range(3):  # three files a batch
+        names = [f"part-{3 * batch_id + i}" for i in range(3)]
+        _file_source_batch(first, batch_id, names, compact_every=compact_every)
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(2)
+    committed = contents(output_root, output_url)
+
+    restored = TransactionalFileSink(output_url)
+    restored.on_restore(0, JOB, checkpoint_location=second)  # an image of batch 0
+    _file_source_batch(second, 0, ["part-0", "part-1", "part-2"])  # in the image
+    _file_source_batch(second, 1, ["part-3", "part-4"], compact_every=compact_every)
+    with pytest.raises(
+        ReplayDiffers, match=r"^batch 1 is committed in .* but its replay reads other input"
+    ):
+        stage(restored, 1, rows_of(1, "two files"))
+
+    assert contents(output_root, output_url) == committed, "nothing written or lost"
+
+
+def test_a_replay_over_the_same_files_of_a_file_source_is_skipped(
+    stage: Stage, output_root: StorageRoot, output_url: str, tmp_path: Path
+) -> None:
+    first, second = tmp_path / "first" / "checkpoint", tmp_path / "second" / "checkpoint"
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB, checkpoint_location=first)
+    for batch_id in range(2):
+        _file_source_batch(first, batch_id, [f"part-{batch_id}"])
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(1)
+    restored = TransactionalFileSink(output_url)
+    restored.on_restore(0, JOB, checkpoint_location=second)
+    _file_source_batch(second, 0, ["part-0"])
+    _file_source_batch(second, 1, ["part-1"])  # planned again at another time: same files
+
+    stage(restored, 1, rows_of(1, "replayed"))
+
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert record_of(output_root, output_url, 1).source_files is not None
+
+
 def test_a_record_without_its_input_skips_replays_as_before(
     sink: TransactionalFileSink, stage: Stage, output_url: str, tmp_path: Path
 ) -> None:
