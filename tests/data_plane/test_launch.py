@@ -123,3 +123,43 @@ def test_an_application_that_is_not_there_is_one_line(
     assert result.returncode == DriverExit.MISCONFIGURED
     [line] = result.stderr.splitlines()
     assert line.endswith(f"ERROR spark_checkpoint: {reason}"), line
+
+
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        ("start()", "starts its query with DataStreamWriter.start(): hand the writer to"),
+        ("toTable('t')", "starts its query with DataStreamWriter.toTable(): hand the writer to"),
+        ("option(key='CheckpointLocation', value='/x')", "sets the query's checkpointLocation"),
+        ("options(checkpointLocation='/x')", "sets the query's checkpointLocation"),
+    ],
+)
+def test_what_run_coordinated_does_the_pipeline_may_not_do_before_it(
+    tmp_path: Path, call: str, reason: str
+) -> None:
+    # Refused before PySpark's own method runs: no JVM is needed to see it (a real
+    # pipeline's: tests/e2e/test_uncoordinated_pipeline.py).
+    (tmp_path / "main.py").write_text(
+        "from pyspark.sql.streaming.readwriter import DataStreamWriter\n"
+        f"DataStreamWriter.{call.replace('(', '(None, ', 1).replace(', )', ')')}\n"
+    )
+
+    result = _launch("main.py", cwd=tmp_path)
+
+    assert result.returncode == DriverExit.MISCONFIGURED, result.stderr
+    [line] = result.stderr.splitlines()
+    assert f"ERROR spark_checkpoint: the pipeline {reason}" in line
+
+
+def test_an_option_other_than_the_checkpoint_location_is_the_pipelines(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(
+        "from pyspark.sql.streaming.readwriter import DataStreamWriter\n"
+        "try:\n"
+        "    DataStreamWriter.option(None, 'maxFilesPerTrigger', 2)\n"
+        "except AttributeError:\n"  # PySpark's own method ran: there is no JVM writer
+        "    print('passed on to PySpark')\n"
+    )
+
+    result = _launch("main.py", cwd=tmp_path)
+
+    assert result.stdout == "passed on to PySpark\n", result.stderr

@@ -39,10 +39,8 @@ LOCATION = (
     ("start", "reason"),
     [
         ("start()", STARTED.format("start")),
-        ("toTable('rates')", STARTED.format("toTable")),
-        # Spark's option keys are case-insensitive.
+        # Spark's option keys are case-insensitive. (toTable and options: test_launch.py.)
         ("option('checkpointlocation', '/tmp/mine').start()", LOCATION),
-        ("options(checkpointLocation='/tmp/mine').start()", LOCATION),
     ],
 )
 def test_a_query_started_or_placed_outside_run_coordinated_fails_the_job_at_once(
