@@ -140,6 +140,59 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert status["unrestorable"][0]["source"] == newest
 
 
+def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable() -> None:
+    """A newcomer's incompatible upgrade (a changed grouping key): every retained
+    checkpoint and savepoint was tried, each marked unrestorable for ever, and with the code
+    changed back the job could not run again, not even from a savepoint named by --from."""
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        for index in (1, 2):  # the newest image, then the one before: the same error
+            await _next_driver(launcher, index)
+            await until(lambda: supervisor.record.restored_from is not None)
+            launcher.drivers[index].agent.reachable = False
+            launcher.drivers[index].error = [SCHEMA_ERROR]
+            launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+        return await run, supervisor, launcher
+
+    ended, supervisor, launcher = asyncio.run(scenario())
+
+    assert ended is TerminalOutcome.FAILED
+    assert len(launcher.drivers) == 3, "no third image was tried"
+    newest, previous = launcher.restores[1][:2]
+    assert launcher.restores[2][0] == previous
+    assert supervisor.record.message == (
+        f"the restored query failed the same way on {newest} and {previous}: the pipeline or "
+        "its settings no longer fit the job's state, not the images (both stay restorable): "
+        f"change them back or start without that state: {SCHEMA_ERROR}"
+    )
+    assert supervisor.record.unrestorable == []
+
+
+def test_an_image_asked_for_by_name_is_tried_again_though_a_restore_failed_on_it() -> None:
+    record = JobRecord()
+    record.unrestorable = [
+        {"source": "savepoint:7", "reason": "its restored query failed", "attempt": 2}
+    ]
+
+    async def scenario() -> FakeLauncher:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, record=record)
+        supervisor.restore_from("savepoint:7")
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return launcher
+
+    launcher = asyncio.run(scenario())
+    assert launcher.restores[0] == ["savepoint:7"]
+    assert record.unrestorable == []
+
+
 def test_a_failed_restore_falls_back_even_with_restart_policy_never() -> None:
     async def scenario() -> tuple[TerminalOutcome, FakeLauncher]:
         launcher = RestoringLauncher()

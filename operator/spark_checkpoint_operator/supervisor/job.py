@@ -113,6 +113,8 @@ class JobSupervisor:
         self._stop_requested = asyncio.Event()
         # `restore_from`'s image, and the completions counted when it was chosen.
         self._chosen_image: tuple[str, int] | None = None
+        # The image the last restored query failed on, and its error (`_mark_unrestorable`).
+        self._last_restore_failure: tuple[str, list[str]] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._last_status: AgentStatus | None = None
 
@@ -184,6 +186,8 @@ class JobSupervisor:
         newest image, until a checkpoint or savepoint of this run completes."""
         completed = self._interpreter.coordinator.persisted_state.completed_count
         self._chosen_image = (image, completed)
+        # Asked for by name: tried again, though a restored query failed on it before.
+        self._record.unrestorable = [e for e in self._record.unrestorable if e["source"] != image]
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
@@ -209,13 +213,10 @@ class JobSupervisor:
                 return TerminalOutcome.FAILED
             adopted = None
             outcome = self._outcome(attempt, exit_code)
-            if outcome is None and (failed := self._failed_restore(attempt, exit_code)):
-                # Not a retry of the same image: the next attempt restores an older one.
-                await self._mark_unrestorable(attempt, failed)
+            failed = self._failed_restore(attempt, exit_code) if outcome is None else None
+            if failed is not None and (outcome := await self._fall_back(attempt, failed)) is None:
                 repeating = None
-                if (stopped := self._stopped_meanwhile()) is None:
-                    continue
-                outcome = stopped
+                continue
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not attempt.failing
             error = attempt.driver.error_lines() if failed_on_its_own else []
             early = not attempt.batches_advanced and not attempt.completed
@@ -477,10 +478,38 @@ class JobSupervisor:
             return attempt.candidates[0]
         return None
 
+    async def _fall_back(self, attempt: Attempt, source: str) -> TerminalOutcome | None:
+        """The restored query failed on `source`: None to go on with an older image (not a
+        retry of the same one), else how the job ends."""
+        if self._fails_like_the_last_image(attempt, source):
+            return TerminalOutcome.FAILED
+        await self._mark_unrestorable(attempt, source)
+        return self._stopped_meanwhile()
+
+    def _fails_like_the_last_image(self, attempt: Attempt, source: str) -> bool:
+        """Whether the restored query failed on `source` as it did on the image before,
+        which then was not the images' fault but the pipeline's (a changed state schema, an
+        operator removed): that image is restorable again, and the job fails instead of
+        marking every image unrestorable one by one."""
+        error = attempt.driver.error_lines()
+        last = self._last_restore_failure
+        if last is None or not same_error(error, last[1]):
+            return False
+        self._record.unrestorable = [
+            entry for entry in self._record.unrestorable if entry["source"] != last[0]
+        ]
+        self._record.message = (
+            f"the restored query failed the same way on {last[0]} and {source}: the "
+            "pipeline or its settings no longer fit the job's state, not the images (both "
+            "stay restorable): change them back or start without that state"
+        )
+        return True
+
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
         """The restored query failed on its image before it committed a batch: that image,
         and any checkpoint this attempt took of it, are never restored again."""
         error = attempt.driver.error_lines()
+        self._last_restore_failure = (source, error)
         reason = (
             f"its restored query failed in attempt {self._record.attempt} before committing "
             "a batch, on an error that points at the checkpoint: "
