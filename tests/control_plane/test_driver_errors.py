@@ -94,6 +94,9 @@ def test_the_same_failure_in_two_attempts_differs_only_in_spark_run_ids() -> Non
     second = ["query failed: Query [id = 1, runId = 0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f]: x"]
     assert same_error(first, second)
     assert not same_error(first, ["query failed: Query [id = 1, runId = 0]: y"])
+    # A state store's path names the attempt's checkpoint location.
+    in_attempt = "[CANNOT_LOAD_STATE_STORE] at file:/w/attempt-{}/checkpoint/state/0/1"
+    assert same_error([in_attempt.format(3)], [in_attempt.format(4)])
     assert not same_error([], [])
 
 

@@ -10,8 +10,10 @@ import signal
 from spark_checkpoint.settings import PYTHON_TRACEBACK, REPORTED_ERROR_HEADER
 
 ERROR_LINES_SHOWN = 6
-# An id a driver's error may carry that differs in each attempt (Spark's query runId).
-RUN_ID = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}")
+# What a driver's error may carry that differs in each attempt: Spark's query runId, and
+# the attempt's own checkpoint location (`work/attempt-<n>/checkpoint`, in a state store's
+# path).
+PER_ATTEMPT = re.compile(r"[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12}|attempt-\d+")
 # What another process sends to end a driver (the kernel's OOM killer, an eviction, a
 # deletion): the end of its log is then whatever it was doing, not an error of its own.
 KILLING_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM})
@@ -64,5 +66,7 @@ def driver_error(output: str, *, killed: bool) -> list[str]:
 
 def same_error(error: list[str], other: list[str]) -> bool:
     """Whether two attempts' errors (`driver_error`) are the same failure: their first
-    lines, ids aside."""
-    return bool(error and other) and RUN_ID.sub("<id>", error[0]) == RUN_ID.sub("<id>", other[0])
+    lines, ids and checkpoint locations aside."""
+    return bool(error and other) and PER_ATTEMPT.sub("<id>", error[0]) == PER_ATTEMPT.sub(
+        "<id>", other[0]
+    )
