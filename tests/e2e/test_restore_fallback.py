@@ -121,3 +121,32 @@ def test_with_every_image_unrestorable_the_job_fails_with_that_reason(tmp_path: 
     assert status["counts"]["failedRestores"] == len(images)
     assert status["counts"]["restored"] == 0
     assert any("job failed: no restorable image left" in line for line in resumed.lines)
+
+
+def test_a_pipeline_change_the_state_cannot_follow_fails_the_job_and_leaves_its_images(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's bad upgrade (another grouping key) marked every checkpoint and
+    savepoint unrestorable in turn; with the change undone the job could not run again."""
+    run, _ = _suspended_run(tmp_path / "job")
+    pipeline = run.directory / "pipeline.py"
+    original = pipeline.read_text()
+    pipeline.write_text(original.replace('groupBy("word")', 'groupBy("word", "n")'))
+    run.add_input(files=2, start_index=8)  # a state store is read when data comes
+
+    earlier = len(run.lines)
+    run.start()
+    assert run.wait() == 1, "\n".join(run.lines)
+    status = run.status()["status"]
+    assert status["phase"] == "Failed"
+    assert status["message"].startswith("the restored query failed the same way on "), status
+    assert "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE" in status["message"]
+    assert status.get("unrestorable", []) == []
+    started = [line for line in run.lines[earlier:] if "starting driver attempt" in line]
+    assert len(started) == 2, "two images tried"
+
+    pipeline.write_text(original)  # undone: the newest image restores
+    run.start()
+    run.wait_for_line(r"checkpoint \d+ complete")
+    run.interrupt()
+    assert run.wait() == 0, "\n".join(run.lines)
