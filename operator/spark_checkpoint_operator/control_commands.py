@@ -108,8 +108,10 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         "savepoint",
         parents=[job, timeout],
         help="take a savepoint of a running job; the job keeps running",
-        description="Triggers a savepoint (a self-contained image that retention never "
-        "deletes) and waits until it completes, then prints its id and path.",
+        description="Triggers a savepoint (a self-contained image that the retention policy "
+        "never deletes; the savepoint history, spec.savepoints.historyMaxCount and "
+        "historyMaxAge, deletes the oldest) and waits until it completes, then prints its id "
+        "and path.",
         epilog=epilog(
             [
                 "spark-checkpoint savepoint -f job.yaml",

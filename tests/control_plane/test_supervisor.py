@@ -27,6 +27,7 @@ from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     JobPhase,
     PersistedState,
+    SavepointHistoryLimits,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -51,6 +52,7 @@ def _supervisor(
     start_timeout: float = 300.0,
     policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
     report: Callable[[str], None] = lambda line: None,
+    savepoints_kept: int = 10,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -58,7 +60,12 @@ def _supervisor(
         return None
 
     supervisor = JobSupervisor(
-        config=CoordinatorConfig(interval=interval, min_pause=0.0, timeout=5.0),
+        config=CoordinatorConfig(
+            interval=interval,
+            min_pause=0.0,
+            timeout=5.0,
+            savepoint_history=SavepointHistoryLimits(max_count=savepoints_kept),
+        ),
         restart_policy=RestartPolicySpec(
             policy, max_retries, 0.01, 0.05, heartbeat_timeout, start_timeout
         ),
@@ -886,6 +893,31 @@ def test_a_savepoint_the_job_continues_after_commits_nothing_but_is_reported() -
     assert agent.completed == [1, 3], "sinks are never told to commit up to savepoint 2"
     assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [2]
     assert any(line.startswith("savepoint 2 complete") for line in lines)
+
+
+def test_a_savepoint_the_history_no_longer_keeps_is_deleted_and_said_so() -> None:
+    # A newcomer lowered historyMaxCount: savepoints vanished from storage, the only word
+    # a janitor line that read like a failure.
+    async def scenario() -> tuple[FakeAgent, list[str]]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher, interval=None, savepoints_kept=1)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        agent = launcher.drivers[0].agent
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(supervisor.record.coordinator.savepoints))
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(agent.discarded_savepoints))
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return agent, lines
+
+    agent, lines = asyncio.run(scenario())
+    assert agent.discarded_savepoints == [1]
+    assert (
+        "deleting savepoint 1 (batch 3): older than the savepoint history keeps "
+        "(spec.savepoints.historyMaxCount, historyMaxAge)"
+    ) in lines
 
 
 class RefusingAgent(FakeAgent):

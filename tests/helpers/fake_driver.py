@@ -40,6 +40,7 @@ class FakeAgent:
         self.snapshots: dict[int, SnapshotStatus] = {}
         self.completed: list[int] = []
         self.discarded: list[int] = []  # checkpoints
+        self.discarded_savepoints: list[int] = []
         self.triggers: list[int] = []
         self.done_at_finalization: set[int] = set()
         self.status_requests = 0
@@ -118,6 +119,7 @@ class FakeAgent:
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
         self._check()
+        self.discarded_savepoints.append(savepoint_id)
 
     async def collect_garbage(
         self, checkpoints: list[int], savepoints: list[int]
@@ -183,6 +185,7 @@ class FakeLauncher:
 class NoJanitor:
     def __init__(self) -> None:
         self.discarded: list[int] = []  # checkpoints
+        self.discarded_savepoints: list[int] = []
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
         self.discarded.append(checkpoint_id)

@@ -226,6 +226,13 @@ class EffectInterpreter:
                 )
             case DiscardSavepoint(savepoint=savepoint):
                 sid = savepoint.checkpoint_id
+                # Savepoints are the user's: deleting one is news, never a detail.
+                self._notify(
+                    "SavepointDiscarded",
+                    Level.NOTE,
+                    f"deleting savepoint {sid} (batch {savepoint.batch_id}): older than the "
+                    "savepoint history keeps (spec.savepoints.historyMaxCount, historyMaxAge)",
+                )
                 await self._discard(
                     f"savepoint {sid}",
                     attempt,
@@ -374,7 +381,7 @@ class EffectInterpreter:
             self._notify(
                 "DiscardedByJanitor",
                 Level.DETAIL,
-                f"the janitor discarded {what}: the driver's agent did not take it ({refused})",
+                f"{what} discarded by the janitor, with no driver's agent to do it ({refused})",
             )
 
     async def clean_up(self, work: Awaitable[None]) -> bool:
