@@ -107,7 +107,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "--detach",
         action="store_true",
         help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
-        "runtime.log); return once the run answers `spark-checkpoint status`",
+        "runtime.log); return once the run answers `spark-checkpoint status` and has started "
+        "its driver (a run that ends before that: its last lines and exit 1)",
     )
     run.add_argument(
         "--state-dir",

@@ -9,9 +9,14 @@ import time
 from spark_checkpoint.storage import SymbolicLinkError
 from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
-from spark_checkpoint_operator.control_protocol import Command
+from spark_checkpoint_operator.control_protocol import Command, RuntimeStatus
 from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
-from spark_checkpoint_operator.local_state import default_state_dir, local_paths, open_state_file
+from spark_checkpoint_operator.local_state import (
+    LocalPaths,
+    default_state_dir,
+    local_paths,
+    open_state_file,
+)
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 
@@ -55,15 +60,16 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
         )
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
+    answering = False
+    # Until its driver starts, the run may still end at once (no image it can restore, a
+    # spec no driver can run with): that is its answer, not "runs in the background".
     while process.poll() is None and time.monotonic() < deadline:
-        try:
-            answer = request(ControlPaths(paths.control_dir), Command.STATUS)
-        except (NoRuntime, ControlRefused):  # not serving yet, or an old run's leftovers
-            answer = None
-        if answer is None or answer.status is None or answer.status.runtime_pid != process.pid:
-            # Another run of the job answers: this one is refused and exits (JobBusy).
-            time.sleep(POLL_SECONDS)
-            continue
+        status = _status_of(paths, process.pid)
+        answering = answering or status is not None
+        if status is not None and status.driver_pid is not None:
+            break
+        time.sleep(POLL_SECONDS)
+    if process.poll() is None and answering:
         job = f"-f {args.manifest}" + (f" --state-dir {args.state_dir}" if args.state_dir else "")
         print(
             f"job {manifest.namespace}/{manifest.name} runs in the background (pid "
@@ -86,3 +92,15 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     for line in tail:
         print(line, file=sys.stderr)
     return process.returncode or ExitCode.FAILED
+
+
+def _status_of(paths: LocalPaths, runtime_pid: int) -> RuntimeStatus | None:
+    """What the run of `runtime_pid` answers `status` with; None while it does not (not
+    serving yet, or another run of the job answers: this one is refused and exits)."""
+    try:
+        answer = request(ControlPaths(paths.control_dir), Command.STATUS)
+    except (NoRuntime, ControlRefused):  # not serving yet, or an old run's leftovers
+        return None
+    if answer.status is None or answer.status.runtime_pid != runtime_pid:
+        return None
+    return answer.status

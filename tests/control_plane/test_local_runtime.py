@@ -690,3 +690,20 @@ def test_a_symbolic_link_in_place_of_the_status_files_temporary_is_replaced(
     assert result.returncode == 0, result.stdout + result.stderr
     assert victim.read_text() == "the user's file\n"
     assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
+
+
+def test_a_detached_run_that_fails_before_its_driver_starts_says_so_and_exits_1(
+    tmp_path: Path,
+) -> None:
+    # A newcomer's `run --from ... --detach` printed "runs in the background", exit 0, for
+    # a run that failed in the same second (no image it could restore).
+    job = ScriptJob(tmp_path, FINISH)
+    log = job.job_dir / "logs" / "driver-1.log"
+    log.parent.mkdir(parents=True)
+    log.symlink_to(tmp_path / "elsewhere.log")  # no driver can be started
+
+    result = job.run("--detach", timeout=60)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "runs in the background" not in result.stdout
+    assert "job failed: the driver could not be started: " in result.stderr, result.stderr
