@@ -513,7 +513,12 @@ def require_main_file(application: Application, manifest_dir: Path) -> None:
     if path.is_file() or (path / "__main__.py").is_file():  # Python runs both
         return
     try:
-        siblings = [entry.name for entry in path.parent.iterdir() if entry.is_file()]
+        # What Python could run: a script, or a directory with __main__.py.
+        siblings = [
+            entry.name
+            for entry in path.parent.iterdir()
+            if (entry.is_file() and entry.suffix == ".py") or (entry / "__main__.py").is_file()
+        ]
     except OSError:
         siblings = []
     close = difflib.get_close_matches(path.name, siblings, n=1)

@@ -519,7 +519,11 @@ def test_a_main_file_may_be_a_directory_python_runs(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     ("present", "hint"),
-    [("drivers.py", "; did you mean 'drivers.py'?"), ("other.txt", "")],
+    [
+        ("drivers.py", "; did you mean 'drivers.py'?"),
+        ("other.txt", ""),
+        ("driver.pyc", ""),  # close, but no Python source (a newcomer was offered a .yaml)
+    ],
 )
 def test_a_missing_main_file_is_refused_before_spark_starts(
     tmp_path: Path, present: str, hint: str
