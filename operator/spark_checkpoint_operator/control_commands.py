@@ -89,8 +89,10 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         parents=[job],
         help="show a running job: phase, attempt, last batch, checkpoint and savepoint",
         description="Asks the running `spark-checkpoint run` of the job for its status: a "
-        "line with its phase, attempt, last committed batch, last checkpoint and savepoint "
-        "and the snapshots in progress; -o wide adds the pids of the run and of its driver, "
+        "line with its phase, attempt, the query's last committed batch (Spark's commit log; a "
+        "two-phase-commit sink's output is committed up to the batch of the last completed "
+        "checkpoint or stop-with-savepoint), last checkpoint and savepoint and the snapshots in "
+        "progress; -o wide adds the pids of the run and of its driver, "
         "the images' paths and the run's message.",
         epilog=epilog(
             [
