@@ -421,7 +421,10 @@ _PHASE_MESSAGES = {
     JobPhase.RUNNING: "the query is running",
     JobPhase.RESTARTING: "the driver failed and is being restarted",
     JobPhase.SUSPENDING: "taking a savepoint to suspend",
-    JobPhase.SUSPENDED: "suspended after a savepoint; set spec.state to Running to resume",
+    JobPhase.SUSPENDED: (
+        "suspended after a savepoint; to resume, set spec.state to Running (on this machine: "
+        "spark-checkpoint run)"
+    ),
     JobPhase.FINISHED: "the bounded input is done and its final checkpoint completed",
     JobPhase.FAILED: "the job failed",
     JobPhase.CANCELLED: "the job was cancelled",
