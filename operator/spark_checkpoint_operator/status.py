@@ -147,6 +147,9 @@ class RegisteredIds:
 
     checkpoints: frozenset[int]
     savepoints: frozenset[int]
+    # Why a restore will not use an image (``status.unrestorable``), by its candidate's
+    # spelling (``checkpoint:3``).
+    unrestorable: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, kind: CheckpointKind) -> frozenset[int]:
         return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
@@ -217,16 +220,21 @@ class StatusFile:
     def registered_ids(self) -> RegisteredIds:
         """Only the registry's ids: a status file of another version still says which
         snapshots are registered."""
-        coordinator: Any = self.status
-        field_path = "status"
-        if not isinstance(coordinator, Mapping):
-            raise StatusFileError(f"{self.path}: {field_path}: missing")
-        if "coordinator" not in coordinator:
+        status: Any = self.status
+        if not isinstance(status, Mapping):
+            raise StatusFileError(f"{self.path}: status: missing")
+        if "coordinator" not in status:
             raise StatusFileError(f"{self.path}: status.coordinator: missing")
-        coordinator = coordinator["coordinator"]
+        coordinator = status["coordinator"]
+        unrestorable = status.get("unrestorable")
         return RegisteredIds(
             checkpoints=frozenset(self._ids(coordinator, "checkpoints")),
             savepoints=frozenset(self._ids(coordinator, "savepoints")),
+            unrestorable={
+                entry["source"]: str(entry.get("reason", ""))
+                for entry in (unrestorable if isinstance(unrestorable, list) else [])
+                if isinstance(entry, Mapping) and isinstance(entry.get("source"), str)
+            },
         )
 
     def _ids(self, coordinator: Any, key: str) -> Iterator[int]:

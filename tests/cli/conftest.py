@@ -91,8 +91,14 @@ class Job:
         entry = next(e for e in meta.files if e.path == path)
         return Path(self.storage.layout.location_path(entry.location))
 
-    def write_registry(self, checkpoints: Iterable[int], savepoints: Iterable[int]) -> None:
-        """A status file as `spark-checkpoint run` writes it, registering these snapshots."""
+    def write_registry(
+        self,
+        checkpoints: Iterable[int],
+        savepoints: Iterable[int],
+        unrestorable: Iterable[str] = (),
+    ) -> None:
+        """A status file as `spark-checkpoint run` writes it, registering these snapshots;
+        a restored query failed on the `unrestorable` ones (``checkpoint:N``)."""
 
         def registered(
             kind: coordinator.CheckpointKind, ids: Iterable[int]
@@ -107,6 +113,10 @@ class Job:
             savepoints=registered(coordinator.CheckpointKind.SAVEPOINT, savepoints),
         )
         record = JobRecord(phase=coordinator.JobPhase.RUNNING, coordinator=state)
+        record.unrestorable = [
+            {"source": image, "reason": "its restored query failed in attempt 2", "attempt": 2}
+            for image in unrestorable
+        ]
         status = render_status(record, now=time.time())
         self.status_file.parent.mkdir(parents=True, exist_ok=True)
         StatusFile(self.status_file, JOB, NAMESPACE, status, driver_pid=None).write()

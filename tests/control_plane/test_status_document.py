@@ -151,6 +151,7 @@ def test_the_status_round_trips_through_each_of_its_users(
         assert registry.registered == RegisteredIds(
             checkpoints=frozenset(c.checkpoint_id for c in record.coordinator.checkpoints),
             savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
+            unrestorable={e["source"]: e["reason"] for e in record.unrestorable},
         )
 
 

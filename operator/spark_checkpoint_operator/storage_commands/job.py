@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli_conventions import OptionError, job_options, storage_option
 from spark_checkpoint_operator.local_state import (
@@ -113,6 +114,11 @@ class Registry:
 
     def lists(self, kind: CheckpointKind, snapshot_id: int) -> bool:
         return snapshot_id in self.ids(kind)
+
+    def unrestorable(self, kind: CheckpointKind, snapshot_id: int) -> str | None:
+        """Why the job does not restore from the snapshot any more; None if it does."""
+        candidate = RestoreCandidate.registered(kind, snapshot_id).encode()
+        return self.registered.unrestorable.get(candidate)
 
 
 def load_registry(status_file: Path) -> Registry | None:

@@ -229,6 +229,7 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
         "id": row.ref.snapshot_id,
         "state": row.state.value,
         "registered": row.registered,
+        "unrestorable": row.unrestorable,
         "batchId": meta.batch_id if meta else None,
         "sizeBytes": meta.total_bytes if meta else None,
         "files": len(meta.files) if meta else None,
@@ -242,6 +243,8 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
 
 def row_note(row: SnapshotRow) -> str:
     if row.state is StoredSnapshotState.COMPLETE:
+        if row.unrestorable is not None:
+            return f"not restored from again (run --from names it to try): {row.unrestorable}"
         if row.registered is not False:
             return ""
         if row.ref.kind is CheckpointKind.CHECKPOINT:

@@ -79,6 +79,7 @@ class SnapshotRow:
     registered: bool | None
     metadata: CheckpointMetadata | None = None
     error: str | None = None
+    unrestorable: str | None = None  # why the job does not restore from it (its registry)
 
 
 def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> list[SnapshotRow]:
@@ -114,7 +115,15 @@ def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None
             return SnapshotRow(
                 ref, StoredSnapshotState.UNREADABLE, metadata_path, registered, error=str(error)
             )
-        return SnapshotRow(ref, StoredSnapshotState.COMPLETE, metadata_path, registered, meta)
+        unrestorable = registry.unrestorable(ref.kind, ref.snapshot_id) if registry else None
+        return SnapshotRow(
+            ref,
+            StoredSnapshotState.COMPLETE,
+            metadata_path,
+            registered,
+            meta,
+            unrestorable=unrestorable,
+        )
     directory = layout.snapshot_dir(ref.kind, ref.snapshot_id)
     if storage.fs.exists(f"{directory}/{DISCARDING_FILE_NAME}"):
         return SnapshotRow(ref, StoredSnapshotState.DISCARDING, directory, registered)
