@@ -2,6 +2,7 @@
 simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
 operator with real Spark drivers."""
 
+import base64
 import hashlib
 import json
 import threading
@@ -648,6 +649,29 @@ def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
     assert kind == "checkpoint" and int(restored_id) >= before["lastCheckpoint"]["id"]
     ids = [c["id"] for c in after["history"]]
     assert len(ids) == len(set(ids))
+
+
+def test_a_secret_of_the_tokens_name_that_is_not_the_jobs_is_never_written_over(
+    cluster: LocalCluster,
+) -> None:
+    # The security review: a user allowed to create jobs, not Secrets, could have the
+    # operator write a token over any Secret named <job>-agent-token.
+    theirs = {"metadata": {"name": "orders-agent-token"}, "stringData": {"token": "theirs"}}
+    cluster.api.create(SECRETS, theirs, namespace="default")
+
+    cluster.apply(job())
+
+    status = cluster.wait_for(
+        "Failed", lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s
+    )
+    assert status["message"] == (
+        "the driver could not be started: secret orders-agent-token exists and is not this "
+        "job's (no owner reference to it): the operator writes the driver's token there and "
+        "never over another's Secret; rename or delete it"
+    )
+    stored = cluster.api.get(SECRETS, "default", "orders-agent-token")
+    assert base64.b64decode(stored["data"]["token"]) == b"theirs"
+    assert cluster.driver_pods("orders") == []
 
 
 def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(

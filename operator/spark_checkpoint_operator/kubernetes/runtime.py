@@ -491,6 +491,7 @@ class KubernetesLauncher:
                 _model(V1Secret, secret, LaunchFailed, f"secret {name}"),
             )
         except ConflictException:
+            await self._require_own_secret(name)
             await self._api.patch_namespaced_secret(
                 name,
                 namespace,
@@ -499,6 +500,19 @@ class KubernetesLauncher:
             )
         except ApiException as error:
             raise _launch_error(error, f"secret {name}") from error
+
+    async def _require_own_secret(self, name: str) -> None:
+        """A Secret of the token's name that this job does not own (no owner reference to
+        its uid) is another's: written over, its key would be lost to its owner and handed
+        to this job's driver."""
+        existing = await self._api.read_namespaced_secret(name, self.manifest.namespace)
+        owners = (existing.metadata and existing.metadata.owner_references) or []
+        if not any(owner.uid == self._job["metadata"]["uid"] for owner in owners):
+            raise LaunchFailed(
+                f"secret {name} exists and is not this job's (no owner reference to it): the "
+                "operator writes the driver's token there and never over another's Secret; "
+                "rename or delete it"
+            )
 
     async def _token(self) -> str | None:
         """The running attempt's agent token; None when its Secret or key is gone."""
