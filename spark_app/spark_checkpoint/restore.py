@@ -29,22 +29,27 @@ log = logging.getLogger(__name__)
 
 SPARK_METADATA_FILE = "metadata"  # the query id, at the root of a checkpoint location
 
-# Spark's error classes that say a checkpoint's files are missing, corrupt or incompatible
-# with the query (Spark 4's error-conditions.json).
+# Spark's error classes (Spark 4's error-conditions.json) that say the query no longer fits
+# a checkpoint's state: its schema, operators or settings changed. Every image of the job
+# fails alike (supervisor: `_fails_like_the_last_image`).
+QUERY_CHANGE_ERROR_CLASSES = (
+    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
+    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
+    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
+    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
+    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
+    "STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS",
+)
+# ... and those that say a checkpoint's files are missing or corrupt, or either.
 CHECKPOINT_ERROR_CLASSES = (
     "CANNOT_LOAD_STATE_STORE",
     "CHECKPOINT_FILE_CHECKSUM_VERIFICATION_FAILED",
     "STATE_STORE_BASE_CHECKPOINT_ID_MISMATCH",
-    "STATE_STORE_COLUMN_FAMILY_SCHEMA_INCOMPATIBLE",
-    "STATE_STORE_INVALID_CONFIG_AFTER_RESTART",
-    "STATE_STORE_KEY_SCHEMA_NOT_COMPATIBLE",
     "STATE_STORE_ROW_CHECKSUM_VERIFICATION_FAILED",
     "STATE_STORE_UNEXPECTED_EMPTY_FILE_IN_ROCKSDB_ZIP",
-    "STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE",
     "STREAMING_CHECKPOINT_MISSING_METADATA_FILE",
     "STREAMING_STATEFUL_OPERATOR_MISSING_STATE_DIRECTORY",
-    "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
-    "STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS",
+    *QUERY_CHANGE_ERROR_CLASSES,
 )
 MAX_REASON_CHARS = 500
 # Failures to read a file, which point at the checkpoint when the file is in it.
@@ -53,6 +58,11 @@ _FILE_READ_FAILURE = re.compile(
     r"|malformed|corrupt|UnsupportedLogVersion|Failed to read",
     re.IGNORECASE,
 )
+
+
+def query_change(error: str) -> bool:
+    """Whether a restored query's error says the query no longer fits the image's state."""
+    return any(error_class in error for error_class in QUERY_CHANGE_ERROR_CLASSES)
 
 
 class RestoreFailed(Exception):

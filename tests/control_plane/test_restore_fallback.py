@@ -172,6 +172,67 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
     assert supervisor.record.unrestorable == []
 
 
+LOAD_ERROR = "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state."
+
+
+async def _fails_at_restore(
+    launcher: FakeLauncher, supervisor: JobSupervisor, index: int, error: str
+) -> None:
+    """Driver `index` restores its image, then its query fails on it with `error`."""
+    await _next_driver(launcher, index)
+    await until(lambda: supervisor.record.restored_from is not None)
+    launcher.drivers[index].agent.reachable = False
+    launcher.drivers[index].error = [error]
+    launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+
+
+def test_the_same_image_fault_on_two_images_falls_back_on() -> None:
+    # A missing or corrupt file is the image's fault, whatever its words: older images
+    # (without that file) may restore. Here the two retained checkpoints are all there is.
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        for index in (1, 2):
+            await _fails_at_restore(launcher, supervisor, index, LOAD_ERROR)
+        return await run, supervisor
+
+    ended, supervisor = asyncio.run(scenario())
+    assert ended is TerminalOutcome.FAILED
+    assert supervisor.record.message.startswith("no restorable image left: ")
+    assert len(supervisor.record.unrestorable) == 2
+
+
+def test_a_restore_failure_before_a_run_that_went_on_is_not_compared_with_later_ones() -> None:
+    """The review's case: the newest image failed (and was fallen back from), the job ran on
+    from the previous one for long, then a restore failed with the same words: a fallback,
+    not a failed job."""
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=3)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        await _fails_at_restore(launcher, supervisor, 1, SCHEMA_ERROR)
+        third = await _next_driver(launcher, 2)
+        await until(lambda: third.status_requests > 0)
+        third.batch += 1  # past its image: the restore worked, and the job runs on
+        await until(lambda: len(third.completed) >= 2)
+        third.reachable = False
+        launcher.drivers[2].code = DriverExit.FAILED
+        await _fails_at_restore(launcher, supervisor, 3, SCHEMA_ERROR)
+        fifth = await _next_driver(launcher, 4)
+        await until(lambda: fifth.status_requests > 0)
+        fifth.batch += 1
+        launcher.drivers[4].code = DriverExit.FINISHED
+        return await run, supervisor
+
+    ended, supervisor = asyncio.run(scenario())
+    assert ended is TerminalOutcome.FINISHED
+    assert supervisor.record.unrestorable[-1]["attempt"] == 4, "a fallback, marked"
+
+
 def test_an_image_asked_for_by_name_is_tried_again_though_a_restore_failed_on_it() -> None:
     record = JobRecord()
     record.unrestorable = [

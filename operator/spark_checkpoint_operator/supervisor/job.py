@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
+from spark_checkpoint.restore import query_change
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -113,8 +114,9 @@ class JobSupervisor:
         self._stop_requested = asyncio.Event()
         # `restore_from`'s image, and the completions counted when it was chosen.
         self._chosen_image: tuple[str, int] | None = None
-        # The image the last restored query failed on, and its error (`_mark_unrestorable`).
-        self._last_restore_failure: tuple[str, list[str]] | None = None
+        # The image the previous attempt's restored query failed on, that attempt and its
+        # error (`_mark_unrestorable`); None after any other attempt.
+        self._last_restore_failure: tuple[str, int, list[str]] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._last_status: AgentStatus | None = None
 
@@ -214,7 +216,9 @@ class JobSupervisor:
             adopted = None
             outcome = self._outcome(attempt, exit_code)
             failed = self._failed_restore(attempt, exit_code) if outcome is None else None
-            if failed is not None and (outcome := await self._fall_back(attempt, failed)) is None:
+            if failed is None:
+                self._last_restore_failure = None  # the rule below is of fallbacks in a row
+            elif (outcome := await self._fall_back(attempt, failed)) is None:
                 repeating = None
                 continue
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not attempt.failing
@@ -487,19 +491,27 @@ class JobSupervisor:
         return self._stopped_meanwhile()
 
     def _fails_like_the_last_image(self, attempt: Attempt, source: str) -> bool:
-        """Whether the restored query failed on `source` as it did on the image before,
-        which then was not the images' fault but the pipeline's (a changed state schema, an
-        operator removed): that image is restorable again, and the job fails instead of
-        marking every image unrestorable one by one."""
+        """Whether the restored query failed on `source`, the fallback from the image
+        before, as it did there, with an error of a query that no longer fits its state (a
+        changed state schema, operator or setting): not the images' fault but the
+        pipeline's. That image is restorable again, and the job fails instead of marking
+        every image unrestorable in turn (a missing or corrupt file is the image's fault:
+        those fall back on)."""
         error = attempt.driver.error_lines()
         last = self._last_restore_failure
-        if last is None or not same_error(error, last[1]):
+        if (
+            last is None
+            or not error
+            or not query_change(error[0])
+            or not same_error(error, last[2])
+        ):
             return False
+        image, failed_attempt, _ = last
         self._record.unrestorable = [
-            entry for entry in self._record.unrestorable if entry["source"] != last[0]
+            entry for entry in self._record.unrestorable if entry["attempt"] != failed_attempt
         ]
         self._record.message = (
-            f"the restored query failed the same way on {last[0]} and {source}: the "
+            f"the restored query failed the same way on {image} and {source}: the "
             "pipeline or its settings no longer fit the job's state, not the images (both "
             "stay restorable): change them back or start without that state"
         )
@@ -509,7 +521,7 @@ class JobSupervisor:
         """The restored query failed on its image before it committed a batch: that image,
         and any checkpoint this attempt took of it, are never restored again."""
         error = attempt.driver.error_lines()
-        self._last_restore_failure = (source, error)
+        self._last_restore_failure = (source, self._record.attempt, error)
         reason = (
             f"its restored query failed in attempt {self._record.attempt} before committing "
             "a batch, on an error that points at the checkpoint: "
