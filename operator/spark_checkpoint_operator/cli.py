@@ -107,8 +107,8 @@ def _main(argv: Sequence[str] | None) -> int:
         "--detach",
         action="store_true",
         help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
-        "runtime.log); return once the run answers `spark-checkpoint status` and has started "
-        "its driver (a run that ends before that: its last lines and exit 1)",
+        "runtime.log); return once the run's driver answers (its phase is past Deploying, "
+        "or a minute passed): a run that ends before shows its last lines and exits 1",
     )
     run.add_argument(
         "--state-dir",

@@ -10,6 +10,7 @@ from spark_checkpoint.storage import SymbolicLinkError
 from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command, RuntimeStatus
+from spark_checkpoint_operator.coordinator import JobPhase, TerminalOutcome
 from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
 from spark_checkpoint_operator.local_state import (
     LocalPaths,
@@ -22,6 +23,11 @@ from spark_checkpoint_operator.manifest.problems import ManifestError
 
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
+# The phases the detached run is waited through: its driver's agent has not answered
+# yet, or the run is ending (its exit and last lines are the answer).
+WAITED_PHASES = frozenset(
+    {JobPhase.PENDING.value, JobPhase.DEPLOYING.value, *(o.value for o in TerminalOutcome)}
+)
 POLL_SECONDS = 0.1
 LOG_LINES_SHOWN = 5
 
@@ -61,12 +67,14 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         )
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     answering = False
-    # Until its driver starts, the run may still end at once (no image it can restore, a
-    # spec no driver can run with): that is its answer, not "runs in the background".
+    # Until its driver's agent answers, the run may still end at once (no image it can
+    # restore, no driver it can start, a pipeline that starts its query without
+    # run_coordinated): that is its answer, not "runs in the background". A long restore
+    # past the deadline is left to go on.
     while process.poll() is None and time.monotonic() < deadline:
         status = _status_of(paths, process.pid)
         answering = answering or status is not None
-        if status is not None and status.driver_pid is not None:
+        if status is not None and status.phase not in WAITED_PHASES:
             break
         time.sleep(POLL_SECONDS)
     if process.poll() is None and answering:
@@ -89,9 +97,10 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return ExitCode.FAILED
+    ended = process.returncode
     for line in tail:
-        print(line, file=sys.stderr)
-    return process.returncode or ExitCode.FAILED
+        print(line, file=sys.stdout if ended == 0 else sys.stderr)
+    return ended if ended >= 0 else ExitCode.FAILED  # a signal's end is a failure
 
 
 def _status_of(paths: LocalPaths, runtime_pid: int) -> RuntimeStatus | None:

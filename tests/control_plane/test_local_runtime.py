@@ -696,18 +696,45 @@ def test_a_symbolic_link_in_place_of_the_status_files_temporary_is_replaced(
     assert json.loads((job.job_dir / "status.json").read_text())["status"]["phase"] == "Finished"
 
 
-def test_a_detached_run_that_fails_before_its_driver_starts_says_so_and_exits_1(
-    tmp_path: Path,
+@pytest.mark.parametrize(
+    ("script", "link_the_log", "told"),
+    [
+        # No driver can start.
+        (FINISH, True, "job failed: the driver could not be started: "),
+        # The review's: the driver started, then ended without run_coordinated.
+        (
+            "import time\ntime.sleep(1.5)\n",
+            False,
+            "the pipeline ended without calling run_coordinated",
+        ),
+    ],
+    ids=["no-driver", "uncoordinated"],
+)
+def test_a_detached_run_that_fails_before_its_driver_answers_says_so_and_exits_1(
+    tmp_path: Path, script: str, link_the_log: bool, told: str
 ) -> None:
     # A newcomer's `run --from ... --detach` printed "runs in the background", exit 0, for
     # a run that failed in the same second (no image it could restore).
-    job = ScriptJob(tmp_path, FINISH)
-    log = job.job_dir / "logs" / "driver-1.log"
-    log.parent.mkdir(parents=True)
-    log.symlink_to(tmp_path / "elsewhere.log")  # no driver can be started
+    job = ScriptJob(tmp_path, script)
+    if link_the_log:
+        log = job.job_dir / "logs" / "driver-1.log"
+        log.parent.mkdir(parents=True)
+        log.symlink_to(tmp_path / "elsewhere.log")
 
     result = job.run("--detach", timeout=60)
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "runs in the background" not in result.stdout
-    assert "job failed: the driver could not be started: " in result.stderr, result.stderr
+    assert told in result.stderr, result.stderr
+
+
+def test_a_detached_run_that_finishes_while_it_is_waited_for_says_how_and_exits_0(
+    tmp_path: Path,
+) -> None:
+    job = ScriptJob(tmp_path, FINISH)
+
+    result = job.run("--detach", timeout=60)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "runs in the background" not in result.stdout
+    assert "job finished" in result.stdout, result.stdout
