@@ -11,8 +11,10 @@ find it silently replaced. Each is refused at once, as misconfigured, naming the
 import functools
 import importlib.util
 import logging
+import os
 import runpy
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -38,6 +40,13 @@ def main(argv: list[str]) -> NoReturn:
     except SystemExit as exit_:
         if driver.run_coordinated_called() or exit_.code not in (0, None):
             raise
+    if driver.run_coordinated_called():
+        sys.exit(
+            _refuse(
+                "the pipeline caught the SystemExit that run_coordinated ends the driver with "
+                "(how its query ended is lost): let it through"
+            )
+        )
     sys.exit(
         _refuse(
             "the pipeline ended without calling run_coordinated: nothing of it was "
@@ -50,11 +59,15 @@ def _run_file(main_file: str, arguments: list[str]) -> None:
     path = Path(main_file)
     if not (path.is_file() or (path / "__main__.py").is_file()):
         sys.exit(_refuse(f"mainFile {main_file}: no such file"))
-    # As `python <mainFile>`: the script's directory (a directory: itself) comes first
-    # on the path, in place of the launcher's.
-    sys.path[0] = str(path if path.is_dir() else path.resolve().parent)
+    # As `python <mainFile>`: the script's directory comes first on the path, in place of
+    # the launcher's (a directory or zip archive: run_path puts itself there), `__file__`
+    # is absolute and `sys.argv[0]` as written.
+    if path.is_dir() or zipfile.is_zipfile(path):
+        del sys.path[0]
+    else:
+        sys.path[0] = str(path.resolve().parent)
     sys.argv = [main_file, *arguments]
-    runpy.run_path(main_file, run_name="__main__")
+    runpy.run_path(os.path.abspath(main_file), run_name="__main__")
 
 
 def _run_module(module: str, arguments: list[str]) -> None:

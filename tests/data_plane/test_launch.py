@@ -4,6 +4,7 @@ one that does not hand its query to `run_coordinated` ends as misconfigured."""
 import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,8 @@ SEEN = """
 import json, sys
 import sibling
 print(json.dumps({"name": __name__, "argv": sys.argv, "path0": sys.path[0],
-                  "file": globals().get("__file__"), "sibling": sibling.VALUE}))
+                  "file": globals().get("__file__"), "sibling": sibling.VALUE,
+                  "path": [entry for entry in sys.path[:3] if "app" in entry]}))
 """
 
 
@@ -47,22 +49,23 @@ def _python(*arguments: str, cwd: Path) -> "subprocess.CompletedProcess[str]":
     )
 
 
-@pytest.mark.parametrize(
-    "layout",
-    ["file", "directory", "module"],
-)
+@pytest.mark.parametrize("layout", ["file", "directory", "zip", "module"])
 def test_the_application_sees_what_python_would_show_it(tmp_path: Path, layout: str) -> None:
+    # Named as a manifest names it: relative to the directory the runtime starts it in.
     app = tmp_path / "app"
     app.mkdir()
     (app / "sibling.py").write_text("VALUE = 'next to the main file'\n")
-    elsewhere = tmp_path / "run-from-here"
-    elsewhere.mkdir()
     if layout == "file":
         (app / "main.py").write_text(SEEN)
-        target, cwd = [str(app / "main.py")], elsewhere
+        target, cwd = ["app/main.py"], tmp_path
     elif layout == "directory":
         (app / "__main__.py").write_text(SEEN)
-        target, cwd = [str(app)], elsewhere
+        target, cwd = ["app"], tmp_path
+    elif layout == "zip":
+        with zipfile.ZipFile(tmp_path / "app.zip", "w") as archive:
+            archive.writestr("__main__.py", SEEN)
+            archive.write(app / "sibling.py", "sibling.py")
+        target, cwd = ["app.zip"], tmp_path
     else:
         (app / "main.py").write_text(SEEN)
         target, cwd = ["-m", "main"], app
@@ -73,7 +76,10 @@ def test_the_application_sees_what_python_would_show_it(tmp_path: Path, layout: 
     assert expected.returncode == 0, expected.stderr
     seen = json.loads(expected.stdout)
     assert seen["argv"][1:] == ["--input", "in dir"]
-    assert json.loads(launched.stdout.splitlines()[0]) == seen
+    shown = json.loads(launched.stdout.splitlines()[0])
+    # sys.argv[0] is the main file's absolute path, as __file__ is (runpy sets both).
+    assert shown["argv"][0] == str(cwd / seen["argv"][0])
+    assert {**shown, "argv": seen["argv"]} == seen
     # It ended without run_coordinated: refused (below), not finished.
     assert launched.returncode == DriverExit.MISCONFIGURED
 
@@ -163,3 +169,21 @@ def test_an_option_other_than_the_checkpoint_location_is_the_pipelines(tmp_path:
     result = _launch("main.py", cwd=tmp_path)
 
     assert result.stdout == "passed on to PySpark\n", result.stderr
+
+
+def test_a_pipeline_that_catches_run_coordinateds_exit_is_told_so(tmp_path: Path) -> None:
+    (tmp_path / "main.py").write_text(
+        "from spark_checkpoint import driver\n"
+        "try:\n"
+        "    driver.run_coordinated(None)\n"
+        "except SystemExit:\n"
+        "    pass  # cleanup that swallows the driver's end\n"
+    )
+
+    result = _launch("main.py", cwd=tmp_path)
+
+    assert result.returncode == DriverExit.MISCONFIGURED
+    assert result.stderr.splitlines()[-1].endswith(
+        "the pipeline caught the SystemExit that run_coordinated ends the driver with (how its "
+        "query ended is lost): let it through"
+    ), result.stderr
