@@ -60,8 +60,8 @@ def _run_file(main_file: str, arguments: list[str]) -> None:
     if not (path.is_file() or (path / "__main__.py").is_file()):
         sys.exit(_refuse(f"mainFile {main_file}: no such file"))
     # As `python <mainFile>`: the script's directory comes first on the path, in place of
-    # the launcher's (a directory or zip archive: run_path puts itself there), `__file__`
-    # is absolute and `sys.argv[0]` as written.
+    # the launcher's (a directory or zip archive: run_path puts itself there), and
+    # `__file__` is absolute (so is `sys.argv[0]`: run_path sets both).
     if path.is_dir() or zipfile.is_zipfile(path):
         del sys.path[0]
     else:
