@@ -383,6 +383,8 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     wait_until_gone(driver)
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Suspended"
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert ready["message"].endswith("(on this machine: spark-checkpoint run)"), ready
 
 
 def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: Path) -> None:
