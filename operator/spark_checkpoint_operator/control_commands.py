@@ -4,6 +4,7 @@ from another terminal (Flink's ``flink savepoint``, ``stop``, ``cancel``)."""
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 from spark_checkpoint.storage import CheckpointKind, printable_line
 from spark_checkpoint_operator.cli_conventions import (
@@ -93,7 +94,9 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         "two-phase-commit sink's output is committed up to the batch of the last completed "
         "checkpoint or stop-with-savepoint), last checkpoint and savepoint and the snapshots in "
         "progress; -o wide adds the pids of the run and of its driver, "
-        "the images' paths and the run's message.",
+        "the images' paths and the run's message. With no run answering (exit 3), it says how "
+        "the last run left the job; -o json and yaml print its fields then too (running: "
+        "false).",
         epilog=epilog(
             [
                 "spark-checkpoint status -f job.yaml",
@@ -221,6 +224,9 @@ def run_control(args: argparse.Namespace) -> int:
         return ExitCode.USAGE
     except NoRuntime as error:
         ended = f"; {last_run(paths.status_file)}" if args.command == Command.STATUS else ""
+        if args.command == Command.STATUS and args.output in (OutputFormat.JSON, OutputFormat.YAML):
+            # A script reads a document either way; the exit code says no run answered.
+            print_document(last_run_document(paths), args.output, sys.stdout)
         print(f"{prog}: {error}{ended}", file=sys.stderr)
         return ExitCode.NO_RUNTIME
     except ControlRefused as error:
@@ -235,7 +241,7 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         answer = request(paths, command)
         assert answer.status is not None
         if args.output in (OutputFormat.JSON, OutputFormat.YAML):
-            print_document(answer.status.to_json(), args.output, sys.stdout)
+            print_document({**answer.status.to_json(), "running": True}, args.output, sys.stdout)
         else:
             for line in status_lines(answer.status, wide=args.output is OutputFormat.WIDE):
                 print(line)
@@ -311,6 +317,38 @@ def last_run(status_file: Path) -> str:
         # A run ends by recording how; one that did not was killed (its driver with it).
         return f"the last run ended without recording how (killed?); it last recorded {recorded}"
     return f"the last run left it {recorded}"
+
+
+def last_run_document(paths: LocalPaths) -> dict[str, Any]:
+    """``status -o json`` when no run answers: a running one's fields, as the status file
+    the last run left says them (no pids, nothing in progress), its message the sentence
+    `last_run` says; ``running`` false."""
+    try:
+        found = StatusFile.read(paths.status_file)
+        status = None if found is None else found.persisted_status()
+    except StatusFileError:
+        status = None
+    images = {
+        kind: None if status is None else last_image(status.coordinator, kind)
+        for kind in CheckpointKind
+    }
+    return {
+        "job": f"{paths.job_dir.parent.name}/{paths.job_dir.name}",
+        "phase": None if status is None else status.phase.value,
+        "attempt": None if status is None else status.job_attempt,
+        "runtimePid": None,
+        "driverPid": None,
+        "lastCommittedBatch": None if status is None else status.last_committed_batch,
+        "lastCheckpoint": _image_document(images[CheckpointKind.CHECKPOINT]),
+        "lastSavepoint": _image_document(images[CheckpointKind.SAVEPOINT]),
+        "inProgress": 0,
+        "message": last_run(paths.status_file),
+        "running": False,
+    }
+
+
+def _image_document(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    return None if image is None else {"id": image["id"], "path": image.get("path", "")}
 
 
 def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:

@@ -101,6 +101,7 @@ def test_detached_run_status_savepoint_and_stop(job: LocalJob) -> None:
     status = job.status()
     assert status["job"] == "default/probe"
     assert status["runtimePid"] == job.runtime_pid()
+    assert status["running"] is True
     _status_in_yaml_and_wide_is_the_same_status(job, status)
 
     taken = job.cli("savepoint", "-f", "job.yaml")
@@ -251,6 +252,19 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
         f"{recorded['lastCommittedBatch']}, checkpoint {recorded['lastCheckpoint']['id']}, "  # type: ignore[index]
         f"savepoint {newest})\n"
     ), ended.stderr
+    # A script reads the same fields as of a running one's, with the exit code 3.
+    as_json = job.cli("status", "-f", "job.yaml", "-o", "json")
+    assert as_json.returncode == 3
+    document = json.loads(as_json.stdout)
+    assert document["running"] is False
+    assert (document["phase"], document["driverPid"], document["inProgress"]) == (
+        recorded["phase"],
+        None,
+        0,
+    )
+    assert document["lastSavepoint"]["id"] == newest
+    assert document["message"].startswith("the last run left it ")
+    assert document["message"] in ended.stderr
 
     # By the path `savepoint` printed: the registry's savepoint, not an external image.
     printed = first.stdout.split()[-1]
