@@ -19,6 +19,7 @@ import hmac
 import itertools
 import json
 import logging
+import os
 import random
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -567,8 +568,16 @@ def _container(name: str, *, ready: bool, state: dict[str, Any]) -> dict[str, An
 
 
 def _address_space() -> Any:
-    first = random.randrange(1, 255)
-    return itertools.product((*range(first, 255), *range(1, first)), range(256), range(2, 255))
+    # Clusters of parallel test workers run at once: a random second octet alone let two
+    # of them give pods one address (a bind failed: "address already in use"); the third
+    # starts at the worker's process id, so they differ in one or the other.
+    second = random.randrange(1, 255)
+    third = os.getpid() % 256
+    return itertools.product(
+        (*range(second, 255), *range(1, second)),
+        (*range(third, 256), *range(third)),
+        range(2, 255),
+    )
 
 
 async def _ignore_missing(call: Any) -> None:
