@@ -142,8 +142,9 @@ class StatusRecord(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class RegisteredIds:
-    """The ids of the snapshots the coordinator registered, as a status lists them."""
+class RegisteredSnapshots:
+    """The snapshots the coordinator registered, and the images a restore no longer
+    uses, as a status lists them."""
 
     checkpoints: frozenset[int]
     savepoints: frozenset[int]
@@ -217,9 +218,9 @@ class StatusFile:
         except InvalidStatus as error:
             raise StatusFileError(f"{self.path}: status.{error}") from None
 
-    def registered_ids(self) -> RegisteredIds:
-        """Only the registry's ids: a status file of another version still says which
-        snapshots are registered."""
+    def registered_snapshots(self) -> RegisteredSnapshots:
+        """Only the registry's ids and the unrestorable images: a status file of another
+        version still says which snapshots are registered."""
         status: Any = self.status
         if not isinstance(status, Mapping):
             raise StatusFileError(f"{self.path}: status: missing")
@@ -227,7 +228,7 @@ class StatusFile:
             raise StatusFileError(f"{self.path}: status.coordinator: missing")
         coordinator = status["coordinator"]
         unrestorable = status.get("unrestorable")
-        return RegisteredIds(
+        return RegisteredSnapshots(
             checkpoints=frozenset(self._ids(coordinator, "checkpoints")),
             savepoints=frozenset(self._ids(coordinator, "savepoints")),
             unrestorable={

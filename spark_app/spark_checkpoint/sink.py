@@ -353,8 +353,7 @@ class TransactionalFileSink:
         their state for the batch only when every partition of the batch is computed.
         """
         _require_batch_id(batch_id, "batch_id")
-        source_offsets = self._source_offsets(batch_id)
-        source_files = self._source_files(batch_id)
+        source_offsets, source_files = self._input_digests(batch_id)
         if (committed := self._committed_record(batch_id)) is not None:
             self._require_same_input(committed, source_offsets, source_files)
             logger.info(
@@ -584,42 +583,19 @@ class TransactionalFileSink:
     def _staged_record(self, batch_id: int) -> BatchRecord | None:
         return _read_record(self._storage, _staged_path(batch_id))
 
-    def _source_offsets(self, batch_id: int) -> str | None:
-        """SHA-256 of the source offsets Spark logged for `batch_id` before running it
-        (``offsets/<B>`` in the checkpoint location, less its version and metadata lines,
-        which hold the batch's time); None without a checkpoint location or entry."""
-        if self._checkpoint_location is None:
-            return None
-        try:
-            logged = (self._checkpoint_location / "offsets" / str(batch_id)).read_bytes()
-        except OSError:
-            return None
-        return hashlib.sha256(b"\n".join(logged.splitlines()[2:])).hexdigest()
-
-    def _source_files(self, batch_id: int) -> str | None:
-        """SHA-256 of the files Spark's file sources read in `batch_id` (their paths and
-        modification times); None without a checkpoint location or a file source.
-
-        A file source's offset is the id of its own log (``{"logOffset": L}``), which
-        ``maxFilesPerTrigger`` or new files leave unchanged while changing what the batch
-        reads: the files are those its log lists under the ids after its offset of batch
-        B-1 up to its offset of B (``sources/<n>/<L>``, or ``<L>.compact`` at a compaction;
-        source n is the n-th offset of the batch, as Spark numbers them)."""
+    def _input_digests(self, batch_id: int) -> tuple[str | None, str | None]:
+        """The digests of `batch_id`'s input: of the source offsets Spark logged for it
+        before running it, and of the files its file sources read (see `BatchRecord`);
+        each None when unknown (no checkpoint location, no log entry, no file source)."""
         location = self._checkpoint_location
         if location is None:
-            return None
-        ends = _file_source_offsets(location, batch_id)
-        starts = _file_source_offsets(location, batch_id - 1) if batch_id > 0 else {}
-        if not ends or starts is None:
-            return None
-        entries: list[str] = []
-        for source, end in ends.items():
-            for log_id in range(starts.get(source, -1) + 1, end + 1):
-                listed = _file_source_entries(location / "sources" / str(source), log_id)
-                if listed is None:
-                    return None
-                entries += [f"{source}\t{entry}" for entry in listed]
-        return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+            return None, None
+        offsets = _logged_offsets(location, batch_id)
+        if offsets is None:
+            return None, None
+        return hashlib.sha256(b"\n".join(offsets)).hexdigest(), _source_files(
+            location, batch_id, offsets
+        )
 
     def _require_same_input(
         self, committed: BatchRecord, source_offsets: str | None, source_files: str | None
@@ -653,23 +629,54 @@ def _same(known: str | None, now: str | None) -> bool:
     return known is None or now is None or known == now
 
 
-def _file_source_offsets(location: Path, batch_id: int) -> dict[int, int] | None:
-    """The offsets of the file sources of `batch_id` in Spark's offset log (its lines after
-    the version and metadata, one per source: a file source's is ``{"logOffset": L}``), by
-    the source's number; None when the log has no entry of the batch."""
+def _logged_offsets(location: Path, batch_id: int) -> list[bytes] | None:
+    """The lines of Spark's offset log entry of `batch_id` (``offsets/<B>``) after its
+    version and metadata lines (which hold the batch's time): one offset per source, as
+    Spark numbers the sources; None when the log has no entry of the batch."""
     try:
-        lines = (location / "offsets" / str(batch_id)).read_text().splitlines()[2:]
-    except (OSError, UnicodeDecodeError):
+        return (location / "offsets" / str(batch_id)).read_bytes().splitlines()[2:]
+    except OSError:
         return None
-    offsets: dict[int, int] = {}
-    for source, line in enumerate(lines):
+
+
+def _source_files(location: Path, batch_id: int, offsets: list[bytes]) -> str | None:
+    """SHA-256 of the files Spark's file sources read in `batch_id` (their paths and
+    modification times), given its logged `offsets`; None without a file source.
+
+    A file source's offset is the id of its own log (``{"logOffset": L}``), which
+    ``maxFilesPerTrigger`` or new files leave unchanged while changing what the batch
+    reads: the files are those its log lists under the ids after its offset of batch B-1
+    up to its offset of B (``sources/<n>/<L>``, or ``<L>.compact`` at a compaction)."""
+    ends = _file_source_offsets(offsets)
+    if batch_id == 0:
+        starts: dict[int, int] | None = {}
+    else:
+        earlier = _logged_offsets(location, batch_id - 1)
+        starts = None if earlier is None else _file_source_offsets(earlier)
+    if not ends or starts is None:
+        return None
+    entries: list[str] = []
+    for source, end in ends.items():
+        for log_id in range(starts.get(source, -1) + 1, end + 1):
+            listed = _file_source_entries(location / "sources" / str(source), log_id)
+            if listed is None:
+                return None
+            entries += [f"{source}\t{entry}" for entry in listed]
+    return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
+
+
+def _file_source_offsets(offsets: list[bytes]) -> dict[int, int]:
+    """The file sources' offsets among a batch's logged `offsets` (a file source's is
+    ``{"logOffset": L}``), by the source's number."""
+    found: dict[int, int] = {}
+    for source, line in enumerate(offsets):
         try:
             offset = json.loads(line)
         except (ValueError, RecursionError):  # "-": no offset yet
             continue
         if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
-            offsets[source] = offset["logOffset"]
-    return offsets
+            found[source] = offset["logOffset"]
+    return found
 
 
 def _file_source_entries(log: Path, log_id: int) -> list[str] | None:

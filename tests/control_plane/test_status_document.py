@@ -23,7 +23,7 @@ from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.status import (
     PersistedStatus,
-    RegisteredIds,
+    RegisteredSnapshots,
     StatusFile,
     render_status,
 )
@@ -148,7 +148,7 @@ def test_the_status_round_trips_through_each_of_its_users(
         # The storage commands' registry.
         registry = load_registry(paths.status_file)
         assert registry is not None
-        assert registry.registered == RegisteredIds(
+        assert registry.registered == RegisteredSnapshots(
             checkpoints=frozenset(c.checkpoint_id for c in record.coordinator.checkpoints),
             savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
             unrestorable={e["source"]: e["reason"] for e in record.unrestorable},

@@ -16,7 +16,7 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
-from spark_checkpoint_operator.status import RegisteredIds, StatusFile, StatusFileError
+from spark_checkpoint_operator.status import RegisteredSnapshots, StatusFile, StatusFileError
 
 
 class CommandError(Exception):
@@ -107,7 +107,7 @@ class Registry:
     """The snapshots the coordinator registered, from a local status file."""
 
     source: Path
-    registered: RegisteredIds
+    registered: RegisteredSnapshots
 
     def ids(self, kind: CheckpointKind) -> frozenset[int]:
         return self.registered.of(kind)
@@ -125,7 +125,7 @@ def load_registry(status_file: Path) -> Registry | None:
     """The registry in ``status_file``; None if there is no such file. Raises
     StatusFileError naming the file and the field."""
     found = StatusFile.read(status_file)
-    return None if found is None else Registry(status_file, found.registered_ids())
+    return None if found is None else Registry(status_file, found.registered_snapshots())
 
 
 def registry_or_warn(job: JobStorage, err: TextIO) -> Registry | None:
