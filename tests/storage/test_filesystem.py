@@ -482,3 +482,66 @@ def test_a_restored_file_is_not_fsynced(
     fs.copy_out(str(tmp_path / "store" / "x"), str(tmp_path / "restore" / "x"))
 
     assert (tmp_path / "restore" / "x").read_bytes() == CONTENT
+
+
+@pytest.mark.parametrize("operation", ["delete_tree", "delete_file"])
+def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """Another process (the job's own driver) may replace a directory of the job's storage
+    with a link between the check for links and the delete: the delete still never
+    reaches out of the job's directory."""
+    confined = tmp_path / "job"
+    (confined / "checkpoints" / "chk-1").mkdir(parents=True)
+    (confined / "checkpoints" / "chk-1" / "state").write_text("the job's")
+    outside = tmp_path / "outside"
+    (outside / "chk-1").mkdir(parents=True)
+    (outside / "chk-1" / "state").write_text("not the job's")
+    storage = fs.confined(str(confined))
+    checked = storage._native
+
+    def check_then_swap(path: str) -> str:
+        native = checked(path)
+        if (confined / "checkpoints").is_dir() and not (confined / "checkpoints").is_symlink():
+            (confined / "checkpoints").rename(tmp_path / "moved-away")
+            (confined / "checkpoints").symlink_to(outside)
+        return native
+
+    monkeypatch.setattr(storage, "_native", check_then_swap)
+    target = confined / "checkpoints" / "chk-1"
+    path = str(target if operation == "delete_tree" else target / "state")
+
+    with pytest.raises(SymbolicLinkError, match="checkpoints"):
+        getattr(storage, operation)(path)
+
+    assert (outside / "chk-1" / "state").read_text() == "not the job's"
+
+
+def test_a_link_inside_a_deleted_tree_is_removed_not_followed(
+    fs: StorageFileSystem, tmp_path: Path
+) -> None:
+    confined = tmp_path / "job"
+    (confined / "checkpoints" / "chk-1").mkdir(parents=True)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "file").write_text("not the job's")
+    storage = fs.confined(str(confined))
+    (confined / "checkpoints" / "chk-1" / "shared").symlink_to(tmp_path / "outside")
+
+    storage.delete_tree(str(confined / "checkpoints" / "chk-1"))
+
+    assert not (confined / "checkpoints" / "chk-1").exists()
+    assert (tmp_path / "outside" / "file").read_text() == "not the job's"
+
+
+def test_deletes_of_a_missing_path_below_the_boundary_do_nothing(
+    fs: StorageFileSystem, tmp_path: Path
+) -> None:
+    confined = tmp_path / "job"
+    confined.mkdir()
+    storage = fs.confined(str(confined))
+
+    storage.delete_tree(str(confined / "checkpoints" / "chk-9"))
+    storage.delete_file(str(confined / "checkpoints" / "chk-9" / "_metadata"))
+    storage.delete_file(str(confined / "_metadata"))
+
+    assert list(confined.iterdir()) == []

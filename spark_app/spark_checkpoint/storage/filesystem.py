@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import posixpath
+import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -207,12 +208,24 @@ class StorageFileSystem:
     def delete_file(self, path: str) -> None:
         """Delete the file at `path`, if there is one."""
         with _storage_errors(path), contextlib.suppress(FileNotFoundError):
-            self._fs.rm_file(self._native(path))
+            native = self._native(path)
+            if self._deletes_below_boundary(native):
+                with self._parent_directory(native) as (parent, name):
+                    os.unlink(name, dir_fd=parent)
+            else:
+                self._fs.rm_file(native)
 
     def delete_tree(self, path: str) -> None:
         """Delete the directory `path` and everything below it, if it exists."""
         with _storage_errors(path), contextlib.suppress(FileNotFoundError):
-            self._fs.rm(self._native(path), recursive=True)
+            native = self._native(path)
+            if self._deletes_below_boundary(native):
+                with self._parent_directory(native) as (parent, name):
+                    # Descends by file descriptors and never through a link: a link
+                    # placed after the check above is removed, not followed.
+                    shutil.rmtree(name, dir_fd=parent)
+            else:
+                self._fs.rm(native, recursive=True)
 
     def digest(self, path: str) -> FileDigest:
         """Size and SHA-256 of the stored file at `path`, read in one streaming pass."""
@@ -340,6 +353,41 @@ class StorageFileSystem:
             natives.append(native)
         return natives
 
+    def _deletes_below_boundary(self, native: str) -> bool:
+        return (
+            self._is_local
+            and self._boundary is not None
+            and native.startswith(self._boundary + "/")
+        )
+
+    @contextlib.contextmanager
+    def _parent_directory(self, native: str) -> Iterator[tuple[int, str]]:
+        """The directory holding the local `native` below the boundary, opened from the
+        boundary down one component at a time without following a link, and the name in
+        it: a link swapped in after `_native` checked the path cannot redirect a delete
+        out of the confined directory (SymbolicLinkError)."""
+        assert self._boundary is not None
+        parent, name = posixpath.split(native)
+        relative = parent[len(self._boundary) + 1 :]
+        descriptor = os.open(self._boundary, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            current = self._boundary
+            for part in relative.split("/") if relative else []:
+                current = f"{current}/{part}"
+                try:
+                    below = os.open(
+                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=descriptor
+                    )
+                except OSError as error:
+                    if error.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(current):
+                        raise SymbolicLinkError(current, _link_target(current)) from None
+                    raise
+                os.close(descriptor)
+                descriptor = below
+            yield descriptor, name
+        finally:
+            os.close(descriptor)
+
     def _native(self, path: str) -> str:
         # The wrapped filesystem's own form of the path: no protocol, absolute if local.
         native: str = self._fs._strip_protocol(path)
@@ -399,7 +447,14 @@ def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRE
         except (FileNotFoundError, NotADirectoryError):
             return  # nothing further down exists, so nothing there is a link
         if stat.S_ISLNK(mode):
-            raise SymbolicLinkError(current, os.readlink(current), within)
+            raise SymbolicLinkError(current, _link_target(current), within)
+
+
+def _link_target(path: str) -> str:
+    try:
+        return os.readlink(path)
+    except OSError:  # replaced again since
+        return "?"
 
 
 def _local_file_size(native: str) -> int | None:
