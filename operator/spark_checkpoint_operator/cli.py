@@ -100,8 +100,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "--from",
         dest="restore_from",
         metavar="IMAGE",
-        help="restore savepoint:N, checkpoint:N (of the job's registry) or the savepoint at "
-        "PATH instead of the newest image; checked before Spark starts",
+        help="restore savepoint:N, checkpoint:N (of the job's registry) or the savepoint or "
+        "retained checkpoint at PATH (.../savepoints/sp-N or .../chk-N) instead of the "
+        "newest image; checked before Spark starts",
     )
     run.add_argument(
         "--detach",

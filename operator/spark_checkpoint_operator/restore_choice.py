@@ -7,10 +7,9 @@ from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
-    JobStorageLayout,
     StorageError,
     metadata_location,
-    parse_snapshot_dir_name,
+    parse_snapshot_address,
 )
 from spark_checkpoint_operator.coordinator import PersistedState
 
@@ -21,8 +20,9 @@ class UnknownImage(Exception):
 
 def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
     """The restore candidate (its encoding) ``choice`` names: ``savepoint:N`` or
-    ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's directory
-    or ``_metadata``. Raises `UnknownImage` if it is not registered or not intact."""
+    ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's or a
+    retained checkpoint's directory or ``_metadata`` (this job's or another's, as Flink's
+    ``run -s``). Raises `UnknownImage` if it is not registered or not intact."""
     kind = choice.partition(":")[0]
     if kind in set(CheckpointKind) and "://" not in choice:
         try:
@@ -44,31 +44,26 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
 
 def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
     uri = metadata_location(choice if "://" in choice else Path(choice).resolve().as_uri())
-    # <root>/<namespace>/<job>/savepoints/sp-<N>/_metadata
-    parts = uri.split("/")
-    snapshot_id = (
-        parse_snapshot_dir_name(CheckpointKind.SAVEPOINT, parts[-2]) if len(parts) > 5 else None
-    )
-    if snapshot_id is None or parts[-3] != "savepoints":
-        raise UnknownImage(
-            f"{choice} is not savepoint:N, checkpoint:N or the path of a savepoint "
-            "(<root>/<namespace>/<job>/savepoints/sp-<N>)"
-        )
     try:
-        layout = JobStorageLayout("/".join(parts[:-5]), parts[-5], parts[-4])
-        savepoint = CheckpointStorage(layout)
-    except ValueError as error:  # a bad name, an unknown protocol
-        raise UnknownImage(f"{choice} is not the path of a savepoint: {error}") from None
+        address = parse_snapshot_address(uri)
+        source = CheckpointStorage(address.layout)
+    except ValueError as error:  # not a snapshot's place, a bad name, an unknown protocol
+        raise UnknownImage(
+            f"{choice} is not savepoint:N, checkpoint:N or the path of a checkpoint or a "
+            f"savepoint: {error}"
+        ) from None
     except (ImportError, OSError) as error:  # no library for it here (gcsfs)
         raise UnknownImage(f"{choice} cannot be read here: {error}") from None
+    kind, snapshot_id = address.kind, address.snapshot_id
     # Storage's errors name the path already.
-    _require_intact(savepoint, CheckpointKind.SAVEPOINT, snapshot_id, "the savepoint")
-    if layout.job_root == storage.layout.job_root and snapshot_id in {
-        s.checkpoint_id for s in registry.savepoints
+    _require_intact(source, kind, snapshot_id, f"the {kind}")
+    registered = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
+    if address.layout.job_root == storage.layout.job_root and snapshot_id in {
+        s.checkpoint_id for s in registered
     }:
-        # One of the job's own by its path (as `savepoint` prints it): restored as the
-        # registry's (status shows savepoint:N, not a URI).
-        return RestoreCandidate.registered(CheckpointKind.SAVEPOINT, snapshot_id).encode()
+        # One of the job's own by its path (as `savepoint` and `list` print it): restored
+        # as the registry's (status shows savepoint:N, not a URI).
+        return RestoreCandidate.registered(kind, snapshot_id).encode()
     return RestoreCandidate.external(uri).encode()
 
 

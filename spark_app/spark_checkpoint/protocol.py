@@ -183,13 +183,14 @@ def _canonical_id(text: str) -> int | None:
 @dataclass(frozen=True, slots=True)
 class RestoreCandidate:
     """An image a driver may restore from: this job's registered checkpoint or savepoint
-    (``checkpoint:N``, ``savepoint:N``), or another savepoint's ``_metadata`` by URI
-    (``external:<URI>``, the job's initial savepoint). Build one with `registered` or
+    (``checkpoint:N``, ``savepoint:N``), or another image's ``_metadata`` by URI
+    (``external:<URI>``: the job's initial savepoint, or a savepoint or retained checkpoint
+    that ``run --from`` names by its path). Build one with `registered` or
     `external`; `encode` and `decode` are the only spelling of candidates."""
 
     kind: CheckpointKind
     snapshot_id: int | None = None  # a registered image's id
-    metadata_uri: str | None = None  # an external savepoint's _metadata
+    metadata_uri: str | None = None  # an external image's _metadata
 
     @classmethod
     def registered(cls, kind: CheckpointKind, snapshot_id: int) -> Self:

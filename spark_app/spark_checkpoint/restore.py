@@ -20,9 +20,8 @@ from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedIma
 from spark_checkpoint.storage import (
     CheckpointMetadata,
     CheckpointStorage,
-    JobStorageLayout,
     StorageError,
-    StorageFileSystem,
+    parse_snapshot_address,
 )
 
 log = logging.getLogger(__name__)
@@ -126,19 +125,18 @@ def _open(
         assert candidate.snapshot_id is not None
         return storage.read_metadata(candidate.kind, candidate.snapshot_id), storage
     uri = candidate.metadata_uri
-    # Through the storage seam: a missing file or credentials are a StorageError.
-    metadata = CheckpointMetadata.from_bytes(StorageFileSystem.for_url(uri).read_bytes(uri), uri)
-    suffix = (
-        f"/{metadata.namespace}/{metadata.job}/savepoints/sp-{metadata.checkpoint_id}/_metadata"
-    )
-    if not uri.endswith(suffix):
-        raise StorageError(uri, f"a savepoint's _metadata must be at <root>{suffix}")
-    layout = JobStorageLayout(uri[: -len(suffix)], metadata.namespace, metadata.job)
-    return metadata, CheckpointStorage(layout)
+    try:
+        address = parse_snapshot_address(uri)
+    except ValueError as error:
+        raise StorageError(uri, str(error)) from None
+    # Read through the storage seam (a missing file or credentials are a StorageError),
+    # which also checks that the `_metadata` is of the snapshot its place names.
+    source = CheckpointStorage(address.layout)
+    return source.read_metadata(address.kind, address.snapshot_id), source
 
 
 def _give_new_query_id(location: Path) -> None:
-    """A fork from another job's savepoint is a new query: sinks that skip batch ids they
+    """A fork from another job's image is a new query: sinks that skip batch ids they
     saw must not mistake it for the old one."""
     metadata_file = location / SPARK_METADATA_FILE
     document = json.loads(metadata_file.read_text())

@@ -8,6 +8,7 @@ import io
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -275,6 +276,52 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
 
 
+def _checkpoint_paths(job: LocalJob) -> dict[int, str]:
+    """The retained checkpoints' _metadata, as ``list -o json`` shows them."""
+    listed = job.cli("list", "-f", "job.yaml", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    return {
+        row["id"]: row["path"]
+        for row in json.loads(listed.stdout)["snapshots"]
+        if row["kind"] == "checkpoint" and row["path"]
+    }
+
+
+def test_run_from_the_path_of_a_retained_checkpoint(job: LocalJob, tmp_path: Path) -> None:
+    """Flink's ``run -s <checkpoint path>``: the job's own retained checkpoint by its path
+    is its registry's; one in a copy of the storage elsewhere restores as another image."""
+    manifest = yaml.safe_load((job.directory / "job.yaml").read_text())
+    manifest["spec"]["checkpointing"]["retentionPolicy"] = "RetainOnCancellation"
+    (job.directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+    _detach(job)
+    _wait_for_checkpoint(job)
+    while len(_checkpoint_paths(job)) < 2:  # the newest is what a run restores
+        time.sleep(0.2)
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+    paths = _checkpoint_paths(job)
+    chosen = min(paths)
+    assert paths[chosen].endswith(f"/default/probe/chk-{chosen}/_metadata"), paths
+
+    _detach(job, "--from", paths[chosen].removeprefix("file://"))
+    restored = job.status_file()["restoredFrom"]
+    assert restored is not None and restored["source"] == f"checkpoint:{chosen}"  # type: ignore[index]
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+
+    storage = job.directory / ".spark-checkpoint" / "storage"
+    backup = tmp_path / "backup"
+    shutil.copytree(storage / "default", backup / "default")
+    copied = max(_checkpoint_paths(job))
+    elsewhere = backup / "default" / "probe" / f"chk-{copied}"
+    _detach(job, "--from", str(elsewhere))
+    restored = job.status_file()["restoredFrom"]
+    assert restored is not None and restored["source"] == (  # type: ignore[index]
+        f"external:{elsewhere.as_uri()}/_metadata"
+    )
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
 def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob) -> None:
     _detach(job)
     taken = job.cli("savepoint", "-f", "job.yaml")
@@ -295,7 +342,10 @@ def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob
     assert sorted((job.job_dir / "logs").iterdir()) == logs_before  # no driver started
     path = job.cli("run", "-f", "job.yaml", "--from", str(job.directory / "nowhere"))
     assert path.returncode == 1
-    assert "is not savepoint:N, checkpoint:N or the path of a savepoint" in path.stderr
+    assert (
+        "is not savepoint:N, checkpoint:N or the path of a checkpoint or a savepoint: not where"
+        in path.stderr
+    )
     # Storage's error names the path: the refusal does not name it twice.
     moved = storage / "savepoints" / f"sp-{chosen + 100}"
     missing = job.cli("run", "-f", "job.yaml", "--from", str(moved))

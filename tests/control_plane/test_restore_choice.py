@@ -1,5 +1,6 @@
-"""`run --from PATH` (and a local initialSavepointPath): a path that names no savepoint is
-refused in one line, before anything reads it."""
+"""`run --from PATH` (and a local initialSavepointPath): a path that names no checkpoint
+or savepoint is refused in one line, before anything reads it; one that names a retained
+checkpoint or a savepoint is the job's own registered image or an external one."""
 
 from pathlib import Path
 
@@ -15,21 +16,26 @@ from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
     [
         (
             "/backup/Bad_NS/orders/savepoints/sp-1",
-            "/backup/Bad_NS/orders/savepoints/sp-1 is not the path of a savepoint: namespace "
-            "must be a DNS-1123 label",
+            "/backup/Bad_NS/orders/savepoints/sp-1 is not savepoint:N, checkpoint:N or the "
+            "path of a checkpoint or a savepoint: namespace must be a DNS-1123 label",
         ),
         (
             "gs://bucket/default/orders/savepoints/sp-1",
             "gs://bucket/default/orders/savepoints/sp-1 cannot be read here: ",
         ),
         (
-            "/backup/default/orders/checkpoints/chk-1",
-            "/backup/default/orders/checkpoints/chk-1 is not savepoint:N, checkpoint:N or the "
-            "path of a savepoint",
+            "/backup/default/orders/checkpoints/chk-x",
+            "/backup/default/orders/checkpoints/chk-x is not savepoint:N, checkpoint:N or the "
+            "path of a checkpoint or a savepoint: not where a checkpoint or a savepoint lies",
+        ),
+        (
+            "/backup/default/orders/chk-1",
+            "the checkpoint cannot be restored: file:///backup/default/orders/chk-1/_metadata: "
+            "no such file",
         ),
     ],
 )
-def test_a_path_that_names_no_readable_savepoint_is_one_line(
+def test_a_path_that_names_no_readable_image_is_one_line(
     tmp_path: Path, choice: str, said: str
 ) -> None:
     storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))

@@ -1,6 +1,7 @@
 """Restore's own decisions, without Spark: which images it skips and why, and which query
 failures the driver blames on the restored checkpoint."""
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -19,8 +20,14 @@ from spark_checkpoint.storage import (
 WHEN = datetime(2026, 11, 25, 12, 0, tzinfo=UTC)
 
 
-def _savepoint(tmp_path: Path, files: dict[str, str], savepoint_id: int = 4) -> str:
-    """A savepoint of job ``source`` holding ``files``; returns its _metadata URI."""
+def _savepoint(
+    tmp_path: Path,
+    files: dict[str, str],
+    savepoint_id: int = 4,
+    kind: CheckpointKind = CheckpointKind.SAVEPOINT,
+) -> str:
+    """A savepoint (or retained checkpoint) of job ``source`` holding ``files``; returns
+    its _metadata URI."""
     storage = CheckpointStorage(
         JobStorageLayout((tmp_path / "other").as_uri(), "default", "source")
     )
@@ -29,13 +36,17 @@ def _savepoint(tmp_path: Path, files: dict[str, str], savepoint_id: int = 4) -> 
         local = tmp_path / "live" / path
         local.parent.mkdir(parents=True, exist_ok=True)
         local.write_text(content)
-        entries.append(storage.add_savepoint_file(savepoint_id, str(local), path))
+        entries.append(
+            storage.add_savepoint_file(savepoint_id, str(local), path)
+            if kind is CheckpointKind.SAVEPOINT
+            else storage.add_shared_file(str(local), path)
+        )
     storage.write_metadata(
         CheckpointMetadata(
             namespace="default",
             job="source",
             checkpoint_id=savepoint_id,
-            kind=CheckpointKind.SAVEPOINT,
+            kind=kind,
             batch_id=2,
             query_id="q",
             trigger_time=WHEN,
@@ -48,7 +59,7 @@ def _savepoint(tmp_path: Path, files: dict[str, str], savepoint_id: int = 4) -> 
             properties={},
         )
     )
-    return f"{storage.layout.job_root}/savepoints/sp-{savepoint_id}/_metadata"
+    return f"{storage.layout.metadata_path(kind, savepoint_id)}"
 
 
 def _job(tmp_path: Path) -> CheckpointStorage:
@@ -85,6 +96,57 @@ def test_a_fork_past_an_image_without_metadata_restores_the_next_one(tmp_path: P
         (f"external:{without}", f"external:{without}: the image has no Spark metadata file"),
     )
     assert (target / "offsets/2").read_text() == "v1"
+
+
+def test_another_jobs_retained_checkpoint_restores_as_a_new_query(tmp_path: Path) -> None:
+    """Flink's ``run -s <checkpoint path>``: its files are read from the other job's
+    shared/ directory, and the fork gets a query id of its own."""
+    retained = _savepoint(
+        tmp_path,
+        {"metadata": '{"id":"q"}', "offsets/2": "v2", "state/0/0/2.delta": "s"},
+        savepoint_id=7,
+        kind=CheckpointKind.CHECKPOINT,
+    )
+    assert retained.endswith("/default/source/chk-7/_metadata")
+    target = tmp_path / "restored"
+
+    outcome = restore(_job(tmp_path), (RestoreCandidate.external(retained),), target)
+
+    assert outcome is not None and outcome.batch_id == 2
+    assert (target / "state/0/0/2.delta").read_text() == "s"
+    assert json.loads((target / "metadata").read_text())["id"] != "q"
+
+
+def test_a_metadata_file_not_where_its_snapshot_was_written_is_skipped(tmp_path: Path) -> None:
+    """A checkpoint's _metadata copied into a savepoint's place (or anywhere else) names
+    files it cannot reach from there."""
+    retained = Path(
+        _savepoint(
+            tmp_path,
+            {"metadata": '{"id":"q"}'},
+            savepoint_id=7,
+            kind=CheckpointKind.CHECKPOINT,
+        ).removeprefix("file://")
+    )
+    moved = retained.parents[1] / "savepoints" / "sp-7" / "_metadata"
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(retained.read_bytes())
+    elsewhere = tmp_path / "copy" / "_metadata"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(retained.read_bytes())
+
+    with pytest.raises(RestoreFailed) as failed:
+        restore(
+            _job(tmp_path),
+            (
+                RestoreCandidate.external(moved.as_uri()),
+                RestoreCandidate.external(elsewhere.as_uri()),
+            ),
+            tmp_path / "restored",
+        )
+
+    assert "kind: is 'checkpoint' but the file's directory is for 'savepoint'" in str(failed.value)
+    assert f"{elsewhere.as_uri()}: not where a checkpoint or a savepoint lies" in str(failed.value)
 
 
 LOCATION = Path("/work/attempt-3/checkpoint")

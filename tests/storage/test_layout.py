@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from spark_checkpoint.storage import CheckpointKind, JobStorageLayout, parse_snapshot_dir_name
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    JobStorageLayout,
+    SnapshotAddress,
+    metadata_location,
+    parse_snapshot_address,
+    parse_snapshot_dir_name,
+)
 
 SHA = "0f" + "1" * 62
 
@@ -131,3 +138,41 @@ def test_directory_names_round_trip() -> None:
     for kind in CheckpointKind:
         name = layout.snapshot_dir(kind, 42).rsplit("/", 1)[-1]
         assert parse_snapshot_dir_name(kind, name) == 42
+
+
+@pytest.mark.parametrize(
+    ("given", "job", "kind", "snapshot_id"),
+    [
+        ("s3://b/p/team-a/orders/chk-7", ("s3://b/p", "team-a", "orders"), "checkpoint", 7),
+        ("s3://b/team-a/orders/chk-7/_metadata/", ("s3://b", "team-a", "orders"), "checkpoint", 7),
+        ("file:///d/ns/j/savepoints/sp-0", ("file:///d", "ns", "j"), "savepoint", 0),
+        ("/d/ns/j.v2/savepoints/sp-12/_metadata", ("/d", "ns", "j.v2"), "savepoint", 12),
+        # A job may be called "savepoints": its checkpoints are still checkpoints.
+        ("/d/ns/savepoints/chk-3", ("/d", "ns", "savepoints"), "checkpoint", 3),
+    ],
+)
+def test_a_snapshot_is_named_by_where_it_lies(
+    given: str, job: tuple[str, str, str], kind: str, snapshot_id: int
+) -> None:
+    address = parse_snapshot_address(given)
+
+    assert address == SnapshotAddress(JobStorageLayout(*job), CheckpointKind(kind), snapshot_id)
+    assert metadata_location(given) == address.layout.metadata_path(
+        address.kind, address.snapshot_id
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("/d/ns/j/chk-07", "not where a checkpoint or a savepoint lies"),
+        ("/d/ns/j/sp-1", "not where a checkpoint or a savepoint lies"),
+        ("/d/ns/j/checkpoints/chk-x", "not where a checkpoint or a savepoint lies"),
+        ("ns/j/chk-1", "not where a checkpoint or a savepoint lies"),
+        ("/d/Bad_NS/j/chk-1", "namespace must be a DNS-1123 label"),
+        ("/d/ns/j/savepoints/../sp-1", "not where a checkpoint or a savepoint lies"),
+    ],
+)
+def test_a_place_that_is_no_snapshots_is_refused(given: str, said: str) -> None:
+    with pytest.raises(ValueError, match=said):
+        parse_snapshot_address(given)

@@ -347,8 +347,7 @@ WHERE = (
         (
             "kind",
             {"kind": SAVEPOINT},
-            "is <CheckpointKind.SAVEPOINT: 'savepoint'> but the "
-            "file's directory is for <CheckpointKind.CHECKPOINT: 'checkpoint'>",
+            "is 'savepoint' but the file's directory is for 'checkpoint'",
         ),
     ],
 )

@@ -22,7 +22,9 @@ from .errors import (
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     JobStorageLayout,
+    SnapshotAddress,
     metadata_location,
+    parse_snapshot_address,
     parse_snapshot_dir_name,
     snapshot_dir_name,
 )
@@ -53,6 +55,7 @@ __all__ = [
     "ManifestEntry",
     "MissingFileError",
     "NotEmptyError",
+    "SnapshotAddress",
     "StorageAccessError",
     "StorageError",
     "StorageFileSystem",
@@ -63,6 +66,7 @@ __all__ = [
     "UnknownFormatVersionError",
     "digest_local_file",
     "metadata_location",
+    "parse_snapshot_address",
     "parse_snapshot_dir_name",
     "printable_line",
     "snapshot_dir_name",

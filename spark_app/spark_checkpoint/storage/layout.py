@@ -247,3 +247,36 @@ class JobStorageLayout:
         """The storage path of a manifest location (a path relative to the job root)."""
         require_safe_relative_path(location, "location")
         return f"{self.job_root}/{location}"
+
+
+@dataclass(frozen=True)
+class SnapshotAddress:
+    """A snapshot named by where its `_metadata` lies: the job storage it is in, its kind
+    and its id."""
+
+    layout: JobStorageLayout
+    kind: CheckpointKind
+    snapshot_id: int
+
+
+def parse_snapshot_address(snapshot: str) -> SnapshotAddress:
+    """The snapshot whose directory or `_metadata` is at the URI or path `snapshot`:
+    ``<root>/<namespace>/<job>/chk-<N>`` or ``<root>/<namespace>/<job>/savepoints/sp-<N>``
+    (a snapshot is read only where it was written: its `_metadata` names its files from
+    the job's directory). ValueError if `snapshot` is neither."""
+    parts = metadata_location(snapshot).split("/")[:-1]
+    kind, snapshot_id, job_at = CheckpointKind.CHECKPOINT, None, -2
+    if len(parts) >= 4:
+        snapshot_id = parse_snapshot_dir_name(kind, parts[-1])
+    if snapshot_id is None and len(parts) >= 5 and parts[-2] == SAVEPOINTS_DIR_NAME:
+        kind, job_at = CheckpointKind.SAVEPOINT, -3
+        snapshot_id = parse_snapshot_dir_name(kind, parts[-1])
+    if snapshot_id is None:
+        raise ValueError(
+            "not where a checkpoint or a savepoint lies (<root>/<namespace>/<job>/chk-<N> "
+            "or <root>/<namespace>/<job>/savepoints/sp-<N>)"
+        )
+    root = "/".join(parts[: job_at - 1])
+    return SnapshotAddress(
+        JobStorageLayout(root, parts[job_at - 1], parts[job_at]), kind, snapshot_id
+    )

@@ -438,7 +438,7 @@ class CheckpointStorage:
         for field, actual, expected in (
             ("namespace", meta.namespace, self.layout.namespace),
             ("job", meta.job, self.layout.job),
-            ("kind", meta.kind, kind),
+            ("kind", meta.kind.value, CheckpointKind(kind).value),
             ("checkpoint_id", meta.checkpoint_id, snapshot_id),
         ):
             if actual != expected:
