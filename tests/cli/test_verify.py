@@ -173,6 +173,7 @@ def test_json_output(job: Job, cli: Cli) -> None:
     assert by_id[("checkpoint", 2)] == {
         "kind": "checkpoint", "id": 2, "ok": True, "files": 4, "sizeBytes": 127, "problems": [],
         "restorable": None,  # not tried without --deep
+        "unrestorable": None,  # no restore failed on it
     }  # fmt: skip
 
 
@@ -247,3 +248,27 @@ def test_deep_without_a_restore_check_fails_and_claims_nothing_restorable(
         assert snapshot["problems"] == [
             "the restore check could not run: ModuleNotFoundError: No module named 'pyspark'"
         ]
+
+
+def test_an_intact_image_the_job_no_longer_restores_from_says_so(job: Job, cli: Cli) -> None:
+    """Its files are intact (exit 0), but a restored query failed on it: `verify` says what
+    `list` says, with or without naming the image."""
+    job.write_registry(checkpoints=[1, 2], savepoints=[3], unrestorable=["checkpoint:2"])
+    note = (
+        "not restored from again (run --from names it to try): its restored query failed in "
+        "attempt 2"
+    )
+
+    for named in ([], ["checkpoint:2"]):
+        result = cli("verify", *job.flags, *named)
+        assert result.code == 0, result.err
+        lines = result.out.splitlines()
+        [at] = [i for i, line in enumerate(lines) if line.startswith("checkpoint:2 ")]
+        assert " OK " in lines[at]
+        assert lines[at + 1].strip() == note, lines
+
+    document = json.loads(cli("verify", *job.flags, "-o", "json").out)
+    by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
+    assert by_id[("checkpoint", 2)]["unrestorable"] == "its restored query failed in attempt 2"
+    assert by_id[("checkpoint", 1)]["unrestorable"] is None
+    assert document["ok"] is True

@@ -119,14 +119,14 @@ def run_verify(
     except CommandError as error:
         return _usage_error("verify", error, err)
     missing = None
+    registry = registry_or_warn(job, err)
     if not refs:
-        registry = registry_or_warn(job, err)
         try:
             refs = default_refs(job.storage, registry)
             missing = None if refs else nothing_stored(job.storage)
         except (StorageError, OSError) as error:
             return _storage_failed("verify", error, err)
-    results = [verify_snapshot(job.storage, ref) for ref in dict.fromkeys(refs)]
+    results = [verify_snapshot(job.storage, ref, registry) for ref in dict.fromkeys(refs)]
     if deep:
         results = deep_verify(job.storage, results)
     failed = any(not result.ok for result in results)

@@ -20,6 +20,9 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
     shared_locations,
 )
 
+# An intact image a restored query failed on, in `list` and `verify`.
+UNRESTORABLE_NOTE = "not restored from again (run --from names it to try)"
+
 
 def list_document(
     job: JobStorage,
@@ -178,6 +181,8 @@ def verify_lines(results: Sequence[Verification]) -> list[str]:
             restored = ", restorable" if result.restorable else ""
             size = human_size(result.total_bytes)
             lines.append(f"{name}  OK      {result.files} files, {size}{restored}")
+            if result.unrestorable is not None:
+                lines.append(f"{'':<{width}}          {UNRESTORABLE_NOTE}: {result.unrestorable}")
             continue
         first, *rest = result.problems
         lines.append(f"{name}  FAILED  {first}")
@@ -244,7 +249,7 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
 def row_note(row: SnapshotRow) -> str:
     if row.state is StoredSnapshotState.COMPLETE:
         if row.unrestorable is not None:
-            return f"not restored from again (run --from names it to try): {row.unrestorable}"
+            return f"{UNRESTORABLE_NOTE}: {row.unrestorable}"
         if row.registered is not False:
             return ""
         if row.ref.kind is CheckpointKind.CHECKPOINT:
@@ -270,6 +275,7 @@ def verification_json(result: Verification) -> dict[str, Any]:
         "sizeBytes": result.total_bytes,
         "problems": list(result.problems),
         "restorable": result.restorable,
+        "unrestorable": result.unrestorable,
     }
 
 

@@ -238,24 +238,29 @@ def shared_locations(meta: CheckpointMetadata) -> set[str]:
 @dataclass(frozen=True, slots=True)
 class Verification:
     """The outcome of verifying one snapshot: OK when ``problems`` is empty;
-    ``restorable``: whether Spark restored it (``--deep``), None if not tried."""
+    ``restorable``: whether Spark restored it (``--deep``), None if not tried;
+    ``unrestorable``: why the job no longer restores from it (its registry), if so."""
 
     ref: SnapshotRef
     problems: tuple[str, ...]
     files: int = 0
     total_bytes: int = 0
     restorable: bool | None = None
+    unrestorable: str | None = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
 
-def verify_snapshot(storage: CheckpointStorage, ref: SnapshotRef) -> Verification:
+def verify_snapshot(
+    storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None
+) -> Verification:
     """Read a snapshot's `_metadata` and check every file it lists (size, then SHA-256).
 
     The checks of ``CheckpointStorage.verify``, except that every bad file is reported
-    rather than the first, so that the extent of the damage shows at once.
+    rather than the first, so that the extent of the damage shows at once. An intact
+    image the job no longer restores from (a restored query failed on it) says so.
     """
     try:
         meta = storage.read_metadata(ref.kind, ref.snapshot_id)
@@ -264,7 +269,8 @@ def verify_snapshot(storage: CheckpointStorage, ref: SnapshotRef) -> Verificatio
     except OSError as error:
         return Verification(ref, (io_problem(error),))
     problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
-    return Verification(ref, tuple(problems), len(meta.files), meta.total_bytes)
+    unrestorable = registry.unrestorable(ref.kind, ref.snapshot_id) if registry else None
+    return Verification(ref, tuple(problems), len(meta.files), meta.total_bytes, None, unrestorable)
 
 
 def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
