@@ -287,9 +287,12 @@ def _checkpoint_paths(job: LocalJob) -> dict[int, str]:
     }
 
 
-def test_run_from_the_path_of_a_retained_checkpoint(job: LocalJob, tmp_path: Path) -> None:
+def test_run_from_or_start_from_the_path_of_a_retained_checkpoint(
+    job: LocalJob, tmp_path: Path
+) -> None:
     """Flink's ``run -s <checkpoint path>``: the job's own retained checkpoint by its path
-    is its registry's; one in a copy of the storage elsewhere restores as another image."""
+    is its registry's; one in a copy of the storage elsewhere restores as another image,
+    and another job starts from it as its initialSavepointPath."""
     manifest = yaml.safe_load((job.directory / "job.yaml").read_text())
     manifest["spec"]["checkpointing"]["retentionPolicy"] = "RetainOnCancellation"
     (job.directory / "job.yaml").write_text(yaml.safe_dump(manifest))
@@ -320,6 +323,18 @@ def test_run_from_the_path_of_a_retained_checkpoint(job: LocalJob, tmp_path: Pat
         f"external:{elsewhere.as_uri()}/_metadata"
     )
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+
+    # As Flink's initialSavepointPath: another job starts from the retained checkpoint.
+    manifest["metadata"]["name"] = "fork"
+    manifest["spec"]["restore"] = {"initialSavepointPath": str(elsewhere)}
+    (job.directory / "fork.yaml").write_text(yaml.safe_dump(manifest))
+    started = job.cli("run", "-f", "fork.yaml", "--detach")
+    assert started.returncode == 0, started.stderr
+    fork = job.directory / ".spark-checkpoint" / "default" / "fork" / "status.json"
+    restored = json.loads(fork.read_text())["status"]["restoredFrom"]
+    assert restored is not None and restored["source"] == f"external:{elsewhere}/_metadata"
+    assert job.cli("cancel", "-f", "fork.yaml").returncode == 0
 
 
 def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob) -> None:

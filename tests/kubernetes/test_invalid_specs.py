@@ -68,14 +68,14 @@ INVALID_SPECS = [
     ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
     ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),
     (
-        {"restore": {"initialSavepointPath": "s3a://b/default/orders/chk-4"}},
+        {"restore": {"initialSavepointPath": "s3a://b/default/orders/checkpoints/4"}},
         "spec.restore.initialSavepointPath",
-        "must name a savepoint where it was written",
+        "must name a savepoint or a retained checkpoint where it was written",
     ),
     (
         {"restore": {"initialSavepointPath": "s3a://b/savepoints/sp-4"}},  # no <ns>/<job>
         "spec.restore.initialSavepointPath",
-        "must name a savepoint where it was written",
+        "must name a savepoint or a retained checkpoint where it was written",
     ),
 ]
 

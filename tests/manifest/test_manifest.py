@@ -781,3 +781,16 @@ def test_the_initial_savepoint_is_named_by_its_directory_or_its_metadata(
     assert (
         restore.initial_savepoint_path == "/data/storage/default/orders/savepoints/sp-7/_metadata"
     )
+
+
+@pytest.mark.parametrize(
+    "given", ["s3a://bucket/default/orders/chk-12", "/data/default/savepoints/chk-3/_metadata"]
+)
+def test_the_initial_image_may_be_a_retained_checkpoint(
+    minimal: dict[str, Any], given: str
+) -> None:
+    """As Flink's initialSavepointPath: a job deleted with its checkpoints retained starts
+    again from the newest of them (a job may even be called "savepoints")."""
+    _set(minimal, "spec.restore.initialSavepointPath", given)
+    restore = manifest_from_document(minimal).spec.restore
+    assert restore.initial_savepoint_path == given.removesuffix("/_metadata") + "/_metadata"

@@ -59,8 +59,8 @@ def _savepoint_elsewhere(document: Document) -> None:
     document["spec"]["restore"] = {"initialSavepointPath": "s3a://b/savepoints/sp-4"}
 
 
-def _checkpoint_instead(document: Document) -> None:
-    document["spec"]["restore"]["initialSavepointPath"] = "s3a://b/default/orders/chk-4"
+def _moved_elsewhere(document: Document) -> None:
+    document["spec"]["restore"]["initialSavepointPath"] = "s3a://b/default/orders/copy/sp-4"
 
 
 def _storage_host(document: Document) -> None:
@@ -115,7 +115,7 @@ EDITS: dict[str, Callable[[Document, int], None]] = {
     violation=st.one_of(
         st.integers(min_value=0, max_value=6).map(_reserved_name),
         st.just((_storage_host, _other_host, "spec.checkpointing.storage")),
-        st.just((_savepoint_elsewhere, _checkpoint_instead, "spec.restore.initialSavepointPath")),
+        st.just((_savepoint_elsewhere, _moved_elsewhere, "spec.restore.initialSavepointPath")),
     ),
     edits=st.lists(
         st.tuples(st.sampled_from(sorted(EDITS)), st.integers(min_value=0, max_value=50)),
