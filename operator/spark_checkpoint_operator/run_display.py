@@ -39,6 +39,9 @@ COMPLETED = {
 }
 # A checkpoint given up because the input is done is no failure (`CheckpointNotNeeded`).
 FAILED = "CheckpointFailed"
+# An image the driver could not read (skipped), or whose restored query failed (fallen
+# back from): a run that falls back twice and then restores says "1 restore (2 failed)".
+RESTORE_FAILED = frozenset({"RestoreSkipped", "RestoreFailed"})
 
 
 def wall_clock(at: float) -> str:
@@ -54,6 +57,7 @@ class RunTally:
         default_factory=lambda: dict.fromkeys(CheckpointKind, 0)
     )
     failed: int = 0
+    failed_restores: int = 0
     # Per driver attempt: the batches its query committed and the input rows it read, the
     # highest seen (a restored query starts after its image's batch).
     batches: dict[int, int] = field(default_factory=dict)
@@ -64,6 +68,8 @@ class RunTally:
             self.completed[COMPLETED[notice.reason]] += 1
         elif notice.reason == FAILED:
             self.failed += 1
+        elif notice.reason in RESTORE_FAILED:
+            self.failed_restores += 1
 
     def status(self, status: AgentStatus) -> None:
         last = status.query.last_committed_batch
@@ -268,10 +274,13 @@ class RunDisplay:
             _count(completed[CheckpointKind.CHECKPOINT], "checkpoint"),
             _count(completed[CheckpointKind.SAVEPOINT], "savepoint"),
         ]
+        restores = _count(record.restores - self._restores_before, "restore")
+        if tally.failed_restores:
+            restores += f" ({tally.failed_restores} failed)"
         self.line(
             f"{outcome.value}: this run took {human_age(duration)}: "
             f"{' and '.join(images)} completed, {tally.failed} failed, "
-            f"{_count(record.restores - self._restores_before, 'restore')}; "
+            f"{restores}; "
             f"{_count(sum(tally.batches.values()), 'batch', 'batches')}, "
             f"{_count(sum(tally.rows.values()), 'input row')}; status in {status_file}"
         )

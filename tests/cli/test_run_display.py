@@ -5,6 +5,7 @@ the wall clock; at the end a summary of this run alone. The driver runs the real
 `run_coordinated` and agent around a stand-in query (helpers/fake_query.py): no Spark."""
 
 import fcntl
+import io
 import json
 import os
 import re
@@ -31,6 +32,9 @@ from helpers.fake_query import (
 )
 from helpers.script_job import alive
 from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
+from spark_checkpoint_operator.coordinator import JobPhase, PersistedState, TerminalOutcome
+from spark_checkpoint_operator.run_display import RunDisplay
+from spark_checkpoint_operator.supervisor import JobRecord, Level, Notice
 
 COLUMNS, LINES = 320, 50  # wide: the summary ends with a path under tmp_path
 # Seconds the driver waits before it imports anything: Spark's start, as the user waits
@@ -40,7 +44,8 @@ STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
 SUMMARY = re.compile(
     r"(?P<outcome>\w+): this run took (?P<took>\S+): (?P<checkpoints>\d+) checkpoints? and "
     r"(?P<savepoints>\d+) savepoints? completed, (?P<failed>\d+) failed, (?P<restores>\d+) "
-    r"restores?; (?P<batches>\d+) batch(?:es)?, (?P<rows>\d+) input rows?; status in "
+    r"restores?(?: \((?P<failed_restores>\d+) failed\))?; (?P<batches>\d+) batch(?:es)?, "
+    r"(?P<rows>\d+) input rows?; status in "
 )
 LIVE_LINE = re.compile(
     r"Running  attempt 1  batch (?P<batch>\d+)  (?P<rate>[\d.,]+) rows/s  checkpoint "
@@ -318,3 +323,20 @@ def test_the_summary_of_a_resumed_run_counts_that_run_alone(job: Path) -> None:
     # This run's time, not the job's since its first run.
     assert int(summary["took"].removesuffix("s")) <= took
     assert int(summary["failed"]) == 0
+
+
+def test_the_summary_counts_the_images_a_run_could_not_restore(tmp_path: Path) -> None:
+    """A run that fell back past two images before one restored said "0 restores" as if
+    it had never tried (a newcomer's reading)."""
+    out = io.StringIO()
+    display = RunDisplay(out)
+    for reason in ("RestoreSkipped", "RestoreFailed", "Restored", "CheckpointCompleted"):
+        display.notice(Notice(reason, Level.NOTE, reason))
+    record = JobRecord(phase=JobPhase.RUNNING, coordinator=PersistedState())
+    record.restores = 1
+
+    display.summary(TerminalOutcome.SUSPENDED, record, tmp_path / "status.json")
+
+    summary = SUMMARY.search(out.getvalue().splitlines()[-1])
+    assert summary is not None, out.getvalue()
+    assert (summary["restores"], summary["failed_restores"], summary["failed"]) == ("1", "2", "0")
