@@ -373,8 +373,9 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     out, err = run.communicate(timeout=60)
     assert run.returncode == 0, out + err
     assert (
-        "savepoint request declined: not all required tasks are running (the driver is "
-        "starting or restarting, or an executor is missing)"
+        "savepoint request declined: not all required tasks are running (the query is "
+        "starting or has not committed its first batch yet, the driver is restarting, or an "
+        "executor is missing)"
     ) in out
     assert (
         "interrupted: no savepoint can be taken now; stopping the driver without one "

@@ -44,8 +44,8 @@ _DESCRIPTIONS = {
         "the minimum pause since the last completed checkpoint has not passed"
     ),
     FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING: (
-        "not all required tasks are running (the driver is starting or restarting, or an "
-        "executor is missing)"
+        "not all required tasks are running (the query is starting or has not committed "
+        "its first batch yet, the driver is restarting, or an executor is missing)"
     ),
     FailureReason.COORDINATOR_SUSPEND: "the job left the Running phase",
     FailureReason.SUBSUMED: "a newer checkpoint completed first",
