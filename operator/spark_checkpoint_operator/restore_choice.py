@@ -18,6 +18,21 @@ class UnknownImage(Exception):
     """The image named by ``--from`` cannot be restored; the message says why."""
 
 
+def image_choice(choice: str) -> str:
+    """``choice`` if it is spelled as `chosen_image` takes it: ``savepoint:N`` and
+    ``checkpoint:N`` with N an id (anything else is a path); ValueError otherwise, before
+    a manifest is read."""
+    kind = choice.partition(":")[0]
+    if kind in set(CheckpointKind) and "://" not in choice:
+        try:
+            RestoreCandidate.decode(choice)
+        except ValueError:
+            raise ValueError(
+                f"{choice!r} is not {kind}:N with N an id (no leading 0), nor a path"
+            ) from None
+    return choice
+
+
 def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
     """The restore candidate (its encoding) ``choice`` names: ``savepoint:N`` or
     ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's or a
@@ -26,9 +41,9 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
     kind = choice.partition(":")[0]
     if kind in set(CheckpointKind) and "://" not in choice:
         try:
-            candidate = RestoreCandidate.decode(choice)
-        except ValueError:
-            raise UnknownImage(f"{choice!r} is not {kind}:N with N an id") from None
+            candidate = RestoreCandidate.decode(image_choice(choice))
+        except ValueError as error:
+            raise UnknownImage(str(error)) from None
         assert candidate.snapshot_id is not None
         registered = (
             registry.checkpoints if kind == CheckpointKind.CHECKPOINT else registry.savepoints

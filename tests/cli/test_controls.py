@@ -233,6 +233,12 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert job.cli("stop", "-f", "job.yaml").returncode == 0
     wait_until_gone(job.runtime_pid())
 
+    malformed = job.cli("run", "-f", "job.yaml", "--from", "savepoint:07")
+    assert (malformed.returncode, malformed.stderr) == (
+        2,
+        "spark-checkpoint run: argument --from: 'savepoint:07' is not savepoint:N with N an id "
+        "(no leading 0), nor a path (see spark-checkpoint run --help)\n",
+    )
     unknown = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
     assert unknown.returncode == 1
     assert unknown.stderr.startswith(
