@@ -2,6 +2,7 @@
 the command returns once the run answers on its control socket."""
 
 import argparse
+import shlex
 import subprocess
 import sys
 import time
@@ -20,6 +21,7 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.run_display import wall_clock
 
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
@@ -57,6 +59,10 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.FAILED
     with log:
+        # Each run's part of the log starts with its command line: an earlier run's
+        # refusal is not read as this one's.
+        log.write(f"{wall_clock(time.time())} --- spark-checkpoint {shlex.join(argv)}\n".encode())
+        log.flush()
         earlier_runs = log.tell()  # what this run adds is all a refusal shows
         process = subprocess.Popen(
             [*command, *(a for a in argv if a != "--detach")],

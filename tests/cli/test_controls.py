@@ -249,6 +249,14 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     detached = job.cli("run", "-f", "job.yaml", "--detach", "--from", "savepoint:999")
     assert detached.returncode == 1
     assert detached.stderr == unknown.stderr
+    # In the log, each run's part starts with its command line: the refusal is its own.
+    log = (job.job_dir / "logs" / "runtime.log").read_text().splitlines()
+    starts = [i for i, line in enumerate(log) if " --- spark-checkpoint run -f job.yaml" in line]
+    assert len(starts) == 2, log
+    assert log[starts[-1]].endswith(
+        " --- spark-checkpoint run -f job.yaml --detach --from savepoint:999"
+    )
+    assert log[starts[-1] + 1 :] == unknown.stderr.splitlines()
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
     assert newest > chosen  # the stop's savepoint: what a run without --from restores
     ended = job.cli("status", "-f", "job.yaml")
