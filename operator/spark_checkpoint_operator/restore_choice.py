@@ -8,6 +8,7 @@ from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
     StorageError,
+    UnregisteredCheckpointError,
     metadata_location,
     parse_snapshot_address,
 )
@@ -70,15 +71,17 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
     except (ImportError, OSError) as error:  # no library for it here (gcsfs)
         raise UnknownImage(f"{choice} cannot be read here: {error}") from None
     kind, snapshot_id = address.kind, address.snapshot_id
-    # Storage's errors name the path already.
-    _require_intact(source, kind, snapshot_id, f"the {kind}")
     registered = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
-    if address.layout.job_root == storage.layout.job_root and snapshot_id in {
-        s.checkpoint_id for s in registered
-    }:
+    own = source.is_same_job_directory(storage)
+    if own and snapshot_id in {s.checkpoint_id for s in registered}:
         # One of the job's own by its path (as `savepoint` and `list` print it): restored
         # as the registry's (status shows savepoint:N, not a URI).
+        _require_intact(storage, kind, snapshot_id, choice)
         return RestoreCandidate.registered(kind, snapshot_id).encode()
+    if own and kind is CheckpointKind.CHECKPOINT:
+        raise UnknownImage(str(UnregisteredCheckpointError(uri)))
+    # Storage's errors name the path already.
+    _require_intact(source, kind, snapshot_id, f"the {kind}")
     return RestoreCandidate.external(uri).encode()
 
 

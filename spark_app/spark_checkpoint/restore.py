@@ -18,9 +18,11 @@ from pathlib import Path
 
 from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint.storage import (
+    CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
     StorageError,
+    UnregisteredCheckpointError,
     parse_snapshot_address,
 )
 
@@ -84,7 +86,11 @@ def restore(
                 # Spark writes it when a query first starts, before any batch: an image
                 # without it (an external savepoint made by hand) is not a query's checkpoint.
                 raise StorageError(str(candidate), "the image has no Spark metadata file")
-            if candidate.is_external and metadata.job != storage.layout.job:
+            if candidate.is_external and (metadata.namespace, metadata.job) != (
+                storage.layout.namespace,
+                storage.layout.job,
+            ):
+                # Another job's image (the same job's, in another root, is its own query).
                 _give_new_query_id(target)
         except (StorageError, OSError, ValueError, ImportError, RecursionError) as error:
             # ValueError and ImportError: fsspec knows no such protocol (or lacks its
@@ -132,6 +138,9 @@ def _open(
     # Read through the storage seam (a missing file or credentials are a StorageError),
     # which also checks that the `_metadata` is of the snapshot its place names.
     source = CheckpointStorage(address.layout)
+    if address.kind is CheckpointKind.CHECKPOINT and source.is_same_job_directory(storage):
+        # The runtime names the registry's own as checkpoint:N: this one is garbage.
+        raise UnregisteredCheckpointError(uri)
     return source.read_metadata(address.kind, address.snapshot_id), source
 
 

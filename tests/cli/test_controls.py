@@ -305,10 +305,13 @@ def test_run_from_or_start_from_the_path_of_a_retained_checkpoint(
     job: LocalJob, tmp_path: Path
 ) -> None:
     """Flink's ``run -s <checkpoint path>``: the job's own retained checkpoint by its path
-    is its registry's; one in a copy of the storage elsewhere restores as another image,
-    and another job starts from it as its initialSavepointPath."""
+    (however spelled) is its registry's, one its registry does not list is refused (its
+    garbage collection deletes it); one in a copy of the storage elsewhere restores as
+    another image, and another job starts from it as its initialSavepointPath."""
+    storage = job.directory / "storage"  # a plain path, where --from's become URIs
     manifest = yaml.safe_load((job.directory / "job.yaml").read_text())
     manifest["spec"]["checkpointing"]["retentionPolicy"] = "RetainOnCancellation"
+    manifest["spec"]["checkpointing"]["storage"] = str(storage)
     (job.directory / "job.yaml").write_text(yaml.safe_dump(manifest))
     _detach(job)
     _wait_for_checkpoint(job)
@@ -320,13 +323,24 @@ def test_run_from_or_start_from_the_path_of_a_retained_checkpoint(
     chosen = min(paths)
     assert paths[chosen].endswith(f"/default/probe/chk-{chosen}/_metadata"), paths
 
-    _detach(job, "--from", paths[chosen].removeprefix("file://"))
+    (job.directory / "linked").symlink_to(storage)
+    linked = paths[chosen].removeprefix("file://").removeprefix(str(storage))
+    _detach(job, "--from", f"{job.directory}/linked{linked}")
     restored = job.status_file()["restoredFrom"]
     assert restored is not None and restored["source"] == f"checkpoint:{chosen}"  # type: ignore[index]
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
     wait_until_gone(job.runtime_pid())
 
-    storage = job.directory / ".spark-checkpoint" / "storage"
+    retained = min(_checkpoint_paths(job))
+    unregistered = storage / "default" / "probe" / f"chk-{retained + 1000}"
+    shutil.copytree(storage / "default" / "probe" / f"chk-{retained}", unregistered)
+    refused = job.cli("run", "-f", "job.yaml", "--from", str(unregistered))
+    assert refused.returncode == 1
+    assert "a checkpoint in this job's own storage that its registry does not list" in (
+        refused.stderr
+    )
+    shutil.rmtree(unregistered)
+
     backup = tmp_path / "backup"
     shutil.copytree(storage / "default", backup / "default")
     copied = max(_checkpoint_paths(job))

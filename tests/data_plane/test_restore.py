@@ -2,6 +2,7 @@
 failures the driver blames on the restored checkpoint."""
 
 import json
+import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -25,12 +26,11 @@ def _savepoint(
     files: dict[str, str],
     savepoint_id: int = 4,
     kind: CheckpointKind = CheckpointKind.SAVEPOINT,
+    job: tuple[str, str] = ("default", "source"),
 ) -> str:
-    """A savepoint (or retained checkpoint) of job ``source`` holding ``files``; returns
-    its _metadata URI."""
-    storage = CheckpointStorage(
-        JobStorageLayout((tmp_path / "other").as_uri(), "default", "source")
-    )
+    """A savepoint (or retained checkpoint) of ``job`` (default/source) holding ``files``
+    under tmp_path/other; returns its _metadata URI."""
+    storage = CheckpointStorage(JobStorageLayout((tmp_path / "other").as_uri(), *job))
     entries = []
     for path, content in files.items():
         local = tmp_path / "live" / path
@@ -43,8 +43,8 @@ def _savepoint(
         )
     storage.write_metadata(
         CheckpointMetadata(
-            namespace="default",
-            job="source",
+            namespace=job[0],
+            job=job[1],
             checkpoint_id=savepoint_id,
             kind=kind,
             batch_id=2,
@@ -115,6 +115,61 @@ def test_another_jobs_retained_checkpoint_restores_as_a_new_query(tmp_path: Path
     assert outcome is not None and outcome.batch_id == 2
     assert (target / "state/0/0/2.delta").read_text() == "s"
     assert json.loads((target / "metadata").read_text())["id"] != "q"
+
+
+@pytest.mark.parametrize(
+    ("job", "new_query"),
+    [
+        (("team-b", "fork"), True),  # the same name in another namespace is another job
+        (("default", "fork"), False),  # the job's own image in another root (a copy)
+    ],
+)
+def test_only_another_jobs_image_restores_as_a_new_query(
+    tmp_path: Path, job: tuple[str, str], new_query: bool
+) -> None:
+    image = _savepoint(
+        tmp_path,
+        {"metadata": '{"id":"q"}'},
+        savepoint_id=7,
+        kind=CheckpointKind.CHECKPOINT,
+        job=job,
+    )
+    target = tmp_path / "restored"
+
+    assert restore(_job(tmp_path), (RestoreCandidate.external(image),), target) is not None
+
+    assert (json.loads((target / "metadata").read_text())["id"] != "q") is new_query
+
+
+def test_an_unregistered_checkpoint_of_the_jobs_own_storage_is_not_restored(
+    tmp_path: Path,
+) -> None:
+    """The runtime names the registry's checkpoints checkpoint:N; one named by its path in
+    the job's own storage is garbage, which the job's collection deletes meanwhile."""
+    own = Path(
+        _savepoint(
+            tmp_path / "x",
+            {"metadata": '{"id":"q"}'},
+            savepoint_id=7,
+            kind=CheckpointKind.CHECKPOINT,
+            job=("default", "fork"),
+        ).removeprefix("file://")
+    )
+    mine = _job(tmp_path)
+    copied = Path(mine.layout.job_root.removeprefix("file://"))
+    shutil.copytree(own.parents[1], copied)
+    spelled_otherwise = f"{tmp_path}/./mine/default/fork/chk-7/_metadata"
+
+    with pytest.raises(RestoreFailed, match="its registry does not list") as failed:
+        restore(
+            mine,
+            (
+                RestoreCandidate.external(f"{mine.layout.job_root}/chk-7/_metadata"),
+                RestoreCandidate.external(spelled_otherwise),
+            ),
+            tmp_path / "restored",
+        )
+    assert str(failed.value).count("its registry does not list") == 2
 
 
 def test_a_metadata_file_not_where_its_snapshot_was_written_is_skipped(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from .errors import (
     SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
+    UnregisteredCheckpointError,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -64,6 +65,7 @@ __all__ = [
     "TaskAcknowledgement",
     "TruncatedMetadataError",
     "UnknownFormatVersionError",
+    "UnregisteredCheckpointError",
     "digest_local_file",
     "metadata_location",
     "parse_snapshot_address",

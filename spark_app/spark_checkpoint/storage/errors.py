@@ -90,6 +90,20 @@ class NotEmptyError(StorageError):
 STORAGE_DIRECTORY = "the job's storage directory"
 
 
+class UnregisteredCheckpointError(StorageError):
+    """A checkpoint of the job's own storage that its registry does not list, named to
+    restore from: its garbage collection deletes such a checkpoint, maybe while it is read."""
+
+    def __init__(self, path: str) -> None:
+        super().__init__(
+            path,
+            "a checkpoint in this job's own storage that its registry does not list (one "
+            "written just before a crash, or an earlier registry's): the job's garbage "
+            "collection deletes it; to restore it, copy the job's directory to another "
+            "root and name the copy there",
+        )
+
+
 class SymbolicLinkError(StorageError):
     """A symbolic link below the storage root: the job's directory, its namespace's, or
     anything inside them (or below another directory a job owns: `within` names it).

@@ -128,6 +128,17 @@ class StorageFileSystem:
         """`path` as the local filesystem names it; None on an object store."""
         return self._native(path) if self._is_local else None
 
+    def place(self, path: str) -> tuple[str, str]:
+        """Where `path` is, however it is spelled (a path or a ``file://`` URI, ``s3://`` or
+        ``s3a://``, through a linked directory): the filesystem's protocol and the path as
+        it names it, resolved on a local filesystem."""
+        protocol = self._fs.protocol
+        native: str = self._fs._strip_protocol(path)
+        return (
+            protocol if isinstance(protocol, str) else protocol[0],
+            os.path.realpath(native) if self._is_local else native.rstrip("/"),
+        )
+
     def abort_unfinished_uploads(self, directory: str) -> int:
         """Abort every unfinished S3 multipart upload below `directory` (an upload killed
         midway: no listing shows it, and it is kept and billed until aborted); how many.

@@ -75,6 +75,10 @@ class CheckpointStorage:
         self._known_sizes: dict[str, int] | None = None
         self._forgets = 0  # a listing taken across a change may hold what is gone
 
+    def is_same_job_directory(self, other: CheckpointStorage) -> bool:
+        """Whether `other` is this job's directory, however its root is spelled."""
+        return self.fs.place(self.layout.job_root) == other.fs.place(other.layout.job_root)
+
     def claim(self, owner: StorageOwner) -> None:
         """Make sure the job's storage belongs to `owner`'s registry before writing or
         deleting anything: storage no registry has claimed yet (a new job, or one written
