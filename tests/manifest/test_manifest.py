@@ -5,7 +5,10 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from spark_checkpoint.storage import parse_snapshot_address
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     RetentionPolicy,
@@ -102,7 +105,7 @@ def test_full_manifest_sets_every_field(fixtures: Path) -> None:
     )
     assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (4, 604800.0)
     assert spec.restore.initial_savepoint_path == (
-        "s3a://checkpoints/orders/savepoints/sp-42/_metadata"
+        "s3a://checkpoints/streaming/orders/savepoints/sp-42/_metadata"
     )
     assert spec.restart_policy == RestartPolicySpec(
         type=RestartPolicyType.ALWAYS, max_retries=10, backoff=0.5, max_backoff=60.0
@@ -794,3 +797,40 @@ def test_the_initial_image_may_be_a_retained_checkpoint(
     _set(minimal, "spec.restore.initialSavepointPath", given)
     restore = manifest_from_document(minimal).spec.restore
     assert restore.initial_savepoint_path == given.removesuffix("/_metadata") + "/_metadata"
+
+
+# Paths drawn from pieces each right or wrong for the driver: a root (or none), a
+# namespace, a job, the image's place and how its end is spelled.
+IMAGE_PATHS = st.tuples(
+    st.sampled_from(["s3a://bucket", "s3a://bucket/p", "/data", "file:///data", "s3a:/", ""]),
+    st.sampled_from(["default", "ns-", "-ns", "a" * 63, "a" * 64, "Team", "a.b"]),
+    st.sampled_from(["orders", "j..k", "j-", "savepoints", "orders.v2", "Orders"]),
+    st.sampled_from(
+        ["chk-0", "chk-07", "chk-12", "savepoints/sp-3", "savepoints/sp-03", "sp-1", "x/chk-1"]
+    ),
+    st.sampled_from(["", "/", "/_metadata", "/_metadata/"]),
+).map(lambda parts: "{}/{}/{}/{}{}".format(*parts))
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(path=IMAGE_PATHS)
+def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
+    minimal: dict[str, Any], path: str
+) -> None:
+    """The CRD's rule on initialSavepointPath and the parser the driver and `run --from`
+    read it with (parse_snapshot_address) agree: a path the API accepts is restored, one
+    the driver could not read is refused when applied."""
+    _set(minimal, "spec.restore.initialSavepointPath", path)
+    try:
+        parse_snapshot_address(path)
+        readable = True
+    except ValueError:
+        readable = False
+    try:
+        manifest_from_document(minimal)
+        accepted = True
+    except ManifestError:
+        accepted = False
+    assert accepted == readable, path

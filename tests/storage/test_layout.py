@@ -170,6 +170,9 @@ def test_a_snapshot_is_named_by_where_it_lies(
         ("/d/ns/j/checkpoints/chk-x", "not where a checkpoint or a savepoint lies"),
         ("ns/j/chk-1", "not where a checkpoint or a savepoint lies"),
         ("/d/Bad_NS/j/chk-1", "namespace must be a DNS-1123 label"),
+        ("s3a://ns/j/chk-1", "names no storage root"),
+        ("file:///ns/j/chk-1", "names no storage root"),
+        ("/ns/j/savepoints/sp-1", "names no storage root"),
         ("/d/ns/j/savepoints/../sp-1", "not where a checkpoint or a savepoint lies"),
     ],
 )

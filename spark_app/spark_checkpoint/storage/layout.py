@@ -277,6 +277,8 @@ def parse_snapshot_address(snapshot: str) -> SnapshotAddress:
             "or <root>/<namespace>/<job>/savepoints/sp-<N>)"
         )
     root = "/".join(parts[: job_at - 1])
+    if root.endswith(("/", ":")) or not root:  # `s3a://ns/job/...`: a bucket, no root
+        raise ValueError("names no storage root before <namespace>/<job>")
     return SnapshotAddress(
         JobStorageLayout(root, parts[job_at - 1], parts[job_at]), kind, snapshot_id
     )
