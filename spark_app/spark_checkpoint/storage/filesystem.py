@@ -12,7 +12,6 @@ import errno
 import hashlib
 import os
 import posixpath
-import shutil
 import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -232,9 +231,7 @@ class StorageFileSystem:
             native = self._native(path)
             if self._deletes_below_boundary(native):
                 with self._parent_directory(native) as (parent, name):
-                    # Descends by file descriptors and never through a link: a link
-                    # placed after the check above is removed, not followed.
-                    shutil.rmtree(name, dir_fd=parent)
+                    _remove_tree(parent, name)
             else:
                 self._fs.rm(native, recursive=True)
 
@@ -459,6 +456,35 @@ def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRE
             return  # nothing further down exists, so nothing there is a link
         if stat.S_ISLNK(mode):
             raise SymbolicLinkError(current, _link_target(current), within)
+
+
+# Opens a directory to remove what is in it: never through a link (ELOOP), never a file
+# (ENOTDIR), and without waiting on a FIFO swapped in for it.
+_DIRECTORY_TO_EMPTY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
+
+
+def _remove_tree(parent: int, name: str) -> None:
+    """Remove `name` in the directory open as `parent` and, if it is a directory, all
+    below it, by file descriptors: a link anywhere (one placed after the paths were
+    checked included) is removed, never followed. Python 3.11's ``shutil.rmtree`` with
+    ``dir_fd`` opens each directory without O_NOFOLLOW and O_NONBLOCK (a link swapped in
+    for one raised OSError, one to a FIFO hung the delete)."""
+    try:
+        directory = os.open(name, _DIRECTORY_TO_EMPTY, dir_fd=parent)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        os.unlink(name, dir_fd=parent)  # a link or a file: itself, not what it names
+        return
+    try:
+        with os.scandir(directory) as entries:
+            names = [entry.name for entry in entries]
+        for entry in names:
+            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                _remove_tree(directory, entry)
+    finally:
+        os.close(directory)
+    os.rmdir(name, dir_fd=parent)
 
 
 def _link_target(path: str) -> str:
