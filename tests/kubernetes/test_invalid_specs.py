@@ -38,6 +38,17 @@ INVALID_SPECS = [
     ({"checkpointing": {"interval": "0s"}}, "spec.checkpointing", "interval"),
     ({"checkpointing": {"retained": 0}}, "spec.checkpointing.retained", "minimum"),
     ({"checkpointing": {"maxConcurrent": 0}}, "spec.checkpointing.maxConcurrent", "minimum"),
+    # fsspec resolves it, and nothing is kept once the driver's process ends.
+    (
+        {"checkpointing": {"storage": "memory://checkpoints"}},
+        "spec.checkpointing.storage",
+        "outlives",
+    ),
+    (
+        {"restore": {"initialSavepointPath": "http://host/default/orders/chk-1"}},
+        "spec.restore.initialSavepointPath",
+        "outlives",
+    ),
     ({"checkpointing": {"interval": "ten seconds"}}, "spec.checkpointing.interval", "duration"),
     ({"checkpointing": {"retentionPolicy": "Sometimes"}}, "retentionPolicy", "one of"),
     ({"application": {"mainFile": "a.py", "module": "a"}}, "spec.application", "exactly one"),

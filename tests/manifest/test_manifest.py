@@ -834,3 +834,29 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
     except ManifestError:
         accepted = False
     assert accepted == readable, path
+
+
+@pytest.mark.parametrize(
+    ("storage", "accepted"),
+    [
+        ("memory://checkpoints", False),
+        ("http://host/checkpoints", False),
+        ("zip://x::file:///a.zip", False),
+        ("S3A://bucket/checkpoints", True),
+        ("gs://bucket/checkpoints", True),
+        ("abfss://container@account.dfs.core.windows.net/c", True),
+        ("hdfs://namenode:8020/checkpoints", True),
+        ("/data/checkpoints", True),
+    ],
+)
+def test_checkpoint_storage_is_a_store_that_outlives_the_job(
+    minimal: dict[str, Any], storage: str, accepted: bool
+) -> None:
+    """memory:// was taken: a run completed checkpoints and a savepoint, said so, and
+    kept nothing (the next run could restore nothing over committed output)."""
+    _set(minimal, "spec.checkpointing.storage", storage)
+    if accepted:
+        assert manifest_from_document(minimal).spec.checkpointing.storage == storage
+        return
+    with pytest.raises(ManifestError, match="spec.checkpointing.storage: names no storage"):
+        manifest_from_document(minimal)
