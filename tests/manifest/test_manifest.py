@@ -858,5 +858,5 @@ def test_checkpoint_storage_is_a_store_that_outlives_the_job(
     if accepted:
         assert manifest_from_document(minimal).spec.checkpointing.storage == storage
         return
-    with pytest.raises(ManifestError, match="spec.checkpointing.storage: names no storage"):
+    with pytest.raises(ManifestError, match=r"spec\.checkpointing\.storage: names no storage"):
         manifest_from_document(minimal)
