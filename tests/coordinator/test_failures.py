@@ -12,6 +12,7 @@ from spark_checkpoint_operator.coordinator import (
     FinalizationFailed,
     JobPhase,
     JobPhaseChanged,
+    PersistState,
     TaskDeclined,
     TriggerDeliveryFailed,
     TriggerRequested,
@@ -139,3 +140,23 @@ def test_stopping_the_scheduler_resets_the_failure_count() -> None:
     assert harness.coordinator.consecutive_failures == 1
     harness.send(JobPhaseChanged(JobPhase.RESTARTING))
     assert harness.coordinator.consecutive_failures == 0
+
+
+@pytest.mark.parametrize("pending", [1, 3])
+def test_a_failure_is_persisted_once_after_its_aborts(pending: int) -> None:
+    """Its counts and history are in the persisted state: the operator wrote status only
+    at the next completion, so status showed no failure (counts.failed 0, Healthy) while
+    checkpoints kept failing."""
+    harness = Harness(
+        CoordinatorConfig(interval=None, timeout=30.0, max_concurrent=3, tolerable_failures=9)
+    )
+    harness.start()
+    for _ in range(pending):
+        harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+
+    effects = harness.advance(30.0)
+
+    assert [type(e) for e in effects] == [AbortCheckpoint] * pending + [PersistState]
+    (persisted,) = of_type(effects, PersistState)
+    assert persisted.state.failed_count == pending
+    assert [o.reason for o in persisted.state.history] == [FailureReason.EXPIRED] * pending

@@ -92,6 +92,26 @@ def test_checkpoints_complete_and_appear_in_status(cluster: LocalCluster) -> Non
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
 
 
+def test_failing_checkpoints_appear_in_status_before_any_completes(tmp_path: Path) -> None:
+    """Status was written only when a checkpoint completed: checkpoints that kept
+    expiring left counts.failed 0 and CheckpointsHealthy True (a hostile-input tester)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 4.0))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"timeout": "1s", "tolerableFailures": 100}))
+
+        status = cluster.wait_for(
+            "two failed checkpoints in status",
+            lambda: (s := cluster.status("orders")).get("counts", {}).get("failed", 0) >= 2 and s,
+            job="orders",
+        )
+
+    assert status["counts"]["completed"] == 0
+    assert status["consecutiveFailures"] >= 2
+    assert [h["status"] for h in status["history"][:2]] == ["Failed", "Failed"], status
+    healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
+    assert healthy["status"] == "False", healthy
+
+
 def test_the_operator_serves_prometheus_metrics_per_job(cluster: LocalCluster) -> None:
     cluster.apply(job())
     status = completed(cluster, "orders", 3)

@@ -224,7 +224,7 @@ class CheckpointCoordinator:
                 self._on_finalized(event, effects)
             case JobTerminated(outcome=outcome):
                 self._on_terminated(outcome, effects)
-        return effects
+        return _failures_persisted(effects, self.persisted_state)
 
     def _on_tick(self, effects: list[Effect]) -> None:
         now = self._clock()
@@ -544,3 +544,14 @@ class CheckpointCoordinator:
 
     def _retained_ids(self) -> tuple[int, ...]:
         return tuple(c.checkpoint_id for c in self._store.checkpoints)
+
+
+def _failures_persisted(effects: list[Effect], state: PersistedState) -> list[Effect]:
+    """`effects`, ending with a PersistState of `state` if a checkpoint was aborted after
+    the last one: a failure is part of the persisted history (the status' counts and
+    history show it), once per event however many checkpoints it aborted."""
+    aborted = [i for i, effect in enumerate(effects) if isinstance(effect, AbortCheckpoint)]
+    persisted = [i for i, effect in enumerate(effects) if isinstance(effect, PersistState)]
+    if aborted and (not persisted or persisted[-1] < aborted[-1]):
+        effects.append(PersistState(state))
+    return effects
