@@ -430,6 +430,30 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
 
 
+@pytest.mark.parametrize(
+    "progress",
+    ["{garbage", json.dumps({"started": "not-a-date", "retries": "x", "success": "maybe"})],
+)
+def test_a_job_whose_handler_progress_a_user_garbled_is_still_deleted(
+    cluster: LocalCluster, progress: str
+) -> None:
+    """Kopf keeps its handlers' progress in annotations anyone who may patch the job can
+    write: one it could not read held the deleted job by its finalizer for ever."""
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+    cluster.api.patch(
+        JOBS,
+        "default",
+        "orders",
+        {"metadata": {"annotations": {"sparkcheckpoint.io/delete_job": progress}}},
+    )
+
+    cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    cluster.wait_for_event("orders", "ProgressIgnored")
+
+
 FINALIZER = "sparkcheckpoint.io/finalizer"
 
 

@@ -72,6 +72,41 @@ def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Pa
     assert "Traceback" not in finished.stderr, finished.stderr
 
 
+@pytest.mark.parametrize(
+    ("setting", "said"),
+    [
+        ({"SPARK_CHECKPOINT_METRICS_PORT": "abc"}, "SPARK_CHECKPOINT_METRICS_PORT='abc' is not"),
+        ({"SPARK_CHECKPOINT_METRICS_PORT": "70000"}, "SPARK_CHECKPOINT_METRICS_PORT='70000'"),
+        ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "abc"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='abc'"),
+        ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "-1"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='-1'"),
+        ({"KUBECONFIG": "kubeconfig"}, "no Kubernetes credentials"),
+    ],
+)
+def test_a_wrong_setting_stops_the_operator_with_one_line(
+    tmp_path: Path, setting: dict[str, str], said: str
+) -> None:
+    """Each was retried every minute for ever, a traceback each time (a tester's finding)."""
+    (tmp_path / "kubeconfig").write_text("{not: [yaml")
+    environment = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"}
+    }
+    finished = subprocess.run(
+        [OPERATOR_COMMAND, "--all-namespaces"],
+        capture_output=True,
+        text=True,
+        env={**environment, "SPARK_CHECKPOINT_METRICS_PORT": "0", **setting},
+        cwd=tmp_path,
+        timeout=120,  # a retry loop would first retry after 60 s
+        check=False,
+    )
+    assert finished.returncode == 1, finished.stderr
+    reported = [line for line in finished.stderr.splitlines() if "failed permanently" in line]
+    assert len(reported) == 1 and said in reported[0], finished.stderr
+    assert "Traceback" not in finished.stderr, finished.stderr
+
+
 def test_the_operator_command_runs_kopf_standalone_with_its_handlers_first(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

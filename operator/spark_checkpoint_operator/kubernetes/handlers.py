@@ -7,10 +7,12 @@ come from the service account or KUBECONFIG, for Kopf and for the operator's own
 
 import asyncio
 import contextlib
+import datetime
 import logging
+import math
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import kopf
@@ -41,6 +43,7 @@ METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
+_T = TypeVar("_T")
 
 
 class _NoDiffBase(kopf.DiffBaseStorage):
@@ -55,10 +58,61 @@ class _NoDiffBase(kopf.DiffBaseStorage):
         pass
 
 
+class _CheckedProgressStorage(kopf.AnnotationsProgressStorage):
+    """Kopf's handler progress in the job's annotations, which anyone who may patch the job
+    can write: a record Kopf cannot read (not JSON, a time that is none) made every handling
+    of the job fail, so a deleted job kept its finalizer for ever. Such a record is said once
+    and taken as none: the handler runs afresh (the deletion handler is idempotent)."""
+
+    def fetch(self, *, key: kopf.HandlerId, body: kopf.Body) -> kopf.ProgressRecord | None:
+        problem: str | None
+        try:
+            record = super().fetch(key=key, body=body)
+        except ValueError as error:  # json.JSONDecodeError
+            record, problem = None, f"not JSON: {error}"
+        else:
+            problem = None if record is None else _progress_problem(record)
+        if problem is not None:
+            kopf.warn(
+                body, reason="ProgressIgnored", message=f"{self.prefix}/{key}: {problem}; ignored"
+            )
+            return None
+        return record
+
+
+def _progress_problem(record: Any) -> str | None:
+    """What keeps Kopf from reading a progress record, or None."""
+    if not isinstance(record, dict):
+        return "not an object"
+    for field in ("started", "stopped", "delayed"):
+        value = record.get(field)
+        if value is None:
+            continue
+        try:
+            datetime.datetime.fromisoformat(value)
+        except (TypeError, ValueError):
+            return f"{field}: not an ISO 8601 time"
+    retries = record.get("retries")
+    if retries is not None and (type(retries) is not int or retries < 0):
+        return "retries: not a count"
+    for field in ("success", "failure"):
+        if record.get(field) not in (None, True, False):
+            return f"{field}: not a boolean"
+    for field in ("message", "purpose"):
+        if record.get(field) is not None and not isinstance(record.get(field), str):
+            return f"{field}: not a string"
+    subrefs = record.get("subrefs")
+    if subrefs is not None and not (
+        isinstance(subrefs, list) and all(isinstance(s, str) for s in subrefs)
+    ):
+        return "subrefs: not a list of names"
+    return None
+
+
 @kopf.on.startup()
 async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=objects.GROUP)
+    settings.persistence.progress_storage = _CheckedProgressStorage(prefix=objects.GROUP)
     settings.persistence.diffbase_storage = _NoDiffBase()
     # One replica (Recreate strategy) is the operator's lease; no peering resources.
     settings.peering.standalone = True
@@ -72,7 +126,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     # The operator-wide memo is shared by every object's memo: pods find their job here.
     memo[CONTROLLERS] = {}
     metrics = CheckpointMetrics(REGISTRY)
-    port = int(os.environ.get(METRICS_PORT_VARIABLE, DEFAULT_METRICS_PORT))
+    port = _setting(METRICS_PORT_VARIABLE, str(DEFAULT_METRICS_PORT), _port, "a port number")
     if port:  # 0 turns the endpoint off
         try:
             metrics.serve(port)
@@ -83,14 +137,41 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
                 f"them off): {error.strerror or error}"
             ) from None
     memo[METRICS] = metrics
-    idle_poll = os.environ.get(IDLE_POLL_VARIABLE)
-    memo[CONTROLLER_SETTINGS] = {"idle_poll_interval": float(idle_poll)} if idle_poll else {}
+    idle_poll = _setting(IDLE_POLL_VARIABLE, "", _seconds, "a number of seconds above 0")
+    memo[CONTROLLER_SETTINGS] = {} if idle_poll is None else {"idle_poll_interval": idle_poll}
     memo[CLIENTS] = Clients(
         api=OperatorApiClient(await _api_configuration()),
         pods=PodRegistry(),
         # One connection pool for every job's agent; no cap shared by all of them.
         session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
     )
+
+
+def _setting(name: str, default: str, parse: Callable[[str], _T], meaning: str) -> _T:
+    """The operator's setting from the environment variable ``name``: a wrong value stops
+    the operator with one line (Kopf would retry its startup every minute for ever)."""
+    text = os.environ.get(name, default)
+    try:
+        return parse(text)
+    except ValueError:
+        raise kopf.PermanentError(f"{name}={text!r} is not {meaning}") from None
+
+
+def _port(text: str) -> int:
+    port = int(text)
+    if not 0 <= port <= 65535:
+        raise ValueError(text)
+    return port
+
+
+def _seconds(text: str) -> float | None:
+    """None if unset (empty)."""
+    if not text:
+        return None
+    seconds = float(text)
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(text)
+    return seconds
 
 
 async def _api_configuration() -> Configuration:
@@ -102,7 +183,7 @@ async def _api_configuration() -> Configuration:
     except config.ConfigException as not_in_pod:
         try:
             await config.load_kube_config(client_configuration=configuration)
-        except (config.ConfigException, OSError) as no_kubeconfig:
+        except Exception as no_kubeconfig:  # a kubeconfig of any wrong shape, too
             # Retrying cannot help: stop with one line instead of a traceback a minute.
             raise kopf.PermanentError(
                 f"no Kubernetes credentials: in a pod, {not_in_pod}; "
