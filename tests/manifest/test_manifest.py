@@ -19,6 +19,7 @@ from spark_checkpoint_operator.manifest.crd import load_crd
 from spark_checkpoint_operator.manifest.loading import (
     load_manifest,
     manifest_from_document,
+    manifest_from_update,
     parse_manifest,
 )
 from spark_checkpoint_operator.manifest.model import (
@@ -860,3 +861,26 @@ def test_checkpoint_storage_is_a_store_that_outlives_the_job(
         return
     with pytest.raises(ManifestError, match=r"spec\.checkpointing\.storage: names no storage"):
         manifest_from_document(minimal)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("spec.checkpointing.storage", "/data/a\0b"),
+        ("spec.application.arguments", ["--output", "a\0b"]),
+        ("spec.application.sparkConf", {"spark.x": "a\0b"}),
+        ("spec.driver.annotations", {"note": "a\0b"}),
+    ],
+)
+def test_a_nul_character_is_refused_naming_the_field(
+    minimal: dict[str, Any], field: str, value: Any
+) -> None:
+    """JSON and the API server take it; a path, an argument or a variable cannot hold it:
+    `run` ended in a traceback of `embedded null byte` (a hostile-input tester)."""
+    _set(minimal, field, value)
+
+    with pytest.raises(ManifestError, match="contains a NUL character") as refused:
+        manifest_from_document(minimal)
+    assert str(refused.value).startswith(f"<manifest>: {field}"), refused.value
+    with pytest.raises(ManifestError, match="contains a NUL character"):
+        manifest_from_update(minimal, minimal)

@@ -4,7 +4,7 @@ time and memory; one SparkCheckpointJob per file (beside what kubectl applies wi
 every problem on one line naming the file."""
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +12,13 @@ import yaml
 
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_kind
 from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
-from spark_checkpoint_operator.manifest.problems import ManifestError, Problem, clip, shown
+from spark_checkpoint_operator.manifest.problems import (
+    ManifestError,
+    Problem,
+    clip,
+    render_path,
+    shown,
+)
 from spark_checkpoint_operator.manifest.validation import (
     MAX_MANIFEST_DEPTH,
     validate_document,
@@ -49,7 +55,36 @@ def parse_manifest(text: str, source: str = "<manifest>") -> JobManifest:
 
 def manifest_from_document(document: object, source: str = "<manifest>") -> JobManifest:
     """Validate and default a parsed document, then convert it to a ``JobManifest``."""
-    return to_manifest(validate_document(document, source))
+    defaulted = validate_document(document, source)
+    _require_no_nul(defaulted, source)
+    return to_manifest(defaulted)
+
+
+def _require_no_nul(document: Mapping[str, Any], source: str) -> None:
+    """The API server takes a NUL character in a string (JSON has it), but no path,
+    argument, environment variable or label can hold one: the job would fail far from its
+    cause (a traceback of ``embedded null byte``)."""
+    if problems := list(_nul_characters(document, ())):
+        raise ManifestError(source, problems)
+
+
+def _nul_characters(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
+    if isinstance(value, str) and "\0" in value:
+        yield Problem(
+            render_path(path),
+            "contains a NUL character, which no path, argument or variable can hold",
+            path,
+        )
+    elif isinstance(value, Mapping):
+        for key, child in value.items():
+            if "\0" in str(key):
+                yield Problem(
+                    render_path(path), f"the key {shown(key)} contains a NUL character", path
+                )
+            yield from _nul_characters(child, (*path, str(key)))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _nul_characters(item, (*path, index))
 
 
 # Problems of a value's shape or bounds: the manifest is read on the schema's word that
@@ -81,6 +116,7 @@ def manifest_from_update(
     returned, unless it is one of a value's shape or bounds or the job cannot be run with
     it."""
     defaulted, tolerated = validate_update(document, previous, source)
+    _require_no_nul(defaulted, source)
     if unreadable := [p for p in tolerated if p.keyword in _UNREADABLE_KEYWORDS]:
         raise ManifestError(source, unreadable)
     try:
