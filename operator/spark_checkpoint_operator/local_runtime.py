@@ -39,6 +39,7 @@ from spark_checkpoint.storage import (
     StorageError,
     StorageOwnedElsewhere,
     SymbolicLinkError,
+    first_line,
     printable_line,
 )
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -693,7 +694,9 @@ def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:
     try:
         return CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no library for it (gcsfs, libhdfs)
-        raise RunRefused(f"spec.checkpointing.storage {layout.root!r}: {error}") from None
+        raise RunRefused(
+            f"spec.checkpointing.storage {layout.root!r}: {first_line(error)}"
+        ) from None
 
 
 def _check_initial_savepoint(

@@ -251,3 +251,22 @@ def test_what_keeps_a_run_from_starting_is_said_in_one_line_before_any_driver(
         "install gcsfs to access Google Storage\n"
     )
     assert "starting driver" not in in_use.out + no_state.out + no_library.out
+
+
+def test_storage_whose_library_cannot_load_is_one_line(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyarrow's error for a missing libhdfs lists every place it looked: `list` printed 89
+    lines for an hdfs:// root (a hostile-input tester)."""
+    searched = "".join(f"\ndlopen(/opt/place-{n}/libjvm.so) failed" for n in range(88))
+
+    def no_library(url: str, **_: object) -> object:
+        raise OSError(f"Unable to load libjvm{searched}")
+
+    monkeypatch.setattr("fsspec.core.url_to_fs", no_library)
+    monkeypatch.setattr("spark_checkpoint.storage.filesystem.url_to_fs", no_library)
+    for command in ("list", "verify"):
+        result = cli(command, "--storage", "hdfs://nn:8020/ckpt", "--namespace", "a", "--job", "b")
+        assert result.err == (
+            f"spark-checkpoint {command}: storage 'hdfs://nn:8020/ckpt': Unable to load libjvm\n"
+        ), result.err

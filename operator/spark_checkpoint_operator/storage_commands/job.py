@@ -5,7 +5,12 @@ from pathlib import Path
 from typing import TextIO
 
 from spark_checkpoint.protocol import RestoreCandidate
-from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointStorage,
+    JobStorageLayout,
+    first_line,
+)
 from spark_checkpoint_operator.cli_conventions import OptionError, job_options, storage_option
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
@@ -96,7 +101,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         layout = JobStorageLayout(root, namespace, job)
         storage = CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no library for it (libhdfs, gcsfs)
-        raise CommandError(f"storage {root!r}: {error}") from error
+        raise CommandError(f"storage {root!r}: {first_line(error)}") from error
     if paths is None:
         paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
     return JobStorage(storage, paths)

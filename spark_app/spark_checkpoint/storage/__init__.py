@@ -18,6 +18,7 @@ from .errors import (
     TruncatedMetadataError,
     UnknownFormatVersionError,
     UnregisteredCheckpointError,
+    first_line,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -67,6 +68,7 @@ __all__ = [
     "UnknownFormatVersionError",
     "UnregisteredCheckpointError",
     "digest_local_file",
+    "first_line",
     "metadata_location",
     "parse_snapshot_address",
     "parse_snapshot_dir_name",

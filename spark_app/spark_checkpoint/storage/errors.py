@@ -141,6 +141,13 @@ class StorageOwnedElsewhere(StorageError):
         self.claimant = claimant
 
 
+def first_line(error: BaseException) -> str:
+    """An error's message as one printable line: its first (a library may add many:
+    pyarrow's error for a missing libhdfs lists each of the 88 places it looked)."""
+    lines = str(error).strip().splitlines()
+    return printable_line(lines[0] if lines else type(error).__name__)
+
+
 def printable_line(text: str, limit: int = 300) -> str:
     """Text read from storage as one line of printable characters, at most ``limit``:
     what a message or a log line quotes of it."""
