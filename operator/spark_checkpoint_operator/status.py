@@ -39,6 +39,10 @@ CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
 SPEC_VALID = "SpecValid"
 
 
+# The largest count or id a status holds: exact in any JSON reader.
+MAX_COUNT = 2**53 - 1
+
+
 class StatusFileError(ValueError):
     """A status file cannot be read; the message names the file and the field."""
 
@@ -95,15 +99,15 @@ class PersistedStatus:
             raise InvalidStatus(f"phase: expected one of {allowed}, got {phase!r}")
         return cls(
             phase=JobPhase(phase),
-            job_attempt=_field(data, "jobAttempt", int, 0),
-            restores=_field(counts, "restored", int, 0, "counts."),
-            failed_restores=_field(counts, "failedRestores", int, 0, "counts."),
+            job_attempt=_count(data, "jobAttempt"),
+            restores=_count(counts, "restored", "counts."),
+            failed_restores=_count(counts, "failedRestores", "counts."),
             restored_from=_restored_from(data),
             unrestorable=_field(data, "unrestorable", list, []),
             message=_field(data, "message", str, ""),
-            last_committed_batch=_field(data, "lastCommittedBatch", int, None),
-            consecutive_failures=_field(data, "consecutiveFailures", int, 0),
-            next_checkpoint_id=_field(data, "nextCheckpointId", int, state.next_checkpoint_id),
+            last_committed_batch=_count(data, "lastCommittedBatch", default=None),
+            consecutive_failures=_count(data, "consecutiveFailures"),
+            next_checkpoint_id=_count(data, "nextCheckpointId", default=state.next_checkpoint_id),
             pending=_field(data, "pending", list, []),
             coordinator=state,
         )
@@ -123,6 +127,16 @@ def _field(
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
         what = {int: "an integer", str: "a string", list: "a list"}.get(expected, "an object")
         raise InvalidStatus(f"{prefix}{key}: expected {what}, got {value!r}")
+    return value
+
+
+def _count(data: Mapping[str, Any], key: str, prefix: str = "", *, default: int | None = 0) -> Any:
+    """``data[key]``: a count or id from 0 up to what JSON numbers hold exactly (a value
+    written by hand beyond it made the operator's next write of it fail, one below 0 a
+    driver pod name Kubernetes refuses)."""
+    value = _field(data, key, int, default, prefix)
+    if value is not None and not 0 <= value <= MAX_COUNT:
+        raise InvalidStatus(f"{prefix}{key}: expected 0 to {MAX_COUNT}, got {value}")
     return value
 
 

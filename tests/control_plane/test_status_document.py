@@ -8,6 +8,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +23,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.status import (
+    InvalidStatus,
     PersistedStatus,
     RegisteredSnapshots,
     StatusFile,
@@ -161,3 +163,21 @@ def test_a_missing_status_file_is_a_new_job() -> None:
         assert StatusFile.read(paths.status_file) is None
         assert load_registry(paths.status_file) is None
         assert _resumable(load_record(paths)) == _resumable(JobRecord())
+
+
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ({"jobAttempt": -1}, "jobAttempt: expected 0 to 9007199254740991, got -1"),
+        ({"jobAttempt": 2**63 - 1}, "jobAttempt: expected 0 to 9007199254740991, got"),
+        ({"counts": {"restored": -2}}, "counts.restored: expected 0 to"),
+        ({"lastCommittedBatch": -1}, "lastCommittedBatch: expected 0 to"),
+        ({"nextCheckpointId": True}, "nextCheckpointId: expected an integer, got True"),
+    ],
+)
+def test_a_count_out_of_range_is_named(written: dict[str, object], said: str) -> None:
+    """Written by hand: one below 0 made the operator name a driver pod Kubernetes refuses,
+    one at int64's end made its own next write of it fail."""
+    with pytest.raises(InvalidStatus) as refused:
+        PersistedStatus.from_dict(written)
+    assert str(refused.value).startswith(said), refused.value

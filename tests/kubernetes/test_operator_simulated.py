@@ -454,6 +454,38 @@ def test_a_job_whose_handler_progress_a_user_garbled_is_still_deleted(
     cluster.wait_for_event("orders", "ProgressIgnored")
 
 
+@pytest.mark.parametrize(
+    ("written", "said"),
+    [
+        ({"coordinator": {"nextCheckpointId": "x"}}, "status.coordinator.nextCheckpointId"),
+        ({"jobAttempt": -5}, "status.jobAttempt: expected 0 to"),
+        ({"jobAttempt": 2**63 - 1}, "status.jobAttempt: expected 0 to"),
+    ],
+)
+def test_a_status_written_by_hand_that_cannot_be_read_stops_nothing_else(
+    cluster: LocalCluster, written: dict[str, Any], said: str
+) -> None:
+    """The registry in status is what garbage collection and restores go by: one that
+    cannot be read is said once and the job is left alone until it can (it crashed the
+    job's daemon every 5 s, and a negative attempt deleted the running driver); the other
+    jobs go on, and the deletion releases the job, its storage as it is."""
+    cluster.apply(job("good"))
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    with operator_stopped(cluster):
+        cluster.api.patch(JOBS, "default", "orders", {"status": written}, subresource="status")
+
+    event = cluster.wait_for_event("orders", "StatusUnreadable")
+    assert said in event["message"], event
+    before = completed(cluster, "good", 1)["counts"]["completed"]
+    completed(cluster, "good", before + 2)
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]  # left as it was
+    assert "Traceback" not in cluster.operator.log_path.read_text(), "a crash loop"
+
+    cluster.delete("orders")
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+
+
 FINALIZER = "sparkcheckpoint.io/finalizer"
 
 

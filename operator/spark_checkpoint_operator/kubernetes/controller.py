@@ -52,7 +52,13 @@ from spark_checkpoint_operator.manifest.loading import manifest_from_update
 from spark_checkpoint_operator.manifest.model import JobManifest, JobState
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
-from spark_checkpoint_operator.status import SPEC_VALID, Observed, Readiness, render_status
+from spark_checkpoint_operator.status import (
+    SPEC_VALID,
+    InvalidStatus,
+    Observed,
+    Readiness,
+    render_status,
+)
 from spark_checkpoint_operator.supervisor import (
     CleanupFailed,
     DriverHandle,
@@ -106,7 +112,10 @@ class JobController:
         self._idle_poll_interval = idle_poll_interval
         self._changed = asyncio.Event()
         self._stop: _Stop | None = None
-        self._read_status(dict(body.get("status") or {}))
+        try:
+            self._read_status(dict(body.get("status") or {}))
+        except InvalidStatus:  # said by `run`, which reads the stored status again
+            self._read_status({})
         self._problem: str | None = None
         self._tolerated: str | None = None  # what a newer rule refuses in an unchanged spec
         self._generation = -1  # of the spec read last; status writes do not change it
@@ -166,7 +175,8 @@ class JobController:
 
     async def run(self) -> None:
         try:
-            await self._read_stored_status()
+            if not await self._readable_status():
+                return
             while self._stop is None:
                 # An invalid spec: the last valid one goes on for a driver that runs.
                 manifest = await self._read_spec() or await self._last_valid_for_the_driver()
@@ -188,7 +198,8 @@ class JobController:
         failure: it starts over from the stored status."""
         self.stop(deleting=True)
         try:
-            await self._read_stored_status()
+            if not await self._readable_status():
+                return
             manifest = await self._read_spec() or await self._last_valid_for_the_driver()
             if manifest is not None and self._record.phase in ACTIVE_PHASES:
                 driver = await self._launcher(manifest).adopt(self._record.attempt)
@@ -221,6 +232,33 @@ class JobController:
                 )
         self._metrics.forget()
         self._deleted = True
+
+    async def _readable_status(self) -> bool:
+        """Read the stored status; while it cannot be read (a value written by hand: the
+        operator writes none it cannot read), say so once and wait for it to change: the
+        registry it holds is what garbage collection and restores go by, so nothing is
+        done for the job meanwhile. A job deleted meanwhile loses its finalizer without
+        its final savepoint and retention (its storage stays as it is); False then."""
+        said = ""
+        while True:
+            try:
+                await self._read_stored_status()
+                return True
+            except InvalidStatus as error:
+                problem = f"status.{error}"
+            if problem != said:
+                said = problem
+                self._post_event(
+                    "Warning",
+                    "StatusUnreadable",
+                    f"{problem}: the operator does not act on this job until its status "
+                    "is readable (a status written by hand? restore the field, or remove "
+                    "it); a deletion meanwhile leaves its storage as it is",
+                )
+            if self._stop is _Stop.DELETE:
+                self._deleted = True
+                return False
+            await self._wait_for_change()
 
     async def _wait_for_change(self) -> None:
         await self._changed.wait()
