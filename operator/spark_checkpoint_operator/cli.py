@@ -15,6 +15,7 @@ from spark_checkpoint_operator.cli_conventions import (
     Parser,
     add_manifest_option,
     add_output_option,
+    directory,
     epilog,
     exit_quietly_on_closed_pipe,
     port_number,
@@ -122,7 +123,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     run.add_argument(
         "--state-dir",
-        type=Path,
+        type=directory,
         help="status, driver logs, work directories and default storage "
         f"(default: {STATE_DIR_NAME} next to the manifest)",
     )
@@ -236,7 +237,7 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> Non
     where.add_argument("--job", metavar="NAME", help="the job's name")
     where.add_argument(
         "--state-dir",
-        type=Path,
+        type=directory,
         metavar="DIR",
         help="state directory of `spark-checkpoint run`: the registry is read from "
         "<state-dir>/<namespace>/<job>/status.json if present (default: "

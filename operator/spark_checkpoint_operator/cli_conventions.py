@@ -161,6 +161,14 @@ def whole_number(minimum: int) -> Callable[[str], int]:
     return parse
 
 
+def directory(text: str) -> Path:
+    """argparse's type for a directory: an empty one is refused (it read as the current
+    directory, where another run's state may be)."""
+    if not text:
+        raise argparse.ArgumentTypeError("'' names no directory ('.' names this one)")
+    return Path(text)
+
+
 def port_number(text: str) -> int:
     """argparse's type for a TCP port to listen on."""
     try:

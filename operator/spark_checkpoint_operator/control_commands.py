@@ -14,6 +14,7 @@ from spark_checkpoint_operator.cli_conventions import (
     Parser,
     add_manifest_option,
     add_output_option,
+    directory,
     epilog,
     format_table,
     job_options,
@@ -73,7 +74,7 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     where.add_argument("--job", metavar="NAME", help="the job's name")
     where.add_argument(
         "--state-dir",
-        type=Path,
+        type=directory,
         metavar="DIR",
         help=f"the run's state directory (default: {STATE_DIR_NAME} next to the manifest, "
         "else in the current directory)",

@@ -270,3 +270,14 @@ def test_storage_whose_library_cannot_load_is_one_line(
         assert result.err == (
             f"spark-checkpoint {command}: storage 'hdfs://nn:8020/ckpt': Unable to load libjvm\n"
         ), result.err
+
+
+def test_an_empty_state_directory_is_a_usage_error(cli: Cli) -> None:
+    """`--state-dir ''` read as the current directory, where another run's state may be."""
+    for command in ("run", "list", "status"):
+        result = cli(command, "-f", "job.yaml", "--state-dir", "")
+        assert (result.code, result.err) == (
+            ExitCode.USAGE,
+            f"spark-checkpoint {command}: argument --state-dir: '' names no directory ('.' "
+            f"names this one) (see spark-checkpoint {command} --help)\n",
+        )

@@ -1,5 +1,6 @@
 """Loading SparkCheckpointJob manifests: defaults, typed values, and every problem named."""
 
+import os
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -548,10 +549,10 @@ def test_unknown_fields_are_named_with_a_suggestion(minimal: dict[str, Any]) -> 
     _set(minimal, "spec.checkpointing.intervall", "30s")
     _set(minimal, "spec.executor.replicas", 2)
     _set(minimal, "specs", {})
-    _set(minimal, "metadata.uid", "1234")
+    _set(minimal, "metadata.uuid", "1234")
 
     assert _problems(minimal) == [
-        "metadata.uid: unknown field",
+        "metadata.uuid: unknown field (did you mean 'uid'?)",
         "spec.checkpointing.intervall: unknown field (did you mean 'interval'?)",
         "spec.executor.replicas: unknown field",
         "specs: unknown field (did you mean 'spec'?)",
@@ -884,3 +885,31 @@ def test_a_nul_character_is_refused_naming_the_field(
     assert str(refused.value).startswith(f"<manifest>: {field}"), refused.value
     with pytest.raises(ManifestError, match="contains a NUL character"):
         manifest_from_update(minimal, minimal)
+
+
+def test_a_manifest_exported_from_a_cluster_runs_as_it_is(minimal: dict[str, Any]) -> None:
+    """`kubectl get scj -o yaml > job.yaml` then `spark-checkpoint run job.yaml`: what the
+    API server set in metadata was refused as unknown fields (a hostile-input tester)."""
+    minimal["metadata"] |= {
+        "uid": "0b3f6c1e-2f4a-4d36-9f0e-1c2d3e4f5a6b",
+        "resourceVersion": "12345",
+        "generation": 3,
+        "creationTimestamp": "2026-11-30T10:00:00Z",
+        "finalizers": ["sparkcheckpoint.io/finalizer"],
+        "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsV1": {}}],
+        "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "y"}],
+    }
+    minimal["status"] = {"phase": "Running", "jobAttempt": 2}
+
+    assert manifest_from_document(minimal).name == minimal["metadata"]["name"]
+
+
+@pytest.mark.timeout(30)
+def test_a_manifest_that_is_no_regular_file_is_one_line(tmp_path: Path) -> None:
+    """A FIFO made `run -f` wait for a writer for ever."""
+    fifo = tmp_path / "job.yaml"
+    os.mkfifo(fifo)
+
+    with pytest.raises(ManifestError) as refused:
+        load_manifest(fifo)
+    assert str(refused.value) == f"{fifo}: cannot read the file: not a regular file"

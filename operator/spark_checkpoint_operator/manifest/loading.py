@@ -4,8 +4,8 @@ time and memory; one SparkCheckpointJob per file (beside what kubectl applies wi
 every problem on one line naming the file."""
 
 import os
+import stat
 from collections.abc import Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 import yaml
@@ -37,7 +37,12 @@ def load_manifest(path: str | os.PathLike[str]) -> JobManifest:
     """Read, validate and default the SparkCheckpointJob in the YAML file at ``path``."""
     source = os.fspath(path)
     try:
-        with Path(path).open("rb") as file:
+        # Without O_NONBLOCK, opening a FIFO waits for a writer: `run -f fifo` hung.
+        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
+            kind = stat.S_IFMT(os.fstat(file.fileno()).st_mode)
+            if kind != stat.S_IFREG:
+                what = "a directory" if kind == stat.S_IFDIR else "not a regular file"
+                raise ManifestError(source, [Problem("", f"cannot read the file: {what}")])
             data = file.read(MAX_MANIFEST_BYTES + 1)
         text = data.decode("utf-8")
     except OSError as error:

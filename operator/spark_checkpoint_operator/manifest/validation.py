@@ -63,6 +63,7 @@ LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
 # The API server validates ObjectMeta itself, so a local manifest's metadata is checked
 # against this subset; the CRD may only restrict metadata.name further (its maxLength).
+_ANY_OBJECT: Schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
 _OBJECT_META: Schema = {
     "type": "object",
     "required": ["name"],
@@ -83,6 +84,19 @@ _OBJECT_META: Schema = {
             "additionalProperties": {"type": "string", "pattern": LABEL_VALUE_PATTERN},
         },
         "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+        # What the API server sets, in a manifest exported with `kubectl get -o yaml`:
+        # taken, and not used by a local run.
+        "uid": {"type": "string"},
+        "resourceVersion": {"type": "string"},
+        "generation": {"type": "integer"},
+        "creationTimestamp": {"type": "string"},
+        "deletionTimestamp": {"type": "string"},
+        "deletionGracePeriodSeconds": {"type": "integer"},
+        "generateName": {"type": "string"},
+        "selfLink": {"type": "string"},
+        "finalizers": {"type": "array", "items": {"type": "string"}},
+        "ownerReferences": {"type": "array", "items": _ANY_OBJECT},
+        "managedFields": {"type": "array", "items": _ANY_OBJECT},
     },
 }
 
