@@ -38,6 +38,8 @@ INVALID_SPECS = [
     ({"checkpointing": {"interval": "0s"}}, "spec.checkpointing", "interval"),
     ({"checkpointing": {"retained": 0}}, "spec.checkpointing.retained", "minimum"),
     ({"checkpointing": {"maxConcurrent": 0}}, "spec.checkpointing.maxConcurrent", "minimum"),
+    # The driver runs it with python, which fetches nothing: it was "no such file".
+    ({"application": {"mainFile": "s3a://b/x.py"}}, "spec.application.mainFile", "local://"),
     # fsspec resolves it, and nothing is kept once the driver's process ends.
     (
         {"checkpointing": {"storage": "memory://checkpoints"}},
