@@ -1001,6 +1001,29 @@ async def test_invalid_labels_are_a_422_on_every_object(api: EmulatedApiServer, 
 
 
 @pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({"finalizers": ["Not Valid!"]}, "metadata.finalizers"),
+        ({"annotations": {"note": "x" * (256 * 1024)}}, "metadata.annotations"),
+    ],
+)
+async def test_finalizers_and_annotations_are_checked_as_a_real_api_server_does(
+    api: EmulatedApiServer, metadata: dict[str, object], field: str
+) -> None:
+    """A hostile-input tester found the emulator taking both (a real API server: 422)."""
+    body = job()
+    body["metadata"] |= metadata
+
+    status, answer, _ = await send(api, "POST", JOBS_PATH, body)
+
+    assert status == 422, answer
+    assert [cause["field"] for cause in answer["details"]["causes"]] == [field]
+    body["metadata"] |= {"finalizers": ["sparkcheckpoint.io/finalizer"], "annotations": {}}
+    assert (await send(api, "POST", JOBS_PATH, body))[0] == 201
+
+
+@pytest.mark.asyncio
 async def test_an_integral_float_is_stored_as_an_integer(api: EmulatedApiServer) -> None:
     status, created, _ = await send(api, "POST", JOBS_PATH, job(checkpointing={"retained": 2.0}))
 

@@ -174,6 +174,8 @@ _OBJECT_META_TYPES: Mapping[str, str] = {
     "finalizers": "[]string",
     "managedFields": "[]v1.ManagedFieldsEntry",
 }
+# apimachinery's TotalAnnotationSizeLimitB: keys and values together.
+MAX_ANNOTATIONS_BYTES = 256 * 1024
 _INITIAL_STATUS: Mapping[kmock.resource, Body] = {
     PODS: {"phase": "Pending"},
     NAMESPACES: {"phase": "Active"},
@@ -910,7 +912,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             raise _invalid(
                 res, info, name, [("metadata.name", f"Invalid value: {name!r}: {message}")]
             )
-        if causes := _label_problems(metadata):
+        if causes := _metadata_problems(metadata):
             raise _invalid(res, info, name, causes)
         if self._current(res, metadata.get("namespace"), name) is not None:
             raise kmock.KubernetesError(
@@ -1156,7 +1158,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     "Forbidden: no new finalizers can be added if the object is being deleted",
                 )
                 raise _invalid(res, info, name, [cause])
-            if causes := _label_problems(metadata):
+            if causes := _metadata_problems(metadata):
                 raise _invalid(res, info, name, causes)
             if res == PODS and _pod_spec_essence(new, stored) != _pod_spec_essence(stored, stored):
                 cause = (
@@ -1589,10 +1591,28 @@ def _object_meta(
     return decoded
 
 
-def _label_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """ObjectMeta validation of labels and annotations, as on every object: keys are
-    qualified names, label values at most 63 characters of a restricted alphabet."""
+def _metadata_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """ObjectMeta validation of labels, annotations and finalizers, as on every object
+    (apimachinery's ValidateObjectMeta): keys and finalizers are qualified names, label
+    values at most 63 characters of a restricted alphabet, annotations 256 KiB in all."""
     causes = []
+    for finalizer in metadata.get("finalizers") or ():
+        if not go_regex(QUALIFIED_NAME_PATTERN).search(finalizer):
+            causes.append(
+                (
+                    "metadata.finalizers",
+                    f"Invalid value: {json.dumps(finalizer)}: not a qualified name",
+                )
+            )
+    annotations = metadata.get("annotations") or {}
+    size = sum(len(key) + len(value or "") for key, value in annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        causes.append(
+            (
+                "metadata.annotations",
+                f"Too long: may not be more than {MAX_ANNOTATIONS_BYTES} bytes",
+            )
+        )
     for field in ("labels", "annotations"):
         for key, value in (metadata.get(field) or {}).items():
             if not go_regex(QUALIFIED_NAME_PATTERN).search(key):
