@@ -40,7 +40,7 @@ COMPLETED = {
 # A checkpoint given up because the input is done is no failure (`CheckpointNotNeeded`).
 FAILED = "CheckpointFailed"
 # An image the driver could not read (skipped), or whose restored query failed (fallen
-# back from): a run that falls back twice and then restores says "1 restore (2 failed)".
+# back from): a run that fell back past two images says "1 restore (2 images failed)".
 RESTORE_FAILED = frozenset({"RestoreSkipped", "RestoreFailed"})
 
 
@@ -57,7 +57,7 @@ class RunTally:
         default_factory=lambda: dict.fromkeys(CheckpointKind, 0)
     )
     failed: int = 0
-    failed_restores: int = 0
+    failed_images: set[str] = field(default_factory=set)  # that could not be restored
     # Per driver attempt: the batches its query committed and the input rows it read, the
     # highest seen (a restored query starts after its image's batch).
     batches: dict[int, int] = field(default_factory=dict)
@@ -69,7 +69,7 @@ class RunTally:
         elif notice.reason == FAILED:
             self.failed += 1
         elif notice.reason in RESTORE_FAILED:
-            self.failed_restores += 1
+            self.failed_images.add(notice.image)
 
     def status(self, status: AgentStatus) -> None:
         last = status.query.last_committed_batch
@@ -275,8 +275,8 @@ class RunDisplay:
             _count(completed[CheckpointKind.SAVEPOINT], "savepoint"),
         ]
         restores = _count(record.restores - self._restores_before, "restore")
-        if tally.failed_restores:
-            restores += f" ({tally.failed_restores} failed)"
+        if tally.failed_images:
+            restores += f" ({_count(len(tally.failed_images), 'image')} failed)"
         self.line(
             f"{outcome.value}: this run took {human_age(duration)}: "
             f"{' and '.join(images)} completed, {tally.failed} failed, "

@@ -44,7 +44,7 @@ STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
 SUMMARY = re.compile(
     r"(?P<outcome>\w+): this run took (?P<took>\S+): (?P<checkpoints>\d+) checkpoints? and "
     r"(?P<savepoints>\d+) savepoints? completed, (?P<failed>\d+) failed, (?P<restores>\d+) "
-    r"restores?(?: \((?P<failed_restores>\d+) failed\))?; (?P<batches>\d+) batch(?:es)?, "
+    r"restores?(?: \((?P<failed_restores>\d+) images? failed\))?; (?P<batches>\d+) batch(?:es)?, "
     r"(?P<rows>\d+) input rows?; status in "
 )
 LIVE_LINE = re.compile(
@@ -327,11 +327,18 @@ def test_the_summary_of_a_resumed_run_counts_that_run_alone(job: Path) -> None:
 
 def test_the_summary_counts_the_images_a_run_could_not_restore(tmp_path: Path) -> None:
     """A run that fell back past two images before one restored said "0 restores" as if
-    it had never tried (a newcomer's reading)."""
+    it had never tried (a newcomer's reading); an image skipped again in the next attempt
+    is one image."""
     out = io.StringIO()
     display = RunDisplay(out)
-    for reason in ("RestoreSkipped", "RestoreFailed", "Restored", "CheckpointCompleted"):
-        display.notice(Notice(reason, Level.NOTE, reason))
+    for reason, image in (
+        ("RestoreSkipped", "checkpoint:7"),
+        ("RestoreFailed", "checkpoint:6"),
+        ("RestoreSkipped", "checkpoint:7"),
+        ("Restored", ""),
+        ("CheckpointCompleted", ""),
+    ):
+        display.notice(Notice(reason, Level.NOTE, reason, image=image))
     record = JobRecord(phase=JobPhase.RUNNING, coordinator=PersistedState())
     record.restores = 1
 

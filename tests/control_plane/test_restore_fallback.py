@@ -128,6 +128,7 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert record.restores == 1
     failed = [n for n in notices if n.reason == "RestoreFailed"]
     assert [n.message.split(": ")[0] for n in failed] == [f"{newest} cannot be restored"]
+    assert [n.image for n in failed] == [newest]  # what the run's summary counts
     assert failed[0].message.endswith(f"; falling back to {previous}")
     assert (
         "its restored query failed in attempt 2 before committing a batch, on an error that "

@@ -537,7 +537,7 @@ class JobSupervisor:
         self._record.message = f"{source} cannot be restored: {reason}; " + (
             f"falling back to {following}" if following else "no older image is left"
         )
-        self._notify("RestoreFailed", Level.WARNING, self._record.message)
+        self._report(Notice("RestoreFailed", Level.WARNING, self._record.message, image=source))
         await self._interpreter.persist()
 
     def _confirm_restore(self, attempt: Attempt) -> None:
@@ -731,8 +731,13 @@ class JobSupervisor:
         attempt.restored(restored)
         self._notify("Restored", Level.NOTE, f"restored from {restored.candidate}")
         for skipped in restored.skipped:
-            self._notify(
-                "RestoreSkipped", Level.WARNING, f"skipped {skipped.candidate}: {skipped.reason}"
+            self._report(
+                Notice(
+                    "RestoreSkipped",
+                    Level.WARNING,
+                    f"skipped {skipped.candidate}: {skipped.reason}",
+                    image=str(skipped.candidate),
+                )
             )
 
     async def _collect_garbage(self, driver: DriverHandle) -> None:

@@ -27,6 +27,8 @@ class Notice:
     # The label of the user request the notice is about (a decline), so that whoever made
     # the request can tell its answer from another request's.
     label: str = ""
+    # The image (a restore candidate's spelling) a restore notice is about.
+    image: str = ""
 
 
 def log_notice(notice: Notice) -> None:
