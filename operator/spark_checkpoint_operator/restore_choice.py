@@ -20,18 +20,25 @@ class UnknownImage(Exception):
 
 
 def image_choice(choice: str) -> str:
-    """``choice`` if it is spelled as `chosen_image` takes it: ``savepoint:N`` and
-    ``checkpoint:N`` with N an id (anything else is a path); ValueError otherwise, before
+    """``choice`` if it is spelled as `chosen_image` takes it; ValueError otherwise, before
     a manifest is read."""
-    kind = choice.partition(":")[0]
-    if kind in set(CheckpointKind) and "://" not in choice:
-        try:
-            RestoreCandidate.decode(choice)
-        except ValueError:
-            raise ValueError(
-                f"{choice!r} is not {kind}:N with N an id (no leading 0), nor a path"
-            ) from None
+    _registry_reference(choice)
     return choice
+
+
+def _registry_reference(choice: str) -> RestoreCandidate | None:
+    """The registry's image ``choice`` names as ``savepoint:N`` or ``checkpoint:N``; None
+    for a path (or URI); ValueError for ``kind:`` and something that is no id."""
+    kind = choice.partition(":")[0]
+    if kind not in set(CheckpointKind) or "://" in choice:
+        return None
+    try:
+        return RestoreCandidate.decode(choice)
+    except ValueError:
+        raise ValueError(
+            f"{choice!r} is not {kind}:N with N an id (no leading 0); a file of that name "
+            f"is ./{choice}"
+        ) from None
 
 
 def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
@@ -39,21 +46,21 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
     ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's or a
     retained checkpoint's directory or ``_metadata`` (this job's or another's, as Flink's
     ``run -s``). Raises `UnknownImage` if it is not registered or not intact."""
-    kind = choice.partition(":")[0]
-    if kind in set(CheckpointKind) and "://" not in choice:
-        try:
-            candidate = RestoreCandidate.decode(image_choice(choice))
-        except ValueError as error:
-            raise UnknownImage(str(error)) from None
-        assert candidate.snapshot_id is not None
+    try:
+        candidate = _registry_reference(choice)
+    except ValueError as error:
+        raise UnknownImage(str(error)) from None
+    if candidate is not None:
+        kind, snapshot_id = candidate.kind, candidate.snapshot_id
+        assert snapshot_id is not None
         registered = (
-            registry.checkpoints if kind == CheckpointKind.CHECKPOINT else registry.savepoints
+            registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
         )
         ids = [c.checkpoint_id for c in registered]
-        if candidate.snapshot_id not in ids:
+        if snapshot_id not in ids:
             known = ", ".join(map(str, ids)) or "none"
             raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
-        _require_intact(storage, candidate.kind, candidate.snapshot_id, choice)
+        _require_intact(storage, kind, snapshot_id, choice)
         return candidate.encode()
     return _external(choice, registry, storage)
 

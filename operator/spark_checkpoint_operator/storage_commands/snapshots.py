@@ -270,7 +270,9 @@ def verify_snapshot(
         return Verification(ref, (io_problem(error),))
     problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
     unrestorable = registry.unrestorable(ref.kind, ref.snapshot_id) if registry else None
-    return Verification(ref, tuple(problems), len(meta.files), meta.total_bytes, None, unrestorable)
+    return Verification(
+        ref, tuple(problems), len(meta.files), meta.total_bytes, unrestorable=unrestorable
+    )
 
 
 def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
