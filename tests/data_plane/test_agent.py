@@ -892,3 +892,19 @@ def test_status_lists_the_state_partitions_again_only_after_a_new_commit(
     assert len(listings) == 2
     assert before == [("logs", "state-0-0", "state-0-1")] * 3
     assert after == [("logs", "state-0-0", "state-0-1", "state-0-2")] * 3
+
+
+def test_a_query_restored_at_its_last_batch_needs_no_final_checkpoint(tmp_path: Path) -> None:
+    """The participants committed through the restored image's batch when they restored
+    it: a query whose input was done there finishes without waiting for a final
+    checkpoint (it waited for ever: the coordinator's registered image, one this agent
+    never took, answered 404)."""
+    job = Running(tmp_path, batches=3, query_started=False)  # batches 0..2 committed
+    restored = RestoredFrom(RestoreCandidate.decode("checkpoint:4"), batch_id=2, skipped=())
+    job.view = QueryView(QueryState.FINISHED, idle=True)
+    job.agent.query_started(lambda: job.view, restored)
+
+    assert job.agent.status().awaiting_final_checkpoint is False
+    assert job.agent.wait_for_notification(2, should_give_up=lambda: True) is True
+    assert job.agent.wait_for_notification(3, should_give_up=lambda: True) is False
+    job.agent.close()

@@ -29,6 +29,9 @@ RECENT_PROGRESS = 100  # Spark's spark.sql.streaming.numRecentProgressUpdates
 # Set: the input is bounded, and the query finishes once it committed this many batches
 # (in this driver), as a query with trigger availableNow does.
 BATCHES_VARIABLE = "FAKE_QUERY_BATCHES"
+# Set: the input holds this many batches in all, as a file source's does: a query restored
+# at its last batch commits none and finishes at once.
+INPUT_BATCHES_VARIABLE = "FAKE_INPUT_BATCHES"
 # Set: the driver's restore of an image takes this many seconds longer, as a large one's.
 RESTORE_SECONDS_VARIABLE = "FAKE_RESTORE_SECONDS"
 # Set: the query fails at once with this error, as Spark reports one: the error, then
@@ -81,7 +84,8 @@ class FakeQuery:
         self.recentProgress: list[dict[str, Any]] = []
         self._committed = 0  # batches this query committed
         self._failure = os.environ.get(FAILURE_VARIABLE)
-        if self._failure is not None:
+        self._input_batches = int(os.environ.get(INPUT_BATCHES_VARIABLE, "-1"))
+        if self._failure is not None or self._input_done():
             self._stopped.set()
             return
         # A first batch at once, as a query with input: the agent's first status lists
@@ -92,10 +96,13 @@ class FakeQuery:
     def _run(self) -> None:
         bounded = os.environ.get(BATCHES_VARIABLE)
         while not self._stopped.wait(BATCH_SECONDS):
-            if bounded is not None and self._committed >= int(bounded):
+            if (bounded is not None and self._committed >= int(bounded)) or self._input_done():
                 self._stopped.set()  # finished: the input is done
                 return
             self._commit_batch()
+
+    def _input_done(self) -> bool:
+        return 0 <= self._input_batches <= self._batch
 
     def _commit_batch(self) -> None:
         b = self._batch

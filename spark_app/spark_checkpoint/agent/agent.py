@@ -213,10 +213,18 @@ class CheckpointAgent:
         self, query_view: Callable[[], QueryView], restored_from: RestoredFrom | None
     ) -> None:
         """The query runs, restored from ``restored_from`` (None: a fresh start); from now
-        on the status reports it as ``query_view`` sees it."""
+        on the status reports it as ``query_view`` sees it. The participants committed
+        through the restored image's batch when they restored it (``on_restore``): they
+        know of an image covering it, so a query whose input was done there needs no
+        final checkpoint (it waited for one, told of an image this agent never took)."""
         with self._status_lock:
             self._restored_from = restored_from
             self._query_view = query_view
+        if restored_from is not None:
+            with self._notified:
+                if self._notified_batch is None or restored_from.batch_id > self._notified_batch:
+                    self._notified_batch = restored_from.batch_id
+                self._notified.notify_all()
 
     # ------------------------------------------------------------------ status
 
