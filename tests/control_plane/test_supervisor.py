@@ -1014,3 +1014,30 @@ def test_refused_triggers_do_not_fail_a_job_that_tolerates_no_failure() -> None:
     assert len(launcher.drivers) == 1
     assert not any("failing the driver" in line for line in lines)
     assert supervisor.record.consecutive_failures == 0
+
+
+def test_a_checkpoint_a_finished_driver_cut_short_is_given_up_not_failed() -> None:
+    """A driver told of a completion covering its input's end exits at once, maybe before
+    a status says so: the checkpoint in flight then was reported failed ("the job left the
+    Running phase"), and a clean bounded run ended "1 failed" (exactly-once tester)."""
+
+    class SilentAgent(FakeAgent):
+        async def trigger(
+            self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+        ) -> None:
+            self.triggers.append(checkpoint_id)  # never acknowledged: it stays pending
+
+    running = FakeDriver(SilentAgent())
+
+    async def scenario() -> list[str]:
+        launcher = FakeLauncher(running=running)
+        supervisor, lines = _supervisor(launcher, record=JobRecord(attempt=1))
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: running.agent.triggers)
+        running.code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return lines
+
+    lines = asyncio.run(scenario())
+    assert not [line for line in lines if " failed" in line], lines
+    assert [line for line in lines if "given up: the input is done" in line], lines

@@ -407,6 +407,10 @@ class JobSupervisor:
             while (exit_code := driver.exit_code()) is None:
                 version = await self._poll(attempt, answer)
                 answer = await self._wait(attempt, version)
+            if exit_code == DriverExit.FINISHED and attempt.finish():
+                # It exited before a status said its input was done and covered (it
+                # exits at once once told): what its exit cut short is no failure.
+                await self._interpreter.tell_phase()
         finally:
             self._interpreter.attempt = None
         if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
