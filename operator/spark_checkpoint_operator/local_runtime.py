@@ -12,6 +12,7 @@ import difflib
 import fcntl
 import os
 import secrets
+import shutil
 import signal
 import socket
 import sys
@@ -270,6 +271,7 @@ class LocalLauncher:
         """Never: a local driver dies with the runtime that started it."""
 
     async def launch(self, attempt: int, restore: list[str]) -> LocalDriver:
+        _remove_dead_attempts(self._paths.work_dir, attempt)
         token = secrets.token_urlsafe(32)
         # Created owner-only from the start: the token never exists with looser modes.
         self._paths.token_file.unlink(missing_ok=True)
@@ -503,6 +505,18 @@ def require_secret_variables(manifest: JobManifest, environment: Mapping[str, st
             f"takes {first.name} from Secret {first.secret.name} (key {first.secret.key}); a "
             "local run takes such variables from its own environment"
         )
+
+
+def _remove_dead_attempts(work_dir: Path, attempt: int) -> None:
+    """Live locations of attempts from ``attempt`` on: left by a registry since lost (its
+    status.json deleted, its attempts counted from 1 again), and dead: this run holds the
+    job's run.lock, and a local driver dies with the runtime that started it (one left
+    over is stopped before). The driver refuses to reuse a location, a first failure that
+    named no cause the user knew of."""
+    for directory in work_dir.glob("attempt-*"):
+        number = directory.name.removeprefix("attempt-")
+        if number.isdigit() and int(number) >= attempt:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def require_main_file(application: Application, manifest_dir: Path) -> None:

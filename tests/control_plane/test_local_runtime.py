@@ -741,3 +741,22 @@ def test_a_detached_run_that_finishes_while_it_is_waited_for_says_how_and_exits_
     assert result.returncode == 0, result.stdout + result.stderr
     assert "runs in the background" not in result.stdout
     assert "job finished" in result.stdout, result.stdout
+
+
+def test_a_job_whose_status_file_was_deleted_does_not_meet_its_old_attempts(
+    tmp_path: Path,
+) -> None:
+    """Its attempts count from 1 again: the first driver met the live location attempt 1
+    of the lost registry left and failed with "a checkpoint location is never reused"
+    (an exactly-once tester, after deleting status.json as the docs suggest)."""
+    job = ScriptJob(tmp_path, FINISH)
+    assert job.run().returncode == 0
+    left = job.job_dir / "work" / "attempt-1" / "checkpoint"
+    left.mkdir(parents=True, exist_ok=True)
+    (job.job_dir / "status.json").unlink()
+    shutil.rmtree(job.state_dir / "storage", ignore_errors=True)
+
+    again = job.run()
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "never reused" not in again.stdout + again.stderr
