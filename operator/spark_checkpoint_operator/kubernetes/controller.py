@@ -256,6 +256,7 @@ class JobController:
                     "it); a deletion meanwhile leaves its storage as it is",
                 )
             if self._stop is _Stop.DELETE:
+                self._metrics.forget()
                 self._deleted = True
                 return False
             await self._wait_for_change()
