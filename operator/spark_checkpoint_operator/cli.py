@@ -95,7 +95,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 ExitCode.OK: "the job Finished, or stopped with a savepoint (Suspended)",
                 ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
                 "job, a Finished job, an image --from cannot restore)",
-                ExitCode.USAGE: "the manifest cannot be read or is invalid",
+                ExitCode.USAGE: "the manifest cannot be read or is invalid, or an option is (a "
+                "malformed --from savepoint:N, an empty --state-dir)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",
             },
         ),
