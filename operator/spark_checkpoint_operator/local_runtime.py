@@ -33,7 +33,7 @@ from spark_checkpoint.janitor_commands import (
     janitor_environment,
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
-from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF, DriverSettings
+from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF, DriverSettings, attempt_directories
 from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
@@ -513,9 +513,8 @@ def _remove_dead_attempts(work_dir: Path, attempt: int) -> None:
     job's run.lock, and a local driver dies with the runtime that started it (one left
     over is stopped before). The driver refuses to reuse a location, a first failure that
     named no cause the user knew of."""
-    for directory in work_dir.glob("attempt-*"):
-        number = directory.name.removeprefix("attempt-")
-        if number.isdigit() and int(number) >= attempt:
+    for number, directory in attempt_directories(work_dir).items():
+        if number >= attempt:
             shutil.rmtree(directory, ignore_errors=True)
 
 

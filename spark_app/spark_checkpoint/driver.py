@@ -21,7 +21,13 @@ from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
 from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
-from spark_checkpoint.settings import DriverSettings, SettingsError, report_error
+from spark_checkpoint.settings import (
+    DriverSettings,
+    SettingsError,
+    attempt_directories,
+    attempt_directory,
+    report_error,
+)
 from spark_checkpoint.sink import CheckpointParticipant, StartRefused
 from spark_checkpoint.storage import (
     CheckpointStorage,
@@ -111,7 +117,7 @@ def _run(
         # ("The specified bucket does not exist").
         where = "" if isinstance(error, StorageError) else f"{storage.layout.job_root}: "
         return fail_with(f"cannot claim the job's storage: {where}{error}", DriverExit.FAILED)
-    attempt_dir = settings.work_dir / f"attempt-{settings.attempt}"
+    attempt_dir = attempt_directory(settings.work_dir, settings.attempt)
     location = attempt_dir / "checkpoint"
     if location.exists():
         return fail_with(
@@ -188,9 +194,8 @@ def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:
     """What earlier drivers left on a work volume that outlives pods (a shared claim, a
     local run's directory) is dead: a new driver starts only after the previous one is gone,
     and restores from storage, never from a live location."""
-    for earlier in work_dir.glob("attempt-*"):
-        number = earlier.name.removeprefix("attempt-")
-        if number.isdigit() and int(number) < attempt:
+    for number, earlier in attempt_directories(work_dir).items():
+        if number < attempt:
             shutil.rmtree(earlier, ignore_errors=True)
 
 

@@ -34,6 +34,21 @@ REPORTED_ERROR_HEADER = "error reported by run_coordinated:"
 REPORTED_ERROR_LINES = 6
 
 
+def attempt_directory(work_dir: Path, attempt: int) -> Path:
+    """Where driver attempt ``attempt`` keeps its live checkpoint location and pins."""
+    return work_dir / f"attempt-{attempt}"
+
+
+def attempt_directories(work_dir: Path) -> dict[int, Path]:
+    """The attempt directories in ``work_dir``, by attempt."""
+    found = {}
+    for directory in work_dir.glob("attempt-*"):
+        number = directory.name.removeprefix("attempt-")
+        if number.isdigit():
+            found[int(number)] = directory
+    return found
+
+
 class SettingsError(ValueError):
     """A required setting is missing or malformed; the message names the variable."""
 
