@@ -20,6 +20,7 @@ from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.events import BURST
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -110,6 +111,26 @@ def test_failing_checkpoints_appear_in_status_before_any_completes(tmp_path: Pat
     assert [h["status"] for h in status["history"][:2]] == ["Failed", "Failed"], status
     healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
     assert healthy["status"] == "False", healthy
+
+
+def test_checkpoints_failing_every_few_milliseconds_post_a_burst_of_events_not_a_flood(
+    tmp_path: Path,
+) -> None:
+    """Kopf posts each event as an Event object of its own: checkpoints failing 10 times a
+    second posted 10 objects a second into the cluster's etcd (a hostile-input tester)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 4.0))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        checkpointing = {"interval": "10ms", "timeout": "10ms", "tolerableFailures": 100000}
+        cluster.apply(job(checkpointing=checkpointing))
+        cluster.wait_for(
+            "failed checkpoints, three bursts' worth",
+            lambda: cluster.status("orders").get("counts", {}).get("failed", 0) >= 3 * BURST,
+            job="orders",
+        )
+        time.sleep(1.0)  # Kopf posts from a queue
+        reasons = cluster.event_reasons("orders")
+
+    assert reasons.count("CheckpointFailed") == BURST, reasons
 
 
 def test_the_operator_serves_prometheus_metrics_per_job(cluster: LocalCluster) -> None:

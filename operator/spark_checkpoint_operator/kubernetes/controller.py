@@ -40,6 +40,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.events import PostEvent
 from spark_checkpoint_operator.kubernetes.runtime import (
     MERGE_PATCH,
     Clients,
@@ -73,8 +74,6 @@ from spark_checkpoint_operator.supervisor import (
 )
 
 log = logging.getLogger(__name__)
-
-PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, message
 
 ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
 ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)

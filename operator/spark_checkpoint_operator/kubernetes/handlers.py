@@ -22,6 +22,7 @@ from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController
+from spark_checkpoint_operator.kubernetes.events import EventThrottle
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import Observer
@@ -221,13 +222,13 @@ async def job_changed(memo: kopf.Memo, **_: Any) -> None:
 
 def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
     def post_event(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message[:1000])
+        kopf.event(body, type=kind, reason=reason, message=message)
 
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     return JobController(
         memo[CLIENTS],
         body,
-        post_event,
+        EventThrottle(post_event),
         memo[METRICS].job(namespace, name),
         observers=[observe(namespace, name) for observe in JOB_OBSERVERS],
         **memo[CONTROLLER_SETTINGS],

@@ -1,0 +1,74 @@
+"""How many Events one job posts: a burst of one reason, then one a minute.
+
+Kopf posts every event as a new Event object (client-go's recorder would fold repeats
+into one, counting them). A job whose checkpoints keep failing, every few seconds for
+hours (storage down, or an interval of milliseconds), would otherwise write an Event
+object each time into etcd, which every job of the cluster shares. Each (type, reason)
+of a job has a bucket of its own, so a flood of one reason never holds back another
+(a `JobFailed` after many `CheckpointFailed`). Nothing is lost to the operator's log,
+which has every notice; the next event posted of a reason says how many were not.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# Events of one type and reason a job posts at once, and how often one more may be
+# posted after that (client-go's spam filter allows 25 per object, then one every 5
+# minutes, across all reasons).
+BURST = 10
+REFILL_SECONDS = 60.0
+# Kubernetes takes an Event's message up to 1 KiB.
+MAX_MESSAGE_LENGTH = 1000
+
+PostEvent = Callable[[str, str, str], None]  # type (Normal, Warning), reason, message
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    updated: float
+    withheld: int = 0
+    withheld_since: float = 0.0
+
+
+class EventThrottle:
+    """A `PostEvent` that passes each (type, reason) on at most `BURST` times at once
+    and once every `REFILL_SECONDS` after that; a message passed on after some were
+    withheld ends by saying how many, and for how long."""
+
+    def __init__(
+        self,
+        post: PostEvent,
+        clock: Callable[[], float] = time.monotonic,
+        burst: int = BURST,
+        refill_seconds: float = REFILL_SECONDS,
+    ) -> None:
+        self._post = post
+        self._clock = clock
+        self._burst = burst
+        self._refill_seconds = refill_seconds
+        self._buckets: dict[tuple[str, str], _Bucket] = {}
+
+    def __call__(self, kind: str, reason: str, message: str) -> None:
+        now = self._clock()
+        bucket = self._buckets.setdefault((kind, reason), _Bucket(float(self._burst), now))
+        bucket.tokens = min(
+            float(self._burst),
+            bucket.tokens + (now - bucket.updated) / self._refill_seconds,
+        )
+        bucket.updated = now
+        if bucket.tokens < 1.0:
+            if not bucket.withheld:
+                bucket.withheld_since = now
+            bucket.withheld += 1
+            return
+        bucket.tokens -= 1.0
+        suffix = ""
+        if bucket.withheld:
+            suffix = (
+                f" ({bucket.withheld} more {reason} event(s) not posted in the last "
+                f"{now - bucket.withheld_since:.0f}s: see the operator's log)"
+            )
+            bucket.withheld = 0
+        self._post(kind, reason, message[: MAX_MESSAGE_LENGTH - len(suffix)] + suffix)

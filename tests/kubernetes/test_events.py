@@ -1,0 +1,116 @@
+"""The operator's Events per job: a burst of each reason, then one a minute, and what was
+withheld said by the next one posted (`EventThrottle`, with an injected clock)."""
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from spark_checkpoint_operator.kubernetes.events import MAX_MESSAGE_LENGTH, EventThrottle
+
+WITHHELD = re.compile(r" \((\d+) more (\w+) event\(s\) not posted in the last (\d+)s: see the")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_flood_of_one_reason_posts_a_burst_then_one_a_minute_saying_how_many_were_not() -> None:
+    posted: list[tuple[str, str, str]] = []
+    clock = Clock()
+    throttle = EventThrottle(lambda *event: posted.append(event), clock)
+    for number in range(100):  # ten a second for ten seconds
+        throttle("Warning", "CheckpointFailed", f"checkpoint {number} expired")
+        clock.now += 0.1
+    assert [message for _, _, message in posted] == [f"checkpoint {n} expired" for n in range(10)]
+
+    throttle("Warning", "JobFailed", "too many failures")  # another reason is not held back
+    assert posted[-1] == ("Warning", "JobFailed", "too many failures")
+
+    clock.now += 60.0
+    throttle("Warning", "CheckpointFailed", "checkpoint 100 expired")
+    assert posted[-1] == (
+        "Warning",
+        "CheckpointFailed",
+        "checkpoint 100 expired (90 more CheckpointFailed event(s) not posted in the last "
+        "69s: see the operator's log)",
+    )
+    throttle("Warning", "CheckpointFailed", "checkpoint 101 expired")
+    assert len(posted) == 12, "one token a minute, spent"
+    clock.now += 60.0
+    throttle("Warning", "CheckpointFailed", "checkpoint 102 expired")
+    assert posted[-1][2] == (
+        "checkpoint 102 expired (1 more CheckpointFailed event(s) not posted in the last 60s: "
+        "see the operator's log)"
+    )
+    clock.now += 60.0
+    throttle("Warning", "CheckpointFailed", "checkpoint 103 expired")
+    assert posted[-1][2] == "checkpoint 103 expired", "nothing withheld since"
+
+
+def test_a_long_message_keeps_its_count_of_withheld_events() -> None:
+    posted: list[str] = []
+    clock = Clock()
+    throttle = EventThrottle(lambda _kind, _reason, message: posted.append(message), clock, 1)
+    throttle("Warning", "DriverFailed", "x" * 5000)
+    throttle("Warning", "DriverFailed", "x" * 5000)
+    clock.now += 60.0
+    throttle("Warning", "DriverFailed", "y" * 5000)
+    assert [len(message) for message in posted] == [MAX_MESSAGE_LENGTH, MAX_MESSAGE_LENGTH]
+    match = WITHHELD.search(posted[1])
+    assert match is not None and match.end() < len(posted[1])
+    assert posted[1].startswith("y" * 900)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    burst=st.integers(min_value=1, max_value=12),
+    refill=st.floats(min_value=0.5, max_value=600.0),
+    events=st.lists(
+        st.tuples(
+            # seconds since the previous event: mostly a flood, at times a pause
+            st.one_of(st.floats(min_value=0.0, max_value=1.0), st.floats(0.0, 900.0)),
+            st.sampled_from(["Warning", "Normal"]),
+            st.sampled_from(["CheckpointFailed", "DriverFailed", "Restored"]),
+        ),
+        max_size=200,
+    ),
+)
+def test_every_event_is_posted_or_counted_and_no_reason_exceeds_its_bucket(
+    burst: int, refill: float, events: list[tuple[float, str, str]]
+) -> None:
+    posted: list[tuple[float, str, str, str]] = []
+    clock = Clock()
+    throttle = EventThrottle(
+        lambda kind, reason, message: posted.append((clock.now, kind, reason, message)),
+        clock,
+        burst,
+        refill,
+    )
+    calls: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # when, and whether posted
+    for delay, kind, reason in events:
+        clock.now += delay
+        before = len(posted)
+        throttle(kind, reason, "m")
+        calls.setdefault((kind, reason), []).append((clock.now, len(posted) > before))
+
+    for (kind, reason), outcomes in calls.items():
+        mine = [message for _, k, r, message in posted if (k, r) == (kind, reason)]
+        # The first burst of a reason is posted whole; after it, a bucket's worth at most.
+        assert all(was for _, was in outcomes[:burst])
+        posted_times = [at for at, was in outcomes if was]
+        for first, since in enumerate(posted_times):  # any stretch of time
+            for last in range(first, len(posted_times)):
+                elapsed = posted_times[last] - since
+                assert last - first + 1 <= burst + elapsed / refill + 1e-6
+        # Nothing is lost without a word: each one posted, or counted by a later one posted,
+        # or withheld since the last one posted (the next one will count it).
+        said = sum(int(match[1]) for match in map(WITHHELD.search, mine) if match)
+        last_posted = max((i for i, (_, was) in enumerate(outcomes) if was), default=-1)
+        unsaid = len(outcomes) - last_posted - 1
+        assert len(mine) + said + unsaid == len(outcomes)
+        assert all(match[2] == reason for match in map(WITHHELD.search, mine) if match)
