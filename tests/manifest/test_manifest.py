@@ -227,7 +227,7 @@ def test_null_in_a_field_that_is_not_nullable_is_defaulted_or_dropped(
 @pytest.mark.parametrize(
     ("duration", "seconds"),
     [
-        ("250us", 0.00025),
+        ("12500us", 0.0125),
         ("500ms", 0.5),
         ("90s", 90.0),
         ("1.5h", 5400.0),
@@ -416,14 +416,27 @@ INVALID = [
         "zero interval",
         "spec.checkpointing.interval",
         "0s",
-        "spec.checkpointing.interval: must be greater than 0s (set it to null to disable "
+        "spec.checkpointing.interval: must be at least 10ms (set it to null to disable "
+        "periodic checkpoints)",
+    ),
+    (
+        "interval below Flink's floor",
+        "spec.checkpointing",
+        {"interval": "9999us", "minPause": "0s"},
+        "spec.checkpointing.interval: must be at least 10ms (set it to null to disable "
         "periodic checkpoints)",
     ),
     (
         "zero timeout",
         "spec.checkpointing.timeout",
         "0ms",
-        "spec.checkpointing.timeout: must be greater than 0s",
+        "spec.checkpointing.timeout: must be at least 10ms",
+    ),
+    (
+        "timeout below Flink's floor",
+        "spec.checkpointing.timeout",
+        "9ms",
+        "spec.checkpointing.timeout: must be at least 10ms",
     ),
     (
         "backoff longer than maxBackoff",
