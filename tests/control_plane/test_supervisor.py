@@ -27,6 +27,7 @@ from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     JobPhase,
     PersistedState,
+    RetentionPolicy,
     SavepointHistoryLimits,
     TerminalOutcome,
     TriggerRequested,
@@ -1041,3 +1042,44 @@ def test_a_checkpoint_a_finished_driver_cut_short_is_given_up_not_failed() -> No
     lines = asyncio.run(scenario())
     assert not [line for line in lines if " failed" in line], lines
     assert [line for line in lines if "given up: the input is done" in line], lines
+
+
+def test_a_suspension_without_a_savepoint_keeps_the_checkpoints_it_resumes_from() -> None:
+    """A job suspended while it restarts (or whose savepoint was declined) takes no
+    savepoint: it resumes from its newest checkpoint, which NeverRetainAfterTermination
+    discarded at the suspension (a reviewer). Flink discards only in globally terminal
+    states."""
+    janitor = NoJanitor()
+
+    async def save(record: JobRecord) -> None:
+        return None
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor]:
+        launcher = FakeLauncher()
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(
+                interval=None,
+                timeout=30.0,
+                retention_policy=RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION,
+            ),
+            # A long backoff: the suspension comes while no driver runs.
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 5, 30.0, 30.0),
+            launcher=launcher,
+            janitor=janitor,
+            save=save,
+            record=JobRecord(),
+        )
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: len(supervisor.record.coordinator.checkpoints) == 1)
+        launcher.drivers[0].code = 1  # the driver crashes
+        await until(lambda: supervisor.record.phase is JobPhase.RESTARTING)
+        supervisor.suspend_now()  # spec.state: Suspended while it restarts
+        return await run, supervisor
+
+    outcome, supervisor = asyncio.run(scenario())
+
+    assert outcome is TerminalOutcome.SUSPENDED
+    assert janitor.discarded == []
+    assert [c.checkpoint_id for c in supervisor.record.coordinator.checkpoints] == [1]

@@ -94,7 +94,7 @@ def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
         (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.FINISHED, True),
         (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.FAILED, True),
         (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.CANCELLED, True),
-        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.SUSPENDED, True),
+        (RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION, TerminalOutcome.SUSPENDED, False),
         (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.FINISHED, True),
         (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.FAILED, False),
         (RetentionPolicy.RETAIN_ON_FAILURE, TerminalOutcome.CANCELLED, True),

@@ -30,10 +30,14 @@ class RetentionPolicy(StrEnum):
     def discards_on(self, outcome: "TerminalOutcome") -> bool:
         """Whether checkpoints are discarded when the job ends with ``outcome``.
 
-        Mirrors Flink's ``CheckpointProperties``: a finished job never needs its
-        checkpoints; a failed or suspended one keeps them unless the policy is
-        NeverRetain; a cancelled one keeps them only under RetainOnCancellation.
+        Mirrors Flink's ``CheckpointProperties``, applied as Flink applies them only in
+        globally terminal states: a suspended job resumes, from its checkpoints if its
+        suspension took no savepoint, so it keeps them under every policy; a finished job
+        never needs them; a failed one keeps them unless the policy is NeverRetain; a
+        cancelled one keeps them only under RetainOnCancellation.
         """
+        if outcome is TerminalOutcome.SUSPENDED:
+            return False
         if self is RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION:
             return True
         if outcome is TerminalOutcome.FINISHED:
