@@ -7,13 +7,16 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import replace
 
+import pytest
+
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AfterCompletion, AgentStatus, CheckpointKind, QueryState
-from spark_checkpoint_operator.agent_client import AgentUnavailable
+from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
+from spark_checkpoint_operator.supervisor import attempt as attempt_module
 
 JVM_SHUTDOWN_SECONDS = 1.5
 
@@ -173,3 +176,138 @@ def test_a_checkpoint_of_a_batch_the_driver_was_told_of_needs_no_confirmation() 
     lines = [notice.message for notice in notices]
     assert not [line for line in lines if "did not confirm" in line or "fail" in line], lines
     assert lines[-1] == "job finished"
+
+
+class CommitFailsOnceAgent(FakeAgent):
+    """Bounded input done; the first completion of its final checkpoint fails in a
+    participant (the agent's 500: a sink's commit raised); once told, the driver exits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.notified: int | None = None
+        self.complete_calls = 0
+        self.driver: FakeDriver | None = None
+
+    def _status(self) -> AgentStatus:
+        document = super()._status()
+        return replace(
+            document,
+            query=replace(document.query, state=QueryState.FINISHED),
+            awaiting_final_checkpoint=self.notified is None or self.notified < self.batch,
+        )
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        self.complete_calls += 1
+        if self.complete_calls == 1:
+            raise AgentRejected(
+                f"POST /v1/checkpoints/{checkpoint_id}/complete: 500 participant "
+                "TransactionalFileSink did not commit batch 3: OSError: throttled"
+            )
+        await super().complete(checkpoint_id, batch_id)
+        self.notified = batch_id
+        assert self.driver is not None
+        self.driver.code = DriverExit.FINISHED
+
+
+def _bounded_job(launcher: FakeLauncher, notices: list[Notice]) -> JobSupervisor:
+    async def save(record: JobRecord) -> None:
+        return None
+
+    return JobSupervisor(
+        config=CoordinatorConfig(interval=None, timeout=2.0),
+        restart_policy=RestartPolicySpec(
+            RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05, heartbeat_timeout=1.0
+        ),
+        launcher=launcher,
+        janitor=NoJanitor(),
+        save=save,
+        record=JobRecord(),
+        report=notices.append,
+    )
+
+
+def test_a_final_completion_the_driver_refused_is_sent_again_and_the_job_finishes() -> None:
+    """The driver waits for its final checkpoint's completion until it takes one: a
+    completion refused once (a sink's commit failed) was never sent again, and the job hung
+    (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = CommitFailsOnceAgent
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        supervisor = _bounded_job(launcher, notices)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, CommitFailsOnceAgent)
+        agent.driver = launcher.drivers[0]
+        return await asyncio.wait_for(run, 20.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    (driver,) = launcher.drivers
+    assert driver.agent.complete_calls == 2  # type: ignore[attr-defined]
+    assert "did not commit batch 3" in next(
+        n.message for n in notices if n.reason == "CompletionNotDelivered"
+    )
+
+
+class HangsOnceToldAgent(FinishingAgent):
+    """Input done; once told of its final checkpoint the driver hangs (Spark's stop
+    blocks) and its agent stops answering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exhausted = True
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
+        self.notified = batch_id
+        self.reachable = False
+
+
+class RefusesEveryCompletionAgent(HangsOnceToldAgent):
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        raise AgentRejected("500 participant TransactionalFileSink: OSError: disk full")
+
+
+@pytest.mark.parametrize(
+    ("agent_class", "outcome", "restarts"),
+    [
+        (HangsOnceToldAgent, TerminalOutcome.FINISHED, 0),
+        (RefusesEveryCompletionAgent, None, 1),
+    ],
+)
+def test_a_driver_that_does_not_exit_after_its_final_checkpoint_is_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+    agent_class: type[HangsOnceToldAgent],
+    outcome: TerminalOutcome | None,
+    restarts: int,
+) -> None:
+    """A driver told of its final checkpoint that hangs on its way out was waited for
+    for ever (a stop-with-savepoint's was stopped; a reviewer): stopped, it finished. One
+    whose sinks never take the completion is stopped and restarts (its restore commits what
+    the checkpoint covers)."""
+    monkeypatch.setattr(attempt_module, "STOPPED_DRIVER_EXIT_SECONDS", 0.5)
+    launcher = FakeLauncher()
+    launcher.agent_class = agent_class
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome | None:
+        supervisor = _bounded_job(launcher, notices)
+        run = asyncio.create_task(supervisor.run())
+        if outcome is not None:
+            return await asyncio.wait_for(run, 20.0)
+        await until(lambda: len(launcher.drivers) >= 2, timeout=20.0)
+        supervisor.cancel()
+        await run
+        return None
+
+    assert asyncio.run(scenario()) is outcome
+    assert launcher.drivers[0].code == -15, "stopped from here"
+    assert len(launcher.drivers) >= 1 + restarts
+    stopped = next(n for n in notices if n.reason == "StopTimedOut")
+    assert stopped.level is Level.WARNING
+    if restarts:
+        assert "did not take its final checkpoint's completion" in stopped.message
+    else:
+        assert "did not exit after its final checkpoint completed" in stopped.message

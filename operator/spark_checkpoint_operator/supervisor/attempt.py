@@ -11,10 +11,12 @@ An attempt moves through `Stage`s, only by the named transitions of `Attempt`::
   starts its query): storage was garbage-collected; the restore is recorded once the query
   started. The job's phase (Deploying, Running) follows the query's state from here.
 - FINISHING: bounded input is done and a completed checkpoint covers its last batch: the
-  driver was told and exits; nothing more is triggered, and what its exit cuts short is no
-  failure.
-- SUSPENDING: its stop-with-savepoint completed: the query stops and the driver exits
-  (stopped from here after `STOPPED_DRIVER_EXIT_SECONDS`).
+  driver is told (again, while it did not take it) and exits; nothing more is triggered, and
+  what its exit cuts short is no failure.
+- SUSPENDING: its stop-with-savepoint completed: the query stops and the driver exits.
+
+A driver that has not exited `STOPPED_DRIVER_EXIT_SECONDS` after it began leaving (either
+stage) is stopped from here (`leaving_overdue`).
 
 Alongside the stage, an attempt may be failing (`fail`: its driver is being stopped for a
 reason the job fails or restarts with), and its restore is unconfirmed until the restored
@@ -29,9 +31,12 @@ from enum import Enum, IntEnum
 from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.supervisor.ports import DriverHandle, StartProblem
 
-# How long a driver may take to exit on its own after its stop-with-savepoint completed;
-# then it is told to stop (see driver_command.TERMINATION_GRACE_SECONDS).
+# How long a driver may take to exit on its own after its stop-with-savepoint or final
+# checkpoint completed; then it is stopped (see driver_command.TERMINATION_GRACE_SECONDS).
 STOPPED_DRIVER_EXIT_SECONDS = 120.0
+# How soon a final checkpoint's completion the driver did not take (a sink's commit failed)
+# is sent again.
+FINAL_COMPLETION_RETRY_SECONDS = 1.0
 
 
 class Stage(Enum):
@@ -77,7 +82,12 @@ class Attempt:
     executors_ready: bool = True  # as of the last status
     # The newest batch a completion the agent confirmed covers: its sinks may commit that far.
     told_batch: int | None = None
-    suspending_since: float | None = None  # monotonic
+    # When a completion covering its last batch was last refused or not answered (monotonic).
+    final_completion_refused_at: float | None = None
+    # Since when it is leaving (FINISHING or SUSPENDING; monotonic), and whether it was
+    # stopped for taking too long.
+    leaving_since: float | None = None
+    stopped_overdue: bool = False
     # The first status request its agent did not answer since the last it did (monotonic).
     unanswered_since: float | None = None
     # What keeps the driver from starting, as last reported (`kept_from_starting`).
@@ -142,9 +152,30 @@ class Attempt:
             return 0.0
         return time.monotonic() - since
 
-    def stalled_stopping(self) -> bool:
-        since = self.suspending_since
-        return since is not None and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
+    def leaving_overdue(self) -> bool:
+        """Leaving for longer than a driver takes to exit, and not stopped for it yet."""
+        since = self.leaving_since
+        return (
+            not self.stopped_overdue
+            and since is not None
+            and time.monotonic() - since > STOPPED_DRIVER_EXIT_SECONDS
+        )
+
+    def told_final(self) -> bool:
+        """The driver confirmed a completion covering its last batch: its sinks committed
+        all of its output."""
+        end, told = self.input_exhausted_at, self.told_batch
+        return self.finishing and end is not None and told is not None and told >= end
+
+    def final_completion_due(self) -> bool:
+        """A completion covering its last batch, refused or unanswered, is to be sent again."""
+        refused = self.final_completion_refused_at
+        return (
+            self.finishing
+            and not self.told_final()
+            and refused is not None
+            and time.monotonic() - refused >= FINAL_COMPLETION_RETRY_SECONDS
+        )
 
     # ------------------------------------------------------------------ transitions
 
@@ -203,12 +234,13 @@ class Attempt:
         if self.stage is Stage.FINISHING:
             return False
         self.stage = Stage.FINISHING
+        self.leaving_since = time.monotonic()
         return True
 
     def suspend(self) -> None:
         """Its stop-with-savepoint completed: the agent stops the query now."""
         self.stage = Stage.SUSPENDING
-        self.suspending_since = time.monotonic()
+        self.leaving_since = time.monotonic()
 
     def fail(self, message: str) -> bool:
         """Fail the attempt for ``message``; False when it is failing already (the first

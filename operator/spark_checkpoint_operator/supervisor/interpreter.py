@@ -326,6 +326,9 @@ class EffectInterpreter:
             await attempt.driver.agent.complete(completed.checkpoint_id, completed.batch_id)
             attempt.told_batch = max(completed.batch_id, attempt.told_batch or completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
+            if covers_the_end:
+                # The driver waits for it to exit: sent again (`Attempt.final_completion_due`).
+                attempt.final_completion_refused_at = time.monotonic()
             told = attempt.told_batch
             if told is None or completed.batch_id > told:
                 # Below that, the driver (which may have exited already, having been told of

@@ -21,6 +21,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointCoordinator,
     CheckpointKind,
+    CompletedCheckpoint,
     CoordinatorConfig,
     JobPhase,
     PersistedState,
@@ -31,7 +32,12 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import status_events
-from spark_checkpoint_operator.supervisor.attempt import Attempt, Stage, StopRequest
+from spark_checkpoint_operator.supervisor.attempt import (
+    STOPPED_DRIVER_EXIT_SECONDS,
+    Attempt,
+    Stage,
+    StopRequest,
+)
 from spark_checkpoint_operator.supervisor.driver_errors import same_error
 from spark_checkpoint_operator.supervisor.interpreter import FINAL_LABEL, EffectInterpreter
 from spark_checkpoint_operator.supervisor.notices import (
@@ -357,10 +363,12 @@ class JobSupervisor:
             self._record.message = attempt.failing
             if not attempt.agent_answered:
                 return TerminalOutcome.FAILED  # its agent never answered: a retry cannot help
-        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
+        if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT) or (
+            attempt.told_final()  # its sinks committed all; stopped on its way out
+        ):
             # An earlier run's failure, kept in its status, is not how this one ended.
             self._record.message = ""
-            if exit_code == DriverExit.FINISHED:
+            if exit_code != DriverExit.STOPPED_WITH_SAVEPOINT:
                 return TerminalOutcome.FINISHED
             return TerminalOutcome.SUSPENDED
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
@@ -577,7 +585,8 @@ class JobSupervisor:
         return (
             driver.exit_code() is not None
             or driver.executors_ready() != attempt.executors_ready
-            or attempt.stalled_stopping()
+            or attempt.leaving_overdue()
+            or attempt.final_completion_due()
             or self._slow_start_due(attempt)
         )
 
@@ -594,10 +603,40 @@ class JobSupervisor:
             await self._interpreter.agent_lost()
             await self._tick()
             await self._give_up_on_a_silent_agent(attempt, answer)
+            await self._stop_if_overdue(attempt)
             return None
         await self._report_start_problem(attempt, None)
         await self._process(attempt, answer, before=attempt.answered())
+        await self._stop_if_overdue(attempt)
         return answer.version
+
+    async def _stop_if_overdue(self, attempt: Attempt) -> None:
+        """A driver that does not exit on its own after its stop-with-savepoint or final
+        checkpoint completed (hung in Spark's stop, its agent silent or not) is stopped:
+        what it leaves is registered. One told its final checkpoint finished; one that
+        never took it restarts (`_outcome`), and the restored driver's sinks commit what
+        that checkpoint covers before its query starts."""
+        if not attempt.leaving_overdue():
+            return
+        attempt.stopped_overdue = True
+        if not attempt.finishing:
+            self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
+            self.suspend_now()
+            return
+        if attempt.told_final():
+            self._notify(
+                "StopTimedOut",
+                Level.WARNING,
+                "the driver did not exit after its final checkpoint completed: stopping it",
+            )
+        else:
+            attempt.fail(
+                f"the driver did not take its final checkpoint's completion in "
+                f"{STOPPED_DRIVER_EXIT_SECONDS:.0f}s (a sink's commit kept failing?): stopping "
+                "it; the restarted driver's sinks commit what that checkpoint covers."
+            )
+            self._notify("StopTimedOut", Level.WARNING, attempt.failing or "")
+        await attempt.driver.terminate()
 
     async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:
         """Tell what keeps the driver from starting; stop a driver whose agent never answered
@@ -672,10 +711,6 @@ class JobSupervisor:
         await self._interpreter.handle(
             status_events.tasks_reported(status, attempt.executors_ready)
         )
-        if attempt.leaving and attempt.stalled_stopping():
-            # Its savepoint is registered; a driver that does not stop on its own is.
-            self._notify("StopTimedOut", Level.WARNING, "the driver did not stop: stopping it")
-            self.suspend_now()
         if running and not attempt.leaving and self._record.phase is not JobPhase.RUNNING:
             self._record.message = ""  # why an earlier attempt ended is in its events
             await self._interpreter.enter(JobPhase.RUNNING)
@@ -693,6 +728,13 @@ class JobSupervisor:
         last = status_events.input_exhausted_at(status)
         if last is not None and attempt.input_exhausted_at is None:
             await self._on_input_exhausted(attempt, last)
+        elif (
+            last is not None
+            and attempt.final_completion_due()
+            and (final := self._covering(last)) is not None
+        ):
+            # The driver did not take it (a sink's commit failed): it waits for it still.
+            await self._interpreter.notify_complete(attempt, final)
         elif status_events.finished_and_told(status) and attempt.finish():
             # A completion it was told of covers its last batch: the driver exits now, and
             # what its exit cuts short is no failure.
@@ -762,21 +804,23 @@ class JobSupervisor:
                 f"{report.shared_files} unreferenced shared files",
             )
 
+    def _covering(self, last: int) -> CompletedCheckpoint | None:
+        """The newest registered checkpoint that covers batch ``last``, if any."""
+        registered = self._interpreter.coordinator.persisted_state.checkpoints
+        return next((c for c in reversed(registered) if c.batch_id >= last), None)
+
     async def _on_input_exhausted(self, attempt: Attempt, last: int) -> None:
         """Bounded input is done at batch ``last``: its final checkpoint."""
         attempt.input_exhausted_at = last
-        registered = self._interpreter.coordinator.persisted_state.checkpoints
-        covering = [c for c in registered if c.batch_id >= last]
-        if covering:
+        if (covering := self._covering(last)) is not None:
             # One completed after this status was written: the driver is told of it
             # (again) instead of a new one being triggered that its exit would cut short.
             self._notify(
                 "FinalCheckpoint",
                 Level.NOTE,
-                f"input exhausted at batch {last}: checkpoint {covering[-1].checkpoint_id} "
-                "covers it",
+                f"input exhausted at batch {last}: checkpoint {covering.checkpoint_id} covers it",
             )
-            await self._interpreter.notify_complete(attempt, covering[-1])
+            await self._interpreter.notify_complete(attempt, covering)
         else:
             self._notify(
                 "FinalCheckpoint",
