@@ -40,6 +40,11 @@ class AgentRejected(Exception):
     """The agent answered with an error; the message is its reason."""
 
 
+class AgentAnswerTimedOut(AgentUnavailable):
+    """The agent took the request and gave no answer in time: busy (storage slower than
+    the timeout) or hung. What it was asked may still be under way."""
+
+
 class AgentAnswerInvalid(AgentRejected):
     """The agent answered, but not with the document the protocol defines (another
     version, a broken agent): as useless as a refusal, and handled like one."""
@@ -96,9 +101,14 @@ class AgentClient:
         body = TriggerBody(checkpoint_id, kind, after).to_json()
         await self._command("/v1/checkpoints", body, Acknowledgement.ACCEPTED)
 
-    async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
+    async def finalize(
+        self, checkpoint_id: int, tasks: Sequence[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
+        """``waits``: how much longer than other requests writing ``_metadata`` may take
+        (it lists and syncs the image's files in storage)."""
         path = f"/v1/checkpoints/{checkpoint_id}/finalize"
-        answer = await self._call("POST", path, FinalizeBody(tuple(tasks)).to_json())
+        body = FinalizeBody(tuple(tasks)).to_json()
+        answer = await self._call("POST", path, body, waits=max(0.0, waits))
         return _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
@@ -184,7 +194,7 @@ class AgentClient:
                 f"{CONNECT_TIMEOUT:.0f}s)"
             ) from error
         except TimeoutError as error:
-            raise AgentUnavailable(
+            raise AgentAnswerTimedOut(
                 f"{method} {path}: no answer within {timeout.total:.0f}s"
             ) from error
         except aiohttp.ClientConnectionError as error:

@@ -25,6 +25,7 @@ from spark_checkpoint.protocol import (
 from spark_checkpoint_operator import agent_client
 from spark_checkpoint_operator.agent_client import (
     AgentAnswerInvalid,
+    AgentAnswerTimedOut,
     AgentClient,
     AgentRejected,
     AgentUnavailable,
@@ -238,3 +239,35 @@ def test_an_agent_that_ends_or_holds_a_request_midway_is_unavailable_in_plain_wo
         raise AssertionError("a closed connection answered")
 
     assert asyncio.run(scenario()) == f"POST /v1/checkpoints/4/discard: {reason}"
+
+
+def test_a_finalize_may_take_the_time_it_is_given_and_no_answer_in_it_is_a_timeout() -> None:
+    """Writing `_metadata` lists and syncs the image's files: on an object store it may take
+    longer than other requests. A finalize held past the client's timeout was an agent
+    taken for lost (the job left Running, the checkpoint aborted uncounted, again and again;
+    a reviewer); now it has the time it is given, and no answer within it is a timeout."""
+
+    async def scenario(waits: float) -> Any:
+        async def slow(request: web.Request) -> web.Response:
+            await asyncio.sleep(1.5)
+            return web.json_response(FinalizeAnswer("file:///s/chk-7/_metadata", 10).to_json())
+
+        app = web.Application()
+        app.router.add_post(FINALIZE, slow)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        client = AgentClient(f"http://127.0.0.1:{port}", "token", timeout=1.0)
+        try:
+            return await client.finalize(7, ["logs"], waits=waits)
+        except AgentUnavailable as error:
+            return error
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    assert asyncio.run(scenario(waits=2.0)) == FinalizeAnswer("file:///s/chk-7/_metadata", 10)
+    timed_out = asyncio.run(scenario(waits=0.0))
+    assert isinstance(timed_out, AgentAnswerTimedOut)
+    assert str(timed_out) == f"POST {FINALIZE}: no answer within 1s"

@@ -62,7 +62,9 @@ def _agent_class(url: str) -> type[FakeAgent]:
             super().__init__()
             self.client = AgentClient(url, "token")
 
-        async def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
+        async def finalize(
+            self, checkpoint_id: int, tasks: Sequence[str], *, waits: float = 0.0
+        ) -> FinalizeAnswer:
             self._check()
             return await self.client.finalize(checkpoint_id, tasks)
 

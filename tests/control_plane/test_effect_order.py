@@ -42,7 +42,9 @@ class RecordingAgent(FakeAgent):
         if kind is CheckpointKind.CHECKPOINT:
             self.snapshots[checkpoint_id] = replace(self.snapshots[checkpoint_id], acks=())
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
+    async def finalize(
+        self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
         self.calls.append(("finalize", checkpoint_id))
         return await super().finalize(checkpoint_id, tasks)
 

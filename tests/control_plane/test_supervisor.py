@@ -19,7 +19,7 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
-from spark_checkpoint_operator.agent_client import AgentRejected
+from spark_checkpoint_operator.agent_client import AgentAnswerTimedOut, AgentRejected
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
     AfterCompletion,
@@ -935,7 +935,9 @@ class RefusingAgent(FakeAgent):
 class FinalizeRefusingAgent(FakeAgent):
     """Every checkpoint fails: its `_metadata` cannot be written."""
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
+    async def finalize(
+        self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
         self._check()
         raise AgentRejected(f"POST /v1/checkpoints/{checkpoint_id}/finalize: 500 storage gone")
 
@@ -1083,3 +1085,51 @@ def test_a_suspension_without_a_savepoint_keeps_the_checkpoints_it_resumes_from(
     assert outcome is TerminalOutcome.SUSPENDED
     assert janitor.discarded == []
     assert [c.checkpoint_id for c in supervisor.record.coordinator.checkpoints] == [1]
+
+
+class SlowFinalizeAgent(FakeAgent):
+    """Writing `_metadata` takes longer than any finalize may wait."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.finalize_waits: list[float] = []
+
+    async def finalize(
+        self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
+        self.finalize_waits.append(waits)
+        raise AgentAnswerTimedOut(f"POST /v1/checkpoints/{checkpoint_id}/finalize: no answer")
+
+
+def test_finalizations_that_take_too_long_fail_checkpoints_that_count() -> None:
+    """A finalize not answered in time was taken for a lost agent: the job left Running,
+    the checkpoint was aborted uncounted and the next one triggered, for ever, and
+    tolerableFailures never failed the job (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = SlowFinalizeAgent
+
+    async def save(record: JobRecord) -> None:
+        return None
+
+    supervisor = JobSupervisor(
+        config=CoordinatorConfig(interval=0.2, timeout=30.0, tolerable_failures=1),
+        restart_policy=RestartPolicySpec(
+            RestartPolicyType.NEVER, 0, 0.01, 0.05, heartbeat_timeout=20.0
+        ),
+        launcher=launcher,
+        janitor=NoJanitor(),
+        save=save,
+        record=JobRecord(),
+    )
+
+    outcome = asyncio.run(asyncio.wait_for(supervisor.run(), 20.0))
+
+    assert outcome is TerminalOutcome.FAILED
+    assert "2 consecutive checkpoint failures exceed tolerableFailures=1" in (
+        supervisor.record.message
+    )
+    agent = launcher.drivers[0].agent
+    assert isinstance(agent, SlowFinalizeAgent)
+    assert len(agent.finalize_waits) == 2
+    # As long as the checkpoint has left, at most the heartbeat timeout.
+    assert all(19.0 < waits <= 20.0 for waits in agent.finalize_waits), agent.finalize_waits

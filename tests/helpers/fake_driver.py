@@ -98,7 +98,9 @@ class FakeAgent:
         if kind is CheckpointKind.SAVEPOINT and after is AfterCompletion.CONTINUE:
             self.done_at_finalization.add(checkpoint_id)
 
-    async def finalize(self, checkpoint_id: int, tasks: list[str]) -> FinalizeAnswer:
+    async def finalize(
+        self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
         self._check()
         if checkpoint_id in self.done_at_finalization:  # as the agent: no completion follows
             self.snapshots.pop(checkpoint_id, None)

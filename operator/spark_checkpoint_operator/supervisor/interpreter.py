@@ -17,7 +17,12 @@ from collections.abc import Awaitable, Callable
 from typing import Protocol, assert_never
 
 from spark_checkpoint.protocol import RestoreCandidate
-from spark_checkpoint_operator.agent_client import AgentClient, AgentRejected, AgentUnavailable
+from spark_checkpoint_operator.agent_client import (
+    AgentAnswerTimedOut,
+    AgentClient,
+    AgentRejected,
+    AgentUnavailable,
+)
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
     AfterCompletion,
@@ -76,6 +81,10 @@ class JobControl(Protocol):
 
     def check_restorable(self, image: str) -> None:
         """``image`` was registered: check it in the background (verifyRestorable)."""
+
+    @property
+    def heartbeat_timeout(self) -> float:
+        """How long its agent may be silent before its driver is taken for hung."""
 
 
 class EffectInterpreter:
@@ -280,8 +289,16 @@ class EffectInterpreter:
     async def _finalize(self, attempt: Attempt | None, cid: int, tasks: list[str]) -> None:
         if attempt is None:
             return
+        pending = next((p for p in self._coordinator.pending if p.checkpoint_id == cid), None)
+        time_left = 0.0 if pending is None else pending.deadline - time.time()
         try:
-            finalized = await attempt.driver.agent.finalize(cid, tasks)
+            finalized = await attempt.driver.agent.finalize(
+                cid, tasks, waits=min(time_left, self._job.heartbeat_timeout)
+            )
+        except AgentAnswerTimedOut as error:
+            # Busy writing (storage slower than the checkpoint's time left) or hung: the
+            # checkpoint fails, counted; the abort takes back what the agent writes after.
+            await self.handle(FinalizationFailed(cid, str(error)))
         except AgentUnavailable:
             await self.agent_lost()
         except AgentRejected as error:

@@ -335,6 +335,10 @@ class JobSupervisor:
     def deleting(self) -> bool:
         return self._stop is StopRequest.DELETE
 
+    @property
+    def heartbeat_timeout(self) -> float:
+        return self._restart_policy.heartbeat_timeout
+
     def end_suspended(self) -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled)."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
