@@ -61,6 +61,9 @@ class PersistedStatus:
     message: str = ""
     last_committed_batch: int | None = None
     consecutive_failures: int = 0
+    # Periodic checkpoints skipped since the last one triggered, while Running ({"since",
+    # "reason", "message"}); None while none is.
+    checkpoints_skipped: Mapping[str, Any] | None = None
     next_checkpoint_id: int = 1
     pending: Sequence[Mapping[str, Any]] = ()
     coordinator: PersistedState = field(default_factory=PersistedState)
@@ -74,6 +77,9 @@ class PersistedStatus:
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
             "consecutiveFailures": self.consecutive_failures,
+            "checkpointsSkipped": (
+                None if self.checkpoints_skipped is None else dict(self.checkpoints_skipped)
+            ),
             "nextCheckpointId": self.next_checkpoint_id,
             "pending": [dict(snapshot) for snapshot in self.pending],
             "counts": {"restored": self.restores, "failedRestores": self.failed_restores},
@@ -107,6 +113,7 @@ class PersistedStatus:
             message=_field(data, "message", str, ""),
             last_committed_batch=_count(data, "lastCommittedBatch", default=None),
             consecutive_failures=_count(data, "consecutiveFailures"),
+            checkpoints_skipped=_field(data, "checkpointsSkipped", Mapping, None),
             next_checkpoint_id=_count(data, "nextCheckpointId", default=state.next_checkpoint_id),
             pending=_field(data, "pending", list, []),
             coordinator=state,
@@ -393,9 +400,16 @@ def _conditions(
         (o for o in reversed(record.coordinator.history) if o.status is OutcomeStatus.FAILED),
         None,
     )
+    skipped = record.checkpoints_skipped
     healthy = (
         ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")
-        if failures == 0
+        if failures == 0 and skipped is None
+        else (
+            "False",
+            "CheckpointsSkipped",
+            f"periodic checkpoints skipped since {skipped.get('since')}: {skipped.get('message')}",
+        )
+        if failures == 0 and skipped is not None
         else (
             "False",
             "CheckpointsFailing",

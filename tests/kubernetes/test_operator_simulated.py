@@ -865,11 +865,21 @@ def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
     cluster.apply(distributed)
     cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
     time.sleep(2.5)
-    assert cluster.status("orders")["counts"]["completed"] == 0, "no executor: no checkpoint"
+    status = cluster.status("orders")
+    assert status["counts"]["completed"] == 0, "no executor: no checkpoint"
+    # ... which is said, not a healthy job's silence (a newcomer).
+    skipped = cluster.wait_for_event("orders", "CheckpointSkipped")
+    assert "an executor is missing" in skipped["message"], skipped["message"]
+    healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
+    assert (healthy["status"], healthy["reason"]) == ("False", "CheckpointsSkipped"), healthy
+    assert status["checkpointsSkipped"]["reason"] == "NotAllRequiredTasksRunning"
 
     cluster.api.create("v1/pods", executor("orders-exec-1"), namespace="default")
-    completed(cluster, "orders", 2)
-    assert cluster.status("orders")["executors"] == {"ready": 1, "expected": 1}
+    status = completed(cluster, "orders", 2)
+    assert status["executors"] == {"ready": 1, "expected": 1}
+    assert status.get("checkpointsSkipped") is None
+    healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
+    assert healthy["status"] == "True", healthy
 
     cluster.api.delete("v1/pods", "default", "orders-exec-1")
     cluster.wait_for(

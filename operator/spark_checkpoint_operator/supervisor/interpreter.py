@@ -49,6 +49,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerDeliveryFailed,
     TriggerRequest,
 )
+from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.supervisor.attempt import Attempt
 from spark_checkpoint_operator.supervisor.notices import (
     Level,
@@ -166,6 +167,8 @@ class EffectInterpreter:
         """The job is in ``phase`` now (not a terminal one: see `end`): stored, then the
         coordinator is told."""
         self._record.phase = phase
+        if phase is not JobPhase.RUNNING:
+            self._record.checkpoints_skipped = None  # what is skipped now is no news
         await self.persist()
         await self.tell_phase()
 
@@ -214,6 +217,7 @@ class EffectInterpreter:
                 # Kept current without a state write: a coordinator that replaces this one
                 # in this process continues from it (see JobRecord.next_checkpoint_id).
                 self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
+                self._record.checkpoints_skipped = None
                 await self._trigger(attempt, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(attempt, cid, sorted(tasks))
@@ -253,6 +257,8 @@ class EffectInterpreter:
                     self._job.cancel()
                 if not request.is_periodic:
                     self._report_declined(attempt, request, reason)
+                elif reason is FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING:
+                    await self._skipped(reason)
             case FailJob(message=message):
                 # Flink's "fail the job" is a failover: the restart policy decides.
                 self._notify(
@@ -431,6 +437,29 @@ class EffectInterpreter:
             )
         else:
             self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
+
+    async def _skipped(self, reason: FailureReason) -> None:
+        """A periodic checkpoint was skipped while Running (an executor missing, a first
+        batch that takes long): said once per streak, and in status until one is triggered,
+        so that a job that runs without checkpoints does not look healthy."""
+        if self._record.checkpoints_skipped is not None or self._record.phase is not (
+            JobPhase.RUNNING
+        ):
+            return
+        attempt = self.attempt
+        executors = "" if attempt is None or attempt.executors_ready else "; an executor is missing"
+        message = f"{reason.description}{executors}"
+        self._record.checkpoints_skipped = {
+            "since": format_time(time.time()),
+            "reason": reason.value,
+            "message": message,
+        }
+        self._notify(
+            "CheckpointSkipped",
+            Level.WARNING,
+            f"periodic checkpoint skipped: {message}; checkpoints resume once every task runs",
+        )
+        await self.persist()
 
     def _report_declined(
         self, attempt: Attempt | None, request: TriggerRequest, reason: FailureReason

@@ -29,6 +29,9 @@ class JobRecord:
     pending: list[dict[str, Any]] = field(default_factory=list)
     last_batch: int | None = None
     consecutive_failures: int = 0
+    # Periodic checkpoints skipped since the last one triggered (see PersistedStatus); a
+    # restart starts afresh, as with the failure streak.
+    checkpoints_skipped: dict[str, Any] | None = None
     # The live counter of this process's coordinator: no id at or above it has been
     # triggered (at most the persisted counter). None in a record read back: its coordinator
     # starts after the persisted counter, as nothing tells which ids below were used.
@@ -46,6 +49,7 @@ class JobRecord:
             message=self.message,
             last_committed_batch=self.last_batch,
             consecutive_failures=self.consecutive_failures,
+            checkpoints_skipped=self.checkpoints_skipped,
             next_checkpoint_id=(
                 self.coordinator.next_checkpoint_id
                 if self.next_checkpoint_id is None
