@@ -61,8 +61,8 @@ class PersistedStatus:
     message: str = ""
     last_committed_batch: int | None = None
     consecutive_failures: int = 0
-    # Periodic checkpoints skipped since the last one triggered, while Running ({"since",
-    # "reason", "message"}); None while none is.
+    # Periodic checkpoints skipped since the last one triggered, while Running and after
+    # the query committed a batch ({"since", "reason", "message"}); None while none is.
     checkpoints_skipped: Mapping[str, Any] | None = None
     next_checkpoint_id: int = 1
     pending: Sequence[Mapping[str, Any]] = ()

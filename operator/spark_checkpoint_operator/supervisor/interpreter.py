@@ -439,15 +439,19 @@ class EffectInterpreter:
             self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
 
     async def _skipped(self, reason: FailureReason) -> None:
-        """A periodic checkpoint was skipped while Running (an executor missing, a first
-        batch that takes long): said once per streak, and in status until one is triggered,
-        so that a job that runs without checkpoints does not look healthy."""
+        """A periodic checkpoint was skipped while Running (an executor missing, or tasks
+        not running after the query committed a batch): said once per streak, and in status
+        until one is triggered, so that a job that runs without checkpoints does not look
+        healthy. Not before the first batch commits, which every start waits for."""
         if self._record.checkpoints_skipped is not None or self._record.phase is not (
             JobPhase.RUNNING
         ):
             return
         attempt = self.attempt
-        executors = "" if attempt is None or attempt.executors_ready else "; an executor is missing"
+        missing = attempt is not None and not attempt.executors_ready
+        if not missing and self._record.last_batch is None:
+            return  # the query's first batch: every start skips until it commits
+        executors = "; an executor is missing" if missing else ""
         message = f"{reason.description}{executors}"
         self._record.checkpoints_skipped = {
             "since": format_time(time.time()),
