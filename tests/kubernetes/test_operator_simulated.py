@@ -402,6 +402,27 @@ def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster)
     assert resumed["jobAttempt"] == 2
 
 
+def test_an_operator_killed_once_it_wrote_suspending_stops_the_driver_when_it_returns(
+    cluster: LocalCluster,
+) -> None:
+    """Suspending is written once the stopping savepoint is registered, before the agent is
+    told to stop: an operator killed in between came back, marked the job Suspended and left
+    its driver running, uncoordinated (an adversary)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        cluster.api.patch(
+            JOBS, "default", "orders", {"status": {"phase": "Suspending"}}, subresource="status"
+        )
+
+    cluster.wait_for("the driver gone", lambda: cluster.driver_pods("orders") == [])
+    status = in_phase(cluster, "orders", "Suspended")
+    # Adopted, it was stopped before it answered (as a driver starting is): what it
+    # resumes from is the newest image, kept.
+    assert [c["id"] for c in status["coordinator"]["checkpoints"]] == [1]
+
+
 def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster) -> None:
     cluster.apply(job(checkpointing={"interval": "1h"}))
     cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")

@@ -353,7 +353,9 @@ class JobController:
             # Retried when the spec is changed (beyond nonces and state), not otherwise.
             return self._stopped_spec not in _spec_hashes(self._spec)
         if manifest.spec.state is JobState.SUSPENDED:
-            if phase in ACTIVE_PHASES and self._record.attempt:
+            # Suspending too: written once the stopping savepoint was registered, before
+            # its driver was told to stop, which an operator restart may have come between.
+            if phase in (*ACTIVE_PHASES, JobPhase.SUSPENDING) and self._record.attempt:
                 launcher = self._launcher(manifest)
                 if await launcher.adopt(self._record.attempt) is not None:
                     return True  # a driver from before a restart: suspend it with a savepoint
