@@ -3,6 +3,7 @@ simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the
 operator with real Spark drivers."""
 
 import base64
+import copy
 import hashlib
 import json
 import threading
@@ -648,6 +649,29 @@ def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_reten
     cluster.wait_for_event("orders", "JobCancelled")
     assert "SavepointCompleted" not in cluster.event_reasons("orders"), "nothing ran to take one"
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+def test_an_ended_job_deleted_after_an_operator_restart_has_its_leftovers_collected(
+    cluster: LocalCluster,
+) -> None:
+    """An end's discards follow the status write that ended it: an operator killed in
+    between left checkpoints no registry lists, and deleting the job removed nothing (an
+    adversary). What the registry does not list is collected when the job is deleted."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    with operator_stopped(cluster):
+        # As the killed operator left it: Cancelled, its registry emptied, no discard run.
+        stored = cluster.job("orders")
+        assert stored is not None
+        ended = copy.deepcopy(stored["status"])
+        ended["phase"] = "Cancelled"
+        ended["coordinator"] |= {"checkpoints": [], "terminated": "Cancelled"}
+        cluster.api.patch(JOBS, "default", "orders", {"status": ended}, subresource="status")
+        cluster.crash_driver("orders-driver-1", exit_code=0)
+        cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    assert [c[0] for c in cleanup_commands(cluster, "orders")] == ["collect-garbage"]
 
 
 def test_a_failed_deletion_is_retried_and_holds_the_job_until_it_is_done(

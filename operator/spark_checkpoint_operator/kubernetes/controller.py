@@ -123,6 +123,9 @@ class JobController:
         self._saving = asyncio.Lock()
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
         self._ended = asyncio.Event()  # `run` or `delete` returned or failed
+        # Whether the job had ended when its status was read (by another operator process,
+        # or one killed before its end's cleanup was done).
+        self._ended_before = False
         self._deleted = False  # the deletion's work is done
 
     @property
@@ -242,6 +245,7 @@ class JobController:
         while True:
             try:
                 await self._read_stored_status()
+                self._ended_before = self._record.phase in ENDED_PHASES
                 return True
             except InvalidStatus as error:
                 problem = f"status.{error}"
@@ -550,12 +554,19 @@ class JobController:
     async def _retire(self) -> None:
         """Deleted with no supervisor running: a job that has not ended (suspended, or
         its driver gone) is cancelled now, so its retention policy applies, once any pod
-        of its own left behind is gone; a job that ended has been cleaned up then, and one
-        that never started has nothing in storage."""
+        of its own left behind is gone; a job that ended was cleaned up then, and what no
+        registry lists is collected again; one that never started has nothing in storage."""
         manifest = self._manifest
-        if manifest is None or not self._record.attempt or self._record.phase in ENDED_PHASES:
+        if manifest is None or not self._record.attempt:
             return
         launcher = self._launcher(manifest)
+        if self._record.phase in ENDED_PHASES:
+            if self._ended_before:
+                # Its end's discards follow the status write that ended it: an operator
+                # killed in between left checkpoints no registry lists (and a storage
+                # directory owned by a job that is gone). They go now.
+                await self._supervisor(manifest, launcher).collect_leftovers()
+            return
         # A driver still terminating must never write while a cleanup pod discards.
         await launcher.remove_pods()
         self._record.message = "the job was deleted"

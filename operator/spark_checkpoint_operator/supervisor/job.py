@@ -307,6 +307,11 @@ class JobSupervisor:
         and garbage collection are carried out by the janitor."""
         await self._terminate(outcome)
 
+    async def collect_leftovers(self) -> None:
+        """A job that ended is deleted: whatever its storage holds that its registry does
+        not list (its end's discards cut short) is removed by the janitor."""
+        await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
+
     def shut_down(self, *, savepoint: bool, drain: bool) -> None:
         """The job is being deleted: a final savepoint if asked (and possible), then the
         job ends Cancelled, so its retention policy applies as to a cancellation."""
@@ -905,7 +910,7 @@ class JobSupervisor:
             self._checking = self._to_check = None
         await self._interpreter.end(outcome)
         if collect_garbage:
-            await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
+            await self.collect_leftovers()
         await self._interpreter.persist()
         self._notify(
             f"Job{outcome.value}",
