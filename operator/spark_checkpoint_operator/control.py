@@ -144,9 +144,14 @@ class ControlServer:
             case Command.STATUS:
                 return ControlAnswer(Outcome.OK, "running", status=self.status())
             case Command.CANCEL:
-                self._report("`spark-checkpoint cancel`: stopping the driver without a savepoint")
+                leaves = self._supervisor.what_cancelling_leaves()
+                self._report(
+                    f"`spark-checkpoint cancel`: stopping the driver without a savepoint; {leaves}"
+                )
                 self._supervisor.cancel()
-                return ControlAnswer(Outcome.OK, "cancelling: the driver stops without a savepoint")
+                return ControlAnswer(
+                    Outcome.OK, f"cancelling: the driver stops without a savepoint; {leaves}"
+                )
             case Command.SAVEPOINT:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request.wait)

@@ -166,8 +166,12 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         "cancel",
         parents=[job],
         help="stop a job at once, without a savepoint",
-        description="Stops the driver without a savepoint (a second Ctrl-C): the next "
-        "run resumes from the newest checkpoint or savepoint. Waits until the run has ended.",
+        description="Stops the driver without a savepoint (a second Ctrl-C): the job ends "
+        "Cancelled and its retention policy applies. Under the default RetainOnFailure its "
+        "checkpoints are discarded and its savepoints stay: the next run resumes from the "
+        "newest savepoint, or starts over (then its output must be deleted too, as the run "
+        "says); under RetainOnCancellation it resumes from the newest checkpoint. "
+        "Waits until the run has ended.",
         epilog=epilog(
             ["spark-checkpoint cancel -f job.yaml"],
             {

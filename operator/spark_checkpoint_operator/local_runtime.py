@@ -663,7 +663,10 @@ class _Interrupts:
     def interrupt(self) -> None:
         self._count += 1
         if self._count > 1:
-            self._report("interrupted again: stopping the driver without a savepoint")
+            self._report(
+                "interrupted again: stopping the driver without a savepoint; "
+                + self._supervisor.what_cancelling_leaves()
+            )
             self._supervisor.cancel()
         elif self._stopping:
             self._report("interrupted: the savepoint is under way (Ctrl-C again to cancel)")

@@ -178,6 +178,12 @@ def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     cancelled = job.cli("cancel", "-f", "job.yaml")
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.splitlines()[-1] == "cancelled: the run has ended"
+    # What is left to resume from is said (the default policy discards the checkpoints; a
+    # newcomer read --help's "the next run resumes from the newest checkpoint").
+    assert (
+        "cancelling: the driver stops without a savepoint; its checkpoints are discarded "
+        "(retentionPolicy RetainOnFailure), its savepoints stay"
+    ) in cancelled.stdout
     wait_until_gone(runtime)
     record = job.status_file()
     assert record["phase"] == "Cancelled"

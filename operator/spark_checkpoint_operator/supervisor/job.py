@@ -189,6 +189,16 @@ class JobSupervisor:
     def _notify(self, reason: str, level: Level, message: str, label: str = "") -> None:
         self._report(Notice(reason, level, message, label))
 
+    def what_cancelling_leaves(self) -> str:
+        """What a cancellation leaves of the job's images, by its retention policy."""
+        policy = self._config.retention_policy
+        if policy.discards_on(TerminalOutcome.CANCELLED):
+            return (
+                f"its checkpoints are discarded (retentionPolicy {policy.value}), its "
+                "savepoints stay"
+            )
+        return f"its checkpoints and savepoints stay (retentionPolicy {policy.value})"
+
     def restore_from(self, image: str) -> None:
         """Restore ``image`` (a restore candidate's spelling), and only it, instead of the
         newest image, until a checkpoint or savepoint of this run completes."""
