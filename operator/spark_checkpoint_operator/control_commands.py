@@ -159,7 +159,8 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     stop.add_argument(
         "--drain",
         action="store_true",
-        help="process all available input before the savepoint (as `flink stop --drain`)",
+        help="process all available input before the savepoint (as `flink stop --drain`); "
+        "checkpointing.timeout counts from when the input ran out, however long that takes",
     )
 
     cancel = commands.add_parser(

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import TASKS, FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
+    AckReport,
     AgentStatus,
     FinalizeAnswer,
     QueryState,
@@ -1133,3 +1134,72 @@ def test_finalizations_that_take_too_long_fail_checkpoints_that_count() -> None:
     assert len(agent.finalize_waits) == 2
     # As long as the checkpoint has left, at most the heartbeat timeout.
     assert all(19.0 < waits <= 20.0 for waits in agent.finalize_waits), agent.finalize_waits
+
+
+class DrainingAgent(FakeAgent):
+    """A drain savepoint's snapshot waits (capturing, no batch) until the input runs out;
+    the driver exits once told of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.draining: int | None = None
+        self.driver: FakeDriver | None = None
+
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        await super().trigger(checkpoint_id, kind, after)
+        if after is AfterCompletion.DRAIN:
+            self.draining = checkpoint_id
+            self.snapshots[checkpoint_id] = SnapshotStatus(
+                checkpoint_id, kind, SnapshotPhase.CAPTURING, None
+            )
+
+    def drained(self) -> None:
+        assert self.draining is not None
+        self.batch = (self.batch or 0) + 5
+        acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
+        self.snapshots[self.draining] = SnapshotStatus(
+            self.draining, CheckpointKind.SAVEPOINT, SnapshotPhase.ACKNOWLEDGED, self.batch, acks
+        )
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await super().complete(checkpoint_id, batch_id)
+        if checkpoint_id == self.draining and self.driver is not None:
+            self.driver.code = DriverExit.STOPPED_WITH_SAVEPOINT
+
+
+def test_a_drain_longer_than_the_checkpoint_timeout_ends_with_its_savepoint() -> None:
+    """`stop --drain` processes all input first: the savepoint's timeout counted from the
+    trigger, and a drain longer than it ended without one (a newcomer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = DrainingAgent
+
+    async def save(record: JobRecord) -> None:
+        return None
+
+    supervisor = JobSupervisor(
+        config=CoordinatorConfig(interval=None, timeout=1.0),
+        restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
+        launcher=launcher,
+        janitor=NoJanitor(),
+        save=save,
+        record=JobRecord(),
+    )
+
+    async def scenario() -> TerminalOutcome:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, DrainingAgent)
+        agent.driver = launcher.drivers[0]
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN))
+        await until(lambda: agent.draining is not None)
+        await asyncio.sleep(2.5)  # draining for longer than the timeout
+        agent.drained()
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.SUSPENDED
+    (savepoint,) = supervisor.record.coordinator.savepoints
+    assert savepoint.batch_id == 8
+    assert supervisor.record.coordinator.failed_count == 0

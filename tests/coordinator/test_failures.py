@@ -5,6 +5,7 @@ import pytest
 from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
+    AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
     FailJob,
@@ -13,6 +14,9 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     JobPhaseChanged,
     PersistState,
+    SnapshotCaptured,
+    TaskAck,
+    TaskAcknowledged,
     TaskDeclined,
     TriggerDeliveryFailed,
     TriggerRequested,
@@ -34,6 +38,29 @@ def test_pending_checkpoint_expires_after_timeout() -> None:
     assert (abort.checkpoint_id, abort.reason) == (1, FailureReason.EXPIRED)
     assert harness.coordinator.persisted_state.failed_count == 1
     assert harness.coordinator.consecutive_failures == 1
+
+
+@pytest.mark.parametrize("captured_by", ["capture", "acknowledgement"])
+def test_a_drain_savepoint_times_out_only_from_its_capture(captured_by: str) -> None:
+    """`stop --drain` first processes all input, however long that takes: its timeout
+    counted from the trigger expired the reference example's drain, which then ended
+    without a savepoint (a newcomer)."""
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN))
+    (pending,) = harness.coordinator.pending
+    assert pending.deadline is None
+    assert harness.coordinator.next_deadline() is None
+    assert of_type(harness.advance(3600.0), AbortCheckpoint) == [], "draining for an hour"
+
+    if captured_by == "capture":
+        harness.send(SnapshotCaptured(pending.checkpoint_id))
+    else:
+        harness.send(TaskAcknowledged(pending.checkpoint_id, TaskAck("logs", 3, 1, 1)))
+    assert harness.coordinator.next_deadline() == harness.clock.now + 30.0
+    harness.send(SnapshotCaptured(pending.checkpoint_id))  # a repeat moves nothing
+    assert of_type(harness.advance(29.9), AbortCheckpoint) == []
+    (abort,) = of_type(harness.advance(0.1), AbortCheckpoint)
+    assert (abort.checkpoint_id, abort.reason) == (pending.checkpoint_id, FailureReason.EXPIRED)
 
 
 @pytest.mark.parametrize(

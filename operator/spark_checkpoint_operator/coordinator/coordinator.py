@@ -39,6 +39,7 @@ from spark_checkpoint_operator.coordinator.events import (
     JobPhase,
     JobPhaseChanged,
     JobTerminated,
+    SnapshotCaptured,
     TaskAcknowledged,
     TaskDeclined,
     TasksReported,
@@ -72,7 +73,7 @@ class PendingView:
     forced: bool
     label: str
     trigger_time: float
-    deadline: float
+    deadline: float | None  # None: a drain waiting for the input to run out
     acknowledged: int
     expected: int
     finalizing: bool
@@ -189,7 +190,7 @@ class CheckpointCoordinator:
 
     def next_deadline(self) -> float | None:
         """The earliest time at which a Tick has something to do."""
-        deadlines = [p.deadline for p in self._pending.values()]
+        deadlines = [p.deadline for p in self._pending.values() if p.deadline is not None]
         if self._next_periodic_at is not None:
             deadlines.append(self._next_periodic_at)
         savepoint_expiry = self._savepoints.next_expiry()
@@ -216,6 +217,8 @@ class CheckpointCoordinator:
                 self._fail_pending(
                     checkpoint_id, FailureReason.TASK_DECLINED, f"{task}: {message}", effects
                 )
+            case SnapshotCaptured(checkpoint_id=checkpoint_id):
+                self._captured(checkpoint_id)
             case TriggerDeliveryFailed(checkpoint_id=checkpoint_id, message=message):
                 self._fail_pending(checkpoint_id, FailureReason.TRIGGER_FAILURE, message, effects)
             case FinalizationFailed(checkpoint_id=checkpoint_id, message=message):
@@ -230,7 +233,7 @@ class CheckpointCoordinator:
         now = self._clock()
         # Pending checkpoints are kept in trigger order, which is id order.
         for pending in list(self._pending.values()):
-            if pending.deadline <= now:
+            if pending.deadline is not None and pending.deadline <= now:
                 self._abort(pending, FailureReason.EXPIRED, "", effects)
         expired_savepoints = self._savepoints.expire(now)
         if expired_savepoints:
@@ -359,7 +362,8 @@ class CheckpointCoordinator:
             forced=request.forced,
             label=request.label,
             trigger_time=now,
-            deadline=now + self._config.timeout,
+            # A drain first waits for the input to run out, however long that takes.
+            deadline=None if request.after is AfterCompletion.DRAIN else now + self._config.timeout,
             expected_tasks=self._tasks,
         )
         if request.after is not AfterCompletion.CONTINUE:
@@ -377,7 +381,15 @@ class CheckpointCoordinator:
             )
         )
 
+    def _captured(self, checkpoint_id: int) -> None:
+        """A drain's image is taken (or acknowledged, which says as much): its timeout
+        counts from now."""
+        pending = self._pending.get(checkpoint_id)
+        if pending is not None and pending.deadline is None:
+            pending.deadline = self._clock() + self._config.timeout
+
     def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
+        self._captured(event.checkpoint_id)
         pending = self._pending.get(event.checkpoint_id)
         # Nothing answers a late, unknown or duplicate ack (Flink answers so that the job
         # manager discards the task's state): the agent owns the files, it was told of

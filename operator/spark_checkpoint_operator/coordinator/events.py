@@ -75,6 +75,14 @@ class TaskDeclined:
 
 
 @dataclass(frozen=True, slots=True)
+class SnapshotCaptured:
+    """The agent took checkpoint ``checkpoint_id``'s image (its batch is known): a drain
+    savepoint's wait for the input to run out is over, and its timeout counts from now."""
+
+    checkpoint_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class TriggerDeliveryFailed:
     """The job's agent refused the trigger: the checkpoint is aborted without counting as a
     failure. (An agent that cannot be reached at all is a job that is not Running: the
@@ -111,6 +119,7 @@ Event = (
     | TriggerRequested
     | TaskAcknowledged
     | TaskDeclined
+    | SnapshotCaptured
     | TriggerDeliveryFailed
     | CheckpointFinalized
     | FinalizationFailed

@@ -27,7 +27,9 @@ class PendingCheckpoint:
     forced: bool
     label: str
     trigger_time: float
-    deadline: float
+    # When it expires; None while a drain savepoint waits for the input to run out (its
+    # timeout counts from the image's capture: `SnapshotCaptured`).
+    deadline: float | None
     expected_tasks: frozenset[str]
     acks: dict[str, TaskAck] = field(default_factory=dict)
     finalizing: bool = False

@@ -296,7 +296,8 @@ class EffectInterpreter:
         if attempt is None:
             return
         pending = next((p for p in self._coordinator.pending if p.checkpoint_id == cid), None)
-        time_left = 0.0 if pending is None else pending.deadline - time.time()
+        deadline = None if pending is None else pending.deadline
+        time_left = 0.0 if deadline is None else deadline - time.time()
         try:
             finalized = await attempt.driver.agent.finalize(
                 cid, tasks, waits=min(time_left, self._job.heartbeat_timeout)

@@ -8,8 +8,9 @@ neither waits for nor registered is reported once, to be dropped at the agent.
 
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotStatus
+from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.coordinator import (
+    SnapshotCaptured,
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
@@ -25,7 +26,7 @@ class UnknownSnapshot:
     checkpoint_id: int
 
 
-Progress = TaskAcknowledged | TaskDeclined | UnknownSnapshot
+Progress = SnapshotCaptured | TaskAcknowledged | TaskDeclined | UnknownSnapshot
 
 
 def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
@@ -52,6 +53,7 @@ class SnapshotProgress:
         self._fed_acks: set[tuple[int, str]] = set()
         self._fed_declines: set[tuple[int, str]] = set()
         self._dropped: set[int] = set()
+        self._captured: set[int] = set()
 
     def read(self, status: AgentStatus, known: set[int]) -> list[Progress]:
         """What is new in ``status``, in the agent's order, for the snapshots the
@@ -68,11 +70,15 @@ class SnapshotProgress:
         self._fed_acks = {key for key in self._fed_acks if key[0] in in_flight}
         self._fed_declines = {key for key in self._fed_declines if key[0] in in_flight}
         self._dropped &= in_flight
+        self._captured &= in_flight
         return progress
 
     def _new(self, snapshot: SnapshotStatus) -> list[Progress]:
         checkpoint_id = snapshot.checkpoint_id
         progress: list[Progress] = []
+        if snapshot.state is not SnapshotPhase.CAPTURING and checkpoint_id not in self._captured:
+            self._captured.add(checkpoint_id)
+            progress.append(SnapshotCaptured(checkpoint_id))
         for ack in snapshot.acks:
             key = (checkpoint_id, ack.task)
             if key not in self._fed_acks:
