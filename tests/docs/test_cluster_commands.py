@@ -109,7 +109,7 @@ def _helm(arguments: list[str], cluster: Cluster) -> None:
                     )
 
 
-def _apply(path: str, cluster: Cluster) -> None:
+def _apply(path: str, cluster: Cluster, namespace: str | None) -> None:
     file = ROOT / path
     if not file.is_file():
         assert "/" not in path, f"{path} looks like a file of the repository, but is not one"
@@ -117,6 +117,12 @@ def _apply(path: str, cluster: Cluster) -> None:
     for document in yaml.safe_load_all(file.read_text()):
         if document is None:
             continue
+        # As kubectl: an object's own namespace must be the one -n names.
+        own = document.get("metadata", {}).get("namespace")
+        assert namespace is None or own in (None, namespace), (
+            f'the namespace from the provided object "{own}" does not match the namespace '
+            f'"{namespace}"'
+        )
         if document["kind"] == "SparkCheckpointJob":
             manifest = manifest_from_document(document, path)
             cluster.jobs.add((manifest.namespace, manifest.name))
@@ -138,11 +144,12 @@ def _kubectl(arguments: list[str], cluster: Cluster) -> None:
     positional, options = _options(
         arguments, {"-n=": "namespace", "--namespace=": "namespace", "-f=": "file"}
     )
-    namespace = options.get("namespace", ["default"])[-1]
+    named = options.get("namespace", [None])[-1]
+    namespace = named or "default"
     verb, *rest = positional
     if verb == "apply":
         assert not rest and len(options.get("file", [])) == 1, "kubectl apply -f FILE"
-        _apply(options["file"][0], cluster)
+        _apply(options["file"][0], cluster, named)
     elif verb == "get":
         (resource,) = rest
         assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
