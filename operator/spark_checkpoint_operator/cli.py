@@ -94,7 +94,8 @@ def _main(argv: Sequence[str] | None) -> int:
             {
                 ExitCode.OK: "the job Finished, or stopped with a savepoint (Suspended)",
                 ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
-                "job, a Finished job, an image --from cannot restore)",
+                "job, a Finished job, an image --from cannot restore, a mainFile or a Secret's "
+                "variable that is not there)",
                 ExitCode.USAGE: "the manifest cannot be read or is invalid, or an option is (a "
                 "malformed --from savepoint:N, an empty --state-dir)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",

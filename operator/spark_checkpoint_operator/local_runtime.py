@@ -425,7 +425,7 @@ async def run_local(
     another run of the job is under way, `RunRefused` for an image that cannot be restored
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
-    require_main_file(manifest.spec.application, manifest_path.parent.resolve())
+    require_main_file(manifest.spec.application, manifest_path)
     paths = local_paths(manifest, state_dir)
     try:
         paths.job_dir.mkdir(parents=True, exist_ok=True)
@@ -518,12 +518,13 @@ def _remove_dead_attempts(work_dir: Path, attempt: int) -> None:
             shutil.rmtree(directory, ignore_errors=True)
 
 
-def require_main_file(application: Application, manifest_dir: Path) -> None:
+def require_main_file(application: Application, manifest_path: Path) -> None:
     """A main file that is not there is named before Spark starts (Python would only say
-    so in the driver's log, and the job would fail as misconfigured)."""
+    so in the driver's log, and the job would fail as misconfigured), with the manifest
+    that names it."""
     if application.main_file is None:
         return
-    path = manifest_dir / application.main_file.removeprefix(LOCAL_SCHEME)
+    path = manifest_path.parent.resolve() / application.main_file.removeprefix(LOCAL_SCHEME)
     if path.is_file() or (path / "__main__.py").is_file():  # Python runs both
         return
     try:
@@ -538,8 +539,9 @@ def require_main_file(application: Application, manifest_dir: Path) -> None:
     close = difflib.get_close_matches(path.name, siblings, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else ""
     raise RunRefused(
-        f"spec.application.mainFile: no file {printable_line(str(path))} (a relative path is "
-        f"read from the manifest's directory){hint}"
+        f"{printable_line(str(manifest_path))}: spec.application.mainFile: no file "
+        f"{printable_line(str(path))} (a relative path is read from the manifest's "
+        f"directory){hint}"
     )
 
 

@@ -539,8 +539,9 @@ def test_a_missing_main_file_is_refused_before_spark_starts(
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stderr == (
-        f"spark-checkpoint run: spec.application.mainFile: no file {tmp_path / 'driver.py'} "
-        f"(a relative path is read from the manifest's directory){hint}\n"
+        f"spark-checkpoint run: {job.manifest}: spec.application.mainFile: no file "
+        f"{tmp_path / 'driver.py'} (a relative path is read from the manifest's directory)"
+        f"{hint}\n"
     )
     assert not (tmp_path / "runs").exists(), "no driver was started"
     assert not job.job_dir.exists(), "nothing of the run was left"
