@@ -1203,3 +1203,58 @@ def test_a_drain_longer_than_the_checkpoint_timeout_ends_with_its_savepoint() ->
     (savepoint,) = supervisor.record.coordinator.savepoints
     assert savepoint.batch_id == 8
     assert supervisor.record.coordinator.failed_count == 0
+
+
+class SlowDiscardAgent(FakeAgent):
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        # What AgentClient raises after its timeout: the agent's storage thread goes on.
+        raise AgentAnswerTimedOut(f"POST /v1/checkpoints/{checkpoint_id}/discard: no answer")
+
+
+class WatchingJanitor(NoJanitor):
+    def __init__(self, launcher: FakeLauncher) -> None:
+        super().__init__()
+        self._launcher = launcher
+        self.beside_a_live_driver: list[int] = []
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        if any(driver.code is None for driver in self._launcher.drivers):
+            self.beside_a_live_driver.append(checkpoint_id)
+        await super().discard_checkpoint(checkpoint_id, retained)
+
+
+def test_a_discard_the_agent_did_not_take_is_done_by_the_janitor_once_the_driver_is_gone() -> None:
+    """Storage has one writer per job: a discard the live agent did not answer was handed
+    to the janitor at once, beside a driver that may still write (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = SlowDiscardAgent
+    janitor = WatchingJanitor(launcher)
+
+    async def save(record: JobRecord) -> None:
+        return None
+
+    supervisor = JobSupervisor(
+        config=CoordinatorConfig(interval=None, timeout=30.0, retained=1),
+        restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
+        launcher=launcher,
+        janitor=janitor,
+        save=save,
+        record=JobRecord(),
+    )
+
+    async def scenario() -> None:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: len(supervisor.record.coordinator.checkpoints) == 1)
+        launcher.drivers[0].agent.batch = 4
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: supervisor.record.coordinator.checkpoints[0].checkpoint_id == 2)
+        await asyncio.sleep(0.5)
+        assert janitor.discarded == [], "not while the driver runs"
+        launcher.drivers[0].code = 0
+        await run
+
+    asyncio.run(scenario())
+    assert janitor.discarded[0] == 1, "once it is gone"
+    assert janitor.beside_a_live_driver == []

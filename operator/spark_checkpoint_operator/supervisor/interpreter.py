@@ -116,6 +116,9 @@ class EffectInterpreter:
         self.attempt: Attempt | None = None
         # Stop-with-savepoints triggered: the query stops once one completes.
         self._stopping_savepoints: set[int] = set()
+        # Discards the running driver's agent did not take, for the janitor once it is gone
+        # (with what to say when done, if anything).
+        self._after_exit: list[tuple[Callable[[], Awaitable[None]], str | None]] = []
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -394,22 +397,26 @@ class EffectInterpreter:
         through_agent: Callable[[AgentClient], Awaitable[object]],
         through_janitor: Callable[[], Awaitable[None]],
     ) -> None:
-        """Storage is changed by the driver's agent while one runs, else by the janitor."""
-        refused: AgentUnavailable | AgentRejected | None = None
-        if attempt is not None:
-            try:
-                await through_agent(attempt.driver.agent)
-                return
-            except (AgentUnavailable, AgentRejected) as error:
-                refused = error  # the driver is stopping or gone: the janitor does it
-        # A driver that finishes or suspends exits any moment: its refusal is no news.
-        told = refused is not None and not (attempt is not None and attempt.leaving)
-        if await self.clean_up(through_janitor()) and told:
-            self._notify(
-                "DiscardedByJanitor",
-                Level.DETAIL,
-                f"{what} discarded by the janitor, with no driver's agent to do it ({refused})",
-            )
+        """Storage is changed by the driver's agent while one runs, else by the janitor:
+        one that its agent did not take is done by the janitor once the driver is gone
+        (`after_exit`), as a driver exiting, hung or cut off may still write (storage has
+        one writer per job; what nothing discards then, unregistered, is collected)."""
+        if attempt is None:
+            await self.clean_up(through_janitor())
+            return
+        try:
+            await through_agent(attempt.driver.agent)
+        except (AgentUnavailable, AgentRejected) as error:
+            news = f"{what} discarded by the janitor, with no driver's agent to do it ({error})"
+            # A driver that finishes or suspends exits any moment: its refusal is no news.
+            self._after_exit.append((through_janitor, None if attempt.leaving else news))
+
+    async def after_exit(self) -> None:
+        """The attempt's driver is gone: the discards its agent did not take are done."""
+        deferred, self._after_exit = self._after_exit, []
+        for work, news in deferred:
+            if await self.clean_up(work()) and news is not None:
+                self._notify("DiscardedByJanitor", Level.DETAIL, news)
 
     async def clean_up(self, work: Awaitable[None]) -> bool:
         """Whether the janitor did it; its failure is reported."""

@@ -445,6 +445,7 @@ class JobSupervisor:
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
+        await self._interpreter.after_exit()
         await self._interpreter.tell_phase()  # no driver: nothing is to be triggered
         return attempt, exit_code
 
