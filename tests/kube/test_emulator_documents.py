@@ -179,12 +179,13 @@ def test_a_table_of_custom_resources_evaluates_the_printer_columns(
         ("Phase", "string"),
         ("Last Checkpoint", "integer"),
         ("Checkpoint Age", "date"),
+        ("Last Savepoint", "integer"),
         ("Restores", "integer"),
         ("Age", "date"),
     ]
     [a, b] = printed["rows"]
-    assert a["cells"][:5] == ["a", "Running", 3, "4m3s", 0]
-    assert b["cells"][:5] == ["b", None, None, None, None]  # no status: empty cells
+    assert a["cells"][:6] == ["a", "Running", 3, "4m3s", None, 0]  # no savepoint yet
+    assert b["cells"][:6] == ["b", None, None, None, None, None]  # no status: empty cells
     assert a["object"]["kind"] == "PartialObjectMetadata"
     assert a["object"]["metadata"]["name"] == "a"
     one, _ = _get(

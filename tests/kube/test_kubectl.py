@@ -23,7 +23,15 @@ from spark_checkpoint_operator.manifest.crd import load_crd
 
 JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
 CRD_VERSION = load_crd()["spec"]["versions"][0]
-HEADERS = ["NAME", "PHASE", "LAST CHECKPOINT", "CHECKPOINT AGE", "RESTORES", "AGE"]
+HEADERS = [
+    "NAME",
+    "PHASE",
+    "LAST CHECKPOINT",
+    "CHECKPOINT AGE",
+    "LAST SAVEPOINT",
+    "RESTORES",
+    "AGE",
+]
 
 
 class Kubectl:
@@ -85,7 +93,8 @@ def _words(text: str) -> str:
 
 
 def _status(completed_ago: datetime.timedelta) -> dict[str, Any]:
-    """A status as the operator writes it after one restore and seven checkpoints."""
+    """A status as the operator writes it after seven checkpoints and savepoints (the
+    newest savepoint 5) and one restore."""
     completion = datetime.datetime.now(datetime.UTC) - completed_ago
     return {
         "phase": "Running",
@@ -102,6 +111,7 @@ def _status(completed_ago: datetime.timedelta) -> dict[str, Any]:
             "completionTime": completion.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "duration": "2.0s",
         },
+        "lastSavepoint": {"id": 5, "batch": 30, "path": "s3a://bucket/sp-5"},
     }
 
 
@@ -148,7 +158,10 @@ def test_the_guides_cluster_steps_run_with_kubectl(
     # The CRD's printer columns, evaluated by the server over the status (Table output), as
     # the guide shows them (but for the job's age).
     assert [row[:-1] for row in _table(get)] == [row[:-1] for row in _table(shown)]
-    assert _table(get) == [HEADERS, ["orders", "Running", "7", "12m", "1", _table(get)[1][-1]]]
+    assert _table(get) == [
+        HEADERS,
+        ["orders", "Running", "7", "12m", "5", "1", _table(get)[1][-1]],
+    ]
     assert re.fullmatch(r"\d+s", _table(get)[1][-1])
     assert [c["name"].upper() for c in CRD_VERSION["additionalPrinterColumns"]] == HEADERS[1:]
 
@@ -190,12 +203,12 @@ def test_get_and_wide_show_the_printer_columns_of_each_job(
     for wide in ((), ("-o", "wide")):
         rows = _table(kubectl.run("get", "scj", "-A", *wide).stdout)
         assert rows[0] == ["NAMESPACE", *HEADERS]
-        assert [row[:6] for row in rows[1:]] == [
-            ["streaming", "orders", "Running", "7", "3h5m", "1"],
-            ["streaming", "orders-fork", "", "", "", ""],  # no status yet: empty cells
+        assert [row[:7] for row in rows[1:]] == [
+            ["streaming", "orders", "Running", "7", "3h5m", "5", "1"],
+            ["streaming", "orders-fork", "", "", "", "", ""],  # no status yet: empty cells
         ]
     named = _table(kubectl.run("get", "sparkcheckpointjob", "orders", "-n", "streaming").stdout)
-    assert named[1][:5] == ["orders", "Running", "7", "3h5m", "1"]
+    assert named[1][:6] == ["orders", "Running", "7", "3h5m", "5", "1"]
 
 
 def test_apply_of_changed_manifests_patches_them_as_a_real_server(
@@ -283,7 +296,7 @@ def test_the_columns_show_what_the_operator_writes(tmp_path: Path) -> None:
         rows = _table(kubectl.run("get", "scj", "-n", "streaming").stdout)
 
         assert rows[0] == HEADERS
-        name, phase, last, age, restores, _ = rows[1]
+        name, phase, last, age, _savepoint, restores, _ = rows[1]
         assert (name, phase) == ("orders", "Running")
         assert int(last) >= status["lastCheckpoint"]["id"] >= 2
         assert re.fullmatch(r"\d+s", age), age

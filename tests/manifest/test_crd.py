@@ -96,6 +96,7 @@ def test_printer_columns() -> None:
         ("Phase", "string", ".status.phase"),
         ("Last Checkpoint", "integer", ".status.lastCheckpoint.id"),
         ("Checkpoint Age", "date", ".status.lastCheckpoint.completionTime"),
+        ("Last Savepoint", "integer", ".status.lastSavepoint.id"),
         ("Restores", "integer", ".status.counts.restored"),
         ("Age", "date", ".metadata.creationTimestamp"),
     ]
