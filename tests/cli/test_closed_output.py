@@ -72,6 +72,9 @@ class Supervisor:
     def cancel(self) -> None:
         self.calls.append("cancel")
 
+    def what_cancelling_leaves(self) -> str:
+        return "its checkpoints are discarded"
+
 
 @pytest.mark.parametrize(
     ("events", "calls"),
