@@ -194,8 +194,19 @@ def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
     job: LocalJob,
 ) -> None:
     # A driver that never serves an agent: the job stays Deploying, so nothing is triggered.
+    # Run in the background without --detach, which would wait a minute for it to answer.
     (job.directory / "driver.py").write_text("import time\ntime.sleep(600)\n")
-    _detach(job, running=False)
+    run = subprocess.Popen(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml"],
+        cwd=job.directory,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while job.cli("status", "-f", "job.yaml").returncode != 0:
+        assert time.monotonic() < deadline, "the run never answered"
+        time.sleep(0.1)
     declined = job.cli("savepoint", "-f", "job.yaml", "--timeout", "5")
     assert declined.returncode == 4, declined.stderr
     assert declined.stderr.startswith("spark-checkpoint savepoint: savepoint request declined: ")
@@ -204,6 +215,7 @@ def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
     assert stop.returncode == 4
     assert job.status()["phase"] == "Deploying"  # a declined stop leaves it running
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    run.wait(timeout=60)
 
 
 def test_a_wrong_token_and_a_public_control_directory_are_refused(job: LocalJob) -> None:
