@@ -233,6 +233,7 @@ class EffectInterpreter:
                     await self.abort(attempt, cid, message)
                 if self._job.deleting and cid in self._stopping_savepoints:
                     self._job.cancel()  # no final savepoint: the job is deleted without one
+                self._stopping_savepoints.discard(cid)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
                     f"checkpoint {cid}",
@@ -338,6 +339,7 @@ class EffectInterpreter:
             # A savepoint the job continues after is done once its metadata is written;
             # the agent hears nothing more of it (docs/coordinator.md).
             await self.notify_complete(attempt, completed)
+        self._stopping_savepoints.discard(completed.checkpoint_id)  # a job runs for months
 
     async def notify_complete(self, attempt: Attempt, completed: CompletedCheckpoint) -> None:
         """Tell the driver that sinks may commit up to ``completed``. A lost notification
