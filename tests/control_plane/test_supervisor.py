@@ -1258,3 +1258,35 @@ def test_a_discard_the_agent_did_not_take_is_done_by_the_janitor_once_the_driver
     asyncio.run(scenario())
     assert janitor.discarded[0] == 1, "once it is gone"
     assert janitor.beside_a_live_driver == []
+
+
+class NeverAcknowledgingAgent(FakeAgent):
+    """Its snapshots never get past capturing: a checkpoint stays in flight."""
+
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        await super().trigger(checkpoint_id, kind, after)
+        self.snapshots[checkpoint_id] = SnapshotStatus(
+            checkpoint_id, kind, SnapshotPhase.CAPTURING, None
+        )
+
+
+def test_a_checkpoint_in_flight_when_the_job_is_cancelled_is_given_up_not_failed() -> None:
+    """A cancel's run summary said "1 failed" for the checkpoint it cut short, a warning
+    line among the cancel's (a newcomer): the job did not fail to checkpoint."""
+    launcher = FakeLauncher()
+    launcher.agent_class = NeverAcknowledgingAgent
+    supervisor, lines = _supervisor(launcher, interval=None)
+
+    async def scenario() -> TerminalOutcome:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: bool(launcher.drivers[0].agent.triggers))
+        supervisor.cancel()
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.CANCELLED
+    assert "checkpoint 1 given up: the job is stopping" in lines
+    assert not [line for line in lines if "failed" in line], lines

@@ -87,6 +87,10 @@ class JobControl(Protocol):
     def heartbeat_timeout(self) -> float:
         """How long its agent may be silent before its driver is taken for hung."""
 
+    @property
+    def stopping(self) -> bool:
+        """The job was asked to stop (suspend, cancel or delete)."""
+
 
 class EffectInterpreter:
     """The coordinator of one job, the queue of its effects, and what carries them out
@@ -444,6 +448,15 @@ class EffectInterpreter:
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
                 "covers its last batch",
+            )
+        elif reason is FailureReason.COORDINATOR_SUSPEND and (
+            self._job.stopping or (attempt is not None and attempt.leaving)
+        ):
+            # Cancelled, or stopped after its savepoint: no failure of the job's.
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{kind.value} {cid} given up: the job is stopping",
             )
         else:
             self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")

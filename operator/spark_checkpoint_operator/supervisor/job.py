@@ -354,6 +354,10 @@ class JobSupervisor:
     def heartbeat_timeout(self) -> float:
         return self._restart_policy.heartbeat_timeout
 
+    @property
+    def stopping(self) -> bool:
+        return self._stop is not StopRequest.NONE
+
     def end_suspended(self) -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled)."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
