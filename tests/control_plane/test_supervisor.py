@@ -1290,3 +1290,28 @@ def test_a_checkpoint_in_flight_when_the_job_is_cancelled_is_given_up_not_failed
     assert asyncio.run(scenario()) is TerminalOutcome.CANCELLED
     assert "checkpoint 1 given up: the job is stopping" in lines
     assert not [line for line in lines if "failed" in line], lines
+
+
+def test_skipped_checkpoints_are_said_while_running_and_forgotten_when_the_job_ends() -> None:
+    """An ended job kept status.checkpointsSkipped, so CheckpointsHealthy stayed False for
+    good (a reviewer)."""
+    launcher = FakeLauncher()
+    supervisor, lines = _supervisor(launcher, interval=0.1)
+
+    async def scenario() -> TerminalOutcome:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and bool(launcher.drivers[0].agent.completed))
+        driver = launcher.drivers[0]
+        driver.executors = False  # an executor lost: periodic checkpoints are skipped
+        await until(lambda: supervisor.record.checkpoints_skipped is not None)
+        driver.code = DriverExit.FINISHED
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    skipped = [line for line in lines if line.startswith("periodic checkpoint skipped")]
+    assert skipped == [
+        "periodic checkpoint skipped: not all required tasks are running (the query is "
+        "starting or has not committed its first batch yet, the driver is restarting, or an "
+        "executor is missing); an executor is missing; checkpoints resume once every task runs"
+    ], "once per streak"
+    assert supervisor.record.checkpoints_skipped is None

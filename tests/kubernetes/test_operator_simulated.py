@@ -424,6 +424,27 @@ def test_an_operator_killed_once_it_wrote_suspending_stops_the_driver_when_it_re
     assert [c["id"] for c in status["coordinator"]["checkpoints"]] == [1]
 
 
+def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint(tmp_path: Path) -> None:
+    """A drain savepoint waits for the input to run out, however long that takes: the
+    suspension asked again after every checkpointing.timeout, and drain savepoints piled up
+    in flight (a reviewer)."""
+    agents = SimulatedAgents(batch_seconds=0.3, endless_input=True)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"timeout": "1s"}, shutdown={"drain": True}))
+        completed(cluster, "orders", 1)
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        cluster.wait_for_event("orders", "Stopping", "savepoint, then stop the driver")
+        time.sleep(3.5)  # three timeouts
+
+        status = cluster.status("orders")
+        stops = [
+            e for e in cluster.events("orders") if e["message"].startswith("savepoint, then stop")
+        ]
+        assert len(stops) == 1, [e["message"] for e in stops]
+        assert "CheckpointFailed" not in cluster.event_reasons("orders"), "it drains"
+        assert status["phase"] == "Running"
+
+
 def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster) -> None:
     cluster.apply(job(checkpointing={"interval": "1h"}))
     cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")

@@ -465,8 +465,13 @@ class JobController:
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
             supervisor.suspend_now()
             return
-        # One stop-with-savepoint at a time; asked again if it did not stop the driver.
-        if now - requested.get(stop_reason, -retry_after) >= retry_after:
+        # One stop-with-savepoint at a time; asked again if it did not stop the driver
+        # (expired, or declined), never while it is pending: a drain waits for the input to
+        # run out, however long that takes.
+        if (
+            not supervisor.pending(stop_reason)
+            and now - requested.get(stop_reason, -retry_after) >= retry_after
+        ):
             requested[stop_reason] = now
             self._post_event(
                 "Normal", "Stopping", f"savepoint, then stop the driver ({stop_reason})"

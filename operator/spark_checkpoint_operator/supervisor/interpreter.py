@@ -187,6 +187,7 @@ class EffectInterpreter:
         """The job terminated: the phase is stored with the termination, before any
         cleanup (which may take minutes), so a restarted runtime never runs it again."""
         self._record.phase = JobPhase(outcome.value)
+        self._record.checkpoints_skipped = None  # an ended job skips nothing
         await self.handle(JobTerminated(outcome))
 
     async def agent_lost(self) -> None:
@@ -359,11 +360,12 @@ class EffectInterpreter:
             await attempt.driver.agent.complete(completed.checkpoint_id, completed.batch_id)
             attempt.told_batch = max(completed.batch_id, attempt.told_batch or completed.batch_id)
         except (AgentUnavailable, AgentRejected) as error:
+            resent = covers_the_end and attempt.final_completion_refused_at is not None
             if covers_the_end:
                 # The driver waits for it to exit: sent again (`Attempt.final_completion_due`).
                 attempt.final_completion_refused_at = time.monotonic()
             told = attempt.told_batch
-            if told is None or completed.batch_id > told:
+            if not resent and (told is None or completed.batch_id > told):
                 # Below that, the driver (which may have exited already, having been told of
                 # its last batch) missed nothing its sinks need.
                 what = f"{completed.kind.value} {completed.checkpoint_id}"

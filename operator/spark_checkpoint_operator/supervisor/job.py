@@ -358,6 +358,10 @@ class JobSupervisor:
     def stopping(self) -> bool:
         return self._stop is not StopRequest.NONE
 
+    def pending(self, label: str) -> bool:
+        """Whether a checkpoint or savepoint labelled ``label`` is in flight."""
+        return any(p.label == label for p in self._interpreter.coordinator.pending)
+
     def end_suspended(self) -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled)."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
@@ -654,12 +658,13 @@ class JobSupervisor:
                 "the driver did not exit after its final checkpoint completed: stopping it",
             )
         else:
-            attempt.fail(
+            message = (
                 f"the driver did not take its final checkpoint's completion in "
                 f"{STOPPED_DRIVER_EXIT_SECONDS:.0f}s (a sink's commit kept failing?): stopping "
                 "it; the restarted driver's sinks commit what that checkpoint covers."
             )
-            self._notify("StopTimedOut", Level.WARNING, attempt.failing or "")
+            attempt.fail(message)
+            self._notify("StopTimedOut", Level.WARNING, message)
         await attempt.driver.terminate()
 
     async def _give_up_on_a_silent_agent(self, attempt: Attempt, error: Exception) -> None:

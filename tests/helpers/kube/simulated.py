@@ -69,8 +69,12 @@ class Snapshot:
     after: AfterCompletion
     batch: int
     acks: tuple[AckReport, ...] = ()
+    # A drain whose input never runs out: capturing for ever, as a real agent's would be.
+    draining: bool = False
 
     def report(self) -> SnapshotStatus:
+        if self.draining:
+            return SnapshotStatus(self.checkpoint_id, self.kind, SnapshotPhase.CAPTURING, None)
         state = SnapshotPhase.ACKNOWLEDGED if self.acks else SnapshotPhase.COPYING
         return SnapshotStatus(self.checkpoint_id, self.kind, state, self.batch, self.acks)
 
@@ -187,8 +191,11 @@ class SimulatedAgents:
         starting_seconds: float = 0.0,
         missing_images: frozenset[str] = frozenset(),
         uncoordinated_images: frozenset[str] = frozenset(),
+        endless_input: bool = False,
     ) -> None:
         self.port = port
+        # The query's input never runs out: a drain savepoint never captures its image.
+        self.endless_input = endless_input
         # Images no registry has: a driver pod of one waits as a kubelet reports it.
         self.missing_images = missing_images
         # Images of a pipeline that starts its query without run_coordinated: the driver
@@ -283,10 +290,12 @@ class SimulatedAgents:
         if checkpoint_id not in agent.snapshots:
             now = asyncio.get_running_loop().time()
             snapshot = Snapshot(checkpoint_id, body.kind, body.after, agent.batch(now))
+            snapshot.draining = self.endless_input and body.after is AfterCompletion.DRAIN
             agent.snapshots[checkpoint_id] = snapshot
             agent.changed()
-            delay = agent.rng.uniform(*agent.ack_delay)
-            asyncio.get_running_loop().call_later(delay, _acknowledge, agent, snapshot)
+            if not snapshot.draining:
+                delay = agent.rng.uniform(*agent.ack_delay)
+                asyncio.get_running_loop().call_later(delay, _acknowledge, agent, snapshot)
         return web.json_response(Acknowledgement.ACCEPTED.to_json(), status=202)
 
     async def _command(self, request: web.Request) -> web.Response:
