@@ -565,15 +565,17 @@ class JobController:
         if manifest is None or not self._record.attempt:
             return
         launcher = self._launcher(manifest)
-        if self._record.phase in ENDED_PHASES:
-            if self._ended_before:
-                # Its end's discards follow the status write that ended it: an operator
-                # killed in between left checkpoints no registry lists (and a storage
-                # directory owned by a job that is gone). They go now.
-                await self._supervisor(manifest, launcher).collect_leftovers()
+        if self._record.phase in ENDED_PHASES and not self._ended_before:
             return
-        # A driver still terminating must never write while a cleanup pod discards.
+        # A driver still terminating, or a cleanup pod a killed operator left, must never
+        # write while a cleanup pod of this one's works.
         await launcher.remove_pods()
+        if self._record.phase in ENDED_PHASES:
+            # Its end's discards follow the status write that ended it: an operator killed
+            # in between left checkpoints no registry lists (and a storage directory owned
+            # by a job that is gone). They go now.
+            await self._supervisor(manifest, launcher).collect_leftovers()
+            return
         self._record.message = "the job was deleted"
         await self._supervisor(manifest, launcher).retire(TerminalOutcome.CANCELLED)
 
