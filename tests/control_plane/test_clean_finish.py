@@ -178,23 +178,14 @@ def test_a_checkpoint_of_a_batch_the_driver_was_told_of_needs_no_confirmation() 
     assert lines[-1] == "job finished"
 
 
-class CommitFailsOnceAgent(FakeAgent):
+class CommitFailsOnceAgent(FinishingAgent):
     """Bounded input done; the first completion of its final checkpoint fails in a
     participant (the agent's 500: a sink's commit raised); once told, the driver exits."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.notified: int | None = None
+        self.exhausted = True
         self.complete_calls = 0
-        self.driver: FakeDriver | None = None
-
-    def _status(self) -> AgentStatus:
-        document = super()._status()
-        return replace(
-            document,
-            query=replace(document.query, state=QueryState.FINISHED),
-            awaiting_final_checkpoint=self.notified is None or self.notified < self.batch,
-        )
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         self.complete_calls += 1
@@ -203,7 +194,7 @@ class CommitFailsOnceAgent(FakeAgent):
                 f"POST /v1/checkpoints/{checkpoint_id}/complete: 500 participant "
                 "TransactionalFileSink did not commit batch 3: OSError: throttled"
             )
-        await super().complete(checkpoint_id, batch_id)
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
         self.notified = batch_id
         assert self.driver is not None
         self.driver.code = DriverExit.FINISHED
