@@ -94,11 +94,12 @@ class FaultyProxy:
     ) -> None:
         while data := _receive(server):
             # An interim "100 Continue" comes before the request's body: the server has not
-            # acted yet, so it is passed on.
-            if spoil.is_set() and not data.startswith(b"HTTP/1.1 100"):
-                if self._answer is not None:
-                    with contextlib.suppress(OSError):
-                        client.sendall(self._answer)
+            # acted yet, so it is passed on. The final answer may come in the same chunk (a
+            # busy machine reads both at once): only that is spoiled.
+            interim, final = split_interim_answers(data)
+            if spoil.is_set() and final:
+                with contextlib.suppress(OSError):
+                    client.sendall(interim + (self._answer or b""))
                 _shut(client)
                 _shut(server)
                 return
@@ -107,6 +108,15 @@ class FaultyProxy:
             except OSError:
                 return
         _shut(client)
+
+
+def split_interim_answers(data: bytes) -> tuple[bytes, bytes]:
+    """`data`, a chunk of a server's answers, as the whole interim (1xx) answers it starts
+    with and the rest."""
+    end = 0
+    while data.startswith(b"HTTP/1.1 1", end) and (head_end := data.find(b"\r\n\r\n", end)) >= 0:
+        end = head_end + 4
+    return data[:end], data[end:]
 
 
 def _receive(connection: socket.socket) -> bytes:
