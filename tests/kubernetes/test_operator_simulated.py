@@ -445,6 +445,28 @@ def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint(tmp_path:
         assert status["phase"] == "Running"
 
 
+def test_a_suspending_driver_is_stopped_when_the_operator_returns_to_an_invalid_spec(
+    cluster: LocalCluster,
+) -> None:
+    """As above, with the spec made invalid meanwhile: the driver goes on under the spec
+    accepted before (status.lastAcceptedSpec), Suspended, and is stopped. It was left
+    running, uncoordinated: only the active phases had a driver to go on (a reviewer)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    with operator_stopped(cluster):
+        accepted = json.loads(cluster.status("orders")["lastAcceptedSpec"])
+        status = {
+            "phase": "Suspending",
+            "lastAcceptedSpec": json.dumps(accepted | {"state": "Suspended"}),
+        }
+        cluster.api.patch(JOBS, "default", "orders", {"status": status}, subresource="status")
+        cluster.patch_spec("orders", {"state": "Suspended", "image": None})
+
+    cluster.wait_for("the driver gone", lambda: cluster.driver_pods("orders") == [])
+    status = in_phase(cluster, "orders", "Suspended")
+    assert [c["id"] for c in status["coordinator"]["checkpoints"]] == [1]
+
+
 def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster) -> None:
     cluster.apply(job(checkpointing={"interval": "1h"}))
     cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")

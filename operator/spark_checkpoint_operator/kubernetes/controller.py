@@ -76,6 +76,9 @@ from spark_checkpoint_operator.supervisor import (
 log = logging.getLogger(__name__)
 
 ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
+# Suspending too: written once the stopping savepoint was registered, before its driver was
+# told to stop, which an operator restart may have come between.
+DRIVER_PHASES = (*ACTIVE_PHASES, JobPhase.SUSPENDING)
 ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 STATUS_WRITE_ATTEMPTS = 5
 # status.lastAcceptedSpec repeats the spec; a spec longer than this (as JSON) is not kept
@@ -303,7 +306,7 @@ class JobController:
         a status write alone never chooses what pods the operator creates. Checked as the
         spec would be, ratcheted only against what the current spec shares with it. None
         for a job without a driver to go on."""
-        if self._record.phase not in ACTIVE_PHASES or not self._record.attempt:
+        if self._record.phase not in DRIVER_PHASES or not self._record.attempt:
             return None
         if self._manifest is not None or self._stored_spec is None:
             return self._manifest
@@ -357,9 +360,7 @@ class JobController:
             # Retried when the spec is changed (beyond nonces and state), not otherwise.
             return self._stopped_spec not in _spec_hashes(self._spec)
         if manifest.spec.state is JobState.SUSPENDED:
-            # Suspending too: written once the stopping savepoint was registered, before
-            # its driver was told to stop, which an operator restart may have come between.
-            if phase in (*ACTIVE_PHASES, JobPhase.SUSPENDING) and self._record.attempt:
+            if phase in DRIVER_PHASES and self._record.attempt:
                 launcher = self._launcher(manifest)
                 if await launcher.adopt(self._record.attempt) is not None:
                     return True  # a driver from before a restart: suspend it with a savepoint
@@ -442,10 +443,12 @@ class JobController:
             await self._save(self._record)
 
     async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
-        """React to a changed spec while a driver runs."""
-        manifest = await self._read_spec()
+        """React to a changed spec while a driver runs. With the spec in error, the running
+        deployment goes on under the spec accepted before, a suspension it asked for
+        included, until the spec is valid again."""
+        manifest = await self._read_spec() or self._manifest
         if manifest is None:
-            return  # the running deployment goes on until the spec is valid again
+            return
         supervisor.reconfigure(manifest.coordinator_config(), manifest.spec.restart_policy)
         running = self._record.phase is JobPhase.RUNNING
         if running:  # a nonce waits for the job to run; handled, it is never repeated
