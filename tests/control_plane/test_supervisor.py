@@ -55,11 +55,12 @@ def _supervisor(
     policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
     report: Callable[[str], None] = lambda line: None,
     savepoints_kept: int = 10,
+    saved: Callable[[JobRecord], None] = lambda record: None,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
     async def save(record: JobRecord) -> None:
-        return None
+        saved(record)
 
     supervisor = JobSupervisor(
         config=CoordinatorConfig(
@@ -1290,6 +1291,36 @@ def test_a_checkpoint_in_flight_when_the_job_is_cancelled_is_given_up_not_failed
     assert asyncio.run(scenario()) is TerminalOutcome.CANCELLED
     assert "checkpoint 1 given up: the job is stopping" in lines
     assert not [line for line in lines if "failed" in line], lines
+
+
+def test_a_triggered_checkpoint_ends_the_skipped_streak_in_status_at_once() -> None:
+    """status.checkpointsSkipped (CheckpointsHealthy False) stayed until the next status
+    write, the triggered checkpoint's completion, however long that took (a reviewer)."""
+    launcher = FakeLauncher()
+    skipped: list[object] = []  # status.checkpointsSkipped at each status write
+    supervisor, _lines = _supervisor(
+        launcher, interval=0.1, saved=lambda record: skipped.append(record.checkpoints_skipped)
+    )
+    held: list[int] = []
+
+    async def never_acknowledged(checkpoint_id: int, *_: object) -> None:
+        held.append(checkpoint_id)
+
+    async def scenario() -> TerminalOutcome:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and bool(launcher.drivers[0].agent.completed))
+        driver = launcher.drivers[0]
+        driver.executors = False
+        await until(lambda: skipped[-1] is not None)
+        driver.agent.trigger = never_acknowledged  # type: ignore[method-assign]
+        driver.executors = True
+        await until(lambda: bool(held))
+        # Well before the checkpoint's timeout (5 s), whose abort writes status too.
+        await until(lambda: skipped[-1] is None, timeout=2.0)
+        driver.code = DriverExit.FINISHED
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
 
 
 def test_skipped_checkpoints_are_said_while_running_and_forgotten_when_the_job_ends() -> None:

@@ -225,7 +225,9 @@ class EffectInterpreter:
                 # Kept current without a state write: a coordinator that replaces this one
                 # in this process continues from it (see JobRecord.next_checkpoint_id).
                 self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
-                self._record.checkpoints_skipped = None
+                if self._record.checkpoints_skipped is not None:
+                    self._record.checkpoints_skipped = None
+                    await self.persist()  # healthy again now, not once this one completes
                 await self._trigger(attempt, effect)
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(attempt, cid, sorted(tasks))
