@@ -11,9 +11,23 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AfterCompletion, AgentStatus, CheckpointKind, QueryState
+from spark_checkpoint.protocol import (
+    AfterCompletion,
+    AgentStatus,
+    CheckpointKind,
+    FinalizeAnswer,
+    QueryState,
+    RestoreCandidate,
+    RestoredFrom,
+    SkippedImage,
+)
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
-from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.coordinator import (
+    CompletedCheckpoint,
+    CoordinatorConfig,
+    PersistedState,
+    TerminalOutcome,
+)
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
 from spark_checkpoint_operator.supervisor import attempt as attempt_module
@@ -200,7 +214,9 @@ class CommitFailsOnceAgent(FinishingAgent):
         self.driver.code = DriverExit.FINISHED
 
 
-def _bounded_job(launcher: FakeLauncher, notices: list[Notice]) -> JobSupervisor:
+def _bounded_job(
+    launcher: FakeLauncher, notices: list[Notice], record: JobRecord | None = None
+) -> JobSupervisor:
     async def save(record: JobRecord) -> None:
         return None
 
@@ -212,7 +228,7 @@ def _bounded_job(launcher: FakeLauncher, notices: list[Notice]) -> JobSupervisor
         launcher=launcher,
         janitor=NoJanitor(),
         save=save,
-        record=JobRecord(),
+        record=record or JobRecord(),
         report=notices.append,
     )
 
@@ -302,3 +318,81 @@ def test_a_driver_that_does_not_exit_after_its_final_checkpoint_is_stopped(
         assert "did not take its final checkpoint's completion" in stopped.message
     else:
         assert "did not exit after its final checkpoint completed" in stopped.message
+
+
+def _checkpoint(checkpoint_id: int, batch_id: int) -> CompletedCheckpoint:
+    return CompletedCheckpoint(
+        checkpoint_id,
+        CheckpointKind.CHECKPOINT,
+        batch_id,
+        f"file:///s/chk-{checkpoint_id}",
+        20,
+        0.0,
+        1.0,
+    )
+
+
+class RestoredAnOlderImageAgent(FinishingAgent):
+    """Input done at batch 5. Its restore skipped checkpoint 10 (batch 5: the final
+    checkpoint of the driver before, registered before that driver was told of it) and took
+    checkpoint 9 (batch 2). As the agent, it completes only what it finalized (404)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exhausted = True
+        self.batch = 5
+        self.restored_from = RestoredFrom(
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 9),
+            2,
+            (
+                SkippedImage(
+                    RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 10), "unreadable"
+                ),
+            ),
+        )
+        self.finalized: set[int] = set()
+        self.refused: list[int] = []
+
+    async def finalize(
+        self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
+    ) -> FinalizeAnswer:
+        self.finalized.add(checkpoint_id)
+        return await super().finalize(checkpoint_id, tasks, waits=waits)
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if checkpoint_id not in self.finalized:
+            self.refused.append(checkpoint_id)
+            raise AgentRejected(
+                f"POST /v1/checkpoints/{checkpoint_id}/complete: 404 checkpoint "
+                f"{checkpoint_id} is unknown"
+            )
+        await super().complete(checkpoint_id, batch_id)
+
+
+def test_a_final_checkpoint_the_driver_did_not_take_is_not_what_it_is_told_of() -> None:
+    """A registered checkpoint covering the input's end that the driver neither took nor
+    restored (its restore skipped it) was sent as its final completion, refused (404) every
+    second, the driver stopped as overdue and restarted, the same again, for ever (a
+    reviewer): a final checkpoint of its own is taken."""
+    launcher = FakeLauncher()
+    launcher.agent_class = RestoredAnOlderImageAgent
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        registry = PersistedState(
+            next_checkpoint_id=11, checkpoints=(_checkpoint(9, 2), _checkpoint(10, 5))
+        )
+        supervisor = _bounded_job(launcher, notices, JobRecord(coordinator=registry))
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, RestoredAnOlderImageAgent)
+        agent.driver = launcher.drivers[0]
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    (driver,) = launcher.drivers
+    assert isinstance(driver.agent, RestoredAnOlderImageAgent)
+    assert driver.agent.refused == []
+    assert driver.agent.notified == 5
+    assert [n for n in notices if n.reason == "StopTimedOut"] == []

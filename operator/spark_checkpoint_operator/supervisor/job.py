@@ -760,7 +760,7 @@ class JobSupervisor:
         elif (
             last is not None
             and attempt.final_completion_due()
-            and (final := self._covering(last)) is not None
+            and (final := self._covering(attempt, last)) is not None
         ):
             # The driver did not take it (a sink's commit failed): it waits for it still.
             await self._interpreter.notify_complete(attempt, final)
@@ -833,15 +833,29 @@ class JobSupervisor:
                 f"{report.shared_files} unreferenced shared files",
             )
 
-    def _covering(self, last: int) -> CompletedCheckpoint | None:
-        """The newest registered checkpoint that covers batch ``last``, if any."""
+    def _covering(self, attempt: Attempt, last: int) -> CompletedCheckpoint | None:
+        """The newest registered checkpoint covering batch ``last`` that the attempt's
+        driver can be told of: one it took, or the one it restored. Its agent refuses
+        another (404: a newer image its restore skipped, or one a restore from an older
+        image left registered) however often it is sent."""
+        known = set(attempt.completed)
+        if self._record.restored_from is not None:
+            known.add(self._record.restored_from.candidate.encode())
         registered = self._interpreter.coordinator.persisted_state.checkpoints
-        return next((c for c in reversed(registered) if c.batch_id >= last), None)
+        return next(
+            (
+                c
+                for c in reversed(registered)
+                if c.batch_id >= last
+                and RestoreCandidate.registered(c.kind, c.checkpoint_id).encode() in known
+            ),
+            None,
+        )
 
     async def _on_input_exhausted(self, attempt: Attempt, last: int) -> None:
         """Bounded input is done at batch ``last``: its final checkpoint."""
         attempt.input_exhausted_at = last
-        if (covering := self._covering(last)) is not None:
+        if (covering := self._covering(attempt, last)) is not None:
             # One completed after this status was written: the driver is told of it
             # (again) instead of a new one being triggered that its exit would cut short.
             self._notify(
