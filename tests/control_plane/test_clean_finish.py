@@ -21,7 +21,11 @@ from spark_checkpoint.protocol import (
     RestoredFrom,
     SkippedImage,
 )
-from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
+from spark_checkpoint_operator.agent_client import (
+    AgentAnswerTimedOut,
+    AgentRejected,
+    AgentUnavailable,
+)
 from spark_checkpoint_operator.coordinator import (
     CompletedCheckpoint,
     CoordinatorConfig,
@@ -67,8 +71,12 @@ class FinishingAgent(FakeAgent):
 
 
 class FinishingLauncher(FakeLauncher):
+    def __init__(self, agent_class: type[FinishingAgent] = FinishingAgent) -> None:
+        super().__init__()
+        self.finishing_agent = agent_class
+
     async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
-        driver = FakeDriver(FinishingAgent())
+        driver = FakeDriver(self.finishing_agent())
         driver.agent.driver = driver
         self.drivers.append(driver)
         return driver
@@ -374,21 +382,15 @@ def test_a_final_checkpoint_the_driver_did_not_take_is_not_what_it_is_told_of() 
     restored (its restore skipped it) was sent as its final completion, refused (404) every
     second, the driver stopped as overdue and restarted, the same again, for ever (a
     reviewer): a final checkpoint of its own is taken."""
-    launcher = FakeLauncher()
-    launcher.agent_class = RestoredAnOlderImageAgent
+    launcher = FinishingLauncher(RestoredAnOlderImageAgent)
     notices: list[Notice] = []
+    registry = PersistedState(
+        next_checkpoint_id=11, checkpoints=(_checkpoint(9, 2), _checkpoint(10, 5))
+    )
 
     async def scenario() -> TerminalOutcome:
-        registry = PersistedState(
-            next_checkpoint_id=11, checkpoints=(_checkpoint(9, 2), _checkpoint(10, 5))
-        )
         supervisor = _bounded_job(launcher, notices, JobRecord(coordinator=registry))
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: bool(launcher.drivers))
-        agent = launcher.drivers[0].agent
-        assert isinstance(agent, RestoredAnOlderImageAgent)
-        agent.driver = launcher.drivers[0]
-        return await asyncio.wait_for(run, 10.0)
+        return await asyncio.wait_for(supervisor.run(), 10.0)
 
     assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
     (driver,) = launcher.drivers
@@ -396,3 +398,33 @@ def test_a_final_checkpoint_the_driver_did_not_take_is_not_what_it_is_told_of() 
     assert driver.agent.refused == []
     assert driver.agent.notified == 5
     assert [n for n in notices if n.reason == "StopTimedOut"] == []
+
+
+class SlowCommitAgent(FinishingAgent):
+    """Input done; the final completion's sink commit outlasts the client's timeout (its
+    answer times out) and ends two seconds later, when the driver exits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exhausted = True
+        self.complete_calls = 0
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        self.complete_calls += 1
+        assert self.driver is not None
+        asyncio.get_running_loop().call_later(2.0, setattr, self.driver, "code", 0)
+        raise AgentAnswerTimedOut(f"POST /v1/checkpoints/{checkpoint_id}/complete: no answer")
+
+
+def test_a_final_completion_whose_answer_timed_out_is_not_sent_again() -> None:
+    """Sent again every second, a completion still under way ran beside itself in the
+    agent, each a participant's commit of the same batch (a reviewer)."""
+    launcher = FinishingLauncher(SlowCommitAgent)
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        return await asyncio.wait_for(_bounded_job(launcher, notices).run(), 20.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    (driver,) = launcher.drivers
+    assert driver.agent.complete_calls == 1  # type: ignore[attr-defined]

@@ -364,8 +364,11 @@ class EffectInterpreter:
         except (AgentUnavailable, AgentRejected) as error:
             resent = covers_the_end and attempt.final_completion_refused_at is not None
             if covers_the_end:
-                # The driver waits for it to exit: sent again (`Attempt.final_completion_due`).
-                attempt.final_completion_refused_at = time.monotonic()
+                # The driver waits for it to exit: sent again (`Attempt.final_completion_due`),
+                # unless its answer timed out: under way (a slow sink's commit), it would run
+                # beside itself. The driver exits once it is done, or is stopped as overdue.
+                timed_out = isinstance(error, AgentAnswerTimedOut)
+                attempt.final_completion_refused_at = None if timed_out else time.monotonic()
             told = attempt.told_batch
             if not resent and (told is None or completed.batch_id > told):
                 # Below that, the driver (which may have exited already, having been told of
