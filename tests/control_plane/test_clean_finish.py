@@ -400,14 +400,9 @@ def test_a_final_checkpoint_the_driver_did_not_take_is_not_what_it_is_told_of() 
     assert [n for n in notices if n.reason == "StopTimedOut"] == []
 
 
-class SlowCommitAgent(FinishingAgent):
+class SlowCommitAgent(CommitFailsOnceAgent):
     """Input done; the final completion's sink commit outlasts the client's timeout (its
     answer times out) and ends two seconds later, when the driver exits."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.exhausted = True
-        self.complete_calls = 0
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         self.complete_calls += 1
