@@ -51,9 +51,11 @@ from spark_checkpoint_operator.coordinator import (
     TriggerCheckpoint,
     TriggerDeliveryFailed,
     TriggerRequested,
+    TriggerWithdrawn,
 )
 
 TASK_POOL = ("logs", "state-0-0", "state-0-1", "state-1-0")
+WITHDRAWN_LABEL = "suspend"
 COMPLETIONS: list[int] = []
 
 
@@ -197,10 +199,27 @@ class CoordinatorMachine(RuleBasedStateMachine):
         kind=st.sampled_from(CheckpointKind),
         forced=st.none() | st.booleans(),
         stop=st.booleans(),
+        drain=st.booleans(),
+        label=st.sampled_from(["", WITHDRAWN_LABEL]),
     )
-    def request(self, kind: CheckpointKind, forced: bool | None, stop: bool) -> None:
-        after = AfterCompletion.STOP if stop and kind is CheckpointKind.SAVEPOINT else None
-        self._send(TriggerRequested(kind, after=after or AfterCompletion.CONTINUE, forced=forced))
+    def request(
+        self, kind: CheckpointKind, forced: bool | None, stop: bool, drain: bool, label: str
+    ) -> None:
+        after = AfterCompletion.CONTINUE
+        if stop and kind is CheckpointKind.SAVEPOINT:
+            after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
+        self._send(TriggerRequested(kind, after=after, forced=forced, label=label))
+
+    @rule()
+    def withdraw(self) -> None:
+        others = [p.checkpoint_id for p in self.coordinator.pending if p.label != WITHDRAWN_LABEL]
+        failures = self.coordinator.consecutive_failures
+        self._send(TriggerWithdrawn(WITHDRAWN_LABEL))
+        pending = self.coordinator.pending
+        assert all(p.label != WITHDRAWN_LABEL for p in pending)
+        assert set(others) <= {p.checkpoint_id for p in pending}
+        assert all(r.label != WITHDRAWN_LABEL for r in self.coordinator.queued)
+        assert self.coordinator.consecutive_failures == failures, "not counted"
 
     @rule(kind=st.sampled_from(CheckpointKind))
     def take_checkpoint(self, kind: CheckpointKind) -> None:

@@ -19,6 +19,7 @@ from spark_checkpoint_operator.coordinator import (
     Tick,
     TriggerCheckpoint,
     TriggerRequested,
+    TriggerWithdrawn,
 )
 
 
@@ -217,3 +218,27 @@ def test_a_declined_stopping_savepoint_leaves_the_job_running(after: AfterComple
     assert of_type(effects, FailJob) == []
     assert harness.coordinator.consecutive_failures == 0
     assert harness.coordinator.periodic_scheduling
+
+
+@pytest.mark.parametrize("after", [AfterCompletion.STOP, AfterCompletion.DRAIN])
+def test_a_withdrawn_stopping_savepoint_lets_periodic_checkpoints_resume(
+    after: AfterCompletion,
+) -> None:
+    """A suspension taken back: its drain would wait for input that never runs out, with
+    periodic checkpoints held all along and no way to end it (a reviewer)."""
+    harness = Harness(CoordinatorConfig(interval=10.0, tolerable_failures=0))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label="suspend"))
+    assert not harness.coordinator.periodic_scheduling
+    kept = harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="nonce 7"))
+
+    effects = harness.send(TriggerWithdrawn("suspend"))
+
+    (abort,) = of_type(effects, AbortCheckpoint)
+    assert abort.reason is FailureReason.WITHDRAWN
+    assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+    assert harness.coordinator.periodic_scheduling
+    (other,) = harness.coordinator.pending
+    assert other.checkpoint_id == of_type(kept, TriggerCheckpoint)[0].checkpoint_id
+    assert harness.send(TriggerWithdrawn("suspend")) == [], "nothing left to withdraw"

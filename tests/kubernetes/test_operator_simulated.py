@@ -424,10 +424,14 @@ def test_an_operator_killed_once_it_wrote_suspending_stops_the_driver_when_it_re
     assert [c["id"] for c in status["coordinator"]["checkpoints"]] == [1]
 
 
-def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint(tmp_path: Path) -> None:
+def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint_and_can_be_taken_back(
+    tmp_path: Path,
+) -> None:
     """A drain savepoint waits for the input to run out, however long that takes: the
     suspension asked again after every checkpointing.timeout, and drain savepoints piled up
-    in flight (a reviewer)."""
+    in flight (a reviewer). Taken back, its drain is withdrawn and checkpoints resume: it
+    held them for good, and would have suspended the job whenever the input ran out (a
+    reviewer)."""
     agents = SimulatedAgents(batch_seconds=0.3, endless_input=True)
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job(checkpointing={"timeout": "1s"}, shutdown={"drain": True}))
@@ -443,6 +447,16 @@ def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint(tmp_path:
         assert len(stops) == 1, [e["message"] for e in stops]
         assert "CheckpointFailed" not in cluster.event_reasons("orders"), "it drains"
         assert status["phase"] == "Running"
+
+        cluster.patch_spec("orders", {"state": "Running"})
+        withdrawn = cluster.wait_for_event("orders", "StopWithdrawn")
+        assert withdrawn["message"] == (
+            "the spec no longer asks to suspend: its savepoint is withdrawn, the driver runs on"
+        )
+        resumed = completed(cluster, "orders", status["counts"]["completed"] + 2)
+        assert (resumed["phase"], resumed["jobAttempt"]) == ("Running", 1)
+        assert resumed["pending"] == []
+        assert "CheckpointFailed" not in cluster.event_reasons("orders")
 
 
 def test_a_suspending_driver_is_stopped_when_the_operator_returns_to_an_invalid_spec(

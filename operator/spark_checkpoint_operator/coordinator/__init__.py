@@ -48,6 +48,7 @@ from spark_checkpoint_operator.coordinator.events import (
     Tick,
     TriggerDeliveryFailed,
     TriggerRequested,
+    TriggerWithdrawn,
 )
 from spark_checkpoint_operator.coordinator.pending import TaskAck
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
@@ -102,4 +103,5 @@ __all__ = [
     "TriggerDeliveryFailed",
     "TriggerRequest",
     "TriggerRequested",
+    "TriggerWithdrawn",
 ]

@@ -46,6 +46,7 @@ from spark_checkpoint_operator.coordinator.events import (
     Tick,
     TriggerDeliveryFailed,
     TriggerRequested,
+    TriggerWithdrawn,
 )
 from spark_checkpoint_operator.coordinator.pending import PendingCheckpoint
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
@@ -211,6 +212,8 @@ class CheckpointCoordinator:
                 self._tasks, self._tasks_running = tasks, all_running
             case TriggerRequested():
                 self._on_user_request(event, effects)
+            case TriggerWithdrawn(label=label):
+                self._withdraw(label, effects)
             case TaskAcknowledged():
                 self._on_ack(event, effects)
             case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
@@ -285,6 +288,13 @@ class CheckpointCoordinator:
         for pending in list(self._pending.values()):
             self._abort(pending, reason, "", effects)
         self._consecutive_failures = 0
+
+    def _withdraw(self, label: str, effects: list[Effect]) -> None:
+        for request in self._queue.drain_labelled(label):
+            effects.append(RequestDeclined(request, FailureReason.WITHDRAWN))
+        for pending in list(self._pending.values()):
+            if pending.label == label:
+                self._abort(pending, FailureReason.WITHDRAWN, "", effects)
 
     def _on_user_request(self, event: TriggerRequested, effects: list[Effect]) -> None:
         forced = (

@@ -62,6 +62,16 @@ class TriggerRequested:
 
 
 @dataclass(frozen=True, slots=True)
+class TriggerWithdrawn:
+    """What asked for the checkpoints and savepoints labelled ``label`` no longer does (a
+    suspension or an upgrade taken back): pending ones are aborted and queued ones declined,
+    neither counted as a failure; a stop-with-savepoint withdrawn lets periodic checkpoints
+    resume."""
+
+    label: str
+
+
+@dataclass(frozen=True, slots=True)
 class TaskAcknowledged:
     checkpoint_id: int
     ack: TaskAck
@@ -117,6 +127,7 @@ Event = (
     | JobPhaseChanged
     | TasksReported
     | TriggerRequested
+    | TriggerWithdrawn
     | TaskAcknowledged
     | TaskDeclined
     | SnapshotCaptured

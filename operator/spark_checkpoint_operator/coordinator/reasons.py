@@ -26,6 +26,7 @@ class FailureReason(StrEnum):
     INCONSISTENT_ACKNOWLEDGEMENTS = "InconsistentAcknowledgements"
     TRIGGER_FAILURE = "TriggerFailure"
     FINALIZE_FAILURE = "FinalizeFailure"
+    WITHDRAWN = "Withdrawn"
 
     @property
     def description(self) -> str:
@@ -54,6 +55,7 @@ _DESCRIPTIONS = {
     FailureReason.INCONSISTENT_ACKNOWLEDGEMENTS: "tasks acknowledged different batches",
     FailureReason.TRIGGER_FAILURE: "the trigger could not be delivered to the job",
     FailureReason.FINALIZE_FAILURE: "writing the checkpoint metadata failed",
+    FailureReason.WITHDRAWN: "what asked for it no longer does",
 }
 
 _COUNTED = frozenset(

@@ -87,6 +87,11 @@ class RequestQueue:
         drained, self._requests = self._requests, []
         return drained
 
+    def drain_labelled(self, label: str) -> list[TriggerRequest]:
+        drained = [request for request in self._requests if request.label == label]
+        self._requests = [request for request in self._requests if request.label != label]
+        return drained
+
     def drain_periodic(self) -> list[TriggerRequest]:
         drained = [request for request in self._requests if request.is_periodic]
         self._requests = [request for request in self._requests if not request.is_periodic]

@@ -80,6 +80,9 @@ ACTIVE_PHASES = (JobPhase.DEPLOYING, JobPhase.RUNNING, JobPhase.RESTARTING)
 # told to stop, which an operator restart may have come between.
 DRIVER_PHASES = (*ACTIVE_PHASES, JobPhase.SUSPENDING)
 ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
+# Why a running driver is stopped with a savepoint: the label of that savepoint.
+SUSPEND = "suspend"
+UPGRADE = "upgrade"
 STATUS_WRITE_ATTEMPTS = 5
 # status.lastAcceptedSpec repeats the spec; a spec longer than this (as JSON) is not kept
 # there, so that it cannot take a job over etcd's object size limit (1.5 MiB).
@@ -457,10 +460,11 @@ class JobController:
         now = time.monotonic()
         retry_after = manifest.spec.checkpointing.timeout
         if manifest.spec.state is JobState.SUSPENDED:
-            stop_reason = "suspend"
+            stop_reason = SUSPEND
         elif objects.deployment_hash(self._spec) != self._deployed:
-            stop_reason = "upgrade"
+            stop_reason = UPGRADE
         else:
+            self._withdraw_stops(supervisor, requested)
             return
         if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
@@ -484,6 +488,21 @@ class JobController:
                 TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason)
             )
             asyncio.get_running_loop().call_later(retry_after, self._changed.set)
+
+    def _withdraw_stops(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
+        """A suspension or an upgrade taken back: the savepoint that would stop the driver
+        is withdrawn. A drain waits for the input to run out, however long, and holds
+        periodic checkpoints meanwhile; a savepoint would stop the driver for nothing."""
+        for reason in (SUSPEND, UPGRADE):
+            requested.pop(reason, None)
+            if supervisor.pending(reason):
+                supervisor.withdraw(reason)
+                self._post_event(
+                    "Normal",
+                    "StopWithdrawn",
+                    f"the spec no longer asks to {reason}: its savepoint is withdrawn, the "
+                    "driver runs on",
+                )
 
     def _request_by_nonce(
         self, supervisor: JobSupervisor, manifest: JobManifest, kind: CheckpointKind

@@ -465,6 +465,10 @@ class EffectInterpreter:
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the job is stopping",
             )
+        elif reason is FailureReason.WITHDRAWN:
+            self._notify(
+                "CheckpointNotNeeded", Level.DETAIL, f"{kind.value} {cid} withdrawn: {message}"
+            )
         else:
             self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
 
@@ -504,6 +508,13 @@ class EffectInterpreter:
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 "final checkpoint not needed: a completed checkpoint covers the last batch",
+            )
+        elif reason is FailureReason.WITHDRAWN:
+            self._notify(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{request.kind.value} request withdrawn: {reason.description}",
+                label=request.label,
             )
         else:
             self._notify(

@@ -29,6 +29,7 @@ from spark_checkpoint_operator.coordinator import (
     Tick,
     TriggerCheckpoint,
     TriggerRequested,
+    TriggerWithdrawn,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import status_events
@@ -361,6 +362,12 @@ class JobSupervisor:
     def pending(self, label: str) -> bool:
         """Whether a checkpoint or savepoint labelled ``label`` is in flight."""
         return any(p.label == label for p in self._interpreter.coordinator.pending)
+
+    def withdraw(self, label: str) -> None:
+        """What asked for the checkpoints and savepoints labelled ``label`` no longer does:
+        those in flight are aborted and those waiting declined (thread-safe through the
+        loop)."""
+        self._polls.inbox.put_nowait(TriggerWithdrawn(label))
 
     def end_suspended(self) -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled)."""

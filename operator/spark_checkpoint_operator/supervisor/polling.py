@@ -12,7 +12,7 @@ from typing import Any
 
 from spark_checkpoint.protocol import AgentStatus
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
-from spark_checkpoint_operator.coordinator import TriggerRequested
+from spark_checkpoint_operator.coordinator import TriggerRequested, TriggerWithdrawn
 from spark_checkpoint_operator.supervisor.ports import DriverHandle
 
 POLL_INTERVAL = 0.5
@@ -23,8 +23,9 @@ LONG_POLL_SECONDS = 30.0
 
 # A status document, or why the agent gave none.
 Answer = AgentStatus | AgentUnavailable | AgentRejected
-# A user's request, or None: new settings (their deadlines and effects apply now).
-Message = TriggerRequested | None
+# A user's request or its withdrawal, or None: new settings (their deadlines and effects
+# apply now).
+Message = TriggerRequested | TriggerWithdrawn | None
 
 
 class StatusPolls:
