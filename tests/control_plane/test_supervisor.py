@@ -20,7 +20,11 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
-from spark_checkpoint_operator.agent_client import AgentAnswerTimedOut, AgentRejected
+from spark_checkpoint_operator.agent_client import (
+    AgentAnswerTimedOut,
+    AgentRejected,
+    AgentUnavailable,
+)
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
     AfterCompletion,
@@ -1224,17 +1228,13 @@ class WatchingJanitor(NoJanitor):
         await super().discard_checkpoint(checkpoint_id, retained)
 
 
-def test_a_discard_the_agent_did_not_take_is_done_by_the_janitor_once_the_driver_is_gone() -> None:
-    """Storage has one writer per job: a discard the live agent did not answer was handed
-    to the janitor at once, beside a driver that may still write (a reviewer)."""
-    launcher = FakeLauncher()
-    launcher.agent_class = SlowDiscardAgent
-    janitor = WatchingJanitor(launcher)
+def _one_checkpoint_kept(launcher: FakeLauncher, janitor: NoJanitor) -> JobSupervisor:
+    """A job that takes checkpoints when asked, retains one and never restarts."""
 
     async def save(record: JobRecord) -> None:
         return None
 
-    supervisor = JobSupervisor(
+    return JobSupervisor(
         config=CoordinatorConfig(interval=None, timeout=30.0, retained=1),
         restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
         launcher=launcher,
@@ -1242,6 +1242,15 @@ def test_a_discard_the_agent_did_not_take_is_done_by_the_janitor_once_the_driver
         save=save,
         record=JobRecord(),
     )
+
+
+def test_a_discard_the_agent_did_not_take_is_done_by_the_janitor_once_the_driver_is_gone() -> None:
+    """Storage has one writer per job: a discard the live agent did not answer was handed
+    to the janitor at once, beside a driver that may still write (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = SlowDiscardAgent
+    janitor = WatchingJanitor(launcher)
+    supervisor = _one_checkpoint_kept(launcher, janitor)
 
     async def scenario() -> None:
         run = asyncio.create_task(supervisor.run())
@@ -1346,3 +1355,48 @@ def test_skipped_checkpoints_are_said_while_running_and_forgotten_when_the_job_e
         "executor is missing); an executor is missing; checkpoints resume once every task runs"
     ], "once per streak"
     assert supervisor.record.checkpoints_skipped is None
+
+
+class OnceRefusingDiscardAgent(FakeAgent):
+    """Refuses the first discard (a blip); takes the rest, noting what each keeps."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: dict[int, list[int]] = {}
+        self.refused: list[int] = []
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        if not self.refused:
+            self.refused.append(checkpoint_id)
+            raise AgentUnavailable("connection reset by peer")
+        await super().discard_checkpoint(checkpoint_id, retained)
+        self.kept[checkpoint_id] = retained
+
+
+def test_a_discard_the_agent_did_not_take_is_asked_of_it_again_after_the_next_completion() -> None:
+    """It waited for the driver to exit, months for a streaming job, and then kept what the
+    registry retained when it was refused: checkpoints completed since may share its files
+    (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = OnceRefusingDiscardAgent
+    janitor = NoJanitor()
+    supervisor = _one_checkpoint_kept(launcher, janitor)
+
+    async def scenario() -> OnceRefusingDiscardAgent:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, OnceRefusingDiscardAgent)
+        for checkpoints in (1, 2, 3):
+            agent.batch = 3 + checkpoints
+            supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+            await until(lambda n=checkpoints: len(agent.completed) == n)
+        await until(lambda: 2 in agent.kept)
+        launcher.drivers[0].code = 0
+        await run
+        return agent
+
+    agent = asyncio.run(scenario())
+    assert (agent.refused, agent.discarded) == ([1], [1, 2])
+    assert agent.kept == {1: [3], 2: [3]}, "what the registry retains when it is done"
+    assert {1, 2}.isdisjoint(janitor.discarded), "not again after the driver exits"

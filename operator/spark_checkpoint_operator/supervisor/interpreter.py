@@ -14,6 +14,7 @@ derives from the record and the attempt (`coordinator_phase`), and only by this 
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
 from typing import Protocol, assert_never
 
 from spark_checkpoint.protocol import RestoreCandidate
@@ -92,6 +93,17 @@ class JobControl(Protocol):
         """The job was asked to stop (suspend, cancel or delete)."""
 
 
+@dataclass(frozen=True, slots=True)
+class DeferredDiscard:
+    """A discard of `what`, through a driver's agent or the janitor, given the checkpoints
+    to keep; `news`: what to say once the janitor did it, if anything."""
+
+    what: str
+    through_agent: Callable[[AgentClient, list[int]], Awaitable[object]]
+    through_janitor: Callable[[list[int]], Awaitable[None]]
+    news: str | None = None
+
+
 class EffectInterpreter:
     """The coordinator of one job, the queue of its effects, and what carries them out
     (the running attempt's agent, else the janitor)."""
@@ -120,9 +132,8 @@ class EffectInterpreter:
         self.attempt: Attempt | None = None
         # Stop-with-savepoints triggered: the query stops once one completes.
         self._stopping_savepoints: set[int] = set()
-        # Discards the running driver's agent did not take, for the janitor once it is gone
-        # (with what to say when done, if anything).
-        self._after_exit: list[tuple[Callable[[], Awaitable[None]], str | None]] = []
+        # Discards the running driver's agent did not take (`_discard`).
+        self._deferred: list[DeferredDiscard] = []
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -243,10 +254,13 @@ class EffectInterpreter:
                 self._stopping_savepoints.discard(cid)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
-                    f"checkpoint {cid}",
+                    DeferredDiscard(
+                        f"checkpoint {cid}",
+                        lambda agent, kept: agent.discard_checkpoint(cid, kept),
+                        lambda kept: self._janitor.discard_checkpoint(cid, kept),
+                    ),
                     attempt,
-                    lambda agent: agent.discard_checkpoint(cid, list(retained)),
-                    lambda: self._janitor.discard_checkpoint(cid, list(retained)),
+                    list(retained),
                 )
             case DiscardSavepoint(savepoint=savepoint):
                 sid = savepoint.checkpoint_id
@@ -258,10 +272,13 @@ class EffectInterpreter:
                     "savepoint history keeps (spec.savepoints.historyMaxCount, historyMaxAge)",
                 )
                 await self._discard(
-                    f"savepoint {sid}",
+                    DeferredDiscard(
+                        f"savepoint {sid}",
+                        lambda agent, _kept: agent.discard_savepoint(sid),
+                        lambda _kept: self._janitor.discard_savepoint(sid),
+                    ),
                     attempt,
-                    lambda agent: agent.discard_savepoint(sid),
-                    lambda: self._janitor.discard_savepoint(sid),
+                    [],
                 )
             case RequestDeclined(request=request, reason=reason):
                 if self._job.deleting and request.after is not AfterCompletion.CONTINUE:
@@ -346,6 +363,8 @@ class EffectInterpreter:
             # A savepoint the job continues after is done once its metadata is written;
             # the agent hears nothing more of it (docs/coordinator.md).
             await self.notify_complete(attempt, completed)
+        if attempt is not None and not attempt.leaving:
+            await self._discard_deferred(attempt)
         self._stopping_savepoints.discard(completed.checkpoint_id)  # a job runs for months
 
     async def notify_complete(self, attempt: Attempt, completed: CompletedCheckpoint) -> None:
@@ -404,32 +423,48 @@ class EffectInterpreter:
             )
 
     async def _discard(
-        self,
-        what: str,
-        attempt: Attempt | None,
-        through_agent: Callable[[AgentClient], Awaitable[object]],
-        through_janitor: Callable[[], Awaitable[None]],
+        self, discard: DeferredDiscard, attempt: Attempt | None, retained: list[int]
     ) -> None:
-        """Storage is changed by the driver's agent while one runs, else by the janitor:
-        one that its agent did not take is done by the janitor once the driver is gone
-        (`after_exit`), as a driver exiting, hung or cut off may still write (storage has
-        one writer per job; what nothing discards then, unregistered, is collected)."""
+        """Storage is changed by the driver's agent while one runs, else by the janitor.
+        One that the agent did not take is asked of it again after each completion, and
+        done by the janitor once the driver is gone (`after_exit`), never beside it: a
+        driver exiting, hung or cut off may still write (storage has one writer per job;
+        what nothing discards then, unregistered, is collected, but for savepoints)."""
         if attempt is None:
-            await self.clean_up(through_janitor())
+            await self.clean_up(discard.through_janitor(retained))
             return
         try:
-            await through_agent(attempt.driver.agent)
+            await discard.through_agent(attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
-            news = f"{what} discarded by the janitor, with no driver's agent to do it ({error})"
             # A driver that finishes or suspends exits any moment: its refusal is no news.
-            self._after_exit.append((through_janitor, None if attempt.leaving else news))
+            news = (
+                f"{discard.what} discarded by the janitor, with no driver's agent to do it "
+                f"({error})"
+            )
+            self._deferred.append(replace(discard, news=None if attempt.leaving else news))
+
+    async def _discard_deferred(self, attempt: Attempt) -> None:
+        """The discards the agent did not take, asked of it again. What they keep is what
+        the registry retains now: checkpoints completed since may share their files, and
+        those retained then may be gone."""
+        deferred, self._deferred = self._deferred, []
+        for taken, discard in enumerate(deferred):
+            try:
+                await discard.through_agent(attempt.driver.agent, self._retained())
+            except (AgentUnavailable, AgentRejected):
+                self._deferred += deferred[taken:]  # not taken yet: the rest waits too
+                return
 
     async def after_exit(self) -> None:
         """The attempt's driver is gone: the discards its agent did not take are done."""
-        deferred, self._after_exit = self._after_exit, []
-        for work, news in deferred:
-            if await self.clean_up(work()) and news is not None:
-                self._notify("DiscardedByJanitor", Level.DETAIL, news)
+        deferred, self._deferred = self._deferred, []
+        for discard in deferred:
+            done = await self.clean_up(discard.through_janitor(self._retained()))
+            if done and discard.news is not None:
+                self._notify("DiscardedByJanitor", Level.DETAIL, discard.news)
+
+    def _retained(self) -> list[int]:
+        return [c.checkpoint_id for c in self._coordinator.persisted_state.checkpoints]
 
     async def clean_up(self, work: Awaitable[None]) -> bool:
         """Whether the janitor did it; its failure is reported."""
