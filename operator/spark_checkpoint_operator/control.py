@@ -314,9 +314,9 @@ def request(
             raise NoRuntime(
                 f"no runtime is running for this job (nothing answers on {paths.socket})"
             ) from None
-        connection.sendall(encode_line(document))
         answer = b""
         try:
+            connection.sendall(encode_line(document))
             while not answer.endswith(b"\n") and len(answer) <= MAX_LINE_BYTES:
                 chunk = connection.recv(65536)
                 if not chunk:
@@ -324,6 +324,8 @@ def request(
                 answer += chunk
         except TimeoutError:
             raise NoRuntime(f"the runtime did not answer within {wait + 30.0:.0f}s") from None
+        except ConnectionError:  # reset or a broken pipe: a run ending as it was asked
+            answer = b""
     if not answer:
         raise NoRuntime("the runtime ended without answering")
     try:

@@ -5,15 +5,18 @@ this run's."""
 
 import asyncio
 import json
+import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_checkpoint.protocol import ProtocolError
-from spark_checkpoint_operator.control import ControlPaths, serve_controls
+from spark_checkpoint_operator.control import ControlPaths, NoRuntime, request, serve_controls
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     MAX_WAIT_SECONDS,
@@ -152,3 +155,31 @@ def test_an_overlong_line_is_refused_with_one_line() -> None:
         Outcome.REFUSED,
         f"a request is at most {MAX_LINE_BYTES} bytes",
     )
+
+
+def test_a_runtime_that_ends_while_it_is_asked_is_no_runtime(tmp_path: Path) -> None:
+    """A run ending as a request came (its driver failed at once) reset the connection, and
+    `run --detach`, `status`, `stop` ... ended in a ConnectionResetError traceback (a
+    newcomer, 2 of 4 tries)."""
+    paths = ControlPaths(tmp_path / "control")
+    paths.directory.mkdir(mode=0o700)
+    paths.token.write_text("token\n")
+    listener = socket.socket(socket.AF_UNIX)
+    listener.bind(str(paths.socket))
+    paths.socket.chmod(0o600)
+    listener.listen()
+
+    def reset_the_first_connection() -> None:
+        connection, _address = listener.accept()
+        while not connection.recv(1, socket.MSG_PEEK):
+            pass
+        connection.close()  # the request unread: the client's read is reset, not ended
+
+    runtime = threading.Thread(target=reset_the_first_connection)
+    runtime.start()
+    try:
+        with pytest.raises(NoRuntime, match=r"^the runtime ended without answering$"):
+            request(paths, Command.STATUS)
+    finally:
+        runtime.join()
+        listener.close()
