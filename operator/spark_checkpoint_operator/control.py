@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_checkpoint.protocol import ProtocolError
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     Command,
@@ -105,12 +105,17 @@ class ControlServer:
         self._driver_pid = driver_pid
         self._token = token
         self._declined: dict[str, str] = {}  # request label -> the coordinator's reason
+        # Savepoints given up (the job stopped or finished first) -> what happened.
+        self._given_up: dict[str, str] = {}
         self._ended = False
 
     def notice(self, notice: Notice) -> None:
-        """Every notice of the supervisor: a decline of one of our requests answers it."""
+        """Every notice of the supervisor: a decline of one of our requests answers it, and
+        so does a savepoint given up."""
         if notice.reason == "RequestDeclined" and notice.label.startswith("cli-"):
             self._declined[notice.label] = notice.message
+        elif notice.reason == "CheckpointNotNeeded" and notice.image:
+            self._given_up[notice.image] = notice.message  # a few per stop of a driver
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -207,7 +212,9 @@ class ControlServer:
             if pending is not None:
                 savepoint_id = int(pending["id"])
             elif savepoint_id is not None:
-                return ControlAnswer(Outcome.FAILED, _failure(record, savepoint_id))
+                image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id)
+                given_up = self._given_up.pop(image.encode(), None)
+                return ControlAnswer(Outcome.FAILED, given_up or _failure(record, savepoint_id))
             if self._ended:
                 return ControlAnswer(Outcome.FAILED, "the run ended before the savepoint completed")
             if savepoint_id is not None and time.monotonic() >= deadline:

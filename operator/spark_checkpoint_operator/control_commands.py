@@ -57,7 +57,8 @@ REACHING_THE_RUN = {
 }
 SAVEPOINT_EXIT_CODES = {
     **REACHING_THE_RUN,
-    ExitCode.FAILED: "the savepoint failed or did not complete within --timeout",
+    ExitCode.FAILED: "the savepoint failed, was given up (the job stopped or finished first: "
+    "what happened is printed) or did not complete within --timeout",
     ExitCode.DECLINED: "the checkpoint coordinator declined the request (its reason is printed)",
 }
 
@@ -151,8 +152,9 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
             {
                 ExitCode.OK: "the savepoint completed and the run has ended",
                 **SAVEPOINT_EXIT_CODES,
-                ExitCode.FAILED: "the savepoint failed or did not complete within --timeout, "
-                "or the run did not end",
+                ExitCode.FAILED: "the savepoint failed, was given up (another stop's completed "
+                "first: what happened is printed) or did not complete within --timeout, or the "
+                "run did not end",
             },
         ),
     )
@@ -160,7 +162,9 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         "--drain",
         action="store_true",
         help="process all available input before the savepoint (as `flink stop --drain`); "
-        "checkpointing.timeout counts from when the input ran out, however long that takes",
+        "checkpointing.timeout counts from when the input ran out, however long that takes. "
+        "Periodic checkpoints wait meanwhile. Bounded input that runs out ends with the "
+        "savepoint, not a final checkpoint: the job is Suspended",
     )
 
     cancel = commands.add_parser(

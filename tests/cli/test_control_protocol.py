@@ -16,7 +16,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_checkpoint.protocol import ProtocolError
-from spark_checkpoint_operator.control import ControlPaths, NoRuntime, request, serve_controls
+from spark_checkpoint_operator.control import (
+    ControlPaths,
+    ControlServer,
+    NoRuntime,
+    request,
+    serve_controls,
+)
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     MAX_WAIT_SECONDS,
@@ -29,7 +35,8 @@ from spark_checkpoint_operator.control_protocol import (
     decode_line,
     encode_line,
 )
-from spark_checkpoint_operator.supervisor import JobSupervisor
+from spark_checkpoint_operator.coordinator import TriggerRequested
+from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
 
 json_values = st.recursive(
     st.none()
@@ -183,3 +190,47 @@ def test_a_runtime_that_ends_while_it_is_asked_is_no_runtime(tmp_path: Path) -> 
     finally:
         runtime.join()
         listener.close()
+
+
+class _StoppedFirstSupervisor:
+    """A stop's savepoint that another stop's completion cuts short: in flight (id 7),
+    then given up, as the interpreter says."""
+
+    def __init__(self) -> None:
+        self.record = JobRecord()
+        self.control: ControlServer | None = None
+
+    def request(self, event: TriggerRequested) -> None:
+        self.record.pending = [{"id": 7, "kind": "savepoint", "label": event.label}]
+        asyncio.get_running_loop().call_later(0.3, self._given_up)
+
+    def _given_up(self) -> None:
+        assert self.control is not None
+        self.record.pending = []
+        self.control.notice(
+            Notice(
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                "savepoint 7 given up: the job is stopping",
+                image="savepoint:7",
+            )
+        )
+
+
+def test_a_stop_whose_savepoint_was_given_up_says_so(tmp_path: Path) -> None:
+    """Two stops at once: the one whose savepoint the other's completion cut short said
+    'savepoint 7 failed', while the job stopped cleanly with '0 failed' (a newcomer)."""
+    supervisor = _StoppedFirstSupervisor()
+    paths = ControlPaths(tmp_path / "control")
+
+    async def stop() -> ControlAnswer:
+        job = cast(JobSupervisor, supervisor)
+        async with serve_controls(paths, job, "default/probe", lambda: None, print) as control:
+            supervisor.control = control
+            return await asyncio.to_thread(request, paths, Command.STOP, wait=10.0)
+
+    answer = asyncio.run(stop())
+    assert (answer.outcome, answer.message) == (
+        Outcome.FAILED,
+        "savepoint 7 given up: the job is stopping",
+    )

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from helpers.fake_query import write_job
+from helpers.fake_query import INPUT_BATCHES_VARIABLE, write_job
 from helpers.script_job import alive, wait_until_gone
 from spark_checkpoint_operator.cli import main
 
@@ -522,3 +522,21 @@ def test_a_job_named_by_options_is_judged_before_it_names_a_path(
     assert result.returncode == 2
     assert result.stderr.startswith(f"spark-checkpoint {command}: {said}"), result.stderr
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
+    job: LocalJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The drain waits for the input to run out, and then the final checkpoint of bounded
+    input came first: the job Finished, its savepoint was given up and `stop` said
+    'savepoint N failed', exit 1, on the user guide's own example (a newcomer)."""
+    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "25")
+    _detach(job)
+    runtime = job.runtime_pid()
+    drained = job.cli("stop", "-f", "job.yaml", "--drain", "--timeout", "60")
+    assert drained.returncode == 0, drained.stdout + drained.stderr
+    assert drained.stdout.splitlines()[-1] == "stopped: the run has ended"
+    wait_until_gone(runtime)
+    record = job.status_file()
+    assert record["phase"] == "Suspended"
+    assert record["lastSavepoint"]["batch"] == 24  # type: ignore[index]

@@ -9,9 +9,10 @@ from dataclasses import replace
 
 import pytest
 
-from helpers.fake_driver import FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import TASKS, FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
+    AckReport,
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
@@ -20,6 +21,8 @@ from spark_checkpoint.protocol import (
     RestoreCandidate,
     RestoredFrom,
     SkippedImage,
+    SnapshotPhase,
+    SnapshotStatus,
 )
 from spark_checkpoint_operator.agent_client import (
     AgentAnswerTimedOut,
@@ -29,8 +32,10 @@ from spark_checkpoint_operator.agent_client import (
 from spark_checkpoint_operator.coordinator import (
     CompletedCheckpoint,
     CoordinatorConfig,
+    JobPhase,
     PersistedState,
     TerminalOutcome,
+    TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
@@ -423,3 +428,75 @@ def test_a_final_completion_whose_answer_timed_out_is_not_sent_again() -> None:
     assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
     (driver,) = launcher.drivers
     assert driver.agent.complete_calls == 1  # type: ignore[attr-defined]
+
+
+class DrainingAgent(FinishingAgent):
+    """Bounded input with batches left: a drain savepoint waits while the input runs out,
+    and captures two statuses after that (the agent's drain waits for no input to be left,
+    then for its batch); told of it, the driver stops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.drains: list[int] = []
+        self.final_checkpoints: list[int] = []
+        self.statuses_exhausted = 0
+
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        if after is not AfterCompletion.DRAIN:
+            if self.exhausted:
+                self.final_checkpoints.append(checkpoint_id)
+            await super().trigger(checkpoint_id, kind, after)
+            return
+        self.triggers.append(checkpoint_id)
+        self.drains.append(checkpoint_id)
+        self.snapshots[checkpoint_id] = SnapshotStatus(
+            checkpoint_id, kind, SnapshotPhase.CAPTURING, None
+        )
+        self.exhausted = True
+
+    def _status(self) -> AgentStatus:
+        if self.exhausted:
+            self.statuses_exhausted += 1
+        for checkpoint_id in self.drains:
+            held = self.snapshots.get(checkpoint_id)
+            capturing = held is not None and held.state is SnapshotPhase.CAPTURING
+            if held is not None and capturing and self.statuses_exhausted > 2:
+                acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
+                self.snapshots[checkpoint_id] = replace(
+                    held, state=SnapshotPhase.ACKNOWLEDGED, batch_id=self.batch, acks=acks
+                )
+        return super()._status()
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if checkpoint_id not in self.drains:
+            await super().complete(checkpoint_id, batch_id)
+            return
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
+        assert self.driver is not None
+        self.driver.code = DriverExit.STOPPED_WITH_SAVEPOINT
+
+
+def test_a_drain_whose_input_runs_out_ends_with_its_savepoint() -> None:
+    """The final checkpoint of the input that ran out came first: the job Finished and the
+    drain savepoint the user asked for was given up (`stop --drain` said 'savepoint N
+    failed', exit 1, on the user guide's example: a newcomer)."""
+    launcher = FinishingLauncher(DrainingAgent)
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        supervisor = _bounded_job(launcher, notices)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        supervisor.request(
+            TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN, label="stop")
+        )
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.SUSPENDED
+    (driver,) = launcher.drivers
+    assert isinstance(driver.agent, DrainingAgent)
+    assert driver.agent.final_checkpoints == []
+    (savepoint,) = driver.agent.drains
+    assert driver.agent.completed == [savepoint]

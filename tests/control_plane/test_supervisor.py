@@ -1400,3 +1400,32 @@ def test_a_discard_the_agent_did_not_take_is_asked_of_it_again_after_the_next_co
     assert (agent.refused, agent.discarded) == ([1], [1, 2])
     assert agent.kept == {1: [3], 2: [3]}, "what the registry retains when it is done"
     assert {1, 2}.isdisjoint(janitor.discarded), "not again after the driver exits"
+
+
+def test_a_triggered_checkpoint_is_in_progress_in_the_record_at_once() -> None:
+    """The local `status` showed 'IN-PROGRESS 0' all through a drain, and `savepoint
+    --detached` could miss its savepoint's id: the record's list of pending checkpoints was
+    refreshed by state writes only, which a trigger makes only when it reserves ids (a
+    newcomer)."""
+    launcher = FakeLauncher()
+    supervisor, _lines = _supervisor(launcher, interval=None)
+    held: list[int] = []
+
+    async def never_acknowledged(checkpoint_id: int, *_: object) -> None:
+        held.append(checkpoint_id)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))  # reserves ids
+        await until(lambda: bool(launcher.drivers[0].agent.completed))
+        launcher.drivers[0].agent.trigger = never_acknowledged  # type: ignore[method-assign]
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT, label="cli-1"))
+        await until(lambda: bool(held))
+        assert [(p["id"], p.get("label")) for p in supervisor.record.pending] == [
+            (held[0], "cli-1")
+        ]
+        supervisor.cancel()
+        await run
+
+    asyncio.run(scenario())

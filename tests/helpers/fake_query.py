@@ -136,7 +136,10 @@ class FakeQuery:
 
     @property
     def status(self) -> dict[str, bool]:
-        return {"isDataAvailable": False, "isTriggerActive": False}
+        # Bounded input has data until it is done (a drain waits for that); other input
+        # comes as it likes and is idle between batches.
+        available = self._input_batches >= 0 and not self._input_done()
+        return {"isDataAvailable": available, "isTriggerActive": False}
 
     def awaitTermination(self, timeout: float) -> None:
         self._stopped.wait(timeout)

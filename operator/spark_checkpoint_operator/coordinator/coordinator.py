@@ -260,13 +260,13 @@ class CheckpointCoordinator:
             self._stop_scheduler(FailureReason.COORDINATOR_SUSPEND, effects)
 
     def _start_scheduler(self) -> None:
-        if self._terminated is not None or self._config.interval is None or self._stopping:
+        if self._terminated is not None or self._config.interval is None or self.stopping:
             return
         delay = self._rng.uniform(self._config.min_pause, self._config.interval)
         self._next_periodic_at = self._clock() + delay
 
     @property
-    def _stopping(self) -> bool:
+    def stopping(self) -> bool:
         """A stop-with-savepoint is pending: the query stops once it completes."""
         return any(p.after is not AfterCompletion.CONTINUE for p in self._pending.values())
 

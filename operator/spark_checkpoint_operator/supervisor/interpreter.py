@@ -66,7 +66,9 @@ FINAL_LABEL = "final"
 
 
 class Notify(Protocol):
-    def __call__(self, reason: str, level: Level, message: str, label: str = "") -> None: ...
+    def __call__(
+        self, reason: str, level: Level, message: str, label: str = "", image: str = ""
+    ) -> None: ...
 
 
 class JobControl(Protocol):
@@ -213,6 +215,10 @@ class EffectInterpreter:
         self._record.coordinator = coordinator.persisted_state
         self._record.consecutive_failures = coordinator.consecutive_failures
         self._record.next_checkpoint_id = coordinator.next_checkpoint_id
+        self._refresh_pending()
+        await self._save(self._record)
+
+    def _refresh_pending(self) -> None:
         self._record.pending = [
             {
                 "id": p.checkpoint_id,
@@ -221,9 +227,8 @@ class EffectInterpreter:
                 "expected": p.expected,
                 **({"label": p.label} if p.label else {}),
             }
-            for p in coordinator.pending
+            for p in self._coordinator.pending
         ]
-        await self._save(self._record)
 
     # ------------------------------------------------------------------ effects
 
@@ -234,8 +239,10 @@ class EffectInterpreter:
                 await self.persist()
             case TriggerCheckpoint():
                 # Kept current without a state write: a coordinator that replaces this one
-                # in this process continues from it (see JobRecord.next_checkpoint_id).
+                # in this process continues from it (see JobRecord.next_checkpoint_id), and
+                # the local controls show what is in progress (a savepoint's id).
                 self._record.next_checkpoint_id = self._coordinator.next_checkpoint_id
+                self._refresh_pending()
                 if self._record.checkpoints_skipped is not None:
                     self._record.checkpoints_skipped = None
                     await self.persist()  # healthy again now, not once this one completes
@@ -484,12 +491,14 @@ class EffectInterpreter:
         message: str,
     ) -> None:
         finishing = attempt is not None and attempt.finishing
+        image = RestoreCandidate.registered(kind, cid).encode()
         if finishing and reason is FailureReason.COORDINATOR_SUSPEND:
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
                 "covers its last batch",
+                image=image,
             )
         elif reason is FailureReason.COORDINATOR_SUSPEND and (
             self._job.stopping or (attempt is not None and attempt.leaving)
@@ -499,10 +508,14 @@ class EffectInterpreter:
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the job is stopping",
+                image=image,
             )
         elif reason is FailureReason.WITHDRAWN:
             self._notify(
-                "CheckpointNotNeeded", Level.DETAIL, f"{kind.value} {cid} withdrawn: {message}"
+                "CheckpointNotNeeded",
+                Level.DETAIL,
+                f"{kind.value} {cid} withdrawn: {message}",
+                image=image,
             )
         else:
             self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")

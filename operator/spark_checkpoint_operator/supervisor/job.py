@@ -187,8 +187,10 @@ class JobSupervisor:
         # Its deadlines apply now, not after a long poll, and its effects are carried out.
         self._polls.inbox.put_nowait(None)
 
-    def _notify(self, reason: str, level: Level, message: str, label: str = "") -> None:
-        self._report(Notice(reason, level, message, label))
+    def _notify(
+        self, reason: str, level: Level, message: str, label: str = "", image: str = ""
+    ) -> None:
+        self._report(Notice(reason, level, message, label, image))
 
     def what_cancelling_leaves(self) -> str:
         """What a cancellation leaves of the job's images, by its retention policy."""
@@ -762,7 +764,11 @@ class JobSupervisor:
             else:
                 await self._interpreter.handle(progress)
         last = status_events.input_exhausted_at(status)
-        if last is not None and attempt.input_exhausted_at is None:
+        stopping = self._interpreter.coordinator.stopping
+        if last is not None and attempt.input_exhausted_at is None and not stopping:
+            # While a stop-with-savepoint is in flight (a drain waits for the input to run
+            # out), the savepoint is the last image: a final checkpoint would end the job
+            # Finished and give up the savepoint the user asked for.
             await self._on_input_exhausted(attempt, last)
         elif (
             last is not None

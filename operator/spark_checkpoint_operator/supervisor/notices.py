@@ -27,7 +27,8 @@ class Notice:
     # The label of the user request the notice is about (a decline), so that whoever made
     # the request can tell its answer from another request's.
     label: str = ""
-    # The image (a restore candidate's spelling) a restore notice is about.
+    # The image (a restore candidate's spelling) a restore notice, or a checkpoint's that
+    # was given up, is about.
     image: str = ""
 
 
