@@ -132,9 +132,10 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     )
     savepoint.add_argument(
         "--detached",
-        "-d",
+        "-dcp",
         action="store_true",
-        help="return once the savepoint is triggered, with its id (as `flink savepoint -d`)",
+        help="return once the savepoint is triggered, with its id (as `flink savepoint "
+        "--detached`; Flink's -d disposes of a savepoint, so it is not taken here)",
     )
 
     stop = commands.add_parser(
