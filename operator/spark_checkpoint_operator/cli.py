@@ -92,7 +92,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 "not the newest",
             ],
             {
-                ExitCode.OK: "the job Finished, or stopped with a savepoint (Suspended)",
+                ExitCode.OK: "the job Finished, or stopped (Suspended): with a savepoint, or "
+                "without one if Ctrl-C came while it was not running yet",
                 ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
                 "job, a Finished job, an image --from cannot restore, a mainFile or a Secret's "
                 "variable that is not there)",
