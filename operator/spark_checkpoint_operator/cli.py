@@ -196,7 +196,9 @@ def _main(argv: Sequence[str] | None) -> int:
 
     add_control_commands(commands)
 
-    args = parser.parse_args(argv)
+    args, unrecognized = parser.parse_known_args(argv)
+    if unrecognized:  # named by the command that took the rest, whose --help says more
+        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unrecognized)}")
     if args.command == "run":
         args.manifest = args.manifest_file or args.manifest
         return (

@@ -121,6 +121,19 @@ def test_an_unknown_output_format_is_a_one_line_usage_error(
         assert len(result.err.splitlines()) == 1, result.err
 
 
+@pytest.mark.parametrize("command", ["status", "stop", "cancel", "list"])
+def test_an_unrecognized_argument_is_named_by_its_command(cli: Cli, command: str) -> None:
+    """`spark-checkpoint status job.yaml` (a manifest without -f, as `run` takes it) said
+    'spark-checkpoint: unrecognized arguments' and pointed at the top-level help (a
+    newcomer)."""
+    result = cli(command, "job.yaml")
+    assert result.code == ExitCode.USAGE, result.err
+    assert result.err == (
+        f"spark-checkpoint {command}: unrecognized arguments: job.yaml "
+        f"(see spark-checkpoint {command} --help)\n"
+    )
+
+
 def test_storage_that_cannot_be_read_is_one_line_naming_the_path(tmp_path: Path, cli: Cli) -> None:
     """A file where a directory of the job's storage should be: the path and the reason,
     not Python's ``[Errno 20]``."""
