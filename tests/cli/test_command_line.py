@@ -134,6 +134,18 @@ def test_an_unrecognized_argument_is_named_by_its_command(cli: Cli, command: str
     )
 
 
+def test_an_abbreviated_option_is_not_taken(cli: Cli) -> None:
+    """`run --deta` detached: the background run is started with the arguments less their
+    exact `--detach`, so it detached again, and again, a process each time for ever (11
+    processes after 10 s, by hand). Options are spelled out (the manifest here is absent:
+    the refusal must come before it is read)."""
+    result = cli("run", "-f", "absent.yaml", "--deta")
+    assert result.code == ExitCode.USAGE, result.err
+    assert result.err == (
+        "spark-checkpoint run: unrecognized arguments: --deta (see spark-checkpoint run --help)\n"
+    )
+
+
 def test_storage_that_cannot_be_read_is_one_line_naming_the_path(tmp_path: Path, cli: Cli) -> None:
     """A file where a directory of the job's storage should be: the path and the reason,
     not Python's ``[Errno 20]``."""
