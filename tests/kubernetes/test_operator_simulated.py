@@ -451,9 +451,10 @@ def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint_and_can_b
         cluster.patch_spec("orders", {"state": "Running"})
         withdrawn = cluster.wait_for_event("orders", "StopWithdrawn")
         assert withdrawn["message"] == (
-            "the spec no longer asks to suspend: its savepoint is withdrawn, the driver runs on"
+            "the spec no longer asks to suspend: a savepoint for it still in flight is withdrawn"
         )
         resumed = completed(cluster, "orders", status["counts"]["completed"] + 2)
+        assert cluster.event_reasons("orders").count("StopWithdrawn") == 1
         assert (resumed["phase"], resumed["jobAttempt"]) == ("Running", 1)
         assert resumed["pending"] == []
         assert "CheckpointFailed" not in cluster.event_reasons("orders")

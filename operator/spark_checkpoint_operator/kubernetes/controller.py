@@ -494,15 +494,17 @@ class JobController:
         is withdrawn. A drain waits for the input to run out, however long, and holds
         periodic checkpoints meanwhile; a savepoint would stop the driver for nothing."""
         for reason in (SUSPEND, UPGRADE):
-            requested.pop(reason, None)
-            if supervisor.pending(reason):
-                supervisor.withdraw(reason)
-                self._post_event(
-                    "Normal",
-                    "StopWithdrawn",
-                    f"the spec no longer asks to {reason}: its savepoint is withdrawn, the "
-                    "driver runs on",
-                )
+            # Once per request: this runs at every change, and the withdrawal is carried out
+            # after the request (the supervisor's inbox is in order), even one not yet taken.
+            if requested.pop(reason, None) is None:
+                continue
+            supervisor.withdraw(reason)
+            self._post_event(
+                "Normal",
+                "StopWithdrawn",
+                f"the spec no longer asks to {reason}: a savepoint for it still in flight is "
+                "withdrawn",
+            )
 
     def _request_by_nonce(
         self, supervisor: JobSupervisor, manifest: JobManifest, kind: CheckpointKind

@@ -848,12 +848,10 @@ class JobSupervisor:
 
     def _covering(self, attempt: Attempt, last: int) -> CompletedCheckpoint | None:
         """The newest registered checkpoint covering batch ``last`` that the attempt's
-        driver can be told of: one it took, or the one it restored. Its agent refuses
-        another (404: a newer image its restore skipped, or one a restore from an older
-        image left registered) however often it is sent."""
+        driver took: its agent refuses another (404: a newer image its restore skipped,
+        or one a restore from an older image left registered) however often it is sent.
+        (A restored image that covers it needs no telling: the driver does not wait.)"""
         known = set(attempt.completed)
-        if self._record.restored_from is not None:
-            known.add(self._record.restored_from.candidate.encode())
         registered = self._interpreter.coordinator.persisted_state.checkpoints
         return next(
             (
