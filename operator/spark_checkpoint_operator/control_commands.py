@@ -137,6 +137,8 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         help="return once the savepoint is triggered, with its id (as `flink savepoint "
         "--detached`; Flink's -d disposes of a savepoint, so it is not taken here)",
     )
+    # Else argparse would take -d for -dcp: a Flink user's dispose would take a savepoint.
+    savepoint.add_argument("-d", nargs="?", action=_FlinksDispose, help=argparse.SUPPRESS)
 
     stop = commands.add_parser(
         "stop",
@@ -188,6 +190,14 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         ),
     )
     _timeout_option(cancel, 60.0, "how long to wait for the run to end (default: %(default).0f)")
+
+
+class _FlinksDispose(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        parser.error(
+            "-d: Flink's `savepoint -d` disposes of a savepoint; here the savepoint history "
+            "deletes them (spec.savepoints), and --detached is -dcp"
+        )
 
 
 def _timeout_option(parser: argparse.ArgumentParser, default: float, text: str) -> None:

@@ -146,6 +146,20 @@ def test_an_abbreviated_option_is_not_taken(cli: Cli) -> None:
     )
 
 
+@pytest.mark.parametrize("arguments", [["-d"], ["-d", "/savepoints/sp-7"]])
+def test_flinks_savepoint_dispose_is_refused_not_taken_for_detached(
+    cli: Cli, arguments: list[str]
+) -> None:
+    """argparse took `-d` for `-dcp` (--detached): a Flink user's `savepoint -d PATH`,
+    which disposes of a savepoint there, would take one (a reviewer)."""
+    result = cli("savepoint", "-f", "absent.yaml", *arguments)
+    assert result.code == ExitCode.USAGE, result.err
+    assert result.err.startswith(
+        "spark-checkpoint savepoint: -d: Flink's `savepoint -d` disposes of a savepoint; "
+    ), result.err
+    assert len(result.err.splitlines()) == 1
+
+
 def test_storage_that_cannot_be_read_is_one_line_naming_the_path(tmp_path: Path, cli: Cli) -> None:
     """A file where a directory of the job's storage should be: the path and the reason,
     not Python's ``[Errno 20]``."""
