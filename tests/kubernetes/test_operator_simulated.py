@@ -1171,6 +1171,8 @@ def test_a_running_job_whose_spec_became_invalid_goes_on_across_an_operator_rest
     [
         ("another image", "it was not built from the spec accepted before"),
         ("a refused value", "the spec accepted before cannot run either: spec.application.env"),
+        # Said as it is (it read 'not built from the spec accepted before': a reviewer).
+        ("the pod gone", "its pod is gone"),
     ],
 )
 def test_a_status_write_alone_never_chooses_what_an_invalid_specs_driver_runs_under(
@@ -1190,8 +1192,10 @@ def test_a_status_write_alone_never_chooses_what_an_invalid_specs_driver_runs_un
         accepted = json.loads(stored["status"]["lastAcceptedSpec"])
         if tampering == "another image":
             accepted["image"] = "attacker/image:1"
-        else:
+        elif tampering == "a refused value":
             accepted["application"]["env"] = [{"name": "POD_IP", "value": "10.0.0.1"}]
+        else:
+            cluster.api.delete("v1/pods", "default", "orders-driver-1")
         cluster.api.patch(
             JOBS,
             "default",
@@ -1203,7 +1207,8 @@ def test_a_status_write_alone_never_chooses_what_an_invalid_specs_driver_runs_un
     event = cluster.wait_for_event("orders", "DriverNotAdopted", why)
     assert event["message"].startswith("driver orders-driver-1 waits for a valid spec: ")
     assert not [e for e in cluster.events("orders") if e["reason"] == "DriverAdopted"]
-    assert cluster.driver_pods("orders") == ["orders-driver-1"], "nothing launched"
+    left = [] if tampering == "the pod gone" else ["orders-driver-1"]
+    assert cluster.driver_pods("orders") == left, "nothing launched"
 
 
 @pytest.mark.parametrize(

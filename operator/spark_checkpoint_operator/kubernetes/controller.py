@@ -318,9 +318,12 @@ class JobController:
             {**self._body, "spec": stored}, self._body.get("spec") or {}
         )
         pod = objects.driver_pod_name(self._name, self._record.attempt)
+        deployed = await self._pod_deployment_hash(pod)
         if manifest is None:
             why = f"the spec accepted before cannot run either: {problem}"
-        elif await self._pod_deployment_hash(pod) != objects.deployment_hash(stored):
+        elif deployed is None:
+            why = "its pod is gone"
+        elif deployed != objects.deployment_hash(stored):
             why = "it was not built from the spec accepted before (status.lastAcceptedSpec)"
         else:
             self._manifest, self._spec = manifest, stored
