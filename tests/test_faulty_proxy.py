@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -18,10 +19,9 @@ CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 CREATED = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 
 
-@pytest.fixture
-def server_answering_at_once() -> Iterator[str]:
-    """A server that answers each connection's request with an interim and a final answer
-    in one write, then closes it; its URL."""
+def _server(writes: list[bytes]) -> Iterator[str]:
+    """A server that answers each connection's request with `writes`, a short pause
+    between them, then closes it; its URL."""
     listener = socket.create_server(("127.0.0.1", 0))
 
     def serve() -> None:
@@ -32,12 +32,26 @@ def server_answering_at_once() -> Iterator[str]:
                 return
             with connection:
                 connection.recv(1 << 16)
-                connection.sendall(CONTINUE + CREATED)
+                for write in writes:
+                    connection.sendall(write)
+                    time.sleep(0.2)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{listener.getsockname()[1]}"
     listener.close()
+
+
+@pytest.fixture
+def server_answering_at_once() -> Iterator[str]:
+    """The interim and the final answer in one write."""
+    yield from _server([CONTINUE + CREATED])
+
+
+@pytest.fixture
+def server_splitting_its_interim_answer() -> Iterator[str]:
+    """The interim answer cut in two, its second part in one write with the final one."""
+    yield from _server([CONTINUE[:10], CONTINUE[10:] + CREATED])
 
 
 def _exchange(url: str, request: bytes) -> bytes:
@@ -72,3 +86,14 @@ def test_other_requests_get_their_answers(server_answering_at_once: str) -> None
         proxy.close()
     assert received == CONTINUE + CREATED
     assert proxy.matched == 0
+
+
+def test_an_interim_answer_cut_in_two_is_not_taken_for_the_final_one(
+    server_splitting_its_interim_answer: str,
+) -> None:
+    proxy = FaultyProxy(server_splitting_its_interim_answer, re.compile(rb"^PUT /b/k "))
+    try:
+        received = _exchange(proxy.url, b"PUT /b/k HTTP/1.1\r\nExpect: 100-continue\r\n\r\n")
+    finally:
+        proxy.close()
+    assert received == CONTINUE

@@ -92,11 +92,19 @@ class FaultyProxy:
     def _answers(
         self, server: socket.socket, client: socket.socket, spoil: threading.Event
     ) -> None:
+        partial = b""  # the start of an interim answer, its end in the next chunk
         while data := _receive(server):
             # An interim "100 Continue" comes before the request's body: the server has not
             # acted yet, so it is passed on. The final answer may come in the same chunk (a
             # busy machine reads both at once): only that is spoiled.
-            interim, final = split_interim_answers(data)
+            interim, final = split_interim_answers(partial + data)
+            partial = b""
+            if spoil.is_set() and final.startswith(b"HTTP/1.1 1"):
+                partial = final  # an interim answer cut short: not the final one
+                with contextlib.suppress(OSError):
+                    client.sendall(interim)
+                continue
+            data = interim + final
             if spoil.is_set() and final:
                 with contextlib.suppress(OSError):
                     client.sendall(interim + (self._answer or b""))
