@@ -205,15 +205,18 @@ def _await_end(
     location: Path,
     outcome: RestoredFrom | None,
 ) -> DriverExit:
+    def stop_requested() -> bool:  # asked anew each time: the agent's HTTP thread sets it
+        return agent.stop_requested
+
     while query.isActive:
-        if agent.stop_requested:
+        if stop_requested():
             query.stop()
             break
         try:
             query.awaitTermination(1)
         except Exception:  # the query failed: query.exception() below has the error
             break
-    if agent.stop_requested:
+    if stop_requested():
         log.info("stopped after a savepoint")
         return DriverExit.STOPPED_WITH_SAVEPOINT
     error = query.exception()
@@ -227,7 +230,10 @@ def _await_end(
         # Final checkpoint (FLIP-147): output is committed only by a checkpoint that
         # covers the last batch, so the driver stays until one completes.
         log.info("input exhausted at batch %s: waiting for the final checkpoint", committed[-1])
-        agent.wait_for_notification(committed[-1], should_give_up=lambda: agent.stop_requested)
+        agent.wait_for_notification(committed[-1], should_give_up=stop_requested)
+    if stop_requested():  # a stop-with-savepoint covered the input's end (stop --drain)
+        log.info("stopped after a savepoint")
+        return DriverExit.STOPPED_WITH_SAVEPOINT
     log.info("finished")
     return DriverExit.FINISHED
 

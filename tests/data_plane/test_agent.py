@@ -216,6 +216,31 @@ def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) 
     assert running.agent.stop_requested is True
 
 
+def test_a_driver_woken_by_a_stopping_savepoints_completion_sees_the_stop(
+    running: Running,
+) -> None:
+    """A driver whose input ran out waits for a completion covering its last batch: woken
+    by a stop-with-savepoint's (stop --drain), it saw no stop yet, exited FINISHED, and the
+    job ended Finished instead of Suspended (CI, now and then)."""
+    client = running.client()
+    _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.DRAIN)
+    _wait_for(client, 2, "acknowledged")
+    _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
+    seen: list[bool] = []
+
+    def driver() -> None:
+        running.agent.wait_for_notification(2, should_give_up=lambda: False)
+        seen.append(running.agent.stop_requested)
+
+    waiting = threading.Thread(target=driver)
+    waiting.start()
+    # What the agent tells its status watchers after the notification takes its time.
+    running.agent.watch(lambda _acknowledgement_only: time.sleep(0.5))
+    _call(client, "complete", 2, 2)
+    waiting.join(timeout=10)
+    assert seen == [True]
+
+
 def test_a_savepoint_the_query_continues_after_is_done_at_finalization(running: Running) -> None:
     """No completion notification follows it (docs/coordinator.md): sinks commit nothing up
     to it, and it is no longer in flight (in flight, it would hold garbage collection)."""

@@ -421,16 +421,17 @@ class CheckpointAgent:
                     f"{type(error).__name__}: {error}"
                 )
                 raise AgentRequestError(500, f"participant {printable_line(failed)}") from error
+        if after is not AfterCompletion.CONTINUE:
+            # The driver's main thread stops the query: stopping it from this (HTTP)
+            # thread could block on the batch the query is running. Set before the
+            # notification: a driver whose input ran out, woken by it, stops, not finishes.
+            log.info("savepoint %s complete: stopping the query", checkpoint_id)
+            self._stop_requested.set()
         with self._notified:
             if self._notified_batch is None or batch_id > self._notified_batch:
                 self._notified_batch = batch_id
             self._notified.notify_all()
         self._changed()
-        if after is not AfterCompletion.CONTINUE:
-            # The driver's main thread stops the query: stopping it from this (HTTP)
-            # thread could block on the batch the query is running.
-            log.info("savepoint %s complete: stopping the query", checkpoint_id)
-            self._stop_requested.set()
 
     def abort(self, checkpoint_id: int, reason: str) -> None:
         with self._lock:
