@@ -96,9 +96,10 @@ class JobControl(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
-class DeferredDiscard:
+class StorageDiscard:
     """A discard of `what`, through a driver's agent or the janitor, given the checkpoints
-    to keep; `news`: what to say once the janitor did it, if anything."""
+    to keep; `news`: what to say once the janitor did it, if anything (set when the agent
+    did not take it and it waits, `_deferred`)."""
 
     what: str
     through_agent: Callable[[AgentClient, list[int]], Awaitable[object]]
@@ -135,7 +136,7 @@ class EffectInterpreter:
         # Stop-with-savepoints triggered: the query stops once one completes.
         self._stopping_savepoints: set[int] = set()
         # Discards the running driver's agent did not take (`_discard`).
-        self._deferred: list[DeferredDiscard] = []
+        self._deferred: list[StorageDiscard] = []
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -261,7 +262,7 @@ class EffectInterpreter:
                 self._stopping_savepoints.discard(cid)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
-                    DeferredDiscard(
+                    StorageDiscard(
                         f"checkpoint {cid}",
                         lambda agent, kept: agent.discard_checkpoint(cid, kept),
                         lambda kept: self._janitor.discard_checkpoint(cid, kept),
@@ -279,7 +280,7 @@ class EffectInterpreter:
                     "savepoint history keeps (spec.savepoints.historyMaxCount, historyMaxAge)",
                 )
                 await self._discard(
-                    DeferredDiscard(
+                    StorageDiscard(
                         f"savepoint {sid}",
                         lambda agent, _kept: agent.discard_savepoint(sid),
                         lambda _kept: self._janitor.discard_savepoint(sid),
@@ -430,7 +431,7 @@ class EffectInterpreter:
             )
 
     async def _discard(
-        self, discard: DeferredDiscard, attempt: Attempt | None, retained: list[int]
+        self, discard: StorageDiscard, attempt: Attempt | None, retained: list[int]
     ) -> None:
         """Storage is changed by the driver's agent while one runs, else by the janitor.
         One that the agent did not take is asked of it again after each completion, and
