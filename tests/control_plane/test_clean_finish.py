@@ -459,15 +459,19 @@ class DrainingAgent(FinishingAgent):
     def _status(self) -> AgentStatus:
         if self.exhausted:
             self.statuses_exhausted += 1
-        for checkpoint_id in self.drains:
+        if self.statuses_exhausted > 2:
+            self._capture_held(self.drains)
+        return super()._status()
+
+    def _capture_held(self, checkpoint_ids: list[int]) -> None:
+        """Those of ``checkpoint_ids`` still capturing are acknowledged at the batch now."""
+        for checkpoint_id in checkpoint_ids:
             held = self.snapshots.get(checkpoint_id)
-            capturing = held is not None and held.state is SnapshotPhase.CAPTURING
-            if held is not None and capturing and self.statuses_exhausted > 2:
+            if held is not None and held.state is SnapshotPhase.CAPTURING:
                 acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
                 self.snapshots[checkpoint_id] = replace(
                     held, state=SnapshotPhase.ACKNOWLEDGED, batch_id=self.batch, acks=acks
                 )
-        return super()._status()
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         if checkpoint_id not in self.drains:
@@ -500,3 +504,84 @@ def test_a_drain_whose_input_runs_out_ends_with_its_savepoint() -> None:
     assert driver.agent.final_checkpoints == []
     (savepoint,) = driver.agent.drains
     assert driver.agent.completed == [savepoint]
+
+
+class CheckpointBeforeTheDrainAgent(DrainingAgent):
+    """A checkpoint triggered before the drain savepoint (a final or a user's one) is
+    captured once the drain came and the input ran out, and completes before the drain
+    savepoint, captured only then. Told of it, the driver waits for the stop-with-savepoint
+    in flight (as the agent does): it stops once told of that, finishes if it is aborted."""
+
+    input_ran_out_first = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.exhausted = self.input_ran_out_first
+        self.checkpoints: list[int] = []
+
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        if after is not AfterCompletion.CONTINUE or self.drains:
+            await super().trigger(checkpoint_id, kind, after)
+            return
+        self.checkpoints.append(checkpoint_id)
+        self.triggers.append(checkpoint_id)
+        self.snapshots[checkpoint_id] = SnapshotStatus(
+            checkpoint_id, kind, SnapshotPhase.CAPTURING, None
+        )
+
+    def _status(self) -> AgentStatus:
+        if self.drains:
+            self._capture_held(self.checkpoints)
+            if not set(self.checkpoints) <= set(self.completed):
+                self.statuses_exhausted = 0  # the drain's capture comes after
+        return super()._status()
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if checkpoint_id not in self.checkpoints:
+            await super().complete(checkpoint_id, batch_id)
+            return
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
+        self.notified = batch_id  # the driver waits on: a drain is in flight
+
+    async def abort(self, checkpoint_id: int, reason: str) -> None:
+        await super().abort(checkpoint_id, reason)
+        if checkpoint_id in self.drains and self.driver is not None:
+            self.driver.code = DriverExit.FINISHED  # told of its last batch already
+
+
+class FinalCheckpointBeforeTheDrainAgent(CheckpointBeforeTheDrainAgent):
+    input_ran_out_first = True
+
+
+@pytest.mark.parametrize(
+    "agent_class", [CheckpointBeforeTheDrainAgent, FinalCheckpointBeforeTheDrainAgent]
+)
+def test_a_drain_ends_with_its_savepoint_when_a_checkpoint_covering_the_end_came_first(
+    agent_class: type[CheckpointBeforeTheDrainAgent],
+) -> None:
+    """The job Finished and gave up the drain savepoint the user asked for: the status of a
+    driver told of its last batch was taken for one about to exit (a reviewer), or the
+    final checkpoint already under way ended the job."""
+    launcher = FinishingLauncher(agent_class)
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        supervisor = _bounded_job(launcher, notices)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        if not agent_class.input_ran_out_first:
+            await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+            supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: launcher.drivers[0].agent.triggers != [])
+        supervisor.request(
+            TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN, label="stop")
+        )
+        return await asyncio.wait_for(run, 10.0)
+
+    outcome = asyncio.run(scenario())
+    (driver,) = launcher.drivers
+    assert isinstance(driver.agent, CheckpointBeforeTheDrainAgent)
+    assert driver.agent.completed == [*driver.agent.checkpoints, *driver.agent.drains]
+    assert outcome is TerminalOutcome.SUSPENDED, [n.message for n in notices]

@@ -216,6 +216,22 @@ def test_savepoint_with_stop_stops_the_query_after_completion(running: Running) 
     assert running.agent.stop_requested is True
 
 
+def _driver_awaiting_the_end(
+    running: Running, last_batch: int
+) -> tuple[threading.Thread, list[bool]]:
+    """A driver whose input ran out at ``last_batch``, waiting as the real one does; once
+    it is done waiting, the list holds whether it saw a stop (it stops, else finishes)."""
+    seen: list[bool] = []
+
+    def driver() -> None:
+        running.agent.wait_for_notification(last_batch, should_give_up=lambda: False)
+        seen.append(running.agent.stop_requested)
+
+    waiting = threading.Thread(target=driver)
+    waiting.start()
+    return waiting, seen
+
+
 def test_a_driver_woken_by_a_stopping_savepoints_completion_sees_the_stop(
     running: Running,
 ) -> None:
@@ -226,19 +242,38 @@ def test_a_driver_woken_by_a_stopping_savepoints_completion_sees_the_stop(
     _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.DRAIN)
     _wait_for(client, 2, "acknowledged")
     _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
-    seen: list[bool] = []
-
-    def driver() -> None:
-        running.agent.wait_for_notification(2, should_give_up=lambda: False)
-        seen.append(running.agent.stop_requested)
-
-    waiting = threading.Thread(target=driver)
-    waiting.start()
+    waiting, seen = _driver_awaiting_the_end(running, last_batch=2)
     # What the agent tells its status watchers after the notification takes its time.
     running.agent.watch(lambda _acknowledgement_only: time.sleep(0.5))
     _call(client, "complete", 2, 2)
     waiting.join(timeout=10)
     assert seen == [True]
+
+
+@pytest.mark.parametrize("savepoint_ends", ["complete", "abort"])
+def test_a_driver_whose_input_ran_out_waits_for_a_stop_with_savepoint_in_flight(
+    running: Running, savepoint_ends: str
+) -> None:
+    """A checkpoint covering the last batch completed first while a stop --drain savepoint
+    was in flight: the driver exited FINISHED and the savepoint was given up. It waits for
+    the savepoint: completed, the run stops with it; aborted, the run finishes."""
+    client = running.client()
+    tasks = ["logs", "state-0-0", "state-0-1"]
+    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.DRAIN)
+    for checkpoint_id in (1, 2):
+        _wait_for(client, checkpoint_id, "acknowledged")
+        _call(client, "finalize", checkpoint_id, tasks)
+    waiting, seen = _driver_awaiting_the_end(running, last_batch=2)
+    _call(client, "complete", 1, 2)
+    waiting.join(timeout=1)
+    assert waiting.is_alive(), "the driver did not wait for the stop-with-savepoint"
+    if savepoint_ends == "complete":
+        _call(client, "complete", 2, 2)
+    else:
+        _call(client, "abort", 2, "timed out")
+    waiting.join(timeout=10)
+    assert seen == [savepoint_ends == "complete"]
 
 
 def test_a_savepoint_the_query_continues_after_is_done_at_finalization(running: Running) -> None:

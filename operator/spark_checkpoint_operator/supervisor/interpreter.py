@@ -381,9 +381,11 @@ class EffectInterpreter:
         before the query starts."""
         end = attempt.input_exhausted_at
         covers_the_end = end is not None and completed.batch_id >= end
-        if covers_the_end and completed.kind is CheckpointKind.CHECKPOINT and attempt.finish():
+        final = completed.kind is CheckpointKind.CHECKPOINT and not self._coordinator.stopping
+        if covers_the_end and final and attempt.finish():
             # The driver exits once told: nothing more is triggered, and what the exit cuts
-            # short is no failure.
+            # short is no failure. While a stop-with-savepoint is in flight it waits for
+            # that, and stops once it completes.
             await self.tell_phase()
         try:
             await attempt.driver.agent.complete(completed.checkpoint_id, completed.batch_id)

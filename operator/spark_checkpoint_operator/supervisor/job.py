@@ -777,9 +777,10 @@ class JobSupervisor:
         ):
             # The driver did not take it (a sink's commit failed): it waits for it still.
             await self._interpreter.notify_complete(attempt, final)
-        elif status_events.finished_and_told(status) and attempt.finish():
+        elif status_events.finished_and_told(status) and not stopping and attempt.finish():
             # A completion it was told of covers its last batch: the driver exits now, and
-            # what its exit cuts short is no failure.
+            # what its exit cuts short is no failure. Not while a stop-with-savepoint is in
+            # flight: the driver waits for it, and stops once it completes.
             await self._interpreter.tell_phase()
         await self._tick()
 

@@ -434,7 +434,7 @@ class CheckpointAgent:
         self._changed()
 
     def abort(self, checkpoint_id: int, reason: str) -> None:
-        with self._lock:
+        with self._notified:  # a driver waits for the end of a stop-with-savepoint
             snapshot = self._snapshots.get(checkpoint_id)
             if snapshot is None:
                 return
@@ -447,6 +447,7 @@ class CheckpointAgent:
             was = snapshot.state
             snapshot.state = SnapshotPhase.ABORTED
             snapshot.cancelled.set()
+            self._notified.notify_all()
         self._changed()
         log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
         # A finalized image or a savepoint's own files are garbage once aborted (shared
@@ -501,9 +502,15 @@ class CheckpointAgent:
 
     def wait_for_notification(self, batch_id: int, should_give_up: Callable[[], bool]) -> bool:
         """Block until sinks were notified of an image covering ``batch_id`` (the final
-        checkpoint of a bounded run), or until ``should_give_up``."""
+        checkpoint of a bounded run) and no stop-with-savepoint is in flight, or until
+        ``should_give_up``. A stop-with-savepoint that completes stops the query: the run
+        ends with it (stop --drain), also when a checkpoint covering the batch came first."""
         with self._notified:
-            while self._notified_batch is None or self._notified_batch < batch_id:
+            while (
+                self._notified_batch is None
+                or self._notified_batch < batch_id
+                or any(s.after is not AfterCompletion.CONTINUE for s in self._in_flight())
+            ):
                 if should_give_up():
                     return False
                 self._notified.wait(timeout=0.5)
