@@ -568,7 +568,8 @@ async def _run_locked(
             f"{layout.job_root.removeprefix('file://')} and output (to start from one of its "
             "savepoints, copy its directory first to <another root>/"
             f"{manifest.namespace}/{manifest.name}/savepoints/sp-N, where a savepoint must "
-            "lie to be read, and name it in spec.restore.initialSavepointPath)"
+            "lie to be read, and run --from that path or name it in "
+            "spec.restore.initialSavepointPath)"
         )
     owner = _claimed(storage, paths)
     report = display.line

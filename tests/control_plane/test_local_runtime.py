@@ -286,8 +286,8 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
         "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
         f"from the start, delete its state {job.job_dir}, storage {storage} and output (to "
         "start from one of its savepoints, copy its directory first to <another root>/"
-        "default/probe/savepoints/sp-N, where a savepoint must lie to be read, and name it in "
-        "spec.restore.initialSavepointPath)"
+        "default/probe/savepoints/sp-N, where a savepoint must lie to be read, and run --from "
+        "that path or name it in spec.restore.initialSavepointPath)"
     ]
     assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"
     # What the message says works.
