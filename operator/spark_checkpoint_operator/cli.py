@@ -4,6 +4,7 @@ import argparse
 import asyncio
 import importlib.metadata
 import logging
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -24,7 +25,7 @@ from spark_checkpoint_operator.cli_conventions import (
 )
 from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
-from spark_checkpoint_operator.detached_run import run_detached
+from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE, run_detached
 from spark_checkpoint_operator.local_runtime import (
     RunRefused,
     run_local,
@@ -118,7 +119,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "newest image; checked before Spark starts",
     )
     run.add_argument(
+        "-d",
         "--detach",
+        "--detached",  # Flink's spelling
         action="store_true",
         help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
         "runtime.log); return once the run's driver answers (its phase is past Deploying, "
@@ -201,11 +204,11 @@ def _main(argv: Sequence[str] | None) -> int:
         commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unrecognized)}")
     if args.command == "run":
         args.manifest = args.manifest_file or args.manifest
-        return (
-            run_detached(args, sys.argv[1:] if argv is None else list(argv))
-            if args.detach
-            else _run(args)
-        )
+        # Taken out: a process the background run starts (its driver) is none.
+        background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None) is not None
+        if args.detach and not background:
+            return run_detached(args, sys.argv[1:] if argv is None else list(argv))
+        return _run(args)
     if args.command == "simulate":
         return _simulate(args)
     if args.command in ("status", "savepoint", "stop", "cancel"):

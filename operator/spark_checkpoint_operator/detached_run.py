@@ -2,6 +2,7 @@
 the command returns once the run answers on its control socket."""
 
 import argparse
+import os
 import shlex
 import subprocess
 import sys
@@ -23,6 +24,10 @@ from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.run_display import wall_clock
 
+# Set for the background run: it runs, whatever its arguments say (-d, --detach or
+# --detached; taking them out of its arguments missed a spelling, and each run detached
+# again, a process each time for ever).
+BACKGROUND_RUN_VARIABLE = "SPARK_CHECKPOINT_BACKGROUND_RUN"
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
 # The phases the detached run is waited through: its driver's agent has not answered
@@ -35,8 +40,9 @@ LOG_LINES_SHOWN = 5
 
 
 def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
-    """Start ``spark-checkpoint run`` with ``argv`` less ``--detach`` in a new session;
-    0 once it answers, else its exit code (or 1) with the end of its log."""
+    """Start ``spark-checkpoint run`` with ``argv`` in a new session, as the background
+    run (`BACKGROUND_RUN_VARIABLE`); 0 once it answers, else its exit code (or 1) with the
+    end of its log."""
     try:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
@@ -65,7 +71,8 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         log.flush()
         earlier_runs = log.tell()  # what this run adds is all a refusal shows
         process = subprocess.Popen(
-            [*command, *(a for a in argv if a != "--detach")],
+            [*command, *argv],
+            env={**os.environ, BACKGROUND_RUN_VARIABLE: "1"},
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,

@@ -73,10 +73,10 @@ def job(tmp_path: Path) -> Iterator[LocalJob]:
         os.kill(int(text), 9)  # a test that failed half-way leaves no run behind
 
 
-def _detach(job: LocalJob, *options: str, running: bool = True) -> None:
+def _detach(job: LocalJob, *options: str, running: bool = True, spelling: str = "--detach") -> None:
     """``run --detach``, then (``running``) until its first checkpoint: before, the query
     may not run all its tasks yet, and a savepoint is declined."""
-    started = job.cli("run", "-f", "job.yaml", "--detach", *options)
+    started = job.cli("run", "-f", "job.yaml", spelling, *options)
     assert started.returncode == 0, started.stderr
     assert "spark-checkpoint status -f job.yaml" in started.stdout
     assert "spark-checkpoint stop -f job.yaml" in started.stdout
@@ -460,6 +460,19 @@ def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoin
     assert {int(words[1]), int(drained.stdout.split()[1])} <= saved
     log = (job.job_dir / "logs" / "runtime.log").read_text()
     assert "`spark-checkpoint stop --drain`: draining the input, then taking a savepoint" in log
+
+
+@pytest.mark.parametrize("spelling", ["-d", "--detached"])
+def test_run_detaches_under_flinks_spellings(job: LocalJob, spelling: str) -> None:
+    """`flink run -d` and `--detached`. The background run is started with the same
+    arguments, and runs: taking `--detach` out of them missed other spellings, and each
+    run detached again, a process each time for ever."""
+    _detach(job, spelling=spelling, running=False)
+    runtime = job.runtime_pid()
+    cancelled = job.cli("cancel", "-f", "job.yaml")
+    assert cancelled.returncode == 0, cancelled.stderr
+    wait_until_gone(runtime)
+    assert job.status_file()["phase"] == "Cancelled"
 
 
 def test_a_second_detached_run_of_a_running_job_is_refused(job: LocalJob) -> None:
