@@ -14,6 +14,7 @@ from spark_checkpoint_operator.cli_conventions import (
     ExitCode,
     OutputFormat,
     Parser,
+    add_job_options,
     add_manifest_option,
     add_output_option,
     directory,
@@ -237,12 +238,11 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> Non
     where = job.add_argument_group(
         "job storage",
         "either -f FILE (storage: spec.checkpointing.storage, else <state-dir>/storage) "
-        "or all of --storage, --namespace and --job",
+        "or --storage and --job (and --namespace)",
     )
     add_manifest_option(where, "a SparkCheckpointJob manifest")
     where.add_argument("--storage", metavar="URI", help="storage root (path or fsspec URI)")
-    where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
-    where.add_argument("--job", metavar="NAME", help="the job's name")
+    add_job_options(where)
     where.add_argument(
         "--state-dir",
         type=directory,

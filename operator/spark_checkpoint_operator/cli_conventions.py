@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TextIO
 
 import yaml
 
-from spark_checkpoint_operator.manifest.validation import field_problems
+from spark_checkpoint_operator.manifest.validation import DEFAULT_NAMESPACE, field_problems
 
 
 class ExitCode(IntEnum):
@@ -95,6 +95,17 @@ def add_manifest_option(parser: argparse._ActionsContainer, help_text: str, **kw
     parser.add_argument(
         "-f", "--filename", "--manifest", type=Path, metavar="FILE", help=help_text, **kwargs
     )
+
+
+def add_job_options(parser: argparse._ActionsContainer) -> None:
+    """``--namespace`` and ``--job`` name the job where no manifest does (`job_options`)."""
+    parser.add_argument(
+        "--namespace",
+        "-n",
+        metavar="NS",
+        help=f"the job's namespace (default: {DEFAULT_NAMESPACE})",
+    )
+    parser.add_argument("--job", metavar="NAME", help="the job's name")
 
 
 class OutputFormat(StrEnum):
@@ -251,11 +262,11 @@ def storage_option(value: str) -> str:
     return _field_option("--storage", ("spec", "checkpointing", "storage"), value)
 
 
-def job_options(namespace: str, job: str) -> tuple[str, str]:
-    """``--namespace`` and ``--job``, judged by the rules of the job's metadata: they
-    become parts of local paths."""
+def job_options(namespace: str | None, job: str) -> tuple[str, str]:
+    """``--namespace`` (by default Kubernetes' default one) and ``--job``, judged by the
+    rules of the job's metadata: they become parts of local paths."""
     return (
-        _field_option("--namespace", ("metadata", "namespace"), namespace),
+        _field_option("--namespace", ("metadata", "namespace"), namespace or DEFAULT_NAMESPACE),
         _field_option("--job", ("metadata", "name"), job),
     )
 

@@ -12,6 +12,7 @@ from spark_checkpoint_operator.cli_conventions import (
     OptionError,
     OutputFormat,
     Parser,
+    add_job_options,
     add_manifest_option,
     add_output_option,
     directory,
@@ -67,12 +68,11 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     job = Parser(add_help=False)
     where = job.add_argument_group(
         "which job",
-        "either -f FILE, or --namespace and --job (with --state-dir unless the state is in "
+        "either -f FILE, or --job (and --namespace; with --state-dir unless the state is in "
         f"./{STATE_DIR_NAME})",
     )
     add_manifest_option(where, "the SparkCheckpointJob manifest run")
-    where.add_argument("--namespace", "-n", metavar="NS", help="the job's namespace")
-    where.add_argument("--job", metavar="NAME", help="the job's name")
+    add_job_options(where)
     where.add_argument(
         "--state-dir",
         type=directory,
@@ -226,7 +226,7 @@ def job_paths(args: argparse.Namespace) -> LocalPaths:
         state_dir = args.state_dir or default_state_dir(args.manifest)
     elif args.job is not None:
         try:
-            namespace, name = job_options(args.namespace or "default", args.job)
+            namespace, name = job_options(args.namespace, args.job)
         except OptionError as error:
             raise _Usage(str(error)) from None
         state_dir = args.state_dir or Path(STATE_DIR_NAME)

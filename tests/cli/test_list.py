@@ -156,10 +156,17 @@ def test_a_damaged_status_file_is_ignored_with_a_warning(job: Job, cli: Cli) -> 
     assert rows(result.out)[("checkpoint", "2")][6] == "-"
 
 
+def test_the_namespace_is_kubernetes_default_unless_given(job: Job, cli: Cli) -> None:
+    """As `status --job` and kubectl: `list --job` alone was a usage error."""
+    result = cli("list", "--storage", job.root, "--job", "clicks")
+    assert result.code == 0, result.err
+    assert result.out.startswith("job default/clicks: ")
+
+
 def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
-    incomplete = cli("list", "--storage", job.root, "--job", "clicks")
+    incomplete = cli("list", "--storage", job.root, "-n", "analytics")
     assert incomplete.code == 2
-    assert "missing: --namespace" in incomplete.err
+    assert "missing: --job" in incomplete.err
 
     both = cli("list", "--manifest", str(tmp_path / "job.yaml"), *job.flags)
     assert both.code == 2

@@ -61,6 +61,9 @@ QUALIFIED_NAME_PATTERN = (
 )
 LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
 
+# Where Kubernetes puts an object whose manifest names no namespace (kubectl's default).
+DEFAULT_NAMESPACE = "default"
+
 # The API server validates ObjectMeta itself, so a local manifest's metadata is checked
 # against this subset; the CRD may only restrict metadata.name further (its maxLength).
 _ANY_OBJECT: Schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
@@ -77,7 +80,7 @@ _OBJECT_META: Schema = {
             "type": "string",
             "maxLength": DNS_1123_LABEL_MAX_LENGTH,
             "pattern": DNS_1123_LABEL_PATTERN,
-            "default": "default",
+            "default": DEFAULT_NAMESPACE,
         },
         "labels": {
             "type": "object",

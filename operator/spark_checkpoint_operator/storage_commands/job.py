@@ -77,19 +77,15 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     else:
         missing = [
             flag
-            for flag, value in (
-                ("--storage", source.storage),
-                ("--namespace", source.namespace),
-                ("--job", source.job),
-            )
+            for flag, value in (("--storage", source.storage), ("--job", source.job))
             if not value
         ]
         if missing:
             raise CommandError(
-                "give either -f FILE or all of --storage, --namespace and --job "
+                "give either -f FILE or --storage and --job (and --namespace) "
                 f"(missing: {', '.join(missing)})"
             )
-        assert source.storage and source.namespace and source.job
+        assert source.storage and source.job
         try:
             root = storage_option(source.storage)
             namespace, job = job_options(source.namespace, source.job)
