@@ -11,7 +11,6 @@ from pathlib import Path
 
 from spark_checkpoint_operator.cli_conventions import (
     GENERAL_MEANINGS,
-    ExitCode,
     OutputFormat,
     Parser,
     add_job_options,
@@ -27,6 +26,7 @@ from spark_checkpoint_operator.cli_conventions import (
 from spark_checkpoint_operator.control_commands import add_control_commands, run_control
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE, run_detached
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
     RunRefused,
     run_local,

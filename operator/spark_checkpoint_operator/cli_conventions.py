@@ -12,30 +12,14 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from enum import IntEnum, StrEnum
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
 import yaml
 
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.manifest.validation import DEFAULT_NAMESPACE, field_problems
-
-
-class ExitCode(IntEnum):
-    """The exit codes of ``spark-checkpoint``; each command's ``--help`` says what each of
-    the codes it uses means for it."""
-
-    OK = 0
-    FAILED = 1
-    USAGE = 2  # also what argparse exits with on a bad command line
-    NO_RUNTIME = 3
-    DECLINED = 4
-    REFUSED = 5
-    CANCELLED = 130  # 128 + SIGINT: what a shell reports for a Ctrl-C'd command
-    # 128 + SIGPIPE: what a shell reports for a C or Go program (kubectl) whose reader
-    # closed the pipe; Python would print a traceback instead.
-    CLOSED_PIPE = 141
-
 
 # What a code means when the command has nothing more specific to say.
 GENERAL_MEANINGS: Mapping[ExitCode, str] = {
@@ -45,16 +29,18 @@ GENERAL_MEANINGS: Mapping[ExitCode, str] = {
     ExitCode.NO_RUNTIME: "no `spark-checkpoint run` of the job is running",
     ExitCode.DECLINED: "the checkpoint coordinator declined the request",
     ExitCode.REFUSED: "refused: the control directory is not private, or the token is wrong",
-    ExitCode.CANCELLED: "the run was cancelled",
+    ExitCode.CANCELLED: "interrupted (Ctrl-C)",
     ExitCode.CLOSED_PIPE: "standard output was closed before all was written (`| head`)",
 }
 
 
 def epilog(examples: Sequence[str], exit_codes: Mapping[ExitCode, str]) -> str:
     """A command's ``--help`` epilog: its examples and its exit codes. Every command may
-    exit 2 (usage) and 141 (closed pipe): those are added unless ``exit_codes`` says more."""
+    exit 2 (usage), 130 (Ctrl-C) and 141 (closed pipe): those are added unless
+    ``exit_codes`` says more."""
     codes = {
         ExitCode.USAGE: GENERAL_MEANINGS[ExitCode.USAGE],
+        ExitCode.CANCELLED: GENERAL_MEANINGS[ExitCode.CANCELLED],
         ExitCode.CLOSED_PIPE: GENERAL_MEANINGS[ExitCode.CLOSED_PIPE],
         **exit_codes,
     }

@@ -8,7 +8,6 @@ from typing import Any
 
 from spark_checkpoint.storage import CheckpointKind, printable_line
 from spark_checkpoint_operator.cli_conventions import (
-    ExitCode,
     OptionError,
     OutputFormat,
     Parser,
@@ -37,6 +36,7 @@ from spark_checkpoint_operator.control_protocol import (
     RuntimeStatus,
 )
 from spark_checkpoint_operator.coordinator import TerminalOutcome
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
     LocalPaths,

@@ -9,10 +9,10 @@ import sys
 import time
 
 from spark_checkpoint.storage import SymbolicLinkError
-from spark_checkpoint_operator.cli_conventions import ExitCode
 from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRuntime, request
 from spark_checkpoint_operator.control_protocol import Command, RuntimeStatus
 from spark_checkpoint_operator.coordinator import JobPhase, TerminalOutcome
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
 from spark_checkpoint_operator.local_state import (
     LocalPaths,

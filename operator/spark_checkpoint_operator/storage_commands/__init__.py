@@ -6,7 +6,7 @@ coordinator's registry does. Locally that is the status file of ``spark-checkpoi
 (``<state-dir>/<namespace>/<job>/status.json``), which these commands read when present
 to mark each snapshot registered or unregistered.
 
-Exit codes (``cli_conventions.ExitCode``): 0 success; 1 a snapshot cannot be read or
+Exit codes (``exit_codes.ExitCode``): 0 success; 1 a snapshot cannot be read or
 failed verification; 2 the command line, the manifest or the storage address is wrong.
 
 - ``job``: the job's storage and registry, from a manifest or explicit flags;

@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from spark_checkpoint.storage import StorageError
-from spark_checkpoint_operator.cli_conventions import ExitCode, OutputFormat, print_document
+from spark_checkpoint_operator.cli_conventions import OutputFormat, print_document
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.storage_commands.job import (
     CommandError,
     StorageSource,
