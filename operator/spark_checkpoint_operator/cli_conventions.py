@@ -62,9 +62,8 @@ class _HelpFormatter(argparse.HelpFormatter):
 class Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line naming the command and the
     problem, exit code 2 (argparse's is the whole usage block first). Options are spelled
-    out: an abbreviation (``--deta``) is not taken, as `run --detach` starts itself again
-    without its exact ``--detach``, and an abbreviation kept it detaching, a process each
-    time, for ever."""
+    out: an abbreviation (``--deta``) is not taken, so that a later option sharing its start
+    cannot change what a script's command line means."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _HelpFormatter)

@@ -4,6 +4,7 @@ one-line error, and a quiet exit when the reader of its output goes away (`| hea
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.metadata
 import json
@@ -342,11 +343,13 @@ def test_a_ctrl_c_while_the_command_line_starts_ends_it_quietly(
         )
         maps = Path(f"/proc/{started.pid}/maps")
         deadline = time.monotonic() + 60
-        while "/_yaml." not in maps.read_text():
-            assert started.poll() is None and time.monotonic() < deadline, "it never imported"
-            time.sleep(0.005)
-        started.send_signal(signal.SIGINT)
+        with contextlib.suppress(FileNotFoundError, ProcessLookupError):  # it ended
+            while started.poll() is None and "/_yaml." not in maps.read_text():
+                assert time.monotonic() < deadline, "it never imported"
+                time.sleep(0.005)
+            started.send_signal(signal.SIGINT)
         _, err = started.communicate(timeout=60)
         ends.append((started.returncode, err))
     assert ends[-1] == (ExitCode.CANCELLED, "\n"), ends
-    assert all(end == (ExitCode.OK, "") for end in ends[:-1]), ends
+    # Too late: it was done, or ending (Python's own exit then ends by the signal).
+    assert all(end in ((ExitCode.OK, ""), (-signal.SIGINT, "")) for end in ends[:-1]), ends

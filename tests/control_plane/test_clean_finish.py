@@ -16,6 +16,7 @@ from spark_checkpoint.protocol import (
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
+    DeclineReport,
     FinalizeAnswer,
     QueryState,
     RestoreCandidate,
@@ -518,6 +519,7 @@ class CheckpointBeforeTheDrainAgent(DrainingAgent):
         super().__init__()
         self.exhausted = self.input_ran_out_first
         self.checkpoints: list[int] = []
+        self.drain_aborted = False
 
     async def trigger(
         self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
@@ -543,29 +545,33 @@ class CheckpointBeforeTheDrainAgent(DrainingAgent):
             await super().complete(checkpoint_id, batch_id)
             return
         await FakeAgent.complete(self, checkpoint_id, batch_id)
-        self.notified = batch_id  # the driver waits on: a drain is in flight
+        self.notified = batch_id  # the driver waits on while a drain is in flight
+        self._finish_if_told()
 
     async def abort(self, checkpoint_id: int, reason: str) -> None:
         await super().abort(checkpoint_id, reason)
-        if checkpoint_id in self.drains and self.driver is not None:
-            self.driver.code = DriverExit.FINISHED  # told of its last batch already
+        if checkpoint_id in self.drains:
+            self.drain_aborted = True
+            self._finish_if_told()
+
+    def _finish_if_told(self) -> None:
+        """The driver finishes once told of its last batch, with no drain in flight."""
+        told = self.notified is not None and self.batch is not None and self.notified >= self.batch
+        if self.drain_aborted and told and self.driver is not None:
+            self.driver.code = DriverExit.FINISHED
 
 
 class FinalCheckpointBeforeTheDrainAgent(CheckpointBeforeTheDrainAgent):
     input_ran_out_first = True
 
 
-@pytest.mark.parametrize(
-    "agent_class", [CheckpointBeforeTheDrainAgent, FinalCheckpointBeforeTheDrainAgent]
-)
-def test_a_drain_ends_with_its_savepoint_when_a_checkpoint_covering_the_end_came_first(
+def _drain_after_a_checkpoint(
+    launcher: FinishingLauncher,
     agent_class: type[CheckpointBeforeTheDrainAgent],
-) -> None:
-    """The job Finished and gave up the drain savepoint the user asked for: the status of a
-    driver told of its last batch was taken for one about to exit (a reviewer), or the
-    final checkpoint already under way ended the job."""
-    launcher = FinishingLauncher(agent_class)
-    notices: list[Notice] = []
+    notices: list[Notice],
+) -> TerminalOutcome:
+    """A bounded job asked for a checkpoint (unless its input ran out first: its final
+    one), then, once that was triggered, for a drain savepoint (stop --drain)."""
 
     async def scenario() -> TerminalOutcome:
         supervisor = _bounded_job(launcher, notices)
@@ -580,8 +586,79 @@ def test_a_drain_ends_with_its_savepoint_when_a_checkpoint_covering_the_end_came
         )
         return await asyncio.wait_for(run, 10.0)
 
-    outcome = asyncio.run(scenario())
+    return asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    "agent_class", [CheckpointBeforeTheDrainAgent, FinalCheckpointBeforeTheDrainAgent]
+)
+def test_a_drain_ends_with_its_savepoint_when_a_checkpoint_covering_the_end_came_first(
+    agent_class: type[CheckpointBeforeTheDrainAgent],
+) -> None:
+    """The job Finished and gave up the drain savepoint the user asked for: the status of a
+    driver told of its last batch was taken for one about to exit (a reviewer), or the
+    final checkpoint already under way ended the job."""
+    launcher, notices = FinishingLauncher(agent_class), []
+    outcome = _drain_after_a_checkpoint(launcher, agent_class, notices)
     (driver,) = launcher.drivers
     assert isinstance(driver.agent, CheckpointBeforeTheDrainAgent)
     assert driver.agent.completed == [*driver.agent.checkpoints, *driver.agent.drains]
     assert outcome is TerminalOutcome.SUSPENDED, [n.message for n in notices]
+
+
+class DeclinedDrainAgent(CheckpointBeforeTheDrainAgent):
+    """As its base, but the drain savepoint is declined once the checkpoint before it
+    completed (``refuse_first_completion``: whose first completion a sink's commit refused)."""
+
+    refuse_first_completion = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[int] = []
+
+    def _status(self) -> AgentStatus:
+        if self.drains and set(self.checkpoints) <= set(self.completed):
+            self.statuses_exhausted = -1000  # never captured: declined
+            for checkpoint_id in self.drains:
+                if (held := self.snapshots.get(checkpoint_id)) is not None and not held.declines:
+                    declined = (DeclineReport("logs", "no space left on device"),)
+                    self.snapshots[checkpoint_id] = replace(held, declines=declined)
+        return super()._status()
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if self.refuse_first_completion and checkpoint_id in self.checkpoints and not self.refused:
+            self.refused.append(checkpoint_id)
+            self.snapshots.pop(checkpoint_id, None)  # completed, as the agent marks it first
+            raise AgentRejected("500 participant TransactionalFileSink: OSError: disk full")
+        await super().complete(checkpoint_id, batch_id)
+
+
+class DeclinedDrainRefusedCompletionAgent(DeclinedDrainAgent):
+    input_ran_out_first = True
+    refuse_first_completion = True
+
+
+class DeclinedDrainAfterTheFinalCheckpointAgent(DeclinedDrainAgent):
+    input_ran_out_first = True
+
+
+@pytest.mark.parametrize(
+    "agent_class",
+    [
+        DeclinedDrainAgent,
+        DeclinedDrainAfterTheFinalCheckpointAgent,
+        DeclinedDrainRefusedCompletionAgent,
+    ],
+)
+def test_a_drain_that_fails_after_a_checkpoint_covering_the_end_ends_finished(
+    agent_class: type[DeclinedDrainAgent],
+) -> None:
+    """The driver waits for the drain in flight, then finishes. A final completion its sink
+    refused while the drain was in flight was never sent again (only a finishing attempt's
+    was), and the driver waited for it for ever (a reviewer)."""
+    launcher, notices = FinishingLauncher(agent_class), []
+    outcome = _drain_after_a_checkpoint(launcher, agent_class, notices)
+    (driver,) = launcher.drivers
+    assert isinstance(driver.agent, DeclinedDrainAgent)
+    assert driver.agent.completed == driver.agent.checkpoints
+    assert outcome is TerminalOutcome.FINISHED, [n.message for n in notices]

@@ -250,13 +250,15 @@ def test_a_driver_woken_by_a_stopping_savepoints_completion_sees_the_stop(
     assert seen == [True]
 
 
-@pytest.mark.parametrize("savepoint_ends", ["complete", "abort"])
+@pytest.mark.parametrize("savepoint_ends", ["complete", "complete-slowly", "abort"])
 def test_a_driver_whose_input_ran_out_waits_for_a_stop_with_savepoint_in_flight(
-    running: Running, savepoint_ends: str
+    running: Running, savepoint_ends: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A checkpoint covering the last batch completed first while a stop --drain savepoint
     was in flight: the driver exited FINISHED and the savepoint was given up. It waits for
-    the savepoint: completed, the run stops with it; aborted, the run finishes."""
+    the savepoint: completed, the run stops with it (also while its participants still
+    commit: it is marked completed before, its stop set after them; a reviewer); aborted,
+    the run finishes."""
     client = running.client()
     tasks = ["logs", "state-0-0", "state-0-1"]
     _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
@@ -268,12 +270,20 @@ def test_a_driver_whose_input_ran_out_waits_for_a_stop_with_savepoint_in_flight(
     _call(client, "complete", 1, 2)
     waiting.join(timeout=1)
     assert waiting.is_alive(), "the driver did not wait for the stop-with-savepoint"
-    if savepoint_ends == "complete":
-        _call(client, "complete", 2, 2)
-    else:
+    if savepoint_ends == "abort":
         _call(client, "abort", 2, "timed out")
+    else:
+        if savepoint_ends == "complete-slowly":
+            commit = running.participant.on_checkpoint_complete
+
+            def slow_commit(batch_id: int) -> None:
+                time.sleep(1.5)  # the driver looks every half second
+                commit(batch_id)
+
+            monkeypatch.setattr(running.participant, "on_checkpoint_complete", slow_commit)
+        _call(client, "complete", 2, 2)
     waiting.join(timeout=10)
-    assert seen == [savepoint_ends == "complete"]
+    assert seen == [savepoint_ends != "abort"]
 
 
 def test_a_savepoint_the_query_continues_after_is_done_at_finalization(running: Running) -> None:

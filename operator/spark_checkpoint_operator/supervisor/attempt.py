@@ -168,11 +168,17 @@ class Attempt:
         return self.finishing and end is not None and told is not None and told >= end
 
     def final_completion_due(self) -> bool:
-        """A completion covering its last batch, refused or unanswered, is to be sent again."""
-        refused = self.final_completion_refused_at
+        """A completion covering its last batch, refused or unanswered, is to be sent again:
+        also one refused while a stop-with-savepoint was in flight (the attempt did not
+        finish then), for the driver waits for it if that savepoint fails."""
+        end, told, refused = (
+            self.input_exhausted_at,
+            self.told_batch,
+            self.final_completion_refused_at,
+        )
         return (
-            self.finishing
-            and not self.told_final()
+            end is not None
+            and (told is None or told < end)
             and refused is not None
             and time.monotonic() - refused >= FINAL_COMPLETION_RETRY_SECONDS
         )

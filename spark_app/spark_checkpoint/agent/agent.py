@@ -509,12 +509,20 @@ class CheckpointAgent:
             while (
                 self._notified_batch is None
                 or self._notified_batch < batch_id
-                or any(s.after is not AfterCompletion.CONTINUE for s in self._in_flight())
+                or self._stop_under_way()
             ):
                 if should_give_up():
                     return False
                 self._notified.wait(timeout=0.5)
         return True
+
+    def _stop_under_way(self) -> bool:
+        """A stop-with-savepoint not aborted, whose stop is not set yet: one completed is
+        marked so before its participants commit, and the stop follows only then."""
+        return not self.stop_requested and any(
+            s.after is not AfterCompletion.CONTINUE and s.state is not SnapshotPhase.ABORTED
+            for s in self._snapshots.values()
+        )
 
     def close(self) -> None:
         self._copies.shutdown(wait=False, cancel_futures=True)
