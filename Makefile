@@ -35,11 +35,11 @@ typecheck: $(INSTALLED)
 # part of it, so it needs the image tools (installed here when missing; root, as CI has).
 # Four workers (pytest-xdist) on the machine's two cores: many tests mostly wait (the
 # operator's simulated jobs use a quarter of a core), so more workers than cores fill what
-# fewer leave idle (once: 18.5 minutes of tests with three, 22 to 27 with two; 2026-12-02,
-# the suite grown: both cores 99% busy through a run with four, 29.7 minutes under extra load,
-# against 29.8 with three). tests/conftest.py collects the modules that run Spark first, so
-# that the longest tests do not end the run on one worker while the others idle (21.3 -> 16.9
-# minutes).
+# fewer leave idle (once: 18.5 minutes of tests with three, 22 to 27 with two). 2026-12-02,
+# the suite grown: a fresh clone's CI took 31.5 minutes with four and with three, both cores
+# 99% busy throughout (CPU-bound: more workers gain nothing now). tests/conftest.py collects
+# the modules that run Spark first, so that the longest tests do not end the run on one
+# worker while the others idle (21.3 -> 16.9 minutes).
 unit: images-tools $(INSTALLED)
 	$(BIN)/python -m pytest -n 4 --dist worksteal -m "not containers"
 
