@@ -30,7 +30,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 if str(EXAMPLE) not in sys.path:
     sys.path.insert(0, str(EXAMPLE))
 
-# The JVM flags of tests/helpers/job_run.py: C1 only and the serial collector roughly halve
+# The JVM flags of tests/helpers/spark_jvm.py: C1 only and the serial collector roughly halve
 # JVM start and first-job time on this 2-core machine and keep JIT threads from competing
 # with the measured work. Both sides of every comparison use the same settings.
 FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"

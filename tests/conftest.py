@@ -1,7 +1,8 @@
 """Fixtures shared by the test packages: the object-store servers (helpers/objectstore), each
 started on first use, once per session, and stopped at its end; a faulty proxy in front of
-one."""
+one. Also the JVM settings of every Spark driver the tests start (helpers/spark_jvm)."""
 
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +19,21 @@ from helpers.objectstore import (
     start_s3_server,
     storage_roots,
 )
+from helpers.spark_jvm import driver_options
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Sets SPARK_SUBMIT_OPTS once, in the process that starts the others (xdist's workers
+    inherit it): with pytest's cache, the class archive lives there."""
+    if hasattr(config, "workerinput"):
+        return
+    cache = getattr(config, "cache", None)
+    directory = None if cache is None else cache.mkdir("spark-class-archive")
+    os.environ["SPARK_SUBMIT_OPTS"] = driver_options(directory)
+
+
+def pytest_report_header() -> str:
+    return f"Spark drivers' SPARK_SUBMIT_OPTS: {os.environ['SPARK_SUBMIT_OPTS']}"
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers.job_run import FAST_JVM, expected_counts, generate
+from helpers.job_run import expected_counts, generate
 from spark_checkpoint.agent.snapshot import committed_batches, pin, plan_snapshot
 
 pytestmark = pytest.mark.spark
@@ -40,7 +40,6 @@ def spark() -> Iterator[Any]:
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", FAST_JVM)
         .getOrCreate()
     )
     session.sparkContext.setLogLevel("ERROR")

@@ -22,7 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.doc_blocks import marked_blocks, shell_commands
-from helpers.job_run import FAST_JVM, JobRun
+from helpers.job_run import JobRun
+from helpers.spark_jvm import FAST_JVM
 from spark_checkpoint.storage.layout import (
     OWNER_FILE_NAME,
     SHARED_DIR_NAME,

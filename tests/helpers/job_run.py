@@ -26,9 +26,6 @@ from ground_truth import expected_counts  # noqa: E402
 
 from spark_checkpoint.sink import latest_values, read_committed  # noqa: E402
 
-# Halves JVM start and first-job time on small machines.
-FAST_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
-
 
 class JobRun:
     def __init__(
@@ -65,7 +62,6 @@ class JobRun:
                     "sparkConf": {
                         "spark.sql.shuffle.partitions": "2",
                         "spark.master": "local[2]",
-                        "spark.driver.extraJavaOptions": FAST_JVM,
                         **(spark_conf or {}),
                     },
                     "env": [{"name": k, "value": v} for k, v in (env or {}).items()],

@@ -20,7 +20,6 @@ from typing import Any, Self, TypeVar
 import kmock
 
 from helpers import containers
-from helpers.job_run import FAST_JVM
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
@@ -400,7 +399,6 @@ def wordcount_job(
                 "sparkConf": {
                     "spark.master": "local[2]",
                     "spark.sql.shuffle.partitions": "2",
-                    "spark.driver.extraJavaOptions": FAST_JVM,
                 },
                 "env": spec.pop("env", []),
             },

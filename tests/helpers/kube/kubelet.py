@@ -46,10 +46,10 @@ mounts, environment and processes do not apply):
   the image's Python is the venv's. Other names are looked up on the container's PATH,
   whose first entry is the venv's bin directory (so installed console scripts resolve).
 - Environment: `base_env` (the "image's" ENV; by default PATH, HOME, JAVA_HOME, LANG,
-  LC_ALL, TZ, TMPDIR, PYTHONPATH, SPARK_HOME of this process, not all of `os.environ`, so
-  test settings do not leak into pods), `HOSTNAME` = the pod's name, then `envFrom` and
-  `env` in order with Kubernetes' `$(VAR)` expansion (`$$` escapes, unknown references stay).
-  `fieldRef` supports metadata.name/namespace/uid, metadata.labels['k'],
+  LC_ALL, TZ, TMPDIR, PYTHONPATH, SPARK_HOME, SPARK_SUBMIT_OPTS of this process, not all of
+  `os.environ`, so test settings do not leak into pods), `HOSTNAME` = the pod's name, then
+  `envFrom` and `env` in order with Kubernetes' `$(VAR)` expansion (`$$` escapes, unknown
+  references stay). `fieldRef` supports metadata.name/namespace/uid, metadata.labels['k'],
   metadata.annotations['k'], spec.nodeName, spec.serviceAccountName (default "default"),
   status.podIP(s) and status.hostIP(s). `resourceFieldRef` is not supported (phase Failed).
   No service environment variables (`KUBERNETES_SERVICE_HOST`, ...), no service-account
@@ -192,6 +192,7 @@ IMAGE_ENV_NAMES = (
     "TMPDIR",
     "PYTHONPATH",
     "SPARK_HOME",
+    "SPARK_SUBMIT_OPTS",
 )
 # Kubernetes' termination messages: the file's last 4096 bytes (tail.ReadAtMost), else with
 # FallbackToLogsOnError after a failure the log's last 80 lines, at most 2048 bytes.
