@@ -48,6 +48,46 @@ class StatusFileError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
+class DiscardDue:
+    """A discard retention decided that nothing has done yet: the running driver's agent
+    did not take it, or the janitor failed. The agent is asked again after each completion,
+    the janitor once no driver runs. Kept in the status, so an operator restart in between
+    does not leave the image in storage (an unregistered savepoint is the user's to
+    garbage collection). ``reason``: why it waits, said once the janitor did it (None: no
+    news, the driver was leaving)."""
+
+    kind: CheckpointKind
+    checkpoint_id: int
+    reason: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.kind.value} {self.checkpoint_id}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "id": self.checkpoint_id,
+            **({} if self.reason is None else {"reason": self.reason}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "DiscardDue":
+        """Raises InvalidStatus naming the field (`where` is the entry's place)."""
+        if not isinstance(data, Mapping):
+            raise InvalidStatus(f"{where}: expected an object, got {data!r}")
+        kind = _field(data, "kind", str, None, f"{where}.")
+        if kind not in set(CheckpointKind):
+            allowed = ", ".join(CheckpointKind)
+            raise InvalidStatus(f"{where}.kind: expected one of {allowed}, got {kind!r}")
+        checkpoint_id = _count(data, "id", f"{where}.", default=None)
+        if checkpoint_id is None:
+            raise InvalidStatus(f"{where}.id: expected an integer, got None")
+        return cls(
+            CheckpointKind(kind), checkpoint_id, _field(data, "reason", str, None, f"{where}.")
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PersistedStatus:
     """The part of a job's status that a restart resumes from: the coordinator's registry
     and the runtime's counters. ``render_status`` adds the views."""
@@ -66,6 +106,7 @@ class PersistedStatus:
     checkpoints_skipped: Mapping[str, Any] | None = None
     next_checkpoint_id: int = 1
     pending: Sequence[Mapping[str, Any]] = ()
+    discards_due: Sequence[DiscardDue] = ()
     coordinator: PersistedState = field(default_factory=PersistedState)
 
     def to_dict(self) -> dict[str, Any]:
@@ -82,6 +123,7 @@ class PersistedStatus:
             ),
             "nextCheckpointId": self.next_checkpoint_id,
             "pending": [dict(snapshot) for snapshot in self.pending],
+            "discardsDue": [discard.to_dict() for discard in self.discards_due],
             "counts": {"restored": self.restores, "failedRestores": self.failed_restores},
             "coordinator": self.coordinator.to_dict(),
         }
@@ -116,6 +158,10 @@ class PersistedStatus:
             checkpoints_skipped=_field(data, "checkpointsSkipped", Mapping, None),
             next_checkpoint_id=_count(data, "nextCheckpointId", default=state.next_checkpoint_id),
             pending=_field(data, "pending", list, []),
+            discards_due=[
+                DiscardDue.from_dict(entry, f"discardsDue[{index}]")
+                for index, entry in enumerate(_field(data, "discardsDue", list, []))
+            ],
             coordinator=state,
         )
 

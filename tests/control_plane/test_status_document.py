@@ -2,7 +2,7 @@
 users: the supervisor's record (``JobRecord``), the status view (``render_status``), the
 local runtime's status file (written each save, read back by the next run and for the
 leftover driver's pid), and the storage commands' registry. Drawn records cover every
-phase, counters, restore history, pending snapshots and registries."""
+phase, counters, restore history, pending snapshots, discards due and registries."""
 
 import json
 import tempfile
@@ -23,6 +23,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.status import (
+    DiscardDue,
     InvalidStatus,
     PersistedStatus,
     RegisteredSnapshots,
@@ -89,6 +90,7 @@ pending = st.fixed_dictionaries(
         "expected": counts,
     }
 )
+discards_due = st.builds(DiscardDue, st.sampled_from(CheckpointKind), ids, st.none() | texts)
 records = st.builds(
     JobRecord,
     phase=st.sampled_from(JobPhase),
@@ -100,6 +102,7 @@ records = st.builds(
     message=texts,
     coordinator=coordinators,
     pending=st.lists(pending, max_size=3),
+    discards_due=st.lists(discards_due, max_size=3),
     last_batch=st.none() | counts,
     consecutive_failures=counts,
     next_checkpoint_id=st.none() | st.integers(1, 2**40),
@@ -116,6 +119,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.restored_from,
         record.unrestorable,
         record.message,
+        record.discards_due,
         record.coordinator,
     )
 
@@ -173,11 +177,23 @@ def test_a_missing_status_file_is_a_new_job() -> None:
         ({"counts": {"restored": -2}}, "counts.restored: expected 0 to"),
         ({"lastCommittedBatch": -1}, "lastCommittedBatch: expected 0 to"),
         ({"nextCheckpointId": True}, "nextCheckpointId: expected an integer, got True"),
+        ({"discardsDue": {}}, "discardsDue: expected a list, got {}"),
+        ({"discardsDue": [3]}, "discardsDue[0]: expected an object, got 3"),
+        (
+            {"discardsDue": [{"kind": "savepoint", "id": 1}, {"kind": "image", "id": 2}]},
+            "discardsDue[1].kind: expected one of checkpoint, savepoint, got 'image'",
+        ),
+        ({"discardsDue": [{"kind": "savepoint"}]}, "discardsDue[0].id: expected an integer"),
+        ({"discardsDue": [{"kind": "checkpoint", "id": -4}]}, "discardsDue[0].id: expected 0 to"),
+        (
+            {"discardsDue": [{"kind": "checkpoint", "id": 4, "reason": 5}]},
+            "discardsDue[0].reason: expected a string, got 5",
+        ),
     ],
 )
 def test_a_count_out_of_range_is_named(written: dict[str, object], said: str) -> None:
     """Written by hand: one below 0 made the operator name a driver pod Kubernetes refuses,
-    one at int64's end made its own next write of it fail."""
+    one at int64's end made its own next write of it fail. Other values are named too."""
     with pytest.raises(InvalidStatus) as refused:
         PersistedStatus.from_dict(written)
     assert str(refused.value).startswith(said), refused.value

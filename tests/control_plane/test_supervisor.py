@@ -1,9 +1,11 @@
 """The supervisor against scripted drivers and agents (no Spark, real asyncio time)."""
 
 import asyncio
+import contextlib
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -38,8 +40,10 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.status import DiscardDue
 from spark_checkpoint_operator.supervisor import (
     POLL_INTERVAL,
+    CleanupFailed,
     JobRecord,
     JobSupervisor,
     StartProblem,
@@ -1400,6 +1404,143 @@ def test_a_discard_the_agent_did_not_take_is_asked_of_it_again_after_the_next_co
     assert (agent.refused, agent.discarded) == ([1], [1, 2])
     assert agent.kept == {1: [3], 2: [3]}, "what the registry retains when it is done"
     assert {1, 2}.isdisjoint(janitor.discarded), "not again after the driver exits"
+
+
+class SavepointDiscardRefusingAgent(FakeAgent):
+    """Refuses savepoint discards while ``refusing`` (a storage blip, a restarting pod)."""
+
+    refusing = True
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        if self.refusing:
+            raise AgentUnavailable("connection reset by peer")
+        await super().discard_savepoint(savepoint_id)
+
+
+def _one_savepoint_kept(
+    launcher: FakeLauncher,
+    janitor: NoJanitor,
+    record: JobRecord,
+    statuses: list[dict[str, Any]],
+    lines: list[str] | None = None,
+) -> JobSupervisor:
+    """A job whose savepoint history keeps one; each status write is appended to
+    ``statuses``, as the API server (or the local status file) would hold it, each notice's
+    message to ``lines``."""
+
+    async def save(saved: JobRecord) -> None:
+        statuses.append(saved.to_dict())
+
+    return JobSupervisor(
+        config=CoordinatorConfig(
+            interval=None, timeout=30.0, savepoint_history=SavepointHistoryLimits(max_count=1)
+        ),
+        restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+        launcher=launcher,
+        janitor=janitor,
+        save=save,
+        record=record,
+        report=lambda notice: None if lines is None else lines.append(notice.message),
+    )
+
+
+@pytest.mark.parametrize("driver", ["adopted", "gone"])
+def test_a_discard_due_when_the_operator_restarts_is_done_after_it(driver: str) -> None:
+    """The savepoint history's discard the agent did not take lived in the supervisor's
+    memory: an operator restart before the driver took it left the savepoint in storage
+    for good (garbage collection keeps an unregistered savepoint as the user's). Now it is
+    due in the status: the restarted operator asks the driver it adopts, or a new one,
+    after its next completion."""
+    launcher = FakeLauncher()
+    launcher.agent_class = SavepointDiscardRefusingAgent
+    statuses: list[dict[str, Any]] = []
+    first = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+
+    async def before_the_restart() -> int:
+        run = asyncio.create_task(first.run())
+        await until(lambda: first.record.phase is JobPhase.RUNNING)
+        first.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: len(first.record.coordinator.savepoints) == 1)
+        (dropped,) = first.record.coordinator.savepoints
+        first.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(statuses[-1]["discardsDue"]))
+        run.cancel()  # the operator is killed: its driver runs on
+        with contextlib.suppress(asyncio.CancelledError):
+            await run
+        return dropped.checkpoint_id
+
+    dropped = asyncio.run(before_the_restart())
+    assert statuses[-1]["discardsDue"] == [
+        {
+            "kind": "savepoint",
+            "id": dropped,
+            "reason": "the driver's agent did not take it (connection reset by peer)",
+        }
+    ]
+    running = launcher.drivers[0]
+    if driver == "gone":
+        running.code = -9  # it died while the operator was down
+    restarted = FakeLauncher(running=running if driver == "adopted" else None)
+    restarted.agent_class = SavepointDiscardRefusingAgent
+    agent = running.agent if driver == "adopted" else None
+    second = _one_savepoint_kept(
+        restarted, NoJanitor(), JobRecord.from_dict(statuses[-1]), statuses
+    )
+
+    async def after_the_restart() -> FakeAgent:
+        run = asyncio.create_task(second.run())
+        await until(lambda: agent is not None or bool(restarted.drivers))
+        now = agent or restarted.drivers[0].agent
+        assert isinstance(now, SavepointDiscardRefusingAgent)
+        now.refusing = False
+        for _ in range(50):  # declined until the restarted operator has the driver running
+            second.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+            await asyncio.sleep(0.2)
+            if now.completed:
+                break
+        await until(lambda: bool(now.discarded_savepoints))
+        second.cancel()
+        await run
+        return now
+
+    took = asyncio.run(after_the_restart())
+    assert took.discarded_savepoints == [dropped]
+    assert second.record.discards_due == []
+    assert statuses[-1]["discardsDue"] == []
+
+
+class OnceFailingJanitor(NoJanitor):
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        if not self.discarded_savepoints:
+            self.discarded_savepoints.append(-savepoint_id)  # the failed try
+            raise CleanupFailed("cleanup pod sc-cleanup-1 failed: 503 Slow Down")
+        await super().discard_savepoint(savepoint_id)
+
+
+def test_a_discard_the_janitor_failed_stays_due_until_the_deletion_of_the_ended_job() -> None:
+    """A cleanup that failed was said once (CleanupFailed) and forgotten: a savepoint
+    stayed in storage for good. It stays due, and the deletion of the ended job does it."""
+    launcher = FakeLauncher()
+    janitor = OnceFailingJanitor()
+    statuses: list[dict[str, Any]] = []
+    due = DiscardDue(CheckpointKind.SAVEPOINT, 4, "the driver's agent did not take it (reset)")
+    record = JobRecord(phase=JobPhase.FINISHED, attempt=1, discards_due=[due])
+    lines: list[str] = []
+    ended = _one_savepoint_kept(launcher, janitor, record, statuses, lines)
+
+    asyncio.run(ended.collect_leftovers())
+    assert janitor.discarded_savepoints == [-4]
+    assert statuses == [], "nothing changed: nothing written"
+    assert ended.record.discards_due == [due]
+    assert lines == ["storage cleanup failed: cleanup pod sc-cleanup-1 failed: 503 Slow Down"]
+
+    asyncio.run(ended.collect_leftovers())  # the job is deleted
+    assert janitor.discarded_savepoints == [-4, 4]
+    assert ended.record.discards_due == []
+    assert statuses[-1]["discardsDue"] == []
+    assert lines[1:] == [
+        "savepoint 4 discarded by the janitor: the driver's agent did not take it (reset)"
+    ]
 
 
 def test_a_triggered_checkpoint_is_in_progress_in_the_record_at_once() -> None:

@@ -193,7 +193,7 @@ class NoJanitor:
         self.discarded.append(checkpoint_id)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        return None
+        self.discarded_savepoints.append(savepoint_id)
 
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
         return None

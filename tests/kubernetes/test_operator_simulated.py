@@ -791,6 +791,54 @@ def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
     assert min(ids) > before["lastCheckpoint"]["id"] or before["lastCheckpoint"]["id"] in ids
 
 
+def test_a_savepoint_discard_the_driver_did_not_take_is_done_after_an_operator_restart(
+    cluster: LocalCluster,
+) -> None:
+    """The savepoint history's discard a driver refused lived in the operator's memory: a
+    restart before the driver took it left the savepoint in storage for good. It is in
+    status.discardsDue until done, so the restarted operator asks the driver it adopts."""
+    cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 1}))
+    in_phase(cluster, "orders", "Running")
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+    agent.refuses_discards = True
+
+    def savepoint(nonce: int) -> Any:
+        cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
+        return cluster.wait_for(
+            f"savepoint nonce {nonce}",
+            lambda: [
+                s["id"]
+                for s in cluster.status("orders")["coordinator"]["savepoints"]
+                if s.get("label") == f"nonce {nonce}"
+            ],
+            job="orders",
+        )[0]
+
+    dropped = savepoint(1)
+    savepoint(2)
+    due = cluster.wait_for(
+        "a discard due", lambda: cluster.status("orders").get("discardsDue"), job="orders"
+    )
+    assert due == [
+        {
+            "kind": "savepoint",
+            "id": dropped,
+            "reason": f"the driver's agent did not take it (POST /v1/savepoints/{dropped}/discard:"
+            " 503 storage unavailable: 503 Slow Down)",
+        }
+    ]
+
+    with operator_stopped(cluster):
+        agent.refuses_discards = False
+    cluster.patch_spec("orders", {"checkpointTriggerNonce": 1})
+    cluster.wait_for(
+        "the discard done", lambda: cluster.status("orders").get("discardsDue") == [], job="orders"
+    )
+    assert agent.discarded_savepoints == [dropped]
+    assert cluster.status("orders")["jobAttempt"] == 1, "adopted, not restarted"
+
+
 @pytest.mark.parametrize(
     ("restart_policy", "exit_code", "phase", "drivers"),
     [

@@ -14,7 +14,7 @@ derives from the record and the attempt (`coordinator_phase`), and only by this 
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol, assert_never
 
 from spark_checkpoint.protocol import RestoreCandidate
@@ -51,6 +51,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequest,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
+from spark_checkpoint_operator.status import DiscardDue
 from spark_checkpoint_operator.supervisor.attempt import Attempt
 from spark_checkpoint_operator.supervisor.notices import (
     Level,
@@ -95,18 +96,6 @@ class JobControl(Protocol):
         """The job was asked to stop (suspend, cancel or delete)."""
 
 
-@dataclass(frozen=True, slots=True)
-class StorageDiscard:
-    """A discard of `what`, through a driver's agent or the janitor, given the checkpoints
-    to keep; `news`: what to say once the janitor did it, if anything (set when the agent
-    did not take it and it waits, `_deferred`)."""
-
-    what: str
-    through_agent: Callable[[AgentClient, list[int]], Awaitable[object]]
-    through_janitor: Callable[[list[int]], Awaitable[None]]
-    news: str | None = None
-
-
 class EffectInterpreter:
     """The coordinator of one job, the queue of its effects, and what carries them out
     (the running attempt's agent, else the janitor)."""
@@ -135,8 +124,6 @@ class EffectInterpreter:
         self.attempt: Attempt | None = None
         # Stop-with-savepoints triggered: the query stops once one completes.
         self._stopping_savepoints: set[int] = set()
-        # Discards the running driver's agent did not take (`_discard`).
-        self._deferred: list[StorageDiscard] = []
 
     @property
     def coordinator(self) -> CheckpointCoordinator:
@@ -262,13 +249,7 @@ class EffectInterpreter:
                 self._stopping_savepoints.discard(cid)
             case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
                 await self._discard(
-                    StorageDiscard(
-                        f"checkpoint {cid}",
-                        lambda agent, kept: agent.discard_checkpoint(cid, kept),
-                        lambda kept: self._janitor.discard_checkpoint(cid, kept),
-                    ),
-                    attempt,
-                    list(retained),
+                    DiscardDue(CheckpointKind.CHECKPOINT, cid), attempt, list(retained)
                 )
             case DiscardSavepoint(savepoint=savepoint):
                 sid = savepoint.checkpoint_id
@@ -279,15 +260,7 @@ class EffectInterpreter:
                     f"deleting savepoint {sid} (batch {savepoint.batch_id}): older than the "
                     "savepoint history keeps (spec.savepoints.historyMaxCount, historyMaxAge)",
                 )
-                await self._discard(
-                    StorageDiscard(
-                        f"savepoint {sid}",
-                        lambda agent, _kept: agent.discard_savepoint(sid),
-                        lambda _kept: self._janitor.discard_savepoint(sid),
-                    ),
-                    attempt,
-                    [],
-                )
+                await self._discard(DiscardDue(CheckpointKind.SAVEPOINT, sid), attempt, [])
             case RequestDeclined(request=request, reason=reason):
                 if self._job.deleting and request.after is not AfterCompletion.CONTINUE:
                     self._job.cancel()
@@ -372,7 +345,7 @@ class EffectInterpreter:
             # the agent hears nothing more of it (docs/coordinator.md).
             await self.notify_complete(attempt, completed)
         if attempt is not None and not attempt.leaving:
-            await self._discard_deferred(attempt)
+            await self._discard_due(attempt)
         self._stopping_savepoints.discard(completed.checkpoint_id)  # a job runs for months
 
     async def notify_complete(self, attempt: Attempt, completed: CompletedCheckpoint) -> None:
@@ -433,45 +406,73 @@ class EffectInterpreter:
             )
 
     async def _discard(
-        self, discard: StorageDiscard, attempt: Attempt | None, retained: list[int]
+        self, discard: DiscardDue, attempt: Attempt | None, retained: list[int]
     ) -> None:
         """Storage is changed by the driver's agent while one runs, else by the janitor.
-        One that the agent did not take is asked of it again after each completion, and
-        done by the janitor once the driver is gone (`after_exit`), never beside it: a
-        driver exiting, hung or cut off may still write (storage has one writer per job;
-        what nothing discards then, unregistered, is collected, but for savepoints)."""
+        One that the agent did not take is due (`JobRecord.discards_due`): asked of it again
+        after each completion, and done by the janitor once the driver is gone
+        (`janitor_discards_due`), never beside it: a driver exiting, hung or cut off may
+        still write (storage has one writer per job)."""
         if attempt is None:
-            await self.clean_up(discard.through_janitor(retained))
+            if not await self.clean_up(self._through_janitor(discard, retained)):
+                await self._keep_due([discard])
             return
         try:
-            await discard.through_agent(attempt.driver.agent, retained)
+            await self._through_agent(discard, attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
-            news = (
-                f"{discard.what} discarded by the janitor, with no driver's agent to do it "
-                f"({error})"
-            )
-            self._deferred.append(replace(discard, news=None if attempt.leaving else news))
+            reason = None if attempt.leaving else f"the driver's agent did not take it ({error})"
+            await self._keep_due([replace(discard, reason=reason)])
 
-    async def _discard_deferred(self, attempt: Attempt) -> None:
-        """The discards the agent did not take, asked of it again. What they keep is what
-        the registry retains now: checkpoints completed since may share their files, and
-        those retained then may be gone."""
-        deferred, self._deferred = self._deferred, []
-        for taken, discard in enumerate(deferred):
+    async def _discard_due(self, attempt: Attempt) -> None:
+        """The discards due, asked of the agent again. What they keep is what the registry
+        retains now: checkpoints completed since may share their files, and those retained
+        then may be gone."""
+        due = self._record.discards_due
+        for taken, discard in enumerate(due):
             try:
-                await discard.through_agent(attempt.driver.agent, self._retained())
+                await self._through_agent(discard, attempt.driver.agent, self._retained())
             except (AgentUnavailable, AgentRejected):
-                self._deferred += deferred[taken:]  # not taken yet: the rest waits too
+                await self._still_due(due[taken:])  # not taken yet: the rest waits too
                 return
+        await self._still_due([])
 
-    async def after_exit(self) -> None:
-        """The attempt's driver is gone: the discards its agent did not take are done."""
-        deferred, self._deferred = self._deferred, []
-        for discard in deferred:
-            done = await self.clean_up(discard.through_janitor(self._retained()))
-            if done and discard.news is not None:
-                self._notify("DiscardedByJanitor", Level.DETAIL, discard.news)
+    async def janitor_discards_due(self) -> None:
+        """No driver runs (its attempt's is gone, or the job ended): the janitor does the
+        discards due; one it fails stays due."""
+        failed: list[DiscardDue] = []
+        for discard in self._record.discards_due:
+            if not await self.clean_up(self._through_janitor(discard, self._retained())):
+                failed.append(discard)
+            elif discard.reason is not None:
+                self._notify(
+                    "DiscardedByJanitor",
+                    Level.DETAIL,
+                    f"{discard.describe()} discarded by the janitor: {discard.reason}",
+                )
+        await self._still_due(failed)
+
+    async def _keep_due(self, discards: list[DiscardDue]) -> None:
+        await self._still_due([*self._record.discards_due, *discards])
+
+    async def _still_due(self, discards: list[DiscardDue]) -> None:
+        """Stored at once: an operator restart does what is due."""
+        if discards != self._record.discards_due:
+            self._record.discards_due = discards
+            await self.persist()
+
+    async def _through_agent(
+        self, discard: DiscardDue, agent: AgentClient, retained: list[int]
+    ) -> None:
+        if discard.kind is CheckpointKind.CHECKPOINT:
+            await agent.discard_checkpoint(discard.checkpoint_id, retained)
+        else:
+            await agent.discard_savepoint(discard.checkpoint_id)
+
+    def _through_janitor(self, discard: DiscardDue, retained: list[int]) -> Awaitable[None]:
+        if discard.kind is CheckpointKind.CHECKPOINT:
+            return self._janitor.discard_checkpoint(discard.checkpoint_id, retained)
+        return self._janitor.discard_savepoint(discard.checkpoint_id)
 
     def _retained(self) -> list[int]:
         return [c.checkpoint_id for c in self._coordinator.persisted_state.checkpoints]

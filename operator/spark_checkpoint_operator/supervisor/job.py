@@ -321,8 +321,10 @@ class JobSupervisor:
         await self._terminate(outcome)
 
     async def collect_leftovers(self) -> None:
-        """A job that ended is deleted: whatever its storage holds that its registry does
-        not list (its end's discards cut short) is removed by the janitor."""
+        """A job that ended, or is deleted after it ended: the discards due are done, and
+        whatever its storage holds that its registry does not list (its end's discards cut
+        short) is removed, by the janitor."""
+        await self._interpreter.janitor_discards_due()
         await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
 
     def shut_down(self, *, savepoint: bool, drain: bool) -> None:
@@ -462,7 +464,7 @@ class JobSupervisor:
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
-        await self._interpreter.after_exit()
+        await self._interpreter.janitor_discards_due()
         await self._interpreter.tell_phase()  # no driver: nothing is to be triggered
         return attempt, exit_code
 

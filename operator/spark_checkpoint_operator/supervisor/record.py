@@ -6,7 +6,7 @@ from typing import Any
 
 from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
-from spark_checkpoint_operator.status import PersistedStatus
+from spark_checkpoint_operator.status import DiscardDue, PersistedStatus
 
 
 @dataclass
@@ -27,6 +27,7 @@ class JobRecord:
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
+    discards_due: list[DiscardDue] = field(default_factory=list)
     last_batch: int | None = None
     consecutive_failures: int = 0
     # Periodic checkpoints skipped since the last one triggered (see PersistedStatus); a
@@ -56,6 +57,7 @@ class JobRecord:
                 else self.next_checkpoint_id
             ),
             pending=self.pending,
+            discards_due=self.discards_due,
             coordinator=self.coordinator,
         )
 
@@ -79,5 +81,6 @@ class JobRecord:
             restored_from=status.restored_from,
             unrestorable=[dict(image) for image in status.unrestorable],
             message=status.message,
+            discards_due=list(status.discards_due),
             coordinator=status.coordinator,
         )

@@ -103,6 +103,10 @@ class SimulatedAgent:
     exit_code: int | None = None
     # The driver runs on, but nothing reaches its agent (a hung process, a network cut).
     cut_off: bool = False
+    # Savepoint discards are answered 503 (storage unavailable for a while); those taken
+    # are listed.
+    refuses_discards: bool = False
+    discarded_savepoints: list[int] = field(default_factory=list)
     snapshots: dict[int, Snapshot] = field(default_factory=dict)
     notified_batch: int | None = None
     rng: random.Random = field(default_factory=random.Random)
@@ -327,7 +331,12 @@ class SimulatedAgents:
         raise web.HTTPNotFound()  # as the agent: no such route
 
     async def _discarded(self, request: web.Request) -> web.Response:
-        self._agent(request)
+        agent = self._agent(request)
+        if agent.refuses_discards:
+            return web.json_response(
+                ErrorAnswer("storage unavailable: 503 Slow Down").to_json(), status=503
+            )
+        agent.discarded_savepoints.append(int(request.match_info["id"]))
         return web.json_response(Acknowledgement.DISCARDED.to_json())
 
     async def _garbage(self, request: web.Request) -> web.Response:
