@@ -21,6 +21,8 @@ from helpers.objectstore import (
 )
 from helpers.spark_jvm import driver_options
 
+_ARCHIVE_SAID = pytest.StashKey[str]()
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Sets SPARK_SUBMIT_OPTS once, in the process that starts the others (xdist's workers
@@ -29,11 +31,13 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     cache = getattr(config, "cache", None)
     directory = None if cache is None else cache.mkdir("spark-class-archive")
-    os.environ["SPARK_SUBMIT_OPTS"] = driver_options(directory)
+    options, config.stash[_ARCHIVE_SAID] = driver_options(directory)
+    # A setting of one's own comes last, so that it wins.
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{options} {os.environ.get('SPARK_SUBMIT_OPTS', '')}"
 
 
-def pytest_report_header() -> str:
-    return f"Spark drivers' SPARK_SUBMIT_OPTS: {os.environ['SPARK_SUBMIT_OPTS']}"
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"Spark drivers: {config.stash.get(_ARCHIVE_SAID, '')}"
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from helpers import containers
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
+from helpers.spark_jvm import FAST_JVM
 
 JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
 PODS = "v1/pods"
@@ -399,6 +400,9 @@ def wordcount_job(
                 "sparkConf": {
                     "spark.master": "local[2]",
                     "spark.sql.shuffle.partitions": "2",
+                    # For container pods (and a real cluster's), which do not inherit the
+                    # tests' SPARK_SUBMIT_OPTS (helpers/spark_jvm.py) as process pods do.
+                    "spark.driver.extraJavaOptions": FAST_JVM,
                 },
                 "env": spec.pop("env", []),
             },
