@@ -49,16 +49,22 @@ class StatusFileError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DiscardDue:
-    """A discard retention decided that nothing has done yet: the running driver's agent
-    did not take it, or the janitor failed. The agent is asked again after each completion,
-    the janitor once no driver runs. Kept in the status, so an operator restart in between
-    does not leave the image in storage (an unregistered savepoint is the user's to
-    garbage collection). ``reason``: why it waits, said once the janitor did it (None: no
-    news, the driver was leaving)."""
+    """A discard retention decided that nothing has done yet: written with the state write
+    that lets its image go, and kept while the running driver's agent does not take it or
+    the janitor fails. The agent is asked again after each completion, the janitor once no
+    driver runs. Kept in the status, so an operator restart in between does not leave the
+    image in storage (an unregistered savepoint is the user's to garbage collection).
+    ``reason``: why it waits, said once the janitor did it (None: no news, the driver was
+    leaving, or not refused yet)."""
 
     kind: CheckpointKind
     checkpoint_id: int
     reason: str | None = None
+
+    @property
+    def key(self) -> tuple[CheckpointKind, int]:
+        """The image: a discard due is kept once per image."""
+        return self.kind, self.checkpoint_id
 
     def describe(self) -> str:
         return f"{self.kind.value} {self.checkpoint_id}"

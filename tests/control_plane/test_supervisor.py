@@ -47,6 +47,7 @@ from spark_checkpoint_operator.supervisor import (
     JobRecord,
     JobSupervisor,
     StartProblem,
+    interpreter,
 )
 from spark_checkpoint_operator.supervisor.job import SLOW_START
 
@@ -1406,14 +1407,22 @@ def test_a_discard_the_agent_did_not_take_is_asked_of_it_again_after_the_next_co
     assert {1, 2}.isdisjoint(janitor.discarded), "not again after the driver exits"
 
 
-class SavepointDiscardRefusingAgent(FakeAgent):
-    """Refuses savepoint discards while ``refusing`` (a storage blip, a restarting pod)."""
+class SavepointDiscardAgent(FakeAgent):
+    """Takes savepoint discards as ``discards`` says: "take", "refuse" (a storage blip, a
+    restarting pod) or "hang" (under way when the operator is killed)."""
 
-    refusing = True
+    discards = "refuse"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hanging: list[int] = []
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
-        if self.refusing:
+        if self.discards == "refuse":
             raise AgentUnavailable("connection reset by peer")
+        if self.discards == "hang":
+            self.hanging.append(savepoint_id)
+            await asyncio.Event().wait()
         await super().discard_savepoint(savepoint_id)
 
 
@@ -1444,17 +1453,27 @@ def _one_savepoint_kept(
     )
 
 
-@pytest.mark.parametrize("driver", ["adopted", "gone"])
-def test_a_discard_due_when_the_operator_restarts_is_done_after_it(driver: str) -> None:
+@pytest.mark.parametrize(
+    ("discards", "driver"), [("refuse", "adopted"), ("refuse", "gone"), ("hang", "adopted")]
+)
+def test_a_discard_due_when_the_operator_restarts_is_done_after_it(
+    discards: str, driver: str
+) -> None:
     """The savepoint history's discard the agent did not take lived in the supervisor's
     memory: an operator restart before the driver took it left the savepoint in storage
-    for good (garbage collection keeps an unregistered savepoint as the user's). Now it is
-    due in the status: the restarted operator asks the driver it adopts, or a new one,
-    after its next completion."""
+    for good (garbage collection keeps an unregistered savepoint as the user's), as did a
+    restart while the agent was at it. Now it is due in the status from the state write
+    that let it go: the restarted operator asks the driver it adopts, or a new one, after
+    its next completion."""
     launcher = FakeLauncher()
-    launcher.agent_class = SavepointDiscardRefusingAgent
+    launcher.agent_class = SavepointDiscardAgent
+    SavepointDiscardAgent.discards = discards
     statuses: list[dict[str, Any]] = []
     first = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+
+    def said() -> Any:
+        due = statuses[-1]["discardsDue"]
+        return due and ("reason" in due[0] or launcher.drivers[0].agent.hanging)
 
     async def before_the_restart() -> int:
         run = asyncio.create_task(first.run())
@@ -1463,25 +1482,22 @@ def test_a_discard_due_when_the_operator_restarts_is_done_after_it(driver: str) 
         await until(lambda: len(first.record.coordinator.savepoints) == 1)
         (dropped,) = first.record.coordinator.savepoints
         first.request(TriggerRequested(CheckpointKind.SAVEPOINT))
-        await until(lambda: bool(statuses[-1]["discardsDue"]))
+        await until(said)
         run.cancel()  # the operator is killed: its driver runs on
         with contextlib.suppress(asyncio.CancelledError):
             await run
         return dropped.checkpoint_id
 
     dropped = asyncio.run(before_the_restart())
+    refused = {"reason": "the driver's agent did not take it (connection reset by peer)"}
     assert statuses[-1]["discardsDue"] == [
-        {
-            "kind": "savepoint",
-            "id": dropped,
-            "reason": "the driver's agent did not take it (connection reset by peer)",
-        }
+        {"kind": "savepoint", "id": dropped, **(refused if discards == "refuse" else {})}
     ]
     running = launcher.drivers[0]
     if driver == "gone":
         running.code = -9  # it died while the operator was down
     restarted = FakeLauncher(running=running if driver == "adopted" else None)
-    restarted.agent_class = SavepointDiscardRefusingAgent
+    restarted.agent_class = SavepointDiscardAgent
     agent = running.agent if driver == "adopted" else None
     second = _one_savepoint_kept(
         restarted, NoJanitor(), JobRecord.from_dict(statuses[-1]), statuses
@@ -1491,8 +1507,8 @@ def test_a_discard_due_when_the_operator_restarts_is_done_after_it(driver: str) 
         run = asyncio.create_task(second.run())
         await until(lambda: agent is not None or bool(restarted.drivers))
         now = agent or restarted.drivers[0].agent
-        assert isinstance(now, SavepointDiscardRefusingAgent)
-        now.refusing = False
+        assert isinstance(now, SavepointDiscardAgent)
+        now.discards = "take"
         for _ in range(50):  # declined until the restarted operator has the driver running
             second.request(TriggerRequested(CheckpointKind.CHECKPOINT))
             await asyncio.sleep(0.2)
@@ -1507,6 +1523,112 @@ def test_a_discard_due_when_the_operator_restarts_is_done_after_it(driver: str) 
     assert took.discarded_savepoints == [dropped]
     assert second.record.discards_due == []
     assert statuses[-1]["discardsDue"] == []
+
+
+class DiscardRefusingAgent(FakeAgent):
+    """Refuses discards: every one with ``unreachable`` (a network cut), those of
+    ``rejected`` checkpoints (storage refusing them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unreachable = False
+        self.rejected: set[int] = set()
+
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        if self.unreachable:
+            raise AgentUnavailable("connection refused")
+        if checkpoint_id in self.rejected:
+            raise AgentRejected(f"500 storage refused deleting chk-{checkpoint_id}")
+        await super().discard_checkpoint(checkpoint_id, retained)
+
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        if self.unreachable:
+            raise AgentUnavailable("connection refused")
+        await super().discard_savepoint(savepoint_id)
+
+
+def _take(supervisor: JobSupervisor, agent: FakeAgent, kind: CheckpointKind) -> Any:
+    """Request one and wait until it is done (a savepoint completes at finalization)."""
+    registered = supervisor.record.coordinator
+    before = registered.completed_count
+    supervisor.request(TriggerRequested(kind))
+    return until(lambda: supervisor.record.coordinator.completed_count > before)
+
+
+def test_one_discard_storage_refuses_does_not_hold_the_others() -> None:
+    """The discards due stopped at the first refusal: one image storage would not delete
+    (a link in the way, a lock) held every later one for good."""
+    launcher = FakeLauncher()
+    launcher.agent_class = DiscardRefusingAgent
+    statuses: list[dict[str, Any]] = []
+    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+
+    async def scenario() -> tuple[list[int], list[DiscardDue]]:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, DiscardRefusingAgent)
+        agent.unreachable = True
+        for _ in range(3):  # checkpoints 1 and 2 are let go, not discarded
+            await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
+        agent.unreachable = False
+        agent.rejected = {1}
+        await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
+        await until(lambda: 3 in agent.discarded)
+        running = sorted(agent.discarded), list(supervisor.record.discards_due)
+        supervisor.cancel()  # the janitor does the rest
+        await run
+        return running
+
+    discarded, due = asyncio.run(scenario())
+    assert discarded == [2, 3]
+    assert [(d.checkpoint_id, d.reason) for d in due] == [
+        (1, "the driver's agent did not take it (connection refused)")
+    ]
+
+
+def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every discard refused (a bucket's policy denies deletes) grew status.discardsDue
+    by one entry a checkpoint, until the object passed the API server's size limit and
+    no status write went through. The oldest checkpoints' go to garbage collection; the
+    oldest savepoints' are given up, and said."""
+    monkeypatch.setattr(interpreter, "CHECKPOINT_DISCARDS_KEPT", 2)
+    monkeypatch.setattr(interpreter, "SAVEPOINT_DISCARDS_KEPT", 1)
+    launcher = FakeLauncher()
+    launcher.agent_class = DiscardRefusingAgent
+    statuses: list[dict[str, Any]] = []
+    lines: list[str] = []
+    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses, lines)
+
+    async def scenario() -> list[dict[str, Any]]:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, DiscardRefusingAgent)
+        agent.unreachable = True
+        for kind in [CheckpointKind.CHECKPOINT] * 5 + [CheckpointKind.SAVEPOINT] * 3:
+            await _take(supervisor, agent, kind)
+        await until(lambda: len(statuses[-1]["discardsDue"]) == 3)
+        running = list(statuses[-1]["discardsDue"])
+        supervisor.cancel()
+        await run
+        return running
+
+    due = [(d["kind"], d["id"]) for d in asyncio.run(scenario())]
+    assert due == [("checkpoint", 3), ("checkpoint", 4), ("savepoint", 7)]
+    assert [line for line in lines if "left to garbage collection" in line] == [
+        "checkpoint 1 is left to garbage collection (when the next driver starts, or the job "
+        "ends): 2 newer checkpoint discards are due",
+        "checkpoint 2 is left to garbage collection (when the next driver starts, or the job "
+        "ends): 2 newer checkpoint discards are due",
+    ]
+    assert [line for line in lines if "stays in storage" in line] == [
+        "savepoint 6 stays in storage, no longer due for discarding: 1 newer savepoint "
+        "discards are due (the driver's agent did not take it (connection refused)); delete "
+        "it by hand"
+    ]
 
 
 class OnceFailingJanitor(NoJanitor):

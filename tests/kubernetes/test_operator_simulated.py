@@ -20,6 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
+from spark_checkpoint.janitor_commands import DiscardCheckpoint
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
 
@@ -378,6 +379,33 @@ def test_cleanup_pods_whose_image_cannot_be_pulled_fail_at_once(tmp_path: Path) 
         failed = [e["message"] for e in cluster.events("orders") if e["reason"] == "CleanupFailed"]
         assert any("discard-checkpoint" in message for message in failed), failed
         assert all("cannot start: ImagePullBackOff" in message for message in failed), failed
+
+
+def test_discards_that_failed_as_the_job_ended_are_done_when_it_is_deleted(
+    tmp_path: Path,
+) -> None:
+    """The retention of a job that ended ran in cleanup pods that failed (their image
+    could not be pulled): the discards were said to fail and forgotten. They stay due, and
+    the job's deletion does them."""
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=12)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"retentionPolicy": "NeverRetainAfterTermination"}))
+        in_phase(cluster, "orders", "Running")
+        agents.missing_images = frozenset({"example/orders:1"})  # pulled by the driver already
+        in_phase(cluster, "orders", "Finished")
+        due = cluster.status("orders")["discardsDue"]
+        assert due and {d["kind"] for d in due} == {"checkpoint"}, due
+        assert agents.cleanups == []
+
+        agents.missing_images = frozenset()
+        cluster.delete("orders")
+        cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+        discarded = {
+            int(command[command.index(DiscardCheckpoint.NAME) + 1])
+            for command in agents.cleanups
+            if DiscardCheckpoint.NAME in command
+        }
+        assert {d["id"] for d in due} <= discarded, agents.cleanups
 
 
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:

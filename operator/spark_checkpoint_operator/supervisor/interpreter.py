@@ -96,6 +96,12 @@ class JobControl(Protocol):
         """The job was asked to stop (suspend, cancel or delete)."""
 
 
+# The discards kept due (`_set_due`); beyond them the oldest go: a checkpoint's to garbage
+# collection, which removes unregistered checkpoints; a savepoint's is said (it is kept).
+CHECKPOINT_DISCARDS_KEPT = 10
+SAVEPOINT_DISCARDS_KEPT = 100
+
+
 class EffectInterpreter:
     """The coordinator of one job, the queue of its effects, and what carries them out
     (the running attempt's agent, else the janitor)."""
@@ -224,6 +230,7 @@ class EffectInterpreter:
         attempt = self.attempt
         match effect:
             case PersistState():
+                self._write_ahead()
                 await self.persist()
             case TriggerCheckpoint():
                 # Kept current without a state write: a coordinator that replaces this one
@@ -405,61 +412,133 @@ class EffectInterpreter:
                 "running agent drops it at its next report, and its files are garbage-collected",
             )
 
+    def _write_ahead(self) -> None:
+        """The discards queued behind a state write are due from that write on: it lets
+        their images go, and an operator restart before they are done does them then (once
+        more at worst: a discard of what is gone does nothing)."""
+        self._set_due(self._record.discards_due + self._queued_discards())
+
+    def _queued_discards(self) -> list[DiscardDue]:
+        queued: list[DiscardDue] = []
+        for effect in self._queue:
+            match effect:
+                case DiscardCheckpoint(checkpoint_id=cid):
+                    queued.append(DiscardDue(CheckpointKind.CHECKPOINT, cid))
+                case DiscardSavepoint(savepoint=savepoint):
+                    queued.append(DiscardDue(CheckpointKind.SAVEPOINT, savepoint.checkpoint_id))
+        return queued
+
     async def _discard(
         self, discard: DiscardDue, attempt: Attempt | None, retained: list[int]
     ) -> None:
         """Storage is changed by the driver's agent while one runs, else by the janitor.
-        One that the agent did not take is due (`JobRecord.discards_due`): asked of it again
-        after each completion, and done by the janitor once the driver is gone
+        One not done stays due (`JobRecord.discards_due`, written ahead): asked of the agent
+        again after each completion, and done by the janitor once the driver is gone
         (`janitor_discards_due`), never beside it: a driver exiting, hung or cut off may
-        still write (storage has one writer per job)."""
+        still write (storage has one writer per job). One done is forgotten with the next
+        status write, not a write of its own."""
         if attempt is None:
-            if not await self.clean_up(self._through_janitor(discard, retained)):
-                await self._keep_due([discard])
+            if await self.clean_up(self._through_janitor(discard, retained)):
+                self._forget_due([discard])
+            else:
+                await self._still_due(self._set_with(discard))
             return
         try:
             await self._through_agent(discard, attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
             reason = None if attempt.leaving else f"the driver's agent did not take it ({error})"
-            await self._keep_due([replace(discard, reason=reason)])
+            await self._still_due(self._set_with(replace(discard, reason=reason)))
+        else:
+            self._forget_due([discard])
 
     async def _discard_due(self, attempt: Attempt) -> None:
-        """The discards due, asked of the agent again. What they keep is what the registry
-        retains now: checkpoints completed since may share their files, and those retained
-        then may be gone."""
-        due = self._record.discards_due
-        for taken, discard in enumerate(due):
+        """The discards due (but those still queued), asked of the agent again. What they
+        keep is what the registry retains now: checkpoints completed since may share their
+        files, and those retained then may be gone. An agent that cannot be reached is not
+        asked the rest; one refused stays due."""
+        done: list[DiscardDue] = []
+        for discard in self._waiting_discards():
             try:
                 await self._through_agent(discard, attempt.driver.agent, self._retained())
-            except (AgentUnavailable, AgentRejected):
-                await self._still_due(due[taken:])  # not taken yet: the rest waits too
-                return
-        await self._still_due([])
+            except AgentUnavailable:
+                break
+            except AgentRejected:
+                continue
+            done.append(discard)
+        if done:
+            self._forget_due(done)
+            await self.persist()
 
     async def janitor_discards_due(self) -> None:
         """No driver runs (its attempt's is gone, or the job ended): the janitor does the
-        discards due; one it fails stays due."""
-        failed: list[DiscardDue] = []
-        for discard in self._record.discards_due:
+        discards due, until one fails (the rest stay due: its next try is at the next
+        driver's exit, the job's end or its deletion)."""
+        done: list[DiscardDue] = []
+        for discard in self._waiting_discards():
             if not await self.clean_up(self._through_janitor(discard, self._retained())):
-                failed.append(discard)
-            elif discard.reason is not None:
+                break
+            done.append(discard)
+            if discard.reason is not None:
                 self._notify(
                     "DiscardedByJanitor",
                     Level.DETAIL,
                     f"{discard.describe()} discarded by the janitor: {discard.reason}",
                 )
-        await self._still_due(failed)
+        if done:
+            self._forget_due(done)
+            await self.persist()
 
-    async def _keep_due(self, discards: list[DiscardDue]) -> None:
-        await self._still_due([*self._record.discards_due, *discards])
+    def _waiting_discards(self) -> list[DiscardDue]:
+        """The discards due whose effects are not queued (those come in their turn)."""
+        queued = {discard.key for discard in self._queued_discards()}
+        return [d for d in self._record.discards_due if d.key not in queued]
+
+    def _set_with(self, discard: DiscardDue) -> list[DiscardDue]:
+        """The discards due with `discard`, in place of an entry for its image."""
+        due = self._record.discards_due
+        if any(d.key == discard.key for d in due):
+            return [discard if d.key == discard.key else d for d in due]
+        return [*due, discard]
+
+    def _forget_due(self, done: list[DiscardDue]) -> None:
+        keys = {discard.key for discard in done}
+        self._record.discards_due = [d for d in self._record.discards_due if d.key not in keys]
 
     async def _still_due(self, discards: list[DiscardDue]) -> None:
-        """Stored at once: an operator restart does what is due."""
-        if discards != self._record.discards_due:
-            self._record.discards_due = discards
+        """Stored at once when it changed: an operator restart does what is due."""
+        before = self._record.discards_due
+        self._set_due(discards)
+        if self._record.discards_due != before:
             await self.persist()
+
+    def _set_due(self, discards: list[DiscardDue]) -> None:
+        """Each image once; within the limits: a storage that refuses every delete would
+        otherwise grow the status for ever (past the API server's size limit)."""
+        unique = list({d.key: d for d in discards}.values())
+        checkpoints = [d for d in unique if d.kind is CheckpointKind.CHECKPOINT]
+        savepoints = [d for d in unique if d.kind is CheckpointKind.SAVEPOINT]
+        dropped = {
+            d.key
+            for d in checkpoints[:-CHECKPOINT_DISCARDS_KEPT] + savepoints[:-SAVEPOINT_DISCARDS_KEPT]
+        }
+        for discard in checkpoints[:-CHECKPOINT_DISCARDS_KEPT]:
+            self._notify(
+                "DiscardLeftToGarbageCollection",
+                Level.DETAIL,
+                f"{discard.describe()} is left to garbage collection (when the next driver "
+                f"starts, or the job ends): {CHECKPOINT_DISCARDS_KEPT} newer checkpoint "
+                "discards are due",
+            )
+        for discard in savepoints[:-SAVEPOINT_DISCARDS_KEPT]:
+            self._notify(
+                "DiscardGivenUp",
+                Level.WARNING,
+                f"{discard.describe()} stays in storage, no longer due for discarding: "
+                f"{SAVEPOINT_DISCARDS_KEPT} newer savepoint discards are due "
+                f"({discard.reason or 'not done'}); delete it by hand",
+            )
+        self._record.discards_due = [d for d in unique if d.key not in dropped]
 
     async def _through_agent(
         self, discard: DiscardDue, agent: AgentClient, retained: list[int]

@@ -212,6 +212,8 @@ class SimulatedAgents:
         self.ack_delay = ack_delay
         self.finish_after = finish_after
         self.agents: dict[str, SimulatedAgent] = {}
+        # The command of each cleanup pod that ran, in order.
+        self.cleanups: list[list[str]] = []
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
@@ -441,8 +443,11 @@ class SimulatedKubelet:
             start = functools.partial(self._start_driver, pod, key, ip)
             self._waiting[key] = asyncio.create_task(self._start_when_it_can(pod, key, start))
         else:  # a cleanup pod: storage work that succeeds at once
-            end = functools.partial(self._set_status, key, _terminated(ip, container["name"], 0))
-            self._waiting[key] = asyncio.create_task(self._start_when_it_can(pod, key, end))
+            self._waiting[key] = asyncio.create_task(
+                self._start_when_it_can(
+                    pod, key, functools.partial(self._clean_up, key, ip, container)
+                )
+            )
 
     async def _start_when_it_can(
         self, pod: Mapping[str, Any], key: tuple[str, str], start: Callable[[], Awaitable[None]]
@@ -464,6 +469,10 @@ class SimulatedKubelet:
         except (ApiError, httpx.HTTPError, KeyError, StopIteration):
             # Deleted meanwhile, or a pod it cannot run: one pod never stops the kubelet.
             log.exception("simulated kubelet: pod %s/%s", *key)
+
+    async def _clean_up(self, key: tuple[str, str], ip: str, container: Mapping[str, Any]) -> None:
+        self._agents.cleanups.append(list(container.get("command", ())))
+        await self._set_status(key, _terminated(ip, container["name"], 0))
 
     async def _start_driver(self, pod: Mapping[str, Any], key: tuple[str, str], ip: str) -> None:
         container = pod["spec"]["containers"][0]
