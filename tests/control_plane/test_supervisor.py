@@ -1432,17 +1432,22 @@ def _one_savepoint_kept(
     record: JobRecord,
     statuses: list[dict[str, Any]],
     lines: list[str] | None = None,
+    *,
+    retained: int = 1,
 ) -> JobSupervisor:
-    """A job whose savepoint history keeps one; each status write is appended to
-    ``statuses``, as the API server (or the local status file) would hold it, each notice's
-    message to ``lines``."""
+    """A job whose savepoint history keeps one (and ``retained`` checkpoints); each status
+    write is appended to ``statuses``, as the API server (or the local status file) would
+    hold it, each notice's message to ``lines``."""
 
     async def save(saved: JobRecord) -> None:
         statuses.append(saved.to_dict())
 
     return JobSupervisor(
         config=CoordinatorConfig(
-            interval=None, timeout=30.0, savepoint_history=SavepointHistoryLimits(max_count=1)
+            interval=None,
+            timeout=30.0,
+            retained=retained,
+            savepoint_history=SavepointHistoryLimits(max_count=1),
         ),
         restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
         launcher=launcher,
@@ -1533,12 +1538,16 @@ class DiscardRefusingAgent(FakeAgent):
         super().__init__()
         self.unreachable = False
         self.rejected: set[int] = set()
+        self.rejects_all = False
+        self.asked: list[int] = []  # checkpoint discards asked
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        self.asked.append(checkpoint_id)
         if self.unreachable:
             raise AgentUnavailable("connection refused")
-        if checkpoint_id in self.rejected:
-            raise AgentRejected(f"500 storage refused deleting chk-{checkpoint_id}")
+        if checkpoint_id in self.rejected or self.rejects_all:
+            # A storage error's text can be long (an S3 answer's XML).
+            raise AgentRejected(f"500 storage refused deleting chk-{checkpoint_id}: " + "x" * 999)
         await super().discard_checkpoint(checkpoint_id, retained)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
@@ -1587,6 +1596,41 @@ def test_one_discard_storage_refuses_does_not_hold_the_others() -> None:
     ]
 
 
+def test_a_storage_refusing_every_delete_is_asked_a_few_each_completion() -> None:
+    """With every discard refused, each completion asked again for every discard due (up
+    to 110 storage round trips, each holding the agent's discard lock), and kept each
+    refusal's whole text in the status (a reviewer)."""
+    launcher = FakeLauncher()
+    launcher.agent_class = DiscardRefusingAgent
+    statuses: list[dict[str, Any]] = []
+    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+
+    async def scenario() -> tuple[list[int], list[DiscardDue]]:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, DiscardRefusingAgent)
+        agent.rejects_all = True
+        for _ in range(7):  # checkpoints 1 to 6 are let go
+            await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
+        await until(lambda: len(supervisor.record.discards_due) == 6)
+        agent.asked.clear()
+        await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
+        await until(lambda: len(supervisor.record.discards_due) == 7)
+        running = list(agent.asked), list(supervisor.record.discards_due)
+        supervisor.cancel()
+        await run
+        return running
+
+    asked, due = asyncio.run(scenario())
+    *asked_again, own = asked
+    assert len(asked_again) == interpreter.REFUSALS_PER_ROUND, asked
+    assert own == 7, "the completion's own discard, after the round"
+    assert sorted(d.checkpoint_id for d in due) == [1, 2, 3, 4, 5, 6, 7]
+    assert [d.checkpoint_id for d in due][-3:] == asked_again, "those refused go last"
+    assert {len(d.reason or "") for d in due} == {interpreter.REASON_CHARACTERS}
+
+
 def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1628,6 +1672,62 @@ def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
         "savepoint 6 stays in storage, no longer due for discarding: 1 newer savepoint "
         "discards are due (the driver's agent did not take it (connection refused)); delete "
         "it by hand"
+    ]
+
+
+def test_discards_queued_together_are_not_cut_by_the_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The bound on checkpoint discards due counted those queued behind the state write:
+    a termination that let go of more checkpoints than the bound left the oldest to garbage
+    collection, said so, moments before their own discards ran (a reviewer)."""
+    monkeypatch.setattr(interpreter, "CHECKPOINT_DISCARDS_KEPT", 1)
+    launcher = FakeLauncher()
+    janitor = NoJanitor()
+    statuses: list[dict[str, Any]] = []
+    lines: list[str] = []
+    supervisor = _one_savepoint_kept(launcher, janitor, JobRecord(), statuses, lines, retained=3)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        for _ in range(3):
+            await _take(supervisor, launcher.drivers[0].agent, CheckpointKind.CHECKPOINT)
+        supervisor.cancel()  # the retention discards all three
+        await run
+
+    asyncio.run(scenario())
+    assert sorted(janitor.discarded) == [1, 2, 3]
+    assert [line for line in lines if "garbage collection" in line] == []
+    assert statuses[-1]["discardsDue"] == []
+
+
+class AlwaysFailingJanitor(NoJanitor):
+    async def discard_savepoint(self, savepoint_id: int) -> None:
+        self.discarded_savepoints.append(-savepoint_id)
+        raise CleanupFailed("cleanup pod cannot start: ImagePullBackOff")
+
+
+def test_at_the_deletion_each_discard_due_is_tried_and_a_savepoint_left_is_said() -> None:
+    """The janitor stops at its first failure, the rest waiting for its next chance: at
+    the deletion there is none, and the savepoints behind the first were left in storage
+    without a word (a reviewer)."""
+    janitor = AlwaysFailingJanitor()
+    due = [DiscardDue(CheckpointKind.SAVEPOINT, 4), DiscardDue(CheckpointKind.SAVEPOINT, 6)]
+    record = JobRecord(phase=JobPhase.FINISHED, attempt=1, discards_due=due)
+    lines: list[str] = []
+    ended = _one_savepoint_kept(FakeLauncher(), janitor, record, [], lines)
+
+    asyncio.run(ended.collect_leftovers())
+    assert janitor.discarded_savepoints == [-4], "the next chance is the deletion"
+
+    asyncio.run(ended.collect_leftovers(deleting=True))
+    assert janitor.discarded_savepoints == [-4, -4, -6]
+    assert [line for line in lines if "stays in storage" in line] == [
+        "savepoint 4 stays in storage: the job is deleted and its discard failed; delete it "
+        "by hand",
+        "savepoint 6 stays in storage: the job is deleted and its discard failed; delete it "
+        "by hand",
     ]
 
 

@@ -8,11 +8,12 @@ The suite is CPU-bound and most of a short-lived driver's CPU is the JVM's start
 archive. Drivers of every kind share it: `spark-checkpoint run`'s, the emulated cluster's
 process pods', in-process sessions'. The JVM checks an archive against its own build and
 each jar's size and modification time and silently goes without one that is missing or
-does not match. So the archive's path is handed out at once and the archive is made in the
-background (``python spark_jvm.py build DIRECTORY``, one build at a time under a file lock,
-checked with ``-Xshare:on``, then renamed into place): drivers started before it exists run
-without it, and a failed build (its log beside it) costs speed only. The archived classes
-are those spark_jvm_workload.py loads."""
+does not match. So the archive's path is handed out at once, linked to the JDK's default
+archive, and the archive is made in the background (``python spark_jvm.py build
+DIRECTORY``, one build at a time under a file lock, checked with ``-Xshare:on``, then
+renamed over the link): drivers started before it exists run as without the option, and a
+failed build (its log beside it, a marker against trying again) costs speed only. The
+archived classes are those spark_jvm_workload.py loads."""
 
 import fcntl
 import hashlib
@@ -64,33 +65,61 @@ def archive_path(directory: Path) -> Path:
     return directory / f"{ARCHIVE_PREFIX}{key}.jsa"
 
 
+def _made(archive: Path) -> bool:
+    """Whether the archive is there: until then its path links to the JDK's own."""
+    return archive.exists() and not archive.is_symlink()
+
+
+def _failed(archive: Path) -> Path:
+    return archive.with_suffix(".failed")
+
+
 def driver_options(directory: Path | None) -> tuple[str, str]:
     """SPARK_SUBMIT_OPTS for the tests' drivers, with the archive under `directory` (None:
-    none), whose build starts in the background when it is missing; and what to say of it."""
+    none), whose build starts in the background when it is missing; and what to say of it.
+    Until it is made, its path links to the JDK's default archive (of the JDK's own
+    classes), which a JVM given a missing archive would go without too."""
     if directory is None:
         return FAST_JVM, "no class archive (pytest's cache is off)"
     try:
         archive = archive_path(directory)
+        default = Path(os.path.realpath(java())).parents[1] / "lib" / "server" / "classes.jsa"
     except (RuntimeError, OSError) as error:
         return FAST_JVM, f"no class archive: {error}"
     if any(character.isspace() for character in str(archive)):
         return FAST_JVM, f"no class archive: a JVM option cannot hold the path {archive}"
     options = f"{FAST_JVM} -XX:SharedArchiveFile={archive}"
-    if archive.exists():
+    if _made(archive):
         return options, f"class archive {archive}"
+    if _failed(archive).exists():
+        log = directory / BUILD_LOG
+        return FAST_JVM, f"no class archive: its build failed ({log}; delete {_failed(archive)})"
+    with open(directory / ".build.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # being made: its path links to the default already
+        else:
+            if not archive.exists() and default.exists():
+                link = directory / f"link-{os.getpid()}"
+                link.symlink_to(default)
+                os.replace(link, archive)
     subprocess.Popen(
         [sys.executable, __file__, "build", str(directory)],
+        stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
         start_new_session=True,  # it finishes after a short session
     )
+    if not archive.exists():
+        return FAST_JVM, f"no class archive: the JDK has no default one ({default}) to stand in"
     return options, f"class archive {archive}, being made (log: {directory / BUILD_LOG})"
 
 
 def _run(command: list[str], env: dict[str, str] | None = None) -> str:
     """`command`'s standard error; an error with its output when it fails."""
     done = subprocess.run(
-        command, check=False, capture_output=True, text=True, env=env, timeout=300
+        command, check=False, capture_output=True, text=True, env=env, timeout=900
     )
     if done.returncode != 0:
         raise RuntimeError(
@@ -116,19 +145,23 @@ def build(directory: Path) -> None:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             return
+        for leftover in directory.glob("build-*"):  # of a build that was killed
+            shutil.rmtree(leftover, ignore_errors=True)
+        archive = archive_path(directory)
         with open(directory / BUILD_LOG, "w") as log:
             try:
-                log.write(f"made {_build(directory)}\n")
+                _build(directory, archive)
             except Exception:
                 log.write(traceback.format_exc())
+                _failed(archive).touch()  # not tried again by every run
                 raise
+            log.write(f"made {archive}\n")
 
 
-def _build(directory: Path) -> Path:
-    """The archive, made unless it exists; older ones go."""
-    archive = archive_path(directory)
-    if archive.exists():
-        return archive
+def _build(directory: Path, archive: Path) -> None:
+    """The archive, made unless it is there; older ones go."""
+    if _made(archive):
+        return
     # In the same directory: the rename into place is atomic (a tmpfs /tmp is another
     # filesystem), so a JVM finds no archive or a whole one.
     with tempfile.TemporaryDirectory(prefix="build-", dir=directory) as work:
@@ -160,10 +193,9 @@ def _build(directory: Path) -> Path:
         # -Xshare:on fails where the JVM would quietly go without it.
         _run([*command, "-Xshare:on", f"-XX:SharedArchiveFile={written}", "-version"])
         os.replace(written, archive)
-    for old in directory.glob(f"{ARCHIVE_PREFIX}*.jsa"):
+    for old in directory.glob(f"{ARCHIVE_PREFIX}*"):
         if old != archive:
             old.unlink()
-    return archive
 
 
 if __name__ == "__main__":

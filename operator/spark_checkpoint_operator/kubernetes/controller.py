@@ -601,7 +601,7 @@ class JobController:
             # Its end's discards follow the status write that ended it: an operator killed
             # in between left checkpoints no registry lists (and a storage directory owned
             # by a job that is gone). They go now.
-            await self._supervisor(manifest, launcher).collect_leftovers()
+            await self._supervisor(manifest, launcher).collect_leftovers(deleting=True)
             return
         self._record.message = "the job was deleted"
         await self._supervisor(manifest, launcher).retire(TerminalOutcome.CANCELLED)

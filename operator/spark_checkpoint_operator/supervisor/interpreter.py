@@ -100,6 +100,10 @@ class JobControl(Protocol):
 # collection, which removes unregistered checkpoints; a savepoint's is said (it is kept).
 CHECKPOINT_DISCARDS_KEPT = 10
 SAVEPOINT_DISCARDS_KEPT = 100
+# The refusals after which a round of discards due ends (`_discard_due`).
+REFUSALS_PER_ROUND = 3
+# A reason due is an agent's error: kept short in the status.
+REASON_CHARACTERS = 300
 
 
 class EffectInterpreter:
@@ -206,6 +210,7 @@ class EffectInterpreter:
 
     async def persist(self) -> None:
         coordinator = self._coordinator
+        self._write_ahead()  # any state write may let go of images whose discards are queued
         self._record.coordinator = coordinator.persisted_state
         self._record.consecutive_failures = coordinator.consecutive_failures
         self._record.next_checkpoint_id = coordinator.next_checkpoint_id
@@ -230,7 +235,6 @@ class EffectInterpreter:
         attempt = self.attempt
         match effect:
             case PersistState():
-                self._write_ahead()
                 await self.persist()
             case TriggerCheckpoint():
                 # Kept current without a state write: a coordinator that replaces this one
@@ -441,13 +445,14 @@ class EffectInterpreter:
             if await self.clean_up(self._through_janitor(discard, retained)):
                 self._forget_due([discard])
             else:
-                await self._still_due(self._set_with(discard))
+                await self._still_due(self._set_with(discard))  # keeps a reason it had
             return
         try:
             await self._through_agent(discard, attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
-            reason = None if attempt.leaving else f"the driver's agent did not take it ({error})"
+            refused = f"the driver's agent did not take it ({error})"[:REASON_CHARACTERS]
+            reason = None if attempt.leaving else refused
             await self._still_due(self._set_with(replace(discard, reason=reason)))
         else:
             self._forget_due([discard])
@@ -456,28 +461,46 @@ class EffectInterpreter:
         """The discards due (but those still queued), asked of the agent again. What they
         keep is what the registry retains now: checkpoints completed since may share their
         files, and those retained then may be gone. An agent that cannot be reached is not
-        asked the rest; one refused stays due."""
+        asked the rest; one refused stays due, behind the others, and a few refused end the
+        round (a storage refusing every delete is not asked each a completion)."""
         done: list[DiscardDue] = []
+        refused: list[DiscardDue] = []
         for discard in self._waiting_discards():
             try:
                 await self._through_agent(discard, attempt.driver.agent, self._retained())
             except AgentUnavailable:
                 break
             except AgentRejected:
-                continue
-            done.append(discard)
+                refused.append(discard)
+                if len(refused) == REFUSALS_PER_ROUND:
+                    break
+            else:
+                done.append(discard)
+        keys = {discard.key for discard in refused}
+        due = self._record.discards_due
+        self._record.discards_due = [d for d in due if d.key not in keys] + refused
         if done:
             self._forget_due(done)
             await self.persist()
 
-    async def janitor_discards_due(self) -> None:
+    async def janitor_discards_due(self, *, deleting: bool = False) -> None:
         """No driver runs (its attempt's is gone, or the job ended): the janitor does the
         discards due, until one fails (the rest stay due: its next try is at the next
-        driver's exit, the job's end or its deletion)."""
+        driver's exit, the job's end or its deletion). At the deletion, the last chance,
+        each is tried, and a savepoint left is said."""
         done: list[DiscardDue] = []
         for discard in self._waiting_discards():
             if not await self.clean_up(self._through_janitor(discard, self._retained())):
-                break
+                if not deleting:
+                    break
+                if discard.kind is CheckpointKind.SAVEPOINT:
+                    self._notify(
+                        "DiscardGivenUp",
+                        Level.WARNING,
+                        f"{discard.describe()} stays in storage: the job is deleted and its "
+                        "discard failed; delete it by hand",
+                    )
+                continue
             done.append(discard)
             if discard.reason is not None:
                 self._notify(
@@ -495,11 +518,15 @@ class EffectInterpreter:
         return [d for d in self._record.discards_due if d.key not in queued]
 
     def _set_with(self, discard: DiscardDue) -> list[DiscardDue]:
-        """The discards due with `discard`, in place of an entry for its image."""
+        """The discards due with `discard`, in place of an entry for its image (whose
+        reason it keeps if it has none)."""
         due = self._record.discards_due
-        if any(d.key == discard.key for d in due):
-            return [discard if d.key == discard.key else d for d in due]
-        return [*due, discard]
+        if not any(d.key == discard.key for d in due):
+            return [*due, discard]
+        return [
+            replace(discard, reason=discard.reason or d.reason) if d.key == discard.key else d
+            for d in due
+        ]
 
     def _forget_due(self, done: list[DiscardDue]) -> None:
         keys = {discard.key for discard in done}
@@ -513,11 +540,17 @@ class EffectInterpreter:
             await self.persist()
 
     def _set_due(self, discards: list[DiscardDue]) -> None:
-        """Each image once; within the limits: a storage that refuses every delete would
-        otherwise grow the status for ever (past the API server's size limit)."""
-        unique = list({d.key: d for d in discards}.values())
-        checkpoints = [d for d in unique if d.kind is CheckpointKind.CHECKPOINT]
-        savepoints = [d for d in unique if d.kind is CheckpointKind.SAVEPOINT]
+        """Each image once (its first entry); within the limits, which count those not
+        queued: a storage that refuses every delete would otherwise grow the status for
+        ever (past the API server's size limit)."""
+        first: dict[tuple[CheckpointKind, int], DiscardDue] = {}
+        for discard in discards:
+            first.setdefault(discard.key, discard)
+        unique = list(first.values())
+        queued = {discard.key for discard in self._queued_discards()}
+        waiting = [d for d in unique if d.key not in queued]
+        checkpoints = [d for d in waiting if d.kind is CheckpointKind.CHECKPOINT]
+        savepoints = [d for d in waiting if d.kind is CheckpointKind.SAVEPOINT]
         dropped = {
             d.key
             for d in checkpoints[:-CHECKPOINT_DISCARDS_KEPT] + savepoints[:-SAVEPOINT_DISCARDS_KEPT]

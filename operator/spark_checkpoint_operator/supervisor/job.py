@@ -320,11 +320,11 @@ class JobSupervisor:
         and garbage collection are carried out by the janitor."""
         await self._terminate(outcome)
 
-    async def collect_leftovers(self) -> None:
+    async def collect_leftovers(self, *, deleting: bool = False) -> None:
         """A job that ended, or is deleted after it ended: the discards due are done, and
         whatever its storage holds that its registry does not list (its end's discards cut
         short) is removed, by the janitor."""
-        await self._interpreter.janitor_discards_due()
+        await self._interpreter.janitor_discards_due(deleting=deleting)
         await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
 
     def shut_down(self, *, savepoint: bool, drain: bool) -> None:
