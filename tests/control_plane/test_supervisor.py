@@ -1564,6 +1564,17 @@ def _take(supervisor: JobSupervisor, agent: FakeAgent, kind: CheckpointKind) -> 
     return until(lambda: supervisor.record.coordinator.completed_count > before)
 
 
+async def _running(
+    supervisor: JobSupervisor, launcher: FakeLauncher
+) -> tuple["asyncio.Task[TerminalOutcome]", DiscardRefusingAgent]:
+    """The supervisor's run, once its driver runs, and that driver's agent."""
+    run = asyncio.create_task(supervisor.run())
+    await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+    agent = launcher.drivers[0].agent
+    assert isinstance(agent, DiscardRefusingAgent)
+    return run, agent
+
+
 def test_one_discard_storage_refuses_does_not_hold_the_others() -> None:
     """The discards due stopped at the first refusal: one image storage would not delete
     (a link in the way, a lock) held every later one for good."""
@@ -1573,10 +1584,7 @@ def test_one_discard_storage_refuses_does_not_hold_the_others() -> None:
     supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
 
     async def scenario() -> tuple[list[int], list[DiscardDue]]:
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
-        agent = launcher.drivers[0].agent
-        assert isinstance(agent, DiscardRefusingAgent)
+        run, agent = await _running(supervisor, launcher)
         agent.unreachable = True
         for _ in range(3):  # checkpoints 1 and 2 are let go, not discarded
             await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
@@ -1606,10 +1614,7 @@ def test_a_storage_refusing_every_delete_is_asked_a_few_each_completion() -> Non
     supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
 
     async def scenario() -> tuple[list[int], list[DiscardDue]]:
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
-        agent = launcher.drivers[0].agent
-        assert isinstance(agent, DiscardRefusingAgent)
+        run, agent = await _running(supervisor, launcher)
         agent.rejects_all = True
         for _ in range(7):  # checkpoints 1 to 6 are let go
             await _take(supervisor, agent, CheckpointKind.CHECKPOINT)
@@ -1647,10 +1652,7 @@ def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
     supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses, lines)
 
     async def scenario() -> list[dict[str, Any]]:
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
-        agent = launcher.drivers[0].agent
-        assert isinstance(agent, DiscardRefusingAgent)
+        run, agent = await _running(supervisor, launcher)
         agent.unreachable = True
         for kind in [CheckpointKind.CHECKPOINT] * 5 + [CheckpointKind.SAVEPOINT] * 3:
             await _take(supervisor, agent, kind)
