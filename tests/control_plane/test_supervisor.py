@@ -1710,6 +1710,35 @@ class AlwaysFailingJanitor(NoJanitor):
         raise CleanupFailed("cleanup pod cannot start: ImagePullBackOff")
 
 
+class FailingCheckpointJanitor(NoJanitor):
+    async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
+        self.discarded.append(-checkpoint_id)
+        raise CleanupFailed("cleanup pod cannot start: ImagePullBackOff")
+
+
+def test_a_janitor_that_failed_is_not_asked_for_each_discard_of_the_same_end() -> None:
+    """A termination's retention started one cleanup pod per checkpoint, each failing as
+    the first did (an image that cannot be pulled, a pod that cannot be scheduled: up to
+    600 s each), before the job ended (a reviewer)."""
+    launcher = FakeLauncher()
+    janitor = FailingCheckpointJanitor()
+    lines: list[str] = []
+    supervisor = _one_savepoint_kept(launcher, janitor, JobRecord(), [], lines, retained=3)
+
+    async def scenario() -> None:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        for _ in range(3):
+            await _take(supervisor, launcher.drivers[0].agent, CheckpointKind.CHECKPOINT)
+        supervisor.cancel()  # the retention discards all three
+        await run
+
+    asyncio.run(scenario())
+    assert janitor.discarded == [-1, -1], "once among the effects, once for what is due"
+    assert [d.checkpoint_id for d in supervisor.record.discards_due] == [1, 2, 3]
+    assert len([line for line in lines if line.startswith("storage cleanup failed")]) == 2
+
+
 def test_at_the_deletion_each_discard_due_is_tried_and_a_savepoint_left_is_said() -> None:
     """The janitor stops at its first failure, the rest waiting for its next chance: at
     the deletion there is none, and the savepoints behind the first were left in storage

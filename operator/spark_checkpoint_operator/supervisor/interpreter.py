@@ -130,6 +130,9 @@ class EffectInterpreter:
         self._job = job
         self._queue: deque[Effect] = deque()
         self._carrying_out = False
+        # The janitor failed a discard among the effects being carried out: the others
+        # stay due rather than start a cleanup pod each that fails as well.
+        self._janitor_failed = False
         # The running attempt; None between drivers.
         self.attempt: Attempt | None = None
         # Stop-with-savepoints triggered: the query stops once one completes.
@@ -161,6 +164,7 @@ class EffectInterpreter:
         if self._carrying_out:
             return  # fed back by an effect: the loop below reaches its effects in turn
         self._carrying_out = True
+        self._janitor_failed = False
         try:
             while self._queue:
                 await self._carry_out(self._queue.popleft())
@@ -442,9 +446,12 @@ class EffectInterpreter:
         still write (storage has one writer per job). One done is forgotten with the next
         status write, not a write of its own."""
         if attempt is None:
-            if await self.clean_up(self._through_janitor(discard, retained)):
+            if not self._janitor_failed and await self.clean_up(
+                self._through_janitor(discard, retained)
+            ):
                 self._forget_due([discard])
             else:
+                self._janitor_failed = True
                 await self._still_due(self._set_with(discard))  # keeps a reason it had
             return
         try:
