@@ -1677,6 +1677,19 @@ def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
     ]
 
 
+async def _cancelled_after_three_checkpoints(
+    supervisor: JobSupervisor, launcher: FakeLauncher
+) -> None:
+    """Three checkpoints, then a cancellation, whose retention (with ``retained`` 3) lets
+    go of all three at once."""
+    run = asyncio.create_task(supervisor.run())
+    await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+    for _ in range(3):
+        await _take(supervisor, launcher.drivers[0].agent, CheckpointKind.CHECKPOINT)
+    supervisor.cancel()
+    await run
+
+
 def test_discards_queued_together_are_not_cut_by_the_bound(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -1690,15 +1703,7 @@ def test_discards_queued_together_are_not_cut_by_the_bound(
     lines: list[str] = []
     supervisor = _one_savepoint_kept(launcher, janitor, JobRecord(), statuses, lines, retained=3)
 
-    async def scenario() -> None:
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
-        for _ in range(3):
-            await _take(supervisor, launcher.drivers[0].agent, CheckpointKind.CHECKPOINT)
-        supervisor.cancel()  # the retention discards all three
-        await run
-
-    asyncio.run(scenario())
+    asyncio.run(_cancelled_after_three_checkpoints(supervisor, launcher))
     assert sorted(janitor.discarded) == [1, 2, 3]
     assert [line for line in lines if "garbage collection" in line] == []
     assert statuses[-1]["discardsDue"] == []
@@ -1725,15 +1730,7 @@ def test_a_janitor_that_failed_is_not_asked_for_each_discard_of_the_same_end() -
     lines: list[str] = []
     supervisor = _one_savepoint_kept(launcher, janitor, JobRecord(), [], lines, retained=3)
 
-    async def scenario() -> None:
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
-        for _ in range(3):
-            await _take(supervisor, launcher.drivers[0].agent, CheckpointKind.CHECKPOINT)
-        supervisor.cancel()  # the retention discards all three
-        await run
-
-    asyncio.run(scenario())
+    asyncio.run(_cancelled_after_three_checkpoints(supervisor, launcher))
     assert janitor.discarded == [-1, -1], "once among the effects, once for what is due"
     assert [d.checkpoint_id for d in supervisor.record.discards_due] == [1, 2, 3]
     assert len([line for line in lines if line.startswith("storage cleanup failed")]) == 2
