@@ -1474,7 +1474,8 @@ def test_a_discard_due_when_the_operator_restarts_is_done_after_it(
     launcher.agent_class = SavepointDiscardAgent
     SavepointDiscardAgent.discards = discards
     statuses: list[dict[str, Any]] = []
-    first = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+    lines: list[str] = []
+    first = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses, lines)
 
     def said() -> Any:
         due = statuses[-1]["discardsDue"]
@@ -1498,6 +1499,15 @@ def test_a_discard_due_when_the_operator_restarts_is_done_after_it(
     assert statuses[-1]["discardsDue"] == [
         {"kind": "savepoint", "id": dropped, **(refused if discards == "refuse" else {})}
     ]
+    assert [line for line in lines if "not deleted yet" in line] == (
+        [
+            f"savepoint {dropped} is not deleted yet: the driver's agent did not take it "
+            "(connection reset by peer); the driver is asked again after the next completion, "
+            "or a cleanup does it once none runs"
+        ]
+        if discards == "refuse"
+        else []
+    )
     running = launcher.drivers[0]
     if driver == "gone":
         running.code = -9  # it died while the operator was down

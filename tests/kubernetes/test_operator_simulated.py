@@ -857,6 +857,7 @@ def test_a_savepoint_discard_the_driver_did_not_take_is_done_after_an_operator_r
         }
     ]
 
+    cluster.wait_for_event("orders", "SavepointDiscardDelayed", f"savepoint {dropped} is not")
     with operator_stopped(cluster):
         agent.refuses_discards = False
     cluster.patch_spec("orders", {"checkpointTriggerNonce": 1})

@@ -460,6 +460,14 @@ class EffectInterpreter:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
             refused = f"the driver's agent did not take it ({error})"[:REASON_CHARACTERS]
             reason = None if attempt.leaving else refused
+            if discard.kind is CheckpointKind.SAVEPOINT:
+                # Its deletion was said (SavepointDiscarded): that it waits is news too.
+                self._notify(
+                    "SavepointDiscardDelayed",
+                    Level.NOTE,
+                    f"{discard.describe()} is not deleted yet: {refused}; the driver is asked "
+                    "again after the next completion, or a cleanup does it once none runs",
+                )
             await self._still_due(self._set_with(replace(discard, reason=reason)))
         else:
             self._forget_due([discard])
