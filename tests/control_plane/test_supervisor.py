@@ -1574,6 +1574,18 @@ def _take(supervisor: JobSupervisor, agent: FakeAgent, kind: CheckpointKind) -> 
     return until(lambda: supervisor.record.coordinator.completed_count > before)
 
 
+def _refusing_job(
+    lines: list[str] | None = None,
+) -> tuple[FakeLauncher, JobSupervisor, list[dict[str, Any]]]:
+    """`_one_savepoint_kept` with a DiscardRefusingAgent: its launcher, itself, and the
+    statuses it writes."""
+    launcher = FakeLauncher()
+    launcher.agent_class = DiscardRefusingAgent
+    statuses: list[dict[str, Any]] = []
+    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses, lines)
+    return launcher, supervisor, statuses
+
+
 async def _running(
     supervisor: JobSupervisor, launcher: FakeLauncher
 ) -> tuple["asyncio.Task[TerminalOutcome]", DiscardRefusingAgent]:
@@ -1588,10 +1600,7 @@ async def _running(
 def test_one_discard_storage_refuses_does_not_hold_the_others() -> None:
     """The discards due stopped at the first refusal: one image storage would not delete
     (a link in the way, a lock) held every later one for good."""
-    launcher = FakeLauncher()
-    launcher.agent_class = DiscardRefusingAgent
-    statuses: list[dict[str, Any]] = []
-    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+    launcher, supervisor, _statuses = _refusing_job()
 
     async def scenario() -> tuple[list[int], list[DiscardDue]]:
         run, agent = await _running(supervisor, launcher)
@@ -1618,10 +1627,7 @@ def test_a_storage_refusing_every_delete_is_asked_a_few_each_completion() -> Non
     """With every discard refused, each completion asked again for every discard due (up
     to 110 storage round trips, each holding the agent's discard lock), and kept each
     refusal's whole text in the status (a reviewer)."""
-    launcher = FakeLauncher()
-    launcher.agent_class = DiscardRefusingAgent
-    statuses: list[dict[str, Any]] = []
-    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses)
+    launcher, supervisor, _statuses = _refusing_job()
 
     async def scenario() -> tuple[list[int], list[DiscardDue]]:
         run, agent = await _running(supervisor, launcher)
@@ -1655,11 +1661,8 @@ def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(
     oldest savepoints' are given up, and said."""
     monkeypatch.setattr(interpreter, "CHECKPOINT_DISCARDS_KEPT", 2)
     monkeypatch.setattr(interpreter, "SAVEPOINT_DISCARDS_KEPT", 1)
-    launcher = FakeLauncher()
-    launcher.agent_class = DiscardRefusingAgent
-    statuses: list[dict[str, Any]] = []
     lines: list[str] = []
-    supervisor = _one_savepoint_kept(launcher, NoJanitor(), JobRecord(), statuses, lines)
+    launcher, supervisor, statuses = _refusing_job(lines)
 
     async def scenario() -> list[dict[str, Any]]:
         run, agent = await _running(supervisor, launcher)

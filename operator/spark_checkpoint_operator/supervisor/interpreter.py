@@ -566,11 +566,9 @@ class EffectInterpreter:
         waiting = [d for d in unique if d.key not in queued]
         checkpoints = [d for d in waiting if d.kind is CheckpointKind.CHECKPOINT]
         savepoints = [d for d in waiting if d.kind is CheckpointKind.SAVEPOINT]
-        dropped = {
-            d.key
-            for d in checkpoints[:-CHECKPOINT_DISCARDS_KEPT] + savepoints[:-SAVEPOINT_DISCARDS_KEPT]
-        }
-        for discard in checkpoints[:-CHECKPOINT_DISCARDS_KEPT]:
+        old_checkpoints = checkpoints[:-CHECKPOINT_DISCARDS_KEPT]
+        old_savepoints = savepoints[:-SAVEPOINT_DISCARDS_KEPT]
+        for discard in old_checkpoints:
             self._notify(
                 "DiscardLeftToGarbageCollection",
                 Level.DETAIL,
@@ -578,7 +576,7 @@ class EffectInterpreter:
                 f"starts, or the job ends): {CHECKPOINT_DISCARDS_KEPT} newer checkpoint "
                 "discards are due",
             )
-        for discard in savepoints[:-SAVEPOINT_DISCARDS_KEPT]:
+        for discard in old_savepoints:
             self._notify(
                 "DiscardGivenUp",
                 Level.WARNING,
@@ -586,6 +584,7 @@ class EffectInterpreter:
                 f"{SAVEPOINT_DISCARDS_KEPT} newer savepoint discards are due "
                 f"({discard.reason or 'not done'}); delete it by hand",
             )
+        dropped = {discard.key for discard in old_checkpoints + old_savepoints}
         self._record.discards_due = [d for d in unique if d.key not in dropped]
 
     async def _through_agent(
