@@ -426,11 +426,20 @@ def test_errors_survive_pickling() -> None:
 
 
 @pytest.mark.parametrize("field", ["trigger_time", "completion_time"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "2026-13-01T25:00:00Z",  # matches the schema's pattern
+        # Real times whose UTC lies outside the years datetime holds (an OverflowError).
+        "0001-01-01T00:00:00+23:59",
+        "9999-12-31T23:59:59-23:59",
+    ],
+)
 def test_a_timestamp_of_the_right_shape_but_no_real_time_names_its_field(
-    metadata: CheckpointMetadata, field: str
+    metadata: CheckpointMetadata, field: str, value: str
 ) -> None:
     document = document_of(metadata)
-    document[field] = "2026-13-01T25:00:00Z"  # matches the schema's pattern
+    document[field] = value
 
     with pytest.raises(InvalidMetadataError) as raised:
         CheckpointMetadata.from_bytes(encode(document), SOURCE)

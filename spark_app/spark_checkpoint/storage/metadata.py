@@ -567,7 +567,7 @@ def _parse_timestamp(value: str, field_path: str, source: str) -> datetime:
     try:
         # The schema pattern requires an offset, so the result is never a naive datetime.
         return datetime.fromisoformat(value).astimezone(UTC)
-    except ValueError as error:
+    except (ValueError, OverflowError) as error:  # Overflow: its UTC is outside years 1-9999
         raise InvalidMetadataError(
             source, field_path, f"not a valid timestamp ({error})"
         ) from error
