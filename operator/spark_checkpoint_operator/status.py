@@ -28,7 +28,7 @@ from spark_checkpoint_operator.coordinator import (
     OutcomeStatus,
     PersistedState,
 )
-from spark_checkpoint_operator.coordinator.state import format_time
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT, format_time
 from spark_checkpoint_operator.local_state import open_state_file
 from spark_checkpoint_operator.manifest import crd
 
@@ -37,10 +37,6 @@ HISTORY_SHOWN = 10
 READY = "Ready"
 CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
 SPEC_VALID = "SpecValid"
-
-
-# The largest count or id a status holds: exact in any JSON reader.
-MAX_COUNT = 2**53 - 1
 
 
 class StatusFileError(ValueError):
@@ -94,6 +90,35 @@ class DiscardDue:
 
 
 @dataclass(frozen=True, slots=True)
+class UnrestorableImage:
+    """An image a restore will not use again (``status.unrestorable``): a restored query
+    failed on it before committing a batch, or the restorable check after it completed
+    found it unusable. ``source`` is its restore candidate's spelling (``checkpoint:3``)."""
+
+    source: str
+    reason: str
+    attempt: int  # the job attempt whose restore (or check) found it
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "reason": self.reason, "attempt": self.attempt}
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "UnrestorableImage":
+        """Raises InvalidStatus naming the field (`where` is the entry's place)."""
+        if not isinstance(data, Mapping):
+            raise InvalidStatus(f"{where}: expected an object, got {data!r}")
+        values = {
+            "source": _field(data, "source", str, None, f"{where}."),
+            "reason": _field(data, "reason", str, "", f"{where}."),
+            "attempt": _count(data, "attempt", f"{where}.", default=None),
+        }
+        for key in ("source", "attempt"):
+            if values[key] is None:
+                raise InvalidStatus(f"{where}.{key}: missing")
+        return cls(**values)
+
+
+@dataclass(frozen=True, slots=True)
 class PersistedStatus:
     """The part of a job's status that a restart resumes from: the coordinator's registry
     and the runtime's counters. ``render_status`` adds the views."""
@@ -103,7 +128,7 @@ class PersistedStatus:
     restores: int = 0
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None
-    unrestorable: Sequence[Mapping[str, Any]] = ()
+    unrestorable: Sequence[UnrestorableImage] = ()
     message: str = ""
     last_committed_batch: int | None = None
     consecutive_failures: int = 0
@@ -120,7 +145,7 @@ class PersistedStatus:
             "phase": self.phase.value,
             "jobAttempt": self.job_attempt,
             "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
-            "unrestorable": [dict(image) for image in self.unrestorable],
+            "unrestorable": [image.to_dict() for image in self.unrestorable],
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
             "consecutiveFailures": self.consecutive_failures,
@@ -157,7 +182,10 @@ class PersistedStatus:
             restores=_count(counts, "restored", "counts."),
             failed_restores=_count(counts, "failedRestores", "counts."),
             restored_from=_restored_from(data),
-            unrestorable=_field(data, "unrestorable", list, []),
+            unrestorable=[
+                UnrestorableImage.from_dict(entry, f"unrestorable[{index}]")
+                for index, entry in enumerate(_field(data, "unrestorable", list, []))
+            ],
             message=_field(data, "message", str, ""),
             last_committed_batch=_count(data, "lastCommittedBatch", default=None),
             consecutive_failures=_count(data, "consecutiveFailures"),

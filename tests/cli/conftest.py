@@ -23,7 +23,7 @@ from spark_checkpoint.storage import (
 )
 from spark_checkpoint_operator import coordinator
 from spark_checkpoint_operator.cli import main
-from spark_checkpoint_operator.status import StatusFile, render_status
+from spark_checkpoint_operator.status import StatusFile, UnrestorableImage, render_status
 from spark_checkpoint_operator.supervisor import JobRecord
 
 NAMESPACE = "analytics"
@@ -114,7 +114,7 @@ class Job:
         )
         record = JobRecord(phase=coordinator.JobPhase.RUNNING, coordinator=state)
         record.unrestorable = [
-            {"source": image, "reason": "its restored query failed in attempt 2", "attempt": 2}
+            UnrestorableImage(image, "its restored query failed in attempt 2", 2)
             for image in unrestorable
         ]
         status = render_status(record, now=time.time())

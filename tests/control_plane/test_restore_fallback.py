@@ -13,7 +13,7 @@ from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import render_status
+from spark_checkpoint_operator.status import UnrestorableImage, render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 
 
@@ -121,8 +121,8 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert launcher.restores[2][0] == previous, "attempt 3 restores the previous image"
     assert newest not in launcher.restores[2]
     record = supervisor.record
-    assert [e["source"] for e in record.unrestorable] == [newest]
-    assert record.unrestorable[0]["attempt"] == 2
+    assert [e.source for e in record.unrestorable] == [newest]
+    assert record.unrestorable[0].attempt == 2
     assert record.failed_restores == 1
     assert restores_while_failing == 0, "a restore is counted only once the query got past it"
     assert record.restores == 1
@@ -134,7 +134,7 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
         "its restored query failed in attempt 2 before committing a batch, on an error that "
         f"points at the checkpoint: {SCHEMA_ERROR}; falling back to"
     ) in failed[0].message
-    assert record.unrestorable[0]["reason"].endswith(f": {SCHEMA_ERROR}")
+    assert record.unrestorable[0].reason.endswith(f": {SCHEMA_ERROR}")
     status = render_status(record, now=0.0)
     assert status["counts"]["restored"] == 1
     assert status["counts"]["failedRestores"] == 1
@@ -231,14 +231,12 @@ def test_a_restore_failure_before_a_run_that_went_on_is_not_compared_with_later_
 
     ended, supervisor = asyncio.run(scenario())
     assert ended is TerminalOutcome.FINISHED
-    assert supervisor.record.unrestorable[-1]["attempt"] == 4, "a fallback, marked"
+    assert supervisor.record.unrestorable[-1].attempt == 4, "a fallback, marked"
 
 
 def test_an_image_asked_for_by_name_is_tried_again_though_a_restore_failed_on_it() -> None:
     record = JobRecord()
-    record.unrestorable = [
-        {"source": "savepoint:7", "reason": "its restored query failed", "attempt": 2}
-    ]
+    record.unrestorable = [UnrestorableImage("savepoint:7", "its restored query failed", 2)]
 
     async def scenario() -> FakeLauncher:
         launcher = FakeLauncher()

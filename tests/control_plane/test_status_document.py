@@ -28,6 +28,7 @@ from spark_checkpoint_operator.status import (
     PersistedStatus,
     RegisteredSnapshots,
     StatusFile,
+    UnrestorableImage,
     render_status,
 )
 from spark_checkpoint_operator.storage_commands.job import load_registry
@@ -81,7 +82,7 @@ restores = st.builds(
     counts,
     st.lists(st.builds(SkippedImage, candidates, texts), max_size=2).map(tuple),
 )
-unrestorable = st.fixed_dictionaries({"source": texts, "reason": texts, "attempt": counts})
+unrestorable = st.builds(UnrestorableImage, texts, texts, counts)
 pending = st.fixed_dictionaries(
     {
         "id": ids,
@@ -157,7 +158,7 @@ def test_the_status_round_trips_through_each_of_its_users(
         assert registry.registered == RegisteredSnapshots(
             checkpoints=frozenset(c.checkpoint_id for c in record.coordinator.checkpoints),
             savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
-            unrestorable={e["source"]: e["reason"] for e in record.unrestorable},
+            unrestorable={e.source: e.reason for e in record.unrestorable},
         )
 
 
@@ -188,6 +189,27 @@ def test_a_missing_status_file_is_a_new_job() -> None:
         (
             {"discardsDue": [{"kind": "checkpoint", "id": 4, "reason": 5}]},
             "discardsDue[0].reason: expected a string, got 5",
+        ),
+        ({"unrestorable": {}}, "unrestorable: expected a list, got {}"),
+        ({"unrestorable": [5]}, "unrestorable[0]: expected an object, got 5"),
+        ({"unrestorable": ["ab"]}, "unrestorable[0]: expected an object, got 'ab'"),
+        # The CRD's schema lets an empty entry through; a restore's choice needs its source.
+        ({"unrestorable": [{}]}, "unrestorable[0].source: missing"),
+        (
+            {"unrestorable": [{"source": "checkpoint:3", "reason": "x"}]},
+            "unrestorable[0].attempt: missing",
+        ),
+        (
+            {"unrestorable": [{"source": "checkpoint:3", "attempt": -1}]},
+            "unrestorable[0].attempt: expected 0 to",
+        ),
+        (
+            {"unrestorable": [{"source": 3, "attempt": 1}]},
+            "unrestorable[0].source: expected a string, got 3",
+        ),
+        (
+            {"coordinator": {"nextCheckpointId": 2**80}},
+            "coordinator.nextCheckpointId: expected 1 to 9007199254740991",
         ),
     ],
 )

@@ -111,8 +111,8 @@ def test_an_unrestorable_image_is_recorded_once_and_the_restore_skips_it() -> No
     (newest,) = check.unrestorable
     assert newest not in launcher.restores[1], "the restore skips the unrestorable image"
     assert launcher.restores[1], "and restores an older one"
-    assert [e["source"] for e in supervisor.record.unrestorable] == [newest]
-    assert supervisor.record.unrestorable[0]["reason"].endswith(SPARK_REASON)
+    assert [e.source for e in supervisor.record.unrestorable] == [newest]
+    assert supervisor.record.unrestorable[0].reason.endswith(SPARK_REASON)
     warnings = _reasons(notices, "ImageUnrestorable")
     assert warnings == [f"{newest} is not restorable, restores skip it: {SPARK_REASON}"]
     assert check.checked.count(newest) == 1  # the restored attempt may check newer images

@@ -61,10 +61,31 @@ def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None
     ("mutate", "field"),
     [
         (lambda d: d.pop("nextCheckpointId"), "nextCheckpointId: missing"),
-        (lambda d: d.update(nextCheckpointId=0), "nextCheckpointId: must be >= 1"),
+        (
+            lambda d: d.update(nextCheckpointId=0),
+            "nextCheckpointId: expected 1 to 9007199254740991",
+        ),
+        (
+            lambda d: d.update(nextCheckpointId=2**80),
+            "nextCheckpointId: expected 1 to 9007199254740991",
+        ),
+        (
+            lambda d: d.update(completedCount=2**53),
+            "completedCount: expected 0 to 9007199254740991",
+        ),
+        (lambda d: d["checkpoints"][0].update(sizeBytes=-1), "checkpoints[0].sizeBytes"),
         (lambda d: d.update(nextCheckpointId="7"), "nextCheckpointId: expected an integer"),
         (lambda d: d["checkpoints"][0].update(kind="snapshot"), "checkpoints[0].kind"),
         (lambda d: d["savepoints"][0].update(triggerTime="yesterday"), "savepoints[0].triggerTime"),
+        # A real time whose UTC is before year 1: read, it could never be written back.
+        (
+            lambda d: d["checkpoints"][0].update(completionTime="0001-01-01T00:00:00+23:59"),
+            "checkpoints[0].completionTime",
+        ),
+        (
+            lambda d: d["history"][0].update(endTime="9999-12-31T23:59:59-23:59"),
+            "history[0].endTime",
+        ),
         (lambda d: d["history"][1].update(reason="Gremlins"), "history[1].reason"),
         (lambda d: d.update(terminated="Exploded"), "terminated"),
     ],

@@ -22,6 +22,10 @@ from spark_checkpoint_operator.coordinator.requests import CheckpointKind
 
 _E = TypeVar("_E", bound=StrEnum)
 
+# The largest count or id a status holds: exact in any JSON reader (a value written by hand
+# beyond it made the next write of it fail, or an agent refuse every trigger's id).
+MAX_COUNT = 2**53 - 1
+
 
 class InvalidPersistedState(ValueError):
     """The stored coordinator state cannot be read; the message names the field."""
@@ -150,8 +154,10 @@ class _Reader:
 
     def integer(self, key: str, *, minimum: int) -> int:
         value: int = self._get(key, int, "an integer")
-        if value < minimum:
-            raise InvalidPersistedState(f"{self._field(key)}: must be >= {minimum}, got {value}")
+        if not minimum <= value <= MAX_COUNT:
+            raise InvalidPersistedState(
+                f"{self._field(key)}: expected {minimum} to {MAX_COUNT}, got {value}"
+            )
         return value
 
     def optional_integer(self, key: str) -> int | None:
@@ -167,8 +173,11 @@ class _Reader:
     def timestamp(self, key: str) -> float:
         text = self.text(key)
         try:
-            return parse_time(text)
-        except ValueError:
+            # Written back as UTC: a time whose UTC is outside years 1-9999 cannot be.
+            timestamp = parse_time(text)
+            format_time(timestamp)
+            return timestamp
+        except (ValueError, OverflowError):
             raise InvalidPersistedState(
                 f"{self._field(key)}: expected an RFC 3339 time, got {text!r}"
             ) from None

@@ -32,6 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerWithdrawn,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.status import UnrestorableImage
 from spark_checkpoint_operator.supervisor import status_events
 from spark_checkpoint_operator.supervisor.attempt import (
     STOPPED_DRIVER_EXIT_SECONDS,
@@ -208,7 +209,7 @@ class JobSupervisor:
         completed = self._interpreter.coordinator.persisted_state.completed_count
         self._chosen_image = (image, completed)
         # Asked for by name: tried again, though a restored query failed on it before.
-        self._record.unrestorable = [e for e in self._record.unrestorable if e["source"] != image]
+        self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
@@ -506,13 +507,13 @@ class JobSupervisor:
         images = self._images()
         # Entries of images retention has discarded since are of no use any more.
         self._record.unrestorable = [
-            entry for entry in self._record.unrestorable if entry["source"] in images
+            entry for entry in self._record.unrestorable if entry.source in images
         ]
-        failed = {entry["source"] for entry in self._record.unrestorable}
+        failed = {entry.source for entry in self._record.unrestorable}
         candidates = [image for image in images if image not in failed]
         if images and not candidates:
             reasons = "; ".join(
-                f"{entry['source']}: {entry['reason']}" for entry in self._record.unrestorable
+                f"{entry.source}: {entry.reason}" for entry in self._record.unrestorable
             )
             raise NoRestorableImage(f"no restorable image left: {reasons}")
         return candidates
@@ -559,7 +560,7 @@ class JobSupervisor:
             return False
         image, failed_attempt, _ = last
         self._record.unrestorable = [
-            entry for entry in self._record.unrestorable if entry["attempt"] != failed_attempt
+            entry for entry in self._record.unrestorable if entry.attempt != failed_attempt
         ]
         self._record.message = (
             f"the restored query failed the same way on {image} and {source}: the "
@@ -579,11 +580,9 @@ class JobSupervisor:
             + (error[0] if error else "(the driver's log has it)")
         )
         for image in (source, *attempt.completed):
-            self._record.unrestorable.append(
-                {"source": image, "reason": reason, "attempt": self._record.attempt}
-            )
+            self._record.unrestorable.append(UnrestorableImage(image, reason, self._record.attempt))
         self._record.failed_restores += 1
-        failed = {entry["source"] for entry in self._record.unrestorable}
+        failed = {entry.source for entry in self._record.unrestorable}
         following = next((image for image in self._images() if image not in failed), None)
         self._record.message = f"{source} cannot be restored: {reason}; " + (
             f"falling back to {following}" if following else "no older image is left"
@@ -932,7 +931,7 @@ class JobSupervisor:
                 )
                 continue
             seconds = time.monotonic() - started
-            recorded = {entry["source"] for entry in self._record.unrestorable}
+            recorded = {entry.source for entry in self._record.unrestorable}
             if image not in self._images() or image in recorded:
                 continue  # discarded by retention meanwhile, or a restore found it already
             if not problems:
@@ -941,9 +940,7 @@ class JobSupervisor:
                 )
                 continue
             reason = "the restorable check after it completed found: " + "; ".join(problems)
-            self._record.unrestorable.append(
-                {"source": image, "reason": reason, "attempt": self._record.attempt}
-            )
+            self._record.unrestorable.append(UnrestorableImage(image, reason, self._record.attempt))
             self._notify(
                 "ImageUnrestorable",
                 Level.WARNING,

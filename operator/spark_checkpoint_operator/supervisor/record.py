@@ -6,7 +6,7 @@ from typing import Any
 
 from spark_checkpoint.protocol import RestoredFrom
 from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
-from spark_checkpoint_operator.status import DiscardDue, PersistedStatus
+from spark_checkpoint_operator.status import DiscardDue, PersistedStatus, UnrestorableImage
 
 
 @dataclass
@@ -22,8 +22,8 @@ class JobRecord:
     restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None  # the current attempt's, as its agent reported
-    # Images a restored query failed on ({"source", "reason", "attempt"}): never tried again.
-    unrestorable: list[dict[str, Any]] = field(default_factory=list)
+    # Images a restored query failed on, or checked unusable: never tried again.
+    unrestorable: list[UnrestorableImage] = field(default_factory=list)
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -79,7 +79,7 @@ class JobRecord:
             restores=status.restores,
             failed_restores=status.failed_restores,
             restored_from=status.restored_from,
-            unrestorable=[dict(image) for image in status.unrestorable],
+            unrestorable=list(status.unrestorable),
             message=status.message,
             discards_due=list(status.discards_due),
             coordinator=status.coordinator,
