@@ -143,7 +143,9 @@ class ControlServer:
             request = decode_line(line, ControlRequest.from_json)
         except ProtocolError as error:
             return ControlAnswer(Outcome.REFUSED, f"not a control request: {error}")
-        if not hmac.compare_digest(request.token.encode(), self._token.encode()):
+        # surrogatepass: a JSON string may hold a lone surrogate, which UTF-8 does not.
+        offered = request.token.encode(errors="surrogatepass")
+        if not hmac.compare_digest(offered, self._token.encode()):
             return ControlAnswer(Outcome.REFUSED, "wrong token: not this run's")
         match request.command:
             case Command.STATUS:

@@ -8,7 +8,6 @@ nothing coerced, raising `ProtocolError` whose one-line message names the field.
 """
 
 import json
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -55,8 +54,9 @@ _optional_integer = read_optional(read_integer)
 
 
 def _seconds(value: Any, field: str) -> float:
-    number_type = type(value) in (int, float)
-    if not number_type or not math.isfinite(value) or not 0 <= value <= MAX_WAIT_SECONDS:
+    # Compared, not converted: an integer beyond any float is refused like another (NaN and
+    # the infinities fail the comparison too).
+    if type(value) not in (int, float) or not 0 <= value <= MAX_WAIT_SECONDS:
         raise ProtocolError(
             f"{field} must be a number of seconds from 0 to {MAX_WAIT_SECONDS:.0f}, "
             f"got {shown(value)}"

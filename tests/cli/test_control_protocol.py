@@ -42,8 +42,10 @@ json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(1 << 70), max_value=1 << 70)
+    | st.sampled_from([10**400, -(10**400)])  # beyond any float
     | st.floats(allow_nan=False)
-    | st.text(max_size=20),
+    | st.text(max_size=20)
+    | st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3),  # lone surrogates
     lambda inner: (
         st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5)
     ),
@@ -154,6 +156,21 @@ def test_the_runtime_answers_a_hostile_line_with_one_line_and_no_effect(line: by
     document = _exchange(line.replace(b"\n", b" ") + b"\n")
     assert document.outcome is Outcome.REFUSED
     assert document.message
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        # Once an OverflowError in the socket's callback: the client read no answer.
+        (b'{"token": "t", "command": "savepoint", "wait": 1' + b"0" * 400 + b"}", "wait"),
+        # Once a UnicodeEncodeError comparing the token.
+        (b'{"token": "\\ud800", "command": "status"}', "wrong token"),
+    ],
+)
+def test_a_value_no_float_or_utf_8_holds_is_refused_in_one_line(line: bytes, said: str) -> None:
+    document = _exchange(line + b"\n")
+    assert document.outcome is Outcome.REFUSED
+    assert said in document.message
 
 
 def test_an_overlong_line_is_refused_with_one_line() -> None:

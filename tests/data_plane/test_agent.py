@@ -753,6 +753,7 @@ def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None
         ({"after": "abc"}, "after"),
         ({"after": "-1"}, "after"),
         ({"after": "1.5"}, "after"),
+        ({"after": "1" + "0" * 400}, "after"),  # once an OverflowError: a 500
         ({"after": "1", "wait": "soon"}, "wait"),
         ({"after": "1", "wait": "-2"}, "wait"),
         ({"after": "1", "wait": "nan"}, "wait"),

@@ -65,7 +65,7 @@ def _parameter(
     try:
         value = parse(text)
         valid = math.isfinite(value) and value >= 0
-    except ValueError:
+    except (ValueError, OverflowError):  # Overflow: an integer beyond any float
         valid = False
     if not valid:
         raise ValueError(f"query parameter {name!r} must be {meaning}, got {text!r}")
