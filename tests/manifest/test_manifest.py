@@ -677,6 +677,43 @@ def test_duplicate_keys_are_an_error_not_last_one_wins(tmp_path: Path) -> None:
     assert str(raised.value) == f"{path}: line 8, column 5: invalid YAML: duplicate key 'interval'"
 
 
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        # PyYAML's constructors raise a bare ValueError for these: once a traceback.
+        ("    maxAge: 2024-02-30", "line 8, column 13: invalid YAML: day is out of range"),
+        ("    retained: " + "9" * 5000, "line 8, column 15: invalid YAML: Exceeds the limit"),
+        # Keys JSON and the API server cannot hold; `on` is YAML 1.1's true.
+        (
+            '    sparkConf: {1: "4"}',
+            'line 8, column 17: invalid YAML: the key 1 is not a string to YAML; quote it: "1"',
+        ),
+        ("    on: x", "line 8, column 5: invalid YAML: the key on is not a string to YAML"),
+        ("    ~: x", "line 8, column 5: invalid YAML: the key ~ is not a string"),
+    ],
+)
+def test_a_yaml_value_or_key_no_manifest_holds_names_its_line(
+    tmp_path: Path, line: str, said: str
+) -> None:
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        "apiVersion: sparkcheckpoint.io/v1alpha1\n"
+        "kind: SparkCheckpointJob\n"
+        "metadata: {name: orders}\n"
+        "spec:\n"
+        "  application: {module: orders}\n"
+        "  checkpointing:\n"
+        "    interval: 30s\n"
+        f"{line}\n"
+    )
+
+    with pytest.raises(ManifestError) as raised:
+        load_manifest(path)
+
+    assert str(raised.value).startswith(f"{path}: {said}")
+    assert "\n" not in str(raised.value)
+
+
 def test_yaml_merge_keys_may_be_overridden() -> None:
     job = parse_manifest(
         "apiVersion: sparkcheckpoint.io/v1alpha1\n"

@@ -153,6 +153,15 @@ class _StrictLoader(yaml.SafeLoader):
             )
         super().fetch_flow_collection_start(TokenClass)
 
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except ValueError as error:  # an unquoted 2024-02-30, an integer of 5,000 digits
+            message = str(error).split(":")[0]
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{message}: {shown(node.value)}", node.start_mark
+            ) from None
+
     def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
         event = self.peek_event()  # type: ignore[no-untyped-call]
         self.depth += 1
@@ -178,6 +187,14 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
         if key_node.tag == "tag:yaml.org,2002:merge":  # `<<:` keys may be overridden
             continue
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, str):  # `on:`, `1:`, `~:` (JSON and the API hold string keys)
+            written = key_node.value if isinstance(key_node, yaml.ScalarNode) else shown(key)
+            raise yaml.constructor.ConstructorError(
+                None,
+                None,
+                f'the key {written} is not a string to YAML; quote it: "{written}"',
+                key_node.start_mark,
+            )
         try:
             duplicate = key in seen
             seen.add(key)
