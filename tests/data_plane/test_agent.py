@@ -144,6 +144,39 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
     assert _status(client)["checkpoints"] == []
 
 
+def test_a_driver_keeps_only_its_newest_done_snapshots(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each snapshot holds its plan and file entries; kept for ever, a driver's memory grew
+    with every checkpoint it took (thousands a week)."""
+    monkeypatch.setattr(agent_module, "DONE_SNAPSHOTS_KEPT", 3)
+    client = running.client()
+    tasks = ["logs", "state-0-0", "state-0-1"]
+    for checkpoint_id in range(1, 7):
+        _call(client, "trigger", checkpoint_id, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+        _wait_for(client, checkpoint_id, "acknowledged")
+        _call(client, "finalize", checkpoint_id, tasks)
+        _call(client, "complete", checkpoint_id, 2)
+
+    # The newest three still take a repeated completion and finalization.
+    for checkpoint_id in (4, 5, 6):
+        _call(client, "complete", checkpoint_id, 2)
+        assert _call(client, "finalize", checkpoint_id, tasks).path.endswith(
+            f"/chk-{checkpoint_id}/_metadata"
+        )
+    # Older ones are forgotten, and said to be so: a trigger repeated late starts nothing.
+    for method, arguments in [
+        ("complete", (3, 2)),
+        ("finalize", (1, tasks)),
+        ("trigger", (2, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)),
+    ]:
+        with pytest.raises(AgentRejected, match="409") as refused:
+            _call(client, method, *arguments)
+        assert "ended long ago: this agent keeps the 3 newest" in str(refused.value)
+    assert _status(client)["checkpoints"] == []
+    assert len(running.agent._snapshots) == 3
+
+
 def test_a_snapshot_showing_every_acknowledgement_holds_no_pins_and_can_be_finalized(
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -63,6 +63,11 @@ log = logging.getLogger(__name__)
 COPY_DELAY_VARIABLE = "SPARK_CHECKPOINT_COPY_DELAY"
 # Status versions kept for `status_as_of`: a client acts on a status within a few versions.
 RECENT_VERSIONS = 16
+# Completed and aborted snapshots kept, newest first, for requests repeated about them (a
+# completion the coordinator is unsure arrived); older ones are forgotten: each holds its
+# plan and file entries, and a driver lives through thousands of checkpoints.
+DONE_SNAPSHOTS_KEPT = 16
+_DONE = (SnapshotPhase.COMPLETED, SnapshotPhase.ABORTED)
 
 
 class AgentRequestError(Exception):
@@ -187,6 +192,7 @@ class CheckpointAgent:
         self._attempt = attempt
         self._lock = threading.Lock()
         self._snapshots: dict[int, _Snapshot] = {}
+        self._forgotten_up_to = 0  # the newest id of a done snapshot no longer kept
         self._storage_access = _AddersOrDiscarder()
         # The files of the newest checkpoint this agent completed, by path, with their
         # identity then. Retention always keeps the newest completed checkpoint, so their
@@ -303,8 +309,14 @@ class CheckpointAgent:
             return self._tasks_listed[1]
 
     def _in_flight(self) -> list[_Snapshot]:
-        done = (SnapshotPhase.COMPLETED, SnapshotPhase.ABORTED)
-        return [s for s in self._snapshots.values() if s.state not in done]
+        return [s for s in self._snapshots.values() if s.state not in _DONE]
+
+    def _forget_old_done_snapshots(self) -> None:
+        """Called under the lock whenever a snapshot is done."""
+        done = sorted(i for i, s in self._snapshots.items() if s.state in _DONE)
+        for checkpoint_id in done[:-DONE_SNAPSHOTS_KEPT]:
+            del self._snapshots[checkpoint_id]  # copies still running hold their own
+            self._forgotten_up_to = max(self._forgotten_up_to, checkpoint_id)
 
     # ------------------------------------------------------------------ commands
 
@@ -312,6 +324,8 @@ class CheckpointAgent:
         with self._lock:
             if checkpoint_id in self._snapshots:
                 return  # a retried request: the snapshot is already under way
+            if checkpoint_id <= self._forgotten_up_to:
+                raise self._forgotten(checkpoint_id)
             snapshot = _Snapshot(checkpoint_id, kind, after, datetime.now(UTC))
             self._snapshots[checkpoint_id] = snapshot
         self._changed()
@@ -366,6 +380,7 @@ class CheckpointAgent:
             if not aborted:
                 done_here = _completes_at_finalization(snapshot)
                 snapshot.state = SnapshotPhase.COMPLETED if done_here else SnapshotPhase.FINALIZED
+                self._forget_old_done_snapshots()
         self._changed()
         if aborted:  # the abort came while _metadata was being written: take it back
             self._storage.fs.delete_tree(
@@ -400,6 +415,7 @@ class CheckpointAgent:
                     f"{snapshot.plan.batch_id}, not of batch {batch_id}",
                 )
             snapshot.state = SnapshotPhase.COMPLETED
+            self._forget_old_done_snapshots()
             after = snapshot.after
             if snapshot.kind is CheckpointKind.CHECKPOINT and checkpoint_id > self._completed_id:
                 self._completed_id = checkpoint_id
@@ -447,6 +463,7 @@ class CheckpointAgent:
             was = snapshot.state
             snapshot.state = SnapshotPhase.ABORTED
             snapshot.cancelled.set()
+            self._forget_old_done_snapshots()
             self._notified.notify_all()
         self._changed()
         log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
@@ -531,9 +548,19 @@ class CheckpointAgent:
 
     def _require(self, checkpoint_id: int) -> _Snapshot:
         snapshot = self._snapshots.get(checkpoint_id)
+        if snapshot is None and checkpoint_id <= self._forgotten_up_to:
+            raise self._forgotten(checkpoint_id)
         if snapshot is None:
             raise AgentRequestError(404, f"checkpoint {checkpoint_id} is unknown")
         return snapshot
+
+    @staticmethod
+    def _forgotten(checkpoint_id: int) -> AgentRequestError:
+        return AgentRequestError(
+            409,
+            f"checkpoint {checkpoint_id} ended long ago: this agent keeps the "
+            f"{DONE_SNAPSHOTS_KEPT} newest completed or aborted snapshots",
+        )
 
     def _capture(self, snapshot: _Snapshot) -> None:
         pin_dir = self._pin_root / snapshot_dir_name(snapshot.kind, snapshot.checkpoint_id)
