@@ -340,6 +340,21 @@ def test_aborted_savepoint_leaves_nothing_behind(running: Running, tmp_path: Pat
     assert not (tmp_path / "storage/default/wordcount/savepoints/sp-3").exists()
 
 
+def test_an_abort_reason_is_logged_as_one_quoted_line(
+    running: Running, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The reason is the client's text: with a line break it wrote a line of its own into
+    the driver's log."""
+    client = running.client()
+    _call(client, "trigger", 3, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    with caplog.at_level("INFO", logger=agent_module.__name__):
+        _call(client, "abort", 3, "expired\nERROR checkpoint 4 completed" + "x" * 900)
+
+    (line,) = [r.getMessage() for r in caplog.records if "aborted" in r.getMessage()]
+    assert line.startswith("checkpoint 3 aborted: 'expired\\nERROR checkpoint 4 completed")
+    assert "\n" not in line and len(line) < 600
+
+
 def test_a_savepoint_is_never_taken_over_one_another_registry_left(
     running: Running, tmp_path: Path
 ) -> None:

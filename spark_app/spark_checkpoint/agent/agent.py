@@ -466,7 +466,8 @@ class CheckpointAgent:
             self._forget_old_done_snapshots()
             self._notified.notify_all()
         self._changed()
-        log.info("checkpoint %s aborted: %s", checkpoint_id, reason)
+        # Quoted and clipped: the reason is the client's text, and may hold line breaks.
+        log.info("checkpoint %s aborted: %.500r", checkpoint_id, reason)
         # A finalized image or a savepoint's own files are garbage once aborted (shared
         # files of an aborted checkpoint are left to garbage collection). Copies still
         # running would write after a delete, so they delete when the last one ends.
