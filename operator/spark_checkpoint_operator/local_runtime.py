@@ -69,7 +69,7 @@ from spark_checkpoint_operator.local_state import (
 from spark_checkpoint_operator.manifest.model import Application, JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
-from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
+from spark_checkpoint_operator.restore_choice import ChosenImage, UnknownImage, chosen_image
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
@@ -632,8 +632,13 @@ async def _run_locked(
     # A line may be written from any thread (a log record): the loop acts on it.
     display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
-        supervisor.restore_from(image)
-        report(f"restoring {image} (--from) instead of the newest image")
+        withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
+        report(f"restoring {image.candidate} (--from) instead of the newest image")
+        if withdrawn is not None:
+            report(
+                f"{withdrawn.describe()} was due for deletion; restored from, it stays in "
+                "storage: delete it yourself once it is no longer needed"
+            )
     job = f"{manifest.namespace}/{manifest.name}"
     # `spark-checkpoint status`, `savepoint`, `stop` and `cancel` from another terminal.
     async with (
@@ -736,7 +741,7 @@ def _check_initial_savepoint(
         raise RunRefused(f"spec.restore.initialSavepointPath: {error}") from None
 
 
-def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> str:
+def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> ChosenImage:
     try:
         return chosen_image(restore_from, record.coordinator, storage)
     except UnknownImage as error:

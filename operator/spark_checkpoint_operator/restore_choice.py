@@ -1,6 +1,7 @@
 """``spark-checkpoint run --from``: the image a local run restores instead of the newest,
 checked before Spark starts (known to the job's registry, its files intact)."""
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from spark_checkpoint.protocol import RestoreCandidate
@@ -17,6 +18,15 @@ from spark_checkpoint_operator.coordinator import PersistedState
 
 class UnknownImage(Exception):
     """The image named by ``--from`` cannot be restored; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChosenImage:
+    """The image ``--from`` names: its restore candidate's encoding, and the job's own
+    snapshot it is in the job's storage (registered or not; None: another job's)."""
+
+    candidate: str
+    own: tuple[CheckpointKind, int] | None
 
 
 def image_choice(choice: str) -> str:
@@ -41,8 +51,8 @@ def _registry_reference(choice: str) -> RestoreCandidate | None:
         ) from None
 
 
-def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
-    """The restore candidate (its encoding) ``choice`` names: ``savepoint:N`` or
+def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:
+    """The restore candidate ``choice`` names: ``savepoint:N`` or
     ``checkpoint:N`` of the job's registry, or the PATH (or URI) of a savepoint's or a
     retained checkpoint's directory or ``_metadata`` (this job's or another's, as Flink's
     ``run -s``). Raises `UnknownImage` if it is not registered or not intact."""
@@ -61,11 +71,11 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
             known = ", ".join(map(str, ids)) or "none"
             raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
         _require_intact(storage, kind, snapshot_id, choice)
-        return candidate.encode()
+        return ChosenImage(candidate.encode(), (kind, snapshot_id))
     return _external(choice, registry, storage)
 
 
-def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> str:
+def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:
     uri = metadata_location(choice if "://" in choice else Path(choice).resolve().as_uri())
     try:
         address = parse_snapshot_address(uri)
@@ -84,12 +94,16 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
         # One of the job's own by its path (as `savepoint` and `list` print it): restored
         # as the registry's (status shows savepoint:N, not a URI).
         _require_intact(storage, kind, snapshot_id, choice)
-        return RestoreCandidate.registered(kind, snapshot_id).encode()
+        return ChosenImage(
+            RestoreCandidate.registered(kind, snapshot_id).encode(), (kind, snapshot_id)
+        )
     if own and kind is CheckpointKind.CHECKPOINT:
         raise UnknownImage(str(UnregisteredCheckpointError(uri)))
     # Storage's errors name the path already.
     _require_intact(source, kind, snapshot_id, f"the {kind}")
-    return RestoreCandidate.external(uri).encode()
+    return ChosenImage(
+        RestoreCandidate.external(uri).encode(), (kind, snapshot_id) if own else None
+    )
 
 
 def _require_intact(

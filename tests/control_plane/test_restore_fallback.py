@@ -11,9 +11,9 @@ from typing import Any
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
-from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.coordinator import CheckpointKind, CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import UnrestorableImage, render_status
+from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage, render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 
 
@@ -56,6 +56,7 @@ def _supervisor(
     policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
     max_retries: int = 1,
     record: JobRecord | None = None,
+    janitor: NoJanitor | None = None,
 ) -> tuple[JobSupervisor, list[Notice]]:
     notices: list[Notice] = []
 
@@ -66,7 +67,7 @@ def _supervisor(
         config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0, retained=2),
         restart_policy=RestartPolicySpec(policy, max_retries, 0.01, 0.05),
         launcher=launcher,
-        janitor=NoJanitor(),
+        janitor=janitor or NoJanitor(),
         save=save,
         record=record or JobRecord(),
         report=notices.append,
@@ -251,6 +252,33 @@ def test_an_image_asked_for_by_name_is_tried_again_though_a_restore_failed_on_it
     launcher = asyncio.run(scenario())
     assert launcher.restores[0] == ["savepoint:7"]
     assert record.unrestorable == []
+
+
+def test_a_savepoint_due_for_deletion_that_is_asked_for_by_name_is_kept() -> None:
+    """`run --from` the path of a savepoint retention had let go: its discard stayed due,
+    and the janitor deleted it after the first attempt failed, so the retry restored from
+    nothing."""
+    due = DiscardDue(CheckpointKind.SAVEPOINT, 7, None)
+    record = JobRecord(discards_due=[due])
+    janitor = NoJanitor()
+    image = RestoreCandidate.external("file:///storage/default/job/savepoints/sp-7/_metadata")
+
+    async def scenario() -> FakeLauncher:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, record=record, janitor=janitor)
+        assert supervisor.restore_from(image.encode(), stored_as=due.key) == due
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        launcher.drivers[0].code = DriverExit.FAILED  # before any checkpoint
+        await _next_driver(launcher, 1)
+        launcher.drivers[1].code = DriverExit.FINISHED
+        await run
+        return launcher
+
+    launcher = asyncio.run(scenario())
+    assert launcher.restores[:2] == [[image.encode()]] * 2
+    assert janitor.discarded_savepoints == []
+    assert record.discards_due == []
 
 
 def test_a_failed_restore_falls_back_even_with_restart_policy_never() -> None:

@@ -32,7 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerWithdrawn,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import UnrestorableImage
+from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage
 from spark_checkpoint_operator.supervisor import status_events
 from spark_checkpoint_operator.supervisor.attempt import (
     STOPPED_DRIVER_EXIT_SECONDS,
@@ -203,13 +203,21 @@ class JobSupervisor:
             )
         return f"its checkpoints and savepoints stay (retentionPolicy {policy.value})"
 
-    def restore_from(self, image: str) -> None:
+    def restore_from(
+        self, image: str, *, stored_as: tuple[CheckpointKind, int] | None = None
+    ) -> DiscardDue | None:
         """Restore ``image`` (a restore candidate's spelling), and only it, instead of the
-        newest image, until a checkpoint or savepoint of this run completes."""
+        newest image, until a checkpoint or savepoint of this run completes. ``stored_as``:
+        the job's own snapshot it is; its discard, if due, is withdrawn and returned (the
+        janitor would delete it after a failed attempt, and the next restore find nothing)."""
         completed = self._interpreter.coordinator.persisted_state.completed_count
         self._chosen_image = (image, completed)
         # Asked for by name: tried again, though a restored query failed on it before.
         self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
+        due = self._record.discards_due
+        withdrawn = next((d for d in due if d.key == stored_as), None)
+        self._record.discards_due = [d for d in due if d is not withdrawn]
+        return withdrawn
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
