@@ -94,10 +94,12 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     (wheel,) = wheels.glob("*.whl")
 
     venv = base / "venv"
-    uv = Path(sys.executable).parent / "uv"  # the Makefile installs it beside the tests' Python
+    uv = Path(sys.executable).parent / "uv"  # the dev extra's, beside the tests' Python
     subprocess.run([uv, "venv", "--quiet", "--python", sys.executable, venv], check=True)
     pins = base / "runtime-pins.txt"
     pins.write_text("\n".join(PIN.findall((ROOT / "Dockerfile").read_text())) + "\n")
+    # Not --compile-bytecode (the Makefile's): compiling it all costs more than the few
+    # processes here compile of what they import.
     install = [uv, "pip", "install", "--quiet", "--python", venv / "bin" / "python"]
     install += ["--constraint", pins, f"{wheel}[spark]"]
     offline = subprocess.run([*install, "--offline"], check=False, capture_output=True)
