@@ -274,6 +274,14 @@ INVALID = [
         "spec.checkpointing.retained: 101 is greater than the maximum of 100",
     ),
     (
+        # The status lists each savepoint: without a bound it outgrew the API server's
+        # object size limit, and every status write failed.
+        "historyMaxCount above its maximum",
+        "spec.savepoints.historyMaxCount",
+        101,
+        "spec.savepoints.historyMaxCount: 101 is greater than the maximum of 100",
+    ),
+    (
         "maxConcurrent above its maximum",
         "spec.checkpointing.maxConcurrent",
         17,
@@ -673,6 +681,15 @@ def test_yaml_syntax_error_names_the_file_and_line(tmp_path: Path) -> None:
         ),
         ("    on: x", "line 8, column 5: invalid YAML: the key on is not a string to YAML"),
         ("    ~: x", "line 8, column 5: invalid YAML: the key ~ is not a string"),
+        # Merged keys too (`on` is 1 there: one silently took the other's place).
+        (
+            "    sparkConf: {<<: {1: x, on: y}}",
+            "line 8, column 16: invalid YAML: the key 1 (merged with <<) is not a string",
+        ),
+        (
+            "    sparkConf: {<<: {~: x}}",
+            "line 8, column 16: invalid YAML: the key None (merged with <<) is not a string",
+        ),
     ],
 )
 def test_a_yaml_value_or_key_no_manifest_holds_names_its_line(

@@ -204,7 +204,16 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key {shown(key)}", key_node.start_mark
             )
-    return loader.construct_mapping(node, deep=True)
+    mapping = loader.construct_mapping(node, deep=True)
+    # Keys a `<<:` merge brought in, which the loop above does not see.
+    if merged := [key for key in mapping if not isinstance(key, str)]:  # ~ and 0 too
+        raise yaml.constructor.ConstructorError(
+            None,
+            None,
+            f"the key {shown(merged[0])} (merged with <<) is not a string to YAML; quote it",
+            node.start_mark,
+        )
+    return mapping
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
