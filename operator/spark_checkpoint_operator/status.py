@@ -176,7 +176,7 @@ class PersistedStatus:
         if phase not in set(JobPhase):
             allowed = ", ".join(JobPhase)
             raise InvalidStatus(f"phase: expected one of {allowed}, got {phase!r}")
-        return cls(
+        persisted = cls(
             phase=JobPhase(phase),
             job_attempt=_count(data, "jobAttempt"),
             restores=_count(counts, "restored", "counts."),
@@ -198,6 +198,15 @@ class PersistedStatus:
             ],
             coordinator=state,
         )
+        # Every write holds the registry: without it, the job would be taken for a new one,
+        # and its first garbage collection would delete every image of its storage.
+        written = [key for key in cls().to_dict() if data.get(key) is not None]
+        if coordinator is None and written:
+            raise InvalidStatus(
+                f"coordinator: missing beside {', '.join(written[:3])}: the job's registry "
+                "of checkpoints and savepoints, which every status the operator writes holds"
+            )
+        return persisted
 
 
 class InvalidStatus(ValueError):

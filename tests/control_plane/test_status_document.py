@@ -6,6 +6,7 @@ phase, counters, restore history, pending snapshots, discards due and registries
 
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,15 @@ coordinators = st.builds(
     completed_count=counts,
     failed_count=counts,
     terminated=st.none() | st.sampled_from(TerminalOutcome),
+).map(
+    # As a coordinator writes it: its counter above every id it registered.
+    lambda state: replace(
+        state,
+        next_checkpoint_id=max(
+            [state.next_checkpoint_id]
+            + [c.checkpoint_id + 1 for c in (*state.checkpoints, *state.savepoints)]
+        ),
+    )
 )
 candidates = st.one_of(
     st.builds(RestoreCandidate.registered, st.sampled_from(CheckpointKind), ids),
@@ -170,6 +180,13 @@ def test_a_missing_status_file_is_a_new_job() -> None:
         assert _resumable(load_record(paths)) == _resumable(JobRecord())
 
 
+def _completed(kind: CheckpointKind, checkpoint_id: int) -> dict[str, object]:
+    image = CompletedCheckpoint(checkpoint_id, kind, 0, "file:///storage/x", 0, 0.0, 0.0)
+    return PersistedState(next_checkpoint_id=checkpoint_id + 1, checkpoints=(image,)).to_dict()[
+        "checkpoints"
+    ][0]
+
+
 @pytest.mark.parametrize(
     ("written", "said"),
     [
@@ -210,6 +227,21 @@ def test_a_missing_status_file_is_a_new_job() -> None:
         (
             {"coordinator": {"nextCheckpointId": 2**80}},
             "coordinator.nextCheckpointId: expected 1 to 9007199254740991",
+        ),
+        # `kubectl patch --subresource=status` removing the registry: read as a new job, its
+        # first garbage collection deleted every image of the job's storage.
+        (
+            {"phase": "Running", "jobAttempt": 3},
+            "coordinator: missing beside phase, jobAttempt: the job's registry",
+        ),
+        (
+            {
+                "coordinator": {
+                    **PersistedState(next_checkpoint_id=4).to_dict(),
+                    "checkpoints": [_completed(CheckpointKind.CHECKPOINT, 4)],
+                }
+            },
+            "coordinator.nextCheckpointId: 4 is not above the newest registered id, 4",
         ),
     ],
 )

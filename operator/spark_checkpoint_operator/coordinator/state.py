@@ -56,10 +56,19 @@ class PersistedState:
     def from_dict(cls, data: Mapping[str, Any]) -> "PersistedState":
         reader = _Reader(data, "")
         terminated = reader.optional_text("terminated")
+        next_id = reader.integer("nextCheckpointId", minimum=1)
+        checkpoints = tuple(_completed_from(r) for r in reader.items("checkpoints"))
+        savepoints = tuple(_completed_from(r) for r in reader.items("savepoints"))
+        # Ids are never used twice: a counter at or below a registered id would be.
+        newest = max((c.checkpoint_id for c in (*checkpoints, *savepoints)), default=0)
+        if next_id <= newest:
+            raise InvalidPersistedState(
+                f"nextCheckpointId: {next_id} is not above the newest registered id, {newest}"
+            )
         return cls(
-            next_checkpoint_id=reader.integer("nextCheckpointId", minimum=1),
-            checkpoints=tuple(_completed_from(r) for r in reader.items("checkpoints")),
-            savepoints=tuple(_completed_from(r) for r in reader.items("savepoints")),
+            next_checkpoint_id=next_id,
+            checkpoints=checkpoints,
+            savepoints=savepoints,
             history=tuple(_outcome_from(r) for r in reader.items("history")),
             completed_count=reader.integer("completedCount", minimum=0),
             failed_count=reader.integer("failedCount", minimum=0),

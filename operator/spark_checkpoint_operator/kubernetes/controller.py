@@ -143,7 +143,7 @@ class JobController:
         return str(self._body["metadata"]["name"])
 
     def _read_status(self, status: dict[str, Any]) -> None:
-        self._record = JobRecord.from_dict(status) if "coordinator" in status else JobRecord()
+        self._record = JobRecord.from_dict(status)
         self._conditions: list[dict[str, Any]] = list(status.get("conditions", ()))
         self._handled = dict(status.get("handledTriggers") or {})
         self._deployed = str(status.get("deploymentHash", ""))
