@@ -101,6 +101,10 @@ class PodRegistry:
         self._pods.pop((namespace, job), None)
         self._changed.pop((namespace, job), None)
 
+    def forget_pod(self, namespace: str, job: str, name: str) -> None:
+        """A pod the API server no longer has, whose deletion the watch did not report."""
+        self._pods.get((namespace, job), {}).pop(name, None)
+
 
 class OperatorApiClient(ApiClient):
     """The official client with the operator's timeouts: 30 s to connect and 30 s for each
@@ -348,11 +352,13 @@ async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: 
         await clients.core.delete_namespaced_pod(name, namespace)
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
-        if clients.pods.pod(namespace, job, name) is not None:
-            continue
+        # Asked of the API server, not only the watch: a deletion that came while the
+        # watch was down (a 410 Gone, then a new list) has no DELETED event, and the
+        # registry would show the pod for ever.
         try:
             await clients.core.read_namespaced_pod(name, namespace)
         except NotFoundException:
+            clients.pods.forget_pod(namespace, job, name)
             return
 
 
