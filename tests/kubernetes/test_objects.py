@@ -86,6 +86,9 @@ def test_the_driver_is_owned_by_its_job_and_labelled_per_attempt() -> None:
 
     assert pod["metadata"]["name"] == f"{manifest.name}-driver-3"
     assert pod["metadata"]["ownerReferences"] == [objects.owner_reference(document)]
+    # blockOwnerDeletion would need `update` on sparkcheckpointjobs/finalizers where owner
+    # references are enforced (OpenShift): every pod and Secret create was Forbidden there.
+    assert "blockOwnerDeletion" not in objects.owner_reference(document)
     labels = pod["metadata"]["labels"]
     assert labels[objects.LABEL_JOB] == manifest.name
     assert labels[objects.LABEL_SPARK_ROLE] == "driver"

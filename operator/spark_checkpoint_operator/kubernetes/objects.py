@@ -126,14 +126,16 @@ def job_labels(manifest: JobManifest, component: str) -> dict[str, str]:
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
-    """Makes the job's pods and Secret go with the job (garbage collection)."""
+    """Makes the job's pods and Secret go with the job (garbage collection). Without
+    blockOwnerDeletion: the operator's finalizer already holds the job until its pods are
+    gone, and where the API server enforces owner references (OpenShift) setting it needs
+    `update` on sparkcheckpointjobs/finalizers, which the operator has no other use for."""
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": KIND,
         "name": job["metadata"]["name"],
         "uid": job["metadata"]["uid"],
         "controller": True,
-        "blockOwnerDeletion": True,
     }
 
 
