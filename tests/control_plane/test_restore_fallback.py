@@ -263,13 +263,21 @@ def test_a_savepoint_due_for_deletion_that_is_asked_for_by_name_is_kept() -> Non
     janitor = NoJanitor()
     image = RestoreCandidate.external("file:///storage/default/job/savepoints/sp-7/_metadata")
 
+    reachable = iter([False])  # the first driver's agent never answers: no checkpoint
+
+    class Agent(FakeAgent):
+        def __init__(self) -> None:
+            super().__init__()
+            self.reachable = next(reachable, True)
+
     async def scenario() -> FakeLauncher:
         launcher = FakeLauncher()
+        launcher.agent_class = Agent
         supervisor, _ = _supervisor(launcher, record=record, janitor=janitor)
         assert supervisor.restore_from(image.encode(), stored_as=due.key) == due
         run = asyncio.create_task(supervisor.run())
         await _next_driver(launcher, 0)
-        launcher.drivers[0].code = DriverExit.FAILED  # before any checkpoint
+        launcher.drivers[0].code = DriverExit.FAILED
         await _next_driver(launcher, 1)
         launcher.drivers[1].code = DriverExit.FINISHED
         await run
