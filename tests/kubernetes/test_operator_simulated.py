@@ -944,12 +944,39 @@ def test_a_secret_of_the_tokens_name_that_is_not_the_jobs_is_never_written_over(
     )
     assert status["message"] == (
         "the driver could not be started: secret orders-agent-token exists and is not this "
-        "job's (no owner reference to it): the operator writes the driver's token there and "
-        "never over another's Secret; rename or delete it"
+        "job's (no owner reference to it): the operator names the driver's token so and "
+        "never writes over or deletes another's Secret; rename or delete it"
     )
     stored = cluster.api.get(SECRETS, "default", "orders-agent-token")
     assert base64.b64decode(stored["data"]["token"]) == b"theirs"
     assert cluster.driver_pods("orders") == []
+
+
+def test_a_pod_of_the_drivers_name_that_is_not_the_jobs_fails_the_job_in_one_line(
+    cluster: LocalCluster,
+) -> None:
+    """Without the job's labels `remove_pods` never removes it, and the create's conflict
+    was raised as it was: a traceback every few seconds, for ever (a reviewer)."""
+    theirs = {
+        "metadata": {"name": "orders-driver-1"},
+        "spec": {"containers": [{"name": "theirs", "image": "busybox"}]},
+    }
+    cluster.api.create(PODS, theirs, namespace="default")
+
+    cluster.apply(job())
+
+    status = cluster.wait_for(
+        "Failed", lambda: (s := cluster.status("orders")).get("phase") == "Failed" and s
+    )
+    assert status["message"] == (
+        "the driver could not be started: pod orders-driver-1 exists and is not this job's "
+        "(no owner reference to it): the operator names the driver of this attempt so and "
+        "never writes over or deletes another's Pod; rename or delete it"
+    )
+    assert (
+        cluster.api.get(PODS, "default", "orders-driver-1")["spec"]["containers"][0]["name"]
+        == "theirs"
+    )
 
 
 def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(

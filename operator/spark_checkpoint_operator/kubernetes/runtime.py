@@ -459,6 +459,12 @@ class KubernetesLauncher:
                 self.manifest.namespace,
                 _model(V1Pod, pod, LaunchFailed, f"pod {name}"),
             )
+        except ConflictException:
+            # This job's own leftover goes before the next try (`remove_pods`); another's
+            # would refuse every try.
+            existing = await self._api.read_namespaced_pod(name, self.manifest.namespace)
+            self._require_owned(existing, f"pod {name}", "the driver of this attempt")
+            raise
         except ApiException as error:
             raise _launch_error(error, f"pod {name}") from error
         self.current = self._driver(name, token, self._deployed_hash)
@@ -492,32 +498,38 @@ class KubernetesLauncher:
         name = secret["metadata"]["name"]
         namespace = self.manifest.namespace
         try:
-            await self._api.create_namespaced_secret(
-                namespace,
-                _model(V1Secret, secret, LaunchFailed, f"secret {name}"),
-            )
-        except ConflictException:
-            await self._require_own_secret(name)
-            await self._api.patch_namespaced_secret(
-                name,
-                namespace,
-                {"stringData": {objects.TOKEN_KEY: token}},
-                _content_type=STRATEGIC_MERGE_PATCH,
-            )
+            try:
+                await self._api.create_namespaced_secret(
+                    namespace,
+                    _model(V1Secret, secret, LaunchFailed, f"secret {name}"),
+                )
+            except ConflictException:
+                # Errors here too are the launch's (an immutable Secret refuses the patch).
+                await self._require_own_secret(name)
+                await self._api.patch_namespaced_secret(
+                    name,
+                    namespace,
+                    {"stringData": {objects.TOKEN_KEY: token}},
+                    _content_type=STRATEGIC_MERGE_PATCH,
+                )
         except ApiException as error:
             raise _launch_error(error, f"secret {name}") from error
 
     async def _require_own_secret(self, name: str) -> None:
-        """A Secret of the token's name that this job does not own (no owner reference to
-        its uid) is another's: written over, its key would be lost to its owner and handed
-        to this job's driver."""
+        """A Secret of the token's name that this job does not own is another's: written
+        over, its key would be lost to its owner and handed to this job's driver."""
         existing = await self._api.read_namespaced_secret(name, self.manifest.namespace)
+        self._require_owned(existing, f"secret {name}", "the driver's token")
+
+    def _require_owned(self, existing: V1Pod | V1Secret, what: str, purpose: str) -> None:
+        """``existing`` is this job's (an owner reference to its uid), else LaunchFailed."""
         owners = (existing.metadata and existing.metadata.owner_references) or []
         if not any(owner.uid == self._job["metadata"]["uid"] for owner in owners):
+            kind = what.split(maxsplit=1)[0].capitalize()
             raise LaunchFailed(
-                f"secret {name} exists and is not this job's (no owner reference to it): the "
-                "operator writes the driver's token there and never over another's Secret; "
-                "rename or delete it"
+                f"{what} exists and is not this job's (no owner reference to it): the "
+                f"operator names {purpose} so and never writes over or deletes another's "
+                f"{kind}; rename or delete it"
             )
 
     async def _token(self) -> str | None:
