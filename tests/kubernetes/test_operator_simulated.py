@@ -845,8 +845,12 @@ def test_a_savepoint_discard_the_driver_did_not_take_is_done_after_an_operator_r
 
     dropped = savepoint(1)
     savepoint(2)
+    # Written ahead without a reason (with the write that drops the savepoint from the
+    # history), then with the driver's refusal.
     due = cluster.wait_for(
-        "a discard due", lambda: cluster.status("orders").get("discardsDue"), job="orders"
+        "a discard due with the refusal",
+        lambda: [d for d in cluster.status("orders").get("discardsDue", []) if "reason" in d],
+        job="orders",
     )
     assert due == [
         {
