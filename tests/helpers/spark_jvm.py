@@ -199,5 +199,12 @@ def _build(directory: Path, archive: Path) -> None:
 
 
 if __name__ == "__main__":
-    assert sys.argv[1] == "build", "usage: spark_jvm.py build DIRECTORY"
-    build(Path(sys.argv[2]))
+    # `start`: what pytest's start does (`make test` runs it before lint and typecheck,
+    # which leave a core idle, so that the archive is there for the first drivers).
+    command, where = sys.argv[1:3]
+    if command == "start":
+        Path(where).mkdir(parents=True, exist_ok=True)
+        print(f"Spark drivers: {driver_options(Path(where))[1]}")
+    else:
+        assert command == "build", "usage: spark_jvm.py start|build DIRECTORY"
+        build(Path(where))
