@@ -37,7 +37,6 @@ from spark_checkpoint.janitor_commands import (
     failure_line,
     parse,
 )
-from spark_checkpoint.restorable import check_images
 from spark_checkpoint.restorable_report import encoded, fitted, parse_image
 from spark_checkpoint.settings import OWNER_VARIABLE, PREFIX, storage_owner
 from spark_checkpoint.storage import (
@@ -104,6 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _verify_restorable(storage: CheckpointStorage, command: VerifyRestorable) -> int:
     """The verdict goes to the report file whatever it is (exit code 0); the whole report
     is printed too, as the termination message keeps only 4096 bytes of it."""
+    # Here: the other commands, most cleanup pods, start without importing pyspark.
+    from spark_checkpoint.restorable import check_images  # noqa: PLC0415
+
     try:
         (result,) = check_images(storage, [parse_image(command.image)])
     except Exception as error:  # Spark did not start: its errors come as many classes
