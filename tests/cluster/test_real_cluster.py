@@ -141,7 +141,10 @@ def _job(name: str, namespace: str, **spec: Any) -> Any:
                     "--trigger-seconds",
                     "2",
                 ],
-                "sparkConf": {"spark.master": "local[2]"},
+                # As the example's manifest: Spark's default of 200 shuffle partitions
+                # makes each batch and checkpoint of this small input cost many times more
+                # (docs/user-guide.md), here in CPU the emulated run's suite shares.
+                "sparkConf": {"spark.master": "local[2]", "spark.sql.shuffle.partitions": "4"},
             },
             "driver": {
                 "volumes": [{"name": "input", "configMap": {"name": INPUT}}],
