@@ -14,7 +14,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from e2e.test_local_runs import kill_at_arbitrary_points
+from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
 
 from helpers.job_run import JobRun
 from helpers.objectstore import S3Server
@@ -37,7 +37,7 @@ def test_exactly_once_on_s3_when_the_driver_is_killed_at_arbitrary_points(
         checkpointing={"storage": f"{prefix}/checkpoints"},
         output=f"{prefix}/output",
     )
-    run.add_input(files=60)
+    run.add_input(files=CHAOS_INPUT_FILES)
     run.start()
     # A reader's credentials, in this process only (the runtime started without them).
     for name, value in s3_server.environment().items():
