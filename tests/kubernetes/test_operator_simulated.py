@@ -760,6 +760,56 @@ def test_an_ended_job_deleted_after_an_operator_restart_has_its_leftovers_collec
     assert [c[0] for c in cleanup_commands(cluster, "orders")] == ["collect-garbage"]
 
 
+def refused_status_writes(
+    cluster: LocalCluster, name: str, code: int, reason: str, message: str
+) -> threading.Event:
+    """The API server answers the job's status writes with that error while the returned
+    event is set (clear it to let them through)."""
+    refusing = threading.Event()
+    refusing.set()
+
+    def status_write(request: Any) -> bool:
+        return bool(
+            refusing.is_set()
+            and request.method.value == "PATCH"
+            and request.subresource == "status"
+            and request.name == name
+        )
+
+    def inject(emulator: Any) -> None:
+        emulator[status_write] << kmock.KubernetesError(code, reason, message, {})
+
+    cluster.api.call(inject)
+    return refusing
+
+
+def test_a_status_write_the_api_server_refuses_is_told_in_one_line_until_it_is_taken(
+    cluster: LocalCluster,
+) -> None:
+    """An operator whose role may not patch the status (a chart's RBAC edited by hand) logged
+    the client's 30-line traceback, with the response's headers, every six seconds."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    forbidden = (
+        'sparkcheckpointjobs.sparkcheckpoint.io "orders" is forbidden: User '
+        '"system:serviceaccount:ops:operator" cannot patch resource '
+        '"sparkcheckpointjobs/status" in API group "sparkcheckpoint.io"'
+    )
+    refusing = refused_status_writes(cluster, "orders", 403, "Forbidden", forbidden)
+    told = f"the job's status was not written (HTTP 403, 5 attempts): {forbidden}"
+    cluster.wait_for(
+        "the refusal told",
+        lambda: told in cluster.operator.log_path.read_text(),
+        timeout=60,
+    )
+    before = cluster.status("orders")
+    refusing.clear()
+
+    after = completed(cluster, "orders", before["counts"]["completed"] + 2)
+    assert after["jobAttempt"] == 1, "the running driver was adopted each time"
+    assert "Traceback" not in cluster.operator.log_path.read_text()
+
+
 def test_a_failed_deletion_is_retried_and_holds_the_job_until_it_is_done(
     cluster: LocalCluster,
 ) -> None:
@@ -767,21 +817,7 @@ def test_a_failed_deletion_is_retried_and_holds_the_job_until_it_is_done(
     completed(cluster, "orders", 1)
     cluster.operator.kill()
     deleted_while_the_operator_is_down(cluster, "orders")
-    failing = threading.Event()
-    failing.set()
-
-    def status_write(request: Any) -> bool:
-        return bool(
-            failing.is_set()
-            and request.method.value == "PATCH"
-            and request.subresource == "status"
-            and request.name == "orders"
-        )
-
-    def inject(emulator: Any) -> None:
-        emulator[status_write] << kmock.KubernetesError(503, "ServiceUnavailable", "injected", {})
-
-    cluster.api.call(inject)
+    failing = refused_status_writes(cluster, "orders", 503, "ServiceUnavailable", "injected")
     cluster.operator.start()
 
     cluster.wait_for(

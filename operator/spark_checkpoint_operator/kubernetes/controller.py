@@ -47,6 +47,7 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesDriver,
     KubernetesJanitor,
     KubernetesLauncher,
+    api_message,
     pod_ready,
 )
 from spark_checkpoint_operator.manifest.loading import manifest_from_update
@@ -84,6 +85,13 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
 STATUS_WRITE_ATTEMPTS = 5
+
+
+class StatusNotWritten(Exception):
+    """The API server did not take the job's status, retries included (its RBAC, its
+    validation, its size limit): said in one line; the daemon stops and tries again."""
+
+
 # status.lastAcceptedSpec repeats the spec; a spec longer than this (as JSON) is not kept
 # there, so that it cannot take a job over etcd's object size limit (1.5 MiB).
 MAX_ACCEPTED_SPEC_LENGTH = 256 << 10
@@ -688,8 +696,13 @@ class JobController:
             except ApiException as error:
                 # The coordinator must not act on state that is not stored: retried, then
                 # raised (the daemon restarts and adopts the driver).
-                if attempt == STATUS_WRITE_ATTEMPTS or isinstance(error, NotFoundException):
+                if isinstance(error, NotFoundException):
                     raise
+                if attempt == STATUS_WRITE_ATTEMPTS:
+                    raise StatusNotWritten(
+                        f"the job's status was not written (HTTP {error.status}, "
+                        f"{STATUS_WRITE_ATTEMPTS} attempts): {api_message(error)}"
+                    ) from error
                 await asyncio.sleep(0.2 * 2**attempt)
 
 

@@ -21,7 +21,7 @@ from kubernetes.aio.client import Configuration
 from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.kubernetes.controller import JobController
+from spark_checkpoint_operator.kubernetes.controller import JobController, StatusNotWritten
 from spark_checkpoint_operator.kubernetes.events import EventThrottle
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
@@ -44,6 +44,7 @@ METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
+DAEMON_RETRY_SECONDS = 5.0
 _T = TypeVar("_T")
 
 
@@ -237,7 +238,13 @@ def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
 
 # While a deleted job takes its final savepoint, Kopf checks every second whether its
 # daemon is done (it releases the finalizer then), not once a minute.
-@kopf.daemon(objects.GROUP, objects.VERSION, objects.PLURAL, backoff=5.0, cancellation_polling=1.0)
+@kopf.daemon(
+    objects.GROUP,
+    objects.VERSION,
+    objects.PLURAL,
+    backoff=DAEMON_RETRY_SECONDS,
+    cancellation_polling=1.0,
+)
 async def run_job(
     body: kopf.Body,
     stopped: kopf.DaemonStopped,
@@ -255,6 +262,10 @@ async def run_job(
             reason = stopped.reason or kopf.DaemonStoppingReason.OPERATOR_EXITING
             controller.stop(deleting=bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED))
         await running
+    except StatusNotWritten as error:
+        # One line (Kopf logs a TemporaryError without its traceback), not the client's
+        # traceback with the response's headers every few seconds.
+        raise kopf.TemporaryError(str(error), delay=DAEMON_RETRY_SECONDS) from error
     finally:
         stopping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -300,6 +311,8 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     controllers[key] = controller  # its pods' events reach it
     try:
         await controller.delete()
+    except StatusNotWritten as error:
+        raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     finally:
         if controllers.get(key) is controller:
             del controllers[key]

@@ -147,7 +147,7 @@ class Clients:
         object.__setattr__(self, "custom_objects", CustomObjectsApi(self.api))
 
 
-def _api_message(error: ApiException) -> str:
+def api_message(error: ApiException) -> str:
     """The message of the API server's Status, else the HTTP reason: one line."""
     try:
         message = json.loads(error.body or "").get("message")
@@ -628,7 +628,7 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
             namespace, _model(V1Pod, pod, PodDidNotEnd, what)
         )
     except ApiException as error:
-        raise PodDidNotEnd(f"{what}: {_api_message(error)}") from error
+        raise PodDidNotEnd(f"{what}: {api_message(error)}") from error
     assert created.metadata is not None and created.metadata.name is not None
     name = created.metadata.name
     problem: StartProblem | None = None
@@ -677,7 +677,7 @@ def _launch_error(error: ApiException, what: str) -> Exception:
     on retry (throttling, server errors) is raised as it is."""
     code = error.status or 0
     if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
-        return LaunchFailed(f"{what}: {_api_message(error)}")
+        return LaunchFailed(f"{what}: {api_message(error)}")
     return error
 
 
