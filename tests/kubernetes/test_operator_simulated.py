@@ -820,10 +820,8 @@ def test_a_failed_deletion_is_retried_and_holds_the_job_until_it_is_done(
     failing = refused_status_writes(cluster, "orders", 503, "ServiceUnavailable", "injected")
     cluster.operator.start()
 
-    cluster.wait_for(
-        "the deletion failing",
-        lambda: "Handler 'delete_job' failed" in cluster.operator.log_path.read_text(),
-    )
+    told = "Handler 'delete_job' failed temporarily: the job's status was not written (HTTP 503"
+    cluster.wait_for("the deletion failing", lambda: told in cluster.operator.log_path.read_text())
     held = cluster.job("orders")
     assert held is not None and FINALIZER in held["metadata"]["finalizers"]
     agent = cluster.simulated_agent("orders-driver-1")
