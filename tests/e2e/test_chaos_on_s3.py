@@ -19,6 +19,7 @@ from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
 from helpers.job_run import JobRun
 from helpers.objectstore import S3Server
 from spark_checkpoint.sink import BatchRecord, read_committed
+from spark_checkpoint.storage.layout import OWNER_FILE_NAME
 
 pytestmark = pytest.mark.spark
 
@@ -64,7 +65,8 @@ def test_exactly_once_on_s3_when_the_driver_is_killed_at_arbitrary_points(
     }
     assert set(store.find(f"{prefix}/output/_data")) == listed
     assert not (tmp_path / "job" / "data" / "output").exists(), "nothing written locally"
-    # Not checked here: that retention emptied the checkpoint storage when the job finished.
-    # The local runtime discards in its own process, with its own environment, which has no
-    # credentials in this test (they are in the manifest's); its discards fail with
-    # NoCredentialsError (docs/data-plane.md, known limits).
+    # Finished: retention discarded every checkpoint (the agent and, once no driver ran,
+    # the janitor, both with the manifest's credentials), and garbage collection left no
+    # unreferenced shared object from the killed attempts: only the record of the registry.
+    checkpoints = f"{prefix}/checkpoints".removeprefix("s3://")
+    assert store.find(checkpoints) == [f"{checkpoints}/default/wordcount/{OWNER_FILE_NAME}"]
