@@ -83,6 +83,7 @@ def kill_at_arbitrary_points(run: JobRun) -> None:
     assert run.wait() == 0, "\n".join(run.lines)
     status = run.status()["status"]
     assert status["phase"] == "Finished"
+    assert status["jobAttempt"] == 1 + len(kills), "each kill met a driver, and a restart"
     # Only restores the query got past count (issue 12 defect 19): those of the attempts
     # killed during a snapshot copy (it was checkpointing) and of the last one; the others
     # may have been killed while their query was still restoring.

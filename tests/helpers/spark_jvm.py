@@ -199,12 +199,5 @@ def _build(directory: Path, archive: Path) -> None:
 
 
 if __name__ == "__main__":
-    # `start`: what pytest's start does (`make test` runs it before lint and typecheck,
-    # which leave a core idle, so that the archive is there for the first drivers).
-    command, where = sys.argv[1:3]
-    if command == "start":
-        Path(where).mkdir(parents=True, exist_ok=True)
-        print(f"Spark drivers: {driver_options(Path(where))[1]}")
-    else:
-        assert command == "build", "usage: spark_jvm.py start|build DIRECTORY"
-        build(Path(where))
+    assert sys.argv[1] == "build", "usage: spark_jvm.py build DIRECTORY"
+    build(Path(sys.argv[2]))
