@@ -118,6 +118,25 @@ def test_an_unrestorable_image_is_recorded_once_and_the_restore_skips_it() -> No
     assert check.checked.count(newest) == 1  # the restored attempt may check newer images
 
 
+def test_a_run_cut_short_leaves_no_check_behind() -> None:
+    """The operator's controller cancels its supervisor's run (the operator stopping, a
+    status not written) and starts another, which adopts the driver: a check the first one
+    started went on and could write its verdict into the status over the next one's."""
+
+    async def scenario() -> bool:
+        launcher, check = FakeLauncher(), ScriptedCheck()
+        check.release.clear()
+        supervisor, _ = _supervisor(launcher, check)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(check.checked))
+        (checking,) = [t for t in asyncio.all_tasks() if "_run_checks" in repr(t.get_coro())]
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return checking.cancelled()  # before asyncio.run cancels what is left
+
+    assert asyncio.run(scenario()), "the check ended with the run"
+
+
 def test_with_the_setting_off_nothing_is_checked(tmp_path: Path) -> None:
     document = {
         "apiVersion": "sparkcheckpoint.io/v1alpha1",

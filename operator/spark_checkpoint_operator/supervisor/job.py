@@ -225,6 +225,15 @@ class JobSupervisor:
 
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
+        try:
+            return await self._run_until_terminated()
+        finally:
+            # Cut short (the runtime stopping, a status not written): the next supervisor
+            # adopts the driver, and a check of this one's must not write its verdict
+            # into the status after that one's.
+            await self._stop_checks()
+
+    async def _run_until_terminated(self) -> TerminalOutcome:
         retries = 0
         # The error of the last attempt that failed before its query committed a batch;
         # its first line (the error itself) is compared: what follows may name the attempt.
@@ -956,11 +965,14 @@ class JobSupervisor:
             )
             await self._interpreter.persist()
 
-    async def _terminate(self, outcome: TerminalOutcome, *, collect_garbage: bool = True) -> None:
+    async def _stop_checks(self) -> None:
         if self._checking is not None:
-            self._checking.cancel()  # no restore follows
+            self._checking.cancel()
             await asyncio.gather(self._checking, return_exceptions=True)
             self._checking = self._to_check = None
+
+    async def _terminate(self, outcome: TerminalOutcome, *, collect_garbage: bool = True) -> None:
+        await self._stop_checks()  # no restore follows
         await self._interpreter.end(outcome)
         if collect_garbage:
             await self.collect_leftovers()
