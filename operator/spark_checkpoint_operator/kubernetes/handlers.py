@@ -44,6 +44,7 @@ METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
+# How soon a job's daemon that failed (a status not written) starts over and adopts the driver.
 DAEMON_RETRY_SECONDS = 5.0
 _T = TypeVar("_T")
 
