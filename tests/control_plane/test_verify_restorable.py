@@ -32,12 +32,17 @@ class ScriptedCheck:
     def __init__(self, unrestorable: set[str] = frozenset()) -> None:  # type: ignore[assignment]
         self.unrestorable = set(unrestorable)
         self.checked: list[str] = []
+        self.cancelled: list[str] = []
         self.release = asyncio.Event()
         self.release.set()
 
     async def problems(self, image: str) -> list[str]:
         self.checked.append(image)
-        await self.release.wait()
+        try:
+            await self.release.wait()
+        except asyncio.CancelledError:
+            self.cancelled.append(image)
+            raise
         return [SPARK_REASON] if image in self.unrestorable else []
 
 
@@ -123,18 +128,18 @@ def test_a_run_cut_short_leaves_no_check_behind() -> None:
     status not written) and starts another, which adopts the driver: a check the first one
     started went on and could write its verdict into the status over the next one's."""
 
-    async def scenario() -> bool:
+    async def scenario() -> tuple[list[str], list[str]]:
         launcher, check = FakeLauncher(), ScriptedCheck()
         check.release.clear()
         supervisor, _ = _supervisor(launcher, check)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(check.checked))
-        (checking,) = [t for t in asyncio.all_tasks() if "_run_checks" in repr(t.get_coro())]
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
-        return checking.cancelled()  # before asyncio.run cancels what is left
+        return check.checked, list(check.cancelled)  # before asyncio.run cancels what is left
 
-    assert asyncio.run(scenario()), "the check ended with the run"
+    checked, cancelled = asyncio.run(scenario())
+    assert cancelled == checked, "the check ended with the run"
 
 
 def test_with_the_setting_off_nothing_is_checked(tmp_path: Path) -> None:
