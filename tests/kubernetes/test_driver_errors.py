@@ -234,7 +234,13 @@ def _ended_driver(
     pods.observe("ADDED", pod)
     clients = SimpleNamespace(pods=pods, session=None)
     driver = KubernetesDriver(
-        clients, manifest, name="orders-driver-1", token="t", executors=0, deployed_hash=""
+        clients,
+        manifest,
+        name="orders-driver-1",
+        token="t",
+        executors=0,
+        deployed_hash="",
+        report=lambda notice: None,  # it is never terminated
     )
     return driver, pods, pod
 

@@ -575,7 +575,13 @@ def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
     pods.observe("ADDED", pod)
     clients = SimpleNamespace(pods=pods, session=None)
     driver = KubernetesDriver(
-        clients, manifest, name=pod["metadata"]["name"], token="t", executors=1, deployed_hash=""
+        clients,
+        manifest,
+        name=pod["metadata"]["name"],
+        token="t",
+        executors=1,
+        deployed_hash="",
+        report=lambda notice: None,  # it is never terminated
     )
 
     assert driver.restore_candidates() == ["checkpoint:7", "savepoint:2"]

@@ -191,6 +191,34 @@ def test_a_crashed_driver_restarts_from_the_latest_checkpoint(cluster: LocalClus
     cluster.wait_for_event("orders", "DriverFailed")
 
 
+def test_a_crashed_driver_a_finalizer_holds_is_told_and_replaced_only_once_it_is_gone(
+    cluster: LocalCluster,
+) -> None:
+    """A finalizer another controller added to the driver pod (a backup tool's) keeps the
+    crashed driver's pod: the next driver waits for it (never two on one checkpoint
+    location), and an event says what it waits for."""
+    held_by = "backup.example.com/snapshot"
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.api.patch(PODS, "default", "orders-driver-1", {"metadata": {"finalizers": [held_by]}})
+
+    cluster.crash_driver("orders-driver-1")
+
+    event = cluster.wait_for_event("orders", "PodStuckTerminating", timeout=90)
+    assert "pod orders-driver-1 is still there" in event["message"]
+    assert f"finalizers {held_by} hold it" in event["message"]
+    assert event["type"] == "Warning"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"], "no second driver meanwhile"
+    cluster.api.patch(PODS, "default", "orders-driver-1", {"metadata": {"finalizers": None}})
+    cluster.wait_for(
+        "a restored second attempt",
+        lambda: (s := cluster.status("orders")).get("counts", {}).get("restored") and s,
+        job="orders",
+    )
+    assert cluster.driver_pods("orders") == ["orders-driver-2"]
+    assert cluster.event_reasons("orders").count("PodStuckTerminating") == 1
+
+
 def test_a_pipeline_without_run_coordinated_fails_the_job_after_the_start_timeout(
     tmp_path: Path,
 ) -> None:

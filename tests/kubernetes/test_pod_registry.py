@@ -3,21 +3,30 @@ server: a watch that was down misses DELETED events, so waiting for a pod to be 
 the API server too."""
 
 import asyncio
+import datetime
+import threading
+import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import aiohttp
+import pytest
 from kubernetes.aio import config
-from kubernetes.aio.client import Configuration
+from kubernetes.aio.client import Configuration, V1ObjectMeta, V1Pod, V1PodSpec
 
-from helpers.kube.emulator import spark_checkpoint_api
-from spark_checkpoint_operator.kubernetes import objects
+from helpers.kube.emulator import PODS, EmulatedApiServer, spark_checkpoint_api
+from spark_checkpoint_operator.kubernetes import objects, runtime
 from spark_checkpoint_operator.kubernetes.runtime import (
     GONE_CHECK_SECONDS,
+    STUCK_DELETION_SECONDS,
     Clients,
     OperatorApiClient,
     PodRegistry,
     delete_pod_and_wait,
+    stuck_deletion,
 )
+from spark_checkpoint_operator.supervisor import Level, Notice
 
 
 def test_a_pod_deleted_while_the_watch_was_down_is_not_waited_for(tmp_path: Path) -> None:
@@ -31,23 +40,118 @@ def test_a_pod_deleted_while_the_watch_was_down_is_not_waited_for(tmp_path: Path
         }
     }
 
-    async def scenario(kubeconfig: Path) -> PodRegistry:
+    pods = PodRegistry()
+    pods.observe("ADDED", driver)  # the last the watch saw of it
+
+    async def scenario(clients: Clients) -> None:
+        await asyncio.wait_for(
+            delete_pod_and_wait(clients, "default", "orders", "orders-driver-1", _unexpected),
+            3 * GONE_CHECK_SECONDS,
+        )
+
+    with spark_checkpoint_api() as api:
+        _with_clients(api, tmp_path, pods, scenario)
+
+    assert pods.pod("default", "orders", "orders-driver-1") is None
+
+
+FINALIZER = "backup.example.com/snapshot"
+
+
+def test_a_pod_a_finalizer_holds_is_told_once_and_waited_for_until_it_goes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finalizer someone else added (a backup tool's) keeps a deleted pod for ever: the
+    job's next pod must not start meanwhile, and the user must learn why it waits."""
+    monkeypatch.setattr(runtime, "STUCK_DELETION_SECONDS", 0.5)
+    monkeypatch.setattr(runtime, "GONE_CHECK_SECONDS", 0.2)
+    notices: list[Notice] = []
+    told = threading.Event()
+    gone = threading.Event()
+
+    def report(notice: Notice) -> None:
+        notices.append(notice)
+        told.set()
+
+    async def scenario(clients: Clients) -> None:
+        await delete_pod_and_wait(clients, "default", "orders", "orders-driver-1", report)
+        gone.set()
+
+    with spark_checkpoint_api() as api:
+        api.create(PODS, _pod(finalizers=[FINALIZER]), namespace="default")
+        waiting = threading.Thread(
+            target=_with_clients, args=(api, tmp_path, PodRegistry(), scenario), daemon=True
+        )
+        waiting.start()
+        assert told.wait(30), "the stuck pod was never told"
+        assert not gone.is_set(), "it was waited for"
+        held = api.get(PODS, "default", "orders-driver-1")
+        assert held["metadata"]["deletionTimestamp"]
+        time.sleep(1)  # five more checks: still one notice
+        api.patch(PODS, "default", "orders-driver-1", {"metadata": {"finalizers": None}})
+        assert gone.wait(10), "its removal ends the wait"
+        waiting.join(10)
+
+    [notice] = notices
+    assert (notice.reason, notice.level) == ("PodStuckTerminating", Level.WARNING)
+    assert notice.message.startswith("pod orders-driver-1 is still there ")
+    assert f"finalizers {FINALIZER} hold it" in notice.message
+    assert "\n" not in notice.message
+
+
+def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it() -> None:
+    due = datetime.datetime(2026, 12, 3, 6, 0, tzinfo=datetime.UTC)
+    pod = V1Pod(
+        metadata=V1ObjectMeta(name="orders-driver-3", namespace="team-a", deletion_timestamp=due),
+        spec=V1PodSpec(containers=[], node_name="worker-7"),
+    )
+
+    def after(seconds: float) -> str | None:
+        return stuck_deletion(pod, due + datetime.timedelta(seconds=seconds))
+
+    assert after(STUCK_DELETION_SECONDS - 1) is None, "its kubelet may still be at it"
+    assert after(STUCK_DELETION_SECONDS + 2) == (
+        "pod orders-driver-3 is still there 32s after its deletion was due: its node "
+        "worker-7 has not confirmed that its containers stopped (an unreachable node keeps "
+        "it for ever: kubectl get node worker-7); once they are known to have stopped, "
+        "kubectl delete pod orders-driver-3 -n team-a --grace-period=0 --force releases "
+        "it; the job waits until it is gone (no other pod of the job starts while it may run)"
+    )
+    assert stuck_deletion(V1Pod(metadata=V1ObjectMeta(name="running")), due) is None
+
+
+def _pod(**metadata: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": "orders-driver-1",
+            "labels": {objects.LABEL_JOB: "orders"},
+            **metadata,
+        },
+        "spec": {"containers": [{"name": "driver", "image": "example/orders:1"}]},
+    }
+
+
+def _unexpected(notice: Notice) -> None:
+    raise AssertionError(f"unexpected notice: {notice}")
+
+
+def _with_clients(
+    api: EmulatedApiServer,
+    tmp_path: Path,
+    pods: PodRegistry,
+    scenario: Callable[[Clients], Coroutine[Any, Any, None]],
+) -> None:
+    """Run ``scenario`` with the operator's clients of ``api`` (its own event loop)."""
+
+    async def run() -> None:
         configuration = Configuration()
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
         await config.load_kube_config(str(kubeconfig), client_configuration=configuration)
-        pods = PodRegistry()
-        pods.observe("ADDED", driver)  # the last the watch saw of it
         async with aiohttp.ClientSession() as session:
             clients = Clients(OperatorApiClient(configuration), pods, session)
             try:
-                await asyncio.wait_for(
-                    delete_pod_and_wait(clients, "default", "orders", "orders-driver-1"),
-                    3 * GONE_CHECK_SECONDS,
-                )
+                await scenario(clients)
             finally:
                 await clients.api.close()
-        return pods
 
-    with spark_checkpoint_api() as api:
-        pods = asyncio.run(scenario(api.write_kubeconfig(tmp_path / "kubeconfig")))
-
-    assert pods.pod("default", "orders", "orders-driver-1") is None
+    asyncio.run(run())

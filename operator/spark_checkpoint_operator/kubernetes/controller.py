@@ -232,7 +232,9 @@ class JobController:
         manifest = self._manifest
         claim = manifest.spec.checkpointing.live_volume_claim if manifest is not None else None
         if manifest is not None and claim and self._record.attempt:
-            janitor = KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest))
+            janitor = KubernetesJanitor(
+                self._clients, manifest, self._body, _storage(manifest), self._on_notice
+            )
             try:
                 await janitor.remove_live_directory()
             except CleanupFailed as error:
@@ -403,7 +405,9 @@ class JobController:
         launcher: DriverLauncher,
         save: Callable[[JobRecord], Awaitable[None]] | None = None,
     ) -> JobSupervisor:
-        janitor = KubernetesJanitor(self._clients, manifest, self._body, _storage(manifest))
+        janitor = KubernetesJanitor(
+            self._clients, manifest, self._body, _storage(manifest), self._on_notice
+        )
         return JobSupervisor(
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,

@@ -7,6 +7,7 @@ asked directly only where a missed watch event would otherwise stall (a pod that
 import asyncio
 import base64
 import contextlib
+import datetime
 import json
 import logging
 import secrets
@@ -53,6 +54,10 @@ OOM_KILLED = (
 )
 
 GONE_CHECK_SECONDS = 5.0
+# How long a pod may outlast its deletionTimestamp (its grace period's end, when its
+# containers are killed) before it is called stuck: its kubelet needs a moment to report
+# their end and remove it.
+STUCK_DELETION_SECONDS = 30.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
 API_TIMEOUT_SECONDS = 30.0
 CONFLICT = 409
@@ -258,8 +263,10 @@ class KubernetesDriver:
         token: str,
         executors: int,
         deployed_hash: str,
+        report: Callable[[Notice], None],
     ) -> None:
         self._clients = clients
+        self._report = report
         self.deployed_hash = deployed_hash  # what the pod was built from
         self._namespace = manifest.namespace
         self._job = manifest.name
@@ -343,27 +350,73 @@ class KubernetesDriver:
     async def terminate(self) -> None:
         """Delete the pod and return once it is gone: only then may another driver of
         this job start (never two on one checkpoint location)."""
-        await delete_pod_and_wait(self._clients, self._namespace, self._job, self.name)
+        await delete_pod_and_wait(
+            self._clients, self._namespace, self._job, self.name, self._report
+        )
         self._gone = True
 
 
-async def delete_pod_and_wait(clients: Clients, namespace: str, job: str, name: str) -> None:
+async def delete_pod_and_wait(
+    clients: Clients, namespace: str, job: str, name: str, report: Callable[[Notice], None]
+) -> None:
+    """Delete the pod and return once the API server no longer has it; a pod that stays
+    long after its deletion was due is told once (`stuck_deletion`), and waited for still:
+    its containers may run."""
     with contextlib.suppress(NotFoundException):
         await clients.core.delete_namespaced_pod(name, namespace)
+    told = False
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         # Asked of the API server, not only the watch: a deletion that came while the
         # watch was down (a 410 Gone, then a new list) has no DELETED event, and the
         # registry would show the pod for ever.
         try:
-            await clients.core.read_namespaced_pod(name, namespace)
+            pod = await clients.core.read_namespaced_pod(name, namespace)
         except NotFoundException:
             clients.pods.forget_pod(namespace, job, name)
             return
+        if not told and (stuck := stuck_deletion(pod, datetime.datetime.now(datetime.UTC))):
+            report(Notice("PodStuckTerminating", Level.WARNING, stuck))
+            told = True
+
+
+def stuck_deletion(pod: V1Pod, now: datetime.datetime) -> str | None:
+    """Why a pod being deleted is still there long after it was due to go, as one line
+    that says what releases it; None while it is not overdue."""
+    metadata, spec = pod.metadata, pod.spec
+    due = metadata.deletion_timestamp if metadata is not None else None
+    if metadata is None or due is None:
+        return None
+    overdue = (now - due).total_seconds()
+    if overdue < STUCK_DELETION_SECONDS:
+        return None
+    name, namespace = metadata.name, metadata.namespace
+    if metadata.finalizers:
+        # Its containers have stopped or will: only whoever added these can end it.
+        held = (
+            f"finalizers {', '.join(metadata.finalizers)} hold it, and only whatever added "
+            "them may remove them"
+        )
+    else:
+        node = spec.node_name if spec is not None else None
+        held = (
+            f"its node {node} has not confirmed that its containers stopped (an unreachable "
+            f"node keeps it for ever: kubectl get node {node}); once they are known to have "
+            f"stopped, kubectl delete pod {name} -n {namespace} --grace-period=0 --force "
+            "releases it"
+        )
+    return (
+        f"pod {name} is still there {overdue:.0f}s after its deletion was due: {held}; "
+        "the job waits until it is gone (no other pod of the job starts while it may run)"
+    )
 
 
 async def delete_job_pods_and_wait(
-    clients: Clients, namespace: str, job: str, labels: Mapping[str, str | tuple[str, ...]]
+    clients: Clients,
+    namespace: str,
+    job: str,
+    labels: Mapping[str, str | tuple[str, ...]],
+    report: Callable[[Notice], None],
 ) -> None:
     """Every pod of the job that matches ``labels``, gone."""
     pods = await clients.core.list_namespaced_pod(
@@ -372,7 +425,7 @@ async def delete_job_pods_and_wait(
     )
     for pod in pods.items:
         assert pod.metadata is not None and pod.metadata.name is not None
-        await delete_pod_and_wait(clients, namespace, job, pod.metadata.name)
+        await delete_pod_and_wait(clients, namespace, job, pod.metadata.name, report)
 
 
 class KubernetesLauncher:
@@ -431,7 +484,7 @@ class KubernetesLauncher:
                 )
             )
             await delete_pod_and_wait(
-                self._clients, self.manifest.namespace, self.manifest.name, name
+                self._clients, self.manifest.namespace, self.manifest.name, name, self._report
             )
             return None
         self.current = self._driver(name, token, deployed)
@@ -478,6 +531,7 @@ class KubernetesLauncher:
             token=token,
             executors=objects.expected_executors(self.manifest),
             deployed_hash=deployed_hash,
+            report=self._report,
         )
 
     async def remove_pods(self) -> None:
@@ -490,6 +544,7 @@ class KubernetesLauncher:
             self.manifest.namespace,
             self.manifest.name,
             {objects.LABEL_COMPONENT: (objects.DRIVER, objects.CLEANUP)},
+            self._report,
         )
 
     async def _store_token(self, token: str) -> None:
@@ -550,12 +605,18 @@ class KubernetesJanitor:
     the restorable checks, in check pods."""
 
     def __init__(
-        self, clients: Clients, manifest: JobManifest, job: Mapping[str, Any], storage: str
+        self,
+        clients: Clients,
+        manifest: JobManifest,
+        job: Mapping[str, Any],
+        storage: str,
+        report: Callable[[Notice], None],
     ) -> None:
         self._clients = clients
         self._manifest = manifest
         self._job = job
         self._storage = storage
+        self._report = report
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
         await self._run(DiscardCheckpoint(checkpoint_id, tuple(retained)))
@@ -573,7 +634,11 @@ class KubernetesJanitor:
         # Executors outlive their driver until garbage collection takes them; none may
         # write there while the directory goes.
         await delete_job_pods_and_wait(
-            self._clients, namespace, job, {objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
+            self._clients,
+            namespace,
+            job,
+            {objects.LABEL_SPARK_ROLE: objects.EXECUTOR},
+            self._report,
         )
         name = objects.live_directory(self._manifest, self._job)
         await self._run(RemoveLiveDirectory(name), live_claim=True)
@@ -588,10 +653,11 @@ class KubernetesJanitor:
             self._manifest.namespace,
             self._manifest.name,
             {objects.LABEL_COMPONENT: objects.CHECK},
+            self._report,
         )
         pod = objects.check_pod(self._manifest, self._job, storage=self._storage, image=image)
         try:
-            ended = await run_pod_to_end(self._clients, pod)
+            ended = await run_pod_to_end(self._clients, pod, self._report)
         except PodDidNotEnd as error:
             raise CheckUnavailable(str(error)) from None
         return restorable_verdict(ended, image)
@@ -605,7 +671,7 @@ class KubernetesJanitor:
             live_claim=live_claim,
         )
         try:
-            ended = await run_pod_to_end(self._clients, pod)
+            ended = await run_pod_to_end(self._clients, pod, self._report)
         except PodDidNotEnd as error:
             raise CleanupFailed(f"{command.NAME}: {error}") from None
         if pod_exit_code(ended) != 0:
@@ -618,7 +684,9 @@ class PodDidNotEnd(Exception):
     """A janitor pod could not be created or did not end in time; the message says which."""
 
 
-async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, Any]:
+async def run_pod_to_end(
+    clients: Clients, pod: dict[str, Any], report: Callable[[Notice], None]
+) -> Mapping[str, Any]:
     """Create ``pod``, wait until its container has ended, delete it (also when cancelled)
     and return it as it ended."""
     namespace, job = pod["metadata"]["namespace"], pod["metadata"]["labels"][objects.LABEL_JOB]
@@ -647,7 +715,7 @@ async def run_pod_to_end(clients: Clients, pod: dict[str, Any]) -> Mapping[str, 
             f"pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s{kept}"
         ) from None
     finally:
-        await delete_pod_and_wait(clients, namespace, job, name)
+        await delete_pod_and_wait(clients, namespace, job, name, report)
     return current
 
 
