@@ -10,6 +10,7 @@ import pytest
 from helpers.agent import Running, raw_request
 from spark_checkpoint.agent.server import MAX_ID
 from spark_checkpoint.protocol import SnapshotPhase
+from spark_checkpoint.storage import StorageAccessError
 
 TASKS = ["logs", "state-0-0", "state-0-1"]
 
@@ -140,6 +141,53 @@ def test_collecting_garbage_for_a_registry_storage_disagrees_with_deletes_nothin
     assert str(body["error"]).startswith("storage disagrees with the registry, nothing collected: ")
     assert "chk-1000000000/_metadata" in str(body["error"])
     assert running.side_effects() == before
+
+
+def test_discarding_a_checkpoint_whose_retained_image_storage_lacks_deletes_nothing(
+    running: Running,
+) -> None:
+    """The same disagreement as collect-garbage's, answered the same way: the request's
+    conflict with storage, not the agent's failure."""
+    _finalized(running, 1)
+    assert _post(running, "/v1/checkpoints/1/complete", {"batchId": 2})[0] == 200
+    before = running.side_effects()
+
+    status, body = _post(running, "/v1/checkpoints/1/discard", {"retained": [1_000_000_000]})
+
+    assert status == 409, body
+    assert str(body["error"]).startswith("storage disagrees with the registry, nothing discarded: ")
+    assert "chk-1000000000/_metadata" in str(body["error"])
+    assert running.side_effects() == before
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "operation"),
+    [
+        ("/v1/checkpoints/1/discard", {"retained": []}, "discard_checkpoint"),
+        ("/v1/storage/collect-garbage", {"checkpoints": [], "savepoints": []}, "collect_garbage"),
+    ],
+)
+def test_storage_that_cannot_be_used_is_a_storage_error_not_a_disagreement(
+    running: Running,
+    monkeypatch: pytest.MonkeyPatch,
+    path: str,
+    body: dict[str, list[int]],
+    operation: str,
+) -> None:
+    """Refused credentials are no disagreement with the registry, and the deletes may have
+    begun: the agent's failure (500), never "nothing discarded"."""
+
+    def refused(*args: object) -> None:
+        raise StorageAccessError("s3://bucket/default/wordcount", "AccessDenied: not allowed")
+
+    monkeypatch.setattr(running.storage, operation, refused)
+
+    status, answer = _post(running, path, body)
+
+    assert (status, answer) == (
+        500,
+        {"error": "storage: s3://bucket/default/wordcount: AccessDenied: not allowed"},
+    )
 
 
 def test_a_negative_savepoint_id_writes_nothing(running: Running) -> None:

@@ -22,6 +22,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     MissingFileError,
     NotEmptyError,
+    StorageError,
     SymbolicLinkError,
     TruncatedMetadataError,
     digest_local_file,
@@ -897,7 +898,9 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     root.write(f"{root.url}/team-a/victim", b"not the job's")
     root.write(trap, b"placed by someone")
 
-    with pytest.raises(ValueError, match=r"location must be a relative path without '\.'"):
+    with pytest.raises(
+        StorageError, match=r"ab/\.\./\.\./\.\./victim: an object key that is no location"
+    ):
         storage.collect_garbage([], [])
 
     assert storage.list_ids(CHECKPOINT) == [1], "nothing was deleted"

@@ -52,6 +52,7 @@ from spark_checkpoint.storage import (
     ChecksumMismatchError,
     ManifestEntry,
     MissingFileError,
+    StorageAccessError,
     StorageError,
     TaskAcknowledgement,
     printable_line,
@@ -76,6 +77,23 @@ class AgentRequestError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+@contextmanager
+def _storage_must_agree(undone: str) -> Iterator[None]:
+    """A storage deletion checks all it goes by before its first delete (`CheckpointStorage`):
+    storage that disagrees with the registry the request carries (an image it names is
+    missing or unreadable, a link is in the way, a key is no location) is the request's
+    conflict (409), and nothing was deleted. Storage that cannot be used stays a storage
+    error (500)."""
+    try:
+        yield
+    except StorageAccessError:
+        raise
+    except StorageError as error:
+        raise AgentRequestError(
+            409, f"storage disagrees with the registry, nothing {undone}: {error}"
+        ) from error
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,7 +501,8 @@ class CheckpointAgent:
                 protected = set().union(*(s.locations() for s in self._in_flight()))
                 if checkpoint_id == self._completed_id:  # its files may go: reuse none
                     self._completed_files = {}
-            self._storage.discard_checkpoint(checkpoint_id, retained, protected)
+            with _storage_must_agree("discarded"):
+                self._storage.discard_checkpoint(checkpoint_id, retained, protected)
 
     def discard_savepoint(self, savepoint_id: int) -> None:
         self._storage.discard_savepoint(savepoint_id)
@@ -498,14 +517,8 @@ class CheckpointAgent:
             with self._lock:
                 if self._completed_id not in checkpoints:  # its files may go: reuse none
                     self._completed_files = {}
-            try:
+            with _storage_must_agree("collected"):
                 report = self._storage.collect_garbage(checkpoints, savepoints)
-            except StorageError as error:
-                # Storage disagrees with the registry the request carries (a listed image
-                # is missing or unreadable, a link is in the way): nothing was deleted.
-                raise AgentRequestError(
-                    409, f"storage disagrees with the registry, nothing collected: {error}"
-                ) from error
         if report.aborted_uploads:
             log.info("aborted %d unfinished uploads in storage", report.aborted_uploads)
         return CollectGarbageAnswer(

@@ -26,6 +26,7 @@ from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     SHARED_DIR_NAME,
     JobStorageLayout,
+    is_safe_relative_path,
     parse_snapshot_dir_name,
     require_safe_relative_path,
     snapshot_location_prefix,
@@ -335,7 +336,7 @@ class CheckpointStorage:
 
         If a registered checkpoint's `_metadata` cannot be read, a symbolic link is in the
         way (SymbolicLinkError) or an object's key below `shared/` is not a location (`..`
-        segments: ValueError), this raises before deleting anything: storage disagrees with
+        segments), this raises StorageError before deleting anything: storage disagrees with
         the registry, or was tampered with, which needs a human.
         """
         checkpoint_ids = set(registered_checkpoints)
@@ -364,8 +365,15 @@ class CheckpointStorage:
             )
             if location not in keep
         ]
-        # An object store's key can hold `..` segments: such a key is not a location
-        # (ValueError), found before anything is deleted.
+        for location in deleted_locations:
+            if not is_safe_relative_path(location):
+                # An object store's key can hold `..` segments: deleted by its name, it
+                # could take a file outside the job's directory with it.
+                raise StorageError(
+                    f"{self.layout.job_root}/{location}",
+                    "an object key that is no location ('.', '..' or empty segments), "
+                    "maybe placed to delete outside the job's directory: remove it",
+                )
         deleted_paths = [self.layout.location_path(location) for location in deleted_locations]
         self._require_no_links(
             [self.layout.checkpoint_dir(checkpoint_id) for checkpoint_id in deleted_checkpoints]
