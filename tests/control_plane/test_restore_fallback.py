@@ -88,6 +88,18 @@ async def _next_driver(launcher: FakeLauncher, index: int) -> FakeAgent:
     return agent
 
 
+async def _next_run_restores(status: dict[str, Any]) -> list[str]:
+    """The images the first driver of a run from ``status`` (a runtime restarted) restores
+    from."""
+    launcher = FakeLauncher()
+    supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+    run = asyncio.create_task(supervisor.run())
+    await _next_driver(launcher, 0)
+    launcher.drivers[0].code = DriverExit.FINISHED
+    await run
+    return launcher.restores[0]
+
+
 SCHEMA_ERROR = (
     "[STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE] Provided value schema does not match existing "
     "state value schema."
@@ -380,18 +392,64 @@ def test_an_unrestorable_image_stays_so_after_a_runtime_restart() -> None:
 
     status, first_candidates = asyncio.run(first_run())
 
-    async def second_run() -> list[str]:
-        launcher = FakeLauncher()
-        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
-        run = asyncio.create_task(supervisor.run())
-        await _next_driver(launcher, 0)
-        launcher.drivers[0].code = DriverExit.FINISHED
-        await run
-        return launcher.restores[0]
-
-    candidates = asyncio.run(second_run())
+    candidates = asyncio.run(_next_run_restores(status))
     assert first_candidates[0] not in candidates
     assert candidates[0] == first_candidates[1]
+
+
+def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -> None:
+    """`run --from` an older image: its restored query's sinks discard the output staged
+    after it, which only the newer images covered. A run cut short before its first
+    checkpoint left those the newest, and the next run restored one: its output resumed
+    after batches that were gone (a reviewer)."""
+
+    async def first_run() -> dict[str, Any]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].agent.reachable = False
+        status = render_status(supervisor.record, now=0.0)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return status
+
+    status = asyncio.run(first_run())
+    newer, older = (c["id"] for c in reversed(status["coordinator"]["checkpoints"]))
+
+    async def run_from_older() -> tuple[dict[str, Any], list[Notice]]:
+        launcher = RestoringLauncher()
+        supervisor, notices = _supervisor(
+            launcher, record=JobRecord.from_dict(status), max_retries=3
+        )
+        supervisor.restore_from(f"checkpoint:{older}", stored_as=(CheckpointKind.CHECKPOINT, older))
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        await until(lambda: supervisor.record.restored_from is not None)
+        launcher.drivers[0].code = DriverExit.FAILED  # restarts from the chosen image again
+        second = await _next_driver(launcher, 1)
+        await until(lambda: second.status_requests > 1)
+        cut = render_status(supervisor.record, now=0.0)
+        run.cancel()  # Ctrl-C, a killed runtime: the status is what remains
+        await asyncio.gather(run, return_exceptions=True)
+        assert launcher.restores == [[f"checkpoint:{older}"]] * 2
+        assert [d.agent.completed for d in launcher.drivers] == [[], []], "no checkpoint"
+        return cut, notices
+
+    status, notices = asyncio.run(run_from_older())
+
+    assert asyncio.run(_next_run_restores(status)) == [f"checkpoint:{older}"]
+    [entry] = status["unrestorable"]
+    assert entry == {
+        "source": f"checkpoint:{newer}",
+        "reason": f"attempt 2 went on from the older checkpoint:{older}",
+        "attempt": 2,
+    }
+    restored = [n.message for n in notices if n.reason == "Restored"]
+    assert restored == 2 * [
+        f"restored from checkpoint:{older}; never restored again: checkpoint:{newer} (the "
+        f"output staged after checkpoint:{older} is discarded)"
+    ]
 
 
 def test_a_restored_attempt_that_fails_before_committing_is_not_counted() -> None:

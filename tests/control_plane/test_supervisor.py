@@ -65,6 +65,7 @@ def _supervisor(
     report: Callable[[str], None] = lambda line: None,
     savepoints_kept: int = 10,
     saved: Callable[[JobRecord], None] = lambda record: None,
+    retained: int = 1,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -77,6 +78,7 @@ def _supervisor(
             min_pause=0.0,
             timeout=5.0,
             savepoint_history=SavepointHistoryLimits(max_count=savepoints_kept),
+            retained=retained,
         ),
         restart_policy=RestartPolicySpec(
             policy, max_retries, 0.01, 0.05, heartbeat_timeout, start_timeout
@@ -676,6 +678,58 @@ def test_an_adopted_driver_failing_on_its_image_marks_the_image_it_restored() ->
     assert [line.split(" cannot")[0] for line in lines if "cannot be restored" in line] == [
         "checkpoint:5"
     ]
+
+
+class NewestSkippedOnceLauncher(FakeLauncher):
+    """Its second driver's restore cannot read the newest image it is given (a connection
+    reset) and restores the one before, whose query is still restoring when it dies."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            newest, older = (RestoreCandidate.decode(image) for image in restore[:2])
+            driver.agent.restored_from = RestoredFrom(
+                older, batch_id=3, skipped=(SkippedImage(newest, "connection reset by peer"),)
+            )
+            driver.agent.state = QueryState.RESTORING
+        return driver
+
+
+def test_an_image_a_restore_fell_back_past_is_never_restored_later() -> None:
+    """The restore skipped the newest image (a transient error) and went on from the one
+    before: the restored sink discarded the output batches staged after it, which only the
+    skipped image covered. A later attempt that restored the skipped image resumed after
+    output that was gone (a reviewer: batches lost for good, or mixed from two runs)."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str]]:
+        launcher = NewestSkippedOnceLauncher()
+        supervisor, lines = _supervisor(launcher, retained=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].code = 137
+        await until(lambda: len(launcher.drivers) == 2)
+        await until(lambda: any(line.startswith("skipped ") for line in lines))
+        launcher.drivers[1].code = 137
+        await until(lambda: len(launcher.drivers) == 3)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return supervisor, launcher, lines
+
+    supervisor, launcher, lines = asyncio.run(scenario())
+    skipped, restored = launcher.restores[1][:2]
+    assert launcher.drivers[1].agent.completed == [], "the second driver completed nothing"
+    assert launcher.restores[2][0] == restored, "the third restores where the second did"
+    assert skipped not in launcher.restores[2]
+    [entry] = supervisor.record.unrestorable
+    assert entry.source == skipped and entry.attempt == 2
+    assert entry.reason == (
+        f"a restore skipped it (connection reset by peer) and attempt 2 went on from the "
+        f"older {restored}"
+    )
+    assert (
+        f"skipped {skipped}: connection reset by peer; the job goes on from {restored} and "
+        f"never restores {skipped}"
+    ) in lines
 
 
 def test_triggers_wait_while_an_executor_is_missing() -> None:

@@ -122,6 +122,8 @@ class JobSupervisor:
         self._stop_requested = asyncio.Event()
         # `restore_from`'s image, and the completions counted when it was chosen.
         self._chosen_image: tuple[str, int] | None = None
+        # The registered images newer than `restore_from`'s, left behind once it restores.
+        self._passed_over: list[str] = []
         # The image the previous attempt's restored query failed on, that attempt and its
         # error (`_mark_unrestorable`); None after any other attempt.
         self._last_restore_failure: tuple[str, int, list[str]] | None = None
@@ -212,6 +214,12 @@ class JobSupervisor:
         janitor would delete it after a failed attempt, and the next restore find nothing)."""
         completed = self._interpreter.coordinator.persisted_state.completed_count
         self._chosen_image = (image, completed)
+        # Ids are in completion order; an external image starts the job over from elsewhere.
+        self._passed_over = [
+            RestoreCandidate.registered(c.kind, c.checkpoint_id).encode()
+            for c in self._interpreter.coordinator.restore_candidates()
+            if stored_as is None or c.checkpoint_id > stored_as[1]
+        ]
         # Asked for by name: tried again, though a restored query failed on it before.
         self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
         due = self._record.discards_due
@@ -512,19 +520,23 @@ class JobSupervisor:
         completed = self._interpreter.coordinator.persisted_state.completed_count
         if self._chosen_image is not None and self._chosen_image[1] == completed:
             return [self._chosen_image[0]]
-        registered = self._interpreter.coordinator.restore_candidates()
-        images = [RestoreCandidate.registered(c.kind, c.checkpoint_id).encode() for c in registered]
+        images = self._registered_images()
         if not images and self._initial_savepoint:
             images = [RestoreCandidate.external(self._initial_savepoint).encode()]
         return images
+
+    def _registered_images(self) -> list[str]:
+        registered = self._interpreter.coordinator.restore_candidates()
+        return [RestoreCandidate.registered(c.kind, c.checkpoint_id).encode() for c in registered]
 
     def _restore_candidates(self) -> list[str]:
         """The images the next driver may restore from, newest first, without those a
         restored query failed on. Raises `NoRestorableImage` when only those are left."""
         images = self._images()
         # Entries of images retention has discarded since are of no use any more.
+        known = {*images, *self._registered_images()}
         self._record.unrestorable = [
-            entry for entry in self._record.unrestorable if entry.source in images
+            entry for entry in self._record.unrestorable if entry.source in known
         ]
         failed = {entry.source for entry in self._record.unrestorable}
         candidates = [image for image in images if image not in failed]
@@ -758,7 +770,7 @@ class JobSupervisor:
             self._record.last_batch = status.query.last_committed_batch
             attempt.saw_batch(self._record.last_batch)
             if status.restored_from != self._record.restored_from:
-                self._record_restore(attempt, status.restored_from)
+                await self._record_restore(attempt, status.restored_from)
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks
         if running:
@@ -831,21 +843,48 @@ class JobSupervisor:
             self._record.message = ""
             await self._interpreter.persist()
 
-    def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
+    async def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
         self._record.restored_from = restored
         if restored is None:
             return
         attempt.restored(restored)
-        self._notify("Restored", Level.NOTE, f"restored from {restored.candidate}")
+        source = restored.candidate.encode()
+        # The job goes on from an older image than these: the restored query's sinks
+        # discard the output batches staged after it, which only these images covered.
+        # Restored later, one would resume after output that is gone.
+        left_behind = {
+            str(skipped.candidate): f"a restore skipped it ({skipped.reason}) and "
+            for skipped in restored.skipped
+        }
+        if self._chosen_image is not None and source == self._chosen_image[0]:
+            left_behind |= {image: "" for image in self._passed_over if image not in left_behind}
+        marked = {entry.source for entry in self._record.unrestorable}
+        for image, why in left_behind.items():
+            if image not in marked:
+                reason = f"{why}attempt {self._record.attempt} went on from the older {source}"
+                self._record.unrestorable.append(
+                    UnrestorableImage(image, reason, self._record.attempt)
+                )
+        never = (
+            f"; never restored again: {', '.join(left_behind)} (the output staged after "
+            f"{source} is discarded)"
+            if left_behind
+            else ""
+        )
+        self._notify("Restored", Level.NOTE, f"restored from {source}{never}")
         for skipped in restored.skipped:
             self._report(
                 Notice(
                     "RestoreSkipped",
                     Level.WARNING,
-                    f"skipped {skipped.candidate}: {skipped.reason}",
+                    f"skipped {skipped.candidate}: {skipped.reason}; the job goes on from "
+                    f"{source} and never restores {skipped.candidate}",
                     image=str(skipped.candidate),
                 )
             )
+        if left_behind:
+            # Before the next attempt could choose one of them, whatever happens next.
+            await self._interpreter.persist()
 
     async def _collect_garbage(self, driver: DriverHandle) -> None:
         try:
