@@ -56,6 +56,7 @@ from spark_checkpoint.storage.filesystem import (
     local_file_sizes_refusing_links,
     require_no_link_below,
 )
+from spark_checkpoint.storage.layout import remote_uri_problem
 
 __all__ = ["OutputStorage", "write_partition"]
 
@@ -82,6 +83,8 @@ def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
     if scheme == "file" and uri["authority"] in ("", "localhost"):
         return os.path.abspath(url2pathname(uri["path"])), True
     if scheme in _OBJECT_STORE_SCHEMES and uri["authority"]:
+        if problem := remote_uri_problem(text):
+            raise ValueError(f"TransactionalFileSink's output {text!r} {problem}")
         return text.rstrip("/"), False
     raise ValueError(
         f"TransactionalFileSink cannot commit atomically to {text!r}: its output must be a "

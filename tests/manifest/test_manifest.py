@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_checkpoint.storage import parse_snapshot_address
+from spark_checkpoint.storage.layout import remote_uri_problem
 from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     RetentionPolicy,
@@ -854,7 +855,12 @@ def test_the_initial_image_may_be_a_retained_checkpoint(
 # Paths drawn from pieces each right or wrong for the driver: a root (or none), a
 # namespace, a job, the image's place and how its end is spelled.
 IMAGE_PATHS = st.tuples(
-    st.sampled_from(["s3a://bucket", "s3a://bucket/p", "/data", "file:///data", "s3a:/", ""]),
+    st.sampled_from(
+        [
+            *("s3a://bucket", "s3a://bucket/p", "/data", "file:///data", "s3a:/", ""),
+            *("s3a://bucket/p*", "s3a://bucket//p", "s3a://bucket/./p", "file:///da[ta"),
+        ]
+    ),
     st.sampled_from(["default", "ns-", "-ns", "a" * 63, "a" * 64, "Team", "a.b"]),
     st.sampled_from(["orders", "j..k", "j-", "savepoints", "orders.v2", "Orders"]),
     st.sampled_from(
@@ -912,6 +918,38 @@ def test_checkpoint_storage_is_a_store_that_outlives_the_job(
         return
     with pytest.raises(ManifestError, match=r"spec\.checkpointing\.storage: names no storage"):
         manifest_from_document(minimal)
+
+
+# Storage URIs drawn from pieces right or wrong for fsspec: a scheme (remote, local, none)
+# and segments that are empty, dot segments or glob patterns.
+STORAGE_URIS = st.tuples(
+    st.sampled_from(["s3://bucket", "S3A://b", "gs://b", "abfs://c@account", "file://", ""]),
+    st.lists(st.sampled_from(["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]"]), max_size=4),
+    st.sampled_from(["", "/"]),
+).map(lambda parts: parts[0] + "".join(f"/{segment}" for segment in parts[1]) + parts[2])
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(storage=STORAGE_URIS)
+def test_the_crd_refuses_the_remote_storage_uris_fsspec_would_not_take_literally(
+    minimal: dict[str, Any], storage: str
+) -> None:
+    """The CRD's rule and the storage layout's check (which the driver, the cleanup pods
+    and the sink apply) agree. fsspec expanded `s3://b/team-*/out` as a pattern in deletes,
+    so one job's commit deleted another's staged batch (a reviewer), and s3fs lists an
+    empty segment's keys under another prefix than it writes (`s3://b//out` never
+    committed a batch)."""
+    _set(minimal, "spec.checkpointing.storage", storage)
+    try:
+        manifest_from_document(minimal)
+        refused = ""
+    except ManifestError as error:
+        refused = str(error)
+    if refused and "a remote URI must not" not in refused:
+        return  # another rule's (no path, a relative one)
+    assert bool(refused) == (remote_uri_problem(storage) is not None), (storage, refused)
 
 
 @pytest.mark.parametrize(

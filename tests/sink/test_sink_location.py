@@ -28,6 +28,29 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize(
+    ("uri", "problem"),
+    [
+        ("s3://bkt/jobs/team-*/out", "contains '*', which fsspec reads as a pattern"),
+        ("s3://bkt//out", "has an empty path segment"),
+        ("abfs://c@account/a/../out", "has a '..' path segment"),
+    ],
+)
+def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(
+    uri: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsspec expands `*`, `?` and `[` as a pattern in deletes: the commit of the output
+    at `s3://bkt/jobs/team-*/out` deleted the staged batch of the one at
+    `s3://bkt/jobs/team-a/out`, which never committed it (a reviewer). s3fs lists an empty
+    segment's keys under another prefix than it writes: nothing was ever committed."""
+    monkeypatch.chdir(tmp_path)
+    for reader in (TransactionalFileSink, read_committed):
+        with pytest.raises(ValueError) as refused:
+            reader(uri)
+        assert str(refused.value).startswith(f"TransactionalFileSink's output {uri!r} {problem}")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
     "uri",
     ["s3a://bucket/output/orders", "s3://bucket/out/", "abfss://c@account/out", "az://c/out"],
 )

@@ -73,6 +73,30 @@ def snapshot_dir_name(kind: CheckpointKind, snapshot_id: int) -> str:
     return f"{_DIRECTORY_PREFIX[kind]}{snapshot_id}"
 
 
+_REMOTE_URI = re.compile(r"(?!(?i:file|local)://)[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*(?P<path>.*)")
+_GLOB_CHARACTERS = "*?["
+
+
+def remote_uri_problem(uri: str) -> str | None:
+    """Why fsspec would not name exactly ``uri``'s objects, for a URI of a remote
+    filesystem (an object store, HDFS); None for a good one or a local path. fsspec
+    expands ``*``, ``?`` and ``[`` as a pattern in deletes (another job's objects would
+    match), and s3fs lists an empty segment's keys under another prefix than it writes.
+    The CRD's rule for storage URIs says the same (a test holds them to it)."""
+    match = _REMOTE_URI.fullmatch(uri)
+    if match is None:
+        return None
+    if pattern := sorted(set(_GLOB_CHARACTERS) & set(uri)):
+        return (
+            f"contains {' and '.join(repr(c) for c in pattern)}, which fsspec reads as a "
+            "pattern: a delete would match other paths"
+        )
+    segments = match["path"].removesuffix("/").split("/")[1:]
+    if odd := [segment for segment in segments if segment in ("", ".", "..")]:
+        return f"has {'an empty' if odd[0] == '' else f'a {odd[0]!r}'} path segment"
+    return None
+
+
 def is_safe_relative_path(path: str) -> bool:
     """True for a relative POSIX path that stays below the directory it is joined to."""
     return re.match(SAFE_RELATIVE_PATH_PATTERN, path) is not None
@@ -181,6 +205,8 @@ class JobStorageLayout:
     def __post_init__(self) -> None:
         if not self.root:
             raise ValueError("root must be a non-empty URI or path")
+        if problem := remote_uri_problem(self.root):
+            raise ValueError(f"root {problem}")
         require_dns_1123_label(self.namespace, "namespace")
         require_dns_1123_subdomain(self.job, "job")
 
