@@ -483,11 +483,32 @@ class DrainingAgent(FinishingAgent):
         self.driver.code = DriverExit.STOPPED_WITH_SAVEPOINT
 
 
-def test_a_drain_whose_input_runs_out_ends_with_its_savepoint() -> None:
+class SlowToStopDrainingAgent(DrainingAgent):
+    """Told of its drain savepoint, the driver takes a while to stop (Spark's shutdown), its
+    agent answering meanwhile that the input is done and waits for its final checkpoint."""
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if checkpoint_id not in self.drains:
+            await super().complete(checkpoint_id, batch_id)
+            return
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
+        asyncio.get_running_loop().call_later(JVM_SHUTDOWN_SECONDS, self._stopped)
+
+    def _stopped(self) -> None:
+        assert self.driver is not None
+        self.driver.code = DriverExit.STOPPED_WITH_SAVEPOINT
+
+
+@pytest.mark.parametrize("agent_class", [DrainingAgent, SlowToStopDrainingAgent])
+def test_a_drain_whose_input_runs_out_ends_with_its_savepoint(
+    agent_class: type[DrainingAgent],
+) -> None:
     """The final checkpoint of the input that ran out came first: the job Finished and the
     drain savepoint the user asked for was given up (`stop --drain` said 'savepoint N
-    failed', exit 1, on the user guide's example: a newcomer)."""
-    launcher = FinishingLauncher(DrainingAgent)
+    failed', exit 1, on the user guide's example: a newcomer). Once the savepoint
+    completed, a final checkpoint was still asked for while the driver stopped, and
+    declined with a wrong reason ('not all required tasks are running': a newcomer)."""
+    launcher = FinishingLauncher(agent_class)
     notices: list[Notice] = []
 
     async def scenario() -> TerminalOutcome:
@@ -505,6 +526,7 @@ def test_a_drain_whose_input_runs_out_ends_with_its_savepoint() -> None:
     assert driver.agent.final_checkpoints == []
     (savepoint,) = driver.agent.drains
     assert driver.agent.completed == [savepoint]
+    assert [n.message for n in notices if n.reason in ("FinalCheckpoint", "RequestDeclined")] == []
 
 
 class CheckpointBeforeTheDrainAgent(DrainingAgent):

@@ -795,10 +795,16 @@ class JobSupervisor:
                 await self._interpreter.handle(progress)
         last = status_events.input_exhausted_at(status)
         stopping = self._interpreter.coordinator.stopping
-        if last is not None and attempt.input_exhausted_at is None and not stopping:
+        if (
+            last is not None
+            and attempt.input_exhausted_at is None
+            and not stopping
+            and not attempt.leaving
+        ):
             # While a stop-with-savepoint is in flight (a drain waits for the input to run
             # out), the savepoint is the last image: a final checkpoint would end the job
-            # Finished and give up the savepoint the user asked for.
+            # Finished and give up the savepoint the user asked for. Once it completed,
+            # the driver stops with it.
             await self._on_input_exhausted(attempt, last)
         elif (
             last is not None
