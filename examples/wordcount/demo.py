@@ -86,8 +86,9 @@ def main() -> int:
     shutil.rmtree(data / "output")
     shutil.rmtree(state)
     print(
-        f"demo: removed its output and state, kept the input: `spark-checkpoint run "
-        f"{HERE / 'job.yaml'}` runs the job on it from the start"
+        "demo: removed its output and state, kept the input: "
+        f"`{Path(sys.executable).parent / 'spark-checkpoint'} run {HERE / 'job.yaml'}` runs "
+        "the job on it from the start"
     )
     return 0
 

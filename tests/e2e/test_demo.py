@@ -2,6 +2,7 @@
 directory is left alone): it must kill the driver, restore it and verify the output. Its
 default input once ran out before its kill on a quiet machine, and it said nothing."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +36,10 @@ def test_the_demo_kills_restores_and_verifies_exactly_once(tmp_path: Path) -> No
     assert "exactly-once output verified" in output, output
     data = tmp_path / "wordcount" / "data"
     assert sorted(path.name for path in data.iterdir()) == ["input"], "a run afterwards starts anew"
+    # The command it suggests runs where `make demo` left the user: nothing is on PATH.
+    command = re.search(r"`(\S+) run (\S+)` runs the job on it from the start", output)
+    assert command is not None, output
+    assert Path(command[1]).is_file() and Path(command[2]) == tmp_path / "wordcount" / "job.yaml"
 
 
 def test_a_demo_whose_input_runs_out_before_its_kill_fails_saying_so(tmp_path: Path) -> None:
