@@ -46,8 +46,8 @@ def _registry_reference(choice: str) -> RestoreCandidate | None:
         return RestoreCandidate.decode(choice)
     except ValueError:
         raise ValueError(
-            f"{choice!r} is not {kind}:N with N an id (no leading 0); a file of that name "
-            f"is ./{choice}"
+            f"{choice!r} is not {kind}:N with N an id (no leading 0); for a path of that "
+            f"name, write ./{choice}"
         ) from None
 
 

@@ -255,7 +255,7 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert (malformed.returncode, malformed.stderr) == (
         2,
         "spark-checkpoint run: argument --from: 'savepoint:07' is not savepoint:N with N an id "
-        "(no leading 0); a file of that name is ./savepoint:07 (see spark-checkpoint run "
+        "(no leading 0); for a path of that name, write ./savepoint:07 (see spark-checkpoint run "
         "--help)\n",
     )
     unknown = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
