@@ -595,16 +595,14 @@ async def _run_locked(
         ).write()
 
     def on_notice(notice: Notice) -> None:
+        if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
+            # Ctrl-C's savepoint cannot be taken (an executor is missing, the query has
+            # not committed a batch yet): the user asked to stop, so stop without one
+            # rather than keep running. One line: the request was the runtime's own.
+            interrupts.cannot_take_savepoint(notice.message.partition(": ")[2])
+            return
         display.notice(notice)
         control.notice(notice)
-        if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
-            # Ctrl-C's savepoint cannot be taken (no driver is Running): the user asked to
-            # stop, so stop without one rather than keep running.
-            report(
-                "interrupted: no savepoint can be taken now; stopping the driver without one "
-                "(the next run resumes from the newest checkpoint or savepoint)"
-            )
-            supervisor.suspend_now()
 
     restart_policy = manifest.spec.restart_policy
     if agent_start_timeout is not None:  # `run --agent-timeout` over the manifest's
@@ -667,6 +665,7 @@ class _Interrupts:
         self._report = report
         self._count = 0
         self._stopping = False
+        self._why = "interrupted"  # what asked for the savepoint
 
     def interrupt(self) -> None:
         self._count += 1
@@ -685,13 +684,28 @@ class _Interrupts:
         if not self._stopping:
             self._stop("the output was closed", "Ctrl-C twice to cancel")
 
+    def cannot_take_savepoint(self, reason: str) -> None:
+        self._without_savepoint(self._why, reason)
+
     def _stop(self, why: str, cancel: str) -> None:
         self._stopping = True
+        self._why = why
+        phase = self._supervisor.record.phase
+        if phase is not JobPhase.RUNNING:
+            self._without_savepoint(why, f"the job is {phase.value}, its query not running")
+            return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")
         self._supervisor.request(
             TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=INTERRUPT_LABEL)
         )
+
+    def _without_savepoint(self, why: str, reason: str) -> None:
+        self._report(
+            f"{why}: no savepoint can be taken now ({reason}); stopping the driver without "
+            "one (the next run resumes from the newest checkpoint or savepoint)"
+        )
+        self._supervisor.suspend_now()
 
 
 LOG_TAIL_BYTES = 64 * 1024

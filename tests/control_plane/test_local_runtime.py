@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -20,9 +21,12 @@ from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_unt
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
+from spark_checkpoint_operator.coordinator import AfterCompletion, CheckpointKind, JobPhase
 from spark_checkpoint_operator.local_runtime import (
+    INTERRUPT_LABEL,
     LocalJanitor,
     RunRefused,
+    _Interrupts,
     _stop_leftover_driver,
     local_spark_conf,
     storage_lock,
@@ -372,20 +376,45 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 0, out + err
-    assert (
-        "savepoint request declined: not all required tasks are running (the query is "
-        "starting or has not committed its first batch yet, the driver is restarting, or an "
-        "executor is missing)"
-    ) in out
-    assert (
-        "interrupted: no savepoint can be taken now; stopping the driver without one "
-        "(the next run resumes from the newest checkpoint or savepoint)"
-    ) in out
+    # One line: "taking a savepoint", its decline and "stopping without one" contradicted
+    # each other (a newcomer's try).
+    said = [line.split(" ", 2)[2] for line in out.splitlines() if "interrupted" in line]
+    assert said == [
+        "interrupted: no savepoint can be taken now (the job is Deploying, its query not "
+        "running); stopping the driver without one (the next run resumes from the newest "
+        "checkpoint or savepoint)"
+    ], out
+    assert "declined" not in out
     wait_until_gone(driver)
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Suspended"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["message"].endswith("(on this machine: spark-checkpoint run)"), ready
+
+
+def test_ctrl_c_whose_savepoint_a_running_job_declines_stops_in_one_line() -> None:
+    """Running, its savepoint declined (an executor lost): the decline is the reason of the
+    one line that says the driver stops without a savepoint."""
+    lines: list[str] = []
+    supervisor = SimpleNamespace(
+        record=SimpleNamespace(phase=JobPhase.RUNNING), requests=[], suspended=[]
+    )
+    supervisor.request = supervisor.requests.append
+    supervisor.suspend_now = lambda: supervisor.suspended.append(True)
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.interrupt()
+    [request] = supervisor.requests
+    interrupts.cannot_take_savepoint("not all required tasks are running")
+
+    assert (request.kind, request.label) == (CheckpointKind.SAVEPOINT, INTERRUPT_LABEL)
+    assert lines == [
+        "interrupted: taking a savepoint, then stopping (Ctrl-C again to cancel)",
+        "interrupted: no savepoint can be taken now (not all required tasks are running); "
+        "stopping the driver without one (the next run resumes from the newest checkpoint "
+        "or savepoint)",
+    ]
+    assert supervisor.suspended == [True]
 
 
 def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: Path) -> None:
@@ -412,7 +441,10 @@ def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: P
         run.kill()
     assert run.returncode == 0, out + err
     assert "starting driver attempt 2" not in out
-    assert "savepoint request declined: not all required tasks are running" in out
+    assert (
+        "interrupted: no savepoint can be taken now (the job is Restarting, its query not "
+        "running); stopping the driver without one"
+    ) in out
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Suspended"
 
