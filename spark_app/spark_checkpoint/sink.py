@@ -82,7 +82,9 @@ Assumptions
   may run on the agent's thread while Spark stages the next batch.
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
   replacing a committed batch, and a starting driver removes only the temporaries whose
-  writer is gone, never one that a second writer is still linking into place.
+  writer is gone, never one that a second writer is still linking into place. Staged
+  batches are not fenced: the runtimes keep one driver at a time (docs/data-plane.md,
+  Known limits).
 - A replayed batch is skipped only when it reads the committed batch's input (each record
   keeps the SHA-256 of the batch's source offsets in ``offsets/B`` and of the files its file
   sources read), which is what Spark does when it re-runs a batch from its offset log
