@@ -102,6 +102,9 @@ def _main(argv: Sequence[str] | None) -> int:
                 ExitCode.USAGE: "the manifest cannot be read or is invalid, or an option is (a "
                 "malformed --from savepoint:N, an empty --state-dir)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",
+                ExitCode.CLOSED_PIPE: "not used: output closed (`| head`) stops the job as "
+                "Ctrl-C does, and the run exits as the job ended (its lines go on to standard "
+                "error)",
             },
         ),
     )
