@@ -626,7 +626,7 @@ async def _run_locked(
     loop = asyncio.get_running_loop()
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGINT, interrupts.interrupt)
-        loop.add_signal_handler(signal.SIGTERM, interrupts.interrupt)
+        loop.add_signal_handler(signal.SIGTERM, interrupts.terminate)
     # A line may be written from any thread (a log record): the loop acts on it.
     display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
@@ -668,17 +668,24 @@ class _Interrupts:
         self._why = "interrupted"  # what asked for the savepoint
 
     def interrupt(self) -> None:
+        self._signalled("interrupted", "Ctrl-C again to cancel")
+
+    def terminate(self) -> None:
+        """SIGTERM (`kill`, a service manager stopping a detached run): as Ctrl-C."""
+        self._signalled("terminated (SIGTERM)", "SIGTERM again to cancel")
+
+    def _signalled(self, why: str, again: str) -> None:
         self._count += 1
         if self._count > 1:
             self._report(
-                "interrupted again: stopping the driver without a savepoint; "
+                f"{why} again: stopping the driver without a savepoint; "
                 + self._supervisor.what_cancelling_leaves()
             )
             self._supervisor.cancel()
         elif self._stopping:
-            self._report("interrupted: the savepoint is under way (Ctrl-C again to cancel)")
+            self._report(f"{why}: the savepoint is under way ({again})")
         else:
-            self._stop("interrupted", "Ctrl-C again to cancel")
+            self._stop(why, again)
 
     def output_closed(self) -> None:
         if not self._stopping:

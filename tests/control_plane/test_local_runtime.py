@@ -369,18 +369,26 @@ def test_a_pipeline_that_exits_0_without_run_coordinated_fails_the_job_and_is_no
     assert job.run(timeout=60).returncode == 0
 
 
-def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("signal_number", "why"),
+    [(signal.SIGINT, "interrupted"), (signal.SIGTERM, "terminated (SIGTERM)")],
+)
+def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(
+    tmp_path: Path, signal_number: int, why: str
+) -> None:
+    """SIGTERM (`kill` of a detached run) is taken as Ctrl-C, and said so: it said
+    'Ctrl-C again to cancel' (a newcomer's try)."""
     job = ScriptJob(tmp_path, UNCOORDINATED_DRIVER)
     run = job.start()
     driver = int(wait_for_file(tmp_path / "driver.pid"))
-    run.send_signal(signal.SIGINT)
+    run.send_signal(signal_number)
     out, err = run.communicate(timeout=60)
     assert run.returncode == 0, out + err
     # One line: "taking a savepoint", its decline and "stopping without one" contradicted
     # each other (a newcomer's try).
-    said = [line.split(" ", 2)[2] for line in out.splitlines() if "interrupted" in line]
+    said = [line.split(" ", 2)[2] for line in out.splitlines() if why in line]
     assert said == [
-        "interrupted: no savepoint can be taken now (the job is Deploying, its query not "
+        f"{why}: no savepoint can be taken now (the job is Deploying, its query not "
         "running); stopping the driver without one (the next run resumes from the newest "
         "checkpoint or savepoint)"
     ], out
@@ -403,14 +411,15 @@ def test_ctrl_c_whose_savepoint_a_running_job_declines_stops_in_one_line() -> No
     supervisor.suspend_now = lambda: supervisor.suspended.append(True)
     interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
 
-    interrupts.interrupt()
+    interrupts.terminate()
     [request] = supervisor.requests
     interrupts.cannot_take_savepoint("not all required tasks are running")
 
     assert (request.kind, request.label) == (CheckpointKind.SAVEPOINT, INTERRUPT_LABEL)
     assert lines == [
-        "interrupted: taking a savepoint, then stopping (Ctrl-C again to cancel)",
-        "interrupted: no savepoint can be taken now (not all required tasks are running); "
+        "terminated (SIGTERM): taking a savepoint, then stopping (SIGTERM again to cancel)",
+        "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
+        "running); "
         "stopping the driver without one (the next run resumes from the newest checkpoint "
         "or savepoint)",
     ]
