@@ -650,6 +650,10 @@ async def _run_locked(
     return outcome
 
 
+# Phases in which a savepoint request could only be declined: no driver's query runs.
+_NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
+
+
 class _Interrupts:
     """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
     driver without a savepoint. A run whose output goes away (``run ... | head``) stops
@@ -666,6 +670,7 @@ class _Interrupts:
         self._count = 0
         self._stopping = False
         self._why = "interrupted"  # what asked for the savepoint
+        self._stopping_without_savepoint = False  # the driver stops without one
 
     def interrupt(self) -> None:
         self._signalled("interrupted", "Ctrl-C again to cancel")
@@ -676,7 +681,11 @@ class _Interrupts:
 
     def _signalled(self, why: str, again: str) -> None:
         self._count += 1
-        if self._count > 1:
+        if self._stopping_without_savepoint:
+            # Cancelling would gain nothing (the driver stops already) and could discard
+            # the checkpoints (retentionPolicy RetainOnFailure).
+            self._report(f"{why}: the driver is already stopping without a savepoint")
+        elif self._count > 1:
             self._report(
                 f"{why} again: stopping the driver without a savepoint; "
                 + self._supervisor.what_cancelling_leaves()
@@ -697,9 +706,8 @@ class _Interrupts:
     def _stop(self, why: str, cancel: str) -> None:
         self._stopping = True
         self._why = why
-        phase = self._supervisor.record.phase
-        if phase is not JobPhase.RUNNING:
-            self._without_savepoint(why, f"the job is {phase.value}, its query not running")
+        if self._supervisor.record.phase in _NO_QUERY_RUNNING:
+            self._without_savepoint(why, "its query is not running yet")
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")
@@ -708,6 +716,7 @@ class _Interrupts:
         )
 
     def _without_savepoint(self, why: str, reason: str) -> None:
+        self._stopping_without_savepoint = True
         self._report(
             f"{why}: no savepoint can be taken now ({reason}); stopping the driver without "
             "one (the next run resumes from the newest checkpoint or savepoint)"

@@ -388,9 +388,8 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(
     # each other (a newcomer's try).
     said = [line.split(" ", 2)[2] for line in out.splitlines() if why in line]
     assert said == [
-        f"{why}: no savepoint can be taken now (the job is Deploying, its query not "
-        "running); stopping the driver without one (the next run resumes from the newest "
-        "checkpoint or savepoint)"
+        f"{why}: no savepoint can be taken now (its query is not running yet); stopping the "
+        "driver without one (the next run resumes from the newest checkpoint or savepoint)"
     ], out
     assert "declined" not in out
     wait_until_gone(driver)
@@ -414,6 +413,9 @@ def test_ctrl_c_whose_savepoint_a_running_job_declines_stops_in_one_line() -> No
     interrupts.terminate()
     [request] = supervisor.requests
     interrupts.cannot_take_savepoint("not all required tasks are running")
+    # Cancelling would gain nothing and could discard the checkpoints: the stub has no
+    # cancel() to call (a reviewer).
+    interrupts.interrupt()
 
     assert (request.kind, request.label) == (CheckpointKind.SAVEPOINT, INTERRUPT_LABEL)
     assert lines == [
@@ -422,6 +424,7 @@ def test_ctrl_c_whose_savepoint_a_running_job_declines_stops_in_one_line() -> No
         "running); "
         "stopping the driver without one (the next run resumes from the newest checkpoint "
         "or savepoint)",
+        "interrupted: the driver is already stopping without a savepoint",
     ]
     assert supervisor.suspended == [True]
 
@@ -451,8 +454,8 @@ def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: P
     assert run.returncode == 0, out + err
     assert "starting driver attempt 2" not in out
     assert (
-        "interrupted: no savepoint can be taken now (the job is Restarting, its query not "
-        "running); stopping the driver without one"
+        "interrupted: no savepoint can be taken now (its query is not running yet); "
+        "stopping the driver without one"
     ) in out
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Suspended"

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER
+from spark_checkpoint.protocol import StorageOwner
+from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER, DriverSettings
 
 # What a program sees of how it was started.
 SEEN = """
@@ -187,3 +188,42 @@ def test_a_pipeline_that_catches_run_coordinateds_exit_is_told_so(tmp_path: Path
         "the pipeline caught the SystemExit that run_coordinated ends the driver with (how its "
         "query ended is lost): let it through"
     ), result.stderr
+
+
+def test_a_storage_root_a_newer_rule_refuses_ends_the_driver_as_misconfigured(
+    tmp_path: Path,
+) -> None:
+    """A cluster job that ran under the CRD before remote URIs with glob characters were
+    refused goes on (the API server ratchets the rule); its next driver, of the new image,
+    met the layout's refusal as an uncaught traceback, retried as a crash (a reviewer)."""
+    settings = DriverSettings(
+        namespace="default",
+        job="orders",
+        storage_root="s3://bucket/team-*/checkpoints",
+        work_dir=tmp_path / "work",
+        agent_host="127.0.0.1",
+        agent_port=9,
+        token="t",
+        attempt=2,
+        restore_candidates=(),
+        owner=StorageOwner(id="uid-1", description="these tests"),
+    )
+    (tmp_path / "token").write_text("t")
+    error_file = tmp_path / "error"
+    environment = settings.to_environment(tmp_path / "token", error_file)
+
+    result = subprocess.run(
+        [sys.executable, "-c", "from spark_checkpoint import driver; driver.run_coordinated(None)"],
+        env={"PATH": "/usr/bin:/bin", **environment},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+    assert result.returncode == DriverExit.MISCONFIGURED, result.stderr
+    assert "Traceback" not in result.stderr
+    assert error_file.read_text().endswith(
+        "the job's storage 's3://bucket/team-*/checkpoints': root contains '*', which fsspec "
+        "reads as a pattern: a delete would match other paths"
+    ), error_file.read_text()
