@@ -86,7 +86,7 @@ def remote_uri_problem(uri: str) -> str | None:
     match = _REMOTE_URI.fullmatch(uri)
     if match is None:
         return None
-    if pattern := sorted(set(_GLOB_CHARACTERS) & set(uri)):
+    if pattern := sorted(set(_GLOB_CHARACTERS) & set(match["path"])):  # [::1] is a host
         return (
             f"contains {' and '.join(repr(c) for c in pattern)}, which fsspec reads as a "
             "pattern: a delete would match other paths"
