@@ -168,6 +168,8 @@ def _start(
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
         return fail_with(str(error), DriverExit.RESTORE_FAILED)
+    if outcome is not None:
+        agent.restored(outcome)
     try:
         for participant in participants:
             participant.on_restore(

@@ -4,11 +4,12 @@
 import io
 import os
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from spark_checkpoint_operator.coordinator import AfterCompletion
+from spark_checkpoint_operator.coordinator import AfterCompletion, JobPhase
 from spark_checkpoint_operator.local_runtime import _Interrupts
 from spark_checkpoint_operator.run_display import RunDisplay
 
@@ -63,14 +64,18 @@ def test_without_a_fallback_nothing_is_shown_and_nothing_raises(closed: ClosedPi
 
 
 class Supervisor:
-    def __init__(self) -> None:
+    def __init__(self, phase: JobPhase = JobPhase.RUNNING) -> None:
         self.calls: list[str] = []
+        self.record = SimpleNamespace(phase=phase)
 
     def request(self, event: Any) -> None:
         self.calls.append(f"savepoint then {event.after.name.lower()}")
 
     def cancel(self) -> None:
         self.calls.append("cancel")
+
+    def suspend_now(self) -> None:
+        self.calls.append("stop without a savepoint")
 
     def what_cancelling_leaves(self) -> str:
         return "its checkpoints are discarded"
@@ -100,3 +105,38 @@ def test_a_closed_output_stops_the_job_as_a_ctrl_c_that_is_not_the_users(
         (interrupts.interrupt if event == "ctrl-c" else interrupts.output_closed)()
 
     assert supervisor.calls == calls
+
+
+def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> None:
+    """Running, its savepoint declined (an executor lost): the decline is the reason of the
+    one line that says the driver stops without a savepoint; another signal then cancels
+    nothing, which could discard the checkpoints (a reviewer)."""
+    supervisor = Supervisor()
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.terminate()
+    interrupts.cannot_take_savepoint("not all required tasks are running")
+    interrupts.interrupt()
+
+    assert supervisor.calls == ["savepoint then stop", "stop without a savepoint"]
+    assert lines == [
+        "terminated (SIGTERM): taking a savepoint, then stopping (SIGTERM again to cancel)",
+        "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
+        "running); stopping the driver without one (the next run resumes from the newest "
+        "checkpoint or savepoint)",
+        "interrupted: the driver is already stopping without a savepoint",
+    ]
+
+
+@pytest.mark.parametrize("phase", [JobPhase.DEPLOYING, JobPhase.RESTARTING])
+def test_a_signal_while_no_query_runs_stops_without_a_savepoint_at_once(phase: JobPhase) -> None:
+    supervisor = Supervisor(phase)
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.interrupt()
+    interrupts.interrupt()
+
+    assert supervisor.calls == ["stop without a savepoint"]
+    assert lines[0].startswith("interrupted: no savepoint can be taken now (its query is not ")

@@ -11,7 +11,6 @@ import signal
 import subprocess
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -21,12 +20,9 @@ from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_unt
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
-from spark_checkpoint_operator.coordinator import AfterCompletion, CheckpointKind, JobPhase
 from spark_checkpoint_operator.local_runtime import (
-    INTERRUPT_LABEL,
     LocalJanitor,
     RunRefused,
-    _Interrupts,
     _stop_leftover_driver,
     local_spark_conf,
     storage_lock,
@@ -337,7 +333,9 @@ def test_a_driver_whose_agent_never_answers_fails_the_job_with_the_likely_cause(
     assert f"{expected} Stopping the driver." in result.stdout
     assert f"job failed: {expected}" in result.stdout
     assert "starting driver attempt 2" not in result.stdout, "retrying cannot help"
-    assert not alive(int((tmp_path / "driver.pid").read_text()))
+    # As the run says it (under load the driver may be stopped before it wrote its pid).
+    pid = re.search(r"driver pid (\d+),", result.stdout)
+    assert pid is not None and not alive(int(pid[1])), result.stdout
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert (status["phase"], status["message"]) == ("Failed", expected)
 
@@ -397,36 +395,6 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(
     assert status["phase"] == "Suspended"
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     assert ready["message"].endswith("(on this machine: spark-checkpoint run)"), ready
-
-
-def test_ctrl_c_whose_savepoint_a_running_job_declines_stops_in_one_line() -> None:
-    """Running, its savepoint declined (an executor lost): the decline is the reason of the
-    one line that says the driver stops without a savepoint."""
-    lines: list[str] = []
-    supervisor = SimpleNamespace(
-        record=SimpleNamespace(phase=JobPhase.RUNNING), requests=[], suspended=[]
-    )
-    supervisor.request = supervisor.requests.append
-    supervisor.suspend_now = lambda: supervisor.suspended.append(True)
-    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
-
-    interrupts.terminate()
-    [request] = supervisor.requests
-    interrupts.cannot_take_savepoint("not all required tasks are running")
-    # Cancelling would gain nothing and could discard the checkpoints: the stub has no
-    # cancel() to call (a reviewer).
-    interrupts.interrupt()
-
-    assert (request.kind, request.label) == (CheckpointKind.SAVEPOINT, INTERRUPT_LABEL)
-    assert lines == [
-        "terminated (SIGTERM): taking a savepoint, then stopping (SIGTERM again to cancel)",
-        "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
-        "running); "
-        "stopping the driver without one (the next run resumes from the newest checkpoint "
-        "or savepoint)",
-        "interrupted: the driver is already stopping without a savepoint",
-    ]
-    assert supervisor.suspended == [True]
 
 
 def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: Path) -> None:

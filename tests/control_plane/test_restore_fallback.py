@@ -8,6 +8,8 @@ import asyncio
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
@@ -397,11 +399,8 @@ def test_an_unrestorable_image_stays_so_after_a_runtime_restart() -> None:
     assert candidates[0] == first_candidates[1]
 
 
-def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -> None:
-    """`run --from` an older image: its restored query's sinks discard the output staged
-    after it, which only the newer images covered. A run cut short before its first
-    checkpoint left those the newest, and the next run restored one: its output resumed
-    after batches that were gone (a reviewer)."""
+def _two_checkpoints() -> tuple[dict[str, Any], int, int]:
+    """The status of a job with two registered checkpoints, its newer and older ids."""
 
     async def first_run() -> dict[str, Any]:
         launcher = RestoringLauncher()
@@ -416,6 +415,15 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
 
     status = asyncio.run(first_run())
     newer, older = (c["id"] for c in reversed(status["coordinator"]["checkpoints"]))
+    return status, newer, older
+
+
+def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -> None:
+    """`run --from` an older image: its restored query's sinks discard the output staged
+    after it, which only the newer images covered. A run cut short before its first
+    checkpoint left those the newest, and the next run restored one: its output resumed
+    after batches that were gone (a reviewer)."""
+    status, newer, older = _two_checkpoints()
 
     async def run_from_older() -> tuple[dict[str, Any], list[Notice]]:
         launcher = RestoringLauncher()
@@ -442,7 +450,7 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
     [entry] = status["unrestorable"]
     assert entry == {
         "source": f"checkpoint:{newer}",
-        "reason": f"attempt 2 went on from the older checkpoint:{older}",
+        "reason": f"attempt 2 went on from checkpoint:{older}",
         "attempt": 2,
     }
     restored = [n.message for n in notices if n.reason == "Restored"]
@@ -450,6 +458,69 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
         f"restored from checkpoint:{older}; never restored again: checkpoint:{newer} (the "
         f"output staged after checkpoint:{older} is discarded)"
     ]
+
+
+class StillStartingAgent(RestoringAgent):
+    """Reports its driver's restore while the query still starts, as the agent does from
+    before the sinks' on_restore."""
+
+    def _status(self) -> AgentStatus:
+        document = super()._status()
+        starting = replace(document.query, state=QueryState.STARTING)
+        return replace(document, query=starting, all_tasks_running=False)
+
+
+class StillStartingLauncher(RestoringLauncher):
+    """Its driver restored the first candidate, and its query is still starting."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.agent_class = StillStartingAgent
+
+
+class StartFailsLauncher(RestoringLauncher):
+    """Its driver restored the first candidate, then Spark's start of the query failed on
+    the image (RESTORE_UNUSABLE) before the supervisor heard from its agent."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> Any:
+        driver = await super().launch(attempt, restore)
+        driver.agent.reachable = False
+        driver.code = DriverExit.RESTORE_UNUSABLE
+        return driver
+
+
+@pytest.mark.parametrize("launcher_class", [StillStartingLauncher, StartFailsLauncher])
+def test_images_a_restore_left_behind_are_marked_though_its_query_never_started(
+    launcher_class: type[RestoringLauncher],
+) -> None:
+    """The sinks discard what the newer images covered before the query starts: a run cut
+    short (Ctrl-C) while it starts, or a query whose start fails on the image, left the
+    newer images restorable (a reviewer)."""
+    status, newer, older = _two_checkpoints()
+
+    async def run_from_older() -> dict[str, Any]:
+        launcher = launcher_class()
+        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+        supervisor.restore_from(f"checkpoint:{older}", stored_as=(CheckpointKind.CHECKPOINT, older))
+        run = asyncio.create_task(supervisor.run())
+        agent = await _next_driver(launcher, 0)
+        if launcher_class is StillStartingLauncher:
+            await until(lambda: agent.status_requests > 1)
+            supervisor.suspend_now()  # Ctrl-C while its query starts
+        await asyncio.wait_for(run, 10)
+        return render_status(supervisor.record, now=0.0)
+
+    status = asyncio.run(run_from_older())
+
+    marked = {entry["source"] for entry in status["unrestorable"]}
+    if launcher_class is StartFailsLauncher:
+        # The older image failed too: the job has no restorable image left, and says so.
+        assert marked == {f"checkpoint:{newer}", f"checkpoint:{older}"}
+        assert status["phase"] == "Failed"
+        assert status["message"].startswith("no restorable image left: ")
+    else:
+        assert marked == {f"checkpoint:{newer}"}
+        assert asyncio.run(_next_run_restores(status)) == [f"checkpoint:{older}"]
 
 
 def test_a_restored_attempt_that_fails_before_committing_is_not_counted() -> None:

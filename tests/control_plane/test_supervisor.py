@@ -723,8 +723,7 @@ def test_an_image_a_restore_fell_back_past_is_never_restored_later() -> None:
     [entry] = supervisor.record.unrestorable
     assert entry.source == skipped and entry.attempt == 2
     assert entry.reason == (
-        f"a restore skipped it (connection reset by peer) and attempt 2 went on from the "
-        f"older {restored}"
+        f"a restore skipped it (connection reset by peer) and attempt 2 went on from {restored}"
     )
     assert (
         f"skipped {skipped}: connection reset by peer; the job goes on from {restored} and "

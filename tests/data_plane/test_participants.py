@@ -5,11 +5,13 @@ from typing import Any
 
 import pytest
 
+from spark_checkpoint import driver
+from spark_checkpoint.agent.agent import CheckpointAgent
 from spark_checkpoint.driver import run_coordinated
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import StorageOwner
+from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage, StorageOwner
 from spark_checkpoint.settings import DriverSettings
-from spark_checkpoint.sink import DATA_DIR, TransactionalFileSink
+from spark_checkpoint.sink import DATA_DIR, StartRefused, TransactionalFileSink
 
 
 class EarlierParticipant:
@@ -85,3 +87,44 @@ def test_a_link_in_the_output_fails_the_start_as_misconfigured_in_one_line(
         f"{str(tmp_path / 'elsewhere')!r}); links are never followed out of the sink's "
         "output directory: remove the link"
     ]
+
+
+def test_the_agent_reports_a_restore_before_the_participants_discard_what_it_left_behind(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`on_restore` discards the output staged after the restored image, which the images
+    the restore skipped covered: the coordinator must know of the restore (to never
+    restore those) before, not only once the query started, which a driver can fail to
+    reach (a reviewer)."""
+    _driver_environment(tmp_path, monkeypatch)
+    restored = RestoredFrom(
+        RestoreCandidate.decode("checkpoint:1"),
+        3,
+        (SkippedImage(RestoreCandidate.decode("checkpoint:2"), "connection reset by peer"),),
+    )
+    monkeypatch.setattr(driver, "restore", lambda *arguments: restored)
+    seen: list[object] = []
+    reported = CheckpointAgent.restored
+
+    def restored_and_seen(agent: CheckpointAgent, outcome: RestoredFrom) -> None:
+        reported(agent, outcome)
+        seen.append(agent.status().restored_from)
+
+    monkeypatch.setattr(CheckpointAgent, "restored", restored_and_seen)
+
+    class Refusing:
+        def write_batch(self, batch_df: Any, batch_id: int) -> None: ...
+
+        def on_checkpoint_complete(self, batch_id: int) -> None: ...
+
+        def on_restore(
+            self, restored_batch: int | None, job: str, *, checkpoint_location: Any = None
+        ) -> None:
+            seen.append(("on_restore", restored_batch))
+            raise StartRefused("enough seen")
+
+    with pytest.raises(SystemExit) as ended:
+        run_coordinated(None, participants=[Refusing()])  # type: ignore[arg-type]
+
+    assert ended.value.code == DriverExit.MISCONFIGURED
+    assert seen == [restored, ("on_restore", 3)]

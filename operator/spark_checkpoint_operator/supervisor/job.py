@@ -11,10 +11,16 @@ import asyncio
 import dataclasses
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
+from spark_checkpoint.protocol import (
+    AgentStatus,
+    QueryState,
+    RestoreCandidate,
+    RestoredFrom,
+    SkippedImage,
+)
 from spark_checkpoint.restore import query_change
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
@@ -126,7 +132,7 @@ class JobSupervisor:
         self._passed_over: list[str] = []
         # The image the previous attempt's restored query failed on, that attempt and its
         # error (`_mark_unrestorable`); None after any other attempt.
-        self._last_restore_failure: tuple[str, int, list[str]] | None = None
+        self._last_restore_failure: tuple[str, int, list[str], list[str]] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._last_status: AgentStatus | None = None
 
@@ -587,9 +593,12 @@ class JobSupervisor:
             or not same_error(error, last[2])
         ):
             return False
-        image, failed_attempt, _ = last
+        image, failed_attempt, _, marked = last
+        # Only the images marked for that failure: those its restore left behind stay so.
         self._record.unrestorable = [
-            entry for entry in self._record.unrestorable if entry.attempt != failed_attempt
+            entry
+            for entry in self._record.unrestorable
+            if entry.attempt != failed_attempt or entry.source not in marked
         ]
         self._record.message = (
             f"the restored query failed the same way on {image} and {source}: the "
@@ -602,14 +611,19 @@ class JobSupervisor:
         """The restored query failed on its image before it committed a batch: that image,
         and any checkpoint this attempt took of it, are never restored again."""
         error = attempt.driver.error_lines()
-        self._last_restore_failure = (source, self._record.attempt, error)
+        marked = [source, *attempt.completed]
+        self._last_restore_failure = (source, self._record.attempt, error, marked)
         reason = (
             f"its restored query failed in attempt {self._record.attempt} before committing "
             "a batch, on an error that points at the checkpoint: "
             + (error[0] if error else "(the driver's log has it)")
         )
-        for image in (source, *attempt.completed):
+        for image in marked:
             self._record.unrestorable.append(UnrestorableImage(image, reason, self._record.attempt))
+        # Its sinks restored `source` before the query failed: what it passed over is left
+        # behind, also when its agent never reported the restore.
+        skipped = attempt.unconfirmed_restore.skipped if attempt.unconfirmed_restore else ()
+        self._mark_left_behind(source, skipped)
         self._record.failed_restores += 1
         failed = {entry.source for entry in self._record.unrestorable}
         following = next((image for image in self._images() if image not in failed), None)
@@ -761,6 +775,13 @@ class JobSupervisor:
         # While the driver restores and starts its query, the location it reports from
         # is not the query's yet: its batches and restore come once the query started (an
         # adopted driver's restore may be in the record already).
+        if status.restored_from is not None:
+            # Reported before the query starts, as soon as the driver restored: its sinks
+            # discard what the images it passed over covered before the query starts.
+            restored = status.restored_from
+            if self._mark_left_behind(restored.candidate.encode(), restored.skipped):
+                # At once: the next attempt must not choose one, whatever happens next.
+                await self._interpreter.persist()
         starting = status.query.state is QueryState.STARTING
         attempt.reported_starting(starting)
         if starting:
@@ -770,7 +791,7 @@ class JobSupervisor:
             self._record.last_batch = status.query.last_committed_batch
             attempt.saw_batch(self._record.last_batch)
             if status.restored_from != self._record.restored_from:
-                await self._record_restore(attempt, status.restored_from)
+                self._record_restore(attempt, status.restored_from)
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks
         if running:
@@ -849,28 +870,13 @@ class JobSupervisor:
             self._record.message = ""
             await self._interpreter.persist()
 
-    async def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
+    def _record_restore(self, attempt: Attempt, restored: RestoredFrom | None) -> None:
         self._record.restored_from = restored
         if restored is None:
             return
         attempt.restored(restored)
         source = restored.candidate.encode()
-        # The job goes on from an older image than these: the restored query's sinks
-        # discard the output batches staged after it, which only these images covered.
-        # Restored later, one would resume after output that is gone.
-        left_behind = {
-            str(skipped.candidate): f"a restore skipped it ({skipped.reason}) and "
-            for skipped in restored.skipped
-        }
-        if self._chosen_image is not None and source == self._chosen_image[0]:
-            left_behind |= {image: "" for image in self._passed_over if image not in left_behind}
-        marked = {entry.source for entry in self._record.unrestorable}
-        for image, why in left_behind.items():
-            if image not in marked:
-                reason = f"{why}attempt {self._record.attempt} went on from the older {source}"
-                self._record.unrestorable.append(
-                    UnrestorableImage(image, reason, self._record.attempt)
-                )
+        left_behind = self._left_behind(source, restored.skipped)
         never = (
             f"; never restored again: {', '.join(left_behind)} (the output staged after "
             f"{source} is discarded)"
@@ -888,9 +894,32 @@ class JobSupervisor:
                     image=str(skipped.candidate),
                 )
             )
-        if left_behind:
-            # Before the next attempt could choose one of them, whatever happens next.
-            await self._interpreter.persist()
+
+    def _left_behind(self, source: str, skipped: Sequence[SkippedImage]) -> dict[str, str]:
+        """The images a restore of ``source`` (an older one) leaves behind, each with why:
+        the restored query's sinks discard the output batches staged after its image, which
+        only these covered. Restored later, one would resume after output that is gone."""
+        left_behind = {
+            str(image.candidate): f"a restore skipped it ({image.reason}) and " for image in skipped
+        }
+        if self._chosen_image is not None and source == self._chosen_image[0]:
+            left_behind |= {image: "" for image in self._passed_over if image not in left_behind}
+        return {
+            image: f"{why}attempt {self._record.attempt} went on from {source}"
+            for image, why in left_behind.items()
+        }
+
+    def _mark_left_behind(self, source: str, skipped: Sequence[SkippedImage]) -> bool:
+        """Mark the images a restore of ``source`` leaves behind unrestorable; whether any
+        was not marked yet."""
+        marked = {entry.source for entry in self._record.unrestorable}
+        new = [
+            UnrestorableImage(image, reason, self._record.attempt)
+            for image, reason in self._left_behind(source, skipped).items()
+            if image not in marked
+        ]
+        self._record.unrestorable.extend(new)
+        return bool(new)
 
     async def _collect_garbage(self, driver: DriverHandle) -> None:
         try:

@@ -233,6 +233,15 @@ class CheckpointAgent:
         self._recent_versions: dict[int, AgentStatus] = {}
         self._watchers: list[Callable[[bool], None]] = []
 
+    def restored(self, restored_from: RestoredFrom) -> None:
+        """The image the driver restored, reported from now on while the query still
+        starts: the participants' ``on_restore`` then discards the output staged after it,
+        which the images the restore passed over covered; the coordinator must never
+        restore those later."""
+        with self._status_lock:
+            self._restored_from = restored_from
+        self._changed()
+
     def query_started(
         self, query_view: Callable[[], QueryView], restored_from: RestoredFrom | None
     ) -> None:
