@@ -12,7 +12,13 @@ import pytest
 
 from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import AgentStatus, QueryState, RestoreCandidate, RestoredFrom
+from spark_checkpoint.protocol import (
+    AgentStatus,
+    QueryState,
+    RestoreCandidate,
+    RestoredFrom,
+    SkippedImage,
+)
 from spark_checkpoint_operator.coordinator import CheckpointKind, CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage, render_status
@@ -59,6 +65,7 @@ def _supervisor(
     max_retries: int = 1,
     record: JobRecord | None = None,
     janitor: NoJanitor | None = None,
+    retained: int = 2,
 ) -> tuple[JobSupervisor, list[Notice]]:
     notices: list[Notice] = []
 
@@ -66,7 +73,7 @@ def _supervisor(
         return None
 
     supervisor = JobSupervisor(
-        config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0, retained=2),
+        config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0, retained=retained),
         restart_policy=RestartPolicySpec(policy, max_retries, 0.01, 0.05),
         launcher=launcher,
         janitor=janitor or NoJanitor(),
@@ -186,6 +193,41 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
         f"change them back or start without that state: {SCHEMA_ERROR}"
     )
     assert supervisor.record.unrestorable == []
+
+
+class NewestSkippedOnceLauncher(RestoringLauncher):
+    """Its second driver cannot read the newest image (a connection reset) and restores
+    the one before."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> Any:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            newest, previous = (RestoreCandidate.decode(image) for image in restore[:2])
+            skipped = (SkippedImage(newest, "connection reset by peer"),)
+            driver.agent.restored = RestoredFrom(previous, driver.agent.batch, skipped)
+        return driver
+
+
+def test_the_same_failure_on_two_images_leaves_what_a_restore_skipped_unrestorable() -> None:
+    """The pipeline's fault, not the images': the images the two failures marked are
+    restorable again, but not the one the first restore skipped, whose staged output its
+    sinks discarded (a reviewer: all of that attempt's entries went)."""
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
+        launcher = NewestSkippedOnceLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1, retained=3)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        for index in (1, 2):  # the image before the newest, then the one before: alike
+            await _fails_at_restore(launcher, supervisor, index, SCHEMA_ERROR)
+        return await run, supervisor, launcher
+
+    ended, supervisor, launcher = asyncio.run(scenario())
+
+    assert ended is TerminalOutcome.FAILED
+    skipped = launcher.restores[1][0]
+    assert [(e.source, e.attempt) for e in supervisor.record.unrestorable] == [(skipped, 2)]
+    assert supervisor.record.message.startswith("the restored query failed the same way on ")
 
 
 LOAD_ERROR = "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state."
