@@ -75,6 +75,8 @@ class PodRegistry:
     def __init__(self) -> None:
         self._pods: dict[JobKey, dict[str, Mapping[str, Any]]] = {}
         self._changed: dict[JobKey, asyncio.Event] = defaultdict(asyncio.Event)
+        # Pods told stuck in their deletion (`delete_pod_and_wait`), until they are gone.
+        self._told_stuck: set[tuple[str, str, str]] = set()
 
     def observe(self, event_type: str | None, pod: Mapping[str, Any]) -> None:
         metadata = pod["metadata"]
@@ -84,6 +86,7 @@ class PodRegistry:
         key = (metadata["namespace"], job)
         if event_type == "DELETED":
             self._pods.get(key, {}).pop(metadata["name"], None)
+            self._told_stuck.discard((*key, metadata["name"]))
         else:
             self._pods.setdefault(key, {})[metadata["name"]] = pod
         if key in self._changed:
@@ -105,10 +108,20 @@ class PodRegistry:
     def forget(self, namespace: str, job: str) -> None:
         self._pods.pop((namespace, job), None)
         self._changed.pop((namespace, job), None)
+        self._told_stuck = {key for key in self._told_stuck if key[:2] != (namespace, job)}
 
     def forget_pod(self, namespace: str, job: str, name: str) -> None:
         """A pod the API server no longer has, whose deletion the watch did not report."""
         self._pods.get((namespace, job), {}).pop(name, None)
+        self._told_stuck.discard((namespace, job, name))
+
+    def first_told_stuck(self, namespace: str, job: str, name: str) -> bool:
+        """Whether the pod is found stuck in its deletion for the first time: told once,
+        however many wait for it (a stopped job's driver is terminated by two tasks)."""
+        key = (namespace, job, name)
+        first = key not in self._told_stuck
+        self._told_stuck.add(key)
+        return first
 
 
 class OperatorApiClient(ApiClient):
@@ -364,7 +377,6 @@ async def delete_pod_and_wait(
     its containers may run."""
     with contextlib.suppress(NotFoundException):
         await clients.core.delete_namespaced_pod(name, namespace)
-    told = False
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         # Asked of the API server, not only the watch: a deletion that came while the
@@ -375,9 +387,9 @@ async def delete_pod_and_wait(
         except NotFoundException:
             clients.pods.forget_pod(namespace, job, name)
             return
-        if not told and (stuck := stuck_deletion(pod, datetime.datetime.now(datetime.UTC))):
+        stuck = stuck_deletion(pod, datetime.datetime.now(datetime.UTC))
+        if stuck and clients.pods.first_told_stuck(namespace, job, name):
             report(Notice("PodStuckTerminating", Level.WARNING, stuck))
-            told = True
 
 
 def stuck_deletion(pod: V1Pod, now: datetime.datetime) -> str | None:
