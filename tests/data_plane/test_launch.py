@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from helpers.driver_environment import driver_environment
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import StorageOwner
-from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER, DriverSettings
+from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER
 
 # What a program sees of how it was started.
 SEEN = """
@@ -196,21 +196,8 @@ def test_a_storage_root_a_newer_rule_refuses_ends_the_driver_as_misconfigured(
     """A cluster job that ran under the CRD before remote URIs with glob characters were
     refused goes on (the API server ratchets the rule); its next driver, of the new image,
     met the layout's refusal as an uncaught traceback, retried as a crash (a reviewer)."""
-    settings = DriverSettings(
-        namespace="default",
-        job="orders",
-        storage_root="s3://bucket/team-*/checkpoints",
-        work_dir=tmp_path / "work",
-        agent_host="127.0.0.1",
-        agent_port=9,
-        token="t",
-        attempt=2,
-        restore_candidates=(),
-        owner=StorageOwner(id="uid-1", description="these tests"),
-    )
-    (tmp_path / "token").write_text("t")
+    environment = driver_environment(tmp_path, storage_root="s3://bucket/team-*/checkpoints")
     error_file = tmp_path / "error"
-    environment = settings.to_environment(tmp_path / "token", error_file)
 
     result = subprocess.run(
         [sys.executable, "-c", "from spark_checkpoint import driver; driver.run_coordinated(None)"],

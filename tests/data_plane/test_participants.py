@@ -5,12 +5,12 @@ from typing import Any
 
 import pytest
 
+from helpers.driver_environment import driver_environment
 from spark_checkpoint import driver
 from spark_checkpoint.agent.agent import CheckpointAgent
 from spark_checkpoint.driver import run_coordinated
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage, StorageOwner
-from spark_checkpoint.settings import DriverSettings
+from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint.sink import DATA_DIR, StartRefused, TransactionalFileSink
 
 
@@ -30,24 +30,9 @@ class EarlierParticipant:
 def _driver_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The variables a runtime gives a driver of job default/orders; the reported error's
     file."""
-    settings = DriverSettings(
-        namespace="default",
-        job="orders",
-        storage_root=str(tmp_path / "storage"),
-        work_dir=tmp_path / "work",
-        agent_host="127.0.0.1",
-        agent_port=0,
-        token="t",
-        attempt=1,
-        restore_candidates=(),
-        owner=StorageOwner(id="registry-1", description="these tests"),
-    )
-    error_file = tmp_path / "error"
-    token_file = tmp_path / "token"
-    token_file.write_text("t")
-    for name, value in settings.to_environment(token_file, error_file).items():
+    for name, value in driver_environment(tmp_path).items():
         monkeypatch.setenv(name, value)
-    return error_file
+    return tmp_path / "error"
 
 
 def test_a_participant_of_another_shape_fails_the_start_in_one_line(
