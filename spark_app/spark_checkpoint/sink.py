@@ -18,9 +18,11 @@ Layout
 ::
 
     <output>/_data/batch-<B>/<attempt>/part-<P>-<task>.json   # data objects of one attempt
-    <output>/_staging/batch-<B>.json     # staged record: batch B written, awaiting its checkpoint
+    <output>/_staging/batch-<B>.epoch-<E>.json  # staged record: batch B written by the
+                                         # driver of writer epoch E, awaiting its checkpoint
     <output>/committed/batch-<B>.json    # commit record: batch B is output
     <output>/_owner.json                 # the job the output belongs to
+    <output>/_epochs/epoch-<E>.json      # the writer epoch of the driver writing the output
 
 A data object holds one partition of the batch as JSON lines (one object per row, as
 Spark's JSON writer writes them). ``<attempt>`` is a fresh random id per `write_batch`, and
@@ -42,13 +44,16 @@ Protocol (`CheckpointParticipant`)
 1. ``write_batch(df, B)`` (Spark's ``foreachBatch``): if ``committed/batch-B.json`` exists
    the batch is a replay of output committed in an earlier attempt: it is computed (into
    Spark's ``noop`` sink) and its output dropped. Otherwise Spark's tasks write the data
-   objects of a new attempt, then the staged record ``_staging/batch-B.json`` is written
-   (replacing an earlier attempt's, whose objects are deleted after its record). Spark
+   objects of a new attempt; then, once the driver's writer epoch E is found current, the
+   staged record ``_staging/batch-B.epoch-E.json`` is written (replacing an earlier
+   attempt's of the same driver, whose objects are deleted after its record). Spark
    records ``commits/B`` in its checkpoint location only after this returns, so a batch
    that Spark considers done is always staged.
 2. ``on_checkpoint_complete(B)`` (the agent, after the coordinator registered a checkpoint
    covering batches <= B): every staged batch <= B is committed, in ascending batch order:
-   its commit record is created from its staged record (create-only), the batch's data
+   of a batch staged by several drivers the newest one's record (the others, of drivers
+   that ran on once superseded, are discarded; a newer driver's are never touched), its
+   commit record is created from that staged record (create-only), the batch's data
    objects that the commit record does not list are deleted, then the staged record.
    If the commit record exists already, it wins: one identical to the staged record is
    this commit's own (written before a crash, or by a request whose answer was lost, so
@@ -56,7 +61,10 @@ Protocol (`CheckpointParticipant`)
    whose objects are deleted and never seen.
 3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
-   batch ids would collide with the owner's). Staged batches > R are discarded
+   batch ids would collide with the owner's). The driver claims the next writer epoch
+   (``_epochs/epoch-<E>.json``, create-only) and deletes the older ones, which fences
+   every earlier driver: one that runs on finds its epoch gone before it stages its next
+   batch and fails its query (`Superseded`). Staged batches > R are discarded
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
@@ -82,9 +90,11 @@ Assumptions
   may run on the agent's thread while Spark stages the next batch.
   The create-only commit also keeps a second writer (a driver that is not quite gone) from
   replacing a committed batch, and a starting driver removes only the temporaries whose
-  writer is gone, never one that a second writer is still linking into place. Staged
-  batches are not fenced: the runtimes keep one driver at a time (docs/data-plane.md,
-  Known limits).
+  writer is gone, never one that a second writer is still linking into place. A driver
+  that runs on once the next one started (its pod force-deleted on a cut-off node) is
+  fenced by the writer epochs: it stages nothing after it finds its epoch gone, and a
+  record it wrote just before (its check and the next driver's claim crossing) is never
+  committed, as the next driver stages the same batch under its newer epoch.
 - A replayed batch is skipped only when it reads the committed batch's input (each record
   keeps the SHA-256 of the batch's source offsets in ``offsets/B`` and of the files its file
   sources read), which is what Spark does when it re-runs a batch from its offset log
@@ -131,12 +141,14 @@ if TYPE_CHECKING:
 __all__ = [
     "COMMITTED_DIR",
     "DATA_DIR",
+    "EPOCHS_DIR",
     "OWNER_FILE",
     "STAGING_DIR",
     "BatchRecord",
     "CheckpointParticipant",
     "ReplayDiffers",
     "StartRefused",
+    "Superseded",
     "TransactionalFileSink",
     "batch_record_name",
     "latest_values",
@@ -168,8 +180,18 @@ OWNER_FILE = "_owner.json"
 """The job the output belongs to (under the output directory): ``{"format": 1, "job":
 "<namespace>/<name>"}``."""
 
+EPOCHS_DIR = "_epochs"
+"""Directory (under the output directory) of the writer epoch of the driver that writes the
+output (``epoch-<n>.json``): each driver claims the next one as it restores, and a driver
+whose epoch is gone has been superseded."""
+
 RECORD_FORMAT = 1
 _BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
+# A staged record's name carries the writer epoch of the driver that staged it; one without
+# it (epoch 0) was staged by a version that kept no epochs.
+_STAGED_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)(?:\.epoch-([1-9][0-9]*))?\.json")
+_EPOCH_PATTERN = re.compile(r"epoch-([1-9][0-9]*)\.json")
+_CLAIM_TRIES = 10
 _ATTEMPT_PATTERN = re.compile(r"[0-9a-f]{32}")
 _SHA256_PATTERN = re.compile(r"[0-9a-f]{64}")
 
@@ -178,6 +200,11 @@ class ReplayDiffers(RuntimeError):
     """A replay of a committed batch reads other input than the committed batch did: it
     can be neither skipped nor committed without breaking exactly-once (the query fails;
     the message says how to go on)."""
+
+
+class Superseded(RuntimeError):
+    """A newer driver claimed the output (its writer epoch is newer than this driver's):
+    this driver stages nothing more and its query fails."""
 
 
 class StartRefused(Exception):
@@ -325,6 +352,7 @@ class TransactionalFileSink:
         self._storage = OutputStorage(output_dir)
         self._lock = threading.Lock()
         self._checkpoint_location: Path | None = None  # the query's (on_restore)
+        self._epoch: int | None = None  # this driver's writer epoch, once claimed
         if self._storage.is_local:
             os.makedirs(self._storage.native(COMMITTED_DIR), exist_ok=True)
 
@@ -338,7 +366,7 @@ class TransactionalFileSink:
 
     def staged_batches(self) -> list[int]:
         """Ids of the batches staged and not yet committed, ascending."""
-        return _record_ids(self._storage, STAGING_DIR)
+        return sorted({staged.batch for staged in _staged_records(self._storage)})
 
     def committed_batches(self) -> list[int]:
         """Ids of the committed batches, ascending."""
@@ -349,7 +377,8 @@ class TransactionalFileSink:
 
         Spark's tasks write the rows as JSON lines, one data object per non-empty
         partition, under a fresh attempt; the staged record naming them then replaces an
-        earlier staged attempt of the same batch. A batch already committed (a replay after
+        earlier staged attempt of the same batch by this driver. Superseded once a newer
+        driver claimed the output (see `on_restore`). A batch already committed (a replay after
         a restore from an older checkpoint) is recognised by its id and not staged again; it
         is still executed, into Spark's ``noop`` sink, because stateful operators commit
         their state for the batch only when every partition of the batch is computed.
@@ -385,10 +414,15 @@ class TransactionalFileSink:
                 )
                 self._delete_attempt(batch_id, attempt)
                 return
-            earlier = self._staged_record(batch_id)
+            try:
+                staged = _Staged(batch_id, self._current_epoch())
+            except Superseded:
+                self._delete_attempt(batch_id, attempt)
+                raise
+            earlier = _read_record(self._storage, staged.path)
             if earlier is not None:
-                self._discard_staged(earlier)
-            self._storage.write(_staged_path(batch_id), record.to_json())
+                self._discard_staged(staged, earlier)
+            self._storage.write(staged.path, record.to_json())
         if earlier is not None:
             logger.info("batch %d staged again, replacing an earlier attempt", batch_id)
         else:
@@ -422,6 +456,10 @@ class TransactionalFileSink:
         create-only): another `job` is refused (StartRefused), as its batches would take
         the ids of the owner's and each would drop the other's as replays.
 
+        This driver claims the next writer epoch, which fences the drivers before it: one
+        that runs on (a pod force-deleted while its node was cut off) stages no batch any
+        more (Superseded), and no record it staged is committed over this driver's.
+
         Staged batches > `restored_batch` are discarded (the query re-runs them); staged
         batches <= `restored_batch` are committed (the restored checkpoint is registered, so
         their notification was lost in a crash). ``None`` means a fresh start without a
@@ -451,17 +489,18 @@ class TransactionalFileSink:
                     "they belong to (spec.restore.initialSavepointPath, run --from)"
                 )
             self._claim(job)
-            for staged_id in self.staged_batches():
-                if restored_batch is not None and staged_id <= restored_batch:
+            self._claim_epoch()
+            for staged in self._staged_not_newer():
+                if restored_batch is not None and staged.batch <= restored_batch:
                     continue
-                record = self._staged_record(staged_id)
+                record = _read_record(self._storage, staged.path)
                 if record is not None:
-                    self._discard_staged(record)
-                    logger.info("discarded staged batch %d (it will be re-run)", staged_id)
+                    self._discard_staged(staged, record)
+                    logger.info("discarded staged batch %d (it will be re-run)", staged.batch)
             if restored_batch is not None:
                 self._commit_through(restored_batch)
             self._collect_garbage()
-            for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR):
+            for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR, EPOCHS_DIR):
                 try:
                     removed = self._storage.remove_unfinished_writes(directory)
                 except PermissionError as error:
@@ -528,30 +567,85 @@ class TransactionalFileSink:
             "to: it is there when created and gone when read, again and again"
         )
 
+    def _claim_epoch(self) -> None:
+        """Claim the next writer epoch (create-only) and delete the older ones, which
+        supersedes the drivers that hold them: each checks its own before it stages a
+        batch. Caller holds the lock."""
+        for _ in range(_CLAIM_TRIES):
+            claimed = _claimed_epochs(self._storage)
+            epoch = max(claimed, default=0) + 1
+            document = {"format": RECORD_FORMAT, "epoch": epoch}
+            if self._storage.create(_epoch_path(epoch), json.dumps(document).encode() + b"\n"):
+                self._storage.delete(_epoch_path(older) for older in claimed)
+                self._epoch = epoch
+                return
+        raise Superseded(
+            f"{self._storage.native(EPOCHS_DIR)}: cannot claim a writer epoch: other drivers "
+            f"claimed {_CLAIM_TRIES} in a row meanwhile"
+        )
+
+    def _current_epoch(self) -> int:
+        """This driver's writer epoch (claimed now if it has none, for a sink used without
+        `on_restore`); Superseded once a newer driver claimed the output. Caller holds
+        the lock."""
+        if self._epoch is None:
+            self._claim_epoch()
+        elif not self._storage.exists(_epoch_path(self._epoch)):
+            newest = max(_claimed_epochs(self._storage), default=None)
+            raise Superseded(
+                f"a newer driver writes the output {self._storage.url} (writer epoch "
+                f"{newest if newest is not None else 'unknown'} in {EPOCHS_DIR}/, this "
+                f"driver's was {self._epoch}): this driver stages no more batches there. "
+                "The job's runtime replaced it (a force-deleted pod whose driver ran on, a "
+                "second run of the job); its staged batches are never committed"
+            )
+        assert self._epoch is not None
+        return self._epoch
+
+    def _staged_not_newer(self) -> list[_Staged]:
+        """The staged records of this driver's writer epoch or older ones, by batch then
+        epoch: a newer driver's records are never touched (this driver is superseded)."""
+        return [
+            staged
+            for staged in _staged_records(self._storage)
+            if self._epoch is None or staged.epoch <= self._epoch
+        ]
+
     def _commit_through(self, batch_id: int) -> None:
-        """Commit staged batches <= `batch_id` in ascending order. Caller holds the lock."""
-        for staged_id in self.staged_batches():
-            if staged_id > batch_id:
-                break
-            staged = self._staged_record(staged_id)
-            if staged is None:
+        """Commit staged batches <= `batch_id` in ascending order: of a batch staged by
+        several drivers, the newest driver's record, the others are discarded (a driver
+        that ran on after it was superseded staged them). Caller holds the lock."""
+        staged_by_batch: dict[int, list[_Staged]] = {}
+        for staged in self._staged_not_newer():
+            if staged.batch <= batch_id:
+                staged_by_batch.setdefault(staged.batch, []).append(staged)
+        for staged_id, candidates in staged_by_batch.items():
+            *superseded, newest = candidates
+            for older in superseded:
+                if (record := _read_record(self._storage, older.path)) is not None:
+                    self._discard_staged(older, record)
+                    logger.warning(
+                        "batch %d: dropped the copy a superseded driver staged", staged_id
+                    )
+            staged_record = _read_record(self._storage, newest.path)
+            if staged_record is None:
                 continue
             committed_path = f"{COMMITTED_DIR}/{batch_record_name(staged_id)}"
-            if self._storage.create(committed_path, staged.to_json()):
+            if self._storage.create(committed_path, staged_record.to_json()):
                 logger.info("batch %d committed", staged_id)
-            elif self._committed_record(staged_id) == staged:
+            elif self._committed_record(staged_id) == staged_record:
                 # Written by an earlier try: before a crash, or by a request whose answer
                 # was lost and whose retry the store refused (S3 412, Azure 409).
                 logger.info("batch %d committed (its record was already there)", staged_id)
             else:
                 logger.warning("batch %d is already committed; dropping its staged copy", staged_id)
             self._collect_batch_garbage(staged_id)
-            self._storage.delete([_staged_path(staged_id)])
+            self._storage.delete([newest.path])
 
-    def _discard_staged(self, record: BatchRecord) -> None:
+    def _discard_staged(self, staged: _Staged, record: BatchRecord) -> None:
         """Remove a staged attempt: its record first, so that no record ever names a
         deleted object, then its objects. Caller holds the lock."""
-        self._storage.delete([_staged_path(record.batch)])
+        self._storage.delete([staged.path])
         self._delete_attempt(record.batch, record.attempt)
 
     def _delete_attempt(self, batch_id: int, attempt: str) -> None:
@@ -581,9 +675,6 @@ class TransactionalFileSink:
             if batch_id is not None and batch_id not in keep:
                 self._collect_batch_garbage(batch_id)
                 logger.info("removed the data of unfinished attempts of batch %d", batch_id)
-
-    def _staged_record(self, batch_id: int) -> BatchRecord | None:
-        return _read_record(self._storage, _staged_path(batch_id))
 
     def _input_digests(self, batch_id: int) -> tuple[str | None, str | None]:
         """The digests of `batch_id`'s input: of the source offsets Spark logged for it
@@ -765,8 +856,39 @@ def _require_batch_id(value: int, field: str) -> None:
         raise ValueError(f"{field} must be a non-negative integer, not {value!r}")
 
 
-def _staged_path(batch_id: int) -> str:
-    return f"{STAGING_DIR}/{batch_record_name(batch_id)}"
+@dataclass(frozen=True, order=True)
+class _Staged:
+    """A staged record of batch `batch` by the driver of writer epoch `epoch`."""
+
+    batch: int
+    epoch: int
+
+    @property
+    def path(self) -> str:
+        if self.epoch == 0:
+            return f"{STAGING_DIR}/{batch_record_name(self.batch)}"
+        return f"{STAGING_DIR}/batch-{self.batch}.epoch-{self.epoch}.json"
+
+
+def _staged_records(storage: OutputStorage) -> list[_Staged]:
+    """The staged records in the output, by batch then epoch."""
+    return sorted(
+        _Staged(int(match.group(1)), int(match.group(2) or 0))
+        for name in storage.list_names(STAGING_DIR)
+        if (match := _STAGED_RECORD_PATTERN.fullmatch(name))
+    )
+
+
+def _epoch_path(epoch: int) -> str:
+    return f"{EPOCHS_DIR}/epoch-{epoch}.json"
+
+
+def _claimed_epochs(storage: OutputStorage) -> list[int]:
+    return sorted(
+        int(match.group(1))
+        for name in storage.list_names(EPOCHS_DIR)
+        if (match := _EPOCH_PATTERN.fullmatch(name))
+    )
 
 
 def _record_ids(storage: OutputStorage, directory: str) -> list[int]:

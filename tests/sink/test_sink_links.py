@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from spark_checkpoint.sink import COMMITTED_DIR, DATA_DIR, STAGING_DIR, TransactionalFileSink
+from spark_checkpoint.sink import (
+    COMMITTED_DIR,
+    DATA_DIR,
+    EPOCHS_DIR,
+    STAGING_DIR,
+    TransactionalFileSink,
+)
 from spark_checkpoint.storage import SymbolicLinkError
 
 from .conftest import stage_rows
@@ -77,9 +83,14 @@ def test_a_restore_meeting_a_link_refuses_it_and_deletes_nothing_outside(
         "of the sink's output directory: remove the link"
     )
     assert _tree(outside) == before_outside
-    # The restore may have committed staged batch 2 (its staged record is then gone);
-    # every data object and commit record is still there.
-    kept = {path: data for path, data in before_output.items() if STAGING_DIR not in path}
+    # The restore may have committed staged batch 2 (its staged record is then gone) and
+    # claimed the next writer epoch (the last one's record is then gone); every data object
+    # and commit record is still there.
+    kept = {
+        path: data
+        for path, data in before_output.items()
+        if STAGING_DIR not in path and EPOCHS_DIR not in path
+    }
     after_output = _tree(output)
     assert {path: after_output.get(path) for path in kept} == kept
 

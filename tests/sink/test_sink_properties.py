@@ -1,8 +1,9 @@
 """Property test of the sink's protocol: whatever interleaving of staged batches,
-registered checkpoints, notifications, kills at any storage write, restores and fallbacks
-to older checkpoints, readers see each batch exactly once and never ahead of a registered
-checkpoint, and no object a commit record lists is ever lost; after the last restore no
-object is left that no record lists. Runs on the local filesystem, S3 and Azure."""
+registered checkpoints, notifications, kills at any storage write, restores, fallbacks to
+older checkpoints and drivers that run on once superseded, readers see each batch exactly
+once and never ahead of a registered checkpoint, and no object a commit record lists is
+ever lost; after the last restore no object is left that no record lists. Runs on the local
+filesystem, S3 and Azure."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ from helpers.objectstore import StorageRoot
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
+    EPOCHS_DIR,
     STAGING_DIR,
     BatchRecord,
+    Superseded,
     TransactionalFileSink,
     read_committed,
 )
@@ -87,10 +90,14 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
             self.next_batch = 0  # Spark's next batch: commits/<next_batch - 1> exists
             self.registry: list[int] = []  # batches of the registered checkpoints, in order
             self.highest_registered = -1
+            # The driver before the last restart, and its next batch: one that ran on
+            # (its pod force-deleted while its node was cut off).
+            self.superseded: tuple[TransactionalFileSink, int] | None = None
 
         def restart(self) -> None:
             """A new driver restores the newest registered checkpoint (or starts fresh)."""
             restored = self.registry[-1] if self.registry else None
+            self.superseded = (self.sink, self.next_batch)
             self.sink = TransactionalFileSink(self.output)
             self.sink.on_restore(restored, JOB)
             self.next_batch = 0 if restored is None else restored + 1
@@ -160,6 +167,17 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
             del self.registry[keep:]
             self.restart()
 
+        @precondition(lambda self: self.superseded is not None)
+        @rule(partitions=st.integers(1, 4))
+        def superseded_driver_stages(self, partitions: int) -> None:
+            """The driver before the last restart runs on and stages its next batch, of
+            other rows (it restored other state): it is fenced and leaves nothing."""
+            assert self.superseded is not None
+            sink, batch_id = self.superseded
+            stale = [{"word": "stale", "count": batch_id}]
+            with pytest.raises(Superseded):
+                sink.write_batch(cast(Any, fake_batch(stale, partitions=partitions)), batch_id)
+
         @invariant()
         def each_committed_batch_is_visible_once_and_never_ahead(self) -> None:
             committed = read_committed(self.output)
@@ -178,6 +196,7 @@ def test_readers_see_each_batch_exactly_once_whatever_happens(
                 listed |= {path for path, _ in BatchRecord.from_json(data, name).files}
             assert storage.list_names(STAGING_DIR) == []
             assert set(storage.find(DATA_DIR)) == listed
+            assert len(storage.list_names(EPOCHS_DIR)) == 1, "the older writer epochs go"
 
         def teardown(self) -> None:
             """The last driver runs to the end: every batch exactly once."""

@@ -20,12 +20,14 @@ from helpers.objectstore import StorageRoot, storage_root_for
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
+    EPOCHS_DIR,
     OWNER_FILE,
     STAGING_DIR,
     BatchRecord,
     CheckpointParticipant,
     ReplayDiffers,
     StartRefused,
+    Superseded,
     TransactionalFileSink,
     batch_record_name,
     latest_values,
@@ -56,8 +58,13 @@ def stored(root: StorageRoot, output_url: str, directory: str) -> list[str]:
 
 
 def contents(root: StorageRoot, output_url: str) -> dict[str, bytes]:
-    """Every file of the output and its bytes: what a step that touches nothing keeps."""
-    return {path: root.read(f"{output_url}/{path}") for path in root.files(output_url)}
+    """Every file of the output and its bytes, but the writer epochs (each restore claims
+    one): what a step that touches no output keeps."""
+    return {
+        path: root.read(f"{output_url}/{path}")
+        for path in root.files(output_url)
+        if not path.startswith(f"{EPOCHS_DIR}/")
+    }
 
 
 def record_of(root: StorageRoot, output_url: str, batch_id: int) -> BatchRecord:
@@ -557,12 +564,13 @@ def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
     deleted: committing again, or a restore committing the staged batches it covers, must
     not delete the objects the commit record lists."""
     stage(sink, 0, rows_of(0))
-    staged = output_root.read(f"{output_url}/{STAGING_DIR}/batch-0.json")
+    [name] = stored(output_root, output_url, STAGING_DIR)
+    staged = output_root.read(f"{output_url}/{STAGING_DIR}/{name}")
     sink.on_checkpoint_complete(0)
-    output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
+    output_root.write(f"{output_url}/{STAGING_DIR}/{name}", staged)
 
     sink.on_restore(0, JOB)
-    output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", staged)
+    output_root.write(f"{output_url}/{STAGING_DIR}/{name}", staged)
     sink.on_checkpoint_complete(0)
 
     assert sink.staged_batches() == []
@@ -782,6 +790,84 @@ def test_concurrent_notifications_of_the_same_checkpoint(
 
     assert errors == []
     assert sink.committed_batches() == list(range(8))
+
+
+def test_a_driver_superseded_by_the_next_one_stages_nothing_more(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    output_root: StorageRoot,
+    output_url: str,
+) -> None:
+    """A driver that runs on after the next one started (its pod force-deleted while its
+    node was cut off from the API server) is fenced: its next batch fails its query and
+    leaves nothing behind, the next driver's output is untouched."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(1)
+    successor = new_sink()
+    successor.on_restore(1, JOB)
+    stage(successor, 2, rows_of(2))
+    before = contents(output_root, output_url)
+
+    with pytest.raises(Superseded) as refused:
+        stage(sink, 3, rows_of(3, "stale"))
+
+    assert str(refused.value) == (
+        f"a newer driver writes the output {OutputStorage(output_url).url} (writer epoch 2 "
+        "in _epochs/, this driver's was 1): this driver stages no more batches there. The "
+        "job's runtime replaced it (a force-deleted pod whose driver ran on, a second run "
+        "of the job); its staged batches are never committed"
+    )
+    assert contents(output_root, output_url) == before, "nothing of batch 3"
+    successor.on_checkpoint_complete(2)
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(3)}
+
+
+@pytest.mark.parametrize("committed_by", ["notification", "next restore"])
+def test_a_batch_a_superseded_driver_stages_as_it_is_replaced_is_never_committed(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    committed_by: str,
+) -> None:
+    """The race the fence leaves: the old driver finds its writer epoch current, the next
+    driver restores and stages the same batch, then the old driver's staged record lands.
+    It must neither replace the next driver's batch (whose checkpoint would commit the old
+    driver's rows) nor be committed later."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(2)
+    successors: list[TransactionalFileSink] = []
+    real_exists = OutputStorage.exists
+
+    def successor_starts_meanwhile(storage: OutputStorage, path: str) -> bool:
+        found = real_exists(storage, path)
+        if path.startswith(f"{EPOCHS_DIR}/") and not successors:
+            successors.append(new_sink())
+            successors[0].on_restore(2, JOB)
+            stage(successors[0], 3, rows_of(3))
+        return found
+
+    monkeypatch.setattr(OutputStorage, "exists", successor_starts_meanwhile)
+    stage(sink, 3, rows_of(3, "stale"))
+    monkeypatch.setattr(OutputStorage, "exists", real_exists)
+    assert len(stored(output_root, output_url, STAGING_DIR)) == 2, "both drivers staged 3"
+
+    if committed_by == "notification":
+        successors[0].on_checkpoint_complete(3)
+    else:  # the successor died before its notification
+        new_sink().on_restore(3, JOB)
+
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(4)}
+    assert stored(output_root, output_url, STAGING_DIR) == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
 # --- reading the output --------------------------------------------------------------------

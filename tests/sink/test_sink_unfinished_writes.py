@@ -176,7 +176,7 @@ def test_a_store_that_refuses_to_list_uploads_delays_no_start(
 
     TransactionalFileSink(output_url).on_restore(0, JOB)
 
-    assert denied.matched == 3, "a listing per directory, the first one refused"
+    assert denied.matched == 4, "a listing per directory, the first one refused"
     assert "cannot remove unfinished writes in " in caplog.text
     assert "/out/_staging (on S3 that needs s3:ListBucketMultipartUploads" in caplog.text
     assert read_committed(output_url) == {0: ROWS}
