@@ -557,6 +557,28 @@ def test_an_unreadable_owner_record_refuses_the_start_naming_it(
     )
 
 
+def test_a_batch_staged_before_writer_epochs_is_committed_by_the_next_restore(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    output_root: StorageRoot,
+    output_url: str,
+) -> None:
+    """An upgrade while a batch waits for its checkpoint: the last driver staged it as
+    `_staging/batch-<B>.json` (no writer epoch); the next one commits it at its restore."""
+    sink.on_restore(None, JOB)
+    stage(sink, 0, rows_of(0))
+    [name] = stored(output_root, output_url, STAGING_DIR)
+    staged = output_root.read(f"{output_url}/{STAGING_DIR}/{name}")
+    output_root.delete(f"{output_url}/{STAGING_DIR}/{name}")
+    output_root.write(f"{output_url}/{STAGING_DIR}/{batch_record_name(0)}", staged)
+
+    new_sink().on_restore(0, JOB)
+
+    assert read_committed(output_url) == {0: rows_of(0)}
+    assert stored(output_root, output_url, STAGING_DIR) == []
+
+
 def test_a_staged_record_of_the_committed_attempt_keeps_its_objects(
     sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
