@@ -359,6 +359,8 @@ def test_a_pipeline_that_exits_0_without_run_coordinated_fails_the_job_and_is_no
         "spark_checkpoint.run_coordinated(writer, participants=[...])"
     )
     assert f"job failed: driver cannot run: MISCONFIGURED: {reason}" in result.stdout
+    assert result.stdout.count(reason) == 1, "the reason once, in the job's failure"
+    assert "driver failed (exit 2)\n" in result.stdout
     assert (tmp_path / "runs").read_text() == "run\n", "retrying cannot help"
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
     assert status["phase"] == "Failed", status
@@ -454,6 +456,7 @@ def test_a_driver_that_fails_the_same_way_at_start_is_not_retried_and_shows_its_
         f"the driver failed the same way twice before its first batch; not retried: {error}"
     )
     assert f"job failed: {status['message']}" in result.stdout
+    assert result.stdout.count(error) == 2, "told with the restart, then with the failure"
 
 
 def test_the_same_error_logged_at_another_time_is_the_same_error(tmp_path: Path) -> None:

@@ -311,10 +311,13 @@ class JobSupervisor:
             elif error:
                 self._record.message += f": {error[0]}"
             if outcome is TerminalOutcome.FAILED and error:
+                # The job's failure below carries the error's first line (in the message):
+                # only an error of more lines is told here too.
                 self._notify(
                     "DriverFailed",
                     Level.WARNING,
-                    f"driver failed ({describe_exit(exit_code)})" + error_lines(error),
+                    f"driver failed ({describe_exit(exit_code)})"
+                    + (error_lines(error) if len(error) > 1 else ""),
                 )
             # A driver that cannot run (its storage another registry's, its settings
             # wrong) leaves a cleanup pod nothing it could do: the garbage of earlier
