@@ -325,7 +325,7 @@ def last_run(status_file: Path) -> str:
     if status is None:
         return "the job has not run with this state directory"
     images = ", ".join(
-        f"{kind} {_or_none(image and image['id'])}"
+        f"{kind} {_or_none(image and image['id'])}{_discarded(image)}"
         for kind in CheckpointKind
         for image in [last_image(status.coordinator, kind)]
     )
@@ -369,7 +369,12 @@ def last_run_document(paths: LocalPaths) -> dict[str, Any]:
 
 
 def _image_document(image: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if image is None else {"id": image["id"], "path": image.get("path", "")}
+    return None if image is None else {"id": image["id"], "path": image.get("path")}
+
+
+def _discarded(image: dict[str, Any] | None) -> str:
+    """A finished job's last checkpoint, which retention discarded, has no path."""
+    return " (discarded)" if image is not None and "path" not in image else ""
 
 
 def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:

@@ -4,6 +4,7 @@ run to ask reads how the last run left the job from it."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,3 +80,47 @@ def test_status_with_no_run_says_how_the_last_one_ended(
     StatusFile(path, name="probe", namespace="default", status=status, driver_pid=None).write()
 
     assert last_run(path).startswith(said), last_run(path)
+
+
+def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
+    job: Job, cli: Cli
+) -> None:
+    """A newcomer's: after a bounded job finished, `status -o yaml` showed its last
+    checkpoint with the path '' (retention discarded it as the job finished)."""
+    completed = {
+        "id": 1,
+        "kind": "checkpoint",
+        "status": "Completed",
+        "triggerTime": "2026-12-03T08:22:17.602992Z",
+        "endTime": "2026-12-03T08:22:17.651318Z",
+        "batchId": 2,
+        "sizeBytes": 7527,
+    }
+    status = {
+        "phase": "Finished",
+        "jobAttempt": 1,
+        "lastCommittedBatch": 2,
+        "coordinator": {
+            "nextCheckpointId": 2,
+            "checkpoints": [],
+            "savepoints": [],
+            "history": [completed],
+            "completedCount": 1,
+            "failedCount": 0,
+            "terminated": "Finished",
+        },
+    }
+    job.status_file.parent.mkdir(parents=True)
+    job.status_file.write_text(json.dumps({"status": status}))
+    namespace, name = job.status_file.parent.parent.name, job.status_file.parent.name
+    flags = ["--namespace", namespace, "--job", name, "--state-dir", str(job.state_dir)]
+
+    table = cli("status", *flags)
+    document = cli("status", *flags, "-o", "json")
+
+    assert table.code == document.code == 3
+    assert table.err.endswith(
+        "the last run left it Finished (attempt 1, batch 2, checkpoint 1 (discarded), "
+        "savepoint none)\n"
+    ), table.err
+    assert json.loads(document.out)["lastCheckpoint"] == {"id": 1, "path": None}
