@@ -71,7 +71,17 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(ExitCode.USAGE, f"{self.prog}: {message} (see {self.prog} --help)\n")
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} ({self._hint(message)})\n")
+
+    def _hint(self, message: str) -> str:
+        """A manifest given as `run` takes it (`status job.yaml`) is named with -f here."""
+        unrecognized = message.removeprefix("unrecognized arguments: ")
+        manifests = [
+            word for word in unrecognized.split() if word.endswith((".yaml", ".yml", ".json"))
+        ]
+        if unrecognized != message and manifests and "-f" in self._option_string_actions:
+            return f"a manifest is named with -f {manifests[0]}; see {self.prog} --help"
+        return f"see {self.prog} --help"
 
 
 def add_manifest_option(parser: argparse._ActionsContainer, help_text: str, **kwargs: Any) -> None:

@@ -128,11 +128,16 @@ def test_an_unknown_output_format_is_a_one_line_usage_error(
 def test_an_unrecognized_argument_is_named_by_its_command(cli: Cli, command: str) -> None:
     """`spark-checkpoint status job.yaml` (a manifest without -f, as `run` takes it) said
     'spark-checkpoint: unrecognized arguments' and pointed at the top-level help (a
-    newcomer)."""
+    newcomer); then it did not say that a manifest goes after -f here (another)."""
     result = cli(command, "job.yaml")
     assert result.code == ExitCode.USAGE, result.err
     assert result.err == (
-        f"spark-checkpoint {command}: unrecognized arguments: job.yaml "
+        f"spark-checkpoint {command}: unrecognized arguments: job.yaml (a manifest is named "
+        f"with -f job.yaml; see spark-checkpoint {command} --help)\n"
+    )
+    other = cli(command, "extra")
+    assert other.err == (
+        f"spark-checkpoint {command}: unrecognized arguments: extra "
         f"(see spark-checkpoint {command} --help)\n"
     )
 
