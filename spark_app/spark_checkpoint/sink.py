@@ -63,13 +63,14 @@ Protocol (`CheckpointParticipant`)
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
    batch ids would collide with the owner's). The driver claims the next writer epoch
    (``_epochs/epoch-<E>.json``, create-only) and deletes the older ones, which fences
-   every earlier driver: one that runs on finds its epoch gone before it stages its next
-   batch and fails its query (`Superseded`). Staged batches > R are discarded
+   every earlier driver: one that runs on finds a newer epoch before it stages its next
+   batch or commits, and fails (`Superseded`). Staged batches > R are discarded
    (Spark re-runs them from the restored offsets); staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. ``R = None`` is a fresh start: every staged batch is
    discarded, and a committed batch refuses the start (an earlier run's output: new
-   batches of its id would be dropped as replays). Then garbage is collected: the data
+   batches of its id would be dropped as replays). Then, the epoch found still the newest,
+   garbage is collected: the data
    objects of every batch that has no commit record (killed attempts), and what writes
    killed midway left that no listing shows (`OutputStorage.remove_unfinished_writes`): a
    local record's temporary whose writer is gone, an S3 multipart upload of a data object
@@ -92,8 +93,8 @@ Assumptions
   replacing a committed batch, and a starting driver removes only the temporaries whose
   writer is gone, never one that a second writer is still linking into place. A driver
   that runs on once the next one started (its pod force-deleted on a cut-off node) is
-  fenced by the writer epochs: it stages nothing after it finds its epoch gone, and a
-  record it wrote just before (its check and the next driver's claim crossing) is never
+  fenced by the writer epochs: it stages and commits nothing once it finds a newer one, and
+  a record it wrote just before (its check and the next driver's claim crossing) is never
   committed, as the next driver stages the same batch under its newer epoch.
 - A replayed batch is skipped only when it reads the committed batch's input (each record
   keeps the SHA-256 of the batch's source offsets in ``offsets/B`` and of the files its file
@@ -384,6 +385,8 @@ class TransactionalFileSink:
         their state for the batch only when every partition of the batch is computed.
         """
         _require_batch_id(batch_id, "batch_id")
+        with self._lock:
+            self._current_epoch()  # a superseded driver stops here, before any work
         source_offsets, source_files = self._input_digests(batch_id)
         if (committed := self._committed_record(batch_id)) is not None:
             self._require_same_input(committed, source_offsets, source_files)
@@ -437,6 +440,8 @@ class TransactionalFileSink:
         """
         _require_batch_id(batch_id, "batch_id")
         with self._lock:
+            if self._epoch is not None:
+                self._current_epoch()  # a superseded driver commits nothing (Superseded)
             self._commit_through(batch_id)
 
     def on_restore(
@@ -499,7 +504,11 @@ class TransactionalFileSink:
                     logger.info("discarded staged batch %d (it will be re-run)", staged.batch)
             if restored_batch is not None:
                 self._commit_through(restored_batch)
+            # A driver that started meanwhile (never two at once, by the runtimes; this is
+            # the fence should they be) may be writing data no record lists yet.
+            self._current_epoch()
             self._collect_garbage()
+            self._current_epoch()
             for directory in (STAGING_DIR, COMMITTED_DIR, DATA_DIR, EPOCHS_DIR):
                 try:
                     removed = self._storage.remove_unfinished_writes(directory)
@@ -590,14 +599,18 @@ class TransactionalFileSink:
         the lock."""
         if self._epoch is None:
             self._claim_epoch()
-        elif not self._storage.exists(_epoch_path(self._epoch)):
-            newest = max(_claimed_epochs(self._storage), default=None)
+        # One listing: a newer epoch can be there beside this driver's (its claimer died
+        # before deleting the older ones), or have replaced it.
+        elif self._epoch not in (claimed := _claimed_epochs(self._storage)) or any(
+            epoch > self._epoch for epoch in claimed
+        ):
+            newest = max(claimed, default=None)
             raise Superseded(
                 f"a newer driver writes the output {self._storage.url} (writer epoch "
                 f"{newest if newest is not None else 'unknown'} in {EPOCHS_DIR}/, this "
-                f"driver's was {self._epoch}): this driver stages no more batches there. "
-                "The job's runtime replaced it (a force-deleted pod whose driver ran on, a "
-                "second run of the job); its staged batches are never committed"
+                f"driver's was {self._epoch}): this driver stages and commits nothing more "
+                "there. The job's runtime replaced it (a force-deleted pod whose driver ran "
+                "on, a second run of the job)"
             )
         assert self._epoch is not None
         return self._epoch

@@ -838,13 +838,88 @@ def test_a_driver_superseded_by_the_next_one_stages_nothing_more(
 
     assert str(refused.value) == (
         f"a newer driver writes the output {OutputStorage(output_url).url} (writer epoch 2 "
-        "in _epochs/, this driver's was 1): this driver stages no more batches there. The "
-        "job's runtime replaced it (a force-deleted pod whose driver ran on, a second run "
-        "of the job); its staged batches are never committed"
+        "in _epochs/, this driver's was 1): this driver stages and commits nothing more "
+        "there. The job's runtime replaced it (a force-deleted pod whose driver ran on, a "
+        "second run of the job)"
     )
     assert contents(output_root, output_url) == before, "nothing of batch 3"
     successor.on_checkpoint_complete(2)
     assert read_committed(output_url) == {b: rows_of(b) for b in range(3)}
+
+
+def test_a_driver_is_superseded_by_a_newer_epoch_whose_claimer_died_before_its_cleanup(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """The next driver created its epoch and died before deleting the older one: the old
+    driver, still running, is fenced all the same (a reviewer's finding)."""
+    sink.on_restore(None, JOB)
+    output_root.write(f"{output_url}/{EPOCHS_DIR}/epoch-2.json", b'{"format": 1, "epoch": 2}\n')
+
+    with pytest.raises(Superseded, match=r"writer epoch 2 in _epochs/, this driver's was 1"):
+        stage(sink, 0, rows_of(0))
+
+    assert sink.staged_batches() == []
+
+
+def test_a_superseded_driver_commits_nothing_on_a_late_notification(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    output_root: StorageRoot,
+    output_url: str,
+) -> None:
+    """A notification that reaches the old driver after the next one restored (a request
+    delayed across a network partition) commits none of its staged batches: the next
+    driver discarded them and deleted their objects (a reviewer's finding)."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(1)
+    [name] = stored(output_root, output_url, STAGING_DIR)
+    record = output_root.read(f"{output_url}/{STAGING_DIR}/{name}")
+    new_sink().on_restore(1, JOB)  # discards batch 2
+    # The old driver's record of batch 2, landing late (its write crossed the restore).
+    output_root.write(f"{output_url}/{STAGING_DIR}/{name}", record)
+
+    with pytest.raises(Superseded):
+        sink.on_checkpoint_complete(2)
+
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+
+
+def test_a_restore_superseded_midway_deletes_no_data_of_the_driver_after_it(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two drivers restoring at once (never, by the runtimes; the fence should they): the
+    one superseded while it restores stops before its garbage collection, which would
+    delete the data the newer one's tasks are writing (a reviewer's finding)."""
+    sink.on_restore(None, JOB)
+    stage(sink, 0, rows_of(0))
+    sink.on_checkpoint_complete(0)
+    writing = f"{DATA_DIR}/batch-1/{'e' * 32}/part-00000-x.json"  # the newer driver's task
+    newer: list[TransactionalFileSink] = []
+    real_create = OutputStorage.create
+
+    def newer_driver_starts_meanwhile(storage: OutputStorage, path: str, data: bytes) -> bool:
+        created = real_create(storage, path, data)
+        if path.startswith(f"{EPOCHS_DIR}/") and not newer:
+            newer.append(new_sink())
+            newer[0].on_restore(0, JOB)
+            output_root.write(f"{output_url}/{writing}", b'{"word":"a"}\n')
+        return created
+
+    monkeypatch.setattr(OutputStorage, "create", newer_driver_starts_meanwhile)
+    with pytest.raises(Superseded):
+        new_sink().on_restore(0, JOB)
+    monkeypatch.setattr(OutputStorage, "create", real_create)
+
+    assert writing in data_objects(output_root, output_url)
 
 
 @pytest.mark.parametrize("committed_by", ["notification", "next restore"])
@@ -867,19 +942,22 @@ def test_a_batch_a_superseded_driver_stages_as_it_is_replaced_is_never_committed
         stage(sink, batch_id, rows_of(batch_id))
     sink.on_checkpoint_complete(2)
     successors: list[TransactionalFileSink] = []
-    real_exists = OutputStorage.exists
+    checks: list[str] = []
+    real_list_names = OutputStorage.list_names
 
-    def successor_starts_meanwhile(storage: OutputStorage, path: str) -> bool:
-        found = real_exists(storage, path)
-        if path.startswith(f"{EPOCHS_DIR}/") and not successors:
-            successors.append(new_sink())
-            successors[0].on_restore(2, JOB)
-            stage(successors[0], 3, rows_of(3))
-        return found
+    def successor_starts_meanwhile(storage: OutputStorage, directory: str) -> list[str]:
+        names = real_list_names(storage, directory)
+        if directory == EPOCHS_DIR and not successors:
+            checks.append(directory)
+            if len(checks) == 2:  # the old driver's check before it writes its record
+                successors.append(new_sink())
+                successors[0].on_restore(2, JOB)
+                stage(successors[0], 3, rows_of(3))
+        return names
 
-    monkeypatch.setattr(OutputStorage, "exists", successor_starts_meanwhile)
+    monkeypatch.setattr(OutputStorage, "list_names", successor_starts_meanwhile)
     stage(sink, 3, rows_of(3, "stale"))
-    monkeypatch.setattr(OutputStorage, "exists", real_exists)
+    monkeypatch.setattr(OutputStorage, "list_names", real_list_names)
     assert len(stored(output_root, output_url, STAGING_DIR)) == 2, "both drivers staged 3"
 
     if committed_by == "notification":
