@@ -2,7 +2,9 @@
 from another terminal (Flink's ``flink savepoint``, ``stop``, ``cancel``)."""
 
 import argparse
+import shlex
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -272,11 +274,57 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         print(answer.message, flush=True)
         return _ended(paths, args.timeout, "cancelled", prog)
     wait = 0.0 if getattr(args, "detached", False) else args.timeout
-    answer = request(paths, command, drain=getattr(args, "drain", False), wait=wait)
+    drain = getattr(args, "drain", False)
+    # A savepoint can take minutes (a drain: as long as the input lasts): an answer that
+    # takes longer than a moment is announced, on standard error (standard output is the
+    # result, for scripts).
+    waiting = threading.Timer(
+        WAITING_NOTICE_SECONDS,
+        lambda: print(
+            f"{prog}: {_waiting(command, drain=drain)} (up to {wait:.0f}s)",
+            file=sys.stderr,
+            flush=True,
+        ),
+    )
+    if wait:
+        waiting.start()
+    try:
+        answer = request(paths, command, drain=drain, wait=wait)
+    except KeyboardInterrupt:
+        print(
+            f"\n{prog}: interrupted; the {command} goes on in the run "
+            f"(`{_status_command(args)}` follows it)",
+            file=sys.stderr,
+        )
+        return ExitCode.CANCELLED
+    finally:
+        waiting.cancel()
     code = _report(answer, prog, detached=wait == 0.0, timeout=args.timeout)
     if command is Command.STOP and code == ExitCode.OK:
         return _ended(paths, args.timeout, "stopped", prog)
     return code
+
+
+WAITING_NOTICE_SECONDS = 2.0  # an answer within it (a decline, a quick savepoint) is not announced
+
+
+def _waiting(command: Command, *, drain: bool) -> str:
+    if command is Command.SAVEPOINT:
+        return "waiting for the savepoint"
+    if drain:
+        return "waiting for the job to process its available input, then for the savepoint"
+    return "waiting for the savepoint, then for the job to stop"
+
+
+def _status_command(args: argparse.Namespace) -> str:
+    """The `status` command line that names the same job as `args`."""
+    if args.manifest is not None:
+        words = ["-f", str(args.manifest)]
+    else:
+        words = ["--job", args.job, *(["--namespace", args.namespace] if args.namespace else [])]
+    if args.state_dir is not None:
+        words += ["--state-dir", str(args.state_dir)]
+    return shlex.join(["spark-checkpoint", "status", *words])
 
 
 def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float) -> int:

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -553,3 +554,37 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     record = job.status_file()
     assert record["phase"] == "Suspended"
     assert record["lastSavepoint"]["batch"] == 24  # type: ignore[index]
+
+
+def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
+    job: LocalJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stop --drain` waited in silence as long as the input lasted, and Ctrl-C on it exited
+    130 without a word, as if the stop had been called off (a newcomer's)."""
+    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "60")  # 12 s of input
+    _detach(job)
+    runtime = job.runtime_pid()
+    command = ["stop", "-f", "job.yaml", "--drain"]
+    stop = subprocess.Popen(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", *command],
+        cwd=job.directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert stop.stderr is not None
+    waiting = stop.stderr.readline()
+    assert waiting == (
+        "spark-checkpoint stop: waiting for the job to process its available input, then "
+        "for the savepoint (up to 600s)\n"
+    )
+    stop.send_signal(signal.SIGINT)
+    out, err = stop.communicate(timeout=30)
+
+    assert stop.returncode == 130, out + err
+    assert err == (
+        "\nspark-checkpoint stop: interrupted; the stop goes on in the run "
+        "(`spark-checkpoint status -f job.yaml` follows it)\n"
+    )
+    wait_until_gone(runtime)
+    assert job.status_file()["phase"] == "Suspended", "the stop went on"
