@@ -104,6 +104,7 @@ class ControlServer:
         self._job = job
         self._driver_pid = driver_pid
         self._token = token
+        self._asking: set[str] = set()  # the labels of the requests waiting for an answer
         self._declined: dict[str, str] = {}  # request label -> the coordinator's reason
         # Savepoints given up (the job stopped or finished first) -> what happened.
         self._given_up: dict[str, str] = {}
@@ -112,7 +113,7 @@ class ControlServer:
     def notice(self, notice: Notice) -> None:
         """Every notice of the supervisor: a decline of one of our requests answers it, and
         so does a savepoint given up."""
-        if notice.reason == "RequestDeclined" and notice.label.startswith("cli-"):
+        if notice.reason == "RequestDeclined" and notice.label in self._asking:
             self._declined[notice.label] = notice.message
         elif notice.reason == "CheckpointNotNeeded" and notice.image:
             self._given_up[notice.image] = notice.message  # a few per stop of a driver
@@ -161,16 +162,16 @@ class ControlServer:
                 )
             case Command.SAVEPOINT:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
-                return await self._savepoint(AfterCompletion.CONTINUE, request.wait)
+                return await self._savepoint(AfterCompletion.CONTINUE, request)
             case Command.STOP if request.drain:
                 self._report(
                     "`spark-checkpoint stop --drain`: draining the input, then taking a "
                     "savepoint, then stopping"
                 )
-                return await self._savepoint(AfterCompletion.DRAIN, request.wait)
+                return await self._savepoint(AfterCompletion.DRAIN, request)
             case Command.STOP:
                 self._report("`spark-checkpoint stop`: taking a savepoint, then stopping")
-                return await self._savepoint(AfterCompletion.STOP, request.wait)
+                return await self._savepoint(AfterCompletion.STOP, request)
 
     def status(self) -> RuntimeStatus:
         record = self._supervisor.record
@@ -192,8 +193,20 @@ class ControlServer:
         """The run is over: requests still waiting are answered."""
         self._ended = True
 
-    async def _savepoint(self, after: AfterCompletion, wait: float) -> ControlAnswer:
-        label = f"cli-{secrets.token_hex(4)}"
+    async def _savepoint(self, after: AfterCompletion, request: ControlRequest) -> ControlAnswer:
+        # What the run's lines show with the savepoint ("savepoint 4 complete (stop
+        # 3f2a9c01)"); unique, so that each request knows its own answer.
+        command = f"{request.command} --drain" if request.drain else request.command
+        label = f"{command} {secrets.token_hex(4)}"
+        self._asking.add(label)
+        try:
+            return await self._answer_savepoint(after, label, request.wait)
+        finally:
+            self._asking.discard(label)
+
+    async def _answer_savepoint(
+        self, after: AfterCompletion, label: str, wait: float
+    ) -> ControlAnswer:
         self._supervisor.request(
             TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=label)
         )
