@@ -51,7 +51,8 @@ def test_a_query_started_or_placed_outside_run_coordinated_fails_the_job_at_once
     result = job.run(timeout=300)
 
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"job failed: driver cannot run: MISCONFIGURED: {reason}" in result.stdout
+    assert f"    its error:\n    {reason}" in result.stdout
+    assert "job failed: driver cannot run: MISCONFIGURED\n" in result.stdout
     assert "starting driver attempt 2" not in result.stdout, "retrying cannot help"
     assert not (tmp_path / "query-started").exists()
     status = json.loads((job.job_dir / "status.json").read_text())["status"]

@@ -275,6 +275,8 @@ class JobSupervisor:
             failed_on_its_own = outcome in (None, TerminalOutcome.FAILED) and not attempt.failing
             error = attempt.driver.error_lines() if failed_on_its_own else []
             early = not attempt.batches_advanced and not attempt.completed
+            # How the job ended, without the error the last DriverFailed tells.
+            ended = self._record.message
             if outcome is None:
                 # An attempt that completed a checkpoint made progress: backoff starts over;
                 # not when it was failed for failing checkpoints.
@@ -284,12 +286,13 @@ class JobSupervisor:
                 if early and repeating and same_error(error, repeating):
                     # The same error again before any batch (a misspelled column, a missing
                     # file): the pipeline needs fixing, another attempt cannot help.
-                    self._record.message = (
-                        "the driver failed the same way twice before its first batch; "
-                        f"not retried: {error[0]}"
+                    ended = (
+                        "the driver failed the same way twice before its first batch; not retried"
                     )
+                    self._record.message = f"{ended}: {error[0]}"
                     outcome = TerminalOutcome.FAILED
                 elif not unlimited and retries > self._restart_policy.max_retries:
+                    ended = _exhausted(self._restart_policy, retries, None)
                     self._record.message = _exhausted(
                         self._restart_policy, retries, error[0] if error else attempt.failing
                     )
@@ -310,20 +313,30 @@ class JobSupervisor:
                     outcome = stopped
             elif error:
                 self._record.message += f": {error[0]}"
-            if outcome is TerminalOutcome.FAILED and error:
-                # The job's failure below carries the error's first line (in the message):
-                # only an error of more lines is told here too.
-                self._notify(
-                    "DriverFailed",
-                    Level.WARNING,
-                    f"driver failed ({describe_exit(exit_code)})"
-                    + (error_lines(error) if len(error) > 1 else ""),
-                )
-            # A driver that cannot run (its storage another registry's, its settings
-            # wrong) leaves a cleanup pod nothing it could do: the garbage of earlier
-            # attempts waits for the job's next run.
-            await self._terminate(outcome, collect_garbage=exit_code != DriverExit.MISCONFIGURED)
+            await self._end_after_driver(outcome, exit_code, error, ended)
             return outcome
+
+    async def _end_after_driver(
+        self, outcome: TerminalOutcome, exit_code: int, error: list[str], ended: str
+    ) -> None:
+        """End the job as its last driver left it. The error of a driver that fails it is
+        told in DriverFailed, first (on Kubernetes the job's own event comes after its
+        cleanup pod); the job's notice says how it ended without repeating it."""
+        told = outcome is TerminalOutcome.FAILED and bool(error)
+        if told:
+            self._notify(
+                "DriverFailed",
+                Level.WARNING,
+                f"driver failed ({describe_exit(exit_code)})" + error_lines(error),
+            )
+        # A driver that cannot run (its storage another registry's, its settings wrong)
+        # leaves a cleanup pod nothing it could do: the garbage of earlier attempts waits
+        # for the job's next run.
+        await self._terminate(
+            outcome,
+            collect_garbage=exit_code != DriverExit.MISCONFIGURED,
+            ended=ended if told else None,
+        )
 
     async def _sleep_unless_stopped(self, delay: float) -> None:
         """A restart's backoff, ended by a stop. A request that comes meanwhile goes to the
@@ -1048,17 +1061,24 @@ class JobSupervisor:
             await asyncio.gather(self._checking, return_exceptions=True)
             self._checking = self._to_check = None
 
-    async def _terminate(self, outcome: TerminalOutcome, *, collect_garbage: bool = True) -> None:
+    async def _terminate(
+        self,
+        outcome: TerminalOutcome,
+        *,
+        collect_garbage: bool = True,
+        ended: str | None = None,
+    ) -> None:
+        """End the job; its notice says how (`ended`, else the record's message)."""
         await self._stop_checks()  # no restore follows
         await self._interpreter.end(outcome)
         if collect_garbage:
             await self.collect_leftovers()
         await self._interpreter.persist()
+        how = self._record.message if ended is None else ended
         self._notify(
             f"Job{outcome.value}",
             Level.WARNING if outcome is TerminalOutcome.FAILED else Level.NOTE,
-            f"job {outcome.value.lower()}"
-            + (f": {self._record.message}" if self._record.message else ""),
+            f"job {outcome.value.lower()}" + (f": {how}" if how else ""),
         )
 
 
