@@ -205,7 +205,11 @@ def _main(argv: Sequence[str] | None) -> int:
 
     args, unrecognized = parser.parse_known_args(argv)
     if unrecognized:  # named by the command that took the rest, whose --help says more
-        commands.choices[args.command].error(f"unrecognized arguments: {' '.join(unrecognized)}")
+        command = commands.choices[args.command]
+        assert isinstance(command, Parser)
+        # `run` takes the manifest without -f too: another word is no manifest's.
+        named = args.command == "run" or getattr(args, "manifest", None) is not None
+        command.refuse_unrecognized(unrecognized, manifest_named=named)
     if args.command == "run":
         args.manifest = args.manifest_file or args.manifest
         # Taken out: a process the background run starts (its driver) is none.

@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import StrEnum
@@ -70,18 +71,17 @@ class Parser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
-    def error(self, message: str) -> NoReturn:
-        self.exit(ExitCode.USAGE, f"{self.prog}: {message} ({self._hint(message)})\n")
+    def error(self, message: str, hint: str = "") -> NoReturn:
+        see = f"{hint}; see {self.prog} --help" if hint else f"see {self.prog} --help"
+        self.exit(ExitCode.USAGE, f"{self.prog}: {message} ({see})\n")
 
-    def _hint(self, message: str) -> str:
-        """A manifest given as `run` takes it (`status job.yaml`) is named with -f here."""
-        unrecognized = message.removeprefix("unrecognized arguments: ")
-        manifests = [
-            word for word in unrecognized.split() if word.endswith((".yaml", ".yml", ".json"))
-        ]
-        if unrecognized != message and manifests and "-f" in self._option_string_actions:
-            return f"a manifest is named with -f {manifests[0]}; see {self.prog} --help"
-        return f"see {self.prog} --help"
+    def refuse_unrecognized(self, words: list[str], *, manifest_named: bool) -> NoReturn:
+        """Words the command does not take; a manifest among them, given as `run` takes it
+        (`status job.yaml`), is named with -f here (unless -f named one already)."""
+        manifests = [word for word in words if word.endswith((".yaml", ".yml", ".json"))]
+        takes_manifest = "-f" in self._option_string_actions and not manifest_named
+        hint = f"a manifest is named with -f {shlex.quote(manifests[0])}" if manifests else ""
+        self.error(f"unrecognized arguments: {shlex.join(words)}", hint if takes_manifest else "")
 
 
 def add_manifest_option(parser: argparse._ActionsContainer, help_text: str, **kwargs: Any) -> None:

@@ -273,23 +273,24 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         answer = request(paths, command)
         print(answer.message, flush=True)
         return _ended(paths, args.timeout, "cancelled", prog)
-    wait = 0.0 if getattr(args, "detached", False) else args.timeout
+    detached = getattr(args, "detached", False)
+    wait = 0.0 if detached else args.timeout
     drain = getattr(args, "drain", False)
     # A savepoint can take minutes (a drain: as long as the input lasts): an answer that
     # takes longer than a moment is announced, on standard error (standard output is the
     # result, for scripts).
     waiting = threading.Timer(
         WAITING_NOTICE_SECONDS,
-        lambda: print(
-            f"{prog}: {_waiting(command, drain=drain)} (up to {wait:.0f}s)",
-            file=sys.stderr,
-            flush=True,
-        ),
+        lambda: print(f"{prog}: {_waiting(command, drain, wait)}", file=sys.stderr, flush=True),
     )
-    if wait:
+    if wait > WAITING_NOTICE_SECONDS:
         waiting.start()
     try:
         answer = request(paths, command, drain=drain, wait=wait)
+        code = _report(answer, prog, detached=detached, timeout=args.timeout)
+        if command is Command.STOP and code == ExitCode.OK:
+            return _ended(paths, args.timeout, "stopped", prog)
+        return code
     except KeyboardInterrupt:
         print(
             f"\n{prog}: interrupted; the {command} goes on in the run "
@@ -299,21 +300,20 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         return ExitCode.CANCELLED
     finally:
         waiting.cancel()
-    code = _report(answer, prog, detached=wait == 0.0, timeout=args.timeout)
-    if command is Command.STOP and code == ExitCode.OK:
-        return _ended(paths, args.timeout, "stopped", prog)
-    return code
+        if waiting.is_alive():
+            waiting.join()  # a notice being printed comes before the answer
 
 
 WAITING_NOTICE_SECONDS = 2.0  # an answer within it (a decline, a quick savepoint) is not announced
 
 
-def _waiting(command: Command, *, drain: bool) -> str:
-    if command is Command.SAVEPOINT:
-        return "waiting for the savepoint"
+def _waiting(command: Command, drain: bool, wait: float) -> str:
+    savepoint = f"for the savepoint (--timeout {wait:.0f}s)"
     if drain:
-        return "waiting for the job to process its available input, then for the savepoint"
-    return "waiting for the savepoint, then for the job to stop"
+        savepoint = f"for the job to process its available input and {savepoint}"
+    if command is Command.SAVEPOINT:
+        return f"waiting {savepoint}"
+    return f"waiting {savepoint}, then for the run to end"
 
 
 def _status_command(args: argparse.Namespace) -> str:

@@ -140,6 +140,21 @@ def test_an_unrecognized_argument_is_named_by_its_command(cli: Cli, command: str
         f"spark-checkpoint {command}: unrecognized arguments: extra "
         f"(see spark-checkpoint {command} --help)\n"
     )
+    spaced = cli(command, "my job.yaml")
+    assert "(a manifest is named with -f 'my job.yaml'; see" in spaced.err
+    # With -f given, another manifest is not what it meant (a reviewer's).
+    given = cli(command, "-f", "a.yaml", "b.yaml")
+    assert given.err == (
+        f"spark-checkpoint {command}: unrecognized arguments: b.yaml "
+        f"(see spark-checkpoint {command} --help)\n"
+    )
+
+
+def test_run_given_two_manifests_gets_no_hint_to_use_f(cli: Cli) -> None:
+    result = cli("run", "a.yaml", "b.yaml")
+    assert result.err == (
+        "spark-checkpoint run: unrecognized arguments: b.yaml (see spark-checkpoint run --help)\n"
+    )
 
 
 def test_an_abbreviated_option_is_not_taken(cli: Cli) -> None:

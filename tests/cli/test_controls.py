@@ -210,8 +210,10 @@ def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
         time.sleep(0.1)
     declined = job.cli("savepoint", "-f", "job.yaml", "--timeout", "5")
     assert declined.returncode == 4, declined.stderr
-    assert declined.stderr.startswith("spark-checkpoint savepoint: savepoint request declined: ")
-    assert len(declined.stderr.splitlines()) == 1
+    *waiting, said = declined.stderr.splitlines()
+    assert said.startswith("spark-checkpoint savepoint: savepoint request declined: ")
+    # A decline slower than a moment (a loaded machine) is announced first.
+    assert waiting in ([], ["spark-checkpoint savepoint: waiting for the savepoint (--timeout 5s)"])
     stop = job.cli("stop", "-f", "job.yaml", "--timeout", "5")
     assert stop.returncode == 4
     assert job.status()["phase"] == "Deploying"  # a declined stop leaves it running
@@ -564,7 +566,8 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
 ) -> None:
     """`stop --drain` waited in silence as long as the input lasted, and Ctrl-C on it exited
     130 without a word, as if the stop had been called off (a newcomer's)."""
-    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "60")  # 12 s of input
+    # 30 s of input from the query's start: a loaded machine's start may take half of it.
+    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "150")
     _detach(job)
     runtime = job.runtime_pid()
     command = ["stop", "-f", "job.yaml", "--drain"]
@@ -578,8 +581,8 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
     assert stop.stderr is not None
     waiting = stop.stderr.readline()
     assert waiting == (
-        "spark-checkpoint stop: waiting for the job to process its available input, then "
-        "for the savepoint (up to 600s)\n"
+        "spark-checkpoint stop: waiting for the job to process its available input and for "
+        "the savepoint (--timeout 600s), then for the run to end\n"
     )
     stop.send_signal(signal.SIGINT)
     out, err = stop.communicate(timeout=30)
@@ -589,5 +592,5 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
         "\nspark-checkpoint stop: interrupted; the stop goes on in the run "
         "(`spark-checkpoint status -f job.yaml` follows it)\n"
     )
-    wait_until_gone(runtime)
+    wait_until_gone(runtime, timeout=60)
     assert job.status_file()["phase"] == "Suspended", "the stop went on"
