@@ -201,3 +201,27 @@ def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
     assert restored.staged_batches() == [4]
     restored.on_checkpoint_complete(4)
     assert ground_truth.committed_counts(output_dir) == ground_truth.expected_counts(input_dir)
+
+
+@pytest.mark.local_only
+def test_the_query_of_a_superseded_driver_fails_on_its_next_batch(
+    spark: Any, tmp_path: Path, output_url: str, generate_input: ModuleType
+) -> None:
+    """A driver that runs on after the next one restored (a pod force-deleted on a cut-off
+    node): Spark's next batch fails the query with the sink's reason, and nothing of it is
+    staged or committed."""
+    input_dir = tmp_path / "input"
+    generate_input.generate(input_dir, files=1, lines=100, seed=5, start_index=0)
+    old = TransactionalFileSink(output_url)
+    old.on_restore(None, JOB)
+    assert _run_wordcount(spark, input_dir, tmp_path / "old", old) == [0]
+    successor = TransactionalFileSink(output_url)
+    successor.on_restore(None, JOB)  # its own fresh start: batch 0 is staged again later
+    generate_input.generate(input_dir, files=1, lines=100, seed=5, start_index=1)
+
+    with pytest.raises(Exception, match="a newer driver writes the output") as failed:
+        _run_wordcount(spark, input_dir, tmp_path / "old", old)
+
+    assert type(failed.value).__name__ == "StreamingQueryException"
+    assert successor.staged_batches() == []
+    assert read_committed(output_url) == {}
