@@ -15,7 +15,9 @@ another writer of the same name:
 - S3 (s3fs): ``PutObject`` with ``If-None-Match: *``;
 - Azure Blob Storage (adlfs): ``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``).
 
-A refused create raises FileExistsError in both libraries. Other fsspec filesystems are
+A refused create raises FileExistsError in both libraries (s3fs: when the 412 names its
+condition, as AWS does; a 412 `PreconditionFailed` without it, as MinIO answers, is taken
+for a refusal too). Other fsspec filesystems are
 refused when the sink is created: fsspec's generic create-only write checks and then
 writes, which is not atomic.
 
@@ -151,6 +153,10 @@ class OutputStorage:
                 self._fs.pipe_file(native, data, mode="create")
             except FileExistsError:
                 return False
+            except OSError as error:
+                if _precondition_failed(error):
+                    return False
+                raise
             return True
         with _locked_temporary(native, data) as temporary:
             try:
@@ -250,6 +256,17 @@ def write_partition(
     path = f"{directory}/part-{partition:05d}-{uuid.uuid4().hex}.json"
     size = OutputStorage(output_url).write_lines(path, itertools.chain([first], lines))
     return [(path, size)]
+
+
+def _precondition_failed(error: OSError) -> bool:
+    """Whether S3 refused a create-only write (its only condition: the key exists) in a
+    way s3fs does not take for FileExistsError: a `412 PreconditionFailed` without the
+    `<Condition>If-None-Match</Condition>` that AWS adds and MinIO leaves out."""
+    response = getattr(error.__cause__, "response", None)
+    if not isinstance(response, dict):
+        return False
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return bool(response.get("Error", {}).get("Code") == "PreconditionFailed" or status == 412)
 
 
 @contextlib.contextmanager

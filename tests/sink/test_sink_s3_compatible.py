@@ -1,0 +1,61 @@
+"""The sink against S3-compatible stores that answer a refused create-only write otherwise
+than AWS S3 does: a `412 PreconditionFailed` whose body does not name the condition
+(`<Condition>If-None-Match</Condition>`, which s3fs needs to raise FileExistsError; MinIO
+leaves it out). Moto's server stands in for the store, a proxy rewrites its answer."""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+
+import pytest
+from s3fs import S3FileSystem
+
+from helpers.faulty_proxy import http_answer
+from helpers.objectstore import StorageRoot
+from spark_checkpoint.sink import TransactionalFileSink, read_committed
+
+if TYPE_CHECKING:
+    from conftest import Stage, StartProxy
+
+JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
+ROWS = [{"word": "a", "count": 1}]
+# MinIO's answer to a PutObject with If-None-Match: * on a key that exists.
+PRECONDITION_FAILED = http_answer(
+    "412 Precondition Failed",
+    b"<?xml version='1.0' encoding='UTF-8'?>\n<Error><Code>PreconditionFailed</Code>"
+    b"<Message>At least one of the pre-conditions you specified did not hold</Message>"
+    b"<Key>out/committed/batch-0.json</Key><RequestId>17E2</RequestId></Error>",
+)
+
+
+def test_a_commit_record_already_there_is_recognised_without_the_condition_named(
+    s3_root: StorageRoot,
+    faulty_proxy: StartProxy,
+    stage: Stage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A driver died after it created a commit record and before it deleted the staged
+    one: the next driver's restore creates the record again and the store refuses. Taken
+    for a storage error, the restore failed, and so did every restore after it."""
+    output_url = f"{s3_root.url}/out"
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB)
+    stage(sink, 0, ROWS)
+    [staged] = s3_root.files(f"{output_url}/_staging")
+    record = s3_root.read(f"{output_url}/_staging/{staged}")
+    sink.on_checkpoint_complete(0)
+    s3_root.write(f"{output_url}/_staging/{staged}", record)  # the crash left it
+    refused = faulty_proxy(
+        s3_root, re.compile(rb"^PUT /\S*/committed/batch-0\.json"), PRECONDITION_FAILED
+    )
+    caplog.set_level(logging.INFO, logger="spark_checkpoint.sink")
+    S3FileSystem.clear_instance_cache()  # the next driver is another process
+
+    TransactionalFileSink(output_url).on_restore(0, JOB)
+
+    assert refused.matched == 1
+    assert "batch 0 committed (its record was already there)" in caplog.text
+    assert read_committed(output_url) == {0: ROWS}
+    assert s3_root.files(f"{output_url}/_staging") == []
