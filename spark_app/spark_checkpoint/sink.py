@@ -184,7 +184,7 @@ OWNER_FILE = "_owner.json"
 EPOCHS_DIR = "_epochs"
 """Directory (under the output directory) of the writer epoch of the driver that writes the
 output (``epoch-<n>.json``): each driver claims the next one as it restores, and a driver
-whose epoch is gone has been superseded."""
+whose epoch is gone, or has a newer one beside it, has been superseded."""
 
 RECORD_FORMAT = 1
 _BATCH_RECORD_PATTERN = re.compile(r"batch-(0|[1-9][0-9]*)\.json")
@@ -205,7 +205,7 @@ class ReplayDiffers(RuntimeError):
 
 class Superseded(RuntimeError):
     """A newer driver claimed the output (its writer epoch is newer than this driver's):
-    this driver stages nothing more and its query fails."""
+    this driver stages and commits nothing more, and its query fails."""
 
 
 class StartRefused(Exception):
