@@ -115,8 +115,9 @@ class ControlServer:
         so does a savepoint given up."""
         if notice.reason == "RequestDeclined" and notice.label in self._asking:
             self._declined[notice.label] = notice.message
-        elif notice.reason == "CheckpointNotNeeded" and notice.image:
-            self._given_up[notice.image] = notice.message  # a few per stop of a driver
+        elif notice.reason == "CheckpointNotNeeded" and notice.image and self._asking:
+            # Kept for a request waiting for its savepoint: a few per stop of a driver.
+            self._given_up[notice.image] = notice.message
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
