@@ -73,6 +73,7 @@ class AgentClient:
         self._timeout = timeout
         self._session = session
         self._owns_session = session is None
+        self._closed = False
 
     @property
     def url(self) -> str | None:
@@ -80,9 +81,12 @@ class AgentClient:
         return self._base_url() if callable(self._base_url) else self._base_url
 
     async def close(self) -> None:
+        """No request after this one: a task still asking (the abort of a snapshot the job's
+        stop gave up) is told the driver is gone, not aiohttp's "Session is closed"."""
+        self._closed = True
         if self._session is not None and self._owns_session:
-            await self._session.close()
-            self._session = None
+            session, self._session = self._session, None
+            await session.close()
 
     async def read_status(self, after: int | None = None, wait: float = 0.0) -> AgentStatus:
         """The agent's status. With ``after`` (a version it reported), the agent answers
@@ -154,6 +158,8 @@ class AgentClient:
     ) -> Any:
         """``waits``: how long the agent may hold the answer back, on top of the timeout."""
         base_url = self.url
+        if self._closed:
+            raise AgentUnavailable(f"{method} {path}: the driver is gone (its client is closed)")
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:

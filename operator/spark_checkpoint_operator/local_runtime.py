@@ -603,6 +603,8 @@ async def _run_locked(
             return
         display.notice(notice)
         control.notice(notice)
+        if notice.reason == "CheckpointFailed" and notice.label == INTERRUPT_LABEL:
+            interrupts.savepoint_failed()
 
     restart_policy = manifest.spec.restart_policy
     if agent_start_timeout is not None:  # `run --agent-timeout` over the manifest's
@@ -654,6 +656,9 @@ async def _run_locked(
 _NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
 
 
+OUTPUT_CLOSED = "the output was closed"
+
+
 class _Interrupts:
     """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
     driver without a savepoint. A run whose output goes away (``run ... | head``) stops
@@ -670,16 +675,19 @@ class _Interrupts:
         self._count = 0
         self._stopping = False
         self._why = "interrupted"  # what asked for the savepoint
+        self._key = "Ctrl-C"  # and how to ask again
         self._stopping_without_savepoint = False  # the driver stops without one
 
     def interrupt(self) -> None:
-        self._signalled("interrupted", "Ctrl-C again to cancel")
+        self._signalled("interrupted", "Ctrl-C")
 
     def terminate(self) -> None:
         """SIGTERM (`kill`, a service manager stopping a detached run): as Ctrl-C."""
-        self._signalled("terminated (SIGTERM)", "SIGTERM again to cancel")
+        self._signalled("terminated (SIGTERM)", "SIGTERM")
 
-    def _signalled(self, why: str, again: str) -> None:
+    def _signalled(self, why: str, key: str) -> None:
+        again = f"{key} again to cancel"
+        self._key = key
         self._count += 1
         if self._stopping_without_savepoint:
             # Cancelling would gain nothing (the driver stops already) and could discard
@@ -698,10 +706,25 @@ class _Interrupts:
 
     def output_closed(self) -> None:
         if not self._stopping:
-            self._stop("the output was closed", "Ctrl-C twice to cancel")
+            self._stop(OUTPUT_CLOSED, "Ctrl-C twice to cancel")
 
     def cannot_take_savepoint(self, reason: str) -> None:
         self._without_savepoint(self._why, reason)
+
+    def savepoint_failed(self) -> None:
+        """The stop's savepoint failed (its line says why): as after a failed `flink stop`,
+        the job runs on, and the next signal asks for a stop again."""
+        if not self._stopping or self._stopping_without_savepoint:
+            return
+        if self._why == OUTPUT_CLOSED:  # no one is left to ask again
+            self._without_savepoint(self._why, "its savepoint failed")
+            return
+        self._stopping = False
+        self._count = 0
+        self._report(
+            f"not stopping: the job keeps running without the savepoint ({self._key} to try "
+            f"again; twice to stop without a savepoint)"
+        )
 
     def _stop(self, why: str, cancel: str) -> None:
         self._stopping = True

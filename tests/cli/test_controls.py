@@ -594,3 +594,57 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
     )
     wait_until_gone(runtime, timeout=60)
     assert job.status_file()["phase"] == "Suspended", "the stop went on"
+
+
+def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_again(
+    job: LocalJob,
+) -> None:
+    """A newcomer's, after handing the storage over: the new registry's savepoint ids met
+    the savepoints the old one left (kept: another registry's, never written over), so
+    Ctrl-C's savepoint failed, and the run went on for minutes with no word that it would;
+    the next Ctrl-C then cancelled it (discarding its checkpoints). Now it says the job
+    runs on, and the next Ctrl-C asks for a stop again."""
+    kept = job.directory / ".spark-checkpoint" / "storage" / "default" / "probe" / "savepoints"
+    for savepoint_id in range(1, 500):  # every id this run can reach
+        (kept / f"sp-{savepoint_id}").mkdir(parents=True)
+        (kept / f"sp-{savepoint_id}" / "_metadata").write_text("the old registry's")
+    run = subprocess.Popen(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml"],
+        cwd=job.directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    assert run.stdout is not None
+    lines: list[str] = []
+
+    def until(text: str) -> str:
+        for line in run.stdout:  # type: ignore[union-attr]
+            lines.append(line.rstrip("\n").split(" ", 2)[-1])
+            if text in line:
+                return lines[-1]
+        raise AssertionError(f"no line with {text!r}: {lines}")
+
+    try:
+        until(" complete: batch")
+        for _ in range(2):  # the first Ctrl-C, and the one that tries again
+            run.send_signal(signal.SIGINT)
+            until("taking a savepoint, then stopping")
+            failed = until(" failed: ")
+            assert re.fullmatch(
+                r"savepoint \d+ failed: .*exists already, left by another .*", failed
+            )
+            assert until("not stopping") == (
+                "not stopping: the job keeps running without the savepoint (Ctrl-C to try "
+                "again; twice to stop without a savepoint)"
+            )
+        run.send_signal(signal.SIGINT)
+        until("taking a savepoint, then stopping")
+        run.send_signal(signal.SIGINT)
+        until("interrupted again: stopping the driver without a savepoint")
+        rest = run.communicate(timeout=60)[0]
+        assert run.returncode == 130, "\n".join([*lines, rest])
+    finally:
+        if run.poll() is None:
+            run.kill()
+        run.communicate()

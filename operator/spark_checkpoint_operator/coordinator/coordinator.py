@@ -522,7 +522,9 @@ class CheckpointCoordinator:
             )
         )
         detail = f"{reason.description}: {message}" if message else reason.description
-        effects.append(AbortCheckpoint(pending.checkpoint_id, pending.kind, reason, detail))
+        effects.append(
+            AbortCheckpoint(pending.checkpoint_id, pending.kind, reason, detail, pending.label)
+        )
         self._count_failure(pending, reason, detail, effects)
         stop_failed = pending.after is not AfterCompletion.CONTINUE and self._job_running
         if stop_failed and self._next_periodic_at is None:

@@ -39,6 +39,7 @@ class AbortCheckpoint:
     kind: CheckpointKind
     reason: FailureReason
     message: str
+    label: str = ""  # the request's (TriggerRequested.label): whoever asked learns it failed
 
 
 @dataclass(frozen=True, slots=True)

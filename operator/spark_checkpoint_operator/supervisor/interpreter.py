@@ -256,7 +256,7 @@ class EffectInterpreter:
                 await self._completed(attempt, completed, commit)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
                 self._observer.failed(kind, reason.value)
-                self._report_abort(attempt, kind, cid, reason, message)
+                self._report_abort(attempt, effect)
                 if attempt is not None:
                     await self.abort(attempt, cid, message)
                 if self._job.deleting and cid in self._stopping_savepoints:
@@ -612,14 +612,8 @@ class EffectInterpreter:
             return False
         return True
 
-    def _report_abort(
-        self,
-        attempt: Attempt | None,
-        kind: CheckpointKind,
-        cid: int,
-        reason: FailureReason,
-        message: str,
-    ) -> None:
+    def _report_abort(self, attempt: Attempt | None, abort: AbortCheckpoint) -> None:
+        kind, cid, reason, message = abort.kind, abort.checkpoint_id, abort.reason, abort.message
         finishing = attempt is not None and attempt.finishing
         image = RestoreCandidate.registered(kind, cid).encode()
         if finishing and reason is FailureReason.COORDINATOR_SUSPEND:
@@ -648,7 +642,12 @@ class EffectInterpreter:
                 image=image,
             )
         else:
-            self._notify("CheckpointFailed", Level.WARNING, f"{kind.value} {cid} failed: {message}")
+            self._notify(
+                "CheckpointFailed",
+                Level.WARNING,
+                f"{kind.value} {cid} failed: {message}",
+                label=abort.label,
+            )
 
     async def _skipped(self, reason: FailureReason) -> None:
         """A periodic checkpoint was skipped while Running (an executor missing, or tasks
