@@ -644,6 +644,8 @@ def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_
         until("interrupted again: stopping the driver without a savepoint")
         rest = run.communicate(timeout=60)[0]
         assert run.returncode == 130, "\n".join([*lines, rest])
+        # A second Ctrl-C's routine: the driver stops before it hears of the abort.
+        assert "did not take the abort" not in rest, rest
     finally:
         if run.poll() is None:
             run.kill()

@@ -410,8 +410,9 @@ class EffectInterpreter:
         except (AgentUnavailable, AgentRejected) as error:
             # Nothing to undo: an agent that is still there lists the snapshot in its next
             # report and is told again; files of a dead one are garbage. A driver that
-            # finishes or suspends exits anyway: no news.
-            if attempt.leaving:
+            # finishes or suspends, or a job asked to stop (a second Ctrl-C), ends anyway:
+            # no news.
+            if attempt.leaving or self._job.stopping:
                 return
             self._notify(
                 "AbortNotDelivered",
