@@ -376,3 +376,15 @@ def test_a_ctrl_c_ends_the_console_script_quietly(
         monkeypatch.setattr("spark_checkpoint_operator.cli.main", interrupted)
     assert console_script_main() == ExitCode.CANCELLED
     assert capsys.readouterr().err == "\n"
+
+
+@pytest.mark.parametrize("command", ["inspect", "verify"])
+def test_a_manifest_given_without_f_to_a_command_of_images_gets_the_hint(
+    cli: Cli, command: str
+) -> None:
+    """`inspect job.yaml`: these take images (KIND:ID) as words, so the manifest was taken
+    for a malformed one without a word of -f (a newcomer's)."""
+    result = cli(command, "job.yaml")
+    assert result.code == ExitCode.USAGE, result.err
+    assert result.err.endswith("; a manifest is named with -f job.yaml\n"), result.err
+    assert len(result.err.splitlines()) == 1

@@ -2,6 +2,7 @@
 
 import contextlib
 import dataclasses
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -51,9 +52,15 @@ class SnapshotRef:
             image = None
         if image is None or image.snapshot_id is None:
             kinds = ", ".join(CheckpointKind)
+            # A manifest given as `run` takes it (`inspect job.yaml`) is named with -f here.
+            manifest = (
+                f"; a manifest is named with -f {shlex.quote(text)}"
+                if text.endswith((".yaml", ".yml", ".json"))
+                else ""
+            )
             raise CommandError(
                 f"{text!r}: expected KIND:ID with KIND one of {kinds} and ID a non-negative "
-                "integer without leading 0"
+                f"integer without leading 0{manifest}"
             )
         return cls(image.kind, image.snapshot_id)
 
