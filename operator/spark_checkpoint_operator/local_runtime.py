@@ -661,7 +661,8 @@ OUTPUT_CLOSED = "the output was closed"
 
 class _Interrupts:
     """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
-    driver without a savepoint. A run whose output goes away (``run ... | head``) stops
+    driver without a savepoint. A savepoint that fails leaves the job running, and the next
+    one asks again. A run whose output goes away (``run ... | head``) stops
     as on Ctrl-C (Python would die of the closed pipe, its driver with it, its status left
     Running); that is no Ctrl-C of the user's, so their first one still takes a savepoint
     (the pipe's reader gets it too, and may close the pipe first)."""
