@@ -73,7 +73,6 @@ class AgentClient:
         self._timeout = timeout
         self._session = session
         self._owns_session = session is None
-        self._closed = False
 
     @property
     def url(self) -> str | None:
@@ -81,12 +80,9 @@ class AgentClient:
         return self._base_url() if callable(self._base_url) else self._base_url
 
     async def close(self) -> None:
-        """No request after this one: a task still asking (the abort of a snapshot the job's
-        stop gave up) is told the driver is gone, not aiohttp's "Session is closed"."""
-        self._closed = True
         if self._session is not None and self._owns_session:
-            session, self._session = self._session, None
-            await session.close()
+            await self._session.close()
+            self._session = None
 
     async def read_status(self, after: int | None = None, wait: float = 0.0) -> AgentStatus:
         """The agent's status. With ``after`` (a version it reported), the agent answers
@@ -158,16 +154,15 @@ class AgentClient:
     ) -> Any:
         """``waits``: how long the agent may hold the answer back, on top of the timeout."""
         base_url = self.url
-        if self._closed:
-            raise AgentUnavailable(f"{method} {path}: the driver is gone (its client is closed)")
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:
             self._session = aiohttp.ClientSession()
+        session = self._session
         url = base_url.rstrip("/") + path
         timeout = aiohttp.ClientTimeout(total=self._timeout + waits, sock_connect=CONNECT_TIMEOUT)
         try:
-            async with self._session.request(
+            async with session.request(
                 method, url, json=body, params=params, headers=self._headers, timeout=timeout
             ) as response:
                 answer = _decoded(await _bounded_body(response, f"{method} {path}"))
@@ -205,6 +200,12 @@ class AgentClient:
             ) from error
         except aiohttp.ClientConnectionError as error:
             raise AgentUnavailable(f"{method} {path}: {error}") from error
+        except RuntimeError as error:
+            if not session.closed:
+                raise
+            # Closed as the driver went (`close`) while a task still asked: the abort of a
+            # snapshot a second Ctrl-C gave up. aiohttp says "Session is closed".
+            raise AgentUnavailable(f"{method} {path}: the driver is gone") from error
 
 
 async def _bounded_body(response: aiohttp.ClientResponse, request: str) -> bytes:

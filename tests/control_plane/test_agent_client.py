@@ -200,6 +200,30 @@ def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm
     assert not re.search(r"fail|error|warning", reason, re.I), reason
 
 
+def test_a_request_as_the_client_closes_is_unavailable_not_a_crash() -> None:
+    """A second Ctrl-C: the supervisor closes the driver's client while a task posts the
+    abort of the snapshot the stop gave up; aiohttp's "Session is closed" ended the run in a
+    traceback (exit 1, not the 130 of a cancel)."""
+    port = free_port()
+
+    async def scenario() -> str:
+        client = AgentClient(f"http://127.0.0.1:{port}", "token")
+        with pytest.raises(AgentUnavailable):
+            await client.complete(7, 3)  # the session is made, the port is closed
+        session = client._session  # the moment inside close()
+        assert session is not None
+        await session.close()
+        try:
+            await client.abort(3, "the job is stopping")
+        except AgentUnavailable as error:
+            return str(error)
+        finally:
+            await client.close()
+        raise AssertionError("a closed client answered")
+
+    assert asyncio.run(scenario()) == "POST /v1/checkpoints/3/abort: the driver is gone"
+
+
 @pytest.mark.parametrize(
     ("agent", "reason"),
     [
