@@ -86,6 +86,14 @@ def listed_objects(root: StorageRoot, output_url: str) -> set[str]:
     }
 
 
+def first_driver(sink: TransactionalFileSink, stage: Stage, *, checkpoint: int) -> None:
+    """A fresh start that stages batches 0..2 and completes the checkpoint of `checkpoint`."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    sink.on_checkpoint_complete(checkpoint)
+
+
 # --- staging and commit -------------------------------------------------------------------
 
 
@@ -349,10 +357,7 @@ def test_the_output_belongs_to_the_first_job_and_another_is_refused_touching_not
     its batches would take the original's ids, and each job would drop the other's
     batches as replays (a newcomer's fork committed batches 28..37 there, and the original
     then skipped its own 28..37 with only a warning in its driver log)."""
-    sink.on_restore(None, JOB)
-    for batch_id in range(3):
-        stage(sink, batch_id, rows_of(batch_id))
-    sink.on_checkpoint_complete(1)
+    first_driver(sink, stage, checkpoint=1)
     before = contents(output_root, output_url)
     owner = f"{OutputStorage(output_url).url}/{OWNER_FILE}"
 
@@ -824,10 +829,7 @@ def test_a_driver_superseded_by_the_next_one_stages_nothing_more(
     """A driver that runs on after the next one started (its pod force-deleted while its
     node was cut off from the API server) is fenced: its next batch fails its query and
     leaves nothing behind, the next driver's output is untouched."""
-    sink.on_restore(None, JOB)
-    for batch_id in range(3):
-        stage(sink, batch_id, rows_of(batch_id))
-    sink.on_checkpoint_complete(1)
+    first_driver(sink, stage, checkpoint=1)
     successor = new_sink()
     successor.on_restore(1, JOB)
     stage(successor, 2, rows_of(2))
@@ -871,10 +873,7 @@ def test_a_superseded_driver_commits_nothing_on_a_late_notification(
     """A notification that reaches the old driver after the next one restored (a request
     delayed across a network partition) commits none of its staged batches: the next
     driver discarded them and deleted their objects (a reviewer's finding)."""
-    sink.on_restore(None, JOB)
-    for batch_id in range(3):
-        stage(sink, batch_id, rows_of(batch_id))
-    sink.on_checkpoint_complete(1)
+    first_driver(sink, stage, checkpoint=1)
     [name] = stored(output_root, output_url, STAGING_DIR)
     record = output_root.read(f"{output_url}/{STAGING_DIR}/{name}")
     new_sink().on_restore(1, JOB)  # discards batch 2
@@ -937,10 +936,7 @@ def test_a_batch_a_superseded_driver_stages_as_it_is_replaced_is_never_committed
     driver restores and stages the same batch, then the old driver's staged record lands.
     It must neither replace the next driver's batch (whose checkpoint would commit the old
     driver's rows) nor be committed later."""
-    sink.on_restore(None, JOB)
-    for batch_id in range(3):
-        stage(sink, batch_id, rows_of(batch_id))
-    sink.on_checkpoint_complete(2)
+    first_driver(sink, stage, checkpoint=2)
     successors: list[TransactionalFileSink] = []
     checks: list[str] = []
     real_list_names = OutputStorage.list_names
