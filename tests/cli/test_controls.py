@@ -567,8 +567,10 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
     job: LocalJob, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """`stop --drain` waited in silence as long as the input lasted, and Ctrl-C on it exited
-    130 without a word, as if the stop had been called off (a newcomer's). The run's answer
-    is played by a stand-in (a signal to a subprocess raced the machine's load in CI)."""
+    130 without a word, as if the stop had been called off (a newcomer's). In-process, the
+    run's answer played by a stand-in: a `stop` subprocess ignored the test's SIGINT in CI,
+    which runs in a background shell (SIGINT ignored, inherited; Python then installs no
+    KeyboardInterrupt handler), as a script's background job ignores the script's Ctrl-C."""
     (job.job_dir / "control").mkdir(parents=True, mode=0o700)
     (job.job_dir / "control" / "token").write_text("token")
 
