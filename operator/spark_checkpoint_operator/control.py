@@ -20,7 +20,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from spark_checkpoint.protocol import ProtocolError, RestoreCandidate
+from spark_checkpoint.protocol import ProtocolError
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     Command,
@@ -105,19 +105,20 @@ class ControlServer:
         self._driver_pid = driver_pid
         self._token = token
         self._asking: set[str] = set()  # the labels of the requests waiting for an answer
-        self._declined: dict[str, str] = {}  # request label -> the coordinator's reason
-        # Savepoints given up (the job stopped or finished first) -> what happened.
-        self._given_up: dict[str, str] = {}
+        # Request label -> its answer, told by a notice: declined, failed or given up (the
+        # job stopped or finished first). A savepoint can fail between two looks at the
+        # record, so a notice, not the record, tells its end.
+        self._told: dict[str, ControlAnswer] = {}
         self._ended = False
 
     def notice(self, notice: Notice) -> None:
-        """Every notice of the supervisor: a decline of one of our requests answers it, and
-        so does a savepoint given up."""
-        if notice.reason == "RequestDeclined" and notice.label in self._asking:
-            self._declined[notice.label] = notice.message
-        elif notice.reason == "CheckpointNotNeeded" and notice.image and self._asking:
-            # Kept for a request waiting for its savepoint: a few per stop of a driver.
-            self._given_up[notice.image] = notice.message
+        """Every notice of the supervisor: one about a request of ours answers it."""
+        if notice.label not in self._asking:
+            return
+        if notice.reason == "RequestDeclined":
+            self._told[notice.label] = ControlAnswer(Outcome.DECLINED, notice.message)
+        elif notice.reason in ("CheckpointFailed", "CheckpointNotNeeded"):
+            self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -204,6 +205,7 @@ class ControlServer:
             return await self._answer_savepoint(after, label, request.wait)
         finally:
             self._asking.discard(label)
+            self._told.pop(label, None)
 
     async def _answer_savepoint(
         self, after: AfterCompletion, label: str, wait: float
@@ -222,15 +224,13 @@ class ControlServer:
                 return ControlAnswer(
                     Outcome.OK, f"savepoint {completed.checkpoint_id} completed", _image(completed)
                 )
-            if label in self._declined:
-                return ControlAnswer(Outcome.DECLINED, self._declined.pop(label))
+            if label in self._told:
+                return self._told[label]
             pending = next((p for p in record.pending if p.get("label") == label), None)
             if pending is not None:
                 savepoint_id = int(pending["id"])
-            elif savepoint_id is not None:
-                image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id)
-                given_up = self._given_up.pop(image.encode(), None)
-                return ControlAnswer(Outcome.FAILED, given_up or _failure(record, savepoint_id))
+            elif savepoint_id is not None:  # ended, its notice not carried out yet
+                return ControlAnswer(Outcome.FAILED, _failure(record, savepoint_id))
             if self._ended:
                 return ControlAnswer(Outcome.FAILED, "the run ended before the savepoint completed")
             if savepoint_id is not None and time.monotonic() >= deadline:

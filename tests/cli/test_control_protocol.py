@@ -223,31 +223,68 @@ class _StoppedFirstSupervisor:
 
     def _given_up(self) -> None:
         assert self.control is not None
+        label = self.record.pending[0]["label"]
         self.record.pending = []
         self.control.notice(
             Notice(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 "savepoint 7 given up: the job is stopping",
-                image="savepoint:7",
+                label=label,
             )
         )
+
+
+class _FailedAtOnceSupervisor:
+    """A savepoint that fails as soon as it is triggered (a task declines it): in flight
+    for less than one look at the record."""
+
+    def __init__(self) -> None:
+        self.record = JobRecord()
+        self.control: ControlServer | None = None
+
+    def request(self, event: TriggerRequested) -> None:
+        assert self.control is not None
+        self.control.notice(
+            Notice(
+                "CheckpointFailed",
+                Level.WARNING,
+                "savepoint 3 failed: a task declined the checkpoint: logs: sp-3 exists already",
+                label=event.label,
+            )
+        )
+
+
+def _answer_of(
+    supervisor: _StoppedFirstSupervisor | _FailedAtOnceSupervisor, command: Command, tmp: Path
+) -> ControlAnswer:
+    """The answer `command` gets from a run whose supervisor is ``supervisor``."""
+    paths = ControlPaths(tmp / "control")
+
+    async def ask() -> ControlAnswer:
+        job = cast(JobSupervisor, supervisor)
+        async with serve_controls(paths, job, "default/probe", lambda: None, print) as control:
+            supervisor.control = control
+            return await asyncio.to_thread(request, paths, command, wait=30.0)
+
+    return asyncio.run(ask())
 
 
 def test_a_stop_whose_savepoint_was_given_up_says_so(tmp_path: Path) -> None:
     """Two stops at once: the one whose savepoint the other's completion cut short said
     'savepoint 7 failed', while the job stopped cleanly with '0 failed' (a newcomer)."""
-    supervisor = _StoppedFirstSupervisor()
-    paths = ControlPaths(tmp_path / "control")
-
-    async def stop() -> ControlAnswer:
-        job = cast(JobSupervisor, supervisor)
-        async with serve_controls(paths, job, "default/probe", lambda: None, print) as control:
-            supervisor.control = control
-            return await asyncio.to_thread(request, paths, Command.STOP, wait=10.0)
-
-    answer = asyncio.run(stop())
+    answer = _answer_of(_StoppedFirstSupervisor(), Command.STOP, tmp_path)
     assert (answer.outcome, answer.message) == (
         Outcome.FAILED,
         "savepoint 7 given up: the job is stopping",
+    )
+
+
+def test_a_savepoint_that_fails_at_once_is_told_as_failed(tmp_path: Path) -> None:
+    """It was never seen pending, so `savepoint` waited out its timeout and said 'the
+    savepoint is requested, not started yet' (a savepoint meeting a kept `sp-N`)."""
+    answer = _answer_of(_FailedAtOnceSupervisor(), Command.SAVEPOINT, tmp_path)
+    assert (answer.outcome, answer.message) == (
+        Outcome.FAILED,
+        "savepoint 3 failed: a task declined the checkpoint: logs: sp-3 exists already",
     )

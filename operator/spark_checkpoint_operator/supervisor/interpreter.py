@@ -616,14 +616,13 @@ class EffectInterpreter:
     def _report_abort(self, attempt: Attempt | None, abort: AbortCheckpoint) -> None:
         kind, cid, reason, message = abort.kind, abort.checkpoint_id, abort.reason, abort.message
         finishing = attempt is not None and attempt.finishing
-        image = RestoreCandidate.registered(kind, cid).encode()
         if finishing and reason is FailureReason.COORDINATOR_SUSPEND:
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the input is done and a completed checkpoint "
                 "covers its last batch",
-                image=image,
+                label=abort.label,
             )
         elif reason is FailureReason.COORDINATOR_SUSPEND and (
             self._job.stopping or (attempt is not None and attempt.leaving)
@@ -633,14 +632,14 @@ class EffectInterpreter:
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 f"{kind.value} {cid} given up: the job is stopping",
-                image=image,
+                label=abort.label,
             )
         elif reason is FailureReason.WITHDRAWN:
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
                 f"{kind.value} {cid} withdrawn: {message}",
-                image=image,
+                label=abort.label,
             )
         else:
             self._notify(

@@ -24,11 +24,10 @@ class Notice:
     reason: str
     level: Level
     message: str
-    # The label of the user request the notice is about (a decline, a failure), so that
-    # whoever made the request can tell its answer from another request's.
+    # The label of the user request the notice is about (a decline, a failure, a snapshot
+    # given up), so that whoever made the request can tell its answer from another's.
     label: str = ""
-    # The image (a restore candidate's spelling) a restore notice, or a checkpoint's that
-    # was given up, is about.
+    # The image (a restore candidate's spelling) a restore notice is about.
     image: str = ""
 
 
