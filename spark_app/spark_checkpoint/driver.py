@@ -115,6 +115,7 @@ def _run(
     storage = CheckpointStorage(layout)
     try:
         storage.claim(settings.owner)
+        highest_stored_id = storage.highest_snapshot_id()
     except StorageOwnedElsewhere as error:
         return fail_with(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
@@ -136,6 +137,7 @@ def _run(
         pin_root=attempt_dir / "pins",
         participants=participants,
         attempt=settings.attempt,
+        highest_stored_id=highest_stored_id,
     )
     # Serving before the restore: however long that takes, the agent answers.
     server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)

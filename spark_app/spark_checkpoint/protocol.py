@@ -656,6 +656,10 @@ class AgentStatus:
     awaiting_final_checkpoint: bool
     restored_from: RestoredFrom | None  # "restoredFrom"; None for a fresh start
     checkpoints: tuple[SnapshotStatus, ...]  # the snapshots in flight
+    # "highestStoredId": the highest snapshot id in the job's storage when the driver
+    # started, of whichever registry (the coordinator's ids continue above it); None if
+    # there was none, or from an agent before this field.
+    highest_stored_id: int | None = None
 
     def to_json(self) -> dict[str, Any]:
         document: dict[str, Any] = {"apiVersion": API_VERSION}
@@ -669,6 +673,7 @@ class AgentStatus:
             "awaitingFinalCheckpoint": self.awaiting_final_checkpoint,
             "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
             "checkpoints": [snapshot.to_json() for snapshot in self.checkpoints],
+            "highestStoredId": self.highest_stored_id,
         }
 
     @classmethod
@@ -686,6 +691,7 @@ class AgentStatus:
             awaiting_final_checkpoint=status.read("awaitingFinalCheckpoint", read_boolean),
             restored_from=status.read("restoredFrom", read_optional(RestoredFrom.from_json)),
             checkpoints=status.read("checkpoints", _list_of("objects", SnapshotStatus.from_json)),
+            highest_stored_id=status.read("highestStoredId", _optional_integer, default=None),
         )
 
     def versioned_part(self) -> Self:

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -22,6 +22,8 @@ import yaml
 
 from helpers.fake_query import INPUT_BATCHES_VARIABLE, write_job
 from helpers.script_job import alive, wait_until_gone
+from spark_checkpoint.protocol import StorageOwner
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator import control_commands
 from spark_checkpoint_operator.cli import main
 from spark_checkpoint_operator.control_protocol import ControlAnswer, Outcome
@@ -611,6 +613,40 @@ def test_an_answer_within_a_moment_is_not_announced(
     )
 
 
+def _job_storage(job: LocalJob) -> Path:
+    return job.directory / ".spark-checkpoint" / "storage" / "default" / "probe"
+
+
+def _keep_savepoints(job: LocalJob, ids: Iterable[int]) -> None:
+    """Savepoints of another registry of the job, which a registry never writes over."""
+    for savepoint_id in ids:
+        kept = _job_storage(job) / "savepoints" / f"sp-{savepoint_id}"
+        kept.mkdir(parents=True)
+        (kept / "_metadata").write_text("the old registry's")
+
+
+def test_a_registry_the_storage_was_handed_over_to_numbers_its_snapshots_above_those_kept(
+    job: LocalJob,
+) -> None:
+    """A newcomer's: after handing the storage over, the new registry's ids started at 1
+    and met the savepoints the old one kept, and each savepoint that met one failed (its
+    `sp-N` exists already), Ctrl-C's too. Its ids now continue above them."""
+    layout = JobStorageLayout(_job_storage(job).parent.parent.as_uri(), "default", "probe")
+    CheckpointStorage(layout).claim(StorageOwner("registry-old", "the old registry"))
+    _keep_savepoints(job, [1, 2, 40])
+    _detach(job)
+
+    taken = job.cli("savepoint", "-f", "job.yaml")
+
+    assert taken.returncode == 0, taken.stderr
+    assert int(taken.stdout.split()[1]) > 40, taken.stdout
+    assert job.status()["lastCheckpoint"]["id"] > 40  # type: ignore[index]
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    for savepoint_id in (1, 2, 40):
+        kept = _job_storage(job) / "savepoints" / f"sp-{savepoint_id}" / "_metadata"
+        assert kept.read_text() == "the old registry's"
+
+
 def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_again(
     job: LocalJob,
 ) -> None:
@@ -618,11 +654,8 @@ def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_
     the savepoints the old one left (kept: another registry's, never written over), so
     Ctrl-C's savepoint failed, and the run went on for minutes with no word that it would;
     the next Ctrl-C then cancelled it (discarding its checkpoints). Now it says the job
-    runs on, and the next Ctrl-C asks for a stop again."""
-    kept = job.directory / ".spark-checkpoint" / "storage" / "default" / "probe" / "savepoints"
-    for savepoint_id in range(1, 500):  # every id this run can reach
-        (kept / f"sp-{savepoint_id}").mkdir(parents=True)
-        (kept / f"sp-{savepoint_id}" / "_metadata").write_text("the old registry's")
+    runs on, and the next Ctrl-C asks for a stop again. (Ids now continue above the
+    savepoints in storage when the driver started: these appear after.)"""
     run = subprocess.Popen(
         [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml"],
         cwd=job.directory,
@@ -642,6 +675,7 @@ def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_
 
     try:
         until(" complete: batch")
+        _keep_savepoints(job, range(1, 500))  # every id this run can reach
         for _ in range(2):  # the first Ctrl-C, and the one that tries again
             run.send_signal(signal.SIGINT)
             until("taking a savepoint, then stopping")

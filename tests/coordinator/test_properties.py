@@ -42,6 +42,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistState,
     RetentionPolicy,
     SavepointHistoryLimits,
+    StoredIdsReported,
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
@@ -86,6 +87,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         super().__init__()
         self.clock = FakeClock()
         self.highest_triggered = 0
+        self.highest_stored = 0  # the highest snapshot id a driver found in storage
         self.expected: dict[int, frozenset[str]] = {}
         self.acked: dict[int, set[str]] = {}
         self.batch_of: dict[int, int] = {}
@@ -133,6 +135,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     # Ids strictly increase, across restarts too, and a counter that
                     # covers the id was persisted before the trigger (once per id block).
                     assert cid > self.highest_triggered
+                    assert cid > self.highest_stored, "another registry's savepoint id"
                     assert self.persisted.next_checkpoint_id > cid
                     self.highest_triggered = cid
                     self.expected[cid] = tasks
@@ -194,6 +197,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(tasks=st.sets(st.sampled_from(TASK_POOL), min_size=1), executor_lost=st.booleans())
     def report(self, tasks: set[str], executor_lost: bool) -> None:
         self._send(TasksReported(frozenset(tasks), all_running=not executor_lost))
+
+    @rule(highest=st.integers(0, 300))
+    def storage_reported(self, highest: int) -> None:
+        """A driver found snapshot directories up to ``highest`` in the job's storage
+        (savepoints another registry kept there, or this one's own)."""
+        self._send(StoredIdsReported(highest))
+        self.highest_stored = max(self.highest_stored, highest)
 
     @rule(
         kind=st.sampled_from(CheckpointKind),

@@ -358,9 +358,9 @@ def test_an_abort_reason_is_logged_as_one_quoted_line(
 def test_a_savepoint_is_never_taken_over_one_another_registry_left(
     running: Running, tmp_path: Path
 ) -> None:
-    """Storage handed over to a new registry of the job: its ids start anew and meet the
-    old savepoints'. The savepoint is declined, the old one stays whole, and an abort of
-    the declined savepoint deletes nothing."""
+    """A savepoint directory made after the driver started (its ids continue above those
+    in storage then), by another registry of the job: the savepoint is declined, the old
+    one stays whole, and an abort of the declined savepoint deletes nothing."""
     old = tmp_path / "storage/default/wordcount/savepoints/sp-4"
     (old / "files").mkdir(parents=True)
     (old / "_metadata").write_text("the old registry's")

@@ -203,6 +203,23 @@ def test_metadata_round_trip_and_listing(
     assert storage.list_ids(SAVEPOINT) == [3]
 
 
+def test_the_highest_snapshot_id_counts_every_snapshot_directory(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: str,
+    storage_root: StorageRoot,
+) -> None:
+    """Whatever holds an id a new registry must not write over: complete or not, a
+    checkpoint's or a savepoint's (a handed-over registry's ids continue above it)."""
+    assert storage.highest_snapshot_id() is None
+    take_checkpoint(2, {"offsets/0": b"o0"})
+    storage_root.write(f"{job_root}/savepoints/sp-40/files/offsets/1", b"o1")
+    storage_root.write(f"{job_root}/savepoints/sp-x/files/offsets/1", b"not a snapshot")
+    assert storage.highest_snapshot_id() == 40
+    storage_root.write(f"{job_root}/chk-41/.x.tmp", b"partial")
+    assert storage.highest_snapshot_id() == 41
+
+
 def test_write_metadata_requires_every_file_to_be_stored(
     storage: CheckpointStorage,
     spark_file: SparkFile,

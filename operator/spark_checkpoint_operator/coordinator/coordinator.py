@@ -40,6 +40,7 @@ from spark_checkpoint_operator.coordinator.events import (
     JobPhaseChanged,
     JobTerminated,
     SnapshotCaptured,
+    StoredIdsReported,
     TaskAcknowledged,
     TaskDeclined,
     TasksReported,
@@ -210,6 +211,8 @@ class CheckpointCoordinator:
                 self._on_phase(phase, effects)
             case TasksReported(tasks=tasks, all_running=all_running):
                 self._tasks, self._tasks_running = tasks, all_running
+            case StoredIdsReported(highest=highest):
+                self._continue_above(highest, effects)
             case TriggerRequested():
                 self._on_user_request(event, effects)
             case TriggerWithdrawn(label=label):
@@ -231,6 +234,16 @@ class CheckpointCoordinator:
             case JobTerminated(outcome=outcome):
                 self._on_terminated(outcome, effects)
         return _failures_persisted(effects, self.persisted_state)
+
+    def _continue_above(self, highest: int, effects: list[Effect]) -> None:
+        if highest < self._next_id:
+            return
+        self._next_id = highest + 1
+        if self._next_id > self._reserved_until:
+            # Reserved (the block starts at the next trigger): a coordinator replacing this
+            # one continues from here, and a restarted one starts no lower.
+            self._reserved_until = self._next_id
+            effects.append(PersistState(self.persisted_state))
 
     def _on_tick(self, effects: list[Effect]) -> None:
         now = self._clock()

@@ -49,6 +49,15 @@ class TasksReported:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredIdsReported:
+    """Snapshot directories up to ``highest`` exist in the job's storage: ids continue
+    above it. Another registry's savepoints stay when the storage is handed over, and a
+    savepoint is never written over one (it would fail, and the next take the next id)."""
+
+    highest: int
+
+
+@dataclass(frozen=True, slots=True)
 class TriggerRequested:
     """A user (or the runtime on the user's behalf) asks for a checkpoint or savepoint.
 
@@ -126,6 +135,7 @@ Event = (
     Tick
     | JobPhaseChanged
     | TasksReported
+    | StoredIdsReported
     | TriggerRequested
     | TriggerWithdrawn
     | TaskAcknowledged

@@ -788,6 +788,8 @@ class JobSupervisor:
             # the registry does not list goes now, while no snapshot is in flight.
             await self._collect_garbage(driver)
         self._last_status = status
+        if (stored_ids := status_events.stored_ids_reported(status)) is not None:
+            await self._interpreter.handle(stored_ids)  # before this driver's first trigger
         # While the driver restores and starts its query, the location it reports from
         # is not the query's yet: its batches and restore come once the query started (an
         # adopted driver's restore may be in the record already).

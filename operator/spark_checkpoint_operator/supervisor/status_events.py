@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotPhase, SnapshotStatus
 from spark_checkpoint_operator.coordinator import (
     SnapshotCaptured,
+    StoredIdsReported,
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
@@ -32,6 +33,13 @@ Progress = SnapshotCaptured | TaskAcknowledged | TaskDeclined | UnknownSnapshot
 def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
     """The tasks a checkpoint needs now; not all running while an executor is replaced."""
     return TasksReported(frozenset(status.tasks), status.all_tasks_running and executors_ready)
+
+
+def stored_ids_reported(status: AgentStatus) -> StoredIdsReported | None:
+    """The ids taken in the job's storage when the driver started: the coordinator's continue
+    above them."""
+    highest = status.highest_stored_id
+    return None if highest is None else StoredIdsReported(highest)
 
 
 def input_exhausted_at(status: AgentStatus) -> int | None:

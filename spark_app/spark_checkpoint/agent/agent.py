@@ -196,9 +196,11 @@ class CheckpointAgent:
         pin_root: Path,
         participants: Sequence[CheckpointParticipant],
         attempt: int,
+        highest_stored_id: int | None = None,
         copy_workers: int = 2,
     ) -> None:
         self._storage = storage
+        self._highest_stored_id = highest_stored_id
         self._location = location
         self._pin_root = pin_root
         self._participants = list(participants)
@@ -318,6 +320,7 @@ class CheckpointAgent:
             and (notified is None or notified < committed[-1]),
             restored_from=self._restored_from,
             checkpoints=snapshots,
+            highest_stored_id=self._highest_stored_id,
         )
 
     def _committed(self, view: QueryView) -> list[int]:

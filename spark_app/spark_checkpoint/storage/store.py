@@ -278,6 +278,13 @@ class CheckpointStorage:
             if self.fs.exists(self.layout.metadata_path(kind, snapshot_id))
         ]
 
+    def highest_snapshot_id(self) -> int | None:
+        """The highest id of a snapshot directory in the job's storage (`chk-N`, `sp-N`,
+        with a `_metadata` or not, of whichever registry), None if there is none: a registry
+        the storage was handed over to continues its ids above the savepoints kept there."""
+        kinds = (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT)
+        return max((i for kind in kinds for i in self._snapshot_dir_ids(kind)), default=None)
+
     def discard_checkpoint(
         self,
         checkpoint_id: int,
