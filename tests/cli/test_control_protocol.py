@@ -249,7 +249,7 @@ class _FailedAtOnceSupervisor:
             Notice(
                 "CheckpointFailed",
                 Level.WARNING,
-                "savepoint 3 failed: a task declined the checkpoint: logs: sp-3 exists already",
+                "savepoint 3 failed: a task declined the checkpoint: sp-3 exists (task logs)",
                 label=event.label,
             )
         )
@@ -286,5 +286,5 @@ def test_a_savepoint_that_fails_at_once_is_told_as_failed(tmp_path: Path) -> Non
     answer = _answer_of(_FailedAtOnceSupervisor(), Command.SAVEPOINT, tmp_path)
     assert (answer.outcome, answer.message) == (
         Outcome.FAILED,
-        "savepoint 3 failed: a task declined the checkpoint: logs: sp-3 exists already",
+        "savepoint 3 failed: a task declined the checkpoint: sp-3 exists (task logs)",
     )

@@ -99,7 +99,9 @@ def test_counts_and_history_accumulate_and_the_history_is_bounded() -> None:
         harness.send(TaskDeclined(checkpoint_id, "logs", f"boom {checkpoint_id}"))
     state = harness.coordinator.persisted_state
     assert state.failed_count == 4
-    assert [o.message for o in state.history] == ["logs: boom 2", "logs: boom 3", "logs: boom 4"]
+    assert [o.message for o in state.history] == [
+        f"boom {checkpoint_id} (task logs)" for checkpoint_id in (2, 3, 4)
+    ]
 
     rebuilt = Harness(harness.config, state=state, clock=harness.clock)
     rebuilt.start()
@@ -225,7 +227,7 @@ def test_the_smallest_allowed_settings_are_accepted() -> None:
     [
         (
             TaskDeclined(1, "state-0-0", "disk full"),
-            "a task declined the checkpoint: state-0-0: disk full",
+            "a task declined the checkpoint: disk full (task state-0-0)",
         ),
         (
             TriggerDeliveryFailed(1, "409 closing"),

@@ -221,7 +221,7 @@ class CheckpointCoordinator:
                 self._on_ack(event, effects)
             case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
                 self._fail_pending(
-                    checkpoint_id, FailureReason.TASK_DECLINED, f"{task}: {message}", effects
+                    checkpoint_id, FailureReason.TASK_DECLINED, f"{message} (task {task})", effects
                 )
             case SnapshotCaptured(checkpoint_id=checkpoint_id):
                 self._captured(checkpoint_id)
