@@ -1,6 +1,7 @@
 """Loading SparkCheckpointJob manifests: defaults, typed values, and every problem named."""
 
 import os
+import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -951,7 +952,13 @@ def test_the_crd_refuses_the_remote_storage_uris_fsspec_would_not_take_literally
         refused = str(error)
     if refused and "a remote URI's path must not" not in refused:
         return  # another rule's (no path, a relative one)
-    assert bool(refused) == (remote_uri_problem(storage) is not None), (storage, refused)
+    # Each rule says what it refuses (one rule for both named neither, a newcomer's); the
+    # layout's check names the pattern first, so the segments are checked without it.
+    glob = "a remote URI's path must not contain *, ? or [" in refused
+    segment = "a remote URI's path must not have an empty, '.' or '..' segment" in refused
+    assert glob == (remote_uri_problem(storage) or "").startswith("contains"), (storage, refused)
+    without_pattern = re.sub(r"[*?\[]", "x", storage)
+    assert segment == (remote_uri_problem(without_pattern) is not None), (storage, refused)
 
 
 @pytest.mark.parametrize(
