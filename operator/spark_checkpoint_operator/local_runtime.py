@@ -41,6 +41,7 @@ from spark_checkpoint.storage import (
     StorageOwnedElsewhere,
     SymbolicLinkError,
     first_line,
+    hand_over_hint,
     printable_line,
 )
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -64,6 +65,7 @@ from spark_checkpoint_operator.local_state import (
     LocalPaths,
     local_owner,
     local_paths,
+    made_here_before,
     open_state_file,
 )
 from spark_checkpoint_operator.manifest.model import Application, JobManifest
@@ -483,6 +485,17 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
     try:
         storage.claim(owner)
     except StorageOwnedElsewhere as error:
+        if made_here_before(error.owner, paths):
+            # "Run the job from the registry that owns it" cannot be done: it is gone.
+            raise RunRefused(
+                f"{error.path}: this job's storage belongs to an earlier registry of this "
+                f"state directory (registry {error.owner.id[:8]}; this one is "
+                f"{owner.id[:8]}), whose records of the job were deleted since: it holds "
+                "checkpoints no registry lists, and this one's garbage collection would "
+                "delete them. Give the job another spec.checkpointing.storage "
+                "(spec.restore.initialSavepointPath can start it from a savepoint or a "
+                f"retained checkpoint there), or {hand_over_hint(error.path)}"
+            ) from None
         raise RunRefused(str(error)) from None
     except (StorageError, OSError) as error:
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error

@@ -103,9 +103,17 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
             )
         record = RegistryRecord(record.id, here)
         record.write(paths.registry_id_file)
-    return StorageOwner(
-        id=record.id, description=f"the state directory {here} (registry {record.id[:8]})"
-    )
+    return StorageOwner(id=record.id, description=f"{_registry_of(here)} {record.id[:8]})")
+
+
+def _registry_of(here: str) -> str:
+    return f"the state directory {here} (registry"
+
+
+def made_here_before(owner: StorageOwner, paths: LocalPaths) -> bool:
+    """Whether `owner` is a registry this state directory kept of the job before its
+    records of the job were deleted (its `registry-id` with them)."""
+    return owner.description.startswith(f"{_registry_of(str(paths.job_dir))} ")
 
 
 def _same_directory(recorded: str, here: str) -> bool:

@@ -167,6 +167,36 @@ def test_a_run_of_the_job_from_another_state_directory_is_refused_its_storage(
         fourth.communicate()
 
 
+def test_a_job_whose_records_were_deleted_is_told_its_storage_has_an_earlier_registry(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's, having deleted the job's records to start afresh: the refusal named
+    the same state directory twice, as the owner and as the claimant, and said to run the
+    job from the registry that owns it, which was gone."""
+    job = ScriptJob(tmp_path, FINISH)
+    assert job.run(timeout=60).returncode == 0
+    earlier = _registry(job)
+    job_storage = job.state_dir / "storage" / "default" / "probe"
+    (job_storage / "chk-7").mkdir()
+    (job_storage / "chk-7" / "_metadata").write_text("listed nowhere now")
+    shutil.rmtree(job.job_dir)
+
+    refused = job.run(timeout=20)
+
+    assert refused.returncode == 1
+    owner_file = job_storage / "owner.json"
+    assert refused.stderr.splitlines() == [
+        f"spark-checkpoint run: {owner_file.as_uri()}: this job's storage belongs to an "
+        f"earlier registry of this state directory (registry {earlier}; this one is "
+        f"{_registry(job)}), whose records of the job were deleted since: it holds "
+        "checkpoints no registry lists, and this one's garbage collection would delete them. "
+        "Give the job another spec.checkpointing.storage (spec.restore.initialSavepointPath "
+        "can start it from a savepoint or a retained checkpoint there), or to hand the "
+        f"storage over, delete {owner_file} (the checkpoints the other registry lists are "
+        "then deleted as garbage; its savepoints stay)"
+    ]
+
+
 def _registry(job: ScriptJob) -> str:
     """The short id a state directory's registry is named by in messages."""
     return str(json.loads((job.job_dir / "registry-id").read_text())["id"])[:8]

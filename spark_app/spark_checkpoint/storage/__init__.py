@@ -19,6 +19,7 @@ from .errors import (
     UnknownFormatVersionError,
     UnregisteredCheckpointError,
     first_line,
+    hand_over_hint,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -69,6 +70,7 @@ __all__ = [
     "UnregisteredCheckpointError",
     "digest_local_file",
     "first_line",
+    "hand_over_hint",
     "metadata_location",
     "parse_snapshot_address",
     "parse_snapshot_dir_name",

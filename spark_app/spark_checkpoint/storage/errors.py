@@ -132,13 +132,20 @@ class StorageOwnedElsewhere(StorageError):
             f"{claimant.description}, whose garbage collection would delete the other's "
             "checkpoints: run the job from the registry that owns it, or give this one "
             "another spec.checkpointing.storage (spec.restore.initialSavepointPath can start "
-            "it from a savepoint there); to hand the storage over, delete "
-            f"{path.removeprefix('file://')} (the checkpoints the other registry lists are "
-            "then deleted as garbage; its savepoints stay)",
+            f"it from a savepoint there); {hand_over_hint(path)}",
         )
         self.args = (path, owner, claimant)
         self.owner = owner
         self.claimant = claimant
+
+
+def hand_over_hint(owner_path: str) -> str:
+    """How a registry the job's storage does not belong to gets it (`owner_path`: its
+    `owner.json`)."""
+    return (
+        f"to hand the storage over, delete {owner_path.removeprefix('file://')} (the "
+        "checkpoints the other registry lists are then deleted as garbage; its savepoints stay)"
+    )
 
 
 def first_line(error: BaseException) -> str:
