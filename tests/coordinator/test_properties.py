@@ -54,6 +54,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
     TriggerWithdrawn,
 )
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT
 
 TASK_POOL = ("logs", "state-0-0", "state-0-1", "state-1-0")
 WITHDRAWN_LABEL = "suspend"
@@ -130,6 +131,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         for effect in effects:
             match effect:
                 case PersistState(state=state):
+                    # What is persisted is read back (an operator restart, a local run).
+                    read_back = PersistedState.from_dict(state.to_dict())
+                    assert read_back.next_checkpoint_id == state.next_checkpoint_id
                     self.persisted = state
                 case TriggerCheckpoint(checkpoint_id=cid, kind=kind, expected_tasks=tasks):
                     # Ids strictly increase, across restarts too, and a counter that
@@ -204,6 +208,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         (savepoints another registry kept there, or this one's own)."""
         self._send(StoredIdsReported(highest))
         self.highest_stored = max(self.highest_stored, highest)
+
+    @rule(highest=st.sampled_from([MAX_COUNT - 1, MAX_COUNT, 2**63 - 1]))
+    def storage_reported_beyond_any_counter(self, highest: int) -> None:
+        """A directory named by hand (`sp-99999999999999999999`): no counter could
+        continue above it and be persisted, so it changes nothing."""
+        next_id = self.coordinator.next_checkpoint_id
+        assert self._send(StoredIdsReported(highest)) == []
+        assert self.coordinator.next_checkpoint_id == next_id
 
     @rule(
         kind=st.sampled_from(CheckpointKind),

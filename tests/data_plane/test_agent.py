@@ -370,8 +370,7 @@ def test_a_savepoint_is_never_taken_over_one_another_registry_left(
     declines = _declines(client, 4)
     assert declines[0]["message"] == (
         f"{running.storage.layout.savepoint_dir(4)}: exists already, left by another registry "
-        "of this job (storage handed over to this one): the savepoint is not written over "
-        "it, and the next one takes the next id"
+        "of this job: the savepoint is not written over it, and the next one takes the next id"
     )
     _call(client, "abort", 4, "declined")
     assert (old / "_metadata").read_text() == "the old registry's"

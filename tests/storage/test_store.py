@@ -217,6 +217,8 @@ def test_the_highest_snapshot_id_counts_every_snapshot_directory(
     storage_root.write(f"{job_root}/savepoints/sp-x/files/offsets/1", b"not a snapshot")
     assert storage.highest_snapshot_id() == 40
     storage_root.write(f"{job_root}/chk-41/.x.tmp", b"partial")
+    # Beyond what the protocol carries (2**63 - 1): named by hand, no registry's.
+    storage_root.write(f"{job_root}/savepoints/sp-99999999999999999999/_metadata", b"{}")
     assert storage.highest_snapshot_id() == 41
 
 

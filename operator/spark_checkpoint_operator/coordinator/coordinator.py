@@ -58,7 +58,7 @@ from spark_checkpoint_operator.coordinator.requests import (
     RequestQueue,
     TriggerRequest,
 )
-from spark_checkpoint_operator.coordinator.state import PersistedState
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT, PersistedState
 
 Clock = Callable[[], float]
 
@@ -236,7 +236,9 @@ class CheckpointCoordinator:
         return _failures_persisted(effects, self.persisted_state)
 
     def _continue_above(self, highest: int, effects: list[Effect]) -> None:
-        if highest < self._next_id:
+        if highest < self._next_id or highest + self._id_block >= MAX_COUNT:
+            # Below the counter already; or a directory name no registry's counter reaches
+            # (made by hand), whose id a persisted counter could not hold.
             return
         self._next_id = highest + 1
         if self._next_id > self._reserved_until:

@@ -593,7 +593,8 @@ class CheckpointAgent:
         try:
             if snapshot.kind is CheckpointKind.SAVEPOINT:
                 # Written over, another registry's savepoint of this job would be lost
-                # (storage handed over: its ids start anew); a checkpoint's id is new.
+                # (made after this driver reported the ids in storage, or a coordinator
+                # too old to continue above them); a checkpoint's id is new.
                 self._storage.require_no_snapshot(snapshot.kind, snapshot.checkpoint_id)
             batch_id = self._choose_batch(snapshot)
             plan = plan_snapshot(self._location, batch_id)

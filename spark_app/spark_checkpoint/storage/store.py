@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import CheckpointKind, StorageOwner
+from spark_checkpoint.protocol import MAX_ID, CheckpointKind, StorageOwner
 
 from .errors import (
     ChecksumMismatchError,
@@ -194,9 +194,8 @@ class CheckpointStorage:
         if self.fs.exists(directory):
             raise StorageError(
                 directory,
-                f"exists already, left by another registry of this job (storage handed over "
-                f"to this one): the {kind.value} is not written over it, and the next one "
-                "takes the next id",
+                f"exists already, left by another registry of this job: the {kind.value} is "
+                "not written over it, and the next one takes the next id",
             )
 
     def add_savepoint_file(self, savepoint_id: int, local_src: str, path: str) -> ManifestEntry:
@@ -281,9 +280,11 @@ class CheckpointStorage:
     def highest_snapshot_id(self) -> int | None:
         """The highest id of a snapshot directory in the job's storage (`chk-N`, `sp-N`,
         with a `_metadata` or not, of whichever registry), None if there is none: a registry
-        the storage was handed over to continues its ids above the savepoints kept there."""
+        the storage was handed over to continues its ids above the savepoints kept there.
+        A name beyond the ids the protocol carries is no registry's."""
         kinds = (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT)
-        return max((i for kind in kinds for i in self._snapshot_dir_ids(kind)), default=None)
+        ids = (i for kind in kinds for i in self._snapshot_dir_ids(kind) if i <= MAX_ID)
+        return max(ids, default=None)
 
     def discard_checkpoint(
         self,
