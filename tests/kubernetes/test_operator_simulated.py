@@ -78,21 +78,26 @@ def in_phase(cluster: LocalCluster, name: str, phase: str) -> Any:
     )
 
 
-def test_checkpoints_complete_and_appear_in_status(cluster: LocalCluster) -> None:
-    cluster.apply(job())
-
-    status = completed(cluster, "orders", 3)
+def test_checkpoints_complete_and_appear_in_status(tmp_path: Path) -> None:
+    """Its driver finds savepoints up to 250 in the job's storage, which a job of the same
+    name deleted before kept: this job's ids continue above them, persisted."""
+    agents = SimulatedAgents(batch_seconds=0.3, highest_stored_id=250)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        status = completed(cluster, "orders", 3)
+        job_object = cluster.job("orders")
+        driver_pods = cluster.driver_pods("orders")
 
     assert status["phase"] == "Running"
-    assert status["lastCheckpoint"]["id"] >= 1
+    assert status["lastCheckpoint"]["id"] > 250
+    assert status["coordinator"]["nextCheckpointId"] > status["lastCheckpoint"]["id"]
     assert status["driver"] == {"ready": 1, "expected": 1}
     conditions = {c["type"]: c["status"] for c in status["conditions"]}
     assert conditions == {"Ready": "True", "CheckpointsHealthy": "True", "SpecValid": "True"}
-    job_object = cluster.job("orders")
     assert job_object is not None
     assert status["observedGeneration"] == job_object["metadata"]["generation"]
     assert "orders" not in str(job_object.get("spec", {}).get("status", ""))
-    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    assert driver_pods == ["orders-driver-1"]
 
 
 def test_failing_checkpoints_appear_in_status_before_any_completes(tmp_path: Path) -> None:

@@ -100,6 +100,9 @@ class SimulatedAgent:
     # A restored query reports "restoring" (no snapshot task running) this long, as a real
     # driver does until its query got past the image.
     restore_seconds: float = 0.0
+    # The highest snapshot id in the job's storage when the driver started (another
+    # registry's savepoints kept there), reported from the start as a real agent does.
+    highest_stored_id: int | None = None
     exit_code: int | None = None
     # The driver runs on, but nothing reaches its agent (a hung process, a network cut).
     cut_off: bool = False
@@ -153,6 +156,7 @@ class SimulatedAgent:
                 awaiting_final_checkpoint=False,
                 restored_from=None,
                 checkpoints=(),
+                highest_stored_id=self.highest_stored_id,
             )
         batch = self.batch(now)
         finished = self.finished(now)
@@ -178,6 +182,7 @@ class SimulatedAgent:
             if self.restored_from is None
             else RestoredFrom(RestoreCandidate.decode(self.restored_from), batch_id=0),
             checkpoints=tuple(s.report() for s in self.snapshots.values()),
+            highest_stored_id=self.highest_stored_id,
         )
 
 
@@ -196,8 +201,10 @@ class SimulatedAgents:
         missing_images: frozenset[str] = frozenset(),
         uncoordinated_images: frozenset[str] = frozenset(),
         endless_input: bool = False,
+        highest_stored_id: int | None = None,
     ) -> None:
         self.port = port
+        self.highest_stored_id = highest_stored_id
         # The query's input never runs out: a drain savepoint never captures its image.
         self.endless_input = endless_input
         # Images no registry has: a driver pod of one waits as a kubelet reports it.
@@ -230,6 +237,7 @@ class SimulatedAgents:
             finish_after=self.finish_after,
             started=loop.time() + (self.starting_seconds if restore else 0.0),
             restore_seconds=self.restore_seconds,
+            highest_stored_id=self.highest_stored_id,
         )
         self.agents[ip] = agent
         return agent
