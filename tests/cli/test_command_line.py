@@ -388,3 +388,21 @@ def test_a_manifest_given_without_f_to_a_command_of_images_gets_the_hint(
     assert result.code == ExitCode.USAGE, result.err
     assert result.err.endswith("; a manifest is named with -f job.yaml\n"), result.err
     assert len(result.err.splitlines()) == 1
+
+
+def test_a_command_loads_no_interactive_command_line_of_a_library() -> None:
+    """The `cel` package imports its own command line (typer, prompt_toolkit), a sixth of
+    every command's start, which nothing here uses (rich is the run's live line's)."""
+    loaded = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, spark_checkpoint_operator.cli, spark_checkpoint_operator.manifest"
+            ".loading; print(sorted({m.partition('.')[0] for m in sys.modules} & "
+            "{'typer', 'prompt_toolkit', 'click'}))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout == "[]\n", loaded.stdout

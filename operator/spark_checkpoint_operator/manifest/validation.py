@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-import cel
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
 
@@ -25,6 +24,7 @@ from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
 )
+from spark_checkpoint_operator.manifest.cel_rules import cel
 from spark_checkpoint_operator.manifest.crd import (
     Schema,
     cached_crd,
