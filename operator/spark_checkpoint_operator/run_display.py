@@ -163,7 +163,10 @@ class RunDisplay:
                 except Exception:  # as logging's own handlers: never raised into the caller
                     self.handleError(record)
 
-        return Handler()
+        handler = Handler()
+        # The message alone (basicConfig would give it "WARNING:<logger>:" after "warning: ").
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        return handler
 
     # ------------------------------------------------------------------ while the job runs
 

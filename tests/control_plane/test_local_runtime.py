@@ -197,6 +197,25 @@ def test_a_job_whose_records_were_deleted_is_told_its_storage_has_an_earlier_reg
     ]
 
 
+def test_storage_another_registry_left_without_checkpoints_is_taken_over_and_said_once(
+    tmp_path: Path,
+) -> None:
+    """Said as the run's own warnings are: it read 'warning: WARNING:spark_checkpoint.
+    storage.store:...' (a newcomer's)."""
+    job = ScriptJob(tmp_path, FINISH)
+    layout = JobStorageLayout((job.state_dir / "storage").as_uri(), "default", "probe")
+    CheckpointStorage(layout).claim(StorageOwner("registry-2", "another registry"))
+
+    result = job.run(timeout=60)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    said = [line.split(" ", 2)[2] for line in result.stdout.splitlines() if "taken over" in line]
+    assert said == [
+        f"warning: {layout.job_root}: taken over from another registry, which left no "
+        "checkpoints there"
+    ], result.stdout
+
+
 def _registry(job: ScriptJob) -> str:
     """The short id a state directory's registry is named by in messages."""
     return str(json.loads((job.job_dir / "registry-id").read_text())["id"])[:8]
