@@ -69,7 +69,17 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
         ids = [c.checkpoint_id for c in registered]
         if snapshot_id not in ids:
             known = ", ".join(map(str, ids)) or "none"
-            raise UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known})")
+            stored = storage.layout.metadata_path(kind, snapshot_id)
+            # Another registry's (kept when the storage was handed over): restored by path.
+            elsewhere = (
+                f"; the one in the job's storage is another registry's: to restore it, name "
+                f"its path: --from {stored.removeprefix('file://')}"
+                if storage.fs.exists(stored)
+                else ""
+            )
+            raise UnknownImage(
+                f"{choice} is not a registered {kind} of the job ({kind}s: {known}){elsewhere}"
+            )
         _require_intact(storage, kind, snapshot_id, choice)
         return ChosenImage(candidate.encode(), (kind, snapshot_id))
     return _external(choice, registry, storage)
