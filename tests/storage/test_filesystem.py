@@ -282,7 +282,9 @@ def test_a_listing_the_storage_library_fails_names_the_directory(
     fs = StorageFileSystem.for_url(memory_root)
 
     def refused(*_args: object, **_kwargs: object) -> None:
-        raise RuntimeError("the service refused")
+        # The first line only: Azure's DefaultAzureCredential adds one per credential it
+        # tried, and `list` printed the twelve lines (a newcomer's).
+        raise RuntimeError("the service refused\nAttempted credentials:\n\tEnvironment...")
 
     monkeypatch.setattr(fs._fs, "find", refused)
 

@@ -29,6 +29,7 @@ from .errors import (
     StorageAccessError,
     StorageError,
     SymbolicLinkError,
+    first_line,
 )
 
 _CHUNK_SIZE = 1024 * 1024
@@ -439,7 +440,7 @@ def _storage_errors(path: str) -> Iterator[None]:
     except (StorageError, OSError):
         raise
     except Exception as error:
-        raise StorageAccessError(path, f"{type(error).__name__}: {error}") from error
+        raise StorageAccessError(path, f"{type(error).__name__}: {first_line(error)}") from error
 
 
 def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRECTORY) -> None:
