@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -390,3 +392,33 @@ def test_an_image_the_job_no_longer_restores_from_says_so(job: Job, cli: Cli) ->
     by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
     assert by_id[("checkpoint", 2)]["unrestorable"] == "its restored query failed in attempt 2"
     assert by_id[("checkpoint", 1)]["unrestorable"] is None
+
+
+def test_a_storage_library_that_fails_loudly_is_told_in_one_line(job: Job) -> None:
+    """Azure's DefaultAzureCredential without credentials: `list` printed its twelve-line
+    message five times (four warnings of azure.identity, one per try, then the error; a
+    newcomer's). Played by the local filesystem's listing, in a process of its own (the
+    warnings reach standard error where no logging is set up, as for a user)."""
+    program = f"""
+import logging, sys
+from fsspec.implementations.local import LocalFileSystem
+from spark_checkpoint_operator.cli import main
+
+def no_token(*_args, **_kwargs):
+    message = "DefaultAzureCredential failed to retrieve a token.\\nAttempted credentials:\\n\\t..."
+    for _ in range(4):
+        logging.getLogger("azure.identity._credentials.chained").warning(message)
+    raise RuntimeError(message)
+
+LocalFileSystem.ls = no_token
+sys.exit(main({["list", *job.flags]!r}))
+"""
+    result = subprocess.run(
+        [sys.executable, "-c", program], capture_output=True, text=True, check=False
+    )
+
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"spark-checkpoint list: {job.job_root}: RuntimeError: DefaultAzureCredential failed "
+        "to retrieve a token.\n"
+    )
