@@ -18,6 +18,7 @@ from spark_checkpoint_operator.cli_conventions import (
     add_output_option,
     directory,
     epilog,
+    error_lines,
     exit_quietly_on_closed_pipe,
     port_number,
     seconds,
@@ -348,7 +349,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
-        print(f"spark-checkpoint run: {error}", file=sys.stderr)
+        print(error_lines("spark-checkpoint run", error), file=sys.stderr)
         return ExitCode.USAGE
     display = RunDisplay(sys.stdout, fallback=sys.stderr)
     # What libraries log is shown as the runtime's own lines are.

@@ -202,6 +202,12 @@ def print_document(document: Mapping[str, Any], output: OutputFormat, out: TextI
     out.writelines(text.splitlines(keepends=True))
 
 
+def error_lines(prog: str, error: object) -> str:
+    """``error`` as lines of ``prog`` on standard error, each naming the command (a
+    manifest's problems are a line each)."""
+    return "\n".join(f"{prog}: {line}" for line in str(error).splitlines())
+
+
 def exit_quietly_on_closed_pipe(command: Callable[[], int]) -> int:
     """Run ``command``; if the reader of standard output goes away (``| head -1``), exit
     141 without a traceback, as the recipe of Python's ``signal`` documentation does."""

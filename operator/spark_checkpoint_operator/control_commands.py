@@ -18,6 +18,7 @@ from spark_checkpoint_operator.cli_conventions import (
     add_output_option,
     directory,
     epilog,
+    error_lines,
     format_table,
     job_options,
     print_document,
@@ -243,7 +244,7 @@ def run_control(args: argparse.Namespace) -> int:
         paths = job_paths(args)
         return _control(args, ControlPaths(paths.control_dir))
     except _Usage as error:
-        print(f"{prog}: {error}", file=sys.stderr)
+        print(error_lines(prog, error), file=sys.stderr)
         return ExitCode.USAGE
     except NoRuntime as error:
         ended = f"; {last_run(paths.status_file)}" if args.command == Command.STATUS else ""

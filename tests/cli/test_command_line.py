@@ -105,6 +105,29 @@ def test_every_command_that_takes_a_manifest_reads_it_from_f_and_filename(
     assert len(run.err.splitlines()) == 1, run.err
 
 
+def test_each_problem_of_a_manifest_is_a_line_that_names_the_command(
+    cli: Cli, console: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The second problem's line lacked the command's name (a newcomer's)."""
+    manifest = yaml.safe_load(EXAMPLE_MANIFEST.read_text())
+    manifest["spc"] = manifest.pop("spec")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
+    monkeypatch.chdir(tmp_path)
+    problems = [
+        "job.yaml: spc: unknown field (did you mean 'spec'?)",
+        "job.yaml: spec: required field is missing",
+    ]
+    for command in ("list", "status", "run"):
+        if command == "run":
+            result = console(command, "-f", "job.yaml", cwd=tmp_path)
+        else:
+            result = cli(command, "-f", "job.yaml")
+        assert result.code == ExitCode.USAGE, (command, result.err)
+        assert result.err.splitlines() == [
+            f"spark-checkpoint {command}: {problem}" for problem in problems
+        ], result.err
+
+
 def test_an_unknown_output_format_is_a_one_line_usage_error(
     job: Job, console: Cli, cli: Cli
 ) -> None:

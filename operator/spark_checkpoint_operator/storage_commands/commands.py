@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 from typing import TextIO
 
 from spark_checkpoint.storage import StorageError
-from spark_checkpoint_operator.cli_conventions import OutputFormat, print_document
+from spark_checkpoint_operator.cli_conventions import OutputFormat, error_lines, print_document
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.storage_commands.job import (
     CommandError,
@@ -147,7 +147,7 @@ def run_verify(
 
 
 def _usage_error(command: str, error: CommandError, err: TextIO) -> int:
-    print(f"spark-checkpoint {command}: {error}", file=err)
+    print(error_lines(f"spark-checkpoint {command}", error), file=err)
     return ExitCode.USAGE
 
 
