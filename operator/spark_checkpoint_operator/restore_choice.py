@@ -69,20 +69,30 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
         ids = [c.checkpoint_id for c in registered]
         if snapshot_id not in ids:
             known = ", ".join(map(str, ids)) or "none"
-            stored = storage.layout.metadata_path(kind, snapshot_id)
-            # Another registry's (kept when the storage was handed over): restored by path.
-            elsewhere = (
-                f"; the one in the job's storage is another registry's: to restore it, name "
-                f"its path: --from {stored.removeprefix('file://')}"
-                if storage.fs.exists(stored)
-                else ""
-            )
+            elsewhere = _another_registrys(storage, kind, snapshot_id)
             raise UnknownImage(
                 f"{choice} is not a registered {kind} of the job ({kind}s: {known}){elsewhere}"
             )
         _require_intact(storage, kind, snapshot_id, choice)
         return ChosenImage(candidate.encode(), (kind, snapshot_id))
     return _external(choice, registry, storage)
+
+
+def _another_registrys(storage: CheckpointStorage, kind: CheckpointKind, snapshot_id: int) -> str:
+    """How to restore the image of that id in the job's storage that the registry does not
+    list (another registry's, kept when the storage was handed over): by its path; "" if
+    there is none, or this process cannot read the storage (its credentials are the
+    driver's)."""
+    stored = storage.layout.metadata_path(kind, snapshot_id)
+    try:
+        if not storage.fs.exists(stored):
+            return ""
+    except (StorageError, OSError):
+        return ""
+    return (
+        "; the one in the job's storage is another registry's: to restore it, name its path: "
+        f"--from {stored.removeprefix('file://')}"
+    )
 
 
 def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:

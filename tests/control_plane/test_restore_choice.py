@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageAccessError
 from spark_checkpoint_operator.coordinator import PersistedState
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 
@@ -45,3 +45,23 @@ def test_a_path_that_names_no_readable_image_is_one_line(
 
     assert str(refused.value).startswith(said), refused.value
     assert "\n" not in str(refused.value)
+
+
+def test_an_unregistered_id_in_storage_this_process_cannot_read_is_refused_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--from savepoint:N` of an id the registry does not list looks for it in storage
+    (to name its path), which an object store's credentials may not allow here."""
+    storage = CheckpointStorage(JobStorageLayout("s3://bucket", "default", "orders"))
+
+    def no_credentials(path: str) -> bool:
+        raise StorageAccessError(path, "NoCredentialsError: Unable to locate credentials")
+
+    monkeypatch.setattr(storage.fs, "exists", no_credentials)
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image("savepoint:7", PersistedState(), storage)
+
+    assert str(refused.value) == (
+        "savepoint:7 is not a registered savepoint of the job (savepoints: none)"
+    )
