@@ -667,6 +667,10 @@ async def _run_locked(
 
 # Phases in which a savepoint request could only be declined: no driver's query runs.
 _NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
+# The job's end is recorded; the run ends once the cleanups of that end are done.
+_RUN_ENDING = frozenset(
+    {JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.SUSPENDED}
+)
 
 
 OUTPUT_CLOSED = "the output was closed"
@@ -703,7 +707,12 @@ class _Interrupts:
         again = f"{key} again to cancel"
         self._key = key
         self._count += 1
-        if self._stopping_without_savepoint:
+        phase = self._supervisor.record.phase
+        if phase in _RUN_ENDING:
+            # Nothing left to stop or cancel: "stopping the driver without a savepoint; its
+            # checkpoints are discarded" after "job finished" alarmed (a newcomer's).
+            self._report(f"{why}: the job has ended ({phase}); the run ends with its cleanup")
+        elif self._stopping_without_savepoint:
             # Cancelling would gain nothing (the driver stops already) and could discard
             # the checkpoints (retentionPolicy RetainOnFailure).
             self._report(f"{why}: the driver is already stopping without a savepoint")

@@ -140,3 +140,18 @@ def test_a_signal_while_no_query_runs_stops_without_a_savepoint_at_once(phase: J
 
     assert supervisor.calls == ["stop without a savepoint"]
     assert lines[0].startswith("interrupted: no savepoint can be taken now (its query is not ")
+
+
+@pytest.mark.parametrize("phase", [JobPhase.FINISHED, JobPhase.SUSPENDED])
+def test_a_signal_once_the_job_has_ended_stops_and_cancels_nothing(phase: JobPhase) -> None:
+    """Ctrl-C twice as a bounded job finished: the second said 'stopping the driver without
+    a savepoint; its checkpoints are discarded' after 'job finished' (a newcomer's)."""
+    supervisor = Supervisor(phase)
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.interrupt()
+    interrupts.interrupt()
+
+    assert supervisor.calls == []
+    assert lines == [f"interrupted: the job has ended ({phase}); the run ends with its cleanup"] * 2
