@@ -205,6 +205,9 @@ def _main(argv: Sequence[str] | None) -> int:
     add_control_commands(commands)
 
     args, unrecognized = parser.parse_known_args(argv)
+    # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen
+    # lines (four of them without credentials); the storage error after it says it in one.
+    logging.getLogger("azure.identity").setLevel(logging.ERROR)
     if unrecognized:  # named by the command that took the rest, whose --help says more
         command = commands.choices[args.command]
         assert isinstance(command, Parser)
@@ -222,9 +225,6 @@ def _main(argv: Sequence[str] | None) -> int:
         return _simulate(args)
     if args.command in ("status", "savepoint", "stop", "cancel"):
         return run_control(args)
-    # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen
-    # lines (four of them without credentials); the storage error after it says it in one.
-    logging.getLogger("azure.identity").setLevel(logging.ERROR)
     source = StorageSource(
         manifest=args.manifest,
         storage=args.storage,

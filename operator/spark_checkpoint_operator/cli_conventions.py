@@ -205,7 +205,7 @@ def print_document(document: Mapping[str, Any], output: OutputFormat, out: TextI
 def error_lines(prog: str, error: object) -> str:
     """``error`` as lines of ``prog`` on standard error, each naming the command (a
     manifest's problems are a line each)."""
-    return "\n".join(f"{prog}: {line}" for line in str(error).splitlines())
+    return "\n".join(f"{prog}: {line}" for line in str(error).splitlines() or [""])
 
 
 def exit_quietly_on_closed_pipe(command: Callable[[], int]) -> int:

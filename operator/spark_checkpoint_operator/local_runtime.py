@@ -488,11 +488,11 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
         if made_here_before(error.owner, paths):
             # "Run the job from the registry that owns it" cannot be done: it is gone.
             raise RunRefused(
-                f"{error.path}: this job's storage belongs to an earlier registry of this "
-                f"state directory (registry {error.owner.id[:8]}; this one is "
-                f"{owner.id[:8]}), whose records of the job were deleted since: it holds "
-                "checkpoints no registry lists, and this one's garbage collection would "
-                "delete them. Give the job another spec.checkpointing.storage "
+                f"{error.path}: this job's storage belongs to an earlier registry of a "
+                f"state directory at this path (registry {error.owner.id[:8]}; this one is "
+                f"{owner.id[:8]}): this one's records of the job were deleted since (or it "
+                "is another machine's), and this registry's garbage collection would delete "
+                "its checkpoints. Give the job another spec.checkpointing.storage "
                 "(spec.restore.initialSavepointPath can start it from a savepoint or a "
                 f"retained checkpoint there), or {hand_over_hint(error.path)}"
             ) from None
@@ -618,6 +618,8 @@ async def _run_locked(
         control.notice(notice)
         if notice.reason == "CheckpointFailed" and notice.label == INTERRUPT_LABEL:
             interrupts.savepoint_failed()
+        elif notice.reason in _JOB_ENDED:
+            interrupts.job_ended()
 
     restart_policy = manifest.spec.restart_policy
     if agent_start_timeout is not None:  # `run --agent-timeout` over the manifest's
@@ -667,10 +669,8 @@ async def _run_locked(
 
 # Phases in which a savepoint request could only be declined: no driver's query runs.
 _NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
-# The job's end is recorded; the run ends once the cleanups of that end are done.
-_RUN_ENDING = frozenset(
-    {JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED, JobPhase.SUSPENDED}
-)
+# The notices of the job's end in this run (`JobSupervisor._terminate`).
+_JOB_ENDED = frozenset(f"Job{outcome.value}" for outcome in TerminalOutcome)
 
 
 OUTPUT_CLOSED = "the output was closed"
@@ -695,6 +695,7 @@ class _Interrupts:
         self._why = "interrupted"  # what asked for the savepoint
         self._key = "Ctrl-C"  # and how to ask again
         self._stopping_without_savepoint = False  # the driver stops without one
+        self._job_ended = False  # in this run (the record's phase is the last run's at first)
 
     def interrupt(self) -> None:
         self._signalled("interrupted", "Ctrl-C")
@@ -707,11 +708,10 @@ class _Interrupts:
         again = f"{key} again to cancel"
         self._key = key
         self._count += 1
-        phase = self._supervisor.record.phase
-        if phase in _RUN_ENDING:
+        if self._job_ended:
             # Nothing left to stop or cancel: "stopping the driver without a savepoint; its
             # checkpoints are discarded" after "job finished" alarmed (a newcomer's).
-            self._report(f"{why}: the job has ended ({phase}); the run ends with its cleanup")
+            self._report(f"{why}: the job has ended; the run ends with its cleanup")
         elif self._stopping_without_savepoint:
             # Cancelling would gain nothing (the driver stops already) and could discard
             # the checkpoints (retentionPolicy RetainOnFailure).
@@ -726,6 +726,9 @@ class _Interrupts:
             self._report(f"{why}: the savepoint is under way ({again})")
         else:
             self._stop(why, again)
+
+    def job_ended(self) -> None:
+        self._job_ended = True
 
     def output_closed(self) -> None:
         if not self._stopping:

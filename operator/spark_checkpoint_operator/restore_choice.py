@@ -69,7 +69,11 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
         ids = [c.checkpoint_id for c in registered]
         if snapshot_id not in ids:
             known = ", ".join(map(str, ids)) or "none"
-            elsewhere = _another_registrys(storage, kind, snapshot_id)
+            elsewhere = (
+                _another_registrys(storage, snapshot_id)
+                if kind is CheckpointKind.SAVEPOINT
+                else ""  # a checkpoint is restored from the job's own storage by its registry
+            )
             raise UnknownImage(
                 f"{choice} is not a registered {kind} of the job ({kind}s: {known}){elsewhere}"
             )
@@ -78,19 +82,19 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
     return _external(choice, registry, storage)
 
 
-def _another_registrys(storage: CheckpointStorage, kind: CheckpointKind, snapshot_id: int) -> str:
-    """How to restore the image of that id in the job's storage that the registry does not
-    list (another registry's, kept when the storage was handed over): by its path; "" if
-    there is none, or this process cannot read the storage (its credentials are the
+def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
+    """How to restore the savepoint of that id in the job's storage that the registry does
+    not list (another registry's, kept when the storage was handed over): by its path; ""
+    if there is none, or this process cannot read the storage (its credentials are the
     driver's)."""
-    stored = storage.layout.metadata_path(kind, snapshot_id)
+    stored = storage.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
     try:
         if not storage.fs.exists(stored):
             return ""
     except (StorageError, OSError):
         return ""
     return (
-        "; the one in the job's storage is another registry's: to restore it, name its path: "
+        "; the one in the job's storage is not this registry's: to restore it, name its path: "
         f"--from {stored.removeprefix('file://')}"
     )
 

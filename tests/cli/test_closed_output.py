@@ -142,16 +142,21 @@ def test_a_signal_while_no_query_runs_stops_without_a_savepoint_at_once(phase: J
     assert lines[0].startswith("interrupted: no savepoint can be taken now (its query is not ")
 
 
-@pytest.mark.parametrize("phase", [JobPhase.FINISHED, JobPhase.SUSPENDED])
-def test_a_signal_once_the_job_has_ended_stops_and_cancels_nothing(phase: JobPhase) -> None:
+def test_a_signal_once_the_job_has_ended_stops_and_cancels_nothing() -> None:
     """Ctrl-C twice as a bounded job finished: the second said 'stopping the driver without
-    a savepoint; its checkpoints are discarded' after 'job finished' (a newcomer's)."""
-    supervisor = Supervisor(phase)
+    a savepoint; its checkpoints are discarded' after 'job finished' (a newcomer's). Ended
+    in this run: the record's phase at the start is the last run's (Suspended)."""
+    supervisor = Supervisor(JobPhase.SUSPENDED)
     lines: list[str] = []
     interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
 
     interrupts.interrupt()
+    interrupts.job_ended()
     interrupts.interrupt()
+    interrupts.terminate()
 
-    assert supervisor.calls == []
-    assert lines == [f"interrupted: the job has ended ({phase}); the run ends with its cleanup"] * 2
+    assert supervisor.calls == ["savepoint then stop"]
+    assert lines[1:] == [
+        "interrupted: the job has ended; the run ends with its cleanup",
+        "terminated (SIGTERM): the job has ended; the run ends with its cleanup",
+    ]

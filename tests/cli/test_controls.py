@@ -290,7 +290,7 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert kept.returncode == 1
     metadata = _job_storage(job) / "savepoints" / "sp-999" / "_metadata"
     assert kept.stderr.endswith(
-        "; the one in the job's storage is another registry's: to restore it, name its path: "
+        "; the one in the job's storage is not this registry's: to restore it, name its path: "
         f"--from {metadata}\n"
     ), kept.stderr
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]

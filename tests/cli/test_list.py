@@ -420,5 +420,5 @@ sys.exit(main({["list", *job.flags]!r}))
     assert result.returncode == 1
     assert result.stderr == (
         f"spark-checkpoint list: {job.job_root}: RuntimeError: DefaultAzureCredential failed "
-        "to retrieve a token.\n"
+        "to retrieve a token. Attempted credentials: ...\n"
     )

@@ -65,3 +65,18 @@ def test_an_unregistered_id_in_storage_this_process_cannot_read_is_refused_in_on
     assert str(refused.value) == (
         "savepoint:7 is not a registered savepoint of the job (savepoints: none)"
     )
+
+
+def test_an_unregistered_checkpoint_in_storage_gets_no_path_to_restore_it(tmp_path: Path) -> None:
+    """Its path would be refused too: a checkpoint in the job's own storage that its
+    registry does not list is garbage to it (a reviewer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    (tmp_path / "default" / "orders" / "chk-7").mkdir(parents=True)
+    (tmp_path / "default" / "orders" / "chk-7" / "_metadata").write_text("{}")
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image("checkpoint:7", PersistedState(), storage)
+
+    assert str(refused.value) == (
+        "checkpoint:7 is not a registered checkpoint of the job (checkpoints: none)"
+    )

@@ -497,9 +497,9 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
     }
     restored = [n.message for n in notices if n.reason == "Restored"]
     assert restored == 2 * [
-        f"restored from checkpoint:{older}; never restored again: checkpoint:{newer} (the "
-        f"output they covered, staged after checkpoint:{older} and not committed, is "
-        "discarded; committed output stays)"
+        f"restored from checkpoint:{older}; never restored again: checkpoint:{newer} (output "
+        f"staged after checkpoint:{older} and not yet committed is discarded; committed "
+        "output stays)"
     ]
 
 

@@ -282,15 +282,18 @@ def test_a_listing_the_storage_library_fails_names_the_directory(
     fs = StorageFileSystem.for_url(memory_root)
 
     def refused(*_args: object, **_kwargs: object) -> None:
-        # The first line only: Azure's DefaultAzureCredential adds one per credential it
-        # tried, and `list` printed the twelve lines (a newcomer's).
-        raise RuntimeError("the service refused\nAttempted credentials:\n\tEnvironment...")
+        # One line: Azure's DefaultAzureCredential says why a line per credential it tried,
+        # and `list` printed the twelve lines (a newcomer's); the why is kept (a reviewer's).
+        raise RuntimeError("the service refused\nAttempted credentials:\n\tEnvironment: bad")
 
     monkeypatch.setattr(fs._fs, "find", refused)
 
     with pytest.raises(StorageAccessError) as raised:
         fs.list_file_sizes(f"{memory_root}/shared")
-    assert str(raised.value) == f"{memory_root}/shared: RuntimeError: the service refused"
+    assert str(raised.value) == (
+        f"{memory_root}/shared: RuntimeError: the service refused Attempted credentials: "
+        "Environment: bad"
+    )
 
 
 def test_a_file_deleted_while_its_directory_is_listed_is_left_out(

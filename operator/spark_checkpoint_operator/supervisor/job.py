@@ -896,8 +896,8 @@ class JobSupervisor:
         source = restored.candidate.encode()
         left_behind = self._left_behind(source, restored.skipped)
         never = (
-            f"; never restored again: {', '.join(left_behind)} (the output they covered, "
-            f"staged after {source} and not committed, is discarded; committed output stays)"
+            f"; never restored again: {', '.join(left_behind)} (output staged after "
+            f"{source} and not yet committed is discarded; committed output stays)"
             if left_behind
             else ""
         )

@@ -155,6 +155,14 @@ def first_line(error: BaseException) -> str:
     return printable_line(lines[0] if lines else type(error).__name__)
 
 
+def joined_lines(error: BaseException, limit: int = 600) -> str:
+    """An error's message as one printable line, all its lines joined: a library may say
+    why on later ones (Azure's DefaultAzureCredential names each credential it tried and
+    what failed, a line each)."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return printable_line(" ".join(lines) or type(error).__name__, limit)
+
+
 def printable_line(text: str, limit: int = 300) -> str:
     """Text read from storage as one line of printable characters, at most ``limit``:
     what a message or a log line quotes of it."""

@@ -29,7 +29,7 @@ from .errors import (
     StorageAccessError,
     StorageError,
     SymbolicLinkError,
-    first_line,
+    joined_lines,
 )
 
 _CHUNK_SIZE = 1024 * 1024
@@ -440,7 +440,7 @@ def _storage_errors(path: str) -> Iterator[None]:
     except (StorageError, OSError):
         raise
     except Exception as error:
-        raise StorageAccessError(path, f"{type(error).__name__}: {first_line(error)}") from error
+        raise StorageAccessError(path, f"{type(error).__name__}: {joined_lines(error)}") from error
 
 
 def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRECTORY) -> None:
