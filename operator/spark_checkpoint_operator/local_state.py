@@ -103,17 +103,17 @@ def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
             )
         record = RegistryRecord(record.id, here)
         record.write(paths.registry_id_file)
-    return StorageOwner(id=record.id, description=f"{_registry_of(here)} {record.id[:8]})")
+    return StorageOwner(id=record.id, description=_description(here, record.id))
 
 
-def _registry_of(here: str) -> str:
-    return f"the state directory {here} (registry"
+def _description(here: str, registry_id: str) -> str:
+    return f"the state directory {here} (registry {registry_id[:8]})"
 
 
 def made_here_before(owner: StorageOwner, paths: LocalPaths) -> bool:
     """Whether `owner` is a registry this state directory kept of the job before its
     records of the job were deleted (its `registry-id` with them)."""
-    return owner.description.startswith(f"{_registry_of(str(paths.job_dir))} ")
+    return owner.description == _description(str(paths.job_dir), owner.id)
 
 
 def _same_directory(recorded: str, here: str) -> bool:
