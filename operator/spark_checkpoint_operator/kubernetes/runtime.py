@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pydantic
-from kubernetes.aio.client import ApiClient, CoreV1Api, CustomObjectsApi, V1Pod, V1Secret
+from kubernetes.aio.client import ApiClient, CustomObjectsApi, V1Pod, V1Secret
 from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 
 from spark_checkpoint.janitor_commands import (
@@ -32,6 +32,7 @@ from spark_checkpoint.restorable_report import ReportUnreadable, problems_by_ima
 from spark_checkpoint.settings import RESTORE_VARIABLE, SettingsError, restore_candidates
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import (
     KILLING_SIGNALS,
@@ -157,11 +158,11 @@ class Clients:
     api: ApiClient
     pods: PodRegistry
     session: aiohttp.ClientSession
-    core: CoreV1Api = field(init=False)
+    core: CoreCalls = field(init=False)
     custom_objects: CustomObjectsApi = field(init=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "core", CoreV1Api(self.api))
+        object.__setattr__(self, "core", CoreCalls(self.api))
         object.__setattr__(self, "custom_objects", CustomObjectsApi(self.api))
 
 
@@ -577,7 +578,7 @@ class KubernetesLauncher:
                     name,
                     namespace,
                     {"stringData": {objects.TOKEN_KEY: token}},
-                    _content_type=STRATEGIC_MERGE_PATCH,
+                    content_type=STRATEGIC_MERGE_PATCH,
                 )
         except ApiException as error:
             raise _launch_error(error, f"secret {name}") from error
