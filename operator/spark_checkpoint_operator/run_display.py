@@ -41,7 +41,9 @@ COMPLETED = {
 FAILED = "CheckpointFailed"
 # An image the driver could not read (skipped), or whose restored query failed (fallen
 # back from): a run that fell back past two images says "1 restore (2 images failed)".
-RESTORE_FAILED = frozenset({"RestoreSkipped", "RestoreFailed"})
+RESTORE_FAILED_QUERY = "RestoreFailed"
+RESTORE_FAILED = frozenset({"RestoreSkipped", RESTORE_FAILED_QUERY})
+RESTORED = "Restored"
 
 
 def wall_clock(at: float) -> str:
@@ -58,6 +60,10 @@ class RunTally:
     )
     failed: int = 0
     failed_images: set[str] = field(default_factory=set)  # that could not be restored
+    # Drivers that said they restored an image, and restored queries that failed on it: a
+    # restore counts (the record's) once its query went past the image or ended cleanly.
+    restored: int = 0
+    restores_failed: int = 0
     # Per driver attempt: the batches its query committed and the input rows it read, the
     # highest seen (a restored query starts after its image's batch).
     batches: dict[int, int] = field(default_factory=dict)
@@ -70,6 +76,10 @@ class RunTally:
             self.failed += 1
         elif notice.reason in RESTORE_FAILED:
             self.failed_images.add(notice.image)
+            if notice.reason == RESTORE_FAILED_QUERY:
+                self.restores_failed += 1
+        elif notice.reason == RESTORED:
+            self.restored += 1
 
     def status(self, status: AgentStatus) -> None:
         last = status.query.last_committed_batch
@@ -277,9 +287,17 @@ class RunDisplay:
             _count(completed[CheckpointKind.CHECKPOINT], "checkpoint"),
             _count(completed[CheckpointKind.SAVEPOINT], "savepoint"),
         ]
-        restores = _count(record.restores - self._restores_before, "restore")
+        confirmed = record.restores - self._restores_before
+        restores = _count(confirmed, "restore")
+        notes = []
         if tally.failed_images:
-            restores += f" ({_count(len(tally.failed_images), 'image')} failed)"
+            notes.append(f"{_count(len(tally.failed_images), 'image')} failed")
+        if (unconfirmed := tally.restored - tally.restores_failed - confirmed) > 0:
+            # "restored from" was said, and the driver ended (stopped, killed) before it was
+            # confirmed: "0 restores" alone read as if nothing had been restored.
+            notes.append(f"{unconfirmed} unconfirmed: ended before a batch past its image")
+        if notes:
+            restores += f" ({', '.join(notes)})"
         self.line(
             f"{outcome.value}: this run took {human_age(duration)}: "
             f"{' and '.join(images)} completed, {tally.failed} failed, "
