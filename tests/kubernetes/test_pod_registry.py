@@ -106,16 +106,27 @@ def test_a_pod_a_finalizer_holds_is_told_once_and_waited_for_until_it_goes(
     assert "\n" not in notice.message
 
 
-def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it() -> None:
-    due = datetime.datetime(2026, 12, 3, 6, 0, tzinfo=datetime.UTC)
-    pod = V1Pod(
-        metadata=V1ObjectMeta(name="orders-driver-3", namespace="team-a", deletion_timestamp=due),
-        spec=V1PodSpec(containers=[], node_name="worker-7"),
+@pytest.mark.parametrize("api_server_clock", [-3600, 0, 3600], ids=["behind", "same", "ahead"])
+def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it(
+    api_server_clock: int,
+) -> None:
+    """Due when its grace period has passed since the operator asked, by the operator's
+    clock: the deletionTimestamp was compared with the operator's clock, so an API server
+    whose clock ran ahead had every pod told stuck at once (behind: never)."""
+    stamp = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=api_server_clock)
+    grace = 30
+    metadata = V1ObjectMeta(
+        name="orders-driver-3",
+        namespace="team-a",
+        deletion_timestamp=stamp + datetime.timedelta(seconds=grace),
+        deletion_grace_period_seconds=grace,
     )
+    pod = V1Pod(metadata=metadata, spec=V1PodSpec(containers=[], node_name="worker-7"))
 
     def after(seconds: float) -> str | None:
-        return stuck_deletion(pod, due + datetime.timedelta(seconds=seconds))
+        return stuck_deletion(pod, grace + seconds)
 
+    assert stuck_deletion(pod, 1) is None, "in its grace period"
     assert after(STUCK_DELETION_SECONDS - 1) is None, "its kubelet may still be at it"
     assert after(STUCK_DELETION_SECONDS + 2) == (
         "pod orders-driver-3 is still there 32s after its deletion was due: its node "
@@ -124,7 +135,7 @@ def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it() -
         "kubectl delete pod orders-driver-3 -n team-a --grace-period=0 --force releases "
         "it; the job waits until it is gone (no other pod of the job starts while it may run)"
     )
-    assert stuck_deletion(V1Pod(metadata=V1ObjectMeta(name="running")), due) is None
+    assert stuck_deletion(V1Pod(metadata=V1ObjectMeta(name="running")), 3600) is None
 
 
 def _pod(**metadata: Any) -> dict[str, Any]:

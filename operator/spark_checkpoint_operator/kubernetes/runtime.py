@@ -7,10 +7,10 @@ asked directly only where a missed watch event would otherwise stall (a pod that
 import asyncio
 import base64
 import contextlib
-import datetime
 import json
 import logging
 import secrets
+import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -55,9 +55,8 @@ OOM_KILLED = (
 )
 
 GONE_CHECK_SECONDS = 5.0
-# How long a pod may outlast its deletionTimestamp (its grace period's end, when its
-# containers are killed) before it is called stuck: its kubelet needs a moment to report
-# their end and remove it.
+# How long a pod may outlast its grace period's end (when its containers are killed) before
+# it is called stuck: its kubelet needs a moment to report their end and remove it.
 STUCK_DELETION_SECONDS = 30.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
 API_TIMEOUT_SECONDS = 30.0
@@ -378,6 +377,7 @@ async def delete_pod_and_wait(
     its containers may run."""
     with contextlib.suppress(NotFoundException):
         await clients.core.delete_namespaced_pod(name, namespace)
+    asked = time.monotonic()
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         # Asked of the API server, not only the watch: a deletion that came while the
@@ -388,19 +388,20 @@ async def delete_pod_and_wait(
         except NotFoundException:
             clients.pods.forget_pod(namespace, job, name)
             return
-        stuck = stuck_deletion(pod, datetime.datetime.now(datetime.UTC))
+        stuck = stuck_deletion(pod, time.monotonic() - asked)
         if stuck and clients.pods.first_told_stuck(namespace, job, name):
             report(Notice("PodStuckTerminating", Level.WARNING, stuck))
 
 
-def stuck_deletion(pod: V1Pod, now: datetime.datetime) -> str | None:
+def stuck_deletion(pod: V1Pod, waited: float) -> str | None:
     """Why a pod being deleted is still there long after it was due to go, as one line
-    that says what releases it; None while it is not overdue."""
+    that says what releases it; None while it is not overdue. Due when its grace period
+    has passed since the operator asked (``waited`` seconds ago, its own clock): the
+    deletionTimestamp is the API server's clock, which may be minutes off the operator's."""
     metadata, spec = pod.metadata, pod.spec
-    due = metadata.deletion_timestamp if metadata is not None else None
-    if metadata is None or due is None:
+    if metadata is None or metadata.deletion_timestamp is None:
         return None
-    overdue = (now - due).total_seconds()
+    overdue = waited - (metadata.deletion_grace_period_seconds or 0)
     if overdue < STUCK_DELETION_SECONDS:
         return None
     name, namespace = metadata.name, metadata.namespace
