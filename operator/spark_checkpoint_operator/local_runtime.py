@@ -663,7 +663,12 @@ async def _run_locked(
         display.showing(supervisor),
     ):
         outcome = await supervisor.run()
-    display.summary(outcome, supervisor.record, paths.status_file)
+    display.summary(
+        outcome,
+        supervisor.record,
+        paths.status_file,
+        unconfirmed_restores=supervisor.unconfirmed_restores,
+    )
     return outcome
 
 

@@ -41,9 +41,7 @@ COMPLETED = {
 FAILED = "CheckpointFailed"
 # An image the driver could not read (skipped), or whose restored query failed (fallen
 # back from): a run that fell back past two images says "1 restore (2 images failed)".
-RESTORE_FAILED_QUERY = "RestoreFailed"
-RESTORE_FAILED = frozenset({"RestoreSkipped", RESTORE_FAILED_QUERY})
-RESTORED = "Restored"
+RESTORE_FAILED = frozenset({"RestoreSkipped", "RestoreFailed"})
 
 
 def wall_clock(at: float) -> str:
@@ -60,10 +58,6 @@ class RunTally:
     )
     failed: int = 0
     failed_images: set[str] = field(default_factory=set)  # that could not be restored
-    # Drivers that said they restored an image, and restored queries that failed on it: a
-    # restore counts (the record's) once its query went past the image or ended cleanly.
-    restored: int = 0
-    restores_failed: int = 0
     # Per driver attempt: the batches its query committed and the input rows it read, the
     # highest seen (a restored query starts after its image's batch).
     batches: dict[int, int] = field(default_factory=dict)
@@ -76,10 +70,6 @@ class RunTally:
             self.failed += 1
         elif notice.reason in RESTORE_FAILED:
             self.failed_images.add(notice.image)
-            if notice.reason == RESTORE_FAILED_QUERY:
-                self.restores_failed += 1
-        elif notice.reason == RESTORED:
-            self.restored += 1
 
     def status(self, status: AgentStatus) -> None:
         last = status.query.last_committed_batch
@@ -278,8 +268,16 @@ class RunDisplay:
 
     # ------------------------------------------------------------------ at the end
 
-    def summary(self, outcome: TerminalOutcome, record: JobRecord, status_file: Path) -> None:
-        """This run's summary: what it completed, failed and processed, in how long."""
+    def summary(
+        self,
+        outcome: TerminalOutcome,
+        record: JobRecord,
+        status_file: Path,
+        *,
+        unconfirmed_restores: int = 0,
+    ) -> None:
+        """This run's summary: what it completed, failed and processed, in how long;
+        ``unconfirmed_restores`` (`JobSupervisor.unconfirmed_restores`) beside the restores."""
         tally = self._tally
         duration = (self._ended or time.monotonic()) - self._started
         completed = tally.completed
@@ -292,10 +290,13 @@ class RunDisplay:
         notes = []
         if tally.failed_images:
             notes.append(f"{_count(len(tally.failed_images), 'image')} failed")
-        if (unconfirmed := tally.restored - tally.restores_failed - confirmed) > 0:
+        if unconfirmed_restores:
             # "restored from" was said, and the driver ended (stopped, killed) before it was
             # confirmed: "0 restores" alone read as if nothing had been restored.
-            notes.append(f"{unconfirmed} unconfirmed: ended before a batch past its image")
+            notes.append(
+                f"{unconfirmed_restores} not counted: its driver ended before a batch past "
+                "the image"
+            )
         if notes:
             restores += f" ({', '.join(notes)})"
         self.line(

@@ -45,7 +45,8 @@ SUMMARY = re.compile(
     r"(?P<outcome>\w+): this run took (?P<took>\S+): (?P<checkpoints>\d+) checkpoints? and "
     r"(?P<savepoints>\d+) savepoints? completed, (?P<failed>\d+) failed, (?P<restores>\d+) "
     r"restores?(?: \((?:(?P<failed_restores>\d+) images? failed)?(?:, )?(?:(?P<unconfirmed>\d+) "
-    r"unconfirmed: ended before a batch past its image)?\))?; (?P<batches>\d+) batch(?:es)?, "
+    r"not counted: its driver ended before a batch past the image)?\))?; "
+    r"(?P<batches>\d+) batch(?:es)?, "
     r"(?P<rows>\d+) input rows?; status in "
 )
 LIVE_LINE = re.compile(
@@ -351,37 +352,27 @@ def test_the_summary_counts_the_images_a_run_could_not_restore(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(
-    ("notices", "confirmed", "expected"),
-    [
-        # Stopped before its restored query committed a batch: "0 restores" alone read as
-        # if "restored from checkpoint:3" had not happened (a newcomer's).
-        ([("Restored", "")], 0, ("0", None, "1")),
-        # Confirmed: nothing more to say.
-        ([("Restored", "")], 1, ("1", None, None)),
-        # The first image's restored query failed, the second restored: no unconfirmed one.
-        (
-            [("Restored", ""), ("RestoreFailed", "checkpoint:7"), ("Restored", "")],
-            1,
-            ("1", "1", None),
-        ),
-        # Killed after restoring once, restored again and confirmed.
-        ([("Restored", ""), ("Restored", "")], 1, ("1", None, "1")),
-    ],
+    ("failed_images", "unconfirmed", "expected"),
+    [(0, 1, ("0", None, "1")), (0, 0, ("0", None, None)), (2, 1, ("0", "2", "1"))],
 )
-def test_the_summary_tells_a_restore_that_ended_before_it_was_confirmed(
-    tmp_path: Path,
-    notices: list[tuple[str, str]],
-    confirmed: int,
-    expected: tuple[str, str | None, str | None],
+def test_the_summary_tells_restores_that_ended_before_they_were_confirmed(
+    tmp_path: Path, failed_images: int, unconfirmed: int, expected: tuple[str, ...]
 ) -> None:
+    """Stopped before its restored query committed a batch, a run said "0 restores" after
+    "restored from checkpoint:3", as if nothing had been restored (a newcomer's); the
+    supervisor counts those (tests/control_plane/test_restore_fallback.py)."""
     out = io.StringIO()
     display = RunDisplay(out)
-    for reason, image in notices:
-        display.notice(Notice(reason, Level.NOTE, reason, image=image))
+    for image in range(failed_images):
+        display.notice(Notice("RestoreSkipped", Level.WARNING, "", image=f"checkpoint:{image}"))
     record = JobRecord(phase=JobPhase.RUNNING, coordinator=PersistedState())
-    record.restores = confirmed
 
-    display.summary(TerminalOutcome.SUSPENDED, record, tmp_path / "status.json")
+    display.summary(
+        TerminalOutcome.SUSPENDED,
+        record,
+        tmp_path / "status.json",
+        unconfirmed_restores=unconfirmed,
+    )
 
     summary = SUMMARY.search(out.getvalue().splitlines()[-1])
     assert summary is not None, out.getvalue()

@@ -115,6 +115,34 @@ SCHEMA_ERROR = (
 )
 
 
+def test_a_driver_killed_after_restoring_leaves_its_restore_unconfirmed_not_failed() -> None:
+    """Killed before its restored query committed a batch past the image: not a restore
+    (`record.restores`), not a failed one, but one `run`'s summary tells as not counted
+    (it said "restored from"); the next driver restores the same image."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=3)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 2)
+        await _next_driver(launcher, 1)
+        await until(lambda: supervisor.record.restored_from is not None)
+        launcher.drivers[1].agent.reachable = False
+        launcher.drivers[1].code = DriverExit.FAILED  # killed, nothing about its image
+        third = await _next_driver(launcher, 2)
+        await until(lambda: third.status_requests > 0)
+        third.batch += 1
+        await until(lambda: supervisor.record.restores == 1)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return supervisor, launcher
+
+    supervisor, launcher = asyncio.run(scenario())
+    assert launcher.restores[2][0] == launcher.restores[1][0], "the same image again"
+    assert (supervisor.record.restores, supervisor.record.failed_restores) == (1, 0)
+    assert supervisor.unconfirmed_restores == 1
+
+
 def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> None:
     async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[Notice], list[int]]:
         launcher = RestoringLauncher()
@@ -148,6 +176,7 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert record.failed_restores == 1
     assert restores_while_failing == 0, "a restore is counted only once the query got past it"
     assert record.restores == 1
+    assert supervisor.unconfirmed_restores == 0, "a failed restore is not one left unconfirmed"
     failed = [n for n in notices if n.reason == "RestoreFailed"]
     assert [n.message.split(": ")[0] for n in failed] == [f"{newest} cannot be restored"]
     assert [n.image for n in failed] == [newest]  # what the run's summary counts

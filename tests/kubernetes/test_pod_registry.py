@@ -4,6 +4,7 @@ the API server too."""
 
 import asyncio
 import datetime
+import math
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -24,6 +25,7 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     OperatorApiClient,
     PodRegistry,
     delete_pod_and_wait,
+    deletion_due,
     stuck_deletion,
 )
 from spark_checkpoint_operator.supervisor import Level, Notice
@@ -122,11 +124,14 @@ def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it(
         deletion_grace_period_seconds=grace,
     )
     pod = V1Pod(metadata=metadata, spec=V1PodSpec(containers=[], node_name="worker-7"))
+    asked = 1000.0  # the operator's monotonic clock when it deleted the pod
+    due = deletion_due(pod, math.inf, asked)
+    assert due == asked + grace
 
     def after(seconds: float) -> str | None:
-        return stuck_deletion(pod, grace + seconds)
+        return stuck_deletion(pod, asked + grace + seconds - due)
 
-    assert stuck_deletion(pod, 1) is None, "in its grace period"
+    assert stuck_deletion(pod, asked + 1 - due) is None, "in its grace period"
     assert after(STUCK_DELETION_SECONDS - 1) is None, "its kubelet may still be at it"
     assert after(STUCK_DELETION_SECONDS + 2) == (
         "pod orders-driver-3 is still there 32s after its deletion was due: its node "
@@ -136,6 +141,19 @@ def test_a_pod_whose_node_never_confirms_its_deletion_says_how_to_release_it(
         "it; the job waits until it is gone (no other pod of the job starts while it may run)"
     )
     assert stuck_deletion(V1Pod(metadata=V1ObjectMeta(name="running")), 3600) is None
+
+
+def test_a_grace_period_that_shortens_brings_the_deletion_forward() -> None:
+    """A grace period only shortens (another deletion; the kubelet's last one sets 0 once
+    the containers stopped): due at the shorter one's end, never later than first found;
+    one missing is 0."""
+    pod = V1Pod(metadata=V1ObjectMeta(name="p", deletion_grace_period_seconds=60))
+    due = deletion_due(pod, math.inf, 100.0)
+    assert due == 160.0
+    assert deletion_due(pod, due, 110.0) == 160.0, "the same grace, looked at later"
+    pod.metadata.deletion_grace_period_seconds = 0  # the containers stopped at 155
+    assert deletion_due(pod, due, 155.0) == 155.0
+    assert deletion_due(V1Pod(metadata=V1ObjectMeta(name="p")), math.inf, 7.0) == 7.0
 
 
 def _pod(**metadata: Any) -> dict[str, Any]:

@@ -4,10 +4,12 @@ exceptions (`NotFoundException`, `ConflictException`, ...).
 
 That class defines every call of the Core v1 API, and its module loads all ~250 of its
 models: about a second of CPU at each operator start, near half of it (2026-12-03, this
-machine: the handlers' import 2.3 -> 1.2 s). This module loads only the models the calls
-take and return. Requests go through `ApiClient.call_api` as the generated ones do, so the
-operator's timeouts (`runtime.OperatorApiClient`) and the configured authentication (a
-refreshed token) apply.
+machine: the handlers' import 2.3 -> 1.2 s). This module loads the models the calls take
+and return and those nested in them (~140: a pod's spec and status hold most). The names
+are CoreV1Api's; the arguments are those the operator passes (`content_type` for the
+patch), and calls whose answer it does not read return None. Requests go through
+`ApiClient.call_api` as the generated ones do, so the operator's timeouts
+(`runtime.OperatorApiClient`) and the configured authentication (a refreshed token) apply.
 """
 
 from typing import Any, TypeVar

@@ -9,6 +9,7 @@ import base64
 import contextlib
 import json
 import logging
+import math
 import secrets
 import time
 from collections import defaultdict
@@ -377,7 +378,7 @@ async def delete_pod_and_wait(
     its containers may run."""
     with contextlib.suppress(NotFoundException):
         await clients.core.delete_namespaced_pod(name, namespace)
-    asked = time.monotonic()
+    due, looked = math.inf, time.monotonic()  # the first look's grace runs from the ask
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
         # Asked of the API server, not only the watch: a deletion that came while the
@@ -388,20 +389,30 @@ async def delete_pod_and_wait(
         except NotFoundException:
             clients.pods.forget_pod(namespace, job, name)
             return
-        stuck = stuck_deletion(pod, time.monotonic() - asked)
+        due = deletion_due(pod, due, looked)
+        looked = time.monotonic()
+        stuck = stuck_deletion(pod, looked - due)
         if stuck and clients.pods.first_told_stuck(namespace, job, name):
             report(Notice("PodStuckTerminating", Level.WARNING, stuck))
 
 
-def stuck_deletion(pod: V1Pod, waited: float) -> str | None:
-    """Why a pod being deleted is still there long after it was due to go, as one line
-    that says what releases it; None while it is not overdue. Due when its grace period
-    has passed since the operator asked (``waited`` seconds ago, its own clock): the
-    deletionTimestamp is the API server's clock, which may be minutes off the operator's."""
+def deletion_due(pod: V1Pod, due: float, since: float) -> float:
+    """When the pod's deletion is due on the operator's monotonic clock: its grace period
+    from ``since`` (the operator's deletion, then the last look), or the earlier ``due`` an
+    earlier look found (a grace period only shortens: another deletion, or the kubelet's
+    last one, 0, once the containers stopped). The deletionTimestamp is the API server's
+    clock, which may be minutes off the operator's."""
+    grace = pod.metadata.deletion_grace_period_seconds if pod.metadata is not None else None
+    return min(due, since + (grace or 0))
+
+
+def stuck_deletion(pod: V1Pod, overdue: float) -> str | None:
+    """Why a pod being deleted is still there long after it was due to go (``overdue``
+    seconds ago, `deletion_due`), as one line that says what releases it; None while it is
+    not overdue."""
     metadata, spec = pod.metadata, pod.spec
     if metadata is None or metadata.deletion_timestamp is None:
         return None
-    overdue = waited - (metadata.deletion_grace_period_seconds or 0)
     if overdue < STUCK_DELETION_SECONDS:
         return None
     name, namespace = metadata.name, metadata.namespace

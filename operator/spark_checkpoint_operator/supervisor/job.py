@@ -135,6 +135,10 @@ class JobSupervisor:
         self._last_restore_failure: tuple[str, int, list[str], list[str]] | None = None
         self._stopping: asyncio.Task[None] | None = None
         self._last_status: AgentStatus | None = None
+        # Drivers of this process's attempts that restored an image and ended (stopped,
+        # killed) before the restore was confirmed, a failed restore aside: `record.restores`
+        # counts confirmed ones only, and `run`'s summary tells these beside them.
+        self.unconfirmed_restores = 0
 
     @property
     def record(self) -> JobRecord:
@@ -509,6 +513,8 @@ class JobSupervisor:
             self._interpreter.attempt = None
         if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
             self._confirm_restore(attempt)  # e.g. a bounded query with nothing left to run
+        elif attempt.unconfirmed_restore is not None and exit_code != DriverExit.RESTORE_UNUSABLE:
+            self.unconfirmed_restores += 1
         # Only here: an error or a cancellation of `run` (the runtime itself stopping) leaves
         # the driver running for the next runtime process to adopt.
         await driver.terminate()
