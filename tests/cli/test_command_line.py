@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from helpers.imports import modules_loaded_by
 from helpers.script_job import ScriptJob
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint_operator.command import main as console_script_main
@@ -416,16 +417,8 @@ def test_a_manifest_given_without_f_to_a_command_of_images_gets_the_hint(
 def test_a_command_loads_no_interactive_command_line_of_a_library() -> None:
     """The `cel` package imports its own command line (typer, prompt_toolkit), a sixth of
     every command's start, which nothing here uses (rich is the run's live line's)."""
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, spark_checkpoint_operator.cli, spark_checkpoint_operator.manifest"
-            ".loading; print(sorted({m.partition('.')[0] for m in sys.modules} & "
-            "{'typer', 'prompt_toolkit', 'click'}))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
+    loaded = modules_loaded_by(
+        "spark_checkpoint_operator.cli", "spark_checkpoint_operator.manifest.loading"
     )
-    assert loaded.stdout == "[]\n", loaded.stdout
+    packages = {name.partition(".")[0] for name in loaded}
+    assert packages & {"typer", "prompt_toolkit", "click"} == set()

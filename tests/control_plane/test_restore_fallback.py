@@ -91,6 +91,14 @@ async def _checkpoints_then_crash(launcher: FakeLauncher, count: int) -> None:
     launcher.drivers[0].code = DriverExit.FAILED
 
 
+async def _second_driver_restored(launcher: FakeLauncher, supervisor: JobSupervisor) -> None:
+    """The first driver completes two checkpoints and dies; the second has reported the
+    restore of the newest."""
+    await _checkpoints_then_crash(launcher, 2)
+    await _next_driver(launcher, 1)
+    await until(lambda: supervisor.record.restored_from is not None)
+
+
 async def _next_driver(launcher: FakeLauncher, index: int) -> FakeAgent:
     await until(lambda: len(launcher.drivers) > index)
     agent: FakeAgent = launcher.drivers[index].agent
@@ -124,9 +132,7 @@ def test_a_driver_killed_after_restoring_leaves_its_restore_unconfirmed_not_fail
         launcher = RestoringLauncher()
         supervisor, _ = _supervisor(launcher, max_retries=3)
         run = asyncio.create_task(supervisor.run())
-        await _checkpoints_then_crash(launcher, 2)
-        await _next_driver(launcher, 1)
-        await until(lambda: supervisor.record.restored_from is not None)
+        await _second_driver_restored(launcher, supervisor)
         launcher.drivers[1].agent.reachable = False
         launcher.drivers[1].code = DriverExit.FAILED  # killed, nothing about its image
         third = await _next_driver(launcher, 2)
@@ -150,9 +156,7 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
         # not counted as a retry lets attempt 3 run.
         supervisor, notices = _supervisor(launcher, max_retries=1)
         run = asyncio.create_task(supervisor.run())
-        await _checkpoints_then_crash(launcher, 2)
-        await _next_driver(launcher, 1)
-        await until(lambda: supervisor.record.restored_from is not None)
+        await _second_driver_restored(launcher, supervisor)
         restores_while_failing = supervisor.record.restores
         launcher.drivers[1].agent.reachable = False
         # The line of Spark's error the driver found pointing at the checkpoint.
@@ -451,9 +455,7 @@ def test_an_unrestorable_image_stays_so_after_a_runtime_restart() -> None:
         launcher = RestoringLauncher()
         supervisor, _ = _supervisor(launcher, max_retries=3)
         run = asyncio.create_task(supervisor.run())
-        await _checkpoints_then_crash(launcher, 2)
-        await _next_driver(launcher, 1)
-        await until(lambda: supervisor.record.restored_from is not None)
+        await _second_driver_restored(launcher, supervisor)
         launcher.drivers[1].agent.reachable = False
         launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
         await _next_driver(launcher, 2)

@@ -2,9 +2,8 @@
 controllers' asyncio events must not be touched."""
 
 import inspect
-import subprocess
-import sys
 
+from helpers.imports import modules_loaded_by
 from spark_checkpoint_operator.kubernetes import handlers
 
 
@@ -23,15 +22,6 @@ def test_every_handler_runs_on_the_event_loop() -> None:
 def test_the_operator_loads_no_generated_api_class_of_the_core_group() -> None:
     """The client's `CoreV1Api` loads every model of the Core v1 API on import, half of the
     operator's start; `core_api` makes the few calls the operator needs."""
-    loaded = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, spark_checkpoint_operator.kubernetes.handlers; "
-            "print(sorted(m for m in sys.modules if m.startswith('kubernetes.aio.client.api.')))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert loaded.stdout == "['kubernetes.aio.client.api.custom_objects_api']\n", loaded.stdout
+    loaded = modules_loaded_by("spark_checkpoint_operator.kubernetes.handlers")
+    generated = sorted(name for name in loaded if name.startswith("kubernetes.aio.client.api."))
+    assert generated == ["kubernetes.aio.client.api.custom_objects_api"], generated

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.imports import modules_loaded_by
 from helpers.objectstore import S3Server, StorageRoot, storage_roots
 from spark_checkpoint.janitor_commands import janitor_environment
 from spark_checkpoint.protocol import StorageOwner
@@ -422,15 +423,5 @@ def test_unclaimed_storage_is_claimed_by_its_first_janitor_and_kept_by_it(
 def test_commands_other_than_verify_restorable_start_without_pyspark() -> None:
     """Most cleanup pods discard or collect garbage: importing pyspark made each start
     slower (0.12 s of CPU here) for a module only `verify-restorable` uses."""
-    imported = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys, spark_checkpoint.janitor; print(sorted(m for m in sys.modules "
-            "if m.split('.')[0] == 'pyspark'))",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    assert imported.stdout.strip() == "[]"
+    loaded = modules_loaded_by("spark_checkpoint.janitor")
+    assert sorted(name for name in loaded if name.split(".")[0] == "pyspark") == []
