@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from helpers.ports import free_port
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.protocol import ErrorAnswer, QueryState
@@ -44,12 +45,6 @@ def live_location(root: Path, batches: int) -> Path:
         (location / relative).parent.mkdir(parents=True, exist_ok=True)
         (location / relative).write_text(text)
     return location
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Running:

@@ -7,7 +7,6 @@ import contextlib
 import copy
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -23,6 +22,7 @@ from helpers import containers
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
+from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
 
 JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
@@ -46,7 +46,7 @@ class OperatorProcess:
         self._namespaces = namespaces
         self._process: subprocess.Popen[bytes] | None = None
         self.starts = 0
-        self.metrics_port = _free_port()
+        self.metrics_port = free_port()
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         command = [OPERATOR_COMMAND, *(f"--namespace={n}" for n in self._namespaces)]
@@ -122,7 +122,7 @@ class OperatorContainer(OperatorProcess):
     ) -> None:
         super().__init__(kubeconfig, log_path, namespaces)
         self.image = image
-        self.health_port = _free_port()
+        self.health_port = free_port()
         self._name = f"spark-checkpoint-operator-{os.getpid()}-{self.metrics_port}"
         # Readable by the image's user: pytest's own directories are root's alone.
         self._mounted = kubeconfig.parent / "operator-kubeconfig"
@@ -419,9 +419,3 @@ def operator_stopped(cluster: LocalCluster) -> Iterator[None]:
         yield
     finally:
         cluster.operator.start()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
