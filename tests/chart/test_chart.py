@@ -6,7 +6,6 @@ default and grants exactly what a recorded run of the operator uses."""
 import contextlib
 import os
 import re
-import socket
 import subprocess
 import time
 import urllib.request
@@ -21,6 +20,7 @@ import yaml
 
 from helpers.kube.cluster import OPERATOR_COMMAND, LocalCluster
 from helpers.kube.simulated import SimulatedAgents
+from helpers.ports import free_port
 from spark_checkpoint.storage import layout
 from spark_checkpoint_operator.kubernetes.handlers import METRICS_PORT_VARIABLE
 
@@ -697,13 +697,6 @@ def _job() -> dict[str, Any]:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
     """The Deployment's own command and arguments, as the operator identity. Its metrics
@@ -712,7 +705,7 @@ def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subproce
     environment = {
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
-        METRICS_PORT_VARIABLE: str(_free_port()),
+        METRICS_PORT_VARIABLE: str(free_port()),
     }
     with log.open("ab") as output:
         process = subprocess.Popen(
@@ -759,7 +752,7 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
     API server, goes through a job's life (driver, checkpoints, a crash and restore, its own
     restart with adoption, deletion with a final savepoint). Every request it makes must be
     allowed by the rendered RBAC, and every rule must have been used."""
-    health = _free_port()
+    health = free_port()
     values = {**scope, "operator": {"healthPort": health}}
     objects = _render(values)
     args = _container(objects)["args"]

@@ -1,13 +1,13 @@
 """The supervisor's Prometheus metrics, scraped over HTTP as Prometheus would."""
 
 import asyncio
-import socket
 import urllib.request
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.fake_driver import FakeLauncher, NoJanitor, until
+from helpers.ports import free_port
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import CoordinatorConfig
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
@@ -26,19 +26,13 @@ def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     }
 
 
-def _port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _labels(**extra: str) -> frozenset[tuple[str, str]]:
     return frozenset({**JOB, **extra}.items())
 
 
 def test_completions_failures_restores_and_lateness_are_counted() -> None:
     metrics = CheckpointMetrics(CollectorRegistry())
-    port = _port()
+    port = free_port()
     metrics.serve(port, "127.0.0.1")
     job = metrics.job("default", "orders")
     launcher = FakeLauncher()

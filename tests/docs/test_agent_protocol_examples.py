@@ -11,7 +11,6 @@ way, that the agent's real answer has. The agent runs on a synthetic live checkp
 
 import json
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -24,6 +23,7 @@ import pytest
 
 from helpers.agent import live_location
 from helpers.doc_blocks import ROOT, Block, marked_blocks
+from helpers.ports import free_port
 from spark_checkpoint.agent.agent import CheckpointAgent, QueryView
 from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.protocol import QueryProgress, QueryState
@@ -62,12 +62,6 @@ def _examples(blocks: list[Block]) -> dict[tuple[str, str], Example]:
     return found
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def agent_url(tmp_path: Path) -> Iterator[str]:
     agent = CheckpointAgent(
@@ -83,7 +77,7 @@ def agent_url(tmp_path: Path) -> Iterator[str]:
         lambda: QueryView(QueryState.RUNNING, idle=True, progress=QueryProgress(2, 120, 40.5, 360)),
         None,
     )
-    port = _free_port()
+    port = free_port()
     server = AgentServer(agent, TOKEN, "127.0.0.1", port)
     server.start()
     yield f"http://127.0.0.1:{port}"

@@ -10,7 +10,6 @@ import os
 import random
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.doc_blocks import marked_blocks, shell_commands
 from helpers.job_run import JobRun
+from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
 from spark_checkpoint.storage.layout import (
     OWNER_FILE_NAME,
@@ -115,7 +115,7 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
     assert shell_commands(readme.text) == [["spark-checkpoint", "run", "job.yaml"]] * 2
     first = JobRun(tmp_path / "job", bounded=False)
     first.add_input(files=6)
-    port = _free_port()
+    port = free_port()
     first.start(f"--metrics-port={port}")
     first.wait_for_line(r"checkpoint \d+ complete")
     scraped = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
@@ -341,12 +341,6 @@ def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
     run.wait_for_line(r"restored from checkpoint:\d+")
     assert run.wait() == 0, "\n".join(run.lines)
     _assert_exactly_once(run)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(

@@ -12,7 +12,6 @@ fail, never skip, where the tools are missing.
 
 import json
 import shutil
-import socket
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +24,7 @@ from helpers import containers
 from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import LocalCluster, OperatorContainer
 from helpers.kube.simulated import SimulatedAgents
+from helpers.ports import free_port
 from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
@@ -145,12 +145,6 @@ def orders_job() -> dict[str, Any]:
     document["spec"]["checkpointing"] |= {"interval": "1s", "minPause": "0s", "timeout": "20s"}
     document["spec"]["shutdown"] = {"finalSavepoint": True}
     return document
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def answers(url: str) -> bool:

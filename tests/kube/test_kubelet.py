@@ -5,7 +5,6 @@ import base64
 import ipaddress
 import json
 import signal
-import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ from lightkube.resources.core_v1 import ConfigMap, Pod, Secret
 
 from helpers.kube.emulator import ApiServerEmulator, serve
 from helpers.kube.kubelet import KubeletThread, LocalKubelet
+from helpers.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -366,9 +366,7 @@ connection.close()
 async def test_two_pods_listen_on_the_same_port_on_their_own_pod_ips(
     api: Api, kubelet: LocalKubelet
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = [
         field_ref("POD_IP", "status.podIP"),
         field_ref("POD_NAME", "metadata.name"),
@@ -441,9 +439,7 @@ async def test_stop_kills_the_processes_of_pods_still_running(api: Api, tmp_path
 async def test_the_kubelet_waits_for_the_api_and_watches_again_after_restarts(
     tmp_path: Path,
 ) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     emulator = ApiServerEmulator()
     async with LocalKubelet(f"http://127.0.0.1:{port}", tmp_path / "node") as kubelet:
         await asyncio.sleep(0.2)  # nothing listens yet: its first requests fail

@@ -1,23 +1,17 @@
 """The simulated agents answer status requests as the real agent does (the operator-scale
 benchmark and the simulated operator tests stand on that)."""
 
-import socket
 from typing import Any
 
 import aiohttp
 import pytest
 
 from helpers.kube.simulated import SimulatedAgents
+from helpers.ports import free_port
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
 TOKEN = "simulated-token"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _status(agents: SimulatedAgents, query: dict[str, str]) -> tuple[int, Any]:
@@ -44,7 +38,7 @@ async def _status(agents: SimulatedAgents, query: dict[str, str]) -> tuple[int, 
 async def test_bad_long_poll_parameters_are_refused_as_the_real_agent_does(
     query: dict[str, str], parameter: str
 ) -> None:
-    agents = SimulatedAgents(port=_free_port())
+    agents = SimulatedAgents(port=free_port())
     await agents.start()
     try:
         await agents.add("127.0.0.1", TOKEN, attempt=1, restore=[])
