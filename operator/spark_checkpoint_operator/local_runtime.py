@@ -85,7 +85,6 @@ from spark_checkpoint_operator.supervisor import (
     driver_error,
 )
 
-INTERRUPT_LABEL = "ctrl-c"
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
 
 
@@ -608,7 +607,7 @@ async def _run_locked(
         ).write()
 
     def on_notice(notice: Notice) -> None:
-        if notice.reason == "RequestDeclined" and notice.label == INTERRUPT_LABEL:
+        if notice.reason == "RequestDeclined" and interrupts.asked_for(notice.label):
             # Ctrl-C's savepoint cannot be taken (an executor is missing, the query has
             # not committed a batch yet): the user asked to stop, so stop without one
             # rather than keep running. One line: the request was the runtime's own.
@@ -616,7 +615,7 @@ async def _run_locked(
             return
         display.notice(notice)
         control.notice(notice)
-        if notice.reason == "CheckpointFailed" and notice.label == INTERRUPT_LABEL:
+        if notice.reason == "CheckpointFailed" and interrupts.asked_for(notice.label):
             interrupts.savepoint_failed()
         elif notice.reason in _JOB_ENDED:
             interrupts.job_ended()
@@ -699,17 +698,22 @@ class _Interrupts:
         self._stopping = False
         self._why = "interrupted"  # what asked for the savepoint
         self._key = "Ctrl-C"  # and how to ask again
+        self._label: str | None = None  # its savepoint's, in the log and the history
         self._stopping_without_savepoint = False  # the driver stops without one
         self._job_ended = False  # in this run (the record's phase is the last run's at first)
 
     def interrupt(self) -> None:
-        self._signalled("interrupted", "Ctrl-C")
+        self._signalled("interrupted", "Ctrl-C", "ctrl-c")
 
     def terminate(self) -> None:
         """SIGTERM (`kill`, a service manager stopping a detached run): as Ctrl-C."""
-        self._signalled("terminated (SIGTERM)", "SIGTERM")
+        self._signalled("terminated (SIGTERM)", "SIGTERM", "sigterm")
 
-    def _signalled(self, why: str, key: str) -> None:
+    def asked_for(self, label: str) -> bool:
+        """Whether `label` is this run's stop savepoint's (not a `savepoint` command's)."""
+        return label == self._label
+
+    def _signalled(self, why: str, key: str, label: str) -> None:
         again = f"{key} again to cancel"
         self._key = key
         self._count += 1
@@ -730,14 +734,14 @@ class _Interrupts:
         elif self._stopping:
             self._report(f"{why}: the savepoint is under way ({again})")
         else:
-            self._stop(why, again)
+            self._stop(why, again, label)
 
     def job_ended(self) -> None:
         self._job_ended = True
 
     def output_closed(self) -> None:
         if not self._stopping:
-            self._stop(OUTPUT_CLOSED, "Ctrl-C twice to cancel")
+            self._stop(OUTPUT_CLOSED, "Ctrl-C twice to cancel", "output closed")
 
     def cannot_take_savepoint(self, reason: str) -> None:
         self._without_savepoint(self._why, reason)
@@ -757,16 +761,17 @@ class _Interrupts:
             f"again; twice to stop without a savepoint)"
         )
 
-    def _stop(self, why: str, cancel: str) -> None:
+    def _stop(self, why: str, cancel: str, label: str) -> None:
         self._stopping = True
         self._why = why
+        self._label = label
         if self._supervisor.record.phase in _NO_QUERY_RUNNING:
             self._without_savepoint(why, "its query is not running yet")
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")
         self._supervisor.request(
-            TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=INTERRUPT_LABEL)
+            TriggerRequested(CheckpointKind.SAVEPOINT, after=self._after, label=label)
         )
 
     def _without_savepoint(self, why: str, reason: str) -> None:

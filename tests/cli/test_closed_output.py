@@ -66,10 +66,12 @@ def test_without_a_fallback_nothing_is_shown_and_nothing_raises(closed: ClosedPi
 class Supervisor:
     def __init__(self, phase: JobPhase = JobPhase.RUNNING) -> None:
         self.calls: list[str] = []
+        self.labels: list[str] = []
         self.record = SimpleNamespace(phase=phase)
 
     def request(self, event: Any) -> None:
         self.calls.append(f"savepoint then {event.after.name.lower()}")
+        self.labels.append(event.label)
 
     def cancel(self) -> None:
         self.calls.append("cancel")
@@ -105,6 +107,24 @@ def test_a_closed_output_stops_the_job_as_a_ctrl_c_that_is_not_the_users(
         (interrupts.interrupt if event == "ctrl-c" else interrupts.output_closed)()
 
     assert supervisor.calls == calls
+
+
+@pytest.mark.parametrize(
+    ("stop", "label"),
+    [("interrupt", "ctrl-c"), ("terminate", "sigterm"), ("output_closed", "output closed")],
+)
+def test_the_stops_savepoint_is_labelled_by_what_asked_for_it(stop: str, label: str) -> None:
+    """A SIGTERM's savepoint was labelled "ctrl-c" in the log and the history."""
+    supervisor = Supervisor()
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, [].append)  # type: ignore[arg-type]
+    assert not interrupts.asked_for(label)
+
+    getattr(interrupts, stop)()
+
+    assert supervisor.labels == [label]
+    assert interrupts.asked_for(label)
+    # A `spark-checkpoint savepoint`'s request is the control's to answer, not the stop's.
+    assert not interrupts.asked_for("savepoint 0123abcd")
 
 
 def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> None:

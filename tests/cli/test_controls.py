@@ -657,6 +657,25 @@ def test_a_registry_the_storage_was_handed_over_to_numbers_its_snapshots_above_t
         assert kept.read_text() == "the old registry's"
 
 
+def test_sigterm_to_a_detached_run_takes_a_savepoint_labelled_so_and_suspends(
+    job: LocalJob,
+) -> None:
+    """`kill` of a detached run (or a service manager stopping it) stops it as Ctrl-C
+    does; its savepoint was labelled "ctrl-c" in the log and the status."""
+    _detach(job)
+    runtime = job.runtime_pid()
+
+    os.kill(runtime, signal.SIGTERM)
+
+    wait_until_gone(runtime)
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert "terminated (SIGTERM): taking a savepoint, then stopping" in log, log
+    assert re.search(r"savepoint \d+ complete \(sigterm\): batch \d+", log), log
+    record = job.status_file()
+    assert record["phase"] == "Suspended"
+    assert record["lastSavepoint"]["label"] == "sigterm"  # type: ignore[index]
+
+
 def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_again(
     job: LocalJob,
 ) -> None:
