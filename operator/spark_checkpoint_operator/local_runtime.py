@@ -231,6 +231,9 @@ class LocalDriver:
             self._log.close()
         return code
 
+    async def recheck(self) -> None:
+        """Nothing to ask: the process's end reaches `exit_code` at once."""
+
     def error_lines(self) -> list[str]:
         """The error the driver reported, else the one its log ends with (`driver_error`)."""
         killed = -(self._process.returncode or 0) in KILLING_SIGNALS

@@ -42,6 +42,7 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import DiscardDue
 from spark_checkpoint_operator.supervisor import (
+    DRIVER_GONE,
     POLL_INTERVAL,
     CleanupFailed,
     JobRecord,
@@ -173,6 +174,31 @@ def test_a_driver_whose_agent_stopped_answering_is_restarted_from_its_latest_che
     assert re.match(r"the driver's checkpoint agent has not answered for \d+s", silence)
     assert silence.endswith("connection refused. Stopping the driver.")
     assert supervisor.record.phase.value == "Finished"
+
+
+def test_a_driver_whose_end_only_a_recheck_finds_is_restarted_without_waiting_for_silence() -> None:
+    """A pod deleted while the operator's pod watch was down: its agent stops answering
+    and the watch still shows it running. The supervisor asks the runtime to look again
+    while the agent does not answer, and restarts at once, not after the heartbeat
+    timeout (60 s here); the pod's deletion is the reason told."""
+
+    async def scenario() -> tuple[FakeLauncher, list[str]]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher, heartbeat_timeout=60.0)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        first = launcher.drivers[0]
+        assert first.rechecks == 0  # never while its agent answers
+        first.agent.reachable = False
+        first.code_when_rechecked = DRIVER_GONE
+        await until(lambda: len(launcher.drivers) == 2, timeout=10)
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return launcher, lines
+
+    launcher, lines = asyncio.run(scenario())
+    assert launcher.drivers[0].rechecks >= 1
+    assert "driver failed (its pod was deleted); restart 1 in 0s" in lines, lines
 
 
 @pytest.mark.parametrize("then", ["restartPolicy Never", "suspended in the backoff"])

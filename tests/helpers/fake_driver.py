@@ -141,6 +141,12 @@ class FakeDriver:
         self.problem: StartProblem | None = None
         self.restore: list[str] = []  # as the launcher was asked
         self.error: list[str] = []  # what it ended with
+        self.rechecks = 0
+        self.code_when_rechecked: int | None = None  # an end only a recheck finds
+
+    async def recheck(self) -> None:
+        self.rechecks += 1
+        self.code = self.code if self.code_when_rechecked is None else self.code_when_rechecked
 
     def start_problem(self) -> StartProblem | None:
         return self.problem

@@ -22,13 +22,15 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     GONE_CHECK_SECONDS,
     STUCK_DELETION_SECONDS,
     Clients,
+    KubernetesDriver,
     OperatorApiClient,
     PodRegistry,
     delete_pod_and_wait,
     deletion_due,
     stuck_deletion,
 )
-from spark_checkpoint_operator.supervisor import Level, Notice
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.supervisor import DRIVER_GONE, Level, Notice
 
 
 def test_a_pod_deleted_while_the_watch_was_down_is_not_waited_for(tmp_path: Path) -> None:
@@ -55,6 +57,82 @@ def test_a_pod_deleted_while_the_watch_was_down_is_not_waited_for(tmp_path: Path
         _with_clients(api, tmp_path, pods, scenario)
 
     assert pods.pod("default", "orders", "orders-driver-1") is None
+
+
+def _running_driver(name: str, role: str = objects.DRIVER) -> dict[str, Any]:
+    labels = {objects.LABEL_JOB: "orders", objects.LABEL_SPARK_ROLE: role}
+    return {
+        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "spec": {"containers": [{"name": objects.DRIVER, "image": "spark:4"}]},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.7",
+            "containerStatuses": [
+                {
+                    "name": objects.DRIVER,
+                    "state": {"running": {"startedAt": "2026-12-03T00:00:00Z"}},
+                }
+            ],
+        },
+    }
+
+
+def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
+    tmp_path: Path,
+) -> None:
+    """The registry showed a deleted driver running, and the job waited for its silent
+    agent's heartbeat timeout (60 s) before it restarted: a recheck (the supervisor asks
+    while the agent does not answer) finds it gone at once; one the API server has stays
+    running, and the API server is asked at most every RECHECK_SECONDS. The executors the
+    watch missed going with the gone driver are forgotten too (counted ready, they would
+    let the next attempt's triggers through before its own executors run)."""
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders", "namespace": "default"},
+            "spec": {"application": {"mainFile": "local:///app/job.py"}},
+        }
+    )
+    pods = PodRegistry()
+    pods.observe("ADDED", _running_driver("orders-driver-1"))  # deleted since, unseen
+    pods.observe("ADDED", _running_driver("orders-driver-2"))  # still there
+    pods.observe("ADDED", _running_driver("orders-exec-1", objects.EXECUTOR))  # gone with 1
+    pods.observe("ADDED", _running_driver("orders-exec-2", objects.EXECUTOR))  # driver 2's
+    ended: dict[str, list[int | None]] = {}
+
+    async def scenario(clients: Clients) -> None:
+        for name in ("orders-driver-1", "orders-driver-2"):
+            driver = KubernetesDriver(
+                clients,
+                manifest,
+                name=name,
+                token="t",
+                executors=0,
+                deployed_hash="",
+                report=_unexpected,
+            )
+            before = driver.exit_code()
+            await driver.recheck()
+            ended[name] = [before, driver.exit_code()]
+        # Deleted now, unseen too: not asked again so soon.
+        api.delete(PODS, "default", "orders-driver-2", grace_period_seconds=0)
+        await driver.recheck()
+        ended["orders-driver-2"].append(driver.exit_code())
+
+    with spark_checkpoint_api() as api:
+        api.create(PODS, _running_driver("orders-driver-2"), "default")
+        api.create(PODS, _running_driver("orders-exec-2", objects.EXECUTOR), "default")
+        _with_clients(api, tmp_path, pods, scenario)
+
+    assert ended == {
+        "orders-driver-1": [None, DRIVER_GONE],
+        "orders-driver-2": [None, None, None],
+    }
+    assert {pod["metadata"]["name"] for pod in pods.pods("default", "orders")} == {
+        "orders-driver-2",
+        "orders-exec-2",
+    }
 
 
 FINALIZER = "backup.example.com/snapshot"

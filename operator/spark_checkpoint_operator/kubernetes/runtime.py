@@ -36,6 +36,7 @@ from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
 from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.supervisor import (
+    DRIVER_GONE,
     KILLING_SIGNALS,
     CheckUnavailable,
     CleanupFailed,
@@ -56,6 +57,8 @@ OOM_KILLED = (
 )
 
 GONE_CHECK_SECONDS = 5.0
+# How often a driver whose agent does not answer is looked up (`KubernetesDriver.recheck`).
+RECHECK_SECONDS = 10.0
 # How long a pod may outlast its grace period's end (when its containers are killed) before
 # it is called stuck: its kubelet needs a moment to report their end and remove it.
 STUCK_DELETION_SECONDS = 30.0
@@ -288,6 +291,7 @@ class KubernetesDriver:
         self._expected_executors = executors
         self._seen = False
         self._gone = False
+        self._next_recheck = 0.0  # on the monotonic clock
         # Its container's terminated state, kept from its exit on: the pod is deleted
         # before the supervisor asks for the error.
         self._ended: Mapping[str, Any] | None = None
@@ -337,10 +341,45 @@ class KubernetesDriver:
             if self._ended is not None:
                 return int(self._ended.get("exitCode", 1))
             # Deleted by someone else (or evicted and collected): the driver is gone.
-            return -1 if self._seen or self._gone else None
+            return DRIVER_GONE if self._seen or self._gone else None
         self._seen = True
         self._ended = _own_container_ended(pod) or self._ended
         return pod_exit_code(pod)
+
+    async def recheck(self) -> None:
+        """Ask the API server whether the pod the watch shows is still there, at most every
+        RECHECK_SECONDS: a deletion that came while the watch was down (a 410 Gone, then a
+        new list) has no DELETED event, and the pod would show running until the heartbeat
+        timeout. A look that fails is left to the next one."""
+        now = time.monotonic()
+        if self.pod is None or now < self._next_recheck:
+            return
+        self._next_recheck = now + RECHECK_SECONDS
+        try:
+            await self._clients.core.read_namespaced_pod(self.name, self._namespace)
+        except NotFoundException:
+            self._seen = True  # `exit_code` tells it gone
+            log.warning("pod %s is gone; the pod watch never said so", self.name)
+            await self._forget_pods_gone()
+        except (ApiException, aiohttp.ClientError, TimeoutError) as error:
+            log.info("cannot look up pod %s: %s", self.name, error)
+
+    async def _forget_pods_gone(self) -> None:
+        """This pod, and the executors the watch missed going with it (the garbage
+        collector deletes them with their driver), forgotten: counted ready, they would
+        let the next attempt's triggers through before its own executors run. Only its
+        driver creates executors, and it is gone: the list cannot miss a new one."""
+        self._clients.pods.forget_pod(self._namespace, self._job, self.name)
+        selector = {objects.LABEL_JOB: self._job, objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
+        listed = await self._clients.core.list_namespaced_pod(
+            self._namespace, label_selector=_label_selector(selector)
+        )
+        there = {pod.metadata.name for pod in listed.items if pod.metadata is not None}
+        for pod in self._clients.pods.pods(self._namespace, self._job):
+            metadata = pod["metadata"]
+            role = metadata.get("labels", {}).get(objects.LABEL_SPARK_ROLE)
+            if role == objects.EXECUTOR and metadata["name"] not in there:
+                self._clients.pods.forget_pod(self._namespace, self._job, metadata["name"])
 
     def error_lines(self) -> list[str]:
         """From its termination message: the error the driver reported (`report_error`),

@@ -19,7 +19,7 @@ Adapters import from this package; its modules import each other directly.
 
 from spark_checkpoint_operator.supervisor.driver_errors import KILLING_SIGNALS, driver_error
 from spark_checkpoint_operator.supervisor.job import JobSupervisor
-from spark_checkpoint_operator.supervisor.notices import Level, Notice
+from spark_checkpoint_operator.supervisor.notices import DRIVER_GONE, Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
 from spark_checkpoint_operator.supervisor.ports import (
     CheckUnavailable,
@@ -37,6 +37,7 @@ from spark_checkpoint_operator.supervisor.ports import (
 from spark_checkpoint_operator.supervisor.record import JobRecord
 
 __all__ = [
+    "DRIVER_GONE",
     "KILLING_SIGNALS",
     "POLL_INTERVAL",
     "CheckUnavailable",

@@ -701,6 +701,7 @@ class JobSupervisor:
         if isinstance(answer, Exception):
             if isinstance(answer, AgentUnavailable):
                 attempt.unanswered()
+                await attempt.driver.recheck()
             else:  # refused (a 500 of a storage error, a broken answer): it is not silent
                 attempt.replied()
             await self._interpreter.agent_lost()

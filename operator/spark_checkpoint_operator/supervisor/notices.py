@@ -35,8 +35,15 @@ def log_notice(notice: Notice) -> None:
     log.log(logging.WARNING if notice.level is Level.WARNING else logging.INFO, notice.message)
 
 
+# The exit code of a driver gone without one (a pod deleted before its container's end
+# was seen): a process exits 0..255, and a negative code is the signal that killed it.
+DRIVER_GONE = -1024
+
+
 def describe_exit(exit_code: int) -> str:
     """A driver's exit as a person reads it: a negative code is the signal that killed it."""
+    if exit_code == DRIVER_GONE:
+        return "its pod was deleted"
     if exit_code >= 0:
         return f"exit {exit_code}"
     try:

@@ -40,7 +40,13 @@ class DriverHandle(Protocol):
         lists them: an adopted driver's too."""
 
     def exit_code(self) -> int | None:
-        """None while the driver runs."""
+        """None while the driver runs; `DRIVER_GONE` for one gone without an exit code."""
+
+    async def recheck(self) -> None:
+        """Ask where the driver runs whether it still does, where the runtime's own view can
+        miss its end (a pod deleted while the pod watch was down); called while its agent
+        does not answer, so that `exit_code` tells the end at once, not after the heartbeat
+        timeout."""
 
     def error_lines(self) -> list[str]:
         """Once it exited: the error it ended with, the error itself first (`driver_error`);
