@@ -331,6 +331,48 @@ def test_a_driver_cut_off_from_the_operator_is_restarted_after_the_heartbeat_tim
     )
 
 
+def test_a_driver_pod_deleted_while_the_operators_watch_was_down_is_replaced_at_once(
+    cluster: LocalCluster,
+) -> None:
+    """The operator's pod watch is throttled (429) while the driver pod is deleted and the
+    API server compacts its history: the watch resumes with 410 Gone and a new list, and
+    no DELETED event ever comes. The operator showed the pod running and restarted only
+    after the heartbeat timeout (10 minutes here); now its agent's silence has it ask the
+    API server for the pod, finds it gone, and restarts at once."""
+    policy = {"type": "OnFailure", "backoff": "1s", "heartbeatTimeout": "10m"}
+    cluster.apply(job(restartPolicy=policy))
+    completed(cluster, "orders", 1)
+    watch_down = threading.Event()
+
+    def operator_watching_pods(request: Any) -> bool:
+        return (
+            watch_down.is_set()
+            and request.params.get("watch") == "true"
+            and request.url.path.endswith("/pods")
+            and request.headers.get("User-Agent", "").startswith("kopf/")
+        )
+
+    throttled = kmock.KubernetesError(429, "TooManyRequests", "throttled", {})
+    cluster.api.call(lambda emulator: emulator[operator_watching_pods] << throttled)
+    watch_down.set()
+    cluster.api.call(lambda emulator: emulator.stop_watches())  # the simulated kubelet's too
+    cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
+    cluster.wait_for(
+        "the kubelet to stop the deleted driver",
+        lambda: cluster.simulated_agent("orders-driver-1") is None,
+    )
+    cluster.api.call(lambda emulator: emulator.compact())
+    watch_down.clear()
+
+    event = cluster.wait_for_event("orders", "DriverFailed", timeout=60)
+    assert event["message"] == "driver failed (its pod was deleted); restart 1 in 1s"
+    cluster.wait_for(
+        "a second driver", lambda: cluster.driver_pods("orders") == ["orders-driver-2"]
+    )
+    completed(cluster, "orders", 2)
+    assert "AgentStoppedAnswering" not in cluster.event_reasons("orders")
+
+
 def test_a_driver_waiting_for_its_secret_is_told_and_starts_once_it_exists(
     cluster: LocalCluster,
 ) -> None:
