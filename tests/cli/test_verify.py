@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import sys
 from collections.abc import Callable
@@ -14,6 +15,7 @@ import pytest
 
 from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint.storage.metadata import MAX_DOCUMENT_BYTES
 from spark_checkpoint_operator.storage_commands import snapshots
 
 if TYPE_CHECKING:
@@ -272,3 +274,54 @@ def test_an_intact_image_the_job_no_longer_restores_from_says_so(job: Job, cli: 
     assert by_id[("checkpoint", 2)]["unrestorable"] == "its restored query failed in attempt 2"
     assert by_id[("checkpoint", 1)]["unrestorable"] is None
     assert document["ok"] is True
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("command", ["verify", "inspect", "list"])
+@pytest.mark.parametrize("what", ["_metadata", "a stored file"])
+def test_a_fifo_in_storage_is_refused_not_read_for_ever(
+    job: Job, cli: Cli, command: str, what: str
+) -> None:
+    """A FIFO is no link, so the link checks let it through, and reading it waited for a
+    writer for ever: `list`, `inspect` and `verify` hung (a reviewer's hostile storage),
+    as would a cleanup pod's garbage collection."""
+    fifo = (
+        job.metadata_file(CHECKPOINT, 2)
+        if what == "_metadata"
+        else job.stored_file(CHECKPOINT, 2, "offsets/1")
+    )
+    fifo.unlink()
+    os.mkfifo(fifo)
+
+    result = cli(command, *job.flags)
+
+    shown = result.out + result.err
+    if what == "a stored file":  # only verify reads it, and finds no file there
+        assert result.code == (1 if command == "verify" else 0), shown
+        if command == "verify":
+            assert verdicts(result.out)["checkpoint:2"].startswith("FAILED  missing file: ")
+        return
+    assert f"{fifo}: is a FIFO, not a regular file: remove it" in shown, shown
+    assert result.code == (0 if command == "list" else 1), shown
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "list"])
+def test_a_directory_or_a_huge_file_as_metadata_fails_that_snapshot_alone(
+    job: Job, cli: Cli, command: str
+) -> None:
+    """A `_metadata` that is a directory failed `list` as a whole (an OSError, not a
+    storage error); one of gigabytes was read whole (a sparse file: 4 GB took 5 GB of
+    memory to refuse). Each fails its own snapshot, read no further than the bound."""
+    directory = job.metadata_file(CHECKPOINT, 2)
+    directory.unlink()
+    directory.mkdir()
+    huge = job.metadata_file(SAVEPOINT, 3)
+    with huge.open("r+b") as stored:
+        stored.truncate(MAX_DOCUMENT_BYTES + 1)  # sparse: no disk used
+
+    result = cli(command, *job.flags)
+
+    shown = result.out + result.err
+    assert f"{directory}: is a directory, not a regular file: remove it" in shown, shown
+    assert f"{huge}: $: is larger than {MAX_DOCUMENT_BYTES} bytes" in shown, shown
+    assert result.code == (0 if command == "list" else 1), shown

@@ -648,6 +648,15 @@ def test_bytes_after_the_gzip_stream_are_refused(metadata: CheckpointMetadata) -
     assert str(raised.value) == f"{SOURCE}: $: has bytes after the end of its gzip stream"
 
 
+def test_plain_json_beyond_the_bound_is_refused_unparsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(metadata_module, "MAX_DOCUMENT_BYTES", 1000)
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(b"[" + b"{}," * 333 + b"{}]", SOURCE)
+
+    assert str(raised.value) == f"{SOURCE}: $: is larger than 1000 bytes"
+
+
 def test_a_stream_that_expands_beyond_the_bound_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

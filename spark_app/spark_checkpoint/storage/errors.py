@@ -104,6 +104,15 @@ class UnregisteredCheckpointError(StorageError):
         )
 
 
+class NotARegularFileError(StorageError):
+    """Something other than a file where storage keeps one (a FIFO, a device, a socket, a
+    directory): refused before it is read, since reading a FIFO or a device never ends."""
+
+    def __init__(self, path: str, what: str) -> None:
+        super().__init__(path, f"is {what}, not a regular file: remove it")
+        self.args = (path, what)
+
+
 class SymbolicLinkError(StorageError):
     """A symbolic link below the storage root: the job's directory, its namespace's, or
     anything inside them (or below another directory a job owns: `within` names it).

@@ -50,9 +50,10 @@ FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
 # gzip's magic number: a format 2 file starts with it, a JSON document never does.
 _GZIP_MAGIC = b"\x1f\x8b"
-# A bound on what a compressed `_metadata` may expand to, so a damaged or hostile file
-# cannot exhaust memory: a manifest of 200,000 files is about 25 MiB of JSON.
-MAX_DOCUMENT_BYTES = 256 * 1024 * 1024
+# A bound on a `_metadata`'s JSON, as stored or once decompressed, so that a damaged or
+# hostile file cannot exhaust memory (parsed, JSON takes up to ~25x its size: a document
+# of empty objects): a manifest of 200,000 files is about 25 MiB of JSON.
+MAX_DOCUMENT_BYTES = 64 * 1024 * 1024
 
 _TIMESTAMP_PATTERN = (
     rf"^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,6}})?"
@@ -502,6 +503,8 @@ def _find_inconsistency(
 
 def _parse_document(data: bytes, source: str) -> Any:
     """The JSON value in a `_metadata` file, gzip-compressed (format 2) or not."""
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise InvalidMetadataError(source, "$", f"is larger than {MAX_DOCUMENT_BYTES} bytes")
     if data.startswith(_GZIP_MAGIC):
         data = _gunzip(data, source)
     if not data.strip():

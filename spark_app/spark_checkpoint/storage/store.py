@@ -31,7 +31,7 @@ from .layout import (
     require_safe_relative_path,
     snapshot_location_prefix,
 )
-from .metadata import CheckpointMetadata, ManifestEntry
+from .metadata import MAX_DOCUMENT_BYTES, CheckpointMetadata, ManifestEntry
 
 logger = logging.getLogger(__name__)
 
@@ -448,7 +448,7 @@ class CheckpointStorage:
     def _read_manifest(
         self, path: str, kind: CheckpointKind, snapshot_id: int
     ) -> CheckpointMetadata:
-        return self._parse_manifest(self.fs.read_bytes(path), path, kind, snapshot_id)
+        return self._parse_manifest(_read_metadata_file(self.fs, path), path, kind, snapshot_id)
 
     def _parse_manifest(
         self, data: bytes, path: str, kind: CheckpointKind, snapshot_id: int
@@ -478,7 +478,7 @@ class CheckpointStorage:
         metadata_path = self.layout.metadata_path(kind, checkpoint_id)
         discarding_path = self.layout.discarding_path(checkpoint_id)
         if self.fs.exists(metadata_path):
-            data = self.fs.read_bytes(metadata_path)
+            data = _read_metadata_file(self.fs, metadata_path)
             manifest = self._parse_manifest(data, metadata_path, kind, checkpoint_id)
             self._require_no_links(manifest)  # before the first change
             self.fs.write_atomic(discarding_path, data)
@@ -540,6 +540,12 @@ class CheckpointStorage:
         if size is None:
             raise MissingFileError(stored_path, f"file {entry.path!r} of the manifest is missing")
         raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
+
+
+def _read_metadata_file(fs: StorageFileSystem, path: str) -> bytes:
+    """A `_metadata` as stored, read up to one byte past what its parser accepts: a damaged
+    file of gigabytes is refused for its size, not read."""
+    return fs.read_bytes(path, at_most=MAX_DOCUMENT_BYTES + 1)
 
 
 def _empty_directory(directory: str, remove: bool) -> None:
