@@ -431,6 +431,15 @@ async def run_local(
     require_secret_variables(manifest, os.environ)
     require_main_file(manifest.spec.application, manifest_path)
     paths = local_paths(manifest, state_dir)
+    if manifest.spec.checkpointing.storage is None and (
+        left := paths.storage_left_percent_encoded()
+    ):
+        raise RunRefused(
+            f"{left} holds this job's checkpoints and savepoints from an earlier version, "
+            "which named the default storage's directory percent-encoded: move it to "
+            f"{paths.default_storage.removeprefix('file://')}/{manifest.namespace}/"
+            f"{manifest.name} and run again"
+        )
     try:
         paths.job_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from spark_checkpoint.protocol import StorageOwner
-from spark_checkpoint.storage import SymbolicLinkError
+from spark_checkpoint.storage import SymbolicLinkError, local_uri
 from spark_checkpoint.storage.durability import fsync_path
 from spark_checkpoint_operator.manifest.model import JobManifest
 
@@ -62,7 +62,20 @@ class LocalPaths:
 
     @property
     def default_storage(self) -> str:
-        return (self.job_dir.parent.parent / "storage").resolve().as_uri()
+        return local_uri(self._default_storage_dir)
+
+    @property
+    def _default_storage_dir(self) -> Path:
+        return (self.job_dir.parent.parent / "storage").resolve()
+
+    def storage_left_percent_encoded(self) -> Path | None:
+        """The job's directory in the default storage where earlier versions put it when
+        the state directory's path has a character a URI encodes (a space, non-ASCII): its
+        percent-encoded path taken as it is (``my%20project``). None if nothing is there."""
+        here = self._default_storage_dir
+        earlier = Path(here.as_uri().removeprefix("file://"))
+        job = earlier / self.job_dir.parent.name / self.job_dir.name
+        return job if earlier != here and job.exists() else None
 
 
 def default_state_dir(manifest_path: Path) -> Path:

@@ -10,6 +10,7 @@ from spark_checkpoint.storage import (
     CheckpointStorage,
     StorageError,
     UnregisteredCheckpointError,
+    local_uri,
     metadata_location,
     parse_snapshot_address,
 )
@@ -100,7 +101,7 @@ def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
 
 
 def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:
-    uri = metadata_location(choice if "://" in choice else Path(choice).resolve().as_uri())
+    uri = metadata_location(choice if "://" in choice else local_uri(Path(choice).resolve()))
     try:
         address = parse_snapshot_address(uri)
         source = CheckpointStorage(address.layout)

@@ -657,6 +657,64 @@ def test_a_registry_the_storage_was_handed_over_to_numbers_its_snapshots_above_t
         assert kept.read_text() == "the old registry's"
 
 
+@pytest.fixture
+def job_in_a_directory_with_a_space(tmp_path: Path) -> Iterator[LocalJob]:
+    (tmp_path / "my project").mkdir()
+    local = LocalJob(tmp_path / "my project")
+    yield local
+    lock = local.job_dir / "run.lock"
+    if lock.exists() and (text := lock.read_text().strip()) and alive(int(text)):
+        os.kill(int(text), 9)
+
+
+def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_by_path(
+    job_in_a_directory_with_a_space: LocalJob, tmp_path: Path
+) -> None:
+    """The default storage's URI was percent-encoded (`Path.as_uri`), and fsspec takes a
+    file URI's path as it is: a run in `my project` stored its checkpoints in
+    `my%20project`, beside the job's directory; `run --from` a path with a space named no
+    file (a reviewer's, then tried by hand)."""
+    job = job_in_a_directory_with_a_space
+    _detach(job)
+    stopped = job.cli("stop", "-f", "job.yaml")
+    assert stopped.returncode == 0, stopped.stderr
+    savepoint = stopped.stdout.split(": ", 1)[1].splitlines()[0].removeprefix("file://")
+    storage = job.directory / ".spark-checkpoint" / "storage" / "default" / "probe"
+    assert Path(savepoint).parent.parent == storage / "savepoints", savepoint
+    assert not (tmp_path / "my%20project").exists()
+    wait_until_gone(job.runtime_pid())
+
+    _detach(job, "--from", str(Path(savepoint).parent))
+
+    restored = job.status_file()["restoredFrom"]
+    assert restored["source"] == f"savepoint:{Path(savepoint).parent.name[3:]}", restored  # type: ignore[index]
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_checkpoints_an_earlier_version_left_percent_encoded_are_named_not_lost(
+    job_in_a_directory_with_a_space: LocalJob, tmp_path: Path
+) -> None:
+    """Runs before that fix kept them in `my%20project`: a new run would start without
+    them (its registry naming images it cannot find), so it is refused, saying where
+    they are and where they go."""
+    left = tmp_path / "my%20project" / ".spark-checkpoint" / "storage" / "default" / "probe"
+    (left / "chk-3").mkdir(parents=True)
+
+    refused = job_in_a_directory_with_a_space.cli("run", "-f", "job.yaml")
+
+    target = tmp_path / "my project" / ".spark-checkpoint" / "storage" / "default" / "probe"
+    assert refused.returncode != 0
+    assert refused.stderr == (
+        f"spark-checkpoint run: {left} holds this job's checkpoints and savepoints from an "
+        "earlier version, which named the default storage's directory percent-encoded: "
+        f"move it to {target} and run again\n"
+    )
+    target.parent.mkdir(parents=True)
+    left.rename(target)
+    _detach(job_in_a_directory_with_a_space, running=False)
+    assert job_in_a_directory_with_a_space.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
 def test_sigterm_to_a_detached_run_takes_a_savepoint_labelled_so_and_suspends(
     job: LocalJob,
 ) -> None:

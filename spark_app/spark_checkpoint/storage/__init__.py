@@ -27,6 +27,7 @@ from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
     JobStorageLayout,
     SnapshotAddress,
+    local_uri,
     metadata_location,
     parse_snapshot_address,
     parse_snapshot_dir_name,
@@ -73,6 +74,7 @@ __all__ = [
     "digest_local_file",
     "first_line",
     "hand_over_hint",
+    "local_uri",
     "metadata_location",
     "parse_snapshot_address",
     "parse_snapshot_dir_name",

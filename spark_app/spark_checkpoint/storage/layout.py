@@ -13,6 +13,7 @@ resource or a `_metadata` file can point outside the job's directory.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -39,6 +40,14 @@ SAFE_RELATIVE_PATH_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*{END_OF_INP
 SHA256_PATTERN = rf"^[0-9a-f]{{64}}{END_OF_INPUT}"
 
 METADATA_FILE_NAME = "_metadata"
+
+
+def local_uri(path: str | os.PathLike[str]) -> str:
+    """The ``file://`` URI of the absolute local `path` as storage reads it: the path as it
+    is, never percent-encoded. fsspec takes what follows ``file://`` as the path, so
+    `Path.as_uri`'s ``%20`` for a space named another directory (a run in ``my dir``
+    stored its checkpoints in ``my%20dir``)."""
+    return f"file://{os.fspath(path)}"
 
 
 def metadata_location(snapshot: str) -> str:
