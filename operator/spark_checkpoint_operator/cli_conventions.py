@@ -19,6 +19,7 @@ from typing import Any, NoReturn, TextIO
 
 import yaml
 
+from spark_checkpoint.storage import printable
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.manifest.validation import DEFAULT_NAMESPACE, field_problems
 
@@ -230,8 +231,10 @@ def discard_output(stream: TextIO) -> None:
 
 
 def format_table(rows: Iterable[Sequence[str]], right_aligned: set[int]) -> list[str]:
-    """Rows as columns two spaces apart, as ``kubectl get`` prints them."""
-    rows = [list(row) for row in rows]
+    """Rows as columns two spaces apart, as ``kubectl get`` prints them; a cell's
+    characters a terminal would act on are escaped (a cell may quote storage or a status
+    file: a query id could clear the screen or forge a row)."""
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
     lines = []
     for row in rows:

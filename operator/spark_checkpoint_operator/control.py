@@ -326,7 +326,7 @@ def request(
         token = paths.token.read_text().strip()
     except FileNotFoundError:
         raise NoRuntime(f"no runtime is running for this job (no token {paths.token})") from None
-    except PermissionError as error:
+    except OSError as error:  # not allowed, a directory, ...
         raise ControlRefused(f"cannot read the run's token: {error}") from None
     document = ControlRequest(token, command, drain=drain, wait=wait)
     with _socket_address(paths.socket) as address, socket.socket(socket.AF_UNIX) as connection:

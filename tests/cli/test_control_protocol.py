@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from spark_checkpoint.protocol import ProtocolError
 from spark_checkpoint_operator.control import (
     ControlPaths,
+    ControlRefused,
     ControlServer,
     NoRuntime,
     request,
@@ -207,6 +208,24 @@ def test_a_runtime_that_ends_while_it_is_asked_is_no_runtime(tmp_path: Path) -> 
     finally:
         runtime.join()
         listener.close()
+
+
+def test_a_token_that_cannot_be_read_is_refused_in_one_line(tmp_path: Path) -> None:
+    """A directory in the token's place ended `status` in an IsADirectoryError traceback
+    (a reviewer's)."""
+    paths = ControlPaths(tmp_path / "control")
+    paths.directory.mkdir(mode=0o700)
+    paths.token.mkdir()
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(paths.socket))
+        paths.socket.chmod(0o600)
+
+        with pytest.raises(ControlRefused) as refused:
+            request(paths, Command.STATUS)
+
+    assert str(refused.value) == (
+        f"cannot read the run's token: [Errno 21] Is a directory: '{paths.token}'"
+    )
 
 
 class _StoppedFirstSupervisor:

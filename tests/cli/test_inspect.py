@@ -85,6 +85,22 @@ def test_wide_adds_reuse_trigger_tasks_query_registry_and_path(job: Job, console
     assert savepoint[-1] == str(job.metadata_file(CheckpointKind.SAVEPOINT, 3))
 
 
+def test_a_query_id_that_would_drive_the_terminal_is_printed_escaped(job: Job, cli: Cli) -> None:
+    """A `_metadata`'s query id went to the terminal as it was: one could set its title,
+    clear the screen and forge a row (a reviewer's hostile storage)."""
+    metadata = job.metadata_file(CheckpointKind.CHECKPOINT, 2)
+    document = json.loads(gzip.decompress(metadata.read_bytes()))
+    document["query_id"] = "q\x1b]0;PWNED\x07\x1b[2J\nfake row"
+    metadata.write_bytes(gzip.compress(json.dumps(document).encode()))
+
+    result = cli("inspect", "checkpoint:2", *job.flags, "-o", "wide")
+
+    assert result.code == 0, result.err
+    assert "\x1b" not in result.out and "\x07" not in result.out
+    (row,) = result.out.splitlines()[1:]
+    assert "q\\x1b]0;PWNED\\x07\\x1b[2J\\nfake row" in row
+
+
 def test_json_and_yaml_hold_each_metadata_as_stored(job: Job, console: Cli) -> None:
     job.write_registry(checkpoints=[2], savepoints=[3])
 

@@ -657,6 +657,36 @@ def test_plain_json_beyond_the_bound_is_refused_unparsed(monkeypatch: pytest.Mon
     assert str(raised.value) == f"{SOURCE}: $: is larger than 1000 bytes"
 
 
+@pytest.mark.parametrize("field", ["query_id", "files[0].name"])
+def test_a_lone_surrogate_is_refused_as_no_text(metadata: CheckpointMetadata, field: str) -> None:
+    """JSON can escape half a UTF-16 pair alone; as a file's name it failed `verify` with a
+    traceback (os.lstat), as a query id `inspect -o json` and the wide table (a
+    reviewer's hostile storage)."""
+    document = json.loads(metadata.to_json())
+    if field == "query_id":
+        document["query_id"] = "q\ud800"
+    else:
+        document["files"][0]["name"] = "x\ud800"
+    data = json.dumps(document).encode()  # ASCII: the surrogate as the escape \ud800
+    assert b"\\ud800" in data
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(data, SOURCE)
+
+    assert (
+        str(raised.value)
+        == f"{SOURCE}: $: holds a lone UTF-16 surrogate (\\ud800), which is no text"
+    )
+
+
+def test_a_surrogate_pair_is_text(metadata: CheckpointMetadata) -> None:
+    document = json.loads(metadata.to_json())
+    document["properties"] = {"owner": "\U0001f600"}
+    data = json.dumps(document).encode()  # the emoji as the escapes \ud83d\ude00
+
+    assert CheckpointMetadata.from_bytes(data, SOURCE).properties == {"owner": "\U0001f600"}
+
+
 def test_a_stream_that_expands_beyond_the_bound_is_refused(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

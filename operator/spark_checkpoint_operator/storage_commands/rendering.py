@@ -8,7 +8,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from spark_checkpoint.storage import CheckpointKind, CheckpointMetadata, printable_line
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    printable,
+    printable_line,
+)
 from spark_checkpoint_operator.cli_conventions import format_table
 from spark_checkpoint_operator.storage_commands.job import JobStorage, Registry
 from spark_checkpoint_operator.storage_commands.snapshots import (
@@ -182,9 +187,10 @@ def verify_lines(results: Sequence[Verification]) -> list[str]:
             size = human_size(result.total_bytes)
             lines.append(f"{name}  OK      {result.files} files, {size}{restored}")
             if result.unrestorable is not None:
-                lines.append(f"{'':<{width}}          {UNRESTORABLE_NOTE}: {result.unrestorable}")
+                unrestorable = printable(result.unrestorable)  # from the status file
+                lines.append(f"{'':<{width}}          {UNRESTORABLE_NOTE}: {unrestorable}")
             continue
-        first, *rest = result.problems
+        first, *rest = map(printable, result.problems)  # they quote storage
         lines.append(f"{name}  FAILED  {first}")
         lines += [f"{'':<{width}}          {problem}" for problem in rest]
     deep = (

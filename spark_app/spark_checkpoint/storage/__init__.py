@@ -21,6 +21,7 @@ from .errors import (
     UnregisteredCheckpointError,
     first_line,
     hand_over_hint,
+    printable,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -78,6 +79,7 @@ __all__ = [
     "metadata_location",
     "parse_snapshot_address",
     "parse_snapshot_dir_name",
+    "printable",
     "printable_line",
     "snapshot_dir_name",
 ]

@@ -172,8 +172,14 @@ def joined_lines(error: BaseException, limit: int = 600) -> str:
     return printable_line(" ".join(lines) or type(error).__name__, limit)
 
 
+def printable(text: str) -> str:
+    """`text` with each character a terminal would act on or cannot print (controls,
+    escape sequences, line breaks, lone surrogates) written as its Python escape."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def printable_line(text: str, limit: int = 300) -> str:
     """Text read from storage as one line of printable characters, at most ``limit``:
     what a message or a log line quotes of it."""
-    printable = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return printable if len(printable) <= limit else f"{printable[: limit - 3]}..."
+    line = printable(text)
+    return line if len(line) <= limit else f"{line[: limit - 3]}..."

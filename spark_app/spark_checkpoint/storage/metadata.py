@@ -48,6 +48,8 @@ from .layout import (
 
 FORMAT_VERSION = 2
 READABLE_FORMAT_VERSIONS = (1, 2)
+# A JSON escape of a UTF-16 surrogate, paired or alone.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 # gzip's magic number: a format 2 file starts with it, a JSON document never does.
 _GZIP_MAGIC = b"\x1f\x8b"
 # A bound on a `_metadata`'s JSON, as stored or once decompressed, so that a damaged or
@@ -512,11 +514,22 @@ def _parse_document(data: bytes, source: str) -> Any:
     try:
         # JSON Schema counts 1.0 as an integer, but no `_metadata` writer produces one: as
         # Decimals, fractional numbers fail the schema's integer checks.
-        return json.loads(data, parse_float=Decimal)
+        document = json.loads(data, parse_float=Decimal)
     except RecursionError:
         raise TruncatedMetadataError(source, "not parseable as JSON (nested too deeply)") from None
     except ValueError as error:  # not UTF-8, not JSON, an integer of over 4300 digits
         raise TruncatedMetadataError(source, f"not parseable as JSON ({error})") from error
+    if _SURROGATE_ESCAPE.search(data):
+        # JSON may escape half a UTF-16 pair alone (\ud800), which no file name or text
+        # is: every use of the string (a path, a printed line) would fail on it.
+        try:
+            json.dumps(document, ensure_ascii=False, default=str).encode()
+        except UnicodeEncodeError as error:
+            lone = error.object[error.start : error.end].encode("unicode_escape").decode()
+            raise InvalidMetadataError(
+                source, "$", f"holds a lone UTF-16 surrogate ({lone}), which is no text"
+            ) from None
+    return document
 
 
 def _gunzip(data: bytes, source: str) -> bytes:
