@@ -129,8 +129,9 @@ def _main(argv: Sequence[str] | None) -> int:
         "--detached",  # Flink's spelling
         action="store_true",
         help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
-        "runtime.log); return once the run's driver answers (its phase is past Deploying, "
-        "or a minute passed): a run that ends before shows its last lines and exits 1",
+        "runtime.log); return once a driver of the run answers (the job is Running; a "
+        "driver that fails first is waited through its restarts), or a minute passed: a "
+        "run that ends before shows its last lines and exits 1",
     )
     run.add_argument(
         "--state-dir",

@@ -30,10 +30,16 @@ from spark_checkpoint_operator.run_display import wall_clock
 BACKGROUND_RUN_VARIABLE = "SPARK_CHECKPOINT_BACKGROUND_RUN"
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
-# The phases the detached run is waited through: its driver's agent has not answered
-# yet, or the run is ending (its exit and last lines are the answer).
+# The phases the detached run is waited through: no driver's agent has answered yet (a
+# driver that failed before it did restarts: Restarting), or the run is ending (its exit
+# and last lines are the answer).
 WAITED_PHASES = frozenset(
-    {JobPhase.PENDING.value, JobPhase.DEPLOYING.value, *(o.value for o in TerminalOutcome)}
+    {
+        JobPhase.PENDING.value,
+        JobPhase.DEPLOYING.value,
+        JobPhase.RESTARTING.value,
+        *(o.value for o in TerminalOutcome),
+    }
 )
 POLL_SECONDS = 0.1
 LOG_LINES_SHOWN = 5

@@ -686,6 +686,20 @@ def test_the_error_a_driver_reports_is_its_error_whatever_its_log_ends_with(
     )
 
 
+def test_a_detached_run_whose_driver_fails_before_it_answers_exits_1(tmp_path: Path) -> None:
+    """`run -d` said "runs in the background" and exited 0 while the first driver's failure
+    had the job Restarting (a newcomer's SyntaxError; the job Failed seconds later): a
+    driver that has not answered yet is waited for through its restarts."""
+    write_job(tmp_path, interval="10s")
+    environment = {**os.environ, FAILURE_VARIABLE: "no such column 'k'"}
+
+    result = run_cli(tmp_path, "run", "-f", "job.yaml", "-d", environment=environment)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "runs in the background" not in result.stdout
+    assert "the driver failed the same way twice before its first batch" in result.stderr
+
+
 def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
     # The janitor's last line ("collect-garbage failed: ...") is its reason for the runtime,
     # which names the command itself: the event read "collect-garbage: collect-garbage
