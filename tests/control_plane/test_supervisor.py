@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import re
+import signal
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -604,6 +605,34 @@ def test_an_attempt_that_completed_a_checkpoint_starts_the_retries_over() -> Non
     assert supervisor.record.message == (
         "driver failed 3 times in a row; restartPolicy.maxRetries=2 exhausted"
     )
+
+
+@pytest.mark.parametrize(
+    ("policy", "ended"),
+    [
+        (RestartPolicyType.ON_FAILURE, "driver failed once; restartPolicy.maxRetries=0 exhausted"),
+        (RestartPolicyType.NEVER, "driver failed (killed by SIGKILL); restartPolicy is Never"),
+    ],
+)
+def test_a_killed_driver_that_fails_the_job_is_told_how_it_died(
+    policy: RestartPolicyType, ended: str
+) -> None:
+    """A kill leaves no error: the job failed with "driver failed 1 times in a row;
+    restartPolicy.maxRetries=0 exhausted" and no line said the driver was killed (a
+    newcomer's `kill -9`); with a retry left, the DriverFailed line said so."""
+
+    async def scenario() -> tuple[JobSupervisor, list[str]]:
+        launcher = FakeLauncher()
+        supervisor, lines = _supervisor(launcher, max_retries=0, policy=policy)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        launcher.drivers[0].code = -signal.SIGKILL
+        assert await asyncio.wait_for(run, 20) is TerminalOutcome.FAILED
+        return supervisor, lines
+
+    supervisor, lines = asyncio.run(scenario())
+    assert supervisor.record.message == ended
+    assert "driver failed (killed by SIGKILL)" in lines, lines
 
 
 @pytest.mark.parametrize(

@@ -317,16 +317,24 @@ class JobSupervisor:
                     outcome = stopped
             elif error:
                 self._record.message += f": {error[0]}"
-            await self._end_after_driver(outcome, exit_code, error, ended)
+            told = outcome is TerminalOutcome.FAILED and failed_on_its_own
+            await self._end_after_driver(outcome, exit_code, error, ended, told=told)
             return outcome
 
     async def _end_after_driver(
-        self, outcome: TerminalOutcome, exit_code: int, error: list[str], ended: str
+        self,
+        outcome: TerminalOutcome,
+        exit_code: int,
+        error: list[str],
+        ended: str,
+        *,
+        told: bool,
     ) -> None:
-        """End the job as its last driver left it. The error of a driver that fails it is
-        told in DriverFailed, first (on Kubernetes the job's own event comes after its
-        cleanup pod); the job's notice says how it ended without repeating it."""
-        told = outcome is TerminalOutcome.FAILED and bool(error)
+        """End the job as its last driver left it. A driver that failed on its own and
+        fails the job is ``told`` in DriverFailed, how it ended and its error, first (on
+        Kubernetes the job's own event comes after its cleanup pod; a kill leaves no error,
+        and only its exit said how it died); the job's notice says how it ended without
+        repeating it."""
         if told:
             self._notify(
                 "DriverFailed",
@@ -1098,7 +1106,7 @@ def _ended(attempt: Attempt, exit_code: int) -> str:
 
 
 def _exhausted(policy: RestartPolicySpec, retries: int, last: str | None) -> str:
-    return (
-        f"driver failed {retries} times in a row; restartPolicy.maxRetries={policy.max_retries} "
-        "exhausted" + (f"; last error: {last}" if last else "")
+    times = "once" if retries == 1 else f"{retries} times in a row"
+    return f"driver failed {times}; restartPolicy.maxRetries={policy.max_retries} exhausted" + (
+        f"; last error: {last}" if last else ""
     )
