@@ -41,7 +41,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import DiscardDue
+from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage
 from spark_checkpoint_operator.supervisor import (
     DRIVER_GONE,
     POLL_INTERVAL,
@@ -1038,6 +1038,33 @@ def test_a_savepoint_the_history_no_longer_keeps_is_deleted_and_said_so() -> Non
         "deleting savepoint 1 (batch 3): older than the savepoint history keeps "
         "(spec.savepoints.historyMaxCount, historyMaxAge)"
     ) in lines
+
+
+def test_the_history_deletes_a_savepoint_a_restore_failed_on_before_one_it_can_restore() -> None:
+    """The supervisor's record of images a restore failed on reaches the savepoint
+    history: with room for 2, savepoint 2 (unrestorable) goes, not savepoint 1."""
+
+    async def scenario() -> tuple[FakeAgent, JobSupervisor]:
+        launcher = FakeLauncher()
+        supervisor, _lines = _supervisor(launcher, interval=None, savepoints_kept=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        agent = launcher.drivers[0].agent
+        for taken in (1, 2):
+            supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+            await until(lambda n=taken: len(supervisor.record.coordinator.savepoints) == n)
+        supervisor.record.unrestorable.append(
+            UnrestorableImage("savepoint:2", "its restored query failed", 1)
+        )
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(agent.discarded_savepoints))
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return agent, supervisor
+
+    agent, supervisor = asyncio.run(scenario())
+    assert agent.discarded_savepoints == [2]
+    assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [1, 3]
 
 
 class RefusingAgent(FakeAgent):

@@ -5,6 +5,8 @@ mutants that survived the other tests (docs/testing.md)."""
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.coordinator import START, TASKS, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
@@ -446,6 +448,50 @@ def test_savepoint_history_drops_old_and_excess_ones_oldest_first() -> None:
     # At 125 s: 1 and 2 are too old (>= 100 s); of 3, 4 and the newest 5, 3 is one too many.
     assert [s.checkpoint_id for s in history.expire(125.0)] == [1, 2, 3]
     assert [s.checkpoint_id for s in history.savepoints] == [4, 5]
+
+
+def test_over_the_count_a_savepoint_the_job_cannot_restore_goes_first() -> None:
+    """A newcomer's: sp-106 failed its restore (a corrupt file), and the next savepoint
+    made the history of 2 delete sp-104, which the job could restore, keeping sp-106,
+    protected as the newest."""
+    history = SavepointHistory(
+        SavepointHistoryLimits(max_count=2),
+        [_savepoint(104, 10.0), _savepoint(106, 20.0)],
+        unrestorable=lambda savepoint_id: savepoint_id == 106,
+    )
+    dropped = history.add(_savepoint(108, 30.0), now=30.0)
+    assert [s.checkpoint_id for s in dropped] == [106]
+    assert [s.checkpoint_id for s in history.savepoints] == [104, 108]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    max_count=st.integers(1, 5),
+    max_age=st.none() | st.floats(1.0, 100.0),
+    ids=st.lists(st.integers(1, 30), min_size=1, max_size=12, unique=True),
+    unrestorable=st.sets(st.integers(1, 30)),
+    now=st.floats(0.0, 400.0),
+)
+def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_first(
+    max_count: int, max_age: float | None, ids: list[int], unrestorable: set[int], now: float
+) -> None:
+    history = SavepointHistory(
+        SavepointHistoryLimits(max_count=max_count, max_age_seconds=max_age),
+        [_savepoint(i, 10.0 * i) for i in ids],
+        unrestorable=unrestorable.__contains__,
+    )
+    dropped = {s.checkpoint_id for s in history.expire(now)}
+    kept = {s.checkpoint_id for s in history.savepoints}
+
+    assert dropped | kept == set(ids) and not dropped & kept
+    restorable = sorted(set(ids) - unrestorable)
+    newest = restorable[-1] if restorable else max(ids)
+    assert newest in kept
+    assert len(kept) <= max(max_count, 1)
+    # No unrestorable one kept while a restorable one was dropped for the count.
+    young_dropped = {i for i in dropped if max_age is None or now - 10.0 * i < max_age}
+    if young_dropped - unrestorable:
+        assert not (kept - {newest}) & unrestorable
 
 
 def test_the_newest_savepoint_never_ages_out_and_sets_no_deadline_alone() -> None:

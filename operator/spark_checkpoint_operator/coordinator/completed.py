@@ -1,6 +1,6 @@
 """The registry of completed checkpoints and savepoints, and the bounded outcome history."""
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -77,14 +77,20 @@ class CompletedCheckpointStore:
 
 
 class SavepointHistory:
-    """Completed savepoints, trimmed by count and age. The newest is always kept: it is
-    what a suspended job resumes from."""
+    """Completed savepoints, trimmed by count and age. The newest the job can restore from
+    is always kept: it is what a suspended job resumes from. ``unrestorable`` tells the
+    savepoints a restore failed on (the job never restores them again): over the count,
+    they go first."""
 
     def __init__(
-        self, limits: SavepointHistoryLimits, savepoints: Iterable[CompletedCheckpoint] = ()
+        self,
+        limits: SavepointHistoryLimits,
+        savepoints: Iterable[CompletedCheckpoint] = (),
+        unrestorable: Callable[[int], bool] = lambda savepoint_id: False,
     ) -> None:
         self._limits = limits
         self._savepoints = sorted(savepoints, key=lambda s: s.checkpoint_id)
+        self._unrestorable = unrestorable
 
     @property
     def savepoints(self) -> tuple[CompletedCheckpoint, ...]:
@@ -106,8 +112,10 @@ class SavepointHistory:
         self, now: float, keep: CompletedCheckpoint | None = None
     ) -> list[CompletedCheckpoint]:
         """Drop savepoints beyond the count limit or older than the age limit, oldest
-        first; the newest and ``keep`` stay."""
-        protected = {self._savepoints[-1].checkpoint_id} if self._savepoints else set()
+        first (the unrestorable before the rest); the newest restorable and ``keep`` stay."""
+        restorable = [s for s in self._savepoints if not self._unrestorable(s.checkpoint_id)]
+        newest = (restorable or self._savepoints)[-1:]
+        protected = {s.checkpoint_id for s in newest}
         if keep is not None:
             protected.add(keep.checkpoint_id)
         max_age = self._limits.max_age_seconds
@@ -115,7 +123,10 @@ class SavepointHistory:
         too_old = [
             s for s in candidates if max_age is not None and now - s.completion_time >= max_age
         ]
-        young = [s for s in candidates if s not in too_old]
+        young = sorted(
+            (s for s in candidates if s not in too_old),
+            key=lambda s: (not self._unrestorable(s.checkpoint_id), s.checkpoint_id),
+        )
         excess = len(young) + len(protected) - self._limits.max_count
         dropped = too_old + young[: max(0, excess)]
         self._savepoints = [s for s in self._savepoints if s not in dropped]

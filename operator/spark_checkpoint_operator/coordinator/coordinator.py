@@ -90,6 +90,8 @@ class CheckpointCoordinator:
     of a coordinator this one replaces in the same process (new settings, a resumed job):
     the ids from it up to the persisted counter are reserved and unused. Without it, the
     counter starts after the reserved block (after a restart, the only safe place).
+    ``unrestorable_savepoint`` tells whether a restore failed on a savepoint (by id): the
+    savepoint history drops those first.
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class CheckpointCoordinator:
         state: PersistedState | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
         next_id: int | None = None,
+        unrestorable_savepoint: Callable[[int], bool] = lambda savepoint_id: False,
     ) -> None:
         if id_block < 1:
             raise ValueError(f"id_block must be at least 1, got {id_block}")
@@ -116,7 +119,9 @@ class CheckpointCoordinator:
         self._next_id = state.next_checkpoint_id if next_id is None else next_id
         self._reserved_until = state.next_checkpoint_id
         self._store = CompletedCheckpointStore(config.retained, state.checkpoints)
-        self._savepoints = SavepointHistory(config.savepoint_history, state.savepoints)
+        self._savepoints = SavepointHistory(
+            config.savepoint_history, state.savepoints, unrestorable_savepoint
+        )
         self._history: deque[CheckpointOutcome] = deque(state.history, maxlen=config.history_size)
         self._completed_count = state.completed_count
         self._failed_count = state.failed_count

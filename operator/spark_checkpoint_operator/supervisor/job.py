@@ -169,9 +169,8 @@ class JobSupervisor:
             return None
         return self._last_status
 
-    @staticmethod
     def _new_coordinator(
-        config: CoordinatorConfig, state: PersistedState, next_id: int | None
+        self, config: CoordinatorConfig, state: PersistedState, next_id: int | None
     ) -> CheckpointCoordinator:
         return CheckpointCoordinator(
             config,
@@ -179,7 +178,12 @@ class JobSupervisor:
             rng=random.Random(),
             state=dataclasses.replace(state, terminated=None),
             next_id=next_id,
+            unrestorable_savepoint=self._unrestorable_savepoint,
         )
+
+    def _unrestorable_savepoint(self, savepoint_id: int) -> bool:
+        image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id).encode()
+        return any(entry.source == image for entry in self._record.unrestorable)
 
     def reconfigure(
         self, config: CoordinatorConfig, restart_policy: RestartPolicySpec | None = None
