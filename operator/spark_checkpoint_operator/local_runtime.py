@@ -61,6 +61,7 @@ from spark_checkpoint_operator.driver_command import (
     submit_arguments,
 )
 from spark_checkpoint_operator.local_state import (
+    DEFAULT_STORAGE_DIR_NAME,
     CopiedStateDirectory,
     LocalPaths,
     local_owner,
@@ -430,6 +431,13 @@ async def run_local(
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
     require_main_file(manifest.spec.application, manifest_path)
+    if manifest.namespace == DEFAULT_STORAGE_DIR_NAME:
+        raise RunRefused(
+            f"metadata.namespace {DEFAULT_STORAGE_DIR_NAME!r} is the name of the default "
+            "storage's directory in the state directory: the job's state would lie among "
+            "other jobs' checkpoints (its logs/ and work/ where jobs named logs and work "
+            "keep theirs); give the job another namespace"
+        )
     paths = local_paths(manifest, state_dir)
     if manifest.spec.checkpointing.storage is None and (
         left := paths.storage_left_percent_encoded()

@@ -66,7 +66,7 @@ class LocalPaths:
 
     @property
     def _default_storage_dir(self) -> Path:
-        return (self.job_dir.parent.parent / "storage").resolve()
+        return (self.job_dir.parent.parent / DEFAULT_STORAGE_DIR_NAME).resolve()
 
     def storage_left_percent_encoded(self) -> Path | None:
         """The job's directory in the default storage where earlier versions put it when
@@ -82,6 +82,10 @@ def default_state_dir(manifest_path: Path) -> Path:
     """Next to the manifest, so that every command finds a job's state and default storage
     whichever directory it is run from."""
     return manifest_path.parent / STATE_DIR_NAME
+
+
+# The default storage's directory in a state directory, beside the namespaces' directories.
+DEFAULT_STORAGE_DIR_NAME = "storage"
 
 
 def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:

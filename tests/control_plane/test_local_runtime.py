@@ -700,6 +700,24 @@ def test_a_detached_run_whose_driver_fails_before_it_answers_exits_1(tmp_path: P
     assert "the driver failed the same way twice before its first batch" in result.stderr
 
 
+def test_a_job_in_the_namespace_named_storage_is_refused_before_it_writes(tmp_path: Path) -> None:
+    """The state of job storage/default would lie in the default storage's directory for
+    namespace default, its logs/ and work/ in the storage of jobs default/logs and
+    default/work (a reviewer's)."""
+    manifest = write_job(tmp_path, interval="10s")
+    document = yaml.safe_load(manifest.read_text())
+    document["metadata"] = {"name": "default", "namespace": "storage"}
+    manifest.write_text(yaml.safe_dump(document))
+
+    result = run_cli(tmp_path, "run", "job.yaml", environment=dict(os.environ))
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "metadata.namespace 'storage' is the name of the default storage's directory" in (
+        result.stderr
+    )
+    assert not (tmp_path / ".spark-checkpoint").exists()
+
+
 def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
     # The janitor's last line ("collect-garbage failed: ...") is its reason for the runtime,
     # which names the command itself: the event read "collect-garbage: collect-garbage
