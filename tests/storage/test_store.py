@@ -927,6 +927,42 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     assert root.exists(trap)
 
 
+@pytest.mark.local_only  # local file names; an object's key is refused above
+def test_a_stray_file_with_a_line_break_in_its_name_is_garbage_like_any_other(
+    storage: CheckpointStorage, local_job_root: Path
+) -> None:
+    """It stopped every garbage collection, in two lines giving the wrong reason ("'.',
+    '..' or empty segments"): a local listing holds no `..`, and deleting by its name
+    cannot leave the job's directory (a reviewer's)."""
+    stray = local_job_root / "shared" / "zz" / "evil\nname"
+    stray.parent.mkdir(parents=True)
+    stray.write_bytes(b"placed by someone")
+
+    report = storage.collect_garbage([], [])
+
+    assert report.shared_locations == ("shared/zz/evil\nname",)
+    assert not stray.exists()
+
+
+@pytest.mark.local_only  # deletes by directory descriptor
+def test_a_delete_that_fails_names_the_whole_path(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    local_job_root: Path,
+) -> None:
+    """Deletes go relative to an open directory, and their errors named the bare name:
+    "Is a directory: '_metadata'" (a reviewer's `_metadata` made a directory)."""
+    take_checkpoint(1, {"offsets/0": b"o0"})  # never registered: garbage
+    metadata = local_job_root / "chk-1" / "_metadata"
+    metadata.unlink()
+    (metadata / "inside").mkdir(parents=True)
+
+    with pytest.raises(IsADirectoryError) as raised:
+        storage.collect_garbage([], [])
+
+    assert raised.value.filename == str(metadata)
+
+
 def test_the_hadoop_scheme_s3a_names_the_same_storage(
     s3_server: S3Server,
     take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],

@@ -230,7 +230,10 @@ class StorageFileSystem:
             native = self._native(path)
             if self._deletes_below_boundary(native):
                 with self._parent_directory(native) as (parent, name):
-                    os.unlink(name, dir_fd=parent)
+                    try:
+                        os.unlink(name, dir_fd=parent)
+                    except OSError as error:
+                        raise _named(error, name, native) from None
             else:
                 self._fs.rm_file(native)
 
@@ -240,7 +243,7 @@ class StorageFileSystem:
             native = self._native(path)
             if self._deletes_below_boundary(native):
                 with self._parent_directory(native) as (parent, name):
-                    _remove_tree(parent, name)
+                    _remove_tree(parent, name, native)
             else:
                 self._fs.rm(native, recursive=True)
 
@@ -505,28 +508,40 @@ def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRE
 _DIRECTORY_TO_EMPTY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_NONBLOCK
 
 
-def _remove_tree(parent: int, name: str) -> None:
+def _remove_tree(parent: int, name: str, path: str) -> None:
     """Remove `name` in the directory open as `parent` and, if it is a directory, all
     below it, by file descriptors: a link anywhere (one placed after the paths were
     checked included) is removed, never followed. Python 3.11's ``shutil.rmtree`` with
     ``dir_fd`` opens each directory without O_NOFOLLOW and O_NONBLOCK (a link swapped in
-    for one raised OSError, one to a FIFO hung the delete)."""
+    for one raised OSError, one to a FIFO hung the delete). `path` is what `name` is, for
+    an error to name."""
     try:
-        directory = os.open(name, _DIRECTORY_TO_EMPTY, dir_fd=parent)
+        try:
+            directory = os.open(name, _DIRECTORY_TO_EMPTY, dir_fd=parent)
+        except OSError as error:
+            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+                raise
+            os.unlink(name, dir_fd=parent)  # a link or a file: itself, not what it names
+            return
+        try:
+            with os.scandir(directory) as entries:
+                names = [entry.name for entry in entries]
+            for entry in names:
+                with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                    _remove_tree(directory, entry, f"{path}/{entry}")
+        finally:
+            os.close(directory)
+        os.rmdir(name, dir_fd=parent)
     except OSError as error:
-        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-            raise
-        os.unlink(name, dir_fd=parent)  # a link or a file: itself, not what it names
-        return
-    try:
-        with os.scandir(directory) as entries:
-            names = [entry.name for entry in entries]
-        for entry in names:
-            with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                _remove_tree(directory, entry)
-    finally:
-        os.close(directory)
-    os.rmdir(name, dir_fd=parent)
+        raise _named(error, name, path) from None
+
+
+def _named(error: OSError, name: str, path: str) -> OSError:
+    """`error` of an operation on `name` relative to a directory descriptor, naming the
+    whole `path` instead ("Is a directory: '_metadata'" named no file one could find)."""
+    if error.filename == name:
+        error.filename = path
+    return error
 
 
 def _link_target(path: str) -> str:

@@ -374,15 +374,17 @@ class CheckpointStorage:
             if location not in keep
         ]
         for location in deleted_locations:
-            if not is_safe_relative_path(location):
-                # An object store's key can hold `..` segments: deleted by its name, it
-                # could take a file outside the job's directory with it.
+            # An object store's key can hold `..` segments: deleted by its name, it could
+            # take a file outside the job's directory with it. A local listing has none (a
+            # name with a line break in it is garbage like any other).
+            if not self.fs.is_local and not is_safe_relative_path(location):
                 raise StorageError(
-                    f"{self.layout.job_root}/{location}",
-                    "an object key that is no location ('.', '..' or empty segments), "
-                    "maybe placed to delete outside the job's directory: remove it",
+                    f"{self.layout.job_root}/{printable_line(location)}",
+                    "an object key that is no location ('.', '..', empty or control-character "
+                    "segments), maybe placed to delete outside the job's directory: remove it",
                 )
-        deleted_paths = [self.layout.location_path(location) for location in deleted_locations]
+        # Listed, not a manifest's: checked above where a name could leave the directory.
+        deleted_paths = [f"{self.layout.job_root}/{location}" for location in deleted_locations]
         self._require_no_links(
             [self.layout.checkpoint_dir(checkpoint_id) for checkpoint_id in deleted_checkpoints]
         )
