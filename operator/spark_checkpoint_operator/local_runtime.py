@@ -667,7 +667,9 @@ async def _run_locked(
     display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
         withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
-        report(f"restoring {image.candidate} (--from) instead of the newest image")
+        registered = record.coordinator.checkpoints or record.coordinator.savepoints
+        instead = " instead of the newest image" if registered else ""
+        report(f"restoring {image.candidate} (--from){instead}")
         if withdrawn is not None:
             report(
                 f"{withdrawn.describe()} was due for deletion; restored from, it stays in "

@@ -689,6 +689,16 @@ def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_
     restored = job.status_file()["restoredFrom"]
     assert restored["source"] == f"savepoint:{Path(savepoint).parent.name[3:]}", restored  # type: ignore[index]
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert f"restoring {restored['source']} (--from) instead of the newest image\n" in log  # type: ignore[index]
+
+    # A job with no images of its own has no newest image to restore instead.
+    (tmp_path / "fresh").mkdir()
+    fresh = LocalJob(tmp_path / "fresh")
+    _detach(fresh, "--from", str(Path(savepoint).parent))
+    assert fresh.cli("cancel", "-f", "job.yaml").returncode == 0
+    log = (fresh.job_dir / "logs" / "runtime.log").read_text()
+    assert f"restoring external:file://{savepoint} (--from)\n" in log, log
 
 
 def test_checkpoints_an_earlier_version_left_percent_encoded_are_named_not_lost(
