@@ -1438,7 +1438,7 @@ def test_a_checkpoint_in_flight_when_the_job_is_cancelled_is_given_up_not_failed
         return await asyncio.wait_for(run, 10.0)
 
     assert asyncio.run(scenario()) is TerminalOutcome.CANCELLED
-    assert "checkpoint 1 given up: the job is stopping" in lines
+    assert "checkpoint 1 given up: the job is cancelled" in lines
     assert not [line for line in lines if "failed" in line], lines
 
 

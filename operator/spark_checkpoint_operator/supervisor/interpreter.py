@@ -95,6 +95,10 @@ class JobControl(Protocol):
     def stopping(self) -> bool:
         """The job was asked to stop (suspend, cancel or delete)."""
 
+    @property
+    def cancelling(self) -> bool:
+        """The job was cancelled (`cancel`, a second Ctrl-C), not deleted or suspended."""
+
 
 # The discards kept due (`_set_due`); beyond them the oldest go: a checkpoint's to garbage
 # collection, which removes unregistered checkpoints; a savepoint's is said (it is kept).
@@ -628,10 +632,11 @@ class EffectInterpreter:
             self._job.stopping or (attempt is not None and attempt.leaving)
         ):
             # Cancelled, or stopped after its savepoint: no failure of the job's.
+            why = "cancelled" if self._job.cancelling else "stopping"
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
-                f"{kind.value} {cid} given up: the job is stopping",
+                f"{kind.value} {cid} given up: the job is {why}",
                 label=abort.label,
             )
         elif reason is FailureReason.WITHDRAWN:

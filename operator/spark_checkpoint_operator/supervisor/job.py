@@ -427,6 +427,10 @@ class JobSupervisor:
     def stopping(self) -> bool:
         return self._stop is not StopRequest.NONE
 
+    @property
+    def cancelling(self) -> bool:
+        return self._stop is StopRequest.CANCEL
+
     def pending(self, label: str) -> bool:
         """Whether a checkpoint or savepoint labelled ``label`` is in flight."""
         return any(p.label == label for p in self._interpreter.coordinator.pending)
