@@ -924,7 +924,8 @@ class JobSupervisor:
             if left_behind
             else ""
         )
-        self._notify("Restored", Level.NOTE, f"restored from {source}{never}")
+        # Why an image was skipped comes first: "never restored again: savepoint:106" alone
+        # puzzled (a newcomer's).
         for skipped in restored.skipped:
             self._report(
                 Notice(
@@ -935,6 +936,7 @@ class JobSupervisor:
                     image=str(skipped.candidate),
                 )
             )
+        self._notify("Restored", Level.NOTE, f"restored from {source}{never}")
 
     def _left_behind(self, source: str, skipped: Sequence[SkippedImage]) -> dict[str, str]:
         """The images a restore of ``source`` (an older one) leaves behind, each with why:
