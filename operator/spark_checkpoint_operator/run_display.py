@@ -228,7 +228,10 @@ class RunDisplay:
             parts.append(Text("the driver's agent does not answer", style="yellow"))
         if query is not None and not starting:
             progress = query.progress
-            batch = progress.batch_id if progress is not None else query.last_committed_batch
+            # The last committed, as `status` and "(query at batch N)" say: an idle
+            # trigger's progress names the next batch, not yet run (a newcomer saw 48
+            # beside 47).
+            batch = query.last_committed_batch
             parts.append(Text(f"batch {'-' if batch is None else batch}"))
             rate = None if progress is None else progress.input_rows_per_second
             parts.append(Text(f"{'-' if rate is None else format_rate(rate)} rows/s"))

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
+from types import SimpleNamespace
 
 import pyte
 import pytest
@@ -32,6 +33,7 @@ from helpers.fake_query import (
 )
 from helpers.script_job import alive
 from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
+from spark_checkpoint.protocol import AgentStatus, QueryProgress, QueryState, QueryStatus
 from spark_checkpoint_operator.coordinator import JobPhase, PersistedState, TerminalOutcome
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.supervisor import JobRecord, Level, Notice
@@ -325,6 +327,33 @@ def test_the_summary_of_a_resumed_run_counts_that_run_alone(job: Path) -> None:
     # This run's time, not the job's since its first run.
     assert int(summary["took"].removesuffix("s")) <= took
     assert int(summary["failed"]) == 0
+
+
+def test_the_live_line_shows_the_last_committed_batch_as_status_does() -> None:
+    """An idle trigger's progress names the next batch, not yet run: the line said batch
+    48 beside "(query at batch 47)" and `status`'s 47 (a newcomer's)."""
+    record = JobRecord(phase=JobPhase.RUNNING, attempt=1)
+    supervisor = SimpleNamespace(record=record, next_periodic_trigger=None)
+    status = AgentStatus(
+        version=3,
+        attempt=1,
+        query=QueryStatus(
+            QueryState.RUNNING,
+            last_committed_batch=47,
+            progress=QueryProgress(
+                batch_id=48, num_input_rows=0, input_rows_per_second=0.0, total_input_rows=470
+            ),
+        ),
+        tasks=(),
+        all_tasks_running=True,
+        awaiting_final_checkpoint=False,
+        restored_from=None,
+        checkpoints=(),
+    )
+
+    line = RunDisplay(io.StringIO()).status_line(supervisor, status, now=0.0)  # type: ignore[arg-type]
+
+    assert "  batch 47  " in line.plain, line.plain
 
 
 def test_the_summary_counts_the_images_a_run_could_not_restore(tmp_path: Path) -> None:
