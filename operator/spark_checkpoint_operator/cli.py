@@ -250,10 +250,14 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> Non
     where = job.add_argument_group(
         "job storage",
         "either -f FILE (storage: spec.checkpointing.storage, else <state-dir>/storage) "
-        "or --storage and --job (and --namespace)",
+        "or --job (and --namespace; storage: --storage, else <state-dir>/storage)",
     )
     add_manifest_option(where, "a SparkCheckpointJob manifest")
-    where.add_argument("--storage", metavar="URI", help="storage root (path or fsspec URI)")
+    where.add_argument(
+        "--storage",
+        metavar="URI",
+        help="storage root (path or fsspec URI); default: <state-dir>/storage",
+    )
     add_job_options(where)
     where.add_argument(
         "--state-dir",

@@ -144,6 +144,22 @@ def test_a_manifest_without_storage_uses_the_local_default(
     assert list(rows(moved.out)) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
 
 
+def test_a_job_without_storage_lists_the_state_directorys_default_storage(
+    job: Job, cli: Cli
+) -> None:
+    """As `status --job` finds the run: `list --job clicks` said "(missing: --storage)"
+    where the default state directory held it (a newcomer's)."""
+    job.state_dir.mkdir(parents=True, exist_ok=True)
+    Path(job.storage.layout.root).rename(job.state_dir / "storage")
+
+    result = cli("list", "-n", "analytics", "--job", "clicks", "--state-dir", str(job.state_dir))
+
+    assert result.code == 0, result.err
+    job_root = f"file://{(job.state_dir / 'storage').resolve()}/analytics/clicks"
+    assert f"job analytics/clicks: {job_root}\n" in result.out
+    assert list(rows(result.out)) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
+
+
 def test_a_damaged_status_file_is_ignored_with_a_warning(job: Job, cli: Cli) -> None:
     job.status_file.parent.mkdir(parents=True)
     job.status_file.write_text('{"status": {"coordinator": {"checkpoints": [{"id": "2"}]}}}')
@@ -168,7 +184,7 @@ def test_the_namespace_is_kubernetes_default_unless_given(job: Job, cli: Cli) ->
 def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
     incomplete = cli("list", "--storage", job.root, "-n", "analytics")
     assert incomplete.code == 2
-    assert "missing: --job" in incomplete.err
+    assert "give either -f FILE or --job (and --namespace, --storage)" in incomplete.err
 
     both = cli("list", "--manifest", str(tmp_path / "job.yaml"), *job.flags)
     assert both.code == 2

@@ -75,31 +75,26 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         root = manifest.spec.checkpointing.storage or paths.default_storage
         namespace, job = manifest.namespace, manifest.name
     else:
-        missing = [
-            flag
-            for flag, value in (("--storage", source.storage), ("--job", source.job))
-            if not value
-        ]
-        if missing:
-            raise CommandError(
-                "give either -f FILE or --storage and --job (and --namespace) "
-                f"(missing: {', '.join(missing)})"
-            )
-        assert source.storage and source.job
+        if not source.job:
+            raise CommandError("give either -f FILE or --job (and --namespace, --storage)")
         try:
-            root = storage_option(source.storage)
             namespace, job = job_options(source.namespace, source.job)
+            paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
+            # Without --storage, the state directory's default storage, as `status --job`
+            # finds the run there.
+            root = (
+                paths.default_storage
+                if source.storage is None
+                else (storage_option(source.storage))
+            )
         except OptionError as error:
             raise CommandError(str(error)) from None
-        paths = None
     try:
         # Validates namespace and job before they become part of any local path.
         layout = JobStorageLayout(root, namespace, job)
         storage = CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no library for it (libhdfs, gcsfs)
         raise CommandError(f"storage {root!r}: {first_line(error)}") from error
-    if paths is None:
-        paths = local_job_paths(source.state_dir or Path(STATE_DIR_NAME), namespace, job)
     return JobStorage(storage, paths)
 
 
