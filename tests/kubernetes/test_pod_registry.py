@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import kmock
 import pytest
 from kubernetes.aio import config
 from kubernetes.aio.client import Configuration, V1ObjectMeta, V1Pod, V1PodSpec
@@ -133,6 +134,50 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
         "orders-driver-2",
         "orders-exec-2",
     }
+
+
+def test_a_recheck_whose_listing_of_executors_fails_leaves_it_to_the_next(
+    tmp_path: Path,
+) -> None:
+    """The listing of the lost executors threw its error out of the supervisor's poll (a
+    throttling API server's 429: a daemon traceback and restart, a reviewer found); the
+    driver is still found gone."""
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders", "namespace": "default"},
+            "spec": {"application": {"mainFile": "local:///app/job.py"}},
+        }
+    )
+    pods = PodRegistry()
+    pods.observe("ADDED", _running_driver("orders-driver-1"))
+    pods.observe("ADDED", _running_driver("orders-exec-1", objects.EXECUTOR))
+    ended: list[int | None] = []
+
+    async def scenario(clients: Clients) -> None:
+        driver = KubernetesDriver(
+            clients,
+            manifest,
+            name="orders-driver-1",
+            token="t",
+            executors=0,
+            deployed_hash="",
+            report=_unexpected,
+        )
+        await driver.recheck()
+        ended.append(driver.exit_code())
+
+    def listing_pods(request: Any) -> bool:
+        return request.url.path.endswith("/pods") and "labelSelector" in request.params
+
+    throttled = kmock.KubernetesError(429, "TooManyRequests", "throttled", {})
+    with spark_checkpoint_api() as api:
+        api.call(lambda emulator: emulator[listing_pods] << throttled)
+        _with_clients(api, tmp_path, pods, scenario)
+
+    assert ended == [DRIVER_GONE]
+    assert [pod["metadata"]["name"] for pod in pods.pods("default", "orders")] == ["orders-exec-1"]
 
 
 FINALIZER = "backup.example.com/snapshot"

@@ -113,15 +113,13 @@ class SavepointHistory:
     ) -> list[CompletedCheckpoint]:
         """Drop savepoints beyond the count limit or older than the age limit, oldest
         first (the unrestorable before the rest); the newest restorable and ``keep`` stay."""
-        restorable = [s for s in self._savepoints if not self._unrestorable(s.checkpoint_id)]
-        newest = (restorable or self._savepoints)[-1:]
-        protected = {s.checkpoint_id for s in newest}
+        protected = self._newest_restorable()
         if keep is not None:
             protected.add(keep.checkpoint_id)
         max_age = self._limits.max_age_seconds
         candidates = [s for s in self._savepoints if s.checkpoint_id not in protected]
         too_old = [
-            s for s in candidates if max_age is not None and now - s.completion_time >= max_age
+            s for s in candidates if max_age is not None and now >= s.completion_time + max_age
         ]
         young = sorted(
             (s for s in candidates if s not in too_old),
@@ -133,8 +131,18 @@ class SavepointHistory:
         return sorted(dropped, key=lambda s: s.checkpoint_id)
 
     def next_expiry(self) -> float | None:
-        """When the oldest savepoint other than the newest ages out, if an age limit is set."""
+        """When the oldest savepoint but the newest restorable ages out, if an age limit is
+        set: `expire` drops it then (a deadline it would not act on would come back at
+        once, for ever)."""
         max_age = self._limits.max_age_seconds
-        if max_age is None or len(self._savepoints) < 2:
+        protected = self._newest_restorable()
+        ageing = [s for s in self._savepoints if s.checkpoint_id not in protected]
+        if max_age is None or not ageing:
             return None
-        return self._savepoints[0].completion_time + max_age
+        return ageing[0].completion_time + max_age
+
+    def _newest_restorable(self) -> set[int]:
+        """The id of the savepoint a suspended job resumes from: the newest the job can
+        restore (the newest, if it can restore none)."""
+        restorable = [s for s in self._savepoints if not self._unrestorable(s.checkpoint_id)]
+        return {s.checkpoint_id for s in (restorable or self._savepoints)[-1:]}

@@ -56,7 +56,7 @@ class TerminalOutcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class SavepointHistoryLimits:
-    """Savepoints have their own limits; the newest savepoint is always kept."""
+    """Savepoints have their own limits; the newest the job can restore is always kept."""
 
     max_count: int = 10
     max_age_seconds: float | None = None

@@ -350,26 +350,28 @@ class KubernetesDriver:
         """Ask the API server whether the pod the watch shows is still there, at most every
         RECHECK_SECONDS: a deletion that came while the watch was down (a 410 Gone, then a
         new list) has no DELETED event, and the pod would show running until the heartbeat
-        timeout. A look that fails is left to the next one."""
+        timeout. A look that fails is left to the next one (lost executors that could not
+        be listed stay: `_forget_pods_gone`)."""
         now = time.monotonic()
         if self.pod is None or now < self._next_recheck:
             return
         self._next_recheck = now + RECHECK_SECONDS
         try:
-            await self._clients.core.read_namespaced_pod(self.name, self._namespace)
-        except NotFoundException:
-            self._seen = True  # `exit_code` tells it gone
-            log.warning("pod %s is gone; the pod watch never said so", self.name)
-            await self._forget_pods_gone()
+            try:
+                await self._clients.core.read_namespaced_pod(self.name, self._namespace)
+            except NotFoundException:
+                self._seen = True  # `exit_code` tells it gone
+                self._clients.pods.forget_pod(self._namespace, self._job, self.name)
+                log.warning("pod %s is gone; the pod watch never said so", self.name)
+                await self._forget_executors_gone()
         except (ApiException, aiohttp.ClientError, TimeoutError) as error:
-            log.info("cannot look up pod %s: %s", self.name, error)
+            log.info("cannot look up pod %s or its executors: %s", self.name, error)
 
-    async def _forget_pods_gone(self) -> None:
-        """This pod, and the executors the watch missed going with it (the garbage
-        collector deletes them with their driver), forgotten: counted ready, they would
-        let the next attempt's triggers through before its own executors run. Only its
-        driver creates executors, and it is gone: the list cannot miss a new one."""
-        self._clients.pods.forget_pod(self._namespace, self._job, self.name)
+    async def _forget_executors_gone(self) -> None:
+        """The executors the watch missed going with this gone driver (the garbage
+        collector deletes them with it), forgotten: counted ready, they would let the next
+        attempt's triggers through before its own executors run. Only its driver creates
+        executors, and it is gone: the list cannot miss a new one."""
         selector = {objects.LABEL_JOB: self._job, objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
         listed = await self._clients.core.list_namespaced_pod(
             self._namespace, label_selector=_label_selector(selector)
