@@ -13,7 +13,11 @@ from spark_checkpoint_operator.control import ControlPaths, ControlRefused, NoRu
 from spark_checkpoint_operator.control_protocol import Command, RuntimeStatus
 from spark_checkpoint_operator.coordinator import JobPhase, TerminalOutcome
 from spark_checkpoint_operator.exit_codes import ExitCode
-from spark_checkpoint_operator.local_runtime import RunRefused, job_lock
+from spark_checkpoint_operator.local_runtime import (
+    RunRefused,
+    job_lock,
+    require_own_state_directory,
+)
 from spark_checkpoint_operator.local_state import (
     LocalPaths,
     default_state_dir,
@@ -55,8 +59,9 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.USAGE
     paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
-    paths.logs_dir.mkdir(parents=True, exist_ok=True)
     try:
+        require_own_state_directory(manifest)  # before anything is written there
+        paths.logs_dir.mkdir(parents=True, exist_ok=True)
         # Refused here, its refusal is not appended to the running job's log.
         with job_lock(paths, manifest):
             pass

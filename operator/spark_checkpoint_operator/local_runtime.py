@@ -105,6 +105,18 @@ class JobBusy(RunRefused):
     """Another `spark-checkpoint run` holds the job; the message names it."""
 
 
+def require_own_state_directory(manifest: JobManifest) -> None:
+    """Refuse (RunRefused) a job whose state directory would be the default storage's: in
+    the namespace of that directory's name."""
+    if manifest.namespace == DEFAULT_STORAGE_DIR_NAME:
+        raise RunRefused(
+            f"metadata.namespace {DEFAULT_STORAGE_DIR_NAME!r} is the name of the default "
+            "storage's directory in the state directory: the job's state would lie among "
+            "other jobs' checkpoints (its logs/ and work/ where jobs named logs and work "
+            "keep theirs); give the job another namespace"
+        )
+
+
 @contextlib.contextmanager
 def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
     """Held for a whole run: a second run of the same job would otherwise take the first
@@ -431,13 +443,7 @@ async def run_local(
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
     require_main_file(manifest.spec.application, manifest_path)
-    if manifest.namespace == DEFAULT_STORAGE_DIR_NAME:
-        raise RunRefused(
-            f"metadata.namespace {DEFAULT_STORAGE_DIR_NAME!r} is the name of the default "
-            "storage's directory in the state directory: the job's state would lie among "
-            "other jobs' checkpoints (its logs/ and work/ where jobs named logs and work "
-            "keep theirs); give the job another namespace"
-        )
+    require_own_state_directory(manifest)
     paths = local_paths(manifest, state_dir)
     if manifest.spec.checkpointing.storage is None and (
         left := paths.storage_left_percent_encoded()

@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import shutil
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -292,8 +293,22 @@ def test_a_fifo_in_storage_is_refused_not_read_for_ever(
     )
     fifo.unlink()
     os.mkfifo(fifo)
+    # A socket cannot even be opened (ENXIO): refused the same way.
+    other = job.metadata_file(SAVEPOINT, 3)
+    listener = socket.socket(socket.AF_UNIX)
+    if what == "_metadata":
+        other.unlink()
+        here = os.getcwd()
+        os.chdir(other.parent)  # its path is too long for a socket's address
+        try:
+            listener.bind(other.name)
+        finally:
+            os.chdir(here)
 
-    result = cli(command, *job.flags)
+    try:
+        result = cli(command, *job.flags)
+    finally:
+        listener.close()
 
     shown = result.out + result.err
     if what == "a stored file":  # only verify reads it, and finds no file there
@@ -302,6 +317,7 @@ def test_a_fifo_in_storage_is_refused_not_read_for_ever(
             assert verdicts(result.out)["checkpoint:2"].startswith("FAILED  missing file: ")
         return
     assert f"{fifo}: is a FIFO, not a regular file: remove it" in shown, shown
+    assert f"{other}: is a socket, not a regular file: remove it" in shown, shown
     assert result.code == (0 if command == "list" else 1), shown
 
 

@@ -700,7 +700,10 @@ def test_a_detached_run_whose_driver_fails_before_it_answers_exits_1(tmp_path: P
     assert "the driver failed the same way twice before its first batch" in result.stderr
 
 
-def test_a_job_in_the_namespace_named_storage_is_refused_before_it_writes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("detached", [False, True])
+def test_a_job_in_the_namespace_named_storage_is_refused_before_it_writes(
+    tmp_path: Path, detached: bool
+) -> None:
     """The state of job storage/default would lie in the default storage's directory for
     namespace default, its logs/ and work/ in the storage of jobs default/logs and
     default/work (a reviewer's)."""
@@ -709,7 +712,8 @@ def test_a_job_in_the_namespace_named_storage_is_refused_before_it_writes(tmp_pa
     document["metadata"] = {"name": "default", "namespace": "storage"}
     manifest.write_text(yaml.safe_dump(document))
 
-    result = run_cli(tmp_path, "run", "job.yaml", environment=dict(os.environ))
+    options = ["-d"] if detached else []
+    result = run_cli(tmp_path, "run", "job.yaml", *options, environment=dict(os.environ))
 
     assert result.returncode == 1, result.stdout + result.stderr
     assert "metadata.namespace 'storage' is the name of the default storage's directory" in (

@@ -1008,7 +1008,7 @@ def test_a_driver_that_ended_while_the_operator_was_down_is_judged_by_its_exit(
         job="orders",
     )
     cluster.wait_for("the ended driver removed", lambda: cluster.driver_pods("orders") == drivers)
-    event = cluster.wait_for_event("orders", "DriverAdopted", f"exited with {exit_code}")
+    event = cluster.wait_for_event("orders", "DriverAdopted", f"ended (exit {exit_code})")
     assert "while the runtime was down" in event["message"]
     if phase == "Failed":
         assert "restartPolicy is Never" in status["message"]

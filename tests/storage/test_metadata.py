@@ -679,6 +679,17 @@ def test_a_lone_surrogate_is_refused_as_no_text(metadata: CheckpointMetadata, fi
     )
 
 
+def test_a_manifest_too_large_to_be_read_back_is_not_written(
+    metadata: CheckpointMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The bound is the reader's: a snapshot whose `_metadata` exceeds it would be written,
+    registered, and refused at every restore (a reviewer's)."""
+    monkeypatch.setattr(metadata_module, "MAX_DOCUMENT_BYTES", 100)
+
+    with pytest.raises(ValueError, match=r"^the manifest of 3 files is \d+ bytes of JSON, more "):
+        metadata.to_bytes()
+
+
 def test_a_surrogate_pair_is_text(metadata: CheckpointMetadata) -> None:
     document = json.loads(metadata.to_json())
     document["properties"] = {"owner": "\U0001f600"}

@@ -505,8 +505,8 @@ class JobSupervisor:
                 Level.NOTE,
                 f"resumed with the running driver of attempt {self._record.attempt}"
                 if ended is None
-                else f"the driver of attempt {self._record.attempt} exited with {ended} "
-                "while the runtime was down",
+                else f"the driver of attempt {self._record.attempt} ended "
+                f"({describe_exit(ended)}) while the runtime was down",
             )
             attempt = Attempt.adopted(adopted)
             self._interpreter.attempt = attempt

@@ -425,7 +425,6 @@ _FILE_TYPES = (
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
 )
 
 
@@ -433,8 +432,16 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
     """The local file `native` (`path` as the caller names it), open for reading; anything
     but a regular file is refused (NotARegularFileError) without a read: a FIFO's or a
     device's would never end. Opened non-blocking, so that a FIFO does not block the open
-    itself waiting for a writer."""
-    descriptor = os.open(native, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    itself waiting for a writer, and never through a link in its place (one swapped in
+    after the path was checked: SymbolicLinkError)."""
+    try:
+        descriptor = os.open(native, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError as error:
+        if error.errno == errno.ELOOP and os.path.islink(native):
+            raise SymbolicLinkError(native, _link_target(native)) from None
+        if error.errno == errno.ENXIO:  # what opening a socket fails with
+            raise NotARegularFileError(path, "a socket") from None
+        raise
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):

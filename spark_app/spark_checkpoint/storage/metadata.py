@@ -303,7 +303,14 @@ class CheckpointMetadata:
         """The `_metadata` file content: the format 2 document as compact UTF-8 JSON,
         gzip-compressed (modification time 0, so equal metadata gives equal bytes)."""
         compact = json.dumps(self._document(), separators=(",", ":"), ensure_ascii=False)
-        return gzip.compress(compact.encode("utf-8"), compresslevel=9, mtime=0)
+        document = compact.encode("utf-8")
+        if len(document) > MAX_DOCUMENT_BYTES:  # written, it could never be read
+            raise ValueError(
+                f"the manifest of {len(self.files)} files is {len(document)} bytes of JSON, "
+                f"more than a _metadata may hold ({MAX_DOCUMENT_BYTES}): fewer state files "
+                "per image (spark.sql.shuffle.partitions) keep it smaller"
+            )
+        return gzip.compress(document, compresslevel=9, mtime=0)
 
     def to_json(self) -> bytes:
         """The same format 2 document, readable: UTF-8 JSON with a 2-space indent, stable

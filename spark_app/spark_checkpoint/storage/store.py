@@ -244,7 +244,11 @@ class CheckpointStorage:
             with self._lock:
                 self._durable.update(not_durable)
         path = self.layout.metadata_path(meta.kind, meta.checkpoint_id)
-        self.fs.write_atomic(path, meta.to_bytes())
+        try:
+            data = meta.to_bytes()
+        except ValueError as error:  # too large to be read back: the snapshot fails
+            raise StorageError(path, str(error)) from None
+        self.fs.write_atomic(path, data)
 
     def read_metadata(self, kind: CheckpointKind, snapshot_id: int) -> CheckpointMetadata:
         """Read and validate the `_metadata` of a checkpoint or savepoint.
