@@ -351,7 +351,7 @@ class KubernetesDriver:
         RECHECK_SECONDS: a deletion that came while the watch was down (a 410 Gone, then a
         new list) has no DELETED event, and the pod would show running until the heartbeat
         timeout. A look that fails is left to the next one (lost executors that could not
-        be listed stay: `_forget_pods_gone`)."""
+        be listed stay: `_forget_executors_gone`)."""
         now = time.monotonic()
         if self.pod is None or now < self._next_recheck:
             return
