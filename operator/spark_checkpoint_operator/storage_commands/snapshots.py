@@ -18,6 +18,7 @@ from spark_checkpoint.storage import (
     InvalidMetadataError,
     ManifestEntry,
     MissingFileError,
+    NotARegularFileError,
     StorageError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
@@ -288,7 +289,8 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
     where = f"{entry.path} at {stored_path}"
     try:
         size = storage.fs.file_size(stored_path)
-        if size is None:
+        if size is None:  # no file there: reading it says what is there instead, if anything
+            storage.fs.digest(stored_path)
             return f"missing file: {where}"
         if size != entry.size:
             # Checked first, as CheckpointStorage.verify does: cheap, and what a truncated
@@ -297,6 +299,8 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
         digest = storage.fs.digest(stored_path)
     except MissingFileError:
         return f"missing file: {where}"
+    except NotARegularFileError as error:  # a FIFO or a directory in the file's place
+        return f"{where}: {error.reason}"
     except StorageError as error:
         return f"I/O error: {where}: {error}"
     except OSError as error:
