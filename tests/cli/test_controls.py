@@ -71,11 +71,20 @@ class LocalJob:
 
 @pytest.fixture
 def job(tmp_path: Path) -> Iterator[LocalJob]:
-    local = LocalJob(tmp_path)
-    yield local
-    lock = local.job_dir / "run.lock"
-    if lock.exists() and (text := lock.read_text().strip()) and alive(int(text)):
-        os.kill(int(text), 9)  # a test that failed half-way leaves no run behind
+    with _local_job(tmp_path) as local:
+        yield local
+
+
+@contextlib.contextmanager
+def _local_job(directory: Path) -> Iterator[LocalJob]:
+    directory.mkdir(parents=True, exist_ok=True)
+    local = LocalJob(directory)
+    try:
+        yield local
+    finally:
+        lock = local.job_dir / "run.lock"
+        if lock.exists() and (text := lock.read_text().strip()) and alive(int(text)):
+            os.kill(int(text), 9)  # a test that failed half-way leaves no run behind
 
 
 def _detach(job: LocalJob, *options: str, running: bool = True, spelling: str = "--detach") -> None:
@@ -659,12 +668,8 @@ def test_a_registry_the_storage_was_handed_over_to_numbers_its_snapshots_above_t
 
 @pytest.fixture
 def job_in_a_directory_with_a_space(tmp_path: Path) -> Iterator[LocalJob]:
-    (tmp_path / "my project").mkdir()
-    local = LocalJob(tmp_path / "my project")
-    yield local
-    lock = local.job_dir / "run.lock"
-    if lock.exists() and (text := lock.read_text().strip()) and alive(int(text)):
-        os.kill(int(text), 9)
+    with _local_job(tmp_path / "my project") as local:
+        yield local
 
 
 def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_by_path(
@@ -693,10 +698,9 @@ def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_
     assert f"restoring {restored['source']} (--from) instead of the newest image\n" in log  # type: ignore[index]
 
     # A job with no images of its own has no newest image to restore instead.
-    (tmp_path / "fresh").mkdir()
-    fresh = LocalJob(tmp_path / "fresh")
-    _detach(fresh, "--from", str(Path(savepoint).parent))
-    assert fresh.cli("cancel", "-f", "job.yaml").returncode == 0
+    with _local_job(tmp_path / "fresh") as fresh:
+        _detach(fresh, "--from", str(Path(savepoint).parent))
+        assert fresh.cli("cancel", "-f", "job.yaml").returncode == 0
     log = (fresh.job_dir / "logs" / "runtime.log").read_text()
     assert f"restoring external:file://{savepoint} (--from)\n" in log, log
 

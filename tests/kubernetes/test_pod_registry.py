@@ -60,7 +60,30 @@ def test_a_pod_deleted_while_the_watch_was_down_is_not_waited_for(tmp_path: Path
     assert pods.pod("default", "orders", "orders-driver-1") is None
 
 
-def _running_driver(name: str, role: str = objects.DRIVER) -> dict[str, Any]:
+ORDERS = manifest_from_document(
+    {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": {"application": {"mainFile": "local:///app/job.py"}},
+    }
+)
+
+
+def _driver(clients: Clients, name: str) -> KubernetesDriver:
+    """The operator's handle of job orders' driver pod `name`."""
+    return KubernetesDriver(
+        clients,
+        ORDERS,
+        name=name,
+        token="t",
+        executors=0,
+        deployed_hash="",
+        report=_unexpected,
+    )
+
+
+def _running_pod(name: str, role: str = objects.DRIVER) -> dict[str, Any]:
     labels = {objects.LABEL_JOB: "orders", objects.LABEL_SPARK_ROLE: role}
     return {
         "metadata": {"name": name, "namespace": "default", "labels": labels},
@@ -87,32 +110,16 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
     running, and the API server is asked at most every RECHECK_SECONDS. The executors the
     watch missed going with the gone driver are forgotten too (counted ready, they would
     let the next attempt's triggers through before its own executors run)."""
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders", "namespace": "default"},
-            "spec": {"application": {"mainFile": "local:///app/job.py"}},
-        }
-    )
     pods = PodRegistry()
-    pods.observe("ADDED", _running_driver("orders-driver-1"))  # deleted since, unseen
-    pods.observe("ADDED", _running_driver("orders-driver-2"))  # still there
-    pods.observe("ADDED", _running_driver("orders-exec-1", objects.EXECUTOR))  # gone with 1
-    pods.observe("ADDED", _running_driver("orders-exec-2", objects.EXECUTOR))  # driver 2's
+    pods.observe("ADDED", _running_pod("orders-driver-1"))  # deleted since, unseen
+    pods.observe("ADDED", _running_pod("orders-driver-2"))  # still there
+    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR))  # gone with 1
+    pods.observe("ADDED", _running_pod("orders-exec-2", objects.EXECUTOR))  # driver 2's
     ended: dict[str, list[int | None]] = {}
 
     async def scenario(clients: Clients) -> None:
         for name in ("orders-driver-1", "orders-driver-2"):
-            driver = KubernetesDriver(
-                clients,
-                manifest,
-                name=name,
-                token="t",
-                executors=0,
-                deployed_hash="",
-                report=_unexpected,
-            )
+            driver = _driver(clients, name)
             before = driver.exit_code()
             await driver.recheck()
             ended[name] = [before, driver.exit_code()]
@@ -122,8 +129,8 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
         ended["orders-driver-2"].append(driver.exit_code())
 
     with spark_checkpoint_api() as api:
-        api.create(PODS, _running_driver("orders-driver-2"), "default")
-        api.create(PODS, _running_driver("orders-exec-2", objects.EXECUTOR), "default")
+        api.create(PODS, _running_pod("orders-driver-2"), "default")
+        api.create(PODS, _running_pod("orders-exec-2", objects.EXECUTOR), "default")
         _with_clients(api, tmp_path, pods, scenario)
 
     assert ended == {
@@ -142,29 +149,13 @@ def test_a_recheck_whose_listing_of_executors_fails_leaves_it_to_the_next(
     """The listing of the lost executors threw its error out of the supervisor's poll (a
     throttling API server's 429: a daemon traceback and restart, a reviewer found); the
     driver is still found gone."""
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders", "namespace": "default"},
-            "spec": {"application": {"mainFile": "local:///app/job.py"}},
-        }
-    )
     pods = PodRegistry()
-    pods.observe("ADDED", _running_driver("orders-driver-1"))
-    pods.observe("ADDED", _running_driver("orders-exec-1", objects.EXECUTOR))
+    pods.observe("ADDED", _running_pod("orders-driver-1"))
+    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR))
     ended: list[int | None] = []
 
     async def scenario(clients: Clients) -> None:
-        driver = KubernetesDriver(
-            clients,
-            manifest,
-            name="orders-driver-1",
-            token="t",
-            executors=0,
-            deployed_hash="",
-            report=_unexpected,
-        )
+        driver = _driver(clients, "orders-driver-1")
         await driver.recheck()
         ended.append(driver.exit_code())
 
