@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -342,4 +343,30 @@ def test_a_directory_or_a_huge_file_as_metadata_fails_that_snapshot_alone(
     shown = result.out + result.err
     assert f"{directory}: is a directory, not a regular file: remove it" in shown, shown
     assert f"{huge}: $: is larger than {MAX_DOCUMENT_BYTES} bytes" in shown, shown
+    assert result.code == (0 if command == "list" else 1), shown
+
+
+@pytest.mark.parametrize("command", ["verify", "inspect", "list"])
+def test_a_linked_snapshot_directory_or_metadata_fails_that_snapshot_alone(
+    job: Job, cli: Cli, command: str, tmp_path: Path
+) -> None:
+    """A `chk-N` or a `_metadata` that is a link failed every command as a whole: one
+    line about the link and no other snapshot shown. Each fails its own snapshot; the
+    link is still never followed."""
+    directory = job.metadata_file(CHECKPOINT, 2).parent
+    directory.rename(tmp_path / "elsewhere")
+    directory.symlink_to(tmp_path / "elsewhere")
+    metadata = job.metadata_file(SAVEPOINT, 3)
+    metadata.rename(tmp_path / "foreign-metadata")
+    metadata.symlink_to(tmp_path / "foreign-metadata")
+
+    result = cli(command, *job.flags)
+
+    shown = result.out + result.err
+    for link, target in ((directory, "elsewhere"), (metadata, "foreign-metadata")):
+        assert f"{link}: is a symbolic link (to '{tmp_path / target}')" in shown, shown
+    if command == "verify":
+        assert verdicts(result.out)["checkpoint:1"].startswith("OK"), shown
+    else:  # the other snapshots' rows are shown
+        assert re.search(r"^checkpoint +1 +0 ", result.out, re.MULTILINE), shown
     assert result.code == (0 if command == "list" else 1), shown

@@ -12,6 +12,7 @@ from spark_checkpoint.storage import (
     parse_snapshot_address,
     parse_snapshot_dir_name,
 )
+from spark_checkpoint.storage.layout import storage_place
 
 SHA = "0f" + "1" * 62
 
@@ -179,3 +180,20 @@ def test_a_snapshot_is_named_by_where_it_lies(
 def test_a_place_that_is_no_snapshots_is_refused(given: str, said: str) -> None:
     with pytest.raises(ValueError, match=said):
         parse_snapshot_address(given)
+
+
+@pytest.mark.parametrize(
+    ("one", "other", "same"),
+    [
+        ("/data/ckpt", "file:///data/ckpt/", True),
+        ("local:///data/ckpt", "/data/ckpt", True),
+        ("s3a://bucket/ckpt", "s3://bucket/ckpt/", True),
+        ("s3://bucket/ckpt", "s3://bucket/other", False),
+        ("file:///data", "s3://data", False),
+        ("abfs://c@one.dfs.core.windows.net/p", "abfs://c@two.dfs.core.windows.net/p", False),
+    ],
+)
+def test_a_storage_root_is_one_place_however_it_is_spelled(
+    one: str, other: str, same: bool
+) -> None:
+    assert (storage_place(one) == storage_place(other)) is same

@@ -116,7 +116,7 @@ def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None
     layout = storage.layout
     registered = is_registered(registry, ref.kind, ref.snapshot_id)
     metadata_path = layout.metadata_path(ref.kind, ref.snapshot_id)
-    if storage.fs.exists(metadata_path):
+    if storage.has_metadata(ref.kind, ref.snapshot_id):
         try:
             meta = storage.read_metadata(ref.kind, ref.snapshot_id)
         except StorageError as error:

@@ -50,6 +50,17 @@ def local_uri(path: str | os.PathLike[str]) -> str:
     return f"file://{os.fspath(path)}"
 
 
+def storage_place(root: str) -> str:
+    """A storage root however it is spelled, for comparing two without reaching either:
+    a local one as its path (``/data``, ``file:///data/``, ``local:///data``), ``s3a://``
+    as ``s3://``, no trailing ``/``."""
+    for scheme, same in (("file://", ""), ("local://", ""), ("s3a://", "s3://")):
+        if root.startswith(scheme):
+            root = same + root.removeprefix(scheme)
+            break
+    return root.rstrip("/") or "/"
+
+
 def metadata_location(snapshot: str) -> str:
     """The `_metadata` of the snapshot that `snapshot` names by its directory or by its
     `_metadata` (a user may give either)."""

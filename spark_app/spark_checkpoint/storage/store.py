@@ -20,6 +20,7 @@ from .errors import (
     NotEmptyError,
     StorageError,
     StorageOwnedElsewhere,
+    SymbolicLinkError,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -278,8 +279,17 @@ class CheckpointStorage:
         return [
             snapshot_id
             for snapshot_id in self._snapshot_dir_ids(kind)
-            if self.fs.exists(self.layout.metadata_path(kind, snapshot_id))
+            if self.has_metadata(kind, snapshot_id)
         ]
+
+    def has_metadata(self, kind: CheckpointKind, snapshot_id: int) -> bool:
+        """Whether the snapshot has a `_metadata`. A snapshot directory or `_metadata`
+        that is a link counts: reading it refuses the link, so that this one snapshot fails
+        and the others are still listed."""
+        try:
+            return self.fs.exists(self.layout.metadata_path(kind, snapshot_id))
+        except SymbolicLinkError:
+            return True
 
     def highest_snapshot_id(self) -> int | None:
         """The highest id of a snapshot directory in the job's storage (`chk-N`, `sp-N`,
