@@ -21,6 +21,7 @@ import yaml
 
 from spark_checkpoint.storage import printable
 from spark_checkpoint_operator.exit_codes import ExitCode
+from spark_checkpoint_operator.manifest.loading import text_problems
 from spark_checkpoint_operator.manifest.validation import DEFAULT_NAMESPACE, field_problems
 
 # What a code means when the command has nothing more specific to say.
@@ -276,6 +277,6 @@ def job_options(namespace: str | None, job: str) -> tuple[str, str]:
 
 
 def _field_option(flag: str, field: Sequence[str], value: str) -> str:
-    if problems := field_problems(field, value):
+    if problems := text_problems(value) or field_problems(field, value):
         raise OptionError(f"{flag}: {problems[0].message}")
     return value

@@ -212,6 +212,8 @@ STORAGE_COMMANDS = ("list", "inspect", "verify")
         ("--namespace", "Analytics", "--namespace: 'Analytics' is not a DNS-1123 label"),
         ("--job", "clicks/../x", "--job: 'clicks/../x' is not a DNS-1123 subdomain"),
         ("--job", "c" * 64, "--job: 'cccc"),
+        # A path's bytes that are not UTF-8 (failed CEL's "Conversion Error").
+        ("--storage", "/data/\udcff\udcfe", "--storage: '/data/\\xff\\xfe' is not UTF-8 text"),
     ],
 )
 def test_storage_options_are_judged_as_the_manifest_fields_they_stand_for(

@@ -46,6 +46,8 @@ SUSPECT_STRINGS = [
     "NaN",
     "\x00",
     "\u2028",
+    "\ud800",  # a YAML "\ud800" escape: a lone surrogate, no text
+    "/data/\udcff",  # a command-line path's byte that is not UTF-8, as Python carries it
     "ünïcödé",
 ]
 SUSPECT_NUMBERS = [

@@ -1,5 +1,6 @@
 """Loading SparkCheckpointJob manifests: defaults, typed values, and every problem named."""
 
+import json
 import os
 import re
 from pathlib import Path
@@ -7,6 +8,7 @@ from types import MappingProxyType
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -201,10 +203,14 @@ def test_defaulted_document_is_what_the_api_server_would_store(minimal: dict[str
     assert "namespace" not in minimal["metadata"], "the caller's document is not changed"
 
 
-def test_null_interval_disables_periodic_checkpoints(minimal: dict[str, Any]) -> None:
+@pytest.mark.parametrize("interval", [None, "0s", "0ms"])
+def test_null_or_zero_interval_disables_periodic_checkpoints(
+    minimal: dict[str, Any], interval: str | None
+) -> None:
     # interval is nullable: null is kept (not defaulted) and CEL's has() is false for it,
-    # so the minPause <= interval rule does not apply.
-    _set(minimal, "spec.checkpointing", {"interval": None, "minPause": "5m"})
+    # so the minPause <= interval rule does not apply. A merge patch (kubectl apply) cannot
+    # store a null: 0s does the same (a reviewer's).
+    _set(minimal, "spec.checkpointing", {"interval": interval, "minPause": "5m"})
 
     job = manifest_from_document(minimal)
 
@@ -423,18 +429,11 @@ INVALID = [
         "spec.checkpointing.minPause: must not exceed spec.checkpointing.interval",
     ),
     (
-        "zero interval",
-        "spec.checkpointing.interval",
-        "0s",
-        "spec.checkpointing.interval: must be at least 10ms (set it to null to disable "
-        "periodic checkpoints)",
-    ),
-    (
         "interval below Flink's floor",
         "spec.checkpointing",
         {"interval": "9999us", "minPause": "0s"},
-        "spec.checkpointing.interval: must be at least 10ms (set it to null to disable "
-        "periodic checkpoints)",
+        "spec.checkpointing.interval: must be at least 10ms, or 0s (or null) to disable "
+        "periodic checkpoints",
     ),
     (
         "zero timeout",
@@ -982,6 +981,56 @@ def test_a_nul_character_is_refused_naming_the_field(
     assert str(refused.value).startswith(f"<manifest>: {field}"), refused.value
     with pytest.raises(ManifestError, match="contains a NUL character"):
         manifest_from_update(minimal, minimal)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "said"),
+    [
+        (
+            'mainFile: "pipeline\\ud800.py"',
+            "spec.application.mainFile: 'pipeline\\ud800.py' holds a UTF-16 surrogate (\\ud800), "
+            "which is no text",
+        ),
+        (
+            'sparkConf: {"spark.x\\udc00": "1"}',
+            "spec.application.sparkConf: the key 'spark.x\\udc00' holds a UTF-16 surrogate "
+            "(\\udc00), which is no text",
+        ),
+    ],
+)
+def test_a_string_that_is_not_text_is_refused_naming_the_field(
+    minimal: dict[str, Any], yaml_text: str, said: str
+) -> None:
+    """A YAML escape of a lone surrogate: every CEL rule of the field failed with "Conversion
+    Error: Failed to convert Python object of type str to Value" (a hostile-input tester);
+    the API server stores UTF-8 only."""
+    application = yaml.safe_load(yaml_text)
+    minimal["spec"]["application"] = {"mainFile": "local:///p.py", **application}
+
+    with pytest.raises(ManifestError) as refused:
+        manifest_from_document(minimal)
+    assert str(refused.value) == f"<manifest>: {said}"
+    with pytest.raises(ManifestError) as refused:
+        manifest_from_update(minimal, minimal)
+    assert str(refused.value) == f"<manifest>: {said}"
+
+
+def test_a_character_json_escapes_as_a_surrogate_pair_is_one_character() -> None:
+    """`json.dumps` writes an emoji as "\\ud83d\\ude00": PyYAML kept both halves, and the
+    check of text refused them (a reviewer's); a JSON parser reads one character."""
+    document = {"spark.app.name": "orders 😀"}
+    text = (
+        "apiVersion: sparkcheckpoint.io/v1alpha1\nkind: SparkCheckpointJob\n"
+        "metadata: {name: orders}\n"
+        'spec: {application: {mainFile: "local:///p.py", sparkConf: '
+        + json.dumps(document)
+        + "}}\n"
+    )
+    assert "\\ud83d\\ude00" in text
+
+    job = parse_manifest(text)
+
+    assert job.spec.application.spark_conf["spark.app.name"] == "orders 😀"
 
 
 def test_a_manifest_exported_from_a_cluster_runs_as_it_is(minimal: dict[str, Any]) -> None:

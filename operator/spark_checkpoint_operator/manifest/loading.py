@@ -4,8 +4,9 @@ time and memory; one SparkCheckpointJob per file (beside what kubectl applies wi
 every problem on one line naming the file."""
 
 import os
+import re
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
@@ -60,36 +61,82 @@ def parse_manifest(text: str, source: str = "<manifest>") -> JobManifest:
 
 def manifest_from_document(document: object, source: str = "<manifest>") -> JobManifest:
     """Validate and default a parsed document, then convert it to a ``JobManifest``."""
+    _require_text(document, source)
     defaulted = validate_document(document, source)
     _require_no_nul(defaulted, source)
     return to_manifest(defaulted)
+
+
+def text_problems(document: object) -> list[Problem]:
+    """Strings (and keys) that are not Unicode text, which the API server does not store
+    (it takes UTF-8) and the CRD's rules cannot read: a command-line path's bytes that are
+    not UTF-8 (Python carries each as a lone surrogate) or a YAML ``"\\ud800"`` escape."""
+    return _string_problems(document, _not_text)
+
+
+def _require_text(document: object, source: str) -> None:
+    # Before validation: a rule given such a string fails with CEL's "Conversion Error".
+    if problems := text_problems(document):
+        raise ManifestError(source, problems)
 
 
 def _require_no_nul(document: Mapping[str, Any], source: str) -> None:
     """The API server takes a NUL character in a string (JSON has it), but no path,
     argument, environment variable or label can hold one: the job would fail far from its
     cause (a traceback of ``embedded null byte``)."""
-    if problems := list(_nul_characters(document, ())):
+    if problems := _string_problems(document, _nul):
         raise ManifestError(source, problems)
 
 
-def _nul_characters(value: Any, path: tuple[str | int, ...]) -> Iterator[Problem]:
-    if isinstance(value, str) and "\0" in value:
-        yield Problem(
-            render_path(path),
-            "contains a NUL character, which no path, argument or variable can hold",
-            path,
-        )
-    elif isinstance(value, Mapping):
-        for key, child in value.items():
-            if "\0" in str(key):
-                yield Problem(
-                    render_path(path), f"the key {shown(key)} contains a NUL character", path
-                )
-            yield from _nul_characters(child, (*path, str(key)))
-    elif isinstance(value, list):
-        for index, item in enumerate(value):
-            yield from _nul_characters(item, (*path, index))
+def _string_problems(document: object, judge: Callable[[str], str | None]) -> list[Problem]:
+    """The problems ``judge`` finds in the strings and keys of ``document``: what it says
+    is wrong, after the string as quoted. Walked without recursion (this may run before
+    the document's nesting is bounded)."""
+    found = []
+    stack: list[tuple[object, tuple[str | int, ...]]] = [(document, ())]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str) and (wrong := judge(value)):
+            found.append(Problem(render_path(path), f"{_quoted(value)} {wrong}", path))
+        elif isinstance(value, Mapping):
+            for key, child in value.items():
+                if isinstance(key, str) and (wrong := judge(key)):
+                    found.append(
+                        Problem(render_path(path), f"the key {_quoted(key)} {wrong}", path)
+                    )
+                stack.append((child, (*path, str(key))))
+        elif isinstance(value, list):
+            stack.extend((item, (*path, index)) for index, item in enumerate(value))
+    return sorted(found)
+
+
+def _nul(text: str) -> str | None:
+    if "\0" in text:
+        return "contains a NUL character, which no path, argument or variable can hold"
+    return None
+
+
+def _not_text(text: str) -> str | None:
+    surrogate = next((c for c in text if "\ud800" <= c <= "\udfff"), None)
+    if surrogate is None:
+        return None
+    if _as_bytes(text) is not None:
+        return f"is not UTF-8 text (the byte \\x{ord(surrogate) - 0xDC00:02x})"
+    return f"holds a UTF-16 surrogate (\\u{ord(surrogate):04x}), which is no text"
+
+
+def _as_bytes(text: str) -> bytes | None:
+    """The bytes a command-line argument was made of, if it has any that are not UTF-8."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return None
+
+
+def _quoted(text: str) -> str:
+    if _not_text(text) and (raw := _as_bytes(text)) is not None:
+        return clip(repr(raw)[1:], 100)  # as the bytes they are: '/data/\\xff'
+    return shown(text)
 
 
 # Problems of a value's shape or bounds: the manifest is read on the schema's word that
@@ -120,6 +167,7 @@ def manifest_from_update(
     problem of a value ``previous`` already held is tolerated (``validate_update``) and
     returned, unless it is one of a value's shape or bounds or the job cannot be run with
     it."""
+    _require_text(document, source)
     defaulted, tolerated = validate_update(document, previous, source)
     _require_no_nul(defaulted, source)
     if unreadable := [p for p in tolerated if p.keyword in _UNREADABLE_KEYWORDS]:
@@ -217,6 +265,20 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode) -> dict[An
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# A pair of UTF-16 surrogate escapes, as JSON writes a character beyond U+FFFF ("\ud83d\ude00"):
+# PyYAML keeps the halves, a JSON parser and the API server read one character.
+_SURROGATE_PAIR = re.compile("[\ud800-\udbff][\udc00-\udfff]")
+
+
+def _construct_str(loader: _StrictLoader, node: yaml.ScalarNode) -> str:
+    text = loader.construct_scalar(node)
+    return _SURROGATE_PAIR.sub(
+        lambda pair: pair[0].encode("utf-16-le", "surrogatepass").decode("utf-16-le"), text
+    )
+
+
+_StrictLoader.add_constructor("tag:yaml.org,2002:str", _construct_str)
 
 
 def _parse_yaml(text: str, source: str) -> object:
