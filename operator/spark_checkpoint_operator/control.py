@@ -36,9 +36,15 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
+    JobPhase,
     TriggerRequested,
 )
-from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
+from spark_checkpoint_operator.supervisor import (
+    NO_QUERY_RUNNING,
+    JobRecord,
+    JobSupervisor,
+    Notice,
+)
 
 SOCKET_NAME = "runtime.sock"
 TOKEN_NAME = "token"
@@ -153,6 +159,14 @@ class ControlServer:
         match request.command:
             case Command.STATUS:
                 return ControlAnswer(Outcome.OK, "running", status=self.status())
+            case Command.CANCEL if self._supervisor.record.phase is JobPhase.SUSPENDING:
+                # The stop's savepoint completed and the driver is stopping: nothing is left
+                # to cancel (it said "cancelling" while the job ended Suspended).
+                return ControlAnswer(
+                    Outcome.FAILED,
+                    "not cancelled: the stop's savepoint completed and the job is ending "
+                    "Suspended, its checkpoints kept",
+                )
             case Command.CANCEL:
                 leaves = self._supervisor.what_cancelling_leaves()
                 self._report(
@@ -165,6 +179,15 @@ class ControlServer:
             case Command.SAVEPOINT:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
+            # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
+            case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
+                said = (
+                    "stopping the driver without a savepoint: the query is not running (the "
+                    "next run resumes from the newest checkpoint or savepoint)"
+                )
+                self._report(f"`spark-checkpoint stop`: {said}")
+                self._supervisor.suspend_now()
+                return ControlAnswer(Outcome.OK, said)
             case Command.STOP if request.drain:
                 self._report(
                     "`spark-checkpoint stop --drain`: draining the input, then taking a "
@@ -306,8 +329,12 @@ def check_private(paths: ControlPaths) -> None:
     for path, required in ((paths.directory, 0o700), (paths.socket, 0o600)):
         try:
             found = path.lstat()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise NoRuntime(f"no runtime is running for this job (no {path})") from None
+        except OSError as error:  # a name too long for the filesystem, say
+            raise NoRuntime(
+                f"no runtime is running for this job ({path}: {error.strerror or error})"
+            ) from None
         mode = stat.S_IMODE(found.st_mode)
         if found.st_uid != os.getuid() or mode & 0o077:
             raise ControlRefused(

@@ -273,7 +273,9 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
     if command is Command.CANCEL:
         answer = request(paths, command)
         print(answer.message, flush=True)
-        return _ended(paths, args.timeout, "cancelled", prog)
+        # FAILED: nothing was left to cancel, the job ends Suspended (the answer says so).
+        ended = "suspended" if answer.outcome is Outcome.FAILED else "cancelled"
+        return _ended(paths, args.timeout, ended, prog)
     detached = getattr(args, "detached", False)
     wait = 0.0 if detached else args.timeout
     drain = getattr(args, "drain", False)
@@ -331,6 +333,9 @@ def _status_command(args: argparse.Namespace) -> str:
 def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float) -> int:
     savepoint = answer.savepoint
     match answer.outcome:
+        case Outcome.OK if savepoint is None:  # a stop without one: the answer says why
+            print(answer.message, flush=True)
+            return ExitCode.OK
         case Outcome.OK:
             assert savepoint is not None
             print(f"savepoint {savepoint.snapshot_id} completed: {savepoint.path}", flush=True)

@@ -68,6 +68,13 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     except RunRefused as refused:
         print(f"spark-checkpoint run: {refused}", file=sys.stderr)
         return ExitCode.FAILED
+    except OSError as error:  # a state directory that is a file, a name too long
+        print(
+            f"spark-checkpoint run: cannot create the job's state directory "
+            f"{paths.logs_dir.parent}: {error.strerror or error}",
+            file=sys.stderr,
+        )
+        return ExitCode.FAILED
     log_file = paths.logs_dir / "runtime.log"
     command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
     try:
@@ -102,7 +109,11 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             break
         time.sleep(POLL_SECONDS)
     if process.poll() is None and answering:
-        job = f"-f {args.manifest}" + (f" --state-dir {args.state_dir}" if args.state_dir else "")
+        # Quoted: a path with a space is copied into a shell as it is printed.
+        job = shlex.join(
+            ["-f", str(args.manifest)]
+            + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
+        )
         print(
             f"job {manifest.namespace}/{manifest.name} runs in the background (pid "
             f"{process.pid}, output in {log_file})\n"

@@ -77,6 +77,7 @@ from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
     KILLING_SIGNALS,
+    NO_QUERY_RUNNING,
     CleanupFailed,
     JobRecord,
     JobSupervisor,
@@ -465,30 +466,33 @@ async def run_local(
             manifest.name,
         )
     )
-    with job_lock(paths, manifest), storage_lock(storage, manifest):
-        if warning := _executor_variables_warning(manifest):
-            display.line(warning)
-        metrics = None
-        if metrics_port is not None:
-            metrics = CheckpointMetrics(REGISTRY)
-            try:
-                metrics.serve(metrics_port, "127.0.0.1")
-            except OSError as error:
-                raise RunRefused(
-                    f"--metrics-port {metrics_port}: cannot serve metrics there: "
-                    f"{error.strerror or error}"
-                ) from None
-            display.line(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
-        return await _run_locked(
-            manifest,
-            manifest_path,
-            paths,
-            storage,
-            display,
-            metrics=metrics,
-            agent_start_timeout=agent_start_timeout,
-            restore_from=restore_from,
-        )
+    with job_lock(paths, manifest):
+        # Before the storage's lock, which would create the job's directory there.
+        _check_storage_unchanged(load_record(paths), storage, paths)
+        with storage_lock(storage, manifest):
+            if warning := _executor_variables_warning(manifest):
+                display.line(warning)
+            metrics = None
+            if metrics_port is not None:
+                metrics = CheckpointMetrics(REGISTRY)
+                try:
+                    metrics.serve(metrics_port, "127.0.0.1")
+                except OSError as error:
+                    raise RunRefused(
+                        f"--metrics-port {metrics_port}: cannot serve metrics there: "
+                        f"{error.strerror or error}"
+                    ) from None
+                display.line(f"metrics on http://127.0.0.1:{metrics_port}/metrics")
+            return await _run_locked(
+                manifest,
+                manifest_path,
+                paths,
+                storage,
+                display,
+                metrics=metrics,
+                agent_start_timeout=agent_start_timeout,
+                restore_from=restore_from,
+            )
 
 
 def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
@@ -669,6 +673,7 @@ async def _run_locked(
     with contextlib.suppress(NotImplementedError):
         loop.add_signal_handler(signal.SIGINT, interrupts.interrupt)
         loop.add_signal_handler(signal.SIGTERM, interrupts.terminate)
+        loop.add_signal_handler(signal.SIGHUP, interrupts.hang_up)
     # A line may be written from any thread (a log record): the loop acts on it.
     display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
@@ -700,7 +705,6 @@ async def _run_locked(
 
 
 # Phases in which a savepoint request could only be declined: no driver's query runs.
-_NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
 # The notices of the job's end in this run (`JobSupervisor._terminate`).
 _JOB_ENDED = frozenset(f"Job{outcome.value}" for outcome in TerminalOutcome)
 
@@ -709,7 +713,7 @@ OUTPUT_CLOSED = "the output was closed"
 
 
 class _Interrupts:
-    """Ctrl-C (SIGINT, SIGTERM): a savepoint, then the job stops; a second one stops the
+    """Ctrl-C (SIGINT, SIGTERM, SIGHUP): a savepoint, then the job stops; a second one stops the
     driver without a savepoint. A savepoint that fails leaves the job running, and the next
     one asks again. A run whose output goes away (``run ... | head``) stops
     as on Ctrl-C (Python would die of the closed pipe, its driver with it, its status left
@@ -736,6 +740,11 @@ class _Interrupts:
     def terminate(self) -> None:
         """SIGTERM (`kill`, a service manager stopping a detached run): as Ctrl-C."""
         self._signalled("terminated (SIGTERM)", "SIGTERM", "sigterm")
+
+    def hang_up(self) -> None:
+        """SIGHUP (the terminal closed, an SSH session dropped): as SIGTERM. Python's own
+        answer ended the run at once, without a savepoint or a line, its status Running."""
+        self._signalled("hung up (SIGHUP)", "SIGHUP", "sighup")
 
     def asked_for(self, label: str) -> bool:
         """Whether `label` is this run's stop savepoint's (not a `savepoint` command's)."""
@@ -793,7 +802,7 @@ class _Interrupts:
         self._stopping = True
         self._why = why
         self._label = label
-        if self._supervisor.record.phase in _NO_QUERY_RUNNING:
+        if self._supervisor.record.phase in NO_QUERY_RUNNING:
             self._without_savepoint(why, "its query is not running yet")
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
@@ -838,6 +847,35 @@ def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:
         raise RunRefused(
             f"spec.checkpointing.storage {layout.root!r}: {first_line(error)}"
         ) from None
+
+
+def _check_storage_unchanged(
+    record: JobRecord, storage: CheckpointStorage, paths: LocalPaths
+) -> None:
+    """Refuse a run whose storage is not where the job's registered images are (the
+    manifest's spec.checkpointing.storage changed between runs): its restore would find
+    none of them and fail the job, and its garbage collection could not read them."""
+    registry = record.coordinator
+    _, job_root = storage.fs.place(storage.layout.job_root)
+    # Versions before local_uri registered a local storage's paths percent-encoded (a
+    # space as %20); their storage, moved as the run asks, is where they say.
+    encoded = f"{Path(job_root).as_uri()}/" if job_root.startswith("/") else None
+
+    def here(path: str) -> bool:
+        return storage.fs.place(path)[1].startswith(f"{job_root}/") or (
+            encoded is not None and path.startswith(encoded)
+        )
+
+    images = (*registry.savepoints, *registry.checkpoints)
+    elsewhere = next((image.path for image in images if not here(image.path)), None)
+    if elsewhere is None:
+        return
+    raise RunRefused(
+        f"spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
+        f"{job_root} but where it ran before (such as {elsewhere}); set it "
+        f"back, or start the job afresh on this storage from one of them: delete its state "
+        f"{paths.job_dir} and run --from that savepoint's path"
+    )
 
 
 def _check_initial_savepoint(

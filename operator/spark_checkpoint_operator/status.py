@@ -548,8 +548,10 @@ _PHASE_MESSAGES = {
     JobPhase.RESTARTING: "the driver failed and is being restarted",
     JobPhase.SUSPENDING: "taking a savepoint to suspend",
     JobPhase.SUSPENDED: (
-        "suspended after a savepoint; to resume, set spec.state to Running (on this machine: "
-        "spark-checkpoint run)"
+        # Not "after a savepoint": a driver starting, restarting, or stopped without a final
+        # savepoint is suspended without one, and resumes from its newest image.
+        "suspended; it resumes from its newest image when spec.state is Running (on this "
+        "machine: spark-checkpoint run)"
     ),
     JobPhase.FINISHED: "the bounded input is done and its final checkpoint completed",
     JobPhase.FAILED: "the job failed",

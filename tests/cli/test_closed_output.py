@@ -111,7 +111,12 @@ def test_a_closed_output_stops_the_job_as_a_ctrl_c_that_is_not_the_users(
 
 @pytest.mark.parametrize(
     ("stop", "label"),
-    [("interrupt", "ctrl-c"), ("terminate", "sigterm"), ("output_closed", "output closed")],
+    [
+        ("interrupt", "ctrl-c"),
+        ("terminate", "sigterm"),
+        ("hang_up", "sighup"),
+        ("output_closed", "output closed"),
+    ],
 )
 def test_the_stops_savepoint_is_labelled_by_what_asked_for_it(stop: str, label: str) -> None:
     """A SIGTERM's savepoint was labelled "ctrl-c" in the log and the history."""

@@ -36,7 +36,7 @@ from spark_checkpoint_operator.control_protocol import (
     decode_line,
     encode_line,
 )
-from spark_checkpoint_operator.coordinator import TriggerRequested
+from spark_checkpoint_operator.coordinator import JobPhase, TriggerRequested
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
 
 json_values = st.recursive(
@@ -233,7 +233,7 @@ class _StoppedFirstSupervisor:
     then given up, as the interpreter says."""
 
     def __init__(self) -> None:
-        self.record = JobRecord()
+        self.record = JobRecord(phase=JobPhase.RUNNING)  # a query to take a savepoint of
         self.control: ControlServer | None = None
 
     def request(self, event: TriggerRequested) -> None:
@@ -259,7 +259,7 @@ class _FailedAtOnceSupervisor:
     for less than one look at the record."""
 
     def __init__(self) -> None:
-        self.record = JobRecord()
+        self.record = JobRecord(phase=JobPhase.RUNNING)  # a query to take a savepoint of
         self.control: ControlServer | None = None
 
     def request(self, event: TriggerRequested) -> None:
@@ -274,8 +274,22 @@ class _FailedAtOnceSupervisor:
         )
 
 
+class _SuspendingSupervisor:
+    """The stop's savepoint completed; the driver is stopping."""
+
+    def __init__(self) -> None:
+        self.record = JobRecord(phase=JobPhase.SUSPENDING)
+        self.control: ControlServer | None = None
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
 def _answer_of(
-    supervisor: _StoppedFirstSupervisor | _FailedAtOnceSupervisor, command: Command, tmp: Path
+    supervisor: _StoppedFirstSupervisor | _FailedAtOnceSupervisor | _SuspendingSupervisor,
+    command: Command,
+    tmp: Path,
 ) -> ControlAnswer:
     """The answer `command` gets from a run whose supervisor is ``supervisor``."""
     paths = ControlPaths(tmp / "control")
@@ -287,6 +301,24 @@ def _answer_of(
             return await asyncio.to_thread(request, paths, command, wait=30.0)
 
     return asyncio.run(ask())
+
+
+def test_a_cancel_once_the_stops_savepoint_completed_says_nothing_is_cancelled(
+    tmp_path: Path,
+) -> None:
+    """A hostile reviewer's: `cancel` right after `stop` printed its savepoint said
+    "cancelling ... its checkpoints are discarded" and "cancelled", exit 0, while the job
+    ended Suspended with its checkpoints (as Ctrl-C then says: already stopping)."""
+    supervisor = _SuspendingSupervisor()
+
+    answer = _answer_of(supervisor, Command.CANCEL, tmp_path)
+
+    assert (answer.outcome, answer.message) == (
+        Outcome.FAILED,
+        "not cancelled: the stop's savepoint completed and the job is ending Suspended, its "
+        "checkpoints kept",
+    )
+    assert not supervisor.cancelled
 
 
 def test_a_stop_whose_savepoint_was_given_up_says_so(tmp_path: Path) -> None:

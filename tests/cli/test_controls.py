@@ -186,6 +186,37 @@ def _status_in_yaml_and_wide_is_the_same_status(job: LocalJob, status: dict[str,
     assert narrow.stdout.splitlines()[0].split() == header[:7]
 
 
+def test_stop_while_the_driver_restarts_stops_without_a_savepoint_as_ctrl_c_does(
+    job: LocalJob,
+) -> None:
+    """A hostile reviewer's: during a restart's backoff (or a start, a restore) `stop` was
+    declined ("not all required tasks are running"), exit 4, where Ctrl-C suspends the job
+    without a savepoint; `cancel`, which discards the checkpoints, was all that was left."""
+    manifest = job.directory / "job.yaml"
+    document = yaml.safe_load(manifest.read_text())
+    document["spec"]["restartPolicy"] = {"backoff": "30s", "maxRetries": 5}
+    manifest.write_text(yaml.safe_dump(document))
+    _detach(job)
+    runtime = job.runtime_pid()
+    os.kill(int(job.status()["driverPid"]), signal.SIGKILL)  # type: ignore[call-overload]
+    deadline = time.monotonic() + 20
+    while job.status()["phase"] != "Restarting":
+        assert time.monotonic() < deadline, job.status()
+        time.sleep(0.1)
+
+    stopped = job.cli("stop", "-f", "job.yaml")
+
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.startswith(
+        "stopping the driver without a savepoint: the query is not running (the next run "
+        "resumes from the newest checkpoint or savepoint)\n"
+    ), stopped.stdout
+    wait_until_gone(runtime)
+    record = job.status_file()
+    assert record["phase"] == "Suspended", record
+    assert record["coordinator"]["checkpoints"], "the checkpoints are kept"  # type: ignore[index]
+
+
 def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     _detach(job)
     runtime = job.runtime_pid()
@@ -227,11 +258,11 @@ def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
     assert said.startswith("spark-checkpoint savepoint: savepoint request declined: ")
     # A decline slower than a moment (a loaded machine) is announced first.
     assert waiting in ([], ["spark-checkpoint savepoint: waiting for the savepoint (--timeout 5s)"])
+    # A stop has no savepoint to take either: it stops the driver without one, as Ctrl-C.
     stop = job.cli("stop", "-f", "job.yaml", "--timeout", "5")
-    assert stop.returncode == 4
-    assert job.status()["phase"] == "Deploying"  # a declined stop leaves it running
-    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    assert stop.returncode == 0, stop.stderr
     run.wait(timeout=60)
+    assert job.status_file()["phase"] == "Suspended"
 
 
 def test_a_wrong_token_and_a_public_control_directory_are_refused(job: LocalJob) -> None:
@@ -346,6 +377,41 @@ def _checkpoint_paths(job: LocalJob) -> dict[int, str]:
     }
 
 
+def test_a_run_on_other_storage_than_its_images_is_refused_before_it_writes(
+    job: LocalJob,
+) -> None:
+    """The manifest's storage changed between runs: the restore found none of the job's
+    images and failed it, and its garbage collection failed on them (found by hand). The
+    same storage spelled otherwise (a file:// URI) runs."""
+    _detach(job)
+    assert job.cli("stop", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+    manifest = job.directory / "job.yaml"
+    original = manifest.read_text()
+    elsewhere = job.directory / "elsewhere"
+    document = yaml.safe_load(original)
+    document["spec"]["checkpointing"]["storage"] = str(elsewhere)
+    manifest.write_text(yaml.safe_dump(document))
+
+    refused = job.cli("run", "-f", "job.yaml")
+
+    assert refused.returncode == 1
+    last_savepoint = job.status_file()["lastSavepoint"]
+    assert isinstance(last_savepoint, dict)
+    assert refused.stderr == (
+        "spark-checkpoint run: spec.checkpointing.storage: the job's checkpoints and "
+        f"savepoints are not in {elsewhere}/default/probe but where it ran before (such as "
+        f"{last_savepoint['path']}); set it back, or start the job afresh on this storage "
+        f"from one of them: delete its state {job.job_dir} and run --from that savepoint's "
+        "path\n"
+    )
+    assert not elsewhere.exists()
+    document["spec"]["checkpointing"]["storage"] = str(_job_storage(job).parents[1].as_uri())
+    manifest.write_text(yaml.safe_dump(document))
+    _detach(job)
+    assert job.cli("stop", "-f", "job.yaml").returncode == 0
+
+
 def test_run_from_or_start_from_the_path_of_a_retained_checkpoint(
     job: LocalJob, tmp_path: Path
 ) -> None:
@@ -456,6 +522,17 @@ def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
         assert unnamed.stderr == (
             f"spark-checkpoint {command}: name the job: -f FILE, or --job NAME (and --namespace)\n"
         )
+        # A state directory that is a file: a traceback of NotADirectoryError (a reviewer's).
+        (job.directory / "a-file").touch()
+        in_a_file = job.cli(command, "-f", "job.yaml", "--state-dir", "a-file")
+        assert in_a_file.returncode == 3, (command, in_a_file.stderr)
+        assert len(in_a_file.stderr.splitlines()) == 1, in_a_file.stderr
+    detached = job.cli("run", "-d", "-f", "job.yaml", "--state-dir", "a-file")
+    assert (detached.returncode, detached.stderr) == (
+        1,
+        "spark-checkpoint run: cannot create the job's state directory "
+        f"{job.directory / 'a-file' / 'default' / 'probe'}: Not a directory\n",
+    )
 
 
 @pytest.mark.parametrize("timeout", ["-1", "86401", "nan", "soon"])
@@ -680,6 +757,13 @@ def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_
     `my%20project`, beside the job's directory; `run --from` a path with a space named no
     file (a reviewer's, then tried by hand)."""
     job = job_in_a_directory_with_a_space
+    (job.directory / "my state").mkdir()
+    started = job.cli("run", "-d", "-f", "job.yaml", "--state-dir", "my state")
+    assert started.returncode == 0, started.stderr
+    # Quoted, as a shell takes it (a reviewer's: copied, `sp ace/job.yaml` was two words).
+    assert "spark-checkpoint stop -f job.yaml --state-dir 'my state'" in started.stdout
+    quoted = job.cli("stop", "-f", "job.yaml", "--state-dir", "my state")
+    assert quoted.returncode == 0, quoted.stderr
     _detach(job)
     stopped = job.cli("stop", "-f", "job.yaml")
     assert stopped.returncode == 0, stopped.stderr
@@ -729,23 +813,53 @@ def test_checkpoints_an_earlier_version_left_percent_encoded_are_named_not_lost(
     assert job_in_a_directory_with_a_space.cli("cancel", "-f", "job.yaml").returncode == 0
 
 
+def test_a_registry_an_earlier_version_wrote_percent_encoded_runs_on_its_moved_storage(
+    job_in_a_directory_with_a_space: LocalJob,
+) -> None:
+    """Versions before local_uri registered the images' paths percent-encoded; once their
+    storage is moved where the run asks, the check that the images are in the job's
+    storage must not refuse the job over the spelling."""
+    job = job_in_a_directory_with_a_space
+    _detach(job)
+    assert job.cli("stop", "-f", "job.yaml").returncode == 0
+    wait_until_gone(job.runtime_pid())
+    status_file = job.job_dir / "status.json"
+    raw = f"file://{job.directory}"
+    text = status_file.read_text()
+    assert raw in text
+    status_file.write_text(text.replace(raw, job.directory.as_uri()))
+
+    _detach(job)
+
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("sent", "said", "label"),
+    [
+        (signal.SIGTERM, "terminated (SIGTERM)", "sigterm"),
+        # A closed terminal or a dropped SSH session: the run died at once, without a
+        # savepoint or a line, its status Running (a hostile reviewer's).
+        (signal.SIGHUP, "hung up (SIGHUP)", "sighup"),
+    ],
+)
 def test_sigterm_to_a_detached_run_takes_a_savepoint_labelled_so_and_suspends(
-    job: LocalJob,
+    job: LocalJob, sent: signal.Signals, said: str, label: str
 ) -> None:
     """`kill` of a detached run (or a service manager stopping it) stops it as Ctrl-C
     does; its savepoint was labelled "ctrl-c" in the log and the status."""
     _detach(job)
     runtime = job.runtime_pid()
 
-    os.kill(runtime, signal.SIGTERM)
+    os.kill(runtime, sent)
 
     wait_until_gone(runtime)
     log = (job.job_dir / "logs" / "runtime.log").read_text()
-    assert "terminated (SIGTERM): taking a savepoint, then stopping" in log, log
-    assert re.search(r"savepoint \d+ complete \(sigterm\): batch \d+", log), log
+    assert f"{said}: taking a savepoint, then stopping" in log, log
+    assert re.search(rf"savepoint \d+ complete \({label}\): batch \d+", log), log
     record = job.status_file()
     assert record["phase"] == "Suspended"
-    assert record["lastSavepoint"]["label"] == "sigterm"  # type: ignore[index]
+    assert record["lastSavepoint"]["label"] == label  # type: ignore[index]
 
 
 def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_again(

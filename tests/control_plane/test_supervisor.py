@@ -48,10 +48,11 @@ from spark_checkpoint_operator.supervisor import (
     CleanupFailed,
     JobRecord,
     JobSupervisor,
+    LaunchBlocked,
     StartProblem,
     interpreter,
 )
-from spark_checkpoint_operator.supervisor.job import SLOW_START
+from spark_checkpoint_operator.supervisor.job import BLOCKED_MIN_DELAY, SLOW_START, restart_delay
 
 
 def _supervisor(
@@ -580,6 +581,58 @@ def test_driver_failures_restart_with_restore_until_retries_run_out() -> None:
     assert "maxRetries=2 exhausted" in supervisor.record.message
 
 
+def test_the_backoff_of_many_tries_in_a_row_is_the_maximum() -> None:
+    """2 ** 1024 is no float: the 1025th blocked launch in a row raised OverflowError."""
+    policy = RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 1.0, 300.0, 60.0, 300.0)
+    assert [restart_delay(policy, n) for n in (1, 2, 10, 1025, 10**9)] == [
+        1.0,
+        2.0,
+        300.0,
+        300.0,
+        300.0,
+    ]
+
+
+@pytest.mark.parametrize("stop", ["suspend", "cancel"])
+def test_a_launch_refused_for_now_is_tried_again_until_the_job_is_stopped(stop: str) -> None:
+    """A refusal that may pass (a quota) is no driver failure: under Never, tried again
+    with the backoff as one attempt, until the job is stopped meanwhile."""
+
+    class QuotaLauncher(FakeLauncher):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tried: list[int] = []
+
+        async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+            self.tried.append(attempt)
+            raise LaunchBlocked("pod x: exceeded quota: pods")
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, QuotaLauncher, list[str]]:
+        launcher = QuotaLauncher()
+        supervisor, lines = _supervisor(launcher, max_retries=0, policy=RestartPolicyType.NEVER)
+        run = asyncio.create_task(supervisor.run())
+        started = asyncio.get_running_loop().time()
+        await until(lambda: len(launcher.tried) >= 2)
+        # At least a second apart, whatever the backoff (0.01 s here): the API server
+        # was asked without a pause under `backoff: 0s` (a reviewer's).
+        assert asyncio.get_running_loop().time() - started >= BLOCKED_MIN_DELAY
+        assert supervisor.record.phase is JobPhase.DEPLOYING
+        supervisor.suspend_now() if stop == "suspend" else supervisor.cancel()
+        return await asyncio.wait_for(run, 5), supervisor, launcher, lines
+
+    outcome, supervisor, launcher, lines = asyncio.run(scenario())
+
+    assert outcome is (
+        TerminalOutcome.SUSPENDED if stop == "suspend" else TerminalOutcome.CANCELLED
+    )
+    assert set(launcher.tried) == {1}, launcher.tried
+    assert supervisor.record.attempt == 0
+    assert (
+        "the driver could not be started yet: pod x: exceeded quota: pods; trying again in 1s"
+        in lines
+    ), lines
+
+
 def test_an_attempt_that_completed_a_checkpoint_starts_the_retries_over() -> None:
     """maxRetries counts failures in a row: the second driver made progress before it
     failed, so two more failures are allowed after it (maxRetries=2)."""
@@ -831,6 +884,42 @@ def test_new_checkpoint_settings_apply_to_the_running_job() -> None:
         return lines
 
     asyncio.run(scenario())
+
+
+def test_a_savepoint_in_flight_when_the_settings_change_is_asked_for_again() -> None:
+    """A reviewer's: a savepoint asked for by a nonce was given up with the settings change
+    (retained changed while it was in flight) and never taken, without a word; the nonce
+    counts as handled, so nothing asked again."""
+
+    async def scenario() -> tuple[JobSupervisor, SlowAgent, list[str]]:
+        launcher = FakeLauncher()
+        launcher.agent_class = SlowAgent
+        supervisor, lines = _supervisor(launcher, interval=None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        driver = launcher.drivers[0]
+        agent = driver.agent
+        assert isinstance(agent, SlowAgent)
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT, label="nonce 1"))
+        await until(lambda: len(agent.triggers) == 1)
+        supervisor.reconfigure(
+            CoordinatorConfig(interval=None, min_pause=0.0, timeout=5.0, retained=3)
+        )
+        # Pending at once: the controller, which asks again for a stop not pending, asked
+        # for a second one (a reviewer's).
+        assert supervisor.pending("nonce 1")
+        await until(lambda: len(agent.triggers) == 2)
+        agent.acknowledge(agent.triggers[1])
+        await until(lambda: bool(supervisor.record.coordinator.savepoints))
+        driver.code = DriverExit.FINISHED
+        await run
+        return supervisor, agent, lines
+
+    supervisor, agent, lines = asyncio.run(scenario())
+
+    [savepoint] = supervisor.record.coordinator.savepoints
+    assert (savepoint.checkpoint_id, savepoint.label) == (agent.triggers[1], "nonce 1")
+    assert "the checkpoint settings changed: asked for again, savepoint (nonce 1)" in lines
 
 
 def test_a_resumed_job_continues_the_ids_of_its_suspended_run() -> None:

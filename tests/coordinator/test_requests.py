@@ -2,8 +2,9 @@
 
 import pytest
 
-from helpers.coordinator import Harness, of_type
+from helpers.coordinator import TASKS, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
     FailureReason,
@@ -74,6 +75,31 @@ def test_request_waits_in_queue_while_too_many_are_pending() -> None:
     effects = harness.complete(1)
     assert [t.checkpoint_id for t in of_type(effects, TriggerCheckpoint)] == [2]
     assert harness.coordinator.queued == ()
+
+
+def test_what_users_asked_for_and_is_unfinished_is_what_a_replacement_is_asked() -> None:
+    """In flight and queued user requests, oldest first, with what follows them; periodic
+    checkpoints are not: new settings replace the coordinator, and
+    a savepoint asked for was lost with the one replaced (a reviewer's)."""
+    harness = Harness(CoordinatorConfig(interval=1.0, max_concurrent=2, min_pause=0.0))
+    harness.start()
+    harness.advance_to_next_deadline()  # a periodic checkpoint in flight
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="in flight"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued"))
+    stop = TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP, label="suspend")
+    harness.send(stop)
+
+    again = harness.coordinator.unfinished_user_requests()
+
+    assert [p.label for p in harness.coordinator.pending] == ["", "in flight", "suspend"]
+    assert [r.label for r in harness.coordinator.queued] == ["queued"]
+    checkpoint = CheckpointKind.CHECKPOINT
+    assert again == (
+        TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "in flight"),
+        TriggerRequested(CheckpointKind.SAVEPOINT, AfterCompletion.STOP, True, "suspend"),
+        TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "queued"),
+    )
+    assert harness.coordinator.tasks_reported == TasksReported(TASKS, all_running=True)
 
 
 def test_max_concurrent_allows_that_many_pending() -> None:

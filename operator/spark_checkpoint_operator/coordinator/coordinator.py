@@ -189,6 +189,25 @@ class CheckpointCoordinator:
     def queued(self) -> tuple[TriggerRequest, ...]:
         return tuple(self._queue)
 
+    @property
+    def tasks_reported(self) -> TasksReported:
+        """The agent's last word on the snapshot tasks, as a coordinator that replaces this
+        one is told it (else it declines every request until the next status)."""
+        return TasksReported(self._tasks, self._tasks_running)
+
+    def unfinished_user_requests(self) -> tuple[TriggerRequested, ...]:
+        """What users asked for and has not completed (in flight or queued), oldest first,
+        as the requests a coordinator that replaces this one is given: new settings give up
+        what is in flight, and a savepoint asked for must not be lost with it."""
+        requests: list[PendingCheckpoint | TriggerRequest] = [
+            p for p in self._pending.values() if p.origin is RequestOrigin.USER
+        ]
+        requests += [q for q in self._queue if not q.is_periodic]
+        return tuple(
+            TriggerRequested(r.kind, after=r.after, forced=r.forced, label=r.label)
+            for r in requests
+        )
+
     def restore_candidates(self) -> tuple[CompletedCheckpoint, ...]:
         """Registered checkpoints and savepoints, newest first: restore tries them in order
         and falls back to the next one when an image turns out to be unreadable."""
@@ -388,6 +407,7 @@ class CheckpointCoordinator:
         self._pending[checkpoint_id] = PendingCheckpoint(
             checkpoint_id=checkpoint_id,
             kind=request.kind,
+            origin=request.origin,
             after=request.after,
             forced=request.forced,
             label=request.label,

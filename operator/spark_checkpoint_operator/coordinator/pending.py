@@ -2,7 +2,11 @@
 
 from dataclasses import dataclass, field
 
-from spark_checkpoint_operator.coordinator.requests import AfterCompletion, CheckpointKind
+from spark_checkpoint_operator.coordinator.requests import (
+    AfterCompletion,
+    CheckpointKind,
+    RequestOrigin,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +27,7 @@ class TaskAck:
 class PendingCheckpoint:
     checkpoint_id: int
     kind: CheckpointKind
+    origin: RequestOrigin
     after: AfterCompletion
     forced: bool
     label: str

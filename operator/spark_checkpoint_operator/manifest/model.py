@@ -241,7 +241,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 **_pod_fields(spec, "executor"), instances=spec["executor"]["instances"]
             ),
             checkpointing=CheckpointingSpec(
-                interval=_optional_seconds(checkpointing.get("interval")),
+                interval=_optional_seconds(checkpointing.get("interval")) or None,
                 min_pause=_seconds(checkpointing["minPause"]),
                 timeout=_seconds(checkpointing["timeout"]),
                 max_concurrent=checkpointing["maxConcurrent"],

@@ -18,7 +18,7 @@ Adapters import from this package; its modules import each other directly.
 """
 
 from spark_checkpoint_operator.supervisor.driver_errors import KILLING_SIGNALS, driver_error
-from spark_checkpoint_operator.supervisor.job import JobSupervisor
+from spark_checkpoint_operator.supervisor.job import NO_QUERY_RUNNING, JobSupervisor
 from spark_checkpoint_operator.supervisor.notices import DRIVER_GONE, Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
 from spark_checkpoint_operator.supervisor.ports import (
@@ -27,6 +27,7 @@ from spark_checkpoint_operator.supervisor.ports import (
     DriverHandle,
     DriverLauncher,
     Janitor,
+    LaunchBlocked,
     LaunchFailed,
     Observer,
     Observers,
@@ -39,6 +40,7 @@ from spark_checkpoint_operator.supervisor.record import JobRecord
 __all__ = [
     "DRIVER_GONE",
     "KILLING_SIGNALS",
+    "NO_QUERY_RUNNING",
     "POLL_INTERVAL",
     "CheckUnavailable",
     "CleanupFailed",
@@ -47,6 +49,7 @@ __all__ = [
     "Janitor",
     "JobRecord",
     "JobSupervisor",
+    "LaunchBlocked",
     "LaunchFailed",
     "Level",
     "Notice",

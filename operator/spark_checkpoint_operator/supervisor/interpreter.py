@@ -13,7 +13,7 @@ derives from the record and the attempt (`coordinator_phase`), and only by this 
 
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol, assert_never
 
@@ -49,6 +49,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerCheckpoint,
     TriggerDeliveryFailed,
     TriggerRequest,
+    TriggerRequested,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.status import DiscardDue
@@ -158,11 +159,18 @@ class EffectInterpreter:
         await self.carry_out_queued()
         return effects
 
-    def replace(self, coordinator: CheckpointCoordinator) -> None:
-        """Continue with ``coordinator`` (new settings), told the current phase. Its
-        effects are queued; `carry_out_queued` (or the next event) carries them out."""
+    def replace(
+        self, coordinator: CheckpointCoordinator, requests: Sequence[TriggerRequested] = ()
+    ) -> None:
+        """Continue with ``coordinator`` (new settings), told the current phase and the
+        tasks the one it replaces knew, then given ``requests``. Its effects are queued;
+        `carry_out_queued` (or the next event) carries them out."""
+        tasks = self._coordinator.tasks_reported
         self._coordinator = coordinator
+        self._queue.extend(coordinator.handle(tasks))
         self._queue.extend(coordinator.handle(JobPhaseChanged(self.coordinator_phase())))
+        for request in requests:
+            self._queue.extend(coordinator.handle(request))
 
     async def carry_out_queued(self) -> None:
         if self._carrying_out:

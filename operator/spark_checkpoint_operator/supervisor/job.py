@@ -61,6 +61,7 @@ from spark_checkpoint_operator.supervisor.ports import (
     DriverHandle,
     DriverLauncher,
     Janitor,
+    LaunchBlocked,
     LaunchFailed,
     NoRestorableImage,
     Observer,
@@ -76,9 +77,17 @@ from spark_checkpoint_operator.supervisor.status_events import SnapshotProgress,
 SLOW_START = "the driver has been restoring its image and starting its query"
 
 
+# No query runs to take a savepoint of: a stop stops the driver without one (the next run
+# resumes from the newest image).
+NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
+# The shortest wait before a launch refused for now is tried again.
+BLOCKED_MIN_DELAY = 1.0
+
+
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
     """Exponential backoff before the ``retry``-th restart (1-based)."""
-    return float(min(policy.max_backoff, policy.backoff * 2 ** (retry - 1)))
+    # The exponent is bounded: 2 ** 1024 is no float, and maxBackoff bounds the delay anyway.
+    return float(min(policy.max_backoff, policy.backoff * 2.0 ** min(retry - 1, 64)))
 
 
 class JobSupervisor:
@@ -190,17 +199,31 @@ class JobSupervisor:
     ) -> None:
         """New checkpoint settings, and restart policy if given, for the running job. The
         policy applies from the next failure (its heartbeat at once). Checkpoints in flight
-        are given up (the agent is told on its next report), not counted as failures; the
-        id counter and the registry carry over."""
+        are given up (the agent is told on its next report), not counted as failures, and
+        what users asked for is asked for again; the id counter and the registry carry
+        over."""
         if restart_policy is not None:
             self._restart_policy = restart_policy
         if config == self._config:
             return
         self._config = config
         current = self._interpreter.coordinator
+        again = current.unfinished_user_requests()
+        # Asked at once, not through the inbox: a stop asked for again must count as
+        # pending right away, or the controller asks for a second one.
         self._interpreter.replace(
-            self._new_coordinator(config, current.persisted_state, current.next_checkpoint_id)
+            self._new_coordinator(config, current.persisted_state, current.next_checkpoint_id),
+            again,
         )
+        if again:
+            self._notify(
+                "CheckpointSettingsChanged",
+                Level.NOTE,
+                "the checkpoint settings changed: asked for again, "
+                + ", ".join(
+                    f"{r.kind.value} ({r.label})" if r.label else r.kind.value for r in again
+                ),
+            )
         # Its deadlines apply now, not after a long poll, and its effects are carried out.
         self._polls.inbox.put_nowait(None)
 
@@ -257,6 +280,7 @@ class JobSupervisor:
 
     async def _run_until_terminated(self) -> TerminalOutcome:
         retries = 0
+        blocked = 0  # launches refused in a row for a reason that may pass
         # The error of the last attempt that failed before its query committed a batch;
         # its first line (the error itself) is compared: what follows may name the attempt.
         repeating: list[str] | None = None
@@ -264,15 +288,12 @@ class JobSupervisor:
         while True:
             try:
                 attempt, exit_code = await self._run_attempt(adopted)
-            except LaunchFailed as refused:
-                self._record.message = f"the driver could not be started: {refused}"
-                await self._terminate(TerminalOutcome.FAILED)
-                return TerminalOutcome.FAILED
-            except NoRestorableImage as exhausted:
-                self._record.message = str(exhausted)
-                await self._terminate(TerminalOutcome.FAILED)
-                return TerminalOutcome.FAILED
-            adopted = None
+            except (LaunchBlocked, LaunchFailed, NoRestorableImage) as refused:
+                blocked = blocked + 1 if isinstance(refused, LaunchBlocked) else 0
+                if (not_started := await self._not_started(refused, blocked)) is None:
+                    continue
+                return not_started
+            adopted, blocked = None, 0
             outcome = self._outcome(attempt, exit_code)
             failed = self._failed_restore(attempt, exit_code) if outcome is None else None
             if failed is None:
@@ -366,6 +387,35 @@ class JobSupervisor:
                 else:
                     await self._interpreter.handle(message)
 
+    async def _not_started(
+        self, refused: LaunchBlocked | LaunchFailed | NoRestorableImage, blocked: int
+    ) -> TerminalOutcome | None:
+        """How the job ends when no driver could be started; None to try again: a launch
+        refused for now (the ``blocked``-th in a row) is tried again after a backoff,
+        unless the job is stopped meanwhile."""
+        if isinstance(refused, LaunchBlocked):
+            self._record.attempt -= 1  # nothing was started: the next try is the same attempt
+            # At least a second: under `backoff: 0s` the API server was asked without a pause.
+            delay = max(BLOCKED_MIN_DELAY, restart_delay(self._restart_policy, blocked))
+            self._record.message = (
+                f"the driver could not be started yet: {refused}; trying again in {delay:.0f}s"
+            )
+            self._notify("DriverBlocked", Level.WARNING, self._record.message)
+            await self._interpreter.persist()
+            await self._sleep_unless_stopped(delay)
+            self._record.message = ""
+            if (outcome := self._stopped_meanwhile()) is None:
+                return None
+        else:
+            outcome = TerminalOutcome.FAILED
+            self._record.message = (
+                f"the driver could not be started: {refused}"
+                if isinstance(refused, LaunchFailed)
+                else str(refused)
+            )
+        await self._terminate(outcome)
+        return outcome
+
     def _stopped_meanwhile(self) -> TerminalOutcome | None:
         """Cancelled, suspended or shut down while no driver ran (a restart's backoff)."""
         if self._stop >= StopRequest.CANCEL:
@@ -432,8 +482,11 @@ class JobSupervisor:
         return self._stop is StopRequest.CANCEL
 
     def pending(self, label: str) -> bool:
-        """Whether a checkpoint or savepoint labelled ``label`` is in flight."""
-        return any(p.label == label for p in self._interpreter.coordinator.pending)
+        """Whether a checkpoint or savepoint labelled ``label`` is in flight or queued."""
+        coordinator = self._interpreter.coordinator
+        return any(p.label == label for p in coordinator.pending) or any(
+            r.label == label for r in coordinator.queued
+        )
 
     def withdraw(self, label: str) -> None:
         """What asked for the checkpoints and savepoints labelled ``label`` no longer does:

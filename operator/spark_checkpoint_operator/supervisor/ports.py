@@ -69,8 +69,15 @@ class DriverLauncher(Protocol):
 
 
 class LaunchFailed(Exception):
-    """The runtime refused to start a driver (admission, quota, an invalid pod): retrying
+    """The runtime refused to start a driver (admission, an invalid pod): retrying
     the same spec cannot help; the message says why."""
+
+
+class LaunchBlocked(Exception):
+    """The runtime could not start a driver for now, for a reason that passes without a
+    change of the spec (a namespace's quota used up, a service account not created yet):
+    tried again after a backoff, as Kubernetes' own controllers retry a refused pod, and
+    never counted as a driver failure; the message says why."""
 
 
 class NoRestorableImage(Exception):
