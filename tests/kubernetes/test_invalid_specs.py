@@ -35,7 +35,7 @@ VALID: dict[str, Any] = {
 INVALID_SPECS = [
     ({"checkpointing": {"minPause": "1m"}}, "spec.checkpointing", "minPause"),
     ({"checkpointing": {"timeout": "0s"}}, "spec.checkpointing", "timeout"),
-    ({"checkpointing": {"interval": "0s"}}, "spec.checkpointing", "interval"),
+    ({"checkpointing": {"interval": "5ms"}}, "spec.checkpointing", "interval"),  # 0s: none
     ({"checkpointing": {"retained": 0}}, "spec.checkpointing.retained", "minimum"),
     ({"checkpointing": {"maxConcurrent": 0}}, "spec.checkpointing.maxConcurrent", "minimum"),
     # The driver runs it with python, which fetches nothing: it was "no such file".

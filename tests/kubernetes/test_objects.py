@@ -16,8 +16,13 @@ from hypothesis import strategies as st
 from helpers.doc_blocks import marked_blocks
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
+from spark_checkpoint_operator.kubernetes.runtime import (
+    KubernetesDriver,
+    PodRegistry,
+    typed_object_problems,
+)
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.manifest.validation import validate_document
 
@@ -223,15 +228,19 @@ def test_a_job_without_executor_settings_gets_a_template_of_the_restricted_conte
     assert objects.pod_problems(manifest) == []
 
 
-def _problems(**spec: Any) -> list[str]:
-    """pod_problems of the full fixture with ``spec``'s roles and sparkConf replaced."""
+def _manifest(**spec: Any) -> JobManifest:
+    """The full fixture with ``spec``'s roles and sparkConf replaced."""
     document = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
     for key, value in spec.items():
         if key == "sparkConf":
             document["spec"]["application"]["sparkConf"] = value
         else:
             document["spec"][key] = value
-    return objects.pod_problems(manifest_from_document(document))
+    return manifest_from_document(document)
+
+
+def _problems(**spec: Any) -> list[str]:
+    return objects.pod_problems(_manifest(**spec))
 
 
 SCRATCH = {"name": "scratch", "emptyDir": {}}
@@ -372,6 +381,18 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             {"sparkConf": {"spark.kubernetes.driver.pod.name": "another-driver"}},
             "spec.application.sparkConf: spark.kubernetes.driver.pod.name is set by the operator",
         ),
+        # Keys the CRD cannot check (a reviewer's): the driver pod was refused naming the
+        # pod's field; Spark would have retried each executor pod for ever.
+        *(
+            (
+                {role: {field: {"bad key!": "x"}}},
+                f"spec.{role}.{field}: 'bad key!' is not a label or annotation key (an "
+                "optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' "
+                "and '.', starting and ending with a letter or digit)",
+            )
+            for role in ("driver", "executor")
+            for field in ("labels", "annotations", "nodeSelector")
+        ),
     ],
 )
 def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_its_field(
@@ -380,10 +401,65 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
     assert _problems(**spec) == [problem]
 
 
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        # A hostile-input reviewer: the API server (and Spark's client, for executors) drops
+        # a field its type lacks, and a volume left without a source is an emptyDir: the
+        # job ran, writing its output to throw-away disk.
+        (
+            {"driver": {"volumes": [{"name": "out", "persistentVolumeClam": {"claimName": "o"}}]}},
+            "spec.driver.volumes[0]: unknown field 'persistentVolumeClam' (did you mean "
+            "persistentVolumeClaim?)",
+        ),
+        (
+            {
+                "executor": {
+                    "volumes": [SCRATCH],
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/s", "readOnlyy": True}],
+                }
+            },
+            "spec.executor.volumeMounts[0]: unknown field 'readOnlyy' (did you mean readOnly?)",
+        ),
+        (
+            {
+                "executor": {
+                    "volumes": [
+                        {"name": "c", "configMap": {"items": [{"key": "k", "path": "p", "mod": 1}]}}
+                    ]
+                }
+            },
+            "spec.executor.volumes[0].configMap.items[0]: unknown field 'mod' (did you mean mode?)",
+        ),
+        (
+            {"driver": {"tolerations": [{"key": "spot", "tolerationSeconds": "soon"}]}},
+            "spec.driver.tolerations[0]: V1Toleration.tolerationSeconds: Input should be a "
+            "valid integer",
+        ),
+    ],
+)
+def test_a_field_a_pod_objects_type_lacks_or_a_wrong_type_is_a_problem_naming_its_field(
+    spec: dict[str, Any], problem: str
+) -> None:
+    manifest = _manifest(**spec)
+
+    assert objects.pod_problems(manifest) == []
+    assert typed_object_problems(manifest) == [problem]
+
+
+def test_a_quantity_written_as_a_number_is_no_problem() -> None:
+    """The API server takes `sizeLimit: 1`; the client types quantities as strings (a
+    reviewer's: the typed check refused it)."""
+    volume = {"name": "scratch", "emptyDir": {"sizeLimit": 1073741824}}
+    assert typed_object_problems(_manifest(driver={"volumes": [volume]})) == []
+
+
 def test_the_full_example_and_a_template_of_ones_own_without_executor_fields_are_fine() -> None:
     assert _problems() == []
     own_template = {"spark.kubernetes.executor.podTemplateFile": "/opt/t.yaml"}
     assert _problems(sparkConf=own_template, executor={}) == []
+    # The API server judges annotation keys lowercased (a reviewer's).
+    assert _problems(driver={"annotations": {"Example.com/Owner": "x"}}) == []
     # A mount of a volume the operator adds (the live claim, once more at a subPath).
     again = {"name": objects.WORK_VOLUME, "mountPath": "/state", "subPath": "x"}
     assert _problems(executor={"volumeMounts": [again]}) == []

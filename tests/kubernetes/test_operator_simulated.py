@@ -9,7 +9,7 @@ import json
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -506,6 +506,35 @@ def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster)
     assert resumed["jobAttempt"] == 2
 
 
+def test_suspend_without_a_final_savepoint_resumes_from_the_latest_checkpoint(
+    cluster: LocalCluster,
+) -> None:
+    """spec.shutdown.finalSavepoint: false was ignored on suspend (a reviewer's): the CRD
+    says Suspended stops the job with a final savepoint only if it is true."""
+    cluster.apply(job(shutdown={"finalSavepoint": False}))
+    completed(cluster, "orders", 2)
+
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    suspended = in_phase(cluster, "orders", "Suspended")
+    cluster.wait_for("no driver pods", lambda: cluster.driver_pods("orders") == [])
+    assert suspended.get("lastSavepoint") is None, suspended
+    cluster.wait_for_event("orders", "Stopping", "suspend: no final savepoint")
+    # Asked once: each change event while the driver stopped asked again (a reviewer's).
+    stops = [e for e in cluster.events("orders") if e.get("reason") == "Stopping"]
+    assert sum(e.get("count", 1) for e in stops) == 1, stops
+    newest = cluster.status("orders")["lastCheckpoint"]["id"]
+
+    cluster.patch_spec("orders", {"state": "Running"})
+    cluster.wait_for(
+        "a driver resumed from the latest checkpoint",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and (s.get("restoredFrom") or {}).get("source") == f"checkpoint:{newest}"
+        ),
+        job="orders",
+    )
+
+
 def test_an_operator_killed_once_it_wrote_suspending_stops_the_driver_when_it_returns(
     cluster: LocalCluster,
 ) -> None:
@@ -601,6 +630,47 @@ def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster)
     status = cluster.wait_for("both requests completed", labelled, job="orders")
     assert status["handledTriggers"] == {"savepointNonce": 1, "checkpointNonce": 5}
     cluster.wait_for_event("orders", "SavepointCompleted")
+
+
+def test_nonces_a_job_is_created_with_request_nothing(cluster: LocalCluster) -> None:
+    """ "Changing this value requests one", the CRD says: a new job (a copy of another's
+    manifest, say) took a savepoint and a checkpoint at its start (a reviewer's)."""
+    cluster.apply(job(savepointTriggerNonce=3, checkpointTriggerNonce=7))
+    running = completed(cluster, "orders", 3)
+    assert running["handledTriggers"] == {"savepointNonce": 3, "checkpointNonce": 7}
+    assert [e["message"] for e in cluster.events("orders") if "nonce" in e["message"]] == []
+
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 4})
+
+    completed_savepoint = cluster.wait_for_event("orders", "SavepointCompleted")
+    assert "(nonce 4)" in completed_savepoint["message"], completed_savepoint
+
+
+def test_a_nonces_savepoint_in_flight_when_the_operator_stops_is_taken_after_it(
+    tmp_path: Path,
+) -> None:
+    """It was lost without a word (a reviewer's): the nonce counted as handled when asked
+    for, and the coordinator that was taking it went with the operator."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h"}))
+        cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
+        cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
+        cluster.wait_for(
+            "the savepoint in flight",
+            lambda: (
+                [p.get("label") for p in cluster.status("orders").get("pending", [])] == ["nonce 1"]
+            ),
+        )
+        with operator_stopped(cluster):
+            pass
+
+        cluster.wait_for(
+            "the nonce's savepoint",
+            lambda: (cluster.status("orders").get("lastSavepoint") or {}).get("label") == "nonce 1",
+            timeout=30,
+        )
+        assert cluster.status("orders")["handledTriggers"] == {"savepointNonce": 1}
 
 
 def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluster) -> None:
@@ -835,27 +905,33 @@ def test_an_ended_job_deleted_after_an_operator_restart_has_its_leftovers_collec
     assert [c[0] for c in cleanup_commands(cluster, "orders")] == ["collect-garbage"]
 
 
+def refused_requests(
+    cluster: LocalCluster, matches: Callable[[Any], bool], error: kmock.KubernetesError
+) -> threading.Event:
+    """The API server answers the requests ``matches`` picks with ``error`` while the
+    returned event is set (clear it to let them through)."""
+    refusing = threading.Event()
+    refusing.set()
+    cluster.api.call(
+        lambda emulator: emulator[lambda request: refusing.is_set() and matches(request)] << error
+    )
+    return refusing
+
+
 def refused_status_writes(
     cluster: LocalCluster, name: str, code: int, reason: str, message: str
 ) -> threading.Event:
     """The API server answers the job's status writes with that error while the returned
     event is set (clear it to let them through)."""
-    refusing = threading.Event()
-    refusing.set()
 
     def status_write(request: Any) -> bool:
         return bool(
-            refusing.is_set()
-            and request.method.value == "PATCH"
+            request.method.value == "PATCH"
             and request.subresource == "status"
             and request.name == name
         )
 
-    def inject(emulator: Any) -> None:
-        emulator[status_write] << kmock.KubernetesError(code, reason, message, {})
-
-    cluster.api.call(inject)
-    return refusing
+    return refused_requests(cluster, status_write, kmock.KubernetesError(code, reason, message, {}))
 
 
 def test_a_status_write_the_api_server_refuses_is_told_in_one_line_until_it_is_taken(
@@ -1065,6 +1141,40 @@ def test_a_secret_of_the_tokens_name_that_is_not_the_jobs_is_never_written_over(
     assert cluster.driver_pods("orders") == []
 
 
+def test_a_job_created_again_waits_for_its_earlier_namesakes_secret_to_go(
+    cluster: LocalCluster,
+) -> None:
+    """Deleted and created again (`kubectl replace --force`, a GitOps Replace): the earlier
+    job's token Secret is removed by the garbage collector some time after. The new job
+    failed for good on it, and the message said "no owner reference to it" (a reviewer's);
+    it now waits for it to go."""
+    earlier = {
+        "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
+        "kind": objects.KIND,
+        "name": "orders",
+        "uid": "5c3b1bb4-0000-4000-8000-000000000001",
+        "controller": True,
+    }
+    leftover = {
+        "metadata": {"name": "orders-agent-token", "ownerReferences": [earlier]},
+        "stringData": {"token": "earlier"},
+    }
+    cluster.api.create(SECRETS, leftover, namespace="default")
+
+    cluster.apply(job())
+
+    blocked = cluster.wait_for_event("orders", "DriverBlocked", timeout=30)
+    assert blocked["message"].startswith(
+        "the driver could not be started yet: secret orders-agent-token is still the "
+        f"earlier job orders's (uid {earlier['uid']}), which the garbage collector removes; "
+        "trying again in 1s"
+    ), blocked
+    assert cluster.driver_pods("orders") == []
+    cluster.api.delete(SECRETS, "default", "orders-agent-token")  # the collector's turn
+    completed(cluster, "orders", 1)
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+
+
 def test_a_pod_of_the_drivers_name_that_is_not_the_jobs_fails_the_job_in_one_line(
     cluster: LocalCluster,
 ) -> None:
@@ -1092,6 +1202,52 @@ def test_a_pod_of_the_drivers_name_that_is_not_the_jobs_fails_the_job_in_one_lin
     )
 
 
+@pytest.mark.parametrize(
+    "refusal",
+    [
+        "exceeded quota: compute, requested: requests.cpu=1, used: requests.cpu=20, "
+        "limited: requests.cpu=20",
+        'error looking up service account default/spark: serviceaccount "spark" not found',
+    ],
+    ids=["quota", "service-account"],
+)
+def test_a_driver_refused_for_now_is_started_once_the_refusal_passes(
+    cluster: LocalCluster, refusal: str
+) -> None:
+    """A reviewer's: a restart refused for a full quota failed the job for good, under a
+    policy of 10 retries, and it stayed Failed once the quota was freed (a GitOps sync that
+    creates the job before its service account does the same). Now the launch is tried
+    again after the policy's backoff, and not counted as a driver failure."""
+    cluster.apply(job(restartPolicy={"type": "OnFailure", "maxRetries": 1, "backoff": "1s"}))
+    completed(cluster, "orders", 2)
+
+    def pod_create(request: Any) -> bool:
+        return bool(
+            request.method.value == "POST" and request.url.path.endswith("/namespaces/default/pods")
+        )
+
+    forbidden = kmock.KubernetesError(
+        403, "Forbidden", f'pods "orders-driver-2" is forbidden: {refusal}', {}
+    )
+    refusing = refused_requests(cluster, pod_create, forbidden)
+    cluster.crash_driver("orders-driver-1")
+
+    blocked = cluster.wait_for_event("orders", "DriverBlocked", timeout=30)
+    assert blocked["message"] == (
+        f'the driver could not be started yet: pod orders-driver-2: pods "orders-driver-2" '
+        f"is forbidden: {refusal}; trying again in 1s"
+    )
+    cluster.wait_for_event("orders", "DriverBlocked", "trying again in 2s", timeout=30)
+    status = cluster.status("orders")
+    assert status["phase"] == "Deploying", status
+    refusing.clear()
+
+    after = completed(cluster, "orders", status["counts"]["completed"] + 2)
+    assert after["jobAttempt"] == 2, "the refused tries are one attempt"
+    assert cluster.driver_pods("orders") == ["orders-driver-2"]
+    assert after["message"] == "", after
+
+
 def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     cluster: LocalCluster,
 ) -> None:
@@ -1102,11 +1258,20 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     unshared = job("unshared")
     unshared["spec"]["application"]["sparkConf"] = {"spark.master": "k8s://cluster"}
     cluster.apply(unshared)
+    # Nor those dynamic allocation adds, with no executors to start with (a reviewer's: the
+    # job ran, its executors' state on their own disks).
+    dynamic = job("dynamic", executor={"instances": 0})
+    dynamic["spec"]["application"]["sparkConf"] = {
+        "spark.master": "k8s://cluster",
+        "spark.dynamicAllocation.enabled": "True",
+    }
+    cluster.apply(dynamic)
     cluster.apply(job("healthy"))
 
     for name, field in (
         ("broken", "spec.checkpointing.storage"),
         ("unshared", "spec.checkpointing.liveVolumeClaim"),
+        ("dynamic", "spec.checkpointing.liveVolumeClaim"),
     ):
         status = cluster.wait_for(
             "the problem in status",
@@ -1141,11 +1306,26 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
                     "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}],
                 }
             },
-            "pod orders-driver-1: V1SecretVolumeSource.defaultMode: Input should be a valid "
-            "integer",
+            "spec.driver.volumes[0]: V1SecretVolumeSource.defaultMode: Input should be a "
+            "valid integer",
+        ),
+        # A field the API server would drop: the volume would be an emptyDir.
+        (
+            {
+                "driver": {
+                    "volumes": [{"name": "out", "persistentVolumeClam": {"claimName": "o"}}],
+                    "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+                }
+            },
+            "spec.driver.volumes[0]: unknown field 'persistentVolumeClam' (did you mean "
+            "persistentVolumeClaim?)",
         ),
     ],
-    ids=["executor-mount-of-no-volume", "driver-volume-the-pod-schema-refuses"],
+    ids=[
+        "executor-mount-of-no-volume",
+        "driver-volume-the-pod-schema-refuses",
+        "driver-volume-of-a-misspelt-source",
+    ],
 )
 def test_pods_the_api_server_would_refuse_fail_the_job_naming_the_field(
     cluster: LocalCluster, spec: dict[str, Any], reason: str
@@ -1274,7 +1454,17 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     time.sleep(1.5)
     assert cluster.status("orders")["jobAttempt"] == 2, "a failed job stays failed"
 
+    # Not while the spec says Suspended (a reviewer's: a driver started, restored, and was
+    # stopped with a savepoint again), but once it says Running.
+    cluster.patch_spec("orders", {"state": "Suspended"})
     cluster.patch_spec("orders", {"image": "example/orders:2"})
+    cluster.wait_for(
+        "the change seen", lambda: cluster.status("orders").get("observedGeneration") == 3
+    )
+    time.sleep(1.5)
+    assert cluster.status("orders")["phase"] == "Failed"
+    assert cluster.driver_pods("orders") == []
+    cluster.patch_spec("orders", {"state": "Running"})
 
     retried = cluster.wait_for(
         "the job running again",
@@ -1332,6 +1522,22 @@ def test_an_upgrade_that_tightens_a_rule_neither_stops_a_running_job_nor_its_nex
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
 
 
+def test_a_job_created_suspended_is_suspended_until_it_is_set_running(
+    cluster: LocalCluster,
+) -> None:
+    """It showed phase Pending with Ready "waiting to start" (a reviewer's): a GitOps health
+    check read it as progressing for ever."""
+    cluster.apply(job(state="Suspended"))
+
+    suspended = in_phase(cluster, "orders", "Suspended")
+    assert suspended["message"] == "created suspended; starts when spec.state is Running"
+    assert cluster.pods("orders") == []
+    cluster.patch_spec("orders", {"state": "Running"})
+    started = completed(cluster, "orders", 1)
+    assert started["jobAttempt"] == 1
+    assert started["message"] == ""
+
+
 def test_the_accepted_spec_of_a_job_that_does_not_run_is_stored_at_once(
     cluster: LocalCluster,
 ) -> None:
@@ -1381,6 +1587,54 @@ def test_a_running_job_whose_spec_became_invalid_goes_on_across_an_operator_rest
     )
     completed(cluster, "orders", after["counts"]["completed"] + 1)
     assert cluster.driver_pods("orders") == ["orders-driver-1"], "the same spec: no upgrade"
+
+
+def test_a_changed_storage_is_refused_and_the_job_goes_on_where_its_checkpoints_are(
+    cluster: LocalCluster,
+) -> None:
+    """A reviewer's: the running driver kept the old storage, the next one (an upgrade, a
+    resume) got the new one with restore candidates that lay in the old, failed the job, and
+    the old storage was never cleaned."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+
+    cluster.patch_spec("orders", {"checkpointing": {"storage": "file:///elsewhere"}})
+
+    cluster.wait_for_event(
+        "orders",
+        "InvalidSpec",
+        "spec.checkpointing.storage: cannot change from 'file:///simulated' to 'file:///elsewhere'",
+    )
+    before = cluster.status("orders")["counts"]["completed"]
+    after = completed(cluster, "orders", before + 2)
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    assert after["lastCheckpoint"]["path"].startswith("file:///simulated/"), after
+    # The same storage spelled otherwise is no move (a reviewer's).
+    cluster.patch_spec("orders", {"checkpointing": {"storage": "file:///simulated/"}})
+    valid = cluster.wait_for(
+        "SpecValid again",
+        lambda: (
+            (s := cluster.status("orders"))["observedGeneration"] == 3
+            and {c["type"]: c["status"] for c in s["conditions"]}["SpecValid"] == "True"
+        ),
+    )
+    assert valid
+
+
+def test_the_storage_of_a_job_without_images_may_change(cluster: LocalCluster) -> None:
+    """Nothing is where it was (a job created suspended, or failed on a mistyped storage):
+    the change was refused, and such a job could only be deleted (a reviewer's)."""
+    cluster.apply(job(state="Suspended"))
+    in_phase(cluster, "orders", "Suspended")
+
+    cluster.patch_spec(
+        "orders", {"state": "Running", "checkpointing": {"storage": "file:///elsewhere"}}
+    )
+
+    completed(cluster, "orders", 1)
+    pod = cluster.api.get(PODS, "default", "orders-driver-1")
+    env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0]["env"]}
+    assert env["SPARK_CHECKPOINT_STORAGE"] == "file:///elsewhere"
 
 
 @pytest.mark.parametrize(

@@ -32,10 +32,12 @@ from typing import Any
 
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
+from spark_checkpoint.storage.layout import storage_place
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     JobPhase,
+    PersistedState,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -154,6 +156,22 @@ class JobController:
         self._record = JobRecord.from_dict(status)
         self._conditions: list[dict[str, Any]] = list(status.get("conditions", ()))
         self._handled = dict(status.get("handledTriggers") or {})
+        for pending in status.get("pending") or ():
+            # In flight when the status was written: an earlier process's coordinator took
+            # it with it, so the nonce is asked for again.
+            key = f"{pending.get('kind')}Nonce" if isinstance(pending, dict) else ""
+            if key in self._handled and pending.get("label") == f"nonce {self._handled[key]}":
+                del self._handled[key]
+        if not status:
+            # A new job: the nonces it is created with are no change, so no request (as
+            # the Flink Kubernetes Operator reads them).
+            spec = self._body.get("spec") or {}
+            for key, field in (
+                ("checkpointNonce", "checkpointTriggerNonce"),
+                ("savepointNonce", "savepointTriggerNonce"),
+            ):
+                if spec.get(field) is not None:
+                    self._handled[key] = spec[field]
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
@@ -295,7 +313,11 @@ class JobController:
         if generation == self._generation:
             return self._manifest if self._problem is None else None
         self._generation = generation
-        manifest, problem, tolerated = _validated(self._body, self._accepted_spec(generation))
+        accepted = self._accepted_spec(generation)
+        manifest, problem, tolerated = _validated(self._body, accepted)
+        moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
+        if moved:
+            manifest, problem = None, moved
         if manifest is not None:
             self._manifest = manifest
             self._spec = json.loads(json.dumps(dict(self._body["spec"])))
@@ -373,16 +395,25 @@ class JobController:
         if phase is JobPhase.FINISHED:
             return False  # its input is done; a new job runs it again
         if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
-            # Retried when the spec is changed (beyond nonces and state), not otherwise.
-            return self._stopped_spec not in _spec_hashes(self._spec)
+            # Retried when the spec is changed (beyond nonces and state), not otherwise,
+            # and not while it says Suspended: the change is retried once it says Running.
+            return (
+                manifest.spec.state is not JobState.SUSPENDED
+                and self._stopped_spec not in _spec_hashes(self._spec)
+            )
         if manifest.spec.state is JobState.SUSPENDED:
             if phase in DRIVER_PHASES and self._record.attempt:
                 launcher = self._launcher(manifest)
                 if await launcher.adopt(self._record.attempt) is not None:
                     return True  # a driver from before a restart: suspend it with a savepoint
-            if phase is not JobPhase.SUSPENDED and self._record.attempt:
+            if phase is not JobPhase.SUSPENDED:
+                # Also a job created suspended: Pending would read as waiting to start.
                 self._record.phase = JobPhase.SUSPENDED
-                self._record.message = "suspended without a driver; resumes from the latest image"
+                self._record.message = (
+                    "suspended without a driver; resumes from the latest image"
+                    if self._record.attempt
+                    else "created suspended; starts when spec.state is Running"
+                )
                 await self._save(self._record)
             return False
         return True
@@ -481,10 +512,21 @@ class JobController:
         else:
             self._withdraw_stops(supervisor, requested)
             return
+        if supervisor.stopping:
+            return  # stopped without a savepoint at an earlier change: the driver is going
         if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
             # stop now; the newest image is what it resumes from.
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
+            supervisor.suspend_now()
+            return
+        if stop_reason == SUSPEND and not manifest.spec.shutdown.final_savepoint:
+            self._post_event(
+                "Normal",
+                "Stopping",
+                f"{stop_reason}: no final savepoint (spec.shutdown.finalSavepoint is false); "
+                "it resumes from the latest checkpoint",
+            )
             supervisor.suspend_now()
             return
         # One stop-with-savepoint at a time; asked again if it did not stop the driver
@@ -800,15 +842,38 @@ def _validated(
             "spec.checkpointing.storage: required on a cluster (a URI every driver and "
             "cleanup pod can reach, such as s3a://bucket/checkpoints)"
         )
-    if objects.expected_executors(manifest) and not manifest.spec.checkpointing.live_volume_claim:
+    if objects.runs_executors(manifest) and not manifest.spec.checkpointing.live_volume_claim:
         problems.append(
             "spec.checkpointing.liveVolumeClaim: required when the job runs executors "
-            "(spark.master is not local): they write the state the driver's agent snapshots, "
+            "(spark.master is not local, and executor.instances is above 0 or dynamic "
+            "allocation is on): they write the state the driver's agent snapshots, "
             "so it must be on a ReadWriteMany volume both mount"
         )
     if problems:
         return None, "; ".join(problems), None
     return manifest, None, kept
+
+
+def _storage_moved(
+    manifest: JobManifest, accepted: Mapping[str, Any] | None, registry: PersistedState
+) -> str | None:
+    """Why the spec cannot take a storage other than the accepted spec's while the job has
+    images: its checkpoints, savepoints and restore candidates are there, and a driver
+    given the new one would find none of them (it fails the job) while the old ones are
+    never cleaned. Without images (a mistyped storage the job failed on), it may change."""
+    checkpointing = (accepted or {}).get("checkpointing") or {}
+    before = checkpointing.get("storage") if isinstance(checkpointing, Mapping) else None
+    now = manifest.spec.checkpointing.storage
+    if not (registry.checkpoints or registry.savepoints) or not isinstance(before, str):
+        return None
+    if now is not None and storage_place(now) == storage_place(before):
+        return None
+    return (
+        f"spec.checkpointing.storage: cannot change from {before!r} to {now!r} (the job's "
+        "checkpoints and savepoints are there); set it back, or move the job: suspend it, "
+        "then create a job with this storage and spec.restore.initialSavepointPath the "
+        "path of its last savepoint"
+    )
 
 
 def accepted_spec_text(spec: Mapping[str, Any]) -> str | None:

@@ -29,6 +29,11 @@ from spark_checkpoint_operator.driver_command import (
     submit_arguments,
 )
 from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.manifest.validation import (
+    PATTERN_HINTS,
+    QUALIFIED_NAME_PATTERN,
+    go_regex,
+)
 
 GROUP = "sparkcheckpoint.io"
 VERSION = "v1alpha1"
@@ -163,8 +168,20 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
 
 def expected_executors(manifest: JobManifest) -> int:
     """Local-mode masters (single-pod jobs, the test kubelet) have no executor pods."""
+    return manifest.spec.executor.instances if _cluster_master(manifest) else 0
+
+
+def runs_executors(manifest: JobManifest) -> bool:
+    """Whether executor pods may run: the expected ones, or those dynamic allocation adds
+    (with ``instances: 0`` too)."""
+    conf = manifest.spec.application.spark_conf
+    dynamic = conf.get("spark.dynamicAllocation.enabled", "").strip().lower() == "true"
+    return _cluster_master(manifest) and (manifest.spec.executor.instances > 0 or dynamic)
+
+
+def _cluster_master(manifest: JobManifest) -> bool:
     master = manifest.spec.application.spark_conf.get("spark.master", "")
-    return 0 if master.startswith("local") else manifest.spec.executor.instances
+    return not master.startswith("local")
 
 
 def token_secret(manifest: JobManifest, job: Mapping[str, Any], token: str) -> dict[str, Any]:
@@ -363,6 +380,20 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         ("executor", executor_own, spec.executor.volumes, spec.executor.volume_mounts),
     ):
         problems += _volume_problems(role, own, volumes, mounts)
+    qualified_name = go_regex(QUALIFIED_NAME_PATTERN)
+    for role_name, role_spec in (("driver", spec.driver), ("executor", spec.executor)):
+        for field, keyed in (
+            ("labels", role_spec.labels),
+            ("annotations", role_spec.annotations),
+            ("nodeSelector", role_spec.node_selector),
+        ):
+            # The API server judges annotation keys lowercased (Example.com/owner is one).
+            judged = str.lower if field == "annotations" else str
+            problems += [
+                f"spec.{role_name}.{field}: {key!r} is not {PATTERN_HINTS[QUALIFIED_NAME_PATTERN]}"
+                for key in keyed
+                if not qualified_name.search(judged(key))
+            ]
     return problems
 
 

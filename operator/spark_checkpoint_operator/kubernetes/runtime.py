@@ -7,6 +7,7 @@ asked directly only where a missed watch event would otherwise stall (a pod that
 import asyncio
 import base64
 import contextlib
+import difflib
 import json
 import logging
 import math
@@ -19,7 +20,15 @@ from typing import Any, TypeVar
 
 import aiohttp
 import pydantic
-from kubernetes.aio.client import ApiClient, CustomObjectsApi, V1Pod, V1Secret
+from kubernetes.aio.client import (
+    ApiClient,
+    CustomObjectsApi,
+    V1Pod,
+    V1Secret,
+    V1Toleration,
+    V1Volume,
+    V1VolumeMount,
+)
 from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 
 from spark_checkpoint.janitor_commands import (
@@ -40,6 +49,7 @@ from spark_checkpoint_operator.supervisor import (
     KILLING_SIGNALS,
     CheckUnavailable,
     CleanupFailed,
+    LaunchBlocked,
     LaunchFailed,
     Level,
     Notice,
@@ -64,6 +74,7 @@ RECHECK_SECONDS = 10.0
 STUCK_DELETION_SECONDS = 30.0
 CLEANUP_TIMEOUT_SECONDS = 600.0
 API_TIMEOUT_SECONDS = 30.0
+FORBIDDEN = 403
 CONFLICT = 409
 TOO_MANY_REQUESTS = 429
 MERGE_PATCH = "application/merge-patch+json"
@@ -559,7 +570,7 @@ class KubernetesLauncher:
     async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
         # Refused here, not when the spec is read: a driver that runs (one an operator
         # upgrade adopts) goes on, and only a new one needs pods the API server accepts.
-        if problems := objects.pod_problems(self.manifest):
+        if problems := objects.pod_problems(self.manifest) or typed_object_problems(self.manifest):
             raise LaunchFailed("; ".join(problems))
         await self.remove_pods()
         token = secrets.token_urlsafe(32)
@@ -643,9 +654,27 @@ class KubernetesLauncher:
         self._require_owned(existing, f"secret {name}", "the driver's token")
 
     def _require_owned(self, existing: V1Pod | V1Secret, what: str, purpose: str) -> None:
-        """``existing`` is this job's (an owner reference to its uid), else LaunchFailed."""
+        """``existing`` is this job's (an owner reference to its uid), else LaunchFailed;
+        LaunchBlocked while it is an earlier job's of this name (deleted, then created
+        again: the garbage collector removes what the earlier one owned soon after)."""
         owners = (existing.metadata and existing.metadata.owner_references) or []
-        if not any(owner.uid == self._job["metadata"]["uid"] for owner in owners):
+        uid = self._job["metadata"]["uid"]
+        if not any(owner.uid == uid for owner in owners):
+            earlier = next(
+                (
+                    owner
+                    for owner in owners
+                    if owner.kind == objects.KIND
+                    and owner.api_version.split("/")[0] == objects.GROUP
+                    and owner.name == self.manifest.name
+                ),
+                None,
+            )
+            if earlier is not None:
+                raise LaunchBlocked(
+                    f"{what} is still the earlier job {self.manifest.name}'s (uid "
+                    f"{earlier.uid}), which the garbage collector removes"
+                )
             kind = what.split(maxsplit=1)[0].capitalize()
             raise LaunchFailed(
                 f"{what} exists and is not this job's (no owner reference to it): the "
@@ -806,10 +835,18 @@ def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
     return found[image]
 
 
+# What the API server says when it refuses a pod for now: a ResourceQuota used up, a
+# service account not created yet (a GitOps sync may apply the job first).
+_PASSING_REFUSALS = ("exceeded quota:", "error looking up service account")
+
+
 def _launch_error(error: ApiException, what: str) -> Exception:
-    """A refusal (admission, quota, invalid) fails the job with its reason; what may pass
-    on retry (throttling, server errors) is raised as it is."""
+    """A refusal that may pass (a quota, a missing service account) is tried again after a
+    backoff; any other (admission, invalid) fails the job with its reason; what may pass on
+    a mere retry (throttling, server errors) is raised as it is."""
     code = error.status or 0
+    if code == FORBIDDEN and any(words in api_message(error) for words in _PASSING_REFUSALS):
+        return LaunchBlocked(f"{what}: {api_message(error)}")
     if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
         return LaunchFailed(f"{what}: {api_message(error)}")
     return error
@@ -836,3 +873,67 @@ def _problems(error: pydantic.ValidationError) -> str:
         field_path = ".".join([error.title, *(str(key) for key in detail["loc"])])
         problems.append(f"{field_path}: {detail['msg']}")
     return "; ".join(problems)
+
+
+def typed_object_problems(manifest: JobManifest) -> list[str]:
+    """The core/v1 objects of the spec (volumes, mounts, tolerations of the driver and the
+    executors) against their types, each problem naming its spec field."""
+    spec = manifest.spec
+    problems: list[str] = []
+    for role_name, role in (("driver", spec.driver), ("executor", spec.executor)):
+        for kind, model, items in (
+            ("volumes", V1Volume, role.volumes),
+            ("volumeMounts", V1VolumeMount, role.volume_mounts),
+            ("tolerations", V1Toleration, role.tolerations),
+        ):
+            for index, item in enumerate(items):
+                problems += _kubernetes_object_problems(
+                    f"spec.{role_name}.{kind}[{index}]", model, item
+                )
+    return problems
+
+
+_PodPart = type[V1Volume] | type[V1VolumeMount] | type[V1Toleration]
+
+
+def _kubernetes_object_problems(field: str, model: _PodPart, value: Mapping[str, Any]) -> list[str]:
+    """A core/v1 object of the spec (the CRD keeps its fields as given) against its type: a
+    wrong value's type, and a field the type does not have. The API server drops such a
+    field with a warning no one reads (Spark's client, for executors, without one): a
+    volume whose source is misspelt becomes an emptyDir, and output written there is lost."""
+    try:
+        built = model.from_dict(dict(value))
+    except pydantic.ValidationError as error:
+        if all(_number_for_a_string(detail) for detail in error.errors()):
+            # A quantity written as a number (sizeLimit: 1), which the API server takes
+            # and the client types as a string: not refused here.
+            return []
+        return [f"{field}: {_problems(error)}"]
+    return _unknown_fields(value, built.model_dump(by_alias=True) if built else {}, field)
+
+
+def _number_for_a_string(detail: Any) -> bool:
+    given = detail.get("input")
+    return bool(
+        detail.get("type") == "string_type"
+        and isinstance(given, int | float)
+        and not isinstance(given, bool)
+    )
+
+
+def _unknown_fields(given: Any, known: Any, field: str) -> list[str]:
+    """The fields of ``given`` that its typed model's dump ``known`` (every field of each
+    object, unset ones None) lacks, named with the closest known field."""
+    problems = []
+    if isinstance(given, Mapping) and isinstance(known, Mapping):
+        for key, value in given.items():
+            if key in known:
+                problems += _unknown_fields(value, known[key], f"{field}.{key}")
+            elif value is not None:
+                close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                problems.append(f"{field}: unknown field {key!r}{hint}")
+    elif isinstance(given, list) and isinstance(known, list):
+        for index, (item, known_item) in enumerate(zip(given, known, strict=False)):
+            problems += _unknown_fields(item, known_item, f"{field}[{index}]")
+    return problems
