@@ -397,6 +397,49 @@ def test_a_driver_waiting_for_its_secret_is_told_and_starts_once_it_exists(
     assert cluster.event_reasons("orders").count("DriverNotStarting") == 1
 
 
+def test_quantities_written_as_numbers_reach_the_pods_as_the_api_server_takes_them(
+    cluster: LocalCluster,
+) -> None:
+    """The API server takes `sizeLimit: 1`, a quantity, as a number; the client's typed pod
+    took only text, so the job passed validation and failed when its driver was created."""
+    volumes = [
+        {"name": "scratch", "emptyDir": {"sizeLimit": 1073741824}},
+        {
+            "name": "limits",
+            "downwardAPI": {
+                "items": [
+                    {
+                        "path": "memory",
+                        "resourceFieldRef": {"resource": "limits.memory", "divisor": 1},
+                    }
+                ]
+            },
+        },
+        {
+            "name": "ephemeral",
+            "ephemeral": {
+                "volumeClaimTemplate": {
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": 1.5}},
+                    }
+                }
+            },
+        },
+    ]
+    cluster.apply(job(driver={"volumes": volumes}))
+
+    completed(cluster, "orders", 1)
+
+    (pod,) = cluster.pods("orders", component="driver")
+    created = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
+    assert created["scratch"]["emptyDir"] == {"sizeLimit": "1073741824"}
+    item = created["limits"]["downwardAPI"]["items"][0]
+    assert item["resourceFieldRef"]["divisor"] == "1"
+    claim = created["ephemeral"]["ephemeral"]["volumeClaimTemplate"]["spec"]
+    assert claim["resources"] == {"requests": {"storage": "1.5"}}
+
+
 def test_an_image_that_cannot_be_pulled_is_told_until_the_image_changes(
     tmp_path: Path,
 ) -> None:
@@ -1320,11 +1363,17 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
             "spec.driver.volumes[0]: unknown field 'persistentVolumeClam' (did you mean "
             "persistentVolumeClaim?)",
         ),
+        # A number for a string that is no quantity (the API server takes only those).
+        (
+            {"driver": {"volumes": [{"name": "host", "hostPath": {"path": 5}}]}},
+            "spec.driver.volumes[0]: V1HostPathVolumeSource.path: Input should be a valid string",
+        ),
     ],
     ids=[
         "executor-mount-of-no-volume",
         "driver-volume-the-pod-schema-refuses",
         "driver-volume-of-a-misspelt-source",
+        "driver-volume-path-a-number",
     ],
 )
 def test_pods_the_api_server_would_refuse_fail_the_job_naming_the_field(

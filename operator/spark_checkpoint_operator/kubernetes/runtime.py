@@ -904,21 +904,8 @@ def _kubernetes_object_problems(field: str, model: _PodPart, value: Mapping[str,
     try:
         built = model.from_dict(dict(value))
     except pydantic.ValidationError as error:
-        if all(_number_for_a_string(detail) for detail in error.errors()):
-            # A quantity written as a number (sizeLimit: 1), which the API server takes
-            # and the client types as a string: not refused here.
-            return []
         return [f"{field}: {_problems(error)}"]
     return _unknown_fields(value, built.model_dump(by_alias=True) if built else {}, field)
-
-
-def _number_for_a_string(detail: Any) -> bool:
-    given = detail.get("input")
-    return bool(
-        detail.get("type") == "string_type"
-        and isinstance(given, int | float)
-        and not isinstance(given, bool)
-    )
 
 
 def _unknown_fields(given: Any, known: Any, field: str) -> list[str]:

@@ -304,6 +304,29 @@ def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, An
     return tuple(MappingProxyType(copy.deepcopy(dict(item))) for item in items or ())
 
 
+# The fields of a core/v1 Volume that are quantities (`emptyDir.sizeLimit`, a downward API
+# item's `resourceFieldRef.divisor`, an ephemeral claim's `resources.requests` and `.limits`).
+_QUANTITY_FIELDS = frozenset({"sizeLimit", "divisor"})
+_QUANTITY_MAPS = frozenset({"requests", "limits"})
+
+
+def _quantities_as_text(value: Any, key: str = "") -> Any:
+    """A volume with its quantities written as numbers (``sizeLimit: 1``) as text: the API
+    server takes either, the client's typed objects only text."""
+    if isinstance(value, Mapping):
+        if key in _QUANTITY_MAPS:
+            return {name: _quantity(item) for name, item in value.items()}
+        return {name: _quantities_as_text(item, name) for name, item in value.items()}
+    if isinstance(value, list):
+        return [_quantities_as_text(item) for item in value]
+    return _quantity(value) if key in _QUANTITY_FIELDS else value
+
+
+def _quantity(value: Any) -> Any:
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    return str(value) if is_number else value
+
+
 def _env(items: Sequence[Mapping[str, Any]] | None, path: str) -> tuple[EnvVar, ...]:
     return tuple(
         EnvVar(
@@ -332,7 +355,7 @@ def _pod_fields(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
         "env": _env(role.get("env"), f"spec.{name}.env"),
         "node_selector": _strings(role.get("nodeSelector")),
         "tolerations": _objects(role.get("tolerations")),
-        "volumes": _objects(role.get("volumes")),
+        "volumes": _objects([_quantities_as_text(volume) for volume in role.get("volumes") or ()]),
         "volume_mounts": _objects(role.get("volumeMounts")),
         "labels": _strings(role.get("labels")),
         "annotations": _strings(role.get("annotations")),
