@@ -794,6 +794,13 @@ def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None
     assert after["version"] == before["version"]
 
 
+@pytest.mark.parametrize("wait", [0.0, 0.25, 3.4e-05, 30.0, 1e16])
+def test_every_wait_the_client_sends_is_taken(wait: float) -> None:
+    """The client writes ``wait`` as Python writes a float: a deadline a few microseconds
+    away is "3.4e-05"."""
+    assert server.long_poll_parameters({"after": "7", "wait": str(wait)}) == (7, min(wait, 30.0))
+
+
 @pytest.mark.parametrize(
     ("query", "parameter"),
     [
@@ -801,6 +808,15 @@ def test_a_new_committed_batch_alone_keeps_the_version(running: Running) -> None
         ({"after": "-1"}, "after"),
         ({"after": "1.5"}, "after"),
         ({"after": "1" + "0" * 400}, "after"),  # once an OverflowError: a 500
+        ({"after": "9" * 5000}, "after"),  # more digits than int() converts
+        # What int() and float() take besides ASCII digits (a reviewer's: "1_0" was 10).
+        ({"after": "1_0"}, "after"),
+        ({"after": " 7"}, "after"),
+        ({"after": "+7"}, "after"),
+        ({"after": "\u0663"}, "after"),
+        ({"after": "1", "wait": "-1e1"}, "wait"),
+        ({"after": "1", "wait": "1_0"}, "wait"),
+        ({"after": "1", "wait": "9" * 400}, "wait"),
         ({"after": "1", "wait": "soon"}, "wait"),
         ({"after": "1", "wait": "-2"}, "wait"),
         ({"after": "1", "wait": "nan"}, "wait"),

@@ -56,8 +56,14 @@ BAD_REQUESTS = [
     ("/v1/checkpoints/1/abort", b'"stop"', 400, "must be a JSON object, got str"),
     ("/v1/checkpoints/1/abort", b"", 400, "not JSON"),
     ("/v1/checkpoints/1/abort", b'{"reason": 5}', 400, "reason must be a string"),
-    ("/v1/checkpoints/1/abort", b"\xff\xfe{}", 400, "not JSON"),
+    ("/v1/checkpoints/1/abort", b"\xff\xfe{}", 400, "not JSON in UTF-8"),
+    # JSON is UTF-8 (RFC 8259); json.loads took UTF-16 and UTF-32 bytes too (a reviewer's).
+    ("/v1/checkpoints", '{"id": 1, "kind": "checkpoint"}'.encode("utf-16"), 400, "UTF-8"),
+    ("/v1/checkpoints/1/abort", "{}".encode("utf-32-le"), 400, "not JSON"),
+    ("/v1/checkpoints/1/abort", b"\xef\xbb\xbf{}", 400, "not JSON"),  # a byte order mark
     ("/v1/checkpoints", b"[" * 100_000 + b"]" * 100_000, 400, "nested too deeply"),
+    # aiohttp's own 413 was a text/plain page, no error answer.
+    ("/v1/checkpoints/1/abort", b" " * (1024**2 + 1), 413, "larger than 1048576 bytes"),
     ("/v1/checkpoints/1/finalize", b'{"tasks": "logs"}', 400, "tasks must be a list"),
     ("/v1/checkpoints/1/finalize", b'{"tasks": ["logs", 0]}', 400, "tasks[1] must be a string"),
     ("/v1/checkpoints/1/discard", b'{"retained": [2, "3"]}', 400, "retained[1] must be"),

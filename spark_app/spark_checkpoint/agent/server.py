@@ -49,25 +49,36 @@ STOP_GRACE_SECONDS = 2.0
 RECHECK_SECONDS = 1.0
 
 
+# Written out in ASCII digits (a decimal as Python's repr of a float writes it: "3.4e-05"):
+# int() and float() also take " 7", "+7", "1_0", other scripts' digits and "inf".
+_INTEGER = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
 def long_poll_parameters(query: Mapping[str, str]) -> tuple[int | None, float]:
     """``after`` and ``wait`` of a status request; a bad value is a ValueError naming it."""
-    after = _parameter(query, "after", int, "a status version (an integer >= 0)")
-    wait = _parameter(query, "wait", float, "a number of seconds >= 0")
+    after = _parameter(query, "after", _INTEGER, int, "a status version (an integer >= 0)")
+    wait = _parameter(query, "wait", _DECIMAL, float, "a number of seconds >= 0")
     return after, min(wait or 0.0, MAX_WAIT_SECONDS)
 
 
 def _parameter(
-    query: Mapping[str, str], name: str, parse: Callable[[str], Number], meaning: str
+    query: Mapping[str, str],
+    name: str,
+    written: re.Pattern[str],
+    parse: Callable[[str], Number],
+    meaning: str,
 ) -> Number | None:
     text = query.get(name)
     if text is None:
         return None
     try:
-        value = parse(text)
-        valid = math.isfinite(value) and value >= 0
-    except (ValueError, OverflowError):  # Overflow: an integer beyond any float
-        valid = False
-    if not valid:
+        value = parse(text) if written.fullmatch(text) else None
+        if value is not None and not math.isfinite(value):
+            value = None
+    except (ValueError, OverflowError):  # over 4300 digits; an integer beyond any float
+        value = None
+    if value is None:
         raise ValueError(f"query parameter {name!r} must be {meaning}, got {text!r}")
     return value
 
@@ -88,14 +99,21 @@ Document = TypeVar("Document")
 
 
 async def _body(request: web.Request, read: Callable[[Any], Document]) -> Document:
-    """The request's body as ``read`` makes it a document of the protocol, else a 400 that
-    says what is wrong with it."""
-    raw = await request.read()
+    """The request's body as ``read`` makes it a document of the protocol, else a 400 (or
+    413) that says what is wrong with it."""
     try:
-        value = json.loads(raw, parse_constant=_refuse_constant)
+        raw = await request.read()
+    except web.HTTPRequestEntityTooLarge:
+        limit = request.client_max_size
+        raise AgentRequestError(413, f"the body is larger than {limit} bytes") from None
+    try:
+        # Decoded first: json.loads would take bytes in UTF-16 or UTF-32 too (RFC 8259: UTF-8).
+        value = json.loads(raw.decode(), parse_constant=_refuse_constant)
     except RecursionError:
         raise _bad_request("the body is nested too deeply") from None
-    except ValueError as error:  # not JSON, not UTF-8, an integer of more than 4300 digits
+    except UnicodeDecodeError as error:
+        raise _bad_request(f"the body is not JSON in UTF-8: {error}") from None
+    except ValueError as error:  # not JSON, a byte order mark, more than 4300 digits
         raise _bad_request(f"the body is not JSON: {error}") from None
     try:
         return read(value)
