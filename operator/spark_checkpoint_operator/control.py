@@ -40,6 +40,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.supervisor import (
+    FINISHING_NEEDS_NO_SAVEPOINT,
     NO_QUERY_RUNNING,
     JobRecord,
     JobSupervisor,
@@ -179,6 +180,10 @@ class ControlServer:
             case Command.SAVEPOINT:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
+            case Command.STOP if self._supervisor.finishing:
+                self._report(f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}")
+                self._supervisor.suspend_now()  # a driver hung on its way out is stopped
+                return ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
                 said = (

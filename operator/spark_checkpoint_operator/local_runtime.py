@@ -76,6 +76,7 @@ from spark_checkpoint_operator.restore_choice import ChosenImage, UnknownImage, 
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
+    FINISHING_NEEDS_NO_SAVEPOINT,
     KILLING_SIGNALS,
     NO_QUERY_RUNNING,
     CleanupFailed,
@@ -804,6 +805,11 @@ class _Interrupts:
         self._label = label
         if self._supervisor.record.phase in NO_QUERY_RUNNING:
             self._without_savepoint(why, "its query is not running yet")
+            return
+        if self._supervisor.finishing:
+            self._stopping_without_savepoint = True
+            self._report(f"{why}: {FINISHING_NEEDS_NO_SAVEPOINT}")
+            self._supervisor.suspend_now()  # a driver hung on its way out is stopped
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")

@@ -68,6 +68,7 @@ class Supervisor:
         self.calls: list[str] = []
         self.labels: list[str] = []
         self.record = SimpleNamespace(phase=phase)
+        self.finishing = False
 
     def request(self, event: Any) -> None:
         self.calls.append(f"savepoint then {event.after.name.lower()}")
@@ -150,6 +151,26 @@ def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> N
         "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
         "running); stopping the driver without one (the next run resumes from the newest "
         "checkpoint or savepoint)",
+        "interrupted: the driver is already stopping without a savepoint",
+    ]
+
+
+def test_a_signal_while_the_driver_finishes_asks_for_no_savepoint() -> None:
+    """The input done and its final checkpoint completed: the savepoint was declined, and
+    the line said the driver stopped without one and the next run resumes, after which
+    the job ended Suspended, not Finished."""
+    supervisor = Supervisor()
+    supervisor.finishing = True
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.interrupt()
+    interrupts.interrupt()
+
+    assert supervisor.calls == ["stop without a savepoint"]
+    assert lines == [
+        "interrupted: no savepoint is needed: the input is done and its final checkpoint "
+        "completed; the job finishes as its driver exits",
         "interrupted: the driver is already stopping without a savepoint",
     ]
 

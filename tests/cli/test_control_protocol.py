@@ -232,6 +232,8 @@ class _StoppedFirstSupervisor:
     """A stop's savepoint that another stop's completion cuts short: in flight (id 7),
     then given up, as the interpreter says."""
 
+    finishing = False
+
     def __init__(self) -> None:
         self.record = JobRecord(phase=JobPhase.RUNNING)  # a query to take a savepoint of
         self.control: ControlServer | None = None
@@ -258,6 +260,8 @@ class _FailedAtOnceSupervisor:
     """A savepoint that fails as soon as it is triggered (a task declines it): in flight
     for less than one look at the record."""
 
+    finishing = False
+
     def __init__(self) -> None:
         self.record = JobRecord(phase=JobPhase.RUNNING)  # a query to take a savepoint of
         self.control: ControlServer | None = None
@@ -277,6 +281,8 @@ class _FailedAtOnceSupervisor:
 class _SuspendingSupervisor:
     """The stop's savepoint completed; the driver is stopping."""
 
+    finishing = False
+
     def __init__(self) -> None:
         self.record = JobRecord(phase=JobPhase.SUSPENDING)
         self.control: ControlServer | None = None
@@ -286,8 +292,27 @@ class _SuspendingSupervisor:
         self.cancelled = True
 
 
+class _FinishingSupervisor:
+    """Its driver was told that a completed checkpoint covers its input's end."""
+
+    def __init__(self) -> None:
+        self.record = JobRecord(phase=JobPhase.RUNNING)
+        self.control: ControlServer | None = None
+        self.finishing = True
+        self.calls: list[str] = []
+
+    def request(self, event: object) -> None:
+        self.calls.append("savepoint")
+
+    def suspend_now(self) -> None:
+        self.calls.append("suspend_now")
+
+
 def _answer_of(
-    supervisor: _StoppedFirstSupervisor | _FailedAtOnceSupervisor | _SuspendingSupervisor,
+    supervisor: _StoppedFirstSupervisor
+    | _FailedAtOnceSupervisor
+    | _SuspendingSupervisor
+    | _FinishingSupervisor,
     command: Command,
     tmp: Path,
 ) -> ControlAnswer:
@@ -339,3 +364,18 @@ def test_a_savepoint_that_fails_at_once_is_told_as_failed(tmp_path: Path) -> Non
         Outcome.FAILED,
         "savepoint 3 failed: a task declined the checkpoint: sp-3 exists (task logs)",
     )
+
+
+def test_a_stop_while_the_driver_finishes_asks_for_no_savepoint(tmp_path: Path) -> None:
+    """Its savepoint was declined (the input is done: nothing runs to take it), so `stop`
+    failed while the job went on to finish."""
+    supervisor = _FinishingSupervisor()
+
+    answer = _answer_of(supervisor, Command.STOP, tmp_path)
+
+    assert (answer.outcome, answer.message) == (
+        Outcome.OK,
+        "no savepoint is needed: the input is done and its final checkpoint completed; the "
+        "job finishes as its driver exits",
+    )
+    assert supervisor.calls == ["suspend_now"]

@@ -684,3 +684,39 @@ def test_a_drain_that_fails_after_a_checkpoint_covering_the_end_ends_finished(
     assert isinstance(driver.agent, DeclinedDrainAgent)
     assert driver.agent.completed == driver.agent.checkpoints
     assert outcome is TerminalOutcome.FINISHED, [n.message for n in notices]
+
+
+def test_a_stop_without_savepoint_while_the_driver_finishes_lets_it_finish() -> None:
+    """Ctrl-C (whose savepoint is declined: the input is done) or a suspension once the
+    final checkpoint completed and the driver was told: it stopped the finishing driver,
+    and the job ended Suspended, to be run again for nothing. The driver exits on its own
+    (a hung one is stopped when overdue), and the job ends Finished."""
+
+    async def scenario() -> tuple[TerminalOutcome, FakeDriver]:
+        async def save(record: JobRecord) -> None:
+            return None
+
+        launcher = FinishingLauncher()
+        supervisor = JobSupervisor(
+            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
+            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=save,
+            record=JobRecord(),
+        )
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        driver = launcher.drivers[0]
+        agent = driver.agent
+        assert isinstance(agent, FinishingAgent) and agent.batch is not None
+        agent.batch += 1
+        agent.exhausted = True
+        last = agent.batch
+        await until(lambda: agent.notified is not None and agent.notified >= last)
+        supervisor.suspend_now()
+        return await run, driver
+
+    outcome, driver = asyncio.run(scenario())
+    assert driver.code == DriverExit.FINISHED, "the finishing driver was stopped"
+    assert outcome is TerminalOutcome.FINISHED

@@ -18,7 +18,11 @@ Adapters import from this package; its modules import each other directly.
 """
 
 from spark_checkpoint_operator.supervisor.driver_errors import KILLING_SIGNALS, driver_error
-from spark_checkpoint_operator.supervisor.job import NO_QUERY_RUNNING, JobSupervisor
+from spark_checkpoint_operator.supervisor.job import (
+    FINISHING_NEEDS_NO_SAVEPOINT,
+    NO_QUERY_RUNNING,
+    JobSupervisor,
+)
 from spark_checkpoint_operator.supervisor.notices import DRIVER_GONE, Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
 from spark_checkpoint_operator.supervisor.ports import (
@@ -39,6 +43,7 @@ from spark_checkpoint_operator.supervisor.record import JobRecord
 
 __all__ = [
     "DRIVER_GONE",
+    "FINISHING_NEEDS_NO_SAVEPOINT",
     "KILLING_SIGNALS",
     "NO_QUERY_RUNNING",
     "POLL_INTERVAL",

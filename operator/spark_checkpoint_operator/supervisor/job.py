@@ -82,6 +82,11 @@ SLOW_START = "the driver has been restoring its image and starting its query"
 NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
 # The shortest wait before a launch refused for now is tried again.
 BLOCKED_MIN_DELAY = 1.0
+# Why a stop asks a finishing driver for no savepoint.
+FINISHING_NEEDS_NO_SAVEPOINT = (
+    "no savepoint is needed: the input is done and its final checkpoint completed; the job "
+    "finishes as its driver exits"
+)
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
@@ -461,9 +466,14 @@ class JobSupervisor:
     def suspend_now(self) -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
         driver starting, restoring or in a restart's backoff), whose newest image is
-        what it would resume from anyway."""
+        what it would resume from anyway. A driver finishing (told that a completed
+        checkpoint covers its input's end) exits on its own, and the job ends Finished: a
+        suspended one would be run again for nothing."""
         self.end_suspended()
-        self._stop_driver()
+        if self.finishing:
+            self._stop_requested.set()
+        else:
+            self._stop_driver()
 
     @property
     def deleting(self) -> bool:
@@ -476,6 +486,13 @@ class JobSupervisor:
     @property
     def stopping(self) -> bool:
         return self._stop is not StopRequest.NONE
+
+    @property
+    def finishing(self) -> bool:
+        """The driver was told that a completed checkpoint covers its input's end: it exits
+        on its own, and the job ends Finished."""
+        attempt = self._interpreter.attempt
+        return attempt is not None and attempt.finishing
 
     @property
     def cancelling(self) -> bool:
@@ -512,7 +529,9 @@ class JobSupervisor:
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
             return TerminalOutcome.CANCELLED
-        if self._stop is StopRequest.SUSPEND:
+        if self._stop is StopRequest.SUSPEND and not (
+            exit_code == DriverExit.FINISHED or attempt.told_final()
+        ):
             # A stop-with-savepoint whose completion could not be delivered: the savepoint
             # is registered, and the driver was stopped here instead of by its agent. Why an
             # earlier driver failed is in its events, not the suspension's message.
