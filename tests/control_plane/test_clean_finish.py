@@ -88,6 +88,23 @@ class FinishingLauncher(FakeLauncher):
         return driver
 
 
+def _checkpointing_often(
+    launcher: FakeLauncher, notices: list[Notice], janitor: NoJanitor | None = None
+) -> JobSupervisor:
+    async def save(record: JobRecord) -> None:
+        return None
+
+    return JobSupervisor(
+        config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
+        restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+        launcher=launcher,
+        janitor=janitor or NoJanitor(),
+        save=save,
+        record=JobRecord(),
+        report=notices.append,
+    )
+
+
 def _finish(
     launcher: FakeLauncher, end_input: Callable[[FakeAgent], None], janitor: NoJanitor | None = None
 ) -> list[Notice]:
@@ -97,18 +114,7 @@ def _finish(
     notices: list[Notice] = []
 
     async def scenario() -> TerminalOutcome:
-        async def save(record: JobRecord) -> None:
-            return None
-
-        supervisor = JobSupervisor(
-            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
-            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
-            launcher=launcher,
-            janitor=janitor or NoJanitor(),
-            save=save,
-            record=JobRecord(),
-            report=notices.append,
-        )
+        supervisor = _checkpointing_often(launcher, notices, janitor)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
         end_input(launcher.drivers[0].agent)
@@ -693,18 +699,8 @@ def test_a_stop_without_savepoint_while_the_driver_finishes_lets_it_finish() -> 
     (a hung one is stopped when overdue), and the job ends Finished."""
 
     async def scenario() -> tuple[TerminalOutcome, FakeDriver]:
-        async def save(record: JobRecord) -> None:
-            return None
-
         launcher = FinishingLauncher()
-        supervisor = JobSupervisor(
-            config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
-            restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
-            launcher=launcher,
-            janitor=NoJanitor(),
-            save=save,
-            record=JobRecord(),
-        )
+        supervisor = _checkpointing_often(launcher, [])
         run = asyncio.create_task(supervisor.run())
         await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
         driver = launcher.drivers[0]
