@@ -622,6 +622,9 @@ def test_a_suspension_that_drains_endless_input_asks_for_one_savepoint_and_can_b
         assert len(stops) == 1, [e["message"] for e in stops]
         assert "CheckpointFailed" not in cluster.event_reasons("orders"), "it drains"
         assert status["phase"] == "Running"
+        # Its savepoint is in flight all along (status said `pending: []`).
+        assert [p["kind"] for p in status["pending"]] == ["savepoint"], status["pending"]
+        assert status["counts"]["inProgress"] == 1
 
         cluster.patch_spec("orders", {"state": "Running"})
         withdrawn = cluster.wait_for_event("orders", "StopWithdrawn")

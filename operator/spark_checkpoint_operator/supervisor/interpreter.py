@@ -262,6 +262,10 @@ class EffectInterpreter:
                     self._record.checkpoints_skipped = None
                     await self.persist()  # healthy again now, not once this one completes
                 await self._trigger(attempt, effect)
+                if effect.kind is CheckpointKind.SAVEPOINT:
+                    # Status shows it in flight: a user's savepoint is awaited, and a drain
+                    # may wait for its input for hours.
+                    await self.persist()
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(attempt, cid, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
