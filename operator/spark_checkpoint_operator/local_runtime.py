@@ -284,7 +284,9 @@ class LocalLauncher:
         self.on_launch: Callable[[LocalDriver], None] = lambda driver: None
 
     def driver_pid(self) -> int | None:
-        return self.current.pid if self.current else None
+        """The running driver's; None between drivers (a killed one's is no news)."""
+        current = self.current
+        return current.pid if current is not None and current.exit_code() is None else None
 
     async def adopt(self, attempt: int) -> None:
         """Never: a local driver dies with the runtime that started it."""

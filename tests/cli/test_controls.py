@@ -203,6 +203,7 @@ def test_stop_while_the_driver_restarts_stops_without_a_savepoint_as_ctrl_c_does
     while job.status()["phase"] != "Restarting":
         assert time.monotonic() < deadline, job.status()
         time.sleep(0.1)
+    assert job.status()["driverPid"] is None, "the killed driver's pid was shown"
 
     stopped = job.cli("stop", "-f", "job.yaml")
 
