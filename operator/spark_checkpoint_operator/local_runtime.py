@@ -864,13 +864,14 @@ def _check_storage_unchanged(
     manifest's spec.checkpointing.storage changed between runs): its restore would find
     none of them and fail the job, and its garbage collection could not read them."""
     registry = record.coordinator
-    _, job_root = storage.fs.place(storage.layout.job_root)
+    *store, job_root = storage.fs.place(storage.layout.job_root)
     # Versions before local_uri registered a local storage's paths percent-encoded (a
     # space as %20); their storage, moved as the run asks, is where they say.
     encoded = f"{Path(job_root).as_uri()}/" if job_root.startswith("/") else None
 
     def here(path: str) -> bool:
-        return storage.fs.place(path)[1].startswith(f"{job_root}/") or (
+        *image_store, image_path = storage.fs.place(path)
+        return (image_store == store and image_path.startswith(f"{job_root}/")) or (
             encoded is not None and path.startswith(encoded)
         )
 
@@ -878,9 +879,10 @@ def _check_storage_unchanged(
     elsewhere = next((image.path for image in images if not here(image.path)), None)
     if elsewhere is None:
         return
+    shown = job_root if storage.fs.is_local else storage.layout.job_root  # with its account
     raise RunRefused(
         f"spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
-        f"{job_root} but where it ran before (such as {elsewhere}); set it "
+        f"{shown} but where it ran before (such as {elsewhere}); set it "
         f"back, or start the job afresh on this storage from one of them: delete its state "
         f"{paths.job_dir} and run --from that savepoint's path"
     )

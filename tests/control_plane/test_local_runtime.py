@@ -20,9 +20,15 @@ from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_unt
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.cli import main
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    PersistedState,
+)
 from spark_checkpoint_operator.local_runtime import (
     LocalJanitor,
     RunRefused,
+    _check_storage_unchanged,
     _stop_leftover_driver,
     local_spark_conf,
     storage_lock,
@@ -30,7 +36,7 @@ from spark_checkpoint_operator.local_runtime import (
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.model import Application
-from spark_checkpoint_operator.supervisor import CleanupFailed
+from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord
 
 
 def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
@@ -869,3 +875,34 @@ def test_a_job_whose_status_file_was_deleted_does_not_meet_its_old_attempts(
 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "never reused" not in again.stdout + again.stderr
+
+
+def _azure(account: str) -> CheckpointStorage:
+    return CheckpointStorage(
+        JobStorageLayout(f"abfs://state@{account}.dfs.core.windows.net/ckpt", "default", "job")
+    )
+
+
+def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: Path) -> None:
+    """A path drops its Azure account (abfs://c@account.dfs.core.windows.net/p is c/p), so
+    staging's storage passed for production's, whose savepoints it does not hold; restores
+    likewise took another account's savepoint for the job's own of that id."""
+    production, staging = _azure("production"), _azure("staging")
+    assert not staging.is_same_job_directory(production)
+    assert staging.is_same_job_directory(_azure("staging"))
+    savepoint = f"{production.layout.job_root}/savepoints/sp-3/_metadata"
+    registry = PersistedState(
+        next_checkpoint_id=4,
+        savepoints=(CompletedCheckpoint(3, CheckpointKind.SAVEPOINT, 1, savepoint, 0, 0, 0),),
+    )
+    record = JobRecord(coordinator=registry)
+    paths = LocalPaths(tmp_path / "default" / "job")
+
+    _check_storage_unchanged(record, production, paths)
+    with pytest.raises(RunRefused) as refused:
+        _check_storage_unchanged(record, staging, paths)
+    assert str(refused.value).startswith(
+        "spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
+        "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before "
+        f"(such as {savepoint})"
+    )
