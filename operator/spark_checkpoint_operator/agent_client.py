@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from spark_checkpoint.protocol import (
+    MAX_BODY_BYTES,
     AbortBody,
     Acknowledgement,
     AfterCompletion,
@@ -29,7 +30,6 @@ Document = TypeVar("Document")
 # The largest answer read from an agent. The driver's process is the job author's code, so
 # its answers are untrusted input to an operator that serves every job: one of hundreds of
 # MiB would take its memory. A status at 1,000 state partitions is about 100 KiB.
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
 
 
 class AgentUnavailable(Exception):
@@ -209,16 +209,16 @@ class AgentClient:
 
 
 async def _bounded_body(response: aiohttp.ClientResponse, request: str) -> bytes:
-    """The answer's body, refused once it is larger than `MAX_ANSWER_BYTES`."""
+    """The answer's body, refused once it is larger than `MAX_BODY_BYTES`."""
     too_large = AgentAnswerInvalid(
-        f"{request}: the answer is larger than {MAX_ANSWER_BYTES} bytes, the most read"
+        f"{request}: the answer is larger than {MAX_BODY_BYTES} bytes, the most read"
     )
-    if (response.content_length or 0) > MAX_ANSWER_BYTES:
+    if (response.content_length or 0) > MAX_BODY_BYTES:
         raise too_large
     body = bytearray()
     async for chunk in response.content.iter_chunked(64 * 1024):
         body += chunk
-        if len(body) > MAX_ANSWER_BYTES:
+        if len(body) > MAX_BODY_BYTES:
             raise too_large
     return bytes(body)
 

@@ -31,6 +31,10 @@ ACKNOWLEDGEMENT_GATHER_SECONDS = 0.25
 # Ids, batch ids and byte counts are int64 wherever they are recorded (the job's status in
 # Kubernetes).
 MAX_ID = 2**63 - 1
+# The largest body either side reads, request or answer: a finalize lists every task (a
+# stream-stream join at 8,000 partitions: 40,001 tasks, 1.4 MB), a status too.
+MAX_BODY_BYTES = 16 * 1024 * 1024
+
 MAX_OWNER_ID_LENGTH = 200
 
 T = TypeVar("T")

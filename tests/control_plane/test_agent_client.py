@@ -138,7 +138,7 @@ def test_an_answer_larger_than_the_client_reads_is_refused_before_it_is_all_read
 ) -> None:
     # The agent runs in the job author's process: an answer of hundreds of MiB would
     # take the memory of the operator that serves every job.
-    monkeypatch.setattr(agent_client, "MAX_ANSWER_BYTES", 64 * 1024)
+    monkeypatch.setattr(agent_client, "MAX_BODY_BYTES", 64 * 1024)
     huge = sent(b'{"version": "' + b"x" * (1024 * 1024) + b'"}')
 
     with pytest.raises(AgentAnswerInvalid) as raised:

@@ -19,6 +19,7 @@ from aiohttp import web
 from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
 from spark_checkpoint.protocol import (
     ACKNOWLEDGEMENT_GATHER_SECONDS,
+    MAX_BODY_BYTES,
     MAX_ID,
     AbortBody,
     Acknowledgement,
@@ -291,7 +292,7 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
         answer = await _in_thread(lambda: agent.collect_garbage(body.checkpoints, body.savepoints))
         return web.json_response(answer.to_json())
 
-    app = web.Application(middlewares=[authenticate])
+    app = web.Application(middlewares=[authenticate], client_max_size=MAX_BODY_BYTES)
     app.cleanup_ctx.append(status.watch_agent)
     app.on_shutdown.append(status.answer_waiting)
     app.add_routes(

@@ -33,6 +33,7 @@ from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint.agent.server import long_poll_parameters
 from spark_checkpoint.protocol import (
+    MAX_BODY_BYTES,
     Acknowledgement,
     AckReport,
     AfterCompletion,
@@ -243,7 +244,7 @@ class SimulatedAgents:
         return agent
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_get("/v1/status", self._status)
         app.router.add_post("/v1/checkpoints", self._trigger)
         app.router.add_post(r"/v1/checkpoints/{id:\d+}/{action}", self._command)
