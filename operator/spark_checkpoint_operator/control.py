@@ -123,7 +123,13 @@ class ControlServer:
         if notice.label not in self._asking:
             return
         if notice.reason == "RequestDeclined":
-            self._told[notice.label] = ControlAnswer(Outcome.DECLINED, notice.message)
+            # A stop whose request met the final checkpoint's completion has nothing to do.
+            finishing = self._supervisor.finishing and notice.label.startswith(Command.STOP)
+            self._told[notice.label] = (
+                ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
+                if finishing
+                else ControlAnswer(Outcome.DECLINED, notice.message)
+            )
         elif notice.reason in ("CheckpointFailed", "CheckpointNotNeeded"):
             self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
 
@@ -181,8 +187,8 @@ class ControlServer:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
             case Command.STOP if self._supervisor.finishing:
+                # Nothing to stop: the driver exits on its own (`cancel` stops it now).
                 self._report(f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}")
-                self._supervisor.suspend_now()  # a driver hung on its way out is stopped
                 return ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:

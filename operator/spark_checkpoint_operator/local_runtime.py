@@ -735,6 +735,7 @@ class _Interrupts:
         self._key = "Ctrl-C"  # and how to ask again
         self._label: str | None = None  # its savepoint's, in the log and the history
         self._stopping_without_savepoint = False  # the driver stops without one
+        self._finishing = False  # the stop waits for the finishing driver's exit
         self._job_ended = False  # in this run (the record's phase is the last run's at first)
 
     def interrupt(self) -> None:
@@ -765,6 +766,10 @@ class _Interrupts:
             # Cancelling would gain nothing (the driver stops already) and could discard
             # the checkpoints (retentionPolicy RetainOnFailure).
             self._report(f"{why}: the driver is already stopping without a savepoint")
+        elif self._count > 1 and self._finishing:
+            # Stopped now it ends Suspended, its checkpoints kept: the next run commits what
+            # the final checkpoint covers and finishes. A cancellation could discard them.
+            self._without_savepoint(f"{why} again", "the driver is finishing")
         elif self._count > 1:
             self._report(
                 f"{why} again: stopping the driver without a savepoint; "
@@ -784,7 +789,15 @@ class _Interrupts:
             self._stop(OUTPUT_CLOSED, "Ctrl-C twice to cancel", "output closed")
 
     def cannot_take_savepoint(self, reason: str) -> None:
+        if self._supervisor.finishing:  # its final checkpoint completed as the stop came
+            self._waiting_for_finish(self._why)
+            return
         self._without_savepoint(self._why, reason)
+
+    def _waiting_for_finish(self, why: str) -> None:
+        """The driver exits on its own: nothing to stop, unless the user insists."""
+        self._finishing = True
+        self._report(f"{why}: {FINISHING_NEEDS_NO_SAVEPOINT} ({self._key} again to stop it now)")
 
     def savepoint_failed(self) -> None:
         """The stop's savepoint failed (its line says why): as after a failed `flink stop`,
@@ -809,9 +822,7 @@ class _Interrupts:
             self._without_savepoint(why, "its query is not running yet")
             return
         if self._supervisor.finishing:
-            self._stopping_without_savepoint = True
-            self._report(f"{why}: {FINISHING_NEEDS_NO_SAVEPOINT}")
-            self._supervisor.suspend_now()  # a driver hung on its way out is stopped
+            self._waiting_for_finish(why)
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")

@@ -155,24 +155,46 @@ def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> N
     ]
 
 
-def test_a_signal_while_the_driver_finishes_asks_for_no_savepoint() -> None:
-    """The input done and its final checkpoint completed: the savepoint was declined, and
-    the line said the driver stopped without one and the next run resumes, after which
-    the job ended Suspended, not Finished."""
+FINISHING = (
+    "no savepoint is needed: the input is done and its final checkpoint completed; the job "
+    "finishes once its driver has committed it and exits"
+)
+
+
+def test_a_signal_while_the_driver_finishes_waits_for_it_and_a_second_stops_it() -> None:
+    """The input done and its final checkpoint completed: the savepoint was declined, the
+    line said the driver stopped without one, and the job ended Suspended, not Finished.
+    A second signal stops the driver now (Suspended, its checkpoints kept), not cancels."""
     supervisor = Supervisor()
     supervisor.finishing = True
     lines: list[str] = []
     interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
 
     interrupts.interrupt()
+    assert supervisor.calls == []
     interrupts.interrupt()
 
     assert supervisor.calls == ["stop without a savepoint"]
     assert lines == [
-        "interrupted: no savepoint is needed: the input is done and its final checkpoint "
-        "completed; the job finishes as its driver exits",
-        "interrupted: the driver is already stopping without a savepoint",
+        f"interrupted: {FINISHING} (Ctrl-C again to stop it now)",
+        "interrupted again: no savepoint can be taken now (the driver is finishing); stopping "
+        "the driver without one (the next run resumes from the newest checkpoint or savepoint)",
     ]
+
+
+def test_a_stop_whose_savepoint_met_the_final_checkpoint_waits_for_the_finish() -> None:
+    """The final checkpoint completed while the stop's savepoint was queued: declined, it
+    stopped the finishing driver."""
+    supervisor = Supervisor()
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.terminate()
+    supervisor.finishing = True
+    interrupts.cannot_take_savepoint("not all required tasks are running")
+
+    assert supervisor.calls == ["savepoint then stop"]
+    assert lines[-1] == f"terminated (SIGTERM): {FINISHING} (SIGTERM again to stop it now)"
 
 
 @pytest.mark.parametrize("phase", [JobPhase.DEPLOYING, JobPhase.RESTARTING])

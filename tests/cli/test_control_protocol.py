@@ -37,7 +37,13 @@ from spark_checkpoint_operator.control_protocol import (
     encode_line,
 )
 from spark_checkpoint_operator.coordinator import JobPhase, TriggerRequested
-from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Level, Notice
+from spark_checkpoint_operator.supervisor import (
+    FINISHING_NEEDS_NO_SAVEPOINT,
+    JobRecord,
+    JobSupervisor,
+    Level,
+    Notice,
+)
 
 json_values = st.recursive(
     st.none()
@@ -299,13 +305,22 @@ class _FinishingSupervisor:
         self.record = JobRecord(phase=JobPhase.RUNNING)
         self.control: ControlServer | None = None
         self.finishing = True
+        self.decline = False
         self.calls: list[str] = []
 
-    def request(self, event: object) -> None:
+    def request(self, event: TriggerRequested) -> None:
         self.calls.append("savepoint")
-
-    def suspend_now(self) -> None:
-        self.calls.append("suspend_now")
+        if self.decline:  # the final checkpoint completes first
+            assert self.control is not None
+            self.finishing = True
+            self.control.notice(
+                Notice(
+                    "RequestDeclined",
+                    Level.NOTE,
+                    "savepoint declined: not all required tasks are running",
+                    label=event.label,
+                )
+            )
 
 
 def _answer_of(
@@ -373,9 +388,19 @@ def test_a_stop_while_the_driver_finishes_asks_for_no_savepoint(tmp_path: Path) 
 
     answer = _answer_of(supervisor, Command.STOP, tmp_path)
 
-    assert (answer.outcome, answer.message) == (
-        Outcome.OK,
-        "no savepoint is needed: the input is done and its final checkpoint completed; the "
-        "job finishes as its driver exits",
-    )
-    assert supervisor.calls == ["suspend_now"]
+    assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
+    assert supervisor.calls == [], "nothing to stop: the driver exits on its own"
+
+
+def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
+    tmp_path: Path,
+) -> None:
+    """The final checkpoint completed while the stop's savepoint was queued: declined, the
+    stop answered DECLINED (exit 4) while the job went on to finish."""
+    supervisor = _FinishingSupervisor()
+    supervisor.finishing = False
+    supervisor.decline = True
+
+    answer = _answer_of(supervisor, Command.STOP, tmp_path)
+
+    assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)

@@ -692,27 +692,48 @@ def test_a_drain_that_fails_after_a_checkpoint_covering_the_end_ends_finished(
     assert outcome is TerminalOutcome.FINISHED, [n.message for n in notices]
 
 
-def test_a_stop_without_savepoint_while_the_driver_finishes_lets_it_finish() -> None:
-    """Ctrl-C (whose savepoint is declined: the input is done) or a suspension once the
-    final checkpoint completed and the driver was told: it stopped the finishing driver,
-    and the job ended Suspended, to be run again for nothing. The driver exits on its own
-    (a hung one is stopped when overdue), and the job ends Finished."""
+class HungAfterToldAgent(FinishingAgent):
+    """Takes the final completion (its sinks committed all), then hangs in Spark's stop."""
 
-    async def scenario() -> tuple[TerminalOutcome, FakeDriver]:
-        launcher = FinishingLauncher()
-        supervisor = _checkpointing_often(launcher, [])
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        await FakeAgent.complete(self, checkpoint_id, batch_id)
+        self.notified = batch_id
+
+
+@pytest.mark.parametrize(
+    ("agent_class", "outcome"),
+    [
+        # Told, its answer cut short by the exit: the driver exits by itself.
+        (FinishingAgent, TerminalOutcome.FINISHED),
+        # Told and confirmed, then stopped: its sinks committed all of its output.
+        (HungAfterToldAgent, TerminalOutcome.FINISHED),
+    ],
+    ids=["exits", "hangs-once-told"],
+)
+def test_a_driver_told_of_its_final_checkpoint_and_then_stopped_ends_finished(
+    agent_class: type[FinishingAgent], outcome: TerminalOutcome
+) -> None:
+    """A stop without a savepoint (a second Ctrl-C, a suspension while no query runs) once
+    the final checkpoint completed: the job ended Suspended, to be run again for nothing,
+    though all of its output was committed."""
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        launcher = FinishingLauncher(agent_class)
+        supervisor = _checkpointing_often(launcher, notices)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
-        driver = launcher.drivers[0]
-        agent = driver.agent
+        agent = launcher.drivers[0].agent
         assert isinstance(agent, FinishingAgent) and agent.batch is not None
         agent.batch += 1
         agent.exhausted = True
         last = agent.batch
         await until(lambda: agent.notified is not None and agent.notified >= last)
+        assert supervisor.finishing
+        if agent_class is FinishingAgent:
+            await until(lambda: launcher.drivers[0].code is not None)
         supervisor.suspend_now()
-        return await run, driver
+        return await run
 
-    outcome, driver = asyncio.run(scenario())
-    assert driver.code == DriverExit.FINISHED, "the finishing driver was stopped"
-    assert outcome is TerminalOutcome.FINISHED
+    assert asyncio.run(scenario()) is outcome
+    assert not [n for n in notices if n.level is Level.WARNING], notices

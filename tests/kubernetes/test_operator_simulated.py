@@ -1465,6 +1465,34 @@ def test_a_bounded_job_finishes_with_a_final_checkpoint_and_its_retention(
         assert conditions["Ready"]["reason"] == "Finished"
 
 
+@pytest.mark.parametrize("change", [{"state": "Suspended"}, {"image": "example/orders:2"}])
+def test_a_suspension_or_upgrade_while_the_driver_finishes_lets_it_finish(
+    tmp_path: Path, change: dict[str, str]
+) -> None:
+    """Its final checkpoint completed, the driver on its way out: the stop's savepoint was
+    declined (nothing runs to take it), a RequestDeclined warning asked again at every
+    timeout until the driver exited."""
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8, finish_exit_seconds=4.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"timeout": "1s"}))
+        cluster.wait_for(
+            "the final checkpoint",
+            lambda: (cluster.status("orders").get("lastCheckpoint") or {}).get("batch") == 8,
+        )
+
+        cluster.patch_spec("orders", change)
+
+        finished = in_phase(cluster, "orders", "Finished")
+        reason = "suspend" if "state" in change else "upgrade"
+        stopping = [e["message"] for e in cluster.events("orders") if e["reason"] == "Stopping"]
+        assert stopping == [
+            f"{reason}: no savepoint is needed: the input is done and its final checkpoint "
+            "completed; the job finishes once its driver has committed it and exits"
+        ]
+        assert "RequestDeclined" not in cluster.event_reasons("orders")
+        assert finished["coordinator"]["savepoints"] == []
+
+
 def test_cleanup_pods_are_labelled_and_annotated_as_the_driver_is(tmp_path: Path) -> None:
     """Azure Workload Identity gives credentials only to pods labelled for it, so the
     cleanup pods that discard a finished job's checkpoints carry the driver's labels and

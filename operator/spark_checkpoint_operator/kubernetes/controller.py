@@ -64,6 +64,7 @@ from spark_checkpoint_operator.status import (
     render_status,
 )
 from spark_checkpoint_operator.supervisor import (
+    FINISHING_NEEDS_NO_SAVEPOINT,
     CleanupFailed,
     DriverHandle,
     DriverLauncher,
@@ -514,6 +515,15 @@ class JobController:
             return
         if supervisor.stopping:
             return  # stopped without a savepoint at an earlier change: the driver is going
+        if supervisor.finishing:
+            # Its final checkpoint completed: the driver exits on its own, and the job ends
+            # Finished. A savepoint would be declined, and asked again at every timeout.
+            if stop_reason not in requested:
+                requested[stop_reason] = now
+                self._post_event(
+                    "Normal", "Stopping", f"{stop_reason}: {FINISHING_NEEDS_NO_SAVEPOINT}"
+                )
+            return
         if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
             # stop now; the newest image is what it resumes from.

@@ -82,10 +82,10 @@ SLOW_START = "the driver has been restoring its image and starting its query"
 NO_QUERY_RUNNING = frozenset({JobPhase.PENDING, JobPhase.DEPLOYING, JobPhase.RESTARTING})
 # The shortest wait before a launch refused for now is tried again.
 BLOCKED_MIN_DELAY = 1.0
-# Why a stop asks a finishing driver for no savepoint.
+# Why a stop asks a finishing driver for no savepoint, and waits for its exit.
 FINISHING_NEEDS_NO_SAVEPOINT = (
     "no savepoint is needed: the input is done and its final checkpoint completed; the job "
-    "finishes as its driver exits"
+    "finishes once its driver has committed it and exits"
 )
 
 
@@ -139,6 +139,7 @@ class JobSupervisor:
         self._snapshots = SnapshotProgress()
         self._polls = StatusPolls(idle_poll_interval)
         self._stop = StopRequest.NONE
+        self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
         # `restore_from`'s image, and the completions counted when it was chosen.
         self._chosen_image: tuple[str, int] | None = None
@@ -466,14 +467,9 @@ class JobSupervisor:
     def suspend_now(self) -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
         driver starting, restoring or in a restart's backoff), whose newest image is
-        what it would resume from anyway. A driver finishing (told that a completed
-        checkpoint covers its input's end) exits on its own, and the job ends Finished: a
-        suspended one would be run again for nothing."""
+        what it would resume from anyway."""
         self.end_suspended()
-        if self.finishing:
-            self._stop_requested.set()
-        else:
-            self._stop_driver()
+        self._stop_driver()
 
     @property
     def deleting(self) -> bool:
@@ -489,10 +485,10 @@ class JobSupervisor:
 
     @property
     def finishing(self) -> bool:
-        """The driver was told that a completed checkpoint covers its input's end: it exits
-        on its own, and the job ends Finished."""
+        """The driver was told that a completed checkpoint covers its input's end (it exits
+        on its own), or exited so: the job ends Finished."""
         attempt = self._interpreter.attempt
-        return attempt is not None and attempt.finishing
+        return self._driver_finished or (attempt is not None and attempt.finishing)
 
     @property
     def cancelling(self) -> bool:
@@ -599,6 +595,7 @@ class JobSupervisor:
                 await self._interpreter.tell_phase()
         finally:
             self._interpreter.attempt = None
+        self._driver_finished = exit_code == DriverExit.FINISHED
         if exit_code in (DriverExit.FINISHED, DriverExit.STOPPED_WITH_SAVEPOINT):
             self._confirm_restore(attempt)  # e.g. a bounded query with nothing left to run
         elif attempt.unconfirmed_restore is not None and exit_code != DriverExit.RESTORE_UNUSABLE:

@@ -203,8 +203,11 @@ class SimulatedAgents:
         uncoordinated_images: frozenset[str] = frozenset(),
         endless_input: bool = False,
         highest_stored_id: int | None = None,
+        finish_exit_seconds: float = 0.0,
     ) -> None:
         self.port = port
+        # How long a driver told of its final checkpoint takes to exit.
+        self._finish_exit_seconds = finish_exit_seconds
         self.highest_stored_id = highest_stored_id
         # The query's input never runs out: a drain savepoint never captures its image.
         self.endless_input = endless_input
@@ -331,7 +334,10 @@ class SimulatedAgents:
             if snapshot is not None and snapshot.after is not AfterCompletion.CONTINUE:
                 agent.end(EXIT_STOPPED_WITH_SAVEPOINT)
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
-                agent.end(EXIT_FINISHED)
+                # Its sinks commit, then Spark stops: a while.
+                asyncio.get_running_loop().call_later(
+                    self._finish_exit_seconds, agent.end, EXIT_FINISHED
+                )
             return web.json_response(Acknowledgement.NOTIFIED.to_json())
         if action == "abort":
             if agent.snapshots.pop(checkpoint_id, None) is not None:
