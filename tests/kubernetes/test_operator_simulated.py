@@ -678,6 +678,29 @@ def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster)
     cluster.wait_for_event("orders", "SavepointCompleted")
 
 
+def test_a_requested_checkpoint_is_in_status_while_it_is_in_flight(tmp_path: Path) -> None:
+    """A nonce's checkpoint (slow to acknowledge) left status.pending empty until it
+    ended: only savepoints were written at their trigger (a reviewer's)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "30s"}))
+        cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
+
+        cluster.patch_spec("orders", {"checkpointTriggerNonce": 4})  # its id block is written
+        cluster.wait_for(
+            "the first nonce's checkpoint",
+            lambda: cluster.status("orders").get("lastCheckpoint", {}).get("label") == "nonce 4",
+        )
+        cluster.patch_spec("orders", {"checkpointTriggerNonce": 5})
+
+        pending = cluster.wait_for(
+            "the nonce's checkpoint in status",
+            lambda: cluster.status("orders").get("pending"),
+            timeout=10.0,
+        )
+        assert [(p["kind"], p.get("label")) for p in pending] == [("checkpoint", "nonce 5")]
+
+
 def test_nonces_a_job_is_created_with_request_nothing(cluster: LocalCluster) -> None:
     """ "Changing this value requests one", the CRD says: a new job (a copy of another's
     manifest, say) took a savepoint and a checkpoint at its start (a reviewer's)."""

@@ -72,6 +72,7 @@ CHECKPOINT_ID_BLOCK = 100
 class PendingView:
     checkpoint_id: int
     kind: CheckpointKind
+    origin: RequestOrigin
     forced: bool
     label: str
     trigger_time: float
@@ -174,6 +175,7 @@ class CheckpointCoordinator:
             PendingView(
                 checkpoint_id=p.checkpoint_id,
                 kind=p.kind,
+                origin=p.origin,
                 forced=p.forced,
                 label=p.label,
                 trigger_time=p.trigger_time,

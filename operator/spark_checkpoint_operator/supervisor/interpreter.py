@@ -45,6 +45,7 @@ from spark_checkpoint_operator.coordinator import (
     NotifyCheckpointComplete,
     PersistState,
     RequestDeclined,
+    RequestOrigin,
     TerminalOutcome,
     TriggerCheckpoint,
     TriggerDeliveryFailed,
@@ -262,9 +263,10 @@ class EffectInterpreter:
                     self._record.checkpoints_skipped = None
                     await self.persist()  # healthy again now, not once this one completes
                 await self._trigger(attempt, effect)
-                if effect.kind is CheckpointKind.SAVEPOINT:
-                    # Status shows it in flight: a user's savepoint is awaited, and a drain
-                    # may wait for its input for hours.
+                if self._requested(effect.checkpoint_id):
+                    # Status shows it in flight: someone waits for it (a savepoint, a
+                    # nonce's checkpoint, the final one), and a drain may wait for its
+                    # input for hours. Periodic ones take no status write of their own.
                     await self.persist()
             case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                 await self._finalize(attempt, cid, sorted(tasks))
@@ -311,6 +313,13 @@ class EffectInterpreter:
             case _:
                 # Every effect is carried out: a new one fails the type check here.
                 assert_never(effect)
+
+    def _requested(self, checkpoint_id: int) -> bool:
+        """Whether the pending checkpoint was asked for, not periodic."""
+        return any(
+            p.checkpoint_id == checkpoint_id and p.origin is RequestOrigin.USER
+            for p in self._coordinator.pending
+        )
 
     async def _trigger(self, attempt: Attempt | None, effect: TriggerCheckpoint) -> None:
         if attempt is None or self._record.phase is not JobPhase.RUNNING or attempt.failing:
