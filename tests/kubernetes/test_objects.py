@@ -436,6 +436,39 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
             "spec.driver.tolerations[0]: V1Toleration.tolerationSeconds: Input should be a "
             "valid integer",
         ),
+        # A quantity the API server would refuse when the driver is created (a reviewer's).
+        (
+            {"driver": {"volumes": [{"name": "s", "emptyDir": {"sizeLimit": "1GB"}}]}},
+            "spec.driver.volumes[0].emptyDir.sizeLimit: '1GB' is not a quantity such as 1Gi, "
+            "500M or 0.5",
+        ),
+        (
+            {"executor": {"volumes": [{"name": "s", "emptyDir": {"sizeLimit": float("inf")}}]}},
+            "spec.executor.volumes[0].emptyDir.sizeLimit: 'inf' is not a quantity such as 1Gi, "
+            "500M or 0.5",
+        ),
+        # Only quantities are taken as numbers: labels are strings, whatever their keys.
+        (
+            {
+                "driver": {
+                    "volumes": [
+                        {
+                            "name": "e",
+                            "ephemeral": {
+                                "volumeClaimTemplate": {
+                                    "metadata": {"labels": {"sizeLimit": 3}},
+                                    "spec": {
+                                        "accessModes": ["ReadWriteOnce"],
+                                        "resources": {"requests": {"storage": "1Gi"}},
+                                    },
+                                }
+                            },
+                        }
+                    ]
+                }
+            },
+            "spec.driver.volumes[0]: V1ObjectMeta.labels.sizeLimit: Input should be a valid string",
+        ),
     ],
 )
 def test_a_field_a_pod_objects_type_lacks_or_a_wrong_type_is_a_problem_naming_its_field(

@@ -43,7 +43,7 @@ from spark_checkpoint.settings import RESTORE_VARIABLE, SettingsError, restore_c
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
-from spark_checkpoint_operator.manifest.model import JobManifest
+from spark_checkpoint_operator.manifest.model import QUANTITY, JobManifest, volume_quantities
 from spark_checkpoint_operator.supervisor import (
     DRIVER_GONE,
     KILLING_SIGNALS,
@@ -890,6 +890,13 @@ def typed_object_problems(manifest: JobManifest) -> list[str]:
                 problems += _kubernetes_object_problems(
                     f"spec.{role_name}.{kind}[{index}]", model, item
                 )
+        for index, volume in enumerate(role.volumes):
+            problems += [
+                f"spec.{role_name}.volumes[{index}].{path}: {value!r} is not a quantity such "
+                "as 1Gi, 500M or 0.5"
+                for path, value in volume_quantities(volume)
+                if isinstance(value, str) and not QUANTITY.fullmatch(value)
+            ]
     return problems
 
 

@@ -3,7 +3,7 @@
 import copy
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
@@ -304,27 +304,63 @@ def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, An
     return tuple(MappingProxyType(copy.deepcopy(dict(item))) for item in items or ())
 
 
-# The fields of a core/v1 Volume that are quantities (`emptyDir.sizeLimit`, a downward API
-# item's `resourceFieldRef.divisor`, an ephemeral claim's `resources.requests` and `.limits`).
-_QUANTITY_FIELDS = frozenset({"sizeLimit", "divisor"})
-_QUANTITY_MAPS = frozenset({"requests", "limits"})
+# The quantities of a core/v1 Volume, by their path in it ("*": every key or item).
+_QUANTITY_PATHS = (
+    ("emptyDir", "sizeLimit"),
+    ("downwardAPI", "items", "*", "resourceFieldRef", "divisor"),
+    ("projected", "sources", "*", "downwardAPI", "items", "*", "resourceFieldRef", "divisor"),
+    ("ephemeral", "volumeClaimTemplate", "spec", "resources", "requests", "*"),
+    ("ephemeral", "volumeClaimTemplate", "spec", "resources", "limits", "*"),
+)
+# Kubernetes' quantity (resource.Quantity): a decimal, then an SI, binary or exponent suffix.
+QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
 
 
-def _quantities_as_text(value: Any, key: str = "") -> Any:
+def volume_quantities(volume: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each quantity of a core/v1 Volume with its path in it (``emptyDir.sizeLimit``)."""
+    found: list[tuple[str, Any]] = []
+
+    def note(path: str, value: Any) -> Any:
+        found.append((path, value))
+        return value
+
+    _each_quantity(volume, note)
+    return found
+
+
+def _quantities_as_text(volume: Mapping[str, Any]) -> Any:
     """A volume with its quantities written as numbers (``sizeLimit: 1``) as text: the API
     server takes either, the client's typed objects only text."""
-    if isinstance(value, Mapping):
-        if key in _QUANTITY_MAPS:
-            return {name: _quantity(item) for name, item in value.items()}
-        return {name: _quantities_as_text(item, name) for name, item in value.items()}
-    if isinstance(value, list):
-        return [_quantities_as_text(item) for item in value]
-    return _quantity(value) if key in _QUANTITY_FIELDS else value
+    return _each_quantity(volume, lambda _, value: _quantity(value))
 
 
 def _quantity(value: Any) -> Any:
     is_number = isinstance(value, int | float) and not isinstance(value, bool)
     return str(value) if is_number else value
+
+
+def _each_quantity(volume: Mapping[str, Any], change: Callable[[str, Any], Any]) -> Any:
+    """``volume`` with ``change(path, value)`` in place of each of its quantities."""
+    changed: Any = volume
+    for path in _QUANTITY_PATHS:
+        changed = _changed_at(changed, path, change, "")
+    return changed
+
+
+def _changed_at(
+    value: Any, path: tuple[str, ...], change: Callable[[str, Any], Any], where: str
+) -> Any:
+    if not path:
+        return change(where, value)
+    first, rest = path[0], path[1:]
+    if first == "*" and isinstance(value, Mapping):
+        return {k: _changed_at(v, rest, change, f"{where}.{k}") for k, v in value.items()}
+    if first == "*" and isinstance(value, list):
+        return [_changed_at(v, rest, change, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, Mapping) and first in value:
+        inner = f"{where}.{first}" if where else first
+        return {**value, first: _changed_at(value[first], rest, change, inner)}
+    return value
 
 
 def _env(items: Sequence[Mapping[str, Any]] | None, path: str) -> tuple[EnvVar, ...]:
