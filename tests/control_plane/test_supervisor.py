@@ -2060,3 +2060,38 @@ def test_a_triggered_checkpoint_is_in_progress_in_the_record_at_once() -> None:
         await run
 
     asyncio.run(scenario())
+
+
+class RestoringWithoutBatchLauncher(FakeLauncher):
+    """Its second driver restores and reports no committed batch yet, then dies."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            driver.agent.state = QueryState.RESTORING
+            driver.agent.batch = None
+        return driver
+
+
+def test_a_restoring_driver_that_reports_no_batch_leaves_the_last_one_in_status() -> None:
+    """status.lastCommittedBatch went null while a restarted driver restored, and stayed
+    null once it died restoring: the last batch the job committed was gone from status."""
+    saved: list[int | None] = []
+
+    async def scenario() -> None:
+        launcher = RestoringWithoutBatchLauncher()
+        supervisor, _ = _supervisor(launcher, saved=lambda record: saved.append(record.last_batch))
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 1)
+        launcher.drivers[0].code = 137
+        await until(lambda: len(launcher.drivers) == 2)
+        restoring = launcher.drivers[1].agent
+        await until(lambda: restoring.status_requests >= 1)
+        await asyncio.sleep(0.2)  # its status processed
+        launcher.drivers[1].code = 137
+        await until(lambda: len(launcher.drivers) == 3)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+
+    asyncio.run(scenario())
+    assert saved and None not in saved[saved.index(3) :], saved

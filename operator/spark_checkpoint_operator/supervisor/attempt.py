@@ -212,6 +212,11 @@ class Attempt:
         self.start_problem = problem
         return changed
 
+    @property
+    def has_batch(self) -> bool:
+        """Its query reported a committed batch (its own, or its restored image's)."""
+        return self.batches_advanced or self.first_batch not in (None, (None,))
+
     def saw_batch(self, batch: int | None) -> None:
         if self.first_batch is None:
             self.first_batch = (batch,)

@@ -686,7 +686,7 @@ class EffectInterpreter:
             return
         attempt = self.attempt
         missing = attempt is not None and not attempt.executors_ready
-        if not missing and self._record.last_batch is None:
+        if not missing and (attempt is None or not attempt.has_batch):
             return  # the query's first batch: every start skips until it commits
         executors = "; an executor is missing" if missing else ""
         message = f"{reason.description}{executors}"

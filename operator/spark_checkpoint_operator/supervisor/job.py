@@ -898,8 +898,10 @@ class JobSupervisor:
             await self._report_slow_start(attempt)
         else:
             await self._slow_start_over()
-            self._record.last_batch = status.query.last_committed_batch
-            attempt.saw_batch(self._record.last_batch)
+            batch = status.query.last_committed_batch
+            attempt.saw_batch(batch)
+            if batch is not None:  # a restoring query has none yet: the last one stands
+                self._record.last_batch = batch
             if status.restored_from != self._record.restored_from:
                 self._record_restore(attempt, status.restored_from)
         # A restored query is reported restoring until it got past its image.
