@@ -125,6 +125,8 @@ class ControlServer:
         if notice.reason == "RequestDeclined":
             # A stop whose request met the final checkpoint's completion has nothing to do.
             finishing = self._supervisor.finishing and notice.label.startswith(Command.STOP)
+            if finishing:
+                self._supervisor.end_suspended()
             self._told[notice.label] = (
                 ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
                 if finishing
@@ -187,8 +189,10 @@ class ControlServer:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
             case Command.STOP if self._supervisor.finishing:
-                # Nothing to stop: the driver exits on its own (`cancel` stops it now).
+                # Nothing to stop: the driver exits on its own (`cancel` stops it now). A
+                # driver failing on its way out ends the job Suspended, not restarted.
                 self._report(f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}")
+                self._supervisor.end_suspended()
                 return ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:

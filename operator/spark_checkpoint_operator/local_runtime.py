@@ -766,10 +766,16 @@ class _Interrupts:
             # Cancelling would gain nothing (the driver stops already) and could discard
             # the checkpoints (retentionPolicy RetainOnFailure).
             self._report(f"{why}: the driver is already stopping without a savepoint")
-        elif self._count > 1 and self._finishing:
-            # Stopped now it ends Suspended, its checkpoints kept: the next run commits what
-            # the final checkpoint covers and finishes. A cancellation could discard them.
-            self._without_savepoint(f"{why} again", "the driver is finishing")
+        elif self._finishing and self._count > 1:
+            # Not a cancellation, which could discard the checkpoints the next run commits.
+            self._stopping_without_savepoint = True
+            self._report(
+                f"{why} again: stopping the finishing driver now; the job is Finished if its "
+                "sinks committed the final checkpoint, else Suspended (the next run commits it)"
+            )
+            self._supervisor.suspend_now()
+        elif self._finishing:  # the first signal of the user's, after the output closed
+            self._waiting_for_finish(why)
         elif self._count > 1:
             self._report(
                 f"{why} again: stopping the driver without a savepoint; "
@@ -795,9 +801,12 @@ class _Interrupts:
         self._without_savepoint(self._why, reason)
 
     def _waiting_for_finish(self, why: str) -> None:
-        """The driver exits on its own: nothing to stop, unless the user insists."""
+        """The driver exits on its own: nothing to stop, unless the user insists. The stop
+        is recorded: a driver that fails on its way out ends the job Suspended, not
+        restarted."""
         self._finishing = True
         self._report(f"{why}: {FINISHING_NEEDS_NO_SAVEPOINT} ({self._key} again to stop it now)")
+        self._supervisor.end_suspended()
 
     def savepoint_failed(self) -> None:
         """The stop's savepoint failed (its line says why): as after a failed `flink stop`,

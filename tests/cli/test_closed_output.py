@@ -80,6 +80,9 @@ class Supervisor:
     def suspend_now(self) -> None:
         self.calls.append("stop without a savepoint")
 
+    def end_suspended(self) -> None:
+        self.calls.append("end suspended")
+
     def what_cancelling_leaves(self) -> str:
         return "its checkpoints are discarded"
 
@@ -171,15 +174,32 @@ def test_a_signal_while_the_driver_finishes_waits_for_it_and_a_second_stops_it()
     interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
 
     interrupts.interrupt()
-    assert supervisor.calls == []
+    assert supervisor.calls == ["end suspended"], "the stop is recorded, the driver let be"
+    interrupts.interrupt()
     interrupts.interrupt()
 
-    assert supervisor.calls == ["stop without a savepoint"]
+    assert supervisor.calls == ["end suspended", "stop without a savepoint"]
     assert lines == [
         f"interrupted: {FINISHING} (Ctrl-C again to stop it now)",
-        "interrupted again: no savepoint can be taken now (the driver is finishing); stopping "
-        "the driver without one (the next run resumes from the newest checkpoint or savepoint)",
+        "interrupted again: stopping the finishing driver now; the job is Finished if its "
+        "sinks committed the final checkpoint, else Suspended (the next run commits it)",
+        "interrupted: the driver is already stopping without a savepoint",
     ]
+
+
+def test_a_signal_after_the_output_closed_while_the_driver_finishes_is_the_users_first() -> None:
+    """The output closed (its stop waits for the finish): the user's Ctrl-C then said 'the
+    savepoint is under way', of a savepoint never asked for (a reviewer's)."""
+    supervisor = Supervisor()
+    supervisor.finishing = True
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.output_closed()
+    interrupts.interrupt()
+
+    assert lines[-1] == f"interrupted: {FINISHING} (Ctrl-C again to stop it now)"
+    assert supervisor.calls == ["end suspended", "end suspended"]
 
 
 def test_a_stop_whose_savepoint_met_the_final_checkpoint_waits_for_the_finish() -> None:
@@ -193,7 +213,7 @@ def test_a_stop_whose_savepoint_met_the_final_checkpoint_waits_for_the_finish() 
     supervisor.finishing = True
     interrupts.cannot_take_savepoint("not all required tasks are running")
 
-    assert supervisor.calls == ["savepoint then stop"]
+    assert supervisor.calls == ["savepoint then stop", "end suspended"]
     assert lines[-1] == f"terminated (SIGTERM): {FINISHING} (SIGTERM again to stop it now)"
 
 

@@ -308,6 +308,9 @@ class _FinishingSupervisor:
         self.decline = False
         self.calls: list[str] = []
 
+    def end_suspended(self) -> None:
+        self.calls.append("end suspended")
+
     def request(self, event: TriggerRequested) -> None:
         self.calls.append("savepoint")
         if self.decline:  # the final checkpoint completes first
@@ -389,7 +392,8 @@ def test_a_stop_while_the_driver_finishes_asks_for_no_savepoint(tmp_path: Path) 
     answer = _answer_of(supervisor, Command.STOP, tmp_path)
 
     assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
-    assert supervisor.calls == [], "nothing to stop: the driver exits on its own"
+    # Nothing to stop: the driver exits on its own; the stop is recorded.
+    assert supervisor.calls == ["end suspended"]
 
 
 def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
@@ -404,3 +408,5 @@ def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
     answer = _answer_of(supervisor, Command.STOP, tmp_path)
 
     assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
+    assert supervisor.calls == ["savepoint", "end suspended"]
+    assert supervisor.calls == ["savepoint", "end suspended"]

@@ -340,6 +340,61 @@ def test_a_driver_that_does_not_exit_after_its_final_checkpoint_is_stopped(
         assert "did not exit after its final checkpoint completed" in stopped.message
 
 
+def test_a_stop_while_the_driver_finishes_is_kept_when_the_driver_then_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ctrl-C, `stop` or a suspension while the driver finished (what each does: the stop
+    is recorded, the driver left to exit), and its sinks never take the completion: it was
+    stopped as overdue and restarted, though the user had asked to stop (a reviewer's)."""
+    monkeypatch.setattr(attempt_module, "STOPPED_DRIVER_EXIT_SECONDS", 0.5)
+    launcher = FakeLauncher()
+    launcher.agent_class = RefusesEveryCompletionAgent
+    notices: list[Notice] = []
+
+    async def scenario() -> TerminalOutcome:
+        supervisor = _bounded_job(launcher, notices)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.finishing)
+        supervisor.end_suspended()
+        return await asyncio.wait_for(run, 20.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.SUSPENDED
+    assert len(launcher.drivers) == 1, "restarted after the stop"
+    stopped = next(n for n in notices if n.reason == "StopTimedOut")
+    assert stopped.message.endswith("the next run's sinks commit what that checkpoint covers.")
+
+
+class SlowJanitor(NoJanitor):
+    """Its cleanup pods take a while."""
+
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        await asyncio.sleep(1.0)
+
+
+def test_a_job_whose_driver_exited_finished_is_finishing_until_it_ends() -> None:
+    """Between the driver's exit and the job's end (its cleanup), a stop found nothing
+    finishing: Ctrl-C said a savepoint could not be taken and the next run resumes, and on
+    Kubernetes a suspension stopped the job as not running."""
+    notices: list[Notice] = []
+
+    async def scenario() -> bool:
+        launcher = FinishingLauncher()
+        supervisor = _checkpointing_often(launcher, notices, SlowJanitor())
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, FinishingAgent) and agent.batch is not None
+        agent.batch += 1
+        agent.exhausted = True
+        await until(lambda: launcher.drivers[0].code is not None)
+        await asyncio.sleep(0.3)  # the exit noticed, the cleanup under way
+        finishing = not run.done() and supervisor.finishing
+        assert await run is TerminalOutcome.FINISHED
+        return finishing
+
+    assert asyncio.run(scenario())
+
+
 def _checkpoint(checkpoint_id: int, batch_id: int) -> CompletedCheckpoint:
     return CompletedCheckpoint(
         checkpoint_id,

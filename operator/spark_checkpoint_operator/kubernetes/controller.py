@@ -139,6 +139,7 @@ class JobController:
         self._spec: dict[str, Any] = {}
         self._saving = asyncio.Lock()
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
+        self._finishing_told: set[str] = set()  # stops said to need no savepoint (a run's)
         self._ended = asyncio.Event()  # `run` or `delete` returned or failed
         # Whether the job had ended when its status was read (by another operator process,
         # or one killed before its end's cleanup was done).
@@ -463,6 +464,7 @@ class JobController:
         self._deployed = objects.deployment_hash(self._spec)
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
+        self._finishing_told.clear()
         changed = asyncio.create_task(self._changed.wait())
         try:
             while not running.done():
@@ -517,12 +519,14 @@ class JobController:
             return  # stopped without a savepoint at an earlier change: the driver is going
         if supervisor.finishing:
             # Its final checkpoint completed: the driver exits on its own, and the job ends
-            # Finished. A savepoint would be declined, and asked again at every timeout.
-            if stop_reason not in requested:
-                requested[stop_reason] = now
+            # Finished (Suspended if it fails on its way out: not restarted). A savepoint
+            # would be declined, and asked again at every timeout.
+            if stop_reason not in self._finishing_told:
+                self._finishing_told.add(stop_reason)
                 self._post_event(
                     "Normal", "Stopping", f"{stop_reason}: {FINISHING_NEEDS_NO_SAVEPOINT}"
                 )
+            supervisor.end_suspended()
             return
         if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
             # Nothing runs to take a savepoint of (starting, restoring, or failing):

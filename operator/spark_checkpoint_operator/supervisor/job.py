@@ -819,10 +819,12 @@ class JobSupervisor:
                 "the driver did not exit after its final checkpoint completed: stopping it",
             )
         else:
+            # A stop asked meanwhile ends the job Suspended: the next run commits it.
+            after = "next run's" if self._stop is StopRequest.SUSPEND else "restarted driver's"
             message = (
                 f"the driver did not take its final checkpoint's completion in "
                 f"{STOPPED_DRIVER_EXIT_SECONDS:.0f}s (a sink's commit kept failing?): stopping "
-                "it; the restarted driver's sinks commit what that checkpoint covers."
+                f"it; the {after} sinks commit what that checkpoint covers."
             )
             attempt.fail(message)
             self._notify("StopTimedOut", Level.WARNING, message)
