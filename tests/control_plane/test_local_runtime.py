@@ -1,6 +1,7 @@
 """Local runtime safeguards: never two drivers of one job, never two runs of one job."""
 
 import asyncio
+import contextlib
 import errno
 import fcntl
 import json
@@ -53,6 +54,35 @@ def _fake_driver(work_dir: Path) -> subprocess.Popen[bytes]:
 def _record(paths: LocalPaths, pid: int) -> None:
     paths.job_dir.mkdir(parents=True)
     paths.status_file.write_text(json.dumps({"driver": {"pid": pid}}))
+
+
+def test_what_a_left_over_driver_left_in_its_group_is_stopped(tmp_path: Path) -> None:
+    """The driver (its group's leader) is gone, its JVM still runs: it was left running
+    beside the next driver (a reviewer's)."""
+    paths = LocalPaths(tmp_path / "default" / "job")
+    environment = dict(os.environ, SPARK_CHECKPOINT_WORK_DIR=str(paths.work_dir))
+    leader = subprocess.Popen(
+        ["sh", "-c", "sleep 600 & echo $!"],
+        env=environment,
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+    )
+    assert leader.stdout is not None
+    jvm = int(leader.stdout.readline())
+    assert leader.wait(timeout=10) == 0
+    _record(paths, leader.pid)
+    reports: list[str] = []
+    try:
+        _stop_leftover_driver(paths, reports.append)
+
+        deadline = time.monotonic() + 10
+        while alive(jvm):
+            assert time.monotonic() < deadline, "the driver's group was left running"
+            time.sleep(0.05)
+        assert reports == [f"stopped driver {leader.pid} left over from an earlier run"]
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(jvm, signal.SIGKILL)
 
 
 def test_a_driver_left_over_from_a_killed_run_is_stopped(tmp_path: Path) -> None:
@@ -906,3 +936,39 @@ def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: 
         "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before "
         f"(such as {savepoint})"
     )
+
+
+# Azurite's well-known development key (documented by Microsoft; not a secret).
+DEVELOPMENT_KEY = (
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+@pytest.mark.parametrize(
+    "now",
+    [
+        "abfs://state/ckpt",  # the account from the connection string, as before
+        "abfs://state@PRODUCTION.dfs.core.windows.net/ckpt",  # host names know no case
+    ],
+)
+def test_storage_that_did_not_move_is_not_refused_whatever_names_its_account(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, now: str
+) -> None:
+    """The images registered under an account the URI named; the manifest now leaves it to
+    the connection string, or spells it in capitals: the same storage (a reviewer's: such
+    a run was refused, and told to delete the job's state)."""
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        f"DefaultEndpointsProtocol=http;AccountName=production;AccountKey={DEVELOPMENT_KEY};"
+        "BlobEndpoint=http://127.0.0.1:1/production;",
+    )
+    production = _azure("production")
+    savepoint = f"{production.layout.job_root}/savepoints/sp-3/_metadata"
+    registry = PersistedState(
+        next_checkpoint_id=4,
+        savepoints=(CompletedCheckpoint(3, CheckpointKind.SAVEPOINT, 1, savepoint, 0, 0, 0),),
+    )
+    storage = CheckpointStorage(JobStorageLayout(now, "default", "job"))
+
+    _check_storage_unchanged(JobRecord(coordinator=registry), storage, LocalPaths(tmp_path))
+    assert storage.is_same_job_directory(production)

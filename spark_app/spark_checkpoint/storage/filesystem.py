@@ -70,11 +70,6 @@ def digest_local_file(path: str) -> FileDigest:
         return _stream_digest(source, write=None)
 
 
-# What names the store a filesystem reaches (adlfs: the account; s3fs: an endpoint given
-# to it), where a path alone does not.
-_STORE_ATTRIBUTES = ("account_name", "endpoint_url")
-
-
 class StorageFileSystem:
     """The few storage operations the checkpoint format needs, over one fsspec filesystem.
 
@@ -136,23 +131,18 @@ class StorageFileSystem:
 
     def place(self, path: str) -> tuple[str, str, str]:
         """Where `path` is, however it is spelled (a path or a ``file://`` URI, ``s3://`` or
-        ``s3a://``, through a linked directory): the filesystem's protocol, the store (an
-        Azure account, which the path drops: ``abfs://c@account.dfs.core.windows.net/p``
-        is ``c/p``; a configured S3 endpoint), and the path as it names it, resolved on a
-        local filesystem."""
+        ``s3a://``, through a linked directory): the filesystem's protocol, the Azure
+        account (which the path drops: ``abfs://c@account.dfs.core.windows.net/p`` is
+        ``c/p``): the one the URI names, else the one the client reaches (a connection
+        string's), lowercased; and the path as it names it, resolved on a local filesystem."""
         protocol = self._fs.protocol
         native: str = self._fs._strip_protocol(path)
-        store = self._fs._get_kwargs_from_urls(path).get("account_name") or next(
-            (
-                value
-                for value in (getattr(self._fs, name, None) for name in _STORE_ATTRIBUTES)
-                if isinstance(value, str)
-            ),
-            "",
-        )
+        named = self._fs._get_kwargs_from_urls(path).get("account_name")
+        reached = getattr(getattr(self._fs, "service_client", None), "account_name", None)
+        account = next((a for a in (named, reached) if isinstance(a, str)), "")
         return (
             protocol if isinstance(protocol, str) else protocol[0],
-            store,
+            account.lower(),
             os.path.realpath(native) if self._is_local else native.rstrip("/"),
         )
 
