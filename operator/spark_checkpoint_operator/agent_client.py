@@ -27,9 +27,6 @@ from spark_checkpoint.protocol import (
 )
 
 Document = TypeVar("Document")
-# The largest answer read from an agent. The driver's process is the job author's code, so
-# its answers are untrusted input to an operator that serves every job: one of hundreds of
-# MiB would take its memory. A status at 1,000 state partitions is about 100 KiB.
 
 
 class AgentUnavailable(Exception):

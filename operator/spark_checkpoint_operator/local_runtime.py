@@ -263,6 +263,10 @@ class LocalDriver:
             except TimeoutError:
                 self._process.kill()
                 await self._process.wait()
+        # What it leaves in its group (a JVM hung in its shutdown) must not run beside the
+        # next driver.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
         await self._agent.close()
 
 
@@ -287,6 +291,11 @@ class LocalLauncher:
         """The running driver's; None between drivers (a killed one's is no news)."""
         current = self.current
         return current.pid if current is not None and current.exit_code() is None else None
+
+    def driver_group(self) -> int | None:
+        """The last driver's process group (its pid), kept in the status file: its JVM may
+        outlive it, and a run after a killed runtime stops what is left of it."""
+        return self.current.pid if self.current is not None else None
 
     async def adopt(self, attempt: int) -> None:
         """Never: a local driver dies with the runtime that started it."""
@@ -636,7 +645,7 @@ async def _run_locked(
             name=manifest.name,
             namespace=manifest.namespace,
             status=status,
-            driver_pid=launcher.driver_pid(),
+            driver_pid=launcher.driver_group(),
         ).write()
 
     def on_notice(notice: Notice) -> None:
@@ -940,17 +949,35 @@ def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> N
     pid = None if status_file is None else status_file.driver_pid
     if pid is None:
         return
-    # Only a process that is this job's driver (pids get reused): its environment names
-    # this job's work directory.
+    # Only a group of this job's driver (pids get reused): an environment in it names this
+    # job's work directory. The driver itself may be gone and its JVM still there.
     marker = f"SPARK_CHECKPOINT_WORK_DIR={paths.work_dir}".encode()
-    try:
-        environment = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return
-    if marker in environment:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-            report(f"stopped driver {pid} left over from an earlier run")
+    for member in _group_members(pid):
+        try:
+            environment = Path(f"/proc/{member}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if marker in environment:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+                report(f"stopped driver {pid} left over from an earlier run")
+            return
+
+
+def _group_members(group: int) -> list[int]:
+    """The processes of process group ``group`` (from /proc)."""
+    members = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+            fields = Path(entry.path, "stat").read_text().rpartition(")")[2].split()
+        except OSError:  # gone meanwhile
+            continue
+        if len(fields) > 2 and fields[2] == str(group):
+            members.append(int(entry.name))
+    return members
 
 
 def _free_port() -> int:

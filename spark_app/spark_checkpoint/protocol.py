@@ -32,7 +32,9 @@ ACKNOWLEDGEMENT_GATHER_SECONDS = 0.25
 # Kubernetes).
 MAX_ID = 2**63 - 1
 # The largest body either side reads, request or answer: a finalize lists every task (a
-# stream-stream join at 8,000 partitions: 40,001 tasks, 1.4 MB), a status too.
+# stream-stream join and an aggregation at 8,000 partitions: 40,000 tasks, 1.4 MB), a
+# status too. The driver runs the job author's code: its answers are untrusted input to an
+# operator that serves every job, and one of hundreds of MiB would take its memory.
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 MAX_OWNER_ID_LENGTH = 200

@@ -231,7 +231,7 @@ JOIN_STORES = ("keyToNumValues", "keyWithIndexToValue")
 
 def test_a_finalize_listing_tens_of_thousands_of_tasks_is_taken(running: Running) -> None:
     """aiohttp reads at most 1 MiB by default: a finalize of a stream-stream join at 8,000
-    partitions (40,001 tasks, 1.4 MB) was refused with a 413 at every checkpoint (a
+    partitions (40,000 tasks, 1.4 MB) was refused with a 413 at every checkpoint (a
     reviewer's). Its length is what counts here: the agent knows none of these tasks."""
     join = [f"{side}-{store}" for side in ("left", "right") for store in JOIN_STORES]
     stores = [(0, store) for store in join] + [(1, "default")]  # and an aggregation
