@@ -836,11 +836,11 @@ class _Interrupts:
         self._stopping = True
         self._why = why
         self._label = label
-        if self._supervisor.record.phase in NO_QUERY_RUNNING:
-            self._without_savepoint(why, "its query is not running yet")
-            return
         if self._supervisor.finishing:
             self._waiting_for_finish(why)
+            return
+        if self._supervisor.record.phase in NO_QUERY_RUNNING:
+            self._without_savepoint(why, "its query is not running yet")
             return
         what = "draining the input, then " if self._after is AfterCompletion.DRAIN else ""
         self._report(f"{why}: {what}taking a savepoint, then stopping ({cancel})")

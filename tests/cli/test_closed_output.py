@@ -164,11 +164,15 @@ FINISHING = (
 )
 
 
-def test_a_signal_while_the_driver_finishes_waits_for_it_and_a_second_stops_it() -> None:
+@pytest.mark.parametrize("phase", [JobPhase.RUNNING, JobPhase.DEPLOYING])
+def test_a_signal_while_the_driver_finishes_waits_for_it_and_a_second_stops_it(
+    phase: JobPhase,
+) -> None:
     """The input done and its final checkpoint completed: the savepoint was declined, the
     line said the driver stopped without one, and the job ended Suspended, not Finished.
-    A second signal stops the driver now (Suspended, its checkpoints kept), not cancels."""
-    supervisor = Supervisor()
+    A second signal stops the driver now (Suspended, its checkpoints kept), not cancels.
+    Deploying (its agent silent as it exits) said "its query is not running yet"."""
+    supervisor = Supervisor(phase)
     supervisor.finishing = True
     lines: list[str] = []
     interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]

@@ -364,6 +364,31 @@ def test_a_stop_while_the_driver_finishes_is_kept_when_the_driver_then_fails(
     assert stopped.message.endswith("the next run's sinks commit what that checkpoint covers.")
 
 
+def test_a_finishing_driver_whose_agent_stops_answering_leaves_the_job_running() -> None:
+    """The driver stops answering as it exits after its final checkpoint: the job went
+    back to Deploying ("Spark is starting" on the live line) until it ended, and a Ctrl-C
+    then took it for a query not running yet and stopped the driver (a newcomer's)."""
+
+    async def scenario() -> set[JobPhase]:
+        launcher = FinishingLauncher()
+        supervisor = _checkpointing_often(launcher, [])
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, FinishingAgent) and agent.batch is not None
+        agent.batch += 1
+        agent.exhausted = True
+        await until(lambda: supervisor.finishing)
+        phases = set()
+        while launcher.drivers[0].code is None:  # the JVM shutting down
+            phases.add(supervisor.record.phase)
+            await asyncio.sleep(0.02)
+        assert await run is TerminalOutcome.FINISHED
+        return phases
+
+    assert asyncio.run(scenario()) == {JobPhase.RUNNING}
+
+
 class SlowJanitor(NoJanitor):
     """Its cleanup pods take a while."""
 

@@ -221,8 +221,12 @@ class EffectInterpreter:
     async def agent_lost(self) -> None:
         """The driver process is there but its agent does not answer (starting, stopping,
         or dying): the job is not Running, so nothing is triggered and pending checkpoints
-        are aborted without counting as failures (Flink's deactivator)."""
-        if self._record.phase is JobPhase.RUNNING:
+        are aborted without counting as failures (Flink's deactivator). A finishing driver
+        stops answering as it exits: it is no restart (its job showed Deploying, "Spark is
+        starting", and a Ctrl-C then took it for a query not running yet), and nothing is
+        triggered for it anyway."""
+        finishing = self.attempt is not None and self.attempt.finishing
+        if self._record.phase is JobPhase.RUNNING and not finishing:
             await self.enter(JobPhase.DEPLOYING)
 
     async def persist(self) -> None:
