@@ -88,20 +88,38 @@ class FinishingLauncher(FakeLauncher):
         return driver
 
 
-def _checkpointing_often(
-    launcher: FakeLauncher, notices: list[Notice], janitor: NoJanitor | None = None
+def _job(
+    launcher: FakeLauncher,
+    notices: list[Notice],
+    config: CoordinatorConfig,
+    restart_policy: RestartPolicySpec,
+    *,
+    janitor: NoJanitor | None = None,
+    record: JobRecord | None = None,
 ) -> JobSupervisor:
     async def save(record: JobRecord) -> None:
         return None
 
     return JobSupervisor(
-        config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
-        restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+        config=config,
+        restart_policy=restart_policy,
         launcher=launcher,
         janitor=janitor or NoJanitor(),
         save=save,
-        record=JobRecord(),
+        record=record or JobRecord(),
         report=notices.append,
+    )
+
+
+def _checkpointing_often(
+    launcher: FakeLauncher, notices: list[Notice], janitor: NoJanitor | None = None
+) -> JobSupervisor:
+    return _job(
+        launcher,
+        notices,
+        CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=1),
+        RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
+        janitor=janitor,
     )
 
 
@@ -237,19 +255,12 @@ class CommitFailsOnceAgent(FinishingAgent):
 def _bounded_job(
     launcher: FakeLauncher, notices: list[Notice], record: JobRecord | None = None
 ) -> JobSupervisor:
-    async def save(record: JobRecord) -> None:
-        return None
-
-    return JobSupervisor(
-        config=CoordinatorConfig(interval=None, timeout=2.0),
-        restart_policy=RestartPolicySpec(
-            RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05, heartbeat_timeout=1.0
-        ),
-        launcher=launcher,
-        janitor=NoJanitor(),
-        save=save,
-        record=record or JobRecord(),
-        report=notices.append,
+    return _job(
+        launcher,
+        notices,
+        CoordinatorConfig(interval=None, timeout=2.0),
+        RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05, heartbeat_timeout=1.0),
+        record=record,
     )
 
 
