@@ -39,6 +39,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     TriggerRequested,
 )
+from spark_checkpoint_operator.status import last_image
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
     NO_QUERY_RUNNING,
@@ -223,8 +224,8 @@ class ControlServer:
             runtime_pid=os.getpid(),
             driver_pid=self._driver_pid(),
             last_batch=record.last_batch,
-            last_checkpoint=_image(state.checkpoints[-1]) if state.checkpoints else None,
-            last_savepoint=_image(state.savepoints[-1]) if state.savepoints else None,
+            last_checkpoint=Image.from_view(last_image(state, CheckpointKind.CHECKPOINT)),
+            last_savepoint=Image.from_view(last_image(state, CheckpointKind.SAVEPOINT)),
             in_progress=len(record.pending),
             message=record.message,
         )
@@ -275,7 +276,7 @@ class ControlServer:
                 return ControlAnswer(
                     Outcome.TRIGGERED,
                     f"savepoint {savepoint_id} is in progress",
-                    Image(savepoint_id, ""),
+                    Image(savepoint_id, None),
                 )
             if time.monotonic() >= trigger_deadline:
                 # Queued behind a checkpoint in progress, or the minimum pause.

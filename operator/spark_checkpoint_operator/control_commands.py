@@ -35,6 +35,7 @@ from spark_checkpoint_operator.control_protocol import (
     MAX_WAIT_SECONDS,
     Command,
     ControlAnswer,
+    Image,
     Outcome,
     RuntimeStatus,
 )
@@ -422,8 +423,9 @@ def last_run_document(paths: LocalPaths) -> dict[str, Any]:
     }
 
 
-def _image_document(image: dict[str, Any] | None) -> dict[str, Any] | None:
-    return None if image is None else {"id": image["id"], "path": image.get("path")}
+def _image_document(view: dict[str, Any] | None) -> dict[str, Any] | None:
+    image = Image.from_view(view)
+    return None if image is None else image.to_json()
 
 
 def _discarded(image: dict[str, Any] | None) -> str:
@@ -449,8 +451,8 @@ def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:
         row += [
             str(status.runtime_pid),
             _or_none(status.driver_pid),
-            _or_none(status.last_checkpoint and status.last_checkpoint.path),
-            _or_none(status.last_savepoint and status.last_savepoint.path),
+            _path(status.last_checkpoint),
+            _path(status.last_savepoint),
             status.message or "-",
         ]
     return format_table([header, row], right_aligned={2, 3, 4, 5, 6, 7, 8})
@@ -458,3 +460,10 @@ def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:
 
 def _or_none(value: object) -> str:
     return "none" if value is None else str(value)
+
+
+def _path(image: Image | None) -> str:
+    """A finished job's last checkpoint, which retention discarded, has no path."""
+    if image is None:
+        return "none"
+    return "discarded" if image.path is None else image.path

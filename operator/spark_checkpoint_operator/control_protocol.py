@@ -8,7 +8,7 @@ nothing coerced, raising `ProtocolError` whose one-line message names the field.
 """
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self, TypeVar
@@ -118,10 +118,11 @@ class ControlRequest:
 
 @dataclass(frozen=True, slots=True)
 class Image:
-    """A registered checkpoint or savepoint: its id and its ``_metadata`` path."""
+    """A checkpoint or savepoint: its id and its ``_metadata`` path (None while it is in
+    progress, and once retention discarded a finished job's last checkpoint)."""
 
     snapshot_id: int  # "id"
-    path: str
+    path: str | None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.snapshot_id, "path": self.path}
@@ -129,7 +130,12 @@ class Image:
     @classmethod
     def from_json(cls, value: Any, field: str) -> Self:
         fields = Fields.nested(value, field)
-        return cls(fields.read("id", read_integer), fields.read("path", read_string))
+        return cls(fields.read("id", read_integer), fields.read("path", read_optional(read_string)))
+
+    @classmethod
+    def from_view(cls, view: Mapping[str, Any] | None) -> Self | None:
+        """The status view's last image (``status.last_image``), as the status file has it."""
+        return None if view is None else cls(view["id"], view.get("path"))
 
 
 @dataclass(frozen=True, slots=True)

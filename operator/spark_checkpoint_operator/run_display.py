@@ -22,7 +22,13 @@ from rich.text import Text
 
 from spark_checkpoint.protocol import AgentStatus, QueryState
 from spark_checkpoint_operator.cli_conventions import discard_output
-from spark_checkpoint_operator.coordinator import CheckpointKind, JobPhase, TerminalOutcome
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    JobPhase,
+    TerminalOutcome,
+)
+from spark_checkpoint_operator.status import newest_completion
 from spark_checkpoint_operator.storage_commands.rendering import (
     human_age,
     human_size,
@@ -246,14 +252,18 @@ class RunDisplay:
 
     @staticmethod
     def _last_checkpoint(record: JobRecord, now: float) -> Text:
-        checkpoints = record.coordinator.checkpoints
-        if not checkpoints:
+        last = newest_completion(record.coordinator, CheckpointKind.CHECKPOINT)
+        if last is None:
             return Text("no checkpoint yet")
-        last = checkpoints[-1]
-        return Text(
-            f"checkpoint {last.checkpoint_id} {human_age(now - last.completion_time)} ago "
-            f"({human_size(last.size_bytes)} in {short_duration(last.duration)})"
-        )
+        if isinstance(last, CompletedCheckpoint):
+            size = human_size(last.size_bytes)
+            return Text(
+                f"checkpoint {last.checkpoint_id} {human_age(now - last.completion_time)} ago "
+                f"({size} in {short_duration(last.duration)})"
+            )
+        # A finished job's: retention discarded it.
+        age = human_age(now - last.end_time)
+        return Text(f"checkpoint {last.checkpoint_id} {age} ago (discarded)")
 
     @staticmethod
     def _next_trigger(supervisor: JobSupervisor, record: JobRecord, now: float) -> Text:

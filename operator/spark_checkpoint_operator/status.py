@@ -418,23 +418,33 @@ def render_status(
     return status
 
 
-def last_image(state: PersistedState, kind: CheckpointKind) -> dict[str, Any] | None:
+def newest_completion(
+    state: PersistedState, kind: CheckpointKind
+) -> CompletedCheckpoint | CheckpointOutcome | None:
     """The newest registered image of ``kind``; a finished job's checkpoints are
-    discarded, so the history's newest completion stands in for them."""
+    discarded, so the history's newest completion stands in for them (it has no path)."""
     registered = state.checkpoints if kind is CheckpointKind.CHECKPOINT else state.savepoints
     if registered:
-        return _completed(registered[-1])
+        return registered[-1]
     for outcome in reversed(state.history):
         if outcome.kind is kind and outcome.status is OutcomeStatus.COMPLETED:
-            return {
-                "id": outcome.checkpoint_id,
-                "batch": outcome.batch_id,
-                "sizeBytes": outcome.size_bytes,
-                "triggerTime": format_time(outcome.trigger_time),
-                "completionTime": format_time(outcome.end_time),
-                "duration": _duration(outcome.end_time - outcome.trigger_time),
-            }
+            return outcome
     return None
+
+
+def last_image(state: PersistedState, kind: CheckpointKind) -> dict[str, Any] | None:
+    """``status.lastCheckpoint``/``lastSavepoint``: the view of ``newest_completion``."""
+    newest = newest_completion(state, kind)
+    if not isinstance(newest, CheckpointOutcome):
+        return None if newest is None else _completed(newest)
+    return {
+        "id": newest.checkpoint_id,
+        "batch": newest.batch_id,
+        "sizeBytes": newest.size_bytes,
+        "triggerTime": format_time(newest.trigger_time),
+        "completionTime": format_time(newest.end_time),
+        "duration": _duration(newest.end_time - newest.trigger_time),
+    }
 
 
 def _completed(checkpoint: CompletedCheckpoint) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import socket
 import tempfile
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
@@ -24,6 +25,7 @@ from spark_checkpoint_operator.control import (
     request,
     serve_controls,
 )
+from spark_checkpoint_operator.control_commands import status_lines
 from spark_checkpoint_operator.control_protocol import (
     MAX_LINE_BYTES,
     MAX_WAIT_SECONDS,
@@ -36,7 +38,14 @@ from spark_checkpoint_operator.control_protocol import (
     decode_line,
     encode_line,
 )
-from spark_checkpoint_operator.coordinator import JobPhase, TriggerRequested
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CheckpointOutcome,
+    JobPhase,
+    OutcomeStatus,
+    PersistedState,
+    TriggerRequested,
+)
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
     JobRecord,
@@ -59,7 +68,7 @@ json_values = st.recursive(
     max_leaves=12,
 )
 ids = st.integers(min_value=0, max_value=(1 << 63) - 1)
-images = st.builds(Image, ids, st.text(max_size=40))
+images = st.builds(Image, ids, st.none() | st.text(max_size=40))
 statuses = st.builds(
     RuntimeStatus,
     job=st.text(max_size=30),
@@ -410,3 +419,26 @@ def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
     assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
     assert supervisor.calls == ["savepoint", "end suspended"]
     assert supervisor.calls == ["savepoint", "end suspended"]
+
+
+def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike() -> None:
+    """`status` of a run that had just finished showed CHECKPOINT none while `status -o json`
+    from its status file showed {"id": 8, "path": null} (a newcomer's): both name the
+    finished job's last checkpoint, which retention discarded."""
+    last = CheckpointOutcome(
+        8, CheckpointKind.CHECKPOINT, OutcomeStatus.COMPLETED, 100.0, 101.5, 12, 7_000
+    )
+    record = JobRecord(
+        phase=JobPhase.FINISHED, attempt=1, coordinator=PersistedState(history=(last,))
+    )
+    supervisor = cast(JobSupervisor, SimpleNamespace(record=record))
+    server = ControlServer(supervisor, "default/job", lambda: None, "token", print)
+
+    status = RuntimeStatus.from_json(json.loads(json.dumps(server.status().to_json())))
+
+    assert status.last_checkpoint == Image(8, None)
+    assert status.last_savepoint is None
+    header, row = (line.split() for line in status_lines(status, wide=True))
+    shown = dict(zip(header, row, strict=False))
+    assert (shown["CHECKPOINT"], shown["CHECKPOINT-PATH"]) == ("8", "discarded")
+    assert (shown["SAVEPOINT"], shown["SAVEPOINT-PATH"]) == ("none", "none")

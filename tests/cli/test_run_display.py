@@ -34,7 +34,14 @@ from helpers.fake_query import (
 from helpers.script_job import alive
 from spark_checkpoint.agent.agent import COPY_DELAY_VARIABLE
 from spark_checkpoint.protocol import AgentStatus, QueryProgress, QueryState, QueryStatus
-from spark_checkpoint_operator.coordinator import JobPhase, PersistedState, TerminalOutcome
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CheckpointOutcome,
+    JobPhase,
+    OutcomeStatus,
+    PersistedState,
+    TerminalOutcome,
+)
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.supervisor import JobRecord, Level, Notice
 
@@ -406,3 +413,27 @@ def test_the_summary_tells_restores_that_ended_before_they_were_confirmed(
     summary = SUMMARY.search(out.getvalue().splitlines()[-1])
     assert summary is not None, out.getvalue()
     assert (summary["restores"], summary["failed_restores"], summary["unconfirmed"]) == expected
+
+
+def _finished_record() -> JobRecord:
+    """A finished job's: retention discarded its checkpoints, the history keeps the last."""
+    last = CheckpointOutcome(
+        8, CheckpointKind.CHECKPOINT, OutcomeStatus.COMPLETED, 100.0, 101.5, 12, 7_000
+    )
+    state = PersistedState(
+        next_checkpoint_id=9,
+        history=(last,),
+        completed_count=8,
+        terminated=TerminalOutcome.FINISHED,
+    )
+    return JobRecord(phase=JobPhase.FINISHED, attempt=1, coordinator=state, last_batch=12)
+
+
+def test_the_live_line_of_a_finished_job_names_its_last_checkpoint() -> None:
+    """The final line said "no checkpoint yet" after eight completed, as retention discarded
+    a finished job's checkpoints (a newcomer's)."""
+    supervisor = SimpleNamespace(record=_finished_record(), next_periodic_trigger=None)
+
+    line = RunDisplay(io.StringIO()).status_line(supervisor, None, now=131.5)  # type: ignore[arg-type]
+
+    assert "  checkpoint 8 30s ago (discarded)  " in line.plain, line.plain

@@ -131,6 +131,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.unrestorable,
         record.message,
         record.discards_due,
+        record.last_batch,
         record.coordinator,
     )
 

@@ -67,7 +67,8 @@ class JobRecord:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobRecord":
         """Read back a status: what a restart resumes from (the previous process's pending
-        snapshots, failure streak and live id counter start afresh)."""
+        snapshots, failure streak and live id counter start afresh; the last committed batch
+        stands until the next query reports one)."""
         return cls.from_status(PersistedStatus.from_dict(data))
 
     @classmethod
@@ -82,5 +83,6 @@ class JobRecord:
             unrestorable=list(status.unrestorable),
             message=status.message,
             discards_due=list(status.discards_due),
+            last_batch=status.last_committed_batch,
             coordinator=status.coordinator,
         )
