@@ -119,22 +119,21 @@ class ControlServer:
         self._told: dict[str, ControlAnswer] = {}
         self._ended = False
 
-    def notice(self, notice: Notice) -> None:
-        """Every notice of the supervisor: one about a request of ours answers it."""
+    def notice(self, notice: Notice) -> bool:
+        """Every notice of the supervisor: one about a request of ours answers it. True when
+        it is no news for the run's lines: a stop whose request met the final checkpoint's
+        completion has nothing to do, which is said instead of the declined request."""
         if notice.label not in self._asking:
-            return
+            return False
         if notice.reason == "RequestDeclined":
-            # A stop whose request met the final checkpoint's completion has nothing to do.
             finishing = self._supervisor.finishing and notice.label.startswith(Command.STOP)
             if finishing:
-                self._supervisor.end_suspended()
-            self._told[notice.label] = (
-                ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
-                if finishing
-                else ControlAnswer(Outcome.DECLINED, notice.message)
-            )
+                self._told[notice.label] = self._stop_finishing()
+                return True
+            self._told[notice.label] = ControlAnswer(Outcome.DECLINED, notice.message)
         elif notice.reason in ("CheckpointFailed", "CheckpointNotNeeded"):
             self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
+        return False
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -190,11 +189,7 @@ class ControlServer:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
             case Command.STOP if self._supervisor.finishing:
-                # Nothing to stop: the driver exits on its own (`cancel` stops it now). A
-                # driver failing on its way out ends the job Suspended, not restarted.
-                self._report(f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}")
-                self._supervisor.end_suspended()
-                return ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
+                return self._stop_finishing()
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
                 said = (
@@ -213,6 +208,13 @@ class ControlServer:
             case Command.STOP:
                 self._report("`spark-checkpoint stop`: taking a savepoint, then stopping")
                 return await self._savepoint(AfterCompletion.STOP, request)
+
+    def _stop_finishing(self) -> ControlAnswer:
+        """Nothing to stop: the driver exits on its own (`cancel` stops it now). A driver
+        failing on its way out ends the job Suspended, not restarted."""
+        self._report(f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}")
+        self._supervisor.end_suspended()
+        return ControlAnswer(Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
 
     def status(self) -> RuntimeStatus:
         record = self._supervisor.record

@@ -655,8 +655,9 @@ async def _run_locked(
             # rather than keep running. One line: the request was the runtime's own.
             interrupts.cannot_take_savepoint(notice.message.partition(": ")[2])
             return
+        if control.notice(notice):
+            return
         display.notice(notice)
-        control.notice(notice)
         if notice.reason == "CheckpointFailed" and interrupts.asked_for(notice.label):
             interrupts.savepoint_failed()
         elif notice.reason in _JOB_ENDED:
