@@ -123,7 +123,7 @@ def _deploy_and_reach_storage(
             }
     (job,) = (d for d in documents if d["kind"] == "SparkCheckpointJob")
     job["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
-    manifest, problem, _ = _validated(job, None)
+    manifest, problem, _ = _validated(job, None, None)
     assert manifest is not None, f"{block}: the operator refuses the job: {problem}"
     storage = manifest.spec.checkpointing.storage
     assert storage is not None

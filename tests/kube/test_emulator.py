@@ -1237,3 +1237,33 @@ async def test_the_operators_client_gets_the_answers_of_a_real_api_server(
                 group, version, "default", "sparkcheckpointjobs", "gone", patch,
                 _content_type="application/merge-patch+json",
             )  # fmt: skip
+
+
+@pytest.mark.asyncio
+async def test_a_dry_run_create_is_checked_and_answered_and_stores_nothing(
+    api: EmulatedApiServer,
+) -> None:
+    """The operator asks whether the API server takes the next driver's pod before it stops
+    the running one for an upgrade."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wc-driver-2"}}
+    before = revision(api)
+
+    status, answer, _ = await send(api, "POST", PODS_PATH, pod, dryRun="All")
+    assert status == 201
+    assert answer["metadata"]["name"] == "wc-driver-2"
+    assert answer["status"] == {"phase": "Pending"}
+    assert "resourceVersion" not in answer["metadata"]
+    assert api.list(PODS, "default") == [] and revision(api) == before
+
+    bad = job(checkpointing={"interval": "soon"})
+    invalid, answer, _ = await send(api, "POST", JOBS_PATH, bad, dryRun="All")
+    assert invalid == 422 and "spec.checkpointing.interval" in answer["message"], answer
+    api.create(PODS, pod, namespace="default")
+    conflict, _, _ = await send(api, "POST", PODS_PATH, pod, dryRun="All")
+    assert conflict == 409
+    unsupported, answer, _ = await send(api, "POST", PODS_PATH, pod, dryRun="Some")
+    assert unsupported == 422
+    assert answer["message"] == 'dryRun: Unsupported value: "Some": supported values: "All"'
+    elsewhere, answer, _ = await send(api, "DELETE", f"{PODS_PATH}/wc-driver-2", {}, dryRun="All")
+    assert elsewhere == 400 and "on create only" in answer["message"]
+    assert [p["metadata"]["name"] for p in api.list(PODS, "default")] == ["wc-driver-2"]

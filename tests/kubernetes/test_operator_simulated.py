@@ -1359,8 +1359,7 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     ("spec", "reason"),
     [
         # A mount of no volume: the API server would refuse each executor pod Spark creates,
-        # which Spark retries for ever. Refused when a driver is to start (a running one,
-        # which an operator upgrade adopts, goes on), before any pod.
+        # which Spark retries for ever. Refused as the spec is read, before any pod.
         (
             {"executor": {"volumeMounts": [{"name": "data", "mountPath": "/data"}]}},
             "spec.executor.volumeMounts[0].name: 'data' is not in spec.executor.volumes",
@@ -1402,20 +1401,155 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
         "driver-volume-path-a-number",
     ],
 )
-def test_pods_the_api_server_would_refuse_fail_the_job_naming_the_field(
+def test_pods_the_api_server_would_refuse_are_an_invalid_spec_naming_the_field(
     cluster: LocalCluster, spec: dict[str, Any], reason: str
 ) -> None:
     cluster.apply(job(**spec))
 
-    failed = in_phase(cluster, "orders", "Failed")
+    status = cluster.wait_for(
+        "the problem in status",
+        lambda: (s := cluster.status("orders")).get("conditions") and s,
+        job="orders",
+    )
 
-    assert failed["message"] == f"the driver could not be started: {reason}"
-    # No driver was created; the failed job's cleanup pod may still be on its way out.
-    components = [
-        p["metadata"]["labels"]["sparkcheckpoint.io/component"] for p in cluster.pods("orders")
-    ]
-    assert "driver" not in components, components
-    cluster.wait_for("no pods", lambda: cluster.pods("orders") == [], job="orders")
+    valid = {c["type"]: c for c in status["conditions"]}["SpecValid"]
+    assert (valid["status"], valid["reason"], valid["message"]) == ("False", "InvalidSpec", reason)
+    cluster.wait_for_event("orders", "InvalidSpec", reason)
+    assert cluster.pods("orders") == []
+
+
+def test_a_change_to_pods_the_api_server_would_refuse_leaves_the_running_driver_on(
+    cluster: LocalCluster,
+) -> None:
+    """A misspelt volume source in a running job's spec passed validation: the upgrade took
+    its savepoint, stopped the driver, and the next one was refused, failing the job. It is
+    refused as the spec is read; the driver goes on under the spec accepted before."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    volume = {"name": "out", "persistentVolumeClam": {"claimName": "o"}}
+    mount = {"name": "out", "mountPath": "/out"}
+
+    cluster.patch_spec("orders", {"driver": {"volumes": [volume], "volumeMounts": [mount]}})
+
+    cluster.wait_for_event("orders", "InvalidSpec", "unknown field 'persistentVolumeClam'")
+    before = cluster.status("orders")["counts"]["completed"]
+    after = completed(cluster, "orders", before + 2)
+    assert after["jobAttempt"] == 1 and after["phase"] == "Running"
+    assert after.get("lastSavepoint") is None, "no upgrade's savepoint"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    # Fixed: an upgrade to the spec with the volume.
+    volume = {"name": "out", "persistentVolumeClaim": {"claimName": "o"}}
+    cluster.patch_spec("orders", {"driver": {"volumes": [volume]}})
+    upgraded = cluster.wait_for(
+        "the upgraded driver",
+        lambda: (s := cluster.status("orders")).get("jobAttempt") == 2 and s,
+        job="orders",
+    )
+    assert {c["type"]: c["status"] for c in upgraded["conditions"]}["SpecValid"] == "True"
+    assert upgraded["lastSavepoint"]["label"] == "upgrade"
+
+
+def test_a_driver_running_with_pods_this_operator_refuses_goes_on_but_is_not_replaced(
+    cluster: LocalCluster,
+) -> None:
+    """An earlier operator let a misspelt volume source in, and its driver runs: adopted and
+    coordinated on, the problem told; a change of its deployment is refused (a reviewer's:
+    an image change took the upgrade savepoint and the job then failed to start), and a
+    driver that fails cannot be replaced: the job fails naming the field."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    misspelt = {"name": "out", "persistentVolumeClam": {"claimName": "o"}}
+    problem = (
+        "spec.driver.volumes[0]: unknown field 'persistentVolumeClam' (did you mean "
+        "persistentVolumeClaim?)"
+    )
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"driver": {"volumes": [misspelt]}})
+        stored = cluster.job("orders")
+        assert stored is not None
+        deployed = objects.deployment_hash(stored["spec"])
+        annotations = {"metadata": {"annotations": {objects.ANNOTATION_SPEC_HASH: deployed}}}
+        cluster.api.patch(PODS, "default", "orders-driver-1", annotations)
+        status = {"deploymentHash": deployed, "lastAcceptedSpec": json.dumps(stored["spec"])}
+        cluster.api.patch(JOBS, "default", "orders", {"status": status}, subresource="status")
+
+    before = cluster.status("orders")["counts"]["completed"]
+    after = completed(cluster, "orders", before + 2)
+    assert after["jobAttempt"] == 1, "adopted"
+    valid = {c["type"]: c for c in after["conditions"]}["SpecValid"]
+    assert (valid["status"], valid["reason"]) == ("True", "AcceptedUnchanged")
+    assert valid["message"].startswith(f"{problem} (the API server would refuse this")
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+    cluster.wait_for_event("orders", "InvalidSpec", problem)
+    later = completed(cluster, "orders", after["counts"]["completed"] + 2)
+    assert (later["jobAttempt"], later.get("lastSavepoint")) == (1, None), "no upgrade"
+
+    cluster.patch_spec("orders", {"image": "example/orders:1"})  # as deployed again
+    cluster.wait_for(
+        "AcceptedUnchanged again",
+        lambda: (
+            {c["type"]: c["reason"] for c in cluster.status("orders")["conditions"]}["SpecValid"]
+            == "AcceptedUnchanged"
+        ),
+    )
+    cluster.crash_driver("orders-driver-1")
+    failed = in_phase(cluster, "orders", "Failed")
+    assert failed["message"] == f"the driver could not be started: {problem}"
+
+
+def test_an_upgrade_whose_pod_the_api_server_refuses_leaves_the_running_driver_on(
+    cluster: LocalCluster,
+) -> None:
+    """An admission policy (a namespace's Pod Security level, a policy engine) refused the
+    upgraded driver's pod after the upgrade's savepoint had stopped the running one: the job
+    failed. The operator asks first, in a dry run; refused, the spec is in error and the
+    driver goes on; asked again after the restart policy's backoff, it upgrades once the
+    refusal passes."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    refusal = (
+        'pods "orders-driver-2" is forbidden: violates PodSecurity "restricted:latest": '
+        'hostPath volumes (volume "data")'
+    )
+
+    def dry_run_of_a_pod(request: Any) -> bool:
+        return bool(
+            request.method.value == "POST"
+            and request.url.path.endswith("/namespaces/default/pods")
+            and request.params.get("dryRun") == "All"
+        )
+
+    refusing = refused_requests(
+        cluster, dry_run_of_a_pod, kmock.KubernetesError(403, "Forbidden", refusal, {})
+    )
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    invalid = cluster.wait_for_event("orders", "InvalidSpec", refusal)
+    assert invalid["message"] == (
+        "the API server refuses the driver pod of this spec (asked in a dry run, again after "
+        f"spec.restartPolicy's backoff): pod orders-driver-2: {refusal}"
+    )
+    later = completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+    assert (later["jobAttempt"], later.get("lastSavepoint")) == (1, None), "no upgrade"
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    valid = {c["type"]: c for c in later["conditions"]}["SpecValid"]
+    assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+
+    refusing.clear()
+    upgraded = cluster.wait_for(
+        "the upgraded driver",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and (s.get("restoredFrom") or {}).get("source", "").startswith("savepoint:")
+            and s
+        ),
+        job="orders",
+    )
+    assert upgraded["lastSavepoint"]["label"] == "upgrade"
+    pods = cluster.pods("orders", component="driver")
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
 
 
 def executor(name: str, ready_job: str = "orders") -> dict[str, Any]:

@@ -51,6 +51,7 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesLauncher,
     api_message,
     pod_ready,
+    pod_spec_problems,
 )
 from spark_checkpoint_operator.manifest.loading import manifest_from_update
 from spark_checkpoint_operator.manifest.model import JobManifest, JobState
@@ -64,6 +65,7 @@ from spark_checkpoint_operator.status import (
     render_status,
 )
 from spark_checkpoint_operator.supervisor import (
+    BLOCKED_MIN_DELAY,
     FINISHING_NEEDS_NO_SAVEPOINT,
     CleanupFailed,
     DriverHandle,
@@ -75,6 +77,7 @@ from spark_checkpoint_operator.supervisor import (
     Notice,
     Observer,
     Observers,
+    restart_delay,
 )
 
 log = logging.getLogger(__name__)
@@ -135,6 +138,11 @@ class JobController:
         self._problem: str | None = None
         self._tolerated: str | None = None  # what a newer rule refuses in an unchanged spec
         self._generation = -1  # of the spec read last; status writes do not change it
+        # A spec whose driver pod the API server refused in a dry run is read again after the
+        # restart policy's backoff, as a launch refused for now is: what refused it (an
+        # admission policy, a namespace's Pod Security level) may change.
+        self._dry_run_refusals = 0  # in a row
+        self._dry_run_again: float | None = None
         self._manifest: JobManifest | None = None
         self._spec: dict[str, Any] = {}
         self._saving = asyncio.Lock()
@@ -312,14 +320,19 @@ class JobController:
         server ratchets its validation: an operator upgrade that tightens a rule neither
         stops a running job nor refuses its next change elsewhere in the spec."""
         generation = int(self._body["metadata"].get("generation", 0))
-        if generation == self._generation:
+        again = self._dry_run_again is not None and time.monotonic() >= self._dry_run_again
+        if generation == self._generation and not again:
             return self._manifest if self._problem is None else None
         self._generation = generation
+        self._dry_run_again = None
         accepted = self._accepted_spec(generation)
-        manifest, problem, tolerated = _validated(self._body, accepted)
+        running = self._deployed if self._driver_recorded() else None
+        manifest, problem, tolerated = _validated(self._body, accepted, running)
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
             manifest, problem = None, moved
+        if manifest is not None and (refused := await self._upgrade_refused(manifest)):
+            manifest, problem = None, refused
         if manifest is not None:
             self._manifest = manifest
             self._spec = json.loads(json.dumps(dict(self._body["spec"])))
@@ -336,6 +349,33 @@ class JobController:
             await self._save(self._record)
         return manifest
 
+    def _driver_recorded(self) -> bool:
+        """The record says a driver runs (or did, before an operator restart)."""
+        return self._record.phase in DRIVER_PHASES and self._record.attempt > 0
+
+    async def _upgrade_refused(self, manifest: JobManifest) -> str | None:
+        """Why the API server refuses the pod that would replace the running driver under
+        this spec (an upgrade), asked in a dry run before the driver is stopped for it: such
+        a spec is one in error, asked about again after the restart policy's backoff."""
+        spec = json.loads(json.dumps(dict(self._body.get("spec") or {})))
+        if not self._driver_recorded() or objects.deployment_hash(spec) == self._deployed:
+            self._dry_run_refusals = 0
+            return None
+        refusal = await self._launcher(manifest, spec).refusal(self._record.attempt + 1)
+        if refusal is None:
+            self._dry_run_refusals = 0
+            return None
+        self._dry_run_refusals += 1
+        policy = manifest.spec.restart_policy
+        delay = max(BLOCKED_MIN_DELAY, restart_delay(policy, self._dry_run_refusals))
+        self._dry_run_again = time.monotonic() + delay
+        asyncio.get_running_loop().call_later(delay, self._changed.set)
+        # Worded alike at each retry: a verdict that did not change is not told again.
+        return (
+            "the API server refuses the driver pod of this spec (asked in a dry run, again "
+            f"after spec.restartPolicy's backoff): {refusal}"
+        )
+
     async def _last_valid_for_the_driver(self) -> JobManifest | None:
         """With the spec in error, what a driver that runs goes on under: the spec last
         accepted by this process, else (after an operator restart) the one accepted before,
@@ -343,13 +383,16 @@ class JobController:
         a status write alone never chooses what pods the operator creates. Checked as the
         spec would be, ratcheted only against what the current spec shares with it. None
         for a job without a driver to go on."""
-        if self._record.phase not in DRIVER_PHASES or not self._record.attempt:
+        if not self._driver_recorded():
             return None
         if self._manifest is not None or self._stored_spec is None:
             return self._manifest
         stored = self._stored_spec
+        # Its pods, which the API server may refuse, were checked below to be the driver's.
         manifest, problem, _ = _validated(
-            {**self._body, "spec": stored}, self._body.get("spec") or {}
+            {**self._body, "spec": stored},
+            self._body.get("spec") or {},
+            objects.deployment_hash(stored),
         )
         pod = objects.driver_pod_name(self._name, self._record.attempt)
         deployed = await self._pod_deployment_hash(pod)
@@ -422,13 +465,16 @@ class JobController:
 
     # ------------------------------------------------------------------ running
 
-    def _launcher(self, manifest: JobManifest) -> KubernetesLauncher:
+    def _launcher(
+        self, manifest: JobManifest, spec: Mapping[str, Any] | None = None
+    ) -> KubernetesLauncher:
+        """The launcher of ``manifest``'s pods; ``spec`` its spec, if not the accepted."""
         return KubernetesLauncher(
             self._clients,
             manifest,
             self._body,
             _storage(manifest),
-            deployed_hash=objects.deployment_hash(self._spec),
+            deployed_hash=objects.deployment_hash(self._spec if spec is None else spec),
             report=self._on_notice,
         )
 
@@ -809,11 +855,15 @@ async def _cancel(task: "asyncio.Task[Any]") -> None:
 
 
 def _validated(
-    body: Mapping[str, Any], accepted_spec: Mapping[str, Any] | None
+    body: Mapping[str, Any],
+    accepted_spec: Mapping[str, Any] | None,
+    running_deployment: str | None,
 ) -> tuple[JobManifest | None, str | None, str | None]:
     """Check the spec as a local manifest is checked (the API server checked the schema
     already; the operator may be older or newer than the CRD) and for what only a cluster
-    needs, tolerating what a rule refuses in a value ``accepted_spec`` held. Returns the
+    needs, tolerating what a rule refuses in a value ``accepted_spec`` held, and what the
+    API server would refuse in the pods of a driver that runs with them
+    (``running_deployment``: its `objects.deployment_hash`, None if none runs). Returns the
     manifest or the problem, and what was tolerated."""
     metadata = body["metadata"]
 
@@ -838,16 +888,14 @@ def _validated(
         )
     except ManifestError as error:
         return None, "; ".join(str(p) for p in error.problems), None
-    kept = None
-    if tolerated:
-        named = "; ".join(str(p) for p in tolerated[:TOLERATED_SHOWN])
-        more = len(tolerated) - TOLERATED_SHOWN
-        kept = (
-            named
-            + (f"; and {more} more" if more > 0 else "")
-            + " (refused by this operator, kept while unchanged since the spec was accepted;"
-            " a change to these fields must fix them)"
-        )
+    # What the API server would refuse in the job's pods, refused before a running driver
+    # is stopped for it (an upgrade's savepoint, then a driver that cannot start); kept
+    # only for a driver that runs with those very pods (its deployment unchanged): no new
+    # driver can be started with them.
+    spec = body.get("spec") or {}
+    pods = pod_spec_problems(manifest)
+    kept_pods = bool(pods) and objects.deployment_hash(spec) == running_deployment
+    kept = _kept_text([str(p) for p in tolerated], pods if kept_pods else [])
     problems = []
     if not manifest.spec.image:
         problems.append("spec.image: required on a cluster (the driver's container image)")
@@ -863,9 +911,38 @@ def _validated(
             "allocation is on): they write the state the driver's agent snapshots, "
             "so it must be on a ReadWriteMany volume both mount"
         )
+    if not kept_pods:
+        problems += pods
     if problems:
         return None, "; ".join(problems), None
     return manifest, None, kept
+
+
+def _kept_text(tolerated: list[str], pods: list[str]) -> str | None:
+    """The SpecValid message of a spec accepted with problems: what a newer rule refuses
+    in unchanged values, and what the API server would refuse in the running driver's
+    pods; of each, the first TOLERATED_SHOWN named and the rest counted."""
+
+    def group(problems: list[str], why: str) -> list[str]:
+        if not problems:
+            return []
+        more = len(problems) - TOLERATED_SHOWN
+        named = "; ".join(problems[:TOLERATED_SHOWN])
+        return [named + (f"; and {more} more" if more > 0 else "") + f" ({why})"]
+
+    kept = [
+        *group(
+            tolerated,
+            "refused by this operator, kept while unchanged since the spec was accepted; a "
+            "change to these fields must fix them",
+        ),
+        *group(
+            pods,
+            "the API server would refuse this in a new driver pod: the running driver goes "
+            "on, and none is started until it is fixed",
+        ),
+    ]
+    return "; ".join(kept) or None
 
 
 def _storage_moved(

@@ -73,8 +73,12 @@ class CoreCalls:
         query = [("labelSelector", label_selector)]
         return await self._answer(V1PodList, "GET", PODS, namespace=namespace, query=query)
 
-    async def create_namespaced_pod(self, namespace: str, body: V1Pod) -> V1Pod:
-        return await self._answer(V1Pod, "POST", PODS, namespace=namespace, body=body)
+    async def create_namespaced_pod(
+        self, namespace: str, body: V1Pod, *, dry_run: bool = False
+    ) -> V1Pod:
+        """``dry_run``: checked and admitted as a create is, nothing created."""
+        query = [("dryRun", "All")] if dry_run else None
+        return await self._answer(V1Pod, "POST", PODS, namespace=namespace, body=body, query=query)
 
     async def delete_namespaced_pod(self, name: str, namespace: str) -> None:
         await self._call("DELETE", POD, None, namespace=namespace, name=name)

@@ -567,14 +567,26 @@ class KubernetesLauncher:
         self.current = self._driver(name, token, deployed)
         return self.current
 
-    async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
-        # Refused here, not when the spec is read: a driver that runs (one an operator
-        # upgrade adopts) goes on, and only a new one needs pods the API server accepts.
-        if problems := objects.pod_problems(self.manifest) or typed_object_problems(self.manifest):
-            raise LaunchFailed("; ".join(problems))
-        await self.remove_pods()
-        token = secrets.token_urlsafe(32)
-        await self._store_token(token)
+    async def refusal(self, attempt: int) -> str | None:
+        """Why the API server, its admission included, would refuse the driver pod of
+        ``attempt``, asked with a dry run before a running driver is stopped for it. None
+        when it takes the pod, refuses it for now (a quota the running driver holds), or
+        cannot tell (an admission webhook with side effects takes no dry run)."""
+        try:
+            name, pod = self._driver_pod(attempt, [])
+            await self._api.create_namespaced_pod(self.manifest.namespace, pod, dry_run=True)
+        except LaunchFailed as refused:
+            return str(refused)
+        except ApiException as error:
+            if _DRY_RUN_UNSUPPORTED in api_message(error):
+                return None
+            verdict = _launch_error(error, f"pod {name}")
+            return str(verdict) if isinstance(verdict, LaunchFailed) else None
+        return None
+
+    def _driver_pod(self, attempt: int, restore: list[str]) -> tuple[str, V1Pod]:
+        """The name and typed model of the driver pod of ``attempt``; a value of the spec
+        the model refuses raises LaunchFailed."""
         name = objects.driver_pod_name(self.manifest.name, attempt)
         pod = objects.driver_pod(
             self.manifest,
@@ -584,11 +596,20 @@ class KubernetesLauncher:
             restore=restore,
             deployed_hash=self._deployed_hash,
         )
+        return name, _model(V1Pod, pod, LaunchFailed, f"pod {name}")
+
+    async def launch(self, attempt: int, restore: list[str]) -> KubernetesDriver:
+        # Also checked as the spec is read, where a problem the accepted spec held is
+        # tolerated (a driver that runs goes on); a new driver needs pods the API server
+        # accepts.
+        if problems := pod_spec_problems(self.manifest):
+            raise LaunchFailed("; ".join(problems))
+        await self.remove_pods()
+        token = secrets.token_urlsafe(32)
+        await self._store_token(token)
+        name, pod = self._driver_pod(attempt, restore)
         try:
-            await self._api.create_namespaced_pod(
-                self.manifest.namespace,
-                _model(V1Pod, pod, LaunchFailed, f"pod {name}"),
-            )
+            await self._api.create_namespaced_pod(self.manifest.namespace, pod)
         except ConflictException:
             # This job's own leftover goes before the next try (`remove_pods`); another's
             # would refuse every try.
@@ -838,6 +859,8 @@ def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
 # What the API server says when it refuses a pod for now: a ResourceQuota used up, a
 # service account not created yet (a GitOps sync may apply the job first).
 _PASSING_REFUSALS = ("exceeded quota:", "error looking up service account")
+# How the API server refuses a dry run that an admission webhook with side effects sees.
+_DRY_RUN_UNSUPPORTED = "does not support dry run"
 
 
 def _launch_error(error: ApiException, what: str) -> Exception:
@@ -873,6 +896,11 @@ def _problems(error: pydantic.ValidationError) -> str:
         field_path = ".".join([error.title, *(str(key) for key in detail["loc"])])
         problems.append(f"{field_path}: {detail['msg']}")
     return "; ".join(problems)
+
+
+def pod_spec_problems(manifest: JobManifest) -> list[str]:
+    """What the API server would refuse in the job's pods, each problem naming its field."""
+    return objects.pod_problems(manifest) + typed_object_problems(manifest)
 
 
 def typed_object_problems(manifest: JobManifest) -> list[str]:

@@ -19,9 +19,11 @@ Adapters import from this package; its modules import each other directly.
 
 from spark_checkpoint_operator.supervisor.driver_errors import KILLING_SIGNALS, driver_error
 from spark_checkpoint_operator.supervisor.job import (
+    BLOCKED_MIN_DELAY,
     FINISHING_NEEDS_NO_SAVEPOINT,
     NO_QUERY_RUNNING,
     JobSupervisor,
+    restart_delay,
 )
 from spark_checkpoint_operator.supervisor.notices import DRIVER_GONE, Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
@@ -42,6 +44,7 @@ from spark_checkpoint_operator.supervisor.ports import (
 from spark_checkpoint_operator.supervisor.record import JobRecord
 
 __all__ = [
+    "BLOCKED_MIN_DELAY",
     "DRIVER_GONE",
     "FINISHING_NEEDS_NO_SAVEPOINT",
     "KILLING_SIGNALS",
@@ -64,4 +67,5 @@ __all__ = [
     "RestorableCheck",
     "StartProblem",
     "driver_error",
+    "restart_delay",
 ]

@@ -66,7 +66,8 @@ Simplified:
   ``tolerations`` and an unset ``spec.nodeName`` (a real server sets that only through
   ``pods/binding``, also served); status starts as ``{"phase": "Pending"}``.
 - Lists ignore ``limit``/``continue`` and ``resourceVersion`` (always the latest state);
-  ``dryRun`` is not supported; no admission, authentication or managedFields.
+  ``dryRun=All`` is served on create only (checked and answered, nothing stored); no
+  admission, authentication or managedFields.
 - Initial watch events are sent oldest first, so a client resuming from the last one it saw
   misses nothing (a real server sends them in key order).
 """
@@ -578,6 +579,16 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                 f"fieldValidation must be one of {', '.join(FIELD_VALIDATIONS)}, got"
                 f" {field_validation!r}"
             )
+        dry_run = params.get("dryRun")
+        if dry_run is not None and dry_run != "All":
+            raise kmock.KubernetesError(
+                422,
+                "Invalid",
+                f'dryRun: Unsupported value: "{dry_run}": supported values: "All"',
+                {},
+            )
+        if dry_run and request.method != "POST":
+            raise _bad_request(f"dryRun is emulated on create only, not on {request.method}")
         self.warnings.clear()
         match request.method, name, subresource:
             case ("GET", _, None) if params.get("watch") in ("true", "1"):
@@ -597,7 +608,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             case ("GET", str(), _):
                 return _json(self._stored(res, namespace, name))
             case ("POST", None, None):
-                created = self._create(res, info, namespace, request.data, field_validation)
+                created = self._create(
+                    res, info, namespace, request.data, field_validation, dry_run=bool(dry_run)
+                )
                 return _json(created, status=201, warnings=self.warnings)
             case ("POST", str(), "binding"):
                 return _json(self._bind(namespace, name, request.data), status=201)
@@ -875,7 +888,11 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         namespace: str | None,
         body: Any,
         field_validation: str,
+        *,
+        dry_run: bool = False,
     ) -> Body:
+        """``dry_run``: checked as a create is, the answer what it would store (without a
+        resourceVersion), nothing stored."""
         obj = self._decoded(res, info, body, field_validation, update=False)
         metadata = obj["metadata"]
         if info.namespaced:
@@ -928,6 +945,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             obj.pop("status", None)
             if res in _INITIAL_STATUS:
                 obj["status"] = copy.deepcopy(_INITIAL_STATUS[res])
+        if dry_run:
+            return self._validated(res, info, obj, None)
         created = self._commit(res, "ADDED", self._validated(res, info, obj, None), None)
         if res == CUSTOM_RESOURCE_DEFINITIONS:
             self._serve_custom_resource(created)
