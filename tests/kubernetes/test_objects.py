@@ -447,6 +447,15 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
             "spec.executor.volumes[0].emptyDir.sizeLimit: 'inf' is not a quantity such as 1Gi, "
             "500M or 0.5",
         ),
+        # Below zero: the API server refuses it (a size, a divisor, a claim's request).
+        (
+            {"driver": {"volumes": [{"name": "s", "emptyDir": {"sizeLimit": "-1Gi"}}]}},
+            "spec.driver.volumes[0].emptyDir.sizeLimit: '-1Gi' is below zero",
+        ),
+        (
+            {"executor": {"volumes": [{"name": "s", "emptyDir": {"sizeLimit": -0.5}}]}},
+            "spec.executor.volumes[0].emptyDir.sizeLimit: '-0.5' is below zero",
+        ),
         # Only quantities are taken as numbers: labels are strings, whatever their keys.
         (
             {
@@ -485,6 +494,9 @@ def test_a_quantity_written_as_a_number_is_no_problem() -> None:
     reviewer's: the typed check refused it)."""
     volume = {"name": "scratch", "emptyDir": {"sizeLimit": 1073741824}}
     assert typed_object_problems(_manifest(driver={"volumes": [volume]})) == []
+    for zero in ("-0", "-0.0Gi", "0", "+1e3"):
+        volume = {"name": "scratch", "emptyDir": {"sizeLimit": zero}}
+        assert typed_object_problems(_manifest(driver={"volumes": [volume]})) == [], zero
 
 
 def test_the_full_example_and_a_template_of_ones_own_without_executor_fields_are_fine() -> None:

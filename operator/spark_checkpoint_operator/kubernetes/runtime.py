@@ -920,12 +920,22 @@ def typed_object_problems(manifest: JobManifest) -> list[str]:
                 )
         for index, volume in enumerate(role.volumes):
             problems += [
-                f"spec.{role_name}.volumes[{index}].{path}: {value!r} is not a quantity such "
-                "as 1Gi, 500M or 0.5"
+                f"spec.{role_name}.volumes[{index}].{path}: {problem}"
                 for path, value in volume_quantities(volume)
-                if isinstance(value, str) and not QUANTITY.fullmatch(value)
+                if isinstance(value, str) and (problem := _quantity_problem(value))
             ]
     return problems
+
+
+def _quantity_problem(value: str) -> str | None:
+    """What the API server refuses in a volume's quantity (a size, a divisor, a claim's
+    request or limit): one it cannot parse, or one below zero."""
+    parsed = QUANTITY.fullmatch(value)
+    if parsed is None:
+        return f"{value!r} is not a quantity such as 1Gi, 500M or 0.5"
+    if value.startswith("-") and float(parsed.group(1)) != 0:
+        return f"{value!r} is below zero"
+    return None
 
 
 _PodPart = type[V1Volume] | type[V1VolumeMount] | type[V1Toleration]
