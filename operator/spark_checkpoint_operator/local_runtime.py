@@ -691,8 +691,8 @@ async def _run_locked(
     display.when_closed(lambda: loop.call_soon_threadsafe(interrupts.output_closed))
     if image is not None:
         withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
-        registered = record.coordinator.checkpoints or record.coordinator.savepoints
-        instead = " instead of the newest image" if registered else ""
+        newer = supervisor.passed_over
+        instead = f" instead of the newest image, {newer[0]}" if newer else ""
         report(f"restoring {image.candidate} (--from){instead}")
         if withdrawn is not None:
             report(

@@ -780,7 +780,9 @@ def test_a_job_in_a_directory_with_a_space_keeps_its_storage_there_and_restores_
     assert restored["source"] == f"savepoint:{Path(savepoint).parent.name[3:]}", restored  # type: ignore[index]
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
     log = (job.job_dir / "logs" / "runtime.log").read_text()
-    assert f"restoring {restored['source']} (--from) instead of the newest image\n" in log  # type: ignore[index]
+    # The stop's savepoint is the newest image: restored by name, it is no other's stand-in
+    # (a newcomer's: "instead of the newest image" was said of the newest).
+    assert f"restoring {restored['source']} (--from)\n" in log  # type: ignore[index]
 
     # A job with no images of its own has no newest image to restore instead.
     with _local_job(tmp_path / "fresh") as fresh:

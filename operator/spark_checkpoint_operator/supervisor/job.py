@@ -270,6 +270,11 @@ class JobSupervisor:
         self._record.discards_due = [d for d in due if d is not withdrawn]
         return withdrawn
 
+    @property
+    def passed_over(self) -> tuple[str, ...]:
+        """The registered images newer than the one `restore_from` chose, newest first."""
+        return tuple(self._passed_over)
+
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
         self._polls.inbox.put_nowait(event)
