@@ -2095,3 +2095,49 @@ def test_a_restoring_driver_that_reports_no_batch_leaves_the_last_one_in_status(
 
     asyncio.run(scenario())
     assert saved and None not in saved[saved.index(3) :], saved
+
+
+class CompletionCutShortAgent(FakeAgent):
+    """Its first completion call waits until released, then the connection drops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def complete(self, checkpoint_id: int, batch_id: int) -> None:
+        if not self.entered.is_set():
+            self.entered.set()
+            await self.release.wait()
+            raise AgentUnavailable("the connection closed before the agent answered")
+        await super().complete(checkpoint_id, batch_id)
+
+
+@pytest.mark.parametrize("cancelled", [False, True])
+def test_a_completion_a_cancelled_driver_did_not_confirm_is_no_news(cancelled: bool) -> None:
+    """`cancel` as a completion was under way said "nothing is lost: checkpoint 7 is
+    registered, and sinks commit up to it when a driver restores it"; the cancellation's
+    retention then deleted checkpoint 7 (a newcomer's). Not said while cancelling."""
+
+    async def scenario() -> list[str]:
+        launcher = FakeLauncher()
+        launcher.agent_class = CompletionCutShortAgent
+        supervisor, lines = _supervisor(launcher)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        agent = launcher.drivers[0].agent
+        assert isinstance(agent, CompletionCutShortAgent)
+        await until(agent.entered.is_set)
+        if cancelled:
+            supervisor.cancel()
+        agent.release.set()
+        if not cancelled:
+            await until(lambda: any("did not confirm the completion" in line for line in lines))
+            supervisor.cancel()
+        assert await asyncio.wait_for(run, 10.0) is TerminalOutcome.CANCELLED
+        return lines
+
+    lines = asyncio.run(scenario())
+
+    said = [line for line in lines if "did not confirm the completion" in line]
+    assert len(said) == (0 if cancelled else 1), lines

@@ -416,7 +416,10 @@ class EffectInterpreter:
                 timed_out = isinstance(error, AgentAnswerTimedOut)
                 attempt.final_completion_refused_at = None if timed_out else time.monotonic()
             told = attempt.told_batch
-            if not resent and (told is None or completed.batch_id > told):
+            # A job cancelled or deleted kills its driver anyway, and its retention policy
+            # decides whether the image stays: "nothing is lost" is no news, and may be untrue.
+            ending = self._job.cancelling or self._job.deleting
+            if not resent and not ending and (told is None or completed.batch_id > told):
                 # Below that, the driver (which may have exited already, having been told of
                 # its last batch) missed nothing its sinks need.
                 what = f"{completed.kind.value} {completed.checkpoint_id}"
