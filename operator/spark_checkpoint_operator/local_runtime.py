@@ -550,15 +550,8 @@ def require_secret_variables(manifest: JobManifest, environment: Mapping[str, st
     """A variable a Secret gives the pods on Kubernetes is taken from the run's own
     environment (no cluster, no Secret), the executors' too (they are in the driver's
     process): refuse the run, naming it and its field, where it is not set."""
-    missing = [v for v in manifest.spec.local_env if v.secret and v.name not in environment]
-    if missing:
-        first = missing[0]
-        assert first.secret is not None
-        raise RunRefused(
-            f"{', '.join(v.name for v in missing)} not set: on Kubernetes {first.source} "
-            f"takes {first.name} from Secret {first.secret.name} (key {first.secret.key}); a "
-            "local run takes such variables from its own environment"
-        )
+    if unset := manifest.spec.unset_secret_variables(environment):
+        raise RunRefused(f"{unset}; a local run takes such variables from its own environment")
 
 
 def _remove_dead_attempts(work_dir: Path, attempt: int) -> None:

@@ -105,3 +105,48 @@ def test_a_bucket_that_does_not_exist_is_named(tmp_path: Path, s3_server: S3Serv
     message = status["status"]["message"]
     assert f"cannot claim the job's storage: {root}/default/probe: " in message, message
     assert "bucket does not exist" in message, message
+
+
+def test_the_storage_commands_name_the_secret_variables_they_lack(
+    tmp_path: Path, s3_server: S3Server
+) -> None:
+    """`list` with the keys unset printed only botocore's 'NoCredentialsError: Unable to
+    locate credentials', where `run` names each variable, its field and its Secret (a
+    newcomer's)."""
+    manifest_path = write_job(tmp_path, interval="200ms")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    manifest["spec"]["checkpointing"]["storage"] = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}"
+    manifest["spec"]["application"]["env"] = [
+        {"name": name, "valueFrom": {"secretKeyRef": {"name": "s3-creds", "key": key}}}
+        for name, key in (("AWS_ACCESS_KEY_ID", "id"), ("AWS_SECRET_ACCESS_KEY", "secret"))
+    ]
+    manifest_path.write_text(yaml.safe_dump(manifest))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    endpoint = s3_server.environment()
+    environment |= {
+        "AWS_ENDPOINT_URL": endpoint["AWS_ENDPOINT_URL"],
+        "AWS_DEFAULT_REGION": endpoint["AWS_DEFAULT_REGION"],
+        "AWS_EC2_METADATA_DISABLED": "true",  # no instance to ask: at once
+        "AWS_CONFIG_FILE": str(tmp_path / "none"),
+        "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
+    }
+    unset = (
+        "AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY not set (on Kubernetes "
+        "spec.application.env[0] takes AWS_ACCESS_KEY_ID from Secret s3-creds, key id; "
+        "spec.application.env[1] takes AWS_SECRET_ACCESS_KEY from Secret s3-creds, key secret)"
+    )
+
+    for command in ("list", "inspect", "verify"):
+        result = run_cli(tmp_path, command, "-f", "job.yaml", environment=environment)
+
+        assert result.returncode == 1, result.stdout + result.stderr
+        [line] = result.stderr.splitlines()
+        assert line.startswith(f"spark-checkpoint {command}: "), line
+        assert line.endswith(
+            f"; {unset}: the storage commands take such variables from their own environment"
+        ), line
+
+    refused = run_cli(tmp_path, "run", "-f", "job.yaml", environment=environment)
+    assert refused.stderr.splitlines() == [
+        f"spark-checkpoint run: {unset}; a local run takes such variables from its own environment"
+    ]

@@ -81,8 +81,8 @@ def test_a_secret_variable_missing_from_a_local_run_refuses_it_naming_the_field(
     assert refused.returncode == 1, refused.stdout
     key = _secret("sink-token" if unset == "SINK_TOKEN" else "secret-key")["secretKeyRef"]["key"]
     assert refused.stderr.splitlines() == [
-        f"spark-checkpoint run: {unset} not set: on Kubernetes {field} takes {unset} from "
-        f"Secret s3-creds (key {key}); a local run takes such variables from its own "
+        f"spark-checkpoint run: {unset} not set (on Kubernetes {field} takes {unset} from "
+        f"Secret s3-creds, key {key}); a local run takes such variables from its own "
         "environment"
     ]
     assert not (tmp_path / ".spark-checkpoint").exists()

@@ -179,6 +179,20 @@ class JobSpec:
         variables too; the driver's win on a clash."""
         return _overridden(self.executor_env, self.driver_env)
 
+    def unset_secret_variables(self, environment: Mapping[str, str]) -> str | None:
+        """The variables a Secret gives the pods on Kubernetes that ``environment`` (a local
+        process's own) lacks, each with its field and Secret: ``A, B not set (on
+        Kubernetes spec.application.env[0] takes A from Secret s, key a; ...)``."""
+        unset = [v for v in self.local_env if v.secret and v.name not in environment]
+        if not unset:
+            return None
+        sources = "; ".join(
+            f"{v.source} takes {v.name} from Secret {v.secret.name}, key {v.secret.key}"
+            for v in unset
+            if v.secret
+        )
+        return f"{', '.join(v.name for v in unset)} not set (on Kubernetes {sources})"
+
 
 def _overridden(common: tuple[EnvVar, ...], own: tuple[EnvVar, ...]) -> tuple[EnvVar, ...]:
     merged = {variable.name: variable for variable in common}

@@ -9,6 +9,7 @@ from spark_checkpoint_operator.cli_conventions import OutputFormat, error_lines,
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.storage_commands.job import (
     CommandError,
+    JobStorage,
     StorageSource,
     open_job_storage,
     registry_or_warn,
@@ -55,7 +56,7 @@ def run_list(
         stored = any(row.state is not StoredSnapshotState.MISSING for row in rows)
         missing = None if stored else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
-        return _storage_failed("list", error, err)
+        return _storage_failed("list", error, err, job)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
         print_document(
             list_document(job, registry, ownership, rows, now, missing=missing), output, out
@@ -88,7 +89,7 @@ def run_inspect(
         inspection = inspect_snapshots(job.storage, refs, registry)
         missing = None if inspection.snapshots else nothing_stored(job.storage)
     except (StorageError, OSError) as error:
-        return _storage_failed("inspect", error, err)
+        return _storage_failed("inspect", error, err, job)
     for problem in inspection.problems:
         print(f"spark-checkpoint inspect: {problem}", file=err)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
@@ -126,7 +127,7 @@ def run_verify(
             refs = default_refs(job.storage, registry)
             missing = None if refs else nothing_stored(job.storage)
         except (StorageError, OSError) as error:
-            return _storage_failed("verify", error, err)
+            return _storage_failed("verify", error, err, job)
     results = [verify_snapshot(job.storage, ref, registry) for ref in dict.fromkeys(refs)]
     if deep:
         results = deep_verify(job.storage, results)
@@ -151,8 +152,16 @@ def _usage_error(command: str, error: CommandError, err: TextIO) -> int:
     return ExitCode.USAGE
 
 
-def _storage_failed(command: str, error: StorageError | OSError, err: TextIO) -> int:
-    """Storage that cannot be read at all (listed, opened): one line naming the path."""
+def _storage_failed(
+    command: str, error: StorageError | OSError, err: TextIO, job: JobStorage
+) -> int:
+    """Storage that cannot be read at all (listed, opened): one line naming the path, and
+    the manifest's Secret variables this process lacks (an object store's credentials)."""
     text = str(error) if isinstance(error, StorageError) else io_problem(error)
+    if job.unset_secrets and not job.layout.root.startswith("file:"):
+        text += (
+            f"; {job.unset_secrets}: the storage commands take such variables from their "
+            "own environment"
+        )
     print(f"spark-checkpoint {command}: {text}", file=err)
     return ExitCode.FAILED

@@ -1,5 +1,6 @@
 """A job's checkpoint storage and its registry, as the command line names them."""
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -49,6 +50,9 @@ class JobStorage:
 
     storage: CheckpointStorage
     paths: LocalPaths
+    # The manifest's variables a Secret gives the pods that this process lacks (storage
+    # credentials, perhaps), as `JobSpec.unset_secret_variables` says them.
+    unset_secrets: str | None = None
 
     @property
     def status_file(self) -> Path:
@@ -74,7 +78,9 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
         namespace, job = manifest.namespace, manifest.name
+        unset_secrets = manifest.spec.unset_secret_variables(os.environ)
     else:
+        unset_secrets = None
         if not source.job:
             raise CommandError("give either -f FILE or --job (and --namespace, --storage)")
         try:
@@ -95,7 +101,7 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         storage = CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no library for it (libhdfs, gcsfs)
         raise CommandError(f"storage {root!r}: {first_line(error)}") from error
-    return JobStorage(storage, paths)
+    return JobStorage(storage, paths, unset_secrets)
 
 
 @dataclass(frozen=True, slots=True)
