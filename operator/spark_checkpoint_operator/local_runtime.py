@@ -701,6 +701,11 @@ async def _run_locked(
         display.showing(supervisor),
     ):
         outcome = await supervisor.run()
+    if outcome is not TerminalOutcome.FAILED:
+        # A restore reads storage, never a live location: what Spark left there is of no
+        # more use (a failed run's stays, to look into, until the next run).
+        for directory in attempt_directories(paths.work_dir).values():
+            shutil.rmtree(directory, ignore_errors=True)
     display.summary(
         outcome,
         supervisor.record,
