@@ -95,7 +95,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             case VerifyRestorable():
                 return _verify_restorable(storage, command)
     except (StorageError, OSError, ValueError) as error:
-        print(failure_line(command, str(error)), file=sys.stderr)
+        # An object store's OSError may name nothing ("The specified bucket does not exist").
+        unnamed = isinstance(error, OSError) and not error.filename
+        where = f"{layout.job_root}: " if unnamed else ""
+        print(failure_line(command, f"{where}{error}"), file=sys.stderr)
         return 1
     return 0
 

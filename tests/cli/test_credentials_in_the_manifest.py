@@ -105,6 +105,12 @@ def test_a_bucket_that_does_not_exist_is_named(tmp_path: Path, s3_server: S3Serv
     message = status["status"]["message"]
     assert f"cannot claim the job's storage: {root}/default/probe: " in message, message
     assert "bucket does not exist" in message, message
+    # The cleanup after the failure names it too (it said "collect-garbage: The specified
+    # bucket does not exist": a newcomer's).
+    cleanup = [line for line in result.stdout.splitlines() if "cleanup failed" in line]
+    assert cleanup, result.stdout
+    for line in cleanup:
+        assert f"collect-garbage: {root}/default/probe: " in line, line
 
 
 def test_the_storage_commands_name_the_secret_variables_they_lack(
