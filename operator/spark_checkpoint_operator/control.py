@@ -237,10 +237,10 @@ class ControlServer:
         self._ended = True
 
     async def _savepoint(self, after: AfterCompletion, request: ControlRequest) -> ControlAnswer:
-        # What the run's lines show with the savepoint ("savepoint 4 complete (stop
+        # What the run's lines show with the savepoint ("savepoint 4 complete (stop request
         # 3f2a9c01)"); unique, so that each request knows its own answer.
         command = f"{request.command} --drain" if request.drain else request.command
-        label = f"{command} {secrets.token_hex(4)}"
+        label = f"{command} request {secrets.token_hex(4)}"
         self._asking.add(label)
         try:
             return await self._answer_savepoint(after, label, request.wait)
