@@ -111,8 +111,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = generate(args.directory, args.files, args.lines, args.seed, args.start_index)
     except (FileExistsError, ValueError) as error:
         parser.error(str(error))
-    for path in paths:
-        print(path)
+    # One line, however many files (a newcomer's --files 200 printed 200 lines).
+    first, last = (paths[0].name, paths[-1].name) if paths else ("-", "-")
+    print(f"wrote {len(paths)} files of {args.lines} rows to {args.directory} ({first} .. {last})")
     return 0
 
 

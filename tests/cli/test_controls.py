@@ -659,7 +659,9 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     assert record["lastSavepoint"]["batch"] == 24  # type: ignore[index]
     # The run's line names the request (it said "(cli-3b154906)", which meant nothing).
     log = (job.job_dir / "logs" / "runtime.log").read_text()
-    assert re.search(r"savepoint \d+ complete \(stop --drain request [0-9a-f]{8}\): batch 24,", log), log
+    assert re.search(
+        r"savepoint \d+ complete \(stop --drain request [0-9a-f]{8}\): batch 24,", log
+    ), log
 
 
 def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(

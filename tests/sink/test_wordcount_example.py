@@ -89,10 +89,10 @@ def test_generate_input_command_line(tmp_path: Path) -> None:
     )
 
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [
-        str(tmp_path / "part-00007.json"),
-        str(tmp_path / "part-00008.json"),
-    ]
+    assert result.stdout == (
+        f"wrote 2 files of 5 rows to {tmp_path} (part-00007.json .. part-00008.json)\n"
+    )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["part-00007.json", "part-00008.json"]
 
 
 def test_expected_counts_counts_rows_per_word_and_ignores_other_files(
