@@ -342,11 +342,20 @@ def test_says_whether_the_owner_is_this_state_directorys_registry(
     where = str(paths.job_dir) if recorded_at == "here" else recorded_at
     RegistryRecord(registry_id, where).write(paths.registry_id_file)
 
+    job.write_registry(checkpoints=[2], savepoints=[3])
+
     listed = cli("list", *job.flags, "--state-dir", str(job.state_dir))
     as_json = cli("list", *job.flags, "--state-dir", str(job.state_dir), "-o", "json")
 
     assert f"owner: the state directory /x{said}" in listed.out.splitlines()
     assert json.loads(as_json.out)["ownerIsThisRegistry"] is is_this
+    # Another registry's garbage collection never runs there (a newcomer's).
+    unlisted = rows(listed.out)[("checkpoint", "1")][-1]
+    assert unlisted == (
+        "not in the registry: never restored from; garbage collection removes it"
+        if is_this
+        else "not in this registry: the owner's"
+    )
 
 
 def test_a_registry_whose_storage_is_named_wrongly_says_nothing_is_stored_there(

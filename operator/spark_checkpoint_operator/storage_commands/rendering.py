@@ -95,7 +95,7 @@ def list_lines(
                 short_duration(duration_seconds(meta)) if meta else "-",
                 row.path,
             ]
-        table.append([*cells, row_note(row)])
+        table.append([*cells, row_note(row, owned_here=ownership.is_this_registry is not False)])
     return lines + format_table(table, right_aligned={1, 2, 3, 4, 5})
 
 
@@ -252,12 +252,16 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
     }
 
 
-def row_note(row: SnapshotRow) -> str:
+def row_note(row: SnapshotRow, *, owned_here: bool) -> str:
+    """``owned_here``: the storage may belong to this state directory's registry, whose
+    garbage collection then removes a checkpoint it does not list (another's never runs)."""
     if row.state is StoredSnapshotState.COMPLETE:
         if row.unrestorable is not None:
             return f"{UNRESTORABLE_NOTE}: {row.unrestorable}"
         if row.registered is not False:
             return ""
+        if row.ref.kind is CheckpointKind.CHECKPOINT and not owned_here:
+            return "not in this registry: the owner's"
         if row.ref.kind is CheckpointKind.CHECKPOINT:
             return "not in the registry: never restored from; garbage collection removes it"
         return "not in the registry: kept, a savepoint with _metadata is the user's"
