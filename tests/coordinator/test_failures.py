@@ -63,6 +63,25 @@ def test_a_drain_savepoint_times_out_only_from_its_capture(captured_by: str) -> 
     assert (abort.checkpoint_id, abort.reason) == (pending.checkpoint_id, FailureReason.EXPIRED)
 
 
+def test_a_drain_savepoints_duration_is_its_own_not_the_drains() -> None:
+    """`stop --drain` said "savepoint 2 complete ...: 43.92s" of a sub-second savepoint
+    after 43 s of draining, and the duration metric took it so (a newcomer's): it counts
+    from its image's capture, as the agent's `_metadata` does."""
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.DRAIN))
+    (pending,) = harness.coordinator.pending
+    requested = harness.clock.now
+    harness.advance(43.0)
+    harness.send(SnapshotCaptured(pending.checkpoint_id))
+    harness.advance(0.5)
+
+    harness.complete(pending.checkpoint_id)
+
+    (savepoint,) = harness.coordinator.persisted_state.savepoints
+    assert savepoint.trigger_time == requested + 43.0
+    assert savepoint.duration == 0.5
+
+
 @pytest.mark.parametrize(
     ("event", "reason"),
     [

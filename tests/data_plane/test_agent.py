@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +282,23 @@ def test_a_driver_woken_by_a_stopping_savepoints_completion_sees_the_stop(
     _call(client, "complete", 2, 2)
     waiting.join(timeout=10)
     assert seen == [True]
+
+
+def test_a_drain_savepoints_metadata_counts_from_its_capture(running: Running) -> None:
+    """Its `_metadata` trigger time was the request's: the savepoint's duration (`list -o
+    wide`) held the whole drain (a newcomer's 44 s for a sub-second savepoint)."""
+    client = running.client()
+    running.view = QueryView(QueryState.RUNNING, idle=False)  # input left
+    _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.DRAIN)
+    time.sleep(0.5)
+    ran_out = datetime.now(UTC)
+    running.view = QueryView(QueryState.RUNNING, idle=True)
+    _wait_for(client, 2, "acknowledged")
+    _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
+
+    metadata = running.storage.read_metadata(CheckpointKind.SAVEPOINT, 2)
+
+    assert metadata.trigger_time >= ran_out
 
 
 @pytest.mark.parametrize("savepoint_ends", ["complete", "complete-slowly", "abort"])

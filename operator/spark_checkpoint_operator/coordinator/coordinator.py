@@ -434,11 +434,13 @@ class CheckpointCoordinator:
         )
 
     def _captured(self, checkpoint_id: int) -> None:
-        """A drain's image is taken (or acknowledged, which says as much): its timeout
-        counts from now."""
+        """A drain's image is taken (or acknowledged, which says as much): the savepoint
+        counts from now, its timeout and its trigger time (the wait for the input to run out
+        is no part of its duration), as the agent's ``_metadata`` does."""
         pending = self._pending.get(checkpoint_id)
         if pending is not None and pending.deadline is None:
-            pending.deadline = self._clock() + self._config.timeout
+            pending.trigger_time = self._clock()
+            pending.deadline = pending.trigger_time + self._config.timeout
 
     def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
         self._captured(event.checkpoint_id)

@@ -31,6 +31,7 @@ class PendingCheckpoint:
     after: AfterCompletion
     forced: bool
     label: str
+    # A drain savepoint's is its image's capture, once the input ran out.
     trigger_time: float
     # When it expires; None while a drain savepoint waits for the input to run out (its
     # timeout counts from the image's capture: `SnapshotCaptured`).

@@ -597,6 +597,9 @@ class CheckpointAgent:
                 # too old to continue above them); a checkpoint's id is new.
                 self._storage.require_no_snapshot(snapshot.kind, snapshot.checkpoint_id)
             batch_id = self._choose_batch(snapshot)
+            if snapshot.after is AfterCompletion.DRAIN:
+                # The wait for the input to run out is no part of the savepoint's duration.
+                snapshot.trigger_time = datetime.now(UTC)
             plan = plan_snapshot(self._location, batch_id)
             planned = [f for files in plan.files_by_task.values() for f in files]
             identities = file_identities(self._location, planned)
