@@ -139,8 +139,8 @@ def test_the_operator_validates_a_spec_from_the_installed_package(installed: Ins
             return {"metadata": metadata, "spec": spec}
 
         valid, invalid = (json.loads(a) for a in sys.argv[1:])
-        manifest, problem, _ = _validated(body(valid), None)
-        rejected, reason, _ = _validated(body(invalid), None)
+        manifest, problem, _ = _validated(body(valid), None, None)
+        rejected, reason, _ = _validated(body(invalid), None, None)
         print(json.dumps({
             "package": list(spark_checkpoint_operator.__path__),
             "valid": [manifest is not None, problem],
