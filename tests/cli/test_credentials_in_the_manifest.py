@@ -156,3 +156,22 @@ def test_the_storage_commands_name_the_secret_variables_they_lack(
     assert refused.stderr.splitlines() == [
         f"spark-checkpoint run: {unset}; a local run takes such variables from its own environment"
     ]
+
+
+def test_local_storage_that_cannot_be_read_names_no_secret_variable(tmp_path: Path) -> None:
+    """A Secret's variable (a database password) has nothing to do with local storage."""
+    manifest_path = write_job(tmp_path, interval="200ms")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    (tmp_path / "a-file").write_text("x")
+    manifest["spec"]["checkpointing"]["storage"] = str(tmp_path / "a-file" / "under")
+    manifest["spec"]["application"]["env"] = [
+        {"name": "DB_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "db", "key": "pw"}}}
+    ]
+    manifest_path.write_text(yaml.safe_dump(manifest))
+
+    result = _cli(tmp_path, "list", "-f", "job.yaml")
+
+    assert result.returncode == 1, result.stdout
+    assert result.stderr.splitlines() == [
+        f"spark-checkpoint list: I/O error: {tmp_path}/a-file/under/default/probe: Not a directory"
+    ]

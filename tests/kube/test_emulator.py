@@ -1263,7 +1263,16 @@ async def test_a_dry_run_create_is_checked_and_answered_and_stores_nothing(
     assert conflict == 409
     unsupported, answer, _ = await send(api, "POST", PODS_PATH, pod, dryRun="Some")
     assert unsupported == 422
-    assert answer["message"] == 'dryRun: Unsupported value: "Some": supported values: "All"'
+    assert answer["message"] == (
+        'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: []string{"Some"}: '
+        'supported values: "All"'
+    )
     elsewhere, answer, _ = await send(api, "DELETE", f"{PODS_PATH}/wc-driver-2", {}, dryRun="All")
     assert elsewhere == 400 and "on create only" in answer["message"]
+    binding = {"apiVersion": "v1", "kind": "Binding", "target": {"kind": "Node", "name": "n"}}
+    bound, answer, _ = await send(
+        api, "POST", f"{PODS_PATH}/wc-driver-2/binding", binding, dryRun="All"
+    )
+    assert bound == 400 and "on create only" in answer["message"]
+    assert "nodeName" not in (api.get(PODS, "default", "wc-driver-2").get("spec") or {})
     assert [p["metadata"]["name"] for p in api.list(PODS, "default")] == ["wc-driver-2"]

@@ -742,12 +742,8 @@ def test_a_nonces_savepoint_in_flight_when_the_operator_stops_is_taken_after_it(
         assert cluster.status("orders")["handledTriggers"] == {"savepointNonce": 1}
 
 
-def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluster) -> None:
-    cluster.apply(job())
-    completed(cluster, "orders", 1)
-
-    cluster.patch_spec("orders", {"image": "example/orders:2"})
-
+def upgraded_to_image_2(cluster: LocalCluster) -> None:
+    """The job's driver was upgraded to image example/orders:2 through a savepoint."""
     status = cluster.wait_for(
         "the upgraded driver",
         lambda: (
@@ -760,6 +756,15 @@ def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluste
     assert status["lastSavepoint"]["label"] == "upgrade"
     pods = cluster.pods("orders", component="driver")
     assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
+
+
+def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluster) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    upgraded_to_image_2(cluster)
 
 
 def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCluster) -> None:
@@ -1514,15 +1519,8 @@ def test_an_upgrade_whose_pod_the_api_server_refuses_leaves_the_running_driver_o
         'hostPath volumes (volume "data")'
     )
 
-    def dry_run_of_a_pod(request: Any) -> bool:
-        return bool(
-            request.method.value == "POST"
-            and request.url.path.endswith("/namespaces/default/pods")
-            and request.params.get("dryRun") == "All"
-        )
-
     refusing = refused_requests(
-        cluster, dry_run_of_a_pod, kmock.KubernetesError(403, "Forbidden", refusal, {})
+        cluster, _dry_runs_of_pods, kmock.KubernetesError(403, "Forbidden", refusal, {})
     )
     cluster.patch_spec("orders", {"image": "example/orders:2"})
 
@@ -1536,20 +1534,63 @@ def test_an_upgrade_whose_pod_the_api_server_refuses_leaves_the_running_driver_o
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
     valid = {c["type"]: c for c in later["conditions"]}["SpecValid"]
     assert (valid["status"], valid["reason"]) == ("False", "InvalidSpec")
+    time.sleep(4.0)  # asked again after 1s, 2s: the same verdict is not told again
+    assert cluster.event_reasons("orders").count("InvalidSpec") == 1
 
     refusing.clear()
-    upgraded = cluster.wait_for(
-        "the upgraded driver",
-        lambda: (
-            (s := cluster.status("orders")).get("phase") == "Running"
-            and (s.get("restoredFrom") or {}).get("source", "").startswith("savepoint:")
-            and s
-        ),
-        job="orders",
+    upgraded_to_image_2(cluster)
+
+
+def _dry_runs_of_pods(request: Any) -> bool:
+    return bool(
+        request.method.value == "POST"
+        and request.url.path.endswith("/namespaces/default/pods")
+        and request.params.get("dryRun") == "All"
     )
-    assert upgraded["lastSavepoint"]["label"] == "upgrade"
-    pods = cluster.pods("orders", component="driver")
-    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
+
+
+def test_a_suspension_is_not_held_by_an_upgrade_the_api_server_refuses(
+    cluster: LocalCluster,
+) -> None:
+    """A reviewer's: with the upgrade's pod refused, the spec was in error as a whole, so a
+    suspension asked for after it was not acted on either."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    refused_requests(
+        cluster,
+        _dry_runs_of_pods,
+        kmock.KubernetesError(403, "Forbidden", 'pods "orders-driver-2" is forbidden: no', {}),
+    )
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+    cluster.wait_for_event("orders", "InvalidSpec", "is forbidden: no")
+
+    cluster.patch_spec("orders", {"state": "Suspended"})
+
+    suspended = in_phase(cluster, "orders", "Suspended")
+    assert suspended["lastSavepoint"]["label"] == "suspend"
+
+
+@pytest.mark.parametrize(
+    ("code", "reason", "message"),
+    [
+        # The running driver holds the quota the new one needs once it is stopped.
+        (403, "Forbidden", 'pods "orders-driver-2" is forbidden: exceeded quota: compute'),
+        # A webhook with side effects cannot say: the real create will.
+        (400, "BadRequest", 'admission webhook "audit.example.com" does not support dry run'),
+    ],
+    ids=["quota", "webhook-without-dry-run"],
+)
+def test_an_upgrade_a_dry_run_cannot_judge_goes_ahead(
+    cluster: LocalCluster, code: int, reason: str, message: str
+) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    refused_requests(cluster, _dry_runs_of_pods, kmock.KubernetesError(code, reason, message, {}))
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    upgraded_to_image_2(cluster)
+    assert "InvalidSpec" not in cluster.event_reasons("orders")
 
 
 def executor(name: str, ready_job: str = "orders") -> dict[str, Any]:

@@ -141,8 +141,9 @@ class JobController:
         # A spec whose driver pod the API server refused in a dry run is read again after the
         # restart policy's backoff, as a launch refused for now is: what refused it (an
         # admission policy, a namespace's Pod Security level) may change.
-        self._dry_run_refusals = 0  # in a row
+        self._dry_run_refusals = 0  # in a row, of this generation
         self._dry_run_again: float | None = None
+        self._dry_run_wake: asyncio.TimerHandle | None = None
         self._manifest: JobManifest | None = None
         self._spec: dict[str, Any] = {}
         self._saving = asyncio.Lock()
@@ -232,6 +233,7 @@ class JobController:
                 await self._finish_deletion()
         finally:
             self._ended.set()
+            self._cancel_dry_run_wake()
 
     async def delete(self) -> None:
         """The job is being deleted and no ``run`` drives it (the operator was down when
@@ -252,6 +254,7 @@ class JobController:
             await self._finish_deletion()
         finally:
             self._ended.set()
+            self._cancel_dry_run_wake()
 
     async def _finish_deletion(self) -> None:
         """After the final savepoint (or without one): retention, then the job's directory
@@ -323,10 +326,15 @@ class JobController:
         again = self._dry_run_again is not None and time.monotonic() >= self._dry_run_again
         if generation == self._generation and not again:
             return self._manifest if self._problem is None else None
+        if generation != self._generation:
+            self._dry_run_refusals = 0
         self._generation = generation
         self._dry_run_again = None
         accepted = self._accepted_spec(generation)
-        running = self._deployed if self._driver_recorded() else None
+        running: str | None = self._deployed if self._driver_recorded() else None
+        if self._stop is _Stop.DELETE:
+            # Its pods are not created again: nothing they hold keeps the deletion's work.
+            running = objects.deployment_hash(self._body.get("spec") or {})
         manifest, problem, tolerated = _validated(self._body, accepted, running)
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
@@ -349,6 +357,11 @@ class JobController:
             await self._save(self._record)
         return manifest
 
+    def _cancel_dry_run_wake(self) -> None:
+        if self._dry_run_wake is not None:
+            self._dry_run_wake.cancel()
+            self._dry_run_wake = None
+
     def _driver_recorded(self) -> bool:
         """The record says a driver runs (or did, before an operator restart)."""
         return self._record.phase in DRIVER_PHASES and self._record.attempt > 0
@@ -358,7 +371,14 @@ class JobController:
         this spec (an upgrade), asked in a dry run before the driver is stopped for it: such
         a spec is one in error, asked about again after the restart policy's backoff."""
         spec = json.loads(json.dumps(dict(self._body.get("spec") or {})))
-        if not self._driver_recorded() or objects.deployment_hash(spec) == self._deployed:
+        # A suspension (or deletion) replaces no driver: nothing to ask, and it must not
+        # wait for an upgrade that is refused.
+        replacing = manifest.spec.state is JobState.RUNNING and self._stop is not _Stop.DELETE
+        if (
+            not replacing
+            or not self._driver_recorded()
+            or objects.deployment_hash(spec) == self._deployed
+        ):
             self._dry_run_refusals = 0
             return None
         refusal = await self._launcher(manifest, spec).refusal(self._record.attempt + 1)
@@ -369,7 +389,8 @@ class JobController:
         policy = manifest.spec.restart_policy
         delay = max(BLOCKED_MIN_DELAY, restart_delay(policy, self._dry_run_refusals))
         self._dry_run_again = time.monotonic() + delay
-        asyncio.get_running_loop().call_later(delay, self._changed.set)
+        self._cancel_dry_run_wake()
+        self._dry_run_wake = asyncio.get_running_loop().call_later(delay, self._changed.set)
         # Worded alike at each retry: a verdict that did not change is not told again.
         return (
             "the API server refuses the driver pod of this spec (asked in a dry run, again "
@@ -507,7 +528,10 @@ class JobController:
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
         started_spec = _spec_hash(self._spec)  # a failure is of this spec, not a later one
-        self._deployed = objects.deployment_hash(self._spec)
+        if not self._driver_recorded() or not self._deployed:
+            # A recorded driver is adopted: its own hash (status.deploymentHash, then its
+            # pod's) stands until then, or a status write would say it runs this spec.
+            self._deployed = objects.deployment_hash(self._spec)
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         self._finishing_told.clear()

@@ -568,20 +568,43 @@ class KubernetesLauncher:
         return self.current
 
     async def refusal(self, attempt: int) -> str | None:
-        """Why the API server, its admission included, would refuse the driver pod of
-        ``attempt``, asked with a dry run before a running driver is stopped for it. None
-        when it takes the pod, refuses it for now (a quota the running driver holds), or
-        cannot tell (an admission webhook with side effects takes no dry run)."""
+        """Why the driver pod of ``attempt`` could not be created now, asked of the API
+        server (its admission included) in a dry run before a running driver is stopped for
+        it. None when it takes the pod, refuses it only for a quota (which the running
+        driver holds: the real create follows its stop), or cannot tell (an admission
+        webhook with side effects takes no dry run). Any other answer holds the upgrade
+        until it is asked again, one that passes by itself too (a service account not
+        created yet, an API server or a webhook down): the driver is not stopped for a pod
+        that cannot be created."""
+        name = objects.driver_pod_name(self.manifest.name, attempt)
+        namespace = self.manifest.namespace
         try:
             name, pod = self._driver_pod(attempt, [])
-            await self._api.create_namespaced_pod(self.manifest.namespace, pod, dry_run=True)
+            await self._api.create_namespaced_pod(namespace, pod, dry_run=True)
         except LaunchFailed as refused:
             return str(refused)
+        except ConflictException:
+            return await self._foreign_pod(name)
         except ApiException as error:
-            if _DRY_RUN_UNSUPPORTED in api_message(error):
-                return None
-            verdict = _launch_error(error, f"pod {name}")
-            return str(verdict) if isinstance(verdict, LaunchFailed) else None
+            message = api_message(error)
+            quota = error.status == FORBIDDEN and _QUOTA_REFUSAL in message
+            return None if quota or _DRY_RUN_UNSUPPORTED in message else f"pod {name}: {message}"
+        except (aiohttp.ClientError, TimeoutError) as error:
+            return f"pod {name}: the API server did not answer ({type(error).__name__}: {error})"
+        return None
+
+    async def _foreign_pod(self, name: str) -> str | None:
+        """Why the pod of ``name`` there refuses a driver's: another's (this job's own
+        leftover is removed before a launch)."""
+        try:
+            existing = await self._api.read_namespaced_pod(name, self.manifest.namespace)
+            self._require_owned(existing, f"pod {name}", "the driver of this attempt")
+        except NotFoundException:
+            return None  # gone meanwhile
+        except (LaunchFailed, LaunchBlocked) as refused:
+            return str(refused)
+        except ApiException as error:
+            return f"pod {name}: {api_message(error)}"
         return None
 
     def _driver_pod(self, attempt: int, restore: list[str]) -> tuple[str, V1Pod]:
@@ -858,7 +881,8 @@ def restorable_verdict(pod: Mapping[str, Any], image: str) -> list[str]:
 
 # What the API server says when it refuses a pod for now: a ResourceQuota used up, a
 # service account not created yet (a GitOps sync may apply the job first).
-_PASSING_REFUSALS = ("exceeded quota:", "error looking up service account")
+_QUOTA_REFUSAL = "exceeded quota:"
+_PASSING_REFUSALS = (_QUOTA_REFUSAL, "error looking up service account")
 # How the API server refuses a dry run that an admission webhook with side effects sees.
 _DRY_RUN_UNSUPPORTED = "does not support dry run"
 

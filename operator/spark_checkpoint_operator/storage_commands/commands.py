@@ -158,7 +158,7 @@ def _storage_failed(
     """Storage that cannot be read at all (listed, opened): one line naming the path, and
     the manifest's Secret variables this process lacks (an object store's credentials)."""
     text = str(error) if isinstance(error, StorageError) else io_problem(error)
-    if job.unset_secrets and not job.layout.root.startswith("file:"):
+    if job.unset_secrets and not job.storage.fs.is_local:
         text += (
             f"; {job.unset_secrets}: the storage commands take such variables from their "
             "own environment"

@@ -584,11 +584,14 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             raise kmock.KubernetesError(
                 422,
                 "Invalid",
-                f'dryRun: Unsupported value: "{dry_run}": supported values: "All"',
+                f'CreateOptions.meta.k8s.io "" is invalid: dryRun: Unsupported value: '
+                f'[]string{{"{dry_run}"}}: supported values: "All"',
                 {},
             )
-        if dry_run and request.method != "POST":
-            raise _bad_request(f"dryRun is emulated on create only, not on {request.method}")
+        if dry_run and (request.method != "POST" or name is not None):
+            raise _bad_request(
+                f"dryRun is emulated on create only, not on {request.method} {request.url.path}"
+            )
         self.warnings.clear()
         match request.method, name, subresource:
             case ("GET", _, None) if params.get("watch") in ("true", "1"):
