@@ -12,7 +12,6 @@ import difflib
 import fcntl
 import os
 import secrets
-import shutil
 import signal
 import socket
 import sys
@@ -33,7 +32,11 @@ from spark_checkpoint.janitor_commands import (
     janitor_environment,
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
-from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF, DriverSettings, attempt_directories
+from spark_checkpoint.settings import (
+    LOOPBACK_DRIVER_CONF,
+    DriverSettings,
+    remove_attempt_directories,
+)
 from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
@@ -301,7 +304,12 @@ class LocalLauncher:
         """Never: a local driver dies with the runtime that started it."""
 
     async def launch(self, attempt: int, restore: list[str]) -> LocalDriver:
-        _remove_dead_attempts(self._paths.work_dir, attempt)
+        # Live locations of attempts from this one on: left by a registry since lost (its
+        # status.json deleted, its attempts counted from 1 again), and dead: this run holds
+        # the job's run.lock, and a local driver dies with the runtime that started it (one
+        # left over is stopped before). The driver refuses to reuse a location, a first
+        # failure that named no cause the user knew of.
+        remove_attempt_directories(self._paths.work_dir, lambda number: number >= attempt)
         token = secrets.token_urlsafe(32)
         # Created owner-only from the start: the token never exists with looser modes.
         self._paths.token_file.unlink(missing_ok=True)
@@ -554,17 +562,6 @@ def require_secret_variables(manifest: JobManifest, environment: Mapping[str, st
         raise RunRefused(f"{unset}; a local run takes such variables from its own environment")
 
 
-def _remove_dead_attempts(work_dir: Path, attempt: int) -> None:
-    """Live locations of attempts from ``attempt`` on: left by a registry since lost (its
-    status.json deleted, its attempts counted from 1 again), and dead: this run holds the
-    job's run.lock, and a local driver dies with the runtime that started it (one left
-    over is stopped before). The driver refuses to reuse a location, a first failure that
-    named no cause the user knew of."""
-    for number, directory in attempt_directories(work_dir).items():
-        if number >= attempt:
-            shutil.rmtree(directory, ignore_errors=True)
-
-
 def require_main_file(application: Application, manifest_path: Path) -> None:
     """A main file that is not there is named before Spark starts (Python would only say
     so in the driver's log, and the job would fail as misconfigured), with the manifest
@@ -701,11 +698,8 @@ async def _run_locked(
         display.showing(supervisor),
     ):
         outcome = await supervisor.run()
-    if outcome is not TerminalOutcome.FAILED:
-        # A restore reads storage, never a live location: what Spark left there is of no
-        # more use (a failed run's stays, to look into, until the next run).
-        for directory in attempt_directories(paths.work_dir).values():
-            shutil.rmtree(directory, ignore_errors=True)
+    if outcome is not TerminalOutcome.FAILED:  # a failed run's stays, to look into
+        await asyncio.to_thread(remove_attempt_directories, paths.work_dir)
     display.summary(
         outcome,
         supervisor.record,

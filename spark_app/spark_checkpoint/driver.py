@@ -8,7 +8,6 @@ location, starts the query there and ends the process with a `DriverExit` code.
 import inspect
 import logging
 import math
-import shutil
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -24,8 +23,8 @@ from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
 from spark_checkpoint.settings import (
     DriverSettings,
     SettingsError,
-    attempt_directories,
     attempt_directory,
+    remove_attempt_directories,
     report_error,
 )
 from spark_checkpoint.sink import CheckpointParticipant, StartRefused
@@ -130,7 +129,9 @@ def _run(
             f"{location} exists: a checkpoint location is never reused across attempts",
             DriverExit.MISCONFIGURED,
         )
-    _remove_earlier_attempts(settings.work_dir, settings.attempt)
+    # What earlier drivers left on a work volume that outlives pods (a shared claim, a
+    # local run's directory) is dead: a new driver starts only after the previous one is gone.
+    remove_attempt_directories(settings.work_dir, lambda number: number < settings.attempt)
     agent = CheckpointAgent(
         storage=storage,
         location=location,
@@ -197,15 +198,6 @@ def _start(
     progress = _Progress(query)
     agent.query_started(lambda: _view(query, restore_check, progress), outcome)
     return _await_end(query, agent, location, outcome)
-
-
-def _remove_earlier_attempts(work_dir: Path, attempt: int) -> None:
-    """What earlier drivers left on a work volume that outlives pods (a shared claim, a
-    local run's directory) is dead: a new driver starts only after the previous one is gone,
-    and restores from storage, never from a live location."""
-    for number, earlier in attempt_directories(work_dir).items():
-        if number < attempt:
-            shutil.rmtree(earlier, ignore_errors=True)
 
 
 def _await_end(

@@ -7,7 +7,8 @@ listings or pod specs (in Kubernetes the file is a mounted Secret).
 import contextlib
 import json
 import os
-from collections.abc import Mapping
+import shutil
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +48,15 @@ def attempt_directories(work_dir: Path) -> dict[int, Path]:
         if number.isdigit():
             found[int(number)] = directory
     return found
+
+
+def remove_attempt_directories(work_dir: Path, which: Callable[[int], bool] = bool) -> None:
+    """Remove the attempt directories of ``work_dir`` whose attempt ``which`` picks (all by
+    default: attempts count from 1): dead live locations, as a restore reads storage, never
+    a live location."""
+    for number, directory in attempt_directories(work_dir).items():
+        if which(number):
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 class SettingsError(ValueError):
