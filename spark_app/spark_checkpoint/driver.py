@@ -34,6 +34,7 @@ from spark_checkpoint.storage import (
     StorageError,
     StorageOwnedElsewhere,
     SymbolicLinkError,
+    storage_failure,
 )
 
 if TYPE_CHECKING:
@@ -118,10 +119,8 @@ def _run(
     except StorageOwnedElsewhere as error:
         return fail_with(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
-        # A StorageError names its file; an OSError of an object store may name nothing
-        # ("The specified bucket does not exist").
-        where = "" if isinstance(error, StorageError) else f"{storage.layout.job_root}: "
-        return fail_with(f"cannot claim the job's storage: {where}{error}", DriverExit.FAILED)
+        failure = storage_failure(error, storage.layout.job_root)
+        return fail_with(f"cannot claim the job's storage: {failure}", DriverExit.FAILED)
     attempt_dir = attempt_directory(settings.work_dir, settings.attempt)
     location = attempt_dir / "checkpoint"
     if location.exists():

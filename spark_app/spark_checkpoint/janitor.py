@@ -44,6 +44,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageError,
     SymbolicLinkError,
+    storage_failure,
 )
 
 
@@ -95,10 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             case VerifyRestorable():
                 return _verify_restorable(storage, command)
     except (StorageError, OSError, ValueError) as error:
-        # An object store's OSError may name nothing ("The specified bucket does not exist").
-        unnamed = isinstance(error, OSError) and not error.filename
-        where = f"{layout.job_root}: " if unnamed else ""
-        print(failure_line(command, f"{where}{error}"), file=sys.stderr)
+        print(failure_line(command, storage_failure(error, layout.job_root)), file=sys.stderr)
         return 1
     return 0
 

@@ -23,6 +23,7 @@ from .errors import (
     hand_over_hint,
     printable,
     printable_line,
+    storage_failure,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
@@ -82,4 +83,5 @@ __all__ = [
     "printable",
     "printable_line",
     "snapshot_dir_name",
+    "storage_failure",
 ]

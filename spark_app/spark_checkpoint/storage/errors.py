@@ -24,6 +24,13 @@ class StorageError(Exception):
         return f"{self.path}: {self.reason}"
 
 
+def storage_failure(error: Exception, job_root: str) -> str:
+    """``error`` in one line that names where: an object store's OSError may name nothing
+    ("The specified bucket does not exist"), so the job's storage is named for it."""
+    unnamed = isinstance(error, OSError) and not error.filename
+    return f"{job_root}: {error}" if unnamed else str(error)
+
+
 class StorageAccessError(StorageError):
     """The storage service could not be used for a path: no or wrong credentials, an
     endpoint that does not answer, a request it refused (the reason names the library's
