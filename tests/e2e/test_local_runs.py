@@ -263,12 +263,13 @@ def test_rocksdb_state_store_restores_exactly_once(tmp_path: Path, changelog: bo
     run.wait_for_line(r"checkpoint \d+ complete")
     run.kill_driver()
     run.wait_for_line(r"restored from checkpoint:\d+")
-    assert run.wait() == 0, "\n".join(run.lines)
-    _assert_exactly_once(run)
-    # The restored attempt's live location (the killed one's was removed when it started).
+    # The restored attempt's live location, while it runs (the killed one's was removed when
+    # it started; the run removes its own when it ends): the image's RocksDB files.
     [live] = (tmp_path / "job/state/default/wordcount/work").glob("attempt-*/checkpoint/state/0/0")
     assert live.parts[-5] != "attempt-1"
     assert list(live.glob("*.changelog" if changelog else "*.zip")), "the run did use RocksDB"
+    assert run.wait() == 0, "\n".join(run.lines)
+    _assert_exactly_once(run)
 
 
 def test_state_that_executor_processes_write_is_checkpointed_and_restored_exactly_once(
