@@ -698,8 +698,6 @@ async def _run_locked(
         display.showing(supervisor),
     ):
         outcome = await supervisor.run()
-    if outcome is not TerminalOutcome.FAILED:  # a failed run's stays, to look into
-        await asyncio.to_thread(remove_attempt_directories, paths.work_dir)
     display.summary(
         outcome,
         supervisor.record,

@@ -17,7 +17,6 @@ import pytest
 import yaml
 
 from helpers.fake_query import (
-    BATCHES_VARIABLE,
     FAILURE_VARIABLE,
     reported_failure,
     run_cli,
@@ -978,28 +977,3 @@ def test_storage_that_did_not_move_is_not_refused_whatever_names_its_account(
 
     _check_storage_unchanged(JobRecord(coordinator=registry), storage, LocalPaths(tmp_path))
     assert storage.is_same_job_directory(production)
-
-
-def test_a_finished_jobs_live_locations_go_and_a_failed_ones_stay(tmp_path: Path) -> None:
-    """A finished job kept Spark's live checkpoint location (8 MB for the word count) for
-    good (a newcomer's): a restore reads storage, never a live location. A failed run's
-    stays to look into, until the next run."""
-    write_job(tmp_path, interval="200ms")
-    base = {k: v for k, v in os.environ.items() if k != FAILURE_VARIABLE}
-    work = tmp_path / ".spark-checkpoint" / "default" / "probe" / "work"
-    manifest = yaml.safe_load((tmp_path / "job.yaml").read_text())
-    manifest["spec"]["restartPolicy"] = {"type": "Never"}
-    (tmp_path / "job.yaml").write_text(yaml.safe_dump(manifest))
-
-    failed = run_cli(
-        tmp_path, "run", "-f", "job.yaml", environment={**base, FAILURE_VARIABLE: "boom"}
-    )
-    assert failed.returncode == 1, failed.stdout + failed.stderr
-    assert [p.name for p in work.iterdir()] == ["attempt-1"]
-
-    finished = run_cli(
-        tmp_path, "run", "-f", "job.yaml", environment={**base, BATCHES_VARIABLE: "3"}
-    )
-    assert finished.returncode == 0, finished.stdout + finished.stderr
-    assert "Finished" in finished.stdout
-    assert list(work.iterdir()) == []
