@@ -50,10 +50,9 @@ def attempt_directories(work_dir: Path) -> dict[int, Path]:
     return found
 
 
-def remove_attempt_directories(work_dir: Path, which: Callable[[int], bool] = bool) -> None:
-    """Remove the attempt directories of ``work_dir`` whose attempt ``which`` picks (all by
-    default: attempts count from 1): dead live locations, as a restore reads storage, never
-    a live location."""
+def remove_attempt_directories(work_dir: Path, which: Callable[[int], bool]) -> None:
+    """Remove the attempt directories of ``work_dir`` whose attempt ``which`` picks: dead
+    live locations, as a restore reads storage, never a live location."""
     for number, directory in attempt_directories(work_dir).items():
         if which(number):
             shutil.rmtree(directory, ignore_errors=True)
