@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 
 from spark_checkpoint.janitor_commands import (
     JANITOR_MODULE,
+    ClaimStorage,
     CollectGarbage,
     DiscardCheckpoint,
     DiscardSavepoint,
@@ -412,7 +413,19 @@ class LocalJanitor:
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
         await self._run(CollectGarbage(tuple(checkpoints), tuple(savepoints)))
 
+    async def claim(self) -> None:
+        """Claim the job's storage with the driver's credentials, before Spark starts: an
+        object store the driver would fail on (a mistyped bucket, missing keys) refuses the
+        run at once, not after a Spark start and the restart policy's retries."""
+        if (reason := await self._failure(ClaimStorage())) is not None:
+            raise RunRefused(f"cannot claim the job's storage: {reason}")
+
     async def _run(self, command: JanitorCommand) -> None:
+        if (reason := await self._failure(command)) is not None:
+            raise CleanupFailed(f"{command.NAME}: {reason}")
+
+    async def _failure(self, command: JanitorCommand) -> str | None:
+        """Why ``command`` failed in its janitor process; None when it did not."""
         try:
             process = await asyncio.create_subprocess_exec(
                 *dying_with_parent([sys.executable, "-m", JANITOR_MODULE, *command.arguments()]),
@@ -423,13 +436,11 @@ class LocalJanitor:
             )
             output, _ = await process.communicate()
         except OSError as error:
-            raise CleanupFailed(f"{command.NAME}: {error}") from error
-        if process.returncode != 0:
-            lines = output.decode(errors="replace").strip().splitlines()
-            reason = (
-                failure_reason(command, lines[-1]) if lines else f"exit code {process.returncode}"
-            )
-            raise CleanupFailed(f"{command.NAME}: {reason}")
+            return str(error)
+        if process.returncode == 0:
+            return None
+        lines = output.decode(errors="replace").strip().splitlines()
+        return failure_reason(command, lines[-1]) if lines else f"exit code {process.returncode}"
 
 
 def load_record(paths: LocalPaths) -> JobRecord:
@@ -513,6 +524,16 @@ async def run_local(
                 agent_start_timeout=agent_start_timeout,
                 restore_from=restore_from,
             )
+
+
+async def _claiming_janitor(
+    manifest: JobManifest, storage: CheckpointStorage, owner: StorageOwner
+) -> LocalJanitor:
+    """The run's janitor, once it claimed an object store (`_claimed` claims local storage)."""
+    janitor = LocalJanitor(manifest, storage.layout.root, owner)
+    if not storage.fs.is_local:
+        await janitor.claim()
+    return janitor
 
 
 def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
@@ -616,6 +637,7 @@ async def _run_locked(
             "spec.restore.initialSavepointPath)"
         )
     owner = _claimed(storage, paths)
+    janitor = await _claiming_janitor(manifest, storage, owner)
     report = display.line
     image = None if restore_from is None else _chosen(restore_from, record, storage)
     _check_initial_savepoint(manifest, record, storage)
@@ -660,7 +682,7 @@ async def _run_locked(
         config=manifest.coordinator_config(),
         restart_policy=restart_policy,
         launcher=launcher,
-        janitor=LocalJanitor(manifest, layout.root, owner),
+        janitor=janitor,
         save=save,
         record=record,
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from spark_checkpoint.janitor_commands import (
     JANITOR_SETTINGS,
+    ClaimStorage,
     CollectGarbage,
     DiscardCheckpoint,
     DiscardSavepoint,
@@ -66,9 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"bad settings: {error}", file=sys.stderr)
         return 2
     try:
-        if isinstance(command, DiscardCheckpoint | DiscardSavepoint | CollectGarbage):
+        if isinstance(
+            command, DiscardCheckpoint | DiscardSavepoint | CollectGarbage | ClaimStorage
+        ):
             storage.claim(owner)  # before anything of the job's storage is deleted
         match command:
+            case ClaimStorage():
+                print(f"claimed {layout.job_root}")
             case DiscardCheckpoint():
                 storage.discard_checkpoint(command.checkpoint_id, list(command.retained))
                 print(f"discarded checkpoint {command.checkpoint_id}")

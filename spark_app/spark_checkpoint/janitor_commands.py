@@ -98,6 +98,18 @@ class CollectGarbage:
 
 
 @dataclass(frozen=True, slots=True)
+class ClaimStorage:
+    """Claim the job's storage for its registry, and nothing else: a local run's check,
+    before Spark starts, that the storage it names can be used with the driver's
+    credentials (a mistyped bucket, missing keys)."""
+
+    NAME: ClassVar[str] = "claim-storage"
+
+    def arguments(self) -> list[str]:
+        return [self.NAME]
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveLiveDirectory:
     NAME: ClassVar[str] = "remove-live-directory"
     name: str  # the directory under the live claim's root
@@ -117,7 +129,12 @@ class VerifyRestorable:
 
 
 JanitorCommand = (
-    DiscardCheckpoint | DiscardSavepoint | CollectGarbage | RemoveLiveDirectory | VerifyRestorable
+    DiscardCheckpoint
+    | DiscardSavepoint
+    | CollectGarbage
+    | ClaimStorage
+    | RemoveLiveDirectory
+    | VerifyRestorable
 )
 
 
@@ -152,6 +169,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     garbage.add_argument("--checkpoints", type=_ids, default=(), help="registered ids (1,2)")
     garbage.add_argument("--savepoints", type=_ids, default=(), help="registered ids (1,2)")
+    commands.add_parser(ClaimStorage.NAME, help="claim the job's storage for its registry")
     live = commands.add_parser(
         RemoveLiveDirectory.NAME,
         help="delete a deleted job's directory on its live volume claim",
@@ -178,6 +196,8 @@ def parse(argv: Sequence[str] | None = None) -> JanitorCommand:
             return DiscardSavepoint(**arguments)
         case CollectGarbage.NAME:
             return CollectGarbage(**arguments)
+        case ClaimStorage.NAME:
+            return ClaimStorage()
         case RemoveLiveDirectory.NAME:
             return RemoveLiveDirectory(**arguments)
         case _:

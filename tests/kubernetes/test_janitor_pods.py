@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from spark_checkpoint.janitor_commands import (
     JANITOR_MODULE,
+    ClaimStorage,
     CollectGarbage,
     DiscardCheckpoint,
     DiscardSavepoint,
@@ -74,6 +75,7 @@ _commands = st.one_of(
     st.builds(DiscardCheckpoint, st.integers(0, 10**15), _ids),
     st.builds(DiscardSavepoint, st.integers(0, 10**15)),
     st.builds(CollectGarbage, _ids, _ids),
+    st.just(ClaimStorage()),
     st.builds(
         RemoveLiveDirectory,
         _text.filter(lambda name: name not in ("", ".", "..") and "/" not in name),

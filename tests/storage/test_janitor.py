@@ -384,6 +384,7 @@ def test_verify_restorable_without_spark_is_no_verdict_and_one_line(tmp_path: Pa
         ("collect-garbage", "--checkpoints=4"),
         ("discard-checkpoint", "3"),
         ("discard-savepoint", "2"),
+        ("claim-storage",),
     ],
 )
 def test_storage_of_another_registry_is_refused_in_one_line_and_nothing_is_deleted(
@@ -418,6 +419,21 @@ def test_unclaimed_storage_is_claimed_by_its_first_janitor_and_kept_by_it(
     assert StorageOwner.decode((job_storage / "owner.json").read_text()) == REGISTRY
     assert not (job_storage / "chk-3").exists() and not (job_storage / "savepoints/sp-2").exists()
     assert (job_storage / "chk-4").exists()
+
+
+def test_claiming_storage_claims_it_and_touches_nothing_else(
+    tmp_path: Path, job_storage: Path
+) -> None:
+    """A local run's check before Spark starts that the storage can be used."""
+    before = sorted(str(p.relative_to(job_storage)) for p in job_storage.rglob("*"))
+
+    result = _janitor(tmp_path, "claim-storage")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"claimed {tmp_path.as_uri()}/default/orders\n"
+    assert StorageOwner.decode((job_storage / "owner.json").read_text()) == REGISTRY
+    after = sorted(str(p.relative_to(job_storage)) for p in job_storage.rglob("*"))
+    assert after == sorted([*before, "owner.json"])
 
 
 def test_commands_other_than_verify_restorable_start_without_pyspark() -> None:
