@@ -1471,11 +1471,7 @@ def test_a_driver_running_with_pods_this_operator_refuses_goes_on_but_is_not_rep
 
     with operator_stopped(cluster):
         cluster.patch_spec("orders", {"driver": {"volumes": [misspelt]}})
-        stored = cluster.job("orders")
-        assert stored is not None
-        deployed = objects.deployment_hash(stored["spec"])
-        annotations = {"metadata": {"annotations": {objects.ANNOTATION_SPEC_HASH: deployed}}}
-        cluster.api.patch(PODS, "default", "orders-driver-1", annotations)
+        stored, deployed = _driver_deployed_by_an_earlier_operator(cluster)
         status = {"deploymentHash": deployed, "lastAcceptedSpec": json.dumps(stored["spec"])}
         cluster.api.patch(JOBS, "default", "orders", {"status": status}, subresource="status")
 
@@ -1753,6 +1749,17 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     assert retried["message"] == ""
 
 
+def _driver_deployed_by_an_earlier_operator(cluster: LocalCluster) -> tuple[Any, str]:
+    """The job as stored, and its spec's deployment hash, which its running driver's pod is
+    annotated with, as the earlier operator wrote once it had deployed the driver from it."""
+    stored = cluster.job("orders")
+    assert stored is not None
+    deployed = objects.deployment_hash(stored["spec"])
+    annotations = {"metadata": {"annotations": {objects.ANNOTATION_SPEC_HASH: deployed}}}
+    cluster.api.patch(PODS, "default", "orders-driver-1", annotations)
+    return stored, deployed
+
+
 @pytest.mark.parametrize("earlier_operator", ["lastAcceptedSpec", "SpecValid condition only"])
 def test_an_upgrade_that_tightens_a_rule_neither_stops_a_running_job_nor_its_next_change(
     cluster: LocalCluster, earlier_operator: str
@@ -1768,12 +1775,7 @@ def test_an_upgrade_that_tightens_a_rule_neither_stops_a_running_job_nor_its_nex
         reserved = {"name": "SPARK_CHECKPOINT_LEGACY", "value": "set before the rule"}
         with cluster.api.validated_by(SPARK_CHECKPOINT_JOBS_CRD, lambda obj, stored: obj):
             cluster.patch_spec("orders", {"application": {"env": [reserved]}})
-        stored = cluster.job("orders")
-        assert stored is not None
-        # What the earlier operator wrote once it had deployed the driver from that spec.
-        deployed = objects.deployment_hash(stored["spec"])
-        annotations = {"metadata": {"annotations": {objects.ANNOTATION_SPEC_HASH: deployed}}}
-        cluster.api.patch(PODS, "default", "orders-driver-1", annotations)
+        stored, deployed = _driver_deployed_by_an_earlier_operator(cluster)
         status: dict[str, Any] = {"deploymentHash": deployed}
         generation = stored["metadata"]["generation"]
         if earlier_operator == "lastAcceptedSpec":

@@ -370,7 +370,7 @@ class JobController:
         """Why the API server refuses the pod that would replace the running driver under
         this spec (an upgrade), asked in a dry run before the driver is stopped for it: such
         a spec is one in error, asked about again after the restart policy's backoff."""
-        spec = json.loads(json.dumps(dict(self._body.get("spec") or {})))
+        spec = self._body.get("spec") or {}
         # A suspension (or deletion) replaces no driver: nothing to ask, and it must not
         # wait for an upgrade that is refused.
         replacing = manifest.spec.state is JobState.RUNNING and self._stop is not _Stop.DELETE

@@ -579,7 +579,7 @@ class KubernetesLauncher:
         name = objects.driver_pod_name(self.manifest.name, attempt)
         namespace = self.manifest.namespace
         try:
-            name, pod = self._driver_pod(attempt, [])
+            _, pod = self._driver_pod(attempt, [])
             await self._api.create_namespaced_pod(namespace, pod, dry_run=True)
         except LaunchFailed as refused:
             return str(refused)
