@@ -536,6 +536,23 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
     ]
 
 
+def test_restoring_by_name_passes_over_no_image_a_restore_would_not_take() -> None:
+    """`run --from` says which image it restores "instead of": the one a plain run would
+    have restored, never a newer one already marked unrestorable (a reviewer's)."""
+    status, newer, older = _two_checkpoints()
+    status["unrestorable"] = [
+        {"source": f"checkpoint:{newer}", "reason": "a restored query failed", "attempt": 1}
+    ]
+    launcher = RestoringLauncher()
+    supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+
+    supervisor.restore_from(f"checkpoint:{older}", stored_as=(CheckpointKind.CHECKPOINT, older))
+
+    assert supervisor.passed_over == ()
+    [entry] = supervisor.record.unrestorable
+    assert entry.source == f"checkpoint:{newer}", "it stays unrestorable"
+
+
 class StillStartingAgent(RestoringAgent):
     """Reports its driver's restore while the query still starts, as the agent does from
     before the sinks' on_restore."""

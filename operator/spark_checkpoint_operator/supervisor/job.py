@@ -258,11 +258,14 @@ class JobSupervisor:
         completed = self._interpreter.coordinator.persisted_state.completed_count
         self._chosen_image = (image, completed)
         # Ids are in completion order; an external image starts the job over from elsewhere.
-        self._passed_over = [
+        # Those already unrestorable are no image a plain run would have restored.
+        newer = [
             RestoreCandidate.registered(c.kind, c.checkpoint_id).encode()
             for c in self._interpreter.coordinator.restore_candidates()
             if stored_as is None or c.checkpoint_id > stored_as[1]
         ]
+        failed = {entry.source for entry in self._record.unrestorable}
+        self._passed_over = [image for image in newer if image not in failed]
         # Asked for by name: tried again, though a restored query failed on it before.
         self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
         due = self._record.discards_due
@@ -272,7 +275,8 @@ class JobSupervisor:
 
     @property
     def passed_over(self) -> tuple[str, ...]:
-        """The registered images newer than the one `restore_from` chose, newest first."""
+        """The restorable registered images newer than the one `restore_from` chose, newest
+        first."""
         return tuple(self._passed_over)
 
     def request(self, event: TriggerRequested) -> None:
