@@ -218,10 +218,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.command == "run":
         args.manifest = args.manifest_file or args.manifest
         # Taken out: a process the background run starts (its driver) is none.
-        background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None) is not None
-        if args.detach and not background:
+        background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None)
+        if args.detach and background is None:
             return run_detached(args, sys.argv[1:] if argv is None else list(argv))
-        return _run(args)
+        handed_over = int(background) if background and background.isdigit() else None
+        return _run(args, handed_over_lock=handed_over)
     if args.command == "simulate":
         return _simulate(args)
     if args.command in ("status", "savepoint", "stop", "cancel"):
@@ -350,7 +351,7 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> Non
     )
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, *, handed_over_lock: int | None) -> int:
     try:
         manifest = load_manifest(args.manifest)
     except (ManifestError, OSError) as error:
@@ -369,6 +370,7 @@ def _run(args: argparse.Namespace) -> int:
                 metrics_port=args.metrics_port,
                 agent_start_timeout=args.agent_timeout,
                 restore_from=args.restore_from,
+                handed_over_lock=handed_over_lock,
             )
         )
     except RunRefused as error:

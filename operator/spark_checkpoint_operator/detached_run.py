@@ -28,9 +28,9 @@ from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.run_display import wall_clock
 
-# Set for the background run: it runs, whatever its arguments say (-d, --detach or
-# --detached; taking them out of its arguments missed a spelling, and each run detached
-# again, a process each time for ever).
+# Set for the background run, to the descriptor of the job's lock it is handed: it runs,
+# whatever its arguments say (-d, --detach or --detached; taking them out of its arguments
+# missed a spelling, and each run detached again, a process each time for ever).
 BACKGROUND_RUN_VARIABLE = "SPARK_CHECKPOINT_BACKGROUND_RUN"
 # Python's start and the run's checks (the manifest, --from's image): no Spark yet.
 ANSWER_TIMEOUT_SECONDS = 60.0
@@ -62,11 +62,15 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     try:
         require_own_state_directory(manifest)  # before anything is written there
         paths.logs_dir.mkdir(parents=True, exist_ok=True)
-        # Refused here, its refusal is not appended to the running job's log.
-        with job_lock(paths, manifest):
-            pass
+        # Refused here, its refusal is not appended to the running job's log; taken here,
+        # no other run writes there before this one's background run holds the lock.
+        with job_lock(paths, manifest) as lock:
+            started = _start_background_run(paths, argv, lock)
     except RunRefused as refused:
         print(f"spark-checkpoint run: {refused}", file=sys.stderr)
+        return ExitCode.FAILED
+    except SymbolicLinkError as error:
+        print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.FAILED
     except OSError as error:  # a state directory that is a file, a name too long
         print(
@@ -75,27 +79,8 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return ExitCode.FAILED
+    process, earlier_runs = started
     log_file = paths.logs_dir / "runtime.log"
-    command = [sys.executable, "-m", "spark_checkpoint_operator.cli"]
-    try:
-        log = open_state_file(log_file, append=True)
-    except SymbolicLinkError as error:
-        print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return ExitCode.FAILED
-    with log:
-        # Each run's part of the log starts with its command line: an earlier run's
-        # refusal is not read as this one's.
-        log.write(f"{wall_clock(time.time())} --- spark-checkpoint {shlex.join(argv)}\n".encode())
-        log.flush()
-        earlier_runs = log.tell()  # what this run adds is all a refusal shows
-        process = subprocess.Popen(
-            [*command, *argv],
-            env={**os.environ, BACKGROUND_RUN_VARIABLE: "1"},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
-        )
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     answering = False
     # Until its driver's agent answers, the run may still end at once (no image it can
@@ -148,3 +133,26 @@ def _status_of(paths: LocalPaths, runtime_pid: int) -> RuntimeStatus | None:
     if answer.status is None or answer.status.runtime_pid != runtime_pid:
         return None
     return answer.status
+
+
+def _start_background_run(
+    paths: LocalPaths, argv: list[str], lock: int
+) -> tuple["subprocess.Popen[bytes]", int]:
+    """The background run, its output appended to the job's log, handed the job's
+    ``lock``; with where its part of the log starts."""
+    with open_state_file(paths.logs_dir / "runtime.log", append=True) as log:
+        # Each run's part of the log starts with its command line: an earlier run's
+        # refusal is not read as this one's.
+        log.write(f"{wall_clock(time.time())} --- spark-checkpoint {shlex.join(argv)}\n".encode())
+        log.flush()
+        earlier_runs = log.tell()  # what this run adds is all a refusal shows
+        process = subprocess.Popen(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", *argv],
+            env={**os.environ, BACKGROUND_RUN_VARIABLE: str(lock)},
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            pass_fds=(lock,),
+            start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
+        )
+    return process, earlier_runs

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import dataclasses
 import difflib
+import errno
 import fcntl
 import os
 import secrets
@@ -124,9 +125,13 @@ def require_own_state_directory(manifest: JobManifest) -> None:
 
 
 @contextlib.contextmanager
-def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
+def job_lock(
+    paths: LocalPaths, manifest: JobManifest, *, handed_over: int | None = None
+) -> Iterator[int]:
     """Held for a whole run: a second run of the same job would otherwise take the first
-    one's driver for a leftover and kill it."""
+    one's driver for a leftover and kill it. Yields the lock's descriptor, which a
+    detached run's command hands over to its background run (``handed_over`` there): no
+    other run can take the lock in between."""
     with _exclusive(
         paths.lock_file,
         subject="the job's state directory",
@@ -134,8 +139,9 @@ def job_lock(paths: LocalPaths, manifest: JobManifest) -> Iterator[None]:
             f"job {manifest.namespace}/{manifest.name} is already running "
             f"(pid {holder}, lock {paths.lock_file}): stop that run first"
         ),
-    ):
-        yield
+        handed_over=handed_over,
+    ) as descriptor:
+        yield descriptor
 
 
 @contextlib.contextmanager
@@ -172,14 +178,25 @@ def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[
 
 
 @contextlib.contextmanager
-def _exclusive(lock_file: Path, *, subject: str, busy: Callable[[str], str]) -> Iterator[None]:
+def _exclusive(
+    lock_file: Path,
+    *,
+    subject: str,
+    busy: Callable[[str], str],
+    handed_over: int | None = None,
+) -> Iterator[int]:
     """An ``flock`` on ``lock_file``, which goes with the process however it ends; the file
     only names the holder (its pid) for the `JobBusy` message ``busy`` makes of it. A lock
     that cannot be taken (no permission, no lock manager on NFS) refuses the run, naming
     ``subject``. Created as any shared file is (the umask decides who else may take it):
-    flock on NFS needs the file open for writing."""
+    flock on NFS needs the file open for writing. ``handed_over``: a descriptor of the
+    file, inherited from the process holding the lock on it (the lock is the open file's,
+    so it is taken again at once)."""
     try:
-        descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        if handed_over is None:
+            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o666)
+        else:
+            descriptor = _inherited(handed_over, lock_file)
     except OSError as error:
         raise RunRefused(
             f"{subject}: cannot open the lock {lock_file}: {error.strerror or error}"
@@ -196,14 +213,25 @@ def _exclusive(lock_file: Path, *, subject: str, busy: Callable[[str], str]) -> 
             ) from None
         try:
             os.ftruncate(descriptor, 0)
-            os.write(descriptor, f"{os.getpid()}\n".encode())
+            # At the start: a handed-over descriptor's offset is past its first holder's pid.
+            os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
         except OSError as error:
             raise RunRefused(
                 f"{subject}: cannot write the lock {lock_file}: {error.strerror or error}"
             ) from None
-        yield
+        yield descriptor
     finally:
         os.close(descriptor)
+
+
+def _inherited(descriptor: int, lock_file: Path) -> int:
+    """``descriptor``, once found open on ``lock_file`` itself (OSError otherwise), and no
+    longer passed on to the processes this one starts."""
+    opened, named = os.fstat(descriptor), os.stat(lock_file, follow_symlinks=False)
+    if (opened.st_dev, opened.st_ino) != (named.st_dev, named.st_ino):
+        raise OSError(errno.EBADF, f"descriptor {descriptor} handed over is another file")
+    os.set_inheritable(descriptor, False)
+    return descriptor
 
 
 class LocalDriver:
@@ -467,10 +495,12 @@ async def run_local(
     metrics_port: int | None = None,
     agent_start_timeout: float | None = None,
     restore_from: str | None = None,
+    handed_over_lock: int | None = None,
 ) -> TerminalOutcome:
     """Run the job to its end; Ctrl-C takes a savepoint and stops (a second one kills).
     With ``metrics_port``, Prometheus metrics are served on loopback; with ``restore_from``
-    (``run --from``), that image is restored instead of the newest. Raises `JobBusy` if
+    (``run --from``), that image is restored instead of the newest; ``handed_over_lock``:
+    the job's lock, taken by the command that started this run (`job_lock`). Raises `JobBusy` if
     another run of the job is under way, `RunRefused` for an image that cannot be restored
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
@@ -497,7 +527,7 @@ async def run_local(
             manifest.name,
         )
     )
-    with job_lock(paths, manifest):
+    with job_lock(paths, manifest, handed_over=handed_over_lock):
         # Before the storage's lock, which would create the job's directory there.
         _check_storage_unchanged(load_record(paths), storage, paths)
         with storage_lock(storage, manifest):

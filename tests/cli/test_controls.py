@@ -27,6 +27,7 @@ from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator import control_commands
 from spark_checkpoint_operator.cli import main
 from spark_checkpoint_operator.control_protocol import ControlAnswer, Outcome
+from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE
 
 
 class LocalJob:
@@ -584,12 +585,61 @@ def test_a_second_detached_run_of_a_running_job_is_refused(job: LocalJob) -> Non
     first = job.runtime_pid()
     second = job.cli("run", "-f", "job.yaml", "--detach")
     assert second.returncode == 1
-    assert "spark-checkpoint run: job default/probe is already running" in second.stderr
+    # The background run holds the lock its command handed over, and names itself there.
+    assert f"job default/probe is already running (pid {first}, " in second.stderr
     assert "runs in the background" not in second.stdout
     log = (job.job_dir / "logs" / "runtime.log").read_text()
     assert "already running" not in log, "the refused run wrote into the running job's log"
     assert job.status()["runtimePid"] == first
     assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_two_detached_runs_started_together_one_runs_the_other_is_refused_alone(
+    job: LocalJob,
+) -> None:
+    """Both checked the job's lock before either background run took it: the refused one
+    showed the other run's first lines as its own before its refusal (a newcomer's)."""
+    command = [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml", "-d"]
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
+    runs = [subprocess.Popen(command, cwd=job.directory, **pipes) for _ in range(2)]
+    outputs = [(run.communicate(timeout=120), run.returncode) for run in runs]
+    [((started_out, _), started_code), ((refused_out, refused_err), refused_code)] = sorted(
+        outputs, key=lambda output: output[1]
+    )
+    assert (started_code, refused_code) == (0, 1)
+    assert "runs in the background" in started_out
+    assert refused_out == ""
+    assert refused_err.startswith("spark-checkpoint run: job default/probe is already running")
+    assert refused_err.count("\n") == 1, refused_err
+    log = (job.job_dir / "logs" / "runtime.log").read_text()
+    assert "already running" not in log, "the refused run wrote into the running job's log"
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
+def test_a_background_run_handed_another_file_than_its_lock_is_refused(
+    job: LocalJob, tmp_path: Path
+) -> None:
+    """Only the job's own lock, open in the command that started it, is taken over."""
+    lock = job.job_dir / "run.lock"
+    lock.parent.mkdir(parents=True)
+    lock.touch()  # an earlier run's
+    with (tmp_path / "other").open("w") as other:
+        descriptor = other.fileno()
+        refused = subprocess.run(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml"],
+            cwd=job.directory,
+            env={**os.environ, BACKGROUND_RUN_VARIABLE: str(descriptor)},
+            pass_fds=(descriptor,),
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"spark-checkpoint run: the job's state directory: cannot open the lock {lock}: "
+        f"descriptor {descriptor} handed over is another file\n"
+    )
 
 
 def test_a_run_whose_output_is_closed_stops_with_a_savepoint(job: LocalJob) -> None:
