@@ -2,6 +2,7 @@
 the command returns once the run answers on its control socket."""
 
 import argparse
+import contextlib
 import os
 import shlex
 import subprocess
@@ -16,6 +17,7 @@ from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
     RunRefused,
     job_lock,
+    name_lock_holder,
     require_own_state_directory,
 )
 from spark_checkpoint_operator.local_state import (
@@ -155,4 +157,7 @@ def _start_background_run(
             pass_fds=(lock,),
             start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
         )
+    # A run refused from now on names the background run, not this command (which exits).
+    with contextlib.suppress(OSError):  # the background run names itself anyway
+        name_lock_holder(lock, process.pid)
     return process, earlier_runs

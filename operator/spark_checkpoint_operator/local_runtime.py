@@ -212,9 +212,7 @@ def _exclusive(
                 f"{subject}: cannot lock {lock_file}: {error.strerror or error}"
             ) from None
         try:
-            os.ftruncate(descriptor, 0)
-            # At the start: a handed-over descriptor's offset is past its first holder's pid.
-            os.pwrite(descriptor, f"{os.getpid()}\n".encode(), 0)
+            name_lock_holder(descriptor, os.getpid())
         except OSError as error:
             raise RunRefused(
                 f"{subject}: cannot write the lock {lock_file}: {error.strerror or error}"
@@ -222,6 +220,13 @@ def _exclusive(
         yield descriptor
     finally:
         os.close(descriptor)
+
+
+def name_lock_holder(descriptor: int, pid: int) -> None:
+    """Write ``pid`` into the lock file open as ``descriptor``: the run a refused one names."""
+    os.ftruncate(descriptor, 0)
+    # At the start: a handed-over descriptor's offset is past its first holder's pid.
+    os.pwrite(descriptor, f"{pid}\n".encode(), 0)
 
 
 def _inherited(descriptor: int, lock_file: Path) -> int:

@@ -24,10 +24,13 @@ from helpers.fake_query import INPUT_BATCHES_VARIABLE, write_job
 from helpers.script_job import alive, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
-from spark_checkpoint_operator import control_commands
+from spark_checkpoint_operator import control_commands, detached_run
 from spark_checkpoint_operator.cli import main
 from spark_checkpoint_operator.control_protocol import ControlAnswer, Outcome
 from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE
+from spark_checkpoint_operator.local_runtime import job_lock
+from spark_checkpoint_operator.local_state import default_state_dir, local_paths
+from spark_checkpoint_operator.manifest.loading import load_manifest
 
 
 class LocalJob:
@@ -640,6 +643,20 @@ def test_a_background_run_handed_another_file_than_its_lock_is_refused(
         f"spark-checkpoint run: the job's state directory: cannot open the lock {lock}: "
         f"descriptor {descriptor} handed over is another file\n"
     )
+
+
+def test_the_lock_names_the_background_run_once_it_is_started(job: LocalJob) -> None:
+    """Not the command that started it, which exits: until the background run named itself,
+    a run refused meanwhile named a pid that was soon gone."""
+    manifest = load_manifest(job.directory / "job.yaml")
+    paths = local_paths(manifest, default_state_dir(job.directory / "job.yaml"))
+    paths.logs_dir.mkdir(parents=True)
+    with job_lock(paths, manifest) as lock:
+        background, _ = detached_run._start_background_run(paths, ["--version"], lock)
+        named = paths.lock_file.read_text()
+    paths.lock_file.unlink()  # this process may be named there: not a run to clean up
+    assert background.wait(timeout=60) == 0
+    assert named == f"{background.pid}\n"
 
 
 def test_a_run_whose_output_is_closed_stops_with_a_savepoint(job: LocalJob) -> None:
