@@ -46,7 +46,9 @@ class ScriptedCheck:
         return [SPARK_REASON] if image in self.unrestorable else []
 
 
-def _supervisor(launcher: FakeLauncher, check: ScriptedCheck) -> tuple[JobSupervisor, list[Notice]]:
+def _supervisor(
+    launcher: FakeLauncher, check: ScriptedCheck | None
+) -> tuple[JobSupervisor, list[Notice]]:
     notices: list[Notice] = []
 
     async def save(record: JobRecord) -> None:
@@ -140,6 +142,33 @@ def test_a_run_cut_short_leaves_no_check_behind() -> None:
 
     checked, cancelled = asyncio.run(scenario())
     assert cancelled == checked, "the check ended with the run"
+
+
+def test_the_setting_turned_on_and_off_while_the_job_runs_applies_from_then_on() -> None:
+    """verifyRestorable changed on a running job's spec (it calls for no new driver): it
+    was read when the driver started only (a reviewer's)."""
+
+    async def scenario() -> tuple[ScriptedCheck, list[int]]:
+        launcher, check = FakeLauncher(), ScriptedCheck()
+        supervisor, _ = _supervisor(launcher, None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        agent = launcher.drivers[0].agent
+        unchecked = list(agent.completed)
+        check.release.clear()
+        supervisor.check_restorable_with(check)
+        await until(lambda: bool(check.checked))
+        supervisor.check_restorable_with(None)  # while a check is under way
+        check.release.set()
+        done = len(agent.completed)
+        await until(lambda: len(agent.completed) >= done + 3)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return check, unchecked
+
+    check, unchecked = asyncio.run(scenario())
+    [image] = check.checked  # none after it was off
+    assert image not in {f"checkpoint:{i}" for i in unchecked}, "completed before it was on"
 
 
 def test_with_the_setting_off_nothing_is_checked(tmp_path: Path) -> None:

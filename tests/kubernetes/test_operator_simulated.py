@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
-from spark_checkpoint.janitor_commands import DiscardCheckpoint
+from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
 
@@ -526,6 +526,26 @@ def test_discards_that_failed_as_the_job_ended_are_done_when_it_is_deleted(
         assert {d["id"] for d in due} <= discarded, agents.cleanups
 
 
+def test_verify_restorable_turned_on_for_a_running_job_checks_its_next_images(
+    tmp_path: Path,
+) -> None:
+    """It calls for no new driver, and was read when the driver started only (a
+    reviewer's): turned on, check pods check the images completed from then on."""
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        completed(cluster, "orders", 2)
+        assert not any(VerifyRestorable.NAME in command for command in agents.cleanups)
+        spec = {"checkpointing": {"verifyRestorable": True}}
+        cluster.api.patch(JOBS, "default", "orders", {"spec": spec})
+
+        cluster.wait_for(
+            "a check pod",
+            lambda: any(VerifyRestorable.NAME in command for command in agents.cleanups),
+        )
+        assert cluster.status("orders")["jobAttempt"] == 1, "the driver runs on"
+
+
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
     cluster.apply(job())
     completed(cluster, "orders", 1)
@@ -777,6 +797,30 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     cluster.wait_for_event("orders", "SavepointCompleted")
     cluster.wait_for_event("orders", "JobCancelled")
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+@pytest.mark.parametrize("final_savepoint", [True, False])
+def test_deletion_goes_by_the_shutdown_settings_the_spec_has_when_it_is_deleted(
+    cluster: LocalCluster, final_savepoint: bool
+) -> None:
+    """spec.shutdown changed while the driver runs (it calls for no new driver): the
+    deletion went by the settings the driver was started with, and a finalSavepoint turned
+    on just before deleting the job took none (a reviewer's)."""
+    cluster.apply(job(shutdown={"finalSavepoint": not final_savepoint}))
+    completed(cluster, "orders", 1)
+    spec = {"shutdown": {"finalSavepoint": final_savepoint}}
+    cluster.api.patch(JOBS, "default", "orders", {"spec": spec})
+
+    cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    cluster.wait_for_event("orders", "JobCancelled")
+    final = [
+        event
+        for event in cluster.events("orders")
+        if event["reason"] == "SavepointCompleted" and "complete (final)" in event["message"]
+    ]
+    assert len(final) == int(final_savepoint), cluster.event_reasons("orders")
 
 
 @pytest.mark.parametrize(

@@ -263,11 +263,8 @@ class JobController:
         manifest = self._manifest
         claim = manifest.spec.checkpointing.live_volume_claim if manifest is not None else None
         if manifest is not None and claim and self._record.attempt:
-            janitor = KubernetesJanitor(
-                self._clients, manifest, self._body, _storage(manifest), self._on_notice
-            )
             try:
-                await janitor.remove_live_directory()
+                await self._janitor(manifest).remove_live_directory()
             except CleanupFailed as error:
                 # Not worth holding the deletion for: the directory is named after the job
                 # object's uid, so nothing ever reads it again.
@@ -505,15 +502,12 @@ class JobController:
         launcher: DriverLauncher,
         save: Callable[[JobRecord], Awaitable[None]] | None = None,
     ) -> JobSupervisor:
-        janitor = KubernetesJanitor(
-            self._clients, manifest, self._body, _storage(manifest), self._on_notice
-        )
         return JobSupervisor(
             config=manifest.coordinator_config(),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
-            janitor=janitor,
-            restorable_check=janitor if manifest.spec.checkpointing.verify_restorable else None,
+            janitor=self._janitor(manifest),
+            restorable_check=self._restorable_check(manifest),
             save=save or self._save,
             record=self._record,
             initial_savepoint=manifest.spec.restore.initial_savepoint_path,
@@ -521,6 +515,15 @@ class JobController:
             observer=self._observer,
             idle_poll_interval=self._idle_poll_interval,
         )
+
+    def _janitor(self, manifest: JobManifest) -> KubernetesJanitor:
+        return KubernetesJanitor(
+            self._clients, manifest, self._body, _storage(manifest), self._on_notice
+        )
+
+    def _restorable_check(self, manifest: JobManifest) -> KubernetesJanitor | None:
+        """What checks the completed images (in check pods), if verifyRestorable."""
+        return self._janitor(manifest) if manifest.spec.checkpointing.verify_restorable else None
 
     async def _supervise(self, manifest: JobManifest) -> None:
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
@@ -548,7 +551,10 @@ class JobController:
                     await _cancel(running)  # the driver runs on; the next operator adopts it
                     return
                 if self._stop is _Stop.DELETE:
-                    await self._shut_down(_Shutdown(supervisor, manifest), running)
+                    # By the spec as it is now: spec.shutdown changed since the driver
+                    # started counts (it starts no new driver).
+                    latest = await self._read_spec() or self._manifest or manifest
+                    await self._shut_down(_Shutdown(supervisor, latest), running)
                     return
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
@@ -572,6 +578,7 @@ class JobController:
         if manifest is None:
             return
         supervisor.reconfigure(manifest.coordinator_config(), manifest.spec.restart_policy)
+        supervisor.check_restorable_with(self._restorable_check(manifest))
         running = self._record.phase is JobPhase.RUNNING
         if running:  # a nonce waits for the job to run; handled, it is never repeated
             self._request_by_nonce(supervisor, manifest, CheckpointKind.CHECKPOINT)

@@ -1121,6 +1121,14 @@ class JobSupervisor:
 
     # ------------------------------------------------------------------ restorable checks
 
+    def check_restorable_with(self, check: RestorableCheck | None) -> None:
+        """checkpointing.verifyRestorable changed while the job runs: the images completed
+        from now on are checked with ``check``, or none is (one under way ends as it will;
+        one waiting is not checked)."""
+        self._restorable_check = check
+        if check is None:
+            self._to_check = None
+
     def check_restorable(self, image: str) -> None:
         """Check ``image`` once the check under way (if any) is done, instead of any image
         still waiting: checkpointing never waits for checks, and checks never pile up."""
@@ -1135,12 +1143,13 @@ class JobSupervisor:
             await self._checking
 
     async def _run_checks(self) -> None:
-        assert self._restorable_check is not None
-        while (image := self._to_check) is not None:
+        while (image := self._to_check) is not None and (
+            check := self._restorable_check
+        ) is not None:
             self._to_check = None
             started = time.monotonic()
             try:
-                problems = await self._restorable_check.problems(image)
+                problems = await check.problems(image)
             except CheckUnavailable as error:
                 self._notify(
                     "RestorableCheckSkipped", Level.WARNING, f"could not check {image}: {error}"
