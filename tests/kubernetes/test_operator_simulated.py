@@ -1404,6 +1404,30 @@ def test_a_spec_only_a_cluster_rejects_is_a_condition_and_other_jobs_run(
     completed(cluster, "healthy", 2)
 
 
+def test_a_new_generation_invalid_for_the_same_reason_is_observed(cluster: LocalCluster) -> None:
+    """observedGeneration is the generation the operator last read: a spec edited but still
+    invalid the same way wrote no status, so GitOps tools (kstatus) saw the edit as still
+    being reconciled (a reviewer's)."""
+    unshared = job()  # executors without a shared live volume
+    unshared["spec"]["application"]["sparkConf"] = {"spark.master": "k8s://cluster"}
+    cluster.apply(unshared)
+    cluster.wait_for_event("orders", "InvalidSpec")
+    cluster.wait_for("generation 1 observed", lambda: cluster.status("orders").get("conditions"))
+
+    cluster.patch_spec("orders", {"checkpointing": {"retained": 4}})
+
+    status = cluster.wait_for(
+        "generation 2 observed",
+        lambda: (s := cluster.status("orders")).get("observedGeneration") == 2 and s,
+    )
+    assert {c["type"]: c["observedGeneration"] for c in status["conditions"]} == {
+        "Ready": 2,
+        "CheckpointsHealthy": 2,
+        "SpecValid": 2,
+    }
+    assert cluster.pods("orders") == []
+
+
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [

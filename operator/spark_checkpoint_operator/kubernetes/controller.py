@@ -148,6 +148,7 @@ class JobController:
         self._spec: dict[str, Any] = {}
         self._saving = asyncio.Lock()
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
+        self._written_generation: int | None = None  # the observedGeneration stored last
         self._finishing_told: set[str] = set()  # stops said to need no savepoint (a run's)
         self._ended = asyncio.Event()  # `run` or `delete` returned or failed
         # Whether the job had ended when its status was read (by another operator process,
@@ -349,8 +350,13 @@ class JobController:
             elif tolerated is not None:
                 self._post_event("Warning", "SpecAcceptedUnchanged", tolerated)
         # The accepted spec is stored at once: a job that is not running writes no other
-        # status, and the next operator ratchets against what is stored.
-        if verdict_changed or (manifest is not None and self._spec != self._stored_spec):
+        # status, and the next operator ratchets against what is stored. Every generation
+        # read is said (observedGeneration): GitOps tools wait for it.
+        if (
+            verdict_changed
+            or (manifest is not None and self._spec != self._stored_spec)
+            or generation != self._written_generation
+        ):
             await self._save(self._record)
         return manifest
 
@@ -829,6 +835,7 @@ class JobController:
                 )
                 if accepted:
                     self._stored_spec = accepted
+                self._written_generation = observed.generation
                 return
             except ApiException as error:
                 # The coordinator must not act on state that is not stored: retried, then
