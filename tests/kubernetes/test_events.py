@@ -3,10 +3,13 @@ withheld said by the next one posted (`EventThrottle`, with an injected clock)."
 
 import re
 
+import kopf
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from spark_checkpoint_operator.kubernetes.events import MAX_MESSAGE_LENGTH, EventThrottle
+from spark_checkpoint_operator.kubernetes import handlers
+from spark_checkpoint_operator.kubernetes.events import BURST, MAX_MESSAGE_LENGTH, EventThrottle
 
 WITHHELD = re.compile(r" \((\d+) more (\w+) event\(s\) not posted in the last (\d+)s: see the")
 
@@ -114,3 +117,17 @@ def test_every_event_is_posted_or_counted_and_no_reason_exceeds_its_bucket(
         unsaid = len(outcomes) - last_posted - 1
         assert len(mine) + said + unsaid == len(outcomes)
         assert all(match[2] == reason for match in map(WITHHELD.search, mine) if match)
+
+
+def test_a_jobs_throttle_outlives_its_daemons_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A daemon restarted every few seconds (its status writes refused) posted its events
+    anew each time, unthrottled for ever (a reviewer's): the throttle is the job's (Kopf's
+    per-object memo), not each daemon run's."""
+    posted: list[str] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **event: posted.append(event["reason"]))
+    memo, body = kopf.Memo(), kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
+    for _ in range(3):  # the daemon's runs
+        post = handlers._event_throttle(body, memo)
+        for _ in range(BURST):
+            post("Normal", "DriverAdopted", "adopted the running driver")
+    assert posted == ["DriverAdopted"] * BURST

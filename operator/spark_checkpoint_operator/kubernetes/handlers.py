@@ -42,6 +42,7 @@ CONTROLLERS = "controllers"
 CLIENTS = "clients"
 METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
+EVENT_THROTTLE = "event throttle"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
 # How soon a job's daemon that failed (a status not written) starts over and adopts the driver.
@@ -223,18 +224,27 @@ async def job_changed(memo: kopf.Memo, **_: Any) -> None:
 
 
 def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
-    def post_event(kind: str, reason: str, message: str) -> None:
-        kopf.event(body, type=kind, reason=reason, message=message)
-
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     return JobController(
         memo[CLIENTS],
         body,
-        EventThrottle(post_event),
+        _event_throttle(body, memo),
         memo[METRICS].job(namespace, name),
         observers=[observe(namespace, name) for observe in JOB_OBSERVERS],
         **memo[CONTROLLER_SETTINGS],
     )
+
+
+def _event_throttle(body: kopf.Body, memo: kopf.Memo) -> EventThrottle:
+    """The job's events, throttled across its daemon's runs (Kopf's memo is per job): a
+    daemon restarted every few seconds (a status write refused) posted each of its events
+    anew every time."""
+
+    def post_event(kind: str, reason: str, message: str) -> None:
+        kopf.event(body, type=kind, reason=reason, message=message)
+
+    throttle: EventThrottle = memo.setdefault(EVENT_THROTTLE, EventThrottle(post_event))
+    return throttle
 
 
 # While a deleted job takes its final savepoint, Kopf checks every second whether its
