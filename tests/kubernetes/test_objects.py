@@ -412,6 +412,20 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
             "spec.driver.volumes[0]: unknown field 'persistentVolumeClam' (did you mean "
             "persistentVolumeClaim?)",
         ),
+        # No source (a templating miss): an emptyDir too (a reviewer's).
+        *(
+            (
+                {"driver": {"volumes": [volume]}},
+                "spec.driver.volumes[0]: no volume source (persistentVolumeClaim, configMap, "
+                "secret, ...): the API server would make it an emptyDir, lost with its pod; "
+                "write emptyDir: {} if that is what is meant",
+            )
+            for volume in ({"name": "out"}, {"name": "out", "persistentVolumeClaim": None})
+        ),
+        (
+            {"executor": {"volumes": [{"name": "out", "emptyDir": {}, "secret": {}}]}},
+            "spec.executor.volumes[0]: emptyDir and secret: a volume has one source",
+        ),
         (
             {
                 "executor": {

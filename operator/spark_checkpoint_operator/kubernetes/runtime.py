@@ -939,9 +939,11 @@ def typed_object_problems(manifest: JobManifest) -> list[str]:
             ("tolerations", V1Toleration, role.tolerations),
         ):
             for index, item in enumerate(items):
-                problems += _kubernetes_object_problems(
-                    f"spec.{role_name}.{kind}[{index}]", model, item
-                )
+                field = f"spec.{role_name}.{kind}[{index}]"
+                typed = _kubernetes_object_problems(field, model, item)
+                if not typed and model is V1Volume:
+                    typed = _volume_source_problems(field, item)
+                problems += typed
         for index, volume in enumerate(role.volumes):
             problems += [
                 f"spec.{role_name}.volumes[{index}].{path}: {problem}"
@@ -975,6 +977,22 @@ def _kubernetes_object_problems(field: str, model: _PodPart, value: Mapping[str,
     except pydantic.ValidationError as error:
         return [f"{field}: {_problems(error)}"]
     return _unknown_fields(value, built.model_dump(by_alias=True) if built else {}, field)
+
+
+def _volume_source_problems(field: str, volume: Mapping[str, Any]) -> list[str]:
+    """A volume names one source: the API server makes one without any (a templating
+    miss, ``persistentVolumeClaim: null``) an emptyDir, where output meant for a claim is
+    lost with the pod, and refuses one with several."""
+    sources = [key for key, value in volume.items() if key != "name" and value is not None]
+    if not sources:
+        return [
+            f"{field}: no volume source (persistentVolumeClaim, configMap, secret, ...): the "
+            "API server would make it an emptyDir, lost with its pod; write emptyDir: {} if "
+            "that is what is meant"
+        ]
+    if len(sources) > 1:
+        return [f"{field}: {' and '.join(sources)}: a volume has one source"]
+    return []
 
 
 def _unknown_fields(given: Any, known: Any, field: str) -> list[str]:
