@@ -377,15 +377,20 @@ class LocalLauncher:
             log = open_state_file(log_file, append=True)
         except SymbolicLinkError as error:
             raise LaunchFailed(str(error)) from None
-        process = await asyncio.create_subprocess_exec(
-            *dying_with_parent(command),
-            cwd=self._manifest_dir,
-            env=environment,
-            stdout=log,
-            stderr=log,
-            stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *dying_with_parent(command),
+                cwd=self._manifest_dir,
+                env=environment,
+                stdout=log,
+                stderr=log,
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as error:  # an interpreter or a manifest directory out of reach
+            log.close()
+            where = f"{error.filename}: " if error.filename else ""
+            raise LaunchFailed(f"{where}{error.strerror or error}") from None
         agent = AgentClient(f"http://127.0.0.1:{port}", token)
         driver = LocalDriver(
             process, agent, log=log, log_file=log_file, error_file=error_file, restore=restore

@@ -977,3 +977,23 @@ def test_storage_that_did_not_move_is_not_refused_whatever_names_its_account(
 
     _check_storage_unchanged(JobRecord(coordinator=registry), storage, LocalPaths(tmp_path))
     assert storage.is_same_job_directory(production)
+
+
+def test_a_driver_that_cannot_be_started_fails_the_job_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An interpreter the user may not run: the run ended in a traceback, its status left
+    Deploying (a newcomer's)."""
+    job = ScriptJob(tmp_path, "pass\n")
+    monkeypatch.setattr("sys.executable", str(tmp_path / "no-python"))
+
+    assert main(["run", str(job.manifest), "--state-dir", str(job.state_dir)]) == 1
+
+    out = capsys.readouterr().out
+    assert (
+        f"job failed: the driver could not be started: {tmp_path / 'no-python'}: No such file "
+        "or directory\n"
+    ) in out
+    assert "Traceback" not in out
+    status = json.loads((job.job_dir / "status.json").read_text())
+    assert status["status"]["phase"] == "Failed"
