@@ -1136,9 +1136,9 @@ def test_the_history_deletes_a_savepoint_a_restore_failed_on_before_one_it_can_r
     """The supervisor's record of images a restore failed on reaches the savepoint
     history: with room for 2, savepoint 2 (unrestorable) goes, not savepoint 1."""
 
-    async def scenario() -> tuple[FakeAgent, JobSupervisor]:
+    async def scenario() -> tuple[FakeAgent, JobSupervisor, list[str]]:
         launcher = FakeLauncher()
-        supervisor, _lines = _supervisor(launcher, interval=None, savepoints_kept=2)
+        supervisor, lines = _supervisor(launcher, interval=None, savepoints_kept=2)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
         agent = launcher.drivers[0].agent
@@ -1152,11 +1152,17 @@ def test_the_history_deletes_a_savepoint_a_restore_failed_on_before_one_it_can_r
         await until(lambda: bool(agent.discarded_savepoints))
         launcher.drivers[0].code = DriverExit.FINISHED
         await run
-        return agent, supervisor
+        return agent, supervisor, lines
 
-    agent, supervisor = asyncio.run(scenario())
+    agent, supervisor, lines = asyncio.run(scenario())
     assert agent.discarded_savepoints == [2]
     assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [1, 3]
+    # Not "older than the history keeps" (a newcomer's: savepoint 1 stays).
+    [said] = [line for line in lines if line.startswith("deleting savepoint 2")]
+    assert said.endswith(
+        "not restored from again (its restored query failed): the first to go over the "
+        "savepoint history (spec.savepoints.historyMaxCount, historyMaxAge)"
+    )
 
 
 class RefusingAgent(FakeAgent):

@@ -294,8 +294,8 @@ class EffectInterpreter:
                 self._notify(
                     "SavepointDiscarded",
                     Level.NOTE,
-                    f"deleting savepoint {sid} (batch {savepoint.batch_id}): older than the "
-                    "savepoint history keeps (spec.savepoints.historyMaxCount, historyMaxAge)",
+                    f"deleting savepoint {sid} (batch {savepoint.batch_id}): "
+                    + self._why_trimmed(sid),
                 )
                 await self._discard(DiscardDue(CheckpointKind.SAVEPOINT, sid), attempt, [])
             case RequestDeclined(request=request, reason=reason):
@@ -458,6 +458,19 @@ class EffectInterpreter:
         their images go, and an operator restart before they are done does them then (once
         more at worst: a discard of what is gone does nothing)."""
         self._set_due(self._record.discards_due + self._queued_discards())
+
+    def _why_trimmed(self, savepoint_id: int) -> str:
+        """Why the savepoint history lets a savepoint go: its age or count, and the ones
+        a restore would not take first (the coordinator's rule)."""
+        limits = "(spec.savepoints.historyMaxCount, historyMaxAge)"
+        image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id).encode()
+        entry = next((e for e in self._record.unrestorable if e.source == image), None)
+        if entry is None:
+            return f"older than the savepoint history keeps {limits}"
+        return (
+            f"not restored from again ({entry.reason}): the first to go over the savepoint "
+            f"history {limits}"
+        )
 
     def _queued_discards(self) -> list[DiscardDue]:
         queued: list[DiscardDue] = []

@@ -52,6 +52,7 @@ from spark_checkpoint_operator.supervisor.notices import (
     Level,
     Notice,
     describe_exit,
+    describe_garbage,
     error_lines,
     log_notice,
 )
@@ -1056,13 +1057,8 @@ class JobSupervisor:
                 f"garbage collection skipped: {error}",
             )
             return
-        if report.checkpoints or report.shared_files:
-            self._notify(
-                "GarbageCollected",
-                Level.NOTE,
-                f"removed unregistered checkpoints {list(report.checkpoints)} and "
-                f"{report.shared_files} unreferenced shared files",
-            )
+        if removed := describe_garbage(report):
+            self._notify("GarbageCollected", Level.NOTE, f"removed {removed}")
 
     def _covering(self, attempt: Attempt, last: int) -> CompletedCheckpoint | None:
         """The newest registered checkpoint covering batch ``last`` that the attempt's

@@ -6,6 +6,7 @@ import signal
 from dataclasses import dataclass
 from enum import StrEnum
 
+from spark_checkpoint.protocol import CollectGarbageAnswer
 from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
 
 log = logging.getLogger(__name__)
@@ -71,3 +72,15 @@ def describe_completion(completed: CompletedCheckpoint) -> str:
         f"{completed.kind.value} {completed.checkpoint_id} complete{label}: batch "
         f"{completed.batch_id}, {completed.size_bytes / 1024:.1f} KiB, {completed.duration:.2f}s"
     )
+
+
+def describe_garbage(report: CollectGarbageAnswer) -> str:
+    """What garbage collection removed, in words; empty if nothing."""
+    removed = [
+        f"unregistered {kind} {', '.join(map(str, ids))}"
+        for kind, ids in (("checkpoints", report.checkpoints), ("savepoints", report.savepoints))
+        if ids
+    ]
+    if report.shared_files:
+        removed.append(f"{report.shared_files} unreferenced shared file(s)")
+    return ", ".join(removed[:-1]) + " and " + removed[-1] if len(removed) > 1 else "".join(removed)
