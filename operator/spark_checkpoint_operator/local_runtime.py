@@ -74,6 +74,8 @@ from spark_checkpoint_operator.local_state import (
     made_here_before,
     open_state_file,
 )
+from spark_checkpoint_operator.manifest.crd import cached_crd, resource_api_version, resource_kind
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.model import Application, JobManifest
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
@@ -414,6 +416,50 @@ def driver_environment(manifest: JobManifest) -> dict[str, str]:
     }
 
 
+# What only the cluster's pods use, by field name: a local run's Spark is one process on
+# this machine (spark.master local[*] unless sparkConf says otherwise).
+_POD_ONLY_FIELDS = {
+    "cores": "cores",
+    "memory": "memory",
+    "instances": "instances",
+    "service_account": "serviceAccount",
+    "node_selector": "nodeSelector",
+    "tolerations": "tolerations",
+    "volumes": "volumes",
+    "volume_mounts": "volumeMounts",
+}
+
+
+def _pod_settings_note(manifest: JobManifest) -> str | None:
+    """A note naming the manifest's settings for the cluster's pods that a local run does
+    not use (those set to other than their defaults), or None."""
+    spec = manifest.spec
+    defaults = manifest_from_document(
+        {
+            "apiVersion": resource_api_version(cached_crd()),
+            "kind": resource_kind(cached_crd()),
+            "metadata": {"name": manifest.name},
+            "spec": {"application": {"module": "m"}},
+        }
+    ).spec
+    unused = [
+        f"spec.{role}.{field}"
+        for role in ("driver", "executor")
+        for attribute, field in _POD_ONLY_FIELDS.items()
+        if getattr(getattr(spec, role), attribute, None)
+        != getattr(getattr(defaults, role), attribute, None)
+    ]
+    if spec.checkpointing.live_volume_claim:
+        unused.append("spec.checkpointing.liveVolumeClaim")
+    if not unused:
+        return None
+    master = local_spark_conf(spec.application)["spark.master"]
+    return (
+        f"note: a local run's Spark is one process on this machine (spark.master {master}): "
+        f"{', '.join(unused)} are for the cluster's pods and not used here"
+    )
+
+
 def _executor_variables_warning(manifest: JobManifest) -> str | None:
     """A warning naming the executors' variables a local run gives the driver's value of
     (never the values), or None."""
@@ -543,6 +589,8 @@ async def run_local(
         with storage_lock(storage, manifest):
             if warning := _executor_variables_warning(manifest):
                 display.line(warning)
+            if note := _pod_settings_note(manifest):
+                display.line(note)
             metrics = None
             if metrics_port is not None:
                 metrics = CheckpointMetrics(REGISTRY)

@@ -997,3 +997,31 @@ def test_a_driver_that_cannot_be_started_fails_the_job_in_one_line(
     assert "Traceback" not in out
     status = json.loads((job.job_dir / "status.json").read_text())
     assert status["status"]["phase"] == "Failed"
+
+
+def test_a_run_names_the_settings_for_the_clusters_pods_it_does_not_use(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The orders example run locally ignored its executors, memory and volumes without a
+    word (a newcomer's); the defaults, and the image (a cluster's only), are not named."""
+    job = ScriptJob(tmp_path, "pass\n")
+    document = yaml.safe_load(job.manifest.read_text())
+    document["spec"] |= {
+        "image": "example/orders:1",
+        "driver": {"memory": "2g"},
+        "executor": {"instances": 2, "cores": 1},
+        "checkpointing": {"liveVolumeClaim": "live"},
+    }
+    job.manifest.write_text(yaml.safe_dump(document))
+
+    main(["run", str(job.manifest), "--state-dir", str(job.state_dir)])
+
+    [note] = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
+    assert note.endswith(
+        "note: a local run's Spark is one process on this machine (spark.master local[*]): "
+        "spec.driver.memory, spec.executor.instances, spec.checkpointing.liveVolumeClaim are "
+        "for the cluster's pods and not used here"
+    )
+    plain = ScriptJob(tmp_path / "plain", "pass\n")
+    main(["run", str(plain.manifest), "--state-dir", str(plain.state_dir)])
+    assert "note:" not in capsys.readouterr().out
