@@ -229,10 +229,13 @@ def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     assert cancelled.returncode == 0, cancelled.stderr
     assert cancelled.stdout.splitlines()[-1] == "cancelled: the run has ended"
     # What is left to resume from is said (the default policy discards the checkpoints; a
-    # newcomer read --help's "the next run resumes from the newest checkpoint").
+    # newcomer read --help's "the next run resumes from the newest checkpoint"), and that
+    # nothing is when the job has no savepoint (a newcomer's: the next run failed on its
+    # committed output).
     assert (
         "cancelling: the driver stops without a savepoint; its checkpoints are discarded "
-        "(retentionPolicy RetainOnFailure), its savepoints stay"
+        "(retentionPolicy RetainOnFailure) and it has no savepoint: its next run starts over "
+        "(`stop` instead takes a savepoint to resume from)"
     ) in cancelled.stdout
     wait_until_gone(runtime)
     record = job.status_file()

@@ -2147,3 +2147,27 @@ def test_a_completion_a_cancelled_driver_did_not_confirm_is_no_news(cancelled: b
 
     said = [line for line in lines if "did not confirm the completion" in line]
     assert len(said) == (0 if cancelled else 1), lines
+
+
+def test_what_a_cancellation_leaves_says_whether_a_savepoint_is_left_to_resume_from() -> None:
+    async def scenario() -> tuple[str, str]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, interval=None)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
+        before = supervisor.what_cancelling_leaves()
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: bool(supervisor.record.coordinator.savepoints))
+        after = supervisor.what_cancelling_leaves()
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return before, after
+
+    before, after = asyncio.run(scenario())
+    assert before == (
+        "its checkpoints are discarded (retentionPolicy RetainOnFailure) and it has no "
+        "savepoint: its next run starts over (`stop` instead takes a savepoint to resume from)"
+    )
+    assert after == (
+        "its checkpoints are discarded (retentionPolicy RetainOnFailure), its savepoints stay"
+    )

@@ -243,6 +243,12 @@ class JobSupervisor:
         """What a cancellation leaves of the job's images, by its retention policy."""
         policy = self._config.retention_policy
         if policy.discards_on(TerminalOutcome.CANCELLED):
+            if not self._interpreter.coordinator.persisted_state.savepoints:
+                return (
+                    f"its checkpoints are discarded (retentionPolicy {policy.value}) and it "
+                    "has no savepoint: its next run starts over (`stop` instead takes a "
+                    "savepoint to resume from)"
+                )
             return (
                 f"its checkpoints are discarded (retentionPolicy {policy.value}), its "
                 "savepoints stay"
