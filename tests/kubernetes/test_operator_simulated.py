@@ -1510,6 +1510,9 @@ def test_a_change_to_pods_the_api_server_would_refuse_leaves_the_running_driver_
     assert after["jobAttempt"] == 1 and after["phase"] == "Running"
     assert after.get("lastSavepoint") is None, "no upgrade's savepoint"
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    # Running, but not what the applied manifest asks for: not Ready (docs/operator.md).
+    ready = {c["type"]: c for c in after["conditions"]}["Ready"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
     # Fixed: an upgrade to the spec with the volume.
     volume = {"name": "out", "persistentVolumeClaim": {"claimName": "o"}}
     cluster.patch_spec("orders", {"driver": {"volumes": [volume]}})
@@ -1520,6 +1523,13 @@ def test_a_change_to_pods_the_api_server_would_refuse_leaves_the_running_driver_
     )
     assert {c["type"]: c["status"] for c in upgraded["conditions"]}["SpecValid"] == "True"
     assert upgraded["lastSavepoint"]["label"] == "upgrade"
+    cluster.wait_for(
+        "Ready again",
+        lambda: (
+            {c["type"]: c["status"] for c in cluster.status("orders")["conditions"]}["Ready"]
+            == "True"
+        ),
+    )
 
 
 def test_a_driver_running_with_pods_this_operator_refuses_goes_on_but_is_not_replaced(
