@@ -2,8 +2,8 @@
 output and ground truth as ``examples/wordcount/``, its state kept by a Python function.
 Needs pandas and pyarrow, which the `spark` extra and the `spark` image install.
 
-Usage (through `spark-checkpoint run`):
-    python pipeline.py --input DIR --output DIR [--bounded]
+Run through `spark-checkpoint run` with this directory's job.yaml (its header has the
+commands); the arguments are ``--input DIR --output DIR [--bounded]``.
 """
 
 import argparse

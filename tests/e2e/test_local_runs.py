@@ -33,7 +33,7 @@ from spark_checkpoint.storage.layout import (
 pytestmark = pytest.mark.spark
 
 SEED = 20261122
-PANDAS_STATE_PIPELINE = Path(__file__).parents[2] / "examples" / "pandas_state" / "pipeline.py"
+PANDAS_STATE = Path(__file__).parents[2] / "examples" / "pandas_state"
 
 
 def _assert_exactly_once(run: JobRun) -> None:
@@ -371,9 +371,11 @@ def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(
 
 
 def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) -> None:
-    """applyInPandasWithState needs pandas and pyarrow (the spark extra, the spark image)."""
-    run = JobRun(tmp_path / "job")
-    shutil.copy(PANDAS_STATE_PIPELINE, run.directory / "pipeline.py")
+    """applyInPandasWithState needs pandas and pyarrow (the spark extra, the spark image).
+    Its example's own manifest, as a user runs it (a newcomer found none)."""
+    run = JobRun(tmp_path / "job", name="pandas-state")
+    for name in ("pipeline.py", "job.yaml"):
+        shutil.copy(PANDAS_STATE / name, run.directory / name)
     run.add_input(files=3)
     run.start()
     assert run.wait() == 0, "\n".join(run.lines)
