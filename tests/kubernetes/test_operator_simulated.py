@@ -546,6 +546,43 @@ def test_verify_restorable_turned_on_for_a_running_job_checks_its_next_images(
         assert cluster.status("orders")["jobAttempt"] == 1, "the driver runs on"
 
 
+def test_jobs_of_one_name_in_two_namespaces_are_two_jobs(tmp_path: Path) -> None:
+    """Everything is keyed by namespace and name (pods, Secrets, storage, memos): a crash,
+    a restore and a deletion of one leave the other as it was (a reviewer's: untested)."""
+    teams = ("team-a", "team-b")
+    with LocalCluster(
+        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), namespaces=teams
+    ) as cluster:
+
+        def status(team: str, test: Callable[[Any], bool]) -> Any:
+            def check() -> Any:
+                current = cluster.status("orders", team)
+                return current if test(current) else None
+
+            return cluster.wait_for(f"{team}/orders", check)
+
+        for team in teams:
+            document = job()
+            document["metadata"]["namespace"] = team
+            cluster.apply(document)
+        for team in teams:
+            status(team, lambda s: s.get("counts", {}).get("completed", 0) >= 1)
+        other = cluster.status("orders", "team-b")
+
+        cluster.crash_driver("orders-driver-1", "team-a")
+        status("team-a", lambda s: s.get("jobAttempt") == 2 and s.get("restoredFrom"))
+        cluster.delete("orders", "team-a")
+        cluster.wait_for("team-a's job gone", lambda: cluster.job("orders", "team-a") is None)
+
+        after = status(
+            "team-b", lambda s: s["counts"]["completed"] > other["counts"]["completed"] + 2
+        )
+        assert after["jobAttempt"] == 1 and after.get("restoredFrom") is None
+        assert cluster.driver_pods("orders", "team-b") == ["orders-driver-1"]
+        assert cluster.pods("orders", "team-a") == []
+        assert "JobCancelled" not in cluster.event_reasons("orders", "team-b")
+
+
 def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster) -> None:
     cluster.apply(job())
     completed(cluster, "orders", 1)
