@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -808,13 +808,30 @@ async def _run_locked(
         display.showing(supervisor),
     ):
         outcome = await supervisor.run()
+    _summarize(display, supervisor, outcome, paths.status_file)
+    return outcome
+
+
+def _summarize(
+    display: RunDisplay, supervisor: JobSupervisor, outcome: TerminalOutcome, status_file: Path
+) -> None:
     display.summary(
         outcome,
         supervisor.record,
-        paths.status_file,
+        status_file,
         unconfirmed_restores=supervisor.unconfirmed_restores,
     )
-    return outcome
+    if outcome is TerminalOutcome.FAILED and supervisor.set_aside:
+        display.line(set_aside_hint(supervisor.set_aside))
+
+
+def set_aside_hint(images: Sequence[str]) -> str:
+    """What a failed job's user can still restore: a plain run would not (a newcomer, told
+    to "restore the newest image", ran it again and failed the same way)."""
+    return (
+        f"not restored from again unless named: {', '.join(images)} (`spark-checkpoint list` "
+        f"says why); `run --from {images[0]}` restores the newest of them"
+    )
 
 
 # Phases in which a savepoint request could only be declined: no driver's query runs.

@@ -20,6 +20,7 @@ from spark_checkpoint.protocol import (
     SkippedImage,
 )
 from spark_checkpoint_operator.coordinator import CheckpointKind, CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.local_runtime import set_aside_hint
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage, render_status
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
@@ -522,6 +523,14 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
     status, notices = asyncio.run(run_from_older())
 
     assert asyncio.run(_next_run_restores(status)) == [f"checkpoint:{older}"]
+    # Named, it can still be restored: a failed local run says which and how (a newcomer
+    # told to "restore the newest image" ran the job again and it restored the older one).
+    later, _ = _supervisor(RestoringLauncher(), record=JobRecord.from_dict(status))
+    assert later.set_aside == (f"checkpoint:{newer}",)
+    assert set_aside_hint(later.set_aside) == (
+        f"not restored from again unless named: checkpoint:{newer} (`spark-checkpoint list` "
+        f"says why); `run --from checkpoint:{newer}` restores the newest of them"
+    )
     [entry] = status["unrestorable"]
     assert entry == {
         "source": f"checkpoint:{newer}",

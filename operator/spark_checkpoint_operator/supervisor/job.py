@@ -281,6 +281,13 @@ class JobSupervisor:
         return withdrawn
 
     @property
+    def set_aside(self) -> tuple[str, ...]:
+        """The registered images a restore no longer takes unless one is named (a restored
+        query failed on it, a restore of an older one left it behind), newest first."""
+        marked = {entry.source for entry in self._record.unrestorable}
+        return tuple(image for image in self._registered_images() if image in marked)
+
+    @property
     def passed_over(self) -> tuple[str, ...]:
         """The restorable registered images newer than the one `restore_from` chose, newest
         first."""
