@@ -349,7 +349,7 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
             return ExitCode.OK
         case Outcome.TRIGGERED:
             print(
-                f"{prog}: {answer.message} after {timeout:.0f}s; it goes on in the background "
+                f"{prog}: {answer.message} after {timeout:g}s; it goes on in the background "
                 "(`spark-checkpoint list` shows it once complete)",
                 file=sys.stderr,
             )
@@ -366,7 +366,7 @@ def _ended(paths: ControlPaths, timeout: float, what: str, prog: str) -> int:
     if wait_until_gone(paths, timeout):
         print(f"{what}: the run has ended")
         return ExitCode.OK
-    print(f"{prog}: the run has not ended within {timeout:.0f}s", file=sys.stderr)
+    print(f"{prog}: the run has not ended within {timeout:g}s", file=sys.stderr)
     return ExitCode.FAILED
 
 

@@ -715,14 +715,19 @@ async def _run_locked(
         # As on Kubernetes: its input is done. Running it again would restore whatever
         # image is left (an old savepoint) and recompute from there without a word. Both
         # directories go: a new registry's ids would run into the old snapshots'.
+        from_savepoint = (
+            " (to start from one of its savepoints, copy its directory first to <another "
+            f"root>/{manifest.namespace}/{manifest.name}/savepoints/sp-N, where a savepoint "
+            "must lie to be read, and run --from that path or name it in "
+            "spec.restore.initialSavepointPath)"
+            if record.coordinator.savepoints
+            else ""
+        )
         raise RunRefused(
             f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
             f"to run it from the start, delete its state {paths.job_dir}, storage "
-            f"{layout.job_root.removeprefix('file://')} and output (to start from one of its "
-            "savepoints, copy its directory first to <another root>/"
-            f"{manifest.namespace}/{manifest.name}/savepoints/sp-N, where a savepoint must "
-            "lie to be read, and run --from that path or name it in "
-            "spec.restore.initialSavepointPath)"
+            f"{layout.job_root.removeprefix('file://')} and the output it committed"
+            + from_savepoint
         )
     owner = _claimed(storage, paths)
     janitor = await _claiming_janitor(manifest, storage, owner)

@@ -243,6 +243,16 @@ def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     assert record["lastSavepoint"] is None
 
 
+def test_a_savepoint_past_a_fraction_of_a_second_timeout_says_that_timeout(
+    job: LocalJob,
+) -> None:
+    """`--timeout 0.01` said "in progress after 0s" (a newcomer's)."""
+    _detach(job)
+    waited = job.cli("savepoint", "-f", "job.yaml", "--timeout", "0.01")
+    assert "in progress after 0.01s; it goes on in the background" in waited.stderr, waited
+    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+
+
 def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
     job: LocalJob,
 ) -> None:
@@ -732,6 +742,15 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     assert re.search(
         r"savepoint \d+ complete \(stop --drain request [0-9a-f]{8}\): batch 24,", log
     ), log
+
+    # Resumed, its input done, it finishes; asked to run again, it says how to start from
+    # the savepoint it has (of savepoints only when it has one: a newcomer's).
+    finished = job.cli("run", "-f", "job.yaml")
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    again = job.cli("run", "-f", "job.yaml")
+    assert again.returncode == 1
+    assert "has Finished and is not run again" in again.stderr
+    assert "to start from one of its savepoints, copy its directory first" in again.stderr
 
 
 def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(

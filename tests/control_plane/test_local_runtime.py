@@ -375,10 +375,8 @@ def test_a_finished_job_is_not_run_again(tmp_path: Path) -> None:
     storage = tmp_path / "state" / "storage" / "default" / "probe"
     assert again.stderr.splitlines() == [
         "spark-checkpoint run: job default/probe has Finished and is not run again; to run it "
-        f"from the start, delete its state {job.job_dir}, storage {storage} and output (to "
-        "start from one of its savepoints, copy its directory first to <another root>/"
-        "default/probe/savepoints/sp-N, where a savepoint must lie to be read, and run --from "
-        "that path or name it in spec.restore.initialSavepointPath)"
+        f"from the start, delete its state {job.job_dir}, storage {storage} and the output it "
+        "committed"  # of savepoints, as it has none (a newcomer's)
     ]
     assert (tmp_path / "runs").read_text() == "run\n", "no driver was started"
     # What the message says works.
