@@ -1273,6 +1273,25 @@ def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
     assert len(ids) == len(set(ids))
 
 
+def test_a_driver_whose_token_is_gone_at_a_deletion_while_the_operator_was_down(
+    cluster: LocalCluster,
+) -> None:
+    """Its event said "a new attempt restores from the latest checkpoint", and none follows
+    a deletion (a reviewer's)."""
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+    with operator_stopped(cluster):
+        cluster.api.delete("v1/secrets", "default", "orders-agent-token")
+        deleted_while_the_operator_is_down(cluster, "orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    event = cluster.wait_for_event("orders", "DriverReplaced")
+    assert event["message"].endswith(
+        "is missing; it is stopped and the job is deleted without a final savepoint"
+    ), event
+    assert cluster.pods("orders") == []
+
+
 def test_a_secret_of_the_tokens_name_that_is_not_the_jobs_is_never_written_over(
     cluster: LocalCluster,
 ) -> None:

@@ -500,6 +500,7 @@ class JobController:
             _storage(manifest),
             deployed_hash=objects.deployment_hash(self._spec if spec is None else spec),
             report=self._on_notice,
+            deleting=self._stop is _Stop.DELETE,
         )
 
     def _supervisor(

@@ -517,6 +517,7 @@ class KubernetesLauncher:
         *,
         deployed_hash: str,
         report: Callable[[Notice], None],
+        deleting: bool = False,
     ) -> None:
         self._clients = clients
         self._api = clients.core
@@ -525,6 +526,7 @@ class KubernetesLauncher:
         self._storage = storage
         self._deployed_hash = deployed_hash
         self._report = report
+        self._deleting = deleting  # the job is deleted: no new attempt follows
         self.current: KubernetesDriver | None = None
 
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
@@ -556,8 +558,12 @@ class KubernetesLauncher:
                     Level.WARNING,
                     f"driver {name} cannot be adopted: its agent token (secret "
                     f"{objects.token_secret_name(self.manifest.name)}, key "
-                    f"{objects.TOKEN_KEY}) is missing; it is stopped and a new attempt "
-                    "restores from the latest checkpoint",
+                    f"{objects.TOKEN_KEY}) is missing; it is stopped and "
+                    + (
+                        "the job is deleted without a final savepoint"
+                        if self._deleting
+                        else "a new attempt restores from the latest checkpoint"
+                    ),
                 )
             )
             await delete_pod_and_wait(
