@@ -1484,6 +1484,39 @@ def test_a_new_generation_invalid_for_the_same_reason_is_observed(cluster: Local
     assert cluster.pods("orders") == []
 
 
+def test_a_restarted_operator_says_no_generation_observed_already_again(
+    cluster: LocalCluster,
+) -> None:
+    """Each generation read is written once: after a restart too, or an operator of
+    thousands of jobs would write each one's status once more as it starts."""
+    cluster.apply(job(state="Suspended"))
+    in_phase(cluster, "orders", "Suspended")
+    cluster.wait_for("generation 1 observed", lambda: cluster.status("orders").get("conditions"))
+    cluster.operator.kill()
+    writes: list[str] = []
+    seen: set[int] = set()
+    counting = threading.Event()
+
+    def status_write(request: Any) -> bool:  # counted once, from the restart; never refused
+        if id(request) in seen:
+            return False
+        seen.add(id(request))
+        if counting.is_set() and request.method.value == "PATCH":
+            writes.append(f"{request.name}/{request.subresource}")
+        return False
+
+    refused_requests(cluster, status_write, kmock.KubernetesError(500, "Never", "", {}))
+    counting.set()  # the requests before (which the filter is shown too) are seen
+    cluster.operator.start()
+    cluster.apply(job("marker"))  # handled after the first job's daemon has read its spec
+    completed(cluster, "marker", 1)
+
+    assert "marker/status" in writes, writes
+    # Two, as before each generation read was written (f89519b): the adopted record's and
+    # its conditions' (not looked into further); a third was each generation said again.
+    assert writes.count("orders/status") <= 2, writes
+
+
 @pytest.mark.parametrize(
     ("spec", "reason"),
     [

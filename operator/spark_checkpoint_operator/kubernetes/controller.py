@@ -187,6 +187,9 @@ class JobController:
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
+        # As stored: a restarted operator writes no status for a generation said already.
+        observed = status.get("observedGeneration")
+        self._written_generation = observed if isinstance(observed, int) else None
 
     async def _read_stored_status(self) -> None:
         """The status as stored, not as the watch last showed it: a daemon restarted after
