@@ -7,9 +7,11 @@ import kopf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from spark_checkpoint_operator.kubernetes import handlers
 from spark_checkpoint_operator.kubernetes.events import BURST, MAX_MESSAGE_LENGTH, EventThrottle
+from spark_checkpoint_operator.metrics import CheckpointMetrics
 
 WITHHELD = re.compile(r" \((\d+) more (\w+) event\(s\) not posted in the last (\d+)s: see the")
 
@@ -122,12 +124,15 @@ def test_every_event_is_posted_or_counted_and_no_reason_exceeds_its_bucket(
 def test_a_jobs_throttle_outlives_its_daemons_restarts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A daemon restarted every few seconds (its status writes refused) posted its events
     anew each time, unthrottled for ever (a reviewer's): the throttle is the job's (Kopf's
-    per-object memo), not each daemon run's."""
+    per-object memo), not each daemon run's controller's."""
     posted: list[str] = []
     monkeypatch.setattr(kopf, "event", lambda body, **event: posted.append(event["reason"]))
     memo, body = kopf.Memo(), kopf.Body({"metadata": {"namespace": "default", "name": "orders"}})
-    for _ in range(3):  # the daemon's runs
-        post = handlers._event_throttle(body, memo)
+    memo[handlers.CLIENTS] = None  # not used to build a controller
+    memo[handlers.METRICS] = CheckpointMetrics(CollectorRegistry())
+    memo[handlers.CONTROLLER_SETTINGS] = {}
+    for _ in range(3):  # the daemon's runs, a controller each
+        controller = handlers._controller(body, memo)
         for _ in range(BURST):
-            post("Normal", "DriverAdopted", "adopted the running driver")
+            controller._post_event("Normal", "DriverAdopted", "adopted the running driver")
     assert posted == ["DriverAdopted"] * BURST
