@@ -349,8 +349,8 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
             return ExitCode.OK
         case Outcome.TRIGGERED:
             print(
-                f"{prog}: {answer.message} after {timeout:g}s; it goes on in the background "
-                "(`spark-checkpoint list` shows it once complete)",
+                f"{prog}: {answer.message} after {_as_given(timeout)}s; it goes on in the "
+                "background (`spark-checkpoint list` shows it once complete)",
                 file=sys.stderr,
             )
             return ExitCode.FAILED
@@ -362,11 +362,16 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
             return ExitCode.FAILED
 
 
+def _as_given(seconds: float) -> str:
+    """``--timeout``'s seconds as a user writes them: 60, 0.01, 1000000 (not 1e+06)."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
 def _ended(paths: ControlPaths, timeout: float, what: str, prog: str) -> int:
     if wait_until_gone(paths, timeout):
         print(f"{what}: the run has ended")
         return ExitCode.OK
-    print(f"{prog}: the run has not ended within {timeout:g}s", file=sys.stderr)
+    print(f"{prog}: the run has not ended within {_as_given(timeout)}s", file=sys.stderr)
     return ExitCode.FAILED
 
 

@@ -141,22 +141,36 @@ def _start_background_run(
     paths: LocalPaths, argv: list[str], lock: int
 ) -> tuple["subprocess.Popen[bytes]", int]:
     """The background run, its output appended to the job's log, handed the job's
-    ``lock``; with where its part of the log starts."""
-    with open_state_file(paths.logs_dir / "runtime.log", append=True) as log:
+    ``lock``; with where its part of the log starts. Raises `RunRefused` naming the log
+    or the interpreter that cannot be used."""
+    log_file = paths.logs_dir / "runtime.log"
+    try:
+        opened = open_state_file(log_file, append=True)
+    except OSError as error:
+        raise RunRefused(
+            f"cannot open the job's log {log_file}: {error.strerror or error}"
+        ) from None
+    with opened as log:
         # Each run's part of the log starts with its command line: an earlier run's
         # refusal is not read as this one's.
         log.write(f"{wall_clock(time.time())} --- spark-checkpoint {shlex.join(argv)}\n".encode())
         log.flush()
         earlier_runs = log.tell()  # what this run adds is all a refusal shows
-        process = subprocess.Popen(
-            [sys.executable, "-m", "spark_checkpoint_operator.cli", *argv],
-            env={**os.environ, BACKGROUND_RUN_VARIABLE: str(lock)},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            pass_fds=(lock,),
-            start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
-        )
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "spark_checkpoint_operator.cli", *argv],
+                env={**os.environ, BACKGROUND_RUN_VARIABLE: str(lock)},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                pass_fds=(lock,),
+                start_new_session=True,  # Ctrl-C in this terminal is not the run's any more
+            )
+        except OSError as error:
+            where = f"{error.filename}: " if error.filename else ""
+            raise RunRefused(
+                f"cannot start the background run: {where}{error.strerror or error}"
+            ) from None
     # A run refused from now on names the background run, not this command (which exits).
     with contextlib.suppress(OSError):  # the background run names itself anyway
         name_lock_holder(lock, process.pid)

@@ -455,7 +455,7 @@ def _pod_settings_note(manifest: JobManifest) -> str | None:
         return None
     master = local_spark_conf(spec.application)["spark.master"]
     return (
-        f"note: a local run's Spark is one process on this machine (spark.master {master}): "
+        f"note: a local run's Spark runs on this machine (spark.master {master}): "
         f"{', '.join(unused)} are for the cluster's pods and not used here"
     )
 

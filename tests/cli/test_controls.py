@@ -243,14 +243,18 @@ def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     assert record["lastSavepoint"] is None
 
 
-def test_a_savepoint_past_a_fraction_of_a_second_timeout_says_that_timeout(
-    job: LocalJob,
+@pytest.mark.parametrize(("timeout", "said"), [(0.01, "0.01"), (60.0, "60"), (1e6, "1000000")])
+def test_a_savepoint_past_its_timeout_says_that_timeout_as_given(
+    capsys: pytest.CaptureFixture[str], timeout: float, said: str
 ) -> None:
     """`--timeout 0.01` said "in progress after 0s" (a newcomer's)."""
-    _detach(job)
-    waited = job.cli("savepoint", "-f", "job.yaml", "--timeout", "0.01")
-    assert "in progress after 0.01s; it goes on in the background" in waited.stderr, waited
-    assert job.cli("cancel", "-f", "job.yaml").returncode == 0
+    answer = ControlAnswer(Outcome.TRIGGERED, "savepoint 612 is in progress")
+
+    control_commands._report(answer, "spark-checkpoint savepoint", detached=False, timeout=timeout)
+
+    assert capsys.readouterr().err.startswith(
+        f"spark-checkpoint savepoint: savepoint 612 is in progress after {said}s; it goes on"
+    )
 
 
 def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
@@ -1008,3 +1012,16 @@ def test_a_ctrl_c_whose_savepoint_fails_says_the_job_runs_on_and_the_next_tries_
         if run.poll() is None:
             run.kill()
         run.communicate()
+
+
+def test_a_detached_run_whose_log_cannot_be_opened_names_the_log(job: LocalJob) -> None:
+    """It named the job's state directory (a reviewer's)."""
+    log = job.job_dir / "logs" / "runtime.log"
+    log.mkdir(parents=True)
+
+    refused = job.cli("run", "-f", "job.yaml", "-d")
+
+    assert (refused.returncode, refused.stdout) == (1, "")
+    assert refused.stderr == (
+        f"spark-checkpoint run: cannot open the job's log {log}: Is a directory\n"
+    )

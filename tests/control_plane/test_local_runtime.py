@@ -1016,7 +1016,7 @@ def test_a_run_names_the_settings_for_the_clusters_pods_it_does_not_use(
 
     [note] = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
     assert note.endswith(
-        "note: a local run's Spark is one process on this machine (spark.master local[*]): "
+        "note: a local run's Spark runs on this machine (spark.master local[*]): "
         "spec.driver.memory, spec.executor.instances, spec.checkpointing.liveVolumeClaim are "
         "for the cluster's pods and not used here"
     )

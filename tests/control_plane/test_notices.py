@@ -13,14 +13,13 @@ from spark_checkpoint_operator.supervisor.notices import describe_garbage
         # A newcomer's: "removed unregistered checkpoints [] and 16 unreferenced shared files".
         ((), (), 16, "16 unreferenced shared file(s)"),
         ((3, 4), (), 0, "unregistered checkpoints 3, 4"),
-        ((7,), (), 2, "unregistered checkpoints 7 and 2 unreferenced shared file(s)"),
+        ((7,), (), 2, "unregistered checkpoint 7 and 2 unreferenced shared file(s)"),
         # Savepoint directories it removed were not said at all.
         (
             (7,),
             (9,),
             1,
-            "unregistered checkpoints 7, unregistered savepoints 9 and 1 unreferenced shared "
-            "file(s)",
+            "unregistered checkpoint 7, unregistered savepoint 9 and 1 unreferenced shared file(s)",
         ),
     ],
 )

@@ -69,6 +69,7 @@ def _supervisor(
     savepoints_kept: int = 10,
     saved: Callable[[JobRecord], None] = lambda record: None,
     retained: int = 1,
+    initial_savepoint: str | None = None,
 ) -> tuple[JobSupervisor, list[str]]:
     lines: list[str] = []
 
@@ -90,6 +91,7 @@ def _supervisor(
         janitor=NoJanitor(),
         save=save,
         record=record or JobRecord(),
+        initial_savepoint=initial_savepoint,
         report=lambda notice: (lines.append(notice.message), report(notice.message)),
         idle_poll_interval=idle_poll_interval,
     )
@@ -2170,4 +2172,17 @@ def test_what_a_cancellation_leaves_says_whether_a_savepoint_is_left_to_resume_f
     )
     assert after == (
         "its checkpoints are discarded (retentionPolicy RetainOnFailure), its savepoints stay"
+    )
+
+
+def test_what_a_cancellation_leaves_of_a_job_started_from_a_savepoint_path() -> None:
+    """Its next run restores spec.restore.initialSavepointPath again, not nothing (a
+    reviewer's)."""
+    supervisor, _ = _supervisor(
+        FakeLauncher(), interval=None, initial_savepoint="file:///savepoints/sp-3"
+    )
+    assert supervisor.what_cancelling_leaves() == (
+        "its checkpoints are discarded (retentionPolicy RetainOnFailure) and it has no "
+        "savepoint: its next run starts from spec.restore.initialSavepointPath "
+        "(file:///savepoints/sp-3) again (`stop` instead takes a savepoint to resume from)"
     )

@@ -551,7 +551,8 @@ class KubernetesLauncher:
         token = await self._token()
         if token is None:
             # Without its token the driver cannot be asked for anything, ever: adopting it
-            # would retry forever. It is stopped and the job restores as after a crash.
+            # would retry forever. It is stopped: the job restores as after a crash (a
+            # deleted one ends without its final savepoint).
             self._report(
                 Notice(
                     "DriverReplaced",

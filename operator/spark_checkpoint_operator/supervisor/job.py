@@ -244,9 +244,15 @@ class JobSupervisor:
         policy = self._config.retention_policy
         if policy.discards_on(TerminalOutcome.CANCELLED):
             if not self._interpreter.coordinator.persisted_state.savepoints:
+                next_run = (
+                    f"starts from spec.restore.initialSavepointPath ({self._initial_savepoint}) "
+                    "again"
+                    if self._initial_savepoint
+                    else "starts over"
+                )
                 return (
                     f"its checkpoints are discarded (retentionPolicy {policy.value}) and it "
-                    "has no savepoint: its next run starts over (`stop` instead takes a "
+                    f"has no savepoint: its next run {next_run} (`stop` instead takes a "
                     "savepoint to resume from)"
                 )
             return (
@@ -272,7 +278,7 @@ class JobSupervisor:
             if stored_as is None or c.checkpoint_id > stored_as[1]
         ]
         failed = {entry.source for entry in self._record.unrestorable}
-        self._passed_over = [image for image in newer if image not in failed]
+        self._passed_over = [candidate for candidate in newer if candidate not in failed]
         # Asked for by name: tried again, though a restored query failed on it before.
         self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
         due = self._record.discards_due

@@ -77,8 +77,8 @@ def describe_completion(completed: CompletedCheckpoint) -> str:
 def describe_garbage(report: CollectGarbageAnswer) -> str:
     """What garbage collection removed, in words; empty if nothing."""
     removed = [
-        f"unregistered {kind} {', '.join(map(str, ids))}"
-        for kind, ids in (("checkpoints", report.checkpoints), ("savepoints", report.savepoints))
+        f"unregistered {kind}{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}"
+        for kind, ids in (("checkpoint", report.checkpoints), ("savepoint", report.savepoints))
         if ids
     ]
     if report.shared_files:
