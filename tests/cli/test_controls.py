@@ -620,8 +620,12 @@ def test_two_detached_runs_started_together_one_runs_the_other_is_refused_alone(
     """Both checked the job's lock before either background run took it: the refused one
     showed the other run's first lines as its own before its refusal (a newcomer's)."""
     command = [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml", "-d"]
-    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, "text": True}
-    runs = [subprocess.Popen(command, cwd=job.directory, **pipes) for _ in range(2)]
+    runs = [
+        subprocess.Popen(
+            command, cwd=job.directory, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(2)
+    ]
     outputs = [(run.communicate(timeout=120), run.returncode) for run in runs]
     [((started_out, _), started_code), ((refused_out, refused_err), refused_code)] = sorted(
         outputs, key=lambda output: output[1]
