@@ -416,8 +416,8 @@ def driver_environment(manifest: JobManifest) -> dict[str, str]:
     }
 
 
-# What only the cluster's pods use, by field name: a local run's Spark is one process on
-# this machine (spark.master local[*] unless sparkConf says otherwise).
+# What only the cluster's pods use, by field name: a local run's Spark runs on this machine
+# (spark.master local[*] unless sparkConf says otherwise).
 _POD_ONLY_FIELDS = {
     "cores": "cores",
     "memory": "memory",
