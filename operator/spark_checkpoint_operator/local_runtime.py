@@ -11,6 +11,7 @@ import dataclasses
 import difflib
 import errno
 import fcntl
+import functools
 import os
 import secrets
 import signal
@@ -76,7 +77,7 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_api_version, resource_kind
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
-from spark_checkpoint_operator.manifest.model import Application, JobManifest
+from spark_checkpoint_operator.manifest.model import Application, JobManifest, JobSpec
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import ChosenImage, UnknownImage, chosen_image
@@ -430,18 +431,23 @@ _POD_ONLY_FIELDS = {
 }
 
 
-def _pod_settings_note(manifest: JobManifest) -> str | None:
-    """A note naming the manifest's settings for the cluster's pods that a local run does
-    not use (those set to other than their defaults), or None."""
-    spec = manifest.spec
-    defaults = manifest_from_document(
+@functools.cache
+def _default_spec() -> JobSpec:
+    """The spec of a manifest that sets nothing it need not: the CRD's defaults."""
+    return manifest_from_document(
         {
             "apiVersion": resource_api_version(cached_crd()),
             "kind": resource_kind(cached_crd()),
-            "metadata": {"name": manifest.name},
+            "metadata": {"name": "defaults"},
             "spec": {"application": {"module": "m"}},
         }
     ).spec
+
+
+def _pod_settings_note(manifest: JobManifest) -> str | None:
+    """A note naming the manifest's settings for the cluster's pods that a local run does
+    not use (those set to other than their defaults), or None."""
+    spec, defaults = manifest.spec, _default_spec()
     unused = [
         f"spec.{role}.{field}"
         for role in ("driver", "executor")

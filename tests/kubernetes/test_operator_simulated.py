@@ -548,8 +548,8 @@ def test_verify_restorable_turned_on_for_a_running_job_checks_its_next_images(
 
 def test_jobs_of_one_name_in_two_namespaces_are_two_jobs(tmp_path: Path) -> None:
     """Everything is keyed by namespace and name (pods, Secrets, storage; Kopf's memos by
-    uid): a crash,
-    a restore and a deletion of one leave the other as it was (a reviewer's: untested)."""
+    uid): a crash, a restore and a deletion of one leave the other as it was (a reviewer's:
+    untested)."""
     teams = ("team-a", "team-b")
     with LocalCluster(
         tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), namespaces=teams
