@@ -2,6 +2,7 @@
 simulated drivers: its control flow, fast and without Spark. tests/e2e/ runs the same
 operator with real Spark drivers."""
 
+import asyncio
 import base64
 import copy
 import hashlib
@@ -859,6 +860,53 @@ def test_deletion_goes_by_the_shutdown_settings_the_spec_has_when_it_is_deleted(
         if event["reason"] == "SavepointCompleted" and "complete (final)" in event["message"]
     ]
     assert len(final) == int(final_savepoint), cluster.event_reasons("orders")
+
+
+def test_a_checkpoint_timeout_edited_with_the_deletion_applies_to_the_final_savepoint(
+    tmp_path: Path,
+) -> None:
+    """An edit the operator has not followed when the job is deleted (it was busy writing
+    the status of an earlier edit): the final savepoint was timed by the coordinator's
+    earlier timeout, 2 s, and given up, though the spec, edited to 30 s, gave it time."""
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(shutdown={"finalSavepoint": True}, checkpointing={"timeout": "2s"}))
+        completed(cluster, "orders", 1)
+        first_edit = cluster.job("orders")["metadata"]["generation"] + 1
+        held, release = threading.Event(), threading.Event()
+
+        async def hold_the_first_edits_status(request: Any) -> None:
+            status = (request.data or {}).get("status") or {}
+            if (
+                request.subresource == "status"
+                and request.name == "orders"
+                and status.get("observedGeneration") == first_edit
+                and not release.is_set()
+            ):
+                held.set()
+                while not release.is_set():
+                    await asyncio.sleep(0.05)
+
+        cluster.api.call(lambda emulator: emulator["patch"] << hold_the_first_edits_status)
+        cluster.api.patch(JOBS, "default", "orders", {"spec": {"checkpointing": {"retained": 3}}})
+        cluster.wait_for("the first edit's status write", held.is_set)
+        slow = (4.0, 4.0)  # longer than the earlier timeout, well within the edited one
+        for agent in list(agents.agents.values()):
+            agent.ack_delay = slow
+        cluster.api.patch(
+            JOBS, "default", "orders", {"spec": {"checkpointing": {"timeout": "30s"}}}
+        )
+        cluster.delete("orders")
+        time.sleep(1.0)  # Kopf tells the daemon of the deletion
+        release.set()
+
+        cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=90)
+        final = [
+            event
+            for event in cluster.events("orders")
+            if event["reason"] == "SavepointCompleted" and "complete (final)" in event["message"]
+        ]
+        assert len(final) == 1, cluster.event_reasons("orders")
 
 
 @pytest.mark.parametrize(

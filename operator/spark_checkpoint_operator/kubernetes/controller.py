@@ -562,8 +562,10 @@ class JobController:
                     return
                 if self._stop is _Stop.DELETE:
                     # By the spec as it is now: spec.shutdown changed since the driver
-                    # started counts (it starts no new driver).
+                    # started counts (it starts no new driver), and so does a checkpoint
+                    # setting edited in the deletion's Kopf batch (never followed).
                     latest = await self._read_spec() or self._manifest or manifest
+                    supervisor.reconfigure(latest.coordinator_config())
                     await self._shut_down(_Shutdown(supervisor, latest), running)
                     return
                 if launcher.current is not None:
