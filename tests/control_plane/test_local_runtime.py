@@ -725,6 +725,47 @@ def test_the_error_a_driver_reports_is_its_error_whatever_its_log_ends_with(
     )
 
 
+def test_a_run_that_failed_on_its_images_ends_naming_the_command_that_restores_one(
+    tmp_path: Path,
+) -> None:
+    """A run whose restored query fails on each image in turn marks them all unrestorable,
+    and a plain run would never restore them again: its last line names them and the
+    `run --from` that would, and that command restores the image (a newcomer ran a plain
+    run again, as the error suggested, and it failed the same way)."""
+    write_job(tmp_path, interval="1s")
+    environment = dict(os.environ)
+    detached = run_cli(tmp_path, "run", "-f", "job.yaml", "-d", environment=environment)
+    assert detached.returncode == 0, detached.stderr
+    stopped = run_cli(tmp_path, "stop", "-f", "job.yaml", environment=environment)
+    assert stopped.returncode == 0, stopped.stderr
+    savepoint = re.search(r"savepoint (\d+) completed", stopped.stdout)
+    assert savepoint, stopped.stdout
+    error = "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state."
+
+    failed = run_cli(
+        tmp_path, "run", "-f", "job.yaml", environment={**environment, FAILURE_VARIABLE: error}
+    )
+
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    *_, summary, hint = failed.stdout.splitlines()
+    assert " Failed: " in summary, failed.stdout
+    command = f"run --from savepoint:{savepoint[1]}"
+    assert re.search(
+        rf"not restored from again unless named: savepoint:{savepoint[1]}(, checkpoint:\d+)* "
+        rf"\(`spark-checkpoint list` says why\); `{command}` restores the newest of them$",
+        hint,
+    ), hint
+    restored = run_cli(
+        tmp_path, "run", "-f", "job.yaml", "-d", *command.split()[1:], environment=environment
+    )
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    status = json.loads(
+        (tmp_path / ".spark-checkpoint" / "default" / "probe" / "status.json").read_text()
+    )["status"]
+    assert status["restoredFrom"]["source"] == f"savepoint:{savepoint[1]}", status
+    assert run_cli(tmp_path, "cancel", "-f", "job.yaml", environment=environment).returncode == 0
+
+
 def test_a_detached_run_whose_driver_fails_before_it_answers_exits_1(tmp_path: Path) -> None:
     """`run -d` said "runs in the background" and exited 0 while the first driver's failure
     had the job Restarting (a newcomer's SyntaxError; the job Failed seconds later): a
