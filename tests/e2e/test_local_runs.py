@@ -20,10 +20,11 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.doc_blocks import marked_blocks, shell_commands
+from helpers.doc_blocks import marked_blocks, shell_commands, venv_environment
 from helpers.job_run import JobRun
 from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
+from spark_checkpoint.sink import read_committed
 from spark_checkpoint.storage.layout import (
     OWNER_FILE_NAME,
     SHARED_DIR_NAME,
@@ -33,7 +34,8 @@ from spark_checkpoint.storage.layout import (
 pytestmark = pytest.mark.spark
 
 SEED = 20261122
-PANDAS_STATE = Path(__file__).parents[2] / "examples" / "pandas_state"
+EXAMPLES = Path(__file__).parents[2] / "examples"
+PANDAS_STATE = EXAMPLES / "pandas_state"
 
 
 def _assert_exactly_once(run: JobRun) -> None:
@@ -370,17 +372,43 @@ def test_a_misspelled_column_fails_the_job_with_sparks_error_after_two_attempts(
     assert "`wrod`" in status["message"]
 
 
-def test_pandas_based_state_runs_under_the_runtime_exactly_once(tmp_path: Path) -> None:
+def test_pandas_based_state_runs_its_manifests_commands_exactly_once(tmp_path: Path) -> None:
     """applyInPandasWithState needs pandas and pyarrow (the spark extra, the spark image).
-    Its example's own manifest, as a user runs it (a newcomer found none)."""
-    run = JobRun(tmp_path / "job", name="pandas-state")
-    for name in ("pipeline.py", "job.yaml"):
-        shutil.copy(PANDAS_STATE / name, run.directory / name)
-    run.add_input(files=3)
-    run.start()
-    assert run.wait() == 0, "\n".join(run.lines)
-    assert run.status()["status"]["phase"] == "Finished"
-    _assert_exactly_once(run)
+    The commands its manifest's header gives, run as written in a copy of examples/ (a
+    newcomer found no manifest at first): the input, the run, the ground truth's exit 0."""
+    examples = tmp_path / "examples"
+    for name in ("pandas_state", "wordcount"):
+        shutil.copytree(EXAMPLES / name, examples / name, ignore=shutil.ignore_patterns("data"))
+    header = [
+        line.removeprefix("#   ")
+        for line in (PANDAS_STATE / "job.yaml").read_text().splitlines()
+        if line.startswith("#   ")
+    ]
+    assert [command.split()[:2] for command in header] == [
+        ["python", "../wordcount/generate_input.py"],
+        ["spark-checkpoint", "run"],
+        ["python", "../wordcount/ground_truth.py"],
+    ], header
+    directory = examples / "pandas_state"
+
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", "\n".join(header)],
+        cwd=directory,
+        env=venv_environment(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.splitlines()[-1].startswith("OK: "), result.stdout  # the ground truth
+    status = json.loads(
+        (directory / ".spark-checkpoint" / "default" / "pandas-state" / "status.json").read_text()
+    )["status"]
+    assert status["phase"] == "Finished", status
+    batches = sorted(read_committed(directory / "data" / "output"))
+    assert batches == list(range(len(batches))), "committed batches must be 0..N without gaps"
 
 
 def test_controls_from_another_terminal_savepoint_stop_and_run_from_it(tmp_path: Path) -> None:
