@@ -20,7 +20,7 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.doc_blocks import marked_blocks, shell_commands, venv_environment
+from helpers.doc_blocks import Block, marked_blocks, run_shell, shell_commands
 from helpers.job_run import JobRun
 from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
@@ -391,18 +391,11 @@ def test_pandas_based_state_runs_its_manifests_commands_exactly_once(tmp_path: P
     ], header
     directory = examples / "pandas_state"
 
-    result = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", "\n".join(header)],
-        cwd=directory,
-        env=venv_environment(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    commands = Block("examples/pandas_state/job.yaml", 1, "sh", "\n".join(header), None)
 
-    assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.splitlines()[-1].startswith("OK: "), result.stdout  # the ground truth
+    out = run_shell(commands, directory, timeout=600)
+
+    assert out.splitlines()[-1].startswith("OK: "), out  # the ground truth's
     status = json.loads(
         (directory / ".spark-checkpoint" / "default" / "pandas-state" / "status.json").read_text()
     )["status"]
