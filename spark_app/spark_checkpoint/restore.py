@@ -61,6 +61,11 @@ _FILE_READ_FAILURE = re.compile(
 )
 
 
+# Spark's metadata logs (offsets, a file source's) missing an entry a restart reads: its
+# IllegalStateException names neither an error class nor the file.
+_MISSING_LOG_ENTRY = re.compile(r"\bbatch \d+ doesn't exist\b")
+
+
 def query_change(error: str) -> bool:
     """Whether a restored query's error says the query no longer fits the image's state."""
     return any(error_class in error for error_class in QUERY_CHANGE_ERROR_CLASSES)
@@ -117,8 +122,10 @@ def checkpoint_failure(error: str, location: Path) -> str | None:
     sink."""
     names = {str(location), str(location.resolve())}  # Spark prints file:<absolute path>
     for line in error.splitlines():
-        if any(error_class in line for error_class in CHECKPOINT_ERROR_CLASSES) or (
-            any(name in line for name in names) and _FILE_READ_FAILURE.search(line)
+        if (
+            any(error_class in line for error_class in CHECKPOINT_ERROR_CLASSES)
+            or _MISSING_LOG_ENTRY.search(line)
+            or (any(name in line for name in names) and _FILE_READ_FAILURE.search(line))
         ):
             return line.strip()[:MAX_REASON_CHARS]
     return None

@@ -222,8 +222,13 @@ LOCATION = Path("/work/attempt-3/checkpoint")
         f"{LOCATION} is in an inconsistent state: the metadata file is missing.",
         f"java.lang.IllegalStateException: Log file was malformed: failed to read correct log "
         f"version from file:{LOCATION}/offsets/7.",
+        # Spark 4.3's text (seen in a driver log) for offsets/B-1 missing from the image, or
+        # a named source's log: an IllegalStateException naming no file.
+        "[STREAM_FAILED] Query [id = 7f012ae4-b163-4f2a-93cc-fefedd8a0f8c, runId = "
+        "afb0bc7e-b5f5-4eb1-b3f8-4b93049a0f45] terminated with exception: batch 2 doesn't "
+        "exist SQLSTATE: XXKST",
     ],
-    ids=["state-delta", "source-compaction", "metadata-file", "malformed-log"],
+    ids=["state-delta", "source-compaction", "metadata-file", "malformed-log", "log-entry"],
 )
 def test_failures_that_point_at_the_restored_checkpoint(error: str) -> None:
     reason = checkpoint_failure(error, LOCATION)

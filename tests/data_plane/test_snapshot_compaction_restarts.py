@@ -23,28 +23,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers.job_run import expected_counts, generate
+from helpers.spark_session import local_session
 from spark_checkpoint.agent.snapshot import committed_batches, pin, plan_snapshot
 
 pytestmark = pytest.mark.spark
 
-pyspark_sql = pytest.importorskip("pyspark.sql")
 
 Outputs = dict[int, dict[str, int]]
 
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    session = (
-        pyspark_sql.SparkSession.builder.master("local[1]")
-        .appName("tests-snapshot-compaction")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    with local_session("tests-snapshot-compaction") as session:
+        yield session
 
 
 def _run(

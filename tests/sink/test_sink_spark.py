@@ -17,14 +17,13 @@ from typing import Any
 import pytest
 
 from helpers.objectstore import StorageRoot
+from helpers.spark_session import local_session
 from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
 JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
 
 pytestmark = pytest.mark.spark
 
-pyspark_sql = pytest.importorskip("pyspark.sql")
-SparkSession = pyspark_sql.SparkSession
 
 INPUT_SCHEMA = "word STRING, n INT"
 
@@ -34,17 +33,8 @@ def spark() -> Iterator[Any]:
     # Tasks run this interpreter (its packages: the sink's writer), as the runtime's do.
     environment = pytest.MonkeyPatch()
     environment.setenv("PYSPARK_PYTHON", sys.executable)
-    session = (
-        SparkSession.builder.master("local[2]")
-        .appName("tests-sink")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .getOrCreate()
-    )
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
+    with local_session("tests-sink", cores=2) as session:
+        yield session
     environment.undo()
 
 

@@ -185,6 +185,15 @@ def plan_snapshot(location: Path, batch_id: int) -> SnapshotPlan:
     """What each task copies so that a fresh location restarts after ``batch_id``."""
     if not (location / "commits" / str(batch_id)).is_file():
         raise SnapshotError(f"batch {batch_id} is not committed in {location}")
+    for needed in {batch_id - 1, batch_id} - {-1}:
+        # A restart reads both (Spark's populateStartOffsets); Spark's purge takes B-1 once
+        # B+1 is planned under spark.sql.streaming.minBatchesToRetain=1.
+        if not (location / "offsets" / str(needed)).is_file():
+            raise SnapshotError(
+                f"offsets/{needed} is gone from {location} (purged by Spark: "
+                "spark.sql.streaming.minBatchesToRetain too small?); a restart at batch "
+                f"{batch_id} needs it"
+            )
     files_by_task = {LOGS_TASK: tuple(_log_files(location, batch_id))}
     for partition, list_directory in _listed_state_partitions(location):
         files_by_task[partition.task] = tuple(
@@ -244,7 +253,7 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
-    for source in _numeric_dirs(sources):
+    for source in _source_dirs(sources):
         yield from (
             f"sources/{source}/{name}" for name in _source_log_files(sources / source, batch_id)
         )
@@ -253,8 +262,12 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     # named after the batch that wrote them (transformWithState's `_metadata/v2/<batch>`,
     # `_stateSchema/.../<batch>_<uuid>`) are left out above B: Spark writes its own at the
     # first batch of the restored run only when no file of that name exists.
-    for directory in sorted(state.glob("*/_metadata")) + sorted(state.glob("*/*/_metadata")):
-        yield from _files_up_to(location, directory, batch_id)
+    # A stream-stream join's stores keep their schema in `<op>/<part>/<store>/_metadata`:
+    # without it a restored query's schema goes unchecked (a changed column type read old
+    # state as garbage).
+    for pattern in ("*/_metadata", "*/*/_metadata", "*/*/*/_metadata"):
+        for directory in sorted(state.glob(pattern)):
+            yield from _files_up_to(location, directory, batch_id)
     for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
         yield from _files_up_to(location, directory, batch_id)
 
@@ -344,6 +357,17 @@ def _numbered(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
     return sorted(int(name) for name in os.listdir(directory) if _BATCH_FILE.match(name))
+
+
+def _source_dirs(sources: Path) -> list[str]:
+    """Each source's log directory: numbered as Spark numbers the sources, or named
+    (``readStream.name``, with source evolution on)."""
+    if not sources.is_dir():
+        return []
+    names = [name for name in _listing(sources).directories if not name.startswith(".")]
+    return sorted(
+        names, key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name)
+    )
 
 
 def _numeric_dirs(directory: Path) -> list[str]:

@@ -1,0 +1,175 @@
+"""Images of layouts Spark writes for less common queries, restarted by Spark itself (real
+PySpark): a stream-stream join's per-store schemas and a named source's log (a reviewer
+found both left out of images by the planner, with Spark 4.3).
+
+Each image is taken as the agent takes it (plan, then a copy of the planned files into a
+fresh directory), at a batch before the last, and restarted there with the live location
+moved away.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from helpers.spark_session import local_session
+from spark_checkpoint.agent.snapshot import plan_snapshot
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def spark() -> Iterator[Any]:
+    with local_session("tests-snapshot-layouts") as session:
+        yield session
+
+
+def _write_rows(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
+    """One input file, appearing whole (a file source may list it at any moment)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    hidden = directory / f".{name}"
+    hidden.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    os.rename(hidden, directory / name)
+
+
+def _image(live: Path, batch_id: int, target: Path) -> list[str]:
+    """The files an image of ``live`` at ``batch_id`` holds, copied into ``target``."""
+    plan = plan_snapshot(live, batch_id)
+    files = sorted({name for names in plan.files_by_task.values() for name in names})
+    for name in files:
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(live / name, target / name)
+    return files
+
+
+def _restarted(live: Path, image: Path, run: Any) -> None:
+    """``run(image)`` with ``live`` moved away, so nothing is read from it."""
+    moved = live.with_name(live.name + "-moved")
+    live.rename(moved)
+    try:
+        run(image)
+    finally:
+        moved.rename(live)
+
+
+def _join(spark: Any, left: Path, right: Path, location: Path, *, a_type: str) -> list[Any]:
+    """The left and right inputs joined on k, one file of each a batch, to the end of
+    the input; the rows each batch produced."""
+    rows: list[Any] = []
+    joined = (
+        spark.readStream.schema(f"k int, a {a_type}")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(left))
+        .join(
+            spark.readStream.schema("k int, b int")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(right)),
+            "k",
+        )
+    )
+    query = (
+        joined.writeStream.foreachBatch(lambda frame, _batch: rows.extend(frame.collect()))
+        .option("checkpointLocation", str(location))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return rows
+
+
+def test_a_joins_image_keeps_the_schemas_spark_checks_a_changed_query_against(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The left input's column `a` changed from int to float: the live location refuses
+    the restarted query, and so must an image (without the stores' schemas Spark read the
+    old int state as floats: 4.2e-45 for 4)."""
+    left, right, live = tmp_path / "left", tmp_path / "right", tmp_path / "live"
+    for i in range(4):
+        _write_rows(left, f"l{i:03}.json", [{"k": i % 3, "a": i}])
+        _write_rows(right, f"r{i:03}.json", [{"k": i % 3, "b": i}])
+    _join(spark, left, right, live, a_type="int")
+    files = _image(live, 2, tmp_path / "image")
+    assert {
+        f"state/0/0/{side}-{store}/_metadata/schema"
+        for side in ("left", "right")
+        for store in ("keyToNumValues", "keyWithIndexToValue")
+    } <= set(files), files
+    _write_rows(left, "l004.json", [{"k": 0, "a": 4}])
+    _write_rows(right, "r004.json", [{"k": 0, "b": 4}])
+
+    with pytest.raises(Exception, match="STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"):
+        _restarted(
+            live,
+            tmp_path / "image",
+            lambda image: _join(spark, left, right, image, a_type="float"),
+        )
+
+
+SOURCE_EVOLUTION: Mapping[str, str] = {
+    "spark.sql.streaming.queryEvolution.enableSourceEvolution": "true",
+    "spark.sql.streaming.offsetLog.formatVersion": "2",
+}
+
+
+def _named_source_count(spark: Any, input_dir: Path, location: Path) -> dict[int, Any]:
+    """A count by k over a source named "orders", one file a batch; each batch's counts."""
+    outputs: dict[int, Any] = {}
+    for key, value in SOURCE_EVOLUTION.items():
+        spark.conf.set(key, value)
+    try:
+        counts = (
+            spark.readStream.schema("k int")
+            .option("maxFilesPerTrigger", 1)
+            .name("orders")
+            .json(str(input_dir))
+            .groupBy("k")
+            .count()
+        )
+        query = (
+            counts.writeStream.outputMode("complete")
+            .foreachBatch(
+                lambda frame, batch: outputs.__setitem__(
+                    batch, sorted(tuple(row) for row in frame.collect())
+                )
+            )
+            .option("checkpointLocation", str(location))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        for key in SOURCE_EVOLUTION:
+            spark.conf.unset(key)
+    return outputs
+
+
+def test_a_named_sources_log_is_in_the_image_and_the_query_restarts_from_it(
+    spark: Any, tmp_path: Path
+) -> None:
+    input_dir, live = tmp_path / "input", tmp_path / "live"
+    for i in range(5):
+        _write_rows(input_dir, f"f{i:03}.json", [{"k": i % 2}])
+    _named_source_count(spark, input_dir, live)
+    assert (live / "sources" / "orders").is_dir()  # the layout this test is about
+    files = _image(live, 3, tmp_path / "image")
+    assert [f for f in files if f.startswith("sources/")] == [
+        f"sources/orders/{b}" for b in range(4)
+    ]
+
+    outputs: dict[int, Any] = {}
+    _restarted(
+        live,
+        tmp_path / "image",
+        lambda image: outputs.update(_named_source_count(spark, input_dir, image)),
+    )
+
+    # Batch 4 again (the image is at 3): file 4 on top of files 0-3's counts.
+    assert outputs == {4: [(0, 3), (1, 2)]}, outputs
+    assert not re.search(r"\bsources/\d", " ".join(files))

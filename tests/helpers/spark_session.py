@@ -1,0 +1,28 @@
+"""The in-process Spark session of the tests that run queries themselves: small, quiet,
+stopped after."""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+# Tests of a machine without pyspark are skipped, not failed.
+SparkSession = pytest.importorskip("pyspark.sql").SparkSession
+
+
+@contextlib.contextmanager
+def local_session(app_name: str, *, cores: int = 1) -> Iterator[Any]:
+    session = (
+        SparkSession.builder.master(f"local[{cores}]")
+        .appName(app_name)
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
