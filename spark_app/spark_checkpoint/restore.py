@@ -117,15 +117,20 @@ def restore(
 
 def checkpoint_failure(error: str, location: Path) -> str | None:
     """The line of a query failure (Spark's error text) that shows it is about the
-    checkpoint at ``location``: one of Spark's checkpoint error classes, or a file under
-    ``location`` that cannot be read. None for failures of the pipeline, its input or its
-    sink."""
+    checkpoint at ``location``: one of Spark's checkpoint error classes (from the class on:
+    what comes before, `[STREAM_FAILED] Query [id = ..., runId = ...] terminated with
+    exception: Job aborted due to stage failure: ...`, says nothing of the image), or a
+    file under ``location`` that cannot be read. None for failures of the pipeline, its
+    input or its sink."""
     names = {str(location), str(location.resolve())}  # Spark prints file:<absolute path>
     for line in error.splitlines():
-        if (
-            any(error_class in line for error_class in CHECKPOINT_ERROR_CLASSES)
-            or _MISSING_LOG_ENTRY.search(line)
-            or (any(name in line for name in names) and _FILE_READ_FAILURE.search(line))
+        classes = [line.find(name) for name in CHECKPOINT_ERROR_CLASSES if name in line]
+        if classes:
+            start = min(classes)
+            start -= line[start - 1 : start] == "["
+            return line[start:].strip()[:MAX_REASON_CHARS]
+        if _MISSING_LOG_ENTRY.search(line) or (
+            any(name in line for name in names) and _FILE_READ_FAILURE.search(line)
         ):
             return line.strip()[:MAX_REASON_CHARS]
     return None

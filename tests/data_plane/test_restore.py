@@ -235,6 +235,22 @@ def test_failures_that_point_at_the_restored_checkpoint(error: str) -> None:
     assert reason is not None and not reason.startswith("Traceback")
 
 
+def test_the_reason_starts_at_sparks_error_class() -> None:
+    """What a restored query's failure says of the image, without what every failure
+    says first: the query's ids and the stage that failed (a failed run's line naming two
+    images repeated both in full)."""
+    error = (
+        "[STREAM_FAILED] Query [id = 5c0d6f5e-1bd4-4f0c-9a51-0f2f5d3c8e11, runId = "
+        "953c489a-7add-47d8-9b6e-8718fa482aef] terminated with exception: Job aborted due to "
+        "stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task "
+        "0.0 in stage 1.0 (TID 1) (10.0.0.5 executor driver): "
+        "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state."
+    )
+    assert checkpoint_failure(error, LOCATION) == (
+        "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state."
+    )
+
+
 @pytest.mark.parametrize(
     "error",
     [
