@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from helpers.objectstore import S3Server, StorageRoot, storage_roots
+from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -220,6 +221,22 @@ def test_the_highest_snapshot_id_counts_every_snapshot_directory(
     # Beyond what the protocol carries (2**63 - 1): named by hand, no registry's.
     storage_root.write(f"{job_root}/savepoints/sp-99999999999999999999/_metadata", b"{}")
     assert storage.highest_snapshot_id() == 41
+
+
+def test_a_snapshot_directory_named_beyond_the_protocols_ids_is_none_of_ours(
+    storage: CheckpointStorage, job_root: str, storage_root: StorageRoot
+) -> None:
+    """`chk-99999999999999999999` was listed (an id no command could name) and collected:
+    the agent's answer carried an id the protocol refuses, so the runtime logged "garbage
+    collection skipped" for a collection that had deleted it (a newcomer's)."""
+    storage_root.write(f"{job_root}/chk-99999999999999999999/_metadata", b"{}")
+    storage_root.write(f"{job_root}/chk-{2**63}/_metadata", b"{}")
+    storage_root.write(f"{job_root}/chk-{2**63 - 1}/.x.tmp", b"partial")
+
+    assert storage.list_ids(CHECKPOINT) == []  # the highest id: cut short, no _metadata
+    assert storage.collect_garbage([], []).checkpoint_ids == (2**63 - 1,)
+    assert storage_root.exists(f"{job_root}/chk-99999999999999999999/_metadata")
+    assert storage_root.exists(f"{job_root}/chk-{2**63}/_metadata")
 
 
 def test_write_metadata_requires_every_file_to_be_stored(
@@ -566,7 +583,9 @@ def test_collect_garbage_follows_the_registry(
     # Written just before a crash, so never registered:
     unconfirmed = take_checkpoint(3, {"b": b"b", "c": b"c", "protected": b"p"})
     storage_root.write(f"{job_root}/chk-4/.x.tmp", b"partial")
-    storage_root.write(f"{job_root}/shared/ff/.partial.tmp", b"partial")
+    partial = f"shared/ff/.ff{'0' * 62}-c.{'1' * 32}.tmp"  # a copy cut short
+    storage_root.write(f"{job_root}/{partial}", b"partial")
+    storage_root.write(f"{job_root}/shared/ff/stray", b"no name storage writes")
     registered_savepoint = take_savepoint(1, {"a": b"a"})
     users_savepoint = take_savepoint(2, {"a": b"a"})
     storage_root.write(f"{job_root}/savepoints/sp-3/files/a", b"a")
@@ -578,7 +597,7 @@ def test_collect_garbage_follows_the_registry(
     assert report == GarbageReport(
         checkpoint_ids=(3, 4),
         savepoint_ids=(3,),
-        shared_locations=tuple(sorted([unconfirmed.files[1].location, "shared/ff/.partial.tmp"])),
+        shared_locations=tuple(sorted([unconfirmed.files[1].location, partial])),
     )
     assert storage.list_ids(CHECKPOINT) == [1, 2]
     assert storage.list_ids(SAVEPOINT) == [1, 2]
@@ -586,7 +605,50 @@ def test_collect_garbage_follows_the_registry(
         storage.verify(meta)
     assert storage_root.exists(storage.layout.location_path(protected))
     assert storage_root.exists(f"{job_root}/unrelated/x")
+    assert storage_root.exists(f"{job_root}/shared/ff/stray")
     assert storage.collect_garbage([1, 2], [1], [protected]) == GarbageReport((), (), ())
+
+
+INNER_OWNER = StorageOwner(id="inner", description="the inner job's registry")
+
+
+@pytest.mark.parametrize(
+    ("inner_namespace", "inner_job"), [("shared", "ab"), ("chk-5", "x"), ("savepoints", "sp-3")]
+)
+def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
+    storage: CheckpointStorage,
+    spark_file: SparkFile,
+    make_metadata: MetadataMaker,
+    inner_namespace: str,
+    inner_job: str,
+) -> None:
+    """A job whose storage root is this job's directory, its namespace `shared`, `chk-5` or
+    `savepoints`, keeps its images in this job's `shared/`, a `chk-5` or an `sp-3` of it:
+    this job's garbage collection deleted them all, its savepoint too (a newcomer's), and
+    so would a discard of its checkpoint 5 or savepoint 3. Garbage collection deletes only
+    names it writes, and no snapshot directory that holds another job's `owner.json`."""
+    layout = JobStorageLayout(storage.layout.job_root, inner_namespace, inner_job)
+    inner = CheckpointStorage(layout)
+    inner.claim(INNER_OWNER)
+    images = []
+    for kind, snapshot_id in ((CHECKPOINT, 1), (SAVEPOINT, 2)):
+        local = spark_file("offsets/0", b"o0")
+        entry = (
+            inner.add_shared_file(local, "offsets/0")
+            if kind is CHECKPOINT
+            else inner.add_savepoint_file(snapshot_id, local, "offsets/0")
+        )
+        meta = make_metadata(kind, snapshot_id, [entry])
+        images.append(dataclasses.replace(meta, namespace=inner_namespace, job=inner_job))
+        inner.write_metadata(images[-1])
+
+    assert storage.collect_garbage([], []) == GarbageReport((), (), ())
+    storage.discard_checkpoint(5, [])
+    storage.discard_savepoint(3)
+
+    for image in images:
+        inner.verify(image)
+    assert inner.recorded_owner() == INNER_OWNER
 
 
 def test_materialize_restores_every_file(
@@ -934,13 +996,13 @@ def test_a_stray_file_with_a_line_break_in_its_name_is_garbage_like_any_other(
     """It stopped every garbage collection, in two lines giving the wrong reason ("'.',
     '..' or empty segments"): a local listing holds no `..`, and deleting by its name
     cannot leave the job's directory (a reviewer's)."""
-    stray = local_job_root / "shared" / "zz" / "evil\nname"
+    stray = local_job_root / "shared" / "ab" / "ab\nname"
     stray.parent.mkdir(parents=True)
     stray.write_bytes(b"placed by someone")
 
     report = storage.collect_garbage([], [])
 
-    assert report.shared_locations == ("shared/zz/evil\nname",)
+    assert report.shared_locations == ("shared/ab/ab\nname",)
     assert not stray.exists()
 
 
@@ -999,10 +1061,10 @@ def test_what_another_process_changed_is_seen(
         storage.layout.metadata_path(CHECKPOINT, 2),
         dataclasses.replace(first, checkpoint_id=2).to_bytes(),
     )
-    storage_root.write(f"{storage.layout.shared_dir}/ff/.partial.tmp", b"partial")
+    storage_root.write(f"{storage.layout.shared_dir}/ff/.ff-partial.tmp", b"partial")
 
     assert storage.list_ids(CHECKPOINT) == [1, 2]
-    assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.partial.tmp",)
+    assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.ff-partial.tmp",)
 
 
 @dataclasses.dataclass

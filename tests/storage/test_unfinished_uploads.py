@@ -93,7 +93,7 @@ def test_a_store_that_refuses_to_list_uploads_collects_the_rest_with_a_warning(
     fail: the uploads stay, and the collection (its deletes done already) goes on."""
     _killed_copy(s3_root, tmp_path / "1.delta")
     bucket, prefix = s3_root.url.removeprefix("s3://").split("/", 1)
-    unreferenced = f"{JOB}/shared/{'ab' * 32}-2.delta"
+    unreferenced = f"{JOB}/shared/ab/{'ab' * 32}-2.delta"
     s3_root.fs.pipe_file(f"{bucket}/{prefix}/{NAMESPACE}/{unreferenced}", b"left")
     denied = faulty_proxy(s3_root, re.compile(rb"^GET /\S*\?uploads"), answer)
     caplog.set_level(logging.WARNING, logger="spark_checkpoint.storage.store")
@@ -102,7 +102,7 @@ def test_a_store_that_refuses_to_list_uploads_collects_the_rest_with_a_warning(
     report = storage.collect_garbage([], [])
 
     assert denied.matched == 1
-    assert report.shared_locations == (f"shared/{'ab' * 32}-2.delta",)
+    assert report.shared_locations == (f"shared/ab/{'ab' * 32}-2.delta",)
     assert report.aborted_uploads == 0
     assert "cannot abort the unfinished uploads below " in caplog.text
     assert "s3:ListBucketMultipartUploads" in caplog.text

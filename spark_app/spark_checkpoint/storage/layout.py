@@ -18,7 +18,7 @@ import posixpath
 import re
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import CheckpointKind
+from spark_checkpoint.protocol import MAX_ID, CheckpointKind
 
 # Python's `$` also matches before a trailing newline; this matches only at the very end,
 # in Python's `re` and in ECMA-262 regexes alike (the patterns also go into the JSON Schema).
@@ -202,10 +202,14 @@ def parse_snapshot_dir_name(kind: CheckpointKind, name: str) -> int | None:
     """The id in a snapshot directory name (`chk-7` -> 7), or None if it is not one.
 
     Only the canonical spelling is accepted (no leading zeros), so that an id maps to
-    exactly one directory.
+    exactly one directory, and only ids the protocol can carry: one beyond is no snapshot
+    of ours (a command could not name it, nor an agent report it).
     """
     match = re.fullmatch(rf"{_DIRECTORY_PREFIX[kind]}(0|[1-9][0-9]*)", name)
-    return int(match.group(1)) if match else None
+    if match is None or len(match.group(1)) > len(str(MAX_ID)):
+        return None
+    snapshot_id = int(match.group(1))
+    return snapshot_id if snapshot_id <= MAX_ID else None
 
 
 @dataclass(frozen=True)

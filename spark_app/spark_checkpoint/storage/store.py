@@ -11,7 +11,7 @@ import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import MAX_ID, CheckpointKind, StorageOwner
+from spark_checkpoint.protocol import CheckpointKind, StorageOwner
 
 from .errors import (
     ChecksumMismatchError,
@@ -25,6 +25,7 @@ from .errors import (
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
+    OWNER_FILE_NAME,
     SHARED_DIR_NAME,
     JobStorageLayout,
     is_safe_relative_path,
@@ -45,6 +46,17 @@ class GarbageReport:
     savepoint_ids: tuple[int, ...]
     shared_locations: tuple[str, ...]
     aborted_uploads: int = 0  # S3 multipart uploads a killed writer left unfinished
+
+
+def _is_shared_file_name(relative: str) -> bool:
+    """Whether a path below `shared/` is one storage writes there: `ab/ab...-<name>` (a
+    content address, `shared_location`) or `ab/.ab...` (the temporary file of a copy cut
+    short). Garbage collection leaves anything else: another job's storage directory set
+    inside this one's `shared/` lost its images to it (a newcomer's)."""
+    parts = relative.split("/")
+    return (
+        len(parts) == 2 and len(parts[0]) == 2 and parts[1].removeprefix(".").startswith(parts[0])
+    )
 
 
 class CheckpointStorage:
@@ -294,11 +306,9 @@ class CheckpointStorage:
     def highest_snapshot_id(self) -> int | None:
         """The highest id of a snapshot directory in the job's storage (`chk-N`, `sp-N`,
         with a `_metadata` or not, of whichever registry), None if there is none: a registry
-        the storage was handed over to continues its ids above the savepoints kept there.
-        A name beyond the ids the protocol carries is no registry's."""
+        the storage was handed over to continues its ids above the savepoints kept there."""
         kinds = (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT)
-        ids = (i for kind in kinds for i in self._snapshot_dir_ids(kind) if i <= MAX_ID)
-        return max(ids, default=None)
+        return max((i for kind in kinds for i in self._snapshot_dir_ids(kind)), default=None)
 
     def discard_checkpoint(
         self,
@@ -329,13 +339,13 @@ class CheckpointStorage:
             with self._changing(deleted):
                 for location in deleted:
                     self.fs.delete_file(self.layout.location_path(location))
-        self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
+        self._delete_snapshot_dir(self.layout.checkpoint_dir(checkpoint_id))
 
     def discard_savepoint(self, savepoint_id: int) -> None:
         """Delete savepoint `savepoint_id` (its `_metadata` first, then its directory)."""
         self.fs.require_no_link(self.layout.savepoint_dir(savepoint_id))
         self.fs.delete_file(self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id))
-        self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
+        self._delete_snapshot_dir(self.layout.savepoint_dir(savepoint_id))
 
     def collect_garbage(
         self,
@@ -370,6 +380,7 @@ class CheckpointStorage:
             checkpoint_id
             for checkpoint_id in self._snapshot_dir_ids(CheckpointKind.CHECKPOINT)
             if checkpoint_id not in checkpoint_ids
+            and not self._holds_another_job(self.layout.checkpoint_dir(checkpoint_id))
         ]
         deleted_savepoints = [
             savepoint_id
@@ -378,25 +389,31 @@ class CheckpointStorage:
             and not self.fs.exists(
                 self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
             )
+            and not self._holds_another_job(self.layout.savepoint_dir(savepoint_id))
         ]
-        deleted_locations = [
-            location
-            for location in (
-                f"{SHARED_DIR_NAME}/{relative}"
-                for relative in self.fs.list_files(self.layout.shared_dir)
-            )
-            if location not in keep
-        ]
-        for location in deleted_locations:
+        shared: list[str] = []
+        foreign: list[str] = []
+        for relative in self.fs.list_files(self.layout.shared_dir):
             # An object store's key can hold `..` segments: deleted by its name, it could
             # take a file outside the job's directory with it. A local listing has none (a
             # name with a line break in it is garbage like any other).
+            location = f"{SHARED_DIR_NAME}/{relative}"
             if not self.fs.is_local and not is_safe_relative_path(location):
                 raise StorageError(
                     f"{self.layout.job_root}/{printable_line(location)}",
                     "an object key that is no location ('.', '..', empty or control-character "
                     "segments), maybe placed to delete outside the job's directory: remove it",
                 )
+            (shared if _is_shared_file_name(relative) else foreign).append(location)
+        if foreign:
+            logger.warning(
+                "%s: %d file(s) of a kind storage never writes there are kept (another job's "
+                "storage directory inside this one's?), e.g. %s",
+                self.layout.job_root,
+                len(foreign),
+                printable_line(foreign[0]),
+            )
+        deleted_locations = [location for location in shared if location not in keep]
         # Listed, not a manifest's: checked above where a name could leave the directory.
         deleted_paths = [f"{self.layout.job_root}/{location}" for location in deleted_locations]
         self._require_no_links(
@@ -511,6 +528,30 @@ class CheckpointStorage:
         for checkpoint_id in checkpoint_ids:
             locations |= self.read_metadata(CheckpointKind.CHECKPOINT, checkpoint_id).locations
         return locations
+
+    def _holds_another_job(self, directory: str) -> bool:
+        """Whether another job's storage directory lies below `directory` (its
+        `owner.json`): a job whose storage root was set inside this one's (a name of its
+        namespace and job that is a `chk-N` here) lost everything to this job's deletes.
+        Said as a warning: the directory is left, with what it holds."""
+        inside = [
+            relative
+            for relative in self.fs.list_files(directory)
+            if posixpath.basename(relative) == OWNER_FILE_NAME
+        ]
+        if inside:
+            logger.warning(
+                "%s/%s: another job's storage directory lies inside this job's; left as it is",
+                directory,
+                printable_line(posixpath.dirname(inside[0]) or "."),
+            )
+        return bool(inside)
+
+    def _delete_snapshot_dir(self, directory: str) -> None:
+        """Delete a snapshot's directory once its `_metadata` is gone, unless another job's
+        storage lies inside it."""
+        if not self._holds_another_job(directory):
+            self.fs.delete_tree(directory)
 
     def _snapshot_dir_ids(self, kind: CheckpointKind) -> list[int]:
         names = self.fs.list_dir(self.layout.snapshot_parent_dir(kind))
