@@ -39,6 +39,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     TriggerRequested,
 )
+from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
 from spark_checkpoint_operator.status import last_image
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
@@ -50,6 +51,7 @@ from spark_checkpoint_operator.supervisor import (
 
 SOCKET_NAME = "runtime.sock"
 TOKEN_NAME = "token"
+MAX_TOKEN_BYTES = 4096  # a token is 43 characters: anything larger is no token of ours
 # Unix socket paths are limited to 107 bytes; a longer one is reached through the
 # directory's descriptor (/proc/self/fd/N/runtime.sock).
 MAX_SOCKET_PATH = 100
@@ -368,11 +370,12 @@ def request(
     none answers, `ControlRefused` for a directory that is not private or a refusal."""
     check_private(paths)
     try:
-        token = paths.token.read_text().strip()
+        token = read_small_text(paths.token, MAX_TOKEN_BYTES).strip()
     except FileNotFoundError:
         raise NoRuntime(f"no runtime is running for this job (no token {paths.token})") from None
-    except OSError as error:  # not allowed, a directory, ...
-        raise ControlRefused(f"cannot read the run's token: {error}") from None
+    except OSError as error:  # not allowed, a directory, a FIFO, not UTF-8 ...
+        reason = error if isinstance(error, UnreadableFile) else error.strerror or error
+        raise ControlRefused(f"cannot read the run's token {paths.token}: {reason}") from None
     document = ControlRequest(token, command, drain=drain, wait=wait)
     with _socket_address(paths.socket) as address, socket.socket(socket.AF_UNIX) as connection:
         connection.settimeout(wait + 30.0)

@@ -12,9 +12,11 @@ from typing import BinaryIO
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import SymbolicLinkError, local_uri
 from spark_checkpoint.storage.durability import fsync_path
+from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
 from spark_checkpoint_operator.manifest.model import JobManifest
 
 STATE_DIR_NAME = ".spark-checkpoint"
+MAX_RECORD_BYTES = 64 << 10  # a registry record is an id and a path
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,9 +166,11 @@ class RegistryRecord:
     def read(cls, path: Path) -> "RegistryRecord | None":
         """The record at ``path``, None if there is none."""
         try:
-            document = json.loads(path.read_text())
+            document = json.loads(read_small_text(path, MAX_RECORD_BYTES))
         except FileNotFoundError:
             return None
+        except UnreadableFile as error:
+            raise ValueError(str(error)) from None
         except RecursionError:
             raise ValueError("not a JSON document: nested too deeply") from None
         except ValueError as error:  # also an integer of over 4300 digits

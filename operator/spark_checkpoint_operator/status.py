@@ -29,10 +29,13 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
 )
 from spark_checkpoint_operator.coordinator.state import MAX_COUNT, format_time
+from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
 from spark_checkpoint_operator.local_state import open_state_file
 from spark_checkpoint_operator.manifest import crd
 
 HISTORY_SHOWN = 10
+# Far above any status a run writes (its registry and history are bounded).
+MAX_STATUS_FILE_BYTES = 64 << 20
 
 READY = "Ready"
 CHECKPOINTS_HEALTHY = "CheckpointsHealthy"
@@ -295,11 +298,13 @@ class StatusFile:
     def read(cls, path: Path) -> "StatusFile | None":
         """The file at ``path``; None if there is none."""
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_small_text(path, MAX_STATUS_FILE_BYTES)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError) as error:
-            raise StatusFileError(f"{path}: cannot read: {error}") from error
+        except UnreadableFile as error:
+            raise StatusFileError(f"{path}: cannot read: {error}") from None
+        except OSError as error:
+            raise StatusFileError(f"{path}: cannot read: {error.strerror or error}") from None
         try:
             document = json.loads(text)
         except RecursionError:

@@ -5,9 +5,11 @@ this run's."""
 
 import asyncio
 import json
+import os
 import socket
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -225,12 +227,26 @@ def test_a_runtime_that_ends_while_it_is_asked_is_no_runtime(tmp_path: Path) -> 
         listener.close()
 
 
-def test_a_token_that_cannot_be_read_is_refused_in_one_line(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("place", "said"),
+    [
+        (lambda token: token.mkdir(), "is a directory, not a regular file"),
+        (os.mkfifo, "is a FIFO, not a regular file"),
+        (lambda token: token.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+        (lambda token: token.write_bytes(b"\xff\xfe"), "is not UTF-8 text (invalid start byte"),
+        (lambda token: token.write_bytes(b"x" * 5000), "is larger than 4096 bytes"),
+    ],
+    ids=["directory", "fifo", "dev-zero", "not-utf-8", "huge"],
+)
+def test_a_token_that_cannot_be_read_is_refused_in_one_line(
+    tmp_path: Path, place: Callable[[Path], None], said: str
+) -> None:
     """A directory in the token's place ended `status` in an IsADirectoryError traceback
-    (a reviewer's)."""
+    (a reviewer's); a FIFO hung `cancel`, a link to /dev/zero hung `status` and bytes that
+    are not UTF-8 ended it in a UnicodeDecodeError traceback (a hostile newcomer's)."""
     paths = ControlPaths(tmp_path / "control")
     paths.directory.mkdir(mode=0o700)
-    paths.token.mkdir()
+    place(paths.token)
     with socket.socket(socket.AF_UNIX) as listener:
         listener.bind(str(paths.socket))
         paths.socket.chmod(0o600)
@@ -238,9 +254,7 @@ def test_a_token_that_cannot_be_read_is_refused_in_one_line(tmp_path: Path) -> N
         with pytest.raises(ControlRefused) as refused:
             request(paths, Command.STATUS)
 
-    assert str(refused.value) == (
-        f"cannot read the run's token: [Errno 21] Is a directory: '{paths.token}'"
-    )
+    assert str(refused.value).startswith(f"cannot read the run's token {paths.token}: {said}")
 
 
 class _StoppedFirstSupervisor:

@@ -5,6 +5,7 @@ run to ask reads how the last run left the job from it."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,6 +59,33 @@ def test_an_unreadable_status_file_is_a_warning(
     assert warning.startswith(f"warning: registry ignored: {job.status_file.resolve()}: ")
     assert problem in warning
     assert "registry: none" in result.out
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("place", "problem"),
+    [
+        (os.mkfifo, "cannot read: is a FIFO, not a regular file"),
+        (lambda path: path.symlink_to("/dev/zero"), "is a character device, not a regular file"),
+        (lambda path: path.write_bytes(b" " * (65 << 20)), "is larger than 67108864 bytes"),
+    ],
+    ids=["fifo", "dev-zero", "huge"],
+)
+@pytest.mark.parametrize("command", ["list", "status"])
+def test_a_status_file_that_is_no_file_is_refused_unread(
+    job: Job, cli: Cli, place: Callable[[Path], None], problem: str, command: str
+) -> None:
+    """A FIFO in its place hung `list`, `status` and `run`; a link to /dev/zero had `list`
+    and `status` read gigabytes until they were killed (a hostile newcomer's)."""
+    job.status_file.parent.mkdir(parents=True)
+    place(job.status_file)
+    namespace, name = job.status_file.parent.parent.name, job.status_file.parent.name
+    flags = ["--namespace", namespace, "--job", name, "--state-dir", str(job.state_dir)]
+
+    result = cli(command, *(job.flags if command == "list" else flags))
+
+    assert problem in result.err, result.err
+    assert len(result.err.splitlines()) == 1, result.err
 
 
 @pytest.mark.parametrize(

@@ -1058,4 +1058,4 @@ def test_a_manifest_that_is_no_regular_file_is_one_line(tmp_path: Path) -> None:
 
     with pytest.raises(ManifestError) as refused:
         load_manifest(fifo)
-    assert str(refused.value) == f"{fifo}: cannot read the file: not a regular file"
+    assert str(refused.value) == f"{fifo}: cannot read the file: is a FIFO, not a regular file"

@@ -5,12 +5,12 @@ every problem on one line naming the file."""
 
 import os
 import re
-import stat
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 
+from spark_checkpoint_operator.local_files import UnreadableFile, read_small_file
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_kind
 from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
 from spark_checkpoint_operator.manifest.problems import (
@@ -38,14 +38,9 @@ def load_manifest(path: str | os.PathLike[str]) -> JobManifest:
     """Read, validate and default the SparkCheckpointJob in the YAML file at ``path``."""
     source = os.fspath(path)
     try:
-        # Without O_NONBLOCK, opening a FIFO waits for a writer: `run -f fifo` hung.
-        with os.fdopen(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as file:
-            kind = stat.S_IFMT(os.fstat(file.fileno()).st_mode)
-            if kind != stat.S_IFREG:
-                what = "a directory" if kind == stat.S_IFDIR else "not a regular file"
-                raise ManifestError(source, [Problem("", f"cannot read the file: {what}")])
-            data = file.read(MAX_MANIFEST_BYTES + 1)
-        text = data.decode("utf-8")
+        text = read_small_file(path, MAX_MANIFEST_BYTES).decode("utf-8")
+    except UnreadableFile as error:
+        raise ManifestError(source, [Problem("", f"cannot read the file: {error}")]) from None
     except OSError as error:
         reason = error.strerror or str(error)
         raise ManifestError(source, [Problem("", f"cannot read the file: {reason}")]) from error
