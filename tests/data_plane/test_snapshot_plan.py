@@ -212,6 +212,31 @@ def test_named_sources_logs_are_in_the_image(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize("version", ["v1", "v2"])
+def test_a_file_sources_log_is_cut_at_its_offset_of_the_batch(tmp_path: Path, version: str) -> None:
+    """Offsets as Spark 4.3 writes them: a line per source in their order (v1), or
+    `name:offset` for named sources (v2). The file source (0, or `orders`) read up to its
+    log id 2 in batch 4; its entries 3 and 4 are batch 5's. A source with no file offset
+    (`-`, or another kind's) is cut at the batch id."""
+    _logs(tmp_path, batches=5)
+    file_source, other = ("0", "1") if version == "v1" else ("orders", "rate")
+    for name in (file_source, other):
+        _touch(tmp_path, *(f"sources/{name}/{n}" for n in range(6)))
+    offsets = ['{"logOffset":2}', "-"]
+    if version == "v2":
+        offsets = [f"{file_source}:{offsets[0]}", f"{other}:{{}}"]
+    (tmp_path / "offsets" / "4").write_text("\n".join([version, "{}", *offsets]))
+
+    logs = plan_snapshot(tmp_path, 4).files_by_task[LOGS_TASK]
+
+    assert [f for f in logs if f.startswith(f"sources/{file_source}/")] == [
+        f"sources/{file_source}/{n}" for n in range(3)
+    ]
+    assert [f for f in logs if f.startswith(f"sources/{other}/")] == [
+        f"sources/{other}/{n}" for n in range(5)
+    ]
+
+
 @pytest.mark.parametrize("purged", [2, 3])
 def test_an_offsets_file_a_restart_reads_gone_fails_the_plan(tmp_path: Path, purged: int) -> None:
     """Under `spark.sql.streaming.minBatchesToRetain=1` Spark deletes offsets/B-1 once it

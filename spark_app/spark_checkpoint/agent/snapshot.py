@@ -15,6 +15,7 @@ state schemas) and one task per state-store partition, named ``state-<op>-<part>
 
 import errno
 import functools
+import json
 import os
 import re
 import stat
@@ -253,9 +254,15 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
+    log_offsets = _file_source_log_offsets(location, batch_id)
     for source in _source_dirs(sources):
+        # A file source's log ids are its own: after a no-data batch they lag the batch ids,
+        # and its entry for the uncommitted B+1 may be numbered B or below. In the image,
+        # the restored query counts its files as read and folds them into its B+1 with the
+        # next ones: batch boundaries, hence watermarks, timeouts and late rows, differed.
+        bound = log_offsets.get(source, batch_id)
         yield from (
-            f"sources/{source}/{name}" for name in _source_log_files(sources / source, batch_id)
+            f"sources/{source}/{name}" for name in _source_log_files(sources / source, bound)
         )
     state = location / "state"
     # State schemas and operator metadata: small, rewritten only under new names. Those
@@ -270,6 +277,30 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
             yield from _files_up_to(location, directory, batch_id)
     for directory in sorted(state.glob("*/_stateSchema")) + sorted(state.glob("*/*/_stateSchema")):
         yield from _files_up_to(location, directory, batch_id)
+
+
+def _file_source_log_offsets(location: Path, batch_id: int) -> dict[str, int]:
+    """Each file source's offset in `offsets/B` (``{"logOffset": L}``: the id of its own
+    log's last entry the batch read), by its directory's name below `sources/`: a line
+    per source in their order (`v1`), or ``name:offset`` for named sources (`v2`). Other
+    sources' offsets, and an offsets file of another form, give none."""
+    try:
+        lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}  # plan_snapshot refuses a batch without it
+    if not lines or lines[0] not in ("v1", "v2"):
+        return {}
+    named = lines[0] == "v2"
+    found: dict[str, int] = {}
+    for index, line in enumerate(lines[2:]):
+        name, separator, text = line.partition(":") if named else (str(index), ":", line)
+        try:
+            offset = json.loads(text) if separator else None
+        except (ValueError, RecursionError):  # "-": no offset yet
+            continue
+        if isinstance(offset, dict) and type(offset.get("logOffset")) is int:
+            found[name] = offset["logOffset"]
+    return found
 
 
 def _source_log_files(directory: Path, batch_id: int) -> list[str]:
