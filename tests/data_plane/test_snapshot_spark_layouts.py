@@ -59,65 +59,14 @@ def _restarted(live: Path, image: Path, run: Any) -> None:
         moved.rename(live)
 
 
-def _join(spark: Any, left: Path, right: Path, location: Path, *, a_type: str) -> list[Any]:
-    """The left and right inputs joined on k, one file of each a batch, to the end of
-    the input; the rows each batch produced."""
-    rows: list[Any] = []
+def _join(
+    spark: Any, left: Path, right: Path, location: Path, *, a_type: str = "int"
+) -> dict[int, list[int]]:
+    """The left and right inputs joined on k, one file of each a batch, to the end of the
+    input: the keys each batch joined."""
+    outputs: dict[int, list[int]] = {}
     joined = (
         spark.readStream.schema(f"k int, a {a_type}")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(left))
-        .join(
-            spark.readStream.schema("k int, b int")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(right)),
-            "k",
-        )
-    )
-    query = (
-        joined.writeStream.foreachBatch(lambda frame, _batch: rows.extend(frame.collect()))
-        .option("checkpointLocation", str(location))
-        .trigger(availableNow=True)
-        .start()
-    )
-    query.awaitTermination()
-    return rows
-
-
-def test_a_joins_image_keeps_the_schemas_spark_checks_a_changed_query_against(
-    spark: Any, tmp_path: Path
-) -> None:
-    """The left input's column `a` changed from int to float: the live location refuses
-    the restarted query, and so must an image (without the stores' schemas Spark read the
-    old int state as floats: 4.2e-45 for 4)."""
-    left, right, live = tmp_path / "left", tmp_path / "right", tmp_path / "live"
-    for i in range(4):
-        _write_rows(left, f"l{i:03}.json", [{"k": i % 3, "a": i}])
-        _write_rows(right, f"r{i:03}.json", [{"k": i % 3, "b": i}])
-    _join(spark, left, right, live, a_type="int")
-    files = _image(live, 2, tmp_path / "image")
-    assert {
-        f"state/0/0/{side}-{store}/_metadata/schema"
-        for side in ("left", "right")
-        for store in ("keyToNumValues", "keyWithIndexToValue")
-    } <= set(files), files
-    _write_rows(left, "l004.json", [{"k": 0, "a": 4}])
-    _write_rows(right, "r004.json", [{"k": 0, "b": 4}])
-
-    with pytest.raises(Exception, match="STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"):
-        _restarted(
-            live,
-            tmp_path / "image",
-            lambda image: _join(spark, left, right, image, a_type="float"),
-        )
-
-
-def _joined_rows_by_batch(spark: Any, left: Path, right: Path, location: Path) -> dict[int, Any]:
-    """Rows of the left and right inputs joined on k, one file of each a batch, to the end
-    of the input; by batch."""
-    outputs: dict[int, Any] = {}
-    joined = (
-        spark.readStream.schema("k int, a int")
         .option("maxFilesPerTrigger", 1)
         .json(str(left))
         .join(
@@ -141,6 +90,34 @@ def _joined_rows_by_batch(spark: Any, left: Path, right: Path, location: Path) -
     return outputs
 
 
+def test_a_joins_image_keeps_the_schemas_spark_checks_a_changed_query_against(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The left input's column `a` changed from int to float: the live location refuses
+    the restarted query, and so must an image (without the stores' schemas Spark read the
+    old int state as floats: 4.2e-45 for 4)."""
+    left, right, live = tmp_path / "left", tmp_path / "right", tmp_path / "live"
+    for i in range(4):
+        _write_rows(left, f"l{i:03}.json", [{"k": i % 3, "a": i}])
+        _write_rows(right, f"r{i:03}.json", [{"k": i % 3, "b": i}])
+    _join(spark, left, right, live)
+    files = _image(live, 2, tmp_path / "image")
+    assert {
+        f"state/0/0/{side}-{store}/_metadata/schema"
+        for side in ("left", "right")
+        for store in ("keyToNumValues", "keyWithIndexToValue")
+    } <= set(files), files
+    _write_rows(left, "l004.json", [{"k": 0, "a": 4}])
+    _write_rows(right, "r004.json", [{"k": 0, "b": 4}])
+
+    with pytest.raises(Exception, match="STATE_STORE_VALUE_SCHEMA_NOT_COMPATIBLE"):
+        _restarted(
+            live,
+            tmp_path / "image",
+            lambda image: _join(spark, left, right, image, a_type="float"),
+        )
+
+
 def test_a_source_whose_log_lags_the_batches_restarts_with_the_same_batches(
     spark: Any, tmp_path: Path
 ) -> None:
@@ -156,22 +133,22 @@ def test_a_source_whose_log_lags_the_batches_restarts_with_the_same_batches(
         _write_rows(left, f"l{i:03}.json", [{"k": i, "a": i}])
     for i in range(2):
         _write_rows(right, f"r{i:03}.json", [{"k": i, "b": i}])
-    _joined_rows_by_batch(spark, left, right, live)  # batches 0-5
+    _join(spark, left, right, live)  # batches 0-5
     shutil.copytree(live, tmp_path / "full-copy")  # the live location at batch 5
     _write_rows(left, "l006.json", [{"k": 6, "a": 6}])
     _write_rows(right, "r002.json", [{"k": 2, "b": 2}])
-    _joined_rows_by_batch(spark, left, right, live)  # batch 6: the log entries above 5's
+    _join(spark, left, right, live)  # batch 6: the log entries above 5's
     files = _image(live, 5, tmp_path / "image")
     assert "sources/1/2" not in files and "sources/1/1" in files, files
     _write_rows(left, "l007.json", [{"k": 7, "a": 7}])
     _write_rows(right, "r003.json", [{"k": 3, "b": 3}])
 
-    expected = _joined_rows_by_batch(spark, left, right, tmp_path / "full-copy")
+    expected = _join(spark, left, right, tmp_path / "full-copy")
     restored: dict[int, Any] = {}
     _restarted(
         live,
         tmp_path / "image",
-        lambda image: restored.update(_joined_rows_by_batch(spark, left, right, image)),
+        lambda image: restored.update(_join(spark, left, right, image)),
     )
 
     assert expected == {6: [2], 7: [3]}, expected
