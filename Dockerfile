@@ -150,7 +150,8 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # PySpark (the pyproject.toml `spark` extra's pin) and its one dependency. Its jars, the
 # Kubernetes scheduler backend among them, are what the executor entrypoint runs. Then
 # pandas (below 3, which PySpark 4.3 does not support) and pyarrow for PySpark's
-# pandas-based APIs (applyInPandasWithState, transformWithStateInPandas), with their
+# pandas-based APIs (applyInPandasWithState, transformWithStateInPandas: it also needs
+# protobuf, 6.x, which its generated StateMessage_pb2 was made by), with their
 # dependencies (what the Kubernetes client shares with them is in the deps stage); the
 # Makefile's constraints take these lines as they take the deps stage's.
 # Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://) and
@@ -159,6 +160,7 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
         pyarrow==26.0.1 \
+        protobuf==6.33.6 \
         numpy==2.4.6 \
         pytz==2026.6 \
         tzdata==2026.6 \
@@ -180,7 +182,8 @@ RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pycparser==3.12 \
         pyjwt==2.15.1 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
-    && python -c "import pandas, pyarrow, s3fs, adlfs"
+    && python -c "import pandas, pyarrow, s3fs, adlfs" \
+    && python -c "import pyspark.sql.streaming.proto.StateMessage_pb2"
 
 COPY --from=builder /wheels/ /tmp/wheels/
 RUN pip install --no-cache-dir --no-deps /tmp/wheels/*.whl \

@@ -32,7 +32,7 @@ from pyspark.sql import DataFrameReader, SparkSession
 
 from spark_checkpoint.janitor_commands import image_argument
 from spark_checkpoint.restorable_report import ImageVerdict, encoded
-from spark_checkpoint.restore import SPARK_METADATA_FILE
+from spark_checkpoint.restore import SPARK_METADATA_FILE, relocate_state_schema_paths
 from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -200,6 +200,7 @@ def check_images(
                 try:
                     meta = storage.read_metadata(kind, snapshot_id)
                     storage.materialize(meta, str(location))
+                    relocate_state_schema_paths(location)
                 except (StorageError, OSError) as error:
                     problems = [f"cannot materialize: {error}"]
                 else:

@@ -87,6 +87,7 @@ def restore(
         try:
             metadata, source_storage = _open(storage, candidate)
             source_storage.materialize(metadata, str(target))
+            relocate_state_schema_paths(target)
             if not (target / SPARK_METADATA_FILE).is_file():
                 # Spark writes it when a query first starts, before any batch: an image
                 # without it (an external savepoint made by hand) is not a query's checkpoint.
@@ -154,6 +155,44 @@ def _open(
         # The runtime names the registry's own as checkpoint:N: this one is garbage.
         raise UnregisteredCheckpointError(uri)
     return source.read_metadata(address.kind, address.snapshot_id), source
+
+
+# transformWithState's operator metadata (`state/<op>/_metadata/v2/<batch>`) names its
+# state schema files by absolute path: the live location the image was taken of.
+_OPERATOR_METADATA_V2 = "state/*/_metadata/v2/*"
+_SCHEMA_FILE_PATH = re.compile(r"^(?:file:)?.*/(state/\d+/_stateSchema/[^/]+/[^/]+)$")
+
+
+def relocate_state_schema_paths(location: Path) -> None:
+    """Point transformWithState's operator metadata in a restored ``location`` at its own
+    schema files. Spark reads the schema files the newest metadata names, by absolute
+    path: in a fresh location those of the image's live location, which the restore
+    removed (Spark 4.3 failed: "File file:.../attempt-1/checkpoint/state/0/_stateSchema/
+    default/0_<uuid> does not exist") or, where it still was, another location's."""
+    for path in sorted(location.glob(_OPERATOR_METADATA_V2)):
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        version, _, rest = path.read_text().partition("\n")
+        try:
+            document = json.loads(rest)
+        except (ValueError, RecursionError):
+            raise StorageError(str(path), "not operator metadata (v2): its JSON") from None
+        stores = document.get("stateStoreInfo") if isinstance(document, dict) else None
+        if not isinstance(stores, list):
+            raise StorageError(str(path), "not operator metadata (v2): no stateStoreInfo")
+        for store in stores:
+            paths = store.get("stateSchemaFilePaths") if isinstance(store, dict) else None
+            if not isinstance(paths, list):
+                continue
+            store["stateSchemaFilePaths"] = [_relocated(old, location) for old in paths]
+        path.write_text(f"{version}\n{json.dumps(document, separators=(',', ':'))}")
+
+
+def _relocated(schema_path: object, location: Path) -> object:
+    match = _SCHEMA_FILE_PATH.match(schema_path) if isinstance(schema_path, str) else None
+    if match is None:
+        return schema_path
+    return f"file:{location.resolve()}/{match[1]}"
 
 
 def _give_new_query_id(location: Path) -> None:

@@ -204,6 +204,50 @@ def test_a_metadata_file_not_where_its_snapshot_was_written_is_skipped(tmp_path:
     assert f"{elsewhere.as_uri()}: not where a checkpoint or a savepoint lies" in str(failed.value)
 
 
+def test_a_restore_points_transform_with_states_metadata_at_its_own_schema_files(
+    tmp_path: Path,
+) -> None:
+    """Spark 4.3's operator metadata v2 names schema files by absolute path, in the live
+    location the image was taken of (one whose path holds `state/` too, as a local run's
+    state directory does); each is pointed at the restored location's own."""
+    live = "file:/data/state/default/orders/work/attempt-1/checkpoint"
+    schema = "state/0/_stateSchema/default/0_1c3c7f9e-882e-47cd-8ba0-5793c5add5d7"
+    operator = {
+        "operatorInfo": {"operatorId": 0, "operatorName": "transformWithStateInPandasExec"},
+        "stateStoreInfo": [
+            {
+                "storeName": "default",
+                "numColsPrefixKey": 0,
+                "numPartitions": 2,
+                "stateSchemaFilePaths": [f"{live}/{schema}", "s3a://elsewhere/schema"],
+            }
+        ],
+        "operatorPropertiesJson": '{"timeMode":"None"}',
+    }
+    image = _savepoint(
+        tmp_path,
+        {
+            "metadata": '{"id":"q"}',
+            "state/0/_metadata/v2/2": "v2\n" + json.dumps(operator),
+            schema: "schema",
+        },
+    )
+    target = tmp_path / "restored"
+
+    restore(_job(tmp_path), (RestoreCandidate.external(image),), target)
+
+    version, _, document = (target / "state/0/_metadata/v2/2").read_text().partition("\n")
+    assert version == "v2"
+    relocated = json.loads(document)
+    assert relocated["stateStoreInfo"][0]["stateSchemaFilePaths"] == [
+        f"file:{target.resolve()}/{schema}",
+        "s3a://elsewhere/schema",  # no schema file of a checkpoint location: left as it is
+    ]
+    assert {k: v for k, v in relocated.items() if k != "stateStoreInfo"} == {
+        k: v for k, v in operator.items() if k != "stateStoreInfo"
+    }
+
+
 LOCATION = Path("/work/attempt-3/checkpoint")
 
 

@@ -9,6 +9,7 @@ moved away.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -17,10 +18,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import pytest
+from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
 from helpers.spark_session import local_session
 from spark_checkpoint.agent.snapshot import plan_snapshot
+from spark_checkpoint.restore import relocate_state_schema_paths
 
 pytestmark = pytest.mark.spark
 
@@ -31,11 +35,18 @@ def spark() -> Iterator[Any]:
         yield session
 
 
+_WRITTEN = itertools.count(1_700_000_000)
+
+
 def _write_rows(directory: Path, name: str, rows: list[dict[str, Any]]) -> None:
-    """One input file, appearing whole (a file source may list it at any moment)."""
+    """One input file, appearing whole (a file source may list it at any moment), modified
+    a second after the one written before: a file source reads them in that order (files
+    written in the same tick came in any order)."""
     directory.mkdir(parents=True, exist_ok=True)
     hidden = directory / f".{name}"
     hidden.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    written = next(_WRITTEN)
+    os.utime(hidden, (written, written))
     os.rename(hidden, directory / name)
 
 
@@ -216,3 +227,69 @@ def test_a_named_sources_log_is_in_the_image_and_the_query_restarts_from_it(
     # Batch 4 again (the image is at 3): file 4 on top of files 0-3's counts.
     assert outputs == {4: [(0, 3), (1, 2)]}, outputs
     assert not re.search(r"\bsources/\d", " ".join(files))
+
+
+ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+
+
+def _counts_with_state(spark: Any, input_dir: Path, location: Path) -> dict[str, int]:
+    """Rows per k, counted in transformWithStateInPandas value state (RocksDB), one file a
+    batch to the end of the input: each key's last count."""
+
+    class Count(StatefulProcessor):  # defined here: pickled by value for the Python workers
+        def init(self, handle: Any) -> None:
+            self.count = handle.getValueState("count", "n long")
+
+        def handleInputRows(self, key: Any, rows: Any, timerValues: Any) -> Any:
+            n = (self.count.get()[0] if self.count.exists() else 0) + sum(len(p) for p in rows)
+            self.count.update((n,))
+            yield pd.DataFrame({"k": [key[0]], "n": [n]})
+
+        def close(self) -> None:
+            pass
+
+    counts: dict[str, int] = {}
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    try:
+        query = (
+            spark.readStream.schema("k string")
+            .option("maxFilesPerTrigger", 1)
+            .json(str(input_dir))
+            .groupBy("k")
+            .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
+            .writeStream.foreachBatch(
+                lambda frame, _batch: counts.update({row.k: row.n for row in frame.collect()})
+            )
+            .option("checkpointLocation", str(location))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    return counts
+
+
+def test_a_transform_with_state_image_restarts_in_a_fresh_location(
+    spark: Any, tmp_path: Path
+) -> None:
+    """transformWithState's operator metadata names its schema files by absolute path, in
+    the live location: restored into a fresh one (as every restore is), Spark looked for
+    them there and failed once the live location was gone (a reviewer's, Spark 4.3)."""
+    input_dir, live = tmp_path / "input", tmp_path / "live"
+    for i in range(4):
+        _write_rows(input_dir, f"f{i:03}.json", [{"k": "ab"[i % 2]}])
+    _counts_with_state(spark, input_dir, live)
+    image = tmp_path / "image"
+    files = _image(live, 2, image)
+    assert any("/_metadata/v2/" in name for name in files), files
+    relocate_state_schema_paths(image)
+    _write_rows(input_dir, "f004.json", [{"k": "a"}])
+
+    counts: dict[str, int] = {}
+    _restarted(
+        live, image, lambda moved: counts.update(_counts_with_state(spark, input_dir, moved))
+    )
+
+    # Files 3 (b) and 4 (a) again, on the counts of files 0-2 kept in the image's state.
+    assert counts == {"a": 3, "b": 2}, counts

@@ -2,6 +2,7 @@
 stopped after."""
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,10 @@ SparkSession = pytest.importorskip("pyspark.sql").SparkSession
 
 @contextlib.contextmanager
 def local_session(app_name: str, *, cores: int = 1) -> Iterator[Any]:
+    # Python tasks run this interpreter (its packages: the sink's writer, pandas), as the
+    # runtime's do.
+    environment = pytest.MonkeyPatch()
+    environment.setenv("PYSPARK_PYTHON", sys.executable)
     session = (
         SparkSession.builder.master(f"local[{cores}]")
         .appName(app_name)
@@ -26,3 +31,4 @@ def local_session(app_name: str, *, cores: int = 1) -> Iterator[Any]:
         yield session
     finally:
         session.stop()
+        environment.undo()

@@ -8,7 +8,6 @@ the store's credentials as executors do, from the executor environment
 from __future__ import annotations
 
 import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -30,12 +29,8 @@ INPUT_SCHEMA = "word STRING, n INT"
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    # Tasks run this interpreter (its packages: the sink's writer), as the runtime's do.
-    environment = pytest.MonkeyPatch()
-    environment.setenv("PYSPARK_PYTHON", sys.executable)
     with local_session("tests-sink", cores=2) as session:
         yield session
-    environment.undo()
 
 
 @pytest.fixture
