@@ -8,12 +8,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint.storage.filesystem import StorageFileSystem
 from spark_checkpoint_operator.local_state import RegistryRecord, local_job_paths
 
 if TYPE_CHECKING:
@@ -45,6 +46,44 @@ def test_lists_checkpoints_and_savepoints_without_a_status_file(job: Job, cli: C
     assert table[("checkpoint", "1")] == ["checkpoint", "1", "0", "80 B", "3", "2d2h", "-"]
     assert table[("checkpoint", "2")] == ["checkpoint", "2", "1", "127 B", "4", "2d2h", "-"]
     assert table[("savepoint", "3")] == ["savepoint", "3", "1", "127 B", "4", "2d2h", "-"]
+
+
+def test_a_snapshot_storage_does_not_let_this_user_read_is_one_row(
+    job: Job, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another user's `chk-1` (mode 000: not even its `_metadata`'s existence can be
+    asked) or `sp-3/_metadata` made `list` print only that permission error and exit 1,
+    the other snapshots unshown (a hostile newcomer's, run as nobody; these tests run as
+    root, whom no mode stops, so the refusals are the library's)."""
+
+    def refused(path: str) -> bool:
+        return "/chk-1/" in path or "/sp-3/" in path
+
+    exists, read_bytes = StorageFileSystem.exists, StorageFileSystem.read_bytes
+
+    def guarded_exists(fs: StorageFileSystem, path: str) -> bool:
+        if "/chk-1/" in path:
+            raise PermissionError(13, "Permission denied", path)
+        return exists(fs, path)
+
+    def guarded_read(fs: StorageFileSystem, path: str, **options: Any) -> bytes:
+        if refused(path):
+            raise PermissionError(13, "Permission denied", path)
+        return read_bytes(fs, path, **options)
+
+    monkeypatch.setattr(StorageFileSystem, "exists", guarded_exists)
+    monkeypatch.setattr(StorageFileSystem, "read_bytes", guarded_read)
+
+    listed, inspected = cli("list", *job.flags), cli("inspect", *job.flags)
+
+    assert listed.code == 0, listed.err  # as for any unreadable snapshot
+    assert inspected.code == 1, inspected.err
+    for result in (listed, inspected):
+        shown = result.out + result.err
+        assert "chk-1/_metadata: Permission denied" in shown, shown
+        assert "sp-3/_metadata: Permission denied" in shown, shown
+    assert rows(listed.out)[("checkpoint", "2")][:3] == ["checkpoint", "2", "1"]
+    assert re.search(r"^checkpoint +2 ", inspected.out, flags=re.MULTILINE), inspected.out
 
 
 def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: Cli) -> None:

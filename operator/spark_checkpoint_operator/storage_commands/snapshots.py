@@ -119,9 +119,10 @@ def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None
     if storage.has_metadata(ref.kind, ref.snapshot_id):
         try:
             meta = storage.read_metadata(ref.kind, ref.snapshot_id)
-        except StorageError as error:
+        except (StorageError, OSError) as error:
+            problem = str(error) if isinstance(error, StorageError) else io_problem(error)
             return SnapshotRow(
-                ref, StoredSnapshotState.UNREADABLE, metadata_path, registered, error=str(error)
+                ref, StoredSnapshotState.UNREADABLE, metadata_path, registered, error=problem
             )
         unrestorable = registry.unrestorable(ref.kind, ref.snapshot_id) if registry else None
         return SnapshotRow(

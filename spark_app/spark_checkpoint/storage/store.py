@@ -296,11 +296,11 @@ class CheckpointStorage:
 
     def has_metadata(self, kind: CheckpointKind, snapshot_id: int) -> bool:
         """Whether the snapshot has a `_metadata`. A snapshot directory or `_metadata`
-        that is a link counts: reading it refuses the link, so that this one snapshot fails
-        and the others are still listed."""
+        that is a link, or one storage does not let this process look into, counts:
+        reading it fails for this one snapshot, and the others are still listed."""
         try:
             return self.fs.exists(self.layout.metadata_path(kind, snapshot_id))
-        except SymbolicLinkError:
+        except (SymbolicLinkError, PermissionError):
             return True
 
     def highest_snapshot_id(self) -> int | None:
