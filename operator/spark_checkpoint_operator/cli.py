@@ -7,7 +7,6 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from spark_checkpoint_operator.cli_conventions import (
     GENERAL_MEANINGS,
@@ -20,6 +19,7 @@ from spark_checkpoint_operator.cli_conventions import (
     epilog,
     error_lines,
     exit_quietly_on_closed_pipe,
+    manifest_file,
     port_number,
     seconds,
     whole_number,
@@ -112,7 +112,7 @@ def _main(argv: Sequence[str] | None) -> int:
     manifest = run.add_mutually_exclusive_group(required=True)
     add_manifest_option(manifest, "the manifest", dest="manifest_file")
     manifest.add_argument(
-        "manifest", type=Path, nargs="?", metavar="FILE", help="the manifest (as -f FILE)"
+        "manifest", type=manifest_file, nargs="?", metavar="FILE", help="the manifest (as -f FILE)"
     )
     run.add_argument(
         "--from",

@@ -86,11 +86,28 @@ class Parser(argparse.ArgumentParser):
         self.error(f"unrecognized arguments: {shlex.join(words)}", hint if takes_manifest else "")
 
 
+def manifest_file(text: str) -> Path:
+    """A manifest's path as given: neither empty (read as the current directory) nor
+    kubectl's ``-`` for standard input, which a run, reading its manifest again, cannot
+    take."""
+    if not text:
+        raise argparse.ArgumentTypeError("is empty: give the manifest's file")
+    if text == "-":
+        raise argparse.ArgumentTypeError("standard input is not read: give the manifest's file")
+    return Path(text)
+
+
 def add_manifest_option(parser: argparse._ActionsContainer, help_text: str, **kwargs: Any) -> None:
     """``-f FILE`` (kubectl's ``--filename``; ``--manifest`` as before) names the job."""
     kwargs.setdefault("dest", "manifest")
     parser.add_argument(
-        "-f", "--filename", "--manifest", type=Path, metavar="FILE", help=help_text, **kwargs
+        "-f",
+        "--filename",
+        "--manifest",
+        type=manifest_file,
+        metavar="FILE",
+        help=help_text,
+        **kwargs,
     )
 
 
@@ -262,6 +279,8 @@ def storage_option(value: str) -> str:
     read as any command line path is (``~``, then from the current directory); the
     manifest's field, read by processes in other directories, takes only absolute paths
     and URIs."""
+    if not value:
+        raise OptionError("--storage: is empty: give a path or a URI")
     if not _SCHEME.match(value):
         value = os.path.abspath(os.path.expanduser(value))
     return _field_option("--storage", ("spec", "checkpointing", "storage"), value)
@@ -271,7 +290,11 @@ def job_options(namespace: str | None, job: str) -> tuple[str, str]:
     """``--namespace`` (by default Kubernetes' default one) and ``--job``, judged by the
     rules of the job's metadata: they become parts of local paths."""
     return (
-        _field_option("--namespace", ("metadata", "namespace"), namespace or DEFAULT_NAMESPACE),
+        _field_option(
+            "--namespace",
+            ("metadata", "namespace"),
+            DEFAULT_NAMESPACE if namespace is None else namespace,
+        ),
         _field_option("--job", ("metadata", "name"), job),
     )
 

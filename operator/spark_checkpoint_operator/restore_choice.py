@@ -33,6 +33,8 @@ class ChosenImage:
 def image_choice(choice: str) -> str:
     """``choice`` if it is spelled as `chosen_image` takes it; ValueError otherwise, before
     a manifest is read."""
+    if not choice:
+        raise ValueError("is empty: give savepoint:N, checkpoint:N or a path")
     _registry_reference(choice)
     return choice
 

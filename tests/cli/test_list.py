@@ -238,6 +238,29 @@ def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
     assert "--namespace: '../etc' is not a DNS-1123 label" in bad_name.err
 
 
+@pytest.mark.parametrize(
+    ("words", "said"),
+    [
+        (["list", "-f", "-"], "-f/--filename/--manifest: standard input is not read"),
+        (["run", "-"], "argument FILE: standard input is not read"),
+        (["run", ""], "argument FILE: is empty: give the manifest's file"),
+        (["run", "job.yaml", "--from", ""], "--from: is empty: give savepoint:N"),
+        (["list", "--storage", "", "--job", "clicks"], "--storage: is empty"),
+        (["status", "-n", "", "--job", "clicks"], "--namespace: '' is not a DNS-1123 label"),
+    ],
+)
+def test_an_empty_or_stdin_argument_is_a_usage_error(cli: Cli, words: list[str], said: str) -> None:
+    """kubectl's `-f -` said "-: cannot read the file: No such file or directory"; an
+    empty manifest was read as the current directory ("." in the error), an empty
+    --storage listed the current directory, an empty --namespace meant default and an
+    empty --from exited 1 (a hostile newcomer's)."""
+    result = cli(*words)
+
+    assert result.code == 2, result.err
+    assert said in result.err, result.err
+    assert len(result.err.splitlines()) == 1, result.err
+
+
 STORAGE_COMMANDS = ("list", "inspect", "verify")
 
 
