@@ -172,10 +172,10 @@ def relocate_state_schema_paths(location: Path) -> None:
     for path in sorted(location.glob(_OPERATOR_METADATA_V2)):
         if not path.is_file() or path.name.startswith("."):
             continue
-        version, _, rest = path.read_text().partition("\n")
         try:
+            version, _, rest = path.read_text().partition("\n")
             document = json.loads(rest)
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             raise StorageError(str(path), "not operator metadata (v2): its JSON") from None
         stores = document.get("stateStoreInfo") if isinstance(document, dict) else None
         if not isinstance(stores, list):
@@ -186,6 +186,9 @@ def relocate_state_schema_paths(location: Path) -> None:
                 continue
             store["stateSchemaFilePaths"] = [_relocated(old, location) for old in paths]
         path.write_text(f"{version}\n{json.dumps(document, separators=(',', ':'))}")
+        # Hadoop's checksum of the bytes as they were (an image a user copied by hand may
+        # hold one) would refuse them now.
+        path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
 
 
 def _relocated(schema_path: object, location: Path) -> object:

@@ -9,12 +9,18 @@ from pathlib import Path
 import pytest
 
 from spark_checkpoint.protocol import RestoreCandidate
-from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
+from spark_checkpoint.restore import (
+    RestoreFailed,
+    checkpoint_failure,
+    relocate_state_schema_paths,
+    restore,
+)
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
     JobStorageLayout,
+    StorageError,
     TaskAcknowledgement,
 )
 
@@ -229,6 +235,7 @@ def test_a_restore_points_transform_with_states_metadata_at_its_own_schema_files
         {
             "metadata": '{"id":"q"}',
             "state/0/_metadata/v2/2": "v2\n" + json.dumps(operator),
+            "state/0/_metadata/v2/.2.crc": "crc of the bytes before",
             schema: "schema",
         },
     )
@@ -236,6 +243,7 @@ def test_a_restore_points_transform_with_states_metadata_at_its_own_schema_files
 
     restore(_job(tmp_path), (RestoreCandidate.external(image),), target)
 
+    assert not (target / "state/0/_metadata/v2/.2.crc").exists()  # Spark would refuse it
     version, _, document = (target / "state/0/_metadata/v2/2").read_text().partition("\n")
     assert version == "v2"
     relocated = json.loads(document)
@@ -246,6 +254,17 @@ def test_a_restore_points_transform_with_states_metadata_at_its_own_schema_files
     assert {k: v for k, v in relocated.items() if k != "stateStoreInfo"} == {
         k: v for k, v in operator.items() if k != "stateStoreInfo"
     }
+
+
+def test_operator_metadata_that_is_not_text_is_a_storage_error(tmp_path: Path) -> None:
+    """A UnicodeDecodeError (a ValueError) crashed verify --deep, which catches storage
+    and OS errors (a reviewer's)."""
+    v2 = tmp_path / "state" / "0" / "_metadata" / "v2" / "2"
+    v2.parent.mkdir(parents=True)
+    v2.write_bytes(b"v2\n\xff\xfe")
+
+    with pytest.raises(StorageError, match="not operator metadata"):
+        relocate_state_schema_paths(tmp_path)
 
 
 LOCATION = Path("/work/attempt-3/checkpoint")

@@ -237,6 +237,43 @@ def test_a_file_sources_log_is_cut_at_its_offset_of_the_batch(tmp_path: Path, ve
     ]
 
 
+def test_a_file_source_with_no_offset_yet_has_none_of_its_log_in_the_image(
+    tmp_path: Path,
+) -> None:
+    """`-`: the source read no file up to B, so every entry of its log is a later batch's
+    (a reviewer's, Spark 4.3: `c.union(e)` with e's first files after B; the image held
+    them and the restored query read two in one batch)."""
+    _logs(tmp_path, batches=2)
+    _touch(tmp_path, "sources/1/.0.crc")
+    (tmp_path / "sources" / "1" / "0").write_text('v1\n{"path":"file:/in/e0.json"}')
+    (tmp_path / "offsets" / "1").write_text('v1\n{}\n{"logOffset":1}\n-')
+
+    logs = plan_snapshot(tmp_path, 1).files_by_task[LOGS_TASK]
+
+    assert [f for f in logs if f.startswith("sources/")] == ["sources/0/0", "sources/0/1"]
+
+
+def test_offsets_of_a_source_read_twice_are_no_map_of_the_sources(tmp_path: Path) -> None:
+    """Spark writes an offset line per source of the plan, a source read twice
+    (`a.filter(x).union(a.filter(y)).union(b)`) twice, and numbers directories once per
+    source: line 1 was taken for `sources/1` (b), which was cut at a's offset, and the
+    image could not restart ("batch 2 doesn't exist", a reviewer's, Spark 4.3). With more
+    lines than directories every log is cut at B."""
+    _logs(tmp_path, batches=3)
+    _touch(tmp_path, *(f"sources/1/{n}" for n in range(3)))
+    (tmp_path / "offsets" / "2").write_text(
+        'v1\n{}\n{"logOffset":0}\n{"logOffset":0}\n{"logOffset":2}'
+    )
+
+    logs = plan_snapshot(tmp_path, 2).files_by_task[LOGS_TASK]
+
+    assert [f for f in logs if f.startswith("sources/1/")] == [
+        "sources/1/0",
+        "sources/1/1",
+        "sources/1/2",
+    ]
+
+
 @pytest.mark.parametrize("purged", [2, 3])
 def test_an_offsets_file_a_restart_reads_gone_fails_the_plan(tmp_path: Path, purged: int) -> None:
     """Under `spark.sql.streaming.minBatchesToRetain=1` Spark deletes offsets/B-1 once it

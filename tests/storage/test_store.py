@@ -613,7 +613,15 @@ INNER_OWNER = StorageOwner(id="inner", description="the inner job's registry")
 
 
 @pytest.mark.parametrize(
-    ("inner_namespace", "inner_job"), [("shared", "ab"), ("chk-5", "x"), ("savepoints", "sp-3")]
+    ("inner_namespace", "inner_job"),
+    [
+        ("shared", "ab"),
+        ("shared", "ow"),  # shared/ow/owner.json: a two-character name, then its own
+        ("shared", "wr"),  # shared/wr/writer.lock, the lock a local run holds
+        ("chk-5", "x"),  # beside this job's own unregistered checkpoint 5
+        ("chk-6", "x"),  # inside a checkpoint this job discards
+        ("savepoints", "sp-3"),
+    ],
 )
 def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
     storage: CheckpointStorage,
@@ -622,14 +630,17 @@ def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
     inner_namespace: str,
     inner_job: str,
 ) -> None:
-    """A job whose storage root is this job's directory, its namespace `shared`, `chk-5` or
-    `savepoints`, keeps its images in this job's `shared/`, a `chk-5` or an `sp-3` of it:
-    this job's garbage collection deleted them all, its savepoint too (a newcomer's), and
-    so would a discard of its checkpoint 5 or savepoint 3. Garbage collection deletes only
-    names it writes, and no snapshot directory that holds another job's `owner.json`."""
+    """A job whose storage root is this job's directory, its namespace `shared`, `chk-N`
+    or `savepoints`, keeps its images in this job's `shared/`, a `chk-N` or an `sp-3` of
+    it: this job's garbage collection deleted them all, its savepoint too (a newcomer's),
+    and so would a discard of checkpoint 6 or savepoint 3. Garbage collection deletes only
+    names it writes, and of a snapshot directory that holds another job's `owner.json`
+    only what is this job's snapshot (`_metadata`, `_discarding`), so that none shows a
+    snapshot that is gone."""
     layout = JobStorageLayout(storage.layout.job_root, inner_namespace, inner_job)
     inner = CheckpointStorage(layout)
     inner.claim(INNER_OWNER)
+    inner.fs.write_atomic(f"{layout.job_root}/writer.lock", b"")
     images = []
     for kind, snapshot_id in ((CHECKPOINT, 1), (SAVEPOINT, 2)):
         local = spark_file("offsets/0", b"o0")
@@ -641,14 +652,48 @@ def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
         meta = make_metadata(kind, snapshot_id, [entry])
         images.append(dataclasses.replace(meta, namespace=inner_namespace, job=inner_job))
         inner.write_metadata(images[-1])
+    for checkpoint_id in (5, 6):  # this job's: 5 never registered, 6 registered
+        entry = storage.add_shared_file(spark_file(f"state/{checkpoint_id}", b"s"), "state/1")
+        storage.write_metadata(make_metadata(CHECKPOINT, checkpoint_id, [entry]))
 
-    assert storage.collect_garbage([], []) == GarbageReport((), (), ())
-    storage.discard_checkpoint(5, [])
+    storage.discard_checkpoint(6, [])
     storage.discard_savepoint(3)
+    report = storage.collect_garbage([], [])
 
+    assert report.checkpoint_ids == (5,) and report.savepoint_ids == ()
+    assert all(_is_ours(location) for location in report.shared_locations), report
+    assert storage.list_ids(CHECKPOINT) == []
+    assert not storage.fs.exists(storage.layout.discarding_path(6))
     for image in images:
         inner.verify(image)
     assert inner.recorded_owner() == INNER_OWNER
+    assert inner.fs.exists(f"{layout.job_root}/writer.lock")
+
+
+@pytest.mark.local_only  # a link in a snapshot's directory
+def test_a_link_inside_a_discarded_checkpoints_directory_is_removed_not_followed(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    local_job_root: Path,
+    tmp_path: Path,
+) -> None:
+    """The search for another job's `owner.json` refused the link, after the discard had
+    moved `_metadata` aside and deleted the shared files: the discard failed at every try
+    (a reviewer's). The link goes, what it points at stays."""
+    take_checkpoint(6, {"offsets/0": b"o0"})
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "owner.json").write_text("{}")
+    (local_job_root / "chk-6" / "link").symlink_to(outside)
+
+    storage.discard_checkpoint(6, [])
+
+    assert not (local_job_root / "chk-6").exists()
+    assert (outside / "sub" / "owner.json").exists()
+
+
+def _is_ours(location: str) -> bool:
+    return location.startswith("shared/") and len(location.split("/")) == 3
 
 
 def test_materialize_restores_every_file(
@@ -996,13 +1041,14 @@ def test_a_stray_file_with_a_line_break_in_its_name_is_garbage_like_any_other(
     """It stopped every garbage collection, in two lines giving the wrong reason ("'.',
     '..' or empty segments"): a local listing holds no `..`, and deleting by its name
     cannot leave the job's directory (a reviewer's)."""
-    stray = local_job_root / "shared" / "ab" / "ab\nname"
+    name = f"ab{'0' * 62}-evil\nname"  # a shared file's name, with a line break in it
+    stray = local_job_root / "shared" / "ab" / name
     stray.parent.mkdir(parents=True)
     stray.write_bytes(b"placed by someone")
 
     report = storage.collect_garbage([], [])
 
-    assert report.shared_locations == ("shared/ab/ab\nname",)
+    assert report.shared_locations == (f"shared/ab/{name}",)
     assert not stray.exists()
 
 
@@ -1061,10 +1107,11 @@ def test_what_another_process_changed_is_seen(
         storage.layout.metadata_path(CHECKPOINT, 2),
         dataclasses.replace(first, checkpoint_id=2).to_bytes(),
     )
-    storage_root.write(f"{storage.layout.shared_dir}/ff/.ff-partial.tmp", b"partial")
+    partial = f"ff/.ff{'0' * 62}-c.{'1' * 32}.tmp"  # a copy cut short
+    storage_root.write(f"{storage.layout.shared_dir}/{partial}", b"partial")
 
     assert storage.list_ids(CHECKPOINT) == [1, 2]
-    assert storage.collect_garbage([1, 2], []).shared_locations == ("shared/ff/.ff-partial.tmp",)
+    assert storage.collect_garbage([1, 2], []).shared_locations == (f"shared/{partial}",)
 
 
 @dataclasses.dataclass

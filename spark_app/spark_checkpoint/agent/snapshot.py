@@ -280,27 +280,53 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
 
 
 def _file_source_log_offsets(location: Path, batch_id: int) -> dict[str, int]:
-    """Each file source's offset in `offsets/B` (``{"logOffset": L}``: the id of its own
-    log's last entry the batch read), by its directory's name below `sources/`: a line
-    per source in their order (`v1`), or ``name:offset`` for named sources (`v2`). Other
-    sources' offsets, and an offsets file of another form, give none."""
+    """Each file source's bound in `offsets/B`, by its directory's name below `sources/`:
+    its ``{"logOffset": L}`` (the id of its own log's last entry the batch read), or -1
+    where it read none yet (``-``: any entry of its log is a later batch's). Offsets are
+    a line per source (`v1`), or ``name:offset`` for named sources (`v2`). Spark writes a
+    v1 line for each source of the plan, a source read twice (``a.union(a)``) twice, and
+    numbers directories once per source: lines map to `sources/<i>` only when there are as
+    many as numbered directories, `0..n-1`. Otherwise, and for other sources' offsets,
+    none is given (the log is cut at B)."""
     try:
         lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
     except (OSError, UnicodeDecodeError):
         return {}  # plan_snapshot refuses a batch without it
     if not lines or lines[0] not in ("v1", "v2"):
         return {}
-    named = lines[0] == "v2"
+    offsets = lines[2:]
+    if lines[0] == "v1":
+        if _source_dirs(location / "sources") != [str(i) for i in range(len(offsets))]:
+            return {}
+        named = [(str(index), text) for index, text in enumerate(offsets)]
+    else:
+        named = [(name, text) for name, _, text in (line.partition(":") for line in offsets)]
     found: dict[str, int] = {}
-    for index, line in enumerate(lines[2:]):
-        name, separator, text = line.partition(":") if named else (str(index), ":", line)
+    for name, text in named:
+        if text == "-":
+            if _is_file_source_log(location / "sources" / name):
+                found[name] = -1
+            continue
         try:
-            offset = json.loads(text) if separator else None
-        except (ValueError, RecursionError):  # "-": no offset yet
+            offset = json.loads(text)
+        except (ValueError, RecursionError):
             continue
         if isinstance(offset, dict) and type(offset.get("logOffset")) is int:
             found[name] = offset["logOffset"]
     return found
+
+
+def _is_file_source_log(directory: Path) -> bool:
+    """Whether ``directory`` holds a file source's log (its entries list files as
+    ``{"path": ...}`` lines); a Kafka source keeps its initial offsets there instead."""
+    try:
+        entries = sorted(name for name in os.listdir(directory) if not name.startswith("."))
+        if not entries:
+            return False
+        with open(directory / entries[0], "rb") as entry:
+            return entry.read(4096).split(b"\n")[1].startswith(b'{"path"')
+    except (OSError, IndexError):
+        return False
 
 
 def _source_log_files(directory: Path, batch_id: int) -> list[str]:

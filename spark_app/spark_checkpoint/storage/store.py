@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import re
 import shutil
 import threading
 from collections.abc import Iterable, Iterator, Mapping
@@ -25,6 +26,8 @@ from .errors import (
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
 from .layout import (
+    DISCARDING_FILE_NAME,
+    METADATA_FILE_NAME,
     OWNER_FILE_NAME,
     SHARED_DIR_NAME,
     JobStorageLayout,
@@ -48,15 +51,16 @@ class GarbageReport:
     aborted_uploads: int = 0  # S3 multipart uploads a killed writer left unfinished
 
 
+# What storage writes below `shared/`: `ab/<sha256 ab...>-<name>` (`shared_location`), or
+# `ab/.<sha256>-<name>.<uuid>.tmp`, the temporary file of a copy cut short.
+_SHARED_FILE_NAME = re.compile(r"([0-9a-f]{2})/\.?\1[0-9a-f]{62}-[^/]+", re.DOTALL)
+
+
 def _is_shared_file_name(relative: str) -> bool:
-    """Whether a path below `shared/` is one storage writes there: `ab/ab...-<name>` (a
-    content address, `shared_location`) or `ab/.ab...` (the temporary file of a copy cut
-    short). Garbage collection leaves anything else: another job's storage directory set
-    inside this one's `shared/` lost its images to it (a newcomer's)."""
-    parts = relative.split("/")
-    return (
-        len(parts) == 2 and len(parts[0]) == 2 and parts[1].removeprefix(".").startswith(parts[0])
-    )
+    """Whether a path below `shared/` is one storage writes there. Garbage collection
+    leaves anything else: another job's storage directory set inside this one's
+    `shared/` lost its images to it (a newcomer's)."""
+    return _SHARED_FILE_NAME.fullmatch(relative) is not None
 
 
 class CheckpointStorage:
@@ -380,7 +384,13 @@ class CheckpointStorage:
             checkpoint_id
             for checkpoint_id in self._snapshot_dir_ids(CheckpointKind.CHECKPOINT)
             if checkpoint_id not in checkpoint_ids
-            and not self._holds_another_job(self.layout.checkpoint_dir(checkpoint_id))
+            and (
+                not self._holds_another_job(self.layout.checkpoint_dir(checkpoint_id))
+                or self.fs.exists(
+                    self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id)
+                )
+                or self.fs.exists(self.layout.discarding_path(checkpoint_id))
+            )
         ]
         deleted_savepoints = [
             savepoint_id
@@ -423,7 +433,7 @@ class CheckpointStorage:
         for checkpoint_id in deleted_checkpoints:
             # `_metadata` first, as in discard_checkpoint.
             self.fs.delete_file(self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id))
-            self.fs.delete_tree(self.layout.checkpoint_dir(checkpoint_id))
+            self._delete_snapshot_dir(self.layout.checkpoint_dir(checkpoint_id))
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
         with self._changing(deleted_locations):
@@ -534,11 +544,11 @@ class CheckpointStorage:
         `owner.json`): a job whose storage root was set inside this one's (a name of its
         namespace and job that is a `chk-N` here) lost everything to this job's deletes.
         Said as a warning: the directory is left, with what it holds."""
-        inside = [
-            relative
-            for relative in self.fs.list_files(directory)
-            if posixpath.basename(relative) == OWNER_FILE_NAME
-        ]
+        try:
+            files = self.fs.list_files(directory)
+        except SymbolicLinkError:
+            return False  # deleting the tree removes a link in it, never what it points at
+        inside = [relative for relative in files if posixpath.basename(relative) == OWNER_FILE_NAME]
         if inside:
             logger.warning(
                 "%s/%s: another job's storage directory lies inside this job's; left as it is",
@@ -548,10 +558,14 @@ class CheckpointStorage:
         return bool(inside)
 
     def _delete_snapshot_dir(self, directory: str) -> None:
-        """Delete a snapshot's directory once its `_metadata` is gone, unless another job's
-        storage lies inside it."""
+        """Delete a snapshot's directory once its `_metadata` is gone; where another job's
+        storage lies inside it, only what a snapshot keeps at its top (`_metadata`,
+        `_discarding`: left, either would show a snapshot that is gone)."""
         if not self._holds_another_job(directory):
             self.fs.delete_tree(directory)
+            return
+        for name in (METADATA_FILE_NAME, DISCARDING_FILE_NAME):
+            self.fs.delete_file(f"{directory}/{name}")
 
     def _snapshot_dir_ids(self, kind: CheckpointKind) -> list[int]:
         names = self.fs.list_dir(self.layout.snapshot_parent_dir(kind))
