@@ -364,7 +364,10 @@ class CheckpointStorage:
         - `sp-N` directories without `_metadata` that are not registered (savepoints cut
           short); an unregistered savepoint *with* `_metadata` is the user's and is kept;
         - shared files (including temporary files of interrupted copies) that no
-          registered checkpoint references and that are not in `protected_locations`;
+          registered checkpoint references and that are not in `protected_locations`, of
+          the names storage writes there (`_is_shared_file_name`; others are kept, with a
+          warning); of a snapshot directory that holds another job's `owner.json`, only
+          this job's `_metadata` and `_discarding` (`_delete_snapshot_dir`);
         - on S3, the multipart uploads below the job's directory that a writer killed
           midway left unfinished (no listing shows them; they are billed until aborted):
           garbage collection runs while nothing of the job uploads. A store that refuses
