@@ -7,13 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
+from spark_checkpoint.storage.filesystem import file_kind
 
 
 class UnreadableFile(OSError):
@@ -32,8 +26,7 @@ def read_small_file(path: str | os.PathLike[str], limit: int) -> bytes:
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise UnreadableFile(f"is {kind}, not a regular file")
+            raise UnreadableFile(f"is {file_kind(mode)}, not a regular file")
         os.set_blocking(descriptor, True)
     except BaseException:
         os.close(descriptor)

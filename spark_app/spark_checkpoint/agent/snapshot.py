@@ -254,8 +254,9 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
-    log_offsets = _file_source_log_offsets(location, batch_id)
-    for source in _source_dirs(sources):
+    source_dirs = _source_dirs(sources)
+    log_offsets = _file_source_log_offsets(location, batch_id, source_dirs)
+    for source in source_dirs:
         # A file source's log ids are its own: after a no-data batch they lag the batch ids,
         # and its entry for the uncommitted B+1 may be numbered B or below. In the image,
         # the restored query counts its files as read and folds them into its B+1 with the
@@ -279,7 +280,9 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
         yield from _files_up_to(location, directory, batch_id)
 
 
-def _file_source_log_offsets(location: Path, batch_id: int) -> dict[str, int]:
+def _file_source_log_offsets(
+    location: Path, batch_id: int, source_dirs: list[str]
+) -> dict[str, int]:
     """Each file source's bound in `offsets/B`, by its directory's name below `sources/`:
     its ``{"logOffset": L}`` (the id of its own log's last entry the batch read), or -1
     where it read none yet (``-``: any entry of its log is a later batch's). Offsets are
@@ -296,7 +299,7 @@ def _file_source_log_offsets(location: Path, batch_id: int) -> dict[str, int]:
         return {}
     offsets = lines[2:]
     if lines[0] == "v1":
-        if _source_dirs(location / "sources") != [str(i) for i in range(len(offsets))]:
+        if source_dirs != [str(i) for i in range(len(offsets))]:
             return {}
         named = [(str(index), text) for index, text in enumerate(offsets)]
     else:

@@ -431,7 +431,13 @@ _FILE_TYPES = (
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISCHR, "a character device"),
     (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
 )
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is no regular file is, by its mode: "a FIFO", "a directory", ..."""
+    return next((name for test, name in _FILE_TYPES if test(mode)), "an unknown kind of file")
 
 
 def _open_local_file(native: str, path: str) -> IO[bytes]:
@@ -451,10 +457,7 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
-            what = next(
-                (name for test, name in _FILE_TYPES if test(mode)), "an unknown kind of file"
-            )
-            raise NotARegularFileError(path, what)
+            raise NotARegularFileError(path, file_kind(mode))
         os.set_blocking(descriptor, True)
         return os.fdopen(descriptor, "rb")
     except BaseException:
