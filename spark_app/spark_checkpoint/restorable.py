@@ -19,7 +19,6 @@ codes: 0 every image restorable, 1 a problem found, 2 bad arguments.
 """
 
 import argparse
-import json
 import re
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from typing import Any
 from pyspark.sql import DataFrameReader, SparkSession
 
 from spark_checkpoint.janitor_commands import image_argument
+from spark_checkpoint.query_logs import is_file_source_log
 from spark_checkpoint.restorable_report import ImageVerdict, encoded
 from spark_checkpoint.restore import SPARK_METADATA_FILE, relocate_state_schema_paths
 from spark_checkpoint.settings import LOOPBACK_DRIVER_CONF
@@ -69,7 +69,7 @@ def check_location(spark: SparkSession, location: Path, batch_id: int) -> list[s
     )
     _run(problems, "offsets and commits", lambda: _check_logs(jvm, session, location, batch_id))
     for source in sorted((location / "sources").glob("*")):
-        if _is_file_source_log(source):
+        if is_file_source_log(source):
             _run(
                 problems, f"sources/{source.name}", partial(_read_file_source, jvm, session, source)
             )
@@ -108,21 +108,6 @@ def _check_logs(jvm: Any, session: Any, location: Path, batch_id: int) -> None:
         and offsets.get(latest_batch - 1).isEmpty()
     ):
         raise RestoreCheckFailed(f"offsets/{latest_batch - 1} is missing")
-
-
-def _is_file_source_log(directory: Path) -> bool:
-    """A file source's metadata log (Kafka and others keep their initial offsets there)."""
-    entries = sorted(p for p in directory.iterdir() if p.name.split(".")[0].isdigit())
-    if any(p.name.endswith(".compact") for p in entries):
-        return True
-    for entry in entries[:1]:
-        lines = entry.read_text(errors="replace").splitlines()
-        try:
-            first = json.loads(lines[1]) if len(lines) > 1 else None
-        except ValueError:
-            return False
-        return isinstance(first, dict) and {"path", "batchId"} <= first.keys()
-    return False
 
 
 def _read_file_source(jvm: Any, session: Any, directory: Path) -> None:

@@ -132,6 +132,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
 
+from .query_logs import (
+    OffsetLogEntry,
+    file_source_entries,
+    file_source_log_offsets,
+    read_offset_log_entry,
+    source_dirs,
+)
 from .sink_storage import OutputStorage, write_partition
 from .storage.errors import printable_line
 
@@ -696,11 +703,11 @@ class TransactionalFileSink:
         location = self._checkpoint_location
         if location is None:
             return None, None
-        offsets = _logged_offsets(location, batch_id)
-        if offsets is None:
+        entry = read_offset_log_entry(location, batch_id)
+        if entry is None:
             return None, None
-        return hashlib.sha256(b"\n".join(offsets)).hexdigest(), _source_files(
-            location, batch_id, offsets
+        return hashlib.sha256(b"\n".join(entry.offsets)).hexdigest(), _source_files(
+            location, batch_id, entry
         )
 
     def _require_same_input(
@@ -735,77 +742,32 @@ def _same(known: str | None, now: str | None) -> bool:
     return known is None or now is None or known == now
 
 
-def _logged_offsets(location: Path, batch_id: int) -> list[bytes] | None:
-    """The lines of Spark's offset log entry of `batch_id` (``offsets/<B>``) after its
-    version and metadata lines (which hold the batch's time): one offset per source, as
-    Spark numbers the sources; None when the log has no entry of the batch."""
-    try:
-        return (location / "offsets" / str(batch_id)).read_bytes().splitlines()[2:]
-    except OSError:
-        return None
-
-
-def _source_files(location: Path, batch_id: int, offsets: list[bytes]) -> str | None:
+def _source_files(location: Path, batch_id: int, entry: OffsetLogEntry) -> str | None:
     """SHA-256 of the files Spark's file sources read in `batch_id` (their paths and
-    modification times), given its logged `offsets`; None without a file source.
+    modification times), given its offset log `entry`; None without a file source.
 
     A file source's offset is the id of its own log (``{"logOffset": L}``), which
     ``maxFilesPerTrigger`` or new files leave unchanged while changing what the batch
     reads: the files are those its log lists under the ids after its offset of batch B-1
-    up to its offset of B (``sources/<n>/<L>``, or ``<L>.compact`` at a compaction)."""
-    ends = _file_source_offsets(offsets)
-    if batch_id == 0:
-        starts: dict[int, int] | None = {}
-    else:
-        earlier = _logged_offsets(location, batch_id - 1)
-        starts = None if earlier is None else _file_source_offsets(earlier)
-    if not ends or starts is None:
+    up to its offset of B (``sources/<s>/<L>``, or ``<L>.compact`` at a compaction)."""
+    dirs = source_dirs(location)
+    ends = file_source_log_offsets(location, entry, dirs)
+    if not ends:
         return None
+    starts: dict[str, int] = {}
+    if batch_id > 0:
+        earlier = read_offset_log_entry(location, batch_id - 1)
+        if earlier is None:
+            return None
+        starts = file_source_log_offsets(location, earlier, dirs)
     entries: list[str] = []
     for source, end in ends.items():
         for log_id in range(starts.get(source, -1) + 1, end + 1):
-            listed = _file_source_entries(location / "sources" / str(source), log_id)
+            listed = file_source_entries(location / "sources" / source, log_id)
             if listed is None:
                 return None
-            entries += [f"{source}\t{entry}" for entry in listed]
+            entries += [f"{source}\t{file}" for file in listed]
     return hashlib.sha256("\n".join(sorted(entries)).encode()).hexdigest()
-
-
-def _file_source_offsets(offsets: list[bytes]) -> dict[int, int]:
-    """The file sources' offsets among a batch's logged `offsets` (a file source's is
-    ``{"logOffset": L}``), by the source's number."""
-    found: dict[int, int] = {}
-    for source, line in enumerate(offsets):
-        try:
-            offset = json.loads(line)
-        except (ValueError, RecursionError):  # "-": no offset yet
-            continue
-        if isinstance(offset, dict) and isinstance(offset.get("logOffset"), int):
-            found[source] = offset["logOffset"]
-    return found
-
-
-def _file_source_entries(log: Path, log_id: int) -> list[str] | None:
-    """The files (path and modification time) a file source's log lists under `log_id`:
-    its file ``<L>`` or, at a compaction, its entries of ``<L>.compact``; None if neither
-    is there."""
-    for name in (str(log_id), f"{log_id}.compact"):
-        try:
-            lines = (log / name).read_text().splitlines()[1:]  # after the version
-        except FileNotFoundError:
-            continue
-        except (OSError, UnicodeDecodeError):
-            return None
-        entries = []
-        for line in lines:
-            try:
-                entry = json.loads(line)
-            except (ValueError, RecursionError):
-                return None
-            if isinstance(entry, dict) and entry.get("batchId") == log_id:
-                entries.append(f"{entry.get('path')}\t{entry.get('timestamp')}")
-        return entries
-    return None
 
 
 def read_committed(output_dir: str | os.PathLike[str]) -> dict[int, list[dict[str, Any]]]:

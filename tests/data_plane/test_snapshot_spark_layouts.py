@@ -14,7 +14,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from pyspark.sql.streaming.stateful_processor import StatefulProcessor
 
-from helpers.spark_session import local_session
+from helpers.spark_session import local_session, named_sources
 from spark_checkpoint.agent.snapshot import plan_snapshot
 from spark_checkpoint.restore import relocate_state_schema_paths
 
@@ -154,18 +154,10 @@ def test_a_source_whose_log_lags_the_batches_restarts_with_the_same_batches(
     assert restored == expected
 
 
-SOURCE_EVOLUTION: Mapping[str, str] = {
-    "spark.sql.streaming.queryEvolution.enableSourceEvolution": "true",
-    "spark.sql.streaming.offsetLog.formatVersion": "2",
-}
-
-
 def _named_source_count(spark: Any, input_dir: Path, location: Path) -> dict[int, Any]:
     """A count by k over a source named "orders", one file a batch; each batch's counts."""
     outputs: dict[int, Any] = {}
-    for key, value in SOURCE_EVOLUTION.items():
-        spark.conf.set(key, value)
-    try:
+    with named_sources(spark):
         counts = (
             spark.readStream.schema("k int")
             .option("maxFilesPerTrigger", 1)
@@ -186,9 +178,6 @@ def _named_source_count(spark: Any, input_dir: Path, location: Path) -> dict[int
             .start()
         )
         query.awaitTermination()
-    finally:
-        for key in SOURCE_EVOLUTION:
-            spark.conf.unset(key)
     return outputs
 
 

@@ -32,3 +32,21 @@ def local_session(app_name: str, *, cores: int = 1) -> Iterator[Any]:
     finally:
         session.stop()
         environment.undo()
+
+
+@contextlib.contextmanager
+def named_sources(session: Any) -> Iterator[None]:
+    """Queries started in this block may name their sources (``readStream.name``): Spark
+    then keeps each source's log in ``sources/<name>/`` and writes ``v2`` offset logs
+    (``name:offset`` lines)."""
+    confs = {
+        "spark.sql.streaming.queryEvolution.enableSourceEvolution": "true",
+        "spark.sql.streaming.offsetLog.formatVersion": "2",
+    }
+    for key, value in confs.items():
+        session.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in confs:
+            session.conf.unset(key)

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from helpers.objectstore import StorageRoot
-from helpers.spark_session import local_session
+from helpers.spark_session import local_session, named_sources
 from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
 JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
@@ -93,16 +93,22 @@ def test_a_re_run_replaces_the_staged_batch_and_a_committed_batch_is_not_rewritt
     assert read_committed(output_url) == {0: [{"word": "b", "count": 2}]}
 
 
-def _run_wordcount(spark: Any, input_dir: Path, checkpoint: Path, sink: Any) -> list[int]:
-    """Run ``groupBy(word).count()`` in update mode over everything in `input_dir`, one
-    file per batch, until the input is exhausted; return the ids of the batches it ran."""
-    counts = (
-        spark.readStream.schema(INPUT_SCHEMA)
-        .option("maxFilesPerTrigger", 1)
-        .json(str(input_dir))
-        .groupBy("word")
-        .count()
-    )
+def _run_wordcount(
+    spark: Any,
+    input_dir: Path,
+    checkpoint: Path,
+    sink: Any,
+    *,
+    files_per_batch: int = 1,
+    source_name: str | None = None,
+) -> list[int]:
+    """Run ``groupBy(word).count()`` in update mode over everything in `input_dir`,
+    `files_per_batch` files a batch, until the input is exhausted; return the ids of the
+    batches it ran. A `source_name` names the source (run it in `named_sources`)."""
+    reader = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", files_per_batch)
+    if source_name is not None:
+        reader = reader.name(source_name)
+    counts = reader.json(str(input_dir)).groupBy("word").count()
     query = (
         counts.writeStream.outputMode("update")
         .foreachBatch(sink.write_batch)
@@ -186,6 +192,37 @@ def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
     assert restored.staged_batches() == [4]
     restored.on_checkpoint_complete(4)
     assert ground_truth.committed_counts(output_dir) == ground_truth.expected_counts(input_dir)
+
+
+@pytest.mark.local_only
+def test_a_replay_of_a_named_source_over_other_files_fails_loudly(
+    spark: Any, tmp_path: Path, output_url: str, generate_input: ModuleType
+) -> None:
+    """maxFilesPerTrigger 3 -> 2 after a restore of an older image, with the source named
+    (its log in ``sources/<name>/``, ``v2`` offsets): the replay of batch 1 read two of its
+    three files. The sink took it for the committed batch 1 and skipped it, and batch 2
+    then counted the third file a second time."""
+    input_dir, live = tmp_path / "input", tmp_path / "live"
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB, checkpoint_location=live)
+    with named_sources(spark):
+        for batch_id in range(2):
+            generate_input.generate(input_dir, files=3, lines=50, seed=5, start_index=3 * batch_id)
+            ran = _run_wordcount(spark, input_dir, live, sink, files_per_batch=3, source_name="w")
+            assert ran == [batch_id]
+            if batch_id == 0:
+                image = shutil.copytree(live, tmp_path / "chk-0")
+            sink.on_checkpoint_complete(batch_id)
+        assert sorted(path.name for path in (live / "sources").iterdir()) == ["w"]
+        committed = read_committed(output_url)
+
+        restored = TransactionalFileSink(output_url)
+        restored.on_restore(0, JOB, checkpoint_location=image)
+        with pytest.raises(Exception, match="its replay reads other input"):
+            _run_wordcount(spark, input_dir, image, restored, files_per_batch=2, source_name="w")
+
+    assert read_committed(output_url) == committed
+    assert restored.staged_batches() == []
 
 
 @pytest.mark.local_only

@@ -15,7 +15,6 @@ state schemas) and one task per state-store partition, named ``state-<op>-<part>
 
 import errno
 import functools
-import json
 import os
 import re
 import stat
@@ -23,6 +22,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from spark_checkpoint.query_logs import (
+    BATCH_FILE,
+    COMPACT_FILE,
+    file_source_log_offsets,
+    read_offset_log_entry,
+    source_dirs,
+)
 from spark_checkpoint.storage.errors import SymbolicLinkError
 from spark_checkpoint.storage.filesystem import require_no_link_below
 
@@ -30,8 +36,6 @@ LOGS_TASK = "logs"
 # What `SymbolicLinkError` says links are never followed out of.
 _LOCATION = "the query's checkpoint location"
 
-_BATCH_FILE = re.compile(r"^(\d+)$")
-_COMPACT_FILE = re.compile(r"^(\d+)\.compact$")
 # transformWithState's operator metadata and schema files: `<batch>` and `<batch>_<uuid>`.
 _WRITTEN_BY_BATCH = re.compile(r"^(\d+)(?:_[0-9a-fA-F-]+)?$")
 _STATE_FILE = re.compile(r"^(\d+)\.(delta|snapshot|zip|changelog)$")
@@ -254,9 +258,10 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
     for log, oldest in (("offsets", batch_id - 1), ("commits", batch_id)):
         yield from (f"{log}/{n}" for n in _numbered(location / log) if oldest <= n <= batch_id)
     sources = location / "sources"
-    source_dirs = _source_dirs(sources)
-    log_offsets = _file_source_log_offsets(location, batch_id, source_dirs)
-    for source in source_dirs:
+    dirs = source_dirs(location)
+    entry = read_offset_log_entry(location, batch_id)  # plan_snapshot refuses a B without one
+    log_offsets = {} if entry is None else file_source_log_offsets(location, entry, dirs)
+    for source in dirs:
         # A file source's log ids are its own: after a no-data batch they lag the batch ids,
         # and its entry for the uncommitted B+1 may be numbered B or below. In the image,
         # the restored query counts its files as read and folds them into its B+1 with the
@@ -280,58 +285,6 @@ def _log_files(location: Path, batch_id: int) -> Iterator[str]:
         yield from _files_up_to(location, directory, batch_id)
 
 
-def _file_source_log_offsets(
-    location: Path, batch_id: int, source_dirs: list[str]
-) -> dict[str, int]:
-    """Each file source's bound in `offsets/B`, by its directory's name below `sources/`:
-    its ``{"logOffset": L}`` (the id of its own log's last entry the batch read), or -1
-    where it read none yet (``-``: any entry of its log is a later batch's). Offsets are
-    a line per source (`v1`), or ``name:offset`` for named sources (`v2`). Spark writes a
-    v1 line for each source of the plan, a source read twice (``a.union(a)``) twice, and
-    numbers directories once per source: lines map to `sources/<i>` only when there are as
-    many as numbered directories, `0..n-1`. Otherwise, and for other sources' offsets,
-    none is given (the log is cut at B)."""
-    try:
-        lines = (location / "offsets" / str(batch_id)).read_text().splitlines()
-    except (OSError, UnicodeDecodeError):
-        return {}  # plan_snapshot refuses a batch without it
-    if not lines or lines[0] not in ("v1", "v2"):
-        return {}
-    offsets = lines[2:]
-    if lines[0] == "v1":
-        if source_dirs != [str(i) for i in range(len(offsets))]:
-            return {}
-        named = [(str(index), text) for index, text in enumerate(offsets)]
-    else:
-        named = [(name, text) for name, _, text in (line.partition(":") for line in offsets)]
-    found: dict[str, int] = {}
-    for name, text in named:
-        if text == "-":
-            if _is_file_source_log(location / "sources" / name):
-                found[name] = -1
-            continue
-        try:
-            offset = json.loads(text)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(offset, dict) and type(offset.get("logOffset")) is int:
-            found[name] = offset["logOffset"]
-    return found
-
-
-def _is_file_source_log(directory: Path) -> bool:
-    """Whether ``directory`` holds a file source's log (its entries list files as
-    ``{"path": ...}`` lines); a Kafka source keeps its initial offsets there instead."""
-    try:
-        entries = sorted(name for name in os.listdir(directory) if not name.startswith("."))
-        if not entries:
-            return False
-        with open(directory / entries[0], "rb") as entry:
-            return entry.read(4096).split(b"\n")[1].startswith(b'{"path"')
-    except (OSError, IndexError):
-        return False
-
-
 def _source_log_files(directory: Path, batch_id: int) -> list[str]:
     """A file source's metadata log (a ``CompactibleFileStreamLog``) as of ``batch_id``.
 
@@ -345,9 +298,9 @@ def _source_log_files(directory: Path, batch_id: int) -> list[str]:
     batches: dict[int, str] = {}
     compactions: dict[int, str] = {}
     for name in os.listdir(directory):
-        if (match := _BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
+        if (match := BATCH_FILE.match(name)) and int(match[1]) <= batch_id:
             batches[int(match[1])] = name
-        elif (match := _COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
+        elif (match := COMPACT_FILE.match(name)) and int(match[1]) <= batch_id:
             compactions[int(match[1])] = name
     newest_two = sorted(compactions)[-2:]
     since = newest_two[-1] if newest_two else -1
@@ -416,18 +369,7 @@ def _same(listing: _Listing) -> _Listing:
 def _numbered(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
-    return sorted(int(name) for name in os.listdir(directory) if _BATCH_FILE.match(name))
-
-
-def _source_dirs(sources: Path) -> list[str]:
-    """Each source's log directory: numbered as Spark numbers the sources, or named
-    (``readStream.name``, with source evolution on)."""
-    if not sources.is_dir():
-        return []
-    names = [name for name in _listing(sources).directories if not name.startswith(".")]
-    return sorted(
-        names, key=lambda name: (not name.isdigit(), int(name) if name.isdigit() else 0, name)
-    )
+    return sorted(int(name) for name in os.listdir(directory) if BATCH_FILE.match(name))
 
 
 def _numeric_dirs(directory: Path) -> list[str]:
