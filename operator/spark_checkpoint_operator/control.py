@@ -363,6 +363,17 @@ def check_private(paths: ControlPaths) -> None:
             )
 
 
+def _answers(path: Path) -> bool:
+    """Whether something accepts connections on the socket at `path`."""
+    with _socket_address(path) as address, socket.socket(socket.AF_UNIX) as connection:
+        connection.settimeout(5.0)
+        try:
+            connection.connect(address)
+        except OSError:
+            return False
+    return True
+
+
 def request(
     paths: ControlPaths, command: Command, *, drain: bool = False, wait: float = 0.0
 ) -> ControlAnswer:
@@ -372,6 +383,12 @@ def request(
     try:
         token = read_small_text(paths.token, MAX_TOKEN_BYTES).strip()
     except FileNotFoundError:
+        if _answers(paths.socket):
+            raise ControlRefused(
+                f"a run answers on {paths.socket}, but its token {paths.token} is gone (deleted "
+                "while it runs): no command can reach it; Ctrl-C where it runs, or SIGTERM to "
+                "its process, stops it with a savepoint"
+            ) from None
         raise NoRuntime(f"no runtime is running for this job (no token {paths.token})") from None
     except OSError as error:  # not allowed, a directory, a FIFO, not UTF-8 ...
         reason = error if isinstance(error, UnreadableFile) else error.strerror or error

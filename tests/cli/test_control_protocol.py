@@ -227,6 +227,31 @@ def test_a_runtime_that_ends_while_it_is_asked_is_no_runtime(tmp_path: Path) -> 
         listener.close()
 
 
+@pytest.mark.parametrize("listening", [True, False], ids=["run-answers", "nothing-answers"])
+def test_a_run_whose_token_is_gone_is_named_not_taken_for_no_run(
+    tmp_path: Path, listening: bool
+) -> None:
+    """A token deleted while the run went on made every command say "no runtime is
+    running for this job" (a hostile newcomer's): a user would start another run."""
+    paths = ControlPaths(tmp_path / "control")
+    paths.directory.mkdir(mode=0o700)
+    with socket.socket(socket.AF_UNIX) as listener:
+        listener.bind(str(paths.socket))
+        paths.socket.chmod(0o600)
+        if listening:
+            listener.listen()
+            with pytest.raises(ControlRefused) as refused:
+                request(paths, Command.STATUS)
+            assert str(refused.value) == (
+                f"a run answers on {paths.socket}, but its token {paths.token} is gone "
+                "(deleted while it runs): no command can reach it; Ctrl-C where it runs, "
+                "or SIGTERM to its process, stops it with a savepoint"
+            )
+        else:
+            with pytest.raises(NoRuntime, match=r"^no runtime is running for this job \(no token"):
+                request(paths, Command.STATUS)
+
+
 @pytest.mark.parametrize(
     ("place", "said"),
     [
