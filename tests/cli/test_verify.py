@@ -370,3 +370,28 @@ def test_a_linked_snapshot_directory_or_metadata_fails_that_snapshot_alone(
     else:  # the other snapshots' rows are shown
         assert re.search(r"^checkpoint +1 +0 ", result.out, re.MULTILINE), shown
     assert result.code == (0 if command == "list" else 1), shown
+
+
+def test_a_linked_shared_directory_is_told_once_per_checkpoint(
+    job: Job, cli: Cli, tmp_path: Path
+) -> None:
+    """A `shared/` that is a link printed one line per file of every checkpoint (138 for a
+    newcomer's); each checkpoint now names the link once, with how many of its files it
+    hides. Savepoints hold their own files and stay OK."""
+    shared = job.job_root / "shared"
+    shared.rename(tmp_path / "elsewhere")
+    shared.symlink_to(tmp_path / "elsewhere")
+
+    result = cli("verify", *job.flags)
+
+    said = (
+        f"lie below {shared}, which is a symbolic link (to '{tmp_path / 'elsewhere'}'); "
+        "links are never followed out of the job's storage directory: remove the link"
+    )
+    assert verdicts(result.out) == {
+        "checkpoint:1": f"FAILED  3 of its files {said}",
+        "checkpoint:2": f"FAILED  4 of its files {said}",
+        "savepoint:3": "OK      4 files, 127 B",
+    }, result.out
+    assert len(result.out.splitlines()) == 4, result.out
+    assert result.code == 1

@@ -4,6 +4,7 @@ import contextlib
 import dataclasses
 import shlex
 import subprocess
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,6 +21,7 @@ from spark_checkpoint.storage import (
     MissingFileError,
     NotARegularFileError,
     StorageError,
+    SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
     parse_snapshot_dir_name,
@@ -277,7 +279,25 @@ def verify_snapshot(
         return Verification(ref, (_unreadable(storage, ref, error),))
     except OSError as error:
         return Verification(ref, (io_problem(error),))
-    problems = [problem for entry in meta.files if (problem := _check_file(storage, entry))]
+    problems: list[str] = []
+    # A linked directory the files lie below (`shared/`, say) is told once, not per file.
+    links: dict[str, SymbolicLinkError] = {}
+    files_below = Counter[str]()
+    for entry in meta.files:
+        stored_path = storage.layout.location_path(entry.location)
+        link = next((path for path in links if stored_path.startswith(path + "/")), None)
+        try:
+            if link is None and (problem := _check_file(storage, entry)):
+                problems.append(problem)
+        except SymbolicLinkError as error:
+            link = error.path
+            links[link] = error
+        if link is not None:
+            files_below[link] += 1
+    problems += [
+        f"{files_below[path]} of its files lie below {path}, which {error.reason}"
+        for path, error in links.items()
+    ]
     unrestorable = registry.unrestorable(ref.kind, ref.snapshot_id) if registry else None
     return Verification(
         ref, tuple(problems), len(meta.files), meta.total_bytes, unrestorable=unrestorable
@@ -301,6 +321,10 @@ def _check_file(storage: CheckpointStorage, entry: ManifestEntry) -> str | None:
     except MissingFileError:
         return f"missing file: {where}"
     except NotARegularFileError as error:  # a FIFO or a directory in the file's place
+        return f"{where}: {error.reason}"
+    except SymbolicLinkError as error:
+        if error.path != stored_path:
+            raise  # a linked directory: the caller tells it once
         return f"{where}: {error.reason}"
     except StorageError as error:
         return f"I/O error: {where}: {error}"
