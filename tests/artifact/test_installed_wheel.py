@@ -166,6 +166,20 @@ def test_the_operator_validates_a_spec_from_the_installed_package(installed: Ins
     assert accepted and "spec.checkpointing.interval" in reason, reason
 
 
+def test_the_spark_extra_brings_what_pysparks_pandas_apis_import(installed: Installed) -> None:
+    """`pip install spark-checkpoint-operator[spark]` is what a pipeline's environment
+    needs: pandas and pyarrow (applyInPandasWithState), protobuf (transformWithStateInPandas
+    imports its generated StateMessage_pb2, which a protobuf of another major refuses), and
+    the object stores' filesystems."""
+    modules = ["pandas", "pyarrow", "s3fs", "adlfs", "pyspark.sql.streaming.proto.StateMessage_pb2"]
+
+    result = installed.run(
+        installed.bin("python"), "-c", f"import {', '.join(modules)}", timeout=120
+    )
+
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_installed_operator_command_without_a_cluster_says_so_in_one_line(
     installed: Installed,
 ) -> None:
