@@ -595,3 +595,14 @@ def test_deletes_of_a_missing_path_below_the_boundary_do_nothing(
     storage.delete_file(str(confined / "_metadata"))
 
     assert list(confined.iterdir()) == []
+
+
+def test_a_file_uri_is_taken_as_written(tmp_path: Path) -> None:
+    """As the user guide says (and fsspec does): no percent-decoding, and `?` and `#` are
+    part of the path; a newcomer's `file:///.../a%20b` was the directory `a%20b`."""
+    root = f"file://{tmp_path}/a%20b?x#y"
+    fs = StorageFileSystem.for_url(root).confined(root)
+
+    fs.write_atomic(f"{root}/chk-1/_metadata", b"complete")
+
+    assert all_files(tmp_path) == ["a%20b?x#y/chk-1/_metadata"]
