@@ -210,6 +210,22 @@ def test_a_named_sources_log_is_in_the_image_and_the_query_restarts_from_it(
 ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 
 
+def _run_on_rocksdb(spark: Any, frame: Any, location: Path, on_batch: Any) -> None:
+    """Run the streaming `frame` on the RocksDB provider (transformWithState needs it)
+    into ``foreachBatch(on_batch)``, to the end of its input."""
+    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
+    try:
+        query = (
+            frame.writeStream.foreachBatch(on_batch)
+            .option("checkpointLocation", str(location))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination()
+    finally:
+        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+
+
 def _counts_with_state(spark: Any, input_dir: Path, location: Path) -> dict[str, int]:
     """Rows per k, counted in transformWithStateInPandas value state (RocksDB), one file a
     batch to the end of the input: each key's last count."""
@@ -227,24 +243,19 @@ def _counts_with_state(spark: Any, input_dir: Path, location: Path) -> dict[str,
             pass
 
     counts: dict[str, int] = {}
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    try:
-        query = (
-            spark.readStream.schema("k string")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(input_dir))
-            .groupBy("k")
-            .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
-            .writeStream.foreachBatch(
-                lambda frame, _batch: counts.update({row.k: row.n for row in frame.collect()})
-            )
-            .option("checkpointLocation", str(location))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    frame = (
+        spark.readStream.schema("k string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(input_dir))
+        .groupBy("k")
+        .transformWithStateInPandas(Count(), "k string, n long", "Update", "None")
+    )
+    _run_on_rocksdb(
+        spark,
+        frame,
+        location,
+        lambda batch, _id: counts.update({row.k: row.n for row in batch.collect()}),
+    )
     return counts
 
 
@@ -301,28 +312,23 @@ def _timers_and_lists(spark: Any, input_dir: Path, location: Path) -> list[tuple
             pass
 
     written: list[tuple[Any, ...]] = []
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", ROCKSDB)
-    try:
-        query = (
-            spark.readStream.schema("k string, v long, t long")
-            .option("maxFilesPerTrigger", 1)
-            .json(str(input_dir))
-            .withColumn("ts", F.timestamp_seconds("t"))
-            .withWatermark("ts", "0 seconds")
-            .groupBy("k")
-            .transformWithStateInPandas(
-                Lists(), "kind string, k string, at long, n long", "Update", "EventTime"
-            )
-            .writeStream.foreachBatch(
-                lambda frame, _batch: written.extend(tuple(row) for row in frame.collect())
-            )
-            .option("checkpointLocation", str(location))
-            .trigger(availableNow=True)
-            .start()
+    frame = (
+        spark.readStream.schema("k string, v long, t long")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(input_dir))
+        .withColumn("ts", F.timestamp_seconds("t"))
+        .withWatermark("ts", "0 seconds")
+        .groupBy("k")
+        .transformWithStateInPandas(
+            Lists(), "kind string, k string, at long, n long", "Update", "EventTime"
         )
-        query.awaitTermination()
-    finally:
-        spark.conf.unset("spark.sql.streaming.stateStore.providerClass")
+    )
+    _run_on_rocksdb(
+        spark,
+        frame,
+        location,
+        lambda batch, _id: written.extend(tuple(row) for row in batch.collect()),
+    )
     return written
 
 
