@@ -42,11 +42,12 @@ def read_offset_log_entry(location: Path, batch_id: int) -> OffsetLogEntry | Non
 
 def source_dirs(location: Path) -> list[str]:
     """Each source's log directory below ``sources/``: numbered as Spark numbers the
-    sources, or named (``readStream.name``, with source evolution on); numbered first."""
+    sources, or named (``readStream.name``, with source evolution on); numbered first.
+    Raises OSError if ``sources/`` is there and cannot be listed."""
     try:
         with os.scandir(location / "sources") as entries:
             names = [entry.name for entry in entries if _is_dir(entry)]
-    except OSError:  # none yet, or not a directory
+    except (FileNotFoundError, NotADirectoryError):  # no source has a log yet
         return []
     return sorted(
         (name for name in names if not name.startswith(".")),
@@ -62,7 +63,7 @@ def _is_dir(entry: os.DirEntry[str]) -> bool:
 
 
 def file_source_log_offsets(
-    location: Path, entry: OffsetLogEntry, dirs: list[str]
+    location: Path, entry: OffsetLogEntry, dirs: list[str], *, exact: bool = True
 ) -> dict[str, int]:
     """Each file source's bound in the offset log `entry`, by its directory's name below
     ``sources/`` (`dirs`, as `source_dirs` lists them): its ``{"logOffset": L}`` (the id
@@ -70,11 +71,15 @@ def file_source_log_offsets(
     entry of its log is a later batch's).
 
     Spark writes a ``v1`` line for each source of the plan, a source read twice
-    (``a.union(a)``) twice, but numbers directories once per source: lines map to
-    ``sources/<i>`` only when there are as many as numbered directories, ``0..n-1``.
-    Otherwise no source is given, nor sources whose offset is no file source's."""
+    (``a.union(a)``) twice, but numbers directories once per source, and some sources
+    (rate, socket) keep no directory: line ``i`` is ``sources/<i>``'s for certain only
+    when the highest numbered directory is the last line's (with a source read twice,
+    none is numbered that high). Otherwise no source is given, or, not `exact`, each line
+    ``i`` is taken for ``sources/<i>``'s all the same (a fingerprint of the logs needs only
+    be the same for the same logs)."""
     if entry.version == b"v1":
-        if dirs != [str(i) for i in range(len(entry.offsets))]:
+        numbered = [int(name) for name in dirs if name.isdigit()]
+        if exact and max(numbered, default=-1) != len(entry.offsets) - 1:
             return {}
         named = [(str(index), text) for index, text in enumerate(entry.offsets)]
     elif entry.version == b"v2":

@@ -750,8 +750,11 @@ def _source_files(location: Path, batch_id: int, entry: OffsetLogEntry) -> str |
     ``maxFilesPerTrigger`` or new files leave unchanged while changing what the batch
     reads: the files are those its log lists under the ids after its offset of batch B-1
     up to its offset of B (``sources/<s>/<L>``, or ``<L>.compact`` at a compaction)."""
-    dirs = source_dirs(location)
-    ends = file_source_log_offsets(location, entry, dirs)
+    try:
+        dirs = source_dirs(location)
+    except OSError:
+        return None
+    ends = file_source_log_offsets(location, entry, dirs, exact=False)
     if not ends:
         return None
     starts: dict[str, int] = {}
@@ -759,7 +762,7 @@ def _source_files(location: Path, batch_id: int, entry: OffsetLogEntry) -> str |
         earlier = read_offset_log_entry(location, batch_id - 1)
         if earlier is None:
             return None
-        starts = file_source_log_offsets(location, earlier, dirs)
+        starts = file_source_log_offsets(location, earlier, dirs, exact=False)
     entries: list[str] = []
     for source, end in ends.items():
         for log_id in range(starts.get(source, -1) + 1, end + 1):

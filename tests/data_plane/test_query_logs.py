@@ -1,7 +1,9 @@
 """Reading a query's own logs (spark_checkpoint.query_logs) in the shapes Spark writes them;
 the real-Spark tests (test_snapshot_spark_layouts, the sink's) run queries that write them."""
 
+import errno
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -57,15 +59,58 @@ def test_v1_lines_map_to_numbered_sources_in_order(tmp_path: Path) -> None:
     assert file_source_log_offsets(tmp_path, entry, source_dirs(tmp_path)) == {"0": 3, "2": -1}
 
 
-def test_v1_lines_of_a_source_read_twice_map_to_no_source(tmp_path: Path) -> None:
-    """``a.union(a).union(b)``: three lines, two directories; b's line is the third."""
+def test_v1_lines_of_a_source_read_twice_map_to_no_source_unless_guessed(tmp_path: Path) -> None:
+    """``a.union(a).union(b)``: three lines, two directories; b's line is the third. Taken
+    by position (a fingerprint's guess), b's directory gets a's second line."""
     _file_source_log(tmp_path, "0", "a")
     _file_source_log(tmp_path, "1", "b")
     _offsets(tmp_path, 4, "v1", '{"logOffset":3}', '{"logOffset":3}', '{"logOffset":1}')
     entry = read_offset_log_entry(tmp_path, 4)
     assert entry is not None
+    dirs = source_dirs(tmp_path)
 
-    assert file_source_log_offsets(tmp_path, entry, source_dirs(tmp_path)) == {}
+    assert file_source_log_offsets(tmp_path, entry, dirs) == {}
+    assert file_source_log_offsets(tmp_path, entry, dirs, exact=False) == {"0": 3, "1": 3}
+
+
+def test_v1_lines_map_past_a_source_that_keeps_no_directory(tmp_path: Path) -> None:
+    """``rate.union(files)``: the rate source keeps no ``sources/0``; the file source's
+    ``sources/1`` is the last line's, so no source can have been read twice (a reviewer's:
+    such a query lost the sink's check of the files a replay reads)."""
+    _file_source_log(tmp_path, "1", "a")
+    _offsets(tmp_path, 4, "v1", '{"0":{"value":9}}', '{"logOffset":3}')
+    entry = read_offset_log_entry(tmp_path, 4)
+    assert entry is not None
+
+    assert file_source_log_offsets(tmp_path, entry, source_dirs(tmp_path)) == {"1": 3}
+
+
+def test_v1_lines_before_a_source_that_keeps_no_directory_are_a_guess(tmp_path: Path) -> None:
+    """``files.union(rate)`` writes what ``files.union(files)`` writes: two lines and
+    ``sources/0``; only a guess maps the first line to it."""
+    _file_source_log(tmp_path, "0", "a")
+    _offsets(tmp_path, 4, "v1", '{"logOffset":3}', '{"0":{"value":9}}')
+    entry = read_offset_log_entry(tmp_path, 4)
+    assert entry is not None
+    dirs = source_dirs(tmp_path)
+
+    assert file_source_log_offsets(tmp_path, entry, dirs) == {}
+    assert file_source_log_offsets(tmp_path, entry, dirs, exact=False) == {"0": 3}
+
+
+def test_sources_that_cannot_be_listed_are_an_error_not_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An image planned as if the query had no source log would restart reading its input
+    again (a reviewer's: an I/O error listing ``sources/`` planned an image without them)."""
+    _file_source_log(tmp_path, "0", "a")
+
+    def failing(path: object) -> object:
+        raise OSError(errno.EIO, "Input/output error", str(path))
+
+    monkeypatch.setattr(os, "scandir", failing)
+    with pytest.raises(OSError, match="Input/output error"):
+        source_dirs(tmp_path)
 
 
 def test_v2_lines_name_their_sources(tmp_path: Path) -> None:

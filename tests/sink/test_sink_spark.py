@@ -7,6 +7,7 @@ the store's credentials as executors do, from the executor environment
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,14 +102,21 @@ def _run_wordcount(
     *,
     files_per_batch: int = 1,
     source_name: str | None = None,
+    after_rate: bool = False,
 ) -> list[int]:
     """Run ``groupBy(word).count()`` in update mode over everything in `input_dir`,
     `files_per_batch` files a batch, until the input is exhausted; return the ids of the
-    batches it ran. A `source_name` names the source (run it in `named_sources`)."""
+    batches it ran. A `source_name` names the source (run it in `named_sources`);
+    `after_rate` reads a rate source (a row a batch, word "rate") first, in a union."""
     reader = spark.readStream.schema(INPUT_SCHEMA).option("maxFilesPerTrigger", files_per_batch)
     if source_name is not None:
         reader = reader.name(source_name)
-    counts = reader.json(str(input_dir)).groupBy("word").count()
+    words = reader.json(str(input_dir))
+    if after_rate:
+        rate = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", 1)
+        rows = rate.option("startTimestamp", 0).load()
+        words = rows.selectExpr("'rate' AS word", "CAST(value AS INT) AS n").union(words)
+    counts = words.groupBy("word").count()
     query = (
         counts.writeStream.outputMode("update")
         .foreachBatch(sink.write_batch)
@@ -195,31 +203,36 @@ def test_restore_and_fallback_to_an_older_checkpoint_stay_exactly_once(
 
 
 @pytest.mark.local_only
-def test_a_replay_of_a_named_source_over_other_files_fails_loudly(
-    spark: Any, tmp_path: Path, output_url: str, generate_input: ModuleType
+@pytest.mark.parametrize("source", ["named", "after-a-rate-source"])
+def test_a_replay_over_other_files_fails_loudly(
+    spark: Any, tmp_path: Path, output_url: str, generate_input: ModuleType, source: str
 ) -> None:
-    """maxFilesPerTrigger 3 -> 2 after a restore of an older image, with the source named
-    (its log in ``sources/<name>/``, ``v2`` offsets): the replay of batch 1 read two of its
-    three files. The sink took it for the committed batch 1 and skipped it, and batch 2
-    then counted the third file a second time."""
+    """maxFilesPerTrigger 3 -> 2 after a restore of an older image: the replay of batch 1
+    read two of its three files. The sink took it for the committed batch 1 and skipped
+    it, and batch 2 then counted the third file a second time: with the file source named
+    (its log in ``sources/<name>/``, ``v2`` offsets), and, after a change that took that
+    case in, with a rate source before it (which keeps no ``sources/0``; a reviewer's)."""
     input_dir, live = tmp_path / "input", tmp_path / "live"
+    named = source == "named"
+    shape = {"source_name": "w"} if named else {"after_rate": True}
     sink = TransactionalFileSink(output_url)
     sink.on_restore(None, JOB, checkpoint_location=live)
-    with named_sources(spark):
+    with named_sources(spark) if named else contextlib.nullcontext():
         for batch_id in range(2):
             generate_input.generate(input_dir, files=3, lines=50, seed=5, start_index=3 * batch_id)
-            ran = _run_wordcount(spark, input_dir, live, sink, files_per_batch=3, source_name="w")
+            ran = _run_wordcount(spark, input_dir, live, sink, files_per_batch=3, **shape)
             assert ran == [batch_id]
             if batch_id == 0:
                 image = shutil.copytree(live, tmp_path / "chk-0")
             sink.on_checkpoint_complete(batch_id)
-        assert sorted(path.name for path in (live / "sources").iterdir()) == ["w"]
+        logs = sorted(path.name for path in (live / "sources").iterdir())
+        assert logs == (["w"] if named else ["1"])
         committed = read_committed(output_url)
 
         restored = TransactionalFileSink(output_url)
         restored.on_restore(0, JOB, checkpoint_location=image)
         with pytest.raises(Exception, match="its replay reads other input"):
-            _run_wordcount(spark, input_dir, image, restored, files_per_batch=2, source_name="w")
+            _run_wordcount(spark, input_dir, image, restored, files_per_batch=2, **shape)
 
     assert read_committed(output_url) == committed
     assert restored.staged_batches() == []
