@@ -3,6 +3,7 @@ Blob Storage (Azurite): the commands read it with the credentials of the environ
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -60,3 +61,28 @@ def test_list_inspect_and_verify_on_an_object_store(
 
     assert verified.code == 1
     assert f"checksum mismatch: {meta.files[0].path} at {damaged}" in verified.out
+
+
+@pytest.mark.parametrize("command", ["list", "inspect", "verify"])
+def test_a_bucket_that_does_not_exist_is_said_not_taken_for_empty_storage(
+    root: StorageRoot, job_on: Callable[[str], Job], cli: Cli, command: str
+) -> None:
+    """A mistyped bucket (or an endpoint that has another's) listed as empty: "nothing is
+    stored", each registered image "registered but not in storage", exit 0 for `list` (a
+    hostile newcomer's): a user told that every savepoint is gone."""
+    job = job_on(root.url)
+    job.write_registry(checkpoints=[1, 2], savepoints=[3])
+    scheme, _, path = root.url.partition("://")
+    missing = f"{scheme}://missing-{uuid.uuid4().hex[:12]}/{path.partition('/')[2]}"
+    flags = list(job.flags)
+    flags[flags.index(job.root)] = missing
+
+    result = cli(command, *flags)
+
+    bucket = missing.split("/")[2]
+    assert result.code == 1, result.out + result.err
+    assert result.err == (
+        f"spark-checkpoint {command}: {missing}/analytics/clicks: its bucket or container "
+        f"{bucket!r} does not exist (at the endpoint and account these credentials reach)\n"
+    )
+    assert result.out == ""

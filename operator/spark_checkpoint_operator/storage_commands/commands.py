@@ -120,14 +120,14 @@ def run_verify(
         job = open_job_storage(source)
     except CommandError as error:
         return _usage_error("verify", error, err)
-    missing = None
     registry = registry_or_warn(job, err)
-    if not refs:
-        try:
-            refs = default_refs(job.storage, registry)
-            missing = None if refs else nothing_stored(job.storage)
-        except (StorageError, OSError) as error:
-            return _storage_failed("verify", error, err, job)
+    try:
+        refs = refs or default_refs(job.storage, registry)
+        # Also for images named or registered: a bucket that does not exist is said so.
+        nothing = nothing_stored(job.storage)
+    except (StorageError, OSError) as error:
+        return _storage_failed("verify", error, err, job)
+    missing = None if refs else nothing
     results = [verify_snapshot(job.storage, ref, registry) for ref in dict.fromkeys(refs)]
     if deep:
         results = deep_verify(job.storage, results)

@@ -382,10 +382,17 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
 def nothing_stored(storage: CheckpointStorage) -> str | None:
     """Why storage without snapshots holds none, when the job's directory does not exist
     at all (a mistyped storage, namespace or name reads as an empty job otherwise); None
-    when it exists."""
+    when it exists. Raises StorageError when its bucket does not exist: a listing there
+    finds nothing, which read as a job whose images are all gone."""
     job_root = storage.layout.job_root
     if storage.fs.exists(job_root):
         return None
+    if (bucket := storage.fs.missing_bucket(job_root)) is not None:
+        raise StorageError(
+            job_root,
+            f"its bucket or container {bucket!r} does not exist (at the endpoint and "
+            "account these credentials reach)",
+        )
     return (
         f"nothing is stored at {job_root} (has the job run with this storage, namespace and name?)"
     )

@@ -176,6 +176,16 @@ class StorageFileSystem:
                 raise MissingFileError(path, "no such file") from error
         return data if at_most is None else data[:at_most]
 
+    def missing_bucket(self, path: str) -> str | None:
+        """On an object store, the bucket (S3, GCS) or container (Azure) `path` lies in
+        when it does not exist; None when it does, and on other storage. Below a missing
+        bucket a listing finds nothing, as below a missing directory."""
+        if self._is_local or not hasattr(self._fs, "split_path"):
+            return None
+        with _storage_errors(path):
+            bucket: str = self._fs.split_path(self._native(path))[0]
+            return None if self._fs.exists(bucket) else bucket
+
     def exists(self, path: str) -> bool:
         """True if a file or directory exists at `path`."""
         with _storage_errors(path):
