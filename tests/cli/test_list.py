@@ -511,3 +511,23 @@ sys.exit(main({["list", *job.flags]!r}))
         f"spark-checkpoint list: {job.job_root}: RuntimeError: DefaultAzureCredential failed "
         "to retrieve a token. Attempted credentials: ...\n"
     )
+
+
+@pytest.mark.parametrize("command", ["list", "inspect", "verify"])
+def test_a_refusal_that_names_no_path_is_told_with_the_storage(
+    job: Job, cli: Cli, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """An object store refusing the credentials names no path ("Forbidden", "The AWS
+    Access Key Id you provided does not exist in our records."): the commands printed
+    only that (a hostile newcomer on S3)."""
+
+    def refused(*_args: object, **_options: object) -> Any:
+        raise PermissionError("Forbidden")
+
+    for method in ("exists", "list_dir", "read_bytes"):
+        monkeypatch.setattr(StorageFileSystem, method, refused)
+
+    result = cli(command, *job.flags)
+
+    assert result.code == 1, result.out + result.err
+    assert f"I/O error: {job.job_root}: Forbidden" in result.err, result.err

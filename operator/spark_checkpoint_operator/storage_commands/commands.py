@@ -157,7 +157,7 @@ def _storage_failed(
 ) -> int:
     """Storage that cannot be read at all (listed, opened): one line naming the path, and
     the manifest's Secret variables this process lacks (an object store's credentials)."""
-    text = str(error) if isinstance(error, StorageError) else io_problem(error)
+    text = str(error) if isinstance(error, StorageError) else io_problem(error, job.layout.job_root)
     if job.unset_secrets and not job.storage.fs.is_local:
         text += (
             f"; {job.unset_secrets}: the storage commands take such variables from their "

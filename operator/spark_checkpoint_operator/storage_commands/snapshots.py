@@ -122,7 +122,9 @@ def _row(storage: CheckpointStorage, ref: SnapshotRef, registry: Registry | None
         try:
             meta = storage.read_metadata(ref.kind, ref.snapshot_id)
         except (StorageError, OSError) as error:
-            problem = str(error) if isinstance(error, StorageError) else io_problem(error)
+            problem = (
+                str(error) if isinstance(error, StorageError) else io_problem(error, metadata_path)
+            )
             return SnapshotRow(
                 ref, StoredSnapshotState.UNREADABLE, metadata_path, registered, error=problem
             )
@@ -182,7 +184,8 @@ def inspect_snapshots(
         except StorageError as error:
             problems.append(f"{ref}: {_unreadable(storage, ref, error)}")
         except OSError as error:
-            problems.append(f"{ref}: {io_problem(error)}")
+            where = storage.layout.metadata_path(ref.kind, ref.snapshot_id)
+            problems.append(f"{ref}: {io_problem(error, where)}")
     checkpoints = (
         _checkpoint_metadata(storage, found)
         if any(ref.kind is CheckpointKind.CHECKPOINT for ref in found)
@@ -278,7 +281,8 @@ def verify_snapshot(
     except StorageError as error:
         return Verification(ref, (_unreadable(storage, ref, error),))
     except OSError as error:
-        return Verification(ref, (io_problem(error),))
+        where = storage.layout.metadata_path(ref.kind, ref.snapshot_id)
+        return Verification(ref, (io_problem(error, where),))
     problems: list[str] = []
     # A linked directory the files lie below (`shared/`, say) is told once, not per file.
     links: dict[str, SymbolicLinkError] = {}
@@ -470,9 +474,10 @@ def storage_problem(error: StorageError) -> str:
     return f"{label}: {error}"
 
 
-def io_problem(error: OSError) -> str:
+def io_problem(error: OSError, where: str) -> str:
     """An OSError as one line naming the path and the reason, without Python's
-    ``[Errno N]`` spelling: ``I/O error: /data/ckpt/default/job: Not a directory``."""
+    ``[Errno N]`` spelling: ``I/O error: /data/ckpt/default/job: Not a directory``; `where`
+    names the path when the error does not (an object store's: "Forbidden")."""
     if error.filename is not None and error.strerror:
         return f"I/O error: {error.filename}: {error.strerror}"
-    return f"I/O error: {error}"
+    return f"I/O error: {where}: {error}"
