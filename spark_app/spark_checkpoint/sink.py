@@ -485,6 +485,12 @@ class TransactionalFileSink:
             _require_batch_id(restored_batch, "restored_batch")
         if checkpoint_location is not None:
             self._checkpoint_location = Path(checkpoint_location)
+        if (bucket := self._storage.missing_bucket()) is not None:
+            # Each operation below would fail on its own, naming neither.
+            raise StartRefused(
+                f"the output {self._storage.url}: its bucket or container {bucket!r} does "
+                "not exist (at the endpoint and account the driver's credentials reach)"
+            )
         with self._lock:
             self._owned_by(job)  # refused before anything is written
             committed = self.committed_batches()

@@ -562,6 +562,27 @@ def test_an_unreadable_owner_record_refuses_the_start_naming_it(
     )
 
 
+def test_an_output_whose_bucket_does_not_exist_refuses_the_start_naming_it(
+    output_root: StorageRoot,
+) -> None:
+    """The driver failed with `FileNotFoundError: The specified bucket does not exist`,
+    naming neither the output nor the bucket, after two Spark starts (a hostile newcomer
+    on S3); a local directory is made as it is written."""
+    if output_root.kind == "local":
+        TransactionalFileSink(f"{output_root.url}/missing/out").on_restore(None, JOB)
+        return
+    scheme, _, path = output_root.url.partition("://")
+    missing = f"{scheme}://missing-bucket/{path.partition('/')[2]}/out"
+
+    with pytest.raises(StartRefused) as refused:
+        TransactionalFileSink(missing).on_restore(None, JOB)
+
+    assert str(refused.value) == (
+        f"the output {OutputStorage(missing).url}: its bucket or container 'missing-bucket' "
+        "does not exist (at the endpoint and account the driver's credentials reach)"
+    )
+
+
 def test_a_batch_staged_before_writer_epochs_is_committed_by_the_next_restore(
     sink: TransactionalFileSink,
     new_sink: NewSink,

@@ -180,11 +180,10 @@ class StorageFileSystem:
         """On an object store, the bucket (S3, GCS) or container (Azure) `path` lies in
         when it does not exist; None when it does, and on other storage. Below a missing
         bucket a listing finds nothing, as below a missing directory."""
-        if self._is_local or not hasattr(self._fs, "split_path"):
+        if self._is_local:
             return None
         with _storage_errors(path):
-            bucket: str = self._fs.split_path(self._native(path))[0]
-            return None if self._fs.exists(bucket) else bucket
+            return missing_bucket(self._fs, self._native(path))
 
     def exists(self, path: str) -> bool:
         """True if a file or directory exists at `path`."""
@@ -473,6 +472,15 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def missing_bucket(fs: Any, native_path: str) -> str | None:
+    """The bucket (S3, GCS) or container (Azure) of `native_path` on the object store `fs`
+    when it does not exist; None when it does, or `fs` has no buckets."""
+    if not hasattr(fs, "split_path"):  # s3fs, gcsfs and adlfs have
+        return None
+    bucket: str = fs.split_path(native_path)[0]
+    return None if fs.exists(bucket) else bucket
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
