@@ -204,6 +204,24 @@ def test_metadata_round_trip_and_listing(
     assert storage.list_ids(SAVEPOINT) == [3]
 
 
+def test_an_object_named_as_a_snapshot_directory_beside_it_lists_once(
+    storage: CheckpointStorage,
+    take_savepoint: Callable[..., CheckpointMetadata],
+    job_root: str,
+    storage_root: StorageRoot,
+) -> None:
+    """An object store keeps an object `sp-3` and objects below `sp-3/` apart, and lists
+    both: `list` showed savepoint 3 twice (a hostile newcomer on S3). A local directory
+    cannot have both."""
+    if storage_root.kind == "local":
+        pytest.skip("a local directory holds no file and directory of one name")
+    take_savepoint(3, {"offsets/1": b"o1"})
+    storage_root.write(f"{job_root}/savepoints/sp-3", b"stray")
+
+    assert storage.fs.list_dir(f"{job_root}/savepoints") == ["sp-3"]
+    assert storage.list_ids(SAVEPOINT) == [3]
+
+
 def test_the_highest_snapshot_id_counts_every_snapshot_directory(
     storage: CheckpointStorage,
     take_checkpoint: Callable[..., CheckpointMetadata],

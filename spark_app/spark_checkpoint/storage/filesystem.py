@@ -202,13 +202,14 @@ class StorageFileSystem:
         return int(info["size"]) if info["type"] == "file" else None
 
     def list_dir(self, path: str) -> list[str]:
-        """Sorted names of the entries directly in the directory `path` ([] if it is absent)."""
+        """Sorted names of the entries directly in the directory `path` ([] if it is absent),
+        each once: an object store lists an object `x` and the prefix `x/` of others apart."""
         with _storage_errors(path):
             try:
                 entries = self._fs.ls(self._native(path), detail=False)
             except FileNotFoundError:
                 return []
-        return sorted(posixpath.basename(entry.rstrip("/")) for entry in entries)
+        return sorted({posixpath.basename(entry.rstrip("/")) for entry in entries})
 
     def list_files(self, path: str) -> list[str]:
         """Sorted paths, relative to `path`, of all files below the directory `path`."""
