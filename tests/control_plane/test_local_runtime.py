@@ -80,10 +80,7 @@ def test_what_a_left_over_driver_left_in_its_group_is_stopped(tmp_path: Path) ->
     try:
         _stop_leftover_driver(paths, reports.append)
 
-        deadline = time.monotonic() + 10
-        while alive(jvm):
-            assert time.monotonic() < deadline, "the driver's group was left running"
-            time.sleep(0.05)
+        wait_until_gone(jvm)  # the driver's group is not left running
         assert reports == [f"stopped driver {leader.pid} left over from an earlier run"]
     finally:
         with contextlib.suppress(ProcessLookupError):

@@ -681,6 +681,12 @@ def _copying(
     copies = HeldCopies(running, monkeypatch)
     _call(running.client(), "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
     _wait_for(running.client(), 1, "copying")
+    # The state says copying as the tasks are handed to the copy threads, which reach the
+    # hold a moment later (a loaded machine: none had, and copying[0] failed).
+    deadline = time.monotonic() + 20
+    while len(copies.copying) < 2:  # the agent's two copy threads
+        assert time.monotonic() < deadline, f"tasks never began to copy: {copies.copying}"
+        time.sleep(0.05)
     return copies, _version(running)
 
 
