@@ -110,7 +110,7 @@ def test_a_truncated_metadata_is_detected(job: Job, cli: Cli) -> None:
     assert result.code == 1
     found = verdicts(result.out)
     assert found["checkpoint:2"].startswith(
-        f"FAILED  truncated metadata: {metadata}: the gzip stream is cut short"
+        f"FAILED  unreadable metadata: {metadata}: the gzip stream is cut short"
     )
     assert found["checkpoint:1"].startswith("OK")
 
@@ -123,7 +123,21 @@ def test_an_empty_metadata_is_detected(job: Job, cli: Cli) -> None:
 
     assert result.code == 1
     assert verdicts(result.out)["savepoint:3"] == (
-        f"FAILED  truncated metadata: {metadata}: the file is empty"
+        f"FAILED  unreadable metadata: {metadata}: the file is empty"
+    )
+
+
+def test_a_metadata_that_is_not_json_is_unreadable_not_truncated(job: Job, cli: Cli) -> None:
+    """Called truncated, a `_metadata` a foreign writer replaced by other text sent a
+    user looking for a cut-short copy (a hostile newcomer on S3)."""
+    metadata = job.metadata_file(SAVEPOINT, 3)
+    metadata.write_bytes(b"[" * 4000)
+
+    result = cli("verify", "savepoint:3", *job.flags)
+
+    assert result.code == 1
+    assert verdicts(result.out)["savepoint:3"] == (
+        f"FAILED  unreadable metadata: {metadata}: not parseable as JSON (nested too deeply)"
     )
 
 

@@ -465,7 +465,7 @@ def storage_problem(error: StorageError) -> str:
     """A storage error as one line that starts with what kind of problem it is."""
     labels: list[tuple[type[StorageError], str]] = [
         (MissingFileError, "missing file"),
-        (TruncatedMetadataError, "truncated metadata"),
+        (TruncatedMetadataError, "unreadable metadata"),
         (InvalidMetadataError, "invalid metadata"),
         (UnknownFormatVersionError, "unknown metadata format"),
         (ChecksumMismatchError, "checksum mismatch"),
