@@ -415,7 +415,9 @@ def request(
         except ConnectionError:  # reset or a broken pipe: a run ending as it was asked
             answer = b""
     if not answer:
-        raise NoRuntime("the runtime ended without answering")
+        # A run killed as it answered may have completed what it was asked.
+        shown = "" if command is Command.STATUS else "; `spark-checkpoint list` shows its images"
+        raise NoRuntime(f"the runtime ended without answering{shown}")
     try:
         reply = decode_line(answer.rstrip(b"\n"), ControlAnswer.from_json)
     except ProtocolError as error:
