@@ -118,6 +118,7 @@ Importing this module does not import pyspark.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -127,7 +128,7 @@ import re
 import threading
 import uuid
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, cast, runtime_checkable
@@ -141,6 +142,7 @@ from .query_logs import (
 )
 from .sink_storage import OutputStorage, write_partition
 from .storage.errors import printable_line
+from .storage.filesystem import is_missing_bucket
 
 if TYPE_CHECKING:
     from pyspark import RDD
@@ -485,13 +487,7 @@ class TransactionalFileSink:
             _require_batch_id(restored_batch, "restored_batch")
         if checkpoint_location is not None:
             self._checkpoint_location = Path(checkpoint_location)
-        if (bucket := self._storage.missing_bucket()) is not None:
-            # Each operation below would fail on its own, naming neither.
-            raise StartRefused(
-                f"the output {self._storage.url}: its bucket or container {bucket!r} does "
-                "not exist (at the endpoint and account the driver's credentials reach)"
-            )
-        with self._lock:
+        with self._lock, _refusing_a_missing_bucket(self._storage):
             self._owned_by(job)  # refused before anything is written
             committed = self.committed_batches()
             if restored_batch is None and committed:
@@ -823,6 +819,21 @@ def latest_values(output_dir: str | os.PathLike[str], key: str) -> dict[str, dic
             seen.add(text)
             latest[text] = row
     return latest
+
+
+@contextlib.contextmanager
+def _refusing_a_missing_bucket(storage: OutputStorage) -> Iterator[None]:
+    """An output whose bucket or container does not exist refuses the start, naming it:
+    the store's own error names neither ("The specified bucket does not exist")."""
+    try:
+        yield
+    except Exception as error:  # adlfs raises the service's own errors too
+        if not is_missing_bucket(error):
+            raise
+        raise StartRefused(
+            f"the output {storage.url}: its bucket or container does not exist (at the "
+            "endpoint and account the driver's credentials reach)"
+        ) from error
 
 
 def _run_without_output(batch_df: DataFrame) -> None:

@@ -56,7 +56,6 @@ from fsspec.core import url_to_fs
 from spark_checkpoint.storage.filesystem import (
     abort_s3_uploads,
     local_file_sizes_refusing_links,
-    missing_bucket,
     require_no_link_below,
 )
 from spark_checkpoint.storage.layout import remote_uri_problem
@@ -134,10 +133,6 @@ class OutputStorage:
 
     def exists(self, path: str) -> bool:
         return bool(self._fs.exists(self.native(path)))
-
-    def missing_bucket(self) -> str | None:
-        """The output's bucket or container, on an object store, when it does not exist."""
-        return None if self.is_local else missing_bucket(self._fs, self._root)
 
     def write(self, path: str, data: bytes) -> None:
         """Write `path` atomically, replacing what is there."""

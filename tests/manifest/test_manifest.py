@@ -915,6 +915,10 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         ("s3://bucket/a\tb", "a location must not contain control characters"),
         ("/data/a\x7fb", "a location must not contain control characters"),
         ("s3://Legacy_Bucket.1/checkpoints", None),  # us-east-1 names from before 2018
+        # Access points' ARNs, which s3fs takes for the bucket (a reviewer's).
+        ("s3://arn:aws:s3:us-east-1:123456789012:accesspoint/my-ap/checkpoints", None),
+        ("s3a://arn:aws:s3::123456789012:accesspoint/mfzwi23gnjvgw.mrap/c", None),
+        ("s3://arn:aws:s3-outposts:us-east-1:123456789012:outpost/op-01/accesspoint/ap/c", None),
         ("gs://bucket/checkpoints", None),
         ("abfss://container@account.dfs.core.windows.net/c", None),
         ("hdfs://namenode:8020/checkpoints", None),

@@ -578,8 +578,8 @@ def test_an_output_whose_bucket_does_not_exist_refuses_the_start_naming_it(
         TransactionalFileSink(missing).on_restore(None, JOB)
 
     assert str(refused.value) == (
-        f"the output {OutputStorage(missing).url}: its bucket or container 'missing-bucket' "
-        "does not exist (at the endpoint and account the driver's credentials reach)"
+        f"the output {OutputStorage(missing).url}: its bucket or container does not exist "
+        "(at the endpoint and account the driver's credentials reach)"
     )
 
 

@@ -177,13 +177,21 @@ class StorageFileSystem:
         return data if at_most is None else data[:at_most]
 
     def missing_bucket(self, path: str) -> str | None:
-        """On an object store, the bucket (S3, GCS) or container (Azure) `path` lies in
-        when it does not exist; None when it does, and on other storage. Below a missing
-        bucket a listing finds nothing, as below a missing directory."""
+        """On an object store, the bucket (S3) or container (Azure) `path` lies in when it
+        does not exist; None when it does, and on other storage (one listing of `path`).
+        Below a missing bucket the other operations find nothing, as below a missing
+        directory."""
         if self._is_local:
             return None
         with _storage_errors(path):
-            return missing_bucket(self._fs, self._native(path))
+            native = self._native(path)
+            try:
+                self._fs.ls(native, detail=False)
+            except FileNotFoundError as error:
+                if is_missing_bucket(error):
+                    bucket: str = self._fs.split_path(native)[0]
+                    return bucket
+        return None
 
     def exists(self, path: str) -> bool:
         """True if a file or directory exists at `path`."""
@@ -475,13 +483,29 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
         raise
 
 
-def missing_bucket(fs: Any, native_path: str) -> str | None:
-    """The bucket (S3, GCS) or container (Azure) of `native_path` on the object store `fs`
-    when it does not exist; None when it does, or `fs` has no buckets."""
-    if not hasattr(fs, "split_path"):  # s3fs, gcsfs and adlfs have
-        return None
-    bucket: str = fs.split_path(native_path)[0]
-    return None if fs.exists(bucket) else bucket
+# What S3 and Azure Blob Storage answer for a bucket or container that does not exist.
+_MISSING_BUCKET_CODES = ("NoSuchBucket", "ContainerNotFound")
+
+
+def is_missing_bucket(error: BaseException) -> bool:
+    """Whether an object store's error says that its bucket (S3) or container (Azure) does
+    not exist, as the service's error code does: s3fs raises FileNotFoundError with the
+    service's error as the cause, adlfs that or the service's error itself. Not a key
+    that does not exist, nor a refusal. (Asking for the bucket instead takes rights a
+    least-privilege policy may not give: HeadBucket needs s3:ListBucket without a prefix
+    condition.)"""
+    if isinstance(error, FileNotFoundError) and error.strerror == "No such container":
+        return True  # adlfs's own
+    for cause in (error, error.__cause__, error.__context__):
+        response = getattr(cause, "response", None)  # botocore's ClientError
+        code = (
+            response.get("Error", {}).get("Code")
+            if isinstance(response, dict)
+            else getattr(cause, "error_code", None)  # azure-core's HttpResponseError
+        )
+        if any(code == missing for missing in _MISSING_BUCKET_CODES):
+            return True
+    return False
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
