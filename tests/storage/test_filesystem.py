@@ -13,6 +13,8 @@ from pathlib import Path
 
 import fsspec
 import pytest
+from azure.core.exceptions import ResourceNotFoundError
+from botocore.exceptions import ClientError
 
 from spark_checkpoint.storage import (
     ChecksumMismatchError,
@@ -23,6 +25,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     digest_local_file,
 )
+from spark_checkpoint.storage.filesystem import is_missing_bucket
 
 CONTENT = b"state bytes " * 1000
 
@@ -606,3 +609,33 @@ def test_a_file_uri_is_taken_as_written(tmp_path: Path) -> None:
     fs.write_atomic(f"{root}/chk-1/_metadata", b"complete")
 
     assert all_files(tmp_path) == ["a%20b?x#y/chk-1/_metadata"]
+
+
+def _raised_from(cause: BaseException, error: OSError) -> OSError:
+    try:
+        raise error from cause
+    except OSError as raised:
+        return raised
+
+
+def test_a_missing_bucket_is_told_by_the_stores_error_code_alone() -> None:
+    """Asking for the bucket took any error for "missing" (s3fs's exists: a 403 of
+    least-privilege credentials, a wrong key, an endpoint down), and the sink refused to
+    start for good (a reviewer's). Only the store's own code says so."""
+
+    def s3_error(code: str) -> ClientError:
+        return ClientError({"Error": {"Code": code, "Message": code}}, "ListObjectsV2")
+
+    container = ResourceNotFoundError("The specified container does not exist.")
+    container.error_code = "ContainerNotFound"
+    blob = ResourceNotFoundError("The specified blob does not exist.")
+    blob.error_code = "BlobNotFound"
+
+    assert is_missing_bucket(_raised_from(s3_error("NoSuchBucket"), FileNotFoundError("x")))
+    assert is_missing_bucket(FileNotFoundError(errno.ENOENT, "No such container", "c"))
+    assert is_missing_bucket(container)
+    assert not is_missing_bucket(_raised_from(s3_error("NoSuchKey"), FileNotFoundError("k")))
+    assert not is_missing_bucket(_raised_from(s3_error("AccessDenied"), PermissionError("x")))
+    assert not is_missing_bucket(PermissionError("Forbidden"))
+    assert not is_missing_bucket(FileNotFoundError("s3://bucket/missing/key"))
+    assert not is_missing_bucket(blob)
