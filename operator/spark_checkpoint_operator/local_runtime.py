@@ -353,7 +353,12 @@ class LocalLauncher:
         descriptor = os.open(self._paths.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as token_file:
             token_file.write(token)
-        port = _free_port()
+        # Bound here and inherited by the driver, which listens on it once its agent serves
+        # (connections are refused until then, as the supervisor expects of a driver that
+        # is starting): the port is the agent's from the start.
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        port = int(listener.getsockname()[1])
         settings = DriverSettings(
             namespace=self._manifest.namespace,
             job=self._manifest.name,
@@ -365,6 +370,7 @@ class LocalLauncher:
             attempt=attempt,
             restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
             owner=self._owner,
+            agent_socket_fd=listener.fileno(),
         )
         application = self._manifest.spec.application
         # Relative main files are relative to the manifest: the driver runs from there.
@@ -379,6 +385,7 @@ class LocalLauncher:
         try:
             log = open_state_file(log_file, append=True)
         except SymbolicLinkError as error:
+            listener.close()
             raise LaunchFailed(str(error)) from None
         try:
             process = await asyncio.create_subprocess_exec(
@@ -389,11 +396,14 @@ class LocalLauncher:
                 stderr=log,
                 stdin=asyncio.subprocess.DEVNULL,
                 start_new_session=True,
+                pass_fds=(listener.fileno(),),
             )
         except OSError as error:  # an interpreter or a manifest directory out of reach
             log.close()
             where = f"{error.filename}: " if error.filename else ""
             raise LaunchFailed(f"{where}{error.strerror or error}") from None
+        finally:
+            listener.close()  # the driver holds its own: the port goes with it
         agent = AgentClient(f"http://127.0.0.1:{port}", token)
         driver = LocalDriver(
             process, agent, log=log, log_file=log_file, error_file=error_file, restore=restore
@@ -1107,9 +1117,3 @@ def _group_members(group: int) -> list[int]:
         if len(fields) > 2 and fields[2] == str(group):
             members.append(int(entry.name))
     return members
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

@@ -140,7 +140,13 @@ def _run(
         highest_stored_id=highest_stored_id,
     )
     # Serving before the restore: however long that takes, the agent answers.
-    server = AgentServer(agent, settings.token, settings.agent_host, settings.agent_port)
+    server = AgentServer(
+        agent,
+        settings.token,
+        settings.agent_host,
+        settings.agent_port,
+        socket_fd=settings.agent_socket_fd,
+    )
     server.start()
     try:
         return _start(

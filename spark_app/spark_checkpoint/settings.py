@@ -74,6 +74,10 @@ class DriverSettings:
     attempt: int
     restore_candidates: tuple[RestoreCandidate, ...]
     owner: StorageOwner
+    # A local run's driver inherits the agent's socket, bound to agent_port by the runtime:
+    # a port picked free and bound only by the driver was taken meanwhile at times (by
+    # Spark's own ports, another process: which would then have received the token).
+    agent_socket_fd: int | None = None
 
     def to_environment(self, token_file: Path, error_file: Path) -> dict[str, str]:
         """The variables that make a driver process see these settings, and where it
@@ -90,6 +94,11 @@ class DriverSettings:
             f"{PREFIX}ATTEMPT": str(self.attempt),
             RESTORE_VARIABLE: json.dumps([c.encode() for c in self.restore_candidates]),
             OWNER_VARIABLE: self.owner.encode(),
+            **(
+                {}
+                if self.agent_socket_fd is None
+                else {f"{PREFIX}AGENT_SOCKET_FD": str(self.agent_socket_fd)}
+            ),
         }
 
     @classmethod
@@ -130,6 +139,9 @@ class DriverSettings:
             attempt=number("ATTEMPT"),
             restore_candidates=candidates,
             owner=storage_owner(env.get(OWNER_VARIABLE, "")),
+            agent_socket_fd=number("AGENT_SOCKET_FD")
+            if env.get(f"{PREFIX}AGENT_SOCKET_FD")
+            else None,
         )
 
 

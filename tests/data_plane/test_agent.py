@@ -3,10 +3,12 @@ authentication, the snapshot-finalize-complete cycle, abort, discard and restore
 
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -525,6 +527,39 @@ def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:
         DriverSettings.from_environment(settings.to_environment(token, tmp_path / "error"))
         == settings
     )
+    inherited = dataclasses.replace(settings, agent_socket_fd=7)
+    assert (
+        DriverSettings.from_environment(inherited.to_environment(token, tmp_path / "error"))
+        == inherited
+    )
+
+
+def test_the_agent_serves_on_a_socket_bound_by_whoever_started_its_driver(
+    tmp_path: Path,
+) -> None:
+    """A local run binds the agent's port and the driver inherits it: a port the runtime
+    picked free and the driver bound only later was taken meanwhile once (the driver
+    failed: "address already in use"; another process would have received the token).
+    Until the agent serves, connections are refused, as the supervisor expects of a
+    driver that is starting."""
+    job = Running(tmp_path)
+    bound = socket.socket()
+    bound.bind(("127.0.0.1", 0))
+    port = int(bound.getsockname()[1])
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    with socket.socket() as other, pytest.raises(OSError, match="Address already in use"):
+        other.bind(("127.0.0.1", port))  # the port is held
+
+    agent_server = server.AgentServer(job.agent, TOKEN, "127.0.0.1", port, socket_fd=bound.detach())
+    agent_server.start()
+    try:
+        status = _status(AgentClient(f"http://127.0.0.1:{port}", TOKEN))
+    finally:
+        agent_server.stop()
+        job.agent.close()
+
+    assert status["attempt"] == 1
 
 
 # ---------------------------------------------------------------- status versions, long polls

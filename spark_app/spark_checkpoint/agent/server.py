@@ -10,6 +10,7 @@ import json
 import logging
 import math
 import re
+import socket
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
@@ -314,10 +315,21 @@ def build_app(agent: CheckpointAgent, token: str) -> web.Application:
 class AgentServer:
     """Runs the API on its own event loop in a daemon thread."""
 
-    def __init__(self, agent: CheckpointAgent, token: str, host: str, port: int) -> None:
+    def __init__(
+        self,
+        agent: CheckpointAgent,
+        token: str,
+        host: str,
+        port: int,
+        *,
+        socket_fd: int | None = None,
+    ) -> None:
+        """Serves on ``host:port``, or on the socket ``socket_fd``, which whoever started
+        this process bound to it (listened on here)."""
         self._app = build_app(agent, token)
         self._host = host
         self._port = port
+        self._socket_fd = socket_fd
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._serve, name="checkpoint-agent", daemon=True)
         self._started = threading.Event()
@@ -338,7 +350,11 @@ class AgentServer:
                     self._app, access_log=None, shutdown_timeout=STOP_GRACE_SECONDS
                 )
                 self._loop.run_until_complete(runner.setup())
-                site = web.TCPSite(runner, self._host, self._port)
+                site: web.BaseSite = (
+                    web.TCPSite(runner, self._host, self._port)
+                    if self._socket_fd is None
+                    else web.SockSite(runner, socket.socket(fileno=self._socket_fd))
+                )
                 self._loop.run_until_complete(site.start())
             except BaseException as error:  # reported to the starting thread
                 self._error = error
