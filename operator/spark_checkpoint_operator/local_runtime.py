@@ -355,17 +355,34 @@ class LocalLauncher:
             token_file.write(token)
         # Bound here and inherited by the driver, which listens on it once its agent serves
         # (connections are refused until then, as the supervisor expects of a driver that
-        # is starting): the port is the agent's from the start.
-        listener = socket.socket()
-        listener.bind(("127.0.0.1", 0))
-        port = int(listener.getsockname()[1])
+        # is starting): the port is the agent's from the start. This copy is closed once the
+        # driver holds its own, or the launch failed.
+        with socket.socket() as listener:
+            listener.bind(("127.0.0.1", 0))
+            port = int(listener.getsockname()[1])
+            process, log, log_file, error_file = await self._start_driver(
+                attempt, restore, token, listener
+            )
+        agent = AgentClient(f"http://127.0.0.1:{port}", token)
+        driver = LocalDriver(
+            process, agent, log=log, log_file=log_file, error_file=error_file, restore=restore
+        )
+        self.current = driver
+        self.on_launch(driver)
+        return driver
+
+    async def _start_driver(
+        self, attempt: int, restore: list[str], token: str, listener: socket.socket
+    ) -> tuple[asyncio.subprocess.Process, IO[bytes], Path, Path]:
+        """The driver process of `attempt`, its agent on the socket `listener`; its log
+        (open, appended to), the log's path and where it writes the error it fails with."""
         settings = DriverSettings(
             namespace=self._manifest.namespace,
             job=self._manifest.name,
             storage_root=self._storage,
             work_dir=self._paths.work_dir,
             agent_host="127.0.0.1",
-            agent_port=port,
+            agent_port=int(listener.getsockname()[1]),
             token=token,
             attempt=attempt,
             restore_candidates=tuple(RestoreCandidate.decode(c) for c in restore),
@@ -385,7 +402,6 @@ class LocalLauncher:
         try:
             log = open_state_file(log_file, append=True)
         except SymbolicLinkError as error:
-            listener.close()
             raise LaunchFailed(str(error)) from None
         try:
             process = await asyncio.create_subprocess_exec(
@@ -402,15 +418,7 @@ class LocalLauncher:
             log.close()
             where = f"{error.filename}: " if error.filename else ""
             raise LaunchFailed(f"{where}{error.strerror or error}") from None
-        finally:
-            listener.close()  # the driver holds its own: the port goes with it
-        agent = AgentClient(f"http://127.0.0.1:{port}", token)
-        driver = LocalDriver(
-            process, agent, log=log, log_file=log_file, error_file=error_file, restore=restore
-        )
-        self.current = driver
-        self.on_launch(driver)
-        return driver
+        return process, log, log_file, error_file
 
 
 def driver_environment(manifest: JobManifest) -> dict[str, str]:
