@@ -58,7 +58,7 @@ from spark_checkpoint.storage.filesystem import (
     local_file_sizes_refusing_links,
     require_no_link_below,
 )
-from spark_checkpoint.storage.layout import remote_uri_problem
+from spark_checkpoint.storage.layout import hide_password, remote_uri_problem
 
 __all__ = ["OutputStorage", "write_partition"]
 
@@ -86,7 +86,7 @@ def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
         return os.path.abspath(url2pathname(uri["path"])), True
     if scheme in _OBJECT_STORE_SCHEMES and uri["authority"]:
         if problem := remote_uri_problem(text):
-            raise ValueError(f"TransactionalFileSink's output {text!r} {problem}")
+            raise ValueError(f"TransactionalFileSink's output {hide_password(text)!r} {problem}")
         return text.rstrip("/"), False
     raise ValueError(
         f"TransactionalFileSink cannot commit atomically to {text!r}: its output must be a "

@@ -2,7 +2,6 @@
 
 import json
 import os
-import re
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -940,44 +939,78 @@ def test_checkpoint_storage_is_a_store_that_outlives_the_job(
     assert "secret" not in str(error.value)
 
 
-# Storage URIs drawn from pieces right or wrong for fsspec: a scheme (remote, local, none)
-# and segments that are empty, dot segments or glob patterns.
+# Storage URIs drawn from pieces right or wrong for fsspec and the object stores: a scheme
+# (remote, local, none) with an authority (a bucket, a bad one, a password, none) and
+# segments that are empty, dot segments, glob patterns or hold a control character.
 STORAGE_URIS = st.tuples(
+    st.sampled_from(["s3", "s3a", "S3A", "gs", "gcs", "abfs", "hdfs", "file", ""]),
     st.sampled_from(
-        ["s3://bucket", "S3A://b", "gs://b", "abfs://c@account", "hdfs://[::1]:8020", "file://", ""]
+        [
+            "bucket",
+            "b_1.x",
+            "",
+            "Bad!",
+            "key:secret@bucket",
+            "c@account",
+            "c@account:10000",
+            "[::1]:8020",
+            "arn:aws:s3:us-east-1:123456789012:accesspoint/ap",
+        ]
     ),
-    st.lists(st.sampled_from(["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]"]), max_size=4),
+    st.lists(
+        st.sampled_from(["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]", "a\tb", "\x7f"]),
+        max_size=4,
+    ),
     st.sampled_from(["", "/"]),
-).map(lambda parts: parts[0] + "".join(f"/{segment}" for segment in parts[1]) + parts[2])
+).map(
+    lambda parts: (
+        (f"{parts[0]}://{parts[1]}" if parts[0] else "")
+        + "".join(f"/{segment}" for segment in parts[2])
+        + parts[3]
+    )
+)
+
+# Each remote-URI rule of the CRD, by its message, and the start of what the storage
+# layout's check says for the same fault.
+_REMOTE_URI_RULES = {
+    "a remote URI's path must not contain *, ? or [": "contains '",
+    "a remote URI's path must not have an empty, '.' or '..' segment": "has a",
+    "an s3://, s3a:// or gs:// URI starts with its bucket's name": "does not start with",
+    "a URI must not carry a password": "carries a password",
+    "a location must not contain control characters": "contains a control character",
+}
 
 
 @settings(
-    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(storage=STORAGE_URIS)
-def test_the_crd_refuses_the_remote_storage_uris_fsspec_would_not_take_literally(
+def test_the_crd_refuses_the_remote_storage_uris_the_storage_layout_refuses(
     minimal: dict[str, Any], storage: str
 ) -> None:
-    """The CRD's rule and the storage layout's check (which the driver, the cleanup pods
-    and the sink apply) agree. fsspec expanded `s3://b/team-*/out` as a pattern in deletes,
-    so one job's commit deleted another's staged batch (a reviewer), and s3fs lists an
-    empty segment's keys under another prefix than it writes (`s3://b//out` never
-    committed a batch)."""
+    """The CRD's rules and the storage layout's check (which the driver, the cleanup pods
+    and the sink apply to the URIs the CRD never sees, as the sink's output) agree. fsspec
+    expanded `s3://b/team-*/out` as a pattern in deletes, so one job's commit deleted
+    another's staged batch (a reviewer); s3fs lists an empty segment's keys under another
+    prefix than it writes (`s3://b//out` never committed a batch); the sink took
+    `s3://key:secret@b/out`, and botocore's error echoed the secret."""
     _set(minimal, "spec.checkpointing.storage", storage)
     try:
         manifest_from_document(minimal)
         refused = ""
     except ManifestError as error:
         refused = str(error)
-    if refused and "a remote URI's path must not" not in refused:
-        return  # another rule's (no path, a relative one)
-    # Each rule says what it refuses (one rule for both named neither, a newcomer's); the
-    # layout's check names the pattern first, so the segments are checked without it.
-    glob = "a remote URI's path must not contain *, ? or [" in refused
-    segment = "a remote URI's path must not have an empty, '.' or '..' segment" in refused
-    assert glob == (remote_uri_problem(storage) or "").startswith("contains"), (storage, refused)
-    without_pattern = re.sub(r"[*?\[]", "x", storage)
-    assert segment == (remote_uri_problem(without_pattern) is not None), (storage, refused)
+    crd_faults = {fault for rule, fault in _REMOTE_URI_RULES.items() if rule in refused}
+    layout_problem = remote_uri_problem(storage)
+    scheme = storage.partition("://")[0] if "://" in storage else ""
+    if scheme.lower() in ("", "file", "local"):
+        assert layout_problem is None, storage  # the control-character rule is the CRD's
+        return
+    if not scheme.islower():
+        return  # the CRD refuses it first (fsspec knows no scheme in capitals)
+    assert (layout_problem is not None) == bool(crd_faults), (storage, refused, layout_problem)
+    if layout_problem is not None:
+        assert any(layout_problem.startswith(fault) for fault in crd_faults), (storage, refused)
 
 
 @pytest.mark.parametrize(

@@ -28,25 +28,33 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
 
 
 @pytest.mark.parametrize(
-    ("uri", "problem"),
+    ("uri", "shown", "problem"),
     [
-        ("s3://bkt/jobs/team-*/out", "contains '*', which fsspec reads as a pattern"),
-        ("s3://bkt//out", "has an empty path segment"),
-        ("abfs://c@account/a/../out", "has a '..' path segment"),
+        ("s3://bkt/jobs/team-*/out", None, "contains '*', which fsspec reads as a pattern"),
+        ("s3://bkt//out", None, "has an empty path segment"),
+        ("abfs://c@account/a/../out", None, "has a '..' path segment"),
+        ("s3://key:secret@bkt/out", "s3://key:***@bkt/out", "carries a password"),
+        ("abfss://key:secret@c/out", "abfss://key:***@c/out", "carries a password"),
+        ("s3a://Bad!/out", None, "does not start with its bucket's name"),
+        ("az://c/a\tb", None, "contains a control character"),
     ],
 )
 def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(
-    uri: str, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    uri: str, shown: str | None, problem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """fsspec expands `*`, `?` and `[` as a pattern in deletes: the commit of the output
     at `s3://bkt/jobs/team-*/out` deleted the staged batch of the one at
     `s3://bkt/jobs/team-a/out`, which never committed it (a reviewer). s3fs lists an empty
-    segment's keys under another prefix than it writes: nothing was ever committed."""
+    segment's keys under another prefix than it writes: nothing was ever committed. A
+    password in the URI was taken, and botocore's errors echoed it; the refusal hides it."""
     monkeypatch.chdir(tmp_path)
     for reader in (TransactionalFileSink, read_committed):
         with pytest.raises(ValueError) as refused:
             reader(uri)
-        assert str(refused.value).startswith(f"TransactionalFileSink's output {uri!r} {problem}")
+        assert str(refused.value).startswith(
+            f"TransactionalFileSink's output {shown or uri!r} {problem}"
+        )
+        assert "secret" not in str(refused.value)
     assert list(tmp_path.iterdir()) == []
 
 

@@ -93,8 +93,19 @@ def snapshot_dir_name(kind: CheckpointKind, snapshot_id: int) -> str:
     return f"{_DIRECTORY_PREFIX[kind]}{snapshot_id}"
 
 
-_REMOTE_URI = re.compile(r"(?!(?i:file|local)://)[a-zA-Z][a-zA-Z0-9+.-]*://[^/]*(?P<path>.*)")
+_REMOTE_URI = re.compile(
+    r"(?!(?i:file|local)://)(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)",
+    re.DOTALL,
+)
 _GLOB_CHARACTERS = "*?["
+# s3fs and gcsfs take what precedes the first / for the bucket (or an S3 access point's ARN).
+_BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")
+_BUCKET = re.compile(
+    r"([A-Za-z0-9._-]+|arn:[A-Za-z0-9-]+:s3[A-Za-z0-9-]*:[A-Za-z0-9-]*:[0-9]*:"
+    r"(outpost/[A-Za-z0-9-]+/)?accesspoint/[A-Za-z0-9._-]+)(/|$)"
+)
+_PASSWORD = re.compile(r"[^/@]*:[^/@]*@")
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def remote_uri_problem(uri: str) -> str | None:
@@ -102,10 +113,24 @@ def remote_uri_problem(uri: str) -> str | None:
     filesystem (an object store, HDFS); None for a good one or a local path. fsspec
     expands ``*``, ``?`` and ``[`` as a pattern in deletes (another job's objects would
     match), and s3fs lists an empty segment's keys under another prefix than it writes.
-    The CRD's rule for storage URIs says the same (a test holds them to it)."""
+    A password in the URI would be echoed by botocore's errors, and s3fs fails every call
+    on a bucket name it cannot send. The CRD's rules for storage URIs say the same (a test
+    holds them to it)."""
     match = _REMOTE_URI.fullmatch(uri)
     if match is None:
         return None
+    if _PASSWORD.match(match["authority"]):
+        return (
+            "carries a password (user:password@): credentials come from the environment "
+            "(spec.driver.env, Secrets)"
+        )
+    if _CONTROL_CHARACTER.search(uri):
+        return "contains a control character (a tab, say)"
+    if match["scheme"] in _BUCKET_SCHEMES and not _BUCKET.match(match["authority"] + match["path"]):
+        return (
+            "does not start with its bucket's name (letters, digits, '.', '-' and '_') or an "
+            "S3 access point's ARN, as s3://bucket/path"
+        )
     if pattern := sorted(set(_GLOB_CHARACTERS) & set(match["path"])):  # [::1] is a host
         return (
             f"contains {' and '.join(repr(c) for c in pattern)}, which fsspec reads as a "
@@ -115,6 +140,15 @@ def remote_uri_problem(uri: str) -> str | None:
     if odd := [segment for segment in segments if segment in ("", ".", "..")]:
         return f"has {'an empty' if odd[0] == '' else f'a {odd[0]!r}'} path segment"
     return None
+
+
+def hide_password(uri: str) -> str:
+    """``uri`` to be shown in a message: a password in its authority replaced by ``***``."""
+    match = _REMOTE_URI.fullmatch(uri)
+    if match is None or not (password := _PASSWORD.match(match["authority"])):
+        return uri
+    user = password[0].partition(":")[0]
+    return f"{match['scheme']}://{user}:***@{match['authority'][password.end() :]}{match['path']}"
 
 
 def is_safe_relative_path(path: str) -> bool:
