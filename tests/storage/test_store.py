@@ -647,6 +647,8 @@ def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
     make_metadata: MetadataMaker,
     inner_namespace: str,
     inner_job: str,
+    *,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A job whose storage root is this job's directory, its namespace `shared`, `chk-N`
     or `savepoints`, keeps its images in this job's `shared/`, a `chk-N` or an `sp-3` of
@@ -676,9 +678,12 @@ def test_another_jobs_storage_set_inside_this_jobs_loses_nothing_to_its_deletes(
 
     storage.discard_checkpoint(6, [])
     storage.discard_savepoint(3)
+    caplog.clear()
     report = storage.collect_garbage([], [])
 
     assert report.checkpoint_ids == (5,) and report.savepoint_ids == ()
+    warnings = [record.getMessage() for record in caplog.records if "lies inside" in record.message]
+    assert len(warnings) == len(set(warnings)), "each directory is told once"
     assert all(_is_ours(location) for location in report.shared_locations), report
     assert storage.list_ids(CHECKPOINT) == []
     assert not storage.fs.exists(storage.layout.discarding_path(6))

@@ -343,13 +343,15 @@ class CheckpointStorage:
             with self._changing(deleted):
                 for location in deleted:
                     self.fs.delete_file(self.layout.location_path(location))
-        self._delete_snapshot_dir(self.layout.checkpoint_dir(checkpoint_id))
+        directory = self.layout.checkpoint_dir(checkpoint_id)
+        self._delete_snapshot_dir(directory, holds_another_job=self._holds_another_job(directory))
 
     def discard_savepoint(self, savepoint_id: int) -> None:
         """Delete savepoint `savepoint_id` (its `_metadata` first, then its directory)."""
         self.fs.require_no_link(self.layout.savepoint_dir(savepoint_id))
         self.fs.delete_file(self.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id))
-        self._delete_snapshot_dir(self.layout.savepoint_dir(savepoint_id))
+        directory = self.layout.savepoint_dir(savepoint_id)
+        self._delete_snapshot_dir(directory, holds_another_job=self._holds_another_job(directory))
 
     def collect_garbage(
         self,
@@ -383,12 +385,21 @@ class CheckpointStorage:
         keep = self._referenced_locations(checkpoint_ids) | set(protected_locations)
 
         # Everything to delete is decided, and checked for links, before the first delete.
-        deleted_checkpoints = [
+        unregistered_checkpoints = [
             checkpoint_id
             for checkpoint_id in self._snapshot_dir_ids(CheckpointKind.CHECKPOINT)
             if checkpoint_id not in checkpoint_ids
-            and (
-                not self._holds_another_job(self.layout.checkpoint_dir(checkpoint_id))
+        ]
+        holding_another_job = {
+            checkpoint_id
+            for checkpoint_id in unregistered_checkpoints
+            if self._holds_another_job(self.layout.checkpoint_dir(checkpoint_id))
+        }
+        deleted_checkpoints = [
+            checkpoint_id
+            for checkpoint_id in unregistered_checkpoints
+            if (
+                checkpoint_id not in holding_another_job
                 or self.fs.exists(
                     self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id)
                 )
@@ -436,7 +447,10 @@ class CheckpointStorage:
         for checkpoint_id in deleted_checkpoints:
             # `_metadata` first, as in discard_checkpoint.
             self.fs.delete_file(self.layout.metadata_path(CheckpointKind.CHECKPOINT, checkpoint_id))
-            self._delete_snapshot_dir(self.layout.checkpoint_dir(checkpoint_id))
+            self._delete_snapshot_dir(
+                self.layout.checkpoint_dir(checkpoint_id),
+                holds_another_job=checkpoint_id in holding_another_job,
+            )
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
         with self._changing(deleted_locations):
@@ -560,11 +574,11 @@ class CheckpointStorage:
             )
         return bool(inside)
 
-    def _delete_snapshot_dir(self, directory: str) -> None:
+    def _delete_snapshot_dir(self, directory: str, *, holds_another_job: bool) -> None:
         """Delete a snapshot's directory once its `_metadata` is gone; where another job's
-        storage lies inside it, only what a snapshot keeps at its top (`_metadata`,
-        `_discarding`: left, either would show a snapshot that is gone)."""
-        if not self._holds_another_job(directory):
+        storage lies inside it (`_holds_another_job`), only what a snapshot keeps at its top
+        (`_metadata`, `_discarding`: left, either would show a snapshot that is gone)."""
+        if not holds_another_job:
             self.fs.delete_tree(directory)
             return
         for name in (METADATA_FILE_NAME, DISCARDING_FILE_NAME):
