@@ -9,7 +9,9 @@ from typing import Any, TypeVar
 import aiohttp
 
 from spark_checkpoint.protocol import (
+    MAX_ANSWER_VALUES,
     MAX_BODY_BYTES,
+    MAX_COMMAND_ANSWER_BYTES,
     AbortBody,
     Acknowledgement,
     AfterCompletion,
@@ -105,7 +107,9 @@ class AgentClient:
         (it lists and syncs the image's files in storage)."""
         path = f"/v1/checkpoints/{checkpoint_id}/finalize"
         body = FinalizeBody(tuple(tasks)).to_json()
-        answer = await self._call("POST", path, body, waits=max(0.0, waits))
+        answer = await self._call(
+            "POST", path, body, waits=max(0.0, waits), max_bytes=MAX_COMMAND_ANSWER_BYTES
+        )
         return _checked(f"POST {path}", FinalizeAnswer.from_json, answer)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
@@ -130,14 +134,14 @@ class AgentClient:
     ) -> CollectGarbageAnswer:
         path = "/v1/storage/collect-garbage"
         body = CollectGarbageBody(tuple(checkpoints), tuple(savepoints)).to_json()
-        answer = await self._call("POST", path, body)
+        answer = await self._call("POST", path, body, max_bytes=MAX_COMMAND_ANSWER_BYTES)
         return _checked(f"POST {path}", CollectGarbageAnswer.from_json, answer)
 
     async def _command(
         self, path: str, body: dict[str, Any], acknowledgement: Acknowledgement
     ) -> None:
         """POST a command whose answer only acknowledges it."""
-        answer = await self._call("POST", path, body)
+        answer = await self._call("POST", path, body, max_bytes=MAX_COMMAND_ANSWER_BYTES)
         _checked(f"POST {path}", acknowledgement.read, answer)
 
     async def _call(
@@ -148,8 +152,10 @@ class AgentClient:
         *,
         params: dict[str, str] | None = None,
         waits: float = 0.0,
+        max_bytes: int = MAX_BODY_BYTES,
     ) -> Any:
-        """``waits``: how long the agent may hold the answer back, on top of the timeout."""
+        """``waits``: how long the agent may hold the answer back, on top of the timeout;
+        ``max_bytes``: the largest answer read (a status may be large, a command's is not)."""
         base_url = self.url
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
@@ -162,7 +168,8 @@ class AgentClient:
             async with session.request(
                 method, url, json=body, params=params, headers=self._headers, timeout=timeout
             ) as response:
-                answer = _decoded(await _bounded_body(response, f"{method} {path}"))
+                request = f"{method} {path}"
+                answer = _decoded(await _bounded_body(response, request, max_bytes), request)
                 if response.status >= 400:
                     raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")
                 return answer
@@ -205,24 +212,30 @@ class AgentClient:
             raise AgentUnavailable(f"{method} {path}: the driver is gone") from error
 
 
-async def _bounded_body(response: aiohttp.ClientResponse, request: str) -> bytes:
-    """The answer's body, refused once it is larger than `MAX_BODY_BYTES`."""
+async def _bounded_body(response: aiohttp.ClientResponse, request: str, max_bytes: int) -> bytes:
+    """The answer's body, refused once it is larger than `max_bytes`."""
     too_large = AgentAnswerInvalid(
-        f"{request}: the answer is larger than {MAX_BODY_BYTES} bytes, the most read"
+        f"{request}: the answer is larger than {max_bytes} bytes, the most read"
     )
-    if (response.content_length or 0) > MAX_BODY_BYTES:
+    if (response.content_length or 0) > max_bytes:
         raise too_large
     body = bytearray()
     async for chunk in response.content.iter_chunked(64 * 1024):
         body += chunk
-        if len(body) > MAX_BODY_BYTES:
+        if len(body) > max_bytes:
             raise too_large
     return bytes(body)
 
 
-def _decoded(body: bytes) -> Any:
+def _decoded(body: bytes, request: str) -> Any:
     """The answer as JSON, or its text when it is none (aiohttp's own "404: Not Found"; a
-    document nested past the parser's depth, or a number of more digits than it reads)."""
+    document nested past the parser's depth, or a number of more digits than it reads).
+    Refused unparsed when it holds more values than `MAX_ANSWER_VALUES` (a count from
+    above: separators inside strings count too)."""
+    if body.count(b",") + body.count(b"[") + body.count(b"{") > MAX_ANSWER_VALUES:
+        raise AgentAnswerInvalid(
+            f"{request}: the answer holds more than {MAX_ANSWER_VALUES} JSON values, the most read"
+        )
     try:
         return json.loads(body)
     except (ValueError, RecursionError):

@@ -36,6 +36,14 @@ MAX_ID = 2**63 - 1
 # status too. The driver runs the job author's code: its answers are untrusted input to an
 # operator that serves every job, and one of hundreds of MiB would take its memory.
 MAX_BODY_BYTES = 16 * 1024 * 1024
+# The largest answer to a command (an acknowledgement, a finalize's or a garbage
+# collection's answer, an error): a few hundred bytes, a few KiB of deleted ids.
+MAX_COMMAND_ANSWER_BYTES = 1024 * 1024
+# The most JSON values an answer may hold (counted by its ',', '[' and '{'), one per
+# 8 bytes of the largest body: the densest answer the agent writes, a status of acks,
+# holds one per 11 bytes or more. Python takes 35-90 bytes for each value, so 16 MiB of
+# `[[],[],...]` took 500 MiB of an operator's memory.
+MAX_ANSWER_VALUES = MAX_BODY_BYTES // 8
 
 MAX_OWNER_ID_LENGTH = 200
 

@@ -3,6 +3,7 @@ the protocol's document (another version, a broken agent) is `AgentAnswerInvalid
 `AgentRejected` the supervisor already handles, with one line naming the field."""
 
 import asyncio
+import dataclasses
 import re
 from typing import Any
 
@@ -11,6 +12,10 @@ from aiohttp import web
 
 from helpers.agent import free_port
 from spark_checkpoint.protocol import (
+    MAX_ANSWER_VALUES,
+    MAX_BODY_BYTES,
+    MAX_COMMAND_ANSWER_BYTES,
+    AckReport,
     AfterCompletion,
     AgentStatus,
     CheckpointKind,
@@ -22,7 +27,6 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
-from spark_checkpoint_operator import agent_client
 from spark_checkpoint_operator.agent_client import (
     AgentAnswerInvalid,
     AgentAnswerTimedOut,
@@ -134,19 +138,65 @@ def test_an_answer_that_breaks_the_protocol_is_refused_in_one_line(
 
 @pytest.mark.parametrize("sent", [bytes, Chunked], ids=["with-length", "chunked"])
 def test_an_answer_larger_than_the_client_reads_is_refused_before_it_is_all_read(
-    monkeypatch: pytest.MonkeyPatch, sent: type[bytes]
+    sent: type[bytes],
 ) -> None:
     # The agent runs in the job author's process: an answer of hundreds of MiB would
     # take the memory of the operator that serves every job.
-    monkeypatch.setattr(agent_client, "MAX_BODY_BYTES", 64 * 1024)
-    huge = sent(b'{"version": "' + b"x" * (1024 * 1024) + b'"}')
+    huge = sent(b'{"version": "' + b"x" * MAX_BODY_BYTES + b'"}')
 
     with pytest.raises(AgentAnswerInvalid) as raised:
         _ask({"/v1/status": huge}, "read_status")
 
     assert str(raised.value) == (
-        "GET /v1/status: the answer is larger than 65536 bytes, the most read"
+        f"GET /v1/status: the answer is larger than {MAX_BODY_BYTES} bytes, the most read"
     )
+
+
+def test_a_commands_answer_larger_than_a_command_needs_is_refused() -> None:
+    """Only a status may be large (every task, its acks): a command's answer of 16 MiB
+    would be read and parsed for nothing."""
+    padded = {"notified": True, "padding": "x" * MAX_COMMAND_ANSWER_BYTES}
+
+    with pytest.raises(AgentAnswerInvalid) as raised:
+        _ask({"/v1/checkpoints/7/complete": padded}, "complete", 7, 3)
+
+    assert str(raised.value) == (
+        f"POST /v1/checkpoints/7/complete: the answer is larger than "
+        f"{MAX_COMMAND_ANSWER_BYTES} bytes, the most read"
+    )
+
+
+def test_an_answer_of_more_values_than_the_agent_writes_is_refused_unparsed() -> None:
+    """A driver runs the job author's code: 16 MiB of `[[],[],...]` parsed took 500 MiB of
+    the memory of an operator that serves every job (a security review's)."""
+    values = b"[" + b",".join([b"[]"] * (MAX_BODY_BYTES // 4)) + b"]"
+    assert len(values) < MAX_BODY_BYTES
+
+    with pytest.raises(AgentAnswerInvalid) as raised:
+        _ask({"/v1/status": values}, "read_status")
+
+    assert str(raised.value) == (
+        f"GET /v1/status: the answer holds more than {MAX_ANSWER_VALUES} JSON values, the most read"
+    )
+
+
+def test_the_largest_status_a_job_makes_is_read() -> None:
+    """A stream-stream join and an aggregation at 8,000 partitions: 40,000 tasks, all of
+    them acknowledged in two snapshots in flight (6.5 MiB, one JSON value per 15 bytes:
+    the densest answer the agent writes), is read."""
+    tasks = tuple(
+        f"state-{operator}-{partition}" for operator in range(5) for partition in range(8000)
+    )
+    acks = tuple(AckReport(task, 1, 1350, 908) for task in tasks)
+    snapshots = tuple(
+        SnapshotStatus(
+            checkpoint_id, CheckpointKind.CHECKPOINT, SnapshotPhase.ACKNOWLEDGED, 1, acks
+        )
+        for checkpoint_id in (7, 8)
+    )
+    status = dataclasses.replace(STATUS, tasks=tasks, checkpoints=snapshots)
+
+    assert _ask({"/v1/status": status.to_json()}, "read_status") == status
 
 
 @pytest.mark.parametrize(
