@@ -106,13 +106,14 @@ def _run(
     settings: DriverSettings,
 ) -> DriverExit:
     try:
-        layout = JobStorageLayout(settings.storage_root, settings.namespace, settings.job)
+        storage = CheckpointStorage(
+            JobStorageLayout(settings.storage_root, settings.namespace, settings.job)
+        )
     except ValueError as error:
         # A root a newer rule refuses, of a job that ran under the older one.
         return fail_with(
             f"the job's storage {settings.storage_root!r}: {error}", DriverExit.MISCONFIGURED
         )
-    storage = CheckpointStorage(layout)
     try:
         storage.claim(settings.owner)
         highest_stored_id = storage.highest_snapshot_id()

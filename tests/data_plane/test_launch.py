@@ -190,13 +190,24 @@ def test_a_pipeline_that_catches_run_coordinateds_exit_is_told_so(tmp_path: Path
     ), result.stderr
 
 
+@pytest.mark.parametrize(
+    ("root", "refusal"),
+    [
+        (
+            "s3://bucket/team-*/checkpoints",
+            "root contains '*', which fsspec reads as a pattern: a delete would match other paths",
+        ),
+        ("file://", "'file://' names no directory that paths below it lie in"),
+    ],
+)
 def test_a_storage_root_a_newer_rule_refuses_ends_the_driver_as_misconfigured(
-    tmp_path: Path,
+    tmp_path: Path, root: str, refusal: str
 ) -> None:
     """A cluster job that ran under the CRD before remote URIs with glob characters were
     refused goes on (the API server ratchets the rule); its next driver, of the new image,
-    met the layout's refusal as an uncaught traceback, retried as a crash (a reviewer)."""
-    environment = driver_environment(tmp_path, storage_root="s3://bucket/team-*/checkpoints")
+    met the layout's refusal as an uncaught traceback, retried as a crash (a reviewer).
+    `file://` (the CRD never took it) is no confinement for the job's paths."""
+    environment = driver_environment(tmp_path, storage_root=root)
     error_file = tmp_path / "error"
 
     result = subprocess.run(
@@ -210,7 +221,6 @@ def test_a_storage_root_a_newer_rule_refuses_ends_the_driver_as_misconfigured(
 
     assert result.returncode == DriverExit.MISCONFIGURED, result.stderr
     assert "Traceback" not in result.stderr
-    assert error_file.read_text().endswith(
-        "the job's storage 's3://bucket/team-*/checkpoints': root contains '*', which fsspec "
-        "reads as a pattern: a delete would match other paths"
-    ), error_file.read_text()
+    assert error_file.read_text().endswith(f"the job's storage {root!r}: {refusal}"), (
+        error_file.read_text()
+    )

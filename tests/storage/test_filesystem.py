@@ -467,6 +467,18 @@ def test_links_below_any_confined_directory_are_refused(
         fs.confined(str(confined)).read_bytes(str(confined / "shared" / "file"))
 
 
+@pytest.mark.parametrize("root", ["file://", "local://", "file:", "local:"])
+def test_a_directory_whose_paths_fsspec_places_elsewhere_is_no_confinement(
+    fs: StorageFileSystem, root: str
+) -> None:
+    """fsspec reads `file://` as the working directory and `file:///ns/job` as `/ns/job`:
+    confined to the one, the job's paths lay outside it, no link on them was checked, and a
+    discard deleted through a link outside the job's directory (a security review's; the
+    CRD and the CLI refuse these roots, the driver's environment does not)."""
+    with pytest.raises(ValueError, match=f"^{root!r} names no directory that paths below it"):
+        fs.confined(root)
+
+
 def test_a_stored_file_is_fsynced_before_it_is_renamed_into_place(
     fs: StorageFileSystem, source: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

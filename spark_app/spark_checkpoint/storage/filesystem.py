@@ -117,8 +117,15 @@ class StorageFileSystem:
         return cls(fs)
 
     def confined(self, directory: str) -> StorageFileSystem:
-        """This filesystem, refusing symbolic links below `directory` (see the class)."""
-        return StorageFileSystem(self._fs, confined_to=directory)
+        """This filesystem, refusing symbolic links below `directory` (see the class).
+        Raises ValueError for a `directory` whose paths fsspec places elsewhere than below
+        it (`file://` is the working directory, `file:///x` is `/x`): no link would be
+        checked on them."""
+        confined = StorageFileSystem(self._fs, confined_to=directory)
+        below = self._fs._strip_protocol(f"{directory.rstrip('/')}/x")
+        if not below.startswith(f"{confined._boundary}/"):
+            raise ValueError(f"{directory!r} names no directory that paths below it lie in")
+        return confined
 
     @property
     def is_local(self) -> bool:
