@@ -24,6 +24,7 @@ from spark_checkpoint.storage import (
     MissingFileError,
     NotEmptyError,
     StorageError,
+    StorageFileSystem,
     SymbolicLinkError,
     TruncatedMetadataError,
     digest_local_file,
@@ -1269,3 +1270,28 @@ def test_a_failed_syncfs_fails_the_checkpoint_with_its_error(
         == f"[Errno 5] syncfs of the filesystem of {directory}: {os.strerror(errno.EIO)}"
     )
     assert storage.list_ids(CHECKPOINT) == []
+
+
+@pytest.mark.parametrize(("size", "at_most"), [(0, 5), (3, 5), (5, 5), (6, 5), (2 << 20, 1000)])
+def test_a_bounded_read_takes_no_more_than_its_bound(
+    storage_root: StorageRoot, monkeypatch: pytest.MonkeyPatch, size: int, at_most: int
+) -> None:
+    """A `_metadata` is read with a bound (64 MiB): an object was fetched whole before it
+    applied, so a huge one (placed, or a wrong file) took its size in memory. An empty
+    object, whose every range S3 and Azure refuse (InvalidRange), reads as empty."""
+    content = os.urandom(size)
+    path = f"{storage_root.url}/chk-1/_metadata"
+    storage_root.write(path, content)
+    fs = StorageFileSystem.for_url(storage_root.url)
+    served: list[int] = []
+    cat_file = fs._fs.cat_file
+
+    def counted_cat_file(native: str, *args: object, **kwargs: object) -> bytes:
+        data: bytes = cat_file(native, *args, **kwargs)
+        served.append(len(data))
+        return data
+
+    monkeypatch.setattr(fs._fs, "cat_file", counted_cat_file)
+
+    assert fs.read_bytes(path, at_most=at_most) == content[:at_most]
+    assert all(length <= at_most for length in served), served
