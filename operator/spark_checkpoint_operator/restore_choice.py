@@ -87,15 +87,21 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
 
 def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     """How to restore the savepoint of that id in the job's storage that the registry does
-    not list (another registry's, kept when the storage was handed over): by its path; ""
-    if there is none, or this process cannot read the storage (its credentials are the
-    driver's)."""
+    not list (another registry's, kept when the storage was handed over): by its path, or
+    why it cannot be (the path would be refused next); "" if there is none, or this
+    process cannot read the storage (its credentials are the driver's)."""
     stored = storage.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
     try:
         if not storage.fs.exists(stored):
             return ""
     except (StorageError, OSError):
         return ""
+    try:
+        storage.verify(storage.read_metadata(CheckpointKind.SAVEPOINT, savepoint_id))
+    except (StorageError, OSError, ValueError) as error:
+        return (
+            f"; the one in the job's storage is not this registry's and cannot be restored: {error}"
+        )
     return (
         "; the one in the job's storage is not this registry's: to restore it, name its path: "
         f"--from {stored.removeprefix('file://')}"

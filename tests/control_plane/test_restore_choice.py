@@ -80,3 +80,24 @@ def test_an_unregistered_checkpoint_in_storage_gets_no_path_to_restore_it(tmp_pa
     assert str(refused.value) == (
         "checkpoint:7 is not a registered checkpoint of the job (checkpoints: none)"
     )
+
+
+def test_an_unregistered_savepoint_in_storage_that_cannot_be_restored_says_why(
+    tmp_path: Path,
+) -> None:
+    """`--from savepoint:N` named the path of the one in storage, whose `_metadata` was not
+    parseable: the path, tried next, was refused for it (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
+    metadata.parent.mkdir(parents=True)
+    metadata.write_text("garbage")
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image("savepoint:7", PersistedState(), storage)
+
+    assert str(refused.value).startswith(
+        "savepoint:7 is not a registered savepoint of the job (savepoints: none); the one in "
+        "the job's storage is not this registry's and cannot be restored: "
+    ), refused.value
+    assert f"{metadata}: not parseable as JSON" in str(refused.value)
+    assert "--from" not in str(refused.value)
