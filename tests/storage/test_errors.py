@@ -5,14 +5,18 @@ a pickled copy)."""
 import pickle
 from collections.abc import Callable
 
+import fsspec
 import pytest
+from botocore.exceptions import EndpointConnectionError
 
 from spark_checkpoint.storage import (
     ChecksumMismatchError,
     InvalidMetadataError,
     MissingFileError,
     NotEmptyError,
+    StorageAccessError,
     StorageError,
+    StorageFileSystem,
     SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
@@ -75,3 +79,61 @@ def test_an_error_says_which_path_and_why_and_survives_pickling(
         assert candidate.reason == text.split(": ", 1)[1]
         for name, value in attributes.items():
             assert getattr(candidate, name) == value
+
+
+@pytest.mark.parametrize(
+    ("environment", "named"),
+    [
+        (
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:9000 "},
+            "AWS_ENDPOINT_URL's: 'http://127.0.0.1:9000 '",
+        ),
+        (
+            {"AWS_ENDPOINT_URL_S3": "htp:/x", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000"},
+            "AWS_ENDPOINT_URL_S3's: 'htp:/x'",
+        ),
+        (
+            {"AWS_ENDPOINT_URL": "http://key:secret@[::1"},
+            "AWS_ENDPOINT_URL's: 'http://key:***@[::1'",
+        ),
+    ],
+)
+def test_an_s3_endpoint_that_cannot_be_resolved_is_told_with_where_it_came_from(
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], named: str
+) -> None:
+    """A trailing space in AWS_ENDPOINT_URL (an S3 newcomer's) read as a store that is down:
+    the variable is named, its value quoted (its password hidden)."""
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    fs = StorageFileSystem(fsspec.filesystem("s3", skip_instance_cache=True))
+
+    with pytest.raises(StorageAccessError) as raised:
+        fs.list_dir("s3://bucket/checkpoints")
+
+    assert str(raised.value).startswith("s3://bucket/checkpoints: ")
+    assert str(raised.value).endswith(f" (the endpoint is {named})"), raised.value
+    assert "secret" not in str(raised.value)
+
+
+def test_an_s3_endpoint_that_cannot_be_reached_without_a_variable_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(variable, raising=False)
+    fs = StorageFileSystem(fsspec.filesystem("s3", skip_instance_cache=True))
+
+    def unreachable(path: str, detail: bool) -> list[str]:
+        raise EndpointConnectionError(endpoint_url="https://bucket.s3.amazonaws.com/")
+
+    monkeypatch.setattr(fs._fs, "ls", unreachable)
+
+    with pytest.raises(StorageAccessError) as raised:
+        fs.list_dir("s3://bucket/checkpoints")
+
+    assert str(raised.value).endswith(
+        " (no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's endpoint_url)"
+    ), raised.value

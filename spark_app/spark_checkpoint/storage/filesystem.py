@@ -12,6 +12,7 @@ import errno
 import hashlib
 import os
 import posixpath
+import re
 import stat
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +33,7 @@ from .errors import (
     SymbolicLinkError,
     joined_lines,
 )
+from .layout import hide_password
 
 _CHUNK_SIZE = 1024 * 1024
 # A hard link failing with one of these means "not possible here" (another device, a
@@ -564,7 +566,28 @@ def _storage_errors(path: str) -> Iterator[None]:
     except (StorageError, OSError):
         raise
     except Exception as error:
-        raise StorageAccessError(path, f"{type(error).__name__}: {joined_lines(error)}") from error
+        reason = f"{type(error).__name__}: {joined_lines(error)}"
+        raise StorageAccessError(path, reason + _endpoint_origin(error)) from error
+
+
+# botocore's errors of an endpoint it cannot resolve or reach.
+_S3_ENDPOINT_ERRORS = ("EndpointConnectionError", "EndpointResolutionError", "ConnectTimeoutError")
+# Where botocore takes a custom S3 endpoint from, first first.
+_S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def _endpoint_origin(error: Exception) -> str:
+    """For an S3 endpoint that cannot be resolved or reached, where it came from: a typo in
+    a variable (a trailing space) looked like a store that is down."""
+    # botocore refuses some endpoints as it builds its client, with a ValueError ("Invalid
+    # endpoint: ...", "Invalid IPv6 URL").
+    refused_as_built = isinstance(error, ValueError) and re.search(r"(?i)endpoint|url", str(error))
+    if type(error).__name__ not in _S3_ENDPOINT_ERRORS and not refused_as_built:
+        return ""
+    for variable in _S3_ENDPOINT_VARIABLES:
+        if variable in os.environ:
+            return f" (the endpoint is {variable}'s: {hide_password(os.environ[variable])!r})"
+    return " (no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's endpoint_url)"
 
 
 def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRECTORY) -> None:
