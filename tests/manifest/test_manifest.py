@@ -912,6 +912,14 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         ("abfs://key:secret@account/c", "a URI must not carry a password"),
         ("webhdfs://user:secret@namenode/c", "a URI must not carry a password"),
         ("s3://bucket/a\tb", "a location must not contain control characters"),
+        # adlfs failed every call with InvalidResourceName; Azurite stored the backslash as
+        # '/', and every checkpoint failed (a newcomer's).
+        ("abfs://Bad_Container!/c", "an abfs://, abfss:// or az:// URI starts with its container"),
+        ("az://c/checkpoints", "an abfs://, abfss:// or az:// URI starts with its container"),
+        ("abfs://ckpts/back\\slash", "a remote URI's path must not contain a backslash"),
+        ("s3://bucket/back\\slash", "a remote URI's path must not contain a backslash"),
+        ("abfs://$root/checkpoints", None),
+        ("az://ckpts-1/checkpoints", None),
         ("/data/a\x7fb", "a location must not contain control characters"),
         ("s3://Legacy_Bucket.1/checkpoints", None),  # us-east-1 names from before 2018
         # Access points' ARNs, which s3fs takes for the bucket (a reviewer's).
@@ -943,7 +951,7 @@ def test_checkpoint_storage_is_a_store_that_outlives_the_job(
 # (remote, local, none) with an authority (a bucket, a bad one, a password, none) and
 # segments that are empty, dot segments, glob patterns or hold a control character.
 STORAGE_URIS = st.tuples(
-    st.sampled_from(["s3", "s3a", "S3A", "gs", "gcs", "abfs", "hdfs", "file", ""]),
+    st.sampled_from(["s3", "s3a", "S3A", "gs", "gcs", "abfs", "abfss", "az", "hdfs", "file", ""]),
     st.sampled_from(
         [
             "bucket",
@@ -952,13 +960,19 @@ STORAGE_URIS = st.tuples(
             "Bad!",
             "key:secret@bucket",
             "c@account",
-            "c@account:10000",
+            "ckpts@account:10000",
+            "ckpts",
+            "Ckpts",
+            "ck_pts@acct.dfs.core.windows.net",
+            "$root",
             "[::1]:8020",
             "arn:aws:s3:us-east-1:123456789012:accesspoint/ap",
         ]
     ),
     st.lists(
-        st.sampled_from(["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]", "a\tb", "\x7f"]),
+        st.sampled_from(
+            ["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]", "a\tb", "\x7f", "a\\b"]
+        ),
         max_size=4,
     ),
     st.sampled_from(["", "/"]),
@@ -975,7 +989,11 @@ STORAGE_URIS = st.tuples(
 _REMOTE_URI_RULES = {
     "a remote URI's path must not contain *, ? or [": "contains '",
     "a remote URI's path must not have an empty, '.' or '..' segment": "has a",
-    "an s3://, s3a:// or gs:// URI starts with its bucket's name": "does not start with",
+    "an s3://, s3a:// or gs:// URI starts with its bucket's name": "does not start with its b",
+    "an abfs://, abfss:// or az:// URI starts with its container's name": (
+        "does not start with its c"
+    ),
+    "a remote URI's path must not contain a backslash": "contains a backslash",
     "a URI must not carry a password": "carries a password",
     "a location must not contain control characters": "contains a control character",
 }

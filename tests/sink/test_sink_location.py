@@ -32,11 +32,13 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
     [
         ("s3://bkt/jobs/team-*/out", None, "contains '*', which fsspec reads as a pattern"),
         ("s3://bkt//out", None, "has an empty path segment"),
-        ("abfs://c@account/a/../out", None, "has a '..' path segment"),
+        ("abfs://cont@account/a/../out", None, "has a '..' path segment"),
         ("s3://key:secret@bkt/out", "s3://key:***@bkt/out", "carries a password"),
         ("abfss://key:secret@c/out", "abfss://key:***@c/out", "carries a password"),
         ("s3a://Bad!/out", None, "does not start with its bucket's name"),
-        ("az://c/a\tb", None, "contains a control character"),
+        ("az://cont/a\tb", None, "contains a control character"),
+        ("abfs://cont/back\\slash", None, "contains a backslash, which Azure Blob Storage"),
+        ("abfs://Bad_Container!/out", None, "does not start with its container's name"),
     ],
 )
 def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(
@@ -60,7 +62,7 @@ def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(
 
 @pytest.mark.parametrize(
     "uri",
-    ["s3a://bucket/output/orders", "s3://bucket/out/", "abfss://c@account/out", "az://c/out"],
+    ["s3a://bucket/output/orders", "s3://bucket/out/", "abfss://cont@account/out", "az://cont/out"],
 )
 def test_an_object_store_uri_is_taken_as_it_is_without_a_request(
     uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

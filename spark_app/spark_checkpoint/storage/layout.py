@@ -104,6 +104,11 @@ _BUCKET = re.compile(
     r"([A-Za-z0-9._-]+|arn:[A-Za-z0-9-]+:s3[A-Za-z0-9-]*:[A-Za-z0-9-]*:[0-9]*:"
     r"(outpost/[A-Za-z0-9-]+/)?accesspoint/[A-Za-z0-9._-]+)(/|$)"
 )
+# Azure's container names (and its special containers), then the account adlfs may name.
+_CONTAINER_SCHEMES = ("abfs", "abfss", "az")
+_CONTAINER = re.compile(
+    r"([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)(@[A-Za-z0-9.-]+(:[0-9]+)?)?(/|$)"
+)
 _PASSWORD = re.compile(r"[^/@]*:[^/@]*@")
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -113,9 +118,10 @@ def remote_uri_problem(uri: str) -> str | None:
     filesystem (an object store, HDFS); None for a good one or a local path. fsspec
     expands ``*``, ``?`` and ``[`` as a pattern in deletes (another job's objects would
     match), and s3fs lists an empty segment's keys under another prefix than it writes.
-    A password in the URI would be echoed by botocore's errors, and s3fs fails every call
-    on a bucket name it cannot send. The CRD's rules for storage URIs say the same (a test
-    holds them to it)."""
+    A password in the URI would be echoed by botocore's errors, s3fs and adlfs fail every
+    call on a bucket or container name they cannot send, and Azure (Azurite) stores a
+    backslash as '/', below which nothing of the job is listed. The CRD's rules for
+    storage URIs say the same (a test holds them to it)."""
     match = _REMOTE_URI.fullmatch(uri)
     if match is None:
         return None
@@ -130,6 +136,18 @@ def remote_uri_problem(uri: str) -> str | None:
         return (
             "does not start with its bucket's name (letters, digits, '.', '-' and '_') or an "
             "S3 access point's ARN, as s3://bucket/path"
+        )
+    if match["scheme"] in _CONTAINER_SCHEMES and not _CONTAINER.match(
+        match["authority"] + match["path"]
+    ):
+        return (
+            "does not start with its container's name (3-63 lowercase letters, digits and "
+            "'-'), as abfs://container/path or abfs://container@account.dfs.core.windows.net/path"
+        )
+    if "\\" in match["path"]:
+        return (
+            "contains a backslash, which Azure Blob Storage takes for '/': the job would "
+            "write where it never lists"
         )
     if pattern := sorted(set(_GLOB_CHARACTERS) & set(match["path"])):  # [::1] is a host
         return (
