@@ -36,6 +36,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     storage_failure,
 )
+from spark_checkpoint.storage.layout import hide_password
 
 if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
@@ -112,7 +113,8 @@ def _run(
     except ValueError as error:
         # A root a newer rule refuses, of a job that ran under the older one.
         return fail_with(
-            f"the job's storage {settings.storage_root!r}: {error}", DriverExit.MISCONFIGURED
+            f"the job's storage {hide_password(settings.storage_root)!r}: {error}",
+            DriverExit.MISCONFIGURED,
         )
     try:
         storage.claim(settings.owner)

@@ -85,12 +85,17 @@ def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
     if scheme == "file" and uri["authority"] in ("", "localhost"):
         return os.path.abspath(url2pathname(uri["path"])), True
     if scheme in _OBJECT_STORE_SCHEMES and uri["authority"]:
+        if uri["scheme"] != scheme:  # fsspec: "Protocol not known: S3"
+            raise ValueError(
+                f"TransactionalFileSink's output {hide_password(text)!r} has its scheme in "
+                f"capitals: write {scheme}://, the storage libraries know no other spelling"
+            )
         if problem := remote_uri_problem(text):
             raise ValueError(f"TransactionalFileSink's output {hide_password(text)!r} {problem}")
         return text.rstrip("/"), False
     raise ValueError(
-        f"TransactionalFileSink cannot commit atomically to {text!r}: its output must be a "
-        "local path (on a cluster a volume every executor mounts at the same path), an "
+        f"TransactionalFileSink cannot commit atomically to {hide_password(text)!r}: its output "
+        "must be a local path (on a cluster a volume every executor mounts at the same path), an "
         "s3:// or s3a:// URI, or an abfs://, abfss:// or az:// URI"
     )
 

@@ -910,6 +910,8 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         ("s3a://key:secret@bucket/c", "an s3://, s3a:// or gs:// URI starts with its bucket"),
         ("gs://user@bucket/c", "an s3://, s3a:// or gs:// URI starts with its bucket's name"),
         ("abfs://key:secret@account/c", "a URI must not carry a password"),
+        ("s3://AKIA:wJal/K7MD/secret@bucket/c", "a URI must not carry a password"),
+        ("hdfs://namenode:8020/c/x@y", None),
         ("webhdfs://user:secret@namenode/c", "a URI must not carry a password"),
         ("s3://bucket/a\tb", "a location must not contain control characters"),
         # adlfs failed every call with InvalidResourceName; Azurite stored the backslash as
@@ -959,6 +961,9 @@ STORAGE_URIS = st.tuples(
             "",
             "Bad!",
             "key:secret@bucket",
+            "key:se/cret@bucket",  # AWS secret keys hold '/'
+            "user:p@ss@bucket",
+            "namenode:8020",
             "c@account",
             "ckpts@account:10000",
             "ckpts",

@@ -10,7 +10,14 @@ from spark_checkpoint.sink import TransactionalFileSink, read_committed
 
 @pytest.mark.parametrize(
     "uri",
-    ["gs://bucket/out", "hdfs://namenode/out", "file://host/out", "s3://", "memory://out"],
+    [
+        "gs://bucket/out",
+        "hdfs://namenode/out",
+        "file://host/out",
+        "s3://",
+        "memory://out",
+        "gs://key:secret@bucket/out",
+    ],
 )
 def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
     uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -19,9 +26,10 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
     with pytest.raises(ValueError) as refused:
         TransactionalFileSink(uri)
     assert str(refused.value).startswith(
-        f"TransactionalFileSink cannot commit atomically to {uri!r}: its output must be a "
-        "local path"
+        f"TransactionalFileSink cannot commit atomically to {uri.replace('secret', '***')!r}: "
+        "its output must be a local path"
     )
+    assert "secret" not in str(refused.value)
     with pytest.raises(ValueError, match="cannot commit atomically"):
         read_committed(uri)
     assert list(tmp_path.iterdir()) == [], "nothing is created (such as a directory 'gs:')"
@@ -35,10 +43,13 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
         ("abfs://cont@account/a/../out", None, "has a '..' path segment"),
         ("s3://key:secret@bkt/out", "s3://key:***@bkt/out", "carries a password"),
         ("abfss://key:secret@c/out", "abfss://key:***@c/out", "carries a password"),
+        ("s3://AKIA:wJ/secret@bkt/out", "s3://AKIA:***@bkt/out", "carries a password"),
+        ("s3://user:p@secret@bkt/out", "s3://user:***@bkt/out", "carries a password"),
         ("s3a://Bad!/out", None, "does not start with its bucket's name"),
         ("az://cont/a\tb", None, "contains a control character"),
         ("abfs://cont/back\\slash", None, "contains a backslash, which Azure Blob Storage"),
         ("abfs://Bad_Container!/out", None, "does not start with its container's name"),
+        ("S3://Bad!/out", None, "has its scheme in capitals: write s3://"),
     ],
 )
 def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(

@@ -109,7 +109,9 @@ _CONTAINER_SCHEMES = ("abfs", "abfss", "az")
 _CONTAINER = re.compile(
     r"([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)(@[A-Za-z0-9.-]+(:[0-9]+)?)?(/|$)"
 )
-_PASSWORD = re.compile(r"[^/@]*:[^/@]*@")
+# A user and a password before an '@', in what follows `scheme://`: a password may hold
+# '/' (AWS secret keys do) and '@'; a port (digits, then the path) is none.
+_PASSWORD = re.compile(r"(?P<user>[^/@\[]*):(?:[^/@0-9]|[0-9]+[^/@0-9])[^@]*@")
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -125,7 +127,7 @@ def remote_uri_problem(uri: str) -> str | None:
     match = _REMOTE_URI.fullmatch(uri)
     if match is None:
         return None
-    if _PASSWORD.match(match["authority"]):
+    if _PASSWORD.match(match["authority"] + match["path"]):
         return (
             "carries a password (user:password@): credentials come from the environment "
             "(spec.driver.env, Secrets)"
@@ -161,12 +163,15 @@ def remote_uri_problem(uri: str) -> str | None:
 
 
 def hide_password(uri: str) -> str:
-    """``uri`` to be shown in a message: a password in its authority replaced by ``***``."""
+    """``uri`` to be shown in a message: a password in it replaced by ``***`` (up to its
+    last '@': more rather than less)."""
     match = _REMOTE_URI.fullmatch(uri)
-    if match is None or not (password := _PASSWORD.match(match["authority"])):
+    if match is None:
         return uri
-    user = password[0].partition(":")[0]
-    return f"{match['scheme']}://{user}:***@{match['authority'][password.end() :]}{match['path']}"
+    rest = match["authority"] + match["path"]
+    if not (password := _PASSWORD.match(rest)):
+        return uri
+    return f"{match['scheme']}://{password['user']}:***@{rest[rest.rindex('@') + 1 :]}"
 
 
 def is_safe_relative_path(path: str) -> bool:
