@@ -8,6 +8,7 @@ from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
+    StorageAccessError,
     StorageError,
     UnregisteredCheckpointError,
     local_uri,
@@ -88,8 +89,9 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
 def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     """How to restore the savepoint of that id in the job's storage that the registry does
     not list (another registry's, kept when the storage was handed over): by its path, or
-    why it cannot be (the path would be refused next); "" if there is none, or this
-    process cannot read the storage (its credentials are the driver's)."""
+    why its `_metadata` cannot be read (the path would be refused next; its files are
+    verified only when it is restored: a savepoint's files may be GiB); "" if there is
+    none, or this process cannot read the storage (its credentials are the driver's)."""
     stored = storage.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
     try:
         if not storage.fs.exists(stored):
@@ -97,8 +99,10 @@ def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     except (StorageError, OSError):
         return ""
     try:
-        storage.verify(storage.read_metadata(CheckpointKind.SAVEPOINT, savepoint_id))
-    except (StorageError, OSError, ValueError) as error:
+        storage.read_metadata(CheckpointKind.SAVEPOINT, savepoint_id)
+    except (StorageAccessError, OSError):
+        return ""  # no verdict on the savepoint: as if it could not be looked for
+    except (StorageError, ValueError) as error:
         return (
             f"; the one in the job's storage is not this registry's and cannot be restored: {error}"
         )

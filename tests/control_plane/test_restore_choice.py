@@ -101,3 +101,26 @@ def test_an_unregistered_savepoint_in_storage_that_cannot_be_restored_says_why(
     ), refused.value
     assert f"{metadata}: not parseable as JSON" in str(refused.value)
     assert "--from" not in str(refused.value)
+
+
+def test_an_unregistered_savepoint_this_process_cannot_read_gets_no_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Refused credentials (this process's are not the driver's) say nothing of whether
+    the savepoint can be restored."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
+    metadata.parent.mkdir(parents=True)
+    metadata.write_text("{}")
+
+    def refused(*args: object) -> None:
+        raise StorageAccessError(str(metadata), "ClientError: Forbidden")
+
+    monkeypatch.setattr(storage, "read_metadata", refused)
+
+    with pytest.raises(UnknownImage) as refused_choice:
+        chosen_image("savepoint:7", PersistedState(), storage)
+
+    assert str(refused_choice.value) == (
+        "savepoint:7 is not a registered savepoint of the job (savepoints: none)"
+    )
