@@ -22,6 +22,8 @@ from spark_checkpoint.storage import (
     UnknownFormatVersionError,
 )
 
+IGNORE_ENDPOINTS = "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS"
+
 # Built inside the test, not at collection: mutmut credits a test only with the code that
 # ran while it ran.
 ERRORS: list[tuple[Callable[[], StorageError], str, dict[str, object]]] = [
@@ -96,6 +98,16 @@ def test_an_error_says_which_path_and_why_and_survives_pickling(
             {"AWS_ENDPOINT_URL": "http://key:secret@[::1"},
             "AWS_ENDPOINT_URL's: 'http://key:***@[::1'",
         ),
+        # botocore echoes the endpoint, its password too.
+        (
+            {"AWS_ENDPOINT_URL": "http://key:secret@host name:9000"},
+            "AWS_ENDPOINT_URL's: 'http://key:***@host name:9000'",
+        ),
+        # botocore passes over an empty variable.
+        (
+            {"AWS_ENDPOINT_URL_S3": "", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000 "},
+            "AWS_ENDPOINT_URL's: 'http://127.0.0.1:9000 '",
+        ),
     ],
 )
 def test_an_s3_endpoint_that_cannot_be_resolved_is_told_with_where_it_came_from(
@@ -103,7 +115,7 @@ def test_an_s3_endpoint_that_cannot_be_resolved_is_told_with_where_it_came_from(
 ) -> None:
     """A trailing space in AWS_ENDPOINT_URL (an S3 newcomer's) read as a store that is down:
     the variable is named, its value quoted (its password hidden)."""
-    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", IGNORE_ENDPOINTS):
         monkeypatch.delenv(variable, raising=False)
     for variable, value in environment.items():
         monkeypatch.setenv(variable, value)
@@ -119,11 +131,23 @@ def test_an_s3_endpoint_that_cannot_be_resolved_is_told_with_where_it_came_from(
     assert "secret" not in str(raised.value)
 
 
+@pytest.mark.parametrize(
+    ("environment", "said"),
+    [
+        ({}, "no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's endpoint_url"),
+        (
+            {IGNORE_ENDPOINTS: "true", "AWS_ENDPOINT_URL": "http://127.0.0.1:9000"},
+            "AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is set: the endpoint is AWS's",
+        ),
+    ],
+)
 def test_an_s3_endpoint_that_cannot_be_reached_without_a_variable_says_so(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], said: str
 ) -> None:
-    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+    for variable in ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", IGNORE_ENDPOINTS):
         monkeypatch.delenv(variable, raising=False)
+    for variable, value in environment.items():
+        monkeypatch.setenv(variable, value)
     fs = StorageFileSystem(fsspec.filesystem("s3", skip_instance_cache=True))
 
     def unreachable(path: str, detail: bool) -> list[str]:
@@ -134,6 +158,4 @@ def test_an_s3_endpoint_that_cannot_be_reached_without_a_variable_says_so(
     with pytest.raises(StorageAccessError) as raised:
         fs.list_dir("s3://bucket/checkpoints")
 
-    assert str(raised.value).endswith(
-        " (no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's endpoint_url)"
-    ), raised.value
+    assert str(raised.value).endswith(f" ({said})"), raised.value

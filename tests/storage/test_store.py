@@ -1272,7 +1272,9 @@ def test_a_failed_syncfs_fails_the_checkpoint_with_its_error(
     assert storage.list_ids(CHECKPOINT) == []
 
 
-@pytest.mark.parametrize(("size", "at_most"), [(0, 5), (3, 5), (5, 5), (6, 5), (2 << 20, 1000)])
+@pytest.mark.parametrize(
+    ("size", "at_most"), [(0, 5), (3, 5), (5, 5), (6, 5), (2 << 20, 1000), (10, 0)]
+)
 def test_a_bounded_read_takes_no_more_than_its_bound(
     storage_root: StorageRoot, monkeypatch: pytest.MonkeyPatch, size: int, at_most: int
 ) -> None:

@@ -189,6 +189,8 @@ class StorageFileSystem:
     def _read_object_range(self, native: str, at_most: int) -> bytes:
         """An object's first `at_most` bytes, in one ranged request. S3 and Azure refuse
         any range of an empty object (InvalidRange): only then is its size asked."""
+        if at_most <= 0:  # an empty range is none to the stores (moto sent all of it)
+            return b""
         try:
             data: bytes = self._fs.cat_file(native, start=0, end=at_most)
         except FileNotFoundError:
@@ -567,7 +569,7 @@ def _storage_errors(path: str) -> Iterator[None]:
         raise
     except Exception as error:
         reason = f"{type(error).__name__}: {joined_lines(error)}"
-        raise StorageAccessError(path, reason + _endpoint_origin(error)) from error
+        raise StorageAccessError(path, _with_endpoint_origin(error, reason)) from error
 
 
 # botocore's errors of an endpoint it cannot resolve or reach.
@@ -576,18 +578,25 @@ _S3_ENDPOINT_ERRORS = ("EndpointConnectionError", "EndpointResolutionError", "Co
 _S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 
-def _endpoint_origin(error: Exception) -> str:
-    """For an S3 endpoint that cannot be resolved or reached, where it came from: a typo in
-    a variable (a trailing space) looked like a store that is down."""
+def _with_endpoint_origin(error: Exception, reason: str) -> str:
+    """`reason`, for an S3 endpoint that cannot be resolved or reached, with where the
+    endpoint came from (a typo in a variable, a trailing space, looked like a store that is
+    down) and without the password botocore echoes in it."""
     # botocore refuses some endpoints as it builds its client, with a ValueError ("Invalid
     # endpoint: ...", "Invalid IPv6 URL").
     refused_as_built = isinstance(error, ValueError) and re.search(r"(?i)endpoint|url", str(error))
     if type(error).__name__ not in _S3_ENDPOINT_ERRORS and not refused_as_built:
-        return ""
+        return reason
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return f"{reason} (AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is set: the endpoint is AWS's)"
     for variable in _S3_ENDPOINT_VARIABLES:
-        if variable in os.environ:
-            return f" (the endpoint is {variable}'s: {hide_password(os.environ[variable])!r})"
-    return " (no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's endpoint_url)"
+        if endpoint := os.environ.get(variable):  # botocore passes over an empty one
+            shown = hide_password(endpoint)
+            return f"{reason.replace(endpoint, shown)} (the endpoint is {variable}'s: {shown!r})"
+    return (
+        f"{reason} (no AWS_ENDPOINT_URL is set: the endpoint is AWS's or the AWS config's "
+        "endpoint_url)"
+    )
 
 
 def require_no_link_below(boundary: str, native: str, within: str = STORAGE_DIRECTORY) -> None:
