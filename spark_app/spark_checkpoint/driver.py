@@ -34,8 +34,10 @@ from spark_checkpoint.storage import (
     StorageError,
     StorageOwnedElsewhere,
     SymbolicLinkError,
+    missing_bucket_reason,
     storage_failure,
 )
+from spark_checkpoint.storage.filesystem import is_missing_bucket
 from spark_checkpoint.storage.layout import hide_password
 
 if TYPE_CHECKING:
@@ -122,6 +124,11 @@ def _run(
     except StorageOwnedElsewhere as error:
         return fail_with(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
+        if is_missing_bucket(error):  # no retry creates it
+            reason = missing_bucket_reason("the driver's")
+            return fail_with(
+                f"the job's storage {storage.layout.job_root}: {reason}", DriverExit.MISCONFIGURED
+            )
         failure = storage_failure(error, storage.layout.job_root)
         return fail_with(f"cannot claim the job's storage: {failure}", DriverExit.FAILED)
     attempt_dir = attempt_directory(settings.work_dir, settings.attempt)

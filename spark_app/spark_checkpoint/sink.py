@@ -141,7 +141,7 @@ from .query_logs import (
     source_dirs,
 )
 from .sink_storage import OutputStorage, write_partition
-from .storage.errors import printable_line
+from .storage.errors import missing_bucket_reason, printable_line
 from .storage.filesystem import is_missing_bucket
 
 if TYPE_CHECKING:
@@ -830,10 +830,8 @@ def _refusing_a_missing_bucket(storage: OutputStorage) -> Iterator[None]:
     except Exception as error:  # adlfs raises the service's own errors too
         if not is_missing_bucket(error):
             raise
-        raise StartRefused(
-            f"the output {storage.url}: its bucket or container does not exist (at the "
-            "endpoint and account the driver's credentials reach)"
-        ) from error
+        reason = missing_bucket_reason("the driver's")
+        raise StartRefused(f"the output {storage.url}: {reason}") from error
 
 
 def _run_without_output(batch_df: DataFrame) -> None:

@@ -190,6 +190,33 @@ def test_a_pipeline_that_catches_run_coordinateds_exit_is_told_so(tmp_path: Path
     ), result.stderr
 
 
+@pytest.mark.parametrize("store", ["s3", "azure"])
+def test_a_storage_bucket_that_does_not_exist_ends_the_driver_as_misconfigured(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
+    """The claim's error was the SDK's, with its XML (Azure), and the driver failed for a
+    restart that could not help (an Azure newcomer's); `list` said it in words."""
+    server = request.getfixturevalue(f"{store}_server")
+    root = "s3://no-such-bucket/ckpt" if store == "s3" else "abfs://no-such-container/ckpt"
+    environment = driver_environment(tmp_path, storage_root=root)
+
+    result = subprocess.run(
+        [sys.executable, "-c", "from spark_checkpoint import driver; driver.run_coordinated(None)"],
+        env={"PATH": "/usr/bin:/bin", **server.environment(), **environment},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+
+    assert result.returncode == DriverExit.MISCONFIGURED, result.stderr
+    told = (tmp_path / "error").read_text()
+    assert told.endswith(
+        f"the job's storage {root}/default/orders: its bucket or container does not exist (at "
+        "the endpoint and account the driver's credentials reach)"
+    ), told
+
+
 @pytest.mark.parametrize(
     ("root", "refusal"),
     [

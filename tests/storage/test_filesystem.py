@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
 import os
+import re
 import stat
 import threading
 import uuid
@@ -16,6 +18,7 @@ import pytest
 from azure.core.exceptions import ResourceNotFoundError
 from botocore.exceptions import ClientError
 
+from helpers.objectstore import AzureServer
 from spark_checkpoint.storage import (
     ChecksumMismatchError,
     FileDigest,
@@ -651,3 +654,26 @@ def test_a_missing_bucket_is_told_by_the_stores_error_code_alone() -> None:
     assert not is_missing_bucket(PermissionError("Forbidden"))
     assert not is_missing_bucket(FileNotFoundError("s3://bucket/missing/key"))
     assert not is_missing_bucket(blob)
+
+
+def test_an_azure_refusal_is_told_in_one_line_with_its_code(
+    azure_server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Azure's message holds the service's answer twice, as lines and as its XML: a wrong
+    key's error ran to hundreds of characters (an Azure newcomer's)."""
+    wrong_key = base64.b64encode(b"not the account's key").decode()
+    connection = azure_server.environment()["AZURE_STORAGE_CONNECTION_STRING"]
+    monkeypatch.setenv(
+        "AZURE_STORAGE_CONNECTION_STRING",
+        re.sub("AccountKey=[^;]*", f"AccountKey={wrong_key}", connection),
+    )
+    fs = StorageFileSystem(fsspec.filesystem("abfs", skip_instance_cache=True))
+    path = f"abfs://{azure_server.container}/refused/x"
+
+    with pytest.raises(StorageAccessError) as refused:
+        fs.write_atomic(path, b"x")
+
+    told = str(refused.value)
+    assert told.startswith(f"{path}: HttpResponseError: Server failed to authenticate"), told
+    assert told.endswith(" (AuthorizationFailure)"), told
+    assert "<?xml" not in told and "RequestId" not in told, told

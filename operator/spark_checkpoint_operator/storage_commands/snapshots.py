@@ -24,6 +24,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     TruncatedMetadataError,
     UnknownFormatVersionError,
+    missing_bucket_reason,
     parse_snapshot_dir_name,
 )
 from spark_checkpoint.storage.layout import DISCARDING_FILE_NAME, SHARED_DIR_NAME
@@ -392,11 +393,7 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
     if storage.fs.exists(job_root):
         return None
     if (bucket := storage.fs.missing_bucket(job_root)) is not None:
-        raise StorageError(
-            job_root,
-            f"its bucket or container {bucket!r} does not exist (at the endpoint and "
-            "account these credentials reach)",
-        )
+        raise StorageError(job_root, missing_bucket_reason("these", bucket))
     return (
         f"nothing is stored at {job_root} (has the job run with this storage, namespace and name?)"
     )

@@ -31,6 +31,16 @@ def storage_failure(error: Exception, job_root: str) -> str:
     return f"{job_root}: {error}" if unnamed else str(error)
 
 
+def missing_bucket_reason(credentials: str, bucket: str | None = None) -> str:
+    """What is said of a bucket (S3) or container (Azure) that does not exist, at the
+    endpoint and account that `credentials` ("the driver's") reach."""
+    named = f" {bucket!r}" if bucket is not None else ""
+    return (
+        f"its bucket or container{named} does not exist (at the endpoint and account "
+        f"{credentials} credentials reach)"
+    )
+
+
 class StorageAccessError(StorageError):
     """The storage service could not be used for a path: no or wrong credentials, an
     endpoint that does not answer, a request it refused (the reason names the library's

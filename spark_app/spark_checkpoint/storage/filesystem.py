@@ -31,6 +31,7 @@ from .errors import (
     StorageAccessError,
     StorageError,
     SymbolicLinkError,
+    first_line,
     joined_lines,
 )
 from .layout import hide_password
@@ -568,8 +569,17 @@ def _storage_errors(path: str) -> Iterator[None]:
     except (StorageError, OSError):
         raise
     except Exception as error:
-        reason = f"{type(error).__name__}: {joined_lines(error)}"
-        raise StorageAccessError(path, _with_endpoint_origin(error, reason)) from error
+        raise StorageAccessError(path, _with_endpoint_origin(error, _reason(error))) from error
+
+
+def _reason(error: Exception) -> str:
+    """The storage library's error in one line. Azure's message holds the service's
+    answer twice, in lines and as the XML it came as: its first line and its code say it."""
+    code = getattr(error, "error_code", None)  # azure-core's HttpResponseError
+    if isinstance(code, str) and code:
+        name = getattr(code, "value", code)  # azure-storage's StorageErrorCode, a str enum
+        return f"{type(error).__name__}: {first_line(error)} ({name})"
+    return f"{type(error).__name__}: {joined_lines(error)}"
 
 
 # botocore's errors of an endpoint it cannot resolve or reach.
