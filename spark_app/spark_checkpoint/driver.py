@@ -34,10 +34,9 @@ from spark_checkpoint.storage import (
     StorageError,
     StorageOwnedElsewhere,
     SymbolicLinkError,
-    missing_bucket_reason,
     storage_failure,
 )
-from spark_checkpoint.storage.filesystem import is_missing_bucket
+from spark_checkpoint.storage.errors import is_missing_bucket
 from spark_checkpoint.storage.layout import hide_password
 
 if TYPE_CHECKING:
@@ -124,13 +123,10 @@ def _run(
     except StorageOwnedElsewhere as error:
         return fail_with(str(error), DriverExit.MISCONFIGURED)
     except (StorageError, OSError) as error:
-        if is_missing_bucket(error):  # no retry creates it
-            reason = missing_bucket_reason("the driver's")
-            return fail_with(
-                f"the job's storage {storage.layout.job_root}: {reason}", DriverExit.MISCONFIGURED
-            )
         failure = storage_failure(error, storage.layout.job_root)
-        return fail_with(f"cannot claim the job's storage: {failure}", DriverExit.FAILED)
+        # No restart creates a bucket.
+        exit_code = DriverExit.MISCONFIGURED if is_missing_bucket(error) else DriverExit.FAILED
+        return fail_with(f"cannot claim the job's storage: {failure}", exit_code)
     attempt_dir = attempt_directory(settings.work_dir, settings.attempt)
     location = attempt_dir / "checkpoint"
     if location.exists():

@@ -141,8 +141,7 @@ from .query_logs import (
     source_dirs,
 )
 from .sink_storage import OutputStorage, write_partition
-from .storage.errors import missing_bucket_reason, printable_line
-from .storage.filesystem import is_missing_bucket
+from .storage.errors import is_missing_bucket, missing_bucket_reason, printable_line
 
 if TYPE_CHECKING:
     from pyspark import RDD

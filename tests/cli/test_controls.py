@@ -346,14 +346,15 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     )
     assert log[starts[-1] + 1 :] == unknown.stderr.splitlines()
     # One in storage that the registry does not list (another registry's, kept): its path,
-    # which restores it, is named (a newcomer's).
+    # which restores it, is named (a newcomer's); this one's `_metadata` is no JSON, which
+    # the path would be refused for: that is said instead.
     _keep_savepoints(job, [999])
     kept = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
     assert kept.returncode == 1
     metadata = _job_storage(job) / "savepoints" / "sp-999" / "_metadata"
     assert kept.stderr.endswith(
-        "; the one in the job's storage is not this registry's: to restore it, name its path: "
-        f"--from {metadata}\n"
+        "; the one in the job's storage is not this registry's and cannot be restored: "
+        f"file://{metadata}: not parseable as JSON (Expecting value: line 1 column 1 (char 0))\n"
     ), kept.stderr
     newest = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
     assert newest > chosen  # the stop's savepoint: what a run without --from restores

@@ -108,7 +108,7 @@ def test_a_bucket_that_does_not_exist_is_named_before_spark_starts(
     assert line.startswith(
         f"spark-checkpoint run: cannot claim the job's storage: {root}/default/probe: "
     ), line
-    assert "bucket does not exist" in line, line
+    assert "its bucket or container does not exist (at the endpoint" in line, line
     assert "starting driver" not in result.stdout, "no Spark was started"
 
 

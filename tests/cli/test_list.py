@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -236,6 +237,22 @@ def test_usage_errors_exit_2(job: Job, cli: Cli, tmp_path: Path) -> None:
     bad_name = cli("list", "--storage", job.root, "--namespace", "../etc", "--job", "clicks")
     assert bad_name.code == 2
     assert "--namespace: '../etc' is not a DNS-1123 label" in bad_name.err
+
+
+@pytest.mark.parametrize("command", ["list", "inspect", "verify"])
+def test_storage_that_cannot_be_opened_here_exits_1_not_as_bad_usage(
+    cli: Cli, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """No Azure credentials at all: adlfs refuses to build its client, which `list` took
+    for bad usage (exit 2; an Azure newcomer's); `run` said exit 1."""
+    for variable in [name for name in os.environ if name.startswith("AZURE_STORAGE_")]:
+        monkeypatch.delenv(variable)
+
+    result = cli(command, "--storage", "abfs://ckpts/x", "--job", "clicks")
+
+    assert result.code == 1, result.out + result.err
+    assert result.err.startswith(f"spark-checkpoint {command}: storage 'abfs://ckpts/x': ")
+    assert len(result.err.splitlines()) == 1, result.err
 
 
 @pytest.mark.parametrize(

@@ -2,11 +2,18 @@
 or savepoint is refused in one line, before anything reads it; one that names a retained
 checkpoint or a savepoint is the job's own registered image or an external one."""
 
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout, StorageAccessError
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointMetadata,
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageAccessError,
+)
 from spark_checkpoint_operator.coordinator import PersistedState
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 
@@ -123,4 +130,35 @@ def test_an_unregistered_savepoint_this_process_cannot_read_gets_no_verdict(
 
     assert str(refused_choice.value) == (
         "savepoint:7 is not a registered savepoint of the job (savepoints: none)"
+    )
+
+
+def test_an_unregistered_savepoint_in_storage_is_named_by_the_path_that_restores_it(
+    tmp_path: Path,
+) -> None:
+    """Another registry's savepoint, kept when the storage was handed over (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    kept = CheckpointMetadata(
+        namespace="default",
+        job="orders",
+        checkpoint_id=7,
+        kind=CheckpointKind.SAVEPOINT,
+        batch_id=3,
+        query_id="5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11",
+        trigger_time=datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC),
+        completion_time=datetime(2026, 12, 4, 10, 0, 1, tzinfo=UTC),
+        acknowledgements=(),
+        files=(),
+        total_bytes=0,
+        properties={},
+    )
+    storage.write_metadata(kept)
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image("savepoint:7", PersistedState(), storage)
+
+    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
+    assert str(refused.value) == (
+        "savepoint:7 is not a registered savepoint of the job (savepoints: none); the one in "
+        f"the job's storage is not this registry's: to restore it, name its path: --from {metadata}"
     )

@@ -212,8 +212,8 @@ def test_a_storage_bucket_that_does_not_exist_ends_the_driver_as_misconfigured(
     assert result.returncode == DriverExit.MISCONFIGURED, result.stderr
     told = (tmp_path / "error").read_text()
     assert told.endswith(
-        f"the job's storage {root}/default/orders: its bucket or container does not exist (at "
-        "the endpoint and account the driver's credentials reach)"
+        f"cannot claim the job's storage: {root}/default/orders: its bucket or container does "
+        "not exist (at the endpoint and account the driver's credentials reach)"
     ), told
 
 

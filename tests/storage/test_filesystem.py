@@ -28,7 +28,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     digest_local_file,
 )
-from spark_checkpoint.storage.filesystem import is_missing_bucket
+from spark_checkpoint.storage.errors import is_missing_bucket
 
 CONTENT = b"state bytes " * 1000
 

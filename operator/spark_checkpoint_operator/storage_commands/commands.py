@@ -11,8 +11,10 @@ from spark_checkpoint_operator.storage_commands.job import (
     CommandError,
     JobStorage,
     StorageSource,
+    StorageUnusable,
     open_job_storage,
     registry_or_warn,
+    unset_secrets_hint,
 )
 from spark_checkpoint_operator.storage_commands.rendering import (
     inspect_document,
@@ -149,7 +151,7 @@ def run_verify(
 
 def _usage_error(command: str, error: CommandError, err: TextIO) -> int:
     print(error_lines(f"spark-checkpoint {command}", error), file=err)
-    return ExitCode.USAGE
+    return ExitCode.FAILED if isinstance(error, StorageUnusable) else ExitCode.USAGE
 
 
 def _storage_failed(
@@ -158,10 +160,7 @@ def _storage_failed(
     """Storage that cannot be read at all (listed, opened): one line naming the path, and
     the manifest's Secret variables this process lacks (an object store's credentials)."""
     text = str(error) if isinstance(error, StorageError) else io_problem(error, job.layout.job_root)
-    if job.unset_secrets and not job.storage.fs.is_local:
-        text += (
-            f"; {job.unset_secrets}: the storage commands take such variables from their "
-            "own environment"
-        )
+    if not job.storage.fs.is_local:
+        text += unset_secrets_hint(job.unset_secrets)
     print(f"spark-checkpoint {command}: {text}", file=err)
     return ExitCode.FAILED

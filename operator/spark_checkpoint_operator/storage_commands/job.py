@@ -29,6 +29,11 @@ class CommandError(Exception):
     """The command cannot run as asked (exit code 2); the message says why."""
 
 
+class StorageUnusable(CommandError):
+    """The job's storage cannot be opened here: no credentials, no library for its
+    protocol (exit code 1, as storage that cannot be read)."""
+
+
 @dataclass(frozen=True, slots=True)
 class StorageSource:
     """Where a job's storage is, as given on the command line: a manifest, or explicit
@@ -98,10 +103,22 @@ def open_job_storage(source: StorageSource) -> JobStorage:
     try:
         # Validates namespace and job before they become part of any local path.
         layout = JobStorageLayout(root, namespace, job)
-        storage = CheckpointStorage(layout)
-    except (ValueError, ImportError, OSError) as error:  # no library for it (libhdfs, gcsfs)
+    except ValueError as error:
         raise CommandError(f"storage {root!r}: {first_line(error)}") from error
+    try:
+        storage = CheckpointStorage(layout)
+    except (ValueError, ImportError, OSError) as error:  # no credentials, libhdfs, gcsfs
+        reason = f"storage {root!r}: {first_line(error)}"
+        raise StorageUnusable(reason + unset_secrets_hint(unset_secrets)) from error
     return JobStorage(storage, paths, unset_secrets)
+
+
+def unset_secrets_hint(unset_secrets: str | None) -> str:
+    """What to add to a failure of storage for the manifest's Secret variables this
+    process lacks (an object store's credentials); "" if none."""
+    if not unset_secrets:
+        return ""
+    return f"; {unset_secrets}: the storage commands take such variables from their own environment"
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,9 +26,37 @@ class StorageError(Exception):
 
 def storage_failure(error: Exception, job_root: str) -> str:
     """``error`` in one line that names where: an object store's OSError may name nothing
-    ("The specified bucket does not exist"), so the job's storage is named for it."""
+    ("The specified bucket does not exist"), so the job's storage is named for it; a
+    bucket or container that does not exist is told as such."""
+    if is_missing_bucket(error):
+        return f"{job_root}: " + missing_bucket_reason("the driver's")
     unnamed = isinstance(error, OSError) and not error.filename
     return f"{job_root}: {error}" if unnamed else str(error)
+
+
+# What S3 and Azure Blob Storage answer for a bucket or container that does not exist.
+_MISSING_BUCKET_CODES = ("NoSuchBucket", "ContainerNotFound")
+
+
+def is_missing_bucket(error: BaseException) -> bool:
+    """Whether an object store's error says that its bucket (S3) or container (Azure) does
+    not exist, as the service's error code does: s3fs raises FileNotFoundError with the
+    service's error as the cause, adlfs that or the service's error itself. Not a key
+    that does not exist, nor a refusal. (Asking for the bucket instead takes rights a
+    least-privilege policy may not give: HeadBucket needs s3:ListBucket without a prefix
+    condition.)"""
+    if isinstance(error, FileNotFoundError) and error.strerror == "No such container":
+        return True  # adlfs's own
+    for cause in (error, error.__cause__, error.__context__):
+        response = getattr(cause, "response", None)  # botocore's ClientError
+        code = (
+            response.get("Error", {}).get("Code")
+            if isinstance(response, dict)
+            else getattr(cause, "error_code", None)  # azure-core's HttpResponseError
+        )
+        if any(code == missing for missing in _MISSING_BUCKET_CODES):
+            return True
+    return False
 
 
 def missing_bucket_reason(credentials: str, bucket: str | None = None) -> str:

@@ -32,6 +32,7 @@ from .errors import (
     StorageError,
     SymbolicLinkError,
     first_line,
+    is_missing_bucket,
     joined_lines,
 )
 from .layout import hide_password
@@ -507,31 +508,6 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
     except BaseException:
         os.close(descriptor)
         raise
-
-
-# What S3 and Azure Blob Storage answer for a bucket or container that does not exist.
-_MISSING_BUCKET_CODES = ("NoSuchBucket", "ContainerNotFound")
-
-
-def is_missing_bucket(error: BaseException) -> bool:
-    """Whether an object store's error says that its bucket (S3) or container (Azure) does
-    not exist, as the service's error code does: s3fs raises FileNotFoundError with the
-    service's error as the cause, adlfs that or the service's error itself. Not a key
-    that does not exist, nor a refusal. (Asking for the bucket instead takes rights a
-    least-privilege policy may not give: HeadBucket needs s3:ListBucket without a prefix
-    condition.)"""
-    if isinstance(error, FileNotFoundError) and error.strerror == "No such container":
-        return True  # adlfs's own
-    for cause in (error, error.__cause__, error.__context__):
-        response = getattr(cause, "response", None)  # botocore's ClientError
-        code = (
-            response.get("Error", {}).get("Code")
-            if isinstance(response, dict)
-            else getattr(cause, "error_code", None)  # azure-core's HttpResponseError
-        )
-        if any(code == missing for missing in _MISSING_BUCKET_CODES):
-            return True
-    return False
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
