@@ -56,6 +56,7 @@ from fsspec.core import url_to_fs
 from spark_checkpoint.storage.filesystem import (
     abort_s3_uploads,
     local_file_sizes_refusing_links,
+    require_named_account_reached,
     require_no_link_below,
 )
 from spark_checkpoint.storage.layout import hide_password, remote_uri_problem
@@ -116,6 +117,7 @@ class OutputStorage:
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.url, self.is_local = _output_url(output_dir)
         fs, root = url_to_fs(self.url, use_listings_cache=False)
+        require_named_account_reached(fs, self.url)
         self._fs: Any = fs
         self._root: str = root.rstrip("/")
 

@@ -19,6 +19,7 @@ from azure.core.exceptions import ResourceNotFoundError
 from botocore.exceptions import ClientError
 
 from helpers.objectstore import AzureServer
+from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import (
     ChecksumMismatchError,
     FileDigest,
@@ -677,3 +678,29 @@ def test_an_azure_refusal_is_told_in_one_line_with_its_code(
     assert told.startswith(f"{path}: HttpResponseError: Server failed to authenticate"), told
     assert told.endswith(" (AuthorizationFailure)"), told
     assert "<?xml" not in told and "RequestId" not in told, told
+
+
+def test_an_azure_account_the_credentials_do_not_reach_is_refused(
+    azure_server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adlfs takes the connection string's account over the URI's: storage named as in
+    account `someother` was written to Azurite's, without a word (an Azure newcomer's).
+    Checkpoint storage and the sink's output are both opened this way."""
+    for name, value in azure_server.environment().items():
+        monkeypatch.setenv(name, value)
+    elsewhere = f"abfss://{azure_server.container}@someother.dfs.core.windows.net/x"
+
+    for opened in (StorageFileSystem.for_url, TransactionalFileSink):
+        with pytest.raises(ValueError) as refused:
+            opened(elsewhere)
+        assert str(refused.value) == (
+            f"{elsewhere} names Azure account 'someother', but the credentials "
+            "(AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME) reach account "
+            "'devstoreaccount1'"
+        )
+    # The account the credentials reach, however it is spelled, and none named.
+    for same in (
+        f"az://{azure_server.container}@DevStoreAccount1.blob.core.windows.net/x",
+        f"abfs://{azure_server.container}/x",
+    ):
+        StorageFileSystem.for_url(same)

@@ -118,6 +118,7 @@ class StorageFileSystem:
         which another process (a cleanup pod, the next driver) may have changed.
         """
         fs, _ = url_to_fs(url, use_listings_cache=False)
+        require_named_account_reached(fs, url)
         return cls(fs)
 
     def confined(self, directory: str) -> StorageFileSystem:
@@ -508,6 +509,21 @@ def _open_local_file(native: str, path: str) -> IO[bytes]:
     except BaseException:
         os.close(descriptor)
         raise
+
+
+def require_named_account_reached(fs: Any, url: str) -> None:
+    """Raise ValueError if `url` names an Azure account (``abfs://c@account.dfs...``) other
+    than the one the credentials reach: adlfs takes a connection string's account over the
+    URI's, so the job would write to another account than its manifest names, without a
+    word (an Azure newcomer's)."""
+    named = fs._get_kwargs_from_urls(url).get("account_name")
+    reached = getattr(getattr(fs, "service_client", None), "account_name", None)
+    if isinstance(named, str) and isinstance(reached, str) and named.lower() != reached.lower():
+        raise ValueError(
+            f"{hide_password(url)} names Azure account {named!r}, but the credentials "
+            f"(AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME) reach account "
+            f"{reached!r}"
+        )
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
