@@ -175,6 +175,9 @@ def test_a_snapshot_is_named_by_where_it_lies(
         ("file:///ns/j/chk-1", "names no storage root"),
         ("/ns/j/savepoints/sp-1", "names no storage root"),
         ("/d/ns/j/savepoints/../sp-1", "not where a checkpoint or a savepoint lies"),
+        # Was "job must be a DNS-1123 subdomain, got '..'" (an Azure newcomer's).
+        ("abfs://c1x/d/ns/j/savepoints/../savepoints/sp-1", "has a '..' path segment"),
+        ("s3://key:secret@b/d/ns/j/chk-1", "carries a password"),
     ],
 )
 def test_a_place_that_is_no_snapshots_is_refused(given: str, said: str) -> None:

@@ -370,7 +370,10 @@ def parse_snapshot_address(snapshot: str) -> SnapshotAddress:
     """The snapshot whose directory or `_metadata` is at the URI or path `snapshot`:
     ``<root>/<namespace>/<job>/chk-<N>`` or ``<root>/<namespace>/<job>/savepoints/sp-<N>``
     (a snapshot is read only where it was written: its `_metadata` names its files from
-    the job's directory). ValueError if `snapshot` is neither."""
+    the job's directory). ValueError if `snapshot` is neither, or a remote URI that
+    `remote_uri_problem` refuses (a `..` segment would be taken for a job's name)."""
+    if problem := remote_uri_problem(snapshot):
+        raise ValueError(problem)
     parts = metadata_location(snapshot).split("/")[:-1]
     kind, snapshot_id, job_at = CheckpointKind.CHECKPOINT, None, -2
     if len(parts) >= 4:
