@@ -95,12 +95,12 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         if status is not None and status.phase not in WAITED_PHASES:
             break
         time.sleep(POLL_SECONDS)
+    # Quoted: a path with a space is copied into a shell as it is printed.
+    job = shlex.join(
+        ["-f", str(args.manifest)]
+        + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
+    )
     if process.poll() is None and answering:
-        # Quoted: a path with a space is copied into a shell as it is printed.
-        job = shlex.join(
-            ["-f", str(args.manifest)]
-            + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
-        )
         print(
             f"job {manifest.namespace}/{manifest.name} runs in the background (pid "
             f"{process.pid}, output in {log_file})\n"
@@ -113,9 +113,15 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         log.seek(earlier_runs)
         tail = log.read().decode(errors="replace").splitlines()[-LOG_LINES_SHOWN:]
     if process.poll() is None:
+        # It may yet run (storage that answers late): said, so that exit 1 is not read as
+        # a run that ended (an Azure newcomer's ran on after it).
+        for line in tail:
+            print(line, file=sys.stderr)
         print(
             f"spark-checkpoint run: the background run (pid {process.pid}) did not answer "
-            f"within {ANSWER_TIMEOUT_SECONDS:.0f}s; its output is in {log_file}",
+            f"within {ANSWER_TIMEOUT_SECONDS:.0f}s and goes on (its output is in {log_file}): "
+            f"`spark-checkpoint status {job}` says when it answers; `kill {process.pid}` ends "
+            "it before",
             file=sys.stderr,
         )
         return ExitCode.FAILED

@@ -25,6 +25,7 @@ from helpers.fake_query import (
 from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
+from spark_checkpoint_operator import detached_run
 from spark_checkpoint_operator.cli import main
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
@@ -775,6 +776,34 @@ def test_a_detached_run_whose_driver_fails_before_it_answers_exits_1(tmp_path: P
     assert result.returncode == 1, result.stdout + result.stderr
     assert "runs in the background" not in result.stdout
     assert "the driver failed the same way twice before its first batch" in result.stderr
+
+
+def test_a_detached_run_that_does_not_answer_in_time_says_it_goes_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`run -d` said only "did not answer within 60s" (exit 1) of a run stuck on storage
+    that did not answer, which then ran on (an Azure newcomer's): it says the run goes on,
+    how to see when it answers and how to end it."""
+    write_job(tmp_path, interval="10s")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(detached_run, "ANSWER_TIMEOUT_SECONDS", 0.0)
+
+    code = main(["run", "-f", "job.yaml", "-d"])
+
+    told = capsys.readouterr().err
+    pid = int(re.search(r"the background run \(pid ([0-9]+)\)", told)[1])  # type: ignore[index]
+    try:
+        assert code == 1
+        assert told.endswith(
+            f"did not answer within 0s and goes on (its output is in "
+            f"{tmp_path / '.spark-checkpoint' / 'default' / 'probe' / 'logs' / 'runtime.log'}): "
+            f"`spark-checkpoint status -f job.yaml` says when it answers; `kill {pid}` ends it "
+            "before\n"
+        ), told
+        assert alive(pid)
+    finally:
+        os.kill(pid, signal.SIGTERM)
+        wait_until_gone(pid)
 
 
 @pytest.mark.parametrize("detached", [False, True])
