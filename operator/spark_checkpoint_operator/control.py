@@ -43,6 +43,7 @@ from spark_checkpoint_operator.local_files import UnreadableFile, read_small_tex
 from spark_checkpoint_operator.status import last_image
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
+    FINISHING_TAKES_NO_SAVEPOINT,
     NO_QUERY_RUNNING,
     JobRecord,
     JobSupervisor,
@@ -128,11 +129,13 @@ class ControlServer:
         if notice.label not in self._asking:
             return False
         if notice.reason == "RequestDeclined":
-            finishing = self._supervisor.finishing and notice.label.startswith(Command.STOP)
-            if finishing:
+            finishing = self._supervisor.finishing
+            if finishing and notice.label.startswith(Command.STOP):
                 self._told[notice.label] = self._stop_finishing()
                 return True
-            self._told[notice.label] = ControlAnswer(Outcome.DECLINED, notice.message)
+            # Not "not all required tasks are running (the query is starting ...)": it ended.
+            message = FINISHING_TAKES_NO_SAVEPOINT if finishing else notice.message
+            self._told[notice.label] = ControlAnswer(Outcome.DECLINED, message)
         elif notice.reason in ("CheckpointFailed", "CheckpointNotNeeded"):
             self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
         return False

@@ -50,6 +50,7 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
+    FINISHING_TAKES_NO_SAVEPOINT,
     JobRecord,
     JobSupervisor,
     Level,
@@ -458,6 +459,20 @@ def test_a_stop_while_the_driver_finishes_asks_for_no_savepoint(tmp_path: Path) 
     assert (answer.outcome, answer.message) == (Outcome.OK, FINISHING_NEEDS_NO_SAVEPOINT)
     # Nothing to stop: the driver exits on its own; the stop is recorded.
     assert supervisor.calls == ["end suspended"]
+
+
+def test_a_savepoint_while_the_driver_finishes_is_declined_saying_the_input_is_done(
+    tmp_path: Path,
+) -> None:
+    """It was declined with "not all required tasks are running (the query is starting or
+    has not committed its first batch yet ...)" though the query had ended (an Azure
+    newcomer's)."""
+    supervisor = _FinishingSupervisor()
+    supervisor.decline = True
+
+    answer = _answer_of(supervisor, Command.SAVEPOINT, tmp_path)
+
+    assert (answer.outcome, answer.message) == (Outcome.DECLINED, FINISHING_TAKES_NO_SAVEPOINT)
 
 
 def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(

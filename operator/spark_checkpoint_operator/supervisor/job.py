@@ -88,6 +88,10 @@ FINISHING_NEEDS_NO_SAVEPOINT = (
     "no savepoint is needed: the input is done and its final checkpoint completed; the job "
     "finishes once its driver has committed it and exits"
 )
+FINISHING_TAKES_NO_SAVEPOINT = (
+    "savepoint declined: the input is done and its final checkpoint completed (no query runs "
+    "to take one); the job finishes once its driver has committed it and exits"
+)
 
 
 def restart_delay(policy: RestartPolicySpec, retry: int) -> float:
