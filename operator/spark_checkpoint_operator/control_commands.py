@@ -46,6 +46,7 @@ from spark_checkpoint_operator.local_state import (
     LocalPaths,
     default_state_dir,
     local_job_paths,
+    run_lock_holder,
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
@@ -248,7 +249,16 @@ def run_control(args: argparse.Namespace) -> int:
         print(error_lines(prog, error), file=sys.stderr)
         return ExitCode.USAGE
     except NoRuntime as error:
-        ended = f"; {last_run(paths.status_file)}" if args.command == Command.STATUS else ""
+        if (starting := run_lock_holder(paths)) is not None:
+            # Not "has not run": a run holds the job and serves no commands yet.
+            ended = (
+                f"; a run of the job (pid {starting}) is starting and does not answer yet (its "
+                f"output is in {paths.logs_dir / 'runtime.log'}); `kill {starting}` ends it"
+            )
+        elif args.command == Command.STATUS:
+            ended = f"; {last_run(paths.status_file)}"
+        else:
+            ended = ""
         if args.command == Command.STATUS and args.output in (OutputFormat.JSON, OutputFormat.YAML):
             # A script reads a document either way; the exit code says no run answered.
             print_document(last_run_document(paths), args.output, sys.stdout)

@@ -2,6 +2,7 @@
 ``<state_dir>/<namespace>/<job>/...``, read back by the storage commands."""
 
 import errno
+import fcntl
 import json
 import os
 import uuid
@@ -227,3 +228,22 @@ def open_state_file(path: Path, *, append: bool = False) -> BinaryIO:
             raise SymbolicLinkError(str(path), os.readlink(path), "the state directory") from None
         raise
     return os.fdopen(descriptor, "ab" if append else "wb")
+
+
+def run_lock_holder(paths: LocalPaths) -> str | None:
+    """The pid the run holding the job's lock wrote into it (a run starts serving control
+    commands only after its claim of the storage, which may take long); None when no run
+    holds it. Asked with a shared lock, let go at once."""
+    try:
+        descriptor = os.open(paths.lock_file, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
+    except OSError:
+        return None
+    finally:
+        os.close(descriptor)
+    return None

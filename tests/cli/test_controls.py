@@ -533,6 +533,29 @@ def test_an_unrestorable_image_is_refused_before_the_driver_starts(job: LocalJob
     )
 
 
+def test_a_run_that_holds_the_job_but_does_not_answer_yet_is_told_as_starting(
+    job: LocalJob,
+) -> None:
+    """A run stuck claiming storage that did not answer: `status` said "the job has not
+    run with this state directory" while `run` said it was already running (a reviewer's)."""
+    manifest = load_manifest(job.directory / "job.yaml")
+    paths = local_paths(manifest, default_state_dir(job.directory / "job.yaml"))
+    paths.logs_dir.mkdir(parents=True)
+
+    with job_lock(paths, manifest):
+        told = {command: job.cli(command, "-f", "job.yaml") for command in ("status", "stop")}
+    paths.lock_file.unlink()  # this process is named there: not a run to clean up
+
+    for command, result in told.items():
+        assert result.returncode == 3, (command, result.stderr)
+        assert result.stderr.endswith(
+            f"; a run of the job (pid {os.getpid()}) is starting and does not answer yet (its "
+            f"output is in {paths.logs_dir / 'runtime.log'}); `kill {os.getpid()}` ends it\n"
+        ), result.stderr
+    after = job.cli("status", "-f", "job.yaml")
+    assert after.stderr.endswith("; the job has not run with this state directory\n")
+
+
 def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
     for command in ("status", "savepoint", "stop", "cancel"):
         result = job.cli(command, "-f", "job.yaml")

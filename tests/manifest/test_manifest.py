@@ -912,6 +912,14 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         ("abfs://key:secret@account/c", "a URI must not carry a password"),
         ("s3://AKIA:wJal/K7MD/secret@bucket/c", "a URI must not carry a password"),
         ("hdfs://namenode:8020/c/x@y", None),
+        # Digits are a password before '@', a port before the path (a reviewer's).
+        ("webhdfs://user:123456@namenode/c", "a URI must not carry a password"),
+        ("s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/team@corp/c", None),
+        ("abfss://account.dfs.core.windows.net/ckpts/c", None),  # adlfs's account-host form
+        (
+            "abfss://account.dfs.core.windows.net/Bad_C/c",
+            "an abfs://, abfss:// or az:// URI starts",
+        ),
         ("webhdfs://user:secret@namenode/c", "a URI must not carry a password"),
         ("s3://bucket/a\tb", "a location must not contain control characters"),
         # adlfs failed every call with InvalidResourceName; Azurite stored the backslash as
@@ -963,7 +971,10 @@ STORAGE_URIS = st.tuples(
             "key:secret@bucket",
             "key:se/cret@bucket",  # AWS secret keys hold '/'
             "user:p@ss@bucket",
+            "key:12345@bucket",
             "namenode:8020",
+            "acct.dfs.core.windows.net",
+            "acct.privatelink.blob.core.windows.net:443",
             "c@account",
             "ckpts@account:10000",
             "ckpts",
@@ -976,7 +987,7 @@ STORAGE_URIS = st.tuples(
     ),
     st.lists(
         st.sampled_from(
-            ["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]", "a\tb", "\x7f", "a\\b"]
+            ["", ".", "..", "data", ".x", "a*", "?", "[ab]", "x]", "a\tb", "\x7f", "a\\b", "t@corp"]
         ),
         max_size=4,
     ),

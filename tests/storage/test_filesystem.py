@@ -15,7 +15,7 @@ from pathlib import Path
 
 import fsspec
 import pytest
-from azure.core.exceptions import ResourceNotFoundError
+from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
 from botocore.exceptions import ClientError
 
 from helpers.objectstore import AzureServer
@@ -701,6 +701,36 @@ def test_an_azure_account_the_credentials_do_not_reach_is_refused(
     # The account the credentials reach, however it is spelled, and none named.
     for same in (
         f"az://{azure_server.container}@DevStoreAccount1.blob.core.windows.net/x",
+        f"abfs://{azure_server.container}@devstoreaccount1.privatelink.blob.core.windows.net/x",
         f"abfs://{azure_server.container}/x",
     ):
         StorageFileSystem.for_url(same)
+
+
+def test_an_azure_refusal_keeps_the_details_that_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only AuthenticationErrorDetail says that a SAS expired or a clock is skewed: the
+    shortened message dropped it (a reviewer's)."""
+    refusal = ClientAuthenticationError(
+        message="Server failed to authenticate the request.\nRequestId:1\nErrorCode:"
+        "AuthenticationFailed\nauthenticationerrordetail:Signed expiry time must be after "
+        "signed start time"
+    )
+    refusal.error_code = "AuthenticationFailed"  # type: ignore[attr-defined]
+    refusal.additional_info = {  # type: ignore[attr-defined]
+        "authenticationerrordetail": "Signed expiry time must be after signed start time"
+    }
+    fs = StorageFileSystem(fsspec.filesystem("memory"))
+
+    def refused(path: str, detail: bool) -> list[str]:
+        raise refusal
+
+    monkeypatch.setattr(fs._fs, "ls", refused)
+
+    with pytest.raises(StorageAccessError) as raised:
+        fs.list_dir("memory://c/x")
+
+    assert str(raised.value).endswith(
+        "ClientAuthenticationError: Server failed to authenticate the request. "
+        "(AuthenticationFailed; authenticationerrordetail: Signed expiry time must be after "
+        "signed start time)"
+    ), raised.value

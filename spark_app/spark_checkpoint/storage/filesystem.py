@@ -34,6 +34,7 @@ from .errors import (
     first_line,
     is_missing_bucket,
     joined_lines,
+    printable_line,
 )
 from .layout import hide_password
 
@@ -518,7 +519,11 @@ def require_named_account_reached(fs: Any, url: str) -> None:
     word (an Azure newcomer's)."""
     named = fs._get_kwargs_from_urls(url).get("account_name")
     reached = getattr(getattr(fs, "service_client", None), "account_name", None)
-    if isinstance(named, str) and isinstance(reached, str) and named.lower() != reached.lower():
+    if not (isinstance(named, str) and isinstance(reached, str)):
+        return
+    # adlfs keeps more of the host than the account: `account.privatelink` (Private Link).
+    named = named.split(".")[0]
+    if named.lower() != reached.lower():
         raise ValueError(
             f"{hide_password(url)} names Azure account {named!r}, but the credentials "
             f"(AZURE_STORAGE_CONNECTION_STRING, AZURE_STORAGE_ACCOUNT_NAME) reach account "
@@ -570,7 +575,10 @@ def _reason(error: Exception) -> str:
     code = getattr(error, "error_code", None)  # azure-core's HttpResponseError
     if isinstance(code, str) and code:
         name = getattr(code, "value", code)  # azure-storage's StorageErrorCode, a str enum
-        return f"{type(error).__name__}: {first_line(error)} ({name})"
+        # Only its details say why a SAS or a clock was refused (AuthenticationErrorDetail).
+        details = getattr(error, "additional_info", None)
+        told = [printable_line(f"{key}: {value}") for key, value in (details or {}).items()]
+        return f"{type(error).__name__}: {first_line(error)} ({'; '.join([name, *told])})"
     return f"{type(error).__name__}: {joined_lines(error)}"
 
 

@@ -104,14 +104,17 @@ _BUCKET = re.compile(
     r"([A-Za-z0-9._-]+|arn:[A-Za-z0-9-]+:s3[A-Za-z0-9-]*:[A-Za-z0-9-]*:[0-9]*:"
     r"(outpost/[A-Za-z0-9-]+/)?accesspoint/[A-Za-z0-9._-]+)(/|$)"
 )
-# Azure's container names (and its special containers), then the account adlfs may name.
+# Azure's container names (and its special containers), then the account adlfs may name;
+# or the account's host (adlfs: `account.dfs.core.windows.net/container/...`).
 _CONTAINER_SCHEMES = ("abfs", "abfss", "az")
 _CONTAINER = re.compile(
-    r"([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)(@[A-Za-z0-9.-]+(:[0-9]+)?)?(/|$)"
+    r"(([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)(@[A-Za-z0-9.-]+(:[0-9]+)?)?"
+    r"|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?/([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs))(/|$)"
 )
 # A user and a password before an '@', in what follows `scheme://`: a password may hold
-# '/' (AWS secret keys do) and '@'; a port (digits, then the path) is none.
-_PASSWORD = re.compile(r"(?P<user>[^/@\[]*):(?:[^/@0-9]|[0-9]+[^/@0-9])[^@]*@")
+# '/' (AWS secret keys do) and '@', or be digits; a port is digits followed by the path or
+# nothing, and an access point's ARN ('arn:aws:s3:...') is no user and password.
+_PASSWORD = re.compile(r"(?P<user>[^/@\[:]*):(?:[0-9]*|[0-9]*[^/@:0-9][^@:]*)@")
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -144,7 +147,8 @@ def remote_uri_problem(uri: str) -> str | None:
     ):
         return (
             "does not start with its container's name (3-63 lowercase letters, digits and "
-            "'-'), as abfs://container/path or abfs://container@account.dfs.core.windows.net/path"
+            "'-'), as abfs://container/path or abfs://container@account.dfs.core.windows.net/path, "
+            "or with its account's host, as abfs://account.dfs.core.windows.net/container/path"
         )
     if "\\" in match["path"]:
         return (
