@@ -584,7 +584,7 @@ def _reason(error: Exception) -> str:
 
 # botocore's errors of an endpoint it cannot resolve or reach.
 _S3_ENDPOINT_ERRORS = ("EndpointConnectionError", "EndpointResolutionError", "ConnectTimeoutError")
-# Where botocore takes a custom S3 endpoint from, first first.
+# Where botocore takes a custom S3 endpoint from, the first set winning.
 _S3_ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
 
 

@@ -107,9 +107,10 @@ _BUCKET = re.compile(
 # Azure's container names (and its special containers), then the account adlfs may name;
 # or the account's host (adlfs: `account.dfs.core.windows.net/container/...`).
 _CONTAINER_SCHEMES = ("abfs", "abfss", "az")
+_CONTAINER_NAME = r"([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)"
 _CONTAINER = re.compile(
-    r"(([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)(@[A-Za-z0-9.-]+(:[0-9]+)?)?"
-    r"|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?/([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs))(/|$)"
+    rf"({_CONTAINER_NAME}(@[A-Za-z0-9.-]+(:[0-9]+)?)?"
+    rf"|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?/{_CONTAINER_NAME})(/|$)"
 )
 # A user and a password before an '@', in what follows `scheme://`: a password may hold
 # '/' (AWS secret keys do) and '@', or be digits; a port is digits followed by the path or
