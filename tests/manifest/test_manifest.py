@@ -914,6 +914,7 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         ("hdfs://namenode:8020/c/x@y", None),
         # Digits are a password before '@', a port before the path (a reviewer's).
         ("webhdfs://user:123456@namenode/c", "a URI must not carry a password"),
+        ("hdfs://user:pa:ss@namenode/c", "a URI must not carry a password"),
         ("s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/team@corp/c", None),
         ("abfss://account.dfs.core.windows.net/ckpts/c", None),  # adlfs's account-host form
         (
@@ -972,6 +973,7 @@ STORAGE_URIS = st.tuples(
             "key:se/cret@bucket",  # AWS secret keys hold '/'
             "user:p@ss@bucket",
             "key:12345@bucket",
+            "user:pa:ss@namenode",
             "namenode:8020",
             "acct.dfs.core.windows.net",
             "acct.privatelink.blob.core.windows.net:443",

@@ -113,9 +113,9 @@ _CONTAINER = re.compile(
     rf"|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?/{_CONTAINER_NAME})(/|$)"
 )
 # A user and a password before an '@', in what follows `scheme://`: a password may hold
-# '/' (AWS secret keys do) and '@', or be digits; a port is digits followed by the path or
-# nothing, and an access point's ARN ('arn:aws:s3:...') is no user and password.
-_PASSWORD = re.compile(r"(?P<user>[^/@\[:]*):(?:[0-9]*|[0-9]*[^/@:0-9][^@:]*)@")
+# '/' (AWS secret keys do), ':' and '@', or be digits; a port is digits followed by the path
+# or nothing, and an access point's ARN ('arn:aws:s3:...') is no user and password.
+_PASSWORD = re.compile(r"(?!arn:)(?P<user>[^/@\[:]*):(?:[0-9]*|[0-9]*[^/@0-9][^@]*)@")
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
