@@ -249,19 +249,18 @@ def run_control(args: argparse.Namespace) -> int:
         print(error_lines(prog, error), file=sys.stderr)
         return ExitCode.USAGE
     except NoRuntime as error:
-        if (starting := run_lock_holder(paths)) is not None:
-            # Not "has not run": a run holds the job and serves no commands yet.
-            ended = (
-                f"; a run of the job (pid {starting}) is starting and does not answer yet (its "
-                f"output is in {paths.logs_dir / 'runtime.log'}); `kill {starting}` ends it"
-            )
+        holder = run_lock_holder(paths)
+        if holder is not None:
+            # Not "has not run": a run holds the job (starting: it serves commands only
+            # once it claimed the storage; or stuck).
+            ended = f"; {_unanswering_run(paths, holder)}"
         elif args.command == Command.STATUS:
             ended = f"; {last_run(paths.status_file)}"
         else:
             ended = ""
         if args.command == Command.STATUS and args.output in (OutputFormat.JSON, OutputFormat.YAML):
             # A script reads a document either way; the exit code says no run answered.
-            print_document(last_run_document(paths), args.output, sys.stdout)
+            print_document(last_run_document(paths, holder), args.output, sys.stdout)
         print(f"{prog}: {error}{ended}", file=sys.stderr)
         return ExitCode.NO_RUNTIME
     except ControlRefused as error:
@@ -410,10 +409,18 @@ def last_run(status_file: Path) -> str:
     return f"the last run left it {recorded}"
 
 
-def last_run_document(paths: LocalPaths) -> dict[str, Any]:
+def _unanswering_run(paths: LocalPaths, holder: str) -> str:
+    return (
+        f"a run of the job (pid {holder}) holds it and does not answer (starting, or stuck; "
+        f"its output is in {paths.logs_dir / 'runtime.log'}); `kill {holder}` ends it"
+    )
+
+
+def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
     """``status -o json`` when no run answers: a running one's fields, as the status file
-    the last run left says them (no pids, nothing in progress), its message the sentence
-    `last_run` says; ``running`` false."""
+    the last run left says them (nothing in progress), its message the sentence `last_run`
+    says, or, when a run ``holder`` (its pid) holds the job without answering, that
+    (``runtimePid`` its pid); ``running`` false."""
     try:
         found = StatusFile.read(paths.status_file)
         status = None if found is None else found.persisted_status()
@@ -427,13 +434,15 @@ def last_run_document(paths: LocalPaths) -> dict[str, Any]:
         "job": f"{paths.job_dir.parent.name}/{paths.job_dir.name}",
         "phase": None if status is None else status.phase.value,
         "attempt": None if status is None else status.job_attempt,
-        "runtimePid": None,
+        "runtimePid": int(holder) if holder is not None and holder.isdigit() else None,
         "driverPid": None,
         "lastCommittedBatch": None if status is None else status.last_committed_batch,
         "lastCheckpoint": _image_document(images[CheckpointKind.CHECKPOINT]),
         "lastSavepoint": _image_document(images[CheckpointKind.SAVEPOINT]),
         "inProgress": 0,
-        "message": last_run(paths.status_file),
+        "message": last_run(paths.status_file)
+        if holder is None
+        else _unanswering_run(paths, holder),
         "running": False,
     }
 

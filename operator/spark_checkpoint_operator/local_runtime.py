@@ -97,6 +97,9 @@ from spark_checkpoint_operator.supervisor import (
 )
 
 LOCAL_SPARK_DEFAULTS = {"spark.master": "local[*]", "spark.ui.enabled": "false"}
+# How long a run tries the job's lock before it is refused as busy (a `status` asking
+# whether a run holds it takes it shared for an instant).
+LOCK_PROBE_PATIENCE_SECONDS = 0.5
 
 
 def local_spark_conf(application: Application) -> dict[str, str]:
@@ -206,7 +209,7 @@ def _exclusive(
         ) from None
     try:
         try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _lock_exclusively(descriptor)
         except BlockingIOError:
             holder = os.read(descriptor, 200).decode(errors="replace").strip() or "unknown"
             raise JobBusy(busy(holder)) from None
@@ -223,6 +226,21 @@ def _exclusive(
         yield descriptor
     finally:
         os.close(descriptor)
+
+
+def _lock_exclusively(descriptor: int) -> None:
+    """``flock`` LOCK_EX, tried for a moment: `status` asks whether a run holds the lock
+    with a shared lock it lets go at once (`run_lock_holder`), which must not refuse a run
+    starting then. BlockingIOError when it stays held."""
+    deadline = time.monotonic() + LOCK_PROBE_PATIENCE_SECONDS
+    while True:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(0.02)
 
 
 def name_lock_holder(descriptor: int, pid: int) -> None:

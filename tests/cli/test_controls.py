@@ -544,14 +544,31 @@ def test_a_run_that_holds_the_job_but_does_not_answer_yet_is_told_as_starting(
 
     with job_lock(paths, manifest):
         told = {command: job.cli(command, "-f", "job.yaml") for command in ("status", "stop")}
+        document = job.cli("status", "-f", "job.yaml", "-o", "json")
     paths.lock_file.unlink()  # this process is named there: not a run to clean up
 
+    said = (
+        f"a run of the job (pid {os.getpid()}) holds it and does not answer (starting, or "
+        f"stuck; its output is in {paths.logs_dir / 'runtime.log'}); `kill {os.getpid()}` "
+        "ends it"
+    )
     for command, result in told.items():
         assert result.returncode == 3, (command, result.stderr)
-        assert result.stderr.endswith(
-            f"; a run of the job (pid {os.getpid()}) is starting and does not answer yet (its "
-            f"output is in {paths.logs_dir / 'runtime.log'}); `kill {os.getpid()}` ends it\n"
-        ), result.stderr
+        assert result.stderr.endswith(f"; {said}\n"), result.stderr
+    assert document.returncode == 3
+    assert json.loads(document.stdout) | {"job": None} == {
+        "job": None,
+        "phase": None,
+        "attempt": None,
+        "runtimePid": os.getpid(),
+        "driverPid": None,
+        "lastCommittedBatch": None,
+        "lastCheckpoint": None,
+        "lastSavepoint": None,
+        "inProgress": 0,
+        "message": said,
+        "running": False,
+    }
     after = job.cli("status", "-f", "job.yaml")
     assert after.stderr.endswith("; the job has not run with this state directory\n")
 

@@ -10,6 +10,7 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -37,10 +38,11 @@ from spark_checkpoint_operator.local_runtime import (
     RunRefused,
     _check_storage_unchanged,
     _stop_leftover_driver,
+    job_lock,
     local_spark_conf,
     storage_lock,
 )
-from spark_checkpoint_operator.local_state import LocalPaths
+from spark_checkpoint_operator.local_state import LocalPaths, local_job_paths, run_lock_holder
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.model import Application
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord
@@ -271,6 +273,34 @@ def test_a_state_directory_that_is_also_the_storage_root_does_not_lock_out_its_o
     finally:
         run.kill()
         run.communicate()
+
+
+def test_a_status_asking_whether_a_run_holds_the_job_does_not_refuse_a_run_starting_then(
+    tmp_path: Path,
+) -> None:
+    """`status` takes the job's lock shared for an instant (`run_lock_holder`): a run taking
+    it then was refused as "already running", naming a leftover pid (a reviewer's)."""
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+    paths = local_job_paths(tmp_path, "default", "orders")
+    paths.job_dir.mkdir(parents=True)
+    paths.lock_file.write_text("424242\n")  # a leftover's
+    probe = os.open(paths.lock_file, os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    released = threading.Timer(0.1, os.close, [probe])
+    released.start()
+    try:
+        with job_lock(paths, manifest):
+            assert run_lock_holder(paths) == str(os.getpid())
+    finally:
+        released.join()
+    assert run_lock_holder(paths) is None
 
 
 def test_a_lock_the_filesystem_cannot_take_refuses_the_run_naming_the_field(

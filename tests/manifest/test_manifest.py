@@ -915,6 +915,9 @@ def test_the_crd_takes_the_initial_image_paths_the_driver_reads(
         # Digits are a password before '@', a port before the path (a reviewer's).
         ("webhdfs://user:123456@namenode/c", "a URI must not carry a password"),
         ("hdfs://user:pa:ss@namenode/c", "a URI must not carry a password"),
+        ("s3://AKIA:/wJalrXUtnFEMI@bucket/c", "a URI must not carry a password"),
+        # adlfs takes any host but a Data Lake one for the container (InvalidResourceName).
+        ("abfs://account.blob.core.windows.net/ckpts/c", "an abfs://, abfss:// or az:// URI"),
         ("s3://arn:aws:s3:us-east-1:123456789012:accesspoint/ap/team@corp/c", None),
         ("abfss://account.dfs.core.windows.net/ckpts/c", None),  # adlfs's account-host form
         (
@@ -973,6 +976,7 @@ STORAGE_URIS = st.tuples(
             "key:se/cret@bucket",  # AWS secret keys hold '/'
             "user:p@ss@bucket",
             "key:12345@bucket",
+            "key:/se/cret@bucket",
             "user:pa:ss@namenode",
             "namenode:8020",
             "acct.dfs.core.windows.net",

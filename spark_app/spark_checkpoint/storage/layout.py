@@ -105,17 +105,18 @@ _BUCKET = re.compile(
     r"(outpost/[A-Za-z0-9-]+/)?accesspoint/[A-Za-z0-9._-]+)(/|$)"
 )
 # Azure's container names (and its special containers), then the account adlfs may name;
-# or the account's host (adlfs: `account.dfs.core.windows.net/container/...`).
+# or the account's Data Lake host (adlfs takes any other host for the container).
 _CONTAINER_SCHEMES = ("abfs", "abfss", "az")
 _CONTAINER_NAME = r"([a-z0-9][a-z0-9-]{1,61}[a-z0-9]|\$root|\$web|\$logs)"
 _CONTAINER = re.compile(
     rf"({_CONTAINER_NAME}(@[A-Za-z0-9.-]+(:[0-9]+)?)?"
-    rf"|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:[0-9]+)?/{_CONTAINER_NAME})(/|$)"
+    rf"|[A-Za-z0-9.-]*\.dfs\.core\.windows\.net(:[0-9]+)?/{_CONTAINER_NAME})(/|$)"
 )
 # A user and a password before an '@', in what follows `scheme://`: a password may hold
-# '/' (AWS secret keys do), ':' and '@', or be digits; a port is digits followed by the path
-# or nothing, and an access point's ARN ('arn:aws:s3:...') is no user and password.
-_PASSWORD = re.compile(r"(?!arn:)(?P<user>[^/@\[:]*):(?:[0-9]*|[0-9]*[^/@0-9][^@]*)@")
+# '/' (AWS secret keys do, first too), ':' and '@', or be digits; a port is digits followed
+# by the path or nothing, and an access point's ARN ('arn:aws:s3:...') is no user and
+# password.
+_PASSWORD = re.compile(r"(?!arn:)(?P<user>[^/@\[:]*):(?:[0-9]*|[0-9]*[^/@0-9][^@]*|/[^@]*)@")
 _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -149,7 +150,8 @@ def remote_uri_problem(uri: str) -> str | None:
         return (
             "does not start with its container's name (3-63 lowercase letters, digits and "
             "'-'), as abfs://container/path or abfs://container@account.dfs.core.windows.net/path, "
-            "or with its account's host, as abfs://account.dfs.core.windows.net/container/path"
+            "or with its account's Data Lake host, as "
+            "abfs://account.dfs.core.windows.net/container/path"
         )
     if "\\" in match["path"]:
         return (
