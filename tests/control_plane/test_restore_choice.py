@@ -89,15 +89,22 @@ def test_an_unregistered_checkpoint_in_storage_gets_no_path_to_restore_it(tmp_pa
     )
 
 
+def _kept_savepoint_metadata(root: Path, text: str) -> Path:
+    """Savepoint 7 of job default/orders below ``root`` that its registry does not list
+    (another registry's, kept), its `_metadata` holding ``text``."""
+    metadata = root / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
+    metadata.parent.mkdir(parents=True)
+    metadata.write_text(text)
+    return metadata
+
+
 def test_an_unregistered_savepoint_in_storage_that_cannot_be_restored_says_why(
     tmp_path: Path,
 ) -> None:
     """`--from savepoint:N` named the path of the one in storage, whose `_metadata` was not
     parseable: the path, tried next, was refused for it (a newcomer's)."""
     storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
-    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
-    metadata.parent.mkdir(parents=True)
-    metadata.write_text("garbage")
+    metadata = _kept_savepoint_metadata(tmp_path, "garbage")
 
     with pytest.raises(UnknownImage) as refused:
         chosen_image("savepoint:7", PersistedState(), storage)
@@ -116,9 +123,7 @@ def test_an_unregistered_savepoint_this_process_cannot_read_gets_no_verdict(
     """Refused credentials (this process's are not the driver's) say nothing of whether
     the savepoint can be restored."""
     storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
-    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
-    metadata.parent.mkdir(parents=True)
-    metadata.write_text("{}")
+    metadata = _kept_savepoint_metadata(tmp_path, "{}")
 
     def refused(*args: object) -> None:
         raise StorageAccessError(str(metadata), "ClientError: Forbidden")
