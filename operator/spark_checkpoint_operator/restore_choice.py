@@ -8,6 +8,7 @@ from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
+    MissingFileError,
     StorageAccessError,
     StorageError,
     UnregisteredCheckpointError,
@@ -94,12 +95,9 @@ def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     none, or this process cannot read the storage (its credentials are the driver's)."""
     stored = storage.layout.metadata_path(CheckpointKind.SAVEPOINT, savepoint_id)
     try:
-        if not storage.fs.exists(stored):
-            return ""
-    except (StorageError, OSError):
-        return ""
-    try:
         storage.read_metadata(CheckpointKind.SAVEPOINT, savepoint_id)
+    except MissingFileError:
+        return ""
     except (StorageAccessError, OSError):
         return ""  # no verdict on the savepoint: as if it could not be looked for
     except (StorageError, ValueError) as error:
