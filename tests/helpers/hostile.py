@@ -119,16 +119,47 @@ def _paths(value: Any, path: Path_ = ()) -> Iterator[Path_]:
             yield from _paths(child, (*path, index))
 
 
+_SECOND = 10**9
+_GO_UNITS = [("h", 3600 * _SECOND), ("m", 60 * _SECOND), ("s", _SECOND), ("ms", 10**6)]
+_GO_UNITS += [("us", 10**3), ("ns", 1)]
+_FLOOR = 10**7  # the CRD's least interval and timeout, 10ms
+_LONGEST = 2562047 * 3600 * _SECOND  # the CRD's longest duration
+
+
+@st.composite
+def go_duration(draw: st.DrawFn, nanoseconds: int) -> str:
+    """`nanoseconds` spelled as a Go duration the way a user might: in units and decimal
+    fractions drawn (1.4s, 1400ms, 1s400ms, 0.0014s), now and then with a term Go
+    truncates to nothing (0.5ns)."""
+    terms, rest = [], nanoseconds
+    for unit, size in _GO_UNITS:
+        whole, remainder = divmod(rest, size)
+        digits = len(str(size)) - 1  # a decimal fraction is exact in s, ms and us
+        if remainder and size == 10**digits and draw(st.integers(0, 3)) == 0:
+            fraction = f"{remainder:0{digits}d}".rstrip("0")
+            terms.append(f"{whole}.{fraction}{unit}")
+            break
+        if whole and (size == 1 or draw(st.booleans())):
+            terms.append(f"{whole}{unit}")
+            rest = remainder
+    if not terms:
+        terms.append(f"0{draw(st.sampled_from([unit for unit, _ in _GO_UNITS]))}")
+    if draw(st.integers(0, 4)) == 0:
+        terms.insert(draw(st.integers(0, len(terms))), f"0.{draw(st.integers(1, 9))}ns")
+    return "".join(terms)
+
+
 @st.composite
 def configured(draw: st.DrawFn) -> dict[str, Any]:
     """A valid manifest whose coordinator configuration is drawn too."""
     document = copy.deepcopy(draw(st.sampled_from(BASES)))
     checkpointing = document["spec"].setdefault("checkpointing", {})
-    interval = draw(st.integers(min_value=1, max_value=3600))
+    interval = draw(st.just(0) | st.integers(min_value=_FLOOR, max_value=_LONGEST))
+    min_pause = draw(st.just(interval) | st.integers(0, interval or _LONGEST))
     checkpointing.update(
-        interval=f"{interval}s",
-        minPause=f"{draw(st.integers(min_value=0, max_value=interval))}s",
-        timeout=f"{draw(st.integers(min_value=1, max_value=7200))}s",
+        interval=draw(go_duration(interval)),
+        minPause=draw(go_duration(min_pause)),
+        timeout=draw(go_duration(draw(st.integers(min_value=_FLOOR, max_value=_LONGEST)))),
         maxConcurrent=draw(st.integers(min_value=1, max_value=16)),
         tolerableFailures=draw(st.integers(min_value=0, max_value=5)),
         retained=draw(st.integers(min_value=1, max_value=100)),

@@ -231,23 +231,62 @@ def test_null_in_a_field_that_is_not_nullable_is_defaulted_or_dropped(
     assert job.spec.image is None
 
 
+_MINUTE, _SECOND = 60 * 10**9, 10**9
+
+
 @pytest.mark.parametrize(
-    ("duration", "seconds"),
+    ("duration", "nanoseconds"),
     [
-        ("12500us", 0.0125),
-        ("500ms", 0.5),
-        ("90s", 90.0),
-        ("1.5h", 5400.0),
-        ("1h30m", 5400.0),
-        ("2m30.5s", 150.5),
+        ("12500us", 12_500_000),
+        ("500ms", 500_000_000),
+        ("90s", 90 * _SECOND),
+        ("1.5h", 90 * _MINUTE),
+        ("1h30m", 90 * _MINUTE),
+        ("2m30.5s", 150_500_000_000),
+        ("1.4s", 1_400_000_000),
+        ("8.3m", 498 * _SECOND),
+        ("1.0000000001s", _SECOND),  # below a nanosecond: truncated
+        # Go's own cases (src/time/time_test.go, parseDurationTests) in the CRD's range:
+        ("1h2m3s4ms5us6ns", 62 * _MINUTE + 3 * _SECOND + 4_005_006),
+        ("39h9m14.425s", 39 * 60 * _MINUTE + 9 * _MINUTE + 14_425_000_000),
+        ("52763797000ns", 52_763_797_000),
+        ("0.3333333333333333333h", 20 * _MINUTE),
+        ("9007199254740993ns", (1 << 53) + 1),
+        ("0.100000000000000000000h", 6 * _MINUTE),
+        ("0.830103483285477580700h", 49 * _MINUTE + 48 * _SECOND + 372_539_827),
     ],
 )
-def test_durations_are_seconds(minimal: dict[str, Any], duration: str, seconds: float) -> None:
+def test_durations_are_the_nanoseconds_go_reads_in_seconds(
+    minimal: dict[str, Any], duration: str, nanoseconds: int
+) -> None:
+    # The API server's rules compare Go's whole nanoseconds; so must the coordinator.
     _set(minimal, "spec.checkpointing.interval", duration)
 
     interval = manifest_from_document(minimal).spec.checkpointing.interval
 
-    assert interval == pytest.approx(seconds)
+    assert interval == nanoseconds / 10**9
+
+
+@pytest.mark.parametrize(
+    ("interval", "min_pause"),
+    [("1.4s", "1400ms"), ("0.7s", "700ms"), ("8.3m", "498s"), ("0.3s", "0.1s0.2s")],
+)
+def test_a_min_pause_equal_to_the_interval_in_other_units_is_run(
+    minimal: dict[str, Any], interval: str, min_pause: str
+) -> None:
+    _set(minimal, "spec.checkpointing", {"interval": interval, "minPause": min_pause})
+
+    config = manifest_from_document(minimal).coordinator_config()
+
+    assert config.min_pause == config.interval
+
+
+def test_an_interval_below_a_nanosecond_disables_periodic_checkpoints_as_go_reads_it_as_0s(
+    minimal: dict[str, Any],
+) -> None:
+    _set(minimal, "spec.checkpointing.interval", "0.5ns")
+
+    assert manifest_from_document(minimal).coordinator_config().interval is None
 
 
 @pytest.mark.parametrize(
