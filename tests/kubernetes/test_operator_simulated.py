@@ -1296,14 +1296,32 @@ def test_a_driver_that_ended_while_the_operator_was_down_is_judged_by_its_exit(
         cluster.wait_for_event("orders", "DriverFailed")
 
 
+def _damage_token(cluster: LocalCluster, token: bytes | None) -> None:
+    if token is None:
+        cluster.api.delete("v1/secrets", "default", "orders-agent-token")
+    else:
+        data = {"token": base64.b64encode(token).decode()}
+        cluster.api.patch("v1/secrets", "default", "orders-agent-token", {"data": data})
+
+
+@pytest.mark.parametrize(
+    ("damaged", "why"),
+    [
+        (None, "is missing"),
+        # Edited by hand (the security reviewer's): the operator crashed in a loop and,
+        # deleted, the job was never released.
+        (b"\xff\xfe", "is damaged: not base64 of UTF-8 text"),
+        (b"abc\r\nX-Injected: 1", "is damaged: not a token an HTTP header can carry"),
+    ],
+)
 def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
-    cluster: LocalCluster,
+    cluster: LocalCluster, damaged: bytes | None, why: str
 ) -> None:
     cluster.apply(job())
     before = completed(cluster, "orders", 2)
 
     with operator_stopped(cluster):
-        cluster.api.delete("v1/secrets", "default", "orders-agent-token")
+        _damage_token(cluster, damaged)
 
     after = cluster.wait_for(
         "a new attempt checkpointing",
@@ -1314,7 +1332,7 @@ def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
         ),
     )
     assert cluster.driver_pods("orders") == ["orders-driver-2"]
-    cluster.wait_for_event("orders", "DriverReplaced")
+    cluster.wait_for_event("orders", "DriverReplaced", f"key token) {why}")
     assert after["counts"]["restored"] == 1
     kind, restored_id = after["restoredFrom"]["source"].split(":")
     assert kind == "checkpoint" and int(restored_id) >= before["lastCheckpoint"]["id"]
@@ -1322,23 +1340,43 @@ def test_a_driver_whose_token_is_gone_is_replaced_after_an_operator_restart(
     assert len(ids) == len(set(ids))
 
 
+@pytest.mark.parametrize(
+    ("damaged", "why"), [(None, "is missing"), (b"\xff", "is damaged: not base64 of UTF-8 text")]
+)
 def test_a_driver_whose_token_is_gone_at_a_deletion_while_the_operator_was_down(
-    cluster: LocalCluster,
+    cluster: LocalCluster, damaged: bytes | None, why: str
 ) -> None:
     """Its event said "a new attempt restores from the latest checkpoint", and none follows
-    a deletion (a reviewer's)."""
+    a deletion (a reviewer's); a damaged token held the job's finalizer for good."""
     cluster.apply(job(shutdown={"finalSavepoint": True}))
     completed(cluster, "orders", 1)
     with operator_stopped(cluster):
-        cluster.api.delete("v1/secrets", "default", "orders-agent-token")
+        _damage_token(cluster, damaged)
         deleted_while_the_operator_is_down(cluster, "orders")
 
     cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
     event = cluster.wait_for_event("orders", "DriverReplaced")
     assert event["message"].endswith(
-        "is missing; it is stopped and the job is deleted without a final savepoint"
+        f"{why}; it is stopped and the job is deleted without a final savepoint"
     ), event
     assert cluster.pods("orders") == []
+
+
+def test_a_token_secret_edited_with_a_trailing_newline_is_read_as_its_driver_reads_it(
+    cluster: LocalCluster,
+) -> None:
+    # kubectl create secret --from-file keeps a file's newline; the driver strips it.
+    cluster.apply(job())
+    before = completed(cluster, "orders", 1)
+    secret = cluster.api.get(SECRETS, "default", "orders-agent-token")
+    token = base64.b64decode(secret["data"]["token"])
+
+    with operator_stopped(cluster):
+        _damage_token(cluster, token + b"\n")
+
+    completed(cluster, "orders", before["counts"]["completed"] + 1)
+    assert cluster.driver_pods("orders") == ["orders-driver-1"]
+    assert "DriverReplaced" not in cluster.event_reasons("orders")
 
 
 def test_a_secret_of_the_tokens_name_that_is_not_the_jobs_is_never_written_over(

@@ -11,6 +11,7 @@ import difflib
 import json
 import logging
 import math
+import re
 import secrets
 import time
 from collections import defaultdict
@@ -548,8 +549,9 @@ class KubernetesLauncher:
             # its agent anything.
             self.current = self._driver(name, "", deployed)
             return self.current
-        token = await self._token()
-        if token is None:
+        try:
+            token = await self._token()
+        except UnusableToken as error:
             # Without its token the driver cannot be asked for anything, ever: adopting it
             # would retry forever. It is stopped: the job restores as after a crash (a
             # deleted one ends without its final savepoint).
@@ -559,7 +561,7 @@ class KubernetesLauncher:
                     Level.WARNING,
                     f"driver {name} cannot be adopted: its agent token (secret "
                     f"{objects.token_secret_name(self.manifest.name)}, key "
-                    f"{objects.TOKEN_KEY}) is missing; it is stopped and "
+                    f"{objects.TOKEN_KEY}) {error}; it is stopped and "
                     + (
                         "the job is deleted without a final savepoint"
                         if self._deleting
@@ -733,17 +735,26 @@ class KubernetesLauncher:
                 f"{kind}; rename or delete it"
             )
 
-    async def _token(self) -> str | None:
-        """The running attempt's agent token; None when its Secret or key is gone."""
+    async def _token(self) -> str:
+        """The running attempt's agent token as its driver reads it (stripped); raises
+        UnusableToken when its Secret or key is gone, or was edited into no token."""
         try:
             secret = await self._api.read_namespaced_secret(
                 objects.token_secret_name(self.manifest.name),
                 self.manifest.namespace,
             )
         except NotFoundException:
-            return None
+            raise UnusableToken("is missing") from None
         encoded = (secret.data or {}).get(objects.TOKEN_KEY)
-        return base64.b64decode(encoded).decode() if encoded else None
+        if not encoded:
+            raise UnusableToken("is missing")
+        try:
+            token = base64.b64decode(encoded, validate=True).decode().strip()
+        except ValueError:  # binascii.Error, UnicodeDecodeError
+            raise UnusableToken("is damaged: not base64 of UTF-8 text") from None
+        if not _HEADER_TOKEN.fullmatch(token):
+            raise UnusableToken("is damaged: not a token an HTTP header can carry (visible ASCII)")
+        return token
 
 
 class KubernetesJanitor:
@@ -824,6 +835,14 @@ class KubernetesJanitor:
             raise CleanupFailed(
                 f"{command.NAME} in pod {ended['metadata']['name']}: {pod_failure_message(ended)}"
             )
+
+
+class UnusableToken(Exception):
+    """A driver's agent token cannot be used: the message says why (missing, damaged)."""
+
+
+# What an Authorization header carries (aiohttp refuses control characters in one).
+_HEADER_TOKEN = re.compile(r"[!-~]+")
 
 
 class PodDidNotEnd(Exception):
