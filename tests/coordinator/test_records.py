@@ -2,6 +2,7 @@
 field, the messages of aborts, declines and refused settings. Written against the
 mutants that survived the other tests (docs/testing.md)."""
 
+import math
 import re
 
 import pytest
@@ -466,27 +467,40 @@ def test_over_the_count_a_savepoint_the_job_cannot_restore_goes_first() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    max_count=st.integers(1, 5),
+    max_count=st.integers(1, 100),
     max_age=st.none() | st.floats(1.0, 100.0),
-    ids=st.lists(st.integers(1, 30), min_size=1, max_size=12, unique=True),
+    completions=st.dictionaries(st.integers(1, 30), st.floats(0.0, 300.0), min_size=1),
+    in_id_order=st.booleans(),
     unrestorable=st.sets(st.integers(1, 30)),
     now=st.floats(0.0, 400.0),
 )
 def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_first(
-    max_count: int, max_age: float | None, ids: list[int], unrestorable: set[int], now: float
+    *,
+    max_count: int,
+    max_age: float | None,
+    completions: dict[int, float],
+    in_id_order: bool,
+    unrestorable: set[int],
+    now: float,
 ) -> None:
+    # Savepoints are forced, so several run at once and may complete out of id order.
+    ids = sorted(completions)
+    if in_id_order:
+        completions = {i: 10.0 * i for i in ids}
+    limits = SavepointHistoryLimits(max_count=max_count, max_age_seconds=max_age)
     history = SavepointHistory(
-        SavepointHistoryLimits(max_count=max_count, max_age_seconds=max_age),
-        [_savepoint(i, 10.0 * i) for i in ids],
-        unrestorable=unrestorable.__contains__,
+        limits, [_savepoint(i, completions[i]) for i in ids], unrestorable.__contains__
     )
     dropped = {s.checkpoint_id for s in history.expire(now)}
     kept = {s.checkpoint_id for s in history.savepoints}
-    # Its next deadline is one `expire` acts on: a past one would come back for ever (the
-    # supervisor polled with no wait, over and over, a reviewer found).
+    # Its next deadline is the first time `expire` acts: a past one would come back for
+    # ever (the supervisor polled with no wait, over and over, a reviewer found), a later
+    # one keeps a savepoint past its age (an auditor's, out of id order).
     due = history.next_expiry()
     assert due is None or due > now
     if due is not None:
+        later = SavepointHistory(limits, history.savepoints, unrestorable.__contains__)
+        assert later.expire(math.nextafter(due, 0.0)) == []
         assert history.expire(due) != []
 
     assert dropped | kept == set(ids) and not dropped & kept
@@ -495,7 +509,7 @@ def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_fir
     assert newest in kept
     assert len(kept) <= max(max_count, 1)
     # No unrestorable one kept while a restorable one was dropped for the count.
-    young_dropped = {i for i in dropped if max_age is None or now - 10.0 * i < max_age}
+    young_dropped = {i for i in dropped if max_age is None or now - completions[i] < max_age}
     if young_dropped - unrestorable:
         assert not (kept - {newest}) & unrestorable
 

@@ -131,15 +131,16 @@ class SavepointHistory:
         return sorted(dropped, key=lambda s: s.checkpoint_id)
 
     def next_expiry(self) -> float | None:
-        """When the oldest savepoint but the newest restorable ages out, if an age limit is
+        """When the first savepoint but the newest restorable ages out, if an age limit is
         set: `expire` drops it then (a deadline it would not act on would come back at
-        once, for ever)."""
+        once, for ever). The first to complete, not the lowest id: savepoints are forced,
+        so several may be under way and complete out of id order."""
         max_age = self._limits.max_age_seconds
         protected = self._newest_restorable()
         ageing = [s for s in self._savepoints if s.checkpoint_id not in protected]
         if max_age is None or not ageing:
             return None
-        return ageing[0].completion_time + max_age
+        return min(s.completion_time for s in ageing) + max_age
 
     def _newest_restorable(self) -> set[int]:
         """The id of the savepoint a suspended job resumes from: the newest the job can
