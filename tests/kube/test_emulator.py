@@ -1024,6 +1024,25 @@ async def test_finalizers_and_annotations_are_checked_as_a_real_api_server_does(
 
 
 @pytest.mark.asyncio
+async def test_a_pod_whose_container_mounts_no_volume_of_the_pod_is_a_422(
+    api: EmulatedApiServer,
+) -> None:
+    """A security reviewer found the emulator taking it (a real API server: 422), so a
+    cleanup pod that mounted a driver-only volume looked created."""
+    container = {"name": "c", "image": "i", "volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+    pod = {"metadata": {"name": "p"}, "spec": {"containers": [container]}}
+
+    status, answer, _ = await send(api, "POST", "/api/v1/namespaces/default/pods", pod)
+
+    assert status == 422, answer
+    assert answer["message"] == (
+        'Pod "p" is invalid: spec.containers[0].volumeMounts[0].name: Not found: "v"'
+    )
+    pod["spec"]["volumes"] = [{"name": "v", "emptyDir": {}}]
+    assert (await send(api, "POST", "/api/v1/namespaces/default/pods", pod))[0] == 201
+
+
+@pytest.mark.asyncio
 async def test_an_integral_float_is_stored_as_an_integer(api: EmulatedApiServer) -> None:
     status, created, _ = await send(api, "POST", JOBS_PATH, job(checkpointing={"retained": 2.0}))
 

@@ -328,6 +328,22 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             f"spec.driver.volumes[0].name: {objects.TOKEN_VOLUME!r} is a volume the operator "
             "or Spark adds",
         ),
+        # The security reviewer's: each broke every cleanup and check pod (a mount of no
+        # volume there), so retention was never carried out; the live one, the driver too.
+        *(
+            (
+                {"driver": {"volumeMounts": [{"name": own, "mountPath": "/extra"}]}},
+                f"spec.driver.volumeMounts[0].name: {own!r} is a volume the operator adds "
+                "to the driver pod alone (the job's cleanup and check pods, which take the "
+                "driver's volumes and mounts, have none of that name)",
+            )
+            for own in (
+                objects.TOKEN_VOLUME,
+                objects.WORK_VOLUME,
+                objects.LIVE_VOLUME,
+                objects.EXECUTOR_TEMPLATE_VOLUME,
+            )
+        ),
         (
             {
                 "driver": {

@@ -425,6 +425,13 @@ def _volume_problems(
         )
         if not isinstance(name, str) or not name:
             problems.append(f"{field}.name: required")
+        elif role == DRIVER and name in own:
+            # Cleanup and check pods take the driver's volumes and mounts, not these.
+            problems.append(
+                f"{field}.name: {name!r} is a volume the operator adds to the driver pod "
+                "alone (the job's cleanup and check pods, which take the driver's volumes "
+                "and mounts, have none of that name)"
+            )
         elif name not in names and name not in own:
             problems.append(f"{field}.name: {name!r} is not in spec.{role}.volumes")
         if not isinstance(path, str) or not path.startswith("/"):

@@ -934,6 +934,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             )
         if causes := _metadata_problems(metadata):
             raise _invalid(res, info, name, causes)
+        if res == PODS and (causes := _pod_problems(obj)):
+            raise _invalid(res, info, name, causes)
         if self._current(res, metadata.get("namespace"), name) is not None:
             raise kmock.KubernetesError(
                 409,
@@ -1649,6 +1651,21 @@ def _metadata_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
                     )
                 )
     return causes
+
+
+def _pod_problems(pod: Body) -> list[tuple[str, str]]:
+    """Of the API server's pod validation, what the operator's pods could break: a
+    container's volume mount names a volume of the pod (core validation's
+    validateVolumeMounts)."""
+    spec = pod.get("spec") or {}
+    volumes = {volume.get("name") for volume in spec.get("volumes") or ()}
+    return [
+        (f"spec.{group}[{i}].volumeMounts[{j}].name", f"Not found: {json.dumps(mount['name'])}")
+        for group in ("initContainers", "containers")
+        for i, container in enumerate(spec.get(group) or ())
+        for j, mount in enumerate(container.get("volumeMounts") or ())
+        if mount.get("name") not in volumes
+    ]
 
 
 def _name_of(obj: Body) -> str:
