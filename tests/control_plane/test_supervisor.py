@@ -699,10 +699,15 @@ def test_a_killed_driver_that_fails_the_job_is_told_how_it_died(
         (DriverExit.RESTORE_FAILED, TerminalOutcome.FAILED),
     ],
 )
-def test_exit_codes_end_the_job_without_restart(code: DriverExit, outcome: TerminalOutcome) -> None:
+@pytest.mark.parametrize("policy", list(RestartPolicyType))
+def test_exit_codes_end_the_job_without_restart(
+    code: DriverExit, outcome: TerminalOutcome, policy: RestartPolicyType
+) -> None:
+    # Whatever the restart policy, Always included: the policy is for failures (a finished
+    # job's input is done).
     async def scenario() -> tuple[TerminalOutcome, FakeLauncher]:
         launcher = FakeLauncher()
-        supervisor, _ = _supervisor(launcher)
+        supervisor, _ = _supervisor(launcher, policy=policy)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(launcher.drivers))
         launcher.drivers[0].code = code

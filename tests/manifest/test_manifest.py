@@ -106,7 +106,6 @@ def test_full_manifest_sets_every_field(fixtures: Path) -> None:
         storage="s3a://checkpoints/orders",
         live_volume_claim="orders-live",
         retention_policy=RetentionPolicy.RETAIN_ON_CANCELLATION,
-        incremental=False,
     )
     assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (4, 604800.0)
     assert spec.restore.initial_savepoint_path == (
@@ -162,7 +161,6 @@ def test_minimal_manifest_takes_the_crd_defaults(fixtures: Path) -> None:
         storage=None,
         live_volume_claim=None,
         retention_policy=RetentionPolicy.RETAIN_ON_FAILURE,
-        incremental=True,
         verify_restorable=False,
     )
     assert (spec.savepoints.history_max_count, spec.savepoints.history_max_age) == (10, None)
@@ -371,6 +369,14 @@ INVALID = [
         "spec.checkpointing.incremental",
         "yes",
         "spec.checkpointing.incremental: 'yes' is not of type 'boolean'",
+    ),
+    (
+        "incremental false, taken and ignored before (an auditor's)",
+        "spec.checkpointing.incremental",
+        False,
+        "spec.checkpointing.incremental: must be true: checkpoints always share unchanged "
+        "state files (stored once, reference-counted); full copies per checkpoint are not "
+        "supported. A savepoint is a self-contained copy",
     ),
     (
         "memory with a space",

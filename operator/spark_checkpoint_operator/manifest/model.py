@@ -114,7 +114,6 @@ class CheckpointingSpec:
     storage: str | None
     live_volume_claim: str | None
     retention_policy: RetentionPolicy
-    incremental: bool
     # Each completed image is proven restorable by Spark in the background; one that is
     # not is recorded as unrestorable, so restores skip it.
     verify_restorable: bool = False
@@ -265,7 +264,6 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 storage=checkpointing.get("storage"),
                 live_volume_claim=checkpointing.get("liveVolumeClaim"),
                 retention_policy=RetentionPolicy(checkpointing["retentionPolicy"]),
-                incremental=checkpointing["incremental"],
                 verify_restorable=checkpointing["verifyRestorable"],
             ),
             savepoints=SavepointsSpec(
