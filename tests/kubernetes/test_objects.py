@@ -768,3 +768,55 @@ def test_every_variable_the_operator_gives_its_pods_is_one_a_manifest_may_not_se
         raw["spec"]["application"] = {**raw["spec"]["application"], "env": [{"name": name}]}
         with pytest.raises(ManifestError, match=r"env\[0\]\.name: is set by the operator"):
             validate_document(raw, "job.yaml")
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_annotations_over_the_api_servers_limit_in_the_driver_pod_are_a_problem(
+    over: int,
+) -> None:
+    """A security reviewer's: 262,000 bytes of driver annotations were a valid spec, and
+    the job failed naming the pod. The driver pod carries the executors' template too."""
+
+    def annotate(raw: dict[str, Any], value: str) -> None:
+        raw["spec"]["driver"]["annotations"] = {"note": value}
+
+    fits = objects.MAX_ANNOTATION_BYTES - _annotation_bytes(_driver(edit=lambda r: annotate(r, "")))
+    driver = _driver(edit=lambda raw: annotate(raw, "x" * (fits + over)))
+    manifest, _ = _job(edit=lambda raw: annotate(raw, "x" * (fits + over)))
+
+    problems = objects.pod_problems(manifest)
+
+    assert (_annotation_bytes(driver) > objects.MAX_ANNOTATION_BYTES) is (over == 1)
+    assert [p for p in problems if "annotations" in p] == (
+        [
+            f"spec.driver.annotations: the driver pod's annotations would take "
+            f"{objects.MAX_ANNOTATION_BYTES + 1} bytes, over Kubernetes' limit of 262144: "
+            f"{len('note') + fits + 1} of them these, the rest the executors' pod template "
+            "the operator puts there (spec.executor's volumes, volumeMounts and tolerations)"
+        ]
+        if over
+        else []
+    )
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_executor_annotations_over_the_api_servers_limit_are_a_problem(over: int) -> None:
+    # Spark puts them on every executor pod (spark.kubernetes.executor.annotation.*), and
+    # retries a refused one for ever.
+    value = "x" * (objects.MAX_ANNOTATION_BYTES - len("note") + over)
+    manifest = _manifest(executor={"annotations": {"note": value}})
+
+    assert [p for p in objects.pod_problems(manifest) if "annotations" in p] == (
+        [
+            "spec.executor.annotations: 262145 bytes, over Kubernetes' limit of 262144 for a pod's "
+            "annotations"
+        ]
+        if over
+        else []
+    )
+
+
+def _annotation_bytes(pod: dict[str, Any]) -> int:
+    """As the API server counts them (apimachinery's ValidateAnnotationsSize)."""
+    annotations = pod["metadata"]["annotations"]
+    return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())

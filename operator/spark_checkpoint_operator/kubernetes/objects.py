@@ -49,6 +49,9 @@ LABEL_SPARK_ROLE = "spark-role"  # Spark's own label on driver and executor pods
 # spark-role would be counted, waited for or deleted as a driver or an executor).
 _DRIVER_ONLY_LABELS = (LABEL_SPARK_ROLE, LABEL_ATTEMPT)
 ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
+DEPLOYMENT_HASH_LENGTH = 16
+# Kubernetes' TotalAnnotationSizeLimitB: the keys and values of one object's annotations.
+MAX_ANNOTATION_BYTES = 256 * 1024
 
 DRIVER = "driver"
 EXECUTOR = "executor"  # Spark's spark-role of executor pods
@@ -163,7 +166,7 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
     if claim := spec.get("checkpointing", {}).get("liveVolumeClaim"):
         deployed["liveVolumeClaim"] = claim
     text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(text.encode()).hexdigest()[:DEPLOYMENT_HASH_LENGTH]
 
 
 def expected_executors(manifest: JobManifest) -> int:
@@ -264,17 +267,12 @@ def driver_pod(
             *spec.driver.volume_mounts,
         ],
     }
-    template = json.dumps(executor_pod_template(manifest), sort_keys=True, separators=(",", ":"))
     return _pod(
         manifest,
         job,
         name=name,
         labels=labels,
-        annotations={
-            **spec.driver.annotations,
-            ANNOTATION_SPEC_HASH: deployed_hash,
-            ANNOTATION_EXECUTOR_TEMPLATE: template,
-        },
+        annotations=_driver_annotations(manifest, deployed_hash),
         role=spec.driver,
         container=container,
         volumes=[
@@ -325,6 +323,20 @@ def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
         pod_spec["tolerations"] = list(executor.tolerations)
     template: dict[str, Any] = _plain({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
     return template
+
+
+def _driver_annotations(manifest: JobManifest, deployed_hash: str) -> dict[str, str]:
+    template = json.dumps(executor_pod_template(manifest), sort_keys=True, separators=(",", ":"))
+    return {
+        **manifest.spec.driver.annotations,
+        ANNOTATION_SPEC_HASH: deployed_hash,
+        ANNOTATION_EXECUTOR_TEMPLATE: template,
+    }
+
+
+def _annotation_bytes(annotations: Mapping[str, str]) -> int:
+    """As the API server counts them against MAX_ANNOTATION_BYTES."""
+    return sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
 
 
 def pod_problems(manifest: JobManifest) -> list[str]:
@@ -380,6 +392,22 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         ("executor", executor_own, spec.executor.volumes, spec.executor.volume_mounts),
     ):
         problems += _volume_problems(role, own, volumes, mounts)
+    # The driver pod's annotations hold the executors' pod template (their volumes, mounts
+    # and tolerations) besides the driver's own.
+    driver_bytes = _annotation_bytes(_driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH))
+    if driver_bytes > MAX_ANNOTATION_BYTES:
+        drivers = _annotation_bytes(spec.driver.annotations)
+        problems.append(
+            f"spec.driver.annotations: the driver pod's annotations would take {driver_bytes} "
+            f"bytes, over Kubernetes' limit of {MAX_ANNOTATION_BYTES}: {drivers} of them "
+            "these, the rest the executors' pod template the operator puts there "
+            "(spec.executor's volumes, volumeMounts and tolerations)"
+        )
+    if (executors := _annotation_bytes(spec.executor.annotations)) > MAX_ANNOTATION_BYTES:
+        problems.append(
+            f"spec.executor.annotations: {executors} bytes, over Kubernetes' limit of "
+            f"{MAX_ANNOTATION_BYTES} for a pod's annotations"
+        )
     qualified_name = go_regex(QUALIFIED_NAME_PATTERN)
     for role_name, role_spec in (("driver", spec.driver), ("executor", spec.executor)):
         for field, keyed in (
