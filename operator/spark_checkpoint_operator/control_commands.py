@@ -223,6 +223,9 @@ def job_paths(args: argparse.Namespace) -> LocalPaths:
     """Where the run of the job the arguments name keeps its state; `_Usage` if they name
     no job."""
     if args.manifest is not None:
+        if args.job is not None or args.namespace is not None:
+            # Either would be dropped: `cancel -f a.yaml --job b` cancelled a.
+            raise _Usage("-f FILE names the job: do not combine it with --namespace or --job")
         try:
             manifest = load_manifest(args.manifest)
         except (ManifestError, OSError) as error:

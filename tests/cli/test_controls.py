@@ -585,6 +585,14 @@ def test_no_runtime_and_no_job_are_one_line_errors(job: LocalJob) -> None:
         assert unnamed.stderr == (
             f"spark-checkpoint {command}: name the job: -f FILE, or --job NAME (and --namespace)\n"
         )
+        # A newcomer's: -f won silently, so `cancel -f a.yaml --job b` cancelled a.
+        for named in (["--job", "other"], ["-n", "elsewhere"]):
+            both = job.cli(command, "-f", "job.yaml", *named)
+            assert (both.returncode, both.stderr) == (
+                2,
+                f"spark-checkpoint {command}: -f FILE names the job: do not combine it with "
+                "--namespace or --job\n",
+            )
         # A state directory that is a file: a traceback of NotADirectoryError (a reviewer's).
         (job.directory / "a-file").touch()
         in_a_file = job.cli(command, "-f", "job.yaml", "--state-dir", "a-file")
