@@ -10,6 +10,7 @@ import logging
 import math
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -207,7 +208,10 @@ def _start(
         raise
     restore_check = _RestoreCheck(query, location, outcome)
     progress = _Progress(query)
-    agent.query_started(lambda: _view(query, restore_check, progress), outcome)
+    drain = _InputDrain(query)
+    agent.query_started(
+        lambda: _view(query, restore_check, progress), outcome, drain.processed_all_since
+    )
     return _await_end(query, agent, location, outcome)
 
 
@@ -329,12 +333,44 @@ def _rows(progress: Mapping[str, Any]) -> int:
 def _view(query: "StreamingQuery", restore_check: _RestoreCheck, progress: _Progress) -> QueryView:
     latest = progress.latest()
     if query.isActive and not restore_check.passed():
-        return QueryView(QueryState.RESTORING, False, progress=latest)
+        return QueryView(QueryState.RESTORING, progress=latest)
     if query.isActive:
-        status = query.status
-        idle = not status["isDataAvailable"] and not status["isTriggerActive"]
-        return QueryView(QueryState.RUNNING, idle, progress=latest)
+        return QueryView(QueryState.RUNNING, progress=latest)
     error = query.exception()
     if error is not None:
-        return QueryView(QueryState.FAILED, True, str(error), latest)
-    return QueryView(QueryState.FINISHED, True, progress=latest)
+        return QueryView(QueryState.FAILED, str(error), latest)
+    return QueryView(QueryState.FINISHED, progress=latest)
+
+
+class _InputDrain:
+    """Whether the query has processed all input that was available at a moment (stop
+    --drain). Spark's ``processAllAvailable`` returns once a trigger finds no new data; two
+    calls in a row, both begun after the moment, since the trigger that ends the first may
+    have listed its input before it. (Spark's status said no data was available when the
+    last trigger found none: files that came after it were left for the next run.)"""
+
+    def __init__(self, query: "StreamingQuery") -> None:
+        self._query = query
+        self._lock = threading.Lock()
+        self._rounds: list[float] = []  # when the last two calls that returned began
+        self._thread: threading.Thread | None = None
+
+    def processed_all_since(self, moment: float) -> bool:
+        """``moment``: a ``time.monotonic()``; the first call starts finding out."""
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._process_rounds, name="input-drain", daemon=True
+                )
+                self._thread.start()
+            return sum(began >= moment for began in self._rounds) >= 2
+
+    def _process_rounds(self) -> None:
+        while self._query.isActive:
+            began = time.monotonic()
+            try:
+                self._query.processAllAvailable()
+            except Exception:  # the query failed: its view reports why
+                return
+            with self._lock:
+                self._rounds = [*self._rounds[-1:], began]

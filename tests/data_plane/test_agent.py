@@ -111,7 +111,7 @@ def test_until_its_query_started_the_agent_answers_starting_and_snapshots_nothin
         assert (snapshot["state"], snapshot["batchId"]) == ("capturing", None)
 
         restored = RestoredFrom(RestoreCandidate.decode("checkpoint:7"), batch_id=1)
-        job.agent.query_started(lambda: job.view, restored)
+        job.agent.query_started(lambda: job.view, restored, lambda moment: job.drained)
         assert _wait_for(client, 1, "acknowledged")["acks"][0]["batchId"] == 2
         status = _status(client)
         assert (status["query"]["state"], status["query"]["lastCommittedBatch"]) == ("running", 2)
@@ -290,11 +290,11 @@ def test_a_drain_savepoints_metadata_counts_from_its_capture(running: Running) -
     """Its `_metadata` trigger time was the request's: the savepoint's duration (`list -o
     wide`) held the whole drain (a newcomer's 44 s for a sub-second savepoint)."""
     client = running.client()
-    running.view = QueryView(QueryState.RUNNING, idle=False)  # input left
+    running.drained = False  # input left
     _call(client, "trigger", 2, CheckpointKind.SAVEPOINT, AfterCompletion.DRAIN)
     time.sleep(0.5)
     ran_out = datetime.now(UTC)
-    running.view = QueryView(QueryState.RUNNING, idle=True)
+    running.drained = True
     _wait_for(client, 2, "acknowledged")
     _call(client, "finalize", 2, ["logs", "state-0-0", "state-0-1"])
 
@@ -588,7 +588,7 @@ def test_the_query_progress_is_served_and_changes_no_version(running: Running) -
     progress = QueryProgress(
         batch_id=7, num_input_rows=10, input_rows_per_second=50.0, total_input_rows=80
     )
-    running.view = QueryView(QueryState.RUNNING, idle=True, progress=progress)
+    running.view = QueryView(QueryState.RUNNING, progress=progress)
 
     status = _status(running.client())
 
@@ -648,9 +648,7 @@ def test_status_notices_a_query_change_while_it_waits(
 ) -> None:
     monkeypatch.setattr(server, "RECHECK_SECONDS", 0.1)
     version = _version(running)
-    threading.Timer(
-        0.3, lambda: setattr(running, "view", QueryView(QueryState.FINISHED, True))
-    ).start()
+    threading.Timer(0.3, lambda: setattr(running, "view", QueryView(QueryState.FINISHED))).start()
 
     async def ask() -> tuple[float, Any]:
         client = running.client()
@@ -1094,8 +1092,8 @@ def test_a_query_restored_at_its_last_batch_needs_no_final_checkpoint(tmp_path: 
     never took, answered 404)."""
     job = Running(tmp_path, batches=3, query_started=False)  # batches 0..2 committed
     restored = RestoredFrom(RestoreCandidate.decode("checkpoint:4"), batch_id=2, skipped=())
-    job.view = QueryView(QueryState.FINISHED, idle=True)
-    job.agent.query_started(lambda: job.view, restored)
+    job.view = QueryView(QueryState.FINISHED)
+    job.agent.query_started(lambda: job.view, restored, lambda moment: job.drained)
 
     assert job.agent.status().awaiting_final_checkpoint is False
     assert job.agent.wait_for_notification(2, should_give_up=lambda: True) is True

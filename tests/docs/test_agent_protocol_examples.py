@@ -74,8 +74,9 @@ def agent_url(tmp_path: Path) -> Iterator[str]:
         attempt=1,
     )
     agent.query_started(
-        lambda: QueryView(QueryState.RUNNING, idle=True, progress=QueryProgress(2, 120, 40.5, 360)),
+        lambda: QueryView(QueryState.RUNNING, progress=QueryProgress(2, 120, 40.5, 360)),
         None,
+        lambda moment: True,
     )
     port = free_port()
     server = AgentServer(agent, TOKEN, "127.0.0.1", port)

@@ -209,6 +209,24 @@ def test_stop_with_savepoint_and_drain_processes_all_input_first(tmp_path: Path)
     _assert_exactly_once(run)  # all input, not just what was read at the stop request
 
 
+def test_a_drain_processes_input_that_came_while_the_query_waited_for_its_next_trigger(
+    tmp_path: Path,
+) -> None:
+    """A newcomer's: Spark's status said no data was available (its last trigger found
+    none), so `stop --drain` right after new files came took its savepoint without them."""
+    run = JobRun(tmp_path / "job", bounded=False, shutdown={"drain": True}, trigger_seconds=5)
+    run.add_input(files=2)  # one file per batch: batches 0 and 1
+    run.start()
+    run.wait_for_line(r"checkpoint \d+ complete(?: \([^)]*\))?: batch 1\b")
+    time.sleep(6)  # a trigger after batch 1 found no data: Spark's status says none is
+    run.add_input(files=2, start_index=2)  # seen at the next trigger, up to 5 s on
+    run.interrupt()
+    savepoint = run.wait_for_line(r"savepoint \d+ complete(?: \([^)]*\))?: batch (\d+)")
+    assert run.wait() == 0, "\n".join(run.lines)
+    assert int(savepoint[1]) == 3, "\n".join(run.lines)
+    _assert_exactly_once(run)
+
+
 def test_storage_unwritable_after_the_start_fails_checkpoints_while_the_query_runs(
     tmp_path: Path,
 ) -> None:

@@ -64,7 +64,8 @@ class Running:
             )
         )
         self.participant = RecordingParticipant()
-        self.view = QueryView(QueryState.RUNNING, idle=True)
+        self.view = QueryView(QueryState.RUNNING)
+        self.drained = True  # what a drain asks of the query: all input processed
         self.agent = CheckpointAgent(
             storage=self.storage,
             location=self.location,
@@ -73,7 +74,7 @@ class Running:
             attempt=1,
         )
         if query_started:
-            self.agent.query_started(lambda: self.view, None)
+            self.agent.query_started(lambda: self.view, None, lambda moment: self.drained)
         self.port = free_port()
         self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
 

@@ -134,12 +134,12 @@ class FakeQuery:
     def isActive(self) -> bool:
         return not self._stopped.is_set()
 
-    @property
-    def status(self) -> dict[str, bool]:
+    def processAllAvailable(self) -> None:
         # Bounded input has data until it is done (a drain waits for that); other input
-        # comes as it likes and is idle between batches.
-        available = self._input_batches >= 0 and not self._input_done()
-        return {"isDataAvailable": available, "isTriggerActive": False}
+        # comes as it likes and is all processed between batches.
+        while self._input_batches >= 0 and not self._input_done():
+            if self._stopped.wait(0.01):
+                return
 
     def awaitTermination(self, timeout: float) -> None:
         self._stopped.wait(timeout)

@@ -101,12 +101,11 @@ class QueryView:
     """What the agent needs to know about the running query."""
 
     state: QueryState
-    idle: bool  # no data available and no trigger active: drained
     message: str = ""
     progress: QueryProgress | None = None  # None before the query's first progress
 
 
-STARTING = QueryView(QueryState.STARTING, idle=False)
+STARTING = QueryView(QueryState.STARTING)
 
 
 @dataclass
@@ -208,6 +207,7 @@ class CheckpointAgent:
         # the agent answers meanwhile, so that a long restore is not taken for a driver
         # whose pipeline never started an agent.
         self._query_view: Callable[[], QueryView] = lambda: STARTING
+        self._processed_all_since: Callable[[float], bool] = lambda moment: False
         self._restored_from: RestoredFrom | None = None
         self._attempt = attempt
         self._lock = threading.Lock()
@@ -245,16 +245,22 @@ class CheckpointAgent:
         self._changed()
 
     def query_started(
-        self, query_view: Callable[[], QueryView], restored_from: RestoredFrom | None
+        self,
+        query_view: Callable[[], QueryView],
+        restored_from: RestoredFrom | None,
+        processed_all_since: Callable[[float], bool],
     ) -> None:
         """The query runs, restored from ``restored_from`` (None: a fresh start); from now
-        on the status reports it as ``query_view`` sees it. The participants committed
+        on the status reports it as ``query_view`` sees it, and a drain asks
+        ``processed_all_since`` whether the query has processed and committed all input
+        available at a moment (``time.monotonic()``). The participants committed
         through the restored image's batch when they restored it (``on_restore``): they
         know of an image covering it, so a query whose input was done there needs no
         final checkpoint (it waited for one, told of an image this agent never took)."""
         with self._status_lock:
             self._restored_from = restored_from
             self._query_view = query_view
+            self._processed_all_since = processed_all_since
         if restored_from is not None:
             with self._notified:
                 if self._notified_batch is None or restored_from.batch_id > self._notified_batch:
@@ -302,7 +308,7 @@ class CheckpointAgent:
     def _status(self) -> AgentStatus:
         view = self._query_view()
         if self.stop_requested and view.state is QueryState.FINISHED:
-            view = QueryView(QueryState.STOPPED, True)
+            view = QueryView(QueryState.STOPPED)
         committed = self._committed(view)
         with self._lock:
             snapshots = tuple(s.report() for s in self._in_flight())
@@ -682,13 +688,16 @@ class CheckpointAgent:
         # On a busy query the next batch is planned right after each commit; waiting for
         # "nothing planned" could wait forever, so wait for the batch running at the trigger.
         target = planned_at_trigger[-1] if planned_at_trigger else 0
+        requested = time.monotonic()  # a drain: what input there is now, processed
         while True:
             if snapshot.cancelled.is_set():
                 raise SnapshotError("aborted before capture")
             view = self._query_view()
             committed = self._committed(view)
             waiting_for_batch = not committed or committed[-1] < target
-            draining = snapshot.after is AfterCompletion.DRAIN and not view.idle
+            draining = snapshot.after is AfterCompletion.DRAIN and not self._processed_all_since(
+                requested
+            )
             if view.state is not QueryState.RUNNING and committed:
                 return committed[-1]  # a finished query cannot move on
             if committed and not waiting_for_batch and not draining:
