@@ -774,8 +774,7 @@ async def _run_locked(
     owner = _claimed(storage, paths)
     janitor = await _claiming_janitor(manifest, storage, owner)
     report = display.line
-    image = None if restore_from is None else _chosen(restore_from, record, storage)
-    _check_initial_savepoint(manifest, record, storage)
+    image = _checked_images(manifest, record, storage, restore_from)
     _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root, owner)
     launcher.on_launch = lambda driver: report(
@@ -1082,17 +1081,38 @@ def _check_storage_unchanged(
     )
 
 
+def _checked_images(
+    manifest: JobManifest, record: JobRecord, storage: CheckpointStorage, restore_from: str | None
+) -> ChosenImage | None:
+    """The image ``run --from`` names, and the initial savepoint, checked before Spark
+    starts, as the driver would read them."""
+    with _driver_environment_here(manifest):
+        image = None if restore_from is None else _chosen(restore_from, record, storage)
+        _check_initial_savepoint(manifest, record, storage)
+    return image
+
+
+@contextlib.contextmanager
+def _driver_environment_here(manifest: JobManifest) -> Iterator[None]:
+    """This process with the driver's environment, to read an image the driver is to
+    restore: an object store's credentials may be the manifest's variables."""
+    saved = dict(os.environ)
+    os.environ.update(driver_environment(manifest))
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def _check_initial_savepoint(
     manifest: JobManifest, record: JobRecord, storage: CheckpointStorage
 ) -> None:
-    """A job without images of its own starts from its initial savepoint: one on this
-    machine is checked as `run --from` checks a path, before Spark starts (the driver
-    alone has the credentials of an object store)."""
+    """A job without images of its own starts from its initial savepoint: it is checked as
+    `run --from` checks a path, before Spark starts."""
     initial = manifest.spec.restore.initial_savepoint_path
     registry = record.coordinator
     if not initial or registry.checkpoints or registry.savepoints:
-        return
-    if "://" in initial and not initial.startswith("file://"):
         return
     try:
         chosen_image(initial, registry, storage)

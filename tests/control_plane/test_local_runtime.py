@@ -12,6 +12,7 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from helpers.fake_query import (
     run_cli,
     write_job,
 )
+from helpers.objectstore import S3Server
 from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -375,6 +377,33 @@ def test_an_initial_savepoint_on_this_machine_is_checked_before_a_driver_starts(
         "spark-checkpoint run: spec.restore.initialSavepointPath: the savepoint cannot be "
         f"restored: {missing.as_uri()}/_metadata: no such file"
     ), line
+    assert not (tmp_path / "runs").exists(), "no driver was started"
+
+
+@pytest.mark.parametrize("named_by", ["initialSavepointPath", "--from"])
+def test_an_image_on_an_object_store_is_checked_with_the_manifests_credentials(
+    tmp_path: Path, s3_server: S3Server, named_by: str
+) -> None:
+    """A newcomer's: an initialSavepointPath on S3 was not checked before Spark started (the
+    job failed, RESTORE_FAILED), and `--from` read it without the credentials that the
+    manifest's variables give the driver (NoCredentialsError)."""
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n", env=s3_server.environment())
+    missing = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}/default/probe/savepoints/sp-9"
+    options = ["--from", missing] if named_by == "--from" else []
+    if named_by == "initialSavepointPath":
+        manifest = yaml.safe_load(job.manifest.read_text())
+        manifest["spec"]["restore"] = {"initialSavepointPath": missing}
+        job.manifest.write_text(yaml.safe_dump(manifest))
+    assert not {"AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL"} & set(os.environ)
+
+    result = job.run(*options, timeout=60)
+
+    assert result.returncode == 1, result.stdout + result.stderr
+    field = "spec.restore.initialSavepointPath" if named_by != "--from" else "--from"
+    assert result.stderr.splitlines() == [
+        f"spark-checkpoint run: {field}: the savepoint cannot be restored: {missing}/_metadata: "
+        "no such file"
+    ]
     assert not (tmp_path / "runs").exists(), "no driver was started"
 
 
