@@ -1069,15 +1069,26 @@ def _check_storage_unchanged(
         )
 
     images = (*registry.savepoints, *registry.checkpoints)
-    elsewhere = next((image.path for image in images if not here(image.path)), None)
-    if elsewhere is None:
+    elsewhere = [image for image in images if not here(image.path)]
+    if not elsewhere:
         return
+    # The newest savepoint a restore can use (else the newest such checkpoint): an older
+    # one would replay batches the output already holds.
+    failed = {entry.source for entry in record.unrestorable}
+    usable = [
+        i
+        for i in elsewhere
+        if RestoreCandidate.registered(i.kind, i.checkpoint_id).encode() not in failed
+    ]
+    newest = max(
+        usable or elsewhere, key=lambda i: (i.kind is CheckpointKind.SAVEPOINT, i.checkpoint_id)
+    )
     shown = job_root if storage.fs.is_local else storage.layout.job_root  # with its account
     raise RunRefused(
         f"spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
-        f"{shown} but where it ran before (such as {elsewhere}); set it "
-        f"back, or start the job afresh on this storage from one of them: delete its state "
-        f"{paths.job_dir} and run --from that savepoint's path"
+        f"{shown} but where it ran before; set it back, or start the job afresh on this "
+        f"storage from its newest {newest.kind.value} there: delete its state "
+        f"{paths.job_dir} and run --from {newest.path}"
     )
 
 

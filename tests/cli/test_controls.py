@@ -405,8 +405,10 @@ def test_a_run_on_other_storage_than_its_images_is_refused_before_it_writes(
 ) -> None:
     """The manifest's storage changed between runs: the restore found none of the job's
     images and failed it, and its garbage collection failed on them (found by hand). The
-    same storage spelled otherwise (a file:// URI) runs."""
+    same storage spelled otherwise (a file:// URI) runs. The image it names is the newest
+    savepoint (it named the oldest, whose restore replays what the output holds)."""
     _detach(job)
+    assert job.cli("savepoint", "-f", "job.yaml").returncode == 0
     assert job.cli("stop", "-f", "job.yaml").returncode == 0
     wait_until_gone(job.runtime_pid())
     manifest = job.directory / "job.yaml"
@@ -423,10 +425,9 @@ def test_a_run_on_other_storage_than_its_images_is_refused_before_it_writes(
     assert isinstance(last_savepoint, dict)
     assert refused.stderr == (
         "spark-checkpoint run: spec.checkpointing.storage: the job's checkpoints and "
-        f"savepoints are not in {elsewhere}/default/probe but where it ran before (such as "
-        f"{last_savepoint['path']}); set it back, or start the job afresh on this storage "
-        f"from one of them: delete its state {job.job_dir} and run --from that savepoint's "
-        "path\n"
+        f"savepoints are not in {elsewhere}/default/probe but where it ran before; set it "
+        "back, or start the job afresh on this storage from its newest savepoint there: "
+        f"delete its state {job.job_dir} and run --from {last_savepoint['path']}\n"
     )
     assert not elsewhere.exists()
     document["spec"]["checkpointing"]["storage"] = str(_job_storage(job).parents[1].as_uri())
