@@ -30,10 +30,10 @@ from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE, run_
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
     RunRefused,
+    load_runnable_manifest,
     run_local,
 )
 from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
-from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.restore_choice import image_choice
 from spark_checkpoint_operator.run_display import RunDisplay
@@ -353,7 +353,7 @@ def _add_storage_commands(commands: "argparse._SubParsersAction[Parser]") -> Non
 
 def _run(args: argparse.Namespace, *, handed_over_lock: int | None) -> int:
     try:
-        manifest = load_manifest(args.manifest)
+        manifest = load_runnable_manifest(args.manifest)
     except (ManifestError, OSError) as error:
         print(error_lines("spark-checkpoint run", error), file=sys.stderr)
         return ExitCode.USAGE

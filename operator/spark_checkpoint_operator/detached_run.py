@@ -17,8 +17,8 @@ from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
     RunRefused,
     job_lock,
+    load_runnable_manifest,
     name_lock_holder,
-    require_own_state_directory,
 )
 from spark_checkpoint_operator.local_state import (
     LocalPaths,
@@ -26,7 +26,6 @@ from spark_checkpoint_operator.local_state import (
     local_paths,
     open_state_file,
 )
-from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.run_display import wall_clock
 
@@ -56,13 +55,12 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
     run (`BACKGROUND_RUN_VARIABLE`); 0 once it answers, else its exit code (or 1) with the
     end of its log."""
     try:
-        manifest = load_manifest(args.manifest)
+        manifest = load_runnable_manifest(args.manifest)
     except (ManifestError, OSError) as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.USAGE
     paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
     try:
-        require_own_state_directory(manifest)  # before anything is written there
         paths.logs_dir.mkdir(parents=True, exist_ok=True)
         # Refused here, its refusal is not appended to the running job's log; taken here,
         # no other run writes there before this one's background run holds the lock.

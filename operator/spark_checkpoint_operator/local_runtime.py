@@ -76,8 +76,9 @@ from spark_checkpoint_operator.local_state import (
     open_state_file,
 )
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_api_version, resource_kind
-from spark_checkpoint_operator.manifest.loading import manifest_from_document
-from spark_checkpoint_operator.manifest.model import Application, JobManifest, JobSpec
+from spark_checkpoint_operator.manifest.loading import load_manifest, manifest_from_document
+from spark_checkpoint_operator.manifest.model import Application, JobManifest, JobSpec, JobState
+from spark_checkpoint_operator.manifest.problems import ManifestError, Problem
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
 from spark_checkpoint_operator.restore_choice import ChosenImage, UnknownImage, chosen_image
@@ -118,16 +119,33 @@ class JobBusy(RunRefused):
     """Another `spark-checkpoint run` holds the job; the message names it."""
 
 
-def require_own_state_directory(manifest: JobManifest) -> None:
-    """Refuse (RunRefused) a job whose state directory would be the default storage's: in
-    the namespace of that directory's name."""
+def load_runnable_manifest(path: Path) -> JobManifest:
+    """The manifest at ``path`` if this machine can run it; ManifestError naming the file
+    and each field that keeps it from running here (fields Kubernetes takes)."""
+    manifest = load_manifest(path)
+    problems = []
     if manifest.namespace == DEFAULT_STORAGE_DIR_NAME:
-        raise RunRefused(
-            f"metadata.namespace {DEFAULT_STORAGE_DIR_NAME!r} is the name of the default "
-            "storage's directory in the state directory: the job's state would lie among "
-            "other jobs' checkpoints (its logs/ and work/ where jobs named logs and work "
-            "keep theirs); give the job another namespace"
+        problems.append(
+            Problem(
+                "metadata.namespace",
+                f"{DEFAULT_STORAGE_DIR_NAME!r} is the name of the default storage's directory "
+                "in the state directory: the job's state would lie among other jobs' "
+                "checkpoints (its logs/ and work/ where jobs named logs and work keep "
+                "theirs); give the job another namespace",
+            )
         )
+    if manifest.spec.state is JobState.SUSPENDED:
+        problems.append(
+            Problem(
+                "spec.state",
+                "is Suspended: the manifest asks for the job not to run; set it to Running "
+                "(the default) to run it here (on this machine, `spark-checkpoint stop` "
+                "suspends a run)",
+            )
+        )
+    if problems:
+        raise ManifestError(str(path), problems)
+    return manifest
 
 
 @contextlib.contextmanager
@@ -603,7 +621,6 @@ async def run_local(
     (before anything else is started)."""
     require_secret_variables(manifest, os.environ)
     require_main_file(manifest.spec.application, manifest_path)
-    require_own_state_directory(manifest)
     paths = local_paths(manifest, state_dir)
     if manifest.spec.checkpointing.storage is None and (
         left := paths.storage_left_percent_encoded()

@@ -880,9 +880,32 @@ def test_a_job_in_the_namespace_named_storage_is_refused_before_it_writes(
     options = ["-d"] if detached else []
     result = run_cli(tmp_path, "run", "job.yaml", *options, environment=dict(os.environ))
 
-    assert result.returncode == 1, result.stdout + result.stderr
-    assert "metadata.namespace 'storage' is the name of the default storage's directory" in (
-        result.stderr
+    # A manifest this machine cannot run: exit 2 naming the file, as any bad manifest.
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr.startswith(
+        "spark-checkpoint run: job.yaml: metadata.namespace: 'storage' is the name of the "
+        "default storage's directory"
+    ), result.stderr
+    assert not (tmp_path / ".spark-checkpoint").exists()
+
+
+@pytest.mark.parametrize("detached", [False, True])
+def test_a_manifest_that_says_suspended_is_not_run(tmp_path: Path, detached: bool) -> None:
+    """A newcomer's: spec.state Suspended ran in the foreground for ten minutes, without a
+    word (on Kubernetes: phase Suspended, no pods)."""
+    manifest = write_job(tmp_path, interval="10s")
+    document = yaml.safe_load(manifest.read_text())
+    document["spec"]["state"] = "Suspended"
+    manifest.write_text(yaml.safe_dump(document))
+
+    options = ["-d"] if detached else []
+    result = run_cli(tmp_path, "run", "job.yaml", *options, environment=dict(os.environ))
+
+    assert (result.returncode, result.stderr) == (
+        2,
+        "spark-checkpoint run: job.yaml: spec.state: is Suspended: the manifest asks for the "
+        "job not to run; set it to Running (the default) to run it here (on this machine, "
+        "`spark-checkpoint stop` suspends a run)\n",
     )
     assert not (tmp_path / ".spark-checkpoint").exists()
 
@@ -1062,9 +1085,9 @@ def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: 
         _check_storage_unchanged(record, staging, paths)
     assert str(refused.value).startswith(
         "spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
-        "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before "
-        f"(such as {savepoint})"
+        "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before;"
     )
+    assert str(refused.value).endswith(f" and run --from {savepoint}")
 
 
 # Azurite's well-known development key (documented by Microsoft; not a secret).
