@@ -109,13 +109,16 @@ def _main(argv: Sequence[str] | None) -> int:
             },
         ),
     )
-    manifest = run.add_mutually_exclusive_group(required=True)
-    add_manifest_option(manifest, "the manifest", dest="manifest_file")
-    manifest.add_argument(
+    # Not a mutually exclusive group: with -f, a word an unknown option left (`-s
+    # savepoint:3`) was "argument FILE: not allowed with -f", never naming the option.
+    add_manifest_option(run, "the manifest", dest="manifest_file")
+    run.add_argument(
         "manifest", type=manifest_file, nargs="?", metavar="FILE", help="the manifest (as -f FILE)"
     )
     run.add_argument(
         "--from",
+        "-s",  # Flink's
+        "--fromSavepoint",  # Flink's
         dest="restore_from",
         type=_image_choice,
         metavar="IMAGE",
@@ -216,6 +219,10 @@ def _main(argv: Sequence[str] | None) -> int:
         named = args.command == "run" or getattr(args, "manifest", None) is not None
         command.refuse_unrecognized(unrecognized, manifest_named=named)
     if args.command == "run":
+        if args.manifest_file is None and args.manifest is None:
+            commands.choices["run"].error("name the manifest: FILE, or -f FILE")
+        if args.manifest_file is not None and args.manifest is not None:
+            commands.choices["run"].error("name the manifest once: FILE or -f FILE, not both")
         args.manifest = args.manifest_file or args.manifest
         # Taken out: a process the background run starts (its driver) is none.
         background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None)

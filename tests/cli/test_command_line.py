@@ -181,6 +181,38 @@ def test_run_given_two_manifests_gets_no_hint_to_use_f(cli: Cli) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        # A newcomer's: each said "argument FILE: not allowed with argument -f/...": the
+        # word after the unknown option was taken for a second manifest.
+        (["-f", "job.yaml", "--fro", "savepoint:10"], "unrecognized arguments: --fro"),
+        (["-f", "job.yaml", "-x", "foo"], "unrecognized arguments: -x"),
+        (["a.yaml", "-f", "b.yaml"], "name the manifest once: FILE or -f FILE, not both"),
+        ([], "name the manifest: FILE, or -f FILE"),
+    ],
+)
+def test_run_names_what_is_wrong_with_its_arguments(
+    cli: Cli, arguments: list[str], said: str
+) -> None:
+    result = cli("run", *arguments)
+    assert (result.code, result.err) == (
+        ExitCode.USAGE,
+        f"spark-checkpoint run: {said} (see spark-checkpoint run --help)\n",
+    )
+
+
+def test_run_takes_flinks_s_and_from_savepoint_for_from(cli: Cli) -> None:
+    for option in ("-s", "--fromSavepoint"):
+        result = cli("run", "-f", "absent.yaml", option, "savepoint:x")
+        assert (result.code, result.err) == (
+            ExitCode.USAGE,
+            "spark-checkpoint run: argument --from/-s/--fromSavepoint: 'savepoint:x' is not "
+            "savepoint:N with N an id (no leading 0); for a path of that name, write "
+            "./savepoint:x (see spark-checkpoint run --help)\n",
+        ), result.err
+
+
 def test_an_abbreviated_option_is_not_taken(cli: Cli) -> None:
     """`run --deta` detached: the background run is started with the arguments less their
     exact `--detach`, so it detached again, and again, a process each time for ever (11
