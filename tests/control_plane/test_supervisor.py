@@ -32,6 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
     AfterCompletion,
     CheckpointKind,
+    CompletedCheckpoint,
     CoordinatorConfig,
     JobPhase,
     PersistedState,
@@ -1137,6 +1138,43 @@ def test_a_savepoint_the_history_no_longer_keeps_is_deleted_and_said_so() -> Non
         "deleting savepoint 1 (batch 3): older than the savepoint history keeps "
         "(spec.savepoints.historyMaxCount, historyMaxAge)"
     ) in lines
+
+
+class StartingAgent(FakeAgent):
+    """Not listening yet: the driver restores its image and starts Spark first."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reachable = False
+
+
+def test_a_lowered_history_deletes_through_the_agent_once_it_answers_without_a_warning() -> None:
+    """A newcomer lowered historyMaxCount: the run asked the new driver's agent to delete
+    the savepoints before it listened, five 'savepoint N is not deleted yet: ... Connection
+    refused' lines for a routine deletion."""
+    savepoints = tuple(
+        CompletedCheckpoint(n, CheckpointKind.SAVEPOINT, n, f"file:///s/sp-{n}", 1, n, n)
+        for n in (1, 2, 3)
+    )
+    record = JobRecord(attempt=1, coordinator=PersistedState(4, savepoints=savepoints))
+
+    async def scenario() -> tuple[FakeAgent, list[str]]:
+        launcher = FakeLauncher()
+        launcher.agent_class = StartingAgent
+        supervisor, lines = _supervisor(launcher, record=record, savepoints_kept=1)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers))
+        agent = launcher.drivers[0].agent
+        await asyncio.sleep(0.3)
+        agent.reachable = True
+        await until(lambda: len(agent.discarded_savepoints) == 2)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return agent, lines
+
+    agent, lines = asyncio.run(scenario())
+    assert agent.discarded_savepoints == [1, 2]
+    assert [line for line in lines if "not deleted yet" in line] == [], lines
 
 
 def test_the_history_deletes_a_savepoint_a_restore_failed_on_before_one_it_can_restore() -> None:

@@ -500,6 +500,11 @@ class EffectInterpreter:
                 self._janitor_failed = True
                 await self._still_due(self._set_with(discard))  # keeps a reason it had
             return
+        if not attempt.agent_answered:
+            # Its driver restores and starts Spark before its agent listens: asked after
+            # the first completion, as any discard due (a refusal now is no news).
+            await self._still_due(self._set_with(discard))
+            return
         try:
             await self._through_agent(discard, attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
