@@ -117,14 +117,16 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     run.add_argument(
         "--from",
-        "-s",  # Flink's
-        "--fromSavepoint",  # Flink's
         dest="restore_from",
         type=_image_choice,
         metavar="IMAGE",
         help="restore savepoint:N, checkpoint:N (of the job's registry) or the savepoint or "
         "retained checkpoint at PATH (.../savepoints/sp-N or .../chk-N) instead of the "
-        "newest image; checked before Spark starts",
+        "newest image; checked before Spark starts (Flink's -s and --fromSavepoint too)",
+    )
+    # Apart, so that a --from error says --from.
+    run.add_argument(
+        "-s", "--fromSavepoint", dest="restore_from", type=_image_choice, help=argparse.SUPPRESS
     )
     run.add_argument(
         "-d",

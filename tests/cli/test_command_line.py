@@ -207,7 +207,7 @@ def test_run_takes_flinks_s_and_from_savepoint_for_from(cli: Cli) -> None:
         result = cli("run", "-f", "absent.yaml", option, "savepoint:x")
         assert (result.code, result.err) == (
             ExitCode.USAGE,
-            "spark-checkpoint run: argument --from/-s/--fromSavepoint: 'savepoint:x' is not "
+            "spark-checkpoint run: argument -s/--fromSavepoint: 'savepoint:x' is not "
             "savepoint:N with N an id (no leading 0); for a path of that name, write "
             "./savepoint:x (see spark-checkpoint run --help)\n",
         ), result.err

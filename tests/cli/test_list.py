@@ -97,7 +97,9 @@ def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: C
     assert f"registry: {job.status_file.resolve()}" in result.out
     table = rows(result.out)
     assert table[("checkpoint", "1")][6:] == [
-        "unregistered", "not in the registry: never restored from; garbage collection removes it"
+        "unregistered",
+        "not in the registry (subsumed, or left by a crash): never restored from; its discard "
+        "or garbage collection removes it",
     ]  # fmt: skip
     assert table[("checkpoint", "2")][6:] == ["registered"]
     assert table[("checkpoint", "4")][2:] == [
@@ -431,7 +433,8 @@ def test_says_whether_the_owner_is_this_state_directorys_registry(
     # Another registry's garbage collection never runs there (a newcomer's).
     unlisted = rows(listed.out)[("checkpoint", "1")][-1]
     assert unlisted == (
-        "not in the registry: never restored from; garbage collection removes it"
+        "not in the registry (subsumed, or left by a crash): never restored from; its discard "
+        "or garbage collection removes it"
         if is_this
         else "not in this registry: the owner's"
     )

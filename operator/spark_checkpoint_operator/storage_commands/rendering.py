@@ -263,7 +263,12 @@ def row_note(row: SnapshotRow, *, owned_here: bool) -> str:
         if row.ref.kind is CheckpointKind.CHECKPOINT and not owned_here:
             return "not in this registry: the owner's"
         if row.ref.kind is CheckpointKind.CHECKPOINT:
-            return "not in the registry: never restored from; garbage collection removes it"
+            # Subsumed ones too, between their registry's write and their discard (a
+            # newcomer read the words as an orphan's).
+            return (
+                "not in the registry (subsumed, or left by a crash): never restored from; "
+                "its discard or garbage collection removes it"
+            )
         return "not in the registry: kept, a savepoint with _metadata is the user's"
     if row.state is StoredSnapshotState.UNREADABLE:
         return f"unreadable _metadata: {row.error}"
