@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 
 from helpers.coordinator import FakeClock
 from spark_checkpoint_operator.coordinator import (
+    AbortCheckpoint,
     AfterCompletion,
     CheckpointCoordinator,
     CheckpointFinalized,
@@ -32,6 +33,7 @@ from spark_checkpoint_operator.coordinator import (
     DiscardCheckpoint,
     DiscardSavepoint,
     Effect,
+    FailJob,
     FinalizationFailed,
     FinalizeCheckpoint,
     JobPhase,
@@ -59,6 +61,7 @@ from spark_checkpoint_operator.coordinator.state import MAX_COUNT
 TASK_POOL = ("logs", "state-0-0", "state-0-1", "state-1-0")
 WITHDRAWN_LABEL = "suspend"
 COMPLETIONS: list[int] = []
+STREAKS: list[tuple[int, int]] = []  # (longest streak of failures, tolerated)
 
 
 @st.composite
@@ -102,6 +105,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.terminated = False
         self.persisted = PersistedState()
         self.completions = 0
+        # Flink's CheckpointFailureManager, modelled apart: checkpoint failures of the kinds
+        # that say the job cannot checkpoint, in a row, since a checkpoint completed (or the
+        # job left Running, or a coordinator took over).
+        self.failure_streak = 0
+        self.longest_streak = 0
 
     def _build(
         self, state: PersistedState | None, next_id: int | None = None
@@ -128,8 +136,14 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self._send(TaskAcknowledged(checkpoint_id, TaskAck(task, batch, 10, 1)))
 
     def _check(self, effects: list[Effect]) -> None:
+        must_fail = False
         for effect in effects:
             match effect:
+                case AbortCheckpoint(kind=CheckpointKind.CHECKPOINT, reason=reason):
+                    if reason.counts_toward_tolerable_failures:
+                        self.failure_streak += 1
+                        self.longest_streak = max(self.longest_streak, self.failure_streak)
+                        must_fail |= self.failure_streak > self.config.tolerable_failures
                 case PersistState(state=state):
                     # What is persisted is read back (an operator restart, a local run).
                     read_back = PersistedState.from_dict(state.to_dict())
@@ -163,6 +177,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     assert cid in registered
                     if completed.kind is CheckpointKind.CHECKPOINT:
                         self.completed_checkpoints.append(cid)
+                        self.failure_streak = 0
                     if commit:
                         self.committed_batch = max(self.committed_batch, completed.batch_id)
                 case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
@@ -173,6 +188,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     self.discarded_checkpoints[cid] += 1
                 case DiscardSavepoint(savepoint=savepoint):
                     self.discarded_savepoints.add(savepoint.checkpoint_id)
+        failed = any(isinstance(effect, FailJob) for effect in effects)
+        assert failed == must_fail, (self.failure_streak, self.config.tolerable_failures)
 
     # ------------------------------------------------------------------ rules
 
@@ -197,6 +214,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
     @rule(leave_running=st.booleans())
     def phase(self, leave_running: bool) -> None:
         self._send(JobPhaseChanged(JobPhase.RESTARTING if leave_running else JobPhase.RUNNING))
+        if leave_running:
+            self.failure_streak = 0
 
     @rule(tasks=st.sets(st.sampled_from(TASK_POOL), min_size=1), executor_lost=st.booleans())
     def report(self, tasks: set[str], executor_lost: bool) -> None:
@@ -255,6 +274,18 @@ class CoordinatorMachine(RuleBasedStateMachine):
             if cid in self.finalizing:
                 self.finalizing.discard(cid)
                 self._send(CheckpointFinalized(cid, f"file:///s/chk-{cid}", 100))
+
+    @rule(expire=st.booleans())
+    def fail_checkpoint(self, expire: bool) -> None:
+        """A whole round trip that fails, as a job's that cannot checkpoint: without it,
+        runs rarely fail enough checkpoints in a row to reach tolerableFailures."""
+        effects = self._send(TriggerRequested(CheckpointKind.CHECKPOINT))
+        for trigger in [e for e in effects if isinstance(e, TriggerCheckpoint)]:
+            if expire:
+                self.clock.now += self.config.timeout
+                self._send(Tick())
+            else:
+                self._send(TaskDeclined(trigger.checkpoint_id, "logs", "boom"))
 
     @precondition(lambda self: bool(self.coordinator.pending))
     @rule(data=st.data(), unknown_task=st.booleans(), odd_batch=st.integers(0, 19))
@@ -317,6 +348,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def restart_operator(self) -> None:
         self.coordinator = self._build(PersistedState.from_dict(self.persisted.to_dict()))
         self.finalizing.clear()
+        self.failure_streak = 0
 
     @rule()
     def replace_in_process(self) -> None:
@@ -324,6 +356,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         old = self.coordinator
         self.coordinator = self._build(old.persisted_state, next_id=old.next_checkpoint_id)
         self.finalizing.clear()
+        self.failure_streak = 0
         self._start_job()  # the supervisor tells it the phase; the next status, the tasks
 
     @precondition(lambda self: self.highest_triggered > 6)
@@ -384,7 +417,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         # complete none, and the invariants about the registry need some that do.
         target(float(self.completions), label="completed images")
         target(float(len(self.completed_checkpoints)), label="completed checkpoints")
+        target(float(self.longest_streak), label="failures in a row")
         COMPLETIONS.append(self.completions)
+        STREAKS.append((self.longest_streak, self.config.tolerable_failures))
 
 
 # max_examples is the profile's (hypothesis' 100; fewer in the mutation profile).
@@ -399,6 +434,7 @@ TestCoordinatorInvariants = CoordinatorMachine.TestCase
 def test_the_machine_reaches_completions() -> None:
     """Guards the invariants above against vacuity, on a fixed seed."""
     COMPLETIONS.clear()
+    STREAKS.clear()
     run_state_machine_as_test(
         CoordinatorMachine,
         settings=settings(
@@ -411,3 +447,5 @@ def test_the_machine_reaches_completions() -> None:
     )
     # Few runs are long enough to complete several; one that does shows the rules fire.
     assert max(COMPLETIONS) >= 2
+    # And the failure count's: a run failed only past a tolerance above 0.
+    assert any(streak > tolerated >= 1 for streak, tolerated in STREAKS), STREAKS
