@@ -252,7 +252,7 @@ class AgentUnderTest:
             participants=[],
             attempt=1,
         )
-        self.agent.query_started(lambda: QueryView(QueryState.RUNNING, idle=True), None)
+        self.agent.query_started(lambda: QueryView(QueryState.RUNNING), None, lambda moment: True)
         self.token = secrets.token_hex(16)
         port = free_port()
         self.server = AgentServer(self.agent, self.token, "127.0.0.1", port)

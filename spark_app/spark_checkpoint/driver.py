@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -343,34 +344,44 @@ def _view(query: "StreamingQuery", restore_check: _RestoreCheck, progress: _Prog
 
 
 class _InputDrain:
-    """Whether the query has processed all input that was available at a moment (stop
-    --drain). Spark's ``processAllAvailable`` returns once a trigger finds no new data; two
-    calls in a row, both begun after the moment, since the trigger that ends the first may
-    have listed its input before it. (Spark's status said no data was available when the
-    last trigger found none: files that came after it were left for the next run.)"""
+    """Whether the query has processed all input there was at a moment (stop --drain): a
+    trigger begun after it found no new data. Spark's ``processAllAvailable`` returns once
+    one does (Spark lists the sources and marks "no new data" under the lock that call
+    resets the mark under, so the trigger that ends a call begun after the moment listed
+    its sources after it too). A query that runs a batch at every trigger (a processing-time
+    timeout) never marks "no new data"; its progress says it: a trigger begun after the
+    moment that read no rows. (Spark's status told whether the last trigger, begun before,
+    found data: files that came after it were left out of the savepoint.)"""
 
     def __init__(self, query: "StreamingQuery") -> None:
         self._query = query
         self._lock = threading.Lock()
-        self._rounds: list[float] = []  # when the last two calls that returned began
+        self._returned_from: float | None = None  # when the last call that returned began
         self._thread: threading.Thread | None = None
 
     def processed_all_since(self, moment: float) -> bool:
-        """``moment``: a ``time.monotonic()``; the first call starts finding out."""
+        """``moment``: a ``time.time()``; the first call starts finding out."""
         with self._lock:
             if self._thread is None:
                 self._thread = threading.Thread(
-                    target=self._process_rounds, name="input-drain", daemon=True
+                    target=self._process_all_available, name="input-drain", daemon=True
                 )
                 self._thread.start()
-            return sum(began >= moment for began in self._rounds) >= 2
+            if self._returned_from is not None and self._returned_from >= moment:
+                return True
+        last = self._query.lastProgress
+        return (
+            last is not None
+            and datetime.fromisoformat(last["timestamp"]).timestamp() >= moment
+            and _rows(last) == 0
+        )
 
-    def _process_rounds(self) -> None:
-        while self._query.isActive:
-            began = time.monotonic()
-            try:
+    def _process_all_available(self) -> None:
+        try:
+            while self._query.isActive:
+                began = time.time()
                 self._query.processAllAvailable()
-            except Exception:  # the query failed: its view reports why
-                return
-            with self._lock:
-                self._rounds = [*self._rounds[-1:], began]
+                with self._lock:
+                    self._returned_from = began
+        except Exception:  # the query failed or Spark is gone: its view reports why
+            return

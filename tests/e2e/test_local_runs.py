@@ -227,6 +227,33 @@ def test_a_drain_processes_input_that_came_while_the_query_waited_for_its_next_t
     _assert_exactly_once(run)
 
 
+def test_a_drain_of_a_query_that_runs_a_batch_at_every_trigger_ends_with_its_savepoint(
+    tmp_path: Path,
+) -> None:
+    """A processing-time timeout runs a batch at every trigger, so Spark never marks "no
+    new data" and its processAllAvailable never returns (a reviewer's: the drain hung)."""
+    run = JobRun(tmp_path / "job", bounded=False, shutdown={"drain": True})
+    pipeline = (PANDAS_STATE / "pipeline.py").read_text()
+    for old, new in (
+        ("GroupStateTimeout.NoTimeout", "GroupStateTimeout.ProcessingTimeTimeout"),
+        (
+            "if args.bounded else writer",
+            'if args.bounded else writer.trigger(processingTime="1 second")',
+        ),
+    ):
+        assert old in pipeline
+        pipeline = pipeline.replace(old, new)
+    (run.directory / "pipeline.py").write_text(pipeline)
+    run.add_input(files=2)
+    run.start()
+    run.wait_for_line(r"checkpoint \d+ complete(?: \([^)]*\))?: batch \d+")
+    run.add_input(files=2, start_index=2)
+    run.interrupt()
+    run.wait_for_line(r"savepoint \d+ complete(?: \([^)]*\))?: batch \d+", timeout=120)
+    assert run.wait() == 0, "\n".join(run.lines)
+    _assert_exactly_once(run)  # the files added at the stop included
+
+
 def test_storage_unwritable_after_the_start_fails_checkpoints_while_the_query_runs(
     tmp_path: Path,
 ) -> None:

@@ -135,9 +135,11 @@ class FakeQuery:
         return not self._stopped.is_set()
 
     def processAllAvailable(self) -> None:
-        # Bounded input has data until it is done (a drain waits for that); other input
-        # comes as it likes and is all processed between batches.
-        while self._input_batches >= 0 and not self._input_done():
+        # As Spark's, returns once a trigger finds no new data: bounded input has data
+        # until it is done (a drain waits for that); other input comes as it likes, none
+        # new right after a batch.
+        committed = self._committed
+        while (self._input_batches >= 0 and not self._input_done()) or self._committed == committed:
             if self._stopped.wait(0.01):
                 return
 

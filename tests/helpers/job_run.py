@@ -41,7 +41,7 @@ class JobRun:
         shutdown: dict[str, Any] | None = None,
         name: str = "wordcount",
         output: str = "data/output",
-        trigger_seconds: float = 1.0,
+        trigger_seconds: float | None = None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -52,7 +52,8 @@ class JobRun:
         directory.mkdir(parents=True, exist_ok=True)
         shutil.copy(EXAMPLE / "pipeline.py", directory / "pipeline.py")
         arguments = ["--input", "data/input", "--output", output]
-        arguments += ["--trigger-seconds", str(trigger_seconds)]
+        if trigger_seconds is not None:  # the word count's option (pipeline.py's default: 1)
+            arguments += ["--trigger-seconds", str(trigger_seconds)]
         manifest = {
             "apiVersion": "sparkcheckpoint.io/v1alpha1",
             "kind": "SparkCheckpointJob",

@@ -253,7 +253,7 @@ class CheckpointAgent:
         """The query runs, restored from ``restored_from`` (None: a fresh start); from now
         on the status reports it as ``query_view`` sees it, and a drain asks
         ``processed_all_since`` whether the query has processed and committed all input
-        available at a moment (``time.monotonic()``). The participants committed
+        available at a moment (``time.time()``). The participants committed
         through the restored image's batch when they restored it (``on_restore``): they
         know of an image covering it, so a query whose input was done there needs no
         final checkpoint (it waited for one, told of an image this agent never took)."""
@@ -688,19 +688,20 @@ class CheckpointAgent:
         # On a busy query the next batch is planned right after each commit; waiting for
         # "nothing planned" could wait forever, so wait for the batch running at the trigger.
         target = planned_at_trigger[-1] if planned_at_trigger else 0
-        requested = time.monotonic()  # a drain: what input there is now, processed
+        requested = time.time()  # a drain: what input there is now, processed
         while True:
             if snapshot.cancelled.is_set():
                 raise SnapshotError("aborted before capture")
+            # Asked before the commit log is read: a batch committed in between is in it.
+            drained = snapshot.after is not AfterCompletion.DRAIN or self._processed_all_since(
+                requested
+            )
             view = self._query_view()
             committed = self._committed(view)
             waiting_for_batch = not committed or committed[-1] < target
-            draining = snapshot.after is AfterCompletion.DRAIN and not self._processed_all_since(
-                requested
-            )
             if view.state is not QueryState.RUNNING and committed:
                 return committed[-1]  # a finished query cannot move on
-            if committed and not waiting_for_batch and not draining:
+            if committed and not waiting_for_batch and drained:
                 return committed[-1]
             if view.state in (QueryState.FAILED, QueryState.STOPPED):
                 raise SnapshotError(f"the query is {view.state}: {view.message}")

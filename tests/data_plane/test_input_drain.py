@@ -1,0 +1,95 @@
+"""When a drain (stop --drain) may take its image: a trigger begun after the request found
+no new data, told by Spark's processAllAvailable or, for a query that runs a batch at
+every trigger, by its progress (the driver's `_InputDrain`, on a stand-in for Spark's
+StreamingQuery)."""
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any
+
+from spark_checkpoint.driver import _InputDrain
+
+
+def until_true(condition: Callable[[], bool], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition never met"
+        time.sleep(0.005)
+
+
+class Query:
+    """processAllAvailable returns when the test lets it, as Spark's does once a trigger
+    finds no new data; lastProgress is the test's."""
+
+    def __init__(self) -> None:
+        self.isActive = True
+        self.lastProgress: dict[str, Any] | None = None
+        self.calls = 0
+        self._returns = threading.Semaphore(0)
+
+    def processAllAvailable(self) -> None:
+        self.calls += 1
+        while not self._returns.acquire(timeout=0.01):
+            if not self.isActive:
+                return
+
+    def trigger_finds_no_new_data(self) -> None:
+        self._returns.release()
+
+
+def _progress(began: float, rows: int) -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds")
+    return {"timestamp": stamp.replace("+00:00", "Z"), "batchId": 7, "numInputRows": rows}
+
+
+def test_a_call_begun_before_the_request_does_not_say_the_input_is_processed() -> None:
+    query = Query()
+    drain = _InputDrain(query)
+    assert drain.processed_all_since(time.time()) is False  # starts the first call
+    until_true(lambda: query.calls == 1)
+    time.sleep(0.01)
+    requested = time.time()
+    query.trigger_finds_no_new_data()  # ends the call begun before the request
+    until_true(lambda: query.calls == 2)
+    assert drain.processed_all_since(requested) is False
+
+    query.trigger_finds_no_new_data()
+
+    until_true(lambda: drain.processed_all_since(requested))
+    query.isActive = False
+
+
+def test_a_query_that_runs_a_batch_at_every_trigger_is_drained_by_its_progress() -> None:
+    """A processing-time timeout runs a batch at every trigger, so Spark never marks "no
+    new data" and processAllAvailable never returns (a reviewer's: drains hung)."""
+    query = Query()
+    drain = _InputDrain(query)
+    requested = time.time()
+    query.lastProgress = _progress(requested - 1, rows=0)  # its trigger began before
+    assert drain.processed_all_since(requested) is False
+    query.lastProgress = _progress(requested + 1, rows=5)  # it found input
+    assert drain.processed_all_since(requested) is False
+
+    query.lastProgress = _progress(requested + 2, rows=0)
+
+    assert drain.processed_all_since(requested) is True
+    query.isActive = False
+
+
+def test_a_query_that_failed_ends_the_wait_without_a_traceback() -> None:
+    class Failing(Query):
+        def processAllAvailable(self) -> None:
+            raise RuntimeError("StreamingQueryException: boom")
+
+    query = Failing()
+    drain = _InputDrain(query)
+    errors: list[threading.ExceptHookArgs] = []
+    hook, threading.excepthook = threading.excepthook, errors.append
+    try:
+        assert drain.processed_all_since(time.time()) is False
+        until_true(lambda: drain._thread is not None and not drain._thread.is_alive())
+    finally:
+        threading.excepthook = hook
+    assert errors == []
