@@ -1089,17 +1089,15 @@ def _check_storage_unchanged(
     elsewhere = [image for image in images if not here(image.path)]
     if not elsewhere:
         return
-    # The newest savepoint a restore can use (else the newest such checkpoint): an older
-    # one would replay batches the output already holds.
+    # The newest image a restore can use (ids are in completion order, one counter for
+    # both kinds): an older one would replay batches the output already holds.
     failed = {entry.source for entry in record.unrestorable}
     usable = [
         i
         for i in elsewhere
         if RestoreCandidate.registered(i.kind, i.checkpoint_id).encode() not in failed
     ]
-    newest = max(
-        usable or elsewhere, key=lambda i: (i.kind is CheckpointKind.SAVEPOINT, i.checkpoint_id)
-    )
+    newest = max(usable or elsewhere, key=lambda image: image.checkpoint_id)
     shown = job_root if storage.fs.is_local else storage.layout.job_root  # with its account
     raise RunRefused(
         f"spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
@@ -1115,6 +1113,8 @@ def _checked_images(
     """The image ``run --from`` names, and the initial savepoint, checked before Spark
     starts, as the driver would read them."""
     with _driver_environment_here(manifest):
+        # Its own filesystem: one fsspec made before holds this process's credentials.
+        storage = CheckpointStorage(storage.layout, fresh=True)
         image = None if restore_from is None else _chosen(restore_from, record, storage)
         _check_initial_savepoint(manifest, record, storage)
     return image

@@ -114,7 +114,7 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
     uri = metadata_location(choice if "://" in choice else local_uri(Path(choice).resolve()))
     try:
         address = parse_snapshot_address(uri)
-        source = CheckpointStorage(address.layout)
+        source = CheckpointStorage(address.layout, fresh=True)  # in the driver's environment
     except ValueError as error:  # not a snapshot's place, a bad name, an unknown protocol
         raise UnknownImage(
             f"{choice} is not savepoint:N, checkpoint:N or the path of a checkpoint or a "

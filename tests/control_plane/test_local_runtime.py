@@ -24,7 +24,6 @@ from helpers.fake_query import (
     run_cli,
     write_job,
 )
-from helpers.objectstore import S3Server
 from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -47,6 +46,7 @@ from spark_checkpoint_operator.local_runtime import (
 from spark_checkpoint_operator.local_state import LocalPaths, local_job_paths, run_lock_holder
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.model import Application
+from spark_checkpoint_operator.status import UnrestorableImage
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord
 
 
@@ -380,21 +380,25 @@ def test_an_initial_savepoint_on_this_machine_is_checked_before_a_driver_starts(
     assert not (tmp_path / "runs").exists(), "no driver was started"
 
 
+@pytest.mark.parametrize("store", ["s3", "azure"])
 @pytest.mark.parametrize("named_by", ["initialSavepointPath", "--from"])
 def test_an_image_on_an_object_store_is_checked_with_the_manifests_credentials(
-    tmp_path: Path, s3_server: S3Server, named_by: str
+    tmp_path: Path, request: pytest.FixtureRequest, store: str, named_by: str
 ) -> None:
     """A newcomer's: an initialSavepointPath on S3 was not checked before Spark started (the
     job failed, RESTORE_FAILED), and `--from` read it without the credentials that the
-    manifest's variables give the driver (NoCredentialsError)."""
-    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n", env=s3_server.environment())
-    missing = f"s3://{s3_server.bucket}/{uuid.uuid4().hex}/default/probe/savepoints/sp-9"
+    manifest's variables give the driver (NoCredentialsError). adlfs takes its credentials
+    as it is made: a filesystem fsspec kept from before would have this process's."""
+    server = request.getfixturevalue(f"{store}_server")
+    job = ScriptJob(tmp_path, "open('runs', 'a').write('run\\n')\n", env=server.environment())
+    where = f"s3://{server.bucket}" if store == "s3" else f"abfs://{server.container}"
+    missing = f"{where}/{uuid.uuid4().hex}/default/probe/savepoints/sp-9"
     options = ["--from", missing] if named_by == "--from" else []
     if named_by == "initialSavepointPath":
         manifest = yaml.safe_load(job.manifest.read_text())
         manifest["spec"]["restore"] = {"initialSavepointPath": missing}
         job.manifest.write_text(yaml.safe_dump(manifest))
-    assert not {"AWS_ACCESS_KEY_ID", "AWS_ENDPOINT_URL"} & set(os.environ)
+    assert not set(server.environment()) & set(os.environ)
 
     result = job.run(*options, timeout=60)
 
@@ -1088,6 +1092,41 @@ def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: 
         "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before;"
     )
     assert str(refused.value).endswith(f" and run --from {savepoint}")
+
+
+@pytest.mark.parametrize("checkpoint_restorable", [True, False])
+def test_a_storage_change_names_the_newest_image_a_restore_can_use(
+    tmp_path: Path, checkpoint_restorable: bool
+) -> None:
+    """Checkpoints and savepoints share one id counter: checkpoint 50 is newer than
+    savepoint 3, which a restore after it would replay batches from (a reviewer's)."""
+    before = CheckpointStorage(JobStorageLayout((tmp_path / "a").as_uri(), "default", "job"))
+    after = CheckpointStorage(JobStorageLayout((tmp_path / "b").as_uri(), "default", "job"))
+    root = before.layout.job_root
+    images = {
+        kind: CompletedCheckpoint(n, kind, n, f"{root}/{name}/_metadata", 0, 0, 0)
+        for kind, n, name in (
+            (CheckpointKind.SAVEPOINT, 3, "savepoints/sp-3"),
+            (CheckpointKind.CHECKPOINT, 50, "chk-50"),
+        )
+    }
+    registry = PersistedState(
+        next_checkpoint_id=51,
+        checkpoints=(images[CheckpointKind.CHECKPOINT],),
+        savepoints=(images[CheckpointKind.SAVEPOINT],),
+    )
+    record = JobRecord(coordinator=registry)
+    if not checkpoint_restorable:
+        record.unrestorable.append(UnrestorableImage("checkpoint:50", "its query failed", 1))
+
+    with pytest.raises(RunRefused) as refused:
+        _check_storage_unchanged(record, after, LocalPaths(tmp_path / "state"))
+
+    named = images[CheckpointKind.CHECKPOINT if checkpoint_restorable else CheckpointKind.SAVEPOINT]
+    assert str(refused.value).endswith(
+        f"from its newest {named.kind.value} there: delete its state {tmp_path / 'state'} and "
+        f"run --from {named.path}"
+    )
 
 
 # Azurite's well-known development key (documented by Microsoft; not a secret).

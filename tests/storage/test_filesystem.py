@@ -707,6 +707,23 @@ def test_an_azure_account_the_credentials_do_not_reach_is_refused(
         StorageFileSystem.for_url(same)
 
 
+def test_a_fresh_filesystem_takes_the_credentials_of_the_environment_it_is_made_in(
+    azure_server: AzureServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """adlfs reads its credentials as it is made, and fsspec hands the instance it made
+    before to the same arguments: a run checking an image with the driver's environment
+    got the one made with its own (a reviewer's)."""
+    path = f"abfs://{azure_server.container}/fresh/x"
+    monkeypatch.setenv("AZURE_STORAGE_CONNECTION_STRING", "AccountName=elsewhere;AccountKey=a2V5")
+    made_before = StorageFileSystem.for_url(path)
+    for name, value in azure_server.environment().items():
+        monkeypatch.setenv(name, value)
+
+    assert StorageFileSystem.for_url(path).place(path)[1] == "elsewhere"  # fsspec's instance
+    assert StorageFileSystem.for_url(path, fresh=True).place(path)[1] == "devstoreaccount1"
+    assert made_before.place(path)[1] == "elsewhere"
+
+
 def test_an_azure_refusal_keeps_the_details_that_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
     """Only AuthenticationErrorDetail says that a SAS expired or a clock is skewed: the
     shortened message dropped it (a reviewer's)."""

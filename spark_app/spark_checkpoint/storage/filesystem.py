@@ -112,13 +112,15 @@ class StorageFileSystem:
         )
 
     @classmethod
-    def for_url(cls, url: str) -> StorageFileSystem:
+    def for_url(cls, url: str, *, fresh: bool = False) -> StorageFileSystem:
         """The filesystem fsspec resolves for `url` (a URI or a local path).
 
         Without fsspec's listings cache: every listing and existence check asks storage,
-        which another process (a cleanup pod, the next driver) may have changed.
+        which another process (a cleanup pod, the next driver) may have changed. With
+        `fresh`, not fsspec's instance either, which holds the credentials of the
+        environment it was made in (adlfs reads them as it is made).
         """
-        fs, _ = url_to_fs(url, use_listings_cache=False)
+        fs, _ = url_to_fs(url, use_listings_cache=False, skip_instance_cache=fresh)
         require_named_account_reached(fs, url)
         return cls(fs)
 

@@ -77,12 +77,13 @@ class CheckpointStorage:
     while a snapshot copies files (on S3 it aborts unfinished uploads).
     """
 
-    def __init__(self, layout: JobStorageLayout) -> None:
+    def __init__(self, layout: JobStorageLayout, *, fresh: bool = False) -> None:
+        """``fresh``: a filesystem made in this environment (`StorageFileSystem.for_url`)."""
         self.layout = layout
         # Every path this class builds is below the job's directory; a link placed there,
         # or as the job's or its namespace's directory (on a root jobs share), must not lead
         # a delete or a read outside of it. The root is the administrator's to link.
-        self.fs = StorageFileSystem.for_url(layout.root).confined(layout.root)
+        self.fs = StorageFileSystem.for_url(layout.root, fresh=fresh).confined(layout.root)
         # What this process knows of `shared/`, only ever a reason to skip work, never to
         # trust storage (write_metadata checks every size it names in storage):
         # - the files it made durable (write_metadata makes the others durable);
