@@ -100,9 +100,9 @@ def _main(argv: Sequence[str] | None) -> int:
                 ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
                 "job, a Finished job, an image --from cannot restore, a mainFile or a Secret's "
                 "variable that is not there)",
-                ExitCode.USAGE: "the manifest cannot be read, is invalid or says the job is "
-                "not to run (spec.state Suspended), or an option is invalid (a malformed --from "
-                "savepoint:N, an empty --state-dir)",
+                ExitCode.USAGE: "the manifest cannot be read, is invalid or cannot run here "
+                "(spec.state Suspended, the namespace named storage), or an option is invalid (a "
+                "malformed --from savepoint:N, an empty --state-dir)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",
                 ExitCode.CLOSED_PIPE: "not used: output closed (`| head`) stops the job as "
                 "Ctrl-C does, and the run exits as the job ended (its lines go on to standard "

@@ -1660,11 +1660,14 @@ def _pod_problems(pod: Body) -> list[tuple[str, str]]:
     spec = pod.get("spec") or {}
     volumes = {volume.get("name") for volume in spec.get("volumes") or ()}
     return [
-        (f"spec.{group}[{i}].volumeMounts[{j}].name", f"Not found: {json.dumps(mount['name'])}")
+        (
+            f"spec.{group}[{i}].volumeMounts[{j}].name",
+            f"Not found: {json.dumps(mount['name'])}" if mount.get("name") else "Required value",
+        )
         for group in ("initContainers", "containers")
         for i, container in enumerate(spec.get(group) or ())
         for j, mount in enumerate(container.get("volumeMounts") or ())
-        if mount.get("name") not in volumes
+        if not mount.get("name") or mount["name"] not in volumes
     ]
 
 
