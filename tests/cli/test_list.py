@@ -161,6 +161,23 @@ def test_reads_the_job_from_a_manifest(job: Job, cli: Cli, tmp_path: Path) -> No
     ]  # fmt: skip
 
 
+def test_a_mistyped_job_name_is_told_the_job_stored_beside_it(job: Job, cli: Cli) -> None:
+    # A newcomer's `list --job wc-strem` said only that nothing is stored there.
+    root = job.storage.layout.root
+    namespace, name = job.storage.layout.namespace, job.storage.layout.job
+    typo = name[:-1]
+
+    result = cli("list", "--storage", root, "--namespace", namespace, "--job", typo)
+
+    assert result.code == 0, result.err
+    assert (
+        f"nothing is stored at {root}/{namespace}/{typo} (did you mean job {name!r}, stored "
+        "beside it?)"
+    ) in result.out
+    unlike = cli("list", "--storage", root, "--namespace", namespace, "--job", "zzzzzz")
+    assert "(has the job run with this storage, namespace and name?)" in unlike.out
+
+
 def test_a_manifest_without_storage_uses_the_local_default(
     job: Job, cli: Cli, tmp_path: Path
 ) -> None:
