@@ -89,8 +89,8 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     _timeout_option(
         timeout,
         DEFAULT_TIMEOUT_SECONDS,
-        "how long to wait for the savepoint (default: %(default).0f); the savepoint goes on "
-        "after the command gives up",
+        "how long to wait for the savepoint (default: %(default).0f; 0: only until it is "
+        "triggered); the savepoint goes on after the command gives up",
     )
     status = commands.add_parser(
         "status",
