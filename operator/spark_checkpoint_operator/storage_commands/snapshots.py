@@ -395,8 +395,12 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
         return None
     if (bucket := storage.fs.missing_bucket(job_root)) is not None:
         raise StorageError(job_root, missing_bucket_reason("these", bucket))
-    # A mistyped name: the jobs stored beside it (a newcomer's --job wc-strem).
-    beside = storage.fs.list_dir(job_root.rsplit("/", 1)[0])
+    # A mistyped name: the jobs stored beside it (a newcomer's --job wc-strem); a hint, so
+    # storage that cannot be listed there says why where the command reads it.
+    try:
+        beside = storage.fs.list_dir(job_root.rsplit("/", 1)[0])
+    except (StorageError, OSError):
+        beside = []
     if close := difflib.get_close_matches(storage.layout.job, beside, n=1):
         return f"nothing is stored at {job_root} (did you mean job {close[0]!r}, stored beside it?)"
     return (
