@@ -19,7 +19,13 @@ from spark_checkpoint.protocol import (
     RestoredFrom,
     SkippedImage,
 )
-from spark_checkpoint_operator.coordinator import CheckpointKind, CoordinatorConfig, TerminalOutcome
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    CoordinatorConfig,
+    PersistedState,
+    TerminalOutcome,
+)
 from spark_checkpoint_operator.local_runtime import set_aside_hint
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage, render_status
@@ -323,6 +329,35 @@ def test_a_restore_failure_before_a_run_that_went_on_is_not_compared_with_later_
     ended, supervisor = asyncio.run(scenario())
     assert ended is TerminalOutcome.FINISHED
     assert supervisor.record.unrestorable[-1].attempt == 4, "a fallback, marked"
+
+
+def test_the_start_says_why_a_newer_image_is_not_restored() -> None:
+    """A newcomer saw savepoint 4 restored while status named savepoint 10 as the last one,
+    with no word why."""
+    savepoints = tuple(
+        CompletedCheckpoint(n, CheckpointKind.SAVEPOINT, n, f"file:///s/sp-{n}", 1, n, n)
+        for n in (4, 9, 10)
+    )
+    record = JobRecord(attempt=1, coordinator=PersistedState(11, savepoints=savepoints))
+    record.unrestorable = [
+        UnrestorableImage("savepoint:10", "its restored query failed", 1),
+        UnrestorableImage("savepoint:9", "a restore of an older image passed it over", 1),
+    ]
+
+    async def scenario() -> list[Notice]:
+        launcher = FakeLauncher()
+        supervisor, notices = _supervisor(launcher, record=record)
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        await run
+        return notices
+
+    [started] = [n.message for n in asyncio.run(scenario()) if n.reason == "DriverStarting"]
+    assert started == (
+        "starting driver attempt 2, restoring from savepoint:4 (not savepoint:10 and 1 more: "
+        "its restored query failed)"
+    )
 
 
 def test_an_image_asked_for_by_name_is_tried_again_though_a_restore_failed_on_it() -> None:

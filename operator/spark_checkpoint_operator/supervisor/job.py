@@ -655,10 +655,25 @@ class JobSupervisor:
             "DriverStarting",
             Level.NOTE,
             f"starting driver attempt {self._record.attempt}"
-            + (f", restoring from {candidates[0]}" if candidates else ""),
+            + (
+                f", restoring from {candidates[0]}{self._passed_over_said(candidates[0])}"
+                if candidates
+                else ""
+            ),
         )
         driver = await self._launcher.launch(self._record.attempt, candidates)
         return Attempt.launched(driver, candidates)
+
+    def _passed_over_said(self, chosen: str) -> str:
+        """Why newer images than the one restored are not (a newcomer saw savepoint 4
+        restored while status named savepoint 10 as the last one)."""
+        images = self._images()
+        newer = images[: images.index(chosen)] if chosen in images else []
+        if not newer:
+            return ""
+        reason = next(e.reason for e in self._record.unrestorable if e.source == newer[0])
+        others = f" and {len(newer) - 1} more" if len(newer) > 1 else ""
+        return f" (not {newer[0]}{others}: {reason})"
 
     def _images(self) -> list[str]:
         """What the job restores from, newest first: its registered images, else the
