@@ -1058,9 +1058,9 @@ def _head(error_file: Path) -> str:
         return ""
 
 
-def _checkpoint_storage(layout: JobStorageLayout) -> CheckpointStorage:
+def _checkpoint_storage(layout: JobStorageLayout, *, fresh: bool = False) -> CheckpointStorage:
     try:
-        return CheckpointStorage(layout)
+        return CheckpointStorage(layout, fresh=fresh)
     except (ValueError, ImportError, OSError) as error:  # no library for it (gcsfs, libhdfs)
         raise RunRefused(
             f"spec.checkpointing.storage {layout.root!r}: {first_line(error)}"
@@ -1112,11 +1112,18 @@ def _checked_images(
 ) -> ChosenImage | None:
     """The image ``run --from`` names, and the initial savepoint, checked before Spark
     starts, as the driver would read them."""
+    initial = _initial_savepoint(manifest, record)
+    if restore_from is None and initial is None:
+        return None
     with _driver_environment_here(manifest):
         # Its own filesystem: one fsspec made before holds this process's credentials.
-        storage = CheckpointStorage(storage.layout, fresh=True)
+        storage = _checkpoint_storage(storage.layout, fresh=True)
         image = None if restore_from is None else _chosen(restore_from, record, storage)
-        _check_initial_savepoint(manifest, record, storage)
+        if initial is not None:
+            try:
+                chosen_image(initial, record.coordinator, storage)
+            except UnknownImage as error:
+                raise RunRefused(f"spec.restore.initialSavepointPath: {error}") from None
     return image
 
 
@@ -1133,19 +1140,12 @@ def _driver_environment_here(manifest: JobManifest) -> Iterator[None]:
         os.environ.update(saved)
 
 
-def _check_initial_savepoint(
-    manifest: JobManifest, record: JobRecord, storage: CheckpointStorage
-) -> None:
-    """A job without images of its own starts from its initial savepoint: it is checked as
-    `run --from` checks a path, before Spark starts."""
-    initial = manifest.spec.restore.initial_savepoint_path
+def _initial_savepoint(manifest: JobManifest, record: JobRecord) -> str | None:
+    """The initial savepoint, if the job starts from it: it has no images of its own."""
     registry = record.coordinator
-    if not initial or registry.checkpoints or registry.savepoints:
-        return
-    try:
-        chosen_image(initial, registry, storage)
-    except UnknownImage as error:
-        raise RunRefused(f"spec.restore.initialSavepointPath: {error}") from None
+    if registry.checkpoints or registry.savepoints:
+        return None
+    return manifest.spec.restore.initial_savepoint_path or None
 
 
 def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> ChosenImage:

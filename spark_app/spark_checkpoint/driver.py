@@ -349,9 +349,11 @@ class _InputDrain:
     one does (Spark lists the sources and marks "no new data" under the lock that call
     resets the mark under, so the trigger that ends a call begun after the moment listed
     its sources after it too). A query that runs a batch at every trigger (a processing-time
-    timeout) never marks "no new data"; its progress says it: a trigger begun after the
-    moment that read no rows. (Spark's status told whether the last trigger, begun before,
-    found data: files that came after it were left out of the savepoint.)"""
+    timeout) never marks "no new data"; its progress says it: a batch begun after the moment
+    whose sources' offsets did not move and were the latest. (Spark's status told whether
+    the last trigger, begun before, found data: files that came after it were left out.)
+    A source that holds input back until there is enough (Kafka's minOffsetsPerTrigger)
+    reports no new data meanwhile."""
 
     def __init__(self, query: "StreamingQuery") -> None:
         self._query = query
@@ -360,28 +362,53 @@ class _InputDrain:
         self._thread: threading.Thread | None = None
 
     def processed_all_since(self, moment: float) -> bool:
-        """``moment``: a ``time.time()``; the first call starts finding out."""
+        """``moment``: a ``time.time()``; the first call for it starts finding out."""
         with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._process_all_available, name="input-drain", daemon=True
-                )
-                self._thread.start()
             if self._returned_from is not None and self._returned_from >= moment:
                 return True
-        last = self._query.lastProgress
-        return (
-            last is not None
-            and datetime.fromisoformat(last["timestamp"]).timestamp() >= moment
-            and _rows(last) == 0
-        )
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._process_all_available,
+                    args=(moment,),
+                    name="input-drain",
+                    daemon=True,
+                )
+                self._thread.start()
+        return _no_new_data_since(self._query.lastProgress, moment)
 
-    def _process_all_available(self) -> None:
+    def _process_all_available(self, moment: float) -> None:
+        """Until a call begun after ``moment`` returned: not for the rest of the query's
+        life (each call on an idle query returns at its next trigger, every 10 ms)."""
         try:
             while self._query.isActive:
                 began = time.time()
                 self._query.processAllAvailable()
                 with self._lock:
                     self._returned_from = began
+                if began >= moment:
+                    return
         except Exception:  # the query failed or Spark is gone: its view reports why
             return
+
+
+def _no_new_data_since(progress: Mapping[str, Any] | None, moment: float) -> bool:
+    """Whether ``progress`` is of a batch begun after ``moment`` (a ``time.time()``) that
+    found no new data: each source's offsets did not move and were its latest. Not its
+    rows: an empty file or a filtered scan reads none from new offsets."""
+    if progress is None:
+        return False
+    try:
+        began = datetime.fromisoformat(progress["timestamp"]).timestamp()
+    except (KeyError, TypeError, ValueError):
+        return False
+    sources = progress.get("sources") or []
+    return (
+        began >= moment
+        and bool(sources)
+        and all(
+            source.get("startOffset") is not None
+            and source.get("startOffset") == source.get("endOffset")
+            and source.get("latestOffset") in (None, source.get("endOffset"))
+            for source in sources
+        )
+    )

@@ -24,6 +24,7 @@ from helpers.fake_query import (
     run_cli,
     write_job,
 )
+from helpers.objectstore import AzureServer
 from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
@@ -38,6 +39,7 @@ from spark_checkpoint_operator.local_runtime import (
     LocalJanitor,
     RunRefused,
     _check_storage_unchanged,
+    _checked_images,
     _stop_leftover_driver,
     job_lock,
     local_spark_conf,
@@ -409,6 +411,45 @@ def test_an_image_on_an_object_store_is_checked_with_the_manifests_credentials(
         "no such file"
     ]
     assert not (tmp_path / "runs").exists(), "no driver was started"
+
+
+@pytest.mark.parametrize("restore_from", [None, "savepoint:1"])
+def test_storage_the_manifests_credentials_do_not_reach_is_refused_at_the_image_check(
+    azure_server: AzureServer, monkeypatch: pytest.MonkeyPatch, restore_from: str | None
+) -> None:
+    """The check of an image reads storage as the driver would, with the manifest's
+    credentials: another account's was a ValueError traceback, on every run (a
+    reviewer's); without an image to check, storage is not read there."""
+    for name, value in azure_server.environment().items():
+        monkeypatch.setenv(name, value)
+    elsewhere = "AccountName=elsewhere;AccountKey=a2V5;BlobEndpoint=http://127.0.0.1:9/elsewhere;"
+    root = (
+        f"abfs://{azure_server.container}@devstoreaccount1.dfs.core.windows.net/{uuid.uuid4().hex}"
+    )
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {
+                "application": {
+                    "mainFile": "main.py",
+                    "env": [{"name": "AZURE_STORAGE_CONNECTION_STRING", "value": elsewhere}],
+                },
+                "checkpointing": {"storage": root},
+            },
+        }
+    )
+    storage = CheckpointStorage(JobStorageLayout(root, "default", "orders"))
+
+    if restore_from is None:
+        assert _checked_images(manifest, JobRecord(), storage, None) is None
+        return
+    with pytest.raises(RunRefused) as refused:
+        _checked_images(manifest, JobRecord(), storage, restore_from)
+    assert str(refused.value).startswith(f"spec.checkpointing.storage {root!r}: ")
+    assert "names Azure account 'devstoreaccount1'" in str(refused.value)
+    assert os.environ["AZURE_STORAGE_CONNECTION_STRING"] != elsewhere, "the run's is back"
 
 
 def test_how_an_earlier_run_failed_is_not_how_the_next_one_ended(tmp_path: Path) -> None:

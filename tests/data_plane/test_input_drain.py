@@ -39,21 +39,38 @@ class Query:
         self._returns.release()
 
 
-def _progress(began: float, rows: int) -> dict[str, Any]:
+def _progress(
+    began: float, *, start: int | None = 4, end: int = 4, latest: int | None = 4
+) -> dict[str, Any]:
+    """Spark's StreamingQueryProgress, as PySpark's lastProgress gives it: its trigger's
+    start, a file source's offsets (the start is null before the first batch)."""
     stamp = datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds")
-    return {"timestamp": stamp.replace("+00:00", "Z"), "batchId": 7, "numInputRows": rows}
+
+    def offset(n: int | None) -> dict[str, int] | None:
+        return None if n is None else {"logOffset": n}
+
+    source = {"description": "FileStreamSource[file:/in]", "numInputRows": 0}
+    source |= {"startOffset": offset(start), "endOffset": offset(end)}
+    source |= {"latestOffset": offset(latest)}
+    return {
+        "timestamp": stamp.replace("+00:00", "Z"),
+        "batchId": 7,
+        "numInputRows": 0,
+        "sources": [source],
+    }
 
 
 def test_a_call_begun_before_the_request_does_not_say_the_input_is_processed() -> None:
     query = Query()
     drain = _InputDrain(query)
-    assert drain.processed_all_since(time.time()) is False  # starts the first call
+    assert drain.processed_all_since(time.time()) is False  # an earlier drain's call
     until_true(lambda: query.calls == 1)
     time.sleep(0.01)
     requested = time.time()
     query.trigger_finds_no_new_data()  # ends the call begun before the request
+    until_true(lambda: drain._thread is not None and not drain._thread.is_alive())
+    assert drain.processed_all_since(requested) is False  # and asks again
     until_true(lambda: query.calls == 2)
-    assert drain.processed_all_since(requested) is False
 
     query.trigger_finds_no_new_data()
 
@@ -63,18 +80,45 @@ def test_a_call_begun_before_the_request_does_not_say_the_input_is_processed() -
 
 def test_a_query_that_runs_a_batch_at_every_trigger_is_drained_by_its_progress() -> None:
     """A processing-time timeout runs a batch at every trigger, so Spark never marks "no
-    new data" and processAllAvailable never returns (a reviewer's: drains hung)."""
+    new data" and processAllAvailable never returns (a reviewer's: drains hung). Its batch
+    found no new data when no source's offsets moved and they were the latest; not when it
+    read no rows (an empty file, a filtered scan: a second reviewer's)."""
     query = Query()
     drain = _InputDrain(query)
     requested = time.time()
-    query.lastProgress = _progress(requested - 1, rows=0)  # its trigger began before
-    assert drain.processed_all_since(requested) is False
-    query.lastProgress = _progress(requested + 1, rows=5)  # it found input
-    assert drain.processed_all_since(requested) is False
+    for progress in (
+        _progress(requested - 1),  # its trigger began before the request
+        _progress(requested + 1, start=4, end=5),  # read new offsets (0 rows: an empty file)
+        _progress(requested + 1, latest=6),  # a read limit left input
+        _progress(requested + 1, start=None, end=0),  # the first batch
+        {**_progress(requested + 1), "sources": []},
+    ):
+        query.lastProgress = progress
+        assert drain.processed_all_since(requested) is False, progress
 
-    query.lastProgress = _progress(requested + 2, rows=0)
+    query.lastProgress = _progress(requested + 2)
 
     assert drain.processed_all_since(requested) is True
+    query.isActive = False
+
+
+def test_the_wait_ends_once_a_call_begun_after_the_request_returned() -> None:
+    # Not for the rest of the query's life: on an idle query each call returns at the next
+    # trigger, 100 times a second (a reviewer's).
+    query = Query()
+    drain = _InputDrain(query)
+    requested = time.time()
+    drain.processed_all_since(requested)
+    until_true(lambda: query.calls == 1)
+    query.trigger_finds_no_new_data()
+    until_true(lambda: drain.processed_all_since(requested))
+    time.sleep(0.1)
+
+    assert query.calls == 1
+    assert drain._thread is not None and not drain._thread.is_alive()
+    later = time.time()
+    assert drain.processed_all_since(later) is False  # a new request asks again
+    until_true(lambda: query.calls == 2)
     query.isActive = False
 
 

@@ -1042,7 +1042,10 @@ async def test_a_pod_whose_container_mounts_no_volume_of_the_pod_is_a_422(
     container["volumeMounts"].append({"mountPath": "/w"})
     status, answer, _ = await send(api, "POST", "/api/v1/namespaces/default/pods", pod)
     assert status == 422, answer  # not a 500 (a reviewer's)
-    assert answer["message"].endswith("spec.containers[0].volumeMounts[1].name: Required value")
+    assert answer["message"].endswith(
+        "[spec.containers[0].volumeMounts[1].name: Required value, "
+        'spec.containers[0].volumeMounts[1].name: Not found: ""]'
+    )
     container["volumeMounts"].pop()
     assert (await send(api, "POST", "/api/v1/namespaces/default/pods", pod))[0] == 201
 

@@ -401,8 +401,8 @@ def pod_problems(manifest: JobManifest) -> list[str]:
             f"spec.driver.annotations: the driver pod's annotations would take {driver_bytes} "
             f"bytes, over Kubernetes' limit of {MAX_ANNOTATION_BYTES}: {drivers} of them "
             "these, the rest the executors' pod template the operator puts there "
-            "(spec.executor's volumes, volumeMounts and tolerations, and its security "
-            "context)"
+            "(spec.executor's volumes, volumeMounts and tolerations, and the operator's "
+            "restricted security context)"
         )
     if (executors := _annotation_bytes(spec.executor.annotations)) > MAX_ANNOTATION_BYTES:
         problems.append(

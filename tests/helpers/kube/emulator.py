@@ -1659,16 +1659,16 @@ def _pod_problems(pod: Body) -> list[tuple[str, str]]:
     validateVolumeMounts)."""
     spec = pod.get("spec") or {}
     volumes = {volume.get("name") for volume in spec.get("volumes") or ()}
-    return [
-        (
-            f"spec.{group}[{i}].volumeMounts[{j}].name",
-            f"Not found: {json.dumps(mount['name'])}" if mount.get("name") else "Required value",
-        )
-        for group in ("initContainers", "containers")
-        for i, container in enumerate(spec.get(group) or ())
-        for j, mount in enumerate(container.get("volumeMounts") or ())
-        if not mount.get("name") or mount["name"] not in volumes
-    ]
+    causes = []
+    for group in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(group) or ()):
+            for j, mount in enumerate(container.get("volumeMounts") or ()):
+                field, name = f"spec.{group}[{i}].volumeMounts[{j}].name", mount.get("name", "")
+                if not name:
+                    causes.append((field, "Required value"))  # and not found, as named ""
+                if name not in volumes:
+                    causes.append((field, f"Not found: {json.dumps(name)}"))
+    return causes
 
 
 def _name_of(obj: Body) -> str:
