@@ -1151,7 +1151,8 @@ class StartingAgent(FakeAgent):
 def test_a_lowered_history_deletes_through_the_agent_once_it_answers_without_a_warning() -> None:
     """A newcomer lowered historyMaxCount: the run asked the new driver's agent to delete
     the savepoints before it listened, five 'savepoint N is not deleted yet: ... Connection
-    refused' lines for a routine deletion."""
+    refused' lines for a routine deletion. They are asked at its first answer, not only
+    after a completion (a job without periodic checkpoints has none: a reviewer's)."""
     savepoints = tuple(
         CompletedCheckpoint(n, CheckpointKind.SAVEPOINT, n, f"file:///s/sp-{n}", 1, n, n)
         for n in (1, 2, 3)
@@ -1161,11 +1162,11 @@ def test_a_lowered_history_deletes_through_the_agent_once_it_answers_without_a_w
     async def scenario() -> tuple[FakeAgent, list[str]]:
         launcher = FakeLauncher()
         launcher.agent_class = StartingAgent
-        supervisor, lines = _supervisor(launcher, record=record, savepoints_kept=1)
+        supervisor, lines = _supervisor(launcher, record=record, savepoints_kept=1, interval=None)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(launcher.drivers))
         agent = launcher.drivers[0].agent
-        await asyncio.sleep(0.3)
+        await until(lambda: len(supervisor.record.discards_due) == 2)  # the history's
         agent.reachable = True
         await until(lambda: len(agent.discarded_savepoints) == 2)
         launcher.drivers[0].code = DriverExit.FINISHED

@@ -106,7 +106,7 @@ class JobControl(Protocol):
 # collection, which removes unregistered checkpoints; a savepoint's is said (it is kept).
 CHECKPOINT_DISCARDS_KEPT = 10
 SAVEPOINT_DISCARDS_KEPT = 100
-# The refusals after which a round of discards due ends (`_discard_due`).
+# The refusals after which a round of discards due ends (`discard_due`).
 REFUSALS_PER_ROUND = 3
 # A reason due is an agent's error: kept short in the status.
 REASON_CHARACTERS = 300
@@ -389,7 +389,7 @@ class EffectInterpreter:
             # the agent hears nothing more of it (docs/coordinator.md).
             await self.notify_complete(attempt, completed)
         if attempt is not None and not attempt.leaving:
-            await self._discard_due(attempt)
+            await self.discard_due(attempt)
         self._stopping_savepoints.discard(completed.checkpoint_id)  # a job runs for months
 
     async def notify_complete(self, attempt: Attempt, completed: CompletedCheckpoint) -> None:
@@ -501,8 +501,8 @@ class EffectInterpreter:
                 await self._still_due(self._set_with(discard))  # keeps a reason it had
             return
         if not attempt.agent_answered:
-            # Its driver restores and starts Spark before its agent listens: asked after
-            # the first completion, as any discard due (a refusal now is no news).
+            # Its driver restores and starts Spark before its agent listens: asked at its
+            # first answer, as any discard due (a refusal now is no news).
             await self._still_due(self._set_with(discard))
             return
         try:
@@ -523,7 +523,7 @@ class EffectInterpreter:
         else:
             self._forget_due([discard])
 
-    async def _discard_due(self, attempt: Attempt) -> None:
+    async def discard_due(self, attempt: Attempt) -> None:
         """The discards due (but those still queued), asked of the agent again. What they
         keep is what the registry retains now: checkpoints completed since may share their
         files, and those retained then may be gone. An agent that cannot be reached is not

@@ -927,8 +927,10 @@ class JobSupervisor:
         driver = attempt.driver
         if before in (Stage.STARTING, Stage.ADOPTED):
             # Before the first trigger of an attempt: whatever a crash left in storage that
-            # the registry does not list goes now, while no snapshot is in flight.
+            # the registry does not list goes now, while no snapshot is in flight, and the
+            # discards due (a job without periodic checkpoints would keep them to its end).
             await self._collect_garbage(driver)
+            await self._interpreter.discard_due(attempt)
         self._last_status = status
         if (stored_ids := status_events.stored_ids_reported(status)) is not None:
             await self._interpreter.handle(stored_ids)  # before this driver's first trigger
