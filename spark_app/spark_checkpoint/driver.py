@@ -6,6 +6,7 @@ location, starts the query there and ends the process with a `DriverExit` code.
 """
 
 import inspect
+import json
 import logging
 import math
 import sys
@@ -401,14 +402,22 @@ def _no_new_data_since(progress: Mapping[str, Any] | None, moment: float) -> boo
         began = datetime.fromisoformat(progress["timestamp"]).timestamp()
     except (KeyError, TypeError, ValueError):
         return False
-    sources = progress.get("sources") or []
-    return (
-        began >= moment
-        and bool(sources)
-        and all(
-            source.get("startOffset") is not None
-            and source.get("startOffset") == source.get("endOffset")
-            and source.get("latestOffset") in (None, source.get("endOffset"))
-            for source in sources
-        )
+    if began < moment:
+        return False
+    sources = [
+        [_offset(source.get(field)) for field in ("startOffset", "endOffset", "latestOffset")]
+        for source in progress.get("sources") or []
+    ]
+    return bool(sources) and all(
+        start is not None and start == end and latest in (None, end)
+        for start, end, latest in sources
     )
+
+
+def _offset(text: Any) -> Any:
+    """A source's offset as Spark's progress gives it: JSON text ("null" where the source
+    reports none, as a file source's latest)."""
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except ValueError:
+        return text

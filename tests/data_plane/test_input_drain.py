@@ -3,6 +3,7 @@ no new data, told by Spark's processAllAvailable or, for a query that runs a bat
 every trigger, by its progress (the driver's `_InputDrain`, on a stand-in for Spark's
 StreamingQuery)."""
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -46,8 +47,8 @@ def _progress(
     start, a file source's offsets (the start is null before the first batch)."""
     stamp = datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds")
 
-    def offset(n: int | None) -> dict[str, int] | None:
-        return None if n is None else {"logOffset": n}
+    def offset(n: int | None) -> str:
+        return json.dumps(None if n is None else {"logOffset": n})  # JSON text, as Spark's
 
     source = {"description": "FileStreamSource[file:/in]", "numInputRows": 0}
     source |= {"startOffset": offset(start), "endOffset": offset(end)}
@@ -96,8 +97,10 @@ def test_a_query_that_runs_a_batch_at_every_trigger_is_drained_by_its_progress()
         query.lastProgress = progress
         assert drain.processed_all_since(requested) is False, progress
 
-    query.lastProgress = _progress(requested + 2)
+    query.lastProgress = _progress(requested + 2, latest=None)  # a file source's: "null"
 
+    assert drain.processed_all_since(requested) is True
+    query.lastProgress = _progress(requested + 2)  # a source that reports its latest
     assert drain.processed_all_since(requested) is True
     query.isActive = False
 
