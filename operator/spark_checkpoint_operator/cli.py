@@ -223,9 +223,9 @@ def _main(argv: Sequence[str] | None) -> int:
         command.refuse_unrecognized(unrecognized, manifest_named=named)
     if args.command == "run":
         if args.manifest_file is None and args.manifest is None:
-            commands.choices["run"].error("name the manifest: FILE, or -f FILE")
+            run.error("name the manifest: FILE, or -f FILE")
         if args.manifest_file is not None and args.manifest is not None:
-            commands.choices["run"].error("name the manifest once: FILE or -f FILE, not both")
+            run.error("name the manifest once: FILE or -f FILE, not both")
         args.manifest = args.manifest_file or args.manifest
         # Taken out: a process the background run starts (its driver) is none.
         background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None)

@@ -1118,12 +1118,9 @@ def _checked_images(
     with _driver_environment_here(manifest):
         # Its own filesystem: one fsspec made before holds this process's credentials.
         storage = _checkpoint_storage(storage.layout, fresh=True)
-        image = None if restore_from is None else _chosen(restore_from, record, storage)
+        image = None if restore_from is None else _chosen(restore_from, "--from", record, storage)
         if initial is not None:
-            try:
-                chosen_image(initial, record.coordinator, storage)
-            except UnknownImage as error:
-                raise RunRefused(f"spec.restore.initialSavepointPath: {error}") from None
+            _chosen(initial, "spec.restore.initialSavepointPath", record, storage)
     return image
 
 
@@ -1148,11 +1145,13 @@ def _initial_savepoint(manifest: JobManifest, record: JobRecord) -> str | None:
     return manifest.spec.restore.initial_savepoint_path or None
 
 
-def _chosen(restore_from: str, record: JobRecord, storage: CheckpointStorage) -> ChosenImage:
+def _chosen(
+    choice: str, named_by: str, record: JobRecord, storage: CheckpointStorage
+) -> ChosenImage:
     try:
-        return chosen_image(restore_from, record.coordinator, storage)
+        return chosen_image(choice, record.coordinator, storage)
     except UnknownImage as error:
-        raise RunRefused(f"--from: {error}") from None
+        raise RunRefused(f"{named_by}: {error}") from None
 
 
 def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:
