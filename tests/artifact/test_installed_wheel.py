@@ -5,8 +5,8 @@ import the repository's code. The runtime dependencies are installed at the imag
 (the Dockerfile's deps stage, as the Makefile does) by uv, from its cache when it has them
 (pip resolving the same pins against PyPI's pages took 40 s of a core).
 
-About 20-60 s here: the build and the environment take about 5 s, the rest is one
-coordinated word count on real PySpark.
+About 50 s here: the build and the environment take about 5 s, the rest is the coordinated
+word count on real PySpark, stopped with a drain and resumed from its savepoint.
 """
 
 import json
@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -208,30 +209,90 @@ def test_the_installed_operator_command_without_a_cluster_says_so_in_one_line(
 
 
 @pytest.mark.spark
-def test_spark_checkpoint_run_of_the_example_ends_verified(installed: Installed) -> None:
-    """The reference job as the README runs it, with the installed command, then the ground
-    truth check the demo makes."""
+def test_the_installed_commands_stop_with_drain_resume_and_end_verified(
+    installed: Installed,
+) -> None:
+    """The reference job with the installed commands, as a user drives it from two
+    terminals: `run` unbounded, `stop --drain` once a checkpoint completed (the input added
+    meanwhile is processed before the savepoint), `list` and `verify` of what is stored,
+    `run --from` that savepoint bounded to the end, then the demo's ground-truth check."""
     example = installed.workdir / "wordcount"
     shutil.copytree(EXAMPLE, example, ignore=shutil.ignore_patterns("data", "__pycache__"))
     python = installed.bin("python")
-    generated = installed.run(
-        *(python, str(example / "generate_input.py"), str(example / "data" / "input")),
-        *("--files", "3", "--lines", "200", "--seed", "1"),
-        timeout=60,
-    )
-    assert generated.returncode == 0, generated.stderr
+    command = installed.bin("spark-checkpoint")
+    manifest = example / "job.yaml"
+    bounded = manifest.read_text()
+    assert ', "--bounded"]' in bounded
+    # Unbounded, with triggers far enough apart that files added at the stop sit unread.
+    manifest.write_text(bounded.replace(', "--bounded"]', ', "--trigger-seconds", "5"]'))
+    state = ("--state-dir", str(installed.workdir / "state"))
 
-    run = installed.run(
-        *(installed.bin("spark-checkpoint"), "run", str(example / "job.yaml")),
-        *("--state-dir", str(installed.workdir / "state")),
-        timeout=600,
-    )
+    def generate(first_file: int) -> None:
+        generated = installed.run(
+            *(python, str(example / "generate_input.py"), str(example / "data" / "input")),
+            *("--files", "2", "--lines", "200", "--seed", "1"),
+            *("--start-index", str(first_file)),
+            timeout=60,
+        )
+        assert generated.returncode == 0, generated.stderr
 
-    assert run.returncode == 0, run.stdout + run.stderr
-    assert re.search(r"checkpoint \d+ complete\b", run.stdout), run.stdout
+    generate(0)
+    log = installed.workdir / "first-run.log"
+    with log.open("w") as output:
+        first = subprocess.Popen(
+            [command, "run", str(manifest), *state],
+            cwd=installed.workdir,
+            env=_clean_environment(),
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+    try:
+        _wait_for(log, r"checkpoint \d+ complete\b", first)
+        generate(2)  # unread when the stop comes: --drain must take them in
+        stopped = installed.run(
+            command, "stop", "--drain", "-f", str(manifest), *state, timeout=300
+        )
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        assert first.wait(timeout=120) == 0, log.read_text()
+    finally:
+        if first.poll() is None:
+            first.kill()
+    savepoint = re.search(r"savepoint (\d+) complete", log.read_text())
+    assert savepoint is not None, log.read_text()
+    _assert_ground_truth(installed, example)  # drained: every file there at the stop
+    image = f"savepoint:{savepoint[1]}"
+
+    listed = installed.run(command, "list", "-f", str(manifest), *state, "-o", "json", timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert image in {
+        f"{row['kind']}:{row['id']}" for row in json.loads(listed.stdout)["snapshots"]
+    }, listed.stdout
+    verified = installed.run(command, "verify", "-f", str(manifest), *state, image, timeout=120)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    generate(4)
+    manifest.write_text(bounded)  # the rest of the input, then the end
+    resumed = installed.run(command, "run", str(manifest), *state, "--from", image, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"restoring from {image}" in resumed.stdout, resumed.stdout
+    _assert_ground_truth(installed, example)
+
+
+def _assert_ground_truth(installed: Installed, example: Path) -> None:
     checked = installed.run(
-        *(python, str(example / "ground_truth.py")),
+        *(installed.bin("python"), str(example / "ground_truth.py")),
         *(str(example / "data" / "input"), str(example / "data" / "output")),
         timeout=120,
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def _wait_for(log: Path, pattern: str, process: subprocess.Popen[str]) -> None:
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if re.search(pattern, log.read_text()):
+            return
+        assert process.poll() is None, log.read_text()
+        time.sleep(0.5)
+    raise AssertionError(f"no line matching {pattern!r}:\n{log.read_text()}")
