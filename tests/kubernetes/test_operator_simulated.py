@@ -1463,6 +1463,64 @@ def test_a_pod_of_the_drivers_name_that_is_not_the_jobs_fails_the_job_in_one_lin
     )
 
 
+def test_a_pod_that_took_the_drivers_name_while_the_operator_was_down_is_left_alone(
+    cluster: LocalCluster,
+) -> None:
+    """The hostile reviewer's: adopt read the pod by name without its owner, judged the
+    stranger's exit as the driver's, and deleted it as an outdated driver."""
+    cluster.apply(job())
+    before = completed(cluster, "orders", 2)
+    theirs = {
+        "metadata": {"name": "orders-driver-1"},
+        "spec": {"containers": [{"name": "theirs", "image": "busybox"}]},
+    }
+    with operator_stopped(cluster):
+        cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
+        cluster.wait_for("the driver gone", lambda: not cluster.driver_pods("orders"))
+        cluster.api.create(PODS, theirs, namespace="default")
+
+    cluster.wait_for(
+        "a new attempt checkpointing",
+        lambda: (
+            (s := cluster.status("orders")).get("jobAttempt") == 2
+            and s["counts"]["completed"] > before["counts"]["completed"]
+        ),
+    )
+    replaced = cluster.wait_for_event("orders", "DriverReplaced")
+    assert replaced["message"] == (
+        "driver orders-driver-1 cannot be adopted: the pod of that name is not this job's "
+        "(no owner reference to it); it is left alone and a new attempt restores from the "
+        "latest checkpoint"
+    )
+    kept = cluster.api.get(PODS, "default", "orders-driver-1")
+    assert kept["spec"]["containers"][0]["name"] == "theirs"
+
+
+def test_pods_that_only_wear_the_jobs_labels_are_never_deleted(cluster: LocalCluster) -> None:
+    """Anyone who may create pods in the namespace can label one as a job's driver,
+    cleanup pod or executor; the operator deleted each before a launch or at the end."""
+    labelled = {
+        "imposter-driver": {objects.LABEL_COMPONENT: objects.DRIVER},
+        "imposter-cleanup": {objects.LABEL_COMPONENT: objects.CLEANUP},
+        "imposter-executor": {objects.LABEL_SPARK_ROLE: objects.EXECUTOR},
+    }
+    for name, labels in labelled.items():
+        pod = {
+            "metadata": {"name": name, "labels": {objects.LABEL_JOB: "orders", **labels}},
+            "spec": {"containers": [{"name": "theirs", "image": "busybox"}]},
+        }
+        cluster.api.create(PODS, pod, namespace="default")
+    distributed = job()
+    distributed["spec"]["checkpointing"]["liveVolumeClaim"] = "orders-live"
+    cluster.apply(distributed)
+    completed(cluster, "orders", 1)
+
+    cluster.delete("orders")
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    left = {pod["metadata"]["name"] for pod in cluster.api.list(PODS, "default")}
+    assert set(labelled) <= left, left
+
+
 @pytest.mark.parametrize(
     "refusal",
     [

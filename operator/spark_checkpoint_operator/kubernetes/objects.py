@@ -119,6 +119,11 @@ def driver_pod_name(job: str, attempt: int) -> str:
     return f"{job}-driver-{attempt}"
 
 
+def is_driver_pod_name(job: str, name: str) -> bool:
+    prefix, _, attempt = name.rpartition("-driver-")
+    return prefix == job and attempt.isdigit() and driver_pod_name(job, int(attempt)) == name
+
+
 def token_secret_name(job: str) -> str:
     return f"{job}-agent-token"
 

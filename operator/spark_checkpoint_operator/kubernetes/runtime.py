@@ -491,19 +491,36 @@ def stuck_deletion(pod: V1Pod, overdue: float) -> str | None:
 
 async def delete_job_pods_and_wait(
     clients: Clients,
-    namespace: str,
-    job: str,
+    job: Mapping[str, Any],
     labels: Mapping[str, str | tuple[str, ...]],
     report: Callable[[Notice], None],
 ) -> None:
-    """Every pod of the job that matches ``labels``, gone."""
+    """Every pod of the job that matches ``labels``, gone; a pod that only wears the job's
+    labels (anyone who may create pods in the namespace can label one so) stays."""
+    namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
     pods = await clients.core.list_namespaced_pod(
         namespace,
-        label_selector=_label_selector({objects.LABEL_JOB: job, **labels}),
+        label_selector=_label_selector({objects.LABEL_JOB: name, **labels}),
     )
     for pod in pods.items:
         assert pod.metadata is not None and pod.metadata.name is not None
-        await delete_pod_and_wait(clients, namespace, job, pod.metadata.name, report)
+        if is_jobs_pod(pod, job):
+            await delete_pod_and_wait(clients, namespace, name, pod.metadata.name, report)
+
+
+def is_jobs_pod(pod: V1Pod, job: Mapping[str, Any]) -> bool:
+    """Owned by the job (its drivers, cleanup and check pods), or an executor Spark made
+    for one of its drivers (owned by that driver pod)."""
+    owners = (pod.metadata and pod.metadata.owner_references) or []
+    return owned_by(pod, job) or any(
+        owner.kind == "Pod" and objects.is_driver_pod_name(job["metadata"]["name"], owner.name)
+        for owner in owners
+    )
+
+
+def owned_by(existing: V1Pod | V1Secret, job: Mapping[str, Any]) -> bool:
+    owners = (existing.metadata and existing.metadata.owner_references) or []
+    return any(owner.uid == job["metadata"]["uid"] for owner in owners)
 
 
 class KubernetesLauncher:
@@ -536,6 +553,15 @@ class KubernetesLauncher:
             pod = await self._api.read_namespaced_pod(name, self.manifest.namespace)
         except NotFoundException:
             return None
+        if not owned_by(pod, self._job):
+            # Its own driver went while the operator was down, and another pod took the
+            # name: it is neither judged, nor handed the token, nor deleted.
+            self._not_adopted(
+                name,
+                "the pod of that name is not this job's (no owner reference to it); it is "
+                "left alone",
+            )
+            return None
         # As the pod watch shows pods: the API's JSON.
         raw: dict[str, Any] = self._clients.api.sanitize_for_serialization(pod)
         if raw["metadata"].get("deletionTimestamp"):
@@ -555,19 +581,10 @@ class KubernetesLauncher:
             # Without its token the driver cannot be asked for anything, ever: adopting it
             # would retry forever. It is stopped: the job restores as after a crash (a
             # deleted one ends without its final savepoint).
-            self._report(
-                Notice(
-                    "DriverReplaced",
-                    Level.WARNING,
-                    f"driver {name} cannot be adopted: its agent token (secret "
-                    f"{objects.token_secret_name(self.manifest.name)}, key "
-                    f"{objects.TOKEN_KEY}) {error}; it is stopped and "
-                    + (
-                        "the job is deleted without a final savepoint"
-                        if self._deleting
-                        else "a new attempt restores from the latest checkpoint"
-                    ),
-                )
+            self._not_adopted(
+                name,
+                f"its agent token (secret {objects.token_secret_name(self.manifest.name)}, "
+                f"key {objects.TOKEN_KEY}) {error}; it is stopped",
             )
             await delete_pod_and_wait(
                 self._clients, self.manifest.namespace, self.manifest.name, name, self._report
@@ -575,6 +592,20 @@ class KubernetesLauncher:
             return None
         self.current = self._driver(name, token, deployed)
         return self.current
+
+    def _not_adopted(self, name: str, why: str) -> None:
+        self._report(
+            Notice(
+                "DriverReplaced",
+                Level.WARNING,
+                f"driver {name} cannot be adopted: {why} and "
+                + (
+                    "the job is deleted without a final savepoint"
+                    if self._deleting
+                    else "a new attempt restores from the latest checkpoint"
+                ),
+            )
+        )
 
     async def refusal(self, attempt: int) -> str | None:
         """Why the driver pod of ``attempt`` could not be created now, asked of the API
@@ -671,8 +702,7 @@ class KubernetesLauncher:
         starts, and before a deleted job's retention policy is carried out."""
         await delete_job_pods_and_wait(
             self._clients,
-            self.manifest.namespace,
-            self.manifest.name,
+            self._job,
             {objects.LABEL_COMPONENT: (objects.DRIVER, objects.CLEANUP)},
             self._report,
         )
@@ -710,9 +740,8 @@ class KubernetesLauncher:
         """``existing`` is this job's (an owner reference to its uid), else LaunchFailed;
         LaunchBlocked while it is an earlier job's of this name (deleted, then created
         again: the garbage collector removes what the earlier one owned soon after)."""
-        owners = (existing.metadata and existing.metadata.owner_references) or []
-        uid = self._job["metadata"]["uid"]
-        if not any(owner.uid == uid for owner in owners):
+        if not owned_by(existing, self._job):
+            owners = (existing.metadata and existing.metadata.owner_references) or []
             earlier = next(
                 (
                     owner
@@ -787,13 +816,11 @@ class KubernetesJanitor:
     async def remove_live_directory(self) -> None:
         """The deleted job's directory on its live volume claim (what its last driver and
         executors left there; the claim outlives the job and may be shared)."""
-        namespace, job = self._manifest.namespace, self._manifest.name
         # Executors outlive their driver until garbage collection takes them; none may
         # write there while the directory goes.
         await delete_job_pods_and_wait(
             self._clients,
-            namespace,
-            job,
+            self._job,
             {objects.LABEL_SPARK_ROLE: objects.EXECUTOR},
             self._report,
         )
@@ -807,8 +834,7 @@ class KubernetesJanitor:
         # verdict nobody waits for.
         await delete_job_pods_and_wait(
             self._clients,
-            self._manifest.namespace,
-            self._manifest.name,
+            self._job,
             {objects.LABEL_COMPONENT: objects.CHECK},
             self._report,
         )
