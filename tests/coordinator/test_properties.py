@@ -438,7 +438,10 @@ def test_the_machine_reaches_completions() -> None:
     run_state_machine_as_test(
         CoordinatorMachine,
         settings=settings(
-            max_examples=60,
+            # With 60, no run failed past its tolerance when this ran after the control
+            # plane's tests in one worker (cause not found; alone it passed). With 200,
+            # 19 of 215 runs do alone.
+            max_examples=200,
             stateful_step_count=60,
             derandomize=True,
             database=None,
