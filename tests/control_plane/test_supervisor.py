@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import json
 import re
 import signal
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from spark_checkpoint_operator.agent_client import (
 )
 from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
+    MESSAGE_CHARACTERS,
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
@@ -848,6 +850,55 @@ def test_an_image_a_restore_fell_back_past_is_never_restored_later() -> None:
     # Why first: "restored from ...; never restored again: <skipped>" alone puzzled.
     restored_line = next(line for line in lines if line.startswith(f"restored from {restored}"))
     assert lines.index(told) < lines.index(restored_line), lines
+
+
+class BoastfulRestoreLauncher(FakeLauncher):
+    """Its second driver (the job author's code) reports passing over the newest image
+    twice, with a reason of 1 MB, and 3,000 images it was never given."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            newest, older = (RestoreCandidate.decode(image) for image in restore[:2])
+            strangers = [
+                SkippedImage(RestoreCandidate.decode(f"checkpoint:{100_000 + n}"), "x" * 1000)
+                for n in range(3000)
+            ]
+            long = SkippedImage(newest, "storage said: " + "y" * 1_000_000)
+            driver.agent.restored_from = RestoredFrom(
+                older, batch_id=3, skipped=(long, *strangers, long)
+            )
+        return driver
+
+
+def test_what_a_driver_says_it_skipped_is_kept_within_bounds() -> None:
+    """The hostile reviewer's: every such entry went into the job's status twice (its
+    restore, its unrestorable images), whose writes the API server then refused for good
+    (413), one RestoreSkipped event each."""
+
+    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str]]:
+        launcher = BoastfulRestoreLauncher()
+        supervisor, lines = _supervisor(launcher, retained=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].code = 137
+        await until(lambda: len(launcher.drivers) == 2)
+        await until(lambda: any(line.startswith("restored from ") for line in lines))
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return supervisor, launcher, lines
+
+    supervisor, launcher, lines = asyncio.run(scenario())
+    newest = launcher.restores[1][0]
+    restored = supervisor.record.restored_from
+    assert restored is not None
+    [skipped] = restored.skipped
+    assert str(skipped.candidate) == newest
+    assert len(skipped.reason) == MESSAGE_CHARACTERS and skipped.reason.endswith("\u2026")
+    [entry] = supervisor.record.unrestorable
+    assert entry.source == newest and len(entry.reason) < MESSAGE_CHARACTERS + 100
+    assert len([line for line in lines if line.startswith("skipped ")]) == 1
+    assert len(json.dumps(supervisor.record.to_dict())) < 20_000
 
 
 def test_triggers_wait_while_an_executor_is_missing() -> None:
@@ -1836,7 +1887,7 @@ class DiscardRefusingAgent(FakeAgent):
             raise AgentUnavailable("connection refused")
         if checkpoint_id in self.rejected or self.rejects_all:
             # A storage error's text can be long (an S3 answer's XML).
-            raise AgentRejected(f"500 storage refused deleting chk-{checkpoint_id}: " + "x" * 999)
+            raise AgentRejected(f"500 storage refused deleting chk-{checkpoint_id}: " + "x" * 1999)
         await super().discard_checkpoint(checkpoint_id, retained)
 
     async def discard_savepoint(self, savepoint_id: int) -> None:
@@ -1928,7 +1979,7 @@ def test_a_storage_refusing_every_delete_is_asked_a_few_each_completion() -> Non
     assert own == 7, "the completion's own discard, after the round"
     assert sorted(d.checkpoint_id for d in due) == [1, 2, 3, 4, 5, 6, 7]
     assert [d.checkpoint_id for d in due][-3:] == asked_again, "those refused go last"
-    assert {len(d.reason or "") for d in due} == {interpreter.REASON_CHARACTERS}
+    assert {len(d.reason or "") for d in due} == {MESSAGE_CHARACTERS}
 
 
 def test_a_storage_that_refuses_every_delete_keeps_the_status_bounded(

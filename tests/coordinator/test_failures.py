@@ -4,6 +4,7 @@ import pytest
 
 from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
+    MESSAGE_CHARACTERS,
     AbortCheckpoint,
     AfterCompletion,
     CheckpointKind,
@@ -97,6 +98,29 @@ def test_failures_abort_with_their_reason_and_count(
     (abort,) = of_type(harness.send(event), AbortCheckpoint)
     assert abort.reason is reason
     assert harness.coordinator.consecutive_failures == 1
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        TaskDeclined(1, "state-0-0", "disk full: " + "x" * 1_000_000),
+        TaskDeclined(1, "t" * 1_000_000, "disk full"),
+        FinalizationFailed(1, "500 " + "x" * 1_000_000),
+        TriggerDeliveryFailed(1, "500 " + "x" * 1_000_000),
+    ],
+    ids=["decline", "task", "finalize", "trigger"],
+)
+def test_a_failures_message_in_the_history_is_kept_short(
+    event: TaskDeclined | FinalizationFailed | TriggerDeliveryFailed,
+) -> None:
+    """What a driver says goes into the job's status: its code is the job author's, and
+    ten history lines of 1 MB kept the status from being written (the hostile reviewer's)."""
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    (abort,) = of_type(harness.send(event), AbortCheckpoint)
+    (failed,) = harness.coordinator.persisted_state.history
+    assert len(failed.message) == MESSAGE_CHARACTERS
+    assert len(abort.message) < MESSAGE_CHARACTERS + 100
 
 
 def test_a_trigger_the_agent_refused_aborts_without_counting() -> None:

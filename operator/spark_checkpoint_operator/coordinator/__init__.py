@@ -6,9 +6,11 @@ its effects.
 """
 
 from spark_checkpoint_operator.coordinator.completed import (
+    MESSAGE_CHARACTERS,
     CheckpointOutcome,
     CompletedCheckpoint,
     OutcomeStatus,
+    shortened,
 )
 from spark_checkpoint_operator.coordinator.config import (
     CoordinatorConfig,
@@ -63,6 +65,7 @@ from spark_checkpoint_operator.coordinator.state import InvalidPersistedState, P
 
 __all__ = [
     "CHECKPOINT_ID_BLOCK",
+    "MESSAGE_CHARACTERS",
     "AbortCheckpoint",
     "AfterCompletion",
     "CheckpointCoordinator",
@@ -106,4 +109,5 @@ __all__ = [
     "TriggerRequest",
     "TriggerRequested",
     "TriggerWithdrawn",
+    "shortened",
 ]

@@ -33,6 +33,19 @@ class OutcomeStatus(StrEnum):
     FAILED = "Failed"
 
 
+# The most characters of one message the job's status keeps (a history line's, a skipped
+# image's reason): most are a driver's words, whose code is the job author's, and the
+# status must stay far below the API server's limit on an object (etcd's 1.5 MiB).
+MESSAGE_CHARACTERS = 1000
+
+
+def shortened(message: str) -> str:
+    """``message`` within `MESSAGE_CHARACTERS`, its cut marked."""
+    if len(message) <= MESSAGE_CHARACTERS:
+        return message
+    return f"{message[: MESSAGE_CHARACTERS - 1]}\u2026"
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointOutcome:
     """One line of the bounded checkpoint history shown in status."""

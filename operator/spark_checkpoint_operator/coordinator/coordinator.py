@@ -18,6 +18,7 @@ from spark_checkpoint_operator.coordinator.completed import (
     CompletedCheckpointStore,
     OutcomeStatus,
     SavepointHistory,
+    shortened,
 )
 from spark_checkpoint_operator.coordinator.config import CoordinatorConfig, TerminalOutcome
 from spark_checkpoint_operator.coordinator.effects import (
@@ -552,6 +553,7 @@ class CheckpointCoordinator:
         effects: list[Effect],
     ) -> None:
         del self._pending[pending.checkpoint_id]
+        message = shortened(message)
         now = self._clock()
         self._failed_count += 1
         self._history.append(

@@ -51,6 +51,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerDeliveryFailed,
     TriggerRequest,
     TriggerRequested,
+    shortened,
 )
 from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.status import DiscardDue
@@ -108,8 +109,6 @@ CHECKPOINT_DISCARDS_KEPT = 10
 SAVEPOINT_DISCARDS_KEPT = 100
 # The refusals after which a round of discards due ends (`discard_due`).
 REFUSALS_PER_ROUND = 3
-# A reason due is an agent's error: kept short in the status.
-REASON_CHARACTERS = 300
 
 
 class EffectInterpreter:
@@ -509,7 +508,7 @@ class EffectInterpreter:
             await self._through_agent(discard, attempt.driver.agent, retained)
         except (AgentUnavailable, AgentRejected) as error:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
-            refused = f"the driver's agent did not take it ({error})"[:REASON_CHARACTERS]
+            refused = shortened(f"the driver's agent did not take it ({error})")
             reason = None if attempt.leaving else refused
             if discard.kind is CheckpointKind.SAVEPOINT:
                 # Its deletion was said (SavepointDiscarded): that it waits is news too.

@@ -925,6 +925,9 @@ class JobSupervisor:
     async def _process(self, attempt: Attempt, status: AgentStatus, *, before: Stage) -> None:
         """Act on a status; ``before``: the attempt's stage before this answer."""
         driver = attempt.driver
+        if status.restored_from is not None:
+            restored = status_events.restore_within_bounds(status.restored_from, attempt.candidates)
+            status = dataclasses.replace(status, restored_from=restored)
         if before in (Stage.STARTING, Stage.ADOPTED):
             # Before the first trigger of an attempt: whatever a crash left in storage that
             # the registry does not list goes now, while no snapshot is in flight, and the

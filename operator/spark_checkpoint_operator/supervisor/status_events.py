@@ -6,9 +6,17 @@ the snapshot is done; each is fed to the coordinator once. A snapshot the coordi
 neither waits for nor registered is reported once, to be dropped at the agent.
 """
 
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, replace
 
-from spark_checkpoint.protocol import AgentStatus, QueryState, SnapshotPhase, SnapshotStatus
+from spark_checkpoint.protocol import (
+    AgentStatus,
+    QueryState,
+    RestoredFrom,
+    SkippedImage,
+    SnapshotPhase,
+    SnapshotStatus,
+)
 from spark_checkpoint_operator.coordinator import (
     SnapshotCaptured,
     StoredIdsReported,
@@ -16,6 +24,7 @@ from spark_checkpoint_operator.coordinator import (
     TaskAcknowledged,
     TaskDeclined,
     TasksReported,
+    shortened,
 )
 
 
@@ -28,6 +37,19 @@ class UnknownSnapshot:
 
 
 Progress = SnapshotCaptured | TaskAcknowledged | TaskDeclined | UnknownSnapshot
+
+
+def restore_within_bounds(restored: RestoredFrom, candidates: Collection[str]) -> RestoredFrom:
+    """What the driver says it restored, as the job's status keeps it: the images it
+    passed over only among the candidates it was given, each once, and why in a short
+    message. The driver runs the job author's code; thousands of long reasons kept its
+    status from being written, for good (the hostile reviewer's)."""
+    kept: dict[str, SkippedImage] = {}
+    for image in restored.skipped:
+        source = image.candidate.encode()
+        if source in candidates and source not in kept:
+            kept[source] = replace(image, reason=shortened(image.reason))
+    return replace(restored, skipped=tuple(kept.values()))
 
 
 def tasks_reported(status: AgentStatus, executors_ready: bool) -> TasksReported:
