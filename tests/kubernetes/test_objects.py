@@ -356,6 +356,28 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             f"spec.driver.volumeMounts[0].mountPath: {objects.EXECUTOR_TEMPLATE_DIR!r} is "
             "where the operator or Spark mounts",
         ),
+        # The hostile reviewer's: the runtime mounts where the path leads, not its text.
+        *(
+            (
+                {
+                    "driver": {
+                        "volumes": [SCRATCH],
+                        "volumeMounts": [{"name": "scratch", "mountPath": spelled}],
+                    }
+                },
+                f"spec.driver.volumeMounts[0].mountPath: {spelled!r} is where the operator or "
+                f"Spark mounts{detail}",
+            )
+            for spelled, detail in (
+                (f"{objects.TOKEN_DIR}/.", ""),
+                ("/var/run//spark-checkpoint", ""),
+                (f"/{objects.WORK_DIR}/../work/", ""),
+                (
+                    f"{objects.EXECUTOR_TEMPLATE_DIR}/mine",
+                    f" ({objects.EXECUTOR_TEMPLATE_DIR}), or inside it",
+                ),
+            )
+        ),
         (
             {
                 "sparkConf": {

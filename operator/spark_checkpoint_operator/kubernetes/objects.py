@@ -10,6 +10,7 @@ when it goes.
 
 import hashlib
 import json
+import posixpath
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -439,7 +440,7 @@ def _volume_problems(
 ) -> list[str]:
     """``own``: the volumes (name: mount path) the operator or Spark adds to the role's pods."""
     problems = []
-    taken_paths = {path.rstrip("/") for path in own.values()}
+    taken_paths = {_mount_point(path) for path in own.values()}
     names: set[str] = set()
     for index, volume in enumerate(volumes):
         field, name = f"spec.{role}.volumes[{index}].name", volume.get("name")
@@ -470,12 +471,22 @@ def _volume_problems(
             problems.append(f"{field}.name: {name!r} is not in spec.{role}.volumes")
         if not isinstance(path, str) or not path.startswith("/"):
             problems.append(f"{field}.mountPath: an absolute path is required")
-        elif path.rstrip("/") in paths:
+            continue
+        point = _mount_point(path)
+        if point in paths:
             problems.append(f"{field}.mountPath: {path!r} mounts two volumes")
-        elif path.rstrip("/") in taken_paths:
-            problems.append(f"{field}.mountPath: {path!r} is where the operator or Spark mounts")
-        paths.add(str(path).rstrip("/"))
+        elif taken := next((t for t in taken_paths if f"{point}/".startswith(f"{t}/")), None):
+            problems.append(
+                f"{field}.mountPath: {path!r} is where the operator or Spark mounts"
+                + ("" if point == taken else f" ({taken}), or inside it")
+            )
+        paths.add(point)
     return problems
+
+
+def _mount_point(path: str) -> str:
+    """Where the container runtime mounts ``path`` (``/a//b/./`` is ``/a/b``)."""
+    return posixpath.normpath("/" + path.lstrip("/"))
 
 
 def cleanup_pod(
