@@ -20,6 +20,8 @@ RESTORE_VARIABLE = f"{PREFIX}RESTORE"
 # The registry the job's storage must belong to (`StorageOwner`, JSON), for drivers and
 # janitors alike.
 OWNER_VARIABLE = f"{PREFIX}OWNER"
+# The address the driver's agent listens on (default: the loopback interface).
+AGENT_HOST_VARIABLE = f"{PREFIX}AGENT_HOST"
 # Where a driver that fails writes its error, for its runtime to show (a driver pod's
 # termination message file; a file beside a local driver's log). Optional.
 ERROR_FILE_VARIABLE = f"{PREFIX}ERROR_FILE"
@@ -88,7 +90,7 @@ class DriverSettings:
             f"{PREFIX}JOB": self.job,
             f"{PREFIX}STORAGE": self.storage_root,
             f"{PREFIX}WORK_DIR": str(self.work_dir),
-            f"{PREFIX}AGENT_HOST": self.agent_host,
+            AGENT_HOST_VARIABLE: self.agent_host,
             f"{PREFIX}AGENT_PORT": str(self.agent_port),
             f"{PREFIX}TOKEN_FILE": str(token_file),
             f"{PREFIX}ATTEMPT": str(self.attempt),
@@ -133,7 +135,7 @@ class DriverSettings:
             job=get("JOB"),
             storage_root=get("STORAGE"),
             work_dir=Path(get("WORK_DIR")),
-            agent_host=env.get(PREFIX + "AGENT_HOST", "127.0.0.1"),
+            agent_host=env.get(AGENT_HOST_VARIABLE, "127.0.0.1"),
             agent_port=number("AGENT_PORT"),
             token=token,
             attempt=number("ATTEMPT"),

@@ -14,6 +14,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from helpers.doc_blocks import marked_blocks
+from helpers.kube.kubelet import _expand as expand
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (
@@ -119,6 +120,54 @@ def test_the_agent_listens_on_the_pod_ip_and_restores_from_the_candidates() -> N
     assert _env(pod)["SPARK_CHECKPOINT_AGENT_HOST"]["value"] == "$(POD_IP)"
     assert _env(pod)["SPARK_CHECKPOINT_RESTORE"]["value"] == '["savepoint:9", "checkpoint:8"]'
     assert _env(pod)["SPARK_CHECKPOINT_STORAGE"]["value"] == "s3a://bucket/checkpoints"
+
+
+def _as_the_kubelet_starts(pod: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The container's command and environment after the kubelet's $(NAME) expansion."""
+    fields = {"metadata.name": pod["metadata"].get("name", "x"), "status.podIP": "10.0.0.7"}
+    defined: dict[str, str] = {}
+    container = pod["spec"]["containers"][0]
+    for variable in container["env"]:
+        if "value" in variable:
+            defined[variable["name"]] = expand(variable["value"], defined)
+        elif field := variable["valueFrom"].get("fieldRef"):
+            defined[variable["name"]] = fields.get(field["fieldPath"], "?")
+    return [expand(part, defined) for part in container["command"]], defined
+
+
+def test_what_the_manifest_says_reaches_the_pods_as_written() -> None:
+    """The hostile reviewer's: the kubelet expanded $(POD_NAME) in the storage (a directory
+    per attempt, another for cleanup pods), "pa$$word" reached Spark as "pa$word", and
+    arguments changed the same way; `spark-checkpoint run` gives them as written."""
+    storage = "file:///data/$(POD_NAME)/$$"
+    secret = "pa$$word$(POD_IP)"
+    arguments = ["--pattern", "^id-[0-9]+$$", "--out", "$(SPARK_CHECKPOINT_JOB)"]
+
+    def edit(raw: dict[str, Any]) -> None:
+        raw["spec"]["application"]["sparkConf"]["spark.hadoop.fs.s3a.secret.key"] = secret
+        raw["spec"]["application"]["arguments"] = arguments
+
+    manifest, document = _job(edit=edit)
+    driver = objects.driver_pod(
+        manifest, document, attempt=1, storage=storage, restore=[], deployed_hash="0" * 8
+    )
+    command, environment = _as_the_kubelet_starts(driver)
+    assert command[-len(arguments) :] == arguments
+    assert environment["SPARK_CHECKPOINT_STORAGE"] == storage
+    assert environment["SPARK_CHECKPOINT_AGENT_HOST"] == "10.0.0.7"
+    conf = dict(
+        part.split("=", 1)
+        for part in shlex.split(environment["PYSPARK_SUBMIT_ARGS"])
+        if "=" in part
+    )
+    assert conf["spark.hadoop.fs.s3a.secret.key"] == secret
+    assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "10.0.0.7"
+    for pod in (
+        objects.cleanup_pod(manifest, document, storage=storage, command=CollectGarbage((), ())),
+        objects.check_pod(manifest, document, storage=storage, image="checkpoint:1"),
+    ):
+        _, environment = _as_the_kubelet_starts(pod)
+        assert environment["SPARK_CHECKPOINT_STORAGE"] == storage
 
 
 def test_spark_runs_in_client_mode_unless_the_manifest_says_otherwise() -> None:

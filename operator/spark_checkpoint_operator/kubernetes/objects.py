@@ -23,7 +23,7 @@ from spark_checkpoint.janitor_commands import (
     janitor_environment,
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
-from spark_checkpoint.settings import PREFIX, DriverSettings
+from spark_checkpoint.settings import AGENT_HOST_VARIABLE, PREFIX, DriverSettings
 from spark_checkpoint_operator.driver_command import (
     TERMINATION_GRACE_SECONDS,
     driver_command,
@@ -224,7 +224,7 @@ def driver_pod(
         job=manifest.name,
         storage_root=storage,
         work_dir=Path(WORK_DIR),
-        agent_host="$(POD_IP)",
+        agent_host=POD_IP,
         agent_port=AGENT_PORT,
         token="",  # never in the pod spec: the driver reads the mounted Secret
         attempt=attempt,
@@ -232,10 +232,17 @@ def driver_pod(
         owner=storage_owner(manifest, job),
     )
     memory_mib = spec.driver.memory_mib
+    user_conf = spec.application.spark_conf
     spark_conf = {
-        **_spark_defaults(manifest, name),
-        **_live_volume_conf(manifest, job),
-        **spec.application.spark_conf,
+        **{
+            key: _literal(value)
+            for key, value in {
+                **_spark_defaults(manifest, name),
+                **_live_volume_conf(manifest, job),
+                **user_conf,
+            }.items()
+        },
+        **{key: POD_IP for key in _POD_IP_SETTINGS if key not in user_conf},
     }
     environment = [
         _field_env("POD_NAME", "metadata.name"),
@@ -243,7 +250,7 @@ def driver_pod(
         _field_env("POD_IP", "status.podIP"),
         *_env(spec.driver_env),
         *(
-            {"name": key, "value": value}
+            {"name": key, "value": value if key == AGENT_HOST_VARIABLE else _literal(value)}
             for key, value in settings.to_environment(
                 Path(TOKEN_DIR, TOKEN_KEY), Path(TERMINATION_MESSAGE_PATH)
             ).items()
@@ -258,7 +265,7 @@ def driver_pod(
     }
     container = {
         "name": "driver",
-        "command": driver_command(spec.application),
+        "command": [_literal(part) for part in driver_command(spec.application)],
         "env": environment,
         "ports": [{"name": "agent", "containerPort": AGENT_PORT, "protocol": "TCP"}],
         "resources": _resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
@@ -531,9 +538,8 @@ def check_pod(
     as the restored driver does. The verdict is the container's termination message."""
     spec = manifest.spec
     memory_mib = spec.driver.memory_mib
-    submit = submit_arguments(
-        {"spark.driver.memory": f"{memory_mib}m", **spec.application.spark_conf}
-    )
+    settings = {"spark.driver.memory": f"{memory_mib}m", **spec.application.spark_conf}
+    submit = submit_arguments({key: _literal(value) for key, value in settings.items()})
     return _janitor_pod(
         manifest,
         job,
@@ -568,11 +574,11 @@ def _janitor_pod(
     labels = {**drivers, **job_labels(manifest, component)}
     container = {
         "name": component,
-        "command": command_line(command),
+        "command": [_literal(part) for part in command_line(command)],
         "env": [
             *_env(spec.driver_env),
             *(
-                {"name": name, "value": value}
+                {"name": name, "value": _literal(value)}
                 for name, value in janitor_environment(
                     manifest.namespace, manifest.name, storage, storage_owner(manifest, job)
                 ).items()
@@ -654,6 +660,18 @@ def _pod(
 
 _EXECUTOR_LABEL_SETTING = "spark.kubernetes.executor.label."
 # Where the executors go and whose they are: a job's sparkConf may not say otherwise.
+# The kubelet expands $(NAME) in a container's command and env values to the variable
+# defined before it, and $$ to $: what a manifest says (a storage URI, a password in
+# sparkConf, an argument) reaches the driver and cleanup pods escaped, so as written, as
+# `spark-checkpoint run` gives it. The operator's references to POD_IP are not escaped.
+POD_IP = "$(POD_IP)"
+_POD_IP_SETTINGS = ("spark.driver.host", "spark.driver.bindAddress")
+
+
+def _literal(text: str) -> str:
+    return text.replace("$", "$$")
+
+
 _OPERATOR_SPARK_SETTINGS = frozenset(
     {"spark.kubernetes.namespace", "spark.kubernetes.driver.pod.name"}
 )
@@ -667,8 +685,6 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         "spark.submit.deployMode": "client",
         "spark.kubernetes.namespace": manifest.namespace,
         "spark.kubernetes.driver.pod.name": driver_pod,
-        "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "$(POD_IP)",
         "spark.driver.memory": f"{spec.driver.memory_mib}m",
         "spark.executor.instances": str(spec.executor.instances),
         "spark.executor.cores": str(spec.executor.cores),
