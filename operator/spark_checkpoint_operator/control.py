@@ -133,6 +133,14 @@ class ControlServer:
             if finishing and notice.label.startswith(Command.STOP):
                 self._told[notice.label] = self._stop_finishing()
                 return True
+            if notice.label.startswith(Command.STOP):
+                # As Ctrl-C: the savepoint cannot be taken now (the query has not committed
+                # a batch yet, an executor is missing), and the user asked to stop.
+                reason = notice.message.partition(": ")[2]
+                self._told[notice.label] = self._stop_without_savepoint(
+                    f"no savepoint can be taken now ({reason})"
+                )
+                return True
             # Not "not all required tasks are running (the query is starting ...)": it ended.
             message = FINISHING_TAKES_NO_SAVEPOINT if finishing else notice.message
             self._told[notice.label] = ControlAnswer(Outcome.DECLINED, message)
@@ -197,13 +205,7 @@ class ControlServer:
                 return self._stop_finishing()
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
-                said = (
-                    "stopping the driver without a savepoint: the query is not running (the "
-                    "next run resumes from the newest checkpoint or savepoint)"
-                )
-                self._report(f"`spark-checkpoint stop`: {said}")
-                self._supervisor.suspend_now()
-                return ControlAnswer(Outcome.OK, said)
+                return self._stop_without_savepoint("the query is not running")
             case Command.STOP if request.drain:
                 self._report(
                     "`spark-checkpoint stop --drain`: draining the input, then taking a "
@@ -213,6 +215,15 @@ class ControlServer:
             case Command.STOP:
                 self._report("`spark-checkpoint stop`: taking a savepoint, then stopping")
                 return await self._savepoint(AfterCompletion.STOP, request)
+
+    def _stop_without_savepoint(self, why: str) -> ControlAnswer:
+        said = (
+            f"stopping the driver without a savepoint: {why} (the next run resumes from the "
+            "newest checkpoint or savepoint)"
+        )
+        self._report(f"`spark-checkpoint stop`: {said}")
+        self._supervisor.suspend_now()
+        return ControlAnswer(Outcome.OK, said)
 
     def _stop_finishing(self) -> ControlAnswer:
         """Nothing to stop: the driver exits on its own (`cancel` stops it now). A driver

@@ -130,7 +130,7 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
                 "spark-checkpoint savepoint -f job.yaml --detached   # print its id once triggered",
             ],
             {
-                ExitCode.OK: "the savepoint completed (--detached: was triggered)",
+                ExitCode.OK: "the savepoint completed (--detached or --timeout 0: was triggered)",
                 **SAVEPOINT_EXIT_CODES,
             },
         ),
@@ -158,7 +158,8 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
                 "spark-checkpoint stop -f job.yaml --drain   # process all available input first",
             ],
             {
-                ExitCode.OK: "the savepoint completed and the run has ended",
+                ExitCode.OK: "the savepoint completed and the run has ended (--timeout 0: the "
+                "savepoint was triggered, or the driver stops without one)",
                 **SAVEPOINT_EXIT_CODES,
                 ExitCode.FAILED: "the savepoint failed, was given up (another stop's completed "
                 "first: what happened is printed) or did not complete within --timeout, or the "
@@ -289,7 +290,8 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         # FAILED: nothing was left to cancel, the job ends Suspended (the answer says so).
         ended = "suspended" if answer.outcome is Outcome.FAILED else "cancelled"
         return _ended(paths, args.timeout, ended, prog)
-    detached = getattr(args, "detached", False)
+    # --timeout 0 waits only until the savepoint is triggered, as --detached does.
+    detached = getattr(args, "detached", False) or args.timeout == 0
     wait = 0.0 if detached else args.timeout
     drain = getattr(args, "drain", False)
     # A savepoint can take minutes (a drain: as long as the input lasts): an answer that
@@ -303,8 +305,8 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         waiting.start()
     try:
         answer = request(paths, command, drain=drain, wait=wait)
-        code = _report(answer, prog, detached=detached, timeout=args.timeout)
-        if command is Command.STOP and code == ExitCode.OK:
+        code = _report(answer, command, prog, detached=detached, timeout=args.timeout)
+        if command is Command.STOP and answer.outcome is Outcome.OK and not detached:
             return _ended(paths, args.timeout, "stopped", prog)
         return code
     except KeyboardInterrupt:
@@ -343,8 +345,11 @@ def _status_command(args: argparse.Namespace) -> str:
     return shlex.join(["spark-checkpoint", "status", *words])
 
 
-def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float) -> int:
+def _report(
+    answer: ControlAnswer, command: Command, prog: str, *, detached: bool, timeout: float
+) -> int:
     savepoint = answer.savepoint
+    then = "the run stops once it completes" if command is Command.STOP else "the job keeps running"
     match answer.outcome:
         case Outcome.OK if savepoint is None:  # a stop without one: the answer says why
             print(answer.message, flush=True)
@@ -354,10 +359,10 @@ def _report(answer: ControlAnswer, prog: str, *, detached: bool, timeout: float)
             print(f"savepoint {savepoint.snapshot_id} completed: {savepoint.path}", flush=True)
             return ExitCode.OK
         case Outcome.TRIGGERED if detached and savepoint is not None:
-            print(f"savepoint {savepoint.snapshot_id} triggered; the job keeps running")
+            print(f"savepoint {savepoint.snapshot_id} triggered; {then}")
             return ExitCode.OK
         case Outcome.TRIGGERED if detached:
-            print(f"{answer.message}; the job keeps running")
+            print(f"{answer.message}; {then}")
             return ExitCode.OK
         case Outcome.TRIGGERED:
             print(

@@ -81,23 +81,34 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         return ExitCode.FAILED
     process, earlier_runs = started
     log_file = paths.logs_dir / "runtime.log"
+    # Quoted: a path with a space is copied into a shell as it is printed.
+    job = shlex.join(
+        ["-f", str(args.manifest)]
+        + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
+    )
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     answering = False
     # Until its driver's agent answers, the run may still end at once (no image it can
     # restore, no driver it can start, a pipeline that starts its query without
     # run_coordinated): that is its answer, not "runs in the background". A long restore
     # past the deadline is left to go on.
-    while process.poll() is None and time.monotonic() < deadline:
-        status = _status_of(paths, process.pid)
-        answering = answering or status is not None
-        if status is not None and status.phase not in WAITED_PHASES:
-            break
-        time.sleep(POLL_SECONDS)
-    # Quoted: a path with a space is copied into a shell as it is printed.
-    job = shlex.join(
-        ["-f", str(args.manifest)]
-        + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
-    )
+    try:
+        while process.poll() is None and time.monotonic() < deadline:
+            status = _status_of(paths, process.pid)
+            answering = answering or status is not None
+            if status is not None and status.phase not in WAITED_PHASES:
+                break
+            time.sleep(POLL_SECONDS)
+    except KeyboardInterrupt:
+        # Only the wait is interrupted: the run is in its own session (a newcomer read the
+        # bare exit 130 as a cancelled job).
+        print(
+            f"\nspark-checkpoint run: interrupted; the background run (pid {process.pid}) "
+            f"goes on (its output is in {log_file}): `spark-checkpoint status {job}` follows "
+            f"it, `spark-checkpoint cancel {job}` ends it",
+            file=sys.stderr,
+        )
+        return ExitCode.CANCELLED
     if process.poll() is None and answering:
         print(
             f"job {manifest.namespace}/{manifest.name} runs in the background (pid "

@@ -391,11 +391,41 @@ class _FinishingSupervisor:
             )
 
 
+class _DeclinedSupervisor:
+    """Its query runs but has not committed a first batch (no input yet): every savepoint
+    is declined, as the coordinator declines it."""
+
+    finishing = False
+
+    def __init__(self) -> None:
+        self.record = JobRecord(phase=JobPhase.RUNNING)
+        self.control: ControlServer | None = None
+        self.calls: list[str] = []
+        self.declined_is_news: bool | None = None
+
+    def request(self, event: TriggerRequested) -> None:
+        self.calls.append("savepoint")
+        assert self.control is not None
+        self.declined_is_news = not self.control.notice(
+            Notice(
+                "RequestDeclined",
+                Level.WARNING,
+                "savepoint request declined: not all required tasks are running (the query "
+                "is starting or has not committed its first batch yet)",
+                label=event.label,
+            )
+        )
+
+    def suspend_now(self) -> None:
+        self.calls.append("suspend now")
+
+
 def _answer_of(
     supervisor: _StoppedFirstSupervisor
     | _FailedAtOnceSupervisor
     | _SuspendingSupervisor
-    | _FinishingSupervisor,
+    | _FinishingSupervisor
+    | _DeclinedSupervisor,
     command: Command,
     tmp: Path,
 ) -> ControlAnswer:
@@ -493,6 +523,31 @@ def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
     assert supervisor.declined_is_news is False
     said = capsys.readouterr().out.splitlines()
     assert said[-1] == f"`spark-checkpoint stop`: {FINISHING_NEEDS_NO_SAVEPOINT}", said
+
+
+@pytest.mark.parametrize("command", [Command.STOP, Command.SAVEPOINT])
+def test_a_stop_whose_savepoint_is_declined_stops_without_one_as_ctrl_c_does(
+    tmp_path: Path, command: Command
+) -> None:
+    """A newcomer's: a job whose query had no input yet could not be stopped; each `stop`
+    was declined (exit 4) while Ctrl-C and SIGTERM stop its driver without a savepoint, as
+    the user guide says `stop` does. A `savepoint` is declined still."""
+    supervisor = _DeclinedSupervisor()
+
+    answer = _answer_of(supervisor, command, tmp_path)
+
+    if command is Command.SAVEPOINT:
+        assert answer.outcome is Outcome.DECLINED
+        assert supervisor.calls == ["savepoint"] and supervisor.declined_is_news
+        return
+    assert (answer.outcome, answer.message) == (
+        Outcome.OK,
+        "stopping the driver without a savepoint: no savepoint can be taken now (not all "
+        "required tasks are running (the query is starting or has not committed its first "
+        "batch yet)) (the next run resumes from the newest checkpoint or savepoint)",
+    )
+    assert supervisor.calls == ["savepoint", "suspend now"]
+    assert supervisor.declined_is_news is False, "the stop's own line says it"
 
 
 def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike() -> None:

@@ -26,8 +26,9 @@ from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator import control_commands, detached_run
 from spark_checkpoint_operator.cli import main
-from spark_checkpoint_operator.control_protocol import ControlAnswer, Outcome
+from spark_checkpoint_operator.control_protocol import Command, ControlAnswer, Image, Outcome
 from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import job_lock
 from spark_checkpoint_operator.local_state import default_state_dir, local_paths
 from spark_checkpoint_operator.manifest.loading import load_manifest
@@ -234,13 +235,27 @@ def test_cancel_stops_without_a_savepoint(job: LocalJob) -> None:
     # committed output).
     assert (
         "cancelling: the driver stops without a savepoint; its checkpoints are discarded "
-        "(retentionPolicy RetainOnFailure) and it has no savepoint: its next run starts over "
-        "(`stop` instead takes a savepoint to resume from)"
+        "(retentionPolicy RetainOnFailure) and it has no savepoint: its next run starts over, "
+        "and its sinks refuse the output they committed until it is deleted (`stop` instead "
+        "takes a savepoint to resume from)"
     ) in cancelled.stdout
     wait_until_gone(runtime)
     record = job.status_file()
     assert record["phase"] == "Cancelled"
     assert record["lastSavepoint"] is None
+
+
+def test_a_stop_that_waits_only_for_its_trigger_says_the_run_stops_after_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    answer = ControlAnswer(Outcome.TRIGGERED, "savepoint 9 is in progress", Image(9, None))
+
+    code = control_commands._report(
+        answer, Command.STOP, "spark-checkpoint stop", detached=True, timeout=0
+    )
+
+    assert code == ExitCode.OK
+    assert capsys.readouterr().out == "savepoint 9 triggered; the run stops once it completes\n"
 
 
 @pytest.mark.parametrize(("timeout", "said"), [(0.01, "0.01"), (60.0, "60"), (1e6, "1000000")])
@@ -250,11 +265,41 @@ def test_a_savepoint_past_its_timeout_says_that_timeout_as_given(
     """`--timeout 0.01` said "in progress after 0s" (a newcomer's)."""
     answer = ControlAnswer(Outcome.TRIGGERED, "savepoint 612 is in progress")
 
-    control_commands._report(answer, "spark-checkpoint savepoint", detached=False, timeout=timeout)
+    control_commands._report(
+        answer, Command.SAVEPOINT, "spark-checkpoint savepoint", detached=False, timeout=timeout
+    )
 
     assert capsys.readouterr().err.startswith(
         f"spark-checkpoint savepoint: savepoint 612 is in progress after {said}s; it goes on"
     )
+
+
+def test_ctrl_c_while_a_detached_run_starts_says_that_the_run_goes_on(job: LocalJob) -> None:
+    """A newcomer's: Ctrl-C while `run --detach` waited for the run to answer printed
+    nothing and exited 130, which `run --help` calls cancelled; the job ran on."""
+    (job.directory / "driver.py").write_text("import time\ntime.sleep(600)\n")  # never answers
+    starting = subprocess.Popen(
+        [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml", "-d"],
+        cwd=job.directory,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not (job.job_dir / "run.lock").exists() or not (job.job_dir / "run.lock").read_text():
+        assert time.monotonic() < deadline and starting.poll() is None, starting.communicate()
+        time.sleep(0.1)
+    starting.send_signal(signal.SIGINT)
+    _, err = starting.communicate(timeout=30)
+
+    assert starting.returncode == 130, err
+    runtime = job.runtime_pid()
+    assert err.splitlines()[-1] == (
+        f"spark-checkpoint run: interrupted; the background run (pid {runtime}) goes on (its "
+        f"output is in {job.job_dir.resolve() / 'logs' / 'runtime.log'}): `spark-checkpoint "
+        "status -f job.yaml` follows it, `spark-checkpoint cancel -f job.yaml` ends it"
+    ), err
+    assert alive(runtime)
 
 
 def test_a_savepoint_while_not_running_is_declined_with_the_coordinators_reason(
@@ -627,6 +672,11 @@ def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoin
     words = triggered.stdout.split()
     # Returned at its trigger; a savepoint this small may be complete already.
     assert words[0] == "savepoint" and words[2] in ("triggered;", "completed:"), words
+    # "0: only until it is triggered" exited 1, as a savepoint that did not complete in
+    # time (a newcomer's).
+    at_once = job.cli("savepoint", "-f", "job.yaml", "--timeout", "0")
+    assert at_once.returncode == 0, at_once.stderr
+    assert at_once.stdout.split()[2] in ("triggered;", "completed:"), at_once.stdout
     runtime = job.runtime_pid()
     drained = job.cli("stop", "-f", "job.yaml", "--drain")
     assert drained.returncode == 0, drained.stderr

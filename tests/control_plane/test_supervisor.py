@@ -2247,23 +2247,32 @@ def test_a_completion_a_cancelled_driver_did_not_confirm_is_no_news(cancelled: b
 
 
 def test_what_a_cancellation_leaves_says_whether_a_savepoint_is_left_to_resume_from() -> None:
-    async def scenario() -> tuple[str, str]:
+    async def scenario() -> tuple[str, str, str]:
         launcher = FakeLauncher()
         supervisor, _ = _supervisor(launcher, interval=None)
         run = asyncio.create_task(supervisor.run())
         await until(lambda: bool(launcher.drivers) and launcher.drivers[0].agent.status_requests)
         before = supervisor.what_cancelling_leaves()
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT))
+        await until(lambda: bool(supervisor.record.coordinator.checkpoints))
+        committed = supervisor.what_cancelling_leaves()
         supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
         await until(lambda: bool(supervisor.record.coordinator.savepoints))
         after = supervisor.what_cancelling_leaves()
         launcher.drivers[0].code = DriverExit.FINISHED
         await run
-        return before, after
+        return before, committed, after
 
-    before, after = asyncio.run(scenario())
+    before, committed, after = asyncio.run(scenario())
     assert before == (
         "its checkpoints are discarded (retentionPolicy RetainOnFailure) and it has no "
         "savepoint: its next run starts over (`stop` instead takes a savepoint to resume from)"
+    )
+    # Its next run failed on the output an earlier one committed (a newcomer's).
+    assert committed == (
+        "its checkpoints are discarded (retentionPolicy RetainOnFailure) and it has no "
+        "savepoint: its next run starts over, and its sinks refuse the output they committed "
+        "until it is deleted (`stop` instead takes a savepoint to resume from)"
     )
     assert after == (
         "its checkpoints are discarded (retentionPolicy RetainOnFailure), its savepoints stay"

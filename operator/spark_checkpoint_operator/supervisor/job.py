@@ -247,13 +247,18 @@ class JobSupervisor:
         """What a cancellation leaves of the job's images, by its retention policy."""
         policy = self._config.retention_policy
         if policy.discards_on(TerminalOutcome.CANCELLED):
-            if not self._interpreter.coordinator.persisted_state.savepoints:
+            state = self._interpreter.coordinator.persisted_state
+            if not state.savepoints:
                 next_run = (
                     f"starts from spec.restore.initialSavepointPath ({self._initial_savepoint}) "
                     "again"
                     if self._initial_savepoint
                     else "starts over"
                 )
+                if state.completed_count:  # its two-phase-commit sinks committed output
+                    next_run += (
+                        ", and its sinks refuse the output they committed until it is deleted"
+                    )
                 return (
                     f"its checkpoints are discarded (retentionPolicy {policy.value}) and it "
                     f"has no savepoint: its next run {next_run} (`stop` instead takes a "
