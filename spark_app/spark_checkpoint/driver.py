@@ -350,8 +350,9 @@ class _InputDrain:
     one does (Spark lists the sources and marks "no new data" under the lock that call
     resets the mark under, so the trigger that ends a call begun after the moment listed
     its sources after it too). A query that runs a batch at every trigger (a processing-time
-    timeout) never marks "no new data"; its progress says it: a batch begun after the moment
-    whose sources' offsets did not move and were the latest. (Spark's status told whether
+    timeout), or whose input never stops coming (a busy Kafka topic), never marks "no new
+    data"; its progress says it: a batch begun after the moment that read up to each
+    source's latest offset (`_read_all_there_was_since`). (Spark's status told whether
     the last trigger, begun before, found data: files that came after it were left out.)
     A source that holds input back until there is enough (Kafka's minOffsetsPerTrigger)
     reports no new data meanwhile."""
@@ -375,7 +376,7 @@ class _InputDrain:
                     daemon=True,
                 )
                 self._thread.start()
-        return _no_new_data_since(self._query.lastProgress, moment)
+        return _read_all_there_was_since(self._query.lastProgress, moment)
 
     def _process_all_available(self, moment: float) -> None:
         """Until a call begun after ``moment`` returned: not for the rest of the query's
@@ -392,10 +393,13 @@ class _InputDrain:
             return
 
 
-def _no_new_data_since(progress: Mapping[str, Any] | None, moment: float) -> bool:
+def _read_all_there_was_since(progress: Mapping[str, Any] | None, moment: float) -> bool:
     """Whether ``progress`` is of a batch begun after ``moment`` (a ``time.time()``) that
-    found no new data: each source's offsets did not move and were its latest. Not its
-    rows: an empty file or a filtered scan reads none from new offsets."""
+    read all input its sources had: each source's end offset is the latest it reported
+    (Spark asks for both as it plans the batch, after the trigger's timestamp), or, for a
+    source that reports no latest (a file source), its offsets did not move. Not its rows:
+    an empty file or a filtered scan reads none from new offsets. A read limit
+    (maxOffsetsPerTrigger) leaves the end below the latest: not drained until it catches up."""
     if progress is None:
         return False
     try:
@@ -409,7 +413,7 @@ def _no_new_data_since(progress: Mapping[str, Any] | None, moment: float) -> boo
         for source in progress.get("sources") or []
     ]
     return bool(sources) and all(
-        start is not None and start == end and latest in (None, end)
+        end is not None and (end == latest if latest is not None else start == end)
         for start, end, latest in sources
     )
 

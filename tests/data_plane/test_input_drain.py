@@ -1,15 +1,19 @@
 """When a drain (stop --drain) may take its image: a trigger begun after the request found
 no new data, told by Spark's processAllAvailable or, for a query that runs a batch at
-every trigger, by its progress (the driver's `_InputDrain`, on a stand-in for Spark's
-StreamingQuery)."""
+every trigger or whose input never stops, by its progress (the driver's `_InputDrain`, on
+a stand-in for Spark's StreamingQuery, and on Spark's own)."""
 
 import json
 import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from helpers.spark_session import local_session
 from spark_checkpoint.driver import _InputDrain
 
 
@@ -105,6 +109,46 @@ def test_a_query_that_runs_a_batch_at_every_trigger_is_drained_by_its_progress()
     query.isActive = False
 
 
+def _kafka_progress(
+    began: float, start: dict[str, int], end: dict[str, int], latest: dict[str, int]
+) -> dict[str, Any]:
+    """A Kafka source's progress: offsets by partition, its latest as Spark planned the
+    batch (each a JSON object's text, partitions in no promised order)."""
+    progress = _progress(began)
+    progress["sources"] = [
+        {
+            "description": "KafkaV2[Subscribe[orders]]",
+            "numInputRows": 40,
+            "startOffset": json.dumps({"orders": start}),
+            "endOffset": json.dumps({"orders": end}),
+            "latestOffset": json.dumps({"orders": dict(reversed(latest.items()))}),
+        }
+    ]
+    return progress
+
+
+def test_input_that_never_stops_coming_is_drained_by_a_batch_that_read_up_to_its_latest() -> None:
+    """A busy topic: every trigger finds new records, so none is idle and Spark never marks
+    "no new data": the drain waited for ever (seen with Spark's rate source, whose input
+    never stops). A batch begun after the request that read up to the latest offsets Spark
+    found as it planned it read all there was at the request."""
+    query = Query()
+    drain = _InputDrain(query)
+    requested = time.time()
+    before, read = {"0": 100, "1": 90}, {"0": 140, "1": 130}
+    for progress in (
+        _kafka_progress(requested - 1, before, read, read),  # planned before the request
+        _kafka_progress(requested + 1, before, {"0": 120, "1": 130}, read),  # a read limit
+    ):
+        query.lastProgress = progress
+        assert drain.processed_all_since(requested) is False, progress
+
+    query.lastProgress = _kafka_progress(requested + 1, before, read, read)
+
+    assert drain.processed_all_since(requested) is True
+    query.isActive = False
+
+
 def test_the_wait_ends_once_a_call_begun_after_the_request_returned() -> None:
     # Not for the rest of the query's life: on an idle query each call returns at the next
     # trigger, 100 times a second (a reviewer's).
@@ -140,3 +184,29 @@ def test_a_query_that_failed_ends_the_wait_without_a_traceback() -> None:
     finally:
         threading.excepthook = hook
     assert errors == []
+
+
+@pytest.mark.spark
+def test_spark_input_that_never_stops_coming_is_drained(tmp_path: Path) -> None:
+    """Spark's rate source has new rows at every trigger: the drain of such a query waited
+    for ever (its `stop --drain` never completed; seen by hand). Its progress, as Spark
+    gives it, says when a batch read all there was."""
+    with local_session("tests-input-drain") as spark:
+        query = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", 50)
+            .load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            # Its offsets are whole seconds: each trigger, 2 s apart, finds new ones.
+            .trigger(processingTime="2 seconds")
+            .start()
+        )
+        try:
+            until_true(lambda: (query.lastProgress or {}).get("numInputRows", 0) > 0, 60)
+            drain = _InputDrain(query)
+            requested = time.time()
+            until_true(lambda: drain.processed_all_since(requested), timeout=30)
+            assert query.isActive
+        finally:
+            query.stop()
