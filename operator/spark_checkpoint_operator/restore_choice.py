@@ -133,6 +133,12 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
             RestoreCandidate.registered(kind, snapshot_id).encode(), (kind, snapshot_id)
         )
     if own and kind is CheckpointKind.CHECKPOINT:
+        try:
+            source.read_metadata(kind, snapshot_id)
+        except MissingFileError as error:  # discarded, or never there (a newcomer's)
+            raise UnknownImage(f"the {kind} cannot be restored: {error}") from None
+        except (StorageError, OSError, ValueError):
+            pass  # whatever else is wrong with it, it is not this run's to restore
         raise UnknownImage(str(UnregisteredCheckpointError(uri)))
     # Storage's errors name the path already.
     _require_intact(source, kind, snapshot_id, f"the {kind}")

@@ -520,6 +520,14 @@ def test_run_from_or_start_from_the_path_of_a_retained_checkpoint(
         refused.stderr
     )
     shutil.rmtree(unregistered)
+    # Not there (discarded, or never): said so, not that the registry does not list it (a
+    # newcomer's, who pasted the path of a checkpoint retention had deleted).
+    missing = job.cli("run", "-f", "job.yaml", "--from", str(unregistered))
+    assert missing.returncode == 1
+    assert missing.stderr.startswith(
+        f"spark-checkpoint run: --from: the checkpoint cannot be restored: "
+        f"{unregistered.as_uri()}/_metadata"
+    ), missing.stderr
 
     backup = tmp_path / "backup"
     shutil.copytree(storage / "default", backup / "default")
