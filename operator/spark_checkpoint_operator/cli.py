@@ -151,7 +151,8 @@ def _main(argv: Sequence[str] | None) -> int:
         metavar="SECONDS",
         help="fail the job if a started driver's checkpoint agent has not answered within "
         "SECONDS (a pipeline that does not call run_coordinated), and warn once of a restore "
-        "longer than that (default: the manifest's spec.restartPolicy.startTimeout, 5m)",
+        "longer than that (default: the manifest's spec.restartPolicy.startTimeout, 5m by "
+        "default: 300 seconds)",
     )
     run.add_argument(
         "--metrics-port",

@@ -368,6 +368,9 @@ def test_what_keeps_a_run_from_starting_is_said_in_one_line_before_any_driver(
         "spark-checkpoint run: spec.checkpointing.storage 'gs://bucket/checkpoints': Please "
         "install gcsfs to access Google Storage\n"
     )
+    # `list` of the same manifest names the field too (it said "storage", a newcomer's).
+    listed = cli("list", "-f", str(gcs))
+    assert (listed.code, listed.err) == (ExitCode.FAILED, no_library.err.replace("run", "list"))
     assert "starting driver" not in in_use.out + no_state.out + no_library.out
 
 

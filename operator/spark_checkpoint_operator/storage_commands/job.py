@@ -82,10 +82,13 @@ def open_job_storage(source: StorageSource) -> JobStorage:
             raise CommandError(str(error)) from error
         paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
+        # Named as `run` names it: the manifest's field.
+        named = "spec.checkpointing.storage" if manifest.spec.checkpointing.storage else "storage"
         namespace, job = manifest.namespace, manifest.name
         unset_secrets = manifest.spec.unset_secret_variables(os.environ)
     else:
         unset_secrets = None
+        named = "storage"
         if not source.job:
             raise CommandError("give either -f FILE or --job (and --namespace, --storage)")
         try:
@@ -104,11 +107,11 @@ def open_job_storage(source: StorageSource) -> JobStorage:
         # Validates namespace and job before they become part of any local path.
         layout = JobStorageLayout(root, namespace, job)
     except ValueError as error:
-        raise CommandError(f"storage {root!r}: {first_line(error)}") from error
+        raise CommandError(f"{named} {root!r}: {first_line(error)}") from error
     try:
         storage = CheckpointStorage(layout)
     except (ValueError, ImportError, OSError) as error:  # no credentials, libhdfs, gcsfs
-        reason = f"storage {root!r}: {first_line(error)}"
+        reason = f"{named} {root!r}: {first_line(error)}"
         raise StorageUnusable(reason + unset_secrets_hint(unset_secrets)) from error
     return JobStorage(storage, paths, unset_secrets)
 
