@@ -468,6 +468,21 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
             {"sparkConf": {"spark.kubernetes.driver.pod.name": "another-driver"}},
             "spec.application.sparkConf: spark.kubernetes.driver.pod.name is set by the operator",
         ),
+        # The hostile reviewer's: executors' state in another claim, or in another job's
+        # directory of a shared one.
+        *(
+            (
+                {"sparkConf": {key: "another"}},
+                f"spec.application.sparkConf: {key} is set by the operator",
+            )
+            for key in (
+                f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{objects.WORK_VOLUME}"
+                ".mount.subPath",
+                f"spark.kubernetes.executor.volumes.persistentVolumeClaim.{objects.WORK_VOLUME}"
+                ".options.claimName",
+                f"spark.kubernetes.executor.volumes.hostPath.{objects.WORK_VOLUME}.mount.path",
+            )
+        ),
         # Keys the CRD cannot check (a reviewer's): the driver pod was refused naming the
         # pod's field; Spark would have retried each executor pod for ever.
         *(

@@ -93,6 +93,10 @@ _SPARK_LOCAL_DIR_VOLUME_PREFIX = "spark-local-dir-"
 _SPARK_EXECUTOR_VOLUME_SETTING = re.compile(
     r"spark\.kubernetes\.executor\.volumes\.[^.]+\.([^.]+)\.mount\.path"
 )
+# Any setting of an executor volume: its name is the second word after "volumes".
+_SPARK_EXECUTOR_VOLUME_ANY_SETTING = re.compile(
+    r"spark\.kubernetes\.executor\.volumes\.[^.]+\.([^.]+)\..+"
+)
 _SPARK_EXECUTOR_SECRET_SETTING = re.compile(r"spark\.kubernetes\.executor\.secrets\.(.+)")
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
@@ -386,6 +390,13 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         or (
             key.startswith(_EXECUTOR_LABEL_SETTING)
             and key[len(_EXECUTOR_LABEL_SETTING) :] in job_own
+        )
+        # The executors' live volume (`_live_volume_conf`): another claim or subPath would
+        # put their state where the driver's agent never snapshots it, or in another job's
+        # directory of a shared claim (the hostile reviewer's).
+        or (
+            (volume := _SPARK_EXECUTOR_VOLUME_ANY_SETTING.fullmatch(key)) is not None
+            and volume[1] == WORK_VOLUME
         )
     ]
     executor_own = dict(_SPARK_EXECUTOR_VOLUMES)
