@@ -146,6 +146,10 @@ def test_what_the_manifest_says_reaches_the_pods_as_written() -> None:
     def edit(raw: dict[str, Any]) -> None:
         raw["spec"]["application"]["sparkConf"]["spark.hadoop.fs.s3a.secret.key"] = secret
         raw["spec"]["application"]["arguments"] = arguments
+        raw["spec"]["application"]["env"] = [
+            {"name": "BUCKET", "value": "b1"},
+            {"name": "URL", "value": "s3://$(BUCKET)/x"},
+        ]
 
     manifest, document = _job(edit=edit)
     driver = objects.driver_pod(
@@ -161,6 +165,9 @@ def test_what_the_manifest_says_reaches_the_pods_as_written() -> None:
         if "=" in part
     )
     assert conf["spark.hadoop.fs.s3a.secret.key"] == secret
+    # The job's env values are expanded as Kubernetes does, for the executors too: in the
+    # driver's pod, where the variables before them are defined (a reviewer's).
+    assert environment["URL"] == conf["spark.executorEnv.URL"] == "s3://b1/x"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "10.0.0.7"
     for pod in (
         objects.cleanup_pod(manifest, document, storage=storage, command=CollectGarbage((), ())),
@@ -822,6 +829,27 @@ def test_an_adopted_driver_restores_from_what_its_container_got() -> None:
     )
 
     assert driver.restore_candidates() == ["checkpoint:7", "savepoint:2"]
+
+
+def test_an_adopted_drivers_candidates_are_read_as_written() -> None:
+    """The pod holds them escaped for the kubelet (`$$`): read back so, an image's path no
+    longer matched its entry, and a failed restore marked another (a reviewer's)."""
+    manifest, _ = _job()
+    external = "external:s3a://bucket/save$points/sp-3/_metadata"
+    pod = _driver(restore=[external, "checkpoint:7"])
+    pods = PodRegistry()
+    pods.observe("ADDED", pod)
+    driver = KubernetesDriver(
+        SimpleNamespace(pods=pods, session=None),
+        manifest,
+        name=pod["metadata"]["name"],
+        token="t",
+        executors=1,
+        deployed_hash="",
+        report=lambda notice: None,
+    )
+
+    assert driver.restore_candidates() == [external, "checkpoint:7"]
 
 
 def test_every_variable_the_operator_gives_its_pods_is_one_a_manifest_may_not_set() -> None:

@@ -239,7 +239,9 @@ def driver_pod(
     user_conf = spec.application.spark_conf
     spark_conf = {
         **{
-            key: _literal(value)
+            # The job's env values for the executors are expanded here, as the driver's
+            # own are: the executors' pods define no POD_* variables, nor in this order.
+            key: value if key.startswith(_EXECUTOR_ENV_SETTING) else _literal(value)
             for key, value in {
                 **_spark_defaults(manifest, name),
                 **_live_volume_conf(manifest, job),
@@ -679,8 +681,16 @@ POD_IP = "$(POD_IP)"
 _POD_IP_SETTINGS = ("spark.driver.host", "spark.driver.bindAddress")
 
 
+_EXECUTOR_ENV_SETTING = "spark.executorEnv."
+
+
 def _literal(text: str) -> str:
     return text.replace("$", "$$")
+
+
+def as_written(value: str) -> str:
+    """A value the operator escaped (`_literal`), read back from a pod spec."""
+    return value.replace("$$", "$")
 
 
 _OPERATOR_SPARK_SETTINGS = frozenset(
@@ -724,7 +734,7 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
         conf[f"spark.kubernetes.executor.node.selector.{key}"] = value
     for variable in spec.executor_env:
         if variable.secret is None:
-            conf[f"spark.executorEnv.{variable.name}"] = variable.value
+            conf[f"{_EXECUTOR_ENV_SETTING}{variable.name}"] = variable.value
         else:
             secret = variable.secret
             conf[f"spark.kubernetes.executor.secretKeyRef.{variable.name}"] = (

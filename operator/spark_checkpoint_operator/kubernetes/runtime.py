@@ -341,7 +341,8 @@ class KubernetesDriver:
                 for variable in reversed(container.get("env") or ()):
                     if variable["name"] == RESTORE_VARIABLE:
                         try:
-                            listed = restore_candidates(variable.get("value") or "")
+                            value = objects.as_written(variable.get("value") or "")
+                            listed = restore_candidates(value)
                         except SettingsError:  # not a pod this made
                             return []
                         return [c.encode() for c in listed]
