@@ -901,6 +901,38 @@ def test_what_a_driver_says_it_skipped_is_kept_within_bounds() -> None:
     assert len(json.dumps(supervisor.record.to_dict())) < 20_000
 
 
+class StrangeRestoreLauncher(FakeLauncher):
+    """Its second driver says it restored an image of 1 MB's name it was never given."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            strange = RestoreCandidate.decode(f"external:s3://b/{'x' * 1_000_000}/_metadata")
+            driver.agent.restored_from = RestoredFrom(strange, batch_id=3)
+        return driver
+
+
+def test_a_restore_of_an_image_the_driver_was_not_given_is_not_recorded() -> None:
+    """A reviewer's: its source went into the status whole (2 MB: never written again)."""
+
+    async def scenario() -> JobSupervisor:
+        launcher = StrangeRestoreLauncher()
+        supervisor, _ = _supervisor(launcher, retained=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].code = 137
+        await until(lambda: len(launcher.drivers) == 2)
+        await until(lambda: bool(launcher.drivers[1].agent.status_requests))
+        await asyncio.sleep(0.3)
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return supervisor
+
+    supervisor = asyncio.run(scenario())
+    assert supervisor.record.restored_from is None
+    assert len(json.dumps(supervisor.record.to_dict())) < 20_000
+
+
 def test_triggers_wait_while_an_executor_is_missing() -> None:
     async def scenario() -> FakeDriver:
         launcher = FakeLauncher()

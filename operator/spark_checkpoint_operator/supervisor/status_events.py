@@ -6,12 +6,15 @@ the snapshot is done; each is fed to the coordinator once. A snapshot the coordi
 neither waits for nor registered is reported once, to be dropped at the agent.
 """
 
+import contextlib
 from collections.abc import Collection
 from dataclasses import dataclass, replace
 
 from spark_checkpoint.protocol import (
     AgentStatus,
+    ProtocolError,
     QueryState,
+    RestoreCandidate,
     RestoredFrom,
     SkippedImage,
     SnapshotPhase,
@@ -39,15 +42,24 @@ class UnknownSnapshot:
 Progress = SnapshotCaptured | TaskAcknowledged | TaskDeclined | UnknownSnapshot
 
 
-def restore_within_bounds(restored: RestoredFrom, candidates: Collection[str]) -> RestoredFrom:
-    """What the driver says it restored, as the job's status keeps it: the images it
-    passed over only among the candidates it was given, each once, and why in a short
-    message. The driver runs the job author's code; thousands of long reasons kept its
-    status from being written, for good (the hostile reviewer's)."""
+def restore_within_bounds(
+    restored: RestoredFrom, candidates: Collection[str]
+) -> RestoredFrom | None:
+    """What the driver says it restored, as the job's status keeps it: an image among the
+    candidates it was given (else nothing), the images it passed over only among them, each
+    once, and why in a short message. The driver runs the job author's code; thousands of
+    long reasons, or a source of megabytes, kept its status from being written, for good
+    (the hostile reviewer's, then a reviewer's)."""
+    given = set()
+    for candidate in candidates:  # as the driver read them
+        with contextlib.suppress(ProtocolError):
+            given.add(RestoreCandidate.decode(candidate).encode())
+    if restored.candidate.encode() not in given:
+        return None
     kept: dict[str, SkippedImage] = {}
     for image in restored.skipped:
         source = image.candidate.encode()
-        if source in candidates and source not in kept:
+        if source in given and source not in kept:
             kept[source] = replace(image, reason=shortened(image.reason))
     return replace(restored, skipped=tuple(kept.values()))
 
