@@ -36,6 +36,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
+    FailureReason,
     JobPhase,
     TriggerRequested,
 )
@@ -133,9 +134,13 @@ class ControlServer:
             if finishing and notice.label.startswith(Command.STOP):
                 self._told[notice.label] = self._stop_finishing()
                 return True
-            if notice.label.startswith(Command.STOP):
+            if notice.label.startswith(f"{Command.STOP} request") and notice.message.endswith(
+                FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING.description
+            ):
                 # As Ctrl-C: the savepoint cannot be taken now (the query has not committed
-                # a batch yet, an executor is missing), and the user asked to stop.
+                # a batch yet, an executor is missing), and the user asked to stop. Not a
+                # drain, which waits for its input however long; nor a decline for another
+                # reason (the job cancelled meanwhile ends Cancelled whatever a stop says).
                 reason = notice.message.partition(": ")[2]
                 self._told[notice.label] = self._stop_without_savepoint(
                     f"no savepoint can be taken now ({reason})"
@@ -203,6 +208,12 @@ class ControlServer:
                 return await self._savepoint(AfterCompletion.CONTINUE, request)
             case Command.STOP if self._supervisor.finishing:
                 return self._stop_finishing()
+            case Command.STOP if self._supervisor.record.phase is JobPhase.SUSPENDING:
+                return ControlAnswer(
+                    Outcome.OK,
+                    "already stopping: an earlier stop's savepoint completed and the job is "
+                    "ending Suspended",
+                )
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
                 return self._stop_without_savepoint("the query is not running")

@@ -43,6 +43,7 @@ from spark_checkpoint_operator.control_protocol import (
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CheckpointOutcome,
+    FailureReason,
     JobPhase,
     OutcomeStatus,
     PersistedState,
@@ -392,16 +393,17 @@ class _FinishingSupervisor:
 
 
 class _DeclinedSupervisor:
-    """Its query runs but has not committed a first batch (no input yet): every savepoint
-    is declined, as the coordinator declines it."""
+    """Every savepoint is declined for ``reason``, as the coordinator declines it (its query
+    runs but has not committed a first batch: no input yet)."""
 
     finishing = False
 
-    def __init__(self) -> None:
+    def __init__(self, reason: FailureReason = FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING):
         self.record = JobRecord(phase=JobPhase.RUNNING)
         self.control: ControlServer | None = None
         self.calls: list[str] = []
         self.declined_is_news: bool | None = None
+        self.reason = reason
 
     def request(self, event: TriggerRequested) -> None:
         self.calls.append("savepoint")
@@ -410,8 +412,7 @@ class _DeclinedSupervisor:
             Notice(
                 "RequestDeclined",
                 Level.WARNING,
-                "savepoint request declined: not all required tasks are running (the query "
-                "is starting or has not committed its first batch yet)",
+                f"savepoint request declined: {self.reason.description}",
                 label=event.label,
             )
         )
@@ -542,12 +543,47 @@ def test_a_stop_whose_savepoint_is_declined_stops_without_one_as_ctrl_c_does(
         return
     assert (answer.outcome, answer.message) == (
         Outcome.OK,
-        "stopping the driver without a savepoint: no savepoint can be taken now (not all "
-        "required tasks are running (the query is starting or has not committed its first "
-        "batch yet)) (the next run resumes from the newest checkpoint or savepoint)",
+        "stopping the driver without a savepoint: no savepoint can be taken now "
+        f"({FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING.description}) (the next run resumes "
+        "from the newest checkpoint or savepoint)",
     )
     assert supervisor.calls == ["savepoint", "suspend now"]
     assert supervisor.declined_is_news is False, "the stop's own line says it"
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_a_stop_declined_otherwise_or_a_drain_stays_declined(tmp_path: Path, drain: bool) -> None:
+    """A reviewer's: a stop declined because the job was cancelled meanwhile said "the next
+    run resumes from the newest checkpoint" of a job ending Cancelled; a drain, which waits
+    for its input however long, was cut short into a stop without a savepoint."""
+    reason = (
+        FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING
+        if drain
+        else FailureReason.COORDINATOR_SHUTDOWN
+    )
+    supervisor = _DeclinedSupervisor(reason)
+    paths = ControlPaths(tmp_path / "control")
+
+    async def ask() -> ControlAnswer:
+        job = cast(JobSupervisor, supervisor)
+        async with serve_controls(paths, job, "default/probe", lambda: None, print) as control:
+            supervisor.control = control
+            return await asyncio.to_thread(request, paths, Command.STOP, drain=drain, wait=30.0)
+
+    answer = asyncio.run(ask())
+
+    assert answer.outcome is Outcome.DECLINED, answer
+    assert supervisor.calls == ["savepoint"]
+
+
+def test_a_stop_while_an_earlier_stop_ends_the_job_says_it_is_already_stopping(
+    tmp_path: Path,
+) -> None:
+    answer = _answer_of(_SuspendingSupervisor(), Command.STOP, tmp_path)
+    assert (answer.outcome, answer.message) == (
+        Outcome.OK,
+        "already stopping: an earlier stop's savepoint completed and the job is ending Suspended",
+    )
 
 
 def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike() -> None:
