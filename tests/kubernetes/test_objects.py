@@ -935,3 +935,20 @@ def _annotation_bytes(pod: dict[str, Any]) -> int:
     """As the API server counts them (apimachinery's ValidateAnnotationsSize)."""
     annotations = pod["metadata"]["annotations"]
     return sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+
+
+@pytest.mark.parametrize(
+    ("name", "is_driver"),
+    [
+        ("orders-driver-1", True),
+        ("orders-driver-12", True),
+        ("orders-driver-01", False),
+        ("orders-driver-\u00b2", False),  # a digit to isdigit(), not to int()
+        ("orders-driver-", False),
+        ("other-driver-1", False),
+        ("orders-x-driver-1", False),
+    ],
+)
+def test_only_the_jobs_own_driver_names_are_its_drivers(name: str, is_driver: bool) -> None:
+    """An owner reference's name is anyone's text: it decides which pods are the job's."""
+    assert objects.is_driver_pod_name("orders", name) is is_driver

@@ -126,7 +126,13 @@ def driver_pod_name(job: str, attempt: int) -> str:
 
 def is_driver_pod_name(job: str, name: str) -> bool:
     prefix, _, attempt = name.rpartition("-driver-")
-    return prefix == job and attempt.isdigit() and driver_pod_name(job, int(attempt)) == name
+    # ASCII digits only: int() refuses other scripts' digits that isdigit() takes ("²").
+    return (
+        prefix == job
+        and attempt.isascii()
+        and attempt.isdigit()
+        and driver_pod_name(job, int(attempt)) == name
+    )
 
 
 def token_secret_name(job: str) -> str:
@@ -676,7 +682,8 @@ _EXECUTOR_LABEL_SETTING = "spark.kubernetes.executor.label."
 # The kubelet expands $(NAME) in a container's command and env values to the variable
 # defined before it, and $$ to $: what a manifest says (a storage URI, a password in
 # sparkConf, an argument) reaches the driver and cleanup pods escaped, so as written, as
-# `spark-checkpoint run` gives it. The operator's references to POD_IP are not escaped.
+# `spark-checkpoint run` gives it. Not escaped: the operator's references to POD_IP, and
+# the job's env values (spark.executorEnv.*), which Kubernetes expands as env.
 POD_IP = "$(POD_IP)"
 _POD_IP_SETTINGS = ("spark.driver.host", "spark.driver.bindAddress")
 
