@@ -278,8 +278,15 @@ def test_ctrl_c_while_a_detached_run_starts_says_that_the_run_goes_on(job: Local
     """A newcomer's: Ctrl-C while `run --detach` waited for the run to answer printed
     nothing and exited 130, which `run --help` calls cancelled; the job ran on."""
     (job.directory / "driver.py").write_text("import time\ntime.sleep(600)\n")  # never answers
+    # Ctrl-C as a terminal's: CI runs in a background shell, whose children ignore SIGINT
+    # (inherited), and Python then raises no KeyboardInterrupt.
+    command = (
+        "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "sys.argv = ['spark-checkpoint', 'run', '-f', 'job.yaml', '-d']; "
+        "runpy.run_module('spark_checkpoint_operator.cli', run_name='__main__')"
+    )
     starting = subprocess.Popen(
-        [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", "-f", "job.yaml", "-d"],
+        [sys.executable, "-c", command],
         cwd=job.directory,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -14,6 +14,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.kube.kubelet import _expand as expand
 from spark_checkpoint.janitor_commands import (
     JANITOR_MODULE,
     ClaimStorage,
@@ -87,10 +88,12 @@ _commands = st.one_of(
 @settings(deadline=None)  # the first example loads the manifest
 @given(_commands)
 @example(RemoveLiveDirectory("-h"))  # a name that looks like an option stays a name
+@example(RemoveLiveDirectory("$(POD_NAME)$$"))  # the kubelet's expansion leaves it as is
 def test_the_janitor_parses_the_command_the_operator_put_into_its_pod(
     command: JanitorCommand,
 ) -> None:
-    line = list(_pod_of(command)["spec"]["containers"][0]["command"])
+    # As the container gets it: the kubelet turns the operator's "$$" back into "$".
+    line = [expand(word, {}) for word in _pod_of(command)["spec"]["containers"][0]["command"]]
 
     assert line[:3] == ["python", "-m", JANITOR_MODULE]
     assert parse(line[3:]) == command
