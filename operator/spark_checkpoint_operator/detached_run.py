@@ -60,12 +60,24 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.USAGE
     paths = local_paths(manifest, args.state_dir or default_state_dir(args.manifest))
+    # Quoted: a path with a space is copied into a shell as it is printed.
+    job = shlex.join(
+        ["-f", str(args.manifest)]
+        + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
+    )
     try:
         paths.logs_dir.mkdir(parents=True, exist_ok=True)
         # Refused here, its refusal is not appended to the running job's log; taken here,
         # no other run writes there before this one's background run holds the lock.
         with job_lock(paths, manifest) as lock:
             started = _start_background_run(paths, argv, lock)
+    except KeyboardInterrupt:
+        print(
+            "\nspark-checkpoint run: interrupted as the background run was starting: "
+            f"`spark-checkpoint status {job}` tells whether it runs",
+            file=sys.stderr,
+        )
+        return ExitCode.CANCELLED
     except RunRefused as refused:
         print(f"spark-checkpoint run: {refused}", file=sys.stderr)
         return ExitCode.FAILED
@@ -81,11 +93,6 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         return ExitCode.FAILED
     process, earlier_runs = started
     log_file = paths.logs_dir / "runtime.log"
-    # Quoted: a path with a space is copied into a shell as it is printed.
-    job = shlex.join(
-        ["-f", str(args.manifest)]
-        + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
-    )
     deadline = time.monotonic() + ANSWER_TIMEOUT_SECONDS
     answering = False
     # Until its driver's agent answers, the run may still end at once (no image it can

@@ -293,7 +293,9 @@ def test_ctrl_c_while_a_detached_run_starts_says_that_the_run_goes_on(job: Local
         text=True,
     )
     deadline = time.monotonic() + 60
-    while not (job.job_dir / "run.lock").exists() or not (job.job_dir / "run.lock").read_text():
+    lock = job.job_dir / "run.lock"
+    # Once the lock names the background run (this command's own pid is there first).
+    while not lock.exists() or lock.read_text().strip() in ("", str(starting.pid)):
         assert time.monotonic() < deadline and starting.poll() is None, starting.communicate()
         time.sleep(0.1)
     starting.send_signal(signal.SIGINT)
