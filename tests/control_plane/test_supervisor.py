@@ -852,6 +852,26 @@ def test_an_image_a_restore_fell_back_past_is_never_restored_later() -> None:
     assert lines.index(told) < lines.index(restored_line), lines
 
 
+def _second_driver_reports(
+    launcher: FakeLauncher, reported: Callable[[list[str]], bool]
+) -> tuple[JobSupervisor, list[str]]:
+    """A job whose first driver completes two checkpoints and crashes; its second reports
+    (``reported`` of the run's lines says when), then finishes."""
+
+    async def scenario() -> tuple[JobSupervisor, list[str]]:
+        supervisor, lines = _supervisor(launcher, retained=2)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
+        launcher.drivers[0].code = 137
+        await until(lambda: len(launcher.drivers) == 2)
+        await until(lambda: reported(lines))
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return supervisor, lines
+
+    return asyncio.run(scenario())
+
+
 class BoastfulRestoreLauncher(FakeLauncher):
     """Its second driver (the job author's code) reports passing over the newest image
     twice, with a reason of 1 MB, and 3,000 images it was never given."""
@@ -876,19 +896,10 @@ def test_what_a_driver_says_it_skipped_is_kept_within_bounds() -> None:
     restore, its unrestorable images), whose writes the API server then refused for good
     (413), one RestoreSkipped event each."""
 
-    async def scenario() -> tuple[JobSupervisor, FakeLauncher, list[str]]:
-        launcher = BoastfulRestoreLauncher()
-        supervisor, lines = _supervisor(launcher, retained=2)
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
-        launcher.drivers[0].code = 137
-        await until(lambda: len(launcher.drivers) == 2)
-        await until(lambda: any(line.startswith("restored from ") for line in lines))
-        launcher.drivers[1].code = DriverExit.FINISHED
-        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
-        return supervisor, launcher, lines
-
-    supervisor, launcher, lines = asyncio.run(scenario())
+    launcher = BoastfulRestoreLauncher()
+    supervisor, lines = _second_driver_reports(
+        launcher, lambda lines: any(line.startswith("restored from ") for line in lines)
+    )
     newest = launcher.restores[1][0]
     restored = supervisor.record.restored_from
     assert restored is not None
@@ -915,20 +926,11 @@ class StrangeRestoreLauncher(FakeLauncher):
 def test_a_restore_of_an_image_the_driver_was_not_given_is_not_recorded() -> None:
     """A reviewer's: its source went into the status whole (2 MB: never written again)."""
 
-    async def scenario() -> JobSupervisor:
-        launcher = StrangeRestoreLauncher()
-        supervisor, _ = _supervisor(launcher, retained=2)
-        run = asyncio.create_task(supervisor.run())
-        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 2)
-        launcher.drivers[0].code = 137
-        await until(lambda: len(launcher.drivers) == 2)
-        await until(lambda: bool(launcher.drivers[1].agent.status_requests))
-        await asyncio.sleep(0.3)
-        launcher.drivers[1].code = DriverExit.FINISHED
-        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
-        return supervisor
-
-    supervisor = asyncio.run(scenario())
+    launcher = StrangeRestoreLauncher()
+    # Its first status is processed before it is asked for another.
+    supervisor, _ = _second_driver_reports(
+        launcher, lambda _: launcher.drivers[1].agent.status_requests >= 2
+    )
     assert supervisor.record.restored_from is None
     assert len(json.dumps(supervisor.record.to_dict())) < 20_000
 
