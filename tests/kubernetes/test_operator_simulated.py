@@ -1895,16 +1895,20 @@ def test_an_upgrade_a_dry_run_cannot_judge_goes_ahead(
     assert "InvalidSpec" not in cluster.event_reasons("orders")
 
 
-def executor(name: str, ready_job: str = "orders") -> dict[str, Any]:
-    """An executor pod as Spark creates it for the job (the operator labels executors)."""
-    return {
-        "metadata": {
-            "name": name,
-            "namespace": "default",
-            "labels": {"spark-role": "executor", "sparkcheckpoint.io/job": ready_job},
-        },
-        "spec": {"containers": [{"name": "executor", "image": "example/orders:1"}]},
+def executor(cluster: LocalCluster, name: str, driver: str | None = "orders-driver-1") -> Any:
+    """An executor pod as Spark creates it for the driver pod (the operator labels
+    executors); with no driver, a pod that only wears an executor's labels."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "labels": {"spark-role": "executor", "sparkcheckpoint.io/job": "orders"},
     }
+    if driver is not None:
+        uid = cluster.api.get(PODS, "default", driver)["metadata"]["uid"]
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": driver, "uid": uid, "controller": True}
+        ]
+    pod = {"metadata": metadata, "spec": {"containers": [{"name": "executor", "image": "x"}]}}
+    return cluster.api.create(PODS, pod, namespace="default")
 
 
 def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
@@ -1925,8 +1929,20 @@ def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
     healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
     assert (healthy["status"], healthy["reason"]) == ("False", "CheckpointsSkipped"), healthy
     assert status["checkpointsSkipped"]["reason"] == "NotAllRequiredTasksRunning"
+    # A pod that only wears an executor's labels is none of its driver's executors.
+    executor(cluster, "imposter", driver=None)
+    cluster.wait_for(
+        "the imposter running",
+        lambda: (
+            cluster.api.get(PODS, "default", "imposter").get("status", {}).get("phase") == "Running"
+        ),
+    )
+    time.sleep(1.5)
+    status = cluster.status("orders")
+    assert status["executors"] == {"ready": 0, "expected": 1}
+    assert status["counts"]["completed"] == 0
 
-    cluster.api.create("v1/pods", executor("orders-exec-1"), namespace="default")
+    executor(cluster, "orders-exec-1")
     status = completed(cluster, "orders", 2)
     assert status["executors"] == {"ready": 1, "expected": 1}
     assert status.get("checkpointsSkipped") is None
@@ -1942,7 +1958,7 @@ def test_a_lost_executor_holds_checkpoints_until_spark_replaces_it(
     time.sleep(2.5)
     assert cluster.status("orders")["counts"]["completed"] <= held + 1  # one in flight may end
 
-    cluster.api.create("v1/pods", executor("orders-exec-2"), namespace="default")
+    executor(cluster, "orders-exec-2")
     completed(cluster, "orders", held + 2)
 
 

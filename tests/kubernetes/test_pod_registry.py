@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import kmock
 import pytest
 from kubernetes.aio import config
 from kubernetes.aio.client import Configuration, V1ObjectMeta, V1Pod, V1PodSpec
@@ -83,14 +82,27 @@ def _driver(clients: Clients, name: str) -> KubernetesDriver:
     )
 
 
-def _running_pod(name: str, role: str = objects.DRIVER) -> dict[str, Any]:
+def _running_pod(name: str, role: str = objects.DRIVER, owner: str | None = None) -> dict[str, Any]:
+    """A running pod of job orders; an executor owned by driver pod ``owner``, as Spark makes
+    it (pods the test creates in the API server get that server's uid instead)."""
     labels = {objects.LABEL_JOB: "orders", objects.LABEL_SPARK_ROLE: role}
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": "default",
+        "uid": f"uid-{name}",
+        "labels": labels,
+    }
+    if owner is not None:
+        metadata["ownerReferences"] = [
+            {"apiVersion": "v1", "kind": "Pod", "name": owner, "uid": f"uid-{owner}"}
+        ]
     return {
-        "metadata": {"name": name, "namespace": "default", "labels": labels},
+        "metadata": metadata,
         "spec": {"containers": [{"name": objects.DRIVER, "image": "spark:4"}]},
         "status": {
             "phase": "Running",
             "podIP": "10.0.0.7",
+            "conditions": [{"type": "Ready", "status": "True"}],
             "containerStatuses": [
                 {
                     "name": objects.DRIVER,
@@ -108,13 +120,12 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
     agent's heartbeat timeout (60 s) before it restarted: a recheck (the supervisor asks
     while the agent does not answer) finds it gone at once; one the API server has stays
     running, and the API server is asked at most every RECHECK_SECONDS. The executors the
-    watch missed going with the gone driver are forgotten too (counted ready, they would
-    let the next attempt's triggers through before its own executors run)."""
+    watch missed going with the gone driver are forgotten too."""
     pods = PodRegistry()
     pods.observe("ADDED", _running_pod("orders-driver-1"))  # deleted since, unseen
     pods.observe("ADDED", _running_pod("orders-driver-2"))  # still there
-    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR))  # gone with 1
-    pods.observe("ADDED", _running_pod("orders-exec-2", objects.EXECUTOR))  # driver 2's
+    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR, "orders-driver-1"))
+    pods.observe("ADDED", _running_pod("orders-exec-2", objects.EXECUTOR, "orders-driver-2"))
     ended: dict[str, list[int | None]] = {}
 
     async def scenario(clients: Clients) -> None:
@@ -130,7 +141,6 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
 
     with spark_checkpoint_api() as api:
         api.create(PODS, _running_pod("orders-driver-2"), "default")
-        api.create(PODS, _running_pod("orders-exec-2", objects.EXECUTOR), "default")
         _with_clients(api, tmp_path, pods, scenario)
 
     assert ended == {
@@ -143,32 +153,35 @@ def test_a_running_driver_deleted_while_the_watch_was_down_ends_once_rechecked(
     }
 
 
-def test_a_recheck_whose_listing_of_executors_fails_leaves_it_to_the_next(
-    tmp_path: Path,
-) -> None:
-    """The listing of the lost executors threw its error out of the supervisor's poll (a
-    throttling API server's 429: a daemon traceback and restart, a reviewer found); the
-    driver is still found gone."""
+def test_only_the_drivers_own_executors_count_as_ready(tmp_path: Path) -> None:
+    """A pod that only wears the job's executor labels (anyone who may create pods can set
+    them), or an executor of an earlier attempt's driver still going, let checkpoints be
+    triggered while the driver's own executor was missing (a reviewer's)."""
     pods = PodRegistry()
     pods.observe("ADDED", _running_pod("orders-driver-1"))
-    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR))
-    ended: list[int | None] = []
+    pods.observe("ADDED", _running_pod("orders-driver-2"))
+    pods.observe("ADDED", _running_pod("orders-exec-1", objects.EXECUTOR, "orders-driver-1"))
+    pods.observe("ADDED", _running_pod("imposter", objects.EXECUTOR))
+    ready: list[bool] = []
 
     async def scenario(clients: Clients) -> None:
-        driver = _driver(clients, "orders-driver-1")
-        await driver.recheck()
-        ended.append(driver.exit_code())
+        driver = KubernetesDriver(
+            clients,
+            ORDERS,
+            name="orders-driver-2",
+            token="t",
+            executors=1,
+            deployed_hash="",
+            report=_unexpected,
+        )
+        ready.append(driver.executors_ready())
+        pods.observe("ADDED", _running_pod("orders-exec-2", objects.EXECUTOR, "orders-driver-2"))
+        ready.append(driver.executors_ready())
 
-    def listing_pods(request: Any) -> bool:
-        return request.url.path.endswith("/pods") and "labelSelector" in request.params
-
-    throttled = kmock.KubernetesError(429, "TooManyRequests", "throttled", {})
     with spark_checkpoint_api() as api:
-        api.call(lambda emulator: emulator[listing_pods] << throttled)
         _with_clients(api, tmp_path, pods, scenario)
 
-    assert ended == [DRIVER_GONE]
-    assert [pod["metadata"]["name"] for pod in pods.pods("default", "orders")] == ["orders-exec-1"]
+    assert ready == [False, True]
 
 
 FINALIZER = "backup.example.com/snapshot"

@@ -50,6 +50,8 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesJanitor,
     KubernetesLauncher,
     api_message,
+    executors_of,
+    owner_uids,
     pod_ready,
     pod_spec_problems,
 )
@@ -780,21 +782,21 @@ class JobController:
     def _observed(self) -> Observed:
         pods = self._clients.pods.pods(self._namespace, self._name)
         driver_expected = 1 if self._record.phase in ACTIVE_PHASES else 0
-        components = [
-            (pod, pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE)) for pod in pods
+        # The job's own: a pod that only wears its labels is not counted.
+        drivers = [
+            pod
+            for pod in pods
+            if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == objects.DRIVER
+            and self._body["metadata"]["uid"] in owner_uids(pod)
         ]
         executors_expected = 0
         if driver_expected and self._manifest is not None:
             executors_expected = objects.expected_executors(self._manifest)
         return Observed(
             generation=self._generation,
-            driver=Readiness(
-                sum(1 for pod, role in components if role == objects.DRIVER and pod_ready(pod)),
-                driver_expected,
-            ),
+            driver=Readiness(sum(1 for pod in drivers if pod_ready(pod)), driver_expected),
             executors=Readiness(
-                sum(1 for pod, role in components if role == objects.EXECUTOR and pod_ready(pod)),
-                executors_expected,
+                sum(1 for pod in executors_of(pods, drivers) if pod_ready(pod)), executors_expected
             ),
             spec_problem=self._problem,
             spec_tolerated=self._tolerated,

@@ -15,7 +15,7 @@ import re
 import secrets
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -363,8 +363,7 @@ class KubernetesDriver:
         """Ask the API server whether the pod the watch shows is still there, at most every
         RECHECK_SECONDS: a deletion that came while the watch was down (a 410 Gone, then a
         new list) has no DELETED event, and the pod would show running until the heartbeat
-        timeout. A look that fails is left to the next one (lost executors that could not
-        be listed stay: `_forget_executors_gone`)."""
+        timeout. A look that fails is left to the next one."""
         now = time.monotonic()
         if self.pod is None or now < self._next_recheck:
             return
@@ -374,27 +373,17 @@ class KubernetesDriver:
                 await self._clients.core.read_namespaced_pod(self.name, self._namespace)
             except NotFoundException:
                 self._seen = True  # `exit_code` tells it gone
-                self._clients.pods.forget_pod(self._namespace, self._job, self.name)
                 log.warning("pod %s is gone; the pod watch never said so", self.name)
-                await self._forget_executors_gone()
+                # Its executors went with it (the garbage collector deletes a pod's
+                # dependents), unseen as well.
+                pods = self._clients.pods.pods(self._namespace, self._job)
+                for gone in [self.pod, *executors_of(pods, [self.pod])]:
+                    if gone is not None:
+                        self._clients.pods.forget_pod(
+                            self._namespace, self._job, gone["metadata"]["name"]
+                        )
         except (ApiException, aiohttp.ClientError, TimeoutError) as error:
-            log.info("cannot look up pod %s or its executors: %s", self.name, error)
-
-    async def _forget_executors_gone(self) -> None:
-        """The executors the watch missed going with this gone driver (the garbage
-        collector deletes them with it), forgotten: counted ready, they would let the next
-        attempt's triggers through before its own executors run. Only its driver creates
-        executors, and it is gone: the list cannot miss a new one."""
-        selector = {objects.LABEL_JOB: self._job, objects.LABEL_SPARK_ROLE: objects.EXECUTOR}
-        listed = await self._clients.core.list_namespaced_pod(
-            self._namespace, label_selector=_label_selector(selector)
-        )
-        there = {pod.metadata.name for pod in listed.items if pod.metadata is not None}
-        for pod in self._clients.pods.pods(self._namespace, self._job):
-            metadata = pod["metadata"]
-            role = metadata.get("labels", {}).get(objects.LABEL_SPARK_ROLE)
-            if role == objects.EXECUTOR and metadata["name"] not in there:
-                self._clients.pods.forget_pod(self._namespace, self._job, metadata["name"])
+            log.info("cannot look up pod %s: %s", self.name, error)
 
     def error_lines(self) -> list[str]:
         """From its termination message: the error the driver reported (`report_error`),
@@ -407,12 +396,10 @@ class KubernetesDriver:
         return driver_error(str(ended.get("message") or ""), killed=killed)
 
     def executors_ready(self) -> bool:
-        ready = sum(
-            1
-            for pod in self._clients.pods.pods(self._namespace, self._job)
-            if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == objects.EXECUTOR
-            and pod_ready(pod)
-        )
+        """Enough of this driver's executors are ready: not a pod that only wears the
+        job's labels, nor an executor of an earlier attempt's driver still going."""
+        pods = self._clients.pods.pods(self._namespace, self._job)
+        ready = sum(1 for pod in executors_of(pods, [self.pod]) if pod_ready(pod))
         return ready >= self._expected_executors
 
     async def terminate(self) -> None:
@@ -517,6 +504,24 @@ def is_jobs_pod(pod: V1Pod, job: Mapping[str, Any]) -> bool:
         owner.kind == "Pod" and objects.is_driver_pod_name(job["metadata"]["name"], owner.name)
         for owner in owners
     )
+
+
+def executors_of(
+    pods: Iterable[Mapping[str, Any]], drivers: Iterable[Mapping[str, Any] | None]
+) -> list[Mapping[str, Any]]:
+    """The executor pods Spark made for these driver pods: owned by one of them (Spark sets
+    the reference). The labels alone anyone who may create pods can set."""
+    uids = {driver["metadata"]["uid"] for driver in drivers if driver is not None}
+    return [
+        pod
+        for pod in pods
+        if pod["metadata"].get("labels", {}).get(objects.LABEL_SPARK_ROLE) == objects.EXECUTOR
+        and owner_uids(pod) & uids
+    ]
+
+
+def owner_uids(pod: Mapping[str, Any]) -> set[str]:
+    return {owner["uid"] for owner in pod["metadata"].get("ownerReferences") or ()}
 
 
 def owned_by(existing: V1Pod | V1Secret, job: Mapping[str, Any]) -> bool:
