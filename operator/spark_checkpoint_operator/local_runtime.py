@@ -792,6 +792,7 @@ async def _run_locked(
     janitor = await _claiming_janitor(manifest, storage, owner)
     report = display.line
     image = _checked_images(manifest, record, storage, restore_from)
+    _tell_unrecorded_end(record, paths, report)
     _stop_leftover_driver(paths, report)
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root, owner)
     launcher.on_launch = lambda driver: report(
@@ -1152,6 +1153,17 @@ def _chosen(
         return chosen_image(choice, record.coordinator, storage)
     except UnknownImage as error:
         raise RunRefused(f"{named_by}: {error}") from None
+
+
+def _tell_unrecorded_end(
+    record: JobRecord, paths: LocalPaths, report: Callable[[str], None]
+) -> None:
+    """A run ends by recording how; one that did not was killed (`status` says the same)."""
+    if paths.status_file.exists() and record.phase.value not in set(TerminalOutcome):
+        report(
+            f"the last run (attempt {record.attempt}) ended without recording how "
+            f"(killed?) while {record.phase.value}"
+        )
 
 
 def _stop_leftover_driver(paths: LocalPaths, report: Callable[[str], None]) -> None:

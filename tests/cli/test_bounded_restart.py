@@ -45,6 +45,9 @@ def test_a_bounded_job_restored_from_the_checkpoint_covering_its_input_finishes(
     output = second.stdout + second.stderr
     assert second.returncode == 0, output
     assert "restoring from checkpoint:" in output, output
+    assert "the last run (attempt 1) ended without recording how (killed?) while Running" in (
+        output
+    )
     status_file = tmp_path / ".spark-checkpoint" / "default" / "probe" / "status.json"
     status = json.loads(status_file.read_text())["status"]
     assert (status["phase"], status["jobAttempt"]) == ("Finished", 2), output
