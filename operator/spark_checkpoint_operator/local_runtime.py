@@ -66,6 +66,7 @@ from spark_checkpoint_operator.driver_command import (
     driver_command,
     submit_arguments,
 )
+from spark_checkpoint_operator.local_environment import driver_environment, driver_environment_here
 from spark_checkpoint_operator.local_state import (
     DEFAULT_STORAGE_DIR_NAME,
     CopiedStateDirectory,
@@ -455,20 +456,6 @@ class LocalLauncher:
             where = f"{error.filename}: " if error.filename else ""
             raise LaunchFailed(f"{where}{error.strerror or error}") from None
         return process, log, log_file, error_file
-
-
-def driver_environment(manifest: JobManifest) -> dict[str, str]:
-    """What a local driver, and the runtime's own storage work, run with: the run's
-    environment and the manifest's literal variables, the executors' too (`JobSpec.local_env`;
-    a Secret's are the run's own, `require_secret_variables`): storage credentials may be in
-    either."""
-    return {
-        # Spark's Python workers (pandas UDFs, applyInPandasWithState) run the driver's
-        # interpreter, so they see the packages the driver sees, unless told otherwise.
-        "PYSPARK_PYTHON": sys.executable,
-        **os.environ,
-        **{v.name: v.value for v in manifest.spec.local_env if v.secret is None},
-    }
 
 
 # What only the cluster's pods use, by field name: a local run's Spark runs on this machine
@@ -1116,26 +1103,13 @@ def _checked_images(
     initial = _initial_savepoint(manifest, record)
     if restore_from is None and initial is None:
         return None
-    with _driver_environment_here(manifest):
+    with driver_environment_here(manifest):
         # Its own filesystem: one fsspec made before holds this process's credentials.
         storage = _checkpoint_storage(storage.layout, fresh=True)
         image = None if restore_from is None else _chosen(restore_from, "--from", record, storage)
         if initial is not None:
             _chosen(initial, "spec.restore.initialSavepointPath", record, storage)
     return image
-
-
-@contextlib.contextmanager
-def _driver_environment_here(manifest: JobManifest) -> Iterator[None]:
-    """This process with the driver's environment, to read an image the driver is to
-    restore: an object store's credentials may be the manifest's variables."""
-    saved = dict(os.environ)
-    os.environ.update(driver_environment(manifest))
-    try:
-        yield
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
 
 
 def _initial_savepoint(manifest: JobManifest, record: JobRecord) -> str | None:

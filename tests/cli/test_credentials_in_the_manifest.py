@@ -84,6 +84,14 @@ def test_retention_discards_on_s3_with_the_manifests_credentials(
     # The garbage collection after the stop found them too (its failure would be a line).
     assert "cleanup failed" not in log and "NoCredentialsError" not in log, log
     assert "Suspended: " in log
+    # The storage commands read it as the run does: with the manifest's endpoint and keys.
+    listed = _cli(tmp_path, "list", "-f", "job.yaml", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    kinds = {row["kind"] for row in yaml.safe_load(listed.stdout)["snapshots"]}
+    assert "savepoint" in kinds, listed.stdout
+    for command in ("inspect", "verify"):
+        result = _cli(tmp_path, command, "-f", "job.yaml")
+        assert result.returncode == 0, (command, result.stdout, result.stderr)
 
 
 def test_a_bucket_that_does_not_exist_is_named_before_spark_starts(

@@ -12,7 +12,7 @@ from spark_checkpoint_operator.storage_commands.job import (
     JobStorage,
     StorageSource,
     StorageUnusable,
-    open_job_storage,
+    opened_job_storage,
     registry_or_warn,
     unset_secrets_hint,
 )
@@ -46,11 +46,15 @@ def run_list(
     err: TextIO,
 ) -> int:
     """``spark-checkpoint list``."""
-    now = datetime.now(UTC)
     try:
-        job = open_job_storage(source)
+        with opened_job_storage(source) as job:
+            return _list(job, output=output, out=out, err=err)
     except CommandError as error:
         return _usage_error("list", error, err)
+
+
+def _list(job: JobStorage, *, output: OutputFormat | None, out: TextIO, err: TextIO) -> int:
+    now = datetime.now(UTC)
     registry = registry_or_warn(job, err)
     try:
         rows = list_snapshots(job.storage, registry)
@@ -80,12 +84,23 @@ def run_inspect(
 ) -> int:
     """``spark-checkpoint inspect [KIND:ID ...]``: exit 1 if a snapshot cannot be read
     (the others are shown), or if there is none."""
-    now = datetime.now(UTC)
     try:
         refs = [SnapshotRef.parse(text) for text in snapshots]
-        job = open_job_storage(source)
+        with opened_job_storage(source) as job:
+            return _inspect(job, refs, output=output, out=out, err=err)
     except CommandError as error:
         return _usage_error("inspect", error, err)
+
+
+def _inspect(
+    job: JobStorage,
+    refs: list[SnapshotRef],
+    *,
+    output: OutputFormat | None,
+    out: TextIO,
+    err: TextIO,
+) -> int:
+    now = datetime.now(UTC)
     registry = registry_or_warn(job, err)
     try:
         inspection = inspect_snapshots(job.storage, refs, registry)
@@ -119,9 +134,21 @@ def run_verify(
     OK (with ``--deep``: and restorable)."""
     try:
         refs = [SnapshotRef.parse(text) for text in snapshots]
-        job = open_job_storage(source)
+        with opened_job_storage(source) as job:
+            return _verify(job, refs, output=output, out=out, err=err, deep=deep)
     except CommandError as error:
         return _usage_error("verify", error, err)
+
+
+def _verify(
+    job: JobStorage,
+    refs: list[SnapshotRef],
+    *,
+    output: OutputFormat | None,
+    out: TextIO,
+    err: TextIO,
+    deep: bool,
+) -> int:
     registry = registry_or_warn(job, err)
     try:
         refs = refs or default_refs(job.storage, registry)

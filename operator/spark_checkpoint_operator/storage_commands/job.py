@@ -1,6 +1,8 @@
 """A job's checkpoint storage and its registry, as the command line names them."""
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -13,6 +15,7 @@ from spark_checkpoint.storage import (
     first_line,
 )
 from spark_checkpoint_operator.cli_conventions import OptionError, job_options, storage_option
+from spark_checkpoint_operator.local_environment import driver_environment_here
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
     LocalPaths,
@@ -21,6 +24,7 @@ from spark_checkpoint_operator.local_state import (
     local_paths,
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
+from spark_checkpoint_operator.manifest.model import JobManifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.status import RegisteredSnapshots, StatusFile, StatusFileError
 
@@ -68,18 +72,30 @@ class JobStorage:
         return self.storage.layout
 
 
-def open_job_storage(source: StorageSource) -> JobStorage:
-    """Resolve ``source``; raise CommandError naming what is wrong."""
-    if source.manifest is not None:
-        if source.storage is not None or source.namespace is not None or source.job is not None:
-            raise CommandError(
-                "-f FILE names the job and its storage: do not combine it with "
-                "--storage, --namespace or --job"
-            )
-        try:
-            manifest = load_manifest(source.manifest)
-        except ManifestError as error:
-            raise CommandError(str(error)) from error
+@contextlib.contextmanager
+def opened_job_storage(source: StorageSource) -> Iterator[JobStorage]:
+    """Resolve ``source`` (raise CommandError naming what is wrong); with a manifest, this
+    process has the driver's environment meanwhile, as `run` reads the storage (the
+    manifest's endpoint, region or credentials)."""
+    if source.manifest is None:
+        yield _opened(source, None)
+        return
+    if source.storage is not None or source.namespace is not None or source.job is not None:
+        raise CommandError(
+            "-f FILE names the job and its storage: do not combine it with "
+            "--storage, --namespace or --job"
+        )
+    try:
+        manifest = load_manifest(source.manifest)
+    except ManifestError as error:
+        raise CommandError(str(error)) from error
+    with driver_environment_here(manifest):
+        yield _opened(source, manifest)
+
+
+def _opened(source: StorageSource, manifest: JobManifest | None) -> JobStorage:
+    if manifest is not None:
+        assert source.manifest is not None
         paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
         # Named as `run` names it: the manifest's field.
