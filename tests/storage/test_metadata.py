@@ -43,7 +43,8 @@ SHA_B = "b" * 64
 
 def entry(path: str, size: int, sha256: str = SHA_A) -> ManifestEntry:
     name = path.rsplit("/", 1)[-1]
-    return ManifestEntry(path=path, size=size, sha256=sha256, location=f"shared/aa/{sha256}-{name}")
+    location = f"shared/{sha256[:2]}/{sha256}-{name}"
+    return ManifestEntry(path=path, size=size, sha256=sha256, location=location)
 
 
 @pytest.fixture
@@ -335,6 +336,22 @@ def store_outside_shared(document: dict[str, Any]) -> None:
     document["files"][1]["location"] = "savepoints/sp-1/files/offsets/5"
 
 
+def store_at_another_jobs_file(document: dict[str, Any]) -> None:
+    # Another job's storage directory nested in this one's shared/ (a hostile reviewer's:
+    # discarding this checkpoint deleted that job's _metadata).
+    document["files"][1]["location"] = "shared/zz/other/chk-1/_metadata"
+
+
+def store_at_another_digests_file(document: dict[str, Any]) -> None:
+    document["files"][1]["location"] = f"shared/aa/{SHA_A}-5"
+
+
+def spell_a_location_with_a_backslash(document: dict[str, Any]) -> None:
+    # Azure reads it as shared/bb/..., one object under two spellings: reference counting
+    # kept one and discarding deleted the other (a hostile reviewer's, on Azurite).
+    document["files"][1]["location"] = f"shared/bb\\{SHA_B}-5"
+
+
 def acknowledge_a_task_twice(document: dict[str, Any]) -> None:
     document["acknowledgements"][2]["task"] = document["acknowledgements"][0]["task"]
 
@@ -347,6 +364,9 @@ def acknowledge_a_task_twice(document: dict[str, Any]) -> None:
         (point_at_an_unknown_directory, "files[1].dir"),
         (duplicate_a_path, "files[2].path"),
         (store_outside_shared, "files[1].location"),
+        (store_at_another_jobs_file, "files[1].location"),
+        (store_at_another_digests_file, "files[1].location"),
+        (spell_a_location_with_a_backslash, "files[1].location"),
         (acknowledge_a_task_twice, "acknowledgements[2].task"),
     ],
 )
@@ -371,6 +391,16 @@ def test_savepoint_files_must_be_below_its_own_directory(make_metadata: Metadata
 
     with pytest.raises(ValueError, match="savepoints/sp-3/files/"):
         make_metadata(CheckpointKind.SAVEPOINT, 3, [own])
+
+
+def test_a_savepoint_location_with_a_backslash_is_refused(make_metadata: MetadataMaker) -> None:
+    """Azure reads offsets\\5 as offsets/5: two entries, one object."""
+    spelled = ManifestEntry(
+        path="offsets/6", size=1, sha256=SHA_A, location="savepoints/sp-2/files/offsets\\5"
+    )
+
+    with pytest.raises(ValueError, match="backslash"):
+        make_metadata(CheckpointKind.SAVEPOINT, 2, [spelled])
 
 
 def test_construction_checks_the_same_rules_as_reading(make_metadata: MetadataMaker) -> None:
@@ -557,15 +587,14 @@ def test_each_file_is_listed_once_and_default_locations_are_left_out(
     assert CheckpointMetadata.from_bytes(meta.to_bytes(), SOURCE) == meta
 
 
-def test_a_location_other_than_the_default_is_kept(metadata: CheckpointMetadata) -> None:
-    # `entry` stores offsets/5 (SHA_B) below shared/aa/, not its default shared/bb/.
-    document = document_of(metadata)
+def test_a_location_other_than_the_default_is_kept(make_metadata: MetadataMaker) -> None:
+    # The same bytes stored under another name (content-addressed: still theirs).
+    elsewhere = dataclasses.replace(entry("offsets/5", 7, SHA_B), location=f"shared/bb/{SHA_B}-4")
+    meta = make_metadata(CheckpointKind.CHECKPOINT, 3, [entry("metadata", 0), elsewhere])
+    document = document_of(meta)
 
-    assert [f.get("location") for f in document["files"]] == [
-        None,
-        f"shared/aa/{SHA_B}-5",
-        None,
-    ]
+    assert [f.get("location") for f in document["files"]] == [None, f"shared/bb/{SHA_B}-4"]
+    assert CheckpointMetadata.from_bytes(meta.to_bytes(), SOURCE) == meta
 
 
 def test_the_file_is_much_smaller_than_format_1(make_metadata: MetadataMaker) -> None:

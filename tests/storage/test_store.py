@@ -5,6 +5,8 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import errno
+import hashlib
+import json
 import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -486,6 +488,38 @@ def test_discard_deletes_only_unreferenced_shared_files(
     assert storage_root.exists(storage.layout.location_path(protected.location))
     storage.verify(second)
     assert storage.list_ids(CHECKPOINT) == [2]
+
+
+def test_a_checkpoint_naming_a_file_not_its_own_is_refused_before_any_delete(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    job_root: str,
+    storage_root: StorageRoot,
+) -> None:
+    """A hand-edited `_metadata` listed another job's file nested in this one's `shared/`
+    (its storage root set there): discarding the checkpoint deleted it (a hostile
+    reviewer's). A checkpoint's files are named by their digests."""
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    second = take_checkpoint(2, {"offsets/1": b"o1"})
+    theirs = f"{job_root}/shared/zz/other/chk-1/_metadata"
+    storage_root.write(theirs, b"theirs")
+    document = json.loads(second.to_json())
+    document["files"].append(
+        {
+            "dir": 0,
+            "name": "stolen",
+            "size": 6,
+            "sha256": hashlib.sha256(b"theirs").hexdigest(),
+            "location": "shared/zz/other/chk-1/_metadata",
+        }
+    )
+    document["total_bytes"] += 6
+    storage_root.write(storage.layout.metadata_path(CHECKPOINT, 2), json.dumps(document).encode())
+
+    with pytest.raises(InvalidMetadataError, match=r"files\[1\]\.location"):
+        storage.discard_checkpoint(2, retained=[1])
+
+    assert storage_root.read(theirs) == b"theirs"
 
 
 def test_discard_of_a_checkpoint_that_is_gone_does_nothing(

@@ -246,6 +246,13 @@ def shared_location(sha256: str, file_name: str) -> str:
     return f"{SHARED_DIR_NAME}/{sha256[:2]}/{sha256}-{file_name}"
 
 
+def is_shared_location(location: str, sha256: str) -> bool:
+    """Whether ``location`` is where a checkpoint stores bytes with content ``sha256``: in
+    `shared/`, named by that digest (`shared_location`; the name after it is one segment)."""
+    name = location.removeprefix(f"{SHARED_DIR_NAME}/{sha256[:2]}/{sha256}-")
+    return name not in (location, "") and "/" not in name
+
+
 def savepoint_file_location(savepoint_id: int, path: str) -> str:
     """Location of a savepoint's copy of the file at `path` in the Spark checkpoint."""
     require_snapshot_id(savepoint_id, "savepoint id")

@@ -39,6 +39,7 @@ from .layout import (
     SAFE_RELATIVE_PATH_PATTERN,
     SHA256_PATTERN,
     default_location,
+    is_shared_location,
     require_dns_1123_label,
     require_dns_1123_subdomain,
     require_safe_relative_path,
@@ -486,12 +487,26 @@ def _find_inconsistency(
             return f"files[{index}].path", f"duplicate manifest path {entry.path!r}"
         manifest_paths.add(entry.path)
         # Garbage collection and discarding rely on this: checkpoints reference only
-        # shared files, and a savepoint only files below its own directory.
+        # shared files, by their content's digest (so never another job's files nested in
+        # `shared/`), and a savepoint only files below its own directory.
         if not entry.location.startswith(location_prefix):
             return (
                 f"files[{index}].location",
                 f"a {kind.value} stores its files below {location_prefix!r}, "
                 f"got {entry.location!r}",
+            )
+        if "\\" in entry.location:
+            return (
+                f"files[{index}].location",
+                f"holds a backslash, which Azure Blob Storage reads as '/': {entry.location!r}",
+            )
+        if kind is CheckpointKind.CHECKPOINT and not is_shared_location(
+            entry.location, entry.sha256
+        ):
+            return (
+                f"files[{index}].location",
+                f"a checkpoint stores a file at shared/<first 2 digits of its sha256>/"
+                f"<sha256>-<name>, got {entry.location!r} for sha256 {entry.sha256}",
             )
     files_total = sum(entry.size for entry in files)
     if total_bytes != files_total:
