@@ -104,6 +104,8 @@ class QueryState(StrEnum):
 
 def shown(value: Any) -> str:
     """A JSON value as an error message quotes it: short, and a float as Python prints it."""
+    if isinstance(value, str):
+        value = value[:60]  # not all of a long one made into JSON first
     text = json.dumps(value) if not isinstance(value, float) else repr(value)
     return text if len(text) <= 60 else f"{text[:57]}..."
 

@@ -739,3 +739,30 @@ def test_a_stream_that_expands_beyond_the_bound_is_refused(
     with pytest.raises(InvalidMetadataError) as within_bound:
         CheckpointMetadata.from_bytes(gzip.compress(b" " * 998 + b"[]"), SOURCE)
     assert str(within_bound.value) == f"{SOURCE}: $: [] is not of type 'object'"
+
+
+def test_a_document_of_many_bad_entries_is_refused_after_its_first_errors(
+    metadata: CheckpointMetadata, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """64 MiB of '{},' is 65 KB gzipped: every reader of it (list, verify, a restore) spent
+    ten minutes making one schema error per entry before choosing which to name (a hostile
+    reviewer's). Only the first few are made."""
+    made = 0
+    validator = metadata_module._VALIDATORS[2]
+
+    class Counting:
+        def iter_errors(self, document: object) -> Any:
+            nonlocal made
+            for error in validator.iter_errors(document):
+                made += 1
+                yield error
+
+    monkeypatch.setitem(metadata_module._VALIDATORS, 2, Counting())
+    document = document_of(metadata)
+    document["files"] = [{}] * 10_000
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(gzip.compress(encode(document)), SOURCE)
+
+    assert raised.value.field.startswith("files["), raised.value.field
+    assert made <= 100, made

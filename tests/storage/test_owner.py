@@ -114,3 +114,25 @@ def test_a_takeover_logs_the_old_registry_as_one_printable_line(
     [line] = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
     assert "\n" not in line and "\x1b" not in line
     assert "job\\n\\x1b[31mERROR forged line" in line
+
+
+def test_an_owner_record_too_large_to_be_one_is_refused_from_its_first_bytes(
+    storage: CheckpointStorage, storage_root: StorageRoot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A 6 GB owner.json was read whole by every claim and `list` (12 GB of memory, then a
+    MemoryError traceback: a hostile reviewer's)."""
+    storage_root.write(storage.layout.owner_path, b" " * 100_000 + FIRST.encode().encode())
+    read = storage.fs.read_bytes
+    asked: list[int | None] = []
+
+    def bounded(path: str, at_most: int | None = None) -> bytes:
+        asked.append(at_most)
+        return read(path, at_most)
+
+    monkeypatch.setattr(storage.fs, "read_bytes", bounded)
+
+    with pytest.raises(StorageError) as refused:
+        storage.claim(SECOND)
+
+    assert "not an owner record (larger than 65536 bytes)" in str(refused.value)
+    assert asked and None not in asked, asked

@@ -51,6 +51,8 @@ class GarbageReport:
     aborted_uploads: int = 0  # S3 multipart uploads a killed writer left unfinished
 
 
+MAX_OWNER_RECORD_BYTES = 64 * 1024
+
 # What storage writes below `shared/`: `ab/<sha256 ab...>-<name>` (`shared_location`), or
 # `ab/.<sha256>-<name>.<uuid>.tmp`, the temporary file of a copy cut short.
 _SHARED_FILE_NAME = re.compile(r"([0-9a-f]{2})/\.?\1[0-9a-f]{62}-[^/]+", re.DOTALL)
@@ -130,10 +132,14 @@ class CheckpointStorage:
         StorageError if the file is not an owner record."""
         path = self.layout.owner_path
         try:
-            stored = self.fs.read_bytes(path)
+            # A record names one registry: its first bytes tell whether it is one (one of
+            # gigabytes took every reader's memory).
+            stored = self.fs.read_bytes(path, at_most=MAX_OWNER_RECORD_BYTES + 1)
         except MissingFileError:
             return None
         try:
+            if len(stored) > MAX_OWNER_RECORD_BYTES:
+                raise ValueError(f"larger than {MAX_OWNER_RECORD_BYTES} bytes")
             return StorageOwner.decode(stored.decode(errors="replace"))
         except ValueError as error:
             raise StorageError(
