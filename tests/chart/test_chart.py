@@ -22,7 +22,11 @@ from helpers.kube.cluster import OPERATOR_COMMAND, LocalCluster
 from helpers.kube.simulated import SimulatedAgents
 from helpers.ports import free_port
 from spark_checkpoint.storage import layout
-from spark_checkpoint_operator.kubernetes.handlers import METRICS_PORT_VARIABLE
+from spark_checkpoint_operator.kubernetes.handlers import (
+    METRICS_PORT_VARIABLE,
+    OPERATOR_NAMESPACE_VARIABLE,
+    OPERATOR_SERVICE_ACCOUNT_VARIABLE,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "spark-checkpoint-operator"
@@ -401,6 +405,22 @@ def test_security_defaults() -> None:
     (volume,) = pod["volumes"]
     assert volume["name"] == mount["name"]
     assert "emptyDir" in volume
+
+
+def test_the_operator_knows_its_own_service_account() -> None:
+    """From the downward API: the operator refuses it for a job's pods (a job in the
+    release namespace would otherwise run its code with the operator's token)."""
+    objects = _render()
+    pod = _one(objects, "Deployment")["spec"]["template"]["spec"]
+    env = {variable["name"]: variable for variable in _container(objects)["env"]}
+
+    assert env[OPERATOR_NAMESPACE_VARIABLE]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.namespace"}
+    }
+    assert env[OPERATOR_SERVICE_ACCOUNT_VARIABLE]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "spec.serviceAccountName"}
+    }
+    assert pod["serviceAccountName"] == FULLNAME
 
 
 def test_custom_image_resources_and_arguments() -> None:

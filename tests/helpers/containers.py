@@ -378,16 +378,26 @@ def pod_container_options(
     container: Mapping[str, Any],
     *,
     volumes: Mapping[str, Path],
+    namespace: str = "default",
 ) -> tuple[list[str], list[str]]:
     """`podman run` options and arguments (after the image) for a pod's container without
-    an API server: plain environment values only; a volume named in ``volumes`` is that host
-    directory, an emptyDir otherwise a fresh tmpfs (the local kubelet's container mode
-    resolves the rest)."""
+    an API server: plain environment values and the pod's namespace and service account
+    (the downward API) only; a volume named in ``volumes`` is that host directory, an
+    emptyDir otherwise a fresh tmpfs (the local kubelet's container mode resolves the
+    rest)."""
+    fields = {
+        "metadata.namespace": namespace,
+        "spec.serviceAccountName": pod_spec.get("serviceAccountName", "default"),
+    }
     env: dict[str, str] = {}
     for variable in container.get("env", []):
-        if "value" not in variable:
+        field = variable.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath")
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        elif field in fields:
+            env[variable["name"]] = fields[field]
+        else:
             raise ImageError(f"env {variable['name']}: only plain values are supported here")
-        env[variable["name"]] = variable["value"]
     sources = {volume["name"]: volume for volume in pod_spec.get("volumes", [])}
     mounts: list[Mount] = []
     for mount in container.get("volumeMounts", []):

@@ -1,5 +1,6 @@
 """The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
 
+import dataclasses
 import json
 import shlex
 from collections.abc import Callable
@@ -952,3 +953,35 @@ def _annotation_bytes(pod: dict[str, Any]) -> int:
 def test_only_the_jobs_own_driver_names_are_its_drivers(name: str, is_driver: bool) -> None:
     """An owner reference's name is anyone's text: it decides which pods are the job's."""
     assert objects.is_driver_pod_name("orders", name) is is_driver
+
+
+@pytest.mark.parametrize(
+    ("namespace", "spec", "fields"),
+    [
+        ("ops", {"driver": {"serviceAccount": "sco"}}, ["spec.driver.serviceAccount"]),
+        ("ops", {"executor": {"serviceAccount": "sco"}}, ["spec.executor.serviceAccount"]),
+        ("ops", {"driver": {"serviceAccount": "orders"}}, []),
+        ("team-a", {"driver": {"serviceAccount": "sco"}}, []),  # another namespace's "sco"
+    ],
+)
+def test_the_operators_own_service_account_is_refused_for_a_jobs_pods(
+    namespace: str, spec: dict[str, Any], fields: list[str]
+) -> None:
+    manifest = dataclasses.replace(_manifest(**spec), namespace=namespace)
+    operator = objects.ServiceAccount("ops", "sco")
+
+    problems = objects.operator_account_problems(manifest, operator)
+
+    assert [problem.partition(":")[0] for problem in problems] == fields
+    assert objects.operator_account_problems(manifest, None) == []
+
+
+def test_an_operator_running_as_its_namespaces_default_account_refuses_a_job_naming_none() -> None:
+    """The driver's pods (and its cleanup and check pods) run as `default` unless named."""
+    manifest = dataclasses.replace(_manifest(driver={}), namespace="ops")
+
+    [problem] = objects.operator_account_problems(
+        manifest, objects.ServiceAccount("ops", "default")
+    )
+
+    assert problem.startswith("spec.driver.serviceAccount: 'default' is the operator's own")

@@ -18,7 +18,14 @@ import kmock
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.kube.cluster import JOBS, SECRETS, LocalCluster, operator_stopped
+from helpers.kube.cluster import (
+    JOBS,
+    OPERATOR_NAMESPACE,
+    OPERATOR_SERVICE_ACCOUNT,
+    SECRETS,
+    LocalCluster,
+    operator_stopped,
+)
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
@@ -1694,12 +1701,20 @@ def test_a_restarted_operator_says_no_generation_observed_already_again(
             {"driver": {"volumes": [{"name": "host", "hostPath": {"path": 5}}]}},
             "spec.driver.volumes[0]: V1HostPathVolumeSource.path: Input should be a valid string",
         ),
+        # The job's code would hold the operator's token (a hostile reviewer's).
+        (
+            {"executor": {"serviceAccount": OPERATOR_SERVICE_ACCOUNT}},
+            f"spec.executor.serviceAccount: '{OPERATOR_SERVICE_ACCOUNT}' is the operator's own "
+            f"service account (namespace {OPERATOR_NAMESPACE}), which a job's pods may not "
+            "use: give the job one of its own",
+        ),
     ],
     ids=[
         "executor-mount-of-no-volume",
         "driver-volume-the-pod-schema-refuses",
         "driver-volume-of-a-misspelt-source",
         "driver-volume-path-a-number",
+        "the-operators-service-account",
     ],
 )
 def test_pods_the_api_server_would_refuse_are_an_invalid_spec_naming_the_field(

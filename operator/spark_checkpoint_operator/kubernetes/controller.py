@@ -124,8 +124,10 @@ class JobController:
         *,
         idle_poll_interval: float = 2.0,
         observers: Sequence[Observer] = (),
+        operator_account: objects.ServiceAccount | None = None,
     ) -> None:
         self._clients = clients
+        self._operator_account = operator_account
         self._metrics = metrics
         self._observer = Observers(metrics, *observers)  # the supervisor's
         self._body = body  # a live view: the handlers keep it current
@@ -338,7 +340,9 @@ class JobController:
         if self._stop is _Stop.DELETE:
             # Its pods are not created again: nothing they hold keeps the deletion's work.
             running = objects.deployment_hash(self._body.get("spec") or {})
-        manifest, problem, tolerated = _validated(self._body, accepted, running)
+        manifest, problem, tolerated = _validated(
+            self._body, accepted, running, self._operator_account
+        )
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
             manifest, problem = None, moved
@@ -422,6 +426,7 @@ class JobController:
             {**self._body, "spec": stored},
             self._body.get("spec") or {},
             objects.deployment_hash(stored),
+            self._operator_account,
         )
         pod = objects.driver_pod_name(self._name, self._record.attempt)
         deployed = await self._pod_deployment_hash(pod)
@@ -904,6 +909,7 @@ def _validated(
     body: Mapping[str, Any],
     accepted_spec: Mapping[str, Any] | None,
     running_deployment: str | None,
+    operator_account: objects.ServiceAccount | None = None,
 ) -> tuple[JobManifest | None, str | None, str | None]:
     """Check the spec as a local manifest is checked (the API server checked the schema
     already; the operator may be older or newer than the CRD) and for what only a cluster
@@ -939,7 +945,9 @@ def _validated(
     # only for a driver that runs with those very pods (its deployment unchanged): no new
     # driver can be started with them.
     spec = body.get("spec") or {}
-    pods = pod_spec_problems(manifest)
+    pods = pod_spec_problems(manifest) + objects.operator_account_problems(
+        manifest, operator_account
+    )
     kept_pods = bool(pods) and objects.deployment_hash(spec) == running_deployment
     kept = _kept_text([str(p) for p in tolerated], pods if kept_pods else [])
     problems = []

@@ -32,6 +32,10 @@ DEFAULT_METRICS_PORT = 9090
 # How often a job's supervisor asks an idle agent that cannot long-poll for status, and
 # checks its driver while a long poll waits (seconds; JobController's default if unset).
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"
+# The operator's own service account (the chart sets both from its pod by the downward API):
+# a job's pods may not run as it, or the job's code would act as the operator.
+OPERATOR_NAMESPACE_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_NAMESPACE"
+OPERATOR_SERVICE_ACCOUNT_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT"
 # Observers of every job beside its metrics, each made from the job's namespace and name:
 # a module run with the operator (``spark-checkpoint-operator -m``) may add one, as the
 # operator-scale benchmark's probe does.
@@ -143,6 +147,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo[METRICS] = metrics
     idle_poll = _setting(IDLE_POLL_VARIABLE, "", _seconds, "a number of seconds above 0")
     memo[CONTROLLER_SETTINGS] = {} if idle_poll is None else {"idle_poll_interval": idle_poll}
+    namespace = os.environ.get(OPERATOR_NAMESPACE_VARIABLE)
+    account = os.environ.get(OPERATOR_SERVICE_ACCOUNT_VARIABLE)
+    if namespace and account:
+        memo[CONTROLLER_SETTINGS]["operator_account"] = objects.ServiceAccount(namespace, account)
     memo[CLIENTS] = Clients(
         api=OperatorApiClient(await _api_configuration()),
         pods=PodRegistry(),

@@ -13,6 +13,7 @@ import json
 import posixpath
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -362,6 +363,32 @@ def _driver_annotations(manifest: JobManifest, deployed_hash: str) -> dict[str, 
 def _annotation_bytes(annotations: Mapping[str, str]) -> int:
     """As the API server counts them against MAX_ANNOTATION_BYTES."""
     return sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAccount:
+    namespace: str
+    name: str
+
+
+def operator_account_problems(manifest: JobManifest, operator: ServiceAccount | None) -> list[str]:
+    """The operator's own service account named for the job's pods (the driver's, which
+    its cleanup and check pods use too, is the namespace's `default` unless named): the
+    job's code would hold the operator's token, and with it every job's status and the
+    Secrets of every namespace the operator serves."""
+    if operator is None or manifest.namespace != operator.namespace:
+        return []
+    accounts = (
+        ("driver", manifest.spec.driver.service_account or "default"),
+        ("executor", manifest.spec.executor.service_account),
+    )
+    return [
+        f"spec.{role}.serviceAccount: {account!r} is the operator's own service account "
+        f"(namespace {operator.namespace}), which a job's pods may not use: give the job "
+        "one of its own"
+        for role, account in accounts
+        if account == operator.name
+    ]
 
 
 def pod_problems(manifest: JobManifest) -> list[str]:

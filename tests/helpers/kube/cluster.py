@@ -24,6 +24,10 @@ from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
 from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
+from spark_checkpoint_operator.kubernetes.handlers import (
+    OPERATOR_NAMESPACE_VARIABLE,
+    OPERATOR_SERVICE_ACCOUNT_VARIABLE,
+)
 
 JOBS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs"
 PODS = "v1/pods"
@@ -32,6 +36,9 @@ EVENTS = "v1/events"
 NAMESPACE = "default"
 # The console script the package installs beside this interpreter, as users start it.
 OPERATOR_COMMAND = str(Path(sys.executable).parent / "spark-checkpoint-operator")
+# Where the operator runs as which service account (the chart's: its release's account).
+OPERATOR_NAMESPACE = NAMESPACE
+OPERATOR_SERVICE_ACCOUNT = "spark-checkpoint-operator"
 
 T = TypeVar("T")
 
@@ -54,6 +61,9 @@ class OperatorProcess:
             **os.environ,
             "KUBECONFIG": str(self._kubeconfig),
             "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
+            # As the chart's Deployment gives them (the downward API).
+            OPERATOR_NAMESPACE_VARIABLE: OPERATOR_NAMESPACE,
+            OPERATOR_SERVICE_ACCOUNT_VARIABLE: OPERATOR_SERVICE_ACCOUNT,
         }
         return command, environment
 
@@ -153,7 +163,11 @@ class OperatorContainer(OperatorProcess):
             {"name": "kubeconfig", "mountPath": self.KUBECONFIG_DIR, "readOnly": True}
         )
         options, arguments = containers.pod_container_options(
-            self.image, pod_spec, container, volumes={"kubeconfig": self._mounted}
+            self.image,
+            pod_spec,
+            container,
+            volumes={"kubeconfig": self._mounted},
+            namespace=deployment["metadata"]["namespace"],
         )
         command = [
             *containers.podman_command("run", "--rm", "--pull=never", "--network=host"),
