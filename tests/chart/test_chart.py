@@ -579,6 +579,9 @@ OPERATOR_GRANTS = {
     Grant("patch", "", "secrets"),  # a new token per attempt
     Grant("get", "", "secrets"),  # the token read back when adopting a driver
     Grant("create", "", "events"),  # kopf.event(): core v1 events, POST
+    Grant("get", "coordination.k8s.io", "leases"),  # the job's Lease: who drives it
+    Grant("create", "coordination.k8s.io", "leases"),
+    Grant("update", "coordination.k8s.io", "leases"),  # renewed, taken over, released
 }
 # What Kopf 1.45 observes cluster-wide (kopf/_core/reactor/observation.py): CRDs always,
 # namespaces only with --namespace. Peering (kopfpeerings) is off: --standalone.

@@ -386,6 +386,7 @@ def pod_container_options(
     emptyDir otherwise a fresh tmpfs (the local kubelet's container mode resolves the
     rest)."""
     fields = {
+        "metadata.name": "spark-checkpoint-operator-0",
         "metadata.namespace": namespace,
         "spec.serviceAccountName": pod_spec.get("serviceAccountName", "default"),
     }

@@ -20,10 +20,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from helpers.kube.cluster import (
     JOBS,
+    NAMESPACE,
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     SECRETS,
     LocalCluster,
+    OperatorProcess,
     operator_stopped,
 )
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
@@ -33,6 +35,7 @@ from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
 
 pytestmark = pytest.mark.timeout(240)
+LEASES = "coordination.k8s.io/v1/leases"
 
 
 def job(name: str = "orders", **spec: Any) -> dict[str, Any]:
@@ -2389,3 +2392,47 @@ def test_a_restore_that_fails_on_its_image_falls_back_and_says_so(tmp_path: Path
             cluster.crash_driver("orders-driver-3", exit_code=1)
         fourth = cluster.wait_for("driver 4", lambda: cluster.simulated_agent("orders-driver-4"))
         assert fourth.restored_from != newest, "the operator read the unrestorable image back"
+
+
+def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_stops(
+    tmp_path: Path,
+) -> None:
+    """A hostile reviewer's: two operators serving one namespace (chart releases whose
+    namespaces overlap, one run by hand beside the chart's) both drove every job; after a
+    driver crash the one whose registry was empty started the next driver from nothing,
+    ids from 1 again. Now the job's Lease decides: the other waits, says so, and takes the
+    job over (adopting its driver) once the first stops."""
+    with LocalCluster(tmp_path, simulated=SimulatedAgents(batch_seconds=0.3)) as cluster:
+        second = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator-2.log", (NAMESPACE,))
+        second.pod = "spark-checkpoint-operator-1"
+        second.start()
+        try:
+            cluster.apply(job())
+            before = completed(cluster, "orders", 2)
+            lease = cluster.api.get(LEASES, NAMESPACE, "orders-operator")
+            holder = lease["spec"]["holderIdentity"]
+            driving, waiting = (
+                (cluster.operator, second)
+                if holder == cluster.operator.pod
+                else (second, cluster.operator)
+            )
+            told = cluster.wait_for_event("orders", "AnotherOperator")
+            assert told["message"].startswith(f"another operator ({holder}) drives this job")
+
+            cluster.crash_driver("orders-driver-1")
+            restored = cluster.wait_for(
+                "a restore",
+                lambda: (s := cluster.status("orders")).get("counts", {}).get("restored") and s,
+            )
+            assert restored["coordinator"]["nextCheckpointId"] > before["lastCheckpoint"]["id"]
+            logs = driving.log_path.read_text() + waiting.log_path.read_text()
+            assert logs.count("starting driver attempt") == 2, logs
+
+            driving.stop()  # releases the Lease on its way out
+            cluster.wait_for_event("orders", "DriverAdopted", timeout=60)
+            done = cluster.status("orders")["counts"]["completed"]
+            after = completed(cluster, "orders", done + 2)
+            assert after["jobAttempt"] == 2
+            assert "orders: starting driver" not in waiting.log_path.read_text()
+        finally:
+            second.stop()

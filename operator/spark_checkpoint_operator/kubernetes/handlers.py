@@ -11,7 +11,8 @@ import datetime
 import logging
 import math
 import os
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 import aiohttp
@@ -23,9 +24,12 @@ from prometheus_client import REGISTRY
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController, StatusNotWritten
 from spark_checkpoint_operator.kubernetes.events import EventThrottle
+from spark_checkpoint_operator.kubernetes.lease import JobLease, lease_name
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import Observer
+
+log = logging.getLogger(__name__)
 
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9090
@@ -36,6 +40,9 @@ IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"
 # a job's pods may not run as it, or the job's code would act as the operator.
 OPERATOR_NAMESPACE_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_NAMESPACE"
 OPERATOR_SERVICE_ACCOUNT_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT"
+# Who holds a job's Lease (`lease.py`): the operator's pod (the chart sets it by the downward
+# API), the same across its container's restarts; else this process on this host.
+OPERATOR_POD_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_POD"
 # Observers of every job beside its metrics, each made from the job's namespace and name:
 # a module run with the operator (``spark-checkpoint-operator -m``) may add one, as the
 # operator-scale benchmark's probe does.
@@ -47,6 +54,8 @@ CLIENTS = "clients"
 METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
 EVENT_THROTTLE = "event throttle"
+IDENTITY = "identity"
+LEASES = "leases"  # of the jobs this operator drives
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
 # How soon a job's daemon that failed (a status not written) starts over and adopts the driver.
@@ -122,7 +131,7 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = _CheckedProgressStorage(prefix=objects.GROUP)
     settings.persistence.diffbase_storage = _NoDiffBase()
-    # One replica (Recreate strategy) is the operator's lease; no peering resources.
+    # No peering resources: each job's Lease says which operator drives it (`lease.py`).
     settings.peering.standalone = True
     # Only the events this operator posts itself, not one per handler run.
     settings.posting.level = logging.WARNING
@@ -147,6 +156,10 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo[METRICS] = metrics
     idle_poll = _setting(IDLE_POLL_VARIABLE, "", _seconds, "a number of seconds above 0")
     memo[CONTROLLER_SETTINGS] = {} if idle_poll is None else {"idle_poll_interval": idle_poll}
+    memo[LEASES] = {}
+    memo[IDENTITY] = (
+        os.environ.get(OPERATOR_POD_VARIABLE) or f"{socket.gethostname()}/{os.getpid()}"
+    )
     namespace = os.environ.get(OPERATOR_NAMESPACE_VARIABLE)
     account = os.environ.get(OPERATOR_SERVICE_ACCOUNT_VARIABLE)
     if namespace and account:
@@ -206,6 +219,10 @@ async def _api_configuration() -> Configuration:
 
 @kopf.on.cleanup()
 async def close(memo: kopf.Memo, **_: Any) -> None:
+    # Kopf leaves the jobs' daemons running as it exits: their Leases are released here,
+    # while the client is open, so that the next operator takes the jobs at once.
+    held: dict[tuple[str, str], JobLease] = memo[LEASES]
+    await asyncio.gather(*(lease.release() for lease in list(held.values())))
     clients: Clients = memo[CLIENTS]
     await clients.session.close()
     await clients.api.close()
@@ -243,6 +260,41 @@ def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
     )
 
 
+def _lease(body: kopf.Body, memo: kopf.Memo) -> JobLease:
+    clients: Clients = memo[CLIENTS]
+    return JobLease(clients.api, body, memo[IDENTITY])
+
+
+def _tell_waiting(body: kopf.Body, memo: kopf.Memo) -> Callable[[str], None]:
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+
+    def waiting(holder: str) -> None:
+        message = (
+            f"another operator ({holder}) drives this job (Lease {namespace}/"
+            f"{lease_name(name)}): this one waits until that one stops, or its Lease "
+            "expires (two operators serve this namespace: chart releases whose namespaces "
+            "overlap, or one run by hand)"
+        )
+        log.warning("%s/%s: %s", namespace, name, message)
+        post_event = _event_throttle(body, memo)
+        post_event("Warning", "AnotherOperator", message)
+
+    return waiting
+
+
+async def _first(work: Coroutine[Any, Any, None], other: asyncio.Future[Any]) -> bool:
+    """Whether ``work`` ended before ``other`` (else it is cancelled)."""
+    task = asyncio.ensure_future(work)
+    await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        task.result()
+        return True
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    return False
+
+
 def _event_throttle(body: kopf.Body, memo: kopf.Memo) -> EventThrottle:
     """The job's events, throttled across its daemon's runs (Kopf's memo is per job): a
     daemon restarted every few seconds (a status write refused) posted each of its events
@@ -271,21 +323,39 @@ async def run_job(
     **_: Any,
 ) -> None:
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    lease = _lease(body, memo)
+    stopping = asyncio.ensure_future(stopped.wait())
+    if not await _first(lease.acquire(_tell_waiting(body, memo)), stopping):
+        return  # stopped while another operator drives the job: that one deletes it too
+    memo[LEASES][key] = lease
     controller = _controller(body, memo)
     memo[CONTROLLER] = memo[CONTROLLERS][key] = controller
     running = asyncio.create_task(controller.run())
-    stopping = asyncio.ensure_future(stopped.wait())
+    lost = asyncio.create_task(lease.held())
     try:
-        await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({running, stopping, lost}, return_when=asyncio.FIRST_COMPLETED)
         if not running.done():
             reason = stopped.reason or kopf.DaemonStoppingReason.OPERATOR_EXITING
-            controller.stop(deleting=bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED))
+            deleting = stopping.done() and bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
+            controller.stop(deleting=deleting)
         await running
+        if lost.done():
+            # Its driver runs on; whoever holds the Lease now drives it (adopts it).
+            raise kopf.TemporaryError(
+                f"stopped driving the job: {lost.result()}", delay=DAEMON_RETRY_SECONDS
+            )
     except StatusNotWritten as error:
         # One line (Kopf logs a TemporaryError without its traceback), not the client's
         # traceback with the response's headers every few seconds.
         raise kopf.TemporaryError(str(error), delay=DAEMON_RETRY_SECONDS) from error
     finally:
+        if not lost.done():
+            lost.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lost
+            await lease.release()
+        if memo[LEASES].get(key) is lease:
+            del memo[LEASES][key]
         stopping.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await stopping
@@ -325,6 +395,12 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             return
         raise kopf.TemporaryError(
             "the job's deletion failed; trying again", delay=DELETE_RETRY_SECONDS
+        )
+    lease = _lease(body, memo)
+    if await lease.try_acquire() is not None:
+        raise kopf.TemporaryError(
+            "another operator drives the job; its deletion is left to it",
+            delay=DELETE_RETRY_SECONDS,
         )
     controller = _controller(body, memo)
     controllers[key] = controller  # its pods' events reach it

@@ -26,6 +26,7 @@ from helpers.ports import free_port
 from helpers.spark_jvm import FAST_JVM
 from spark_checkpoint_operator.kubernetes.handlers import (
     OPERATOR_NAMESPACE_VARIABLE,
+    OPERATOR_POD_VARIABLE,
     OPERATOR_SERVICE_ACCOUNT_VARIABLE,
 )
 
@@ -54,6 +55,7 @@ class OperatorProcess:
         self._process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.metrics_port = free_port()
+        self.pod = "spark-checkpoint-operator-0"
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         command = [OPERATOR_COMMAND, *(f"--namespace={n}" for n in self._namespaces)]
@@ -64,6 +66,8 @@ class OperatorProcess:
             # As the chart's Deployment gives them (the downward API).
             OPERATOR_NAMESPACE_VARIABLE: OPERATOR_NAMESPACE,
             OPERATOR_SERVICE_ACCOUNT_VARIABLE: OPERATOR_SERVICE_ACCOUNT,
+            # One pod: a restart is its container's (the same holder of the jobs' Leases).
+            OPERATOR_POD_VARIABLE: self.pod,
         }
         return command, environment
 

@@ -1,0 +1,212 @@
+"""Which operator drives a job: the one that holds its Lease (coordination.k8s.io/v1,
+``<job>-operator`` in the job's namespace, owned by the job).
+
+Two operators serving one namespace (two chart releases whose namespaces overlap, one run
+by hand beside the chart's, a pod on a partitioned node beside its replacement) each ran
+the job's coordinator on a registry of its own: both triggered checkpoints, and after a
+driver crash the one whose registry was empty started the next driver from nothing, ids
+from 1 again (a hostile reviewer's). Now the second one waits, and says so.
+
+Kubernetes' leader election, per job (as client-go's leaderelection reads a Lease): a
+holder renews it every RENEW_SECONDS (no read: its last write's version is the
+precondition); another takes it over once it has seen the Lease
+unchanged for its ``leaseDurationSeconds`` by its own clock (the holder's clock is never
+compared with it), or at once when the holder released it on its way out. A holder that
+could not renew within RENEW_DEADLINE_SECONDS stops driving the job (its driver runs on)
+before anyone may take the Lease over. Every write carries the ``resourceVersion`` read,
+so of two operators racing for it one wins.
+"""
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+import aiohttp
+from kubernetes.aio.client import ApiClient, CoordinationV1Api, V1Lease
+from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
+
+from spark_checkpoint_operator.kubernetes import objects
+
+log = logging.getLogger(__name__)
+
+# A job's Lease is renewed every 20 s: one write per job, beside its status writes (an
+# operator of thousands of jobs); an operator killed outright is replaced after a minute
+# (one that exits releases its Leases; its pod's restarted container is the same holder).
+LEASE_SECONDS = 60
+RENEW_SECONDS = LEASE_SECONDS / 3
+RENEW_DEADLINE_SECONDS = LEASE_SECONDS * 2 / 3
+# How often an operator that waits for another's Lease looks again (only while two serve
+# one namespace): a Lease released on the way out is taken within this.
+WAIT_SECONDS = 5.0
+_FAILURES = (ApiException, aiohttp.ClientError, TimeoutError)
+
+
+def lease_name(job: str) -> str:
+    return f"{job}-operator"
+
+
+class JobLease:
+    """The Lease of one job, as ``identity`` (the operator's pod) holds it."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        job: Mapping[str, Any],
+        identity: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._coordination = CoordinationV1Api(api)
+        self._job = job
+        self._namespace = job["metadata"]["namespace"]
+        self._name = lease_name(job["metadata"]["name"])
+        self.identity = identity
+        self._clock = clock
+        # The version last read and when it was first seen (this process's clock).
+        self._seen: tuple[str | None, float] | None = None
+        self._held: V1Lease | None = None  # as last written
+        self._releasing: asyncio.Future[None] | None = None
+        self._renewed = 0.0
+
+    async def acquire(self, waiting: Callable[[str], None]) -> None:
+        """Return once this operator holds the Lease; ``waiting(holder)`` is told each
+        new holder it waits for."""
+        told: str | None = None
+        while (holder := await self.try_acquire()) is not None:
+            if holder != told:
+                told = holder
+                waiting(holder)
+            await asyncio.sleep(WAIT_SECONDS)
+
+    async def try_acquire(self) -> str | None:
+        """Take the Lease if it is free, expired or this operator's: None once held, else
+        the holder that keeps it."""
+        while True:
+            try:
+                lease = await self._read()
+                if lease is None:
+                    self._held = await self._coordination.create_namespaced_lease(
+                        self._namespace, _as_sent(self._body())
+                    )
+                else:
+                    holder = lease.spec.holder_identity if lease.spec else None
+                    if holder and holder != self.identity and not self._expired(lease):
+                        return holder
+                    await self._write(lease, renewing=holder == self.identity)
+            except (ConflictException, NotFoundException):
+                continue  # another write came first: read it again
+            except _FAILURES as error:
+                log.info("cannot take Lease %s/%s yet: %s", self._namespace, self._name, error)
+                return f"(unknown: the Lease cannot be read: {_failure(error)})"
+            self._renewed = self._clock()
+            return None
+
+    async def held(self) -> str:
+        """Renew the Lease until it is lost; return why."""
+        while True:
+            await asyncio.sleep(RENEW_SECONDS)
+            try:
+                try:
+                    assert self._held is not None
+                    await self._write(self._held, renewing=True)
+                except ConflictException:  # changed since: still ours?
+                    lease = await self._read()
+                    holder = lease.spec.holder_identity if lease and lease.spec else None
+                    if lease is None or holder != self.identity:
+                        return f"operator {holder or '(none)'} holds the job's Lease now"
+                    await self._write(lease, renewing=True)
+                self._renewed = self._clock()
+            except _FAILURES as error:
+                if self._clock() - self._renewed >= RENEW_DEADLINE_SECONDS:
+                    return f"the job's Lease could not be renewed ({_failure(error)})"
+                log.info("cannot renew Lease %s/%s yet: %s", self._namespace, self._name, error)
+
+    async def release(self) -> None:
+        """Let the next operator take the job at once (an operator on its way out): once,
+        however many ask (its daemon, and the operator's cleanup before it closes the
+        client), each returning when it is done."""
+        if self._releasing is None:
+            self._releasing = asyncio.ensure_future(self._give_up())
+        await asyncio.shield(self._releasing)
+
+    async def _give_up(self) -> None:
+        if self._held is not None:
+            with contextlib.suppress(*_FAILURES):
+                await self._write(self._held, renewing=True, holder="")
+
+    def _expired(self, lease: V1Lease) -> bool:
+        """Unchanged for its duration since this process first saw that version."""
+        version = lease.metadata.resource_version if lease.metadata else None
+        now = self._clock()
+        if self._seen is None or self._seen[0] != version:
+            self._seen = (version, now)
+        duration = (lease.spec.lease_duration_seconds if lease.spec else None) or LEASE_SECONDS
+        return now - self._seen[1] >= duration
+
+    async def _read(self) -> V1Lease | None:
+        try:
+            lease: V1Lease = await self._coordination.read_namespaced_lease(
+                self._name, self._namespace
+            )
+        except NotFoundException:
+            return None
+        return lease
+
+    async def _write(self, lease: V1Lease, *, renewing: bool, holder: str | None = None) -> None:
+        """Replace the Lease as read or last written (its resourceVersion is the
+        precondition)."""
+        body = self._body()
+        assert lease.metadata is not None
+        body["metadata"]["resourceVersion"] = lease.metadata.resource_version
+        spec = lease.spec
+        if renewing and spec is not None and spec.acquire_time is not None:
+            body["spec"]["acquireTime"] = _micro_time(spec.acquire_time)
+        transitions = (spec.lease_transitions if spec else None) or 0
+        body["spec"]["leaseTransitions"] = transitions if renewing else transitions + 1
+        if holder is not None:
+            body["spec"]["holderIdentity"] = holder
+        self._held = await self._coordination.replace_namespaced_lease(
+            self._name, self._namespace, _as_sent(body)
+        )
+
+    def _body(self) -> dict[str, Any]:
+        now = _micro_time(datetime.datetime.now(datetime.UTC))
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": self._name,
+                "namespace": self._namespace,
+                "labels": {objects.LABEL_JOB: self._job["metadata"]["name"]},
+                # Gone with the job.
+                "ownerReferences": [objects.owner_reference(self._job)],
+            },
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": LEASE_SECONDS,
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+
+
+def _as_sent(document: dict[str, Any]) -> V1Lease:
+    """The client sends a dict as it is: a V1Lease's times would go as `isoformat`, which
+    drops the fractional digits the API server's MicroTime requires at .000000."""
+    return cast(V1Lease, document)
+
+
+def _micro_time(moment: datetime.datetime) -> str:
+    """As the API server's MicroTime reads it (RFC 3339, six fractional digits)."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _failure(error: BaseException) -> str:
+    if isinstance(error, ApiException):
+        return f"HTTP {error.status}"
+    return str(error) or type(error).__name__

@@ -1,0 +1,130 @@
+"""`JobLease` against the emulated API server: one operator drives a job; another waits,
+takes the Lease over once it saw it unchanged for its duration by its own clock (or at once
+when released), and the first then finds it lost."""
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from kubernetes.aio import config
+from kubernetes.aio.client import Configuration
+
+from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
+from spark_checkpoint_operator.kubernetes import lease as lease_module
+from spark_checkpoint_operator.kubernetes.lease import LEASE_SECONDS, JobLease, lease_name
+from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
+
+LEASES = "coordination.k8s.io/v1/leases"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _job(api: EmulatedApiServer) -> dict[str, Any]:
+    document = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointJob",
+        "metadata": {"name": "orders", "namespace": "default"},
+        "spec": {
+            "image": "example/orders:1",
+            "application": {"mainFile": "local:///opt/app/orders.py"},
+            "checkpointing": {"interval": "10s", "storage": "s3a://bucket/checkpoints"},
+        },
+    }
+    created: dict[str, Any] = api.create(
+        "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs", document, namespace="default"
+    )
+    return created
+
+
+def test_a_second_operator_waits_takes_over_an_expired_lease_and_the_first_finds_it_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first_clock, second_clock = Clock(), Clock()
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(lease_module, "RENEW_SECONDS", 0.01)
+
+    async def scenario(clients: Clients, job: dict[str, Any]) -> None:
+        first = JobLease(clients.api, job, "operator-a", clock=first_clock)
+        second = JobLease(clients.api, job, "operator-b", clock=second_clock)
+        assert await first.try_acquire() is None
+        seen["waiting"] = await second.try_acquire()
+        # Renewed meanwhile (a new version): not expired, however long the second waits.
+        renewing = asyncio.create_task(first.held())
+        await asyncio.sleep(0.2)
+        second_clock.now += LEASE_SECONDS + 1
+        seen["renewed"] = await second.try_acquire()
+        renewing.cancel()
+        # Not renewed for its duration by the second's clock: taken over.
+        await second.try_acquire()
+        second_clock.now += LEASE_SECONDS
+        seen["expired"] = await second.try_acquire()
+        seen["lost"] = await first.held()
+
+    _run(tmp_path, scenario)
+
+    assert seen["waiting"] == "operator-a"
+    assert seen["renewed"] == "operator-a"
+    assert seen["expired"] is None
+    assert seen["lost"] == "operator operator-b holds the job's Lease now"
+
+
+def test_a_released_lease_is_taken_at_once_and_is_gone_with_its_job(tmp_path: Path) -> None:
+    seen: dict[str, Any] = {}
+
+    async def scenario(clients: Clients, job: dict[str, Any]) -> None:
+        first = JobLease(clients.api, job, "operator-a", clock=Clock())
+        second = JobLease(clients.api, job, "operator-b", clock=Clock())
+        assert await first.try_acquire() is None
+        await first.release()
+        seen["taken"] = await second.try_acquire()
+        seen["again"] = await first.try_acquire()
+
+    with spark_checkpoint_api() as api:
+        job = _with_clients(api, tmp_path, scenario)
+        lease = api.get(LEASES, "default", lease_name("orders"))
+        api.delete("sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs", "default", "orders")
+        left = [item["metadata"]["name"] for item in api.list(LEASES, "default")]
+
+    assert seen == {"taken": None, "again": "operator-b"}
+    assert lease["spec"]["holderIdentity"] == "operator-b"
+    assert lease["spec"]["leaseTransitions"] == 1
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]
+    assert left == []
+
+
+def _run(
+    tmp_path: Path, scenario: Callable[[Clients, dict[str, Any]], Coroutine[Any, Any, None]]
+) -> None:
+    with spark_checkpoint_api() as api:
+        _with_clients(api, tmp_path, scenario)
+
+
+def _with_clients(
+    api: EmulatedApiServer,
+    tmp_path: Path,
+    scenario: Callable[[Clients, dict[str, Any]], Coroutine[Any, Any, None]],
+) -> dict[str, Any]:
+    job = _job(api)
+
+    async def run() -> None:
+        configuration = Configuration()
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+        await config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+        async with aiohttp.ClientSession() as session:
+            clients = Clients(OperatorApiClient(configuration), PodRegistry(), session)
+            try:
+                await scenario(clients, job)
+            finally:
+                await clients.api.close()
+
+    asyncio.run(run())
+    return job
