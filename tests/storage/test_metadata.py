@@ -185,6 +185,37 @@ def test_metadata_json_cannot_parse_is_an_error_naming_the_file(data: bytes, rea
     assert str(raised.value).startswith(f"{SOURCE}: {reason}")
 
 
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-32-be"])
+def test_metadata_in_another_encoding_than_utf8_is_refused(
+    metadata: CheckpointMetadata, encoding: str
+) -> None:
+    """json.loads reads bytes in UTF-16 and UTF-32 too: such a file passed verify (a hostile
+    reviewer's), while the format says UTF-8 and other readers of it would refuse it."""
+    data = gzip.compress(metadata.to_json().decode().encode(encoding))
+
+    with pytest.raises(TruncatedMetadataError) as raised:
+        CheckpointMetadata.from_bytes(data, SOURCE)
+
+    assert str(raised.value).startswith(f"{SOURCE}: not parseable as JSON (")
+
+
+def test_a_file_where_another_files_directory_is_is_refused(make_metadata: MetadataMaker) -> None:
+    """offsets/0 and offsets/0/x passed verify, and no restore could write both (a hostile
+    reviewer's)."""
+    document = document_of(make_metadata(CheckpointKind.CHECKPOINT, 3, [entry("offsets/0", 1)]))
+    document["directories"].append("offsets/0")
+    document["files"].append(
+        {"dir": 1, "name": "x", "size": 1, "sha256": SHA_B, "location": f"shared/bb/{SHA_B}-x"}
+    )
+    document["total_bytes"] += 1
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
+
+    assert raised.value.field == "files[0].path"
+    assert "'offsets/0' is a file and the directory of another file" in str(raised.value)
+
+
 def set_sha256_of_second_file(document: dict[str, Any]) -> None:
     document["files"][1]["sha256"] = "not-a-digest"
 

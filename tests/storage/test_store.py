@@ -1331,3 +1331,19 @@ def test_a_bounded_read_takes_no_more_than_its_bound(
 
     assert fs.read_bytes(path, at_most=at_most) == content[:at_most]
     assert all(length <= at_most for length in served), served
+
+
+@pytest.mark.local_only
+def test_a_file_in_a_checkpoints_place_is_named_whole_when_garbage_collection_meets_it(
+    storage: CheckpointStorage,
+    take_checkpoint: Callable[..., CheckpointMetadata],
+    local_job_root: Path,
+) -> None:
+    """The janitor said only "[Errno 20] Not a directory: 'chk-9'" (a hostile reviewer's)."""
+    take_checkpoint(1, {"offsets/0": b"o0"})
+    (local_job_root / "chk-9").write_text("not a checkpoint")
+
+    with pytest.raises(OSError) as raised:
+        storage.collect_garbage(registered_checkpoints=[1], registered_savepoints=[])
+
+    assert raised.value.filename == str(local_job_root / "chk-9")

@@ -460,7 +460,8 @@ class StorageFileSystem:
                 except OSError as error:
                     if error.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(current):
                         raise SymbolicLinkError(current, _link_target(current)) from None
-                    raise
+                    # Named whole: relative to its directory, 'chk-9' said nothing.
+                    raise OSError(error.errno, error.strerror, current) from None
                 os.close(descriptor)
                 descriptor = below
             yield descriptor, name

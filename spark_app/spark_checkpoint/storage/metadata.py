@@ -18,7 +18,7 @@ import json
 import posixpath
 import re
 import zlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -489,6 +489,14 @@ def _find_inconsistency(
         if entry.path in manifest_paths:
             return f"files[{index}].path", f"duplicate manifest path {entry.path!r}"
         manifest_paths.add(entry.path)
+    # A file where another's directory is cannot be restored ('offsets/0' and 'offsets/0/x').
+    directories = {parent for path in manifest_paths for parent in _parents(path)}
+    for index, entry in enumerate(files):
+        if entry.path in directories:
+            return (
+                f"files[{index}].path",
+                f"{entry.path!r} is a file and the directory of another file",
+            )
         # Garbage collection and discarding rely on this: checkpoints reference only
         # shared files, by their content's digest (so never another job's files nested in
         # `shared/`), and a savepoint only files below its own directory.
@@ -528,6 +536,12 @@ def _find_inconsistency(
     return None
 
 
+def _parents(path: str) -> Iterator[str]:
+    """'a/b/c' -> 'a/b', 'a'."""
+    while path := posixpath.dirname(path):
+        yield path
+
+
 def _parse_document(data: bytes, source: str) -> Any:
     """The JSON value in a `_metadata` file, gzip-compressed (format 2) or not."""
     if len(data) > MAX_DOCUMENT_BYTES:
@@ -539,7 +553,8 @@ def _parse_document(data: bytes, source: str) -> Any:
     try:
         # JSON Schema counts 1.0 as an integer, but no `_metadata` writer produces one: as
         # Decimals, fractional numbers fail the schema's integer checks.
-        document = json.loads(data, parse_float=Decimal)
+        # As UTF-8, the format's encoding: json.loads would take UTF-16 and UTF-32 too.
+        document = json.loads(data.decode("utf-8"), parse_float=Decimal)
     except RecursionError:
         raise TruncatedMetadataError(source, "not parseable as JSON (nested too deeply)") from None
     except ValueError as error:  # not UTF-8, not JSON, an integer of over 4300 digits
