@@ -2,6 +2,7 @@
 field, the messages of aborts, declines and refused settings. Written against the
 mutants that survived the other tests (docs/testing.md)."""
 
+import dataclasses
 import math
 import re
 
@@ -512,6 +513,42 @@ def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_fir
     young_dropped = {i for i in dropped if max_age is None or now - completions[i] < max_age}
     if young_dropped - unrestorable:
         assert not (kept - {newest}) & unrestorable
+
+
+@given(
+    retained=st.integers(1, 12),
+    ids=st.lists(st.integers(1, 40), min_size=1, max_size=30, unique=True),
+    unrestorable=st.sets(st.integers(1, 40)),
+)
+def test_retention_keeps_the_newest_restorable_checkpoints_and_drops_unrestorable_ones_first(
+    *, retained: int, ids: list[int], unrestorable: set[int]
+) -> None:
+    """A newcomer's: with retained: 2, a checkpoint a restore had skipped as corrupt was
+    kept and the good one before it discarded, leaving one the job could restore."""
+    store = CompletedCheckpointStore(retained, unrestorable=unrestorable.__contains__)
+    for checkpoint_id in ids:  # completions in any order of ids
+        before = [c.checkpoint_id for c in store.checkpoints] + [checkpoint_id]
+        gone = [c.checkpoint_id for c in store.add(_checkpoint(checkpoint_id))]
+        kept = [c.checkpoint_id for c in store.checkpoints]
+
+        assert sorted(kept + gone) == sorted(before) and kept == sorted(kept)
+        assert len(kept) == min(retained, len(before))
+        # The unrestorable first, oldest first; then the oldest restorable.
+        first_to_go = sorted(before, key=lambda i: (i not in unrestorable, i))
+        assert sorted(gone) == sorted(first_to_go[: len(gone)])
+
+
+def test_a_checkpoint_a_restore_passed_over_goes_before_a_good_one() -> None:
+    store = CompletedCheckpointStore(
+        2, [_checkpoint(101), _checkpoint(102)], unrestorable={102}.__contains__
+    )
+
+    assert [c.checkpoint_id for c in store.add(_checkpoint(201))] == [102]
+    assert [c.checkpoint_id for c in store.checkpoints] == [101, 201]
+
+
+def _checkpoint(checkpoint_id: int) -> CompletedCheckpoint:
+    return dataclasses.replace(_savepoint(checkpoint_id, 0.0), kind=CheckpointKind.CHECKPOINT)
 
 
 def test_the_newest_savepoint_never_ages_out_and_sets_no_deadline_alone() -> None:

@@ -62,11 +62,20 @@ class CheckpointOutcome:
 
 
 class CompletedCheckpointStore:
-    """Keeps the newest ``retained`` completed checkpoints; older ones are subsumed."""
+    """Keeps the newest ``retained`` completed checkpoints; older ones are subsumed.
+    ``unrestorable`` tells the checkpoints a restore failed on or passed over (the job never
+    restores them again): over the count they go first, or a corrupt image would count
+    against ``retained`` and push out one the job could restore (a newcomer's)."""
 
-    def __init__(self, retained: int, checkpoints: Iterable[CompletedCheckpoint] = ()) -> None:
+    def __init__(
+        self,
+        retained: int,
+        checkpoints: Iterable[CompletedCheckpoint] = (),
+        unrestorable: Callable[[int], bool] = lambda checkpoint_id: False,
+    ) -> None:
         self._retained = retained
         self._checkpoints = sorted(checkpoints, key=lambda c: c.checkpoint_id)
+        self._unrestorable = unrestorable
 
     @property
     def checkpoints(self) -> tuple[CompletedCheckpoint, ...]:
@@ -81,7 +90,12 @@ class CompletedCheckpointStore:
         # Clamped: a negative excess would slice from the end and drop the oldest
         # checkpoints from the registry without reporting them.
         excess = max(0, len(self._checkpoints) - self._retained)
-        subsumed, self._checkpoints = self._checkpoints[:excess], self._checkpoints[excess:]
+        first_to_go = sorted(
+            self._checkpoints,
+            key=lambda c: (not self._unrestorable(c.checkpoint_id), c.checkpoint_id),
+        )
+        subsumed = sorted(first_to_go[:excess], key=lambda c: c.checkpoint_id)
+        self._checkpoints = [c for c in self._checkpoints if c not in subsumed]
         return subsumed
 
     def remove_all(self) -> list[CompletedCheckpoint]:

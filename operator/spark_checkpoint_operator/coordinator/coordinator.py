@@ -7,6 +7,7 @@ docs/coordinator.md lists each with the test that proves it, and where and why i
 differs from Flink.
 """
 
+import functools
 import random
 from collections import deque
 from collections.abc import Callable
@@ -92,8 +93,8 @@ class CheckpointCoordinator:
     of a coordinator this one replaces in the same process (new settings, a resumed job):
     the ids from it up to the persisted counter are reserved and unused. Without it, the
     counter starts after the reserved block (after a restart, the only safe place).
-    ``unrestorable_savepoint`` tells whether a restore failed on a savepoint (by id): the
-    savepoint history drops those first.
+    ``unrestorable`` tells whether a restore failed on or passed over a checkpoint or
+    savepoint (by kind and id): retention and the savepoint history drop those first.
     """
 
     def __init__(
@@ -105,7 +106,7 @@ class CheckpointCoordinator:
         state: PersistedState | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
         next_id: int | None = None,
-        unrestorable_savepoint: Callable[[int], bool] = lambda savepoint_id: False,
+        unrestorable: Callable[[CheckpointKind, int], bool] = lambda kind, image_id: False,
     ) -> None:
         if id_block < 1:
             raise ValueError(f"id_block must be at least 1, got {id_block}")
@@ -120,9 +121,15 @@ class CheckpointCoordinator:
         self._id_block = id_block
         self._next_id = state.next_checkpoint_id if next_id is None else next_id
         self._reserved_until = state.next_checkpoint_id
-        self._store = CompletedCheckpointStore(config.retained, state.checkpoints)
+        self._store = CompletedCheckpointStore(
+            config.retained,
+            state.checkpoints,
+            functools.partial(unrestorable, CheckpointKind.CHECKPOINT),
+        )
         self._savepoints = SavepointHistory(
-            config.savepoint_history, state.savepoints, unrestorable_savepoint
+            config.savepoint_history,
+            state.savepoints,
+            functools.partial(unrestorable, CheckpointKind.SAVEPOINT),
         )
         self._history: deque[CheckpointOutcome] = deque(state.history, maxlen=config.history_size)
         self._completed_count = state.completed_count

@@ -198,11 +198,11 @@ class JobSupervisor:
             rng=random.Random(),
             state=dataclasses.replace(state, terminated=None),
             next_id=next_id,
-            unrestorable_savepoint=self._unrestorable_savepoint,
+            unrestorable=self._unrestorable,
         )
 
-    def _unrestorable_savepoint(self, savepoint_id: int) -> bool:
-        image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id).encode()
+    def _unrestorable(self, kind: CheckpointKind, image_id: int) -> bool:
+        image = RestoreCandidate.registered(kind, image_id).encode()
         return any(entry.source == image for entry in self._record.unrestorable)
 
     def reconfigure(
