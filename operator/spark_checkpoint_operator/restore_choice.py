@@ -71,20 +71,34 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
         registered = (
             registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
         )
-        ids = [c.checkpoint_id for c in registered]
-        if snapshot_id not in ids:
-            known = ", ".join(map(str, ids)) or "none"
-            elsewhere = (
-                _another_registrys(storage, snapshot_id)
-                if kind is CheckpointKind.SAVEPOINT
-                else ""  # a checkpoint is restored from the job's own storage by its registry
-            )
-            raise UnknownImage(
-                f"{choice} is not a registered {kind} of the job ({kind}s: {known}){elsewhere}"
-            )
+        if snapshot_id not in [c.checkpoint_id for c in registered]:
+            raise _unregistered(choice, kind, snapshot_id, registry, storage)
         _require_intact(storage, kind, snapshot_id, choice)
         return ChosenImage(candidate.encode(), (kind, snapshot_id))
     return _external(choice, registry, storage)
+
+
+def _unregistered(
+    choice: str,
+    kind: CheckpointKind,
+    snapshot_id: int,
+    registry: PersistedState,
+    storage: CheckpointStorage,
+) -> UnknownImage:
+    by_kind = {
+        CheckpointKind.CHECKPOINT: registry.checkpoints,
+        CheckpointKind.SAVEPOINT: registry.savepoints,
+    }
+    known = ", ".join(str(c.checkpoint_id) for c in by_kind[kind]) or "none"
+    other = next(k for k in by_kind if k is not kind)
+    if any(c.checkpoint_id == snapshot_id for c in by_kind[other]):
+        # One counter numbers both kinds: the id is the other kind's (a newcomer's).
+        hint = f"; {snapshot_id} is a {other}: {other}:{snapshot_id}"
+    elif kind is CheckpointKind.SAVEPOINT:
+        hint = _another_registrys(storage, snapshot_id)
+    else:
+        hint = ""  # a checkpoint is restored from the job's own storage by its registry
+    return UnknownImage(f"{choice} is not a registered {kind} of the job ({kind}s: {known}){hint}")
 
 
 def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:

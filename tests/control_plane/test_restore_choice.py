@@ -14,7 +14,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageAccessError,
 )
-from spark_checkpoint_operator.coordinator import PersistedState
+from spark_checkpoint_operator.coordinator import CompletedCheckpoint, PersistedState
 from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
 
 
@@ -86,6 +86,51 @@ def test_an_unregistered_checkpoint_in_storage_gets_no_path_to_restore_it(tmp_pa
 
     assert str(refused.value) == (
         "checkpoint:7 is not a registered checkpoint of the job (checkpoints: none)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (
+            "checkpoint:502",
+            "checkpoint:502 is not a registered checkpoint of the job (checkpoints: 501); "
+            "502 is a savepoint: savepoint:502",
+        ),
+        (
+            "savepoint:501",
+            "savepoint:501 is not a registered savepoint of the job (savepoints: 502); "
+            "501 is a checkpoint: checkpoint:501",
+        ),
+    ],
+)
+def test_the_id_of_the_other_kinds_image_is_named_as_that_kind(
+    tmp_path: Path, choice: str, said: str
+) -> None:
+    """One counter numbers checkpoints and savepoints: `--from checkpoint:502` of savepoint
+    502 said only that it was no registered checkpoint (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    registry = PersistedState(
+        next_checkpoint_id=503,
+        checkpoints=(_registered(CheckpointKind.CHECKPOINT, 501),),
+        savepoints=(_registered(CheckpointKind.SAVEPOINT, 502),),
+    )
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image(choice, registry, storage)
+
+    assert str(refused.value) == said
+
+
+def _registered(kind: CheckpointKind, image_id: int) -> CompletedCheckpoint:
+    return CompletedCheckpoint(
+        checkpoint_id=image_id,
+        kind=kind,
+        batch_id=image_id,
+        path=f"file:///s/{image_id}",
+        size_bytes=1,
+        trigger_time=0.0,
+        completion_time=0.0,
     )
 
 
