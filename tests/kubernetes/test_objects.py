@@ -962,6 +962,14 @@ def test_only_the_jobs_own_driver_names_are_its_drivers(name: str, is_driver: bo
         ("ops", {"executor": {"serviceAccount": "sco"}}, ["spec.executor.serviceAccount"]),
         ("ops", {"driver": {"serviceAccount": "orders"}}, []),
         ("team-a", {"driver": {"serviceAccount": "sco"}}, []),  # another namespace's "sco"
+        # The executors' account set through Spark (a reviewer's).
+        (
+            "ops",
+            {"sparkConf": {"spark.kubernetes.authenticate.executor.serviceAccountName": "sco"}},
+            [
+                "spec.application.sparkConf[spark.kubernetes.authenticate.executor.serviceAccountName]"
+            ],
+        ),
     ],
 )
 def test_the_operators_own_service_account_is_refused_for_a_jobs_pods(

@@ -2409,7 +2409,7 @@ def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_
         try:
             cluster.apply(job())
             before = completed(cluster, "orders", 2)
-            lease = cluster.api.get(LEASES, NAMESPACE, "orders-operator")
+            lease = cluster.api.get(LEASES, NAMESPACE, "orders.sparkcheckpoint.io")
             holder = lease["spec"]["holderIdentity"]
             driving, waiting = (
                 (cluster.operator, second)
@@ -2417,7 +2417,7 @@ def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_
                 else (second, cluster.operator)
             )
             told = cluster.wait_for_event("orders", "AnotherOperator")
-            assert told["message"].startswith(f"another operator ({holder}) drives this job")
+            assert told["message"].startswith(f"operator {holder} holds this job's Lease")
 
             cluster.crash_driver("orders-driver-1")
             restored = cluster.wait_for(

@@ -116,7 +116,7 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
 - apiGroups: [""]
   resources: [events]
   verbs: [create]
-# A Lease per job (<job>-operator): the one operator that drives it holds it.
+# A Lease per job (<job>.sparkcheckpoint.io): the one operator that drives it holds it.
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update]

@@ -213,6 +213,10 @@ class JobController:
         """The job or one of its pods changed."""
         self._changed.set()
 
+    @property
+    def deleting(self) -> bool:
+        return self._stop is _Stop.DELETE
+
     def stop(self, *, deleting: bool) -> None:
         if self._stop is not _Stop.DELETE:  # a deletion is never turned into an exit
             self._stop = _Stop.DELETE if deleting else _Stop.EXIT

@@ -24,7 +24,12 @@ from prometheus_client import REGISTRY
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import JobController, StatusNotWritten
 from spark_checkpoint_operator.kubernetes.events import EventThrottle
-from spark_checkpoint_operator.kubernetes.lease import JobLease, lease_name
+from spark_checkpoint_operator.kubernetes.lease import (
+    LEASE_SECONDS,
+    JobLease,
+    LeaseUnavailable,
+    lease_name,
+)
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import Observer
@@ -55,6 +60,7 @@ METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
 EVENT_THROTTLE = "event throttle"
 IDENTITY = "identity"
+LEASE = "lease"  # the job's own, in its memo
 LEASES = "leases"  # of the jobs this operator drives
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
@@ -221,8 +227,17 @@ async def _api_configuration() -> Configuration:
 async def close(memo: kopf.Memo, **_: Any) -> None:
     # Kopf leaves the jobs' daemons running as it exits: their Leases are released here,
     # while the client is open, so that the next operator takes the jobs at once.
+    # Not a deleted job's, whose final savepoint may still be under way: another operator
+    # takes that over once it expires.
     held: dict[tuple[str, str], JobLease] = memo[LEASES]
-    await asyncio.gather(*(lease.release() for lease in list(held.values())))
+    controllers: dict[tuple[str, str], JobController] = memo[CONTROLLERS]
+    await asyncio.gather(
+        *(
+            lease.release()
+            for key, lease in list(held.items())
+            if not ((controller := controllers.get(key)) and controller.deleting)
+        )
+    )
     clients: Clients = memo[CLIENTS]
     await clients.session.close()
     await clients.api.close()
@@ -261,25 +276,36 @@ def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
 
 
 def _lease(body: kopf.Body, memo: kopf.Memo) -> JobLease:
-    clients: Clients = memo[CLIENTS]
-    return JobLease(clients.api, body, memo[IDENTITY])
+    """The job's Lease, one object for all its handlers' runs (Kopf's memo is per job): a
+    Lease is expired once seen unchanged for its duration, which a new one never has."""
+    lease: JobLease | None = memo.get(LEASE)
+    if lease is None:
+        clients: Clients = memo[CLIENTS]
+        lease = memo[LEASE] = JobLease(clients.api, body, memo[IDENTITY])
+    return lease
 
 
-def _tell_waiting(body: kopf.Body, memo: kopf.Memo) -> Callable[[str], None]:
+def _acquired(lease: JobLease, body: kopf.Body, memo: kopf.Memo) -> Coroutine[Any, Any, None]:
+    """Until the Lease is held, each holder waited for and each reason it cannot be taken
+    told, once each, as a warning event on the job."""
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    post_event = _event_throttle(body, memo)
 
     def waiting(holder: str) -> None:
         message = (
-            f"another operator ({holder}) drives this job (Lease {namespace}/"
-            f"{lease_name(name)}): this one waits until that one stops, or its Lease "
-            "expires (two operators serve this namespace: chart releases whose namespaces "
-            "overlap, or one run by hand)"
+            f"operator {holder} holds this job's Lease {namespace}/{lease_name(name)}: "
+            "this one drives the job once that one releases it or leaves it unrenewed for "
+            f"{LEASE_SECONDS} s (another operator serves this namespace, or this "
+            "operator's previous pod ended without releasing it)"
         )
         log.warning("%s/%s: %s", namespace, name, message)
-        post_event = _event_throttle(body, memo)
         post_event("Warning", "AnotherOperator", message)
 
-    return waiting
+    def unavailable(why: str) -> None:
+        log.warning("%s/%s: %s", namespace, name, why)
+        post_event("Warning", "LeaseUnavailable", why)
+
+    return lease.acquire(waiting, unavailable)
 
 
 async def _first(work: Coroutine[Any, Any, None], other: asyncio.Future[Any]) -> bool:
@@ -325,8 +351,8 @@ async def run_job(
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
     lease = _lease(body, memo)
     stopping = asyncio.ensure_future(stopped.wait())
-    if not await _first(lease.acquire(_tell_waiting(body, memo)), stopping):
-        return  # stopped while another operator drives the job: that one deletes it too
+    if not await _first(_acquired(lease, body, memo), stopping):
+        return  # stopped while waiting (a deletion waits for the Lease in `delete_job`)
     memo[LEASES][key] = lease
     controller = _controller(body, memo)
     memo[CONTROLLER] = memo[CONTROLLERS][key] = controller
@@ -353,7 +379,10 @@ async def run_job(
             lost.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await lost
-            await lease.release()
+            # A deleted job's Lease goes with it: released, another operator would do the
+            # deletion again before the finalizer is gone.
+            if not controller.deleting:
+                await lease.release()
         if memo[LEASES].get(key) is lease:
             del memo[LEASES][key]
         stopping.cancel()
@@ -397,18 +426,26 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             "the job's deletion failed; trying again", delay=DELETE_RETRY_SECONDS
         )
     lease = _lease(body, memo)
-    if await lease.try_acquire() is not None:
+    try:
+        holder = await lease.try_acquire()
+    except LeaseUnavailable as error:
+        raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
+    if holder is not None:
         raise kopf.TemporaryError(
-            "another operator drives the job; its deletion is left to it",
+            f"operator {holder} holds the job's Lease; its deletion waits for it",
             delay=DELETE_RETRY_SECONDS,
         )
     controller = _controller(body, memo)
     controllers[key] = controller  # its pods' events reach it
+    renewing = asyncio.create_task(lease.held())  # through a final savepoint
     try:
         await controller.delete()
     except StatusNotWritten as error:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     finally:
+        renewing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await renewing
         if controllers.get(key) is controller:
             del controllers[key]
     clients: Clients = memo[CLIENTS]

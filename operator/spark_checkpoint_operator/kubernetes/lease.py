@@ -1,5 +1,5 @@
 """Which operator drives a job: the one that holds its Lease (coordination.k8s.io/v1,
-``<job>-operator`` in the job's namespace, owned by the job).
+``<job>.sparkcheckpoint.io`` in the job's namespace, owned by the job).
 
 Two operators serving one namespace (two chart releases whose namespaces overlap, one run
 by hand beside the chart's, a pod on a partitioned node beside its replacement) each ran
@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import random
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -45,8 +46,18 @@ WAIT_SECONDS = 5.0
 _FAILURES = (ApiException, aiohttp.ClientError, TimeoutError)
 
 
+FORBIDDEN = 403
+# How soon a renewal that failed is tried again (client-go's retry period).
+RETRY_SECONDS = 2.0
+
+
+class LeaseUnavailable(Exception):
+    """The Lease cannot be read or written (the message says why, naming it)."""
+
+
 def lease_name(job: str) -> str:
-    return f"{job}-operator"
+    """Named after the job and this project: no other application's Lease."""
+    return f"{job}.{objects.GROUP}"
 
 
 class JobLease:
@@ -72,20 +83,32 @@ class JobLease:
         self._releasing: asyncio.Future[None] | None = None
         self._renewed = 0.0
 
-    async def acquire(self, waiting: Callable[[str], None]) -> None:
-        """Return once this operator holds the Lease; ``waiting(holder)`` is told each
-        new holder it waits for."""
+    async def acquire(
+        self, waiting: Callable[[str], None], unavailable: Callable[[str], None]
+    ) -> None:
+        """Return once this operator holds the Lease; ``waiting`` is told each new holder
+        it waits for, ``unavailable`` each new reason it cannot be taken."""
         told: str | None = None
-        while (holder := await self.try_acquire()) is not None:
-            if holder != told:
-                told = holder
-                waiting(holder)
+        while True:
+            try:
+                holder = await self.try_acquire()
+            except LeaseUnavailable as error:
+                if str(error) != told:
+                    told = str(error)
+                    unavailable(told)
+            else:
+                if holder is None:
+                    return
+                if holder != told:
+                    told = holder
+                    waiting(holder)
             await asyncio.sleep(WAIT_SECONDS)
 
     async def try_acquire(self) -> str | None:
         """Take the Lease if it is free, expired or this operator's: None once held, else
-        the holder that keeps it."""
+        the holder that keeps it. LeaseUnavailable if it cannot be read or written."""
         while True:
+            started = self._clock()
             try:
                 lease = await self._read()
                 if lease is None:
@@ -100,43 +123,75 @@ class JobLease:
             except (ConflictException, NotFoundException):
                 continue  # another write came first: read it again
             except _FAILURES as error:
-                log.info("cannot take Lease %s/%s yet: %s", self._namespace, self._name, error)
-                return f"(unknown: the Lease cannot be read: {_failure(error)})"
-            self._renewed = self._clock()
+                raise LeaseUnavailable(self._unavailable(error)) from error
+            self._renewed = started
+            self._releasing = None
             return None
 
     async def held(self) -> str:
-        """Renew the Lease until it is lost; return why."""
+        """Renew the Lease until it is lost (or released); return why. Each attempt is
+        bounded by the renew deadline, and a failed one is tried again soon: past the
+        deadline this operator stops driving the job before another may take it over."""
+        wait = RENEW_SECONDS * random.uniform(0.8, 1.0)  # jobs started together spread out
         while True:
-            await asyncio.sleep(RENEW_SECONDS)
+            await asyncio.sleep(wait)
+            if self._releasing is not None or self._held is None:
+                return "the job's Lease was released"
+            started = self._clock()
             try:
-                try:
-                    assert self._held is not None
-                    await self._write(self._held, renewing=True)
-                except ConflictException:  # changed since: still ours?
-                    lease = await self._read()
-                    holder = lease.spec.holder_identity if lease and lease.spec else None
-                    if lease is None or holder != self.identity:
-                        return f"operator {holder or '(none)'} holds the job's Lease now"
-                    await self._write(lease, renewing=True)
-                self._renewed = self._clock()
+                async with asyncio.timeout(self._renewed + RENEW_DEADLINE_SECONDS - started):
+                    if lost := await self._renew(self._held):
+                        return lost
+                self._renewed = started
+                wait = RENEW_SECONDS
             except _FAILURES as error:
                 if self._clock() - self._renewed >= RENEW_DEADLINE_SECONDS:
                     return f"the job's Lease could not be renewed ({_failure(error)})"
                 log.info("cannot renew Lease %s/%s yet: %s", self._namespace, self._name, error)
+                wait = RETRY_SECONDS
+
+    async def _renew(self, held: V1Lease) -> str | None:
+        """Why the Lease is no longer this operator's, or None once renewed."""
+        try:
+            await self._write(held, renewing=True)
+        except NotFoundException:  # deleted: another may create it at once
+            return "the job's Lease was deleted"
+        except ConflictException:  # changed since: still ours?
+            lease = await self._read()
+            holder = lease.spec.holder_identity if lease and lease.spec else None
+            if lease is None or holder != self.identity:
+                return f"operator {holder or '(none)'} holds the job's Lease now"
+            await self._write(lease, renewing=True)
+        return None
 
     async def release(self) -> None:
         """Let the next operator take the job at once (an operator on its way out): once,
         however many ask (its daemon, and the operator's cleanup before it closes the
-        client), each returning when it is done."""
+        client), each returning when it is done; renewing stops."""
         if self._releasing is None:
             self._releasing = asyncio.ensure_future(self._give_up())
         await asyncio.shield(self._releasing)
 
     async def _give_up(self) -> None:
-        if self._held is not None:
-            with contextlib.suppress(*_FAILURES):
-                await self._write(self._held, renewing=True, holder="")
+        held, self._held = self._held, None
+        if held is None:
+            return
+        with contextlib.suppress(*_FAILURES):
+            try:
+                await self._write(held, renewing=True, holder="")
+            except ConflictException:  # a renewal came first
+                lease = await self._read()
+                if lease is not None and lease.spec and lease.spec.holder_identity == self.identity:
+                    await self._write(lease, renewing=True, holder="")
+
+    def _unavailable(self, error: BaseException) -> str:
+        lease = f"Lease {self._namespace}/{self._name}"
+        if isinstance(error, ApiException) and error.status == FORBIDDEN:
+            return (
+                f"the job's {lease} cannot be taken: HTTP 403 (the operator needs get, create "
+                "and update on leases.coordination.k8s.io in the job's namespace)"
+            )
+        return f"the job's {lease} cannot be taken yet: {_failure(error)}"
 
     def _expired(self, lease: V1Lease) -> bool:
         """Unchanged for its duration since this process first saw that version."""

@@ -378,15 +378,23 @@ def operator_account_problems(manifest: JobManifest, operator: ServiceAccount | 
     Secrets of every namespace the operator serves."""
     if operator is None or manifest.namespace != operator.namespace:
         return []
-    accounts = (
-        ("driver", manifest.spec.driver.service_account or "default"),
-        ("executor", manifest.spec.executor.service_account),
-    )
+    conf = manifest.spec.application.spark_conf
+    accounts = [
+        ("spec.driver.serviceAccount", manifest.spec.driver.service_account or "default"),
+        ("spec.executor.serviceAccount", manifest.spec.executor.service_account),
+        # What Spark's executors would run as, which sparkConf may set too.
+        *(
+            (f"spec.application.sparkConf[{key}]", conf.get(key))
+            for key in (
+                "spark.kubernetes.authenticate.executor.serviceAccountName",
+                "spark.kubernetes.authenticate.driver.serviceAccountName",
+            )
+        ),
+    ]
     return [
-        f"spec.{role}.serviceAccount: {account!r} is the operator's own service account "
-        f"(namespace {operator.namespace}), which a job's pods may not use: give the job "
-        "one of its own"
-        for role, account in accounts
+        f"{field}: {account!r} is the operator's own service account (namespace "
+        f"{operator.namespace}), which a job's pods may not use: give the job one of its own"
+        for field, account in accounts
         if account == operator.name
     ]
 
