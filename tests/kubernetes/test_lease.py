@@ -15,9 +15,8 @@ from kubernetes.aio import config
 from kubernetes.aio.client import Configuration
 
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
-from spark_checkpoint_operator.kubernetes import lease as lease_module
 from spark_checkpoint_operator.kubernetes.lease import (
-    LEASE_SECONDS,
+    MIN_LEASE_SECONDS,
     JobLease,
     LeaseUnavailable,
     lease_name,
@@ -53,21 +52,23 @@ def _job(api: EmulatedApiServer) -> dict[str, Any]:
 
 
 def test_a_second_operator_waits_takes_over_an_expired_lease_and_the_first_finds_it_lost(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path,
 ) -> None:
     first_clock, second_clock = Clock(), Clock()
     seen: dict[str, Any] = {}
-    monkeypatch.setattr(lease_module, "RENEW_SECONDS", 0.01)
+    # The shortest Lease: renewed every second (by real time; the deadline by the clock).
+    seconds = MIN_LEASE_SECONDS
 
     async def scenario(clients: Clients, job: dict[str, Any]) -> None:
-        first = JobLease(clients.api, job, "operator-a", clock=first_clock)
+        first = JobLease(clients.api, job, "operator-a", seconds=seconds, clock=first_clock)
+        # The holder's duration counts (the Lease says it), not the waiter's own setting.
         second = JobLease(clients.api, job, "operator-b", clock=second_clock)
         assert await first.try_acquire() is None
         seen["waiting"] = await second.try_acquire()
         # Renewed meanwhile (a new version): not expired, however long the second waits.
         renewing = asyncio.create_task(first.held())
-        await asyncio.sleep(0.2)
-        second_clock.now += LEASE_SECONDS + 1
+        await asyncio.sleep(seconds / 3 + 0.5)
+        second_clock.now += seconds + 1
         seen["renewed"] = await second.try_acquire()
         renewing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -75,7 +76,7 @@ def test_a_second_operator_waits_takes_over_an_expired_lease_and_the_first_finds
         await asyncio.sleep(0.2)  # a renewal sent before the cancel lands meanwhile
         # Not renewed for its duration by the second's clock: taken over.
         await second.try_acquire()
-        second_clock.now += LEASE_SECONDS
+        second_clock.now += seconds
         seen["expired"] = await second.try_acquire()
         seen["lost"] = await asyncio.wait_for(first.held(), 10)
 

@@ -33,6 +33,7 @@ from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
+from spark_checkpoint_operator.kubernetes.handlers import LEASE_SECONDS_VARIABLE
 
 pytestmark = pytest.mark.timeout(240)
 LEASES = "coordination.k8s.io/v1/leases"
@@ -2434,5 +2435,41 @@ def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_
             after = completed(cluster, "orders", done + 2)
             assert after["jobAttempt"] == 2
             assert "orders: starting driver" not in waiting.log_path.read_text()
+        finally:
+            second.stop()
+
+
+def test_a_job_deleted_after_its_operator_was_killed_is_deleted_by_the_other_once_the_lease_expires(
+    tmp_path: Path,
+) -> None:
+    """The holder of a job's Lease killed outright (`kill -9`, a lost node) releases nothing:
+    the other operator waits until the Lease has gone unrenewed for its duration, then does
+    the deletion, the final savepoint from the driver that ran on, and releases the job."""
+    seconds = 6
+    with LocalCluster(
+        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), operator=False
+    ) as cluster:
+        second = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator-2.log", (NAMESPACE,))
+        second.pod = "spark-checkpoint-operator-1"
+        for operator in (cluster.operator, second):
+            operator.settings[LEASE_SECONDS_VARIABLE] = str(seconds)
+        cluster.operator.start()
+        try:
+            cluster.apply(job(shutdown={"finalSavepoint": True}))
+            completed(cluster, "orders", 1)
+            second.start()
+            told = cluster.wait_for_event("orders", "AnotherOperator")
+            assert f"leaves it unrenewed for {seconds} s" in told["message"]
+
+            cluster.operator.kill()
+            killed = time.monotonic()
+            cluster.delete("orders")
+
+            cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=90)
+            assert time.monotonic() - killed >= seconds
+            cluster.wait_for_event("orders", "SavepointCompleted")
+            cluster.wait_for_event("orders", "JobCancelled")
+            assert "holds the job's Lease; its deletion waits for it" in second.log_path.read_text()
+            cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
         finally:
             second.stop()

@@ -6,7 +6,6 @@ come from the service account or KUBECONFIG, for Kopf and for the operator's own
 """
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import math
@@ -26,6 +25,8 @@ from spark_checkpoint_operator.kubernetes.controller import JobController, Statu
 from spark_checkpoint_operator.kubernetes.events import EventThrottle
 from spark_checkpoint_operator.kubernetes.lease import (
     LEASE_SECONDS,
+    MAX_LEASE_SECONDS,
+    MIN_LEASE_SECONDS,
     JobLease,
     LeaseUnavailable,
     lease_name,
@@ -48,6 +49,9 @@ OPERATOR_SERVICE_ACCOUNT_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT"
 # Who holds a job's Lease (`lease.py`): the operator's pod (the chart sets it by the downward
 # API), the same across its container's restarts; else this process on this host.
 OPERATOR_POD_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_POD"
+# How long a job's Lease lasts unrenewed (seconds): how soon another operator takes over the
+# jobs of one killed outright, and how soon a holder that cannot renew stops driving them.
+LEASE_SECONDS_VARIABLE = "SPARK_CHECKPOINT_LEASE_SECONDS"
 # Observers of every job beside its metrics, each made from the job's namespace and name:
 # a module run with the operator (``spark-checkpoint-operator -m``) may add one, as the
 # operator-scale benchmark's probe does.
@@ -62,6 +66,7 @@ EVENT_THROTTLE = "event throttle"
 IDENTITY = "identity"
 LEASE = "lease"  # the job's own, in its memo
 LEASES = "leases"  # of the jobs this operator drives
+LEASE_DURATION = "lease duration"
 # How soon a failed deletion is tried again (Kopf's default backoff is 60 s).
 DELETE_RETRY_SECONDS = 5.0
 # How soon a job's daemon that failed (a status not written) starts over and adopts the driver.
@@ -163,6 +168,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     idle_poll = _setting(IDLE_POLL_VARIABLE, "", _seconds, "a number of seconds above 0")
     memo[CONTROLLER_SETTINGS] = {} if idle_poll is None else {"idle_poll_interval": idle_poll}
     memo[LEASES] = {}
+    memo[LEASE_DURATION] = _setting(
+        LEASE_SECONDS_VARIABLE,
+        str(LEASE_SECONDS),
+        _lease_seconds,
+        f"a whole number of seconds from {MIN_LEASE_SECONDS} to {MAX_LEASE_SECONDS}",
+    )
     memo[IDENTITY] = (
         os.environ.get(OPERATOR_POD_VARIABLE) or f"{socket.gethostname()}/{os.getpid()}"
     )
@@ -193,6 +204,13 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise ValueError(text)
     return port
+
+
+def _lease_seconds(text: str) -> int:
+    seconds = int(text)
+    if not MIN_LEASE_SECONDS <= seconds <= MAX_LEASE_SECONDS:
+        raise ValueError(text)
+    return seconds
 
 
 def _seconds(text: str) -> float | None:
@@ -281,7 +299,9 @@ def _lease(body: kopf.Body, memo: kopf.Memo) -> JobLease:
     lease: JobLease | None = memo.get(LEASE)
     if lease is None:
         clients: Clients = memo[CLIENTS]
-        lease = memo[LEASE] = JobLease(clients.api, body, memo[IDENTITY])
+        lease = memo[LEASE] = JobLease(
+            clients.api, body, memo[IDENTITY], seconds=memo[LEASE_DURATION]
+        )
     return lease
 
 
@@ -295,7 +315,7 @@ def _acquired(lease: JobLease, body: kopf.Body, memo: kopf.Memo) -> Coroutine[An
         message = (
             f"operator {holder} holds this job's Lease {namespace}/{lease_name(name)}: "
             "this one drives the job once that one releases it or leaves it unrenewed for "
-            f"{LEASE_SECONDS} s (another operator serves this namespace, or this "
+            f"{lease.seconds} s (another operator serves this namespace, or this "
             "operator's previous pod ended without releasing it)"
         )
         log.warning("%s/%s: %s", namespace, name, message)
@@ -309,16 +329,25 @@ def _acquired(lease: JobLease, body: kopf.Body, memo: kopf.Memo) -> Coroutine[An
 
 
 async def _first(work: Coroutine[Any, Any, None], other: asyncio.Future[Any]) -> bool:
-    """Whether ``work`` ended before ``other`` (else it is cancelled)."""
+    """Whether ``work`` ended before ``other`` (else it is cancelled, as when this is)."""
     task = asyncio.ensure_future(work)
-    await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
-    if task.done():
-        task.result()
-        return True
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
-    return False
+    try:
+        await asyncio.wait({task, other}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        await _cancelled(task)
+    if task.cancelled():
+        return False
+    task.result()
+    return True
+
+
+async def _cancelled(task: asyncio.Future[Any]) -> None:
+    """Cancel ``task`` unless it is done, and wait until it is. Its CancelledError is not
+    this one's: a cancellation of the caller while it waits goes on (``suppress`` would
+    swallow it, and the caller would carry on as if the task had just stopped)."""
+    if not task.done():
+        task.cancel()
+        await asyncio.wait({task})
 
 
 def _event_throttle(body: kopf.Body, memo: kopf.Memo) -> EventThrottle:
@@ -349,8 +378,23 @@ async def run_job(
     **_: Any,
 ) -> None:
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
-    lease = _lease(body, memo)
     stopping = asyncio.ensure_future(stopped.wait())
+    try:
+        await _drive(body, stopped, stopping, memo)
+    finally:
+        await _cancelled(stopping)
+        clients: Clients = memo[CLIENTS]
+        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+            clients.pods.forget(*key)
+
+
+async def _drive(
+    body: kopf.Body, stopped: kopf.DaemonStopped, stopping: asyncio.Future[Any], memo: kopf.Memo
+) -> None:
+    """Once the job's Lease is held, its controller runs until it ends, the daemon is
+    stopped or the Lease is lost; the Lease is released only once nothing drives the job."""
+    key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    lease = _lease(body, memo)
     if not await _first(_acquired(lease, body, memo), stopping):
         return  # stopped while waiting (a deletion waits for the Lease in `delete_job`)
     memo[LEASES][key] = lease
@@ -375,25 +419,20 @@ async def run_job(
         # traceback with the response's headers every few seconds.
         raise kopf.TemporaryError(str(error), delay=DAEMON_RETRY_SECONDS) from error
     finally:
+        # Only if this daemon itself was cancelled (the event loop closing): nothing may go
+        # on driving the job once its Lease is released.
+        await _cancelled(running)
         if not lost.done():
-            lost.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lost
+            await _cancelled(lost)
             # A deleted job's Lease goes with it: released, another operator would do the
             # deletion again before the finalizer is gone.
             if not controller.deleting:
                 await lease.release()
         if memo[LEASES].get(key) is lease:
             del memo[LEASES][key]
-        stopping.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await stopping
         memo.pop(CONTROLLER, None)
         if memo[CONTROLLERS].get(key) is controller:
             del memo[CONTROLLERS][key]
-        clients: Clients = memo[CLIENTS]
-        if stopped.reason and stopped.reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
-            clients.pods.forget(*key)
 
 
 # Kopf holds a deleted job by its finalizer until this handler has succeeded and the daemon
@@ -443,9 +482,7 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     except StatusNotWritten as error:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     finally:
-        renewing.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await renewing
+        await _cancelled(renewing)
         if controllers.get(key) is controller:
             del controllers[key]
     clients: Clients = memo[CLIENTS]

@@ -8,12 +8,12 @@ driver crash the one whose registry was empty started the next driver from nothi
 from 1 again (a hostile reviewer's). Now the second one waits, and says so.
 
 Kubernetes' leader election, per job (as client-go's leaderelection reads a Lease): a
-holder renews it every RENEW_SECONDS (no read: its last write's version is the
+holder renews it every third of its duration (no read: its last write's version is the
 precondition); another takes it over once it has seen the Lease
 unchanged for its ``leaseDurationSeconds`` by its own clock (the holder's clock is never
 compared with it), or at once when the holder released it on its way out. A holder that
-could not renew within RENEW_DEADLINE_SECONDS stops driving the job (its driver runs on)
-before anyone may take the Lease over. Every write carries the ``resourceVersion`` read,
+could not renew within two thirds of the duration stops driving the job (its driver runs
+on) before anyone may take the Lease over. Every write carries the ``resourceVersion`` read,
 so of two operators racing for it one wins.
 """
 
@@ -34,12 +34,14 @@ from spark_checkpoint_operator.kubernetes import objects
 
 log = logging.getLogger(__name__)
 
-# A job's Lease is renewed every 20 s: one write per job, beside its status writes (an
-# operator of thousands of jobs); an operator killed outright is replaced after a minute
-# (one that exits releases its Leases; its pod's restarted container is the same holder).
+# By default a job's Lease is renewed every 20 s: one write per job, beside its status
+# writes (an operator of thousands of jobs); an operator killed outright is replaced after a
+# minute (one that exits releases its Leases; its pod's restarted container is the same
+# holder). The operator's setting SPARK_CHECKPOINT_LEASE_SECONDS changes the duration.
 LEASE_SECONDS = 60
-RENEW_SECONDS = LEASE_SECONDS / 3
-RENEW_DEADLINE_SECONDS = LEASE_SECONDS * 2 / 3
+# Renewals need time: 3 s gives a renewal every second and a deadline of 2 s.
+MIN_LEASE_SECONDS = 3
+MAX_LEASE_SECONDS = 86400
 # How often an operator that waits for another's Lease looks again (only while two serve
 # one namespace): a Lease released on the way out is taken within this.
 WAIT_SECONDS = 5.0
@@ -69,6 +71,7 @@ class JobLease:
         job: Mapping[str, Any],
         identity: str,
         *,
+        seconds: int = LEASE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._coordination = CoordinationV1Api(api)
@@ -76,6 +79,9 @@ class JobLease:
         self._namespace = job["metadata"]["namespace"]
         self._name = lease_name(job["metadata"]["name"])
         self.identity = identity
+        self.seconds = seconds
+        self._renew_seconds = seconds / 3
+        self._renew_deadline = seconds * 2 / 3
         self._clock = clock
         # The version last read and when it was first seen (this process's clock).
         self._seen: tuple[str | None, float] | None = None
@@ -132,23 +138,23 @@ class JobLease:
         """Renew the Lease until it is lost (or released); return why. Each attempt is
         bounded by the renew deadline, and a failed one is tried again soon: past the
         deadline this operator stops driving the job before another may take it over."""
-        wait = RENEW_SECONDS * random.uniform(0.8, 1.0)  # jobs started together spread out
+        wait = self._renew_seconds * random.uniform(0.8, 1.0)  # jobs started together spread out
         while True:
             await asyncio.sleep(wait)
             if self._releasing is not None or self._held is None:
                 return "the job's Lease was released"
             started = self._clock()
             try:
-                async with asyncio.timeout(self._renewed + RENEW_DEADLINE_SECONDS - started):
+                async with asyncio.timeout(self._renewed + self._renew_deadline - started):
                     if lost := await self._renew(self._held):
                         return lost
                 self._renewed = started
-                wait = RENEW_SECONDS
+                wait = self._renew_seconds
             except _FAILURES as error:
-                if self._clock() - self._renewed >= RENEW_DEADLINE_SECONDS:
+                if self._clock() - self._renewed >= self._renew_deadline:
                     return f"the job's Lease could not be renewed ({_failure(error)})"
                 log.info("cannot renew Lease %s/%s yet: %s", self._namespace, self._name, error)
-                wait = RETRY_SECONDS
+                wait = min(RETRY_SECONDS, self._renew_seconds)
 
     async def _renew(self, held: V1Lease) -> str | None:
         """Why the Lease is no longer this operator's, or None once renewed."""
@@ -199,7 +205,7 @@ class JobLease:
         now = self._clock()
         if self._seen is None or self._seen[0] != version:
             self._seen = (version, now)
-        duration = (lease.spec.lease_duration_seconds if lease.spec else None) or LEASE_SECONDS
+        duration = (lease.spec.lease_duration_seconds if lease.spec else None) or self.seconds
         return now - self._seen[1] >= duration
 
     async def _read(self) -> V1Lease | None:
@@ -242,7 +248,7 @@ class JobLease:
             },
             "spec": {
                 "holderIdentity": self.identity,
-                "leaseDurationSeconds": LEASE_SECONDS,
+                "leaseDurationSeconds": self.seconds,
                 "acquireTime": now,
                 "renewTime": now,
                 "leaseTransitions": 0,

@@ -56,6 +56,7 @@ class OperatorProcess:
         self.starts = 0
         self.metrics_port = free_port()
         self.pod = "spark-checkpoint-operator-0"
+        self.settings: dict[str, str] = {}  # the operator's environment variables, set by hand
 
     def _command(self) -> tuple[list[str], dict[str, str]]:
         command = [OPERATOR_COMMAND, *(f"--namespace={n}" for n in self._namespaces)]
@@ -68,6 +69,7 @@ class OperatorProcess:
             OPERATOR_SERVICE_ACCOUNT_VARIABLE: OPERATOR_SERVICE_ACCOUNT,
             # One pod: a restart is its container's (the same holder of the jobs' Leases).
             OPERATOR_POD_VARIABLE: self.pod,
+            **self.settings,
         }
         return command, environment
 
@@ -150,6 +152,7 @@ class OperatorContainer(OperatorProcess):
         settings = {
             "KUBECONFIG": f"{self.KUBECONFIG_DIR}/config",
             "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
+            **self.settings,
         }
         deployment = containers.chart_deployment(
             {
