@@ -549,7 +549,7 @@ class TransactionalFileSink:
     def _owned_by(self, job: str) -> bool:
         """True if the output is `job`'s, False if it is no job's yet; StartRefused if it
         is another's, or its owner record cannot be read."""
-        data = self._storage.read(OWNER_FILE)
+        data = self._storage.read(OWNER_FILE, at_most=MAX_OWNER_BYTES + 1)
         if data is None:
             return False
         path = f"{self._storage.url}/{OWNER_FILE}"
@@ -907,10 +907,15 @@ def _read_rows(storage: OutputStorage, record: BatchRecord) -> Iterable[dict[str
             raise ValueError(
                 f"{where}: committed batch {record.batch} lists {size} bytes, found {len(data)}"
             )
-        for number, line in enumerate(data.decode("utf-8").splitlines(), start=1):
+        # Lines end at "\n" only: Spark's JSON holds U+2028, U+2029 and U+0085 as they are
+        # (splitlines would cut a row there).
+        for number, line in enumerate(data.decode("utf-8").split("\n"), start=1):
             if not line.strip():
                 continue
-            row = json.loads(line)
+            try:
+                row = json.loads(line)
+            except ValueError as error:
+                raise ValueError(f"{where}:{number}: not a JSON line: {error}") from None
             if not isinstance(row, dict):
                 raise ValueError(f"{where}:{number}: expected a JSON object, got {line!r}")
             yield row

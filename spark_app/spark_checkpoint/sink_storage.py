@@ -130,10 +130,16 @@ class OutputStorage:
             require_no_link_below(self._root, native, _OUTPUT_DIRECTORY)
         return native
 
-    def read(self, path: str) -> bytes | None:
-        """The content of the file at `path`, or None if there is none."""
+    def read(self, path: str, at_most: int | None = None) -> bytes | None:
+        """The content of the file at `path` (its first `at_most` bytes if given: a file
+        that can only be refused when larger is never read whole), or None if there is
+        none."""
         try:
-            data: bytes = self._fs.cat_file(self.native(path))
+            if at_most is None:
+                data: bytes = self._fs.cat_file(self.native(path))
+            else:  # not a ranged cat_file: stores refuse a range past an empty object's end
+                with self._fs.open(self.native(path), "rb") as file:
+                    data = file.read(at_most)
         except FileNotFoundError:
             return None
         return data

@@ -96,7 +96,10 @@ class FakeBatch:
     def toJSON(self) -> FakeRDD:
         def partitions() -> list[list[str]]:
             self.writes += 1
-            lines = [json.dumps(row, separators=(",", ":")) for row in self.rows]
+            # As Spark's toJSON (Jackson) writes them: characters beyond ASCII as they are.
+            lines = [
+                json.dumps(row, separators=(",", ":"), ensure_ascii=False) for row in self.rows
+            ]
             filled = [i for i in range(self.partitions) if not (self.partitions >= 3 and i == 1)]
             split: list[list[str]] = [[] for _ in range(self.partitions)]
             chunk = -(-len(lines) // len(filled))  # contiguous chunks keep the rows' order

@@ -116,6 +116,19 @@ def test_staged_batches_are_invisible_until_their_checkpoint_completes(
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
+def test_rows_holding_line_separators_of_unicode_are_read_back_whole(
+    sink: TransactionalFileSink, stage: Stage, output_url: str
+) -> None:
+    """Spark writes U+2028, U+2029 and U+0085 into its JSON lines as they are; the reader
+    split lines at them too, and failed on committed output (a hostile reviewer's)."""
+    rows = [{"word": f"a{separator}b", "count": 1} for separator in "\u2028\u2029\x85\x0b\x1c"]
+    sink.on_restore(None, JOB)
+    stage(sink, 0, rows)
+    sink.on_checkpoint_complete(1)
+
+    assert read_committed(output_url) == {0: rows}
+
+
 def test_a_checkpoint_commits_only_the_batches_it_covers(
     sink: TransactionalFileSink, stage: Stage
 ) -> None:
@@ -559,6 +572,33 @@ def test_an_unreadable_owner_record_refuses_the_start_naming_it(
         f"{OutputStorage(output_url).url}/{OWNER_FILE}: not a record of the job the output "
         'belongs to ({"job": "<namespace>/<name>"}): delete it to hand the output to the next '
         "job"
+    )
+
+
+def test_an_owner_record_too_large_to_be_one_is_refused_without_reading_it_whole(
+    tmp_path: Path,
+) -> None:
+    """Only its first bytes are read: an 8 GiB `_owner.json` (here sparse) was read whole
+    before its size was checked, a MemoryError traceback under the driver's memory limit."""
+    output = tmp_path / "out"
+    output.mkdir()
+    with (output / OWNER_FILE).open("wb") as owner:
+        owner.truncate(8 << 30)
+    script = f"""
+import resource
+resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+from spark_checkpoint.sink import StartRefused, TransactionalFileSink
+try:
+    TransactionalFileSink({str(output)!r}).on_restore(None, {JOB!r})
+except StartRefused as refused:
+    print(refused)
+"""
+    finished = subprocess.run(
+        [sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=120
+    )
+
+    assert finished.stdout.startswith(f"{output}/{OWNER_FILE}: not a record of the job"), (
+        finished.stdout + finished.stderr
     )
 
 
@@ -1079,6 +1119,7 @@ def test_the_reader_reads_only_what_commit_records_list(
     [
         ("delete", "listed by committed batch 0, missing"),
         ("truncate", "committed batch 0 lists 2[0-9] bytes, found 3"),
+        ("garble", r"\.json:1: not a JSON line: Expecting value"),
     ],
 )
 def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
@@ -1091,11 +1132,13 @@ def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
     message: str,
 ) -> None:
     _commit(sink, stage, {0: [{"word": "a", "count": 1}]})
-    (path, _size) = record_of(output_root, output_url, 0).files[0]
+    (path, size) = record_of(output_root, output_url, 0).files[0]
     if damage == "delete":
         output_root.delete(f"{output_url}/{path}")
-    else:
+    elif damage == "truncate":
         output_root.write(f"{output_url}/{path}", b"{}\n")
+    else:  # the same size
+        output_root.write(f"{output_url}/{path}", b"x" * (size - 1) + b"\n")
 
     with pytest.raises(ValueError, match=message) as error:
         read_committed(output_url)
