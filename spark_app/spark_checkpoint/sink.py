@@ -140,7 +140,7 @@ from .query_logs import (
     read_offset_log_entry,
     source_dirs,
 )
-from .sink_storage import OutputStorage, write_partition
+from .sink_storage import DATA_OBJECT_PATTERN, OutputStorage, write_partition
 from .storage.errors import is_missing_bucket, missing_bucket_reason, printable_line
 
 if TYPE_CHECKING:
@@ -301,10 +301,19 @@ class BatchRecord:
         if not _ATTEMPT_PATTERN.fullmatch(self.attempt):
             raise ValueError(f"attempt must be 32 lower-case hex digits, not {self.attempt!r}")
         prefix = _attempt_dir(self.batch, self.attempt) + "/"
+        seen: set[str] = set()
         for path, size in self.files:
-            name = path.removeprefix(prefix)
-            if name == path or "/" in name or name in ("", ".", ".."):
-                raise ValueError(f"file {path!r} is not an object of {prefix}")
+            # Only names the writer gives: an alias of an object (on S3 `...json?versionId=x`
+            # is the same key to s3fs) or a path listed twice would read its rows twice.
+            if not (
+                isinstance(path, str)
+                and path.startswith(prefix)
+                and DATA_OBJECT_PATTERN.fullmatch(path.removeprefix(prefix))
+            ):
+                raise ValueError(f"file {path!r} is not a data object of {prefix}")
+            if path in seen:
+                raise ValueError(f"file {path!r} is listed twice")
+            seen.add(path)
             if isinstance(size, bool) or not isinstance(size, int) or size < 0:
                 raise ValueError(f"file {path!r}: size must be a non-negative integer")
 
@@ -326,7 +335,7 @@ class BatchRecord:
         """Parse a record; anything else raises ValueError naming `source`."""
         try:
             document = json.loads(data)
-            if document["format"] != RECORD_FORMAT:
+            if type(document["format"]) is not int or document["format"] != RECORD_FORMAT:
                 raise ValueError(f"format {document['format']!r} is not {RECORD_FORMAT}")
             return cls(
                 batch=document["batch"],

@@ -254,6 +254,10 @@ class OutputStorage:
         return abort_s3_uploads(self._fs, self.native(directory))
 
 
+# The name of each data object `write_partition` writes: its partition and a fresh uuid.
+DATA_OBJECT_PATTERN = re.compile(r"part-[0-9]{5,}-[0-9a-f]{32}\.json")
+
+
 def write_partition(
     output_url: str, directory: str, partition: int, lines: Iterator[str]
 ) -> list[tuple[str, int]]:

@@ -324,7 +324,9 @@ def test_the_existing_commit_record_wins_over_a_staged_copy_of_another_attempt(
     sink.on_checkpoint_complete(0)
     winner = record_of(output_root, output_url, 0)
     stage(sink, 1, rows_of(1))
-    loser = BatchRecord(0, "c" * 32, ((f"{DATA_DIR}/batch-0/{'c' * 32}/part-00000-z.json", 3),))
+    loser = BatchRecord(
+        0, "c" * 32, ((f"{DATA_DIR}/batch-0/{'c' * 32}/part-00000-{'f' * 32}.json", 3),)
+    )
     output_root.write(f"{output_url}/{loser.files[0][0]}", b"{}\n")
     output_root.write(f"{output_url}/{STAGING_DIR}/batch-0.json", loser.to_json())
     caplog.set_level(logging.WARNING, logger="spark_checkpoint.sink")
@@ -1145,6 +1147,15 @@ def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
     assert path.rsplit("/", 1)[1] in str(error.value)
 
 
+ATTEMPT = "a" * 32
+OBJECT = f"_data/batch-0/{ATTEMPT}/part-00000-{'b' * 32}.json"
+
+
+def _record_listing(*paths: object) -> bytes:
+    files = [{"path": path, "size": 1} for path in paths]
+    return json.dumps({"format": 1, "batch": 0, "attempt": ATTEMPT, "files": files}).encode()
+
+
 @pytest.mark.local_only
 @pytest.mark.parametrize(
     ("document", "reason"),
@@ -1156,8 +1167,13 @@ def test_a_committed_object_that_is_missing_or_changed_is_an_error_naming_it(
         (
             b'{"format": 1, "batch": 0, "attempt": "' + b"a" * 32 + b'", "files": '
             b'[{"path": "../../etc/passwd", "size": 1}]}',
-            "is not an object of _data/batch-0/",
+            "is not a data object of _data/batch-0/",
         ),
+        (b'{"format": true, "batch": 0, "attempt": "", "files": []}', "format True is not 1"),
+        (_record_listing(5), "file 5 is not a data object"),
+        (_record_listing(f"{OBJECT}?versionId=x"), "versionId=x' is not a data object of"),
+        (_record_listing(f"{OBJECT}/x"), "is not a data object of"),
+        (_record_listing(OBJECT, OBJECT), "is listed twice"),
     ],
 )
 def test_a_malformed_commit_record_is_an_error_naming_it(
