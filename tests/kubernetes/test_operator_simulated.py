@@ -630,11 +630,7 @@ def test_suspend_without_a_final_savepoint_resumes_from_the_latest_checkpoint(
     cluster.patch_spec("orders", {"state": "Suspended"})
     suspended = in_phase(cluster, "orders", "Suspended")
     cluster.wait_for("no driver pods", lambda: cluster.driver_pods("orders") == [])
-    assert suspended.get("lastSavepoint") is None, suspended
-    cluster.wait_for_event("orders", "Stopping", "suspend: no final savepoint")
-    # Asked once: each change event while the driver stopped asked again (a reviewer's).
-    stops = [e for e in cluster.events("orders") if e.get("reason") == "Stopping"]
-    assert sum(e.get("count", 1) for e in stops) == 1, stops
+    stopped_without_a_savepoint(cluster, suspended, "suspend")
     newest = cluster.status("orders")["lastCheckpoint"]["id"]
 
     cluster.patch_spec("orders", {"state": "Running"})
@@ -646,6 +642,42 @@ def test_suspend_without_a_final_savepoint_resumes_from_the_latest_checkpoint(
         ),
         job="orders",
     )
+
+
+def stopped_without_a_savepoint(cluster: LocalCluster, status: dict[str, Any], reason: str) -> None:
+    """The driver was stopped for `reason` without a savepoint, asked once."""
+    assert status.get("lastSavepoint") is None, status
+    cluster.wait_for_event("orders", "Stopping", f"{reason}: no final savepoint")
+    # Asked once: each change event while the driver stopped asked again (a reviewer's).
+    stops = [e for e in cluster.events("orders") if e.get("reason") == "Stopping"]
+    assert sum(e.get("count", 1) for e in stops) == 1, stops
+
+
+def test_an_upgrade_without_a_final_savepoint_restores_the_latest_checkpoint(
+    cluster: LocalCluster,
+) -> None:
+    """spec.shutdown.finalSavepoint: false held for suspensions only, though the docs said
+    an upgrade goes by it too: a job whose savepoints fail could not be upgraded but by
+    suspending it first (a GitOps user's). As Flink's last-state upgrade mode."""
+    cluster.apply(job(shutdown={"finalSavepoint": False}))
+    before = completed(cluster, "orders", 2)["lastCheckpoint"]["id"]
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    status = cluster.wait_for(
+        "the upgraded driver",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and s.get("jobAttempt") == 2
+            and s
+        ),
+        job="orders",
+    )
+    stopped_without_a_savepoint(cluster, status, "upgrade")
+    kind, restored = status["restoredFrom"]["source"].split(":")
+    assert kind == "checkpoint" and int(restored) >= before, status["restoredFrom"]
+    pods = cluster.pods("orders", component="driver")
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
 
 
 def test_an_operator_killed_once_it_wrote_suspending_stops_the_driver_when_it_returns(

@@ -634,7 +634,9 @@ class JobController:
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
             supervisor.suspend_now()
             return
-        if stop_reason == SUSPEND and not manifest.spec.shutdown.final_savepoint:
+        if not manifest.spec.shutdown.final_savepoint:
+            # An upgrade too (Flink's last-state upgrade mode): a job whose savepoints fail
+            # can still be upgraded in one change.
             self._post_event(
                 "Normal",
                 "Stopping",
