@@ -4,6 +4,7 @@ the CRD's single source and the Kubernetes version it needs, and RBAC that is na
 default and grants exactly what a recorded run of the operator uses."""
 
 import contextlib
+import itertools
 import os
 import re
 import subprocess
@@ -583,6 +584,35 @@ OPERATOR_GRANTS = {
     Grant("create", "coordination.k8s.io", "leases"),
     Grant("update", "coordination.k8s.io", "leases"),  # renewed, taken over, released
 }
+
+
+def _documented_grants(page: Path, after: str) -> set[Grant]:
+    """The rules of the first `| resource | verbs |` table after the line holding `after`
+    (resources as `plural[.group][/subresource]`, verbs before any parenthesis)."""
+    lines = page.read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if after in line)
+    rows = itertools.dropwhile(
+        lambda line: not line.startswith("| resource | verbs"), lines[start:]
+    )
+    grants = set()
+    for row in itertools.takewhile(lambda line: line.startswith("|"), list(rows)[2:]):
+        resource, verbs = (cell.strip() for cell in row.split("|")[1:3])
+        name, _, subresource = resource.strip("`").partition("/")
+        plural, _, group = name.partition(".")
+        for verb in re.sub(r"\([^)]*\)", "", verbs).split(","):
+            grants.add(Grant(verb.strip(), group, "/".join(filter(None, (plural, subresource)))))
+    return grants
+
+
+def test_the_rules_the_docs_list_are_the_charts() -> None:
+    """operator.md says "the chart's RBAC is exactly this" and lacked the Lease rule: RBAC
+    written from it left every job without an operator (a GitOps user's)."""
+    assert _documented_grants(
+        ROOT / "docs" / "operator.md", "the operator needs, per watched namespace"
+    ) == (OPERATOR_GRANTS)
+    assert _documented_grants(CHART / "README.md", "The operator's rules") == OPERATOR_GRANTS
+
+
 # What Kopf 1.45 observes cluster-wide (kopf/_core/reactor/observation.py): CRDs always,
 # namespaces only with --namespace. Peering (kopfpeerings) is off: --standalone.
 KOPF_SCANNING = {
