@@ -389,6 +389,9 @@ class Observed:
     spec_problem: str | None = None
     # What this operator refuses in a spec it runs unchanged since it was accepted.
     spec_tolerated: str | None = None
+    # A running job whose spec asks for a change that waits (an upgrade's or a suspension's
+    # savepoint): Ready says so, reason and message, until the driver has stopped for it.
+    pending_change: tuple[str, str] | None = None
 
 
 def render_status(
@@ -497,6 +500,8 @@ def _conditions(
     ready_message = record.message or _PHASE_MESSAGES[record.phase]
     if observed.spec_problem is not None:
         ready = ("False", "InvalidSpec", observed.spec_problem)
+    elif running and observed.pending_change is not None:
+        ready = ("False", *observed.pending_change)
     else:
         ready = ("True" if running else "False", record.phase.value, ready_message)
     failures = record.consecutive_failures

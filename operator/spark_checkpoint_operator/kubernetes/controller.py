@@ -92,6 +92,10 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 # Why a running driver is stopped with a savepoint: the label of that savepoint.
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
+_STOPPING = (
+    "once its savepoint completes (at once without one: spec.shutdown.finalSavepoint false); "
+    "the job's Stopping events say how that goes"
+)
 STATUS_WRITE_ATTEMPTS = 5
 
 
@@ -811,7 +815,20 @@ class JobController:
             ),
             spec_problem=self._problem,
             spec_tolerated=self._tolerated,
+            pending_change=self._pending_change(),
         )
+
+    def _pending_change(self) -> tuple[str, str] | None:
+        """What the spec asks of the running driver that has not happened yet: GitOps tools
+        read Ready (and observedGeneration, already the new spec's) to tell a change
+        applied from one that waits, for ever if its savepoint keeps failing."""
+        if self._manifest is None or self._record.phase is not JobPhase.RUNNING:
+            return None
+        if self._manifest.spec.state is JobState.SUSPENDED:
+            return ("SuspendPending", "the spec asks to suspend: the driver stops " + _STOPPING)
+        if self._spec is not None and objects.deployment_hash(self._spec) != self._deployed:
+            return ("UpgradePending", "the spec changed: the driver is replaced " + _STOPPING)
+        return None
 
     async def _refresh_readiness(self) -> None:
         """Pods came or went: status shows it even when nothing else changes."""
