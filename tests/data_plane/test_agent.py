@@ -147,6 +147,46 @@ def test_checkpoint_cycle_writes_metadata_and_notifies_participants(running: Run
     assert _status(client)["checkpoints"] == []
 
 
+def test_a_repeated_finalize_gets_the_first_ones_answer_and_never_reopens_the_image(
+    running: Running, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A finalize repeated while the first was writing (a proxy's replay) wrote _metadata
+    again and, ending after the completion, moved the image back from completed to
+    finalized: in flight again, garbage collection refused, and an abort of it deleted a
+    registered checkpoint whose batch the sinks had committed (a hostile reviewer's)."""
+    client = running.client()
+    tasks = ["logs", "state-0-0", "state-0-1"]
+    _call(client, "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    _wait_for(client, 1, "acknowledged")
+    writes: list[int] = []
+    write_metadata = running.storage.write_metadata
+
+    def slow_write(metadata: Any) -> None:
+        writes.append(metadata.checkpoint_id)
+        time.sleep(0.5)  # an object store's
+        write_metadata(metadata)
+
+    monkeypatch.setattr(running.storage, "write_metadata", slow_write)
+    answers: list[Any] = []
+
+    def finalize() -> None:  # a client of its own: each thread runs an event loop
+        answers.append(_call(running.client(), "finalize", 1, tasks))
+
+    first, repeated = threading.Thread(target=finalize), threading.Thread(target=finalize)
+    first.start()
+    time.sleep(0.1)
+    repeated.start()
+    first.join()
+    repeated.join()
+    _call(running.client(), "complete", 1, 2)
+    again = _call(running.client(), "finalize", 1, tasks)
+
+    assert writes == [1]
+    assert answers[0] == answers[1] == again
+    assert _status(running.client())["checkpoints"] == []  # none in flight
+    assert running.participant.completed == [2]
+
+
 def test_a_driver_keeps_only_its_newest_done_snapshots(
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -501,8 +541,17 @@ def test_finalize_refuses_a_task_set_other_than_the_images(running: Running) -> 
     client = running.client()
     _call(client, "trigger", 5, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
     _wait_for(client, 5, "acknowledged")
-    with pytest.raises(AgentRejected, match=r"409.*differ from the image"):
+    with pytest.raises(AgentRejected) as left_out:
         _call(client, "finalize", 5, ["logs", "state-0-0"])  # a partition left out
+    assert "the tasks differ from the image's 3: 1 missing (state-0-1)" in str(left_out.value)
+    # Both lists once repeated whole: 634 KB for 40,000 tasks, past the client's answer limit.
+    extra = [f"state-1-{partition}" for partition in range(40_000)]
+    with pytest.raises(AgentRejected) as too_many:
+        _call(running.client(), "finalize", 5, ["logs", "state-0-0", *extra])
+    assert str(too_many.value).endswith(
+        "the tasks differ from the image's 3: 40000 not in the image (state-1-0, state-1-1, "
+        "state-1-10 and 39997 more); 1 missing (state-0-1)"
+    )
 
 
 def test_restore_candidates_survive_commas_in_uris(tmp_path: Path) -> None:

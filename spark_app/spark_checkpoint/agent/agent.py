@@ -12,7 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
@@ -96,6 +96,21 @@ def _storage_must_agree(undone: str) -> Iterator[None]:
         ) from error
 
 
+# How many task names a refusal names of each difference: one line, however many differ.
+_TASKS_NAMED = 3
+
+
+def _tasks_differ(asked: set[str], image: set[str]) -> str:
+    """Why a finalize's task set is refused, in one line (both sets may be thousands)."""
+    parts = []
+    for count_of, names in (("not in the image", asked - image), ("missing", image - asked)):
+        if names:
+            named = ", ".join(sorted(names)[:_TASKS_NAMED])
+            more = f" and {len(names) - _TASKS_NAMED} more" if len(names) > _TASKS_NAMED else ""
+            parts.append(f"{len(names)} {count_of} ({named}{more})")
+    return f"the tasks differ from the image's {len(image)}: " + "; ".join(parts)
+
+
 @dataclass(frozen=True, slots=True)
 class QueryView:
     """What the agent needs to know about the running query."""
@@ -123,7 +138,9 @@ class _Snapshot:
     identities: dict[str, FileIdentity] = field(default_factory=dict)
     declines: dict[str, str] = field(default_factory=dict)
     cancelled: threading.Event = field(default_factory=threading.Event)
-    finalized: FinalizeAnswer | None = None
+    # The first finalize request's answer: a repeated one (a proxy's replay, a retry) waits
+    # for it instead of writing _metadata again, and never moves a completed image back.
+    finalizing: Future[FinalizeAnswer] | None = None
 
     def locations(self) -> set[str]:
         copied = {e.location for entries in self.entries.values() for e in entries}
@@ -370,37 +387,55 @@ class CheckpointAgent:
         ).start()
 
     def finalize(self, checkpoint_id: int, tasks: Sequence[str]) -> FinalizeAnswer:
-        """Write ``_metadata`` from the acknowledgements; return its path and total size."""
+        """Write ``_metadata`` from the acknowledgements; return its path and total size.
+        Once: a repeated request gets the first one's answer (waiting for it)."""
         with self._lock:
             snapshot = self._require(checkpoint_id)
-            done = (SnapshotPhase.FINALIZED, SnapshotPhase.COMPLETED)
-            if snapshot.state in done and snapshot.finalized is not None:
-                return snapshot.finalized
-            if snapshot.state is not SnapshotPhase.ACKNOWLEDGED or snapshot.plan is None:
-                raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
-            if set(tasks) != snapshot.plan.tasks:
-                # The coordinator expected another task set than the image has (a state
-                # partition appeared in between): an image missing a partition would
-                # restore it empty, so it is refused.
-                raise AgentRequestError(
-                    409,
-                    f"tasks {sorted(tasks)} differ from the image's {sorted(snapshot.plan.tasks)}",
-                )
-            entries = [e for task in sorted(tasks) for e in snapshot.entries[task]]
-            metadata = CheckpointMetadata(
-                namespace=self._storage.layout.namespace,
-                job=self._storage.layout.job,
-                checkpoint_id=checkpoint_id,
-                kind=snapshot.kind,
-                batch_id=snapshot.plan.batch_id,
-                query_id=self._query_id(),
-                trigger_time=snapshot.trigger_time,
-                completion_time=datetime.now(UTC),
-                acknowledgements=tuple(snapshot.acks[t] for t in sorted(tasks)),
-                files=tuple(entries),
-                total_bytes=sum(e.size for e in entries),
-                properties={"attempt": str(self._attempt)},
-            )
+            earlier = snapshot.finalizing
+            if earlier is None:
+                metadata = self._metadata(snapshot, tasks)
+                finalizing = snapshot.finalizing = Future[FinalizeAnswer]()
+        if earlier is not None:
+            return earlier.result()
+        try:
+            answer = self._finalized(snapshot, metadata)
+        except BaseException as error:
+            with self._lock:
+                snapshot.finalizing = None  # it may be asked again
+            finalizing.set_exception(error)
+            raise
+        finalizing.set_result(answer)
+        return answer
+
+    def _metadata(self, snapshot: _Snapshot, tasks: Sequence[str]) -> CheckpointMetadata:
+        """The image's _metadata from its acknowledgements (under the lock)."""
+        checkpoint_id = snapshot.checkpoint_id
+        if snapshot.state is not SnapshotPhase.ACKNOWLEDGED or snapshot.plan is None:
+            raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
+        if set(tasks) != snapshot.plan.tasks:
+            # The coordinator expected another task set than the image has (a state
+            # partition appeared in between): an image missing a partition would
+            # restore it empty, so it is refused.
+            raise AgentRequestError(409, _tasks_differ(set(tasks), snapshot.plan.tasks))
+        entries = [e for task in sorted(tasks) for e in snapshot.entries[task]]
+        return CheckpointMetadata(
+            namespace=self._storage.layout.namespace,
+            job=self._storage.layout.job,
+            checkpoint_id=checkpoint_id,
+            kind=snapshot.kind,
+            batch_id=snapshot.plan.batch_id,
+            query_id=self._query_id(),
+            trigger_time=snapshot.trigger_time,
+            completion_time=datetime.now(UTC),
+            acknowledgements=tuple(snapshot.acks[t] for t in sorted(tasks)),
+            files=tuple(entries),
+            total_bytes=sum(e.size for e in entries),
+            properties={"attempt": str(self._attempt)},
+        )
+
+    def _finalized(self, snapshot: _Snapshot, metadata: CheckpointMetadata) -> FinalizeAnswer:
+        """Write `metadata`; the image is finalized (completed if nothing waits for it)."""
+        checkpoint_id = snapshot.checkpoint_id
         try:
             self._storage.write_metadata(metadata)
         except (MissingFileError, ChecksumMismatchError):
@@ -424,8 +459,7 @@ class CheckpointAgent:
             )
             raise AgentRequestError(409, f"checkpoint {checkpoint_id} was aborted")
         path = self._storage.layout.metadata_path(snapshot.kind, checkpoint_id)
-        snapshot.finalized = FinalizeAnswer(path, metadata.total_bytes)
-        return snapshot.finalized
+        return FinalizeAnswer(path, metadata.total_bytes)
 
     def complete(self, checkpoint_id: int, batch_id: int) -> None:
         """The coordinator registered the image: sinks may commit batches <= batch_id.
