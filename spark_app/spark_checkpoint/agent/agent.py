@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -100,7 +101,7 @@ def _storage_must_agree(undone: str) -> Iterator[None]:
 _TASKS_NAMED = 3
 
 
-def _tasks_differ(asked: set[str], image: set[str]) -> str:
+def _tasks_differ(asked: AbstractSet[str], image: AbstractSet[str]) -> str:
     """Why a finalize's task set is refused, in one line (both sets may be thousands)."""
     parts = []
     for count_of, names in (("not in the image", asked - image), ("missing", image - asked)):
