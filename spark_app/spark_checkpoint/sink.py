@@ -558,10 +558,13 @@ class TransactionalFileSink:
     def _owned_by(self, job: str) -> bool:
         """True if the output is `job`'s, False if it is no job's yet; StartRefused if it
         is another's, or its owner record cannot be read."""
-        data = self._storage.read(OWNER_FILE, at_most=MAX_OWNER_BYTES + 1)
+        path = f"{self._storage.url}/{OWNER_FILE}"
+        try:
+            data = self._storage.read(OWNER_FILE, at_most=MAX_OWNER_BYTES + 1)
+        except IsADirectoryError:
+            data = b""  # refused below, as any other content that is no record
         if data is None:
             return False
-        path = f"{self._storage.url}/{OWNER_FILE}"
         try:
             owner = json.loads(data)["job"] if len(data) <= MAX_OWNER_BYTES else None
         except (ValueError, KeyError, TypeError, RecursionError):

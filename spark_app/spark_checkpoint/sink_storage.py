@@ -131,15 +131,21 @@ class OutputStorage:
         return native
 
     def read(self, path: str, at_most: int | None = None) -> bytes | None:
-        """The content of the file at `path` (its first `at_most` bytes if given: a file
-        that can only be refused when larger is never read whole), or None if there is
-        none."""
+        """The content of the file at `path`, or None if there is none. With `at_most`, its
+        first `at_most` bytes only (a file that can only be refused when larger is never
+        read whole, nor a store's read-ahead block of it), and IsADirectoryError if it is
+        a directory (a prefix of objects)."""
+        native = self.native(path)
         try:
             if at_most is None:
-                data: bytes = self._fs.cat_file(self.native(path))
-            else:  # not a ranged cat_file: stores refuse a range past an empty object's end
-                with self._fs.open(self.native(path), "rb") as file:
-                    data = file.read(at_most)
+                data: bytes = self._fs.cat_file(native)
+                return data
+            info = self._fs.info(native)
+            if info.get("type") != "file":
+                raise IsADirectoryError(f"{self.url}/{path}: a directory, not a file")
+            # No range past the end: stores refuse one for an empty object.
+            end = at_most if int(info.get("size") or 0) > at_most else None
+            data = self._fs.cat_file(native, end=end)
         except FileNotFoundError:
             return None
         return data

@@ -577,6 +577,20 @@ def test_an_unreadable_owner_record_refuses_the_start_naming_it(
     )
 
 
+def test_a_directory_where_the_owner_record_belongs_refuses_the_start_naming_it(
+    output_root: StorageRoot, output_url: str
+) -> None:
+    """On Azure a bounded read of it was a TypeError traceback naming no file (a reviewer's)."""
+    output_root.write(f"{output_url}/{OWNER_FILE}/stray", b"{}")
+
+    with pytest.raises(StartRefused) as refused:
+        TransactionalFileSink(output_url).on_restore(None, JOB)
+
+    assert str(refused.value).startswith(
+        f"{OutputStorage(output_url).url}/{OWNER_FILE}: not a record of the job the output"
+    )
+
+
 def test_an_owner_record_too_large_to_be_one_is_refused_without_reading_it_whole(
     tmp_path: Path,
 ) -> None:
