@@ -66,3 +66,70 @@ def test_a_daemon_cancelled_while_it_waits_for_the_lease_cancels_the_wait_and_st
     for stopped in (True, False):
         seen.clear()
         asyncio.run(daemon_cancelled(stopped))
+
+
+class FakeLease:
+    def __init__(self) -> None:
+        self.held = False
+        self.released = False
+
+    async def acquire(self) -> None:
+        await asyncio.sleep(0.01)
+        self.held = True  # the server took the write
+
+    async def release(self) -> None:
+        self.released = True
+
+
+def test_a_daemon_cancelled_in_the_step_it_took_the_lease_releases_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Held, but neither driven nor recorded for the operator's cleanup: the next operator
+    waited out the Lease's duration (a reviewer's)."""
+    lease = FakeLease()
+    monkeypatch.setattr(handlers, "_lease", lambda body, memo: lease)
+    monkeypatch.setattr(handlers, "_acquired", lambda lease, body, memo: lease.acquire())
+    body = {"metadata": {"namespace": "default", "name": "orders"}}
+
+    async def scenario() -> None:
+        stopping = asyncio.get_running_loop().create_future()
+        daemon = asyncio.create_task(handlers._drive(body, None, stopping, {}))  # type: ignore[arg-type]
+        while not lease.held:
+            await asyncio.sleep(0)
+        daemon.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await daemon
+
+    asyncio.run(scenario())
+    assert lease.released
+
+
+class FakeController:
+    def __init__(self, *, deleting: bool, stops: bool) -> None:
+        self.deleting = deleting
+        self._stops = stops
+
+    async def ended(self) -> bool:
+        if not self._stops:
+            await asyncio.sleep(3600)
+        return False
+
+
+@pytest.mark.parametrize(
+    ("controller", "released"),
+    [
+        (None, True),
+        (FakeController(deleting=False, stops=True), True),
+        (FakeController(deleting=False, stops=False), False),  # it may still drive the job
+        (FakeController(deleting=True, stops=True), False),  # its final savepoint goes on
+    ],
+)
+def test_an_exiting_operator_releases_only_the_leases_of_jobs_nothing_drives(
+    monkeypatch: pytest.MonkeyPatch, controller: FakeController | None, released: bool
+) -> None:
+    monkeypatch.setattr(handlers, "CONTROLLER_EXIT_SECONDS", 0.1)
+    lease = FakeLease()
+
+    asyncio.run(handlers._released_once_stopped(("default", "orders"), lease, controller))  # type: ignore[arg-type]
+
+    assert lease.released is released

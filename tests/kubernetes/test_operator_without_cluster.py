@@ -80,8 +80,8 @@ def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Pa
         ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "abc"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='abc'"),
         ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "-1"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='-1'"),
         (
-            {"SPARK_CHECKPOINT_LEASE_SECONDS": "2"},
-            "SPARK_CHECKPOINT_LEASE_SECONDS='2' is not a whole number of seconds from 3 to 86400",
+            {"SPARK_CHECKPOINT_LEASE_SECONDS": "14"},
+            "SPARK_CHECKPOINT_LEASE_SECONDS='14' is not a whole number of seconds from 15 to 86400",
         ),
         ({"SPARK_CHECKPOINT_LEASE_SECONDS": "7.5"}, "SPARK_CHECKPOINT_LEASE_SECONDS='7.5'"),
         ({"KUBECONFIG": "kubeconfig"}, "no Kubernetes credentials"),

@@ -822,7 +822,12 @@ class JobController:
         """What the spec asks of the running driver that has not happened yet: GitOps tools
         read Ready (and observedGeneration, already the new spec's) to tell a change
         applied from one that waits, for ever if its savepoint keeps failing."""
-        if self._manifest is None or self._record.phase is not JobPhase.RUNNING:
+        if (
+            self._manifest is None
+            or self._record.phase is not JobPhase.RUNNING
+            or self._finishing_told  # its input is done: it ends Finished, nothing waits
+            or not self._deployed  # adopted, its deployment not known yet
+        ):
             return None
         if self._manifest.spec.state is JobState.SUSPENDED:
             return ("SuspendPending", "the spec asks to suspend: the driver stops " + _STOPPING)

@@ -71,6 +71,9 @@ LEASE_DURATION = "lease duration"
 DELETE_RETRY_SECONDS = 5.0
 # How soon a job's daemon that failed (a status not written) starts over and adopts the driver.
 DAEMON_RETRY_SECONDS = 5.0
+# How long an exiting operator waits for a job's controller to stop before it releases (or
+# leaves to expire) the job's Lease.
+CONTROLLER_EXIT_SECONDS = 5.0
 _T = TypeVar("_T")
 
 
@@ -251,14 +254,34 @@ async def close(memo: kopf.Memo, **_: Any) -> None:
     controllers: dict[tuple[str, str], JobController] = memo[CONTROLLERS]
     await asyncio.gather(
         *(
-            lease.release()
+            _released_once_stopped(key, lease, controllers.get(key))
             for key, lease in list(held.items())
-            if not ((controller := controllers.get(key)) and controller.deleting)
         )
     )
     clients: Clients = memo[CLIENTS]
     await clients.session.close()
     await clients.api.close()
+
+
+async def _released_once_stopped(
+    key: tuple[str, str], lease: JobLease, controller: JobController | None
+) -> None:
+    """Release the Lease of a job whose controller has stopped (Kopf gives up waiting for a
+    daemon that is slow to exit); a controller still running keeps it, for another operator
+    to take over once it expires, as does a deletion."""
+    if controller is not None:
+        if controller.deleting:
+            return
+        try:
+            async with asyncio.timeout(CONTROLLER_EXIT_SECONDS):
+                await controller.ended()
+        except TimeoutError:
+            log.warning(
+                "%s/%s: still stopping as the operator exits; its Lease is left to expire",
+                *key,
+            )
+            return
+    await lease.release()
 
 
 # The event handlers are coroutines: Kopf runs plain functions in a thread pool, where the
@@ -395,8 +418,12 @@ async def _drive(
     stopped or the Lease is lost; the Lease is released only once nothing drives the job."""
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
     lease = _lease(body, memo)
-    if not await _first(_acquired(lease, body, memo), stopping):
-        return  # stopped while waiting (a deletion waits for the Lease in `delete_job`)
+    try:
+        if not await _first(_acquired(lease, body, memo), stopping):
+            return  # stopped while waiting (a deletion waits for the Lease in `delete_job`)
+    except asyncio.CancelledError:
+        await lease.release()  # taken in the very step this daemon was cancelled
+        raise
     memo[LEASES][key] = lease
     controller = _controller(body, memo)
     memo[CONTROLLER] = memo[CONTROLLERS][key] = controller

@@ -39,8 +39,11 @@ log = logging.getLogger(__name__)
 # minute (one that exits releases its Leases; its pod's restarted container is the same
 # holder). The operator's setting SPARK_CHECKPOINT_LEASE_SECONDS changes the duration.
 LEASE_SECONDS = 60
-# Renewals need time: 3 s gives a renewal every second and a deadline of 2 s.
-MIN_LEASE_SECONDS = 3
+# The holder stops driving a third of the duration before another may take over: at 15 s
+# (client-go's shortest usual LeaseDuration, with its 10 s deadline), 5 s for a controller
+# inside a slow status write to stop. A day at most: a replaced pod is a new holder, and its
+# jobs wait that long after a lost node.
+MIN_LEASE_SECONDS = 15
 MAX_LEASE_SECONDS = 86400
 # How often an operator that waits for another's Lease looks again (only while two serve
 # one namespace): a Lease released on the way out is taken within this.
