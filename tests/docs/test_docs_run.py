@@ -224,6 +224,26 @@ def _check_tested_by(block: Block) -> None:
         f"{block}: {own_id} does not read the blocks marked for it "
         f'(marked_blocks("{own_id}")), so the doc could drift from what it tests'
     )
+    module_marks = [
+        node.value
+        for node in ast.parse(path.read_text()).body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+    ]
+    marks = {
+        node.attr
+        for mark in [*function.decorator_list, *module_marks]
+        for node in ast.walk(mark)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    }
+    # CI's `make test` deselects neither, but they skip without a cluster or run only in
+    # `make images-test`: a block tested only there is not tested by CI.
+    assert not marks & {"cluster", "containers"}, (
+        f"{block}: {own_id} is marked {sorted(marks & {'cluster', 'containers'})}: CI does "
+        "not run it, so nothing in CI tests the block"
+    )
 
 
 def test_the_docs_are_found() -> None:
