@@ -925,6 +925,28 @@ def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluste
     upgraded_to_image_2(cluster)
 
 
+def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalCluster) -> None:
+    """Flink's restartNonce: the one way to restart a job's driver from Git without changing
+    what it runs (a GitOps user bumped a driver annotation instead)."""
+    cluster.apply(job(restartNonce=1))  # the value a job is created with restarts nothing
+    completed(cluster, "orders", 1)
+    assert cluster.status("orders")["jobAttempt"] == 1
+
+    cluster.patch_spec("orders", {"restartNonce": 2})
+
+    restarted = cluster.wait_for(
+        "the restarted driver",
+        lambda: (
+            (s := cluster.status("orders")).get("jobAttempt") == 2
+            and s.get("phase") == "Running"
+            and s
+        ),
+        job="orders",
+    )
+    assert restarted["restoredFrom"]["source"] == f"savepoint:{restarted['lastSavepoint']['id']}"
+    assert restarted["lastSavepoint"]["label"] == "upgrade"
+
+
 def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCluster) -> None:
     cluster.apply(job(shutdown={"finalSavepoint": True}))
     completed(cluster, "orders", 1)

@@ -175,13 +175,15 @@ def storage_owner(manifest: JobManifest, job: Mapping[str, Any]) -> StorageOwner
 
 def deployment_hash(spec: Mapping[str, Any]) -> str:
     """What a running driver was built from: a change means savepoint, redeploy, restore.
-    Checkpoint settings (but the pods' live volume), nonces and the desired state are not
-    part of it."""
+    Checkpoint settings (but the pods' live volume), the trigger nonces and the desired
+    state are not part of it; the restart nonce is (a change of it is an upgrade)."""
     deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
     deployed |= {key: spec.get(key) for key in ("driver", "executor")}
     # Only when set: the hash of every job that has none stays what it was.
     if claim := spec.get("checkpointing", {}).get("liveVolumeClaim"):
         deployed["liveVolumeClaim"] = claim
+    if (nonce := spec.get("restartNonce")) is not None:
+        deployed["restartNonce"] = nonce
     text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:DEPLOYMENT_HASH_LENGTH]
 
