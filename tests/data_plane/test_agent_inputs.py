@@ -3,11 +3,15 @@ cannot honour gets a 4xx naming the problem, and changes nothing: no sink commit
 file is written, no snapshot starts."""
 
 import json
+import logging
+import math
+import socket
 import time
 
 import pytest
 
 from helpers.agent import Running, raw_request
+from spark_checkpoint.agent import server
 from spark_checkpoint.agent.server import MAX_ID
 from spark_checkpoint.protocol import MAX_BODY_BYTES, SnapshotPhase
 from spark_checkpoint.storage import StorageAccessError
@@ -242,3 +246,31 @@ def test_a_finalize_listing_tens_of_thousands_of_tasks_is_taken(running: Running
     answer = raw_request(running.port, b"POST", b"/v1/checkpoints/1/finalize", body)
 
     assert answer.status != 413, answer
+
+
+def test_requests_that_are_not_http_are_refused_and_said_in_one_line_a_minute(
+    running: Running, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp logged each at ERROR with its traceback (500-750 bytes), token or not: whoever
+    reaches the agent's port could fill the driver's log (a hostile reviewer's)."""
+    malformed = [
+        b"GET /v1/status HTTP/1.1\r\nHost: x\r\nX: " + b"a" * 9000 + b"\r\n\r\n",
+        b"POST /v1/checkpoints HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n",
+        b"GET /v1/status HTTP/1.1\r\nHost: x\r\nBad Header: 1\r\n\r\n",
+        b"GET /v1/status HTTP/9.9\r\nHost: x\r\n\r\n",
+    ]
+    caplog.set_level(logging.DEBUG, logger="aiohttp.server")
+    said_before = getattr(server, "_MALFORMED_REQUESTS", None)
+    if said_before is not None:  # none said earlier in this process
+        monkeypatch.setattr(said_before, "_said", -math.inf)
+    answers = []
+    for request in malformed:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=10) as connection:
+            connection.sendall(request)
+            answers.append(connection.recv(100).split(b"\r\n", 1)[0].split(b" ", 1)[1])
+    time.sleep(0.2)
+
+    assert answers == [b"400 Bad Request"] * len(malformed)
+    said = [r for r in caplog.records if r.name == "aiohttp.server"]
+    assert [(r.levelname, r.exc_info) for r in said] == [("WARNING", None)], said
+    assert said[0].getMessage().startswith("refused a request from 127.0.0.1 that is not valid")

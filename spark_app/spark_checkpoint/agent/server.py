@@ -12,10 +12,12 @@ import math
 import re
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 
 from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
 from spark_checkpoint.protocol import (
@@ -33,6 +35,7 @@ from spark_checkpoint.protocol import (
     TriggerBody,
 )
 from spark_checkpoint.storage import StorageError
+from spark_checkpoint.storage.errors import printable_line
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,42 @@ STOP_GRACE_SECONDS = 2.0
 # Query state and tasks change without telling the agent: a waiting status request
 # computes the status again this often to notice.
 RECHECK_SECONDS = 1.0
+
+
+# How often the agent says that it refused requests it could not parse.
+MALFORMED_REQUEST_LOG_SECONDS = 60.0
+
+
+class _MalformedRequests(logging.Filter):
+    """aiohttp logs each request it cannot parse (a bad header, a line too long) at ERROR
+    with a traceback: whoever reaches the agent's port, without a token, could fill the
+    driver's log. Said as one warning line instead, at most once a minute with how many
+    came since."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._said = -math.inf
+        self._since = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        if not isinstance(error, HttpProcessingError):
+            return True
+        now = time.monotonic()
+        if now - self._said < MALFORMED_REQUEST_LOG_SECONDS:
+            self._since += 1
+            return False
+        peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
+        more = f" ({self._since} more since the last one said)" if self._since else ""
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+        record.msg = "refused a request from %s that is not valid HTTP (400): %s%s"
+        record.args = (peer, printable_line(str(error)), more)
+        record.exc_info = record.exc_text = None
+        self._said, self._since = now, 0
+        return True
+
+
+_MALFORMED_REQUESTS = _MalformedRequests()
 
 
 # Written out in ASCII digits (a decimal as Python's repr of a float writes it: "3.4e-05"):
@@ -362,6 +401,7 @@ class AgentServer:
             finally:
                 self._started.set()
             self._runner = runner
+            logging.getLogger("aiohttp.server").addFilter(_MALFORMED_REQUESTS)  # once: a set
             log.info("checkpoint agent listening on %s:%s", self._host, self._port)
             self._loop.run_forever()
         finally:
