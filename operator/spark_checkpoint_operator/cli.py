@@ -96,10 +96,12 @@ def _main(argv: Sequence[str] | None) -> int:
             ],
             {
                 ExitCode.OK: "the job Finished, or stopped (Suspended): with a savepoint, or "
-                "without one if Ctrl-C came while it was not running yet",
+                "without one if Ctrl-C came while it was not running yet; with --detach, a "
+                "driver of the background run answered",
                 ExitCode.FAILED: "the job Failed, or the run was refused (another run of the "
                 "job, a Finished job, an image --from cannot restore, a mainFile or a Secret's "
-                "variable that is not there)",
+                "variable that is not there); with --detach also: the background run did not "
+                "answer within a minute (it goes on; `status` says when it answers)",
                 ExitCode.USAGE: "the manifest cannot be read, is invalid or cannot run here "
                 "(spec.state Suspended, the namespace named storage), or an option is invalid (a "
                 "malformed --from savepoint:N, an empty --state-dir)",
@@ -136,8 +138,9 @@ def _main(argv: Sequence[str] | None) -> int:
         action="store_true",
         help="run in the background (output in <state-dir>/<namespace>/<job>/logs/"
         "runtime.log); return once a driver of the run answers (the job is Running; a "
-        "driver that fails first is waited through its restarts), or a minute passed: a "
-        "run that ends before shows its last lines and exits 1",
+        "driver that fails first is waited through its restarts), exit 0; or after a minute "
+        "without an answer, exit 1 while the run goes on; a run that ends before shows its "
+        "last lines and exits as it ended",
     )
     run.add_argument(
         "--state-dir",
