@@ -187,6 +187,26 @@ def test_a_repeated_finalize_gets_the_first_ones_answer_and_never_reopens_the_im
     assert running.participant.completed == [2]
 
 
+def test_a_repeated_finalize_of_an_aborted_image_or_of_other_tasks_is_refused(
+    running: Running,
+) -> None:
+    """The first finalize's answer stands for a repeat of it only: after an abort it named
+    a deleted image, and another task set was told the image covered it (a reviewer's)."""
+    tasks = ["logs", "state-0-0", "state-0-1"]
+    _call(running.client(), "trigger", 1, CheckpointKind.CHECKPOINT, AfterCompletion.CONTINUE)
+    _wait_for(running.client(), 1, "acknowledged")
+    _call(running.client(), "finalize", 1, tasks)
+
+    with pytest.raises(AgentRejected) as other_tasks:
+        _call(running.client(), "finalize", 1, tasks[:1])
+    _call(running.client(), "abort", 1, "expired")
+    with pytest.raises(AgentRejected) as aborted:
+        _call(running.client(), "finalize", 1, tasks)
+
+    assert "the tasks differ from the image's 3: 2 missing" in str(other_tasks.value)
+    assert "checkpoint 1 is aborted" in str(aborted.value)
+
+
 def test_a_driver_keeps_only_its_newest_done_snapshots(
     running: Running, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,6 +9,7 @@ import socket
 import time
 
 import pytest
+from aiohttp.http_exceptions import HttpProcessingError
 
 from helpers.agent import Running, raw_request
 from spark_checkpoint.agent import server
@@ -274,3 +275,24 @@ def test_requests_that_are_not_http_are_refused_and_said_in_one_line_a_minute(
     said = [r for r in caplog.records if r.name == "aiohttp.server"]
     assert [(r.levelname, r.exc_info) for r in said] == [("WARNING", None)], said
     assert said[0].getMessage().startswith("refused a request from 127.0.0.1 that is not valid")
+
+
+def test_aiohttps_quiet_lines_about_requests_that_are_no_http_stay_quiet() -> None:
+    """A first request that is no HTTP at all (a TLS probe) aiohttp logs at DEBUG: left as
+    it is, it neither becomes a warning nor uses up the minute's line (a reviewer's)."""
+    probe = HttpProcessingError(message="Received HTTPS traffic")
+    record = logging.LogRecord(
+        "aiohttp.server",
+        logging.DEBUG,
+        __file__,
+        1,
+        "Error handling request from %s",
+        ("127.0.0.1",),
+        (type(probe), probe, None),
+    )
+
+    assert server._MalformedRequests().filter(record)
+    assert (record.levelname, record.getMessage()) == (
+        "DEBUG",
+        "Error handling request from 127.0.0.1",
+    )

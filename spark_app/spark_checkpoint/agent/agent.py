@@ -396,6 +396,10 @@ class CheckpointAgent:
             if earlier is None:
                 metadata = self._metadata(snapshot, tasks)
                 finalizing = snapshot.finalizing = Future[FinalizeAnswer]()
+            elif snapshot.state is SnapshotPhase.ABORTED:
+                raise AgentRequestError(409, f"checkpoint {checkpoint_id} is {snapshot.state}")
+            elif snapshot.plan is not None and set(tasks) != snapshot.plan.tasks:
+                raise AgentRequestError(409, _tasks_differ(set(tasks), snapshot.plan.tasks))
         if earlier is not None:
             return earlier.result()
         try:

@@ -71,7 +71,8 @@ class _MalformedRequests(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
-        if not isinstance(error, HttpProcessingError):
+        # aiohttp's own DEBUG lines (a first request that is no HTTP at all) stay as they are.
+        if record.levelno < logging.ERROR or not isinstance(error, HttpProcessingError):
             return True
         now = time.monotonic()
         if now - self._said < MALFORMED_REQUEST_LOG_SECONDS:
@@ -80,7 +81,7 @@ class _MalformedRequests(logging.Filter):
         peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
         more = f" ({self._since} more since the last one said)" if self._since else ""
         record.levelno, record.levelname = logging.WARNING, "WARNING"
-        record.msg = "refused a request from %s that is not valid HTTP (400): %s%s"
+        record.msg = "refused a request from %s that is not valid HTTP: %s%s"
         record.args = (peer, printable_line(str(error)), more)
         record.exc_info = record.exc_text = None
         self._said, self._since = now, 0
