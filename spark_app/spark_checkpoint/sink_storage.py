@@ -134,7 +134,7 @@ class OutputStorage:
         """The content of the file at `path`, or None if there is none. With `at_most`, its
         first `at_most` bytes only (a file that can only be refused when larger is never
         read whole, nor a store's read-ahead block of it), and IsADirectoryError if it is
-        a directory (a prefix of objects)."""
+        not a regular file (a directory, a prefix of objects)."""
         native = self.native(path)
         try:
             if at_most is None:
@@ -142,10 +142,10 @@ class OutputStorage:
                 return data
             info = self._fs.info(native)
             if info.get("type") != "file":
-                raise IsADirectoryError(f"{self.url}/{path}: a directory, not a file")
-            # No range past the end: stores refuse one for an empty object.
-            end = at_most if int(info.get("size") or 0) > at_most else None
-            data = self._fs.cat_file(native, end=end)
+                raise IsADirectoryError(f"{self.url}/{path}: not a regular file")
+            # Ranged even when it was small (it may have been replaced since); but no range
+            # of an empty object, which stores refuse.
+            data = self._fs.cat_file(native, end=at_most) if info.get("size") else b""
         except FileNotFoundError:
             return None
         return data

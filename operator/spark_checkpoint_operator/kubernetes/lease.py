@@ -191,7 +191,9 @@ class JobLease:
         held, self._held = self._held, None
         if held is None:
             return
-        with contextlib.suppress(*_FAILURES):
+        # RuntimeError: the client is closed already (a daemon Kopf left running as the
+        # operator exited); the Lease expires.
+        with contextlib.suppress(*_FAILURES, RuntimeError):
             try:
                 await self._write(held, renewing=True, holder="")
             except ConflictException:  # a renewal came first
