@@ -510,8 +510,15 @@ def _conditions(
         None,
     )
     skipped = record.checkpoints_skipped
+    counted = record.coordinator
     healthy = (
-        ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")
+        # Nothing to judge yet: a job that never started said "no checkpoint failed since
+        # the last completed one" (a GitOps user's).
+        ("Unknown", "NoCheckpointYet", "no checkpoint has completed or failed yet")
+        if failures == 0
+        and skipped is None
+        and counted.completed_count == counted.failed_count == 0
+        else ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")
         if failures == 0 and skipped is None
         else (
             "False",

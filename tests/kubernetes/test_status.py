@@ -98,6 +98,15 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes() -> Non
     assert condition(failing, "Ready")["lastTransitionTime"] == "1970-01-01T00:01:40Z"
 
 
+def test_checkpoint_health_is_unknown_until_a_checkpoint_completed_or_failed() -> None:
+    """A job that never started said "no checkpoint failed since the last completed one"
+    (a GitOps user's)."""
+    status = render_status(JobRecord(), now=1.0)
+
+    healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
+    assert (healthy["status"], healthy["reason"]) == ("Unknown", "NoCheckpointYet")
+
+
 def test_an_invalid_spec_is_a_condition_not_a_phase() -> None:
     record = JobRecord()
     status = render_status(
