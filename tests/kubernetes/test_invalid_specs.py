@@ -13,23 +13,12 @@ from typing import Any
 import kmock
 import pytest
 
-from helpers.kube.cluster import JOBS
+from helpers.kube.cluster import JOBS, MINIMAL_JOB
 from helpers.kube.emulator import (
     SPARK_CHECKPOINT_JOBS_CRD,
     EmulatedApiServer,
     spark_checkpoint_api,
 )
-
-VALID: dict[str, Any] = {
-    "apiVersion": "sparkcheckpoint.io/v1alpha1",
-    "kind": "SparkCheckpointJob",
-    "metadata": {"name": "orders", "namespace": "default"},
-    "spec": {
-        "image": "example/orders:1",
-        "application": {"mainFile": "local:///opt/app/orders.py"},
-        "checkpointing": {"interval": "10s", "storage": "s3a://bucket/checkpoints"},
-    },
-}
 
 # (change to the spec, a field the message names, a phrase of the message)
 INVALID_SPECS = [
@@ -94,8 +83,8 @@ INVALID_SPECS = [
 
 
 def _with(change: dict[str, Any]) -> dict[str, Any]:
-    """VALID with ``change``: merged into checkpointing, replacing anything else."""
-    document = copy.deepcopy(VALID)
+    """MINIMAL_JOB with ``change``: merged into checkpointing, replacing anything else."""
+    document = copy.deepcopy(MINIMAL_JOB)
     for key, value in change.items():
         if key == "checkpointing":
             document["spec"][key] = {**document["spec"][key], **value}
@@ -127,7 +116,7 @@ def test_an_invalid_spec_is_rejected_naming_its_field(
 
 
 def test_a_rejected_change_leaves_the_job_as_it_was(api: EmulatedApiServer) -> None:
-    created = api.create(JOBS, {**VALID, "metadata": {"name": "kept"}}, namespace="default")
+    created = api.create(JOBS, {**MINIMAL_JOB, "metadata": {"name": "kept"}}, namespace="default")
 
     with pytest.raises(kmock.KubernetesError) as rejected:
         api.patch(JOBS, "default", "kept", {"spec": {"checkpointing": {"minPause": "1h"}}})

@@ -4,6 +4,7 @@ when released), and the first then finds it lost."""
 
 import asyncio
 import contextlib
+import copy
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from kubernetes.aio import config
 from kubernetes.aio.client import Configuration
 
+from helpers.kube.cluster import JOBS, MINIMAL_JOB, NAMESPACE
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from spark_checkpoint_operator.kubernetes.lease import (
     JobLease,
@@ -34,19 +36,7 @@ class Clock:
 
 
 def _job(api: EmulatedApiServer) -> dict[str, Any]:
-    document = {
-        "apiVersion": "sparkcheckpoint.io/v1alpha1",
-        "kind": "SparkCheckpointJob",
-        "metadata": {"name": "orders", "namespace": "default"},
-        "spec": {
-            "image": "example/orders:1",
-            "application": {"mainFile": "local:///opt/app/orders.py"},
-            "checkpointing": {"interval": "10s", "storage": "s3a://bucket/checkpoints"},
-        },
-    }
-    created: dict[str, Any] = api.create(
-        "sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs", document, namespace="default"
-    )
+    created: dict[str, Any] = api.create(JOBS, copy.deepcopy(MINIMAL_JOB), namespace=NAMESPACE)
     return created
 
 
@@ -102,7 +92,7 @@ def test_a_released_lease_is_taken_at_once_and_is_gone_with_its_job(tmp_path: Pa
     with spark_checkpoint_api() as api:
         job = _with_clients(api, tmp_path, scenario)
         lease = api.get(LEASES, "default", lease_name("orders"))
-        api.delete("sparkcheckpoint.io/v1alpha1/sparkcheckpointjobs", "default", "orders")
+        api.delete(JOBS, NAMESPACE, "orders")
         left = [item["metadata"]["name"] for item in api.list(LEASES, "default")]
 
     assert seen == {"taken": None, "again": "operator-b"}

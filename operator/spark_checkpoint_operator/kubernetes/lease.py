@@ -55,7 +55,7 @@ FORBIDDEN = 403
 # Read and written as plain documents through the generic object API (the same URLs as the
 # Coordination API's): the generated client's V1Lease models cost a job's renewal more CPU
 # than its status write (operator_scale benchmark).
-_LEASES = ("coordination.k8s.io", "v1", "leases")
+_GROUP, _VERSION, _PLURAL = "coordination.k8s.io", "v1", "leases"
 # How soon a renewal that failed is tried again (client-go's retry period).
 RETRY_SECONDS = 2.0
 
@@ -127,7 +127,7 @@ class JobLease:
                 if lease is None:
                     self._held = _document(
                         await self._objects.create_namespaced_custom_object(
-                            *_LEASES[:2], self._namespace, _LEASES[2], self._body()
+                            _GROUP, _VERSION, self._namespace, _PLURAL, self._body()
                         )
                     )
                 else:
@@ -223,7 +223,7 @@ class JobLease:
         try:
             return _document(
                 await self._objects.get_namespaced_custom_object(
-                    *_LEASES[:2], self._namespace, _LEASES[2], self._name
+                    _GROUP, _VERSION, self._namespace, _PLURAL, self._name
                 )
             )
         except NotFoundException:
@@ -245,7 +245,7 @@ class JobLease:
             body["spec"]["holderIdentity"] = holder
         self._held = _document(
             await self._objects.replace_namespaced_custom_object(
-                *_LEASES[:2], self._namespace, _LEASES[2], self._name, body
+                _GROUP, _VERSION, self._namespace, _PLURAL, self._name, body
             )
         )
 

@@ -35,6 +35,17 @@ PODS = "v1/pods"
 SECRETS = "v1/secrets"
 EVENTS = "v1/events"
 NAMESPACE = "default"
+# The smallest job the operator accepts (its pods are never started by the tests using it).
+MINIMAL_JOB: dict[str, Any] = {
+    "apiVersion": "sparkcheckpoint.io/v1alpha1",
+    "kind": "SparkCheckpointJob",
+    "metadata": {"name": "orders", "namespace": NAMESPACE},
+    "spec": {
+        "image": "example/orders:1",
+        "application": {"mainFile": "local:///opt/app/orders.py"},
+        "checkpointing": {"interval": "10s", "storage": "s3a://bucket/checkpoints"},
+    },
+}
 # The console script the package installs beside this interpreter, as users start it.
 OPERATOR_COMMAND = str(Path(sys.executable).parent / "spark-checkpoint-operator")
 # Where the operator runs as which service account (the chart's: its release's account).
