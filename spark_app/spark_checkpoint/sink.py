@@ -155,6 +155,7 @@ __all__ = [
     "STAGING_DIR",
     "BatchRecord",
     "CheckpointParticipant",
+    "DamagedRecord",
     "ReplayDiffers",
     "StartRefused",
     "Superseded",
@@ -345,10 +346,15 @@ class BatchRecord:
                 source_files=document.get("sourceFiles"),
             )
         except RecursionError:
-            raise ValueError(f"{source}: not a batch record: nested too deeply") from None
+            raise DamagedRecord(f"{source}: not a batch record: nested too deeply") from None
         except (ValueError, KeyError, TypeError) as error:
             reason = f"no field {error}" if isinstance(error, KeyError) else str(error)
-            raise ValueError(f"{source}: not a batch record: {reason}") from None
+            raise DamagedRecord(f"{source}: not a batch record: {reason}") from None
+
+
+class DamagedRecord(ValueError):
+    """A staged or commit record that is no record (edited, truncated, another program's):
+    the message names the file. Never guessed at: the batch's output is what it lists."""
 
 
 class TransactionalFileSink:
@@ -489,13 +495,14 @@ class TransactionalFileSink:
         start (StartRefused: new batches of their ids would be dropped as replays). Data
         objects of batches without a commit record (attempts killed while writing) are
         deleted, and so is what writes killed midway left unlisted (temporaries, unfinished
-        uploads). Committed batches are never touched. Idempotent.
+        uploads). Committed batches are never touched. Idempotent. A damaged record
+        refuses the start (StartRefused naming the file) before anything changes.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
         if checkpoint_location is not None:
             self._checkpoint_location = Path(checkpoint_location)
-        with self._lock, _refusing_a_missing_bucket(self._storage):
+        with self._lock, _refusing_a_missing_bucket(self._storage), _refusing_a_damaged_record():
             self._owned_by(job)  # refused before anything is written
             committed = self.committed_batches()
             if restored_batch is None and committed:
@@ -510,6 +517,8 @@ class TransactionalFileSink:
                     "one); to go on from those batches, restore the checkpoint or savepoint "
                     "they belong to (spec.restore.initialSavepointPath, run --from)"
                 )
+            for staged in _staged_records(self._storage):  # refused before any change
+                _read_record(self._storage, staged.path)
             self._claim(job)
             self._claim_epoch()
             for staged in self._staged_not_newer():
@@ -843,6 +852,20 @@ def _refusing_a_missing_bucket(storage: OutputStorage) -> Iterator[None]:
             raise
         reason = missing_bucket_reason("the driver's")
         raise StartRefused(f"the output {storage.url}: {reason}") from error
+
+
+@contextlib.contextmanager
+def _refusing_a_damaged_record() -> Iterator[None]:
+    """A damaged record refuses the start, naming the file: every attempt would meet it
+    again, and removing it could lose a committed batch's output."""
+    try:
+        yield
+    except DamagedRecord as error:
+        raise StartRefused(
+            f"{error}; put the record back as it was written (from a backup or another copy), "
+            "or, if the batch may be dropped, move the file away (a staged batch after the "
+            "restored checkpoint is re-run; any other batch's output is lost)"
+        ) from None
 
 
 def _run_without_output(batch_df: DataFrame) -> None:

@@ -283,6 +283,41 @@ def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
     assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
 
 
+@pytest.mark.parametrize("damaged", [1, 3], ids=["covered-by-the-restore", "after-it"])
+def test_a_damaged_staged_record_refuses_the_start_naming_it_and_deletes_nothing(
+    *,
+    sink: TransactionalFileSink,
+    stage: Stage,
+    new_sink: NewSink,
+    output_root: StorageRoot,
+    output_url: str,
+    damaged: int,
+) -> None:
+    """It failed with a ValueError traceback on every attempt (a hostile reviewer's); nor
+    may a restore drop what the record lists: batch 1's output is the checkpoint's."""
+    sink.on_restore(None, JOB)
+    for batch_id in range(4):
+        stage(sink, batch_id, rows_of(batch_id))
+    [name] = [
+        n for n in stored(output_root, output_url, STAGING_DIR) if n.startswith(f"batch-{damaged}.")
+    ]
+    record = f"{output_url}/{STAGING_DIR}/{name}"
+    written = output_root.read(record)
+    output_root.write(record, written[: len(written) // 2])
+    before = contents(output_root, output_url)
+
+    with pytest.raises(StartRefused) as refused:
+        new_sink().on_restore(2, JOB)
+
+    message = str(refused.value)
+    assert f"{STAGING_DIR}/{name}: not a batch record: " in message, message
+    assert "move the file away" in message and "\n" not in message
+    assert contents(output_root, output_url) == before, "nothing was deleted or committed"
+    output_root.write(record, written)
+    new_sink().on_restore(2, JOB)
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(3)}
+
+
 def test_a_replayed_batch_that_is_already_committed_is_not_staged_again(
     sink: TransactionalFileSink,
     stage: Stage,
