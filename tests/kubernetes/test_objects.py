@@ -101,6 +101,7 @@ def test_the_driver_is_owned_by_its_job_and_labelled_per_attempt() -> None:
     assert labels[objects.LABEL_SPARK_ROLE] == "driver"
     assert labels[objects.LABEL_ATTEMPT] == "3"
     assert pod["spec"]["restartPolicy"] == "Never"
+    assert "automountServiceAccountToken" not in pod["spec"], "Spark creates its executors"
 
 
 def test_the_token_is_mounted_never_written_into_the_pod() -> None:
@@ -796,6 +797,8 @@ def test_cleanup_and_check_pods_carry_the_drivers_labels_but_are_never_taken_for
 
     for pod, component in ((cleanup, objects.CLEANUP), (check, objects.CHECK)):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        # The driver's service account creates executors; these pods reach storage only.
+        assert pod["spec"]["automountServiceAccountToken"] is False
         carried = pod["metadata"]["labels"]
         own = objects.job_labels(manifest, component)
         assert carried[objects.LABEL_JOB] == manifest.name

@@ -645,7 +645,7 @@ def _janitor_pod(
         "volumeMounts": [*spec.driver.volume_mounts, *mounts],
         "terminationMessagePath": TERMINATION_MESSAGE_PATH,
     }
-    return _pod(
+    pod = _pod(
         manifest,
         job,
         name=None,
@@ -656,6 +656,10 @@ def _janitor_pod(
         container=container,
         volumes=[*spec.driver.volumes, *volumes],
     )
+    # It reaches storage only, never the API server: no service-account token to steal.
+    # (Workload identities of AWS and Azure project tokens of their own audience.)
+    pod["spec"]["automountServiceAccountToken"] = False
+    return pod
 
 
 def _pod(
