@@ -827,6 +827,7 @@ async def _run_locked(
         initial_savepoint=manifest.spec.restore.initial_savepoint_path,
         report=on_notice,
         observer=None if metrics is None else metrics.job(manifest.namespace, manifest.name),
+        storage=layout,
         restorable_check=local_restorable_check(manifest, layout, driver_environment(manifest)),
     )
 

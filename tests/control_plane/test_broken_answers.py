@@ -11,7 +11,7 @@ import pytest
 from aiohttp import web
 
 from helpers.agent import free_port
-from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import STORAGE, FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import CollectGarbageAnswer, FinalizeAnswer
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -80,12 +80,9 @@ def _agent_class(url: str) -> type[FakeAgent]:
     return AnsweringOverHttp
 
 
-@pytest.mark.parametrize(
-    ("answers", "said"), [REFUSED, MALFORMED], ids=["refused", "breaking-the-protocol"]
-)
-def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_does(
-    answers: dict[str, tuple[int, Any]], said: dict[str, str]
-) -> None:
+def _run(answers: dict[str, tuple[int, Any]]) -> tuple[TerminalOutcome, FakeAgent, list[Notice]]:
+    """Runs a job whose agent answers finalize and collect-garbage so, until it triggered
+    three checkpoints and its driver finished."""
     notices: list[Notice] = []
 
     async def scenario() -> tuple[TerminalOutcome, FakeAgent]:
@@ -97,6 +94,7 @@ def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_
             return None
 
         supervisor = JobSupervisor(
+            storage=STORAGE,
             config=CoordinatorConfig(interval=0.2, timeout=5.0, tolerable_failures=100),
             restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
             launcher=launcher,
@@ -119,6 +117,16 @@ def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_
             await runner.cleanup()
 
     outcome, agent = asyncio.run(scenario())
+    return outcome, agent, notices
+
+
+@pytest.mark.parametrize(
+    ("answers", "said"), [REFUSED, MALFORMED], ids=["refused", "breaking-the-protocol"]
+)
+def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_does(
+    answers: dict[str, tuple[int, Any]], said: dict[str, str]
+) -> None:
+    outcome, agent, notices = _run(answers)
 
     assert outcome is TerminalOutcome.FINISHED, "the job ran on to its end"
     assert agent.completed == [], "no checkpoint was finalized"
@@ -132,3 +140,50 @@ def test_a_broken_answer_fails_the_checkpoint_and_skips_collection_as_a_refusal_
         f"POST /v1/checkpoints/1/finalize: {said[FINALIZE]}"
     )
     assert len(failed) >= 2, "the job triggered the next checkpoints"
+
+
+@pytest.mark.parametrize(
+    "named",
+    [
+        "file:///s/default/other-job/chk-1/_metadata",  # another job's image
+        "file:///s/default/job/savepoints/sp-1/_metadata",  # another kind
+        "file:///s/default/job/chk-2/_metadata",  # another id
+        "file:///s/default/job/chk-1/../../other-job/chk-1/_metadata",
+    ],
+)
+def test_an_image_the_agent_names_outside_its_place_is_not_registered(named: str) -> None:
+    """The driver runs the user's code: a path it names is not what status shows and users
+    restore from unless it is the job's own image's."""
+    answers = {
+        FINALIZE: (200, FinalizeAnswer(named, 10).to_json()),
+        COLLECT: (409, {"error": "in flight"}),
+    }
+    outcome, agent, notices = _run(answers)
+
+    assert outcome is TerminalOutcome.FINISHED, "the job ran on to its end"
+    assert 1 not in agent.completed, "checkpoint 1 was not registered"
+    failed = [n.message for n in notices if n.reason == "CheckpointFailed"]
+    assert failed[0] == (
+        "checkpoint 1 failed: writing the checkpoint metadata failed: "
+        f"the agent named {named!r} as its _metadata, not "
+        "'file:///s/default/job/chk-1/_metadata'"
+    )
+
+
+@pytest.mark.parametrize(
+    "named", ["/s/default/job/chk-1/_metadata", "file:///s/default/job/chk-1/_metadata"]
+)
+def test_the_image_spelled_as_the_running_driver_spells_the_storage_is_registered(
+    named: str,
+) -> None:
+    """A spec may spell its storage otherwise (`file:///s` as `/s`) while a driver started
+    with the old spelling runs on: its images are the job's."""
+    answers = {
+        FINALIZE: (200, FinalizeAnswer(named, 10).to_json()),
+        COLLECT: (409, {"error": "in flight"}),
+    }
+    outcome, agent, notices = _run(answers)
+
+    assert outcome is TerminalOutcome.FINISHED
+    assert 1 in agent.completed, [n.message for n in notices]
+    assert not [n for n in notices if n.message.startswith("checkpoint 1 failed")]

@@ -9,7 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from helpers.fake_driver import TASKS, FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import (
+    STORAGE,
+    TASKS,
+    FakeAgent,
+    FakeDriver,
+    FakeLauncher,
+    NoJanitor,
+    until,
+)
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
     AckReport,
@@ -101,6 +109,7 @@ def _job(
         return None
 
     return JobSupervisor(
+        storage=STORAGE,
         config=config,
         restart_policy=restart_policy,
         launcher=launcher,

@@ -11,7 +11,7 @@ settings replace it.
 import asyncio
 from dataclasses import replace
 
-from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import STORAGE, FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import AgentStatus, FinalizeAnswer, QueryState
 from spark_checkpoint_operator.coordinator import (
@@ -66,6 +66,7 @@ def _supervisor(launcher: FakeLauncher, config: CoordinatorConfig) -> JobSupervi
         return None
 
     return JobSupervisor(
+        storage=STORAGE,
         config=config,
         restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
         launcher=launcher,

@@ -6,7 +6,7 @@ import urllib.request
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from helpers.fake_driver import FakeLauncher, NoJanitor, until
+from helpers.fake_driver import STORAGE, FakeLauncher, NoJanitor, until
 from helpers.ports import free_port
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint_operator.coordinator import CoordinatorConfig
@@ -42,6 +42,7 @@ def test_completions_failures_restores_and_lateness_are_counted() -> None:
             return None
 
         supervisor = JobSupervisor(
+            storage=STORAGE,
             config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
             restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
             launcher=launcher,

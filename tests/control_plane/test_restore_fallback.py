@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from helpers.fake_driver import FakeAgent, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import STORAGE, FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
     AgentStatus,
@@ -80,6 +80,7 @@ def _supervisor(
         return None
 
     supervisor = JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0, retained=retained),
         restart_policy=RestartPolicySpec(policy, max_retries, 0.01, 0.05),
         launcher=launcher,

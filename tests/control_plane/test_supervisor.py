@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from helpers.fake_driver import TASKS, FakeAgent, FakeDriver, FakeLauncher, NoJanitor, until
+from helpers.fake_driver import (
+    STORAGE,
+    TASKS,
+    FakeAgent,
+    FakeDriver,
+    FakeLauncher,
+    NoJanitor,
+    until,
+)
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
     AckReport,
@@ -80,6 +88,7 @@ def _supervisor(
         saved(record)
 
     supervisor = JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(
             interval=interval,
             min_pause=0.0,
@@ -534,6 +543,7 @@ def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_ret
         launcher = FakeLauncher()
         launcher.agent_class = RestoringAgent
         supervisor = JobSupervisor(
+            storage=STORAGE,
             config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
             restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 5, 0.01, 0.05),
             launcher=launcher,
@@ -1067,6 +1077,7 @@ def test_an_error_in_the_runtime_leaves_the_driver_for_the_next_one_to_adopt() -
 
     async def scenario() -> None:
         supervisor = JobSupervisor(
+            storage=STORAGE,
             config=CoordinatorConfig(interval=0.2, min_pause=0.0, timeout=5.0),
             restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
             launcher=launcher,
@@ -1434,6 +1445,7 @@ def test_a_suspension_without_a_savepoint_keeps_the_checkpoints_it_resumes_from(
     async def scenario() -> tuple[TerminalOutcome, JobSupervisor]:
         launcher = FakeLauncher()
         supervisor = JobSupervisor(
+            storage=STORAGE,
             config=CoordinatorConfig(
                 interval=None,
                 timeout=30.0,
@@ -1487,6 +1499,7 @@ def test_finalizations_that_take_too_long_fail_checkpoints_that_count() -> None:
         return None
 
     supervisor = JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(interval=0.2, timeout=30.0, tolerable_failures=1),
         restart_policy=RestartPolicySpec(
             RestartPolicyType.NEVER, 0, 0.01, 0.05, heartbeat_timeout=20.0
@@ -1553,6 +1566,7 @@ def test_a_drain_longer_than_the_checkpoint_timeout_ends_with_its_savepoint() ->
         return None
 
     supervisor = JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(interval=None, timeout=1.0),
         restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
         launcher=launcher,
@@ -1604,6 +1618,7 @@ def _one_checkpoint_kept(launcher: FakeLauncher, janitor: NoJanitor) -> JobSuper
         return None
 
     return JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(interval=None, timeout=30.0, retained=1),
         restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
         launcher=launcher,
@@ -1807,6 +1822,7 @@ def _one_savepoint_kept(
         statuses.append(saved.to_dict())
 
     return JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(
             interval=None,
             timeout=30.0,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from helpers.fake_driver import FakeLauncher, NoJanitor, until
+from helpers.fake_driver import STORAGE, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import JobStorageLayout
@@ -55,6 +55,7 @@ def _supervisor(
         return None
 
     supervisor = JobSupervisor(
+        storage=STORAGE,
         config=CoordinatorConfig(interval=0.1, min_pause=0.0, timeout=5.0, retained=5),
         restart_policy=RestartPolicySpec(RestartPolicyType.ON_FAILURE, 3, 0.01, 0.05),
         launcher=launcher,

@@ -18,10 +18,13 @@ from spark_checkpoint.protocol import (
     SnapshotPhase,
     SnapshotStatus,
 )
+from spark_checkpoint.storage.layout import JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentUnavailable
 from spark_checkpoint_operator.supervisor import StartProblem
 
 TASKS = ("logs", "state-0-0")
+# The storage of the supervisors' job, whose paths the agent names.
+STORAGE = JobStorageLayout("file:///s", "default", "job")
 
 
 class FakeAgent:
@@ -102,9 +105,10 @@ class FakeAgent:
         self, checkpoint_id: int, tasks: list[str], *, waits: float = 0.0
     ) -> FinalizeAnswer:
         self._check()
+        kind = self.snapshots[checkpoint_id].kind
         if checkpoint_id in self.done_at_finalization:  # as the agent: no completion follows
             self.snapshots.pop(checkpoint_id, None)
-        return FinalizeAnswer(f"file:///s/chk-{checkpoint_id}/_metadata", 20)
+        return FinalizeAnswer(STORAGE.metadata_path(kind, checkpoint_id), 20)
 
     async def complete(self, checkpoint_id: int, batch_id: int) -> None:
         self._check()

@@ -8,6 +8,7 @@ import pytest
 
 from helpers.kube.simulated import SimulatedAgents
 from helpers.ports import free_port
+from spark_checkpoint.storage.layout import JobStorageLayout
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(30)]
 
@@ -41,7 +42,8 @@ async def test_bad_long_poll_parameters_are_refused_as_the_real_agent_does(
     agents = SimulatedAgents(port=free_port())
     await agents.start()
     try:
-        await agents.add("127.0.0.1", TOKEN, attempt=1, restore=[])
+        storage = JobStorageLayout("file:///s", "default", "job")
+        await agents.add("127.0.0.1", TOKEN, storage, attempt=1, restore=[])
 
         status, body = await _status(agents, query)
         version = (await _status(agents, {}))[1]["version"]

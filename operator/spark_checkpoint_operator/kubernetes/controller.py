@@ -32,7 +32,7 @@ from typing import Any
 
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
-from spark_checkpoint.storage.layout import storage_place
+from spark_checkpoint.storage.layout import JobStorageLayout, storage_place
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -539,6 +539,7 @@ class JobController:
             report=self._on_notice,
             observer=self._observer,
             idle_poll_interval=self._idle_poll_interval,
+            storage=JobStorageLayout(_storage(manifest), manifest.namespace, manifest.name),
         )
 
     def _janitor(self, manifest: JobManifest) -> KubernetesJanitor:

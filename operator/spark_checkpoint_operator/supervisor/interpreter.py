@@ -18,6 +18,7 @@ from dataclasses import replace
 from typing import Protocol, assert_never
 
 from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.storage.layout import JobStorageLayout, storage_place
 from spark_checkpoint_operator.agent_client import (
     AgentAnswerTimedOut,
     AgentClient,
@@ -125,8 +126,10 @@ class EffectInterpreter:
         notify: Notify,
         save: Callable[[JobRecord], Awaitable[None]],
         job: JobControl,
+        storage: JobStorageLayout,
     ) -> None:
         self._coordinator = coordinator
+        self._storage = storage
         self._record = record
         self._janitor = janitor
         self._observer = observer
@@ -271,8 +274,8 @@ class EffectInterpreter:
                     # nonce's checkpoint, the final one), and a drain may wait for its
                     # input for hours. Periodic ones take no status write of their own.
                     await self.persist()
-            case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
-                await self._finalize(attempt, cid, sorted(tasks))
+            case FinalizeCheckpoint(checkpoint_id=cid, kind=kind, tasks=tasks):
+                await self._finalize(attempt, cid, kind, sorted(tasks))
             case NotifyCheckpointComplete(checkpoint=completed, sinks_may_commit=commit):
                 await self._completed(attempt, completed, commit)
             case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason, message=message):
@@ -344,7 +347,9 @@ class EffectInterpreter:
         finally:
             self._observer.trigger_sent(cid, agent, sent, time.time())
 
-    async def _finalize(self, attempt: Attempt | None, cid: int, tasks: list[str]) -> None:
+    async def _finalize(
+        self, attempt: Attempt | None, cid: int, kind: CheckpointKind, tasks: list[str]
+    ) -> None:
         if attempt is None:
             return
         pending = next((p for p in self._coordinator.pending if p.checkpoint_id == cid), None)
@@ -363,7 +368,15 @@ class EffectInterpreter:
         except AgentRejected as error:
             await self.handle(FinalizationFailed(cid, str(error)))
         else:
-            await self.handle(CheckpointFinalized(cid, finalized.path, finalized.size_bytes))
+            # The driver runs the user's code: status shows the image's path and users
+            # restore from it, so it must be this image's in the job's storage. A running
+            # driver may spell the storage as the spec did before (`storage_place`).
+            path = self._storage.metadata_path(kind, cid)
+            if storage_place(finalized.path) != storage_place(path):
+                reason = f"the agent named {finalized.path!r} as its _metadata, not {path!r}"
+                await self.handle(FinalizationFailed(cid, reason))
+            else:
+                await self.handle(CheckpointFinalized(cid, finalized.path, finalized.size_bytes))
 
     async def _completed(
         self, attempt: Attempt | None, completed: CompletedCheckpoint, sinks_may_commit: bool

@@ -22,6 +22,7 @@ from spark_checkpoint.protocol import (
     SkippedImage,
 )
 from spark_checkpoint.restore import query_change
+from spark_checkpoint.storage.layout import JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
@@ -114,6 +115,7 @@ class JobSupervisor:
         report: Callable[[Notice], None] = log_notice,
         observer: Observer | None = None,
         idle_poll_interval: float = POLL_INTERVAL,
+        storage: JobStorageLayout,
         restorable_check: RestorableCheck | None = None,
     ) -> None:
         self._config = config
@@ -140,6 +142,7 @@ class JobSupervisor:
             notify=self._notify,
             save=save,
             job=self,
+            storage=storage,
         )
         self._snapshots = SnapshotProgress()
         self._polls = StatusPolls(idle_poll_interval)

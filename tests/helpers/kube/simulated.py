@@ -51,6 +51,7 @@ from spark_checkpoint.protocol import (
     SnapshotStatus,
     TriggerBody,
 )
+from spark_checkpoint.storage.layout import JobStorageLayout
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class SimulatedAgent:
     (those happen at a time, not on a request)."""
 
     token: str
+    # Where the driver's environment says the job's storage is: finalize names its images.
+    storage: JobStorageLayout
     attempt: int
     restored_from: str | None  # the first restore candidate, as the environment spells it
     batch_seconds: float
@@ -228,12 +231,20 @@ class SimulatedAgents:
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
-    async def add(self, ip: str, token: str, attempt: int, restore: list[str]) -> SimulatedAgent:
+    async def add(
+        self,
+        ip: str,
+        token: str,
+        storage: JobStorageLayout,
+        attempt: int,
+        restore: list[str],
+    ) -> SimulatedAgent:
         loop = asyncio.get_running_loop()
         assert self._runner is not None, "start() the agents first"
         await web.TCPSite(self._runner, ip, self.port, reuse_address=True).start()
         agent = SimulatedAgent(
             token=token,
+            storage=storage,
             attempt=attempt,
             restored_from=restore[0] if restore else None,
             batch_seconds=self.batch_seconds,
@@ -324,7 +335,7 @@ class SimulatedAgents:
         if action == "finalize":
             if snapshot is None:
                 raise web.HTTPNotFound(text=json.dumps(ErrorAnswer("unknown").to_json()))
-            path = f"file:///simulated/chk-{checkpoint_id}/_metadata"
+            path = agent.storage.metadata_path(snapshot.kind, checkpoint_id)
             return web.json_response(FinalizeAnswer(path, 1024 * len(TASKS)).to_json())
         if action == "complete":
             body = await _body(request, CompleteBody.from_json)
@@ -498,6 +509,11 @@ class SimulatedKubelet:
         await self._agents.add(
             ip,
             await self._token(pod),
+            JobStorageLayout(
+                environment["SPARK_CHECKPOINT_STORAGE"],
+                environment["SPARK_CHECKPOINT_NAMESPACE"],
+                environment["SPARK_CHECKPOINT_JOB"],
+            ),
             int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
             json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
         )
