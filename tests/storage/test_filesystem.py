@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import errno
 import hashlib
 import os
 import re
 import stat
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
@@ -310,14 +312,16 @@ def test_a_file_deleted_while_its_directory_is_listed_is_left_out(
     fs = StorageFileSystem.for_url(f"file://{tmp_path}").confined(f"file://{tmp_path}")
     for name in ("gone", "kept"):
         fs.write_atomic(str(tmp_path / "shared" / name), b"x")
-    walk = os.walk
+    scandir = os.scandir
 
-    def deleting_after_listing(top: str) -> Iterator[tuple[str, list[str], list[str]]]:
-        for directory, subdirectories, files in walk(top):
-            (Path(directory) / "gone").unlink(missing_ok=True)
-            yield directory, subdirectories, files
+    @contextlib.contextmanager
+    def deleting_after_listing(directory: str) -> Iterator[list[os.DirEntry[str]]]:
+        with scandir(directory) as listing:
+            entries = list(listing)
+        (Path(directory) / "gone").unlink(missing_ok=True)
+        yield entries
 
-    monkeypatch.setattr(os, "walk", deleting_after_listing)
+    monkeypatch.setattr(os, "scandir", deleting_after_listing)
 
     assert fs.list_file_sizes(str(tmp_path / "shared")) == {"kept": 1}
 
@@ -751,3 +755,30 @@ def test_an_azure_refusal_keeps_the_details_that_say_why(monkeypatch: pytest.Mon
         "(AuthenticationFailed; authenticationerrordetail: Signed expiry time must be after "
         "signed start time)"
     ), raised.value
+
+
+def test_a_tree_thousands_of_directories_deep_is_listed_and_deleted(
+    fs: StorageFileSystem, tmp_path: Path
+) -> None:
+    """Anything may write below a job's storage: a deep tree was a RecursionError for
+    garbage collection's listing and for a delete, so the job's storage could not be
+    cleaned (a hostile reviewer's)."""
+    confined = tmp_path / "job"
+    confined.mkdir()
+    directory = os.open(confined, os.O_RDONLY)
+    for _ in range(1_500):  # within PATH_MAX: listings name files by path
+        os.mkdir("d", dir_fd=directory)
+        below = os.open("d", os.O_RDONLY, dir_fd=directory)
+        os.close(directory)
+        directory = below
+    with open("leaf", "wb", opener=lambda name, flags: os.open(name, flags, dir_fd=directory)) as f:
+        f.write(CONTENT)
+    os.close(directory)
+    storage = fs.confined(str(confined))
+
+    try:
+        assert storage.list_file_sizes(str(confined)) == {"d/" * 1_500 + "leaf": len(CONTENT)}
+        storage.delete_tree(str(confined / "d"))
+        assert list(confined.iterdir()) == []
+    finally:  # pytest's own clean-up of tmp_path recurses too
+        subprocess.run(["rm", "-rf", str(confined)], check=True)

@@ -639,26 +639,53 @@ def _remove_tree(parent: int, name: str, path: str) -> None:
     checked included) is removed, never followed. Python 3.11's ``shutil.rmtree`` with
     ``dir_fd`` opens each directory without O_NOFOLLOW and O_NONBLOCK (a link swapped in
     for one raised OSError, one to a FIFO hung the delete). `path` is what `name` is, for
-    an error to name."""
+    an error to name. Depth first without recursion: a tree thousands of directories deep
+    (anything may write below a job's storage) is removed too, holding one descriptor per
+    level."""
+    # Each level below `name`: its descriptor, its name and its entries still to remove.
+    levels: list[tuple[int, str, list[str]]] = []
+    current = name  # what an error names, relative to the deepest level's directory
     try:
         try:
-            directory = os.open(name, _DIRECTORY_TO_EMPTY, dir_fd=parent)
-        except OSError as error:
-            if error.errno not in (errno.ELOOP, errno.ENOTDIR):
-                raise
-            os.unlink(name, dir_fd=parent)  # a link or a file: itself, not what it names
-            return
-        try:
-            with os.scandir(directory) as entries:
-                names = [entry.name for entry in entries]
-            for entry in names:
-                with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                    _remove_tree(directory, entry, f"{path}/{entry}")
+            opened = _open_to_empty(parent, name)
+            if opened is None:
+                return
+            levels.append((opened, name, _entries(opened)))
+            while levels:
+                directory, own_name, entries = levels[-1]
+                if entries:
+                    current = entries.pop()
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        if (child := _open_to_empty(directory, current)) is not None:
+                            levels.append((child, current, _entries(child)))
+                    continue
+                levels.pop()
+                os.close(directory)
+                current = own_name
+                os.rmdir(own_name, dir_fd=levels[-1][0] if levels else parent)
         finally:
-            os.close(directory)
-        os.rmdir(name, dir_fd=parent)
+            for directory, _, _ in levels:
+                os.close(directory)
     except OSError as error:
-        raise _named(error, name, path) from None
+        below = "/".join(level[1] for level in levels[1:])
+        raise _named(error, current, "/".join(filter(None, (path, below, current)))) from None
+
+
+def _open_to_empty(parent: int, name: str) -> int | None:
+    """The directory `name` in `parent` opened to be emptied; None once `name` was no
+    directory (a link or a file, unlinked: itself, not what it names)."""
+    try:
+        return os.open(name, _DIRECTORY_TO_EMPTY, dir_fd=parent)
+    except OSError as error:
+        if error.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+    os.unlink(name, dir_fd=parent)
+    return None
+
+
+def _entries(directory: int) -> list[str]:
+    with os.scandir(directory) as entries:
+        return [entry.name for entry in entries]
 
 
 def _named(error: OSError, name: str, path: str) -> OSError:
@@ -690,15 +717,27 @@ def local_file_sizes_refusing_links(base: str, within: str = STORAGE_DIRECTORY) 
     """Sizes of the files below `base` by path relative to it, never descending through a
     link (one raises SymbolicLinkError; `within` says what `base` is part of)."""
     found: dict[str, int] = {}
-    for directory, subdirectories, files in os.walk(base):  # os.walk does not follow links
-        for name in (*subdirectories, *files):
-            path = os.path.join(directory, name)
-            if os.path.islink(path):
-                raise SymbolicLinkError(path, os.readlink(path), within)
-        for name in files:
-            path = os.path.join(directory, name)
-            with contextlib.suppress(FileNotFoundError):  # deleted since the walk listed it
-                found[os.path.relpath(path, base)] = os.lstat(path).st_size
+    # Without recursion (Python 3.11's os.walk recurses): a tree thousands of directories
+    # deep is listed too.
+    directories = [base]
+    while directories:
+        directory = directories.pop()
+        try:
+            with os.scandir(directory) as listing:
+                entries = list(listing)
+        except (FileNotFoundError, NotADirectoryError):  # deleted since it was listed
+            if directory == base:
+                return found
+            continue
+        for entry in entries:
+            if entry.is_symlink():
+                raise SymbolicLinkError(entry.path, _link_target(entry.path), within)
+            if entry.is_dir(follow_symlinks=False):
+                directories.append(entry.path)
+                continue
+            with contextlib.suppress(FileNotFoundError):  # deleted since it was listed
+                size = entry.stat(follow_symlinks=False).st_size
+                found[os.path.relpath(entry.path, base)] = size
     return found
 
 
