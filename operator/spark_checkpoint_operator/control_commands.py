@@ -189,13 +189,16 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         epilog=epilog(
             ["spark-checkpoint cancel -f job.yaml"],
             {
-                ExitCode.OK: "the run has ended",
+                ExitCode.OK: "the run has ended (--timeout 0: the run took the cancel and "
+                "ends without waiting for it)",
                 ExitCode.FAILED: "the run did not end within --timeout",
                 **REACHING_THE_RUN,
             },
         ),
     )
-    _timeout_option(cancel, 60.0, "how long to wait for the run to end (default: %(default).0f)")
+    _timeout_option(
+        cancel, 60.0, "how long to wait for the run to end (default: %(default).0f; 0: do not wait)"
+    )
 
 
 class _FlinksDispose(argparse.Action):
@@ -287,6 +290,8 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
     if command is Command.CANCEL:
         answer = request(paths, command)
         print(answer.message, flush=True)
+        if args.timeout == 0:  # as `flink cancel`: the request was taken, the run ends
+            return ExitCode.OK
         # FAILED: nothing was left to cancel, the job ends Suspended (the answer says so).
         ended = "suspended" if answer.outcome is Outcome.FAILED else "cancelled"
         return _ended(paths, args.timeout, ended, prog)

@@ -711,8 +711,11 @@ def test_run_detaches_under_flinks_spellings(job: LocalJob, spelling: str) -> No
     run detached again, a process each time for ever."""
     _detach(job, spelling=spelling, running=False)
     runtime = job.runtime_pid()
-    cancelled = job.cli("cancel", "-f", "job.yaml")
+    # --timeout 0 does not wait, as `savepoint --timeout 0` does not: it exited 1, "the
+    # run has not ended within 0s", for a cancel the run took (a newcomer's).
+    cancelled = job.cli("cancel", "-f", "job.yaml", "--timeout", "0")
     assert cancelled.returncode == 0, cancelled.stderr
+    assert "not ended" not in cancelled.stderr
     wait_until_gone(runtime)
     assert job.status_file()["phase"] == "Cancelled"
 
