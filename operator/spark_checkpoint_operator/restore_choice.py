@@ -1,8 +1,8 @@
 """``spark-checkpoint run --from``: the image a local run restores instead of the newest,
 checked before Spark starts (known to the job's registry, its files intact)."""
 
+import os
 from dataclasses import dataclass
-from pathlib import Path
 
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage import (
@@ -124,9 +124,25 @@ def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     )
 
 
+def _snapshot_uri(choice: str) -> str:
+    """The URI of the `_metadata` that `choice` names: a local path, a ``file:`` URI in any
+    of its spellings (Hadoop prints ``file:/path``) or another store's URI. A local path is
+    made absolute as written (``..`` taken away, but no link followed: a link in the job's
+    storage is refused when read, naming it); another store's URI keeps no ``.`` or ``..``
+    (its keys are names: no image is there)."""
+    if choice.startswith("file:"):
+        # fsspec: `file://x` is x in the working directory, `file:///x` and `file:/x` are /x.
+        choice = choice.removeprefix("file:").removeprefix("//")
+    if "://" not in choice:
+        return metadata_location(local_uri(os.path.abspath(choice)))
+    if {".", ".."} & set(choice.split("://", 1)[1].split("/")):
+        raise ValueError("a '.' or '..' in a URI names no checkpoint or savepoint")
+    return metadata_location(choice)
+
+
 def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:
-    uri = metadata_location(choice if "://" in choice else local_uri(Path(choice).resolve()))
     try:
+        uri = _snapshot_uri(choice)
         address = parse_snapshot_address(uri)
         source = CheckpointStorage(address.layout, fresh=True)  # in the driver's environment
     except ValueError as error:  # not a snapshot's place, a bad name, an unknown protocol

@@ -212,3 +212,73 @@ def test_an_unregistered_savepoint_in_storage_is_named_by_the_path_that_restores
         "savepoint:7 is not a registered savepoint of the job (savepoints: none); the one in "
         f"the job's storage is not this registry's: to restore it, name its path: --from {metadata}"
     )
+
+
+def _savepoint(storage: CheckpointStorage, savepoint_id: int) -> None:
+    storage.write_metadata(
+        CheckpointMetadata(
+            namespace="default",
+            job="orders",
+            checkpoint_id=savepoint_id,
+            kind=CheckpointKind.SAVEPOINT,
+            batch_id=3,
+            query_id="5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11",
+            trigger_time=datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC),
+            completion_time=datetime(2026, 12, 4, 10, 0, 1, tzinfo=UTC),
+            acknowledgements=(),
+            files=(),
+            total_bytes=0,
+            properties={},
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "file:{root}/default/orders/savepoints/sp-7",  # Hadoop's, as Spark prints paths
+        "file://{root}/default/orders/savepoints/../savepoints/sp-7/",
+        "{root}/default/orders/savepoints/./sp-7/_metadata",
+    ],
+)
+def test_a_local_savepoint_is_the_same_image_however_its_path_is_spelled(
+    tmp_path: Path, spelling: str
+) -> None:
+    """`file:/path` was taken for a relative path, and a `file://` URI with `..` was refused
+    blaming the job's name (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    _savepoint(storage, 7)
+    plain = chosen_image(f"{tmp_path}/default/orders/savepoints/sp-7", PersistedState(), storage)
+
+    assert chosen_image(spelling.format(root=tmp_path), PersistedState(), storage) == plain
+
+
+def test_a_uri_with_dot_segments_is_refused_saying_so(tmp_path: Path) -> None:
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    choice = "s3://bucket/default/orders/savepoints/../savepoints/sp-7"
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image(choice, PersistedState(), storage)
+
+    assert str(refused.value) == (
+        f"{choice} is not savepoint:N, checkpoint:N or the path of a checkpoint or a "
+        "savepoint: a '.' or '..' in a URI names no checkpoint or savepoint"
+    )
+
+
+def test_a_savepoint_that_is_a_link_is_refused_naming_the_link(tmp_path: Path) -> None:
+    """Its path has the layout the refusal asked for: the link was followed before the
+    path was read, and the message said the path was not where a savepoint lies (a
+    newcomer's). Links are never followed out of the job's storage."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path / "root"), "default", "orders"))
+    elsewhere = CheckpointStorage(JobStorageLayout(str(tmp_path / "other"), "default", "orders"))
+    _savepoint(elsewhere, 9)
+    _savepoint(storage, 1)
+    link = tmp_path / "root" / "default" / "orders" / "savepoints" / "sp-9"
+    link.symlink_to(tmp_path / "other" / "default" / "orders" / "savepoints" / "sp-9")
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image(str(link), PersistedState(), storage)
+
+    assert "symbolic link" in str(refused.value), refused.value
+    assert str(link) in str(refused.value)
