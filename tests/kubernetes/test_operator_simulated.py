@@ -925,6 +925,42 @@ def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluste
     upgraded_to_image_2(cluster)
 
 
+def test_an_upgrade_asked_while_the_operator_is_down_goes_through_a_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    """The restarted operator adopts the running driver (Deploying until its agent
+    answers): the upgrade stopped it without a savepoint, and the new driver restored an
+    older checkpoint than the query had gone past (a Flink operator user's)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+    upgraded_to_image_2(cluster)
+    assert not [e for e in cluster.events("orders") if "not running" in e["message"]]
+
+
+def test_an_upgrade_asked_while_the_agent_does_not_answer_for_a_moment_takes_a_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    """One status request its agent did not answer made the job Deploying, and the upgrade
+    stopped the driver without a savepoint (a Flink operator user's)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+    agent.cut_off = True
+    in_phase(cluster, "orders", "Deploying")
+
+    cluster.patch_spec("orders", {"image": "example/orders:2"})
+    time.sleep(1.5)
+    agent.cut_off = False
+
+    upgraded_to_image_2(cluster)
+    assert not [e for e in cluster.events("orders") if "not running" in e["message"]]
+
+
 def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalCluster) -> None:
     """Flink's restartNonce: the one way to restart a job's driver from Git without changing
     what it runs (a GitOps user bumped a driver annotation instead)."""

@@ -111,6 +111,8 @@ MAX_ACCEPTED_SPEC_LENGTH = 256 << 10
 TOLERATED_SHOWN = 5
 # How long a deleted job may take for its final savepoint beyond the checkpoint timeout.
 SHUTDOWN_GRACE_SECONDS = 60.0
+# How soon a change waiting for a driver's agent to answer again is looked at again.
+SPEC_RECHECK_SECONDS = 1.0
 
 
 class _Stop(Enum):
@@ -634,6 +636,12 @@ class JobController:
             supervisor.end_suspended()
             return
         if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
+            if supervisor.driver_may_run_query:
+                # Its agent did not answer for a moment, or the driver was adopted by this
+                # operator: the savepoint is asked for once it answers (Running again), or
+                # the driver is stopped without one once it is known not to run its query.
+                asyncio.get_running_loop().call_later(SPEC_RECHECK_SECONDS, self._changed.set)
+                return
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
             # stop now; the newest image is what it resumes from.
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")

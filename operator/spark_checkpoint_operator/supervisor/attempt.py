@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
-from spark_checkpoint.protocol import RestoredFrom
+from spark_checkpoint.protocol import QueryState, RestoredFrom
 from spark_checkpoint_operator.supervisor.ports import DriverHandle, StartProblem
 
 # How long a driver may take to exit on its own after its stop-with-savepoint or final
@@ -97,6 +97,11 @@ class Attempt:
     # told (`slow_start_due`).
     starting_since: float | None = None
     slow_start_told: bool = False
+    # A driver from before this runtime restarted (`adopted`).
+    adopted_driver: bool = False
+    # Its agent reported its query's state in this runtime, and once one that runs its tasks.
+    query_reported: bool = False
+    query_ran: bool = False
 
     @classmethod
     def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
@@ -104,7 +109,7 @@ class Attempt:
 
     @classmethod
     def adopted(cls, driver: DriverHandle) -> "Attempt":
-        return cls(driver, Stage.ADOPTED, driver.restore_candidates())
+        return cls(driver, Stage.ADOPTED, driver.restore_candidates(), adopted_driver=True)
 
     # ------------------------------------------------------------------ queries
 
@@ -116,6 +121,17 @@ class Attempt:
     @property
     def finishing(self) -> bool:
         return self.stage is Stage.FINISHING
+
+    @property
+    def may_run_query(self) -> bool:
+        """Its driver runs, and so may its query, though the job is not Running now: the
+        query ran and its agent has not answered for a moment, or the driver was adopted
+        and its agent has not told this runtime its query's state yet (it ran, or it
+        restores)."""
+        if self.leaving or self.driver.exit_code() is not None:
+            return False
+        unknown = self.adopted_driver and not self.query_reported and self.driver.started()
+        return self.query_ran or unknown
 
     @property
     def leaving(self) -> bool:
@@ -223,9 +239,11 @@ class Attempt:
         elif self.first_batch != (batch,):
             self.batches_advanced = True
 
-    def reported_starting(self, starting: bool) -> None:
-        """Its agent reported the driver restoring and starting its query, or not."""
-        if not starting:
+    def reported_query(self, state: QueryState) -> None:
+        """Its agent reported its query in `state` (restoring and starting, running...)."""
+        self.query_reported = True
+        self.query_ran = self.query_ran or state.runs_tasks
+        if state is not QueryState.STARTING:
             self.starting_since = None
         elif self.starting_since is None:
             self.starting_since = time.monotonic()

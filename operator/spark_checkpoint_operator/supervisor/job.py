@@ -532,6 +532,13 @@ class JobSupervisor:
         return self._driver_finished or (attempt is not None and attempt.finishing)
 
     @property
+    def driver_may_run_query(self) -> bool:
+        """The job is not Running, but its driver's query may well be (see
+        `Attempt.may_run_query`): a savepoint may be taken once its agent answers."""
+        attempt = self._interpreter.attempt
+        return attempt is not None and attempt.may_run_query
+
+    @property
     def cancelling(self) -> bool:
         return self._stop is StopRequest.CANCEL
 
@@ -955,9 +962,8 @@ class JobSupervisor:
             if self._mark_left_behind(restored.candidate.encode(), restored.skipped):
                 # At once: the next attempt must not choose one, whatever happens next.
                 await self._interpreter.persist()
-        starting = status.query.state is QueryState.STARTING
-        attempt.reported_starting(starting)
-        if starting:
+        attempt.reported_query(status.query.state)
+        if status.query.state is QueryState.STARTING:
             await self._report_slow_start(attempt)
         else:
             await self._slow_start_over()
