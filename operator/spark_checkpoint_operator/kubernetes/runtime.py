@@ -417,8 +417,11 @@ async def delete_pod_and_wait(
     """Delete the pod and return once the API server no longer has it; a pod that stays
     long after its deletion was due is told once (`stuck_deletion`), and waited for still:
     its containers may run."""
-    with contextlib.suppress(NotFoundException):
+    try:
         await clients.core.delete_namespaced_pod(name, namespace)
+    except NotFoundException:  # gone already (deleted by someone, its driver's exit seen)
+        clients.pods.forget_pod(namespace, job, name)
+        return
     due, looked = math.inf, time.monotonic()  # the first look's grace runs from the ask
     while True:
         await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
