@@ -256,6 +256,22 @@ def test_a_driver_pod_over_its_memory_limit_says_so_for_its_error(tmp_path: Path
     ]
 
 
+def test_an_evicted_driver_pod_says_why_the_node_ended_it(tmp_path: Path) -> None:
+    """Only the container's exit (137) and its log's last lines were told (a Flink
+    operator user's)."""
+    driver, pods, pod = _ended_driver(
+        tmp_path, {"exitCode": 137, "reason": "Error", "message": "INFO BlockManager: dropping"}
+    )
+    pod["status"]["reason"] = "Evicted"
+    pod["status"]["message"] = "The node was low on resource: memory. Threshold quantity: 100Mi,\n"
+    pods.observe("MODIFIED", pod)
+
+    assert driver.exit_code() == 137
+    assert driver.error_lines() == [
+        "Evicted: The node was low on resource: memory. Threshold quantity: 100Mi,"
+    ]
+
+
 def test_a_driver_pod_deleted_after_it_was_seen_ended_keeps_its_exit_and_error(
     tmp_path: Path,
 ) -> None:

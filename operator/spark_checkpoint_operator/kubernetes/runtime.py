@@ -276,8 +276,16 @@ def pod_failure_message(pod: Mapping[str, Any]) -> str:
         message = (terminated.get("message") or "").strip().splitlines()
         tail = f": {message[-1]}" if message else ""
         return f"exit code {terminated.get('exitCode')} ({reason}){tail}"
-    status = pod.get("status", {})
-    return str(status.get("message") or status.get("reason") or "no container status")
+    return _ended_by_node(pod) or "no container status"
+
+
+def _ended_by_node(pod: Mapping[str, Any]) -> str:
+    """Why the node ended the pod, as one line (its status' reason, and message if any);
+    "" if it did not."""
+    status = pod.get("status") or {}
+    reason = str(status.get("reason") or "")
+    message = " ".join(str(status.get("message") or "").split())
+    return f"{reason}: {message}" if reason and message else reason
 
 
 class KubernetesDriver:
@@ -307,6 +315,9 @@ class KubernetesDriver:
         # Its container's terminated state, kept from its exit on: the pod is deleted
         # before the supervisor asks for the error.
         self._ended: Mapping[str, Any] | None = None
+        # Why the node ended the pod (its status' reason and message: Evicted, NodeLost,
+        # Shutdown, DeadlineExceeded), as last seen; "" while it did not.
+        self._ended_by_node = ""
         self._agent = AgentClient(self._agent_url, token, session=clients.session)
 
     @property
@@ -357,6 +368,7 @@ class KubernetesDriver:
             return DRIVER_GONE if self._seen or self._gone else None
         self._seen = True
         self._ended = _own_container_ended(pod) or self._ended
+        self._ended_by_node = _ended_by_node(pod) or self._ended_by_node
         return pod_exit_code(pod)
 
     async def recheck(self) -> None:
@@ -392,6 +404,8 @@ class KubernetesDriver:
         ended = self._ended or {}
         if ended.get("reason") == "OOMKilled":
             return [OOM_KILLED]
+        if self._ended_by_node:  # what the driver logged as it was killed says less
+            return [self._ended_by_node]
         killed = int(ended.get("exitCode", 0)) - SIGNAL_EXIT_BASE in KILLING_SIGNALS
         return driver_error(str(ended.get("message") or ""), killed=killed)
 
