@@ -2340,3 +2340,34 @@ def test_what_a_cancellation_leaves_of_a_job_started_from_a_savepoint_path() -> 
         "savepoint: its next run starts from spec.restore.initialSavepointPath "
         "(file:///savepoints/sp-3) again (`stop` instead takes a savepoint to resume from)"
     )
+
+
+def test_status_says_why_the_driver_is_being_restarted_and_when() -> None:
+    """Through a restart's backoff (minutes at maxBackoff) status said nothing but
+    Restarting (a Flink operator user's); running again, it says nothing of it."""
+    restarting: list[str] = []
+
+    def saved(record: JobRecord) -> None:
+        if record.phase is JobPhase.RESTARTING:
+            restarting.append(record.message)
+
+    async def scenario() -> JobSupervisor:
+        launcher = FakeLauncher()
+        supervisor, _lines = _supervisor(launcher, saved=saved)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and launcher.drivers[0].agent.completed)
+        launcher.drivers[0].error = ["java.io.IOException: disk full", "\tat Foo.bar"]
+        launcher.drivers[0].code = 1
+        await until(lambda: len(launcher.drivers) == 2 and launcher.drivers[1].agent.completed)
+        assert supervisor.record.message == ""
+        launcher.drivers[1].code = DriverExit.FINISHED
+        assert await run is TerminalOutcome.FINISHED
+        return supervisor
+
+    asyncio.run(scenario())
+    assert restarting, "the job was Restarting"
+    assert re.fullmatch(
+        r"driver failed \(.+\): java\.io\.IOException: disk full; restart 1 at "
+        r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z",
+        restarting[0],
+    ), restarting

@@ -38,6 +38,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
     TriggerWithdrawn,
 )
+from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage
 from spark_checkpoint_operator.supervisor import status_events
@@ -376,6 +377,12 @@ class JobSupervisor:
                 else:
                     repeating = error if early else None
                     delay = restart_delay(self._restart_policy, retries)
+                    # What status says through the backoff (and the next start): why.
+                    self._record.message = (
+                        _how_failed(attempt, exit_code)
+                        + (f": {error[0]}" if error else "")
+                        + f"; restart {retries} at {format_time(time.time() + delay)}"
+                    )
                     self._notify(
                         "DriverFailed",
                         Level.WARNING,
@@ -599,13 +606,7 @@ class JobSupervisor:
         if self._failed_restore(attempt, exit_code) is not None:
             return None  # a fallback, whatever the restart policy
         if self._restart_policy.type is RestartPolicyType.NEVER:
-            # A driver stopped here: why, not its exit (a deleted pod's says nothing).
-            ended = (
-                attempt.failing.rstrip(".")
-                if attempt.failing
-                else f"driver failed ({describe_exit(exit_code)})"
-            )
-            self._record.message = f"{ended}; restartPolicy is Never"
+            self._record.message = f"{_how_failed(attempt, exit_code)}; restartPolicy is Never"
             return TerminalOutcome.FAILED
         return None
 
@@ -1257,6 +1258,13 @@ def _ended(attempt: Attempt, exit_code: int) -> str:
     """How a failed attempt ended: a driver stopped here was told of with its reason, and
     its exit says nothing (a pod deleted before it ran)."""
     return "driver stopped" if attempt.failing else f"driver failed ({describe_exit(exit_code)})"
+
+
+def _how_failed(attempt: Attempt, exit_code: int) -> str:
+    """A driver stopped here: why, not its exit (a deleted pod's says nothing)."""
+    if attempt.failing:
+        return attempt.failing.rstrip(".")
+    return f"driver failed ({describe_exit(exit_code)})"
 
 
 def _exhausted(policy: RestartPolicySpec, retries: int, last: str | None) -> str:
