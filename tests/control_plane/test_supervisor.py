@@ -569,6 +569,27 @@ def test_a_restored_driver_that_fails_the_same_way_before_a_new_batch_is_not_ret
     )
 
 
+def test_under_restart_policy_always_the_same_early_error_is_retried() -> None:
+    """Always restarts after every failure, without a limit (the CRD says so): a broker
+    down for a minute failed the job as a pipeline to fix (a Flink operator user's)."""
+
+    async def scenario() -> FakeLauncher:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, policy=RestartPolicyType.ALWAYS)
+        run = asyncio.create_task(supervisor.run())
+        for attempt in (1, 2):
+            await until(lambda n=attempt: len(launcher.drivers) == n)
+            driver = launcher.drivers[-1]
+            driver.error = ["TimeoutException: Timeout expired while fetching topic metadata"]
+            driver.code = DriverExit.FAILED
+        await until(lambda: len(launcher.drivers) == 3)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return launcher
+
+    assert len(asyncio.run(scenario()).drivers) == 3
+
+
 class FailingRestartsLauncher(FakeLauncher):
     """Every driver after the first dies before its first checkpoint."""
 

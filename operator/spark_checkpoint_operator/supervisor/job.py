@@ -360,9 +360,10 @@ class JobSupervisor:
                 progressed = bool(attempt.completed) and attempt.failing is None
                 retries = 1 if progressed else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if early and repeating and same_error(error, repeating):
+                if not unlimited and early and repeating and same_error(error, repeating):
                     # The same error again before any batch (a misspelled column, a missing
-                    # file): the pipeline needs fixing, another attempt cannot help.
+                    # file): the pipeline needs fixing, another attempt cannot help. Not
+                    # under Always, which is asked to ride out what passes (a broker down).
                     ended = (
                         "the driver failed the same way twice before its first batch; not retried"
                     )
