@@ -203,6 +203,10 @@ class ControlServer:
                 return ControlAnswer(
                     Outcome.OK, f"cancelling: the driver stops without a savepoint; {leaves}"
                 )
+            # Before a request: one asked just after the final checkpoint completed was
+            # given up when the run ended, exit 1, and the log said one was being taken.
+            case Command.SAVEPOINT if self._supervisor.finishing:
+                return ControlAnswer(Outcome.DECLINED, FINISHING_TAKES_NO_SAVEPOINT)
             case Command.SAVEPOINT:
                 self._report("`spark-checkpoint savepoint`: taking a savepoint")
                 return await self._savepoint(AfterCompletion.CONTINUE, request)

@@ -492,18 +492,23 @@ def test_a_stop_while_the_driver_finishes_asks_for_no_savepoint(tmp_path: Path) 
     assert supervisor.calls == ["end suspended"]
 
 
+@pytest.mark.parametrize("finishing_at_the_request", [True, False])
 def test_a_savepoint_while_the_driver_finishes_is_declined_saying_the_input_is_done(
-    tmp_path: Path,
+    tmp_path: Path, finishing_at_the_request: bool
 ) -> None:
     """It was declined with "not all required tasks are running (the query is starting or
     has not committed its first batch yet ...)" though the query had ended (an Azure
-    newcomer's)."""
+    newcomer's). Asked once the final checkpoint completed, it is declined before any
+    request: the run ended before the request's decline came, exit 1, and the log said a
+    savepoint was being taken (a newcomer's)."""
     supervisor = _FinishingSupervisor()
-    supervisor.decline = True
+    supervisor.finishing = finishing_at_the_request
+    supervisor.decline = True  # the final checkpoint completes while it is queued
 
     answer = _answer_of(supervisor, Command.SAVEPOINT, tmp_path)
 
     assert (answer.outcome, answer.message) == (Outcome.DECLINED, FINISHING_TAKES_NO_SAVEPOINT)
+    assert supervisor.calls == ([] if finishing_at_the_request else ["savepoint"])
 
 
 def test_a_stop_whose_savepoint_met_the_final_checkpoint_is_answered_as_done(
