@@ -100,6 +100,14 @@ def _socket_address(path: Path) -> Iterator[str]:
 # --------------------------------------------------------------------------- the runtime's side
 
 
+def next_run(supervisor: JobSupervisor) -> str:
+    """What the next run of a job stopped without a savepoint resumes from, as said."""
+    image = supervisor.resumes_from
+    if image is None:
+        return "no checkpoint or savepoint to resume from: the next run starts afresh"
+    return f"the next run resumes from {image}"
+
+
 class ControlServer:
     """Answers the control requests of one run of one job."""
 
@@ -232,10 +240,7 @@ class ControlServer:
                 return await self._savepoint(AfterCompletion.STOP, request)
 
     def _stop_without_savepoint(self, why: str) -> ControlAnswer:
-        said = (
-            f"stopping the driver without a savepoint: {why} (the next run resumes from the "
-            "newest checkpoint or savepoint)"
-        )
+        said = f"stopping the driver without a savepoint: {why} ({next_run(self._supervisor)})"
         self._report(f"`spark-checkpoint stop`: {said}")
         self._supervisor.suspend_now()
         return ControlAnswer(Outcome.OK, said)

@@ -52,7 +52,7 @@ from spark_checkpoint.storage import (
 )
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.child_process import dying_with_parent
-from spark_checkpoint_operator.control import ControlPaths, serve_controls
+from spark_checkpoint_operator.control import ControlPaths, next_run, serve_controls
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -1022,7 +1022,7 @@ class _Interrupts:
         self._stopping_without_savepoint = True
         self._report(
             f"{why}: no savepoint can be taken now ({reason}); stopping the driver without "
-            "one (the next run resumes from the newest checkpoint or savepoint)"
+            f"one ({next_run(self._supervisor)})"
         )
         self._supervisor.suspend_now()
 

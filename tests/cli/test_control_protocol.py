@@ -398,6 +398,10 @@ class _DeclinedSupervisor:
 
     finishing = False
 
+    # What the next run would resume from: not always the newest image (a newcomer's: a run
+    # restored from savepoint:22 by --from leaves the newer ones behind).
+    resumes_from = "savepoint:22"
+
     def __init__(self, reason: FailureReason = FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING):
         self.record = JobRecord(phase=JobPhase.RUNNING)
         self.control: ControlServer | None = None
@@ -550,7 +554,7 @@ def test_a_stop_whose_savepoint_is_declined_stops_without_one_as_ctrl_c_does(
         Outcome.OK,
         "stopping the driver without a savepoint: no savepoint can be taken now "
         f"({FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING.description}) (the next run resumes "
-        "from the newest checkpoint or savepoint)",
+        "from savepoint:22)",
     )
     assert supervisor.calls == ["savepoint", "suspend now"]
     assert supervisor.declined_is_news is False, "the stop's own line says it"

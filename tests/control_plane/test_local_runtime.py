@@ -581,7 +581,8 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(
     said = [line.split(" ", 2)[2] for line in out.splitlines() if why in line]
     assert said == [
         f"{why}: no savepoint can be taken now (its query is not running yet); stopping the "
-        "driver without one (the next run resumes from the newest checkpoint or savepoint)"
+        "driver without one (no checkpoint or savepoint to resume from: the next run starts "
+        "afresh)"
     ], out
     assert "declined" not in out
     wait_until_gone(driver)

@@ -550,6 +550,9 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
         second = await _next_driver(launcher, 1)
         await until(lambda: second.status_requests > 1)
         cut = render_status(supervisor.record, now=0.0)
+        # What a stop without a savepoint says the next run resumes from (it said "the
+        # newest checkpoint or savepoint", a newcomer's).
+        assert supervisor.resumes_from == f"checkpoint:{older}"
         run.cancel()  # Ctrl-C, a killed runtime: the status is what remains
         await asyncio.gather(run, return_exceptions=True)
         assert launcher.restores == [[f"checkpoint:{older}"]] * 2
@@ -562,6 +565,7 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
     # Named, it can still be restored: a failed local run says which and how (a newcomer
     # told to "restore the newest image" ran the job again and it restored the older one).
     later, _ = _supervisor(RestoringLauncher(), record=JobRecord.from_dict(status))
+    assert later.resumes_from == f"checkpoint:{older}"
     assert later.set_aside == (f"checkpoint:{newer}",)
     assert set_aside_hint(later.set_aside) == (
         f"not restored from again unless named: checkpoint:{newer} (`spark-checkpoint list` "

@@ -540,6 +540,12 @@ class JobSupervisor:
         return self._driver_finished or (attempt is not None and attempt.finishing)
 
     @property
+    def resumes_from(self) -> str | None:
+        """The image a driver started next restores from (None: none is left to)."""
+        failed = {entry.source for entry in self._record.unrestorable}
+        return next((image for image in self._images() if image not in failed), None)
+
+    @property
     def driver_may_run_query(self) -> bool:
         """The job is not Running, but its driver's query may well be (see
         `Attempt.may_run_query`): a savepoint may be taken once its agent answers."""
