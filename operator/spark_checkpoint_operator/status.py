@@ -28,7 +28,7 @@ from spark_checkpoint_operator.coordinator import (
     OutcomeStatus,
     PersistedState,
 )
-from spark_checkpoint_operator.coordinator.state import MAX_COUNT, format_time
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT, format_time, parse_time
 from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
 from spark_checkpoint_operator.local_state import open_state_file
 from spark_checkpoint_operator.manifest import crd
@@ -135,6 +135,11 @@ class PersistedStatus:
     message: str = ""
     last_committed_batch: int | None = None
     consecutive_failures: int = 0
+    # Driver restarts in a row (against restartPolicy.maxRetries), and when the one in its
+    # backoff is due (epoch seconds; None while none waits): an operator restart goes on
+    # with both.
+    restarts: int = 0
+    restart_due: float | None = None
     # Periodic checkpoints skipped since the last one triggered, while Running and after
     # the query committed a batch ({"since", "reason", "message"}); None while none is.
     checkpoints_skipped: Mapping[str, Any] | None = None
@@ -152,6 +157,8 @@ class PersistedStatus:
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
             "consecutiveFailures": self.consecutive_failures,
+            "restarts": self.restarts,
+            "restartDue": None if self.restart_due is None else format_time(self.restart_due),
             "checkpointsSkipped": (
                 None if self.checkpoints_skipped is None else dict(self.checkpoints_skipped)
             ),
@@ -192,6 +199,8 @@ class PersistedStatus:
             message=_field(data, "message", str, ""),
             last_committed_batch=_count(data, "lastCommittedBatch", default=None),
             consecutive_failures=_count(data, "consecutiveFailures"),
+            restarts=_count(data, "restarts"),
+            restart_due=_time(data, "restartDue"),
             checkpoints_skipped=_field(data, "checkpointsSkipped", Mapping, None),
             next_checkpoint_id=_count(data, "nextCheckpointId", default=state.next_checkpoint_id),
             pending=_field(data, "pending", list, []),
@@ -237,6 +246,17 @@ def _count(data: Mapping[str, Any], key: str, prefix: str = "", *, default: int 
     if value is not None and not 0 <= value <= MAX_COUNT:
         raise InvalidStatus(f"{prefix}{key}: expected 0 to {MAX_COUNT}, got {value}")
     return value
+
+
+def _time(data: Mapping[str, Any], key: str) -> float | None:
+    """``data[key]``: a time as `format_time` writes it, or None."""
+    text = _field(data, key, str, None)
+    try:
+        return None if text is None else parse_time(text)
+    except ValueError:
+        raise InvalidStatus(
+            f"{key}: expected a time as 2026-12-05T10:31:05Z, got {text!r}"
+        ) from None
 
 
 def _restored_from(data: Mapping[str, Any]) -> RestoredFrom | None:

@@ -116,6 +116,9 @@ records = st.builds(
     discards_due=st.lists(discards_due, max_size=3),
     last_batch=st.none() | counts,
     consecutive_failures=counts,
+    restarts=counts,
+    # Times that are exact as status writes them (microseconds) and reads them back.
+    restart_due=st.none() | st.integers(0, 2**36).map(lambda quarters: quarters / 4),
     next_checkpoint_id=st.none() | st.integers(1, 2**40),
 )
 
@@ -132,6 +135,8 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.message,
         record.discards_due,
         record.last_batch,
+        record.restarts,
+        record.restart_due,
         record.coordinator,
     )
 
@@ -231,6 +236,8 @@ def _completed(kind: CheckpointKind, checkpoint_id: int) -> dict[str, object]:
         ),
         # `kubectl patch --subresource=status` removing the registry: read as a new job, its
         # first garbage collection deleted every image of the job's storage.
+        ({"restartDue": "soon"}, "restartDue: expected a time as"),
+        ({"restarts": -1}, "restarts: expected 0 to"),
         (
             {"phase": "Running", "jobAttempt": 3},
             "coordinator: missing beside phase, jobAttempt: the job's registry",

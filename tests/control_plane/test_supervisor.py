@@ -5,6 +5,7 @@ import contextlib
 import json
 import re
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -2392,3 +2393,33 @@ def test_status_says_why_the_driver_is_being_restarted_and_when() -> None:
         r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z",
         restarting[0],
     ), restarting
+
+
+def test_a_restarted_runtime_goes_on_with_the_restart_count_and_its_backoff() -> None:
+    """They lived in the runtime's memory: an operator restarted between two failures
+    restarted the driver at once and counted from 0 again, so maxRetries never failed a job
+    whose operator restarted too (a Flink operator user's)."""
+    due = time.time() + 0.5
+    # The runtime before: attempt 1 failed, restart 1 waits out its backoff.
+    record = JobRecord(phase=JobPhase.RESTARTING, attempt=1, restarts=1, restart_due=due)
+    launched: list[float] = []
+
+    class Launcher(FakeLauncher):
+        async def launch(self, attempt: int, restore: list[str]) -> FakeDriver:
+            launched.append(time.time())
+            driver = await super().launch(attempt, restore)
+            driver.code = DriverExit.FAILED  # before any checkpoint
+            return driver
+
+    async def scenario() -> JobSupervisor:
+        supervisor, _ = _supervisor(Launcher(), max_retries=1, record=record)
+        assert await asyncio.wait_for(supervisor.run(), 10) is TerminalOutcome.FAILED
+        return supervisor
+
+    supervisor = asyncio.run(scenario())
+    assert len(launched) == 1 and launched[0] >= due, "restart 1 came when it was due"
+    assert "driver failed 2 times in a row; restartPolicy.maxRetries=1 exhausted" in (
+        supervisor.record.message
+    )
+    # Ended, the job counts afresh when it runs again.
+    assert (supervisor.record.restarts, supervisor.record.restart_due) == (0, None)

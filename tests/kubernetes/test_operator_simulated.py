@@ -2535,10 +2535,42 @@ def test_a_restore_that_fails_on_its_image_falls_back_and_says_so(tmp_path: Path
         assert event["type"] == "Warning"
         assert event["message"].endswith(f"falling back to {previous}")
 
+        # A checkpoint of its own, so its crash restarts it again under maxRetries 1 (the
+        # restarted operator goes on with the count: without it, the job fails).
+        completed(cluster, "orders", status["counts"]["completed"] + 1)
         with operator_stopped(cluster):
             cluster.crash_driver("orders-driver-3", exit_code=1)
         fourth = cluster.wait_for("driver 4", lambda: cluster.simulated_agent("orders-driver-4"))
         assert fourth.restored_from != newest, "the operator read the unrestorable image back"
+
+
+def test_an_operator_restart_neither_resets_the_restart_count_nor_cuts_the_backoff(
+    cluster: LocalCluster,
+) -> None:
+    """Both lived in the operator's memory: a restarted operator restarted the driver at
+    once and counted from 0, so maxRetries never failed a job whose operator restarted
+    between its failures (a Flink operator user's)."""
+    policy = {"type": "OnFailure", "maxRetries": 1, "backoff": "4s"}
+    cluster.apply(
+        job(
+            checkpointing={**job()["spec"]["checkpointing"], "interval": "1h"}, restartPolicy=policy
+        )
+    )
+    in_phase(cluster, "orders", "Running")
+    cluster.crash_driver("orders-driver-1", exit_code=1)
+    restarting = in_phase(cluster, "orders", "Restarting")
+    assert restarting["restarts"] == 1 and restarting["restartDue"], restarting
+
+    with operator_stopped(cluster):
+        pass
+    time.sleep(1.0)
+    assert cluster.driver_pods("orders") == [], "the backoff was waited out"
+    cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+    cluster.crash_driver("orders-driver-2", exit_code=1)
+
+    failed = in_phase(cluster, "orders", "Failed")
+    assert "restartPolicy.maxRetries=1 exhausted" in failed["message"], failed
+    assert (failed["restarts"], failed.get("restartDue")) == (0, None)
 
 
 def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_stops(

@@ -384,6 +384,12 @@ class EffectInterpreter:
         image = RestoreCandidate.registered(completed.kind, completed.checkpoint_id).encode()
         if attempt is not None:
             attempt.completed.append(image)
+            if self._record.restarts:
+                # It made progress: the restarts in a row that a runtime restarted later
+                # goes on from are over (this one's count for failing checkpoints is its
+                # own). Written now: the completion's own write came before.
+                self._record.restarts = 0
+                await self.persist()
         self._job.check_restorable(image)
         self._observer.completed(completed)
         self._notify(

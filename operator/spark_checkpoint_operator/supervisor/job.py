@@ -327,12 +327,15 @@ class JobSupervisor:
             await self._stop_checks()
 
     async def _run_until_terminated(self) -> TerminalOutcome:
-        retries = 0
+        # Restarts in a row go on from the runtime before this one (0 once the job ended).
+        retries = self._record.restarts
         blocked = 0  # launches refused in a row for a reason that may pass
         # The error of the last attempt that failed before its query committed a batch;
         # its first line (the error itself) is compared: what follows may name the attempt.
         repeating: list[str] | None = None
         adopted = await self._launcher.adopt(self._record.attempt) if self._record.attempt else None
+        if adopted is None and (stopped := await self._backoff_left()) is not None:
+            return stopped
         while True:
             try:
                 attempt, exit_code = await self._run_attempt(adopted)
@@ -377,22 +380,9 @@ class JobSupervisor:
                     outcome = TerminalOutcome.FAILED
                 else:
                     repeating = error if early else None
-                    delay = restart_delay(self._restart_policy, retries)
-                    # What status says through the backoff (and the next start): why.
-                    self._record.message = (
-                        _how_failed(attempt, exit_code)
-                        + (f": {error[0]}" if error else "")
-                        + f"; restart {retries} at {format_time(time.time() + delay)}"
-                    )
-                    self._notify(
-                        "DriverFailed",
-                        Level.WARNING,
-                        f"{_ended(attempt, exit_code)}; restart {retries} in {delay:.0f}s"
-                        + error_lines(error),
-                    )
-                    await self._interpreter.enter(JobPhase.RESTARTING)
-                    await self._sleep_unless_stopped(delay)
-                    if (stopped := self._stopped_meanwhile()) is None:
+                    if (
+                        stopped := await self._back_off(attempt, exit_code, retries, error)
+                    ) is None:
                         continue
                     outcome = stopped
             elif error:
@@ -400,6 +390,39 @@ class JobSupervisor:
             told = outcome is TerminalOutcome.FAILED and failed_on_its_own
             await self._end_after_driver(outcome, exit_code, error, ended, told=told)
             return outcome
+
+    async def _back_off(
+        self, attempt: Attempt, exit_code: int, retries: int, error: list[str]
+    ) -> TerminalOutcome | None:
+        """Wait out the backoff before restart number ``retries``, recorded (an operator
+        restart goes on with it); how the job ended if it was stopped meanwhile."""
+        delay = restart_delay(self._restart_policy, retries)
+        self._record.restarts = retries
+        self._record.restart_due = time.time() + delay
+        # What status says through the backoff (and the next start): why.
+        self._record.message = (
+            _how_failed(attempt, exit_code)
+            + (f": {error[0]}" if error else "")
+            + f"; restart {retries} at {format_time(self._record.restart_due)}"
+        )
+        self._notify(
+            "DriverFailed",
+            Level.WARNING,
+            f"{_ended(attempt, exit_code)}; restart {retries} in {delay:.0f}s" + error_lines(error),
+        )
+        await self._interpreter.enter(JobPhase.RESTARTING)
+        await self._sleep_unless_stopped(delay)
+        return self._stopped_meanwhile()
+
+    async def _backoff_left(self) -> TerminalOutcome | None:
+        """The runtime before stopped in a restart's backoff: the rest is waited out. How
+        the job ended if it was stopped meanwhile."""
+        if (due := self._record.restart_due) is None:
+            return None
+        await self._sleep_unless_stopped(due - time.time())
+        if (stopped := self._stopped_meanwhile()) is not None:
+            await self._terminate(stopped)
+        return stopped
 
     async def _end_after_driver(
         self,
@@ -669,6 +692,7 @@ class JobSupervisor:
         # found unrestorable.
         await self._checks_done()
         self._record.attempt += 1
+        self._record.restart_due = None  # its backoff is over
         self._record.restored_from = None  # its agent reports the new attempt's
         candidates = self._restore_candidates()
         # Persisted before the driver exists: a restarted runtime knows which attempt's
@@ -1249,6 +1273,8 @@ class JobSupervisor:
     ) -> None:
         """End the job; its notice says how (`ended`, else the record's message)."""
         await self._stop_checks()  # no restore follows
+        # Run again (resumed, re-run), the job counts its restarts afresh.
+        self._record.restarts, self._record.restart_due = 0, None
         await self._interpreter.end(outcome)
         if collect_garbage:
             await self.collect_leftovers()

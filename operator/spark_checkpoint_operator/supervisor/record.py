@@ -30,6 +30,10 @@ class JobRecord:
     discards_due: list[DiscardDue] = field(default_factory=list)
     last_batch: int | None = None
     consecutive_failures: int = 0
+    # Driver restarts in a row, and when the one waiting out its backoff is due (epoch
+    # seconds): an operator restart neither forgets them nor cuts the backoff short.
+    restarts: int = 0
+    restart_due: float | None = None
     # Periodic checkpoints skipped since the last one triggered (see PersistedStatus); a
     # restart starts afresh, as with the failure streak.
     checkpoints_skipped: dict[str, Any] | None = None
@@ -50,6 +54,8 @@ class JobRecord:
             message=self.message,
             last_committed_batch=self.last_batch,
             consecutive_failures=self.consecutive_failures,
+            restarts=self.restarts,
+            restart_due=self.restart_due,
             checkpoints_skipped=self.checkpoints_skipped,
             next_checkpoint_id=(
                 self.coordinator.next_checkpoint_id
@@ -84,5 +90,7 @@ class JobRecord:
             message=status.message,
             discards_due=list(status.discards_due),
             last_batch=status.last_committed_batch,
+            restarts=status.restarts,
+            restart_due=status.restart_due,
             coordinator=status.coordinator,
         )
