@@ -961,6 +961,25 @@ def test_an_upgrade_asked_while_the_agent_does_not_answer_for_a_moment_takes_a_s
     assert not [e for e in cluster.events("orders") if "not running" in e["message"]]
 
 
+def test_a_suspension_waits_for_an_adopted_silent_driver_no_longer_than_its_heartbeat(
+    cluster: LocalCluster,
+) -> None:
+    """An adopted driver whose agent never answers (hung, unreachable from the restarted
+    operator): the suspension waited for it for ever (a reviewer's)."""
+    cluster.apply(job(restartPolicy={"type": "OnFailure", "heartbeatTimeout": "3s"}))
+    completed(cluster, "orders", 1)
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+
+    with operator_stopped(cluster):
+        agent.cut_off = True
+        cluster.patch_spec("orders", {"state": "Suspended"})
+
+    in_phase(cluster, "orders", "Suspended")
+    cluster.wait_for_event("orders", "Stopping", "waiting up to 3s for the driver's agent")
+    cluster.wait_for_event("orders", "Stopping", "did not answer in 3s")
+
+
 def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalCluster) -> None:
     """Flink's restartNonce: the one way to restart a job's driver from Git without changing
     what it runs (a GitOps user bumped a driver annotation instead)."""

@@ -160,6 +160,10 @@ class JobController:
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
         self._written_generation: int | None = None  # the observedGeneration stored last
         self._finishing_told: set[str] = set()  # stops said to need no savepoint (a run's)
+        # Since when a change has waited for a driver whose query may run to answer
+        # (monotonic; None while none waits), and the one wake-up that looks again.
+        self._waiting_since: float | None = None
+        self._recheck: asyncio.TimerHandle | None = None
         self._ended = asyncio.Event()  # `run` or `delete` returned or failed
         # Whether the job had ended when its status was read (by another operator process,
         # or one killed before its end's cleanup was done).
@@ -620,6 +624,7 @@ class JobController:
         elif objects.deployment_hash(self._spec) != self._deployed:
             stop_reason = UPGRADE
         else:
+            self._waiting_since = None
             self._withdraw_stops(supervisor, requested)
             return
         if supervisor.stopping:
@@ -635,18 +640,16 @@ class JobController:
                 )
             supervisor.end_suspended()
             return
-        if self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING):
-            if supervisor.driver_may_run_query:
-                # Its agent did not answer for a moment, or the driver was adopted by this
-                # operator: the savepoint is asked for once it answers (Running again), or
-                # the driver is stopped without one once it is known not to run its query.
-                asyncio.get_running_loop().call_later(SPEC_RECHECK_SECONDS, self._changed.set)
+        not_running = self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING)
+        if not_running and manifest.spec.shutdown.final_savepoint:
+            if self._awaiting_driver(supervisor, stop_reason):
                 return
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
             # stop now; the newest image is what it resumes from.
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
             supervisor.suspend_now()
             return
+        self._waiting_since = None
         if not manifest.spec.shutdown.final_savepoint:
             # An upgrade too (Flink's last-state upgrade mode): a job whose savepoints fail
             # can still be upgraded in one change.
@@ -674,6 +677,40 @@ class JobController:
                 TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason)
             )
             asyncio.get_running_loop().call_later(retry_after, self._changed.set)
+
+    def _awaiting_driver(self, supervisor: JobSupervisor, stop_reason: str) -> bool:
+        """Whether the change waits for the driver's agent to answer: its query ran and
+        its agent did not answer for a moment, or an operator restart adopted the driver.
+        Its savepoint is asked for once it answers (Running again); the driver is stopped
+        without one once it is known not to run its query, or after the heartbeat timeout
+        (a hung driver, an agent this operator cannot reach)."""
+        if not supervisor.driver_may_run_query:
+            self._waiting_since = None
+            return False
+        now, bound = time.monotonic(), supervisor.heartbeat_timeout
+        if self._waiting_since is None:
+            self._waiting_since = now
+            self._post_event(
+                "Normal",
+                "Stopping",
+                f"{stop_reason}: waiting up to {bound:.0f}s for the driver's agent to answer, "
+                "then a savepoint",
+            )
+        elif now - self._waiting_since >= bound:
+            self._waiting_since = None
+            self._post_event(
+                "Warning",
+                "Stopping",
+                f"{stop_reason}: the driver's agent did not answer in {bound:.0f}s; stopping "
+                "the driver without a savepoint (it resumes from the newest image)",
+            )
+            return False
+        if self._recheck is not None:
+            self._recheck.cancel()
+        self._recheck = asyncio.get_running_loop().call_later(
+            SPEC_RECHECK_SECONDS, self._changed.set
+        )
+        return True
 
     def _withdraw_stops(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
         """A suspension or an upgrade taken back: the savepoint that would stop the driver

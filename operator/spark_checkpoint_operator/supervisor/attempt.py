@@ -99,9 +99,10 @@ class Attempt:
     slow_start_told: bool = False
     # A driver from before this runtime restarted (`adopted`).
     adopted_driver: bool = False
-    # Its agent reported its query's state in this runtime, and once one that runs its tasks.
+    # Its agent reported its query's state in this runtime, and whether the last one it
+    # reported runs its tasks.
     query_reported: bool = False
-    query_ran: bool = False
+    query_running: bool = False
 
     @classmethod
     def launched(cls, driver: DriverHandle, candidates: list[str]) -> "Attempt":
@@ -125,13 +126,13 @@ class Attempt:
     @property
     def may_run_query(self) -> bool:
         """Its driver runs, and so may its query, though the job is not Running now: the
-        query ran and its agent has not answered for a moment, or the driver was adopted
-        and its agent has not told this runtime its query's state yet (it ran, or it
-        restores)."""
-        if self.leaving or self.driver.exit_code() is not None:
+        query ran when its agent last answered, or the driver was adopted and its agent has
+        not told this runtime its query's state yet (it runs, or it restores). Not once the
+        driver is being stopped here (`fail`)."""
+        if self.leaving or self.failing is not None or self.driver.exit_code() is not None:
             return False
         unknown = self.adopted_driver and not self.query_reported and self.driver.started()
-        return self.query_ran or unknown
+        return self.query_running or unknown
 
     @property
     def leaving(self) -> bool:
@@ -242,7 +243,7 @@ class Attempt:
     def reported_query(self, state: QueryState) -> None:
         """Its agent reported its query in `state` (restoring and starting, running...)."""
         self.query_reported = True
-        self.query_ran = self.query_ran or state.runs_tasks
+        self.query_running = state.runs_tasks
         if state is not QueryState.STARTING:
             self.starting_since = None
         elif self.starting_since is None:
