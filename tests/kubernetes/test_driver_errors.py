@@ -18,6 +18,7 @@ from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import KubernetesDriver, PodRegistry
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.supervisor.driver_errors import same_error
 
 pytestmark = pytest.mark.timeout(240)
 TESTS = Path(__file__).resolve().parents[1]
@@ -216,12 +217,12 @@ def test_a_driver_pod_killed_by_a_signal_has_no_log_line_for_an_error(tmp_path: 
 
 
 def _ended_driver(
-    tmp_path: Path, state: dict[str, Any]
+    tmp_path: Path, state: dict[str, Any], name: str = "orders-driver-1"
 ) -> tuple[KubernetesDriver, PodRegistry, dict[str, Any]]:
     manifest = manifest_from_document(_job(tmp_path, ""))
     pod = {
         "metadata": {
-            "name": "orders-driver-1",
+            "name": name,
             "namespace": NAMESPACE,
             "labels": objects.job_labels(manifest, objects.DRIVER),
         },
@@ -236,7 +237,7 @@ def _ended_driver(
     driver = KubernetesDriver(
         clients,
         manifest,
-        name="orders-driver-1",
+        name=name,
         token="t",
         executors=0,
         deployed_hash="",
@@ -268,8 +269,18 @@ def test_an_evicted_driver_pod_says_why_the_node_ended_it(tmp_path: Path) -> Non
 
     assert driver.exit_code() == 137
     assert driver.error_lines() == [
-        "Evicted: The node was low on resource: memory. Threshold quantity: 100Mi,"
+        "Evicted: The node was low on resource: memory. Threshold quantity: 100Mi, "
+        "(pod orders-driver-1)"
     ]
+    # Evicted alike twice before its first batch, a driver is retried (a reviewer's): it is
+    # not the pipeline's error that two failures alike are taken for.
+    other, other_pods, other_pod = _ended_driver(
+        tmp_path, {"exitCode": 137, "reason": "Error"}, name="orders-driver-2"
+    )
+    other_pod["status"].update(reason=pod["status"]["reason"], message=pod["status"]["message"])
+    other_pods.observe("MODIFIED", other_pod)
+    assert other.exit_code() == 137
+    assert not same_error(driver.error_lines(), other.error_lines())
 
 
 def test_a_driver_pod_deleted_after_it_was_seen_ended_keeps_its_exit_and_error(

@@ -404,8 +404,11 @@ class KubernetesDriver:
         ended = self._ended or {}
         if ended.get("reason") == "OOMKilled":
             return [OOM_KILLED]
-        if self._ended_by_node:  # what the driver logged as it was killed says less
-            return [self._ended_by_node]
+        if self._ended_by_node:
+            # What the driver logged as it was killed says less. Named by its pod: two
+            # evictions of a starting driver are no error of the pipeline's to fail for
+            # (`same_error`), as two failures alike before the first batch are.
+            return [f"{self._ended_by_node} (pod {self.name})"]
         killed = int(ended.get("exitCode", 0)) - SIGNAL_EXIT_BASE in KILLING_SIGNALS
         return driver_error(str(ended.get("message") or ""), killed=killed)
 
