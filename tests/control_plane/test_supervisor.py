@@ -2423,3 +2423,30 @@ def test_a_restarted_runtime_goes_on_with_the_restart_count_and_its_backoff() ->
     )
     # Ended, the job counts afresh when it runs again.
     assert (supervisor.record.restarts, supervisor.record.restart_due) == (0, None)
+
+
+def test_without_periodic_checkpoints_committed_batches_start_the_restarts_over() -> None:
+    """Progress was a completed checkpoint only: a job without periodic checkpoints counted
+    every crash in its life as one more restart in a row, and failed after maxRetries of
+    them, weeks apart (a reviewer's)."""
+
+    async def scenario() -> tuple[TerminalOutcome, FakeLauncher]:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1, interval=None, idle_poll_interval=0.05)
+        run = asyncio.create_task(supervisor.run())
+        for attempt in (1, 2):
+            await until(lambda n=attempt: len(launcher.drivers) == n)
+            agent = launcher.drivers[-1].agent
+            agent.long_polls = False  # a batch alone changes no status version
+            await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+            agent.batch = (agent.batch or 0) + 5  # its query commits batches
+            await until(lambda b=agent.batch: supervisor.record.last_batch == b)
+            launcher.drivers[-1].code = DriverExit.FAILED
+        await until(lambda: len(launcher.drivers) == 3)
+        assert supervisor.record.restarts == 1
+        launcher.drivers[2].code = DriverExit.FINISHED
+        return await asyncio.wait_for(run, 10), launcher
+
+    outcome, launcher = asyncio.run(scenario())
+    assert outcome is TerminalOutcome.FINISHED
+    assert not launcher.drivers[0].agent.completed, "no checkpoint told the progress"

@@ -358,10 +358,8 @@ class JobSupervisor:
             # How the job ended, without the error the last DriverFailed tells.
             ended = self._record.message
             if outcome is None:
-                # An attempt that completed a checkpoint made progress: backoff starts over;
-                # not when it was failed for failing checkpoints.
-                progressed = bool(attempt.completed) and attempt.failing is None
-                retries = 1 if progressed else retries + 1
+                # Progress starts the backoff over.
+                retries = 1 if self._made_progress(attempt) else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
                 if not unlimited and early and repeating and same_error(error, repeating):
                     # The same error again before any batch (a misspelled column, a missing
@@ -390,6 +388,22 @@ class JobSupervisor:
             told = outcome is TerminalOutcome.FAILED and failed_on_its_own
             await self._end_after_driver(outcome, exit_code, error, ended, told=told)
             return outcome
+
+    async def _saw_batch(self, attempt: Attempt, batch: int | None) -> None:
+        attempt.saw_batch(batch)
+        if self._record.restarts and self._config.interval is None and attempt.batches_advanced:
+            # No checkpoint tells progress: its batches do (see `_made_progress`).
+            self._record.restarts = 0
+            await self._interpreter.persist()
+
+    def _made_progress(self, attempt: Attempt) -> bool:
+        """Whether the attempt made progress, so that its failure starts the restarts in a
+        row over: it completed a checkpoint, or without periodic checkpoints its query
+        committed batches; not when it was failed for failing checkpoints."""
+        if attempt.failing is not None:
+            return False
+        periodic = self._config.interval is not None
+        return bool(attempt.completed) or (not periodic and attempt.batches_advanced)
 
     async def _back_off(
         self, attempt: Attempt, exit_code: int, retries: int, error: list[str]
@@ -1000,7 +1014,7 @@ class JobSupervisor:
         else:
             await self._slow_start_over()
             batch = status.query.last_committed_batch
-            attempt.saw_batch(batch)
+            await self._saw_batch(attempt, batch)
             if batch is not None:  # a restoring query has none yet: the last one stands
                 self._record.last_batch = batch
             if status.restored_from != self._record.restored_from:
