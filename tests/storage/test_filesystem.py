@@ -782,3 +782,26 @@ def test_a_tree_thousands_of_directories_deep_is_listed_and_deleted(
         assert list(confined.iterdir()) == []
     finally:  # pytest's own clean-up of tmp_path recurses too
         subprocess.run(["rm", "-rf", str(confined)], check=True)
+
+
+def test_a_delete_that_fails_on_the_directory_itself_names_it_once(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It named `<dir>/<name>` for the directory itself (a reviewer's)."""
+    confined = tmp_path / "job"
+    (confined / "chk-1" / "state").mkdir(parents=True)
+    storage = fs.confined(str(confined))
+    rmdir = os.rmdir
+
+    def busy(name: str, *, dir_fd: int | None = None) -> None:
+        if name == "chk-1":
+            raise OSError(errno.EBUSY, os.strerror(errno.EBUSY), name)
+        rmdir(name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "rmdir", busy)
+
+    with pytest.raises(OSError) as failed:
+        storage.delete_tree(str(confined / "chk-1"))
+
+    assert f"'{confined}/chk-1'" in str(failed.value), failed.value
+    assert "chk-1/chk-1" not in str(failed.value)

@@ -650,14 +650,16 @@ def _remove_tree(parent: int, name: str, path: str) -> None:
             opened = _open_to_empty(parent, name)
             if opened is None:
                 return
-            levels.append((opened, name, _entries(opened)))
+            levels.append((opened, name, []))  # before it is listed: closed if that fails
+            levels[-1][2].extend(_entries(opened))
             while levels:
                 directory, own_name, entries = levels[-1]
                 if entries:
                     current = entries.pop()
                     with contextlib.suppress(FileNotFoundError):  # removed meanwhile
                         if (child := _open_to_empty(directory, current)) is not None:
-                            levels.append((child, current, _entries(child)))
+                            levels.append((child, current, []))
+                            levels[-1][2].extend(_entries(child))
                     continue
                 levels.pop()
                 os.close(directory)
@@ -667,6 +669,8 @@ def _remove_tree(parent: int, name: str, path: str) -> None:
             for directory, _, _ in levels:
                 os.close(directory)
     except OSError as error:
+        if not levels and current == name:  # `name` itself: `path`
+            raise _named(error, current, path) from None
         below = "/".join(level[1] for level in levels[1:])
         raise _named(error, current, "/".join(filter(None, (path, below, current)))) from None
 
