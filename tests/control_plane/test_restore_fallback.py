@@ -543,6 +543,8 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
         supervisor.restore_from(f"checkpoint:{older}", stored_as=(CheckpointKind.CHECKPOINT, older))
         # What `run --from` says it restores instead of.
         assert supervisor.passed_over == (f"checkpoint:{newer}",)
+        # Stopped before its driver restored the older one, the next run takes the newer.
+        assert supervisor.resumes_from == f"checkpoint:{newer}"
         run = asyncio.create_task(supervisor.run())
         await _next_driver(launcher, 0)
         await until(lambda: supervisor.record.restored_from is not None)

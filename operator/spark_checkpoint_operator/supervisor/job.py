@@ -578,9 +578,11 @@ class JobSupervisor:
 
     @property
     def resumes_from(self) -> str | None:
-        """The image a driver started next restores from (None: none is left to)."""
+        """The image the job's next run restores from unless it names one (None: none is
+        left to): not `restore_from`'s, whose newer images are left behind only once the
+        driver restored it (`_mark_left_behind`)."""
         failed = {entry.source for entry in self._record.unrestorable}
-        return next((image for image in self._images() if image not in failed), None)
+        return next((image for image in self._unchosen_images() if image not in failed), None)
 
     @property
     def driver_may_run_query(self) -> bool:
@@ -742,6 +744,11 @@ class JobSupervisor:
         completed = self._interpreter.coordinator.persisted_state.completed_count
         if self._chosen_image is not None and self._chosen_image[1] == completed:
             return [self._chosen_image[0]]
+        return self._unchosen_images()
+
+    def _unchosen_images(self) -> list[str]:
+        """What the job restores from unless an image is named: its registered images,
+        else the initial savepoint."""
         images = self._registered_images()
         if not images and self._initial_savepoint:
             images = [RestoreCandidate.external(self._initial_savepoint).encode()]
