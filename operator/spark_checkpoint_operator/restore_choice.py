@@ -130,9 +130,13 @@ def _snapshot_uri(choice: str) -> str:
     made absolute as written (``..`` taken away, but no link followed: a link in the job's
     storage is refused when read, naming it); another store's URI keeps no ``.`` or ``..``
     (its keys are names: no image is there)."""
-    if choice.startswith("file:"):
-        # fsspec: `file://x` is x in the working directory, `file:///x` and `file:/x` are /x.
-        choice = choice.removeprefix("file:").removeprefix("//")
+    if choice[:5].lower() == "file:":
+        # fsspec: `file://x` is x in the working directory, `file:///x` and `file:/x` are /x,
+        # and so is `file://localhost/x` (RFC 8089).
+        rest = choice[5:]
+        local_host = "//localhost/"
+        choice = rest[len(local_host) - 1 :] if rest.startswith(local_host) else rest
+        choice = choice.removeprefix("//")
     if "://" not in choice:
         return metadata_location(local_uri(os.path.abspath(choice)))
     if {".", ".."} & set(choice.split("://", 1)[1].split("/")):

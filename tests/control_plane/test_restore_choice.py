@@ -237,6 +237,8 @@ def _savepoint(storage: CheckpointStorage, savepoint_id: int) -> None:
     "spelling",
     [
         "file:{root}/default/orders/savepoints/sp-7",  # Hadoop's, as Spark prints paths
+        "file://localhost{root}/default/orders/savepoints/sp-7",
+        "FILE://{root}/default/orders/savepoints/sp-7",
         "file://{root}/default/orders/savepoints/../savepoints/sp-7/",
         "{root}/default/orders/savepoints/./sp-7/_metadata",
     ],
