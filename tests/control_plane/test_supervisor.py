@@ -2399,7 +2399,7 @@ def test_a_restarted_runtime_goes_on_with_the_restart_count_and_its_backoff() ->
     """They lived in the runtime's memory: an operator restarted between two failures
     restarted the driver at once and counted from 0 again, so maxRetries never failed a job
     whose operator restarted too (a Flink operator user's)."""
-    due = time.time() + 0.5
+    due = time.time() + 0.04  # within the helper's maxBackoff, 0.05 s (a wait is cut to it)
     # The runtime before: attempt 1 failed, restart 1 waits out its backoff.
     record = JobRecord(phase=JobPhase.RESTARTING, attempt=1, restarts=1, restart_due=due)
     launched: list[float] = []
@@ -2411,13 +2411,14 @@ def test_a_restarted_runtime_goes_on_with_the_restart_count_and_its_backoff() ->
             driver.code = DriverExit.FAILED  # before any checkpoint
             return driver
 
-    async def scenario() -> JobSupervisor:
-        supervisor, _ = _supervisor(Launcher(), max_retries=1, record=record)
+    async def scenario() -> tuple[JobSupervisor, list[str]]:
+        supervisor, lines = _supervisor(Launcher(), max_retries=1, record=record)
         assert await asyncio.wait_for(supervisor.run(), 10) is TerminalOutcome.FAILED
-        return supervisor
+        return supervisor, lines
 
-    supervisor = asyncio.run(scenario())
+    supervisor, lines = asyncio.run(scenario())
     assert len(launched) == 1 and launched[0] >= due, "restart 1 came when it was due"
+    assert lines[0] == "restart 1 is due in 0s: waiting out its backoff", lines
     assert "driver failed 2 times in a row; restartPolicy.maxRetries=1 exhausted" in (
         supervisor.record.message
     )

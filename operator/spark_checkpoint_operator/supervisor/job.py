@@ -433,7 +433,15 @@ class JobSupervisor:
         the job ended if it was stopped meanwhile."""
         if (due := self._record.restart_due) is None:
             return None
-        await self._sleep_unless_stopped(due - time.time())
+        # No longer than the backoff allows now (maxBackoff may have been lowered since).
+        left = min(due - time.time(), self._restart_policy.max_backoff)
+        if left > 0:
+            self._notify(
+                "RestartBackoff",
+                Level.NOTE,
+                f"restart {self._record.restarts} is due in {left:.0f}s: waiting out its backoff",
+            )
+        await self._sleep_unless_stopped(left)
         if (stopped := self._stopped_meanwhile()) is not None:
             await self._terminate(stopped)
         return stopped
