@@ -496,7 +496,8 @@ class TransactionalFileSink:
         objects of batches without a commit record (attempts killed while writing) are
         deleted, and so is what writes killed midway left unlisted (temporaries, unfinished
         uploads). Committed batches are never touched. Idempotent. A damaged record
-        refuses the start (StartRefused naming the file) before anything changes.
+        refuses the start (StartRefused naming the file): a staged one before anything
+        changes, a commit record where it is met.
         """
         if restored_batch is not None:
             _require_batch_id(restored_batch, "restored_batch")
@@ -862,7 +863,8 @@ def _refusing_a_damaged_record() -> Iterator[None]:
         yield
     except DamagedRecord as error:
         raise StartRefused(
-            f"{error}; put the record back as it was written (from a backup or another copy), "
+            f"{error}; put the record back as it was written (from a backup or another copy; "
+            "one of another format: run the version that wrote it), "
             "or, if the batch may be dropped, move the file away (a staged batch after the "
             "restored checkpoint is re-run; any other batch's output is lost)"
         ) from None
