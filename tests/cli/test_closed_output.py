@@ -64,6 +64,8 @@ def test_without_a_fallback_nothing_is_shown_and_nothing_raises(closed: ClosedPi
 
 
 class Supervisor:
+    resumes_from = "checkpoint:3"
+
     def __init__(self, phase: JobPhase = JobPhase.RUNNING) -> None:
         self.calls: list[str] = []
         self.labels: list[str] = []
@@ -152,8 +154,7 @@ def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> N
     assert lines == [
         "terminated (SIGTERM): taking a savepoint, then stopping (SIGTERM again to cancel)",
         "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
-        "running); stopping the driver without one (the next run resumes from the newest "
-        "checkpoint or savepoint)",
+        "running); stopping the driver without one (the next run resumes from checkpoint:3)",
         "interrupted: the driver is already stopping without a savepoint",
     ]
 
