@@ -1002,6 +1002,26 @@ def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalC
     assert restarted["lastSavepoint"]["label"] == "upgrade"
 
 
+def test_a_deletion_while_the_agent_does_not_answer_for_a_moment_takes_its_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    """One status request its agent did not answer made the job Deploying, and the deletion
+    cancelled it without its final savepoint (as an upgrade stopped it, a reviewer's)."""
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+    agent.cut_off = True
+    in_phase(cluster, "orders", "Deploying")
+
+    cluster.delete("orders")
+    time.sleep(1.5)
+    agent.cut_off = False
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    cluster.wait_for_event("orders", "SavepointCompleted")
+
+
 def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCluster) -> None:
     cluster.apply(job(shutdown={"finalSavepoint": True}))
     completed(cluster, "orders", 1)

@@ -794,6 +794,8 @@ class JobController:
                     "FinalSavepointTimedOut",
                     f"the adopted driver did not answer in {grace:.0f}s: no final savepoint",
                 )
+        elif shutdown.final_savepoint:
+            await self._until_driver_answers(shutdown.supervisor, running)
         shutdown.request()
         done, _ = await asyncio.wait({running}, timeout=grace)
         if not done:
@@ -802,6 +804,21 @@ class JobController:
             )
             shutdown.supervisor.cancel()
         await running
+
+    async def _until_driver_answers(
+        self, supervisor: JobSupervisor, running: "asyncio.Task[TerminalOutcome]"
+    ) -> None:
+        """A final savepoint waits, as a change's does (`_awaiting_driver`), while the job
+        is Deploying but its driver's query may run (its agent did not answer for a moment),
+        up to the heartbeat timeout: asked then, it was declined and the job cancelled."""
+        deadline = time.monotonic() + supervisor.heartbeat_timeout
+        while (
+            self._record.phase is JobPhase.DEPLOYING
+            and supervisor.driver_may_run_query
+            and time.monotonic() < deadline
+            and not running.done()
+        ):
+            await asyncio.sleep(SPEC_RECHECK_SECONDS)
 
     async def _retire(self) -> None:
         """Deleted with no supervisor running: a job that has not ended (suspended, or
