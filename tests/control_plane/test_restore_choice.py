@@ -183,37 +183,6 @@ def test_an_unregistered_savepoint_this_process_cannot_read_gets_no_verdict(
     )
 
 
-def test_an_unregistered_savepoint_in_storage_is_named_by_the_path_that_restores_it(
-    tmp_path: Path,
-) -> None:
-    """Another registry's savepoint, kept when the storage was handed over (a newcomer's)."""
-    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
-    kept = CheckpointMetadata(
-        namespace="default",
-        job="orders",
-        checkpoint_id=7,
-        kind=CheckpointKind.SAVEPOINT,
-        batch_id=3,
-        query_id="5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11",
-        trigger_time=datetime(2026, 12, 4, 10, 0, 0, tzinfo=UTC),
-        completion_time=datetime(2026, 12, 4, 10, 0, 1, tzinfo=UTC),
-        acknowledgements=(),
-        files=(),
-        total_bytes=0,
-        properties={},
-    )
-    storage.write_metadata(kept)
-
-    with pytest.raises(UnknownImage) as refused:
-        chosen_image("savepoint:7", PersistedState(), storage)
-
-    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
-    assert str(refused.value) == (
-        "savepoint:7 is not a registered savepoint of the job (savepoints: none); the one in "
-        f"the job's storage is not this registry's: to restore it, name its path: --from {metadata}"
-    )
-
-
 def _savepoint(storage: CheckpointStorage, savepoint_id: int) -> None:
     storage.write_metadata(
         CheckpointMetadata(
@@ -230,6 +199,23 @@ def _savepoint(storage: CheckpointStorage, savepoint_id: int) -> None:
             total_bytes=0,
             properties={},
         )
+    )
+
+
+def test_an_unregistered_savepoint_in_storage_is_named_by_the_path_that_restores_it(
+    tmp_path: Path,
+) -> None:
+    """Another registry's savepoint, kept when the storage was handed over (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path), "default", "orders"))
+    _savepoint(storage, 7)
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image("savepoint:7", PersistedState(), storage)
+
+    metadata = tmp_path / "default" / "orders" / "savepoints" / "sp-7" / "_metadata"
+    assert str(refused.value) == (
+        "savepoint:7 is not a registered savepoint of the job (savepoints: none); the one in "
+        f"the job's storage is not this registry's: to restore it, name its path: --from {metadata}"
     )
 
 
