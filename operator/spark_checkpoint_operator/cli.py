@@ -104,7 +104,7 @@ def _main(argv: Sequence[str] | None) -> int:
                 "answer within a minute (it goes on; `status` says when it answers)",
                 ExitCode.USAGE: "the manifest cannot be read, is invalid or cannot run here "
                 "(spec.state Suspended, the namespace named storage), or an option is invalid (a "
-                "malformed --from savepoint:N, an empty --state-dir)",
+                "malformed --from savepoint:N, an empty --state-dir or one that is a file)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`)",
                 ExitCode.CLOSED_PIPE: "not used: output closed (`| head`) stops the job as "
                 "Ctrl-C does, and the run exits as the job ended (its lines go on to standard "

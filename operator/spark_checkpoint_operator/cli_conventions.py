@@ -192,10 +192,14 @@ def whole_number(minimum: int) -> Callable[[str], int]:
 
 def directory(text: str) -> Path:
     """argparse's type for a directory: an empty one is refused (it read as the current
-    directory, where another run's state may be)."""
+    directory, where another run's state may be), and so is a path that exists and is no
+    directory (a file: every command failed on it later, as an I/O error)."""
     if not text:
         raise argparse.ArgumentTypeError("'' names no directory ('.' names this one)")
-    return Path(text)
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    return path
 
 
 def port_number(text: str) -> int:

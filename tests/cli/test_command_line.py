@@ -404,6 +404,18 @@ def test_an_empty_state_directory_is_a_usage_error(cli: Cli) -> None:
         )
 
 
+def test_a_state_directory_that_is_a_file_is_a_usage_error(cli: Cli, tmp_path: Path) -> None:
+    """A file as --state-dir was an I/O error (exit 1) later, from each command."""
+    (tmp_path / "state").write_text("")
+    for command in ("run", "list", "status"):
+        result = cli(command, "-f", "job.yaml", "--state-dir", str(tmp_path / "state"))
+        assert (result.code, result.err) == (
+            ExitCode.USAGE,
+            f"spark-checkpoint {command}: argument --state-dir: "
+            f"'{tmp_path / 'state'}' is not a directory (see spark-checkpoint {command} --help)\n",
+        )
+
+
 class _InterruptedImport(importlib.abc.MetaPathFinder):
     """A Ctrl-C that comes while Python imports the command line."""
 
