@@ -329,6 +329,19 @@ def test_each_acknowledgement_field_is_checked_naming_it(
     assert raised.value.field == field
 
 
+def test_a_fractional_number_is_quoted_as_written(metadata: CheckpointMetadata) -> None:
+    """It read `Decimal('1.5') is not of type 'integer'` (a newcomer's report)."""
+    document = document_of(metadata)
+    document["acknowledgements"][0]["bytes"] = 1.5
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
+
+    assert str(raised.value) == (
+        f"{SOURCE}: acknowledgements[0].bytes: 1.5 is not of type 'integer'"
+    )
+
+
 def test_a_document_that_is_not_an_object_is_invalid() -> None:
     with pytest.raises(InvalidMetadataError) as raised:
         CheckpointMetadata.from_bytes(b"[1, 2]", SOURCE)

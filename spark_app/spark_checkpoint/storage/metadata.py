@@ -554,7 +554,7 @@ def _parse_document(data: bytes, source: str) -> Any:
         # JSON Schema counts 1.0 as an integer, but no `_metadata` writer produces one: as
         # Decimals, fractional numbers fail the schema's integer checks.
         # As UTF-8, the format's encoding: json.loads would take UTF-16 and UTF-32 too.
-        document = json.loads(data.decode("utf-8"), parse_float=Decimal)
+        document = json.loads(data.decode("utf-8"), parse_float=_Fraction)
     except RecursionError:
         raise TruncatedMetadataError(source, "not parseable as JSON (nested too deeply)") from None
     except ValueError as error:  # not UTF-8, not JSON, an integer of over 4300 digits
@@ -570,6 +570,14 @@ def _parse_document(data: bytes, source: str) -> Any:
                 source, "$", f"holds a lone UTF-16 surrogate ({lone}), which is no text"
             ) from None
     return document
+
+
+class _Fraction(Decimal):
+    """A fractional JSON number, shown as written in a schema error (`1.5 is not of type
+    'integer'`, not `Decimal('1.5') ...`)."""
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _gunzip(data: bytes, source: str) -> bytes:
