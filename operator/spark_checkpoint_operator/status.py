@@ -297,7 +297,7 @@ class StatusFile:
     path: Path
     name: str
     namespace: str
-    status: Mapping[str, Any] | None
+    status: object  # as the file holds it (a Mapping when valid): checked by _status
     driver_pid: int | None
 
     def write(self) -> None:
@@ -346,19 +346,15 @@ class StatusFile:
         )
 
     def persisted_status(self) -> PersistedStatus:
-        if not isinstance(self.status, Mapping):
-            raise StatusFileError(f"{self.path}: status: missing")
         try:
-            return PersistedStatus.from_dict(self.status)
+            return PersistedStatus.from_dict(self._status())
         except InvalidStatus as error:
             raise StatusFileError(f"{self.path}: status.{error}") from None
 
     def registered_snapshots(self) -> RegisteredSnapshots:
         """Only the registry's ids and the unrestorable images: a status file of another
         version still says which snapshots are registered."""
-        status: Any = self.status
-        if not isinstance(status, Mapping):
-            raise StatusFileError(f"{self.path}: status: missing")
+        status = self._status()
         if "coordinator" not in status:
             raise StatusFileError(f"{self.path}: status.coordinator: missing")
         coordinator = status["coordinator"]
@@ -372,6 +368,14 @@ class StatusFile:
                 if isinstance(entry, Mapping) and isinstance(entry.get("source"), str)
             },
         )
+
+    def _status(self) -> Mapping[str, Any]:
+        if self.status is None:
+            raise StatusFileError(f"{self.path}: status: missing")
+        if not isinstance(self.status, Mapping):
+            kind = type(self.status).__name__
+            raise StatusFileError(f"{self.path}: status: expected an object, got a {kind}")
+        return self.status
 
     def _ids(self, coordinator: Any, key: str) -> Iterator[int]:
         prefix = f"status.coordinator.{key}"

@@ -16,6 +16,7 @@ import pytest
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointKind
 from spark_checkpoint.storage.filesystem import StorageFileSystem
+from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.local_state import RegistryRecord, local_job_paths
 
 if TYPE_CHECKING:
@@ -231,6 +232,25 @@ def test_a_damaged_status_file_is_ignored_with_a_warning(job: Job, cli: Cli) -> 
         "status.coordinator.checkpoints[0].id: expected a non-negative integer, got '2'"
     ) in result.err
     assert rows(result.out)[("checkpoint", "2")][6] == "-"
+
+
+def test_a_registry_that_run_refuses_is_listed_with_a_warning(job: Job, cli: Cli) -> None:
+    """`list` reads only the registry's ids, so it listed from a status file `run` refuses
+    without a word of it (a newcomer's)."""
+    job.write_registry(checkpoints=[1, 2], savepoints=[3])
+    document = json.loads(job.status_file.read_text())
+    document["status"]["phase"] = "Exploded"
+    job.status_file.write_text(json.dumps(document))
+
+    result = cli("list", *job.flags)
+
+    assert result.code == 0
+    phases = ", ".join(JobPhase)
+    assert result.err == (
+        f"warning: `spark-checkpoint run` refuses this status file: "
+        f"{job.status_file.resolve()}: status.phase: expected one of {phases}, got 'Exploded'\n"
+    )
+    assert [row[6] for row in rows(result.out).values()] == ["registered"] * 3
 
 
 def test_the_namespace_is_kubernetes_default_unless_given(job: Job, cli: Cli) -> None:

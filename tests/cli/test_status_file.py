@@ -31,7 +31,7 @@ Cli = Callable[..., "Result"]
         (b'{"status": ' + b"9" * 5000 + b"}", "not JSON: Exceeds the limit"),
         (b"[]", "not an object"),
         (b'{"metadata": ["x"], "driver": [7]}', "status: missing"),
-        (b'{"status": []}', "status: missing"),
+        (b'{"status": []}', "status: expected an object, got a list"),
         (b'{"status": {}}', "status.coordinator: missing"),
         (b'{"status": {"coordinator": []}}', "status.coordinator: not an object"),
         (

@@ -796,7 +796,7 @@ def test_an_unreadable_status_file_refuses_the_run_in_one_line(
             "status.restoredFrom: field 'restoredFrom.batchId' is missing",
         ),
         ('{"status": {"restoredFrom": "checkpoint:3"}}', "status.restoredFrom: restoredFrom must"),
-        ('{"status": []}', "status: missing"),
+        ('{"status": []}', "status: expected an object, got a list"),
         ("{", "not JSON"),
     ]:
         status_file.write_text(content)

@@ -176,6 +176,7 @@ def test_the_status_round_trips_through_each_of_its_users(
             savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
             unrestorable={e.source: e.reason for e in record.unrestorable},
         )
+        assert registry.refused_by_run is None
 
 
 def test_a_missing_status_file_is_a_new_job() -> None:

@@ -1,6 +1,7 @@
 """A job's checkpoint storage and its registry, as the command line names them."""
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -146,6 +147,7 @@ class Registry:
 
     source: Path
     registered: RegisteredSnapshots
+    refused_by_run: str | None = None  # why `run` refuses the status file, if it does
 
     def ids(self, kind: CheckpointKind) -> frozenset[int]:
         return self.registered.of(kind)
@@ -160,18 +162,32 @@ class Registry:
 
 
 def load_registry(status_file: Path) -> Registry | None:
-    """The registry in ``status_file``; None if there is no such file. Raises
+    """The registry in ``status_file``, read leniently (a status file of another version
+    still says which snapshots are registered); None if there is no such file. Raises
     StatusFileError naming the file and the field."""
     found = StatusFile.read(status_file)
-    return None if found is None else Registry(status_file, found.registered_snapshots())
+    if found is None:
+        return None
+    registry = Registry(status_file, found.registered_snapshots())
+    try:
+        found.persisted_status()
+    except StatusFileError as error:
+        return dataclasses.replace(registry, refused_by_run=str(error))
+    return registry
 
 
 def registry_or_warn(job: JobStorage, err: TextIO) -> Registry | None:
     try:
-        return load_registry(job.status_file)
+        registry = load_registry(job.status_file)
     except StatusFileError as error:
         print(f"warning: registry ignored: {error}", file=err)
         return None
+    if registry is not None and registry.refused_by_run:
+        print(
+            f"warning: `spark-checkpoint run` refuses this status file: {registry.refused_by_run}",
+            file=err,
+        )
+    return registry
 
 
 def is_registered(registry: Registry | None, kind: CheckpointKind, snapshot_id: int) -> bool | None:
