@@ -157,9 +157,33 @@ class ControlServer:
             # Not "not all required tasks are running (the query is starting ...)": it ended.
             message = FINISHING_TAKES_NO_SAVEPOINT if finishing else notice.message
             self._told[notice.label] = ControlAnswer(Outcome.DECLINED, message)
+        elif (
+            notice.reason == "CheckpointNotNeeded"
+            and notice.label.startswith(Command.STOP)
+            and self._supervisor.stopped_with is not None
+        ):
+            # Another stop's savepoint completed first: this stop is done by it.
+            self._told[notice.label] = self._already_stopping()
         elif notice.reason in ("CheckpointFailed", "CheckpointNotNeeded"):
             self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
         return False
+
+    def _already_stopping(self) -> ControlAnswer:
+        """A stop while an earlier stop's savepoint completed and the driver stops: done,
+        with that savepoint (which the next run resumes from)."""
+        stopped_with = self._supervisor.stopped_with
+        if stopped_with is None:  # the driver has just exited
+            return ControlAnswer(
+                Outcome.OK,
+                "already stopping: an earlier stop's savepoint completed and the job is "
+                "ending Suspended",
+            )
+        return ControlAnswer(
+            Outcome.OK,
+            f"already stopping: an earlier stop's savepoint {stopped_with.checkpoint_id} "
+            "completed and the job is ending Suspended",
+            _image(stopped_with),
+        )
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -221,11 +245,7 @@ class ControlServer:
             case Command.STOP if self._supervisor.finishing:
                 return self._stop_finishing()
             case Command.STOP if self._supervisor.record.phase is JobPhase.SUSPENDING:
-                return ControlAnswer(
-                    Outcome.OK,
-                    "already stopping: an earlier stop's savepoint completed and the job is "
-                    "ending Suspended",
-                )
+                return self._already_stopping()
             # As Ctrl-C: its savepoint was declined, and `cancel` was all that was left.
             case Command.STOP if self._supervisor.record.phase in NO_QUERY_RUNNING:
                 return self._stop_without_savepoint("the query is not running")

@@ -10,6 +10,7 @@ import socket
 import tempfile
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
@@ -18,7 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from spark_checkpoint.protocol import ProtocolError
+from helpers.fake_driver import STORAGE, TASKS, FakeAgent, FakeLauncher, NoJanitor, until
+from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.protocol import AckReport, ProtocolError
 from spark_checkpoint_operator.control import (
     ControlPaths,
     ControlRefused,
@@ -41,14 +44,19 @@ from spark_checkpoint_operator.control_protocol import (
     encode_line,
 )
 from spark_checkpoint_operator.coordinator import (
+    AfterCompletion,
     CheckpointKind,
     CheckpointOutcome,
+    CompletedCheckpoint,
+    CoordinatorConfig,
     FailureReason,
     JobPhase,
     OutcomeStatus,
     PersistedState,
+    TerminalOutcome,
     TriggerRequested,
 )
+from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
     FINISHING_TAKES_NO_SAVEPOINT,
@@ -301,9 +309,10 @@ def test_a_token_that_cannot_be_read_is_refused_in_one_line(
 
 class _StoppedFirstSupervisor:
     """A stop's savepoint that another stop's completion cuts short: in flight (id 7),
-    then given up, as the interpreter says."""
+    then given up once the other's savepoint 6 completed, as the interpreter says."""
 
     finishing = False
+    stopped_with: CompletedCheckpoint | None = None
 
     def __init__(self) -> None:
         self.record = JobRecord(phase=JobPhase.RUNNING)  # a query to take a savepoint of
@@ -317,14 +326,21 @@ class _StoppedFirstSupervisor:
         assert self.control is not None
         label = self.record.pending[0]["label"]
         self.record.pending = []
+        self.record.phase = JobPhase.SUSPENDING
+        self.stopped_with = _STOP_SAVEPOINT
         self.control.notice(
             Notice(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
-                "savepoint 7 given up: the job is stopping",
+                "savepoint 7 given up: the job is stopping with savepoint 6",
                 label=label,
             )
         )
+
+
+_STOP_SAVEPOINT = CompletedCheckpoint(
+    6, CheckpointKind.SAVEPOINT, 41, "file:///storage/default/probe/savepoints/sp-6", 0, 0, 0
+)
 
 
 class _FailedAtOnceSupervisor:
@@ -353,6 +369,7 @@ class _SuspendingSupervisor:
     """The stop's savepoint completed; the driver is stopping."""
 
     finishing = False
+    stopped_with = _STOP_SAVEPOINT
 
     def __init__(self) -> None:
         self.record = JobRecord(phase=JobPhase.SUSPENDING)
@@ -464,13 +481,17 @@ def test_a_cancel_once_the_stops_savepoint_completed_says_nothing_is_cancelled(
     assert not supervisor.cancelled
 
 
-def test_a_stop_whose_savepoint_was_given_up_says_so(tmp_path: Path) -> None:
+def test_a_stop_whose_savepoint_another_stops_completion_cut_short_names_that_one(
+    tmp_path: Path,
+) -> None:
     """Two stops at once: the one whose savepoint the other's completion cut short said
-    'savepoint 7 failed', while the job stopped cleanly with '0 failed' (a newcomer)."""
+    'savepoint 7 failed', while the job stopped cleanly with '0 failed' (a newcomer); then
+    'given up: the job is stopping', exit 1, naming no savepoint (a newcomer's)."""
     answer = _answer_of(_StoppedFirstSupervisor(), Command.STOP, tmp_path)
-    assert (answer.outcome, answer.message) == (
-        Outcome.FAILED,
-        "savepoint 7 given up: the job is stopping",
+    assert (answer.outcome, answer.message, answer.savepoint) == (
+        Outcome.OK,
+        "already stopping: an earlier stop's savepoint 6 completed and the job is ending Suspended",
+        Image(6, _STOP_SAVEPOINT.path),
     )
 
 
@@ -589,9 +610,10 @@ def test_a_stop_while_an_earlier_stop_ends_the_job_says_it_is_already_stopping(
     tmp_path: Path,
 ) -> None:
     answer = _answer_of(_SuspendingSupervisor(), Command.STOP, tmp_path)
-    assert (answer.outcome, answer.message) == (
+    assert (answer.outcome, answer.message, answer.savepoint) == (
         Outcome.OK,
-        "already stopping: an earlier stop's savepoint completed and the job is ending Suspended",
+        "already stopping: an earlier stop's savepoint 6 completed and the job is ending Suspended",
+        Image(6, _STOP_SAVEPOINT.path),
     )
 
 
@@ -616,3 +638,84 @@ def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike(
     shown = dict(zip(header, row, strict=False))
     assert (shown["CHECKPOINT"], shown["CHECKPOINT-PATH"]) == ("8", "discarded")
     assert (shown["SAVEPOINT"], shown["SAVEPOINT-PATH"]) == ("none", "none")
+
+
+class _HeldAgent(FakeAgent):
+    """Its tasks acknowledge nothing until told (`release`)."""
+
+    async def trigger(
+        self, checkpoint_id: int, kind: CheckpointKind, after: AfterCompletion
+    ) -> None:
+        await super().trigger(checkpoint_id, kind, after)
+        self.snapshots[checkpoint_id] = replace(self.snapshots[checkpoint_id], acks=())
+
+    def release(self, checkpoint_id: int) -> None:
+        acks = tuple(AckReport(task, self.batch, 10, 1) for task in TASKS)
+        self.snapshots[checkpoint_id] = replace(self.snapshots[checkpoint_id], acks=acks)
+
+
+def test_two_stops_at_once_both_name_the_savepoint_the_job_stopped_with(tmp_path: Path) -> None:
+    """The real supervisor: the stop whose savepoint the other's completion cut short said
+    'savepoint 2 given up: the job is stopping', exit 1, naming no savepoint (a newcomer's).
+    Now both stops are done by the first savepoint, and say which."""
+    paths = ControlPaths(tmp_path / "control")
+    launcher = FakeLauncher()
+    launcher.agent_class = _HeldAgent
+    notices: list[Notice] = []
+    control: ControlServer | None = None
+
+    def on_notice(notice: Notice) -> None:
+        notices.append(notice)
+        if control is not None:  # serving once the driver runs
+            control.notice(notice)
+
+    supervisor = JobSupervisor(
+        storage=STORAGE,
+        config=CoordinatorConfig(interval=None, timeout=30.0),
+        restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
+        launcher=launcher,
+        janitor=NoJanitor(),
+        save=_ignore,
+        record=JobRecord(),
+        report=on_notice,
+    )
+
+    async def scenario() -> tuple[ControlAnswer, ControlAnswer, TerminalOutcome]:
+        nonlocal control
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        async with serve_controls(paths, supervisor, "default/probe", lambda: None, print) as (
+            control
+        ):
+            first = asyncio.create_task(asyncio.to_thread(request, paths, Command.STOP, wait=30.0))
+            agent = launcher.drivers[0].agent
+            assert isinstance(agent, _HeldAgent)
+            await until(lambda: agent.triggers == [1])
+            second = asyncio.create_task(asyncio.to_thread(request, paths, Command.STOP, wait=30.0))
+            await until(lambda: agent.triggers == [1, 2])
+            agent.release(1)
+            await until(lambda: supervisor.record.phase is JobPhase.SUSPENDING)
+            answers = await first, await second
+            launcher.drivers[0].code = DriverExit.STOPPED_WITH_SAVEPOINT
+            return *answers, await run
+
+    first, second, outcome = asyncio.run(scenario())
+
+    assert outcome is TerminalOutcome.SUSPENDED
+    savepoint = Image(1, STORAGE.metadata_path(CheckpointKind.SAVEPOINT, 1))
+    assert (first.outcome, first.message, first.savepoint) == (
+        Outcome.OK,
+        "savepoint 1 completed",
+        savepoint,
+    )
+    assert (second.outcome, second.message, second.savepoint) == (
+        Outcome.OK,
+        "already stopping: an earlier stop's savepoint 1 completed and the job is ending Suspended",
+        savepoint,
+    )
+    [given_up] = [n for n in notices if n.reason == "CheckpointNotNeeded"]
+    assert given_up.message == "savepoint 2 given up: the job is stopping with savepoint 1"
+
+
+async def _ignore(record: JobRecord) -> None:
+    return None

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 
 from spark_checkpoint.protocol import QueryState, RestoredFrom
+from spark_checkpoint_operator.coordinator import CompletedCheckpoint
 from spark_checkpoint_operator.supervisor.ports import DriverHandle, StartProblem
 
 # How long a driver may take to exit on its own after its stop-with-savepoint or final
@@ -88,6 +89,8 @@ class Attempt:
     # stopped for taking too long.
     leaving_since: float | None = None
     stopped_overdue: bool = False
+    # The stop-with-savepoint that completed (SUSPENDING), which the next run resumes from.
+    stopped_with: CompletedCheckpoint | None = None
     # The first status request its agent did not answer since the last it did (monotonic).
     unanswered_since: float | None = None
     # What keeps the driver from starting, as last reported (`kept_from_starting`).
@@ -267,9 +270,10 @@ class Attempt:
         self.leaving_since = time.monotonic()
         return True
 
-    def suspend(self) -> None:
-        """Its stop-with-savepoint completed: the agent stops the query now."""
+    def suspend(self, savepoint: CompletedCheckpoint) -> None:
+        """Its stop-with-savepoint ``savepoint`` completed: the agent stops the query now."""
         self.stage = Stage.SUSPENDING
+        self.stopped_with = savepoint
         self.leaving_since = time.monotonic()
 
     def fail(self, message: str) -> bool:

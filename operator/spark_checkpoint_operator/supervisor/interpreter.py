@@ -400,7 +400,7 @@ class EffectInterpreter:
         if completed.checkpoint_id in self._stopping_savepoints:
             # The agent stops the query now: nothing more is triggered.
             if attempt is not None:
-                attempt.suspend()
+                attempt.suspend(completed)
             await self.enter(JobPhase.SUSPENDING)
         if sinks_may_commit and attempt is not None:
             # A savepoint the job continues after is done once its metadata is written;
@@ -696,7 +696,14 @@ class EffectInterpreter:
             self._job.stopping or (attempt is not None and attempt.leaving)
         ):
             # Cancelled, or stopped after its savepoint: no failure of the job's.
-            why = "cancelled" if self._job.cancelling else "stopping"
+            stopped_with = attempt.stopped_with if attempt is not None else None
+            why = (
+                "cancelled"
+                if self._job.cancelling
+                else "stopping"
+                if stopped_with is None
+                else f"stopping with savepoint {stopped_with.checkpoint_id}"
+            )
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,

@@ -585,6 +585,12 @@ class JobSupervisor:
         return self._driver_finished or (attempt is not None and attempt.finishing)
 
     @property
+    def stopped_with(self) -> CompletedCheckpoint | None:
+        """The stop-with-savepoint that completed while the driver stops (Suspending)."""
+        attempt = self._interpreter.attempt
+        return None if attempt is None else attempt.stopped_with
+
+    @property
     def resumes_from(self) -> str | None:
         """The image the job's next run restores from unless it names one (None: none is
         left to): not `restore_from`'s, whose newer images are left behind only once the
