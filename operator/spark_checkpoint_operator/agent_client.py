@@ -166,9 +166,22 @@ class AgentClient:
         timeout = aiohttp.ClientTimeout(total=self._timeout + waits, sock_connect=CONNECT_TIMEOUT)
         try:
             async with session.request(
-                method, url, json=body, params=params, headers=self._headers, timeout=timeout
+                method,
+                url,
+                json=body,
+                params=params,
+                headers=self._headers,
+                timeout=timeout,
+                # The agent answers itself: a redirect would have the operator ask any
+                # address a driver names and quote its answer in events.
+                allow_redirects=False,
             ) as response:
                 request = f"{method} {path}"
+                if 300 <= response.status < 400:
+                    raise AgentRejected(
+                        f"{request}: {response.status} redirect refused (the agent answers "
+                        "at its own address)"
+                    )
                 answer = _decoded(await _bounded_body(response, request, max_bytes), request)
                 if response.status >= 400:
                     raise AgentRejected(f"{method} {path}: {response.status} {_reason(answer)}")

@@ -230,6 +230,45 @@ def test_a_refusal_is_one_line_with_the_agents_reason(answer: Any, reason: str) 
     assert not isinstance(raised.value, AgentAnswerInvalid)
 
 
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+def test_a_redirect_is_refused_not_followed(status: int) -> None:
+    """A driver's agent could send the operator to any address (its cloud's metadata
+    service, a service in its namespace) and have the answer quoted in the job's events
+    (a security review's)."""
+    followed: list[str] = []
+
+    async def redirect(request: web.Request) -> web.Response:
+        return web.Response(status=status, headers={"Location": "/elsewhere"})
+
+    async def elsewhere(request: web.Request) -> web.Response:
+        followed.append(request.method)
+        return web.json_response(STATUS.to_json())
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_route("*", "/elsewhere", elsewhere)
+        app.router.add_route("*", "/v1/{tail:.*}", redirect)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        port = free_port()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        client = AgentClient(f"http://127.0.0.1:{port}", "token")
+        try:
+            with pytest.raises(AgentRejected) as raised:
+                await client.read_status()
+            assert str(raised.value) == (
+                f"GET /v1/status: {status} redirect refused (the agent answers at its own address)"
+            )
+            with pytest.raises(AgentRejected):
+                await client.finalize(7, ["logs"])
+        finally:
+            await client.close()
+            await runner.cleanup()
+
+    asyncio.run(scenario())
+    assert followed == []
+
+
 def test_an_agent_whose_port_is_closed_is_unavailable_in_words_that_do_not_alarm() -> None:
     # A driver that exits closes its port: the fallbacks that follow (the janitor
     # discards, a completion is recovered on restore) quote this reason to the user.
