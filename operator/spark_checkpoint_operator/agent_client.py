@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import aiohttp
 
 from spark_checkpoint.protocol import (
+    IDLE_CONNECTION_SECONDS,
     MAX_ANSWER_VALUES,
     MAX_BODY_BYTES,
     MAX_COMMAND_ANSWER_BYTES,
@@ -160,7 +161,9 @@ class AgentClient:
         if base_url is None:
             raise AgentUnavailable(f"{method} {path}: the driver has no address yet")
         if self._session is None:
-            self._session = aiohttp.ClientSession()
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(keepalive_timeout=IDLE_CONNECTION_SECONDS / 3)
+            )
         session = self._session
         url = base_url.rstrip("/") + path
         timeout = aiohttp.ClientTimeout(total=self._timeout + waits, sock_connect=CONNECT_TIMEOUT)

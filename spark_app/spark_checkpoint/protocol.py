@@ -46,6 +46,11 @@ MAX_COMMAND_ANSWER_BYTES = 1024 * 1024
 MAX_ANSWER_VALUES = MAX_BODY_BYTES // 8
 
 MAX_OWNER_ID_LENGTH = 200
+# The agent closes a connection idle this long, or whose request's headers have not all
+# come in this long (aiohttp's default, an hour, let whoever reaches the port hold sockets
+# with a header byte now and then). The client keeps an idle connection for a third of it,
+# so that it never sends on one the agent is closing.
+IDLE_CONNECTION_SECONDS = 15.0
 
 T = TypeVar("T")
 E = TypeVar("E", bound=StrEnum)

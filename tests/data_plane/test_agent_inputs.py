@@ -2,11 +2,15 @@
 cannot honour gets a 4xx naming the problem, and changes nothing: no sink commits, no
 file is written, no snapshot starts."""
 
+import contextlib
 import json
 import logging
 import math
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 from aiohttp.http_exceptions import HttpProcessingError
@@ -263,7 +267,7 @@ def test_requests_that_are_not_http_are_refused_and_said_in_one_line_a_minute(
     caplog.set_level(logging.DEBUG, logger="aiohttp.server")
     said_before = getattr(server, "_MALFORMED_REQUESTS", None)
     if said_before is not None:  # none said earlier in this process
-        monkeypatch.setattr(said_before, "_said", -math.inf)
+        monkeypatch.setattr(said_before.said, "_said", -math.inf)
     answers = []
     for request in malformed:
         with socket.create_connection(("127.0.0.1", running.port), timeout=10) as connection:
@@ -296,3 +300,82 @@ def test_aiohttps_quiet_lines_about_requests_that_are_no_http_stay_quiet() -> No
         "DEBUG",
         "Error handling request from 127.0.0.1",
     )
+
+
+def test_a_connection_whose_headers_do_not_end_is_closed_after_the_idle_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp's default held such a connection for an hour: whoever reaches the port could
+    hold a socket each with a header byte every few seconds (a security review's)."""
+    monkeypatch.setattr(server, "IDLE_CONNECTION_SECONDS", 0.5)
+    running = Running(tmp_path)
+    running.server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=10) as connection:
+            connection.sendall(b"GET /v1/status HTTP/1.1\r\nHost: x\r\n")
+            started = time.monotonic()
+            for _ in range(4):  # a byte now and then does not keep it open
+                time.sleep(0.2)
+                with contextlib.suppress(OSError):
+                    connection.sendall(b"X")
+            assert connection.recv(100) == b""  # closed by the agent, nothing answered
+            assert time.monotonic() - started < 5
+        # A client's next request on a new connection is answered.
+        assert raw_request(running.port, b"GET", b"/v1/status").status == 200
+    finally:
+        running.server.stop()
+        running.agent.close()
+
+
+def test_a_request_of_too_many_or_too_long_header_lines_is_refused(running: Running) -> None:
+    """aiohttp read 128 lines of 8 KiB each: about 2 MiB per connection whose headers never
+    end (a security review's)."""
+    many = tuple((b"X-%d" % n, b"1") for n in range(server.MAX_REQUEST_HEADERS))
+    long = ((b"X-Long", b"a" * (server.MAX_HEADER_FIELD_BYTES + 1)),)
+    for headers in (many, long):
+        answer = raw_request(running.port, b"GET", b"/v1/status", headers=headers)
+        assert answer.status == 400, answer
+    # What the client sends is far within both.
+    fewer = tuple((b"X-%d" % n, b"1") for n in range(server.MAX_REQUEST_HEADERS // 2))
+    assert raw_request(running.port, b"GET", b"/v1/status", headers=fewer).status == 200
+
+
+_OUT_OF_DESCRIPTORS = """
+import logging, os, resource, sys, time
+from pathlib import Path
+sys.path.insert(0, {tests!r})
+from helpers.agent import Running
+logging.basicConfig(level=logging.INFO)
+running = Running(Path({root!r}))
+running.server.start()
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 10, hard))
+print(running.port, flush=True)
+time.sleep(3)
+"""
+
+
+def test_connections_beyond_the_drivers_descriptors_are_said_in_one_line(tmp_path: Path) -> None:
+    """Once no connection could be accepted, asyncio logged every failed accept() at ERROR
+    with a traceback, thousands a second: 43 MB of driver log in 25 s (a security
+    review's)."""
+    script = _OUT_OF_DESCRIPTORS.format(tests=str(Path(__file__).parents[1]), root=str(tmp_path))
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert driver.stdout is not None
+    port = int(driver.stdout.readline())
+    connections = []
+    try:
+        for _ in range(40):
+            connections.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+        _, log = driver.communicate(timeout=30)
+    finally:
+        for connection in connections:
+            connection.close()
+        driver.kill()
+    lines = log.decode().splitlines()
+    assert "Traceback (most recent call last):" not in lines, "\n".join(lines[:20])
+    said = [line for line in lines if "cannot accept connections to the agent" in line]
+    assert len(said) == 1, lines
+    assert "Too many open files" in said[0]

@@ -22,6 +22,7 @@ from aiohttp.http_exceptions import HttpProcessingError
 from spark_checkpoint.agent.agent import AgentRequestError, CheckpointAgent
 from spark_checkpoint.protocol import (
     ACKNOWLEDGEMENT_GATHER_SECONDS,
+    IDLE_CONNECTION_SECONDS,
     MAX_BODY_BYTES,
     MAX_ID,
     AbortBody,
@@ -56,6 +57,32 @@ RECHECK_SECONDS = 1.0
 
 # How often the agent says that it refused requests it could not parse.
 MALFORMED_REQUEST_LOG_SECONDS = 60.0
+# The most header lines of a request, and bytes per header name or value, read before it
+# is refused (400):
+# aiohttp's 128 lines of 8 KiB held about 2 MiB per connection whose headers never end.
+# The client sends fewer than ten short lines.
+MAX_REQUEST_HEADERS = 32
+MAX_HEADER_FIELD_BYTES = 4096
+
+
+class _SaidOnceAMinute:
+    """What a flood of one kind of log line is cut down to: one line a minute at most,
+    with how many came since."""
+
+    def __init__(self) -> None:
+        self._said = -math.inf
+        self._since = 0
+
+    def due(self) -> str | None:
+        """None while the last line is less than a minute old (this one is counted), else
+        what to add to the line ("" or " (N more since the last one said)")."""
+        now = time.monotonic()
+        if now - self._said < MALFORMED_REQUEST_LOG_SECONDS:
+            self._since += 1
+            return None
+        more = f" ({self._since} more since the last one said)" if self._since else ""
+        self._said, self._since = now, 0
+        return more
 
 
 class _MalformedRequests(logging.Filter):
@@ -66,29 +93,45 @@ class _MalformedRequests(logging.Filter):
 
     def __init__(self) -> None:
         super().__init__()
-        self._said = -math.inf
-        self._since = 0
+        self.said = _SaidOnceAMinute()
 
     def filter(self, record: logging.LogRecord) -> bool:
         error = record.exc_info[1] if record.exc_info else None
         # aiohttp's own DEBUG lines (a first request that is no HTTP at all) stay as they are.
         if record.levelno < logging.ERROR or not isinstance(error, HttpProcessingError):
             return True
-        now = time.monotonic()
-        if now - self._said < MALFORMED_REQUEST_LOG_SECONDS:
-            self._since += 1
+        more = self.said.due()
+        if more is None:
             return False
         peer = record.args[0] if isinstance(record.args, tuple) and record.args else "?"
-        more = f" ({self._since} more since the last one said)" if self._since else ""
         record.levelno, record.levelname = logging.WARNING, "WARNING"
         record.msg = "refused a request from %s that is not valid HTTP: %s%s"
         record.args = (peer, printable_line(str(error)), more)
         record.exc_info = record.exc_text = None
-        self._said, self._since = now, 0
         return True
 
 
 _MALFORMED_REQUESTS = _MalformedRequests()
+_EXHAUSTED_SOCKETS = _SaidOnceAMinute()
+# asyncio's words when accept() fails for want of descriptors or buffers; it says so at
+# ERROR with a traceback for every connection waiting, thousands a second.
+_ACCEPT_EXHAUSTED = "socket.accept() out of system resource"
+
+
+def _quiet_accept_failures(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """The agent's loop's exception handler: whoever reaches the port could fill the
+    driver's log by opening connections until none can be accepted. Said in one warning
+    line a minute; anything else as asyncio says it."""
+    if context.get("message") != _ACCEPT_EXHAUSTED:
+        loop.default_exception_handler(context)
+        return
+    more = _EXHAUSTED_SOCKETS.due()
+    if more is not None:
+        log.warning(
+            "cannot accept connections to the agent: %s%s",
+            printable_line(str(context.get("exception", "out of system resource"))),
+            more,
+        )
 
 
 # Written out in ASCII digits (a decimal as Python's repr of a float writes it: "3.4e-05"):
@@ -384,10 +427,16 @@ class AgentServer:
 
     def _serve(self) -> None:
         asyncio.set_event_loop(self._loop)
+        self._loop.set_exception_handler(_quiet_accept_failures)
         try:
             try:
                 runner = web.AppRunner(
-                    self._app, access_log=None, shutdown_timeout=STOP_GRACE_SECONDS
+                    self._app,
+                    access_log=None,
+                    shutdown_timeout=STOP_GRACE_SECONDS,
+                    keepalive_timeout=IDLE_CONNECTION_SECONDS,
+                    max_headers=MAX_REQUEST_HEADERS,
+                    max_field_size=MAX_HEADER_FIELD_BYTES,
                 )
                 self._loop.run_until_complete(runner.setup())
                 site: web.BaseSite = (
