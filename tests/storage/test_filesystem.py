@@ -59,7 +59,7 @@ def source(tmp_path: Path) -> Path:
     return path
 
 
-def failing(*_args: object) -> None:
+def failing(*_args: object, **_directories: object) -> None:
     raise OSError(errno.EIO, "simulated I/O error")
 
 
@@ -150,7 +150,7 @@ def test_link_in_copies_when_linking_is_not_possible(
     monkeypatch: pytest.MonkeyPatch,
     code: int,
 ) -> None:
-    def cannot_link(*_args: object) -> None:
+    def cannot_link(*_args: object, **_directories: object) -> None:
         raise OSError(code, os.strerror(code))
 
     monkeypatch.setattr(os, "link", cannot_link)
@@ -430,9 +430,14 @@ def test_the_temporary_file_is_renamed_from_the_final_files_directory(
     renamed: list[tuple[str, str]] = []
     real_replace = os.replace
 
-    def recording_replace(source: str, target: str) -> None:
-        renamed.append((os.path.dirname(source), os.path.dirname(target)))
-        real_replace(source, target)
+    def recording_replace(source: str, target: str, *, src_dir_fd: int, dst_dir_fd: int) -> None:
+        renamed.append(
+            (
+                os.path.dirname(os.path.join(os.readlink(f"/proc/self/fd/{src_dir_fd}"), source)),
+                os.path.dirname(os.path.join(os.readlink(f"/proc/self/fd/{dst_dir_fd}"), target)),
+            )
+        )
+        real_replace(source, target, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd)
 
     monkeypatch.setattr(os, "replace", recording_replace)
     monkeypatch.chdir(tmp_path)
@@ -544,6 +549,84 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
         getattr(storage, operation)(path)
 
     assert (outside / "chk-1" / "state").read_text() == "not the job's"
+
+
+@pytest.mark.parametrize("operation", ["write_atomic", "copy_in", "link_in"])
+@pytest.mark.parametrize("missing", [False, True])
+def test_a_link_swapped_in_after_the_check_does_not_redirect_a_write(
+    tmp_path: Path,
+    source: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    operation: str,
+    missing: bool,
+) -> None:
+    """Writes went by path after the check for links: a directory swapped for a link in
+    between (another writer on a shared volume) took the write out of the job's directory
+    (a security review reproduced it in 49 writes). Also when the write makes the directory
+    below it (``missing``)."""
+    confined = tmp_path / "job"
+    (confined / "checkpoints").mkdir(parents=True)
+    if not missing:
+        (confined / "checkpoints" / "chk-1").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    storage = StorageFileSystem.for_url(f"file://{tmp_path}").confined(str(confined))
+    checked = storage._native
+
+    def check_then_swap(path: str) -> str:
+        native = checked(path)
+        if not (confined / "checkpoints").is_symlink():
+            (confined / "checkpoints").rename(tmp_path / "moved-away")
+            (confined / "checkpoints").symlink_to(outside)
+        return native
+
+    monkeypatch.setattr(storage, "_native", check_then_swap)
+    target = str(confined / "checkpoints" / "chk-1" / "_metadata")
+    write = {
+        "write_atomic": lambda: storage.write_atomic(target, CONTENT),
+        "copy_in": lambda: storage.copy_in(str(source), target),
+        "link_in": lambda: storage.link_in(str(source), target, digest_of(CONTENT)),
+    }[operation]
+
+    with pytest.raises(SymbolicLinkError, match="checkpoints"):
+        write()
+
+    assert sorted(outside.rglob("*")) == []
+
+
+@pytest.mark.parametrize("operation", ["read_bytes", "digest", "copy_out"])
+def test_a_link_swapped_in_after_the_check_does_not_redirect_a_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
+) -> None:
+    """As writes: only the file's own name was opened without following a link."""
+    confined = tmp_path / "job"
+    (confined / "checkpoints" / "chk-1").mkdir(parents=True)
+    (confined / "checkpoints" / "chk-1" / "_metadata").write_text("the job's")
+    outside = tmp_path / "outside"
+    (outside / "chk-1").mkdir(parents=True)
+    (outside / "chk-1" / "_metadata").write_text("not the job's")
+    storage = StorageFileSystem.for_url(f"file://{tmp_path}").confined(str(confined))
+    checked = storage._native
+
+    def check_then_swap(path: str) -> str:
+        native = checked(path)
+        if not (confined / "checkpoints").is_symlink():
+            (confined / "checkpoints").rename(tmp_path / "moved-away")
+            (confined / "checkpoints").symlink_to(outside)
+        return native
+
+    monkeypatch.setattr(storage, "_native", check_then_swap)
+    target = str(confined / "checkpoints" / "chk-1" / "_metadata")
+    read = {
+        "read_bytes": lambda: storage.read_bytes(target),
+        "digest": lambda: storage.digest(target),
+        "copy_out": lambda: storage.copy_out(target, str(tmp_path / "restored")),
+    }[operation]
+
+    with pytest.raises(SymbolicLinkError, match="checkpoints"):
+        read()
+
+    assert not (tmp_path / "restored").exists()
 
 
 @pytest.mark.parametrize("swapped_in", ["directory", "fifo"])

@@ -336,7 +336,7 @@ def test_a_failed_metadata_write_leaves_no_checkpoint_and_no_temporary_file(
     local_job_root: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def power_cut(*_args: object) -> None:
+    def power_cut(*_args: object, **_directories: object) -> None:
         raise OSError("simulated crash before the rename")
 
     monkeypatch.setattr(os, "replace", power_cut)

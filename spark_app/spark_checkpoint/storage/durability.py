@@ -81,17 +81,25 @@ _syncfs = _libc_function("syncfs", [ctypes.c_int], ctypes.c_int)
 _fstatfs = _libc_function("fstatfs", [ctypes.c_int, ctypes.c_void_p], ctypes.c_int)
 
 
-def fsync_path(path: str) -> None:
-    """fsync a file or directory by path (a read-only descriptor suffices on POSIX)."""
-    descriptor = os.open(path, os.O_RDONLY)
+def fsync_path(path: str, *, dir_fd: int | None = None) -> None:
+    """fsync a file or directory by path (a read-only descriptor suffices on POSIX),
+    relative to the open directory `dir_fd` if given (then never through a link)."""
+    flags = os.O_RDONLY | os.O_CLOEXEC | (0 if dir_fd is None else os.O_NOFOLLOW)
+    descriptor = os.open(path, flags, dir_fd=dir_fd)
+    try:
+        fsync_descriptor(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def fsync_descriptor(descriptor: int) -> None:
+    """fsync an open file or directory."""
     try:
         os.fsync(descriptor)
     except OSError as error:
         # Some filesystems cannot fsync directories; they then offer no stronger guarantee.
         if error.errno != errno.EINVAL:
             raise
-    finally:
-        os.close(descriptor)
 
 
 def make_files_durable(files: Iterable[str]) -> None:

@@ -22,7 +22,7 @@ from typing import IO, Any, TypeVar
 from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
-from .durability import fsync_path, make_files_durable
+from .durability import fsync_descriptor, fsync_path, make_files_durable
 from .errors import (
     STORAGE_DIRECTORY,
     ChecksumMismatchError,
@@ -101,7 +101,10 @@ class StorageFileSystem:
     namespace's and the job's directories too), no path is followed through a symbolic
     link. Every operation whose path crosses one, and a listing that meets one, raises
     SymbolicLinkError instead: a link placed there could otherwise make a delete or a read
-    reach files outside the job's directory. (Object stores have no links.)
+    reach files outside the job's directory. Reads, writes and deletes open their file's
+    directory from the boundary down by descriptors, never following a link, so a link
+    swapped in after the check (another writer on a shared volume) is refused as well.
+    (Object stores have no links.)
     """
 
     def __init__(self, fs: Any, confined_to: str | None = None) -> None:
@@ -183,7 +186,7 @@ class StorageFileSystem:
             native = self._native(path)
             try:
                 if self._is_local:
-                    with _open_local_file(native, path) as source:
+                    with self._open_local(native, path) as source:
                         return source.read(-1 if at_most is None else at_most)
                 if at_most is None:
                     whole: bytes = self._fs.cat_file(native)
@@ -283,7 +286,7 @@ class StorageFileSystem:
         """Delete the file at `path`, if there is one."""
         with _storage_errors(path), contextlib.suppress(FileNotFoundError):
             native = self._native(path)
-            if self._deletes_below_boundary(native):
+            if self._confines(native):
                 with self._parent_directory(native) as (parent, name):
                     try:
                         os.unlink(name, dir_fd=parent)
@@ -296,7 +299,7 @@ class StorageFileSystem:
         """Delete the directory `path` and everything below it, if it exists."""
         with _storage_errors(path), contextlib.suppress(FileNotFoundError):
             native = self._native(path)
-            if self._deletes_below_boundary(native):
+            if self._confines(native):
                 with self._parent_directory(native) as (parent, name):
                     _remove_tree(parent, name, native)
             else:
@@ -311,7 +314,8 @@ class StorageFileSystem:
         with _storage_errors(path):
             native = self._native(path)
             if self._is_local:
-                _replace_local_file(native, lambda target: target.write(data), durable=True)
+                with self._directory_of(native) as (directory, name):
+                    _replace_in(directory, name, lambda target: target.write(data), durable=True)
             else:
                 self._fs.pipe_file(native, data)
 
@@ -331,9 +335,10 @@ class StorageFileSystem:
             with _storage_errors(path):
                 self._fs.put_file(local_src, native)
             return digest
-        with open(local_src, "rb") as source:
-            return _replace_local_file(
-                native,
+        with open(local_src, "rb") as source, self._directory_of(native) as (directory, name):
+            return _replace_in(
+                directory,
+                name,
                 lambda target: _copy_verified(source, target, expected, local_src),
                 durable=True,
             )
@@ -354,28 +359,31 @@ class StorageFileSystem:
         if not self._is_local:
             self.copy_in(local_src, path, expected)
             return
-        directory = os.path.dirname(native)
-        os.makedirs(directory, exist_ok=True)
-        # Linked under a temporary name and renamed, because os.link cannot replace an
-        # existing (e.g. damaged) file.
-        temporary = _temporary_path(native)
-        try:
-            os.link(local_src, temporary)
-        except OSError as error:
-            if error.errno not in _LINK_FALLBACK_ERRNOS:
-                raise
+        with self._directory_of(native) as (directory, name):
+            # Linked under a temporary name and renamed, because os.link cannot replace an
+            # existing (e.g. damaged) file.
+            temporary = _temporary_name(name)
+            try:
+                os.link(local_src, temporary, dst_dir_fd=directory)
+            except OSError as error:
+                if error.errno not in _LINK_FALLBACK_ERRNOS:
+                    raise
+                linked = False
+            else:
+                linked = True
+                try:
+                    if durable:
+                        # Spark does not fsync its files; a checkpoint must survive a
+                        # power loss.
+                        fsync_path(temporary, dir_fd=directory)
+                    os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+                except BaseException:
+                    _remove_in(directory, temporary)
+                    raise
+                if durable:
+                    fsync_descriptor(directory)
+        if not linked:
             self.copy_in(local_src, path, expected)
-            return
-        try:
-            if durable:
-                # Spark does not fsync its files; a checkpoint must survive a power loss.
-                fsync_path(temporary)
-            os.replace(temporary, native)
-        except BaseException:
-            _remove_if_present(temporary)
-            raise
-        if durable:
-            fsync_path(directory)
 
     def make_durable(self, paths: Iterable[str]) -> None:
         """Make the local files `paths` and their names survive a power loss: one syncfs
@@ -393,14 +401,17 @@ class StorageFileSystem:
         is not fsynced: it is restored into a fresh directory, which is made again from
         storage if the machine goes down.
         """
-        return self._read_stream(
-            path,
-            lambda source: _replace_local_file(
-                local_dst,
-                lambda target: _copy_verified(source, target, expected, path),
-                durable=False,
-            ),
-        )
+
+        def copy(source: IO[bytes]) -> FileDigest:
+            with _local_directory(local_dst) as (directory, name):
+                return _replace_in(
+                    directory,
+                    name,
+                    lambda target: _copy_verified(source, target, expected, path),
+                    durable=False,
+                )
+
+        return self._read_stream(path, copy)
 
     def _read_stream(self, path: str, consume: Callable[[IO[bytes]], _Result]) -> _Result:
         """`consume` applied to the stored file at `path`, open for reading."""
@@ -408,7 +419,7 @@ class StorageFileSystem:
             native = self._native(path)
             try:
                 if self._is_local:
-                    source = _open_local_file(native, path)
+                    source = self._open_local(native, path)
                 else:
                     source = self._fs.open(native, "rb")
             except FileNotFoundError as error:
@@ -432,31 +443,55 @@ class StorageFileSystem:
             natives.append(native)
         return natives
 
-    def _deletes_below_boundary(self, native: str) -> bool:
+    def _confines(self, native: str) -> bool:
         return (
             self._is_local
             and self._boundary is not None
             and native.startswith(self._boundary + "/")
         )
 
+    def _open_local(self, native: str, path: str) -> IO[bytes]:
+        """`_open_local_file`, below the boundary from a directory `_parent_directory`
+        opened (a link swapped in after the check cannot redirect the read)."""
+        if not self._confines(native):
+            return _open_local_file(native, path)
+        with self._parent_directory(native) as opened_from:
+            return _open_local_file(native, path, opened_from=opened_from)
+
     @contextlib.contextmanager
-    def _parent_directory(self, native: str) -> Iterator[tuple[int, str]]:
+    def _directory_of(self, native: str) -> Iterator[tuple[int, str]]:
+        """The directory a write of the local `native` goes to, made if missing and
+        opened, and the name in it: below the boundary as `_parent_directory` opens it."""
+        if self._confines(native):
+            with self._parent_directory(native, create=True) as found:
+                yield found
+        else:
+            with _local_directory(native) as found:
+                yield found
+
+    @contextlib.contextmanager
+    def _parent_directory(self, native: str, *, create: bool = False) -> Iterator[tuple[int, str]]:
         """The directory holding the local `native` below the boundary, opened from the
-        boundary down one component at a time without following a link, and the name in
-        it: a link swapped in after `_native` checked the path cannot redirect a delete
-        out of the confined directory (SymbolicLinkError)."""
+        boundary down one component at a time without following a link (each made first
+        if missing, with `create`), and the name in it: a link swapped in after `_native`
+        checked the path cannot redirect a write or delete out of the confined directory
+        (SymbolicLinkError)."""
         assert self._boundary is not None
         parent, name = posixpath.split(native)
         relative = parent[len(self._boundary) + 1 :]
-        descriptor = os.open(self._boundary, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            descriptor = os.open(self._boundary, os.O_RDONLY | os.O_DIRECTORY)
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.makedirs(self._boundary, exist_ok=True)
+            descriptor = os.open(self._boundary, os.O_RDONLY | os.O_DIRECTORY)
         try:
             current = self._boundary
             for part in relative.split("/") if relative else []:
                 current = f"{current}/{part}"
                 try:
-                    below = os.open(
-                        part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=descriptor
-                    )
+                    below = _open_directory_in(descriptor, part, create=create)
                 except OSError as error:
                     if error.errno in (errno.ELOOP, errno.ENOTDIR) and os.path.islink(current):
                         raise SymbolicLinkError(current, _link_target(current)) from None
@@ -490,14 +525,20 @@ def file_kind(mode: int) -> str:
     return next((name for test, name in _FILE_TYPES if test(mode)), "an unknown kind of file")
 
 
-def _open_local_file(native: str, path: str) -> IO[bytes]:
-    """The local file `native` (`path` as the caller names it), open for reading; anything
-    but a regular file is refused (NotARegularFileError) without a read: a FIFO's or a
-    device's would never end. Opened non-blocking, so that a FIFO does not block the open
-    itself waiting for a writer, and never through a link in its place (one swapped in
-    after the path was checked: SymbolicLinkError)."""
+def _open_local_file(
+    native: str, path: str, *, opened_from: tuple[int, str] | None = None
+) -> IO[bytes]:
+    """The local file `native` (`path` as the caller names it; ``opened_from``: its
+    directory, open, and its name there), open for reading; anything but a regular file is
+    refused (NotARegularFileError) without a read: a FIFO's or a device's would never end.
+    Opened non-blocking, so that a FIFO does not block the open itself waiting for a
+    writer, and never through a link in its place (one swapped in after the path was
+    checked: SymbolicLinkError)."""
+    directory, name = opened_from or (None, native)
     try:
-        descriptor = os.open(native, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW)
+        descriptor = os.open(
+            name, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=directory
+        )
     except OSError as error:
         if error.errno == errno.ELOOP and os.path.islink(native):
             raise SymbolicLinkError(native, _link_target(native)) from None
@@ -765,36 +806,67 @@ def _copy_verified(
     return digest
 
 
-def _replace_local_file(
-    final_path: str, write: Callable[[IO[bytes]], _Result], *, durable: bool
-) -> _Result:
-    """Create `final_path` through a temporary file in its directory, renamed into place
-    only after `write` succeeded; on any failure the temporary file is removed."""
-    directory = os.path.dirname(final_path) or "."
-    os.makedirs(directory, exist_ok=True)
-    temporary = _temporary_path(final_path)
+_DIRECTORY_BELOW = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _open_directory_in(directory: int, name: str, *, create: bool) -> int:
+    """The directory `name` in the open `directory`, never through a link; made first if
+    missing, with `create` (tried after the open: a checkpoint's directories mostly exist)."""
     try:
-        # "x" (O_EXCL) never follows or reuses an existing file; the mode honours the umask.
-        with open(temporary, "xb") as target:
+        return os.open(name, _DIRECTORY_BELOW, dir_fd=directory)
+    except FileNotFoundError:
+        if not create:
+            raise
+    with contextlib.suppress(FileExistsError):  # made by another writer meanwhile
+        os.mkdir(name, dir_fd=directory)
+    return os.open(name, _DIRECTORY_BELOW, dir_fd=directory)
+
+
+@contextlib.contextmanager
+def _local_directory(native: str) -> Iterator[tuple[int, str]]:
+    """The directory holding the local `native` (outside any confined directory), made if
+    missing and opened, and the name in it."""
+    directory, name = os.path.split(native)
+    directory = directory or "."
+    os.makedirs(directory, exist_ok=True)
+    descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield descriptor, name
+    finally:
+        os.close(descriptor)
+
+
+def _replace_in(
+    directory: int, name: str, write: Callable[[IO[bytes]], _Result], *, durable: bool
+) -> _Result:
+    """Create `name` in the open `directory` through a temporary file there, renamed into
+    place only after `write` succeeded; on any failure the temporary file is removed."""
+    temporary = _temporary_name(name)
+    try:
+        # O_EXCL never follows or reuses an existing file; the mode honours the umask.
+        descriptor = os.open(temporary, _NEW_FILE, 0o666, dir_fd=directory)
+        with os.fdopen(descriptor, "wb") as target:
             result = write(target)
             if durable:
                 target.flush()
                 os.fsync(target.fileno())
-        os.replace(temporary, final_path)
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
-        _remove_if_present(temporary)
+        _remove_in(directory, temporary)
         raise
     if durable:
-        fsync_path(directory)
+        fsync_descriptor(directory)
     return result
 
 
-def _temporary_path(final_path: str) -> str:
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _temporary_name(name: str) -> str:
     # Hidden and unique, next to the final file so that the rename stays on one filesystem.
-    directory, name = os.path.split(final_path)
-    return os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
+    return f".{name}.{uuid.uuid4().hex}.tmp"
 
 
-def _remove_if_present(path: str) -> None:
+def _remove_in(directory: int, name: str) -> None:
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(name, dir_fd=directory)
