@@ -22,8 +22,10 @@ from spark_checkpoint_operator.local_runtime import (
 )
 from spark_checkpoint_operator.local_state import (
     LocalPaths,
+    UnsafeStateDirectory,
     default_state_dir,
     local_paths,
+    make_private_job_directory,
     open_state_file,
 )
 from spark_checkpoint_operator.manifest.problems import ManifestError
@@ -66,7 +68,8 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         + (["--state-dir", str(args.state_dir)] if args.state_dir else [])
     )
     try:
-        paths.logs_dir.mkdir(parents=True, exist_ok=True)
+        make_private_job_directory(paths)
+        paths.logs_dir.mkdir(exist_ok=True)
         # Refused here, its refusal is not appended to the running job's log; taken here,
         # no other run writes there before this one's background run holds the lock.
         with job_lock(paths, manifest) as lock:
@@ -78,7 +81,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
             file=sys.stderr,
         )
         return ExitCode.CANCELLED
-    except RunRefused as refused:
+    except (RunRefused, UnsafeStateDirectory) as refused:
         print(f"spark-checkpoint run: {refused}", file=sys.stderr)
         return ExitCode.FAILED
     except SymbolicLinkError as error:

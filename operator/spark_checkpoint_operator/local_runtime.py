@@ -71,9 +71,11 @@ from spark_checkpoint_operator.local_state import (
     DEFAULT_STORAGE_DIR_NAME,
     CopiedStateDirectory,
     LocalPaths,
+    UnsafeStateDirectory,
     local_owner,
     local_paths,
     made_here_before,
+    make_private_job_directory,
     open_state_file,
 )
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_api_version, resource_kind
@@ -619,7 +621,9 @@ async def run_local(
             f"{manifest.name} and run again"
         )
     try:
-        paths.job_dir.mkdir(parents=True, exist_ok=True)
+        make_private_job_directory(paths)
+    except UnsafeStateDirectory as error:
+        raise RunRefused(str(error)) from None
     except OSError as error:
         raise RunRefused(f"cannot create the job's state directory: {error}") from None
     storage = _checkpoint_storage(

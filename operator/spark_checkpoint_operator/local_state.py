@@ -99,6 +99,41 @@ def local_job_paths(state_dir: Path, namespace: str, job: str) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / namespace / job)
 
 
+class UnsafeStateDirectory(Exception):
+    """The job's state directory is a symbolic link or another user's; the message says
+    which, naming it."""
+
+
+def make_private_job_directory(paths: LocalPaths) -> None:
+    """Make the job's state directory (and those above it) if missing, and owner-only:
+    the run's tokens, control socket and driver logs are in it. One that is a symbolic
+    link or another user's is refused (UnsafeStateDirectory): the tokens and socket would
+    go where the link points, or be the other user's to swap. OSError if it cannot be
+    made."""
+    paths.job_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(paths.job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and paths.job_dir.is_symlink():
+            raise UnsafeStateDirectory(
+                f"the job's state directory {paths.job_dir} is a symbolic link (to "
+                f"{os.readlink(paths.job_dir)}): never followed, since the run's tokens and "
+                "control socket would go there; make it a directory"
+            ) from None
+        raise
+    try:
+        owner = os.fstat(descriptor).st_uid
+        if owner != os.getuid():
+            raise UnsafeStateDirectory(
+                f"the job's state directory {paths.job_dir} belongs to another user (uid "
+                f"{owner}), who could swap the run's tokens and control socket: give "
+                "--state-dir a directory of your own"
+            )
+        os.fchmod(descriptor, 0o700)
+    finally:
+        os.close(descriptor)
+
+
 def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:
     """The registry this state directory keeps of the job, as its storage records it
     (`StorageOwner`), from ``registry-id`` beside its status: the registry's id and the

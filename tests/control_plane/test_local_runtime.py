@@ -780,6 +780,59 @@ def test_a_driver_killed_by_a_signal_is_described_so_without_log_lines_as_its_er
 MANIFEST_FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
 
 
+@pytest.mark.parametrize("detach", [False, True])
+def test_a_job_state_directory_that_is_a_link_or_another_users_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], detach: bool
+) -> None:
+    """The run's tokens and control socket went where a link planted as the job's state
+    directory pointed (in a state directory others may write to); another user's could
+    have them swapped (a security review's)."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    job_dir = tmp_path / ".spark-checkpoint" / "default" / "word-count"
+    job_dir.parent.mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir(mode=0o755)
+    job_dir.symlink_to(elsewhere)
+    command = ["run", str(manifest), *(["--detach"] if detach else [])]
+
+    assert main(command) == 1
+    assert capsys.readouterr().err == (
+        f"spark-checkpoint run: the job's state directory {job_dir} is a symbolic link (to "
+        f"{elsewhere}): never followed, since the run's tokens and control socket would go "
+        "there; make it a directory\n"
+    )
+    assert list(elsewhere.iterdir()) == []
+    assert elsewhere.stat().st_mode & 0o777 == 0o755
+
+    job_dir.unlink()
+    job_dir.mkdir()
+    os.chown(job_dir, 54321, -1)  # the tests run as root: another user's directory
+    assert main(command) == 1
+    assert capsys.readouterr().err == (
+        f"spark-checkpoint run: the job's state directory {job_dir} belongs to another user "
+        "(uid 54321), who could swap the run's tokens and control socket: give --state-dir "
+        "a directory of your own\n"
+    )
+    assert list(job_dir.iterdir()) == []
+
+
+def test_the_job_state_directory_is_made_owner_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """It holds the run's tokens, control socket and driver logs; one made by an earlier
+    version (0755) is made private too, also by a run refused later."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    job_dir = tmp_path / ".spark-checkpoint" / "default" / "word-count"
+    job_dir.mkdir(parents=True, mode=0o755)
+    (job_dir / "status.json").write_text("{")
+
+    assert main(["run", str(manifest)]) == 1
+    assert "the job's status file cannot be read" in capsys.readouterr().err
+    assert job_dir.stat().st_mode & 0o777 == 0o700
+
+
 def test_an_unreadable_status_file_refuses_the_run_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
