@@ -43,6 +43,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
     PersistState,
     RetentionPolicy,
+    SavepointDisposeRequested,
     SavepointHistoryLimits,
     StoredIdsReported,
     TaskAck,
@@ -262,6 +263,27 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert all(r.label != WITHDRAWN_LABEL for r in self.coordinator.queued)
         assert self.coordinator.consecutive_failures == failures, "not counted"
 
+    @rule(data=st.data())
+    def dispose(self, data: st.DataObject) -> None:
+        """A user disposes of a savepoint: a registered one, or any id (one disposed
+        already, a checkpoint's, an unknown one)."""
+        registered = [s.checkpoint_id for s in self.coordinator.persisted_state.savepoints]
+        savepoint_id = data.draw(
+            st.sampled_from(registered)
+            if registered and data.draw(st.booleans())
+            else st.integers(1, max(1, self.highest_triggered + 1))
+        )
+        refusal = self.coordinator.persisted_state.why_not_disposable(savepoint_id)
+        effects = self._send(SavepointDisposeRequested(savepoint_id, label="dispose"))
+        if refusal is not None:
+            assert effects == []
+            return
+        discards = [e for e in effects if isinstance(e, DiscardSavepoint)]
+        assert [(d.savepoint.checkpoint_id, d.label) for d in discards] == [
+            (savepoint_id, "dispose")
+        ]
+        assert savepoint_id not in {s.checkpoint_id for s in self.persisted.savepoints}
+
     @rule(kind=st.sampled_from(CheckpointKind))
     def take_checkpoint(self, kind: CheckpointKind) -> None:
         """A whole round trip, as most of a healthy job's checkpoints are: without it, runs
@@ -388,7 +410,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         assert all(times == 1 for times in self.discarded_checkpoints.values())
 
     @invariant()
-    def savepoints_leave_the_registry_only_through_their_history_limits(self) -> None:
+    def savepoints_leave_the_registry_only_discarded(self) -> None:
         state = self.coordinator.persisted_state
         registered_savepoints = {s.checkpoint_id for s in state.savepoints}
         completed_savepoints = {

@@ -14,6 +14,7 @@ from spark_checkpoint_operator.coordinator import (
     JobTerminated,
     PersistState,
     RetentionPolicy,
+    SavepointDisposeRequested,
     SavepointHistoryLimits,
     TerminalOutcome,
     TriggerRequested,
@@ -86,6 +87,56 @@ def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
     harness.clock.now += 1000
     assert of_type(harness.send(JobTerminated(TerminalOutcome.FINISHED)), DiscardSavepoint) == []
     assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [2]
+
+
+@pytest.mark.parametrize("disposed", [1, 2, 3])
+def test_a_disposed_savepoint_leaves_the_registry_persisted_before_its_discard(
+    disposed: int,
+) -> None:
+    """Flink's `savepoint --dispose`: any registered savepoint, the newest too (which the
+    history always keeps), leaves the registry; the registry is persisted before the
+    files go, and the discard carries the request's label. Disposed again (a second
+    request meanwhile), nothing happens."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    for _ in range(3):
+        _take(harness, CheckpointKind.SAVEPOINT)
+
+    effects = harness.send(SavepointDisposeRequested(disposed, label="dispose request 1"))
+
+    [persist] = of_type(effects, PersistState)
+    [discard] = of_type(effects, DiscardSavepoint)
+    assert (discard.savepoint.checkpoint_id, discard.label) == (disposed, "dispose request 1")
+    assert effects.index(persist) < effects.index(discard)
+    kept = [s.checkpoint_id for s in persist.state.savepoints]
+    assert kept == [s for s in (1, 2, 3) if s != disposed]
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == kept
+    assert harness.send(SavepointDisposeRequested(disposed)) == []
+
+
+def test_the_newest_image_is_not_disposed_of_when_it_is_a_savepoint() -> None:
+    """Sinks may have committed up to its batch (a stop-with-savepoint's): disposed of, the
+    next run would restore an older image, behind the output."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(1, batch_id=3)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.complete(2, batch_id=5)
+    state = harness.coordinator.persisted_state
+
+    assert state.why_not_disposable(2) == (
+        "savepoint 2 is the job's newest image (batch 5): the output may be committed up to "
+        "its batch, and every other image is older; run the job until a newer checkpoint "
+        "completes"
+    )
+    assert state.why_not_disposable(1) == "savepoint 1 is not in the job's registry"
+    assert harness.send(SavepointDisposeRequested(2)) == []
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [2]
+
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(3, batch_id=5)  # an image as new: the savepoint may go
+    assert harness.coordinator.persisted_state.why_not_disposable(2) is None
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,14 @@ class SavepointHistory:
         self._savepoints.sort(key=lambda s: s.checkpoint_id)
         return self.expire(now, keep=savepoint)
 
+    def remove(self, savepoint_id: int) -> CompletedCheckpoint | None:
+        """Take savepoint ``savepoint_id`` out of the history (a user disposes of it); None
+        if the history does not hold it."""
+        found = next((s for s in self._savepoints if s.checkpoint_id == savepoint_id), None)
+        if found is not None:
+            self._savepoints.remove(found)
+        return found
+
     def expire(
         self, now: float, keep: CompletedCheckpoint | None = None
     ) -> list[CompletedCheckpoint]:

@@ -41,6 +41,7 @@ from spark_checkpoint_operator.coordinator.events import (
     JobPhase,
     JobPhaseChanged,
     JobTerminated,
+    SavepointDisposeRequested,
     SnapshotCaptured,
     StoredIdsReported,
     TaskAcknowledged,
@@ -251,6 +252,8 @@ class CheckpointCoordinator:
                 self._on_user_request(event, effects)
             case TriggerWithdrawn(label=label):
                 self._withdraw(label, effects)
+            case SavepointDisposeRequested(savepoint_id=savepoint_id, label=label):
+                self._dispose(savepoint_id, label, effects)
             case TaskAcknowledged():
                 self._on_ack(event, effects)
             case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
@@ -268,6 +271,16 @@ class CheckpointCoordinator:
             case JobTerminated(outcome=outcome):
                 self._on_terminated(outcome, effects)
         return _failures_persisted(effects, self.persisted_state)
+
+    def _dispose(self, savepoint_id: int, label: str, effects: list[Effect]) -> None:
+        # Whoever asked checked first (`why_not_disposable`) and told the user; this is
+        # what keeps the rule when that changed since (a second request, say).
+        if self.persisted_state.why_not_disposable(savepoint_id) is not None:
+            return
+        disposed = self._savepoints.remove(savepoint_id)
+        assert disposed is not None
+        effects.append(PersistState(self.persisted_state))
+        effects.append(DiscardSavepoint(disposed, label))
 
     def _continue_above(self, highest: int, effects: list[Effect]) -> None:
         if highest < self._next_id or highest + self._id_block >= MAX_COUNT:

@@ -77,7 +77,11 @@ class DiscardCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class DiscardSavepoint:
+    """Delete a savepoint that left the registry: trimmed by the savepoint history, or
+    disposed of by the request labelled ``label``."""
+
     savepoint: CompletedCheckpoint
+    label: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,17 @@ class TriggerWithdrawn:
 
 
 @dataclass(frozen=True, slots=True)
+class SavepointDisposeRequested:
+    """A user disposes of a registered savepoint (Flink's `savepoint --dispose`): it
+    leaves the registry and its files are deleted, whatever the savepoint history keeps;
+    ``label`` tells the request's own notice from another's. Nothing happens to one
+    `PersistedState.why_not_disposable` refuses (disposed meanwhile, the newest image)."""
+
+    savepoint_id: int
+    label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class TaskAcknowledged:
     checkpoint_id: int
     ack: TaskAck
@@ -138,6 +149,7 @@ Event = (
     | StoredIdsReported
     | TriggerRequested
     | TriggerWithdrawn
+    | SavepointDisposeRequested
     | TaskAcknowledged
     | TaskDeclined
     | SnapshotCaptured

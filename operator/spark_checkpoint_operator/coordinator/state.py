@@ -41,6 +41,23 @@ class PersistedState:
     failed_count: int = 0
     terminated: TerminalOutcome | None = field(default=None)
 
+    def why_not_disposable(self, savepoint_id: int) -> str | None:
+        """Why savepoint ``savepoint_id`` cannot be disposed of; None if it can. Not one the
+        registry does not list; nor one of a later batch than every other image: output
+        sinks committed up to its batch (a stop-with-savepoint's) would be ahead of every
+        image left to restore from."""
+        savepoint = next((s for s in self.savepoints if s.checkpoint_id == savepoint_id), None)
+        if savepoint is None:
+            return f"savepoint {savepoint_id} is not in the job's registry"
+        others = [c.batch_id for c in (*self.checkpoints, *self.savepoints) if c is not savepoint]
+        if savepoint.batch_id > max(others, default=-1):
+            return (
+                f"savepoint {savepoint_id} is the job's newest image (batch "
+                f"{savepoint.batch_id}): the output may be committed up to its batch, and "
+                "every other image is older; run the job until a newer checkpoint completes"
+            )
+        return None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "nextCheckpointId": self.next_checkpoint_id,
