@@ -157,6 +157,8 @@ class ControlServer:
             # Not "not all required tasks are running (the query is starting ...)": it ended.
             message = FINISHING_TAKES_NO_SAVEPOINT if finishing else notice.message
             self._told[notice.label] = ControlAnswer(Outcome.DECLINED, message)
+        elif notice.reason == "SavepointDisposed":
+            self._told[notice.label] = ControlAnswer(Outcome.OK, notice.message)
         elif (
             notice.reason == "CheckpointNotNeeded"
             and notice.label.startswith(Command.STOP)
@@ -258,6 +260,48 @@ class ControlServer:
             case Command.STOP:
                 self._report("`spark-checkpoint stop`: taking a savepoint, then stopping")
                 return await self._savepoint(AfterCompletion.STOP, request)
+            case Command.DISPOSE:
+                return await self._dispose(request)
+
+    async def _dispose(self, request: ControlRequest) -> ControlAnswer:
+        savepoint_id = request.savepoint
+        if savepoint_id is None:
+            return ControlAnswer(Outcome.REFUSED, "a dispose request names its savepoint")
+        state = self._supervisor.record.coordinator
+        if (why := state.why_not_disposable(savepoint_id)) is not None:
+            registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
+            return ControlAnswer(Outcome.DECLINED if registered else Outcome.FAILED, why)
+        self._report(
+            f"`spark-checkpoint savepoint --dispose`: disposing of savepoint {savepoint_id}"
+        )
+        label = f"dispose request {secrets.token_hex(4)}"
+        self._asking.add(label)
+        try:
+            self._supervisor.dispose(savepoint_id, label)
+            deadline = time.monotonic() + request.wait
+            while label not in self._told:
+                if self._ended:
+                    return ControlAnswer(
+                        Outcome.FAILED,
+                        f"the run ended before it disposed of savepoint {savepoint_id}",
+                    )
+                if time.monotonic() >= deadline:
+                    savepoints = self._supervisor.record.coordinator.savepoints
+                    if all(s.checkpoint_id != savepoint_id for s in savepoints):
+                        return ControlAnswer(
+                            Outcome.OK,
+                            f"savepoint {savepoint_id} disposed of: no longer registered",
+                        )
+                    return ControlAnswer(
+                        Outcome.TRIGGERED,
+                        f"the disposal of savepoint {savepoint_id} is requested: the run "
+                        "takes it at its next look at the driver",
+                    )
+                await asyncio.sleep(POLL_SECONDS)
+            return self._told[label]
+        finally:
+            self._asking.discard(label)
+            self._told.pop(label, None)
 
     def _stop_without_savepoint(self, why: str) -> ControlAnswer:
         said = f"stopping the driver without a savepoint: {why} ({next_run(self._supervisor)})"
@@ -429,7 +473,12 @@ def _answers(path: Path) -> bool:
 
 
 def request(
-    paths: ControlPaths, command: Command, *, drain: bool = False, wait: float = 0.0
+    paths: ControlPaths,
+    command: Command,
+    *,
+    drain: bool = False,
+    wait: float = 0.0,
+    savepoint: int | None = None,
 ) -> ControlAnswer:
     """Send one request to the runtime and return its answer. Raises `NoRuntime` when
     none answers, `ControlRefused` for a directory that is not private or a refusal."""
@@ -447,7 +496,7 @@ def request(
     except OSError as error:  # not allowed, a directory, a FIFO, not UTF-8 ...
         reason = error if isinstance(error, UnreadableFile) else error.strerror or error
         raise ControlRefused(f"cannot read the run's token {paths.token}: {reason}") from None
-    document = ControlRequest(token, command, drain=drain, wait=wait)
+    document = ControlRequest(token, command, drain=drain, wait=wait, savepoint=savepoint)
     with _socket_address(paths.socket) as address, socket.socket(socket.AF_UNIX) as connection:
         connection.settimeout(wait + 30.0)
         try:

@@ -50,7 +50,19 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.savepoint_disposal import (
+    DisposalDeclined,
+    DisposalRefused,
+    dispose_here,
+    savepoint_named,
+)
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, last_image
+from spark_checkpoint_operator.storage_commands.job import (
+    CommandError,
+    StorageSource,
+    StorageUnusable,
+    opened_job_storage,
+)
 
 DEFAULT_TIMEOUT_SECONDS = 600.0
 
@@ -128,10 +140,17 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
             [
                 "spark-checkpoint savepoint -f job.yaml",
                 "spark-checkpoint savepoint -f job.yaml --detached   # print its id once triggered",
+                "spark-checkpoint savepoint -f job.yaml --dispose savepoint:3",
             ],
             {
-                ExitCode.OK: "the savepoint completed (--detached or --timeout 0: was triggered)",
+                ExitCode.OK: "the savepoint completed (--detached or --timeout 0: was triggered); "
+                "--dispose: disposed of",
                 **SAVEPOINT_EXIT_CODES,
+                ExitCode.FAILED: f"{SAVEPOINT_EXIT_CODES[ExitCode.FAILED]}; --dispose: not "
+                "disposed of (not the job's registered savepoint, a checkpoint, a run that "
+                "does not answer within --timeout)",
+                ExitCode.DECLINED: f"{SAVEPOINT_EXIT_CODES[ExitCode.DECLINED]}; --dispose: "
+                "the savepoint is the job's newest image, which the coordinator keeps",
             },
         ),
     )
@@ -140,10 +159,17 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
         "-dcp",
         action="store_true",
         help="return once the savepoint is triggered, with its id (as `flink savepoint "
-        "--detached`; Flink's -d disposes of a savepoint, so it is not taken here)",
+        "--detached`)",
     )
-    # Else argparse would take -d for -dcp: a Flink user's dispose would take a savepoint.
-    savepoint.add_argument("-d", nargs="?", action=_FlinksDispose, help=argparse.SUPPRESS)
+    savepoint.add_argument(
+        "--dispose",
+        "-d",
+        metavar="SAVEPOINT",
+        help="take no savepoint: dispose of the job's savepoint savepoint:N, or the one at "
+        "PATH (.../savepoints/sp-N), as `flink savepoint --dispose`: it leaves the job's "
+        "registry, then its files are deleted; through the job's run if one runs, else here. "
+        "Not the job's newest image (the output may be committed up to it)",
+    )
 
     stop = commands.add_parser(
         "stop",
@@ -201,14 +227,6 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     )
 
 
-class _FlinksDispose(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
-        parser.error(
-            "-d: Flink's `savepoint -d` disposes of a savepoint; here the savepoint history "
-            "deletes them (spec.savepoints), and --detached is -dcp"
-        )
-
-
 def _timeout_option(parser: argparse.ArgumentParser, default: float, text: str) -> None:
     parser.add_argument(
         "--timeout",
@@ -251,6 +269,8 @@ def run_control(args: argparse.Namespace) -> int:
     prog = f"spark-checkpoint {args.command}"
     try:
         paths = job_paths(args)
+        if getattr(args, "dispose", None) is not None:
+            return _dispose(args)
         return _control(args, ControlPaths(paths.control_dir))
     except _Usage as error:
         print(error_lines(prog, error), file=sys.stderr)
@@ -325,6 +345,48 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         waiting.cancel()
         if waiting.is_alive():
             waiting.join()  # a notice being printed comes before the answer
+
+
+def _dispose(args: argparse.Namespace) -> int:
+    """`savepoint --dispose`: through the job's run if one answers, else here."""
+    prog = "spark-checkpoint savepoint"
+    source = StorageSource(args.manifest, None, args.namespace, args.job, args.state_dir)
+    try:
+        with opened_job_storage(source) as job:
+            savepoint_id = savepoint_named(args.dispose, job.storage)
+            try:
+                answer = request(
+                    ControlPaths(job.paths.control_dir),
+                    Command.DISPOSE,
+                    wait=args.timeout,
+                    savepoint=savepoint_id,
+                )
+            except NoRuntime:
+                name = f"{job.layout.namespace}/{job.layout.job}"
+                print(dispose_here(job.paths, job.storage, name, savepoint_id))
+                return ExitCode.OK
+    except StorageUnusable as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return ExitCode.FAILED
+    except CommandError as error:
+        print(error_lines(prog, error), file=sys.stderr)
+        return ExitCode.USAGE
+    except DisposalDeclined as error:
+        print(f"{prog}: not disposed of: {error}", file=sys.stderr)
+        return ExitCode.DECLINED
+    except DisposalRefused as error:
+        print(f"{prog}: not disposed of: {error}", file=sys.stderr)
+        return ExitCode.FAILED
+    match answer.outcome:
+        case Outcome.OK:
+            print(answer.message)
+            return ExitCode.OK
+        case Outcome.DECLINED:
+            print(f"{prog}: not disposed of: {answer.message}", file=sys.stderr)
+            return ExitCode.DECLINED
+        case _:
+            print(f"{prog}: {answer.message}", file=sys.stderr)
+            return ExitCode.FAILED
 
 
 WAITING_NOTICE_SECONDS = 2.0  # an answer within it (a decline, a quick savepoint) is not announced

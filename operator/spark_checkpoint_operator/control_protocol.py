@@ -38,12 +38,14 @@ class Command(StrEnum):
     SAVEPOINT = "savepoint"  # the job keeps running
     STOP = "stop"  # a savepoint, then the driver stops
     CANCEL = "cancel"  # stop now, without a savepoint
+    DISPOSE = "dispose"  # a registered savepoint leaves the registry and storage
 
 
 class Outcome(StrEnum):
     """How the runtime answered a request."""
 
-    OK = "ok"  # done (a savepoint: completed; stop: savepoint completed, the run is ending)
+    OK = "ok"  # done (a savepoint: completed; stop: savepoint completed, the run is ending;
+    # dispose: no longer registered)
     TRIGGERED = "triggered"  # a savepoint under way (no wait asked, or the wait ran out)
     DECLINED = "declined"  # the coordinator declined the request; the message says why
     FAILED = "failed"  # the savepoint failed, or the run ended before it completed
@@ -96,6 +98,7 @@ class ControlRequest:
     command: Command
     drain: bool = False  # stop: process all available input before the savepoint
     wait: float = 0.0
+    savepoint: int | None = None  # dispose: the savepoint's id
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +106,7 @@ class ControlRequest:
             "command": str(self.command),
             "drain": self.drain,
             "wait": self.wait,
+            "savepoint": self.savepoint,
         }
 
     @classmethod
@@ -113,6 +117,7 @@ class ControlRequest:
             command=fields.read("command", read_one_of(Command)),
             drain=fields.read("drain", read_boolean, default=False),
             wait=fields.read("wait", _seconds, default=0.0),
+            savepoint=fields.read("savepoint", _optional_integer, default=None),
         )
 
 

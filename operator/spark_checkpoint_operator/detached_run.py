@@ -72,7 +72,7 @@ def run_detached(args: argparse.Namespace, argv: list[str]) -> int:
         paths.logs_dir.mkdir(exist_ok=True)
         # Refused here, its refusal is not appended to the running job's log; taken here,
         # no other run writes there before this one's background run holds the lock.
-        with job_lock(paths, manifest) as lock:
+        with job_lock(paths, f"{manifest.namespace}/{manifest.name}") as lock:
             started = _start_background_run(paths, argv, lock)
     except KeyboardInterrupt:
         print(

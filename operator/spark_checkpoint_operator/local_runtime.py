@@ -152,9 +152,7 @@ def load_runnable_manifest(path: Path) -> JobManifest:
 
 
 @contextlib.contextmanager
-def job_lock(
-    paths: LocalPaths, manifest: JobManifest, *, handed_over: int | None = None
-) -> Iterator[int]:
+def job_lock(paths: LocalPaths, job: str, *, handed_over: int | None = None) -> Iterator[int]:
     """Held for a whole run: a second run of the same job would otherwise take the first
     one's driver for a leftover and kill it. Yields the lock's descriptor, which a
     detached run's command hands over to its background run (``handed_over`` there): no
@@ -163,7 +161,7 @@ def job_lock(
         paths.lock_file,
         subject="the job's state directory",
         busy=lambda holder: (
-            f"job {manifest.namespace}/{manifest.name} is already running "
+            f"job {job} is already running "
             f"(pid {holder}, lock {paths.lock_file}): stop that run first"
         ),
         handed_over=handed_over,
@@ -172,7 +170,7 @@ def job_lock(
 
 
 @contextlib.contextmanager
-def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[None]:
+def storage_lock(storage: CheckpointStorage, job: str) -> Iterator[None]:
     """Held for a whole run on local storage: a job's storage has one writer. Two runs of a
     job kept in two state directories would otherwise share it, each taking the other's
     checkpoints for garbage and writing the same checkpoint ids. (An object store has no
@@ -196,7 +194,7 @@ def storage_lock(storage: CheckpointStorage, manifest: JobManifest) -> Iterator[
         Path(lock_file),
         subject=subject,
         busy=lambda holder: (
-            f"job {manifest.namespace}/{manifest.name}'s storage {Path(lock_file).parent} is "
+            f"job {job}'s storage {Path(lock_file).parent} is "
             f"in use by another run (pid {holder}, lock {lock_file}): stop that run, or give "
             "this one another spec.checkpointing.storage"
         ),
@@ -633,10 +631,11 @@ async def run_local(
             manifest.name,
         )
     )
-    with job_lock(paths, manifest, handed_over=handed_over_lock):
+    job = f"{manifest.namespace}/{manifest.name}"
+    with job_lock(paths, job, handed_over=handed_over_lock):
         # Before the storage's lock, which would create the job's directory there.
         _check_storage_unchanged(load_record(paths), storage, paths)
-        with storage_lock(storage, manifest):
+        with storage_lock(storage, job):
             if warning := _executor_variables_warning(manifest):
                 display.line(warning)
             if note := _pod_settings_note(manifest):

@@ -37,11 +37,11 @@ def image_choice(choice: str) -> str:
     a manifest is read."""
     if not choice:
         raise ValueError("is empty: give savepoint:N, checkpoint:N or a path")
-    _registry_reference(choice)
+    registry_reference(choice)
     return choice
 
 
-def _registry_reference(choice: str) -> RestoreCandidate | None:
+def registry_reference(choice: str) -> RestoreCandidate | None:
     """The registry's image ``choice`` names as ``savepoint:N`` or ``checkpoint:N``; None
     for a path (or URI); ValueError for ``kind:`` and something that is no id."""
     kind = choice.partition(":")[0]
@@ -62,7 +62,7 @@ def chosen_image(choice: str, registry: PersistedState, storage: CheckpointStora
     retained checkpoint's directory or ``_metadata`` (this job's or another's, as Flink's
     ``run -s``). Raises `UnknownImage` if it is not registered or not intact."""
     try:
-        candidate = _registry_reference(choice)
+        candidate = registry_reference(choice)
     except ValueError as error:
         raise UnknownImage(str(error)) from None
     if candidate is not None:
@@ -124,7 +124,7 @@ def _another_registrys(storage: CheckpointStorage, savepoint_id: int) -> str:
     )
 
 
-def _snapshot_uri(choice: str) -> str:
+def snapshot_uri(choice: str) -> str:
     """The URI of the `_metadata` that `choice` names: a local path, a ``file:`` URI in any
     of its spellings (Hadoop prints ``file:/path``) or another store's URI. A local path is
     made absolute as written (``..`` taken away, but no link followed: a link in the job's
@@ -146,7 +146,7 @@ def _snapshot_uri(choice: str) -> str:
 
 def _external(choice: str, registry: PersistedState, storage: CheckpointStorage) -> ChosenImage:
     try:
-        uri = _snapshot_uri(choice)
+        uri = snapshot_uri(choice)
         address = parse_snapshot_address(uri)
         source = CheckpointStorage(address.layout, fresh=True)  # in the driver's environment
     except ValueError as error:  # not a snapshot's place, a bad name, an unknown protocol

@@ -661,31 +661,14 @@ def test_two_stops_at_once_both_name_the_savepoint_the_job_stopped_with(tmp_path
     paths = ControlPaths(tmp_path / "control")
     launcher = FakeLauncher()
     launcher.agent_class = _HeldAgent
-    notices: list[Notice] = []
-    control: ControlServer | None = None
-
-    def on_notice(notice: Notice) -> None:
-        notices.append(notice)
-        if control is not None:  # serving once the driver runs
-            control.notice(notice)
-
-    supervisor = JobSupervisor(
-        storage=STORAGE,
-        config=CoordinatorConfig(interval=None, timeout=30.0),
-        restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
-        launcher=launcher,
-        janitor=NoJanitor(),
-        save=_ignore,
-        record=JobRecord(),
-        report=on_notice,
-    )
+    job = _RealRun(launcher)
+    supervisor = job.supervisor
 
     async def scenario() -> tuple[ControlAnswer, ControlAnswer, TerminalOutcome]:
-        nonlocal control
         run = asyncio.create_task(supervisor.run())
         await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
         async with serve_controls(paths, supervisor, "default/probe", lambda: None, print) as (
-            control
+            job.control
         ):
             first = asyncio.create_task(asyncio.to_thread(request, paths, Command.STOP, wait=30.0))
             agent = launcher.drivers[0].agent
@@ -713,9 +696,79 @@ def test_two_stops_at_once_both_name_the_savepoint_the_job_stopped_with(tmp_path
         "already stopping: an earlier stop's savepoint 1 completed and the job is ending Suspended",
         savepoint,
     )
-    [given_up] = [n for n in notices if n.reason == "CheckpointNotNeeded"]
+    [given_up] = [n for n in job.notices if n.reason == "CheckpointNotNeeded"]
     assert given_up.message == "savepoint 2 given up: the job is stopping with savepoint 1"
+
+
+class _RealRun:
+    """A real supervisor of fake drivers whose notices reach the run's control server once
+    it serves (``control``), as a local run's do."""
+
+    def __init__(self, launcher: FakeLauncher) -> None:
+        self.notices: list[Notice] = []
+        self.control: ControlServer | None = None
+        self.supervisor = JobSupervisor(
+            storage=STORAGE,
+            config=CoordinatorConfig(interval=None, timeout=30.0),
+            restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
+            launcher=launcher,
+            janitor=NoJanitor(),
+            save=_ignore,
+            record=JobRecord(),
+            report=self._notice,
+        )
+
+    def _notice(self, notice: Notice) -> None:
+        self.notices.append(notice)
+        if self.control is not None:
+            self.control.notice(notice)
 
 
 async def _ignore(record: JobRecord) -> None:
     return None
+
+
+def test_a_savepoint_is_disposed_of_through_the_run(tmp_path: Path) -> None:
+    """`savepoint --dispose` while the job runs: the run's coordinator takes it out of the
+    registry and the driver's agent deletes its files; the answer says so. The newest
+    image is kept (declined), one not registered is refused."""
+    paths = ControlPaths(tmp_path / "control")
+    launcher = FakeLauncher()
+    job = _RealRun(launcher)
+    supervisor = job.supervisor
+
+    async def scenario() -> list[ControlAnswer]:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        agent = launcher.drivers[0].agent
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: len(supervisor.record.coordinator.savepoints) == 1)
+        agent.batch = 4
+        supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+        await until(lambda: len(supervisor.record.coordinator.savepoints) == 2)
+        async with serve_controls(paths, supervisor, "default/probe", lambda: None, print) as (
+            job.control
+        ):
+            answers = [
+                await asyncio.to_thread(request, paths, Command.DISPOSE, wait=30.0, savepoint=n)
+                for n in (2, 1, 1, 9)
+            ]
+        supervisor.cancel()
+        await run
+        assert agent.discarded_savepoints == [1]
+        return answers
+
+    newest, disposed, again, unknown = asyncio.run(scenario())
+
+    assert (disposed.outcome, disposed.message) == (
+        Outcome.OK,
+        "savepoint 1 disposed of: no longer registered, its files deleted",
+    )
+    assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [2]
+    assert newest.outcome is Outcome.DECLINED
+    assert newest.message.startswith("savepoint 2 is the job's newest image (batch 4)")
+    assert (again.outcome, again.message) == (
+        Outcome.FAILED,
+        "savepoint 1 is not in the job's registry",
+    )
+    assert unknown.outcome is Outcome.FAILED

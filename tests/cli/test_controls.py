@@ -606,7 +606,7 @@ def test_a_run_that_holds_the_job_but_does_not_answer_yet_is_told_as_starting(
     paths = local_paths(manifest, default_state_dir(job.directory / "job.yaml"))
     paths.logs_dir.mkdir(parents=True)
 
-    with job_lock(paths, manifest):
+    with job_lock(paths, f"{manifest.namespace}/{manifest.name}"):
         told = {command: job.cli(command, "-f", "job.yaml") for command in ("status", "stop")}
         document = job.cli("status", "-f", "job.yaml", "-o", "json")
     paths.lock_file.unlink()  # this process is named there: not a run to clean up
@@ -793,7 +793,7 @@ def test_the_lock_names_the_background_run_once_it_is_started(job: LocalJob) -> 
     manifest = load_manifest(job.directory / "job.yaml")
     paths = local_paths(manifest, default_state_dir(job.directory / "job.yaml"))
     paths.logs_dir.mkdir(parents=True)
-    with job_lock(paths, manifest) as lock:
+    with job_lock(paths, f"{manifest.namespace}/{manifest.name}") as lock:
         background, _ = detached_run._start_background_run(paths, ["--version"], lock)
         named = paths.lock_file.read_text()
     paths.lock_file.unlink()  # this process may be named there: not a run to clean up

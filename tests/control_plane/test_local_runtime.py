@@ -300,7 +300,7 @@ def test_a_status_asking_whether_a_run_holds_the_job_does_not_refuse_a_run_start
     released = threading.Timer(0.1, os.close, [probe])
     released.start()
     try:
-        with job_lock(paths, manifest):
+        with job_lock(paths, f"{manifest.namespace}/{manifest.name}"):
             assert run_lock_holder(paths) == str(os.getpid())
     finally:
         released.join()
@@ -325,7 +325,10 @@ def test_a_lock_the_filesystem_cannot_take_refuses_the_run_naming_the_field(
             "spec": {"application": {"mainFile": "main.py"}},
         }
     )
-    with pytest.raises(RunRefused) as refused, storage_lock(CheckpointStorage(layout), manifest):
+    with (
+        pytest.raises(RunRefused) as refused,
+        storage_lock(CheckpointStorage(layout), f"{manifest.namespace}/{manifest.name}"),
+    ):
         pass
     lock = tmp_path / "nfs" / "default" / "orders" / "writer.lock"
     assert str(refused.value) == (

@@ -68,6 +68,8 @@ from spark_checkpoint_operator.supervisor.record import JobRecord
 # The label of the last image of a job: bounded input's final checkpoint, a deleted job's
 # final savepoint.
 FINAL_LABEL = "final"
+# Why a savepoint the history would keep is deleted.
+DISPOSED = "disposed of (`spark-checkpoint savepoint --dispose`)"
 
 
 class Notify(Protocol):
@@ -290,16 +292,19 @@ class EffectInterpreter:
                 await self._discard(
                     DiscardDue(CheckpointKind.CHECKPOINT, cid), attempt, list(retained)
                 )
-            case DiscardSavepoint(savepoint=savepoint):
+            case DiscardSavepoint(savepoint=savepoint, label=label):
                 sid = savepoint.checkpoint_id
                 # Savepoints are the user's: deleting one is news, never a detail.
                 self._notify(
                     "SavepointDiscarded",
                     Level.NOTE,
                     f"deleting savepoint {sid} (batch {savepoint.batch_id}): "
-                    + self._why_trimmed(sid),
+                    + (DISPOSED if label else self._why_trimmed(sid)),
                 )
-                await self._discard(DiscardDue(CheckpointKind.SAVEPOINT, sid), attempt, [])
+                discard = DiscardDue(CheckpointKind.SAVEPOINT, sid)
+                await self._discard(discard, attempt, [])
+                if label:
+                    self._notify_disposed(discard, label)
             case RequestDeclined(request=request, reason=reason):
                 if self._job.deleting and request.after is not AfterCompletion.CONTINUE:
                     self._job.cancel()
@@ -476,6 +481,20 @@ class EffectInterpreter:
         their images go, and an operator restart before they are done does them then (once
         more at worst: a discard of what is gone does nothing)."""
         self._set_due(self._record.discards_due + self._queued_discards())
+
+    def _notify_disposed(self, discard: DiscardDue, label: str) -> None:
+        """The answer to the dispose request labelled ``label``: whether the files went."""
+        due = next((d for d in self._record.discards_due if d.key == discard.key), None)
+        self._notify(
+            "SavepointDisposed",
+            Level.DETAIL,
+            f"{discard.describe()} disposed of: no longer registered, its files deleted"
+            if due is None
+            else f"{discard.describe()} disposed of: no longer registered; its files are not "
+            f"deleted yet ({due.reason or 'the driver is starting'}): the driver is asked "
+            "again after the next completion, or a cleanup does it once none runs",
+            label=label,
+        )
 
     def _why_trimmed(self, savepoint_id: int) -> str:
         """Why the savepoint history lets a savepoint go: its age or count, and the ones

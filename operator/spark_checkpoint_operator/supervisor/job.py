@@ -32,6 +32,7 @@ from spark_checkpoint_operator.coordinator import (
     CoordinatorConfig,
     JobPhase,
     PersistedState,
+    SavepointDisposeRequested,
     TerminalOutcome,
     Tick,
     TriggerCheckpoint,
@@ -315,6 +316,11 @@ class JobSupervisor:
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
         self._polls.inbox.put_nowait(event)
+
+    def dispose(self, savepoint_id: int, label: str) -> None:
+        """A user disposes of a registered savepoint (`SavepointDisposeRequested`); its
+        `SavepointDisposed` notice, labelled ``label``, says when it is done."""
+        self._polls.inbox.put_nowait(SavepointDisposeRequested(savepoint_id, label))
 
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""

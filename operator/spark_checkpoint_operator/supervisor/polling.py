@@ -12,7 +12,11 @@ from typing import Any
 
 from spark_checkpoint.protocol import AgentStatus
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
-from spark_checkpoint_operator.coordinator import TriggerRequested, TriggerWithdrawn
+from spark_checkpoint_operator.coordinator import (
+    SavepointDisposeRequested,
+    TriggerRequested,
+    TriggerWithdrawn,
+)
 from spark_checkpoint_operator.supervisor.ports import DriverHandle
 
 POLL_INTERVAL = 0.5
@@ -25,7 +29,7 @@ LONG_POLL_SECONDS = 30.0
 Answer = AgentStatus | AgentUnavailable | AgentRejected
 # A user's request or its withdrawal, or None: new settings (their deadlines and effects
 # apply now).
-Message = TriggerRequested | TriggerWithdrawn | None
+Message = TriggerRequested | TriggerWithdrawn | SavepointDisposeRequested | None
 
 
 class StatusPolls:

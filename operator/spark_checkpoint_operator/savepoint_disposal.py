@@ -1,0 +1,121 @@
+"""``spark-checkpoint savepoint --dispose`` (Flink's ``savepoint --dispose``): a savepoint
+leaves the job's registry, then its files leave storage. Through the run of the job while
+one runs (`ControlServer`, the coordinator's `SavepointDisposeRequested`), else here, under
+the locks a run takes, with the registry written ahead of the delete as a run does."""
+
+import time
+from dataclasses import replace
+
+from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, parse_snapshot_address
+from spark_checkpoint_operator.local_runtime import (
+    JobBusy,
+    RunRefused,
+    job_lock,
+    load_record,
+    storage_lock,
+)
+from spark_checkpoint_operator.local_state import LocalPaths
+from spark_checkpoint_operator.restore_choice import registry_reference, snapshot_uri
+from spark_checkpoint_operator.status import DiscardDue, StatusFile, render_status
+from spark_checkpoint_operator.supervisor import JobRecord
+
+
+class DisposalRefused(Exception):
+    """The savepoint is not disposed of; the message says why."""
+
+
+class DisposalDeclined(DisposalRefused):
+    """The coordinator's rule keeps the savepoint (`PersistedState.why_not_disposable`)."""
+
+
+def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:
+    """The id of the job's savepoint ``choice`` names: ``savepoint:N``, or the path (or
+    URI) of its directory or ``_metadata`` in the job's ``storage`` (None: not known, a
+    path is refused). Raises DisposalRefused naming what is wrong."""
+    try:
+        reference = registry_reference(choice)
+    except ValueError as error:
+        raise DisposalRefused(str(error)) from None
+    if reference is not None:
+        if reference.kind is CheckpointKind.CHECKPOINT:
+            raise DisposalRefused(_NO_CHECKPOINTS)
+        assert reference.snapshot_id is not None
+        return reference.snapshot_id
+    if storage is None:
+        raise DisposalRefused(f"{choice}: a path needs the job's storage: name the job with -f")
+    try:
+        address = parse_snapshot_address(snapshot_uri(choice))
+        own = CheckpointStorage(address.layout).is_same_job_directory(storage)
+    except (ValueError, ImportError, OSError) as error:
+        raise DisposalRefused(f"{choice} is no savepoint of the job: {error}") from None
+    if address.kind is CheckpointKind.CHECKPOINT:
+        raise DisposalRefused(_NO_CHECKPOINTS)
+    if not own:
+        raise DisposalRefused(
+            f"{choice} is not in the job's storage ({storage.layout.job_root}): only the "
+            "job's own savepoints are disposed of here"
+        )
+    return address.snapshot_id
+
+
+_NO_CHECKPOINTS = (
+    "only savepoints are disposed of: retention deletes checkpoints (spec.checkpointing.retained)"
+)
+
+
+def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepoint_id: int) -> str:
+    """Dispose of savepoint ``savepoint_id`` while no run of the job runs; what was done,
+    in a line. Raises DisposalRefused (DisposalDeclined: the coordinator's rule)."""
+    try:
+        with job_lock(paths, job), storage_lock(storage, job):
+            return _dispose_locked(paths, storage, savepoint_id)
+    except (JobBusy, RunRefused) as error:
+        raise DisposalRefused(str(error)) from None
+
+
+def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id: int) -> str:
+    record = load_record(paths)
+    state = record.coordinator
+    if (why := state.why_not_disposable(savepoint_id)) is not None:
+        registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
+        raise DisposalDeclined(why) if registered else DisposalRefused(why)
+    record.coordinator = replace(
+        state, savepoints=tuple(s for s in state.savepoints if s.checkpoint_id != savepoint_id)
+    )
+    # Written ahead, as a run does: if this process dies before the delete, the next run
+    # deletes what is due.
+    due = DiscardDue(CheckpointKind.SAVEPOINT, savepoint_id)
+    record.discards_due = [*record.discards_due, due]
+    _write(paths, record)
+    directory = storage.layout.savepoint_dir(savepoint_id)
+    was_there = storage.fs.exists(directory)
+    try:
+        storage.discard_savepoint(savepoint_id)
+    except (OSError, ValueError) as error:  # StorageError is a ValueError
+        return (
+            f"savepoint {savepoint_id} disposed of: no longer registered; its files are not "
+            f"deleted ({error}): the next run of the job deletes them"
+        )
+    record.discards_due = [d for d in record.discards_due if d.key != due.key]
+    _write(paths, record)
+    files = "its files deleted" if was_there else "its files were gone already"
+    return f"savepoint {savepoint_id} disposed of: no longer registered, {files} ({directory})"
+
+
+def _write(paths: LocalPaths, record: JobRecord) -> None:
+    """The status file with ``record``, as the run writes it (its conditions kept)."""
+    found = StatusFile.read(paths.status_file)
+    assert found is not None  # `load_record` read a registry from it
+    previous = found.status.get("conditions") if isinstance(found.status, dict) else None
+    status = render_status(
+        record,
+        now=time.time(),
+        previous_conditions=previous if isinstance(previous, list) else [],
+    )
+    StatusFile(
+        path=paths.status_file,
+        name=found.name,
+        namespace=found.namespace,
+        status=status,
+        driver_pid=None,
+    ).write()

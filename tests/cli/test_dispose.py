@@ -1,0 +1,172 @@
+"""`spark-checkpoint savepoint --dispose` while no run of the job runs (Flink's
+`savepoint --dispose`): the savepoint leaves the registry, then its files leave storage.
+Through a run: tests/cli/test_control_protocol.py."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+import yaml
+
+from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint_operator.exit_codes import ExitCode
+from spark_checkpoint_operator.local_runtime import load_record
+from spark_checkpoint_operator.local_state import local_job_paths
+
+if TYPE_CHECKING:
+    from conftest import Job, Result
+
+Cli = Callable[..., "Result"]
+NAMESPACE, JOB = "analytics", "clicks"  # the `job` fixture's
+MINIMAL = Path(__file__).parent.parent / "manifest" / "fixtures" / "minimal-job.yaml"
+
+
+@pytest.fixture
+def manifest(job: Job, tmp_path: Path) -> Path:
+    """The job's manifest, its storage the job's; its registry lists checkpoints 1 and 2
+    and savepoint 3 (batch 1, as checkpoint 2)."""
+    document = yaml.safe_load(MINIMAL.read_text())
+    document["metadata"] = {"name": JOB, "namespace": NAMESPACE}
+    document["spec"]["checkpointing"] = {"storage": job.root}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(document))
+    job.write_registry(checkpoints=[1, 2], savepoints=[3])
+    return path
+
+
+def _registered_savepoints(job: Job) -> list[int]:
+    record = load_record(local_job_paths(job.state_dir, NAMESPACE, JOB))
+    return [s.checkpoint_id for s in record.coordinator.savepoints]
+
+
+def _sp3(job: Job) -> Path:
+    return Path(job.storage.layout.savepoint_dir(3))
+
+
+@pytest.mark.parametrize("named", ["savepoint:3", "path", "metadata path", "file URI"])
+def test_a_savepoint_leaves_the_registry_and_storage(
+    job: Job, manifest: Path, cli: Cli, named: str
+) -> None:
+    directory = _sp3(job)
+    choice = {
+        "savepoint:3": "savepoint:3",
+        "path": str(directory),
+        "metadata path": str(directory / "_metadata"),
+        "file URI": directory.as_uri(),
+    }[named]
+
+    result = cli("savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", choice)
+
+    assert (result.code, result.err) == (ExitCode.OK, "")
+    assert result.out == (
+        f"savepoint 3 disposed of: no longer registered, its files deleted "
+        f"({job.storage.layout.savepoint_dir(3)})\n"
+    )
+    assert _registered_savepoints(job) == []
+    assert not directory.exists()
+    # What a run reads next: no discard left due, the checkpoints as they were.
+    record = load_record(local_job_paths(job.state_dir, NAMESPACE, JOB))
+    assert record.discards_due == []
+    assert [c.checkpoint_id for c in record.coordinator.checkpoints] == [1, 2]
+
+
+def test_a_savepoint_deleted_by_hand_is_disposed_of_from_the_registry(
+    job: Job, manifest: Path, cli: Cli
+) -> None:
+    """It stayed registered for ever (`verify` failed on it each time: a newcomer's)."""
+    shutil.rmtree(_sp3(job))
+
+    result = cli(
+        "savepoint",
+        "-f",
+        str(manifest),
+        "--state-dir",
+        str(job.state_dir),
+        "--dispose",
+        "savepoint:3",
+    )
+
+    assert result.code == ExitCode.OK, result.err
+    assert result.out.startswith(
+        "savepoint 3 disposed of: no longer registered, its files were gone already"
+    )
+    assert _registered_savepoints(job) == []
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (
+            "checkpoint:2",
+            "only savepoints are disposed of: retention deletes checkpoints "
+            "(spec.checkpointing.retained)",
+        ),
+        ("savepoint:7", "savepoint 7 is not in the job's registry"),
+        ("savepoint:x", "'savepoint:x' is not savepoint:N with N an id"),
+    ],
+)
+def test_what_is_not_the_jobs_registered_savepoint_is_refused(
+    job: Job, manifest: Path, cli: Cli, choice: str, said: str
+) -> None:
+    result = cli("savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", choice)
+
+    assert result.code == ExitCode.FAILED
+    assert result.err.startswith(f"spark-checkpoint savepoint: not disposed of: {said}")
+    assert _registered_savepoints(job) == [3]
+    assert _sp3(job).is_dir()
+
+
+def test_another_jobs_savepoint_by_path_is_refused(
+    job: Job, manifest: Path, cli: Cli, tmp_path: Path
+) -> None:
+    elsewhere = tmp_path / "other" / NAMESPACE / "other-job" / "savepoints" / "sp-3"
+    shutil.copytree(_sp3(job), elsewhere)
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", str(elsewhere)
+    )
+
+    assert result.code == ExitCode.FAILED
+    assert result.err == (
+        f"spark-checkpoint savepoint: not disposed of: {elsewhere} is not in the job's storage "
+        f"({job.storage.layout.job_root}): only the job's own savepoints are disposed of here\n"
+    )
+    assert elsewhere.is_dir() and _registered_savepoints(job) == [3]
+
+
+def test_the_newest_image_is_kept_when_it_is_a_savepoint(
+    job: Job, manifest: Path, cli: Cli, snapshot_writer: Callable[..., object]
+) -> None:
+    """A stop-with-savepoint's sinks committed up to its batch: the next run would restore
+    an older image, behind the output."""
+    snapshot_writer(
+        job.storage,
+        job.spark_dir,
+        kind=CheckpointKind.SAVEPOINT,
+        snapshot_id=4,
+        batch_id=5,
+        files={"offsets/5": b"{}"},
+    )
+    job.write_registry(checkpoints=[1, 2], savepoints=[3, 4])
+    # write_registry records batch 0 for every image: the savepoint's batch is its own.
+    document = json.loads(job.status_file.read_text())
+    [_, newest] = document["status"]["coordinator"]["savepoints"]
+    newest["batchId"] = 5
+    job.status_file.write_text(json.dumps(document))
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:4"
+    )
+
+    assert result.code == ExitCode.DECLINED, result.err
+    assert result.err == (
+        "spark-checkpoint savepoint: not disposed of: savepoint 4 is the job's newest image "
+        "(batch 5): the output may be committed up to its batch, and every other image is "
+        "older; run the job until a newer checkpoint completes\n"
+    )
+    assert _registered_savepoints(job) == [3, 4]
