@@ -591,6 +591,40 @@ def test_under_restart_policy_always_the_same_early_error_is_retried() -> None:
     assert len(asyncio.run(scenario()).drivers) == 3
 
 
+@pytest.mark.parametrize(
+    "error",
+    [
+        "spark_checkpoint.storage.errors.StorageAccessError: s3://bucket/ckpt/default/job/"
+        "owner.json: EndpointConnectionError: Could not connect to the endpoint URL: "
+        '"http://127.0.0.1:45124/bucket?list-type=2"',
+        "OSError: [Errno 111] Connection refused",
+        "botocore.exceptions.ClientError: An error occurred (SlowDown) when calling the "
+        "PutObject operation: Please reduce your request rate.",
+        "azure.core.exceptions.ServiceRequestError: <urllib3 ...>: Failed to establish a new "
+        "connection",
+    ],
+)
+def test_under_on_failure_the_same_passing_storage_error_is_retried(error: str) -> None:
+    """An S3 endpoint down for a minute failed an OnFailure job with its retries left: "the
+    driver failed the same way twice before its first batch" (an S3 user's)."""
+
+    async def scenario() -> FakeLauncher:
+        launcher = FakeLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=3)
+        run = asyncio.create_task(supervisor.run())
+        for attempt in (1, 2):
+            await until(lambda n=attempt: len(launcher.drivers) == n)
+            driver = launcher.drivers[-1]
+            driver.error = [error]
+            driver.code = DriverExit.FAILED
+        await until(lambda: len(launcher.drivers) == 3)
+        launcher.drivers[2].code = DriverExit.FINISHED
+        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
+        return launcher
+
+    assert len(asyncio.run(scenario()).drivers) == 3
+
+
 class FailingRestartsLauncher(FakeLauncher):
     """Every driver after the first dies before its first checkpoint."""
 

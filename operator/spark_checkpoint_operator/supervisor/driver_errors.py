@@ -64,6 +64,28 @@ def driver_error(output: str, *, killed: bool) -> list[str]:
     return shown[:ERROR_LINES_SHOWN]
 
 
+# Errors of storage and the network that pass (an endpoint down, a timeout, throttling, a
+# server error, an expired session token), by the names botocore, aiohttp, Azure's SDK,
+# Python, Kafka's and Hadoop's clients give them: a driver failing twice with one is no
+# pipeline to fix.
+PASSING_ERROR = re.compile(
+    r"\b(EndpointConnectionError|ConnectTimeoutError|ReadTimeoutError|ConnectionClosedError"
+    r"|ConnectionRefusedError|ConnectionResetError|ConnectionAbortedError|BrokenPipeError"
+    r"|TimeoutError|ClientConnectorError|ServerDisconnectedError|ServerTimeoutError"
+    r"|ServiceRequestError|ServiceResponseError|ExpiredToken\w*|RequestTimeTooSkewed"
+    r"|TimeoutException|SocketTimeoutException|ConnectException|UnknownHostException"
+    r"|SlowDown|ServiceUnavailable|RequestTimeout|InternalError|Throttling\w*|TooManyRequests"
+    r"|ServerBusy|OperationTimedOut)\b"
+    r"|Connection refused|Could not connect to the endpoint|Temporary failure in name resolution"
+)
+
+
+def passes(error: list[str]) -> bool:
+    """Whether a driver's error (`driver_error`) is one of storage or the network that
+    passes (`PASSING_ERROR`), by its first line."""
+    return bool(error) and PASSING_ERROR.search(error[0]) is not None
+
+
 def same_error(error: list[str], other: list[str]) -> bool:
     """Whether two attempts' errors (`driver_error`) are the same failure: their first
     lines, ids and checkpoint locations aside."""

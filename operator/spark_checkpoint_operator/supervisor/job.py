@@ -49,7 +49,7 @@ from spark_checkpoint_operator.supervisor.attempt import (
     Stage,
     StopRequest,
 )
-from spark_checkpoint_operator.supervisor.driver_errors import same_error
+from spark_checkpoint_operator.supervisor.driver_errors import passes, same_error
 from spark_checkpoint_operator.supervisor.interpreter import FINAL_LABEL, EffectInterpreter
 from spark_checkpoint_operator.supervisor.notices import (
     Level,
@@ -367,10 +367,18 @@ class JobSupervisor:
                 # Progress starts the backoff over.
                 retries = 1 if self._made_progress(attempt) else retries + 1
                 unlimited = self._restart_policy.type is RestartPolicyType.ALWAYS
-                if not unlimited and early and repeating and same_error(error, repeating):
+                if (
+                    not unlimited
+                    and early
+                    and repeating
+                    and same_error(error, repeating)
+                    and not passes(error)
+                ):
                     # The same error again before any batch (a misspelled column, a missing
                     # file): the pipeline needs fixing, another attempt cannot help. Not
-                    # under Always, which is asked to ride out what passes (a broker down).
+                    # under Always, which is asked to ride out what passes, nor for an
+                    # error of storage or the network that passes (an S3 endpoint down for
+                    # a minute failed an OnFailure job with its retries left).
                     ended = (
                         "the driver failed the same way twice before its first batch; not retried"
                     )
