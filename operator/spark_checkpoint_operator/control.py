@@ -228,6 +228,16 @@ class ControlServer:
                     "not cancelled: the stop's savepoint completed and the job is ending "
                     "Suspended, its checkpoints kept",
                 )
+            case Command.CANCEL if (ended := self._supervisor.outcome) is not None:
+                # The job ended (a stop while no query ran, its input done): only its end's
+                # storage cleanup runs, which storage that does not answer held for ever.
+                self._report("`spark-checkpoint cancel`: stopping the storage cleanup")
+                self._supervisor.cancel()
+                return ControlAnswer(
+                    Outcome.FAILED,
+                    f"not cancelled: the job ended {ended.value}; its storage cleanup is "
+                    "stopped (the next run does what it left) and the run ends",
+                )
             case Command.CANCEL:
                 leaves = self._supervisor.what_cancelling_leaves()
                 self._report(

@@ -312,8 +312,8 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         print(answer.message, flush=True)
         if args.timeout == 0:  # as `flink cancel`: the request was taken, the run ends
             return ExitCode.OK
-        # FAILED: nothing was left to cancel, the job ends Suspended (the answer says so).
-        ended = "suspended" if answer.outcome is Outcome.FAILED else "cancelled"
+        # FAILED: nothing was left to cancel, the job ends as the answer says.
+        ended = "not cancelled" if answer.outcome is Outcome.FAILED else "cancelled"
         return _ended(paths, args.timeout, ended, prog)
     # --timeout 0 waits only until the savepoint is triggered, as --detached does.
     detached = getattr(args, "detached", False) or args.timeout == 0
@@ -329,7 +329,14 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
     if wait > WAITING_NOTICE_SECONDS:
         waiting.start()
     try:
-        answer = request(paths, command, drain=drain, wait=wait)
+        try:
+            answer = request(paths, command, drain=drain, wait=wait)
+        finally:
+            # Not once answered: a stop without a savepoint waited for the run to end
+            # under "waiting for the savepoint" (an S3 user's).
+            waiting.cancel()
+            if waiting.is_alive():
+                waiting.join()  # a notice being printed comes before the answer
         code = _report(answer, command, prog, detached=detached, timeout=args.timeout)
         if command is Command.STOP and answer.outcome is Outcome.OK and not detached:
             return _ended(paths, args.timeout, "stopped", prog)
@@ -341,10 +348,6 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
             file=sys.stderr,
         )
         return ExitCode.CANCELLED
-    finally:
-        waiting.cancel()
-        if waiting.is_alive():
-            waiting.join()  # a notice being printed comes before the answer
 
 
 def _dispose(args: argparse.Namespace) -> int:

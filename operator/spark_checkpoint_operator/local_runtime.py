@@ -89,6 +89,7 @@ from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
+    JANITOR_TIMEOUT_SECONDS,
     KILLING_SIGNALS,
     NO_QUERY_RUNNING,
     CleanupFailed,
@@ -565,9 +566,21 @@ class LocalJanitor:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT,
             )
-            output, _ = await process.communicate()
         except OSError as error:
             return str(error)
+        try:
+            async with asyncio.timeout(JANITOR_TIMEOUT_SECONDS):
+                output, _ = await process.communicate()
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return (
+                f"did not finish in {JANITOR_TIMEOUT_SECONDS:.0f}s (storage that does not answer?)"
+            )
+        except asyncio.CancelledError:
+            process.kill()  # cut short (`JobSupervisor.cancel`), or the run is going
+            await process.wait()
+            raise
         if process.returncode == 0:
             return None
         lines = output.decode(errors="replace").strip().splitlines()

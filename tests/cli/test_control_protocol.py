@@ -704,7 +704,7 @@ class _RealRun:
     """A real supervisor of fake drivers whose notices reach the run's control server once
     it serves (``control``), as a local run's do."""
 
-    def __init__(self, launcher: FakeLauncher) -> None:
+    def __init__(self, launcher: FakeLauncher, janitor: NoJanitor | None = None) -> None:
         self.notices: list[Notice] = []
         self.control: ControlServer | None = None
         self.supervisor = JobSupervisor(
@@ -712,7 +712,7 @@ class _RealRun:
             config=CoordinatorConfig(interval=None, timeout=30.0),
             restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 0.01, 0.05),
             launcher=launcher,
-            janitor=NoJanitor(),
+            janitor=janitor or NoJanitor(),
             save=_ignore,
             record=JobRecord(),
             report=self._notice,
@@ -772,3 +772,56 @@ def test_a_savepoint_is_disposed_of_through_the_run(tmp_path: Path) -> None:
         "savepoint 1 is not in the job's registry",
     )
     assert unknown.outcome is Outcome.FAILED
+
+
+class _HangingJanitor(NoJanitor):
+    """Storage that does not answer: garbage collection never ends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.collecting = asyncio.Event()
+
+    async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        self.collecting.set()
+        await asyncio.Event().wait()
+
+
+def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ended(
+    tmp_path: Path,
+) -> None:
+    """The run sat in its end's garbage collection for 14 minutes against an endpoint that
+    never answered; `cancel` said "cancelling ... its checkpoints are discarded" and the
+    run did not end, nor after two SIGTERMs (an S3 user's)."""
+    paths = ControlPaths(tmp_path / "control")
+    launcher = FakeLauncher()
+    janitor = _HangingJanitor()
+    job = _RealRun(launcher, janitor)
+    supervisor = job.supervisor
+
+    async def scenario() -> tuple[ControlAnswer, TerminalOutcome]:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: supervisor.record.phase is JobPhase.RUNNING)
+        async with serve_controls(paths, supervisor, "default/probe", lambda: None, print) as (
+            job.control
+        ):
+            launcher.drivers[0].code = DriverExit.FINISHED
+            await asyncio.wait_for(janitor.collecting.wait(), 10)
+            answer = await asyncio.to_thread(request, paths, Command.CANCEL)
+            return answer, await asyncio.wait_for(run, 10)
+
+    answer, outcome = asyncio.run(scenario())
+
+    assert outcome is TerminalOutcome.FINISHED
+    assert (answer.outcome, answer.message) == (
+        Outcome.FAILED,
+        "not cancelled: the job ended Finished; its storage cleanup is stopped (the next run "
+        "does what it left) and the run ends",
+    )
+    said = [(n.reason, n.message) for n in job.notices if n.reason == "CleanupFailed"]
+    assert said == [
+        (
+            "CleanupFailed",
+            "storage cleanup stopped: the job was cancelled; the next run of the job does what "
+            "it left",
+        )
+    ]

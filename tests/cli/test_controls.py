@@ -913,6 +913,32 @@ def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
     )
 
 
+def test_a_stop_answered_without_a_savepoint_announces_no_savepoint_wait(
+    job: LocalJob, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Answered at once "stopping the driver without a savepoint", it went on to wait for
+    the run to end under "waiting for the savepoint (--timeout 600s)" (an S3 user's)."""
+    (job.job_dir / "control").mkdir(parents=True, mode=0o700)
+    (job.job_dir / "control" / "token").write_text("token")
+    said = "stopping the driver without a savepoint: the query is not running"
+    monkeypatch.setattr(
+        control_commands,
+        "request",
+        lambda *_args, **_options: ControlAnswer(Outcome.OK, said),
+    )
+
+    def ends_late(*_args: object) -> bool:
+        time.sleep(control_commands.WAITING_NOTICE_SECONDS + 1)
+        return True
+
+    monkeypatch.setattr(control_commands, "wait_until_gone", ends_late)
+
+    result = job.cli("stop", "-f", "job.yaml")
+
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == f"{said}\nstopped: the run has ended\n"
+
+
 def test_an_answer_within_a_moment_is_not_announced(
     job: LocalJob, monkeypatch: pytest.MonkeyPatch
 ) -> None:

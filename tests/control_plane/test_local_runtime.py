@@ -10,9 +10,11 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,7 +30,7 @@ from helpers.objectstore import AzureServer
 from helpers.script_job import FINISH, ScriptJob, alive, wait_for_file, wait_until_gone
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
-from spark_checkpoint_operator import detached_run
+from spark_checkpoint_operator import detached_run, local_runtime
 from spark_checkpoint_operator.cli import main
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
@@ -1037,6 +1039,57 @@ def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
     assert message.count("collect-garbage") == 1, message
     assert "another registry" in message
     assert (Path(layout.job_root.removeprefix("file://")) / "chk-3").is_dir()
+
+
+def test_a_janitor_that_does_not_end_is_killed_at_its_time_limit_or_when_cut_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Against storage that did not answer, a run's end waited on its janitor for ever
+    (14 minutes and on, through `cancel` and two SIGTERMs: an S3 user's)."""
+    started: list[int] = []
+    real_exec = asyncio.create_subprocess_exec
+
+    async def hanging(*_command: str, **options: object) -> asyncio.subprocess.Process:
+        process = await real_exec(sys.executable, "-c", "import time; time.sleep(60)", **options)  # type: ignore[arg-type]
+        started.append(process.pid)
+        return process
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", hanging)
+    monkeypatch.setattr(local_runtime, "JANITOR_TIMEOUT_SECONDS", 0.5)
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+    janitor = LocalJanitor(manifest, (tmp_path / "storage").as_uri(), StorageOwner("r", "r"))
+
+    with pytest.raises(CleanupFailed) as failed:
+        asyncio.run(janitor.collect_garbage([], []))
+    assert str(failed.value) == (
+        "collect-garbage: did not finish in 0s (storage that does not answer?)"
+    )
+
+    async def cut_short() -> None:
+        collecting = asyncio.create_task(janitor.collect_garbage([], []))
+        await until_async(lambda: len(started) == 2)
+        collecting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await collecting
+
+    monkeypatch.setattr(local_runtime, "JANITOR_TIMEOUT_SECONDS", 60.0)
+    asyncio.run(cut_short())
+    for pid in started:
+        wait_until_gone(pid)
+
+
+async def until_async(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + 10
+    while not condition():
+        assert time.monotonic() < deadline, "condition never met"
+        await asyncio.sleep(0.02)
 
 
 @pytest.mark.parametrize(

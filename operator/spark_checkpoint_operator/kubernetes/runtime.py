@@ -47,6 +47,7 @@ from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
 from spark_checkpoint_operator.manifest.model import QUANTITY, JobManifest, volume_quantities
 from spark_checkpoint_operator.supervisor import (
     DRIVER_GONE,
+    JANITOR_TIMEOUT_SECONDS,
     KILLING_SIGNALS,
     CheckUnavailable,
     CleanupFailed,
@@ -73,7 +74,6 @@ RECHECK_SECONDS = 10.0
 # How long a pod may outlast its grace period's end (when its containers are killed) before
 # it is called stuck: its kubelet needs a moment to report their end and remove it.
 STUCK_DELETION_SECONDS = 30.0
-CLEANUP_TIMEOUT_SECONDS = 600.0
 API_TIMEOUT_SECONDS = 30.0
 FORBIDDEN = 403
 CONFLICT = 409
@@ -918,7 +918,7 @@ async def run_pod_to_end(
     name = created.metadata.name
     problem: StartProblem | None = None
     try:
-        async with asyncio.timeout(CLEANUP_TIMEOUT_SECONDS):
+        async with asyncio.timeout(JANITOR_TIMEOUT_SECONDS):
             while (current := clients.pods.pod(namespace, job, name)) is None or pod_exit_code(
                 current
             ) is None:
@@ -929,7 +929,7 @@ async def run_pod_to_end(
     except TimeoutError:
         kept = f" (it could not start: {problem})" if problem else ""
         raise PodDidNotEnd(
-            f"pod {name} did not finish in {CLEANUP_TIMEOUT_SECONDS:.0f}s{kept}"
+            f"pod {name} did not finish in {JANITOR_TIMEOUT_SECONDS:.0f}s{kept}"
         ) from None
     finally:
         await delete_pod_and_wait(clients, namespace, job, name, report)

@@ -29,6 +29,7 @@ from spark_checkpoint_operator.supervisor.job import (
 from spark_checkpoint_operator.supervisor.notices import DRIVER_GONE, Level, Notice
 from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL
 from spark_checkpoint_operator.supervisor.ports import (
+    JANITOR_TIMEOUT_SECONDS,
     CheckUnavailable,
     CleanupFailed,
     DriverHandle,
@@ -49,6 +50,7 @@ __all__ = [
     "DRIVER_GONE",
     "FINISHING_NEEDS_NO_SAVEPOINT",
     "FINISHING_TAKES_NO_SAVEPOINT",
+    "JANITOR_TIMEOUT_SECONDS",
     "KILLING_SIGNALS",
     "NO_QUERY_RUNNING",
     "POLL_INTERVAL",

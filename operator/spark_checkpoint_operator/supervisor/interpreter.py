@@ -11,6 +11,7 @@ The job's phase is kept in one place, the record; the coordinator is told the ph
 derives from the record and the attempt (`coordinator_phase`), and only by this class.
 """
 
+import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -145,6 +146,9 @@ class EffectInterpreter:
         self._janitor_failed = False
         # The running attempt; None between drivers.
         self.attempt: Attempt | None = None
+        # The janitor's work under way (`clean_up`), and whether a cancellation stopped it.
+        self._cleaning: asyncio.Future[None] | None = None
+        self._cleanup_cut_short = False
         # Stop-with-savepoints triggered: the query stops once one completes.
         self._stopping_savepoints: set[int] = set()
 
@@ -692,13 +696,35 @@ class EffectInterpreter:
         return [c.checkpoint_id for c in self._coordinator.persisted_state.checkpoints]
 
     async def clean_up(self, work: Awaitable[None]) -> bool:
-        """Whether the janitor did it; its failure is reported."""
+        """Whether the janitor did it; its failure is reported, and so is its work cut
+        short (`cut_cleanup_short`)."""
+        cleaning = self._cleaning = asyncio.ensure_future(work)
         try:
-            await work
+            await cleaning
         except CleanupFailed as error:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
             return False
+        except asyncio.CancelledError:
+            if not self._cleanup_cut_short:
+                raise  # the supervisor itself is cancelled
+            self._cleanup_cut_short = False
+            self._notify(
+                "CleanupFailed",
+                Level.WARNING,
+                "storage cleanup stopped: the job was cancelled; the next run of the job does "
+                "what it left",
+            )
+            return False
+        finally:
+            self._cleaning = None
         return True
+
+    def cut_cleanup_short(self) -> None:
+        """Stop the janitor's work under way (a cancellation: storage that does not answer
+        must not hold the job's end); what it left is due, or garbage to the next run."""
+        if self._cleaning is not None and not self._cleaning.done():
+            self._cleanup_cut_short = True
+            self._cleaning.cancel()
 
     def _report_abort(self, attempt: Attempt | None, abort: AbortCheckpoint) -> None:
         kind, cid, reason, message = abort.kind, abort.checkpoint_id, abort.reason, abort.message

@@ -164,6 +164,8 @@ class JobSupervisor:
         # killed) before the restore was confirmed, a failed restore aside: `record.restores`
         # counts confirmed ones only, and `run`'s summary tells these beside them.
         self.unconfirmed_restores = 0
+        # How the job ended, once that is decided (its end's cleanup may still run).
+        self.outcome: TerminalOutcome | None = None
 
     @property
     def record(self) -> JobRecord:
@@ -568,9 +570,11 @@ class JobSupervisor:
             self.cancel()
 
     def cancel(self) -> None:
-        """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled."""
+        """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled, unless
+        it ended already (`outcome`), whose storage cleanup then stops."""
         self._stop = max(self._stop, StopRequest.CANCEL)
         self._stop_driver()
+        self._interpreter.cut_cleanup_short()
 
     def suspend_now(self) -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
@@ -1321,6 +1325,7 @@ class JobSupervisor:
         ended: str | None = None,
     ) -> None:
         """End the job; its notice says how (`ended`, else the record's message)."""
+        self.outcome = outcome
         await self._stop_checks()  # no restore follows
         # Run again (resumed, re-run), the job counts its restarts afresh.
         self._record.restarts, self._record.restart_due = 0, None

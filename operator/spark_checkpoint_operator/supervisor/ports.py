@@ -84,6 +84,11 @@ class NoRestorableImage(Exception):
     """Every image the job could restore from failed its restore; the message lists why."""
 
 
+# The longest a janitor's work (a cleanup or check pod, a local janitor process) may take:
+# storage that does not answer held a run's end for ever.
+JANITOR_TIMEOUT_SECONDS = 600.0
+
+
 class CleanupFailed(Exception):
     """A janitor could not change storage; the message says what and why."""
 
