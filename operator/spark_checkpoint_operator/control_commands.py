@@ -151,6 +151,8 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
                 "does not answer within --timeout)",
                 ExitCode.DECLINED: f"{SAVEPOINT_EXIT_CODES[ExitCode.DECLINED]}; --dispose: "
                 "the savepoint is the job's newest image, which the coordinator keeps",
+                ExitCode.NO_RUNTIME: f"{REACHING_THE_RUN[ExitCode.NO_RUNTIME]} (not with "
+                "--dispose, which then disposes of the savepoint itself)",
             },
         ),
     )
