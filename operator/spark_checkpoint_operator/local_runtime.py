@@ -677,13 +677,34 @@ async def run_local(
 
 
 async def _claiming_janitor(
-    manifest: JobManifest, storage: CheckpointStorage, owner: StorageOwner
+    manifest: JobManifest,
+    storage: CheckpointStorage,
+    owner: StorageOwner,
+    report: Callable[[str], None],
 ) -> LocalJanitor:
-    """The run's janitor, once it claimed an object store (`_claimed` claims local storage)."""
+    """The run's janitor, once it claimed an object store (`_claimed` claims local storage).
+    A claim that takes long is said: against an endpoint that did not answer, the run's log
+    held nothing for minutes (an S3 user's)."""
     janitor = LocalJanitor(manifest, storage.layout.root, owner)
-    if not storage.fs.is_local:
-        await janitor.claim()
+    if storage.fs.is_local:
+        return janitor
+    claim = asyncio.ensure_future(janitor.claim())
+    try:
+        await asyncio.wait({claim}, timeout=SLOW_CLAIM_SECONDS)
+        if not claim.done():
+            report(
+                f"claiming the job's storage {storage.layout.job_root}: no answer after "
+                f"{SLOW_CLAIM_SECONDS:.0f}s (an endpoint that does not answer?); waiting up "
+                f"to {JANITOR_TIMEOUT_SECONDS:.0f}s"
+            )
+        await claim
+    finally:
+        claim.cancel()  # Ctrl-C meanwhile: its janitor process goes too
     return janitor
+
+
+# How long a claim of an object store may take before the run says it waits for it.
+SLOW_CLAIM_SECONDS = 10.0
 
 
 def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
@@ -792,8 +813,8 @@ async def _run_locked(
             + from_savepoint
         )
     owner = _claimed(storage, paths)
-    janitor = await _claiming_janitor(manifest, storage, owner)
     report = display.line
+    janitor = await _claiming_janitor(manifest, storage, owner, report)
     image = _checked_images(manifest, record, storage, restore_from)
     _tell_unrecorded_end(record, paths, report)
     _stop_leftover_driver(paths, report)

@@ -1085,6 +1085,36 @@ def test_a_janitor_that_does_not_end_is_killed_at_its_time_limit_or_when_cut_sho
         wait_until_gone(pid)
 
 
+def test_a_slow_claim_of_an_object_store_is_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Against an endpoint that did not answer, a run's log held nothing for minutes while
+    it claimed the job's storage (an S3 user's)."""
+
+    async def slow_claim(self: LocalJanitor) -> None:
+        await asyncio.sleep(0.5)
+
+    monkeypatch.setattr(LocalJanitor, "claim", slow_claim)
+    monkeypatch.setattr(local_runtime, "SLOW_CLAIM_SECONDS", 0.05)
+    manifest = manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+    storage = CheckpointStorage(JobStorageLayout("s3://bucket/ckpt", "default", "orders"))
+    said: list[str] = []
+
+    asyncio.run(
+        local_runtime._claiming_janitor(manifest, storage, StorageOwner("r", "r"), said.append)
+    )
+
+    assert said == [
+        "claiming the job's storage s3://bucket/ckpt/default/orders: no answer after 0s (an "
+        "endpoint that does not answer?); waiting up to 600s"
+    ]
+
+
 async def until_async(condition: Callable[[], bool]) -> None:
     deadline = time.monotonic() + 10
     while not condition():
