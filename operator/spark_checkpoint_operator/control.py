@@ -277,9 +277,9 @@ class ControlServer:
         savepoint_id = request.savepoint
         if savepoint_id is None:
             return ControlAnswer(Outcome.REFUSED, "a dispose request names its savepoint")
-        state = self._supervisor.record.coordinator
-        if (why := state.why_not_disposable(savepoint_id)) is not None:
-            registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
+        record = self._supervisor.record
+        if (why := record.why_not_disposable(savepoint_id)) is not None:
+            registered = any(s.checkpoint_id == savepoint_id for s in record.coordinator.savepoints)
             return ControlAnswer(Outcome.DECLINED if registered else Outcome.FAILED, why)
         self._report(
             f"`spark-checkpoint savepoint --dispose`: disposing of savepoint {savepoint_id}"

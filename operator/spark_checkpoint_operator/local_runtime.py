@@ -647,7 +647,7 @@ async def run_local(
     job = f"{manifest.namespace}/{manifest.name}"
     with job_lock(paths, job, handed_over=handed_over_lock):
         # Before the storage's lock, which would create the job's directory there.
-        _check_storage_unchanged(load_record(paths), storage, paths)
+        check_storage_unchanged(load_record(paths), storage, paths)
         with storage_lock(storage, job):
             if warning := _executor_variables_warning(manifest):
                 display.line(warning)
@@ -1093,7 +1093,7 @@ def _checkpoint_storage(layout: JobStorageLayout, *, fresh: bool = False) -> Che
         ) from None
 
 
-def _check_storage_unchanged(
+def check_storage_unchanged(
     record: JobRecord, storage: CheckpointStorage, paths: LocalPaths
 ) -> None:
     """Refuse a run whose storage is not where the job's registered images are (the

@@ -10,6 +10,7 @@ from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, parse_sn
 from spark_checkpoint_operator.local_runtime import (
     JobBusy,
     RunRefused,
+    check_storage_unchanged,
     job_lock,
     load_record,
     storage_lock,
@@ -75,8 +76,12 @@ def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepo
 
 def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id: int) -> str:
     record = load_record(paths)
+    # As `run`: storage other than where the registered images are (`--job` without the
+    # manifest's storage, a changed spec.checkpointing.storage) would lose the savepoint's
+    # files, registered no more.
+    check_storage_unchanged(record, storage, paths)
     state = record.coordinator
-    if (why := state.why_not_disposable(savepoint_id)) is not None:
+    if (why := record.why_not_disposable(savepoint_id)) is not None:
         registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
         raise DisposalDeclined(why) if registered else DisposalRefused(why)
     record.coordinator = replace(
@@ -88,8 +93,8 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     record.discards_due = [*record.discards_due, due]
     _write(paths, record)
     directory = storage.layout.savepoint_dir(savepoint_id)
-    was_there = storage.fs.exists(directory)
     try:
+        was_there = storage.fs.exists(directory)
         storage.discard_savepoint(savepoint_id)
     except (OSError, ValueError) as error:  # StorageError is a ValueError
         return (
@@ -117,5 +122,5 @@ def _write(paths: LocalPaths, record: JobRecord) -> None:
         name=found.name,
         namespace=found.namespace,
         status=status,
-        driver_pid=None,
+        driver_pid=found.driver_pid,  # a killed run's driver, which the next run stops
     ).write()

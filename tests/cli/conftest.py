@@ -103,8 +103,12 @@ class Job:
         def registered(
             kind: coordinator.CheckpointKind, ids: Iterable[int]
         ) -> tuple[coordinator.CompletedCheckpoint, ...]:
-            path = f"{self.root}/{kind.value}"
-            return tuple(coordinator.CompletedCheckpoint(i, kind, 0, path, 0, 0, 0) for i in ids)
+            return tuple(
+                coordinator.CompletedCheckpoint(
+                    i, kind, 0, self.storage.layout.metadata_path(kind, i), 0, 0, 0
+                )
+                for i in ids
+            )
 
         checkpoints, savepoints = tuple(checkpoints), tuple(savepoints)
         state = coordinator.PersistedState(

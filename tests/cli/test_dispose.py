@@ -170,3 +170,30 @@ def test_the_newest_image_is_kept_when_it_is_a_savepoint(
         "older; run the job until a newer checkpoint completes\n"
     )
     assert _registered_savepoints(job) == [3, 4]
+
+
+def test_storage_other_than_the_registrys_is_refused_before_anything_changes(
+    job: Job, manifest: Path, cli: Cli
+) -> None:
+    """`--job` without the manifest names the state directory's default storage: the
+    savepoint left the registry and its files stayed where they were, for ever (a
+    reviewer's)."""
+    result = cli(
+        "savepoint",
+        "--job",
+        JOB,
+        "-n",
+        NAMESPACE,
+        "--state-dir",
+        str(job.state_dir),
+        "-d",
+        "savepoint:3",
+    )
+
+    assert result.code == ExitCode.FAILED
+    assert result.err.startswith(
+        "spark-checkpoint savepoint: not disposed of: spec.checkpointing.storage: the job's "
+        "checkpoints and savepoints are not in "
+    ), result.err
+    assert _registered_savepoints(job) == [3]
+    assert _sp3(job).is_dir()

@@ -40,9 +40,9 @@ from spark_checkpoint_operator.coordinator import (
 from spark_checkpoint_operator.local_runtime import (
     LocalJanitor,
     RunRefused,
-    _check_storage_unchanged,
     _checked_images,
     _stop_leftover_driver,
+    check_storage_unchanged,
     job_lock,
     local_spark_conf,
     storage_lock,
@@ -1265,9 +1265,9 @@ def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: 
     record = JobRecord(coordinator=registry)
     paths = LocalPaths(tmp_path / "default" / "job")
 
-    _check_storage_unchanged(record, production, paths)
+    check_storage_unchanged(record, production, paths)
     with pytest.raises(RunRefused) as refused:
-        _check_storage_unchanged(record, staging, paths)
+        check_storage_unchanged(record, staging, paths)
     assert str(refused.value).startswith(
         "spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
         "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before;"
@@ -1301,7 +1301,7 @@ def test_a_storage_change_names_the_newest_image_a_restore_can_use(
         record.unrestorable.append(UnrestorableImage("checkpoint:50", "its query failed", 1))
 
     with pytest.raises(RunRefused) as refused:
-        _check_storage_unchanged(record, after, LocalPaths(tmp_path / "state"))
+        check_storage_unchanged(record, after, LocalPaths(tmp_path / "state"))
 
     named = images[CheckpointKind.CHECKPOINT if checkpoint_restorable else CheckpointKind.SAVEPOINT]
     assert str(refused.value).endswith(
@@ -1342,7 +1342,7 @@ def test_storage_that_did_not_move_is_not_refused_whatever_names_its_account(
     )
     storage = CheckpointStorage(JobStorageLayout(now, "default", "job"))
 
-    _check_storage_unchanged(JobRecord(coordinator=registry), storage, LocalPaths(tmp_path))
+    check_storage_unchanged(JobRecord(coordinator=registry), storage, LocalPaths(tmp_path))
     assert storage.is_same_job_directory(production)
 
 

@@ -6,12 +6,14 @@ from helpers.coordinator import Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
     CheckpointKind,
+    CompletedCheckpoint,
     CoordinatorConfig,
     DiscardCheckpoint,
     DiscardSavepoint,
     Effect,
     FailureReason,
     JobTerminated,
+    PersistedState,
     PersistState,
     RetentionPolicy,
     SavepointDisposeRequested,
@@ -137,6 +139,37 @@ def test_the_newest_image_is_not_disposed_of_when_it_is_a_savepoint() -> None:
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     harness.complete(3, batch_id=5)  # an image as new: the savepoint may go
     assert harness.coordinator.persisted_state.why_not_disposable(2) is None
+
+
+def test_images_no_restore_takes_do_not_count_for_a_disposal() -> None:
+    """After `run --from savepoint:1`, the newer checkpoint 5 it left behind (batch 9) is
+    unrestorable: savepoint 6 (batch 6) is the newest image a restore takes, and savepoint
+    1, once 6 is gone, the only one (a reviewer's)."""
+
+    def image(kind: CheckpointKind, image_id: int, batch: int) -> CompletedCheckpoint:
+        return CompletedCheckpoint(image_id, kind, batch, f"file:///s/{image_id}", 0, 0.0, 0.0)
+
+    checkpoint_5 = image(CheckpointKind.CHECKPOINT, 5, 9)
+    savepoints = (image(CheckpointKind.SAVEPOINT, 1, 3), image(CheckpointKind.SAVEPOINT, 6, 6))
+    state = PersistedState(next_checkpoint_id=7, checkpoints=(checkpoint_5,), savepoints=savepoints)
+
+    def left_behind(kind: CheckpointKind, image_id: int) -> bool:
+        return (kind, image_id) == (CheckpointKind.CHECKPOINT, 5)
+
+    assert state.why_not_disposable(6) is None  # counting checkpoint 5, as before
+    assert (state.why_not_disposable(6, left_behind) or "").startswith(
+        "savepoint 6 is the job's newest image (batch 6)"
+    )
+    assert state.why_not_disposable(1, left_behind) is None
+    only = PersistedState(
+        next_checkpoint_id=7, checkpoints=(checkpoint_5,), savepoints=savepoints[:1]
+    )
+    assert only.why_not_disposable(1, left_behind) == (
+        "savepoint 1 is the only image the job can restore from: run the job until a "
+        "checkpoint completes"
+    )
+    # One no restore takes goes whatever the others.
+    assert only.why_not_disposable(1, lambda kind, image_id: True) is None
 
 
 @pytest.mark.parametrize(

@@ -117,6 +117,7 @@ class CheckpointCoordinator:
                 f"next_id {next_id} is outside the reserved ids (1 to {state.next_checkpoint_id})"
             )
         self._config = config
+        self._unrestorable = unrestorable
         self._clock = clock
         self._rng = rng
         self._id_block = id_block
@@ -275,7 +276,7 @@ class CheckpointCoordinator:
     def _dispose(self, savepoint_id: int, label: str, effects: list[Effect]) -> None:
         # Whoever asked checked first (`why_not_disposable`) and told the user; this is
         # what keeps the rule when that changed since (a second request, say).
-        if self.persisted_state.why_not_disposable(savepoint_id) is not None:
+        if self.persisted_state.why_not_disposable(savepoint_id, self._unrestorable) is not None:
             return
         disposed = self._savepoints.remove(savepoint_id)
         assert disposed is not None

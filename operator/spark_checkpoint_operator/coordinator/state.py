@@ -5,7 +5,7 @@ Serialized as a JSON-compatible mapping with camelCase keys and RFC 3339 times, 
 what the Kubernetes status (or the local status file) stores.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -41,16 +41,31 @@ class PersistedState:
     failed_count: int = 0
     terminated: TerminalOutcome | None = field(default=None)
 
-    def why_not_disposable(self, savepoint_id: int) -> str | None:
+    def why_not_disposable(
+        self,
+        savepoint_id: int,
+        unrestorable: Callable[[CheckpointKind, int], bool] = lambda kind, image_id: False,
+    ) -> str | None:
         """Why savepoint ``savepoint_id`` cannot be disposed of; None if it can. Not one the
-        registry does not list; nor one of a later batch than every other image: output
-        sinks committed up to its batch (a stop-with-savepoint's) would be ahead of every
-        image left to restore from."""
+        registry does not list; nor, of the images a restore takes (not ``unrestorable``),
+        the only one, or one of a later batch than every other: output sinks committed up
+        to its batch (a stop-with-savepoint's) would be ahead of every image left."""
         savepoint = next((s for s in self.savepoints if s.checkpoint_id == savepoint_id), None)
         if savepoint is None:
             return f"savepoint {savepoint_id} is not in the job's registry"
-        others = [c.batch_id for c in (*self.checkpoints, *self.savepoints) if c is not savepoint]
-        if savepoint.batch_id > max(others, default=-1):
+        if unrestorable(CheckpointKind.SAVEPOINT, savepoint_id):
+            return None  # no restore takes it
+        others = [
+            image.batch_id
+            for image in (*self.checkpoints, *self.savepoints)
+            if image is not savepoint and not unrestorable(image.kind, image.checkpoint_id)
+        ]
+        if not others:
+            return (
+                f"savepoint {savepoint_id} is the only image the job can restore from: run the "
+                "job until a checkpoint completes"
+            )
+        if savepoint.batch_id > max(others):
             return (
                 f"savepoint {savepoint_id} is the job's newest image (batch "
                 f"{savepoint.batch_id}): the output may be committed up to its batch, and "

@@ -205,12 +205,8 @@ class JobSupervisor:
             rng=random.Random(),
             state=dataclasses.replace(state, terminated=None),
             next_id=next_id,
-            unrestorable=self._unrestorable,
+            unrestorable=self._record.is_unrestorable,
         )
-
-    def _unrestorable(self, kind: CheckpointKind, image_id: int) -> bool:
-        image = RestoreCandidate.registered(kind, image_id).encode()
-        return any(entry.source == image for entry in self._record.unrestorable)
 
     def reconfigure(
         self, config: CoordinatorConfig, restart_policy: RestartPolicySpec | None = None

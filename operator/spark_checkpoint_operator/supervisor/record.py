@@ -4,8 +4,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_checkpoint.protocol import RestoredFrom
-from spark_checkpoint_operator.coordinator import JobPhase, PersistedState
+from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom
+from spark_checkpoint_operator.coordinator import CheckpointKind, JobPhase, PersistedState
 from spark_checkpoint_operator.status import DiscardDue, PersistedStatus, UnrestorableImage
 
 
@@ -41,6 +41,15 @@ class JobRecord:
     # triggered (at most the persisted counter). None in a record read back: its coordinator
     # starts after the persisted counter, as nothing tells which ids below were used.
     next_checkpoint_id: int | None = None
+
+    def is_unrestorable(self, kind: CheckpointKind, image_id: int) -> bool:
+        """Whether a restore failed on or passed over the registry's image (`unrestorable`)."""
+        image = RestoreCandidate.registered(kind, image_id).encode()
+        return any(entry.source == image for entry in self.unrestorable)
+
+    def why_not_disposable(self, savepoint_id: int) -> str | None:
+        """`PersistedState.why_not_disposable`, counting only the images a restore takes."""
+        return self.coordinator.why_not_disposable(savepoint_id, self.is_unrestorable)
 
     def persisted_status(self) -> PersistedStatus:
         """The record's part of the status (``status.render_status`` adds the views)."""
