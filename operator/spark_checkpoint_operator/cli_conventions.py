@@ -197,8 +197,11 @@ def directory(text: str) -> Path:
     if not text:
         raise argparse.ArgumentTypeError("'' names no directory ('.' names this one)")
     path = Path(text)
-    if path.exists() and not path.is_dir():
-        raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    try:
+        if path.exists() and not path.is_dir():
+            raise argparse.ArgumentTypeError(f"{text!r} is not a directory")
+    except OSError as error:  # a directory above it that may not be searched
+        raise argparse.ArgumentTypeError(f"{text!r}: {error.strerror or error}") from None
     return path
 
 

@@ -236,7 +236,8 @@ class ControlServer:
                 return ControlAnswer(
                     Outcome.FAILED,
                     f"not cancelled: the job ended {ended.value}; its storage cleanup is "
-                    "stopped (the next run does what it left) and the run ends",
+                    "stopped (what it left stays in storage until a run of the job cleans up) "
+                    "and the run ends",
                 )
             case Command.CANCEL:
                 leaves = self._supervisor.what_cancelling_leaves()

@@ -572,13 +572,13 @@ class LocalJanitor:
             async with asyncio.timeout(JANITOR_TIMEOUT_SECONDS):
                 output, _ = await process.communicate()
         except TimeoutError:
-            process.kill()
+            _kill(process)
             await process.wait()
             return (
                 f"did not finish in {JANITOR_TIMEOUT_SECONDS:.0f}s (storage that does not answer?)"
             )
         except asyncio.CancelledError:
-            process.kill()  # cut short (`JobSupervisor.cancel`), or the run is going
+            _kill(process)  # cut short (`JobSupervisor.cancel`), or the run is going
             await process.wait()
             raise
         if process.returncode == 0:
@@ -701,6 +701,13 @@ async def _claiming_janitor(
     finally:
         claim.cancel()  # Ctrl-C meanwhile: its janitor process goes too
     return janitor
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    """Kill ``process`` unless it ended (which asyncio may know before its output is read)."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
 
 
 # How long a claim of an object store may take before the run says it waits for it.

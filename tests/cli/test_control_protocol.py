@@ -780,8 +780,10 @@ class _HangingJanitor(NoJanitor):
     def __init__(self) -> None:
         super().__init__()
         self.collecting = asyncio.Event()
+        self.collections = 0
 
     async def collect_garbage(self, checkpoints: list[int], savepoints: list[int]) -> None:
+        self.collections += 1
         self.collecting.set()
         await asyncio.Event().wait()
 
@@ -807,21 +809,26 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
             launcher.drivers[0].code = DriverExit.FINISHED
             await asyncio.wait_for(janitor.collecting.wait(), 10)
             answer = await asyncio.to_thread(request, paths, Command.CANCEL)
-            return answer, await asyncio.wait_for(run, 10)
+            outcome = await asyncio.wait_for(run, 10)
+        # Cut short, the end's cleanup starts no more work (its next step would hang too).
+        work = janitor.collect_garbage([], [])
+        assert await supervisor._interpreter.clean_up(work) is False
+        assert janitor.collections == 1
+        return answer, outcome
 
     answer, outcome = asyncio.run(scenario())
 
     assert outcome is TerminalOutcome.FINISHED
     assert (answer.outcome, answer.message) == (
         Outcome.FAILED,
-        "not cancelled: the job ended Finished; its storage cleanup is stopped (the next run "
-        "does what it left) and the run ends",
+        "not cancelled: the job ended Finished; its storage cleanup is stopped (what it left "
+        "stays in storage until a run of the job cleans up) and the run ends",
     )
     said = [(n.reason, n.message) for n in job.notices if n.reason == "CleanupFailed"]
     assert said == [
         (
             "CleanupFailed",
-            "storage cleanup stopped: the job was cancelled; the next run of the job does what "
-            "it left",
+            "storage cleanup stopped: the job was cancelled; what it left stays in storage "
+            "until a run of the job cleans up",
         )
     ]

@@ -18,7 +18,7 @@ from spark_checkpoint.settings import (
     report_error,
 )
 from spark_checkpoint_operator.supervisor import driver_error
-from spark_checkpoint_operator.supervisor.driver_errors import same_error
+from spark_checkpoint_operator.supervisor.driver_errors import passes, same_error
 
 
 def _reported(tmp_path: Path, message: str) -> str:
@@ -178,3 +178,37 @@ def test_an_error_of_python_code_in_the_query_names_its_exception(
 def test_a_syntax_error_names_where_the_code_is_wrong(output: str, expected: str) -> None:
     # A newcomer's summary read "SyntaxError: '(' was never closed" alone.
     assert driver_error(output, killed=False) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("error", "passing"),
+    [
+        (
+            "spark_checkpoint.storage.errors.StorageAccessError: s3://b/k: "
+            "EndpointConnectionError: Could not connect to the endpoint URL",
+            True,
+        ),
+        ("OSError: [Errno 111] Connection refused", True),
+        ("botocore.exceptions.ClientError: An error occurred (SlowDown) when calling", True),
+        ("botocore.exceptions.ClientError: An error occurred (503) when calling", True),
+        ("java.net.SocketException: Connection reset", True),
+        (
+            "org.apache.kafka.common.errors.TimeoutException: Timeout expired while fetching "
+            "topic metadata",
+            True,
+        ),
+        ("azure.core.exceptions.ServiceRequestError: Failed to establish a connection", True),
+        # What a pipeline or its settings get wrong, retried in vain (a reviewer's).
+        ("java.lang.InternalError: a fault in the JVM", False),
+        ("TimeoutError: the pipeline's own", False),
+        ("java.util.concurrent.TimeoutException: Futures timed out after [300 seconds]", False),
+        ("java.net.UnknownHostException: mybukcet.s3.amazonaws.com", False),
+        ("AnalysisException: column SlowDown does not exist", False),
+        ("[INTERNAL_ERROR] The Spark SQL phase planning failed", False),
+        ("ValueError: no such column 'k'", False),
+    ],
+)
+def test_errors_of_storage_and_the_network_that_pass_are_told_apart(
+    error: str, passing: bool
+) -> None:
+    assert passes([error]) is passing

@@ -798,7 +798,9 @@ class JobController:
             await self._until_driver_answers(shutdown.supervisor, running)
         shutdown.request()
         done, _ = await asyncio.wait({running}, timeout=grace)
-        if not done:
+        # Not once the job ended: its end's cleanup pods have their own time limit, and a
+        # deleted job's garbage left in storage has no next run to collect it.
+        if not done and shutdown.supervisor.outcome is None:
             self._post_event(
                 "Warning", "FinalSavepointTimedOut", f"no final savepoint in {grace:.0f}s"
             )

@@ -71,12 +71,15 @@ def driver_error(output: str, *, killed: bool) -> list[str]:
 PASSING_ERROR = re.compile(
     r"\b(EndpointConnectionError|ConnectTimeoutError|ReadTimeoutError|ConnectionClosedError"
     r"|ConnectionRefusedError|ConnectionResetError|ConnectionAbortedError|BrokenPipeError"
-    r"|TimeoutError|ClientConnectorError|ServerDisconnectedError|ServerTimeoutError"
+    r"|RemoteDisconnected|ClientConnectorError|ServerDisconnectedError|ServerTimeoutError"
     r"|ServiceRequestError|ServiceResponseError|ExpiredToken\w*|RequestTimeTooSkewed"
-    r"|TimeoutException|SocketTimeoutException|ConnectException|UnknownHostException"
-    r"|SlowDown|ServiceUnavailable|RequestTimeout|InternalError|Throttling\w*|TooManyRequests"
-    r"|ServerBusy|OperationTimedOut)\b"
-    r"|Connection refused|Could not connect to the endpoint|Temporary failure in name resolution"
+    r"|SocketTimeoutException|ConnectException|AWSStatus500Exception|AWSServiceThrottledException"
+    r"|Throttling\w*|TooManyRequests|ServerBusy|OperationTimedOut)\b"
+    # A store's error code in botocore's words: "An error occurred (SlowDown) when calling".
+    r"|\((SlowDown|ServiceUnavailable|RequestTimeout|InternalError|500|502|503|504)\)"
+    r"|kafka\.common\.errors\.TimeoutException|Timeout expired while fetching topic metadata"
+    r"|Connection refused|Connection reset|Connection timed out"
+    r"|Could not connect to the endpoint|Temporary failure in name resolution"
 )
 
 

@@ -12,6 +12,7 @@ derives from the record and the attempt (`coordinator_phase`), and only by this 
 """
 
 import asyncio
+import inspect
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -697,7 +698,11 @@ class EffectInterpreter:
 
     async def clean_up(self, work: Awaitable[None]) -> bool:
         """Whether the janitor did it; its failure is reported, and so is its work cut
-        short (`cut_cleanup_short`)."""
+        short (`cut_cleanup_short`, after which none is started)."""
+        if self._cleanup_cut_short:
+            if inspect.iscoroutine(work):
+                work.close()  # never started
+            return False
         cleaning = self._cleaning = asyncio.ensure_future(work)
         try:
             await cleaning
@@ -705,14 +710,16 @@ class EffectInterpreter:
             self._notify("CleanupFailed", Level.WARNING, f"storage cleanup failed: {error}")
             return False
         except asyncio.CancelledError:
-            if not self._cleanup_cut_short:
-                raise  # the supervisor itself is cancelled
-            self._cleanup_cut_short = False
+            # Not the work cut short (`cut_cleanup_short`, the only one that cancels it) but
+            # the supervisor itself cancelled: that goes on.
+            current = asyncio.current_task()
+            if current is None or current.cancelling():
+                raise
             self._notify(
                 "CleanupFailed",
                 Level.WARNING,
-                "storage cleanup stopped: the job was cancelled; the next run of the job does "
-                "what it left",
+                "storage cleanup stopped: the job was cancelled; what it left stays in storage "
+                "until a run of the job cleans up",
             )
             return False
         finally:
@@ -720,10 +727,11 @@ class EffectInterpreter:
         return True
 
     def cut_cleanup_short(self) -> None:
-        """Stop the janitor's work under way (a cancellation: storage that does not answer
-        must not hold the job's end); what it left is due, or garbage to the next run."""
+        """Stop the janitor's work under way, and start no more (a cancellation: storage
+        that does not answer must not hold the job's end); what it left is due, or garbage
+        to the job's next run."""
+        self._cleanup_cut_short = True
         if self._cleaning is not None and not self._cleaning.done():
-            self._cleanup_cut_short = True
             self._cleaning.cancel()
 
     def _report_abort(self, attempt: Attempt | None, abort: AbortCheckpoint) -> None:

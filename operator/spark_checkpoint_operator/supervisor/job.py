@@ -570,7 +570,8 @@ class JobSupervisor:
         it ended already (`outcome`), whose storage cleanup then stops."""
         self._stop = max(self._stop, StopRequest.CANCEL)
         self._stop_driver()
-        self._interpreter.cut_cleanup_short()
+        if self.outcome is not None:
+            self._interpreter.cut_cleanup_short()
 
     def suspend_now(self) -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
