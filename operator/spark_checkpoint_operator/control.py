@@ -159,6 +159,8 @@ class ControlServer:
             self._told[notice.label] = ControlAnswer(Outcome.DECLINED, message)
         elif notice.reason == "SavepointDisposed":
             self._told[notice.label] = ControlAnswer(Outcome.OK, notice.message)
+        elif notice.reason == "SavepointNotDisposed":
+            self._told[notice.label] = ControlAnswer(Outcome.FAILED, notice.message)
         elif (
             notice.reason == "CheckpointNotNeeded"
             and notice.label.startswith(Command.STOP)

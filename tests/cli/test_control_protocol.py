@@ -753,9 +753,27 @@ def test_a_savepoint_is_disposed_of_through_the_run(tmp_path: Path) -> None:
                 await asyncio.to_thread(request, paths, Command.DISPOSE, wait=30.0, savepoint=n)
                 for n in (2, 1, 1, 9)
             ]
+            # Two requests at once: the second is told it is done already, not left to
+            # wait out its timeout (a reviewer's).
+            supervisor.request(TriggerRequested(CheckpointKind.SAVEPOINT))
+            await until(lambda: len(supervisor.record.coordinator.savepoints) == 2)
+            supervisor.dispose(2, "first")
+            supervisor.dispose(2, "second")
+            await until(lambda: any(n.label == "second" for n in job.notices))
         supervisor.cancel()
         await run
-        assert agent.discarded_savepoints == [1]
+        assert agent.discarded_savepoints == [1, 2]
+        told = {(n.label, n.reason, n.message) for n in job.notices if n.label}
+        assert (
+            "second",
+            "SavepointNotDisposed",
+            "savepoint 2 is not in the job's registry",
+        ) in told
+        assert (
+            "first",
+            "SavepointDisposed",
+            "savepoint 2 disposed of: no longer registered, its files deleted",
+        ) in told
         return answers
 
     newest, disposed, again, unknown = asyncio.run(scenario())
@@ -764,7 +782,7 @@ def test_a_savepoint_is_disposed_of_through_the_run(tmp_path: Path) -> None:
         Outcome.OK,
         "savepoint 1 disposed of: no longer registered, its files deleted",
     )
-    assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [2]
+    assert [s.checkpoint_id for s in supervisor.record.coordinator.savepoints] == [3]
     assert newest.outcome is Outcome.DECLINED
     assert newest.message.startswith("savepoint 2 is the job's newest image (batch 4)")
     assert (again.outcome, again.message) == (

@@ -49,6 +49,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistState,
     RequestDeclined,
     RequestOrigin,
+    SavepointDisposeRequested,
     TerminalOutcome,
     TriggerCheckpoint,
     TriggerDeliveryFailed,
@@ -164,7 +165,18 @@ class EffectInterpreter:
         """Feed ``event`` to the coordinator and carry out its effects, which are returned.
         Fed back while effects are being carried out, its effects are queued after those
         (and carried out once this returns)."""
+        refused = (
+            self._coordinator.persisted_state.why_not_disposable(
+                event.savepoint_id, self._record.is_unrestorable
+            )
+            if isinstance(event, SavepointDisposeRequested)
+            else None
+        )
         effects = self._coordinator.handle(event)
+        if isinstance(event, SavepointDisposeRequested) and refused is not None:
+            # Disposed of meanwhile (a second request), or newest by now: told, or its
+            # request would wait out its timeout.
+            self._notify("SavepointNotDisposed", Level.DETAIL, refused, label=event.label)
         self._queue.extend(effects)
         await self.carry_out_queued()
         return effects
