@@ -629,6 +629,28 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_read(
     assert not (tmp_path / "restored").exists()
 
 
+@pytest.mark.parametrize("operation", ["write_atomic", "copy_in", "link_in"])
+def test_a_write_that_fails_names_its_file_whole(
+    tmp_path: Path, source: Path, operation: str
+) -> None:
+    """Opened from its directory's descriptor, an error named only the temporary file's
+    name (`.x.<uuid>.tmp`), which the agent's answer then quoted (a reviewer's)."""
+    storage = StorageFileSystem.for_url(f"file://{tmp_path}").confined(str(tmp_path / "job"))
+    target = tmp_path / "job" / "chk-1" / "_metadata"
+    (target / "in-the-way").mkdir(parents=True)  # a directory where the file goes
+    write = {
+        "write_atomic": lambda: storage.write_atomic(str(target), CONTENT),
+        "copy_in": lambda: storage.copy_in(str(source), str(target)),
+        "link_in": lambda: storage.link_in(str(source), str(target), digest_of(CONTENT)),
+    }[operation]
+
+    with pytest.raises(OSError) as raised:
+        write()
+
+    assert raised.value.filename == str(target)
+    assert [p.name for p in target.parent.iterdir()] == ["_metadata"]  # no temporary left
+
+
 @pytest.mark.parametrize("swapped_in", ["directory", "fifo"])
 def test_a_deleted_directory_swapped_for_a_link_is_unlinked_not_followed(
     fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, swapped_in: str

@@ -508,8 +508,8 @@ class EffectInterpreter:
             f"{discard.describe()} disposed of: no longer registered, its files deleted"
             if due is None
             else f"{discard.describe()} disposed of: no longer registered; its files are not "
-            f"deleted yet ({due.reason or 'the driver is starting'}): the driver is asked "
-            "again after the next completion, or a cleanup does it once none runs",
+            f"deleted yet ({due.reason or 'the driver is starting or leaving'}): the driver "
+            "is asked again after the next completion, or a cleanup does it once none runs",
             label=label,
         )
 

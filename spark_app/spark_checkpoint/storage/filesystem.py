@@ -315,7 +315,13 @@ class StorageFileSystem:
             native = self._native(path)
             if self._is_local:
                 with self._directory_of(native) as (directory, name):
-                    _replace_in(directory, name, lambda target: target.write(data), durable=True)
+                    _replace_in(
+                        directory,
+                        name,
+                        lambda target: target.write(data),
+                        durable=True,
+                        shown=native,
+                    )
             else:
                 self._fs.pipe_file(native, data)
 
@@ -341,6 +347,7 @@ class StorageFileSystem:
                 name,
                 lambda target: _copy_verified(source, target, expected, local_src),
                 durable=True,
+                shown=native,
             )
 
     def link_in(
@@ -367,7 +374,7 @@ class StorageFileSystem:
                 os.link(local_src, temporary, dst_dir_fd=directory)
             except OSError as error:
                 if error.errno not in _LINK_FALLBACK_ERRNOS:
-                    raise
+                    raise OSError(error.errno, error.strerror, native) from None
                 linked = False
             else:
                 linked = True
@@ -376,7 +383,8 @@ class StorageFileSystem:
                         # Spark does not fsync its files; a checkpoint must survive a
                         # power loss.
                         fsync_path(temporary, dir_fd=directory)
-                    os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+                    with _naming(native):
+                        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
                 except BaseException:
                     _remove_in(directory, temporary)
                     raise
@@ -409,6 +417,7 @@ class StorageFileSystem:
                     name,
                     lambda target: _copy_verified(source, target, expected, path),
                     durable=False,
+                    shown=local_dst,
                 )
 
         return self._read_stream(path, copy)
@@ -837,20 +846,28 @@ def _local_directory(native: str) -> Iterator[tuple[int, str]]:
 
 
 def _replace_in(
-    directory: int, name: str, write: Callable[[IO[bytes]], _Result], *, durable: bool
+    directory: int,
+    name: str,
+    write: Callable[[IO[bytes]], _Result],
+    *,
+    durable: bool,
+    shown: str,
 ) -> _Result:
     """Create `name` in the open `directory` through a temporary file there, renamed into
-    place only after `write` succeeded; on any failure the temporary file is removed."""
+    place only after `write` succeeded; on any failure the temporary file is removed. Its
+    errors name `shown` (the file's whole path), not the temporary's name alone."""
     temporary = _temporary_name(name)
     try:
         # O_EXCL never follows or reuses an existing file; the mode honours the umask.
-        descriptor = os.open(temporary, _NEW_FILE, 0o666, dir_fd=directory)
+        with _naming(shown):
+            descriptor = os.open(temporary, _NEW_FILE, 0o666, dir_fd=directory)
         with os.fdopen(descriptor, "wb") as target:
             result = write(target)
             if durable:
                 target.flush()
                 os.fsync(target.fileno())
-        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+        with _naming(shown):
+            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
     except BaseException:
         _remove_in(directory, temporary)
         raise
@@ -860,6 +877,17 @@ def _replace_in(
 
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+@contextlib.contextmanager
+def _naming(path: str) -> Iterator[None]:
+    """An OSError of a call relative to a directory descriptor, naming `path` whole."""
+    try:
+        yield
+    except OSError as error:
+        if error.errno is None:
+            raise  # no system call's: nothing relative to name
+        raise OSError(error.errno, error.strerror, path) from None
 
 
 def _temporary_name(name: str) -> str:
