@@ -52,6 +52,7 @@ from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.savepoint_disposal import (
     DisposalDeclined,
+    DisposalIncomplete,
     DisposalRefused,
     dispose_here,
     savepoint_named,
@@ -148,7 +149,7 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
                 **SAVEPOINT_EXIT_CODES,
                 ExitCode.FAILED: f"{SAVEPOINT_EXIT_CODES[ExitCode.FAILED]}; --dispose: not "
                 "disposed of (not the job's registered savepoint, a checkpoint, a run that "
-                "does not answer within --timeout)",
+                "does not answer within --timeout), or its files could not be deleted",
                 ExitCode.DECLINED: f"{SAVEPOINT_EXIT_CODES[ExitCode.DECLINED]}; --dispose: "
                 "the savepoint is the job's newest image, which the coordinator keeps",
                 ExitCode.NO_RUNTIME: f"{REACHING_THE_RUN[ExitCode.NO_RUNTIME]} (not with "
@@ -379,6 +380,9 @@ def _dispose(args: argparse.Namespace) -> int:
     except DisposalDeclined as error:
         print(f"{prog}: not disposed of: {error}", file=sys.stderr)
         return ExitCode.DECLINED
+    except DisposalIncomplete as error:
+        print(f"{prog}: {error}", file=sys.stderr)
+        return ExitCode.FAILED
     except DisposalRefused as error:
         print(f"{prog}: not disposed of: {error}", file=sys.stderr)
         return ExitCode.FAILED

@@ -29,6 +29,11 @@ class DisposalDeclined(DisposalRefused):
     """The coordinator's rule keeps the savepoint (`PersistedState.why_not_disposable`)."""
 
 
+class DisposalIncomplete(Exception):
+    """The savepoint left the registry, but its files could not be deleted; the message
+    says why."""
+
+
 def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:
     """The id of the job's savepoint ``choice`` names: ``savepoint:N``, or the path (or
     URI) of its directory or ``_metadata`` in the job's ``storage`` (None: not known, a
@@ -66,7 +71,8 @@ _NO_CHECKPOINTS = (
 
 def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepoint_id: int) -> str:
     """Dispose of savepoint ``savepoint_id`` while no run of the job runs; what was done,
-    in a line. Raises DisposalRefused (DisposalDeclined: the coordinator's rule)."""
+    in a line. Raises DisposalRefused (DisposalDeclined: the coordinator's rule), or
+    DisposalIncomplete."""
     try:
         with job_lock(paths, job), storage_lock(storage, job):
             return _dispose_locked(paths, storage, savepoint_id)
@@ -97,10 +103,10 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
         was_there = storage.fs.exists(directory)
         storage.discard_savepoint(savepoint_id)
     except (OSError, ValueError) as error:  # StorageError is a ValueError
-        return (
-            f"savepoint {savepoint_id} disposed of: no longer registered; its files are not "
-            f"deleted ({error}): the next run of the job deletes them"
-        )
+        raise DisposalIncomplete(
+            f"savepoint {savepoint_id} is no longer registered, but its files are not deleted "
+            f"({error}): the next run of the job deletes them"
+        ) from None
     record.discards_due = [d for d in record.discards_due if d.key != due.key]
     _write(paths, record)
     files = "its files deleted" if was_there else "its files were gone already"

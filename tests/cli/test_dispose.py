@@ -4,6 +4,7 @@ Through a run: tests/cli/test_control_protocol.py."""
 
 from __future__ import annotations
 
+import errno
 import json
 import shutil
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from spark_checkpoint.storage import CheckpointKind
+from spark_checkpoint.storage import CheckpointKind, CheckpointStorage
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import local_job_paths
@@ -196,4 +197,33 @@ def test_storage_other_than_the_registrys_is_refused_before_anything_changes(
         "checkpoints and savepoints are not in "
     ), result.err
     assert _registered_savepoints(job) == [3]
+    assert _sp3(job).is_dir()
+
+
+def test_files_that_cannot_be_deleted_stay_due_and_fail_the_command(
+    job: Job, manifest: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry lets the savepoint go first (written ahead, as a run does): files the
+    delete fails on (a failing disk, storage that refuses) stay due to the next run."""
+
+    def failing_disk(*_args: object) -> None:
+        raise OSError(errno.EIO, "Input/output error", str(_sp3(job)))
+
+    monkeypatch.setattr(CheckpointStorage, "discard_savepoint", failing_disk)
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:3"
+    )
+
+    assert result.code == ExitCode.FAILED
+    assert result.err.startswith(
+        "spark-checkpoint savepoint: savepoint 3 is no longer registered, but its files are "
+        "not deleted ("
+    ), result.err
+    assert result.err.endswith("): the next run of the job deletes them\n")
+    record = load_record(local_job_paths(job.state_dir, NAMESPACE, JOB))
+    assert [s.checkpoint_id for s in record.coordinator.savepoints] == []
+    assert [(d.kind, d.checkpoint_id) for d in record.discards_due] == [
+        (CheckpointKind.SAVEPOINT, 3)
+    ]
     assert _sp3(job).is_dir()
