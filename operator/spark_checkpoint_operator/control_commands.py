@@ -393,6 +393,9 @@ def _dispose(args: argparse.Namespace) -> int:
         case Outcome.DECLINED:
             print(f"{prog}: not disposed of: {answer.message}", file=sys.stderr)
             return ExitCode.DECLINED
+        case Outcome.FAILED:
+            print(f"{prog}: not disposed of: {answer.message}", file=sys.stderr)
+            return ExitCode.FAILED
         case _:
             print(f"{prog}: {answer.message}", file=sys.stderr)
             return ExitCode.FAILED
