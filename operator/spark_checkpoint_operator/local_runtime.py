@@ -999,6 +999,14 @@ class _Interrupts:
             self._supervisor.suspend_now()
         elif self._finishing:  # the first signal of the user's, after the output closed
             self._waiting_for_finish(why)
+        elif self._count > 1 and (ended := self._supervisor.outcome) is not None:
+            # Only the end's storage cleanup is left (storage that does not answer held it):
+            # nothing is cancelled or discarded.
+            self._report(
+                f"{why} again: the job ended {ended.value}; stopping its storage cleanup "
+                "(what it left stays in storage until a run of the job cleans up)"
+            )
+            self._supervisor.cancel()
         elif self._count > 1:
             self._report(
                 f"{why} again: stopping the driver without a savepoint; "

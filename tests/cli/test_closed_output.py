@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from spark_checkpoint_operator.coordinator import AfterCompletion, JobPhase
+from spark_checkpoint_operator.coordinator import AfterCompletion, JobPhase, TerminalOutcome
 from spark_checkpoint_operator.local_runtime import _Interrupts
 from spark_checkpoint_operator.run_display import RunDisplay
 
@@ -65,6 +65,7 @@ def test_without_a_fallback_nothing_is_shown_and_nothing_raises(closed: ClosedPi
 
 class Supervisor:
     resumes_from = "checkpoint:3"
+    outcome: TerminalOutcome | None = None
 
     def __init__(self, phase: JobPhase = JobPhase.RUNNING) -> None:
         self.calls: list[str] = []
@@ -113,6 +114,25 @@ def test_a_closed_output_stops_the_job_as_a_ctrl_c_that_is_not_the_users(
         (interrupts.interrupt if event == "ctrl-c" else interrupts.output_closed)()
 
     assert supervisor.calls == calls
+
+
+def test_a_second_signal_once_the_job_ended_stops_its_cleanup_and_discards_nothing() -> None:
+    """Its end's storage cleanup hung on storage that did not answer: the second SIGTERM
+    said "stopping the driver without a savepoint; its checkpoints are discarded" of a job
+    that had ended Suspended (an S3 user's)."""
+    supervisor = Supervisor()
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.terminate()
+    supervisor.outcome = TerminalOutcome.SUSPENDED
+    interrupts.terminate()
+
+    assert supervisor.calls == ["savepoint then stop", "cancel"]
+    assert lines[-1] == (
+        "terminated (SIGTERM) again: the job ended Suspended; stopping its storage cleanup "
+        "(what it left stays in storage until a run of the job cleans up)"
+    )
 
 
 @pytest.mark.parametrize(
