@@ -280,6 +280,13 @@ class ControlServer:
         savepoint_id = request.savepoint
         if savepoint_id is None:
             return ControlAnswer(Outcome.REFUSED, "a dispose request names its savepoint")
+        if (ended := self._supervisor.outcome) is not None:
+            # Its run takes no more requests: this one would wait out its timeout.
+            return ControlAnswer(
+                Outcome.FAILED,
+                f"the job ended {ended.value} and its run is ending: ask again once it has "
+                "ended (the command then disposes of the savepoint itself)",
+            )
         record = self._supervisor.record
         if (why := record.why_not_disposable(savepoint_id)) is not None:
             registered = any(s.checkpoint_id == savepoint_id for s in record.coordinator.savepoints)

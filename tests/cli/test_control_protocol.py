@@ -826,6 +826,16 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
         ):
             launcher.drivers[0].code = DriverExit.FINISHED
             await asyncio.wait_for(janitor.collecting.wait(), 10)
+            # A dispose meanwhile is told the run takes no more requests, not left to wait
+            # out its timeout.
+            dispose = await asyncio.to_thread(
+                request, paths, Command.DISPOSE, wait=30.0, savepoint=1
+            )
+            assert (dispose.outcome, dispose.message) == (
+                Outcome.FAILED,
+                "the job ended Finished and its run is ending: ask again once it has ended "
+                "(the command then disposes of the savepoint itself)",
+            )
             answer = await asyncio.to_thread(request, paths, Command.CANCEL)
             outcome = await asyncio.wait_for(run, 10)
         # Cut short, the end's cleanup starts no more work (its next step would hang too).
