@@ -568,10 +568,11 @@ class JobSupervisor:
     def cancel(self) -> None:
         """Stop now, without a savepoint (a second Ctrl-C): the job ends Cancelled, unless
         it ended already (`outcome`), whose storage cleanup then stops."""
+        if self.outcome is not None:
+            self._interpreter.cut_cleanup_short()  # nothing else is left to stop
+            return
         self._stop = max(self._stop, StopRequest.CANCEL)
         self._stop_driver()
-        if self.outcome is not None:
-            self._interpreter.cut_cleanup_short()
 
     def suspend_now(self) -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
