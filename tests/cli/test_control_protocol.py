@@ -856,7 +856,7 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
     assert said == [
         (
             "CleanupFailed",
-            "storage cleanup stopped: the job was cancelled; what it left stays in storage "
-            "until a run of the job cleans up",
+            "storage cleanup stopped (`cancel`, a second Ctrl-C): what it left stays in "
+            "storage until a run of the job cleans up",
         )
     ]

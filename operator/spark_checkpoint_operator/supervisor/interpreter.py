@@ -730,8 +730,8 @@ class EffectInterpreter:
             self._notify(
                 "CleanupFailed",
                 Level.WARNING,
-                "storage cleanup stopped: the job was cancelled; what it left stays in storage "
-                "until a run of the job cleans up",
+                "storage cleanup stopped (`cancel`, a second Ctrl-C): what it left stays in "
+                "storage until a run of the job cleans up",
             )
             return False
         finally:
