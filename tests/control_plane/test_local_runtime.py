@@ -49,7 +49,7 @@ from spark_checkpoint_operator.local_runtime import (
 )
 from spark_checkpoint_operator.local_state import LocalPaths, local_job_paths, run_lock_holder
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
-from spark_checkpoint_operator.manifest.model import Application
+from spark_checkpoint_operator.manifest.model import Application, JobManifest
 from spark_checkpoint_operator.status import UnrestorableImage
 from spark_checkpoint_operator.supervisor import CleanupFailed, JobRecord
 
@@ -286,14 +286,7 @@ def test_a_status_asking_whether_a_run_holds_the_job_does_not_refuse_a_run_start
 ) -> None:
     """`status` takes the job's lock shared for an instant (`run_lock_holder`): a run taking
     it then was refused as "already running", naming a leftover pid (a reviewer's)."""
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders"},
-            "spec": {"application": {"mainFile": "main.py"}},
-        }
-    )
+    manifest = _orders_manifest()
     paths = local_job_paths(tmp_path, "default", "orders")
     paths.job_dir.mkdir(parents=True)
     paths.lock_file.write_text("424242\n")  # a leftover's
@@ -319,14 +312,7 @@ def test_a_lock_the_filesystem_cannot_take_refuses_the_run_naming_the_field(
 
     monkeypatch.setattr(fcntl, "flock", no_locks)
     layout = JobStorageLayout((tmp_path / "nfs").as_uri(), "default", "orders")
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders"},
-            "spec": {"application": {"mainFile": "main.py"}},
-        }
-    )
+    manifest = _orders_manifest()
     with (
         pytest.raises(RunRefused) as refused,
         storage_lock(CheckpointStorage(layout), f"{manifest.namespace}/{manifest.name}"),
@@ -785,6 +771,18 @@ def test_a_driver_killed_by_a_signal_is_described_so_without_log_lines_as_its_er
 MANIFEST_FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
 
 
+def _orders_manifest() -> JobManifest:
+    """Job default/orders, with nothing but its main file."""
+    return manifest_from_document(
+        {
+            "apiVersion": "sparkcheckpoint.io/v1alpha1",
+            "kind": "SparkCheckpointJob",
+            "metadata": {"name": "orders"},
+            "spec": {"application": {"mainFile": "main.py"}},
+        }
+    )
+
+
 @pytest.mark.parametrize("detach", [False, True])
 def test_a_job_state_directory_that_is_a_link_or_another_users_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], detach: bool
@@ -1021,14 +1019,7 @@ def test_a_failed_cleanup_names_its_command_once(tmp_path: Path) -> None:
     layout = JobStorageLayout((tmp_path / "storage").as_uri(), "default", "orders")
     CheckpointStorage(layout).claim(StorageOwner("registry-2", "another registry"))
     (Path(layout.job_root.removeprefix("file://")) / "chk-3").mkdir()
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders"},
-            "spec": {"application": {"mainFile": "main.py"}},
-        }
-    )
+    manifest = _orders_manifest()
     janitor = LocalJanitor(manifest, layout.root, StorageOwner("registry-1", "this registry"))
 
     with pytest.raises(CleanupFailed) as failed:
@@ -1056,14 +1047,7 @@ def test_a_janitor_that_does_not_end_is_killed_at_its_time_limit_or_when_cut_sho
 
     monkeypatch.setattr(asyncio, "create_subprocess_exec", hanging)
     monkeypatch.setattr(local_runtime, "JANITOR_TIMEOUT_SECONDS", 0.5)
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders"},
-            "spec": {"application": {"mainFile": "main.py"}},
-        }
-    )
+    manifest = _orders_manifest()
     janitor = LocalJanitor(manifest, (tmp_path / "storage").as_uri(), StorageOwner("r", "r"))
 
     with pytest.raises(CleanupFailed) as failed:
@@ -1094,14 +1078,7 @@ def test_a_slow_claim_of_an_object_store_is_said(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(LocalJanitor, "claim", slow_claim)
     monkeypatch.setattr(local_runtime, "SLOW_CLAIM_SECONDS", 0.05)
-    manifest = manifest_from_document(
-        {
-            "apiVersion": "sparkcheckpoint.io/v1alpha1",
-            "kind": "SparkCheckpointJob",
-            "metadata": {"name": "orders"},
-            "spec": {"application": {"mainFile": "main.py"}},
-        }
-    )
+    manifest = _orders_manifest()
     storage = CheckpointStorage(JobStorageLayout("s3://bucket/ckpt", "default", "orders"))
     said: list[str] = []
 

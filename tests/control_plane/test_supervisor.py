@@ -574,21 +574,8 @@ def test_under_restart_policy_always_the_same_early_error_is_retried() -> None:
     """Always restarts after every failure, without a limit (the CRD says so): a broker
     down for a minute failed the job as a pipeline to fix (a Flink operator user's)."""
 
-    async def scenario() -> FakeLauncher:
-        launcher = FakeLauncher()
-        supervisor, _ = _supervisor(launcher, policy=RestartPolicyType.ALWAYS)
-        run = asyncio.create_task(supervisor.run())
-        for attempt in (1, 2):
-            await until(lambda n=attempt: len(launcher.drivers) == n)
-            driver = launcher.drivers[-1]
-            driver.error = ["TimeoutException: Timeout expired while fetching topic metadata"]
-            driver.code = DriverExit.FAILED
-        await until(lambda: len(launcher.drivers) == 3)
-        launcher.drivers[2].code = DriverExit.FINISHED
-        assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
-        return launcher
-
-    assert len(asyncio.run(scenario()).drivers) == 3
+    error = "TimeoutException: Timeout expired while fetching topic metadata"
+    assert _drivers_after_failing_twice_the_same(error, RestartPolicyType.ALWAYS) == 3
 
 
 @pytest.mark.parametrize(
@@ -608,9 +595,16 @@ def test_under_on_failure_the_same_passing_storage_error_is_retried(error: str) 
     """An S3 endpoint down for a minute failed an OnFailure job with its retries left: "the
     driver failed the same way twice before its first batch" (an S3 user's)."""
 
+    assert _drivers_after_failing_twice_the_same(error, RestartPolicyType.ON_FAILURE) == 3
+
+
+def _drivers_after_failing_twice_the_same(error: str, policy: RestartPolicyType) -> int:
+    """How many drivers ran when the first two failed with ``error`` before their first
+    batch (maxRetries 3) and a third, if one is started, finished."""
+
     async def scenario() -> FakeLauncher:
         launcher = FakeLauncher()
-        supervisor, _ = _supervisor(launcher, max_retries=3)
+        supervisor, _ = _supervisor(launcher, max_retries=3, policy=policy)
         run = asyncio.create_task(supervisor.run())
         for attempt in (1, 2):
             await until(lambda n=attempt: len(launcher.drivers) == n)
@@ -622,7 +616,7 @@ def test_under_on_failure_the_same_passing_storage_error_is_retried(error: str) 
         assert await asyncio.wait_for(run, 10) is TerminalOutcome.FINISHED
         return launcher
 
-    assert len(asyncio.run(scenario()).drivers) == 3
+    return len(asyncio.run(scenario()).drivers)
 
 
 class FailingRestartsLauncher(FakeLauncher):

@@ -518,6 +518,24 @@ def test_a_restored_file_is_not_fsynced(
     assert (tmp_path / "restore" / "x").read_bytes() == CONTENT
 
 
+def _swap_checkpoints_for_a_link_after_the_check(
+    storage: StorageFileSystem, confined: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As another process (the job's own driver, a writer on a shared volume) may: once
+    `storage` has checked a path for links, `confined/checkpoints` is moved away and a link
+    to `outside` put in its place."""
+    checked = storage._native
+
+    def check_then_swap(path: str) -> str:
+        native = checked(path)
+        if not (confined / "checkpoints").is_symlink():
+            (confined / "checkpoints").rename(confined.parent / "moved-away")
+            (confined / "checkpoints").symlink_to(outside)
+        return native
+
+    monkeypatch.setattr(storage, "_native", check_then_swap)
+
+
 @pytest.mark.parametrize("operation", ["delete_tree", "delete_file"])
 def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
     fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
@@ -532,16 +550,7 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
     (outside / "chk-1").mkdir(parents=True)
     (outside / "chk-1" / "state").write_text("not the job's")
     storage = fs.confined(str(confined))
-    checked = storage._native
-
-    def check_then_swap(path: str) -> str:
-        native = checked(path)
-        if (confined / "checkpoints").is_dir() and not (confined / "checkpoints").is_symlink():
-            (confined / "checkpoints").rename(tmp_path / "moved-away")
-            (confined / "checkpoints").symlink_to(outside)
-        return native
-
-    monkeypatch.setattr(storage, "_native", check_then_swap)
+    _swap_checkpoints_for_a_link_after_the_check(storage, confined, outside, monkeypatch)
     target = confined / "checkpoints" / "chk-1"
     path = str(target if operation == "delete_tree" else target / "state")
 
@@ -571,16 +580,7 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_write(
     outside = tmp_path / "outside"
     outside.mkdir()
     storage = StorageFileSystem.for_url(f"file://{tmp_path}").confined(str(confined))
-    checked = storage._native
-
-    def check_then_swap(path: str) -> str:
-        native = checked(path)
-        if not (confined / "checkpoints").is_symlink():
-            (confined / "checkpoints").rename(tmp_path / "moved-away")
-            (confined / "checkpoints").symlink_to(outside)
-        return native
-
-    monkeypatch.setattr(storage, "_native", check_then_swap)
+    _swap_checkpoints_for_a_link_after_the_check(storage, confined, outside, monkeypatch)
     target = str(confined / "checkpoints" / "chk-1" / "_metadata")
     write = {
         "write_atomic": lambda: storage.write_atomic(target, CONTENT),
@@ -606,16 +606,7 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_read(
     (outside / "chk-1").mkdir(parents=True)
     (outside / "chk-1" / "_metadata").write_text("not the job's")
     storage = StorageFileSystem.for_url(f"file://{tmp_path}").confined(str(confined))
-    checked = storage._native
-
-    def check_then_swap(path: str) -> str:
-        native = checked(path)
-        if not (confined / "checkpoints").is_symlink():
-            (confined / "checkpoints").rename(tmp_path / "moved-away")
-            (confined / "checkpoints").symlink_to(outside)
-        return native
-
-    monkeypatch.setattr(storage, "_native", check_then_swap)
+    _swap_checkpoints_for_a_link_after_the_check(storage, confined, outside, monkeypatch)
     target = str(confined / "checkpoints" / "chk-1" / "_metadata")
     read = {
         "read_bytes": lambda: storage.read_bytes(target),

@@ -378,18 +378,11 @@ class StorageFileSystem:
                 linked = False
             else:
                 linked = True
-                try:
-                    if durable:
-                        # Spark does not fsync its files; a checkpoint must survive a
-                        # power loss.
-                        fsync_path(temporary, dir_fd=directory)
-                    with _naming(native):
-                        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
-                except BaseException:
-                    _remove_in(directory, temporary)
-                    raise
                 if durable:
-                    fsync_descriptor(directory)
+                    # Spark does not fsync its files; a checkpoint must survive a power loss.
+                    with _removed_on_failure(directory, temporary):
+                        fsync_path(temporary, dir_fd=directory)
+                _rename_into_place(directory, temporary, name, durable=durable, shown=native)
         if not linked:
             self.copy_in(local_src, path, expected)
 
@@ -857,7 +850,7 @@ def _replace_in(
     place only after `write` succeeded; on any failure the temporary file is removed. Its
     errors name `shown` (the file's whole path), not the temporary's name alone."""
     temporary = _temporary_name(name)
-    try:
+    with _removed_on_failure(directory, temporary):
         # O_EXCL never follows or reuses an existing file; the mode honours the umask.
         with _naming(shown):
             descriptor = os.open(temporary, _NEW_FILE, 0o666, dir_fd=directory)
@@ -866,14 +859,29 @@ def _replace_in(
             if durable:
                 target.flush()
                 os.fsync(target.fileno())
-        with _naming(shown):
-            os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    _rename_into_place(directory, temporary, name, durable=durable, shown=shown)
+    return result
+
+
+def _rename_into_place(
+    directory: int, temporary: str, name: str, *, durable: bool, shown: str
+) -> None:
+    """Rename the finished `temporary` over `name` in the open `directory` (removed if
+    that fails); with `durable`, the rename survives a power loss."""
+    with _removed_on_failure(directory, temporary), _naming(shown):
+        os.replace(temporary, name, src_dir_fd=directory, dst_dir_fd=directory)
+    if durable:
+        fsync_descriptor(directory)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(directory: int, temporary: str) -> Iterator[None]:
+    """`temporary` in the open `directory` is removed if the block fails in any way."""
+    try:
+        yield
     except BaseException:
         _remove_in(directory, temporary)
         raise
-    if durable:
-        fsync_descriptor(directory)
-    return result
 
 
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
