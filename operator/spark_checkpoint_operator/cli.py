@@ -372,21 +372,20 @@ def _run(args: argparse.Namespace, *, handed_over_lock: int | None) -> int:
         print(error_lines("spark-checkpoint run", error), file=sys.stderr)
         return ExitCode.USAGE
     display = RunDisplay(sys.stdout, fallback=sys.stderr)
-    # What libraries log is shown as the runtime's own lines are.
-    logging.basicConfig(level=logging.WARNING, handlers=[display.log_handler()], force=True)
     try:
-        outcome = asyncio.run(
-            run_local(
-                manifest,
-                args.manifest,
-                args.state_dir or default_state_dir(args.manifest),
-                display,
-                metrics_port=args.metrics_port,
-                agent_start_timeout=args.agent_timeout,
-                restore_from=args.restore_from,
-                handed_over_lock=handed_over_lock,
+        with display.showing_logs():  # as the runtime's own lines are
+            outcome = asyncio.run(
+                run_local(
+                    manifest,
+                    args.manifest,
+                    args.state_dir or default_state_dir(args.manifest),
+                    display,
+                    metrics_port=args.metrics_port,
+                    agent_start_timeout=args.agent_timeout,
+                    restore_from=args.restore_from,
+                    handed_over_lock=handed_over_lock,
+                )
             )
-        )
     except RunRefused as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
         return ExitCode.FAILED

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -158,8 +158,11 @@ class RunDisplay:
         self.line(notice.message)
         self._refresh()  # the live line shows what the notice changed at once
 
-    def log_handler(self) -> logging.Handler:
-        """A logging handler whose records are lines of this display."""
+    @contextlib.contextmanager
+    def showing_logs(self) -> Iterator[None]:
+        """While the block runs, what libraries log at WARNING and above is lines of this
+        display; the root logger is given back as it was after (the display's stream may
+        be closed by then, and a caller in the same process keeps its own logging)."""
         display = self
 
         class Handler(logging.Handler):
@@ -172,7 +175,15 @@ class RunDisplay:
         handler = Handler()
         # The message alone (basicConfig would give it "WARNING:<logger>:" after "warning: ").
         handler.setFormatter(logging.Formatter("%(message)s"))
-        return handler
+        root = logging.getLogger()
+        handlers, level = root.handlers[:], root.level
+        root.handlers[:] = [handler]
+        root.setLevel(logging.WARNING)
+        try:
+            yield
+        finally:
+            root.handlers[:] = handlers
+            root.setLevel(level)
 
     # ------------------------------------------------------------------ while the job runs
 

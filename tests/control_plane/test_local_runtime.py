@@ -5,6 +5,7 @@ import contextlib
 import errno
 import fcntl
 import json
+import logging
 import os
 import re
 import shutil
@@ -834,6 +835,25 @@ def test_the_job_state_directory_is_made_owner_only(
     assert main(["run", str(manifest)]) == 1
     assert "the job's status file cannot be read" in capsys.readouterr().err
     assert job_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_a_run_gives_the_root_logger_back_as_it_found_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """While it runs, what libraries log is lines of its display; after, a caller in the
+    same process logs as before (not into the run's display, whose stream may be gone)."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    status_file = tmp_path / ".spark-checkpoint" / "default" / "word-count" / "status.json"
+    status_file.parent.mkdir(parents=True)
+    status_file.write_text("{")  # refused once the run has begun
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+
+    assert main(["run", str(manifest)]) == 1
+
+    assert (root.handlers, root.level) == (handlers, level)
+    assert "status file cannot be read" in capsys.readouterr().err
 
 
 def test_an_unreadable_status_file_refuses_the_run_in_one_line(
