@@ -1,13 +1,27 @@
 """`CheckpointStorage.claim`: a job's storage belongs to one registry of its snapshots (on
 the local filesystem, S3 and Azure alike)."""
 
+from __future__ import annotations
+
 import logging
+import re
+from typing import TYPE_CHECKING
 
 import pytest
 
+from helpers.faulty_proxy import http_answer
 from helpers.objectstore import StorageRoot
 from spark_checkpoint.protocol import ProtocolError, StorageOwner
-from spark_checkpoint.storage import CheckpointStorage, StorageError, StorageOwnedElsewhere
+from spark_checkpoint.storage import (
+    CheckpointStorage,
+    JobStorageLayout,
+    StorageError,
+    StorageOwnedElsewhere,
+)
+from spark_checkpoint.storage.errors import storage_failure
+
+if TYPE_CHECKING:
+    from conftest import StartProxy
 
 FIRST = StorageOwner(id="uid-1", description="SparkCheckpointJob default/orders (uid uid-1)")
 SECOND = StorageOwner(id="uid-2", description="SparkCheckpointJob default/orders (uid uid-2)")
@@ -136,3 +150,57 @@ def test_an_owner_record_too_large_to_be_one_is_refused_from_its_first_bytes(
 
     assert "not an owner record (larger than 65536 bytes)" in str(refused.value)
     assert asked and None not in asked, asked
+
+
+def test_a_claim_s3_refuses_is_told_with_the_object_and_the_stores_reason(
+    s3_root: StorageRoot, faulty_proxy: StartProxy
+) -> None:
+    """Not the bare 403 of the HEAD request that asks the refused object's size after: a
+    run with a wrong secret key said "cannot claim the job's storage: s3://.../orders:
+    Forbidden" (an S3 user's)."""
+    denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+    answer = http_answer("403 Forbidden", denied)
+    refused = faulty_proxy(s3_root, re.compile(rb"^GET \S*/owner\.json "), answer)
+    storage = CheckpointStorage(JobStorageLayout(s3_root.url, "default", "orders"))
+
+    with pytest.raises(PermissionError) as error:
+        storage.claim(FIRST)
+
+    assert refused.matched == 1
+    told = storage_failure(error.value, storage.layout.job_root)
+    assert told == f"{storage.layout.owner_path}: Access Denied"
+
+
+def test_a_request_s3_refuses_without_a_reason_names_the_object_and_what_it_may_mean(
+    s3_root: StorageRoot, faulty_proxy: StartProxy
+) -> None:
+    """S3 answers a HEAD request it refuses with a bare 403 ("Forbidden")."""
+    refused = faulty_proxy(s3_root, re.compile(rb"^HEAD "), http_answer("403 Forbidden", b""))
+    storage = CheckpointStorage(JobStorageLayout(s3_root.url, "default", "orders"))
+
+    with pytest.raises(PermissionError) as error:
+        storage.fs.file_size(storage.layout.owner_path)
+
+    assert refused.matched == 1
+    assert storage_failure(error.value, storage.layout.job_root) == (
+        f"{storage.layout.owner_path}: Forbidden (an HTTP 403 without a reason, as S3 answers "
+        "a HEAD request: the credentials are wrong, or lack s3:GetObject on this path, or "
+        "s3:ListBucket on its bucket, without which a missing object is answered 403)"
+    )
+
+
+def test_a_write_s3_refuses_names_the_object(
+    s3_root: StorageRoot, faulty_proxy: StartProxy
+) -> None:
+    """The error s3fs translates a refusal to names no object: a task's decline of a
+    revoked write said only "PermissionError: Access Denied" (an S3 user's)."""
+    denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+    refused = faulty_proxy(s3_root, re.compile(rb"^PUT "), http_answer("403 Forbidden", denied))
+    storage = CheckpointStorage(JobStorageLayout(s3_root.url, "default", "orders"))
+    path = f"{storage.layout.job_root}/shared/x"
+
+    with pytest.raises(PermissionError) as error:
+        storage.fs.write_atomic(path, b"x")
+
+    assert refused.matched == 1
+    assert str(error.value) == f"[Errno 13] Access Denied: '{path}'"

@@ -25,13 +25,16 @@ class StorageError(Exception):
 
 
 def storage_failure(error: Exception, job_root: str) -> str:
-    """``error`` in one line that names where: an object store's OSError may name nothing
-    ("The specified bucket does not exist"), so the job's storage is named for it; a
-    bucket or container that does not exist is told as such."""
+    """``error`` in one line that names where first, as StorageError does: an object
+    store's OSError may name nothing ("The specified bucket does not exist"), so the job's
+    storage is named for it; a bucket or container that does not exist is told as such."""
     if is_missing_bucket(error):
         return f"{job_root}: " + missing_bucket_reason("the driver's")
-    unnamed = isinstance(error, OSError) and not error.filename
-    return f"{job_root}: {error}" if unnamed else str(error)
+    if not isinstance(error, OSError):
+        return str(error)
+    if not error.filename:
+        return f"{job_root}: {error}"
+    return f"{error.filename}: {error.strerror}" if error.strerror else str(error)
 
 
 # What S3 and Azure Blob Storage answer for a bucket or container that does not exist.

@@ -204,11 +204,16 @@ class StorageFileSystem:
             data: bytes = self._fs.cat_file(native, start=0, end=at_most)
         except FileNotFoundError:
             raise
-        except Exception:
-            if self._fs.size(native) != 0:
-                raise
-            return b""
-        return data
+        except Exception as error:
+            refused = error
+        else:
+            return data
+        # The refusal is what is told when the size cannot be had either: a HEAD's says
+        # less (S3 answers one without a reason).
+        with contextlib.suppress(Exception):
+            if self._fs.size(native) == 0:
+                return b""
+        raise refused
 
     def missing_bucket(self, path: str) -> str | None:
         """On an object store, the bucket (S3) or container (Azure) `path` lies in when it
@@ -609,10 +614,47 @@ def _storage_errors(path: str) -> Iterator[None]:
     classes (botocore's NoCredentialsError, Azure's ClientAuthenticationError, ...)."""
     try:
         yield
-    except (StorageError, OSError):
+    except StorageError:
+        raise
+    except OSError as error:
+        if not error.filename:
+            _name_path(error, path)
         raise
     except Exception as error:
         raise StorageAccessError(path, _with_endpoint_origin(error, _reason(error))) from error
+
+
+# The errno of each OSError an fsspec library raises without one (s3fs: PermissionError
+# ("Access Denied")), for the message to name the path: "[Errno None]" would say nothing.
+_ERRNO_OF = {
+    PermissionError: errno.EACCES,
+    FileNotFoundError: errno.ENOENT,
+    FileExistsError: errno.EEXIST,
+}
+
+
+def _name_path(error: OSError, path: str) -> None:
+    """Make `error`, which names no file (an object store's, as s3fs translates it from the
+    service's answer), name `path`; in place, so that its class and causes stay what callers
+    and `is_missing_bucket` look at. A bare 403 says what it may mean."""
+    if error.errno is None:
+        error.errno = _ERRNO_OF.get(type(error), errno.EIO)
+    if error.strerror is None:
+        error.strerror = str(error.args[0]) if error.args else type(error).__name__
+    if _is_bare_refusal(error):
+        error.strerror = (
+            f"{error.strerror} (an HTTP 403 without a reason, as S3 answers a HEAD request: "
+            "the credentials are wrong, or lack s3:GetObject on this path, or s3:ListBucket "
+            "on its bucket, without which a missing object is answered 403)"
+        )
+    error.filename = path
+
+
+def _is_bare_refusal(error: OSError) -> bool:
+    """Whether S3 refused the request `error` was translated from without saying why (the
+    answer to a HEAD request has no body, so botocore's error code is the HTTP status)."""
+    response = getattr(error.__cause__, "response", None)  # botocore's ClientError
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "403"
 
 
 def _reason(error: Exception) -> str:
