@@ -17,7 +17,7 @@ import yaml
 from spark_checkpoint.storage import CheckpointKind, CheckpointStorage
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import load_record
-from spark_checkpoint_operator.local_state import local_job_paths
+from spark_checkpoint_operator.local_state import local_job_paths, local_owner
 
 if TYPE_CHECKING:
     from conftest import Job, Result
@@ -227,3 +227,25 @@ def test_files_that_cannot_be_deleted_stay_due_and_fail_the_command(
         (CheckpointKind.SAVEPOINT, 3)
     ]
     assert _sp3(job).is_dir()
+
+
+def test_a_copy_of_the_state_directory_disposes_of_nothing(
+    job: Job, manifest: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """Its registry lists the original's savepoints, which the original would restore from
+    (as `run`, refused while the original keeps the registry)."""
+    local_owner(local_job_paths(job.state_dir, NAMESPACE, JOB), own_storage=False)
+    copy = tmp_path / "copy"
+    shutil.copytree(job.state_dir, copy)
+
+    result = cli("savepoint", "-f", str(manifest), "--state-dir", str(copy), "-d", "savepoint:3")
+
+    assert result.code == ExitCode.FAILED
+    assert result.err.startswith(
+        f"spark-checkpoint savepoint: not disposed of: {copy / NAMESPACE / JOB} is a copy of "
+        f"the state directory {job.state_dir / NAMESPACE / JOB}, whose registry of the job's "
+        "snapshots it lists: "
+    ), result.err
+    assert _sp3(job).is_dir()
+    copied = load_record(local_job_paths(copy, NAMESPACE, JOB))
+    assert [s.checkpoint_id for s in copied.coordinator.savepoints] == [3]
