@@ -35,18 +35,11 @@ from spark_checkpoint_operator.local_runtime import (
 )
 from spark_checkpoint_operator.local_state import STATE_DIR_NAME, default_state_dir
 from spark_checkpoint_operator.manifest.problems import ManifestError
-from spark_checkpoint_operator.restore_choice import image_choice
+from spark_checkpoint_operator.restore_choice import image_argument
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
 from spark_checkpoint_operator.storage_commands.job import StorageSource
-
-
-def _image_choice(text: str) -> str:
-    try:
-        return image_choice(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,7 +114,7 @@ def _main(argv: Sequence[str] | None) -> int:
     run.add_argument(
         "--from",
         dest="restore_from",
-        type=_image_choice,
+        type=image_argument,
         metavar="IMAGE",
         help="restore savepoint:N, checkpoint:N (of the job's registry) or the savepoint or "
         "retained checkpoint at PATH (.../savepoints/sp-N or .../chk-N) instead of the "
@@ -129,7 +122,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     # Apart, so that a --from error says --from.
     run.add_argument(
-        "-s", "--fromSavepoint", dest="restore_from", type=_image_choice, help=argparse.SUPPRESS
+        "-s", "--fromSavepoint", dest="restore_from", type=image_argument, help=argparse.SUPPRESS
     )
     run.add_argument(
         "-d",

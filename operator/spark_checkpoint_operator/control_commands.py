@@ -50,6 +50,7 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.restore_choice import image_argument
 from spark_checkpoint_operator.savepoint_disposal import (
     DisposalDeclined,
     DisposalIncomplete,
@@ -145,7 +146,7 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
             ],
             {
                 ExitCode.OK: "the savepoint completed (--detached or --timeout 0: was triggered); "
-                "--dispose: disposed of",
+                "--dispose: disposed of (--timeout 0: the run took the request)",
                 **SAVEPOINT_EXIT_CODES,
                 ExitCode.FAILED: f"{SAVEPOINT_EXIT_CODES[ExitCode.FAILED]}; --dispose: not "
                 "disposed of (not the job's registered savepoint, a checkpoint, a run that "
@@ -157,16 +158,19 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
             },
         ),
     )
-    savepoint.add_argument(
+    # A disposal is done or refused at once: nothing to detach from.
+    detached_or_dispose = savepoint.add_mutually_exclusive_group()
+    detached_or_dispose.add_argument(
         "--detached",
         "-dcp",
         action="store_true",
         help="return once the savepoint is triggered, with its id (as `flink savepoint "
         "--detached`)",
     )
-    savepoint.add_argument(
+    detached_or_dispose.add_argument(
         "--dispose",
         "-d",
+        type=image_argument,
         metavar="SAVEPOINT",
         help="take no savepoint: dispose of the job's savepoint savepoint:N, or the one at "
         "PATH (.../savepoints/sp-N), as `flink savepoint --dispose`: it leaves the job's "
@@ -396,6 +400,9 @@ def _dispose(args: argparse.Namespace) -> int:
         case Outcome.FAILED:
             print(f"{prog}: not disposed of: {answer.message}", file=sys.stderr)
             return ExitCode.FAILED
+        case Outcome.TRIGGERED if args.timeout == 0:  # as `cancel --timeout 0`: it was taken
+            print(answer.message)
+            return ExitCode.OK
         case _:
             print(f"{prog}: {answer.message}", file=sys.stderr)
             return ExitCode.FAILED

@@ -1,6 +1,7 @@
 """``spark-checkpoint run --from``: the image a local run restores instead of the newest,
 checked before Spark starts (known to the job's registry, its files intact)."""
 
+import argparse
 import os
 from dataclasses import dataclass
 
@@ -39,6 +40,14 @@ def image_choice(choice: str) -> str:
         raise ValueError("is empty: give savepoint:N, checkpoint:N or a path")
     registry_reference(choice)
     return choice
+
+
+def image_argument(choice: str) -> str:
+    """`image_choice` as an argparse ``type``: a misspelt image is a usage error."""
+    try:
+        return image_choice(choice)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def registry_reference(choice: str) -> RestoreCandidate | None:

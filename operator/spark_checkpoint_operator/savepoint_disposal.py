@@ -35,13 +35,11 @@ class DisposalIncomplete(Exception):
 
 
 def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:
-    """The id of the job's savepoint ``choice`` names: ``savepoint:N``, or the path (or
-    URI) of its directory or ``_metadata`` in the job's ``storage`` (None: not known, a
-    path is refused). Raises DisposalRefused naming what is wrong."""
-    try:
-        reference = registry_reference(choice)
-    except ValueError as error:
-        raise DisposalRefused(str(error)) from None
+    """The id of the job's savepoint ``choice`` (as `image_choice` takes it) names:
+    ``savepoint:N``, or the path (or URI) of its directory or ``_metadata`` in the job's
+    ``storage`` (None: not known, a path is refused). Raises DisposalRefused naming what
+    is wrong."""
+    reference = registry_reference(choice)
     if reference is not None:
         if reference.kind is CheckpointKind.CHECKPOINT:
             raise DisposalRefused(_NO_CHECKPOINTS)

@@ -685,7 +685,7 @@ def test_a_wait_out_of_range_is_a_one_line_usage_error(job: LocalJob, timeout: s
     assert len(result.stderr.splitlines()) == 1
 
 
-def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoint(
+def test_a_detached_savepoint_prints_its_id_a_detached_disposal_returns_and_stop_drain_stops(
     job: LocalJob,
 ) -> None:
     _detach(job)
@@ -699,12 +699,21 @@ def test_a_detached_savepoint_prints_its_id_and_stop_drain_stops_with_a_savepoin
     at_once = job.cli("savepoint", "-f", "job.yaml", "--timeout", "0")
     assert at_once.returncode == 0, at_once.stderr
     assert at_once.stdout.split()[2] in ("triggered;", "completed:"), at_once.stdout
+    # The same for a disposal: returned once the run took it (it exited 1).
+    disposal = job.cli(
+        "savepoint", "-f", "job.yaml", "--timeout", "0", "-d", f"savepoint:{words[1]}"
+    )
+    assert disposal.returncode == 0, disposal.stderr
+    assert disposal.stdout.startswith(
+        (f"the disposal of savepoint {words[1]} is requested", f"savepoint {words[1]} disposed of")
+    ), disposal.stdout
     runtime = job.runtime_pid()
     drained = job.cli("stop", "-f", "job.yaml", "--drain")
     assert drained.returncode == 0, drained.stderr
     wait_until_gone(runtime)
     saved = {s["id"] for s in job.status_file()["savepointHistory"]}  # type: ignore[attr-defined]
-    assert {int(words[1]), int(drained.stdout.split()[1])} <= saved
+    assert int(drained.stdout.split()[1]) in saved
+    assert int(words[1]) not in saved
     log = (job.job_dir / "logs" / "runtime.log").read_text()
     assert "`spark-checkpoint stop --drain`: draining the input, then taking a savepoint" in log
 

@@ -108,7 +108,6 @@ def test_a_savepoint_deleted_by_hand_is_disposed_of_from_the_registry(
             "(spec.checkpointing.retained)",
         ),
         ("savepoint:7", "savepoint 7 is not in the job's registry"),
-        ("savepoint:x", "'savepoint:x' is not savepoint:N with N an id"),
     ],
 )
 def test_what_is_not_the_jobs_registered_savepoint_is_refused(
@@ -120,6 +119,26 @@ def test_what_is_not_the_jobs_registered_savepoint_is_refused(
     assert result.err.startswith(f"spark-checkpoint savepoint: not disposed of: {said}")
     assert _registered_savepoints(job) == [3]
     assert _sp3(job).is_dir()
+
+
+@pytest.mark.parametrize(
+    ("arguments", "said"),
+    [
+        (["-d", "savepoint:x"], "'savepoint:x' is not savepoint:N with N an id"),
+        (["-d", ""], "is empty: give savepoint:N"),
+        (["--detached", "-d", "savepoint:3"], "not allowed with argument --detached"),
+    ],
+)
+def test_a_dispose_asked_wrongly_is_a_usage_error_before_anything_is_read(
+    job: Job, manifest: Path, cli: Cli, arguments: list[str], said: str
+) -> None:
+    """A disposal is done or refused at once: --detached has nothing to detach from (it was
+    ignored)."""
+    result = cli("savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), *arguments)
+
+    assert result.code == ExitCode.USAGE
+    assert said in result.err
+    assert _registered_savepoints(job) == [3]
 
 
 def test_another_jobs_savepoint_by_path_is_refused(
