@@ -788,6 +788,30 @@ def require_main_file(application: Application, manifest_path: Path) -> None:
     )
 
 
+def _finished(
+    manifest: JobManifest, record: JobRecord, paths: LocalPaths, layout: JobStorageLayout
+) -> str:
+    """Why a Finished job is not run again, and how to run it anyway."""
+    storage_dir = layout.job_root.removeprefix("file://")
+    # Two courses, told apart: the output goes with a start from scratch, and stays
+    # with a savepoint's restore (its sinks skip the batches committed there already).
+    from_savepoint = (
+        "; to run it on from one of its savepoints instead, copy the savepoint's "
+        f"directory to <another root>/{manifest.namespace}/{manifest.name}/savepoints/"
+        "sp-N (where a savepoint must lie to be read), delete its state and storage but "
+        "not its output, and run --from that path (or name it in "
+        "spec.restore.initialSavepointPath): batches the output committed already are "
+        "not written again"
+        if record.coordinator.savepoints
+        else ""
+    )
+    return (
+        f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
+        f"to run it from the start, delete its state {paths.job_dir}, storage "
+        f"{storage_dir} and the output it committed" + from_savepoint
+    )
+
+
 async def _run_locked(
     manifest: JobManifest,
     manifest_path: Path,
@@ -805,20 +829,7 @@ async def _run_locked(
         # As on Kubernetes: its input is done. Running it again would restore whatever
         # image is left (an old savepoint) and recompute from there without a word. Both
         # directories go: a new registry's ids would run into the old snapshots'.
-        from_savepoint = (
-            " (to start from one of its savepoints, copy its directory first to <another "
-            f"root>/{manifest.namespace}/{manifest.name}/savepoints/sp-N, where a savepoint "
-            "must lie to be read, and run --from that path or name it in "
-            "spec.restore.initialSavepointPath)"
-            if record.coordinator.savepoints
-            else ""
-        )
-        raise RunRefused(
-            f"job {manifest.namespace}/{manifest.name} has Finished and is not run again; "
-            f"to run it from the start, delete its state {paths.job_dir}, storage "
-            f"{layout.job_root.removeprefix('file://')} and the output it committed"
-            + from_savepoint
-        )
+        raise RunRefused(_finished(manifest, record, paths, layout))
     owner = _claimed(storage, paths)
     report = display.line
     janitor = await _claiming_janitor(manifest, storage, owner, report)

@@ -892,7 +892,20 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     again = job.cli("run", "-f", "job.yaml")
     assert again.returncode == 1
     assert "has Finished and is not run again" in again.stderr
-    assert "to start from one of its savepoints, copy its directory first" in again.stderr
+    assert "; to run it on from one of its savepoints instead, copy the savepoint's" in (
+        again.stderr
+    )
+    assert "delete its state and storage but not its output, and run --from" in again.stderr
+    # What it says works: the savepoint copied out, the job's state and storage deleted.
+    savepoint = job.status_file()["lastSavepoint"]["id"]  # type: ignore[index]
+    copy = job.directory / "kept" / "default" / "probe" / "savepoints" / f"sp-{savepoint}"
+    shutil.copytree(_job_storage(job) / "savepoints" / f"sp-{savepoint}", copy)
+    shutil.rmtree(job.job_dir)
+    shutil.rmtree(_job_storage(job))
+    resumed = job.cli("run", "-f", "job.yaml", "--from", str(copy))
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert f"restoring external:file://{copy}/_metadata (--from)" in resumed.stdout
+    assert job.status_file()["phase"] == "Finished"
 
 
 def test_stop_says_what_it_waits_for_and_ctrl_c_leaves_the_stop_going_on(
