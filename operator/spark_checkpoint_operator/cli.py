@@ -29,6 +29,7 @@ from spark_checkpoint_operator.coordinator import CoordinatorConfig, TerminalOut
 from spark_checkpoint_operator.detached_run import BACKGROUND_RUN_VARIABLE, run_detached
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
+    RunInterrupted,
     RunRefused,
     load_runnable_manifest,
     run_local,
@@ -381,7 +382,7 @@ def _run(args: argparse.Namespace, *, handed_over_lock: int | None) -> int:
             )
     except RunRefused as error:
         print(f"spark-checkpoint run: {error}", file=sys.stderr)
-        return ExitCode.FAILED
+        return ExitCode.CANCELLED if isinstance(error, RunInterrupted) else ExitCode.FAILED
     exit_codes = {
         TerminalOutcome.FAILED: ExitCode.FAILED,
         TerminalOutcome.CANCELLED: ExitCode.CANCELLED,

@@ -119,6 +119,10 @@ class RunRefused(Exception):
     """The job is not run; the message says why and what to do instead."""
 
 
+class RunInterrupted(RunRefused):
+    """A signal ended the run before its job started; the message says which."""
+
+
 class JobBusy(RunRefused):
     """Another `spark-checkpoint run` holds the job; the message names it."""
 
@@ -689,18 +693,61 @@ async def _claiming_janitor(
     if storage.fs.is_local:
         return janitor
     claim = asyncio.ensure_future(janitor.claim())
-    try:
-        await asyncio.wait({claim}, timeout=SLOW_CLAIM_SECONDS)
-        if not claim.done():
-            report(
-                f"claiming the job's storage {storage.layout.job_root}: no answer after "
-                f"{SLOW_CLAIM_SECONDS:.0f}s (an endpoint that does not answer?); waiting up "
-                f"to {JANITOR_TIMEOUT_SECONDS:.0f}s"
-            )
-        await claim
-    finally:
-        claim.cancel()  # Ctrl-C meanwhile: its janitor process goes too
+    with _signals_cancelling(claim) as signalled:
+        try:
+            await asyncio.wait({claim}, timeout=SLOW_CLAIM_SECONDS)
+            if not claim.done():
+                report(
+                    f"claiming the job's storage {storage.layout.job_root}: no answer after "
+                    f"{SLOW_CLAIM_SECONDS:.0f}s (an endpoint that does not answer?); waiting "
+                    f"up to {JANITOR_TIMEOUT_SECONDS:.0f}s"
+                )
+            await claim
+        except asyncio.CancelledError:
+            if not signalled:
+                raise
+            # The run ended without a word, Ctrl-C's exit 130 or SIGTERM's 143 (an S3 user's).
+            raise RunInterrupted(
+                f"{signalled[0]} while claiming the job's storage {storage.layout.job_root}: "
+                "nothing was started"
+            ) from None
+        finally:
+            claim.cancel()  # its janitor process goes too
     return janitor
+
+
+# What a run says of each signal that ends it before its job starts.
+_ENDING_SIGNALS = {
+    signal.SIGINT: "interrupted (Ctrl-C)",
+    signal.SIGTERM: "terminated (SIGTERM)",
+    signal.SIGHUP: "hung up (SIGHUP)",
+}
+
+
+@contextlib.contextmanager
+def _signals_cancelling(work: "asyncio.Future[Any]") -> Iterator[list[str]]:
+    """While the block runs, Ctrl-C, SIGTERM and SIGHUP cancel ``work`` (not the run's
+    task: the caller says why), each listed by what it is; given back as they were after."""
+    loop = asyncio.get_running_loop()
+    signalled: list[str] = []
+    interrupt_handler = signal.getsignal(signal.SIGINT)  # asyncio.run's
+
+    def cancel(why: str) -> None:
+        signalled.append(why)
+        work.cancel()
+
+    try:
+        for number, why in _ENDING_SIGNALS.items():
+            loop.add_signal_handler(number, cancel, why)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop
+        yield signalled
+        return
+    try:
+        yield signalled
+    finally:
+        for number in _ENDING_SIGNALS:
+            loop.remove_signal_handler(number)
+        signal.signal(signal.SIGINT, interrupt_handler)
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:

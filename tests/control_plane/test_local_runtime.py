@@ -10,6 +10,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -38,6 +39,7 @@ from spark_checkpoint_operator.coordinator import (
     CompletedCheckpoint,
     PersistedState,
 )
+from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import (
     LocalJanitor,
     RunRefused,
@@ -1110,6 +1112,55 @@ def test_a_slow_claim_of_an_object_store_is_said(monkeypatch: pytest.MonkeyPatch
         "claiming the job's storage s3://bucket/ckpt/default/orders: no answer after 0s (an "
         "endpoint that does not answer?); waiting up to 600s"
     ]
+
+
+@pytest.mark.parametrize(
+    ("ending", "said"),
+    [
+        (signal.SIGINT, "interrupted (Ctrl-C)"),
+        (signal.SIGTERM, "terminated (SIGTERM)"),
+        (signal.SIGHUP, "hung up (SIGHUP)"),
+    ],
+)
+def test_a_signal_while_an_object_store_is_claimed_ends_the_run_saying_so(
+    tmp_path: Path, ending: signal.Signals, said: str
+) -> None:
+    """Against an endpoint that does not answer: the run ended without a word (an S3
+    user's), and the claim's janitor process goes with it."""
+    document = yaml.safe_load((MANIFEST_FIXTURES / "minimal-job.yaml").read_text())
+    document["spec"]["checkpointing"] = {"storage": "s3://bucket/ckpt"}
+    manifest = tmp_path / "job.yaml"
+    manifest.write_text(yaml.safe_dump(document))
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        environment = {
+            **os.environ,
+            "AWS_ENDPOINT_URL": endpoint,
+            "AWS_ACCESS_KEY_ID": "k",
+            "AWS_SECRET_ACCESS_KEY": "s",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        run = subprocess.Popen(
+            [sys.executable, "-m", "spark_checkpoint_operator.cli", "run", str(manifest)],
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        silent.settimeout(60)
+        claiming, _ = silent.accept()  # the claim's first request
+        run.send_signal(ending)
+        out, err = run.communicate(timeout=60)
+        claiming.settimeout(60)
+        while claiming.recv(65536):  # until the janitor that sent it is gone
+            pass
+        claiming.close()
+
+    assert (run.returncode, out) == (ExitCode.CANCELLED, "")
+    assert err == (
+        f"spark-checkpoint run: {said} while claiming the job's storage "
+        "s3://bucket/ckpt/default/word-count: nothing was started\n"
+    )
 
 
 async def until_async(condition: Callable[[], bool]) -> None:
