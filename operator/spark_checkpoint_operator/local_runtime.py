@@ -641,13 +641,17 @@ async def run_local(
         raise RunRefused(str(error)) from None
     except OSError as error:
         raise RunRefused(f"cannot create the job's state directory: {error}") from None
-    storage = _checkpoint_storage(
-        JobStorageLayout(
-            manifest.spec.checkpointing.storage or paths.default_storage,
-            manifest.namespace,
-            manifest.name,
+    with driver_environment_here(manifest):
+        # adlfs takes its credentials as it is made: they may be the manifest's literal
+        # variables alone (the run's own storage work is local, its janitors' the driver's).
+        storage = _checkpoint_storage(
+            JobStorageLayout(
+                manifest.spec.checkpointing.storage or paths.default_storage,
+                manifest.namespace,
+                manifest.name,
+            ),
+            fresh=True,
         )
-    )
     job = f"{manifest.namespace}/{manifest.name}"
     with job_lock(paths, job, handed_over=handed_over_lock):
         # Before the storage's lock, which would create the job's directory there.

@@ -12,8 +12,8 @@ from pathlib import Path
 import fsspec
 import yaml
 
-from helpers.fake_query import run_cli, write_job
-from helpers.objectstore import S3Server
+from helpers.fake_query import INPUT_BATCHES_VARIABLE, run_cli, write_job
+from helpers.objectstore import AzureServer, S3Server
 from helpers.script_job import wait_until_gone
 
 
@@ -92,6 +92,28 @@ def test_retention_discards_on_s3_with_the_manifests_credentials(
     for command in ("inspect", "verify"):
         result = _cli(tmp_path, command, "-f", "job.yaml")
         assert result.returncode == 0, (command, result.stdout, result.stderr)
+
+
+def test_a_run_on_azure_with_the_manifests_credentials(
+    tmp_path: Path, azure_server: AzureServer
+) -> None:
+    """adlfs takes its credentials as it is made: the run refused ("unable to connect to
+    account") where they were the manifest's alone, before any driver started."""
+    manifest_path = write_job(tmp_path, interval="200ms")
+    manifest = yaml.safe_load(manifest_path.read_text())
+    root = f"abfs://{azure_server.container}/{uuid.uuid4().hex}"
+    manifest["spec"]["checkpointing"]["storage"] = root
+    manifest["spec"]["application"]["env"] = [
+        {"name": name, "value": value} for name, value in azure_server.environment().items()
+    ] + [{"name": INPUT_BATCHES_VARIABLE, "value": "5"}]
+    manifest_path.write_text(yaml.safe_dump(manifest))
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("AZURE_")}
+
+    result = run_cli(tmp_path, "run", "-f", "job.yaml", environment=environment)
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "checkpoint 1 complete" in result.stdout, result.stdout
+    assert "Finished: " in result.stdout, result.stdout
 
 
 def test_a_bucket_that_does_not_exist_is_named_before_spark_starts(

@@ -1,0 +1,85 @@
+"""The kill -9 chaos run of tests/e2e/test_local_runs.py once more, with the sink's output
+and the checkpoint storage on an object store (S3: moto's server; Azure Blob Storage:
+Azurite; each on a loopback port): real PySpark drivers killed at arbitrary points,
+restored from checkpoints stored there, and the output read back through the sink's reader
+and compared with counts computed independently from the input. Spark's own live
+checkpoint location stays on local disk (each attempt's fresh work directory), as it does
+on a cluster (docs/data-plane.md).
+
+The credentials reach the driver only through the manifest's environment
+(`spec.application.env`): this process's environment, which the runtime inherits, has none.
+"""
+
+import uuid
+from pathlib import Path
+
+import fsspec
+import pytest
+from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
+
+from helpers.job_run import JobRun
+from helpers.objectstore import AzureServer, S3Server
+from spark_checkpoint.sink import BatchRecord, read_committed
+from spark_checkpoint.storage.layout import OWNER_FILE_NAME
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.mark.parametrize("kind", ["s3", "azure"])
+def test_exactly_once_on_an_object_store_when_the_driver_is_killed_at_arbitrary_points(
+    tmp_path: Path, kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server: S3Server | AzureServer = request.getfixturevalue(f"{kind}_server")
+    environment = server.environment()
+    for name in environment:
+        monkeypatch.delenv(name, raising=False)
+    if isinstance(server, S3Server):
+        prefix = f"s3://{server.bucket}/{uuid.uuid4().hex}"
+        store = fsspec.filesystem(
+            "s3",
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            endpoint_url=server.endpoint,
+            key=environment["AWS_ACCESS_KEY_ID"],
+            secret=environment["AWS_SECRET_ACCESS_KEY"],
+        )
+    else:
+        prefix = f"abfs://{server.container}/{uuid.uuid4().hex}"
+        store = fsspec.filesystem(
+            "abfs",
+            skip_instance_cache=True,
+            connection_string=environment["AZURE_STORAGE_CONNECTION_STRING"],
+        )
+    run = JobRun(
+        tmp_path / "job",
+        # Slow copies make "during a snapshot copy" a window a kill can hit.
+        env=environment,
+        process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"},
+        checkpointing={"storage": f"{prefix}/checkpoints"},
+        output=f"{prefix}/output",
+    )
+    run.add_input(files=CHAOS_INPUT_FILES)
+    run.start()
+    # A reader's credentials, in this process only (the runtime started without them).
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    kill_at_arbitrary_points(run)  # and read the output back from the store: exactly-once
+
+    output = store._strip_protocol(f"{prefix}/output")
+    batches = sorted(read_committed(run.output))
+    assert store.find(f"{output}/_staging") == []
+    # The killed attempts' data objects are gone: what is left is what the records list.
+    listed = {
+        f"{output}/{path}"
+        for batch in batches
+        for path, _size in BatchRecord.from_json(
+            store.cat_file(f"{output}/committed/batch-{batch}.json"), str(batch)
+        ).files
+    }
+    assert set(store.find(f"{output}/_data")) == listed
+    assert not (tmp_path / "job" / "data" / "output").exists(), "nothing written locally"
+    # Finished: retention discarded every checkpoint (the agent and, once no driver ran,
+    # the janitor, both with the manifest's credentials), and garbage collection left no
+    # unreferenced shared object from the killed attempts: only the record of the registry.
+    checkpoints = store._strip_protocol(f"{prefix}/checkpoints")
+    assert store.find(checkpoints) == [f"{checkpoints}/default/wordcount/{OWNER_FILE_NAME}"]
