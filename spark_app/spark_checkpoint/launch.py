@@ -10,7 +10,6 @@ find it silently replaced. Each is refused at once, as misconfigured, naming the
 
 import functools
 import importlib.util
-import logging
 import os
 import runpy
 import sys
@@ -132,7 +131,7 @@ def _guard(name: str, problem: Problem) -> None:
 
 
 def _refuse(message: str) -> DriverExit:
-    logging.basicConfig(level=logging.INFO, format=driver.LOG_FORMAT)
+    driver.configure_logging()
     return driver.fail_with(message, DriverExit.MISCONFIGURED)
 
 
