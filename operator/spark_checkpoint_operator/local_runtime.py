@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, ClassVar
 
 from prometheus_client import REGISTRY
 
@@ -684,21 +684,49 @@ async def run_local(
             )
 
 
+async def _prepared(
+    manifest: JobManifest,
+    record: JobRecord,
+    storage: CheckpointStorage,
+    paths: LocalPaths,
+    *,
+    owner: StorageOwner,
+    report: Callable[[str], None],
+    restore_from: str | None,
+) -> tuple[LocalJanitor, ChosenImage | None]:
+    """What comes before the job starts: the storage claimed, the image to restore
+    checked, a driver an earlier run left stopped. A signal meanwhile ends the run with a
+    line (`_StartSignals`, whose handlers stay until the supervisor's replace them)."""
+    signals = _StartSignals()
+    try:
+        janitor = await _claiming_janitor(manifest, storage, owner, report, signals)
+        # Storage reads that may take long: a signal meanwhile waits for the loop, which
+        # hands it to the supervisor's handlers (a stop before the job runs).
+        image = _checked_images(manifest, record, storage, restore_from)
+        _tell_unrecorded_end(record, paths, report)
+        _stop_leftover_driver(paths, report)
+    except BaseException:
+        signals.restore()
+        raise
+    return janitor, image
+
+
 async def _claiming_janitor(
     manifest: JobManifest,
     storage: CheckpointStorage,
     owner: StorageOwner,
     report: Callable[[str], None],
+    signals: "_StartSignals",
 ) -> LocalJanitor:
     """The run's janitor, once it claimed an object store (`_claimed` claims local storage).
     A claim that takes long is said: against an endpoint that did not answer, the run's log
-    held nothing for minutes (an S3 user's)."""
+    held nothing for minutes (an S3 user's). A signal meanwhile ends the claim."""
     janitor = LocalJanitor(manifest, storage.layout.root, owner)
     if storage.fs.is_local:
         return janitor
     claim = asyncio.ensure_future(janitor.claim())
-    with _signals_cancelling(claim) as signalled:
-        try:
+    try:
+        with signals.cancelling(claim):
             await asyncio.wait({claim}, timeout=SLOW_CLAIM_SECONDS)
             if not claim.done():
                 report(
@@ -707,51 +735,67 @@ async def _claiming_janitor(
                     f"up to {JANITOR_TIMEOUT_SECONDS:.0f}s"
                 )
             await claim
-        except asyncio.CancelledError:
-            if not signalled:
-                raise
-            # The run ended without a word, Ctrl-C's exit 130 or SIGTERM's 143 (an S3 user's).
-            raise RunInterrupted(
-                f"{signalled[0]} while claiming the job's storage {storage.layout.job_root}: "
-                "nothing was started"
-            ) from None
-        finally:
-            claim.cancel()  # its janitor process goes too
+    finally:
+        claim.cancel()  # its janitor process goes too
+    signals.check(f"while claiming the job's storage {storage.layout.job_root}")
     return janitor
 
 
-# What a run says of each signal that ends it before its job starts.
-_ENDING_SIGNALS = {
-    signal.SIGINT: "interrupted (Ctrl-C)",
-    signal.SIGTERM: "terminated (SIGTERM)",
-    signal.SIGHUP: "hung up (SIGHUP)",
-}
+class _StartSignals:
+    """Ctrl-C, SIGTERM and SIGHUP from the run's start until its supervisor takes them
+    (`_Interrupts`, whose handlers replace these): each ends the run with a line saying
+    which, once the work under way (`cancelling`) is cancelled or has returned; without
+    them, SIGTERM and SIGHUP ended it without a word (an S3 user's, while it claimed an
+    object store that did not answer). `restore` gives them back as they were."""
 
+    # What a run says of each signal that ends it before its job starts.
+    _SAID: ClassVar[dict[signal.Signals, str]] = {
+        signal.SIGINT: "interrupted (Ctrl-C)",
+        signal.SIGTERM: "terminated (SIGTERM)",
+        signal.SIGHUP: "hung up (SIGHUP)",
+    }
 
-@contextlib.contextmanager
-def _signals_cancelling(work: "asyncio.Future[Any]") -> Iterator[list[str]]:
-    """While the block runs, Ctrl-C, SIGTERM and SIGHUP cancel ``work`` (not the run's
-    task: the caller says why), each listed by what it is; given back as they were after."""
-    loop = asyncio.get_running_loop()
-    signalled: list[str] = []
-    interrupt_handler = signal.getsignal(signal.SIGINT)  # asyncio.run's
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._signalled: list[str] = []
+        self._work: asyncio.Future[Any] | None = None
+        self._previous = {number: signal.getsignal(number) for number in self._SAID}
+        self._installed: list[signal.Signals] = []
+        try:
+            for number, why in self._SAID.items():
+                self._loop.add_signal_handler(number, self._received, why)
+                self._installed.append(number)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop
+            self.restore()
 
-    def cancel(why: str) -> None:
-        signalled.append(why)
-        work.cancel()
+    def _received(self, why: str) -> None:
+        self._signalled.append(why)
+        if self._work is not None:
+            self._work.cancel()
 
-    try:
-        for number, why in _ENDING_SIGNALS.items():
-            loop.add_signal_handler(number, cancel, why)
-    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread's loop
-        yield signalled
-        return
-    try:
-        yield signalled
-    finally:
-        for number in _ENDING_SIGNALS:
-            loop.remove_signal_handler(number)
-        signal.signal(signal.SIGINT, interrupt_handler)
+    @contextlib.contextmanager
+    def cancelling(self, work: "asyncio.Future[Any]") -> Iterator[None]:
+        """A signal while the block runs cancels ``work``, whose cancellation ends the block
+        quietly (`check` then says why)."""
+        self._work = work
+        try:
+            yield
+        except asyncio.CancelledError:
+            if not self._signalled:
+                raise  # the run's own cancellation
+        finally:
+            self._work = None
+
+    def check(self, when: str) -> None:
+        """Raise RunInterrupted if a signal came (``when`` says during what)."""
+        if self._signalled:
+            raise RunInterrupted(f"{self._signalled[0]} {when}: nothing was started")
+
+    def restore(self) -> None:
+        for number in self._installed:
+            self._loop.remove_signal_handler(number)
+            signal.signal(number, self._previous[number])
+        self._installed.clear()
 
 
 def _kill(process: asyncio.subprocess.Process) -> None:
@@ -883,10 +927,9 @@ async def _run_locked(
         raise RunRefused(_finished(manifest, record, paths, layout))
     owner = _claimed(storage, paths)
     report = display.line
-    janitor = await _claiming_janitor(manifest, storage, owner, report)
-    image = _checked_images(manifest, record, storage, restore_from)
-    _tell_unrecorded_end(record, paths, report)
-    _stop_leftover_driver(paths, report)
+    janitor, image = await _prepared(
+        manifest, record, storage, paths, owner=owner, report=report, restore_from=restore_from
+    )
     launcher = LocalLauncher(manifest, manifest_path.parent.resolve(), paths, layout.root, owner)
     launcher.on_launch = lambda driver: report(
         f"driver pid {driver.pid}, log {paths.driver_log(record.attempt)}"

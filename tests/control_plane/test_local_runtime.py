@@ -1104,9 +1104,16 @@ def test_a_slow_claim_of_an_object_store_is_said(monkeypatch: pytest.MonkeyPatch
     storage = CheckpointStorage(JobStorageLayout("s3://bucket/ckpt", "default", "orders"))
     said: list[str] = []
 
-    asyncio.run(
-        local_runtime._claiming_janitor(manifest, storage, StorageOwner("r", "r"), said.append)
-    )
+    async def claim() -> None:
+        signals = local_runtime._StartSignals()
+        try:
+            await local_runtime._claiming_janitor(
+                manifest, storage, StorageOwner("r", "r"), said.append, signals
+            )
+        finally:
+            signals.restore()
+
+    asyncio.run(claim())
 
     assert said == [
         "claiming the job's storage s3://bucket/ckpt/default/orders: no answer after 0s (an "
@@ -1161,6 +1168,62 @@ def test_a_signal_while_an_object_store_is_claimed_ends_the_run_saying_so(
         f"spark-checkpoint run: {said} while claiming the job's storage "
         "s3://bucket/ckpt/default/word-count: nothing was started\n"
     )
+
+
+def test_a_signal_while_the_images_are_checked_stops_the_run_with_a_line(tmp_path: Path) -> None:
+    """Between the claim and the supervisor's own handlers (the image to restore read
+    from storage, which may take long), SIGTERM killed the run without a word."""
+    write_job(tmp_path, interval="1s")
+    script = tmp_path / "signalled.py"
+    script.write_text(
+        "import os, signal\n"
+        "from spark_checkpoint_operator import local_runtime\n"
+        "from spark_checkpoint_operator.cli import main\n"
+        "checked = local_runtime._checked_images\n"
+        "def slow(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "    return checked(*args, **kwargs)\n"
+        "local_runtime._checked_images = slow\n"
+        "raise SystemExit(main(['run', '-f', 'job.yaml']))\n"
+    )
+
+    run = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert run.returncode == ExitCode.OK, run.stdout + run.stderr
+    assert "terminated (SIGTERM): no savepoint can be taken now" in run.stdout, run.stdout
+    assert (
+        json.loads(
+            (tmp_path / ".spark-checkpoint" / "default" / "probe" / "status.json").read_text()
+        )["status"]["phase"]
+        == "Suspended"
+    )
+
+
+def test_a_refused_run_gives_the_signal_handlers_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As they were: a caller in the same process keeps its own (SIGHUP ignored under
+    nohup, say)."""
+    write_job(tmp_path, interval="1s")
+    ignored = signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    own = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        before = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+        with contextlib.chdir(tmp_path):
+            assert main(["run", "-f", "job.yaml", "--from", "savepoint:9"]) == ExitCode.FAILED
+        after = {n: signal.getsignal(n) for n in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    finally:
+        signal.signal(signal.SIGHUP, ignored)
+        signal.signal(signal.SIGTERM, own)
+    assert after == before
+    assert "savepoint:9 is not a registered savepoint" in capsys.readouterr().err
 
 
 async def until_async(condition: Callable[[], bool]) -> None:
