@@ -10,6 +10,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -19,8 +20,9 @@ import fsspec
 import pytest
 from azure.core.exceptions import ClientAuthenticationError, ResourceNotFoundError
 from botocore.exceptions import ClientError
+from fsspec.exceptions import FSTimeoutError
 
-from helpers.objectstore import AzureServer
+from helpers.objectstore import AzureServer, StorageRoot
 from spark_checkpoint.sink import TransactionalFileSink
 from spark_checkpoint.storage import (
     ChecksumMismatchError,
@@ -32,6 +34,7 @@ from spark_checkpoint.storage import (
     digest_local_file,
 )
 from spark_checkpoint.storage.errors import is_missing_bucket
+from spark_checkpoint.storage.filesystem import _storage_errors
 
 CONTENT = b"state bytes " * 1000
 
@@ -901,3 +904,85 @@ def test_a_delete_that_fails_on_the_directory_itself_names_it_once(
 
     assert f"'{confined}/chk-1'" in str(failed.value), failed.value
     assert "chk-1/chk-1" not in str(failed.value)
+
+
+_COPY_OUT_PAST_THE_FILE_SIZE_LIMIT = """
+import resource, signal, sys
+from spark_checkpoint.storage import StorageFileSystem
+stored, local_dst = sys.argv[1], sys.argv[2]
+fs = StorageFileSystem.for_url(stored, fresh=True)
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past it fails with EFBIG instead
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+try:
+    fs.copy_out(stored, local_dst)
+except OSError as error:
+    print(error)
+"""
+
+
+def test_a_restore_target_that_cannot_be_written_is_named_not_the_stored_file(
+    storage_root: StorageRoot, tmp_path: Path
+) -> None:
+    """A full disk restored into was told as the stored object's error ("[Errno 28] No
+    space left on device: 's3://...'"): a reviewer's. A file size limit stands in for it."""
+    stored = f"{storage_root.url}/chk-5/state/x"
+    storage_root.write(stored, os.urandom(3 << 20))
+    local_dst = tmp_path / "restored" / "state" / "x"
+    local_dst.parent.mkdir(parents=True)
+
+    told = subprocess.run(
+        [sys.executable, "-c", _COPY_OUT_PAST_THE_FILE_SIZE_LIMIT, stored, str(local_dst)],
+        env={**os.environ, **storage_root.environment},
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+
+    assert told.stdout == f"[Errno {errno.EFBIG}] File too large: '{local_dst}'\n", told.stderr
+    assert list(local_dst.parent.iterdir()) == [], "no temporary left"
+
+
+def test_a_stored_file_that_cannot_be_opened_is_named_whole(
+    fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Opened by its name in its directory's descriptor, its error named the bare name
+    ("owner.json: Permission denied"), which read as a path (a reviewer's; as root, the
+    test's user, the kernel refuses nothing, so the open is refused here)."""
+    confined = fs.confined(str(tmp_path))
+    stored = tmp_path / "job" / "owner.json"
+    stored.parent.mkdir()
+    stored.write_text("{}")
+    opened = os.open
+
+    def refusing(path: str, *args: object, **kwargs: object) -> int:
+        if path == "owner.json":
+            raise PermissionError(errno.EACCES, "Permission denied", path)
+        return opened(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "open", refusing)
+
+    with pytest.raises(PermissionError) as refused:
+        confined.read_bytes(str(stored))
+
+    assert refused.value.filename == str(stored)
+
+
+@pytest.mark.parametrize(
+    ("raised", "told"),
+    [
+        (PermissionError("Access Denied"), f"[Errno {errno.EACCES}] Access Denied"),
+        # fsspec's timeout, a TimeoutError without arguments: not an EIO that never was.
+        (FSTimeoutError(), f"[Errno {errno.ETIMEDOUT}] {os.strerror(errno.ETIMEDOUT)}"),
+        # s3fs's FileNotFoundError(path) says nothing but the path.
+        (FileNotFoundError("bucket/key"), f"[Errno {errno.ENOENT}] {os.strerror(errno.ENOENT)}"),
+        (OSError("Internal Error"), f"[Errno {errno.EIO}] Internal Error"),
+    ],
+)
+def test_an_object_stores_error_names_its_object(raised: OSError, told: str) -> None:
+    """The OSErrors fsspec libraries translate their answers to name no object (a task's
+    decline of a revoked write said only "PermissionError: Access Denied")."""
+    with pytest.raises(type(raised)) as error, _storage_errors("s3://bucket/key"):
+        raise raised
+
+    assert str(error.value) == f"{told}: 's3://bucket/key'"

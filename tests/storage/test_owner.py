@@ -184,8 +184,9 @@ def test_a_request_s3_refuses_without_a_reason_names_the_object_and_what_it_may_
     assert refused.matched == 1
     assert storage_failure(error.value, storage.layout.job_root) == (
         f"{storage.layout.owner_path}: Forbidden (an HTTP 403 without a reason, as S3 answers "
-        "a HEAD request: the credentials are wrong, or lack s3:GetObject on this path, or "
-        "s3:ListBucket on its bucket, without which a missing object is answered 403)"
+        "a HEAD request: the credentials are wrong, the clock is off, or a policy refuses "
+        "s3:GetObject on this path, or s3:ListBucket on its bucket, without which a missing "
+        "object is answered 403)"
     )
 
 

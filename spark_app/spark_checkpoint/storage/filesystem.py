@@ -72,7 +72,7 @@ class FileDigest:
 def digest_local_file(path: str) -> FileDigest:
     """Size and SHA-256 of a local file, read in one streaming pass."""
     with open(path, "rb") as source:
-        return _stream_digest(source, write=None)
+        return _stream_digest(_reads_naming(source, path), write=None)
 
 
 class StorageFileSystem:
@@ -312,7 +312,7 @@ class StorageFileSystem:
 
     def digest(self, path: str) -> FileDigest:
         """Size and SHA-256 of the stored file at `path`, read in one streaming pass."""
-        return self._read_stream(path, lambda source: _stream_digest(source, write=None))
+        return self._read_stream(path, lambda source: _stream_digest(source.read, write=None))
 
     def write_atomic(self, path: str, data: bytes) -> None:
         """Write `data` as the file `path`, replacing it atomically (see the class docstring)."""
@@ -350,7 +350,9 @@ class StorageFileSystem:
             return _replace_in(
                 directory,
                 name,
-                lambda target: _copy_verified(source, target, expected, local_src),
+                lambda target: _copy_verified(
+                    source, target, expected, local_src, read_from=local_src, written_to=native
+                ),
                 durable=True,
                 shown=native,
             )
@@ -413,7 +415,9 @@ class StorageFileSystem:
                 return _replace_in(
                     directory,
                     name,
-                    lambda target: _copy_verified(source, target, expected, path),
+                    lambda target: _copy_verified(
+                        source, target, expected, path, read_from=path, written_to=local_dst
+                    ),
                     durable=False,
                     shown=local_dst,
                 )
@@ -551,7 +555,7 @@ def _open_local_file(
             raise SymbolicLinkError(native, _link_target(native)) from None
         if error.errno == errno.ENXIO:  # what opening a socket fails with
             raise NotARegularFileError(path, "a socket") from None
-        raise
+        raise _named(error, name, native) from None
     try:
         mode = os.fstat(descriptor).st_mode
         if not stat.S_ISREG(mode):
@@ -626,10 +630,11 @@ def _storage_errors(path: str) -> Iterator[None]:
 
 # The errno of each OSError an fsspec library raises without one (s3fs: PermissionError
 # ("Access Denied")), for the message to name the path: "[Errno None]" would say nothing.
-_ERRNO_OF = {
+_ERRNO_OF: dict[type[OSError], int] = {
     PermissionError: errno.EACCES,
     FileNotFoundError: errno.ENOENT,
     FileExistsError: errno.EEXIST,
+    TimeoutError: errno.ETIMEDOUT,  # fsspec's FSTimeoutError, s3fs's RequestTimeout
 }
 
 
@@ -638,14 +643,20 @@ def _name_path(error: OSError, path: str) -> None:
     service's answer), name `path`; in place, so that its class and causes stay what callers
     and `is_missing_bucket` look at. A bare 403 says what it may mean."""
     if error.errno is None:
-        error.errno = _ERRNO_OF.get(type(error), errno.EIO)
+        error.errno = next(
+            (code for kind in type(error).__mro__ if (code := _ERRNO_OF.get(kind)) is not None),
+            errno.EIO,
+        )
     if error.strerror is None:
-        error.strerror = str(error.args[0]) if error.args else type(error).__name__
+        said = str(error.args[0]) if error.args else ""
+        # s3fs's FileNotFoundError(path) says nothing but the path.
+        error.strerror = os.strerror(error.errno) if not said or path.endswith(said) else said
     if _is_bare_refusal(error):
         error.strerror = (
             f"{error.strerror} (an HTTP 403 without a reason, as S3 answers a HEAD request: "
-            "the credentials are wrong, or lack s3:GetObject on this path, or s3:ListBucket "
-            "on its bucket, without which a missing object is answered 403)"
+            "the credentials are wrong, the clock is off, or a policy refuses s3:GetObject "
+            "on this path, or s3:ListBucket on its bucket, without which a missing object is "
+            "answered 403)"
         )
     error.filename = path
 
@@ -830,10 +841,12 @@ def local_file_sizes_refusing_links(base: str, within: str = STORAGE_DIRECTORY) 
     return found
 
 
-def _stream_digest(source: IO[bytes], write: Callable[[bytes], object] | None) -> FileDigest:
+def _stream_digest(
+    read: Callable[[int], bytes], write: Callable[[bytes], object] | None
+) -> FileDigest:
     sha256 = hashlib.sha256()
     size = 0
-    while chunk := source.read(_CHUNK_SIZE):
+    while chunk := read(_CHUNK_SIZE):
         sha256.update(chunk)
         size += len(chunk)
         if write is not None:
@@ -841,10 +854,33 @@ def _stream_digest(source: IO[bytes], write: Callable[[bytes], object] | None) -
     return FileDigest(size=size, sha256=sha256.hexdigest())
 
 
+def _reads_naming(source: IO[bytes], shown: str) -> Callable[[int], bytes]:
+    """``source.read``, its local errors naming ``shown``."""
+
+    def read(size: int) -> bytes:
+        with _naming(shown):
+            return source.read(size)
+
+    return read
+
+
 def _copy_verified(
-    source: IO[bytes], target: IO[bytes], expected: FileDigest | None, checked_path: str
+    source: IO[bytes],
+    target: IO[bytes],
+    expected: FileDigest | None,
+    checked_path: str,
+    *,
+    read_from: str,
+    written_to: str,
 ) -> FileDigest:
-    digest = _stream_digest(source, write=target.write)
+    """Copy ``source`` to ``target``: a local error of either names its own file (a full
+    disk restored into was told as the stored object's)."""
+
+    def write(chunk: bytes) -> None:
+        with _naming(written_to):
+            target.write(chunk)
+
+    digest = _stream_digest(_reads_naming(source, read_from), write=write)
     if expected is not None:
         digest.require_match(expected, checked_path)
     return digest
@@ -896,11 +932,18 @@ def _replace_in(
         # O_EXCL never follows or reuses an existing file; the mode honours the umask.
         with _naming(shown):
             descriptor = os.open(temporary, _NEW_FILE, 0o666, dir_fd=directory)
-        with os.fdopen(descriptor, "wb") as target:
-            result = write(target)
-            if durable:
-                target.flush()
-                os.fsync(target.fileno())
+        target = os.fdopen(descriptor, "wb")
+        try:
+            result = write(target)  # which names its own errors
+            with _naming(shown):  # a full disk may be told only now
+                if durable:
+                    target.flush()
+                    os.fsync(target.fileno())
+                target.close()
+        except BaseException:
+            with contextlib.suppress(OSError):
+                target.close()
+            raise
     _rename_into_place(directory, temporary, name, durable=durable, shown=shown)
     return result
 
