@@ -809,13 +809,11 @@ def _kill(process: asyncio.subprocess.Process) -> None:
 SLOW_CLAIM_SECONDS = 10.0
 
 
-def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
-    """This state directory's registry. The driver and the janitors claim the job's storage
-    for it (that is where it is enforced, with the credentials the manifest gives them);
-    local storage, which needs none, is claimed here too, so that another registry's run
-    is refused before Spark starts."""
+def registry_owner(paths: LocalPaths, storage: CheckpointStorage) -> StorageOwner:
+    """This state directory's registry of the job (`local_owner`); RunRefused for a copy
+    whose original keeps it, or a registry id that cannot be kept."""
     try:
-        owner = local_owner(paths, own_storage=storage.layout.root == paths.default_storage)
+        return local_owner(paths, own_storage=storage.layout.root == paths.default_storage)
     except CopiedStateDirectory as error:
         raise RunRefused(str(error)) from None
     except (OSError, ValueError) as error:
@@ -823,6 +821,14 @@ def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
             f"{paths.registry_id_file}: cannot keep the id of the job's registry there: "
             f"{getattr(error, 'strerror', None) or error}"
         ) from None
+
+
+def _claimed(storage: CheckpointStorage, paths: LocalPaths) -> StorageOwner:
+    """This state directory's registry. The driver and the janitors claim the job's storage
+    for it (that is where it is enforced, with the credentials the manifest gives them);
+    local storage, which needs none, is claimed here too, so that another registry's run
+    is refused before Spark starts."""
+    owner = registry_owner(paths, storage)
     if not storage.fs.is_local:
         return owner  # an object store: this process has no credentials for it
     try:
@@ -888,15 +894,16 @@ def _finished(
 ) -> str:
     """Why a Finished job is not run again, and how to run it anyway."""
     storage_dir = layout.job_root.removeprefix("file://")
-    # Two courses, told apart: the output goes with a start from scratch, and stays
-    # with a savepoint's restore (its sinks skip the batches committed there already).
+    # Two courses, told apart: the output goes with a start from scratch, and stays with
+    # a savepoint's restore (the transactional sink skips the batches it committed
+    # already; a sink of the user's may not).
     from_savepoint = (
         "; to run it on from one of its savepoints instead, copy the savepoint's "
         f"directory to <another root>/{manifest.namespace}/{manifest.name}/savepoints/"
         "sp-N (where a savepoint must lie to be read), delete its state and storage but "
         "not its output, and run --from that path (or name it in "
-        "spec.restore.initialSavepointPath): batches the output committed already are "
-        "not written again"
+        "spec.restore.initialSavepointPath): a TransactionalFileSink does not write the "
+        "batches it committed already again"
         if record.coordinator.savepoints
         else ""
     )

@@ -13,9 +13,10 @@ from spark_checkpoint_operator.local_runtime import (
     check_storage_unchanged,
     job_lock,
     load_record,
+    registry_owner,
     storage_lock,
 )
-from spark_checkpoint_operator.local_state import CopiedStateDirectory, LocalPaths, local_owner
+from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.restore_choice import registry_reference, snapshot_uri
 from spark_checkpoint_operator.status import DiscardDue, StatusFile, render_status
 from spark_checkpoint_operator.supervisor import JobRecord
@@ -84,14 +85,9 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     # manifest's storage, a changed spec.checkpointing.storage) would lose the savepoint's
     # files, registered no more.
     check_storage_unchanged(record, storage, paths)
-    try:
-        # As `run`: a copy of the state directory whose original still keeps its registry
-        # lists the same savepoints, which the original would restore from.
-        local_owner(paths, own_storage=storage.layout.root == paths.default_storage)
-    except CopiedStateDirectory as error:
-        raise DisposalRefused(str(error)) from None
-    except (OSError, ValueError) as error:
-        raise DisposalRefused(f"{paths.registry_id_file}: {error}") from None
+    # As `run`: a copy of the state directory whose original still keeps its registry
+    # lists the same savepoints, which the original would restore from (RunRefused).
+    registry_owner(paths, storage)
     state = record.coordinator
     if (why := record.why_not_disposable(savepoint_id)) is not None:
         registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
