@@ -19,6 +19,7 @@ from spark_checkpoint_operator.coordinator import (
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
+    TriggerCheckpoint,
     TriggerDeliveryFailed,
     TriggerRequested,
 )
@@ -230,3 +231,23 @@ def test_a_failure_is_persisted_once_after_its_aborts(pending: int) -> None:
     (persisted,) = of_type(effects, PersistState)
     assert persisted.state.failed_count == pending
     assert [o.reason for o in persisted.state.history] == [FailureReason.EXPIRED] * pending
+
+
+def test_failing_the_job_holds_periodic_checkpoints_until_it_runs_again() -> None:
+    """Flink's failover stops the checkpoint scheduler: a periodic checkpoint triggered
+    after the decision to fail the driver, before its phase changed, was aborted as "the
+    job left the Running phase" and counted as failed (an Azure user's)."""
+    harness = Harness(
+        CoordinatorConfig(interval=10.0, min_pause=0.0, timeout=30.0, tolerable_failures=0)
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    (pending,) = harness.coordinator.pending
+
+    effects = harness.send(TaskDeclined(pending.checkpoint_id, "logs", "x"))
+
+    assert of_type(effects, FailJob) != []
+    assert of_type(harness.advance(60.0), TriggerCheckpoint) == [], "held while it fails"
+    harness.send(JobPhaseChanged(JobPhase.DEPLOYING))
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    assert of_type(harness.advance(10.0), TriggerCheckpoint) != [], "the next driver's"

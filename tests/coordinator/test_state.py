@@ -156,12 +156,15 @@ def test_retention_policy_values_are_the_manifest_spelling() -> None:
 
 
 def test_a_replacing_coordinator_continues_the_live_counter_inside_the_reserved_block() -> None:
-    first = Harness()
+    # Each expires before the next is triggered: failures the job tolerates.
+    config = CoordinatorConfig(interval=10.0, min_pause=0.0, timeout=60.0, tolerable_failures=5)
+    first = Harness(config)
     first.start()
     triggered = [first.next_trigger().checkpoint_id for _ in range(3)]
     assert triggered == [1, 2, 3]
 
     replacing = Harness(
+        config,
         state=first.coordinator.persisted_state,
         next_id=first.coordinator.next_checkpoint_id,
         clock=first.clock,

@@ -621,6 +621,10 @@ class CheckpointCoordinator:
                     f"last: checkpoint {pending.checkpoint_id}: {detail}"
                 )
             )
+            # As Flink's failover stops the scheduler: a checkpoint triggered before the
+            # driver leaves Running would only be aborted then, and counted as failed.
+            # The next Running phase starts it again.
+            self._hold_periodic(effects)
 
     def _on_terminated(self, outcome: TerminalOutcome, effects: list[Effect]) -> None:
         if self._terminated is not None:
