@@ -38,6 +38,7 @@ from spark_checkpoint_operator.coordinator import (
     CompletedCheckpoint,
     FailureReason,
     JobPhase,
+    TerminalOutcome,
     TriggerRequested,
 )
 from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
@@ -235,11 +236,15 @@ class ControlServer:
                 # storage cleanup runs, which storage that does not answer held for ever.
                 self._report("`spark-checkpoint cancel`: stopping the storage cleanup")
                 self._supervisor.cancel()
+                said = (
+                    "the job was cancelled already"
+                    if ended is TerminalOutcome.CANCELLED
+                    else f"not cancelled: the job ended {ended.value}"
+                )
                 return ControlAnswer(
                     Outcome.FAILED,
-                    f"not cancelled: the job ended {ended.value}; its storage cleanup is "
-                    "stopped (what it left stays in storage until a run of the job cleans up) "
-                    "and the run ends",
+                    f"{said}; its storage cleanup is stopped (what it left stays in storage "
+                    "until a run of the job cleans up) and the run ends",
                 )
             case Command.CANCEL:
                 leaves = self._supervisor.what_cancelling_leaves()

@@ -319,8 +319,8 @@ def _control(args: argparse.Namespace, paths: ControlPaths) -> int:
         print(answer.message, flush=True)
         if args.timeout == 0:  # as `flink cancel`: the request was taken, the run ends
             return ExitCode.OK
-        # FAILED: nothing was left to cancel, the job ends as the answer says.
-        ended = "not cancelled" if answer.outcome is Outcome.FAILED else "cancelled"
+        # FAILED: nothing was left to cancel (the answer says why), the job ends as it did.
+        ended = None if answer.outcome is Outcome.FAILED else "cancelled"
         return _ended(paths, args.timeout, ended, prog)
     # --timeout 0 waits only until the savepoint is triggered, as --detached does.
     detached = getattr(args, "detached", False) or args.timeout == 0
@@ -470,9 +470,10 @@ def _as_given(seconds: float) -> str:
     return f"{seconds:.3f}".rstrip("0").rstrip(".")
 
 
-def _ended(paths: ControlPaths, timeout: float, what: str, prog: str) -> int:
+def _ended(paths: ControlPaths, timeout: float, what: str | None, prog: str) -> int:
+    """Wait for the run to end; ``what`` (cancelled, stopped) prefixes the line saying so."""
     if wait_until_gone(paths, timeout):
-        print(f"{what}: the run has ended")
+        print("the run has ended" if what is None else f"{what}: the run has ended")
         return ExitCode.OK
     print(f"{prog}: the run has not ended within {_as_given(timeout)}s", file=sys.stderr)
     return ExitCode.FAILED

@@ -806,12 +806,14 @@ class _HangingJanitor(NoJanitor):
         await asyncio.Event().wait()
 
 
+@pytest.mark.parametrize("ending", [TerminalOutcome.FINISHED, TerminalOutcome.CANCELLED])
 def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ended(
-    tmp_path: Path,
+    tmp_path: Path, ending: TerminalOutcome
 ) -> None:
     """The run sat in its end's garbage collection for 14 minutes against an endpoint that
     never answered; `cancel` said "cancelling ... its checkpoints are discarded" and the
-    run did not end, nor after two SIGTERMs (an S3 user's)."""
+    run did not end, nor after two SIGTERMs (an S3 user's). A cancelled job's second
+    cancel said "not cancelled" (an Azure user's)."""
     paths = ControlPaths(tmp_path / "control")
     launcher = FakeLauncher()
     janitor = _HangingJanitor()
@@ -824,7 +826,10 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
         async with serve_controls(paths, supervisor, "default/probe", lambda: None, print) as (
             job.control
         ):
-            launcher.drivers[0].code = DriverExit.FINISHED
+            if ending is TerminalOutcome.FINISHED:
+                launcher.drivers[0].code = DriverExit.FINISHED
+            else:
+                await asyncio.to_thread(request, paths, Command.CANCEL)
             await asyncio.wait_for(janitor.collecting.wait(), 10)
             # A dispose meanwhile is told the run takes no more requests, not left to wait
             # out its timeout.
@@ -833,8 +838,8 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
             )
             assert (dispose.outcome, dispose.message) == (
                 Outcome.FAILED,
-                "the job ended Finished and its run is ending: ask again once it has ended "
-                "(the command then disposes of the savepoint itself)",
+                f"the job ended {ending.value} and its run is ending: ask again once it has "
+                "ended (the command then disposes of the savepoint itself)",
             )
             answer = await asyncio.to_thread(request, paths, Command.CANCEL)
             outcome = await asyncio.wait_for(run, 10)
@@ -846,11 +851,16 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
 
     answer, outcome = asyncio.run(scenario())
 
-    assert outcome is TerminalOutcome.FINISHED
+    assert outcome is ending
+    ended = (
+        "the job was cancelled already"
+        if ending is TerminalOutcome.CANCELLED
+        else "not cancelled: the job ended Finished"
+    )
     assert (answer.outcome, answer.message) == (
         Outcome.FAILED,
-        "not cancelled: the job ended Finished; its storage cleanup is stopped (what it left "
-        "stays in storage until a run of the job cleans up) and the run ends",
+        f"{ended}; its storage cleanup is stopped (what it left stays in storage until a run "
+        "of the job cleans up) and the run ends",
     )
     said = [(n.reason, n.message) for n in job.notices if n.reason == "CleanupFailed"]
     assert said == [
