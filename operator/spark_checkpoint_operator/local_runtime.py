@@ -729,10 +729,12 @@ async def _claiming_janitor(
         with signals.cancelling(claim):
             await asyncio.wait({claim}, timeout=SLOW_CLAIM_SECONDS)
             if not claim.done():
+                # Azure's SDK retries a refused connection for about 3 minutes.
                 report(
                     f"claiming the job's storage {storage.layout.job_root}: no answer after "
-                    f"{SLOW_CLAIM_SECONDS:.0f}s (an endpoint that does not answer?); waiting "
-                    f"up to {JANITOR_TIMEOUT_SECONDS:.0f}s"
+                    f"{SLOW_CLAIM_SECONDS:.0f}s (an endpoint that does not answer, or one "
+                    "that refuses and the storage library retries?); waiting up to "
+                    f"{JANITOR_TIMEOUT_SECONDS:.0f}s"
                 )
             await claim
     finally:

@@ -1117,7 +1117,8 @@ def test_a_slow_claim_of_an_object_store_is_said(monkeypatch: pytest.MonkeyPatch
 
     assert said == [
         "claiming the job's storage s3://bucket/ckpt/default/orders: no answer after 0s (an "
-        "endpoint that does not answer?); waiting up to 600s"
+        "endpoint that does not answer, or one that refuses and the storage library "
+        "retries?); waiting up to 600s"
     ]
 
 
