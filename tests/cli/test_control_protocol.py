@@ -64,6 +64,7 @@ from spark_checkpoint_operator.supervisor import (
     JobSupervisor,
     Level,
     Notice,
+    interpreter,
 )
 
 json_values = st.recursive(
@@ -808,12 +809,13 @@ class _HangingJanitor(NoJanitor):
 
 @pytest.mark.parametrize("ending", [TerminalOutcome.FINISHED, TerminalOutcome.CANCELLED])
 def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ended(
-    tmp_path: Path, ending: TerminalOutcome
+    tmp_path: Path, ending: TerminalOutcome, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The run sat in its end's garbage collection for 14 minutes against an endpoint that
     never answered; `cancel` said "cancelling ... its checkpoints are discarded" and the
     run did not end, nor after two SIGTERMs (an S3 user's). A cancelled job's second
     cancel said "not cancelled" (an Azure user's)."""
+    monkeypatch.setattr(interpreter, "SLOW_CLEANUP_SECONDS", 0.2)
     paths = ControlPaths(tmp_path / "control")
     launcher = FakeLauncher()
     janitor = _HangingJanitor()
@@ -831,6 +833,8 @@ def test_cancel_while_an_ended_jobs_cleanup_hangs_stops_it_and_says_the_job_ende
             else:
                 await asyncio.to_thread(request, paths, Command.CANCEL)
             await asyncio.wait_for(janitor.collecting.wait(), 10)
+            # The run says it waits on storage (it said nothing for minutes).
+            await until(lambda: any(n.reason == "CleanupSlow" for n in job.notices))
             # A dispose meanwhile is told the run takes no more requests, not left to wait
             # out its timeout.
             dispose = await asyncio.to_thread(

@@ -65,7 +65,13 @@ from spark_checkpoint_operator.supervisor.notices import (
     completion_reason,
     describe_completion,
 )
-from spark_checkpoint_operator.supervisor.ports import CleanupFailed, Janitor, Observer
+from spark_checkpoint_operator.supervisor.ports import (
+    JANITOR_TIMEOUT_SECONDS,
+    SLOW_CLEANUP_SECONDS,
+    CleanupFailed,
+    Janitor,
+    Observer,
+)
 from spark_checkpoint_operator.supervisor.record import JobRecord
 
 # The label of the last image of a job: bounded input's final checkpoint, a deleted job's
@@ -716,6 +722,7 @@ class EffectInterpreter:
                 work.close()  # never started
             return False
         cleaning = self._cleaning = asyncio.ensure_future(work)
+        slow = asyncio.get_running_loop().call_later(SLOW_CLEANUP_SECONDS, self._cleanup_slow)
         try:
             await cleaning
         except CleanupFailed as error:
@@ -735,8 +742,17 @@ class EffectInterpreter:
             )
             return False
         finally:
+            slow.cancel()
             self._cleaning = None
         return True
+
+    def _cleanup_slow(self) -> None:
+        self._notify(
+            "CleanupSlow",
+            Level.NOTE,
+            f"storage cleanup under way for {SLOW_CLEANUP_SECONDS:.0f}s (storage that does "
+            f"not answer?); it is given up to {JANITOR_TIMEOUT_SECONDS:.0f}s",
+        )
 
     def cut_cleanup_short(self) -> None:
         """Stop the janitor's work under way, and start no more (a cancellation: storage

@@ -87,6 +87,9 @@ class NoRestorableImage(Exception):
 # The longest a janitor's work (a cleanup or check pod, a local janitor process) may take:
 # storage that does not answer held a run's end for ever.
 JANITOR_TIMEOUT_SECONDS = 600.0
+# How long a janitor's work may take before it is said to be under way: the run's end
+# waited minutes on storage that did not answer without a word (an Azure user's).
+SLOW_CLEANUP_SECONDS = 30.0
 
 
 class CleanupFailed(Exception):
