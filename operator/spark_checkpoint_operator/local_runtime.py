@@ -48,6 +48,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     first_line,
     hand_over_hint,
+    parse_snapshot_address,
     printable_line,
 )
 from spark_checkpoint_operator.agent_client import AgentClient
@@ -84,7 +85,12 @@ from spark_checkpoint_operator.manifest.model import Application, JobManifest, J
 from spark_checkpoint_operator.manifest.problems import ManifestError, Problem
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.restorable_check import local_restorable_check
-from spark_checkpoint_operator.restore_choice import ChosenImage, UnknownImage, chosen_image
+from spark_checkpoint_operator.restore_choice import (
+    ChosenImage,
+    UnknownImage,
+    chosen_image,
+    snapshot_uri,
+)
 from spark_checkpoint_operator.run_display import RunDisplay
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, render_status
 from spark_checkpoint_operator.supervisor import (
@@ -1254,10 +1260,15 @@ def check_storage_unchanged(
     ]
     newest = max(usable or elsewhere, key=lambda image: image.checkpoint_id)
     shown = job_root if storage.fs.is_local else storage.layout.job_root  # with its account
+    try:
+        ran_in = parse_snapshot_address(snapshot_uri(newest.path)).layout.job_root
+        before = f"in {ran_in.removeprefix('file://')}, "
+    except ValueError:  # a path this version would not have written
+        before = ""
     raise RunRefused(
         f"spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
-        f"{shown} but where it ran before; set it back, or start the job afresh on this "
-        f"storage from its newest {newest.kind.value} there: delete its state "
+        f"{shown} but {before}where it ran before; set it back, or start the job afresh on "
+        f"this storage from its newest {newest.kind.value} there: delete its state "
         f"{paths.job_dir} and run --from {newest.path}"
     )
 

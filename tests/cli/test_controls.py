@@ -480,8 +480,9 @@ def test_a_run_on_other_storage_than_its_images_is_refused_before_it_writes(
     assert isinstance(last_savepoint, dict)
     assert refused.stderr == (
         "spark-checkpoint run: spec.checkpointing.storage: the job's checkpoints and "
-        f"savepoints are not in {elsewhere}/default/probe but where it ran before; set it "
-        "back, or start the job afresh on this storage from its newest savepoint there: "
+        f"savepoints are not in {elsewhere}/default/probe but in {_job_storage(job)}, where "
+        "it ran before; set it back, or start the job afresh on this storage from its newest "
+        "savepoint there: "
         f"delete its state {job.job_dir} and run --from {last_savepoint['path']}\n"
     )
     assert not elsewhere.exists()
@@ -699,7 +700,13 @@ def test_a_detached_savepoint_prints_its_id_a_detached_disposal_returns_and_stop
     at_once = job.cli("savepoint", "-f", "job.yaml", "--timeout", "0")
     assert at_once.returncode == 0, at_once.stderr
     assert at_once.stdout.split()[2] in ("triggered;", "completed:"), at_once.stdout
-    # The same for a disposal: returned once the run took it (it exited 1).
+    # The same for a disposal: returned once the run took it (it exited 1). The first
+    # savepoint is the job's newest image, kept, until the second completes.
+    second = int(at_once.stdout.split()[1])
+    deadline = time.monotonic() + 60
+    while (job.status()["lastSavepoint"] or {}).get("id") != second:  # type: ignore[union-attr]
+        assert time.monotonic() < deadline, job.status()
+        time.sleep(0.1)
     disposal = job.cli(
         "savepoint", "-f", "job.yaml", "--timeout", "0", "-d", f"savepoint:{words[1]}"
     )

@@ -1382,7 +1382,8 @@ def test_storage_in_another_azure_account_is_not_where_the_images_are(tmp_path: 
         check_storage_unchanged(record, staging, paths)
     assert str(refused.value).startswith(
         "spec.checkpointing.storage: the job's checkpoints and savepoints are not in "
-        "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but where it ran before;"
+        "abfs://state@staging.dfs.core.windows.net/ckpt/default/job but in "
+        "abfs://state@production.dfs.core.windows.net/ckpt/default/job, where it ran before;"
     )
     assert str(refused.value).endswith(f" and run --from {savepoint}")
 
