@@ -488,8 +488,9 @@ def last_run(status_file: Path) -> str:
         return f"its status file cannot be read: {error}"
     if status is None:
         return "the job has not run with this state directory"
+    due = {discard.key for discard in status.discards_due}
     images = ", ".join(
-        f"{kind} {_or_none(image and image['id'])}{_discarded(image)}"
+        f"{kind} {_or_none(image and image['id'])}{_discarded(kind, image, due)}"
         for kind in CheckpointKind
         for image in [last_image(status.coordinator, kind)]
     )
@@ -547,9 +548,17 @@ def _image_document(view: dict[str, Any] | None) -> dict[str, Any] | None:
     return None if image is None else image.to_json()
 
 
-def _discarded(image: dict[str, Any] | None) -> str:
-    """A finished job's last checkpoint, which retention discarded, has no path."""
-    return " (discarded)" if image is not None and "path" not in image else ""
+def _discarded(
+    kind: CheckpointKind, image: dict[str, Any] | None, due: set[tuple[CheckpointKind, int]]
+) -> str:
+    """A finished job's last checkpoint, which retention discarded, has no path; its
+    files may wait for a delete (storage that did not answer: an Azure user's "discarded"
+    while `list` showed it in storage)."""
+    if image is None or "path" in image:
+        return ""
+    if (kind, image["id"]) in due:
+        return " (discarded; its files stay in storage until a run of the job deletes them)"
+    return " (discarded)"
 
 
 def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:

@@ -110,8 +110,21 @@ def test_status_with_no_run_says_how_the_last_one_ended(
     assert last_run(path).startswith(said), last_run(path)
 
 
+@pytest.mark.parametrize(
+    ("due", "said"),
+    [
+        ([], "checkpoint 1 (discarded)"),
+        # Its delete failed (storage that did not answer): "discarded" while `list` showed
+        # it in storage (an Azure user's).
+        (
+            [{"kind": "checkpoint", "id": 1}],
+            "checkpoint 1 (discarded; its files stay in storage until a run of the job "
+            "deletes them)",
+        ),
+    ],
+)
 def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
-    job: Job, cli: Cli
+    job: Job, cli: Cli, due: list[dict[str, object]], said: str
 ) -> None:
     """A newcomer's: after a bounded job finished, `status -o yaml` showed its last
     checkpoint with the path '' (retention discarded it as the job finished)."""
@@ -137,6 +150,7 @@ def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
             "failedCount": 0,
             "terminated": "Finished",
         },
+        "discardsDue": due,
     }
     job.status_file.parent.mkdir(parents=True)
     job.status_file.write_text(json.dumps({"status": status}))
@@ -148,7 +162,6 @@ def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
 
     assert table.code == document.code == 3
     assert table.err.endswith(
-        "the last run left it Finished (attempt 1, batch 2, checkpoint 1 (discarded), "
-        "savepoint none)\n"
+        f"the last run left it Finished (attempt 1, batch 2, {said}, savepoint none)\n"
     ), table.err
     assert json.loads(document.out)["lastCheckpoint"] == {"id": 1, "path": None}
