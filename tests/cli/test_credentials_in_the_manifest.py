@@ -9,7 +9,6 @@ import time
 import uuid
 from pathlib import Path
 
-import fsspec
 import yaml
 
 from helpers.fake_query import INPUT_BATCHES_VARIABLE, run_cli, write_job
@@ -34,15 +33,7 @@ def test_retention_discards_on_s3_with_the_manifests_credentials(
         {"name": name, "value": value} for name, value in s3_server.environment().items()
     ]
     manifest_path.write_text(yaml.safe_dump(manifest))
-    env = s3_server.environment()
-    s3 = fsspec.filesystem(
-        "s3",
-        skip_instance_cache=True,
-        use_listings_cache=False,
-        endpoint_url=s3_server.endpoint,
-        key=env["AWS_ACCESS_KEY_ID"],
-        secret=env["AWS_SECRET_ACCESS_KEY"],
-    )
+    s3 = s3_server.filesystem()
     job_root = f"{root}/default/probe".removeprefix("s3://")
 
     def checkpoints() -> list[str]:

@@ -13,7 +13,6 @@ The credentials reach the driver only through the manifest's environment
 import uuid
 from pathlib import Path
 
-import fsspec
 import pytest
 from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
 
@@ -33,23 +32,9 @@ def test_exactly_once_on_an_object_store_when_the_driver_is_killed_at_arbitrary_
     environment = server.environment()
     for name in environment:
         monkeypatch.delenv(name, raising=False)
-    if isinstance(server, S3Server):
-        prefix = f"s3://{server.bucket}/{uuid.uuid4().hex}"
-        store = fsspec.filesystem(
-            "s3",
-            skip_instance_cache=True,
-            use_listings_cache=False,
-            endpoint_url=server.endpoint,
-            key=environment["AWS_ACCESS_KEY_ID"],
-            secret=environment["AWS_SECRET_ACCESS_KEY"],
-        )
-    else:
-        prefix = f"abfs://{server.container}/{uuid.uuid4().hex}"
-        store = fsspec.filesystem(
-            "abfs",
-            skip_instance_cache=True,
-            connection_string=environment["AZURE_STORAGE_CONNECTION_STRING"],
-        )
+    root = f"s3://{server.bucket}" if isinstance(server, S3Server) else f"abfs://{server.container}"
+    prefix = f"{root}/{uuid.uuid4().hex}"
+    store = server.filesystem()
     run = JobRun(
         tmp_path / "job",
         # Slow copies make "during a snapshot copy" a window a kill can hit.

@@ -104,6 +104,19 @@ class S3Server:
             "AWS_DEFAULT_REGION": "us-east-1",
         }
 
+    def filesystem(self) -> Any:
+        """A fresh s3fs reaching this server with its credentials, without a listings
+        cache: it sees what the code under test did."""
+        env = self.environment()
+        return fsspec.filesystem(
+            "s3",
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            endpoint_url=self.endpoint,
+            key=env["AWS_ACCESS_KEY_ID"],
+            secret=env["AWS_SECRET_ACCESS_KEY"],
+        )
+
     def stop(self) -> None:
         self._stop()
 
@@ -136,14 +149,7 @@ def start_s3_server() -> S3Server:
     urllib.request.urlopen(
         urllib.request.Request(f"{s3.endpoint}/moto-api/reset", method="POST"), timeout=30
     ).close()
-    env = s3.environment()
-    fsspec.filesystem(
-        "s3",
-        skip_instance_cache=True,
-        endpoint_url=s3.endpoint,
-        key=env["AWS_ACCESS_KEY_ID"],
-        secret=env["AWS_SECRET_ACCESS_KEY"],
-    ).mkdir(s3.bucket)
+    s3.filesystem().mkdir(s3.bucket)
     return s3
 
 
@@ -199,6 +205,11 @@ class AzureServer:
             )
         }
 
+    def filesystem(self) -> Any:
+        """A fresh adlfs reaching this server with its credentials."""
+        connection = self.environment()["AZURE_STORAGE_CONNECTION_STRING"]
+        return fsspec.filesystem("abfs", skip_instance_cache=True, connection_string=connection)
+
     def stop(self) -> None:
         self._process.terminate()
         try:
@@ -228,11 +239,7 @@ def start_azure_server() -> AzureServer:
     )
     endpoint = _wait_for_listening(process)
     azure = AzureServer(f"{endpoint}/{AZURITE_ACCOUNT}", "checkpoints", process)
-    fsspec.filesystem(
-        "abfs",
-        skip_instance_cache=True,
-        connection_string=azure.environment()["AZURE_STORAGE_CONNECTION_STRING"],
-    ).mkdir(azure.container)
+    azure.filesystem().mkdir(azure.container)
     return azure
 
 
