@@ -154,8 +154,9 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
 # protobuf, 6.x, which its generated StateMessage_pb2 was made by), with their
 # dependencies (what the Kubernetes client shares with them is in the deps stage); the
 # Makefile's constraints take these lines as they take the deps stage's.
-# Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://) and
-# adlfs (abfs://, az://), with their dependencies (botocore holds python-dateutil below 3).
+# Then the fsspec filesystems for checkpoint storage on object stores, s3fs (s3://), adlfs
+# (abfs://, az://) and gcsfs (gs://), with their dependencies (botocore holds
+# python-dateutil below 3).
 # Only this image has them: the operator never touches storage.
 RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         pandas==2.3.3 \
@@ -181,8 +182,26 @@ RUN pip install --no-cache-dir pyspark==4.3.0 py4j==0.10.9.9 \
         msal-extensions==1.3.1 \
         pycparser==3.12 \
         pyjwt==2.15.1 \
+        gcsfs==2026.10.1 \
+        decorator==5.3.2 \
+        google-api-core==2.44.0 \
+        google-auth==2.63.0 \
+        google-auth-oauthlib==1.5.0 \
+        google-cloud-core==2.8.0 \
+        google-cloud-storage==3.17.1 \
+        google-cloud-storage-control==1.17.0 \
+        google-crc32c==1.9.0 \
+        google-resumable-media==2.11.0 \
+        googleapis-common-protos==1.76.0 \
+        grpc-google-iam-v1==0.14.6 \
+        grpcio==1.85.3 \
+        grpcio-status==1.85.3 \
+        opentelemetry-api==1.45.3 \
+        proto-plus==1.29.0 \
+        pyasn1==0.6.5 \
+        pyasn1-modules==0.4.2 \
     && test -f "${SPARK_HOME}/jars/spark-kubernetes_2.13-4.3.0.jar" \
-    && python -c "import pandas, pyarrow, s3fs, adlfs" \
+    && python -c "import pandas, pyarrow, s3fs, adlfs, gcsfs" \
     && python -c "import pyspark.sql.streaming.proto.StateMessage_pb2"
 
 COPY --from=builder /wheels/ /tmp/wheels/

@@ -12,16 +12,21 @@ import pytest
 
 from helpers.faulty_proxy import FaultyProxy
 from helpers.objectstore import (
+    GCSFS_CLASSIC,
     AzureServer,
+    GCSServer,
     S3Server,
     StorageRoot,
     start_azure_server,
+    start_gcs_server,
     start_s3_server,
     storage_roots,
+    with_credentials_set,
 )
 from helpers.spark_jvm import driver_options
 
 _ARCHIVE_SAID = pytest.StashKey[str]()
+os.environ.update(GCSFS_CLASSIC)  # before anything imports gcsfs, here and in subprocesses
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -48,6 +53,13 @@ def s3_server() -> Iterator[S3Server]:
 
 
 @pytest.fixture(scope="session")
+def gcs_server() -> Iterator[GCSServer]:
+    server = start_gcs_server()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
 def azure_server() -> Iterator[AzureServer]:
     server = start_azure_server()
     yield server
@@ -62,17 +74,22 @@ def _fresh_filesystem_instances() -> Iterator[None]:
     a metadata service for credentials. In a real process the environment does not change
     under the product's feet."""
     yield
-    for protocol in ("s3", "abfs"):
+    for protocol in ("s3", "gs", "abfs"):
         fsspec.get_filesystem_class(protocol).clear_instance_cache()
 
 
 @pytest.fixture
 def s3_root(s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StorageRoot:
     """A fresh root on the S3 server; its credentials are in the environment, as in a pod."""
-    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
-    for name, value in root.environment.items():
-        monkeypatch.setenv(name, value)
-    return root
+    return with_credentials_set(storage_roots("s3", tmp_path, lambda _kind: s3_server), monkeypatch)
+
+
+@pytest.fixture
+def gcs_root(gcs_server: GCSServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StorageRoot:
+    """A fresh root on the GCS server; its endpoint is in the environment, as in a pod."""
+    return with_credentials_set(
+        storage_roots("gcs", tmp_path, lambda _kind: gcs_server), monkeypatch
+    )
 
 
 StartProxy = Callable[[StorageRoot, "re.Pattern[bytes]", bytes | None], FaultyProxy]

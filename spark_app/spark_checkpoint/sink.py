@@ -8,7 +8,7 @@ checkpoint coordinator has registered a checkpoint covering that batch, and each
 committed at most once, even when batches are replayed after a restore from an older
 checkpoint or when any step below is interrupted by a crash.
 
-The output directory is a local path, or an ``s3://`` (``s3a://``) or ``abfs://``
+The output directory is a local path, or an ``s3://`` (``s3a://``), ``gs://`` or ``abfs://``
 (``abfss://``, ``az://``) URI: one protocol and one reader for all of them, over fsspec
 (`spark_checkpoint.sink_storage`). Nothing is ever renamed: a batch is committed by
 creating one small **commit record**, a create-only write that is atomic on each of them.
@@ -359,7 +359,7 @@ class DamagedRecord(ValueError):
 
 class TransactionalFileSink:
     """A two-phase-commit sink writing each micro-batch as JSON lines, to a local directory,
-    S3 or Azure Blob Storage.
+    S3, Google Cloud Storage or Azure Blob Storage.
 
     Use it as ``query.writeStream.foreachBatch(sink.write_batch)`` and hand the same instance
     to the checkpoint agent, which calls `on_restore` before the query starts and
@@ -370,8 +370,8 @@ class TransactionalFileSink:
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         """Use `output_dir` for staged and committed output: a local path or ``file://``
-        URI (created if missing), or an ``s3://``, ``s3a://``, ``abfs://``, ``abfss://`` or
-        ``az://`` URI (the bucket or container must exist). Any other URI raises
+        URI (created if missing), or an ``s3://``, ``s3a://``, ``gs://``, ``abfs://``,
+        ``abfss://`` or ``az://`` URI (the bucket or container must exist). Any other URI raises
         ValueError before anything is written."""
         self._storage = OutputStorage(output_dir)
         self._lock = threading.Lock()
@@ -678,7 +678,7 @@ class TransactionalFileSink:
                 logger.info("batch %d committed", staged_id)
             elif self._committed_record(staged_id) == staged_record:
                 # Written by an earlier try: before a crash, or by a request whose answer
-                # was lost and whose retry the store refused (S3 412, Azure 409).
+                # was lost and whose retry the store refused (S3 and GCS 412, Azure 409).
                 logger.info("batch %d committed (its record was already there)", staged_id)
             else:
                 logger.warning("batch %d is already committed; dropping its staged copy", staged_id)

@@ -1,6 +1,7 @@
-"""Where `TransactionalFileSink` keeps its output: one directory on a local filesystem, S3
-or Azure Blob Storage, reached through fsspec, with the one operation a commit needs that
-an object store has and a rename-based design lacks: a create-only write.
+"""Where `TransactionalFileSink` keeps its output: one directory on a local filesystem, S3,
+Google Cloud Storage or Azure Blob Storage, reached through fsspec, with the one operation
+a commit needs that an object store has and a rename-based design lacks: a create-only
+write.
 
 `OutputStorage` works on paths relative to the output directory (``committed/batch-3.json``).
 The driver uses it for records and garbage collection; Spark's executors use
@@ -13,9 +14,10 @@ another writer of the same name:
   hard-linked to its final name (``link(2)`` fails when the name exists), then the
   directory is fsynced and the temporary name removed;
 - S3 (s3fs): ``PutObject`` with ``If-None-Match: *``;
+- Google Cloud Storage (gcsfs): an upload with ``ifGenerationMatch=0``;
 - Azure Blob Storage (adlfs): ``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``).
 
-A refused create raises FileExistsError in both libraries (s3fs: when the 412 names its
+A refused create raises FileExistsError in the three libraries (s3fs: when the 412 names its
 condition, as AWS does; a 412 `PreconditionFailed` without it, as MinIO answers, is taken
 for a refusal too). Other fsspec filesystems are
 refused when the sink is created: fsspec's generic create-only write checks and then
@@ -32,6 +34,9 @@ What a write killed midway leaves behind, and who removes it
   under its final name: a partial one is an ordinary file that no record lists.
 - S3: the multipart upload of a data object larger than s3fs's block size (50 MiB) whose
   task was killed: never listed as an object, kept (and billed) until aborted.
+- Google Cloud Storage: the resumable upload of such a data object (gcsfs uploads one
+  larger than its block size, 5 MiB, in parts), likewise invisible; left to the service,
+  which forgets an unfinished one after 7 days.
 - Azure Blob Storage: the uncommitted blocks of such a data object, likewise invisible;
   left to the service, which deletes uncommitted blocks after 7 days.
 
@@ -65,7 +70,7 @@ __all__ = ["OutputStorage", "write_partition"]
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
 # fsspec protocols whose create-only write is atomic (see the module docstring).
-_OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "abfs", "abfss", "az"})
+_OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
 _FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
 # What `SymbolicLinkError` says links are never followed out of.
 _OUTPUT_DIRECTORY = "the sink's output directory"
@@ -97,7 +102,7 @@ def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
     raise ValueError(
         f"TransactionalFileSink cannot commit atomically to {hide_password(text)!r}: its output "
         "must be a local path (on a cluster a volume every executor mounts at the same path), an "
-        "s3:// or s3a:// URI, or an abfs://, abfss:// or az:// URI"
+        "s3:// or s3a:// URI, a gs:// URI, or an abfs://, abfss:// or az:// URI"
     )
 
 
@@ -254,7 +259,7 @@ class OutputStorage:
         (see the module docstring); how many. On a local filesystem the temporaries directly
         in `directory` whose writer is gone: safe while others write. On S3 every unfinished
         multipart upload below `directory`: call it only when nothing writes there. Nothing
-        on Azure, whose uncommitted blocks expire."""
+        on GCS and Azure, whose unfinished uploads expire."""
         if self.is_local:
             return _remove_abandoned_temporaries(self.native(directory))
         return abort_s3_uploads(self._fs, self.native(directory))

@@ -1,5 +1,6 @@
-"""`list`, `inspect` and `verify` on a job whose storage is on S3 (moto's server) or Azure
-Blob Storage (Azurite): the commands read it with the credentials of the environment."""
+"""`list`, `inspect` and `verify` on a job whose storage is on S3 (moto's server), Google
+Cloud Storage (fake-gcs-server) or Azure Blob Storage (Azurite): the commands read it with
+the credentials of the environment."""
 
 from __future__ import annotations
 
@@ -10,25 +11,21 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from helpers.objectstore import StorageRoot, storage_roots
+from helpers.objectstore import ROOT_KINDS, StorageRoot, storage_root_for
 from spark_checkpoint.storage import CheckpointKind
 
 if TYPE_CHECKING:
     from conftest import Job, Result
 
 Cli = Callable[..., "Result"]
-SERVERS = {"s3": "s3_server", "azure": "azure_server"}
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=[kind for kind in ROOT_KINDS if kind != "local"])
 def root(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> StorageRoot:
     """A fresh root on the server, whose credentials are in the environment."""
-    server = request.getfixturevalue(SERVERS[request.param])
-    for name, value in server.environment().items():
-        monkeypatch.setenv(name, value)
-    return storage_roots(request.param, tmp_path, lambda _kind: server)
+    return storage_root_for(request, tmp_path, monkeypatch)
 
 
 def test_list_inspect_and_verify_on_an_object_store(

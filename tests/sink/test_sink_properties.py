@@ -40,7 +40,7 @@ JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.o
 
 MUTATIONS = ("write", "create", "delete", "write_lines")
 # Examples per kind of root: the object stores answer over HTTP, hundreds of requests each.
-EXAMPLES = {"local": 50, "s3": 3, "azure": 3}
+EXAMPLES = {"local": 50, "s3": 3, "gcs": 3, "azure": 3}
 
 
 class SimulatedKill(Exception):

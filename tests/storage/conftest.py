@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.objectstore import StorageRoot, storage_roots
+from helpers.objectstore import StorageRoot, parametrize_storage_roots, storage_root_for
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
@@ -70,13 +70,8 @@ def build_metadata(
     )
 
 
-ROOT_KINDS = ("local", "s3", "azure")
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    if "storage_root" in metafunc.fixturenames:
-        local_only = metafunc.definition.get_closest_marker("local_only") is not None
-        metafunc.parametrize("storage_root", ["local"] if local_only else ROOT_KINDS, indirect=True)
+    parametrize_storage_roots(metafunc, "storage_root")
 
 
 @pytest.fixture
@@ -84,13 +79,7 @@ def storage_root(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> StorageRoot:
     """A fresh, empty storage root; its credentials are in the environment, as in a pod."""
-    servers = {"s3": "s3_server", "azure": "azure_server"}
-    root = storage_roots(
-        request.param, tmp_path / "storage", lambda kind: request.getfixturevalue(servers[kind])
-    )
-    for name, value in root.environment.items():
-        monkeypatch.setenv(name, value)
-    return root
+    return storage_root_for(request, tmp_path / "storage", monkeypatch)
 
 
 @pytest.fixture

@@ -758,6 +758,18 @@ def test_a_missing_bucket_is_told_by_the_stores_error_code_alone() -> None:
     assert not is_missing_bucket(PermissionError("Forbidden"))
     assert not is_missing_bucket(FileNotFoundError("s3://bucket/missing/key"))
     assert not is_missing_bucket(blob)
+    # gcsfs names the request: a bucket's list of objects is missing with its bucket only.
+    upload = "https://storage.googleapis.com/upload/storage/v1/b/bkt/o"
+    assert is_missing_bucket(FileNotFoundError("b/bkt/o"))  # a listing's
+    assert is_missing_bucket(FileNotFoundError(upload))
+    assert is_missing_bucket(FileNotFoundError(f"{upload}?uploadType=multipart"))
+    assert not is_missing_bucket(FileNotFoundError("b/bkt/o/a%2Fkey"))  # an object's
+    assert not is_missing_bucket(
+        FileNotFoundError(
+            "https://storage.googleapis.com/download/storage/v1/b/bkt/o/key?alt=media"
+        )
+    )
+    assert not is_missing_bucket(PermissionError("b/bkt/o"))
 
 
 def test_an_azure_refusal_is_told_in_one_line_with_its_code(

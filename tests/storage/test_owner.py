@@ -3,6 +3,8 @@ the local filesystem, S3 and Azure alike)."""
 
 from __future__ import annotations
 
+import errno
+import json
 import logging
 import re
 from typing import TYPE_CHECKING
@@ -205,3 +207,26 @@ def test_a_write_s3_refuses_names_the_object(
 
     assert refused.matched == 1
     assert str(error.value) == f"[Errno 13] Access Denied: '{path}'"
+
+
+def test_a_claim_gcs_refuses_is_told_in_one_line_with_the_object_and_the_stores_reason(
+    gcs_root: StorageRoot, faulty_proxy: StartProxy
+) -> None:
+    """gcsfs says a 403 in two lines, the request's URL on the first: "Forbidden:
+    http://.../o/...owner.json?alt=media" then GCS's message."""
+    denied = json.dumps(
+        {"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}
+    ).encode()
+    answer = http_answer("403 Forbidden", denied)
+    refused = faulty_proxy(gcs_root, re.compile(rb"^GET \S*owner\.json\?alt=media"), answer)
+    storage = CheckpointStorage(JobStorageLayout(gcs_root.url, "default", "orders"))
+
+    with pytest.raises(OSError) as error:
+        storage.claim(FIRST)
+
+    assert refused.matched == 1
+    assert error.value.errno == errno.EACCES
+    told = storage_failure(error.value, storage.layout.job_root)
+    assert told == (
+        f"{storage.layout.owner_path}: Forbidden: caller does not have storage.objects.get access"
+    )

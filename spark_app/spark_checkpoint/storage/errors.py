@@ -7,6 +7,7 @@ a missing, corrupt or unreadable file is always one of these errors.
 
 from __future__ import annotations
 
+import re
 from typing import Literal
 
 from spark_checkpoint.protocol import StorageOwner
@@ -39,17 +40,25 @@ def storage_failure(error: Exception, job_root: str) -> str:
 
 # What S3 and Azure Blob Storage answer for a bucket or container that does not exist.
 _MISSING_BUCKET_CODES = ("NoSuchBucket", "ContainerNotFound")
+# The JSON API's URL of a bucket's objects (its listing; an upload's), as gcsfs names it:
+# whole (an upload's) or from `b/` on (a listing's).
+_GCS_BUCKET_OBJECTS = re.compile(r"(https?://[^/]+(/upload)?/storage/v1/)?b/[^/?]+/o(\?.*)?")
 
 
 def is_missing_bucket(error: BaseException) -> bool:
-    """Whether an object store's error says that its bucket (S3) or container (Azure) does
-    not exist, as the service's error code does: s3fs raises FileNotFoundError with the
-    service's error as the cause, adlfs that or the service's error itself. Not a key
-    that does not exist, nor a refusal. (Asking for the bucket instead takes rights a
-    least-privilege policy may not give: HeadBucket needs s3:ListBucket without a prefix
-    condition.)"""
+    """Whether an object store's error says that its bucket (S3, GCS) or container (Azure)
+    does not exist, as the service's error code does: s3fs raises FileNotFoundError with the
+    service's error as the cause, adlfs that or the service's error itself; gcsfs a
+    FileNotFoundError naming the request's URL, which is a bucket's list of objects (a
+    listing, an upload) only when the bucket is missing. Not a key that does not exist, nor
+    a refusal. (Asking for the bucket instead takes rights a least-privilege policy may
+    not give: HeadBucket needs s3:ListBucket without a prefix condition.)"""
     if isinstance(error, FileNotFoundError) and error.strerror == "No such container":
         return True  # adlfs's own
+    if isinstance(error, FileNotFoundError) and _GCS_BUCKET_OBJECTS.fullmatch(
+        str(error.args[0]) if error.args else ""
+    ):
+        return True
     for cause in (error, error.__cause__, error.__context__):
         response = getattr(cause, "response", None)  # botocore's ClientError
         code = (
@@ -63,7 +72,7 @@ def is_missing_bucket(error: BaseException) -> bool:
 
 
 def missing_bucket_reason(credentials: str, bucket: str | None = None) -> str:
-    """What is said of a bucket (S3) or container (Azure) that does not exist, at the
+    """What is said of a bucket (S3, GCS) or container (Azure) that does not exist, at the
     endpoint and account that `credentials` ("the driver's") reach."""
     named = f" {bucket!r}" if bucket is not None else ""
     return (

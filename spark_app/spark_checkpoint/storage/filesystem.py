@@ -636,19 +636,21 @@ _ERRNO_OF: dict[type[OSError], int] = {
     FileExistsError: errno.EEXIST,
     TimeoutError: errno.ETIMEDOUT,  # fsspec's FSTimeoutError, s3fs's RequestTimeout
 }
+# What gcsfs's errors name of their request: its URL (GCS's JSON API), or all of it from
+# the bucket's objects on (`b/<bucket>/o/<key>`).
+_GCS_REQUEST_URL = re.compile(r"https?://\S+/storage/v1/b/\S*")
+_GCS_REQUEST_PATH = re.compile(r"b/[^/\s]+/o(/\S*)?")
 
 
 def _name_path(error: OSError, path: str) -> None:
     """Make `error`, which names no file (an object store's, as s3fs translates it from the
     service's answer), name `path`; in place, so that its class and causes stay what callers
     and `is_missing_bucket` look at. A bare 403 says what it may mean."""
+    said = _said(error)
     if error.errno is None:
-        error.errno = next(
-            (code for kind in type(error).__mro__ if (code := _ERRNO_OF.get(kind)) is not None),
-            errno.EIO,
-        )
+        refused = said.startswith("Forbidden")  # gcsfs's 403, an OSError
+        error.errno = errno.EACCES if refused else _errno_of(type(error))
     if error.strerror is None:
-        said = str(error.args[0]) if error.args else ""
         # s3fs's FileNotFoundError(path) says nothing but the path.
         error.strerror = os.strerror(error.errno) if not said or path.endswith(said) else said
     if _is_bare_refusal(error):
@@ -659,6 +661,20 @@ def _name_path(error: OSError, path: str) -> None:
             "answered 403)"
         )
     error.filename = path
+
+
+def _errno_of(kind: type[OSError]) -> int:
+    return next((code for base in kind.__mro__ if (code := _ERRNO_OF.get(base))), errno.EIO)
+
+
+def _said(error: OSError) -> str:
+    """What `error` says, in one line and without the request's URL that gcsfs's errors
+    name (alone, or after "Forbidden: " with the service's message on the next line)."""
+    said = str(error.args[0]) if error.args else ""
+    if _GCS_REQUEST_PATH.fullmatch(said):
+        return ""
+    parts = (part.strip(" :") for part in _GCS_REQUEST_URL.sub("", said).splitlines())
+    return ": ".join(part for part in parts if part)
 
 
 def _is_bare_refusal(error: OSError) -> bool:
