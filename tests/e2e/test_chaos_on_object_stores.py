@@ -1,8 +1,9 @@
 """The kill -9 chaos run of tests/e2e/test_local_runs.py once more, with the sink's output
-and the checkpoint storage on an object store (S3: moto's server; Azure Blob Storage:
-Azurite; each on a loopback port): real PySpark drivers killed at arbitrary points,
-restored from checkpoints stored there, and the output read back through the sink's reader
-and compared with counts computed independently from the input. Spark's own live
+and the checkpoint storage on an object store (S3: moto's server; Google Cloud Storage:
+fake-gcs-server; Azure Blob Storage: Azurite; each on a loopback port): real PySpark
+drivers killed at arbitrary points, restored from checkpoints stored there, and the output
+read back through the sink's reader and compared with counts computed independently from
+the input. Spark's own live
 checkpoint location stays on local disk (each attempt's fresh work directory), as it does
 on a cluster (docs/data-plane.md).
 
@@ -17,23 +18,22 @@ import pytest
 from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
 
 from helpers.job_run import JobRun
-from helpers.objectstore import AzureServer, S3Server
+from helpers.objectstore import AzureServer, GCSServer, S3Server
 from spark_checkpoint.sink import BatchRecord, read_committed
 from spark_checkpoint.storage.layout import OWNER_FILE_NAME
 
 pytestmark = pytest.mark.spark
 
 
-@pytest.mark.parametrize("kind", ["s3", "azure"])
+@pytest.mark.parametrize("kind", ["s3", "gcs", "azure"])
 def test_exactly_once_on_an_object_store_when_the_driver_is_killed_at_arbitrary_points(
     tmp_path: Path, kind: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    server: S3Server | AzureServer = request.getfixturevalue(f"{kind}_server")
+    server: S3Server | GCSServer | AzureServer = request.getfixturevalue(f"{kind}_server")
     environment = server.environment()
     for name in environment:
         monkeypatch.delenv(name, raising=False)
-    root = f"s3://{server.bucket}" if isinstance(server, S3Server) else f"abfs://{server.container}"
-    prefix = f"{root}/{uuid.uuid4().hex}"
+    prefix = server.uri(uuid.uuid4().hex)
     store = server.filesystem()
     run = JobRun(
         tmp_path / "job",
