@@ -190,14 +190,16 @@ def test_a_pipeline_that_catches_run_coordinateds_exit_is_told_so(tmp_path: Path
     ), result.stderr
 
 
-@pytest.mark.parametrize("store", ["s3", "azure"])
+@pytest.mark.parametrize("store", ["s3", "gcs", "azure"])
 def test_a_storage_bucket_that_does_not_exist_ends_the_driver_as_misconfigured(
     tmp_path: Path, store: str, request: pytest.FixtureRequest
 ) -> None:
     """The claim's error was the SDK's, with its XML (Azure), and the driver failed for a
     restart that could not help (an Azure newcomer's); `list` said it in words."""
     server = request.getfixturevalue(f"{store}_server")
-    root = "s3://no-such-bucket/ckpt" if store == "s3" else "abfs://no-such-container/ckpt"
+    root = {"s3": "s3://no-such-bucket/ckpt", "gcs": "gs://no-such-bucket/ckpt"}.get(
+        store, "abfs://no-such-container/ckpt"
+    )
     environment = driver_environment(tmp_path, storage_root=root)
 
     result = subprocess.run(

@@ -5,7 +5,7 @@ Each example is a Secret and a SparkCheckpointJob. The test loads the job as the
 does (the CRD's schema and rules, then what only a cluster needs), builds its driver,
 cleanup and check pods and checks them against Kubernetes' schemas, and then gives each pod
 the environment Kubernetes would give it, the Secret's keys included, in a process of its
-own against a real protocol server (moto's S3 server, Azurite):
+own against a real protocol server (moto's S3 server, fake-gcs-server, Azurite):
 
 - the executors' environment (the driver's Spark configuration: ``spark.executorEnv.*`` and
   ``spark.kubernetes.executor.secretKeyRef.*``) writes a batch's data object to the sink's
@@ -16,7 +16,8 @@ own against a real protocol server (moto's S3 server, Azurite):
 
 So a credential variable the libraries do not read, or one that does not reach a pod,
 fails here. The server stands in for the cloud: S3's endpoint is added to each pod's
-environment (``AWS_ENDPOINT_URL``), Azure's connection string replaces the Secret's value.
+environment (``AWS_ENDPOINT_URL``), as is GCS's (``STORAGE_EMULATOR_HOST``), and Azure's
+connection string replaces the Secret's value.
 """
 
 import contextlib
@@ -35,7 +36,7 @@ import pytest
 import yaml
 
 from helpers.doc_blocks import Block, marked_blocks
-from helpers.objectstore import AzureServer, S3Server
+from helpers.objectstore import AzureServer, GCSServer, S3Server
 from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint.sink import read_committed
 from spark_checkpoint_operator.kubernetes import objects
@@ -95,6 +96,30 @@ def test_the_s3_example_reaches_its_storage_from_every_pod(
     )
 
 
+def test_the_gcs_example_reaches_its_storage_from_every_pod(
+    gcs_server: GCSServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Workload Identity gives no variable to check: the emulator takes requests without
+    credentials. What makes it work is the service account each pod runs as."""
+    (block,) = marked_blocks(
+        "tests/docs/test_storage_examples.py::test_the_gcs_example_reaches_its_storage_from_every_pod"
+    )
+    for name, value in gcs_server.environment().items():
+        monkeypatch.setenv(name, value)
+    accounts = _deploy_and_reach_storage(
+        block, tmp_path, pod_extra=gcs_server.environment(), secret_values={}
+    )
+
+    assert accounts == {
+        "driver": "spark-driver",
+        "cleanup": "spark-driver",
+        "check": "spark-driver",
+        "executor": "orders-executor",
+    }
+    (account,) = (d for d in yaml.safe_load_all(block.text) if d["kind"] == "ServiceAccount")
+    assert account["metadata"] == {"name": "orders-executor", "namespace": "streaming"}
+
+
 def test_the_azure_example_reaches_its_storage_from_every_pod(
     azure_server: AzureServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -111,12 +136,15 @@ def test_the_azure_example_reaches_its_storage_from_every_pod(
 
 def _deploy_and_reach_storage(
     block: Block, tmp_path: Path, pod_extra: Mapping[str, str], secret_values: Mapping[str, str]
-) -> None:
+) -> dict[str, str]:
+    """Deploys the example and reaches its storage from each pod; the service account
+    each kind of pod runs as."""
     documents = list(yaml.safe_load_all(block.text))
     secrets = {}
     for document in documents:
-        if document["kind"] == "Secret":
+        if document["kind"] != "SparkCheckpointJob":
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+        if document["kind"] == "Secret":
             data = document["stringData"]
             secrets[document["metadata"]["name"]] = {
                 key: secret_values.get(key, value) for key, value in data.items()
@@ -168,6 +196,15 @@ def _deploy_and_reach_storage(
         assert removed.strip() == (
             "removed checkpoints [], savepoints [], 1 shared files, 0 unfinished uploads"
         )
+    executor_account = _spark_settings(driver, secrets).get(
+        "spark.kubernetes.authenticate.executor.serviceAccountName", "default"
+    )
+    return {
+        "driver": driver["spec"]["serviceAccountName"],
+        "cleanup": cleanup["spec"]["serviceAccountName"],
+        "check": check["spec"]["serviceAccountName"],
+        "executor": executor_account,
+    }
 
 
 def _pod_environment(
@@ -190,11 +227,8 @@ def _executor_environment(
     driver: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]
 ) -> dict[str, str]:
     """The variables Spark gives its executor pods, from the driver's configuration."""
-    submit = _pod_environment(driver, secrets)["PYSPARK_SUBMIT_ARGS"]
-    words = shlex.split(submit)
-    settings = dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "--conf")
     environment = {}
-    for key, value in settings.items():
+    for key, value in _spark_settings(driver, secrets).items():
         if key.startswith("spark.executorEnv."):
             environment[key.removeprefix("spark.executorEnv.")] = value
         elif key.startswith("spark.kubernetes.executor.secretKeyRef."):
@@ -202,6 +236,14 @@ def _executor_environment(
             variable = key.removeprefix("spark.kubernetes.executor.secretKeyRef.")
             environment[variable] = secrets[name][secret_key]
     return environment
+
+
+def _spark_settings(
+    driver: Mapping[str, Any], secrets: Mapping[str, Mapping[str, str]]
+) -> dict[str, str]:
+    """The driver's Spark configuration, as the operator gives it (``--conf`` options)."""
+    words = shlex.split(_pod_environment(driver, secrets)["PYSPARK_SUBMIT_ARGS"])
+    return dict(words[i + 1].split("=", 1) for i, word in enumerate(words) if word == "--conf")
 
 
 def _run(who: str, arguments: list[str], environment: Mapping[str, str]) -> str:

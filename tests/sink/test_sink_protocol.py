@@ -837,11 +837,21 @@ def test_a_crash_at_any_storage_write_is_consistent_and_recovery_is_exactly_once
         assert data_objects(output_root, output) == listed_objects(output_root, output), crash_point
 
 
-@pytest.fixture(params=["s3", "azure"])
+@pytest.fixture(params=["s3", "gcs", "azure"])
 def object_store_root(
     request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> StorageRoot:
     return storage_root_for(request, tmp_path, monkeypatch)
+
+
+# What batch 0's commit record upload sends: a PUT of its key (S3, Azure); on GCS a POST of
+# the bucket's objects, the key in the body's metadata part (its JSON API's multipart upload).
+_PUT_OF_THE_COMMIT_RECORD = re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.M)
+COMMIT_RECORD_UPLOAD = {
+    "s3": _PUT_OF_THE_COMMIT_RECORD,
+    "azure": _PUT_OF_THE_COMMIT_RECORD,
+    "gcs": re.compile(rb'"name": "\S*/committed/batch-0\.json"'),
+}
 
 
 def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_retry(
@@ -851,10 +861,10 @@ def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The store creates the commit record, its answer is lost, the client library retries
-    the create-only PUT and the store refuses it (S3 412, Azure 409): the record there is
-    this commit's own, so the batch is committed, not failed and not dropped."""
+    the create-only upload and the store refuses it (S3 and GCS 412, Azure 409): the record
+    there is this commit's own, so the batch is committed, not failed and not dropped."""
     root = object_store_root
-    proxy = faulty_proxy(root, re.compile(rb"^PUT /\S*/committed/batch-0\.json[ ?]", re.M), None)
+    proxy = faulty_proxy(root, COMMIT_RECORD_UPLOAD[root.kind], None)
     output_url = f"{root.url}/out"
     sink = TransactionalFileSink(output_url)
     stage(sink, 0, rows_of(0))
@@ -863,7 +873,7 @@ def test_a_commit_whose_answer_was_lost_is_committed_when_the_store_refuses_its_
 
     sink.on_checkpoint_complete(1)
 
-    assert proxy.matched == 2, "the create-only PUT and its retry"
+    assert proxy.matched == 2, "the create-only upload and its retry"
     assert "batch 0 committed (its record was already there)" in caplog.text
     assert "dropping" not in caplog.text
     assert sink.staged_batches() == []

@@ -192,6 +192,8 @@ def test_a_place_that_is_no_snapshots_is_refused(given: str, said: str) -> None:
         ("local:///data/ckpt", "/data/ckpt", True),
         ("s3a://bucket/ckpt", "s3://bucket/ckpt/", True),
         ("s3://bucket/ckpt", "s3://bucket/other", False),
+        ("gcs://bucket/ckpt", "gs://bucket/ckpt/", True),
+        ("gs://bucket/ckpt", "s3://bucket/ckpt", False),
         ("file:///data", "s3://data", False),
         ("abfs://c@one.dfs.core.windows.net/p", "abfs://c@two.dfs.core.windows.net/p", False),
     ],

@@ -53,8 +53,9 @@ def local_uri(path: str | os.PathLike[str]) -> str:
 def storage_place(root: str) -> str:
     """A storage root however it is spelled, for comparing two without reaching either:
     a local one as its path (``/data``, ``file:///data/``, ``local:///data``), ``s3a://``
-    as ``s3://``, no trailing ``/``."""
-    for scheme, same in (("file://", ""), ("local://", ""), ("s3a://", "s3://")):
+    as ``s3://``, ``gcs://`` as ``gs://``, no trailing ``/``."""
+    same_places = (("file://", ""), ("local://", ""), ("s3a://", "s3://"), ("gcs://", "gs://"))
+    for scheme, same in same_places:
         if root.startswith(scheme):
             root = same + root.removeprefix(scheme)
             break
