@@ -20,7 +20,7 @@ from spark_checkpoint.storage import (
     StorageError,
     StorageOwnedElsewhere,
 )
-from spark_checkpoint.storage.errors import storage_failure
+from spark_checkpoint.storage.errors import StorageAccessError, storage_failure
 
 if TYPE_CHECKING:
     from conftest import StartProxy
@@ -230,3 +230,23 @@ def test_a_claim_gcs_refuses_is_told_in_one_line_with_the_object_and_the_stores_
     assert told == (
         f"{storage.layout.owner_path}: Forbidden: caller does not have storage.objects.get access"
     )
+
+
+def test_a_claim_gcs_refuses_an_anonymous_caller_is_told_with_the_object_and_the_stores_reason(
+    gcs_root: StorageRoot, faulty_proxy: StartProxy
+) -> None:
+    """A pod without credentials reaches GCS anonymously (google-auth finds none, gcsfs goes
+    on without): the 401 is gcsfs's HttpError, not an OSError."""
+    said = "Anonymous caller does not have storage.objects.get access to the object."
+    answer = http_answer(
+        "401 Unauthorized", json.dumps({"error": {"code": 401, "message": said}}).encode()
+    )
+    refused = faulty_proxy(gcs_root, re.compile(rb"^GET \S*owner\.json\?alt=media"), answer)
+    storage = CheckpointStorage(JobStorageLayout(gcs_root.url, "default", "orders"))
+
+    with pytest.raises(StorageAccessError) as error:
+        storage.claim(FIRST)
+
+    assert refused.matched == 1
+    told = storage_failure(error.value, storage.layout.job_root)
+    assert told == f"{storage.layout.owner_path}: HttpError: {said} (HTTP 401)"

@@ -686,7 +686,8 @@ def _is_bare_refusal(error: OSError) -> bool:
 
 def _reason(error: Exception) -> str:
     """The storage library's error in one line. Azure's message holds the service's
-    answer twice, in lines and as the XML it came as: its first line and its code say it."""
+    answer twice, in lines and as the XML it came as: its first line and its code say it.
+    gcsfs's ends in the HTTP status, which is said as such."""
     code = getattr(error, "error_code", None)  # azure-core's HttpResponseError
     if isinstance(code, str) and code:
         name = getattr(code, "value", code)  # azure-storage's StorageErrorCode, a str enum
@@ -694,6 +695,10 @@ def _reason(error: Exception) -> str:
         details = getattr(error, "additional_info", None)
         told = [printable_line(f"{key}: {value}") for key, value in (details or {}).items()]
         return f"{type(error).__name__}: {first_line(error)} ({'; '.join([name, *told])})"
+    status, message = getattr(error, "code", None), getattr(error, "message", None)
+    if isinstance(status, int) and isinstance(message, str):  # gcsfs's HttpError
+        said = message.removesuffix(f", {status}")  # which it appends to the service's
+        return f"{type(error).__name__}: {printable_line(said)} (HTTP {status})"
     return f"{type(error).__name__}: {joined_lines(error)}"
 
 
