@@ -24,8 +24,10 @@ from helpers import containers
 from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import LocalCluster, OperatorContainer
 from helpers.kube.simulated import SimulatedAgents
+from helpers.objectstore import storage_roots, with_credentials_set
 from helpers.ports import free_port
 from spark_checkpoint.janitor_commands import CollectGarbage
+from spark_checkpoint.storage import CheckpointStorage, JobStorageLayout
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.validation import validate_document
@@ -54,14 +56,14 @@ def run_pod_container(
     return result.stdout + result.stderr
 
 
-def janitor_pod(*extra_arguments: str) -> dict[str, Any]:
-    """The cleanup pod the operator creates for a job to collect garbage, as it creates it,
-    with ``extra_arguments`` after its command line."""
+def janitor_pod(*extra_arguments: str, storage: str = "file:///tmp") -> dict[str, Any]:
+    """The cleanup pod the operator creates for a job to collect garbage in `storage`, as
+    it creates it, with ``extra_arguments`` after its command line."""
     document = validate_document(yaml.safe_load(JOB.read_text()))
     manifest = manifest_from_document(document)
     document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"  # the API server's
     command = CollectGarbage(checkpoints=(), savepoints=())
-    pod = objects.cleanup_pod(manifest, document, storage="file:///tmp", command=command)
+    pod = objects.cleanup_pod(manifest, document, storage=storage, command=command)
     pod["spec"]["containers"][0]["command"] += list(extra_arguments)
     return pod
 
@@ -103,6 +105,38 @@ def test_the_spark_image_runs_the_janitor_as_the_operator_starts_it(
 
     assert "usage: python -m spark_checkpoint.janitor" in output
     assert "collect-garbage" in output
+
+
+@pytest.mark.images
+@pytest.mark.parametrize("kind", ["s3", "gcs", "azure"])
+def test_the_spark_images_storage_clients_collect_garbage_on_each_object_store(
+    images: dict[str, str],
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The image's s3fs, gcsfs and adlfs at their pins, with the credentials in the pod's
+    environment: its cleanup pod removes a stored file no image references."""
+    root = with_credentials_set(
+        storage_roots(kind, tmp_path, lambda _kind: request.getfixturevalue(f"{kind}_server")),
+        monkeypatch,
+    )
+    pod = janitor_pod(storage=root.url)
+    (container,) = pod["spec"]["containers"]
+    container["env"] += [{"name": name, "value": value} for name, value in root.environment.items()]
+    namespace = pod["metadata"]["namespace"]
+    storage = CheckpointStorage(JobStorageLayout(root.url, namespace, "word-count"))
+    state = tmp_path / "1.delta"
+    state.write_bytes(b"state of partition 0")
+    stored = storage.add_shared_file(str(state), "state/0/0/1.delta")
+
+    output = run_pod_container(images["spark"], pod["spec"], container)
+
+    assert output.strip().splitlines()[-1] == (
+        "removed checkpoints [], savepoints [], 1 shared files, 0 unfinished uploads"
+    )
+    assert not root.exists(storage.layout.location_path(stored.location))
 
 
 @pytest.mark.images
