@@ -50,12 +50,12 @@ from spark_checkpoint_operator.local_state import (
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.problems import ManifestError
-from spark_checkpoint_operator.restore_choice import image_argument
 from spark_checkpoint_operator.savepoint_disposal import (
     DisposalDeclined,
     DisposalIncomplete,
     DisposalRefused,
     dispose_here,
+    savepoint_argument,
     savepoint_named,
 )
 from spark_checkpoint_operator.status import StatusFile, StatusFileError, last_image
@@ -170,7 +170,7 @@ def add_control_commands(commands: "argparse._SubParsersAction[Parser]") -> None
     detached_or_dispose.add_argument(
         "--dispose",
         "-d",
-        type=image_argument,
+        type=savepoint_argument,
         metavar="SAVEPOINT",
         help="take no savepoint: dispose of the job's savepoint savepoint:N, or the one at "
         "PATH (.../savepoints/sp-N), as `flink savepoint --dispose`: it leaves the job's "

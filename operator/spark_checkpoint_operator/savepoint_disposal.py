@@ -3,6 +3,7 @@ leaves the job's registry, then its files leave storage. Through the run of the 
 one runs (`ControlServer`, the coordinator's `SavepointDisposeRequested`), else here, under
 the locks a run takes, with the registry written ahead of the delete as a run does."""
 
+import argparse
 import time
 from dataclasses import replace
 
@@ -17,7 +18,11 @@ from spark_checkpoint_operator.local_runtime import (
     storage_lock,
 )
 from spark_checkpoint_operator.local_state import LocalPaths
-from spark_checkpoint_operator.restore_choice import registry_reference, snapshot_uri
+from spark_checkpoint_operator.restore_choice import (
+    image_argument,
+    registry_reference,
+    snapshot_uri,
+)
 from spark_checkpoint_operator.status import DiscardDue, StatusFile, render_status
 from spark_checkpoint_operator.supervisor import JobRecord
 
@@ -33,6 +38,13 @@ class DisposalDeclined(DisposalRefused):
 class DisposalIncomplete(Exception):
     """The savepoint left the registry, but its files could not be deleted; the message
     says why."""
+
+
+def savepoint_argument(choice: str) -> str:
+    """`image_argument` for ``--dispose``, whose empty value asks for a savepoint."""
+    if not choice:
+        raise argparse.ArgumentTypeError("is empty: give savepoint:N or a savepoint's path")
+    return image_argument(choice)
 
 
 def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:

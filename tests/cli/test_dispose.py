@@ -125,7 +125,7 @@ def test_what_is_not_the_jobs_registered_savepoint_is_refused(
     ("arguments", "said"),
     [
         (["-d", "savepoint:x"], "'savepoint:x' is not savepoint:N with N an id"),
-        (["-d", ""], "is empty: give savepoint:N"),
+        (["-d", ""], "argument --dispose/-d: is empty: give savepoint:N or a savepoint's path ("),
         (["--detached", "-d", "savepoint:3"], "not allowed with argument --detached"),
     ],
 )
