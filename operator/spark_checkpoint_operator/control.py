@@ -344,6 +344,7 @@ class ControlServer:
     def status(self) -> RuntimeStatus:
         record = self._supervisor.record
         state = record.coordinator
+        due = [discard.key for discard in record.discards_due]
         return RuntimeStatus(
             job=self._job,
             phase=record.phase.value,
@@ -351,8 +352,12 @@ class ControlServer:
             runtime_pid=os.getpid(),
             driver_pid=self._driver_pid(),
             last_batch=record.last_batch,
-            last_checkpoint=Image.from_view(last_image(state, CheckpointKind.CHECKPOINT)),
-            last_savepoint=Image.from_view(last_image(state, CheckpointKind.SAVEPOINT)),
+            last_checkpoint=Image.from_view(
+                last_image(state, CheckpointKind.CHECKPOINT), CheckpointKind.CHECKPOINT, due
+            ),
+            last_savepoint=Image.from_view(
+                last_image(state, CheckpointKind.SAVEPOINT), CheckpointKind.SAVEPOINT, due
+            ),
             in_progress=len(record.pending),
             message=record.message,
         )

@@ -488,11 +488,11 @@ def last_run(status_file: Path) -> str:
         return f"its status file cannot be read: {error}"
     if status is None:
         return "the job has not run with this state directory"
-    due = {discard.key for discard in status.discards_due}
+    due = [discard.key for discard in status.discards_due]
     images = ", ".join(
-        f"{kind} {_or_none(image and image['id'])}{_discarded(kind, image, due)}"
+        f"{kind} {_or_none(image and image.snapshot_id)}{_discarded(image)}"
         for kind in CheckpointKind
-        for image in [last_image(status.coordinator, kind)]
+        for image in [Image.from_view(last_image(status.coordinator, kind), kind, due)]
     )
     message = f": {printable_line(status.message)}" if status.message else ""
     recorded = (
@@ -522,8 +522,11 @@ def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
         status = None if found is None else found.persisted_status()
     except StatusFileError:
         status = None
+    due = [] if status is None else [discard.key for discard in status.discards_due]
     images = {
-        kind: None if status is None else last_image(status.coordinator, kind)
+        kind: None
+        if status is None
+        else Image.from_view(last_image(status.coordinator, kind), kind, due)
         for kind in CheckpointKind
     }
     return {
@@ -543,20 +546,17 @@ def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
     }
 
 
-def _image_document(view: dict[str, Any] | None) -> dict[str, Any] | None:
-    image = Image.from_view(view)
+def _image_document(image: Image | None) -> dict[str, Any] | None:
     return None if image is None else image.to_json()
 
 
-def _discarded(
-    kind: CheckpointKind, image: dict[str, Any] | None, due: set[tuple[CheckpointKind, int]]
-) -> str:
+def _discarded(image: Image | None) -> str:
     """A finished job's last checkpoint, which retention discarded, has no path; its
     files may wait for a delete (storage that did not answer: an Azure user's "discarded"
     while `list` showed it in storage)."""
-    if image is None or "path" in image:
+    if image is None or image.path is not None:
         return ""
-    if (kind, image["id"]) in due:
+    if image.discard_due:
         return " (discarded; its files stay in storage until a run of the job deletes them)"
     return " (discarded)"
 
@@ -591,7 +591,10 @@ def _or_none(value: object) -> str:
 
 
 def _path(image: Image | None) -> str:
-    """A finished job's last checkpoint, which retention discarded, has no path."""
+    """A finished job's last checkpoint, which retention discarded, has no path; while its
+    files wait for a delete it is "discarding" (one word, for a table's column)."""
     if image is None:
         return "none"
-    return "discarded" if image.path is None else image.path
+    if image.path is None:
+        return "discarding" if image.discard_due else "discarded"
+    return image.path

@@ -8,13 +8,14 @@ nothing coerced, raising `ProtocolError` whose one-line message names the field.
 """
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self, TypeVar
 
 # The agent protocol's checked field readers: a field has one kind of check and message.
 from spark_checkpoint.protocol import (
+    CheckpointKind,
     Fields,
     ProtocolError,
     read_boolean,
@@ -124,23 +125,38 @@ class ControlRequest:
 @dataclass(frozen=True, slots=True)
 class Image:
     """A checkpoint or savepoint: its id and its ``_metadata`` path (None while it is in
-    progress, and once retention discarded a finished job's last checkpoint)."""
+    progress, and once retention discarded a finished job's last checkpoint); whether the
+    delete of a discarded one's files is still due (storage that did not answer)."""
 
     snapshot_id: int  # "id"
     path: str | None
+    discard_due: bool = False  # "discardDue"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.snapshot_id, "path": self.path}
+        return {"id": self.snapshot_id, "path": self.path, "discardDue": self.discard_due}
 
     @classmethod
     def from_json(cls, value: Any, field: str) -> Self:
         fields = Fields.nested(value, field)
-        return cls(fields.read("id", read_integer), fields.read("path", read_optional(read_string)))
+        return cls(
+            fields.read("id", read_integer),
+            fields.read("path", read_optional(read_string)),
+            fields.read("discardDue", read_boolean, default=False),
+        )
 
     @classmethod
-    def from_view(cls, view: Mapping[str, Any] | None) -> Self | None:
-        """The status view's last image (``status.last_image``), as the status file has it."""
-        return None if view is None else cls(view["id"], view.get("path"))
+    def from_view(
+        cls,
+        view: Mapping[str, Any] | None,
+        kind: CheckpointKind,
+        discards_due: Iterable[tuple[CheckpointKind, int]],
+    ) -> Self | None:
+        """The status view's last image of `kind` (``status.last_image``), as the status
+        file has it, with the record's `discards_due` (their keys)."""
+        if view is None:
+            return None
+        path = view.get("path")
+        return cls(view["id"], path, path is None and (kind, view["id"]) in set(discards_due))
 
 
 @dataclass(frozen=True, slots=True)

@@ -57,6 +57,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
+from spark_checkpoint_operator.status import DiscardDue
 from spark_checkpoint_operator.supervisor import (
     FINISHING_NEEDS_NO_SAVEPOINT,
     FINISHING_TAKES_NO_SAVEPOINT,
@@ -618,26 +619,33 @@ def test_a_stop_while_an_earlier_stop_ends_the_job_says_it_is_already_stopping(
     )
 
 
-def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike() -> None:
+@pytest.mark.parametrize(("due", "shown_path"), [(False, "discarded"), (True, "discarding")])
+def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike(
+    due: bool, shown_path: str
+) -> None:
     """`status` of a run that had just finished showed CHECKPOINT none while `status -o json`
     from its status file showed {"id": 8, "path": null} (a newcomer's): both name the
-    finished job's last checkpoint, which retention discarded."""
+    finished job's last checkpoint, which retention discarded; "discarding" while its
+    files wait for their delete (it said "discarded" while `list` showed them, an Azure
+    user's)."""
     last = CheckpointOutcome(
         8, CheckpointKind.CHECKPOINT, OutcomeStatus.COMPLETED, 100.0, 101.5, 12, 7_000
     )
     record = JobRecord(
         phase=JobPhase.FINISHED, attempt=1, coordinator=PersistedState(history=(last,))
     )
+    if due:
+        record.discards_due = [DiscardDue(CheckpointKind.CHECKPOINT, 8)]
     supervisor = cast(JobSupervisor, SimpleNamespace(record=record))
     server = ControlServer(supervisor, "default/job", lambda: None, "token", print)
 
     status = RuntimeStatus.from_json(json.loads(json.dumps(server.status().to_json())))
 
-    assert status.last_checkpoint == Image(8, None)
+    assert status.last_checkpoint == Image(8, None, discard_due=due)
     assert status.last_savepoint is None
     header, row = (line.split() for line in status_lines(status, wide=True))
     shown = dict(zip(header, row, strict=False))
-    assert (shown["CHECKPOINT"], shown["CHECKPOINT-PATH"]) == ("8", "discarded")
+    assert (shown["CHECKPOINT"], shown["CHECKPOINT-PATH"]) == ("8", shown_path)
     assert (shown["SAVEPOINT"], shown["SAVEPOINT-PATH"]) == ("none", "none")
 
 

@@ -164,4 +164,8 @@ def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
     assert table.err.endswith(
         f"the last run left it Finished (attempt 1, batch 2, {said}, savepoint none)\n"
     ), table.err
-    assert json.loads(document.out)["lastCheckpoint"] == {"id": 1, "path": None}
+    assert json.loads(document.out)["lastCheckpoint"] == {
+        "id": 1,
+        "path": None,
+        "discardDue": bool(due),
+    }
