@@ -4,15 +4,18 @@ one. Also the JVM settings of every Spark driver the tests start (helpers/spark_
 
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import fsspec
 import pytest
 
+# As every process of the product: it chooses gcsfs's classic filesystem (spark_checkpoint's
+# __init__), which must happen before anything imports gcsfs.
+import spark_checkpoint  # noqa: F401
 from helpers.faulty_proxy import FaultyProxy
 from helpers.objectstore import (
-    GCSFS_CLASSIC,
     AzureServer,
     GCSServer,
     S3Server,
@@ -26,7 +29,6 @@ from helpers.objectstore import (
 from helpers.spark_jvm import driver_options
 
 _ARCHIVE_SAID = pytest.StashKey[str]()
-os.environ.update(GCSFS_CLASSIC)  # before anything imports gcsfs, here and in subprocesses
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -90,6 +92,16 @@ def gcs_root(gcs_server: GCSServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
     return with_credentials_set(
         storage_roots("gcs", tmp_path, lambda _kind: gcs_server), monkeypatch
     )
+
+
+@pytest.fixture
+def without_gcsfs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """gcsfs cannot be imported, as in an image of the user's own without it: fsspec says
+    "Please install gcsfs to access Google Storage" for gs://."""
+    monkeypatch.setitem(sys.modules, "gcsfs", None)
+    for protocol in ("gs", "gcs"):
+        # fsspec's module (its package's `registry` is a read-only view of this dict).
+        monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
 
 
 StartProxy = Callable[[StorageRoot, "re.Pattern[bytes]", bytes | None], FaultyProxy]

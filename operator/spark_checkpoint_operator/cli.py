@@ -213,8 +213,12 @@ def _main(argv: Sequence[str] | None) -> int:
 
     args, unrecognized = parser.parse_known_args(argv)
     # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen
-    # lines (four of them without credentials); the storage error after it says it in one.
+    # lines (four of them without credentials), google-auth that it found none, and gcsfs
+    # each refused request as an error with its traceback; the storage error after them
+    # says it in one line.
     logging.getLogger("azure.identity").setLevel(logging.ERROR)
+    logging.getLogger("google.auth").setLevel(logging.ERROR)
+    logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     if unrecognized:  # named by the command that took the rest, whose --help says more
         command = commands.choices[args.command]
         assert isinstance(command, Parser)

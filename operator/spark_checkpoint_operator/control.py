@@ -344,7 +344,7 @@ class ControlServer:
     def status(self) -> RuntimeStatus:
         record = self._supervisor.record
         state = record.coordinator
-        due = [discard.key for discard in record.discards_due]
+        due = {discard.key for discard in record.discards_due}
         return RuntimeStatus(
             job=self._job,
             phase=record.phase.value,

@@ -488,7 +488,7 @@ def last_run(status_file: Path) -> str:
         return f"its status file cannot be read: {error}"
     if status is None:
         return "the job has not run with this state directory"
-    due = [discard.key for discard in status.discards_due]
+    due = {discard.key for discard in status.discards_due}
     images = ", ".join(
         f"{kind} {_or_none(image and image.snapshot_id)}{_discarded(image)}"
         for kind in CheckpointKind
@@ -522,12 +522,15 @@ def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
         status = None if found is None else found.persisted_status()
     except StatusFileError:
         status = None
-    due = [] if status is None else [discard.key for discard in status.discards_due]
+    due = set() if status is None else {discard.key for discard in status.discards_due}
     images = {
-        kind: None
-        if status is None
-        else Image.from_view(last_image(status.coordinator, kind), kind, due)
+        kind: image and image.to_json()
         for kind in CheckpointKind
+        for image in [
+            None
+            if status is None
+            else Image.from_view(last_image(status.coordinator, kind), kind, due)
+        ]
     }
     return {
         "job": f"{paths.job_dir.parent.name}/{paths.job_dir.name}",
@@ -536,18 +539,14 @@ def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
         "runtimePid": int(holder) if holder is not None and holder.isdigit() else None,
         "driverPid": None,
         "lastCommittedBatch": None if status is None else status.last_committed_batch,
-        "lastCheckpoint": _image_document(images[CheckpointKind.CHECKPOINT]),
-        "lastSavepoint": _image_document(images[CheckpointKind.SAVEPOINT]),
+        "lastCheckpoint": images[CheckpointKind.CHECKPOINT],
+        "lastSavepoint": images[CheckpointKind.SAVEPOINT],
         "inProgress": 0,
         "message": last_run(paths.status_file)
         if holder is None
         else _unanswering_run(paths, holder),
         "running": False,
     }
-
-
-def _image_document(image: Image | None) -> dict[str, Any] | None:
-    return None if image is None else image.to_json()
 
 
 def _discarded(image: Image | None) -> str:

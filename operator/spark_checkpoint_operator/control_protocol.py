@@ -8,7 +8,7 @@ nothing coerced, raising `ProtocolError` whose one-line message names the field.
 """
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Self, TypeVar
@@ -149,14 +149,14 @@ class Image:
         cls,
         view: Mapping[str, Any] | None,
         kind: CheckpointKind,
-        discards_due: Iterable[tuple[CheckpointKind, int]],
+        discards_due: Set[tuple[CheckpointKind, int]],
     ) -> Self | None:
         """The status view's last image of `kind` (``status.last_image``), as the status
         file has it, with the record's `discards_due` (their keys)."""
         if view is None:
             return None
         path = view.get("path")
-        return cls(view["id"], path, path is None and (kind, view["id"]) in set(discards_due))
+        return cls(view["id"], path, path is None and (kind, view["id"]) in discards_due)
 
 
 @dataclass(frozen=True, slots=True)

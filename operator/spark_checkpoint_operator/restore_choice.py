@@ -163,7 +163,7 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
             f"{choice} is not savepoint:N, checkpoint:N or the path of a checkpoint or a "
             f"savepoint: {error}"
         ) from None
-    except (ImportError, OSError) as error:  # no library for it here (gcsfs)
+    except (ImportError, OSError) as error:  # no library for it here (an image without gcsfs)
         raise UnknownImage(f"{choice} cannot be read here: {error}") from None
     kind, snapshot_id = address.kind, address.snapshot_id
     registered = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints

@@ -122,6 +122,7 @@ class OutputStorage:
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.url, self.is_local = _output_url(output_dir)
         fs, root = url_to_fs(self.url, use_listings_cache=False)
+        _require_create_only_writes(fs, self.url)
         require_named_account_reached(fs, self.url)
         self._fs: Any = fs
         self._root: str = root.rstrip("/")
@@ -284,6 +285,23 @@ def write_partition(
     path = f"{directory}/part-{partition:05d}-{uuid.uuid4().hex}.json"
     size = OutputStorage(output_url).write_lines(path, itertools.chain([first], lines))
     return [(path, size)]
+
+
+def _require_create_only_writes(fs: Any, url: str) -> None:
+    """Refuse gcsfs's experimental filesystem (zonal and hierarchical-namespace buckets),
+    whose create-only write on a zonal bucket overwrites: `spark_checkpoint` turns it off
+    unless the user's environment turned it on, or gcsfs was imported first."""
+    if "gs" not in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
+        return
+    from gcsfs.extended_gcsfs import ExtendedGcsFileSystem  # noqa: PLC0415 (gs:// only)
+
+    if isinstance(fs, ExtendedGcsFileSystem):
+        raise ValueError(
+            f"TransactionalFileSink cannot commit atomically to {hide_password(url)!r} with "
+            "gcsfs's experimental filesystem, whose create-only write overwrites on a zonal "
+            "bucket: set GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false, or import spark_checkpoint "
+            "before gcsfs"
+        )
 
 
 def _precondition_failed(error: OSError) -> bool:

@@ -344,6 +344,7 @@ def test_a_run_option_out_of_range_is_a_one_line_usage_error(
     assert len(result.err.splitlines()) == 1, result.err
 
 
+@pytest.mark.usefixtures("without_gcsfs")
 def test_what_keeps_a_run_from_starting_is_said_in_one_line_before_any_driver(
     tmp_path: Path, cli: Cli
 ) -> None:

@@ -4,6 +4,9 @@ the credentials of the environment."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -11,11 +14,13 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from helpers.fake_query import run_cli
+from helpers.faulty_proxy import http_answer
 from helpers.objectstore import ROOT_KINDS, StorageRoot, storage_root_for
 from spark_checkpoint.storage import CheckpointKind
 
 if TYPE_CHECKING:
-    from conftest import Job, Result
+    from conftest import Job, Result, StartProxy
 
 Cli = Callable[..., "Result"]
 
@@ -83,3 +88,25 @@ def test_a_bucket_that_does_not_exist_is_said_not_taken_for_empty_storage(
         f"{bucket!r} does not exist (at the endpoint and account these credentials reach)\n"
     )
     assert result.out == ""
+
+
+def test_a_refusal_gcs_gives_a_process_of_the_command_line_is_one_line(
+    gcs_root: StorageRoot, faulty_proxy: StartProxy, tmp_path: Path
+) -> None:
+    """gcsfs logs each refused request as an error with its traceback, which Python's
+    last-resort handler printed before the command's own line (a reviewer's): a pod or a
+    machine without Google credentials is anonymous, which GCS answers 401."""
+    said = "Anonymous caller does not have storage.objects.list access to the bucket."
+    answer = http_answer(
+        "401 Unauthorized", json.dumps({"error": {"code": 401, "message": said}}).encode()
+    )
+    refused = faulty_proxy(gcs_root, re.compile(rb"^GET /storage/v1/b/\S*/o\?"), answer)
+    flags = ["--storage", gcs_root.url, "--namespace", "analytics", "--job", "clicks"]
+
+    result = run_cli(tmp_path, "list", *flags, environment=dict(os.environ))
+
+    assert refused.matched >= 1
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stderr.splitlines() == [
+        f"spark-checkpoint list: {gcs_root.url}/analytics/clicks: HttpError: {said} (HTTP 401)"
+    ], result.stderr

@@ -42,6 +42,7 @@ from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
         ),
     ],
 )
+@pytest.mark.usefixtures("without_gcsfs")
 def test_a_path_that_names_no_readable_image_is_one_line(
     tmp_path: Path, choice: str, said: str
 ) -> None:

@@ -49,10 +49,6 @@ AZURITE_KEY = (
     "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 )
 _STARTUP_SECONDS = 60
-# gcsfs (from 2026.8) asks GCS's gRPC control API for each bucket's layout, which no emulator
-# serves (a minute's retries, then the classic filesystem it takes for a flat bucket anyway);
-# the variable is read as gcsfs is imported, so tests/conftest.py sets it for the session too.
-GCSFS_CLASSIC = {"GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
 
 
 class RequestLog:
@@ -179,7 +175,7 @@ class GCSServer:
         return f"gs://{self.bucket}/{path}"
 
     def environment(self) -> dict[str, str]:
-        return {"STORAGE_EMULATOR_HOST": self.endpoint, **GCSFS_CLASSIC}
+        return {"STORAGE_EMULATOR_HOST": self.endpoint}
 
     def filesystem(self) -> Any:
         """A fresh gcsfs reaching this server, without a listings cache."""

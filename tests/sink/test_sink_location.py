@@ -1,6 +1,9 @@
-"""Where TransactionalFileSink may write: a local directory, S3 or Azure Blob Storage, never
-a filesystem it cannot commit to atomically."""
+"""Where TransactionalFileSink may write: a local directory, S3, Google Cloud Storage or
+Azure Blob Storage, never a filesystem it cannot commit to atomically."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -92,3 +95,47 @@ def test_a_file_uri_is_its_local_path(tmp_path: Path) -> None:
     sink = TransactionalFileSink(target.as_uri())
     assert sink.output_dir == str(target)
     assert (target / "committed").is_dir()
+
+
+def _python(code: str, **variables: str) -> subprocess.CompletedProcess[str]:
+    """``code`` in a Python process of its own, with ``variables`` over a plain environment."""
+    environment = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/"), **variables}
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_spark_checkpoint_chooses_gcsfs_classic_filesystem() -> None:
+    """gcsfs's default (2026.8 on) is its experimental class for zonal and hierarchical-
+    namespace buckets, whose create-only write overwrites on a zonal bucket (a reviewer's)."""
+    chosen = _python(
+        "import spark_checkpoint, fsspec; "
+        "print(type(fsspec.filesystem('gs', token='anon')).__name__)"
+    )
+
+    assert chosen.returncode == 0, chosen.stderr
+    assert chosen.stdout == "GCSFileSystem\n"
+
+
+def test_the_sink_refuses_gcsfs_experimental_filesystem() -> None:
+    """A user's environment turned it on: commit records would not fence a second writer."""
+    refused = _python(
+        "from spark_checkpoint.sink import TransactionalFileSink\n"
+        "try:\n"
+        "    TransactionalFileSink('gs://bucket/out')\n"
+        "except ValueError as error:\n"
+        "    print(error)\n",
+        GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT="true",
+    )
+
+    assert refused.returncode == 0, refused.stderr
+    assert refused.stdout == (
+        "TransactionalFileSink cannot commit atomically to 'gs://bucket/out' with gcsfs's "
+        "experimental filesystem, whose create-only write overwrites on a zonal bucket: set "
+        "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false, or import spark_checkpoint before gcsfs\n"
+    )

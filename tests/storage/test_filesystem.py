@@ -770,6 +770,8 @@ def test_a_missing_bucket_is_told_by_the_stores_error_code_alone() -> None:
         )
     )
     assert not is_missing_bucket(PermissionError("b/bkt/o"))
+    # A resumable upload's later part: its session is gone, not the bucket.
+    assert not is_missing_bucket(FileNotFoundError(f"{upload}?uploadType=resumable&upload_id=x"))
 
 
 def test_an_azure_refusal_is_told_in_one_line_with_its_code(
@@ -851,12 +853,7 @@ def test_an_azure_refusal_keeps_the_details_that_say_why(monkeypatch: pytest.Mon
     refusal.additional_info = {  # type: ignore[attr-defined]
         "authenticationerrordetail": "Signed expiry time must be after signed start time"
     }
-    fs = StorageFileSystem(fsspec.filesystem("memory"))
-
-    def refused(path: str, detail: bool) -> list[str]:
-        raise refusal
-
-    monkeypatch.setattr(fs._fs, "ls", refused)
+    fs = _listing_raising(refusal, monkeypatch)
 
     with pytest.raises(StorageAccessError) as raised:
         fs.list_dir("memory://c/x")
@@ -998,3 +995,79 @@ def test_an_object_stores_error_names_its_object(raised: OSError, told: str) -> 
         raise raised
 
     assert str(error.value) == f"{told}: 's3://bucket/key'"
+
+
+@pytest.mark.parametrize(
+    ("raised", "said", "code"),
+    [
+        # gcsfs's 403 of a listing: its request's path, GCS's message on the next line.
+        (
+            OSError("Forbidden: b/bkt/o\nsa@p.iam does not have storage.objects.list access"),
+            "Forbidden: sa@p.iam does not have storage.objects.list access",
+            errno.EACCES,
+        ),
+        (
+            OSError("Forbidden: https://storage.googleapis.com/download/storage/v1/b/bkt/o/k"),
+            "Forbidden",
+            errno.EACCES,
+        ),
+        # A batch delete's refusal (real GCS only): the answer's JSON.
+        (
+            OSError('{  "error": {    "code": 403,    "message": "no storage.objects.delete"  }}'),
+            "no storage.objects.delete",
+            errno.EACCES,
+        ),
+        # Another store's lines stay as they were said.
+        (OSError("Server failed.\nRequestId:1"), "Server failed.\nRequestId:1", errno.EIO),
+        (PermissionError("Access Denied"), "Access Denied", errno.EACCES),
+    ],
+)
+def test_an_object_stores_error_names_the_path_and_what_the_store_said(
+    monkeypatch: pytest.MonkeyPatch, raised: OSError, said: str, code: int
+) -> None:
+    """gcsfs's errors name their request instead of saying why (a reviewer's): "[Errno 5]
+    Forbidden: b/bkt/o: ..." and a batch delete's JSON."""
+    fs = _listing_raising(raised, monkeypatch)
+
+    with pytest.raises(OSError) as error:
+        fs.list_dir("memory://bkt/x")
+
+    assert (error.value.errno, error.value.strerror, error.value.filename) == (
+        code,
+        said,
+        "memory://bkt/x",
+    )
+
+
+def test_credentials_that_get_no_token_are_told_as_such_not_as_a_401(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """gcsfs raises a token google-auth could not get (a key file's, Workload Identity's)
+    as GCS's "Invalid Credentials" 401 after its retries, the reason in its cause (a
+    reviewer's: a revoked key said "HttpError: Invalid Credentials (HTTP 401)")."""
+    from gcsfs.retry import HttpError  # noqa: PLC0415 (gs:// only)
+    from google.auth.exceptions import RefreshError  # noqa: PLC0415
+
+    cause = RefreshError("invalid_grant: Invalid JWT Signature.", {"error": "invalid_grant"})
+    refusal = HttpError({"code": 401, "message": "Invalid Credentials"})
+    refusal.__cause__ = cause
+    fs = _listing_raising(refusal, monkeypatch)
+
+    with pytest.raises(StorageAccessError) as raised:
+        fs.list_dir("memory://bkt/x")
+
+    assert str(raised.value) == (
+        "memory://bkt/x: the credentials could not get a token (google-auth's RefreshError: "
+        "invalid_grant: Invalid JWT Signature.); no request reached GCS"
+    )
+
+
+def _listing_raising(error: Exception, monkeypatch: pytest.MonkeyPatch) -> StorageFileSystem:
+    """A filesystem whose library raises `error` for any listing."""
+    fs = StorageFileSystem(fsspec.filesystem("memory"))
+
+    def refused(path: str, detail: bool) -> list[str]:
+        raise error
+
+    monkeypatch.setattr(fs._fs, "ls", refused)
+    return fs

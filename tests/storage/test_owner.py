@@ -235,8 +235,8 @@ def test_a_claim_gcs_refuses_is_told_in_one_line_with_the_object_and_the_stores_
 def test_a_claim_gcs_refuses_an_anonymous_caller_is_told_with_the_object_and_the_stores_reason(
     gcs_root: StorageRoot, faulty_proxy: StartProxy
 ) -> None:
-    """A pod without credentials reaches GCS anonymously (google-auth finds none, gcsfs goes
-    on without): the 401 is gcsfs's HttpError, not an OSError."""
+    """A machine or a pod off GCP without credentials reaches GCS anonymously (google-auth
+    finds none, gcsfs goes on without): the 401 is gcsfs's HttpError, not an OSError."""
     said = "Anonymous caller does not have storage.objects.get access to the object."
     answer = http_answer(
         "401 Unauthorized", json.dumps({"error": {"code": 401, "message": said}}).encode()

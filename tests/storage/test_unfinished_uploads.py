@@ -223,4 +223,5 @@ def test_with_no_unfinished_upload_collection_aborts_none_and_warns_of_nothing(
     storage = CheckpointStorage(JobStorageLayout(storage_root.url, NAMESPACE, JOB))
 
     assert storage.collect_garbage([], []).aborted_uploads == 0
-    assert caplog.records == []
+    # google-auth's, on GCS: this machine has no Google credentials (gcsfs goes on without).
+    assert [record for record in caplog.records if record.name != "google.auth._default"] == []

@@ -40,25 +40,28 @@ def storage_failure(error: Exception, job_root: str) -> str:
 
 # What S3 and Azure Blob Storage answer for a bucket or container that does not exist.
 _MISSING_BUCKET_CODES = ("NoSuchBucket", "ContainerNotFound")
-# The JSON API's URL of a bucket's objects (its listing; an upload's), as gcsfs names it:
-# whole (an upload's) or from `b/` on (a listing's).
-_GCS_BUCKET_OBJECTS = re.compile(r"(https?://[^/]+(/upload)?/storage/v1/)?b/[^/?]+/o(\?.*)?")
+# A request to GCS's JSON API as gcsfs's errors name it: its URL (an upload's, a download's)
+# or its path from the bucket on (`b/<bucket>/o/<key>`, a listing's or an object's).
+GCS_REQUEST = re.compile(
+    r"(?:https?://[^/\s]+(?:/upload|/download)?/storage/v1/)?b/(?P<bucket>[^/?\s]+)/o"
+    r"(?P<key>/[^?\s]*)?(?:\?(?P<query>\S*))?"
+)
 
 
 def is_missing_bucket(error: BaseException) -> bool:
     """Whether an object store's error says that its bucket (S3, GCS) or container (Azure)
     does not exist, as the service's error code does: s3fs raises FileNotFoundError with the
     service's error as the cause, adlfs that or the service's error itself; gcsfs a
-    FileNotFoundError naming the request's URL, which is a bucket's list of objects (a
-    listing, an upload) only when the bucket is missing. Not a key that does not exist, nor
-    a refusal. (Asking for the bucket instead takes rights a least-privilege policy may
-    not give: HeadBucket needs s3:ListBucket without a prefix condition.)"""
+    FileNotFoundError naming the request, which is a bucket's list of objects (a listing,
+    an upload, not a resumable upload's later part) only when the bucket is missing. Not a
+    key that does not exist, nor a refusal. (Asking for the bucket instead takes rights a
+    least-privilege policy may not give: HeadBucket needs s3:ListBucket without a prefix
+    condition.)"""
     if isinstance(error, FileNotFoundError) and error.strerror == "No such container":
         return True  # adlfs's own
-    if isinstance(error, FileNotFoundError) and _GCS_BUCKET_OBJECTS.fullmatch(
-        str(error.args[0]) if error.args else ""
-    ):
-        return True
+    gcs = GCS_REQUEST.fullmatch(str(error.args[0]) if error.args else "")
+    if isinstance(error, FileNotFoundError) and gcs and not gcs["key"]:
+        return "upload_id=" not in (gcs["query"] or "")
     for cause in (error, error.__cause__, error.__context__):
         response = getattr(cause, "response", None)  # botocore's ClientError
         code = (

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import posixpath
 import re
@@ -24,6 +25,7 @@ from fsspec.implementations.local import LocalFileSystem
 
 from .durability import fsync_descriptor, fsync_path, make_files_durable
 from .errors import (
+    GCS_REQUEST,
     STORAGE_DIRECTORY,
     ChecksumMismatchError,
     MissingFileError,
@@ -636,20 +638,19 @@ _ERRNO_OF: dict[type[OSError], int] = {
     FileExistsError: errno.EEXIST,
     TimeoutError: errno.ETIMEDOUT,  # fsspec's FSTimeoutError, s3fs's RequestTimeout
 }
-# What gcsfs's errors name of their request: its URL (GCS's JSON API), or all of it from
-# the bucket's objects on (`b/<bucket>/o/<key>`).
-_GCS_REQUEST_URL = re.compile(r"https?://\S+/storage/v1/b/\S*")
-_GCS_REQUEST_PATH = re.compile(r"b/[^/\s]+/o(/\S*)?")
+# gcsfs's 403: "Forbidden: <request>" (`GCS_REQUEST`), GCS's message on the next line.
+_GCS_FORBIDDEN = re.compile(r"Forbidden: (?P<request>\S*)\n?(?P<message>.*)", re.DOTALL)
+# The errno of a GCS status in a batch delete's error (gcsfs gives the answer's JSON).
+_ERRNO_OF_STATUS = {403: errno.EACCES, 404: errno.ENOENT, 401: errno.EACCES}
 
 
 def _name_path(error: OSError, path: str) -> None:
     """Make `error`, which names no file (an object store's, as s3fs translates it from the
     service's answer), name `path`; in place, so that its class and causes stay what callers
     and `is_missing_bucket` look at. A bare 403 says what it may mean."""
-    said = _said(error)
+    said, status = _said(error)
     if error.errno is None:
-        refused = said.startswith("Forbidden")  # gcsfs's 403, an OSError
-        error.errno = errno.EACCES if refused else _errno_of(type(error))
+        error.errno = _ERRNO_OF_STATUS.get(status or 0) or _errno_of(type(error))
     if error.strerror is None:
         # s3fs's FileNotFoundError(path) says nothing but the path.
         error.strerror = os.strerror(error.errno) if not said or path.endswith(said) else said
@@ -667,14 +668,22 @@ def _errno_of(kind: type[OSError]) -> int:
     return next((code for base in kind.__mro__ if (code := _ERRNO_OF.get(base))), errno.EIO)
 
 
-def _said(error: OSError) -> str:
-    """What `error` says, in one line and without the request's URL that gcsfs's errors
-    name (alone, or after "Forbidden: " with the service's message on the next line)."""
+def _said(error: OSError) -> tuple[str, int | None]:
+    """What `error` says, and the HTTP status it names, if any. gcsfs's errors name their
+    request instead (a 404's, a 412's), or say "Forbidden: <request>" with GCS's message on
+    the next line, or are the JSON of a batch delete's answer: said as GCS's message."""
     said = str(error.args[0]) if error.args else ""
-    if _GCS_REQUEST_PATH.fullmatch(said):
-        return ""
-    parts = (part.strip(" :") for part in _GCS_REQUEST_URL.sub("", said).splitlines())
-    return ": ".join(part for part in parts if part)
+    if GCS_REQUEST.fullmatch(said):
+        return "", None
+    forbidden = _GCS_FORBIDDEN.fullmatch(said)
+    if forbidden and GCS_REQUEST.fullmatch(forbidden["request"]):
+        message = printable_line(forbidden["message"].strip())
+        return (f"Forbidden: {message}" if message else "Forbidden"), 403
+    if said.startswith("{"):
+        with contextlib.suppress(ValueError, AttributeError):
+            answer = json.loads(said)["error"]
+            return printable_line(str(answer["message"])), int(answer["code"])
+    return said, None
 
 
 def _is_bare_refusal(error: OSError) -> bool:
@@ -687,7 +696,8 @@ def _is_bare_refusal(error: OSError) -> bool:
 def _reason(error: Exception) -> str:
     """The storage library's error in one line. Azure's message holds the service's
     answer twice, in lines and as the XML it came as: its first line and its code say it.
-    gcsfs's ends in the HTTP status, which is said as such."""
+    gcsfs's ends in the HTTP status, which is said as such; a token google-auth could not
+    get (a key file's, Workload Identity's) gcsfs raises as GCS's 401, after its retries."""
     code = getattr(error, "error_code", None)  # azure-core's HttpResponseError
     if isinstance(code, str) and code:
         name = getattr(code, "value", code)  # azure-storage's StorageErrorCode, a str enum
@@ -697,6 +707,13 @@ def _reason(error: Exception) -> str:
         return f"{type(error).__name__}: {first_line(error)} ({'; '.join([name, *told])})"
     status, message = getattr(error, "code", None), getattr(error, "message", None)
     if isinstance(status, int) and isinstance(message, str):  # gcsfs's HttpError
+        cause = error.__cause__
+        if cause is not None and type(cause).__name__ == "RefreshError":  # gcsfs: "a 401"
+            why = cause.args[0] if cause.args and isinstance(cause.args[0], str) else cause
+            return (
+                f"the credentials could not get a token (google-auth's RefreshError: "
+                f"{printable_line(str(why))}); no request reached GCS"
+            )
         said = message.removesuffix(f", {status}")  # which it appends to the service's
         return f"{type(error).__name__}: {printable_line(said)} (HTTP {status})"
     return f"{type(error).__name__}: {joined_lines(error)}"
