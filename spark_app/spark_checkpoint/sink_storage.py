@@ -291,11 +291,8 @@ def _require_create_only_writes(fs: Any, url: str) -> None:
     """Refuse gcsfs's experimental filesystem (zonal and hierarchical-namespace buckets),
     whose create-only write on a zonal bucket overwrites: `spark_checkpoint` turns it off
     unless the user's environment turned it on, or gcsfs was imported first."""
-    if "gs" not in ((fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol):
-        return
-    from gcsfs.extended_gcsfs import ExtendedGcsFileSystem  # noqa: PLC0415 (gs:// only)
-
-    if isinstance(fs, ExtendedGcsFileSystem):
+    # By name: gcsfs is in the spark image only, and the operator's holds this module too.
+    if any(kind.__name__ == "ExtendedGcsFileSystem" for kind in type(fs).__mro__):
         raise ValueError(
             f"TransactionalFileSink cannot commit atomically to {hide_password(url)!r} with "
             "gcsfs's experimental filesystem, whose create-only write overwrites on a zonal "
