@@ -1017,6 +1017,8 @@ def test_an_object_stores_error_names_its_object(raised: OSError, told: str) -> 
             "no storage.objects.delete",
             errno.EACCES,
         ),
+        # JSON of another shape is said as it is.
+        (OSError('{"error": "denied"}'), '{"error": "denied"}', errno.EIO),
         # Another store's lines stay as they were said.
         (OSError("Server failed.\nRequestId:1"), "Server failed.\nRequestId:1", errno.EIO),
         (PermissionError("Access Denied"), "Access Denied", errno.EACCES),

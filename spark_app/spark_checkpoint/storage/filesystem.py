@@ -680,7 +680,7 @@ def _said(error: OSError) -> tuple[str, int | None]:
         message = printable_line(forbidden["message"].strip())
         return (f"Forbidden: {message}" if message else "Forbidden"), 403
     if said.startswith("{"):
-        with contextlib.suppress(ValueError, AttributeError):
+        with contextlib.suppress(ValueError, KeyError, TypeError):  # other JSON: as said
             answer = json.loads(said)["error"]
             return printable_line(str(answer["message"])), int(answer["code"])
     return said, None
