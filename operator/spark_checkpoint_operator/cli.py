@@ -100,8 +100,8 @@ def _main(argv: Sequence[str] | None) -> int:
                 "(spec.state Suspended, the namespace named storage), or an option is invalid (a "
                 "malformed --from savepoint:N, an empty --state-dir or one that is a file)",
                 ExitCode.CANCELLED: "cancelled (a second Ctrl-C, or `spark-checkpoint cancel`), "
-                "or Ctrl-C, SIGTERM or SIGHUP while the run claimed an object store, before the "
-                "job started",
+                "or Ctrl-C, SIGTERM or SIGHUP while the run claimed an object store or checked "
+                "the image to restore, before the job started",
                 ExitCode.CLOSED_PIPE: "not used: output closed (`| head`) stops the job as "
                 "Ctrl-C does, and the run exits as the job ended (its lines go on to standard "
                 "error)",

@@ -17,10 +17,11 @@ import secrets
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, ClassVar
+from typing import IO, Any, ClassVar, TypeVar, cast
 
 from prometheus_client import REGISTRY
 
@@ -706,9 +707,10 @@ async def _prepared(
     signals = _StartSignals()
     try:
         janitor = await _claiming_janitor(manifest, storage, owner, report, signals)
-        # Storage reads that may take long: a signal meanwhile waits for the loop, which
-        # hands it to the supervisor's handlers (a stop before the job runs).
-        image = _checked_images(manifest, record, storage, restore_from)
+        image = await signals.leaving_behind(
+            functools.partial(_checked_images, manifest, record, storage, restore_from),
+            "while checking the image to restore",
+        )
         _tell_unrecorded_end(record, paths, report)
         _stop_leftover_driver(paths, report)
     except BaseException:
@@ -747,6 +749,9 @@ async def _claiming_janitor(
         claim.cancel()  # its janitor process goes too
     signals.check(f"while claiming the job's storage {storage.layout.job_root}")
     return janitor
+
+
+_Result = TypeVar("_Result")
 
 
 class _StartSignals:
@@ -793,6 +798,35 @@ class _StartSignals:
                 raise  # the run's own cancellation
         finally:
             self._work = None
+
+    async def leaving_behind(self, work: Callable[[], _Result], when: str) -> _Result:
+        """``work``'s result, from a daemon thread that a signal leaves behind: the run ends
+        at once (`check`, ``when`` saying during what) rather than once storage reads that
+        retry for minutes return (Ctrl-C waited for them)."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[_Result] = loop.create_future()
+
+        def settle(result: _Result | None, error: BaseException | None) -> None:
+            if done.done():  # cancelled by a signal
+                return
+            if error is not None:
+                done.set_exception(error)
+            else:
+                done.set_result(cast(_Result, result))
+
+        def run() -> None:
+            try:
+                outcome: tuple[_Result | None, BaseException | None] = (work(), None)
+            except BaseException as error:  # the awaiting task raises it
+                outcome = (None, error)
+            with contextlib.suppress(RuntimeError):  # the run ended: its loop is closed
+                loop.call_soon_threadsafe(settle, *outcome)
+
+        threading.Thread(target=run, name="start-checks", daemon=True).start()
+        with self.cancelling(done):
+            await done
+        self.check(when)
+        return done.result()
 
     def check(self, when: str) -> None:
         """Raise RunInterrupted if a signal came (``when`` says during what)."""
