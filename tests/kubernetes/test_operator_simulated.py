@@ -306,7 +306,9 @@ def test_a_driver_adopted_while_it_restored_falls_back_when_its_image_is_unusabl
 
         with operator_stopped(cluster):
             pass
-        cluster.wait_for_event("orders", "DriverAdopted", "resumed with the running driver")
+        cluster.wait_for_event(
+            "orders", "DriverAdopted", "resumed with the driver of attempt 2, which has not ended"
+        )
         cluster.crash_driver("orders-driver-2", exit_code=5)  # DriverExit.RESTORE_UNUSABLE
 
         third = cluster.wait_for("driver 3", lambda: cluster.simulated_agent("orders-driver-3"))

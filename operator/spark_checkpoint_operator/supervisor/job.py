@@ -696,7 +696,8 @@ class JobSupervisor:
             self._notify(
                 "DriverAdopted",
                 Level.NOTE,
-                f"resumed with the running driver of attempt {self._record.attempt}"
+                # Not "running": a pod still pulling its image is adopted too.
+                f"resumed with the driver of attempt {self._record.attempt}, which has not ended"
                 if ended is None
                 else f"the driver of attempt {self._record.attempt} ended "
                 f"({describe_exit(ended)}) while the runtime was down",
