@@ -532,9 +532,13 @@ def test_an_upgrade_that_splits_the_input_otherwise_fails_its_replays_instead_of
     _files_per_batch(first, 2)
     upgraded = JobRun(tmp_path / "job", bounded=False)  # the same directory and manifest
     upgraded.start("--from", f"savepoint:{chosen}")
-    upgraded.wait_for_line(
-        rf"batch {chosen_batch + 1} is committed in .*, but its replay reads other input"
+    failed = upgraded.wait_for_line(
+        r"batch ([0-9]+) is committed in .*, but its replay reads other input"
     )
+    # The first batch Spark plans again: the savepoint's next, or the one after it when the
+    # savepoint holds the next's offsets (planned, not committed yet: re-run from them, its
+    # input the same, and skipped; ci-f86 met this).
+    assert int(failed[1]) in (chosen_batch + 1, chosen_batch + 2), failed[0]
     upgraded.interrupt()
     upgraded.wait()
 
