@@ -26,6 +26,7 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -198,37 +199,40 @@ def start_gcs_server() -> GCSServer:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     endpoint = f"http://127.0.0.1:{port}"
-    process = subprocess.Popen(
-        [
-            str(_get_binary_path()),
-            "-scheme",
-            "http",
-            "-backend",
-            "memory",
-            "-host",
-            "127.0.0.1",
-            "-port",
-            str(port),
-            "-external-url",
-            endpoint,
-            "-log-level",
-            "error",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + _STARTUP_SECONDS
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=5).close()
-            break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                _, said = process.communicate()
-                raise RuntimeError(f"fake-gcs-server did not start: {said}") from None
-            time.sleep(0.05)
+    # A file, not a pipe: one nobody reads could fill and stop the server.
+    with tempfile.TemporaryFile("w+") as said:
+        process = subprocess.Popen(
+            [
+                str(_get_binary_path()),
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(port),
+                "-external-url",
+                endpoint,
+                "-log-level",
+                "error",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=said,
+            text=True,
+        )
+        deadline = time.monotonic() + _STARTUP_SECONDS
+        while True:
+            try:
+                urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=5).close()
+                break
+            except OSError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    process.kill()
+                    process.wait()
+                    said.seek(0)
+                    raise RuntimeError(f"fake-gcs-server did not start: {said.read()}") from None
+                time.sleep(0.05)
     gcs = GCSServer(endpoint, "checkpoints", process)
     gcs.filesystem().mkdir(gcs.bucket)
     return gcs

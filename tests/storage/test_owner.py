@@ -162,14 +162,10 @@ def test_a_claim_s3_refuses_is_told_with_the_object_and_the_stores_reason(
     Forbidden" (an S3 user's)."""
     denied = b"<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
     answer = http_answer("403 Forbidden", denied)
-    refused = faulty_proxy(s3_root, re.compile(rb"^GET \S*/owner\.json "), answer)
-    storage = CheckpointStorage(JobStorageLayout(s3_root.url, "default", "orders"))
+    storage, error = _refused_claim(s3_root, faulty_proxy, rb"^GET \S*/owner\.json ", answer)
 
-    with pytest.raises(PermissionError) as error:
-        storage.claim(FIRST)
-
-    assert refused.matched == 1
-    told = storage_failure(error.value, storage.layout.job_root)
+    assert isinstance(error, PermissionError)
+    told = storage_failure(error, storage.layout.job_root)
     assert told == f"{storage.layout.owner_path}: Access Denied"
 
 
@@ -218,15 +214,11 @@ def test_a_claim_gcs_refuses_is_told_in_one_line_with_the_object_and_the_stores_
         {"error": {"code": 403, "message": "caller does not have storage.objects.get access"}}
     ).encode()
     answer = http_answer("403 Forbidden", denied)
-    refused = faulty_proxy(gcs_root, re.compile(rb"^GET \S*owner\.json\?alt=media"), answer)
-    storage = CheckpointStorage(JobStorageLayout(gcs_root.url, "default", "orders"))
+    storage, error = _refused_claim(gcs_root, faulty_proxy, _GCS_OWNER_DOWNLOAD, answer)
 
-    with pytest.raises(OSError) as error:
-        storage.claim(FIRST)
-
-    assert refused.matched == 1
-    assert error.value.errno == errno.EACCES
-    told = storage_failure(error.value, storage.layout.job_root)
+    assert isinstance(error, OSError)
+    assert error.errno == errno.EACCES
+    told = storage_failure(error, storage.layout.job_root)
     assert told == (
         f"{storage.layout.owner_path}: Forbidden: caller does not have storage.objects.get access"
     )
@@ -241,12 +233,27 @@ def test_a_claim_gcs_refuses_an_anonymous_caller_is_told_with_the_object_and_the
     answer = http_answer(
         "401 Unauthorized", json.dumps({"error": {"code": 401, "message": said}}).encode()
     )
-    refused = faulty_proxy(gcs_root, re.compile(rb"^GET \S*owner\.json\?alt=media"), answer)
-    storage = CheckpointStorage(JobStorageLayout(gcs_root.url, "default", "orders"))
+    storage, error = _refused_claim(gcs_root, faulty_proxy, _GCS_OWNER_DOWNLOAD, answer)
 
-    with pytest.raises(StorageAccessError) as error:
+    assert isinstance(error, StorageAccessError)
+    told = storage_failure(error, storage.layout.job_root)
+    assert told == f"{storage.layout.owner_path}: HttpError: {said} (HTTP 401)"
+
+
+# The claim's read of owner.json on GCS (its JSON API's download).
+_GCS_OWNER_DOWNLOAD = rb"^GET \S*owner\.json\?alt=media"
+
+
+def _refused_claim(
+    root: StorageRoot, faulty_proxy: StartProxy, request_line: bytes, answer: bytes
+) -> tuple[CheckpointStorage, Exception]:
+    """A claim of the job's storage on `root` whose request matching `request_line` the
+    store answers with `answer`: the storage and what the claim raised."""
+    refused = faulty_proxy(root, re.compile(request_line), answer)
+    storage = CheckpointStorage(JobStorageLayout(root.url, "default", "orders"))
+
+    with pytest.raises(Exception) as error:  # each test names its class
         storage.claim(FIRST)
 
     assert refused.matched == 1
-    told = storage_failure(error.value, storage.layout.job_root)
-    assert told == f"{storage.layout.owner_path}: HttpError: {said} (HTTP 401)"
+    return storage, error.value
