@@ -494,6 +494,12 @@ def test_an_image_that_cannot_be_pulled_is_told_until_the_image_changes(
         assert status["restoredFrom"]["source"].startswith("savepoint:")
         assert status.get("message", "") == ""
         completed(cluster, "orders", 2)
+        # The stop's cleanup pods run the reverted image, which can be pulled.
+        failed = [e["message"] for e in cluster.events("orders") if e["reason"] == "CleanupFailed"]
+        for e in cluster.events("orders"):
+            print("EV", e.get("lastTimestamp"), e["reason"], e["message"][:150])
+        assert failed == []
+        assert agents.cleanups, "no cleanup pod ran: the assertion above proves nothing"
 
 
 def test_cleanup_pods_whose_image_cannot_be_pulled_fail_at_once(tmp_path: Path) -> None:

@@ -550,7 +550,12 @@ class JobController:
 
     def _janitor(self, manifest: JobManifest) -> KubernetesJanitor:
         return KubernetesJanitor(
-            self._clients, manifest, self._body, _storage(manifest), self._on_notice
+            self._clients,
+            manifest,
+            self._body,
+            _storage(manifest),
+            self._on_notice,
+            accepted=lambda: self._manifest or manifest,
         )
 
     def _restorable_check(self, manifest: JobManifest) -> KubernetesJanitor | None:

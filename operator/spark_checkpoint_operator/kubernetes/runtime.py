@@ -814,7 +814,10 @@ class KubernetesLauncher:
 
 class KubernetesJanitor:
     """Storage work in short cleanup pods (the operator holds no storage credentials), and
-    the restorable checks, in check pods."""
+    the restorable checks, in check pods. Their pods are made from ``manifest``, the spec
+    the supervisor's drivers run; one whose image cannot be pulled is made once more from
+    the spec accepted last (``accepted``) if that names another image: the stop of an
+    upgrade to an image that cannot be pulled, reverted, runs with the image reverted to."""
 
     def __init__(
         self,
@@ -823,9 +826,12 @@ class KubernetesJanitor:
         job: Mapping[str, Any],
         storage: str,
         report: Callable[[Notice], None],
+        *,
+        accepted: Callable[[], JobManifest],
     ) -> None:
         self._clients = clients
         self._manifest = manifest
+        self._accepted = accepted
         self._job = job
         self._storage = storage
         self._report = report
@@ -864,29 +870,44 @@ class KubernetesJanitor:
             {objects.LABEL_COMPONENT: objects.CHECK},
             self._report,
         )
-        pod = objects.check_pod(self._manifest, self._job, storage=self._storage, image=image)
         try:
-            ended = await run_pod_to_end(self._clients, pod, self._report)
+            ended = await self._pod_ended(
+                lambda manifest: objects.check_pod(
+                    manifest, self._job, storage=self._storage, image=image
+                )
+            )
         except PodDidNotEnd as error:
             raise CheckUnavailable(str(error)) from None
         return restorable_verdict(ended, image)
 
     async def _run(self, command: JanitorCommand, *, live_claim: bool = False) -> None:
-        pod = objects.cleanup_pod(
-            self._manifest,
-            self._job,
-            storage=self._storage,
-            command=command,
-            live_claim=live_claim,
-        )
         try:
-            ended = await run_pod_to_end(self._clients, pod, self._report)
+            ended = await self._pod_ended(
+                lambda manifest: objects.cleanup_pod(
+                    manifest,
+                    self._job,
+                    storage=self._storage,
+                    command=command,
+                    live_claim=live_claim,
+                )
+            )
         except PodDidNotEnd as error:
             raise CleanupFailed(f"{command.NAME}: {error}") from None
         if pod_exit_code(ended) != 0:
             raise CleanupFailed(
                 f"{command.NAME} in pod {ended['metadata']['name']}: {pod_failure_message(ended)}"
             )
+
+    async def _pod_ended(
+        self, pod_of: Callable[[JobManifest], dict[str, Any]]
+    ) -> Mapping[str, Any]:
+        try:
+            return await run_pod_to_end(self._clients, pod_of(self._manifest), self._report)
+        except ImageNotPulled:
+            accepted = self._accepted()
+            if accepted.spec.image == self._manifest.spec.image:
+                raise
+            return await run_pod_to_end(self._clients, pod_of(accepted), self._report)
 
 
 class UnusableToken(Exception):
@@ -899,6 +920,10 @@ _HEADER_TOKEN = re.compile(r"[!-~]+")
 
 class PodDidNotEnd(Exception):
     """A janitor pod could not be created or did not end in time; the message says which."""
+
+
+class ImageNotPulled(PodDidNotEnd):
+    """A janitor pod cannot start: its image cannot be pulled."""
 
 
 async def run_pod_to_end(
@@ -924,7 +949,7 @@ async def run_pod_to_end(
             ) is None:
                 problem = None if current is None else pod_start_problem(current)
                 if problem is not None and problem.reason in _UNPULLABLE:
-                    raise PodDidNotEnd(f"pod {name} cannot start: {problem}")
+                    raise ImageNotPulled(f"pod {name} cannot start: {problem}")
                 await clients.pods.changed(namespace, job, GONE_CHECK_SECONDS)
     except TimeoutError:
         kept = f" (it could not start: {problem})" if problem else ""
