@@ -2283,6 +2283,32 @@ def test_too_many_driver_failures_fail_the_job_until_its_spec_changes(
     assert retried["message"] == ""
 
 
+def test_a_change_its_driver_ran_with_does_not_retry_a_failed_job(cluster: LocalCluster) -> None:
+    """A setting changed in place (the checkpoint interval: no new driver), then the driver
+    fails under restartPolicy Never: the failure is of the changed spec, and the job stays
+    Failed (a reviewer's: it started again at once, as if the spec had changed since)."""
+    cluster.apply(job(restartPolicy={"type": "Never"}))
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"checkpointing": {"interval": "2s"}})
+    cluster.wait_for(
+        "the change seen", lambda: cluster.status("orders").get("observedGeneration") == 2
+    )
+    cluster.crash_driver("orders-driver-1", exit_code=1)
+
+    failed = in_phase(cluster, "orders", "Failed")
+    assert "restartPolicy is Never" in failed["message"]
+    time.sleep(2)
+    stays = cluster.status("orders")
+    assert (stays["phase"], stays["jobAttempt"]) == ("Failed", 1)
+    assert cluster.driver_pods("orders") == []
+
+    cluster.patch_spec("orders", {"checkpointing": {"interval": "3s"}})
+    retried = in_phase(cluster, "orders", "Running")
+    assert retried["jobAttempt"] == 2
+    retry = [e["message"] for e in cluster.events("orders") if e["reason"] == "JobRetried"]
+    assert retry == ["the spec changed since the job failed: it runs again"], retry
+
+
 def _driver_deployed_by_an_earlier_operator(cluster: LocalCluster) -> tuple[Any, str]:
     """The job as stored, and its spec's deployment hash, which its running driver's pod is
     annotated with, as the earlier operator wrote once it had deployed the driver from it."""

@@ -490,10 +490,17 @@ class JobController:
         if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             # Retried when the spec is changed (beyond nonces and state), not otherwise,
             # and not while it says Suspended: the change is retried once it says Running.
-            return (
+            retried = (
                 manifest.spec.state is not JobState.SUSPENDED
                 and self._stopped_spec not in _spec_hashes(self._spec)
             )
+            if retried:
+                self._post_event(
+                    "Normal",
+                    "JobRetried",
+                    f"the spec changed since the job {phase.value.lower()}: it runs again",
+                )
+            return retried
         if manifest.spec.state is JobState.SUSPENDED:
             if phase in DRIVER_PHASES and self._record.attempt:
                 launcher = self._launcher(manifest)
@@ -567,7 +574,8 @@ class JobController:
             self._record.message = ""
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
-        started_spec = _spec_hash(self._spec)  # a failure is of this spec, not a later one
+        # A failure is of the spec its driver ran, not of one that waits for an upgrade.
+        started_spec = _spec_hash(self._spec)
         if not self._driver_recorded() or not self._deployed:
             # A recorded driver is adopted: its own hash (status.deploymentHash, then its
             # pod's) stands until then, or a status write would say it runs this spec.
@@ -598,6 +606,8 @@ class JobController:
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
+                if objects.deployment_hash(self._spec) == self._deployed:
+                    started_spec = _spec_hash(self._spec)  # changed in place: its driver's
                 await self._refresh_readiness()
             outcome = running.result()
         finally:
