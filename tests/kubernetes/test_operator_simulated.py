@@ -628,6 +628,29 @@ def test_suspend_takes_a_savepoint_and_resume_restores_it(cluster: LocalCluster)
     assert resumed["jobAttempt"] == 2
 
 
+def test_a_suspension_while_an_upgrades_savepoint_is_in_flight_takes_that_savepoint(
+    tmp_path: Path,
+) -> None:
+    """The suspension asked for a second savepoint beside the upgrade's, which was aborted
+    once the first stopped the driver and counted as failed (a reviewer's)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.5, 3.0))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h"}))
+        in_phase(cluster, "orders", "Running")
+        cluster.patch_spec("orders", {"image": "example/orders:2"})
+        cluster.wait_for_event("orders", "Stopping", "savepoint, then stop the driver (upgrade)")
+        cluster.patch_spec("orders", {"state": "Suspended"})
+
+        suspended = in_phase(cluster, "orders", "Suspended")
+        assert suspended["lastSavepoint"]["label"] == "upgrade"
+        assert [(h["kind"], h["status"]) for h in suspended["history"]] == [
+            ("savepoint", "Completed")
+        ]
+        assert suspended["counts"].get("failed", 0) == 0
+        stops = [e["message"] for e in cluster.events("orders") if e["reason"] == "Stopping"]
+        assert stops == ["savepoint, then stop the driver (upgrade)"], stops
+
+
 def test_suspend_without_a_final_savepoint_resumes_from_the_latest_checkpoint(
     cluster: LocalCluster,
 ) -> None:

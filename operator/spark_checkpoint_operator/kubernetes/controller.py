@@ -644,6 +644,11 @@ class JobController:
             return
         if supervisor.stopping:
             return  # stopped without a savepoint at an earlier change: the driver is going
+        if self._record.phase not in (JobPhase.PENDING, *ACTIVE_PHASES):
+            # An earlier change's stop-with-savepoint completed (an upgrade's, and the spec
+            # says Suspended now), or the job ended: the driver is going, and the spec
+            # says what follows.
+            return
         if supervisor.finishing:
             # Its final checkpoint completed: the driver exits on its own, and the job ends
             # Finished (Suspended if it fails on its way out: not restarted). A savepoint
@@ -676,11 +681,12 @@ class JobController:
             )
             supervisor.suspend_now()
             return
-        # One stop-with-savepoint at a time; asked again if it did not stop the driver
-        # (expired, or declined), never while it is pending: a drain waits for the input to
-        # run out, however long that takes.
+        # One stop-with-savepoint at a time, for a suspension and an upgrade alike (the
+        # upgrade's in flight suspends the job as well: the spec says Suspended once it
+        # completes); asked again if it did not stop the driver (expired, or declined),
+        # never while it is pending: a drain waits for the input to run out, however long.
         if (
-            not supervisor.pending(stop_reason)
+            not any(supervisor.pending(reason) for reason in (SUSPEND, UPGRADE))
             and now - requested.get(stop_reason, -retry_after) >= retry_after
         ):
             requested[stop_reason] = now

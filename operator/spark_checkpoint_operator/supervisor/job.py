@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import random
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 
 from spark_checkpoint.exit_codes import DriverExit
@@ -59,7 +60,7 @@ from spark_checkpoint_operator.supervisor.notices import (
     error_lines,
     log_notice,
 )
-from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL, Answer, StatusPolls
+from spark_checkpoint_operator.supervisor.polling import POLL_INTERVAL, Answer, Message, StatusPolls
 from spark_checkpoint_operator.supervisor.ports import (
     CheckUnavailable,
     DriverHandle,
@@ -133,6 +134,9 @@ class JobSupervisor:
         # (`check_restorable`).
         self._restorable_check = restorable_check
         self._to_check: str | None = None
+        # Labels of requests in the inbox, not yet handled: `pending` counts them, or the
+        # controller, asked again at once, would ask for a second stop-with-savepoint.
+        self._unhandled: Counter[str] = Counter()
         self._checking: asyncio.Task[None] | None = None
         # Running a terminated job again (resume after suspend, re-run) starts a new
         # coordinator lifecycle that keeps the id counter and the registry.
@@ -313,6 +317,7 @@ class JobSupervisor:
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
+        self._unhandled[event.label] += 1
         self._polls.inbox.put_nowait(event)
 
     def dispose(self, savepoint_id: int, label: str) -> None:
@@ -493,11 +498,7 @@ class JobSupervisor:
         a savepoint), rather than wait for the next driver."""
         deadline = time.monotonic() + delay
         while not self._stop_requested.is_set() and (left := deadline - time.monotonic()) > 0:
-            for message in await self._polls.message_before(self._stop_requested, left):
-                if message is None:
-                    await self._interpreter.carry_out_queued()
-                else:
-                    await self._interpreter.handle(message)
+            await self._handle(await self._polls.message_before(self._stop_requested, left))
 
     async def _not_started(
         self, refused: LaunchBlocked | LaunchFailed | NoRestorableImage, blocked: int
@@ -628,8 +629,10 @@ class JobSupervisor:
     def pending(self, label: str) -> bool:
         """Whether a checkpoint or savepoint labelled ``label`` is in flight or queued."""
         coordinator = self._interpreter.coordinator
-        return any(p.label == label for p in coordinator.pending) or any(
-            r.label == label for r in coordinator.queued
+        return (
+            self._unhandled[label] > 0
+            or any(p.label == label for p in coordinator.pending)
+            or any(r.label == label for r in coordinator.queued)
         )
 
     def withdraw(self, label: str) -> None:
@@ -908,12 +911,18 @@ class JobSupervisor:
             deadline=coordinator.next_deadline(),
             changed=lambda: self._driver_changed(attempt),
         )
+        await self._handle(messages)
+        return answer
+
+    async def _handle(self, messages: list[Message]) -> None:
+        """What came to the inbox; None: new settings' effects are due."""
         for message in messages:
             if message is None:
                 await self._interpreter.carry_out_queued()
-            else:
-                await self._interpreter.handle(message)
-        return answer
+                continue
+            if isinstance(message, TriggerRequested):
+                self._unhandled[message.label] -= 1
+            await self._interpreter.handle(message)
 
     def _driver_changed(self, attempt: Attempt) -> bool:
         driver = attempt.driver
