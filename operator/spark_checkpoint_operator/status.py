@@ -601,8 +601,7 @@ _PHASE_MESSAGES = {
     JobPhase.SUSPENDED: (
         # Not "after a savepoint": a driver starting, restarting, or stopped without a final
         # savepoint is suspended without one, and resumes from its newest image.
-        "suspended; it resumes from its newest image when spec.state is Running (on this "
-        "machine: spark-checkpoint run)"
+        "suspended; it resumes from its newest image when it runs again with spec.state Running"
     ),
     JobPhase.FINISHED: "the bounded input is done and its final checkpoint completed",
     JobPhase.FAILED: "the job failed",

@@ -85,9 +85,12 @@ def completed(cluster: LocalCluster, name: str, at_least: int) -> Any:
     return cluster.wait_for(f"{at_least} completed checkpoints", check, job=name)
 
 
-def in_phase(cluster: LocalCluster, name: str, phase: str) -> Any:
+def in_phase(cluster: LocalCluster, name: str, phase: str, timeout: float = 60) -> Any:
     return cluster.wait_for(
-        phase, lambda: (s := cluster.status(name)).get("phase") == phase and s, job=name
+        phase,
+        lambda: (s := cluster.status(name)).get("phase") == phase and s,
+        job=name,
+        timeout=timeout,
     )
 
 
@@ -649,6 +652,29 @@ def test_a_suspension_while_an_upgrades_savepoint_is_in_flight_takes_that_savepo
         assert suspended["counts"].get("failed", 0) == 0
         stops = [e["message"] for e in cluster.events("orders") if e["reason"] == "Stopping"]
         assert stops == ["savepoint, then stop the driver (upgrade)"], stops
+
+
+def test_a_job_suspended_in_a_restarts_backoff_while_no_operator_ran_resumes_at_once(
+    cluster: LocalCluster,
+) -> None:
+    """Its restart count and backoff were kept: set Running again, it said Suspended while
+    it waited out the rest of the backoff, and posted no JobSuspended (a reviewer's). A
+    running operator counts restarts afresh after a suspension; so does one that returns."""
+    cluster.apply(job(restartPolicy={"type": "OnFailure", "maxRetries": 3, "backoff": "60s"}))
+    completed(cluster, "orders", 1)
+    cluster.crash_driver("orders-driver-1", exit_code=1)
+    assert in_phase(cluster, "orders", "Restarting")["restarts"] == 1
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"state": "Suspended"})
+
+    suspended = in_phase(cluster, "orders", "Suspended")
+    assert suspended.get("restarts", 0) == 0 and suspended.get("restartDue") is None, suspended
+    cluster.wait_for_event("orders", "JobSuspended")
+
+    cluster.patch_spec("orders", {"state": "Running"})
+    resumed = in_phase(cluster, "orders", "Running", timeout=20)
+    assert resumed["jobAttempt"] == 2
+    assert not [e for e in cluster.events("orders") if e["reason"] == "RestartBackoff"]
 
 
 def test_suspend_without_a_final_savepoint_resumes_from_the_latest_checkpoint(

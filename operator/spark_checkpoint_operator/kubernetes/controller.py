@@ -506,6 +506,13 @@ class JobController:
                 launcher = self._launcher(manifest)
                 if await launcher.adopt(self._record.attempt) is not None:
                     return True  # a driver from before a restart: suspend it with a savepoint
+                # Its driver went while no operator ran (in a restart's backoff, say): it
+                # ends Suspended as a running operator ends it (restarts counted afresh, a
+                # JobSuspended event, leftovers collected), once no pod of its is left.
+                await launcher.remove_pods()
+                self._record.message = ""
+                await self._supervisor(manifest, launcher).retire(TerminalOutcome.SUSPENDED)
+                return False
             if phase is not JobPhase.SUSPENDED:
                 # Also a job created suspended: Pending would read as waiting to start.
                 self._record.phase = JobPhase.SUSPENDED
