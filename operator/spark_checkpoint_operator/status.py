@@ -535,13 +535,17 @@ def _conditions(
     )
     skipped = record.checkpoints_skipped
     counted = record.coordinator
+    uncounted = (
+        f" ({counted.failed_count} failed, none counted toward tolerableFailures)"
+        if counted.failed_count
+        else ""
+    )
     healthy = (
         # Nothing to judge yet: a job that never started said "no checkpoint failed since
-        # the last completed one" (a GitOps user's).
-        ("Unknown", "NoCheckpointYet", "no checkpoint has completed or failed yet")
-        if failures == 0
-        and skipped is None
-        and counted.completed_count == counted.failed_count == 0
+        # the last completed one" (a GitOps user's), and so did one whose only failures
+        # were no failure to checkpoint (a savepoint withdrawn, or aborted as a driver went).
+        ("Unknown", "NoCheckpointYet", f"no checkpoint has completed yet{uncounted}")
+        if failures == 0 and skipped is None and counted.completed_count == 0
         else ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")
         if failures == 0 and skipped is None
         else (

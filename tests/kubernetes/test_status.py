@@ -107,6 +107,22 @@ def test_checkpoint_health_is_unknown_until_a_checkpoint_completed_or_failed() -
     assert (healthy["status"], healthy["reason"]) == ("Unknown", "NoCheckpointYet")
 
 
+def test_checkpoint_health_is_unknown_while_only_uncounted_failures_happened() -> None:
+    """A stop's savepoint withdrawn (the upgrade reverted) said "no checkpoint failed since
+    the last completed one" with none completed (a reviewer's)."""
+    withdrawn = CheckpointOutcome(
+        1, CheckpointKind.SAVEPOINT, OutcomeStatus.FAILED, 3, 5, reason=FailureReason.WITHDRAWN
+    )
+    state = PersistedState(next_checkpoint_id=2, history=(withdrawn,), failed_count=1)
+    status = render_status(JobRecord(phase=JobPhase.RUNNING, coordinator=state), now=9.0)
+
+    healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
+    assert (healthy["status"], healthy["reason"]) == ("Unknown", "NoCheckpointYet")
+    assert healthy["message"] == (
+        "no checkpoint has completed yet (1 failed, none counted toward tolerableFailures)"
+    )
+
+
 def test_an_invalid_spec_is_a_condition_not_a_phase() -> None:
     record = JobRecord()
     status = render_status(
