@@ -1089,6 +1089,10 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     cluster.wait_for_event("orders", "SavepointCompleted")
     cluster.wait_for_event("orders", "JobCancelled")
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+    # Garbage is collected once: Kopf's deletion handler, called once the daemon that did
+    # the deletion had exited, collected it again (a reviewer's).
+    commands = [c[0] for c in cleanup_commands(cluster, "orders")]
+    assert commands.count("collect-garbage") == 1, commands
 
 
 @pytest.mark.parametrize("final_savepoint", [True, False])

@@ -165,9 +165,11 @@ class JobController:
         self._waiting_since: float | None = None
         self._recheck: asyncio.TimerHandle | None = None
         self._ended = asyncio.Event()  # `run` or `delete` returned or failed
-        # Whether the job had ended when its status was read (by another operator process,
-        # or one killed before its end's cleanup was done).
-        self._ended_before = False
+        # Whether the job ended under this controller with nothing left for the janitor (its
+        # discards done, its garbage collected): its deletion has no cleanup to do. Not so
+        # for a job found ended (by another operator process, or one killed before its
+        # end's cleanup was done).
+        self._end_cleaned_up = False
         self._deleted = False  # the deletion's work is done
 
     @property
@@ -311,7 +313,6 @@ class JobController:
         while True:
             try:
                 await self._read_stored_status()
-                self._ended_before = self._record.phase in ENDED_PHASES
                 return True
             except InvalidStatus as error:
                 problem = f"status.{error}"
@@ -622,6 +623,7 @@ class JobController:
             # An error here: never leave a second coordinator of this job behind. The
             # driver runs on and is adopted when the daemon starts again.
             await _cancel(running)
+            self._end_cleaned_up = supervisor.cleaned_up
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
             self._stopped_spec = started_spec
             await self._save(self._record)
@@ -853,13 +855,15 @@ class JobController:
     async def _retire(self) -> None:
         """Deleted with no supervisor running: a job that has not ended (suspended, or
         its driver gone) is cancelled now, so its retention policy applies, once any pod
-        of its own left behind is gone; a job that ended was cleaned up then, and what no
-        registry lists is collected again; one that never started has nothing in storage."""
+        of its own left behind is gone; a job that ended was cleaned up then, unless that
+        cleanup left work (a discard failed) or was another operator's (found ended): its
+        discards due are done, and what no registry lists is collected again; one that
+        never started has nothing in storage."""
         manifest = self._manifest
         if manifest is None or not self._record.attempt:
             return
         launcher = self._launcher(manifest)
-        if self._record.phase in ENDED_PHASES and not self._ended_before:
+        if self._record.phase in ENDED_PHASES and self._end_cleaned_up:
             return
         # A driver still terminating, or a cleanup pod a killed operator left, must never
         # write while a cleanup pod of this one's works.

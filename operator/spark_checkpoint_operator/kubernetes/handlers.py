@@ -59,6 +59,8 @@ JOB_OBSERVERS: list[Callable[[str, str], Observer]] = []
 FINALIZER = f"{objects.GROUP}/finalizer"
 CONTROLLER = "controller"
 CONTROLLERS = "controllers"
+# In a job's own memo: its daemon's controller did its deletion (`delete_job` has none to do).
+DELETED = "deleted"
 CLIENTS = "clients"
 METRICS = "metrics"
 CONTROLLER_SETTINGS = "controller settings"
@@ -436,6 +438,8 @@ async def _drive(
             deleting = stopping.done() and bool(reason & kopf.DaemonStoppingReason.RESOURCE_DELETED)
             controller.stop(deleting=deleting)
         await running
+        if await controller.ended():
+            memo[DELETED] = True
         if lost.done():
             # Its driver runs on; whoever holds the Lease now drives it (adopts it).
             raise kopf.TemporaryError(
@@ -479,6 +483,10 @@ async def _drive(
     backoff=DELETE_RETRY_SECONDS,
 )
 async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    if memo.get(DELETED):
+        # Kopf calls this handler once the daemon exited too: its deletion is done, and a
+        # second one would collect the job's garbage again.
+        return
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
     controllers: dict[tuple[str, str], JobController] = memo[CONTROLLERS]
     running = controllers.get(key)

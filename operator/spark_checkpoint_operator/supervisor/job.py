@@ -134,6 +134,9 @@ class JobSupervisor:
         # (`check_restorable`).
         self._restorable_check = restorable_check
         self._to_check: str | None = None
+        # Whether the job ended with nothing left for the janitor: every discard due done
+        # and its garbage collected.
+        self.cleaned_up = False
         # Labels of requests in the inbox, not yet handled: `pending` counts them, or the
         # controller, asked again at once, would ask for a second stop-with-savepoint.
         self._unhandled: Counter[str] = Counter()
@@ -547,12 +550,15 @@ class JobSupervisor:
         and garbage collection are carried out by the janitor."""
         await self._terminate(outcome)
 
-    async def collect_leftovers(self, *, deleting: bool = False) -> None:
+    async def collect_leftovers(self, *, deleting: bool = False) -> bool:
         """A job that ended, or is deleted after it ended: the discards due are done, and
         whatever its storage holds that its registry does not list (its end's discards cut
-        short) is removed, by the janitor."""
+        short) is removed, by the janitor. Whether all of it was done."""
         await self._interpreter.janitor_discards_due(deleting=deleting)
-        await self._interpreter.clean_up(self._janitor.collect_garbage(*self._registered()))
+        collected = await self._interpreter.clean_up(
+            self._janitor.collect_garbage(*self._registered())
+        )
+        return collected and not self._record.discards_due
 
     def shut_down(self, *, savepoint: bool, drain: bool) -> None:
         """The job is being deleted: a final savepoint if asked (and possible), then the
@@ -1339,7 +1345,7 @@ class JobSupervisor:
         self._record.restarts, self._record.restart_due = 0, None
         await self._interpreter.end(outcome)
         if collect_garbage:
-            await self.collect_leftovers()
+            self.cleaned_up = await self.collect_leftovers()
         await self._interpreter.persist()
         how = self._record.message if ended is None else ended
         self._notify(
