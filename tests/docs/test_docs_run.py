@@ -35,6 +35,7 @@ marker; a marker on one is checked all the same.
 import ast
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,6 @@ from helpers.doc_blocks import (
     doc_paths,
     parse_blocks,
     run_shell,
-    shell_commands,
     shell_script,
     venv_environment,
 )
@@ -88,8 +88,11 @@ OUTSIDE_PROGRAMS = {
     "podman",
     "argocd",
     "flux",
+    "kopf",
 }
-_SEPARATORS = {"&&", "||", ";", "|"}
+# Words before a command that run it: a program after them is still the command's.
+_WRAPPERS = {"sudo", "env", "time", "exec", "command", "nohup", "xargs"}
+_ASSIGNMENT = re.compile(r"[A-Za-z_]\w*=")
 _ANY_MARKER = re.compile(r"<!--\s*(illustrative|tested-by)\s*:")
 _TESTED_BY = re.compile(r"(tests/[\w/]+\.py)::(\w+)(\[[^\]]*\])?")
 
@@ -156,11 +159,7 @@ def _run_python(block: Block, tmp_path: Path) -> None:
 def _run_shell(block: Block, tmp_path: Path) -> None:
     # Never from a test: with a KUBECONFIG or a Docker engine at hand they would change a
     # real cluster or registry.
-    commands = shell_commands(shell_script(block))
-    words = [w for command in commands for w in command]
-    programs = {w for i, w in enumerate(words) if i > 0 and words[i - 1] in _SEPARATORS}
-    programs |= {command[0] for command in commands}
-    outside = sorted(programs & OUTSIDE_PROGRAMS)
+    outside = sorted(_programs(shell_script(block)) & OUTSIDE_PROGRAMS)
     assert not outside, (
         f"{block}: {', '.join(outside)} act on a cluster, image or registry and are not run "
         "here: mark the block tested-by tests/docs/test_cluster_commands.py::"
@@ -171,6 +170,28 @@ def _run_shell(block: Block, tmp_path: Path) -> None:
     for directory in ("examples", "crds"):
         shutil.copytree(ROOT / directory, tmp_path / directory, ignore=_ignore_data)
     run_shell(block, tmp_path, timeout=TIMEOUT_SECONDS)
+
+
+def _programs(script: str) -> set[str]:
+    """The programs a shell script runs: each command's first word after a line break, an
+    operator (``&&``, ``|``, ``;``) or an opening ``$(``, past variable assignments and
+    wrappers such as ``sudo`` and ``env``, without its directory."""
+    programs = set()
+    for line in re.sub(r"\\\n", " ", script).splitlines():
+        lexer = shlex.shlex(line.replace("`", " ; "), posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        starting, redirected = True, False
+        for token in lexer:
+            if set(token) <= set("<>"):
+                redirected = True  # the next word is a file
+            elif set(token) <= set("();|&"):
+                starting = True
+            elif redirected:
+                redirected = False
+            elif starting and not (_ASSIGNMENT.match(token) or token in _WRAPPERS):
+                programs.add(token.rsplit("/", 1)[-1])
+                starting = False
+    return programs
 
 
 def _ignore_data(directory: str, names: list[str]) -> list[str]:
@@ -323,6 +344,10 @@ def _block(language: str, text: str, marker: Marker | None = None) -> Block:
         (_block("sh", "ls\nkubectl apply -f examples/wordcount/job.yaml\n"), "kubectl act on"),
         (_block("sh", "true && helm install a charts/spark-checkpoint-operator\n"), "helm act"),
         (_block("console", "$ docker build .\nStep 1/9\n"), "docker act"),
+        (_block("sh", "KUBECONFIG=x kubectl get pods\n"), "kubectl act"),
+        (_block("sh", "sudo /usr/local/bin/helm list\n"), "helm act"),
+        (_block("sh", "echo $(kubectl get pods -o name)\n"), "kubectl act"),
+        (_block("sh", "ls;kopf run -m handlers\n"), "kopf act"),
         (_block("sh", "make demo\n", Marker("illustrative", "")), "needs its reason"),
         (
             _block("sh", "true\n", Marker("tested-by", "tests/docs/test_nothing.py::test_x")),

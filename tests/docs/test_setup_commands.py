@@ -9,6 +9,8 @@ import subprocess
 
 from helpers.doc_blocks import ROOT, marked_blocks, shell_commands
 
+DEMO_SCRIPT = "examples/wordcount/demo.py"
+
 
 def test_setup_commands_are_make_targets_and_ci_runs_the_test_command() -> None:
     (block,) = marked_blocks(
@@ -25,7 +27,11 @@ def test_setup_commands_are_make_targets_and_ci_runs_the_test_command() -> None:
             ["make", "-n", command[1]], cwd=ROOT, capture_output=True, text=True, check=False
         )
         assert dry_run.returncode == 0, f"{block}: `{shlex.join(command)}`: {dry_run.stderr}"
-        for script in re.findall(r"[\w./-]+\.py\b", dry_run.stdout):
+        scripts = re.findall(r"[\w./-]+\.py\b", dry_run.stdout)
+        for script in scripts:
             assert (ROOT / script).is_file(), (
                 f"{block}: `{shlex.join(command)}` runs {script}, which does not exist"
             )
+        if command == ["make", "demo"]:
+            # What tests/e2e/test_demo.py runs; a demo target run another way would not be.
+            assert scripts == [DEMO_SCRIPT], f"{block}: `make demo` runs {scripts}"
