@@ -81,13 +81,13 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 
 def _render(
-    values: Mapping[str, Any] | None = None, release: str = RELEASE
+    values: Mapping[str, Any] | None = None,
+    release: str = RELEASE,
+    namespace: str = RELEASE_NAMESPACE,
 ) -> list[dict[str, Any]]:
     """Every object the chart renders with ``values`` (NOTES.txt aside)."""
     with helm_python.Chart.load(CHART) as chart:
-        rendered = chart.render(
-            values=dict(values or {}), name=release, namespace=RELEASE_NAMESPACE
-        )
+        rendered = chart.render(values=dict(values or {}), name=release, namespace=namespace)
     return [
         document
         for path, text in sorted(rendered.items())
@@ -638,7 +638,39 @@ def test_cluster_wide_rbac_is_exactly_what_the_operator_uses() -> None:
     objects = _render(SCENARIOS["cluster-wide"])
     assert _of_kind(objects, "Role") == []
     roles = {r["metadata"]["name"]: _grants(r["rules"]) for r in _of_kind(objects, "ClusterRole")}
-    assert roles == {FULLNAME: OPERATOR_GRANTS, f"{FULLNAME}-kopf-scanning": KOPF_SCANNING}
+    cluster_name = f"{FULLNAME}-{RELEASE_NAMESPACE}"
+    assert roles == {
+        cluster_name: OPERATOR_GRANTS,
+        f"{cluster_name}-kopf-scanning": KOPF_SCANNING,
+    }
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"watchNamespaces": ["shared", "spark-ops"], "networkPolicy": {"enabled": True}},
+        {"clusterWide": True},
+    ],
+    ids=["namespaced", "cluster-wide"],
+)
+def test_releases_of_one_name_in_two_namespaces_claim_no_object_of_each_other(
+    values: Mapping[str, Any],
+) -> None:
+    """Both rendered the ClusterRoles, and Roles in a namespace both serve, under one name
+    (a platform reviewer's): Helm refused the second install, Argo CD flipped the binding's
+    subject between the two service accounts."""
+
+    def claimed(namespace: str) -> set[tuple[str, str | None, str]]:
+        # The CRD is shared: one release installs it (the chart's README).
+        return {
+            (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"])
+            for o in _render({**values, "crds": {"install": False}}, namespace=namespace)
+            if o["metadata"].get("namespace") != namespace
+        }
+
+    team_a, team_b = claimed("team-a"), claimed("team-b")
+    assert team_a and team_b
+    assert team_a.isdisjoint(team_b), team_a & team_b
 
 
 def test_namespaced_rbac_is_exactly_what_the_operator_uses() -> None:

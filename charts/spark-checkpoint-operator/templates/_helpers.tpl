@@ -17,6 +17,22 @@
 {{- end }}
 {{- end }}
 
+{{/* The name of a cluster-scoped object, or of one in a namespace the release serves
+besides its own: qualified by the release's namespace, so that releases of one name in two
+namespaces (one per team, say) never claim the same object. */}}
+{{- define "sco.clusterScopedName" -}}
+{{- printf "%s-%s" (include "sco.fullname" .) .Release.Namespace }}
+{{- end }}
+
+{{/* The name of an object in namespace .namespace (of the release .root). */}}
+{{- define "sco.nameIn" -}}
+{{- if eq .namespace .root.Release.Namespace }}
+{{- include "sco.fullname" .root }}
+{{- else }}
+{{- include "sco.clusterScopedName" .root }}
+{{- end }}
+{{- end }}
+
 {{- define "sco.chart" -}}
 {{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
 {{- end }}
