@@ -432,6 +432,21 @@ def test_the_operator_knows_its_own_service_account() -> None:
     assert pod["serviceAccountName"] == FULLNAME
 
 
+@pytest.mark.parametrize("name", ["HOME", OPERATOR_SERVICE_ACCOUNT_VARIABLE, METRICS_PORT_VARIABLE])
+def test_operator_env_cannot_set_what_the_chart_sets(name: str) -> None:
+    """It rendered the variable twice (a platform reviewer's): server-side apply refuses a
+    duplicate name, client-side apply keeps the last; and a metrics port moved the server
+    away from the port the Service and ServiceMonitor scrape."""
+    with pytest.raises(helm_python.HelmRenderError) as raised:
+        _render({"operator": {"env": [{"name": name, "value": "1"}]}})
+    assert f"operator.env: {name} is set by the chart" in str(raised.value)
+
+
+def test_the_operators_environment_names_each_variable_once() -> None:
+    names = [variable["name"] for variable in _container(_render(SCENARIOS["custom-image"]))["env"]]
+    assert len(names) == len(set(names)) and "TZ" in names, names
+
+
 def test_custom_image_resources_and_arguments() -> None:
     objects = _render(SCENARIOS["custom-image"])
     container = _container(objects)

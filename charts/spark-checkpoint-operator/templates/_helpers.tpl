@@ -137,3 +137,30 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
   resources: [leases]
   verbs: [get, create, update]
 {{- end }}
+
+{{/* The operator container's environment: the chart's own (HOME in /tmp: the root
+filesystem is read-only; the pod's name: who holds a job's Lease, the same across its
+container's restarts; its namespace and service account, which the operator refuses for a
+job's pods), then operator.env, which may not set a variable twice (server-side apply
+refuses a duplicate name, client-side apply keeps the last and drops it at the next change)
+nor move the metrics port (the Service and ServiceMonitor expect 9090). */}}
+{{- define "sco.operatorEnv" -}}
+{{- $chart := list
+  (dict "name" "HOME" "value" "/tmp")
+  (dict "name" "PYTHONDONTWRITEBYTECODE" "value" "1")
+  (dict "name" "PYTHONUNBUFFERED" "value" "1")
+  (dict "name" "SPARK_CHECKPOINT_OPERATOR_POD" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name")))
+  (dict "name" "SPARK_CHECKPOINT_OPERATOR_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
+  (dict "name" "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.serviceAccountName")))
+}}
+{{- $reserved := list "SPARK_CHECKPOINT_METRICS_PORT" }}
+{{- range $chart }}
+{{- $reserved = append $reserved .name }}
+{{- end }}
+{{- range .Values.operator.env }}
+{{- if has .name $reserved }}
+{{- fail (printf "operator.env: %s is set by the chart and cannot be set here" .name) }}
+{{- end }}
+{{- end }}
+{{- toYaml (concat $chart (.Values.operator.env | default list)) }}
+{{- end }}
