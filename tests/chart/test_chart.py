@@ -442,6 +442,18 @@ def test_operator_env_cannot_set_what_the_chart_sets(name: str) -> None:
     assert f"operator.env: {name} is set by the chart" in str(raised.value)
 
 
+def test_an_image_digest_pins_the_image() -> None:
+    """There was no way to pin by digest (a platform reviewer's): a digest as the tag
+    rendered `repository:sha256:...`, which Kubernetes refuses (InvalidImageName)."""
+    digest = "sha256:" + "ab" * 32
+    image = {"repository": "registry.example.com/sco", "tag": "1.2.3", "digest": digest}
+    assert (
+        _container(_render({"image": image}))["image"] == f"registry.example.com/sco:1.2.3@{digest}"
+    )
+    with pytest.raises(helm_python.HelmValuesError):
+        _render({"image": {**image, "digest": "1.2.3"}})
+
+
 def test_the_operators_environment_names_each_variable_once() -> None:
     names = [variable["name"] for variable in _container(_render(SCENARIOS["custom-image"]))["env"]]
     assert len(names) == len(set(names)) and "TZ" in names, names

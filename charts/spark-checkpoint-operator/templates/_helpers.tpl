@@ -62,6 +62,7 @@ app.kubernetes.io/part-of: spark-checkpoint-operator
 
 {{- define "sco.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end }}
 
 {{/* A Service's name is a DNS label (63 characters): the suffix always fits. */}}
