@@ -416,6 +416,8 @@ class Observed:
     # A running job whose spec asks for a change that waits (an upgrade's or a suspension's
     # savepoint): Ready says so, reason and message, until the driver has stopped for it.
     pending_change: tuple[str, str] | None = None
+    # How a Suspended job is run again, on this runtime.
+    resumes: str = "at its next run (on this machine: spark-checkpoint run)"
 
 
 def render_status(
@@ -521,7 +523,13 @@ def _conditions(
     now: float,
 ) -> list[dict[str, Any]]:
     running = record.phase is JobPhase.RUNNING
-    ready_message = record.message or _PHASE_MESSAGES[record.phase]
+    ready_message = record.message or (
+        # Not "after a savepoint": a driver starting, restarting, or stopped without a final
+        # savepoint is suspended without one, and resumes from its newest image.
+        f"suspended; it resumes from its newest image {observed.resumes}"
+        if record.phase is JobPhase.SUSPENDED
+        else _PHASE_MESSAGES[record.phase]
+    )
     if observed.spec_problem is not None:
         ready = ("False", "InvalidSpec", observed.spec_problem)
     elif running and observed.pending_change is not None:
@@ -602,11 +610,6 @@ _PHASE_MESSAGES = {
     JobPhase.RUNNING: "the query is running",
     JobPhase.RESTARTING: "the driver failed and is being restarted",
     JobPhase.SUSPENDING: "taking a savepoint to suspend",
-    JobPhase.SUSPENDED: (
-        # Not "after a savepoint": a driver starting, restarting, or stopped without a final
-        # savepoint is suspended without one, and resumes from its newest image.
-        "suspended; it resumes from its newest image when it runs again with spec.state Running"
-    ),
     JobPhase.FINISHED: "the bounded input is done and its final checkpoint completed",
     JobPhase.FAILED: "the job failed",
     JobPhase.CANCELLED: "the job was cancelled",

@@ -670,6 +670,11 @@ def test_a_job_suspended_in_a_restarts_backoff_while_no_operator_ran_resumes_at_
     suspended = in_phase(cluster, "orders", "Suspended")
     assert suspended.get("restarts", 0) == 0 and suspended.get("restartDue") is None, suspended
     cluster.wait_for_event("orders", "JobSuspended")
+    # Not the local runtime's words (`spark-checkpoint run`: a reviewer's).
+    ready = next(c for c in suspended["conditions"] if c["type"] == "Ready")
+    assert (
+        ready["message"] == "suspended; it resumes from its newest image when spec.state is Running"
+    )
 
     cluster.patch_spec("orders", {"state": "Running"})
     resumed = in_phase(cluster, "orders", "Running", timeout=20)

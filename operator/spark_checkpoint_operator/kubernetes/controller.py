@@ -913,6 +913,7 @@ class JobController:
             spec_problem=self._problem,
             spec_tolerated=self._tolerated,
             pending_change=self._pending_change(),
+            resumes="when spec.state is Running",
         )
 
     def _pending_change(self) -> tuple[str, str] | None:
