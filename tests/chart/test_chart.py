@@ -345,10 +345,22 @@ def test_the_rendered_crd_is_the_source_crd_plus_keep_policy() -> None:
 
 def test_notes_tell_the_next_step() -> None:
     notes = _notes()
-    assert "kubectl apply -f" in notes
-    assert "kubectl get scj" in notes
+    assert f"kubectl apply -n {RELEASE_NAMESPACE} -f job.yaml" in notes
+    assert f"kubectl get scj -n {RELEASE_NAMESPACE}" in notes
     assert "docs/operator.md" in notes
     assert f"rollout status deployment/{FULLNAME}" in notes
+
+
+def test_notes_name_a_served_namespace_and_warn_of_the_operators_own() -> None:
+    """The next step applied a job to the default namespace, which the default install does
+    not serve, and nothing warned of jobs in the operator's own namespace, which the docs'
+    known limits advise against (a platform reviewer's)."""
+    assert f"WARNING: jobs in {RELEASE_NAMESPACE}, the operator's own namespace" in _notes()
+    served = _notes({"watchNamespaces": ["streaming"]})
+    assert "kubectl apply -n streaming -f job.yaml" in served
+    assert "WARNING" not in served
+    everywhere = _notes({"clusterWide": True})
+    assert "kubectl apply -n <namespace> -f job.yaml" in everywhere
 
 
 def test_the_crd_can_be_left_to_someone_else() -> None:

@@ -48,6 +48,26 @@ class Cluster:
 
     deployments: set[tuple[str, str]] = field(default_factory=set)  # (namespace, name)
     jobs: set[tuple[str, str]] = field(default_factory=set)
+    namespaces: set[str] = field(default_factory=lambda: {"default"})
+    # The namespaces each operator installed or run serves; None: every namespace.
+    operators: list[frozenset[str] | None] = field(default_factory=list)
+
+    def serve(self, namespaces: frozenset[str] | None) -> None:
+        """An operator that serves ``namespaces``, which must exist (its Roles are made in
+        them at install, and Kopf watches only those there)."""
+        missing = sorted((namespaces or frozenset()) - self.namespaces)
+        assert not missing, (
+            f"namespaces {', '.join(missing)} do not exist yet: create them before the "
+            "operator that serves them"
+        )
+        self.operators.append(namespaces)
+
+    def check_served(self, namespace: str, what: str) -> None:
+        """Jobs in ``namespace`` reach an operator, once one is installed above."""
+        served = [n for n in self.operators if n is None or namespace in n]
+        assert served or not self.operators, (
+            f"{what} in namespace {namespace}, which no operator above serves"
+        )
 
 
 def _commands(block: Block) -> Iterator[list[str]]:
@@ -94,6 +114,8 @@ def _helm(arguments: list[str], cluster: Cluster) -> None:
     assert verb == "install", f"helm {verb} is not known here"
     assert (ROOT / chart / "Chart.yaml").is_file(), f"{chart} is not a chart of the repository"
     namespace = options.get("namespace", ["default"])[-1]
+    if "create" in options:
+        cluster.namespaces.add(namespace)
     values = (
         helm_python.parse_set_string(",".join(options.get("set", []))) if "set" in options else {}
     )
@@ -107,13 +129,17 @@ def _helm(arguments: list[str], cluster: Cluster) -> None:
                     cluster.deployments.add(
                         (metadata.get("namespace", namespace), metadata["name"])
                     )
+                    (container,) = document["spec"]["template"]["spec"]["containers"]
+                    _operator(container["args"], cluster)
 
 
 def _apply(path: str, cluster: Cluster, namespace: str | None) -> None:
     file = ROOT / path
     if not file.is_file():
         assert "/" not in path, f"{path} looks like a file of the repository, but is not one"
-        return  # the reader's own manifest
+        # The reader's own manifest: a job, in the namespace -n names or the default one.
+        cluster.check_served(namespace or "default", f"{path}'s job")
+        return
     for document in yaml.safe_load_all(file.read_text()):
         if document is None:
             continue
@@ -125,9 +151,12 @@ def _apply(path: str, cluster: Cluster, namespace: str | None) -> None:
         )
         if document["kind"] == "SparkCheckpointJob":
             manifest = manifest_from_document(document, path)
+            cluster.check_served(manifest.namespace, f"job {manifest.name}")
             cluster.jobs.add((manifest.namespace, manifest.name))
         else:
             kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+            if document["kind"] == "Namespace":
+                cluster.namespaces.add(document["metadata"]["name"])
 
 
 def _explained(path: str) -> None:
@@ -153,6 +182,7 @@ def _kubectl(arguments: list[str], cluster: Cluster) -> None:
     elif verb == "get":
         (resource,) = rest
         assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
+        cluster.check_served(namespace, "the jobs listed")
     elif verb == "describe":
         resource, name = rest
         assert resource in CRD_NAMES, f"{resource} is not the CRD's resource"
@@ -171,10 +201,32 @@ def _kubectl(arguments: list[str], cluster: Cluster) -> None:
         pytest.fail(f"kubectl {verb} is not known here")
 
 
-def _operator(arguments: list[str]) -> None:
+def _operator(arguments: list[str], cluster: Cluster) -> None:
     context = command.make_context(PROGRAM, list(arguments))  # Click consumes its list
     for module in (HANDLERS, *context.params["modules"]):
         assert importlib.util.find_spec(module), f"no module {module}"
+    everywhere = context.params["clusterwide"]
+    cluster.serve(None if everywhere else frozenset(context.params["namespaces"]))
+
+
+def _namespaces_applied_before(block: Block) -> set[str]:
+    """The namespaces that shell blocks of the doc above ``block`` (tested elsewhere, such
+    as the user guide's kubectl steps) create from the repository's files."""
+    found = set()
+    for earlier in blocks_of(block.doc):
+        if earlier.line >= block.line or earlier.language not in ("sh", "bash", "shell"):
+            continue
+        for program, *arguments in _commands(earlier):
+            if program != "kubectl" or arguments[:1] != ["apply"] or "-f" not in arguments:
+                continue
+            file = ROOT / arguments[arguments.index("-f") + 1]
+            if file.is_file():
+                found |= {
+                    document["metadata"]["name"]
+                    for document in yaml.safe_load_all(file.read_text())
+                    if document and document.get("kind") == "Namespace"
+                }
+    return found
 
 
 def test_cluster_commands_refer_to_what_the_project_ships() -> None:
@@ -197,6 +249,7 @@ def test_cluster_commands_refer_to_what_the_project_ships() -> None:
                             cluster.jobs.add(
                                 (metadata.get("namespace", "default"), metadata["name"])
                             )
+        cluster.namespaces |= _namespaces_applied_before(block)
         for program, *arguments in _commands(block):
             try:
                 if program == "helm":
@@ -204,7 +257,7 @@ def test_cluster_commands_refer_to_what_the_project_ships() -> None:
                 elif program == "kubectl":
                     _kubectl(arguments, cluster)
                 elif program == "spark-checkpoint-operator":
-                    _operator(arguments)
+                    _operator(arguments, cluster)
                 else:
                     pytest.fail(f"{program} is not known here")
             except (
