@@ -55,6 +55,7 @@ class Running:
         storage_root: str | None = None,
         *,
         query_started: bool = True,
+        host: str = "127.0.0.1",
     ) -> None:
         self.root = tmp_path
         self.location = live_location(tmp_path, batches)
@@ -76,7 +77,7 @@ class Running:
         if query_started:
             self.agent.query_started(lambda: self.view, None, lambda moment: self.drained)
         self.port = free_port()
-        self.server = AgentServer(self.agent, TOKEN, "127.0.0.1", self.port)
+        self.server = AgentServer(self.agent, TOKEN, host, self.port)
 
     def client(self, token: str = TOKEN) -> AgentClient:
         return AgentClient(f"http://127.0.0.1:{self.port}", token)

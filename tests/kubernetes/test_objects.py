@@ -1,12 +1,13 @@
 """The pods and Secret the operator creates, checked against Kubernetes' own schemas."""
 
+import asyncio
 import dataclasses
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, TypeVar
 
 import kubernetes_validate
 import pytest
@@ -14,9 +15,12 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.agent import TOKEN, Running
 from helpers.doc_blocks import marked_blocks
 from helpers.kube.kubelet import _expand as expand
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
+from spark_checkpoint.protocol import QueryState
+from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesDriver,
@@ -996,3 +1000,39 @@ def test_an_operator_running_as_its_namespaces_default_account_refuses_a_job_nam
     )
 
     assert problem.startswith("spec.driver.serviceAccount: 'default' is the operator's own")
+
+
+@pytest.mark.parametrize(
+    ("pod_ip", "url"),
+    [
+        ("10.244.1.7", "http://10.244.1.7:8484"),
+        ("fd00:10:244::7", "http://[fd00:10:244::7]:8484"),
+    ],
+)
+def test_the_agents_url_spells_an_ipv6_pod_ip_in_brackets(pod_ip: str, url: str) -> None:
+    """`http://fd00:10:244::7:8484` was no URL of the agent (a platform reviewer's): on a
+    single-stack IPv6 cluster no checkpoint could be triggered."""
+    assert objects.agent_url(pod_ip) == url
+
+
+def test_an_agent_on_an_ipv6_address_answers_at_its_url(tmp_path: Path) -> None:
+    """A real agent bound to an IPv6 address (as a driver binds to its pod's IP) answers
+    the operator's client at the URL the operator makes of that address."""
+    job = Running(tmp_path, host="::1")
+    job.server.start()
+    try:
+        client = AgentClient(objects.agent_url("::1", job.port), TOKEN)
+        status = asyncio.run(_closing(client, client.read_status()))
+    finally:
+        job.server.stop()
+    assert status.query.state is QueryState.RUNNING
+
+
+T = TypeVar("T")
+
+
+async def _closing(client: AgentClient, call: Awaitable[T]) -> T:
+    try:
+        return await call
+    finally:
+        await client.close()

@@ -9,6 +9,7 @@ when it goes.
 """
 
 import hashlib
+import ipaddress
 import json
 import posixpath
 import re
@@ -863,3 +864,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_plain(item) for item in value]
     return value
+
+
+def agent_url(pod_ip: str, port: int = AGENT_PORT) -> str:
+    """The checkpoint agent of a driver pod at ``pod_ip`` (an IPv6 address in brackets, as
+    a URL spells it: a single-stack IPv6 cluster gives pods no other)."""
+    host = f"[{pod_ip}]" if ipaddress.ip_address(pod_ip).version == 6 else pod_ip
+    return f"http://{host}:{port}"

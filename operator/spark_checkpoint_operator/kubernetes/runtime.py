@@ -331,7 +331,7 @@ class KubernetesDriver:
     def _agent_url(self) -> str | None:
         pod = self.pod
         ip = pod.get("status", {}).get("podIP") if pod is not None else None
-        return f"http://{ip}:{objects.AGENT_PORT}" if ip else None
+        return objects.agent_url(ip) if ip else None
 
     def start_problem(self) -> StartProblem | None:
         pod = self.pod
