@@ -454,6 +454,13 @@ def test_operator_env_cannot_set_what_the_chart_sets(name: str) -> None:
     assert f"operator.env: {name} is set by the chart" in str(raised.value)
 
 
+def test_liveness_probe_timings_set_to_null_leave_kubernetes_defaults() -> None:
+    """`--set livenessProbe=null` (Helm drops the key) rendered `null` into the probe and
+    failed as YAML (a platform reviewer's)."""
+    probe = _container(_render({"livenessProbe": None}))["livenessProbe"]
+    assert probe == {"httpGet": {"path": "/healthz", "port": "health"}}
+
+
 def test_an_image_digest_pins_the_image() -> None:
     """There was no way to pin by digest (a platform reviewer's): a digest as the tag
     rendered `repository:sha256:...`, which Kubernetes refuses (InvalidImageName)."""
