@@ -544,14 +544,13 @@ def _conditions(
     skipped = record.checkpoints_skipped
     counted = record.coordinator
     uncounted = (
-        f" ({counted.failed_count} failed, none counted toward tolerableFailures)"
-        if counted.failed_count
-        else ""
+        f" ({counted.failed_count} failed: status.history says why)" if counted.failed_count else ""
     )
     healthy = (
         # Nothing to judge yet: a job that never started said "no checkpoint failed since
-        # the last completed one" (a GitOps user's), and so did one whose only failures
-        # were no failure to checkpoint (a savepoint withdrawn, or aborted as a driver went).
+        # the last completed one" (a GitOps user's), and so did one whose failures did not
+        # count now (a savepoint withdrawn, checkpoints aborted as a driver went, a streak
+        # a restart ended).
         ("Unknown", "NoCheckpointYet", f"no checkpoint has completed yet{uncounted}")
         if failures == 0 and skipped is None and counted.completed_count == 0
         else ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")

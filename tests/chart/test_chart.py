@@ -361,6 +361,7 @@ def test_notes_name_a_served_namespace_and_warn_of_the_operators_own() -> None:
     assert "WARNING" not in served
     everywhere = _notes({"clusterWide": True})
     assert "kubectl apply -n <namespace> -f job.yaml" in everywhere
+    assert f"WARNING: jobs in {RELEASE_NAMESPACE}, the operator's own namespace" in everywhere
 
 
 def test_the_crd_can_be_left_to_someone_else() -> None:

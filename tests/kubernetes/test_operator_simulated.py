@@ -499,8 +499,6 @@ def test_an_image_that_cannot_be_pulled_is_told_until_the_image_changes(
         completed(cluster, "orders", 2)
         # The stop's cleanup pods run the reverted image, which can be pulled.
         failed = [e["message"] for e in cluster.events("orders") if e["reason"] == "CleanupFailed"]
-        for e in cluster.events("orders"):
-            print("EV", e.get("lastTimestamp"), e["reason"], e["message"][:150])
         assert failed == []
         assert agents.cleanups, "no cleanup pod ran: the assertion above proves nothing"
 
@@ -2365,6 +2363,21 @@ def test_a_change_its_driver_ran_with_does_not_retry_a_failed_job(cluster: Local
     assert retried["jobAttempt"] == 2
     retry = [e["message"] for e in cluster.events("orders") if e["reason"] == "JobRetried"]
     assert retry == ["the spec changed since the job failed: it runs again"], retry
+
+
+def test_a_change_made_while_a_failed_jobs_cleanup_runs_retries_it(tmp_path: Path) -> None:
+    """The job is Failed (stored) before its cleanup pods run: a change then is one its
+    driver never ran, and retries the job (a reviewer's: 808e404 took it for the failed
+    driver's, and the job stayed Failed)."""
+    with LocalCluster(tmp_path, simulated=SimulatedAgents(cleanup_seconds=6.0)) as cluster:
+        cluster.apply(job(restartPolicy={"type": "Never"}))
+        completed(cluster, "orders", 1)
+        cluster.crash_driver("orders-driver-1", exit_code=1)
+        in_phase(cluster, "orders", "Failed")
+        cluster.patch_spec("orders", {"restartPolicy": {"type": "OnFailure", "maxRetries": 3}})
+
+        retried = in_phase(cluster, "orders", "Running", timeout=30)
+        assert retried["jobAttempt"] == 2
 
 
 def _driver_deployed_by_an_earlier_operator(cluster: LocalCluster) -> tuple[Any, str]:

@@ -119,7 +119,7 @@ def test_checkpoint_health_is_unknown_while_only_uncounted_failures_happened() -
     healthy = next(c for c in status["conditions"] if c["type"] == "CheckpointsHealthy")
     assert (healthy["status"], healthy["reason"]) == ("Unknown", "NoCheckpointYet")
     assert healthy["message"] == (
-        "no checkpoint has completed yet (1 failed, none counted toward tolerableFailures)"
+        "no checkpoint has completed yet (1 failed: status.history says why)"
     )
 
 

@@ -582,12 +582,15 @@ class JobController:
             self._record.message = ""
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
-        # A failure is of the spec its driver ran, not of one that waits for an upgrade.
-        started_spec = _spec_hash(self._spec)
         if not self._driver_recorded() or not self._deployed:
             # A recorded driver is adopted: its own hash (status.deploymentHash, then its
             # pod's) stands until then, or a status write would say it runs this spec.
             self._deployed = objects.deployment_hash(self._spec)
+        # A failure is of the spec its driver ran, not of one that waits for an upgrade
+        # (an adopted driver's spec, changed while no operator ran: none, so any retries).
+        started_spec = (
+            _spec_hash(self._spec) if objects.deployment_hash(self._spec) == self._deployed else ""
+        )
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         self._finishing_told.clear()
@@ -614,8 +617,11 @@ class JobController:
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
-                if objects.deployment_hash(self._spec) == self._deployed:
-                    started_spec = _spec_hash(self._spec)  # changed in place: its driver's
+                # Changed in place while the job runs: its driver's spec. Not once it ended
+                # (stored Failed before its cleanup pods run): a change then is a retry's.
+                ran = supervisor.outcome is None
+                if ran and objects.deployment_hash(self._spec) == self._deployed:
+                    started_spec = _spec_hash(self._spec)
                 await self._refresh_readiness()
             outcome = running.result()
         finally:

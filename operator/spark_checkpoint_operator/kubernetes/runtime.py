@@ -815,9 +815,11 @@ class KubernetesLauncher:
 class KubernetesJanitor:
     """Storage work in short cleanup pods (the operator holds no storage credentials), and
     the restorable checks, in check pods. Their pods are made from ``manifest``, the spec
-    the supervisor's drivers run; one whose image cannot be pulled is made once more from
-    the spec accepted last (``accepted``) if that names another image: the stop of an
-    upgrade to an image that cannot be pulled, reverted, runs with the image reverted to."""
+    the supervisor's drivers run. A cleanup pod whose image cannot be pulled is made once
+    more from the spec accepted last (``accepted``) if that names another image: the stop
+    of an upgrade to an image that cannot be pulled, reverted, runs with the image reverted
+    to. Not a check pod (its verdict is of the application its spec runs) nor the live
+    directory's removal (the directory is named from the driver's spec, the claim too)."""
 
     def __init__(
         self,
@@ -870,27 +872,16 @@ class KubernetesJanitor:
             {objects.LABEL_COMPONENT: objects.CHECK},
             self._report,
         )
+        pod = objects.check_pod(self._manifest, self._job, storage=self._storage, image=image)
         try:
-            ended = await self._pod_ended(
-                lambda manifest: objects.check_pod(
-                    manifest, self._job, storage=self._storage, image=image
-                )
-            )
+            ended = await run_pod_to_end(self._clients, pod, self._report)
         except PodDidNotEnd as error:
             raise CheckUnavailable(str(error)) from None
         return restorable_verdict(ended, image)
 
     async def _run(self, command: JanitorCommand, *, live_claim: bool = False) -> None:
         try:
-            ended = await self._pod_ended(
-                lambda manifest: objects.cleanup_pod(
-                    manifest,
-                    self._job,
-                    storage=self._storage,
-                    command=command,
-                    live_claim=live_claim,
-                )
-            )
+            ended = await self._cleanup_pod_ended(command, live_claim)
         except PodDidNotEnd as error:
             raise CleanupFailed(f"{command.NAME}: {error}") from None
         if pod_exit_code(ended) != 0:
@@ -898,14 +889,19 @@ class KubernetesJanitor:
                 f"{command.NAME} in pod {ended['metadata']['name']}: {pod_failure_message(ended)}"
             )
 
-    async def _pod_ended(
-        self, pod_of: Callable[[JobManifest], dict[str, Any]]
+    async def _cleanup_pod_ended(
+        self, command: JanitorCommand, live_claim: bool
     ) -> Mapping[str, Any]:
+        def pod_of(manifest: JobManifest) -> dict[str, Any]:
+            return objects.cleanup_pod(
+                manifest, self._job, storage=self._storage, command=command, live_claim=live_claim
+            )
+
         try:
             return await run_pod_to_end(self._clients, pod_of(self._manifest), self._report)
         except ImageNotPulled:
             accepted = self._accepted()
-            if accepted.spec.image == self._manifest.spec.image:
+            if live_claim or accepted.spec.image == self._manifest.spec.image:
                 raise
             return await run_pod_to_end(self._clients, pod_of(accepted), self._report)
 

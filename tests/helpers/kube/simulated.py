@@ -207,8 +207,11 @@ class SimulatedAgents:
         endless_input: bool = False,
         highest_stored_id: int | None = None,
         finish_exit_seconds: float = 0.0,
+        cleanup_seconds: float = 0.0,
     ) -> None:
         self.port = port
+        # How long a cleanup pod runs (storage that is slow to delete from).
+        self.cleanup_seconds = cleanup_seconds
         # How long a driver told of its final checkpoint takes to exit.
         self._finish_exit_seconds = finish_exit_seconds
         self.highest_stored_id = highest_stored_id
@@ -498,6 +501,7 @@ class SimulatedKubelet:
 
     async def _clean_up(self, key: tuple[str, str], ip: str, container: Mapping[str, Any]) -> None:
         self._agents.cleanups.append(list(container.get("command", ())))
+        await asyncio.sleep(self._agents.cleanup_seconds)
         await self._set_status(key, _terminated(ip, container["name"], 0))
 
     async def _start_driver(self, pod: Mapping[str, Any], key: tuple[str, str], ip: str) -> None:
