@@ -543,7 +543,7 @@ def _conditions(
     )
     skipped = record.checkpoints_skipped
     counted = record.coordinator
-    uncounted = (
+    failed_so_far = (
         f" ({counted.failed_count} failed: status.history says why)" if counted.failed_count else ""
     )
     healthy = (
@@ -551,7 +551,7 @@ def _conditions(
         # the last completed one" (a GitOps user's), and so did one whose failures did not
         # count now (a savepoint withdrawn, checkpoints aborted as a driver went, a streak
         # a restart ended).
-        ("Unknown", "NoCheckpointYet", f"no checkpoint has completed yet{uncounted}")
+        ("Unknown", "NoCheckpointYet", f"no checkpoint has completed yet{failed_so_far}")
         if failures == 0 and skipped is None and counted.completed_count == 0
         else ("True", "CheckpointsCompleting", "no checkpoint failed since the last completed one")
         if failures == 0 and skipped is None
