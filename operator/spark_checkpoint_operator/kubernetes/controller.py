@@ -588,9 +588,7 @@ class JobController:
             self._deployed = objects.deployment_hash(self._spec)
         # A failure is of the spec its driver ran, not of one that waits for an upgrade
         # (an adopted driver's spec, changed while no operator ran: none, so any retries).
-        started_spec = (
-            _spec_hash(self._spec) if objects.deployment_hash(self._spec) == self._deployed else ""
-        )
+        started_spec = self._spec_deployed() or ""
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         self._finishing_told.clear()
@@ -619,9 +617,8 @@ class JobController:
                 await self._follow_spec(supervisor, requested)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
-                ran = supervisor.outcome is None
-                if ran and objects.deployment_hash(self._spec) == self._deployed:
-                    started_spec = _spec_hash(self._spec)
+                if supervisor.outcome is None and (deployed := self._spec_deployed()):
+                    started_spec = deployed
                 await self._refresh_readiness()
             outcome = running.result()
         finally:
@@ -633,6 +630,13 @@ class JobController:
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
             self._stopped_spec = started_spec
             await self._save(self._record)
+
+    def _spec_deployed(self) -> str | None:
+        """`_spec_hash` of the accepted spec if the driver runs it (changes applied in place
+        included); None while it waits for an upgrade."""
+        if objects.deployment_hash(self._spec) != self._deployed:
+            return None
+        return _spec_hash(self._spec)
 
     async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
         """React to a changed spec while a driver runs. With the spec in error, the running
