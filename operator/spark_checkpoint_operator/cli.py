@@ -6,7 +6,7 @@ import importlib.metadata
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from spark_checkpoint_operator.cli_conventions import (
     GENERAL_MEANINGS,
@@ -47,7 +47,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return exit_quietly_on_closed_pipe(lambda: _main(argv))
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def command_line() -> tuple[Parser, Mapping[str, Parser]]:
+    """The `spark-checkpoint` parser and its commands' parsers, by name."""
     parser = Parser(
         prog="spark-checkpoint",
         description="Flink-grade checkpoint coordination for Spark Structured Streaming: run "
@@ -210,7 +211,11 @@ def _main(argv: Sequence[str] | None) -> int:
     _add_storage_commands(commands)
 
     add_control_commands(commands)
+    return parser, commands.choices
 
+
+def _main(argv: Sequence[str] | None) -> int:
+    parser, commands = command_line()
     args, unrecognized = parser.parse_known_args(argv)
     # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen
     # lines (four of them without credentials), google-auth that it found none, and gcsfs
@@ -220,16 +225,14 @@ def _main(argv: Sequence[str] | None) -> int:
     logging.getLogger("google.auth").setLevel(logging.ERROR)
     logging.getLogger("gcsfs").setLevel(logging.CRITICAL)
     if unrecognized:  # named by the command that took the rest, whose --help says more
-        command = commands.choices[args.command]
-        assert isinstance(command, Parser)
         # `run` takes the manifest without -f too: another word is no manifest's.
         named = args.command == "run" or getattr(args, "manifest", None) is not None
-        command.refuse_unrecognized(unrecognized, manifest_named=named)
+        commands[args.command].refuse_unrecognized(unrecognized, manifest_named=named)
     if args.command == "run":
         if args.manifest_file is None and args.manifest is None:
-            run.error("name the manifest: FILE, or -f FILE")
+            commands["run"].error("name the manifest: FILE, or -f FILE")
         if args.manifest_file is not None and args.manifest is not None:
-            run.error("name the manifest once: FILE or -f FILE, not both")
+            commands["run"].error("name the manifest once: FILE or -f FILE, not both")
         args.manifest = args.manifest_file or args.manifest
         # Taken out: a process the background run starts (its driver) is none.
         background = os.environ.pop(BACKGROUND_RUN_VARIABLE, None)
