@@ -273,6 +273,12 @@ def _check_service_monitor(monitor: dict[str, Any], objects: list[dict[str, Any]
         ({"networkPolicy": {"enabled": "yes"}}, "/networkPolicy/enabled"),
         ({"networkPolicy": {"otherTraffic": "none"}}, "/networkPolicy/otherTraffic"),
         ({"metrics": {"serviceMonitor": {"interval": 30}}}, "/metrics/serviceMonitor/interval"),
+        # The ServiceMonitor CRD's pattern: whole numbers, units largest first.
+        ({"metrics": {"serviceMonitor": {"interval": "1.5m"}}}, "/metrics/serviceMonitor/interval"),
+        (
+            {"metrics": {"serviceMonitor": {"scrapeTimeout": "10s1m"}}},
+            "/metrics/serviceMonitor/scrapeTimeout",
+        ),
         ({"metrics": {"service": {"port": 70000}}}, "/metrics/service/port"),
         ({"operator": {"healthPort": 9090}}, "/operator/healthPort"),
         ({"resources": {"limits": {"memory": ["1Gi"]}}}, "/resources/limits/memory"),
@@ -286,6 +292,35 @@ def test_values_schema_rejects_bad_values(values: dict[str, Any], named: str) ->
     with pytest.raises(helm_python.HelmValuesError) as raised:
         _render(values)
     assert named in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeout"), [("30s", "1m"), ("1m", "1m0s1ms"), ("1d", "2w"), ("59m", "1h")]
+)
+def test_a_scrape_timeout_longer_than_the_interval_is_refused(interval: str, timeout: str) -> None:
+    """Prometheus refuses such a scrape (prometheus-operator skips the ServiceMonitor): the
+    release would install without metrics and say nothing."""
+    values = {"enabled": True, "interval": interval, "scrapeTimeout": timeout}
+    with pytest.raises(helm_python.HelmRenderError) as raised:
+        _render({"metrics": {"serviceMonitor": values}})
+    assert (
+        f"metrics.serviceMonitor.scrapeTimeout ({timeout}) exceeds "
+        f"metrics.serviceMonitor.interval ({interval})"
+    ) in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("interval", "timeout"), [("90s", "1m30s"), ("1h", "59m59s999ms"), ("", "2m"), ("15s", "")]
+)
+def test_a_scrape_timeout_up_to_the_interval_renders(interval: str, timeout: str) -> None:
+    """Equal in other spellings is not longer; an empty one is left to the Prometheus."""
+    values = {"enabled": True, "interval": interval, "scrapeTimeout": timeout}
+    monitor = _one(_render({"metrics": {"serviceMonitor": values}}), "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    given = {"interval": interval, "scrapeTimeout": timeout}
+    assert {k: v for k, v in endpoint.items() if k in given} == {
+        k: v for k, v in given.items() if v
+    }
 
 
 def test_every_default_value_is_described_by_the_schema() -> None:

@@ -165,3 +165,14 @@ nor move the metrics port (the Service and ServiceMonitor expect 9090). */}}
 {{- end }}
 {{- toYaml (concat $chart (.Values.operator.env | default list)) }}
 {{- end }}
+
+{{/* A Prometheus duration ("1m30s") in milliseconds: a year is 365 days, as Prometheus counts. */}}
+{{- define "sco.milliseconds" -}}
+{{- $unit := dict "y" 31536000000 "w" 604800000 "d" 86400000 "h" 3600000 "m" 60000 "s" 1000 "ms" 1 }}
+{{- $total := 0 }}
+{{- range regexFindAll "[0-9]+(ms|[ywdhms])" . -1 }}
+{{- $number := regexFind "^[0-9]+" . }}
+{{- $total = add $total (mul (atoi $number) (get $unit (trimPrefix $number .))) }}
+{{- end }}
+{{- $total }}
+{{- end }}
