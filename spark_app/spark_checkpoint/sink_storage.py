@@ -49,6 +49,7 @@ import contextlib
 import errno
 import fcntl
 import itertools
+import logging
 import os
 import re
 import uuid
@@ -58,15 +59,23 @@ from urllib.request import url2pathname
 
 from fsspec.core import url_to_fs
 
+from spark_checkpoint.storage.errors import printable_line
 from spark_checkpoint.storage.filesystem import (
     abort_s3_uploads,
     local_file_sizes_refusing_links,
     require_named_account_reached,
     require_no_link_below,
 )
-from spark_checkpoint.storage.layout import hide_password, remote_uri_problem
+from spark_checkpoint.storage.layout import (
+    GLOB_CHARACTERS,
+    hide_password,
+    is_safe_relative_path,
+    remote_uri_problem,
+)
 
 __all__ = ["OutputStorage", "write_partition"]
+
+logger = logging.getLogger(__name__)
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
 # fsspec protocols whose create-only write is atomic (see the module docstring).
@@ -210,7 +219,18 @@ class OutputStorage:
         except FileNotFoundError:
             return []
         prefix = base[len(self._root) + 1 :]
-        return sorted(f"{prefix}/{entry[len(base) + 1 :]}" for entry in found)
+        paths = sorted(f"{prefix}/{entry[len(base) + 1 :]}" for entry in found)
+        # An object store's keys are plain strings: `..` segments in one (no sink writes
+        # any) could name, or be sent as, an object outside the output directory.
+        if strays := [path for path in paths if not is_safe_relative_path(path)]:
+            logger.warning(
+                "%s: %d object key(s) that are no path below it ('.', '..' or empty "
+                "segments) are left alone, e.g. %s",
+                self.url,
+                len(strays),
+                printable_line(strays[0]),
+            )
+        return [path for path in paths if path not in strays]
 
     def delete(self, paths: Iterable[str]) -> None:
         """Delete the files `paths`; on a local filesystem also the directories left empty."""
@@ -218,8 +238,15 @@ class OutputStorage:
         if not natives:
             return
         if not self.is_local:
+            # fsspec's rm reads '*', '?' and '[' as a pattern (`batch-5/**` would take the
+            # committed objects beside it): such a key, which no sink writes, goes alone.
+            patterns = [native for native in natives if set(GLOB_CHARACTERS) & set(native)]
             with contextlib.suppress(FileNotFoundError):
-                self._fs.rm(natives)
+                if plain := [native for native in natives if native not in patterns]:
+                    self._fs.rm(plain)
+            for native in patterns:
+                with contextlib.suppress(FileNotFoundError):
+                    self._fs.rm_file(native)
             return
         for native in natives:
             with contextlib.suppress(FileNotFoundError):

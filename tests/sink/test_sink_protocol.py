@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import pytest
 
-from helpers.objectstore import StorageRoot, storage_root_for
+from helpers.objectstore import (
+    S3Server,
+    StorageRoot,
+    storage_root_for,
+    storage_roots,
+    with_credentials_set,
+)
 from spark_checkpoint.sink import (
     COMMITTED_DIR,
     DATA_DIR,
@@ -281,6 +287,53 @@ def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
     assert sink.staged_batches() == []
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
     assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+
+
+def test_a_stray_key_of_pattern_characters_is_deleted_as_itself_not_as_a_pattern(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """fsspec's rm reads `*`, `?` and `[` as a pattern: a stray object named
+    `_data/batch-1/**` took every committed object of batch 1 with it (a security
+    reviewer's, on S3)."""
+    for batch_id in range(3):
+        stage(sink, batch_id, rows_of(batch_id))
+    # (Not `?`: adlfs reads what follows it as a version id.)
+    strays = [f"{DATA_DIR}/batch-1/**", f"{DATA_DIR}/batch-1/[a-z]*"]
+    for stray in strays:
+        output_root.write(f"{output_url}/{stray}", b"placed by someone")
+
+    sink.on_restore(1, JOB)
+
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_an_object_key_with_dot_segments_is_left_alone_by_garbage_collection(
+    s3_server: S3Server,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stage: Stage,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """S3 keeps `_data/batch-1/x/../../../victim` as a key (Azure refuses the name): the
+    sink never writes one, and deleting it by a name that a store or a proxy normalises
+    would take an object outside the output directory."""
+    root = with_credentials_set(storage_roots("s3", tmp_path, lambda _kind: s3_server), monkeypatch)
+    output_url = f"{root.url}/out"
+    sink = TransactionalFileSink(output_url)
+    for batch_id in range(2):
+        stage(sink, batch_id, rows_of(batch_id))
+    trap = f"{output_url}/{DATA_DIR}/batch-1/x/../../../victim"
+    root.write(f"{output_url}/victim", b"not garbage")
+    root.write(trap, b"placed by someone")
+
+    with caplog.at_level(logging.WARNING, logger="spark_checkpoint.sink_storage"):
+        sink.on_restore(0, JOB)
+
+    assert read_committed(output_url) == {0: rows_of(0)}
+    assert root.read(f"{output_url}/victim") == b"not garbage"
+    assert root.exists(trap)
+    assert "1 object key(s) that are no path below it" in caplog.text
 
 
 @pytest.mark.parametrize("damaged", [1, 3], ids=["covered-by-the-restore", "after-it"])

@@ -98,7 +98,7 @@ _REMOTE_URI = re.compile(
     r"(?!(?i:file|local)://)(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)",
     re.DOTALL,
 )
-_GLOB_CHARACTERS = "*?["
+GLOB_CHARACTERS = "*?["
 # s3fs and gcsfs take what precedes the first / for the bucket (or an S3 access point's ARN).
 _BUCKET_SCHEMES = ("s3", "s3a", "gs", "gcs")
 _BUCKET = re.compile(
@@ -159,7 +159,7 @@ def remote_uri_problem(uri: str) -> str | None:
             "contains a backslash, which Azure Blob Storage takes for '/': the job would "
             "write where it never lists"
         )
-    if pattern := sorted(set(_GLOB_CHARACTERS) & set(match["path"])):  # [::1] is a host
+    if pattern := sorted(set(GLOB_CHARACTERS) & set(match["path"])):  # [::1] is a host
         return (
             f"contains {' and '.join(repr(c) for c in pattern)}, which fsspec reads as a "
             "pattern: a delete would match other paths"
