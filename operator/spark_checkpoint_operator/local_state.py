@@ -105,29 +105,39 @@ class UnsafeStateDirectory(Exception):
 
 
 def make_private_job_directory(paths: LocalPaths) -> None:
-    """Make the job's state directory (and those above it) if missing, and owner-only:
-    the run's tokens, control socket and driver logs are in it. One that is a symbolic
-    link or another user's is refused (UnsafeStateDirectory): the tokens and socket would
-    go where the link points, or be the other user's to swap. OSError if it cannot be
-    made."""
+    """Make the state directory and the job's in it if missing, and both owner-only: the
+    job's holds the run's tokens, control socket and driver logs; the state directory the
+    default storage's checkpoints too (readable by anyone otherwise, and another user's
+    could have them swapped). One that is a symbolic link or another user's is refused
+    (UnsafeStateDirectory): the tokens and socket would go where the link points, or be the
+    other user's to swap. OSError if it cannot be made."""
+    state_dir = paths.job_dir.parent.parent
+    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _make_owner_only(
+        state_dir, "the state directory", "the job's checkpoints, tokens and control socket"
+    )
     paths.job_dir.mkdir(parents=True, exist_ok=True)
+    _make_owner_only(
+        paths.job_dir, "the job's state directory", "the run's tokens and control socket"
+    )
+
+
+def _make_owner_only(directory: Path, name: str, holding: str) -> None:
     try:
-        descriptor = os.open(paths.job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as error:
-        if error.errno in (errno.ELOOP, errno.ENOTDIR) and paths.job_dir.is_symlink():
+        if error.errno in (errno.ELOOP, errno.ENOTDIR) and directory.is_symlink():
             raise UnsafeStateDirectory(
-                f"the job's state directory {paths.job_dir} is a symbolic link (to "
-                f"{os.readlink(paths.job_dir)}): never followed, since the run's tokens and "
-                "control socket would go there; make it a directory"
+                f"{name} {directory} is a symbolic link (to {os.readlink(directory)}): never "
+                f"followed, since {holding} would go there; make it a directory"
             ) from None
         raise
     try:
         owner = os.fstat(descriptor).st_uid
         if owner != os.getuid():
             raise UnsafeStateDirectory(
-                f"the job's state directory {paths.job_dir} belongs to another user (uid "
-                f"{owner}), who could swap the run's tokens and control socket: give "
-                "--state-dir a directory of your own"
+                f"{name} {directory} belongs to another user (uid {owner}), who could swap "
+                f"{holding}: give --state-dir a directory of your own"
             )
         os.fchmod(descriptor, 0o700)
     finally:

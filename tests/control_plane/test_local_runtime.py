@@ -822,20 +822,48 @@ def test_a_job_state_directory_that_is_a_link_or_another_users_is_refused(
     assert list(job_dir.iterdir()) == []
 
 
-def test_the_job_state_directory_is_made_owner_only(
+def test_a_state_directory_of_another_user_is_refused_touching_nothing(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """It holds the run's tokens, control socket and driver logs; one made by an earlier
-    version (0755) is made private too, also by a run refused later."""
+    """Made first by another user where the manifest is (a shared directory), it took the
+    job's directory and default storage: the other user could read the checkpoints and
+    swap them, and the job's directory after its check (a security review's)."""
     manifest = tmp_path / "job.yaml"
     shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
-    job_dir = tmp_path / ".spark-checkpoint" / "default" / "word-count"
+    state_dir = tmp_path / ".spark-checkpoint"
+    (state_dir / "storage" / "default" / "word-count").mkdir(parents=True, mode=0o777)
+    state_dir.chmod(0o777)
+    os.chown(state_dir, 54321, -1)  # the tests run as root: another user's directory
+
+    assert main(["run", str(manifest)]) == 1
+    assert capsys.readouterr().err == (
+        f"spark-checkpoint run: the state directory {state_dir} belongs to another user (uid "
+        "54321), who could swap the job's checkpoints, tokens and control socket: give "
+        "--state-dir a directory of your own\n"
+    )
+    assert [p.name for p in state_dir.iterdir()] == ["storage"]
+    assert state_dir.stat().st_mode & 0o777 == 0o777
+
+
+def test_the_state_and_job_directories_are_made_owner_only(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The job's holds the run's tokens, control socket and driver logs, the state
+    directory the default storage's checkpoints, which were readable by every user (a
+    security review's); ones made by an earlier version (0755) are made private too, also
+    by a run refused later."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    state_dir = tmp_path / ".spark-checkpoint"
+    job_dir = state_dir / "default" / "word-count"
     job_dir.mkdir(parents=True, mode=0o755)
+    state_dir.chmod(0o755)
     (job_dir / "status.json").write_text("{")
 
     assert main(["run", str(manifest)]) == 1
     assert "the job's status file cannot be read" in capsys.readouterr().err
     assert job_dir.stat().st_mode & 0o777 == 0o700
+    assert state_dir.stat().st_mode & 0o777 == 0o700
 
 
 def test_a_run_gives_the_root_logger_back_as_it_found_it(
