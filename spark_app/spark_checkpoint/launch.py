@@ -24,7 +24,7 @@ from spark_checkpoint import driver
 from spark_checkpoint.exit_codes import DriverExit
 
 USAGE = "usage: python -m spark_checkpoint.launch (MAIN_FILE | -m MODULE) [ARGUMENT ...]"
-HAND_OVER = "hand the writer to spark_checkpoint.run_coordinated(writer, participants=[...])"
+HAND_OVER = "hand the writer to spark_checkpoint.driver.run_coordinated(writer, participants=[...])"
 
 
 def main(argv: list[str]) -> NoReturn:

@@ -540,7 +540,7 @@ def test_a_pipeline_that_exits_0_without_run_coordinated_fails_the_job_and_is_no
     reason = (
         "the pipeline ended without calling run_coordinated: nothing of it was checkpointed, "
         "and an exit 0 would read as finished; hand the writer to "
-        "spark_checkpoint.run_coordinated(writer, participants=[...])"
+        "spark_checkpoint.driver.run_coordinated(writer, participants=[...])"
     )
     assert f"driver failed (exit 2)\n    its error:\n    {reason}\n" in result.stdout
     # Told once: the job's end says how it ended, not the error again.

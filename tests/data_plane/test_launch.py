@@ -1,7 +1,9 @@
 """`python -m spark_checkpoint.launch`: the application runs as `python` would run it, and
 one that does not hand its query to `run_coordinated` ends as misconfigured."""
 
+import importlib
 import json
+import re
 import subprocess
 import sys
 import zipfile
@@ -11,6 +13,7 @@ import pytest
 
 from helpers.driver_environment import driver_environment
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.launch import HAND_OVER
 from spark_checkpoint.settings import ERROR_FILE_VARIABLE, REPORTED_ERROR_HEADER
 
 # What a program sees of how it was started.
@@ -97,10 +100,18 @@ def test_an_application_that_ends_without_run_coordinated_is_misconfigured(
     reason = (
         "the pipeline ended without calling run_coordinated: nothing of it was checkpointed, "
         "and an exit 0 would read as finished; hand the writer to "
-        "spark_checkpoint.run_coordinated(writer, participants=[...])"
+        "spark_checkpoint.driver.run_coordinated(writer, participants=[...])"
     )
     assert result.stderr.splitlines()[-1].endswith(reason), result.stderr
     assert error_file.read_text() == f"{REPORTED_ERROR_HEADER}\n{reason}"
+
+
+def test_the_function_the_misconfigured_pipeline_is_pointed_to_is_there() -> None:
+    """The advice named `spark_checkpoint.run_coordinated`, which no module has (a
+    newcomer's first error after a plain writer.start())."""
+    (named,) = re.findall(r"spark_checkpoint\.[\w.]+(?=\()", HAND_OVER)
+    module, _, function = named.rpartition(".")
+    assert callable(getattr(importlib.import_module(module), function, None)), named
 
 
 @pytest.mark.parametrize("code", ["sys.exit(3)", "raise ValueError('bad column')"])

@@ -27,7 +27,8 @@ query.awaitTermination()
 
 STARTED = (
     "the pipeline starts its query with DataStreamWriter.{}(): hand the writer to "
-    "spark_checkpoint.run_coordinated(writer, participants=[...]), which starts it coordinated"
+    "spark_checkpoint.driver.run_coordinated(writer, participants=[...]), which starts it "
+    "coordinated"
 )
 LOCATION = (
     "the pipeline sets the query's checkpointLocation: leave it out; run_coordinated starts "
