@@ -96,9 +96,12 @@ class Job:
         checkpoints: Iterable[int],
         savepoints: Iterable[int],
         unrestorable: Iterable[str] = (),
+        *,
+        finished: bool = False,
     ) -> None:
         """A status file as `spark-checkpoint run` writes it, registering these snapshots;
-        a restored query failed on the `unrestorable` ones (``checkpoint:N``)."""
+        a restored query failed on the `unrestorable` ones (``checkpoint:N``); the job
+        Running, or Finished."""
 
         def registered(
             kind: coordinator.CheckpointKind, ids: Iterable[int]
@@ -115,8 +118,10 @@ class Job:
             next_checkpoint_id=max([*checkpoints, *savepoints, 0]) + 1,
             checkpoints=registered(coordinator.CheckpointKind.CHECKPOINT, checkpoints),
             savepoints=registered(coordinator.CheckpointKind.SAVEPOINT, savepoints),
+            terminated=coordinator.TerminalOutcome.FINISHED if finished else None,
         )
-        record = JobRecord(phase=coordinator.JobPhase.RUNNING, coordinator=state)
+        phase = coordinator.JobPhase.FINISHED if finished else coordinator.JobPhase.RUNNING
+        record = JobRecord(phase=phase, coordinator=state)
         record.unrestorable = [
             UnrestorableImage(image, "its restored query failed in attempt 2", 2)
             for image in unrestorable

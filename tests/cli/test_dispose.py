@@ -192,6 +192,28 @@ def test_the_newest_image_is_kept_when_it_is_a_savepoint(
     assert _registered_savepoints(job) == [3, 4]
 
 
+def test_the_only_image_is_kept_unless_the_job_has_finished(
+    job: Job, manifest: Path, cli: Cli
+) -> None:
+    """A Finished job is not run again (its end discarded its checkpoints): its last
+    savepoint was kept with "run the job until a checkpoint completes", which `run`
+    refuses for a Finished job (a newcomer's)."""
+    dispose = ("savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d")
+    job.write_registry(checkpoints=[], savepoints=[3])
+
+    kept = cli(*dispose, "savepoint:3")
+
+    assert kept.code == ExitCode.DECLINED, kept.err
+    assert "savepoint 3 is the only image the job can restore from" in kept.err
+    job.write_registry(checkpoints=[], savepoints=[3], finished=True)
+
+    disposed = cli(*dispose, "savepoint:3")
+
+    assert disposed.code == ExitCode.OK, disposed.err
+    assert _registered_savepoints(job) == []
+    assert not _sp3(job).exists()
+
+
 def test_storage_other_than_the_registrys_is_refused_before_anything_changes(
     job: Job, manifest: Path, cli: Cli
 ) -> None:

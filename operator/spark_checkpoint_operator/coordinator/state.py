@@ -49,11 +49,14 @@ class PersistedState:
         """Why savepoint ``savepoint_id`` cannot be disposed of; None if it can. Not one the
         registry does not list; nor, of the images a restore takes (not ``unrestorable``),
         the only one, or one of a later batch than every other: output sinks committed up
-        to its batch (a stop-with-savepoint's) would be ahead of every image left."""
+        to its batch (a stop-with-savepoint's) would be ahead of every image left. A
+        Finished job is not run again: no restore takes any of its images."""
         savepoint = next((s for s in self.savepoints if s.checkpoint_id == savepoint_id), None)
         if savepoint is None:
             return f"savepoint {savepoint_id} is not in the job's registry"
-        if unrestorable(CheckpointKind.SAVEPOINT, savepoint_id):
+        if self.terminated is TerminalOutcome.FINISHED or unrestorable(
+            CheckpointKind.SAVEPOINT, savepoint_id
+        ):
             return None  # no restore takes it
         others = [
             image.batch_id
