@@ -16,6 +16,7 @@ from spark_checkpoint.storage import (
     local_uri,
     metadata_location,
     parse_snapshot_address,
+    parse_snapshot_dir_name,
 )
 from spark_checkpoint_operator.coordinator import PersistedState
 
@@ -39,7 +40,20 @@ def image_choice(choice: str) -> str:
     if not choice:
         raise ValueError("is empty: give savepoint:N, checkpoint:N or a path")
     registry_reference(choice)
+    if (meant := _registry_references_meant(choice)) and not os.path.lexists(choice):
+        raise ValueError(f"{choice!r} is no path here: for the job's image, write {meant}")
     return choice
+
+
+def _registry_references_meant(choice: str) -> str:
+    """What an image's id alone (`4`) or its directory's name (`sp-4`), the spellings a
+    newcomer tries first, stand for; "" for anything else."""
+    if choice.isascii() and choice.isdigit():
+        return " or ".join(f"{kind}:{int(choice)}" for kind in CheckpointKind)
+    for kind in CheckpointKind:
+        if (image_id := parse_snapshot_dir_name(kind, choice)) is not None:
+            return f"{kind}:{image_id}"
+    return ""
 
 
 def image_argument(choice: str) -> str:
