@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import difflib
 import importlib.metadata
 import logging
 import os
@@ -214,9 +215,22 @@ def command_line() -> tuple[Parser, Mapping[str, Parser]]:
     return parser, commands.choices
 
 
+# Commands of Flink's CLI (and words for them) that are options of ours.
+_SPELLED_HERE = {"dispose": "savepoint --dispose", "restore": "run --from", "resume": "run"}
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser, commands = command_line()
-    args, unrecognized = parser.parse_known_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    if words and not words[0].startswith("-") and words[0] not in commands:
+        meant = _SPELLED_HERE.get(words[0]) or next(
+            iter(difflib.get_close_matches(words[0], commands, n=1)), None
+        )
+        parser.error(
+            f"{words[0]!r} is no command (commands: {', '.join(commands)})",
+            f"did you mean {parser.prog} {meant}?" if meant else "",
+        )
+    args, unrecognized = parser.parse_known_args(words)
     # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen
     # lines (four of them without credentials), google-auth that it found none, and gcsfs
     # each refused request as an error with its traceback; the storage error after them

@@ -227,6 +227,28 @@ def test_an_images_id_or_directory_name_alone_is_told_how_to_name_the_image(
     assert "absent.yaml: cannot read the file" in result.err, result.err
 
 
+@pytest.mark.parametrize(
+    ("word", "meant"),
+    [
+        ("lst", " (did you mean spark-checkpoint list?; "),
+        ("savepiont", " (did you mean spark-checkpoint savepoint?; "),
+        ("dispose", " (did you mean spark-checkpoint savepoint --dispose?; "),  # Flink's
+        ("restore", " (did you mean spark-checkpoint run --from?; "),
+        ("xyz", " ("),
+    ],
+)
+def test_a_word_that_is_no_command_is_told_the_command_meant(
+    cli: Cli, word: str, meant: str
+) -> None:
+    """argparse's "invalid choice" listed every command, quoted, and no likely one."""
+    result = cli(word, "-f", "job.yaml")
+    assert (result.code, result.err) == (
+        ExitCode.USAGE,
+        f"spark-checkpoint: {word!r} is no command (commands: run, simulate, list, inspect, "
+        f"verify, status, savepoint, stop, cancel){meant}see spark-checkpoint --help)\n",
+    )
+
+
 def test_run_takes_flinks_s_and_from_savepoint_for_from(cli: Cli) -> None:
     for option in ("-s", "--fromSavepoint"):
         result = cli("run", "-f", "absent.yaml", option, "savepoint:x")
