@@ -71,15 +71,21 @@ def test_handing_the_storage_over_is_deleting_the_record(
 
 
 def test_storage_another_registry_left_without_checkpoints_is_taken_over(
-    storage: CheckpointStorage, storage_root: StorageRoot
+    storage: CheckpointStorage, storage_root: StorageRoot, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A job deleted under a retention policy that discarded its checkpoints, created
     again: nothing there its garbage collection could delete but garbage; the savepoints
-    stay (and are never written over: the agent's require_no_snapshot)."""
+    stay (and are never written over: the agent's require_no_snapshot), as the warning
+    says (it read as if nothing had been there: a newcomer's)."""
     storage.claim(FIRST)
     savepoint = f"{storage.layout.savepoint_dir(5)}/_metadata"
     storage_root.write(savepoint, b"kept")
-    storage.claim(SECOND)
+    with caplog.at_level(logging.WARNING):
+        storage.claim(SECOND)
+    [line] = [r.getMessage() for r in caplog.records if "taken over" in r.getMessage()]
+    assert line.endswith(
+        "which left no checkpoints there; its 1 savepoint(s) stay, never written over nor deleted"
+    ), line
     assert StorageOwner.decode(storage_root.read(storage.layout.owner_path).decode()) == SECOND
     assert storage_root.read(savepoint) == b"kept"
     _checkpoint_of_the_owner(storage, storage_root)

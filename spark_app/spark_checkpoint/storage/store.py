@@ -119,10 +119,14 @@ class CheckpointStorage:
         if current.id != owner.id:
             if self._snapshot_dir_ids(CheckpointKind.CHECKPOINT):
                 raise StorageOwnedElsewhere(path, current, owner)
+            savepoints = len(self._snapshot_dir_ids(CheckpointKind.SAVEPOINT))
             logger.warning(
-                "%s: taken over from %s, which left no checkpoints there",
+                "%s: taken over from %s, which left no checkpoints there%s",
                 self.layout.job_root,
                 printable_line(current.description),
+                f"; its {savepoints} savepoint(s) stay, never written over nor deleted"
+                if savepoints
+                else "",
             )
         if current != owner:  # taken over, or moved: later refusals name where it is now
             self.fs.write_atomic(path, owner.encode().encode())
