@@ -6,8 +6,10 @@ import difflib
 import importlib.metadata
 import logging
 import os
+import shlex
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from spark_checkpoint_operator.cli_conventions import (
     GENERAL_MEANINGS,
@@ -219,16 +221,32 @@ def command_line() -> tuple[Parser, Mapping[str, Parser]]:
 _SPELLED_HERE = {"dispose": "savepoint --dispose", "restore": "run --from", "resume": "run"}
 
 
+@dataclass(frozen=True, slots=True)
+class _CommandMeant:
+    word: str  # the word where the command belongs
+    command_line: str  # what it may mean ("" if nothing is likely)
+
+
+def _command_meant(words: list[str], commands: Mapping[str, Parser]) -> _CommandMeant | None:
+    """None if the first word that is no option is a command (or there is none); else what
+    was meant: the command named later, its options put after it (`-f job.yaml list`, as
+    kubectl takes global flags), a command of that name elsewhere, or one spelled alike."""
+    word = next((w for w in words if not w.startswith("-")), None)
+    if word is None or word in commands:
+        return None
+    if (later := next((i for i, w in enumerate(words) if w in commands), None)) is not None:
+        return _CommandMeant(word, shlex.join([words[later], *words[:later], *words[later + 1 :]]))
+    close = difflib.get_close_matches(word, commands, n=1)
+    return _CommandMeant(word, _SPELLED_HERE.get(word) or (close[0] if close else ""))
+
+
 def _main(argv: Sequence[str] | None) -> int:
     parser, commands = command_line()
     words = sys.argv[1:] if argv is None else list(argv)
-    if words and not words[0].startswith("-") and words[0] not in commands:
-        meant = _SPELLED_HERE.get(words[0]) or next(
-            iter(difflib.get_close_matches(words[0], commands, n=1)), None
-        )
+    if (meant := _command_meant(words, commands)) is not None:
         parser.error(
-            f"{words[0]!r} is no command (commands: {', '.join(commands)})",
-            f"did you mean {parser.prog} {meant}?" if meant else "",
+            f"{meant.word!r} is no command (commands: {', '.join(commands)})",
+            f"did you mean {parser.prog} {meant.command_line}?" if meant.command_line else "",
         )
     args, unrecognized = parser.parse_known_args(words)
     # Azure's DefaultAzureCredential logs each attempt at a token as a warning of a dozen

@@ -249,6 +249,29 @@ def test_a_word_that_is_no_command_is_told_the_command_meant(
     )
 
 
+@pytest.mark.parametrize(
+    ("words", "meant"),
+    [
+        (["-f", "job.yaml", "list"], "list -f job.yaml"),
+        (["-o", "wide", "list", "-f", "my job.yaml"], "list -o wide -f 'my job.yaml'"),
+        (
+            ["--state-dir", "state", "status", "--job", "orders"],
+            "status --state-dir state --job orders",
+        ),
+    ],
+)
+def test_options_before_the_command_are_shown_after_it(
+    cli: Cli, words: list[str], meant: str
+) -> None:
+    """kubectl takes global flags before its command; ours are each command's, and
+    argparse took the option's value for an unknown command."""
+    result = cli(*words)
+    assert result.code == ExitCode.USAGE, result.err
+    assert f" (did you mean spark-checkpoint {meant}?; see spark-checkpoint --help)\n" in (
+        result.err
+    )
+
+
 def test_run_takes_flinks_s_and_from_savepoint_for_from(cli: Cli) -> None:
     for option in ("-s", "--fromSavepoint"):
         result = cli("run", "-f", "absent.yaml", option, "savepoint:x")
