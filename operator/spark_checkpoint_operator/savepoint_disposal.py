@@ -7,7 +7,12 @@ import argparse
 import time
 from dataclasses import replace
 
-from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, parse_snapshot_address
+from spark_checkpoint.storage import (
+    CheckpointKind,
+    CheckpointStorage,
+    StorageError,
+    parse_snapshot_address,
+)
 from spark_checkpoint_operator.local_runtime import (
     JobBusy,
     RunRefused,
@@ -101,25 +106,27 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     # lists the same savepoints, which the original would restore from (RunRefused).
     registry_owner(paths, storage)
     state = record.coordinator
-    if (why := record.why_not_disposable(savepoint_id)) is not None:
-        registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
-        raise DisposalDeclined(why) if registered else DisposalRefused(why)
-    record.coordinator = replace(
-        state, savepoints=tuple(s for s in state.savepoints if s.checkpoint_id != savepoint_id)
-    )
-    # Written ahead, as a run does: if this process dies before the delete, the next run
-    # deletes what is due.
     due = DiscardDue(CheckpointKind.SAVEPOINT, savepoint_id)
-    record.discards_due = [*record.discards_due, due]
-    _write(paths, record)
+    # Asked again after a delete failed: its files are deleted now.
+    if all(d.key != due.key for d in record.discards_due):
+        if (why := record.why_not_disposable(savepoint_id)) is not None:
+            registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
+            raise DisposalDeclined(why) if registered else DisposalRefused(why)
+        record.coordinator = replace(
+            state, savepoints=tuple(s for s in state.savepoints if s.checkpoint_id != savepoint_id)
+        )
+        # Written ahead, as a run does: if this process dies before the delete, the next
+        # run deletes what is due.
+        record.discards_due = [*record.discards_due, due]
+        _write(paths, record)
     directory = storage.layout.savepoint_dir(savepoint_id)
     try:
         was_there = storage.fs.exists(directory)
         storage.discard_savepoint(savepoint_id)
-    except (OSError, ValueError) as error:  # StorageError is a ValueError
+    except (StorageError, OSError, ValueError) as error:
         raise DisposalIncomplete(
             f"savepoint {savepoint_id} is no longer registered, but its files are not deleted "
-            f"({error}): the next run of the job deletes them"
+            f"({error}): the next run of the job deletes them, or this command again"
         ) from None
     record.discards_due = [d for d in record.discards_due if d.key != due.key]
     _write(paths, record)

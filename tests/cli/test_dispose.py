@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
-from spark_checkpoint.storage import CheckpointKind, CheckpointStorage
+from spark_checkpoint.storage import CheckpointKind, CheckpointStorage, StorageAccessError
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import local_job_paths, local_owner
@@ -241,16 +241,21 @@ def test_storage_other_than_the_registrys_is_refused_before_anything_changes(
     assert _sp3(job).is_dir()
 
 
+@pytest.mark.parametrize("failure", ["disk", "endpoint"])
 def test_files_that_cannot_be_deleted_stay_due_and_fail_the_command(
-    job: Job, manifest: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch
+    job: Job, manifest: Path, cli: Cli, monkeypatch: pytest.MonkeyPatch, failure: str
 ) -> None:
     """The registry lets the savepoint go first (written ahead, as a run does): files the
-    delete fails on (a failing disk, storage that refuses) stay due to the next run."""
+    delete fails on (a failing disk, storage that refuses or does not answer) stay due to
+    the next run. An object store's endpoint that did not answer was a traceback (an
+    object-store review's)."""
 
-    def failing_disk(*_args: object) -> None:
-        raise OSError(errno.EIO, "Input/output error", str(_sp3(job)))
+    def failing(*_args: object) -> None:
+        if failure == "disk":
+            raise OSError(errno.EIO, "Input/output error", str(_sp3(job)))
+        raise StorageAccessError(str(_sp3(job)), "EndpointConnectionError: no answer")
 
-    monkeypatch.setattr(CheckpointStorage, "discard_savepoint", failing_disk)
+    monkeypatch.setattr(CheckpointStorage, "discard_savepoint", failing)
 
     result = cli(
         "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:3"
@@ -261,13 +266,24 @@ def test_files_that_cannot_be_deleted_stay_due_and_fail_the_command(
         "spark-checkpoint savepoint: savepoint 3 is no longer registered, but its files are "
         "not deleted ("
     ), result.err
-    assert result.err.endswith("): the next run of the job deletes them\n")
+    assert result.err.endswith("): the next run of the job deletes them, or this command again\n")
     record = load_record(local_job_paths(job.state_dir, NAMESPACE, JOB))
     assert [s.checkpoint_id for s in record.coordinator.savepoints] == []
     assert [(d.kind, d.checkpoint_id) for d in record.discards_due] == [
         (CheckpointKind.SAVEPOINT, 3)
     ]
     assert _sp3(job).is_dir()
+
+    # Asked again once storage answers, it deletes them (it said "not in the job's
+    # registry", with no word of the delete due).
+    monkeypatch.undo()
+    again = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:3"
+    )
+    assert again.code == ExitCode.OK, again.err
+    assert again.out.startswith("savepoint 3 disposed of: no longer registered, its files deleted")
+    assert load_record(local_job_paths(job.state_dir, NAMESPACE, JOB)).discards_due == []
+    assert not _sp3(job).exists()
 
 
 def test_a_copy_of_the_state_directory_disposes_of_nothing(
