@@ -1092,6 +1092,34 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     assert root.exists(trap)
 
 
+def test_zero_byte_folder_objects_are_no_files_to_garbage_collection_or_verify(
+    s3_server: S3Server,
+    take_checkpoint_on: Callable[[CheckpointStorage], CheckpointMetadata],
+    spark_file: SparkFile,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3's console ("Create folder") and sync tools put zero-byte keys ending in `/`:
+    `shared/` was listed as a file named "", which stopped every garbage collection as a
+    key "maybe placed to delete outside the job's directory" (an object-store review's)."""
+    for name, value in s3_server.environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("s3", tmp_path, lambda _kind: s3_server)
+    storage = CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB))
+    checkpoint = take_checkpoint_on(storage)
+    bucket, _, prefix = storage.layout.job_root.removeprefix("s3://").partition("/")
+    markers = [f"{prefix}/", f"{prefix}/shared/", f"{prefix}/shared/ab/", f"{prefix}/chk-1/"]
+    for key in markers:
+        root.fs.call_s3("put_object", Bucket=bucket, Key=key, Body=b"")
+    orphan = storage.add_shared_file(spark_file("offsets/9", b"never in one"), "offsets/9")
+
+    report = storage.collect_garbage([1], [])
+
+    assert report.shared_locations == (orphan.location,)
+    storage.verify(checkpoint)
+    assert storage.list_ids(CHECKPOINT) == [1]
+
+
 @pytest.mark.local_only  # local file names; an object's key is refused above
 def test_a_stray_file_with_a_line_break_in_its_name_is_garbage_like_any_other(
     storage: CheckpointStorage, local_job_root: Path

@@ -287,7 +287,14 @@ class StorageFileSystem:
             if self._is_local and self._boundary is not None:
                 return local_file_sizes_refusing_links(base)
             found = self._fs.find(base, detail=True)
-            return {name[len(base) + 1 :]: int(info["size"]) for name, info in found.items()}
+            sizes = {name[len(base) + 1 :]: int(info["size"]) for name, info in found.items()}
+            # A zero-byte key ending in '/' is a "folder" (S3's and GCS's consoles, sync
+            # tools put them), no file: listed as "" or "ab/".
+            return {
+                relative: size
+                for relative, size in sizes.items()
+                if size or not (relative == "" or relative.endswith("/"))
+            }
 
     def delete_file(self, path: str) -> None:
         """Delete the file at `path`, if there is one."""
