@@ -22,7 +22,12 @@ from spark_checkpoint.agent.server import AgentServer
 from spark_checkpoint.agent.snapshot import committed_batches
 from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import QueryProgress, QueryState, RestoredFrom
-from spark_checkpoint.restore import RestoreFailed, checkpoint_failure, restore
+from spark_checkpoint.restore import (
+    RestoreFailed,
+    StorageUnavailable,
+    checkpoint_failure,
+    restore,
+)
 from spark_checkpoint.settings import (
     DriverSettings,
     SettingsError,
@@ -193,6 +198,8 @@ def _start(
         outcome = restore(storage, settings.restore_candidates, location)
     except RestoreFailed as error:
         return fail_with(str(error), DriverExit.RESTORE_FAILED)
+    except StorageUnavailable as error:
+        return fail_with(str(error), DriverExit.FAILED)
     if outcome is not None:
         agent.restored(outcome)
     try:

@@ -21,6 +21,7 @@ from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
+    StorageAccessError,
     StorageError,
     UnregisteredCheckpointError,
     parse_snapshot_address,
@@ -75,6 +76,11 @@ class RestoreFailed(Exception):
     """No candidate could be restored; the message lists each one with its reason."""
 
 
+class StorageUnavailable(Exception):
+    """Storage could not be read as an image was restored (no access, no answer): that
+    says nothing of the image, which is not passed over; another attempt may read it."""
+
+
 def restore(
     storage: CheckpointStorage,
     candidates: tuple[RestoreCandidate, ...],
@@ -102,11 +108,18 @@ def restore(
             # ValueError and ImportError: fsspec knows no such protocol (or lacks its
             # package); ValueError and RecursionError: Spark's metadata file is no JSON
             # object (nested too deeply).
+            shutil.rmtree(target, ignore_errors=True)
+            if _storage_unavailable(error):
+                # Passed over, the image would never be restored again, and the job would
+                # roll back to an older one, or fail for good with none left.
+                raise StorageUnavailable(
+                    f"cannot read {candidate} ({error}); it is not passed over: the next "
+                    "attempt restores it if storage answers then"
+                ) from error
             log.warning(
                 "cannot restore from %s (%s); falling back to the next image", candidate, error
             )
             skipped.append(SkippedImage(candidate, str(error)))
-            shutil.rmtree(target, ignore_errors=True)
             continue
         log.info("restored %s at batch %s into %s", candidate, metadata.batch_id, target)
         return RestoredFrom(candidate, metadata.batch_id, tuple(skipped))
@@ -114,6 +127,16 @@ def restore(
         reasons = "; ".join(f"{s.candidate}: {s.reason}" for s in skipped)
         raise RestoreFailed(f"no image could be restored: {reasons}")
     return None
+
+
+def _storage_unavailable(error: Exception) -> bool:
+    """Whether ``error`` says that storage could not be read (credentials, permissions, an
+    endpoint that does not answer, a failing disk), not that the image is bad (a file
+    missing or damaged, a path that is no image)."""
+    if isinstance(error, StorageAccessError):
+        return True
+    absent = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
+    return isinstance(error, OSError) and not isinstance(error, absent)
 
 
 def checkpoint_failure(error: str, location: Path) -> str | None:

@@ -4,6 +4,7 @@ savepoint is read from its `_metadata` URI on the same store."""
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Callable
 from pathlib import Path
 
@@ -12,12 +13,13 @@ from s3fs import S3FileSystem
 
 from helpers.objectstore import S3Server, StorageRoot
 from spark_checkpoint.protocol import RestoreCandidate
-from spark_checkpoint.restore import RestoreFailed, restore
+from spark_checkpoint.restore import RestoreFailed, StorageUnavailable, restore
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointMetadata,
     CheckpointStorage,
     JobStorageLayout,
+    StorageAccessError,
 )
 
 SparkFile = Callable[[str, bytes], str]
@@ -147,11 +149,55 @@ def test_an_external_savepoint_on_the_store_is_restored(
     assert (target / "offsets" / "0").read_bytes() == b"batch 1"
 
 
-def test_an_external_savepoint_without_credentials_is_skipped_with_the_reason(
+@pytest.mark.local_only  # the failure is made here; the stores' own: the test below
+@pytest.mark.parametrize(
+    "failure",
+    [
+        PermissionError(errno.EACCES, "Access Denied"),
+        TimeoutError(errno.ETIMEDOUT, "Read timeout on endpoint URL"),
+        StorageAccessError("s3://bucket/chk-2", "EndpointConnectionError: no answer"),
+    ],
+    ids=["denied", "timeout", "no-answer"],
+)
+def test_storage_that_cannot_be_read_fails_the_attempt_without_passing_the_image_over(
+    storage: CheckpointStorage,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+) -> None:
+    """A denied read or one storage did not answer says nothing of the image: passed over,
+    it was never restored again and the job rolled back to an older one (or failed for good
+    with none left; an object-store review's)."""
+    checkpoint(1, b"batch 1")
+    checkpoint(2, b"batch 2")
+
+    def unreadable(*_args: object) -> None:
+        raise failure
+
+    monkeypatch.setattr(CheckpointStorage, "materialize", unreadable)
+    target = tmp_path / "restored"
+
+    with pytest.raises(StorageUnavailable) as raised:
+        restore(
+            storage,
+            (
+                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+            ),
+            target,
+        )
+
+    assert str(raised.value).startswith(f"cannot read checkpoint:2 ({failure}); it is not ")
+    assert not target.exists()
+
+
+def test_an_external_savepoint_without_credentials_is_not_passed_over(
     s3_server: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The driver's environment has no credentials for the savepoint's bucket: restore
-    names the failure instead of crashing the driver."""
+    names the failure instead of crashing the driver, and the attempt fails (the next may
+    have them)."""
     nowhere = str(tmp_path / "absent")
     for name, value in {
         **s3_server.environment(),
@@ -169,10 +215,11 @@ def test_an_external_savepoint_without_credentials_is_skipped_with_the_reason(
     uri = f"s3://{s3_server.bucket}/elsewhere/team-a/orders.v2/savepoints/sp-3/_metadata"
     fork = CheckpointStorage(JobStorageLayout(str(tmp_path / "mine"), "team-a", "fork"))
 
-    with pytest.raises(RestoreFailed) as raised:
+    with pytest.raises(StorageUnavailable) as raised:
         restore(fork, (RestoreCandidate.external(uri),), tmp_path / "restored")
 
     assert str(raised.value) == (
-        f"no image could be restored: external:{uri}: {uri}: "
-        "NoCredentialsError: Unable to locate credentials"
+        f"cannot read external:{uri} ({uri}: NoCredentialsError: Unable to locate "
+        "credentials); it is not passed over: the next attempt restores it if storage "
+        "answers then"
     )
