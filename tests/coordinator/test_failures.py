@@ -182,6 +182,40 @@ def test_a_completed_checkpoint_resets_the_failure_count() -> None:
     assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
 
 
+def test_a_completed_savepoint_resets_the_failure_count() -> None:
+    """Flink's handleCheckpointSuccess runs for savepoints too: the job can checkpoint.
+    Two declines around a completed savepoint failed a job tolerating one (a Flink-rules
+    review's)."""
+    harness = _failing_harness(tolerable=1)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(1, "logs", "x"))
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.complete(2)
+    assert harness.coordinator.consecutive_failures == 0
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
+
+
+def test_a_checkpoint_older_than_the_last_completed_image_fails_uncounted() -> None:
+    """Flink counts only failures after its lastSucceededCheckpointId. A savepoint subsumes
+    nothing: the checkpoint pending beside it expired after it completed and failed a job
+    that tolerates no failure."""
+    harness = _failing_harness(tolerable=0)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.advance(10.0)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.complete(2)
+
+    effects = harness.advance(20.0)
+
+    (abort,) = of_type(effects, AbortCheckpoint)
+    assert (abort.checkpoint_id, abort.reason) == (1, FailureReason.EXPIRED)
+    assert of_type(effects, FailJob) == []
+    assert harness.coordinator.consecutive_failures == 0
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) != [], "newer counts"
+
+
 def test_savepoint_failures_do_not_count() -> None:
     harness = _failing_harness(tolerable=0)
     harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))

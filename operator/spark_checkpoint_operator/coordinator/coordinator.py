@@ -141,6 +141,9 @@ class CheckpointCoordinator:
         self._pending: dict[int, PendingCheckpoint] = {}
         self._next_periodic_at: float | None = None
         self._consecutive_failures = 0
+        # Flink's lastSucceededCheckpointId: a failure of an older checkpoint (still pending
+        # as a savepoint completed, which subsumes nothing) is not counted.
+        self._last_completed_id = 0
         self._tasks: frozenset[str] = frozenset()
         self._tasks_running = False
         self._job_running = False
@@ -527,9 +530,11 @@ class CheckpointCoordinator:
         )
         subsumed: list[CompletedCheckpoint] = []
         dropped_savepoints: list[CompletedCheckpoint] = []
+        # Any completed image shows the job can checkpoint (Flink's handleCheckpointSuccess).
+        self._consecutive_failures = 0
+        self._last_completed_id = max(self._last_completed_id, completed.checkpoint_id)
         if completed.kind is CheckpointKind.CHECKPOINT:
             subsumed = self._store.add(completed)
-            self._consecutive_failures = 0
         else:
             dropped_savepoints = self._savepoints.add(completed, now)
         # Crash-consistency order: registry, then sinks, then discards.
@@ -605,12 +610,14 @@ class CheckpointCoordinator:
         effects: list[Effect],
     ) -> None:
         """Modelled on Flink's CheckpointFailureManager: only checkpoint failures of the
-        kinds that say the job cannot checkpoint count (older pending checkpoints are
-        subsumed, never failed, once a newer one completes). Unlike Flink, no savepoint
-        failure counts (docs/coordinator.md)."""
+        kinds that say the job cannot checkpoint count, and not those of a checkpoint older
+        than the last completed image. Unlike Flink, no savepoint failure counts
+        (docs/coordinator.md)."""
         if pending.kind is not CheckpointKind.CHECKPOINT:
             return
         if not reason.counts_toward_tolerable_failures:
+            return
+        if pending.checkpoint_id < self._last_completed_id:
             return
         self._consecutive_failures += 1
         if self._consecutive_failures > self._config.tolerable_failures:
