@@ -171,25 +171,15 @@ def test_zero_tolerable_failures_fails_on_the_first_failure() -> None:
     assert of_type(harness.send(TaskDeclined(1, "logs", "x")), FailJob) != []
 
 
-def test_a_completed_checkpoint_resets_the_failure_count() -> None:
-    harness = _failing_harness(tolerable=1)
-    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
-    harness.send(TaskDeclined(1, "logs", "x"))
-    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
-    harness.complete(2)
-    assert harness.coordinator.consecutive_failures == 0
-    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
-    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
-
-
-def test_a_completed_savepoint_resets_the_failure_count() -> None:
+@pytest.mark.parametrize("kind", [CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT])
+def test_a_completed_image_resets_the_failure_count(kind: CheckpointKind) -> None:
     """Flink's handleCheckpointSuccess runs for savepoints too: the job can checkpoint.
     Two declines around a completed savepoint failed a job tolerating one (a Flink-rules
     review's)."""
     harness = _failing_harness(tolerable=1)
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     harness.send(TaskDeclined(1, "logs", "x"))
-    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.send(TriggerRequested(kind))
     harness.complete(2)
     assert harness.coordinator.consecutive_failures == 0
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
