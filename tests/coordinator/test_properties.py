@@ -107,10 +107,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.persisted = PersistedState()
         self.completions = 0
         # Flink's CheckpointFailureManager, modelled apart: checkpoint failures of the kinds
-        # that say the job cannot checkpoint, in a row, since a checkpoint completed (or the
+        # that say the job cannot checkpoint, in a row, since an image completed (or the
         # job left Running, or a coordinator took over).
         self.failure_streak = 0
         self.longest_streak = 0
+        self.last_completed = 0
 
     def _build(
         self, state: PersistedState | None, next_id: int | None = None
@@ -140,8 +141,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         must_fail = False
         for effect in effects:
             match effect:
-                case AbortCheckpoint(kind=CheckpointKind.CHECKPOINT, reason=reason):
-                    if reason.counts_toward_tolerable_failures:
+                case AbortCheckpoint(
+                    checkpoint_id=cid, kind=CheckpointKind.CHECKPOINT, reason=reason
+                ):
+                    # Not one older than the last completed image (Flink's
+                    # lastSucceededCheckpointId).
+                    if reason.counts_toward_tolerable_failures and cid > self.last_completed:
                         self.failure_streak += 1
                         self.longest_streak = max(self.longest_streak, self.failure_streak)
                         must_fail |= self.failure_streak > self.config.tolerable_failures
@@ -178,7 +183,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     assert cid in registered
                     if completed.kind is CheckpointKind.CHECKPOINT:
                         self.completed_checkpoints.append(cid)
-                        self.failure_streak = 0
+                    # Any completed image resets the count (Flink's handleCheckpointSuccess).
+                    self.failure_streak = 0
+                    self.last_completed = max(self.last_completed, cid)
                     if commit:
                         self.committed_batch = max(self.committed_batch, completed.batch_id)
                 case DiscardCheckpoint(checkpoint_id=cid, retained=retained):
