@@ -206,6 +206,29 @@ def test_a_checkpoint_older_than_the_last_completed_image_fails_uncounted() -> N
     assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) != [], "newer counts"
 
 
+@pytest.mark.parametrize("after", [AfterCompletion.STOP, AfterCompletion.DRAIN])
+def test_a_checkpoint_that_fails_beside_a_stop_with_savepoint_fails_no_job(
+    after: AfterCompletion,
+) -> None:
+    """Flink aborts pending checkpoints when a stop-with-savepoint begins, uncounted; here
+    they may still complete, and one that expired while the stop ran (a drain may wait for
+    hours) failed a job that tolerates no failure (a Flink-rules review's). Once the stop
+    failed, the job runs on and failures count again."""
+    harness = _failing_harness(tolerable=0)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.advance(10.0)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=after))
+
+    effects = harness.advance(20.0)
+
+    (abort,) = of_type(effects, AbortCheckpoint)
+    assert (abort.checkpoint_id, abort.reason) == (1, FailureReason.EXPIRED)
+    assert of_type(effects, FailJob) == []
+    harness.send(TaskDeclined(2, "logs", "disk full"))  # the stop fails: the job runs on
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) != []
+
+
 def test_savepoint_failures_do_not_count() -> None:
     harness = _failing_harness(tolerable=0)
     harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))

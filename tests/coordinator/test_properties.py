@@ -34,6 +34,7 @@ from spark_checkpoint_operator.coordinator import (
     DiscardSavepoint,
     Effect,
     FailJob,
+    FailureReason,
     FinalizationFailed,
     FinalizeCheckpoint,
     JobPhase,
@@ -112,6 +113,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.failure_streak = 0
         self.longest_streak = 0
         self.last_completed = 0
+        self.stops: set[int] = set()  # pending stop-with-savepoints
 
     def _build(
         self, state: PersistedState | None, next_id: int | None = None
@@ -137,25 +139,35 @@ class CoordinatorMachine(RuleBasedStateMachine):
             self.acked[checkpoint_id].add(task)
         self._send(TaskAcknowledged(checkpoint_id, TaskAck(task, batch, 10, 1)))
 
+    def _fails_the_job(self, cid: int, kind: CheckpointKind, reason: FailureReason) -> bool:
+        """Whether the abort of ``cid`` must fail the job: a checkpoint's failure of a kind
+        that counts, not one older than the last completed image (Flink's
+        lastSucceededCheckpointId) nor one beside a pending stop-with-savepoint."""
+        self.stops.discard(cid)
+        if kind is not CheckpointKind.CHECKPOINT or not reason.counts_toward_tolerable_failures:
+            return False
+        if self.stops or cid < self.last_completed:
+            return False
+        self.failure_streak += 1
+        self.longest_streak = max(self.longest_streak, self.failure_streak)
+        return self.failure_streak > self.config.tolerable_failures
+
     def _check(self, effects: list[Effect]) -> None:
         must_fail = False
         for effect in effects:
             match effect:
-                case AbortCheckpoint(
-                    checkpoint_id=cid, kind=CheckpointKind.CHECKPOINT, reason=reason
-                ):
-                    # Not one older than the last completed image (Flink's
-                    # lastSucceededCheckpointId).
-                    if reason.counts_toward_tolerable_failures and cid > self.last_completed:
-                        self.failure_streak += 1
-                        self.longest_streak = max(self.longest_streak, self.failure_streak)
-                        must_fail |= self.failure_streak > self.config.tolerable_failures
+                case AbortCheckpoint(checkpoint_id=cid, kind=kind, reason=reason):
+                    must_fail |= self._fails_the_job(cid, kind, reason)
                 case PersistState(state=state):
                     # What is persisted is read back (an operator restart, a local run).
                     read_back = PersistedState.from_dict(state.to_dict())
                     assert read_back.next_checkpoint_id == state.next_checkpoint_id
                     self.persisted = state
-                case TriggerCheckpoint(checkpoint_id=cid, kind=kind, expected_tasks=tasks):
+                case TriggerCheckpoint(
+                    checkpoint_id=cid, kind=kind, after=after, expected_tasks=tasks
+                ):
+                    if after is not AfterCompletion.CONTINUE:
+                        self.stops.add(cid)
                     # Ids strictly increase, across restarts too, and a counter that
                     # covers the id was persisted before the trigger (once per id block).
                     assert cid > self.highest_triggered
@@ -183,6 +195,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     assert cid in registered
                     if completed.kind is CheckpointKind.CHECKPOINT:
                         self.completed_checkpoints.append(cid)
+                    self.stops.discard(cid)
                     # Any completed image resets the count (Flink's handleCheckpointSuccess).
                     self.failure_streak = 0
                     self.last_completed = max(self.last_completed, cid)
@@ -377,6 +390,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
     def restart_operator(self) -> None:
         self.coordinator = self._build(PersistedState.from_dict(self.persisted.to_dict()))
         self.finalizing.clear()
+        self.stops.clear()
         self.failure_streak = 0
 
     @rule()
@@ -385,6 +399,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         old = self.coordinator
         self.coordinator = self._build(old.persisted_state, next_id=old.next_checkpoint_id)
         self.finalizing.clear()
+        self.stops.clear()
         self.failure_streak = 0
         self._start_job()  # the supervisor tells it the phase; the next status, the tasks
 

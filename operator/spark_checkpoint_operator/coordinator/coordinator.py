@@ -611,13 +611,18 @@ class CheckpointCoordinator:
     ) -> None:
         """Modelled on Flink's CheckpointFailureManager: only checkpoint failures of the
         kinds that say the job cannot checkpoint count, and not those of a checkpoint older
-        than the last completed image. Unlike Flink, no savepoint failure counts
-        (docs/coordinator.md)."""
+        than the last completed image. Unlike Flink, no savepoint failure counts, nor a
+        checkpoint's while a stop-with-savepoint is pending (docs/coordinator.md)."""
         if pending.kind is not CheckpointKind.CHECKPOINT:
             return
         if not reason.counts_toward_tolerable_failures:
             return
         if pending.checkpoint_id < self._last_completed_id:
+            return
+        if self.stopping:
+            # Flink's stop-with-savepoint aborts pending checkpoints uncounted; here they
+            # may still complete (one covering a bounded job's end finishes it), but one
+            # that fails beside the stop (expired during a long drain) fails no job.
             return
         self._consecutive_failures += 1
         if self._consecutive_failures > self._config.tolerable_failures:
