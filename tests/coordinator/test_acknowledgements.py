@@ -146,8 +146,8 @@ def test_finalization_arriving_after_abort_registers_nothing(harness: Harness) -
     harness.start()
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
     harness.ack_all(1)
-    (abort,) = of_type(harness.advance(61.0), AbortCheckpoint)  # expires while finalizing
-    assert abort.reason is FailureReason.EXPIRED
+    (abort,) = of_type(harness.advance(61.0), AbortCheckpoint)  # its `_metadata` outlasted it
+    assert abort.reason is FailureReason.FINALIZE_FAILURE
     assert harness.send(CheckpointFinalized(1, "file:///s/chk-1", 300)) == []
     assert harness.coordinator.persisted_state.checkpoints == ()
 

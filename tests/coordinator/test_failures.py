@@ -42,6 +42,24 @@ def test_pending_checkpoint_expires_after_timeout() -> None:
     assert harness.coordinator.consecutive_failures == 1
 
 
+def test_a_checkpoint_every_task_acknowledged_fails_as_its_metadata_write_not_expired() -> None:
+    """Past its timeout while its `_metadata` was written, it failed "expired before all
+    tasks acknowledged", which they had (a Flink-rules review's)."""
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.advance(25.0)
+    harness.ack_all(1)
+
+    (abort,) = of_type(harness.advance(6.0), AbortCheckpoint)
+
+    assert (abort.checkpoint_id, abort.reason, abort.message) == (
+        1,
+        FailureReason.FINALIZE_FAILURE,
+        "writing the checkpoint metadata failed: not written within the checkpoint's timeout",
+    )
+    assert harness.coordinator.consecutive_failures == 1
+
+
 @pytest.mark.parametrize("captured_by", ["capture", "acknowledgement"])
 def test_a_drain_savepoint_times_out_only_from_its_capture(captured_by: str) -> None:
     """`stop --drain` first processes all input, however long that takes: its timeout

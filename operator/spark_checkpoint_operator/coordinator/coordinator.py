@@ -303,7 +303,13 @@ class CheckpointCoordinator:
         # Pending checkpoints are kept in trigger order, which is id order.
         for pending in list(self._pending.values()):
             if pending.deadline is not None and pending.deadline <= now:
-                self._abort(pending, FailureReason.EXPIRED, "", effects)
+                if pending.finalizing:
+                    # Every task acknowledged: what outlasted the timeout is the agent's
+                    # `_metadata` write (Flink's FINALIZE_CHECKPOINT_FAILURE).
+                    late = "not written within the checkpoint's timeout"
+                    self._abort(pending, FailureReason.FINALIZE_FAILURE, late, effects)
+                else:
+                    self._abort(pending, FailureReason.EXPIRED, "", effects)
         expired_savepoints = self._savepoints.expire(now)
         if expired_savepoints:
             effects.append(PersistState(self.persisted_state))
