@@ -253,7 +253,7 @@ class RunDisplay:
             rate = None if progress is None else progress.input_rows_per_second
             parts.append(Text(f"{'-' if rate is None else format_rate(rate)} rows/s"))
         parts.append(self._last_checkpoint(record, now))
-        parts.append(self._next_trigger(supervisor, record, now))
+        parts.append(self._next_trigger(supervisor, record))
         failed = self._tally.failed
         parts.append(Text(f"failed {failed}", style="red" if failed else ""))
         line = Text("  ").join(part for part in parts if part)
@@ -277,7 +277,7 @@ class RunDisplay:
         return Text(f"checkpoint {last.checkpoint_id} {age} ago (discarded)")
 
     @staticmethod
-    def _next_trigger(supervisor: JobSupervisor, record: JobRecord, now: float) -> Text:
+    def _next_trigger(supervisor: JobSupervisor, record: JobRecord) -> Text:
         if record.pending:
             pending = record.pending[0]
             return Text(
@@ -285,10 +285,10 @@ class RunDisplay:
                 f"({pending['acknowledged']}/{pending['expected']} tasks)",
                 style="cyan",
             )
-        due = supervisor.next_periodic_trigger
-        if due is None:
+        due_in = supervisor.next_periodic_trigger_in
+        if due_in is None:
             return Text()
-        return Text(f"next in {human_age(max(0.0, due - now))}")
+        return Text(f"next in {human_age(max(0.0, due_in))}")
 
     # ------------------------------------------------------------------ at the end
 

@@ -340,7 +340,7 @@ def test_the_live_line_shows_the_last_committed_batch_as_status_does() -> None:
     """An idle trigger's progress names the next batch, not yet run: the line said batch
     48 beside "(query at batch 47)" and `status`'s 47 (a newcomer's)."""
     record = JobRecord(phase=JobPhase.RUNNING, attempt=1)
-    supervisor = SimpleNamespace(record=record, next_periodic_trigger=None)
+    supervisor = SimpleNamespace(record=record, next_periodic_trigger_in=None)
     status = AgentStatus(
         version=3,
         attempt=1,
@@ -432,7 +432,7 @@ def _finished_record() -> JobRecord:
 def test_the_live_line_of_a_finished_job_names_its_last_checkpoint() -> None:
     """The final line said "no checkpoint yet" after eight completed, as retention discarded
     a finished job's checkpoints (a newcomer's)."""
-    supervisor = SimpleNamespace(record=_finished_record(), next_periodic_trigger=None)
+    supervisor = SimpleNamespace(record=_finished_record(), next_periodic_trigger_in=None)
 
     line = RunDisplay(io.StringIO()).status_line(supervisor, None, now=131.5)  # type: ignore[arg-type]
 

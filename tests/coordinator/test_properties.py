@@ -484,8 +484,9 @@ def test_the_machine_reaches_completions() -> None:
         settings=settings(
             # With 60, no run failed past its tolerance when this ran after the control
             # plane's tests in one worker (cause not found; alone it passed). With 200,
-            # 19 of 215 runs do alone.
-            max_examples=200,
+            # 19 of 215 runs did alone, 2 of 230 once a completed savepoint reset the count
+            # and a stop-with-savepoint's neighbours went uncounted; 8 of 631 with 600.
+            max_examples=600,
             stateful_step_count=60,
             derandomize=True,
             database=None,

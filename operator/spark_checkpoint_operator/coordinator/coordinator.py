@@ -88,9 +88,13 @@ class PendingView:
 class CheckpointCoordinator:
     """Coordinates the checkpoints of one job.
 
-    ``clock`` returns the current time in seconds (epoch based, because times are shown to
-    users); ``rng`` picks the random initial delay of the periodic scheduler; ``id_block``
-    is how many checkpoint ids one state write reserves. ``next_id`` continues the counter
+    ``clock`` returns the current time in seconds (epoch based: the times recorded and shown
+    to users, and savepoint ages); ``timer`` returns seconds on a clock that never steps
+    (``time.monotonic``), on which deadlines, the periodic schedule and the minimum pause
+    run, as Flink's do: a wall clock stepped forward expired healthy checkpoints, one
+    stepped back held periodic ones (None: ``clock``, as a fake clock is both); ``rng``
+    picks the random initial delay of the periodic scheduler; ``id_block`` is how many
+    checkpoint ids one state write reserves. ``next_id`` continues the counter
     of a coordinator this one replaces in the same process (new settings, a resumed job):
     the ids from it up to the persisted counter are reserved and unused. Without it, the
     counter starts after the reserved block (after a restart, the only safe place).
@@ -103,6 +107,7 @@ class CheckpointCoordinator:
         config: CoordinatorConfig,
         *,
         clock: Clock,
+        timer: Clock | None = None,
         rng: random.Random,
         state: PersistedState | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
@@ -119,6 +124,7 @@ class CheckpointCoordinator:
         self._config = config
         self._unrestorable = unrestorable
         self._clock = clock
+        self._timer = timer or clock
         self._rng = rng
         self._id_block = id_block
         self._next_id = state.next_checkpoint_id if next_id is None else next_id
@@ -230,13 +236,13 @@ class CheckpointCoordinator:
         return tuple(sorted(registered, key=lambda c: c.checkpoint_id, reverse=True))
 
     def next_deadline(self) -> float | None:
-        """The earliest time at which a Tick has something to do."""
+        """The earliest time, on ``timer``, at which a Tick has something to do."""
         deadlines = [p.deadline for p in self._pending.values() if p.deadline is not None]
         if self._next_periodic_at is not None:
             deadlines.append(self._next_periodic_at)
         savepoint_expiry = self._savepoints.next_expiry()
-        if savepoint_expiry is not None:
-            deadlines.append(savepoint_expiry)
+        if savepoint_expiry is not None:  # an age: on the wall clock
+            deadlines.append(self._timer() + savepoint_expiry - self._clock())
         return min(deadlines, default=None)
 
     # ------------------------------------------------------------------ events
@@ -299,7 +305,7 @@ class CheckpointCoordinator:
             effects.append(PersistState(self.persisted_state))
 
     def _on_tick(self, effects: list[Effect]) -> None:
-        now = self._clock()
+        now = self._timer()
         # Pending checkpoints are kept in trigger order, which is id order.
         for pending in list(self._pending.values()):
             if pending.deadline is not None and pending.deadline <= now:
@@ -310,7 +316,7 @@ class CheckpointCoordinator:
                     self._abort(pending, FailureReason.FINALIZE_FAILURE, late, effects)
                 else:
                     self._abort(pending, FailureReason.EXPIRED, "", effects)
-        expired_savepoints = self._savepoints.expire(now)
+        expired_savepoints = self._savepoints.expire(self._clock())
         if expired_savepoints:
             effects.append(PersistState(self.persisted_state))
             effects.extend(DiscardSavepoint(s) for s in expired_savepoints)
@@ -335,7 +341,7 @@ class CheckpointCoordinator:
         if self._terminated is not None or self._config.interval is None or self.stopping:
             return
         delay = self._rng.uniform(self._config.min_pause, self._config.interval)
-        self._next_periodic_at = self._clock() + delay
+        self._next_periodic_at = self._timer() + delay
 
     @property
     def stopping(self) -> bool:
@@ -390,7 +396,7 @@ class CheckpointCoordinator:
         return TriggerRequest(
             kind=kind,
             origin=origin,
-            requested_at=self._clock(),
+            requested_at=self._timer(),
             forced=forced,
             after=after,
             label=label,
@@ -413,7 +419,7 @@ class CheckpointCoordinator:
                 return
             if first.is_periodic and not first.forced:
                 earliest = self._earliest_unforced_trigger()
-                if earliest > self._clock():
+                if earliest > self._timer():
                     self._queue.pop()
                     effects.append(
                         RequestDeclined(first, FailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS)
@@ -446,7 +452,9 @@ class CheckpointCoordinator:
             label=request.label,
             trigger_time=now,
             # A drain first waits for the input to run out, however long that takes.
-            deadline=None if request.after is AfterCompletion.DRAIN else now + self._config.timeout,
+            deadline=None
+            if request.after is AfterCompletion.DRAIN
+            else self._timer() + self._config.timeout,
             expected_tasks=self._tasks,
         )
         if request.after is not AfterCompletion.CONTINUE:
@@ -471,7 +479,7 @@ class CheckpointCoordinator:
         pending = self._pending.get(checkpoint_id)
         if pending is not None and pending.deadline is None:
             pending.trigger_time = self._clock()
-            pending.deadline = pending.trigger_time + self._config.timeout
+            pending.deadline = self._timer() + self._config.timeout
 
     def _on_ack(self, event: TaskAcknowledged, effects: list[Effect]) -> None:
         self._captured(event.checkpoint_id)
@@ -521,7 +529,7 @@ class CheckpointCoordinator:
             completion_time=now,
             label=pending.label,
         )
-        self._last_completion_time = now
+        self._last_completion_time = self._timer()
         self._completed_count += 1
         self._history.append(
             CheckpointOutcome(

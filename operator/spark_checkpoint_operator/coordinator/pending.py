@@ -33,8 +33,8 @@ class PendingCheckpoint:
     label: str
     # A drain savepoint's is its image's capture, once the input ran out.
     trigger_time: float
-    # When it expires; None while a drain savepoint waits for the input to run out (its
-    # timeout counts from the image's capture: `SnapshotCaptured`).
+    # When it expires, on the coordinator's timer; None while a drain savepoint waits for
+    # the input to run out (its timeout counts from the image's capture: `SnapshotCaptured`).
     deadline: float | None
     expected_tasks: frozenset[str]
     acks: dict[str, TaskAck] = field(default_factory=dict)

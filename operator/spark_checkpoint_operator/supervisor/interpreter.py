@@ -382,7 +382,7 @@ class EffectInterpreter:
             return
         pending = next((p for p in self._coordinator.pending if p.checkpoint_id == cid), None)
         deadline = None if pending is None else pending.deadline
-        time_left = 0.0 if deadline is None else deadline - time.time()
+        time_left = 0.0 if deadline is None else deadline - time.monotonic()
         try:
             finalized = await attempt.driver.agent.finalize(
                 cid, tasks, waits=min(time_left, self._job.heartbeat_timeout)

@@ -179,10 +179,11 @@ class JobSupervisor:
         return self._record
 
     @property
-    def next_periodic_trigger(self) -> float | None:
-        """When the next periodic checkpoint is due (epoch seconds); None while the job is
-        not Running or has no interval."""
-        return self._interpreter.coordinator.next_periodic_trigger
+    def next_periodic_trigger_in(self) -> float | None:
+        """Seconds until the next periodic checkpoint is due; None while the job is not
+        Running or has no interval."""
+        due = self._interpreter.coordinator.next_periodic_trigger
+        return None if due is None else due - time.monotonic()
 
     @property
     def last_status(self) -> AgentStatus | None:
@@ -209,6 +210,7 @@ class JobSupervisor:
         return CheckpointCoordinator(
             config,
             clock=time.time,
+            timer=time.monotonic,
             rng=random.Random(),
             state=dataclasses.replace(state, terminated=None),
             next_id=next_id,
@@ -1257,12 +1259,20 @@ class JobSupervisor:
 
     async def _tick(self) -> None:
         due = self._interpreter.coordinator.next_periodic_trigger
-        decided = time.time()
+        decided = time.monotonic()
         effects = await self._interpreter.handle(Tick())
         next_due = self._interpreter.coordinator.next_periodic_trigger
         if due is not None and next_due != due:  # this Tick consumed the periodic slot
             triggered = (e.checkpoint_id for e in effects if isinstance(e, TriggerCheckpoint))
-            self._observer.periodic(PeriodicSlot(due, decided, next_due, next(triggered, None)))
+            epoch = time.time() - decided  # the slot's times as epoch seconds, as reported
+            self._observer.periodic(
+                PeriodicSlot(
+                    due + epoch,
+                    decided + epoch,
+                    None if next_due is None else next_due + epoch,
+                    next(triggered, None),
+                )
+            )
 
     def _registered(self) -> tuple[list[int], list[int]]:
         state = self._interpreter.coordinator.persisted_state

@@ -76,12 +76,13 @@ class StatusPolls:
         """Until the next status is due: the answer of a long poll (None: ask now) and
         what came to the inbox meanwhile (it ends the wait). With the ``version`` of the
         last status, the agent is asked to answer once its status changes, at the latest
-        at ``deadline``; without one (no answer, or an agent that cannot long-poll), this
-        sleeps an interval, shorter unless ``idle``. ``changed``: whether the driver
+        at ``deadline`` (on ``time.monotonic``, as the coordinator's); without one (no
+        answer, or an agent that cannot long-poll), this sleeps an interval, shorter unless
+        ``idle``. ``changed``: whether the driver
         changed (looked at every interval while a long poll waits)."""
         interval = self._idle_interval if idle else POLL_INTERVAL
         limit = interval if version is None else LONG_POLL_SECONDS
-        delay = limit if deadline is None else min(limit, deadline - time.time())
+        delay = limit if deadline is None else min(limit, deadline - time.monotonic())
         message = asyncio.ensure_future(self.inbox.get())
         waiting: set[asyncio.Future[Any]] = {message}
         poll = None
