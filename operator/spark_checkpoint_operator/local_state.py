@@ -1,11 +1,14 @@
 """Where a local run (``spark-checkpoint run``) keeps a job's state on this machine:
 ``<state_dir>/<namespace>/<job>/...``, read back by the storage commands."""
 
+import contextlib
 import errno
 import fcntl
 import json
 import os
+import stat
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -105,24 +108,51 @@ class UnsafeStateDirectory(Exception):
 
 
 def make_private_job_directory(paths: LocalPaths) -> None:
-    """Make the state directory and the job's in it if missing, and both owner-only: the
-    job's holds the run's tokens, control socket and driver logs; the state directory the
-    default storage's checkpoints too (readable by anyone otherwise, and another user's
-    could have them swapped). One that is a symbolic link or another user's is refused
-    (UnsafeStateDirectory): the tokens and socket would go where the link points, or be the
-    other user's to swap. OSError if it cannot be made."""
+    """Make the state directory, its default storage and the job's directory if missing;
+    the last two owner-only: the job's holds the run's tokens, control socket and driver
+    logs, the default storage the job's checkpoints (readable by anyone otherwise). A state
+    directory this makes is owner-only too; one that is there already is left as it is,
+    unless it is another user's or every user's to write in (as /tmp), which is refused:
+    its owner, or anyone, could swap what is below it. One that is a symbolic link is
+    refused (UnsafeStateDirectory): the tokens and socket would go where the link points.
+    OSError if it cannot be made."""
     state_dir = paths.job_dir.parent.parent
-    state_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-    _make_owner_only(
-        state_dir, "the state directory", "the job's checkpoints, tokens and control socket"
-    )
+    holding = "the job's checkpoints, tokens and control socket"
+    try:
+        state_dir.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        _require_own_directory(state_dir, "the state directory", holding)
+    else:
+        _make_owner_only(state_dir, "the state directory", holding)
+    storage_dir = state_dir / DEFAULT_STORAGE_DIR_NAME
+    storage_dir.mkdir(mode=0o700, exist_ok=True)
+    _make_owner_only(storage_dir, "the default storage's directory", "the job's checkpoints")
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     _make_owner_only(
         paths.job_dir, "the job's state directory", "the run's tokens and control socket"
     )
 
 
+def _require_own_directory(directory: Path, name: str, holding: str) -> None:
+    """``directory``, there already, is this user's and no other user may write in it."""
+    with _opened_directory(directory, name, holding) as descriptor:
+        status = os.fstat(descriptor)
+        _require_owner(status, directory, name, holding)
+        if status.st_mode & stat.S_IWOTH:
+            raise UnsafeStateDirectory(
+                f"{name} {directory} is every user's to write in, who could swap {holding}: "
+                "give --state-dir a directory of your own"
+            )
+
+
 def _make_owner_only(directory: Path, name: str, holding: str) -> None:
+    with _opened_directory(directory, name, holding) as descriptor:
+        _require_owner(os.fstat(descriptor), directory, name, holding)
+        os.fchmod(descriptor, 0o700)
+
+
+@contextlib.contextmanager
+def _opened_directory(directory: Path, name: str, holding: str) -> Iterator[int]:
     try:
         descriptor = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError as error:
@@ -133,15 +163,17 @@ def _make_owner_only(directory: Path, name: str, holding: str) -> None:
             ) from None
         raise
     try:
-        owner = os.fstat(descriptor).st_uid
-        if owner != os.getuid():
-            raise UnsafeStateDirectory(
-                f"{name} {directory} belongs to another user (uid {owner}), who could swap "
-                f"{holding}: give --state-dir a directory of your own"
-            )
-        os.fchmod(descriptor, 0o700)
+        yield descriptor
     finally:
         os.close(descriptor)
+
+
+def _require_owner(status: os.stat_result, directory: Path, name: str, holding: str) -> None:
+    if status.st_uid != os.getuid():
+        raise UnsafeStateDirectory(
+            f"{name} {directory} belongs to another user (uid {status.st_uid}), who could "
+            f"swap {holding}: give --state-dir a directory of your own"
+        )
 
 
 def local_owner(paths: LocalPaths, *, own_storage: bool) -> StorageOwner:

@@ -845,25 +845,47 @@ def test_a_state_directory_of_another_user_is_refused_touching_nothing(
     assert state_dir.stat().st_mode & 0o777 == 0o777
 
 
-def test_the_state_and_job_directories_are_made_owner_only(
+def test_the_default_storage_and_job_directories_are_made_owner_only(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The job's holds the run's tokens, control socket and driver logs, the state
-    directory the default storage's checkpoints, which were readable by every user (a
-    security review's); ones made by an earlier version (0755) are made private too, also
-    by a run refused later."""
+    """The job's holds the run's tokens, control socket and driver logs, the default
+    storage the job's checkpoints, which were readable by every user (a security review's);
+    ones made by an earlier version (0755) are made private too, also by a run refused
+    later. A state directory that was there is left as it was (a project's, say)."""
     manifest = tmp_path / "job.yaml"
     shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
     state_dir = tmp_path / ".spark-checkpoint"
     job_dir = state_dir / "default" / "word-count"
     job_dir.mkdir(parents=True, mode=0o755)
+    (state_dir / "storage").mkdir(mode=0o755)
     state_dir.chmod(0o755)
     (job_dir / "status.json").write_text("{")
 
     assert main(["run", str(manifest)]) == 1
     assert "the job's status file cannot be read" in capsys.readouterr().err
     assert job_dir.stat().st_mode & 0o777 == 0o700
-    assert state_dir.stat().st_mode & 0o777 == 0o700
+    assert (state_dir / "storage").stat().st_mode & 0o777 == 0o700
+    assert state_dir.stat().st_mode & 0o777 == 0o755
+
+
+def test_a_state_directory_every_user_writes_in_is_refused_and_left_as_it_is(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`--state-dir /tmp` as root was made 0700, /tmp with it (a reviewer's)."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+
+    assert main(["run", str(manifest), "--state-dir", str(shared)]) == 1
+    assert capsys.readouterr().err == (
+        f"spark-checkpoint run: the state directory {shared} is every user's to write in, "
+        "who could swap the job's checkpoints, tokens and control socket: give --state-dir "
+        "a directory of your own\n"
+    )
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+    assert list(shared.iterdir()) == []
 
 
 def test_a_run_gives_the_root_logger_back_as_it_found_it(
