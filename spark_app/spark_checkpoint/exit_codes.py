@@ -12,3 +12,8 @@ class DriverExit(IntEnum):
     # The restored image failed the query before it committed a batch, with an error that
     # points at the checkpoint: the runtime marks that image unrestorable and falls back.
     RESTORE_UNUSABLE = 5
+
+
+# How a driver's error (exit FAILED) begins when storage did not answer as it restored: an
+# error that passes, which the runtime retries however often it comes.
+STORAGE_UNAVAILABLE = "storage did not answer as the image was restored"

@@ -9,6 +9,7 @@ it): Spark then fails the restored query. `checkpoint_failure` tells such a fail
 any other, so that the runtime falls back to an older image instead of retrying this one.
 """
 
+import errno
 import json
 import logging
 import re
@@ -16,6 +17,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+from spark_checkpoint.exit_codes import STORAGE_UNAVAILABLE
 from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -76,6 +78,13 @@ class RestoreFailed(Exception):
     """No candidate could be restored; the message lists each one with its reason."""
 
 
+# An object store's client's OSError numbers (s3fs: EBUSY for SlowDown) for storage that did
+# not answer or asked to be called later.
+_STORAGE_DID_NOT_ANSWER = frozenset(
+    {errno.ETIMEDOUT, errno.EBUSY, errno.EAGAIN, errno.EREMOTEIO, errno.EHOSTUNREACH}
+)
+
+
 class StorageUnavailable(Exception):
     """Storage could not be read as an image was restored (no access, no answer): that
     says nothing of the image, which is not passed over; another attempt may read it."""
@@ -113,8 +122,8 @@ def restore(
                 # Passed over, the image would never be restored again, and the job would
                 # roll back to an older one, or fail for good with none left.
                 raise StorageUnavailable(
-                    f"cannot read {candidate} ({error}); it is not passed over: the next "
-                    "attempt restores it if storage answers then"
+                    f"{STORAGE_UNAVAILABLE}: {candidate} ({error}); it is not passed over: "
+                    "the next attempt restores it if storage answers then"
                 ) from error
             log.warning(
                 "cannot restore from %s (%s); falling back to the next image", candidate, error
@@ -130,13 +139,14 @@ def restore(
 
 
 def _storage_unavailable(error: Exception) -> bool:
-    """Whether ``error`` says that storage could not be read (credentials, permissions, an
-    endpoint that does not answer, a failing disk), not that the image is bad (a file
-    missing or damaged, a path that is no image)."""
-    if isinstance(error, StorageAccessError):
+    """Whether ``error`` says that storage did not answer (a timeout, a lost connection,
+    throttling) or could not be used (no or wrong credentials, an endpoint that is not
+    there): the environment's, not the image's. A refusal to read is the image's, as a
+    missing or damaged file is: S3 answers a read of a missing object 403 without the right
+    to list, and of an archived one too."""
+    if isinstance(error, (StorageAccessError, TimeoutError, ConnectionError)):
         return True
-    absent = (FileNotFoundError, NotADirectoryError, IsADirectoryError)
-    return isinstance(error, OSError) and not isinstance(error, absent)
+    return isinstance(error, OSError) and error.errno in _STORAGE_DID_NOT_ANSWER
 
 
 def checkpoint_failure(error: str, location: Path) -> str | None:

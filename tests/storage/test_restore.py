@@ -12,6 +12,7 @@ import pytest
 from s3fs import S3FileSystem
 
 from helpers.objectstore import S3Server, StorageRoot
+from spark_checkpoint.exit_codes import STORAGE_UNAVAILABLE
 from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.restore import RestoreFailed, StorageUnavailable, restore
 from spark_checkpoint.storage import (
@@ -21,6 +22,7 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageAccessError,
 )
+from spark_checkpoint_operator.supervisor.driver_errors import passes
 
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
@@ -153,22 +155,24 @@ def test_an_external_savepoint_on_the_store_is_restored(
 @pytest.mark.parametrize(
     "failure",
     [
-        PermissionError(errno.EACCES, "Access Denied"),
         TimeoutError(errno.ETIMEDOUT, "Read timeout on endpoint URL"),
+        ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"),
+        OSError(errno.EBUSY, "Please reduce your request rate."),  # s3fs's SlowDown
         StorageAccessError("s3://bucket/chk-2", "EndpointConnectionError: no answer"),
     ],
-    ids=["denied", "timeout", "no-answer"],
+    ids=["timeout", "reset", "slow-down", "no-answer"],
 )
-def test_storage_that_cannot_be_read_fails_the_attempt_without_passing_the_image_over(
+def test_storage_that_does_not_answer_fails_the_attempt_without_passing_the_image_over(
     storage: CheckpointStorage,
     checkpoint: Callable[[int, bytes], CheckpointMetadata],
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     failure: Exception,
 ) -> None:
-    """A denied read or one storage did not answer says nothing of the image: passed over,
-    it was never restored again and the job rolled back to an older one (or failed for good
-    with none left; an object-store review's)."""
+    """A read storage did not answer says nothing of the image: passed over, it was never
+    restored again and the job rolled back to an older one (or failed for good with none
+    left; an object-store review's). The attempt's error passes: it is retried however
+    often it comes."""
     checkpoint(1, b"batch 1")
     checkpoint(2, b"batch 2")
 
@@ -188,8 +192,43 @@ def test_storage_that_cannot_be_read_fails_the_attempt_without_passing_the_image
             target,
         )
 
-    assert str(raised.value).startswith(f"cannot read checkpoint:2 ({failure}); it is not ")
+    said = str(raised.value)
+    assert said.startswith(f"{STORAGE_UNAVAILABLE}: checkpoint:2 ({failure}); it is not "), said
+    assert passes([said])
     assert not target.exists()
+
+
+@pytest.mark.local_only
+def test_a_refused_read_passes_the_image_over_as_a_missing_file_does(
+    storage: CheckpointStorage,
+    checkpoint: Callable[[int, bytes], CheckpointMetadata],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3 answers the read of a missing object 403 without the right to list, and of an
+    archived one too: a refusal is the image's, which a retry would meet for ever."""
+    checkpoint(1, b"batch 1")
+    checkpoint(2, b"batch 2")
+    materialize = CheckpointStorage.materialize
+
+    def refused_once(self: CheckpointStorage, metadata: CheckpointMetadata, target: str) -> None:
+        if metadata.checkpoint_id == 2:
+            raise PermissionError(errno.EACCES, "Access Denied")
+        materialize(self, metadata, target)
+
+    monkeypatch.setattr(CheckpointStorage, "materialize", refused_once)
+
+    outcome = restore(
+        storage,
+        (
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+        ),
+        tmp_path / "restored",
+    )
+
+    assert outcome is not None and str(outcome.candidate) == "checkpoint:1"
+    assert "Access Denied" in outcome.skipped[0].reason
 
 
 def test_an_external_savepoint_without_credentials_is_not_passed_over(
@@ -219,7 +258,7 @@ def test_an_external_savepoint_without_credentials_is_not_passed_over(
         restore(fork, (RestoreCandidate.external(uri),), tmp_path / "restored")
 
     assert str(raised.value) == (
-        f"cannot read external:{uri} ({uri}: NoCredentialsError: Unable to locate "
-        "credentials); it is not passed over: the next attempt restores it if storage "
-        "answers then"
+        f"{STORAGE_UNAVAILABLE}: external:{uri} ({uri}: NoCredentialsError: Unable to "
+        "locate credentials); it is not passed over: the next attempt restores it if "
+        "storage answers then"
     )

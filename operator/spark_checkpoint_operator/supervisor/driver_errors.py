@@ -7,6 +7,7 @@ import itertools
 import re
 import signal
 
+from spark_checkpoint.exit_codes import STORAGE_UNAVAILABLE
 from spark_checkpoint.settings import PYTHON_TRACEBACK, REPORTED_ERROR_HEADER
 
 ERROR_LINES_SHOWN = 6
@@ -80,6 +81,7 @@ PASSING_ERROR = re.compile(
     r"|kafka\.common\.errors\.TimeoutException|Timeout expired while fetching topic metadata"
     r"|Connection refused|Connection reset|Connection timed out"
     r"|Could not connect to the endpoint|Temporary failure in name resolution"
+    rf"|^{re.escape(STORAGE_UNAVAILABLE)}\b"
 )
 
 
