@@ -247,6 +247,20 @@ def test_a_checkpoint_that_fails_beside_a_stop_with_savepoint_fails_no_job(
     assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) != []
 
 
+def test_a_checkpoint_expiring_with_a_stop_with_savepoint_counts() -> None:
+    """The stop fails in the same Tick, and the job runs on: the checkpoint's failure is
+    one of a running job's (it went uncounted, aborted while the stop was still pending:
+    a reviewer's)."""
+    harness = _failing_harness(tolerable=0)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP))
+
+    effects = harness.advance(30.0)
+
+    assert [a.checkpoint_id for a in of_type(effects, AbortCheckpoint)] == [2, 1]
+    assert of_type(effects, FailJob) != []
+
+
 def test_savepoint_failures_do_not_count() -> None:
     harness = _failing_harness(tolerable=0)
     harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))

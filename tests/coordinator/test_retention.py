@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers.coordinator import Harness, of_type
+from helpers.coordinator import FakeClock, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
     CheckpointKind,
@@ -81,7 +81,7 @@ def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
     _take(harness, CheckpointKind.SAVEPOINT)
     harness.clock.now += 50
     _take(harness, CheckpointKind.SAVEPOINT)
-    assert harness.coordinator.next_deadline() == pytest.approx(harness.clock.now + 50)
+    assert harness.coordinator.next_deadline() == harness.clock.now + 50
     effects = harness.advance_to_next_deadline()
     persist = of_type(effects, PersistState)
     assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
@@ -89,6 +89,26 @@ def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
     harness.clock.now += 1000
     assert of_type(harness.send(JobTerminated(TerminalOutcome.FINISHED)), DiscardSavepoint) == []
     assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [2]
+
+
+def test_a_savepoint_ages_out_at_the_deadline_given_for_it() -> None:
+    """Its age expiry converted to the timer, (now + expiry) - now, rounded a step short
+    with one clock: a Tick at that deadline expired nothing, and the next deadline was the
+    same, for ever (a reviewer's numbers)."""
+    expiry, now = 835765.1039198696, 361691.6134807642
+    limits = SavepointHistoryLimits(max_count=10, max_age_seconds=expiry - 100_000.0)
+    harness = Harness(
+        CoordinatorConfig(interval=None, savepoint_history=limits), clock=FakeClock(100_000.0)
+    )
+    harness.start()
+    _take(harness, CheckpointKind.SAVEPOINT)  # completes at 100,000: ages out at `expiry`
+    harness.clock.now = now
+    _take(harness, CheckpointKind.SAVEPOINT)  # the newest, always kept
+
+    assert harness.coordinator.next_deadline() == expiry
+    effects = harness.advance_to_next_deadline()
+
+    assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
 
 
 @pytest.mark.parametrize("disposed", [1, 2, 3])

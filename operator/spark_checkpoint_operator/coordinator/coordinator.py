@@ -242,7 +242,11 @@ class CheckpointCoordinator:
             deadlines.append(self._next_periodic_at)
         savepoint_expiry = self._savepoints.next_expiry()
         if savepoint_expiry is not None:  # an age: on the wall clock
-            deadlines.append(self._timer() + savepoint_expiry - self._clock())
+            # Converted only when the clocks differ: with one clock, a sum that rounds a
+            # step short would be a deadline at which a Tick expires nothing, for ever.
+            same = self._timer is self._clock
+            converted = self._timer() + (savepoint_expiry - self._clock())
+            deadlines.append(savepoint_expiry if same else converted)
         return min(deadlines, default=None)
 
     # ------------------------------------------------------------------ events
@@ -306,8 +310,10 @@ class CheckpointCoordinator:
 
     def _on_tick(self, effects: list[Effect]) -> None:
         now = self._timer()
-        # Pending checkpoints are kept in trigger order, which is id order.
-        for pending in list(self._pending.values()):
+        # Stops first: a checkpoint expiring with a failing stop-with-savepoint is counted,
+        # as one after it; the others in trigger order, which is id order.
+        in_order = sorted(self._pending.values(), key=lambda p: p.after is AfterCompletion.CONTINUE)
+        for pending in in_order:
             if pending.deadline is not None and pending.deadline <= now:
                 if pending.finalizing:
                     # Every task acknowledged: what outlasted the timeout is the agent's

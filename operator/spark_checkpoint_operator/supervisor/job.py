@@ -1260,11 +1260,11 @@ class JobSupervisor:
     async def _tick(self) -> None:
         due = self._interpreter.coordinator.next_periodic_trigger
         decided = time.monotonic()
+        epoch = time.time() - decided  # the slot's times as epoch seconds, as reported
         effects = await self._interpreter.handle(Tick())
         next_due = self._interpreter.coordinator.next_periodic_trigger
         if due is not None and next_due != due:  # this Tick consumed the periodic slot
             triggered = (e.checkpoint_id for e in effects if isinstance(e, TriggerCheckpoint))
-            epoch = time.time() - decided  # the slot's times as epoch seconds, as reported
             self._observer.periodic(
                 PeriodicSlot(
                     due + epoch,
