@@ -126,7 +126,10 @@ def make_private_job_directory(paths: LocalPaths) -> None:
         _make_owner_only(state_dir, "the state directory", holding)
     storage_dir = state_dir / DEFAULT_STORAGE_DIR_NAME
     storage_dir.mkdir(mode=0o700, exist_ok=True)
-    _make_owner_only(storage_dir, "the default storage's directory", "the job's checkpoints")
+    # Followed if it is a link (to a larger disk, say), as storage follows its root.
+    _make_owner_only(
+        storage_dir.resolve(), "the default storage's directory", "the job's checkpoints"
+    )
     paths.job_dir.mkdir(parents=True, exist_ok=True)
     _make_owner_only(
         paths.job_dir, "the job's state directory", "the run's tokens and control socket"

@@ -868,6 +868,26 @@ def test_the_default_storage_and_job_directories_are_made_owner_only(
     assert state_dir.stat().st_mode & 0o777 == 0o755
 
 
+def test_a_default_storage_linked_elsewhere_is_followed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A storage root may be a link (the administrator's: to a larger disk); only links
+    below it are refused."""
+    manifest = tmp_path / "job.yaml"
+    shutil.copy(MANIFEST_FIXTURES / "minimal-job.yaml", manifest)
+    state_dir = tmp_path / ".spark-checkpoint"
+    job_dir = state_dir / "default" / "word-count"
+    job_dir.mkdir(parents=True)
+    (job_dir / "status.json").write_text("{")
+    disk = tmp_path / "disk"
+    disk.mkdir(mode=0o755)
+    (state_dir / "storage").symlink_to(disk)
+
+    assert main(["run", str(manifest)]) == 1
+    assert "the job's status file cannot be read" in capsys.readouterr().err
+    assert disk.stat().st_mode & 0o777 == 0o700
+
+
 def test_a_state_directory_every_user_writes_in_is_refused_and_left_as_it_is(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
