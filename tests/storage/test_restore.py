@@ -27,6 +27,11 @@ from spark_checkpoint_operator.supervisor.driver_errors import passes
 SparkFile = Callable[[str, bytes], str]
 MetadataMaker = Callable[..., CheckpointMetadata]
 SPARK_METADATA = b'{"id":"5f0c7a52-1d5e-4a36-9d7e-0d6b1e1b7c11"}'
+# Checkpoints 2 and 1, as the runtime passes registered images: newest first.
+NEWEST_FIRST = (
+    RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
+    RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
+)
 
 
 @pytest.fixture
@@ -60,10 +65,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
 
     outcome = restore(
         storage,
-        (
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
-        ),
+        NEWEST_FIRST,
         target,
     )
 
@@ -94,10 +96,7 @@ def test_a_crafted_newest_metadata_falls_back_to_the_previous_image(
 
     outcome = restore(
         storage,
-        (
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
-        ),
+        NEWEST_FIRST,
         tmp_path / "restored",
     )
 
@@ -185,10 +184,7 @@ def test_storage_that_does_not_answer_fails_the_attempt_without_passing_the_imag
     with pytest.raises(StorageUnavailable) as raised:
         restore(
             storage,
-            (
-                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
-                RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
-            ),
+            NEWEST_FIRST,
             target,
         )
 
@@ -220,10 +216,7 @@ def test_a_refused_read_passes_the_image_over_as_a_missing_file_does(
 
     outcome = restore(
         storage,
-        (
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 2),
-            RestoreCandidate.registered(CheckpointKind.CHECKPOINT, 1),
-        ),
+        NEWEST_FIRST,
         tmp_path / "restored",
     )
 
