@@ -62,12 +62,12 @@ from fsspec.core import url_to_fs
 from spark_checkpoint.storage.errors import printable_line
 from spark_checkpoint.storage.filesystem import (
     abort_s3_uploads,
+    delete_objects,
     local_file_sizes_refusing_links,
     require_named_account_reached,
     require_no_link_below,
 )
 from spark_checkpoint.storage.layout import (
-    GLOB_CHARACTERS,
     hide_password,
     is_safe_relative_path,
     remote_uri_problem,
@@ -238,15 +238,7 @@ class OutputStorage:
         if not natives:
             return
         if not self.is_local:
-            # fsspec's rm reads '*', '?' and '[' as a pattern (`batch-5/**` would take the
-            # committed objects beside it): such a key, which no sink writes, goes alone.
-            patterns = [native for native in natives if set(GLOB_CHARACTERS) & set(native)]
-            with contextlib.suppress(FileNotFoundError):
-                if plain := [native for native in natives if native not in patterns]:
-                    self._fs.rm(plain)
-            for native in patterns:
-                with contextlib.suppress(FileNotFoundError):
-                    self._fs.rm_file(native)
+            delete_objects(self._fs, natives)
             return
         for native in natives:
             with contextlib.suppress(FileNotFoundError):

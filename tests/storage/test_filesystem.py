@@ -539,7 +539,7 @@ def _swap_checkpoints_for_a_link_after_the_check(
     monkeypatch.setattr(storage, "_native", check_then_swap)
 
 
-@pytest.mark.parametrize("operation", ["delete_tree", "delete_file"])
+@pytest.mark.parametrize("operation", ["delete_tree", "delete_file", "delete_files"])
 def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
     fs: StorageFileSystem, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, operation: str
 ) -> None:
@@ -558,7 +558,7 @@ def test_a_link_swapped_in_after_the_check_does_not_redirect_a_delete(
     path = str(target if operation == "delete_tree" else target / "state")
 
     with pytest.raises(SymbolicLinkError, match="checkpoints"):
-        getattr(storage, operation)(path)
+        getattr(storage, operation)([path] if operation == "delete_files" else path)
 
     assert (outside / "chk-1" / "state").read_text() == "not the job's"
 

@@ -8,7 +8,7 @@ import errno
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 import pytest
@@ -561,7 +561,8 @@ def test_discard_finishes_after_a_crash_at_any_step(
     first = take_checkpoint(1, {"a": b"a", "b": b"b", "keep": b"k"})
     second = take_checkpoint(2, {"keep": b"k"})
     # The steps of discard_checkpoint(1): write `_discarding`, delete `_metadata`, delete
-    # shared files a and b, delete the directory. The crash comes before step `crash_at`.
+    # shared files a and b (in one batch on an object store, which may be cut between its
+    # files), delete the directory. The crash comes before step `crash_at`.
     steps: list[str] = []
 
     def step(name: str, operation: Callable[..., None]) -> Callable[..., None]:
@@ -573,9 +574,17 @@ def test_discard_finishes_after_a_crash_at_any_step(
 
         return run
 
+    def file_by_file(operation: Callable[[list[str]], None]) -> Callable[[Iterable[str]], None]:
+        def run(paths: Iterable[str]) -> None:
+            for path in paths:
+                step("delete_files", operation)([path])
+
+        return run
+
     with monkeypatch.context() as patch:
         for name in ("write_atomic", "delete_file", "delete_tree"):
             patch.setattr(storage.fs, name, step(name, getattr(storage.fs, name)))
+        patch.setattr(storage.fs, "delete_files", file_by_file(storage.fs.delete_files))
 
         with pytest.raises(SimulatedCrash):
             storage.discard_checkpoint(1, retained=[2])

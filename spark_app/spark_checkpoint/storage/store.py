@@ -352,8 +352,7 @@ class CheckpointStorage:
         if manifest is not None:
             deleted = sorted(manifest.locations - keep)
             with self._changing(deleted):
-                for location in deleted:
-                    self.fs.delete_file(self.layout.location_path(location))
+                self.fs.delete_files(map(self.layout.location_path, deleted))
         directory = self.layout.checkpoint_dir(checkpoint_id)
         self._delete_snapshot_dir(directory, holds_another_job=self._holds_another_job(directory))
 
@@ -465,8 +464,7 @@ class CheckpointStorage:
         for savepoint_id in deleted_savepoints:
             self.fs.delete_tree(self.layout.savepoint_dir(savepoint_id))
         with self._changing(deleted_locations):
-            for path in deleted_paths:
-                self.fs.delete_file(path)
+            self.fs.delete_files(deleted_paths)
         try:
             aborted = self.fs.abort_unfinished_uploads(self.layout.job_root)
         except (StorageError, OSError) as error:
