@@ -133,8 +133,8 @@ def test_deleting_shared_files_costs_requests_that_do_not_grow_with_them(
     delete: Callable[[CheckpointStorage, dict[str, bytes]], None],
 ) -> None:
     """A discard or a collection deletes the shared files in batches (S3's DeleteObjects,
-    1,000 keys a request), not with a request per file: 2,000 files took 11.8 s against
-    moto one by one, 0.3 s in batches."""
+    1,000 keys a request), not with a request per file: 2,000 files took 6.6 s against
+    moto one by one, 0.14 s in batches."""
     small, large = _small_and_large(s3_server, tmp_path, spark_file, monkeypatch, delete)
 
     assert small == large
