@@ -86,6 +86,7 @@ def test_the_jobs_driver_pod_is_valid_and_its_token_mode_is_the_documented_one()
         storage="s3a://bucket/checkpoints",
         restore=[],
         deployed_hash=objects.deployment_hash(stored["spec"]),
+        user_ids=objects.UserIds.IMAGE,
     )
     kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
     [token] = [v for v in pod["spec"]["volumes"] if "secret" in v]

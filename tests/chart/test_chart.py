@@ -464,6 +464,33 @@ def test_security_defaults() -> None:
     assert "emptyDir" in volume
 
 
+def test_with_user_ids_from_the_platform_no_pod_sets_an_id() -> None:
+    """OpenShift's restricted-v2 SCC refuses a pod whose ids lie outside the namespace's
+    range: `userIds: platform` leaves the operator pod's out, whatever podSecurityContext
+    says, and tells the operator to leave the jobs' pods' out too."""
+    objects = _render({"userIds": "platform", "podSecurityContext": {"fsGroup": 10001}})
+    deployment = _one(objects, "Deployment")
+    assert deployment["spec"]["template"]["spec"]["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    environment = {e["name"]: e.get("value") for e in _container(objects)["env"]}
+    assert environment["SPARK_CHECKPOINT_USER_IDS"] == "platform"
+    for document in objects:
+        kubernetes_validate.validate(document, KUBERNETES_VERSION, strict=True)
+
+    default = _render()
+    assert {e["name"]: e.get("value") for e in _container(default)["env"]}[
+        "SPARK_CHECKPOINT_USER_IDS"
+    ] == "image"
+    assert (
+        _one(default, "Deployment")["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+        == 10001
+    )
+    with pytest.raises(helm_python.HelmValuesError, match="userIds"):
+        _render({"userIds": "openshift"})
+
+
 def test_the_operator_knows_its_own_service_account() -> None:
     """From the downward API: the operator refuses it for a job's pods (a job in the
     release namespace would otherwise run its code with the operator's token)."""

@@ -36,8 +36,8 @@ import pytest
 import yaml
 
 from helpers.doc_blocks import Block, marked_blocks
+from helpers.job_pods import job_pods
 from helpers.objectstore import AzureServer, GCSServer, S3Server
-from spark_checkpoint.janitor_commands import CollectGarbage
 from spark_checkpoint.sink import read_committed
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.controller import _validated
@@ -158,11 +158,8 @@ def _deploy_and_reach_storage(
     arguments = list(manifest.spec.application.arguments)
     output = arguments[arguments.index("--output") + 1]
 
-    driver = objects.driver_pod(
-        manifest, job, attempt=1, storage=storage, restore=[], deployed_hash="h"
-    )
-    cleanup = objects.cleanup_pod(manifest, job, storage=storage, command=CollectGarbage((), ()))
-    check = objects.check_pod(manifest, job, storage=storage, image="checkpoint:1")
+    pods = job_pods(manifest, job, storage=storage)
+    driver, cleanup, check = pods["driver"], pods[objects.CLEANUP], pods[objects.CHECK]
     for pod in (driver, cleanup, check):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
         for mount in pod["spec"]["containers"][0]["volumeMounts"]:

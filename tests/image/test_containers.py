@@ -63,7 +63,9 @@ def janitor_pod(*extra_arguments: str, storage: str = "file:///tmp") -> dict[str
     manifest = manifest_from_document(document)
     document["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"  # the API server's
     command = CollectGarbage(checkpoints=(), savepoints=())
-    pod = objects.cleanup_pod(manifest, document, storage=storage, command=command)
+    pod = objects.cleanup_pod(
+        manifest, document, storage=storage, command=command, user_ids=objects.UserIds.IMAGE
+    )
     pod["spec"]["containers"][0]["command"] += list(extra_arguments)
     return pod
 

@@ -14,6 +14,7 @@ import yaml
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from helpers.job_pods import CHECKED_IMAGE, job_pods
 from helpers.kube.kubelet import _expand as expand
 from spark_checkpoint.janitor_commands import (
     JANITOR_MODULE,
@@ -62,8 +63,16 @@ def _job() -> tuple[Any, dict[str, Any]]:
 def _pod_of(command: JanitorCommand) -> dict[str, Any]:
     manifest, document = _job()
     if isinstance(command, VerifyRestorable):
-        return objects.check_pod(manifest, document, storage="s3a://b/c", image=command.image)
-    return objects.cleanup_pod(manifest, document, storage="s3a://b/c", command=command)
+        return objects.check_pod(
+            manifest,
+            document,
+            storage="s3a://b/c",
+            image=command.image,
+            user_ids=objects.UserIds.IMAGE,
+        )
+    return objects.cleanup_pod(
+        manifest, document, storage="s3a://b/c", command=command, user_ids=objects.UserIds.IMAGE
+    )
 
 
 # What fits on a command line: no NUL, no lone surrogates.
@@ -101,10 +110,8 @@ def test_the_janitor_parses_the_command_the_operator_put_into_its_pod(
 
 def test_the_check_pod_has_the_drivers_resources_and_reports_in_its_termination_message() -> None:
     manifest, document = _job()
-    driver = objects.driver_pod(
-        manifest, document, attempt=1, storage="s3a://b/c", restore=[], deployed_hash="h"
-    )
-    check = objects.check_pod(manifest, document, storage="s3a://b/c", image="checkpoint:7")
+    pods = job_pods(manifest, document)
+    driver, check = pods["driver"], pods[objects.CHECK]
 
     kubernetes_validate.validate(check, "1.30", strict=True)
     (container,) = check["spec"]["containers"]
@@ -114,7 +121,7 @@ def test_the_check_pod_has_the_drivers_resources_and_reports_in_its_termination_
     assert heap in environment["PYSPARK_SUBMIT_ARGS"], "the JVM may use what the pod has"
     assert environment["SPARK_CHECKPOINT_STORAGE"] == "s3a://b/c"
     assert parse(container["command"][3:]) == VerifyRestorable(
-        "checkpoint:7", report=container["terminationMessagePath"]
+        CHECKED_IMAGE, report=container["terminationMessagePath"]
     )
     labels = check["metadata"]["labels"]
     assert labels[objects.LABEL_COMPONENT] == objects.CHECK != objects.CLEANUP, (

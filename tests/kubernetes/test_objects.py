@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from helpers.agent import TOKEN, Running
 from helpers.doc_blocks import marked_blocks
+from helpers.job_pods import job_pods
 from helpers.kube.kubelet import _expand as expand
 from spark_checkpoint.janitor_commands import CollectGarbage, RemoveLiveDirectory
 from spark_checkpoint.protocol import QueryState
@@ -66,6 +67,7 @@ def _driver(
         storage="s3a://bucket/checkpoints",
         restore=restore or [],
         deployed_hash=objects.deployment_hash(document["spec"]),
+        user_ids=objects.UserIds.IMAGE,
     )
 
 
@@ -77,7 +79,11 @@ def test_the_driver_pod_is_a_valid_pod(fixture: str) -> None:
 def test_the_cleanup_pod_and_token_secret_are_valid() -> None:
     manifest, document = _job()
     cleanup = objects.cleanup_pod(
-        manifest, document, storage="s3a://b/c", command=CollectGarbage((), ())
+        manifest,
+        document,
+        storage="s3a://b/c",
+        command=CollectGarbage((), ()),
+        user_ids=objects.UserIds.IMAGE,
     )
     secret = objects.token_secret(manifest, document, "secret-token")
 
@@ -157,10 +163,8 @@ def test_what_the_manifest_says_reaches_the_pods_as_written() -> None:
             {"name": "URL", "value": "s3://$(BUCKET)/x"},
         ]
 
-    manifest, document = _job(edit=edit)
-    driver = objects.driver_pod(
-        manifest, document, attempt=1, storage=storage, restore=[], deployed_hash="0" * 8
-    )
+    pods = job_pods(*_job(edit=edit), storage=storage)
+    driver = pods.pop("driver")
     command, environment = _as_the_kubelet_starts(driver)
     assert command[-len(arguments) :] == arguments
     assert environment["SPARK_CHECKPOINT_STORAGE"] == storage
@@ -175,10 +179,7 @@ def test_what_the_manifest_says_reaches_the_pods_as_written() -> None:
     # driver's pod, where the variables before them are defined (a reviewer's).
     assert environment["URL"] == conf["spark.executorEnv.URL"] == "s3://b1/x"
     assert conf["spark.driver.host"] == conf["spark.driver.bindAddress"] == "10.0.0.7"
-    for pod in (
-        objects.cleanup_pod(manifest, document, storage=storage, command=CollectGarbage((), ())),
-        objects.check_pod(manifest, document, storage=storage, image="checkpoint:1"),
-    ):
+    for pod in pods.values():
         _, environment = _as_the_kubelet_starts(pod)
         assert environment["SPARK_CHECKPOINT_STORAGE"] == storage
 
@@ -228,6 +229,7 @@ def test_the_cleanup_pod_removing_a_live_directory_mounts_the_whole_claim() -> N
         storage="s3a://b/c",
         command=RemoveLiveDirectory(directory),
         live_claim=True,
+        user_ids=objects.UserIds.IMAGE,
     )
 
     kubernetes_validate.validate(cleanup, KUBERNETES_VERSION, strict=True)
@@ -258,7 +260,7 @@ def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -
     submit = _env(pod)["PYSPARK_SUBMIT_ARGS"]["value"]
     template = json.loads(pod["metadata"]["annotations"][objects.ANNOTATION_EXECUTOR_TEMPLATE])
 
-    assert template == objects.executor_pod_template(manifest)
+    assert template == objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
     kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
     assert template["spec"]["tolerations"] == [{"key": "dedicated", "operator": "Exists"}]
     assert template["spec"]["volumes"] == [{"name": "scratch", "emptyDir": {}}]
@@ -280,9 +282,81 @@ def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -
     assert "spark.kubernetes.executor.annotation.sidecar.istio.io/inject=false" in submit
 
 
+def _every_pod(user_ids: objects.UserIds) -> dict[str, dict[str, Any]]:
+    """Every pod the operator makes for the full fixture, and the executors' template."""
+    pods = job_pods(*_job(), user_ids=user_ids)
+    annotations = pods["driver"]["metadata"]["annotations"]
+    return {
+        **pods,
+        "executor template": json.loads(annotations[objects.ANNOTATION_EXECUTOR_TEMPLATE]),
+    }
+
+
+def _restricted_v2_problems(pod: dict[str, Any]) -> list[str]:
+    """What OpenShift's restricted-v2 SCC refuses or overrides in `pod`, whose user, group
+    and fsGroup the SCC assigns from the namespace's range: any id set, any capability
+    kept, privilege escalation, a seccomp profile other than RuntimeDefault, a volume of
+    a kind it does not allow."""
+    spec = pod["spec"]
+    contexts = [("pod", spec.get("securityContext", {}))] + [
+        (container["name"], container.get("securityContext", {}))
+        for container in spec["containers"]
+    ]
+    problems = [
+        f"{where}: {key}"
+        for where, context in contexts
+        for key in ("runAsUser", "runAsGroup", "fsGroup", "supplementalGroups")
+        if key in context
+    ]
+    for container in spec["containers"]:
+        context = container.get("securityContext", {})
+        if context.get("capabilities", {}).get("drop") != ["ALL"]:
+            problems.append(f"{container['name']}: capabilities not all dropped")
+        if context.get("allowPrivilegeEscalation") is not False:
+            problems.append(f"{container['name']}: privilege escalation allowed")
+    profiles = [context.get("seccompProfile", {}).get("type") for _, context in contexts]
+    problems += [
+        f"seccomp {profile}" for profile in profiles if profile not in {None, "RuntimeDefault"}
+    ]
+    allowed = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+    problems += [
+        f"volume {volume['name']}: {kind}"
+        for volume in spec.get("volumes", [])
+        for kind in volume.keys() - {"name"}
+        if kind not in allowed
+    ]
+    return problems
+
+
+def test_with_user_ids_from_the_platform_no_pod_sets_an_id() -> None:
+    """OpenShift's restricted-v2 SCC refuses a pod whose fsGroup or user lies outside the
+    namespace's range and assigns them itself: with `UserIds.PLATFORM`, no pod the
+    operator makes (nor Spark's executors, through their template) sets one, and the rest
+    of the restricted context stays."""
+    for name, pod in _every_pod(objects.UserIds.PLATFORM).items():
+        assert _restricted_v2_problems(pod) == [], name
+        assert pod["spec"]["securityContext"]["runAsNonRoot"] is True, name
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+
+
+def test_with_user_ids_from_the_image_every_pod_has_the_images_group_for_its_secrets() -> None:
+    for name, pod in _every_pod(objects.UserIds.IMAGE).items():
+        assert _restricted_v2_problems(pod) == ["pod: fsGroup"], name
+        assert pod["spec"]["securityContext"]["fsGroup"] == objects.FS_GROUP == 10001, name
+
+
 def test_a_job_without_executor_settings_gets_a_template_of_the_restricted_context() -> None:
     manifest, _ = _job("minimal-job.yaml")
-    template = objects.executor_pod_template(manifest)
+    template = objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
 
     assert "tolerations" not in template["spec"]
     assert template["spec"]["volumes"] == []
@@ -719,12 +793,8 @@ def test_storage_credentials_from_a_secret_reach_driver_executors_and_cleanup_po
         driver=[{"name": "LOG_LEVEL", "value": "DEBUG"}],
         executor=[{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": _secret("exec", "key")}],
     )
-    driver = objects.driver_pod(
-        manifest, document, attempt=1, storage="s3a://b/c", restore=[], deployed_hash="h"
-    )
-    cleanup = objects.cleanup_pod(
-        manifest, document, storage="s3a://b/c", command=CollectGarbage((), ())
-    )
+    pods = job_pods(manifest, document)
+    driver, cleanup = pods["driver"], pods[objects.CLEANUP]
     for pod in (driver, cleanup):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
         environment = _env(pod)
@@ -795,9 +865,15 @@ def test_cleanup_and_check_pods_carry_the_drivers_labels_but_are_never_taken_for
     manifest = manifest_from_document(stored)
     stored["metadata"]["uid"] = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
     cleanup = objects.cleanup_pod(
-        manifest, stored, storage="s3a://b/c", command=CollectGarbage((), ())
+        manifest,
+        stored,
+        storage="s3a://b/c",
+        command=CollectGarbage((), ()),
+        user_ids=objects.UserIds.IMAGE,
     )
-    check = objects.check_pod(manifest, stored, storage="s3a://b/c", image="checkpoint:7")
+    check = objects.check_pod(
+        manifest, stored, storage="s3a://b/c", image="checkpoint:7", user_ids=objects.UserIds.IMAGE
+    )
 
     for pod, component in ((cleanup, objects.CLEANUP), (check, objects.CHECK)):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
@@ -872,8 +948,15 @@ def test_every_variable_the_operator_gives_its_pods_is_one_a_manifest_may_not_se
             storage="s3a://b/c",
             command=RemoveLiveDirectory("orders"),
             live_claim=True,
+            user_ids=objects.UserIds.IMAGE,
         ),
-        objects.check_pod(manifest, document, storage="s3a://b/c", image="checkpoint:7"),
+        objects.check_pod(
+            manifest,
+            document,
+            storage="s3a://b/c",
+            image="checkpoint:7",
+            user_ids=objects.UserIds.IMAGE,
+        ),
     ]
     from_the_manifest = {
         variable.name for variable in (*manifest.spec.driver_env, *manifest.spec.executor_env)

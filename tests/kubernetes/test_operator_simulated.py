@@ -33,7 +33,7 @@ from helpers.kube.simulated import SimulatedAgents
 from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
-from spark_checkpoint_operator.kubernetes.handlers import LEASE_SECONDS_VARIABLE
+from spark_checkpoint_operator.kubernetes.handlers import LEASE_SECONDS_VARIABLE, USER_IDS_VARIABLE
 from spark_checkpoint_operator.kubernetes.lease import MIN_LEASE_SECONDS
 
 pytestmark = pytest.mark.timeout(240)
@@ -566,6 +566,32 @@ def test_verify_restorable_turned_on_for_a_running_job_checks_its_next_images(
             lambda: any(VerifyRestorable.NAME in command for command in agents.cleanups),
         )
         assert cluster.status("orders")["jobAttempt"] == 1, "the driver runs on"
+
+
+def test_with_user_ids_from_the_platform_no_pod_of_the_operator_sets_an_id(
+    tmp_path: Path,
+) -> None:
+    """SPARK_CHECKPOINT_USER_IDS=platform (the chart's `userIds`, for OpenShift's
+    restricted-v2 SCC) reaches every pod the operator makes: drivers, the executors'
+    template, check pods, cleanup pods."""
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8)
+    with LocalCluster(tmp_path, simulated=agents, operator=False) as cluster:
+        cluster.operator.settings[USER_IDS_VARIABLE] = "platform"
+        cluster.operator.start()
+        checkpointing = {"verifyRestorable": True, "retentionPolicy": "NeverRetainAfterTermination"}
+        cluster.apply(job(checkpointing=checkpointing))
+        in_phase(cluster, "orders", "Finished")
+        cluster.wait_for(
+            "a discard", lambda: any(DiscardCheckpoint.NAME in c for c in agents.cleanups)
+        )
+
+    started = {pod["spec"]["containers"][0]["name"]: pod for pod in agents.started}
+    assert started.keys() == {"driver", objects.CHECK, objects.CLEANUP}, started.keys()
+    driver = started["driver"]
+    template = json.loads(driver["metadata"]["annotations"][objects.ANNOTATION_EXECUTOR_TEMPLATE])
+    for name, pod in [*started.items(), ("executor template", template)]:
+        context = pod["spec"]["securityContext"]
+        assert context == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}, name
 
 
 def test_jobs_of_one_name_in_two_namespaces_are_two_jobs(tmp_path: Path) -> None:

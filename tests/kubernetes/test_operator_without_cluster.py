@@ -84,6 +84,10 @@ def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Pa
             "SPARK_CHECKPOINT_LEASE_SECONDS='14' is not a whole number of seconds from 15 to 86400",
         ),
         ({"SPARK_CHECKPOINT_LEASE_SECONDS": "7.5"}, "SPARK_CHECKPOINT_LEASE_SECONDS='7.5'"),
+        (
+            {"SPARK_CHECKPOINT_USER_IDS": "openshift"},
+            "SPARK_CHECKPOINT_USER_IDS='openshift' is not 'image' or 'platform'",
+        ),
         ({"KUBECONFIG": "kubeconfig"}, "no Kubernetes credentials"),
     ],
 )

@@ -29,6 +29,7 @@ def _pod(status: dict[str, Any]) -> dict[str, Any]:
         storage="s3a://bucket/checkpoints",
         restore=[],
         deployed_hash="h",
+        user_ids=objects.UserIds.IMAGE,
     )
     return pod | {"status": copy.deepcopy(status)}
 

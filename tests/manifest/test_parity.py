@@ -188,11 +188,21 @@ def test_the_longest_name_gives_valid_pod_secret_and_label_names(minimal: dict[s
     job = manifest_from_document(_with(minimal, "metadata.name", name))
     resource = {"metadata": {"name": name, "uid": "5f2c1c1e-0000-4000-8000-000000000000"}}
     pod = objects.driver_pod(
-        job, resource, attempt=1000, storage="/data", restore=[], deployed_hash="0" * 16
+        job,
+        resource,
+        attempt=1000,
+        storage="/data",
+        restore=[],
+        deployed_hash="0" * 16,
+        user_ids=objects.UserIds.IMAGE,
     )
     secret = objects.token_secret(job, resource, "token")
     cleanup = objects.cleanup_pod(
-        job, resource, storage="/data", command=CollectGarbage(checkpoints=(), savepoints=())
+        job,
+        resource,
+        storage="/data",
+        command=CollectGarbage(checkpoints=(), savepoints=()),
+        user_ids=objects.UserIds.IMAGE,
     )
 
     for derived in (pod["metadata"]["name"], secret["metadata"]["name"]):

@@ -142,7 +142,7 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
 {{/* The operator container's environment: the chart's own (HOME in /tmp: the root
 filesystem is read-only; the pod's name: who holds a job's Lease, the same across its
 container's restarts; its namespace and service account, which the operator refuses for a
-job's pods), then operator.env, which may not set a variable twice (server-side apply
+job's pods; who chooses the jobs' pods' user ids), then operator.env, which may not set a variable twice (server-side apply
 refuses a duplicate name, client-side apply keeps the last and drops it at the next change)
 nor move the metrics port (the Service and ServiceMonitor expect 9090). */}}
 {{- define "sco.operatorEnv" -}}
@@ -153,6 +153,7 @@ nor move the metrics port (the Service and ServiceMonitor expect 9090). */}}
   (dict "name" "SPARK_CHECKPOINT_OPERATOR_POD" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.name")))
   (dict "name" "SPARK_CHECKPOINT_OPERATOR_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
   (dict "name" "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.serviceAccountName")))
+  (dict "name" "SPARK_CHECKPOINT_USER_IDS" "value" .Values.userIds)
 }}
 {{- $reserved := list "SPARK_CHECKPOINT_METRICS_PORT" }}
 {{- range $chart }}

@@ -131,9 +131,11 @@ class JobController:
         idle_poll_interval: float = 2.0,
         observers: Sequence[Observer] = (),
         operator_account: objects.ServiceAccount | None = None,
+        user_ids: objects.UserIds = objects.UserIds.IMAGE,
     ) -> None:
         self._clients = clients
         self._operator_account = operator_account
+        self._user_ids = user_ids
         self._metrics = metrics
         self._observer = Observers(metrics, *observers)  # the supervisor's
         self._body = body  # a live view: the handlers keep it current
@@ -538,6 +540,7 @@ class JobController:
             self._body,
             _storage(manifest),
             deployed_hash=objects.deployment_hash(self._spec if spec is None else spec),
+            user_ids=self._user_ids,
             report=self._on_notice,
             deleting=self._stop is _Stop.DELETE,
         )
@@ -571,6 +574,7 @@ class JobController:
             _storage(manifest),
             self._on_notice,
             accepted=lambda: self._manifest or manifest,
+            user_ids=self._user_ids,
         )
 
     def _restorable_check(self, manifest: JobManifest) -> KubernetesJanitor | None:

@@ -52,6 +52,9 @@ OPERATOR_POD_VARIABLE = "SPARK_CHECKPOINT_OPERATOR_POD"
 # How long a job's Lease lasts unrenewed (seconds): how soon another operator takes over the
 # jobs of one killed outright, and how soon a holder that cannot renew stops driving them.
 LEASE_SECONDS_VARIABLE = "SPARK_CHECKPOINT_LEASE_SECONDS"
+# Who chooses the user and group ids of the job's pods (`objects.UserIds`): the image
+# ("image", the default) or the platform ("platform": OpenShift's restricted-v2 SCC).
+USER_IDS_VARIABLE = "SPARK_CHECKPOINT_USER_IDS"
 # Observers of every job beside its metrics, each made from the job's namespace and name:
 # a module run with the operator (``spark-checkpoint-operator -m``) may add one, as the
 # operator-scale benchmark's probe does.
@@ -181,6 +184,12 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     )
     memo[IDENTITY] = (
         os.environ.get(OPERATOR_POD_VARIABLE) or f"{socket.gethostname()}/{os.getpid()}"
+    )
+    memo[CONTROLLER_SETTINGS]["user_ids"] = _setting(
+        USER_IDS_VARIABLE,
+        objects.UserIds.IMAGE.value,
+        objects.UserIds,
+        " or ".join(repr(ids.value) for ids in objects.UserIds),
     )
     namespace = os.environ.get(OPERATOR_NAMESPACE_VARIABLE)
     account = os.environ.get(OPERATOR_SERVICE_ACCOUNT_VARIABLE)

@@ -8,6 +8,7 @@ query is, and executors are still created by Spark, owned by the driver pod, so 
 when it goes.
 """
 
+import enum
 import hashlib
 import ipaddress
 import json
@@ -103,6 +104,20 @@ _SPARK_EXECUTOR_SECRET_SETTING = re.compile(r"spark\.kubernetes\.executor\.secre
 # Mounted Secrets are root-owned: their files are readable by this group (the spark
 # image's user group) and the owner only.
 FS_GROUP = 10001
+
+
+class UserIds(enum.Enum):
+    """Who chooses the user and group ids the job's pods run as (the operator's setting
+    SPARK_CHECKPOINT_USER_IDS, the chart's `userIds`)."""
+
+    # The image's user (10001), and fsGroup 10001 for the mounted Secrets: Kubernetes'
+    # restricted Pod Security Standard.
+    IMAGE = "image"
+    # The platform's, from the namespace's range (OpenShift's restricted-v2 SCC refuses a
+    # pod that sets an fsGroup or user outside it): the pods set none.
+    PLATFORM = "platform"
+
+
 # Python drivers need room outside the JVM heap (Spark's non-JVM overhead factor).
 MEMORY_OVERHEAD_FACTOR = 0.4
 MIN_MEMORY_OVERHEAD_MIB = 384
@@ -113,11 +128,13 @@ _RESTRICTED_CONTAINER = {
     "runAsNonRoot": True,
     "seccompProfile": {"type": "RuntimeDefault"},
 }
-_RESTRICTED_POD = {
-    "runAsNonRoot": True,
-    "fsGroup": FS_GROUP,
-    "seccompProfile": {"type": "RuntimeDefault"},
-}
+_RESTRICTED_POD = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def _pod_security(user_ids: UserIds) -> dict[str, Any]:
+    if user_ids is UserIds.PLATFORM:
+        return _RESTRICTED_POD
+    return {**_RESTRICTED_POD, "fsGroup": FS_GROUP}
 
 
 def driver_pod_name(job: str, attempt: int) -> str:
@@ -230,6 +247,7 @@ def driver_pod(
     storage: str,
     restore: list[str],
     deployed_hash: str,
+    user_ids: UserIds,
 ) -> dict[str, Any]:
     spec = manifest.spec
     name = driver_pod_name(manifest.name, attempt)
@@ -301,15 +319,17 @@ def driver_pod(
         job,
         name=name,
         labels=labels,
-        annotations=_driver_annotations(manifest, deployed_hash),
+        annotations=_driver_annotations(manifest, deployed_hash, user_ids),
         role=spec.driver,
+        user_ids=user_ids,
         container=container,
         volumes=[
             {
                 "name": TOKEN_VOLUME,
                 "secret": {
                     "secretName": token_secret_name(manifest.name),
-                    # Group-readable: with fsGroup, the non-root driver can read it.
+                    # Group-readable: the pod's fsGroup (ours or the platform's) lets the
+                    # non-root driver read it.
                     "defaultMode": 0o440,
                 },
             },
@@ -332,7 +352,7 @@ def driver_pod(
     )
 
 
-def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
+def executor_pod_template(manifest: JobManifest, user_ids: UserIds) -> dict[str, Any]:
     """What Spark's settings cannot say about executor pods, as the template Spark builds
     each one from: the manifest's tolerations, volumes and mounts, and the restricted
     security context of the operator's own pods. Spark keeps these and adds its own
@@ -344,7 +364,7 @@ def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
         "volumeMounts": list(executor.volume_mounts),
     }
     pod_spec: dict[str, Any] = {
-        "securityContext": _RESTRICTED_POD,
+        "securityContext": _pod_security(user_ids),
         "containers": [container],
         "volumes": list(executor.volumes),
     }
@@ -354,8 +374,12 @@ def executor_pod_template(manifest: JobManifest) -> dict[str, Any]:
     return template
 
 
-def _driver_annotations(manifest: JobManifest, deployed_hash: str) -> dict[str, str]:
-    template = json.dumps(executor_pod_template(manifest), sort_keys=True, separators=(",", ":"))
+def _driver_annotations(
+    manifest: JobManifest, deployed_hash: str, user_ids: UserIds
+) -> dict[str, str]:
+    template = json.dumps(
+        executor_pod_template(manifest, user_ids), sort_keys=True, separators=(",", ":")
+    )
     return {
         **manifest.spec.driver.annotations,
         ANNOTATION_SPEC_HASH: deployed_hash,
@@ -463,8 +487,11 @@ def pod_problems(manifest: JobManifest) -> list[str]:
     ):
         problems += _volume_problems(role, own, volumes, mounts)
     # The driver pod's annotations hold the executors' pod template (their volumes, mounts
-    # and tolerations) besides the driver's own.
-    driver_bytes = _annotation_bytes(_driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH))
+    # and tolerations) besides the driver's own; the larger of the two templates (with an
+    # fsGroup), so that a spec is valid whatever the setting.
+    driver_bytes = _annotation_bytes(
+        _driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH, UserIds.IMAGE)
+    )
     if driver_bytes > MAX_ANNOTATION_BYTES:
         drivers = _annotation_bytes(spec.driver.annotations)
         problems.append(
@@ -559,6 +586,7 @@ def cleanup_pod(
     *,
     storage: str,
     command: JanitorCommand,
+    user_ids: UserIds,
     live_claim: bool = False,
 ) -> dict[str, Any]:
     """A short pod that changes storage while no driver runs. It has the driver's service
@@ -577,6 +605,7 @@ def cleanup_pod(
         job,
         storage=storage,
         command=command,
+        user_ids=user_ids,
         component=CLEANUP,
         resources=_resources(spec.driver, CLEANUP_MEMORY_MIB),
         environment=environment,
@@ -586,7 +615,7 @@ def cleanup_pod(
 
 
 def check_pod(
-    manifest: JobManifest, job: Mapping[str, Any], *, storage: str, image: str
+    manifest: JobManifest, job: Mapping[str, Any], *, storage: str, image: str, user_ids: UserIds
 ) -> dict[str, Any]:
     """The restorable check of ``image`` (``kind:id``): Spark reads the image as a restart
     would, in a pod shaped like a cleanup pod (the job's image and credentials) with the
@@ -602,6 +631,7 @@ def check_pod(
         job,
         storage=storage,
         command=VerifyRestorable(image, report=TERMINATION_MESSAGE_PATH),
+        user_ids=user_ids,
         component=CHECK,
         resources=_resources(spec.driver, memory_mib + _overhead_mib(memory_mib)),
         environment=[{"name": "PYSPARK_SUBMIT_ARGS", "value": submit}],
@@ -616,6 +646,7 @@ def _janitor_pod(
     *,
     storage: str,
     command: JanitorCommand,
+    user_ids: UserIds,
     component: str,
     resources: dict[str, Any],
     environment: list[dict[str, Any]],
@@ -654,6 +685,7 @@ def _janitor_pod(
         labels=labels,
         annotations=spec.driver.annotations,
         role=spec.driver,
+        user_ids=user_ids,
         container=container,
         volumes=[*spec.driver.volumes, *volumes],
     )
@@ -672,6 +704,7 @@ def _pod(
     labels: Mapping[str, str],
     annotations: Mapping[str, str],
     role: RoleSpec,
+    user_ids: UserIds,
     container: dict[str, Any],
     volumes: list[Any],
 ) -> dict[str, Any]:
@@ -689,7 +722,7 @@ def _pod(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "securityContext": _RESTRICTED_POD,
+        "securityContext": _pod_security(user_ids),
         "containers": [container],
         "volumes": volumes,
     }

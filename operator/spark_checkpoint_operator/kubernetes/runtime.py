@@ -560,6 +560,7 @@ class KubernetesLauncher:
         storage: str,
         *,
         deployed_hash: str,
+        user_ids: objects.UserIds,
         report: Callable[[Notice], None],
         deleting: bool = False,
     ) -> None:
@@ -569,6 +570,7 @@ class KubernetesLauncher:
         self._job = job
         self._storage = storage
         self._deployed_hash = deployed_hash
+        self._user_ids = user_ids
         self._report = report
         self._deleting = deleting  # the job is deleted: no new attempt follows
         self.current: KubernetesDriver | None = None
@@ -684,6 +686,7 @@ class KubernetesLauncher:
             storage=self._storage,
             restore=restore,
             deployed_hash=self._deployed_hash,
+            user_ids=self._user_ids,
         )
         return name, _model(V1Pod, pod, LaunchFailed, f"pod {name}")
 
@@ -830,6 +833,7 @@ class KubernetesJanitor:
         report: Callable[[Notice], None],
         *,
         accepted: Callable[[], JobManifest],
+        user_ids: objects.UserIds,
     ) -> None:
         self._clients = clients
         self._manifest = manifest
@@ -837,6 +841,7 @@ class KubernetesJanitor:
         self._job = job
         self._storage = storage
         self._report = report
+        self._user_ids = user_ids
 
     async def discard_checkpoint(self, checkpoint_id: int, retained: list[int]) -> None:
         await self._run(DiscardCheckpoint(checkpoint_id, tuple(retained)))
@@ -872,7 +877,9 @@ class KubernetesJanitor:
             {objects.LABEL_COMPONENT: objects.CHECK},
             self._report,
         )
-        pod = objects.check_pod(self._manifest, self._job, storage=self._storage, image=image)
+        pod = objects.check_pod(
+            self._manifest, self._job, storage=self._storage, image=image, user_ids=self._user_ids
+        )
         try:
             ended = await run_pod_to_end(self._clients, pod, self._report)
         except PodDidNotEnd as error:
@@ -894,7 +901,12 @@ class KubernetesJanitor:
     ) -> Mapping[str, Any]:
         def pod_of(manifest: JobManifest) -> dict[str, Any]:
             return objects.cleanup_pod(
-                manifest, self._job, storage=self._storage, command=command, live_claim=live_claim
+                manifest,
+                self._job,
+                storage=self._storage,
+                command=command,
+                user_ids=self._user_ids,
+                live_claim=live_claim,
             )
 
         try:

@@ -231,6 +231,8 @@ class SimulatedAgents:
         self.agents: dict[str, SimulatedAgent] = {}
         # The command of each cleanup pod that ran, in order.
         self.cleanups: list[list[str]] = []
+        # Each pod the kubelet started, as it was created, in order.
+        self.started: list[Mapping[str, Any]] = []
         self._runner: web.AppRunner | None = None
         self.requests = 0
 
@@ -465,6 +467,7 @@ class SimulatedKubelet:
     async def _start(self, pod: Mapping[str, Any], key: tuple[str, str]) -> None:
         ip = next(self._addresses)
         self._pod_ips[key] = ip
+        self._agents.started.append(pod)
         container = pod["spec"]["containers"][0]
         if pod["metadata"].get("labels", {}).get("spark-role") == "executor":
             await self._set_status(key, _running(ip, container["name"]))  # runs until deleted
