@@ -129,8 +129,11 @@ RUN pip install --no-cache-dir \
 # spark: Python 3.11, Java 17, PySpark and the project with its `spark` extra.
 FROM deps AS spark
 
-# Debian bookworm's Java 17 runtime (bookworm-security's build as of 2026) and tini, the init
-# Spark's own images run executors under. A pinned Debian version disappears from the
+# Debian bookworm's Java 17 runtime (bookworm-security's build as of 2026), tini, the init
+# Spark's own images run executors under, and libnss-wrapper, which gives an arbitrary uid
+# without a passwd entry one (a uid the platform assigns, as OpenShift's SCCs do, where the
+# runtime adds no entry, as containerd: the JVM and Hadoop's login need one;
+# spark_checkpoint/user_entry.py). A pinned Debian version disappears from the
 # archive once superseded: when `apt-get install` says "Version ... not found", take the
 # new one from `apt-cache policy openjdk-17-jre-headless` in the base image. The slim base
 # drops /usr/share/man, where the JRE's postinst links its man pages (created empty first).
@@ -138,13 +141,17 @@ FROM deps AS spark
 RUN mkdir -p /usr/share/man/man1 \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        libnss-wrapper=1.1.12-1 \
         openjdk-17-jre-headless=17.0.21.1+2-1~deb12u1 \
         tini=0.19.0-1+b3 \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
     && /usr/lib/jvm/java-17/bin/java -version
 
-ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+# HOME: the home of the image's user for any uid too (a runtime sets HOME from the passwd
+# entry, or to / where the uid has none).
+ENV HOME=/home/sparkcheckpoint \
+    JAVA_HOME=/usr/lib/jvm/java-17 \
     SPARK_HOME=/usr/local/lib/python3.11/site-packages/pyspark
 
 # PySpark (the pyproject.toml `spark` extra's pin) and its one dependency. Its jars, the
@@ -221,9 +228,12 @@ COPY --chmod=0755 container/spark-entrypoint.sh /opt/spark-checkpoint/bin/entryp
 COPY examples/wordcount/ /opt/spark-checkpoint/examples/wordcount/
 
 # A writable working directory: relative paths of a driver (spark-warehouse, derby.log,
-# relative input and output arguments) land here.
+# relative input and output arguments) land here. It and the home (Ivy's cache) belong to
+# group 0 with the owner's permissions, so an arbitrary uid in group 0 (OpenShift's
+# restricted-v2) writes them too.
 RUN mkdir -p /opt/spark-checkpoint/work \
-    && chown 10001:10001 /opt/spark-checkpoint/work
+    && chown -R 10001:0 /opt/spark-checkpoint/work /home/sparkcheckpoint \
+    && chmod -R g=u /opt/spark-checkpoint/work /home/sparkcheckpoint
 WORKDIR /opt/spark-checkpoint/work
 
 USER 10001:10001

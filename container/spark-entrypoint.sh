@@ -6,6 +6,11 @@ if [[ "${1:-}" != executor ]]; then
   exec "$@"
 fi
 
+# A passwd entry for a uid without one (a uid the platform assigns, where the runtime adds
+# no entry), which the JVM and Hadoop's login need: what spark_checkpoint.user_entry prints.
+exports="$(python -m spark_checkpoint.user_entry)"
+eval "${exports}"
+
 # The class path as Spark's own entrypoint builds it: configuration first, then the extra
 # class path of spark.executor.extraClassPath (SPARK_CLASSPATH), Spark's jars, the working
 # directory (SPARK-43540).

@@ -47,9 +47,11 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     storage_failure,
 )
+from spark_checkpoint.user_entry import provide_user_entry
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    provide_user_entry()  # verify-restorable starts Spark's JVM, which needs one
     command = parse(argv)
     names = list(JANITOR_SETTINGS)
     if isinstance(command, RemoveLiveDirectory):

@@ -22,12 +22,14 @@ from pyspark.sql.streaming.readwriter import DataStreamWriter
 
 from spark_checkpoint import driver
 from spark_checkpoint.exit_codes import DriverExit
+from spark_checkpoint.user_entry import provide_user_entry
 
 USAGE = "usage: python -m spark_checkpoint.launch (MAIN_FILE | -m MODULE) [ARGUMENT ...]"
 HAND_OVER = "hand the writer to spark_checkpoint.driver.run_coordinated(writer, participants=[...])"
 
 
 def main(argv: list[str]) -> NoReturn:
+    provide_user_entry()  # before anything starts the JVM, which needs one
     if not argv or (argv[0] == "-m" and len(argv) < 2):
         sys.exit(USAGE)
     _guard_the_writer()

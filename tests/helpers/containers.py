@@ -473,12 +473,18 @@ def run(
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """`podman run --rm` on the host's network; the result, whatever its exit code. A
-    container still running after ``timeout`` is removed (Podman's client would leave it)."""
+    container still running after ``timeout`` is removed (Podman's client would leave it).
+
+    Like containerd (CRI-O does add one), and unlike Podman's default, it adds no passwd
+    entry for a user the image has none for (an arbitrary uid of OpenShift's restricted-v2):
+    the image must work without; the image's own entries, 10001's among them, are there
+    either way. (`podman create`, which the local kubelet uses, has no such option in
+    Podman 4.3, and gives such a uid an entry.)"""
     name = f"spark-checkpoint-{uuid.uuid4().hex[:12]}"
     try:
         return _execute(
             [
-                *podman_command("run", "--rm", "--pull=never", "--network=host"),
+                *podman_command("run", "--rm", "--pull=never", "--network=host", "--passwd=false"),
                 *("--name", name, *options, image, *command),
             ],
             timeout=timeout,

@@ -4,7 +4,9 @@ Buildah builds both targets of the Dockerfile on the stand-in base (tests/helper
 and Podman runs them under the security contexts they get in a cluster: the chart's for the
 operator image (user 10001, read-only root file system, every capability dropped, no
 privilege escalation, an emptyDir on /tmp), the operator's own pods' for the spark image
-(the image's user, every capability dropped, no privilege escalation). The smoke tests
+(the image's user, every capability dropped, no privilege escalation), and the spark image
+also as OpenShift's restricted-v2 runs it (an arbitrary uid in group 0 that has no passwd
+entry, as on containerd). The smoke tests
 (marker `images`: each image starts and answers) run in `make test`, on images cached
 outside the clone; the slow ones (marker `containers`) in `make images-test` only. They
 fail, never skip, where the tools are missing.
@@ -38,6 +40,10 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB = ROOT / "tests" / "manifest" / "fixtures" / "minimal-job.yaml"
 GUIDE_JOB = ROOT / "examples" / "orders" / "job.yaml"
 UID = 10001
+# OpenShift's restricted-v2 runs a pod as a uid of its namespace's range (this is the first
+# of a typical one) with that range's first id as fsGroup, and sets no runAsGroup: a runtime
+# gives such a uid group 0. containerd adds no passwd entry for it (nor does the harness).
+ARBITRARY_UID = 1000680000
 
 
 def run_pod_container(
@@ -54,6 +60,19 @@ def run_pod_container(
     result = containers.run(image, arguments, options=options)
     assert result.returncode == 0, f"exit {result.returncode}:\n{result.stdout}{result.stderr}"
     return result.stdout + result.stderr
+
+
+def as_arbitrary_uid(
+    pod_spec: Mapping[str, Any], container: Mapping[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod and its container as OpenShift's restricted-v2 admits them: ARBITRARY_UID
+    in the container's securityContext and as the pod's fsGroup, no runAsGroup."""
+    context = {**pod_spec.get("securityContext", {}), "fsGroup": ARBITRARY_UID}
+    container_context = {**container.get("securityContext", {}), "runAsUser": ARBITRARY_UID}
+    return (
+        {**pod_spec, "securityContext": context},
+        {**container, "securityContext": container_context},
+    )
 
 
 def janitor_pod(*extra_arguments: str, storage: str = "file:///tmp") -> dict[str, Any]:
@@ -172,6 +191,83 @@ def test_the_spark_image_runs_python_java_and_writes_its_working_directory(
         assert output.splitlines()[:3] == [str(UID), str(UID), "/opt/spark-checkpoint/work"]
 
 
+@pytest.mark.images
+def test_the_spark_image_as_an_arbitrary_uid_without_a_passwd_entry_writes_home_and_work(
+    images: dict[str, str],
+) -> None:
+    """A uid the image has no passwd entry for, in group 0: HOME is the image's home, and it
+    and the working directory are writable (group 0 has the owner's permissions)."""
+    probe = (
+        'id -u; id -g; getent passwd "$(id -u)" || echo no-entry; echo "$HOME"; pwd; '
+        'touch probe && echo work-writable; touch "$HOME/probe" && echo home-writable'
+    )
+    pod_spec = janitor_pod()["spec"]
+    (container,) = pod_spec["containers"]
+    pod_spec, container = as_arbitrary_uid(pod_spec, container)
+
+    output = run_pod_container(
+        images["spark"], pod_spec, {**container, "command": ["bash", "-c", probe]}
+    )
+
+    assert output.splitlines() == [
+        str(ARBITRARY_UID),
+        "0",
+        "no-entry",  # as on containerd: what the image must cope with
+        "/home/sparkcheckpoint",
+        "/opt/spark-checkpoint/work",
+        "work-writable",
+        "home-writable",
+    ]
+
+
+# Spark in local mode as the launcher runs a driver's pipeline: the session (Ivy's paths
+# from the JVM's user.home, Hadoop's login of the user), a parquet round trip in the working
+# directory. It hands no query over, so it ends with a code of its own, which the launcher
+# lets through.
+TINY_PIPELINE = """
+import sys
+from pyspark.sql import SparkSession
+
+spark = (
+    SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
+)
+spark.range(10).write.parquet("numbers")
+jvm = spark.sparkContext._jvm
+user = jvm.org.apache.hadoop.security.UserGroupInformation.getCurrentUser().getShortUserName()
+print("ran as", user, jvm.System.getProperty("user.home"), spark.read.parquet("numbers").count())
+sys.exit(3)
+"""
+
+
+@pytest.mark.containers
+def test_the_spark_image_runs_a_local_spark_session_as_an_arbitrary_uid(
+    images: dict[str, str], tmp_path: Path
+) -> None:
+    """`python -m spark_checkpoint.launch`, as the operator starts drivers (the pod's
+    command, past the image's entrypoint), as a uid without a passwd entry: the launcher
+    gives it one (spark_checkpoint.user_entry) before Spark's JVM starts."""
+    (tmp_path / "tiny.py").write_text(TINY_PIPELINE)
+    tmp_path.chmod(0o755)  # pytest's own are private; the container's user reads this one
+    pod_spec = janitor_pod()["spec"]
+    (container,) = pod_spec["containers"]
+    pod_spec, container = as_arbitrary_uid(pod_spec, container)
+    command = ["python", "-m", "spark_checkpoint.launch", "/opt/app/tiny.py"]
+    options, arguments = containers.pod_container_options(
+        images["spark"], pod_spec, {**container, "command": command}, volumes={}
+    )
+
+    result = containers.run(
+        images["spark"],
+        arguments,
+        options=[*options, "--volume", f"{tmp_path}:/opt/app:ro"],
+        timeout=300,
+    )
+
+    output = result.stdout + result.stderr
+    assert result.returncode == 3, output
+    assert "ran as spark /home/sparkcheckpoint 10" in result.stdout, output
+
+
 def orders_job() -> dict[str, Any]:
     """The user guide's job, checkpointing every second, with a final savepoint, on a local
     master (simulated drivers start no executor pods, which the operator would wait for)."""
@@ -248,10 +344,14 @@ def test_the_harness_enforces_the_charts_security_context(images: dict[str, str]
 
 
 @pytest.mark.containers
-def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]) -> None:
+@pytest.mark.parametrize("arbitrary_uid", [False, True], ids=["image-user", "arbitrary-uid"])
+def test_the_spark_image_starts_an_executor_as_spark_does(
+    images: dict[str, str], arbitrary_uid: bool
+) -> None:
     """Spark's executor pods run the image with the argument `executor` and the settings in
-    SPARK_* variables: the JVM's executor backend starts and tries the driver (none listens
-    on the port here)."""
+    SPARK_* variables: the JVM's executor backend starts, logs its user in (Hadoop's login:
+    a uid without a passwd entry gets one from the entrypoint) and tries the driver (none
+    listens on the port here)."""
     port = free_port()
     settings = {
         "SPARK_EXECUTOR_MEMORY": "512m",
@@ -272,6 +372,8 @@ def test_the_spark_image_starts_an_executor_as_spark_does(images: dict[str, str]
         "env": [{"name": name, "value": value} for name, value in settings.items()],
         "securityContext": container["securityContext"],
     }
+    if arbitrary_uid:
+        pod_spec, executor = as_arbitrary_uid(pod_spec, executor)
     options, arguments = containers.pod_container_options(
         images["spark"], pod_spec, executor, volumes={}
     )

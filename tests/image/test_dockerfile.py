@@ -514,6 +514,71 @@ def test_a_final_image_runs_as_a_numeric_non_root_user(target: str) -> None:
     assert not [i for i in after if i.keyword == "USER" and i is not user]
 
 
+def run_commands(name: str, program: str) -> list[list[str]]:
+    """The arguments of each `program` command of the stage's RUNs (after any leading
+    ``NAME=value`` assignments)."""
+    found = []
+    for instruction in stages()[name].all("RUN"):
+        for command in instruction.commands():
+            words = command
+            while words and re.fullmatch(r"[A-Za-z_]\w*=\S*", words[0]):
+                words = words[1:]
+            if words[:1] == [program]:
+                found.append(words[1:])
+    return found
+
+
+def apt_installs(name: str) -> list[str]:
+    """The packages of the stage's ``apt-get install`` commands, in their order."""
+    return [
+        word
+        for arguments in run_commands(name, "apt-get")
+        if arguments[:1] == ["install"]
+        for word in arguments[1:]
+        if not word.startswith("-")
+    ]
+
+
+def test_the_spark_image_installs_libnss_wrapper_pinned() -> None:
+    """What gives an arbitrary uid without a passwd entry one (spark_checkpoint/user_entry.py),
+    at bookworm's version; the packages in alphabetical order."""
+    packages = apt_installs("spark")
+
+    assert "libnss-wrapper=1.1.12-1" in packages
+    assert all(re.fullmatch(r"[a-z0-9.+-]+=[\w.+~:-]+", package) for package in packages)
+    assert packages == sorted(packages)
+
+
+def test_the_spark_images_home_and_working_directory_are_group_0_with_the_owners_rights() -> None:
+    """OpenShift's restricted-v2 runs an arbitrary uid in group 0: the working directory and
+    HOME (the image user's home, set for any uid) belong to the image's user and group 0,
+    which has the owner's permissions, recursively (the home holds the skeleton's files)."""
+    user = stages()["spark"].last("USER")
+    workdir = stages()["spark"].last("WORKDIR")
+    assert user is not None and workdir is not None
+    uid = user.arguments.partition(":")[0]
+    home = environment("spark")["HOME"]
+    created = " ".join(i.arguments for stage in chain("spark") for i in stage.all("RUN"))
+    assert f"--home-dir {home} " in created, "HOME is the image user's home"
+
+    chowned = {
+        path
+        for arguments in run_commands("spark", "chown")
+        if arguments[:2] == ["-R", f"{uid}:0"]
+        for path in arguments[2:]
+    }
+    chmodded = {
+        path
+        for arguments in run_commands("spark", "chmod")
+        if arguments[:2] == ["-R", "g=u"]
+        for path in arguments[2:]
+    }
+
+    assert {workdir.arguments, home} <= chowned
+    assert {workdir.arguments, home} <= chmodded
+    assert environment("operator").get("HOME") is None, "the chart sets the operator's HOME"
+
+
 def test_the_base_image_is_a_build_argument_defaulting_to_the_official_python() -> None:
     """One external base, named by BASE_IMAGE (tests/helpers/containers.py passes a stand-in
     built from Debian's packages); its default is the official Python image."""
@@ -855,13 +920,23 @@ def entrypoint_script() -> tuple[str, str]:
     raise AssertionError(f"no COPY writes {path}")
 
 
+# The stand-in of the image's python: `-m spark_checkpoint.user_entry` prints STAND_IN_EXPORTS
+# (what the module prints for a uid without a passwd entry), anything else fails.
+PYTHON_STAND_IN = """#!/bin/sh
+[ "$*" = "-m spark_checkpoint.user_entry" ] || { echo "unexpected: python $*" >&2; exit 64; }
+printf '%s' "${STAND_IN_EXPORTS:-}"
+"""
+
+
 @pytest.fixture
 def executor_environment(tmp_path: Path) -> dict[str, str]:
-    """Stand-ins for tini (runs what follows ``--``) and java (prints its arguments)."""
+    """Stand-ins for tini (runs what follows ``--``), java (prints its arguments) and
+    python (`PYTHON_STAND_IN`)."""
     bin_dir = tmp_path / "bin"
     java = tmp_path / "jdk" / "bin" / "java"
     for script, text in [
         (bin_dir / "tini", '#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\nshift\nexec "$@"\n'),
+        (bin_dir / "python", PYTHON_STAND_IN),
         (java, "#!/bin/sh\nprintf '%s\\n' \"$@\"\n"),
     ]:
         script.parent.mkdir(parents=True, exist_ok=True)
@@ -950,6 +1025,27 @@ def test_the_entrypoint_starts_spark_executors(executor_environment: dict[str, s
         "0",
         "--podName",
         "wordcount-exec-3",
+    ]
+
+
+def test_the_entrypoint_gives_the_executor_the_user_entry_variables(
+    executor_environment: dict[str, str],
+) -> None:
+    """For a uid without a passwd entry, the executor's JVM starts with the variables
+    `python -m spark_checkpoint.user_entry` prints (tests/data_plane/test_user_entry.py)."""
+    java = Path(executor_environment["JAVA_HOME"]) / "bin" / "java"
+    java.write_text('#!/bin/sh\nprintf \'%s\\n\' "$LD_PRELOAD" "$NSS_WRAPPER_PASSWD"\n')
+    exports = (
+        "export LD_PRELOAD=/usr/lib/x86_64-linux-gnu/libnss_wrapper.so\n"
+        "export NSS_WRAPPER_PASSWD='/tmp/spark checkpoint/passwd'\n"
+    )
+
+    result = run_entrypoint({**executor_environment, "STAND_IN_EXPORTS": exports}, "executor")
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        "/usr/lib/x86_64-linux-gnu/libnss_wrapper.so",
+        "/tmp/spark checkpoint/passwd",
     ]
 
 
