@@ -57,8 +57,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 from urllib.request import url2pathname
 
-from fsspec.core import url_to_fs
-
+from spark_checkpoint.storage.connections import open_url
 from spark_checkpoint.storage.errors import printable_line
 from spark_checkpoint.storage.filesystem import (
     abort_s3_uploads,
@@ -130,7 +129,7 @@ class OutputStorage:
 
     def __init__(self, output_dir: str | os.PathLike[str]) -> None:
         self.url, self.is_local = _output_url(output_dir)
-        fs, root = url_to_fs(self.url, use_listings_cache=False)
+        fs, root = open_url(self.url, use_listings_cache=False)
         _require_create_only_writes(fs, self.url)
         require_named_account_reached(fs, self.url)
         self._fs: Any = fs

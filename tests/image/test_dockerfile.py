@@ -44,7 +44,10 @@ CLUSTER_SUITE = ROOT / "tests" / "cluster" / "test_real_cluster.py"
 
 FINAL_TARGETS = {"operator", "spark"}
 OPERATOR_MODULE = "spark_checkpoint_operator.kubernetes.handlers"
-SPARK_ONLY = {"pyspark", "py4j"}
+# What only the spark image holds: Spark, and the object stores' clients, which storage
+# imports only as it opens such a store (storage/connections.py): the operator never does
+# (it holds no storage credentials).
+SPARK_ONLY = {"pyspark", "py4j", "botocore"}
 LOCAL_SCHEME = "local://"
 EXECUTOR_BACKEND = "org.apache.spark.scheduler.cluster.k8s.KubernetesExecutorBackend"
 # The executor's settings as Spark names them (org.apache.spark.deploy.k8s.Constants).

@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
-from fsspec.core import url_to_fs
 from fsspec.implementations.local import LocalFileSystem
 
+from .connections import open_url
 from .durability import fsync_descriptor, fsync_path, make_files_durable
 from .errors import (
     GCS_REQUEST,
@@ -125,7 +125,7 @@ class StorageFileSystem:
         `fresh`, not fsspec's instance either, which holds the credentials of the
         environment it was made in (adlfs reads them as it is made).
         """
-        fs, _ = url_to_fs(url, use_listings_cache=False, skip_instance_cache=fresh)
+        fs, _ = open_url(url, use_listings_cache=False, skip_instance_cache=fresh)
         require_named_account_reached(fs, url)
         return cls(fs)
 

@@ -1,0 +1,90 @@
+"""How long storage waits for an endpoint that does not answer: bounded by default.
+
+The fsspec libraries' own defaults wait minutes, or for ever, on an endpoint that accepts a
+connection and never answers: one S3 listing took 423 s there (s3fs's 5 tries times
+botocore's 5 attempts times a 15 s read), gcsfs sets no timeout at all. Ours bound the
+connect and each socket read (not a whole request: a slow but live transfer goes on) and
+try twice at each of the two levels, about 80 s in all. Whatever the user gives fsspec
+(FSSPEC_S3, FSSPEC_S3_CONFIG_KWARGS, a file in FSSPEC_CONFIG_DIR) wins, key by key at every
+level, as do botocore's own retry settings (AWS_MAX_ATTEMPTS, `max_attempts` in
+~/.aws/config).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import fsspec
+import fsspec.config
+from fsspec.core import split_protocol, url_to_fs
+
+CONNECT_SECONDS = 5
+# Per socket read, also while a body streams.
+READ_SECONDS = 20
+# At each level that retries: botocore's attempts, s3fs's tries around them.
+ATTEMPTS = 2
+
+
+def open_url(url: str, **options: Any) -> tuple[Any, str]:
+    """fsspec's filesystem and path for `url` (`url_to_fs`), with `options` and bounded
+    waits (`bounded_options`)."""
+    protocols = _protocols(fsspec.get_filesystem_class(split_protocol(url)[0] or "file"))
+    fs, path = url_to_fs(url, **bounded_options(protocols), **options)
+    if "s3" in protocols:
+        # s3fs's tries are its class's (it hands a `retries` option on to aiobotocore,
+        # which refuses it).
+        fs.retries = ATTEMPTS
+    return fs, path
+
+
+def bounded_options(protocols: tuple[str, ...]) -> dict[str, Any]:
+    """The options a filesystem of `protocols` is made with: the bounded waits under what
+    fsspec's configuration gives, merged as fsspec applies it (each protocol's in order,
+    later ones winning), but key by key in nested options (fsspec lets a caller's
+    `config_kwargs` replace the user's whole)."""
+    given: dict[str, Any] = {}
+    for protocol in protocols:
+        given = _merged(given, fsspec.config.conf.get(protocol, {}))
+    return _merged(_bounds(protocols, given), given)
+
+
+def _bounds(protocols: tuple[str, ...], given: Mapping[str, Any]) -> dict[str, Any]:
+    if "s3" in protocols:
+        config: dict[str, Any] = {"connect_timeout": CONNECT_SECONDS, "read_timeout": READ_SECONDS}
+        if "retries" not in given.get("config_kwargs", {}) and not _botocore_attempts_set():
+            config["retries"] = {"total_max_attempts": ATTEMPTS}
+        return {"config_kwargs": config}
+    if "gs" in protocols:
+        # gcsfs's own client, there wherever gcsfs is (the `spark` extra).
+        import aiohttp  # noqa: PLC0415
+
+        # A number would bound the whole request, its body read included.
+        timeout = aiohttp.ClientTimeout(sock_connect=CONNECT_SECONDS, sock_read=READ_SECONDS)
+        return {"requests_timeout": timeout}
+    return {}
+
+
+def _botocore_attempts_set() -> bool:
+    """Whether botocore's retries are configured (AWS_MAX_ATTEMPTS, ~/.aws/config): a
+    client's own `retries` would override them."""
+    # s3fs's, there wherever s3fs is (the `spark` extra).
+    import botocore.session  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    return botocore.session.Session().get_config_variable("max_attempts") is not None
+
+
+def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        below = merged.get(key)
+        if isinstance(value, Mapping) and isinstance(below, Mapping):
+            merged[key] = _merged(below, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _protocols(fs_class: type) -> tuple[str, ...]:
+    protocol = getattr(fs_class, "protocol", ())
+    return (protocol,) if isinstance(protocol, str) else tuple(protocol)
