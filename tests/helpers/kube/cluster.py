@@ -160,11 +160,7 @@ class OperatorContainer(OperatorProcess):
         config = self._mounted / "config"
         config.write_bytes(self._kubeconfig.read_bytes())
         config.chmod(0o644)
-        settings = {
-            "KUBECONFIG": f"{self.KUBECONFIG_DIR}/config",
-            "SPARK_CHECKPOINT_METRICS_PORT": str(self.metrics_port),
-            **self.settings,
-        }
+        settings = {"KUBECONFIG": f"{self.KUBECONFIG_DIR}/config", **self.settings}
         deployment = containers.chart_deployment(
             {
                 "watchNamespaces": list(self._namespaces),
@@ -176,6 +172,11 @@ class OperatorContainer(OperatorProcess):
         )
         pod_spec = copy.deepcopy(deployment["spec"]["template"]["spec"])
         (container,) = pod_spec["containers"]
+        # The chart keeps the metrics on 9090 (operator.env may not move them); containers
+        # here share the host's network, each on a port of its own.
+        container["env"].append(
+            {"name": "SPARK_CHECKPOINT_METRICS_PORT", "value": str(self.metrics_port)}
+        )
         pod_spec["volumes"].append({"name": "kubeconfig", "hostPath": {"path": str(self._mounted)}})
         container["volumeMounts"].append(
             {"name": "kubeconfig", "mountPath": self.KUBECONFIG_DIR, "readOnly": True}
