@@ -124,6 +124,30 @@ def test_a_duration_go_cannot_represent_is_rejected(
     assert f"job.yaml: {field}: must be at most 2562047h" in message
 
 
+@pytest.mark.parametrize(
+    ("interval", "min_pause"),
+    [
+        ("1125899.906842623s", "1125899906.842623ms"),
+        ("1125899.906842623s", "1125899906842.623us"),
+        ("1125899.906842623s", "312h44m59.906842623s"),
+    ],
+)
+def test_durations_are_compared_to_the_nanosecond_as_go_reads_them(
+    minimal: dict[str, Any], interval: str, min_pause: str
+) -> None:
+    """minPause equal to the interval, written in other units: Go reads both to the same
+    nanosecond (the `cel` package's own duration() read the first a nanosecond short, and
+    refused a valid spec, as the manifest fuzz found); one nanosecond more is refused."""
+    _with(minimal, "spec.checkpointing.interval", interval)
+    _with(minimal, "spec.checkpointing.minPause", min_pause)
+    manifest_from_document(minimal, "job.yaml")
+
+    _with(minimal, "spec.checkpointing.minPause", f"{min_pause}1ns")
+    message = _rejection(minimal)
+
+    assert "spec.checkpointing.minPause: must not exceed spec.checkpointing.interval" in message
+
+
 def test_the_longest_duration_go_represents_is_accepted(minimal: dict[str, Any]) -> None:
     for field in DURATIONS:
         _with(minimal, field, "2562047h")

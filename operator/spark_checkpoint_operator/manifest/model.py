@@ -15,10 +15,8 @@ from spark_checkpoint_operator.coordinator import (
     RetentionPolicy,
     SavepointHistoryLimits,
 )
+from spark_checkpoint_operator.manifest import go_duration
 
-_DURATION = re.compile(r"([0-9]+)(?:\.([0-9]+))?(ns|us|ms|s|m|h)")
-_NANOSECONDS = {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9, "m": 60 * 10**9, "h": 3600 * 10**9}
-_INT64_MAX = 2**63 - 1
 _MEMORY = re.compile(r"([0-9]+)([kmgt])[bi]?", re.IGNORECASE)
 _MEMORY_EXPONENTS = {"k": 1, "m": 2, "g": 3, "t": 4}
 
@@ -297,19 +295,8 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
 def _seconds(duration: str) -> float:
     """A Go duration string (the CRD's pattern and range guarantee the form) in seconds,
     from the whole nanoseconds Go's ``time.ParseDuration`` makes of it, as the API
-    server's rules compare them: 1.4s and 1400ms are one duration, 0.5ns is 0s."""
-    return sum(_nanoseconds(*part) for part in _DURATION.findall(duration)) / 10**9
-
-
-def _nanoseconds(whole: str, fraction: str, unit: str) -> int:
-    """One term of a Go duration as Go computes it: the fraction's digits as an integer
-    (those past int64's range ignored) scaled in float64, truncated to a nanosecond."""
-    digits, scale = 0, 1.0
-    for digit in fraction:
-        if digits > _INT64_MAX // 10 or digits * 10 + int(digit) > 2**63:
-            break
-        digits, scale = digits * 10 + int(digit), scale * 10
-    return int(whole) * _NANOSECONDS[unit] + int(digits * (_NANOSECONDS[unit] / scale))
+    server's rules compare them."""
+    return go_duration.nanoseconds(duration) / 10**9
 
 
 def _optional_seconds(duration: str | None) -> float | None:

@@ -24,6 +24,7 @@ from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
 )
+from spark_checkpoint_operator.manifest import go_duration
 from spark_checkpoint_operator.manifest.cel_rules import cel
 from spark_checkpoint_operator.manifest.crd import (
     Schema,
@@ -339,7 +340,7 @@ class _Checker:
             metadata_field = json_schema["properties"]["metadata"]["properties"][field]
             metadata_field["propertyNames"] = {"pattern": QUALIFIED_NAME_PATTERN}
         self.validator = _KubernetesValidator(json_schema)
-        self.programs = {rule: cel.compile(rule) for rule in _rules(schema)}
+        self.programs = {rule: _compiled(rule) for rule in _rules(schema)}
 
     def envelope_problems(self, document: Mapping[str, Any]) -> list[Problem]:
         problems = []
@@ -424,7 +425,7 @@ class _Checker:
         if isinstance(value, list) and (keys := schema.get("x-kubernetes-list-map-keys")):
             yield from _duplicate_keys(value, keys, path)
         if rules := schema.get("x-kubernetes-validations"):
-            activation = {"self": _cel_value(value)}
+            activation = {"self": _cel_value(value), _EXACT_DURATION: _exact_duration}
             for rule in rules:
                 try:
                     result = self.programs[rule["rule"]].execute(activation)
@@ -661,6 +662,23 @@ def _schema_problems(error: ValidationError) -> Iterator[Problem]:
         yield Problem(render_path(path), f"{quoted} is not one of {schema['enum']!r}")
     else:
         yield Problem(render_path(path), clip(error.message))
+
+
+# CEL's duration() as the API server's (cel-go, Go's exact nanoseconds): the `cel` package
+# reads durations through floats, a nanosecond off where a fraction needs more than 53 bits
+# (1125899906.842623ms), and its built-in cannot be replaced, so the rules call this instead.
+_EXACT_DURATION = "exactDuration"
+_DURATION_CALL = re.compile(r"\bduration\(")
+
+
+def _compiled(rule: str) -> Any:
+    return cel.compile(_DURATION_CALL.sub(f"{_EXACT_DURATION}(", rule))
+
+
+def _exact_duration(text: str) -> int:
+    # Beyond int64 (which Go refuses) as the `cel` package gives it, the longest duration:
+    # the CRD's range rules say "must be at most 2562047h".
+    return min(go_duration.nanoseconds(text), go_duration.INT64_MAX)
 
 
 def _cel_value(value: Any) -> Any:
