@@ -22,6 +22,8 @@ from .errors import (
     StorageError,
     StorageOwnedElsewhere,
     SymbolicLinkError,
+    TruncatedMetadataError,
+    UnknownFormatVersionError,
     printable_line,
 )
 from .filesystem import FileDigest, StorageFileSystem, digest_local_file
@@ -340,7 +342,8 @@ class CheckpointStorage:
         checkpoint is never mistaken for a complete one again; then its shared files go;
         then its directory. Calling this again after a crash at any step finishes the job;
         discarding a checkpoint that is already gone does nothing. If a retained
-        checkpoint's `_metadata` cannot be read, this raises before deleting anything.
+        checkpoint's `_metadata` cannot be read, this raises before deleting anything; if
+        this checkpoint's own is damaged, its shared files are left to garbage collection.
         """
         retained_ids = set(retained)
         if checkpoint_id in retained_ids:
@@ -542,20 +545,32 @@ class CheckpointStorage:
 
     def _manifest_to_discard(self, checkpoint_id: int) -> CheckpointMetadata | None:
         """The manifest of a checkpoint being discarded, moved to `_discarding` first;
-        None if even that is gone (its shared files were handled already)."""
+        None if even that is gone (its shared files were handled already), or damaged
+        (its shared files are then left to garbage collection, which deletes the ones no
+        registered checkpoint names: a damaged image is no image, and would otherwise stay
+        for ever, its discard failing at each try)."""
         kind = CheckpointKind.CHECKPOINT
         metadata_path = self.layout.metadata_path(kind, checkpoint_id)
         discarding_path = self.layout.discarding_path(checkpoint_id)
-        if self.fs.exists(metadata_path):
-            data = _read_metadata_file(self.fs, metadata_path)
-            manifest = self._parse_manifest(data, metadata_path, kind, checkpoint_id)
+        for path in (metadata_path, discarding_path):
+            if not self.fs.exists(path):
+                continue
+            data = _read_metadata_file(self.fs, path)
+            try:
+                manifest = self._parse_manifest(data, path, kind, checkpoint_id)
+            except _DAMAGED_METADATA as error:
+                logger.warning(
+                    "checkpoint %d is discarded without its shared files, which garbage "
+                    "collection deletes once no checkpoint names them: %s",
+                    checkpoint_id,
+                    error,
+                )
+                self.fs.delete_file(path)
+                return None
             self._require_no_links(manifest)  # before the first change
-            self.fs.write_atomic(discarding_path, data)
-            self.fs.delete_file(metadata_path)
-            return manifest
-        if self.fs.exists(discarding_path):
-            manifest = self._read_manifest(discarding_path, kind, checkpoint_id)
-            self._require_no_links(manifest)
+            if path == metadata_path:
+                self.fs.write_atomic(discarding_path, data)
+                self.fs.delete_file(metadata_path)
             return manifest
         return None
 
@@ -637,6 +652,11 @@ class CheckpointStorage:
         if size is None:
             raise MissingFileError(stored_path, f"file {entry.path!r} of the manifest is missing")
         raise ChecksumMismatchError(stored_path, "size", f"{entry.size} bytes", f"{size} bytes")
+
+
+# What makes a `_metadata` no manifest of this job's checkpoint: damaged, cut short, of a
+# format this version does not read, or another snapshot's.
+_DAMAGED_METADATA = (InvalidMetadataError, TruncatedMetadataError, UnknownFormatVersionError)
 
 
 def _read_metadata_file(fs: StorageFileSystem, path: str) -> bytes:
