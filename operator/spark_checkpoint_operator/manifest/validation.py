@@ -675,10 +675,17 @@ def _compiled(rule: str) -> Any:
     return cel.compile(_DURATION_CALL.sub(f"{_EXACT_DURATION}(", rule))
 
 
-def _exact_duration(text: str) -> int:
+def _exact_duration(text: object) -> int | None:
     # Beyond int64 (which Go refuses) as the `cel` package gives it, the longest duration:
-    # the CRD's range rules say "must be at most 2562047h".
-    return min(go_duration.nanoseconds(text), go_duration.INT64_MAX)
+    # the CRD's range rules say "must be at most 2562047h". No duration (a value the
+    # schema refuses) is None, whose comparison fails the rule: an exception raised here
+    # would be printed to stderr by the package.
+    if not isinstance(text, str):
+        return None
+    try:
+        return min(go_duration.nanoseconds(text), go_duration.INT64_MAX)
+    except ValueError:
+        return None
 
 
 def _cel_value(value: Any) -> Any:
