@@ -10,6 +10,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -76,6 +77,22 @@ def test_the_users_retries_replace_the_bounded_ones(
     assert "retries" not in bounded_options(S3)["config_kwargs"]
 
 
+def test_the_retries_of_the_users_profile_count_and_a_config_botocore_cannot_read_is_left_to_it(
+    configured: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The profile s3fs is given (FSSPEC_S3_PROFILE) is the one whose `max_attempts` counts;
+    a broken ~/.aws/config is said by s3fs, as one line, when it reads it."""
+    config = tmp_path / "config"
+    config.write_text("[profile steady]\nmax_attempts = 4\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    assert "retries" in bounded_options(S3)["config_kwargs"]
+    configured["s3"] = {"profile": "steady"}
+    assert "retries" not in bounded_options(S3)["config_kwargs"]
+
+    config.write_text("[profile steady\nmax_attempts")
+    assert bounded_options(S3)["config_kwargs"]["retries"] == {"total_max_attempts": ATTEMPTS}
+
+
 def test_gcs_reads_are_bounded_per_socket_read_not_per_request(
     configured: dict[str, Any],
 ) -> None:
@@ -131,6 +148,19 @@ def test_the_bounds_reach_the_s3_client(s3_root: StorageRoot, configured: dict[s
     assert (config.connect_timeout, config.read_timeout) == (CONNECT_SECONDS, 7)
     assert config.retries["total_max_attempts"] == ATTEMPTS
     assert s3fs.retries == ATTEMPTS
+
+
+def test_our_options_win_over_the_users_where_storage_needs_them(
+    s3_root: StorageRoot, configured: dict[str, Any]
+) -> None:
+    """A listings cache would show what another process (a cleanup pod, the next driver)
+    changed as it was: FSSPEC_S3_USE_LISTINGS_CACHE=true made every storage command fail
+    with a traceback (the option given twice) before it was ours that counted."""
+    configured["s3"] = {"use_listings_cache": True, "skip_instance_cache": False}
+    storage = StorageFileSystem.for_url(s3_root.url, fresh=True)
+
+    assert storage._fs.dircache.use_listings_cache is False
+    assert storage.list_dir(s3_root.url) == []
 
 
 @contextlib.contextmanager

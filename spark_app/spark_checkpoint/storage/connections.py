@@ -27,10 +27,11 @@ ATTEMPTS = 2
 
 
 def open_url(url: str, **options: Any) -> tuple[Any, str]:
-    """fsspec's filesystem and path for `url` (`url_to_fs`), with `options` and bounded
-    waits (`bounded_options`)."""
+    """fsspec's filesystem and path for `url` (`url_to_fs`), with bounded waits
+    (`bounded_options`) and `options`, which win over the user's (no listings cache: other
+    processes change storage)."""
     protocols = _protocols(fsspec.get_filesystem_class(split_protocol(url)[0] or "file"))
-    fs, path = url_to_fs(url, **bounded_options(protocols), **options)
+    fs, path = url_to_fs(url, **{**bounded_options(protocols), **options})
     if "s3" in protocols:
         # s3fs's tries are its class's (it hands a `retries` option on to aiobotocore,
         # which refuses it).
@@ -52,7 +53,8 @@ def bounded_options(protocols: tuple[str, ...]) -> dict[str, Any]:
 def _bounds(protocols: tuple[str, ...], given: Mapping[str, Any]) -> dict[str, Any]:
     if "s3" in protocols:
         config: dict[str, Any] = {"connect_timeout": CONNECT_SECONDS, "read_timeout": READ_SECONDS}
-        if "retries" not in given.get("config_kwargs", {}) and not _botocore_attempts_set():
+        attempts_set = _botocore_attempts_set(given.get("profile"))
+        if "retries" not in given.get("config_kwargs", {}) and not attempts_set:
             config["retries"] = {"total_max_attempts": ATTEMPTS}
         return {"config_kwargs": config}
     if "gs" in protocols:
@@ -65,13 +67,19 @@ def _bounds(protocols: tuple[str, ...], given: Mapping[str, Any]) -> dict[str, A
     return {}
 
 
-def _botocore_attempts_set() -> bool:
-    """Whether botocore's retries are configured (AWS_MAX_ATTEMPTS, ~/.aws/config): a
-    client's own `retries` would override them."""
+def _botocore_attempts_set(profile: str | None) -> bool:
+    """Whether botocore's retries are configured for `profile` (AWS_MAX_ATTEMPTS,
+    `max_attempts` in ~/.aws/config): a client's own `retries` would override them. A
+    configuration botocore cannot read says so when s3fs reads it, as one line."""
     # s3fs's, there wherever s3fs is (the `spark` extra).
+    import botocore.exceptions  # type: ignore[import-untyped]  # noqa: PLC0415
     import botocore.session  # type: ignore[import-untyped]  # noqa: PLC0415
 
-    return botocore.session.Session().get_config_variable("max_attempts") is not None
+    try:
+        session = botocore.session.Session(profile=profile)
+        return session.get_config_variable("max_attempts") is not None
+    except botocore.exceptions.BotoCoreError:
+        return False
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
