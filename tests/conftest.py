@@ -95,6 +95,16 @@ def gcs_root(gcs_server: GCSServer, tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
 
 @pytest.fixture
+def azure_root(
+    azure_server: AzureServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> StorageRoot:
+    """A fresh root on the Azure server (Azurite); its credentials are in the environment."""
+    return with_credentials_set(
+        storage_roots("azure", tmp_path, lambda _kind: azure_server), monkeypatch
+    )
+
+
+@pytest.fixture
 def without_gcsfs(monkeypatch: pytest.MonkeyPatch) -> None:
     """gcsfs cannot be imported, as in an image of the user's own without it: fsspec says
     "Please install gcsfs to access Google Storage" for gs://."""

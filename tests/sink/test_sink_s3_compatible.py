@@ -59,3 +59,32 @@ def test_a_commit_record_already_there_is_recognised_without_the_condition_named
     assert "batch 0 committed (its record was already there)" in caplog.text
     assert read_committed(output_url) == {0: ROWS}
     assert s3_root.files(f"{output_url}/_staging") == []
+
+
+def test_a_store_that_refuses_deletes_fails_the_first_commit_naming_the_object(
+    s3_root: StorageRoot, faulty_proxy: StartProxy, stage: Stage
+) -> None:
+    """Without s3:DeleteObject (S3 answers DeleteObjects 200, the refusals in its body,
+    which s3fs dropped): the commit deletes the batch's staged record, and says that it
+    cannot (as the user guide's permissions say); the committed output is whole, and the
+    commit finishes once the store takes deletes."""
+    output_url = f"{s3_root.url}/out"
+    faulty_proxy(
+        s3_root,
+        re.compile(rb"^POST /\S*\?delete"),
+        http_answer(
+            "200 OK",
+            b"<?xml version='1.0' encoding='UTF-8'?><DeleteResult><Error><Key>out/x</Key>"
+            b"<Code>AccessDenied</Code><Message>Access Denied</Message></Error></DeleteResult>",
+        ),
+    )
+    sink = TransactionalFileSink(output_url)
+    sink.on_restore(None, JOB)
+    stage(sink, 0, ROWS)
+
+    with pytest.raises(PermissionError, match=r"is s3:DeleteObject granted\?"):
+        sink.on_checkpoint_complete(0)
+
+    assert read_committed(output_url) == {0: ROWS}
+    sink.on_checkpoint_complete(0)
+    assert s3_root.files(f"{output_url}/_staging") == []

@@ -28,6 +28,8 @@ from spark_checkpoint.storage import (
     CheckpointStorage,
     JobStorageLayout,
     MissingFileError,
+    StorageError,
+    filesystem,
 )
 from spark_checkpoint.storage.layout import SHARED_DIR_NAME, shared_location
 
@@ -168,11 +170,72 @@ def test_a_shared_file_the_store_refused_to_delete_fails_the_discard_naming_it(
     assert refused.matched == 1
     assert str(raised.value) == (
         f"[Errno 13] 1 of {len(IMAGE)} object(s) not deleted, e.g. this one: AccessDenied: "
-        f"Access Denied: '{bucket}/{key}'"
+        f"Access Denied (is s3:DeleteObject granted?): 's3://{bucket}/{key}'"
     )
     storage.discard_checkpoint(1, retained=[])
     assert storage.listed_shared_sizes() == {}
     assert not s3_root.exists(layout.checkpoint_dir(1))
+
+
+def test_a_store_that_takes_no_batched_delete_gets_one_per_request(
+    s3_root: StorageRoot,
+    s3_server: S3Server,
+    spark_file: SparkFile,
+    faulty_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """S3-compatible stores (older MinIO, Ceph and others) refuse a DeleteObjects without
+    Content-MD5, which botocore no longer sends: the discard deletes the objects one by
+    one, as before batches, and asks that bucket no more."""
+    monkeypatch.setattr(filesystem, "_S3_ONE_BY_ONE", set())
+    refused = faulty_proxy(
+        s3_root,
+        re.compile(rb"^POST /\S*\?delete"),
+        http_answer(
+            "400 Bad Request",
+            b"<Error><Code>MissingContentMD5</Code><Message>Missing required header for this "
+            b"request: Content-Md5.</Message></Error>",
+        ),
+    )
+    storage = CheckpointStorage(JobStorageLayout(s3_root.url, NAMESPACE, JOB))
+    _checkpoint(storage, spark_file, 1, IMAGE)
+    before = s3_server.requests.snapshot()
+
+    storage.discard_checkpoint(1, retained=[])
+
+    assert refused.matched == 1
+    requests = s3_server.requests.snapshot() - before
+    assert requests["DELETE"] >= len(IMAGE) + 1, requests  # and the directory's `_discarding`
+    assert storage.listed_shared_sizes() == {}
+    assert not s3_root.exists(storage.layout.checkpoint_dir(1))
+
+
+def test_a_blob_azure_refused_to_delete_fails_the_discard_naming_it(
+    azure_root: StorageRoot, spark_file: SparkFile, faulty_proxy: StartProxy
+) -> None:
+    """Azure has no batched delete (adlfs's rm asked for each blob in turn before deleting
+    them, and named the whole list in a refusal): each delete is a request of its own, all
+    at once, and a refusal names its blob with Azure's code."""
+    refused = faulty_proxy(
+        azure_root,
+        re.compile(rb"^DELETE /\S*/shared/"),
+        http_answer(
+            "403 This request is not authorized to perform this operation using this permission.",
+            b"<?xml version='1.0' encoding='utf-8'?><Error><Code>AuthorizationPermissionMismatch"
+            b"</Code><Message>This request is not authorized.</Message></Error>",
+        ),
+    )
+    storage = CheckpointStorage(JobStorageLayout(azure_root.url, NAMESPACE, JOB))
+    _checkpoint(storage, spark_file, 1, IMAGE)
+
+    with pytest.raises(StorageError) as raised:
+        storage.discard_checkpoint(1, retained=[])
+
+    assert refused.matched == len(IMAGE)  # all sent, the first answer spoiled
+    assert f"/{SHARED_DIR_NAME}/" in str(raised.value), raised.value
+    assert "AuthorizationPermissionMismatch" in str(raised.value), raised.value
+    storage.discard_checkpoint(1, retained=[])
+    assert storage.listed_shared_sizes() == {}
 
 
 @pytest.fixture

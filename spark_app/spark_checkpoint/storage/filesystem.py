@@ -7,10 +7,12 @@ where its semantics differ, adjusting this module only).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import posixpath
 import re
@@ -20,6 +22,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
 
+import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
 from .connections import open_url
@@ -39,6 +42,8 @@ from .errors import (
     printable_line,
 )
 from .layout import GLOB_CHARACTERS, hide_password
+
+logger = logging.getLogger(__name__)
 
 _CHUNK_SIZE = 1024 * 1024
 # A hard link failing with one of these means "not possible here" (another device, a
@@ -318,6 +323,9 @@ class StorageFileSystem:
             if self._confines(native):
                 with self._parent_directory(native) as (parent, name):
                     _remove_tree(parent, name, native)
+            elif _is_s3(self._fs):
+                # s3fs's recursive rm takes its own batches, which drop refusals.
+                _delete_s3_objects(self._fs, self._fs.find(native, withdirs=True))
             else:
                 self._fs.rm(native, recursive=True)
 
@@ -611,11 +619,16 @@ def require_named_account_reached(fs: Any, url: str) -> None:
 
 def delete_objects(fs: Any, natives: list[str]) -> None:
     """Delete the objects `natives` (paths of the fsspec object store `fs`) that exist, in
-    few requests: S3 takes 1,000 keys a request, GCS 100, Azure's are sent together. A key
-    with '*', '?' or '[' (which nothing of ours writes) goes alone, as fsspec's rm reads
-    such a path as a pattern (`batch-5/**` would take the objects beside it)."""
+    few requests or at once: S3 takes 1,000 keys a request, GCS 100, Azure's deletes go out
+    together. On GCS a key with '*', '?' or '[' (which nothing of ours writes) goes alone,
+    as fsspec's rm reads such a path as a pattern (`batch-5/**` would take the objects
+    beside it)."""
     if _is_s3(fs):
         _delete_s3_objects(fs, natives)
+        return
+    if "abfs" in _protocols_of(fs):
+        # adlfs's rm checks each path first, one request after another.
+        fsspec.asyn.sync(fs.loop, _delete_each, fs, natives)
         return
     patterns = [native for native in natives if set(GLOB_CHARACTERS) & set(native)]
     with contextlib.suppress(FileNotFoundError):
@@ -628,6 +641,14 @@ def delete_objects(fs: Any, natives: list[str]) -> None:
 
 # The most keys one S3 DeleteObjects request takes.
 _S3_DELETE_BATCH = 1000
+# What S3-compatible stores answer a DeleteObjects they do not take as botocore sends it
+# (a CRC32 checksum, no Content-MD5: older MinIO, Ceph and others; s3fs#931): their
+# objects are deleted one per request, as before batches.
+_S3_BATCH_DELETE_REFUSED = frozenset(
+    {"MissingContentMD5", "InvalidDigest", "BadDigest", "InvalidRequest", "NotImplemented"}
+)
+# The buckets that refused one, asked no more in this process.
+_S3_ONE_BY_ONE: set[str] = set()
 
 
 def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
@@ -641,26 +662,72 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
     for bucket, keys in keys_by_bucket.items():
         for start in range(0, len(keys), _S3_DELETE_BATCH):
             batch = keys[start : start + _S3_DELETE_BATCH]
-            answer = fs.call_s3(
-                "delete_objects",
-                Bucket=bucket,
-                Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
-            )
+            if bucket in _S3_ONE_BY_ONE:
+                _delete_s3_one_by_one(fs, bucket, batch)
+                continue
+            try:
+                answer = fs.call_s3(
+                    "delete_objects",
+                    Bucket=bucket,
+                    Delete={"Objects": [{"Key": key} for key in batch], "Quiet": True},
+                )
+            except Exception as error:
+                if (code := _s3_error_code(error)) not in _S3_BATCH_DELETE_REFUSED:
+                    raise
+                logger.info("s3://%s takes no batched delete (%s): one per request", bucket, code)
+                _S3_ONE_BY_ONE.add(bucket)
+                _delete_s3_one_by_one(fs, bucket, batch)
+                continue
             refused = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if refused:
                 first = refused[0]
-                kind = PermissionError if first.get("Code") == "AccessDenied" else OSError
-                raise kind(
-                    errno.EACCES if kind is PermissionError else errno.EIO,
+                denied = first.get("Code") == "AccessDenied"
+                raise (PermissionError if denied else OSError)(
+                    errno.EACCES if denied else errno.EIO,
                     f"{len(refused)} of {len(batch)} object(s) not deleted, e.g. this one: "
-                    f"{first.get('Code')}: {first.get('Message')}",
-                    f"{bucket}/{first.get('Key')}",
+                    f"{first.get('Code')}: {first.get('Message')}"
+                    + (" (is s3:DeleteObject granted?)" if denied else ""),
+                    f"s3://{bucket}/{first.get('Key')}",
                 )
 
 
+def _delete_s3_one_by_one(fs: Any, bucket: str, keys: list[str]) -> None:
+    for key in keys:
+        with contextlib.suppress(FileNotFoundError):
+            fs.rm_file(f"{bucket}/{key}")
+
+
+def _s3_error_code(error: Exception) -> str | None:
+    """S3's code of `error` (botocore's ClientError, or what s3fs made of one)."""
+    for cause in (error, error.__cause__):
+        response = getattr(cause, "response", None)
+        if isinstance(response, dict):
+            code = response.get("Error", {}).get("Code")
+            return code if isinstance(code, str) else None
+    return None
+
+
+async def _delete_each(fs: Any, natives: list[str]) -> None:
+    """Delete each of `natives` by a request of its own, all at once; the first refusal is
+    raised naming its object."""
+
+    async def delete(native: str) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            await fs._rm_file(native)
+
+    results = await asyncio.gather(*map(delete, natives), return_exceptions=True)
+    for native, result in zip(natives, results, strict=True):
+        if isinstance(result, Exception):
+            with _storage_errors(native):
+                raise result
+
+
+def _protocols_of(fs: Any) -> tuple[str, ...]:
+    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
+
+
 def _is_s3(fs: Any) -> bool:
-    protocols = (fs.protocol,) if isinstance(fs.protocol, str) else fs.protocol
-    return "s3" in protocols  # s3fs's are ("s3", "s3a")
+    return "s3" in _protocols_of(fs)  # s3fs's are ("s3", "s3a")
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
