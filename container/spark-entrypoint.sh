@@ -8,7 +8,7 @@ fi
 
 # A passwd entry for a uid without one (a uid the platform assigns, where the runtime adds
 # no entry), which the JVM and Hadoop's login need: what spark_checkpoint.user_entry prints.
-exports="$(python -m spark_checkpoint.user_entry)"
+exports="$(python -P -m spark_checkpoint.user_entry)"  # -P: not from the working directory
 eval "${exports}"
 
 # The class path as Spark's own entrypoint builds it: configuration first, then the extra

@@ -87,8 +87,12 @@ def user_entry_environment(
             groups.append(f"{USER_NAME}-{group}:x:{group}:{name}")
     passwd_file = os.path.join(directory, "passwd")
     group_file = os.path.join(directory, "group")
-    _write(passwd_file, users)
-    _write(group_file, groups)
+    try:
+        _write(passwd_file, users)
+        _write(group_file, groups)
+    except OSError as error:  # a full temporary directory: Spark then says what it lacks
+        _warn(f"uid {uid} has no passwd entry, and no file can hold one: {error}")
+        return {}
     preload = environ.get("LD_PRELOAD", "")
     variables = {
         # First, before whatever else the environment preloads (glibc also reads ':').

@@ -133,6 +133,23 @@ def test_without_the_library_nothing_changes(
     assert not list((tmp_path / "tmp").iterdir())
 
 
+def test_files_that_cannot_be_written_change_nothing_and_say_why(
+    no_entry: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A full temporary directory: a warning, not a traceback from the launcher."""
+
+    def full(path: str, lines: list[str]) -> None:
+        raise OSError(28, "No space left on device", path)
+
+    monkeypatch.setattr(user_entry, "_write", full)
+    environ = {"HOME": "/"}
+
+    user_entry.provide_user_entry(environ)
+
+    assert environ == {"HOME": "/"}
+    assert "no file can hold one: [Errno 28] No space left on device" in capsys.readouterr().err
+
+
 # `python -m spark_checkpoint.user_entry` in a process whose uid has no entry and whose
 # system has the library (the test's stand-in).
 MODULE_WITHOUT_AN_ENTRY = """

@@ -923,10 +923,10 @@ def entrypoint_script() -> tuple[str, str]:
     raise AssertionError(f"no COPY writes {path}")
 
 
-# The stand-in of the image's python: `-m spark_checkpoint.user_entry` prints STAND_IN_EXPORTS
+# The stand-in of the image's python: `-P -m spark_checkpoint.user_entry` prints STAND_IN_EXPORTS
 # (what the module prints for a uid without a passwd entry), anything else fails.
 PYTHON_STAND_IN = """#!/bin/sh
-[ "$*" = "-m spark_checkpoint.user_entry" ] || { echo "unexpected: python $*" >&2; exit 64; }
+[ "$*" = "-P -m spark_checkpoint.user_entry" ] || { echo "unexpected: python $*" >&2; exit 64; }
 printf '%s' "${STAND_IN_EXPORTS:-}"
 """
 
