@@ -462,7 +462,7 @@ def test_storage_whose_library_cannot_load_is_one_line(
         raise OSError(f"Unable to load libjvm{searched}")
 
     monkeypatch.setattr("fsspec.core.url_to_fs", no_library)
-    monkeypatch.setattr("spark_checkpoint.storage.filesystem.url_to_fs", no_library)
+    monkeypatch.setattr("spark_checkpoint.storage.connections.url_to_fs", no_library)
     for command in ("list", "verify"):
         result = cli(command, "--storage", "hdfs://nn:8020/ckpt", "--namespace", "a", "--job", "b")
         assert result.err == (
