@@ -3,6 +3,7 @@ checked before Spark starts (known to the job's registry, its files intact)."""
 
 import argparse
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from spark_checkpoint.protocol import RestoreCandidate
@@ -34,32 +35,32 @@ class ChosenImage:
     own: tuple[CheckpointKind, int] | None
 
 
-def image_choice(choice: str) -> str:
+def image_choice(choice: str, kinds: Sequence[CheckpointKind] = tuple(CheckpointKind)) -> str:
     """``choice`` if it is spelled as `chosen_image` takes it; ValueError otherwise, before
-    a manifest is read."""
+    a manifest is read. `kinds`: the kinds of image the option takes, which a hint names."""
     if not choice:
         raise ValueError("is empty: give savepoint:N, checkpoint:N or a path")
     registry_reference(choice)
-    if (meant := _registry_references_meant(choice)) and not os.path.lexists(choice):
+    if (meant := _registry_references_meant(choice, kinds)) and not os.path.lexists(choice):
         raise ValueError(f"{choice!r} is no path here: for the job's image, write {meant}")
     return choice
 
 
-def _registry_references_meant(choice: str) -> str:
+def _registry_references_meant(choice: str, kinds: Sequence[CheckpointKind]) -> str:
     """What an image's id alone (`4`) or its directory's name (`sp-4`), the spellings a
-    newcomer tries first, stand for; "" for anything else."""
+    newcomer tries first, stand for among `kinds`; "" for anything else."""
     if choice.isascii() and choice.isdigit():
-        return " or ".join(f"{kind}:{int(choice)}" for kind in CheckpointKind)
-    for kind in CheckpointKind:
+        return " or ".join(f"{kind}:{int(choice)}" for kind in kinds)
+    for kind in kinds:
         if (image_id := parse_snapshot_dir_name(kind, choice)) is not None:
             return f"{kind}:{image_id}"
     return ""
 
 
-def image_argument(choice: str) -> str:
+def image_argument(choice: str, kinds: Sequence[CheckpointKind] = tuple(CheckpointKind)) -> str:
     """`image_choice` as an argparse ``type``: a misspelt image is a usage error."""
     try:
-        return image_choice(choice)
+        return image_choice(choice, kinds)
     except ValueError as error:
         raise argparse.ArgumentTypeError(str(error)) from None
 

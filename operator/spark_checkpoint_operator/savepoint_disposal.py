@@ -4,6 +4,7 @@ one runs (`ControlServer`, the coordinator's `SavepointDisposeRequested`), else 
 the locks a run takes, with the registry written ahead of the delete as a run does."""
 
 import argparse
+import os
 import time
 from dataclasses import replace
 
@@ -12,6 +13,7 @@ from spark_checkpoint.storage import (
     CheckpointStorage,
     StorageError,
     parse_snapshot_address,
+    parse_snapshot_dir_name,
 )
 from spark_checkpoint_operator.local_runtime import (
     JobBusy,
@@ -49,7 +51,11 @@ def savepoint_argument(choice: str) -> str:
     """`image_argument` for ``--dispose``, whose empty value asks for a savepoint."""
     if not choice:
         raise argparse.ArgumentTypeError("is empty: give savepoint:N or a savepoint's path")
-    return image_argument(choice)
+    if parse_snapshot_dir_name(CheckpointKind.CHECKPOINT, choice) is not None and not (
+        os.path.lexists(choice)
+    ):
+        raise argparse.ArgumentTypeError(_NO_CHECKPOINTS)  # `chk-5`: a checkpoint's directory
+    return image_argument(choice, kinds=(CheckpointKind.SAVEPOINT,))
 
 
 def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:

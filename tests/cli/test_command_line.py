@@ -205,22 +205,35 @@ def test_run_names_what_is_wrong_with_its_arguments(
 @pytest.mark.parametrize(
     ("image", "meant"),
     [
-        ("4", "checkpoint:4 or savepoint:4"),
-        ("sp-4", "savepoint:4"),
-        ("chk-12", "checkpoint:12"),
-        ("007", "checkpoint:7 or savepoint:7"),
+        ("4", ("checkpoint:4 or savepoint:4", "savepoint:4")),
+        ("sp-4", ("savepoint:4", "savepoint:4")),
+        ("chk-12", ("checkpoint:12", None)),
+        ("007", ("checkpoint:7 or savepoint:7", "savepoint:7")),
     ],
 )
 def test_an_images_id_or_directory_name_alone_is_told_how_to_name_the_image(
-    cli: Cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, image: str, meant: str
+    cli: Cli,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    image: str,
+    meant: tuple[str, str | None],
 ) -> None:
     """`--from 4` (or `savepoint -d 4`) was "not where a checkpoint or a savepoint lies",
-    exit 1, after the manifest was read (a newcomer's). A path of that name is still one."""
+    exit 1, after the manifest was read (a newcomer's). A path of that name is still one.
+    `--dispose` names only a savepoint (it suggested checkpoint:4, which it refuses)."""
     monkeypatch.chdir(tmp_path)
-    for command in (["run", "-f", "job.yaml", "--from"], ["savepoint", "-f", "job.yaml", "-d"]):
-        result = cli(*command, image)
-        assert result.code == ExitCode.USAGE, result.err
-        assert f"'{image}' is no path here: for the job's image, write {meant} (" in result.err
+    restorable, disposable = meant
+    result = cli("run", "-f", "job.yaml", "--from", image)
+    assert result.code == ExitCode.USAGE, result.err
+    assert f"'{image}' is no path here: for the job's image, write {restorable} (" in result.err
+
+    result = cli("savepoint", "-f", "job.yaml", "-d", image)
+    assert result.code == ExitCode.USAGE, result.err
+    if disposable is None:
+        assert "only savepoints are disposed of: retention deletes checkpoints" in result.err
+    else:
+        said = f"'{image}' is no path here: for the job's image, write {disposable} ("
+        assert said in result.err
 
     (tmp_path / image).mkdir()
     result = cli("run", "-f", "absent.yaml", "--from", image)
