@@ -284,6 +284,8 @@ class RegisteredSnapshots:
     # Why a restore will not use an image (``status.unrestorable``), by its candidate's
     # spelling (``checkpoint:3``).
     unrestorable: Mapping[str, str] = field(default_factory=dict)
+    # Where the registered images are, as recorded (their `_metadata`'s paths or URIs).
+    paths: frozenset[str] = frozenset()
 
     def of(self, kind: CheckpointKind) -> frozenset[int]:
         return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
@@ -367,6 +369,12 @@ class StatusFile:
                 for entry in (unrestorable if isinstance(unrestorable, list) else [])
                 if isinstance(entry, Mapping) and isinstance(entry.get("source"), str)
             },
+            paths=frozenset(
+                item["path"]
+                for key in ("checkpoints", "savepoints")
+                for item in coordinator.get(key, [])
+                if isinstance(item.get("path"), str)
+            ),
         )
 
     def _status(self) -> Mapping[str, Any]:

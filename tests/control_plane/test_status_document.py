@@ -175,6 +175,10 @@ def test_the_status_round_trips_through_each_of_its_users(
             checkpoints=frozenset(c.checkpoint_id for c in record.coordinator.checkpoints),
             savepoints=frozenset(s.checkpoint_id for s in record.coordinator.savepoints),
             unrestorable={e.source: e.reason for e in record.unrestorable},
+            paths=frozenset(
+                image.path
+                for image in (*record.coordinator.checkpoints, *record.coordinator.savepoints)
+            ),
         )
         assert registry.refused_by_run is None
 

@@ -60,7 +60,7 @@ def _list(job: JobStorage, *, output: OutputFormat | None, out: TextIO, err: Tex
         rows = list_snapshots(job.storage, registry)
         ownership = read_ownership(job.storage, job.paths)
         stored = any(row.state is not StoredSnapshotState.MISSING for row in rows)
-        missing = None if stored else nothing_stored(job.storage)
+        missing = None if stored else nothing_stored(job.storage, registry)
     except (StorageError, OSError) as error:
         return _storage_failed("list", error, err, job)
     if output in (OutputFormat.JSON, OutputFormat.YAML):
@@ -104,7 +104,7 @@ def _inspect(
     registry = registry_or_warn(job, err)
     try:
         inspection = inspect_snapshots(job.storage, refs, registry)
-        missing = None if inspection.snapshots else nothing_stored(job.storage)
+        missing = None if inspection.snapshots else nothing_stored(job.storage, registry)
     except (StorageError, OSError) as error:
         return _storage_failed("inspect", error, err, job)
     for problem in inspection.problems:
@@ -153,7 +153,7 @@ def _verify(
     try:
         refs = refs or default_refs(job.storage, registry)
         # Also for images named or registered: a bucket that does not exist is said so.
-        nothing = nothing_stored(job.storage)
+        nothing = nothing_stored(job.storage, registry)
     except (StorageError, OSError) as error:
         return _storage_failed("verify", error, err, job)
     missing = None if refs else nothing
@@ -173,6 +173,8 @@ def _verify(
         return ExitCode.FAILED
     for line in verify_lines(results):
         print(line, file=out)
+    if nothing is not None:  # registered images, and no directory of the job's where named
+        print(nothing, file=out)
     return ExitCode.FAILED if failed else ExitCode.OK
 
 

@@ -26,11 +26,13 @@ from spark_checkpoint.storage import (
     TruncatedMetadataError,
     UnknownFormatVersionError,
     missing_bucket_reason,
+    parse_snapshot_address,
     parse_snapshot_dir_name,
 )
-from spark_checkpoint.storage.layout import DISCARDING_FILE_NAME, SHARED_DIR_NAME
+from spark_checkpoint.storage.layout import DISCARDING_FILE_NAME, SHARED_DIR_NAME, storage_place
 from spark_checkpoint_operator.local_state import LocalPaths, RegistryRecord
 from spark_checkpoint_operator.restorable_check import restorable_command
+from spark_checkpoint_operator.restore_choice import snapshot_uri
 from spark_checkpoint_operator.storage_commands.job import CommandError, Registry, is_registered
 
 
@@ -385,7 +387,7 @@ def default_refs(storage: CheckpointStorage, registry: Registry | None) -> list[
     return sorted(refs)
 
 
-def nothing_stored(storage: CheckpointStorage) -> str | None:
+def nothing_stored(storage: CheckpointStorage, registry: Registry | None) -> str | None:
     """Why storage without snapshots holds none, when the job's directory does not exist
     at all (a mistyped storage, namespace or name reads as an empty job otherwise); None
     when it exists. Raises StorageError when its bucket does not exist: a listing there
@@ -395,6 +397,12 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
         return None
     if (bucket := storage.fs.missing_bucket(job_root)) is not None:
         raise StorageError(job_root, missing_bucket_reason("these", bucket))
+    if registry is not None and (elsewhere := _registered_elsewhere(job_root, registry)):
+        # A mistyped --storage (or spec.checkpointing.storage) beside the job's registry.
+        return (
+            f"nothing is stored at {job_root}; the job's registry names images in "
+            f"{elsewhere.removeprefix('file://')}: is that the storage it ran with?"
+        )
     # A mistyped name: the jobs stored beside it (a newcomer's --job wc-strem); a hint, so
     # storage that cannot be listed there says why where the command reads it.
     try:
@@ -406,6 +414,18 @@ def nothing_stored(storage: CheckpointStorage) -> str | None:
     return (
         f"nothing is stored at {job_root} (has the job run with this storage, namespace and name?)"
     )
+
+
+def _registered_elsewhere(job_root: str, registry: Registry) -> str | None:
+    """Where the registered images are, if not below `job_root` (the newest's job root)."""
+    for path in sorted(registry.registered.paths, reverse=True):
+        try:
+            theirs = parse_snapshot_address(snapshot_uri(path)).layout.job_root
+        except ValueError:
+            continue  # a path this version would not have written
+        if storage_place(theirs) != storage_place(job_root):
+            return theirs
+    return None
 
 
 @dataclass(frozen=True, slots=True)
