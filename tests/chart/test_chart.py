@@ -489,6 +489,9 @@ def test_with_user_ids_from_the_platform_no_pod_sets_an_id() -> None:
     )
     with pytest.raises(helm_python.HelmValuesError, match="userIds"):
         _render({"userIds": "openshift"})
+    for key in ("runAsUser", "runAsGroup"):
+        with pytest.raises(helm_python.HelmRenderError, match=f"securityContext.{key}: with"):
+            _render({"userIds": "platform", "securityContext": {key: 10001}})
 
 
 def test_the_operator_knows_its_own_service_account() -> None:
