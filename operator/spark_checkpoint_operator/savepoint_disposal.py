@@ -51,10 +51,6 @@ def savepoint_argument(choice: str) -> str:
     """`image_argument` for ``--dispose``, whose empty value asks for a savepoint."""
     if not choice:
         raise argparse.ArgumentTypeError("is empty: give savepoint:N or a savepoint's path")
-    if parse_snapshot_dir_name(CheckpointKind.CHECKPOINT, choice) is not None and not (
-        os.path.lexists(choice)
-    ):
-        raise argparse.ArgumentTypeError(_NO_CHECKPOINTS)  # `chk-5`: a checkpoint's directory
     return image_argument(choice, kinds=(CheckpointKind.SAVEPOINT,))
 
 
@@ -69,6 +65,10 @@ def savepoint_named(choice: str, storage: CheckpointStorage | None) -> int:
             raise DisposalRefused(_NO_CHECKPOINTS)
         assert reference.snapshot_id is not None
         return reference.snapshot_id
+    if parse_snapshot_dir_name(CheckpointKind.CHECKPOINT, choice) is not None and not (
+        os.path.lexists(choice)
+    ):
+        raise DisposalRefused(_NO_CHECKPOINTS)  # `chk-5`: a checkpoint's directory's name
     if storage is None:
         raise DisposalRefused(f"{choice}: a path needs the job's storage: name the job with -f")
     try:

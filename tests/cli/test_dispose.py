@@ -102,10 +102,13 @@ def test_a_savepoint_deleted_by_hand_is_disposed_of_from_the_registry(
 @pytest.mark.parametrize(
     ("choice", "said"),
     [
-        (
-            "checkpoint:2",
-            "only savepoints are disposed of: retention deletes checkpoints "
-            "(spec.checkpointing.retained)",
+        *(
+            (
+                choice,
+                "only savepoints are disposed of: retention deletes checkpoints "
+                "(spec.checkpointing.retained)",
+            )
+            for choice in ("checkpoint:2", "chk-2")  # `chk-2`: the directory's name alone
         ),
         ("savepoint:7", "savepoint 7 is not in the job's registry"),
     ],

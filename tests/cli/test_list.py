@@ -195,7 +195,8 @@ def test_a_mistyped_storage_is_told_where_the_registry_says_the_images_are(
     layout = job.storage.layout
     said = (
         f"nothing is stored at {typo}/{layout.namespace}/{layout.job}; the job's registry "
-        f"names images in {job.job_root}: is that the storage it ran with?"
+        f"names checkpoints and savepoints in storage {job.root}: is that the storage it "
+        "ran with?"
     )
     assert said in result.out + result.err, result.out + result.err
 
@@ -511,8 +512,8 @@ def test_a_registry_whose_storage_is_named_wrongly_says_nothing_is_stored_there(
 
     assert result.code == 0, result.err
     assert (
-        f"nothing is stored at {mistyped}/analytics/clicks; the job's registry names images "
-        f"in {job.job_root}: is that the storage it ran with?"
+        f"nothing is stored at {mistyped}/analytics/clicks; the job's registry names "
+        f"checkpoints and savepoints in storage {job.root}: is that the storage it ran with?"
     ) in result.out.splitlines()
     assert list(rows(result.out)) == [("checkpoint", "2"), ("savepoint", "3")]
     right = cli("list", *job.flags, "--state-dir", str(job.state_dir))

@@ -398,10 +398,12 @@ def nothing_stored(storage: CheckpointStorage, registry: Registry | None) -> str
     if (bucket := storage.fs.missing_bucket(job_root)) is not None:
         raise StorageError(job_root, missing_bucket_reason("these", bucket))
     if registry is not None and (elsewhere := _registered_elsewhere(job_root, registry)):
-        # A mistyped --storage (or spec.checkpointing.storage) beside the job's registry.
+        # A mistyped --storage (or spec.checkpointing.storage) beside the job's registry:
+        # the storage root to give instead.
         return (
-            f"nothing is stored at {job_root}; the job's registry names images in "
-            f"{elsewhere.removeprefix('file://')}: is that the storage it ran with?"
+            f"nothing is stored at {job_root}; the job's registry names checkpoints and "
+            f"savepoints in storage {elsewhere.removeprefix('file://')}: is that the "
+            "storage it ran with?"
         )
     # A mistyped name: the jobs stored beside it (a newcomer's --job wc-strem); a hint, so
     # storage that cannot be listed there says why where the command reads it.
@@ -417,14 +419,14 @@ def nothing_stored(storage: CheckpointStorage, registry: Registry | None) -> str
 
 
 def _registered_elsewhere(job_root: str, registry: Registry) -> str | None:
-    """Where the registered images are, if not below `job_root` (the newest's job root)."""
+    """The storage root of the registered images, if they are not below `job_root`."""
     for path in sorted(registry.registered.paths, reverse=True):
         try:
-            theirs = parse_snapshot_address(snapshot_uri(path)).layout.job_root
+            theirs = parse_snapshot_address(snapshot_uri(path)).layout
         except ValueError:
             continue  # a path this version would not have written
-        if storage_place(theirs) != storage_place(job_root):
-            return theirs
+        if storage_place(theirs.job_root) != storage_place(job_root):
+            return theirs.root
     return None
 
 
