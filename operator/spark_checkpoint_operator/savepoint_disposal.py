@@ -95,6 +95,11 @@ def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepo
     """Dispose of savepoint ``savepoint_id`` while no run of the job runs; what was done,
     in a line. Raises DisposalRefused (DisposalDeclined: the coordinator's rule), or
     DisposalIncomplete."""
+    if not paths.job_dir.is_dir():  # the lock said only "cannot open the lock ...run.lock"
+        raise DisposalRefused(
+            f"job {job} has no state in {paths.job_dir.parent.parent}: it has not run with "
+            "this state directory (--state-dir), so no savepoint of it is registered here"
+        )
     try:
         with job_lock(paths, job), storage_lock(storage, job):
             return _dispose_locked(paths, storage, savepoint_id)

@@ -124,6 +124,27 @@ def test_what_is_not_the_jobs_registered_savepoint_is_refused(
     assert _sp3(job).is_dir()
 
 
+def test_a_job_that_never_ran_here_is_told_so(
+    job: Job, manifest: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """It said "cannot open the lock .../run.lock: No such file or directory" (an
+    outside-in tester's)."""
+    elsewhere = tmp_path / "other-state"
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(elsewhere), "-d", "savepoint:3"
+    )
+
+    assert result.code == ExitCode.FAILED
+    assert result.err == (
+        f"spark-checkpoint savepoint: not disposed of: job {NAMESPACE}/{JOB} has no state in "
+        f"{elsewhere}: it has not run with this state directory (--state-dir), so no "
+        "savepoint of it is registered here\n"
+    )
+    assert not elsewhere.exists()
+    assert _sp3(job).is_dir()
+
+
 @pytest.mark.parametrize(
     ("arguments", "said"),
     [
