@@ -30,7 +30,7 @@ def open_url(url: str, **options: Any) -> tuple[Any, str]:
     """fsspec's filesystem and path for `url` (`url_to_fs`), with bounded waits
     (`bounded_options`) and `options`, which win over the user's (no listings cache: other
     processes change storage)."""
-    protocols = _protocols(fsspec.get_filesystem_class(split_protocol(url)[0] or "file"))
+    protocols = protocols_of(fsspec.get_filesystem_class(split_protocol(url)[0] or "file"))
     fs, path = url_to_fs(url, **{**bounded_options(protocols), **options})
     if "s3" in protocols:
         # s3fs's tries are its class's (it hands a `retries` option on to aiobotocore,
@@ -93,6 +93,7 @@ def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
-def _protocols(fs_class: type) -> tuple[str, ...]:
-    protocol = getattr(fs_class, "protocol", ())
+def protocols_of(fs: Any) -> tuple[str, ...]:
+    """The protocols an fsspec filesystem (or its class) answers to: ("s3", "s3a")."""
+    protocol = getattr(fs, "protocol", ())
     return (protocol,) if isinstance(protocol, str) else tuple(protocol)

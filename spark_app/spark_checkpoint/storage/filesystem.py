@@ -25,7 +25,7 @@ from typing import IO, Any, TypeVar
 import fsspec.asyn
 from fsspec.implementations.local import LocalFileSystem
 
-from .connections import open_url
+from .connections import open_url, protocols_of
 from .durability import fsync_descriptor, fsync_path, make_files_durable
 from .errors import (
     GCS_REQUEST,
@@ -626,7 +626,7 @@ def delete_objects(fs: Any, natives: list[str]) -> None:
     if _is_s3(fs):
         _delete_s3_objects(fs, natives)
         return
-    if "abfs" in _protocols_of(fs):
+    if "abfs" in protocols_of(fs):
         # adlfs's rm checks each path first, one request after another.
         fsspec.asyn.sync(fs.loop, _delete_each, fs, natives)
         return
@@ -722,12 +722,8 @@ async def _delete_each(fs: Any, natives: list[str]) -> None:
                 raise result
 
 
-def _protocols_of(fs: Any) -> tuple[str, ...]:
-    return (fs.protocol,) if isinstance(fs.protocol, str) else tuple(fs.protocol)
-
-
 def _is_s3(fs: Any) -> bool:
-    return "s3" in _protocols_of(fs)  # s3fs's are ("s3", "s3a")
+    return "s3" in protocols_of(fs)  # s3fs's are ("s3", "s3a")
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:
