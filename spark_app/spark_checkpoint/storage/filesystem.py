@@ -634,9 +634,7 @@ def delete_objects(fs: Any, natives: list[str]) -> None:
     with contextlib.suppress(FileNotFoundError):
         if plain := [native for native in natives if native not in patterns]:
             fs.rm(plain)
-    for native in patterns:
-        with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(native)
+    _delete_one_by_one(fs, patterns)
 
 
 # The most keys one S3 DeleteObjects request takes.
@@ -663,7 +661,7 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
         for start in range(0, len(keys), _S3_DELETE_BATCH):
             batch = keys[start : start + _S3_DELETE_BATCH]
             if bucket in _S3_ONE_BY_ONE:
-                _delete_s3_one_by_one(fs, bucket, batch)
+                _delete_one_by_one(fs, [f"{bucket}/{key}" for key in batch])
                 continue
             try:
                 answer = fs.call_s3(
@@ -676,7 +674,7 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
                     raise
                 logger.info("s3://%s takes no batched delete (%s): one per request", bucket, code)
                 _S3_ONE_BY_ONE.add(bucket)
-                _delete_s3_one_by_one(fs, bucket, batch)
+                _delete_one_by_one(fs, [f"{bucket}/{key}" for key in batch])
                 continue
             refused = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if refused:
@@ -691,10 +689,10 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
                 )
 
 
-def _delete_s3_one_by_one(fs: Any, bucket: str, keys: list[str]) -> None:
-    for key in keys:
+def _delete_one_by_one(fs: Any, natives: list[str]) -> None:
+    for native in natives:
         with contextlib.suppress(FileNotFoundError):
-            fs.rm_file(f"{bucket}/{key}")
+            fs.rm_file(native)
 
 
 def _s3_error_code(error: Exception) -> str | None:
