@@ -11,6 +11,7 @@ from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
     MissingFileError,
+    SnapshotAddress,
     StorageAccessError,
     StorageError,
     UnregisteredCheckpointError,
@@ -181,25 +182,41 @@ def _external(choice: str, registry: PersistedState, storage: CheckpointStorage)
     except (ImportError, OSError) as error:  # no library for it here (an image without gcsfs)
         raise UnknownImage(f"{choice} cannot be read here: {error}") from None
     kind, snapshot_id = address.kind, address.snapshot_id
-    registered = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
     own = source.is_same_job_directory(storage)
-    if own and snapshot_id in {s.checkpoint_id for s in registered}:
-        # One of the job's own by its path (as `savepoint` and `list` print it): restored
-        # as the registry's (status shows savepoint:N, not a URI).
+    try:
+        chosen = image_at(uri, address, registry, own=own)
+    except UnknownImage:
+        if kind is CheckpointKind.CHECKPOINT:
+            try:
+                source.read_metadata(kind, snapshot_id)
+            except MissingFileError as error:  # discarded, or never there (a newcomer's)
+                raise UnknownImage(f"the {kind} cannot be restored: {error}") from None
+            except (StorageError, OSError, ValueError):
+                pass  # whatever else is wrong with it, it is not this run's to restore
+        raise
+    if not RestoreCandidate.decode(chosen.candidate).is_external:
         _require_intact(storage, kind, snapshot_id, choice)
+    else:
+        _require_intact(source, kind, snapshot_id, f"the {kind}")  # its errors name the path
+    return chosen
+
+
+def image_at(
+    uri: str, address: SnapshotAddress, registry: PersistedState, *, own: bool
+) -> ChosenImage:
+    """The restore candidate of the image at `uri` (`address`), by what the registry
+    lists, without reading storage: one of the job's own registered images (`own`: `uri`
+    is in the job's directory) is restored as the registry's (savepoint:N, as `savepoint`
+    and `list` print its path); anything else by its path, as another job's. Raises
+    `UnknownImage` for a checkpoint of the job's own that the registry does not list."""
+    kind, snapshot_id = address.kind, address.snapshot_id
+    registered = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
+    if own and snapshot_id in {s.checkpoint_id for s in registered}:
         return ChosenImage(
             RestoreCandidate.registered(kind, snapshot_id).encode(), (kind, snapshot_id)
         )
     if own and kind is CheckpointKind.CHECKPOINT:
-        try:
-            source.read_metadata(kind, snapshot_id)
-        except MissingFileError as error:  # discarded, or never there (a newcomer's)
-            raise UnknownImage(f"the {kind} cannot be restored: {error}") from None
-        except (StorageError, OSError, ValueError):
-            pass  # whatever else is wrong with it, it is not this run's to restore
         raise UnknownImage(str(UnregisteredCheckpointError(uri)))
-    # Storage's errors name the path already.
-    _require_intact(source, kind, snapshot_id, f"the {kind}")
     return ChosenImage(
         RestoreCandidate.external(uri).encode(), (kind, snapshot_id) if own else None
     )
