@@ -79,6 +79,11 @@ INVALID_SPECS = [
         "spec.restore.initialSavepointPath",
         "must name a savepoint or a retained checkpoint where it was written",
     ),
+    (
+        {"restore": {"savepointRedeployNonce": 2}},
+        "spec.restore.savepointRedeployNonce",
+        "needs spec.restore.initialSavepointPath",
+    ),
 ]
 
 

@@ -1088,6 +1088,188 @@ def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalC
     assert restarted["lastSavepoint"]["label"] == "upgrade"
 
 
+def savepoint_by_nonce(cluster: LocalCluster, nonce: int) -> int:
+    """The id of the savepoint `savepointTriggerNonce: nonce` took, once the job runs."""
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
+    status = cluster.wait_for(
+        f"savepoint of nonce {nonce}",
+        lambda: (
+            (s := cluster.status("orders")).get("lastSavepoint", {}).get("label")
+            == f"nonce {nonce}"
+            and s
+        ),
+        job="orders",
+    )
+    return int(status["lastSavepoint"]["id"])
+
+
+def redeploy(savepoint_id: int, nonce: int, job_name: str = "orders") -> dict[str, Any]:
+    path = f"/simulated/default/{job_name}/savepoints/sp-{savepoint_id}"
+    return {"restore": {"initialSavepointPath": path, "savepointRedeployNonce": nonce}}
+
+
+def redeployed(cluster: LocalCluster, nonce: int) -> Any:
+    """The job's status once the redeploy of `nonce` is handled and the job runs."""
+    return cluster.wait_for(
+        f"the redeploy of nonce {nonce} handled",
+        lambda: (
+            (s := cluster.status("orders")).get("handledTriggers", {}).get("savepointRedeployNonce")
+            == nonce
+            and s["phase"] == "Running"
+            and s
+        ),
+        job="orders",
+    )
+
+
+def test_a_redeploy_nonce_restores_the_named_savepoint_instead_of_the_newest_image(
+    cluster: LocalCluster,
+) -> None:
+    """Flink's savepointRedeployNonce: the driver stops without a savepoint, the next one
+    restores the savepoint spec.restore.initialSavepointPath names, and the newer images are
+    set aside (restored later, one would resume after output its sinks discarded); an
+    operator restart after it redeploys nothing again."""
+    cluster.apply(job())
+    older = savepoint_by_nonce(cluster, 1)
+    newer = completed(cluster, "orders", older + 2)["coordinator"]["checkpoints"]
+    newer_ids = {c["id"] for c in newer if c["id"] > older}
+    assert newer_ids
+
+    cluster.patch_spec("orders", redeploy(older, 1))
+
+    second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+    assert second.restored_from == f"savepoint:{older}"
+    status = redeployed(cluster, 1)
+    assert status["restoredFrom"]["source"] == f"savepoint:{older}"
+    set_aside = {e["source"] for e in status["unrestorable"]}
+    assert {f"checkpoint:{i}" for i in newer_ids} <= set_aside
+    labels = [s.get("label") for s in status["coordinator"]["savepoints"]]
+    assert labels == ["nonce 1"], "no savepoint was taken to stop the driver"
+    stopping = cluster.wait_for_event("orders", "Stopping", "redeploy")
+    assert "no savepoint" in stopping["message"]
+    event = cluster.wait_for_event("orders", "Redeploying", f"restores savepoint:{older}")
+    assert f"instead of the newest image, checkpoint:{max(newer_ids)}" in event["message"]
+
+    completed(cluster, "orders", status["counts"]["completed"] + 1)
+    with operator_stopped(cluster):
+        pass
+    completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+    assert cluster.driver_pods("orders") == ["orders-driver-2"], "redeployed once only"
+
+
+def test_a_redeploy_interrupted_by_an_operator_restart_is_carried_out_by_the_next(
+    tmp_path: Path,
+) -> None:
+    """The operator killed after it stopped the driver for the redeploy, before the next
+    driver restored the image: the redeploy is not lost (the next driver would have
+    restored the newest image), nor the newer images restored later."""
+    agents = SimulatedAgents(batch_seconds=0.3, starting_seconds=4.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        older = savepoint_by_nonce(cluster, 1)
+        completed(cluster, "orders", older + 2)
+
+        cluster.patch_spec("orders", redeploy(older, 1))
+        cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+        with operator_stopped(cluster):
+            status = cluster.status("orders")
+            assert "savepointRedeployNonce" not in status.get("handledTriggers", {})
+
+        status = cluster.wait_for(
+            "the redeploy handled",
+            lambda: (
+                (s := cluster.status("orders"))
+                .get("handledTriggers", {})
+                .get("savepointRedeployNonce")
+                == 1
+                and s["phase"] == "Running"
+                and s
+            ),
+            job="orders",
+        )
+        assert status["restoredFrom"]["source"] == f"savepoint:{older}"
+        attempt = status["jobAttempt"]
+        agent = cluster.simulated_agent(f"orders-driver-{attempt}")
+        assert agent is not None
+        assert agent.restored_from == f"savepoint:{older}"
+
+
+def test_a_redeploy_nonce_the_job_is_created_with_redeploys_nothing(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(**redeploy(7, 3, job_name="elsewhere")))
+    completed(cluster, "orders", 2)
+
+    status = cluster.status("orders")
+    assert status["jobAttempt"] == 1
+    assert status["handledTriggers"]["savepointRedeployNonce"] == 3
+    assert "Redeploying" not in cluster.event_reasons("orders")
+
+
+def test_a_redeploy_to_a_checkpoint_the_registry_no_longer_lists_is_refused_and_the_job_goes_on(
+    cluster: LocalCluster,
+) -> None:
+    """The job's own checkpoint that retention discarded (or that its garbage collection
+    would delete): refused before the driver is stopped."""
+    cluster.apply(job())
+    completed(cluster, "orders", 4)
+    spec = {
+        "restore": {
+            "initialSavepointPath": "/simulated/default/orders/chk-1",
+            "savepointRedeployNonce": 1,
+        }
+    }
+    cluster.patch_spec("orders", spec)
+
+    event = cluster.wait_for_event("orders", "RedeployRefused")
+    assert event["type"] == "Warning"
+    assert "registry does not list" in event["message"]
+    assert event["message"].endswith("the job goes on as it is")
+    status = completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+    assert status["jobAttempt"] == 1
+    assert status["handledTriggers"]["savepointRedeployNonce"] == 1
+
+
+def test_a_redeploy_asked_while_the_job_is_suspended_is_carried_out_when_it_resumes(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job())
+    older = savepoint_by_nonce(cluster, 1)
+    completed(cluster, "orders", older + 2)
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    suspended = in_phase(cluster, "orders", "Suspended")
+    assert suspended["lastSavepoint"]["label"] == "suspend"
+
+    cluster.patch_spec("orders", redeploy(older, 1))
+    time.sleep(1)
+    assert cluster.driver_pods("orders") == []
+    cluster.patch_spec("orders", {"state": "Running"})
+
+    second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+    assert second.restored_from == f"savepoint:{older}"
+    status = redeployed(cluster, 1)
+    assert f"savepoint:{suspended['lastSavepoint']['id']}" in {
+        e["source"] for e in status["unrestorable"]
+    }
+
+
+def test_a_redeploy_runs_a_failed_job_again_from_the_named_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job(restartPolicy={"type": "Never"}))
+    older = savepoint_by_nonce(cluster, 1)
+    completed(cluster, "orders", older + 1)
+    cluster.crash_driver("orders-driver-1", exit_code=1)
+    in_phase(cluster, "orders", "Failed")
+
+    cluster.patch_spec("orders", redeploy(older, 1))
+
+    second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
+    assert second.restored_from == f"savepoint:{older}"
+    in_phase(cluster, "orders", "Running")
+
+
 def test_a_deletion_while_the_agent_does_not_answer_for_a_moment_takes_its_savepoint(
     cluster: LocalCluster,
 ) -> None:

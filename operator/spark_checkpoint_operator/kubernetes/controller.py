@@ -32,7 +32,11 @@ from typing import Any
 
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
-from spark_checkpoint.storage.layout import JobStorageLayout, storage_place
+from spark_checkpoint.storage.layout import (
+    JobStorageLayout,
+    parse_snapshot_address,
+    storage_place,
+)
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
@@ -59,6 +63,12 @@ from spark_checkpoint_operator.manifest.loading import manifest_from_update
 from spark_checkpoint_operator.manifest.model import JobManifest, JobState
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
+from spark_checkpoint_operator.restore_choice import (
+    ChosenImage,
+    UnknownImage,
+    image_at,
+    snapshot_uri,
+)
 from spark_checkpoint_operator.status import (
     SPEC_VALID,
     InvalidStatus,
@@ -92,6 +102,10 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 # Why a running driver is stopped with a savepoint: the label of that savepoint.
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
+# A driver stopped for spec.restore.savepointRedeployNonce (without a savepoint).
+REDEPLOY = "redeploy"
+# status.handledTriggers' key of the redeploy nonce last carried out.
+REDEPLOY_NONCE = "savepointRedeployNonce"
 _STOPPING = (
     "once its savepoint completes (at once without one: spec.shutdown.finalSavepoint false); "
     "the job's Stopping events say how that goes"
@@ -173,6 +187,9 @@ class JobController:
         # end's cleanup was done).
         self._end_cleaned_up = False
         self._deleted = False  # the deletion's work is done
+        # The redeploy nonce being carried out, its image and the attempt before its driver:
+        # handled once that driver restored the image (`_note_redeployed`).
+        self._redeploying: tuple[int, str, int] | None = None
 
     @property
     def _namespace(self) -> str:
@@ -202,6 +219,8 @@ class JobController:
             ):
                 if spec.get(field) is not None:
                     self._handled[key] = spec[field]
+            if (nonce := _redeploy_nonce(spec)) is not None:
+                self._handled[REDEPLOY_NONCE] = nonce
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
@@ -586,6 +605,11 @@ class JobController:
             self._record.message = ""
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
+        if (nonce := self._redeploy_due(manifest)) is not None:
+            if self._driver_recorded():
+                self._changed.set()  # `_follow_spec` stops the driver first
+            else:
+                self._redeploy(supervisor, manifest, nonce)
         if not self._driver_recorded() or not self._deployed:
             # A recorded driver is adopted: its own hash (status.deploymentHash, then its
             # pod's) stands until then, or a status write would say it runs this spec.
@@ -631,6 +655,8 @@ class JobController:
             # driver runs on and is adopted when the daemon starts again.
             await _cancel(running)
             self._end_cleaned_up = supervisor.cleaned_up
+            # Not restored under this supervisor: the next one redeploys again.
+            self._redeploying = None
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
             self._stopped_spec = started_spec
             await self._save(self._record)
@@ -659,6 +685,8 @@ class JobController:
         retry_after = manifest.spec.checkpointing.timeout
         if manifest.spec.state is JobState.SUSPENDED:
             stop_reason = SUSPEND
+        elif self._redeploy_due(manifest) is not None:
+            stop_reason = REDEPLOY
         elif objects.deployment_hash(self._spec) != self._deployed:
             stop_reason = UPGRADE
         else:
@@ -671,6 +699,9 @@ class JobController:
             # An earlier change's stop-with-savepoint completed (an upgrade's, and the spec
             # says Suspended now), or the job ended: the driver is going, and the spec
             # says what follows.
+            return
+        if stop_reason == REDEPLOY:
+            self._stop_for_redeploy(supervisor, manifest)
             return
         if supervisor.finishing:
             # Its final checkpoint completed: the driver exits on its own, and the job ends
@@ -787,6 +818,93 @@ class JobController:
             return
         self._handled[key] = nonce
         supervisor.request(TriggerRequested(kind, label=f"nonce {nonce}"))
+
+    def _redeploy_due(self, manifest: JobManifest) -> int | None:
+        """The redeploy nonce not carried out yet; None if there is none (removing it
+        redeploys nothing, as in Flink)."""
+        nonce = manifest.spec.restore.savepoint_redeploy_nonce
+        if nonce is None or self._handled.get(REDEPLOY_NONCE) == nonce:
+            return None
+        return None if self._redeploying and self._redeploying[0] == nonce else nonce
+
+    def _redeploy_image(self, manifest: JobManifest) -> ChosenImage:
+        """The image spec.restore.initialSavepointPath names, by the job's registry (the
+        operator reads no storage: the driver verifies it as it restores it). Raises
+        UnknownImage for one the job cannot restore."""
+        path = manifest.spec.restore.initial_savepoint_path
+        assert path is not None  # the CRD's rule: the nonce needs it
+        uri = snapshot_uri(path)
+        try:
+            address = parse_snapshot_address(uri)
+        except ValueError as error:
+            raise UnknownImage(f"{path}: {error}") from None
+        own = JobStorageLayout(_storage(manifest), manifest.namespace, manifest.name)
+        is_own = storage_place(address.layout.job_root) == storage_place(own.job_root)
+        return image_at(uri, address, self._record.coordinator, own=is_own)
+
+    def _refused_redeploy(self, manifest: JobManifest, nonce: int) -> ChosenImage | None:
+        """The image of the redeploy `nonce` asks for; None, said in an event and the nonce
+        handled, if the job cannot restore it (the job goes on as it is)."""
+        try:
+            return self._redeploy_image(manifest)
+        except UnknownImage as error:
+            self._handled[REDEPLOY_NONCE] = nonce
+            self._post_event(
+                "Warning",
+                "RedeployRefused",
+                f"spec.restore.savepointRedeployNonce {nonce}: {error}; the job goes on as it is",
+            )
+            return None
+
+    def _stop_for_redeploy(self, supervisor: JobSupervisor, manifest: JobManifest) -> None:
+        """Stop the driver without a savepoint (its newer state is what the redeploy
+        leaves): the job ends Suspended, and `_supervise` starts the next driver from the
+        redeploy's image."""
+        nonce = self._redeploy_due(manifest)
+        assert nonce is not None
+        if self._refused_redeploy(manifest, nonce) is None:
+            return
+        self._post_event(
+            "Normal",
+            "Stopping",
+            f"{REDEPLOY} (spec.restore.savepointRedeployNonce {nonce}): no savepoint; the "
+            f"next driver restores {manifest.spec.restore.initial_savepoint_path}",
+        )
+        supervisor.suspend_now()
+
+    def _redeploy(self, supervisor: JobSupervisor, manifest: JobManifest, nonce: int) -> None:
+        """The next driver restores the redeploy's image, and only it, until an image of
+        its own completes; the newer images are set aside once it restores, and the nonce
+        is handled then (`_note_redeployed`): an operator restart before that redeploys
+        again."""
+        image = self._refused_redeploy(manifest, nonce)
+        if image is None:
+            return
+        withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
+        self._redeploying = (nonce, image.candidate, self._record.attempt)
+        newer = supervisor.passed_over
+        instead = f" instead of the newest image, {newer[0]}" if newer else ""
+        kept = (
+            f"; {withdrawn.describe()} was due for deletion: restored from, it stays in storage"
+            if withdrawn is not None
+            else ""
+        )
+        self._post_event(
+            "Normal",
+            "Redeploying",
+            f"spec.restore.savepointRedeployNonce {nonce}: the next driver restores "
+            f"{image.candidate}{instead}{kept}",
+        )
+
+    def _note_redeployed(self, record: JobRecord) -> None:
+        """The redeploy's nonce is handled once a driver after it restored its image."""
+        if self._redeploying is None:
+            return
+        nonce, image, attempt = self._redeploying
+        restored = record.restored_from
+        if record.attempt > attempt and restored and restored.candidate.encode() == image:
+            self._handled[REDEPLOY_NONCE] = nonce
+            self._redeploying = None
 
     async def _shut_down_adopted(self, manifest: JobManifest, driver: KubernetesDriver) -> None:
         """A deleted job's driver, adopted: shut down as the daemon shuts down its own.
@@ -960,6 +1078,7 @@ class JobController:
             await self._write(record)
 
     async def _write(self, record: JobRecord) -> None:
+        self._note_redeployed(record)
         observed = self._observed()
         self._written_readiness = (observed.driver, observed.executors)
         status = render_status(
@@ -1186,6 +1305,13 @@ _LATER_DEFAULTS = {
     ("restartPolicy", "heartbeatTimeout"): "60s",
     ("restartPolicy", "startTimeout"): "5m",
 }
+
+
+def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:
+    """spec.restore.savepointRedeployNonce of a spec not validated yet."""
+    restore = spec.get("restore")
+    nonce = restore.get("savepointRedeployNonce") if isinstance(restore, Mapping) else None
+    return nonce if isinstance(nonce, int) else None
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:

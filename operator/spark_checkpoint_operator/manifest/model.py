@@ -126,6 +126,8 @@ class SavepointsSpec:
 @dataclass(frozen=True, slots=True)
 class RestoreSpec:
     initial_savepoint_path: str | None
+    # A change redeploys the job from `initial_savepoint_path` (Kubernetes only).
+    savepoint_redeploy_nonce: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +234,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
     checkpointing = spec["checkpointing"]
     savepoints = spec["savepoints"]
     restart = spec["restartPolicy"]
+    restore = spec.get("restore", {})
     pull_policy = spec.get("imagePullPolicy")
     return JobManifest(
         name=metadata["name"],
@@ -269,9 +272,8 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
             ),
             restore=RestoreSpec(
-                initial_savepoint_path=_optional_metadata(
-                    spec.get("restore", {}).get("initialSavepointPath")
-                )
+                initial_savepoint_path=_optional_metadata(restore.get("initialSavepointPath")),
+                savepoint_redeploy_nonce=restore.get("savepointRedeployNonce"),
             ),
             restart_policy=RestartPolicySpec(
                 type=RestartPolicyType(restart["type"]),
