@@ -248,6 +248,15 @@ def repeat_a_directory(document: dict[str, Any]) -> None:
     document["directories"].append(document["directories"][0])
 
 
+def make_a_size_beyond_int64(document: dict[str, Any]) -> None:
+    # Python reads integers of up to 4,300 digits; rendered as a size (float) it overflowed.
+    document["files"][0]["size"] = 10**400
+
+
+def make_the_batch_beyond_int64(document: dict[str, Any]) -> None:
+    document["batch_id"] = 2**63
+
+
 def use_a_bad_kind(document: dict[str, Any]) -> None:
     document["kind"] = "snapshot"
 
@@ -269,6 +278,8 @@ def use_a_bad_job_name(document: dict[str, Any]) -> None:
         (repeat_a_directory, "directories"),
         (use_a_bad_kind, "kind"),
         (use_a_bad_job_name, "job"),
+        (make_a_size_beyond_int64, "files[0].size"),
+        (make_the_batch_beyond_int64, "batch_id"),
     ],
 )
 def test_schema_violation_names_the_field(

@@ -28,7 +28,7 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError, best_match
 
-from spark_checkpoint.protocol import CheckpointKind
+from spark_checkpoint.protocol import MAX_ID, CheckpointKind
 
 from .errors import InvalidMetadataError, TruncatedMetadataError, UnknownFormatVersionError
 from .layout import (
@@ -63,7 +63,9 @@ _TIMESTAMP_PATTERN = (
     rf"^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}(?:\.[0-9]{{1,6}})?"
     rf"(?:Z|[+-][0-9]{{2}}:[0-9]{{2}}){END_OF_INPUT}"
 )
-_NON_NEGATIVE_INTEGER = {"type": "integer", "minimum": 0}
+# Within int64, as every id and size is written: a larger one (Python reads integers of
+# thousands of digits) is no snapshot's, and overflowed where it is shown as a float.
+_NON_NEGATIVE_INTEGER = {"type": "integer", "minimum": 0, "maximum": MAX_ID}
 _RELATIVE_PATH = {"type": "string", "pattern": SAFE_RELATIVE_PATH_PATTERN}
 _FILE_NAME = {"type": "string", "pattern": SAFE_RELATIVE_PATH_PATTERN, "not": {"pattern": "/"}}
 _TIMESTAMP = {"type": "string", "pattern": _TIMESTAMP_PATTERN}
