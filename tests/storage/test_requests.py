@@ -210,6 +210,34 @@ def test_a_store_that_takes_no_batched_delete_gets_one_per_request(
     assert not s3_root.exists(storage.layout.checkpoint_dir(1))
 
 
+def test_a_key_with_a_dot_dot_segment_is_never_deleted_by_a_request_of_its_own(
+    s3_root: StorageRoot,
+    spark_file: SparkFile,
+    faulty_proxy: StartProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A key planted in a snapshot's directory whose path, resolved, names an object
+    outside the job's directory: on a store that takes no batched delete, its DELETE's path
+    would be resolved to that object by a proxy or store that normalises paths (a
+    hostile-storage tester's). Refused, naming it, before any object goes."""
+    monkeypatch.setattr(filesystem, "_S3_ONE_BY_ONE", set())
+    faulty_proxy(
+        s3_root,
+        re.compile(rb"^POST /\S*\?delete"),
+        http_answer("501 Not Implemented", b"<Error><Code>NotImplemented</Code></Error>"),
+    )
+    storage = CheckpointStorage(JobStorageLayout(s3_root.url, NAMESPACE, JOB))
+    _checkpoint(storage, spark_file, 1, IMAGE)
+    planted = f"{storage.layout.checkpoint_dir(1)}/x/../../../outside"
+    s3_root.write(planted, b"planted")
+
+    with pytest.raises(OSError, match=r"a key with a '\.' or '\.\.' segment") as raised:
+        storage.discard_checkpoint(1, retained=[])
+
+    assert raised.value.filename == planted
+    assert s3_root.exists(planted)
+
+
 def test_a_blob_azure_refused_to_delete_fails_the_discard_naming_it(
     azure_root: StorageRoot, spark_file: SparkFile, faulty_proxy: StartProxy
 ) -> None:

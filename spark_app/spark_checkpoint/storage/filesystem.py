@@ -661,7 +661,7 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
         for start in range(0, len(keys), _S3_DELETE_BATCH):
             batch = keys[start : start + _S3_DELETE_BATCH]
             if bucket in _S3_ONE_BY_ONE:
-                _delete_one_by_one(fs, [f"{bucket}/{key}" for key in batch])
+                _delete_s3_one_by_one(fs, bucket, batch)
                 continue
             try:
                 answer = fs.call_s3(
@@ -674,7 +674,7 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
                     raise
                 logger.info("s3://%s takes no batched delete (%s): one per request", bucket, code)
                 _S3_ONE_BY_ONE.add(bucket)
-                _delete_one_by_one(fs, [f"{bucket}/{key}" for key in batch])
+                _delete_s3_one_by_one(fs, bucket, batch)
                 continue
             refused = [e for e in answer.get("Errors", []) if e.get("Code") != "NoSuchKey"]
             if refused:
@@ -687,6 +687,21 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
                     + (" (is s3:DeleteObject granted?)" if denied else ""),
                     f"s3://{bucket}/{first.get('Key')}",
                 )
+
+
+def _delete_s3_one_by_one(fs: Any, bucket: str, keys: list[str]) -> None:
+    """Delete `keys` of `bucket` by a request each. A key with a '.' or '..' segment (which
+    nothing of ours writes) is refused before any goes: in a request's path, a proxy or
+    store that normalises it would delete another object (a batch names keys in its body)."""
+    if unsafe := [key for key in keys if {".", ".."} & set(key.split("/"))]:
+        raise OSError(
+            errno.EINVAL,
+            "a key with a '.' or '..' segment, which this store could only be asked to "
+            "delete by a request whose path a proxy or the store may resolve to another "
+            "object (it takes no batched delete): not deleted; delete it by hand",
+            f"s3://{bucket}/{max(unsafe, key=len)}",  # an object's, not a prefix's
+        )
+    _delete_one_by_one(fs, [f"{bucket}/{key}" for key in keys])
 
 
 def _delete_one_by_one(fs: Any, natives: list[str]) -> None:
