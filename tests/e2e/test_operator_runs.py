@@ -105,6 +105,7 @@ def test_a_job_lives_through_everything_exactly_once(tmp_path: Path) -> None:
         crash_and_restore(cluster)
         suspend_and_resume(cluster, work)
         savepoint_by_nonce(cluster)
+        redeploy_from_the_nonces_savepoint(cluster, work)
         upgrade(cluster, work)
         restart_the_operator_mid_checkpoint(cluster)
 
@@ -152,6 +153,47 @@ def savepoint_by_nonce(cluster: LocalCluster) -> None:
     cluster.patch_spec(NAME, {"savepointTriggerNonce": 1})
     status_where(cluster, "the nonce's savepoint", lambda s: "nonce 1" in registered_labels(s))
     cluster.wait_for_event(NAME, containing="(nonce 1)")
+
+
+def redeploy_from_the_nonces_savepoint(cluster: LocalCluster, work: Workload) -> None:
+    """spec.restore.savepointRedeployNonce back to the nonce's savepoint once batches of
+    new input were committed after it: the driver stops without a savepoint, the next
+    restores that savepoint, the newer images are set aside, and the batches after it are
+    planned again over the same files (recognised as committed: exactly once, checked at
+    the end)."""
+    savepoint = next(
+        s for s in cluster.status(NAME)["coordinator"]["savepoints"] if s["label"] == "nonce 1"
+    )
+    work.add_input(files=6)
+    status_where(
+        cluster,
+        "batches committed after the savepoint",
+        lambda s: s.get("lastCommittedBatch", -1) >= savepoint["batchId"] + 3,
+    )
+    before = cluster.status(NAME)
+    newest, committed = before["lastCheckpoint"]["id"], before["lastCommittedBatch"]
+    path = savepoint["path"]
+    cluster.patch_spec(
+        NAME, {"restore": {"initialSavepointPath": path, "savepointRedeployNonce": 1}}
+    )
+    redeployed = status_where(
+        cluster,
+        "the redeploy restored",
+        lambda s: (
+            s.get("handledTriggers", {}).get("savepointRedeployNonce") == 1
+            and s["phase"] == "Running"
+        ),
+    )
+    assert redeployed["restoredFrom"]["source"] == f"savepoint:{savepoint['id']}"
+    assert f"checkpoint:{newest}" in {e["source"] for e in redeployed["unrestorable"]}
+    cluster.wait_for_event(NAME, "Redeploying", f"restores savepoint:{savepoint['id']}")
+    # Past the output committed before (a change of how batches are planned, as the upgrade
+    # next makes, fails a replay of a committed batch over other input: ReplayDiffers).
+    status_where(
+        cluster,
+        "the replay past the committed output",
+        lambda s: s["lastCommittedBatch"] > committed,
+    )
 
 
 def upgrade(cluster: LocalCluster, work: Workload) -> None:
