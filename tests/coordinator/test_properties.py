@@ -24,6 +24,7 @@ from hypothesis.stateful import (
 
 from helpers.coordinator import FakeClock
 from spark_checkpoint_operator.coordinator import (
+    PERIODIC_SAVEPOINT_LABEL,
     AbortCheckpoint,
     AfterCompletion,
     CheckpointCoordinator,
@@ -64,6 +65,7 @@ TASK_POOL = ("logs", "state-0-0", "state-0-1", "state-1-0")
 WITHDRAWN_LABEL = "suspend"
 COMPLETIONS: list[int] = []
 STREAKS: list[tuple[int, int]] = []  # (longest streak of failures, tolerated)
+PERIODIC_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
 
 
 @st.composite
@@ -85,6 +87,7 @@ def configurations(draw: st.DrawFn) -> CoordinatorConfig:
         savepoint_history=SavepointHistoryLimits(
             max_count=draw(st.integers(1, 5)), max_age_seconds=max_age
         ),
+        savepoint_interval=draw(st.none() | st.floats(1.0, 60.0)),
     )
 
 
@@ -107,6 +110,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.terminated = False
         self.persisted = PersistedState()
         self.completions = 0
+        self.first_running: float | None = None  # when the job first ran
+        self.last_periodic: float | None = None  # the last periodic savepoint's trigger
+        self.periodic_savepoints = 0
         # Flink's CheckpointFailureManager, modelled apart: checkpoint failures of the kinds
         # that say the job cannot checkpoint, in a row, since an image completed (or the
         # job left Running, or a coordinator took over).
@@ -152,6 +158,21 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.longest_streak = max(self.longest_streak, self.failure_streak)
         return self.failure_streak > self.config.tolerable_failures
 
+    def _check_periodic_savepoint(self, checkpoint_id: int, kind: CheckpointKind) -> None:
+        """A periodic savepoint comes an interval after the last one (the first an interval
+        after the job first ran), across restarts: the time persisted before it says when."""
+        label = next(p.label for p in self.coordinator.pending if p.checkpoint_id == checkpoint_id)
+        if label != PERIODIC_SAVEPOINT_LABEL:
+            return
+        interval = self.config.savepoint_interval
+        assert interval is not None and kind is CheckpointKind.SAVEPOINT
+        assert self.first_running is not None
+        previous = self.last_periodic if self.last_periodic is not None else self.first_running
+        assert self.clock.now >= previous + interval
+        assert self.persisted.last_periodic_savepoint == self.clock.now
+        self.last_periodic = self.clock.now
+        self.periodic_savepoints += 1
+
     def _check(self, effects: list[Effect]) -> None:
         must_fail = False
         for effect in effects:
@@ -179,6 +200,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     self.batch_of[cid] = self.job_batch  # the batch its snapshot captures
                     if kind is CheckpointKind.SAVEPOINT:
                         self.savepoint_ids.add(cid)
+                    self._check_periodic_savepoint(cid, kind)
                 case FinalizeCheckpoint(checkpoint_id=cid, tasks=tasks):
                     assert self.acked[cid] == set(tasks) == set(self.expected[cid])
                     self.finalizing.add(cid)
@@ -222,6 +244,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self._start_job()
 
     def _start_job(self) -> None:
+        if self.first_running is None:
+            self.first_running = self.clock.now
         self._send(TasksReported(frozenset(TASK_POOL[:3]), all_running=True))
         self._send(JobPhaseChanged(JobPhase.RUNNING))
 
@@ -463,6 +487,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         target(float(len(self.completed_checkpoints)), label="completed checkpoints")
         target(float(self.longest_streak), label="failures in a row")
         COMPLETIONS.append(self.completions)
+        PERIODIC_SAVEPOINTS.append(self.periodic_savepoints)
         STREAKS.append((self.longest_streak, self.config.tolerable_failures))
 
 
@@ -479,6 +504,7 @@ def test_the_machine_reaches_completions() -> None:
     """Guards the invariants above against vacuity, on a fixed seed."""
     COMPLETIONS.clear()
     STREAKS.clear()
+    PERIODIC_SAVEPOINTS.clear()
     run_state_machine_as_test(
         CoordinatorMachine,
         settings=settings(
@@ -497,3 +523,5 @@ def test_the_machine_reaches_completions() -> None:
     assert max(COMPLETIONS) >= 2
     # And the failure count's: a run failed only past a tolerance above 0.
     assert any(streak > tolerated >= 1 for streak, tolerated in STREAKS), STREAKS
+    # And savepoints.interval's: runs took several periodic savepoints.
+    assert max(PERIODIC_SAVEPOINTS) >= 2

@@ -2,8 +2,9 @@
 
 import pytest
 
-from helpers.coordinator import START, Harness, of_type
+from helpers.coordinator import START, TASKS, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
+    PERIODIC_SAVEPOINT_LABEL,
     AbortCheckpoint,
     AfterCompletion,
     CheckpointKind,
@@ -13,8 +14,10 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     JobPhaseChanged,
     JobTerminated,
+    PersistedState,
     RequestDeclined,
     TaskDeclined,
+    TasksReported,
     TerminalOutcome,
     Tick,
     TriggerCheckpoint,
@@ -242,3 +245,63 @@ def test_a_withdrawn_stopping_savepoint_lets_periodic_checkpoints_resume(
     (other,) = harness.coordinator.pending
     assert other.checkpoint_id == of_type(kept, TriggerCheckpoint)[0].checkpoint_id
     assert harness.send(TriggerWithdrawn("suspend")) == [], "nothing left to withdraw"
+
+
+PERIODIC_SAVEPOINTS = CoordinatorConfig(interval=None, timeout=60.0, savepoint_interval=30.0)
+
+
+def periodic_savepoints(effects: list[object], harness: Harness) -> list[TriggerCheckpoint]:
+    labels = {p.checkpoint_id: p.label for p in harness.coordinator.pending}
+    return [
+        t
+        for t in of_type(effects, TriggerCheckpoint)
+        if labels.get(t.checkpoint_id) == PERIODIC_SAVEPOINT_LABEL
+    ]
+
+
+def test_periodic_savepoints_come_an_interval_apart_from_the_first_running() -> None:
+    """savepoints.interval (the Flink Kubernetes Operator's periodic savepoints): the first
+    an interval after the job first ran, each later one an interval after the one before,
+    without periodic checkpoints."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    assert harness.coordinator.persisted_state.last_periodic_savepoint == START
+    assert harness.coordinator.next_deadline() == START + 30.0
+
+    assert periodic_savepoints(harness.advance(29.0), harness) == []
+    (first,) = periodic_savepoints(harness.advance(1.0), harness)
+    assert first.kind is CheckpointKind.SAVEPOINT
+    assert harness.coordinator.persisted_state.last_periodic_savepoint == START + 30.0
+    harness.complete(first.checkpoint_id)
+    assert harness.coordinator.persisted_state.savepoints[-1].label == PERIODIC_SAVEPOINT_LABEL
+
+    assert periodic_savepoints(harness.advance(29.5), harness) == []
+    assert len(periodic_savepoints(harness.advance(0.5), harness)) == 1
+
+
+def test_a_periodic_savepoint_waits_for_the_tasks_and_for_the_last_one_to_end() -> None:
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.send(TasksReported(TASKS, all_running=False))  # an executor lost
+    assert periodic_savepoints(harness.advance(45.0), harness) == []
+    assert harness.coordinator.next_deadline() is None, "no Tick until the tasks run"
+
+    (late,) = periodic_savepoints(harness.send(TasksReported(TASKS, all_running=True)), harness)
+    assert periodic_savepoints(harness.advance(40.0), harness) == [], "one in flight"
+    assert harness.coordinator.next_deadline() == late.trigger_time + 60.0  # its timeout
+    # Due since 75 s: the next one goes as the last one completes.
+    assert len(periodic_savepoints(harness.complete(late.checkpoint_id), harness)) == 1
+
+
+def test_a_restarted_coordinator_keeps_the_periodic_savepoints_schedule() -> None:
+    """The time of the last one is persisted: a restart (the operator's, the driver's)
+    neither takes one at once nor waits a whole interval again."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.advance(20.0)
+    state = PersistedState.from_dict(harness.coordinator.persisted_state.to_dict())
+
+    restarted = Harness(PERIODIC_SAVEPOINTS, state=state, clock=harness.clock)
+    assert periodic_savepoints(restarted.start(), restarted) == []
+    assert periodic_savepoints(restarted.advance(9.5), restarted) == []
+    assert len(periodic_savepoints(restarted.advance(0.5), restarted)) == 1

@@ -39,6 +39,12 @@ def test_state_round_trips_through_its_dict_form() -> None:
     assert PersistedState.from_dict(state.to_dict()) == state
 
 
+def test_a_state_written_before_periodic_savepoints_is_read() -> None:
+    data = _run_some_checkpoints().coordinator.persisted_state.to_dict()
+    del data["lastPeriodicSavepoint"]
+    assert PersistedState.from_dict(data).last_periodic_savepoint is None
+
+
 def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None:
     before = _run_some_checkpoints()
     state = PersistedState.from_dict(before.coordinator.persisted_state.to_dict())
@@ -88,6 +94,7 @@ def test_rebuilt_coordinator_never_reuses_an_id_and_keeps_the_registry() -> None
         ),
         (lambda d: d["history"][1].update(reason="Gremlins"), "history[1].reason"),
         (lambda d: d.update(terminated="Exploded"), "terminated"),
+        (lambda d: d.update(lastPeriodicSavepoint="soon"), "lastPeriodicSavepoint"),
     ],
 )
 def test_invalid_persisted_state_names_the_field(
@@ -122,6 +129,8 @@ def test_invalid_persisted_state_names_the_field(
         ({"timeout": math.inf}, "checkpointing.timeout must be a number of seconds, got inf"),
         ({"min_pause": -math.inf}, "checkpointing.minPause must be a number of seconds, got -inf"),
         ({"retention_policy": "RetainOnFailure"}, "checkpointing.retentionPolicy must be one of"),
+        ({"savepoint_interval": 0}, "savepoints.interval must be > 0"),
+        ({"savepoint_interval": "1h"}, "savepoints.interval must be a number of seconds"),
     ],
 )
 def test_invalid_config_names_the_setting(options: dict[str, float], message: str) -> None:

@@ -57,6 +57,7 @@ from spark_checkpoint_operator.coordinator.events import (
 from spark_checkpoint_operator.coordinator.pending import TaskAck
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
+    PERIODIC_SAVEPOINT_LABEL,
     AfterCompletion,
     CheckpointKind,
     RequestOrigin,
@@ -67,6 +68,7 @@ from spark_checkpoint_operator.coordinator.state import InvalidPersistedState, P
 __all__ = [
     "CHECKPOINT_ID_BLOCK",
     "MESSAGE_CHARACTERS",
+    "PERIODIC_SAVEPOINT_LABEL",
     "AbortCheckpoint",
     "AfterCompletion",
     "CheckpointCoordinator",

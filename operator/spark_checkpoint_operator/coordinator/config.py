@@ -76,7 +76,8 @@ class SavepointHistoryLimits:
 class CoordinatorConfig:
     """Checkpointing settings of one job; times are seconds.
 
-    ``interval`` None disables periodic checkpoints (manual ones still work).
+    ``interval`` None disables periodic checkpoints (manual ones still work);
+    ``savepoint_interval`` None, periodic savepoints.
     """
 
     interval: float | None = 60.0
@@ -89,6 +90,7 @@ class CoordinatorConfig:
     max_queued_requests: int = 1000
     history_size: int = 10
     savepoint_history: SavepointHistoryLimits = SavepointHistoryLimits()
+    savepoint_interval: float | None = None
 
     def __post_init__(self) -> None:
         # Types first: a float count (``retained: 2.0``) passes every comparison below and
@@ -104,6 +106,7 @@ class CoordinatorConfig:
         _require_seconds("checkpointing.interval", self.interval, optional=True)
         _require_seconds("checkpointing.minPause", self.min_pause)
         _require_seconds("checkpointing.timeout", self.timeout)
+        _require_seconds("savepoints.interval", self.savepoint_interval, optional=True)
         if not isinstance(self.retention_policy, RetentionPolicy):
             raise ValueError(
                 f"checkpointing.retentionPolicy must be one of "
@@ -119,6 +122,8 @@ class CoordinatorConfig:
                 f"checkpointing.minPause ({self.min_pause}) must not exceed "
                 f"checkpointing.interval ({self.interval})"
             )
+        if self.savepoint_interval is not None and self.savepoint_interval <= 0:
+            problems.append(f"savepoints.interval must be > 0, got {self.savepoint_interval}")
         if self.timeout <= 0:
             problems.append(f"checkpointing.timeout must be > 0, got {self.timeout}")
         if self.max_concurrent < 1:

@@ -55,6 +55,7 @@ from spark_checkpoint_operator.coordinator.events import (
 from spark_checkpoint_operator.coordinator.pending import PendingCheckpoint
 from spark_checkpoint_operator.coordinator.reasons import FailureReason
 from spark_checkpoint_operator.coordinator.requests import (
+    PERIODIC_SAVEPOINT_LABEL,
     AfterCompletion,
     CheckpointKind,
     RequestOrigin,
@@ -156,6 +157,7 @@ class CheckpointCoordinator:
         # Restored state needs no last completion time: the first periodic trigger after
         # a (re)start waits at least minPause anyway (random delay in [minPause, interval]).
         self._last_completion_time: float | None = None
+        self._last_periodic_savepoint = state.last_periodic_savepoint
 
     # ------------------------------------------------------------------ queries
 
@@ -169,6 +171,7 @@ class CheckpointCoordinator:
             completed_count=self._completed_count,
             failed_count=self._failed_count,
             terminated=self._terminated,
+            last_periodic_savepoint=self._last_periodic_savepoint,
         )
 
     @property
@@ -240,14 +243,28 @@ class CheckpointCoordinator:
         deadlines = [p.deadline for p in self._pending.values() if p.deadline is not None]
         if self._next_periodic_at is not None:
             deadlines.append(self._next_periodic_at)
-        savepoint_expiry = self._savepoints.next_expiry()
-        if savepoint_expiry is not None:  # an age: on the wall clock
-            # Converted only when the clocks differ: with one clock, a sum that rounds a
-            # step short would be a deadline at which a Tick expires nothing, for ever.
-            same = self._timer is self._clock
-            converted = self._timer() + (savepoint_expiry - self._clock())
-            deadlines.append(savepoint_expiry if same else converted)
+        # Both on the wall clock: converted only when the clocks differ (with one clock, a
+        # sum that rounds a step short would be a deadline at which a Tick does nothing, for
+        # ever).
+        same = self._timer is self._clock
+        for wall_time in (self._savepoints.next_expiry(), self._periodic_savepoint_due()):
+            if wall_time is not None:
+                converted = self._timer() + (wall_time - self._clock())
+                deadlines.append(wall_time if same else converted)
         return min(deadlines, default=None)
+
+    def _periodic_savepoint_due(self) -> float | None:
+        """When the next periodic savepoint is due (wall clock); None while none can be
+        triggered: no interval, the job not running with all its tasks, a stop under way,
+        or the last periodic one still in flight (as the Flink Kubernetes Operator, which
+        triggers the next once it is done)."""
+        interval, last = self._config.savepoint_interval, self._last_periodic_savepoint
+        if interval is None or last is None or self._terminated is not None:
+            return None
+        if not (self._job_running and self._tasks_running) or self.stopping:
+            return None
+        in_flight = [p.label for p in self._pending.values()] + [q.label for q in self._queue]
+        return None if PERIODIC_SAVEPOINT_LABEL in in_flight else last + interval
 
     # ------------------------------------------------------------------ events
 
@@ -284,7 +301,27 @@ class CheckpointCoordinator:
                 self._on_finalized(event, effects)
             case JobTerminated(outcome=outcome):
                 self._on_terminated(outcome, effects)
+        self._trigger_periodic_savepoint(effects)
         return _failures_persisted(effects, self.persisted_state)
+
+    def _trigger_periodic_savepoint(self, effects: list[Effect]) -> None:
+        """A savepoint labelled `PERIODIC_SAVEPOINT_LABEL` once one is due (after any event:
+        the tasks running again may make it so), its time persisted first: a restart
+        waits an interval from it, not from the restart."""
+        due = self._periodic_savepoint_due()
+        now = self._clock()
+        if due is None or now < due:
+            return
+        self._last_periodic_savepoint = now
+        effects.append(PersistState(self.persisted_state))
+        request = self._new_request(
+            CheckpointKind.SAVEPOINT,
+            RequestOrigin.USER,
+            forced=True,
+            label=PERIODIC_SAVEPOINT_LABEL,
+        )
+        self._submit(request, effects)
+        self._run_queue(effects)
 
     def _dispose(self, savepoint_id: int, label: str, effects: list[Effect]) -> None:
         # Whoever asked checked first (`why_not_disposable`) and told the user; this is
@@ -337,6 +374,11 @@ class CheckpointCoordinator:
 
     def _on_phase(self, phase: JobPhase, effects: list[Effect]) -> None:
         self._job_running = phase is JobPhase.RUNNING
+        periodic = self._config.savepoint_interval is not None
+        if self._job_running and periodic and self._last_periodic_savepoint is None:
+            # The first periodic savepoint is an interval after the job first ran.
+            self._last_periodic_savepoint = self._clock()
+            effects.append(PersistState(self.persisted_state))
         if self._job_running:
             if self._next_periodic_at is None:
                 self._start_scheduler()

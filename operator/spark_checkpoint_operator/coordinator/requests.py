@@ -8,7 +8,17 @@ from enum import StrEnum
 # The protocol's enums are defined once, with the wire contract the agent speaks.
 from spark_checkpoint.protocol import AfterCompletion, CheckpointKind
 
-__all__ = ["AfterCompletion", "CheckpointKind", "RequestOrigin", "RequestQueue", "TriggerRequest"]
+__all__ = [
+    "PERIODIC_SAVEPOINT_LABEL",
+    "AfterCompletion",
+    "CheckpointKind",
+    "RequestOrigin",
+    "RequestQueue",
+    "TriggerRequest",
+]
+
+# The label of the savepoints `savepoints.interval` asks for (Flink's periodic savepoints).
+PERIODIC_SAVEPOINT_LABEL = "periodic"
 
 
 class RequestOrigin(StrEnum):

@@ -40,6 +40,9 @@ class PersistedState:
     completed_count: int = 0
     failed_count: int = 0
     terminated: TerminalOutcome | None = field(default=None)
+    # When the last periodic savepoint was triggered (wall clock; the first Running if none
+    # was yet): the next is due an interval after, across restarts.
+    last_periodic_savepoint: float | None = None
 
     def why_not_disposable(
         self,
@@ -85,6 +88,11 @@ class PersistedState:
             "completedCount": self.completed_count,
             "failedCount": self.failed_count,
             "terminated": self.terminated.value if self.terminated else None,
+            "lastPeriodicSavepoint": (
+                None
+                if self.last_periodic_savepoint is None
+                else format_time(self.last_periodic_savepoint)
+            ),
         }
 
     @classmethod
@@ -108,6 +116,8 @@ class PersistedState:
             completed_count=reader.integer("completedCount", minimum=0),
             failed_count=reader.integer("failedCount", minimum=0),
             terminated=reader.choice("terminated", TerminalOutcome) if terminated else None,
+            # Absent in what an operator before periodic savepoints wrote.
+            last_periodic_savepoint=reader.optional_timestamp("lastPeriodicSavepoint"),
         )
 
 
@@ -225,6 +235,9 @@ class _Reader:
             raise InvalidPersistedState(
                 f"{self._field(key)}: expected an RFC 3339 time, got {text!r}"
             ) from None
+
+    def optional_timestamp(self, key: str) -> float | None:
+        return None if self._data.get(key) is None else self.timestamp(key)
 
     def choice(self, key: str, enum: type[_E]) -> _E:
         text = self.text(key)
