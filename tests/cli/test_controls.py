@@ -15,7 +15,9 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import redirect_stderr, redirect_stdout
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -1209,3 +1211,28 @@ def test_a_detached_run_whose_log_cannot_be_opened_names_the_log(job: LocalJob) 
     assert refused.stderr == (
         f"spark-checkpoint run: cannot open the job's log {log}: Is a directory\n"
     )
+
+
+def test_a_local_run_takes_periodic_savepoints(job: LocalJob) -> None:
+    """spec.savepoints.interval applies to `spark-checkpoint run` as on Kubernetes."""
+    manifest = yaml.safe_load((job.directory / "job.yaml").read_text())
+    manifest["spec"]["savepoints"] = {"interval": "2s"}
+    (job.directory / "job.yaml").write_text(yaml.safe_dump(manifest))
+    _detach(job)
+
+    def periodic() -> list[dict[str, Any]]:
+        registry: Any = job.status_file()["coordinator"]
+        return [s for s in registry["savepoints"] if s["label"] == "periodic"]
+
+    deadline = time.monotonic() + 60
+    while len(periodic()) < 2:
+        assert time.monotonic() < deadline, f"periodic savepoints taken: {periodic()}"
+        time.sleep(0.2)
+
+    first, second = periodic()[:2]
+    spacing = datetime.fromisoformat(second["triggerTime"]) - datetime.fromisoformat(
+        first["triggerTime"]
+    )
+    assert spacing >= timedelta(seconds=2)
+    stopped = job.cli("stop", "-f", "job.yaml")
+    assert stopped.returncode == 0, stopped.stderr

@@ -79,6 +79,7 @@ INVALID_SPECS = [
         "spec.restore.initialSavepointPath",
         "must name a savepoint or a retained checkpoint where it was written",
     ),
+    ({"savepoints": {"interval": "0s"}}, "spec.savepoints.interval", "greater than 0s"),
     (
         {"restore": {"savepointRedeployNonce": 2}},
         "spec.restore.savepointRedeployNonce",

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -1268,6 +1269,47 @@ def test_a_redeploy_runs_a_failed_job_again_from_the_named_savepoint(
     second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
     assert second.restored_from == f"savepoint:{older}"
     in_phase(cluster, "orders", "Running")
+
+
+def test_periodic_savepoints_are_taken_kept_to_the_history_and_survive_an_operator_restart(
+    cluster: LocalCluster,
+) -> None:
+    """spec.savepoints.interval: savepoints labelled periodic, an interval apart, the
+    oldest deleted past historyMaxCount; the schedule is in status, so a restarted operator
+    does not take one at once."""
+    cluster.apply(job(savepoints={"interval": "3s", "historyMaxCount": 2}))
+
+    def periodic_after(savepoint_id: int) -> tuple[int, datetime, Any]:
+        """The next periodic savepoint's id and trigger time, and the status."""
+        status = cluster.wait_for(
+            f"a periodic savepoint after {savepoint_id}",
+            lambda: (
+                (s := cluster.status("orders")).get("lastSavepoint", {}).get("label") == "periodic"
+                and s["lastSavepoint"]["id"] > savepoint_id
+                and s
+            ),
+            job="orders",
+        )
+        triggered = datetime.fromisoformat(status["lastSavepoint"]["triggerTime"])
+        return status["lastSavepoint"]["id"], triggered, status
+
+    first, first_time, _ = periodic_after(0)
+    second, second_time, _ = periodic_after(first)
+    third, third_time, status = periodic_after(second)
+    assert second_time - first_time >= timedelta(seconds=3)
+    assert third_time - second_time >= timedelta(seconds=3)
+    labels = [s["label"] for s in status["coordinator"]["savepoints"]]
+    assert labels == ["periodic", "periodic"], "historyMaxCount 2 kept the newest two"
+    cluster.wait_for_event("orders", "SavepointDiscarded")
+
+    # Where the next operator reads the schedule from.
+    scheduled = datetime.fromisoformat(status["coordinator"]["lastPeriodicSavepoint"])
+    assert abs(scheduled - third_time) < timedelta(seconds=1)
+    with operator_stopped(cluster):
+        time.sleep(1)
+    _, fourth_time, after = periodic_after(third)
+    assert fourth_time - third_time >= timedelta(seconds=3), "not at once after the restart"
+    assert after["jobAttempt"] == 1
 
 
 def test_a_deletion_while_the_agent_does_not_answer_for_a_moment_takes_its_savepoint(

@@ -121,6 +121,7 @@ class CheckpointingSpec:
 class SavepointsSpec:
     history_max_count: int
     history_max_age: float | None
+    interval: float | None  # periodic savepoints; None: none
 
 
 @dataclass(frozen=True, slots=True)
@@ -224,6 +225,7 @@ class JobManifest:
                 max_count=savepoints.history_max_count,
                 max_age_seconds=savepoints.history_max_age,
             ),
+            savepoint_interval=savepoints.interval,
         )
 
 
@@ -270,6 +272,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
             savepoints=SavepointsSpec(
                 history_max_count=savepoints["historyMaxCount"],
                 history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
+                interval=_optional_seconds(savepoints.get("interval")),
             ),
             restore=RestoreSpec(
                 initial_savepoint_path=_optional_metadata(restore.get("initialSavepointPath")),
