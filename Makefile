@@ -58,17 +58,21 @@ typecheck: $(INSTALLED)
 # compileall: an editable install's own modules are not in site-packages, so no process
 # wrote their bytecode (PYTHONDONTWRITEBYTECODE, above) and each of the suite's ~1,000
 # Python processes compiled what it imported again (~0.15 s of CPU each).
+# The `containers` tests run after, alone: about 2 minutes idle; they hold Podman
+# containers that the CPU-bound run beside them would slow past their waits. They broke
+# once unnoticed while only `make images-test` ran them (ba7afad).
 unit: images-tools $(INSTALLED)
 	$(BIN)/python -m compileall -q operator spark_app examples tests/helpers
 	$(BIN)/python -m pytest -n 4 --dist worksteal -m "not containers"
+	$(BIN)/python -m pytest -m containers tests/image
 
 # The images, built here without Docker: Buildah builds the Dockerfile's targets on a stand-in
 # for the official Python image assembled from Debian's packages, Podman runs them
 # (tests/helpers/containers.py; caches outside the clone, shared by checkouts and xdist
-# workers under a file lock). `make test` runs the smoke tests (marker `images`); the
+# workers under a file lock). `make test` runs the smoke tests (marker `images`) and the
 # slow ones (marker `containers`: the operator image driving a job, the whole story with
-# every pod a container, executors, a pipeline image) run here: with them CI would not fit
-# its 25 minutes (README, "The images"). Needs root, as CI has.
+# every pod a container, executors, a pipeline image); this target runs only those
+# (README, "The images"). Needs root, as CI has.
 IMAGE_TOOLS := podman buildah mmdebstrap runc
 images-tools:
 	@(for tool in $(IMAGE_TOOLS); do command -v $$tool > /dev/null || exit 1; done) \
