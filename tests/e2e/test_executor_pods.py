@@ -54,6 +54,8 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
             },
         )
         job["spec"]["application"]["sparkConf"]["spark.master"] = f"k8s://{cluster.api.url}"
+        job["spec"]["imagePullSecrets"] = [{"name": "registry"}]
+        job["spec"]["imagePullPolicy"] = "Always"
         stored = cluster.apply(job)
         executor = cluster.wait_for(
             "Spark's first executor pod",
@@ -64,6 +66,7 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
 
     spec, metadata = executor["spec"], executor["metadata"]
     assert spec["tolerations"] == [TOLERATION]
+    assert spec["imagePullSecrets"] == [{"name": "registry"}]
     assert spec["nodeSelector"] == {"pool": "streaming"}
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["fsGroup"] == objects.FS_GROUP
@@ -80,6 +83,7 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
     (container,) = spec["containers"]
     assert container["name"] == objects.EXECUTOR_CONTAINER
     assert container["image"] == job["spec"]["image"]
+    assert container["imagePullPolicy"] == "Always"
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
     # spark.authenticate: the driver's ports answer only its executors, with the secret

@@ -80,6 +80,8 @@ INVALID_SPECS = [
         "must name a savepoint or a retained checkpoint where it was written",
     ),
     ({"savepoints": {"interval": "0s"}}, "spec.savepoints.interval", "greater than 0s"),
+    ({"imagePullSecrets": [{"name": "Registry"}]}, "spec.imagePullSecrets[0].name", "DNS-1123"),
+    ({"imagePullSecrets": [{}]}, "spec.imagePullSecrets[0].name", "required"),
     (
         {"restore": {"savepointRedeployNonce": 2}},
         "spec.restore.savepointRedeployNonce",

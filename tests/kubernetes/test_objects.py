@@ -282,6 +282,34 @@ def test_executors_get_tolerations_volumes_and_mounts_through_a_pod_template() -
     assert "spark.kubernetes.executor.annotation.sidecar.istio.io/inject=false" in submit
 
 
+def test_every_pod_of_the_job_pulls_its_image_with_the_pull_secrets() -> None:
+    """spec.imagePullSecrets (an image in a private registry): the driver, the cleanup and
+    the check pods, and the executors through Spark's setting (which a job's own executor
+    template keeps); a change is an upgrade, and a job without them keeps its hash."""
+    secrets = [{"name": "registry"}, {"name": "mirror"}]
+
+    def with_secrets(raw: dict[str, Any]) -> None:
+        raw["spec"]["imagePullSecrets"] = secrets
+        raw["spec"]["imagePullPolicy"] = "Always"
+
+    manifest, document = _job(edit=with_secrets)
+    pods = job_pods(manifest, document)
+    for name, pod in pods.items():
+        assert pod["spec"]["imagePullSecrets"] == secrets, name
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    submit = _env(pods["driver"])["PYSPARK_SUBMIT_ARGS"]["value"]
+    assert "spark.kubernetes.container.image.pullSecrets=registry,mirror" in submit
+    assert "spark.kubernetes.container.image.pullPolicy=Always" in submit  # the executors'
+
+    plain_manifest, plain = _job()
+    assert all(
+        "imagePullSecrets" not in p["spec"] for p in job_pods(plain_manifest, plain).values()
+    )
+    assert objects.deployment_hash(document["spec"]) != objects.deployment_hash(plain["spec"])
+    hash_without = objects.deployment_hash({**plain["spec"], "imagePullSecrets": []})
+    assert hash_without == objects.deployment_hash(plain["spec"])
+
+
 def _every_pod(user_ids: objects.UserIds) -> dict[str, dict[str, Any]]:
     """Every pod the operator makes for the full fixture, and the executors' template."""
     pods = job_pods(*_job(), user_ids=user_ids)

@@ -194,7 +194,8 @@ def storage_owner(manifest: JobManifest, job: Mapping[str, Any]) -> StorageOwner
 def deployment_hash(spec: Mapping[str, Any]) -> str:
     """What a running driver was built from: a change means savepoint, redeploy, restore.
     Checkpoint settings (but the pods' live volume), the trigger nonces and the desired
-    state are not part of it; the restart nonce is (a change of it is an upgrade)."""
+    state are not part of it; the restart nonce and the pull secrets are (a change of either
+    is an upgrade)."""
     deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
     deployed |= {key: spec.get(key) for key in ("driver", "executor")}
     # Only when set: the hash of every job that has none stays what it was.
@@ -202,6 +203,8 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
         deployed["liveVolumeClaim"] = claim
     if (nonce := spec.get("restartNonce")) is not None:
         deployed["restartNonce"] = nonce
+    if secrets := spec.get("imagePullSecrets"):
+        deployed["imagePullSecrets"] = secrets
     text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:DEPLOYMENT_HASH_LENGTH]
 
@@ -726,6 +729,8 @@ def _pod(
         "containers": [container],
         "volumes": volumes,
     }
+    if manifest.spec.image_pull_secrets:
+        pod_spec["imagePullSecrets"] = [{"name": s} for s in manifest.spec.image_pull_secrets]
     if role.service_account:
         pod_spec["serviceAccountName"] = role.service_account
     if role.node_selector:
@@ -801,6 +806,11 @@ def _spark_defaults(manifest: JobManifest, driver_pod: str) -> dict[str, str]:
     }
     if spec.image:
         conf["spark.kubernetes.container.image"] = spec.image
+    if spec.image_pull_policy is not None:
+        conf["spark.kubernetes.container.image.pullPolicy"] = spec.image_pull_policy.value
+    if spec.image_pull_secrets:
+        # A setting, not the template: a job's own template keeps them too.
+        conf["spark.kubernetes.container.image.pullSecrets"] = ",".join(spec.image_pull_secrets)
     if spec.executor.service_account:
         conf["spark.kubernetes.authenticate.executor.serviceAccountName"] = (
             spec.executor.service_account

@@ -162,6 +162,8 @@ class JobSpec:
     checkpoint_trigger_nonce: int | None
     savepoint_trigger_nonce: int | None
     shutdown: ShutdownSpec
+    # Secrets every pod of the job pulls `image` with (Kubernetes only).
+    image_pull_secrets: tuple[str, ...] = ()
 
     @property
     def driver_env(self) -> tuple[EnvVar, ...]:
@@ -246,6 +248,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
         spec=JobSpec(
             image=spec.get("image"),
             image_pull_policy=None if pull_policy is None else ImagePullPolicy(pull_policy),
+            image_pull_secrets=tuple(s["name"] for s in spec.get("imagePullSecrets", ())),
             application=Application(
                 main_file=application.get("mainFile"),
                 module=application.get("module"),
