@@ -305,3 +305,40 @@ def test_a_restarted_coordinator_keeps_the_periodic_savepoints_schedule() -> Non
     assert periodic_savepoints(restarted.start(), restarted) == []
     assert periodic_savepoints(restarted.advance(9.5), restarted) == []
     assert len(periodic_savepoints(restarted.advance(0.5), restarted)) == 1
+
+
+def test_no_periodic_savepoint_while_a_stop_with_savepoint_is_pending() -> None:
+    """The query stops once the stopping savepoint completes: one more would be aborted."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.advance(20.0)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP))
+
+    assert periodic_savepoints(harness.advance(15.0), harness) == []
+    deadline = harness.coordinator.next_deadline()
+    assert deadline is not None and deadline > START + 30.0, "its timeout, not the schedule"
+
+
+def test_no_periodic_savepoint_before_the_agent_reported_its_tasks() -> None:
+    """Without tasks a trigger is declined: the schedule would move on for nothing."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.send(TasksReported(frozenset(), all_running=True))  # its query not started yet
+    harness.send(JobPhaseChanged(JobPhase.RUNNING))
+    assert harness.advance(45.0) == []
+    assert harness.coordinator.next_deadline() is None
+
+    assert len(periodic_savepoints(harness.send(TasksReported(TASKS, True)), harness)) == 1
+
+
+def test_a_periodic_savepoint_in_flight_is_not_asked_again_of_a_replacing_coordinator() -> None:
+    """New settings replace the coordinator and ask again for what users asked for; the
+    schedule asks for a periodic savepoint itself, and asked twice it would be taken twice."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.advance(30.0)
+    assert [p.label for p in harness.coordinator.pending] == [PERIODIC_SAVEPOINT_LABEL]
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="nonce 1"))
+
+    again = harness.coordinator.unfinished_user_requests()
+
+    assert [r.label for r in again] == ["nonce 1"]

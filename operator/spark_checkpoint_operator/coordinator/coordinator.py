@@ -223,10 +223,16 @@ class CheckpointCoordinator:
         """What users asked for and has not completed (in flight or queued), oldest first,
         as the requests a coordinator that replaces this one is given: new settings give up
         what is in flight, and a savepoint asked for must not be lost with it."""
+        # Not a periodic savepoint: the schedule (persisted) asks for it again when due,
+        # and asked for as well, it would be taken twice.
         requests: list[PendingCheckpoint | TriggerRequest] = [
-            p for p in self._pending.values() if p.origin is RequestOrigin.USER
+            p
+            for p in self._pending.values()
+            if p.origin is RequestOrigin.USER and p.label != PERIODIC_SAVEPOINT_LABEL
         ]
-        requests += [q for q in self._queue if not q.is_periodic]
+        requests += [
+            q for q in self._queue if not q.is_periodic and q.label != PERIODIC_SAVEPOINT_LABEL
+        ]
         return tuple(
             TriggerRequested(r.kind, after=r.after, forced=r.forced, label=r.label)
             for r in requests
@@ -261,7 +267,7 @@ class CheckpointCoordinator:
         interval, last = self._config.savepoint_interval, self._last_periodic_savepoint
         if interval is None or last is None or self._terminated is not None:
             return None
-        if not (self._job_running and self._tasks_running) or self.stopping:
+        if not (self._job_running and self._tasks_running and self._tasks) or self.stopping:
             return None
         in_flight = [p.label for p in self._pending.values()] + [q.label for q in self._queue]
         return None if PERIODIC_SAVEPOINT_LABEL in in_flight else last + interval
