@@ -122,6 +122,37 @@ class UnrestorableImage:
 
 
 @dataclass(frozen=True, slots=True)
+class RestoreChoice:
+    """The image restored instead of the newest (``status.restoreChoice``: `run --from`, a
+    redeploy), and only it, until an image completes after it (`completed` counts them
+    when it was chosen); ``passed_over``: the newer images its restore leaves behind."""
+
+    image: str
+    completed: int
+    passed_over: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "image": self.image,
+            "completedCount": self.completed,
+            "passedOver": list(self.passed_over),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> "RestoreChoice":
+        """Raises InvalidStatus naming the field (`where` is its place)."""
+        if not isinstance(data, Mapping):
+            raise InvalidStatus(f"{where}: expected an object, got {data!r}")
+        image = _field(data, "image", str, None, f"{where}.")
+        if image is None:
+            raise InvalidStatus(f"{where}.image: missing")
+        passed_over = _field(data, "passedOver", list, [], f"{where}.")
+        if not all(isinstance(entry, str) for entry in passed_over):
+            raise InvalidStatus(f"{where}.passedOver: expected a list of strings")
+        return cls(image, _count(data, "completedCount", f"{where}."), tuple(passed_over))
+
+
+@dataclass(frozen=True, slots=True)
 class PersistedStatus:
     """The part of a job's status that a restart resumes from: the coordinator's registry
     and the runtime's counters. ``render_status`` adds the views."""
@@ -132,6 +163,7 @@ class PersistedStatus:
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None
     unrestorable: Sequence[UnrestorableImage] = ()
+    restore_choice: RestoreChoice | None = None
     message: str = ""
     last_committed_batch: int | None = None
     consecutive_failures: int = 0
@@ -154,6 +186,7 @@ class PersistedStatus:
             "jobAttempt": self.job_attempt,
             "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
             "unrestorable": [image.to_dict() for image in self.unrestorable],
+            "restoreChoice": None if self.restore_choice is None else self.restore_choice.to_dict(),
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
             "consecutiveFailures": self.consecutive_failures,
@@ -196,6 +229,11 @@ class PersistedStatus:
                 UnrestorableImage.from_dict(entry, f"unrestorable[{index}]")
                 for index, entry in enumerate(_field(data, "unrestorable", list, []))
             ],
+            restore_choice=(
+                None
+                if data.get("restoreChoice") is None
+                else RestoreChoice.from_dict(data["restoreChoice"], "restoreChoice")
+            ),
             message=_field(data, "message", str, ""),
             last_committed_batch=_count(data, "lastCommittedBatch", default=None),
             consecutive_failures=_count(data, "consecutiveFailures"),

@@ -686,3 +686,38 @@ def test_a_restored_attempt_that_fails_before_committing_is_not_counted() -> Non
     assert supervisor.record.restores == 1
     assert supervisor.record.unrestorable == []
     assert supervisor.record.failed_restores == 0
+
+
+def test_another_jobs_image_restored_by_name_is_restored_again_after_a_runtime_restart() -> None:
+    """A redeploy (or `run --from`) from another job's savepoint sets every image of the
+    job's own aside once restored. A runtime rebuilt before the next checkpoint (an
+    operator restart, then a driver crash) found only those and failed the job: "no
+    restorable image left" (a reviewer's). The choice is kept in status until an image
+    completes after it."""
+    status, newer, older = _two_checkpoints()
+    external = RestoreCandidate.external("/other/default/other/savepoints/sp-3/_metadata")
+
+    async def restored() -> dict[str, Any]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status), max_retries=3)
+        supervisor.restore_from(external.encode())
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        await until(lambda: supervisor.record.restored_from is not None)
+        cut = render_status(supervisor.record, now=0.0)
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return cut
+
+    cut = asyncio.run(restored())
+
+    assert cut["restoreChoice"] == {
+        "image": external.encode(),
+        "completedCount": 2,
+        "passedOver": [f"checkpoint:{newer}", f"checkpoint:{older}"],
+    }
+    assert {e["source"] for e in cut["unrestorable"]} == {
+        f"checkpoint:{newer}",
+        f"checkpoint:{older}",
+    }
+    assert asyncio.run(_next_run_restores(cut)) == [external.encode()]

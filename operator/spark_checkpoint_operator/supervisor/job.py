@@ -42,7 +42,7 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage
+from spark_checkpoint_operator.status import DiscardDue, RestoreChoice, UnrestorableImage
 from spark_checkpoint_operator.supervisor import status_events
 from spark_checkpoint_operator.supervisor.attempt import (
     STOPPED_DRIVER_EXIT_SECONDS,
@@ -158,14 +158,12 @@ class JobSupervisor:
         self._stop = StopRequest.NONE
         self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
-        # `restore_from`'s image, and the completions counted when it was chosen.
-        self._chosen_image: tuple[str, int] | None = None
-        # The registered images newer than `restore_from`'s, left behind once it restores.
-        self._passed_over: list[str] = []
         # The image the previous attempt's restored query failed on, that attempt and its
         # error (`_mark_unrestorable`); None after any other attempt.
         self._last_restore_failure: tuple[str, int, list[str], list[str]] | None = None
         self._stopping: asyncio.Task[None] | None = None
+        # `restore_from`'s choice; kept in the record (`restore_choice`) once restored.
+        self._chosen: RestoreChoice | None = None
         self._last_status: AgentStatus | None = None
         # Drivers of this process's attempts that restored an image and ended (stopped,
         # killed) before the restore was confirmed, a failed restore aside: `record.restores`
@@ -290,7 +288,6 @@ class JobSupervisor:
         the job's own snapshot it is; its discard, if due, is withdrawn and returned (the
         janitor would delete it after a failed attempt, and the next restore find nothing)."""
         completed = self._interpreter.coordinator.persisted_state.completed_count
-        self._chosen_image = (image, completed)
         # Ids are in completion order; an external image starts the job over from elsewhere.
         # Those already unrestorable are no image a plain run would have restored.
         newer = [
@@ -299,7 +296,8 @@ class JobSupervisor:
             if stored_as is None or c.checkpoint_id > stored_as[1]
         ]
         failed = {entry.source for entry in self._record.unrestorable}
-        self._passed_over = [candidate for candidate in newer if candidate not in failed]
+        passed_over = tuple(candidate for candidate in newer if candidate not in failed)
+        self._chosen = RestoreChoice(image, completed, passed_over)
         # Asked for by name: tried again, though a restored query failed on it before.
         self._record.unrestorable = [e for e in self._record.unrestorable if e.source != image]
         due = self._record.discards_due
@@ -318,7 +316,17 @@ class JobSupervisor:
     def passed_over(self) -> tuple[str, ...]:
         """The restorable registered images newer than the one `restore_from` chose, newest
         first."""
-        return tuple(self._passed_over)
+        choice = self._restore_choice()
+        return () if choice is None else choice.passed_over
+
+    def _restore_choice(self) -> RestoreChoice | None:
+        """`restore_from`'s choice, this process's or (kept in the record once restored) an
+        earlier one's, while no image completed after it; a lapsed one is dropped."""
+        choice = self._chosen or self._record.restore_choice
+        completed = self._interpreter.coordinator.persisted_state.completed_count
+        if choice is not None and choice.completed != completed:
+            self._chosen = self._record.restore_choice = choice = None
+        return choice
 
     def request(self, event: TriggerRequested) -> None:
         """A user's checkpoint or savepoint request (thread-safe through the loop)."""
@@ -783,10 +791,8 @@ class JobSupervisor:
     def _images(self) -> list[str]:
         """What the job restores from, newest first: its registered images, else the
         initial savepoint; the image chosen by `restore_from` alone until an image completes."""
-        completed = self._interpreter.coordinator.persisted_state.completed_count
-        if self._chosen_image is not None and self._chosen_image[1] == completed:
-            return [self._chosen_image[0]]
-        return self._unchosen_images()
+        choice = self._restore_choice()
+        return [choice.image] if choice is not None else self._unchosen_images()
 
     def _unchosen_images(self) -> list[str]:
         """What the job restores from unless an image is named: its registered images,
@@ -1186,16 +1192,24 @@ class JobSupervisor:
         left_behind = {
             str(image.candidate): f"a restore skipped it ({image.reason}) and " for image in skipped
         }
-        if self._chosen_image is not None and source == self._chosen_image[0]:
-            left_behind |= {image: "" for image in self._passed_over if image not in left_behind}
+        choice = self._restore_choice()
+        if choice is not None and source == choice.image:
+            left_behind |= {image: "" for image in choice.passed_over if image not in left_behind}
         return {
             image: f"{why}attempt {self._record.attempt} went on from {source}"
             for image, why in left_behind.items()
         }
 
     def _mark_left_behind(self, source: str, skipped: Sequence[SkippedImage]) -> bool:
-        """Mark the images a restore of ``source`` leaves behind unrestorable; whether any
-        was not marked yet."""
+        """Mark the images a restore of ``source`` leaves behind unrestorable; whether the
+        record changed. Restored, `restore_from`'s choice is kept in the record: with the
+        job's newer images set aside, a restarted runtime restores it again (another job's
+        image above all, which the registry does not list)."""
+        choice = self._restore_choice()
+        kept = choice is not None and source == choice.image
+        newly_kept = kept and self._record.restore_choice != choice
+        if kept:
+            self._record.restore_choice = choice
         marked = {entry.source for entry in self._record.unrestorable}
         new = [
             UnrestorableImage(image, reason, self._record.attempt)
@@ -1203,7 +1217,7 @@ class JobSupervisor:
             if image not in marked
         ]
         self._record.unrestorable.extend(new)
-        return bool(new)
+        return bool(new) or newly_kept
 
     async def _collect_garbage(self, driver: DriverHandle) -> None:
         try:

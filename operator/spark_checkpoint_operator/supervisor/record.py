@@ -6,7 +6,12 @@ from typing import Any
 
 from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import CheckpointKind, JobPhase, PersistedState
-from spark_checkpoint_operator.status import DiscardDue, PersistedStatus, UnrestorableImage
+from spark_checkpoint_operator.status import (
+    DiscardDue,
+    PersistedStatus,
+    RestoreChoice,
+    UnrestorableImage,
+)
 
 
 @dataclass
@@ -24,6 +29,9 @@ class JobRecord:
     restored_from: RestoredFrom | None = None  # the current attempt's, as its agent reported
     # Images a restored query failed on, or checked unusable: never tried again.
     unrestorable: list[UnrestorableImage] = field(default_factory=list)
+    # The image restored instead of the newest until an image completes (`restore_from`):
+    # kept, so that a restart of the runtime restores it again, not an image it set aside.
+    restore_choice: RestoreChoice | None = None
     message: str = ""
     coordinator: PersistedState = field(default_factory=PersistedState)
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -60,6 +68,7 @@ class JobRecord:
             failed_restores=self.failed_restores,
             restored_from=self.restored_from,
             unrestorable=self.unrestorable,
+            restore_choice=self.restore_choice,
             message=self.message,
             last_committed_batch=self.last_batch,
             consecutive_failures=self.consecutive_failures,
@@ -96,6 +105,7 @@ class JobRecord:
             failed_restores=status.failed_restores,
             restored_from=status.restored_from,
             unrestorable=list(status.unrestorable),
+            restore_choice=status.restore_choice,
             message=status.message,
             discards_due=list(status.discards_due),
             last_batch=status.last_committed_batch,
