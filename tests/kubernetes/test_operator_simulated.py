@@ -1196,13 +1196,47 @@ def test_a_redeploy_interrupted_by_an_operator_restart_is_carried_out_by_the_nex
         assert agent.restored_from == f"savepoint:{older}"
 
 
+def test_a_redeploy_from_another_jobs_savepoint_outlives_an_operator_restart(
+    cluster: LocalCluster,
+) -> None:
+    """Another job's savepoint: once restored, every image of the job's own is set aside.
+    An operator restart, then a driver crash before the next checkpoint: the next driver
+    restores that savepoint again (the job failed: no restorable image left)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+    elsewhere = "/simulated/default/other/savepoints/sp-3"
+    spec = {
+        "checkpointing": {"interval": "1h"},  # no image of its own completes meanwhile
+        "restore": {"initialSavepointPath": elsewhere, "savepointRedeployNonce": 1},
+    }
+    cluster.patch_spec("orders", spec)
+    status = redeployed(cluster, 1)
+    external = f"external:file://{elsewhere}/_metadata"
+    assert status["restoredFrom"]["source"] == external
+    assert status["restoreChoice"]["image"] == external
+
+    with operator_stopped(cluster):
+        pass
+    attempt = status["jobAttempt"]
+    cluster.crash_driver(f"orders-driver-{attempt}", exit_code=1)
+
+    following = cluster.wait_for(
+        "the next driver",
+        lambda: cluster.simulated_agent(f"orders-driver-{attempt + 1}"),
+    )
+    assert following.restored_from == external
+    assert in_phase(cluster, "orders", "Running")["jobAttempt"] == attempt + 1
+
+
 def test_a_redeploy_nonce_the_job_is_created_with_redeploys_nothing(
     cluster: LocalCluster,
 ) -> None:
+    """Nor a changed path without a changed nonce (as in Flink)."""
     cluster.apply(job(**redeploy(7, 3, job_name="elsewhere")))
     completed(cluster, "orders", 2)
+    cluster.patch_spec("orders", redeploy(8, 3, job_name="elsewhere"))
+    status = completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
 
-    status = cluster.status("orders")
     assert status["jobAttempt"] == 1
     assert status["handledTriggers"]["savepointRedeployNonce"] == 3
     assert "Redeploying" not in cluster.event_reasons("orders")
