@@ -1266,6 +1266,34 @@ def test_a_redeploy_to_a_checkpoint_the_registry_no_longer_lists_is_refused_and_
     assert status["handledTriggers"]["savepointRedeployNonce"] == 1
 
 
+def test_a_refused_redeploy_leaves_the_rest_of_its_change_to_be_carried_out(
+    cluster: LocalCluster,
+) -> None:
+    """An image change in the same edit is an upgrade as without the redeploy."""
+    cluster.apply(job())
+    completed(cluster, "orders", 4)  # checkpoint 1 discarded (retained: 2)
+    spec = {
+        "image": "example/orders:2",
+        "restore": {
+            "initialSavepointPath": "/simulated/default/orders/chk-1",
+            "savepointRedeployNonce": 1,
+        },
+    }
+    cluster.patch_spec("orders", spec)
+
+    cluster.wait_for_event("orders", "RedeployRefused")
+    upgraded = cluster.wait_for(
+        "the upgraded driver",
+        lambda: (
+            (s := cluster.status("orders")).get("jobAttempt") == 2 and s["phase"] == "Running" and s
+        ),
+        job="orders",
+    )
+    assert upgraded["lastSavepoint"]["label"] == "upgrade"
+    pod = cluster.pods("orders", component="driver")[0]
+    assert pod["spec"]["containers"][0]["image"] == "example/orders:2"
+
+
 def test_a_redeploy_asked_while_the_job_is_suspended_is_carried_out_when_it_resumes(
     cluster: LocalCluster,
 ) -> None:

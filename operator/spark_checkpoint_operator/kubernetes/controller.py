@@ -683,10 +683,11 @@ class JobController:
             self._request_by_nonce(supervisor, manifest, CheckpointKind.SAVEPOINT)
         now = time.monotonic()
         retry_after = manifest.spec.checkpointing.timeout
+        redeploy = self._redeploy_due(manifest)
         if manifest.spec.state is JobState.SUSPENDED:
             stop_reason = SUSPEND
-        elif self._redeploy_due(manifest) is not None:
-            stop_reason = REDEPLOY
+        elif redeploy is not None and self._redeploy_image(manifest, redeploy) is not None:
+            stop_reason = REDEPLOY  # refused, the rest of the change goes on below
         elif objects.deployment_hash(self._spec) != self._deployed:
             stop_reason = UPGRADE
         else:
@@ -701,7 +702,8 @@ class JobController:
             # says what follows.
             return
         if stop_reason == REDEPLOY:
-            self._stop_for_redeploy(supervisor, manifest)
+            assert redeploy is not None
+            self._stop_for_redeploy(supervisor, manifest, redeploy)
             return
         if supervisor.finishing:
             # Its final checkpoint completed: the driver exits on its own, and the job ends
@@ -827,7 +829,7 @@ class JobController:
             return None
         return None if self._redeploying and self._redeploying[0] == nonce else nonce
 
-    def _redeploy_image(self, manifest: JobManifest) -> ChosenImage:
+    def _redeploy_target(self, manifest: JobManifest) -> ChosenImage:
         """The image spec.restore.initialSavepointPath names, by the job's registry (the
         operator reads no storage: the driver verifies it as it restores it). Raises
         UnknownImage for one the job cannot restore."""
@@ -842,11 +844,11 @@ class JobController:
         is_own = storage_place(address.layout.job_root) == storage_place(own.job_root)
         return image_at(uri, address, self._record.coordinator, own=is_own)
 
-    def _refused_redeploy(self, manifest: JobManifest, nonce: int) -> ChosenImage | None:
+    def _redeploy_image(self, manifest: JobManifest, nonce: int) -> ChosenImage | None:
         """The image of the redeploy `nonce` asks for; None, said in an event and the nonce
         handled, if the job cannot restore it (the job goes on as it is)."""
         try:
-            return self._redeploy_image(manifest)
+            return self._redeploy_target(manifest)
         except UnknownImage as error:
             self._handled[REDEPLOY_NONCE] = nonce
             self._post_event(
@@ -856,14 +858,12 @@ class JobController:
             )
             return None
 
-    def _stop_for_redeploy(self, supervisor: JobSupervisor, manifest: JobManifest) -> None:
+    def _stop_for_redeploy(
+        self, supervisor: JobSupervisor, manifest: JobManifest, nonce: int
+    ) -> None:
         """Stop the driver without a savepoint (its newer state is what the redeploy
         leaves): the job ends Suspended, and `_supervise` starts the next driver from the
         redeploy's image."""
-        nonce = self._redeploy_due(manifest)
-        assert nonce is not None
-        if self._refused_redeploy(manifest, nonce) is None:
-            return
         self._post_event(
             "Normal",
             "Stopping",
@@ -877,7 +877,7 @@ class JobController:
         its own completes; the newer images are set aside once it restores, and the nonce
         is handled then (`_note_redeployed`): an operator restart before that redeploys
         again."""
-        image = self._refused_redeploy(manifest, nonce)
+        image = self._redeploy_image(manifest, nonce)
         if image is None:
             return
         withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
@@ -1075,10 +1075,11 @@ class JobController:
         # One write at a time, each rendered when its turn comes: never an older status
         # over a newer one.
         async with self._saving:
+            # The write that records the redeploy's restore handles its nonce with it.
+            self._note_redeployed(record)
             await self._write(record)
 
     async def _write(self, record: JobRecord) -> None:
-        self._note_redeployed(record)
         observed = self._observed()
         self._written_readiness = (observed.driver, observed.executors)
         status = render_status(
@@ -1311,7 +1312,7 @@ def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:
     """spec.restore.savepointRedeployNonce of a spec not validated yet."""
     restore = spec.get("restore")
     nonce = restore.get("savepointRedeployNonce") if isinstance(restore, Mapping) else None
-    return nonce if isinstance(nonce, int) else None
+    return nonce if isinstance(nonce, int) and not isinstance(nonce, bool) else None
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:
