@@ -419,7 +419,7 @@ class ControlServer:
 
 
 def _image(completed: CompletedCheckpoint) -> Image:
-    return Image(completed.checkpoint_id, completed.path)
+    return Image(completed.checkpoint_id, completed.path, label=completed.label)
 
 
 def _failure(record: JobRecord, savepoint_id: int) -> str:

@@ -131,9 +131,16 @@ class Image:
     snapshot_id: int  # "id"
     path: str | None
     discard_due: bool = False  # "discardDue"
+    # Who asked for it: "periodic", "upgrade", "nonce 3", a control's request; "" for none.
+    label: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.snapshot_id, "path": self.path, "discardDue": self.discard_due}
+        return {
+            "id": self.snapshot_id,
+            "path": self.path,
+            "discardDue": self.discard_due,
+            "label": self.label,
+        }
 
     @classmethod
     def from_json(cls, value: Any, field: str) -> Self:
@@ -142,6 +149,7 @@ class Image:
             fields.read("id", read_integer),
             fields.read("path", read_optional(read_string)),
             fields.read("discardDue", read_boolean, default=False),
+            fields.read("label", read_string, default=""),
         )
 
     @classmethod
@@ -156,7 +164,8 @@ class Image:
         if view is None:
             return None
         path = view.get("path")
-        return cls(view["id"], path, path is None and (kind, view["id"]) in discards_due)
+        discard_due = path is None and (kind, view["id"]) in discards_due
+        return cls(view["id"], path, discard_due, str(view.get("label") or ""))
 
 
 @dataclass(frozen=True, slots=True)

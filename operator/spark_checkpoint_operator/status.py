@@ -324,6 +324,8 @@ class RegisteredSnapshots:
     unrestorable: Mapping[str, str] = field(default_factory=dict)
     # Where the registered images are, as recorded (their `_metadata`'s paths or URIs).
     paths: frozenset[str] = frozenset()
+    # Who asked for each ("periodic", "upgrade", "nonce 3"), by its candidate's spelling.
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     def of(self, kind: CheckpointKind) -> frozenset[int]:
         return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
@@ -413,6 +415,12 @@ class StatusFile:
                 for item in coordinator.get(key, [])
                 if isinstance(item.get("path"), str)
             ),
+            labels={
+                f"{kind}:{item['id']}": item["label"]
+                for key, kind in (("checkpoints", "checkpoint"), ("savepoints", "savepoint"))
+                for item in coordinator.get(key, [])
+                if isinstance(item.get("label"), str) and item["label"]
+            },
         )
 
     def _status(self) -> Mapping[str, Any]:

@@ -98,6 +98,7 @@ class Job:
         unrestorable: Iterable[str] = (),
         *,
         finished: bool = False,
+        labels: Mapping[int, str] | None = None,
     ) -> None:
         """A status file as `spark-checkpoint run` writes it, registering these snapshots;
         a restored query failed on the `unrestorable` ones (``checkpoint:N``); the job
@@ -108,7 +109,14 @@ class Job:
         ) -> tuple[coordinator.CompletedCheckpoint, ...]:
             return tuple(
                 coordinator.CompletedCheckpoint(
-                    i, kind, 0, self.storage.layout.metadata_path(kind, i), 0, 0, 0
+                    i,
+                    kind,
+                    0,
+                    self.storage.layout.metadata_path(kind, i),
+                    0,
+                    0,
+                    0,
+                    label=(labels or {}).get(i, ""),
                 )
                 for i in ids
             )

@@ -371,8 +371,8 @@ def test_list_documents_are_the_same_in_json_and_yaml_and_match_storage(
     table = wide.out.splitlines()
     table = table[next(i for i, line in enumerate(table) if line.startswith("KIND")) :]
     header, *rows = (re.split(r"\s{2,}", line) for line in table)
-    assert header[7:] == ["COMPLETED", "DURATION", "PATH", "NOTE"]
-    assert [row[9] for row in rows] == [s["path"] for s in document["snapshots"]]
+    assert header[7:] == ["LABEL", "COMPLETED", "DURATION", "PATH", "NOTE"]
+    assert [row[10] for row in rows] == [s["path"] for s in document["snapshots"]]
 
 
 def _parse(text: str) -> float:

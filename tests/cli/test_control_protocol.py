@@ -694,7 +694,9 @@ def test_two_stops_at_once_both_name_the_savepoint_the_job_stopped_with(tmp_path
     first, second, outcome = asyncio.run(scenario())
 
     assert outcome is TerminalOutcome.SUSPENDED
-    savepoint = Image(1, STORAGE.metadata_path(CheckpointKind.SAVEPOINT, 1))
+    assert first.savepoint is not None and first.savepoint.label.startswith("stop request ")
+    label = first.savepoint.label  # the first stop's: its savepoint stopped the job
+    savepoint = Image(1, STORAGE.metadata_path(CheckpointKind.SAVEPOINT, 1), label=label)
     assert (first.outcome, first.message, first.savepoint) == (
         Outcome.OK,
         "savepoint 1 completed",

@@ -44,10 +44,10 @@ def test_lists_checkpoints_and_savepoints_without_a_status_file(job: Job, cli: C
     assert f"registry: none (no readable status file at {job.status_file})" in result.out
     table = rows(result.out)
     assert list(table) == [("checkpoint", "1"), ("checkpoint", "2"), ("savepoint", "3")]
-    # kind, id, batch, size, files, age, registry (unknown without a status file)
-    assert table[("checkpoint", "1")] == ["checkpoint", "1", "0", "80 B", "3", "2d2h", "-"]
-    assert table[("checkpoint", "2")] == ["checkpoint", "2", "1", "127 B", "4", "2d2h", "-"]
-    assert table[("savepoint", "3")] == ["savepoint", "3", "1", "127 B", "4", "2d2h", "-"]
+    # kind, id, batch, size, files, age, registry (unknown without a status file), label
+    assert table[("checkpoint", "1")] == ["checkpoint", "1", "0", "80 B", "3", "2d2h", "-", "-"]
+    assert table[("checkpoint", "2")] == ["checkpoint", "2", "1", "127 B", "4", "2d2h", "-", "-"]
+    assert table[("savepoint", "3")] == ["savepoint", "3", "1", "127 B", "4", "2d2h", "-", "-"]
 
 
 def test_a_snapshot_storage_does_not_let_this_user_read_is_one_row(
@@ -89,7 +89,7 @@ def test_a_snapshot_storage_does_not_let_this_user_read_is_one_row(
 
 
 def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: Cli) -> None:
-    job.write_registry(checkpoints=[2, 5], savepoints=[3])
+    job.write_registry(checkpoints=[2, 5], savepoints=[3], labels={3: "periodic"})
     Path(job.storage.layout.checkpoint_dir(4)).mkdir()  # a checkpoint cut short by a crash
 
     result = cli("list", *job.flags)
@@ -99,21 +99,23 @@ def test_marks_registered_and_unregistered_from_the_status_file(job: Job, cli: C
     table = rows(result.out)
     assert table[("checkpoint", "1")][6:] == [
         "unregistered",
+        "-",
         "not in the registry (subsumed, or left by a crash): never restored from; its discard "
         "or garbage collection removes it",
     ]  # fmt: skip
-    assert table[("checkpoint", "2")][6:] == ["registered"]
+    assert table[("checkpoint", "2")][6:] == ["registered", "-"]
     assert table[("checkpoint", "4")][2:] == [
-        "-", "-", "-", "-", "unregistered", "no _metadata: in flight or cut short"
+        "-", "-", "-", "-", "unregistered", "-", "no _metadata: in flight or cut short"
     ]  # fmt: skip
     assert table[("checkpoint", "5")][2:] == [
-        "-", "-", "-", "-", "registered", "registered but not in storage"
+        "-", "-", "-", "-", "registered", "-", "registered but not in storage"
     ]  # fmt: skip
-    assert table[("savepoint", "3")][6:] == ["registered"]
+    # Who asked for it, as the registry says (savepoints.interval's "periodic").
+    assert table[("savepoint", "3")][6:] == ["registered", "periodic"]
 
 
 def test_json_output(job: Job, cli: Cli) -> None:
-    job.write_registry(checkpoints=[2], savepoints=[3])
+    job.write_registry(checkpoints=[2], savepoints=[3], labels={3: "nonce 2"})
     Path(job.storage.layout.metadata_path(CheckpointKind.CHECKPOINT, 1)).write_text("{")
 
     result = cli("list", *job.flags, "--json")
@@ -126,6 +128,7 @@ def test_json_output(job: Job, cli: Cli) -> None:
     assert document["statusFile"] == str(job.status_file.resolve())
     by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
     assert by_id.keys() == {("checkpoint", 1), ("checkpoint", 2), ("savepoint", 3)}
+    assert [by_id[key]["label"] for key in sorted(by_id)] == ["", "", "nonce 2"]
     second = by_id[("checkpoint", 2)]
     assert second["state"] == "complete"
     assert second["registered"] is True
@@ -158,7 +161,7 @@ def test_reads_the_job_from_a_manifest(job: Job, cli: Cli, tmp_path: Path) -> No
     table = rows(result.out)
     assert table[("checkpoint", "1")][6] == "registered"
     assert table[("savepoint", "3")][6:] == [
-        "unregistered", "not in the registry: kept, a savepoint with _metadata is the user's"
+        "unregistered", "-", "not in the registry: kept, a savepoint with _metadata is the user's"
     ]  # fmt: skip
 
 

@@ -167,5 +167,6 @@ def test_status_of_a_finished_job_says_its_last_checkpoint_was_discarded(
     assert json.loads(document.out)["lastCheckpoint"] == {
         "id": 1,
         "path": None,
+        "label": "",
         "discardDue": bool(due),
     }

@@ -155,6 +155,12 @@ class Registry:
     def lists(self, kind: CheckpointKind, snapshot_id: int) -> bool:
         return snapshot_id in self.ids(kind)
 
+    def label(self, kind: CheckpointKind, snapshot_id: int) -> str:
+        """Who asked for the snapshot ("periodic", "upgrade", "nonce 3"); "" if unknown."""
+        return self.registered.labels.get(
+            RestoreCandidate.registered(kind, snapshot_id).encode(), ""
+        )
+
     def unrestorable(self, kind: CheckpointKind, snapshot_id: int) -> str | None:
         """Why the job does not restore from the snapshot any more; None if it does."""
         candidate = RestoreCandidate.registered(kind, snapshot_id).encode()

@@ -76,7 +76,7 @@ def list_lines(
         return [*lines, missing or "no checkpoints or savepoints in storage"]
     if missing:
         lines.append(missing)
-    header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY"]
+    header = ["KIND", "ID", "BATCH", "SIZE", "FILES", "AGE", "REGISTRY", "LABEL"]
     table = [header + (["COMPLETED", "DURATION", "PATH", "NOTE"] if wide else ["NOTE"])]
     for row in rows:
         meta = row.metadata
@@ -88,6 +88,7 @@ def list_lines(
             str(len(meta.files)) if meta else "-",
             human_age(age_seconds(meta.completion_time, now)) if meta else "-",
             registry_word(row.registered),
+            row.label or "-",
         ]
         if wide:
             cells += [
@@ -241,6 +242,7 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
         "state": row.state.value,
         "registered": row.registered,
         "unrestorable": row.unrestorable,
+        "label": row.label,
         "batchId": meta.batch_id if meta else None,
         "sizeBytes": meta.total_bytes if meta else None,
         "files": len(meta.files) if meta else None,

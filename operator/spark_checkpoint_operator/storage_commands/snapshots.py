@@ -94,6 +94,7 @@ class SnapshotRow:
     metadata: CheckpointMetadata | None = None
     error: str | None = None
     unrestorable: str | None = None  # why the job does not restore from it (its registry)
+    label: str = ""  # who asked for it, as its registry says
 
 
 def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> list[SnapshotRow]:
@@ -115,6 +116,11 @@ def list_snapshots(storage: CheckpointStorage, registry: Registry | None) -> lis
                 ref = SnapshotRef(kind, snapshot_id)
                 path = layout.snapshot_dir(kind, snapshot_id)
                 rows.append(SnapshotRow(ref, StoredSnapshotState.MISSING, path, registered=True))
+    if registry is not None:
+        rows = [
+            dataclasses.replace(row, label=registry.label(row.ref.kind, row.ref.snapshot_id))
+            for row in rows
+        ]
     return sorted(rows, key=lambda row: row.ref)
 
 
