@@ -5,6 +5,7 @@ image left the job fails with that reason. ``counts.restored`` counts only resto
 query got past."""
 
 import asyncio
+import dataclasses
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +29,12 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.local_runtime import set_aside_hint
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
-from spark_checkpoint_operator.status import DiscardDue, UnrestorableImage, render_status
+from spark_checkpoint_operator.status import (
+    DiscardDue,
+    RestoreChoice,
+    UnrestorableImage,
+    render_status,
+)
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor, Notice
 
 
@@ -721,3 +727,58 @@ def test_another_jobs_image_restored_by_name_is_restored_again_after_a_runtime_r
         f"checkpoint:{older}",
     }
     assert asyncio.run(_next_run_restores(cut)) == [external.encode()]
+
+
+def test_a_chosen_image_that_cannot_be_restored_is_not_chosen_again_by_a_later_run() -> None:
+    """Its run fails on it, as a named image that cannot be restored does; the next run
+    restores what is left (the kept choice made every later run fail at once with no
+    driver, an older image restorable: a reviewer's). A stop says so beforehand."""
+    status, newer, older = _two_checkpoints()
+
+    async def chosen_fails() -> tuple[TerminalOutcome, dict[str, Any], str | None]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+        supervisor.restore_from(f"checkpoint:{newer}", stored_as=(CheckpointKind.CHECKPOINT, newer))
+        run = asyncio.create_task(supervisor.run())
+        await _fails_at_restore(launcher, supervisor, 0, LOAD_ERROR)
+        ended = await run
+        return ended, render_status(supervisor.record, now=0.0), supervisor.resumes_from
+
+    ended, after, resumes_from = asyncio.run(chosen_fails())
+
+    assert ended is TerminalOutcome.FAILED
+    assert after["restoreChoice"] is None
+    assert resumes_from == f"checkpoint:{older}"
+    assert asyncio.run(_next_run_restores(after)) == [f"checkpoint:{older}"]
+
+
+def test_a_stop_after_another_jobs_image_was_restored_says_the_next_run_restores_it() -> None:
+    status, _, _ = _two_checkpoints()
+    external = RestoreCandidate.external("/other/default/other/savepoints/sp-3/_metadata")
+
+    async def restored() -> tuple[str | None, str | None]:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, record=JobRecord.from_dict(status))
+        supervisor.restore_from(external.encode())
+        before = supervisor.resumes_from  # not restored yet: the newest image
+        run = asyncio.create_task(supervisor.run())
+        await _next_driver(launcher, 0)
+        await until(lambda: supervisor.record.restored_from is not None)
+        after = supervisor.resumes_from
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+        return before, after
+
+    before, after = asyncio.run(restored())
+
+    assert before != external.encode()
+    assert after == external.encode()
+
+
+def test_a_restore_choice_is_written_until_an_image_completes_after_it() -> None:
+    record = JobRecord(restore_choice=RestoreChoice("savepoint:7", completed=0))
+    assert render_status(record, now=0.0)["restoreChoice"]["image"] == "savepoint:7"
+
+    record.coordinator = dataclasses.replace(record.coordinator, completed_count=1)
+
+    assert render_status(record, now=0.0)["restoreChoice"] is None

@@ -28,6 +28,7 @@ from spark_checkpoint_operator.status import (
     InvalidStatus,
     PersistedStatus,
     RegisteredSnapshots,
+    RestoreChoice,
     StatusFile,
     UnrestorableImage,
     render_status,
@@ -123,6 +124,21 @@ records = st.builds(
 )
 
 
+@st.composite
+def records_with_choices(draw: st.DrawFn) -> JobRecord:
+    """A record, maybe with `restore_from`'s choice: in force (no image completed after
+    it) or lapsed."""
+    record = draw(records)
+    if draw(st.booleans()):
+        completed = record.coordinator.completed_count
+        record.restore_choice = RestoreChoice(
+            draw(candidates).encode(),
+            draw(st.just(completed) | counts),
+            tuple(c.encode() for c in draw(st.lists(candidates, max_size=3))),
+        )
+    return record
+
+
 def _resumable(record: JobRecord) -> tuple[object, ...]:
     """What a restart resumes from; the rest is the live process's."""
     return (
@@ -132,6 +148,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.failed_restores,
         record.restored_from,
         record.unrestorable,
+        record.restore_choice_in_force,
         record.message,
         record.discards_due,
         record.last_batch,
@@ -142,7 +159,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
 
 
 @settings(max_examples=60, deadline=None)
-@given(records, st.none() | st.integers(1, 2**22))
+@given(records_with_choices(), st.none() | st.integers(1, 2**22))
 def test_the_status_round_trips_through_each_of_its_users(
     record: JobRecord, driver_pid: int | None
 ) -> None:
@@ -179,6 +196,11 @@ def test_the_status_round_trips_through_each_of_its_users(
                 image.path
                 for image in (*record.coordinator.checkpoints, *record.coordinator.savepoints)
             ),
+            labels={
+                f"{image.kind}:{image.checkpoint_id}": image.label
+                for image in (*record.coordinator.checkpoints, *record.coordinator.savepoints)
+                if image.label
+            },
         )
         assert registry.refused_by_run is None
 

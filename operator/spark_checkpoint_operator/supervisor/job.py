@@ -626,9 +626,12 @@ class JobSupervisor:
     @property
     def resumes_from(self) -> str | None:
         """The image the job's next run restores from unless it names one (None: none is
-        left to): not `restore_from`'s, whose newer images are left behind only once the
-        driver restored it (`_mark_left_behind`)."""
+        left to): `restore_from`'s once restored (kept in the record), not before (its newer
+        images are left behind only then: `_mark_left_behind`)."""
         failed = {entry.source for entry in self._record.unrestorable}
+        kept = self._record.restore_choice_in_force
+        if kept is not None and kept.image not in failed:
+            return kept.image
         return next((image for image in self._unchosen_images() if image not in failed), None)
 
     @property
@@ -895,6 +898,9 @@ class JobSupervisor:
         # behind, also when its agent never reported the restore.
         skipped = attempt.unconfirmed_restore.skipped if attempt.unconfirmed_restore else ()
         self._mark_left_behind(source, skipped)
+        if self._record.restore_choice is not None and self._record.restore_choice.image == source:
+            # This run restores it alone and fails; a later one restores what is left.
+            self._record.restore_choice = None
         self._record.failed_restores += 1
         failed = {entry.source for entry in self._record.unrestorable}
         following = next((image for image in self._images() if image not in failed), None)

@@ -55,6 +55,15 @@ class JobRecord:
         image = RestoreCandidate.registered(kind, image_id).encode()
         return any(entry.source == image for entry in self.unrestorable)
 
+    @property
+    def restore_choice_in_force(self) -> RestoreChoice | None:
+        """`restore_choice` until an image completes after it (the supervisor drops it at
+        its next restore; a status written meanwhile leaves it out)."""
+        choice = self.restore_choice
+        if choice is None or choice.completed != self.coordinator.completed_count:
+            return None
+        return choice
+
     def why_not_disposable(self, savepoint_id: int) -> str | None:
         """`PersistedState.why_not_disposable`, counting only the images a restore takes."""
         return self.coordinator.why_not_disposable(savepoint_id, self.is_unrestorable)
@@ -68,7 +77,7 @@ class JobRecord:
             failed_restores=self.failed_restores,
             restored_from=self.restored_from,
             unrestorable=self.unrestorable,
-            restore_choice=self.restore_choice,
+            restore_choice=self.restore_choice_in_force,
             message=self.message,
             last_committed_batch=self.last_batch,
             consecutive_failures=self.consecutive_failures,
