@@ -93,6 +93,25 @@ def test_the_retries_of_the_users_profile_count_and_a_config_botocore_cannot_rea
     assert bounded_options(S3)["config_kwargs"]["retries"] == {"total_max_attempts": ATTEMPTS}
 
 
+def test_a_setting_of_the_wrong_shape_is_said_naming_the_setting(
+    configured: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each was one line naming no setting: "'str' object has no attribute 'copy'",
+    "invalid literal for int() with base 10: 'x'" (an outside-in tester's)."""
+    configured["s3"] = {"config_kwargs": "not json"}
+    with pytest.raises(ValueError, match=r"^fsspec's configuration for s3:// gives config_kwargs "):
+        bounded_options(S3)
+    with pytest.raises(ValueError, match="FSSPEC_S3_CONFIG_KWARGS"):
+        bounded_options(S3)
+
+    configured.clear()
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "x")
+    with pytest.raises(
+        ValueError, match=r"^AWS_MAX_ATTEMPTS \(or max_attempts in the AWS config\): "
+    ):
+        bounded_options(S3)
+
+
 def test_gcs_reads_are_bounded_per_socket_read_not_per_request(
     configured: dict[str, Any],
 ) -> None:

@@ -47,6 +47,16 @@ def bounded_options(protocols: tuple[str, ...]) -> dict[str, Any]:
     given: dict[str, Any] = {}
     for protocol in protocols:
         given = _merged(given, fsspec.config.conf.get(protocol, {}))
+    for key, value in given.items():
+        # The libraries' options of options (s3fs's config_kwargs, client_kwargs, ...):
+        # one that is no mapping failed later as "'str' object has no attribute 'copy'".
+        if key.endswith("_kwargs") and not isinstance(value, Mapping):
+            setting = f"FSSPEC_{protocols[0].upper()}_{key.upper()}"
+            raise ValueError(
+                f"fsspec's configuration for {protocols[0]}:// gives {key} as {value!r}, not "
+                f"an object ({setting}, FSSPEC_{protocols[0].upper()} or a file in "
+                "FSSPEC_CONFIG_DIR: a JSON object)"
+            )
     return _merged(_bounds(protocols, given), given)
 
 
@@ -80,6 +90,9 @@ def _botocore_attempts_set(profile: str | None) -> bool:
         return session.get_config_variable("max_attempts") is not None
     except botocore.exceptions.BotoCoreError:
         return False
+    except ValueError as error:  # botocore's int() of it
+        where = f"max_attempts of AWS profile {profile!r}" if profile else "max_attempts"
+        raise ValueError(f"AWS_MAX_ATTEMPTS (or {where} in the AWS config): {error}") from None
 
 
 def _merged(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
