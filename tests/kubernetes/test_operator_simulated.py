@@ -1294,6 +1294,36 @@ def test_a_refused_redeploy_leaves_the_rest_of_its_change_to_be_carried_out(
     assert pod["spec"]["containers"][0]["image"] == "example/orders:2"
 
 
+def test_a_redeploy_of_a_finished_job_is_refused_saying_what_runs_it_again(
+    tmp_path: Path,
+) -> None:
+    """Its input is done: a Finished job is not run again (a redeploy nonce was ignored
+    without a word: a reviewer's)."""
+    with LocalCluster(
+        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3, finish_after=8)
+    ) as cluster:
+        cluster.apply(job())
+        in_phase(cluster, "orders", "Finished")
+
+        cluster.patch_spec("orders", redeploy(1, 1))
+
+        event = cluster.wait_for_event("orders", "RedeployRefused")
+        assert "Finished" in event["message"] and "initialSavepointPath" in event["message"]
+        status = cluster.wait_for(
+            "the nonce handled",
+            lambda: (
+                (s := cluster.status("orders"))
+                .get("handledTriggers", {})
+                .get("savepointRedeployNonce")
+                == 1
+                and s
+            ),
+            job="orders",
+        )
+        assert status["phase"] == "Finished"
+        assert cluster.driver_pods("orders") == []
+
+
 def test_a_redeploy_asked_while_the_job_is_suspended_is_carried_out_when_it_resumes(
     cluster: LocalCluster,
 ) -> None:

@@ -508,6 +508,16 @@ class JobController:
     async def _should_run(self, manifest: JobManifest) -> bool:
         phase = self._record.phase
         if phase is JobPhase.FINISHED:
+            if (nonce := self._redeploy_due(manifest)) is not None:
+                self._handled[REDEPLOY_NONCE] = nonce
+                self._post_event(
+                    "Warning",
+                    "RedeployRefused",
+                    f"spec.restore.savepointRedeployNonce {nonce}: the job is Finished (its "
+                    "input is done) and does not run again; a new job with "
+                    "spec.restore.initialSavepointPath runs it from that image",
+                )
+                await self._save(self._record)
             return False  # its input is done; a new job runs it again
         if phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             # Retried when the spec is changed (beyond nonces and state), not otherwise,
