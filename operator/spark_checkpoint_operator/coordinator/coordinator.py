@@ -175,6 +175,10 @@ class CheckpointCoordinator:
         )
 
     @property
+    def config(self) -> CoordinatorConfig:
+        return self._config
+
+    @property
     def next_checkpoint_id(self) -> int:
         """The id the next trigger gets (the persisted counter may be ahead: a block)."""
         return self._next_id

@@ -522,7 +522,12 @@ class EffectInterpreter:
     def _why_trimmed(self, savepoint_id: int) -> str:
         """Why the savepoint history lets a savepoint go: its age or count, and the ones
         a restore would not take first (the coordinator's rule)."""
-        limits = "(spec.savepoints.historyMaxCount, historyMaxAge)"
+        # The limits set, with their values (naming one not set puzzled a newcomer).
+        history = self._coordinator.config.savepoint_history
+        given = [f"spec.savepoints.historyMaxCount {history.max_count}"]
+        if history.max_age_seconds is not None:
+            given.append(f"historyMaxAge {history.max_age_seconds:g}s")
+        limits = f"({', '.join(given)})"
         image = RestoreCandidate.registered(CheckpointKind.SAVEPOINT, savepoint_id).encode()
         entry = next((e for e in self._record.unrestorable if e.source == image), None)
         if entry is None:
