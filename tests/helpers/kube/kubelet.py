@@ -630,8 +630,23 @@ class LocalKubelet:
             async def stop(_: asyncio.subprocess.Process) -> None:
                 await _podman("stop", "--time", grace, name)
 
+            async def running(process: asyncio.subprocess.Process) -> None:
+                # A kubelet reports Running once the runtime runs the container: until then
+                # Podman has it "created" (a `podman kill` then fails: "container state
+                # improper"); one that never starts ends its `start --attach`.
+                while process.returncode is None:
+                    status = await _podman(
+                        "container", "inspect", "--format", "{{.State.Status}}", name
+                    )
+                    if status.stdout.strip() != "created":
+                        return
+                    await asyncio.sleep(0.05)
+
             _, _, started = await self._attend(
-                state, _Launch(argv=attach, env=containers.environment(), cwd=state.sandbox), stop
+                state,
+                _Launch(argv=attach, env=containers.environment(), cwd=state.sandbox),
+                stop,
+                running,
             )
             ended = await _podman("container", "inspect", "--format", "json", name)
             container_state = json.loads(ended.stdout)[0]["State"]
@@ -655,11 +670,14 @@ class LocalKubelet:
         state: _PodState,
         launch: _Launch,
         stop: Callable[[asyncio.subprocess.Process], Coroutine[Any, Any, None]],
+        running: Callable[[asyncio.subprocess.Process], Coroutine[Any, Any, None]] | None = None,
     ) -> tuple[asyncio.subprocess.Process, int, str]:
-        """Starts ``launch``, reports the pod Running and waits until the process exits or
-        the pod is deleted (then ``stop`` ends it): the process, its exit code and when it
-        started."""
+        """Starts ``launch``, reports the pod Running (once ``running`` returns, if given)
+        and waits until the process exits or the pod is deleted (then ``stop`` ends it):
+        the process, its exit code and when it started."""
         process = await self._spawn(state, launch)
+        if running is not None:
+            await running(process)
         started = _now()
         await self._report(state, "Running", {"running": {"startedAt": started}}, ready=True)
         exited = asyncio.ensure_future(process.wait())
