@@ -1266,6 +1266,29 @@ def test_a_redeploy_to_a_checkpoint_the_registry_no_longer_lists_is_refused_and_
     assert status["handledTriggers"]["savepointRedeployNonce"] == 1
 
 
+def test_a_redeploy_to_a_savepoint_the_job_let_go_or_never_took_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    """The savepoint history deleted it, or no such id was taken: refused before the
+    driver is stopped (it was taken for another registry's savepoint, and the driver,
+    stopped for it, would have failed the job on a missing image; an outside-in try's)."""
+    cluster.apply(job(savepoints={"historyMaxCount": 1}))
+    first = savepoint_by_nonce(cluster, 1)
+    savepoint_by_nonce(cluster, 2)  # the history keeps this one only
+    cluster.wait_for_event("orders", "SavepointDiscarded", f"deleting savepoint {first} ")
+
+    cluster.patch_spec("orders", redeploy(first, 1))
+    deleted = cluster.wait_for_event("orders", "RedeployRefused")
+    cluster.patch_spec("orders", redeploy(999_999, 2))
+    never = cluster.wait_for_event("orders", "RedeployRefused", "999999")
+
+    assert f"savepoint {first} was deleted: the savepoint history let it go" in deleted["message"]
+    assert "savepoint 999999 was never taken" in never["message"]
+    status = completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+    assert status["jobAttempt"] == 1, "the job went on"
+    assert status["handledTriggers"]["savepointRedeployNonce"] == 2
+
+
 def test_a_refused_redeploy_leaves_the_rest_of_its_change_to_be_carried_out(
     cluster: LocalCluster,
 ) -> None:
