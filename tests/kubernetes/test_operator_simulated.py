@@ -1110,14 +1110,14 @@ def redeploy(savepoint_id: int, nonce: int, job_name: str = "orders") -> dict[st
     return {"restore": {"initialSavepointPath": path, "savepointRedeployNonce": nonce}}
 
 
-def redeployed(cluster: LocalCluster, nonce: int) -> Any:
-    """The job's status once the redeploy of `nonce` is handled and the job runs."""
+def redeploy_handled(cluster: LocalCluster, nonce: int, phase: str = "Running") -> Any:
+    """The job's status once the redeploy of `nonce` is handled and the job is in `phase`."""
     return cluster.wait_for(
         f"the redeploy of nonce {nonce} handled",
         lambda: (
             (s := cluster.status("orders")).get("handledTriggers", {}).get("savepointRedeployNonce")
             == nonce
-            and s["phase"] == "Running"
+            and s["phase"] == phase
             and s
         ),
         job="orders",
@@ -1141,7 +1141,7 @@ def test_a_redeploy_nonce_restores_the_named_savepoint_instead_of_the_newest_ima
 
     second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
     assert second.restored_from == f"savepoint:{older}"
-    status = redeployed(cluster, 1)
+    status = redeploy_handled(cluster, 1)
     assert status["restoredFrom"]["source"] == f"savepoint:{older}"
     set_aside = {e["source"] for e in status["unrestorable"]}
     assert {f"checkpoint:{i}" for i in newer_ids} <= set_aside
@@ -1177,18 +1177,7 @@ def test_a_redeploy_interrupted_by_an_operator_restart_is_carried_out_by_the_nex
             status = cluster.status("orders")
             assert "savepointRedeployNonce" not in status.get("handledTriggers", {})
 
-        status = cluster.wait_for(
-            "the redeploy handled",
-            lambda: (
-                (s := cluster.status("orders"))
-                .get("handledTriggers", {})
-                .get("savepointRedeployNonce")
-                == 1
-                and s["phase"] == "Running"
-                and s
-            ),
-            job="orders",
-        )
+        status = redeploy_handled(cluster, 1)
         assert status["restoredFrom"]["source"] == f"savepoint:{older}"
         attempt = status["jobAttempt"]
         agent = cluster.simulated_agent(f"orders-driver-{attempt}")
@@ -1210,7 +1199,7 @@ def test_a_redeploy_from_another_jobs_savepoint_outlives_an_operator_restart(
         "restore": {"initialSavepointPath": elsewhere, "savepointRedeployNonce": 1},
     }
     cluster.patch_spec("orders", spec)
-    status = redeployed(cluster, 1)
+    status = redeploy_handled(cluster, 1)
     external = f"external:file://{elsewhere}/_metadata"
     assert status["restoredFrom"]["source"] == external
     assert status["restoreChoice"]["image"] == external
@@ -1332,17 +1321,7 @@ def test_a_redeploy_of_a_finished_job_is_refused_saying_what_runs_it_again(
 
         event = cluster.wait_for_event("orders", "RedeployRefused")
         assert "Finished" in event["message"] and "initialSavepointPath" in event["message"]
-        status = cluster.wait_for(
-            "the nonce handled",
-            lambda: (
-                (s := cluster.status("orders"))
-                .get("handledTriggers", {})
-                .get("savepointRedeployNonce")
-                == 1
-                and s
-            ),
-            job="orders",
-        )
+        status = redeploy_handled(cluster, 1, phase="Finished")
         assert status["phase"] == "Finished"
         assert cluster.driver_pods("orders") == []
 
@@ -1364,7 +1343,7 @@ def test_a_redeploy_asked_while_the_job_is_suspended_is_carried_out_when_it_resu
 
     second = cluster.wait_for("driver 2", lambda: cluster.simulated_agent("orders-driver-2"))
     assert second.restored_from == f"savepoint:{older}"
-    status = redeployed(cluster, 1)
+    status = redeploy_handled(cluster, 1)
     assert f"savepoint:{suspended['lastSavepoint']['id']}" in {
         e["source"] for e in status["unrestorable"]
     }
