@@ -22,6 +22,21 @@ TOLERATION = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 # A kind of volume Spark's spark.kubernetes.executor.volumes.* settings cannot express.
 SETTINGS_VOLUME = {"name": "settings", "configMap": {"name": "orders-settings"}}
 SETTINGS_MOUNT = {"name": "settings", "mountPath": "/etc/orders", "readOnly": True}
+# What no field of the spec says, through the pod templates (every pod's, the executors').
+AFFINITY = {
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 50,
+                "podAffinityTerm": {
+                    "topologyKey": "kubernetes.io/hostname",
+                    "labelSelector": {"matchLabels": {"spark-role": "executor"}},
+                },
+            }
+        ]
+    }
+}
+INIT_CONTAINER = {"name": "warm-cache", "image": "busybox:1.36", "command": ["true"]}
 
 
 def _executor_pods(cluster: LocalCluster) -> list[dict[str, Any]]:
@@ -56,6 +71,21 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
         job["spec"]["application"]["sparkConf"]["spark.master"] = f"k8s://{cluster.api.url}"
         job["spec"]["imagePullSecrets"] = [{"name": "registry"}]
         job["spec"]["imagePullPolicy"] = "Always"
+        job["spec"]["podTemplate"] = {
+            "metadata": {"labels": {"cost-center": "42"}},
+            "spec": {"affinity": AFFINITY},
+        }
+        job["spec"]["executor"]["podTemplate"] = {
+            "spec": {
+                "initContainers": [INIT_CONTAINER],
+                "containers": [
+                    {
+                        "name": "spark-main-container",
+                        "resources": {"limits": {"ephemeral-storage": "1Gi"}},
+                    }
+                ],
+            }
+        }
         stored = cluster.apply(job)
         executor = cluster.wait_for(
             "Spark's first executor pod",
@@ -72,6 +102,9 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
     assert spec["securityContext"]["fsGroup"] == objects.FS_GROUP
     assert metadata["annotations"]["example.com/team"] == "streaming"
     assert metadata["labels"]["tier"] == "gold"
+    assert metadata["labels"]["cost-center"] == "42"
+    assert spec["affinity"] == AFFINITY
+    assert spec["initContainers"] == [INIT_CONTAINER]
     assert metadata["labels"][objects.LABEL_JOB] == "orders"
     (owner,) = metadata["ownerReferences"]
     assert (owner["kind"], owner["name"]) == ("Pod", "orders-driver-1")
@@ -86,6 +119,10 @@ def test_spark_builds_executor_pods_from_the_jobs_executor_spec(tmp_path: Path) 
     assert container["imagePullPolicy"] == "Always"
     assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    # Spark's cpu and memory beside the template's other resources.
+    limits = container["resources"]["limits"]
+    assert limits["ephemeral-storage"] == "1Gi"
+    assert limits["memory"]
     # spark.authenticate: the driver's ports answer only its executors, with the secret
     # Spark generated and gave each executor pod.
     variables = {v["name"]: v.get("value") for v in container["env"]}

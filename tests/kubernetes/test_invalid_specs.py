@@ -82,6 +82,12 @@ INVALID_SPECS = [
     ({"savepoints": {"interval": "0s"}}, "spec.savepoints.interval", "greater than 0s"),
     ({"imagePullSecrets": [{"name": "Registry"}]}, "spec.imagePullSecrets[0].name", "DNS-1123"),
     ({"imagePullSecrets": [{}]}, "spec.imagePullSecrets[0].name", "required"),
+    ({"podTemplate": {"kind": "Deployment"}}, "spec.podTemplate.kind", "one of"),
+    (
+        {"executor": {"podTemplate": {"apiVersion": "apps/v1"}}},
+        "spec.executor.podTemplate.apiVersion",
+        "one of",
+    ),
     (
         {"restore": {"savepointRedeployNonce": 2}},
         "spec.restore.savepointRedeployNonce",

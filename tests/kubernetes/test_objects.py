@@ -1026,7 +1026,7 @@ def test_annotations_over_the_api_servers_limit_in_the_driver_pod_are_a_problem(
             f"{objects.MAX_ANNOTATION_BYTES + 1} bytes, over Kubernetes' limit of 262144: "
             f"{len('note') + fits + 1} of them these, the rest the executors' pod template "
             "the operator puts there (spec.executor's volumes, volumeMounts and tolerations, "
-            "and the operator's restricted security context)"
+            "the executors' pod template, and the operator's restricted security context)"
         ]
         if over
         else []

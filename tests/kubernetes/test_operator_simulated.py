@@ -2305,6 +2305,12 @@ def test_a_restarted_operator_says_no_generation_observed_already_again(
             f"service account (namespace {OPERATOR_NAMESPACE}), which a job's pods may not "
             "use: give the job one of its own",
         ),
+        # A pod template's spec, a core/v1 PodSpec the job's schema passes on as it is.
+        (
+            {"podTemplate": {"spec": {"tolerations": [{"key": "k", "tolerationSeconds": "5"}]}}},
+            "spec.podTemplate.spec.tolerations[0].tolerationSeconds: Input should be a valid "
+            "integer",
+        ),
     ],
     ids=[
         "executor-mount-of-no-volume",
@@ -2312,6 +2318,7 @@ def test_a_restarted_operator_says_no_generation_observed_already_again(
         "driver-volume-of-a-misspelt-source",
         "driver-volume-path-a-number",
         "the-operators-service-account",
+        "pod-template-of-a-wrong-type",
     ],
 )
 def test_pods_the_api_server_would_refuse_are_an_invalid_spec_naming_the_field(

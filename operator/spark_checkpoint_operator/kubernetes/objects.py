@@ -33,6 +33,7 @@ from spark_checkpoint_operator.driver_command import (
     submit_arguments,
 )
 from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.manifest.pod_template import MAIN_CONTAINER, merged
 from spark_checkpoint_operator.manifest.validation import (
     PATTERN_HINTS,
     QUALIFIED_NAME_PATTERN,
@@ -194,8 +195,8 @@ def storage_owner(manifest: JobManifest, job: Mapping[str, Any]) -> StorageOwner
 def deployment_hash(spec: Mapping[str, Any]) -> str:
     """What a running driver was built from: a change means savepoint, redeploy, restore.
     Checkpoint settings (but the pods' live volume), the trigger nonces and the desired
-    state are not part of it; the restart nonce and the pull secrets are (a change of either
-    is an upgrade)."""
+    state are not part of it; the restart nonce, the pull secrets and the pod template are
+    (a change of any is an upgrade)."""
     deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
     deployed |= {key: spec.get(key) for key in ("driver", "executor")}
     # Only when set: the hash of every job that has none stays what it was.
@@ -205,6 +206,8 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
         deployed["restartNonce"] = nonce
     if secrets := spec.get("imagePullSecrets"):
         deployed["imagePullSecrets"] = secrets
+    if template := spec.get("podTemplate"):
+        deployed["podTemplate"] = template
     text = json.dumps(deployed, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:DEPLOYMENT_HASH_LENGTH]
 
@@ -358,8 +361,9 @@ def driver_pod(
 def executor_pod_template(manifest: JobManifest, user_ids: UserIds) -> dict[str, Any]:
     """What Spark's settings cannot say about executor pods, as the template Spark builds
     each one from: the manifest's tolerations, volumes and mounts, and the restricted
-    security context of the operator's own pods. Spark keeps these and adds its own
-    (name, image, resources, labels, annotations, env, its volumes and the live claim's)."""
+    security context of the operator's own pods, over the job's executor pod template.
+    Spark keeps these and adds its own (name, image, resources, labels, annotations, env,
+    its volumes and the live claim's)."""
     executor = manifest.spec.executor
     container = {
         "name": EXECUTOR_CONTAINER,
@@ -373,8 +377,8 @@ def executor_pod_template(manifest: JobManifest, user_ids: UserIds) -> dict[str,
     }
     if executor.tolerations:
         pod_spec["tolerations"] = list(executor.tolerations)
-    template: dict[str, Any] = _plain({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
-    return template
+    own = _plain({"apiVersion": "v1", "kind": "Pod", "spec": pod_spec})
+    return _over_template(manifest.spec.executor_pod_template, EXECUTOR_CONTAINER, own)
 
 
 def _driver_annotations(
@@ -449,6 +453,17 @@ def pod_problems(manifest: JobManifest) -> list[str]:
             f"{EXECUTOR_TEMPLATE_SETTING}, whose template replaces the operator's; put "
             "tolerations, volumes and volumeMounts in that template"
         )
+    if EXECUTOR_TEMPLATE_SETTING in spec.application.spark_conf:
+        problems += [
+            f"{field}: not applied to the executors with sparkConf {EXECUTOR_TEMPLATE_SETTING}, "
+            "whose template replaces the operator's"
+            + (": put it in spec.driver.podTemplate and that template" if common else "")
+            for field, template, common in (
+                ("spec.podTemplate", spec.pod_template, True),
+                ("spec.executor.podTemplate", spec.executor.pod_template, False),
+            )
+            if template
+        ]
     conf = spec.application.spark_conf
     job_own = job_labels(manifest, EXECUTOR)
     problems += [
@@ -484,27 +499,63 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         executor_own[WORK_VOLUME] = WORK_DIR
     driver_own = {TOKEN_VOLUME: TOKEN_DIR, WORK_VOLUME: WORK_DIR, LIVE_VOLUME: LIVE_ROOT_DIR}
     driver_own[EXECUTOR_TEMPLATE_VOLUME] = EXECUTOR_TEMPLATE_DIR
-    for role, own, volumes, mounts in (
-        ("driver", driver_own, spec.driver.volumes, spec.driver.volume_mounts),
-        ("executor", executor_own, spec.executor.volumes, spec.executor.volume_mounts),
+    for role, own, role_spec in (
+        (DRIVER, driver_own, spec.driver),
+        (EXECUTOR, executor_own, spec.executor),
     ):
-        problems += _volume_problems(role, own, volumes, mounts)
+        templates = _role_templates(manifest, role)
+        volumes = [
+            *((f"spec.{role}.volumes[{i}]", v) for i, v in enumerate(role_spec.volumes)),
+            *(
+                (f"{field}.spec.volumes[{i}]", volume)
+                for field, template in templates
+                for i, volume in enumerate(_template_items(template, "volumes"))
+            ),
+        ]
+        mounts = [
+            *((f"spec.{role}.volumeMounts[{i}]", m) for i, m in enumerate(role_spec.volume_mounts)),
+            *(
+                (f"{field}.spec.containers[{c}].volumeMounts[{i}]", mount)
+                for field, template in templates
+                for c, container in enumerate(_template_items(template, "containers"))
+                if _is_main(container)
+                for i, mount in enumerate(_mounts(container))
+            ),
+        ]
+        others = [
+            (f"{field}.spec.{group}[{c}].volumeMounts[{i}]", mount)
+            for field, template in templates
+            for group in ("containers", "initContainers")
+            for c, container in enumerate(_template_items(template, group))
+            if not (group == "containers" and _is_main(container))
+            for i, mount in enumerate(_mounts(container))
+        ]
+        where = " nor ".join(
+            [f"spec.{role}.volumes", *(f"{field}.spec.volumes" for field, _ in templates)]
+        )
+        problems += _volume_problems(role, own, volumes, mounts, other_mounts=others, where=where)
+    problems += _template_problems(manifest)
     # The driver pod's annotations hold the executors' pod template (their volumes, mounts
     # and tolerations) besides the driver's own; the larger of the two templates (with an
     # fsGroup), so that a spec is valid whatever the setting.
+    templated = _template_annotations(spec.driver_pod_template)
     driver_bytes = _annotation_bytes(
-        _driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH, UserIds.IMAGE)
+        {**templated, **_driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH, UserIds.IMAGE)}
     )
     if driver_bytes > MAX_ANNOTATION_BYTES:
-        drivers = _annotation_bytes(spec.driver.annotations)
+        drivers = _annotation_bytes({**templated, **spec.driver.annotations})
         problems.append(
             f"spec.driver.annotations: the driver pod's annotations would take {driver_bytes} "
             f"bytes, over Kubernetes' limit of {MAX_ANNOTATION_BYTES}: {drivers} of them "
-            "these, the rest the executors' pod template the operator puts there "
-            "(spec.executor's volumes, volumeMounts and tolerations, and the operator's "
-            "restricted security context)"
+            + ("these and its pod templates'" if templated else "these")
+            + ", the rest the executors' pod template the operator puts there "
+            "(spec.executor's volumes, volumeMounts and tolerations, the executors' pod "
+            "template, and the operator's restricted security context)"
         )
-    if (executors := _annotation_bytes(spec.executor.annotations)) > MAX_ANNOTATION_BYTES:
+    executors = _annotation_bytes(
+        {**_template_annotations(spec.executor_pod_template), **spec.executor.annotations}
+    )
+    if executors > MAX_ANNOTATION_BYTES:
         problems.append(
             f"spec.executor.annotations: {executors} bytes, over Kubernetes' limit of "
             f"{MAX_ANNOTATION_BYTES} for a pod's annotations"
@@ -529,29 +580,34 @@ def pod_problems(manifest: JobManifest) -> list[str]:
 def _volume_problems(
     role: str,
     own: Mapping[str, str],
-    volumes: tuple[Mapping[str, Any], ...],
-    mounts: tuple[Mapping[str, Any], ...],
+    volumes: list[tuple[str, Mapping[str, Any]]],
+    mounts: list[tuple[str, Mapping[str, Any]]],
+    *,
+    other_mounts: list[tuple[str, Mapping[str, Any]]],
+    where: str,
 ) -> list[str]:
-    """``own``: the volumes (name: mount path) the operator or Spark adds to the role's pods."""
+    """``own``: the volumes (name: mount path) the operator or Spark adds to the role's
+    pods; ``volumes``, ``mounts`` (of the pod's own container) and ``other_mounts`` (of a
+    pod template's other containers): the spec's, each with its field; ``where`` the
+    spec's volumes are."""
     problems = []
     taken_paths = {_mount_point(path) for path in own.values()}
     names: set[str] = set()
-    for index, volume in enumerate(volumes):
-        field, name = f"spec.{role}.volumes[{index}].name", volume.get("name")
+    for field, volume in volumes:
+        name = volume.get("name")
         if not isinstance(name, str) or not name:
-            problems.append(f"{field}: required")
+            problems.append(f"{field}.name: required")
         elif name in names:
-            problems.append(f"{field}: {name!r} names two volumes")
+            problems.append(f"{field}.name: {name!r} names two volumes")
         elif name in own or (role == EXECUTOR and name.startswith(_SPARK_LOCAL_DIR_VOLUME_PREFIX)):
-            problems.append(f"{field}: {name!r} is a volume the operator or Spark adds")
+            problems.append(f"{field}.name: {name!r} is a volume the operator or Spark adds")
         names.add(str(name))
     paths: set[str] = set()
-    for index, mount in enumerate(mounts):
-        field, name, path = (
-            f"spec.{role}.volumeMounts[{index}]",
-            mount.get("name"),
-            mount.get("mountPath"),
-        )
+    for field, mount, in_own_container in [
+        *((field, mount, True) for field, mount in mounts),
+        *((field, mount, False) for field, mount in other_mounts),
+    ]:
+        name, path = mount.get("name"), mount.get("mountPath")
         if not isinstance(name, str) or not name:
             problems.append(f"{field}.name: required")
         elif role == DRIVER and name in own:
@@ -562,10 +618,12 @@ def _volume_problems(
                 "and mounts, have none of that name)"
             )
         elif name not in names and name not in own:
-            problems.append(f"{field}.name: {name!r} is not in spec.{role}.volumes")
+            problems.append(f"{field}.name: {name!r} is not in {where}")
         if not isinstance(path, str) or not path.startswith("/"):
             problems.append(f"{field}.mountPath: an absolute path is required")
             continue
+        if not in_own_container:
+            continue  # the pod's own container's paths are free in another
         point = _mount_point(path)
         if point in paths:
             problems.append(f"{field}.mountPath: {path!r} mounts two volumes")
@@ -737,7 +795,7 @@ def _pod(
         pod_spec["nodeSelector"] = dict(role.node_selector)
     if role.tolerations:
         pod_spec["tolerations"] = list(role.tolerations)
-    pod: dict[str, Any] = _plain(
+    own: dict[str, Any] = _plain(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -751,10 +809,145 @@ def _pod(
         }
     )
     if name is not None:
-        pod["metadata"]["name"] = name
+        own["metadata"]["name"] = name
     if generate_name is not None:
-        pod["metadata"]["generateName"] = generate_name
-    return pod
+        own["metadata"]["generateName"] = generate_name
+    return _over_template(manifest.spec.driver_pod_template, container["name"], own)
+
+
+def _over_template(
+    template: Mapping[str, Any], own_container: str, pod: dict[str, Any]
+) -> dict[str, Any]:
+    """``pod`` over the job's pod ``template`` (`merged`: what the operator sets wins),
+    the template's MAIN_CONTAINER as the pod's own, which stays the first container
+    (``kubectl logs`` shows it)."""
+    spec = dict(template.get("spec") or {})
+    spec["containers"] = [
+        {**container, "name": own_container} if _is_main(container) else container
+        for container in _template_items(template, "containers")
+    ]
+    base = {"metadata": template.get("metadata") or {}, "spec": spec}
+    built: dict[str, Any] = merged(base, pod)
+    built["spec"]["containers"].sort(key=lambda container: container["name"] != own_container)
+    return built
+
+
+def _template_items(template: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    """The objects of a template's list ``spec.<key>``; a value of another type is a
+    problem `typed_object_problems` names, and none here."""
+    spec = template.get("spec")
+    items = spec.get(key) if isinstance(spec, Mapping) else None
+    return [item for item in items if isinstance(item, Mapping)] if isinstance(items, list) else []
+
+
+def _template_annotations(template: Mapping[str, Any]) -> dict[str, str]:
+    return dict((template.get("metadata") or {}).get("annotations") or {})
+
+
+def _is_main(container: Mapping[str, Any]) -> bool:
+    return container.get("name") == MAIN_CONTAINER
+
+
+def _mounts(container: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    mounts = container.get("volumeMounts")
+    return [m for m in mounts if isinstance(m, Mapping)] if isinstance(mounts, list) else []
+
+
+def _role_templates(manifest: JobManifest, role: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """The pod templates set for ``role`` (DRIVER: its cleanup and check pods too), each
+    with its field: the common one, then the role's."""
+    own = manifest.spec.driver if role == DRIVER else manifest.spec.executor
+    return [
+        (field, template)
+        for field, template in (
+            ("spec.podTemplate", manifest.spec.pod_template),
+            (f"spec.{role}.podTemplate", own.pod_template),
+        )
+        if template
+    ]
+
+
+# The pod's own container's fields the operator (or Spark) sets, and what the spec says
+# them with.
+_OWN_CONTAINER_FIELDS = {
+    "image": "spec.image",
+    "imagePullPolicy": "spec.imagePullPolicy",
+    "command": "spec.application",
+    "args": "spec.application",
+}
+# What the operator and Spark name the pods' own containers.
+_OWN_CONTAINER_NAMES = frozenset({DRIVER, CLEANUP, CHECK, EXECUTOR_CONTAINER})
+_OWN_ANNOTATIONS = frozenset({ANNOTATION_SPEC_HASH, ANNOTATION_EXECUTOR_TEMPLATE})
+
+
+def _root_problems(field: str, holder: Mapping[str, Any]) -> list[str]:
+    """A security context that asks for root or privileges, which the operator's restricted
+    settings of the pod's own container refuse (the API server a privileged container that
+    may not escalate, the kubelet a root user that must not be root)."""
+    context = holder.get("securityContext")
+    if not isinstance(context, Mapping):
+        return []
+    return [
+        f"{field}.{key}: the job's pods run {what}"
+        for key, value, what in (
+            ("privileged", True, "unprivileged"),
+            ("runAsUser", 0, "as a non-root user"),
+        )
+        if context.get(key) == value and type(context.get(key)) is type(value)
+    ]
+
+
+def _template_problems(manifest: JobManifest) -> list[str]:
+    """What the pod templates may not say, each problem naming its field: the pod's own
+    container by another name, or its image or command; a container named twice; labels
+    and annotations the operator sets."""
+    problems = []
+    operator_labels = {*job_labels(manifest, DRIVER), *_DRIVER_ONLY_LABELS}
+    qualified_name, hint = go_regex(QUALIFIED_NAME_PATTERN), PATTERN_HINTS[QUALIFIED_NAME_PATTERN]
+    for field, template in (
+        ("spec.podTemplate", manifest.spec.pod_template),
+        ("spec.driver.podTemplate", manifest.spec.driver.pod_template),
+        ("spec.executor.podTemplate", manifest.spec.executor.pod_template),
+    ):
+        names: set[Any] = set()
+        for group in ("containers", "initContainers"):
+            for index, container in enumerate(_template_items(template, group)):
+                at, name = f"{field}.spec.{group}[{index}]", container.get("name")
+                if name in names:
+                    problems.append(f"{at}.name: {name!r} names two containers")
+                names.add(name)
+                if name in _OWN_CONTAINER_NAMES:
+                    problems.append(
+                        f"{at}.name: {name!r} is what the operator names a pod's own "
+                        f"container: a pod template names it {MAIN_CONTAINER}"
+                    )
+                elif name == MAIN_CONTAINER and group == "initContainers":
+                    problems.append(
+                        f"{at}.name: {MAIN_CONTAINER} is the pod's own container, not an "
+                        "init container"
+                    )
+                elif name == MAIN_CONTAINER:
+                    problems += [
+                        f"{at}.{key}: set by the operator from {source}"
+                        for key, source in _OWN_CONTAINER_FIELDS.items()
+                        if key in container
+                    ]
+                    problems += _root_problems(f"{at}.securityContext", container)
+        problems += _root_problems(f"{field}.spec.securityContext", template.get("spec") or {})
+        metadata = template.get("metadata") or {}
+        for key in metadata.get("labels") or {}:
+            if key in operator_labels:
+                problems.append(f"{field}.metadata.labels: {key!r} is a label the operator sets")
+            elif not qualified_name.search(key):
+                problems.append(f"{field}.metadata.labels: {key!r} is not {hint}")
+        for key in metadata.get("annotations") or {}:
+            if key in _OWN_ANNOTATIONS:
+                problems.append(
+                    f"{field}.metadata.annotations: {key!r} is an annotation the operator sets"
+                )
+            elif not qualified_name.search(key.lower()):  # as the API server judges them
+                problems.append(f"{field}.metadata.annotations: {key!r} is not {hint}")
+    return problems
 
 
 _EXECUTOR_LABEL_SETTING = "spark.kubernetes.executor.label."

@@ -25,6 +25,7 @@ from kubernetes.aio.client import (
     ApiClient,
     CustomObjectsApi,
     V1Pod,
+    V1PodSpec,
     V1Secret,
     V1Toleration,
     V1Volume,
@@ -44,7 +45,12 @@ from spark_checkpoint.settings import RESTORE_VARIABLE, SettingsError, restore_c
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
-from spark_checkpoint_operator.manifest.model import QUANTITY, JobManifest, volume_quantities
+from spark_checkpoint_operator.manifest.model import (
+    QUANTITY,
+    JobManifest,
+    pod_template_quantities,
+    volume_quantities,
+)
 from spark_checkpoint_operator.supervisor import (
     DRIVER_GONE,
     JANITOR_TIMEOUT_SECONDS,
@@ -1061,7 +1067,39 @@ def typed_object_problems(manifest: JobManifest) -> list[str]:
                 for path, value in volume_quantities(volume)
                 if isinstance(value, str) and (problem := _quantity_problem(value))
             ]
+    for field, template in (
+        ("spec.podTemplate", spec.pod_template),
+        ("spec.driver.podTemplate", spec.driver.pod_template),
+        ("spec.executor.podTemplate", spec.executor.pod_template),
+    ):
+        problems += _pod_spec_problems(f"{field}.spec", template.get("spec"))
+        problems += [
+            f"{field}.{path}: {problem}"
+            for path, value in pod_template_quantities(template)
+            if isinstance(value, str) and (problem := _quantity_problem(value))
+        ]
     return problems
+
+
+def _pod_spec_problems(field: str, pod_spec: Any) -> list[str]:
+    """A pod template's spec against core/v1 PodSpec (its containers may be left out), as
+    the API server decodes it: strictly typed, no unknown field."""
+    if pod_spec is None:
+        return []
+    try:
+        V1PodSpec.model_validate({"containers": [], **pod_spec}, strict=True)
+    except pydantic.ValidationError as error:
+        return [
+            f"{field}{_field_path(detail['loc'])}: "
+            + ("unknown field" if detail["type"] == "extra_forbidden" else detail["msg"])
+            for detail in error.errors()
+        ]
+    return []
+
+
+def _field_path(location: tuple[int | str, ...]) -> str:
+    """A pydantic error's location as a field path: ``.containers[0].name``."""
+    return "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in location)
 
 
 def _quantity_problem(value: str) -> str | None:

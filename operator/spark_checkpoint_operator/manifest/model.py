@@ -16,7 +16,9 @@ from spark_checkpoint_operator.coordinator import (
     SavepointHistoryLimits,
 )
 from spark_checkpoint_operator.manifest import go_duration
+from spark_checkpoint_operator.manifest.pod_template import merged
 
+QuantityPaths = tuple[tuple[str, ...], ...]
 _MEMORY = re.compile(r"([0-9]+)([kmgt])[bi]?", re.IGNORECASE)
 _MEMORY_EXPONENTS = {"k": 1, "m": 2, "g": 3, "t": 4}
 
@@ -83,6 +85,8 @@ class RoleSpec:
     volume_mounts: tuple[Mapping[str, Any], ...]
     labels: Mapping[str, str]
     annotations: Mapping[str, str]
+    # The role's core/v1 PodTemplateSpec (metadata and spec), over spec.podTemplate's.
+    pod_template: Mapping[str, Any]
 
     @property
     def memory_mib(self) -> int:
@@ -164,6 +168,20 @@ class JobSpec:
     shutdown: ShutdownSpec
     # Secrets every pod of the job pulls `image` with (Kubernetes only).
     image_pull_secrets: tuple[str, ...] = ()
+    # Every pod's core/v1 PodTemplateSpec, under the role's own (Kubernetes only).
+    pod_template: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def driver_pod_template(self) -> dict[str, Any]:
+        """The template of the driver pod and of the cleanup and check pods, which run as
+        the driver does: spec.podTemplate, then spec.driver.podTemplate over it."""
+        template: dict[str, Any] = merged(self.pod_template, self.driver.pod_template)
+        return template
+
+    @property
+    def executor_pod_template(self) -> dict[str, Any]:
+        template: dict[str, Any] = merged(self.pod_template, self.executor.pod_template)
+        return template
 
     @property
     def driver_env(self) -> tuple[EnvVar, ...]:
@@ -198,9 +216,9 @@ class JobSpec:
 
 
 def _overridden(common: tuple[EnvVar, ...], own: tuple[EnvVar, ...]) -> tuple[EnvVar, ...]:
-    merged = {variable.name: variable for variable in common}
-    merged.update({variable.name: variable for variable in own})
-    return tuple(merged.values())
+    by_name = {variable.name: variable for variable in common}
+    by_name.update({variable.name: variable for variable in own})
+    return tuple(by_name.values())
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,6 +267,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
             image=spec.get("image"),
             image_pull_policy=None if pull_policy is None else ImagePullPolicy(pull_policy),
             image_pull_secrets=tuple(s["name"] for s in spec.get("imagePullSecrets", ())),
+            pod_template=_pod_template(spec.get("podTemplate")),
             application=Application(
                 main_file=application.get("mainFile"),
                 module=application.get("module"),
@@ -324,12 +343,29 @@ def _objects(items: Sequence[Mapping[str, Any]] | None) -> tuple[Mapping[str, An
 
 
 # The quantities of a core/v1 Volume, by their path in it ("*": every key or item).
-_QUANTITY_PATHS = (
+_VOLUME_QUANTITY_PATHS: QuantityPaths = (
     ("emptyDir", "sizeLimit"),
     ("downwardAPI", "items", "*", "resourceFieldRef", "divisor"),
     ("projected", "sources", "*", "downwardAPI", "items", "*", "resourceFieldRef", "divisor"),
     ("ephemeral", "volumeClaimTemplate", "spec", "resources", "requests", "*"),
     ("ephemeral", "volumeClaimTemplate", "spec", "resources", "limits", "*"),
+)
+# ... and of a core/v1 PodTemplateSpec.
+_CONTAINER_QUANTITY_PATHS: QuantityPaths = (
+    ("resources", "requests", "*"),
+    ("resources", "limits", "*"),
+    ("env", "*", "valueFrom", "resourceFieldRef", "divisor"),
+)
+_POD_TEMPLATE_QUANTITY_PATHS = (
+    *(("spec", "volumes", "*", *path) for path in _VOLUME_QUANTITY_PATHS),
+    *(
+        ("spec", containers, "*", *path)
+        for containers in ("containers", "initContainers")
+        for path in _CONTAINER_QUANTITY_PATHS
+    ),
+    ("spec", "overhead", "*"),
+    ("spec", "resources", "requests", "*"),
+    ("spec", "resources", "limits", "*"),
 )
 # Kubernetes' quantity (resource.Quantity): a decimal, then an SI, binary or exponent suffix.
 QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
@@ -337,20 +373,35 @@ QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkM
 
 def volume_quantities(volume: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """Each quantity of a core/v1 Volume with its path in it (``emptyDir.sizeLimit``)."""
+    return _quantities(volume, _VOLUME_QUANTITY_PATHS)
+
+
+def pod_template_quantities(template: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """Each quantity of a core/v1 PodTemplateSpec with its path in it."""
+    return _quantities(template, _POD_TEMPLATE_QUANTITY_PATHS)
+
+
+def _quantities(value: Mapping[str, Any], paths: QuantityPaths) -> list[tuple[str, Any]]:
     found: list[tuple[str, Any]] = []
 
     def note(path: str, value: Any) -> Any:
         found.append((path, value))
         return value
 
-    _each_quantity(volume, note)
+    _each_quantity(value, note, paths)
     return found
 
 
-def _quantities_as_text(volume: Mapping[str, Any]) -> Any:
-    """A volume with its quantities written as numbers (``sizeLimit: 1``) as text: the API
+def _quantities_as_text(value: Mapping[str, Any], paths: QuantityPaths) -> Any:
+    """``value`` with its quantities written as numbers (``sizeLimit: 1``) as text: the API
     server takes either, the client's typed objects only text."""
-    return _each_quantity(volume, lambda _, value: _quantity(value))
+    return _each_quantity(value, lambda _, quantity: _quantity(quantity), paths)
+
+
+def _pod_template(template: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(
+        copy.deepcopy(_quantities_as_text(template or {}, _POD_TEMPLATE_QUANTITY_PATHS))
+    )
 
 
 def _quantity(value: Any) -> Any:
@@ -358,10 +409,12 @@ def _quantity(value: Any) -> Any:
     return str(value) if is_number else value
 
 
-def _each_quantity(volume: Mapping[str, Any], change: Callable[[str, Any], Any]) -> Any:
-    """``volume`` with ``change(path, value)`` in place of each of its quantities."""
-    changed: Any = volume
-    for path in _QUANTITY_PATHS:
+def _each_quantity(
+    value: Mapping[str, Any], change: Callable[[str, Any], Any], paths: QuantityPaths
+) -> Any:
+    """``value`` with ``change(path, quantity)`` in place of each of its quantities."""
+    changed: Any = value
+    for path in paths:
         changed = _changed_at(changed, path, change, "")
     return changed
 
@@ -410,8 +463,14 @@ def _pod_fields(spec: Mapping[str, Any], name: str) -> dict[str, Any]:
         "env": _env(role.get("env"), f"spec.{name}.env"),
         "node_selector": _strings(role.get("nodeSelector")),
         "tolerations": _objects(role.get("tolerations")),
-        "volumes": _objects([_quantities_as_text(volume) for volume in role.get("volumes") or ()]),
+        "volumes": _objects(
+            [
+                _quantities_as_text(volume, _VOLUME_QUANTITY_PATHS)
+                for volume in role.get("volumes") or ()
+            ]
+        ),
         "volume_mounts": _objects(role.get("volumeMounts")),
         "labels": _strings(role.get("labels")),
         "annotations": _strings(role.get("annotations")),
+        "pod_template": _pod_template(role.get("podTemplate")),
     }

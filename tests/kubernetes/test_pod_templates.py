@@ -1,0 +1,549 @@
+"""Pod templates (spec.podTemplate, spec.driver.podTemplate, spec.executor.podTemplate):
+what the job's pods are built over, what the operator's own settings win over, and what a
+template may not say."""
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from helpers.doc_blocks import marked_blocks
+from spark_checkpoint.janitor_commands import CollectGarbage
+from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.runtime import pod_spec_problems, typed_object_problems
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.model import JobManifest
+from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.validation import validate_document
+
+FIXTURES = Path(__file__).parent.parent / "manifest" / "fixtures"
+KUBERNETES_VERSION = "1.30"
+MAIN = "spark-main-container"
+UID = "0b6c3a52-6f1d-4a57-9d0c-6c1b8f1d2e3f"
+
+COMMON = {
+    "metadata": {"labels": {"team": "payments", "tier": "common"}},
+    "spec": {
+        "priorityClassName": "streaming",
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "zone", "operator": "In", "values": ["a", "b"]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "containers": [
+            {
+                "name": MAIN,
+                "resources": {"limits": {"ephemeral-storage": "2Gi"}},
+                "volumeMounts": [{"name": "logs", "mountPath": "/var/log/app"}],
+                "env": [{"name": "TZ", "value": "UTC"}],
+            },
+            {
+                "name": "log-shipper",
+                "image": "fluent/fluent-bit:3.1",
+                "volumeMounts": [{"name": "logs", "mountPath": "/logs", "readOnly": True}],
+            },
+        ],
+        "volumes": [{"name": "logs", "emptyDir": {"sizeLimit": 1073741824}}],
+    },
+}
+DRIVER = {
+    "metadata": {"labels": {"tier": "driver"}, "annotations": {"example.com/owner": "x"}},
+    "spec": {
+        "priorityClassName": "streaming-critical",
+        "initContainers": [
+            {"name": "wait-for-kafka", "image": "busybox:1.36", "command": ["true"]}
+        ],
+        "containers": [{"name": "log-shipper", "args": ["--driver"]}],
+    },
+}
+EXECUTOR = {
+    "spec": {
+        "topologySpreadConstraints": [
+            {
+                "maxSkew": 1,
+                "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "ScheduleAnyway",
+            }
+        ]
+    }
+}
+
+
+def _document(
+    common: Any = COMMON, driver: Any = DRIVER, executor: Any = EXECUTOR
+) -> dict[str, Any]:
+    raw = yaml.safe_load((FIXTURES / "full-job.yaml").read_text())
+    raw["spec"]["podTemplate"] = copy.deepcopy(common)
+    raw["spec"]["driver"]["podTemplate"] = copy.deepcopy(driver)
+    raw["spec"]["executor"]["podTemplate"] = copy.deepcopy(executor)
+    return raw
+
+
+def _job(**templates: Any) -> tuple[JobManifest, dict[str, Any]]:
+    document = validate_document(_document(**templates))
+    document["metadata"]["uid"] = UID
+    return manifest_from_document(document), document
+
+
+def _driver_pod(manifest: JobManifest, document: dict[str, Any]) -> dict[str, Any]:
+    return objects.driver_pod(
+        manifest,
+        document,
+        attempt=1,
+        storage="s3a://bucket/checkpoints",
+        restore=[],
+        deployed_hash=objects.deployment_hash(document["spec"]),
+        user_ids=objects.UserIds.IMAGE,
+    )
+
+
+def _cleanup_pod(manifest: JobManifest, document: dict[str, Any]) -> dict[str, Any]:
+    return objects.cleanup_pod(
+        manifest,
+        document,
+        storage="s3a://b/c",
+        command=CollectGarbage((), ()),
+        user_ids=objects.UserIds.IMAGE,
+    )
+
+
+def test_the_driver_pod_is_built_over_the_common_and_the_drivers_template() -> None:
+    manifest, document = _job()
+    plain, _ = _job(common={}, driver={}, executor={})
+    pod = _driver_pod(manifest, document)
+    own = _driver_pod(plain, document)
+
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    # The pod's own container first (`kubectl logs` shows it), then the sidecar.
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["driver", "log-shipper"]
+    driver, shipper = pod["spec"]["containers"]
+    # The operator's settings win: command, image, cpu and memory, its security context.
+    own_driver = own["spec"]["containers"][0]
+    for key in ("command", "image", "securityContext", "ports", "terminationMessagePolicy"):
+        assert driver[key] == own_driver[key], key
+    assert driver["resources"]["limits"] == {
+        **own_driver["resources"]["limits"],
+        "ephemeral-storage": "2Gi",
+    }
+    # The template's lists come first, the operator's after (its variables win).
+    assert driver["env"] == [{"name": "TZ", "value": "UTC"}, *own_driver["env"]]
+    assert driver["volumeMounts"] == [
+        {"name": "logs", "mountPath": "/var/log/app"},
+        *own_driver["volumeMounts"],
+    ]
+    # The role's template over the common one: merged by name, scalars replaced.
+    assert shipper["image"] == "fluent/fluent-bit:3.1"
+    assert shipper["args"] == ["--driver"]
+    assert pod["spec"]["priorityClassName"] == "streaming-critical"
+    assert pod["spec"]["initContainers"][0]["name"] == "wait-for-kafka"
+    assert pod["spec"]["affinity"] == COMMON["spec"]["affinity"]
+    assert pod["spec"]["tolerations"] == [
+        {"key": "spot", "operator": "Exists"},
+        *own["spec"]["tolerations"],
+    ]
+    assert pod["spec"]["volumes"] == [
+        {"name": "logs", "emptyDir": {"sizeLimit": "1073741824"}},
+        *own["spec"]["volumes"],
+    ]
+    for key in ("restartPolicy", "securityContext", "serviceAccountName", "nodeSelector"):
+        assert pod["spec"][key] == own["spec"][key], key
+    labels = pod["metadata"]["labels"]
+    assert labels == {"team": "payments", "tier": "driver", **own["metadata"]["labels"]}
+    annotations = pod["metadata"]["annotations"]
+    assert annotations.pop(objects.ANNOTATION_EXECUTOR_TEMPLATE)  # the next test's
+    own["metadata"]["annotations"].pop(objects.ANNOTATION_EXECUTOR_TEMPLATE)
+    assert annotations == {"example.com/owner": "x", **own["metadata"]["annotations"]}
+
+
+def test_cleanup_and_check_pods_take_the_drivers_template() -> None:
+    """They run as the driver does (its credentials, its nodes); a sidecar does not keep
+    them from ending: the operator reads their own container and deletes them."""
+    manifest, document = _job()
+    cleanup = _cleanup_pod(manifest, document)
+    check = objects.check_pod(
+        manifest,
+        document,
+        storage="s3a://b/c",
+        image="checkpoint:3",
+        user_ids=objects.UserIds.IMAGE,
+    )
+
+    for pod, component in ((cleanup, objects.CLEANUP), (check, objects.CHECK)):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        assert [c["name"] for c in pod["spec"]["containers"]] == [component, "log-shipper"]
+        assert pod["spec"]["priorityClassName"] == "streaming-critical"
+        assert pod["spec"]["initContainers"][0]["name"] == "wait-for-kafka"
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        assert pod["metadata"]["labels"]["tier"] == "driver"
+        own = pod["spec"]["containers"][0]
+        assert own["resources"]["limits"]["ephemeral-storage"] == "2Gi"
+        assert own["command"][:3] == ["python", "-m", "spark_checkpoint.janitor"]
+
+
+def test_the_executors_template_is_built_over_the_common_and_the_executors_template() -> None:
+    manifest, document = _job()
+    template = objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
+    pod = _driver_pod(manifest, document)
+
+    assert json.loads(pod["metadata"]["annotations"][objects.ANNOTATION_EXECUTOR_TEMPLATE]) == (
+        template
+    )
+    kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
+    spark, shipper = template["spec"]["containers"]
+    assert spark["name"] == objects.EXECUTOR_CONTAINER
+    assert spark["securityContext"]["capabilities"]["drop"] == ["ALL"]
+    assert spark["resources"] == {"limits": {"ephemeral-storage": "2Gi"}}
+    assert spark["volumeMounts"] == [
+        {"name": "logs", "mountPath": "/var/log/app"},
+        {"name": "scratch", "mountPath": "/scratch"},
+    ]
+    assert "args" not in shipper  # the driver's template's, not the executors'
+    assert template["spec"]["priorityClassName"] == "streaming"
+    assert template["spec"]["topologySpreadConstraints"][0]["maxSkew"] == 1
+    assert "initContainers" not in template["spec"]
+    assert template["metadata"]["labels"] == {"team": "payments", "tier": "common"}
+
+
+def test_a_pod_template_is_part_of_the_deployment_and_none_leaves_the_hash_alone() -> None:
+    with_templates = _document()
+    without = _document(common={}, driver={}, executor={})
+    for spec in (with_templates["spec"], without["spec"]):
+        spec["podTemplate"] or spec.pop("podTemplate")
+    unset = copy.deepcopy(without)
+    for role in ("driver", "executor"):
+        del unset["spec"][role]["podTemplate"]
+
+    hashes = {objects.deployment_hash(document["spec"]) for document in (with_templates, without)}
+    assert len(hashes) == 2
+    changed = copy.deepcopy(with_templates)
+    changed["spec"]["podTemplate"]["spec"]["priorityClassName"] = "other"
+    assert objects.deployment_hash(changed["spec"]) not in hashes
+    # Empty templates are no change: a job's hash stays what it was.
+    assert objects.deployment_hash(without["spec"]) != objects.deployment_hash(unset["spec"])
+
+
+def _problems(**templates: Any) -> list[str]:
+    manifest, _ = _job(**templates)
+    return pod_spec_problems(manifest)
+
+
+def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    return {**template, "spec": {**template.get("spec", {}), **spec}}
+
+
+@pytest.mark.parametrize(
+    ("templates", "problem"),
+    [
+        (
+            {"driver": {"spec": {"containers": [{"name": "driver", "image": "x"}]}}},
+            "spec.driver.podTemplate.spec.containers[0].name: 'driver' is what the operator "
+            "names a pod's own container: a pod template names it spark-main-container",
+        ),
+        (
+            {"executor": {"spec": {"containers": [{"name": "spark-kubernetes-executor"}]}}},
+            "spec.executor.podTemplate.spec.containers[0].name: 'spark-kubernetes-executor' "
+            "is what the operator names a pod's own container: a pod template names it "
+            "spark-main-container",
+        ),
+        (
+            {"driver": {"spec": {"containers": [{"name": MAIN, "args": ["--x"]}]}}},
+            "spec.driver.podTemplate.spec.containers[0].args: set by the operator from "
+            "spec.application",
+        ),
+        (
+            {"executor": {"spec": {"containers": [{"name": MAIN, "image": "other:1"}]}}},
+            "spec.executor.podTemplate.spec.containers[0].image: set by the operator from "
+            "spec.image",
+        ),
+        (
+            {"driver": {"spec": {"initContainers": [{"name": MAIN, "image": "x"}]}}},
+            "spec.driver.podTemplate.spec.initContainers[0].name: spark-main-container is "
+            "the pod's own container, not an init container",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [{"name": "a", "image": "x"}],
+                        "initContainers": [{"name": "a", "image": "x"}],
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.initContainers[0].name: 'a' names two containers",
+        ),
+        (
+            {"common": {"metadata": {"labels": {"sparkcheckpoint.io/job": "other"}}}},
+            "spec.podTemplate.metadata.labels: 'sparkcheckpoint.io/job' is a label the "
+            "operator sets",
+        ),
+        (
+            {"executor": {"metadata": {"labels": {"spark-role": "driver"}}}},
+            "spec.executor.podTemplate.metadata.labels: 'spark-role' is a label the operator sets",
+        ),
+        (
+            {
+                "driver": {
+                    "metadata": {"annotations": {"sparkcheckpoint.io/deployment-hash": "0" * 16}}
+                }
+            },
+            "spec.driver.podTemplate.metadata.annotations: 'sparkcheckpoint.io/deployment-"
+            "hash' is an annotation the operator sets",
+        ),
+        (
+            {
+                "executor": {
+                    "spec": {
+                        "containers": [{"name": MAIN, "securityContext": {"privileged": True}}]
+                    }
+                }
+            },
+            "spec.executor.podTemplate.spec.containers[0].securityContext.privileged: the "
+            "job's pods run unprivileged",
+        ),
+        (
+            {"common": {"spec": {"securityContext": {"runAsUser": 0}}}},
+            "spec.podTemplate.spec.securityContext.runAsUser: the job's pods run as a "
+            "non-root user",
+        ),
+        (
+            {"driver": {"metadata": {"labels": {"-bad": "x"}}}},
+            "spec.driver.podTemplate.metadata.labels: '-bad' is not a label or annotation key "
+            "(an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' "
+            "and '.', starting and ending with a letter or digit)",
+        ),
+        (
+            {"driver": {"spec": {"volumes": [{"name": "agent-token", "emptyDir": {}}]}}},
+            "spec.driver.podTemplate.spec.volumes[0].name: 'agent-token' is a volume the "
+            "operator or Spark adds",
+        ),
+        (
+            {"common": _with(COMMON, volumes=[])},
+            "spec.podTemplate.spec.containers[0].volumeMounts[0].name: 'logs' is not in "
+            "spec.driver.volumes nor spec.podTemplate.spec.volumes nor "
+            "spec.driver.podTemplate.spec.volumes",
+        ),
+        (
+            {
+                "executor": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "peek",
+                                "image": "x",
+                                "volumeMounts": [{"name": "checkpoint-work", "mountPath": "/w"}],
+                            }
+                        ]
+                    }
+                },
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "peek",
+                                "image": "x",
+                                "volumeMounts": [{"name": "agent-token", "mountPath": "/t"}],
+                            }
+                        ]
+                    }
+                },
+            },
+            "spec.driver.podTemplate.spec.containers[0].volumeMounts[0].name: 'agent-token' "
+            "is a volume the operator adds to the driver pod alone (the job's cleanup and "
+            "check pods, which take the driver's volumes and mounts, have none of that name)",
+        ),
+        (
+            {
+                "common": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": MAIN,
+                                "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                            }
+                        ],
+                    }
+                },
+                "driver": {},
+            },
+            "spec.podTemplate.spec.containers[0].volumeMounts[0].mountPath: '/scratch' "
+            "mounts two volumes",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": MAIN,
+                                "volumeMounts": [
+                                    {"name": "logs", "mountPath": "/var/run/spark-checkpoint/x"}
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].volumeMounts[0].mountPath: "
+            "'/var/run/spark-checkpoint/x' is where the operator or Spark mounts "
+            "(/var/run/spark-checkpoint), or inside it",
+        ),
+        (
+            {"common": _with(COMMON, tolerations=[{"key": "k", "tolerationSeconds": "5"}])},
+            "spec.podTemplate.spec.tolerations[0].tolerationSeconds: Input should be a valid "
+            "integer",
+        ),
+        (
+            {"executor": {"spec": {"nodeSelecter": {"pool": "x"}}}},
+            "spec.executor.podTemplate.spec.nodeSelecter: unknown field",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {"containers": [{"name": "x", "ports": [{"containerPort": "80"}]}]}
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].ports[0].containerPort: Input should "
+            "be a valid integer",
+        ),
+        (
+            {"driver": {"spec": {"containers": [{"image": "x"}]}}},
+            "spec.driver.podTemplate.spec.containers[0].name: Field required",
+        ),
+        (
+            {"driver": {"spec": {"containers": "log-shipper"}}},
+            "spec.driver.podTemplate.spec.containers: Input should be a valid list",
+        ),
+        (
+            {
+                "executor": {
+                    "spec": {"containers": [{"name": MAIN, "resources": {"limits": {"cpu": "a"}}}]}
+                }
+            },
+            "spec.executor.podTemplate.spec.containers[0].resources.limits.cpu: 'a' is not a "
+            "quantity such as 1Gi, 500M or 0.5",
+        ),
+    ],
+)
+def test_what_a_pod_template_may_not_say_is_a_problem_naming_its_field(
+    templates: dict[str, Any], problem: str
+) -> None:
+    found = _problems(**templates)
+    assert problem in found, found
+
+
+def test_the_example_templates_are_no_problem() -> None:
+    assert _problems() == []
+    # A sidecar's own context, and a user that is not root, are the template's to say.
+    sidecar = {"name": "probe", "image": "x", "securityContext": {"runAsUser": 0}}
+    user = {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}
+    assert _problems(driver={"spec": {"containers": [sidecar], **user}}) == []
+    # Quantities written as numbers, as the API server takes them.
+    number = {"spec": {"containers": [{"name": MAIN, "resources": {"limits": {"cpu": 2}}}]}}
+    assert _problems(executor=number) == []
+
+
+def test_an_executor_template_with_sparks_own_template_file_is_a_problem() -> None:
+    raw = _document()
+    raw["spec"]["application"]["sparkConf"] = {
+        "spark.kubernetes.executor.podTemplateFile": "/opt/t.yaml"
+    }
+    for role in ("driver", "executor"):
+        for field in ("tolerations", "volumes", "volumeMounts"):
+            raw["spec"][role].pop(field, None)
+    raw["spec"]["driver"]["podTemplate"] = {}
+    raw["spec"]["podTemplate"]["spec"]["containers"][0].pop("volumeMounts")
+    raw["spec"]["podTemplate"]["spec"]["containers"].pop(1)
+    problems = pod_spec_problems(manifest_from_document(validate_document(raw)))
+
+    setting = "spark.kubernetes.executor.podTemplateFile"
+    assert problems == [
+        f"spec.podTemplate: not applied to the executors with sparkConf {setting}, whose "
+        "template replaces the operator's: put it in spec.driver.podTemplate and that template",
+        f"spec.executor.podTemplate: not applied to the executors with sparkConf {setting}, "
+        "whose template replaces the operator's",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("template", "field"),
+    [
+        ({"apiVersion": "v2"}, "spec.podTemplate.apiVersion"),
+        ({"kind": "Deployment"}, "spec.podTemplate.kind"),
+        ({"metadata": {"name": "x"}}, "spec.podTemplate.metadata"),
+        ({"spec": []}, "spec.podTemplate.spec"),
+        ({"template": {}}, "spec.podTemplate"),
+    ],
+)
+def test_a_pod_templates_frame_is_checked_by_the_schema(template: Any, field: str) -> None:
+    with pytest.raises(ManifestError) as error:
+        validate_document(_document(common=template))
+    assert field in str(error.value)
+
+
+def test_a_pods_manifest_is_a_template() -> None:
+    """kind: Pod and apiVersion: v1, as a Flink user's template has them."""
+    template = {"apiVersion": "v1", "kind": "Pod", **COMMON}
+    manifest, document = _job(common=template)
+    assert pod_spec_problems(manifest) == []
+    kubernetes_validate.validate(_driver_pod(manifest, document), KUBERNETES_VERSION, strict=True)
+
+
+def test_typed_problems_of_templates_are_the_pod_specs_only() -> None:
+    manifest, _ = _job()
+    assert typed_object_problems(manifest) == []
+
+
+def test_the_templates_annotations_count_toward_the_pods_limit() -> None:
+    big = {"metadata": {"annotations": {"note": "x" * objects.MAX_ANNOTATION_BYTES}}}
+    problems = _problems(driver=big, executor=big)
+
+    assert any(
+        p.startswith("spec.driver.annotations: the driver pod's annotations would take")
+        and "of them these and its pod templates'," in p
+        for p in problems
+    ), problems
+    assert any(p.startswith("spec.executor.annotations: ") for p in problems), problems
+
+
+def test_the_documented_templates_build_the_pods_they_describe() -> None:
+    (example,) = marked_blocks(
+        "tests/kubernetes/test_pod_templates.py::"
+        "test_the_documented_templates_build_the_pods_they_describe"
+    )
+    documented = yaml.safe_load(example.text)["spec"]
+    manifest, document = _job(
+        common=documented["podTemplate"],
+        driver=documented["driver"]["podTemplate"],
+        executor=documented["executor"]["podTemplate"],
+    )
+    driver = _driver_pod(manifest, document)
+    cleanup = _cleanup_pod(manifest, document)
+    executors = objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
+
+    assert pod_spec_problems(manifest) == []
+    for pod, own in ((driver, "driver"), (cleanup, "cleanup")):
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        assert [c["name"] for c in pod["spec"]["containers"]] == [own, "log-shipper"]
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["ephemeral-storage"] == "4Gi"
+        assert pod["spec"]["priorityClassName"] == "streaming"
+        assert pod["spec"]["affinity"]["nodeAffinity"]
+        assert pod["metadata"]["labels"]["cost-center"] == "42"
+        assert "topologySpreadConstraints" not in pod["spec"]
+    kubernetes_validate.validate(executors, KUBERNETES_VERSION, strict=True)
+    assert [c["name"] for c in executors["spec"]["containers"]] == [objects.EXECUTOR_CONTAINER]
+    assert executors["spec"]["topologySpreadConstraints"][0]["maxSkew"] == 1
+    assert executors["spec"]["priorityClassName"] == "streaming"
+    assert executors["metadata"]["labels"] == {"cost-center": "42"}
