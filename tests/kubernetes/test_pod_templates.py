@@ -10,6 +10,8 @@ from typing import Any
 import kubernetes_validate
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers.doc_blocks import marked_blocks
 from spark_checkpoint.janitor_commands import CollectGarbage
@@ -547,3 +549,136 @@ def test_the_documented_templates_build_the_pods_they_describe() -> None:
     assert executors["spec"]["topologySpreadConstraints"][0]["maxSkew"] == 1
     assert executors["spec"]["priorityClassName"] == "streaming"
     assert executors["metadata"]["labels"] == {"cost-center": "42"}
+
+
+# Building blocks of templates, the operator's own names among them, so that the drawn
+# templates clash with what the operator and Spark add as often as a user's might.
+_NAMES = st.sampled_from(["logs", "scratch", "agent-token", "checkpoint-work", "cache"])
+_PATHS = st.sampled_from(["/logs", "/scratch", "/var/run/spark-checkpoint", "/data", "/logs"])
+_CONTAINER_NAMES = st.sampled_from([MAIN, "sidecar", "init", "driver", "cleanup"])
+_VOLUMES = st.lists(
+    st.fixed_dictionaries({"name": _NAMES}).map(lambda v: {**v, "emptyDir": {}}), max_size=3
+)
+_MOUNTS = st.lists(st.fixed_dictionaries({"name": _NAMES, "mountPath": _PATHS}), max_size=3)
+_CONTEXT = st.sampled_from(
+    [
+        {},
+        {"runAsUser": 1000},
+        {"runAsUser": 0},
+        {"privileged": True},
+        {"readOnlyRootFilesystem": True},
+    ]
+)
+_CONTAINERS = st.lists(
+    st.fixed_dictionaries(
+        {"name": _CONTAINER_NAMES},
+        optional={
+            "image": st.just("busybox:1.36"),
+            "args": st.just(["x"]),
+            "volumeMounts": _MOUNTS,
+            "securityContext": _CONTEXT,
+            "env": st.just([{"name": "TZ", "value": "UTC"}]),
+            "resources": st.just({"limits": {"ephemeral-storage": 1073741824}}),
+        },
+    ),
+    max_size=3,
+)
+_LABELS = st.dictionaries(
+    st.sampled_from(["team", "sparkcheckpoint.io/job", "spark-role", "tier"]),
+    st.sampled_from(["a", "b"]),
+    max_size=2,
+)
+_TEMPLATES = st.fixed_dictionaries(
+    {},
+    optional={
+        "metadata": st.fixed_dictionaries({}, optional={"labels": _LABELS}),
+        "spec": st.fixed_dictionaries(
+            {},
+            optional={
+                "containers": _CONTAINERS,
+                "initContainers": _CONTAINERS,
+                "volumes": _VOLUMES,
+                "tolerations": st.just([{"key": "spot", "operator": "Exists"}]),
+                "priorityClassName": st.sampled_from(["a", "b"]),
+                "securityContext": _CONTEXT,
+            },
+        ),
+    },
+)
+
+
+def _api_server_refusals(pod: dict[str, Any]) -> list[str]:
+    """Of the API server's semantic pod validation (beyond the schema), what templates
+    could break: names unique, mounts of the pod's volumes at distinct paths, a
+    privileged container that may not escalate, an image for every container."""
+    spec = pod["spec"]
+    refusals = []
+    volumes = [volume["name"] for volume in spec.get("volumes", [])]
+    if len(volumes) != len(set(volumes)):
+        refusals.append(f"duplicate volumes {volumes}")
+    containers = [*spec.get("initContainers", []), *spec["containers"]]
+    names = [container["name"] for container in containers]
+    if len(names) != len(set(names)):
+        refusals.append(f"duplicate containers {names}")
+    for container in containers:
+        mounts = container.get("volumeMounts", [])
+        paths = [mount["mountPath"] for mount in mounts]
+        if len(paths) != len(set(paths)):
+            refusals.append(f"{container['name']}: duplicate mount paths {paths}")
+        refusals += [
+            f"{container['name']}: mount of no volume {mount['name']}"
+            for mount in mounts
+            if mount["name"] not in volumes
+        ]
+        context = container.get("securityContext", {})
+        if context.get("privileged") and context.get("allowPrivilegeEscalation") is False:
+            refusals.append(f"{container['name']}: privileged without escalation")
+        if pod.get("kind") == "Pod" and "image" not in container:
+            refusals.append(f"{container['name']}: no image")
+    return refusals
+
+
+@settings(deadline=None, max_examples=150)
+@given(common=_TEMPLATES, driver=_TEMPLATES, executor=_TEMPLATES)
+def test_templates_without_problems_build_pods_the_api_server_takes(
+    common: dict[str, Any], driver: dict[str, Any], executor: dict[str, Any]
+) -> None:
+    """Whatever the templates, the checks answer (never raise); where they find nothing,
+    every pod built over them is one the API server takes (its schema, and its semantic
+    checks that templates could break)."""
+    manifest, document = _job(common=common, driver=driver, executor=executor)
+    problems = pod_spec_problems(manifest)
+    if problems:
+        return
+    pods = {
+        "driver": _driver_pod(manifest, document),
+        "cleanup": _cleanup_pod(manifest, document),
+    }
+    for name, pod in pods.items():
+        kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+        assert _api_server_refusals(pod) == [], name
+        assert pod["spec"]["containers"][0]["name"] == name
+    template = objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
+    kubernetes_validate.validate(template, KUBERNETES_VERSION, strict=True)
+    # Spark adds the image and its own volumes; the rest must hold already.
+    template_refusals = _api_server_refusals({**template, "kind": "template"})
+    assert [r for r in template_refusals if "mount of no volume" not in r] == []
+
+
+def test_a_container_beside_the_pods_own_needs_an_image_from_either_template() -> None:
+    """The API server refuses a container without one (the property test's find)."""
+    bare = {"spec": {"containers": [{"name": "sidecar"}]}}
+    imaged = {"spec": {"containers": [{"name": "sidecar", "image": "busybox:1.36"}]}}
+
+    assert _problems(common={}, driver=bare, executor={}) == [
+        "spec.driver.podTemplate.spec.containers[0].image: required (the driver pods' "
+        "'sidecar'; only the pod's own container has the job's)"
+    ]
+    # Listed in the common template only: said for the pods of each role.
+    assert _problems(common=bare, driver={}, executor={}) == [
+        "spec.podTemplate.spec.containers[0].image: required (the driver pods' 'sidecar'; "
+        "only the pod's own container has the job's)",
+        "spec.podTemplate.spec.containers[0].image: required (the executor pods' 'sidecar'; "
+        "only the pod's own container has the job's)",
+    ]
+    assert _problems(common=imaged, driver=bare, executor={}) == []

@@ -574,7 +574,8 @@ def pod_problems(manifest: JobManifest) -> list[str]:
                 for key in keyed
                 if not qualified_name.search(judged(key))
             ]
-    return problems
+    # Each once: spec.podTemplate's are checked for the driver's pods and the executors'.
+    return list(dict.fromkeys(problems))
 
 
 def _volume_problems(
@@ -947,6 +948,32 @@ def _template_problems(manifest: JobManifest) -> list[str]:
                 )
             elif not qualified_name.search(key.lower()):  # as the API server judges them
                 problems.append(f"{field}.metadata.annotations: {key!r} is not {hint}")
+    for role in (DRIVER, EXECUTOR):
+        problems += _imageless_problems(manifest, role)
+    return problems
+
+
+def _imageless_problems(manifest: JobManifest, role: str) -> list[str]:
+    """A container besides the pod's own needs an image, which either template may give;
+    the field named is the first that lists it."""
+    merged_template = (
+        manifest.spec.driver_pod_template if role == DRIVER else manifest.spec.executor_pod_template
+    )
+    problems = []
+    for group in ("containers", "initContainers"):
+        for container in _template_items(merged_template, group):
+            if "image" in container or (group == "containers" and _is_main(container)):
+                continue
+            field, index = next(
+                (field, index)
+                for field, template in _role_templates(manifest, role)
+                for index, listed in enumerate(_template_items(template, group))
+                if listed.get("name") == container.get("name")
+            )
+            problems.append(
+                f"{field}.spec.{group}[{index}].image: required (the {role} pods' "
+                f"{container.get('name')!r}; only the pod's own container has the job's)"
+            )
     return problems
 
 
