@@ -472,6 +472,9 @@ class Observed:
     pending_change: tuple[str, str] | None = None
     # How a Suspended job is run again, on this runtime.
     resumes: str = "at its next run (on this machine: spark-checkpoint run)"
+    # What a Suspended job resumes from when the spec chose it (a redeploy's image, not
+    # restored yet); None: the record's restore choice, or its newest image.
+    resumes_from: str | None = None
 
 
 def render_status(
@@ -577,10 +580,14 @@ def _conditions(
     now: float,
 ) -> list[dict[str, Any]]:
     running = record.phase is JobPhase.RUNNING
+    choice = record.restore_choice
+    resumes_from = observed.resumes_from or (
+        f"{choice.image}, the image chosen to restore" if choice else "its newest image"
+    )
     ready_message = record.message or (
         # Not "after a savepoint": a driver starting, restarting, or stopped without a final
-        # savepoint is suspended without one, and resumes from its newest image.
-        f"suspended; it resumes from its newest image {observed.resumes}"
+        # savepoint is suspended without one.
+        f"suspended; it resumes from {resumes_from} {observed.resumes}"
         if record.phase is JobPhase.SUSPENDED
         else _PHASE_MESSAGES[record.phase]
     )

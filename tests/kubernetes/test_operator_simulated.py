@@ -1337,7 +1337,19 @@ def test_a_redeploy_asked_while_the_job_is_suspended_is_carried_out_when_it_resu
     assert suspended["lastSavepoint"]["label"] == "suspend"
 
     cluster.patch_spec("orders", redeploy(older, 1))
-    time.sleep(1)
+    # Ready says which image it resumes from: the redeploy's, not its newest.
+    waiting = (
+        f"suspended; it resumes from savepoint:{older} (spec.restore.savepointRedeployNonce "
+        "1) when spec.state is Running"
+    )
+    cluster.wait_for(
+        "Ready naming the redeploy's image",
+        lambda: (
+            {c["type"]: c for c in cluster.status("orders")["conditions"]}["Ready"]["message"]
+            == waiting
+        ),
+        job="orders",
+    )
     assert cluster.driver_pods("orders") == []
     cluster.patch_spec("orders", {"state": "Running"})
 

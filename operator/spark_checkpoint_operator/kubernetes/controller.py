@@ -1080,7 +1080,20 @@ class JobController:
             spec_tolerated=self._tolerated,
             pending_change=self._pending_change(),
             resumes="when spec.state is Running",
+            resumes_from=self._redeploy_pending(),
         )
+
+    def _redeploy_pending(self) -> str | None:
+        """The image a redeploy the job waits to run (Suspended) will restore; None if none
+        waits or the redeploy would be refused."""
+        manifest = self._manifest
+        if manifest is None or (nonce := self._redeploy_due(manifest)) is None:
+            return None
+        try:
+            image = self._redeploy_target(manifest)
+        except UnknownImage:
+            return None
+        return f"{image.candidate} (spec.restore.savepointRedeployNonce {nonce})"
 
     def _pending_change(self) -> tuple[str, str] | None:
         """What the spec asks of the running driver that has not happened yet: GitOps tools
