@@ -8,6 +8,7 @@ import json
 import tempfile
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +27,7 @@ from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.status import (
     DiscardDue,
     InvalidStatus,
+    Observed,
     PersistedStatus,
     RegisteredSnapshots,
     RestoreChoice,
@@ -286,3 +288,27 @@ def test_a_count_out_of_range_is_named(written: dict[str, object], said: str) ->
     with pytest.raises(InvalidStatus) as refused:
         PersistedStatus.from_dict(written)
     assert str(refused.value).startswith(said), refused.value
+
+
+def test_a_suspended_jobs_ready_names_the_image_it_resumes_from() -> None:
+    """Its newest, or the image a restore chose while that choice is in force (not 'its
+    newest image' while the chosen one is what a resume restores)."""
+
+    def ready(record: JobRecord, **observed: Any) -> str:
+        rendered = render_status(record, now=1_000.0, observed=Observed(**observed))
+        (condition,) = [c for c in rendered["conditions"] if c["type"] == "Ready"]
+        return str(condition["message"])
+
+    record = JobRecord(phase=JobPhase.SUSPENDED)
+    resumes = "at its next run (on this machine: spark-checkpoint run)"
+    assert ready(record) == f"suspended; it resumes from its newest image {resumes}"
+    record.restore_choice = RestoreChoice("savepoint:3", record.coordinator.completed_count)
+    assert ready(record) == (
+        f"suspended; it resumes from savepoint:3, the image chosen to restore {resumes}"
+    )
+    assert ready(record, resumes_from="savepoint:2 (a redeploy)", resumes="later") == (
+        "suspended; it resumes from savepoint:2 (a redeploy) later"
+    )
+    # Lapsed (an image completed after it): the newest again.
+    record.restore_choice = RestoreChoice("savepoint:3", record.coordinator.completed_count - 1)
+    assert ready(record) == f"suspended; it resumes from its newest image {resumes}"
