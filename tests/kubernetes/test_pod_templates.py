@@ -234,7 +234,7 @@ def test_a_pod_template_is_part_of_the_deployment_and_none_leaves_the_hash_alone
     changed["spec"]["podTemplate"]["spec"]["priorityClassName"] = "other"
     assert objects.deployment_hash(changed["spec"]) not in hashes
     # Empty templates are no change: a job's hash stays what it was.
-    assert objects.deployment_hash(without["spec"]) != objects.deployment_hash(unset["spec"])
+    assert objects.deployment_hash(without["spec"]) == objects.deployment_hash(unset["spec"])
 
 
 def _problems(**templates: Any) -> list[str]:
@@ -284,7 +284,8 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
                     }
                 }
             },
-            "spec.driver.podTemplate.spec.initContainers[0].name: 'a' names two containers",
+            "spec.driver.podTemplate.spec.initContainers[0].name: the driver pods would have "
+            "two containers named 'a'",
         ),
         (
             {"common": {"metadata": {"labels": {"sparkcheckpoint.io/job": "other"}}}},
@@ -312,8 +313,9 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
                     }
                 }
             },
-            "spec.executor.podTemplate.spec.containers[0].securityContext.privileged: the "
-            "job's pods run unprivileged",
+            "spec.executor.podTemplate.spec.containers[0].securityContext.privileged: not in "
+            "the operator's restricted security context (a template may add "
+            "readOnlyRootFilesystem, runAsGroup, runAsUser)",
         ),
         (
             {"common": {"spec": {"securityContext": {"runAsUser": 0}}}},
@@ -437,6 +439,171 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
             "spec.executor.podTemplate.spec.containers[0].resources.limits.cpu: 'a' is not a "
             "quantity such as 1Gi, 500M or 0.5",
         ),
+        # A reviewer's (helper-162): each built a pod the API server refuses, or one that
+        # undoes what the operator's pods promise.
+        (
+            {"common": {"spec": {"serviceAccountName": "spark-checkpoint-operator"}}},
+            "spec.podTemplate.spec.serviceAccountName: set by spec.driver.serviceAccount and "
+            "spec.executor.serviceAccount",
+        ),
+        (
+            {"driver": {"spec": {"hostNetwork": True}}},
+            "spec.driver.podTemplate.spec.hostNetwork: the job's pods run in their own "
+            "network namespace",
+        ),
+        (
+            {"driver": {"spec": {"ephemeralContainers": [{"name": "debug", "image": "x"}]}}},
+            "spec.driver.podTemplate.spec.ephemeralContainers: the API server takes none as "
+            "a pod is created",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [{"name": MAIN, "resources": {"limits": {"cpu": "100m"}}}]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].resources.limits.cpu: set by the "
+            "operator from the role's cores and memory (spec.driver, spec.executor)",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {"name": MAIN, "ports": [{"name": "agent", "containerPort": 9000}]}
+                        ]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].ports[0]: 'agent' (9000) is a port the "
+            "operator or Spark gives the pod's own container",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {"containers": [{"name": MAIN, "terminationMessagePath": "/tmp/m"}]}
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].terminationMessagePath: set by the "
+            "operator (where the driver reports its error)",
+        ),
+        (
+            {
+                "executor": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": MAIN,
+                                "securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}},
+                            }
+                        ]
+                    }
+                }
+            },
+            "spec.executor.podTemplate.spec.containers[0].securityContext.capabilities: set by "
+            "the operator ({'drop': ['ALL']})",
+        ),
+        (
+            {"common": {"spec": {"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}}},
+            "spec.podTemplate.spec.securityContext.appArmorProfile: not in the operator's "
+            "restricted security context (a template may add fsGroup, fsGroupChangePolicy, "
+            "runAsGroup, runAsUser, supplementalGroups, supplementalGroupsPolicy, sysctls)",
+        ),
+        (
+            {
+                "common": {"spec": {"containers": [{"name": "x", "image": "b"}]}},
+                "executor": {"spec": {"initContainers": [{"name": "x", "image": "b"}]}},
+            },
+            "spec.executor.podTemplate.spec.initContainers[0].name: the executor pods would "
+            "have two containers named 'x'",
+        ),
+        (
+            {
+                "common": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "s",
+                                "image": "b",
+                                "ports": [{"name": "http", "containerPort": 2020}],
+                            }
+                        ]
+                    }
+                },
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {"name": "s", "ports": [{"name": "http", "containerPort": 2021}]}
+                        ]
+                    }
+                },
+            },
+            "spec.driver.podTemplate.spec.containers[0].ports[0].name: 'http' is in two ports "
+            "of the driver pods' 's'",
+        ),
+        (
+            {
+                "common": _with(
+                    COMMON,
+                    containers=[
+                        {
+                            "name": "s",
+                            "image": "b",
+                            "volumeMounts": [{"name": "logs", "mountPath": "/x"}],
+                        }
+                    ],
+                ),
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {"name": "s", "volumeMounts": [{"name": "logs", "mountPath": "/x/"}]}
+                        ]
+                    }
+                },
+            },
+            "spec.driver.podTemplate.spec.containers[0].volumeMounts[0].mountPath: '/x/' is in "
+            "two volumeMounts of the driver pods' 's'",
+        ),
+        (
+            {"driver": {"spec": {"containers": [{"name": MAIN, "restartPolicy": "Always"}]}}},
+            "spec.driver.podTemplate.spec.containers[0].restartPolicy: only an init container "
+            "may have one",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {
+                                "name": "s",
+                                "image": "b",
+                                "env": [
+                                    {
+                                        "name": "A",
+                                        "value": "1",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}},
+                                    }
+                                ],
+                            }
+                        ]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].env[0]: a value and a valueFrom (one "
+            "of them)",
+        ),
+        (
+            {"driver": {"spec": {"containers": [{"name": "s", "image": ""}]}}},
+            "spec.driver.podTemplate.spec.containers[0].image: required (the driver pods' 's'; "
+            "only the pod's own container has the job's)",
+        ),
+        # A name the CRD cannot check the type of: the typed check's, and no traceback.
+        (
+            {"driver": {"spec": {"containers": [{"name": {"a": 1}, "image": "x"}]}}},
+            "spec.driver.podTemplate.spec.containers[0].name: Input should be a valid string",
+        ),
     ],
 )
 def test_what_a_pod_template_may_not_say_is_a_problem_naming_its_field(
@@ -448,12 +615,17 @@ def test_what_a_pod_template_may_not_say_is_a_problem_naming_its_field(
 
 def test_the_example_templates_are_no_problem() -> None:
     assert _problems() == []
+    # The same volume in both templates is one volume (a reviewer's: it was two).
+    logs = COMMON["spec"]["volumes"]
+    assert _problems(driver=_with(DRIVER, volumes=logs)) == []
     # A sidecar's own context, and a user that is not root, are the template's to say.
     sidecar = {"name": "probe", "image": "x", "securityContext": {"runAsUser": 0}}
     user = {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}
     assert _problems(driver={"spec": {"containers": [sidecar], **user}}) == []
     # Quantities written as numbers, as the API server takes them.
-    number = {"spec": {"containers": [{"name": MAIN, "resources": {"limits": {"cpu": 2}}}]}}
+    number = {
+        "spec": {"containers": [{"name": MAIN, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
+    }
     assert _problems(executor=number) == []
 
 

@@ -198,7 +198,13 @@ def deployment_hash(spec: Mapping[str, Any]) -> str:
     state are not part of it; the restart nonce, the pull secrets and the pod template are
     (a change of any is an upgrade)."""
     deployed = {key: spec.get(key) for key in ("image", "imagePullPolicy", "application")}
-    deployed |= {key: spec.get(key) for key in ("driver", "executor")}
+    # An empty pod template is none: adding one is no upgrade.
+    deployed |= {
+        key: {k: v for k, v in role.items() if k != "podTemplate" or v}
+        if isinstance(role := spec.get(key), Mapping)
+        else role
+        for key in ("driver", "executor")
+    }
     # Only when set: the hash of every job that has none stays what it was.
     if claim := spec.get("checkpointing", {}).get("liveVolumeClaim"):
         deployed["liveVolumeClaim"] = claim
@@ -503,35 +509,33 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         (DRIVER, driver_own, spec.driver),
         (EXECUTOR, executor_own, spec.executor),
     ):
-        templates = _role_templates(manifest, role)
+        template = _role_template(manifest, role)
         volumes = [
             *((f"spec.{role}.volumes[{i}]", v) for i, v in enumerate(role_spec.volumes)),
             *(
-                (f"{field}.spec.volumes[{i}]", volume)
-                for field, template in templates
-                for i, volume in enumerate(_template_items(template, "volumes"))
+                (_volume_at(manifest, role, volume), volume)
+                for volume in _items(template.get("spec"), "volumes")
             ),
         ]
         mounts = [
             *((f"spec.{role}.volumeMounts[{i}]", m) for i, m in enumerate(role_spec.volume_mounts)),
             *(
-                (f"{field}.spec.containers[{c}].volumeMounts[{i}]", mount)
-                for field, template in templates
-                for c, container in enumerate(_template_items(template, "containers"))
+                (_item_at(manifest, role, ("containers", MAIN_CONTAINER), "volumeMounts", m), m)
+                for container in _items(template.get("spec"), "containers")
                 if _is_main(container)
-                for i, mount in enumerate(_mounts(container))
+                for m in _items(container, "volumeMounts")
             ),
         ]
         others = [
-            (f"{field}.spec.{group}[{c}].volumeMounts[{i}]", mount)
-            for field, template in templates
-            for group in ("containers", "initContainers")
-            for c, container in enumerate(_template_items(template, group))
-            if not (group == "containers" and _is_main(container))
-            for i, mount in enumerate(_mounts(container))
+            (_item_at(manifest, role, (group, container.get("name")), "volumeMounts", m), m)
+            for group, container in _sidecars(template)
+            for m in _items(container, "volumeMounts")
         ]
         where = " nor ".join(
-            [f"spec.{role}.volumes", *(f"{field}.spec.volumes" for field, _ in templates)]
+            [
+                f"spec.{role}.volumes",
+                *(f"{field}.spec.volumes" for field, _ in _role_templates(manifest, role)),
+            ]
         )
         problems += _volume_problems(role, own, volumes, mounts, other_mounts=others, where=where)
     problems += _template_problems(manifest)
@@ -825,7 +829,7 @@ def _over_template(
     spec = dict(template.get("spec") or {})
     spec["containers"] = [
         {**container, "name": own_container} if _is_main(container) else container
-        for container in _template_items(template, "containers")
+        for container in _items(template.get("spec"), "containers")
     ]
     base = {"metadata": template.get("metadata") or {}, "spec": spec}
     built: dict[str, Any] = merged(base, pod)
@@ -833,11 +837,10 @@ def _over_template(
     return built
 
 
-def _template_items(template: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
-    """The objects of a template's list ``spec.<key>``; a value of another type is a
-    problem `typed_object_problems` names, and none here."""
-    spec = template.get("spec")
-    items = spec.get(key) if isinstance(spec, Mapping) else None
+def _items(holder: Any, key: str) -> list[Mapping[str, Any]]:
+    """The objects of the list ``holder[key]`` (a template's spec, a container); a value of
+    another type is a problem `typed_object_problems` names, and none here."""
+    items = holder.get(key) if isinstance(holder, Mapping) else None
     return [item for item in items if isinstance(item, Mapping)] if isinstance(items, list) else []
 
 
@@ -849,92 +852,175 @@ def _is_main(container: Mapping[str, Any]) -> bool:
     return container.get("name") == MAIN_CONTAINER
 
 
-def _mounts(container: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    mounts = container.get("volumeMounts")
-    return [m for m in mounts if isinstance(m, Mapping)] if isinstance(mounts, list) else []
+def _sidecars(template: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """The template's containers besides the pod's own, and its init containers, each
+    with its group."""
+    return [
+        (group, container)
+        for group in ("containers", "initContainers")
+        for container in _items(template.get("spec"), group)
+        if not (group == "containers" and _is_main(container))
+    ]
+
+
+def _templates(manifest: JobManifest) -> list[tuple[str, Mapping[str, Any]]]:
+    """The job's three pod templates, each with its field."""
+    spec = manifest.spec
+    return [
+        ("spec.podTemplate", spec.pod_template),
+        ("spec.driver.podTemplate", spec.driver.pod_template),
+        ("spec.executor.podTemplate", spec.executor.pod_template),
+    ]
 
 
 def _role_templates(manifest: JobManifest, role: str) -> list[tuple[str, Mapping[str, Any]]]:
-    """The pod templates set for ``role`` (DRIVER: its cleanup and check pods too), each
-    with its field: the common one, then the role's."""
-    own = manifest.spec.driver if role == DRIVER else manifest.spec.executor
+    """The pod templates set for ``role`` (DRIVER: its cleanup and check pods too): the
+    common one, then the role's."""
+    fields = ("spec.podTemplate", f"spec.{role}.podTemplate")
+    return [(field, t) for field, t in _templates(manifest) if t and field in fields]
+
+
+def _role_template(manifest: JobManifest, role: str) -> dict[str, Any]:
+    """The role's template merged over the common one: what its pods are built over."""
+    spec = manifest.spec
+    return spec.driver_pod_template if role == DRIVER else spec.executor_pod_template
+
+
+def _volume_at(manifest: JobManifest, role: str, volume: Mapping[str, Any]) -> str:
+    """The field of the first of the role's templates listing ``volume``."""
+    return next(
+        f"{field}.spec.volumes[{i}]"
+        for field, template in _role_templates(manifest, role)
+        for i, listed in enumerate(_items(template.get("spec"), "volumes"))
+        if listed == volume
+    )
+
+
+def _containers_at(
+    manifest: JobManifest, role: str, group: str, name: Any
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """Each of the role's templates' containers of ``group`` named ``name``, with its field."""
     return [
-        (field, template)
-        for field, template in (
-            ("spec.podTemplate", manifest.spec.pod_template),
-            (f"spec.{role}.podTemplate", own.pod_template),
-        )
-        if template
+        (f"{field}.spec.{group}[{i}]", container)
+        for field, template in _role_templates(manifest, role)
+        for i, container in enumerate(_items(template.get("spec"), group))
+        if container.get("name") == name
     ]
 
 
-# The pod's own container's fields the operator (or Spark) sets, and what the spec says
-# them with.
+def _item_at(
+    manifest: JobManifest,
+    role: str,
+    container: tuple[str, Any],
+    key: str,
+    item: Mapping[str, Any],
+) -> str:
+    """The field of the first listing of ``item`` in the list ``key`` of the role's
+    templates' ``container`` (its group and name)."""
+    return next(
+        f"{place}.{key}[{i}]"
+        for place, listing in _containers_at(manifest, role, *container)
+        for i, listed in enumerate(_items(listing, key))
+        if listed == item
+    )
+
+
+# The pod's own container's fields the operator (or Spark) sets, and whence.
 _OWN_CONTAINER_FIELDS = {
-    "image": "spec.image",
-    "imagePullPolicy": "spec.imagePullPolicy",
-    "command": "spec.application",
-    "args": "spec.application",
+    "image": "from spec.image",
+    "imagePullPolicy": "from spec.imagePullPolicy",
+    "command": "from spec.application",
+    "args": "from spec.application",
+    "terminationMessagePath": "(where the driver reports its error)",
+    "terminationMessagePolicy": "(how the driver reports its error)",
 }
-# What the operator and Spark name the pods' own containers.
+# What the operator and Spark name the pods' own containers, and their ports.
 _OWN_CONTAINER_NAMES = frozenset({DRIVER, CLEANUP, CHECK, EXECUTOR_CONTAINER})
+_OWN_PORT_NAMES = frozenset({"agent", "blockmanager"})
 _OWN_ANNOTATIONS = frozenset({ANNOTATION_SPEC_HASH, ANNOTATION_EXECUTOR_TEMPLATE})
+# Pod fields the spec says otherwise, or that would undo what the operator's pods promise
+# (the agent reachable only as its NetworkPolicy says, no API token in cleanup pods).
+_REFUSED_POD_FIELDS = {
+    "serviceAccountName": "set by spec.driver.serviceAccount and spec.executor.serviceAccount",
+    "serviceAccount": "set by spec.driver.serviceAccount and spec.executor.serviceAccount",
+    "automountServiceAccountToken": "set by the operator",
+    "hostNetwork": "the job's pods run in their own network namespace",
+    "hostPID": "the job's pods run in their own process namespace",
+    "hostIPC": "the job's pods run in their own IPC namespace",
+    "ephemeralContainers": "the API server takes none as a pod is created",
+}
+# What a template may add to the operator's restricted security contexts: the rest is the
+# operator's, or would loosen them.
+_POD_CONTEXT_KEYS = frozenset(
+    {
+        "runAsUser",
+        "runAsGroup",
+        "fsGroup",
+        "fsGroupChangePolicy",
+        "supplementalGroups",
+        "supplementalGroupsPolicy",
+        "sysctls",
+    }
+)
+_CONTAINER_CONTEXT_KEYS = frozenset({"runAsUser", "runAsGroup", "readOnlyRootFilesystem"})
 
 
-def _root_problems(field: str, holder: Mapping[str, Any]) -> list[str]:
-    """A security context that asks for root or privileges, which the operator's restricted
-    settings of the pod's own container refuse (the API server a privileged container that
-    may not escalate, the kubelet a root user that must not be root)."""
-    context = holder.get("securityContext")
+def _context_problems(
+    field: str, context: Any, restricted: Mapping[str, Any], allowed: frozenset[str]
+) -> list[str]:
+    """A template's security context over the operator's ``restricted`` one: only the
+    ``allowed`` keys (a user other than root), or the operator's own values."""
     if not isinstance(context, Mapping):
         return []
-    return [
-        f"{field}.{key}: the job's pods run {what}"
-        for key, value, what in (
-            ("privileged", True, "unprivileged"),
-            ("runAsUser", 0, "as a non-root user"),
-        )
-        if context.get(key) == value and type(context.get(key)) is type(value)
-    ]
+    problems = []
+    for key, value in context.items():
+        if key in restricted:
+            if value != restricted[key]:
+                problems.append(f"{field}.{key}: set by the operator ({restricted[key]!r})")
+        elif key not in allowed:
+            problems.append(
+                f"{field}.{key}: not in the operator's restricted security context (a template "
+                f"may add {', '.join(sorted(allowed))})"
+            )
+        elif key == "runAsUser" and value == 0 and not isinstance(value, bool):
+            problems.append(f"{field}.{key}: the job's pods run as a non-root user")
+    return problems
 
 
 def _template_problems(manifest: JobManifest) -> list[str]:
-    """What the pod templates may not say, each problem naming its field: the pod's own
-    container by another name, or its image or command; a container named twice; labels
-    and annotations the operator sets."""
+    """What a pod template may not say, each problem naming its field: the pod's own
+    container by another name, or what the operator sets of it; pod fields the spec says
+    or that would loosen the operator's pods; labels and annotations the operator sets;
+    and, in the pods built over the templates, what the API server would refuse."""
     problems = []
     operator_labels = {*job_labels(manifest, DRIVER), *_DRIVER_ONLY_LABELS}
     qualified_name, hint = go_regex(QUALIFIED_NAME_PATTERN), PATTERN_HINTS[QUALIFIED_NAME_PATTERN]
-    for field, template in (
-        ("spec.podTemplate", manifest.spec.pod_template),
-        ("spec.driver.podTemplate", manifest.spec.driver.pod_template),
-        ("spec.executor.podTemplate", manifest.spec.executor.pod_template),
-    ):
-        names: set[Any] = set()
+    for field, template in _templates(manifest):
+        spec = template.get("spec") or {}
+        problems += [
+            f"{field}.spec.{key}: {why}" for key, why in _REFUSED_POD_FIELDS.items() if key in spec
+        ]
+        problems += _context_problems(
+            f"{field}.spec.securityContext",
+            spec.get("securityContext"),
+            _RESTRICTED_POD,
+            _POD_CONTEXT_KEYS,
+        )
         for group in ("containers", "initContainers"):
-            for index, container in enumerate(_template_items(template, group)):
+            for index, container in enumerate(_items(spec, group)):
                 at, name = f"{field}.spec.{group}[{index}]", container.get("name")
-                if name in names:
-                    problems.append(f"{at}.name: {name!r} names two containers")
-                names.add(name)
                 if name in _OWN_CONTAINER_NAMES:
                     problems.append(
                         f"{at}.name: {name!r} is what the operator names a pod's own "
                         f"container: a pod template names it {MAIN_CONTAINER}"
                     )
-                elif name == MAIN_CONTAINER and group == "initContainers":
+                elif _is_main(container) and group == "initContainers":
                     problems.append(
                         f"{at}.name: {MAIN_CONTAINER} is the pod's own container, not an "
                         "init container"
                     )
-                elif name == MAIN_CONTAINER:
-                    problems += [
-                        f"{at}.{key}: set by the operator from {source}"
-                        for key, source in _OWN_CONTAINER_FIELDS.items()
-                        if key in container
-                    ]
-                    problems += _root_problems(f"{at}.securityContext", container)
-        problems += _root_problems(f"{field}.spec.securityContext", template.get("spec") or {})
+                elif _is_main(container):
+                    problems += _own_container_problems(at, container)
         metadata = template.get("metadata") or {}
         for key in metadata.get("labels") or {}:
             if key in operator_labels:
@@ -949,31 +1035,107 @@ def _template_problems(manifest: JobManifest) -> list[str]:
             elif not qualified_name.search(key.lower()):  # as the API server judges them
                 problems.append(f"{field}.metadata.annotations: {key!r} is not {hint}")
     for role in (DRIVER, EXECUTOR):
-        problems += _imageless_problems(manifest, role)
+        problems += _built_container_problems(manifest, role)
     return problems
 
 
-def _imageless_problems(manifest: JobManifest, role: str) -> list[str]:
-    """A container besides the pod's own needs an image, which either template may give;
-    the field named is the first that lists it."""
-    merged_template = (
-        manifest.spec.driver_pod_template if role == DRIVER else manifest.spec.executor_pod_template
+def _own_container_problems(at: str, container: Mapping[str, Any]) -> list[str]:
+    """What a template may not say of the pod's own container (at ``at``)."""
+    problems = [
+        f"{at}.{key}: set by the operator {whence}"
+        for key, whence in _OWN_CONTAINER_FIELDS.items()
+        if key in container
+    ]
+    resources = container.get("resources")
+    for kind in ("requests", "limits"):
+        given = resources.get(kind) if isinstance(resources, Mapping) else None
+        problems += [
+            f"{at}.resources.{kind}.{name}: set by the operator from the role's cores and "
+            "memory (spec.driver, spec.executor)"
+            for name in ("cpu", "memory")
+            if isinstance(given, Mapping) and name in given
+        ]
+    problems += [
+        f"{at}.ports[{i}]: {port.get('name')!r} ({port.get('containerPort')}) is a port the "
+        "operator or Spark gives the pod's own container"
+        for i, port in enumerate(_items(container, "ports"))
+        if port.get("name") in _OWN_PORT_NAMES or port.get("containerPort") == AGENT_PORT
+    ]
+    problems += _context_problems(
+        f"{at}.securityContext",
+        container.get("securityContext"),
+        _RESTRICTED_CONTAINER,
+        _CONTAINER_CONTEXT_KEYS,
     )
+    return problems
+
+
+def _built_container_problems(manifest: JobManifest, role: str) -> list[str]:
+    """What the API server would refuse in the containers of the role's pods as the
+    templates build them (merged by name), each named where a template lists it: a name
+    used twice, a container without an image (only the pod's own has the job's), one
+    that is not an init container with a restart policy, two mounts at one path, two
+    ports of one name or number, a variable with both a value and a source."""
+    template = _role_template(manifest, role)
     problems = []
+    seen: set[Any] = set()
     for group in ("containers", "initContainers"):
-        for container in _template_items(merged_template, group):
-            if "image" in container or (group == "containers" and _is_main(container)):
-                continue
-            field, index = next(
-                (field, index)
-                for field, template in _role_templates(manifest, role)
-                for index, listed in enumerate(_template_items(template, group))
-                if listed.get("name") == container.get("name")
-            )
-            problems.append(
-                f"{field}.spec.{group}[{index}].image: required (the {role} pods' "
-                f"{container.get('name')!r}; only the pod's own container has the job's)"
-            )
+        for container in _items(template.get("spec"), group):
+            name = container.get("name")
+            places = _containers_at(manifest, role, group, name)
+            listed = places[0][0] if places else f"spec.{role}.podTemplate"
+            if not isinstance(name, str) or name in seen:
+                problems.append(
+                    f"{listed}.name: the {role} pods would have two containers named {name!r}"
+                )
+            seen.add(name if isinstance(name, str) else repr(name))
+            own = group == "containers" and _is_main(container)
+            image = container.get("image")
+            if not own and not (isinstance(image, str) and image):
+                problems.append(
+                    f"{listed}.image: required (the {role} pods' {name!r}; only the pod's "
+                    "own container has the job's)"
+                )
+            if group == "containers" and "restartPolicy" in container:
+                setting = next(place for place, c in places if "restartPolicy" in c)
+                problems.append(f"{setting}.restartPolicy: only an init container may have one")
+            problems += _list_problems(manifest, role, (group, name), container, own)
+    return problems
+
+
+def _list_problems(
+    manifest: JobManifest,
+    role: str,
+    at: tuple[str, Any],
+    container: Mapping[str, Any],
+    own: bool,
+) -> list[str]:
+    """Two mounts at one path (the pod's own container's: `_volume_problems`), two ports
+    of one name or number, a variable with a value and a source."""
+    problems = []
+    for key, identity in (
+        ("volumeMounts", () if own else ("mountPath",)),
+        ("ports", ("name", "containerPort")),
+    ):
+        for part in identity:
+            taken: set[Any] = set()
+            for item in _items(container, key):
+                value = item.get(part)
+                if part == "containerPort":
+                    value = (value, item.get("protocol", "TCP"))
+                elif part == "mountPath" and isinstance(value, str):
+                    value = _mount_point(value)
+                if value is not None and value in taken:
+                    problems.append(
+                        f"{_item_at(manifest, role, at, key, item)}.{part}: {item.get(part)!r} "
+                        f"is in two {key} of the {role} pods' {at[1]!r}"
+                    )
+                taken.add(value)
+    problems += [
+        f"{_item_at(manifest, role, at, 'env', variable)}: a value and a valueFrom (one of them)"
+        for variable in _items(container, "env")
+        if variable.get("value") is not None and variable.get("valueFrom") is not None
+    ]
     return problems
 
 

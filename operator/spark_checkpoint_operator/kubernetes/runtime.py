@@ -1040,8 +1040,10 @@ def _problems(error: pydantic.ValidationError) -> str:
 
 
 def pod_spec_problems(manifest: JobManifest) -> list[str]:
-    """What the API server would refuse in the job's pods, each problem naming its field."""
-    return objects.pod_problems(manifest) + typed_object_problems(manifest)
+    """What the API server would refuse in the job's pods, each problem naming its field.
+    The typed objects first: the pods are built (their sizes, names and paths checked)
+    only from objects of the shapes they have."""
+    return typed_object_problems(manifest) or objects.pod_problems(manifest)
 
 
 def typed_object_problems(manifest: JobManifest) -> list[str]:
