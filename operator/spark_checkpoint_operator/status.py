@@ -131,6 +131,10 @@ class RestoreChoice:
     completed: int
     passed_over: tuple[str, ...] = ()
 
+    def in_force(self, completed_count: int) -> bool:
+        """Whether no image completed since it was chosen (the registry's count now)."""
+        return self.completed == completed_count
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "image": self.image,

@@ -324,7 +324,7 @@ class JobSupervisor:
         earlier one's, while no image completed after it; a lapsed one is dropped."""
         choice = self._chosen or self._record.restore_choice
         completed = self._interpreter.coordinator.persisted_state.completed_count
-        if choice is not None and choice.completed != completed:
+        if choice is not None and not choice.in_force(completed):
             self._chosen = self._record.restore_choice = choice = None
         return choice
 

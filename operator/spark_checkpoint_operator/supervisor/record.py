@@ -60,7 +60,7 @@ class JobRecord:
         """`restore_choice` until an image completes after it (the supervisor drops it at
         its next restore; a status written meanwhile leaves it out)."""
         choice = self.restore_choice
-        if choice is None or choice.completed != self.coordinator.completed_count:
+        if choice is None or not choice.in_force(self.coordinator.completed_count):
             return None
         return choice
 
