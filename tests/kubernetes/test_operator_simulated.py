@@ -1454,6 +1454,23 @@ def test_deletion_takes_a_final_savepoint_then_releases_the_job(cluster: LocalCl
     assert commands.count("collect-garbage") == 1, commands
 
 
+def test_a_deletion_found_by_a_restarted_operator_collects_garbage_once(
+    cluster: LocalCluster,
+) -> None:
+    """The adopted driver's shutdown left the job looking uncleaned, and the deletion's
+    end collected its garbage a second time (an operator chaos try's)."""
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    completed(cluster, "orders", 1)
+    cluster.operator.kill()
+    cluster.delete("orders")
+    cluster.operator.start()
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    cluster.wait_for_event("orders", "JobCancelled")
+    commands = [c[0] for c in cleanup_commands(cluster, "orders")]
+    assert commands.count("collect-garbage") == 1, commands
+
+
 @pytest.mark.parametrize("final_savepoint", [True, False])
 def test_deletion_goes_by_the_shutdown_settings_the_spec_has_when_it_is_deleted(
     cluster: LocalCluster, final_savepoint: bool

@@ -962,6 +962,7 @@ class JobController:
             await self._shut_down(shutdown, running)
         finally:
             await _cancel(running)  # after an error: never a coordinator left behind
+            self._end_cleaned_up = supervisor.cleaned_up  # as `_supervise` does
 
     async def _shut_down(
         self, shutdown: "_Shutdown", running: "asyncio.Task[TerminalOutcome]"
