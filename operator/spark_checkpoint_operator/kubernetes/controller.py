@@ -56,6 +56,7 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     KubernetesJanitor,
     KubernetesLauncher,
     api_message,
+    driver_restore_candidates,
     executors_of,
     owner_uids,
     pod_ready,
@@ -618,10 +619,13 @@ class JobController:
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
         if (nonce := self._redeploy_due(manifest)) is not None:
-            if self._driver_recorded():
-                self._changed.set()  # `_follow_spec` stops the driver first
-            else:
+            if not self._driver_recorded():
                 self._redeploy(supervisor, manifest, nonce)
+            elif self._driver_redeploys(manifest):
+                # Started for this redeploy before an operator restart: it goes on.
+                self._redeploy(supervisor, manifest, nonce, started=True)
+            else:
+                self._changed.set()  # `_follow_spec` stops the driver first
         if not self._driver_recorded() or not self._deployed:
             # A recorded driver is adopted: its own hash (status.deploymentHash, then its
             # pod's) stands until then, or a status write would say it runs this spec.
@@ -906,16 +910,40 @@ class JobController:
         )
         supervisor.suspend_now()
 
-    def _redeploy(self, supervisor: JobSupervisor, manifest: JobManifest, nonce: int) -> None:
+    def _driver_redeploys(self, manifest: JobManifest) -> bool:
+        """Whether the recorded driver was started to restore the redeploy's image, and
+        only it (by an operator killed before it restored)."""
+        pod = self._clients.pods.pod(
+            self._namespace, self._name, objects.driver_pod_name(self._name, self._record.attempt)
+        )
+        if pod is None:
+            return False
+        try:
+            image = self._redeploy_target(manifest)
+        except UnknownImage:
+            return False
+        return driver_restore_candidates(pod) == [image.candidate]
+
+    def _redeploy(
+        self,
+        supervisor: JobSupervisor,
+        manifest: JobManifest,
+        nonce: int,
+        *,
+        started: bool = False,
+    ) -> None:
         """The next driver restores the redeploy's image, and only it, until an image of
         its own completes; the newer images are set aside once it restores, and the nonce
         is handled then (`_note_redeployed`): an operator restart before that redeploys
-        again."""
+        again, unless the driver it finds was ``started`` for it."""
         image = self._redeploy_image(manifest, nonce)
         if image is None:
             return
         withdrawn = supervisor.restore_from(image.candidate, stored_as=image.own)
-        self._redeploying = (nonce, image.candidate, self._record.attempt)
+        attempt = self._record.attempt - 1 if started else self._record.attempt
+        self._redeploying = (nonce, image.candidate, attempt)
+        if started:
+            return  # said as it was started
         newer = supervisor.passed_over
         instead = f" instead of the newest image, {newer[0]}" if newer else ""
         kept = (

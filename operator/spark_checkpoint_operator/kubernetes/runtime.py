@@ -351,19 +351,7 @@ class KubernetesDriver:
         )
 
     def restore_candidates(self) -> list[str]:
-        pod = self.pod
-        for container in pod["spec"]["containers"] if pod is not None else ():
-            if container["name"] == objects.DRIVER:
-                # The last of a name is what the container gets (the operator's come last).
-                for variable in reversed(container.get("env") or ()):
-                    if variable["name"] == RESTORE_VARIABLE:
-                        try:
-                            value = objects.as_written(variable.get("value") or "")
-                            listed = restore_candidates(value)
-                        except SettingsError:  # not a pod this made
-                            return []
-                        return [c.encode() for c in listed]
-        return []
+        return [] if self.pod is None else driver_restore_candidates(self.pod)
 
     def exit_code(self) -> int | None:
         pod = self.pod
@@ -432,6 +420,22 @@ class KubernetesDriver:
             self._clients, self._namespace, self._job, self.name, self._report
         )
         self._gone = True
+
+
+def driver_restore_candidates(pod: Mapping[str, Any]) -> list[str]:
+    """The images a driver pod was started to restore, as its container got them."""
+    for container in pod["spec"]["containers"]:
+        if container["name"] == objects.DRIVER:
+            # The last of a name is what the container gets (the operator's come last).
+            for variable in reversed(container.get("env") or ()):
+                if variable["name"] == RESTORE_VARIABLE:
+                    try:
+                        value = objects.as_written(variable.get("value") or "")
+                        listed = restore_candidates(value)
+                    except SettingsError:  # not a pod this made
+                        return []
+                    return [c.encode() for c in listed]
+    return []
 
 
 async def delete_pod_and_wait(
