@@ -762,6 +762,7 @@ def test_an_upgrade_without_a_final_savepoint_restores_the_latest_checkpoint(
         job="orders",
     )
     stopped_without_a_savepoint(cluster, status, "upgrade")
+    cluster.wait_for_event("orders", "JobSuspended", "job suspended: for an upgrade")
     kind, restored = status["restoredFrom"]["source"].split(":")
     assert kind == "checkpoint" and int(restored) >= before, status["restoredFrom"]
     pods = cluster.pods("orders", component="driver")
@@ -1151,6 +1152,12 @@ def test_a_redeploy_nonce_restores_the_named_savepoint_instead_of_the_newest_ima
     assert "no savepoint" in stopping["message"]
     event = cluster.wait_for_event("orders", "Redeploying", f"restores savepoint:{older}")
     assert f"instead of the newest image, checkpoint:{max(newer_ids)}" in event["message"]
+    # The phase Suspended between the drivers says what for (an alert on JobSuspended).
+    cluster.wait_for_event(
+        "orders",
+        "JobSuspended",
+        "job suspended: for a redeploy (spec.restore.savepointRedeployNonce 1)",
+    )
 
     completed(cluster, "orders", status["counts"]["completed"] + 1)
     with operator_stopped(cluster):

@@ -730,7 +730,7 @@ class JobController:
                 self._post_event(
                     "Normal", "Stopping", f"{stop_reason}: {FINISHING_NEEDS_NO_SAVEPOINT}"
                 )
-            supervisor.end_suspended()
+            supervisor.end_suspended(_suspended_for(stop_reason))
             return
         not_running = self._record.phase in (JobPhase.DEPLOYING, JobPhase.RESTARTING)
         if not_running and manifest.spec.shutdown.final_savepoint:
@@ -739,7 +739,7 @@ class JobController:
             # Nothing runs to take a savepoint of (starting, restoring, or failing):
             # stop now; the newest image is what it resumes from.
             self._post_event("Normal", "Stopping", f"{stop_reason}: the job is not running")
-            supervisor.suspend_now()
+            supervisor.suspend_now(_suspended_for(stop_reason))
             return
         self._waiting_since = None
         if not manifest.spec.shutdown.final_savepoint:
@@ -751,7 +751,7 @@ class JobController:
                 f"{stop_reason}: no final savepoint (spec.shutdown.finalSavepoint is false); "
                 "it resumes from the latest checkpoint",
             )
-            supervisor.suspend_now()
+            supervisor.suspend_now(_suspended_for(stop_reason))
             return
         # One stop-with-savepoint at a time, for a suspension and an upgrade alike (the
         # upgrade's in flight suspends the job as well: the spec says Suspended once it
@@ -908,7 +908,7 @@ class JobController:
             f"{REDEPLOY} (spec.restore.savepointRedeployNonce {nonce}): no savepoint; the "
             f"next driver restores {manifest.spec.restore.initial_savepoint_path}",
         )
-        supervisor.suspend_now()
+        supervisor.suspend_now(f"for a {REDEPLOY} (spec.restore.savepointRedeployNonce {nonce})")
 
     def _driver_redeploys(self, manifest: JobManifest) -> bool:
         """Whether the recorded driver was started to restore the redeploy's image, and
@@ -1382,6 +1382,11 @@ _LATER_DEFAULTS = {
     ("restartPolicy", "heartbeatTimeout"): "60s",
     ("restartPolicy", "startTimeout"): "5m",
 }
+
+
+def _suspended_for(stop_reason: str) -> str:
+    """Why the job is suspended, said as it ends Suspended: not for a suspension."""
+    return "" if stop_reason == SUSPEND else f"for an {stop_reason}"
 
 
 def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:

@@ -156,6 +156,7 @@ class JobSupervisor:
         self._snapshots = SnapshotProgress()
         self._polls = StatusPolls(idle_poll_interval)
         self._stop = StopRequest.NONE
+        self._suspended_for = ""  # why the runtime suspends the job, for its end's notice
         self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
         # The image the previous attempt's restored query failed on, that attempt and its
@@ -591,11 +592,11 @@ class JobSupervisor:
         self._stop = max(self._stop, StopRequest.CANCEL)
         self._stop_driver()
 
-    def suspend_now(self) -> None:
+    def suspend_now(self, reason: str = "") -> None:
         """Stop without a savepoint, ending Suspended: for a job that is not Running (a
         driver starting, restoring or in a restart's backoff), whose newest image is
-        what it would resume from anyway."""
-        self.end_suspended()
+        what it would resume from anyway. ``reason``: see `end_suspended`."""
+        self.end_suspended(reason)
         self._stop_driver()
 
     @property
@@ -660,9 +661,12 @@ class JobSupervisor:
         loop)."""
         self._polls.inbox.put_nowait(TriggerWithdrawn(label))
 
-    def end_suspended(self) -> None:
-        """The job ends Suspended when its driver exits (unless it is cancelled)."""
+    def end_suspended(self, reason: str = "") -> None:
+        """The job ends Suspended when its driver exits (unless it is cancelled);
+        ``reason``, what for, if not a suspension the user asked for (an upgrade), is said
+        as it ends."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
+        self._suspended_for = reason or self._suspended_for
 
     def _stop_driver(self) -> None:
         self._stop_requested.set()
@@ -1378,6 +1382,8 @@ class JobSupervisor:
             self.cleaned_up = await self.collect_leftovers()
         await self._interpreter.persist()
         how = self._record.message if ended is None else ended
+        if outcome is TerminalOutcome.SUSPENDED and not how:
+            how = self._suspended_for
         self._notify(
             f"Job{outcome.value}",
             Level.WARNING if outcome is TerminalOutcome.FAILED else Level.NOTE,
