@@ -71,7 +71,7 @@ class CheckpointMetrics:
             self._jobs[key] = JobMetrics(self, namespace, name)
         return self._jobs[key]
 
-    def serve(self, port: int, address: str = "0.0.0.0") -> None:
+    def serve(self, port: int, address: str) -> None:
         start_http_server(port, address, registry=self.registry)
 
 

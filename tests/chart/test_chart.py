@@ -281,6 +281,7 @@ def _check_service_monitor(monitor: dict[str, Any], objects: list[dict[str, Any]
         ),
         ({"metrics": {"service": {"port": 70000}}}, "/metrics/service/port"),
         ({"operator": {"healthPort": 9090}}, "/operator/healthPort"),
+        ({"operator": {"listenAddress": "[::]"}}, "/operator/listenAddress"),
         ({"resources": {"limits": {"memory": ["1Gi"]}}}, "/resources/limits/memory"),
         ({"rbac": {"create": 1}}, "/rbac/create"),
         ({"crds": {"instal": True}}, "instal"),
@@ -903,15 +904,21 @@ def _job() -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """The Deployment's own command and arguments, as the operator identity. Its metrics
-    port is a free one: the container's 9090 is the pod's own, not this machine's (two
-    tests, or another checkout's, would take it from each other)."""
+def _operator(
+    container: Mapping[str, Any], kubeconfig: Path, log: Path, metrics_port: int | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """The Deployment's own command, arguments and environment (its literal values), as
+    the operator identity. Its metrics port is a free one: the container's 9090 is the
+    pod's own, not this machine's (two tests, or another checkout's, would take it from
+    each other)."""
     environment = {
         **os.environ,
+        **{e["name"]: e["value"] for e in container.get("env", ()) if "value" in e},
+        "HOME": os.environ["HOME"],  # the image's /tmp is this machine's too
         "KUBECONFIG": str(kubeconfig),
-        METRICS_PORT_VARIABLE: str(free_port()),
+        METRICS_PORT_VARIABLE: str(metrics_port or free_port()),
     }
+    args = container["args"]
     with log.open("ab") as output:
         process = subprocess.Popen(
             [OPERATOR_COMMAND, *args],
@@ -931,9 +938,9 @@ def _operator(args: list[str], kubeconfig: Path, log: Path) -> Iterator[subproce
             process.wait()
 
 
-def _healthy(port: int) -> bool:
+def _healthy(port: int, host: str = "127.0.0.1") -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{host}:{port}/healthz", timeout=2) as answer:
             return bool(answer.status == 200)
     except OSError:
         return False
@@ -960,8 +967,8 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
     health = free_port()
     values = {**scope, "operator": {"healthPort": health}}
     objects = _render(values)
-    args = _container(objects)["args"]
-    assert f"--liveness=http://0.0.0.0:{health}/healthz" in args
+    container = _container(objects)
+    assert f"--liveness=http://0.0.0.0:{health}/healthz" in container["args"]
 
     with LocalCluster(
         tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), operator=False
@@ -978,13 +985,13 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
                 assert time.monotonic() < deadline, f"{what}\n{log.read_text(errors='replace')}"
                 time.sleep(0.2)
 
-        with _operator(args, kubeconfig, log):
+        with _operator(container, kubeconfig, log):
             wait("Kopf's liveness endpoint", lambda: _healthy(health))
             cluster.apply(_job())
             wait("2 checkpoints", lambda: _counts(cluster, "completed") >= 2)
             cluster.crash_driver("orders-driver-1")
             wait("a restore", lambda: _counts(cluster, "restored") >= 1)
-        with _operator(args, kubeconfig, log):  # adopts the running driver
+        with _operator(container, kubeconfig, log):  # adopts the running driver
             done = _counts(cluster, "completed")
             wait("a checkpoint after adoption", lambda: _counts(cluster, "completed") > done)
             cluster.delete("orders")
@@ -998,3 +1005,25 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
     granted = _role_grants(objects, "Role") | _role_grants(objects, "ClusterRole")
     unused = granted - {Grant(a.verb, a.group, a.resource) for a in used}
     assert unused == set(), f"granted but never used: {sorted(unused)}"
+
+
+@pytest.mark.timeout(120)
+def test_on_an_ipv6_only_cluster_the_probe_and_the_metrics_answer_on_ipv6(
+    tmp_path: Path,
+) -> None:
+    """listenAddress `::`: Kopf's liveness endpoint and the metrics listen on IPv6, where an
+    IPv6-only cluster's kubelet and Prometheus reach the pod (both bound IPv4 only)."""
+    health, metrics = free_port(), free_port()
+    container = _container(_render({"operator": {"healthPort": health, "listenAddress": "::"}}))
+    assert f"--liveness=http://[::]:{health}/healthz" in container["args"]
+
+    with LocalCluster(tmp_path, operator=False) as cluster:
+        kubeconfig = cluster.api.write_kubeconfig(tmp_path / "operator-kubeconfig")
+        log = tmp_path / "operator.log"
+        with _operator(container, kubeconfig, log, metrics_port=metrics):
+            deadline = time.monotonic() + 60
+            while not _healthy(health, "[::1]"):
+                assert time.monotonic() < deadline, log.read_text(errors="replace")
+                time.sleep(0.2)
+            with urllib.request.urlopen(f"http://[::1]:{metrics}/metrics", timeout=5) as answer:
+                assert b"spark_checkpoint_checkpoints_total" in answer.read()

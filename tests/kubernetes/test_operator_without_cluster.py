@@ -68,7 +68,10 @@ def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Pa
     assert finished.returncode == 1, finished.stderr
     reported = [line for line in finished.stderr.splitlines() if "failed permanently" in line]
     assert len(reported) == 1, finished.stderr
-    assert f"cannot serve metrics on port {port} (SPARK_CHECKPOINT_METRICS_PORT" in reported[0]
+    assert (
+        f"cannot serve metrics on 0.0.0.0 port {port} (SPARK_CHECKPOINT_METRICS_ADDRESS, "
+        "SPARK_CHECKPOINT_METRICS_PORT" in reported[0]
+    )
     assert "Traceback" not in finished.stderr, finished.stderr
 
 
@@ -77,6 +80,10 @@ def test_an_operator_whose_metrics_port_is_taken_stops_and_says_why(tmp_path: Pa
     [
         ({"SPARK_CHECKPOINT_METRICS_PORT": "abc"}, "SPARK_CHECKPOINT_METRICS_PORT='abc' is not"),
         ({"SPARK_CHECKPOINT_METRICS_PORT": "70000"}, "SPARK_CHECKPOINT_METRICS_PORT='70000'"),
+        (
+            {"SPARK_CHECKPOINT_METRICS_ADDRESS": "[::]"},
+            "SPARK_CHECKPOINT_METRICS_ADDRESS='[::]' is not an IPv4 or IPv6 address",
+        ),
         ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "abc"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='abc'"),
         ({"SPARK_CHECKPOINT_IDLE_POLL_SECONDS": "-1"}, "SPARK_CHECKPOINT_IDLE_POLL_SECONDS='-1'"),
         (

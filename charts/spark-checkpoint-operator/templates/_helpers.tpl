@@ -154,6 +154,7 @@ nor move the metrics port (the Service and ServiceMonitor expect 9090). */}}
   (dict "name" "SPARK_CHECKPOINT_OPERATOR_NAMESPACE" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.namespace")))
   (dict "name" "SPARK_CHECKPOINT_OPERATOR_SERVICE_ACCOUNT" "valueFrom" (dict "fieldRef" (dict "fieldPath" "spec.serviceAccountName")))
   (dict "name" "SPARK_CHECKPOINT_USER_IDS" "value" .Values.userIds)
+  (dict "name" "SPARK_CHECKPOINT_METRICS_ADDRESS" "value" .Values.operator.listenAddress)
 }}
 {{- $reserved := list "SPARK_CHECKPOINT_METRICS_PORT" }}
 {{- range $chart }}

@@ -7,6 +7,7 @@ come from the service account or KUBECONFIG, for Kopf and for the operator's own
 
 import asyncio
 import datetime
+import ipaddress
 import logging
 import math
 import os
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 
 METRICS_PORT_VARIABLE = "SPARK_CHECKPOINT_METRICS_PORT"
 DEFAULT_METRICS_PORT = 9090
+# Where the metrics endpoint listens: 0.0.0.0 (IPv4), or :: on an IPv6-only cluster.
+METRICS_ADDRESS_VARIABLE = "SPARK_CHECKPOINT_METRICS_ADDRESS"
+DEFAULT_METRICS_ADDRESS = "0.0.0.0"
 # How often a job's supervisor asks an idle agent that cannot long-poll for status, and
 # checks its driver while a long poll waits (seconds; JobController's default if unset).
 IDLE_POLL_VARIABLE = "SPARK_CHECKPOINT_IDLE_POLL_SECONDS"
@@ -163,14 +167,17 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     memo[CONTROLLERS] = {}
     metrics = CheckpointMetrics(REGISTRY)
     port = _setting(METRICS_PORT_VARIABLE, str(DEFAULT_METRICS_PORT), _port, "a port number")
+    address = _setting(
+        METRICS_ADDRESS_VARIABLE, DEFAULT_METRICS_ADDRESS, _address, "an IPv4 or IPv6 address"
+    )
     if port:  # 0 turns the endpoint off
         try:
-            metrics.serve(port)
+            metrics.serve(port, address)
         except OSError as error:
             # Said once, and the operator exits: a retry would register the metrics twice.
             raise kopf.PermanentError(
-                f"cannot serve metrics on port {port} ({METRICS_PORT_VARIABLE}; 0 turns "
-                f"them off): {error.strerror or error}"
+                f"cannot serve metrics on {address} port {port} ({METRICS_ADDRESS_VARIABLE}, "
+                f"{METRICS_PORT_VARIABLE}; 0 turns them off): {error.strerror or error}"
             ) from None
     memo[METRICS] = metrics
     idle_poll = _setting(IDLE_POLL_VARIABLE, "", _seconds, "a number of seconds above 0")
@@ -218,6 +225,10 @@ def _port(text: str) -> int:
     if not 0 <= port <= 65535:
         raise ValueError(text)
     return port
+
+
+def _address(text: str) -> str:
+    return str(ipaddress.ip_address(text))
 
 
 def _lease_seconds(text: str) -> int:
