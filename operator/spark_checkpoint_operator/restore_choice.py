@@ -20,7 +20,7 @@ from spark_checkpoint.storage import (
     parse_snapshot_address,
     parse_snapshot_dir_name,
 )
-from spark_checkpoint_operator.coordinator import PersistedState
+from spark_checkpoint_operator.coordinator import OutcomeStatus, PersistedState
 
 
 class UnknownImage(Exception):
@@ -220,6 +220,30 @@ def image_at(
     return ChosenImage(
         RestoreCandidate.external(uri).encode(), (kind, snapshot_id) if own else None
     )
+
+
+def why_gone(registry: PersistedState, kind: CheckpointKind, snapshot_id: int) -> str | None:
+    """Why the job's storage holds no image of ``kind`` and ``snapshot_id`` that its
+    registry took, by the registry alone; None if it does not tell (its history is
+    short; an earlier registry's may be there)."""
+    if snapshot_id >= registry.next_checkpoint_id:
+        return f"was never taken (the job's ids are below {registry.next_checkpoint_id})"
+    if any(
+        (outcome.kind, outcome.checkpoint_id) == (kind, snapshot_id)
+        and outcome.status is OutcomeStatus.COMPLETED
+        for outcome in registry.history
+    ):
+        return LET_GO[kind]
+    return None
+
+
+# Why a completed image the registry no longer lists is gone.
+LET_GO = {
+    CheckpointKind.CHECKPOINT: (
+        "was deleted: the job keeps only its newest checkpoints (spec.checkpointing.retained)"
+    ),
+    CheckpointKind.SAVEPOINT: "was deleted: the savepoint history let it go (spec.savepoints)",
+}
 
 
 def _require_intact(

@@ -32,7 +32,6 @@ from typing import Any
 
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
-from spark_checkpoint.protocol import RestoreCandidate
 from spark_checkpoint.storage.layout import (
     JobStorageLayout,
     parse_snapshot_address,
@@ -42,7 +41,6 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     JobPhase,
-    OutcomeStatus,
     PersistedState,
     TerminalOutcome,
     TriggerRequested,
@@ -67,10 +65,12 @@ from spark_checkpoint_operator.manifest.model import JobManifest, JobState
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.metrics import JobMetrics
 from spark_checkpoint_operator.restore_choice import (
+    LET_GO,
     ChosenImage,
     UnknownImage,
     image_at,
     snapshot_uri,
+    why_gone,
 )
 from spark_checkpoint_operator.status import (
     SPEC_VALID,
@@ -858,29 +858,18 @@ class JobController:
             raise UnknownImage(f"{path}: {error}") from None
         own = JobStorageLayout(_storage(manifest), manifest.namespace, manifest.name)
         is_own = storage_place(address.layout.job_root) == storage_place(own.job_root)
-        chosen = image_at(uri, address, self._record.coordinator, own=is_own)
-        # A savepoint of the job's storage its registry does not list: another registry's,
-        # kept there, unless the record says this one took it and let it go (the driver,
-        # stopped for it, would fail the job on a missing image).
-        unlisted = is_own and RestoreCandidate.decode(chosen.candidate).is_external
-        if unlisted and (gone := self._own_savepoint_gone(address.snapshot_id)) is not None:
-            raise UnknownImage(f"{path}: savepoint {address.snapshot_id} {gone}")
-        return chosen
-
-    def _own_savepoint_gone(self, savepoint_id: int) -> str | None:
-        """Why the job's storage holds no savepoint of `savepoint_id` this job's registry
-        took; None if the record does not tell (another registry's may be there)."""
         registry = self._record.coordinator
-        if savepoint_id >= registry.next_checkpoint_id:
-            return f"was never taken (the job's ids are below {registry.next_checkpoint_id})"
-        key = (CheckpointKind.SAVEPOINT, savepoint_id)
-        if any(due.key == key for due in self._record.discards_due) or any(
-            (outcome.kind, outcome.checkpoint_id) == key
-            and outcome.status is OutcomeStatus.COMPLETED
-            for outcome in registry.history
-        ):
-            return "was deleted: the savepoint history let it go (spec.savepoints)"
-        return None
+        kind, snapshot_id = address.kind, address.snapshot_id
+        listed = registry.checkpoints if kind is CheckpointKind.CHECKPOINT else registry.savepoints
+        # An image of the job's storage its registry does not list, which the record says
+        # it let go or never took (the driver, stopped for it, would fail the job on a
+        # missing image); else a savepoint is another registry's, kept there.
+        if is_own and snapshot_id not in {image.checkpoint_id for image in listed}:
+            key = (kind, snapshot_id)
+            due = any(discard.key == key for discard in self._record.discards_due)
+            if (gone := LET_GO[kind] if due else why_gone(registry, *key)) is not None:
+                raise UnknownImage(f"{path}: {kind.value} {snapshot_id} {gone}")
+        return image_at(uri, address, registry, own=is_own)
 
     def _redeploy_image(self, manifest: JobManifest, nonce: int) -> ChosenImage | None:
         """The image of the redeploy `nonce` asks for; None, said in an event and the nonce
