@@ -86,6 +86,7 @@ RUN pip install --no-cache-dir \
         charset-normalizer==3.5.3 \
         click==8.5.1 \
         common-expression-language==0.10.0 \
+        croniter==6.2.4 \
         durationpy==0.11 \
         frozenlist==1.8.0 \
         fsspec==2026.9.0 \

@@ -8,8 +8,10 @@ batches; the operator may restart (the coordinator is rebuilt from its persisted
 any point.
 """
 
+import math
 import random
 from collections import Counter
+from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
@@ -66,6 +68,7 @@ WITHDRAWN_LABEL = "suspend"
 COMPLETIONS: list[int] = []
 STREAKS: list[tuple[int, int]] = []  # (longest streak of failures, tolerated)
 PERIODIC_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
+SCHEDULED_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
 
 
 @st.composite
@@ -87,8 +90,22 @@ def configurations(draw: st.DrawFn) -> CoordinatorConfig:
         savepoint_history=SavepointHistoryLimits(
             max_count=draw(st.integers(1, 5)), max_age_seconds=max_age
         ),
-        savepoint_interval=draw(st.none() | st.floats(1.0, 60.0)),
+        **draw(
+            st.just({})
+            | st.builds(dict, savepoint_interval=st.floats(1.0, 60.0))
+            | st.builds(dict, savepoint_schedule=st.builds(Aligned, st.integers(1, 60)))
+        ),
     )
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """A calendar schedule (as a cron expression's): each whole multiple of ``period``."""
+
+    period: int
+
+    def next_after(self, wall_time: float) -> float:
+        return float((math.floor(wall_time / self.period) + 1) * self.period)
 
 
 class CoordinatorMachine(RuleBasedStateMachine):
@@ -164,11 +181,15 @@ class CoordinatorMachine(RuleBasedStateMachine):
         label = next(p.label for p in self.coordinator.pending if p.checkpoint_id == checkpoint_id)
         if label != PERIODIC_SAVEPOINT_LABEL:
             return
-        interval = self.config.savepoint_interval
-        assert interval is not None and kind is CheckpointKind.SAVEPOINT
+        interval, schedule = self.config.savepoint_interval, self.config.savepoint_schedule
+        assert kind is CheckpointKind.SAVEPOINT
         assert self.first_running is not None
         previous = self.last_periodic if self.last_periodic is not None else self.first_running
-        assert self.clock.now >= previous + interval
+        if interval is not None:
+            assert self.clock.now >= previous + interval
+        else:
+            assert schedule is not None
+            assert self.clock.now >= schedule.next_after(previous)
         assert self.persisted.last_periodic_savepoint == self.clock.now
         self.last_periodic = self.clock.now
         self.periodic_savepoints += 1
@@ -488,6 +509,8 @@ class CoordinatorMachine(RuleBasedStateMachine):
         target(float(self.longest_streak), label="failures in a row")
         COMPLETIONS.append(self.completions)
         PERIODIC_SAVEPOINTS.append(self.periodic_savepoints)
+        if self.config.savepoint_schedule is not None:
+            SCHEDULED_SAVEPOINTS.append(self.periodic_savepoints)
         STREAKS.append((self.longest_streak, self.config.tolerable_failures))
 
 
@@ -505,6 +528,7 @@ def test_the_machine_reaches_completions() -> None:
     COMPLETIONS.clear()
     STREAKS.clear()
     PERIODIC_SAVEPOINTS.clear()
+    SCHEDULED_SAVEPOINTS.clear()
     run_state_machine_as_test(
         CoordinatorMachine,
         settings=settings(
@@ -523,5 +547,6 @@ def test_the_machine_reaches_completions() -> None:
     assert max(COMPLETIONS) >= 2
     # And the failure count's: a run failed only past a tolerance above 0.
     assert any(streak > tolerated >= 1 for streak, tolerated in STREAKS), STREAKS
-    # And savepoints.interval's: runs took several periodic savepoints.
+    # And savepoints.interval's and .schedule's: runs took several periodic savepoints.
     assert max(PERIODIC_SAVEPOINTS) >= 2
+    assert max(SCHEDULED_SAVEPOINTS, default=0) >= 2

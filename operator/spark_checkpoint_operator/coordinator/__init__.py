@@ -16,6 +16,7 @@ from spark_checkpoint_operator.coordinator.config import (
     CoordinatorConfig,
     RetentionPolicy,
     SavepointHistoryLimits,
+    SavepointSchedule,
     TerminalOutcome,
 )
 from spark_checkpoint_operator.coordinator.coordinator import (
@@ -100,6 +101,7 @@ __all__ = [
     "RetentionPolicy",
     "SavepointDisposeRequested",
     "SavepointHistoryLimits",
+    "SavepointSchedule",
     "SnapshotCaptured",
     "StoredIdsReported",
     "TaskAck",

@@ -3,6 +3,7 @@
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 
 def _require_integer(name: str, value: object) -> None:
@@ -72,12 +73,22 @@ class SavepointHistoryLimits:
             )
 
 
+class SavepointSchedule(Protocol):
+    """When periodic savepoints are due by a calendar (spec.savepoints.schedule, a cron
+    expression: read outside the core)."""
+
+    def next_after(self, wall_time: float) -> float:
+        """The first time of the schedule after ``wall_time`` (wall clock seconds)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class CoordinatorConfig:
     """Checkpointing settings of one job; times are seconds.
 
     ``interval`` None disables periodic checkpoints (manual ones still work);
-    ``savepoint_interval`` None, periodic savepoints.
+    ``savepoint_interval`` and ``savepoint_schedule`` (at most one) None, periodic
+    savepoints.
     """
 
     interval: float | None = 60.0
@@ -91,6 +102,7 @@ class CoordinatorConfig:
     history_size: int = 10
     savepoint_history: SavepointHistoryLimits = SavepointHistoryLimits()
     savepoint_interval: float | None = None
+    savepoint_schedule: SavepointSchedule | None = None
 
     def __post_init__(self) -> None:
         # Types first: a float count (``retained: 2.0``) passes every comparison below and
@@ -124,6 +136,8 @@ class CoordinatorConfig:
             )
         if self.savepoint_interval is not None and self.savepoint_interval <= 0:
             problems.append(f"savepoints.interval must be > 0, got {self.savepoint_interval}")
+        if self.savepoint_interval is not None and self.savepoint_schedule is not None:
+            problems.append("savepoints.interval and savepoints.schedule: set one of them")
         if self.timeout <= 0:
             problems.append(f"checkpointing.timeout must be > 0, got {self.timeout}")
         if self.max_concurrent < 1:

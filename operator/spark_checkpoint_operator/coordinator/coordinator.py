@@ -268,13 +268,23 @@ class CheckpointCoordinator:
         triggered: no interval, the job not running with all its tasks, a stop under way,
         or the last periodic one still in flight (as the Flink Kubernetes Operator, which
         triggers the next once it is done)."""
-        interval, last = self._config.savepoint_interval, self._last_periodic_savepoint
-        if interval is None or last is None or self._terminated is not None:
+        last = self._last_periodic_savepoint
+        if not self._periodic_savepoints or last is None or self._terminated is not None:
             return None
         if not (self._job_running and self._tasks_running and self._tasks) or self.stopping:
             return None
         in_flight = [p.label for p in self._pending.values()] + [q.label for q in self._queue]
-        return None if PERIODIC_SAVEPOINT_LABEL in in_flight else last + interval
+        if PERIODIC_SAVEPOINT_LABEL in in_flight:
+            return None
+        if (interval := self._config.savepoint_interval) is not None:
+            return last + interval
+        schedule = self._config.savepoint_schedule
+        return None if schedule is None else schedule.next_after(last)
+
+    @property
+    def _periodic_savepoints(self) -> bool:
+        config = self._config
+        return config.savepoint_interval is not None or config.savepoint_schedule is not None
 
     # ------------------------------------------------------------------ events
 
@@ -384,9 +394,13 @@ class CheckpointCoordinator:
 
     def _on_phase(self, phase: JobPhase, effects: list[Effect]) -> None:
         self._job_running = phase is JobPhase.RUNNING
-        periodic = self._config.savepoint_interval is not None
-        if self._job_running and periodic and self._last_periodic_savepoint is None:
-            # The first periodic savepoint is an interval after the job first ran.
+        if (
+            self._job_running
+            and self._periodic_savepoints
+            and self._last_periodic_savepoint is None
+        ):
+            # The first periodic savepoint is an interval after the job first ran (or the
+            # schedule's first time after it).
             self._last_periodic_savepoint = self._clock()
             effects.append(PersistState(self.persisted_state))
         if self._job_running:

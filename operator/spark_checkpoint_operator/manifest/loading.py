@@ -5,13 +5,14 @@ every problem on one line naming the file."""
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import yaml
 
 from spark_checkpoint_operator.local_files import UnreadableFile, read_small_file
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_kind
+from spark_checkpoint_operator.manifest.cron import schedule_problem
 from spark_checkpoint_operator.manifest.model import JobManifest, to_manifest
 from spark_checkpoint_operator.manifest.problems import (
     ManifestError,
@@ -59,7 +60,17 @@ def manifest_from_document(document: object, source: str = "<manifest>") -> JobM
     _require_text(document, source)
     defaulted = validate_document(document, source)
     _require_no_nul(defaulted, source)
+    _require_schedule(defaulted, source)
     return to_manifest(defaulted)
+
+
+def _require_schedule(
+    defaulted: Mapping[str, Any], source: str, tolerated: Sequence[Problem] = ()
+) -> None:
+    """What the schema cannot say: a cron expression the coordinator can follow."""
+    schedule = defaulted["spec"]["savepoints"].get("schedule")
+    if schedule is not None and (problem := schedule_problem(schedule)) is not None:
+        raise ManifestError(source, [*tolerated, Problem("spec.savepoints.schedule", problem)])
 
 
 def text_problems(document: object) -> list[Problem]:
@@ -167,6 +178,7 @@ def manifest_from_update(
     _require_no_nul(defaulted, source)
     if unreadable := [p for p in tolerated if p.keyword in _UNREADABLE_KEYWORDS]:
         raise ManifestError(source, unreadable)
+    _require_schedule(defaulted, source, tolerated)
     try:
         manifest = to_manifest(defaulted)
         manifest.coordinator_config()  # checks what the coordinator needs of the settings

@@ -16,6 +16,7 @@ from spark_checkpoint_operator.coordinator import (
     SavepointHistoryLimits,
 )
 from spark_checkpoint_operator.manifest import go_duration
+from spark_checkpoint_operator.manifest.cron import CronSchedule
 from spark_checkpoint_operator.manifest.pod_template import merged
 
 QuantityPaths = tuple[tuple[str, ...], ...]
@@ -126,6 +127,7 @@ class SavepointsSpec:
     history_max_count: int
     history_max_age: float | None
     interval: float | None  # periodic savepoints; None: none
+    schedule: str | None = None  # periodic savepoints by a cron expression (manifest/cron.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +248,9 @@ class JobManifest:
                 max_age_seconds=savepoints.history_max_age,
             ),
             savepoint_interval=savepoints.interval,
+            savepoint_schedule=None
+            if savepoints.schedule is None
+            else CronSchedule(savepoints.schedule),
         )
 
 
@@ -295,6 +300,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 history_max_count=savepoints["historyMaxCount"],
                 history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
                 interval=_optional_seconds(savepoints.get("interval")),
+                schedule=savepoints.get("schedule"),
             ),
             restore=RestoreSpec(
                 initial_savepoint_path=_optional_metadata(restore.get("initialSavepointPath")),

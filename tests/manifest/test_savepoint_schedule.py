@@ -1,0 +1,87 @@
+"""spec.savepoints.schedule: periodic savepoints at the times of a cron expression, in the
+standard form or the Quartz form the Flink Kubernetes Operator takes, in UTC."""
+
+import datetime
+from typing import Any
+
+import pytest
+
+from spark_checkpoint_operator.manifest.cron import CronSchedule
+from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.problems import ManifestError
+
+UTC = datetime.UTC
+
+
+def _at(*fields: int) -> float:
+    return datetime.datetime(*fields, tzinfo=UTC).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("expression", "after", "following"),
+    [
+        ("0 2 * * *", _at(2026, 12, 6, 1, 30), _at(2026, 12, 6, 2, 0)),
+        ("0 2 * * *", _at(2026, 12, 6, 2, 0), _at(2026, 12, 7, 2, 0)),  # strictly after
+        ("0 0 2 * * ?", _at(2026, 12, 6, 1, 30), _at(2026, 12, 6, 2, 0)),  # Quartz
+        ("0 0 2 ? * MON-FRI", _at(2026, 12, 5, 3, 0), _at(2026, 12, 7, 2, 0)),  # Sat -> Mon
+        ("*/15 * * * * ?", _at(2026, 12, 6, 1, 30, 1), _at(2026, 12, 6, 1, 30, 15)),
+        ("0 0 0 1 1 ? 2027", _at(2026, 12, 6), _at(2027, 1, 1)),
+        ("@daily", _at(2026, 12, 6, 12, 0), _at(2026, 12, 7)),
+    ],
+)
+def test_a_schedule_gives_its_next_time_in_utc(
+    expression: str, after: float, following: float
+) -> None:
+    assert CronSchedule(expression).next_after(after) == following
+
+
+def _document(minimal: dict[str, Any], **savepoints: Any) -> dict[str, Any]:
+    minimal["spec"]["savepoints"] = savepoints
+    return minimal
+
+
+def test_a_schedule_reaches_the_coordinator(minimal: dict[str, Any]) -> None:
+    manifest = manifest_from_document(_document(minimal, schedule="0 0 2 * * ?"))
+
+    config = manifest.coordinator_config()
+    assert config.savepoint_schedule == CronSchedule("0 0 2 * * ?")
+    assert config.savepoint_interval is None
+
+
+@pytest.mark.parametrize(
+    ("savepoints", "problem"),
+    [
+        (
+            {"schedule": "0 0 2 ? * 2"},
+            "spec.savepoints.schedule: '0 0 2 ? * 2': a day of the week by number is read "
+            "differently by Quartz (1-7 from Sunday) and cron (0-6 from Sunday); name it "
+            "(MON-FRI)",
+        ),
+        (
+            {"schedule": "every night"},
+            "spec.savepoints.schedule: 'every night' is not a cron expression: Exactly 5, 6 "
+            "or 7 columns has to be specified for iterator expression.",
+        ),
+        (
+            {"schedule": "0 0 0 30 2 ?"},
+            "spec.savepoints.schedule: '0 0 0 30 2 ?' never fires again",
+        ),
+        (
+            {"schedule": "0 0 0 1 1 ? 2020"},
+            "spec.savepoints.schedule: '0 0 0 1 1 ? 2020' never fires again",
+        ),
+        (
+            {"schedule": "0 2 * * *", "interval": "1h"},
+            "spec.savepoints.schedule: set interval or schedule, not both",
+        ),
+        ({"schedule": ""}, "spec.savepoints.schedule"),
+    ],
+)
+def test_a_schedule_the_coordinator_cannot_follow_is_one_line_naming_it(
+    minimal: dict[str, Any], savepoints: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(ManifestError) as refused:
+        manifest_from_document(_document(minimal, **savepoints), "job.yaml")
+
+    said = [str(p) for p in refused.value.problems]
+    assert len(said) == 1 and said[0].startswith(problem), said
