@@ -1560,6 +1560,7 @@ def test_a_run_names_the_settings_for_the_clusters_pods_it_does_not_use(
         "driver": {"memory": "2g"},
         "executor": {"instances": 2, "cores": 1},
         "checkpointing": {"liveVolumeClaim": "live"},
+        "podTemplate": {"spec": {"priorityClassName": "streaming"}},
     }
     job.manifest.write_text(yaml.safe_dump(document))
 
@@ -1568,8 +1569,8 @@ def test_a_run_names_the_settings_for_the_clusters_pods_it_does_not_use(
     [note] = [line for line in capsys.readouterr().out.splitlines() if "note:" in line]
     assert note.endswith(
         "note: a local run's Spark runs on this machine (spark.master local[*]): "
-        "spec.driver.memory, spec.executor.instances, spec.checkpointing.liveVolumeClaim are "
-        "for the cluster's pods and not used here"
+        "spec.driver.memory, spec.executor.instances, spec.podTemplate, "
+        "spec.checkpointing.liveVolumeClaim are for the cluster's pods and not used here"
     )
     plain = ScriptJob(tmp_path / "plain", "pass\n")
     main(["run", str(plain.manifest), "--state-dir", str(plain.state_dir)])

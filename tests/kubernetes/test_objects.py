@@ -425,7 +425,8 @@ SCRATCH = {"name": "scratch", "emptyDir": {}}
         ),
         (
             {"executor": {"volumes": [SCRATCH, SCRATCH]}},
-            "spec.executor.volumes[1].name: 'scratch' names two volumes",
+            "spec.executor.volumes[1].name: 'scratch' names two volumes (and "
+            "spec.executor.volumes[0])",
         ),
         ({"executor": {"volumes": [{"emptyDir": {}}]}}, "spec.executor.volumes[0].name: required"),
         (

@@ -596,8 +596,82 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
         ),
         (
             {"driver": {"spec": {"containers": [{"name": "s", "image": ""}]}}},
-            "spec.driver.podTemplate.spec.containers[0].image: required (the driver pods' 's'; "
-            "only the pod's own container has the job's)",
+            "spec.driver.podTemplate.spec.containers[0].image: required for 's' (only the pod's "
+            "own container has the job's)",
+        ),
+        # A newcomer's (helper-163): each passed, and a cluster would refuse the pod or
+        # the kubelet never start it; or the pod was not what the template said.
+        (
+            {"common": {"spec": {"volumes": [{"name": "Logs_Volume", "emptyDir": {}}]}}},
+            "spec.podTemplate.spec.volumes[0].name: 'Logs_Volume' is not a DNS-1123 label "
+            "(lowercase letters, digits and '-', starting and ending with a letter or digit)",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {"name": MAIN, "resources": {"requests": {"nvidia.com/gpu": 1}}}
+                        ]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].resources.requests.nvidia.com/gpu: "
+            "needs a limit of the same amount (Kubernetes does not overcommit it)",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [
+                            {"name": "s", "image": "b", "securityContext": {"runAsUser": 0}}
+                        ]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].securityContext.runAsUser: the job's "
+            "pods run as a non-root user",
+        ),
+        (
+            {
+                "executor": {
+                    "spec": {
+                        "initContainers": [
+                            {"name": "s", "image": "b", "securityContext": {"privileged": True}}
+                        ]
+                    }
+                }
+            },
+            "spec.executor.podTemplate.spec.initContainers[0].securityContext.privileged: the "
+            "job's pods run unprivileged",
+        ),
+        (
+            {
+                "driver": {
+                    "spec": {
+                        "containers": [{"name": MAIN, "env": [{"name": "POD_NAME", "value": "x"}]}]
+                    }
+                }
+            },
+            "spec.driver.podTemplate.spec.containers[0].env[0].name: is set by the operator "
+            "itself (reserved: SPARK_CHECKPOINT_* variables, PYSPARK_SUBMIT_ARGS (set Spark "
+            "options in sparkConf), PYSPARK_GATEWAY_PORT, PYSPARK_GATEWAY_SECRET, POD_NAME, "
+            "POD_NAMESPACE and POD_IP)",
+        ),
+        (
+            {"common": {"spec": {"containers": [{"name": "flink-main-container"}]}}},
+            "spec.podTemplate.spec.containers[0].name: flink-main-container is Flink's name "
+            "of the pod's own container: here it is spark-main-container",
+        ),
+        (
+            {"driver": {"spec": {"terminationGracePeriodSeconds": 5}}},
+            "spec.driver.podTemplate.spec.terminationGracePeriodSeconds: set by the operator "
+            "(the time a driver has to stop)",
+        ),
+        (
+            {"common": {"spec": {"restartPolicy": "Always"}}},
+            "spec.podTemplate.spec.restartPolicy: set by the operator (Never: the operator "
+            "restarts a driver)",
         ),
         # A name the CRD cannot check the type of: the typed check's, and no traceback.
         (
@@ -619,7 +693,11 @@ def test_the_example_templates_are_no_problem() -> None:
     logs = COMMON["spec"]["volumes"]
     assert _problems(driver=_with(DRIVER, volumes=logs)) == []
     # A sidecar's own context, and a user that is not root, are the template's to say.
-    sidecar = {"name": "probe", "image": "x", "securityContext": {"runAsUser": 0}}
+    sidecar = {
+        "name": "probe",
+        "image": "x",
+        "securityContext": {"runAsUser": 1000, "capabilities": {"add": ["NET_BIND_SERVICE"]}},
+    }
     user = {"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}}
     assert _problems(driver={"spec": {"containers": [sidecar], **user}}) == []
     # Quantities written as numbers, as the API server takes them.
@@ -843,14 +921,12 @@ def test_a_container_beside_the_pods_own_needs_an_image_from_either_template() -
     imaged = {"spec": {"containers": [{"name": "sidecar", "image": "busybox:1.36"}]}}
 
     assert _problems(common={}, driver=bare, executor={}) == [
-        "spec.driver.podTemplate.spec.containers[0].image: required (the driver pods' "
-        "'sidecar'; only the pod's own container has the job's)"
+        "spec.driver.podTemplate.spec.containers[0].image: required for 'sidecar' (only the "
+        "pod's own container has the job's)"
     ]
-    # Listed in the common template only: said for the pods of each role.
+    # Listed in the common template only: said once, for the pods of both roles.
     assert _problems(common=bare, driver={}, executor={}) == [
-        "spec.podTemplate.spec.containers[0].image: required (the driver pods' 'sidecar'; "
-        "only the pod's own container has the job's)",
-        "spec.podTemplate.spec.containers[0].image: required (the executor pods' 'sidecar'; "
-        "only the pod's own container has the job's)",
+        "spec.podTemplate.spec.containers[0].image: required for 'sidecar' (only the pod's "
+        "own container has the job's)"
     ]
     assert _problems(common=imaged, driver=bare, executor={}) == []

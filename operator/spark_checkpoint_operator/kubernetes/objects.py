@@ -27,6 +27,7 @@ from spark_checkpoint.janitor_commands import (
 )
 from spark_checkpoint.protocol import RestoreCandidate, StorageOwner
 from spark_checkpoint.settings import AGENT_HOST_VARIABLE, PREFIX, DriverSettings
+from spark_checkpoint.storage.layout import DNS_1123_LABEL_MAX_LENGTH, DNS_1123_LABEL_PATTERN
 from spark_checkpoint_operator.driver_command import (
     TERMINATION_GRACE_SECONDS,
     driver_command,
@@ -37,6 +38,7 @@ from spark_checkpoint_operator.manifest.pod_template import MAIN_CONTAINER, merg
 from spark_checkpoint_operator.manifest.validation import (
     PATTERN_HINTS,
     QUALIFIED_NAME_PATTERN,
+    field_problems,
     go_regex,
 )
 
@@ -597,16 +599,21 @@ def _volume_problems(
     spec's volumes are."""
     problems = []
     taken_paths = {_mount_point(path) for path in own.values()}
-    names: set[str] = set()
+    names: dict[str, str] = {}  # each name's first field
+    label = go_regex(DNS_1123_LABEL_PATTERN)
     for field, volume in volumes:
         name = volume.get("name")
         if not isinstance(name, str) or not name:
             problems.append(f"{field}.name: required")
         elif name in names:
-            problems.append(f"{field}.name: {name!r} names two volumes")
+            problems.append(f"{field}.name: {name!r} names two volumes (and {names[name]})")
         elif name in own or (role == EXECUTOR and name.startswith(_SPARK_LOCAL_DIR_VOLUME_PREFIX)):
             problems.append(f"{field}.name: {name!r} is a volume the operator or Spark adds")
-        names.add(str(name))
+        elif not label.search(name) or len(name) > DNS_1123_LABEL_MAX_LENGTH:
+            problems.append(
+                f"{field}.name: {name!r} is not {PATTERN_HINTS[DNS_1123_LABEL_PATTERN]}"
+            )
+        names.setdefault(str(name), field)
     paths: set[str] = set()
     for field, mount, in_own_container in [
         *((field, mount, True) for field, mount in mounts),
@@ -936,6 +943,7 @@ _OWN_CONTAINER_FIELDS = {
 }
 # What the operator and Spark name the pods' own containers, and their ports.
 _OWN_CONTAINER_NAMES = frozenset({DRIVER, CLEANUP, CHECK, EXECUTOR_CONTAINER})
+_FLINK_MAIN_CONTAINER = "flink-main-container"  # what a Flink user's template names it
 _OWN_PORT_NAMES = frozenset({"agent", "blockmanager"})
 _OWN_ANNOTATIONS = frozenset({ANNOTATION_SPEC_HASH, ANNOTATION_EXECUTOR_TEMPLATE})
 # Pod fields the spec says otherwise, or that would undo what the operator's pods promise
@@ -948,6 +956,8 @@ _REFUSED_POD_FIELDS = {
     "hostPID": "the job's pods run in their own process namespace",
     "hostIPC": "the job's pods run in their own IPC namespace",
     "ephemeralContainers": "the API server takes none as a pod is created",
+    "restartPolicy": "set by the operator (Never: the operator restarts a driver)",
+    "terminationGracePeriodSeconds": "set by the operator (the time a driver has to stop)",
 }
 # What a template may add to the operator's restricted security contexts: the rest is the
 # operator's, or would loosen them.
@@ -1014,6 +1024,11 @@ def _template_problems(manifest: JobManifest) -> list[str]:
                         f"{at}.name: {name!r} is what the operator names a pod's own "
                         f"container: a pod template names it {MAIN_CONTAINER}"
                     )
+                elif name == _FLINK_MAIN_CONTAINER:
+                    problems.append(
+                        f"{at}.name: {_FLINK_MAIN_CONTAINER} is Flink's name of the pod's own "
+                        f"container: here it is {MAIN_CONTAINER}"
+                    )
                 elif _is_main(container) and group == "initContainers":
                     problems.append(
                         f"{at}.name: {MAIN_CONTAINER} is the pod's own container, not an "
@@ -1021,6 +1036,8 @@ def _template_problems(manifest: JobManifest) -> list[str]:
                     )
                 elif _is_main(container):
                     problems += _own_container_problems(at, container)
+                else:
+                    problems += _sidecar_context_problems(at, container)
         metadata = template.get("metadata") or {}
         for key in metadata.get("labels") or {}:
             if key in operator_labels:
@@ -1037,6 +1054,23 @@ def _template_problems(manifest: JobManifest) -> list[str]:
     for role in (DRIVER, EXECUTOR):
         problems += _built_container_problems(manifest, role)
     return problems
+
+
+def _sidecar_context_problems(at: str, container: Mapping[str, Any]) -> list[str]:
+    """A container beside the pod's own runs as the pod does: not as root (the kubelet
+    would never start it under the pod's runAsNonRoot), not privileged."""
+    context = container.get("securityContext")
+    if not isinstance(context, Mapping):
+        return []
+    return [
+        f"{at}.securityContext.{key}: the job's pods run {what}"
+        for key, value, what in (
+            ("runAsUser", 0, "as a non-root user"),
+            ("runAsNonRoot", False, "as a non-root user"),
+            ("privileged", True, "unprivileged"),
+        )
+        if key in context and context[key] == value and type(context[key]) is type(value)
+    ]
 
 
 def _own_container_problems(at: str, container: Mapping[str, Any]) -> list[str]:
@@ -1067,6 +1101,15 @@ def _own_container_problems(at: str, container: Mapping[str, Any]) -> list[str]:
         _RESTRICTED_CONTAINER,
         _CONTAINER_CONTEXT_KEYS,
     )
+    # The variables the operator sets, by the rule the spec's env is held to.
+    problems += [
+        f"{at}.env[{i}].name: {problem.message}"
+        for i, variable in enumerate(_items(container, "env"))
+        for problem in field_problems(
+            ("spec", "application", "env"), [{"name": variable.get("name")}]
+        )
+        if problem.path == "[0].name"
+    ]
     return problems
 
 
@@ -1089,17 +1132,50 @@ def _built_container_problems(manifest: JobManifest, role: str) -> list[str]:
                     f"{listed}.name: the {role} pods would have two containers named {name!r}"
                 )
             seen.add(name if isinstance(name, str) else repr(name))
+            if name in _OWN_CONTAINER_NAMES or name == _FLINK_MAIN_CONTAINER:
+                continue  # misnamed: said of the template
             own = group == "containers" and _is_main(container)
             image = container.get("image")
             if not own and not (isinstance(image, str) and image):
                 problems.append(
-                    f"{listed}.image: required (the {role} pods' {name!r}; only the pod's "
-                    "own container has the job's)"
+                    f"{listed}.image: required for {name!r} (only the pod's own container "
+                    "has the job's)"
                 )
+            problems += _extended_resource_problems(places, container)
             if group == "containers" and "restartPolicy" in container:
                 setting = next(place for place, c in places if "restartPolicy" in c)
                 problems.append(f"{setting}.restartPolicy: only an init container may have one")
             problems += _list_problems(manifest, role, (group, name), container, own)
+    return problems
+
+
+# Resources Kubernetes overcommits: any other (a GPU) needs a limit equal to its request.
+_OVERCOMMITTED = frozenset({"cpu", "memory", "ephemeral-storage"})
+
+
+def _extended_resource_problems(
+    places: list[tuple[str, Mapping[str, Any]]], container: Mapping[str, Any]
+) -> list[str]:
+    resources = container.get("resources")
+    if not isinstance(resources, Mapping):
+        return []
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    problems = []
+    for name, request in requests.items():
+        if name in _OVERCOMMITTED or name.startswith("hugepages-") or limits.get(name) == request:
+            continue
+        setting = next(
+            (
+                place
+                for place, c in places
+                if name in ((c.get("resources") or {}).get("requests") or {})
+            ),
+            places[0][0] if places else "",
+        )
+        problems.append(
+            f"{setting}.resources.requests.{name}: needs a limit of the same amount "
+            "(Kubernetes does not overcommit it)"
+        )
     return problems
 
 
