@@ -313,6 +313,26 @@ def test_periodic_savepoints_by_a_schedule_come_at_its_times() -> None:
     assert harness.coordinator.next_deadline() == EveryTenSeconds().next_after(harness.clock())
 
 
+@dataclass(frozen=True)
+class OnceAtTen:
+    """A calendar whose times run out (a cron expression's years past)."""
+
+    def next_after(self, wall_time: float) -> float | None:
+        return START + 10.0 if wall_time < START + 10.0 else None
+
+
+def test_a_schedule_that_runs_out_takes_no_more_savepoints() -> None:
+    harness = Harness(
+        CoordinatorConfig(interval=None, timeout=60.0, savepoint_schedule=OnceAtTen())
+    )
+    harness.start()
+    (only,) = periodic_savepoints(harness.advance(10.0), harness)
+    harness.complete(only.checkpoint_id)
+
+    assert harness.coordinator.next_deadline() is None
+    assert periodic_savepoints(harness.advance(3600.0), harness) == []
+
+
 def test_a_periodic_savepoint_waits_for_the_tasks_and_for_the_last_one_to_end() -> None:
     harness = Harness(PERIODIC_SAVEPOINTS)
     harness.start()

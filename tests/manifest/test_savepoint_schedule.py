@@ -35,6 +35,11 @@ def test_a_schedule_gives_its_next_time_in_utc(
     assert CronSchedule(expression).next_after(after) == following
 
 
+def test_a_schedule_whose_years_are_past_has_no_next_time() -> None:
+    """Checked when read; one that ran out while the job ran takes no more savepoints."""
+    assert CronSchedule("0 0 0 1 1 ? 2027").next_after(_at(2027, 1, 1)) is None
+
+
 def _document(minimal: dict[str, Any], **savepoints: Any) -> dict[str, Any]:
     minimal["spec"]["savepoints"] = savepoints
     return minimal

@@ -77,8 +77,9 @@ class SavepointSchedule(Protocol):
     """When periodic savepoints are due by a calendar (spec.savepoints.schedule, a cron
     expression: read outside the core)."""
 
-    def next_after(self, wall_time: float) -> float:
-        """The first time of the schedule after ``wall_time`` (wall clock seconds)."""
+    def next_after(self, wall_time: float) -> float | None:
+        """The first time of the schedule after ``wall_time`` (wall clock seconds); None
+        if it never fires again."""
         ...
 
 

@@ -21,12 +21,16 @@ class CronSchedule:
 
     expression: str
 
-    def next_after(self, wall_time: float) -> float:
-        """The first time of the schedule after ``wall_time`` (seconds since the epoch)."""
+    def next_after(self, wall_time: float) -> float | None:
+        """The first time of the schedule after ``wall_time`` (seconds since the epoch);
+        None if it never fires again (its years are past)."""
         start = datetime.datetime.fromtimestamp(wall_time, datetime.UTC)
-        following: float = croniter(self.expression, start, second_at_beginning=True).get_next(
-            float
-        )
+        try:
+            following: float = croniter(self.expression, start, second_at_beginning=True).get_next(
+                float
+            )
+        except CroniterBadDateError:
+            return None
         return following
 
 
@@ -39,9 +43,7 @@ def schedule_problem(expression: str) -> str | None:
             "(1-7 from Sunday) and cron (0-6 from Sunday); name it (MON-FRI)"
         )
     try:
-        CronSchedule(expression).next_after(time.time())
-    except CroniterBadDateError:
-        return f"{expression!r} never fires again"
+        following = CronSchedule(expression).next_after(time.time())
     except CroniterError as error:
         return f"{expression!r} is not a cron expression: {error}"
-    return None
+    return f"{expression!r} never fires again" if following is None else None
