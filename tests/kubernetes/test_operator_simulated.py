@@ -1195,6 +1195,27 @@ def test_a_redeploy_interrupted_by_an_operator_restart_is_carried_out_by_the_nex
         assert cluster.event_reasons("orders").count("Redeploying") == 1
 
 
+def test_a_second_redeploy_to_the_same_image_asked_while_no_operator_ran_is_carried_out(
+    cluster: LocalCluster,
+) -> None:
+    """The driver the first redeploy started (restoring that image only) was taken for
+    the second's, which was marked done without rewinding the job (a reviewer's)."""
+    cluster.apply(job())
+    older = savepoint_by_nonce(cluster, 1)
+    completed(cluster, "orders", older + 2)
+    cluster.patch_spec("orders", redeploy(older, 1))
+    redeploy_handled(cluster, 1)
+    completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", redeploy(older, 2))
+
+    status = redeploy_handled(cluster, 2)
+    assert status["jobAttempt"] == 3
+    assert status["restoredFrom"]["source"] == f"savepoint:{older}"
+    assert cluster.event_reasons("orders").count("Redeploying") == 2
+
+
 def test_a_redeploy_from_another_jobs_savepoint_outlives_an_operator_restart(
     cluster: LocalCluster,
 ) -> None:

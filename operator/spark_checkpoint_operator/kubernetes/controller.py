@@ -621,7 +621,7 @@ class JobController:
         if (nonce := self._redeploy_due(manifest)) is not None:
             if not self._driver_recorded():
                 self._redeploy(supervisor, manifest, nonce)
-            elif self._driver_redeploys(manifest):
+            elif await self._driver_redeploys(manifest):
                 # Started for this redeploy before an operator restart: it goes on.
                 self._redeploy(supervisor, manifest, nonce, started=True)
             else:
@@ -899,19 +899,22 @@ class JobController:
         )
         supervisor.suspend_now(f"for a {REDEPLOY} (spec.restore.savepointRedeployNonce {nonce})")
 
-    def _driver_redeploys(self, manifest: JobManifest) -> bool:
+    async def _driver_redeploys(self, manifest: JobManifest) -> bool:
         """Whether the recorded driver was started to restore the redeploy's image, and
-        only it (by an operator killed before it restored)."""
-        pod = self._clients.pods.pod(
-            self._namespace, self._name, objects.driver_pod_name(self._name, self._record.attempt)
-        )
-        if pod is None:
+        only it, and has not restored yet (by an operator killed before it restored: one
+        that restored that image for an earlier nonce is no redeploy of this one). Its
+        pod is asked of the API server: the watch may not have listed it yet."""
+        if self._record.restored_from is not None:
             return False
         try:
             image = self._redeploy_target(manifest)
-        except UnknownImage:
+            pod = await self._clients.core.read_namespaced_pod(
+                objects.driver_pod_name(self._name, self._record.attempt), self._namespace
+            )
+        except (UnknownImage, NotFoundException):
             return False
-        return driver_restore_candidates(pod) == [image.candidate]
+        body = self._clients.api.sanitize_for_serialization(pod)
+        return driver_restore_candidates(body) == [image.candidate]
 
     def _redeploy(
         self,
