@@ -361,6 +361,26 @@ def test_a_restarted_coordinator_keeps_the_periodic_savepoints_schedule() -> Non
     assert len(periodic_savepoints(restarted.advance(0.5), restarted)) == 1
 
 
+def test_periodic_savepoints_turned_on_again_start_their_schedule_afresh() -> None:
+    """Not at once from the time of the last one before they were turned off (a
+    reviewer's: it fired as the setting came back)."""
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.advance(10.0)
+    off = Harness(
+        CoordinatorConfig(interval=None, timeout=60.0),
+        state=harness.coordinator.persisted_state,
+        clock=harness.clock,
+    )
+    off.start()
+    assert off.coordinator.persisted_state.last_periodic_savepoint is None
+    off.advance(1000.0)
+
+    on = Harness(PERIODIC_SAVEPOINTS, state=off.coordinator.persisted_state, clock=harness.clock)
+    assert periodic_savepoints(on.start(), on) == []
+    assert on.coordinator.next_deadline() == harness.clock() + 30.0
+
+
 def test_no_periodic_savepoint_while_a_stop_with_savepoint_is_pending() -> None:
     """The query stops once the stopping savepoint completes: one more would be aborted."""
     harness = Harness(PERIODIC_SAVEPOINTS)

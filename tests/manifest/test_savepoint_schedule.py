@@ -1,13 +1,14 @@
 """spec.savepoints.schedule: periodic savepoints at the times of a cron expression, in the
 standard form or the Quartz form the Flink Kubernetes Operator takes, in UTC."""
 
+import copy
 import datetime
 from typing import Any
 
 import pytest
 
 from spark_checkpoint_operator.manifest.cron import CronSchedule
-from spark_checkpoint_operator.manifest.loading import manifest_from_document
+from spark_checkpoint_operator.manifest.loading import manifest_from_document, manifest_from_update
 from spark_checkpoint_operator.manifest.problems import ManifestError
 
 UTC = datetime.UTC
@@ -90,3 +91,19 @@ def test_a_schedule_the_coordinator_cannot_follow_is_one_line_naming_it(
 
     said = [str(p) for p in refused.value.problems]
     assert len(said) == 1 and said[0].startswith(problem), said
+
+
+def test_a_schedule_that_ran_out_leaves_the_unchanged_spec_valid(minimal: dict[str, Any]) -> None:
+    """Checked when set or changed, not at every read (a reviewer's: an operator restart
+    refused the job once the schedule's years were past)."""
+    expired = _document(minimal, schedule="0 0 0 1 1 ? 2020")
+    previous = copy.deepcopy(expired)
+
+    manifest, tolerated = manifest_from_update(copy.deepcopy(expired), previous)
+
+    assert manifest.spec.savepoints.schedule == "0 0 0 1 1 ? 2020"
+    assert tolerated == ()
+    changed = copy.deepcopy(expired)
+    changed["spec"]["savepoints"]["schedule"] = "0 0 0 1 1 ? 2021"
+    with pytest.raises(ManifestError, match="never fires again"):
+        manifest_from_update(changed, previous)

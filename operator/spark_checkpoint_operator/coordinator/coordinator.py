@@ -157,7 +157,11 @@ class CheckpointCoordinator:
         # Restored state needs no last completion time: the first periodic trigger after
         # a (re)start waits at least minPause anyway (random delay in [minPause, interval]).
         self._last_completion_time: float | None = None
-        self._last_periodic_savepoint = state.last_periodic_savepoint
+        # Kept only while periodic savepoints are on: turned on again, the first comes an
+        # interval (or the schedule's first time) after the job runs with them.
+        self._last_periodic_savepoint = (
+            state.last_periodic_savepoint if self._periodic_savepoints else None
+        )
 
     # ------------------------------------------------------------------ queries
 

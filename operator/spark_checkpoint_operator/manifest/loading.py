@@ -65,12 +65,25 @@ def manifest_from_document(document: object, source: str = "<manifest>") -> JobM
 
 
 def _require_schedule(
-    defaulted: Mapping[str, Any], source: str, tolerated: Sequence[Problem] = ()
+    defaulted: Mapping[str, Any],
+    source: str,
+    tolerated: Sequence[Problem] = (),
+    previous: Mapping[str, Any] | None = None,
 ) -> None:
-    """What the schema cannot say: a cron expression the coordinator can follow."""
+    """What the schema cannot say: a cron expression the coordinator can follow. Not
+    asked again of one ``previous`` held (ratcheted): a schedule that ran out (its years
+    past) takes no more savepoints, and the job goes on."""
     schedule = defaulted["spec"]["savepoints"].get("schedule")
-    if schedule is not None and (problem := schedule_problem(schedule)) is not None:
+    if schedule is None or schedule == _previous_schedule(previous):
+        return
+    if (problem := schedule_problem(schedule)) is not None:
         raise ManifestError(source, [*tolerated, Problem("spec.savepoints.schedule", problem)])
+
+
+def _previous_schedule(previous: Mapping[str, Any] | None) -> Any:
+    spec = (previous or {}).get("spec")
+    savepoints = spec.get("savepoints") if isinstance(spec, Mapping) else None
+    return savepoints.get("schedule") if isinstance(savepoints, Mapping) else None
 
 
 def text_problems(document: object) -> list[Problem]:
@@ -178,7 +191,7 @@ def manifest_from_update(
     _require_no_nul(defaulted, source)
     if unreadable := [p for p in tolerated if p.keyword in _UNREADABLE_KEYWORDS]:
         raise ManifestError(source, unreadable)
-    _require_schedule(defaulted, source, tolerated)
+    _require_schedule(defaulted, source, tolerated, previous)
     try:
         manifest = to_manifest(defaulted)
         manifest.coordinator_config()  # checks what the coordinator needs of the settings
