@@ -8,10 +8,8 @@ batches; the operator may restart (the coordinator is rebuilt from its persisted
 any point.
 """
 
-import math
 import random
 from collections import Counter
-from dataclasses import dataclass
 
 from hypothesis import HealthCheck, settings, target
 from hypothesis import strategies as st
@@ -24,7 +22,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from helpers.coordinator import FakeClock
+from helpers.coordinator import Aligned, FakeClock
 from spark_checkpoint_operator.coordinator import (
     PERIODIC_SAVEPOINT_LABEL,
     AbortCheckpoint,
@@ -68,7 +66,7 @@ WITHDRAWN_LABEL = "suspend"
 COMPLETIONS: list[int] = []
 STREAKS: list[tuple[int, int]] = []  # (longest streak of failures, tolerated)
 PERIODIC_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
-SCHEDULED_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
+SCHEDULED_SAVEPOINTS: list[int] = []  # the same, per run with a schedule
 
 
 @st.composite
@@ -96,16 +94,6 @@ def configurations(draw: st.DrawFn) -> CoordinatorConfig:
             | st.builds(dict, savepoint_schedule=st.builds(Aligned, st.integers(1, 60)))
         ),
     )
-
-
-@dataclass(frozen=True)
-class Aligned:
-    """A calendar schedule (as a cron expression's): each whole multiple of ``period``."""
-
-    period: int
-
-    def next_after(self, wall_time: float) -> float:
-        return float((math.floor(wall_time / self.period) + 1) * self.period)
 
 
 class CoordinatorMachine(RuleBasedStateMachine):

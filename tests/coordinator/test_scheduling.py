@@ -1,11 +1,10 @@
 """Periodic scheduling and the Running-only deactivator."""
 
-import math
 from dataclasses import dataclass
 
 import pytest
 
-from helpers.coordinator import START, TASKS, Harness, of_type
+from helpers.coordinator import START, TASKS, Aligned, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     PERIODIC_SAVEPOINT_LABEL,
     AbortCheckpoint,
@@ -282,22 +281,14 @@ def test_periodic_savepoints_come_an_interval_apart_from_the_first_running() -> 
     assert len(periodic_savepoints(harness.advance(0.5), harness)) == 1
 
 
-@dataclass(frozen=True)
-class EveryTenSeconds:
-    """A calendar: each whole ten seconds, as a cron expression's times come."""
-
-    def next_after(self, wall_time: float) -> float:
-        return (math.floor(wall_time / 10) + 1) * 10.0
-
-
 def test_periodic_savepoints_by_a_schedule_come_at_its_times() -> None:
     """savepoints.schedule (a cron expression, read outside the core): the first at the
     schedule's first time after the job first ran, each later one at its next time after
     the one before; a time missed while the job did not run is caught up once."""
-    config = CoordinatorConfig(interval=None, timeout=60.0, savepoint_schedule=EveryTenSeconds())
+    config = CoordinatorConfig(interval=None, timeout=60.0, savepoint_schedule=Aligned(10))
     harness = Harness(config)
     harness.start()
-    first_time = EveryTenSeconds().next_after(START)
+    first_time = Aligned(10).next_after(START)
     assert harness.coordinator.next_deadline() == first_time
 
     assert periodic_savepoints(harness.advance(first_time - START - 0.5), harness) == []
@@ -310,7 +301,7 @@ def test_periodic_savepoints_by_a_schedule_come_at_its_times() -> None:
     caught_up = periodic_savepoints(harness.send(JobPhaseChanged(JobPhase.RUNNING)), harness)
     assert len(caught_up) == 1, "three times missed, one savepoint"
     harness.complete(caught_up[0].checkpoint_id)
-    assert harness.coordinator.next_deadline() == EveryTenSeconds().next_after(harness.clock())
+    assert harness.coordinator.next_deadline() == Aligned(10).next_after(harness.clock())
 
 
 @dataclass(frozen=True)

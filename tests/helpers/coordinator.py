@@ -1,7 +1,9 @@
 """A test driver for the coordinator core: a fake clock and helpers that play the agent."""
 
+import math
 import random
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TypeVar
 
 from spark_checkpoint_operator.coordinator import (
@@ -100,3 +102,14 @@ class Harness:
         return effects + self.send(
             CheckpointFinalized(checkpoint_id, f"file:///store/chk-{checkpoint_id}", 300)
         )
+
+
+@dataclass(frozen=True)
+class Aligned:
+    """A calendar schedule of periodic savepoints (as a cron expression's times): each
+    whole multiple of ``period`` seconds."""
+
+    period: int
+
+    def next_after(self, wall_time: float) -> float:
+        return float((math.floor(wall_time / self.period) + 1) * self.period)

@@ -621,6 +621,19 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
         ),
         (
             {
+                "executor": {
+                    "spec": {
+                        "containers": [
+                            {"name": MAIN, "resources": {"requests": {"hugepages-2Mi": "64Mi"}}}
+                        ]
+                    }
+                }
+            },
+            "spec.executor.podTemplate.spec.containers[0].resources.requests.hugepages-2Mi: "
+            "needs a limit of the same amount (Kubernetes does not overcommit it)",
+        ),
+        (
+            {
                 "driver": {
                     "spec": {
                         "containers": [
@@ -705,6 +718,10 @@ def test_the_example_templates_are_no_problem() -> None:
         "spec": {"containers": [{"name": MAIN, "resources": {"limits": {"nvidia.com/gpu": 1}}}]}
     }
     assert _problems(executor=number) == []
+    # A request and a limit of one amount, spelled two ways (a reviewer's).
+    gpu = {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1000m"}}
+    spelled = {"spec": {"containers": [{"name": MAIN, "resources": gpu}]}}
+    assert _problems(executor=spelled) == []
 
 
 def test_an_executor_template_with_sparks_own_template_file_is_a_problem() -> None:

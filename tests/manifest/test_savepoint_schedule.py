@@ -37,8 +37,18 @@ def test_a_schedule_gives_its_next_time_in_utc(
 
 
 def test_a_schedule_whose_years_are_past_has_no_next_time() -> None:
-    """Checked when read; one that ran out while the job ran takes no more savepoints."""
+    """Checked when read; one that ran out while the job ran takes no more savepoints, nor
+    one past what a date holds (a status's time near year 9999)."""
     assert CronSchedule("0 0 0 1 1 ? 2027").next_after(_at(2027, 1, 1)) is None
+    assert CronSchedule("0 2 * * *").next_after(_at(9999, 12, 31, 23)) is None
+
+
+def test_a_quartz_nth_weekday_by_name_is_a_schedule(minimal: dict[str, Any]) -> None:
+    """MON#2, the second Monday: its digit is the week's, not a day's number."""
+    manifest = manifest_from_document(_document(minimal, schedule="0 0 2 ? * MON#2"))
+    schedule = manifest.coordinator_config().savepoint_schedule
+    assert schedule is not None
+    assert schedule.next_after(_at(2026, 12, 1)) == _at(2026, 12, 14, 2)
 
 
 def _document(minimal: dict[str, Any], **savepoints: Any) -> dict[str, Any]:

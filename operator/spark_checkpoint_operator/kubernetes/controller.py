@@ -897,7 +897,9 @@ class JobController:
             f"{REDEPLOY} (spec.restore.savepointRedeployNonce {nonce}): no savepoint; the "
             f"next driver restores {manifest.spec.restore.initial_savepoint_path}",
         )
-        supervisor.suspend_now(f"for a {REDEPLOY} (spec.restore.savepointRedeployNonce {nonce})")
+        supervisor.suspend_now(
+            f"{_suspended_for(REDEPLOY)} (spec.restore.savepointRedeployNonce {nonce})"
+        )
 
     async def _driver_redeploys(self, manifest: JobManifest) -> bool:
         """Whether the recorded driver was started to restore the redeploy's image, and
@@ -1378,7 +1380,7 @@ _LATER_DEFAULTS = {
 
 def _suspended_for(stop_reason: str) -> str:
     """Why the job is suspended, said as it ends Suspended: not for a suspension."""
-    return "" if stop_reason == SUSPEND else f"for an {stop_reason}"
+    return {UPGRADE: "for an upgrade", REDEPLOY: "for a redeploy"}.get(stop_reason, "")
 
 
 def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:

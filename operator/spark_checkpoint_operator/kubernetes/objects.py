@@ -33,7 +33,7 @@ from spark_checkpoint_operator.driver_command import (
     driver_command,
     submit_arguments,
 )
-from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec
+from spark_checkpoint_operator.manifest.model import EnvVar, JobManifest, RoleSpec, quantity_amount
 from spark_checkpoint_operator.manifest.pod_template import MAIN_CONTAINER, merged
 from spark_checkpoint_operator.manifest.validation import (
     PATTERN_HINTS,
@@ -1149,7 +1149,8 @@ def _built_container_problems(manifest: JobManifest, role: str) -> list[str]:
     return problems
 
 
-# Resources Kubernetes overcommits: any other (a GPU) needs a limit equal to its request.
+# Resources Kubernetes overcommits: any other (a GPU, huge pages) needs a limit of the
+# amount it requests.
 _OVERCOMMITTED = frozenset({"cpu", "memory", "ephemeral-storage"})
 
 
@@ -1162,7 +1163,10 @@ def _extended_resource_problems(
     requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
     problems = []
     for name, request in requests.items():
-        if name in _OVERCOMMITTED or name.startswith("hugepages-") or limits.get(name) == request:
+        limit = limits.get(name)
+        if name in _OVERCOMMITTED or (
+            limit is not None and quantity_amount(limit) == quantity_amount(request)
+        ):
             continue
         setting = next(
             (

@@ -3,6 +3,8 @@ expression (5 fields, `0 2 * * *`) or the Quartz form the Flink Kubernetes Opera
 (seconds first, 6 or 7 fields, `0 0 2 * * ?`), in UTC, read by croniter."""
 
 import datetime
+import functools
+import re
 import time
 from dataclasses import dataclass
 
@@ -23,27 +25,35 @@ class CronSchedule:
 
     def next_after(self, wall_time: float) -> float | None:
         """The first time of the schedule after ``wall_time`` (seconds since the epoch);
-        None if it never fires again (its years are past)."""
+        None if it never fires again (its years are past). Asked at every event of the
+        coordinator's for the same ``wall_time``: cached."""
+        return _next_time(self.expression, wall_time)
+
+
+@functools.lru_cache(maxsize=256)
+def _next_time(expression: str, wall_time: float) -> float | None:
+    try:
         start = datetime.datetime.fromtimestamp(wall_time, datetime.UTC)
-        try:
-            following: float = croniter(self.expression, start, second_at_beginning=True).get_next(
-                float
-            )
-        except CroniterBadDateError:
-            return None
-        return following
+        following: float = croniter(expression, start, second_at_beginning=True).get_next(float)
+    except (CroniterBadDateError, OverflowError, OSError):
+        return None  # past its years, or past what a datetime holds (year 9999)
+    return following
 
 
 def schedule_problem(expression: str) -> str | None:
     """What is wrong with a schedule, said for its field; None if nothing."""
     fields = expression.split()
-    if len(fields) in _QUARTZ_FIELDS and any(c.isdigit() for c in fields[_DAY_OF_WEEK]):
+    # MON#2 (the second Monday) names the day: the digits after # are the week's.
+    quartz = len(fields) in _QUARTZ_FIELDS
+    if quartz and any(c.isdigit() for c in re.sub(r"#[0-9]+", "", fields[_DAY_OF_WEEK])):
         return (
             f"{expression!r}: a day of the week by number is read differently by Quartz "
             "(1-7 from Sunday) and cron (0-6 from Sunday); name it (MON-FRI)"
         )
     try:
-        following = CronSchedule(expression).next_after(time.time())
+        croniter(expression, second_at_beginning=True)
     except CroniterError as error:
         return f"{expression!r} is not a cron expression: {error}"
-    return f"{expression!r} never fires again" if following is None else None
+    if CronSchedule(expression).next_after(time.time()) is None:
+        return f"{expression!r} never fires again"
+    return None

@@ -5,6 +5,7 @@ import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from decimal import Decimal
 from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
@@ -375,6 +376,25 @@ _POD_TEMPLATE_QUANTITY_PATHS = (
 )
 # Kubernetes' quantity (resource.Quantity): a decimal, then an SI, binary or exponent suffix.
 QUANTITY = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][+-]?[0-9]+|[numkMGTPE]|[KMGTPE]i)?")
+_QUANTITY_SUFFIXES = {
+    **{suffix: Decimal(10) ** (3 * power) for power, suffix in enumerate("kMGTPE", 1)},
+    **{suffix: Decimal(10) ** (-3 * power) for power, suffix in enumerate("mun", 1)},
+    **{f"{suffix}i": Decimal(2) ** (10 * power) for power, suffix in enumerate("KMGTPE", 1)},
+}
+
+
+def quantity_amount(text: Any) -> Decimal | None:
+    """A quantity's amount (``1Gi``, ``500m``, ``1e3``, a number), to compare two of them
+    as the API server does; None for one that is no quantity."""
+    text = str(text)
+    if QUANTITY.fullmatch(text) is None:
+        return None
+    number = re.match(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)", text)
+    assert number is not None
+    suffix = text[number.end() :]
+    if suffix[:1] in ("e", "E"):
+        return Decimal(number[0]) * Decimal(10) ** int(suffix[1:])
+    return Decimal(number[0]) * _QUANTITY_SUFFIXES.get(suffix, Decimal(1))
 
 
 def volume_quantities(volume: Mapping[str, Any]) -> list[tuple[str, Any]]:

@@ -664,9 +664,9 @@ class JobSupervisor:
     def end_suspended(self, reason: str = "") -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled);
         ``reason``, what for, if not a suspension the user asked for (an upgrade), is said
-        as it ends."""
+        as it ends: the last asked's (a user's suspension after an upgrade's stop is one)."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
-        self._suspended_for = reason or self._suspended_for
+        self._suspended_for = reason
 
     def _stop_driver(self) -> None:
         self._stop_requested.set()
