@@ -69,9 +69,20 @@ def test_a_schedule_reaches_the_coordinator(minimal: dict[str, Any]) -> None:
     [
         (
             {"schedule": "0 0 2 ? * 2"},
-            "spec.savepoints.schedule: '0 0 2 ? * 2': a day of the week by number is read "
-            "differently by Quartz (1-7 from Sunday) and cron (0-6 from Sunday); name it "
-            "(MON-FRI)",
+            "spec.savepoints.schedule: '0 0 2 ? * 2': 6 or 7 fields are read as Quartz "
+            "(second minute hour day-of-month month day-of-week [year]), whose days of the "
+            "week are numbered 1-7 from Sunday where cron's are 0-6: name the day (MON-FRI)",
+        ),
+        # Seconds last (croniter's other form): said to be read as Quartz (a newcomer's).
+        (
+            {"schedule": "0 2 * * * 30"},
+            "spec.savepoints.schedule: '0 2 * * * 30': 6 or 7 fields are read as Quartz",
+        ),
+        (
+            {"schedule": "0 0 2 1 * MON"},
+            "spec.savepoints.schedule: '0 0 2 1 * MON': 6 or 7 fields are read as Quartz "
+            "(second minute hour day-of-month month day-of-week [year]): set one of "
+            "day-of-month and day-of-week, '?' the other",
         ),
         (
             {"schedule": "every night"},

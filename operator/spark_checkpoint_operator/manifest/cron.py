@@ -13,7 +13,7 @@ from croniter import CroniterBadDateError, CroniterError, croniter
 # Quartz counts the days of the week 1-7 from Sunday, cron (and croniter) 0-6: a number
 # there would move a Quartz schedule by a day without a word.
 _QUARTZ_FIELDS = (6, 7)
-_DAY_OF_WEEK = 5
+_DAY_OF_MONTH, _DAY_OF_WEEK = 3, 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,13 +43,23 @@ def _next_time(expression: str, wall_time: float) -> float | None:
 def schedule_problem(expression: str) -> str | None:
     """What is wrong with a schedule, said for its field; None if nothing."""
     fields = expression.split()
-    # MON#2 (the second Monday) names the day: the digits after # are the week's.
-    quartz = len(fields) in _QUARTZ_FIELDS
-    if quartz and any(c.isdigit() for c in re.sub(r"#[0-9]+", "", fields[_DAY_OF_WEEK])):
-        return (
-            f"{expression!r}: a day of the week by number is read differently by Quartz "
-            "(1-7 from Sunday) and cron (0-6 from Sunday); name it (MON-FRI)"
+    if len(fields) in _QUARTZ_FIELDS:
+        quartz = (
+            f"{expression!r}: 6 or 7 fields are read as Quartz (second minute hour "
+            "day-of-month month day-of-week [year])"
         )
+        # MON#2 (the second Monday) names the day: the digits after # are the week's.
+        if any(c.isdigit() for c in re.sub(r"#[0-9]+", "", fields[_DAY_OF_WEEK])):
+            return (
+                f"{quartz}, whose days of the week are numbered 1-7 from Sunday where cron's "
+                "are 0-6: name the day (MON-FRI)"
+            )
+        # cron fires on either; Quartz (Flink) refuses both.
+        if "?" not in (fields[_DAY_OF_MONTH], fields[_DAY_OF_WEEK]) and "*" not in (
+            fields[_DAY_OF_MONTH],
+            fields[_DAY_OF_WEEK],
+        ):
+            return f"{quartz}: set one of day-of-month and day-of-week, '?' the other"
     try:
         croniter(expression, second_at_beginning=True)
     except CroniterError as error:
