@@ -508,15 +508,7 @@ def _pod_settings_note(manifest: JobManifest) -> str | None:
         if getattr(getattr(spec, role), attribute, None)
         != getattr(getattr(defaults, role), attribute, None)
     ]
-    unused += [
-        field
-        for field, template in (
-            ("spec.podTemplate", spec.pod_template),
-            ("spec.driver.podTemplate", spec.driver.pod_template),
-            ("spec.executor.podTemplate", spec.executor.pod_template),
-        )
-        if template
-    ]
+    unused += [field for field, template in spec.pod_templates if template]
     if spec.checkpointing.live_volume_claim:
         unused.append("spec.checkpointing.liveVolumeClaim")
     if not unused:

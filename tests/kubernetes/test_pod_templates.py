@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers.doc_blocks import marked_blocks
-from spark_checkpoint.janitor_commands import CollectGarbage
+from helpers.job_pods import job_pods
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.runtime import pod_spec_problems, typed_object_problems
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
@@ -101,25 +101,7 @@ def _job(**templates: Any) -> tuple[JobManifest, dict[str, Any]]:
 
 
 def _driver_pod(manifest: JobManifest, document: dict[str, Any]) -> dict[str, Any]:
-    return objects.driver_pod(
-        manifest,
-        document,
-        attempt=1,
-        storage="s3a://bucket/checkpoints",
-        restore=[],
-        deployed_hash=objects.deployment_hash(document["spec"]),
-        user_ids=objects.UserIds.IMAGE,
-    )
-
-
-def _cleanup_pod(manifest: JobManifest, document: dict[str, Any]) -> dict[str, Any]:
-    return objects.cleanup_pod(
-        manifest,
-        document,
-        storage="s3a://b/c",
-        command=CollectGarbage((), ()),
-        user_ids=objects.UserIds.IMAGE,
-    )
+    return job_pods(manifest, document)["driver"]
 
 
 def test_the_driver_pod_is_built_over_the_common_and_the_drivers_template() -> None:
@@ -174,14 +156,8 @@ def test_cleanup_and_check_pods_take_the_drivers_template() -> None:
     """They run as the driver does (its credentials, its nodes); a sidecar does not keep
     them from ending: the operator reads their own container and deletes them."""
     manifest, document = _job()
-    cleanup = _cleanup_pod(manifest, document)
-    check = objects.check_pod(
-        manifest,
-        document,
-        storage="s3a://b/c",
-        image="checkpoint:3",
-        user_ids=objects.UserIds.IMAGE,
-    )
+    pods = job_pods(manifest, document)
+    cleanup, check = pods[objects.CLEANUP], pods[objects.CHECK]
 
     for pod, component in ((cleanup, objects.CLEANUP), (check, objects.CHECK)):
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
@@ -798,8 +774,8 @@ def test_the_documented_templates_build_the_pods_they_describe() -> None:
         driver=documented["driver"]["podTemplate"],
         executor=documented["executor"]["podTemplate"],
     )
-    driver = _driver_pod(manifest, document)
-    cleanup = _cleanup_pod(manifest, document)
+    pods = job_pods(manifest, document)
+    driver, cleanup = pods["driver"], pods[objects.CLEANUP]
     executors = objects.executor_pod_template(manifest, objects.UserIds.IMAGE)
 
     assert pod_spec_problems(manifest) == []
@@ -917,11 +893,7 @@ def test_templates_without_problems_build_pods_the_api_server_takes(
     problems = pod_spec_problems(manifest)
     if problems:
         return
-    pods = {
-        "driver": _driver_pod(manifest, document),
-        "cleanup": _cleanup_pod(manifest, document),
-    }
-    for name, pod in pods.items():
+    for name, pod in job_pods(manifest, document).items():
         kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
         assert _api_server_refusals(pod) == [], name
         assert pod["spec"]["containers"][0]["name"] == name

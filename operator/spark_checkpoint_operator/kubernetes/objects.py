@@ -465,12 +465,13 @@ def pod_problems(manifest: JobManifest) -> list[str]:
         problems += [
             f"{field}: not applied to the executors with sparkConf {EXECUTOR_TEMPLATE_SETTING}, "
             "whose template replaces the operator's"
-            + (": put it in spec.driver.podTemplate and that template" if common else "")
-            for field, template, common in (
-                ("spec.podTemplate", spec.pod_template, True),
-                ("spec.executor.podTemplate", spec.executor.pod_template, False),
+            + (
+                ": put it in spec.driver.podTemplate and that template"
+                if field == "spec.podTemplate"
+                else ""
             )
-            if template
+            for field, template in spec.pod_templates
+            if template and field != "spec.driver.podTemplate"
         ]
     conf = spec.application.spark_conf
     job_own = job_labels(manifest, EXECUTOR)
@@ -870,21 +871,11 @@ def _sidecars(template: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     ]
 
 
-def _templates(manifest: JobManifest) -> list[tuple[str, Mapping[str, Any]]]:
-    """The job's three pod templates, each with its field."""
-    spec = manifest.spec
-    return [
-        ("spec.podTemplate", spec.pod_template),
-        ("spec.driver.podTemplate", spec.driver.pod_template),
-        ("spec.executor.podTemplate", spec.executor.pod_template),
-    ]
-
-
 def _role_templates(manifest: JobManifest, role: str) -> list[tuple[str, Mapping[str, Any]]]:
     """The pod templates set for ``role`` (DRIVER: its cleanup and check pods too): the
     common one, then the role's."""
     fields = ("spec.podTemplate", f"spec.{role}.podTemplate")
-    return [(field, t) for field, t in _templates(manifest) if t and field in fields]
+    return [(field, t) for field, t in manifest.spec.pod_templates if t and field in fields]
 
 
 def _role_template(manifest: JobManifest, role: str) -> dict[str, Any]:
@@ -1005,7 +996,7 @@ def _template_problems(manifest: JobManifest) -> list[str]:
     problems = []
     operator_labels = {*job_labels(manifest, DRIVER), *_DRIVER_ONLY_LABELS}
     qualified_name, hint = go_regex(QUALIFIED_NAME_PATTERN), PATTERN_HINTS[QUALIFIED_NAME_PATTERN]
-    for field, template in _templates(manifest):
+    for field, template in manifest.spec.pod_templates:
         spec = template.get("spec") or {}
         problems += [
             f"{field}.spec.{key}: {why}" for key, why in _REFUSED_POD_FIELDS.items() if key in spec

@@ -1073,11 +1073,7 @@ def typed_object_problems(manifest: JobManifest) -> list[str]:
                 for path, value in volume_quantities(volume)
                 if isinstance(value, str) and (problem := _quantity_problem(value))
             ]
-    for field, template in (
-        ("spec.podTemplate", spec.pod_template),
-        ("spec.driver.podTemplate", spec.driver.pod_template),
-        ("spec.executor.podTemplate", spec.executor.pod_template),
-    ):
+    for field, template in spec.pod_templates:
         problems += _pod_spec_problems(f"{field}.spec", template.get("spec"))
         problems += [
             f"{field}.{path}: {problem}"

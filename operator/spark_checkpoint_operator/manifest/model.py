@@ -175,6 +175,15 @@ class JobSpec:
     pod_template: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def pod_templates(self) -> tuple[tuple[str, Mapping[str, Any]], ...]:
+        """The three pod templates as written, each with its field."""
+        return (
+            ("spec.podTemplate", self.pod_template),
+            ("spec.driver.podTemplate", self.driver.pod_template),
+            ("spec.executor.podTemplate", self.executor.pod_template),
+        )
+
+    @property
     def driver_pod_template(self) -> dict[str, Any]:
         """The template of the driver pod and of the cleanup and check pods, which run as
         the driver does: spec.podTemplate, then spec.driver.podTemplate over it."""
