@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+CRDS = sorted((ROOT / "crds").glob("*.yaml"))
 EXAMPLE = ROOT / "examples" / "wordcount"
 # The Makefile's pattern for the Dockerfile's pins (its deps stage is the lock).
 PIN = re.compile(r"^[ \t]+([A-Za-z0-9._-]+==[^\s\\]+)", re.MULTILINE)
@@ -111,11 +111,14 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
     return Installed(wheel, venv, workdir)
 
 
-def test_the_wheel_ships_the_crd_byte_identical_to_crds(installed: Installed) -> None:
+def test_the_wheel_ships_the_crds_byte_identical_to_crds(installed: Installed) -> None:
+    assert [crd.name for crd in CRDS] == [
+        "sparkcheckpointjobs.sparkcheckpoint.io.yaml",
+        "sparkcheckpointsnapshots.sparkcheckpoint.io.yaml",
+    ]
     with zipfile.ZipFile(installed.wheel) as wheel:
-        packaged = wheel.read(f"spark_checkpoint_operator/{CRD.name}")
-
-    assert packaged == CRD.read_bytes()
+        for crd in CRDS:
+            assert wheel.read(f"spark_checkpoint_operator/{crd.name}") == crd.read_bytes()
 
 
 def test_the_operator_validates_a_spec_from_the_installed_package(installed: Installed) -> None:

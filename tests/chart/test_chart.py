@@ -31,8 +31,13 @@ from spark_checkpoint_operator.kubernetes.handlers import (
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "spark-checkpoint-operator"
-CRD_SOURCE = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
-CRD_IN_CHART = "files/sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
+CRD_NAMES = (
+    "sparkcheckpointjobs.sparkcheckpoint.io",
+    "sparkcheckpointsnapshots.sparkcheckpoint.io",
+)
+# Each CRD's source in crds/ and its copy's name in the chart.
+CRDS = {ROOT / "crds" / f"{name}.yaml": f"files/{name}.yaml" for name in CRD_NAMES}
 KUBERNETES_VERSION = "1.30"
 RELEASE = "sco"
 RELEASE_NAMESPACE = "spark-ops"
@@ -183,8 +188,8 @@ def _validation_rules(node: object) -> Iterator[Mapping[str, Any]]:
 def test_kube_version_admits_only_clusters_that_accept_the_crd() -> None:
     """Helm refuses an install below kubeVersion (lint and render do not check it); below
     what the CRD's CEL rules use, the API server would reject the CRD instead."""
-    crd = yaml.safe_load(CRD_SOURCE.read_text(encoding="utf-8"))
-    used = {field for rule in _validation_rules(crd) for field in rule}
+    crds = [yaml.safe_load(source.read_text(encoding="utf-8")) for source in CRDS]
+    used = {field for crd in crds for rule in _validation_rules(crd) for field in rule}
     assert used <= CEL_RULE_FIELDS.keys(), f"add the version of {used - CEL_RULE_FIELDS.keys()}"
     needed = max([NETWORK_POLICY_END_PORT, *(CEL_RULE_FIELDS[field] for field in used)])
     assert _oldest_kubernetes() == needed
@@ -337,46 +342,52 @@ def test_every_default_value_is_described_by_the_schema() -> None:
 # --- the CRD: one source ------------------------------------------------------------------------
 
 
-def test_the_chart_ships_the_repository_crd_byte_for_byte() -> None:
-    """crds/ is the one source of truth; the chart holds a copy (a platform reviewer's: a
+def test_the_chart_ships_the_repository_crds_byte_for_byte() -> None:
+    """crds/ is the one source of truth; the chart holds copies (a platform reviewer's: a
     symlink, as it was, is left out of a Flux GitRepository's artifact, and the chart did
     not render from Git). A copy that drifts fails here."""
-    copy = CHART / CRD_IN_CHART
-    assert copy.read_bytes() == CRD_SOURCE.read_bytes(), (
-        f"copy {CRD_SOURCE.relative_to(ROOT)} to {copy.relative_to(ROOT)}"
-    )
-    links = [p.relative_to(CHART) for p in CHART.rglob("*") if p.is_symlink()]
-    assert links == [], "Flux leaves symlinks out of a Git source"
     with helm_python.Chart.load(CHART) as chart:
         files = {f["name"]: f["data"] for f in chart.files}
-    assert files[CRD_IN_CHART] == CRD_SOURCE.read_text(encoding="utf-8")
+    for source, in_chart in CRDS.items():
+        copy = CHART / in_chart
+        assert copy.read_bytes() == source.read_bytes(), (
+            f"copy {source.relative_to(ROOT)} to {copy.relative_to(ROOT)}"
+        )
+        assert files[in_chart] == source.read_text(encoding="utf-8")
+    links = [p.relative_to(CHART) for p in CHART.rglob("*") if p.is_symlink()]
+    assert links == [], "Flux leaves symlinks out of a Git source"
 
 
-def test_a_packaged_chart_carries_the_crd_itself(tmp_path: Path) -> None:
+def test_a_packaged_chart_carries_the_crds_themselves(tmp_path: Path) -> None:
     """A published chart needs no repository."""
     archive = helm_python.package(CHART, destination=tmp_path)
     with helm_python.Chart.load_archive(Path(archive).read_bytes()) as chart:
         files = {f["name"]: f["data"] for f in chart.files}
-    assert files[CRD_IN_CHART] == CRD_SOURCE.read_text(encoding="utf-8")
+    for source, in_chart in CRDS.items():
+        assert files[in_chart] == source.read_text(encoding="utf-8")
 
 
-def test_the_rendered_crd_is_the_source_crd_plus_keep_policy() -> None:
+def test_the_rendered_crds_are_the_source_crds_plus_keep_policy() -> None:
     """Semantically equal to crds/ once the chart's labels and keep annotation are set
     aside: the fromYaml/toYaml round trip in the template loses nothing."""
-    source = yaml.safe_load(CRD_SOURCE.read_text(encoding="utf-8"))
-    crd = _one(_render(), "CustomResourceDefinition")
-    metadata = crd["metadata"]
-    # Argo CD prunes what stops being rendered whatever Helm's policy says.
-    assert metadata["annotations"] == {
-        KEEP: "keep",
-        "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+    rendered = {
+        crd["metadata"]["name"]: crd for crd in _of_kind(_render(), "CustomResourceDefinition")
     }
-    assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
-    stripped = {
-        **crd,
-        "metadata": {k: v for k, v in metadata.items() if k not in {"labels", "annotations"}},
-    }
-    assert stripped == source
+    assert sorted(rendered) == sorted(CRD_NAMES)
+    for source in CRDS:
+        crd = rendered[source.name.removesuffix(".yaml")]
+        metadata = crd["metadata"]
+        # Argo CD prunes what stops being rendered whatever Helm's policy says.
+        assert metadata["annotations"] == {
+            KEEP: "keep",
+            "argocd.argoproj.io/sync-options": "Prune=false,Delete=false",
+        }
+        assert metadata["labels"]["app.kubernetes.io/managed-by"] == "Helm"
+        stripped = {
+            **crd,
+            "metadata": {k: v for k, v in metadata.items() if k not in {"labels", "annotations"}},
+        }
+        assert stripped == yaml.safe_load(source.read_text(encoding="utf-8"))
 
 
 def test_notes_tell_the_next_step() -> None:
@@ -402,7 +413,9 @@ def test_notes_name_a_served_namespace_and_warn_of_the_operators_own() -> None:
 
 def test_the_crd_can_be_left_to_someone_else() -> None:
     assert _of_kind(_render({"crds": {"install": False}}), "CustomResourceDefinition") == []
-    assert "apply crds/sparkcheckpointjobs" in _notes({"crds": {"install": False}})
+    notes = _notes({"crds": {"install": False}})
+    assert "apply crds/sparkcheckpointjobs" in notes
+    assert "crds/sparkcheckpointsnapshots" in notes
 
 
 # --- the Deployment ---------------------------------------------------------------------------
@@ -692,6 +705,9 @@ OPERATOR_GRANTS = {
     Grant("watch", "sparkcheckpoint.io", "sparkcheckpointjobs"),
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs"),  # Kopf: finalizer, annotations
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs/status"),  # the controller
+    Grant("list", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # Kopf's watch
+    Grant("watch", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),
+    Grant("patch", "sparkcheckpoint.io", "sparkcheckpointsnapshots/status"),  # the controller
     Grant("list", "", "pods"),  # Kopf's pod events; earlier drivers before a launch
     Grant("watch", "", "pods"),
     Grant("get", "", "pods"),  # adoption; waiting for a deleted pod to be gone
@@ -989,6 +1005,22 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
             wait("Kopf's liveness endpoint", lambda: _healthy(health))
             cluster.apply(_job())
             wait("2 checkpoints", lambda: _counts(cluster, "completed") >= 2)
+            snapshot = {
+                "apiVersion": "sparkcheckpoint.io/v1alpha1",
+                "kind": "SparkCheckpointSnapshot",
+                "metadata": {"name": "before-crash", "namespace": "default"},
+                "spec": {"jobReference": {"name": "orders"}, "savepoint": {}},
+            }
+            cluster.api.create(SNAPSHOTS, snapshot, namespace="default")
+            wait(
+                "the snapshot taken",
+                lambda: (
+                    cluster.api.get(SNAPSHOTS, "default", "before-crash")
+                    .get("status", {})
+                    .get("state")
+                    == "COMPLETED"
+                ),
+            )
             cluster.crash_driver("orders-driver-1")
             wait("a restore", lambda: _counts(cluster, "restored") >= 1)
         with _operator(container, kubeconfig, log):  # adopts the running driver

@@ -39,7 +39,7 @@ from helpers.kube.cluster import OPERATOR_COMMAND
 pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "crds" / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+CRDS = sorted((ROOT / "crds").glob("*.yaml"))
 # Custom resources take no strategic merge patch (lightkube's default).
 MERGE = PatchType.MERGE
 INPUT = "wordcount-input"
@@ -73,7 +73,7 @@ def client() -> Any:
 
 @pytest.fixture(scope="module")
 def namespace(client: Any) -> Iterator[str]:
-    for crd in load_all_yaml(CRD.read_text()):
+    for crd in (crd for path in CRDS for crd in load_all_yaml(path.read_text())):
         try:
             client.create(crd)
         except ApiError as error:

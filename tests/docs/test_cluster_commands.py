@@ -135,6 +135,12 @@ def _helm(arguments: list[str], cluster: Cluster) -> None:
 
 def _apply(path: str, cluster: Cluster, namespace: str | None) -> None:
     file = ROOT / path
+    if file.is_dir():  # as kubectl: the directory's manifests, not its subdirectories'
+        found = sorted(f for f in file.iterdir() if f.suffix in (".yaml", ".yml", ".json"))
+        assert found, f"{path} holds no manifest"
+        for each in found:
+            _apply(str(each.relative_to(ROOT)), cluster, namespace)
+        return
     if not file.is_file():
         assert "/" not in path, f"{path} looks like a file of the repository, but is not one"
         # The reader's own manifest: a job, in the namespace -n names or the default one.

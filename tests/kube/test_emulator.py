@@ -721,7 +721,12 @@ async def test_discovery_serves_what_kopf_waits_for(api: EmulatedApiServer) -> N
             core = {r["name"] for r in (await response.json())["resources"]}
 
     assert {"sparkcheckpoint.io", "events.k8s.io", "apiextensions.k8s.io"} <= groups
-    assert set(custom) == {"sparkcheckpointjobs", "sparkcheckpointjobs/status"}
+    assert set(custom) == {
+        "sparkcheckpointjobs",
+        "sparkcheckpointjobs/status",
+        "sparkcheckpointsnapshots",
+        "sparkcheckpointsnapshots/status",
+    }
     jobs = custom["sparkcheckpointjobs"]
     assert (jobs["kind"], jobs["namespaced"], jobs["shortNames"]) == (
         "SparkCheckpointJob",
@@ -1303,3 +1308,37 @@ async def test_a_dry_run_create_is_checked_and_answered_and_stores_nothing(
     assert bound == 400 and "on create only" in answer["message"]
     assert "nodeName" not in (api.get(PODS, "default", "wc-driver-2").get("spec") or {})
     assert [p["metadata"]["name"] for p in api.list(PODS, "default")] == ["wc-driver-2"]
+
+
+def test_a_deleted_crd_takes_its_objects_and_is_no_longer_served(api: EmulatedApiServer) -> None:
+    """As the API server's CRD finalizer does; an unknown resource is a 404 too (kmock's
+    resource mapping made an entry for any resource asked about, and served it)."""
+    snapshots = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
+    body = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointSnapshot",
+        "metadata": {"name": "a", "namespace": "default"},
+        "spec": {"jobReference": {"name": "orders"}, "savepoint": {}},
+    }
+    api.create(snapshots, body, namespace="default")
+    with pytest.raises(kmock.KubernetesError) as unknown:
+        api.list("sparkcheckpoint.io/v1alpha1/nosuchthings", "default")
+    assert unknown.value.status == 404
+
+    api.delete(
+        "apiextensions.k8s.io/v1/customresourcedefinitions",
+        None,
+        "sparkcheckpointsnapshots.sparkcheckpoint.io",
+    )
+
+    with pytest.raises(kmock.KubernetesError) as gone:
+        api.list(snapshots, "default")
+    assert gone.value.status == 404
+    assert (
+        api.call(
+            lambda emulator: [
+                o for r, o in emulator._live() if r.plural == "sparkcheckpointsnapshots"
+            ]
+        )
+        == []
+    )

@@ -62,8 +62,10 @@ def test_aggregated_discovery_nests_subresources_under_their_resource(
     assert found["kind"] == "APIGroupDiscoveryList"
     [group] = [g for g in found["items"] if g["metadata"].get("name") == "sparkcheckpoint.io"]
     [version] = group["versions"]
-    [resource] = version["resources"]
-    assert resource == {
+    resources = {resource["resource"]: resource for resource in version["resources"]}
+    assert sorted(resources) == ["sparkcheckpointjobs", "sparkcheckpointsnapshots"]
+    assert resources["sparkcheckpointsnapshots"]["shortNames"] == ["scsnap"]
+    assert resources["sparkcheckpointjobs"] == {
         "resource": "sparkcheckpointjobs",
         "responseKind": {
             "group": "sparkcheckpoint.io",
@@ -80,7 +82,7 @@ def test_aggregated_discovery_nests_subresources_under_their_resource(
         "subresources": [
             {
                 "subresource": "status",
-                "responseKind": resource["responseKind"],
+                "responseKind": resources["sparkcheckpointjobs"]["responseKind"],
                 "verbs": ["get", "patch", "update"],
             }
         ],

@@ -31,6 +31,7 @@ from helpers.kube.cluster import (
 )
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
+from helpers.kube.simulated_jobs import completed, in_phase, job
 from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
@@ -41,33 +42,6 @@ pytestmark = pytest.mark.timeout(240)
 LEASES = "coordination.k8s.io/v1/leases"
 
 
-def job(name: str = "orders", **spec: Any) -> dict[str, Any]:
-    checkpointing = {
-        "interval": "1s",
-        "minPause": "0s",
-        "timeout": "20s",
-        "retained": 2,
-        "storage": "file:///simulated",
-    }
-    checkpointing |= spec.pop("checkpointing", {})
-    return {
-        "apiVersion": "sparkcheckpoint.io/v1alpha1",
-        "kind": "SparkCheckpointJob",
-        "metadata": {"name": name, "namespace": "default"},
-        "spec": {
-            "image": "example/orders:1",
-            # A local master: simulated drivers have no executor pods.
-            "application": {
-                "mainFile": "local:///opt/app/orders.py",
-                "sparkConf": {"spark.master": "local[2]"},
-            },
-            "checkpointing": checkpointing,
-            "restartPolicy": {"type": "OnFailure", "maxRetries": 3, "backoff": "1s"},
-            **spec,
-        },
-    }
-
-
 SECRET_KEY_REF = {"name": "s3", "key": "secret-key"}
 
 
@@ -75,24 +49,6 @@ SECRET_KEY_REF = {"name": "s3", "key": "secret-key"}
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
     with LocalCluster(tmp_path, simulated=SimulatedAgents(batch_seconds=0.3)) as running:
         yield running
-
-
-def completed(cluster: LocalCluster, name: str, at_least: int) -> Any:
-    def check() -> Any:
-        status = cluster.status(name)
-        done = status.get("counts", {}).get("completed", 0)
-        return status if done >= at_least else None
-
-    return cluster.wait_for(f"{at_least} completed checkpoints", check, job=name)
-
-
-def in_phase(cluster: LocalCluster, name: str, phase: str, timeout: float = 60) -> Any:
-    return cluster.wait_for(
-        phase,
-        lambda: (s := cluster.status(name)).get("phase") == phase and s,
-        job=name,
-        timeout=timeout,
-    )
 
 
 def test_checkpoints_complete_and_appear_in_status(tmp_path: Path) -> None:

@@ -121,6 +121,14 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointjobs/status]
   verbs: [patch]
+# Snapshots: Kopf lists and watches them; the controller of the job each names writes its
+# status (merge patch on the status subresource).
+- apiGroups: [sparkcheckpoint.io]
+  resources: [sparkcheckpointsnapshots]
+  verbs: [list, watch]
+- apiGroups: [sparkcheckpoint.io]
+  resources: [sparkcheckpointsnapshots/status]
+  verbs: [patch]
 # Driver and cleanup pods: Kopf watches them; the runtime creates, reads and deletes them.
 - apiGroups: [""]
   resources: [pods]

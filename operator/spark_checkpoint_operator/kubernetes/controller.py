@@ -40,12 +40,13 @@ from spark_checkpoint.storage.layout import (
 from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
+    CompletedCheckpoint,
     JobPhase,
     PersistedState,
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes import objects, snapshots
 from spark_checkpoint_operator.kubernetes.events import PostEvent
 from spark_checkpoint_operator.kubernetes.runtime import (
     MERGE_PATCH,
@@ -132,6 +133,12 @@ SHUTDOWN_GRACE_SECONDS = 60.0
 SPEC_RECHECK_SECONDS = 1.0
 
 
+# Posts an event (type, reason, message) on an object (its body as the watch gave it).
+PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
+# The notices that say a snapshot's savepoint or checkpoint failed (or was never taken).
+SNAPSHOT_FAILURES = ("CheckpointFailed", "RequestDeclined")
+
+
 class _Stop(Enum):
     DELETE = "delete"
     EXIT = "exit"
@@ -149,12 +156,24 @@ class JobController:
         observers: Sequence[Observer] = (),
         operator_account: objects.ServiceAccount | None = None,
         user_ids: objects.UserIds = objects.UserIds.IMAGE,
+        post_snapshot_event: PostObjectEvent = lambda body, kind, reason, message: None,
     ) -> None:
         self._clients = clients
+        self._post_snapshot_event = post_snapshot_event
         self._operator_account = operator_account
         self._user_ids = user_ids
         self._metrics = metrics
-        self._observer = Observers(metrics, *observers)  # the supervisor's
+        # By label: the snapshots completed under this controller (retention may let a
+        # checkpoint go before its snapshot's status is written), and why those that failed
+        # since their status was written did.
+        self._snapshots_completed: dict[str, CompletedCheckpoint] = {}
+        self._snapshots_failed: dict[str, str] = {}
+        # What this controller wrote last of each snapshot (by uid): newer than the watch's.
+        self._snapshots_written: dict[str, Mapping[str, Any]] = {}
+        self._snapshot_retries: dict[str, asyncio.TimerHandle] = {}  # by uid
+        self._observer = Observers(  # the supervisor's
+            metrics, *observers, _SnapshotCompletions(self._snapshots_completed, self.changed)
+        )
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
         self._idle_poll_interval = idle_poll_interval
@@ -276,6 +295,7 @@ class JobController:
                 if manifest is not None and await self._should_run(manifest):
                     await self._supervise(manifest)
                     continue
+                await self._reconcile_snapshots(None)
                 await self._wait_for_change()
             if self._stop is _Stop.DELETE:
                 await self._finish_deletion()
@@ -324,6 +344,7 @@ class JobController:
                         f"{claim}: {error}",
                     )
                 )
+        await self._reconcile_snapshots(None)  # those not completed are abandoned
         self._metrics.forget()
         self._deleted = True
 
@@ -659,6 +680,7 @@ class JobController:
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
+                await self._reconcile_snapshots(supervisor)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
                 if supervisor.outcome is None and (deployed := self._spec_deployed()):
@@ -1079,6 +1101,54 @@ class JobController:
         if notice.level is not Level.DETAIL:
             kind = "Warning" if notice.level is Level.WARNING else "Normal"
             self._post_event(kind, notice.reason, notice.message)
+        if notice.reason in SNAPSHOT_FAILURES and snapshots.is_snapshot_label(notice.label):
+            self._snapshots_failed[notice.label] = notice.message
+            self._changed.set()
+
+    async def _reconcile_snapshots(self, supervisor: JobSupervisor | None) -> None:
+        """Each open SparkCheckpointSnapshot of the job: its next status recorded, and its
+        savepoint or checkpoint asked for when the job runs (`snapshots.decide`)."""
+        bodies = self._clients.snapshots.of(self._namespace, self._name)
+        if not bodies:
+            return
+        registry = self._record.coordinator
+        completed = {
+            image.label: image
+            for image in (*registry.checkpoints, *registry.savepoints)
+            if snapshots.is_snapshot_label(image.label)
+        } | self._snapshots_completed
+        now = time.time()
+        for body in bodies:
+            uid = body["metadata"]["uid"]
+            stored = self._snapshots_written.get(uid, body.get("status") or {})
+            snapshot = snapshots.Snapshot.from_body({**body, "status": stored})
+            if not snapshot.open:
+                continue
+            label = snapshot.label
+            in_flight = {}
+            if supervisor is not None and supervisor.pending(label):
+                in_flight[label] = supervisor.triggered_id(label)
+            view = snapshots.JobView(
+                self._record.phase, completed, in_flight, self._snapshots_failed
+            )
+            decision = snapshots.decide(snapshot, view, now)
+            if decision.trigger:
+                if supervisor is None:
+                    continue  # asked for once a driver runs
+                supervisor.request(TriggerRequested(snapshot.kind, label=label))
+            if decision.wake_at is not None:
+                if (retry := self._snapshot_retries.get(uid)) is not None:
+                    retry.cancel()
+                self._snapshot_retries[uid] = asyncio.get_running_loop().call_later(
+                    max(0.0, decision.wake_at - now), self._changed.set
+                )
+            if await write_snapshot_status(self._clients, snapshot, decision.status):
+                self._snapshots_written[uid] = decision.status
+                if (said := snapshots.event(snapshot.status, decision.status)) is not None:
+                    self._post_snapshot_event(body, *said)
+                self._snapshots_failed.pop(label, None)
+                if decision.status.get("state") in snapshots.FINAL_STATES:
+                    self._snapshots_completed.pop(label, None)
 
     def _observed(self) -> Observed:
         pods = self._clients.pods.pods(self._namespace, self._name)
@@ -1423,3 +1493,74 @@ def _storage(manifest: JobManifest) -> str:
     storage = manifest.spec.checkpointing.storage
     assert storage is not None  # checked by _validated
     return storage
+
+
+class _SnapshotCompletions(Observer):
+    """Keeps the snapshots completed (by label) and says so."""
+
+    def __init__(
+        self, completed: dict[str, CompletedCheckpoint], changed: Callable[[], None]
+    ) -> None:
+        self._completed = completed
+        self._changed = changed
+
+    def completed(self, checkpoint: CompletedCheckpoint) -> None:
+        if snapshots.is_snapshot_label(checkpoint.label):
+            self._completed[checkpoint.label] = checkpoint
+            self._changed()
+
+
+async def write_snapshot_status(
+    clients: Clients, snapshot: snapshots.Snapshot, status: Mapping[str, Any]
+) -> bool:
+    """Write the snapshot's status if it changed; whether it is stored as ``status``. A
+    snapshot deleted meanwhile, or a write refused, is logged: it is no job's failure (a
+    role without the snapshots' rules leaves them without a status)."""
+    patch = snapshots.status_patch(snapshot.status, status)
+    if patch is None:
+        return True
+    try:
+        await clients.custom_objects.patch_namespaced_custom_object_status(
+            objects.GROUP,
+            objects.VERSION,
+            snapshot.namespace,
+            objects.SNAPSHOT_PLURAL,
+            snapshot.name,
+            {"status": patch},
+            _content_type=MERGE_PATCH,
+        )
+    except NotFoundException:
+        return False
+    except ApiException as error:
+        log.warning(
+            "%s/%s: SparkCheckpointSnapshot %s: its status was not written: %s",
+            snapshot.namespace,
+            snapshot.job,
+            snapshot.name,
+            api_message(error),
+        )
+        return False
+    return True
+
+
+async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
+    """An open snapshot that no controller of this operator takes: if its job does not
+    exist, its status says so (`snapshots.for_missing_job`). Else the job's controller, here
+    once it starts or in the operator that holds its Lease, takes it."""
+    snapshot = snapshots.Snapshot.from_body(body)
+    if not snapshot.open:
+        return
+    try:
+        await clients.custom_objects.get_namespaced_custom_object(
+            objects.GROUP, objects.VERSION, snapshot.namespace, objects.PLURAL, snapshot.job
+        )
+    except NotFoundException:
+        await write_snapshot_status(clients, snapshot, snapshots.for_missing_job(snapshot))
+    except ApiException as error:
+        log.warning(
+            "%s: SparkCheckpointSnapshot %s: its job %s could not be read: %s",
+            snapshot.namespace,
+            snapshot.name,
+            snapshot.job,
+            api_message(error),
+        )

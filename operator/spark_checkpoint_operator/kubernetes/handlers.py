@@ -12,8 +12,8 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar, cast
 
 import aiohttp
 import kopf
@@ -22,7 +22,11 @@ from kubernetes.aio.client import Configuration
 from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects
-from spark_checkpoint_operator.kubernetes.controller import JobController, StatusNotWritten
+from spark_checkpoint_operator.kubernetes.controller import (
+    JobController,
+    StatusNotWritten,
+    note_missing_job,
+)
 from spark_checkpoint_operator.kubernetes.events import EventThrottle
 from spark_checkpoint_operator.kubernetes.lease import (
     LEASE_SECONDS,
@@ -326,6 +330,18 @@ async def job_changed(memo: kopf.Memo, **_: Any) -> None:
         controller.changed()
 
 
+@kopf.on.event(objects.GROUP, objects.VERSION, objects.SNAPSHOT_PLURAL)
+async def snapshot_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> None:
+    clients: Clients = memo[CLIENTS]
+    body = event["object"]
+    job = clients.snapshots.observe(event.get("type"), body)
+    controller: JobController | None = memo[CONTROLLERS].get(job)
+    if controller is not None:
+        controller.changed()
+    elif event.get("type") != "DELETED":
+        await note_missing_job(clients, body)
+
+
 def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     return JobController(
@@ -334,8 +350,13 @@ def _controller(body: kopf.Body, memo: kopf.Memo) -> JobController:
         _event_throttle(body, memo),
         memo[METRICS].job(namespace, name),
         observers=[observe(namespace, name) for observe in JOB_OBSERVERS],
+        post_snapshot_event=_post_object_event,
         **memo[CONTROLLER_SETTINGS],
     )
+
+
+def _post_object_event(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    kopf.event(kopf.Body(cast(kopf.RawBody, body)), type=kind, reason=reason, message=message)
 
 
 def _lease(body: kopf.Body, memo: kopf.Memo) -> JobLease:

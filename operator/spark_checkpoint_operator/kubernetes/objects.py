@@ -46,6 +46,7 @@ GROUP = "sparkcheckpoint.io"
 VERSION = "v1alpha1"
 PLURAL = "sparkcheckpointjobs"
 KIND = "SparkCheckpointJob"
+SNAPSHOT_PLURAL = "sparkcheckpointsnapshots"
 
 LABEL_JOB = "sparkcheckpoint.io/job"
 LABEL_COMPONENT = "sparkcheckpoint.io/component"

@@ -146,6 +146,29 @@ class PodRegistry:
         return first
 
 
+class SnapshotRegistry:
+    """The SparkCheckpointSnapshots of every job, as last reported by their watch."""
+
+    def __init__(self) -> None:
+        self._snapshots: dict[JobKey, dict[str, Mapping[str, Any]]] = {}
+
+    def observe(self, event_type: str | None, body: Mapping[str, Any]) -> JobKey:
+        """Take the watch's event; return the job the snapshot names."""
+        metadata = body["metadata"]
+        reference = (body.get("spec") or {}).get("jobReference") or {}
+        key = (metadata["namespace"], str(reference.get("name", "")))
+        # Under one job only: an edit may name another.
+        for (namespace, _), snapshots in self._snapshots.items():
+            if namespace == key[0]:
+                snapshots.pop(metadata["name"], None)
+        if event_type != "DELETED":
+            self._snapshots.setdefault(key, {})[metadata["name"]] = body
+        return key
+
+    def of(self, namespace: str, job: str) -> list[Mapping[str, Any]]:
+        return list(self._snapshots.get((namespace, job), {}).values())
+
+
 class OperatorApiClient(ApiClient):
     """The official client with the operator's timeouts: 30 s to connect and 30 s for each
     read of an answer, never on the wait for a free connection (the pool holds the
@@ -179,6 +202,7 @@ class Clients:
     api: ApiClient
     pods: PodRegistry
     session: aiohttp.ClientSession
+    snapshots: SnapshotRegistry = field(default_factory=SnapshotRegistry)
     core: CoreCalls = field(init=False)
     custom_objects: CustomObjectsApi = field(init=False)
 

@@ -1,7 +1,8 @@
-"""The SparkCheckpointJob CRD the package ships, and how to walk its schema.
+"""The CRDs the package ships (SparkCheckpointJob, SparkCheckpointSnapshot), and how to walk
+their schemas.
 
-The package ships the CRD as package data: in the checkout a symlink to the ``crds/`` file,
-which the wheel build copies as a file.
+The package ships the CRDs as package data: in the checkout symlinks to the ``crds/`` files,
+which the wheel build copies as files.
 """
 
 import copy
@@ -12,15 +13,23 @@ from typing import Any
 
 import yaml
 
-# Package data of spark_checkpoint_operator, one level up from this package.
-CRD_PATH = Path(__file__).parent.parent / "sparkcheckpointjobs.sparkcheckpoint.io.yaml"
+JOB_CRD = "sparkcheckpointjobs.sparkcheckpoint.io"
+SNAPSHOT_CRD = "sparkcheckpointsnapshots.sparkcheckpoint.io"
+
+
+def crd_path(name: str) -> Path:
+    """Package data of spark_checkpoint_operator, one level up from this package."""
+    return Path(__file__).parent.parent / f"{name}.yaml"
+
+
+CRD_PATH = crd_path(JOB_CRD)
 
 Schema = Mapping[str, Any]
 
 
-def load_crd() -> dict[str, Any]:
-    """The CustomResourceDefinition, parsed from ``crds/`` (a fresh copy each call)."""
-    return copy.deepcopy(cached_crd())
+def load_crd(name: str = JOB_CRD) -> dict[str, Any]:
+    """A CustomResourceDefinition, parsed from ``crds/`` (a fresh copy each call)."""
+    return copy.deepcopy(cached_crd(name))
 
 
 def crd_schema() -> dict[str, Any]:
@@ -29,9 +38,9 @@ def crd_schema() -> dict[str, Any]:
 
 
 @functools.cache
-def cached_crd() -> dict[str, Any]:
-    """The CRD, parsed once; callers must not change it."""
-    crd: dict[str, Any] = yaml.safe_load(CRD_PATH.read_text(encoding="utf-8"))
+def cached_crd(name: str = JOB_CRD) -> dict[str, Any]:
+    """A CRD, parsed once; callers must not change it."""
+    crd: dict[str, Any] = yaml.safe_load(crd_path(name).read_text(encoding="utf-8"))
     return crd
 
 

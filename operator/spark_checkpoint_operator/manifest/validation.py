@@ -27,6 +27,7 @@ from spark_checkpoint.storage.layout import (
 from spark_checkpoint_operator.manifest import go_duration
 from spark_checkpoint_operator.manifest.cel_rules import cel
 from spark_checkpoint_operator.manifest.crd import (
+    JOB_CRD,
     Schema,
     cached_crd,
     child_schema,
@@ -167,20 +168,23 @@ def validate_document(document: object, source: str = "<manifest>") -> dict[str,
 
 
 def validate_update(
-    document: object, previous: Mapping[str, Any] | None, source: str = "<manifest>"
+    document: object,
+    previous: Mapping[str, Any] | None,
+    source: str = "<manifest>",
+    crd: str = JOB_CRD,
 ) -> tuple[dict[str, Any], tuple[Problem, ...]]:
-    """Check a SparkCheckpointJob that replaces ``previous`` (None: a new one) as the API
-    server checks an update, with its validation ratcheting (Kubernetes 1.30 on): a
-    problem whose judged value is unchanged from ``previous`` (a rule tightened since that
-    value was let in) is tolerated, any other raised. Returns the defaulted copy and the
-    problems tolerated."""
+    """Check an object of ``crd`` (a SparkCheckpointJob unless said) that replaces
+    ``previous`` (None: a new one) as the API server checks an update, with its validation
+    ratcheting (Kubernetes 1.30 on): a problem whose judged value is unchanged from
+    ``previous`` (a rule tightened since that value was let in) is tolerated, any other
+    raised. Returns the defaulted copy and the problems tolerated."""
+    checker = _checker(crd)
     if not isinstance(document, dict):
         kind = "null" if document is None else type(document).__name__
-        raise ManifestError(source, [Problem("", f"expected a SparkCheckpointJob, got {kind}")])
+        raise ManifestError(source, [Problem("", f"expected a {checker.kind}, got {kind}")])
     if deeper_than(document, MAX_MANIFEST_DEPTH):
         nested = f"nested more than {MAX_MANIFEST_DEPTH} levels deep"
         raise ManifestError(source, [Problem("", nested)])
-    checker = _checker()
     if problems := checker.envelope_problems(document):
         # Another kind of object: its fields would only bury the one problem that matters.
         raise ManifestError(source, problems)
@@ -454,8 +458,8 @@ class _Checker:
 
 
 @functools.cache
-def _checker() -> _Checker:
-    return _Checker(cached_crd())
+def _checker(crd: str = JOB_CRD) -> _Checker:
+    return _Checker(cached_crd(crd))
 
 
 def _object_meta(crd_metadata: Schema) -> dict[str, Any]:

@@ -655,6 +655,12 @@ class JobSupervisor:
             or any(r.label == label for r in coordinator.queued)
         )
 
+    def triggered_id(self, label: str) -> int | None:
+        """The id of the checkpoint or savepoint labelled ``label`` in flight; None if none
+        is (a queued one has no id yet)."""
+        pending = self._interpreter.coordinator.pending
+        return next((p.checkpoint_id for p in pending if p.label == label), None)
+
     def withdraw(self, label: str) -> None:
         """What asked for the checkpoints and savepoints labelled ``label`` no longer does:
         those in flight are aborted and those waiting declined (thread-safe through the

@@ -107,7 +107,7 @@ from spark_checkpoint.storage.layout import (
     DNS_1123_SUBDOMAIN_MAX_LENGTH,
     DNS_1123_SUBDOMAIN_PATTERN,
 )
-from spark_checkpoint_operator.manifest.crd import load_crd
+from spark_checkpoint_operator.manifest.crd import JOB_CRD, SNAPSHOT_CRD, load_crd
 from spark_checkpoint_operator.manifest.problems import ManifestError
 from spark_checkpoint_operator.manifest.validation import (
     LABEL_VALUE_PATTERN,
@@ -130,7 +130,10 @@ CUSTOM_RESOURCE_DEFINITIONS = kmock.resource(
     "apiextensions.k8s.io", "v1", "customresourcedefinitions"
 )
 SPARK_CHECKPOINT_JOBS = kmock.resource("sparkcheckpoint.io", "v1alpha1", "sparkcheckpointjobs")
-SPARK_CHECKPOINT_JOBS_CRD = "sparkcheckpointjobs.sparkcheckpoint.io"
+SPARK_CHECKPOINT_JOBS_CRD = JOB_CRD
+SPARK_CHECKPOINT_SNAPSHOTS = kmock.resource(
+    "sparkcheckpoint.io", "v1alpha1", "sparkcheckpointsnapshots"
+)
 
 PATCH_TYPES = {
     "merge": "application/merge-patch+json",
@@ -210,28 +213,41 @@ class Rejection(NamedTuple):
     error: kmock.KubernetesError
 
 
-def validate_spark_checkpoint_job(obj: Body, stored: Body | None) -> Body:
-    """A SparkCheckpointJob (already pruned of unknown fields) checked and defaulted by the
-    operator's own manifest validation: the CRD's schema and CEL rules, on the spec and the
-    status. Of ObjectMeta, the fields a manifest may set are checked with it. An update
-    is ratcheted as by Kubernetes 1.30 on: a problem of a value the stored object already
-    held (stored under an earlier CRD) is let through."""
-    metadata = obj.get("metadata") or {}
+def _validated_as(crd: str) -> Validator:
+    """A validator of the CRD's objects (already pruned of unknown fields): the operator's
+    own manifest validation, the CRD's schema and CEL rules, on the spec and the status. Of
+    ObjectMeta, the fields a manifest may set are checked with it. An update is ratcheted
+    as by Kubernetes 1.30 on: a problem of a value the stored object already held (stored
+    under an earlier CRD) is let through."""
 
-    def document(body: Body) -> Body:
-        meta = body.get("metadata") or {}
-        fields = ("name", "namespace", "labels", "annotations")
-        return {**body, "metadata": {key: meta[key] for key in fields if key in meta}}
+    def validate(obj: Body, stored: Body | None) -> Body:
+        metadata = obj.get("metadata") or {}
 
-    source = metadata.get("name", "<object>")
-    try:
-        defaulted, _ = validate_update(
-            document(obj), None if stored is None else document(stored), source
-        )
-    except ManifestError as error:
-        raise Invalid([(problem.path, problem.message) for problem in error.problems]) from None
-    defaulted["metadata"] = metadata
-    return defaulted
+        def document(body: Body) -> Body:
+            meta = body.get("metadata") or {}
+            fields = ("name", "namespace", "labels", "annotations")
+            return {**body, "metadata": {key: meta[key] for key in fields if key in meta}}
+
+        source = metadata.get("name", "<object>")
+        try:
+            defaulted, _ = validate_update(
+                document(obj), None if stored is None else document(stored), source, crd
+            )
+        except ManifestError as error:
+            problems = [(problem.path, problem.message) for problem in error.problems]
+            raise Invalid(problems) from None
+        defaulted["metadata"] = metadata
+        return defaulted
+
+    return validate
+
+
+validate_spark_checkpoint_job = _validated_as(JOB_CRD)
+# The operator's CRDs, each with its validator.
+OPERATOR_CRDS: dict[str, Validator] = {
+    JOB_CRD: validate_spark_checkpoint_job,
+    SNAPSHOT_CRD: _validated_as(SNAPSHOT_CRD),
+}
 
 
 # --- the emulator -------------------------------------------------------------------------
@@ -691,7 +707,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
     # --- reading ------------------------------------------------------------------------------
 
     def _resolve(self, res: kmock.resource | None) -> tuple[kmock.resource, kmock.ResourceInfo]:
-        if res is None or res.plural is None or res not in self.resources:
+        # Not `in self.resources`: kmock's mapping makes an empty entry for any key it is
+        # asked about, so an unknown (or deleted) resource would be served.
+        if res is None or res.plural is None or res not in set(self.resources):
             raise _resource_not_found()
         return res, self.resources[res]
 
@@ -1289,7 +1307,20 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         removed = self._commit(res, "DELETED", obj, old)
         if not orphan:
             self._collect_garbage(removed["metadata"]["uid"])
+        if res == CUSTOM_RESOURCE_DEFINITIONS:
+            self._stop_serving(_crd_resource(removed))
         return removed
+
+    def _stop_serving(self, res: kmock.resource) -> None:
+        """A deleted CRD: its objects are deleted (the API server's CRD finalizer; their own
+        finalizers, which would hold it, are not emulated), then its resource is no longer
+        served (404, and gone from discovery)."""
+        for served, obj in list(self._live()):
+            if served == res:
+                self._remove(res, obj, obj, orphan=False)
+        self.resources.pop(res, None)
+        self._custom.pop(res, None)
+        self._schemas.pop(res, None)
 
     def _collect_garbage(self, owner: str) -> None:
         """Delete the dependents of a deleted owner that have no other owner left."""
@@ -1511,9 +1542,9 @@ class EmulatedApiServer:
 
 
 def spark_checkpoint_api(**options: Any) -> EmulatedApiServer:
-    """An emulated API server with the SparkCheckpointJob CRD installed and validated."""
-    validators = {SPARK_CHECKPOINT_JOBS_CRD: validate_spark_checkpoint_job}
-    return EmulatedApiServer(crds=[load_crd()], validators=validators, **options)
+    """An emulated API server with the operator's CRDs installed and validated."""
+    crds = [load_crd(name) for name in OPERATOR_CRDS]
+    return EmulatedApiServer(crds=crds, validators=OPERATOR_CRDS, **options)
 
 
 # --- helpers ------------------------------------------------------------------------------

@@ -43,10 +43,9 @@ from aiohttp import web
 from kmock._internal import rendering
 
 from helpers.kube.emulator import (
-    SPARK_CHECKPOINT_JOBS_CRD,
+    OPERATOR_CRDS,
     ApiServerEmulator,
     serve,
-    validate_spark_checkpoint_job,
     write_kubeconfig,
 )
 from helpers.kube.simulated import SimulatedAgents, SimulatedKubelet
@@ -139,10 +138,11 @@ async def simulated_cluster(api_url: str, batch_seconds: float, log_path: Path |
 async def launch(args: argparse.Namespace) -> int:
     emulator_class = FastPathEmulator if args.fast_path else ApiServerEmulator
     emulator = emulator_class(
-        validators={SPARK_CHECKPOINT_JOBS_CRD: validate_spark_checkpoint_job},
+        validators=OPERATOR_CRDS,
         event_log_size=args.event_log_size,
     )
-    emulator.register_crd(load_crd())
+    for crd in OPERATOR_CRDS:
+        emulator.register_crd(load_crd(crd))
     stop = _stop_on_signals()
     async with serve(emulator, args.host, args.port) as url:
         args.kubeconfig_out.parent.mkdir(parents=True, exist_ok=True)

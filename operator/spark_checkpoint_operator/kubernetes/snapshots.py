@@ -1,0 +1,212 @@
+"""SparkCheckpointSnapshot objects: a savepoint or checkpoint of a job asked for by creating
+an object (the Flink Kubernetes Operator's FlinkStateSnapshot), in place of a trigger nonce.
+
+The controller of the job a snapshot names decides the snapshot's next status here, from
+the snapshot as stored and what it observes of the job (`JobView`): observe, decide
+(`decide`), record (its status patch). A snapshot is taken once: its savepoint or
+checkpoint carries the label `label` (its name and uid), by which its completion is found
+in the job's registry after an operator restart; one still in flight then was aborted with
+the coordinator that asked for it, and is asked for again.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint, JobPhase
+from spark_checkpoint_operator.coordinator.state import format_time, parse_time
+
+# A failed snapshot is taken again after this long, doubling with each failure up to the
+# longest (Flink's doubles from 10 s without a bound).
+FIRST_RETRY_SECONDS = 10.0
+LONGEST_RETRY_SECONDS = 300.0
+LABEL_PREFIX = "snapshot "
+# The job phases in which a snapshot waiting for its trigger can no longer be taken.
+_ENDED = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
+
+
+class SnapshotState(StrEnum):
+    TRIGGER_PENDING = "TRIGGER_PENDING"
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    ABANDONED = "ABANDONED"
+
+
+FINAL_STATES = (SnapshotState.COMPLETED, SnapshotState.FAILED, SnapshotState.ABANDONED)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A SparkCheckpointSnapshot as stored (its spec checked by the API server)."""
+
+    namespace: str
+    name: str
+    uid: str
+    job: str
+    kind: CheckpointKind
+    backoff_limit: int  # -1: no limit
+    status: Mapping[str, Any]
+
+    @classmethod
+    def from_body(cls, body: Mapping[str, Any]) -> "Snapshot":
+        metadata, spec = body["metadata"], body.get("spec") or {}
+        backoff_limit = spec.get("backoffLimit", -1)
+        return cls(
+            namespace=metadata["namespace"],
+            name=metadata["name"],
+            uid=metadata["uid"],
+            job=str((spec.get("jobReference") or {}).get("name", "")),
+            kind=CheckpointKind.SAVEPOINT if "savepoint" in spec else CheckpointKind.CHECKPOINT,
+            backoff_limit=backoff_limit if isinstance(backoff_limit, int) else -1,
+            status=dict(body.get("status") or {}),
+        )
+
+    @property
+    def label(self) -> str:
+        """The label of its savepoint or checkpoint: the uid tells a snapshot from an
+        earlier one of the same name."""
+        return f"{LABEL_PREFIX}{self.name} ({self.uid[:8]})"
+
+    @property
+    def state(self) -> SnapshotState | None:
+        state = self.status.get("state")
+        return SnapshotState(state) if state in tuple(SnapshotState) else None
+
+    @property
+    def open(self) -> bool:
+        """Not completed, failed for good or abandoned yet."""
+        return self.state not in FINAL_STATES
+
+
+@dataclass
+class JobView:
+    """What a snapshot's decision reads of its job: the phase, and by label the snapshots
+    completed (the registry's, and those completed under this controller, which retention
+    may have let go since), in flight (their id; None while queued) and failed since the
+    snapshot's status was written last (why)."""
+
+    phase: JobPhase
+    completed: Mapping[str, CompletedCheckpoint] = field(default_factory=dict)
+    in_flight: Mapping[str, int | None] = field(default_factory=dict)
+    failed: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: dict[str, Any]
+    trigger: bool = False  # ask the job's supervisor for the snapshot now
+    wake_at: float | None = None  # look again then (epoch seconds): a retry falls due
+
+
+def is_snapshot_label(label: str) -> bool:
+    return label.startswith(LABEL_PREFIX)
+
+
+def retry_delay(failures: int) -> float:
+    return float(min(FIRST_RETRY_SECONDS * 2 ** max(0, failures - 1), LONGEST_RETRY_SECONDS))
+
+
+def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
+    """The snapshot's next status, and whether to ask for it now. A final status stands."""
+    status = dict(snapshot.status)
+    if not snapshot.open:
+        return Decision(status)
+    status["kind"] = snapshot.kind.value
+    status.setdefault("failures", 0)
+    label = snapshot.label
+    if (completed := job.completed.get(label)) is not None:
+        status |= {
+            "state": SnapshotState.COMPLETED.value,
+            "id": completed.checkpoint_id,
+            "path": completed.path,
+            "batch": completed.batch_id,
+            "sizeBytes": completed.size_bytes,
+            "triggerTimestamp": format_time(completed.trigger_time),
+            "resultTimestamp": format_time(completed.completion_time),
+        }
+        return Decision(_without(status, "error", "message"))
+    if label in job.in_flight:
+        status["state"] = SnapshotState.IN_PROGRESS.value
+        if (checkpoint_id := job.in_flight[label]) is not None:
+            status["id"] = checkpoint_id
+        return Decision(_without(status, "message"))
+    if (error := job.failed.get(label)) is not None:
+        status |= {
+            "failures": status["failures"] + 1,
+            "error": error,
+            "resultTimestamp": format_time(now),
+        }
+        if 0 <= snapshot.backoff_limit < status["failures"]:
+            status["state"] = SnapshotState.FAILED.value
+            limit = f"spec.backoffLimit {snapshot.backoff_limit}"
+            status["message"] = f"failed {status['failures']} time(s), {limit}: not taken again"
+            return Decision(status)
+    if job.phase in _ENDED:
+        status["state"] = SnapshotState.ABANDONED.value
+        status["error"] = f"the job is {job.phase.value}: nothing runs to take it"
+        return Decision(_without(status, "message", "id"))
+    status = _without(status, "id") | {"state": SnapshotState.TRIGGER_PENDING.value}
+    if (due := _retry_due(status)) is not None and due > now:
+        status["message"] = f"taken again at {format_time(due)} (failure {status['failures']})"
+        return Decision(status, wake_at=due)
+    if job.phase is not JobPhase.RUNNING:
+        status["message"] = f"waits for the job to run (phase {job.phase.value})"
+        return Decision(status)
+    status |= {"state": SnapshotState.IN_PROGRESS.value, "triggerTimestamp": format_time(now)}
+    return Decision(_without(status, "message"), trigger=True)
+
+
+def event(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """The event (type, reason, message) a change of a snapshot's status posts on it, so
+    that `kubectl describe` tells its story; None for a change that says nothing new."""
+    state, kind = after.get("state"), after.get("kind", "snapshot")
+    if state == before.get("state") and after.get("failures") == before.get("failures"):
+        return None
+    if state == SnapshotState.COMPLETED:
+        return ("Normal", "SnapshotCompleted", f"{kind} {after['id']} completed: {after['path']}")
+    if state == SnapshotState.ABANDONED:
+        return ("Warning", "SnapshotAbandoned", str(after.get("error")))
+    if after.get("failures") != before.get("failures", 0):
+        return ("Warning", "SnapshotError", f"{after.get('error')}; {after.get('message')}")
+    return None
+
+
+def for_missing_job(snapshot: Snapshot) -> dict[str, Any]:
+    """The status of an open snapshot whose job does not exist: it waits for one of that
+    name (a GitOps sync may apply the snapshot first); one in flight was abandoned with its
+    job."""
+    status = dict(snapshot.status) | {"kind": snapshot.kind.value}
+    status.setdefault("failures", 0)
+    if snapshot.state is SnapshotState.IN_PROGRESS:
+        status["state"] = SnapshotState.ABANDONED.value
+        status["error"] = f"SparkCheckpointJob {snapshot.job} is gone"
+        return _without(status, "message")
+    status["state"] = SnapshotState.TRIGGER_PENDING.value
+    status["message"] = f"waits for SparkCheckpointJob {snapshot.job}, which does not exist"
+    return status
+
+
+def status_patch(stored: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The merge patch that turns the stored status into ``status`` (None for a field to
+    remove); None if they are the same."""
+    if dict(stored) == dict(status):
+        return None
+    return {key: status.get(key) for key in {*stored, *status}}
+
+
+def _retry_due(status: Mapping[str, Any]) -> float | None:
+    """When a failed snapshot is taken again; None if it never failed."""
+    failures, last = status.get("failures"), status.get("resultTimestamp")
+    if not isinstance(failures, int) or failures < 1 or not isinstance(last, str):
+        return None
+    try:
+        failed_at = parse_time(last)
+    except ValueError:  # a status written by hand: taken again now
+        return None
+    return failed_at + retry_delay(failures)
+
+
+def _without(status: dict[str, Any], *keys: str) -> dict[str, Any]:
+    return {key: value for key, value in status.items() if key not in keys}

@@ -1,0 +1,231 @@
+"""SparkCheckpointSnapshot objects (the Flink Kubernetes Operator's FlinkStateSnapshot): the
+operator process against the emulated API server with simulated drivers, as a user applies
+them with kubectl or a GitOps tool."""
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers.doc_blocks import marked_blocks
+from helpers.kube.cluster import NAMESPACE, LocalCluster, operator_stopped
+from helpers.kube.simulated import SimulatedAgents
+from helpers.kube.simulated_jobs import completed, in_phase, job
+
+pytestmark = pytest.mark.timeout(240)
+SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
+CRDS = "apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def snapshot(name: str, job_name: str = "orders", kind: str = "savepoint", **spec: Any) -> Any:
+    return {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointSnapshot",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"jobReference": {"name": job_name}, kind: {}, **spec},
+    }
+
+
+def snapshot_status(cluster: LocalCluster, name: str) -> dict[str, Any]:
+    return dict(cluster.api.get(SNAPSHOTS, NAMESPACE, name).get("status") or {})
+
+
+def in_state(cluster: LocalCluster, name: str, state: str, timeout: float = 60) -> Any:
+    return cluster.wait_for(
+        f"snapshot {name} {state}",
+        lambda: (s := snapshot_status(cluster, name)).get("state") == state and s,
+        job="orders",
+        timeout=timeout,
+    )
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Any:
+    with LocalCluster(tmp_path, simulated=SimulatedAgents(batch_seconds=0.3)) as running:
+        yield running
+
+
+def test_a_savepoint_snapshot_is_taken_once_and_its_status_says_where(
+    cluster: LocalCluster,
+) -> None:
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    created = cluster.api.create(SNAPSHOTS, snapshot("before-migration"), namespace=NAMESPACE)
+
+    status = in_state(cluster, "before-migration", "COMPLETED")
+    job_status = cluster.status("orders")
+    said = cluster.wait_for(
+        "the snapshot's event",
+        lambda: [e for e in cluster.events("before-migration") if e.get("reason")],
+    )
+
+    label = f"snapshot before-migration ({created['metadata']['uid'][:8]})"
+    taken = [s for s in job_status["savepointHistory"] if s.get("label") == label]
+    assert len(taken) == 1, job_status["savepointHistory"]
+    assert status["kind"] == "savepoint"
+    assert status["id"] == taken[0]["id"]
+    assert status["path"] == taken[0]["path"]
+    assert status["path"].endswith(f"/savepoints/sp-{status['id']}/_metadata")
+    assert status["batch"] == taken[0]["batch"]
+    assert status["failures"] == 0
+    assert "error" not in status and "message" not in status
+    assert status["triggerTimestamp"] <= status["resultTimestamp"]
+    assert [(e["reason"], e["message"], e["involvedObject"]["kind"]) for e in said] == [
+        (
+            "SnapshotCompleted",
+            f"savepoint {status['id']} completed: {status['path']}",
+            "SparkCheckpointSnapshot",
+        )
+    ]
+
+
+def test_the_documented_snapshot_is_taken(tmp_path: Path) -> None:
+    """docs/operator.md's example, as written (its namespace and job's name)."""
+    (block,) = marked_blocks(
+        "tests/kubernetes/test_snapshot_objects.py::test_the_documented_snapshot_is_taken"
+    )
+    documented = yaml.safe_load(block.text)
+    namespace = documented["metadata"]["namespace"]
+    name = documented["metadata"]["name"]
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path, simulated=agents, namespaces=(namespace,)) as cluster:
+        orders = job(documented["spec"]["jobReference"]["name"])
+        orders["metadata"]["namespace"] = namespace
+        cluster.apply(orders)
+        cluster.api.create(SNAPSHOTS, documented, namespace=namespace)
+        status = cluster.wait_for(
+            "the documented snapshot taken",
+            lambda: (
+                (s := cluster.api.get(SNAPSHOTS, namespace, name).get("status") or {}).get("state")
+                == "COMPLETED"
+                and s
+            ),
+        )
+        stored = cluster.api.get(SNAPSHOTS, namespace, name)
+
+    assert stored["spec"]["backoffLimit"] == 2
+    assert status["kind"] == "savepoint"
+    assert f"/{namespace}/orders/savepoints/sp-{status['id']}/" in status["path"]
+
+
+def test_a_checkpoint_snapshot_completes_with_its_checkpoint(cluster: LocalCluster) -> None:
+    cluster.apply(job(checkpointing={"interval": "1h"}))
+    in_phase(cluster, "orders", "Running")
+    cluster.api.create(SNAPSHOTS, snapshot("now", kind="checkpoint"), namespace=NAMESPACE)
+
+    status = in_state(cluster, "now", "COMPLETED")
+
+    assert status["kind"] == "checkpoint"
+    assert cluster.status("orders")["lastCheckpoint"]["id"] == status["id"]
+    assert status["path"].endswith(f"/chk-{status['id']}/_metadata")
+
+
+def test_a_snapshot_applied_before_its_job_waits_for_it(cluster: LocalCluster) -> None:
+    """A GitOps sync applies objects in any order."""
+    cluster.api.create(SNAPSHOTS, snapshot("early"), namespace=NAMESPACE)
+    waiting = in_state(cluster, "early", "TRIGGER_PENDING")
+    assert waiting["message"] == "waits for SparkCheckpointJob orders, which does not exist"
+
+    cluster.apply(job())
+
+    assert in_state(cluster, "early", "COMPLETED")["kind"] == "savepoint"
+
+
+def test_a_suspended_job_takes_its_snapshot_once_it_runs_again(cluster: LocalCluster) -> None:
+    cluster.apply(job(state="Suspended"))
+    in_phase(cluster, "orders", "Suspended")
+    cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
+
+    waiting = cluster.wait_for(
+        "the snapshot to say what it waits for",
+        lambda: (s := snapshot_status(cluster, "later")).get("message") and s,
+        job="orders",
+    )
+    assert waiting["state"] == "TRIGGER_PENDING"
+    assert waiting["message"] == "waits for the job to run (phase Suspended)"
+    cluster.patch_spec("orders", {"state": "Running"})
+
+    assert in_state(cluster, "later", "COMPLETED")["id"] >= 1
+
+
+def test_a_snapshot_of_a_finished_job_is_abandoned(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, simulated=SimulatedAgents(finish_after=2)) as cluster:
+        cluster.apply(job())
+        in_phase(cluster, "orders", "Finished")
+        cluster.api.create(SNAPSHOTS, snapshot("too-late"), namespace=NAMESPACE)
+
+        status = in_state(cluster, "too-late", "ABANDONED")
+        reasons = cluster.wait_for("its event", lambda: cluster.event_reasons("too-late"))
+
+    assert status["error"] == "the job is Finished: nothing runs to take it"
+    assert reasons == ["SnapshotAbandoned"]
+
+
+def test_a_failing_snapshot_is_retried_up_to_its_backoff_limit(tmp_path: Path) -> None:
+    """Every savepoint expires (acknowledged after the checkpoint timeout): taken once,
+    then once more (backoffLimit 1, after 10 s), then FAILED with the reason."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "1s"}))
+        in_phase(cluster, "orders", "Running")
+        cluster.api.create(SNAPSHOTS, snapshot("doomed", backoffLimit=1), namespace=NAMESPACE)
+
+        retrying = cluster.wait_for(
+            "the first failure",
+            lambda: (s := snapshot_status(cluster, "doomed")).get("failures") == 1 and s,
+            job="orders",
+        )
+        status = in_state(cluster, "doomed", "FAILED", timeout=90)
+        job_status = cluster.status("orders")
+        said = cluster.wait_for(
+            "two SnapshotError events",
+            lambda: len(errors := [e["message"] for e in cluster.events("doomed")]) == 2 and errors,
+        )
+
+    assert retrying["state"] == "TRIGGER_PENDING"
+    assert retrying["message"].startswith("taken again at ")
+    assert "expired" in retrying["error"], retrying
+    assert status["failures"] == 2
+    assert status["message"] == "failed 2 time(s), spec.backoffLimit 1: not taken again"
+    failed_savepoints = [
+        h for h in job_status["history"] if h["kind"] == "savepoint" and h["status"] == "Failed"
+    ]
+    assert len(failed_savepoints) == 2, job_status["history"]
+    first, last = sorted(said, key=lambda message: "not taken again" in message)  # any order
+    assert first.startswith(retrying["error"] + "; taken again at ")
+    assert last.endswith("; failed 2 time(s), spec.backoffLimit 1: not taken again")
+
+
+def test_an_operator_restart_mid_snapshot_takes_it_once(tmp_path: Path) -> None:
+    """The savepoint in flight when the operator is killed is aborted with its coordinator;
+    the restarted operator asks for it again, and the snapshot completes once."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h"}))
+        in_phase(cluster, "orders", "Running")
+        created = cluster.api.create(SNAPSHOTS, snapshot("restarted"), namespace=NAMESPACE)
+        in_state(cluster, "restarted", "IN_PROGRESS")
+        with operator_stopped(cluster):
+            pass
+
+        status = in_state(cluster, "restarted", "COMPLETED")
+        job_status = cluster.status("orders")
+
+    label = f"snapshot restarted ({created['metadata']['uid'][:8]})"
+    taken = [s["id"] for s in job_status["savepointHistory"] if s.get("label") == label]
+    assert taken == [status["id"]]
+
+
+def test_without_the_snapshot_crd_jobs_run_as_before(tmp_path: Path) -> None:
+    """An operator upgrade that applied only the jobs' CRD: Kopf serves what it finds."""
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path, simulated=agents, operator=False) as cluster:
+        cluster.api.delete(CRDS, None, "sparkcheckpointsnapshots.sparkcheckpoint.io")
+        cluster.operator.start()
+        cluster.apply(job())
+        status = completed(cluster, "orders", 2)
+        log = cluster.operator.log_tail()
+
+    assert status["phase"] == "Running"
+    assert "Traceback" not in log, log
