@@ -542,6 +542,22 @@ def last_image(state: PersistedState, kind: CheckpointKind) -> dict[str, Any] | 
     }
 
 
+# Every field `lastCheckpoint` and `lastSavepoint` may have: a merge patch of the status
+# keeps a field the new value lacks (a former image's label, path or pin), so the
+# operator's writes name each one (None: removed).
+IMAGE_FIELDS = (
+    "id",
+    "batch",
+    "path",
+    "sizeBytes",
+    "triggerTime",
+    "completionTime",
+    "duration",
+    "label",
+    "pinned",
+)
+
+
 def _completed(checkpoint: CompletedCheckpoint) -> dict[str, Any]:
     return {
         "id": checkpoint.checkpoint_id,
@@ -552,6 +568,7 @@ def _completed(checkpoint: CompletedCheckpoint) -> dict[str, Any]:
         "completionTime": format_time(checkpoint.completion_time),
         "duration": _duration(checkpoint.duration),
         **({"label": checkpoint.label} if checkpoint.label else {}),
+        **({"pinned": True} if checkpoint.pinned else {}),
     }
 
 

@@ -47,6 +47,7 @@ from spark_checkpoint_operator.coordinator import (
     RetentionPolicy,
     SavepointDisposeRequested,
     SavepointHistoryLimits,
+    SavepointReleased,
     StoredIdsReported,
     TaskAck,
     TaskAcknowledged,
@@ -67,6 +68,8 @@ COMPLETIONS: list[int] = []
 STREAKS: list[tuple[int, int]] = []  # (longest streak of failures, tolerated)
 PERIODIC_SAVEPOINTS: list[int] = []  # periodic savepoints triggered per run
 SCHEDULED_SAVEPOINTS: list[int] = []  # the same, per run with a schedule
+# Per run: whether a pinned savepoint was registered while the others filled the history.
+PINNED_PAST_LIMIT: list[bool] = []
 
 
 @st.composite
@@ -108,11 +111,13 @@ class CoordinatorMachine(RuleBasedStateMachine):
         self.finalizing: set[int] = set()
         self.savepoint_ids: set[int] = set()
         self.discarded_savepoints: set[int] = set()
+        self.freed: set[int] = set()  # savepoints released or disposed of
         self.completed_checkpoints: list[int] = []
         self.discarded_checkpoints: Counter[int] = Counter()
         self.job_batch = 0  # the query's last committed micro-batch
         self.committed_batch = -1  # the newest batch sinks were allowed to commit
         self.terminated = False
+        self.pinned_past_limit = False
         self.persisted = PersistedState()
         self.completions = 0
         self.first_running: float | None = None  # when the job first ran
@@ -239,6 +244,9 @@ class CoordinatorMachine(RuleBasedStateMachine):
                     assert set(retained) <= registered
                     self.discarded_checkpoints[cid] += 1
                 case DiscardSavepoint(savepoint=savepoint):
+                    # A pinned one (a SparkCheckpointSnapshot's) only once released or
+                    # disposed of: never by the history's limits.
+                    assert not savepoint.pinned or savepoint.checkpoint_id in self.freed
                     self.discarded_savepoints.add(savepoint.checkpoint_id)
         failed = any(isinstance(effect, FailJob) for effect in effects)
         assert failed == must_fail, (self.failure_streak, self.config.tolerable_failures)
@@ -296,14 +304,40 @@ class CoordinatorMachine(RuleBasedStateMachine):
         stop=st.booleans(),
         drain=st.booleans(),
         label=st.sampled_from(["", WITHDRAWN_LABEL]),
+        pinned=st.booleans(),
     )
     def request(
-        self, kind: CheckpointKind, forced: bool | None, stop: bool, drain: bool, label: str
+        self,
+        *,
+        kind: CheckpointKind,
+        forced: bool | None,
+        stop: bool,
+        drain: bool,
+        label: str,
+        pinned: bool,
     ) -> None:
         after = AfterCompletion.CONTINUE
         if stop and kind is CheckpointKind.SAVEPOINT:
             after = AfterCompletion.DRAIN if drain else AfterCompletion.STOP
-        self._send(TriggerRequested(kind, after=after, forced=forced, label=label))
+        event = TriggerRequested(kind, after=after, forced=forced, label=label, pinned=pinned)
+        self._send(event)
+
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        """A SparkCheckpointSnapshot's object is gone: its savepoint (or any id) released."""
+        registered = [s.checkpoint_id for s in self.coordinator.persisted_state.savepoints]
+        savepoint_id = data.draw(
+            st.sampled_from(registered)
+            if registered and data.draw(st.booleans())
+            else st.integers(1, max(1, self.highest_triggered + 1))
+        )
+        self.freed.add(savepoint_id)
+        self._send(SavepointReleased(savepoint_id))
+        assert not any(
+            s.pinned
+            for s in self.coordinator.persisted_state.savepoints
+            if s.checkpoint_id == savepoint_id
+        )
 
     @rule()
     def withdraw(self) -> None:
@@ -327,6 +361,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
             else st.integers(1, max(1, self.highest_triggered + 1))
         )
         refusal = self.coordinator.persisted_state.why_not_disposable(savepoint_id)
+        self.freed.add(savepoint_id)
         effects = self._send(SavepointDisposeRequested(savepoint_id, label="dispose"))
         if refusal is not None:
             assert effects == []
@@ -337,11 +372,11 @@ class CoordinatorMachine(RuleBasedStateMachine):
         ]
         assert savepoint_id not in {s.checkpoint_id for s in self.persisted.savepoints}
 
-    @rule(kind=st.sampled_from(CheckpointKind))
-    def take_checkpoint(self, kind: CheckpointKind) -> None:
+    @rule(kind=st.sampled_from(CheckpointKind), pinned=st.booleans())
+    def take_checkpoint(self, kind: CheckpointKind, pinned: bool) -> None:
         """A whole round trip, as most of a healthy job's checkpoints are: without it, runs
         rarely complete enough checkpoints to fill the retained count."""
-        effects = self._send(TriggerRequested(kind))
+        effects = self._send(TriggerRequested(kind, pinned=pinned))
         for trigger in [e for e in effects if isinstance(e, TriggerCheckpoint)]:
             cid = trigger.checkpoint_id
             for task in sorted(self.expected[cid] - self.acked[cid]):
@@ -475,7 +510,12 @@ class CoordinatorMachine(RuleBasedStateMachine):
         }
         for sid in completed_savepoints - registered_savepoints:
             assert sid in self.discarded_savepoints
-        assert len(registered_savepoints) <= self.config.savepoint_history.max_count + 1
+        unpinned = [s for s in state.savepoints if not s.pinned]
+        assert len(unpinned) <= self.config.savepoint_history.max_count + 1
+        if len(unpinned) >= self.config.savepoint_history.max_count > 0 and any(
+            s.pinned for s in state.savepoints
+        ):
+            self.pinned_past_limit = True
 
     @invariant()
     def committed_output_is_never_ahead_of_the_newest_restorable_image(self) -> None:
@@ -500,6 +540,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         if self.config.savepoint_schedule is not None:
             SCHEDULED_SAVEPOINTS.append(self.periodic_savepoints)
         STREAKS.append((self.longest_streak, self.config.tolerable_failures))
+        PINNED_PAST_LIMIT.append(self.pinned_past_limit)
 
 
 # max_examples is the profile's (hypothesis' 100; fewer in the mutation profile).
@@ -517,6 +558,7 @@ def test_the_machine_reaches_completions() -> None:
     STREAKS.clear()
     PERIODIC_SAVEPOINTS.clear()
     SCHEDULED_SAVEPOINTS.clear()
+    PINNED_PAST_LIMIT.clear()
     run_state_machine_as_test(
         CoordinatorMachine,
         settings=settings(
@@ -538,3 +580,5 @@ def test_the_machine_reaches_completions() -> None:
     # And savepoints.interval's and .schedule's: runs took several periodic savepoints.
     assert max(PERIODIC_SAVEPOINTS) >= 2
     assert max(SCHEDULED_SAVEPOINTS, default=0) >= 2
+    # And the pins': a pinned savepoint stayed while the others filled the history.
+    assert any(PINNED_PAST_LIMIT), sum(PINNED_PAST_LIMIT)

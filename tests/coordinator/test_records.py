@@ -473,6 +473,7 @@ def test_over_the_count_a_savepoint_the_job_cannot_restore_goes_first() -> None:
     completions=st.dictionaries(st.integers(1, 30), st.floats(0.0, 300.0), min_size=1),
     in_id_order=st.booleans(),
     unrestorable=st.sets(st.integers(1, 30)),
+    pinned=st.sets(st.integers(1, 30)),
     now=st.floats(0.0, 400.0),
 )
 def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_first(
@@ -482,16 +483,20 @@ def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_fir
     completions: dict[int, float],
     in_id_order: bool,
     unrestorable: set[int],
+    pinned: set[int],
     now: float,
 ) -> None:
+    """Pinned savepoints (a SparkCheckpointSnapshot's) are kept whatever the limits, and
+    the limits count only the others."""
     # Savepoints are forced, so several run at once and may complete out of id order.
     ids = sorted(completions)
     if in_id_order:
         completions = {i: 10.0 * i for i in ids}
     limits = SavepointHistoryLimits(max_count=max_count, max_age_seconds=max_age)
-    history = SavepointHistory(
-        limits, [_savepoint(i, completions[i]) for i in ids], unrestorable.__contains__
-    )
+    savepoints = [
+        dataclasses.replace(_savepoint(i, completions[i]), pinned=i in pinned) for i in ids
+    ]
+    history = SavepointHistory(limits, savepoints, unrestorable.__contains__)
     dropped = {s.checkpoint_id for s in history.expire(now)}
     kept = {s.checkpoint_id for s in history.savepoints}
     # Its next deadline is the first time `expire` acts: a past one would come back for
@@ -508,11 +513,22 @@ def test_the_history_keeps_the_newest_restorable_and_drops_unrestorable_ones_fir
     restorable = sorted(set(ids) - unrestorable)
     newest = restorable[-1] if restorable else max(ids)
     assert newest in kept
-    assert len(kept) <= max(max_count, 1)
+    assert pinned & set(ids) <= kept
+    assert len(kept - pinned) <= max(max_count, 1)
     # No unrestorable one kept while a restorable one was dropped for the count.
     young_dropped = {i for i in dropped if max_age is None or now - completions[i] < max_age}
     if young_dropped - unrestorable:
-        assert not (kept - {newest}) & unrestorable
+        assert not (kept - {newest} - pinned) & unrestorable
+
+
+def test_a_released_savepoint_is_judged_by_the_limits_again() -> None:
+    pinned = dataclasses.replace(_savepoint(1, 10.0), pinned=True)
+    history = SavepointHistory(SavepointHistoryLimits(max_count=1), [pinned])
+    assert history.add(_savepoint(2, 20.0), now=20.0) == []
+    assert history.add(_savepoint(3, 30.0), now=30.0) == [_savepoint(2, 20.0)]
+    assert [s.checkpoint_id for s in history.savepoints] == [1, 3]
+    assert [s.checkpoint_id for s in history.release(1, now=40.0)] == [1]
+    assert [s.checkpoint_id for s in history.savepoints] == [3]
 
 
 @given(

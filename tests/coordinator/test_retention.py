@@ -18,6 +18,7 @@ from spark_checkpoint_operator.coordinator import (
     RetentionPolicy,
     SavepointDisposeRequested,
     SavepointHistoryLimits,
+    SavepointReleased,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -72,6 +73,43 @@ def test_savepoint_history_is_trimmed_by_count_keeping_the_newest() -> None:
         dropped += [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)]
     assert dropped == [1, 2]
     assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [3, 4]
+
+
+def test_a_pinned_savepoint_outlives_the_history_until_released() -> None:
+    """A SparkCheckpointSnapshot's savepoint: the history's count and age let the others
+    go; pinned, it stays (across a restart: persisted), and once released the limits judge
+    it at once."""
+    limits = SavepointHistoryLimits(max_count=1, max_age_seconds=100.0)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="snapshot a (1)", pinned=True))
+    harness.complete(harness.coordinator.pending[-1].checkpoint_id)
+    dropped: list[int] = []
+    for _ in range(3):
+        harness.clock.now += 200
+        effects = _take(harness, CheckpointKind.SAVEPOINT)
+        dropped += [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)]
+    state = harness.coordinator.persisted_state
+    assert dropped == [2, 3]
+    assert [(s.checkpoint_id, s.pinned) for s in state.savepoints] == [(1, True), (4, False)]
+    assert PersistedState.from_dict(state.to_dict()) == state
+    assert harness.coordinator.next_deadline() is None  # 4 is the newest, 1 pinned: none ages
+
+    effects = harness.send(SavepointReleased(1))
+
+    assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
+    assert effects.index(of_type(effects, PersistState)[0]) < effects.index(
+        of_type(effects, DiscardSavepoint)[0]
+    )
+    assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [4]
+
+
+def test_only_a_savepoint_is_pinned() -> None:
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, pinned=True))
+    harness.complete(harness.coordinator.pending[-1].checkpoint_id)
+    assert [c.pinned for c in harness.coordinator.persisted_state.checkpoints] == [False]
 
 
 def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:

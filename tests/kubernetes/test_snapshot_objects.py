@@ -229,3 +229,66 @@ def test_without_the_snapshot_crd_jobs_run_as_before(tmp_path: Path) -> None:
 
     assert status["phase"] == "Running"
     assert "Traceback" not in log, log
+
+
+def _history(cluster: LocalCluster) -> list[dict[str, Any]]:
+    return list(cluster.status("orders").get("savepointHistory") or [])
+
+
+def test_a_snapshots_savepoint_is_kept_past_the_history_until_its_object_goes(
+    cluster: LocalCluster,
+) -> None:
+    """Pinned: the job's savepoint history (historyMaxCount 1 here) lets other savepoints
+    go, not this one; deleting the object hands it back to the history, which lets it go
+    (the newer one is the one it keeps)."""
+    cluster.apply(job(savepoints={"historyMaxCount": 1}))
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("keep-me"), namespace=NAMESPACE)
+    kept = in_state(cluster, "keep-me", "COMPLETED")["id"]
+    for nonce in (1, 2):
+        cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
+        cluster.wait_for(
+            f"savepoint of nonce {nonce}",
+            lambda: (
+                (s := cluster.status("orders")).get("lastSavepoint", {}).get("label")
+                == f"nonce {nonce}"  # noqa: B023 (waited for within the loop)
+                and s
+            ),
+            job="orders",
+        )
+    history = _history(cluster)
+    assert [(s["id"], s.get("pinned", False)) for s in history][-1] == (kept, True)
+    # Not the pinned one's pin (or label), which a merge patch of the status kept.
+    assert cluster.status("orders")["lastSavepoint"]["label"] == "nonce 2"
+    assert "pinned" not in cluster.status("orders")["lastSavepoint"]
+    assert len(history) == 2, history  # the pinned one, and the newest
+
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "keep-me")
+
+    cluster.wait_for(
+        "the released savepoint let go",
+        lambda: kept not in [s["id"] for s in _history(cluster)],
+        job="orders",
+    )
+    assert "SavepointReleased" in cluster.event_reasons("orders")
+    assert len(_history(cluster)) == 1
+
+
+def test_an_object_deleted_while_the_operator_is_down_releases_its_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    """No watch event tells the next operator: it lists the snapshots itself."""
+    cluster.apply(job(savepoints={"historyMaxCount": 1}))
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("gone"), namespace=NAMESPACE)
+    kept = in_state(cluster, "gone", "COMPLETED")["id"]
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
+    cluster.wait_for("a newer savepoint", lambda: len(_history(cluster)) == 2, job="orders")
+    with operator_stopped(cluster):
+        cluster.api.delete(SNAPSHOTS, NAMESPACE, "gone")
+
+    cluster.wait_for(
+        "the released savepoint let go",
+        lambda: kept not in [s["id"] for s in _history(cluster)],
+        job="orders",
+    )

@@ -1,7 +1,7 @@
 """The registry of completed checkpoints and savepoints, and the bounded outcome history."""
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from spark_checkpoint_operator.coordinator.config import SavepointHistoryLimits
@@ -22,6 +22,8 @@ class CompletedCheckpoint:
     trigger_time: float
     completion_time: float
     label: str = ""
+    # Kept out of the savepoint history's limits until released (`TriggerRequested.pinned`).
+    pinned: bool = False
 
     @property
     def duration(self) -> float:
@@ -143,16 +145,26 @@ class SavepointHistory:
             self._savepoints.remove(found)
         return found
 
+    def release(self, savepoint_id: int, now: float) -> list[CompletedCheckpoint]:
+        """Savepoint ``savepoint_id`` is no longer pinned; return the savepoints the limits
+        let go now (it among them, if it is beyond them)."""
+        self._savepoints = [
+            replace(s, pinned=False) if s.checkpoint_id == savepoint_id else s
+            for s in self._savepoints
+        ]
+        return self.expire(now)
+
     def expire(
         self, now: float, keep: CompletedCheckpoint | None = None
     ) -> list[CompletedCheckpoint]:
         """Drop savepoints beyond the count limit or older than the age limit, oldest
         first (the unrestorable before the rest); the newest restorable and ``keep`` stay."""
-        protected = self._newest_restorable()
-        if keep is not None:
+        pinned = {s.checkpoint_id for s in self._savepoints if s.pinned}
+        protected = self._newest_restorable() - pinned  # what the limits count
+        if keep is not None and not keep.pinned:
             protected.add(keep.checkpoint_id)
         max_age = self._limits.max_age_seconds
-        candidates = [s for s in self._savepoints if s.checkpoint_id not in protected]
+        candidates = [s for s in self._savepoints if s.checkpoint_id not in protected | pinned]
         too_old = [
             s for s in candidates if max_age is not None and now >= s.completion_time + max_age
         ]
@@ -166,13 +178,13 @@ class SavepointHistory:
         return sorted(dropped, key=lambda s: s.checkpoint_id)
 
     def next_expiry(self) -> float | None:
-        """When the first savepoint but the newest restorable ages out, if an age limit is
-        set: `expire` drops it then (a deadline it would not act on would come back at
-        once, for ever). The first to complete, not the lowest id: savepoints are forced,
-        so several may be under way and complete out of id order."""
+        """When the first savepoint but the newest restorable and the pinned ones ages out,
+        if an age limit is set: `expire` drops it then (a deadline it would not act on would
+        come back at once, for ever). The first to complete, not the lowest id: savepoints
+        are forced, so several may be under way and complete out of id order."""
         max_age = self._limits.max_age_seconds
         protected = self._newest_restorable()
-        ageing = [s for s in self._savepoints if s.checkpoint_id not in protected]
+        ageing = [s for s in self._savepoints if s.checkpoint_id not in protected and not s.pinned]
         if max_age is None or not ageing:
             return None
         return min(s.completion_time for s in ageing) + max_age

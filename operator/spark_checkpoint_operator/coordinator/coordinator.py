@@ -42,6 +42,7 @@ from spark_checkpoint_operator.coordinator.events import (
     JobPhaseChanged,
     JobTerminated,
     SavepointDisposeRequested,
+    SavepointReleased,
     SnapshotCaptured,
     StoredIdsReported,
     TaskAcknowledged,
@@ -242,7 +243,7 @@ class CheckpointCoordinator:
             q for q in self._queue if not q.is_periodic and q.label != PERIODIC_SAVEPOINT_LABEL
         ]
         return tuple(
-            TriggerRequested(r.kind, after=r.after, forced=r.forced, label=r.label)
+            TriggerRequested(r.kind, after=r.after, forced=r.forced, label=r.label, pinned=r.pinned)
             for r in requests
         )
 
@@ -309,6 +310,8 @@ class CheckpointCoordinator:
                 self._withdraw(label, effects)
             case SavepointDisposeRequested(savepoint_id=savepoint_id, label=label):
                 self._dispose(savepoint_id, label, effects)
+            case SavepointReleased(savepoint_id=savepoint_id):
+                self._release(savepoint_id, effects)
             case TaskAcknowledged():
                 self._on_ack(event, effects)
             case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
@@ -356,6 +359,11 @@ class CheckpointCoordinator:
         assert disposed is not None
         effects.append(PersistState(self.persisted_state))
         effects.append(DiscardSavepoint(disposed, label))
+
+    def _release(self, savepoint_id: int, effects: list[Effect]) -> None:
+        dropped = self._savepoints.release(savepoint_id, self._clock())
+        effects.append(PersistState(self.persisted_state))
+        effects.extend(DiscardSavepoint(s) for s in dropped)
 
     def _continue_above(self, highest: int, effects: list[Effect]) -> None:
         if highest < self._next_id or highest + self._id_block >= MAX_COUNT:
@@ -455,7 +463,12 @@ class CheckpointCoordinator:
             event.forced if event.forced is not None else (event.kind is CheckpointKind.SAVEPOINT)
         )
         request = self._new_request(
-            event.kind, RequestOrigin.USER, forced=forced, after=event.after, label=event.label
+            event.kind,
+            RequestOrigin.USER,
+            forced=forced,
+            after=event.after,
+            label=event.label,
+            pinned=event.pinned and event.kind is CheckpointKind.SAVEPOINT,
         )
         self._submit(request, effects)
         self._run_queue(effects)
@@ -468,6 +481,7 @@ class CheckpointCoordinator:
         forced: bool = False,
         after: AfterCompletion = AfterCompletion.CONTINUE,
         label: str = "",
+        pinned: bool = False,
     ) -> TriggerRequest:
         return TriggerRequest(
             kind=kind,
@@ -476,6 +490,7 @@ class CheckpointCoordinator:
             forced=forced,
             after=after,
             label=label,
+            pinned=pinned,
         )
 
     def _submit(self, request: TriggerRequest, effects: list[Effect]) -> None:
@@ -526,6 +541,7 @@ class CheckpointCoordinator:
             after=request.after,
             forced=request.forced,
             label=request.label,
+            pinned=request.pinned,
             trigger_time=now,
             # A drain first waits for the input to run out, however long that takes.
             deadline=None
@@ -604,6 +620,7 @@ class CheckpointCoordinator:
             trigger_time=pending.trigger_time,
             completion_time=now,
             label=pending.label,
+            pinned=pending.pinned,
         )
         self._last_completion_time = self._timer()
         self._completed_count += 1

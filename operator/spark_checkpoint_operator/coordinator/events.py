@@ -68,6 +68,9 @@ class TriggerRequested:
     after: AfterCompletion = AfterCompletion.CONTINUE
     forced: bool | None = None
     label: str = ""
+    # A savepoint the savepoint history's limits never let go until it is released
+    # (`SavepointReleased`): one a SparkCheckpointSnapshot object stands for.
+    pinned: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,14 @@ class SavepointDisposeRequested:
 
     savepoint_id: int
     label: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SavepointReleased:
+    """A pinned savepoint is no longer pinned (its SparkCheckpointSnapshot object is gone):
+    the savepoint history's limits apply to it from now on, and may let it go at once."""
+
+    savepoint_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +161,7 @@ Event = (
     | TriggerRequested
     | TriggerWithdrawn
     | SavepointDisposeRequested
+    | SavepointReleased
     | TaskAcknowledged
     | TaskDeclined
     | SnapshotCaptured

@@ -39,6 +39,7 @@ class PendingCheckpoint:
     expected_tasks: frozenset[str]
     acks: dict[str, TaskAck] = field(default_factory=dict)
     finalizing: bool = False
+    pinned: bool = False  # `TriggerRequested.pinned`
 
     def acknowledge(self, ack: TaskAck) -> bool:
         """Record ``ack``; False for a task this checkpoint does not expect or one that

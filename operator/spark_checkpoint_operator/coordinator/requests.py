@@ -40,6 +40,7 @@ class TriggerRequest:
     forced: bool = False
     after: AfterCompletion = AfterCompletion.CONTINUE
     label: str = ""
+    pinned: bool = False  # `TriggerRequested.pinned`
 
     @property
     def is_periodic(self) -> bool:

@@ -139,6 +139,7 @@ def _completed_to_dict(checkpoint: CompletedCheckpoint) -> dict[str, Any]:
         "triggerTime": format_time(checkpoint.trigger_time),
         "completionTime": format_time(checkpoint.completion_time),
         "label": checkpoint.label,
+        **({"pinned": True} if checkpoint.pinned else {}),
     }
 
 
@@ -166,6 +167,7 @@ def _completed_from(reader: "_Reader") -> CompletedCheckpoint:
         trigger_time=reader.timestamp("triggerTime"),
         completion_time=reader.timestamp("completionTime"),
         label=reader.optional_text("label") or "",
+        pinned=reader.optional_flag("pinned"),
     )
 
 
@@ -223,6 +225,15 @@ class _Reader:
 
     def optional_text(self, key: str) -> str | None:
         return None if self._data.get(key) is None else self.text(key)
+
+    def optional_flag(self, key: str) -> bool:
+        """False if absent (written by an operator before the field)."""
+        value = self._data.get(key)
+        if value is None:
+            return False
+        if not isinstance(value, bool):
+            raise InvalidPersistedState(f"{self._field(key)}: expected a boolean, got {value!r}")
+        return value
 
     def timestamp(self, key: str) -> float:
         text = self.text(key)

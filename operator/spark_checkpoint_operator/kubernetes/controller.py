@@ -74,6 +74,7 @@ from spark_checkpoint_operator.restore_choice import (
     why_gone,
 )
 from spark_checkpoint_operator.status import (
+    IMAGE_FIELDS,
     SPEC_VALID,
     InvalidStatus,
     Observed,
@@ -171,8 +172,12 @@ class JobController:
         # What this controller wrote last of each snapshot (by uid): newer than the watch's.
         self._snapshots_written: dict[str, Mapping[str, Any]] = {}
         self._snapshot_retries: dict[str, asyncio.TimerHandle] = {}  # by uid
+        # Whether a pinned savepoint may have lost its snapshot object (looked at once a
+        # driver runs), and the savepoints released already.
+        self._pins_to_check = True
+        self._released: set[int] = set()
         self._observer = Observers(  # the supervisor's
-            metrics, *observers, _SnapshotCompletions(self._snapshots_completed, self.changed)
+            metrics, *observers, _SnapshotCompletions(self._snapshots_completed, self.pins_changed)
         )
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
@@ -266,6 +271,12 @@ class JobController:
 
     def changed(self) -> None:
         """The job or one of its pods changed."""
+        self._changed.set()
+
+    def pins_changed(self) -> None:
+        """A snapshot of the job was deleted, or completed (maybe after its object was
+        deleted): a pinned savepoint may have no object any more."""
+        self._pins_to_check = True
         self._changed.set()
 
     @property
@@ -681,6 +692,7 @@ class JobController:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
                 await self._reconcile_snapshots(supervisor)
+                await self._release_pins(supervisor)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
                 if supervisor.outcome is None and (deployed := self._spec_deployed()):
@@ -1135,7 +1147,7 @@ class JobController:
             if decision.trigger:
                 if supervisor is None:
                     continue  # asked for once a driver runs
-                supervisor.request(TriggerRequested(snapshot.kind, label=label))
+                supervisor.request(TriggerRequested(snapshot.kind, label=label, pinned=True))
             if decision.wake_at is not None:
                 if (retry := self._snapshot_retries.get(uid)) is not None:
                     retry.cancel()
@@ -1149,6 +1161,52 @@ class JobController:
                 self._snapshots_failed.pop(label, None)
                 if decision.status.get("state") in snapshots.FINAL_STATES:
                     self._snapshots_completed.pop(label, None)
+
+    async def _release_pins(self, supervisor: JobSupervisor) -> None:
+        """A savepoint pinned for a SparkCheckpointSnapshot whose object is gone is released
+        to the savepoint history's limits. Gone by the API server's list, not the watch's
+        view (incomplete at a start): a savepoint released too soon may be deleted."""
+        if not self._pins_to_check or self._record.phase is not JobPhase.RUNNING:
+            return
+        watched = {
+            snapshots.Snapshot.from_body(body).label
+            for body in self._clients.snapshots.in_namespace(self._namespace)
+        }
+        suspects = [
+            s
+            for s in self._record.coordinator.savepoints
+            if s.pinned and s.checkpoint_id not in self._released and s.label not in watched
+        ]
+        if suspects:
+            listed: Any
+            try:
+                listed = await self._clients.custom_objects.list_namespaced_custom_object(
+                    objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL
+                )
+            except NotFoundException:
+                listed = {"items": []}  # the CRD is gone, and every snapshot object with it
+            except ApiException as error:
+                log.warning(
+                    "%s/%s: its SparkCheckpointSnapshots could not be listed: %s",
+                    self._namespace,
+                    self._name,
+                    api_message(error),
+                )
+                return  # looked at again at the next change
+            alive = {snapshots.Snapshot.from_body(body).label for body in listed["items"]}
+            for savepoint in suspects:
+                if savepoint.label in alive:
+                    continue
+                self._released.add(savepoint.checkpoint_id)
+                supervisor.release(savepoint.checkpoint_id)
+                self._post_event(
+                    "Normal",
+                    "SavepointReleased",
+                    f"savepoint {savepoint.checkpoint_id} ({savepoint.label}) is no longer "
+                    "kept for its SparkCheckpointSnapshot, which is gone: the savepoint "
+                    "history's limits apply to it",
+                )
+        self._pins_to_check = False
 
     def _observed(self) -> Observed:
         pods = self._clients.pods.pods(self._namespace, self._name)
@@ -1228,6 +1286,9 @@ class JobController:
             observed=observed,
             previous_conditions=self._conditions,
         )
+        for image in ("lastCheckpoint", "lastSavepoint"):
+            if isinstance(status.get(image), dict):
+                status[image] = dict.fromkeys(IMAGE_FIELDS) | status[image]
         status["handledTriggers"] = dict(self._handled)
         status["deploymentHash"] = self._deployed
         status["stoppedSpecHash"] = self._stopped_spec

@@ -336,7 +336,9 @@ async def snapshot_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     body = event["object"]
     job = clients.snapshots.observe(event.get("type"), body)
     controller: JobController | None = memo[CONTROLLERS].get(job)
-    if controller is not None:
+    if controller is not None and event.get("type") == "DELETED":
+        controller.pins_changed()
+    elif controller is not None:
         controller.changed()
     elif event.get("type") != "DELETED":
         await note_missing_job(clients, body)

@@ -34,6 +34,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     PersistedState,
     SavepointDisposeRequested,
+    SavepointReleased,
     TerminalOutcome,
     Tick,
     TriggerCheckpoint,
@@ -338,6 +339,10 @@ class JobSupervisor:
         """A user disposes of a registered savepoint (`SavepointDisposeRequested`); its
         `SavepointDisposed` notice, labelled ``label``, says when it is done."""
         self._polls.inbox.put_nowait(SavepointDisposeRequested(savepoint_id, label))
+
+    def release(self, savepoint_id: int) -> None:
+        """A pinned savepoint is no longer pinned (`SavepointReleased`)."""
+        self._polls.inbox.put_nowait(SavepointReleased(savepoint_id))
 
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""
