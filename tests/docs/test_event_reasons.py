@@ -17,6 +17,8 @@ CODE = ROOT / "operator" / "spark_checkpoint_operator"
 ROUTINE = {"CheckpointCompleted"}
 # Where a call's reason is: its position, else its keyword `reason`.
 NOTICES = {"Notice": 0, "_notify": 0}
+# Events on snapshot objects: posted with what `snapshots.event` returns.
+SNAPSHOT_EVENTS = "_post_snapshot_event"
 EVENTS = {"_post_event": 1, "post_event": 1, "event": 1, "warn": 1, "info": 1, "exception": 1}
 
 
@@ -86,6 +88,19 @@ def _resolve(
     return None
 
 
+def _snapshot_event_reasons() -> list[str]:
+    """What `snapshots.event` returns: (type, reason, message)."""
+    return [
+        returned.value.elts[1].value
+        for path, function in _functions()
+        if path.name == "snapshots.py" and function.name == "event"
+        for returned in ast.walk(function)
+        if isinstance(returned, ast.Return)
+        and isinstance(returned.value, ast.Tuple)
+        and isinstance(returned.value.elts[1], ast.Constant)
+    ]
+
+
 def _argument(call: ast.Call, position: int, keyword: str) -> ast.expr | None:
     if len(call.args) > position:
         return call.args[position]
@@ -102,6 +117,9 @@ def _posted() -> tuple[set[str], list[str]]:
                 continue
             func = call.func
             name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", None)
+            if name == SNAPSHOT_EVENTS:
+                posted.update(_snapshot_event_reasons())
+                continue
             if name in NOTICES:
                 level = _argument(call, 1, "level")
                 if isinstance(level, ast.Attribute) and level.attr == "DETAIL":

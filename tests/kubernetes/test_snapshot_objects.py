@@ -2,6 +2,7 @@
 operator process against the emulated API server with simulated drivers, as a user applies
 them with kubectl or a GitOps tool."""
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -292,3 +293,104 @@ def test_an_object_deleted_while_the_operator_is_down_releases_its_savepoint(
         lambda: kept not in [s["id"] for s in _history(cluster)],
         job="orders",
     )
+
+
+def test_a_snapshot_is_asked_again_only_once_its_failure_is_counted(tmp_path: Path) -> None:
+    """Checkpoints that expire now and then (a 10 ms timeout): a failure whose notice came
+    after the snapshot's status write was not counted, and the snapshot was asked again at
+    once, past backoffLimit 0 (a newcomer's); a snapshot that completed while the status
+    writes of the others took their time was asked again. Each is now taken once:
+    completed, or failed once and FAILED."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(0.0, 0.02))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        # Failures tolerated: the job keeps running (a restart is no failure of a snapshot's).
+        checkpointing = {"interval": "1h", "timeout": "10ms", "tolerableFailures": 100}
+        cluster.apply(job(checkpointing=checkpointing))
+        in_phase(cluster, "orders", "Running")
+        names = [f"once-{i}" for i in range(16)]
+        for name in names:
+            cluster.api.create(
+                SNAPSHOTS, snapshot(name, kind="checkpoint", backoffLimit=0), namespace=NAMESPACE
+            )
+        final = {
+            name: cluster.wait_for(
+                f"{name} done",
+                lambda name=name: (
+                    (s := snapshot_status(cluster, name)).get("state") in ("COMPLETED", "FAILED")
+                    and s
+                ),
+                job="orders",
+            )
+            for name in names
+        }
+    log = (tmp_path / "operator.log").read_text()  # every notice (events are throttled)
+
+    for name, status in final.items():
+        lines = [line for line in log.splitlines() if f"(snapshot {name} (" in line]
+        failed = [line for line in lines if "failed:" in line or "declined:" in line]
+        done = [line for line in lines if " complete (snapshot " in line]
+        if status["state"] == "COMPLETED":
+            assert status["failures"] == 0 and (len(done), failed) == (1, []), (name, lines)
+        else:
+            assert status["failures"] == 1 and (done, len(failed)) == ([], 1), (name, lines)
+
+
+def test_an_edit_after_the_trigger_changes_nothing(tmp_path: Path) -> None:
+    """Moving a snapshot in flight to another job took it in both (a reviewer's): the job
+    and kind are the status's once it was triggered; before that, an edit counts (a job's
+    name mistyped)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(1.0, 1.2))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h"}))
+        cluster.apply(job("other", checkpointing={"interval": "1h"}))
+        in_phase(cluster, "orders", "Running")
+        in_phase(cluster, "other", "Running")
+        cluster.api.create(SNAPSHOTS, snapshot("typo", job_name="ordres"), namespace=NAMESPACE)
+        in_state(cluster, "typo", "TRIGGER_PENDING")
+        cluster.api.patch(
+            SNAPSHOTS, NAMESPACE, "typo", {"spec": {"jobReference": {"name": "orders"}}}
+        )
+        in_state(cluster, "typo", "IN_PROGRESS")
+        cluster.api.patch(
+            SNAPSHOTS,
+            NAMESPACE,
+            "typo",
+            {"spec": {"jobReference": {"name": "other"}, "savepoint": None, "checkpoint": {}}},
+        )
+        status = in_state(cluster, "typo", "COMPLETED")
+        time.sleep(2.0)  # time enough for a second trigger, in `other`, to show
+        histories = {
+            name: [s.get("label", "") for s in cluster.status(name).get("savepointHistory", [])]
+            for name in ("orders", "other")
+        }
+        other = cluster.status("other")
+
+    assert (status.get("job"), status["kind"]) == ("orders", "savepoint"), status
+    assert [label.startswith("snapshot typo (") for label in histories["orders"]] == [True]
+    assert histories["other"] == []
+    assert (other["pending"], other["history"]) == ([], [])
+
+
+def test_a_deleted_jobs_waiting_snapshots_are_abandoned_not_taken_by_its_successor(
+    cluster: LocalCluster,
+) -> None:
+    """A job deleted before it ran (Suspended here) left its snapshots waiting, and a new
+    job of its name took them (a reviewer's)."""
+    cluster.apply(job(state="Suspended"))
+    in_phase(cluster, "orders", "Suspended")
+    cluster.api.create(SNAPSHOTS, snapshot("orphan"), namespace=NAMESPACE)
+    cluster.wait_for(
+        "the snapshot waiting",
+        lambda: snapshot_status(cluster, "orphan").get("message"),
+        job="orders",
+    )
+    cluster.delete("orders")
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
+
+    status = in_state(cluster, "orphan", "ABANDONED")
+    cluster.apply(job())
+    completed(cluster, "orders", 2)
+
+    assert status["error"] == "SparkCheckpointJob orders was deleted"
+    assert snapshot_status(cluster, "orphan")["state"] == "ABANDONED"
+    assert cluster.status("orders").get("savepointHistory", []) == []

@@ -30,6 +30,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
+import aiohttp
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
 from spark_checkpoint.storage.layout import (
@@ -41,6 +42,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
+    FailureReason,
     JobPhase,
     PersistedState,
     TerminalOutcome,
@@ -136,8 +138,19 @@ SPEC_RECHECK_SECONDS = 1.0
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
 PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
-# The notices that say a snapshot's savepoint or checkpoint failed (or was never taken).
+# The notices that answer a request: it failed (or was never taken), or is not needed.
 SNAPSHOT_FAILURES = ("CheckpointFailed", "RequestDeclined")
+SNAPSHOT_ENDINGS = (*SNAPSHOT_FAILURES, "CheckpointNotNeeded")
+# Why a snapshot's savepoint or checkpoint may end without its own failure: the job stopped
+# running (suspended, upgraded, its driver failed), or it was withdrawn. It is taken again
+# once the job runs.
+NOT_SNAPSHOT_FAILURES = (
+    FailureReason.COORDINATOR_SUSPEND,
+    FailureReason.COORDINATOR_SHUTDOWN,
+    FailureReason.WITHDRAWN,
+)
+# What a request to the API server may fail with: its answer, or no answer.
+API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
 
 
 class _Stop(Enum):
@@ -169,6 +182,9 @@ class JobController:
         # since their status was written did.
         self._snapshots_completed: dict[str, CompletedCheckpoint] = {}
         self._snapshots_failed: dict[str, str] = {}
+        # Asked of the current supervisor and not answered yet (completed, failed, or given
+        # up): not asked again meanwhile (its answer may come after its status write).
+        self._snapshots_asked: set[str] = set()
         # What this controller wrote last of each snapshot (by uid): newer than the watch's.
         self._snapshots_written: dict[str, Mapping[str, Any]] = {}
         self._snapshot_retries: dict[str, asyncio.TimerHandle] = {}  # by uid
@@ -177,7 +193,7 @@ class JobController:
         self._pins_to_check = True
         self._released: set[int] = set()
         self._observer = Observers(  # the supervisor's
-            metrics, *observers, _SnapshotCompletions(self._snapshots_completed, self.pins_changed)
+            metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
         self._body = body  # a live view: the handlers keep it current
         self._post_event = post_event
@@ -355,7 +371,7 @@ class JobController:
                         f"{claim}: {error}",
                     )
                 )
-        await self._reconcile_snapshots(None)  # those not completed are abandoned
+        await self._abandon_snapshots()
         self._metrics.forget()
         self._deleted = True
 
@@ -665,6 +681,7 @@ class JobController:
         # A failure is of the spec its driver ran, not of one that waits for an upgrade
         # (an adopted driver's spec, changed while no operator ran: none, so any retries).
         started_spec = self._spec_deployed() or ""
+        self._snapshots_asked.clear()  # asked of an earlier supervisor: gone with it
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         self._finishing_told.clear()
@@ -691,8 +708,7 @@ class JobController:
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
-                await self._reconcile_snapshots(supervisor)
-                await self._release_pins(supervisor)
+                await self._follow_snapshots(supervisor)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
                 if supervisor.outcome is None and (deployed := self._spec_deployed()):
@@ -1103,64 +1119,137 @@ class JobController:
     # ------------------------------------------------------------------ status
 
     def _on_notice(self, notice: Notice) -> None:
+        message = notice.message
+        if snapshots.is_snapshot_label(notice.label) and notice.label not in message:
+            message = f"{message} ({notice.label})"  # which snapshot failed, say
         log.log(
             logging.WARNING if notice.level is Level.WARNING else logging.INFO,
             "%s/%s: %s",
             self._namespace,
             self._name,
-            notice.message,
+            message,
         )
         if notice.level is not Level.DETAIL:
             kind = "Warning" if notice.level is Level.WARNING else "Normal"
-            self._post_event(kind, notice.reason, notice.message)
-        if notice.reason in SNAPSHOT_FAILURES and snapshots.is_snapshot_label(notice.label):
-            self._snapshots_failed[notice.label] = notice.message
+            self._post_event(kind, notice.reason, message)
+        if snapshots.is_snapshot_label(notice.label) and notice.reason in SNAPSHOT_ENDINGS:
+            # Its answer: asked again (or counted as failed) only once it is known.
+            self._snapshots_asked.discard(notice.label)
+            if notice.reason in SNAPSHOT_FAILURES and notice.cause not in NOT_SNAPSHOT_FAILURES:
+                self._snapshots_failed[notice.label] = notice.message
             self._changed.set()
+
+    def _snapshot_completed(self, checkpoint: CompletedCheckpoint) -> None:
+        if snapshots.is_snapshot_label(checkpoint.label):
+            self._snapshots_completed[checkpoint.label] = checkpoint
+            self._snapshots_asked.discard(checkpoint.label)
+            self.pins_changed()
 
     async def _reconcile_snapshots(self, supervisor: JobSupervisor | None) -> None:
         """Each open SparkCheckpointSnapshot of the job: its next status recorded, and its
-        savepoint or checkpoint asked for when the job runs (`snapshots.decide`)."""
+        savepoint or checkpoint asked for when the job runs (`snapshots.decide`), once its
+        status says so (a snapshot whose object is gone is asked for nothing)."""
         bodies = self._clients.snapshots.of(self._namespace, self._name)
+        self._forget_snapshots_but({body["metadata"]["uid"] for body in bodies})
         if not bodies:
             return
-        registry = self._record.coordinator
-        completed = {
-            image.label: image
-            for image in (*registry.checkpoints, *registry.savepoints)
-            if snapshots.is_snapshot_label(image.label)
-        } | self._snapshots_completed
-        now = time.time()
         for body in bodies:
             uid = body["metadata"]["uid"]
-            stored = self._snapshots_written.get(uid, body.get("status") or {})
-            snapshot = snapshots.Snapshot.from_body({**body, "status": stored})
+            watched = body.get("status") or {}
+            if (written := self._snapshots_written.get(uid)) == watched:
+                del self._snapshots_written[uid]  # the watch shows this controller's write
+            snapshot = snapshots.Snapshot.from_body({**body, "status": written or watched})
             if not snapshot.open:
                 continue
             label = snapshot.label
             in_flight = {}
-            if supervisor is not None and supervisor.pending(label):
+            asked = supervisor is not None and (
+                supervisor.pending(label) or label in self._snapshots_asked
+            )
+            if supervisor is not None and asked:
                 in_flight[label] = supervisor.triggered_id(label)
+            # As they are now: the writes before this one's took time, and a completion
+            # meanwhile ends a request as it is asked (its label no longer in flight).
+            registry = self._record.coordinator
+            completed = {
+                image.label: image
+                for image in (*registry.checkpoints, *registry.savepoints)
+                if snapshots.is_snapshot_label(image.label)
+            } | self._snapshots_completed
             view = snapshots.JobView(
                 self._record.phase, completed, in_flight, self._snapshots_failed
             )
+            now = time.time()
             decision = snapshots.decide(snapshot, view, now)
-            if decision.trigger:
-                if supervisor is None:
-                    continue  # asked for once a driver runs
-                supervisor.request(TriggerRequested(snapshot.kind, label=label, pinned=True))
+            if decision.trigger and supervisor is None:
+                continue  # asked for once a driver runs
             if decision.wake_at is not None:
                 if (retry := self._snapshot_retries.get(uid)) is not None:
                     retry.cancel()
                 self._snapshot_retries[uid] = asyncio.get_running_loop().call_later(
                     max(0.0, decision.wake_at - now), self._changed.set
                 )
-            if await write_snapshot_status(self._clients, snapshot, decision.status):
-                self._snapshots_written[uid] = decision.status
-                if (said := snapshots.event(snapshot.status, decision.status)) is not None:
-                    self._post_snapshot_event(body, *said)
+            if not await write_snapshot_status(self._clients, snapshot, decision.status):
+                continue
+            self._snapshots_written[uid] = decision.status
+            if decision.trigger and supervisor is not None:
+                supervisor.request(TriggerRequested(snapshot.kind, label=label, pinned=True))
+                self._snapshots_asked.add(label)
+            if decision.status.get("failures") != snapshot.status.get("failures", 0):
+                self._snapshots_failed.pop(label, None)  # counted
+            if decision.status.get("state") in snapshots.FINAL_STATES:
                 self._snapshots_failed.pop(label, None)
-                if decision.status.get("state") in snapshots.FINAL_STATES:
-                    self._snapshots_completed.pop(label, None)
+                self._snapshots_completed.pop(label, None)
+            if (said := snapshots.event(snapshot.status, decision.status)) is not None:
+                self._post_snapshot_event(body, *said)
+
+    async def _follow_snapshots(self, supervisor: JobSupervisor) -> None:
+        await self._reconcile_snapshots(supervisor)
+        await self._release_pins(supervisor)
+
+    def _forget_snapshots_but(self, uids: set[str]) -> None:
+        """What this controller keeps of snapshots whose objects are gone."""
+        for uid in set(self._snapshots_written) - uids:
+            del self._snapshots_written[uid]
+        for uid in set(self._snapshot_retries) - uids:
+            self._snapshot_retries.pop(uid).cancel()
+
+    async def _abandon_snapshots(self) -> None:
+        """The job is deleted: its open snapshots are abandoned (a job created later under
+        its name is another job). By the API server's list: the watch's view may not have
+        them yet (a deletion handled at an operator's start)."""
+        listed = await self._listed_snapshots()
+        for body in listed or ():
+            snapshot = snapshots.Snapshot.from_body(body)
+            if snapshot.job != self._name or not snapshot.open:
+                continue
+            status = snapshots.for_deleted_job(snapshot)
+            if await write_snapshot_status(self._clients, snapshot, status) and (
+                said := snapshots.event(snapshot.status, status)
+            ):
+                self._post_snapshot_event(body, *said)
+
+    async def _listed_snapshots(self) -> list[dict[str, Any]] | None:
+        """The SparkCheckpointSnapshots in the job's namespace as the API server lists them
+        ([] without their CRD: it takes every snapshot object with it); None, logged, if
+        it could not be asked."""
+        listed: Any
+        try:
+            listed = await self._clients.custom_objects.list_namespaced_custom_object(
+                objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL
+            )
+        except NotFoundException:
+            return []
+        except API_ERRORS as error:
+            log.warning(
+                "%s/%s: its SparkCheckpointSnapshots could not be listed: %s",
+                self._namespace,
+                self._name,
+                _api_error(error),
+            )
+            return None
+        items: list[dict[str, Any]] = listed["items"]
+        return items
 
     async def _release_pins(self, supervisor: JobSupervisor) -> None:
         """A savepoint pinned for a SparkCheckpointSnapshot whose object is gone is released
@@ -1178,22 +1267,9 @@ class JobController:
             if s.pinned and s.checkpoint_id not in self._released and s.label not in watched
         ]
         if suspects:
-            listed: Any
-            try:
-                listed = await self._clients.custom_objects.list_namespaced_custom_object(
-                    objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL
-                )
-            except NotFoundException:
-                listed = {"items": []}  # the CRD is gone, and every snapshot object with it
-            except ApiException as error:
-                log.warning(
-                    "%s/%s: its SparkCheckpointSnapshots could not be listed: %s",
-                    self._namespace,
-                    self._name,
-                    api_message(error),
-                )
+            if (listed := await self._listed_snapshots()) is None:
                 return  # looked at again at the next change
-            alive = {snapshots.Snapshot.from_body(body).label for body in listed["items"]}
+            alive = {snapshots.Snapshot.from_body(body).label for body in listed}
             for savepoint in suspects:
                 if savepoint.label in alive:
                     continue
@@ -1557,29 +1633,32 @@ def _storage(manifest: JobManifest) -> str:
 
 
 class _SnapshotCompletions(Observer):
-    """Keeps the snapshots completed (by label) and says so."""
+    """Tells the controller of each completion (it keeps the snapshots')."""
 
-    def __init__(
-        self, completed: dict[str, CompletedCheckpoint], changed: Callable[[], None]
-    ) -> None:
+    def __init__(self, completed: Callable[[CompletedCheckpoint], None]) -> None:
         self._completed = completed
-        self._changed = changed
 
     def completed(self, checkpoint: CompletedCheckpoint) -> None:
-        if snapshots.is_snapshot_label(checkpoint.label):
-            self._completed[checkpoint.label] = checkpoint
-            self._changed()
+        self._completed(checkpoint)
 
 
 async def write_snapshot_status(
-    clients: Clients, snapshot: snapshots.Snapshot, status: Mapping[str, Any]
+    clients: Clients,
+    snapshot: snapshots.Snapshot,
+    status: Mapping[str, Any],
+    resource_version: str | None = None,
 ) -> bool:
-    """Write the snapshot's status if it changed; whether it is stored as ``status``. A
-    snapshot deleted meanwhile, or a write refused, is logged: it is no job's failure (a
-    role without the snapshots' rules leaves them without a status)."""
+    """Write the snapshot's status if it changed (only over ``resource_version``, if
+    given); whether it is stored as ``status``. A write refused or unanswered is logged:
+    it is no job's failure (a role without the snapshots' rules leaves them without a
+    status). A snapshot gone meanwhile is forgotten (the watch may not say so: a watch
+    listed again after a gap reports no deletion)."""
     patch = snapshots.status_patch(snapshot.status, status)
     if patch is None:
         return True
+    body: dict[str, Any] = {"status": patch}
+    if resource_version is not None:
+        body["metadata"] = {"resourceVersion": resource_version}
     try:
         await clients.custom_objects.patch_namespaced_custom_object_status(
             objects.GROUP,
@@ -1587,27 +1666,30 @@ async def write_snapshot_status(
             snapshot.namespace,
             objects.SNAPSHOT_PLURAL,
             snapshot.name,
-            {"status": patch},
+            body,
             _content_type=MERGE_PATCH,
         )
     except NotFoundException:
+        clients.snapshots.forget(snapshot.namespace, snapshot.name)
         return False
-    except ApiException as error:
-        log.warning(
-            "%s/%s: SparkCheckpointSnapshot %s: its status was not written: %s",
-            snapshot.namespace,
-            snapshot.job,
-            snapshot.name,
-            api_message(error),
-        )
+    except API_ERRORS as error:
+        if not (isinstance(error, ApiException) and error.status == 409):  # changed meanwhile
+            log.warning(
+                "%s/%s: SparkCheckpointSnapshot %s: its status was not written: %s",
+                snapshot.namespace,
+                snapshot.job,
+                snapshot.name,
+                _api_error(error),
+            )
         return False
     return True
 
 
 async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
     """An open snapshot that no controller of this operator takes: if its job does not
-    exist, its status says so (`snapshots.for_missing_job`). Else the job's controller, here
-    once it starts or in the operator that holds its Lease, takes it."""
+    exist, its status says so (`snapshots.for_missing_job`), over the version of the
+    snapshot read (an older event's body never overwrites a newer status). Else the job's
+    controller, here once it starts or in the operator that holds its Lease, takes it."""
     snapshot = snapshots.Snapshot.from_body(body)
     if not snapshot.open:
         return
@@ -1616,12 +1698,21 @@ async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
             objects.GROUP, objects.VERSION, snapshot.namespace, objects.PLURAL, snapshot.job
         )
     except NotFoundException:
-        await write_snapshot_status(clients, snapshot, snapshots.for_missing_job(snapshot))
-    except ApiException as error:
+        version = body["metadata"].get("resourceVersion")
+        await write_snapshot_status(clients, snapshot, snapshots.for_missing_job(snapshot), version)
+    except API_ERRORS as error:
         log.warning(
             "%s: SparkCheckpointSnapshot %s: its job %s could not be read: %s",
             snapshot.namespace,
             snapshot.name,
             snapshot.job,
-            api_message(error),
+            _api_error(error),
         )
+
+
+def _api_error(error: Exception) -> str:
+    return (
+        api_message(error)
+        if isinstance(error, ApiException)
+        else f"{type(error).__name__}: {error}"
+    )

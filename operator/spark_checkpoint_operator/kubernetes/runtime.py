@@ -45,6 +45,7 @@ from spark_checkpoint.settings import RESTORE_VARIABLE, SettingsError, restore_c
 from spark_checkpoint_operator.agent_client import AgentClient
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.core_api import CoreCalls
+from spark_checkpoint_operator.kubernetes.snapshots import Snapshot
 from spark_checkpoint_operator.manifest.model import (
     QUANTITY,
     JobManifest,
@@ -153,17 +154,18 @@ class SnapshotRegistry:
         self._snapshots: dict[JobKey, dict[str, Mapping[str, Any]]] = {}
 
     def observe(self, event_type: str | None, body: Mapping[str, Any]) -> JobKey:
-        """Take the watch's event; return the job the snapshot names."""
+        """Take the watch's event; return the job the snapshot is of."""
         metadata = body["metadata"]
-        reference = (body.get("spec") or {}).get("jobReference") or {}
-        key = (metadata["namespace"], str(reference.get("name", "")))
-        # Under one job only: an edit may name another.
-        for (namespace, _), snapshots in self._snapshots.items():
-            if namespace == key[0]:
-                snapshots.pop(metadata["name"], None)
+        key = (metadata["namespace"], Snapshot.from_body(body).job)
+        self.forget(metadata["namespace"], metadata["name"])  # under one job only
         if event_type != "DELETED":
             self._snapshots.setdefault(key, {})[metadata["name"]] = body
         return key
+
+    def forget(self, namespace: str, name: str) -> None:
+        for (where, _), snapshots in self._snapshots.items():
+            if where == namespace:
+                snapshots.pop(name, None)
 
     def of(self, namespace: str, job: str) -> list[Mapping[str, Any]]:
         return list(self._snapshots.get((namespace, job), {}).values())

@@ -51,16 +51,29 @@ class Snapshot:
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> "Snapshot":
+        """The job and kind are the spec's until the snapshot is first triggered, then the
+        status's: an edit after the trigger changes nothing (as in Flink), one before it
+        (a job's name mistyped) counts."""
         metadata, spec = body["metadata"], body.get("spec") or {}
+        status = dict(body.get("status") or {})
         backoff_limit = spec.get("backoffLimit", -1)
+        job = str((spec.get("jobReference") or {}).get("name", ""))
+        kind = CheckpointKind.SAVEPOINT if "savepoint" in spec else CheckpointKind.CHECKPOINT
+        if "triggerTimestamp" in status:
+            job = str(status.get("job") or job)
+            kind = (
+                CheckpointKind(status["kind"])
+                if status.get("kind") in ("savepoint", "checkpoint")
+                else kind
+            )
         return cls(
             namespace=metadata["namespace"],
             name=metadata["name"],
             uid=metadata["uid"],
-            job=str((spec.get("jobReference") or {}).get("name", "")),
-            kind=CheckpointKind.SAVEPOINT if "savepoint" in spec else CheckpointKind.CHECKPOINT,
+            job=job,
+            kind=kind,
             backoff_limit=backoff_limit if isinstance(backoff_limit, int) else -1,
-            status=dict(body.get("status") or {}),
+            status=status,
         )
 
     @property
@@ -113,7 +126,7 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
     status = dict(snapshot.status)
     if not snapshot.open:
         return Decision(status)
-    status["kind"] = snapshot.kind.value
+    status |= {"job": snapshot.job, "kind": snapshot.kind.value}
     status.setdefault("failures", 0)
     label = snapshot.label
     if (completed := job.completed.get(label)) is not None:
@@ -175,17 +188,25 @@ def event(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, str
 
 def for_missing_job(snapshot: Snapshot) -> dict[str, Any]:
     """The status of an open snapshot whose job does not exist: it waits for one of that
-    name (a GitOps sync may apply the snapshot first); one in flight was abandoned with its
-    job."""
-    status = dict(snapshot.status) | {"kind": snapshot.kind.value}
-    status.setdefault("failures", 0)
+    name (a GitOps sync may apply the snapshot first: any job of that name created later
+    takes it); one in flight was abandoned with its job."""
     if snapshot.state is SnapshotState.IN_PROGRESS:
-        status["state"] = SnapshotState.ABANDONED.value
-        status["error"] = f"SparkCheckpointJob {snapshot.job} is gone"
-        return _without(status, "message")
+        return for_deleted_job(snapshot)
+    status = dict(snapshot.status) | {"job": snapshot.job, "kind": snapshot.kind.value}
+    status.setdefault("failures", 0)
     status["state"] = SnapshotState.TRIGGER_PENDING.value
     status["message"] = f"waits for SparkCheckpointJob {snapshot.job}, which does not exist"
     return status
+
+
+def for_deleted_job(snapshot: Snapshot) -> dict[str, Any]:
+    """The status of an open snapshot whose job was deleted: abandoned (a job created
+    later under that name is another job)."""
+    status = dict(snapshot.status) | {"job": snapshot.job, "kind": snapshot.kind.value}
+    status.setdefault("failures", 0)
+    status["state"] = SnapshotState.ABANDONED.value
+    status["error"] = f"SparkCheckpointJob {snapshot.job} was deleted"
+    return _without(status, "message", "id")
 
 
 def status_patch(stored: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -83,7 +83,14 @@ DISPOSED = "disposed of (`spark-checkpoint savepoint --dispose`)"
 
 class Notify(Protocol):
     def __call__(
-        self, reason: str, level: Level, message: str, label: str = "", image: str = ""
+        self,
+        reason: str,
+        level: Level,
+        message: str,
+        *,
+        label: str = "",
+        image: str = "",
+        cause: FailureReason | None = None,
     ) -> None: ...
 
 
@@ -809,6 +816,7 @@ class EffectInterpreter:
                 Level.WARNING,
                 f"{kind.value} {cid} failed: {message}",
                 label=abort.label,
+                cause=reason,
             )
 
     async def _skipped(self, reason: FailureReason) -> None:
@@ -861,4 +869,5 @@ class EffectInterpreter:
                 Level.WARNING,
                 f"{request.kind.value} request declined: {reason.description}",
                 label=request.label,
+                cause=reason,
             )

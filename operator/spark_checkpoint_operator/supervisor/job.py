@@ -31,6 +31,7 @@ from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CompletedCheckpoint,
     CoordinatorConfig,
+    FailureReason,
     JobPhase,
     PersistedState,
     SavepointDisposeRequested,
@@ -251,9 +252,16 @@ class JobSupervisor:
         self._polls.inbox.put_nowait(None)
 
     def _notify(
-        self, reason: str, level: Level, message: str, label: str = "", image: str = ""
+        self,
+        reason: str,
+        level: Level,
+        message: str,
+        *,
+        label: str = "",
+        image: str = "",
+        cause: FailureReason | None = None,
     ) -> None:
-        self._report(Notice(reason, level, message, label, image))
+        self._report(Notice(reason, level, message, label, image, cause))
 
     def what_cancelling_leaves(self) -> str:
         """What a cancellation leaves of the job's images, by its retention policy."""

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from spark_checkpoint.protocol import CollectGarbageAnswer
-from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint, FailureReason
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,9 @@ class Notice:
     label: str = ""
     # The image (a restore candidate's spelling) a restore notice is about.
     image: str = ""
+    # Why a request was declined or its checkpoint failed (a decline because the job stops
+    # is no failure of the request's own).
+    cause: FailureReason | None = None
 
 
 def log_notice(notice: Notice) -> None:
