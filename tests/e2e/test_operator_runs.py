@@ -19,6 +19,7 @@ from spark_checkpoint.sink import latest_values, read_committed
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(1200)]
 
 NAME = "wordcount"
+SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
 
 
 class Workload:
@@ -105,7 +106,7 @@ def test_a_job_lives_through_everything_exactly_once(tmp_path: Path) -> None:
         crash_and_restore(cluster)
         suspend_and_resume(cluster, work)
         savepoint_by_nonce(cluster)
-        redeploy_from_the_nonces_savepoint(cluster, work)
+        redeploy_from_a_snapshot_objects_savepoint(cluster, work, snapshot_object(cluster))
         upgrade(cluster, work)
         restart_the_operator_mid_checkpoint(cluster)
 
@@ -155,15 +156,44 @@ def savepoint_by_nonce(cluster: LocalCluster) -> None:
     cluster.wait_for_event(NAME, containing="(nonce 1)")
 
 
-def redeploy_from_the_nonces_savepoint(cluster: LocalCluster, work: Workload) -> None:
-    """spec.restore.savepointRedeployNonce back to the nonce's savepoint once batches of
-    new input were committed after it: the driver stops without a savepoint, the next
-    restores that savepoint, the newer images are set aside, and the batches after it are
-    planned again over the same files (recognised as committed: exactly once, checked at
-    the end)."""
-    savepoint = next(
-        s for s in cluster.status(NAME)["coordinator"]["savepoints"] if s["label"] == "nonce 1"
+def snapshot_object(cluster: LocalCluster) -> dict[str, Any]:
+    """A SparkCheckpointSnapshot: its status names the savepoint taken (COMPLETED, its
+    path), which the job's registry keeps pinned while the object exists."""
+    snapshot = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointSnapshot",
+        "metadata": {"name": "before-redeploy", "namespace": "default"},
+        "spec": {"jobReference": {"name": NAME}, "savepoint": {}},
+    }
+    cluster.api.create(SNAPSHOTS, snapshot, namespace="default")
+    status = cluster.wait_for(
+        "the snapshot object's savepoint",
+        lambda: (
+            (s := cluster.api.get(SNAPSHOTS, "default", "before-redeploy").get("status") or {}).get(
+                "state"
+            )
+            == "COMPLETED"
+            and s
+        ),
+        timeout=240,
+        job=NAME,
     )
+    registered = next(
+        s for s in cluster.status(NAME)["coordinator"]["savepoints"] if s["id"] == status["id"]
+    )
+    assert registered["pinned"] is True and registered["path"] == status["path"]
+    assert registered["label"].startswith("snapshot before-redeploy (")
+    return dict(registered)
+
+
+def redeploy_from_a_snapshot_objects_savepoint(
+    cluster: LocalCluster, work: Workload, savepoint: dict[str, Any]
+) -> None:
+    """spec.restore.savepointRedeployNonce back to a snapshot object's savepoint (its
+    status.path) once batches of new input were committed after it: the driver stops
+    without a savepoint, the next restores that savepoint, the newer images are set aside,
+    and the batches after it are planned again over the same files (recognised as
+    committed: exactly once, checked at the end)."""
     work.add_input(files=6)
     status_where(
         cluster,
