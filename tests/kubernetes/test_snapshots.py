@@ -3,6 +3,7 @@ observes, drawn as sequences of job phases, failures and completions with drawn 
 limits."""
 
 import asyncio
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -10,13 +11,21 @@ import aiohttp
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kubernetes.aio import config
+from kubernetes.aio.client import Configuration
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
+from helpers.kube.emulator import spark_checkpoint_api
 from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint, JobPhase
 from spark_checkpoint_operator.coordinator.state import parse_time
 from spark_checkpoint_operator.kubernetes import snapshots
-from spark_checkpoint_operator.kubernetes.controller import write_snapshot_status
-from spark_checkpoint_operator.kubernetes.runtime import SnapshotRegistry
+from spark_checkpoint_operator.kubernetes.controller import note_missing_job, write_snapshot_status
+from spark_checkpoint_operator.kubernetes.runtime import (
+    Clients,
+    OperatorApiClient,
+    PodRegistry,
+    SnapshotRegistry,
+)
 from spark_checkpoint_operator.kubernetes.snapshots import (
     JobView,
     Snapshot,
@@ -255,3 +264,44 @@ def test_a_status_write_that_fails_is_no_failure_of_the_job(error: Exception) ->
     assert written is False
     gone = isinstance(error, NotFoundException)
     assert (registry.of("default", "orders") == []) == gone
+
+
+SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
+
+
+def test_a_missing_jobs_status_is_never_written_from_an_older_event(tmp_path: Path) -> None:
+    """Any operator replica handles a snapshot whose job does not exist; one that handles an
+    older event late must not overwrite a newer status (the job's controller's, say): its
+    write is made over the version it read (a reviewer's)."""
+    with spark_checkpoint_api() as api:
+        created = api.create(
+            SNAPSHOTS,
+            {
+                **_body(),
+                "apiVersion": "sparkcheckpoint.io/v1alpha1",
+                "kind": "SparkCheckpointSnapshot",
+                "metadata": {"namespace": "default", "name": "nightly"},
+            },
+            namespace="default",
+        )
+        api.patch(SNAPSHOTS, "default", "nightly", {"spec": {"backoffLimit": 3}})
+        fresh = api.get(SNAPSHOTS, "default", "nightly")
+        kubeconfig = api.write_kubeconfig(tmp_path / "kubeconfig")
+
+        async def handle(*bodies: dict[str, Any]) -> None:
+            configuration = Configuration()
+            await config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+            async with aiohttp.ClientSession() as session:
+                clients = Clients(OperatorApiClient(configuration), PodRegistry(), session)
+                try:
+                    for body in bodies:
+                        await note_missing_job(clients, body)
+                finally:
+                    await clients.api.close()
+
+        asyncio.run(handle(created))
+        assert api.get(SNAPSHOTS, "default", "nightly").get("status") in (None, {})
+        asyncio.run(handle(fresh))
+        status = api.get(SNAPSHOTS, "default", "nightly")["status"]
+
+    assert status["message"] == "waits for SparkCheckpointJob orders, which does not exist"
