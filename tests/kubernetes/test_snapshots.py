@@ -16,7 +16,12 @@ from kubernetes.aio.client import Configuration
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
 from helpers.kube.emulator import spark_checkpoint_api
-from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint, JobPhase
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    FailureReason,
+    JobPhase,
+)
 from spark_checkpoint_operator.coordinator.state import parse_time
 from spark_checkpoint_operator.kubernetes import snapshots
 from spark_checkpoint_operator.kubernetes.controller import note_missing_job, write_snapshot_status
@@ -27,6 +32,7 @@ from spark_checkpoint_operator.kubernetes.runtime import (
     SnapshotRegistry,
 )
 from spark_checkpoint_operator.kubernetes.snapshots import (
+    Answer,
     JobView,
     Snapshot,
     SnapshotState,
@@ -305,3 +311,19 @@ def test_a_missing_jobs_status_is_never_written_from_an_older_event(tmp_path: Pa
         status = api.get(SNAPSHOTS, "default", "nightly")["status"]
 
     assert status["message"] == "waits for SparkCheckpointJob orders, which does not exist"
+
+
+def test_a_request_that_ends_because_the_job_stopped_is_no_failure() -> None:
+    """A queued snapshot request declined as the job stopped counted against backoffLimit
+    (one in flight, aborted by the same stop, did not: a reviewer's)."""
+    assert (
+        snapshots.answer("RequestDeclined", FailureReason.COORDINATOR_SUSPEND) is Answer.NOT_TAKEN
+    )
+    assert snapshots.answer("CheckpointFailed", FailureReason.WITHDRAWN) is Answer.NOT_TAKEN
+    assert snapshots.answer("CheckpointNotNeeded", None) is Answer.NOT_TAKEN
+    assert snapshots.answer("CheckpointFailed", FailureReason.EXPIRED) is Answer.FAILED
+    assert (
+        snapshots.answer("RequestDeclined", FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)
+        is Answer.FAILED
+    )
+    assert snapshots.answer("SavepointCompleted", None) is None

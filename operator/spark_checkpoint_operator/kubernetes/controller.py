@@ -42,7 +42,6 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
-    FailureReason,
     JobPhase,
     PersistedState,
     TerminalOutcome,
@@ -138,17 +137,6 @@ SPEC_RECHECK_SECONDS = 1.0
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
 PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
-# The notices that answer a request: it failed (or was never taken), or is not needed.
-SNAPSHOT_FAILURES = ("CheckpointFailed", "RequestDeclined")
-SNAPSHOT_ENDINGS = (*SNAPSHOT_FAILURES, "CheckpointNotNeeded")
-# Why a snapshot's savepoint or checkpoint may end without its own failure: the job stopped
-# running (suspended, upgraded, its driver failed), or it was withdrawn. It is taken again
-# once the job runs.
-NOT_SNAPSHOT_FAILURES = (
-    FailureReason.COORDINATOR_SUSPEND,
-    FailureReason.COORDINATOR_SHUTDOWN,
-    FailureReason.WITHDRAWN,
-)
 # What a request to the API server may fail with: its answer, or no answer.
 API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
 
@@ -1132,10 +1120,11 @@ class JobController:
         if notice.level is not Level.DETAIL:
             kind = "Warning" if notice.level is Level.WARNING else "Normal"
             self._post_event(kind, notice.reason, message)
-        if snapshots.is_snapshot_label(notice.label) and notice.reason in SNAPSHOT_ENDINGS:
+        answer = snapshots.answer(notice.reason, notice.cause)
+        if snapshots.is_snapshot_label(notice.label) and answer is not None:
             # Its answer: asked again (or counted as failed) only once it is known.
             self._snapshots_asked.discard(notice.label)
-            if notice.reason in SNAPSHOT_FAILURES and notice.cause not in NOT_SNAPSHOT_FAILURES:
+            if answer is snapshots.Answer.FAILED:
                 self._snapshots_failed[notice.label] = notice.message
             self._changed.set()
 

@@ -14,7 +14,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint, JobPhase
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    FailureReason,
+    JobPhase,
+)
 from spark_checkpoint_operator.coordinator.state import format_time, parse_time
 
 # A failed snapshot is taken again after this long, doubling with each failure up to the
@@ -111,6 +116,31 @@ class Decision:
     status: dict[str, Any]
     trigger: bool = False  # ask the job's supervisor for the snapshot now
     wake_at: float | None = None  # look again then (epoch seconds): a retry falls due
+
+
+class Answer(StrEnum):
+    FAILED = "failed"  # counted against backoffLimit
+    NOT_TAKEN = "not taken"  # taken again once the job runs
+
+
+# The notices (by reason) that answer a request: it failed or was declined, or is not
+# needed; and why one may end without a failure of its own: the job stopped running
+# (suspended, upgraded, its driver failed), or it was withdrawn.
+_FAILURES = ("CheckpointFailed", "RequestDeclined")
+_NOT_NEEDED = "CheckpointNotNeeded"
+_NOT_ITS_OWN = (
+    FailureReason.COORDINATOR_SUSPEND,
+    FailureReason.COORDINATOR_SHUTDOWN,
+    FailureReason.WITHDRAWN,
+)
+
+
+def answer(reason: str, cause: FailureReason | None) -> Answer | None:
+    """What a notice (its event reason, and why it failed) says of the request it is
+    about; None if it does not answer one (a completion is told apart)."""
+    if reason in _FAILURES:
+        return Answer.NOT_TAKEN if cause in _NOT_ITS_OWN else Answer.FAILED
+    return Answer.NOT_TAKEN if reason == _NOT_NEEDED else None
 
 
 def is_snapshot_label(label: str) -> bool:
