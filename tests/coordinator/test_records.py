@@ -531,6 +531,14 @@ def test_a_released_savepoint_is_judged_by_the_limits_again() -> None:
     assert [s.checkpoint_id for s in history.savepoints] == [3]
 
 
+def test_a_released_savepoint_that_is_the_newest_stays_and_pushes_an_older_one_out() -> None:
+    """As docs/operator.md says: the history keeps the newest (a reviewer's case)."""
+    pinned = dataclasses.replace(_savepoint(10, 100.0), pinned=True)
+    history = SavepointHistory(SavepointHistoryLimits(max_count=1), [_savepoint(5, 50.0), pinned])
+    assert [s.checkpoint_id for s in history.release(10, now=110.0)] == [5]
+    assert [s.checkpoint_id for s in history.savepoints] == [10]
+
+
 @given(
     retained=st.integers(1, 12),
     ids=st.lists(st.integers(1, 40), min_size=1, max_size=30, unique=True),

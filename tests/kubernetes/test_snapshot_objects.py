@@ -394,3 +394,30 @@ def test_a_deleted_jobs_waiting_snapshots_are_abandoned_not_taken_by_its_success
     assert status["error"] == "SparkCheckpointJob orders was deleted"
     assert snapshot_status(cluster, "orphan")["state"] == "ABANDONED"
     assert cluster.status("orders").get("savepointHistory", []) == []
+
+
+def test_a_snapshot_asked_while_the_driver_finishes_is_abandoned_not_failed(
+    tmp_path: Path,
+) -> None:
+    """The input done and the final checkpoint completed, the driver takes 8 s to exit
+    while the job still shows Running: a snapshot created then was asked for, declined
+    (not all tasks running) and FAILED (a reviewer's). Its coordinator takes no more: the
+    job is Finished for it."""
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=4, finish_exit_seconds=8.0)
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        cluster.wait_for_event("orders", "FinalCheckpoint", timeout=60)
+        cluster.api.create(SNAPSHOTS, snapshot("late", backoffLimit=0), namespace=NAMESPACE)
+        status = cluster.wait_for(
+            "the snapshot's end",
+            lambda: (
+                (s := snapshot_status(cluster, "late")).get("state")
+                in ("FAILED", "ABANDONED", "COMPLETED")
+                and s
+            ),
+            job="orders",
+        )
+
+    assert status["state"] == "ABANDONED", status
+    assert status["error"] == "the job is Finished: nothing runs to take it"
+    assert status["failures"] == 0

@@ -669,7 +669,7 @@ class JobController:
         # A failure is of the spec its driver ran, not of one that waits for an upgrade
         # (an adopted driver's spec, changed while no operator ran: none, so any retries).
         started_spec = self._spec_deployed() or ""
-        self._snapshots_asked.clear()  # asked of an earlier supervisor: gone with it
+        self._snapshots_of_new_supervisor()
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
         self._finishing_told.clear()
@@ -1165,9 +1165,10 @@ class JobController:
                 for image in (*registry.checkpoints, *registry.savepoints)
                 if snapshots.is_snapshot_label(image.label)
             } | self._snapshots_completed
-            view = snapshots.JobView(
-                self._record.phase, completed, in_flight, self._snapshots_failed
-            )
+            # As its coordinator sees the job: a driver finishing its input takes no more
+            # (the job is Finished then), and none attached takes none yet.
+            phase = self._record.phase if supervisor is None else supervisor.coordinator_phase
+            view = snapshots.JobView(phase, completed, in_flight, self._snapshots_failed)
             now = time.time()
             decision = snapshots.decide(snapshot, view, now)
             if decision.trigger and supervisor is None:
@@ -1191,6 +1192,13 @@ class JobController:
                 self._snapshots_completed.pop(label, None)
             if (said := snapshots.event(snapshot.status, decision.status)) is not None:
                 self._post_snapshot_event(body, *said)
+
+    def _snapshots_of_new_supervisor(self) -> None:
+        """What was asked of an earlier supervisor (requests, releases) went with its
+        inbox: nothing is in flight, and every pin is looked at again."""
+        self._snapshots_asked.clear()
+        self._released.clear()
+        self._pins_to_check = True
 
     async def _follow_snapshots(self, supervisor: JobSupervisor) -> None:
         await self._reconcile_snapshots(supervisor)
@@ -1219,16 +1227,14 @@ class JobController:
                 self._post_snapshot_event(body, *said)
 
     async def _listed_snapshots(self) -> list[dict[str, Any]] | None:
-        """The SparkCheckpointSnapshots in the job's namespace as the API server lists them
-        ([] without their CRD: it takes every snapshot object with it); None, logged, if
-        it could not be asked."""
+        """The SparkCheckpointSnapshots in the job's namespace as the API server lists them;
+        None, logged, if it could not be asked. A 404 too: the CRD gone, or only this
+        version no longer served (the objects live on): no pin is released for it."""
         listed: Any
         try:
             listed = await self._clients.custom_objects.list_namespaced_custom_object(
                 objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL
             )
-        except NotFoundException:
-            return []
         except API_ERRORS as error:
             log.warning(
                 "%s/%s: its SparkCheckpointSnapshots could not be listed: %s",
@@ -1246,14 +1252,12 @@ class JobController:
         view (incomplete at a start): a savepoint released too soon may be deleted."""
         if not self._pins_to_check or self._record.phase is not JobPhase.RUNNING:
             return
-        watched = {
-            snapshots.Snapshot.from_body(body).label
-            for body in self._clients.snapshots.in_namespace(self._namespace)
-        }
+        # Every pin, not only those the watch no longer shows: a watch listed again after a
+        # gap reports no deletion. Looked at rarely (a start, a deletion, a completion).
         suspects = [
             s
             for s in self._record.coordinator.savepoints
-            if s.pinned and s.checkpoint_id not in self._released and s.label not in watched
+            if s.pinned and s.checkpoint_id not in self._released
         ]
         if suspects:
             if (listed := await self._listed_snapshots()) is None:

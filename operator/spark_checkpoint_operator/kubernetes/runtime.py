@@ -170,14 +170,6 @@ class SnapshotRegistry:
     def of(self, namespace: str, job: str) -> list[Mapping[str, Any]]:
         return list(self._snapshots.get((namespace, job), {}).values())
 
-    def in_namespace(self, namespace: str) -> list[Mapping[str, Any]]:
-        return [
-            body
-            for (where, _), snapshots in self._snapshots.items()
-            if where == namespace
-            for body in snapshots.values()
-        ]
-
 
 class OperatorApiClient(ApiClient):
     """The official client with the operator's timeouts: 30 s to connect and 30 s for each

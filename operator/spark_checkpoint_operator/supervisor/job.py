@@ -668,6 +668,12 @@ class JobSupervisor:
             or any(r.label == label for r in coordinator.queued)
         )
 
+    @property
+    def coordinator_phase(self) -> JobPhase:
+        """The phase its coordinator acts on: not Running while no driver is attached or
+        one exits after its final checkpoint (`JobInterpreter.coordinator_phase`)."""
+        return self._interpreter.coordinator_phase()
+
     def triggered_id(self, label: str) -> int | None:
         """The id of the checkpoint or savepoint labelled ``label`` in flight; None if none
         is (a queued one has no id yet)."""
