@@ -406,7 +406,11 @@ def test_a_snapshot_asked_while_the_driver_finishes_is_abandoned_not_failed(
     agents = SimulatedAgents(batch_seconds=0.3, finish_after=4, finish_exit_seconds=8.0)
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job())
-        cluster.wait_for_event("orders", "FinalCheckpoint", timeout=60)
+        cluster.wait_for(
+            "the final checkpoint completed",
+            lambda: cluster.status("orders").get("lastCheckpoint", {}).get("label") == "final",
+            job="orders",
+        )
         cluster.api.create(SNAPSHOTS, snapshot("late", backoffLimit=0), namespace=NAMESPACE)
         status = cluster.wait_for(
             "the snapshot's end",
