@@ -1140,8 +1140,6 @@ class JobController:
         status says so (a snapshot whose object is gone is asked for nothing)."""
         bodies = self._clients.snapshots.of(self._namespace, self._name)
         self._forget_snapshots_but({body["metadata"]["uid"] for body in bodies})
-        if not bodies:
-            return
         for body in bodies:
             uid = body["metadata"]["uid"]
             watched = body.get("status") or {}
@@ -1152,10 +1150,9 @@ class JobController:
                 continue
             label = snapshot.label
             in_flight = {}
-            asked = supervisor is not None and (
+            if supervisor is not None and (
                 supervisor.pending(label) or label in self._snapshots_asked
-            )
-            if supervisor is not None and asked:
+            ):
                 in_flight[label] = supervisor.triggered_id(label)
             # As they are now: the writes before this one's took time, and a completion
             # meanwhile ends a request as it is asked (its label no longer in flight).

@@ -153,11 +153,9 @@ def retry_delay(failures: int) -> float:
 
 def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
     """The snapshot's next status, and whether to ask for it now. A final status stands."""
-    status = dict(snapshot.status)
     if not snapshot.open:
-        return Decision(status)
-    status |= {"job": snapshot.job, "kind": snapshot.kind.value}
-    status.setdefault("failures", 0)
+        return Decision(dict(snapshot.status))
+    status = _open_status(snapshot)
     label = snapshot.label
     if (completed := job.completed.get(label)) is not None:
         status |= {
@@ -187,9 +185,9 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
             status["message"] = f"failed {status['failures']} time(s), {limit}: not taken again"
             return Decision(status)
     if job.phase in _ENDED:
-        status["state"] = SnapshotState.ABANDONED.value
-        status["error"] = f"the job is {job.phase.value}: nothing runs to take it"
-        return Decision(_without(status, "message", "id"))
+        return Decision(
+            _abandoned(status, f"the job is {job.phase.value}: nothing runs to take it")
+        )
     status = _without(status, "id") | {"state": SnapshotState.TRIGGER_PENDING.value}
     if (due := _retry_due(status)) is not None and due > now:
         status["message"] = f"taken again at {format_time(due)} (failure {status['failures']})"
@@ -222,21 +220,16 @@ def for_missing_job(snapshot: Snapshot) -> dict[str, Any]:
     takes it); one in flight was abandoned with its job."""
     if snapshot.state is SnapshotState.IN_PROGRESS:
         return for_deleted_job(snapshot)
-    status = dict(snapshot.status) | {"job": snapshot.job, "kind": snapshot.kind.value}
-    status.setdefault("failures", 0)
-    status["state"] = SnapshotState.TRIGGER_PENDING.value
-    status["message"] = f"waits for SparkCheckpointJob {snapshot.job}, which does not exist"
-    return status
+    return _open_status(snapshot) | {
+        "state": SnapshotState.TRIGGER_PENDING.value,
+        "message": f"waits for SparkCheckpointJob {snapshot.job}, which does not exist",
+    }
 
 
 def for_deleted_job(snapshot: Snapshot) -> dict[str, Any]:
     """The status of an open snapshot whose job was deleted: abandoned (a job created
     later under that name is another job)."""
-    status = dict(snapshot.status) | {"job": snapshot.job, "kind": snapshot.kind.value}
-    status.setdefault("failures", 0)
-    status["state"] = SnapshotState.ABANDONED.value
-    status["error"] = f"SparkCheckpointJob {snapshot.job} was deleted"
-    return _without(status, "message", "id")
+    return _abandoned(_open_status(snapshot), f"SparkCheckpointJob {snapshot.job} was deleted")
 
 
 def status_patch(stored: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -245,6 +238,21 @@ def status_patch(stored: Mapping[str, Any], status: Mapping[str, Any]) -> dict[s
     if dict(stored) == dict(status):
         return None
     return {key: status.get(key) for key in {*stored, *status}}
+
+
+def _open_status(snapshot: Snapshot) -> dict[str, Any]:
+    """The stored status with what each written status of an open snapshot says: its job
+    and kind, and its failures (0 before the first)."""
+    status = dict(snapshot.status) | {"job": snapshot.job, "kind": snapshot.kind.value}
+    status.setdefault("failures", 0)
+    return status
+
+
+def _abandoned(status: dict[str, Any], error: str) -> dict[str, Any]:
+    return _without(status, "message", "id") | {
+        "state": SnapshotState.ABANDONED.value,
+        "error": error,
+    }
 
 
 def _retry_due(status: Mapping[str, Any]) -> float | None:
