@@ -707,6 +707,7 @@ OPERATOR_GRANTS = {
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointjobs/status"),  # the controller
     Grant("list", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # Kopf's watch
     Grant("watch", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),
+    Grant("patch", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # the finalizer
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointsnapshots/status"),  # the controller
     Grant("list", "", "pods"),  # Kopf's pod events; earlier drivers before a launch
     Grant("watch", "", "pods"),

@@ -47,7 +47,7 @@ from spark_checkpoint_operator.coordinator import (
     RetentionPolicy,
     SavepointDisposeRequested,
     SavepointHistoryLimits,
-    SavepointReleased,
+    SavepointPinChanged,
     StoredIdsReported,
     TaskAck,
     TaskAcknowledged,
@@ -322,22 +322,24 @@ class CoordinatorMachine(RuleBasedStateMachine):
         event = TriggerRequested(kind, after=after, forced=forced, label=label, pinned=pinned)
         self._send(event)
 
-    @rule(data=st.data())
-    def release(self, data: st.DataObject) -> None:
-        """A SparkCheckpointSnapshot's object is gone: its savepoint (or any id) released."""
+    @rule(data=st.data(), pinned=st.booleans())
+    def pin(self, data: st.DataObject, pinned: bool) -> None:
+        """A SparkCheckpointSnapshot pins a registered savepoint (alreadyExists), or its
+        objects are gone: released (any id, registered or not)."""
         registered = [s.checkpoint_id for s in self.coordinator.persisted_state.savepoints]
         savepoint_id = data.draw(
             st.sampled_from(registered)
             if registered and data.draw(st.booleans())
             else st.integers(1, max(1, self.highest_triggered + 1))
         )
-        self.freed.add(savepoint_id)
-        self._send(SavepointReleased(savepoint_id))
-        assert not any(
-            s.pinned
-            for s in self.coordinator.persisted_state.savepoints
-            if s.checkpoint_id == savepoint_id
-        )
+        if pinned:
+            self.freed.discard(savepoint_id)  # kept again: the history may not let it go
+        else:
+            self.freed.add(savepoint_id)
+        self._send(SavepointPinChanged(savepoint_id, pinned=pinned))
+        after = {s.checkpoint_id: s.pinned for s in self.coordinator.persisted_state.savepoints}
+        if savepoint_id in registered:
+            assert after.get(savepoint_id, False) is pinned
 
     @rule()
     def withdraw(self) -> None:

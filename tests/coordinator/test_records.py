@@ -527,7 +527,7 @@ def test_a_released_savepoint_is_judged_by_the_limits_again() -> None:
     assert history.add(_savepoint(2, 20.0), now=20.0) == []
     assert history.add(_savepoint(3, 30.0), now=30.0) == [_savepoint(2, 20.0)]
     assert [s.checkpoint_id for s in history.savepoints] == [1, 3]
-    assert [s.checkpoint_id for s in history.release(1, now=40.0)] == [1]
+    assert [s.checkpoint_id for s in history.pin(1, False, now=40.0)] == [1]
     assert [s.checkpoint_id for s in history.savepoints] == [3]
 
 
@@ -535,7 +535,7 @@ def test_a_released_savepoint_that_is_the_newest_stays_and_pushes_an_older_one_o
     """As docs/operator.md says: the history keeps the newest (a reviewer's case)."""
     pinned = dataclasses.replace(_savepoint(10, 100.0), pinned=True)
     history = SavepointHistory(SavepointHistoryLimits(max_count=1), [_savepoint(5, 50.0), pinned])
-    assert [s.checkpoint_id for s in history.release(10, now=110.0)] == [5]
+    assert [s.checkpoint_id for s in history.pin(10, False, now=110.0)] == [5]
     assert [s.checkpoint_id for s in history.savepoints] == [10]
 
 

@@ -18,7 +18,7 @@ from spark_checkpoint_operator.coordinator import (
     RetentionPolicy,
     SavepointDisposeRequested,
     SavepointHistoryLimits,
-    SavepointReleased,
+    SavepointPinChanged,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -95,13 +95,29 @@ def test_a_pinned_savepoint_outlives_the_history_until_released() -> None:
     assert PersistedState.from_dict(state.to_dict()) == state
     assert harness.coordinator.next_deadline() is None  # 4 is the newest, 1 pinned: none ages
 
-    effects = harness.send(SavepointReleased(1))
+    effects = harness.send(SavepointPinChanged(1, pinned=False))
 
     assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [1]
     assert effects.index(of_type(effects, PersistState)[0]) < effects.index(
         of_type(effects, DiscardSavepoint)[0]
     )
     assert [s.checkpoint_id for s in harness.coordinator.persisted_state.savepoints] == [4]
+
+
+def test_an_existing_savepoint_pinned_outlives_the_history() -> None:
+    """A SparkCheckpointSnapshot of an existing savepoint (alreadyExists) pins it after it
+    completed; pinning it again, or an id not registered, changes nothing."""
+    limits = SavepointHistoryLimits(max_count=1)
+    harness = Harness(CoordinatorConfig(interval=None, savepoint_history=limits))
+    harness.start()
+    _take(harness, CheckpointKind.SAVEPOINT)
+    assert of_type(harness.send(SavepointPinChanged(1, pinned=True)), PersistState)
+    assert harness.send(SavepointPinChanged(1, pinned=True)) == []
+    assert harness.send(SavepointPinChanged(7, pinned=False)) == []
+    _take(harness, CheckpointKind.SAVEPOINT)
+    _take(harness, CheckpointKind.SAVEPOINT)
+    savepoints = harness.coordinator.persisted_state.savepoints
+    assert [(s.checkpoint_id, s.pinned) for s in savepoints] == [(1, True), (3, False)]
 
 
 def test_only_a_savepoint_is_pinned() -> None:

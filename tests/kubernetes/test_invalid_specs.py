@@ -164,3 +164,30 @@ def test_a_job_stored_under_an_earlier_crd_is_ratcheted(api: EmulatedApiServer) 
     stored = api.get(JOBS, "default", "orders")
     assert stored["spec"]["application"]["env"] == [added, reserved]
     assert stored["status"]["phase"] == "Running"
+
+
+SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
+INVALID_SNAPSHOTS = [
+    ({"savepoint": {"path": "/s/default/orders/savepoints/sp-1"}}, "savepoint.path names"),
+    ({"savepoint": {"alreadyExists": True}}, "savepoint.path names"),
+    ({"savepoint": {"alreadyExists": False, "path": "/s"}}, "savepoint.path names"),
+    ({"savepoint": {}, "checkpoint": {}}, "exactly one of savepoint and checkpoint"),
+    ({"savepoint": {"formatType": "NATIVE"}}, 'unknown field "spec.savepoint.formatType"'),
+]
+
+
+@pytest.mark.parametrize(("spec", "phrase"), INVALID_SNAPSHOTS)
+def test_an_invalid_snapshot_is_rejected(
+    api: EmulatedApiServer, spec: dict[str, Any], phrase: str
+) -> None:
+    body = {
+        "apiVersion": "sparkcheckpoint.io/v1alpha1",
+        "kind": "SparkCheckpointSnapshot",
+        "metadata": {"name": "keep"},
+        "spec": {"jobReference": {"name": "orders"}, **spec},
+    }
+    with pytest.raises(kmock.KubernetesError) as rejected:
+        api.create(SNAPSHOTS, body, namespace="default")
+
+    assert phrase in str(rejected.value.message), rejected.value.message
+    assert api.list(SNAPSHOTS, "default") == []

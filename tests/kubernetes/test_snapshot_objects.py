@@ -13,6 +13,9 @@ from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import NAMESPACE, LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
 from helpers.kube.simulated_jobs import completed, in_phase, job
+from spark_checkpoint.storage.layout import parse_snapshot_address
+from spark_checkpoint_operator.coordinator import CheckpointKind
+from spark_checkpoint_operator.kubernetes.snapshots import FINALIZER
 
 pytestmark = pytest.mark.timeout(240)
 SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
@@ -108,6 +111,50 @@ def test_the_documented_snapshot_is_taken(tmp_path: Path) -> None:
     assert stored["spec"]["backoffLimit"] == 2
     assert status["kind"] == "savepoint"
     assert f"/{namespace}/orders/savepoints/sp-{status['id']}/" in status["path"]
+
+
+def test_the_documented_existing_savepoint_is_kept(tmp_path: Path) -> None:
+    """docs/operator.md's alreadyExists example, as written but its path: the simulated
+    job's storage is a local one, so the test names the job's own savepoint there; the
+    documented path is one of the same job's in an s3a:// storage."""
+    (block,) = marked_blocks(
+        "tests/kubernetes/test_snapshot_objects.py::test_the_documented_existing_savepoint_is_kept"
+    )
+    documented = yaml.safe_load(block.text)
+    namespace = documented["metadata"]["namespace"]
+    name = documented["metadata"]["name"]
+    job_name = documented["spec"]["jobReference"]["name"]
+    address = parse_snapshot_address(documented["spec"]["savepoint"]["path"])
+    assert (address.kind, address.snapshot_id) == (CheckpointKind.SAVEPOINT, 42)
+    assert address.layout.job_root.endswith(f"/{namespace}/{job_name}")
+    agents = SimulatedAgents(batch_seconds=0.3)
+    with LocalCluster(tmp_path, simulated=agents, namespaces=(namespace,)) as cluster:
+        orders = job(job_name, savepoints={"historyMaxCount": 1})
+        orders["metadata"]["namespace"] = namespace
+        cluster.apply(orders)
+        cluster.wait_for(
+            "a checkpoint",
+            lambda: cluster.job(job_name, namespace).get("status", {}).get("lastCheckpoint"),
+        )
+        cluster.patch_spec(job_name, {"savepointTriggerNonce": 1}, namespace=namespace)
+        taken = cluster.wait_for(
+            "a savepoint",
+            lambda: cluster.status(job_name, namespace).get("lastSavepoint"),
+        )
+        documented["spec"]["savepoint"]["path"] = taken["path"]
+        cluster.api.create(SNAPSHOTS, documented, namespace=namespace)
+        status = cluster.wait_for(
+            "the documented savepoint kept",
+            lambda: (
+                (s := cluster.api.get(SNAPSHOTS, namespace, name).get("status") or {}).get("state")
+                == "COMPLETED"
+                and s
+            ),
+        )
+        history = cluster.status(job_name, namespace)["savepointHistory"]
+
+    assert (status["id"], status["path"]) == (taken["id"], taken["path"])
+    assert [s.get("pinned") for s in history if s["id"] == taken["id"]] == [True]
 
 
 def test_a_checkpoint_snapshot_completes_with_its_checkpoint(cluster: LocalCluster) -> None:
@@ -240,11 +287,12 @@ def test_a_snapshots_savepoint_is_kept_past_the_history_until_its_object_goes(
     cluster: LocalCluster,
 ) -> None:
     """Pinned: the job's savepoint history (historyMaxCount 1 here) lets other savepoints
-    go, not this one; deleting the object hands it back to the history, which lets it go
-    (the newer one is the one it keeps)."""
+    go, not this one; deleting the object (disposeOnDelete false) hands it back to the
+    history, which lets it go (the newer one is the one it keeps)."""
     cluster.apply(job(savepoints={"historyMaxCount": 1}))
     completed(cluster, "orders", 1)
-    cluster.api.create(SNAPSHOTS, snapshot("keep-me"), namespace=NAMESPACE)
+    keep = snapshot("keep-me", savepoint={"disposeOnDelete": False})
+    cluster.api.create(SNAPSHOTS, keep, namespace=NAMESPACE)
     kept = in_state(cluster, "keep-me", "COMPLETED")["id"]
     for nonce in (1, 2):
         cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
@@ -273,6 +321,136 @@ def test_a_snapshots_savepoint_is_kept_past_the_history_until_its_object_goes(
     )
     assert "SavepointReleased" in cluster.event_reasons("orders")
     assert len(_history(cluster)) == 1
+
+
+def _gone(cluster: LocalCluster, name: str) -> Any:
+    return cluster.wait_for(
+        f"snapshot {name} gone",
+        lambda: name not in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)],
+        job="orders",
+    )
+
+
+def _ids(cluster: LocalCluster) -> list[int]:
+    return [s["id"] for s in _history(cluster)]
+
+
+def test_a_deleted_objects_savepoint_is_disposed_of_by_default(cluster: LocalCluster) -> None:
+    """Flink's disposeOnDelete (true by default), read at the deletion (a finalizer holds
+    the object until the operator saw it): the savepoint goes with its object, though the
+    history has room for it; one another object stands for stays until that one goes too;
+    an edit to false just before the deletion keeps it (in the history); an object deleted
+    while no operator runs waits for one."""
+    cluster.apply(job(savepoints={"historyMaxCount": 10}))
+    completed(cluster, "orders", 1)
+    for name in ("first", "second", "third"):
+        cluster.api.create(SNAPSHOTS, snapshot(name), namespace=NAMESPACE)
+    first, second, third = (in_state(cluster, n, "COMPLETED") for n in ("first", "second", "third"))
+    also = snapshot("also-first", savepoint={"alreadyExists": True, "path": first["path"]})
+    cluster.api.create(SNAPSHOTS, also, namespace=NAMESPACE)
+    assert in_state(cluster, "also-first", "COMPLETED")["id"] == first["id"]
+    cluster.wait_for(
+        "the finalizers",
+        lambda: all(
+            FINALIZER in (o["metadata"].get("finalizers") or ())
+            for o in cluster.api.list(SNAPSHOTS, NAMESPACE)
+        ),
+        job="orders",
+    )
+
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "first")
+    _gone(cluster, "first")
+    assert first["id"] in _ids(cluster)  # also-first stands for it
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "also-first")
+    _gone(cluster, "also-first")
+    cluster.wait_for("it disposed of", lambda: first["id"] not in _ids(cluster), job="orders")
+    cluster.wait_for_event("orders", "SavepointReleased", "disposed of (spec.savepoint.dispo")
+
+    edited = {"spec": {"savepoint": {"disposeOnDelete": False}}}
+    cluster.api.patch(SNAPSHOTS, NAMESPACE, "second", edited)
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "second")  # at once: the finalizer waits
+    _gone(cluster, "second")
+    cluster.wait_for(
+        "the savepoint handed to the history",
+        lambda: [s.get("pinned") for s in _history(cluster) if s["id"] == second["id"]] == [None],
+        job="orders",
+    )
+
+    with operator_stopped(cluster):
+        cluster.api.delete(SNAPSHOTS, NAMESPACE, "third")
+        time.sleep(1)
+        assert "third" in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
+    _gone(cluster, "third")
+    cluster.wait_for("it disposed of", lambda: third["id"] not in _ids(cluster), job="orders")
+    assert second["id"] in _ids(cluster)
+
+
+def test_a_deleted_jobs_snapshots_are_not_held(cluster: LocalCluster) -> None:
+    """No driver runs to dispose of their savepoints: the job's deletion lets go of their
+    finalizers (the savepoints stay in storage, as the job's others)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("kept"), namespace=NAMESPACE)
+    in_state(cluster, "kept", "COMPLETED")
+    cluster.wait_for(
+        "the finalizer",
+        lambda: cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
+        job="orders",
+    )
+    cluster.delete("orders")
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
+    cluster.wait_for(
+        "the finalizer gone",
+        lambda: not cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
+    )
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")
+    assert "kept" not in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
+
+
+def test_a_snapshot_of_an_existing_savepoint_keeps_it(cluster: LocalCluster) -> None:
+    """Flink's alreadyExists: a savepoint the job took (here periodic-style, by nonce) is
+    kept past the history's limits by an object naming its path; a path naming no
+    savepoint of the job's fails the object, without a retry."""
+    cluster.apply(job(savepoints={"historyMaxCount": 1}))
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
+    taken = cluster.wait_for(
+        "the nonce's savepoint",
+        lambda: (
+            (s := cluster.status("orders").get("lastSavepoint") or {}).get("label") == "nonce 1"
+            and s
+        ),
+        job="orders",
+    )
+    keep = snapshot("keep", savepoint={"alreadyExists": True, "path": taken["path"]})
+    cluster.api.create(SNAPSHOTS, keep, namespace=NAMESPACE)
+    status = in_state(cluster, "keep", "COMPLETED")
+    assert (status["id"], status["path"], status["kind"]) == (
+        taken["id"],
+        taken["path"],
+        "savepoint",
+    )
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 2})
+    cluster.wait_for(
+        "a newer savepoint beside the kept one",
+        lambda: (
+            [(s["id"], s.get("pinned")) for s in _history(cluster)][-1] == (taken["id"], True)
+            and len(_history(cluster)) == 2
+        ),
+        job="orders",
+    )
+
+    checkpoint_path = cluster.status("orders")["lastCheckpoint"]["path"]
+    for name, path, error in [
+        ("a-checkpoint", checkpoint_path, "not a savepoint"),
+        ("elsewhere", "/nowhere/default/other/savepoints/sp-1/_metadata", "not in the storage"),
+        ("no-image", "/nowhere/savepoints/sp-1/_metadata", "names no storage root"),
+        ("never", taken["path"].replace(f"{taken['id']}", "999"), "was never taken"),
+    ]:
+        bad = snapshot(name, savepoint={"alreadyExists": True, "path": path})
+        cluster.api.create(SNAPSHOTS, bad, namespace=NAMESPACE)
+        failed = in_state(cluster, name, "FAILED")
+        assert error in failed["error"] and failed["failures"] == 1, failed
 
 
 def test_an_object_deleted_while_the_operator_is_down_releases_its_savepoint(

@@ -3,6 +3,7 @@ observes, drawn as sequences of job phases, failures and completions with drawn 
 limits."""
 
 import asyncio
+import dataclasses
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -119,6 +120,46 @@ def test_a_snapshot_waits_while_the_job_does_not_run_and_is_abandoned_once_it_en
         abandoned = decide(snapshot({"state": "IN_PROGRESS", "id": 3}), JobView(phase), START)
         assert abandoned.status["state"] == "ABANDONED" and "id" not in abandoned.status
         assert abandoned.status["error"] == f"the job is {phase.value}: nothing runs to take it"
+
+
+def test_a_snapshot_of_an_existing_savepoint_completes_once_it_is_pinned() -> None:
+    """Flink's alreadyExists: nothing is asked for; the registry's savepoint is pinned
+    (`Decision.pin`) while a driver runs, and the snapshot completes as it once the
+    registry shows the pin; failed at once, once, for a path that names none; waits while
+    no driver runs, abandoned once the job ended. Read until the trigger, as the spec."""
+    body = {
+        "metadata": {"namespace": "default", "name": "keep", "uid": "0123456789abcdef"},
+        "spec": {
+            "jobReference": {"name": "orders"},
+            "savepoint": {"alreadyExists": True, "path": image(4).path, "disposeOnDelete": False},
+        },
+    }
+    existing = Snapshot.from_body(body)
+    assert (existing.existing_path, existing.dispose_on_delete) == (image(4).path, False)
+    assert Snapshot.from_body({**body, "spec": {"savepoint": {}}}).dispose_on_delete
+    triggered = {**body, "status": {"triggerTimestamp": "2027-01-15T08:00:00Z"}}
+    assert Snapshot.from_body(triggered).existing_path is None
+
+    registered = image(4, "nonce 1")
+    pinning = decide(existing, JobView(JobPhase.RUNNING, existing=registered), START)
+    assert (pinning.trigger, pinning.pin) == (False, registered)
+    assert pinning.status["state"] == "TRIGGER_PENDING"
+    pinned = dataclasses.replace(registered, pinned=True)
+    kept = decide(existing, JobView(JobPhase.RUNNING, existing=pinned), START)
+    assert kept.pin is None and kept.status["state"] == "COMPLETED"
+    assert (kept.status["id"], kept.status["path"]) == (4, image(4).path)
+    waiting = decide(existing, JobView(JobPhase.RUNNING), START)  # no driver attached yet
+    assert waiting.status["state"] == "TRIGGER_PENDING" and waiting.pin is None
+    assert waiting.status["message"] == "waits for the job to run (phase Running) to keep it"
+    abandoned = decide(existing, JobView(JobPhase.FINISHED, existing=pinned), START)
+    assert abandoned.status["state"] == "ABANDONED" and abandoned.pin is None
+    failed = decide(existing, JobView(JobPhase.RUNNING, existing="no such savepoint"), START)
+    assert failed.status["state"] == "FAILED" and failed.pin is None
+    assert (failed.status["error"], failed.status["failures"]) == ("no such savepoint", 1)
+    again = Snapshot.from_body({**body, "status": failed.status})
+    assert decide(again, JobView(JobPhase.RUNNING, existing=pinned), START).status == (
+        failed.status
+    )
 
 
 def test_a_missing_job_is_waited_for_unless_the_snapshot_was_in_flight() -> None:
@@ -327,3 +368,171 @@ def test_a_request_that_ends_because_the_job_stopped_is_no_failure() -> None:
         is Answer.FAILED
     )
     assert snapshots.answer("SavepointCompleted", None) is None
+
+
+# --- plan_pins: drawn objects of the job (and others'), drawn registries and asks --------
+
+_OBJECT = st.fixed_dictionaries(
+    {
+        "state": st.sampled_from([None, "TRIGGER_PENDING", "IN_PROGRESS", "COMPLETED", "FAILED"]),
+        "stands_for": st.integers(1, 4),  # its completed savepoint's id, or its label's
+        "by_path": st.booleans(),  # COMPLETED: status.path names the registered savepoint
+        "existing": st.booleans(),  # alreadyExists (open): its path names the savepoint
+        "deleting": st.booleans(),
+        "held": st.booleans(),
+        "dispose": st.booleans(),
+        "in_flight": st.booleans(),
+        "job": st.sampled_from(["orders", "orders", "other"]),
+    }
+)
+
+
+def _drawn_snapshot(index: int, drawn: dict[str, Any]) -> Snapshot:
+    sid, state = drawn["stands_for"], drawn["state"]
+    status: dict[str, Any] = {"state": state} if state else {}
+    if state == "COMPLETED":
+        path = image(sid).path if drawn["by_path"] else "file:///elsewhere/sp-1/_metadata"
+        status |= {"id": sid, "path": path, "triggerTimestamp": "2027-01-15T08:00:00Z"}
+    return Snapshot(
+        namespace="default",
+        name=f"s{index}",
+        uid=f"{index:016d}",
+        job=drawn["job"],
+        kind=CheckpointKind.SAVEPOINT,
+        backoff_limit=-1,
+        status=status,
+        existing_path=image(sid).path if drawn["existing"] and state != "COMPLETED" else None,
+        dispose_on_delete=drawn["dispose"],
+        deleting=drawn["deleting"],
+        finalizers=(snapshots.FINALIZER,) if drawn["held"] else (),
+    )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    objects=st.lists(_OBJECT, max_size=6),
+    registered=st.dictionaries(st.integers(1, 4), st.booleans()),
+    outstanding=st.sets(st.integers(1, 4)),
+)
+def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
+    objects: list[dict[str, Any]], registered: dict[int, bool], outstanding: set[int]
+) -> None:
+    """What `plan_pins` asks for, over drawn objects, registries and outstanding asks: a
+    savepoint a standing object of the job stands for is never released nor disposed of;
+    one is disposed of only as the last deleted objects for it go, one of them completed,
+    none saying disposeOnDelete false; a deleted object's finalizer goes only once nothing
+    is left to do for it; nothing is asked twice of a savepoint with an ask outstanding."""
+    listed = [_drawn_snapshot(i, o) for i, o in enumerate(objects)]
+    flights = {s.label for s, o in zip(listed, objects, strict=True) if o["in_flight"]}
+    savepoints = [
+        dataclasses.replace(
+            image(sid, label=listed[sid - 1].label if sid <= len(listed) else ""), pinned=pinned
+        )
+        for sid, pinned in sorted(registered.items())
+    ]
+
+    def existing(path: str) -> CompletedCheckpoint | str:
+        return next((s for s in savepoints if s.path == path), f"{path}: not registered")
+
+    plan = snapshots.plan_pins(
+        "orders",
+        listed,
+        savepoints,
+        existing=existing,
+        in_flight=flights.__contains__,
+        outstanding=outstanding,
+    )
+
+    by_label = {s.label: s.checkpoint_id for s in savepoints}
+
+    def stands_for(snapshot: Snapshot) -> int | None:
+        if snapshot.state is SnapshotState.COMPLETED:
+            sid = snapshot.status["id"]
+            return sid if sid in registered and snapshot.status["path"] == image(sid).path else None
+        if not snapshot.open:
+            return None
+        if snapshot.existing_path is not None:
+            named = existing(snapshot.existing_path)
+            return None if isinstance(named, str) else named.checkpoint_id
+        return by_label.get(snapshot.label)
+
+    own = [s for s in listed if s.job == "orders"]
+    kept = {sid for s in own if not s.deleting and (sid := stands_for(s)) is not None}
+    asked = plan.pin | plan.release | set(plan.dispose)
+    assert not asked & outstanding
+    assert not (plan.release | set(plan.dispose)) & kept
+    assert plan.pin == {sid for sid in kept if not registered[sid]} - outstanding
+    for sid, label in plan.dispose.items():
+        going = [s for s in own if s.deleting and s.held and stands_for(s) == sid]
+        assert all(s.dispose_on_delete for s in going) and registered[sid]
+        # None still being taken, or completed with its status not saying so yet.
+        assert not any(
+            s.open and s.existing_path is None and (s.label in flights or s.label in by_label)
+            for s in going
+        )
+        assert label in {s.label for s in going if s.state is SnapshotState.COMPLETED}
+        assert sid in plan.release  # released after: a refused disposal hands it to the history
+    for snapshot in plan.let_go:
+        sid = stands_for(snapshot)
+        assert snapshot.deleting and snapshot.held and snapshot.job == "orders"
+        assert sid is None or sid in kept or not registered[sid], (snapshot, sid)
+        assert sid in kept or sid not in outstanding
+    for snapshot in plan.hold:
+        assert not snapshot.deleting and not snapshot.held and snapshot.dispose_on_delete
+    assert all(s.job == "orders" for s in plan.hold + plan.let_go)
+
+
+def test_the_last_completed_object_deleted_disposes_of_its_savepoint() -> None:
+    """The plans the drawn test checks the bounds of, one by one."""
+    objects = [_drawn_snapshot(0, {**_BASE, "deleting": True, "held": True})]
+    objects.append(_drawn_snapshot(1, {**_BASE, "state": "IN_PROGRESS", "stands_for": 2}))
+    taken = [
+        dataclasses.replace(image(1, objects[0].label), pinned=True),
+        dataclasses.replace(image(2, objects[1].label), pinned=True),
+    ]
+
+    def plan(
+        *listed: Snapshot, outstanding: frozenset[int] = frozenset(), flights: str = ""
+    ) -> Any:
+        return snapshots.plan_pins(
+            "orders",
+            listed,
+            taken,
+            existing=lambda path: "none",
+            in_flight=lambda label: label == flights,
+            outstanding=outstanding,
+        )
+
+    disposing = plan(*objects)
+    assert (disposing.dispose, disposing.release, disposing.let_go) == (
+        {1: objects[0].label},
+        {1},
+        [],
+    )
+    kept_too = dataclasses.replace(objects[0], name="again", deleting=False, finalizers=())
+    assert plan(*objects, kept_too).let_go == [objects[0]]  # another stands for it
+    edited = dataclasses.replace(objects[0], dispose_on_delete=False)
+    assert (plan(edited, objects[1]).dispose, plan(edited, objects[1]).release) == ({}, {1})
+    assert plan(*objects, outstanding=frozenset({1})).release == set()  # its ask first
+    released = [dataclasses.replace(taken[0], pinned=False)]
+    assert snapshots.plan_pins(
+        "orders", objects, released, existing=str, in_flight=lambda label: False
+    ).let_go == [objects[0]]
+    # Deleted while its savepoint is taken, or taken and its status not written yet: waits.
+    going = dataclasses.replace(objects[1], deleting=True, finalizers=(snapshots.FINALIZER,))
+    waiting = plan(objects[0], going, flights=going.label)
+    assert 2 not in waiting.release and going not in waiting.let_go
+    assert objects[1] in plan(*objects).hold
+
+
+_BASE: dict[str, Any] = {
+    "state": "COMPLETED",
+    "stands_for": 1,
+    "by_path": True,
+    "existing": False,
+    "deleting": False,
+    "held": False,
+    "dispose": True,
+    "in_flight": False,
+    "job": "orders",
+}

@@ -122,10 +122,11 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
   resources: [sparkcheckpointjobs/status]
   verbs: [patch]
 # Snapshots: Kopf lists and watches them; the controller of the job each names writes its
-# status (merge patch on the status subresource).
+# status (merge patch on the status subresource) and its savepoint-disposal finalizer
+# (merge patch of metadata.finalizers).
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointsnapshots]
-  verbs: [list, watch]
+  verbs: [list, watch, patch]
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointsnapshots/status]
   verbs: [patch]

@@ -145,11 +145,15 @@ class SavepointHistory:
             self._savepoints.remove(found)
         return found
 
-    def release(self, savepoint_id: int, now: float) -> list[CompletedCheckpoint]:
-        """Savepoint ``savepoint_id`` is no longer pinned; return the savepoints the limits
-        let go now (it among them, if it is beyond them)."""
+    def pinned(self, savepoint_id: int) -> bool | None:
+        """Whether savepoint ``savepoint_id`` is pinned; None if the history has none."""
+        return next((s.pinned for s in self._savepoints if s.checkpoint_id == savepoint_id), None)
+
+    def pin(self, savepoint_id: int, pinned: bool, now: float) -> list[CompletedCheckpoint]:
+        """Savepoint ``savepoint_id`` is pinned, or no longer; return the savepoints the
+        limits let go now (it among them, if released beyond them)."""
         self._savepoints = [
-            replace(s, pinned=False) if s.checkpoint_id == savepoint_id else s
+            replace(s, pinned=pinned) if s.checkpoint_id == savepoint_id else s
             for s in self._savepoints
         ]
         return self.expire(now)

@@ -42,7 +42,7 @@ from spark_checkpoint_operator.coordinator.events import (
     JobPhaseChanged,
     JobTerminated,
     SavepointDisposeRequested,
-    SavepointReleased,
+    SavepointPinChanged,
     SnapshotCaptured,
     StoredIdsReported,
     TaskAcknowledged,
@@ -310,8 +310,8 @@ class CheckpointCoordinator:
                 self._withdraw(label, effects)
             case SavepointDisposeRequested(savepoint_id=savepoint_id, label=label):
                 self._dispose(savepoint_id, label, effects)
-            case SavepointReleased(savepoint_id=savepoint_id):
-                self._release(savepoint_id, effects)
+            case SavepointPinChanged(savepoint_id=savepoint_id, pinned=pinned):
+                self._pin(savepoint_id, pinned, effects)
             case TaskAcknowledged():
                 self._on_ack(event, effects)
             case TaskDeclined(checkpoint_id=checkpoint_id, task=task, message=message):
@@ -360,8 +360,10 @@ class CheckpointCoordinator:
         effects.append(PersistState(self.persisted_state))
         effects.append(DiscardSavepoint(disposed, label))
 
-    def _release(self, savepoint_id: int, effects: list[Effect]) -> None:
-        dropped = self._savepoints.release(savepoint_id, self._clock())
+    def _pin(self, savepoint_id: int, pinned: bool, effects: list[Effect]) -> None:
+        if self._savepoints.pinned(savepoint_id) in (None, pinned):
+            return  # as asked already, or not registered (disposed of meanwhile)
+        dropped = self._savepoints.pin(savepoint_id, pinned, self._clock())
         effects.append(PersistState(self.persisted_state))
         effects.extend(DiscardSavepoint(s) for s in dropped)
 

@@ -68,8 +68,8 @@ class TriggerRequested:
     after: AfterCompletion = AfterCompletion.CONTINUE
     forced: bool | None = None
     label: str = ""
-    # A savepoint the savepoint history's limits never let go until it is released
-    # (`SavepointReleased`): one a SparkCheckpointSnapshot object stands for.
+    # A savepoint the savepoint history's limits never let go until its pin changes
+    # (`SavepointPinChanged`): one a SparkCheckpointSnapshot object stands for.
     pinned: bool = False
 
 
@@ -95,11 +95,13 @@ class SavepointDisposeRequested:
 
 
 @dataclass(frozen=True, slots=True)
-class SavepointReleased:
-    """A pinned savepoint is no longer pinned (its SparkCheckpointSnapshot object is gone):
-    the savepoint history's limits apply to it from now on, and may let it go at once."""
+class SavepointPinChanged:
+    """A registered savepoint is pinned (a SparkCheckpointSnapshot object keeps it), or no
+    longer (its objects are gone): the savepoint history's limits apply to it from then on,
+    and may let it go at once. Disposing of it is `SavepointDisposeRequested`."""
 
     savepoint_id: int
+    pinned: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +163,7 @@ Event = (
     | TriggerRequested
     | TriggerWithdrawn
     | SavepointDisposeRequested
-    | SavepointReleased
+    | SavepointPinChanged
     | TaskAcknowledged
     | TaskDeclined
     | SnapshotCaptured

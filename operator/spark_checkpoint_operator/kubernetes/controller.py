@@ -176,10 +176,11 @@ class JobController:
         # What this controller wrote last of each snapshot (by uid): newer than the watch's.
         self._snapshots_written: dict[str, Mapping[str, Any]] = {}
         self._snapshot_retries: dict[str, asyncio.TimerHandle] = {}  # by uid
-        # Whether a pinned savepoint may have lost its snapshot object (looked at once a
-        # driver runs), and the savepoints released already.
+        # Whether a savepoint's pin may no longer be as its snapshot objects say (looked at
+        # once a driver runs); the pins asked of the supervisor, not in its registry yet (one
+        # at a time per savepoint: the next once its registry shows it).
         self._pins_to_check = True
-        self._released: set[int] = set()
+        self._pins_asked: dict[int, bool] = {}
         self._observer = Observers(  # the supervisor's
             metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
@@ -278,8 +279,8 @@ class JobController:
         self._changed.set()
 
     def pins_changed(self) -> None:
-        """A snapshot of the job was deleted, or completed (maybe after its object was
-        deleted): a pinned savepoint may have no object any more."""
+        """A snapshot of the job was deleted, completed (maybe after its object was
+        deleted) or edited once completed: a savepoint's pin may have to change."""
         self._pins_to_check = True
         self._changed.set()
 
@@ -311,6 +312,8 @@ class JobController:
                     await self._supervise(manifest)
                     continue
                 await self._reconcile_snapshots(None)
+                if self._record.phase in snapshots.ENDED:
+                    await self._let_go_of_snapshots()
                 await self._wait_for_change()
             if self._stop is _Stop.DELETE:
                 await self._finish_deletion()
@@ -696,7 +699,7 @@ class JobController:
                 if launcher.current is not None:
                     self._deployed = launcher.current.deployed_hash
                 await self._follow_spec(supervisor, requested)
-                await self._follow_snapshots(supervisor)
+                await self._follow_snapshots(supervisor, self._manifest or manifest)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
                 if supervisor.outcome is None and (deployed := self._spec_deployed()):
@@ -1134,10 +1137,14 @@ class JobController:
             self._snapshots_asked.discard(checkpoint.label)
             self.pins_changed()
 
-    async def _reconcile_snapshots(self, supervisor: JobSupervisor | None) -> None:
+    async def _reconcile_snapshots(
+        self, supervisor: JobSupervisor | None, manifest: JobManifest | None = None
+    ) -> None:
         """Each open SparkCheckpointSnapshot of the job: its next status recorded, and its
         savepoint or checkpoint asked for when the job runs (`snapshots.decide`), once its
-        status says so (a snapshot whose object is gone is asked for nothing)."""
+        status says so (a snapshot whose object is gone is asked for nothing); an existing
+        savepoint it names is pinned before its status says so (``manifest``: the job's
+        storage, where it is)."""
         bodies = self._clients.snapshots.of(self._namespace, self._name)
         self._forget_snapshots_but({body["metadata"]["uid"] for body in bodies})
         for body in bodies:
@@ -1166,10 +1173,15 @@ class JobController:
             # (the job is Finished then), and none attached takes none yet.
             phase = self._record.phase if supervisor is None else supervisor.coordinator_phase
             view = snapshots.JobView(phase, completed, in_flight, self._snapshots_failed)
+            if snapshot.existing_path is not None and supervisor is not None:
+                assert manifest is not None  # given with the supervisor
+                view.existing = self._existing_savepoint(manifest, snapshot.existing_path)
             now = time.time()
             decision = snapshots.decide(snapshot, view, now)
             if decision.trigger and supervisor is None:
                 continue  # asked for once a driver runs
+            if decision.pin is not None and supervisor is not None:
+                self._ask_pin(supervisor, decision.pin.checkpoint_id, pinned=True)
             if decision.wake_at is not None:
                 if (retry := self._snapshot_retries.get(uid)) is not None:
                     retry.cancel()
@@ -1194,12 +1206,12 @@ class JobController:
         """What was asked of an earlier supervisor (requests, releases) went with its
         inbox: nothing is in flight, and every pin is looked at again."""
         self._snapshots_asked.clear()
-        self._released.clear()
+        self._pins_asked.clear()
         self._pins_to_check = True
 
-    async def _follow_snapshots(self, supervisor: JobSupervisor) -> None:
-        await self._reconcile_snapshots(supervisor)
-        await self._release_pins(supervisor)
+    async def _follow_snapshots(self, supervisor: JobSupervisor, manifest: JobManifest) -> None:
+        await self._reconcile_snapshots(supervisor, manifest)
+        await self._reconcile_pins(supervisor, manifest)
 
     def _forget_snapshots_but(self, uids: set[str]) -> None:
         """What this controller keeps of snapshots whose objects are gone."""
@@ -1215,13 +1227,26 @@ class JobController:
         listed = await self._listed_snapshots()
         for body in listed or ():
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.job != self._name or not snapshot.open:
+            if snapshot.job != self._name:
+                continue
+            if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
+                await hold_snapshot(self._clients, snapshot, held=False)
+            if not snapshot.open:
                 continue
             status = snapshots.for_deleted_job(snapshot)
             if await write_snapshot_status(self._clients, snapshot, status) and (
                 said := snapshots.event(snapshot.status, status)
             ):
                 self._post_snapshot_event(body, *said)
+
+    async def _let_go_of_snapshots(self) -> None:
+        """The job ended: no driver runs to dispose of a savepoint, so its snapshots are not
+        held (one deleted goes at once; its savepoint stays in storage, as the job's
+        others). Held again should the job run again."""
+        for body in self._clients.snapshots.of(self._namespace, self._name):
+            snapshot = snapshots.Snapshot.from_body(body)
+            if snapshot.held:
+                await hold_snapshot(self._clients, snapshot, held=False)
 
     async def _listed_snapshots(self) -> list[dict[str, Any]] | None:
         """The SparkCheckpointSnapshots in the job's namespace as the API server lists them;
@@ -1243,36 +1268,84 @@ class JobController:
         items: list[dict[str, Any]] = listed["items"]
         return items
 
-    async def _release_pins(self, supervisor: JobSupervisor) -> None:
-        """A savepoint pinned for a SparkCheckpointSnapshot whose object is gone is released
-        to the savepoint history's limits. Gone by the API server's list, not the watch's
-        view (incomplete at a start): a savepoint released too soon may be deleted."""
+    async def _reconcile_pins(self, supervisor: JobSupervisor, manifest: JobManifest) -> None:
+        """Each registered savepoint pinned while a SparkCheckpointSnapshot of the job stands
+        for it, released once none does, disposed of as its last one is deleted
+        (`snapshots.plan_pins`); those whose deletion disposes held by `snapshots.FINALIZER`
+        until then. By the API server's list, not the watch's view (incomplete at a start,
+        and a watch listed again after a gap reports no deletion)."""
         if not self._pins_to_check or self._record.phase is not JobPhase.RUNNING:
             return
-        # Every pin, not only those the watch no longer shows: a watch listed again after a
-        # gap reports no deletion. Looked at rarely (a start, a deletion, a completion).
-        suspects = [
-            s
-            for s in self._record.coordinator.savepoints
-            if s.pinned and s.checkpoint_id not in self._released
-        ]
-        if suspects:
-            if (listed := await self._listed_snapshots()) is None:
-                return  # looked at again at the next change
-            alive = {snapshots.Snapshot.from_body(body).label for body in listed}
-            for savepoint in suspects:
-                if savepoint.label in alive:
-                    continue
-                self._released.add(savepoint.checkpoint_id)
-                supervisor.release(savepoint.checkpoint_id)
-                self._post_event(
-                    "Normal",
-                    "SavepointReleased",
-                    f"savepoint {savepoint.checkpoint_id} ({savepoint.label}) is no longer "
-                    "kept for its SparkCheckpointSnapshot, which is gone: the savepoint "
-                    "history's limits apply to it",
-                )
-        self._pins_to_check = False
+        registered = {s.checkpoint_id: s for s in self._record.coordinator.savepoints}
+        # An ask the registry shows is done; one for a savepoint gone went with it.
+        self._pins_asked = {
+            sid: pinned
+            for sid, pinned in self._pins_asked.items()
+            if sid in registered and registered[sid].pinned != pinned
+        }
+        if not any(s.pinned for s in registered.values()) and not self._clients.snapshots.of(
+            self._namespace, self._name
+        ):
+            self._pins_to_check = False
+            return
+        if (listed := await self._listed_snapshots()) is None:
+            return  # looked at again at the next change
+        savepoints = self._record.coordinator.savepoints  # as they are now: the list took time
+        plan = snapshots.plan_pins(
+            self._name,
+            [snapshots.Snapshot.from_body(body) for body in listed],
+            savepoints,
+            existing=lambda path: self._existing_savepoint(manifest, path),
+            in_flight=lambda label: supervisor.pending(label) or label in self._snapshots_asked,
+            outstanding=set(self._pins_asked),
+        )
+        for savepoint_id, label in plan.dispose.items():
+            supervisor.dispose(savepoint_id, label)  # before its release: the inbox keeps order
+        for savepoint_id in plan.pin:
+            self._ask_pin(supervisor, savepoint_id, pinned=True)
+        for savepoint in (s for s in savepoints if s.checkpoint_id in plan.release):
+            self._ask_pin(supervisor, savepoint.checkpoint_id, pinned=False)
+            then = (
+                "disposed of (spec.savepoint.disposeOnDelete), unless it is the job's newest image"
+                if savepoint.checkpoint_id in plan.dispose
+                else "the savepoint history's limits apply to it"
+            )
+            self._post_event(
+                "Normal",
+                "SavepointReleased",
+                f"savepoint {savepoint.checkpoint_id} ({savepoint.label}) is no longer kept: "
+                f"no SparkCheckpointSnapshot stands for it any more; {then}",
+            )
+        held = [await hold_snapshot(self._clients, s, held=True) for s in plan.hold]
+        held += [await hold_snapshot(self._clients, s, held=False) for s in plan.let_go]
+        # Looked at again until every ask shows in the registry and every hold is written.
+        self._pins_to_check = bool(self._pins_asked) or not all(held)
+
+    def _ask_pin(self, supervisor: JobSupervisor, savepoint_id: int, *, pinned: bool) -> None:
+        self._pins_asked[savepoint_id] = pinned
+        supervisor.pin(savepoint_id, pinned)
+
+    def _existing_savepoint(self, manifest: JobManifest, path: str) -> CompletedCheckpoint | str:
+        """The registered savepoint of the job's that ``path`` names (as its status's
+        lastSavepoint.path, `spark-checkpoint list` and a snapshot's status.path give it), or
+        why it names none (the operator reads no storage: the registry says)."""
+        named = f"spec.savepoint.path {path}"
+        try:
+            address = parse_snapshot_address(snapshot_uri(path))
+        except ValueError as error:
+            return f"{named}: {error}"
+        own = JobStorageLayout(_storage(manifest), self._namespace, self._name)
+        if storage_place(address.layout.job_root) != storage_place(own.job_root):
+            return f"{named}: not in the storage of SparkCheckpointJob {self._name}"
+        kind, savepoint_id = address.kind, address.snapshot_id
+        if kind is not CheckpointKind.SAVEPOINT:
+            return f"{named}: a {kind.value}, not a savepoint"
+        registry = self._record.coordinator
+        found = next((s for s in registry.savepoints if s.checkpoint_id == savepoint_id), None)
+        if found is None:
+            why = why_gone(registry, kind, savepoint_id) or "is not in the job's registry"
+            return f"{named}: savepoint {savepoint_id} {why}"
+        return found
 
     def _observed(self) -> Observed:
         pods = self._clients.pods.pods(self._namespace, self._name)
@@ -1675,21 +1748,57 @@ async def write_snapshot_status(
     return True
 
 
+async def hold_snapshot(clients: Clients, snapshot: snapshots.Snapshot, *, held: bool) -> bool:
+    """Add `snapshots.FINALIZER` to the snapshot's finalizers, or take it away, over the
+    version read (another's finalizer, added meanwhile, is not lost); whether it was
+    written, or the snapshot is gone."""
+    finalizers = [f for f in snapshot.finalizers if f != snapshots.FINALIZER]
+    if held:
+        finalizers.append(snapshots.FINALIZER)
+    metadata = {"finalizers": finalizers, "resourceVersion": snapshot.resource_version}
+    try:
+        await clients.custom_objects.patch_namespaced_custom_object(
+            objects.GROUP,
+            objects.VERSION,
+            snapshot.namespace,
+            objects.SNAPSHOT_PLURAL,
+            snapshot.name,
+            {"metadata": metadata},
+            _content_type=MERGE_PATCH,
+        )
+    except NotFoundException:
+        return True
+    except API_ERRORS as error:
+        log.warning(
+            "%s: SparkCheckpointSnapshot %s: its finalizer was not %s: %s",
+            snapshot.namespace,
+            snapshot.name,
+            "added" if held else "removed",
+            _api_error(error),
+        )
+        return False
+    return True
+
+
 async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
     """An open snapshot that no controller of this operator takes: if its job does not
     exist, its status says so (`snapshots.for_missing_job`), over the version of the
     snapshot read (an older event's body never overwrites a newer status). Else the job's
     controller, here once it starts or in the operator that holds its Lease, takes it."""
     snapshot = snapshots.Snapshot.from_body(body)
-    if not snapshot.open:
+    if not snapshot.open and not snapshot.held:
         return
     try:
         await clients.custom_objects.get_namespaced_custom_object(
             objects.GROUP, objects.VERSION, snapshot.namespace, objects.PLURAL, snapshot.job
         )
     except NotFoundException:
-        version = body["metadata"].get("resourceVersion")
-        await write_snapshot_status(clients, snapshot, snapshots.for_missing_job(snapshot), version)
+        if snapshot.held:  # nothing runs to dispose of its savepoint (one that was kept)
+            await hold_snapshot(clients, snapshot, held=False)
+        elif snapshot.open:
+            version = body["metadata"].get("resourceVersion")
+            missing = snapshots.for_missing_job(snapshot)
+            await write_snapshot_status(clients, snapshot, missing, version)
     except API_ERRORS as error:
         log.warning(
             "%s: SparkCheckpointSnapshot %s: its job %s could not be read: %s",

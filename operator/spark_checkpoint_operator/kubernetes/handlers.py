@@ -336,10 +336,8 @@ async def snapshot_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     body = event["object"]
     job = clients.snapshots.observe(event.get("type"), body)
     controller: JobController | None = memo[CONTROLLERS].get(job)
-    if controller is not None and event.get("type") == "DELETED":
-        controller.pins_changed()
-    elif controller is not None:
-        controller.changed()
+    if controller is not None:
+        controller.pins_changed()  # to hold or let go, deleted, edited, completed
     elif event.get("type") != "DELETED":
         await note_missing_job(clients, body)
 

@@ -9,7 +9,7 @@ in the job's registry after an operator restart; one still in flight then was ab
 the coordinator that asked for it, and is asked for again.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -27,8 +27,13 @@ from spark_checkpoint_operator.coordinator.state import format_time, parse_time
 FIRST_RETRY_SECONDS = 10.0
 LONGEST_RETRY_SECONDS = 300.0
 LABEL_PREFIX = "snapshot "
-# The job phases in which a snapshot waiting for its trigger can no longer be taken.
-_ENDED = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
+# Held on a savepoint snapshot whose deletion disposes of its savepoint (disposeOnDelete),
+# until the job's controller did, as Flink's finalizer: the object's spec at its deletion
+# decides, and no deletion goes unseen (a watch gap, an operator restart).
+FINALIZER = "sparkcheckpoint.io/savepoint-disposal"
+# The job phases in which a snapshot waiting for its trigger can no longer be taken, nor
+# a savepoint disposed of (no driver runs again).
+ENDED = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 
 
 class SnapshotState(StrEnum):
@@ -53,6 +58,13 @@ class Snapshot:
     kind: CheckpointKind
     backoff_limit: int  # -1: no limit
     status: Mapping[str, Any]
+    # spec.savepoint.path with alreadyExists: a savepoint of the job's to keep, not to take
+    # (read, as the rest of the spec, until a trigger).
+    existing_path: str | None = None
+    dispose_on_delete: bool = True  # read at any time, as Flink reads it at the deletion
+    deleting: bool = False
+    finalizers: tuple[str, ...] = ()
+    resource_version: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> "Snapshot":
@@ -62,9 +74,12 @@ class Snapshot:
         metadata, spec = body["metadata"], body.get("spec") or {}
         status = dict(body.get("status") or {})
         backoff_limit = spec.get("backoffLimit", -1)
+        savepoint: Mapping[str, Any] = spec.get("savepoint") or {}
+        existing = savepoint.get("path") if savepoint.get("alreadyExists") is True else None
         job = str((spec.get("jobReference") or {}).get("name", ""))
         kind = CheckpointKind.SAVEPOINT if "savepoint" in spec else CheckpointKind.CHECKPOINT
         if "triggerTimestamp" in status:
+            existing = None
             job = str(status.get("job") or job)
             kind = (
                 CheckpointKind(status["kind"])
@@ -79,6 +94,11 @@ class Snapshot:
             kind=kind,
             backoff_limit=backoff_limit if isinstance(backoff_limit, int) else -1,
             status=status,
+            existing_path=str(existing) if existing is not None else None,
+            dispose_on_delete=savepoint.get("disposeOnDelete") is not False,
+            deleting=bool(metadata.get("deletionTimestamp")),
+            finalizers=tuple(metadata.get("finalizers") or ()),
+            resource_version=metadata.get("resourceVersion"),
         )
 
     @property
@@ -86,6 +106,10 @@ class Snapshot:
         """The label of its savepoint or checkpoint: the uid tells a snapshot from an
         earlier one of the same name."""
         return f"{LABEL_PREFIX}{self.name} ({self.uid[:8]})"
+
+    @property
+    def held(self) -> bool:
+        return FINALIZER in self.finalizers
 
     @property
     def state(self) -> SnapshotState | None:
@@ -103,18 +127,22 @@ class JobView:
     """What a snapshot's decision reads of its job: the phase, and by label the snapshots
     completed (the registry's, and those completed under this controller, which retention
     may have let go since), in flight (their id; None while queued) and failed since the
-    snapshot's status was written last (why)."""
+    snapshot's status was written last (why); for a snapshot of an existing savepoint, the
+    registry's savepoint its path names, or why it names none (None: no driver runs to
+    pin it)."""
 
     phase: JobPhase
     completed: Mapping[str, CompletedCheckpoint] = field(default_factory=dict)
     in_flight: Mapping[str, int | None] = field(default_factory=dict)
     failed: Mapping[str, str] = field(default_factory=dict)
+    existing: CompletedCheckpoint | str | None = None
 
 
 @dataclass(frozen=True)
 class Decision:
     status: dict[str, Any]
     trigger: bool = False  # ask the job's supervisor for the snapshot now
+    pin: CompletedCheckpoint | None = None  # pin this registered savepoint
     wake_at: float | None = None  # look again then (epoch seconds): a retry falls due
 
 
@@ -157,17 +185,10 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
         return Decision(dict(snapshot.status))
     status = _open_status(snapshot)
     label = snapshot.label
+    if snapshot.existing_path is not None:
+        return _decide_existing(snapshot, status, job, now)
     if (completed := job.completed.get(label)) is not None:
-        status |= {
-            "state": SnapshotState.COMPLETED.value,
-            "id": completed.checkpoint_id,
-            "path": completed.path,
-            "batch": completed.batch_id,
-            "sizeBytes": completed.size_bytes,
-            "triggerTimestamp": format_time(completed.trigger_time),
-            "resultTimestamp": format_time(completed.completion_time),
-        }
-        return Decision(_without(status, "error", "message"))
+        return Decision(_completed(status, completed))
     if label in job.in_flight:
         status["state"] = SnapshotState.IN_PROGRESS.value
         if (checkpoint_id := job.in_flight[label]) is not None:
@@ -184,7 +205,7 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
             limit = f"spec.backoffLimit {snapshot.backoff_limit}"
             status["message"] = f"failed {status['failures']} time(s), {limit}: not taken again"
             return Decision(status)
-    if job.phase in _ENDED:
+    if job.phase in ENDED:
         return Decision(
             _abandoned(status, f"the job is {job.phase.value}: nothing runs to take it")
         )
@@ -197,6 +218,134 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
         return Decision(status)
     status |= {"state": SnapshotState.IN_PROGRESS.value, "triggerTimestamp": format_time(now)}
     return Decision(_without(status, "message"), trigger=True)
+
+
+def _decide_existing(
+    snapshot: Snapshot, status: dict[str, Any], job: JobView, now: float
+) -> Decision:
+    """A snapshot of an existing savepoint (Flink's alreadyExists): completed as the
+    registry's savepoint once the job's coordinator pinned it (asked for while a driver
+    runs), failed if its path names none."""
+    if job.phase in ENDED:
+        return Decision(
+            _abandoned(status, f"the job is {job.phase.value}: nothing runs to keep it")
+        )
+    if job.phase is not JobPhase.RUNNING or job.existing is None:
+        message = f"waits for the job to run (phase {job.phase.value}) to keep it"
+        return Decision(status | {"state": SnapshotState.TRIGGER_PENDING.value, "message": message})
+    if isinstance(job.existing, str):
+        status |= {
+            "state": SnapshotState.FAILED.value,
+            "failures": status["failures"] + 1,
+            "error": job.existing,
+            "resultTimestamp": format_time(now),
+            "message": "spec.savepoint.path names no savepoint the job can keep",
+        }
+        return Decision(status)
+    if not job.existing.pinned:
+        sid = job.existing.checkpoint_id
+        message = f"keeps savepoint {sid} once the job's coordinator has pinned it"
+        pending = status | {"state": SnapshotState.TRIGGER_PENDING.value, "message": message}
+        return Decision(pending, pin=job.existing)
+    return Decision(_completed(status, job.existing))
+
+
+def _completed(status: dict[str, Any], completed: CompletedCheckpoint) -> dict[str, Any]:
+    return _without(status, "error", "message") | {
+        "state": SnapshotState.COMPLETED.value,
+        "id": completed.checkpoint_id,
+        "path": completed.path,
+        "batch": completed.batch_id,
+        "sizeBytes": completed.size_bytes,
+        "triggerTimestamp": format_time(completed.trigger_time),
+        "resultTimestamp": format_time(completed.completion_time),
+    }
+
+
+@dataclass
+class PinPlan:
+    """What the job's controller does for its savepoint snapshots' savepoints: the
+    registered savepoints to pin and to release, those to dispose of (by the label of the
+    deleted snapshot that disposes of it), the snapshots to hold with `FINALIZER` and
+    those whose finalizer may go."""
+
+    pin: set[int] = field(default_factory=set)
+    release: set[int] = field(default_factory=set)
+    dispose: dict[int, str] = field(default_factory=dict)
+    hold: list[Snapshot] = field(default_factory=list)
+    let_go: list[Snapshot] = field(default_factory=list)
+
+
+def plan_pins(
+    job: str,
+    listed: Sequence[Snapshot],
+    savepoints: Sequence[CompletedCheckpoint],
+    *,
+    existing: Callable[[str], CompletedCheckpoint | str],
+    in_flight: Callable[[str], bool],
+    outstanding: Set[int] = frozenset(),
+) -> PinPlan:
+    """Each registered savepoint kept while a savepoint snapshot of ``job`` stands for it,
+    released once none does; disposed of as the last ones that stood for it are deleted
+    (held by `FINALIZER`), if one of them completed and none says disposeOnDelete false (as
+    in Flink). ``listed``: the API server's list (a watch gap reports no deletion);
+    ``existing``: the savepoint an alreadyExists path names; ``in_flight``: whether a
+    snapshot's own savepoint (by label) is being taken; ``outstanding``: the savepoints
+    with an ask not in the registry yet (nothing else is asked of them meanwhile)."""
+    registered = {s.checkpoint_id: s for s in savepoints}
+    by_label = {s.label: s.checkpoint_id for s in savepoints if is_snapshot_label(s.label)}
+
+    def stands_for(snapshot: Snapshot) -> int | None:
+        if snapshot.state is SnapshotState.COMPLETED:
+            # By its id and path: a job of the same name created later counts ids again.
+            sid, path = snapshot.status.get("id"), snapshot.status.get("path")
+            found = registered.get(sid) if isinstance(sid, int) else None
+            return sid if found is not None and found.path == path else None
+        if not snapshot.open:
+            return None
+        if snapshot.existing_path is not None:
+            named = existing(snapshot.existing_path)
+            return None if isinstance(named, str) else named.checkpoint_id
+        return by_label.get(snapshot.label)
+
+    def completing(snapshot: Snapshot) -> bool:
+        """Its own savepoint is taken, or taken and its status not written yet: its
+        deletion disposes of it once it says COMPLETED (Flink waits too)."""
+        taken = snapshot.open and snapshot.existing_path is None
+        return taken and (in_flight(snapshot.label) or snapshot.label in by_label)
+
+    own = [s for s in listed if s.job == job and s.kind is CheckpointKind.SAVEPOINT]
+    standing = [s for s in own if not s.deleting]
+    wanted = {sid for s in standing if (sid := stands_for(s)) is not None}
+    plan = PinPlan(pin={sid for sid in wanted if not registered[sid].pinned} - outstanding)
+    plan.hold = [
+        s
+        for s in standing
+        if s.dispose_on_delete and not s.held and s.state not in FINAL_STATES[1:]
+    ]
+    deleted: dict[int, list[Snapshot]] = {}
+    for snapshot in (s for s in own if s.deleting and s.held):
+        sid = stands_for(snapshot)
+        if sid is not None and sid not in wanted:
+            deleted.setdefault(sid, []).append(snapshot)
+        elif sid is not None or not completing(snapshot):
+            plan.let_go.append(snapshot)  # another stands for it, or it stood for none
+    for sid, group in deleted.items():
+        if sid in outstanding or any(completing(s) for s in group):
+            continue  # its ask first; or its status, to say it completed
+        if not registered[sid].pinned:
+            plan.let_go += group  # released (a disposal refused, or none asked): done
+            continue
+        disposing = [s for s in group if s.state is SnapshotState.COMPLETED]
+        if disposing and all(s.dispose_on_delete for s in group):
+            plan.dispose[sid] = disposing[0].label
+        plan.release.add(sid)
+    plan.release |= {
+        sid
+        for sid, savepoint in registered.items()
+        if savepoint.pinned and sid not in wanted | set(deleted) | outstanding
+    }
+    return plan
 
 
 def event(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, str, str] | None:

@@ -35,7 +35,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
     PersistedState,
     SavepointDisposeRequested,
-    SavepointReleased,
+    SavepointPinChanged,
     TerminalOutcome,
     Tick,
     TriggerCheckpoint,
@@ -348,9 +348,9 @@ class JobSupervisor:
         `SavepointDisposed` notice, labelled ``label``, says when it is done."""
         self._polls.inbox.put_nowait(SavepointDisposeRequested(savepoint_id, label))
 
-    def release(self, savepoint_id: int) -> None:
-        """A pinned savepoint is no longer pinned (`SavepointReleased`)."""
-        self._polls.inbox.put_nowait(SavepointReleased(savepoint_id))
+    def pin(self, savepoint_id: int, pinned: bool) -> None:
+        """A registered savepoint pinned, or released (`SavepointPinChanged`)."""
+        self._polls.inbox.put_nowait(SavepointPinChanged(savepoint_id, pinned))
 
     async def run(self) -> TerminalOutcome:
         """Run drivers until the job terminates; return how it ended."""

@@ -14,7 +14,7 @@ from spark_checkpoint.protocol import AgentStatus
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
     SavepointDisposeRequested,
-    SavepointReleased,
+    SavepointPinChanged,
     TriggerRequested,
     TriggerWithdrawn,
 )
@@ -30,7 +30,9 @@ LONG_POLL_SECONDS = 30.0
 Answer = AgentStatus | AgentUnavailable | AgentRejected
 # A user's request or its withdrawal, or None: new settings (their deadlines and effects
 # apply now).
-Message = TriggerRequested | TriggerWithdrawn | SavepointDisposeRequested | SavepointReleased | None
+Message = (
+    TriggerRequested | TriggerWithdrawn | SavepointDisposeRequested | SavepointPinChanged | None
+)
 
 
 class StatusPolls:
