@@ -385,6 +385,61 @@ def test_a_deleted_objects_savepoint_is_disposed_of_by_default(cluster: LocalClu
     assert second["id"] in _ids(cluster)
 
 
+def _held(cluster: LocalCluster, name: str) -> Any:
+    return cluster.wait_for(
+        f"snapshot {name} held",
+        lambda: (
+            FINALIZER
+            in (cluster.api.get(SNAPSHOTS, NAMESPACE, name)["metadata"].get("finalizers") or ())
+        ),
+        job="orders",
+    )
+
+
+def test_a_deletion_while_the_job_is_suspended_waits_for_it_to_run(
+    cluster: LocalCluster,
+) -> None:
+    """No driver runs to dispose of the savepoint: the object waits (as Flink's, for its
+    cluster), and goes, with its savepoint, once the job runs again."""
+    cluster.apply(job(savepoints={"historyMaxCount": 10}))
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
+    taken = in_state(cluster, "later", "COMPLETED")
+    _held(cluster, "later")
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    in_phase(cluster, "orders", "Suspended")
+
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "later")
+    time.sleep(1)
+    assert cluster.api.get(SNAPSHOTS, NAMESPACE, "later")["metadata"]["deletionTimestamp"]
+    assert taken["id"] in _ids(cluster)
+    cluster.patch_spec("orders", {"state": "Running"})
+
+    _gone(cluster, "later")
+    cluster.wait_for("it disposed of", lambda: taken["id"] not in _ids(cluster), job="orders")
+
+
+def test_the_jobs_newest_image_is_not_disposed_of(cluster: LocalCluster) -> None:
+    """The output may be committed up to its batch: refused, said on the job, and handed to
+    the history (which keeps the newest); the object goes."""
+    cluster.apply(job(checkpointing={"interval": "1h"}))
+    in_phase(cluster, "orders", "Running")
+    cluster.api.create(SNAPSHOTS, snapshot("newest"), namespace=NAMESPACE)
+    taken = in_state(cluster, "newest", "COMPLETED")
+    _held(cluster, "newest")
+
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "newest")
+
+    _gone(cluster, "newest")
+    said = cluster.wait_for_event("orders", "SavepointNotDisposed")
+    assert f"savepoint {taken['id']}" in said["message"] and "snapshot newest" in said["message"]
+    cluster.wait_for(
+        "the savepoint handed to the history",
+        lambda: [s.get("pinned") for s in _history(cluster) if s["id"] == taken["id"]] == [None],
+        job="orders",
+    )
+
+
 def test_a_deleted_jobs_snapshots_are_not_held(cluster: LocalCluster) -> None:
     """No driver runs to dispose of their savepoints: the job's deletion lets go of their
     finalizers (the savepoints stay in storage, as the job's others)."""

@@ -374,7 +374,10 @@ def test_a_request_that_ends_because_the_job_stopped_is_no_failure() -> None:
 
 _OBJECT = st.fixed_dictionaries(
     {
-        "state": st.sampled_from([None, "TRIGGER_PENDING", "IN_PROGRESS", "COMPLETED", "FAILED"]),
+        "state": st.sampled_from(
+            [None, "TRIGGER_PENDING", "IN_PROGRESS", "COMPLETED", "FAILED", "ABANDONED"]
+        ),
+        "checkpoint": st.booleans(),
         "stands_for": st.integers(1, 4),  # its completed savepoint's id, or its label's
         "by_path": st.booleans(),  # COMPLETED: status.path names the registered savepoint
         "existing": st.booleans(),  # alreadyExists (open): its path names the savepoint
@@ -398,7 +401,7 @@ def _drawn_snapshot(index: int, drawn: dict[str, Any]) -> Snapshot:
         name=f"s{index}",
         uid=f"{index:016d}",
         job=drawn["job"],
-        kind=CheckpointKind.SAVEPOINT,
+        kind=CheckpointKind.CHECKPOINT if drawn["checkpoint"] else CheckpointKind.SAVEPOINT,
         backoff_limit=-1,
         status=status,
         existing_path=image(sid).path if drawn["existing"] and state != "COMPLETED" else None,
@@ -456,14 +459,15 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
             return None if isinstance(named, str) else named.checkpoint_id
         return by_label.get(snapshot.label)
 
-    own = [s for s in listed if s.job == "orders"]
+    mine = [s for s in listed if s.job == "orders"]
+    own = [s for s in mine if s.kind is CheckpointKind.SAVEPOINT]
     kept = {sid for s in own if not s.deleting and (sid := stands_for(s)) is not None}
     asked = plan.pin | plan.release | set(plan.dispose)
     assert not asked & outstanding
     assert not (plan.release | set(plan.dispose)) & kept
     assert plan.pin == {sid for sid in kept if not registered[sid]} - outstanding
     for sid, label in plan.dispose.items():
-        going = [s for s in own if s.deleting and s.held and stands_for(s) == sid]
+        going = [s for s in own if s.deleting and stands_for(s) == sid]  # held or not
         assert all(s.dispose_on_delete for s in going) and registered[sid]
         # None still being taken, or completed with its status not saying so yet.
         assert not any(
@@ -472,13 +476,33 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
         )
         assert label in {s.label for s in going if s.state is SnapshotState.COMPLETED}
         assert sid in plan.release  # released after: a refused disposal hands it to the history
+
+    def disposes(snapshot: Snapshot) -> bool:
+        return (
+            snapshot.kind is CheckpointKind.SAVEPOINT
+            and snapshot.dispose_on_delete
+            and snapshot.state not in ("FAILED", "ABANDONED")
+        )
+
     for snapshot in plan.let_go:
-        sid = stands_for(snapshot)
-        assert snapshot.deleting and snapshot.held and snapshot.job == "orders"
+        assert snapshot.held and snapshot.job == "orders"
+        if not snapshot.deleting:
+            assert not disposes(snapshot)  # no longer one whose deletion disposes
+            continue
+        sid = stands_for(snapshot) if snapshot.kind is CheckpointKind.SAVEPOINT else None
         assert sid is None or sid in kept or not registered[sid], (snapshot, sid)
         assert sid in kept or sid not in outstanding
+    # Every held object is let go of once nothing is left to do for it.
+    for snapshot in (s for s in mine if s.held and s not in plan.let_go):
+        sid = stands_for(snapshot) if snapshot.kind is CheckpointKind.SAVEPOINT else None
+        if snapshot.deleting:
+            assert (sid is not None and sid not in kept) or (
+                snapshot.open and snapshot.existing_path is None
+            ), snapshot
+        else:
+            assert disposes(snapshot)
     for snapshot in plan.hold:
-        assert not snapshot.deleting and not snapshot.held and snapshot.dispose_on_delete
+        assert not snapshot.deleting and not snapshot.held and disposes(snapshot)
     assert all(s.job == "orders" for s in plan.hold + plan.let_go)
 
 
@@ -514,6 +538,9 @@ def test_the_last_completed_object_deleted_disposes_of_its_savepoint() -> None:
     edited = dataclasses.replace(objects[0], dispose_on_delete=False)
     assert (plan(edited, objects[1]).dispose, plan(edited, objects[1]).release) == ({}, {1})
     assert plan(*objects, outstanding=frozenset({1})).release == set()  # its ask first
+    # Deleted with it, not held (another's finalizer shows it), saying false: kept.
+    keeper = dataclasses.replace(objects[0], name="k", dispose_on_delete=False, finalizers=())
+    assert (plan(*objects, keeper).dispose, plan(*objects, keeper).release) == ({}, {1})
     released = [dataclasses.replace(taken[0], pinned=False)]
     assert snapshots.plan_pins(
         "orders", objects, released, existing=str, in_flight=lambda label: False
@@ -527,6 +554,7 @@ def test_the_last_completed_object_deleted_disposes_of_its_savepoint() -> None:
 
 _BASE: dict[str, Any] = {
     "state": "COMPLETED",
+    "checkpoint": False,
     "stands_for": 1,
     "by_path": True,
     "existing": False,
@@ -536,3 +564,20 @@ _BASE: dict[str, Any] = {
     "in_flight": False,
     "job": "orders",
 }
+
+
+def test_an_object_on_its_way_out_is_taken_only_if_it_was_in_flight() -> None:
+    """Deleted (held by the finalizer): nothing is taken or kept for it any more (Flink
+    lets a not-triggered one go without a disposal); one in flight completes, so that its
+    deletion disposes of its savepoint."""
+    going = dataclasses.replace(snapshot(), deleting=True)
+    waiting = decide(going, JobView(JobPhase.RUNNING), START)
+    assert not waiting.trigger and waiting.status["state"] == "ABANDONED"
+    assert waiting.status["error"] == "deleted before it was taken"
+    in_flight = decide(going, JobView(JobPhase.RUNNING, in_flight={LABEL: 3}), START)
+    assert in_flight.status["state"] == "IN_PROGRESS"
+    done = decide(going, JobView(JobPhase.RUNNING, completed={LABEL: image(3)}), START)
+    assert done.status["state"] == "COMPLETED"
+    existing = dataclasses.replace(going, existing_path=image(4).path)
+    kept = decide(existing, JobView(JobPhase.RUNNING, existing=image(4, "nonce 1")), START)
+    assert kept.pin is None and kept.status["state"] == "ABANDONED"

@@ -21,6 +21,7 @@ when the body changed, and tell it to stop (the job was deleted, or the operator
 
 import asyncio
 import contextlib
+import dataclasses
 import hashlib
 import itertools
 import json
@@ -136,6 +137,9 @@ SPEC_RECHECK_SECONDS = 1.0
 
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
+# A snapshot's disposal answers (`SavepointDisposed`, `SavepointNotDisposed`), details when a
+# user asked with the CLI, which prints them: news on the job when a deletion asked.
+DISPOSALS = ("SavepointDisposed", "SavepointNotDisposed")
 PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
 # What a request to the API server may fail with: its answer, or no answer.
 API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
@@ -1120,7 +1124,8 @@ class JobController:
             self._name,
             message,
         )
-        if notice.level is not Level.DETAIL:
+        is_snapshots = snapshots.is_snapshot_label(notice.label)
+        if notice.level is not Level.DETAIL or (is_snapshots and notice.reason in DISPOSALS):
             kind = "Warning" if notice.level is Level.WARNING else "Normal"
             self._post_event(kind, notice.reason, message)
         answer = snapshots.answer(notice.reason, notice.cause)
@@ -1175,13 +1180,22 @@ class JobController:
             view = snapshots.JobView(phase, completed, in_flight, self._snapshots_failed)
             if snapshot.existing_path is not None and supervisor is not None:
                 assert manifest is not None  # given with the supervisor
-                view.existing = self._existing_savepoint(manifest, snapshot.existing_path)
+                existing = self._existing_savepoint(manifest, snapshot.existing_path)
+                if not isinstance(existing, str) and existing.checkpoint_id in self._pins_asked:
+                    # A release (and disposal) may be queued: its outcome first.
+                    existing = dataclasses.replace(existing, pinned=False)
+                view.existing = existing
             now = time.time()
             decision = snapshots.decide(snapshot, view, now)
             if decision.trigger and supervisor is None:
                 continue  # asked for once a driver runs
-            if decision.pin is not None and supervisor is not None:
-                self._ask_pin(supervisor, decision.pin.checkpoint_id, pinned=True)
+            pin = decision.pin
+            if (
+                pin is not None
+                and supervisor is not None
+                and pin.checkpoint_id not in self._pins_asked
+            ):
+                self._ask_pin(supervisor, pin.checkpoint_id, pinned=True)
             if decision.wake_at is not None:
                 if (retry := self._snapshot_retries.get(uid)) is not None:
                     retry.cancel()
@@ -1243,9 +1257,12 @@ class JobController:
         """The job ended: no driver runs to dispose of a savepoint, so its snapshots are not
         held (one deleted goes at once; its savepoint stays in storage, as the job's
         others). Held again should the job run again."""
-        for body in self._clients.snapshots.of(self._namespace, self._name):
+        watched = self._clients.snapshots.of(self._namespace, self._name)
+        if not any(snapshots.Snapshot.from_body(body).held for body in watched):
+            return
+        for body in await self._listed_snapshots() or ():
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.held:
+            if snapshot.job == self._name and snapshot.held:
                 await hold_snapshot(self._clients, snapshot, held=False)
 
     async def _listed_snapshots(self) -> list[dict[str, Any]] | None:
@@ -1288,8 +1305,11 @@ class JobController:
         ):
             self._pins_to_check = False
             return
+        # Cleared before the awaits: a change meanwhile sets it again.
+        self._pins_to_check = False
         if (listed := await self._listed_snapshots()) is None:
-            return  # looked at again at the next change
+            self._pins_to_check = True  # looked at again at the next change
+            return
         savepoints = self._record.coordinator.savepoints  # as they are now: the list took time
         plan = snapshots.plan_pins(
             self._name,
@@ -1319,7 +1339,8 @@ class JobController:
         held = [await hold_snapshot(self._clients, s, held=True) for s in plan.hold]
         held += [await hold_snapshot(self._clients, s, held=False) for s in plan.let_go]
         # Looked at again until every ask shows in the registry and every hold is written.
-        self._pins_to_check = bool(self._pins_asked) or not all(held)
+        if self._pins_asked or not all(held):
+            self._pins_to_check = True
 
     def _ask_pin(self, supervisor: JobSupervisor, savepoint_id: int, *, pinned: bool) -> None:
         self._pins_asked[savepoint_id] = pinned

@@ -185,6 +185,10 @@ def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
         return Decision(dict(snapshot.status))
     status = _open_status(snapshot)
     label = snapshot.label
+    if snapshot.deleting and label not in job.in_flight and label not in job.completed:
+        # Nothing is taken, nor kept, for an object on its way out (as Flink lets one go
+        # that was not triggered); one in flight completes, and its deletion disposes.
+        return Decision(_abandoned(status, "deleted before it was taken"))
     if snapshot.existing_path is not None:
         return _decide_existing(snapshot, status, job, now)
     if (completed := job.completed.get(label)) is not None:
@@ -314,27 +318,33 @@ def plan_pins(
         taken = snapshot.open and snapshot.existing_path is None
         return taken and (in_flight(snapshot.label) or snapshot.label in by_label)
 
-    own = [s for s in listed if s.job == job and s.kind is CheckpointKind.SAVEPOINT]
-    standing = [s for s in own if not s.deleting]
+    def disposes(snapshot: Snapshot) -> bool:
+        """Its deletion may dispose of its savepoint: held until then."""
+        return (
+            snapshot.kind is CheckpointKind.SAVEPOINT
+            and snapshot.dispose_on_delete
+            and snapshot.state not in FINAL_STATES[1:]  # not failed, not abandoned
+        )
+
+    mine = [s for s in listed if s.job == job]
+    standing = [s for s in mine if not s.deleting and s.kind is CheckpointKind.SAVEPOINT]
     wanted = {sid for s in standing if (sid := stands_for(s)) is not None}
     plan = PinPlan(pin={sid for sid in wanted if not registered[sid].pinned} - outstanding)
-    plan.hold = [
-        s
-        for s in standing
-        if s.dispose_on_delete and not s.held and s.state not in FINAL_STATES[1:]
-    ]
+    plan.hold = [s for s in standing if disposes(s) and not s.held]
+    plan.let_go = [s for s in mine if s.held and not s.deleting and not disposes(s)]
     deleted: dict[int, list[Snapshot]] = {}
-    for snapshot in (s for s in own if s.deleting and s.held):
-        sid = stands_for(snapshot)
+    for snapshot in (s for s in mine if s.deleting):
+        sid = stands_for(snapshot) if snapshot.kind is CheckpointKind.SAVEPOINT else None
         if sid is not None and sid not in wanted:
+            # With the others deleted, held or not: one that says false keeps it.
             deleted.setdefault(sid, []).append(snapshot)
-        elif sid is not None or not completing(snapshot):
+        elif snapshot.held and (sid is not None or not completing(snapshot)):
             plan.let_go.append(snapshot)  # another stands for it, or it stood for none
     for sid, group in deleted.items():
         if sid in outstanding or any(completing(s) for s in group):
             continue  # its ask first; or its status, to say it completed
         if not registered[sid].pinned:
-            plan.let_go += group  # released (a disposal refused, or none asked): done
+            plan.let_go += [s for s in group if s.held]  # released (a disposal refused): done
             continue
         disposing = [s for s in group if s.state is SnapshotState.COMPLETED]
         if disposing and all(s.dispose_on_delete for s in group):
