@@ -25,7 +25,11 @@ from spark_checkpoint_operator.coordinator import (
 )
 from spark_checkpoint_operator.coordinator.state import parse_time
 from spark_checkpoint_operator.kubernetes import snapshots
-from spark_checkpoint_operator.kubernetes.controller import note_missing_job, write_snapshot_status
+from spark_checkpoint_operator.kubernetes.controller import (
+    hold_snapshot,
+    note_missing_job,
+    write_snapshot_status,
+)
 from spark_checkpoint_operator.kubernetes.runtime import (
     Clients,
     OperatorApiClient,
@@ -277,6 +281,9 @@ class _Refusing:
     async def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> None:
         raise self.error
 
+    async def patch_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> None:
+        raise self.error
+
 
 def _body() -> dict[str, Any]:
     return {
@@ -311,6 +318,29 @@ def test_a_status_write_that_fails_is_no_failure_of_the_job(error: Exception) ->
     assert written is False
     gone = isinstance(error, NotFoundException)
     assert (registry.of("default", "orders") == []) == gone
+
+
+@pytest.mark.parametrize(
+    ("error", "done"),
+    [
+        (NotFoundException(status=404, reason="Not Found"), True),
+        (ApiException(status=409, reason="Conflict"), False),
+        (ApiException(status=403, reason="Forbidden"), True),
+        (aiohttp.ClientConnectionError("connection reset"), False),
+        (TimeoutError(), False),
+    ],
+    ids=["gone", "changed", "forbidden", "no answer", "timed out"],
+)
+def test_a_finalizer_write_that_fails_is_tried_again_unless_it_cannot_be(
+    error: Exception, done: bool
+) -> None:
+    """A conflict or no answer: tried at the next change; gone: nothing to hold; forbidden
+    (a role without patch on the snapshots): not at every change (the object is then
+    released, not disposed of, at its deletion)."""
+    clients = SimpleNamespace(custom_objects=_Refusing(error))
+    for held in (True, False):
+        written = asyncio.run(hold_snapshot(clients, Snapshot.from_body(_body()), held=held))  # type: ignore[arg-type]
+        assert written is done
 
 
 SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
