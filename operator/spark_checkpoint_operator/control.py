@@ -299,7 +299,7 @@ class ControlServer:
         self._report(
             f"`spark-checkpoint savepoint --dispose`: disposing of savepoint {savepoint_id}"
         )
-        label = f"dispose request {secrets.token_hex(4)}"
+        label = f"`spark-checkpoint savepoint --dispose` {secrets.token_hex(4)}"
         self._asking.add(label)
         try:
             self._supervisor.dispose(savepoint_id, label)

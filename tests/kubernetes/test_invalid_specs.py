@@ -168,9 +168,15 @@ def test_a_job_stored_under_an_earlier_crd_is_ratcheted(api: EmulatedApiServer) 
 
 SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
 INVALID_SNAPSHOTS = [
-    ({"savepoint": {"path": "/s/default/orders/savepoints/sp-1"}}, "savepoint.path names"),
-    ({"savepoint": {"alreadyExists": True}}, "savepoint.path names"),
-    ({"savepoint": {"alreadyExists": False, "path": "/s"}}, "savepoint.path names"),
+    (
+        {"savepoint": {"path": "/s/default/orders/savepoints/sp-1"}},
+        "savepoint.path goes with alreadyExists",
+    ),
+    ({"savepoint": {"alreadyExists": True}}, "savepoint.path goes with alreadyExists"),
+    (
+        {"savepoint": {"alreadyExists": False, "path": "/s"}},
+        "savepoint.path goes with alreadyExists",
+    ),
     ({"savepoint": {}, "checkpoint": {}}, "exactly one of savepoint and checkpoint"),
     ({"savepoint": {"formatType": "NATIVE"}}, 'unknown field "spec.savepoint.formatType"'),
 ]

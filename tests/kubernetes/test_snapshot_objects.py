@@ -410,7 +410,14 @@ def test_a_deletion_while_the_job_is_suspended_waits_for_it_to_run(
     in_phase(cluster, "orders", "Suspended")
 
     cluster.api.delete(SNAPSHOTS, NAMESPACE, "later")
-    time.sleep(1)
+    waiting = cluster.wait_for(
+        "the wait said",
+        lambda: snapshot_status(cluster, "later").get("message"),
+        job="orders",
+    )
+    assert waiting == (
+        "its deletion waits for the job to run (phase Suspended) to dispose of its savepoint"
+    )
     assert cluster.api.get(SNAPSHOTS, NAMESPACE, "later")["metadata"]["deletionTimestamp"]
     assert taken["id"] in _ids(cluster)
     cluster.patch_spec("orders", {"state": "Running"})
@@ -433,6 +440,7 @@ def test_the_jobs_newest_image_is_not_disposed_of(cluster: LocalCluster) -> None
     _gone(cluster, "newest")
     said = cluster.wait_for_event("orders", "SavepointNotDisposed")
     assert f"savepoint {taken['id']}" in said["message"] and "snapshot newest" in said["message"]
+    assert "handed to the savepoint history" in said["message"]
     cluster.wait_for(
         "the savepoint handed to the history",
         lambda: [s.get("pinned") for s in _history(cluster) if s["id"] == taken["id"]] == [None],
@@ -442,16 +450,17 @@ def test_the_jobs_newest_image_is_not_disposed_of(cluster: LocalCluster) -> None
 
 def test_a_deleted_jobs_snapshots_are_not_held(cluster: LocalCluster) -> None:
     """No driver runs to dispose of their savepoints: the job's deletion lets go of their
-    finalizers (the savepoints stay in storage, as the job's others)."""
+    finalizers (the savepoints stay in storage, as the job's others); one whose deletion
+    waited says its savepoint was not disposed of."""
     cluster.apply(job())
     completed(cluster, "orders", 1)
-    cluster.api.create(SNAPSHOTS, snapshot("kept"), namespace=NAMESPACE)
-    in_state(cluster, "kept", "COMPLETED")
-    cluster.wait_for(
-        "the finalizer",
-        lambda: cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
-        job="orders",
-    )
+    for name in ("kept", "waiting"):
+        cluster.api.create(SNAPSHOTS, snapshot(name), namespace=NAMESPACE)
+        in_state(cluster, name, "COMPLETED")
+        _held(cluster, name)
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    in_phase(cluster, "orders", "Suspended")
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "waiting")
     cluster.delete("orders")
     cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
     cluster.wait_for(
@@ -459,7 +468,11 @@ def test_a_deleted_jobs_snapshots_are_not_held(cluster: LocalCluster) -> None:
         lambda: not cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
     )
     cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")
-    assert "kept" not in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
+    assert [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)] == []
+    said = cluster.wait_for_event("waiting", "SnapshotKept")
+    assert said["message"].endswith(
+        "is not disposed of: SparkCheckpointJob orders was deleted; it stays in storage"
+    )
 
 
 def test_a_snapshot_of_an_existing_savepoint_keeps_it(cluster: LocalCluster) -> None:

@@ -319,6 +319,8 @@ class JobController:
                 await self._reconcile_snapshots(None)
                 if self._record.phase in snapshots.ENDED:
                     await self._let_go_of_snapshots()
+                else:
+                    await self._say_deletions_wait()
                 await self._wait_for_change()
             if self._stop is _Stop.DELETE:
                 await self._finish_deletion()
@@ -1118,6 +1120,11 @@ class JobController:
         message = notice.message
         if snapshots.is_snapshot_label(notice.label) and notice.label not in message:
             message = f"{message} ({notice.label})"  # which snapshot failed, say
+        if snapshots.is_snapshot_label(notice.label) and notice.reason == DISPOSALS[1]:
+            message += (
+                ": not disposed of at its deletion, but handed to the savepoint history "
+                "(`spark-checkpoint savepoint --dispose` disposes of it once it may be)"
+            )
         log.log(
             logging.WARNING if notice.level is Level.WARNING else logging.INFO,
             "%s/%s: %s",
@@ -1245,7 +1252,7 @@ class JobController:
             if snapshot.job != self._name:
                 continue
             if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
-                await hold_snapshot(self._clients, snapshot, held=False)
+                await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
             if not snapshot.open:
                 continue
             status = snapshots.for_deleted_job(snapshot)
@@ -1261,10 +1268,35 @@ class JobController:
         watched = self._clients.snapshots.of(self._namespace, self._name)
         if not any(snapshots.Snapshot.from_body(body).held for body in watched):
             return
+        phase = self._record.phase.value
         for body in await self._listed_snapshots() or ():
             snapshot = snapshots.Snapshot.from_body(body)
             if snapshot.job == self._name and snapshot.held:
-                await hold_snapshot(self._clients, snapshot, held=False)
+                await self._let_go(body, f"the job is {phase}: nothing runs to dispose of it")
+
+    async def _let_go(self, body: Mapping[str, Any], why: str) -> None:
+        """Take the finalizer away; a deletion that would have disposed of the savepoint
+        says why it did not."""
+        snapshot = snapshots.Snapshot.from_body(body)
+        if await hold_snapshot(self._clients, snapshot, held=False) and (
+            snapshot.deleting and snapshot.state is snapshots.SnapshotState.COMPLETED
+        ):
+            said = f"savepoint {snapshot.status.get('id')} is not disposed of: {why}"
+            self._post_snapshot_event(
+                body, "Normal", "SnapshotKept", f"{said}; it stays in storage"
+            )
+
+    async def _say_deletions_wait(self) -> None:
+        """A deleted snapshot whose savepoint waits for a driver to dispose of it says so
+        (`kubectl delete` waits meanwhile)."""
+        phase = self._record.phase.value
+        waits = f"its deletion waits for the job to run (phase {phase}) to dispose of its savepoint"
+        for body in self._clients.snapshots.of(self._namespace, self._name):
+            snapshot = snapshots.Snapshot.from_body(body)
+            if snapshot.deleting and snapshot.held and snapshot.status.get("message") != waits:
+                await write_snapshot_status(
+                    self._clients, snapshot, {**snapshot.status, "message": waits}
+                )
 
     async def _listed_snapshots(self) -> list[dict[str, Any]] | None:
         """The SparkCheckpointSnapshots in the job's namespace as the API server lists them;

@@ -243,7 +243,8 @@ def _decide_existing(
             "failures": status["failures"] + 1,
             "error": job.existing,
             "resultTimestamp": format_time(now),
-            "message": "spec.savepoint.path names no savepoint the job can keep",
+            # What -o wide shows: the reason, and what to do (the spec is not read again).
+            "message": f"{job.existing}; create another object to keep another savepoint",
         }
         return Decision(status)
     if not job.existing.pinned:

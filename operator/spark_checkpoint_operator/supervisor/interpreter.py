@@ -78,7 +78,6 @@ from spark_checkpoint_operator.supervisor.record import JobRecord
 # final savepoint.
 FINAL_LABEL = "final"
 # Why a savepoint the history would keep is deleted.
-DISPOSED = "disposed of (`spark-checkpoint savepoint --dispose`)"
 
 
 class Notify(Protocol):
@@ -329,7 +328,7 @@ class EffectInterpreter:
                     "SavepointDiscarded",
                     Level.NOTE,
                     f"deleting savepoint {sid} (batch {savepoint.batch_id}): "
-                    + (DISPOSED if label else self._why_trimmed(sid)),
+                    + (f"disposed of ({label})" if label else self._why_trimmed(sid)),
                 )
                 discard = DiscardDue(CheckpointKind.SAVEPOINT, sid)
                 await self._discard(discard, attempt, [])

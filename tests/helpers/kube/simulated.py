@@ -564,14 +564,15 @@ class SimulatedKubelet:
         return base64.b64decode(data["token"]).decode()
 
     async def _report_exits(self) -> None:
-        reported: set[tuple[str, str]] = set()
+        # By pod and address: a pod of the same name (its job created again) is another.
+        reported: set[tuple[tuple[str, str], str]] = set()
         while True:
             await asyncio.sleep(0.1)
             for key, ip in list(self._pod_ips.items()):
                 agent = self._agents.agents.get(ip)
-                if agent is None or agent.exit_code is None or key in reported:
+                if agent is None or agent.exit_code is None or (key, ip) in reported:
                     continue
-                reported.add(key)
+                reported.add((key, ip))
                 await _ignore_missing(
                     self._set_status(key, _terminated(ip, "driver", agent.exit_code))
                 )
