@@ -324,7 +324,7 @@ def plan_pins(
         return (
             snapshot.kind is CheckpointKind.SAVEPOINT
             and snapshot.dispose_on_delete
-            and snapshot.state not in FINAL_STATES[1:]  # not failed, not abandoned
+            and snapshot.state not in (SnapshotState.FAILED, SnapshotState.ABANDONED)
         )
 
     mine = [s for s in listed if s.job == job]
