@@ -140,7 +140,8 @@ SPEC_RECHECK_SECONDS = 1.0
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
 # A snapshot's disposal answers (`SavepointDisposed`, `SavepointNotDisposed`), details when a
 # user asked with the CLI, which prints them: news on the job when a deletion asked.
-DISPOSALS = ("SavepointDisposed", "SavepointNotDisposed")
+NOT_DISPOSED = "SavepointNotDisposed"
+DISPOSALS = ("SavepointDisposed", NOT_DISPOSED)
 PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
 # What a request to the API server may fail with: its answer, or no answer.
 API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
@@ -1120,7 +1121,7 @@ class JobController:
         message = notice.message
         if snapshots.is_snapshot_label(notice.label) and notice.label not in message:
             message = f"{message} ({notice.label})"  # which snapshot failed, say
-        if snapshots.is_snapshot_label(notice.label) and notice.reason == DISPOSALS[1]:
+        if snapshots.is_snapshot_label(notice.label) and notice.reason == NOT_DISPOSED:
             message += (
                 ": not disposed of at its deletion, but handed to the savepoint history "
                 "(`spark-checkpoint savepoint --dispose` disposes of it once it may be)"

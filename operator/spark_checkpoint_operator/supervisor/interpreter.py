@@ -77,7 +77,6 @@ from spark_checkpoint_operator.supervisor.record import JobRecord
 # The label of the last image of a job: bounded input's final checkpoint, a deleted job's
 # final savepoint.
 FINAL_LABEL = "final"
-# Why a savepoint the history would keep is deleted.
 
 
 class Notify(Protocol):
