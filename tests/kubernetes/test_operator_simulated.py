@@ -28,6 +28,7 @@ from helpers.kube.cluster import (
     LocalCluster,
     OperatorProcess,
     operator_stopped,
+    refused_requests,
 )
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
@@ -1731,19 +1732,6 @@ def test_an_ended_job_deleted_after_an_operator_restart_has_its_leftovers_collec
 
     cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
     assert [c[0] for c in cleanup_commands(cluster, "orders")] == ["collect-garbage"]
-
-
-def refused_requests(
-    cluster: LocalCluster, matches: Callable[[Any], bool], error: kmock.KubernetesError
-) -> threading.Event:
-    """The API server answers the requests ``matches`` picks with ``error`` while the
-    returned event is set (clear it to let them through)."""
-    refusing = threading.Event()
-    refusing.set()
-    cluster.api.call(
-        lambda emulator: emulator[lambda request: refusing.is_set() and matches(request)] << error
-    )
-    return refusing
 
 
 def refused_status_writes(

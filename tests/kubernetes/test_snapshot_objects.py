@@ -6,11 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 import yaml
 
 from helpers.doc_blocks import marked_blocks
-from helpers.kube.cluster import NAMESPACE, LocalCluster, operator_stopped
+from helpers.kube.cluster import JOBS, NAMESPACE, LocalCluster, operator_stopped, refused_requests
 from helpers.kube.simulated import SimulatedAgents
 from helpers.kube.simulated_jobs import completed, in_phase, job
 from spark_checkpoint.storage.layout import parse_snapshot_address
@@ -399,31 +400,138 @@ def _held(cluster: LocalCluster, name: str) -> Any:
 def test_a_deletion_while_the_job_is_suspended_waits_for_it_to_run(
     cluster: LocalCluster,
 ) -> None:
-    """No driver runs to dispose of the savepoint: the object waits (as Flink's, for its
-    cluster), and goes, with its savepoint, once the job runs again."""
+    """No driver runs to dispose of the savepoint (or to hand it to the history): the
+    object waits (as Flink's, for its cluster), and goes, with its savepoint, once the job
+    runs again."""
     cluster.apply(job(savepoints={"historyMaxCount": 10}))
     completed(cluster, "orders", 1)
     cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
-    taken = in_state(cluster, "later", "COMPLETED")
+    kept = snapshot("kept", savepoint={"disposeOnDelete": False})
+    cluster.api.create(SNAPSHOTS, kept, namespace=NAMESPACE)
+    taken, handed = in_state(cluster, "later", "COMPLETED"), in_state(cluster, "kept", "COMPLETED")
     _held(cluster, "later")
     cluster.patch_spec("orders", {"state": "Suspended"})
     in_phase(cluster, "orders", "Suspended")
 
     cluster.api.delete(SNAPSHOTS, NAMESPACE, "later")
+    cluster.api.patch(SNAPSHOTS, NAMESPACE, "kept", {"metadata": {"finalizers": [FINALIZER]}})
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")  # held by hand: a false one is not
     waiting = cluster.wait_for(
-        "the wait said",
-        lambda: snapshot_status(cluster, "later").get("message"),
+        "the waits said",
+        lambda: (
+            (later := snapshot_status(cluster, "later").get("message"))
+            and (kept := snapshot_status(cluster, "kept").get("message"))
+            and (later, kept)
+        ),
         job="orders",
     )
     assert waiting == (
-        "its deletion waits for the job to run (phase Suspended) to dispose of its savepoint"
+        "its deletion waits for the job to run (phase Suspended) to dispose of its savepoint",
+        "its deletion waits for the job to run (phase Suspended) to hand its savepoint to the "
+        "savepoint history",
     )
     assert cluster.api.get(SNAPSHOTS, NAMESPACE, "later")["metadata"]["deletionTimestamp"]
     assert taken["id"] in _ids(cluster)
     cluster.patch_spec("orders", {"state": "Running"})
 
     _gone(cluster, "later")
+    _gone(cluster, "kept")
     cluster.wait_for("it disposed of", lambda: taken["id"] not in _ids(cluster), job="orders")
+    cluster.wait_for(
+        "the other handed to the history",
+        lambda: [s.get("pinned") for s in _history(cluster) if s["id"] == handed["id"]] == [None],
+        job="orders",
+    )
+
+
+def test_a_deletion_of_a_snapshot_never_taken_waits_for_nothing(tmp_path: Path) -> None:
+    """Held while it could still be taken, it stands for no savepoint once deleted: it goes
+    at once, though the job is suspended (it waited for the job to run, saying it would
+    dispose of a savepoint it never had)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))  # savepoints expire
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "1s"}))
+        in_phase(cluster, "orders", "Running")
+        cluster.api.create(SNAPSHOTS, snapshot("doomed", backoffLimit=3), namespace=NAMESPACE)
+        cluster.wait_for(
+            "the first failure",
+            lambda: snapshot_status(cluster, "doomed").get("failures") == 1,
+            job="orders",
+        )
+        _held(cluster, "doomed")
+        driver = cluster.simulated_agent("orders-driver-1")
+        assert driver is not None
+        driver.ack_delay = (0.01, 0.2)  # the suspension's savepoint completes
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        in_phase(cluster, "orders", "Suspended")
+        assert snapshot_status(cluster, "doomed")["state"] == "TRIGGER_PENDING"  # retried later
+
+        cluster.api.delete(SNAPSHOTS, NAMESPACE, "doomed")
+
+        _gone(cluster, "doomed")
+
+
+def test_a_finalizer_the_api_server_did_not_write_is_written_soon(
+    cluster: LocalCluster,
+) -> None:
+    """Nothing else changes (no checkpoint is due for an hour): the finalizer is asked for
+    again on its own (it waited for the job's next change, and a deletion meanwhile would
+    not have disposed of the savepoint)."""
+    cluster.apply(job(checkpointing={"interval": "1h"}))
+    in_phase(cluster, "orders", "Running")
+    failing = refused_requests(cluster, _finalizer_write, UNAVAILABLE)
+    cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
+    in_state(cluster, "later", "COMPLETED")
+    _finalizer_write_refused(cluster, 0)
+    failing.clear()
+
+    _held(cluster, "later")
+
+
+def test_a_deleted_jobs_snapshot_is_let_go_though_the_api_server_failed_once(
+    cluster: LocalCluster,
+) -> None:
+    """Nothing runs for the job after its deletion: its snapshot's finalizer is asked to go
+    again a few times (it stayed, and `kubectl delete` of the snapshot hung, until an
+    operator restart)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("kept"), namespace=NAMESPACE)
+    in_state(cluster, "kept", "COMPLETED")
+    _held(cluster, "kept")
+    failing = refused_requests(cluster, _finalizer_write, UNAVAILABLE)
+    before = _finalizer_writes(cluster)
+
+    cluster.delete("orders")
+    _finalizer_write_refused(cluster, before)
+    failing.clear()
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
+    cluster.wait_for(
+        "the finalizer gone",
+        lambda: not cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
+    )
+
+
+UNAVAILABLE = kmock.KubernetesError(503, "ServiceUnavailable", "injected", {})
+
+
+def _finalizer_write(request: Any) -> bool:
+    path = request.url.path
+    return bool(
+        request.method.value == "PATCH"
+        and "/sparkcheckpointsnapshots/" in path
+        and not path.endswith("/status")
+    )
+
+
+def _finalizer_writes(cluster: LocalCluster) -> int:
+    return sum(_finalizer_write(request) for request in cluster.api.call(list))
+
+
+def _finalizer_write_refused(cluster: LocalCluster, before: int) -> None:
+    """Wait for a finalizer write after the ``before`` first ones (refused)."""
+    cluster.wait_for("a finalizer write refused", lambda: _finalizer_writes(cluster) > before)
 
 
 def test_the_jobs_newest_image_is_not_disposed_of(cluster: LocalCluster) -> None:
@@ -473,6 +581,34 @@ def test_a_deleted_jobs_snapshots_are_not_held(cluster: LocalCluster) -> None:
     assert said["message"].endswith(
         "is not disposed of: SparkCheckpointJob orders was deleted; it stays in storage"
     )
+
+
+def test_a_job_deleted_while_its_status_cannot_be_read_lets_go_of_its_snapshots(
+    cluster: LocalCluster,
+) -> None:
+    """Its storage stays as it is, and so do its snapshots' savepoints: their finalizers went
+    with the job's deletion only when the status could be read (they waited for an operator
+    restart otherwise); a waiting snapshot is abandoned."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.api.create(SNAPSHOTS, snapshot("kept"), namespace=NAMESPACE)
+    in_state(cluster, "kept", "COMPLETED")
+    _held(cluster, "kept")
+    with operator_stopped(cluster):
+        unreadable = {"status": {"jobAttempt": -5}}
+        cluster.api.patch(JOBS, NAMESPACE, "orders", unreadable, subresource="status")
+        cluster.api.create(SNAPSHOTS, snapshot("waiting"), namespace=NAMESPACE)
+    cluster.wait_for_event("orders", "StatusUnreadable")
+
+    cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
+    cluster.wait_for(
+        "the finalizer gone",
+        lambda: not cluster.api.get(SNAPSHOTS, NAMESPACE, "kept")["metadata"].get("finalizers"),
+    )
+    said = in_state(cluster, "waiting", "ABANDONED")["error"]
+    assert said == "SparkCheckpointJob orders was deleted"
 
 
 def test_a_snapshot_of_an_existing_savepoint_keeps_it(cluster: LocalCluster) -> None:

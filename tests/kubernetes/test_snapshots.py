@@ -334,9 +334,9 @@ def test_a_status_write_that_fails_is_no_failure_of_the_job(error: Exception) ->
 def test_a_finalizer_write_that_fails_is_tried_again_unless_it_cannot_be(
     error: Exception, done: bool
 ) -> None:
-    """A conflict or no answer: tried at the next change; gone: nothing to hold; forbidden
-    (a role without patch on the snapshots): not at every change (the object is then
-    released, not disposed of, at its deletion)."""
+    """A conflict or no answer: tried again (soon, or at the next change); gone: nothing to
+    hold; forbidden (a role without patch on the snapshots): not at every change (the
+    object is then released, not disposed of, at its deletion)."""
     clients = SimpleNamespace(custom_objects=_Refusing(error))
     for held in (True, False):
         written = asyncio.run(hold_snapshot(clients, Snapshot.from_body(_body()), held=held))  # type: ignore[arg-type]

@@ -135,6 +135,11 @@ TOLERATED_SHOWN = 5
 SHUTDOWN_GRACE_SECONDS = 60.0
 # How soon a change waiting for a driver's agent to answer again is looked at again.
 SPEC_RECHECK_SECONDS = 1.0
+# How soon a snapshot's finalizer, or the list of snapshots, is asked for again after the API
+# server did not answer (nothing else may change meanwhile: a suspended job, say); how many
+# times a deleted job's snapshots are (its controller ends then).
+SNAPSHOT_RETRY_SECONDS = 5.0
+DELETED_JOB_SNAPSHOT_TRIES = 3
 
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
@@ -187,6 +192,7 @@ class JobController:
         # at a time per savepoint: the next once its registry shows it).
         self._pins_to_check = True
         self._pins_asked: dict[int, bool] = {}
+        self._snapshots_wake: asyncio.TimerHandle | None = None  # a failed write tried again
         self._observer = Observers(  # the supervisor's
             metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
@@ -328,6 +334,8 @@ class JobController:
         finally:
             self._ended.set()
             self._cancel_dry_run_wake()
+            if self._snapshots_wake is not None:
+                self._snapshots_wake.cancel()
 
     async def delete(self) -> None:
         """The job is being deleted and no ``run`` drives it (the operator was down when
@@ -349,6 +357,8 @@ class JobController:
         finally:
             self._ended.set()
             self._cancel_dry_run_wake()
+            if self._snapshots_wake is not None:
+                self._snapshots_wake.cancel()
 
     async def _finish_deletion(self) -> None:
         """After the final savepoint (or without one): retention, then the job's directory
@@ -379,7 +389,8 @@ class JobController:
         operator writes none it cannot read), say so once and wait for it to change: the
         registry it holds is what garbage collection and restores go by, so nothing is
         done for the job meanwhile. A job deleted meanwhile loses its finalizer without
-        its final savepoint and retention (its storage stays as it is); False then."""
+        its final savepoint and retention (its storage stays as it is), and so do its
+        snapshots; False then."""
         said = ""
         while True:
             try:
@@ -397,6 +408,7 @@ class JobController:
                     "it); a deletion meanwhile leaves its storage as it is",
                 )
             if self._stop is _Stop.DELETE:
+                await self._abandon_snapshots()
                 self._metrics.forget()
                 self._deleted = True
                 return False
@@ -1245,22 +1257,34 @@ class JobController:
 
     async def _abandon_snapshots(self) -> None:
         """The job is deleted: its open snapshots are abandoned (a job created later under
-        its name is another job). By the API server's list: the watch's view may not have
-        them yet (a deletion handled at an operator's start)."""
-        listed = await self._listed_snapshots()
-        for body in listed or ():
+        its name is another job), and none is held. By the API server's list: the watch's
+        view may not have them yet (a deletion handled at an operator's start). Tried
+        again a few times while the API server does not answer (nothing runs for the job
+        afterwards: a snapshot left held waits for an operator's restart)."""
+        for tries in range(DELETED_JOB_SNAPSHOT_TRIES, 0, -1):
+            if await self._abandoned_snapshots() or tries == 1:
+                return
+            await asyncio.sleep(SNAPSHOT_RETRY_SECONDS)
+
+    async def _abandoned_snapshots(self) -> bool:
+        """`_abandon_snapshots` once; whether every write was made."""
+        if (listed := await self._listed_snapshots()) is None:
+            return False
+        done = True
+        for body in listed:
             snapshot = snapshots.Snapshot.from_body(body)
             if snapshot.job != self._name:
                 continue
             if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
-                await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
+                done &= await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
             if not snapshot.open:
                 continue
             status = snapshots.for_deleted_job(snapshot)
-            if await write_snapshot_status(self._clients, snapshot, status) and (
-                said := snapshots.event(snapshot.status, status)
-            ):
+            if not await write_snapshot_status(self._clients, snapshot, status):
+                done = False
+            elif said := snapshots.event(snapshot.status, status):
                 self._post_snapshot_event(body, *said)
+        return done
 
     async def _let_go_of_snapshots(self) -> None:
         """The job ended: no driver runs to dispose of a savepoint, so its snapshots are not
@@ -1270,31 +1294,65 @@ class JobController:
         if not any(snapshots.Snapshot.from_body(body).held for body in watched):
             return
         phase = self._record.phase.value
-        for body in await self._listed_snapshots() or ():
+        if (listed := await self._listed_snapshots()) is None:
+            self._try_snapshots_again()
+            return
+        for body in listed:
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.job == self._name and snapshot.held:
-                await self._let_go(body, f"the job is {phase}: nothing runs to dispose of it")
+            if snapshot.job != self._name or not snapshot.held:
+                continue
+            if not await self._let_go(body, f"the job is {phase}: nothing runs to dispose of it"):
+                self._try_snapshots_again()
 
-    async def _let_go(self, body: Mapping[str, Any], why: str) -> None:
-        """Take the finalizer away; a deletion that would have disposed of the savepoint
-        says why it did not."""
+    def _try_snapshots_again(self) -> None:
+        """A snapshot write or list the API server did not answer is tried again soon, though
+        nothing else changes."""
+        if self._snapshots_wake is None:
+            self._snapshots_wake = asyncio.get_running_loop().call_later(
+                SNAPSHOT_RETRY_SECONDS, self._snapshots_woken
+            )
+
+    def _snapshots_woken(self) -> None:
+        self._snapshots_wake = None
+        self._changed.set()
+
+    async def _let_go(self, body: Mapping[str, Any], why: str) -> bool:
+        """Take the finalizer away (whether it went); a deletion that would have disposed
+        of the savepoint says why it did not."""
         snapshot = snapshots.Snapshot.from_body(body)
-        if await hold_snapshot(self._clients, snapshot, held=False) and (
-            snapshot.deleting and snapshot.state is snapshots.SnapshotState.COMPLETED
-        ):
+        if not await hold_snapshot(self._clients, snapshot, held=False):
+            return False
+        if snapshot.deleting and snapshot.state is snapshots.SnapshotState.COMPLETED:
             said = f"savepoint {snapshot.status.get('id')} is not disposed of: {why}"
             self._post_snapshot_event(
                 body, "Normal", "SnapshotKept", f"{said}; it stays in storage"
             )
+        return True
 
     async def _say_deletions_wait(self) -> None:
-        """A deleted snapshot whose savepoint waits for a driver to dispose of it says so
-        (`kubectl delete` waits meanwhile)."""
+        """A deleted snapshot whose savepoint waits for a driver to dispose of it (or to
+        release it: one that says disposeOnDelete false keeps it from the others deleted with
+        it) says so (`kubectl delete` waits meanwhile); one that stands for no savepoint
+        (failed, abandoned, never taken) has nothing to wait for."""
         phase = self._record.phase.value
-        waits = f"its deletion waits for the job to run (phase {phase}) to dispose of its savepoint"
         for body in self._clients.snapshots.of(self._namespace, self._name):
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.deleting and snapshot.held and snapshot.status.get("message") != waits:
+            if not (snapshot.deleting and snapshot.held):
+                continue
+            if (
+                snapshot.state is not snapshots.SnapshotState.COMPLETED
+                or snapshot.kind is not CheckpointKind.SAVEPOINT
+            ):
+                if not await hold_snapshot(self._clients, snapshot, held=False):
+                    self._try_snapshots_again()
+                continue
+            then = (
+                "dispose of its savepoint"
+                if snapshot.dispose_on_delete
+                else "hand its savepoint to the savepoint history"
+            )
+            waits = f"its deletion waits for the job to run (phase {phase}) to {then}"
+            if snapshot.status.get("message") != waits:
                 await write_snapshot_status(
                     self._clients, snapshot, {**snapshot.status, "message": waits}
                 )
@@ -1342,7 +1400,8 @@ class JobController:
         # Cleared before the awaits: a change meanwhile sets it again.
         self._pins_to_check = False
         if (listed := await self._listed_snapshots()) is None:
-            self._pins_to_check = True  # looked at again at the next change
+            self._pins_to_check = True
+            self._try_snapshots_again()
             return
         savepoints = self._record.coordinator.savepoints  # as they are now: the list took time
         plan = snapshots.plan_pins(
@@ -1372,9 +1431,12 @@ class JobController:
             )
         held = [await hold_snapshot(self._clients, s, held=True) for s in plan.hold]
         held += [await hold_snapshot(self._clients, s, held=False) for s in plan.let_go]
-        # Looked at again until every ask shows in the registry and every hold is written.
+        # Looked at again until every ask shows in the registry (its status write is a
+        # change) and every hold is written (tried again soon).
         if self._pins_asked or not all(held):
             self._pins_to_check = True
+        if not all(held):
+            self._try_snapshots_again()
 
     def _ask_pin(self, supervisor: JobSupervisor, savepoint_id: int, *, pinned: bool) -> None:
         self._pins_asked[savepoint_id] = pinned

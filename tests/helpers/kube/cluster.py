@@ -416,6 +416,19 @@ class LocalCluster:
         return sorted(p["metadata"]["name"] for p in self.pods(name, namespace, "driver"))
 
 
+def refused_requests(
+    cluster: LocalCluster, matches: Callable[[Any], bool], error: kmock.KubernetesError
+) -> threading.Event:
+    """The API server answers the requests ``matches`` picks with ``error`` while the
+    returned event is set (clear it to let them through)."""
+    refusing = threading.Event()
+    refusing.set()
+    cluster.api.call(
+        lambda emulator: emulator[lambda request: refusing.is_set() and matches(request)] << error
+    )
+    return refusing
+
+
 def wordcount_job(
     name: str, pipeline: Path, input_dir: Path, output_dir: Path, **spec: Any
 ) -> dict[str, Any]:
