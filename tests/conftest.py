@@ -2,6 +2,7 @@
 started on first use, once per session, and stopped at its end; a faulty proxy in front of
 one. Also the JVM settings of every Spark driver the tests start (helpers/spark_jvm)."""
 
+import logging
 import os
 import re
 import sys
@@ -66,6 +67,25 @@ def azure_server() -> Iterator[AzureServer]:
     server = start_azure_server()
     yield server
     server.stop()
+
+
+def _logging_set_up() -> tuple[list[logging.Handler], int]:
+    """The root logger's handlers (not pytest's own, added and removed around each phase)
+    and level."""
+    root = logging.getLogger()
+    handlers = [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
+    return handlers, root.level
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that sets up logging in-process (Kopf's run, `logging.basicConfig`) must give
+    it back: a handler bound to its captured stderr, closed after it, made every later
+    test of the worker print "--- Logging error ---" tracebacks (from any server thread
+    still logging) into its own stderr, and fail there."""
+    before = _logging_set_up()
+    yield
+    assert _logging_set_up() == before, "the root logger was left changed (restore it)"
 
 
 @pytest.fixture(autouse=True)

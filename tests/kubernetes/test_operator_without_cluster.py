@@ -3,10 +3,12 @@ reached (no service account, no kubeconfig) it stops at once with one line that 
 (exit code 1, no traceback), instead of retrying its startup for ever; what it hands to
 Kopf; what it refuses."""
 
+import logging
 import os
 import re
 import socket
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +146,18 @@ def test_the_operator_command_runs_kopf_standalone_with_its_handlers_first(
     assert received["log_format"] == LogFormat.JSON
 
 
+@pytest.fixture
+def kopfs_logging_given_back() -> Iterator[None]:
+    """Kopf's run sets up logging (the root logger, asyncio's) before its own checks: as it
+    was, for the tests after this one in its process."""
+    root, asyncio_log = logging.getLogger(), logging.getLogger("asyncio")
+    saved = (root.handlers[:], root.level, asyncio_log.handlers[:], asyncio_log.propagate)
+    yield
+    root.handlers[:], level, asyncio_log.handlers[:], asyncio_log.propagate = saved
+    root.setLevel(level)
+
+
+@pytest.mark.usefixtures("kopfs_logging_given_back")
 @pytest.mark.parametrize(
     "arguments",
     [["run"], ["--standalone"], ["--peering=p"], ["--dev"], ["handlers.py"], ["-A", "-n", "x"]],
