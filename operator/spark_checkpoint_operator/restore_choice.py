@@ -227,7 +227,11 @@ def why_gone(registry: PersistedState, kind: CheckpointKind, snapshot_id: int) -
     registry took, by the registry alone; None if it does not tell (its history is
     short; an earlier registry's may be there)."""
     if snapshot_id >= registry.next_checkpoint_id:
-        return f"was never taken (the job's ids are below {registry.next_checkpoint_id})"
+        # Not the id counter: it reserves a block of ids ahead (at 101 after one snapshot).
+        ids = [o.checkpoint_id for o in registry.history]
+        ids += [image.checkpoint_id for image in (*registry.checkpoints, *registry.savepoints)]
+        newest = f"the job's newest id is {max(ids)}" if ids else "the job has taken none yet"
+        return f"was never taken ({newest})"
     if any(
         (outcome.kind, outcome.checkpoint_id) == (kind, snapshot_id)
         and outcome.status is OutcomeStatus.COMPLETED

@@ -14,8 +14,13 @@ from spark_checkpoint.storage import (
     JobStorageLayout,
     StorageAccessError,
 )
-from spark_checkpoint_operator.coordinator import CompletedCheckpoint, PersistedState
-from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image
+from spark_checkpoint_operator.coordinator import (
+    CheckpointOutcome,
+    CompletedCheckpoint,
+    OutcomeStatus,
+    PersistedState,
+)
+from spark_checkpoint_operator.restore_choice import UnknownImage, chosen_image, why_gone
 
 
 @pytest.mark.parametrize(
@@ -271,3 +276,31 @@ def test_a_savepoint_that_is_a_link_is_refused_naming_the_link(tmp_path: Path) -
 
     assert "symbolic link" in str(refused.value), refused.value
     assert str(link) in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("registry", "said"),
+    [
+        (PersistedState(next_checkpoint_id=101), "was never taken (the job has taken none yet)"),
+        (
+            PersistedState(
+                next_checkpoint_id=101,
+                history=(
+                    CheckpointOutcome(3, CheckpointKind.SAVEPOINT, OutcomeStatus.FAILED, 1.0, 2.0),
+                    CheckpointOutcome(
+                        2, CheckpointKind.CHECKPOINT, OutcomeStatus.COMPLETED, 1.0, 2.0
+                    ),
+                ),
+            ),
+            "was never taken (the job's newest id is 3)",
+        ),
+    ],
+    ids=["none", "some"],
+)
+def test_an_id_never_taken_is_said_with_the_newest_the_job_took(
+    registry: PersistedState, said: str
+) -> None:
+    """Not the id counter, which reserves a block of ids ahead: `the job's ids are below
+    101` after one checkpoint read as if ids up to 100 might be there."""
+    assert why_gone(registry, CheckpointKind.SAVEPOINT, 101) == said
+    assert why_gone(registry, CheckpointKind.SAVEPOINT, 50) is None  # in the reserved block
