@@ -8,6 +8,7 @@ import re
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import pytest
@@ -69,12 +70,12 @@ def azure_server() -> Iterator[AzureServer]:
     server.stop()
 
 
-def _logging_set_up() -> tuple[list[logging.Handler], int]:
+def _logging_set_up() -> tuple[Any, ...]:
     """The root logger's handlers (not pytest's own, added and removed around each phase)
-    and level."""
-    root = logging.getLogger()
+    and level; asyncio's logger's (Kopf's set-up changes it too)."""
+    root, asyncio_log = logging.getLogger(), logging.getLogger("asyncio")
     handlers = [h for h in root.handlers if not type(h).__module__.startswith("_pytest")]
-    return handlers, root.level
+    return handlers, root.level, asyncio_log.handlers[:], asyncio_log.propagate
 
 
 @pytest.fixture(autouse=True)
@@ -82,10 +83,18 @@ def _logging_left_as_found() -> Iterator[None]:
     """A test that sets up logging in-process (Kopf's run, `logging.basicConfig`) must give
     it back: a handler bound to its captured stderr, closed after it, made every later
     test of the worker print "--- Logging error ---" tracebacks (from any server thread
-    still logging) into its own stderr, and fail there."""
+    still logging) into its own stderr, and fail there. Given back here too, so that only
+    the test that changed it fails."""
+    root, asyncio_log = logging.getLogger(), logging.getLogger("asyncio")
     before = _logging_set_up()
     yield
-    assert _logging_set_up() == before, "the root logger was left changed (restore it)"
+    after = _logging_set_up()
+    if after != before:
+        pytest_handlers = [h for h in root.handlers if type(h).__module__.startswith("_pytest")]
+        handlers, level, asyncio_log.handlers[:], asyncio_log.propagate = before
+        root.handlers[:] = [*handlers, *pytest_handlers]
+        root.setLevel(level)
+    assert after == before, "the test left logging changed (give it back)"
 
 
 @pytest.fixture(autouse=True)

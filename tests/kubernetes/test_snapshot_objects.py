@@ -406,16 +406,17 @@ def test_a_deletion_while_the_job_is_suspended_waits_for_it_to_run(
     cluster.apply(job(savepoints={"historyMaxCount": 10}))
     completed(cluster, "orders", 1)
     cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
-    kept = snapshot("kept", savepoint={"disposeOnDelete": False})
-    cluster.api.create(SNAPSHOTS, kept, namespace=NAMESPACE)
+    cluster.api.create(SNAPSHOTS, snapshot("kept"), namespace=NAMESPACE)
     taken, handed = in_state(cluster, "later", "COMPLETED"), in_state(cluster, "kept", "COMPLETED")
     _held(cluster, "later")
+    _held(cluster, "kept")
     cluster.patch_spec("orders", {"state": "Suspended"})
     in_phase(cluster, "orders", "Suspended")
 
     cluster.api.delete(SNAPSHOTS, NAMESPACE, "later")
-    cluster.api.patch(SNAPSHOTS, NAMESPACE, "kept", {"metadata": {"finalizers": [FINALIZER]}})
-    cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")  # held by hand: a false one is not
+    edited = {"spec": {"savepoint": {"disposeOnDelete": False}}}
+    cluster.api.patch(SNAPSHOTS, NAMESPACE, "kept", edited)  # still held: no driver runs
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")
     waiting = cluster.wait_for(
         "the waits said",
         lambda: (
@@ -471,6 +472,49 @@ def test_a_deletion_of_a_snapshot_never_taken_waits_for_nothing(tmp_path: Path) 
         _gone(cluster, "doomed")
 
 
+def test_a_deletion_while_suspended_waits_for_the_status_that_says_it_completed(
+    tmp_path: Path,
+) -> None:
+    """Its savepoint completed, but the API server refused the COMPLETED status: deleted
+    while the job was suspended, it was let go as if never taken (its savepoint then only
+    released, not disposed of); it waits for its status, then for the job (a reviewer's)."""
+    agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 10}))
+        in_phase(cluster, "orders", "Running")
+        cluster.api.create(SNAPSHOTS, snapshot("racing"), namespace=NAMESPACE)
+        in_state(cluster, "racing", "IN_PROGRESS")
+        _held(cluster, "racing")
+
+        def status_write(request: Any) -> bool:
+            return bool(request.method.value == "PATCH" and request.subresource == "status")
+
+        refusing = refused_requests(
+            cluster,
+            lambda r: status_write(r) and "/sparkcheckpointsnapshots/" in r.url.path,
+            UNAVAILABLE,
+        )
+        taken = cluster.wait_for(
+            "its savepoint completed",
+            lambda: next(
+                (s for s in _history(cluster) if s.get("label", "").startswith("snapshot racing")),
+                None,
+            ),
+            job="orders",
+        )
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        in_phase(cluster, "orders", "Suspended")
+        cluster.api.delete(SNAPSHOTS, NAMESPACE, "racing")
+        time.sleep(3)
+        assert "racing" in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
+        refusing.clear()
+
+        in_state(cluster, "racing", "COMPLETED")
+        cluster.patch_spec("orders", {"state": "Running"})
+        _gone(cluster, "racing")
+        cluster.wait_for("it disposed of", lambda: taken["id"] not in _ids(cluster), job="orders")
+
+
 def test_a_finalizer_the_api_server_did_not_write_is_written_soon(
     cluster: LocalCluster,
 ) -> None:
@@ -483,6 +527,10 @@ def test_a_finalizer_the_api_server_did_not_write_is_written_soon(
     cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
     in_state(cluster, "later", "COMPLETED")
     _finalizer_write_refused(cluster, 0)
+    settled = -1
+    while (tried := _finalizer_writes(cluster)) != settled:  # the tries the job's changes make
+        settled = tried
+        time.sleep(2)
     failing.clear()
 
     _held(cluster, "later")

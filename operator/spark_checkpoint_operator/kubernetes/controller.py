@@ -1277,7 +1277,7 @@ class JobController:
                 continue
             if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
                 done &= await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
-            if not snapshot.open:
+            if not snapshot.open or snapshot.deleting:  # one deleted goes without a word
                 continue
             status = snapshots.for_deleted_job(snapshot)
             if not await write_snapshot_status(self._clients, snapshot, status):
@@ -1336,8 +1336,16 @@ class JobController:
         (failed, abandoned, never taken) has nothing to wait for."""
         phase = self._record.phase.value
         for body in self._clients.snapshots.of(self._namespace, self._name):
-            snapshot = snapshots.Snapshot.from_body(body)
+            written = self._snapshots_written.get(body["metadata"]["uid"])
+            snapshot = snapshots.Snapshot.from_body(
+                {**body, "status": written or body.get("status")}
+            )
             if not (snapshot.deleting and snapshot.held):
+                continue
+            if snapshot.open:
+                # Its status first (`_reconcile_snapshots`: completed, or abandoned): a
+                # COMPLETED one disposes of its savepoint, or keeps it from the others.
+                self._try_snapshots_again()
                 continue
             if (
                 snapshot.state is not snapshots.SnapshotState.COMPLETED
@@ -1886,6 +1894,8 @@ async def hold_snapshot(clients: Clients, snapshot: snapshots.Snapshot, *, held:
     except NotFoundException:
         return True
     except API_ERRORS as error:
+        if isinstance(error, ApiException) and error.status == HTTPStatus.CONFLICT:
+            return False  # changed meanwhile: asked again over its new version
         log.warning(
             "%s: SparkCheckpointSnapshot %s: its finalizer was not %s: %s",
             snapshot.namespace,
