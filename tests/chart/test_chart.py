@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.request
 from collections.abc import Iterator, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -708,6 +709,8 @@ OPERATOR_GRANTS = {
     Grant("list", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # Kopf's watch
     Grant("watch", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # the finalizer
+    Grant("create", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),  # the mirrors
+    Grant("delete", "sparkcheckpoint.io", "sparkcheckpointsnapshots"),
     Grant("patch", "sparkcheckpoint.io", "sparkcheckpointsnapshots/status"),  # the controller
     Grant("list", "", "pods"),  # Kopf's pod events; earlier drivers before a launch
     Grant("watch", "", "pods"),
@@ -916,6 +919,8 @@ def _job() -> dict[str, Any]:
                 "storage": "file:///simulated",
             },
             "restartPolicy": {"type": "OnFailure", "maxRetries": 3, "backoff": "1s"},
+            # A snapshot object mirrors each savepoint; the history keeps one.
+            "savepoints": {"historyMaxCount": 1, "snapshotObjects": True},
         },
     }
 
@@ -963,6 +968,16 @@ def _healthy(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def _last_savepoint(cluster: LocalCluster, nonce: int) -> int | None:
+    """The id of the job's last savepoint if `savepointTriggerNonce: nonce` took it."""
+    last = cluster.status("orders").get("lastSavepoint") or {}
+    return last.get("id") if last.get("label") == f"nonce {nonce}" else None
+
+
+def _mirror_ids(cluster: LocalCluster) -> list[int | None]:
+    return [(o.get("status") or {}).get("id") for o in cluster.api.list(SNAPSHOTS, "default")]
+
+
 def _counts(cluster: LocalCluster, key: str) -> int:
     counts: dict[str, int] = cluster.status("orders").get("counts", {})
     return counts.get(key, 0)
@@ -1006,6 +1021,11 @@ def test_a_recorded_run_uses_exactly_what_the_chart_grants(
             wait("Kopf's liveness endpoint", lambda: _healthy(health))
             cluster.apply(_job())
             wait("2 checkpoints", lambda: _counts(cluster, "completed") >= 2)
+            for nonce in (1, 2):  # the second's mirror is made, the first's deleted
+                cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
+                wait(f"nonce {nonce}'s savepoint", partial(_last_savepoint, cluster, nonce))
+                taken = _last_savepoint(cluster, nonce)
+                wait("its mirror alone", lambda t=taken: _mirror_ids(cluster) == [t])
             snapshot = {
                 "apiVersion": "sparkcheckpoint.io/v1alpha1",
                 "kind": "SparkCheckpointSnapshot",

@@ -33,7 +33,7 @@ from helpers.kube.cluster import (
 )
 from helpers.kube.emulator import PODS, SPARK_CHECKPOINT_JOBS_CRD
 from helpers.kube.simulated import SimulatedAgents
-from helpers.kube.simulated_jobs import completed, in_phase, job
+from helpers.kube.simulated_jobs import completed, in_phase, job, savepoint_by_nonce
 from spark_checkpoint.janitor_commands import DiscardCheckpoint, VerifyRestorable
 from spark_checkpoint_operator.kubernetes import objects
 from spark_checkpoint_operator.kubernetes.events import BURST
@@ -1046,22 +1046,6 @@ def test_a_restart_nonce_restarts_the_driver_through_a_savepoint(cluster: LocalC
     )
     assert restarted["restoredFrom"]["source"] == f"savepoint:{restarted['lastSavepoint']['id']}"
     assert restarted["lastSavepoint"]["label"] == "upgrade"
-
-
-def savepoint_by_nonce(cluster: LocalCluster, nonce: int) -> int:
-    """The id of the savepoint `savepointTriggerNonce: nonce` took, once the job runs."""
-    completed(cluster, "orders", 1)
-    cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
-    status = cluster.wait_for(
-        f"savepoint of nonce {nonce}",
-        lambda: (
-            (s := cluster.status("orders")).get("lastSavepoint", {}).get("label")
-            == f"nonce {nonce}"
-            and s
-        ),
-        job="orders",
-    )
-    return int(status["lastSavepoint"]["id"])
 
 
 def redeploy(savepoint_id: int, nonce: int, job_name: str = "orders") -> dict[str, Any]:

@@ -13,10 +13,10 @@ import yaml
 from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import JOBS, NAMESPACE, LocalCluster, operator_stopped, refused_requests
 from helpers.kube.simulated import SimulatedAgents
-from helpers.kube.simulated_jobs import completed, in_phase, job
+from helpers.kube.simulated_jobs import completed, in_phase, job, savepoint_by_nonce
 from spark_checkpoint.storage.layout import parse_snapshot_address
 from spark_checkpoint_operator.coordinator import CheckpointKind
-from spark_checkpoint_operator.kubernetes.snapshots import FINALIZER
+from spark_checkpoint_operator.kubernetes.snapshots import FINALIZER, MIRROR_COMPONENT
 
 pytestmark = pytest.mark.timeout(240)
 SNAPSHOTS = "sparkcheckpoint.io/v1alpha1/sparkcheckpointsnapshots"
@@ -855,3 +855,125 @@ def test_a_snapshot_asked_while_the_driver_finishes_is_abandoned_not_failed(
     assert status["state"] == "ABANDONED", status
     assert status["error"] == "the job is Finished: nothing runs to take it"
     assert status["failures"] == 0
+
+
+def _mirrors(cluster: LocalCluster) -> dict[str, Any]:
+    """The job's snapshot objects the operator made, by name."""
+    return {
+        o["metadata"]["name"]: o
+        for o in cluster.api.list(SNAPSHOTS, NAMESPACE)
+        if (o["metadata"].get("labels") or {}).get("sparkcheckpoint.io/component")
+        == MIRROR_COMPONENT
+    }
+
+
+def _mirrored(cluster: LocalCluster, *ids: int) -> dict[str, Any]:
+    """Wait until the operator's snapshot objects are those of ``ids``, each COMPLETED."""
+    names = {f"orders-savepoint-{i}" for i in ids}
+    return cluster.wait_for(
+        f"the mirrors of savepoints {ids}",
+        lambda: (
+            (found := _mirrors(cluster)).keys() == names
+            and all((o.get("status") or {}).get("state") == "COMPLETED" for o in found.values())
+            and found
+        ),
+        job="orders",
+    )
+
+
+def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster) -> None:
+    """Flink's snapshot resources (kubernetes.operator.snapshot.resource.enabled): each
+    savepoint the job takes on its own (here by savepointTriggerNonce) is a COMPLETED
+    SparkCheckpointSnapshot, which goes when the savepoint history lets its savepoint go;
+    one deleted by hand is made again while its savepoint is kept; none for a savepoint a
+    snapshot object asked for; all go once turned off, and with the job."""
+    cluster.apply(job(savepoints={"historyMaxCount": 2, "snapshotObjects": True}))
+    first, second = savepoint_by_nonce(cluster, 1), savepoint_by_nonce(cluster, 2)
+
+    mirrors = _mirrored(cluster, first, second)
+
+    made = mirrors[f"orders-savepoint-{second}"]
+    registered = next(s for s in _history(cluster) if s["id"] == second)
+    job_object = cluster.job("orders")
+    assert job_object is not None
+    assert made["status"]["path"] == registered["path"]
+    assert (made["status"]["id"], made["status"]["kind"]) == (second, "savepoint")
+    assert made["spec"] == {
+        "jobReference": {"name": "orders", "kind": "SparkCheckpointJob"},
+        "savepoint": {"alreadyExists": True, "path": registered["path"], "disposeOnDelete": False},
+        "backoffLimit": -1,
+    }
+    assert made["metadata"]["annotations"]["sparkcheckpoint.io/savepoint-label"] == "nonce 2"
+    assert made["metadata"]["labels"]["sparkcheckpoint.io/job"] == "orders"
+    owner = made["metadata"]["ownerReferences"]
+    assert [(o["kind"], o["uid"]) for o in owner] == [
+        ("SparkCheckpointJob", job_object["metadata"]["uid"])
+    ]
+    assert not made["metadata"].get("finalizers"), "never held: its deletion disposes of nothing"
+
+    third = savepoint_by_nonce(cluster, 3)
+    _mirrored(cluster, second, third)  # the history let the first go
+
+    gone = _mirrors(cluster)[f"orders-savepoint-{second}"]["metadata"]["uid"]
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, f"orders-savepoint-{second}")
+    again = _mirrored(cluster, second, third)[f"orders-savepoint-{second}"]
+    assert again["metadata"]["uid"] != gone
+    assert second in _ids(cluster), "a mirror's deletion disposes of nothing"
+
+    cluster.api.create(SNAPSHOTS, snapshot("mine"), namespace=NAMESPACE)
+    mine = in_state(cluster, "mine", "COMPLETED")
+    time.sleep(1)
+    assert f"orders-savepoint-{mine['id']}" not in _mirrors(cluster)
+
+    cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": False}})
+    cluster.wait_for("no mirrors", lambda: not _mirrors(cluster), job="orders")
+    assert "mine" in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
+
+    cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": True}})
+    _mirrored(cluster, second, third)
+    cluster.delete("orders")
+    cluster.wait_for("the mirrors gone with the job", lambda: not _mirrors(cluster))
+
+
+def test_the_documented_savepoint_objects_are_made(cluster: LocalCluster) -> None:
+    """docs/operator.md's snapshotObjects example, as written (its periodic savepoints due
+    in six hours: the test takes its savepoints by nonce)."""
+    (block,) = marked_blocks(
+        "tests/kubernetes/test_snapshot_objects.py::test_the_documented_savepoint_objects_are_made"
+    )
+    documented = yaml.safe_load(block.text)["spec"]["savepoints"]
+    cluster.apply(job(savepoints=documented))
+
+    taken = [savepoint_by_nonce(cluster, nonce) for nonce in range(1, 7)]
+
+    mirrors = _mirrored(cluster, *taken[-documented["historyMaxCount"] :])
+    assert {o["status"]["path"] for o in mirrors.values()} == {s["path"] for s in _history(cluster)}
+
+
+def test_a_role_without_create_on_snapshots_leaves_the_savepoints_unmirrored(
+    cluster: LocalCluster,
+) -> None:
+    """An operator whose role predates the mirrors (no create on the snapshots): each
+    savepoint it could not mirror is logged in one line, not asked again at every change,
+    and the job runs on."""
+    forbidden = kmock.KubernetesError(
+        403, "Forbidden", "sparkcheckpointsnapshots is forbidden: cannot create", {}
+    )
+    refused_requests(
+        cluster,
+        lambda r: r.method.value == "POST" and "/sparkcheckpointsnapshots" in r.url.path,
+        forbidden,
+    )
+    cluster.apply(job(savepoints={"snapshotObjects": True}))
+
+    taken = savepoint_by_nonce(cluster, 1)
+    completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 3)
+
+    said = [
+        line
+        for line in cluster.operator.log_path.read_text().splitlines()
+        if f"orders-savepoint-{taken} (savepoint {taken}) was not made" in line
+    ]
+    assert len(said) == 1, said
+    assert "Traceback" not in cluster.operator.log_path.read_text()
+    assert not _mirrors(cluster)

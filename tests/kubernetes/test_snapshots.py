@@ -416,6 +416,7 @@ _OBJECT = st.fixed_dictionaries(
         "dispose": st.booleans(),
         "in_flight": st.booleans(),
         "job": st.sampled_from(["orders", "orders", "other"]),
+        "mirror": st.sampled_from([False, False, False, True]),  # made by the operator
     }
 )
 
@@ -438,6 +439,7 @@ def _drawn_snapshot(index: int, drawn: dict[str, Any]) -> Snapshot:
         dispose_on_delete=drawn["dispose"],
         deleting=drawn["deleting"],
         finalizers=(snapshots.FINALIZER,) if drawn["held"] else (),
+        mirror=drawn["mirror"],
     )
 
 
@@ -454,7 +456,8 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
     savepoint a standing object of the job stands for is never released nor disposed of;
     one is disposed of only as the last deleted objects for it go, one of them completed,
     none saying disposeOnDelete false; a deleted object's finalizer goes only once nothing
-    is left to do for it; nothing is asked twice of a savepoint with an ask outstanding."""
+    is left to do for it; nothing is asked twice of a savepoint with an ask outstanding. The
+    operator's own mirrors of savepoints count for nothing."""
     listed = [_drawn_snapshot(i, o) for i, o in enumerate(objects)]
     flights = {s.label for s, o in zip(listed, objects, strict=True) if o["in_flight"]}
     savepoints = [
@@ -489,7 +492,7 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
             return None if isinstance(named, str) else named.checkpoint_id
         return by_label.get(snapshot.label)
 
-    mine = [s for s in listed if s.job == "orders"]
+    mine = [s for s in listed if s.job == "orders" and not s.mirror]
     own = [s for s in mine if s.kind is CheckpointKind.SAVEPOINT]
     kept = {sid for s in own if not s.deleting and (sid := stands_for(s)) is not None}
     asked = plan.pin | plan.release | set(plan.dispose)
@@ -533,7 +536,7 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
             assert disposes(snapshot)
     for snapshot in plan.hold:
         assert not snapshot.deleting and not snapshot.held and disposes(snapshot)
-    assert all(s.job == "orders" for s in plan.hold + plan.let_go)
+    assert all(s.job == "orders" and not s.mirror for s in plan.hold + plan.let_go)
 
 
 def test_the_last_completed_object_deleted_disposes_of_its_savepoint() -> None:
@@ -593,6 +596,7 @@ _BASE: dict[str, Any] = {
     "dispose": True,
     "in_flight": False,
     "job": "orders",
+    "mirror": False,
 }
 
 
@@ -611,3 +615,110 @@ def test_an_object_on_its_way_out_is_taken_only_if_it_was_in_flight() -> None:
     existing = dataclasses.replace(going, existing_path=image(4).path)
     kept = decide(existing, JobView(JobPhase.RUNNING, existing=image(4, "nonce 1")), START)
     assert kept.pin is None and kept.status["state"] == "ABANDONED"
+
+
+# --- plan_mirrors: drawn registries, settings and objects -------------------------------
+
+JOB_BODY = {"metadata": {"name": "orders", "namespace": "default", "uid": "job-uid"}}
+
+_MIRROR_OBJECT = st.fixed_dictionaries(
+    {
+        "id": st.integers(1, 5),
+        "mirror": st.sampled_from([True, True, False]),  # False: a user's of that name
+        "owner": st.sampled_from(["job-uid", "job-uid", "earlier-job-uid", None]),
+        "status": st.sampled_from(["right", "right", "none", "stale"]),
+        "deleting": st.sampled_from([False, False, True]),
+    }
+)
+
+
+def _listed_mirror(
+    index: int, drawn: dict[str, Any], savepoints: list[CompletedCheckpoint]
+) -> Snapshot:
+    sid = drawn["id"]
+    registered = next((s for s in savepoints if s.checkpoint_id == sid), image(sid, label=""))
+    status = {
+        "right": snapshots.mirror_status("orders", registered),
+        "none": {},
+        "stale": snapshots.mirror_status("orders", dataclasses.replace(registered, batch_id=99)),
+    }[drawn["status"]]
+    return Snapshot(
+        namespace="default",
+        name=snapshots.mirror_name("orders", sid),
+        uid=f"uid-{index}",
+        job="orders",
+        kind=CheckpointKind.SAVEPOINT,
+        backoff_limit=-1,
+        status=status,
+        deleting=drawn["deleting"],
+        mirror=drawn["mirror"],
+        owner=drawn["owner"],
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    enabled=st.booleans(),
+    registered=st.dictionaries(st.integers(1, 5), st.booleans()),  # True: a snapshot's own
+    objects=st.lists(_MIRROR_OBJECT, max_size=6, unique_by=lambda o: o["id"]),
+)
+def test_drawn_mirror_plans_make_the_objects_follow_the_registry(
+    enabled: bool, registered: dict[int, bool], objects: list[dict[str, Any]]
+) -> None:
+    """`plan_mirrors` carried out, over drawn settings, registries and objects: the job's
+    own mirrors are then exactly its registered savepoints no snapshot object asked for
+    (none when turned off), each with its savepoint's status, and a second plan asks
+    nothing; no user's object, another job's or one on its way out is touched."""
+    savepoints = [
+        image(sid, label=f"{snapshots.LABEL_PREFIX}s{sid} (x)" if asked else "nonce 1")
+        for sid, asked in sorted(registered.items())
+    ]
+    listed = [_listed_mirror(i, o, savepoints) for i, o in enumerate(objects)]
+
+    plan = snapshots.plan_mirrors(JOB_BODY, listed, savepoints, enabled=enabled)
+
+    def own(snapshot: Snapshot) -> bool:
+        return snapshot.mirror and snapshot.owner == "job-uid" and not snapshot.deleting
+
+    touched = plan.delete + [snapshot for snapshot, _ in plan.complete]
+    assert all(own(s) for s in touched)
+    # Carried out: what the API server then lists (a create over a name taken fails).
+    taken = {s.name for s in listed}
+    after = {s.name: s for s in listed if s not in plan.delete}
+    for snapshot, savepoint in plan.complete:
+        after[snapshot.name] = dataclasses.replace(
+            snapshot, status=snapshots.mirror_status("orders", savepoint)
+        )
+    for savepoint in plan.create:
+        body = snapshots.mirror(JOB_BODY, savepoint)
+        if body["metadata"]["name"] in taken:
+            continue
+        made = Snapshot.from_body({**body, "metadata": {**body["metadata"], "uid": "new"}})
+        after[made.name] = dataclasses.replace(
+            made, status=snapshots.mirror_status("orders", savepoint)
+        )
+    wanted = {
+        snapshots.mirror_name("orders", sid): sid
+        for sid, asked in registered.items()
+        if enabled and not asked
+    }
+    blocked = {s.name for s in listed if not own(s)}  # a name another object holds
+    mirrored = {name: s for name, s in after.items() if own(s)}
+    assert mirrored.keys() == wanted.keys() - blocked
+    for name, snapshot in mirrored.items():
+        assert snapshot.status["id"] == wanted[name] and snapshot.status["state"] == "COMPLETED"
+    again = snapshots.plan_mirrors(JOB_BODY, list(after.values()), savepoints, enabled=enabled)
+    assert (again.delete, again.complete) == ([], [])
+    assert {snapshots.mirror_name("orders", s.checkpoint_id) for s in again.create} <= blocked
+
+
+def test_a_mirror_is_never_taken_nor_pinned() -> None:
+    """Its status is the controller's to write (`plan_mirrors`): an alreadyExists object
+    otherwise, it would be pinned, and its savepoint kept past the history."""
+    body = snapshots.mirror(JOB_BODY, image(7, label="nonce 2"))
+    mirror = Snapshot.from_body({**body, "metadata": {**body["metadata"], "uid": "m"}})
+    assert mirror.mirror and mirror.owner == "job-uid" and mirror.existing_path is not None
+
+    decision = decide(mirror, JobView(JobPhase.RUNNING, existing=image(7)), START)
+
+    assert (decision.status, decision.trigger, decision.pin) == ({}, False, None)

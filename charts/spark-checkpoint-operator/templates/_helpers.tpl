@@ -123,10 +123,11 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
   verbs: [patch]
 # Snapshots: Kopf lists and watches them; the controller of the job each names writes its
 # status (merge patch on the status subresource) and its savepoint-disposal finalizer
-# (merge patch of metadata.finalizers).
+# (merge patch of metadata.finalizers), and creates and deletes the mirrors of the job's
+# savepoints (spec.savepoints.snapshotObjects).
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointsnapshots]
-  verbs: [list, watch, patch]
+  verbs: [list, watch, patch, create, delete]
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointsnapshots/status]
   verbs: [patch]

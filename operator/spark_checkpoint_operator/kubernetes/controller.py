@@ -33,6 +33,7 @@ from http import HTTPStatus
 from typing import Any
 
 import aiohttp
+from kubernetes.aio.client import V1DeleteOptions, V1Preconditions
 from kubernetes.aio.client.exceptions import ApiException, NotFoundException
 
 from spark_checkpoint.storage.layout import (
@@ -193,6 +194,12 @@ class JobController:
         self._pins_to_check = True
         self._pins_asked: dict[int, bool] = {}
         self._snapshots_wake: asyncio.TimerHandle | None = None  # a failed write tried again
+        # What the job's mirrors (spec.savepoints.snapshotObjects) were last made to follow:
+        # whether they are on, and the registered savepoints; None: looked at again.
+        self._mirrored: tuple[bool, tuple[tuple[int, str], ...]] | None = None
+        # Mirrors the API server refused to make or delete (forbidden, or the name taken):
+        # not asked again until a snapshot of the job changes.
+        self._mirrors_refused: set[str] = set()
         self._observer = Observers(  # the supervisor's
             metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
@@ -292,8 +299,11 @@ class JobController:
 
     def pins_changed(self) -> None:
         """A snapshot of the job was deleted, completed (maybe after its object was
-        deleted) or edited once completed: a savepoint's pin may have to change."""
+        deleted) or edited once completed: a savepoint's pin may have to change (and a
+        mirror deleted by hand be made again)."""
         self._pins_to_check = True
+        self._mirrored = None
+        self._mirrors_refused.clear()
         self._changed.set()
 
     @property
@@ -324,6 +334,8 @@ class JobController:
                     await self._supervise(manifest)
                     continue
                 await self._reconcile_snapshots(None)
+                if manifest is not None:
+                    await self._reconcile_mirrors(manifest)
                 if self._record.phase in snapshots.ENDED:
                     await self._let_go_of_snapshots()
                 else:
@@ -1247,6 +1259,7 @@ class JobController:
     async def _follow_snapshots(self, supervisor: JobSupervisor, manifest: JobManifest) -> None:
         await self._reconcile_snapshots(supervisor, manifest)
         await self._reconcile_pins(supervisor, manifest)
+        await self._reconcile_mirrors(manifest)
 
     def _forget_snapshots_but(self, uids: set[str]) -> None:
         """What this controller keeps of snapshots whose objects are gone."""
@@ -1273,7 +1286,7 @@ class JobController:
         done = True
         for body in listed:
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.job != self._name:
+            if snapshot.job != self._name or snapshot.mirror:  # a mirror goes with the job
                 continue
             if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
                 done &= await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
@@ -1445,6 +1458,105 @@ class JobController:
             self._pins_to_check = True
         if not all(held):
             self._try_snapshots_again()
+
+    async def _reconcile_mirrors(self, manifest: JobManifest) -> None:
+        """A SparkCheckpointSnapshot for each registered savepoint no snapshot object asked
+        for while spec.savepoints.snapshotObjects (`snapshots.plan_mirrors`): made (and its
+        status written) as the savepoint registers, deleted as the history lets it go, all
+        deleted once turned off. By the API server's list (a watch gap reports no
+        deletion); looked at when the registry's savepoints or the job's snapshots change."""
+        enabled = manifest.spec.savepoints.snapshot_objects
+        registered = self._record.coordinator.savepoints
+        following = (enabled, tuple((s.checkpoint_id, s.path) for s in registered))
+        if following == self._mirrored:
+            return
+        # Set before the awaits: a change meanwhile clears it.
+        self._mirrored = following
+        watched = self._clients.snapshots.of(self._namespace, self._name)
+        if not enabled and not any(snapshots.Snapshot.from_body(b).mirror for b in watched):
+            return
+        if (listed := await self._listed_snapshots()) is None:
+            self._mirror_again()
+            return
+        plan = snapshots.plan_mirrors(
+            self._body,
+            [snapshots.Snapshot.from_body(body) for body in listed],
+            self._record.coordinator.savepoints,
+            enabled=enabled,
+        )
+        for savepoint in plan.create:
+            if snapshots.mirror_name(self._name, savepoint.checkpoint_id) in self._mirrors_refused:
+                continue
+            if (body := await self._create_mirror(savepoint)) is not None:
+                plan.complete.append((snapshots.Snapshot.from_body(body), savepoint))
+        for snapshot, savepoint in plan.complete:
+            status = snapshots.mirror_status(self._name, savepoint)
+            if not await write_snapshot_status(self._clients, snapshot, status):
+                self._mirror_again()
+        for snapshot in plan.delete:
+            if snapshot.name not in self._mirrors_refused:
+                await self._delete_mirror(snapshot)
+
+    def _mirror_again(self) -> None:
+        """Look at the mirrors again soon."""
+        self._mirrored = None
+        self._try_snapshots_again()
+
+    def _mirror_refused(self, name: str, error: Exception) -> None:
+        """A mirror's create or delete failed: tried again soon; but not one forbidden (a
+        role from before the mirrors) or whose name is taken (an object of that name: a
+        user's, or one on its way out), until a snapshot of the job changes."""
+        if isinstance(error, ApiException) and error.status in (
+            HTTPStatus.FORBIDDEN,
+            HTTPStatus.CONFLICT,
+        ):
+            self._mirrors_refused.add(name)
+        else:
+            self._mirror_again()
+
+    async def _create_mirror(self, savepoint: CompletedCheckpoint) -> dict[str, Any] | None:
+        """The created mirror of ``savepoint``; None, logged, if it was not created."""
+        body = snapshots.mirror(self._body, savepoint)
+        created: Any
+        try:
+            created = await self._clients.custom_objects.create_namespaced_custom_object(
+                objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL, body
+            )
+        except API_ERRORS as error:
+            self._mirror_refused(body["metadata"]["name"], error)
+            log.warning(
+                "%s/%s: SparkCheckpointSnapshot %s (savepoint %d) was not made: %s",
+                self._namespace,
+                self._name,
+                body["metadata"]["name"],
+                savepoint.checkpoint_id,
+                _api_error(error),
+            )
+            return None
+        return dict(created)
+
+    async def _delete_mirror(self, snapshot: snapshots.Snapshot) -> None:
+        """Delete that mirror (by uid: not one made again under its name meanwhile)."""
+        try:
+            await self._clients.custom_objects.delete_namespaced_custom_object(
+                objects.GROUP,
+                objects.VERSION,
+                self._namespace,
+                objects.SNAPSHOT_PLURAL,
+                snapshot.name,
+                body=V1DeleteOptions(preconditions=V1Preconditions(uid=snapshot.uid)),
+            )
+        except NotFoundException:
+            pass
+        except API_ERRORS as error:
+            self._mirror_refused(snapshot.name, error)
+            log.warning(
+                "%s/%s: SparkCheckpointSnapshot %s was not deleted: %s",
+                self._namespace,
+                self._name,
+                snapshot.name,
+                _api_error(error),
+            )
 
     def _ask_pin(self, supervisor: JobSupervisor, savepoint_id: int, *, pinned: bool) -> None:
         self._pins_asked[savepoint_id] = pinned
@@ -1915,8 +2027,8 @@ async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
     snapshot read (an older event's body never overwrites a newer status). Else the job's
     controller, here once it starts or in the operator that holds its Lease, takes it."""
     snapshot = snapshots.Snapshot.from_body(body)
-    if not snapshot.open and not snapshot.held:
-        return
+    if snapshot.mirror or (not snapshot.open and not snapshot.held):
+        return  # a mirror goes with its job (it owns it)
     try:
         await clients.custom_objects.get_namespaced_custom_object(
             objects.GROUP, objects.VERSION, snapshot.namespace, objects.PLURAL, snapshot.job

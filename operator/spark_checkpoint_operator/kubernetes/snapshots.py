@@ -7,6 +7,10 @@ the snapshot as stored and what it observes of the job (`JobView`): observe, dec
 checkpoint carries the label `label` (its name and uid), by which its completion is found
 in the job's registry after an operator restart; one still in flight then was aborted with
 the coordinator that asked for it, and is asked for again.
+
+With the job's spec.savepoints.snapshotObjects, the operator makes a snapshot object for each
+savepoint of the job's that no snapshot object asked for (`plan_mirrors`): such a mirror is
+never taken, pinned or held; it follows the registry.
 """
 
 from collections.abc import Callable, Mapping, Sequence, Set
@@ -21,6 +25,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
 )
 from spark_checkpoint_operator.coordinator.state import format_time, parse_time
+from spark_checkpoint_operator.kubernetes import objects
 
 # A failed snapshot is taken again after this long, doubling with each failure up to the
 # longest (Flink's doubles from 10 s without a bound).
@@ -34,6 +39,10 @@ FINALIZER = "sparkcheckpoint.io/savepoint-disposal"
 # The job phases in which a snapshot waiting for its trigger can no longer be taken, nor
 # a savepoint disposed of (no driver runs again).
 ENDED = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
+KIND = "SparkCheckpointSnapshot"
+# The `objects.LABEL_COMPONENT` of a mirror; the label of the savepoint it mirrors.
+MIRROR_COMPONENT = "savepoint-history"
+ANNOTATION_SAVEPOINT_LABEL = "sparkcheckpoint.io/savepoint-label"
 
 
 class SnapshotState(StrEnum):
@@ -65,6 +74,8 @@ class Snapshot:
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     resource_version: str | None = None
+    mirror: bool = False  # made by the operator for a savepoint of the job's (`plan_mirrors`)
+    owner: str | None = None  # the uid of the job that controls it, if one does
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> "Snapshot":
@@ -99,6 +110,15 @@ class Snapshot:
             deleting=bool(metadata.get("deletionTimestamp")),
             finalizers=tuple(metadata.get("finalizers") or ()),
             resource_version=metadata.get("resourceVersion"),
+            mirror=(metadata.get("labels") or {}).get(objects.LABEL_COMPONENT) == MIRROR_COMPONENT,
+            owner=next(
+                (
+                    reference.get("uid")
+                    for reference in metadata.get("ownerReferences") or ()
+                    if reference.get("controller") is True and reference.get("kind") == objects.KIND
+                ),
+                None,
+            ),
         )
 
     @property
@@ -180,8 +200,9 @@ def retry_delay(failures: int) -> float:
 
 
 def decide(snapshot: Snapshot, job: JobView, now: float) -> Decision:
-    """The snapshot's next status, and whether to ask for it now. A final status stands."""
-    if not snapshot.open:
+    """The snapshot's next status, and whether to ask for it now. A final status stands;
+    a mirror's is `plan_mirrors`'s to write."""
+    if not snapshot.open or snapshot.mirror:
         return Decision(dict(snapshot.status))
     status = _open_status(snapshot)
     label = snapshot.label
@@ -327,7 +348,7 @@ def plan_pins(
             and snapshot.state not in (SnapshotState.FAILED, SnapshotState.ABANDONED)
         )
 
-    mine = [s for s in listed if s.job == job]
+    mine = [s for s in listed if s.job == job and not s.mirror]
     standing = [s for s in mine if not s.deleting and s.kind is CheckpointKind.SAVEPOINT]
     wanted = {sid for s in standing if (sid := stands_for(s)) is not None}
     plan = PinPlan(pin={sid for sid in wanted if not registered[sid].pinned} - outstanding)
@@ -357,6 +378,77 @@ def plan_pins(
         if savepoint.pinned and sid not in wanted | set(deleted) | outstanding
     }
     return plan
+
+
+@dataclass
+class MirrorPlan:
+    """The mirrors of a job's savepoints to create, those whose status to write (the
+    registry's savepoint), and those to delete (their savepoint let go, or mirrors off)."""
+
+    create: list[CompletedCheckpoint] = field(default_factory=list)
+    complete: list[tuple[Snapshot, CompletedCheckpoint]] = field(default_factory=list)
+    delete: list[Snapshot] = field(default_factory=list)
+
+
+def plan_mirrors(
+    job: Mapping[str, Any],
+    listed: Sequence[Snapshot],
+    savepoints: Sequence[CompletedCheckpoint],
+    *,
+    enabled: bool,
+) -> MirrorPlan:
+    """A mirror for each registered savepoint of ``job`` (its body) that no snapshot
+    object asked for, while ``enabled``; none otherwise. Only the job's own mirrors (those
+    it controls, by uid: a job of the same name created later has others) are touched."""
+    name, uid = job["metadata"]["name"], job["metadata"]["uid"]
+    wanted = {
+        mirror_name(name, savepoint.checkpoint_id): savepoint
+        for savepoint in savepoints
+        if enabled and not is_snapshot_label(savepoint.label)
+    }
+    plan = MirrorPlan()
+    found = set()
+    for snapshot in listed:
+        if not snapshot.mirror or snapshot.owner != uid or snapshot.deleting:
+            continue
+        if (savepoint := wanted.get(snapshot.name)) is None:
+            plan.delete.append(snapshot)
+            continue
+        found.add(snapshot.name)
+        if dict(snapshot.status) != mirror_status(name, savepoint):
+            plan.complete.append((snapshot, savepoint))
+    plan.create = [savepoint for key, savepoint in wanted.items() if key not in found]
+    return plan
+
+
+def mirror_name(job: str, savepoint_id: int) -> str:
+    return f"{job}-savepoint-{savepoint_id}"
+
+
+def mirror(job: Mapping[str, Any], savepoint: CompletedCheckpoint) -> dict[str, Any]:
+    """The mirror of ``savepoint`` of ``job`` (its body): owned by the job (it goes with
+    it), of an existing savepoint that its deletion does not dispose of."""
+    name = job["metadata"]["name"]
+    return {
+        "apiVersion": f"{objects.GROUP}/{objects.VERSION}",
+        "kind": KIND,
+        "metadata": {
+            "name": mirror_name(name, savepoint.checkpoint_id),
+            "namespace": job["metadata"]["namespace"],
+            "labels": {objects.LABEL_JOB: name, objects.LABEL_COMPONENT: MIRROR_COMPONENT},
+            "annotations": {ANNOTATION_SAVEPOINT_LABEL: savepoint.label},
+            "ownerReferences": [objects.owner_reference(job)],
+        },
+        "spec": {
+            "jobReference": {"name": name},
+            "savepoint": {"alreadyExists": True, "path": savepoint.path, "disposeOnDelete": False},
+        },
+    }
+
+
+def mirror_status(job: str, savepoint: CompletedCheckpoint) -> dict[str, Any]:
+    status = {"job": job, "kind": CheckpointKind.SAVEPOINT.value, "failures": 0}
+    return _completed(status, savepoint)
 
 
 def event(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, str, str] | None:

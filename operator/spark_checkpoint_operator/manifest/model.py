@@ -129,6 +129,8 @@ class SavepointsSpec:
     history_max_age: float | None
     interval: float | None  # periodic savepoints; None: none
     schedule: str | None = None  # periodic savepoints by a cron expression (manifest/cron.py)
+    # A SparkCheckpointSnapshot mirrors each savepoint no snapshot object asked for (Kubernetes).
+    snapshot_objects: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,6 +313,7 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
                 history_max_age=_optional_seconds(savepoints.get("historyMaxAge")),
                 interval=_optional_seconds(savepoints.get("interval")),
                 schedule=savepoints.get("schedule"),
+                snapshot_objects=savepoints["snapshotObjects"],
             ),
             restore=RestoreSpec(
                 initial_savepoint_path=_optional_metadata(restore.get("initialSavepointPath")),

@@ -49,3 +49,19 @@ def in_phase(cluster: LocalCluster, name: str, phase: str, timeout: float = 60) 
         job=name,
         timeout=timeout,
     )
+
+
+def savepoint_by_nonce(cluster: LocalCluster, nonce: int) -> int:
+    """The id of the savepoint `savepointTriggerNonce: nonce` took, once the job runs."""
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"savepointTriggerNonce": nonce})
+    status = cluster.wait_for(
+        f"savepoint of nonce {nonce}",
+        lambda: (
+            (s := cluster.status("orders")).get("lastSavepoint", {}).get("label")
+            == f"nonce {nonce}"
+            and s
+        ),
+        job="orders",
+    )
+    return int(status["lastSavepoint"]["id"])
