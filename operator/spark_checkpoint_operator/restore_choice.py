@@ -246,7 +246,10 @@ LET_GO = {
     CheckpointKind.CHECKPOINT: (
         "was deleted: the job keeps only its newest checkpoints (spec.checkpointing.retained)"
     ),
-    CheckpointKind.SAVEPOINT: "was deleted: the savepoint history let it go (spec.savepoints)",
+    # The registry records no disposal: which of the two, the job's events say.
+    CheckpointKind.SAVEPOINT: (
+        "was deleted: the savepoint history let it go (spec.savepoints), or it was disposed of"
+    ),
 }
 
 
