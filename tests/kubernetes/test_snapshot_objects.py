@@ -883,10 +883,11 @@ def _mirrored(cluster: LocalCluster, *ids: int) -> dict[str, Any]:
 
 def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster) -> None:
     """Flink's snapshot resources (kubernetes.operator.snapshot.resource.enabled): each
-    savepoint the job takes on its own (here by savepointTriggerNonce) is a COMPLETED
-    SparkCheckpointSnapshot, which goes when the savepoint history lets its savepoint go;
-    one deleted by hand is made again while its savepoint is kept; none for a savepoint a
-    snapshot object asked for; all go once turned off, and with the job."""
+    savepoint in the job's history (here by savepointTriggerNonce, then a suspension's) is
+    a COMPLETED SparkCheckpointSnapshot, which goes when the history lets its savepoint go;
+    one deleted by hand or edited is made again while its savepoint is in the history; one
+    an object of the user's keeps is listed by that object only; all go once turned off,
+    and with the job."""
     cluster.apply(job(savepoints={"historyMaxCount": 2, "snapshotObjects": True}))
     first, second = savepoint_by_nonce(cluster, 1), savepoint_by_nonce(cluster, 2)
 
@@ -910,27 +911,61 @@ def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster)
         ("SparkCheckpointJob", job_object["metadata"]["uid"])
     ]
     assert not made["metadata"].get("finalizers"), "never held: its deletion disposes of nothing"
+    told = cluster.wait_for_event(f"orders-savepoint-{second}", "SnapshotCompleted")
+    assert told["message"] == f"savepoint {second} (nonce 2) completed: {registered['path']}"
 
     third = savepoint_by_nonce(cluster, 3)
     _mirrored(cluster, second, third)  # the history let the first go
 
-    gone = _mirrors(cluster)[f"orders-savepoint-{second}"]["metadata"]["uid"]
-    cluster.api.delete(SNAPSHOTS, NAMESPACE, f"orders-savepoint-{second}")
-    again = _mirrored(cluster, second, third)[f"orders-savepoint-{second}"]
-    assert again["metadata"]["uid"] != gone
-    assert second in _ids(cluster), "a mirror's deletion disposes of nothing"
+    named = f"orders-savepoint-{third}"
+    edits = [
+        None,  # deleted
+        {"spec": {"savepoint": {"disposeOnDelete": True}}},
+        {"metadata": {"labels": {"sparkcheckpoint.io/component": None}}},
+    ]
+    for edit in edits:  # made again: what it says is the operator's to say
+        before = cluster.api.get(SNAPSHOTS, NAMESPACE, named)["metadata"]["uid"]
+        if edit is None:
+            cluster.api.delete(SNAPSHOTS, NAMESPACE, named)
+        else:
+            cluster.api.patch(SNAPSHOTS, NAMESPACE, named, edit)
+        cluster.wait_for(
+            f"{named} made again after {edit}",
+            lambda: (
+                (m := _mirrors(cluster).get(named)) is not None
+                and m["metadata"]["uid"] != before  # noqa: B023 (waited for within the loop)
+                and (m.get("status") or {}).get("state") == "COMPLETED"
+            ),
+            job="orders",
+        )
+    assert third in _ids(cluster), "a mirror's deletion disposes of nothing"
+    assert [s.get("pinned") for s in _history(cluster) if s["id"] == third] == [None]
 
-    cluster.api.create(SNAPSHOTS, snapshot("mine"), namespace=NAMESPACE)
-    mine = in_state(cluster, "mine", "COMPLETED")
-    time.sleep(1)
-    assert f"orders-savepoint-{mine['id']}" not in _mirrors(cluster)
+    kept = snapshot("kept", savepoint={"alreadyExists": True, "path": registered["path"]})
+    cluster.api.create(SNAPSHOTS, kept, namespace=NAMESPACE)
+    in_state(cluster, "kept", "COMPLETED")
+    _mirrored(cluster, third)  # the user's object lists it now
+    cluster.api.patch(
+        SNAPSHOTS, NAMESPACE, "kept", {"spec": {"savepoint": {"disposeOnDelete": False}}}
+    )
+    cluster.api.delete(SNAPSHOTS, NAMESPACE, "kept")
+    _mirrored(cluster, second, third)  # handed back to the history
+
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    in_phase(cluster, "orders", "Suspended")
+    suspension = cluster.status("orders")["lastSavepoint"]
+    _mirrored(cluster, third, suspension["id"])  # made while the job is suspended
+    assert (
+        _mirrors(cluster)[f"orders-savepoint-{suspension['id']}"]["metadata"]["annotations"][
+            "sparkcheckpoint.io/savepoint-label"
+        ]
+        == suspension["label"]
+    )
 
     cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": False}})
     cluster.wait_for("no mirrors", lambda: not _mirrors(cluster), job="orders")
-    assert "mine" in [o["metadata"]["name"] for o in cluster.api.list(SNAPSHOTS, NAMESPACE)]
-
     cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": True}})
-    _mirrored(cluster, second, third)
+    _mirrored(cluster, third, suspension["id"])
     cluster.delete("orders")
     cluster.wait_for("the mirrors gone with the job", lambda: not _mirrors(cluster))
 
@@ -977,3 +1012,30 @@ def test_a_role_without_create_on_snapshots_leaves_the_savepoints_unmirrored(
     assert len(said) == 1, said
     assert "Traceback" not in cluster.operator.log_path.read_text()
     assert not _mirrors(cluster)
+    told = [e["message"] for e in cluster.events("orders") if e["reason"] == "SavepointNotMirrored"]
+    assert len(told) == 1 and told[0].startswith(
+        "the operator may not create SparkCheckpointSnapshots (spec.savepoints.snapshotObjects): "
+    ), told
+
+
+def test_a_mirrors_name_another_object_holds_is_said_once(cluster: LocalCluster) -> None:
+    """Its savepoint gets no mirror, and the object is left alone; the job says so once (a
+    warning in the operator's log at every change of the job's snapshots, a newcomer's)."""
+    cluster.apply(job())
+    taken = savepoint_by_nonce(cluster, 1)
+    name = f"orders-savepoint-{taken}"
+    cluster.api.create(SNAPSHOTS, snapshot(name, kind="checkpoint"), namespace=NAMESPACE)
+    in_state(cluster, name, "COMPLETED")
+
+    cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": True}})
+    second = savepoint_by_nonce(cluster, 2)
+
+    _mirrored(cluster, second)
+    told = cluster.wait_for_event("orders", "SavepointNotMirrored")
+    assert told["message"] == (
+        f"savepoint {taken} (nonce 1) has no SparkCheckpointSnapshot: the name {name} is "
+        "another object's (spec.savepoints.snapshotObjects)"
+    )
+    savepoint_by_nonce(cluster, 3)
+    assert cluster.event_reasons("orders").count("SavepointNotMirrored") == 1
+    assert snapshot_status(cluster, name)["kind"] == "checkpoint"

@@ -24,7 +24,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhase,
 )
 from spark_checkpoint_operator.coordinator.state import parse_time
-from spark_checkpoint_operator.kubernetes import snapshots
+from spark_checkpoint_operator.kubernetes import objects, snapshots
 from spark_checkpoint_operator.kubernetes.controller import (
     hold_snapshot,
     note_missing_job,
@@ -429,7 +429,7 @@ def _drawn_snapshot(index: int, drawn: dict[str, Any]) -> Snapshot:
         status |= {"id": sid, "path": path, "triggerTimestamp": "2027-01-15T08:00:00Z"}
     return Snapshot(
         namespace="default",
-        name=f"s{index}",
+        name=snapshots.mirror_name("orders", index) if drawn["mirror"] else f"s{index}",
         uid=f"{index:016d}",
         job=drawn["job"],
         kind=CheckpointKind.CHECKPOINT if drawn["checkpoint"] else CheckpointKind.SAVEPOINT,
@@ -439,7 +439,8 @@ def _drawn_snapshot(index: int, drawn: dict[str, Any]) -> Snapshot:
         dispose_on_delete=drawn["dispose"],
         deleting=drawn["deleting"],
         finalizers=(snapshots.FINALIZER,) if drawn["held"] else (),
-        mirror=drawn["mirror"],
+        owner="job-uid" if drawn["mirror"] else None,
+        owner_name="orders" if drawn["mirror"] else None,
     )
 
 
@@ -492,7 +493,8 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
             return None if isinstance(named, str) else named.checkpoint_id
         return by_label.get(snapshot.label)
 
-    mine = [s for s in listed if s.job == "orders" and not s.mirror]
+    made = {s.name for s, o in zip(listed, objects, strict=True) if o["mirror"]}  # owned: mirrors
+    mine = [s for s in listed if s.job == "orders" and s.name not in made]
     own = [s for s in mine if s.kind is CheckpointKind.SAVEPOINT]
     kept = {sid for s in own if not s.deleting and (sid := stands_for(s)) is not None}
     asked = plan.pin | plan.release | set(plan.dispose)
@@ -536,7 +538,7 @@ def test_drawn_pin_plans_never_dispose_of_a_kept_savepoint(
             assert disposes(snapshot)
     for snapshot in plan.hold:
         assert not snapshot.deleting and not snapshot.held and disposes(snapshot)
-    assert all(s.job == "orders" and not s.mirror for s in plan.hold + plan.let_go)
+    assert all(s.job == "orders" and s.name not in made for s in plan.hold + plan.let_go)
 
 
 def test_the_last_completed_object_deleted_disposes_of_its_savepoint() -> None:
@@ -624,10 +626,12 @@ JOB_BODY = {"metadata": {"name": "orders", "namespace": "default", "uid": "job-u
 _MIRROR_OBJECT = st.fixed_dictionaries(
     {
         "id": st.integers(1, 5),
-        "mirror": st.sampled_from([True, True, False]),  # False: a user's of that name
+        # The job's own; an earlier job's of its name (garbage collection lags); a user's.
         "owner": st.sampled_from(["job-uid", "job-uid", "earlier-job-uid", None]),
         "status": st.sampled_from(["right", "right", "none", "stale"]),
+        "edited": st.sampled_from([None, None, "label", "dispose", "path", "job"]),
         "deleting": st.sampled_from([False, False, True]),
+        "held": st.sampled_from([False, False, True]),  # the finalizer put on by hand
     }
 )
 
@@ -637,79 +641,131 @@ def _listed_mirror(
 ) -> Snapshot:
     sid = drawn["id"]
     registered = next((s for s in savepoints if s.checkpoint_id == sid), image(sid, label=""))
+    body = snapshots.mirror(JOB_BODY, registered)
+    metadata, spec = body["metadata"], body["spec"]
+    metadata |= {"uid": f"uid-{index}", "labels": dict(metadata["labels"])}
+    owner = metadata["ownerReferences"][0]
+    metadata["ownerReferences"] = (
+        [] if drawn["owner"] is None else [owner | {"uid": drawn["owner"]}]
+    )
+    match drawn["edited"]:
+        case "label":
+            del metadata["labels"][objects.LABEL_COMPONENT]
+        case "dispose":
+            spec["savepoint"]["disposeOnDelete"] = True
+        case "path":
+            spec["savepoint"]["path"] = image(sid + 1).path
+        case "job":
+            spec["jobReference"]["name"] = "other"
+    metadata["finalizers"] = [snapshots.FINALIZER] if drawn["held"] else []
+    if drawn["deleting"]:  # held by someone else's finalizer: it stays
+        metadata["deletionTimestamp"] = "2027-01-15T08:00:00Z"
+        metadata["finalizers"].append("example.com/backup")
+    snapshot = Snapshot.from_body(body)
     status = {
         "right": snapshots.mirror_status("orders", registered),
         "none": {},
         "stale": snapshots.mirror_status("orders", dataclasses.replace(registered, batch_id=99)),
     }[drawn["status"]]
-    return Snapshot(
-        namespace="default",
-        name=snapshots.mirror_name("orders", sid),
-        uid=f"uid-{index}",
-        job="orders",
-        kind=CheckpointKind.SAVEPOINT,
-        backoff_limit=-1,
-        status=status,
-        deleting=drawn["deleting"],
-        mirror=drawn["mirror"],
-        owner=drawn["owner"],
-    )
+    return dataclasses.replace(snapshot, status=status)
+
+
+def _carried_out(plan: snapshots.MirrorPlan, listed: list[Snapshot]) -> list[Snapshot]:
+    """What the API server lists once the plan is carried out (a create over a name
+    taken fails; a deleted object goes once it has no finalizer)."""
+    let_go = {s.name for s in plan.let_go}
+    ours = (snapshots.FINALIZER,)
+    after = {
+        s.name: dataclasses.replace(s, finalizers=tuple(set(s.finalizers) - set(ours)))
+        if s.name in let_go
+        else s
+        for s in listed
+    }
+    for snapshot in plan.delete:
+        after[snapshot.name] = dataclasses.replace(after[snapshot.name], deleting=True)
+    after = {name: s for name, s in after.items() if not (s.deleting and not s.finalizers)}
+    for snapshot, savepoint in plan.complete:
+        status = snapshots.mirror_status("orders", savepoint)
+        after[snapshot.name] = dataclasses.replace(snapshot, status=status)
+    for savepoint in plan.create:
+        body = snapshots.mirror(JOB_BODY, savepoint)
+        if body["metadata"]["name"] not in after:
+            made = Snapshot.from_body({**body, "metadata": {**body["metadata"], "uid": "new"}})
+            status = snapshots.mirror_status("orders", savepoint)
+            after[made.name] = dataclasses.replace(made, status=status)
+    return list(after.values())
 
 
 @settings(max_examples=300, deadline=None)
 @given(
     enabled=st.booleans(),
-    registered=st.dictionaries(st.integers(1, 5), st.booleans()),  # True: a snapshot's own
+    registered=st.dictionaries(st.integers(1, 5), st.booleans()),  # True: pinned
     objects=st.lists(_MIRROR_OBJECT, max_size=6, unique_by=lambda o: o["id"]),
 )
 def test_drawn_mirror_plans_make_the_objects_follow_the_registry(
     enabled: bool, registered: dict[int, bool], objects: list[dict[str, Any]]
 ) -> None:
-    """`plan_mirrors` carried out, over drawn settings, registries and objects: the job's
-    own mirrors are then exactly its registered savepoints no snapshot object asked for
-    (none when turned off), each with its savepoint's status, and a second plan asks
-    nothing; no user's object, another job's or one on its way out is touched."""
+    """`plan_mirrors` carried out until it asks nothing more, over drawn settings,
+    registries and objects (edited or held ones too): the job's own mirrors are then
+    exactly its savepoints no snapshot object keeps (none when turned off), each as
+    `mirror` makes it, with its savepoint's status and no finalizer; an edited one is
+    replaced; a name another object holds is said, never taken; no one else's object is
+    ever touched."""
     savepoints = [
-        image(sid, label=f"{snapshots.LABEL_PREFIX}s{sid} (x)" if asked else "nonce 1")
-        for sid, asked in sorted(registered.items())
+        dataclasses.replace(image(sid, label="nonce 1"), pinned=pinned)
+        for sid, pinned in sorted(registered.items())
     ]
     listed = [_listed_mirror(i, o, savepoints) for i, o in enumerate(objects)]
-
-    plan = snapshots.plan_mirrors(JOB_BODY, listed, savepoints, enabled=enabled)
-
-    def own(snapshot: Snapshot) -> bool:
-        return snapshot.mirror and snapshot.owner == "job-uid" and not snapshot.deleting
-
-    touched = plan.delete + [snapshot for snapshot, _ in plan.complete]
-    assert all(own(s) for s in touched)
-    # Carried out: what the API server then lists (a create over a name taken fails).
-    taken = {s.name for s in listed}
-    after = {s.name: s for s in listed if s not in plan.delete}
-    for snapshot, savepoint in plan.complete:
-        after[snapshot.name] = dataclasses.replace(
-            snapshot, status=snapshots.mirror_status("orders", savepoint)
-        )
-    for savepoint in plan.create:
-        body = snapshots.mirror(JOB_BODY, savepoint)
-        if body["metadata"]["name"] in taken:
-            continue
-        made = Snapshot.from_body({**body, "metadata": {**body["metadata"], "uid": "new"}})
-        after[made.name] = dataclasses.replace(
-            made, status=snapshots.mirror_status("orders", savepoint)
-        )
     wanted = {
         snapshots.mirror_name("orders", sid): sid
-        for sid, asked in registered.items()
-        if enabled and not asked
+        for sid, pinned in registered.items()
+        if enabled and not pinned
     }
-    blocked = {s.name for s in listed if not own(s)}  # a name another object holds
-    mirrored = {name: s for name, s in after.items() if own(s)}
-    assert mirrored.keys() == wanted.keys() - blocked
+    others = {s.name for s in listed if s.owner != "job-uid"}
+
+    def own(snapshot: Snapshot) -> bool:
+        return snapshot.owner == "job-uid" and not snapshot.deleting
+
+    for _ in range(4):  # an edited mirror: deleted, then made again; a held one let go first
+        plan = snapshots.plan_mirrors(JOB_BODY, listed, savepoints, enabled=enabled)
+        assert all(own(s) for s in plan.delete + [s for s, _ in plan.complete])
+        assert all(s.owner == "job-uid" and s.held for s in plan.let_go)
+        going = {s.name for s in listed if s.owner == "job-uid" and s.deleting}
+        assert plan.blocked.keys() == wanted.keys() & others
+        assert not {snapshots.mirror_name("orders", s.checkpoint_id) for s in plan.create} & (
+            others | going
+        )
+        if not (plan.create or plan.complete or plan.delete or plan.let_go):
+            break
+        listed = _carried_out(plan, listed)
+    assert not (plan.create or plan.complete or plan.delete or plan.let_go), "it settles"
+    mirrored = {s.name: s for s in listed if own(s)}
+    going = {s.name for s in listed if s.owner == "job-uid" and s.deleting}  # someone holds it
+    assert mirrored.keys() == wanted.keys() - others - going
+    assert not any(s.held for s in listed if s.owner == "job-uid")
     for name, snapshot in mirrored.items():
-        assert snapshot.status["id"] == wanted[name] and snapshot.status["state"] == "COMPLETED"
-    again = snapshots.plan_mirrors(JOB_BODY, list(after.values()), savepoints, enabled=enabled)
-    assert (again.delete, again.complete) == ([], [])
-    assert {snapshots.mirror_name("orders", s.checkpoint_id) for s in again.create} <= blocked
+        registered_image = image(wanted[name], label="nonce 1")
+        assert snapshot.status == snapshots.mirror_status("orders", registered_image)
+        made = snapshots.mirror(JOB_BODY, registered_image)
+        assert snapshot.spec["savepoint"] == made["spec"]["savepoint"]
+        assert snapshot.labels == made["metadata"]["labels"]
+
+
+def test_a_mirror_is_the_jobs_object_under_a_mirrors_name_whatever_its_labels() -> None:
+    """A label taken off a mirror would have made it an alreadyExists object of the user's,
+    which pins its savepoint for ever; a mirror's YAML copied under another name (to keep
+    the savepoint, as the docs say) would have been ignored, or deleted (reviewers')."""
+    body = snapshots.mirror(JOB_BODY, image(7, label="nonce 2"))
+    body["metadata"] |= {"uid": "m", "labels": {}}
+    assert Snapshot.from_body(body).mirror
+    for name in ("keep", "orders-savepoint-07", "orders-savepoint-", "other-savepoint-7"):
+        copied = {**body, "metadata": {**body["metadata"], "name": name}}
+        assert not Snapshot.from_body(copied).mirror, name
+    unowned = {**body, "metadata": {**body["metadata"], "ownerReferences": []}}
+    assert not Snapshot.from_body(unowned).mirror
+    keep = Snapshot.from_body({**body, "metadata": {**body["metadata"], "name": "keep"}})
+    plan = snapshots.plan_mirrors(JOB_BODY, [keep], [image(7)], enabled=True)
+    assert keep not in plan.delete and not plan.complete  # the user's, though the job owns it
 
 
 def test_a_mirror_is_never_taken_nor_pinned() -> None:

@@ -153,6 +153,11 @@ PostObjectEvent = Callable[[Mapping[str, Any], str, str, str], None]
 API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
 
 
+# What a job's mirrors follow: spec.savepoints.snapshotObjects, the registered savepoints
+# (id, path, pinned).
+_Mirrored = tuple[bool, tuple[tuple[int, str, bool], ...]]
+
+
 class _Stop(Enum):
     DELETE = "delete"
     EXIT = "exit"
@@ -196,10 +201,13 @@ class JobController:
         self._snapshots_wake: asyncio.TimerHandle | None = None  # a failed write tried again
         # What the job's mirrors (spec.savepoints.snapshotObjects) were last made to follow:
         # whether they are on, and the registered savepoints; None: looked at again.
-        self._mirrored: tuple[bool, tuple[tuple[int, str], ...]] | None = None
-        # Mirrors the API server refused to make or delete (forbidden, or the name taken):
-        # not asked again until a snapshot of the job changes.
-        self._mirrors_refused: set[str] = set()
+        self._mirrored: _Mirrored | None = None
+        # What was said of mirrors that cannot be made (once, not at every change): the
+        # names another object holds; the role forbidding them, and what they were to follow
+        # then (tried again once that changes).
+        self._mirrors_blocked: set[str] = set()
+        self._mirrors_forbidden_said = False
+        self._mirrors_forbidden: _Mirrored | None = None
         self._observer = Observers(  # the supervisor's
             metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
@@ -303,7 +311,6 @@ class JobController:
         mirror deleted by hand be made again)."""
         self._pins_to_check = True
         self._mirrored = None
-        self._mirrors_refused.clear()
         self._changed.set()
 
     @property
@@ -1460,15 +1467,18 @@ class JobController:
             self._try_snapshots_again()
 
     async def _reconcile_mirrors(self, manifest: JobManifest) -> None:
-        """A SparkCheckpointSnapshot for each registered savepoint no snapshot object asked
-        for while spec.savepoints.snapshotObjects (`snapshots.plan_mirrors`): made (and its
-        status written) as the savepoint registers, deleted as the history lets it go, all
-        deleted once turned off. By the API server's list (a watch gap reports no
-        deletion); looked at when the registry's savepoints or the job's snapshots change."""
+        """A SparkCheckpointSnapshot for each savepoint in the history that no snapshot
+        object keeps while spec.savepoints.snapshotObjects (`snapshots.plan_mirrors`): made
+        (and its status written) as the savepoint registers or is released, deleted as the
+        history lets it go or an object keeps it, all deleted once turned off. By the API
+        server's list (a watch gap reports no deletion); looked at when the registry's
+        savepoints or the job's snapshots change; not while the job is being deleted (its
+        mirrors go with it)."""
         enabled = manifest.spec.savepoints.snapshot_objects
         registered = self._record.coordinator.savepoints
-        following = (enabled, tuple((s.checkpoint_id, s.path) for s in registered))
-        if following == self._mirrored:
+        following = (enabled, tuple((s.checkpoint_id, s.path, s.pinned) for s in registered))
+        deleted = bool(self._body["metadata"].get("deletionTimestamp"))
+        if deleted or following in (self._mirrored, self._mirrors_forbidden):
             return
         # Set before the awaits: a change meanwhile clears it.
         self._mirrored = following
@@ -1484,37 +1494,69 @@ class JobController:
             self._record.coordinator.savepoints,
             enabled=enabled,
         )
+        self._mirrors_blocked &= set(plan.blocked)  # said again if taken again
+        for name, savepoint in plan.blocked.items():
+            if name not in self._mirrors_blocked:
+                self._mirrors_blocked.add(name)
+                self._post_event(
+                    "Warning",
+                    "SavepointNotMirrored",
+                    f"savepoint {savepoint.checkpoint_id} ({savepoint.label}) has no "
+                    f"SparkCheckpointSnapshot: the name {name} is another object's "
+                    "(spec.savepoints.snapshotObjects)",
+                )
         for savepoint in plan.create:
-            if snapshots.mirror_name(self._name, savepoint.checkpoint_id) in self._mirrors_refused:
-                continue
-            if (body := await self._create_mirror(savepoint)) is not None:
+            if self._mirrors_forbidden == following:
+                break
+            if (body := await self._create_mirror(savepoint, following)) is not None:
                 plan.complete.append((snapshots.Snapshot.from_body(body), savepoint))
+                self._post_snapshot_event(
+                    body,
+                    "Normal",
+                    "SnapshotCompleted",
+                    f"savepoint {savepoint.checkpoint_id} ({savepoint.label}) completed: "
+                    f"{savepoint.path}",
+                )
         for snapshot, savepoint in plan.complete:
             status = snapshots.mirror_status(self._name, savepoint)
             if not await write_snapshot_status(self._clients, snapshot, status):
                 self._mirror_again()
         for snapshot in plan.delete:
-            if snapshot.name not in self._mirrors_refused:
-                await self._delete_mirror(snapshot)
+            if self._mirrors_forbidden != following:
+                await self._delete_mirror(snapshot, following)
+        for snapshot in plan.let_go:
+            if not await hold_snapshot(self._clients, snapshot, held=False):
+                self._mirror_again()
 
     def _mirror_again(self) -> None:
         """Look at the mirrors again soon."""
         self._mirrored = None
         self._try_snapshots_again()
 
-    def _mirror_refused(self, name: str, error: Exception) -> None:
-        """A mirror's create or delete failed: tried again soon; but not one forbidden (a
-        role from before the mirrors) or whose name is taken (an object of that name: a
-        user's, or one on its way out), until a snapshot of the job changes."""
-        if isinstance(error, ApiException) and error.status in (
-            HTTPStatus.FORBIDDEN,
-            HTTPStatus.CONFLICT,
-        ):
-            self._mirrors_refused.add(name)
+    def _mirror_failed(self, error: Exception, what: str, following: _Mirrored) -> None:
+        """A mirror's create or delete failed: tried again soon; but not when the role
+        forbids it (one from before the mirrors), said once, on the job: then once the
+        registry's savepoints change. A name taken meanwhile: at the next change."""
+        status = error.status if isinstance(error, ApiException) else None
+        if status == HTTPStatus.FORBIDDEN:
+            if not self._mirrors_forbidden_said:
+                self._mirrors_forbidden_said = True
+                self._post_event(
+                    "Warning",
+                    "SavepointNotMirrored",
+                    f"the operator may not {what} SparkCheckpointSnapshots "
+                    f"(spec.savepoints.snapshotObjects): {_api_error(error)}; grant create "
+                    "and delete on sparkcheckpointsnapshots (the chart does)",
+                )
+            self._mirrors_forbidden = following
+        elif status == HTTPStatus.CONFLICT:
+            self._mirrored = None
         else:
             self._mirror_again()
 
-    async def _create_mirror(self, savepoint: CompletedCheckpoint) -> dict[str, Any] | None:
+    async def _create_mirror(
+        self, savepoint: CompletedCheckpoint, following: _Mirrored
+    ) -> dict[str, Any] | None:
         """The created mirror of ``savepoint``; None, logged, if it was not created."""
         body = snapshots.mirror(self._body, savepoint)
         created: Any
@@ -1523,7 +1565,6 @@ class JobController:
                 objects.GROUP, objects.VERSION, self._namespace, objects.SNAPSHOT_PLURAL, body
             )
         except API_ERRORS as error:
-            self._mirror_refused(body["metadata"]["name"], error)
             log.warning(
                 "%s/%s: SparkCheckpointSnapshot %s (savepoint %d) was not made: %s",
                 self._namespace,
@@ -1532,10 +1573,19 @@ class JobController:
                 savepoint.checkpoint_id,
                 _api_error(error),
             )
+            self._mirror_failed(error, "create", following)
             return None
+        log.info(
+            "%s/%s: made SparkCheckpointSnapshot %s for savepoint %d (%s)",
+            self._namespace,
+            self._name,
+            body["metadata"]["name"],
+            savepoint.checkpoint_id,
+            savepoint.label,
+        )
         return dict(created)
 
-    async def _delete_mirror(self, snapshot: snapshots.Snapshot) -> None:
+    async def _delete_mirror(self, snapshot: snapshots.Snapshot, following: _Mirrored) -> None:
         """Delete that mirror (by uid: not one made again under its name meanwhile)."""
         try:
             await self._clients.custom_objects.delete_namespaced_custom_object(
@@ -1549,7 +1599,6 @@ class JobController:
         except NotFoundException:
             pass
         except API_ERRORS as error:
-            self._mirror_refused(snapshot.name, error)
             log.warning(
                 "%s/%s: SparkCheckpointSnapshot %s was not deleted: %s",
                 self._namespace,
@@ -1557,6 +1606,11 @@ class JobController:
                 snapshot.name,
                 _api_error(error),
             )
+            self._mirror_failed(error, "delete", following)
+            return
+        log.info(
+            "%s/%s: deleted SparkCheckpointSnapshot %s", self._namespace, self._name, snapshot.name
+        )
 
     def _ask_pin(self, supervisor: JobSupervisor, savepoint_id: int, *, pinned: bool) -> None:
         self._pins_asked[savepoint_id] = pinned

@@ -9,10 +9,12 @@ in the job's registry after an operator restart; one still in flight then was ab
 the coordinator that asked for it, and is asked for again.
 
 With the job's spec.savepoints.snapshotObjects, the operator makes a snapshot object for each
-savepoint of the job's that no snapshot object asked for (`plan_mirrors`): such a mirror is
-never taken, pinned or held; it follows the registry.
+savepoint in the job's savepoint history that no snapshot object keeps (`plan_mirrors`): such
+a mirror (named for the job that controls it, its owner) is never taken, pinned or held; it
+follows the registry.
 """
 
+import re
 from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -40,9 +42,11 @@ FINALIZER = "sparkcheckpoint.io/savepoint-disposal"
 # a savepoint disposed of (no driver runs again).
 ENDED = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 KIND = "SparkCheckpointSnapshot"
-# The `objects.LABEL_COMPONENT` of a mirror; the label of the savepoint it mirrors.
+# The `objects.LABEL_COMPONENT` of a mirror (to list them by; what makes one a mirror is its
+# owner); the label of the savepoint it mirrors.
 MIRROR_COMPONENT = "savepoint-history"
 ANNOTATION_SAVEPOINT_LABEL = "sparkcheckpoint.io/savepoint-label"
+_ID = re.compile(r"0|[1-9][0-9]*")
 
 
 class SnapshotState(StrEnum):
@@ -74,8 +78,11 @@ class Snapshot:
     deleting: bool = False
     finalizers: tuple[str, ...] = ()
     resource_version: str | None = None
-    mirror: bool = False  # made by the operator for a savepoint of the job's (`plan_mirrors`)
     owner: str | None = None  # the uid of the job that controls it, if one does
+    owner_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    spec: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any]) -> "Snapshot":
@@ -84,6 +91,14 @@ class Snapshot:
         (a job's name mistyped) counts."""
         metadata, spec = body["metadata"], body.get("spec") or {}
         status = dict(body.get("status") or {})
+        controller: Mapping[str, Any] = next(
+            (
+                reference
+                for reference in metadata.get("ownerReferences") or ()
+                if reference.get("controller") is True and reference.get("kind") == objects.KIND
+            ),
+            {},
+        )
         backoff_limit = spec.get("backoffLimit", -1)
         savepoint: Mapping[str, Any] = spec.get("savepoint") or {}
         existing = savepoint.get("path") if savepoint.get("alreadyExists") is True else None
@@ -110,15 +125,11 @@ class Snapshot:
             deleting=bool(metadata.get("deletionTimestamp")),
             finalizers=tuple(metadata.get("finalizers") or ()),
             resource_version=metadata.get("resourceVersion"),
-            mirror=(metadata.get("labels") or {}).get(objects.LABEL_COMPONENT) == MIRROR_COMPONENT,
-            owner=next(
-                (
-                    reference.get("uid")
-                    for reference in metadata.get("ownerReferences") or ()
-                    if reference.get("controller") is True and reference.get("kind") == objects.KIND
-                ),
-                None,
-            ),
+            owner=controller.get("uid"),
+            owner_name=controller.get("name"),
+            labels=dict(metadata.get("labels") or {}),
+            annotations=dict(metadata.get("annotations") or {}),
+            spec=dict(spec),
         )
 
     @property
@@ -126,6 +137,16 @@ class Snapshot:
         """The label of its savepoint or checkpoint: the uid tells a snapshot from an
         earlier one of the same name."""
         return f"{LABEL_PREFIX}{self.name} ({self.uid[:8]})"
+
+    @property
+    def mirror(self) -> bool:
+        """Made by the operator for a savepoint of the job's: controlled by the job, under
+        a mirror's name. Not by its labels: one taken off (or put on another object)
+        would pin (or release) a savepoint."""
+        if self.owner_name is None:
+            return False
+        prefix = mirror_name(self.owner_name, 0)[:-1]
+        return self.name.startswith(prefix) and _ID.fullmatch(self.name[len(prefix) :]) is not None
 
     @property
     def held(self) -> bool:
@@ -383,11 +404,15 @@ def plan_pins(
 @dataclass
 class MirrorPlan:
     """The mirrors of a job's savepoints to create, those whose status to write (the
-    registry's savepoint), and those to delete (their savepoint let go, or mirrors off)."""
+    registry's savepoint), those to delete (their savepoint let go or kept by a snapshot
+    object, mirrors turned off, or edited: made again once gone), and the savepoints whose
+    mirror's name another object holds (by the name)."""
 
     create: list[CompletedCheckpoint] = field(default_factory=list)
     complete: list[tuple[Snapshot, CompletedCheckpoint]] = field(default_factory=list)
     delete: list[Snapshot] = field(default_factory=list)
+    blocked: dict[str, CompletedCheckpoint] = field(default_factory=dict)
+    let_go: list[Snapshot] = field(default_factory=list)  # `FINALIZER` put on one by hand
 
 
 def plan_mirrors(
@@ -397,28 +422,47 @@ def plan_mirrors(
     *,
     enabled: bool,
 ) -> MirrorPlan:
-    """A mirror for each registered savepoint of ``job`` (its body) that no snapshot
-    object asked for, while ``enabled``; none otherwise. Only the job's own mirrors (those
-    it controls, by uid: a job of the same name created later has others) are touched."""
+    """A mirror, as `mirror` makes it, for each savepoint in the savepoint history of
+    ``job`` (its body) that no snapshot object keeps (pins), while ``enabled``; none
+    otherwise: each savepoint is then listed once, by a snapshot object of the user's or a
+    mirror. Only the job's own mirrors (by uid: a job of the same name created later has
+    others) are written or deleted; a name another object holds is left to it."""
     name, uid = job["metadata"]["name"], job["metadata"]["uid"]
     wanted = {
         mirror_name(name, savepoint.checkpoint_id): savepoint
         for savepoint in savepoints
-        if enabled and not is_snapshot_label(savepoint.label)
+        if enabled and not savepoint.pinned
     }
     plan = MirrorPlan()
-    found = set()
     for snapshot in listed:
-        if not snapshot.mirror or snapshot.owner != uid or snapshot.deleting:
+        savepoint = wanted.pop(snapshot.name, None)
+        if snapshot.owner != uid or not snapshot.mirror:
+            if savepoint is not None:
+                plan.blocked[snapshot.name] = savepoint
             continue
-        if (savepoint := wanted.get(snapshot.name)) is None:
+        if snapshot.held:
+            plan.let_go.append(snapshot)  # it disposes of nothing: nothing to wait for
+        if snapshot.deleting:
+            continue  # made again once gone
+        if savepoint is None or not _as_made(snapshot, mirror(job, savepoint)):
             plan.delete.append(snapshot)
-            continue
-        found.add(snapshot.name)
-        if dict(snapshot.status) != mirror_status(name, savepoint):
+        elif dict(snapshot.status) != mirror_status(name, savepoint):
             plan.complete.append((snapshot, savepoint))
-    plan.create = [savepoint for key, savepoint in wanted.items() if key not in found]
+    plan.create = list(wanted.values())
     return plan
+
+
+def _as_made(snapshot: Snapshot, made: Mapping[str, Any]) -> bool:
+    """What `mirror` sets is as it set it (what the API server defaults aside)."""
+    metadata, spec = made["metadata"], made["spec"]
+    kept = snapshot.spec.get("savepoint") or {}
+    return (
+        all(snapshot.labels.get(k) == v for k, v in metadata["labels"].items())
+        and all(snapshot.annotations.get(k) == v for k, v in metadata["annotations"].items())
+        and (snapshot.spec.get("jobReference") or {}).get("name") == spec["jobReference"]["name"]
+        and "checkpoint" not in snapshot.spec
+        and all(kept.get(k) == v for k, v in spec["savepoint"].items())
+    )
 
 
 def mirror_name(job: str, savepoint_id: int) -> str:
