@@ -763,6 +763,16 @@ def test_a_mirror_is_the_jobs_object_under_a_mirrors_name_whatever_its_labels() 
         assert not Snapshot.from_body(copied).mirror, name
     unowned = {**body, "metadata": {**body["metadata"], "ownerReferences": []}}
     assert not Snapshot.from_body(unowned).mirror
+    # A job whose name has "-savepoint-" in it: its mirrors, not another job's.
+    owned = body["metadata"]["ownerReferences"][0]
+    for owner, name, mirrors in [
+        ("a-savepoint-1", "a-savepoint-1-savepoint-5", True),
+        ("a", "a-savepoint-1-savepoint-5", False),
+        ("a", "a-savepoint-1", True),
+    ]:
+        reference = {**owned, "name": owner}
+        metadata = {**body["metadata"], "name": name, "ownerReferences": [reference]}
+        assert Snapshot.from_body({**body, "metadata": metadata}).mirror is mirrors, (owner, name)
     keep = Snapshot.from_body({**body, "metadata": {**body["metadata"], "name": "keep"}})
     plan = snapshots.plan_mirrors(JOB_BODY, [keep], [image(7)], enabled=True)
     assert keep not in plan.delete and not plan.complete  # the user's, though the job owns it

@@ -140,6 +140,9 @@ SPEC_RECHECK_SECONDS = 1.0
 # server did not answer (nothing else may change meanwhile: a suspended job, say); how many
 # times a deleted job's snapshots are (its controller ends then).
 SNAPSHOT_RETRY_SECONDS = 5.0
+# How soon mirrors the API server forbade (a role without create on the snapshots; a quota
+# or an admission webhook may also answer 403) are asked for again.
+MIRROR_FORBIDDEN_RETRY_SECONDS = 60.0
 DELETED_JOB_SNAPSHOT_TRIES = 3
 
 
@@ -203,11 +206,12 @@ class JobController:
         # whether they are on, and the registered savepoints; None: looked at again.
         self._mirrored: _Mirrored | None = None
         # What was said of mirrors that cannot be made (once, not at every change): the
-        # names another object holds; the role forbidding them, and what they were to follow
-        # then (tried again once that changes).
+        # names another object holds; a 403 (tried again a minute later, or once what the
+        # mirrors follow changes).
         self._mirrors_blocked: set[str] = set()
         self._mirrors_forbidden_said = False
         self._mirrors_forbidden: _Mirrored | None = None
+        self._mirrors_forbidden_wake: asyncio.TimerHandle | None = None
         self._observer = Observers(  # the supervisor's
             metrics, *observers, _SnapshotCompletions(self._snapshot_completed)
         )
@@ -352,9 +356,7 @@ class JobController:
                 await self._finish_deletion()
         finally:
             self._ended.set()
-            self._cancel_dry_run_wake()
-            if self._snapshots_wake is not None:
-                self._snapshots_wake.cancel()
+            self._cancel_wakes()
 
     async def delete(self) -> None:
         """The job is being deleted and no ``run`` drives it (the operator was down when
@@ -375,9 +377,7 @@ class JobController:
             await self._finish_deletion()
         finally:
             self._ended.set()
-            self._cancel_dry_run_wake()
-            if self._snapshots_wake is not None:
-                self._snapshots_wake.cancel()
+            self._cancel_wakes()
 
     async def _finish_deletion(self) -> None:
         """After the final savepoint (or without one): retention, then the job's directory
@@ -485,6 +485,13 @@ class JobController:
         ):
             await self._save(self._record)
         return manifest
+
+    def _cancel_wakes(self) -> None:
+        """The controller ends: nothing wakes it any more."""
+        self._cancel_dry_run_wake()
+        for wake in (self._snapshots_wake, self._mirrors_forbidden_wake):
+            if wake is not None:
+                wake.cancel()
 
     def _cancel_dry_run_wake(self) -> None:
         if self._dry_run_wake is not None:
@@ -1293,7 +1300,11 @@ class JobController:
         done = True
         for body in listed:
             snapshot = snapshots.Snapshot.from_body(body)
-            if snapshot.job != self._name or snapshot.mirror:  # a mirror goes with the job
+            if snapshot.mirror and snapshot.owner == self._body["metadata"]["uid"]:
+                if snapshot.held:  # a finalizer put on by hand: it goes with the job
+                    done &= await hold_snapshot(self._clients, snapshot, held=False)
+                continue
+            if snapshot.job != self._name or snapshot.mirror:
                 continue
             if snapshot.held:  # nothing runs to dispose of its savepoint: kept in storage
                 done &= await self._let_go(body, f"SparkCheckpointJob {self._name} was deleted")
@@ -1544,15 +1555,22 @@ class JobController:
                 self._post_event(
                     "Warning",
                     "SavepointNotMirrored",
-                    f"the operator may not {what} SparkCheckpointSnapshots "
-                    f"(spec.savepoints.snapshotObjects): {_api_error(error)}; grant create "
-                    "and delete on sparkcheckpointsnapshots (the chart does)",
+                    f"a SparkCheckpointSnapshot could not be {what}d "
+                    f"(spec.savepoints.snapshotObjects): {_api_error(error)}; the operator's "
+                    "role needs create and delete on sparkcheckpointsnapshots (the chart "
+                    "grants them); asked again every minute",
                 )
             self._mirrors_forbidden = following
-        elif status == HTTPStatus.CONFLICT:
-            self._mirrored = None
-        else:
+            if self._mirrors_forbidden_wake is None:
+                self._mirrors_forbidden_wake = asyncio.get_running_loop().call_later(
+                    MIRROR_FORBIDDEN_RETRY_SECONDS, self._mirrors_allowed_again
+                )
+        else:  # a name taken meanwhile too: then listed as another's
             self._mirror_again()
+
+    def _mirrors_allowed_again(self) -> None:
+        self._mirrors_forbidden = self._mirrors_forbidden_wake = None
+        self._mirror_again()
 
     async def _create_mirror(
         self, savepoint: CompletedCheckpoint, following: _Mirrored
@@ -1566,7 +1584,7 @@ class JobController:
             )
         except API_ERRORS as error:
             log.warning(
-                "%s/%s: SparkCheckpointSnapshot %s (savepoint %d) was not made: %s",
+                "%s/%s: SparkCheckpointSnapshot %s (savepoint %d) was not created: %s",
                 self._namespace,
                 self._name,
                 body["metadata"]["name"],
@@ -1575,6 +1593,7 @@ class JobController:
             )
             self._mirror_failed(error, "create", following)
             return None
+        self._mirrors_forbidden_said = False  # said again if refused again
         log.info(
             "%s/%s: made SparkCheckpointSnapshot %s for savepoint %d (%s)",
             self._namespace,
@@ -2081,8 +2100,12 @@ async def note_missing_job(clients: Clients, body: Mapping[str, Any]) -> None:
     snapshot read (an older event's body never overwrites a newer status). Else the job's
     controller, here once it starts or in the operator that holds its Lease, takes it."""
     snapshot = snapshots.Snapshot.from_body(body)
-    if snapshot.mirror or (not snapshot.open and not snapshot.held):
-        return  # a mirror goes with its job (it owns it)
+    if snapshot.mirror:  # it goes with its job (which owns it), once nothing holds it
+        if snapshot.held and snapshot.deleting:
+            await hold_snapshot(clients, snapshot, held=False)
+        return
+    if not snapshot.open and not snapshot.held:
+        return
     try:
         await clients.custom_objects.get_namespaced_custom_object(
             objects.GROUP, objects.VERSION, snapshot.namespace, objects.PLURAL, snapshot.job

@@ -21,7 +21,7 @@ from kubernetes.aio import config
 from kubernetes.aio.client import Configuration
 from prometheus_client import REGISTRY
 
-from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes import objects, snapshots
 from spark_checkpoint_operator.kubernetes.controller import (
     JobController,
     StatusNotWritten,
@@ -335,6 +335,10 @@ async def snapshot_changed(event: kopf.RawEvent, memo: kopf.Memo, **_: Any) -> N
     clients: Clients = memo[CLIENTS]
     body = event["object"]
     job = clients.snapshots.observe(event.get("type"), body)
+    namespace = body["metadata"]["namespace"]
+    for concerned in snapshots.Snapshot.from_body(body).concerns - {job[1]}:
+        if (other := memo[CONTROLLERS].get((namespace, concerned))) is not None:
+            other.pins_changed()  # its mirror, or a name its mirror may take
     controller: JobController | None = memo[CONTROLLERS].get(job)
     if controller is not None:
         controller.pins_changed()  # to hold or let go, deleted, edited, completed

@@ -46,7 +46,7 @@ KIND = "SparkCheckpointSnapshot"
 # owner); the label of the savepoint it mirrors.
 MIRROR_COMPONENT = "savepoint-history"
 ANNOTATION_SAVEPOINT_LABEL = "sparkcheckpoint.io/savepoint-label"
-_ID = re.compile(r"0|[1-9][0-9]*")
+_MIRROR_NAME = re.compile(r"(.+)-savepoint-(?:0|[1-9][0-9]*)")  # `mirror_name`'s: the job's first
 
 
 class SnapshotState(StrEnum):
@@ -139,14 +139,23 @@ class Snapshot:
         return f"{LABEL_PREFIX}{self.name} ({self.uid[:8]})"
 
     @property
+    def concerns(self) -> set[str]:
+        """The jobs whose controller looks at it when it changes: the one it names; the
+        one that owns it; the one whose mirror's name it has (a name it may free)."""
+        concerned = {self.job}
+        if self.owner_name is not None:
+            concerned.add(self.owner_name)
+        if (named := _MIRROR_NAME.fullmatch(self.name)) is not None:
+            concerned.add(named[1])
+        return concerned
+
+    @property
     def mirror(self) -> bool:
         """Made by the operator for a savepoint of the job's: controlled by the job, under
         a mirror's name. Not by its labels: one taken off (or put on another object)
         would pin (or release) a savepoint."""
-        if self.owner_name is None:
-            return False
-        prefix = mirror_name(self.owner_name, 0)[:-1]
-        return self.name.startswith(prefix) and _ID.fullmatch(self.name[len(prefix) :]) is not None
+        named = _MIRROR_NAME.fullmatch(self.name)
+        return named is not None and named[1] == self.owner_name
 
     @property
     def held(self) -> bool:
