@@ -1054,3 +1054,18 @@ def test_a_mirrors_name_another_object_holds_is_said_once(cluster: LocalCluster)
 
     cluster.api.delete(SNAPSHOTS, NAMESPACE, name)
     _mirrored(cluster, taken, second, third)
+
+
+def test_a_mirror_held_by_hand_goes_with_its_job(cluster: LocalCluster) -> None:
+    """The garbage collector deletes a job's mirrors with it; one given the disposal
+    finalizer by hand (while no operator ran to take it off) stayed Terminating for ever."""
+    cluster.apply(job(savepoints={"snapshotObjects": True}))
+    taken = savepoint_by_nonce(cluster, 1)
+    _mirrored(cluster, taken)
+    named = f"orders-savepoint-{taken}"
+    with operator_stopped(cluster):
+        cluster.api.patch(SNAPSHOTS, NAMESPACE, named, {"metadata": {"finalizers": [FINALIZER]}})
+        cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None)
+    cluster.wait_for("its mirror gone", lambda: not _mirrors(cluster))
