@@ -941,6 +941,11 @@ def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster)
         )
     assert third in _ids(cluster), "a mirror's deletion disposes of nothing"
     assert [s.get("pinned") for s in _history(cluster) if s["id"] == third] == [None]
+    replaced = cluster.wait_for_event("orders", "SnapshotReplaced")
+    assert replaced["message"].startswith(
+        f"SparkCheckpointSnapshot {named} was edited: the operator's mirror of a savepoint in "
+        "the history, it is made again as it was; "
+    )
 
     kept = snapshot("kept", savepoint={"alreadyExists": True, "path": registered["path"]})
     cluster.api.create(SNAPSHOTS, kept, namespace=NAMESPACE)

@@ -681,7 +681,7 @@ def _carried_out(plan: snapshots.MirrorPlan, listed: list[Snapshot]) -> list[Sna
         else s
         for s in listed
     }
-    for snapshot in plan.delete:
+    for snapshot in plan.delete + plan.replace:
         after[snapshot.name] = dataclasses.replace(after[snapshot.name], deleting=True)
     after = {name: s for name, s in after.items() if not (s.deleting and not s.finalizers)}
     for snapshot, savepoint in plan.complete:
@@ -728,17 +728,18 @@ def test_drawn_mirror_plans_make_the_objects_follow_the_registry(
 
     for _ in range(4):  # an edited mirror: deleted, then made again; a held one let go first
         plan = snapshots.plan_mirrors(JOB_BODY, listed, savepoints, enabled=enabled)
-        assert all(own(s) for s in plan.delete + [s for s, _ in plan.complete])
+        assert all(own(s) for s in plan.delete + plan.replace + [s for s, _ in plan.complete])
+        assert all(s.name in wanted for s in plan.replace)  # edited: the rest are deleted
         assert all(s.owner == "job-uid" and s.held for s in plan.let_go)
         going = {s.name for s in listed if s.owner == "job-uid" and s.deleting}
         assert plan.blocked.keys() == wanted.keys() & others
         assert not {snapshots.mirror_name("orders", s.checkpoint_id) for s in plan.create} & (
             others | going
         )
-        if not (plan.create or plan.complete or plan.delete or plan.let_go):
+        if not (plan.create or plan.complete or plan.delete or plan.replace or plan.let_go):
             break
         listed = _carried_out(plan, listed)
-    assert not (plan.create or plan.complete or plan.delete or plan.let_go), "it settles"
+    assert not (plan.create or plan.complete or plan.delete or plan.replace or plan.let_go)
     mirrored = {s.name: s for s in listed if own(s)}
     going = {s.name for s in listed if s.owner == "job-uid" and s.deleting}  # someone holds it
     assert mirrored.keys() == wanted.keys() - others - going
@@ -775,7 +776,7 @@ def test_a_mirror_is_the_jobs_object_under_a_mirrors_name_whatever_its_labels() 
         assert Snapshot.from_body({**body, "metadata": metadata}).mirror is mirrors, (owner, name)
     keep = Snapshot.from_body({**body, "metadata": {**body["metadata"], "name": "keep"}})
     plan = snapshots.plan_mirrors(JOB_BODY, [keep], [image(7)], enabled=True)
-    assert keep not in plan.delete and not plan.complete  # the user's, though the job owns it
+    assert keep not in plan.delete + plan.replace and not plan.complete  # the user's
 
 
 def test_a_mirror_is_never_taken_nor_pinned() -> None:

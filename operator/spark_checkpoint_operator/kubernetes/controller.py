@@ -1532,7 +1532,16 @@ class JobController:
             status = snapshots.mirror_status(self._name, savepoint)
             if not await write_snapshot_status(self._clients, snapshot, status):
                 self._mirror_again()
-        for snapshot in plan.delete:
+        for snapshot in plan.replace:
+            self._post_event(
+                "Warning",
+                "SnapshotReplaced",
+                f"SparkCheckpointSnapshot {snapshot.name} was edited: the operator's mirror "
+                "of a savepoint in the history, it is made again as it was; to keep the "
+                "savepoint, or to say what its deletion does, create an object of your own "
+                "under another name (savepoint.alreadyExists)",
+            )
+        for snapshot in plan.delete + plan.replace:
             if self._mirrors_forbidden != following:
                 await self._delete_mirror(snapshot, following)
         for snapshot in plan.let_go:

@@ -414,12 +414,13 @@ def plan_pins(
 class MirrorPlan:
     """The mirrors of a job's savepoints to create, those whose status to write (the
     registry's savepoint), those to delete (their savepoint let go or kept by a snapshot
-    object, mirrors turned off, or edited: made again once gone), and the savepoints whose
-    mirror's name another object holds (by the name)."""
+    object, or mirrors turned off) and to replace (edited: deleted, made again once gone),
+    and the savepoints whose mirror's name another object holds (by the name)."""
 
     create: list[CompletedCheckpoint] = field(default_factory=list)
     complete: list[tuple[Snapshot, CompletedCheckpoint]] = field(default_factory=list)
     delete: list[Snapshot] = field(default_factory=list)
+    replace: list[Snapshot] = field(default_factory=list)
     blocked: dict[str, CompletedCheckpoint] = field(default_factory=dict)
     let_go: list[Snapshot] = field(default_factory=list)  # `FINALIZER` put on one by hand
 
@@ -453,8 +454,10 @@ def plan_mirrors(
             plan.let_go.append(snapshot)  # it disposes of nothing: nothing to wait for
         if snapshot.deleting:
             continue  # made again once gone
-        if savepoint is None or not _as_made(snapshot, mirror(job, savepoint)):
+        if savepoint is None:
             plan.delete.append(snapshot)
+        elif not _as_made(snapshot, mirror(job, savepoint)):
+            plan.replace.append(snapshot)
         elif dict(snapshot.status) != mirror_status(name, savepoint):
             plan.complete.append((snapshot, savepoint))
     plan.create = list(wanted.values())
