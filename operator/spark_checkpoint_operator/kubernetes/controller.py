@@ -140,10 +140,10 @@ SPEC_RECHECK_SECONDS = 1.0
 # server did not answer (nothing else may change meanwhile: a suspended job, say); how many
 # times a deleted job's snapshots are (its controller ends then).
 SNAPSHOT_RETRY_SECONDS = 5.0
+DELETED_JOB_SNAPSHOT_TRIES = 3
 # How soon mirrors the API server forbade (a role without create on the snapshots; a quota
 # or an admission webhook may also answer 403) are asked for again.
 MIRROR_FORBIDDEN_RETRY_SECONDS = 60.0
-DELETED_JOB_SNAPSHOT_TRIES = 3
 
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
