@@ -113,7 +113,8 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
 */}}
 {{- define "sco.operatorRules" -}}
 # Kopf lists and watches jobs and patches them (finalizer, progress annotations); the
-# controller reads a job's stored status when its daemon starts.
+# controller reads a job's stored status when its daemon starts, and patches its last
+# stable spec annotation (spec.rollback).
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointjobs]
   verbs: [get, list, watch, patch]

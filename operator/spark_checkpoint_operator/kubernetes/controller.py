@@ -50,7 +50,8 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.kubernetes import objects, snapshots
+from spark_checkpoint_operator.coordinator.state import format_time, parse_time
+from spark_checkpoint_operator.kubernetes import objects, rollback, snapshots
 from spark_checkpoint_operator.kubernetes.events import PostEvent
 from spark_checkpoint_operator.kubernetes.runtime import (
     MERGE_PATCH,
@@ -111,6 +112,7 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 # Why a running driver is stopped with a savepoint: the label of that savepoint.
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
+ROLLBACK = "rollback"  # an upgrade back to the last stable spec (spec.rollback)
 # A driver stopped for spec.restore.savepointRedeployNonce (without a savepoint).
 REDEPLOY = "redeploy"
 # status.handledTriggers' key of the redeploy nonce last carried out.
@@ -253,6 +255,16 @@ class JobController:
         # The redeploy nonce being carried out, its image and the attempt before its driver:
         # handled once that driver restored the image (`_note_redeployed`).
         self._redeploying: tuple[int, str, int] | None = None
+        # spec.rollback: the last stable spec (its annotation, as this process last wrote or
+        # first read it); whether the driver being stopped for an upgrade runs it (the next
+        # driver then starts the upgrade's readiness timeout); the deployment that timeout
+        # is for (None: the spec's, after an operator restart); the one wake-up at its end.
+        self._stable = rollback.stable_spec(
+            (body["metadata"].get("annotations") or {}).get(objects.ANNOTATION_STABLE_SPEC)
+        )
+        self._upgrading_from_stable = False
+        self._upgrade_target: str | None = None
+        self._rollback_wake: asyncio.TimerHandle | None = None
 
     @property
     def _namespace(self) -> str:
@@ -287,6 +299,12 @@ class JobController:
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
+        self._rolled_back = rollback.RolledBack.from_status(status.get("rolledBack"))
+        started = status.get("upgradeStarted")
+        try:
+            self._upgrade_started = parse_time(started) if isinstance(started, str) else None
+        except ValueError:  # a status is writable by others than the operator
+            self._upgrade_started = None
         # As stored: a restarted operator writes no status for a generation said already.
         observed = status.get("observedGeneration")
         self._written_generation = observed if isinstance(observed, int) else None
@@ -438,6 +456,13 @@ class JobController:
         self._changed.clear()
 
     async def _read_spec(self) -> JobManifest | None:
+        """The spec as it is run: as written, or rolled back to the last stable spec."""
+        manifest = await self._validated_spec()
+        if self._roll_back_if_due():
+            manifest = await self._validated_spec()
+        return manifest
+
+    async def _validated_spec(self) -> JobManifest | None:
         """The spec, validated again only when its generation changed. A spec in error
         is reported in status and an event, and None is returned: nothing starts for it
         (which spec a running driver keeps is `_last_valid_for_the_driver`'s call). What a
@@ -457,17 +482,26 @@ class JobController:
         if self._stop is _Stop.DELETE:
             # Its pods are not created again: nothing they hold keeps the deletion's work.
             running = objects.deployment_hash(self._body.get("spec") or {})
-        manifest, problem, tolerated = _validated(
-            self._body, accepted, running, self._operator_account
-        )
+        body = self._body_to_run()
+        manifest, problem, tolerated = _validated(body, accepted, running, self._operator_account)
+        if manifest is None and body is not self._body:
+            self._post_event(
+                "Warning",
+                "RollbackEnded",
+                f"the last stable spec cannot run any more ({problem}): the spec runs as written",
+            )
+            self._rolled_back, body = None, self._body
+            manifest, problem, tolerated = _validated(
+                body, accepted, running, self._operator_account
+            )
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
             manifest, problem = None, moved
-        if manifest is not None and (refused := await self._upgrade_refused(manifest)):
+        if manifest is not None and (refused := await self._upgrade_refused(manifest, body)):
             manifest, problem = None, refused
         if manifest is not None:
             self._manifest = manifest
-            self._spec = json.loads(json.dumps(dict(self._body["spec"])))
+            self._spec = json.loads(json.dumps(dict(body["spec"])))
         verdict_changed = (problem, tolerated) != (self._problem, self._tolerated)
         if verdict_changed:
             self._problem, self._tolerated = problem, tolerated
@@ -489,7 +523,7 @@ class JobController:
     def _cancel_wakes(self) -> None:
         """The controller ends: nothing wakes it any more."""
         self._cancel_dry_run_wake()
-        for wake in (self._snapshots_wake, self._mirrors_forbidden_wake):
+        for wake in (self._snapshots_wake, self._mirrors_forbidden_wake, self._rollback_wake):
             if wake is not None:
                 wake.cancel()
 
@@ -498,15 +532,137 @@ class JobController:
             self._dry_run_wake.cancel()
             self._dry_run_wake = None
 
+    def _body_to_run(self) -> Mapping[str, Any]:
+        """The job as it is run: rolled back (spec.rollback), with the last stable spec
+        under the written spec's state and nonces, while the spec is the one rolled back
+        from and asks for rollbacks; else as written (and the rollback is over)."""
+        written = self._body.get("spec") or {}
+        rolled_back, stable = self._rolled_back, self._stable
+        if rolled_back is None:
+            return self._body
+        asks = (written.get("rollback") or {}).get("enabled") is True
+        if not asks or stable is None or rolled_back.spec_hash != _spec_hash(written):
+            self._rolled_back = None
+            return self._body
+        return {**self._body, "spec": rollback.spec_to_run(written, stable)}
+
+    def _roll_back_if_due(self) -> bool:
+        """An upgrade whose new driver has not run its query within its readiness timeout
+        (or failed for good) is rolled back: the last stable spec runs until the spec
+        changes. A job suspended meanwhile is not (as in Flink); nor one being deleted.
+        Whether it was rolled back now."""
+        manifest, started, stable = self._manifest, self._upgrade_started, self._stable
+        if started is None or manifest is None or self._rolled_back is not None:
+            return False
+        written = self._body.get("spec") or {}
+        deployment = objects.deployment_hash(written)
+        if (
+            not manifest.spec.rollback.enabled
+            or manifest.spec.state is JobState.SUSPENDED
+            or stable is None
+            or objects.deployment_hash(stable) == deployment
+        ):
+            self._upgrade_started = None
+            return False
+        if self._stop is not None or self._upgrade_target not in (None, deployment):
+            return False  # a newer change is being made: its own driver starts its timeout
+        timeout = manifest.spec.rollback.readiness_timeout
+        now = time.time()
+        why = rollback.rollback_reason(
+            phase=self._record.phase,
+            message=self._record.message,
+            started=started,
+            timeout=timeout,
+            now=now,
+        )
+        if why is None:
+            if self._rollback_wake is not None:
+                self._rollback_wake.cancel()
+            self._rollback_wake = asyncio.get_running_loop().call_later(
+                max(0.0, started + timeout - now), self._changed.set
+            )
+            return False
+        generation = int(self._body["metadata"].get("generation", 0))
+        self._rolled_back = rollback.RolledBack(generation, _spec_hash(written), now, why)
+        self._upgrade_started = self._upgrade_target = None
+        self._generation = -1  # read again: as rolled back
+        self._post_event(
+            "Warning",
+            "RolledBack",
+            f"spec generation {generation} is rolled back to the last stable spec: {why}; "
+            "the spec stays as written, and its next change is an upgrade again",
+        )
+        return True
+
+    def _note_upgrade(self) -> None:
+        """The driver is being stopped for an upgrade: from the last stable spec, or from
+        an upgrade still in its readiness timeout (a newer change), the next driver starts
+        that timeout."""
+        stable = self._stable
+        if self._upgrade_started is not None or (
+            stable is not None and objects.deployment_hash(stable) == self._deployed
+        ):
+            self._upgrading_from_stable = True
+            self._upgrade_started = None
+
+    def _start_supervising(self, manifest: JobManifest) -> None:
+        """A supervisor starts: an ended job's message goes, and the first driver of an
+        upgrade from the stable spec starts its readiness timeout (the upgrade's savepoint
+        and stop before it may take any time)."""
+        if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
+            self._record.message = ""
+        if self._upgrading_from_stable:
+            self._upgrading_from_stable = False
+            if manifest.spec.rollback.enabled:
+                self._upgrade_started = time.time()
+                self._upgrade_target = objects.deployment_hash(self._spec)
+
+    async def _note_stable(self, record: JobRecord) -> None:
+        """The driver runs its query under the spec as run: that spec is stable (an
+        upgrade's readiness timeout is over), kept in the job's annotation."""
+        if (
+            record.phase is not JobPhase.RUNNING
+            or not self._spec
+            or objects.deployment_hash(self._spec) != self._deployed
+            or self._stop is _Stop.DELETE
+        ):
+            return
+        self._upgrade_started = self._upgrade_target = None
+        text = rollback.stable_spec_text(self._spec)
+        # Too long to keep: no stable spec, rather than an older one.
+        stable = None if text is None else rollback.stable_part(self._spec)
+        if stable == self._stable:
+            return
+        try:
+            await self._clients.custom_objects.patch_namespaced_custom_object(
+                objects.GROUP,
+                objects.VERSION,
+                self._namespace,
+                objects.PLURAL,
+                self._name,
+                {"metadata": {"annotations": {objects.ANNOTATION_STABLE_SPEC: text}}},
+                _content_type=MERGE_PATCH,
+            )
+        except API_ERRORS as error:  # written at a later status write
+            log.warning(
+                "job %s/%s: its last stable spec was not written: %s",
+                self._namespace,
+                self._name,
+                _api_error(error),
+            )
+            return
+        self._stable = stable
+
     def _driver_recorded(self) -> bool:
         """The record says a driver runs (or did, before an operator restart)."""
         return self._record.phase in DRIVER_PHASES and self._record.attempt > 0
 
-    async def _upgrade_refused(self, manifest: JobManifest) -> str | None:
+    async def _upgrade_refused(self, manifest: JobManifest, body: Mapping[str, Any]) -> str | None:
         """Why the API server refuses the pod that would replace the running driver under
-        this spec (an upgrade), asked in a dry run before the driver is stopped for it: such
-        a spec is one in error, asked about again after the restart policy's backoff."""
-        spec = self._body.get("spec") or {}
+        this spec (an upgrade; ``body`` the job as run), asked in a dry run before the driver
+        is stopped for it: such a spec is one in error, asked about again after the restart
+        policy's backoff."""
+        spec = body.get("spec") or {}
         # A suspension (or deletion) replaces no driver: nothing to ask, and it must not
         # wait for an upgrade that is refused.
         replacing = manifest.spec.state is JobState.RUNNING and self._stop is not _Stop.DELETE
@@ -618,7 +774,10 @@ class JobController:
                 self._post_event(
                     "Normal",
                     "JobRetried",
-                    f"the spec changed since the job {phase.value.lower()}: it runs again",
+                    f"the spec changed since the job {phase.value.lower()}: it runs again"
+                    if self._rolled_back is None
+                    else f"the job {phase.value.lower()}: it runs again, rolled back to the last "
+                    "stable spec",
                 )
             return retried
         if manifest.spec.state is JobState.SUSPENDED:
@@ -699,8 +858,7 @@ class JobController:
         return self._janitor(manifest) if manifest.spec.checkpointing.verify_restorable else None
 
     async def _supervise(self, manifest: JobManifest) -> None:
-        if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
-            self._record.message = ""
+        self._start_supervising(manifest)
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
         if (nonce := self._redeploy_due(manifest)) is not None:
@@ -792,9 +950,11 @@ class JobController:
         elif redeploy is not None and self._redeploy_image(manifest, redeploy) is not None:
             stop_reason = REDEPLOY  # refused, the rest of the change goes on below
         elif objects.deployment_hash(self._spec) != self._deployed:
-            stop_reason = UPGRADE
+            stop_reason = UPGRADE if self._rolled_back is None else ROLLBACK
+            self._note_upgrade()
         else:
             self._waiting_since = None
+            self._upgrading_from_stable = False
             self._withdraw_stops(supervisor, requested)
             return
         if supervisor.stopping:
@@ -845,7 +1005,7 @@ class JobController:
         # completes); asked again if it did not stop the driver (expired, or declined),
         # never while it is pending: a drain waits for the input to run out, however long.
         if (
-            not any(supervisor.pending(reason) for reason in (SUSPEND, UPGRADE))
+            not any(supervisor.pending(reason) for reason in (SUSPEND, UPGRADE, ROLLBACK))
             and now - requested.get(stop_reason, -retry_after) >= retry_after
         ):
             requested[stop_reason] = now
@@ -896,7 +1056,7 @@ class JobController:
         """A suspension or an upgrade taken back: the savepoint that would stop the driver
         is withdrawn. A drain waits for the input to run out, however long, and holds
         periodic checkpoints meanwhile; a savepoint would stop the driver for nothing."""
-        for reason in (SUSPEND, UPGRADE):
+        for reason in (SUSPEND, UPGRADE, ROLLBACK):
             # Once per request: this runs at every change, and the withdrawal is carried out
             # after the request (the supervisor's inbox is in order), even one not yet taken.
             if requested.pop(reason, None) is None:
@@ -1719,6 +1879,12 @@ class JobController:
             return ("SuspendPending", "the spec asks to suspend: the driver stops " + _STOPPING)
         if self._spec is not None and objects.deployment_hash(self._spec) != self._deployed:
             return ("UpgradePending", "the spec changed: the driver is replaced " + _STOPPING)
+        if (rolled_back := self._rolled_back) is not None:
+            return (
+                "RolledBack",
+                f"spec generation {rolled_back.generation} was rolled back "
+                f"({rolled_back.reason}): the last stable spec runs until the spec changes",
+            )
         return None
 
     async def _refresh_readiness(self) -> None:
@@ -1733,6 +1899,7 @@ class JobController:
         async with self._saving:
             # The write that records the redeploy's restore handles its nonce with it.
             self._note_redeployed(record)
+            await self._note_stable(record)
             await self._write(record)
 
     async def _write(self, record: JobRecord) -> None:
@@ -1750,6 +1917,10 @@ class JobController:
         status["handledTriggers"] = dict(self._handled)
         status["deploymentHash"] = self._deployed
         status["stoppedSpecHash"] = self._stopped_spec
+        status["upgradeStarted"] = (
+            None if self._upgrade_started is None else format_time(self._upgrade_started)
+        )
+        status["rolledBack"] = None if self._rolled_back is None else self._rolled_back.to_status()
         accepted = self._spec if self._spec != self._stored_spec else None
         if accepted:
             status["lastAcceptedSpec"] = accepted_spec_text(accepted)
@@ -1969,7 +2140,11 @@ _LATER_DEFAULTS = {
 
 def _suspended_for(stop_reason: str) -> str:
     """Why the job is suspended, said as it ends Suspended: not for a suspension."""
-    return {UPGRADE: "for an upgrade", REDEPLOY: "for a redeploy"}.get(stop_reason, "")
+    return {
+        UPGRADE: "for an upgrade",
+        ROLLBACK: "for a rollback",
+        REDEPLOY: "for a redeploy",
+    }.get(stop_reason, "")
 
 
 def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:
@@ -1980,12 +2155,9 @@ def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:
-    """The spec without what does not call for a retry of a failed job."""
-    relevant = {
-        key: value
-        for key, value in spec.items()
-        if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state")
-    }
+    """The spec without what does not call for a retry of a failed job: what it says to
+    do now (as a rolled-back job takes it from the spec as written), not what to run."""
+    relevant = rollback.stable_part(spec)
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

@@ -157,6 +157,12 @@ class ShutdownSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class RollbackSpec:
+    enabled: bool = False  # the CRD's defaults
+    readiness_timeout: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     image: str | None
     image_pull_policy: ImagePullPolicy | None
@@ -175,6 +181,7 @@ class JobSpec:
     image_pull_secrets: tuple[str, ...] = ()
     # Every pod's core/v1 PodTemplateSpec, under the role's own (Kubernetes only).
     pod_template: Mapping[str, Any] = field(default_factory=dict)
+    rollback: RollbackSpec = RollbackSpec()  # of an upgrade (Kubernetes only)
 
     @property
     def pod_templates(self) -> tuple[tuple[str, Mapping[str, Any]], ...]:
@@ -333,6 +340,10 @@ def to_manifest(document: Mapping[str, Any]) -> JobManifest:
             shutdown=ShutdownSpec(
                 final_savepoint=spec["shutdown"]["finalSavepoint"],
                 drain=spec["shutdown"]["drain"],
+            ),
+            rollback=RollbackSpec(
+                enabled=spec["rollback"]["enabled"],
+                readiness_timeout=_seconds(spec["rollback"]["readinessTimeout"]),
             ),
         ),
     )

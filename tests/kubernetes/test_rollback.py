@@ -1,0 +1,99 @@
+"""`rollback`: when an upgrade is rolled back to the last stable spec, what runs meanwhile,
+and what of it is kept where, with the phases, times and timeouts drawn."""
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_checkpoint_operator.coordinator import JobPhase
+from spark_checkpoint_operator.kubernetes import rollback
+from spark_checkpoint_operator.kubernetes.controller import _spec_hash
+
+SPEC = {
+    "image": "example/orders:1",
+    "application": {"mainFile": "local:///opt/app/orders.py"},
+    "checkpointing": {"interval": "1s"},
+}
+
+
+@given(
+    phase=st.sampled_from(JobPhase),
+    message=st.sampled_from(["", "ImagePullBackOff: not found"]),
+    started=st.floats(0, 1e9),
+    timeout=st.floats(1e-3, 1e6),
+    waited=st.floats(0, 2e6),
+)
+def test_an_upgrade_is_rolled_back_once_failed_or_out_of_time_unless_it_runs(
+    phase: JobPhase, message: str, started: float, timeout: float, waited: float
+) -> None:
+    why = rollback.rollback_reason(
+        phase=phase, message=message, started=started, timeout=timeout, now=started + waited
+    )
+    due = phase is JobPhase.FAILED or (
+        phase is not JobPhase.RUNNING and (started + waited) - started >= timeout
+    )
+    assert (why is not None) == due
+    if why is not None:
+        assert message in why
+        if phase is not JobPhase.FAILED:
+            assert "spec.rollback.readinessTimeout" in why
+
+
+def test_a_rolled_back_job_runs_the_stable_spec_under_the_written_state_and_nonces() -> None:
+    stable = {**SPEC, "state": "Running", "savepointTriggerNonce": 1}
+    written = {
+        **SPEC,
+        "image": "example/orders:2",
+        "state": "Suspended",
+        "savepointTriggerNonce": 7,
+        "rollback": {"enabled": True, "readinessTimeout": "5m"},
+    }
+    assert rollback.spec_to_run(written, stable) == {
+        **SPEC,
+        "state": "Suspended",
+        "savepointTriggerNonce": 7,
+        "rollback": {"enabled": True, "readinessTimeout": "5m"},
+    }
+    # A nonce the written spec does not have is not taken from the stable one either.
+    assert "checkpointTriggerNonce" not in rollback.spec_to_run(
+        written, {**SPEC, "checkpointTriggerNonce": 3}
+    )
+
+
+def test_the_stable_spec_is_kept_without_what_the_written_spec_decides() -> None:
+    spec = {**SPEC, "state": "Running", "checkpointTriggerNonce": 2, "rollback": {"enabled": True}}
+    text = rollback.stable_spec_text(spec)
+    assert text is not None
+    assert rollback.stable_spec(text) == SPEC
+    # A change of what it is followed for is no change of the job: a failed job is not
+    # run again for it, and a rolled-back job stays rolled back.
+    assert _spec_hash(spec) == _spec_hash(SPEC)
+    assert _spec_hash({**SPEC, "image": "example/orders:2"}) != _spec_hash(SPEC)
+
+
+def test_a_stable_spec_too_long_to_keep_is_not_kept() -> None:
+    long = {**SPEC, "application": {"arguments": ["x" * rollback.MAX_STABLE_SPEC_LENGTH]}}
+    assert rollback.stable_spec_text(long) is None
+
+
+def test_an_annotation_that_is_no_spec_is_no_stable_spec() -> None:
+    for text in (None, 3, "", "[1]", "{", "[" * 100_000, '"text"'):
+        assert rollback.stable_spec(text) is None, text
+
+
+def test_status_rolled_back_is_read_as_written_and_anything_else_is_none() -> None:
+    rolled_back = rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
+    assert rollback.RolledBack.from_status(rolled_back.to_status()) == rolled_back
+    garbled: list[Any] = [
+        None,
+        "x",
+        [],
+        {},
+        {**rolled_back.to_status(), "generation": "4"},
+        {**rolled_back.to_status(), "time": "yesterday"},
+        {**rolled_back.to_status(), "reason": None},
+        {**rolled_back.to_status(), "specHash": 1},
+    ]
+    for value in garbled:
+        assert rollback.RolledBack.from_status(value) is None, value

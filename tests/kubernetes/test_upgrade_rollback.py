@@ -1,0 +1,217 @@
+"""spec.rollback with the operator (a real process) against the emulated API server and
+simulated drivers: an upgrade whose driver does not run is rolled back to the last stable
+spec, which runs until the spec changes."""
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from helpers.doc_blocks import marked_blocks
+from helpers.kube.cluster import LocalCluster, operator_stopped
+from helpers.kube.simulated import SimulatedAgents
+from helpers.kube.simulated_jobs import completed, in_phase, job
+from spark_checkpoint_operator.kubernetes import objects
+
+pytestmark = pytest.mark.timeout(240)
+
+MISSING = "example/orders:missing"
+UNCOORDINATED = "example/orders:uncoordinated"
+
+
+def agents() -> SimulatedAgents:
+    return SimulatedAgents(
+        batch_seconds=0.3,
+        missing_images=frozenset({MISSING}),
+        uncoordinated_images=frozenset({UNCOORDINATED}),
+    )
+
+
+def driver_images(cluster: LocalCluster) -> list[str]:
+    return [p["spec"]["containers"][0]["image"] for p in cluster.pods("orders", component="driver")]
+
+
+def stable_image(cluster: LocalCluster) -> str:
+    job_object = cluster.job("orders")
+    assert job_object is not None
+    annotations = job_object["metadata"].get("annotations") or {}
+    return str(json.loads(annotations[objects.ANNOTATION_STABLE_SPEC])["image"])
+
+
+def rolled_back_and_running(cluster: LocalCluster, image: str = "example/orders:1") -> dict:
+    """The job runs its stable spec's driver again, restored from the upgrade's savepoint."""
+    status = cluster.wait_for(
+        "the stable spec's driver running",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and s.get("rolledBack")
+            and driver_images(cluster) == [image]
+            and (s.get("restoredFrom") or {}).get("source", "").startswith("savepoint:")
+            and s
+        ),
+        job="orders",
+    )
+    assert status["lastSavepoint"]["label"] == "upgrade"
+    return status
+
+
+def ran_then_upgraded(cluster: LocalCluster, image: str, **spec: Any) -> None:
+    """The job ran its first spec (kept as its last stable spec), then was changed to
+    ``image``, whose driver pod is there."""
+    cluster.apply(job(**spec))
+    completed(cluster, "orders", 1)
+    cluster.wait_for("the stable spec kept", lambda: stable_image(cluster) == "example/orders:1")
+    cluster.patch_spec("orders", {"image": image})
+    cluster.wait_for("the new driver", lambda: driver_images(cluster) == [image])
+
+
+def timeout_started(cluster: LocalCluster) -> None:
+    cluster.wait_for(
+        "the upgrade's timeout started", lambda: cluster.status("orders").get("upgradeStarted")
+    )
+
+
+def not_rolled_back(cluster: LocalCluster, waited: float) -> None:
+    """Long past the readiness timeout, the new driver's pod still waits for its image."""
+    time.sleep(waited)
+    status = cluster.status("orders")
+    assert status["phase"] == "Deploying" and "upgradeStarted" not in status
+    assert driver_images(cluster) == [MISSING]
+    assert "RolledBack" not in cluster.event_reasons("orders")
+
+
+def test_an_upgrade_whose_image_cannot_be_pulled_is_rolled_back_until_the_spec_changes(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        timeout_started(cluster)
+        event = cluster.wait_for_event("orders", "RolledBack")
+        assert event["type"] == "Warning"
+        assert event["message"].startswith(
+            "spec generation 2 is rolled back to the last stable spec: its driver did not run "
+            "its query within spec.rollback.readinessTimeout (3s): the driver cannot start yet: "
+            "ImagePullBackOff"
+        ), event["message"]
+        status = rolled_back_and_running(cluster)
+        assert status["rolledBack"]["generation"] == 2
+        assert "upgradeStarted" not in status
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert (ready["status"], ready["reason"]) == ("False", "RolledBack")
+        assert ready["message"].startswith("spec generation 2 was rolled back (its driver did")
+        job_object = cluster.job("orders")
+        assert job_object is not None and job_object["spec"]["image"] == MISSING
+        assert stable_image(cluster) == "example/orders:1"
+        completed(cluster, "orders", status["counts"]["completed"] + 1)
+
+        # The next change of the spec is an upgrade again; once it runs, it is stable.
+        cluster.patch_spec("orders", {"image": "example/orders:3"})
+        status = cluster.wait_for(
+            "upgraded to image 3",
+            lambda: (
+                (s := cluster.status("orders")).get("phase") == "Running"
+                and driver_images(cluster) == ["example/orders:3"]
+                and s
+            ),
+            job="orders",
+        )
+        cluster.wait_for("image 3 stable", lambda: stable_image(cluster) == "example/orders:3")
+        status = cluster.status("orders")
+        assert "rolledBack" not in status and "upgradeStarted" not in status
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "True", ready
+        assert cluster.event_reasons("orders").count("RolledBack") == 1
+
+
+def test_the_documented_rollback_rolls_back_a_driver_that_fails_for_good(
+    tmp_path: Path,
+) -> None:
+    """docs/operator.md's example, as written. The upgrade's agent never answers (a pipeline
+    without run_coordinated): the job fails, and is rolled back then, long before its
+    readiness timeout."""
+    (block,) = marked_blocks(
+        "tests/kubernetes/test_upgrade_rollback.py::"
+        "test_the_documented_rollback_rolls_back_a_driver_that_fails_for_good"
+    )
+    documented = yaml.safe_load(block.text)["spec"]["rollback"]
+    assert documented == {"enabled": True, "readinessTimeout": "5m"}
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        policy = {"type": "OnFailure", "backoff": "1s", "startTimeout": "2s"}
+        ran_then_upgraded(cluster, UNCOORDINATED, restartPolicy=policy, rollback=documented)
+
+        event = cluster.wait_for_event("orders", "RolledBack")
+        assert event["message"].startswith(
+            "spec generation 2 is rolled back to the last stable spec: its driver failed: the "
+            "driver's checkpoint agent never answered in 2s"
+        ), event["message"]
+        rolled_back_and_running(cluster)
+        assert "AgentNeverAnswered" in cluster.event_reasons("orders")
+        retried = cluster.wait_for_event("orders", "JobRetried")
+        assert retried["message"] == (
+            "the job failed: it runs again, rolled back to the last stable spec"
+        )
+
+
+def test_without_rollback_an_upgrade_that_does_not_run_waits_for_the_next_change(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        # The stable spec is kept all the same: rollback turned on later rolls the next
+        # upgrade back.
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": False, "readinessTimeout": "1s"})
+        not_rolled_back(cluster, waited=3)
+
+
+def test_an_upgrade_suspended_before_it_ran_is_not_rolled_back_when_it_resumes(
+    tmp_path: Path,
+) -> None:
+    """As in Flink: a job suspended meanwhile is never rolled back to running."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        status = in_phase(cluster, "orders", "Suspended")
+        assert "upgradeStarted" not in status
+        time.sleep(3)
+        cluster.patch_spec("orders", {"state": "Running"})
+
+        cluster.wait_for(
+            "the new driver waiting again", lambda: driver_images(cluster) == [MISSING]
+        )
+        not_rolled_back(cluster, waited=4)
+
+
+def test_a_rollback_outlives_operator_restarts_in_its_timeout_and_after_it(
+    tmp_path: Path,
+) -> None:
+    """The timeout's start is in status, the stable spec in the job's annotation: an operator
+    that was down rolls back when the timeout is over, and the next adopts the stable spec's
+    driver (no upgrade to the spec rolled back from)."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "4s"})
+        timeout_started(cluster)
+        with operator_stopped(cluster):
+            time.sleep(5)
+
+        rolled_back_and_running(cluster)
+        attempt = cluster.status("orders")["jobAttempt"]
+        with operator_stopped(cluster):
+            pass
+        completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+        status = cluster.status("orders")
+        assert status["jobAttempt"] == attempt, "the stable spec's driver was adopted"
+        assert driver_images(cluster) == ["example/orders:1"]
+        assert status["rolledBack"]["generation"] == 2
+        assert cluster.event_reasons("orders").count("RolledBack") == 1
+
+
+def test_rollback_turned_off_while_an_upgrade_waits_rolls_nothing_back(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        timeout_started(cluster)
+
+        cluster.patch_spec("orders", {"rollback": {"enabled": False}})
+        not_rolled_back(cluster, waited=4)
