@@ -88,6 +88,14 @@ def test_a_refused_spec_is_degraded_and_a_waiting_upgrade_progressing(health: He
     assert health(_job(2, running, upgrading)) == ("Progressing", "savepoint in flight")
 
 
+def test_a_rolled_back_upgrade_is_degraded(health: Health) -> None:
+    """The stable spec runs, not the one in Git (`spec.rollback`): not Healthy."""
+    running = JobRecord(phase=JobPhase.RUNNING)
+    rolled_back = Observed(generation=2, pending_change=("RolledBack", "spec generation 2 ..."))
+
+    assert health(_job(2, running, rolled_back)) == ("Degraded", "spec generation 2 ...")
+
+
 def test_the_message_is_the_status_message_or_the_phase(health: Health) -> None:
     failed = JobRecord(phase=JobPhase.FAILED, message="driver failed (exit 1)")
 
