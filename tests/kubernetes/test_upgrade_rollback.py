@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from helpers.doc_blocks import marked_blocks
-from helpers.kube.cluster import LocalCluster, operator_stopped
+from helpers.kube.cluster import JOBS, NAMESPACE, LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
 from helpers.kube.simulated_jobs import completed, in_phase, job
 from spark_checkpoint_operator.kubernetes import objects
@@ -215,3 +215,31 @@ def test_rollback_turned_off_while_an_upgrade_waits_rolls_nothing_back(tmp_path:
 
         cluster.patch_spec("orders", {"rollback": {"enabled": False}})
         not_rolled_back(cluster, waited=4)
+
+
+def test_a_stable_spec_the_operator_no_longer_accepts_ends_the_rollback(tmp_path: Path) -> None:
+    """As after an operator upgrade that tightened a rule the stable spec breaks (here its
+    annotation, edited while no operator ran, lacks the image a cluster needs): said, and
+    the spec runs as written."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        rolled_back_and_running(cluster)
+
+        with operator_stopped(cluster):
+            job_object = cluster.job("orders")
+            assert job_object is not None
+            stable = json.loads(
+                job_object["metadata"]["annotations"][objects.ANNOTATION_STABLE_SPEC]
+            )
+            del stable["image"]
+            annotations = {objects.ANNOTATION_STABLE_SPEC: json.dumps(stable)}
+            cluster.api.patch(JOBS, NAMESPACE, "orders", {"metadata": {"annotations": annotations}})
+
+        event = cluster.wait_for_event("orders", "RollbackEnded")
+        assert event["message"] == (
+            "the last stable spec cannot run any more, so the spec runs as written: spec.image: "
+            "required on a cluster (the driver's container image)"
+        ), event["message"]
+        cluster.wait_for("the spec as written", lambda: driver_images(cluster) == [MISSING])
+        status = cluster.status("orders")
+        assert "rolledBack" not in status

@@ -478,22 +478,16 @@ class JobController:
         self._generation = generation
         self._dry_run_again = None
         accepted = self._accepted_spec(generation)
-        running: str | None = self._deployed if self._driver_recorded() else None
-        if self._stop is _Stop.DELETE:
-            # Its pods are not created again: nothing they hold keeps the deletion's work.
-            running = objects.deployment_hash(self._body.get("spec") or {})
         body = self._body_to_run()
-        manifest, problem, tolerated = _validated(body, accepted, running, self._operator_account)
+        manifest, problem, tolerated = self._verdict(body, accepted)
         if manifest is None and body is not self._body:
             self._post_event(
                 "Warning",
                 "RollbackEnded",
-                f"the last stable spec cannot run any more ({problem}): the spec runs as written",
+                f"the last stable spec cannot run any more, so the spec runs as written: {problem}",
             )
             self._rolled_back, body = None, self._body
-            manifest, problem, tolerated = _validated(
-                body, accepted, running, self._operator_account
-            )
+            manifest, problem, tolerated = self._verdict(body, accepted)
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
             manifest, problem = None, moved
@@ -519,6 +513,16 @@ class JobController:
         ):
             await self._save(self._record)
         return manifest
+
+    def _verdict(
+        self, body: Mapping[str, Any], accepted: Mapping[str, Any] | None
+    ) -> tuple[JobManifest | None, str | None, str | None]:
+        """`_validated` of ``body``, the job as it would be run."""
+        running = self._deployed if self._driver_recorded() else None
+        if self._stop is _Stop.DELETE:
+            # Its pods are not created again: nothing they hold keeps the deletion's work.
+            running = objects.deployment_hash(body.get("spec") or {})
+        return _validated(body, accepted, running, self._operator_account)
 
     def _cancel_wakes(self) -> None:
         """The controller ends: nothing wakes it any more."""
