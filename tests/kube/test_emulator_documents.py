@@ -183,6 +183,7 @@ def test_a_table_of_custom_resources_evaluates_the_printer_columns(
         ("Checkpoint Age", "date"),
         ("Last Savepoint", "integer"),
         ("Restores", "integer"),
+        ("Rolled Back", "integer"),
         ("Age", "date"),
     ]
     [a, b] = printed["rows"]

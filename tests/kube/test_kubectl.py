@@ -30,6 +30,7 @@ HEADERS = [
     "CHECKPOINT AGE",
     "LAST SAVEPOINT",
     "RESTORES",
+    "ROLLED BACK",
     "AGE",
 ]
 
@@ -160,7 +161,7 @@ def test_the_guides_cluster_steps_run_with_kubectl(
     assert [row[:-1] for row in _table(get)] == [row[:-1] for row in _table(shown)]
     assert _table(get) == [
         HEADERS,
-        ["orders", "Running", "7", "12m", "5", "1", _table(get)[1][-1]],
+        ["orders", "Running", "7", "12m", "5", "1", "", _table(get)[1][-1]],
     ]
     assert re.fullmatch(r"\d+s", _table(get)[1][-1])
     assert [c["name"].upper() for c in CRD_VERSION["additionalPrinterColumns"]] == HEADERS[1:]
@@ -296,11 +297,12 @@ def test_the_columns_show_what_the_operator_writes(tmp_path: Path) -> None:
         rows = _table(kubectl.run("get", "scj", "-n", "streaming").stdout)
 
         assert rows[0] == HEADERS
-        name, phase, last, age, _savepoint, restores, _ = rows[1]
+        name, phase, last, age, _savepoint, restores, rolled_back, _age = rows[1]
         assert (name, phase) == ("orders", "Running")
         assert int(last) >= status["lastCheckpoint"]["id"] >= 2
         assert re.fullmatch(r"\d+s", age), age
         assert restores == str(status["counts"].get("restored", ""))
+        assert rolled_back == ""
 
         deleted = kubectl.run("delete", "-f", str(job_file), "--timeout=60s").stdout
         assert 'sparkcheckpointjob.sparkcheckpoint.io "orders" deleted' in deleted

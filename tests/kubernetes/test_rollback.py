@@ -1,6 +1,7 @@
 """`rollback`: when an upgrade is rolled back to the last stable spec, what runs meanwhile,
 and what of it is kept where, with the phases, times and timeouts drawn."""
 
+import json
 from typing import Any
 
 from hypothesis import given
@@ -24,14 +25,16 @@ SPEC = {
     timeout=st.floats(1e-3, 1e6),
     waited=st.floats(0, 2e6),
 )
-def test_an_upgrade_is_rolled_back_once_failed_or_out_of_time_unless_it_runs(
+def test_an_upgrade_is_rolled_back_once_failed_or_out_of_time_unless_it_ran_or_ended(
     phase: JobPhase, message: str, started: float, timeout: float, waited: float
 ) -> None:
     why = rollback.rollback_reason(
         phase=phase, message=message, started=started, timeout=timeout, now=started + waited
     )
+    # Running is ready; finished or cancelled, it ended otherwise.
+    ended = (JobPhase.RUNNING, JobPhase.FINISHED, JobPhase.CANCELLED)
     due = phase is JobPhase.FAILED or (
-        phase is not JobPhase.RUNNING and (started + waited) - started >= timeout
+        phase not in ended and (started + waited) - started >= timeout
     )
     assert (why is not None) == due
     if why is not None:
@@ -82,18 +85,45 @@ def test_an_annotation_that_is_no_spec_is_no_stable_spec() -> None:
         assert rollback.stable_spec(text) is None, text
 
 
-def test_status_rolled_back_is_read_as_written_and_anything_else_is_none() -> None:
-    rolled_back = rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
-    assert rollback.RolledBack.from_status(rolled_back.to_status()) == rolled_back
+def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() -> None:
+    upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0))
+    pending = rollback.RollbackState(upgrade=rollback.Upgrade("d1"))
+    rolled_back = rollback.RollbackState(
+        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
+    )
+    for state in (upgrade, pending, rolled_back):
+        assert rollback.RollbackState.from_annotation(state.to_annotation()) == state
+    assert rollback.RollbackState().to_annotation() is None
+    written = json.loads(rolled_back.to_annotation() or "")
     garbled: list[Any] = [
         None,
+        3,
+        "",
         "x",
-        [],
-        {},
-        {**rolled_back.to_status(), "generation": "4"},
-        {**rolled_back.to_status(), "time": "yesterday"},
-        {**rolled_back.to_status(), "reason": None},
-        {**rolled_back.to_status(), "specHash": 1},
+        "[]",
+        "null",
+        "{}",
+        json.dumps({**written, "rolledBack": {**written["rolledBack"], "generation": "4"}}),
+        json.dumps({**written, "rolledBack": {**written["rolledBack"], "time": "yesterday"}}),
+        json.dumps({**written, "rolledBack": {**written["rolledBack"], "reason": None}}),
+        json.dumps({**written, "upgrade": {"deploymentHash": 1}}),
+        json.dumps({**written, "upgrade": {"deploymentHash": "d", "started": 5}}),
     ]
     for value in garbled:
-        assert rollback.RolledBack.from_status(value) is None, value
+        assert rollback.RollbackState.from_annotation(value) == rollback.RollbackState(), value
+
+
+def test_a_rollback_goes_on_while_only_the_followed_fields_change() -> None:
+    written = {**SPEC, "image": "example/orders:2"}
+    followed = {
+        **written,
+        "state": "Suspended",
+        "savepointTriggerNonce": 4,
+        "restore": {"initialSavepointPath": "file:///s/default/orders/chk-3"},
+        "rollback": {"enabled": True, "readinessTimeout": "1m"},
+    }
+    assert rollback.rolled_back_hash(followed) == rollback.rolled_back_hash(written)
+    for changed in ({"restartNonce": 2}, {"checkpointing": {"interval": "2s"}}, {"image": "x"}):
+        assert rollback.rolled_back_hash({**written, **changed}) != rollback.rolled_back_hash(
+            written
+        )

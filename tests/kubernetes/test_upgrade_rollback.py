@@ -14,7 +14,7 @@ from helpers.doc_blocks import marked_blocks
 from helpers.kube.cluster import JOBS, NAMESPACE, LocalCluster, operator_stopped
 from helpers.kube.simulated import SimulatedAgents
 from helpers.kube.simulated_jobs import completed, in_phase, job
-from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes import objects, rollback
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -70,15 +70,15 @@ def ran_then_upgraded(cluster: LocalCluster, image: str, **spec: Any) -> None:
 
 def timeout_started(cluster: LocalCluster) -> None:
     cluster.wait_for(
-        "the upgrade's timeout started", lambda: cluster.status("orders").get("upgradeStarted")
+        "the upgrade's timeout started",
+        lambda: (cluster.status("orders").get("upgrade") or {}).get("started"),
     )
 
 
 def not_rolled_back(cluster: LocalCluster, waited: float) -> None:
     """Long past the readiness timeout, the new driver's pod still waits for its image."""
     time.sleep(waited)
-    status = cluster.status("orders")
-    assert status["phase"] == "Deploying" and "upgradeStarted" not in status
+    assert cluster.status("orders")["phase"] == "Deploying"
     assert driver_images(cluster) == [MISSING]
     assert "RolledBack" not in cluster.event_reasons("orders")
 
@@ -98,7 +98,7 @@ def test_an_upgrade_whose_image_cannot_be_pulled_is_rolled_back_until_the_spec_c
         ), event["message"]
         status = rolled_back_and_running(cluster)
         assert status["rolledBack"]["generation"] == 2
-        assert "upgradeStarted" not in status
+        assert "upgrade" not in status
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert (ready["status"], ready["reason"]) == ("False", "RolledBack")
         assert ready["message"].startswith("spec generation 2 was rolled back (its driver did")
@@ -120,7 +120,7 @@ def test_an_upgrade_whose_image_cannot_be_pulled_is_rolled_back_until_the_spec_c
         )
         cluster.wait_for("image 3 stable", lambda: stable_image(cluster) == "example/orders:3")
         status = cluster.status("orders")
-        assert "rolledBack" not in status and "upgradeStarted" not in status
+        assert "rolledBack" not in status and "upgrade" not in status
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
         assert ready["status"] == "True", ready
         assert cluster.event_reasons("orders").count("RolledBack") == 1
@@ -170,18 +170,18 @@ def test_an_upgrade_suspended_before_it_ran_is_not_rolled_back_when_it_resumes(
 ) -> None:
     """As in Flink: a job suspended meanwhile is never rolled back to running."""
     with LocalCluster(tmp_path, simulated=agents()) as cluster:
-        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "8s"})
 
         cluster.patch_spec("orders", {"state": "Suspended"})
         status = in_phase(cluster, "orders", "Suspended")
-        assert "upgradeStarted" not in status
-        time.sleep(3)
+        assert "upgrade" not in status
+        time.sleep(9)
         cluster.patch_spec("orders", {"state": "Running"})
 
         cluster.wait_for(
             "the new driver waiting again", lambda: driver_images(cluster) == [MISSING]
         )
-        not_rolled_back(cluster, waited=4)
+        not_rolled_back(cluster, waited=9)
 
 
 def test_a_rollback_outlives_operator_restarts_in_its_timeout_and_after_it(
@@ -208,13 +208,20 @@ def test_a_rollback_outlives_operator_restarts_in_its_timeout_and_after_it(
         assert cluster.event_reasons("orders").count("RolledBack") == 1
 
 
-def test_rollback_turned_off_while_an_upgrade_waits_rolls_nothing_back(tmp_path: Path) -> None:
+def test_rollback_turned_off_in_the_timeout_rolls_back_only_once_turned_on_again(
+    tmp_path: Path,
+) -> None:
+    """The upgrade's timeout is kept whether rollback is on or not: turned on after it ran
+    out, the upgrade that did not run is rolled back at once."""
     with LocalCluster(tmp_path, simulated=agents()) as cluster:
-        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "8s"})
         timeout_started(cluster)
 
         cluster.patch_spec("orders", {"rollback": {"enabled": False}})
-        not_rolled_back(cluster, waited=4)
+        not_rolled_back(cluster, waited=9)
+
+        cluster.patch_spec("orders", {"rollback": {"enabled": True}})
+        rolled_back_and_running(cluster)
 
 
 def test_a_stable_spec_the_operator_no_longer_accepts_ends_the_rollback(tmp_path: Path) -> None:
@@ -243,3 +250,117 @@ def test_a_stable_spec_the_operator_no_longer_accepts_ends_the_rollback(tmp_path
         cluster.wait_for("the spec as written", lambda: driver_images(cluster) == [MISSING])
         status = cluster.status("orders")
         assert "rolledBack" not in status
+
+
+def test_a_fix_applied_while_no_operator_ran_gets_a_timeout_of_its_own(tmp_path: Path) -> None:
+    """The timeout is its deployment's: the next change, made while the operator was down
+    and the earlier one's timeout ran out, is tried (not rolled back at once)."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "6s"})
+        timeout_started(cluster)
+        with operator_stopped(cluster):
+            cluster.patch_spec("orders", {"image": "example/orders:3"})
+            time.sleep(7)
+
+        cluster.wait_for(
+            "the fix running",
+            lambda: (
+                cluster.status("orders").get("phase") == "Running"
+                and driver_images(cluster) == ["example/orders:3"]
+            ),
+            job="orders",
+        )
+        cluster.wait_for("the fix stable", lambda: stable_image(cluster) == "example/orders:3")
+        assert "RolledBack" not in cluster.event_reasons("orders")
+
+
+def test_a_redeploy_of_a_rolled_back_job_redeploys_the_stable_spec(tmp_path: Path) -> None:
+    """restore is followed, as the state and the trigger nonces are: the stable spec's
+    driver restores the named image, and the job stays rolled back."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        status = rolled_back_and_running(cluster)
+        upgrades = status["lastSavepoint"]
+        completed(cluster, "orders", status["counts"]["completed"] + 1)
+
+        restore = {"initialSavepointPath": upgrades["path"], "savepointRedeployNonce": 1}
+        cluster.patch_spec("orders", {"restore": restore})
+
+        status = cluster.wait_for(
+            "the redeploy restored",
+            lambda: (
+                (s := cluster.status("orders"))
+                .get("handledTriggers", {})
+                .get("savepointRedeployNonce")
+                == 1
+                and s.get("phase") == "Running"
+                and s
+            ),
+            job="orders",
+        )
+        assert status["restoredFrom"]["source"] == f"savepoint:{upgrades['id']}"
+        assert driver_images(cluster) == ["example/orders:1"]
+        assert status["rolledBack"]["generation"] == 2
+        assert "Redeploying" in cluster.event_reasons("orders")
+
+
+@pytest.mark.timeout(300)
+def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
+    tmp_path: Path,
+) -> None:
+    """Suspended before its first driver started: no timeout starts when it resumes."""
+    simulated = agents()
+    with LocalCluster(tmp_path, simulated=simulated) as cluster:
+        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "3s"}))
+        completed(cluster, "orders", 1)
+        cluster.wait_for(
+            "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
+        )
+        for agent in list(simulated.agents.values()):
+            agent.ack_delay = (4.0, 4.0)  # each checkpoint and savepoint takes 4 s
+
+        cluster.patch_spec("orders", {"image": MISSING})
+        cluster.wait_for(
+            "the upgrade asked for", lambda: cluster.status("orders").get("upgrade") or {}
+        )
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        status = in_phase(cluster, "orders", "Suspended")
+        assert "upgrade" not in status
+        cluster.patch_spec("orders", {"state": "Running"})
+
+        cluster.wait_for("the new driver", lambda: driver_images(cluster) == [MISSING])
+        not_rolled_back(cluster, waited=5)
+
+
+def test_a_status_written_by_hand_chooses_no_rollback(tmp_path: Path) -> None:
+    """status.rolledBack and status.upgrade are copies: the annotation is acted on, which
+    only who may write the spec may write."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "1h"})
+        timeout_started(cluster)
+        job_object = cluster.job("orders")
+        assert job_object is not None
+        forged = {
+            "rolledBack": {
+                "generation": 2,
+                "specHash": rollback.rolled_back_hash(job_object["spec"]),
+                "time": "2026-01-01T00:00:00Z",
+                "reason": "forged",
+            },
+            "upgrade": {"deploymentHash": "forged", "started": "2020-01-01T00:00:00Z"},
+        }
+        with operator_stopped(cluster):
+            cluster.api.patch(JOBS, NAMESPACE, "orders", {"status": forged}, subresource="status")
+
+        cluster.wait_for(
+            "the status written again",
+            lambda: (
+                (cluster.status("orders").get("upgrade") or {}).get("deploymentHash")
+                not in (None, "forged")
+            ),
+        )
+        not_rolled_back_yet = cluster.status("orders")
+        assert "rolledBack" not in not_rolled_back_yet
+        time.sleep(3)
+        assert driver_images(cluster) == [MISSING]
+        assert "RolledBack" not in cluster.event_reasons("orders")

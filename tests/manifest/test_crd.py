@@ -98,6 +98,7 @@ def test_printer_columns() -> None:
         ("Checkpoint Age", "date", ".status.lastCheckpoint.completionTime"),
         ("Last Savepoint", "integer", ".status.lastSavepoint.id"),
         ("Restores", "integer", ".status.counts.restored"),
+        ("Rolled Back", "integer", ".status.rolledBack.generation"),
         ("Age", "date", ".metadata.creationTimestamp"),
     ]
 

@@ -113,8 +113,8 @@ operator creates"); tests/chart/test_chart.py checks these against a recorded ru
 */}}
 {{- define "sco.operatorRules" -}}
 # Kopf lists and watches jobs and patches them (finalizer, progress annotations); the
-# controller reads a job's stored status when its daemon starts, and patches its last
-# stable spec annotation (spec.rollback).
+# controller reads a job's stored status when its daemon starts, and patches its rollback
+# annotations (spec.rollback: the last stable spec, the rollback's state).
 - apiGroups: [sparkcheckpoint.io]
   resources: [sparkcheckpointjobs]
   verbs: [get, list, watch, patch]

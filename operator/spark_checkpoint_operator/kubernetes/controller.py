@@ -50,7 +50,6 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
-from spark_checkpoint_operator.coordinator.state import format_time, parse_time
 from spark_checkpoint_operator.kubernetes import objects, rollback, snapshots
 from spark_checkpoint_operator.kubernetes.events import PostEvent
 from spark_checkpoint_operator.kubernetes.runtime import (
@@ -113,6 +112,7 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
 ROLLBACK = "rollback"  # an upgrade back to the last stable spec (spec.rollback)
+ROLLBACK_ANNOTATIONS = (objects.ANNOTATION_STABLE_SPEC, objects.ANNOTATION_ROLLBACK)
 # A driver stopped for spec.restore.savepointRedeployNonce (without a savepoint).
 REDEPLOY = "redeploy"
 # status.handledTriggers' key of the redeploy nonce last carried out.
@@ -255,15 +255,11 @@ class JobController:
         # The redeploy nonce being carried out, its image and the attempt before its driver:
         # handled once that driver restored the image (`_note_redeployed`).
         self._redeploying: tuple[int, str, int] | None = None
-        # spec.rollback: the last stable spec (its annotation, as this process last wrote or
-        # first read it); whether the driver being stopped for an upgrade runs it (the next
-        # driver then starts the upgrade's readiness timeout); the deployment that timeout
-        # is for (None: the spec's, after an operator restart); the one wake-up at its end.
-        self._stable = rollback.stable_spec(
-            (body["metadata"].get("annotations") or {}).get(objects.ANNOTATION_STABLE_SPEC)
-        )
-        self._upgrading_from_stable = False
-        self._upgrade_target: str | None = None
+        # spec.rollback: the last stable spec and the rollback's state, as this process last
+        # wrote them to the job's annotations or read them there (which those annotations
+        # hold as written: a failed write is tried again); the one wake-up at the end of an
+        # upgrade's readiness timeout.
+        self._read_annotations(body["metadata"])
         self._rollback_wake: asyncio.TimerHandle | None = None
 
     @property
@@ -299,12 +295,6 @@ class JobController:
         self._deployed = str(status.get("deploymentHash", ""))
         self._stopped_spec = str(status.get("stoppedSpecHash", ""))
         self._stored_spec = _stored_spec(status.get("lastAcceptedSpec"))
-        self._rolled_back = rollback.RolledBack.from_status(status.get("rolledBack"))
-        started = status.get("upgradeStarted")
-        try:
-            self._upgrade_started = parse_time(started) if isinstance(started, str) else None
-        except ValueError:  # a status is writable by others than the operator
-            self._upgrade_started = None
         # As stored: a restarted operator writes no status for a generation said already.
         observed = status.get("observedGeneration")
         self._written_generation = observed if isinstance(observed, int) else None
@@ -322,6 +312,17 @@ class JobController:
         )
         assert isinstance(stored, dict)
         self._read_status(dict(stored.get("status") or {}))
+        self._read_annotations(stored["metadata"])
+
+    def _read_annotations(self, metadata: Mapping[str, Any]) -> None:
+        annotations = metadata.get("annotations") or {}
+        self._annotations: dict[str, str | None] = {
+            key: annotations.get(key) for key in ROLLBACK_ANNOTATIONS
+        }
+        self._stable = rollback.stable_spec(self._annotations[objects.ANNOTATION_STABLE_SPEC])
+        self._rollback = rollback.RollbackState.from_annotation(
+            self._annotations[objects.ANNOTATION_ROLLBACK]
+        )
 
     def changed(self) -> None:
         """The job or one of its pods changed."""
@@ -460,6 +461,7 @@ class JobController:
         manifest = await self._validated_spec()
         if self._roll_back_if_due():
             manifest = await self._validated_spec()
+        await self._write_annotations()
         return manifest
 
     async def _validated_spec(self) -> JobManifest | None:
@@ -486,7 +488,7 @@ class JobController:
                 "RollbackEnded",
                 f"the last stable spec cannot run any more, so the spec runs as written: {problem}",
             )
-            self._rolled_back, body = None, self._body
+            self._rollback, body = rollback.RollbackState(), self._body
             manifest, problem, tolerated = self._verdict(body, accepted)
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
@@ -527,7 +529,8 @@ class JobController:
     def _cancel_wakes(self) -> None:
         """The controller ends: nothing wakes it any more."""
         self._cancel_dry_run_wake()
-        for wake in (self._snapshots_wake, self._mirrors_forbidden_wake, self._rollback_wake):
+        self._cancel_rollback_wake()
+        for wake in (self._snapshots_wake, self._mirrors_forbidden_wake):
             if wake is not None:
                 wake.cancel()
 
@@ -538,44 +541,54 @@ class JobController:
 
     def _body_to_run(self) -> Mapping[str, Any]:
         """The job as it is run: rolled back (spec.rollback), with the last stable spec
-        under the written spec's state and nonces, while the spec is the one rolled back
+        under the written spec's followed fields, while the spec is the one rolled back
         from and asks for rollbacks; else as written (and the rollback is over)."""
         written = self._body.get("spec") or {}
-        rolled_back, stable = self._rolled_back, self._stable
+        rolled_back, stable = self._rollback.rolled_back, self._stable
         if rolled_back is None:
             return self._body
         asks = (written.get("rollback") or {}).get("enabled") is True
-        if not asks or stable is None or rolled_back.spec_hash != _spec_hash(written):
-            self._rolled_back = None
+        if (
+            not asks
+            or stable is None
+            or rolled_back.spec_hash != rollback.rolled_back_hash(written)
+        ):
+            self._rollback = rollback.RollbackState()
             return self._body
         return {**self._body, "spec": rollback.spec_to_run(written, stable)}
 
     def _roll_back_if_due(self) -> bool:
         """An upgrade whose new driver has not run its query within its readiness timeout
         (or failed for good) is rolled back: the last stable spec runs until the spec
-        changes. A job suspended meanwhile is not (as in Flink); nor one being deleted.
-        Whether it was rolled back now."""
-        manifest, started, stable = self._manifest, self._upgrade_started, self._stable
-        if started is None or manifest is None or self._rolled_back is not None:
+        changes. A job suspended meanwhile is not (as in Flink), and its upgrade is over;
+        nor one being deleted. Whether it was rolled back now."""
+        manifest, upgrade, stable = self._manifest, self._rollback.upgrade, self._stable
+        if upgrade is None or manifest is None:
             return False
         written = self._body.get("spec") or {}
         deployment = objects.deployment_hash(written)
         if (
-            not manifest.spec.rollback.enabled
-            or manifest.spec.state is JobState.SUSPENDED
+            manifest.spec.state is JobState.SUSPENDED
             or stable is None
             or objects.deployment_hash(stable) == deployment
         ):
-            self._upgrade_started = None
+            self._rollback = rollback.RollbackState()
             return False
-        if self._stop is not None or self._upgrade_target not in (None, deployment):
-            return False  # a newer change is being made: its own driver starts its timeout
+        # Kept without rollbacks too: turned on later, an upgrade that did not run is rolled
+        # back.
+        if (
+            not manifest.spec.rollback.enabled
+            or self._stop is not None
+            or upgrade.started is None
+            or upgrade.deployment_hash != deployment
+        ):
+            return False  # not started yet, or a newer change: its own driver starts its timeout
         timeout = manifest.spec.rollback.readiness_timeout
         now = time.time()
         why = rollback.rollback_reason(
             phase=self._record.phase,
             message=self._record.message,
-            started=started,
+            started=upgrade.started,
             timeout=timeout,
             now=now,
         )
@@ -583,13 +596,20 @@ class JobController:
             if self._rollback_wake is not None:
                 self._rollback_wake.cancel()
             self._rollback_wake = asyncio.get_running_loop().call_later(
-                max(0.0, started + timeout - now), self._changed.set
+                max(0.0, upgrade.started + timeout - now), self._changed.set
             )
             return False
         generation = int(self._body["metadata"].get("generation", 0))
-        self._rolled_back = rollback.RolledBack(generation, _spec_hash(written), now, why)
-        self._upgrade_started = self._upgrade_target = None
+        rolled_back = rollback.RolledBack(generation, rollback.rolled_back_hash(written), now, why)
+        self._rollback = rollback.RollbackState(rolled_back=rolled_back)
         self._generation = -1  # read again: as rolled back
+        log.warning(
+            "job %s/%s: spec generation %d is rolled back to the last stable spec: %s",
+            self._namespace,
+            self._name,
+            generation,
+            why,
+        )
         self._post_event(
             "Warning",
             "RolledBack",
@@ -600,14 +620,17 @@ class JobController:
 
     def _note_upgrade(self) -> None:
         """The driver is being stopped for an upgrade: from the last stable spec, or from
-        an upgrade still in its readiness timeout (a newer change), the next driver starts
-        that timeout."""
-        stable = self._stable
-        if self._upgrade_started is not None or (
+        an upgrade still waiting to run (a newer change), the next driver starts its
+        readiness timeout."""
+        stable, upgrade = self._stable, self._rollback.upgrade
+        target = objects.deployment_hash(self._spec)
+        if upgrade and upgrade.deployment_hash == target:
+            return
+        if upgrade is not None or (
             stable is not None and objects.deployment_hash(stable) == self._deployed
         ):
-            self._upgrading_from_stable = True
-            self._upgrade_started = None
+            self._rollback = rollback.RollbackState(upgrade=rollback.Upgrade(target))
+            self._cancel_rollback_wake()
 
     def _start_supervising(self, manifest: JobManifest) -> None:
         """A supervisor starts: an ended job's message goes, and the first driver of an
@@ -615,13 +638,15 @@ class JobController:
         and stop before it may take any time)."""
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
-        if self._upgrading_from_stable:
-            self._upgrading_from_stable = False
-            if manifest.spec.rollback.enabled:
-                self._upgrade_started = time.time()
-                self._upgrade_target = objects.deployment_hash(self._spec)
+        upgrade = self._rollback.upgrade
+        if upgrade is not None and upgrade.started is None:
+            if upgrade.deployment_hash == objects.deployment_hash(self._spec):
+                started = rollback.Upgrade(upgrade.deployment_hash, time.time())
+                self._rollback = rollback.RollbackState(upgrade=started)
+            else:  # changed back before it ran: no upgrade
+                self._rollback = rollback.RollbackState()
 
-    async def _note_stable(self, record: JobRecord) -> None:
+    def _note_stable(self, record: JobRecord) -> None:
         """The driver runs its query under the spec as run: that spec is stable (an
         upgrade's readiness timeout is over), kept in the job's annotation."""
         if (
@@ -631,11 +656,29 @@ class JobController:
             or self._stop is _Stop.DELETE
         ):
             return
-        self._upgrade_started = self._upgrade_target = None
-        text = rollback.stable_spec_text(self._spec)
+        if self._rollback.upgrade is not None:
+            self._rollback = rollback.RollbackState()
+            self._cancel_rollback_wake()
         # Too long to keep: no stable spec, rather than an older one.
-        stable = None if text is None else rollback.stable_part(self._spec)
-        if stable == self._stable:
+        text = rollback.stable_spec_text(self._spec)
+        self._stable = None if text is None else rollback.stable_part(self._spec)
+
+    def _cancel_rollback_wake(self) -> None:
+        if self._rollback_wake is not None:
+            self._rollback_wake.cancel()
+            self._rollback_wake = None
+
+    async def _write_annotations(self) -> None:
+        """The last stable spec and the rollback's state into the job's annotations, if
+        they changed (a failed write is logged, and tried again at the next)."""
+        wanted = {
+            objects.ANNOTATION_STABLE_SPEC: None
+            if self._stable is None
+            else rollback.stable_spec_text(self._stable),
+            objects.ANNOTATION_ROLLBACK: self._rollback.to_annotation(),
+        }
+        changed = {key: value for key, value in wanted.items() if value != self._annotations[key]}
+        if not changed or self._stop is _Stop.DELETE:
             return
         try:
             await self._clients.custom_objects.patch_namespaced_custom_object(
@@ -644,18 +687,18 @@ class JobController:
                 self._namespace,
                 objects.PLURAL,
                 self._name,
-                {"metadata": {"annotations": {objects.ANNOTATION_STABLE_SPEC: text}}},
+                {"metadata": {"annotations": changed}},
                 _content_type=MERGE_PATCH,
             )
-        except API_ERRORS as error:  # written at a later status write
+        except API_ERRORS as error:
             log.warning(
-                "job %s/%s: its last stable spec was not written: %s",
+                "job %s/%s: its rollback annotations were not written: %s",
                 self._namespace,
                 self._name,
                 _api_error(error),
             )
             return
-        self._stable = stable
+        self._annotations |= changed
 
     def _driver_recorded(self) -> bool:
         """The record says a driver runs (or did, before an operator restart)."""
@@ -779,7 +822,7 @@ class JobController:
                     "Normal",
                     "JobRetried",
                     f"the spec changed since the job {phase.value.lower()}: it runs again"
-                    if self._rolled_back is None
+                    if self._rollback.rolled_back is None
                     else f"the job {phase.value.lower()}: it runs again, rolled back to the last "
                     "stable spec",
                 )
@@ -863,6 +906,7 @@ class JobController:
 
     async def _supervise(self, manifest: JobManifest) -> None:
         self._start_supervising(manifest)
+        await self._write_annotations()
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
         if (nonce := self._redeploy_due(manifest)) is not None:
@@ -954,13 +998,14 @@ class JobController:
         elif redeploy is not None and self._redeploy_image(manifest, redeploy) is not None:
             stop_reason = REDEPLOY  # refused, the rest of the change goes on below
         elif objects.deployment_hash(self._spec) != self._deployed:
-            stop_reason = UPGRADE if self._rolled_back is None else ROLLBACK
-            self._note_upgrade()
+            stop_reason = UPGRADE if self._rollback.rolled_back is None else ROLLBACK
         else:
             self._waiting_since = None
-            self._upgrading_from_stable = False
             self._withdraw_stops(supervisor, requested)
             return
+        if stop_reason == UPGRADE:
+            self._note_upgrade()
+            await self._write_annotations()
         if supervisor.stopping:
             return  # stopped without a savepoint at an earlier change: the driver is going
         if self._record.phase not in (JobPhase.PENDING, *ACTIVE_PHASES):
@@ -1883,7 +1928,7 @@ class JobController:
             return ("SuspendPending", "the spec asks to suspend: the driver stops " + _STOPPING)
         if self._spec is not None and objects.deployment_hash(self._spec) != self._deployed:
             return ("UpgradePending", "the spec changed: the driver is replaced " + _STOPPING)
-        if (rolled_back := self._rolled_back) is not None:
+        if (rolled_back := self._rollback.rolled_back) is not None:
             return (
                 "RolledBack",
                 f"spec generation {rolled_back.generation} was rolled back "
@@ -1903,7 +1948,8 @@ class JobController:
         async with self._saving:
             # The write that records the redeploy's restore handles its nonce with it.
             self._note_redeployed(record)
-            await self._note_stable(record)
+            self._note_stable(record)
+            await self._write_annotations()
             await self._write(record)
 
     async def _write(self, record: JobRecord) -> None:
@@ -1921,10 +1967,7 @@ class JobController:
         status["handledTriggers"] = dict(self._handled)
         status["deploymentHash"] = self._deployed
         status["stoppedSpecHash"] = self._stopped_spec
-        status["upgradeStarted"] = (
-            None if self._upgrade_started is None else format_time(self._upgrade_started)
-        )
-        status["rolledBack"] = None if self._rolled_back is None else self._rolled_back.to_status()
+        status |= self._rollback.to_status()  # a copy: what is acted on is the annotation's
         accepted = self._spec if self._spec != self._stored_spec else None
         if accepted:
             status["lastAcceptedSpec"] = accepted_spec_text(accepted)
@@ -2159,9 +2202,13 @@ def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:
 
 
 def _spec_hash(spec: Mapping[str, Any]) -> str:
-    """The spec without what does not call for a retry of a failed job: what it says to
-    do now (as a rolled-back job takes it from the spec as written), not what to run."""
-    relevant = rollback.stable_part(spec)
+    """The spec without what does not call for a retry of a failed job (spec.rollback says
+    how later changes are made)."""
+    relevant = {
+        key: value
+        for key, value in spec.items()
+        if key not in ("checkpointTriggerNonce", "savepointTriggerNonce", "state", "rollback")
+    }
     text = json.dumps(relevant, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 

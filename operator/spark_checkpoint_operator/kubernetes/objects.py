@@ -57,8 +57,9 @@ LABEL_SPARK_ROLE = "spark-role"  # Spark's own label on driver and executor pods
 # spark-role would be counted, waited for or deleted as a driver or an executor).
 _DRIVER_ONLY_LABELS = (LABEL_SPARK_ROLE, LABEL_ATTEMPT)
 ANNOTATION_SPEC_HASH = "sparkcheckpoint.io/deployment-hash"
-# On the job: its last stable spec (kubernetes/rollback.py).
+# On the job: its last stable spec, and the state of its rollback (kubernetes/rollback.py).
 ANNOTATION_STABLE_SPEC = "sparkcheckpoint.io/last-stable-spec"
+ANNOTATION_ROLLBACK = "sparkcheckpoint.io/rollback"
 DEPLOYMENT_HASH_LENGTH = 16
 # Kubernetes' TotalAnnotationSizeLimitB: the keys and values of one object's annotations.
 MAX_ANNOTATION_BYTES = 256 * 1024

@@ -2,11 +2,14 @@
 ``kubernetes.operator.deployment.rollback.enabled``): what is stable, when an upgrade is
 rolled back, and what runs while it is. Pure: the controller observes and records.
 
-The last stable spec is the last one whose driver ran its query (phase Running). It is kept
-in an annotation of the job, not in its status: only who may write the spec may write it,
-so a status write alone never chooses what the operator's pods run.
+The last stable spec is the last one whose driver ran its query (phase Running). It and the
+rollback's state (an upgrade waiting to run, or the spec rolled back from) are kept in the
+job's annotations, not in its status, which only shows them: only who may write the spec
+may write an annotation, so a status write alone never chooses what the operator's pods
+run.
 """
 
+import hashlib
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -16,49 +19,116 @@ from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.coordinator.state import format_time, parse_time
 
 # Spec fields a rolled-back job takes from the spec as written, not from the stable spec:
-# they say what to do now (suspend, take a snapshot, roll back at all), not what to run.
-FOLLOWED_FIELDS = ("state", "checkpointTriggerNonce", "savepointTriggerNonce", "rollback")
+# they say what to do now (suspend, take a snapshot, redeploy an image, roll back at all),
+# not what to run; changing them does not end the rollback.
+FOLLOWED_FIELDS = (
+    "state",
+    "checkpointTriggerNonce",
+    "savepointTriggerNonce",
+    "restore",
+    "rollback",
+)
 # The annotation's bound: all of an object's annotations share 256 KiB (Kopf's own among
 # them); a spec longer than this (as JSON) is not kept, and such a job is not rolled back.
 MAX_STABLE_SPEC_LENGTH = 64 << 10
 
 
 @dataclass(frozen=True, slots=True)
+class Upgrade:
+    """An upgrade from the stable spec: to the deployment ``deployment_hash`` (of
+    `objects.deployment_hash`), whose readiness timeout started at ``started`` (None: when
+    its first driver starts)."""
+
+    deployment_hash: str
+    started: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class RolledBack:
-    """``status.rolledBack``: the spec an upgrade was rolled back from."""
+    """The spec an upgrade was rolled back from."""
 
     generation: int
-    spec_hash: str  # of the spec as written, without what it is followed for
+    spec_hash: str  # `rolled_back_hash` of that spec
     time: float
     reason: str
 
+
+@dataclass(frozen=True, slots=True)
+class RollbackState:
+    """What the job's ``sparkcheckpoint.io/rollback`` annotation holds: at most one of an
+    upgrade waiting to run and a rollback."""
+
+    upgrade: Upgrade | None = None
+    rolled_back: RolledBack | None = None
+
+    def to_annotation(self) -> str | None:
+        """The annotation's value; None (no annotation) for the empty state."""
+        document = self.to_status()
+        if not any(document.values()):
+            return None
+        return json.dumps(document, sort_keys=True, separators=(",", ":"))
+
     def to_status(self) -> dict[str, Any]:
+        """``status.upgrade`` and ``status.rolledBack``: None for what is not so."""
+        upgrade, rolled_back = self.upgrade, self.rolled_back
         return {
-            "generation": self.generation,
-            "specHash": self.spec_hash,
-            "time": format_time(self.time),
-            "reason": self.reason,
+            "upgrade": None
+            if upgrade is None
+            else {
+                "deploymentHash": upgrade.deployment_hash,
+                **({} if upgrade.started is None else {"started": format_time(upgrade.started)}),
+            },
+            "rolledBack": None
+            if rolled_back is None
+            else {
+                "generation": rolled_back.generation,
+                "specHash": rolled_back.spec_hash,
+                "time": format_time(rolled_back.time),
+                "reason": rolled_back.reason,
+            },
         }
 
     @staticmethod
-    def from_status(value: object) -> "RolledBack | None":
-        """As written by ``to_status``; anything else (a status is writable by others than
-        the operator) is no rollback."""
-        if not isinstance(value, Mapping):
-            return None
-        generation, spec_hash = value.get("generation"), value.get("specHash")
-        time, reason = value.get("time"), value.get("reason")
-        if not (
-            isinstance(generation, int)
-            and isinstance(spec_hash, str)
-            and isinstance(time, str)
-            and isinstance(reason, str)
-        ):
-            return None
+    def from_annotation(text: object) -> "RollbackState":
+        """As ``to_annotation`` writes it; anything else (an annotation edited by hand)
+        is the empty state."""
+        if not isinstance(text, str):
+            return RollbackState()
         try:
-            return RolledBack(generation, spec_hash, parse_time(time), reason)
-        except ValueError:
-            return None
+            document = json.loads(text)
+            return RollbackState(
+                _upgrade(document["upgrade"]), _rolled_back(document["rolledBack"])
+            )
+        except (ValueError, RecursionError, TypeError, KeyError):
+            return RollbackState()
+
+
+def _upgrade(value: Any) -> Upgrade | None:
+    if value is None:
+        return None
+    deployment, started = value["deploymentHash"], value.get("started")
+    if not isinstance(deployment, str) or not isinstance(started, str | None):
+        raise TypeError(value)
+    return Upgrade(deployment, None if started is None else parse_time(started))
+
+
+def _rolled_back(value: Any) -> RolledBack | None:
+    if value is None:
+        return None
+    generation, spec_hash, time, reason = (
+        value["generation"],
+        value["specHash"],
+        value["time"],
+        value["reason"],
+    )
+    if not (
+        isinstance(generation, int)
+        and isinstance(spec_hash, str)
+        and isinstance(time, str)
+        and isinstance(reason, str)
+    ):
+        raise TypeError(value)
+    return RolledBack(generation, spec_hash, parse_time(time), reason)
 
 
 def stable_part(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -66,9 +136,16 @@ def stable_part(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key not in FOLLOWED_FIELDS}
 
 
+def rolled_back_hash(spec: Mapping[str, Any]) -> str:
+    """The spec without its followed fields: while it is the same, the rollback goes on."""
+    text = json.dumps(stable_part(spec), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def spec_to_run(written: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[str, Any]:
     """The spec a rolled-back job runs: the stable spec under the written one's followed
-    fields (a suspension, a nonce and ``rollback`` itself are acted on meanwhile)."""
+    fields (a suspension, a nonce, a redeploy and ``rollback`` itself are acted on
+    meanwhile)."""
     return {
         **stable_part(stable),
         **{key: written[key] for key in FOLLOWED_FIELDS if key in written},
@@ -76,13 +153,14 @@ def spec_to_run(written: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[s
 
 
 def stable_spec_text(spec: Mapping[str, Any]) -> str | None:
-    """The annotation's value for ``spec``; None above its bound."""
+    """The stable spec annotation's value for ``spec``; None above its bound."""
     text = json.dumps(stable_part(spec), sort_keys=True, separators=(",", ":"))
     return text if len(text) <= MAX_STABLE_SPEC_LENGTH else None
 
 
 def stable_spec(text: object) -> dict[str, Any] | None:
-    """The annotation's spec; anything ``stable_spec_text`` does not write is none."""
+    """The stable spec annotation's spec; anything ``stable_spec_text`` does not write is
+    none."""
     try:
         spec = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError):
@@ -94,12 +172,15 @@ def rollback_reason(
     *, phase: JobPhase, message: str, started: float, timeout: float, now: float
 ) -> str | None:
     """Why an upgrade whose new driver has not run its query since ``started`` is rolled
-    back now; None while it may still: its driver failed for good (the restart policy gave
-    up, or its agent never answered), or ``timeout`` passed (an image that cannot be pulled,
-    a driver that keeps failing, a restore that takes too long)."""
+    back now; None while it may still, or once it ended otherwise (finished, cancelled):
+    its driver failed for good (the restart policy gave up, or its agent never answered),
+    or ``timeout`` passed (an image that cannot be pulled, a driver that keeps failing, a
+    restore that takes too long)."""
     if phase is JobPhase.FAILED:
         return f"its driver failed: {message}" if message else "its driver failed"
-    if phase is JobPhase.RUNNING or now - started < timeout:
+    if phase in (JobPhase.RUNNING, JobPhase.FINISHED, JobPhase.CANCELLED):
+        return None
+    if now - started < timeout:
         return None
     return (
         f"its driver did not run its query within spec.rollback.readinessTimeout "
