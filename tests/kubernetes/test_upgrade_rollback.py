@@ -38,7 +38,8 @@ def stable_image(cluster: LocalCluster) -> str:
     job_object = cluster.job("orders")
     assert job_object is not None
     annotations = job_object["metadata"].get("annotations") or {}
-    return str(json.loads(annotations[objects.ANNOTATION_STABLE_SPEC])["image"])
+    kept = annotations.get(objects.ANNOTATION_STABLE_SPEC)
+    return "" if kept is None else str(json.loads(kept)["image"])
 
 
 def rolled_back_and_running(cluster: LocalCluster, image: str = "example/orders:1") -> dict:
@@ -311,7 +312,7 @@ def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
     """Suspended before its first driver started: no timeout starts when it resumes."""
     simulated = agents()
     with LocalCluster(tmp_path, simulated=simulated) as cluster:
-        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "3s"}))
+        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "8s"}))
         completed(cluster, "orders", 1)
         cluster.wait_for(
             "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
@@ -329,7 +330,7 @@ def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
         cluster.patch_spec("orders", {"state": "Running"})
 
         cluster.wait_for("the new driver", lambda: driver_images(cluster) == [MISSING])
-        not_rolled_back(cluster, waited=5)
+        not_rolled_back(cluster, waited=9)
 
 
 def test_a_status_written_by_hand_chooses_no_rollback(tmp_path: Path) -> None:
@@ -364,3 +365,106 @@ def test_a_status_written_by_hand_chooses_no_rollback(tmp_path: Path) -> None:
         time.sleep(3)
         assert driver_images(cluster) == [MISSING]
         assert "RolledBack" not in cluster.event_reasons("orders")
+
+
+@pytest.mark.timeout(300)
+def test_an_operator_restart_during_the_upgrades_savepoint_starts_no_timeout(
+    tmp_path: Path,
+) -> None:
+    """The restarted operator adopts the old driver, still taking the upgrade's savepoint:
+    the timeout starts with the new driver, however long the savepoint takes."""
+    simulated = agents()
+    with LocalCluster(tmp_path, simulated=simulated) as cluster:
+        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "5s"}))
+        completed(cluster, "orders", 1)
+        cluster.wait_for(
+            "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
+        )
+        for agent in list(simulated.agents.values()):
+            agent.ack_delay = (8.0, 8.0)  # each checkpoint and savepoint takes 8 s
+
+        cluster.patch_spec("orders", {"image": "example/orders:2"})  # a good release
+        cluster.wait_for("the upgrade asked for", lambda: cluster.status("orders").get("upgrade"))
+        with operator_stopped(cluster):
+            pass
+
+        cluster.wait_for(
+            "the new driver running",
+            lambda: (
+                cluster.status("orders").get("phase") == "Running"
+                and driver_images(cluster) == ["example/orders:2"]
+            ),
+            job="orders",
+            timeout=90,
+        )
+        cluster.wait_for("image 2 stable", lambda: stable_image(cluster) == "example/orders:2")
+        assert "RolledBack" not in cluster.event_reasons("orders")
+
+
+def test_annotations_taken_out_by_someone_else_are_written_again(tmp_path: Path) -> None:
+    """As a replace (kubectl replace, Argo CD's Replace=true) does: they are what an
+    operator restart goes on from."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        ran_then_upgraded(cluster, MISSING, rollback={"enabled": True, "readinessTimeout": "3s"})
+        rolled_back_and_running(cluster)
+
+        gone = {objects.ANNOTATION_STABLE_SPEC: None, objects.ANNOTATION_ROLLBACK: None}
+        cluster.api.patch(JOBS, NAMESPACE, "orders", {"metadata": {"annotations": gone}})
+
+        cluster.wait_for(
+            "the stable spec again", lambda: stable_image(cluster) == "example/orders:1"
+        )
+        with operator_stopped(cluster):
+            pass
+        completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 2)
+        assert driver_images(cluster) == ["example/orders:1"]
+        assert cluster.status("orders")["rolledBack"]["generation"] == 2
+
+
+def test_a_failed_upgrade_without_a_savepoint_keeps_the_checkpoints_it_rolls_back_to(
+    tmp_path: Path,
+) -> None:
+    """NeverRetainAfterTermination discards the checkpoints of a job that fails; an upgrade
+    that may be rolled back keeps them (without a savepoint they are all there is)."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        policy = {"type": "OnFailure", "backoff": "1s", "startTimeout": "2s"}
+        ran_then_upgraded(
+            cluster,
+            UNCOORDINATED,
+            restartPolicy=policy,
+            rollback={"enabled": True, "readinessTimeout": "5m"},
+            shutdown={"finalSavepoint": False},
+            checkpointing={"retentionPolicy": "NeverRetainAfterTermination"},
+        )
+
+        cluster.wait_for_event("orders", "RolledBack")
+        status = cluster.wait_for(
+            "the stable spec restored",
+            lambda: (
+                (s := cluster.status("orders")).get("phase") == "Running"
+                and driver_images(cluster) == ["example/orders:1"]
+                and s.get("restoredFrom")
+                and s
+            ),
+            job="orders",
+        )
+        assert status["restoredFrom"]["source"].startswith("checkpoint:"), status["restoredFrom"]
+
+
+def test_a_stable_spec_the_annotations_have_no_room_for_is_said_once(tmp_path: Path) -> None:
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        body = job(rollback={"enabled": True, "readinessTimeout": "1m"})
+        body["spec"]["application"]["sparkConf"]["spark.big"] = "x" * (60 << 10)
+        body["metadata"]["annotations"] = {"example.com/user": "y" * (200 << 10)}
+        cluster.apply(body)
+        completed(cluster, "orders", 4)
+
+        event = cluster.wait_for_event("orders", "RollbackUnavailable")
+        assert "have no room for it" in event["message"]
+        completed(cluster, "orders", cluster.status("orders")["counts"]["completed"] + 3)
+        job_object = cluster.job("orders")
+        assert job_object is not None
+        assert objects.ANNOTATION_STABLE_SPEC not in job_object["metadata"]["annotations"]
+        assert cluster.event_reasons("orders").count("RollbackUnavailable") == 1
+        log = cluster.operator.log_path.read_text(errors="replace")
+        assert "rollback annotations were not written" not in log

@@ -45,8 +45,10 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CompletedCheckpoint,
+    CoordinatorConfig,
     JobPhase,
     PersistedState,
+    RetentionPolicy,
     TerminalOutcome,
     TriggerRequested,
 )
@@ -112,7 +114,6 @@ ENDED_PHASES = (JobPhase.FINISHED, JobPhase.FAILED, JobPhase.CANCELLED)
 SUSPEND = "suspend"
 UPGRADE = "upgrade"
 ROLLBACK = "rollback"  # an upgrade back to the last stable spec (spec.rollback)
-ROLLBACK_ANNOTATIONS = (objects.ANNOTATION_STABLE_SPEC, objects.ANNOTATION_ROLLBACK)
 # A driver stopped for spec.restore.savepointRedeployNonce (without a savepoint).
 REDEPLOY = "redeploy"
 # status.handledTriggers' key of the redeploy nonce last carried out.
@@ -146,6 +147,8 @@ DELETED_JOB_SNAPSHOT_TRIES = 3
 # How soon mirrors the API server forbade (a role without create on the snapshots; a quota
 # or an admission webhook may also answer 403) are asked for again.
 MIRROR_FORBIDDEN_RETRY_SECONDS = 60.0
+# How soon the rollback's annotations, refused by the API server, are written again.
+ANNOTATIONS_RETRY_SECONDS = 30.0
 
 
 # Posts an event (type, reason, message) on an object (its body as the watch gave it).
@@ -256,10 +259,12 @@ class JobController:
         # handled once that driver restored the image (`_note_redeployed`).
         self._redeploying: tuple[int, str, int] | None = None
         # spec.rollback: the last stable spec and the rollback's state, as this process last
-        # wrote them to the job's annotations or read them there (which those annotations
-        # hold as written: a failed write is tried again); the one wake-up at the end of an
-        # upgrade's readiness timeout.
+        # decided them or read them from the job's annotations (written there when they
+        # differ); the annotations a write was refused for, and until when they are not
+        # asked again; the one wake-up at the end of an upgrade's readiness timeout.
         self._read_annotations(body["metadata"])
+        self._annotations_refused: tuple[dict[str, str | None], float] | None = None
+        self._no_room_for: dict[str, Any] | None = None  # a stable spec said not to fit
         self._rollback_wake: asyncio.TimerHandle | None = None
 
     @property
@@ -316,12 +321,9 @@ class JobController:
 
     def _read_annotations(self, metadata: Mapping[str, Any]) -> None:
         annotations = metadata.get("annotations") or {}
-        self._annotations: dict[str, str | None] = {
-            key: annotations.get(key) for key in ROLLBACK_ANNOTATIONS
-        }
-        self._stable = rollback.stable_spec(self._annotations[objects.ANNOTATION_STABLE_SPEC])
+        self._stable = rollback.stable_spec(annotations.get(objects.ANNOTATION_STABLE_SPEC))
         self._rollback = rollback.RollbackState.from_annotation(
-            self._annotations[objects.ANNOTATION_ROLLBACK]
+            annotations.get(objects.ANNOTATION_ROLLBACK)
         )
 
     def changed(self) -> None:
@@ -488,7 +490,8 @@ class JobController:
                 "RollbackEnded",
                 f"the last stable spec cannot run any more, so the spec runs as written: {problem}",
             )
-            self._rollback, body = rollback.RollbackState(), self._body
+            # Nor is it rolled back to again: the next spec that runs is the stable one.
+            self._rollback, self._stable, body = rollback.RollbackState(), None, self._body
             manifest, problem, tolerated = self._verdict(body, accepted)
         moved = manifest and _storage_moved(manifest, accepted, self._record.coordinator)
         if moved:
@@ -639,7 +642,8 @@ class JobController:
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
         upgrade = self._rollback.upgrade
-        if upgrade is not None and upgrade.started is None:
+        # An adopted driver (after an operator restart) is the one being stopped for it.
+        if upgrade is not None and upgrade.started is None and not self._driver_recorded():
             if upgrade.deployment_hash == objects.deployment_hash(self._spec):
                 started = rollback.Upgrade(upgrade.deployment_hash, time.time())
                 self._rollback = rollback.RollbackState(upgrade=started)
@@ -661,7 +665,9 @@ class JobController:
             self._cancel_rollback_wake()
         # Too long to keep: no stable spec, rather than an older one.
         text = rollback.stable_spec_text(self._spec)
-        self._stable = None if text is None else rollback.stable_part(self._spec)
+        stable = None if text is None else rollback.stable_part(self._spec)
+        if stable is None or stable != self._no_room_for:
+            self._stable = stable
 
     def _cancel_rollback_wake(self) -> None:
         if self._rollback_wake is not None:
@@ -669,16 +675,34 @@ class JobController:
             self._rollback_wake = None
 
     async def _write_annotations(self) -> None:
-        """The last stable spec and the rollback's state into the job's annotations, if
-        they changed (a failed write is logged, and tried again at the next)."""
+        """The last stable spec and the rollback's state into the job's annotations where
+        they are not so (also when someone else took them out: a replace, say). A stable
+        spec the annotations have no room for is not kept (said once). A refused write is
+        logged and tried again at the next change, at most every
+        `ANNOTATIONS_RETRY_SECONDS`."""
+        if self._stop is _Stop.DELETE:
+            return
+        present: Mapping[str, str] = self._body["metadata"].get("annotations") or {}
         wanted = {
             objects.ANNOTATION_STABLE_SPEC: None
             if self._stable is None
             else rollback.stable_spec_text(self._stable),
             objects.ANNOTATION_ROLLBACK: self._rollback.to_annotation(),
         }
-        changed = {key: value for key, value in wanted.items() if value != self._annotations[key]}
-        if not changed or self._stop is _Stop.DELETE:
+        after = {k: v for k, v in {**present, **wanted}.items() if v is not None}
+        if objects.annotation_bytes(after) > objects.MAX_ANNOTATION_BYTES and self._stable:
+            self._no_room_for = self._stable
+            self._stable = wanted[objects.ANNOTATION_STABLE_SPEC] = None
+            self._post_event(
+                "Warning",
+                "RollbackUnavailable",
+                "the last stable spec is not kept: the job's annotations have no room for it "
+                f"(Kubernetes allows {objects.MAX_ANNOTATION_BYTES} bytes in all); an upgrade "
+                "is not rolled back until a spec that fits has run",
+            )
+        changed = {key: value for key, value in wanted.items() if present.get(key) != value}
+        retry = self._annotations_refused
+        if not changed or (retry and retry[0] == changed and time.monotonic() < retry[1]):
             return
         try:
             await self._clients.custom_objects.patch_namespaced_custom_object(
@@ -691,6 +715,7 @@ class JobController:
                 _content_type=MERGE_PATCH,
             )
         except API_ERRORS as error:
+            self._annotations_refused = (changed, time.monotonic() + ANNOTATIONS_RETRY_SECONDS)
             log.warning(
                 "job %s/%s: its rollback annotations were not written: %s",
                 self._namespace,
@@ -698,7 +723,7 @@ class JobController:
                 _api_error(error),
             )
             return
-        self._annotations |= changed
+        self._annotations_refused = None
 
     def _driver_recorded(self) -> bool:
         """The record says a driver runs (or did, before an operator restart)."""
@@ -875,7 +900,7 @@ class JobController:
         save: Callable[[JobRecord], Awaitable[None]] | None = None,
     ) -> JobSupervisor:
         return JobSupervisor(
-            config=manifest.coordinator_config(),
+            config=self._coordinator_config(manifest),
             restart_policy=manifest.spec.restart_policy,
             launcher=launcher,
             janitor=self._janitor(manifest),
@@ -888,6 +913,20 @@ class JobController:
             idle_poll_interval=self._idle_poll_interval,
             storage=JobStorageLayout(_storage(manifest), manifest.namespace, manifest.name),
         )
+
+    def _coordinator_config(self, manifest: JobManifest) -> CoordinatorConfig:
+        """The manifest's; but while an upgrade may be rolled back, a failure keeps the
+        checkpoints (NeverRetainAfterTermination would discard what the rollback restores:
+        all there is after an upgrade without a savepoint)."""
+        config = manifest.coordinator_config()
+        if (
+            self._rollback.upgrade is None
+            or not manifest.spec.rollback.enabled
+            or self._stop is not None
+            or config.retention_policy is not RetentionPolicy.NEVER_RETAIN_AFTER_TERMINATION
+        ):
+            return config
+        return dataclasses.replace(config, retention_policy=RetentionPolicy.RETAIN_ON_FAILURE)
 
     def _janitor(self, manifest: JobManifest) -> KubernetesJanitor:
         return KubernetesJanitor(
@@ -984,7 +1023,7 @@ class JobController:
         manifest = await self._read_spec() or self._manifest
         if manifest is None:
             return
-        supervisor.reconfigure(manifest.coordinator_config(), manifest.spec.restart_policy)
+        supervisor.reconfigure(self._coordinator_config(manifest), manifest.spec.restart_policy)
         supervisor.check_restorable_with(self._restorable_check(manifest))
         running = self._record.phase is JobPhase.RUNNING
         if running:  # a nonce waits for the job to run; handled, it is never repeated

@@ -406,7 +406,7 @@ def _driver_annotations(
     }
 
 
-def _annotation_bytes(annotations: Mapping[str, str]) -> int:
+def annotation_bytes(annotations: Mapping[str, str]) -> int:
     """As the API server counts them against MAX_ANNOTATION_BYTES."""
     return sum(len(key.encode()) + len(value.encode()) for key, value in annotations.items())
 
@@ -550,11 +550,11 @@ def pod_problems(manifest: JobManifest) -> list[str]:
     # and tolerations) besides the driver's own; the larger of the two templates (with an
     # fsGroup), so that a spec is valid whatever the setting.
     templated = _template_annotations(spec.driver_pod_template)
-    driver_bytes = _annotation_bytes(
+    driver_bytes = annotation_bytes(
         {**templated, **_driver_annotations(manifest, "0" * DEPLOYMENT_HASH_LENGTH, UserIds.IMAGE)}
     )
     if driver_bytes > MAX_ANNOTATION_BYTES:
-        drivers = _annotation_bytes({**templated, **spec.driver.annotations})
+        drivers = annotation_bytes({**templated, **spec.driver.annotations})
         problems.append(
             f"spec.driver.annotations: the driver pod's annotations would take {driver_bytes} "
             f"bytes, over Kubernetes' limit of {MAX_ANNOTATION_BYTES}: {drivers} of them "
@@ -563,7 +563,7 @@ def pod_problems(manifest: JobManifest) -> list[str]:
             "(spec.executor's volumes, volumeMounts and tolerations, the executors' pod "
             "template, and the operator's restricted security context)"
         )
-    executors = _annotation_bytes(
+    executors = annotation_bytes(
         {**_template_annotations(spec.executor_pod_template), **spec.executor.annotations}
     )
     if executors > MAX_ANNOTATION_BYTES:
