@@ -69,6 +69,25 @@ def ran_then_upgraded(cluster: LocalCluster, image: str, **spec: Any) -> None:
     cluster.wait_for("the new driver", lambda: driver_images(cluster) == [image])
 
 
+def ran_then_asked_an_upgrade(
+    cluster: LocalCluster,
+    simulated: SimulatedAgents,
+    image: str,
+    *,
+    savepoint_seconds: float,
+    timeout: str,
+) -> None:
+    """The job ran its first spec, then was changed to ``image``, whose upgrade's savepoint
+    (as every checkpoint from then on) takes ``savepoint_seconds``; it is being taken."""
+    cluster.apply(job(rollback={"enabled": True, "readinessTimeout": timeout}))
+    completed(cluster, "orders", 1)
+    cluster.wait_for("the stable spec kept", lambda: stable_image(cluster) == "example/orders:1")
+    for agent in list(simulated.agents.values()):
+        agent.ack_delay = (savepoint_seconds, savepoint_seconds)
+    cluster.patch_spec("orders", {"image": image})
+    cluster.wait_for("the upgrade asked for", lambda: cluster.status("orders").get("upgrade"))
+
+
 def timeout_started(cluster: LocalCluster) -> None:
     cluster.wait_for(
         "the upgrade's timeout started",
@@ -312,18 +331,7 @@ def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
     """Suspended before its first driver started: no timeout starts when it resumes."""
     simulated = agents()
     with LocalCluster(tmp_path, simulated=simulated) as cluster:
-        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "8s"}))
-        completed(cluster, "orders", 1)
-        cluster.wait_for(
-            "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
-        )
-        for agent in list(simulated.agents.values()):
-            agent.ack_delay = (4.0, 4.0)  # each checkpoint and savepoint takes 4 s
-
-        cluster.patch_spec("orders", {"image": MISSING})
-        cluster.wait_for(
-            "the upgrade asked for", lambda: cluster.status("orders").get("upgrade") or {}
-        )
+        ran_then_asked_an_upgrade(cluster, simulated, MISSING, savepoint_seconds=4, timeout="8s")
         cluster.patch_spec("orders", {"state": "Suspended"})
         status = in_phase(cluster, "orders", "Suspended")
         assert "upgrade" not in status
@@ -375,16 +383,10 @@ def test_an_operator_restart_during_the_upgrades_savepoint_starts_no_timeout(
     the timeout starts with the new driver, however long the savepoint takes."""
     simulated = agents()
     with LocalCluster(tmp_path, simulated=simulated) as cluster:
-        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "5s"}))
-        completed(cluster, "orders", 1)
-        cluster.wait_for(
-            "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
+        # A good release.
+        ran_then_asked_an_upgrade(
+            cluster, simulated, "example/orders:2", savepoint_seconds=8, timeout="5s"
         )
-        for agent in list(simulated.agents.values()):
-            agent.ack_delay = (8.0, 8.0)  # each checkpoint and savepoint takes 8 s
-
-        cluster.patch_spec("orders", {"image": "example/orders:2"})  # a good release
-        cluster.wait_for("the upgrade asked for", lambda: cluster.status("orders").get("upgrade"))
         with operator_stopped(cluster):
             pass
 
