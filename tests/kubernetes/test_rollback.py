@@ -1,15 +1,19 @@
 """`rollback`: when an upgrade is rolled back to the last stable spec, what runs meanwhile,
 and what of it is kept where, with the phases, times and timeouts drawn."""
 
+import asyncio
 import json
+from types import SimpleNamespace
 from typing import Any
 
 from hypothesis import given
 from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry
 
 from spark_checkpoint_operator.coordinator import JobPhase
-from spark_checkpoint_operator.kubernetes import rollback
-from spark_checkpoint_operator.kubernetes.controller import _spec_hash
+from spark_checkpoint_operator.kubernetes import objects, rollback
+from spark_checkpoint_operator.kubernetes.controller import JobController, _spec_hash
+from spark_checkpoint_operator.metrics import CheckpointMetrics, JobMetrics
 
 SPEC = {
     "image": "example/orders:1",
@@ -127,3 +131,39 @@ def test_a_rollback_goes_on_while_only_the_followed_fields_change() -> None:
         assert rollback.rolled_back_hash({**written, **changed}) != rollback.rolled_back_hash(
             written
         )
+
+
+def test_a_value_back_to_what_the_watch_still_shows_is_written_too() -> None:
+    """The watched job may not show the operator's last annotation write yet: an upgrade
+    recorded and then ended (a suspension) must reach the annotation, which an operator
+    restart goes on from (a pending upgrade left there was started at the resume, and a
+    good job rolled back)."""
+    patches: list[dict[str, Any]] = []
+
+    async def patch(*arguments: Any, **_: Any) -> None:
+        *_where, patched = arguments  # group, version, namespace, plural, name, body
+        patches.append(patched["metadata"]["annotations"])
+
+    clients: Any = SimpleNamespace(
+        custom_objects=SimpleNamespace(patch_namespaced_custom_object=patch)
+    )
+    body = {"metadata": {"name": "orders", "namespace": "default", "uid": "u"}, "spec": SPEC}
+    controller = JobController(
+        clients,
+        body,
+        lambda *_: None,
+        JobMetrics(CheckpointMetrics(CollectorRegistry()), "default", "orders"),
+    )
+
+    async def record_then_end() -> None:
+        controller._rollback = rollback.RollbackState(upgrade=rollback.Upgrade("d2"))
+        await controller._write_annotations()
+        controller._rollback = rollback.RollbackState()  # the watch still shows none
+        await controller._write_annotations()
+
+    asyncio.run(record_then_end())
+
+    assert patches == [
+        {objects.ANNOTATION_ROLLBACK: '{"rolledBack":null,"upgrade":{"deploymentHash":"d2"}}'},
+        {objects.ANNOTATION_ROLLBACK: None},
+    ]

@@ -260,8 +260,9 @@ class JobController:
         self._redeploying: tuple[int, str, int] | None = None
         # spec.rollback: the last stable spec and the rollback's state, as this process last
         # decided them or read them from the job's annotations (written there when they
-        # differ); the annotations a write was refused for, and until when they are not
-        # asked again; the one wake-up at the end of an upgrade's readiness timeout.
+        # differ), and what it last wrote there; the annotations a write was refused for,
+        # and until when they are not asked again; the one wake-up at the end of an
+        # upgrade's readiness timeout.
         self._read_annotations(body["metadata"])
         self._annotations_refused: tuple[dict[str, str | None], float] | None = None
         self._no_room_for: dict[str, Any] | None = None  # a stable spec said not to fit
@@ -321,6 +322,10 @@ class JobController:
 
     def _read_annotations(self, metadata: Mapping[str, Any]) -> None:
         annotations = metadata.get("annotations") or {}
+        self._annotations_written = {
+            key: annotations.get(key)
+            for key in (objects.ANNOTATION_STABLE_SPEC, objects.ANNOTATION_ROLLBACK)
+        }
         self._stable = rollback.stable_spec(annotations.get(objects.ANNOTATION_STABLE_SPEC))
         self._rollback = rollback.RollbackState.from_annotation(
             annotations.get(objects.ANNOTATION_ROLLBACK)
@@ -700,7 +705,13 @@ class JobController:
                 f"(Kubernetes allows {objects.MAX_ANNOTATION_BYTES} bytes in all); an upgrade "
                 "is not rolled back until a spec that fits has run",
             )
-        changed = {key: value for key, value in wanted.items() if present.get(key) != value}
+        # The watched object may not show this process's last write yet: a value back to
+        # what it still shows is written too.
+        changed = {
+            key: value
+            for key, value in wanted.items()
+            if value != present.get(key) or value != self._annotations_written[key]
+        }
         retry = self._annotations_refused
         if not changed or (retry and retry[0] == changed and time.monotonic() < retry[1]):
             return
@@ -724,6 +735,7 @@ class JobController:
             )
             return
         self._annotations_refused = None
+        self._annotations_written |= changed
 
     def _driver_recorded(self) -> bool:
         """The record says a driver runs (or did, before an operator restart)."""
