@@ -23,11 +23,12 @@ MISSING = "example/orders:missing"
 UNCOORDINATED = "example/orders:uncoordinated"
 
 
-def agents() -> SimulatedAgents:
+def agents(cleanup_seconds: float = 0.0) -> SimulatedAgents:
     return SimulatedAgents(
         batch_seconds=0.3,
         missing_images=frozenset({MISSING}),
         uncoordinated_images=frozenset({UNCOORDINATED}),
+        cleanup_seconds=cleanup_seconds,
     )
 
 
@@ -331,8 +332,10 @@ def test_a_redeploy_of_a_rolled_back_job_redeploys_the_stable_spec(tmp_path: Pat
 def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
     tmp_path: Path,
 ) -> None:
-    """Suspended before its first driver started: no timeout starts when it resumes."""
-    simulated = agents()
+    """Suspended before its first driver started: no timeout starts when it resumes, also
+    when it resumes before the suspension's cleanup is done (the old driver's supervisor
+    still ends: the resume is no upgrade of a running driver)."""
+    simulated = agents(cleanup_seconds=6)
     with LocalCluster(tmp_path, simulated=simulated) as cluster:
         ran_then_asked_an_upgrade(cluster, simulated, MISSING, savepoint_seconds=4, timeout="8s")
         cluster.patch_spec("orders", {"state": "Suspended"})

@@ -1054,7 +1054,8 @@ class JobController:
             self._waiting_since = None
             self._withdraw_stops(supervisor, requested)
             return
-        if stop_reason == UPGRADE:
+        # An upgrade of the driver that runs (not a resume while the suspended one ends).
+        if stop_reason == UPGRADE and self._record.phase in ACTIVE_PHASES:
             self._note_upgrade()
             await self._write_annotations()
         if supervisor.stopping:
