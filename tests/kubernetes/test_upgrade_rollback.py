@@ -90,6 +90,21 @@ def ran_then_asked_an_upgrade(
     cluster.wait_for("the upgrade asked for", lambda: cluster.status("orders").get("upgrade"))
 
 
+def running_image(cluster: LocalCluster, image: str, timeout: float = 60) -> dict[str, Any]:
+    """The job runs a driver of ``image`` (phase Running); its status then."""
+    status: dict[str, Any] = cluster.wait_for(
+        f"a driver of {image} running",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and driver_images(cluster) == [image]
+            and s
+        ),
+        job="orders",
+        timeout=timeout,
+    )
+    return status
+
+
 def timeout_started(cluster: LocalCluster) -> None:
     cluster.wait_for(
         "the upgrade's timeout started",
@@ -133,15 +148,7 @@ def test_an_upgrade_whose_image_cannot_be_pulled_is_rolled_back_until_the_spec_c
 
         # The next change of the spec is an upgrade again; once it runs, it is stable.
         cluster.patch_spec("orders", {"image": "example/orders:3"})
-        status = cluster.wait_for(
-            "upgraded to image 3",
-            lambda: (
-                (s := cluster.status("orders")).get("phase") == "Running"
-                and driver_images(cluster) == ["example/orders:3"]
-                and s
-            ),
-            job="orders",
-        )
+        running_image(cluster, "example/orders:3")
         cluster.wait_for("image 3 stable", lambda: stable_image(cluster) == "example/orders:3")
         status = cluster.status("orders")
         assert "rolledBack" not in status and "upgrade" not in status
@@ -286,14 +293,7 @@ def test_a_fix_applied_while_no_operator_ran_gets_a_timeout_of_its_own(tmp_path:
             cluster.patch_spec("orders", {"image": "example/orders:3"})
             time.sleep(7)
 
-        cluster.wait_for(
-            "the fix running",
-            lambda: (
-                cluster.status("orders").get("phase") == "Running"
-                and driver_images(cluster) == ["example/orders:3"]
-            ),
-            job="orders",
-        )
+        running_image(cluster, "example/orders:3")
         cluster.wait_for("the fix stable", lambda: stable_image(cluster) == "example/orders:3")
         assert "RolledBack" not in cluster.event_reasons("orders")
 
@@ -396,15 +396,7 @@ def test_an_operator_restart_during_the_upgrades_savepoint_starts_no_timeout(
         with operator_stopped(cluster):
             pass
 
-        cluster.wait_for(
-            "the new driver running",
-            lambda: (
-                cluster.status("orders").get("phase") == "Running"
-                and driver_images(cluster) == ["example/orders:2"]
-            ),
-            job="orders",
-            timeout=90,
-        )
+        running_image(cluster, "example/orders:2", timeout=90)
         cluster.wait_for("image 2 stable", lambda: stable_image(cluster) == "example/orders:2")
         assert "RolledBack" not in cluster.event_reasons("orders")
 
