@@ -66,6 +66,13 @@ INVALID_SPECS = [
         "spec.restartPolicy.startTimeout",
         "must be positive",
     ),
+    (
+        {"rollback": {"enabled": True, "readinessTimeout": "0s"}},
+        "spec.rollback.readinessTimeout",
+        "must be positive",
+    ),
+    ({"rollback": {"enabled": "yes"}}, "spec.rollback.enabled", "boolean"),
+    ({"savepoints": {"snapshotObjects": "true"}}, "spec.savepoints.snapshotObjects", "boolean"),
     ({"state": "Paused"}, "spec.state", "one of"),
     ({"executor": {"instances": -1}}, "spec.executor.instances", "minimum"),
     ({"driver": {"memory": "lots"}}, "spec.driver.memory", "memory size"),

@@ -2609,7 +2609,7 @@ def test_a_suspension_or_upgrade_while_the_driver_finishes_lets_it_finish(
     """Its final checkpoint completed, the driver on its way out: the stop's savepoint was
     declined (nothing runs to take it), a RequestDeclined warning asked again at every
     timeout until the driver exited."""
-    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8, finish_exit_seconds=4.0)
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=8, exit_seconds=4.0)
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job(checkpointing={"timeout": "1s"}))
         cluster.wait_for(

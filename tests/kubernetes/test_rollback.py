@@ -70,9 +70,10 @@ def test_a_rolled_back_job_runs_the_stable_spec_under_the_written_state_and_nonc
 
 def test_the_stable_spec_is_kept_without_what_the_written_spec_decides() -> None:
     spec = {**SPEC, "state": "Running", "checkpointTriggerNonce": 2, "rollback": {"enabled": True}}
-    text = rollback.stable_spec_text(spec)
-    assert text is not None
-    assert rollback.stable_spec(text) == SPEC
+    stable = rollback.StableSpec.of(spec)
+    assert stable is not None
+    assert stable.spec == SPEC
+    assert rollback.StableSpec.from_annotation(stable.text) == stable
     # A change of what it is followed for is no change of the job: a failed job is not
     # run again for it, and a rolled-back job stays rolled back.
     assert _spec_hash(spec) == _spec_hash(SPEC)
@@ -81,12 +82,14 @@ def test_the_stable_spec_is_kept_without_what_the_written_spec_decides() -> None
 
 def test_a_stable_spec_too_long_to_keep_is_not_kept() -> None:
     long = {**SPEC, "application": {"arguments": ["x" * rollback.MAX_STABLE_SPEC_LENGTH]}}
-    assert rollback.stable_spec_text(long) is None
+    assert rollback.StableSpec.of(long) is None
+    # Nor read from an annotation written by hand.
+    assert rollback.StableSpec.from_annotation(json.dumps(long)) is None
 
 
 def test_an_annotation_that_is_no_spec_is_no_stable_spec() -> None:
     for text in (None, 3, "", "[1]", "{", "[" * 100_000, '"text"'):
-        assert rollback.stable_spec(text) is None, text
+        assert rollback.StableSpec.from_annotation(text) is None, text
 
 
 def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() -> None:

@@ -833,7 +833,7 @@ def test_a_snapshot_asked_while_the_driver_finishes_is_abandoned_not_failed(
     while the job still shows Running: a snapshot created then was asked for, declined
     (not all tasks running) and FAILED (a reviewer's). Its coordinator takes no more: the
     job is Finished for it."""
-    agents = SimulatedAgents(batch_seconds=0.3, finish_after=4, finish_exit_seconds=8.0)
+    agents = SimulatedAgents(batch_seconds=0.3, finish_after=4, exit_seconds=8.0)
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         cluster.apply(job())
         cluster.wait_for(

@@ -23,9 +23,10 @@ MISSING = "example/orders:missing"
 UNCOORDINATED = "example/orders:uncoordinated"
 
 
-def agents(cleanup_seconds: float = 0.0) -> SimulatedAgents:
+def agents(cleanup_seconds: float = 0.0, exit_seconds: float = 0.0) -> SimulatedAgents:
     return SimulatedAgents(
         batch_seconds=0.3,
+        exit_seconds=exit_seconds,
         missing_images=frozenset({MISSING}),
         uncoordinated_images=frozenset({UNCOORDINATED}),
         cleanup_seconds=cleanup_seconds,
@@ -345,6 +346,24 @@ def test_an_upgrade_suspended_while_its_savepoint_is_taken_is_not_rolled_back(
 
         cluster.wait_for("the new driver", lambda: driver_images(cluster) == [MISSING])
         not_rolled_back(cluster, waited=9)
+
+
+@pytest.mark.timeout(300)
+def test_a_second_change_while_the_stable_driver_stops_gets_the_timeout(tmp_path: Path) -> None:
+    """Changed again after the first upgrade's savepoint, while the stable driver exits: the
+    driver that starts runs the second change, and its readiness timeout starts with it."""
+    simulated = agents(exit_seconds=6)
+    with LocalCluster(tmp_path, simulated=simulated) as cluster:
+        ran_then_asked_an_upgrade(
+            cluster, simulated, "example/orders:2", savepoint_seconds=1, timeout="3s"
+        )
+        in_phase(cluster, "orders", "Suspending")
+        cluster.patch_spec("orders", {"image": MISSING})
+
+        cluster.wait_for("the new driver", lambda: driver_images(cluster) == [MISSING])
+        timeout_started(cluster)
+        rolled_back_and_running(cluster)
+        assert stable_image(cluster) == "example/orders:1"
 
 
 def test_a_status_written_by_hand_chooses_no_rollback(tmp_path: Path) -> None:

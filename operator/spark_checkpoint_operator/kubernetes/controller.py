@@ -265,7 +265,7 @@ class JobController:
         # upgrade's readiness timeout.
         self._read_annotations(body["metadata"])
         self._annotations_refused: tuple[dict[str, str | None], float] | None = None
-        self._no_room_for: dict[str, Any] | None = None  # a stable spec said not to fit
+        self._no_room_for: rollback.StableSpec | None = None  # said not to fit
         self._rollback_wake: asyncio.TimerHandle | None = None
 
     @property
@@ -326,7 +326,9 @@ class JobController:
             key: annotations.get(key)
             for key in (objects.ANNOTATION_STABLE_SPEC, objects.ANNOTATION_ROLLBACK)
         }
-        self._stable = rollback.stable_spec(annotations.get(objects.ANNOTATION_STABLE_SPEC))
+        self._stable = rollback.StableSpec.from_annotation(
+            annotations.get(objects.ANNOTATION_STABLE_SPEC)
+        )
         self._rollback = rollback.RollbackState.from_annotation(
             annotations.get(objects.ANNOTATION_ROLLBACK)
         )
@@ -563,7 +565,7 @@ class JobController:
         ):
             self._rollback = rollback.RollbackState()
             return self._body
-        return {**self._body, "spec": rollback.spec_to_run(written, stable)}
+        return {**self._body, "spec": rollback.spec_to_run(written, stable.spec)}
 
     def _roll_back_if_due(self) -> bool:
         """An upgrade whose new driver has not run its query within its readiness timeout
@@ -578,7 +580,7 @@ class JobController:
         if (
             manifest.spec.state is JobState.SUSPENDED
             or stable is None
-            or objects.deployment_hash(stable) == deployment
+            or objects.deployment_hash(stable.spec) == deployment
         ):
             self._rollback = rollback.RollbackState()
             return False
@@ -635,7 +637,7 @@ class JobController:
         if upgrade and upgrade.deployment_hash == target:
             return
         if upgrade is not None or (
-            stable is not None and objects.deployment_hash(stable) == self._deployed
+            stable is not None and objects.deployment_hash(stable.spec) == self._deployed
         ):
             self._rollback = rollback.RollbackState(upgrade=rollback.Upgrade(target))
             self._cancel_rollback_wake()
@@ -643,17 +645,20 @@ class JobController:
     def _start_supervising(self, manifest: JobManifest) -> None:
         """A supervisor starts: an ended job's message goes, and the first driver of an
         upgrade from the stable spec starts its readiness timeout (the upgrade's savepoint
-        and stop before it may take any time)."""
+        and stop before it may take any time), whichever spec it runs: the spec may have
+        changed again while the stable driver stopped."""
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
-        upgrade = self._rollback.upgrade
+        upgrade, stable = self._rollback.upgrade, self._stable
         # An adopted driver (after an operator restart) is the one being stopped for it.
         if upgrade is not None and upgrade.started is None and not self._driver_recorded():
-            if upgrade.deployment_hash == objects.deployment_hash(self._spec):
-                started = rollback.Upgrade(upgrade.deployment_hash, time.time())
-                self._rollback = rollback.RollbackState(upgrade=started)
-            else:  # changed back before it ran: no upgrade
-                self._rollback = rollback.RollbackState()
+            target = objects.deployment_hash(self._spec)
+            if stable is not None and objects.deployment_hash(stable.spec) == target:
+                self._rollback = rollback.RollbackState()  # changed back before it ran
+            else:
+                self._rollback = rollback.RollbackState(
+                    upgrade=rollback.Upgrade(target, time.time())
+                )
 
     def _note_stable(self, record: JobRecord) -> None:
         """The driver runs its query under the spec as run: that spec is stable (an
@@ -668,9 +673,10 @@ class JobController:
         if self._rollback.upgrade is not None:
             self._rollback = rollback.RollbackState()
             self._cancel_rollback_wake()
+        if self._stable is not None and self._stable.spec == rollback.stable_part(self._spec):
+            return
         # Too long to keep: no stable spec, rather than an older one.
-        text = rollback.stable_spec_text(self._spec)
-        stable = None if text is None else rollback.stable_part(self._spec)
+        stable = rollback.StableSpec.of(self._spec)
         if stable is None or stable != self._no_room_for:
             self._stable = stable
 
@@ -689,9 +695,7 @@ class JobController:
             return
         present: Mapping[str, str] = self._body["metadata"].get("annotations") or {}
         wanted = {
-            objects.ANNOTATION_STABLE_SPEC: None
-            if self._stable is None
-            else rollback.stable_spec_text(self._stable),
+            objects.ANNOTATION_STABLE_SPEC: None if self._stable is None else self._stable.text,
             objects.ANNOTATION_ROLLBACK: self._rollback.to_annotation(),
         }
         after = {k: v for k, v in {**present, **wanted}.items() if v is not None}

@@ -152,20 +152,29 @@ def spec_to_run(written: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[s
     }
 
 
-def stable_spec_text(spec: Mapping[str, Any]) -> str | None:
-    """The stable spec annotation's value for ``spec``; None above its bound."""
-    text = json.dumps(stable_part(spec), sort_keys=True, separators=(",", ":"))
-    return text if len(text) <= MAX_STABLE_SPEC_LENGTH else None
+@dataclass(frozen=True, slots=True)
+class StableSpec:
+    """The last stable spec: what of it is rolled back to (`stable_part`), and its
+    annotation's value (made once: it is compared at every status write)."""
 
+    spec: dict[str, Any]
+    text: str
 
-def stable_spec(text: object) -> dict[str, Any] | None:
-    """The stable spec annotation's spec; anything ``stable_spec_text`` does not write is
-    none."""
-    try:
-        spec = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        return None
-    return stable_part(spec) if isinstance(spec, dict) else None
+    @staticmethod
+    def of(spec: Mapping[str, Any]) -> "StableSpec | None":
+        """``spec`` kept as stable; None above the annotation's bound."""
+        part = stable_part(spec)
+        text = json.dumps(part, sort_keys=True, separators=(",", ":"))
+        return StableSpec(part, text) if len(text) <= MAX_STABLE_SPEC_LENGTH else None
+
+    @staticmethod
+    def from_annotation(text: object) -> "StableSpec | None":
+        """The annotation's stable spec; anything `of` does not write is none."""
+        try:
+            spec = json.loads(text) if isinstance(text, str) else None
+        except (ValueError, RecursionError):
+            return None
+        return StableSpec.of(spec) if isinstance(spec, dict) else None
 
 
 def rollback_reason(

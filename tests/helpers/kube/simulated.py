@@ -206,14 +206,15 @@ class SimulatedAgents:
         uncoordinated_images: frozenset[str] = frozenset(),
         endless_input: bool = False,
         highest_stored_id: int | None = None,
-        finish_exit_seconds: float = 0.0,
+        exit_seconds: float = 0.0,
         cleanup_seconds: float = 0.0,
     ) -> None:
         self.port = port
         # How long a cleanup pod runs (storage that is slow to delete from).
         self.cleanup_seconds = cleanup_seconds
-        # How long a driver told of its final checkpoint takes to exit.
-        self._finish_exit_seconds = finish_exit_seconds
+        # How long a driver takes to exit once its query stopped (a final checkpoint, a
+        # stop-with-savepoint): its sinks commit, then Spark stops.
+        self._exit_seconds = exit_seconds
         self.highest_stored_id = highest_stored_id
         # The query's input never runs out: a drain savepoint never captures its image.
         self.endless_input = endless_input
@@ -348,12 +349,12 @@ class SimulatedAgents:
             agent.notified_batch = body.batch_id
             agent.changed()
             if snapshot is not None and snapshot.after is not AfterCompletion.CONTINUE:
-                agent.end(EXIT_STOPPED_WITH_SAVEPOINT)
+                exit_code = EXIT_STOPPED_WITH_SAVEPOINT
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
-                # Its sinks commit, then Spark stops: a while.
-                asyncio.get_running_loop().call_later(
-                    self._finish_exit_seconds, agent.end, EXIT_FINISHED
-                )
+                exit_code = EXIT_FINISHED
+            else:
+                return web.json_response(Acknowledgement.NOTIFIED.to_json())
+            asyncio.get_running_loop().call_later(self._exit_seconds, agent.end, exit_code)
             return web.json_response(Acknowledgement.NOTIFIED.to_json())
         if action == "abort":
             if agent.snapshots.pop(checkpoint_id, None) is not None:
