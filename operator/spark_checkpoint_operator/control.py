@@ -41,6 +41,7 @@ from spark_checkpoint_operator.coordinator import (
     TerminalOutcome,
     TriggerRequested,
 )
+from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.local_files import UnreadableFile, read_small_text
 from spark_checkpoint_operator.status import last_image
 from spark_checkpoint_operator.supervisor import (
@@ -360,6 +361,11 @@ class ControlServer:
             ),
             in_progress=len(record.pending),
             message=record.message,
+            next_periodic_savepoint=(
+                None
+                if record.next_periodic_savepoint is None
+                else format_time(record.next_periodic_savepoint)
+            ),
         )
 
     def ended(self) -> None:

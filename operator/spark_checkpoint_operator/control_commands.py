@@ -40,6 +40,7 @@ from spark_checkpoint_operator.control_protocol import (
     RuntimeStatus,
 )
 from spark_checkpoint_operator.coordinator import TerminalOutcome
+from spark_checkpoint_operator.coordinator.state import format_time
 from spark_checkpoint_operator.exit_codes import ExitCode
 from spark_checkpoint_operator.local_state import (
     STATE_DIR_NAME,
@@ -545,6 +546,9 @@ def last_run_document(paths: LocalPaths, holder: str | None) -> dict[str, Any]:
         "message": last_run(paths.status_file)
         if holder is None
         else _unanswering_run(paths, holder),
+        "nextPeriodicSavepoint": None
+        if status is None or status.next_periodic_savepoint is None
+        else format_time(status.next_periodic_savepoint),
         "running": False,
     }
 
@@ -574,12 +578,20 @@ def status_lines(status: RuntimeStatus, *, wide: bool) -> list[str]:
         str(status.in_progress),
     ]
     if wide:
-        header += ["RUNTIME-PID", "DRIVER-PID", "CHECKPOINT-PATH", "SAVEPOINT-PATH", "MESSAGE"]
+        header += [
+            "RUNTIME-PID",
+            "DRIVER-PID",
+            "CHECKPOINT-PATH",
+            "SAVEPOINT-PATH",
+            "NEXT-PERIODIC-SAVEPOINT",
+            "MESSAGE",
+        ]
         row += [
             str(status.runtime_pid),
             _or_none(status.driver_pid),
             _path(status.last_checkpoint),
             _path(status.last_savepoint),
+            _or_none(status.next_periodic_savepoint),
             status.message or "-",
         ]
     return format_table([header, row], right_aligned={2, 3, 4, 5, 6, 7, 8})

@@ -182,6 +182,8 @@ class RuntimeStatus:
     last_savepoint: Image | None
     in_progress: int
     message: str
+    # When the next periodic savepoint is due (RFC 3339, as status.nextPeriodicSavepoint).
+    next_periodic_savepoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -197,6 +199,7 @@ class RuntimeStatus:
             "lastSavepoint": None if self.last_savepoint is None else self.last_savepoint.to_json(),
             "inProgress": self.in_progress,
             "message": self.message,
+            "nextPeriodicSavepoint": self.next_periodic_savepoint,
         }
 
     @classmethod
@@ -213,6 +216,9 @@ class RuntimeStatus:
             last_savepoint=fields.read("lastSavepoint", read_optional(Image.from_json)),
             in_progress=fields.read("inProgress", read_integer),
             message=fields.read("message", read_string),
+            next_periodic_savepoint=fields.read(
+                "nextPeriodicSavepoint", read_optional(read_string), default=None
+            ),
         )
 
 

@@ -179,6 +179,8 @@ class PersistedStatus:
     # Periodic checkpoints skipped since the last one triggered, while Running and after
     # the query committed a batch ({"since", "reason", "message"}); None while none is.
     checkpoints_skipped: Mapping[str, Any] | None = None
+    # When the next periodic savepoint is due (epoch seconds); None without one.
+    next_periodic_savepoint: float | None = None
     next_checkpoint_id: int = 1
     pending: Sequence[Mapping[str, Any]] = ()
     discards_due: Sequence[DiscardDue] = ()
@@ -198,6 +200,11 @@ class PersistedStatus:
             "restartDue": None if self.restart_due is None else format_time(self.restart_due),
             "checkpointsSkipped": (
                 None if self.checkpoints_skipped is None else dict(self.checkpoints_skipped)
+            ),
+            "nextPeriodicSavepoint": (
+                None
+                if self.next_periodic_savepoint is None
+                else format_time(self.next_periodic_savepoint)
             ),
             "nextCheckpointId": self.next_checkpoint_id,
             "pending": [dict(snapshot) for snapshot in self.pending],
@@ -244,6 +251,7 @@ class PersistedStatus:
             restarts=_count(data, "restarts"),
             restart_due=_time(data, "restartDue"),
             checkpoints_skipped=_field(data, "checkpointsSkipped", Mapping, None),
+            next_periodic_savepoint=_time(data, "nextPeriodicSavepoint"),
             next_checkpoint_id=_count(data, "nextCheckpointId", default=state.next_checkpoint_id),
             pending=_field(data, "pending", list, []),
             discards_due=[

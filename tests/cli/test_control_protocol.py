@@ -95,6 +95,7 @@ statuses = st.builds(
     last_savepoint=st.none() | images,
     in_progress=ids,
     message=st.text(max_size=40),
+    next_periodic_savepoint=st.none() | st.text(max_size=30),
 )
 requests = st.builds(
     ControlRequest,
@@ -647,6 +648,20 @@ def test_a_running_status_and_the_status_file_name_a_discarded_checkpoint_alike(
     shown = dict(zip(header, row, strict=False))
     assert (shown["CHECKPOINT"], shown["CHECKPOINT-PATH"]) == ("8", shown_path)
     assert (shown["SAVEPOINT"], shown["SAVEPOINT-PATH"]) == ("none", "none")
+
+
+def test_a_running_status_says_when_the_next_periodic_savepoint_is_due() -> None:
+    record = JobRecord(phase=JobPhase.RUNNING, attempt=1, next_periodic_savepoint=1_800_000_000.0)
+    supervisor = cast(JobSupervisor, SimpleNamespace(record=record))
+    server = ControlServer(supervisor, "default/job", lambda: None, "token", print)
+
+    status = RuntimeStatus.from_json(json.loads(json.dumps(server.status().to_json())))
+
+    assert status.next_periodic_savepoint == "2027-01-15T08:00:00Z"
+    header, row = (line.split() for line in status_lines(status, wide=True))
+    assert dict(zip(header, row, strict=False))["NEXT-PERIODIC-SAVEPOINT"] == (
+        "2027-01-15T08:00:00Z"
+    )
 
 
 class _HeldAgent(FakeAgent):

@@ -183,7 +183,8 @@ def _status_in_yaml_and_wide_is_the_same_status(job: LocalJob, status: dict[str,
     header, row = (re.split(r"\s{2,}", line) for line in wide.stdout.splitlines())
     assert header == [
         "JOB", "PHASE", "ATTEMPT", "BATCH", "CHECKPOINT", "SAVEPOINT", "IN-PROGRESS",
-        "RUNTIME-PID", "DRIVER-PID", "CHECKPOINT-PATH", "SAVEPOINT-PATH", "MESSAGE",
+        "RUNTIME-PID", "DRIVER-PID", "CHECKPOINT-PATH", "SAVEPOINT-PATH",
+        "NEXT-PERIODIC-SAVEPOINT", "MESSAGE",
     ]  # fmt: skip
     assert row[:3] == ["default/probe", "Running", str(status["attempt"])]
     assert row[5] == "none"  # no savepoint yet
@@ -634,6 +635,7 @@ def test_a_run_that_holds_the_job_but_does_not_answer_yet_is_told_as_starting(
         "lastSavepoint": None,
         "inProgress": 0,
         "message": said,
+        "nextPeriodicSavepoint": None,
         "running": False,
     }
     after = job.cli("status", "-f", "job.yaml")

@@ -122,6 +122,7 @@ records = st.builds(
     restarts=counts,
     # Times that are exact as status writes them (microseconds) and reads them back.
     restart_due=st.none() | st.integers(0, 2**36).map(lambda quarters: quarters / 4),
+    next_periodic_savepoint=st.none() | st.integers(0, 2**36).map(lambda quarters: quarters / 4),
     next_checkpoint_id=st.none() | st.integers(1, 2**40),
 )
 
@@ -156,6 +157,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.last_batch,
         record.restarts,
         record.restart_due,
+        record.next_periodic_savepoint,
         record.coordinator,
     )
 
@@ -266,6 +268,7 @@ def _completed(kind: CheckpointKind, checkpoint_id: int) -> dict[str, object]:
         # `kubectl patch --subresource=status` removing the registry: read as a new job, its
         # first garbage collection deleted every image of the job's storage.
         ({"restartDue": "soon"}, "restartDue: expected a time as"),
+        ({"nextPeriodicSavepoint": 3}, "nextPeriodicSavepoint: expected"),
         ({"restarts": -1}, "restarts: expected 0 to"),
         (
             {"phase": "Running", "jobAttempt": 3},

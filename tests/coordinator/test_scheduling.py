@@ -266,14 +266,17 @@ def test_periodic_savepoints_come_an_interval_apart_from_the_first_running() -> 
     an interval after the job first ran, each later one an interval after the one before,
     without periodic checkpoints."""
     harness = Harness(PERIODIC_SAVEPOINTS)
+    assert harness.coordinator.next_periodic_savepoint is None, "the job has not run yet"
     harness.start()
     assert harness.coordinator.persisted_state.last_periodic_savepoint == START
     assert harness.coordinator.next_deadline() == START + 30.0
+    assert harness.coordinator.next_periodic_savepoint == START + 30.0
 
     assert periodic_savepoints(harness.advance(29.0), harness) == []
     (first,) = periodic_savepoints(harness.advance(1.0), harness)
     assert first.kind is CheckpointKind.SAVEPOINT
     assert harness.coordinator.persisted_state.last_periodic_savepoint == START + 30.0
+    assert harness.coordinator.next_periodic_savepoint == START + 60.0, "the next after it"
     harness.complete(first.checkpoint_id)
     assert harness.coordinator.persisted_state.savepoints[-1].label == PERIODIC_SAVEPOINT_LABEL
 
@@ -317,10 +320,12 @@ def test_a_schedule_that_runs_out_takes_no_more_savepoints() -> None:
         CoordinatorConfig(interval=None, timeout=60.0, savepoint_schedule=OnceAtTen())
     )
     harness.start()
+    assert harness.coordinator.next_periodic_savepoint == START + 10.0
     (only,) = periodic_savepoints(harness.advance(10.0), harness)
     harness.complete(only.checkpoint_id)
 
     assert harness.coordinator.next_deadline() is None
+    assert harness.coordinator.next_periodic_savepoint is None
     assert periodic_savepoints(harness.advance(3600.0), harness) == []
 
 
@@ -331,6 +336,8 @@ def test_a_periodic_savepoint_waits_for_the_tasks_and_for_the_last_one_to_end() 
     assert periodic_savepoints(harness.advance(45.0), harness) == []
     assert harness.coordinator.next_deadline() is None, "no Tick until the tasks run"
 
+    # Due all the same: taken once the tasks run.
+    assert harness.coordinator.next_periodic_savepoint == START + 30.0
     (late,) = periodic_savepoints(harness.send(TasksReported(TASKS, all_running=True)), harness)
     assert periodic_savepoints(harness.advance(40.0), harness) == [], "one in flight"
     assert harness.coordinator.next_deadline() == late.trigger_time + 60.0  # its timeout
@@ -407,3 +414,20 @@ def test_a_periodic_savepoint_in_flight_is_not_asked_again_of_a_replacing_coordi
     again = harness.coordinator.unfinished_user_requests()
 
     assert [r.label for r in again] == ["nonce 1"]
+
+
+@pytest.mark.parametrize("outcome", list(TerminalOutcome))
+def test_an_ended_job_has_no_next_periodic_savepoint(outcome: TerminalOutcome) -> None:
+    harness = Harness(PERIODIC_SAVEPOINTS)
+    harness.start()
+    harness.send(JobTerminated(outcome))
+
+    assert harness.coordinator.next_periodic_savepoint is None
+
+
+def test_without_periodic_savepoints_none_is_next() -> None:
+    harness = Harness(CoordinatorConfig(interval=10.0, timeout=60.0))
+    harness.start()
+    harness.advance(100.0)
+
+    assert harness.coordinator.next_periodic_savepoint is None

@@ -1402,6 +1402,46 @@ def test_periodic_savepoints_are_taken_kept_to_the_history_and_survive_an_operat
     assert after["jobAttempt"] == 1
 
 
+def test_status_says_when_the_next_periodic_savepoint_is_due_as_the_settings_change(
+    cluster: LocalCluster,
+) -> None:
+    """status.nextPeriodicSavepoint: an interval after the last one (the first Running);
+    a changed interval or a schedule shows at once (no periodic checkpoint writes the status
+    meanwhile); none once they are turned off."""
+    cluster.apply(job(checkpointing={"interval": "0s"}, savepoints={"interval": "1h"}))
+
+    def next_due(spoken: str) -> datetime:
+        status = cluster.wait_for(
+            spoken,
+            lambda: (
+                (s := cluster.status("orders")).get("phase") == "Running"
+                and s.get("nextPeriodicSavepoint")
+                and s["nextPeriodicSavepoint"] != due.get("at")
+                and s
+            ),
+            job="orders",
+        )
+        last = datetime.fromisoformat(status["coordinator"]["lastPeriodicSavepoint"])
+        due["at"] = status["nextPeriodicSavepoint"]
+        return datetime.fromisoformat(due["at"]) - last
+
+    due: dict[str, str] = {}
+    assert next_due("the first due") == timedelta(hours=1)
+    cluster.patch_spec("orders", {"savepoints": {"interval": "2h"}})
+    assert next_due("the new interval's") == timedelta(hours=2)
+    cluster.patch_spec("orders", {"savepoints": {"interval": None, "schedule": "0 0 1 1 *"}})
+    next_new_year = next_due("the schedule's")
+    scheduled = datetime.fromisoformat(due["at"])
+    assert (scheduled.month, scheduled.day, scheduled.hour, scheduled.minute) == (1, 1, 0, 0)
+    assert timedelta(0) < next_new_year <= timedelta(days=366)
+
+    cluster.patch_spec("orders", {"savepoints": None})
+    cluster.wait_for(
+        "none due", lambda: cluster.status("orders").get("nextPeriodicSavepoint") is None
+    )
+    assert cluster.status("orders")["phase"] == "Running"
+
+
 def test_a_deletion_while_the_agent_does_not_answer_for_a_moment_takes_its_savepoint(
     cluster: LocalCluster,
 ) -> None:
@@ -1658,8 +1698,12 @@ def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_r
     cluster.wait_for_event("orders", "DriverAdopted")
     status = last_written_status(cluster, "orders")
     assert status["phase"] == "Cancelled"
-    assert status["message"] == "the job was deleted"
-    assert status["lastSavepoint"]["label"] == "final"
+    final = status["lastSavepoint"]
+    assert final["label"] == "final"
+    said = f"the job was deleted; its final savepoint {final['id']} is at {final['path']}"
+    assert status["message"] == said
+    # Named in the last event too: SavepointCompleted may be rate-limited away (a newcomer's).
+    cluster.wait_for_event("orders", "JobCancelled", f"job cancelled: {said}")
     assert status["jobAttempt"] == 1, "the running driver was adopted, none started"
     # RetainOnFailure: a cancelled job's checkpoints are discarded by cleanup pods; the
     # savepoint stays.
@@ -1812,6 +1856,35 @@ def test_an_operator_restart_adopts_the_driver_and_never_reuses_an_id(
     ids = [c["id"] for c in after["history"]]
     assert len(ids) == len(set(ids))
     assert min(ids) > before["lastCheckpoint"]["id"] or before["lastCheckpoint"]["id"] in ids
+
+
+def test_a_suspension_whose_savepoint_drops_an_older_one_says_no_delay(
+    cluster: LocalCluster,
+) -> None:
+    """The stopping driver does not take the discard of the savepoint its stop's savepoint
+    pushed out of the history: the cleanup after it deletes it. No SavepointDiscardDelayed,
+    which read like an error at every suspension and upgrade (a newcomer's)."""
+    cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 1}))
+    in_phase(cluster, "orders", "Running")
+    agent = cluster.simulated_agent("orders-driver-1")
+    assert agent is not None
+    agent.refuses_discards = True  # as an exiting driver's agent does
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
+    older = cluster.wait_for(
+        "savepoint nonce 1",
+        lambda: (cluster.status("orders").get("lastSavepoint") or {}).get("id"),
+        job="orders",
+    )
+
+    cluster.patch_spec("orders", {"state": "Suspended"})
+
+    suspended = in_phase(cluster, "orders", "Suspended")
+    assert [s["id"] for s in suspended["coordinator"]["savepoints"]] != [older]
+    cluster.wait_for(
+        "the discard done", lambda: cluster.status("orders").get("discardsDue") == [], job="orders"
+    )
+    assert "SavepointDiscarded" in cluster.event_reasons("orders")
+    assert "SavepointDiscardDelayed" not in cluster.event_reasons("orders")
 
 
 def test_a_savepoint_discard_the_driver_did_not_take_is_done_after_an_operator_restart(

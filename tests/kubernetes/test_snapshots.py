@@ -160,6 +160,11 @@ def test_a_snapshot_of_an_existing_savepoint_completes_once_it_is_pinned() -> No
     failed = decide(existing, JobView(JobPhase.RUNNING, existing="no such savepoint"), START)
     assert failed.status["state"] == "FAILED" and failed.pin is None
     assert (failed.status["error"], failed.status["failures"]) == ("no such savepoint", 1)
+    assert snapshots.event(existing.status, failed.status) == (
+        "Warning",
+        "SnapshotError",
+        "no such savepoint; create another object to keep another savepoint",
+    ), "the error said once"
     again = Snapshot.from_body({**body, "status": failed.status})
     assert decide(again, JobView(JobPhase.RUNNING, existing=pinned), START).status == (
         failed.status
@@ -172,6 +177,7 @@ def test_a_missing_job_is_waited_for_unless_the_snapshot_was_in_flight() -> None
     )
     gone = snapshots.for_missing_job(snapshot({"state": "IN_PROGRESS", "id": 3}))
     assert gone["state"] == "ABANDONED" and gone["error"] == "SparkCheckpointJob orders was deleted"
+    assert gone["message"] == gone["error"], "what kubectl get -o wide shows (a newcomer's)"
     assert snapshots.for_deleted_job(snapshot({"state": "TRIGGER_PENDING"})) == gone | {
         "state": "ABANDONED"
     }

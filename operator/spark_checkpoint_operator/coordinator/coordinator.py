@@ -273,13 +273,21 @@ class CheckpointCoordinator:
         triggered: no interval, the job not running with all its tasks, a stop under way,
         or the last periodic one still in flight (as the Flink Kubernetes Operator, which
         triggers the next once it is done)."""
-        last = self._last_periodic_savepoint
-        if not self._periodic_savepoints or last is None or self._terminated is not None:
-            return None
         if not (self._job_running and self._tasks_running and self._tasks) or self.stopping:
             return None
         in_flight = [p.label for p in self._pending.values()] + [q.label for q in self._queue]
         if PERIODIC_SAVEPOINT_LABEL in in_flight:
+            return None
+        return self.next_periodic_savepoint
+
+    @property
+    def next_periodic_savepoint(self) -> float | None:
+        """When the next periodic savepoint is due by its interval or schedule (wall clock;
+        the next after one in flight): taken then if the job runs with all its tasks, else
+        once it does. None without periodic savepoints, before the job first ran with them,
+        once it ended, and once the schedule has no later time."""
+        last = self._last_periodic_savepoint
+        if last is None or self._terminated is not None:
             return None
         if (interval := self._config.savepoint_interval) is not None:
             return last + interval

@@ -518,7 +518,10 @@ def event(before: Mapping[str, Any], after: Mapping[str, Any]) -> tuple[str, str
     if state == SnapshotState.ABANDONED:
         return ("Warning", "SnapshotAbandoned", str(after.get("error")))
     if after.get("failures") != before.get("failures", 0):
-        return ("Warning", "SnapshotError", f"{after.get('error')}; {after.get('message')}")
+        error, message = str(after.get("error")), str(after.get("message"))
+        # A message that repeats its error (an alreadyExists path's, for -o wide) is said once.
+        said = message if message.startswith(error) else f"{error}; {message}"
+        return ("Warning", "SnapshotError", said)
     return None
 
 
@@ -557,9 +560,10 @@ def _open_status(snapshot: Snapshot) -> dict[str, Any]:
 
 
 def _abandoned(status: dict[str, Any], error: str) -> dict[str, Any]:
-    return _without(status, "message", "id") | {
+    return _without(status, "id") | {
         "state": SnapshotState.ABANDONED.value,
         "error": error,
+        "message": error,  # what -o wide shows
     }
 
 

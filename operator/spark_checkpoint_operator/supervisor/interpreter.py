@@ -204,6 +204,9 @@ class EffectInterpreter:
         self._queue.extend(coordinator.handle(JobPhaseChanged(self.coordinator_phase())))
         for request in requests:
             self._queue.extend(coordinator.handle(request))
+        if coordinator.next_periodic_savepoint != self._record.next_periodic_savepoint:
+            # Status shows when the new settings take the next periodic savepoint.
+            self._queue.append(PersistState(coordinator.persisted_state))
 
     async def carry_out_queued(self) -> None:
         if self._carrying_out:
@@ -267,6 +270,7 @@ class EffectInterpreter:
         self._record.coordinator = coordinator.persisted_state
         self._record.consecutive_failures = coordinator.consecutive_failures
         self._record.next_checkpoint_id = coordinator.next_checkpoint_id
+        self._record.next_periodic_savepoint = coordinator.next_periodic_savepoint
         self._refresh_pending()
         await self._save(self._record)
 
@@ -581,8 +585,9 @@ class EffectInterpreter:
             # A driver that finishes or suspends exits any moment: its refusal is no news.
             refused = shortened(f"the driver's agent did not take it ({error})")
             reason = None if attempt.leaving else refused
-            if discard.kind is CheckpointKind.SAVEPOINT:
-                # Its deletion was said (SavepointDiscarded): that it waits is news too.
+            if discard.kind is CheckpointKind.SAVEPOINT and not attempt.leaving:
+                # Its deletion was said (SavepointDiscarded): that it waits is news too
+                # (not at a stop: the cleanup after it deletes it, at every suspension).
                 self._notify(
                     "SavepointDiscardDelayed",
                     Level.NOTE,

@@ -706,6 +706,12 @@ class JobSupervisor:
             self._record.message = ""
         if self._stop >= StopRequest.CANCEL:
             self._record.message = self._stop_message()
+            if self.deleting and (final := attempt.stopped_with) is not None:
+                # The image to start a job like it from (an event's savepoint may have
+                # been rate-limited away).
+                self._record.message += (
+                    f"; its final savepoint {final.checkpoint_id} is at {final.path}"
+                )
             return TerminalOutcome.CANCELLED
         if self._stop is StopRequest.SUSPEND and not (
             exit_code == DriverExit.FINISHED or attempt.told_final()

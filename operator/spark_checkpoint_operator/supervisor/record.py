@@ -45,6 +45,9 @@ class JobRecord:
     # Periodic checkpoints skipped since the last one triggered (see PersistedStatus); a
     # restart starts afresh, as with the failure streak.
     checkpoints_skipped: dict[str, Any] | None = None
+    # When the next periodic savepoint is due (epoch seconds; the coordinator's, as of its
+    # last state write or replacement).
+    next_periodic_savepoint: float | None = None
     # The live counter of this process's coordinator: no id at or above it has been
     # triggered (at most the persisted counter). None in a record read back: its coordinator
     # starts after the persisted counter, as nothing tells which ids below were used.
@@ -84,6 +87,7 @@ class JobRecord:
             restarts=self.restarts,
             restart_due=self.restart_due,
             checkpoints_skipped=self.checkpoints_skipped,
+            next_periodic_savepoint=self.next_periodic_savepoint,
             next_checkpoint_id=(
                 self.coordinator.next_checkpoint_id
                 if self.next_checkpoint_id is None
@@ -120,5 +124,6 @@ class JobRecord:
             last_batch=status.last_committed_batch,
             restarts=status.restarts,
             restart_due=status.restart_due,
+            next_periodic_savepoint=status.next_periodic_savepoint,
             coordinator=status.coordinator,
         )
