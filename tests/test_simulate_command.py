@@ -32,6 +32,8 @@ def test_simulation_rejects_invalid_settings_naming_them(
     ("option", "said"),
     [
         (["--tasks", "0"], "argument --tasks: '0' is not a whole number of 1 or more"),
+        # Each simulated in memory: 100,000,000 took GiB before a line (a reviewer's).
+        (["--tasks", "100001"], "argument --tasks: '100001' is more than 100000"),
         (["--retained", "0"], "argument --retained: '0' is not a whole number of 1 or more"),
         (
             ["--tolerable-failures", "-1"],

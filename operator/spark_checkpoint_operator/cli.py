@@ -45,6 +45,9 @@ from spark_checkpoint_operator.simulation import SimulatedDriver, simulate
 from spark_checkpoint_operator.storage_commands.commands import run_inspect, run_list, run_verify
 from spark_checkpoint_operator.storage_commands.job import StorageSource
 
+# `simulate --tasks`: each is simulated in memory (100,000,000 took GiB before any output).
+MAX_SIMULATED_TASKS = 100_000
+
 
 def main(argv: Sequence[str] | None = None) -> int:
     return exit_quietly_on_closed_pipe(lambda: _main(argv))
@@ -205,9 +208,10 @@ def command_line() -> tuple[Parser, Mapping[str, Parser]]:
     )
     simulation.add_argument(
         "--tasks",
-        type=whole_number(1),
+        type=whole_number(1, maximum=MAX_SIMULATED_TASKS),
         default=4,
-        help="snapshot tasks per checkpoint: the logs and N-1 state partitions (4)",
+        help="snapshot tasks per checkpoint: the logs and N-1 state partitions "
+        f"(4; at most {MAX_SIMULATED_TASKS})",
     )
     simulation.add_argument("--seed", type=int, default=1, help="the random seed (1)")
 

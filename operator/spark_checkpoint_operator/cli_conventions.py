@@ -175,8 +175,9 @@ def seconds(*, zero: bool = False, at_most: float = math.inf) -> Callable[[str],
     return parse
 
 
-def whole_number(minimum: int) -> Callable[[str], int]:
-    """argparse's type for a whole number of ``minimum`` or more."""
+def whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """argparse's type for a whole number of ``minimum`` or more (and ``maximum`` or
+    less)."""
 
     def parse(text: str) -> int:
         try:
@@ -185,6 +186,8 @@ def whole_number(minimum: int) -> Callable[[str], int]:
             value = minimum - 1
         if value < minimum:
             raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of {minimum} or more")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"{text!r} is more than {maximum}")
         return value
 
     return parse

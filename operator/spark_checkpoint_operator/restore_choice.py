@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from spark_checkpoint.protocol import RestoreCandidate
+from spark_checkpoint.protocol import MAX_ID, RestoreCandidate
 from spark_checkpoint.storage import (
     CheckpointKind,
     CheckpointStorage,
@@ -48,12 +48,12 @@ def image_choice(choice: str, kinds: Sequence[CheckpointKind] = tuple(Checkpoint
 
 
 def _registry_references_meant(choice: str, kinds: Sequence[CheckpointKind]) -> str:
-    """What an image's id alone (`4`) or its directory's name (`sp-4`), the spellings a
-    newcomer tries first, stand for among `kinds`; "" for anything else."""
+    """What an image's id alone (`4`) or its directory's name (`sp-4`, `SP-4`), the
+    spellings a newcomer tries first, stand for among `kinds`; "" for anything else."""
     if choice.isascii() and choice.isdigit():
         return " or ".join(f"{kind}:{int(choice)}" for kind in kinds)
     for kind in kinds:
-        if (image_id := parse_snapshot_dir_name(kind, choice)) is not None:
+        if (image_id := parse_snapshot_dir_name(kind, choice.lower())) is not None:
             return f"{kind}:{image_id}"
     return ""
 
@@ -76,8 +76,8 @@ def registry_reference(choice: str) -> RestoreCandidate | None:
         return RestoreCandidate.decode(choice)
     except ValueError:
         raise ValueError(
-            f"{choice!r} is not {kind}:N with N an id (no leading 0); for a path of that "
-            f"name, write ./{choice}"
+            f"{choice!r} is not {kind}:N with N an id (0 to {MAX_ID}, no leading 0); for a "
+            f"path of that name, write ./{choice}"
         ) from None
 
 

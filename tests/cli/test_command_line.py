@@ -207,6 +207,7 @@ def test_run_names_what_is_wrong_with_its_arguments(
     [
         ("4", ("checkpoint:4 or savepoint:4", "savepoint:4")),
         ("sp-4", ("savepoint:4", "savepoint:4")),
+        ("SP-5", ("savepoint:5", "savepoint:5")),  # as a Flink user writes it (a reviewer's)
         ("chk-12", ("checkpoint:12", None)),
         ("007", ("checkpoint:7 or savepoint:7", "savepoint:7")),
     ],
@@ -291,8 +292,8 @@ def test_run_takes_flinks_s_and_from_savepoint_for_from(cli: Cli) -> None:
         assert (result.code, result.err) == (
             ExitCode.USAGE,
             "spark-checkpoint run: argument -s/--fromSavepoint: 'savepoint:x' is not "
-            "savepoint:N with N an id (no leading 0); for a path of that name, write "
-            "./savepoint:x (see spark-checkpoint run --help)\n",
+            "savepoint:N with N an id (0 to 9223372036854775807, no leading 0); for a path of "
+            "that name, write ./savepoint:x (see spark-checkpoint run --help)\n",
         ), result.err
 
 
@@ -548,6 +549,14 @@ def test_a_manifest_given_without_f_to_a_command_of_images_gets_the_hint(
     result = cli(command, "job.yaml")
     assert result.code == ExitCode.USAGE, result.err
     assert result.err.endswith("; a manifest is named with -f job.yaml\n"), result.err
+    assert len(result.err.splitlines()) == 1
+
+
+def test_an_id_beyond_the_largest_is_named_as_out_of_range(cli: Cli) -> None:
+    """It said "a non-negative integer without leading 0", which it is (a reviewer's)."""
+    result = cli("inspect", "--job", "orders", "--storage", "/nowhere", "savepoint:" + "9" * 30)
+    assert result.code == ExitCode.USAGE, result.err
+    assert "ID a whole number from 0 to 9223372036854775807 without leading 0" in result.err
     assert len(result.err.splitlines()) == 1
 
 

@@ -382,8 +382,8 @@ def test_run_from_a_savepoint_restores_that_savepoint(job: LocalJob) -> None:
     assert (malformed.returncode, malformed.stderr) == (
         2,
         "spark-checkpoint run: argument --from: 'savepoint:07' is not savepoint:N with N an id "
-        "(no leading 0); for a path of that name, write ./savepoint:07 (see spark-checkpoint run "
-        "--help)\n",
+        "(0 to 9223372036854775807, no leading 0); for a path of that name, write ./savepoint:07 "
+        "(see spark-checkpoint run --help)\n",
     )
     unknown = job.cli("run", "-f", "job.yaml", "--from", "savepoint:999")
     assert unknown.returncode == 1

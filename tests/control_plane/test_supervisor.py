@@ -1736,6 +1736,42 @@ def test_a_checkpoint_in_flight_when_the_job_is_cancelled_is_given_up_not_failed
     assert not [line for line in lines if "failed" in line], lines
 
 
+def test_a_checkpoint_a_newer_one_overtook_is_given_up_without_a_warning() -> None:
+    """A bounded job's final checkpoint overtaking a periodic one posted a CheckpointFailed
+    warning on a clean finish (a newcomer's); the history counts it failed, as Flink's."""
+    launcher = FakeLauncher()
+    supervisor, lines = _supervisor(launcher, interval=0.1)
+    held: list[int] = []
+
+    async def scenario() -> TerminalOutcome:
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: bool(launcher.drivers) and bool(launcher.drivers[0].agent.completed))
+        agent = launcher.drivers[0].agent
+        acknowledged = agent.trigger
+
+        async def first_held(checkpoint_id: int, *args: Any) -> None:
+            if not held:
+                held.append(checkpoint_id)
+                agent.triggers.append(checkpoint_id)
+                return
+            await acknowledged(checkpoint_id, *args)
+
+        agent.trigger = first_held  # type: ignore[method-assign]
+        await until(lambda: bool(held))
+        supervisor.request(TriggerRequested(CheckpointKind.CHECKPOINT, forced=True, label="now"))
+        await until(lambda: supervisor.record.coordinator.failed_count == 1)
+        launcher.drivers[0].code = DriverExit.FINISHED
+        return await asyncio.wait_for(run, 10.0)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FINISHED
+    overtaken = [line for line in lines if line.startswith(f"checkpoint {held[0]} ")]
+    assert len(overtaken) == 1 and re.fullmatch(
+        rf"checkpoint {held[0]} given up: a newer checkpoint completed first: by checkpoint \d+",
+        overtaken[0],
+    ), overtaken
+    assert not [line for line in lines if " failed" in line], lines
+
+
 def test_a_triggered_checkpoint_ends_the_skipped_streak_in_status_at_once() -> None:
     """status.checkpointsSkipped (CheckpointsHealthy False) stayed until the next status
     write, the triggered checkpoint's completion, however long that took (a reviewer)."""

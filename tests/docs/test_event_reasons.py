@@ -14,8 +14,6 @@ from spark_checkpoint_operator.coordinator import TerminalOutcome
 from spark_checkpoint_operator.kubernetes.controller import DISPOSALS
 
 CODE = ROOT / "operator" / "spark_checkpoint_operator"
-# A checkpoint's completion is only logged (`Level.DETAIL`), a savepoint's posted: one call.
-ROUTINE = {"CheckpointCompleted"}
 # Where a call's reason is: its position, else its keyword `reason`.
 NOTICES = {"Notice": 0, "_notify": 0}
 # Events on snapshot objects: posted with what `snapshots.event` returns.
@@ -146,7 +144,7 @@ def test_the_list_of_events_is_what_the_operator_posts() -> None:
     found, unread = _posted()
     assert unread == [], "reasons this test cannot read: teach it"
     # Details of the CLI's, news when a snapshot object's deletion asked (`_on_notice`).
-    posted = (found | set(DISPOSALS)) - ROUTINE
+    posted = found | set(DISPOSALS)
     # The reading of the code finds the events it knows are there.
     assert {"DriverFailed", "InvalidSpec", "JobFinished", "SavepointCompleted"} <= posted
     documented = _documented()

@@ -879,7 +879,9 @@ def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster)
 
     status = cluster.wait_for("both requests completed", labelled, job="orders")
     assert status["handledTriggers"] == {"savepointNonce": 1, "checkpointNonce": 5}
-    cluster.wait_for_event("orders", "SavepointCompleted")
+    cluster.wait_for_event("orders", "SavepointCompleted", "(nonce 1)")
+    # As the user guide's workflows say: the same, as a checkpoint (it had no event).
+    cluster.wait_for_event("orders", "CheckpointCompleted", "(nonce 5)")
 
 
 def test_a_requested_checkpoint_is_in_status_while_it_is_in_flight(tmp_path: Path) -> None:

@@ -882,6 +882,51 @@ def _mirrored(cluster: LocalCluster, *ids: int, timeout: float = 60) -> dict[str
     )
 
 
+def _mirror_deleted_and_edited_is_made_again(cluster: LocalCluster, third: int) -> None:
+    """The mirror of savepoint ``third``, deleted, then edited twice, is made again each
+    time, and the job says so."""
+    named = f"orders-savepoint-{third}"
+    edits = [
+        None,  # deleted
+        {"spec": {"savepoint": {"disposeOnDelete": True}}},
+        {"metadata": {"labels": {"sparkcheckpoint.io/component": None}}},
+    ]
+    for edit in edits:  # made again: what it says is the operator's to say
+        before = cluster.api.get(SNAPSHOTS, NAMESPACE, named)["metadata"]["uid"]
+        if edit is None:
+            cluster.api.delete(SNAPSHOTS, NAMESPACE, named)
+        else:
+            cluster.api.patch(SNAPSHOTS, NAMESPACE, named, edit)
+        cluster.wait_for(
+            f"{named} made again after {edit}",
+            lambda: (
+                (m := _mirrors(cluster).get(named)) is not None
+                and m["metadata"]["uid"] != before  # noqa: B023 (waited for within the loop)
+                and (m.get("status") or {}).get("state") == "COMPLETED"
+            ),
+            job="orders",
+        )
+    assert third in _ids(cluster), "a mirror's deletion disposes of nothing"
+    assert [s.get("pinned") for s in _history(cluster) if s["id"] == third] == [None]
+    cluster.wait_for_event("orders", "SnapshotReplaced")
+    replaced = [e["message"] for e in cluster.events("orders") if e["reason"] == "SnapshotReplaced"]
+    # The deletion is said too (it was made again silently, a newcomer's), once; the
+    # operator's own deletion of an edited one is not.
+    assert [m for m in replaced if "was deleted" in m] == [
+        f"SparkCheckpointSnapshot {named} was deleted: the operator's mirror of savepoint "
+        f"{third}, which the history keeps, it is made again, and its deletion disposed of "
+        "nothing; to dispose of the savepoint, name it in an object of your own "
+        "(savepoint.alreadyExists, disposeOnDelete: true) and delete that"
+    ]
+    assert any(
+        m.startswith(
+            f"SparkCheckpointSnapshot {named} was edited: the operator's mirror of a savepoint "
+            "in the history, it is made again as it was; "
+        )
+        for m in replaced
+    ), replaced
+
+
 def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster) -> None:
     """Flink's snapshot resources (kubernetes.operator.snapshot.resource.enabled): each
     savepoint in the job's history (here by savepointTriggerNonce, then a suspension's) is
@@ -918,34 +963,7 @@ def test_the_jobs_own_savepoints_are_snapshot_objects_too(cluster: LocalCluster)
     third = savepoint_by_nonce(cluster, 3)
     _mirrored(cluster, second, third)  # the history let the first go
 
-    named = f"orders-savepoint-{third}"
-    edits = [
-        None,  # deleted
-        {"spec": {"savepoint": {"disposeOnDelete": True}}},
-        {"metadata": {"labels": {"sparkcheckpoint.io/component": None}}},
-    ]
-    for edit in edits:  # made again: what it says is the operator's to say
-        before = cluster.api.get(SNAPSHOTS, NAMESPACE, named)["metadata"]["uid"]
-        if edit is None:
-            cluster.api.delete(SNAPSHOTS, NAMESPACE, named)
-        else:
-            cluster.api.patch(SNAPSHOTS, NAMESPACE, named, edit)
-        cluster.wait_for(
-            f"{named} made again after {edit}",
-            lambda: (
-                (m := _mirrors(cluster).get(named)) is not None
-                and m["metadata"]["uid"] != before  # noqa: B023 (waited for within the loop)
-                and (m.get("status") or {}).get("state") == "COMPLETED"
-            ),
-            job="orders",
-        )
-    assert third in _ids(cluster), "a mirror's deletion disposes of nothing"
-    assert [s.get("pinned") for s in _history(cluster) if s["id"] == third] == [None]
-    replaced = cluster.wait_for_event("orders", "SnapshotReplaced")
-    assert replaced["message"].startswith(
-        f"SparkCheckpointSnapshot {named} was edited: the operator's mirror of a savepoint in "
-        "the history, it is made again as it was; "
-    )
+    _mirror_deleted_and_edited_is_made_again(cluster, third)
 
     kept = snapshot("kept", savepoint={"alreadyExists": True, "path": registered["path"]})
     cluster.api.create(SNAPSHOTS, kept, namespace=NAMESPACE)

@@ -166,6 +166,16 @@ API_ERRORS = (ApiException, aiohttp.ClientError, TimeoutError)
 _Mirrored = tuple[bool, tuple[tuple[int, str, bool], ...]]
 
 
+@dataclasses.dataclass
+class _MirrorNames:
+    """Names of a job's mirrors: those another object holds (said once, not at every
+    change); the job's own as last listed or made (one gone that its controller did not
+    delete was deleted by someone else, said as it is made again)."""
+
+    blocked: set[str] = dataclasses.field(default_factory=set)
+    standing: set[str] = dataclasses.field(default_factory=set)
+
+
 class _Stop(Enum):
     DELETE = "delete"
     EXIT = "exit"
@@ -210,10 +220,9 @@ class JobController:
         # What the job's mirrors (spec.savepoints.snapshotObjects) were last made to follow:
         # whether they are on, and the registered savepoints; None: looked at again.
         self._mirrored: _Mirrored | None = None
-        # What was said of mirrors that cannot be made (once, not at every change): the
-        # names another object holds; a 403 (tried again a minute later, or once what the
-        # mirrors follow changes).
-        self._mirrors_blocked: set[str] = set()
+        self._mirror_names = _MirrorNames()
+        # What was said of a 403 on a mirror (once: tried again a minute later, or once
+        # what the mirrors follow changes).
         self._mirrors_forbidden_said = False
         self._mirrors_forbidden: _Mirrored | None = None
         self._mirrors_forbidden_wake: asyncio.TimerHandle | None = None
@@ -1764,16 +1773,24 @@ class JobController:
         if (listed := await self._listed_snapshots()) is None:
             self._mirror_again()
             return
+        listed_snapshots = [snapshots.Snapshot.from_body(body) for body in listed]
         plan = snapshots.plan_mirrors(
-            self._body,
-            [snapshots.Snapshot.from_body(body) for body in listed],
-            self._record.coordinator.savepoints,
-            enabled=enabled,
+            self._body, listed_snapshots, self._record.coordinator.savepoints, enabled=enabled
         )
-        self._mirrors_blocked &= set(plan.blocked)  # said again if taken again
+        uid = self._body["metadata"].get("uid")
+        deleted_by_hand = {
+            savepoint.checkpoint_id
+            for savepoint in plan.create
+            if snapshots.mirror_name(self._name, savepoint.checkpoint_id)
+            in self._mirror_names.standing
+        }
+        self._mirror_names.standing = {
+            s.name for s in listed_snapshots if s.mirror and s.owner == uid
+        }
+        self._mirror_names.blocked &= set(plan.blocked)  # said again if taken again
         for name, savepoint in plan.blocked.items():
-            if name not in self._mirrors_blocked:
-                self._mirrors_blocked.add(name)
+            if name not in self._mirror_names.blocked:
+                self._mirror_names.blocked.add(name)
                 self._post_event(
                     "Warning",
                     "SavepointNotMirrored",
@@ -1785,6 +1802,17 @@ class JobController:
             if self._mirrors_forbidden == following:
                 break
             if (body := await self._create_mirror(savepoint, following)) is not None:
+                self._mirror_names.standing.add(body["metadata"]["name"])
+                if savepoint.checkpoint_id in deleted_by_hand:
+                    self._post_event(
+                        "Warning",
+                        "SnapshotReplaced",
+                        f"SparkCheckpointSnapshot {body['metadata']['name']} was deleted: the "
+                        f"operator's mirror of savepoint {savepoint.checkpoint_id}, which the "
+                        "history keeps, it is made again, and its deletion disposed of "
+                        "nothing; to dispose of the savepoint, name it in an object of your "
+                        "own (savepoint.alreadyExists, disposeOnDelete: true) and delete that",
+                    )
                 plan.complete.append((snapshots.Snapshot.from_body(body), savepoint))
                 self._post_snapshot_event(
                     body,
@@ -1890,7 +1918,8 @@ class JobController:
                 body=V1DeleteOptions(preconditions=V1Preconditions(uid=snapshot.uid)),
             )
         except NotFoundException:
-            pass
+            self._mirror_names.standing.discard(snapshot.name)
+            return
         except API_ERRORS as error:
             log.warning(
                 "%s/%s: SparkCheckpointSnapshot %s was not deleted: %s",
@@ -1901,6 +1930,7 @@ class JobController:
             )
             self._mirror_failed(error, "delete", following)
             return
+        self._mirror_names.standing.discard(snapshot.name)
         log.info(
             "%s/%s: deleted SparkCheckpointSnapshot %s", self._namespace, self._name, snapshot.name
         )

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from spark_checkpoint.protocol import ProtocolError, RestoreCandidate, StorageOwner
+from spark_checkpoint.protocol import MAX_ID, ProtocolError, RestoreCandidate, StorageOwner
 from spark_checkpoint.restorable_report import problems_by_image
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -66,8 +66,8 @@ class SnapshotRef:
                 else ""
             )
             raise CommandError(
-                f"{text!r}: expected KIND:ID with KIND one of {kinds} and ID a non-negative "
-                f"integer without leading 0{manifest}"
+                f"{text!r}: expected KIND:ID with KIND one of {kinds} and ID a whole number "
+                f"from 0 to {MAX_ID} without leading 0{manifest}"
             )
         return cls(image.kind, image.snapshot_id)
 

@@ -431,7 +431,11 @@ class EffectInterpreter:
         self._observer.completed(completed)
         self._notify(
             completion_reason(completed),
-            Level.NOTE if completed.kind is CheckpointKind.SAVEPOINT else Level.DETAIL,
+            # A checkpoint someone asked for (a nonce, a snapshot object, the final one) is
+            # news as a savepoint is; periodic ones are routine.
+            Level.NOTE
+            if completed.kind is CheckpointKind.SAVEPOINT or completed.label
+            else Level.DETAIL,
             f"{describe_completion(completed)} (query at batch {self._record.last_batch})",
         )
         if completed.checkpoint_id in self._stopping_savepoints:
@@ -806,11 +810,15 @@ class EffectInterpreter:
                 f"{kind.value} {cid} given up: the job is {why}",
                 label=abort.label,
             )
-        elif reason is FailureReason.WITHDRAWN:
+        elif reason in (FailureReason.WITHDRAWN, FailureReason.SUBSUMED):
+            # No warning for one a newer checkpoint overtook either (a bounded job's final
+            # checkpoint overtaking a periodic one read as a failure); the history counts
+            # it, as Flink's statistics do.
+            how = "withdrawn" if reason is FailureReason.WITHDRAWN else "given up"
             self._notify(
                 "CheckpointNotNeeded",
                 Level.DETAIL,
-                f"{kind.value} {cid} withdrawn: {message}",
+                f"{kind.value} {cid} {how}: {message}",
                 label=abort.label,
             )
         else:
