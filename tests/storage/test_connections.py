@@ -26,6 +26,7 @@ from spark_checkpoint.storage.connections import (
     CONNECT_SECONDS,
     READ_SECONDS,
     bounded_options,
+    open_url,
 )
 
 S3 = ("s3", "s3a")
@@ -240,3 +241,29 @@ def test_a_command_against_an_endpoint_that_never_answers_gives_up(tmp_path: Any
     assert len(listed.stderr.splitlines()) == 1, listed.stderr
     assert "s3://bucket/root" in listed.stderr, listed.stderr
     assert len(accepted) == ATTEMPTS * ATTEMPTS, listed.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "library"), [("s3://b/x", "s3fs"), ("abfs://c/x", "adlfs"), ("gs://b/x", "gcsfs")]
+)
+def test_an_object_store_without_its_library_names_the_extra_that_installs_it(
+    monkeypatch: pytest.MonkeyPatch, url: str, library: str
+) -> None:
+    """fsspec said only "Install s3fs to access S3" (a reviewer's, with the wheel alone)."""
+    # Its import fails, as when it is not installed (and fsspec has not registered it yet).
+    monkeypatch.setitem(sys.modules, library, None)
+    registered = sys.modules["fsspec.registry"]._registry
+    for protocol in [p for p, c in registered.items() if c.__module__.startswith(library)]:
+        monkeypatch.delitem(registered, protocol)
+    with pytest.raises(ImportError) as missing:
+        open_url(url)
+    assert str(missing.value).endswith(
+        "(pip install 'spark-checkpoint-operator[spark]' installs s3fs, adlfs, gcsfs)"
+    )
+    assert library in str(missing.value), "fsspec's own words first"
+
+
+def test_another_protocols_missing_library_is_left_as_fsspec_says_it() -> None:
+    with pytest.raises(ImportError) as missing:
+        open_url("oci://bucket@namespace/x")  # ocifs: not installed here, nor an extra's
+    assert str(missing.value) == "Install ocifs to access OCI Object Storage"

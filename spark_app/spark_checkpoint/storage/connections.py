@@ -18,19 +18,32 @@ from typing import Any
 import fsspec
 import fsspec.config
 from fsspec.core import split_protocol, url_to_fs
+from fsspec.registry import known_implementations
 
 CONNECT_SECONDS = 5
 # Per socket read, also while a body streams.
 READ_SECONDS = 20
 # At each level that retries: botocore's attempts, s3fs's tries around them.
 ATTEMPTS = 2
+# The object stores' fsspec libraries, which the distribution's `spark` extra installs.
+_EXTRA_LIBRARIES = ("s3fs", "adlfs", "gcsfs")
 
 
 def open_url(url: str, **options: Any) -> tuple[Any, str]:
     """fsspec's filesystem and path for `url` (`url_to_fs`), with bounded waits
     (`bounded_options`) and `options`, which win over the user's (no listings cache: other
     processes change storage)."""
-    protocols = protocols_of(fsspec.get_filesystem_class(split_protocol(url)[0] or "file"))
+    protocol = split_protocol(url)[0] or "file"
+    try:
+        protocols = protocols_of(fsspec.get_filesystem_class(protocol))
+    except ImportError as error:  # "Install s3fs to access S3"
+        library = known_implementations.get(protocol, {}).get("class", "")
+        if library.partition(".")[0] not in _EXTRA_LIBRARIES:
+            raise
+        raise ImportError(
+            f"{error} (pip install 'spark-checkpoint-operator[spark]' installs "
+            f"{', '.join(_EXTRA_LIBRARIES)})"
+        ) from None
     fs, path = url_to_fs(url, **{**bounded_options(protocols), **options})
     if "s3" in protocols:
         # s3fs's tries are its class's (it hands a `retries` option on to aiobotocore,
