@@ -479,8 +479,8 @@ class Observed:
     spec_problem: str | None = None
     # What this operator refuses in a spec it runs unchanged since it was accepted.
     spec_tolerated: str | None = None
-    # A running job whose spec asks for a change that waits (an upgrade's or a suspension's
-    # savepoint): Ready says so, reason and message, until the driver has stopped for it.
+    # A job whose spec asks for a change that waits (an upgrade's or a suspension's
+    # savepoint, an upgrade's new driver): Ready says so, reason and message, until done.
     pending_change: tuple[str, str] | None = None
     # How a Suspended job is run again, on this runtime.
     resumes: str = "at its next run (on this machine: spark-checkpoint run)"
@@ -622,7 +622,7 @@ def _conditions(
     )
     if observed.spec_problem is not None:
         ready = ("False", "InvalidSpec", observed.spec_problem)
-    elif running and observed.pending_change is not None:
+    elif observed.pending_change is not None:
         ready = ("False", *observed.pending_change)
     else:
         ready = ("True" if running else "False", record.phase.value, ready_message)

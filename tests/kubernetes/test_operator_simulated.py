@@ -973,6 +973,35 @@ def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluste
     upgraded_to_image_2(cluster)
 
 
+def test_an_upgrades_stopped_driver_is_an_upgrade_pending_not_a_suspension(
+    tmp_path: Path,
+) -> None:
+    """From its savepoint until the new driver starts the phase is Suspending, then
+    Suspended (what a restarted operator resumes from); Ready said reason Suspended, "it
+    resumes at its next run", and Argo CD's health check said Suspended at every upgrade (a
+    Flink operator user's): Ready says UpgradePending until the new driver starts."""
+    agents = SimulatedAgents(batch_seconds=0.3, exit_seconds=4.0)  # a stopping driver's exit
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        completed(cluster, "orders", 1)
+        cluster.patch_spec("orders", {"image": "example/orders:2"})
+
+        seen: set[tuple[str, str]] = set()
+
+        def upgraded() -> bool:
+            status = cluster.status("orders")
+            ready = {c["type"]: c for c in status.get("conditions", ())}.get("Ready", {})
+            seen.add((status.get("phase", ""), ready.get("reason", "")))
+            pods = cluster.pods("orders", component="driver")
+            images = [p["spec"]["containers"][0]["image"] for p in pods]
+            return status.get("phase") == "Running" and images == ["example/orders:2"]
+
+        cluster.wait_for("the upgraded driver running", upgraded, job="orders")
+        stopped = {(phase, reason) for phase, reason in seen if phase.startswith("Suspend")}
+        assert ("Suspending", "UpgradePending") in stopped, seen
+        assert stopped <= {("Suspending", "UpgradePending"), ("Suspended", "UpgradePending")}, seen
+
+
 def test_an_upgrade_asked_while_the_operator_is_down_goes_through_a_savepoint(
     cluster: LocalCluster,
 ) -> None:

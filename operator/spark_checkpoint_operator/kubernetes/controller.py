@@ -2002,17 +2002,30 @@ class JobController:
     def _pending_change(self) -> tuple[str, str] | None:
         """What the spec asks of the running driver that has not happened yet: GitOps tools
         read Ready (and observedGeneration, already the new spec's) to tell a change
-        applied from one that waits, for ever if its savepoint keeps failing."""
+        applied from one that waits, for ever if its savepoint keeps failing. Also once the
+        driver stops for an upgrade (phase Suspending, then Suspended until the new driver
+        starts): not a suspension, which Ready (and Argo CD's health) would say."""
         if (
             self._manifest is None
-            or self._record.phase is not JobPhase.RUNNING
             or self._finishing_told  # its input is done: it ends Finished, nothing waits
             or not self._deployed  # adopted, its deployment not known yet
         ):
             return None
+        upgrade = self._spec is not None and objects.deployment_hash(self._spec) != self._deployed
+        if self._record.phase in (JobPhase.SUSPENDING, JobPhase.SUSPENDED):
+            if upgrade and self._manifest.spec.state is JobState.RUNNING and self._stop is None:
+                return (
+                    "UpgradePending",
+                    "the spec changed: the driver is being replaced, and a driver of the new "
+                    "spec starts from its savepoint (without one: spec.shutdown.finalSavepoint "
+                    "false)",
+                )
+            return None
+        if self._record.phase is not JobPhase.RUNNING:
+            return None
         if self._manifest.spec.state is JobState.SUSPENDED:
             return ("SuspendPending", "the spec asks to suspend: the driver stops " + _STOPPING)
-        if self._spec is not None and objects.deployment_hash(self._spec) != self._deployed:
+        if upgrade:
             return ("UpgradePending", "the spec changed: the driver is replaced " + _STOPPING)
         if (rolled_back := self._rollback.rolled_back) is not None:
             return (
