@@ -698,6 +698,13 @@ def test_a_snapshot_of_an_existing_savepoint_keeps_it(cluster: LocalCluster) -> 
         ("elsewhere", "/nowhere/default/other/savepoints/sp-1/_metadata", "not in the storage"),
         ("no-image", "/nowhere/savepoints/sp-1/_metadata", "names no storage root"),
         ("never", taken["path"].replace(f"{taken['id']}", "999"), "was never taken"),
+        # Out of the status history's window: it said only "is not in the job's registry".
+        (
+            "long-gone",
+            taken["path"].replace(f"sp-{taken['id']}", "sp-0"),
+            "savepoint 0 is not in the job's registry: the savepoint history let it go, it "
+            "was disposed of, or it never completed",
+        ),
     ]:
         bad = snapshot(name, savepoint={"alreadyExists": True, "path": path})
         cluster.api.create(SNAPSHOTS, bad, namespace=NAMESPACE)

@@ -1957,7 +1957,11 @@ class JobController:
         registry = self._record.coordinator
         found = next((s for s in registry.savepoints if s.checkpoint_id == savepoint_id), None)
         if found is None:
-            why = why_gone(registry, kind, savepoint_id) or "is not in the job's registry"
+            # Its completion out of the status history's window: why, the job's events say.
+            why = why_gone(registry, kind, savepoint_id) or (
+                "is not in the job's registry: the savepoint history let it go, it was "
+                "disposed of, or it never completed"
+            )
             return f"{named}: savepoint {savepoint_id} {why}"
         return found
 
