@@ -595,6 +595,8 @@ def _outcome(outcome: CheckpointOutcome) -> dict[str, Any]:
     if outcome.reason is not None:
         line["reason"] = outcome.reason.value
         line["message"] = outcome.message
+    if outcome.label:
+        line["label"] = outcome.label
     return line
 
 

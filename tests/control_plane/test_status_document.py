@@ -17,14 +17,18 @@ from hypothesis import strategies as st
 from spark_checkpoint.protocol import RestoreCandidate, RestoredFrom, SkippedImage
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
+    CheckpointOutcome,
     CompletedCheckpoint,
+    FailureReason,
     JobPhase,
+    OutcomeStatus,
     PersistedState,
     TerminalOutcome,
 )
 from spark_checkpoint_operator.local_runtime import load_record
 from spark_checkpoint_operator.local_state import LocalPaths
 from spark_checkpoint_operator.status import (
+    HISTORY_SHOWN,
     DiscardDue,
     InvalidStatus,
     Observed,
@@ -67,11 +71,33 @@ def _images(kind: CheckpointKind) -> st.SearchStrategy[tuple[CompletedCheckpoint
     return unique.map(lambda images: tuple(sorted(images, key=lambda c: c.checkpoint_id)))
 
 
+outcomes = st.builds(
+    lambda checkpoint_id, kind, start, took, completed, reason, label: CheckpointOutcome(
+        checkpoint_id,
+        kind,
+        OutcomeStatus.COMPLETED if completed else OutcomeStatus.FAILED,
+        float(start),
+        float(start + took),
+        batch_id=3 if completed else None,
+        size_bytes=10 if completed else None,
+        reason=None if completed else reason,
+        message="" if completed else "why",
+        label=label,
+    ),
+    ids,
+    st.sampled_from(CheckpointKind),
+    st.integers(0, 2**31),  # whole seconds: stored as RFC 3339 times
+    st.integers(0, 3600),
+    st.booleans(),
+    st.sampled_from(FailureReason),
+    st.sampled_from(["", "periodic", "nonce 3", "upgrade"]),
+)
 coordinators = st.builds(
     PersistedState,
     next_checkpoint_id=st.integers(1, 2**40),
     checkpoints=_images(CheckpointKind.CHECKPOINT),
     savepoints=_images(CheckpointKind.SAVEPOINT),
+    history=st.lists(outcomes, max_size=4).map(tuple),
     completed_count=counts,
     failed_count=counts,
     terminated=st.none() | st.sampled_from(TerminalOutcome),
@@ -170,6 +196,9 @@ def test_the_status_round_trips_through_each_of_its_users(
     persisted = record.persisted_status()
     rendered = render_status(record, now=1_000.0)
 
+    # status.history says who asked for each (a failed savepoint's is nowhere else).
+    shown = reversed(record.coordinator.history[-HISTORY_SHOWN:])
+    assert [line.get("label", "") for line in rendered["history"]] == [o.label for o in shown]
     # The view and the record write the same document, and both read back whole.
     assert PersistedStatus.from_dict(rendered) == persisted
     assert PersistedStatus.from_dict(record.to_dict()) == persisted

@@ -87,6 +87,7 @@ def test_the_history_records_each_outcome_with_its_times_and_details() -> None:
             end_time=START + 33.0,
             reason=FailureReason.EXPIRED,
             message="",
+            label="nonce-7",  # who asked for it: a failed savepoint is in no registry
         ),
     )
     assert (state.completed_count, state.failed_count) == (1, 1)

@@ -61,6 +61,7 @@ class CheckpointOutcome:
     size_bytes: int | None = None
     reason: FailureReason | None = None
     message: str = ""
+    label: str = ""  # who asked for it ("periodic", "upgrade", "nonce 3"); "" for a routine one
 
 
 class CompletedCheckpointStore:

@@ -643,6 +643,7 @@ class CheckpointCoordinator:
                 end_time=now,
                 batch_id=batch_id,
                 size_bytes=event.size_bytes,
+                label=pending.label,
             )
         )
         subsumed: list[CompletedCheckpoint] = []
@@ -708,6 +709,7 @@ class CheckpointCoordinator:
                 end_time=now,
                 reason=reason,
                 message=message,
+                label=pending.label,
             )
         )
         detail = f"{reason.description}: {message}" if message else reason.description

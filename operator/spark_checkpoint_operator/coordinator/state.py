@@ -154,6 +154,7 @@ def _outcome_to_dict(outcome: CheckpointOutcome) -> dict[str, Any]:
         "sizeBytes": outcome.size_bytes,
         "reason": outcome.reason.value if outcome.reason else None,
         "message": outcome.message,
+        **({"label": outcome.label} if outcome.label else {}),
     }
 
 
@@ -185,6 +186,7 @@ def _outcome_from(reader: "_Reader") -> CheckpointOutcome:
         size_bytes=size_bytes,
         reason=reader.choice("reason", FailureReason) if reason else None,
         message=reader.optional_text("message") or "",
+        label=reader.optional_text("label") or "",  # absent before labels were kept
     )
 
 
