@@ -45,6 +45,7 @@ from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CompletedCheckpoint,
     CoordinatorConfig,
+    FailureReason,
     JobPhase,
     PersistedState,
     RetentionPolicy,
@@ -61,6 +62,8 @@ from spark_checkpoint_operator.supervisor import (
     JobRecord,
     JobSupervisor,
     LaunchBlocked,
+    Level,
+    Notice,
     StartProblem,
     interpreter,
 )
@@ -78,6 +81,7 @@ def _supervisor(
     start_timeout: float = 300.0,
     policy: RestartPolicyType = RestartPolicyType.ON_FAILURE,
     report: Callable[[str], None] = lambda line: None,
+    noticed: Callable[[Notice], None] = lambda notice: None,
     savepoints_kept: int = 10,
     saved: Callable[[JobRecord], None] = lambda record: None,
     retained: int = 1,
@@ -105,7 +109,11 @@ def _supervisor(
         save=save,
         record=record or JobRecord(),
         initial_savepoint=initial_savepoint,
-        report=lambda notice: (lines.append(notice.message), report(notice.message)),
+        report=lambda notice: (
+            lines.append(notice.message),
+            report(notice.message),
+            noticed(notice),
+        ),
         idle_poll_interval=idle_poll_interval,
     )
     return supervisor, lines
@@ -1740,7 +1748,8 @@ def test_a_checkpoint_a_newer_one_overtook_is_given_up_without_a_warning() -> No
     """A bounded job's final checkpoint overtaking a periodic one posted a CheckpointFailed
     warning on a clean finish (a newcomer's); the history counts it failed, as Flink's."""
     launcher = FakeLauncher()
-    supervisor, lines = _supervisor(launcher, interval=0.1)
+    notices: list[Notice] = []
+    supervisor, lines = _supervisor(launcher, interval=0.1, noticed=notices.append)
     held: list[int] = []
 
     async def scenario() -> TerminalOutcome:
@@ -1770,6 +1779,13 @@ def test_a_checkpoint_a_newer_one_overtook_is_given_up_without_a_warning() -> No
         overtaken[0],
     ), overtaken
     assert not [line for line in lines if " failed" in line], lines
+    # Why, for a snapshot object's checkpoint: its failure (kubernetes/snapshots.py `answer`).
+    (given_up,) = [n for n in notices if n.message == overtaken[0]]
+    assert (given_up.reason, given_up.level, given_up.cause) == (
+        "CheckpointNotNeeded",
+        Level.DETAIL,
+        FailureReason.SUBSUMED,
+    )
 
 
 def test_a_triggered_checkpoint_ends_the_skipped_streak_in_status_at_once() -> None:

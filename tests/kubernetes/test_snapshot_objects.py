@@ -889,6 +889,36 @@ def _mirrored(cluster: LocalCluster, *ids: int, timeout: float = 60) -> dict[str
     )
 
 
+def test_a_mirror_the_operator_deleted_is_not_said_deleted_by_hand_once_made_again(
+    cluster: LocalCluster,
+) -> None:
+    """Mirrors turned off while another's finalizer holds one (Terminating), then on again
+    once it is gone: it is made again as the operator's own deletion's, without the warning
+    that someone else deleted it (a reviewer's: it was listed as standing while deleted)."""
+    cluster.apply(job(savepoints={"snapshotObjects": True}))
+    first = savepoint_by_nonce(cluster, 1)
+    named = f"orders-savepoint-{first}"
+    _mirrored(cluster, first)
+    cluster.api.patch(SNAPSHOTS, NAMESPACE, named, {"metadata": {"finalizers": ["example/hold"]}})
+
+    cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": False}})
+    cluster.wait_for(
+        "the mirror deleted, held by the finalizer",
+        lambda: cluster.api.get(SNAPSHOTS, NAMESPACE, named)["metadata"].get("deletionTimestamp"),
+    )
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 2})  # a change that lists again
+    savepoint_by_nonce(cluster, 2)
+    cluster.api.patch(SNAPSHOTS, NAMESPACE, named, {"metadata": {"finalizers": None}})
+    cluster.wait_for("the mirror gone", lambda: named not in _mirrors(cluster))
+
+    cluster.patch_spec("orders", {"savepoints": {"snapshotObjects": True}})
+    _mirrored(cluster, *_ids(cluster))
+    time.sleep(1)  # its event, were there one, is posted right after the create
+    assert "was deleted" not in " ".join(
+        e["message"] for e in cluster.events("orders") if e["reason"] == "SnapshotReplaced"
+    )
+
+
 def _mirror_deleted_and_edited_is_made_again(cluster: LocalCluster, third: int) -> None:
     """The mirror of savepoint ``third``, deleted, then edited twice, is made again each
     time, and the job says so."""

@@ -398,6 +398,9 @@ def test_a_request_that_ends_because_the_job_stopped_is_no_failure() -> None:
     )
     assert snapshots.answer("CheckpointFailed", FailureReason.WITHDRAWN) is Answer.NOT_TAKEN
     assert snapshots.answer("CheckpointNotNeeded", None) is Answer.NOT_TAKEN
+    # Overtaken by a newer checkpoint: no warning on the job, but the snapshot's failure,
+    # taken again after its backoff (NOT_TAKEN asked it again at once, without end).
+    assert snapshots.answer("CheckpointNotNeeded", FailureReason.SUBSUMED) is Answer.FAILED
     assert snapshots.answer("CheckpointFailed", FailureReason.EXPIRED) is Answer.FAILED
     assert (
         snapshots.answer("RequestDeclined", FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)

@@ -1784,8 +1784,13 @@ class JobController:
             if snapshots.mirror_name(self._name, savepoint.checkpoint_id)
             in self._mirror_names.standing
         }
+        # One being deleted stands only if it stood: this controller forgets its own.
         self._mirror_names.standing = {
-            s.name for s in listed_snapshots if s.mirror and s.owner == uid
+            s.name
+            for s in listed_snapshots
+            if s.mirror
+            and s.owner == uid
+            and (not s.deleting or s.name in self._mirror_names.standing)
         }
         self._mirror_names.blocked &= set(plan.blocked)  # said again if taken again
         for name, savepoint in plan.blocked.items():
@@ -2020,9 +2025,9 @@ class JobController:
             if upgrade and self._manifest.spec.state is JobState.RUNNING and self._stop is None:
                 return (
                     "UpgradePending",
-                    "the spec changed: the driver is being replaced, and a driver of the new "
-                    "spec starts from its savepoint (without one: spec.shutdown.finalSavepoint "
-                    "false)",
+                    "the spec changed: a driver of the new spec starts next, from the stopped "
+                    "driver's savepoint (without one, spec.shutdown.finalSavepoint false: the "
+                    "newest image; a redeploy's: the image it names)",
                 )
             return None
         if self._record.phase is not JobPhase.RUNNING:

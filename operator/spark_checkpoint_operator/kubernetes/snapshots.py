@@ -218,7 +218,11 @@ def answer(reason: str, cause: FailureReason | None) -> Answer | None:
     about; None if it does not answer one (a completion is told apart)."""
     if reason in _FAILURES:
         return Answer.NOT_TAKEN if cause in _NOT_ITS_OWN else Answer.FAILED
-    return Answer.NOT_TAKEN if reason == _NOT_NEEDED else None
+    if reason == _NOT_NEEDED:
+        # One a newer checkpoint overtook failed (counted, taken again after its backoff):
+        # not taken again at once, however often that happens.
+        return Answer.FAILED if cause is FailureReason.SUBSUMED else Answer.NOT_TAKEN
+    return None
 
 
 def is_snapshot_label(label: str) -> bool:

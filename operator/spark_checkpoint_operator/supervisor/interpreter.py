@@ -820,6 +820,7 @@ class EffectInterpreter:
                 Level.DETAIL,
                 f"{kind.value} {cid} {how}: {message}",
                 label=abort.label,
+                cause=reason,  # a snapshot object's overtaken checkpoint is its failure
             )
         else:
             self._notify(
