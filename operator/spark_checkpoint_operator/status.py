@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from spark_checkpoint.protocol import ProtocolError, RestoredFrom
+from spark_checkpoint.protocol import ProtocolError, RestoreCandidate, RestoredFrom
 from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CheckpointOutcome,
@@ -498,6 +498,7 @@ def render_status(
 ) -> dict[str, Any]:
     persisted = record.persisted_status()
     state = persisted.coordinator
+    unrestorable = {image.source for image in persisted.unrestorable}
     status: dict[str, Any] = persisted.to_dict()
     status |= {
         "counts": {
@@ -509,7 +510,12 @@ def render_status(
         "lastCheckpoint": last_image(state, CheckpointKind.CHECKPOINT),
         "lastSavepoint": last_image(state, CheckpointKind.SAVEPOINT),
         "history": [_outcome(o) for o in reversed(state.history[-HISTORY_SHOWN:])],
-        "savepointHistory": [_completed(s) for s in reversed(state.savepoints)],
+        "savepointHistory": [
+            # One never restored again (status.unrestorable) is no redeploy's to choose.
+            _completed(s) | ({"unrestorable": True} if source in unrestorable else {})
+            for s in reversed(state.savepoints)
+            for source in [RestoreCandidate.registered(s.kind, s.checkpoint_id).encode()]
+        ],
     }
     if observed.generation is not None:
         status["observedGeneration"] = observed.generation

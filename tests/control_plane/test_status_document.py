@@ -344,3 +344,21 @@ def test_a_suspended_jobs_ready_names_the_image_it_resumes_from() -> None:
     # Lapsed (an image completed after it): the newest again.
     record.restore_choice = RestoreChoice("savepoint:3", record.coordinator.completed_count - 1)
     assert ready(record) == f"suspended; it resumes from its newest image {resumes}"
+
+
+def test_the_savepoint_history_marks_the_savepoints_never_restored_again() -> None:
+    """After a redeploy its newer savepoints are in status.unrestorable, yet
+    savepointHistory (and a redeploy's choice from it) showed them as any other (a
+    newcomer's)."""
+    savepoints = tuple(
+        CompletedCheckpoint(i, CheckpointKind.SAVEPOINT, i, f"file:///s/sp-{i}", 1, 1.0, 2.0)
+        for i in (1, 2)
+    )
+    record = JobRecord(
+        coordinator=PersistedState(next_checkpoint_id=3, savepoints=savepoints),
+        unrestorable=[UnrestorableImage("savepoint:2", "newer than the redeploy's image", 1)],
+    )
+
+    shown = render_status(record, now=3.0)["savepointHistory"]
+
+    assert [(s["id"], s.get("unrestorable")) for s in shown] == [(2, True), (1, None)]
