@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TextIO
 
@@ -51,8 +52,9 @@ RESTORE_FAILED = frozenset({"RestoreSkipped", "RestoreFailed"})
 
 
 def wall_clock(at: float) -> str:
-    """The time stamp of a line without a terminal: local wall-clock time."""
-    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+    """The time stamp of a line without a terminal: local wall-clock time with its UTC
+    offset (status and `list` say UTC times: a log is read beside them)."""
+    return datetime.fromtimestamp(at).astimezone().isoformat(sep=" ", timespec="seconds")
 
 
 @dataclass

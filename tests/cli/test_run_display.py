@@ -49,7 +49,7 @@ COLUMNS, LINES = 320, 50  # wide: the summary ends with a path under tmp_path
 # Seconds the driver waits before it imports anything: Spark's start, as the user waits
 # for it (no agent answers before the pipeline calls run_coordinated).
 SPARK_START_SECONDS = 2.5
-STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) ")
+STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d) ")
 SUMMARY = re.compile(
     r"(?P<outcome>\w+): this run took (?P<took>\S+): (?P<checkpoints>\d+) checkpoints? and "
     r"(?P<savepoints>\d+) savepoints? completed, (?P<failed>\d+) failed, (?P<restores>\d+) "
@@ -271,10 +271,10 @@ def test_without_a_terminal_each_line_has_the_wall_clock_time_and_no_control_cod
     # Checkpoints every 200 ms that copy slowly: one is in flight when the bounded input
     # (8 batches) is done and the final checkpoint has completed, and is cut short.
     write_job(job, interval="200ms")
-    started = datetime.now().replace(microsecond=0)
+    started = datetime.now().astimezone().replace(microsecond=0)
     run = _plain_run(job, **{BATCHES_VARIABLE: "8", COPY_DELAY_VARIABLE: "0.3"})
     out, _ = run.communicate(timeout=120)
-    ended = datetime.now()
+    ended = datetime.now().astimezone()
 
     assert run.returncode == 0, out
     assert "\x1b" not in out and "\r" not in out, repr(out)

@@ -178,7 +178,7 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
     assert resumed.wait() == 0, "\n".join(resumed.lines)
     _assert_exactly_once(resumed)
     # A clean finish says nothing alarming, and every line has its wall-clock time.
-    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
+    stamp = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d ")
     assert [line for line in resumed.lines if not stamp.match(line)] == []
     alarming = re.compile(r"fail(?!ed,)|[1-9]\d* failed|warning|not delivered|error", re.I)
     assert [line for line in resumed.lines if alarming.search(line)] == [], resumed.lines
