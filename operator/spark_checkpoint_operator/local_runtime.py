@@ -1162,6 +1162,14 @@ class _Interrupts:
                 "(what it left stays in storage until a run of the job cleans up)"
             )
             self._supervisor.cancel()
+        elif self._count > 1 and self._supervisor.record.phase is JobPhase.SUSPENDING:
+            # The stop's savepoint completed, the driver only exits: no cancellation, which
+            # said "without a savepoint" and discarded the checkpoints (a newcomer's).
+            self._report(
+                f"{why} again: the stop's savepoint completed; stopping the driver now, the "
+                "job ends Suspended with its checkpoints"
+            )
+            self._supervisor.suspend_now()
         elif self._count > 1:
             self._report(
                 f"{why} again: stopping the driver without a savepoint; "

@@ -3,6 +3,7 @@ checked before Spark starts (known to the job's registry, its files intact)."""
 
 import argparse
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,11 +48,19 @@ def image_choice(choice: str, kinds: Sequence[CheckpointKind] = tuple(Checkpoint
     return choice
 
 
+# An image's kind and id as a newcomer spells them: any case, any separator.
+_OTHER_SPELLING = re.compile(r"(?i)(checkpoint|savepoint)[:_ -]?(0|[1-9][0-9]*)")
+
+
 def _registry_references_meant(choice: str, kinds: Sequence[CheckpointKind]) -> str:
-    """What an image's id alone (`4`) or its directory's name (`sp-4`, `SP-4`), the
-    spellings a newcomer tries first, stand for among `kinds`; "" for anything else."""
+    """What an image's id alone (`4`), its directory's name (`sp-4`, `SP-4`) or its kind
+    spelt otherwise (`SAVEPOINT:4`, `savepoint-4`), the spellings a newcomer tries first,
+    stand for among `kinds`; "" for anything else."""
     if choice.isascii() and choice.isdigit():
         return " or ".join(f"{kind}:{int(choice)}" for kind in kinds)
+    if (spelt := _OTHER_SPELLING.fullmatch(choice)) is not None:
+        meant = f"{spelt[1].lower()}:{spelt[2]}"
+        return meant if meant != choice and CheckpointKind(spelt[1].lower()) in kinds else ""
     for kind in kinds:
         if (image_id := parse_snapshot_dir_name(kind, choice.lower())) is not None:
             return f"{kind}:{image_id}"

@@ -273,3 +273,22 @@ def test_a_signal_once_the_job_has_ended_stops_and_cancels_nothing() -> None:
         "interrupted: the job has ended; the run ends with its cleanup",
         "terminated (SIGTERM): the job has ended; the run ends with its cleanup",
     ]
+
+
+def test_a_second_signal_once_the_stops_savepoint_completed_ends_suspended() -> None:
+    """The driver exiting after its stop's savepoint: the second Ctrl-C cancelled the job,
+    said "stopping the driver without a savepoint" and discarded its checkpoints (a
+    newcomer's); as `cancel` then, nothing is cancelled."""
+    supervisor = Supervisor()
+    lines: list[str] = []
+    interrupts = _Interrupts(supervisor, AfterCompletion.STOP, lines.append)  # type: ignore[arg-type]
+
+    interrupts.interrupt()
+    supervisor.record.phase = JobPhase.SUSPENDING  # its savepoint completed
+    interrupts.interrupt()
+
+    assert supervisor.calls == ["savepoint then stop", "stop without a savepoint"]
+    assert lines[-1] == (
+        "interrupted again: the stop's savepoint completed; stopping the driver now, the job "
+        "ends Suspended with its checkpoints"
+    )

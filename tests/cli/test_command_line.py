@@ -208,6 +208,8 @@ def test_run_names_what_is_wrong_with_its_arguments(
         ("4", ("checkpoint:4 or savepoint:4", "savepoint:4")),
         ("sp-4", ("savepoint:4", "savepoint:4")),
         ("SP-5", ("savepoint:5", "savepoint:5")),  # as a Flink user writes it (a reviewer's)
+        ("SAVEPOINT:31", ("savepoint:31", "savepoint:31")),  # exit 1, a newcomer's
+        ("savepoint-31", ("savepoint:31", "savepoint:31")),
         ("chk-12", ("checkpoint:12", None)),
         ("007", ("checkpoint:7 or savepoint:7", "savepoint:7")),
     ],

@@ -1029,6 +1029,36 @@ async def test_finalizers_and_annotations_are_checked_as_a_real_api_server_does(
 
 
 @pytest.mark.asyncio
+async def test_owner_references_are_checked_as_a_real_api_server_does(
+    api: EmulatedApiServer,
+) -> None:
+    """The emulator took an owner reference without a uid (a real API server: 422), so a
+    dependent the operator made that way looked created (and was never collected)."""
+    owner = {"apiVersion": "sparkcheckpoint.io/v1alpha1", "kind": "SparkCheckpointJob"}
+    body = job()
+    body["metadata"]["ownerReferences"] = [owner | {"name": "a"}]
+
+    status, answer, _ = await send(api, "POST", JOBS_PATH, body)
+
+    assert status == 422, answer
+    assert [(c["field"], c["message"]) for c in answer["details"]["causes"]] == [
+        ("metadata.ownerReferences.uid", 'Invalid value: "": must not be empty')
+    ]
+    body["metadata"]["ownerReferences"] = [
+        owner | {"name": "a", "uid": "1", "controller": True},
+        owner | {"name": "b", "uid": "2", "controller": True},
+    ]
+    status, answer, _ = await send(api, "POST", JOBS_PATH, body)
+    assert status == 422, answer
+    assert answer["details"]["causes"][0]["message"].endswith(
+        'Only one reference can have Controller set to true. Found "true" in references for '
+        "SparkCheckpointJob/a and SparkCheckpointJob/b"
+    )
+    body["metadata"]["ownerReferences"].pop()
+    assert (await send(api, "POST", JOBS_PATH, body))[0] == 201
+
+
+@pytest.mark.asyncio
 async def test_a_pod_whose_container_mounts_no_volume_of_the_pod_is_a_422(
     api: EmulatedApiServer,
 ) -> None:

@@ -1647,10 +1647,11 @@ def _object_meta(
 
 
 def _metadata_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """ObjectMeta validation of labels, annotations and finalizers, as on every object
-    (apimachinery's ValidateObjectMeta): keys and finalizers are qualified names, label
-    values at most 63 characters of a restricted alphabet, annotations 256 KiB in all."""
-    causes = []
+    """ObjectMeta validation of labels, annotations, owner references and finalizers, as on
+    every object (apimachinery's ValidateObjectMeta): keys and finalizers are qualified
+    names, label values at most 63 characters of a restricted alphabet, annotations 256 KiB
+    in all, each owner reference complete and at most one of them the controller."""
+    causes = _owner_reference_problems(metadata.get("ownerReferences") or ())
     for finalizer in metadata.get("finalizers") or ():
         if not go_regex(QUALIFIED_NAME_PATTERN).search(finalizer):
             causes.append(
@@ -1681,6 +1682,44 @@ def _metadata_problems(metadata: Mapping[str, Any]) -> list[tuple[str, str]]:
                         f"Invalid value: {json.dumps(value)}: not a valid label value",
                     )
                 )
+    return causes
+
+
+def _owner_reference_problems(references: Sequence[Any]) -> list[tuple[str, str]]:
+    """apimachinery's ValidateOwnerReferences (its field paths have no index)."""
+    causes = []
+    controller = ""
+    for reference in references:
+        fields = {
+            # Of "group/version" or "version": the version.
+            "apiVersion": str(reference.get("apiVersion") or "").rpartition("/")[2],
+            "kind": reference.get("kind") or "",
+            "name": reference.get("name") or "",
+            "uid": reference.get("uid") or "",
+        }
+        for name, value in fields.items():
+            if not value:
+                given = json.dumps(reference.get(name) or "")
+                detail = (
+                    "version must not be empty" if name == "apiVersion" else "must not be empty"
+                )
+                causes.append(
+                    (f"metadata.ownerReferences.{name}", f"Invalid value: {given}: {detail}")
+                )
+        if reference.get("controller") is True:
+            named = f"{fields['kind']}/{fields['name']}"
+            if controller:
+                causes.append(
+                    (
+                        "metadata.ownerReferences",
+                        # Go prints the list with %#v: its type only here.
+                        "Invalid value: []v1.OwnerReference{...}: Only one reference can have "
+                        f'Controller set to true. Found "true" in references for {controller} '
+                        f"and {named}",
+                    )
+                )
+            else:
+                controller = named
     return causes
 
 
