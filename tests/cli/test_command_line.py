@@ -459,7 +459,8 @@ def test_what_keeps_a_run_from_starting_is_said_in_one_line_before_any_driver(
     ), no_state.err
     assert no_library.err == (
         "spark-checkpoint run: spec.checkpointing.storage 'gs://bucket/checkpoints': Please "
-        "install gcsfs to access Google Storage\n"
+        "install gcsfs to access Google Storage (pip install 'spark-checkpoint-operator[spark]' "
+        "installs s3fs, adlfs, gcsfs)\n"
     )
     # `list` of the same manifest names the field too (it said "storage", a newcomer's).
     listed = cli("list", "-f", str(gcs))
