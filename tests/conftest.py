@@ -134,13 +134,24 @@ def azure_root(
 
 
 @pytest.fixture
-def without_gcsfs(monkeypatch: pytest.MonkeyPatch) -> None:
-    """gcsfs cannot be imported, as in an image of the user's own without it: fsspec says
-    "Please install gcsfs to access Google Storage" for gs://."""
-    monkeypatch.setitem(sys.modules, "gcsfs", None)
-    for protocol in ("gs", "gcs"):
+def without_library(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Makes an fsspec library (gcsfs, s3fs, ...) one that cannot be imported, as in an
+    image of the user's own without it, though this process registered it already."""
+
+    def remove(library: str) -> None:
+        monkeypatch.setitem(sys.modules, library, None)
         # fsspec's module (its package's `registry` is a read-only view of this dict).
-        monkeypatch.delitem(sys.modules["fsspec.registry"]._registry, protocol, raising=False)
+        registered = sys.modules["fsspec.registry"]._registry
+        for protocol in [p for p, c in registered.items() if c.__module__.startswith(library)]:
+            monkeypatch.delitem(registered, protocol)
+
+    return remove
+
+
+@pytest.fixture
+def without_gcsfs(without_library: Callable[[str], None]) -> None:
+    """fsspec says "Please install gcsfs to access Google Storage" for gs://."""
+    without_library("gcsfs")
 
 
 StartProxy = Callable[[StorageRoot, "re.Pattern[bytes]", bytes | None], FaultyProxy]

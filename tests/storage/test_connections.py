@@ -9,7 +9,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -247,14 +247,10 @@ def test_a_command_against_an_endpoint_that_never_answers_gives_up(tmp_path: Any
     ("url", "library"), [("s3://b/x", "s3fs"), ("abfs://c/x", "adlfs"), ("gs://b/x", "gcsfs")]
 )
 def test_an_object_store_without_its_library_names_the_extra_that_installs_it(
-    monkeypatch: pytest.MonkeyPatch, url: str, library: str
+    without_library: Callable[[str], None], url: str, library: str
 ) -> None:
     """fsspec said only "Install s3fs to access S3" (a reviewer's, with the wheel alone)."""
-    # Its import fails, as when it is not installed (and fsspec has not registered it yet).
-    monkeypatch.setitem(sys.modules, library, None)
-    registered = sys.modules["fsspec.registry"]._registry
-    for protocol in [p for p, c in registered.items() if c.__module__.startswith(library)]:
-        monkeypatch.delitem(registered, protocol)
+    without_library(library)
     with pytest.raises(ImportError) as missing:
         open_url(url)
     assert str(missing.value).endswith(

@@ -136,10 +136,14 @@ def stable_part(spec: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in spec.items() if key not in FOLLOWED_FIELDS}
 
 
+def _stable_text(spec: Mapping[str, Any]) -> str:
+    """What of ``spec`` is rolled back to, as one canonical JSON text."""
+    return json.dumps(stable_part(spec), sort_keys=True, separators=(",", ":"))
+
+
 def rolled_back_hash(spec: Mapping[str, Any]) -> str:
     """The spec without its followed fields: while it is the same, the rollback goes on."""
-    text = json.dumps(stable_part(spec), sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return hashlib.sha256(_stable_text(spec).encode()).hexdigest()[:16]
 
 
 def spec_to_run(written: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[str, Any]:
@@ -163,9 +167,8 @@ class StableSpec:
     @staticmethod
     def of(spec: Mapping[str, Any]) -> "StableSpec | None":
         """``spec`` kept as stable; None above the annotation's bound."""
-        part = stable_part(spec)
-        text = json.dumps(part, sort_keys=True, separators=(",", ":"))
-        return StableSpec(part, text) if len(text) <= MAX_STABLE_SPEC_LENGTH else None
+        text = _stable_text(spec)
+        return StableSpec(stable_part(spec), text) if len(text) <= MAX_STABLE_SPEC_LENGTH else None
 
     @staticmethod
     def from_annotation(text: object) -> "StableSpec | None":
