@@ -93,12 +93,19 @@ def test_an_annotation_that_is_no_spec_is_no_stable_spec() -> None:
 
 
 def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() -> None:
-    upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0))
+    upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0, 5))
     pending = rollback.RollbackState(upgrade=rollback.Upgrade("d1"))
     rolled_back = rollback.RollbackState(
-        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
+        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed", (5, 7))
     )
-    for state in (upgrade, pending, rolled_back):
+    # As an earlier operator wrote them, without the attempts: none are known.
+    earlier = [
+        rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0)),
+        rollback.RollbackState(
+            rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
+        ),
+    ]
+    for state in (upgrade, pending, rolled_back, *earlier):
         assert rollback.RollbackState.from_annotation(state.to_annotation()) == state
     assert rollback.RollbackState().to_annotation() is None
     written = json.loads(rolled_back.to_annotation() or "")
@@ -115,9 +122,21 @@ def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() 
         json.dumps({**written, "rolledBack": {**written["rolledBack"], "reason": None}}),
         json.dumps({**written, "upgrade": {"deploymentHash": 1}}),
         json.dumps({**written, "upgrade": {"deploymentHash": "d", "started": 5}}),
+        json.dumps({**written, "upgrade": {"deploymentHash": "d", "firstAttempt": "5"}}),
+        json.dumps({**written, "rolledBack": {**written["rolledBack"], "lastAttempt": True}}),
+        json.dumps({**written, "rolledBack": {**written["rolledBack"], "firstAttempt": -1}}),
     ]
     for value in garbled:
         assert rollback.RollbackState.from_annotation(value) == rollback.RollbackState(), value
+
+
+@given(first=st.integers(1, 20), last=st.integers(1, 20), attempt=st.integers(0, 25))
+def test_the_attempts_a_rolled_back_spec_ran_are_the_range_kept(
+    first: int, last: int, attempt: int
+) -> None:
+    rolled_back = rollback.RolledBack(4, "abc", 0.0, "its driver failed", (first, last))
+    assert rolled_back.ran(attempt) == (first <= attempt <= last)
+    assert not rollback.RolledBack(4, "abc", 0.0, "its driver failed").ran(attempt)
 
 
 def test_a_rollback_goes_on_while_only_the_followed_fields_change() -> None:

@@ -21,6 +21,7 @@ pytestmark = pytest.mark.timeout(240)
 
 MISSING = "example/orders:missing"
 UNCOORDINATED = "example/orders:uncoordinated"
+UNREADING = "example/orders:older-spark"
 
 
 def agents(cleanup_seconds: float = 0.0, exit_seconds: float = 0.0) -> SimulatedAgents:
@@ -29,6 +30,7 @@ def agents(cleanup_seconds: float = 0.0, exit_seconds: float = 0.0) -> Simulated
         exit_seconds=exit_seconds,
         missing_images=frozenset({MISSING}),
         uncoordinated_images=frozenset({UNCOORDINATED}),
+        unreading_images=frozenset({UNREADING}),
         cleanup_seconds=cleanup_seconds,
     )
 
@@ -487,3 +489,29 @@ def test_a_stable_spec_the_annotations_have_no_room_for_is_said_once(tmp_path: P
         assert cluster.event_reasons("orders").count("RollbackUnavailable") == 1
         log = cluster.operator.log_path.read_text(errors="replace")
         assert "rollback annotations were not written" not in log
+
+
+def test_images_an_upgrade_could_not_read_are_restored_by_the_spec_rolled_back_to(
+    tmp_path: Path,
+) -> None:
+    """An upgrade's Spark that cannot read the job's images fails on each in turn, and
+    marks each unrestorable; the stable spec's Spark reads them: rolled back, it restores
+    the upgrade's savepoint (the marks were the upgrade's, not the images')."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "5m"}))
+        completed(cluster, "orders", 1)
+        cluster.wait_for(
+            "the stable spec kept", lambda: stable_image(cluster) == "example/orders:1"
+        )
+        cluster.patch_spec("orders", {"image": UNREADING})
+
+        event = cluster.wait_for_event("orders", "RolledBack")
+        assert "no restorable image left" in event["message"], event["message"]
+        assert "RestoreFailed" in cluster.event_reasons("orders")
+        status = rolled_back_and_running(cluster)
+        assert not status.get("unrestorable"), status["unrestorable"]
+        assert not any(s.get("unrestorable") for s in status["savepointHistory"])
+        assert (status["rolledBack"]["firstAttempt"], status["rolledBack"]["lastAttempt"]) == (
+            2,
+            4,
+        )

@@ -619,7 +619,14 @@ class JobController:
             )
             return False
         generation = int(self._body["metadata"].get("generation", 0))
-        rolled_back = rollback.RolledBack(generation, rollback.rolled_back_hash(written), now, why)
+        first = upgrade.first_attempt
+        rolled_back = rollback.RolledBack(
+            generation,
+            rollback.rolled_back_hash(written),
+            now,
+            why,
+            None if first is None else (first, max(first, self._record.attempt)),
+        )
         self._rollback = rollback.RollbackState(rolled_back=rolled_back)
         self._generation = -1  # read again: as rolled back
         log.warning(
@@ -655,9 +662,11 @@ class JobController:
         """A supervisor starts: an ended job's message goes, and the first driver of an
         upgrade from the stable spec starts its readiness timeout (the upgrade's savepoint
         and stop before it may take any time), whichever spec it runs: the spec may have
-        changed again while the stable driver stopped."""
+        changed again while the stable driver stopped. Rolled back, the images the spec
+        rolled back from could not restore are restorable again."""
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
+        self._forget_what_the_rolled_back_spec_could_not_restore()
         upgrade, stable = self._rollback.upgrade, self._stable
         # An adopted driver (after an operator restart) is the one being stopped for it.
         if upgrade is not None and upgrade.started is None and not self._driver_recorded():
@@ -666,8 +675,29 @@ class JobController:
                 self._rollback = rollback.RollbackState()  # changed back before it ran
             else:
                 self._rollback = rollback.RollbackState(
-                    upgrade=rollback.Upgrade(target, time.time())
+                    upgrade=rollback.Upgrade(target, time.time(), self._record.attempt + 1)
                 )
+
+    def _forget_what_the_rolled_back_spec_could_not_restore(self) -> None:
+        """Its restores failed on the images (an older Spark that cannot read them, a
+        setting that breaks the state store), or passed over them: that says nothing of
+        the stable spec, which wrote them and restores them again. (Nothing ran on from an
+        older image: a spec whose query ran is stable, never rolled back.)"""
+        rolled_back = self._rollback.rolled_back
+        if rolled_back is None:
+            return
+        entries = self._record.unrestorable
+        forgotten = [entry.source for entry in entries if rolled_back.ran(entry.attempt)]
+        if not forgotten:
+            return
+        self._record.unrestorable = [e for e in entries if not rolled_back.ran(e.attempt)]
+        log.info(
+            "job %s/%s: restorable again, rolled back (the spec rolled back from could not "
+            "restore them): %s",
+            self._namespace,
+            self._name,
+            ", ".join(forgotten),
+        )
 
     def _note_stable(self, record: JobRecord) -> None:
         """The driver runs its query under the spec as run: that spec is stable (an

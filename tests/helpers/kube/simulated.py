@@ -32,6 +32,7 @@ from lightkube.config.kubeconfig import Cluster, User
 from lightkube.resources.core_v1 import Pod, Secret
 
 from spark_checkpoint.agent.server import long_poll_parameters
+from spark_checkpoint.exit_codes import DriverExit
 from spark_checkpoint.protocol import (
     MAX_BODY_BYTES,
     Acknowledgement,
@@ -51,14 +52,18 @@ from spark_checkpoint.protocol import (
     SnapshotStatus,
     TriggerBody,
 )
+from spark_checkpoint.settings import REPORTED_ERROR_HEADER
 from spark_checkpoint.storage.layout import JobStorageLayout
 
 log = logging.getLogger(__name__)
 
 AGENT_PORT = 8484
 TASKS = ("logs", "state-0-0", "state-0-1")
-EXIT_FINISHED = 0
-EXIT_STOPPED_WITH_SAVEPOINT = 3
+# What a driver whose Spark cannot read the job's images fails with (`unreading_images`).
+UNREADABLE_IMAGE_ERROR = (
+    "java.lang.IllegalStateException: UnsupportedLogVersion: maximum supported log version "
+    "is v1, but encountered v2. The log file was produced by a newer version of Spark"
+)
 
 
 Document = TypeVar("Document")
@@ -204,6 +209,7 @@ class SimulatedAgents:
         starting_seconds: float = 0.0,
         missing_images: frozenset[str] = frozenset(),
         uncoordinated_images: frozenset[str] = frozenset(),
+        unreading_images: frozenset[str] = frozenset(),
         endless_input: bool = False,
         highest_stored_id: int | None = None,
         exit_seconds: float = 0.0,
@@ -223,6 +229,9 @@ class SimulatedAgents:
         # Images of a pipeline that starts its query without run_coordinated: the driver
         # pod runs, and no agent ever listens.
         self.uncoordinated_images = uncoordinated_images
+        # Images whose Spark cannot read the job's images (an older Spark's log version): a
+        # driver of one with an image to restore fails as a real one does (RESTORE_UNUSABLE).
+        self.unreading_images = unreading_images
         self.restore_seconds = restore_seconds
         # A driver with an image to restore reports "starting" this long (its restore).
         self.starting_seconds = starting_seconds
@@ -349,9 +358,9 @@ class SimulatedAgents:
             agent.notified_batch = body.batch_id
             agent.changed()
             if snapshot is not None and snapshot.after is not AfterCompletion.CONTINUE:
-                exit_code = EXIT_STOPPED_WITH_SAVEPOINT
+                exit_code = DriverExit.STOPPED_WITH_SAVEPOINT
             elif agent.finish_after is not None and agent.notified_batch >= agent.finish_after:
-                exit_code = EXIT_FINISHED
+                exit_code = DriverExit.FINISHED
             else:
                 return web.json_response(Acknowledgement.NOTIFIED.to_json())
             asyncio.get_running_loop().call_later(self._exit_seconds, agent.end, exit_code)
@@ -514,6 +523,12 @@ class SimulatedKubelet:
             await self._set_status(key, _running(ip, container["name"]))
             return
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
+        restore = json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]"))
+        if restore and container.get("image") in self._agents.unreading_images:
+            message = f"{REPORTED_ERROR_HEADER}\n{UNREADABLE_IMAGE_ERROR}"
+            terminated = _terminated(ip, container["name"], DriverExit.RESTORE_UNUSABLE, message)
+            await self._set_status(key, terminated)
+            return
         await self._agents.add(
             ip,
             await self._token(pod),
@@ -523,7 +538,7 @@ class SimulatedKubelet:
                 environment["SPARK_CHECKPOINT_JOB"],
             ),
             int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
-            json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]")),
+            restore,
         )
         if key not in self._pod_ips:  # deleted while it started
             self._agents.agents.pop(ip, None)
@@ -608,7 +623,12 @@ def _running(ip: str, name: str) -> dict[str, Any]:
     }
 
 
-def _terminated(ip: str, name: str, exit_code: int) -> dict[str, Any]:
+def _terminated(ip: str, name: str, exit_code: int, message: str = "") -> dict[str, Any]:
+    ended = {
+        "exitCode": exit_code,
+        "reason": "Simulated",
+        **({"message": message} if message else {}),
+    }
     return {
         "phase": "Succeeded" if exit_code == 0 else "Failed",
         "podIP": ip,
@@ -617,7 +637,7 @@ def _terminated(ip: str, name: str, exit_code: int) -> dict[str, Any]:
             _container(
                 name,
                 ready=False,
-                state={"terminated": {"exitCode": exit_code, "reason": "Simulated"}},
+                state={"terminated": ended},
             )
         ],
     }
