@@ -96,14 +96,25 @@ class DiscardDue:
 class UnrestorableImage:
     """An image a restore will not use again (``status.unrestorable``): a restored query
     failed on it before committing a batch, or the restorable check after it completed
-    found it unusable. ``source`` is its restore candidate's spelling (``checkpoint:3``)."""
+    found it unusable, or (``left_behind``) a restore of an older image went on without
+    it, whose sinks discarded the output staged after that image: restored, it would
+    resume after output that is gone, whatever spec runs. ``source`` is its restore
+    candidate's spelling (``checkpoint:3``)."""
 
     source: str
     reason: str
     attempt: int  # the job attempt whose restore (or check) found it
+    left_behind: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": self.source, "reason": self.reason, "attempt": self.attempt}
+        document: dict[str, Any] = {
+            "source": self.source,
+            "reason": self.reason,
+            "attempt": self.attempt,
+        }
+        if self.left_behind:  # written only when so: statuses of earlier operators read alike
+            document["leftBehind"] = True
+        return document
 
     @classmethod
     def from_dict(cls, data: Any, where: str) -> "UnrestorableImage":
@@ -114,6 +125,7 @@ class UnrestorableImage:
             "source": _field(data, "source", str, None, f"{where}."),
             "reason": _field(data, "reason", str, "", f"{where}."),
             "attempt": _count(data, "attempt", f"{where}.", default=None),
+            "left_behind": _field(data, "leftBehind", bool, False, f"{where}."),
         }
         for key in ("source", "attempt"):
             if values[key] is None:
@@ -283,7 +295,9 @@ def _field(
     if value is None:
         return default
     if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
-        what = {int: "an integer", str: "a string", list: "a list"}.get(expected, "an object")
+        what = {int: "an integer", str: "a string", list: "a list", bool: "a boolean"}.get(
+            expected, "an object"
+        )
         raise InvalidStatus(f"{prefix}{key}: expected {what}, got {value!r}")
     return value
 

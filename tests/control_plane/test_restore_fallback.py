@@ -584,6 +584,7 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
         "source": f"checkpoint:{newer}",
         "reason": f"attempt 2 went on from checkpoint:{older}",
         "attempt": 2,
+        "leftBehind": True,
     }
     restored = [n.message for n in notices if n.reason == "Restored"]
     assert restored == 2 * [

@@ -121,7 +121,7 @@ restores = st.builds(
     counts,
     st.lists(st.builds(SkippedImage, candidates, texts), max_size=2).map(tuple),
 )
-unrestorable = st.builds(UnrestorableImage, texts, texts, counts)
+unrestorable = st.builds(UnrestorableImage, texts, texts, counts, st.booleans())
 pending = st.fixed_dictionaries(
     {
         "id": ids,
@@ -285,6 +285,10 @@ def _completed(kind: CheckpointKind, checkpoint_id: int) -> dict[str, object]:
         (
             {"unrestorable": [{"source": "checkpoint:3", "attempt": -1}]},
             "unrestorable[0].attempt: expected 0 to",
+        ),
+        (
+            {"unrestorable": [{"source": "checkpoint:3", "attempt": 1, "leftBehind": "yes"}]},
+            "unrestorable[0].leftBehind: expected a boolean, got 'yes'",
         ),
         (
             {"unrestorable": [{"source": 3, "attempt": 1}]},

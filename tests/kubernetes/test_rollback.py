@@ -14,6 +14,7 @@ from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.kubernetes import objects, rollback
 from spark_checkpoint_operator.kubernetes.controller import JobController, _spec_hash
 from spark_checkpoint_operator.metrics import CheckpointMetrics, JobMetrics
+from spark_checkpoint_operator.status import UnrestorableImage
 
 SPEC = {
     "image": "example/orders:1",
@@ -130,13 +131,23 @@ def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() 
         assert rollback.RollbackState.from_annotation(value) == rollback.RollbackState(), value
 
 
-@given(first=st.integers(1, 20), last=st.integers(1, 20), attempt=st.integers(0, 25))
-def test_the_attempts_a_rolled_back_spec_ran_are_the_range_kept(
-    first: int, last: int, attempt: int
+@given(
+    first=st.integers(1, 20),
+    last=st.integers(1, 20),
+    attempt=st.integers(0, 25),
+    left_behind=st.booleans(),
+)
+def test_a_rollback_makes_restorable_what_the_rolled_back_spec_alone_could_not_restore(
+    first: int, last: int, attempt: int, left_behind: bool
 ) -> None:
+    image = UnrestorableImage("savepoint:2", "its restored query failed", attempt, left_behind)
     rolled_back = rollback.RolledBack(4, "abc", 0.0, "its driver failed", (first, last))
-    assert rolled_back.ran(attempt) == (first <= attempt <= last)
-    assert not rollback.RolledBack(4, "abc", 0.0, "its driver failed").ran(attempt)
+    ran = first <= attempt <= last
+    assert rolled_back.ran(attempt) == ran
+    # What a restore left behind has its output gone, whichever spec restores it.
+    assert rolled_back.restorable_again(image) == (ran and not left_behind)
+    # Kept by an earlier operator, the attempts are not known: nothing is taken back.
+    assert not rollback.RolledBack(4, "abc", 0.0, "its driver failed").restorable_again(image)
 
 
 def test_a_rollback_goes_on_while_only_the_followed_fields_change() -> None:

@@ -679,18 +679,16 @@ class JobController:
                 )
 
     def _forget_what_the_rolled_back_spec_could_not_restore(self) -> None:
-        """Its restores failed on the images (an older Spark that cannot read them, a
-        setting that breaks the state store), or passed over them: that says nothing of
-        the stable spec, which wrote them and restores them again. (Nothing ran on from an
-        older image: a spec whose query ran is stable, never rolled back.)"""
+        """The images the spec rolled back from could not restore are restorable again
+        (`RolledBack.restorable_again`)."""
         rolled_back = self._rollback.rolled_back
         if rolled_back is None:
             return
         entries = self._record.unrestorable
-        forgotten = [entry.source for entry in entries if rolled_back.ran(entry.attempt)]
+        forgotten = [e.source for e in entries if rolled_back.restorable_again(e)]
         if not forgotten:
             return
-        self._record.unrestorable = [e for e in entries if not rolled_back.ran(e.attempt)]
+        self._record.unrestorable = [e for e in entries if not rolled_back.restorable_again(e)]
         log.info(
             "job %s/%s: restorable again, rolled back (the spec rolled back from could not "
             "restore them): %s",

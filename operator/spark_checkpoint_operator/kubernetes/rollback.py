@@ -17,6 +17,7 @@ from typing import Any
 
 from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.coordinator.state import format_time, parse_time
+from spark_checkpoint_operator.status import UnrestorableImage
 
 # Spec fields a rolled-back job takes from the spec as written, not from the stable spec:
 # they say what to do now (suspend, take a snapshot, redeploy an image, roll back at all),
@@ -58,6 +59,16 @@ class RolledBack:
     def ran(self, attempt: int) -> bool:
         """Whether job attempt ``attempt`` ran the spec rolled back from."""
         return self.attempts is not None and self.attempts[0] <= attempt <= self.attempts[1]
+
+    def restorable_again(self, image: UnrestorableImage) -> bool:
+        """Whether the stable spec restores ``image`` again, though the spec rolled back
+        from marked it unrestorable: its restore failed on the image (an older Spark that
+        cannot read it, a setting that breaks the state store), or its check did; that says
+        nothing of the stable spec, which wrote the image. Not one a restore of an older
+        image left behind, whose output is gone (none ran on under this spec: a spec whose
+        query ran is stable, never rolled back; but a restore that skipped an image already
+        discarded that output)."""
+        return not image.left_behind and self.ran(image.attempt)
 
 
 @dataclass(frozen=True, slots=True)

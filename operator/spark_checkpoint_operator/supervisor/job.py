@@ -1253,7 +1253,7 @@ class JobSupervisor:
             self._record.restore_choice = choice
         marked = {entry.source for entry in self._record.unrestorable}
         new = [
-            UnrestorableImage(image, reason, self._record.attempt)
+            UnrestorableImage(image, reason, self._record.attempt, left_behind=True)
             for image, reason in self._left_behind(source, skipped).items()
             if image not in marked
         ]
