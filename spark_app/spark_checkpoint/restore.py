@@ -44,6 +44,9 @@ QUERY_CHANGE_ERROR_CLASSES = (
     "STREAMING_STATEFUL_OPERATOR_NOT_MATCH_IN_STATE_METADATA",
     "STREAM_STREAM_JOIN_INCOMPATIBLE_STATE_STORE_CONFIGS",
 )
+# ... and how Spark (MetadataVersionUtil) says a log was written by a newer Spark than the
+# one reading it: the image is whole, the pipeline's Spark older (a downgrade).
+NEWER_SPARK_LOG = "UnsupportedLogVersion: "
 # ... and those that say a checkpoint's files are missing or corrupt, or either.
 CHECKPOINT_ERROR_CLASSES = (
     "CANNOT_LOAD_STATE_STORE",
@@ -70,8 +73,11 @@ _MISSING_LOG_ENTRY = re.compile(r"\bbatch \d+ doesn't exist\b")
 
 
 def query_change(error: str) -> bool:
-    """Whether a restored query's error says the query no longer fits the image's state."""
-    return any(error_class in error for error_class in QUERY_CHANGE_ERROR_CLASSES)
+    """Whether a restored query's error says the query (or its Spark) no longer fits the
+    image's state."""
+    return NEWER_SPARK_LOG in error or any(
+        error_class in error for error_class in QUERY_CHANGE_ERROR_CLASSES
+    )
 
 
 class RestoreFailed(Exception):

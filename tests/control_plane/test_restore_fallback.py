@@ -210,10 +210,22 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert status["unrestorable"][0]["source"] == newest
 
 
-def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable() -> None:
-    """A newcomer's incompatible upgrade (a changed grouping key): every retained
-    checkpoint and savepoint was tried, each marked unrestorable for ever, and with the code
-    changed back the job could not run again, not even from a savepoint named by --from."""
+# Spark's words when an older Spark reads a log a newer one wrote (MetadataVersionUtil).
+OLDER_SPARK_ERROR = (
+    "java.lang.IllegalStateException: UnsupportedLogVersion: maximum supported log version is "
+    "v1, but encountered v2. The log file was produced by a newer version of Spark and cannot "
+    "be read by this version. Please upgrade."
+)
+
+
+@pytest.mark.parametrize("error", [SCHEMA_ERROR, OLDER_SPARK_ERROR])
+def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable(
+    error: str,
+) -> None:
+    """A newcomer's incompatible upgrade (a changed grouping key; an image with an older
+    Spark): every retained checkpoint and savepoint was tried, each marked unrestorable for
+    ever, and with the code changed back the job could not run again, not even from a
+    savepoint named by --from."""
 
     async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
         launcher = RestoringLauncher()
@@ -224,7 +236,7 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
             await _next_driver(launcher, index)
             await until(lambda: supervisor.record.restored_from is not None)
             launcher.drivers[index].agent.reachable = False
-            launcher.drivers[index].error = [SCHEMA_ERROR]
+            launcher.drivers[index].error = [error]
             launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
         return await run, supervisor, launcher
 
@@ -237,7 +249,7 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
     assert supervisor.record.message == (
         f"the restored query failed the same way on {newest} and {previous}: the pipeline or "
         "its settings no longer fit the job's state, not the images (both stay restorable): "
-        f"change them back or start without that state: {SCHEMA_ERROR}"
+        f"change them back or start without that state: {error}"
     )
     assert supervisor.record.unrestorable == []
 

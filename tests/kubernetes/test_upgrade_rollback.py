@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(240)
 
 MISSING = "example/orders:missing"
 UNCOORDINATED = "example/orders:uncoordinated"
-UNREADING = "example/orders:older-spark"
+UNREADING = "example/orders:zstd-state"
 
 
 def agents(cleanup_seconds: float = 0.0, exit_seconds: float = 0.0) -> SimulatedAgents:
@@ -494,9 +494,10 @@ def test_a_stable_spec_the_annotations_have_no_room_for_is_said_once(tmp_path: P
 def test_images_an_upgrade_could_not_read_are_restored_by_the_spec_rolled_back_to(
     tmp_path: Path,
 ) -> None:
-    """An upgrade's Spark that cannot read the job's images fails on each in turn, and
-    marks each unrestorable; the stable spec's Spark reads them: rolled back, it restores
-    the upgrade's savepoint (the marks were the upgrade's, not the images')."""
+    """An upgrade whose driver cannot read the job's state (another compression codec)
+    fails on each image in turn, on another file each time, and marks each unrestorable;
+    the stable spec reads them: rolled back, it restores the upgrade's savepoint (the marks
+    were the upgrade's, not the images')."""
     with LocalCluster(tmp_path, simulated=agents()) as cluster:
         cluster.apply(job(rollback={"enabled": True, "readinessTimeout": "5m"}))
         completed(cluster, "orders", 1)

@@ -59,10 +59,12 @@ log = logging.getLogger(__name__)
 
 AGENT_PORT = 8484
 TASKS = ("logs", "state-0-0", "state-0-1")
-# What a driver whose Spark cannot read the job's images fails with (`unreading_images`).
-UNREADABLE_IMAGE_ERROR = (
-    "java.lang.IllegalStateException: UnsupportedLogVersion: maximum supported log version "
-    "is v1, but encountered v2. The log file was produced by a newer version of Spark"
+# What a driver that cannot read the job's state fails with (`unreading_images`), naming the
+# file it read: another in each image.
+UNREADABLE_STATE_ERROR = (
+    "[CANNOT_LOAD_STATE_STORE.UNCATEGORIZED] An error occurred during loading state. Error "
+    "reading delta file file:/live/state/0/0/{version}.delta: java.io.IOException: Stream is "
+    "corrupted"
 )
 
 
@@ -229,8 +231,9 @@ class SimulatedAgents:
         # Images of a pipeline that starts its query without run_coordinated: the driver
         # pod runs, and no agent ever listens.
         self.uncoordinated_images = uncoordinated_images
-        # Images whose Spark cannot read the job's images (an older Spark's log version): a
-        # driver of one with an image to restore fails as a real one does (RESTORE_UNUSABLE).
+        # Images whose driver cannot read the job's state (another state store compression
+        # codec in their Spark defaults): a driver of one with an image to restore fails as a
+        # real one does (RESTORE_UNUSABLE), on a file of that image.
         self.unreading_images = unreading_images
         self.restore_seconds = restore_seconds
         # A driver with an image to restore reports "starting" this long (its restore).
@@ -525,7 +528,8 @@ class SimulatedKubelet:
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
         restore = json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]"))
         if restore and container.get("image") in self._agents.unreading_images:
-            message = f"{REPORTED_ERROR_HEADER}\n{UNREADABLE_IMAGE_ERROR}"
+            error = UNREADABLE_STATE_ERROR.format(version=len(restore) + 1)
+            message = f"{REPORTED_ERROR_HEADER}\n{error}"
             terminated = _terminated(ip, container["name"], DriverExit.RESTORE_UNUSABLE, message)
             await self._set_status(key, terminated)
             return
