@@ -179,6 +179,9 @@ class PersistedStatus:
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None
     unrestorable: Sequence[UnrestorableImage] = ()
+    # The last job attempt whose query ran (phase Running; 0: none yet); None in a status
+    # an earlier operator wrote, which did not keep it.
+    last_running_attempt: int | None = None
     restore_choice: RestoreChoice | None = None
     message: str = ""
     last_committed_batch: int | None = None
@@ -204,6 +207,7 @@ class PersistedStatus:
             "jobAttempt": self.job_attempt,
             "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
             "unrestorable": [image.to_dict() for image in self.unrestorable],
+            "lastRunningAttempt": self.last_running_attempt,
             "restoreChoice": None if self.restore_choice is None else self.restore_choice.to_dict(),
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
@@ -252,6 +256,7 @@ class PersistedStatus:
                 UnrestorableImage.from_dict(entry, f"unrestorable[{index}]")
                 for index, entry in enumerate(_field(data, "unrestorable", list, []))
             ],
+            last_running_attempt=_count(data, "lastRunningAttempt", default=None),
             restore_choice=(
                 None
                 if data.get("restoreChoice") is None

@@ -10,6 +10,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from helpers.fake_driver import STORAGE, FakeAgent, FakeLauncher, NoJanitor, until
 from spark_checkpoint.exit_codes import DriverExit
@@ -795,3 +797,28 @@ def test_a_restore_choice_is_written_until_an_image_completes_after_it() -> None
     record.coordinator = dataclasses.replace(record.coordinator, completed_count=1)
 
     assert render_status(record, now=0.0)["restoreChoice"] is None
+
+
+@given(
+    entries=st.lists(
+        st.builds(
+            UnrestorableImage,
+            st.sampled_from([f"checkpoint:{n}" for n in range(1, 6)]),
+            st.just("its restored query failed"),
+            st.integers(0, 8),
+            st.booleans(),
+        ),
+        max_size=6,
+    ),
+    since=st.none() | st.integers(0, 8),
+)
+def test_a_changed_deployment_forgets_the_failed_restores_since_the_query_last_ran(
+    entries: list[UnrestorableImage], since: int | None
+) -> None:
+    record = JobRecord(unrestorable=list(entries), last_running_attempt=since)
+    forgotten = record.forget_failed_restores()
+    # Of the streak since the query last ran; never what a restore left behind (its staged
+    # output is gone), nor anything when that is not known (an earlier operator's status).
+    expected = [e for e in entries if since is not None and e.attempt > since and not e.left_behind]
+    assert forgotten == [e.source for e in expected]
+    assert record.unrestorable == [e for e in entries if e not in expected]

@@ -14,7 +14,6 @@ from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.kubernetes import objects, rollback
 from spark_checkpoint_operator.kubernetes.controller import JobController, _spec_hash
 from spark_checkpoint_operator.metrics import CheckpointMetrics, JobMetrics
-from spark_checkpoint_operator.status import UnrestorableImage
 
 SPEC = {
     "image": "example/orders:1",
@@ -94,19 +93,12 @@ def test_an_annotation_that_is_no_spec_is_no_stable_spec() -> None:
 
 
 def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() -> None:
-    upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0, 5))
+    upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0))
     pending = rollback.RollbackState(upgrade=rollback.Upgrade("d1"))
     rolled_back = rollback.RollbackState(
-        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed", (5, 7))
+        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
     )
-    # As an earlier operator wrote them, without the attempts: none are known.
-    earlier = [
-        rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0)),
-        rollback.RollbackState(
-            rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
-        ),
-    ]
-    for state in (upgrade, pending, rolled_back, *earlier):
+    for state in (upgrade, pending, rolled_back):
         assert rollback.RollbackState.from_annotation(state.to_annotation()) == state
     assert rollback.RollbackState().to_annotation() is None
     written = json.loads(rolled_back.to_annotation() or "")
@@ -123,31 +115,9 @@ def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() 
         json.dumps({**written, "rolledBack": {**written["rolledBack"], "reason": None}}),
         json.dumps({**written, "upgrade": {"deploymentHash": 1}}),
         json.dumps({**written, "upgrade": {"deploymentHash": "d", "started": 5}}),
-        json.dumps({**written, "upgrade": {"deploymentHash": "d", "firstAttempt": "5"}}),
-        json.dumps({**written, "rolledBack": {**written["rolledBack"], "lastAttempt": True}}),
-        json.dumps({**written, "rolledBack": {**written["rolledBack"], "firstAttempt": -1}}),
     ]
     for value in garbled:
         assert rollback.RollbackState.from_annotation(value) == rollback.RollbackState(), value
-
-
-@given(
-    first=st.integers(1, 20),
-    last=st.integers(1, 20),
-    attempt=st.integers(0, 25),
-    left_behind=st.booleans(),
-)
-def test_a_rollback_makes_restorable_what_the_rolled_back_spec_alone_could_not_restore(
-    first: int, last: int, attempt: int, left_behind: bool
-) -> None:
-    image = UnrestorableImage("savepoint:2", "its restored query failed", attempt, left_behind)
-    rolled_back = rollback.RolledBack(4, "abc", 0.0, "its driver failed", (first, last))
-    ran = first <= attempt <= last
-    assert rolled_back.ran(attempt) == ran
-    # What a restore left behind has its output gone, whichever spec restores it.
-    assert rolled_back.restorable_again(image) == (ran and not left_behind)
-    # Kept by an earlier operator, the attempts are not known: nothing is taken back.
-    assert not rollback.RolledBack(4, "abc", 0.0, "its driver failed").restorable_again(image)
 
 
 def test_a_rollback_goes_on_while_only_the_followed_fields_change() -> None:

@@ -512,7 +512,25 @@ def test_images_an_upgrade_could_not_read_are_restored_by_the_spec_rolled_back_t
         status = rolled_back_and_running(cluster)
         assert not status.get("unrestorable"), status["unrestorable"]
         assert not any(s.get("unrestorable") for s in status["savepointHistory"])
-        assert (status["rolledBack"]["firstAttempt"], status["rolledBack"]["lastAttempt"]) == (
-            2,
-            4,
-        )
+        assert status["lastRunningAttempt"] == status["jobAttempt"]
+
+
+def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_back(
+    tmp_path: Path,
+) -> None:
+    """Without rollback (the default), the same upgrade fails with no image left; the
+    image changed back is another deployment, which restores the upgrade's savepoint."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        cluster.apply(job())
+        completed(cluster, "orders", 1)
+        cluster.wait_for("Running", lambda: cluster.status("orders").get("lastRunningAttempt"))
+        cluster.patch_spec("orders", {"image": UNREADING})
+        failed = in_phase(cluster, "orders", "Failed")
+        assert failed["message"].startswith("no restorable image left: savepoint:"), failed
+        assert failed["lastRunningAttempt"] == 1
+
+        cluster.patch_spec("orders", {"image": "example/orders:1"})
+        status = running_image(cluster, "example/orders:1")
+        assert status["restoredFrom"]["source"] == failed["unrestorable"][0]["source"]
+        assert not status.get("unrestorable"), status["unrestorable"]
+        assert status["lastRunningAttempt"] == status["jobAttempt"]

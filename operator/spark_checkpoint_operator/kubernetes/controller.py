@@ -619,14 +619,7 @@ class JobController:
             )
             return False
         generation = int(self._body["metadata"].get("generation", 0))
-        first = upgrade.first_attempt
-        rolled_back = rollback.RolledBack(
-            generation,
-            rollback.rolled_back_hash(written),
-            now,
-            why,
-            None if first is None else (first, max(first, self._record.attempt)),
-        )
+        rolled_back = rollback.RolledBack(generation, rollback.rolled_back_hash(written), now, why)
         self._rollback = rollback.RollbackState(rolled_back=rolled_back)
         self._generation = -1  # read again: as rolled back
         log.warning(
@@ -662,40 +655,30 @@ class JobController:
         """A supervisor starts: an ended job's message goes, and the first driver of an
         upgrade from the stable spec starts its readiness timeout (the upgrade's savepoint
         and stop before it may take any time), whichever spec it runs: the spec may have
-        changed again while the stable driver stopped. Rolled back, the images the spec
-        rolled back from could not restore are restorable again."""
+        changed again while the stable driver stopped. Under a changed deployment (a fix
+        after a failure, a rollback), the images restores failed on since the query last
+        ran are restorable again (`JobRecord.forget_failed_restores`)."""
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
-        self._forget_what_the_rolled_back_spec_could_not_restore()
+        target = objects.deployment_hash(self._spec)
+        changed = not self._driver_recorded() and self._deployed not in ("", target)
+        if changed and (forgotten := self._record.forget_failed_restores()):
+            log.info(
+                "job %s/%s: restorable again under the changed spec (restores failed on "
+                "them since its query last ran): %s",
+                self._namespace,
+                self._name,
+                ", ".join(forgotten),
+            )
         upgrade, stable = self._rollback.upgrade, self._stable
         # An adopted driver (after an operator restart) is the one being stopped for it.
         if upgrade is not None and upgrade.started is None and not self._driver_recorded():
-            target = objects.deployment_hash(self._spec)
             if stable is not None and objects.deployment_hash(stable.spec) == target:
                 self._rollback = rollback.RollbackState()  # changed back before it ran
             else:
                 self._rollback = rollback.RollbackState(
-                    upgrade=rollback.Upgrade(target, time.time(), self._record.attempt + 1)
+                    upgrade=rollback.Upgrade(target, time.time())
                 )
-
-    def _forget_what_the_rolled_back_spec_could_not_restore(self) -> None:
-        """The images the spec rolled back from could not restore are restorable again
-        (`RolledBack.restorable_again`)."""
-        rolled_back = self._rollback.rolled_back
-        if rolled_back is None:
-            return
-        entries = self._record.unrestorable
-        forgotten = [e.source for e in entries if rolled_back.restorable_again(e)]
-        if not forgotten:
-            return
-        self._record.unrestorable = [e for e in entries if not rolled_back.restorable_again(e)]
-        log.info(
-            "job %s/%s: restorable again, rolled back (the spec rolled back from could not "
-            "restore them): %s",
-            self._namespace,
-            self._name,
-            ", ".join(forgotten),
-        )
 
     def _note_stable(self, record: JobRecord) -> None:
         """The driver runs its query under the spec as run: that spec is stable (an

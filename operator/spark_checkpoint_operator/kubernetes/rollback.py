@@ -17,7 +17,6 @@ from typing import Any
 
 from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.coordinator.state import format_time, parse_time
-from spark_checkpoint_operator.status import UnrestorableImage
 
 # Spec fields a rolled-back job takes from the spec as written, not from the stable spec:
 # they say what to do now (suspend, take a snapshot, redeploy an image, roll back at all),
@@ -38,37 +37,20 @@ MAX_STABLE_SPEC_LENGTH = 64 << 10
 class Upgrade:
     """An upgrade from the stable spec: to the deployment ``deployment_hash`` (of
     `objects.deployment_hash`), whose readiness timeout started at ``started`` (None: when
-    its first driver starts), with that driver, job attempt ``first_attempt``."""
+    its first driver starts)."""
 
     deployment_hash: str
     started: float | None = None
-    first_attempt: int | None = None  # None: not started, or kept by an earlier operator
 
 
 @dataclass(frozen=True, slots=True)
 class RolledBack:
-    """The spec an upgrade was rolled back from, which job attempts ``attempts`` (first,
-    last; None: not known, kept by an earlier operator) ran."""
+    """The spec an upgrade was rolled back from."""
 
     generation: int
     spec_hash: str  # `rolled_back_hash` of that spec
     time: float
     reason: str
-    attempts: tuple[int, int] | None = None
-
-    def ran(self, attempt: int) -> bool:
-        """Whether job attempt ``attempt`` ran the spec rolled back from."""
-        return self.attempts is not None and self.attempts[0] <= attempt <= self.attempts[1]
-
-    def restorable_again(self, image: UnrestorableImage) -> bool:
-        """Whether the stable spec restores ``image`` again, though the spec rolled back
-        from marked it unrestorable: its restore failed on the image (an older Spark that
-        cannot read it, a setting that breaks the state store), or its check did; that says
-        nothing of the stable spec, which wrote the image. Not one a restore of an older
-        image left behind, whose output is gone (none ran on under this spec: a spec whose
-        query ran is stable, never rolled back; but a restore that skipped an image already
-        discarded that output)."""
-        return not image.left_behind and self.ran(image.attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +77,6 @@ class RollbackState:
             else {
                 "deploymentHash": upgrade.deployment_hash,
                 **({} if upgrade.started is None else {"started": format_time(upgrade.started)}),
-                **_when_known("firstAttempt", upgrade.first_attempt),
             },
             "rolledBack": None
             if rolled_back is None
@@ -104,14 +85,6 @@ class RollbackState:
                 "specHash": rolled_back.spec_hash,
                 "time": format_time(rolled_back.time),
                 "reason": rolled_back.reason,
-                **(
-                    {}
-                    if rolled_back.attempts is None
-                    else {
-                        "firstAttempt": rolled_back.attempts[0],
-                        "lastAttempt": rolled_back.attempts[1],
-                    }
-                ),
             },
         }
 
@@ -130,31 +103,13 @@ class RollbackState:
             return RollbackState()
 
 
-def _when_known(key: str, value: int | None) -> dict[str, int]:
-    return {} if value is None else {key: value}
-
-
-def _attempt(value: Any) -> int | None:
-    """A job attempt as the annotation holds it (absent: None, as an earlier operator wrote
-    none)."""
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise TypeError(value)
-    return value
-
-
 def _upgrade(value: Any) -> Upgrade | None:
     if value is None:
         return None
     deployment, started = value["deploymentHash"], value.get("started")
     if not isinstance(deployment, str) or not isinstance(started, str | None):
         raise TypeError(value)
-    return Upgrade(
-        deployment,
-        None if started is None else parse_time(started),
-        _attempt(value.get("firstAttempt")),
-    )
+    return Upgrade(deployment, None if started is None else parse_time(started))
 
 
 def _rolled_back(value: Any) -> RolledBack | None:
@@ -173,9 +128,7 @@ def _rolled_back(value: Any) -> RolledBack | None:
         and isinstance(reason, str)
     ):
         raise TypeError(value)
-    first, last = _attempt(value.get("firstAttempt")), _attempt(value.get("lastAttempt"))
-    attempts = None if first is None or last is None else (first, last)
-    return RolledBack(generation, spec_hash, parse_time(time), reason, attempts)
+    return RolledBack(generation, spec_hash, parse_time(time), reason)
 
 
 def stable_part(spec: Mapping[str, Any]) -> dict[str, Any]:

@@ -1131,6 +1131,7 @@ class JobSupervisor:
         )
         if running and not attempt.leaving and self._record.phase is not JobPhase.RUNNING:
             self._record.message = ""  # why an earlier attempt ended is in its events
+            self._record.last_running_attempt = self._record.attempt
             await self._interpreter.enter(JobPhase.RUNNING)
         known = {p.checkpoint_id for p in self._interpreter.coordinator.pending}
         known.update(*self._registered())
