@@ -132,6 +132,9 @@ def test_a_full_state_round_trips_and_its_times_are_rfc3339_utc() -> None:
     assert data["history"][-1]["reason"] == "FinalizeFailure"
     assert data["history"][-1]["message"] == "permission denied"
     assert data["history"][0]["batchId"] == 0
+    # What an outcome lacks is left out: kubectl describe showed "Reason: <nil>".
+    assert "reason" not in data["history"][0]
+    assert "batchId" not in data["history"][-1] and "sizeBytes" not in data["history"][-1]
     assert data["checkpoints"][0]["triggerTime"] == format_time(START)
     assert PersistedState.from_dict(data) == state
     assert format_time(0.0) == "1970-01-01T00:00:00Z"

@@ -144,15 +144,19 @@ def _completed_to_dict(checkpoint: CompletedCheckpoint) -> dict[str, Any]:
 
 
 def _outcome_to_dict(outcome: CheckpointOutcome) -> dict[str, Any]:
+    # What an outcome lacks is left out, not null: `kubectl describe` shows a null as <nil>.
+    known = {
+        "batchId": outcome.batch_id,
+        "sizeBytes": outcome.size_bytes,
+        "reason": outcome.reason.value if outcome.reason else None,
+    }
     return {
         "id": outcome.checkpoint_id,
         "kind": outcome.kind.value,
         "status": outcome.status.value,
         "triggerTime": format_time(outcome.trigger_time),
         "endTime": format_time(outcome.end_time),
-        "batchId": outcome.batch_id,
-        "sizeBytes": outcome.size_bytes,
-        "reason": outcome.reason.value if outcome.reason else None,
+        **{key: value for key, value in known.items() if value is not None},
         "message": outcome.message,
         **({"label": outcome.label} if outcome.label else {}),
     }
