@@ -81,30 +81,34 @@ def test_a_long_message_keeps_its_count_of_withheld_events() -> None:
             st.one_of(st.floats(min_value=0.0, max_value=1.0), st.floats(0.0, 900.0)),
             st.sampled_from(["Warning", "Normal"]),
             st.sampled_from(["CheckpointFailed", "DriverFailed", "Restored"]),
+            st.sampled_from(["", "periodic", "nonce 1", "snapshot nightly"]),
         ),
         max_size=200,
     ),
 )
 def test_every_event_is_posted_or_counted_and_no_reason_exceeds_its_bucket(
-    burst: int, refill: float, events: list[tuple[float, str, str]]
+    burst: int, refill: float, events: list[tuple[float, str, str, str]]
 ) -> None:
-    posted: list[tuple[float, str, str, str]] = []
+    posted: list[tuple[float, str, str, str, str]] = []
     clock = Clock()
+    request = ""  # of the event being posted: the message says nothing of it
     throttle = EventThrottle(
-        lambda kind, reason, message: posted.append((clock.now, kind, reason, message)),
+        lambda kind, reason, message: posted.append((clock.now, kind, reason, request, message)),
         clock,
         burst,
         refill,
     )
-    calls: dict[tuple[str, str], list[tuple[float, bool]]] = {}  # when, and whether posted
-    for delay, kind, reason in events:
+    # when, and whether posted
+    calls: dict[tuple[str, str, str], list[tuple[float, bool]]] = {}
+    for delay, kind, reason, request in events:
         clock.now += delay
         before = len(posted)
-        throttle(kind, reason, "m")
-        calls.setdefault((kind, reason), []).append((clock.now, len(posted) > before))
+        throttle(kind, reason, "m", request)
+        calls.setdefault((kind, reason, request), []).append((clock.now, len(posted) > before))
 
-    for (kind, reason), outcomes in calls.items():
-        mine = [message for _, k, r, message in posted if (k, r) == (kind, reason)]
+    for key, outcomes in calls.items():
+        reason = key[1]
+        mine = [message for _, *event, message in posted if tuple(event) == key]
         # The first burst of a reason is posted whole; after it, a bucket's worth at most.
         assert all(was for _, was in outcomes[:burst])
         posted_times = [at for at, was in outcomes if was]
@@ -136,3 +140,34 @@ def test_a_jobs_throttle_outlives_its_daemons_restarts(monkeypatch: pytest.Monke
         for _ in range(BURST):
             controller._post_event("Normal", "DriverAdopted", "adopted the running driver")
     assert posted == ["DriverAdopted"] * BURST
+
+
+def test_the_answer_to_a_request_is_not_held_back_by_a_flood_of_periodic_ones() -> None:
+    """Savepoints every few seconds spent SavepointCompleted's bucket, and the one a
+    user's trigger nonce asked for was not posted (a status write alone answered it)."""
+    posted: list[tuple[str, str, str]] = []
+    clock = Clock()
+    throttle = EventThrottle(lambda *event: posted.append(event), clock)
+    for savepoint in range(1, 31):
+        throttle("Normal", "SavepointCompleted", f"savepoint {savepoint} complete", "periodic")
+        clock.now += 2.0
+    assert len(posted) == BURST  # a burst; the next in a minute
+    throttle("Normal", "SavepointCompleted", "savepoint 31 complete (nonce 4)", "nonce 4")
+    assert posted[-1] == ("Normal", "SavepointCompleted", "savepoint 31 complete (nonce 4)")
+
+
+def test_the_buckets_of_requests_long_answered_are_not_kept() -> None:
+    """A job asked for a snapshot every five minutes for a month: a bucket each, for ever."""
+    clock = Clock()
+    throttle = EventThrottle(lambda *_: None, clock)
+    for snapshot in range(8640):
+        throttle("Normal", "SnapshotCompleted", "done", f"snapshot s{snapshot}")
+        throttle("Normal", "SavepointCompleted", "done", f"snapshot s{snapshot}")
+        clock.now += 300.0
+    # A bucket full again withholds nothing: it is a new one, and goes.
+    assert len(throttle._buckets) == 2
+    # One still refilling stays, or the next burst of its key would be a whole one.
+    for _ in range(BURST + 1):
+        throttle("Warning", "CheckpointFailed", "expired", "")
+    throttle("Normal", "SnapshotCompleted", "done", "snapshot later")
+    assert ("Warning", "CheckpointFailed", "") in throttle._buckets

@@ -1459,7 +1459,7 @@ class JobController:
         is_snapshots = snapshots.is_snapshot_label(notice.label)
         if notice.level is not Level.DETAIL or (is_snapshots and notice.reason in DISPOSALS):
             kind = "Warning" if notice.level is Level.WARNING else "Normal"
-            self._post_event(kind, notice.reason, message)
+            self._post_event(kind, notice.reason, message, notice.label)
         answer = snapshots.answer(notice.reason, notice.cause)
         if snapshots.is_snapshot_label(notice.label) and answer is not None:
             # Its answer: asked again (or counted as failed) only once it is known.
