@@ -96,15 +96,16 @@ class DiscardDue:
 class UnrestorableImage:
     """An image a restore will not use again (``status.unrestorable``): a restored query
     failed on it before committing a batch, or the restorable check after it completed
-    found it unusable, or (``left_behind``) a restore of an older image went on without
-    it, whose sinks discarded the output staged after that image: restored, it would
-    resume after output that is gone, whatever spec runs. ``source`` is its restore
-    candidate's spelling (``checkpoint:3``)."""
+    found it unusable, or a restore of an older image went on without it, whose sinks
+    discarded the output staged after that image: restored, it would resume after output
+    that is gone, whatever spec runs (``permanent``; so is an image a driver failed on
+    before it said which one it restored: it may have skipped it). ``source`` is its
+    restore candidate's spelling (``checkpoint:3``)."""
 
     source: str
     reason: str
     attempt: int  # the job attempt whose restore (or check) found it
-    left_behind: bool = False
+    permanent: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         document: dict[str, Any] = {
@@ -112,8 +113,8 @@ class UnrestorableImage:
             "reason": self.reason,
             "attempt": self.attempt,
         }
-        if self.left_behind:  # written only when so: statuses of earlier operators read alike
-            document["leftBehind"] = True
+        if self.permanent:  # written only when so: statuses of earlier operators read alike
+            document["permanent"] = True
         return document
 
     @classmethod
@@ -125,7 +126,7 @@ class UnrestorableImage:
             "source": _field(data, "source", str, None, f"{where}."),
             "reason": _field(data, "reason", str, "", f"{where}."),
             "attempt": _count(data, "attempt", f"{where}.", default=None),
-            "left_behind": _field(data, "leftBehind", bool, False, f"{where}."),
+            "permanent": _field(data, "permanent", bool, False, f"{where}."),
         }
         for key in ("source", "attempt"):
             if values[key] is None:
@@ -179,9 +180,9 @@ class PersistedStatus:
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None
     unrestorable: Sequence[UnrestorableImage] = ()
-    # The last job attempt whose query ran (phase Running; 0: none yet); None in a status
-    # an earlier operator wrote, which did not keep it.
-    last_running_attempt: int | None = None
+    # The last job attempt whose query committed a batch after the image it restored (0:
+    # none yet); None in a status an earlier operator wrote, which did not keep it.
+    last_committing_attempt: int | None = None
     restore_choice: RestoreChoice | None = None
     message: str = ""
     last_committed_batch: int | None = None
@@ -207,7 +208,7 @@ class PersistedStatus:
             "jobAttempt": self.job_attempt,
             "restoredFrom": None if self.restored_from is None else self.restored_from.to_json(),
             "unrestorable": [image.to_dict() for image in self.unrestorable],
-            "lastRunningAttempt": self.last_running_attempt,
+            "lastCommittingAttempt": self.last_committing_attempt,
             "restoreChoice": None if self.restore_choice is None else self.restore_choice.to_dict(),
             "message": self.message,
             "lastCommittedBatch": self.last_committed_batch,
@@ -256,7 +257,7 @@ class PersistedStatus:
                 UnrestorableImage.from_dict(entry, f"unrestorable[{index}]")
                 for index, entry in enumerate(_field(data, "unrestorable", list, []))
             ],
-            last_running_attempt=_count(data, "lastRunningAttempt", default=None),
+            last_committing_attempt=_count(data, "lastCommittingAttempt", default=None),
             restore_choice=(
                 None
                 if data.get("restoreChoice") is None

@@ -72,6 +72,14 @@ _FILE_READ_FAILURE = re.compile(
 _MISSING_LOG_ENTRY = re.compile(r"\bbatch \d+ doesn't exist\b")
 
 
+def image_free(error: str) -> str:
+    """A query change's error without what differs in each image: Spark's metadata log
+    prefixes ``UnsupportedLogVersion`` with the log file it read (``Failed to read log file
+    .../offsets/12.``)."""
+    start = error.find(NEWER_SPARK_LOG)
+    return error if start < 0 else error[start:]
+
+
 def query_change(error: str) -> bool:
     """Whether a restored query's error says the query (or its Spark) no longer fits the
     image's state."""

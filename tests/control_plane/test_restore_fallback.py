@@ -26,6 +26,7 @@ from spark_checkpoint_operator.coordinator import (
     CheckpointKind,
     CompletedCheckpoint,
     CoordinatorConfig,
+    JobPhase,
     PersistedState,
     TerminalOutcome,
 )
@@ -212,11 +213,13 @@ def test_a_restore_that_fails_on_its_image_falls_back_to_the_previous_one() -> N
     assert status["unrestorable"][0]["source"] == newest
 
 
-# Spark's words when an older Spark reads a log a newer one wrote (MetadataVersionUtil).
+# Spark's words when an older Spark reads a log a newer one wrote (MetadataVersionUtil),
+# after the log file of each image (HDFSMetadataLog).
 OLDER_SPARK_ERROR = (
-    "java.lang.IllegalStateException: UnsupportedLogVersion: maximum supported log version is "
-    "v1, but encountered v2. The log file was produced by a newer version of Spark and cannot "
-    "be read by this version. Please upgrade."
+    "java.lang.IllegalStateException: Failed to read log file file:/live/offsets/{batch}. "
+    "UnsupportedLogVersion: maximum supported log version is v1, but encountered v2. The log "
+    "file was produced by a newer version of Spark and cannot be read by this version. Please "
+    "upgrade."
 )
 
 
@@ -238,7 +241,7 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
             await _next_driver(launcher, index)
             await until(lambda: supervisor.record.restored_from is not None)
             launcher.drivers[index].agent.reachable = False
-            launcher.drivers[index].error = [error]
+            launcher.drivers[index].error = [error.format(batch=12 - index)]
             launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
         return await run, supervisor, launcher
 
@@ -251,7 +254,7 @@ def test_the_same_failure_on_two_images_fails_the_job_and_leaves_both_restorable
     assert supervisor.record.message == (
         f"the restored query failed the same way on {newest} and {previous}: the pipeline or "
         "its settings no longer fit the job's state, not the images (both stay restorable): "
-        f"change them back or start without that state: {error}"
+        f"change them back or start without that state: {error.format(batch=10)}"
     )
     assert supervisor.record.unrestorable == []
 
@@ -321,6 +324,47 @@ def test_the_same_image_fault_on_two_images_falls_back_on() -> None:
     assert ended is TerminalOutcome.FAILED
     assert supervisor.record.message.startswith("no restorable image left: ")
     assert len(supervisor.record.unrestorable) == 2
+
+
+class IdleRunningAgent(RestoringAgent):
+    """Reports its restored query running without a batch past its image, as the driver's
+    agent does after a trigger without new data (the state is read when data comes)."""
+
+    def _status(self) -> AgentStatus:
+        return replace(FakeAgent._status(self), restored_from=self.restored)
+
+
+def test_a_restored_query_running_without_a_batch_is_not_past_its_image() -> None:
+    """A reviewer's: the codec scenario on idle input. Each restored query ran (phase
+    Running) before its first batch read the state and failed: counted as past its image,
+    every mark was of an attempt not after it, and none was forgotten under a fixed spec."""
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor]:
+        launcher = RestoringLauncher()
+        launcher.agent_class = IdleRunningAgent
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        for index in (1, 2):
+            await _next_driver(launcher, index)
+            attempt = index + 1
+            await until(
+                lambda attempt=attempt: (
+                    supervisor.record.attempt == attempt
+                    and supervisor.record.phase is JobPhase.RUNNING
+                )
+            )
+            launcher.drivers[index].agent.reachable = False
+            launcher.drivers[index].error = [f"{LOAD_ERROR} {index}.delta"]
+            launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+        return await run, supervisor
+
+    ended, supervisor = asyncio.run(scenario())
+    assert ended is TerminalOutcome.FAILED
+    record = supervisor.record
+    assert record.last_committing_attempt == 1
+    assert [e.attempt for e in record.unrestorable] == [2, 3]
+    assert len(record.forget_failed_restores()) == 2
 
 
 def test_a_restore_failure_before_a_run_that_went_on_is_not_compared_with_later_ones() -> None:
@@ -598,7 +642,7 @@ def test_the_images_newer_than_one_restored_by_name_are_never_restored_again() -
         "source": f"checkpoint:{newer}",
         "reason": f"attempt 2 went on from checkpoint:{older}",
         "attempt": 2,
-        "leftBehind": True,
+        "permanent": True,
     }
     restored = [n.message for n in notices if n.reason == "Restored"]
     assert restored == 2 * [
@@ -815,10 +859,10 @@ def test_a_restore_choice_is_written_until_an_image_completes_after_it() -> None
 def test_a_changed_deployment_forgets_the_failed_restores_since_the_query_last_ran(
     entries: list[UnrestorableImage], since: int | None
 ) -> None:
-    record = JobRecord(unrestorable=list(entries), last_running_attempt=since)
+    record = JobRecord(unrestorable=list(entries), last_committing_attempt=since)
     forgotten = record.forget_failed_restores()
     # Of the streak since the query last ran; never what a restore left behind (its staged
     # output is gone), nor anything when that is not known (an earlier operator's status).
-    expected = [e for e in entries if since is not None and e.attempt > since and not e.left_behind]
+    expected = [e for e in entries if since is not None and e.attempt > since and not e.permanent]
     assert forgotten == [e.source for e in expected]
     assert record.unrestorable == [e for e in entries if e not in expected]

@@ -139,7 +139,7 @@ records = st.builds(
     failed_restores=counts,
     restored_from=st.none() | restores,
     unrestorable=st.lists(unrestorable, max_size=3),
-    last_running_attempt=st.none() | counts,
+    last_committing_attempt=counts,  # None: read from an earlier status (tested apart)
     message=texts,
     coordinator=coordinators,
     pending=st.lists(pending, max_size=3),
@@ -178,7 +178,7 @@ def _resumable(record: JobRecord) -> tuple[object, ...]:
         record.failed_restores,
         record.restored_from,
         record.unrestorable,
-        record.last_running_attempt,
+        record.last_committing_attempt,
         record.restore_choice_in_force,
         record.message,
         record.discards_due,
@@ -240,6 +240,18 @@ def test_the_status_round_trips_through_each_of_its_users(
         assert registry.refused_by_run is None
 
 
+@pytest.mark.parametrize(("phase", "since"), [(JobPhase.RUNNING, 4), (JobPhase.FAILED, None)])
+def test_an_earlier_operators_status_counts_a_running_attempt_as_past_its_image(
+    phase: JobPhase, since: int | None
+) -> None:
+    """Written before lastCommittingAttempt: a Running job's attempt ran its query (its
+    restores that fail later are forgotten under a changed deployment); else none is known."""
+    written = JobRecord(phase=phase, attempt=4).to_dict()
+    del written["lastCommittingAttempt"]
+    assert JobRecord.from_dict(written).last_committing_attempt == since
+    assert JobRecord().last_committing_attempt == 0  # a new job's: none yet
+
+
 def test_a_missing_status_file_is_a_new_job() -> None:
     with tempfile.TemporaryDirectory() as directory:
         paths = LocalPaths(Path(directory) / "default" / "job")
@@ -289,8 +301,8 @@ def _completed(kind: CheckpointKind, checkpoint_id: int) -> dict[str, object]:
             "unrestorable[0].attempt: expected 0 to",
         ),
         (
-            {"unrestorable": [{"source": "checkpoint:3", "attempt": 1, "leftBehind": "yes"}]},
-            "unrestorable[0].leftBehind: expected a boolean, got 'yes'",
+            {"unrestorable": [{"source": "checkpoint:3", "attempt": 1, "permanent": "yes"}]},
+            "unrestorable[0].permanent: expected a boolean, got 'yes'",
         ),
         (
             {"unrestorable": [{"source": 3, "attempt": 1}]},

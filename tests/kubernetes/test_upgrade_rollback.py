@@ -512,7 +512,7 @@ def test_images_an_upgrade_could_not_read_are_restored_by_the_spec_rolled_back_t
         status = rolled_back_and_running(cluster)
         assert not status.get("unrestorable"), status["unrestorable"]
         assert not any(s.get("unrestorable") for s in status["savepointHistory"])
-        assert status["lastRunningAttempt"] == status["jobAttempt"]
+        assert status["lastCommittingAttempt"] == status["jobAttempt"]
 
 
 def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_back(
@@ -523,14 +523,14 @@ def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_
     with LocalCluster(tmp_path, simulated=agents()) as cluster:
         cluster.apply(job())
         completed(cluster, "orders", 1)
-        cluster.wait_for("Running", lambda: cluster.status("orders").get("lastRunningAttempt"))
+        cluster.wait_for("Running", lambda: cluster.status("orders").get("lastCommittingAttempt"))
         cluster.patch_spec("orders", {"image": UNREADING})
         failed = in_phase(cluster, "orders", "Failed")
         assert failed["message"].startswith("no restorable image left: savepoint:"), failed
-        assert failed["lastRunningAttempt"] == 1
+        assert failed["lastCommittingAttempt"] == 1
 
         cluster.patch_spec("orders", {"image": "example/orders:1"})
         status = running_image(cluster, "example/orders:1")
         assert status["restoredFrom"]["source"] == failed["unrestorable"][0]["source"]
         assert not status.get("unrestorable"), status["unrestorable"]
-        assert status["lastRunningAttempt"] == status["jobAttempt"]
+        assert status["lastCommittingAttempt"] == status["jobAttempt"]

@@ -665,7 +665,7 @@ class JobController:
         if changed and (forgotten := self._record.forget_failed_restores()):
             log.info(
                 "job %s/%s: restorable again under the changed spec (restores failed on "
-                "them since its query last ran): %s",
+                "them since its query last committed a batch): %s",
                 self._namespace,
                 self._name,
                 ", ".join(forgotten),

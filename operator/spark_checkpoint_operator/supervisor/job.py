@@ -22,7 +22,7 @@ from spark_checkpoint.protocol import (
     RestoredFrom,
     SkippedImage,
 )
-from spark_checkpoint.restore import query_change
+from spark_checkpoint.restore import image_free, query_change
 from spark_checkpoint.storage.layout import JobStorageLayout
 from spark_checkpoint_operator.agent_client import AgentRejected, AgentUnavailable
 from spark_checkpoint_operator.coordinator import (
@@ -439,6 +439,13 @@ class JobSupervisor:
             # No checkpoint tells progress: its batches do (see `_made_progress`).
             self._record.restarts = 0
             await self._interpreter.persist()
+
+    def _note_committed(self, batch: int | None, restored: RestoredFrom | None) -> None:
+        """The attempt's query committed ``batch``: past its image (``restored``), its
+        restore can no longer fail on it (Running is not: a trigger without new data reads
+        no state)."""
+        if batch is not None and (restored is None or batch > restored.batch_id):
+            self._record.last_committing_attempt = self._record.attempt
 
     def _made_progress(self, attempt: Attempt) -> bool:
         """Whether the attempt made progress, so that its failure starts the restarts in a
@@ -862,15 +869,18 @@ class JobSupervisor:
             raise NoRestorableImage(f"no restorable image left: {reasons}")
         return candidates
 
+    def _reported_restore(self, attempt: Attempt) -> RestoredFrom | None:
+        """The restore the attempt's agent reported: unconfirmed, or confirmed (adopted);
+        None if it had not."""
+        return attempt.unconfirmed_restore or self._record.restored_from
+
     def _failed_restore(self, attempt: Attempt, exit_code: int) -> str | None:
         """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
         restored one."""
         if exit_code != DriverExit.RESTORE_UNUSABLE:
             return None
-        if attempt.unconfirmed_restore is not None:
-            return attempt.unconfirmed_restore.candidate.encode()
-        if self._record.restored_from is not None:  # this attempt's, confirmed or adopted
-            return self._record.restored_from.candidate.encode()
+        if (reported := self._reported_restore(attempt)) is not None:
+            return reported.candidate.encode()
         if attempt.candidates:
             # Its restore is not known (its agent had not reported it): every candidate
             # before the one it restored was one it could not read, so the first is
@@ -899,7 +909,7 @@ class JobSupervisor:
             last is None
             or not error
             or not query_change(error[0])
-            or not same_error(error, last[2])
+            or not same_error([image_free(error[0])], [image_free(last[2][0])])
         ):
             return False
         image, failed_attempt, _, marked = last
@@ -927,8 +937,13 @@ class JobSupervisor:
             "a batch, on an error that points at the checkpoint: "
             + (error[0] if error else "(the driver's log has it)")
         )
+        # Its driver ended before it said which image it restored: it may have skipped
+        # this one, and its sinks discarded the output staged after the one restored.
+        guessed = self._reported_restore(attempt) is None
         for image in marked:
-            self._record.unrestorable.append(UnrestorableImage(image, reason, self._record.attempt))
+            self._record.unrestorable.append(
+                UnrestorableImage(image, reason, self._record.attempt, permanent=guessed)
+            )
         # Its sinks restored `source` before the query failed: what it passed over is left
         # behind, also when its agent never reported the restore.
         skipped = attempt.unconfirmed_restore.skipped if attempt.unconfirmed_restore else ()
@@ -1121,6 +1136,7 @@ class JobSupervisor:
                 self._record.last_batch = batch
             if status.restored_from != self._record.restored_from:
                 self._record_restore(attempt, status.restored_from)
+            self._note_committed(batch, status.restored_from)
         # A restored query is reported restoring until it got past its image.
         running = status.query.state.runs_tasks
         if running:
@@ -1131,7 +1147,6 @@ class JobSupervisor:
         )
         if running and not attempt.leaving and self._record.phase is not JobPhase.RUNNING:
             self._record.message = ""  # why an earlier attempt ended is in its events
-            self._record.last_running_attempt = self._record.attempt
             await self._interpreter.enter(JobPhase.RUNNING)
         known = {p.checkpoint_id for p in self._interpreter.coordinator.pending}
         known.update(*self._registered())
@@ -1254,7 +1269,7 @@ class JobSupervisor:
             self._record.restore_choice = choice
         marked = {entry.source for entry in self._record.unrestorable}
         new = [
-            UnrestorableImage(image, reason, self._record.attempt, left_behind=True)
+            UnrestorableImage(image, reason, self._record.attempt, permanent=True)
             for image, reason in self._left_behind(source, skipped).items()
             if image not in marked
         ]

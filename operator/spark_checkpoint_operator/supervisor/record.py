@@ -29,9 +29,9 @@ class JobRecord:
     restored_from: RestoredFrom | None = None  # the current attempt's, as its agent reported
     # Images a restored query failed on, or checked unusable: never tried again.
     unrestorable: list[UnrestorableImage] = field(default_factory=list)
-    # The last attempt whose query ran (phase Running; 0: none yet). None: not known (read
-    # from a status an earlier operator wrote).
-    last_running_attempt: int | None = 0
+    # The last attempt whose query committed a batch after the image it restored (0: none
+    # yet). None: not known (a status an earlier operator wrote, of a job not Running).
+    last_committing_attempt: int | None = 0
     # The image restored instead of the newest until an image completes (`restore_from`):
     # kept, so that a restart of the runtime restores it again, not an image it set aside.
     restore_choice: RestoreChoice | None = None
@@ -72,16 +72,17 @@ class JobRecord:
 
     def forget_failed_restores(self) -> list[str]:
         """A changed deployment runs: the images restores failed on (or checks found
-        unusable) since the job's query last ran are restorable again, and are returned.
+        unusable) since the job's query last committed a batch past its image are
+        restorable again, and are returned.
         That streak was of the deployment before (a codec the state was not written with,
         an older Spark, a broken setting); under another one the images restore, or fail
         and are marked again. Not what a restore of an older image left behind
-        (``left_behind``), whose staged output is gone whatever runs; nothing when it is not
-        known when the query last ran."""
-        since = self.last_running_attempt
+        (``permanent``), whose staged output is gone whatever runs; nothing when it is not
+        known when the query last committed one."""
+        since = self.last_committing_attempt
         if since is None:
             return []
-        forgotten = [e for e in self.unrestorable if e.attempt > since and not e.left_behind]
+        forgotten = [e for e in self.unrestorable if e.attempt > since and not e.permanent]
         self.unrestorable = [e for e in self.unrestorable if e not in forgotten]
         return [entry.source for entry in forgotten]
 
@@ -98,7 +99,7 @@ class JobRecord:
             failed_restores=self.failed_restores,
             restored_from=self.restored_from,
             unrestorable=self.unrestorable,
-            last_running_attempt=self.last_running_attempt,
+            last_committing_attempt=self.last_committing_attempt,
             restore_choice=self.restore_choice_in_force,
             message=self.message,
             last_committed_batch=self.last_batch,
@@ -137,7 +138,12 @@ class JobRecord:
             failed_restores=status.failed_restores,
             restored_from=status.restored_from,
             unrestorable=list(status.unrestorable),
-            last_running_attempt=status.last_running_attempt,
+            last_committing_attempt=(
+                status.job_attempt
+                # An earlier operator's status: a Running job's attempt ran its query.
+                if status.last_committing_attempt is None and status.phase is JobPhase.RUNNING
+                else status.last_committing_attempt
+            ),
             restore_choice=status.restore_choice,
             message=status.message,
             discards_due=list(status.discards_due),

@@ -115,6 +115,11 @@ class SimulatedAgent:
     # registry's savepoints kept there), reported from the start as a real agent does.
     highest_stored_id: int | None = None
     exit_code: int | None = None
+    # What its termination message says as it ends (a reported error).
+    exit_message: str = ""
+    # The error its restored query fails with once its status was read (its restore
+    # reported), as a real one fails at its first batch: RESTORE_UNUSABLE.
+    fails_restore_with: str = ""
     # The driver runs on, but nothing reaches its agent (a hung process, a network cut).
     cut_off: bool = False
     # Savepoint discards are answered 503 (storage unavailable for a while); those taken
@@ -320,6 +325,9 @@ class SimulatedAgents:
         except ValueError as error:
             return web.json_response(ErrorAnswer(f"bad request: {error}").to_json(), status=400)
         loop = asyncio.get_running_loop()
+        if agent.fails_restore_with and not agent.exit_message:
+            agent.exit_message = f"{REPORTED_ERROR_HEADER}\n{agent.fails_restore_with}"
+            loop.call_later(0.2, agent.end, DriverExit.RESTORE_UNUSABLE)
         deadline = loop.time() + wait
         while True:
             status = agent.status(loop.time())
@@ -527,13 +535,7 @@ class SimulatedKubelet:
             return
         environment = {e["name"]: e.get("value", "") for e in container.get("env", ())}
         restore = json.loads(environment.get("SPARK_CHECKPOINT_RESTORE", "[]"))
-        if restore and container.get("image") in self._agents.unreading_images:
-            error = UNREADABLE_STATE_ERROR.format(version=len(restore) + 1)
-            message = f"{REPORTED_ERROR_HEADER}\n{error}"
-            terminated = _terminated(ip, container["name"], DriverExit.RESTORE_UNUSABLE, message)
-            await self._set_status(key, terminated)
-            return
-        await self._agents.add(
+        agent = await self._agents.add(
             ip,
             await self._token(pod),
             JobStorageLayout(
@@ -544,6 +546,10 @@ class SimulatedKubelet:
             int(environment.get("SPARK_CHECKPOINT_ATTEMPT", "1")),
             restore,
         )
+        if restore and container.get("image") in self._agents.unreading_images:
+            agent.fails_restore_with = UNREADABLE_STATE_ERROR.format(version=len(restore) + 1)
+            # Restoring (its restore reported) until it fails: no batch past its image.
+            agent.restore_seconds = agent.batch_seconds = 3600.0
         if key not in self._pod_ips:  # deleted while it started
             self._agents.agents.pop(ip, None)
             return
@@ -594,7 +600,9 @@ class SimulatedKubelet:
                     continue
                 reported.add((key, ip))
                 await _ignore_missing(
-                    self._set_status(key, _terminated(ip, "driver", agent.exit_code))
+                    self._set_status(
+                        key, _terminated(ip, "driver", agent.exit_code, agent.exit_message)
+                    )
                 )
 
     async def _set_status(self, key: tuple[str, str], status: dict[str, Any]) -> None:
