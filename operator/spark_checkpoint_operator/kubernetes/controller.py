@@ -657,7 +657,8 @@ class JobController:
         and stop before it may take any time), whichever spec it runs: the spec may have
         changed again while the stable driver stopped. Under a changed deployment (a fix
         after a failure, a rollback), the images restores failed on since the query last
-        ran are restorable again (`JobRecord.forget_failed_restores`)."""
+        committed a batch past its image are restorable again
+        (`JobRecord.forget_failed_restores`)."""
         if self._record.phase in (JobPhase.FAILED, JobPhase.CANCELLED):
             self._record.message = ""
         target = objects.deployment_hash(self._spec)
