@@ -866,3 +866,52 @@ def test_a_changed_deployment_forgets_the_failed_restores_since_the_query_last_r
     expected = [e for e in entries if since is not None and e.attempt > since and not e.permanent]
     assert forgotten == [e.source for e in expected]
     assert record.unrestorable == [e for e in entries if e not in expected]
+
+
+def test_a_restore_reported_while_the_query_starts_is_no_guess() -> None:
+    """A reviewer's: a query that fails at once (an older Spark reading the offsets log)
+    had its restore reported only while starting: the mark was taken for a guess, made
+    permanent, and never forgotten under a fixed spec."""
+
+    async def scenario() -> JobSupervisor:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await until(lambda: launcher.drivers and len(launcher.drivers[0].agent.completed) >= 3)
+        launcher.agent_class = StillStartingAgent
+        launcher.drivers[0].agent.reachable = False
+        launcher.drivers[0].code = DriverExit.FAILED
+        agent = await _next_driver(launcher, 1)
+        await until(lambda: agent.status_requests > 1)
+        launcher.drivers[1].agent.reachable = False
+        launcher.drivers[1].error = [OLDER_SPARK_ERROR.format(batch=3)]
+        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
+        await until(lambda: supervisor.record.unrestorable)
+        supervisor.suspend_now()
+        await asyncio.wait_for(run, 10)
+        return supervisor
+
+    supervisor = asyncio.run(scenario())
+    [entry] = supervisor.record.unrestorable
+    assert (entry.attempt, entry.permanent) == (2, False)
+    assert supervisor.record.forget_failed_restores() == [entry.source]
+
+
+def test_a_failure_without_error_lines_is_compared_with_the_next_without_a_crash() -> None:
+    """A reviewer's: the restored query failed without a word, the next one with a query
+    change's error: comparing them raised IndexError, and the supervisor died."""
+
+    async def scenario() -> TerminalOutcome:
+        launcher = RestoringLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        for index, error in ((1, []), (2, [OLDER_SPARK_ERROR.format(batch=2)])):
+            await _next_driver(launcher, index)
+            await until(lambda: supervisor.record.restored_from is not None)
+            launcher.drivers[index].agent.reachable = False
+            launcher.drivers[index].error = error
+            launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+        return await asyncio.wait_for(run, 20)
+
+    assert asyncio.run(scenario()) is TerminalOutcome.FAILED

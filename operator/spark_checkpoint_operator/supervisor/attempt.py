@@ -72,6 +72,9 @@ class Attempt:
     # The image it restored from until the agent reports the query running or it ends
     # cleanly (`confirm_restore`); None: confirmed, or none.
     unconfirmed_restore: RestoredFrom | None = None
+    # The restore its agent reported, from before the query starts on (kept once
+    # confirmed): which image a failure before its first batch is of.
+    reported_restore: RestoredFrom | None = None
     completed: list[str] = field(default_factory=list)  # images registered by this attempt
     # The last batch of bounded input, once the agent reported it (its final checkpoint
     # was requested, or one covering it was found).

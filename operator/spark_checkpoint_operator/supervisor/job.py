@@ -870,9 +870,9 @@ class JobSupervisor:
         return candidates
 
     def _reported_restore(self, attempt: Attempt) -> RestoredFrom | None:
-        """The restore the attempt's agent reported: unconfirmed, or confirmed (adopted);
-        None if it had not."""
-        return attempt.unconfirmed_restore or self._record.restored_from
+        """The restore the attempt's agent reported (also while its query still started),
+        or its record's (adopted); None if it had not."""
+        return attempt.reported_restore or attempt.unconfirmed_restore or self._record.restored_from
 
     def _failed_restore(self, attempt: Attempt, exit_code: int) -> str | None:
         """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
@@ -909,7 +909,7 @@ class JobSupervisor:
             last is None
             or not error
             or not query_change(error[0])
-            or not same_error([image_free(error[0])], [image_free(last[2][0])])
+            or not same_error([image_free(error[0])], [image_free(line) for line in last[2][:1]])
         ):
             return False
         image, failed_attempt, _, marked = last
@@ -1121,7 +1121,7 @@ class JobSupervisor:
         if status.restored_from is not None:
             # Reported before the query starts, as soon as the driver restored: its sinks
             # discard what the images it passed over covered before the query starts.
-            restored = status.restored_from
+            restored = attempt.reported_restore = status.restored_from
             if self._mark_left_behind(restored.candidate.encode(), restored.skipped):
                 # At once: the next attempt must not choose one, whatever happens next.
                 await self._interpreter.persist()
