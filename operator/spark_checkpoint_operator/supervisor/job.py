@@ -928,7 +928,8 @@ class JobSupervisor:
 
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
         """The restored query failed on its image before it committed a batch: that image,
-        and any checkpoint this attempt took of it, are never restored again."""
+        and any checkpoint this attempt took of it, are not restored again (unless named,
+        or under a changed deployment: `JobRecord.forget_failed_restores`)."""
         error = attempt.driver.error_lines()
         marked = [source, *attempt.completed]
         self._last_restore_failure = (source, self._record.attempt, error, marked)

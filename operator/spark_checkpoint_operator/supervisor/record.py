@@ -27,7 +27,8 @@ class JobRecord:
     restores: int = 0  # attempts whose restore succeeded (see JobSupervisor._confirm_restore)
     failed_restores: int = 0
     restored_from: RestoredFrom | None = None  # the current attempt's, as its agent reported
-    # Images a restored query failed on, or checked unusable: never tried again.
+    # Images a restored query failed on, or checked unusable, or left behind: not tried
+    # again (unless named, or, not permanent, under a changed deployment).
     unrestorable: list[UnrestorableImage] = field(default_factory=list)
     # The last attempt whose query committed a batch after the image it restored (0: none
     # yet). None: not known (a status an earlier operator wrote, of a job not Running).
