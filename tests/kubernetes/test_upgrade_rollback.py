@@ -515,18 +515,25 @@ def test_images_an_upgrade_could_not_read_are_restored_by_the_spec_rolled_back_t
         assert status["lastCommittingAttempt"] == status["jobAttempt"]
 
 
+def failed_on_every_image(cluster: LocalCluster) -> dict[str, Any]:
+    """The job ran (its query committed a batch), then was changed to an image whose
+    driver cannot read its state: it failed with no restorable image left; its status."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.wait_for("Running", lambda: cluster.status("orders").get("lastCommittingAttempt"))
+    cluster.patch_spec("orders", {"image": UNREADING})
+    failed: dict[str, Any] = in_phase(cluster, "orders", "Failed")
+    assert failed["message"].startswith("no restorable image left: savepoint:"), failed
+    return failed
+
+
 def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_back(
     tmp_path: Path,
 ) -> None:
     """Without rollback (the default), the same upgrade fails with no image left; the
     image changed back is another deployment, which restores the upgrade's savepoint."""
     with LocalCluster(tmp_path, simulated=agents()) as cluster:
-        cluster.apply(job())
-        completed(cluster, "orders", 1)
-        cluster.wait_for("Running", lambda: cluster.status("orders").get("lastCommittingAttempt"))
-        cluster.patch_spec("orders", {"image": UNREADING})
-        failed = in_phase(cluster, "orders", "Failed")
-        assert failed["message"].startswith("no restorable image left: savepoint:"), failed
+        failed = failed_on_every_image(cluster)
         assert failed["lastCommittingAttempt"] == 1
 
         cluster.patch_spec("orders", {"image": "example/orders:1"})
@@ -534,3 +541,29 @@ def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_
         assert status["restoredFrom"]["source"] == failed["unrestorable"][0]["source"]
         assert not status.get("unrestorable"), status["unrestorable"]
         assert status["lastCommittingAttempt"] == status["jobAttempt"]
+
+
+def test_a_failed_jobs_images_stay_unrestorable_when_it_runs_again_under_the_same_deployment(
+    tmp_path: Path,
+) -> None:
+    """A change beyond the deployment (checkpoint settings) runs a Failed job again, under
+    the spec whose drivers could not read its images: they stay unrestorable, and the job
+    fails again at once, without a driver that would fail on each again."""
+    with LocalCluster(tmp_path, simulated=agents()) as cluster:
+        failed = failed_on_every_image(cluster)
+
+        cluster.patch_spec("orders", {"checkpointing": {"interval": "2s"}})
+        cluster.wait_for_event("orders", "JobRetried")
+        again = cluster.wait_for(
+            "failed again",
+            lambda: (
+                cluster.event_reasons("orders").count("JobFailed") == 2
+                and (s := cluster.status("orders")).get("phase") == "Failed"
+                and s
+            ),
+            job="orders",
+        )
+        assert again["message"].startswith("no restorable image left: savepoint:"), again
+        assert again["unrestorable"] == failed["unrestorable"]
+        assert again["jobAttempt"] == failed["jobAttempt"]
+        assert driver_images(cluster) == []

@@ -802,10 +802,11 @@ class JobSupervisor:
         # verdict is waited for rather than a driver started on an image about to be
         # found unrestorable.
         await self._checks_done()
+        # Before the attempt is counted: none is when no image is left to restore.
+        candidates = self._restore_candidates()
         self._record.attempt += 1
         self._record.restart_due = None  # its backoff is over
         self._record.restored_from = None  # its agent reports the new attempt's
-        candidates = self._restore_candidates()
         # Persisted before the driver exists: a restarted runtime knows which attempt's
         # driver may be running and never starts a second one for it.
         await self._interpreter.enter(JobPhase.DEPLOYING)
@@ -872,7 +873,7 @@ class JobSupervisor:
     def _reported_restore(self, attempt: Attempt) -> RestoredFrom | None:
         """The restore the attempt's agent reported (also while its query still started),
         or its record's (adopted); None if it had not."""
-        return attempt.reported_restore or attempt.unconfirmed_restore or self._record.restored_from
+        return attempt.reported_restore or self._record.restored_from
 
     def _failed_restore(self, attempt: Attempt, exit_code: int) -> str | None:
         """The image the driver's query failed on, if it says so (RESTORE_UNUSABLE) and
