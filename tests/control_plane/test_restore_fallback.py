@@ -915,3 +915,44 @@ def test_a_failure_without_error_lines_is_compared_with_the_next_without_a_crash
         return await asyncio.wait_for(run, 20)
 
     assert asyncio.run(scenario()) is TerminalOutcome.FAILED
+
+
+class UnreportedRestoreOnceLauncher(RestoringLauncher):
+    """Its second driver ends before its agent said which image it restored."""
+
+    async def launch(self, attempt: int, restore: list[str]) -> Any:
+        driver = await super().launch(attempt, restore)
+        if len(self.drivers) == 2:
+            driver.agent.restored = None
+            driver.agent.reachable = False
+        return driver
+
+
+def test_the_same_failure_on_two_images_keeps_a_guessed_mark() -> None:
+    """A driver failed on the newest image before it said which it restored (it may have
+    skipped it, its staged output discarded): marked for good. The next fails the same way
+    on the image before: the pipeline's fault, but the guess stays (it went with the rest)."""
+
+    async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
+        launcher = UnreportedRestoreOnceLauncher()
+        supervisor, _ = _supervisor(launcher, max_retries=1)
+        run = asyncio.create_task(supervisor.run())
+        await _checkpoints_then_crash(launcher, 3)
+        await _next_driver(launcher, 1)
+        launcher.drivers[1].error = [SCHEMA_ERROR]
+        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
+        await _fails_at_restore(launcher, supervisor, 2, SCHEMA_ERROR)
+        return await asyncio.wait_for(run, 20), supervisor, launcher
+
+    ended, supervisor, launcher = asyncio.run(scenario())
+
+    assert ended is TerminalOutcome.FAILED
+    newest, previous = launcher.restores[1][:2]
+    assert supervisor.record.message.startswith(
+        f"the restored query failed the same way on {newest} and {previous}: the pipeline or "
+        f"its settings no longer fit the job's state, not the images ({previous} stays "
+        f"restorable; {newest} not: its driver ended before it said which image it restored)"
+    )
+    assert [(e.source, e.attempt, e.permanent) for e in supervisor.record.unrestorable] == [
+        (newest, 2, True)
+    ]

@@ -914,16 +914,24 @@ class JobSupervisor:
         ):
             return False
         image, failed_attempt, _, marked = last
-        # Only the images marked for that failure: those its restore left behind stay so.
+        # Only the images marked for that failure; not those its restore left behind, nor
+        # one it may have skipped (a guess: it ended before it said which it restored).
         self._record.unrestorable = [
             entry
             for entry in self._record.unrestorable
-            if entry.attempt != failed_attempt or entry.source not in marked
+            if entry.attempt != failed_attempt or entry.source not in marked or entry.permanent
         ]
+        guessed = any(e.source == image and e.permanent for e in self._record.unrestorable)
+        restorable = (
+            f"{source} stays restorable; {image} not: its driver ended before it said which "
+            "image it restored"
+            if guessed
+            else "both stay restorable"
+        )
         self._record.message = (
             f"the restored query failed the same way on {image} and {source}: the "
-            "pipeline or its settings no longer fit the job's state, not the images (both "
-            "stay restorable): change them back or start without that state"
+            f"pipeline or its settings no longer fit the job's state, not the images "
+            f"({restorable}): change them back or start without that state"
         )
         return True
 
