@@ -290,6 +290,7 @@ def test_rocksdb_state_store_restores_exactly_once(tmp_path: Path, changelog: bo
                 changelog
             ).lower(),
         },
+        files_per_batch=2,
     )
     run.add_input(files=30)
     run.start()
@@ -317,6 +318,7 @@ def test_state_that_executor_processes_write_is_checkpointed_and_restored_exactl
             "spark.master": "local-cluster[2,1,1024]",
             "spark.executor.extraJavaOptions": FAST_JVM,
         },
+        files_per_batch=2,
     )
     run.add_input(files=30)
     run.start()
@@ -359,6 +361,7 @@ def test_slow_copies_neither_block_the_query_nor_lose_files_to_spark_cleanup(
             "spark.sql.streaming.stateStore.maintenanceInterval": "100ms",
             "spark.sql.streaming.stateStore.minDeltasForSnapshot": "2",
         },
+        files_per_batch=2,
     )
     run.add_input(files=60)
     run.start()

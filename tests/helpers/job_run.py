@@ -42,6 +42,7 @@ class JobRun:
         name: str = "wordcount",
         output: str = "data/output",
         trigger_seconds: float | None = None,
+        files_per_batch: int | None = None,
     ) -> None:
         self.directory = directory
         self.name = name
@@ -54,6 +55,8 @@ class JobRun:
         arguments = ["--input", "data/input", "--output", output]
         if trigger_seconds is not None:  # the word count's option (pipeline.py's default: 1)
             arguments += ["--trigger-seconds", str(trigger_seconds)]
+        if files_per_batch is not None:  # its option too (default: 1)
+            arguments += ["--files-per-batch", str(files_per_batch)]
         manifest = {
             "apiVersion": "sparkcheckpoint.io/v1alpha1",
             "kind": "SparkCheckpointJob",
