@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from e2e.test_local_runs import CHAOS_INPUT_FILES, kill_at_arbitrary_points
+from e2e.test_local_runs import CHAOS_FILES_PER_BATCH, CHAOS_INPUT_FILES, kill_at_arbitrary_points
 
 from helpers.job_run import JobRun
 from helpers.objectstore import AzureServer, GCSServer, S3Server
@@ -42,6 +42,7 @@ def test_exactly_once_on_an_object_store_when_the_driver_is_killed_at_arbitrary_
         process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"},
         checkpointing={"storage": f"{prefix}/checkpoints"},
         output=f"{prefix}/output",
+        files_per_batch=CHAOS_FILES_PER_BATCH,
     )
     run.add_input(files=CHAOS_INPUT_FILES)
     run.start()

@@ -44,10 +44,12 @@ def _assert_exactly_once(run: JobRun) -> None:
     assert batches == list(range(len(batches))), "committed batches must be 0..N without gaps"
 
 
-# Enough input (one file a batch) that the fourth kill still meets a running query: the last
-# attempt restores from a checkpoint of the first few batches. Every batch after it costs
-# CPU the suite shares (60 files: 57 batches after the last restore, for nothing more).
+# Enough input that the fourth kill still meets a running query: the last attempt restores
+# from a checkpoint of the first few batches. Every batch after it costs CPU the suite
+# shares (60 files one a batch: 57 batches after the last restore, for nothing more; two a
+# batch save a sixth of a chaos run's CPU, and the last attempt still runs ~10 batches).
 CHAOS_INPUT_FILES = 30
+CHAOS_FILES_PER_BATCH = 2
 
 
 def kill_at_arbitrary_points(run: JobRun) -> None:
@@ -95,7 +97,11 @@ def kill_at_arbitrary_points(run: JobRun) -> None:
 
 def test_exactly_once_when_the_driver_is_killed_at_arbitrary_points(tmp_path: Path) -> None:
     # Slow copies make "during a snapshot copy" a window a kill can hit.
-    run = JobRun(tmp_path / "job", process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"})
+    run = JobRun(
+        tmp_path / "job",
+        process_env={"SPARK_CHECKPOINT_COPY_DELAY": "0.05"},
+        files_per_batch=CHAOS_FILES_PER_BATCH,
+    )
     run.add_input(files=CHAOS_INPUT_FILES)
     run.start()
     kill_at_arbitrary_points(run)
