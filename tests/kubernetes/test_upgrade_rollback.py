@@ -539,6 +539,10 @@ def test_images_a_failed_upgrade_could_not_read_are_restored_once_it_is_changed_
         cluster.patch_spec("orders", {"image": "example/orders:1"})
         status = running_image(cluster, "example/orders:1")
         assert status["restoredFrom"]["source"] == failed["unrestorable"][0]["source"]
+        again = cluster.wait_for_event("orders", "RestorableAgain")
+        assert again["message"].endswith(
+            ": " + ", ".join(entry["source"] for entry in failed["unrestorable"])
+        ), again["message"]
         assert not status.get("unrestorable"), status["unrestorable"]
         assert status["lastCommittingAttempt"] == status["jobAttempt"]
 
@@ -567,3 +571,4 @@ def test_a_failed_jobs_images_stay_unrestorable_when_it_runs_again_under_the_sam
         assert again["unrestorable"] == failed["unrestorable"]
         assert again["jobAttempt"] == failed["jobAttempt"]
         assert driver_images(cluster) == []
+        assert "RestorableAgain" not in cluster.event_reasons("orders")

@@ -664,12 +664,11 @@ class JobController:
         target = objects.deployment_hash(self._spec)
         changed = not self._driver_recorded() and self._deployed not in ("", target)
         if changed and (forgotten := self._record.forget_failed_restores()):
-            log.info(
-                "job %s/%s: restorable again under the changed spec (restores failed on "
-                "them since its query last committed a batch): %s",
-                self._namespace,
-                self._name,
-                ", ".join(forgotten),
+            self._post_event(
+                "Normal",
+                "RestorableAgain",
+                "restorable again under the changed spec (its restores failed on them since "
+                f"its query last committed a batch): {', '.join(forgotten)}",
             )
         upgrade, stable = self._rollback.upgrade, self._stable
         # An adopted driver (after an operator restart) is the one being stopped for it.
