@@ -930,7 +930,7 @@ class JobSupervisor:
         )
         self._record.message = (
             f"the restored query failed the same way on {image} and {source}: the "
-            f"pipeline or its settings no longer fit the job's state, not the images "
+            "pipeline or its settings no longer fit the job's state, not the images "
             f"({restorable}): change them back or start without that state"
         )
         return True
