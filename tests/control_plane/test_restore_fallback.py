@@ -917,42 +917,67 @@ def test_a_failure_without_error_lines_is_compared_with_the_next_without_a_crash
     assert asyncio.run(scenario()) is TerminalOutcome.FAILED
 
 
-class UnreportedRestoreOnceLauncher(RestoringLauncher):
-    """Its second driver ends before its agent said which image it restored."""
+class UnreportedRestoreLauncher(RestoringLauncher):
+    """Its drivers of the given indexes end before their agents said which image they
+    restored."""
+
+    def __init__(self, unreported: set[int]) -> None:
+        super().__init__()
+        self.unreported = unreported
 
     async def launch(self, attempt: int, restore: list[str]) -> Any:
         driver = await super().launch(attempt, restore)
-        if len(self.drivers) == 2:
+        if len(self.drivers) - 1 in self.unreported:
             driver.agent.restored = None
             driver.agent.reachable = False
         return driver
 
 
-def test_the_same_failure_on_two_images_keeps_a_guessed_mark() -> None:
-    """A driver failed on the newest image before it said which it restored (it may have
-    skipped it, its staged output discarded): marked for good. The next fails the same way
-    on the image before: the pipeline's fault, but the guess stays (it went with the rest)."""
+GUESS = "ended before {} said which image {} restored"
+
+
+@pytest.mark.parametrize(
+    ("unreported", "said"),
+    [
+        ({1}, "{previous} stays restorable; {newest} not: its driver " + GUESS.format("it", "it")),
+        ({2}, "{newest} stays restorable; {previous} not: its driver " + GUESS.format("it", "it")),
+        ({1, 2}, "neither stays restorable: their drivers " + GUESS.format("they", "they")),
+    ],
+    ids=["first", "second", "both"],
+)
+def test_the_same_failure_on_two_images_keeps_guessed_marks(
+    unreported: set[int], said: str
+) -> None:
+    """A driver that failed on its image before it said which it restored may have skipped
+    it (its staged output discarded): that image is marked for good. Two failing the same
+    way are the pipeline's fault, but a guess stays (reviewers: it went with the rest; the
+    second failure's was not marked at all)."""
 
     async def scenario() -> tuple[TerminalOutcome, JobSupervisor, FakeLauncher]:
-        launcher = UnreportedRestoreOnceLauncher()
+        launcher = UnreportedRestoreLauncher(unreported)
         supervisor, _ = _supervisor(launcher, max_retries=1)
         run = asyncio.create_task(supervisor.run())
         await _checkpoints_then_crash(launcher, 3)
-        await _next_driver(launcher, 1)
-        launcher.drivers[1].error = [SCHEMA_ERROR]
-        launcher.drivers[1].code = DriverExit.RESTORE_UNUSABLE
-        await _fails_at_restore(launcher, supervisor, 2, SCHEMA_ERROR)
+        for index in (1, 2):
+            if index in unreported:
+                await _next_driver(launcher, index)
+                launcher.drivers[index].error = [SCHEMA_ERROR]
+                launcher.drivers[index].code = DriverExit.RESTORE_UNUSABLE
+            else:
+                await _fails_at_restore(launcher, supervisor, index, SCHEMA_ERROR)
         return await asyncio.wait_for(run, 20), supervisor, launcher
 
     ended, supervisor, launcher = asyncio.run(scenario())
 
     assert ended is TerminalOutcome.FAILED
     newest, previous = launcher.restores[1][:2]
+    assert launcher.restores[2][0] == previous
+    restored = {1: (newest, 2), 2: (previous, 3)}
+    assert [(e.source, e.attempt, e.permanent) for e in supervisor.record.unrestorable] == [
+        (*restored[index], True) for index in sorted(unreported)
+    ]
     assert supervisor.record.message.startswith(
         f"the restored query failed the same way on {newest} and {previous}: the pipeline or "
-        f"its settings no longer fit the job's state, not the images ({previous} stays "
-        f"restorable; {newest} not: its driver ended before it said which image it restored)"
+        "its settings no longer fit the job's state, not the images "
+        f"({said.format(newest=newest, previous=previous)}): "
     )
-    assert [(e.source, e.attempt, e.permanent) for e in supervisor.record.unrestorable] == [
-        (newest, 2, True)
-    ]

@@ -921,19 +921,32 @@ class JobSupervisor:
             for entry in self._record.unrestorable
             if entry.attempt != failed_attempt or entry.source not in marked or entry.permanent
         ]
-        guessed = any(e.source == image and e.permanent for e in self._record.unrestorable)
-        restorable = (
-            f"{source} stays restorable; {image} not: its driver ended before it said which "
-            "image it restored"
-            if guessed
-            else "both stay restorable"
-        )
+        guessed = {
+            e.source
+            for e in self._record.unrestorable
+            if e.source == image and e.attempt == failed_attempt and e.permanent
+        }
+        if self._reported_restore(attempt) is None:
+            # This driver may have skipped `source` too: marked for good, as a guess is.
+            guessed.add(source)
+            reason = self._unusable_reason(error)
+            self._record.unrestorable.append(
+                UnrestorableImage(source, reason, self._record.attempt, permanent=True)
+            )
         self._record.message = (
             f"the restored query failed the same way on {image} and {source}: the "
             "pipeline or its settings no longer fit the job's state, not the images "
-            f"({restorable}): change them back or start without that state"
+            f"({_still_restorable(image, source, guessed)}): change them back or start "
+            "without that state"
         )
         return True
+
+    def _unusable_reason(self, error: list[str]) -> str:
+        return (
+            f"its restored query failed in attempt {self._record.attempt} before committing "
+            "a batch, on an error that points at the checkpoint: "
+            + (error[0] if error else "(the driver's log has it)")
+        )
 
     async def _mark_unrestorable(self, attempt: Attempt, source: str) -> None:
         """The restored query failed on its image before it committed a batch: that image,
@@ -942,11 +955,7 @@ class JobSupervisor:
         error = attempt.driver.error_lines()
         marked = [source, *attempt.completed]
         self._last_restore_failure = (source, self._record.attempt, error, marked)
-        reason = (
-            f"its restored query failed in attempt {self._record.attempt} before committing "
-            "a batch, on an error that points at the checkpoint: "
-            + (error[0] if error else "(the driver's log has it)")
-        )
+        reason = self._unusable_reason(error)
         # Its driver ended before it said which image it restored: it may have skipped
         # this one, and its sinks discarded the output staged after the one restored.
         guessed = self._reported_restore(attempt) is None
@@ -1465,4 +1474,22 @@ def _exhausted(policy: RestartPolicySpec, retries: int, last: str | None) -> str
     times = "once" if retries == 1 else f"{retries} times in a row"
     return f"driver failed {times}; restartPolicy.maxRetries={policy.max_retries} exhausted" + (
         f"; last error: {last}" if last else ""
+    )
+
+
+def _still_restorable(image: str, source: str, guessed: set[str]) -> str:
+    """Which of two images a query failed on alike stay restorable: not those a driver
+    failed on before it said which image it restored (it may have skipped them)."""
+    if not guessed:
+        return "both stay restorable"
+    if len(guessed) == 2:
+        return (
+            "neither stays restorable: their drivers ended before they said which image "
+            "they restored"
+        )
+    (lost,) = guessed
+    kept = source if lost == image else image
+    return (
+        f"{kept} stays restorable; {lost} not: its driver ended before it said which image "
+        "it restored"
     )
