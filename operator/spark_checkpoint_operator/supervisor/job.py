@@ -910,7 +910,7 @@ class JobSupervisor:
             last is None
             or not error
             or not query_change(error[0])
-            or not same_error([image_free(error[0])], [image_free(line) for line in last[2][:1]])
+            or not same_error([*map(image_free, error)], [*map(image_free, last[2])])
         ):
             return False
         image, failed_attempt, _, marked = last
@@ -921,11 +921,14 @@ class JobSupervisor:
             for entry in self._record.unrestorable
             if entry.attempt != failed_attempt or entry.source not in marked or entry.permanent
         ]
-        guessed = {
-            e.source
-            for e in self._record.unrestorable
-            if e.source == image and e.attempt == failed_attempt and e.permanent
-        }
+        guessed = (
+            {image}
+            if any(
+                entry.source == image and entry.attempt == failed_attempt and entry.permanent
+                for entry in self._record.unrestorable
+            )
+            else set()
+        )
         if self._reported_restore(attempt) is None:
             # This driver may have skipped `source` too: marked for good, as a guess is.
             guessed.add(source)
