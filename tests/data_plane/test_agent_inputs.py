@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from aiohttp.http_exceptions import HttpProcessingError
 
-from helpers.agent import Running, raw_request
+from helpers.agent import TOKEN, Running, raw_request
 from spark_checkpoint.agent import server
 from spark_checkpoint.agent.server import MAX_ID
 from spark_checkpoint.protocol import MAX_BODY_BYTES, SnapshotPhase
@@ -322,6 +322,33 @@ def test_a_connection_whose_headers_do_not_end_is_closed_after_the_idle_time(
             assert time.monotonic() - started < 5
         # A client's next request on a new connection is answered.
         assert raw_request(running.port, b"GET", b"/v1/status").status == 200
+    finally:
+        running.server.stop()
+        running.agent.close()
+
+
+def test_a_body_that_does_not_all_come_is_answered_408_after_the_idle_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its headers complete, its body short of its Content-Length: the request held its
+    connection for ever (a security review's: 40 s and counting)."""
+    monkeypatch.setattr(server, "IDLE_CONNECTION_SECONDS", 0.5)
+    running = Running(tmp_path)
+    running.server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", running.port), timeout=30) as connection:
+            connection.sendall(
+                b"POST /v1/checkpoints HTTP/1.1\r\nHost: x\r\n"
+                b"Authorization: Bearer " + TOKEN.encode() + b"\r\n"
+                b"Content-Length: 100\r\n\r\n{"
+            )
+            answer = b""
+            # The answer, not the connection's end: aiohttp reads on for a while (its
+            # lingering time, bounded) before it closes a connection whose body is unread.
+            while b's"}' not in answer and (chunk := connection.recv(65536)):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408 "), answer
+        assert answer.endswith(b'{"error": "the body did not all come in 0.5 s"}'), answer
     finally:
         running.server.stop()
         running.agent.close()

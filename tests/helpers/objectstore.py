@@ -33,10 +33,12 @@ import urllib.request
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import fsspec
+from azure.storage.blob import ContainerSasPermissions, generate_container_sas
 
 AZURITE_VERSION = "3.35.0"  # the newest release that runs on Node.js 20 (3.36 needs 21)
 AZURITE_DIR = (
@@ -292,6 +294,22 @@ class AzureServer:
                 f"AccountKey={AZURITE_KEY};BlobEndpoint={self.endpoint};"
             )
         }
+
+    def sas_environment(self) -> dict[str, str]:
+        """Credentials that do not sign the request's path, as a SAS token or Entra ID
+        (workload identity): a path the client rewrote goes through (Shared Key's
+        signature of the path it was given refuses it)."""
+        sas = generate_container_sas(
+            AZURITE_ACCOUNT,
+            self.container,
+            account_key=AZURITE_KEY,
+            permission=ContainerSasPermissions(
+                read=True, write=True, delete=True, list=True, add=True, create=True
+            ),
+            expiry=datetime.now(UTC) + timedelta(hours=1),
+        )
+        connection = f"BlobEndpoint={self.endpoint};SharedAccessSignature={sas}"
+        return {"AZURE_STORAGE_CONNECTION_STRING": connection}
 
     def filesystem(self) -> Any:
         """A fresh adlfs reaching this server with its credentials."""

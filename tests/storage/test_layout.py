@@ -112,6 +112,11 @@ def test_rejects_negative_ids_and_bad_shared_names() -> None:
         layout.savepoint_file_location(-7, "offsets/0")
     with pytest.raises(ValueError, match=r"^path must be a relative path"):
         layout.savepoint_file_location(7, "../offsets/0")
+    # Azure reads a backslash as '/': `..` segments there (a security review's).
+    with pytest.raises(ValueError, match=r"^path must be a relative path.*backslashes"):
+        layout.savepoint_file_location(7, "state/0/0/x\\..\\..\\..\\victim")
+    with pytest.raises(ValueError, match=r"^file name must be a relative path.*backslashes"):
+        layout.shared_location(SHA, "x\\..\\..\\victim")
 
 
 @pytest.mark.parametrize(

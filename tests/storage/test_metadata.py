@@ -448,14 +448,24 @@ def test_savepoint_files_must_be_below_its_own_directory(make_metadata: Metadata
         make_metadata(CheckpointKind.SAVEPOINT, 3, [own])
 
 
-def test_a_savepoint_location_with_a_backslash_is_refused(make_metadata: MetadataMaker) -> None:
-    """Azure reads offsets\\5 as offsets/5: two entries, one object."""
-    spelled = ManifestEntry(
-        path="offsets/6", size=1, sha256=SHA_A, location="savepoints/sp-2/files/offsets\\5"
-    )
-
+@pytest.mark.parametrize(
+    ("path", "location"),
+    [
+        # Azure reads offsets\\5 as offsets/5: two entries, one object.
+        ("offsets/6", "savepoints/sp-2/files/offsets\\5"),
+        # A Spark file's name stored as such: on Azure, `..` segments (a security review's).
+        ("state/0/0/x\\..\\..\\v", "savepoints/sp-2/files/state/0/0/x\\..\\..\\v"),
+    ],
+)
+def test_a_path_or_location_with_a_backslash_is_refused(
+    make_metadata: MetadataMaker, path: str, location: str
+) -> None:
     with pytest.raises(ValueError, match="backslash"):
-        make_metadata(CheckpointKind.SAVEPOINT, 2, [spelled])
+        make_metadata(
+            CheckpointKind.SAVEPOINT,
+            2,
+            [ManifestEntry(path=path, size=1, sha256=SHA_A, location=location)],
+        )
 
 
 def test_construction_checks_the_same_rules_as_reading(make_metadata: MetadataMaker) -> None:

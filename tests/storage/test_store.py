@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.objectstore import S3Server, StorageRoot, storage_roots
+from helpers.objectstore import AzureServer, S3Server, StorageRoot, storage_roots
 from spark_checkpoint.protocol import StorageOwner
 from spark_checkpoint.storage import (
     CheckpointKind,
@@ -1145,6 +1145,34 @@ def test_an_object_key_with_dot_segments_stops_garbage_collection_before_any_del
     assert storage.list_ids(CHECKPOINT) == [1], "nothing was deleted"
     assert root.read(f"{root.url}/team-a/victim") == b"not the job's"
     assert root.exists(trap)
+
+
+@pytest.mark.parametrize("deleting", ["discard", "garbage collection"])
+def test_an_azure_blob_with_dot_segments_stops_a_savepoints_delete_before_any_goes(
+    azure_server: AzureServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, deleting: str
+) -> None:
+    """adlfs deletes each blob by a request naming it in its path, and its client resolves
+    `..` segments there: a blob `sp-3/files/x/../../../../../victim/...` (Azure reads a
+    name's backslashes as `/`) deleted another job's `_metadata` with the savepoint (a
+    security review's; with a SAS token or Entra ID, whose requests do not sign the path
+    as Shared Key's do)."""
+    for name, value in azure_server.sas_environment().items():
+        monkeypatch.setenv(name, value)
+    root = storage_roots("azure", tmp_path, lambda _kind: azure_server)
+    storage = CheckpointStorage(JobStorageLayout(root.url, NAMESPACE, JOB))
+    victim = f"{root.url}/{NAMESPACE}/victim/chk-1/_metadata"
+    trap = storage.layout.savepoint_dir(3) + "/files/x" + "\\.." * 5 + "\\victim\\chk-1\\_metadata"
+    root.write(victim, b"another job's")
+    root.write(trap, b"placed by the job's code")
+
+    with pytest.raises(OSError, match=r"x/\.\./\.\./\.\./\.\./\.\./victim/chk-1/_metadata"):
+        if deleting == "discard":
+            storage.discard_savepoint(3)
+        else:
+            storage.collect_garbage([], [])
+
+    assert root.read(victim) == b"another job's"
+    assert root.files(storage.layout.savepoint_dir(3)) != [], "nothing was deleted"
 
 
 def test_zero_byte_folder_objects_are_no_files_to_garbage_collection_or_verify(

@@ -185,12 +185,18 @@ Document = TypeVar("Document")
 
 async def _body(request: web.Request, read: Callable[[Any], Document]) -> Document:
     """The request's body as ``read`` makes it a document of the protocol, else a 400 (or
-    413) that says what is wrong with it."""
+    413, 408) that says what is wrong with it."""
     try:
-        raw = await request.read()
+        # A body that never all comes would hold its connection for ever.
+        async with asyncio.timeout(IDLE_CONNECTION_SECONDS):
+            raw = await request.read()
     except web.HTTPRequestEntityTooLarge:
         limit = request.client_max_size
         raise AgentRequestError(413, f"the body is larger than {limit} bytes") from None
+    except TimeoutError:
+        raise AgentRequestError(
+            408, f"the body did not all come in {IDLE_CONNECTION_SECONDS:g} s"
+        ) from None
     try:
         # Decoded first: json.loads would take bytes in UTF-16 or UTF-32 too (RFC 8259: UTF-8).
         value = json.loads(raw.decode(), parse_constant=_refuse_constant)

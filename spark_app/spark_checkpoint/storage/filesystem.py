@@ -326,6 +326,11 @@ class StorageFileSystem:
             elif _is_s3(self._fs):
                 # s3fs's recursive rm takes its own batches, which drop refusals.
                 _delete_s3_objects(self._fs, self._fs.find(native, withdirs=True))
+            elif _is_azure(self._fs):
+                # What adlfs's recursive rm lists and deletes, with the keys checked between.
+                found = self._fs.expand_path(native, recursive=True)
+                _refuse_dot_segments(found, "abfs://")
+                self._fs.rm(found, expand_path=False)
             else:
                 self._fs.rm(native, recursive=True)
 
@@ -626,8 +631,9 @@ def delete_objects(fs: Any, natives: list[str]) -> None:
     if _is_s3(fs):
         _delete_s3_objects(fs, natives)
         return
-    if "abfs" in protocols_of(fs):
+    if _is_azure(fs):
         # adlfs's rm checks each path first, one request after another.
+        _refuse_dot_segments(natives, "abfs://")
         fsspec.asyn.sync(fs.loop, _delete_each, fs, natives)
         return
     patterns = [native for native in natives if set(GLOB_CHARACTERS) & set(native)]
@@ -690,18 +696,23 @@ def _delete_s3_objects(fs: Any, natives: list[str]) -> None:
 
 
 def _delete_s3_one_by_one(fs: Any, bucket: str, keys: list[str]) -> None:
-    """Delete `keys` of `bucket` by a request each. A key with a '.' or '..' segment (which
-    nothing of ours writes) is refused before any goes: in a request's path, a proxy or
-    store that normalises it would delete another object (a batch names keys in its body)."""
+    """Delete `keys` of `bucket` by a request each (`_refuse_dot_segments` first: a batch
+    names keys in its body, a request of its own in its path)."""
+    _refuse_dot_segments(keys, f"s3://{bucket}/")
+    _delete_one_by_one(fs, [f"{bucket}/{key}" for key in keys])
+
+
+def _refuse_dot_segments(keys: list[str], shown_after: str) -> None:
+    """Refuse, before any is deleted, a key with a '.' or '..' segment (which nothing of ours
+    writes): deleted by a request naming it in its path, the client, a proxy or the store
+    may resolve it to another object (adlfs's client does: another job's)."""
     if unsafe := [key for key in keys if {".", ".."} & set(key.split("/"))]:
         raise OSError(
             errno.EINVAL,
-            "a key with a '.' or '..' segment, which this store could only be asked to "
-            "delete by a request whose path a proxy or the store may resolve to another "
-            "object (it takes no batched delete): not deleted; delete it by hand",
-            f"s3://{bucket}/{max(unsafe, key=len)}",  # an object's, not a prefix's
+            "a key with a '.' or '..' segment, which a request deleting it could have "
+            "resolved to another object: not deleted; delete it by hand",
+            shown_after + max(unsafe, key=len),  # an object's, not a prefix's
         )
-    _delete_one_by_one(fs, [f"{bucket}/{key}" for key in keys])
 
 
 def _delete_one_by_one(fs: Any, natives: list[str]) -> None:
@@ -737,6 +748,10 @@ async def _delete_each(fs: Any, natives: list[str]) -> None:
 
 def _is_s3(fs: Any) -> bool:
     return "s3" in protocols_of(fs)  # s3fs's are ("s3", "s3a")
+
+
+def _is_azure(fs: Any) -> bool:
+    return "abfs" in protocols_of(fs)
 
 
 def abort_s3_uploads(fs: Any, native_directory: str) -> int:

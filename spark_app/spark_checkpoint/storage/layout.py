@@ -34,8 +34,11 @@ DNS_1123_LABEL_MAX_LENGTH = 63
 DNS_1123_SUBDOMAIN_PATTERN = rf"^{DNS_1123_SUBDOMAIN}{END_OF_INPUT}"
 DNS_1123_SUBDOMAIN_MAX_LENGTH = 253
 
-# A path segment is anything but "." and "..", without "/" or control characters.
-_PATH_SEGMENT = r"(?!\.\.?(?:/|$))[^/\x00-\x1f\x7f]+"
+# A path segment is anything but "." and "..", without "/", "\\" or control characters:
+# Azure Blob Storage reads a backslash as "/", so a name with one could hold ".." segments
+# there (one object under two spellings, or a delete's request path resolved to another
+# job's object).
+_PATH_SEGMENT = r"(?!\.\.?(?:/|$))[^/\\\x00-\x1f\x7f]+"
 SAFE_RELATIVE_PATH_PATTERN = rf"^{_PATH_SEGMENT}(?:/{_PATH_SEGMENT})*{END_OF_INPUT}"
 SHA256_PATTERN = rf"^[0-9a-f]{{64}}{END_OF_INPUT}"
 
@@ -192,7 +195,7 @@ def require_safe_relative_path(path: str, field: str) -> None:
     if not is_safe_relative_path(path):
         raise ValueError(
             f"{field} must be a relative path without '.', '..', empty or control-character "
-            f"segments, got {path!r}"
+            f"segments or backslashes, got {path!r}"
         )
 
 

@@ -508,11 +508,6 @@ def _find_inconsistency(
                 f"a {kind.value} stores its files below {location_prefix!r}, "
                 f"got {entry.location!r}",
             )
-        if "\\" in entry.location:
-            return (
-                f"files[{index}].location",
-                f"holds a backslash, which Azure Blob Storage reads as '/': {entry.location!r}",
-            )
         if kind is CheckpointKind.CHECKPOINT and not is_shared_location(
             entry.location, entry.sha256
         ):
