@@ -20,6 +20,7 @@ from spark_checkpoint.storage import (
     metadata_location,
     parse_snapshot_address,
     parse_snapshot_dir_name,
+    storage_failure,
 )
 from spark_checkpoint_operator.coordinator import OutcomeStatus, PersistedState
 
@@ -268,4 +269,6 @@ def _require_intact(
     try:
         storage.verify(storage.read_metadata(kind, snapshot_id))
     except (StorageError, OSError, ValueError) as error:
-        raise UnknownImage(f"{named} cannot be restored: {error}") from None
+        # Its path first, no errno: "<...>/sp-5: Not a directory" (a file where it was).
+        reason = storage_failure(error, storage.layout.job_root)
+        raise UnknownImage(f"{named} cannot be restored: {reason}") from None

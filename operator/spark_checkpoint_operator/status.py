@@ -358,6 +358,8 @@ class RegisteredSnapshots:
     paths: frozenset[str] = frozenset()
     # Who asked for each ("periodic", "upgrade", "nonce 3"), by its candidate's spelling.
     labels: Mapping[str, str] = field(default_factory=dict)
+    # The job Finished: `run` runs it no more, not even `--from` one of its images.
+    finished: bool = False
 
     def of(self, kind: CheckpointKind) -> frozenset[int]:
         return self.checkpoints if kind is CheckpointKind.CHECKPOINT else self.savepoints
@@ -453,6 +455,7 @@ class StatusFile:
                 for item in coordinator.get(key, [])
                 if isinstance(item.get("label"), str) and item["label"]
             },
+            finished=status.get("phase") == JobPhase.FINISHED,
         )
 
     def _status(self) -> Mapping[str, Any]:

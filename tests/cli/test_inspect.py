@@ -263,3 +263,14 @@ def test_a_snapshot_not_in_storage_names_the_ids_nearest_it(job: Job, cli: Cli) 
         "(never written, or discarded; savepoints in storage: 21, 22, 23, 24, 25, 26, 27, 28, "
         "29, 30 (of 28))"
     ), result.err
+
+
+def test_the_id_of_the_other_kinds_snapshot_is_named_as_that_kind(job: Job, cli: Cli) -> None:
+    """One counter numbers checkpoints and savepoints: `checkpoint:3` of a job whose 3 is a
+    savepoint said only which checkpoints there are (a newcomer's)."""
+    result = cli("inspect", "checkpoint:3", *job.flags)
+
+    assert result.code == 1
+    assert result.err.rstrip().endswith(
+        "(never written, or discarded; checkpoints in storage: 1, 2); 3 is a savepoint: savepoint:3"
+    ), result.err

@@ -547,20 +547,26 @@ def test_shows_the_registry_the_storage_belongs_to(job: Job, cli: Cli) -> None:
     assert f"owner: unreadable: {problem}" in cli("list", *job.flags).out.splitlines()
 
 
-def test_an_image_the_job_no_longer_restores_from_says_so(job: Job, cli: Cli) -> None:
-    # A newcomer saw every image "registered" with no note, and `verify` "OK", while the
-    # run refused them all.
-    job.write_registry(checkpoints=[1, 2], savepoints=[3], unrestorable=["checkpoint:2"])
+@pytest.mark.parametrize("finished", [False, True])
+def test_an_image_the_job_no_longer_restores_from_says_so(
+    job: Job, cli: Cli, finished: bool
+) -> None:
+    """A newcomer saw every image "registered" with no note, and `verify` "OK", while the
+    run refused them all. A Finished job's names no `run --from`, which `run` refuses
+    (another newcomer's)."""
+    job.write_registry(
+        checkpoints=[1, 2], savepoints=[3], unrestorable=["checkpoint:2"], finished=finished
+    )
 
     table = cli("list", *job.flags)
     document = json.loads(cli("list", *job.flags, "--json").out)
 
     assert table.code == 0, table.err
     [row] = [line for line in table.out.splitlines() if line.split()[:2] == ["checkpoint", "2"]]
-    assert row.endswith(
-        "not restored from again (run --from names it to try): its restored query failed in "
-        "attempt 2"
-    ), row
+    hint = "" if finished else " (run --from names it to try)"
+    assert row.endswith(f"not restored from again{hint}: its restored query failed in attempt 2"), (
+        row
+    )
     by_id = {(s["kind"], s["id"]): s for s in document["snapshots"]}
     assert by_id[("checkpoint", 2)]["unrestorable"] == "its restored query failed in attempt 2"
     assert by_id[("checkpoint", 1)]["unrestorable"] is None

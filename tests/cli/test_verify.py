@@ -268,14 +268,17 @@ def test_deep_without_a_restore_check_fails_and_claims_nothing_restorable(
         ]
 
 
-def test_an_intact_image_the_job_no_longer_restores_from_says_so(job: Job, cli: Cli) -> None:
+@pytest.mark.parametrize("finished", [False, True])
+def test_an_intact_image_the_job_no_longer_restores_from_says_so(
+    job: Job, cli: Cli, finished: bool
+) -> None:
     """Its files are intact (exit 0), but a restored query failed on it: `verify` says what
-    `list` says, with or without naming the image."""
-    job.write_registry(checkpoints=[1, 2], savepoints=[3], unrestorable=["checkpoint:2"])
-    note = (
-        "not restored from again (run --from names it to try): its restored query failed in "
-        "attempt 2"
+    `list` says, with or without naming the image (of a Finished job, no `run --from`)."""
+    job.write_registry(
+        checkpoints=[1, 2], savepoints=[3], unrestorable=["checkpoint:2"], finished=finished
     )
+    hint = "" if finished else " (run --from names it to try)"
+    note = f"not restored from again{hint}: its restored query failed in attempt 2"
 
     for named in ([], ["checkpoint:2"]):
         result = cli("verify", *job.flags, *named)

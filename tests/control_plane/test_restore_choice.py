@@ -60,6 +60,20 @@ def test_a_path_that_names_no_readable_image_is_one_line(
     assert "\n" not in str(refused.value)
 
 
+def test_a_savepoint_path_that_is_a_file_is_said_without_an_errno(tmp_path: Path) -> None:
+    """It said "[Errno 20] Not a directory: '.../sp-5'", where every other unreadable
+    image names its path first (a newcomer's)."""
+    storage = CheckpointStorage(JobStorageLayout(str(tmp_path / "own"), "default", "orders"))
+    file = tmp_path / "backup" / "default" / "orders" / "savepoints" / "sp-5"
+    file.parent.mkdir(parents=True)
+    file.write_text("not a savepoint")
+
+    with pytest.raises(UnknownImage) as refused:
+        chosen_image(str(file), PersistedState(), storage)
+
+    assert str(refused.value) == f"the savepoint cannot be restored: {file}: Not a directory"
+
+
 def test_an_unregistered_id_in_storage_this_process_cannot_read_is_refused_in_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

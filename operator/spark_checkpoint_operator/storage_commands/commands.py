@@ -171,7 +171,7 @@ def _verify(
         found = f"no checkpoints or savepoints in {job.layout.job_root}"
         print(f"spark-checkpoint verify: nothing to verify: {missing or found}", file=err)
         return ExitCode.FAILED
-    for line in verify_lines(results):
+    for line in verify_lines(results, registry):
         print(line, file=out)
     if nothing is not None:  # registered images, and no directory of the job's where named
         print(nothing, file=out)

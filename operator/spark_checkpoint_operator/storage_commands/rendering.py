@@ -25,8 +25,13 @@ from spark_checkpoint_operator.storage_commands.snapshots import (
     shared_locations,
 )
 
-# An intact image a restored query failed on, in `list` and `verify`.
-UNRESTORABLE_NOTE = "not restored from again (run --from names it to try)"
+
+def unrestorable_note(registry: Registry | None) -> str:
+    """What `list` and `verify` say of an intact image a restored query failed on: `run
+    --from` restores it, unless the job Finished (`run` refuses it, saying what to do)."""
+    if registry is not None and registry.registered.finished:
+        return "not restored from again"
+    return "not restored from again (run --from names it to try)"
 
 
 def list_document(
@@ -96,7 +101,8 @@ def list_lines(
                 short_duration(duration_seconds(meta)) if meta else "-",
                 row.path,
             ]
-        table.append([*cells, row_note(row, owned_here=ownership.is_this_registry is not False)])
+        owned_here = ownership.is_this_registry is not False
+        table.append([*cells, row_note(row, owned_here=owned_here, registry=registry)])
     return lines + format_table(table, right_aligned={1, 2, 3, 4, 5})
 
 
@@ -176,7 +182,7 @@ def verify_document(
     }
 
 
-def verify_lines(results: Sequence[Verification]) -> list[str]:
+def verify_lines(results: Sequence[Verification], registry: Registry | None) -> list[str]:
     """``verify``: a line per snapshot, one more per further problem, and a summary."""
     failed = sum(not result.ok for result in results)
     width = max(len(str(result.ref)) for result in results)
@@ -189,7 +195,8 @@ def verify_lines(results: Sequence[Verification]) -> list[str]:
             lines.append(f"{name}  OK      {result.files} files, {size}{restored}")
             if result.unrestorable is not None:
                 unrestorable = printable(result.unrestorable)  # from the status file
-                lines.append(f"{'':<{width}}          {UNRESTORABLE_NOTE}: {unrestorable}")
+                note = unrestorable_note(registry)
+                lines.append(f"{'':<{width}}          {note}: {unrestorable}")
             continue
         first, *rest = map(printable, result.problems)  # they quote storage
         lines.append(f"{name}  FAILED  {first}")
@@ -254,12 +261,12 @@ def row_json(row: SnapshotRow, now: datetime) -> dict[str, Any]:
     }
 
 
-def row_note(row: SnapshotRow, *, owned_here: bool) -> str:
+def row_note(row: SnapshotRow, *, owned_here: bool, registry: Registry | None) -> str:
     """``owned_here``: the storage may belong to this state directory's registry, whose
     garbage collection then removes a checkpoint it does not list (another's never runs)."""
     if row.state is StoredSnapshotState.COMPLETE:
         if row.unrestorable is not None:
-            return f"{UNRESTORABLE_NOTE}: {row.unrestorable}"
+            return f"{unrestorable_note(registry)}: {row.unrestorable}"
         if row.registered is not False:
             return ""
         if row.ref.kind is CheckpointKind.CHECKPOINT and not owned_here:

@@ -477,9 +477,17 @@ def _unreadable(storage: CheckpointStorage, ref: SnapshotRef, error: StorageErro
     if isinstance(error, MissingFileError):
         with contextlib.suppress(StorageError, OSError):
             if not storage.fs.exists(directory):
+                # One counter numbers both kinds: the id may be the other kind's.
+                other = next(kind for kind in CheckpointKind if kind is not ref.kind)
+                found = ""
+                if ref.snapshot_id in storage.list_ids(other):
+                    found = (
+                        f"; {ref.snapshot_id} is a {other.value}: {other.value}:{ref.snapshot_id}"
+                    )
                 return (
                     f"not in storage: no {directory} (never written, or discarded; "
                     f"{ref.kind.value}s in storage: {_nearest(storage.list_ids(ref.kind), ref)})"
+                    + found
                 )
     return storage_problem(error)
 
