@@ -153,7 +153,7 @@ class ControlServer:
                 # reason (the job cancelled meanwhile ends Cancelled whatever a stop says).
                 reason = notice.message.partition(": ")[2]
                 self._told[notice.label] = self._stop_without_savepoint(
-                    f"no savepoint can be taken now ({reason})"
+                    f"no savepoint can be taken now: {reason}"
                 )
                 return True
             # Not "not all required tasks are running (the query is starting ...)": it ended.

@@ -1236,7 +1236,7 @@ class _Interrupts:
     def _without_savepoint(self, why: str, reason: str) -> None:
         self._stopping_without_savepoint = True
         self._report(
-            f"{why}: no savepoint can be taken now ({reason}); stopping the driver without "
+            f"{why}: no savepoint can be taken now: {reason}; stopping the driver without "
             f"one ({next_run(self._supervisor)})"
         )
         self._supervisor.suspend_now()

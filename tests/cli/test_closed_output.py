@@ -173,8 +173,8 @@ def test_a_savepoint_a_running_job_declines_stops_without_one_in_one_line() -> N
     assert supervisor.calls == ["savepoint then stop", "stop without a savepoint"]
     assert lines == [
         "terminated (SIGTERM): taking a savepoint, then stopping (SIGTERM again to cancel)",
-        "terminated (SIGTERM): no savepoint can be taken now (not all required tasks are "
-        "running); stopping the driver without one (the next run resumes from checkpoint:3)",
+        "terminated (SIGTERM): no savepoint can be taken now: not all required tasks are "
+        "running; stopping the driver without one (the next run resumes from checkpoint:3)",
         "interrupted: the driver is already stopping without a savepoint",
     ]
 
@@ -252,7 +252,7 @@ def test_a_signal_while_no_query_runs_stops_without_a_savepoint_at_once(phase: J
     interrupts.interrupt()
 
     assert supervisor.calls == ["stop without a savepoint"]
-    assert lines[0].startswith("interrupted: no savepoint can be taken now (its query is not ")
+    assert lines[0].startswith("interrupted: no savepoint can be taken now: its query is not ")
 
 
 def test_a_signal_once_the_job_has_ended_stops_and_cancels_nothing() -> None:

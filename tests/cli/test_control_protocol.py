@@ -576,8 +576,8 @@ def test_a_stop_whose_savepoint_is_declined_stops_without_one_as_ctrl_c_does(
         return
     assert (answer.outcome, answer.message) == (
         Outcome.OK,
-        "stopping the driver without a savepoint: no savepoint can be taken now "
-        f"({FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING.description}) (the next run resumes "
+        "stopping the driver without a savepoint: no savepoint can be taken now: "
+        f"{FailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING.description} (the next run resumes "
         "from savepoint:22)",
     )
     assert supervisor.calls == ["savepoint", "suspend now"]

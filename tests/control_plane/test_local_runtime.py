@@ -573,7 +573,7 @@ def test_ctrl_c_while_no_savepoint_can_be_taken_says_so_and_stops(
     # each other (a newcomer's try).
     said = [line.split(" ", 2)[2] for line in out.splitlines() if why in line]
     assert said == [
-        f"{why}: no savepoint can be taken now (its query is not running yet); stopping the "
+        f"{why}: no savepoint can be taken now: its query is not running yet; stopping the "
         "driver without one (no checkpoint or savepoint to resume from: the next run starts "
         "afresh)"
     ], out
@@ -610,7 +610,7 @@ def test_ctrl_c_in_a_restarts_backoff_stops_at_once_without_a_driver(tmp_path: P
     assert run.returncode == 0, out + err
     assert "starting driver attempt 2" not in out
     assert (
-        "interrupted: no savepoint can be taken now (its query is not running yet); "
+        "interrupted: no savepoint can be taken now: its query is not running yet; "
         "stopping the driver without one"
     ) in out
     status = json.loads((job.job_dir / "status.json").read_text())["status"]
