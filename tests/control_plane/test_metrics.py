@@ -71,6 +71,8 @@ def test_completions_failures_restores_and_lateness_are_counted() -> None:
     )
     assert samples[("spark_checkpoint_duration_seconds_count", checkpoints)] == completed
     assert samples[("spark_checkpoint_size_bytes_sum", checkpoints)] == 20 * completed
+    created = [name for name, _ in samples if name.endswith("_created")]
+    assert created == [], "a series of when each series was created reads as a count"
     # The fake agent of the first driver reports no restore; later attempts are counted
     # from the agent's restoredFrom.
     assert ("spark_checkpoint_trigger_lateness_seconds_count", _labels()) in samples
