@@ -12,7 +12,7 @@ another writer of the same name:
 
 - local filesystem: the bytes go to a temporary file, are fsynced, and the file is
   hard-linked to its final name (``link(2)`` fails when the name exists), then the
-  directory is fsynced and the temporary name removed;
+  temporary name is removed and the directory fsynced;
 - S3 (s3fs): ``PutObject`` with ``If-None-Match: *``;
 - Google Cloud Storage (gcsfs): an upload with ``ifGenerationMatch=0``;
 - Azure Blob Storage (adlfs): ``Put Blob`` with ``If-None-Match: *`` (``overwrite=False``).

@@ -18,7 +18,9 @@ from kubernetes.aio.client import Configuration
 from helpers.kube.cluster import JOBS, MINIMAL_JOB, NAMESPACE
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from spark_checkpoint_operator.kubernetes.lease import (
+    LEASE_SECONDS,
     JobLease,
+    LeaseHolder,
     LeaseUnavailable,
     lease_name,
 )
@@ -72,8 +74,9 @@ def test_a_second_operator_waits_takes_over_an_expired_lease_and_the_first_finds
 
     _run(tmp_path, scenario)
 
-    assert seen["waiting"] == "operator-a"
-    assert seen["renewed"] == "operator-a"
+    # The holder's duration, told in the waiter's AnotherOperator event (it told its own).
+    assert seen["waiting"] == LeaseHolder("operator-a", seconds)
+    assert seen["renewed"] == LeaseHolder("operator-a", seconds)
     assert seen["expired"] is None
     assert seen["lost"] == "operator operator-b holds the job's Lease now"
 
@@ -95,7 +98,7 @@ def test_a_released_lease_is_taken_at_once_and_is_gone_with_its_job(tmp_path: Pa
         api.delete(JOBS, NAMESPACE, "orders")
         left = [item["metadata"]["name"] for item in api.list(LEASES, "default")]
 
-    assert seen == {"taken": None, "again": "operator-b"}
+    assert seen == {"taken": None, "again": ("operator-b", LEASE_SECONDS)}
     assert lease["spec"]["holderIdentity"] == "operator-b"
     assert lease["spec"]["leaseTransitions"] == 1
     assert lease["metadata"]["ownerReferences"][0]["uid"] == job["metadata"]["uid"]

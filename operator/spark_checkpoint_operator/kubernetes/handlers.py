@@ -33,6 +33,7 @@ from spark_checkpoint_operator.kubernetes.lease import (
     MAX_LEASE_SECONDS,
     MIN_LEASE_SECONDS,
     JobLease,
+    LeaseHolder,
     LeaseUnavailable,
     lease_name,
 )
@@ -381,12 +382,12 @@ def _acquired(lease: JobLease, body: kopf.Body, memo: kopf.Memo) -> Coroutine[An
     namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
     post_event = _event_throttle(body, memo)
 
-    def waiting(holder: str) -> None:
+    def waiting(holder: LeaseHolder) -> None:
         message = (
-            f"operator {holder} holds this job's Lease {namespace}/{lease_name(name)}: "
-            "this one drives the job once that one releases it or leaves it unrenewed for "
-            f"{lease.seconds} s (another operator serves this namespace, or this "
-            "operator's previous pod ended without releasing it)"
+            f"operator {holder.identity} holds this job's Lease "
+            f"{namespace}/{lease_name(name)}: this one drives the job once that one releases "
+            f"it or leaves it unrenewed for {holder.seconds:g} s (another operator serves "
+            "this namespace, or this operator's previous pod ended without releasing it)"
         )
         log.warning("%s/%s: %s", namespace, name, message)
         post_event("Warning", "AnotherOperator", message)
@@ -551,7 +552,7 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     if holder is not None:
         raise kopf.TemporaryError(
-            f"operator {holder} holds the job's Lease; its deletion waits for it",
+            f"operator {holder.identity} holds the job's Lease; its deletion waits for it",
             delay=DELETE_RETRY_SECONDS,
         )
     controller = _controller(body, memo)

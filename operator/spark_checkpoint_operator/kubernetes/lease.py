@@ -24,7 +24,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import aiohttp
 from kubernetes.aio.client import ApiClient, CustomObjectsApi
@@ -52,6 +52,17 @@ _FAILURES = (ApiException, aiohttp.ClientError, TimeoutError)
 
 
 FORBIDDEN = 403
+
+
+class LeaseHolder(NamedTuple):
+    """Another operator that holds a job's Lease, and the duration its Lease says: how long
+    it must go unrenewed before this one takes it over (the holder's setting, not this
+    operator's)."""
+
+    identity: str
+    seconds: float
+
+
 # Read and written as plain documents through the generic object API (the same URLs as the
 # Coordination API's): the generated client's V1Lease models cost a job's renewal more CPU
 # than its status write (operator_scale benchmark).
@@ -97,11 +108,11 @@ class JobLease:
         self._renewed = 0.0
 
     async def acquire(
-        self, waiting: Callable[[str], None], unavailable: Callable[[str], None]
+        self, waiting: Callable[[LeaseHolder], None], unavailable: Callable[[str], None]
     ) -> None:
         """Return once this operator holds the Lease; ``waiting`` is told each new holder
         it waits for, ``unavailable`` each new reason it cannot be taken."""
-        told: str | None = None
+        told: LeaseHolder | str | None = None
         while True:
             try:
                 holder = await self.try_acquire()
@@ -117,7 +128,7 @@ class JobLease:
                     waiting(holder)
             await asyncio.sleep(WAIT_SECONDS)
 
-    async def try_acquire(self) -> str | None:
+    async def try_acquire(self) -> LeaseHolder | None:
         """Take the Lease if it is free, expired or this operator's: None once held, else
         the holder that keeps it. LeaseUnavailable if it cannot be read or written."""
         while True:
@@ -133,7 +144,7 @@ class JobLease:
                 else:
                     holder = _holder(lease)
                     if holder and holder != self.identity and not self._expired(lease):
-                        return holder
+                        return LeaseHolder(holder, self._duration(lease))
                     await self._write(lease, renewing=holder == self.identity)
             except (ConflictException, NotFoundException):
                 continue  # another write came first: read it again
@@ -216,8 +227,12 @@ class JobLease:
         now = self._clock()
         if self._seen is None or self._seen[0] != version:
             self._seen = (version, now)
-        duration = _spec(lease).get("leaseDurationSeconds") or self.seconds
-        return bool(now - self._seen[1] >= duration)
+        return bool(now - self._seen[1] >= self._duration(lease))
+
+    def _duration(self, lease: Mapping[str, Any]) -> float:
+        """The Lease's own duration (its holder's setting); this operator's if it has none."""
+        duration = _spec(lease).get("leaseDurationSeconds")
+        return float(duration) if isinstance(duration, int | float) and duration else self.seconds
 
     async def _read(self) -> dict[str, Any] | None:
         try:
