@@ -204,6 +204,27 @@ def test_a_completed_image_resets_the_failure_count(kind: CheckpointKind) -> Non
     assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
 
 
+def test_an_image_older_than_the_last_completed_one_leaves_the_failure_count() -> None:
+    """Flink's handleCheckpointSuccess clears the count only for an id above its
+    lastSucceededCheckpointId: a savepoint that outlasted a newer completed checkpoint says
+    nothing of the failures since (it cleared them; a coordinator review's)."""
+    harness = Harness(
+        CoordinatorConfig(interval=None, timeout=30.0, tolerable_failures=1, max_concurrent=3)
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(2)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(3, "logs", "x"))
+
+    harness.complete(1)
+
+    assert harness.coordinator.consecutive_failures == 1
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    assert of_type(harness.send(TaskDeclined(4, "logs", "x")), FailJob) != []
+
+
 def test_a_checkpoint_older_than_the_last_completed_image_fails_uncounted() -> None:
     """Flink counts only failures after its lastSucceededCheckpointId. A savepoint subsumes
     nothing: the checkpoint pending beside it expired after it completed and failed a job

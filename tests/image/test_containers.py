@@ -8,8 +8,8 @@ privilege escalation, an emptyDir on /tmp), the operator's own pods' for the spa
 also as OpenShift's restricted-v2 runs it (an arbitrary uid in group 0 that has no passwd
 entry, as on containerd). The smoke tests
 (marker `images`: each image starts and answers) run in `make test`, on images cached
-outside the clone; the slow ones (marker `containers`) in `make images-test` only. They
-fail, never skip, where the tools are missing.
+outside the clone; the slow ones (marker `containers`) after the rest in `make test`, and
+alone in `make images-test`. They fail, never skip, where the tools are missing.
 """
 
 import json

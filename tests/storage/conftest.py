@@ -1,12 +1,13 @@
 """Fixtures for the checkpoint storage tests: a job's storage on each kind of storage root,
 a stand-in for the live Spark checkpoint location, and builders for manifests.
 
-Every test that uses `storage_root` (directly or through `layout` and `storage`) runs three
-times: on the local filesystem, on S3 (moto's server) and on Azure Blob Storage (Azurite),
-each server started once per session on a loopback port (tests/conftest.py). A test marked
-`local_only` runs once, on the local filesystem: it is about what only a local filesystem has
-(hard links, symbolic links, fsync, rename), or about what does not depend on the storage
-(argument checks, parsing), which keeps the object-store runs to what they add.
+Every test that uses `storage_root` (directly or through `layout` and `storage`) runs four
+times: on the local filesystem, on S3 (moto's server), on Google Cloud Storage
+(fake-gcs-server) and on Azure Blob Storage (Azurite), each server started once per session
+on a loopback port (tests/conftest.py). A test marked `local_only` runs once, on the local
+filesystem: it is about what only a local filesystem has (hard links, symbolic links, fsync,
+rename), or about what does not depend on the storage (argument checks, parsing), which keeps
+the object-store runs to what they add.
 """
 
 from __future__ import annotations

@@ -648,9 +648,12 @@ class CheckpointCoordinator:
         )
         subsumed: list[CompletedCheckpoint] = []
         dropped_savepoints: list[CompletedCheckpoint] = []
-        # Any completed image shows the job can checkpoint (Flink's handleCheckpointSuccess).
-        self._consecutive_failures = 0
-        self._last_completed_id = max(self._last_completed_id, completed.checkpoint_id)
+        # A completed image newer than the last shows the job can checkpoint again (Flink's
+        # handleCheckpointSuccess); an older one, a savepoint that outlasted a newer
+        # checkpoint, says nothing of the failures since that checkpoint.
+        if completed.checkpoint_id > self._last_completed_id:
+            self._consecutive_failures = 0
+            self._last_completed_id = completed.checkpoint_id
         if completed.kind is CheckpointKind.CHECKPOINT:
             subsumed = self._store.add(completed)
         else:
