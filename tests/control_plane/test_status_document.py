@@ -236,6 +236,7 @@ def test_the_status_round_trips_through_each_of_its_users(
                 for image in (*record.coordinator.checkpoints, *record.coordinator.savepoints)
                 if image.label
             },
+            finished=record.phase is JobPhase.FINISHED,
         )
         assert registry.refused_by_run is None
 
