@@ -4,6 +4,8 @@ The wall clock gives the times recorded and savepoint ages."""
 
 import random
 
+import pytest
+
 from helpers.coordinator import TASKS, FakeClock, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
@@ -86,3 +88,26 @@ def test_recorded_times_are_the_wall_clocks() -> None:
         trigger.trigger_time,
         job.wall.now,
     )
+
+
+def test_a_periodic_savepoint_is_due_on_the_timer_when_its_wall_clock_time_comes() -> None:
+    """Periodic savepoints go by the wall clock (their last time is persisted), the adapter
+    sleeps on the timer until `next_deadline`: the wall time converted. A wall clock stepped
+    forward brings the savepoint nearer by the step (a mutation run found the conversion
+    with two clocks untested)."""
+    wall, timer = FakeClock(), FakeClock(1_000.0)
+    config = CoordinatorConfig(interval=None, savepoint_interval=300.0)
+    coordinator = CheckpointCoordinator(config, clock=wall, timer=timer, rng=random.Random(3))
+    coordinator.handle(TasksReported(TASKS, all_running=True))
+    coordinator.handle(JobPhaseChanged(JobPhase.RUNNING))
+    assert coordinator.next_deadline() == pytest.approx(timer.now + 300.0)
+
+    timer.now += 100.0
+    wall.now += 100.0 + 50.0
+    assert of_type(coordinator.handle(Tick()), TriggerCheckpoint) == []
+    assert coordinator.next_deadline() == pytest.approx(timer.now + 150.0)
+
+    timer.now += 150.0
+    wall.now += 150.0
+    (savepoint,) = of_type(coordinator.handle(Tick()), TriggerCheckpoint)
+    assert savepoint.kind is CheckpointKind.SAVEPOINT

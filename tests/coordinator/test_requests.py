@@ -4,6 +4,7 @@ import pytest
 
 from helpers.coordinator import TASKS, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
+    CHECKPOINT_ID_BLOCK,
     AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
@@ -12,6 +13,7 @@ from spark_checkpoint_operator.coordinator import (
     PersistState,
     RequestDeclined,
     RequestOrigin,
+    StoredIdsReported,
     TasksReported,
     TerminalOutcome,
     TriggerCheckpoint,
@@ -19,6 +21,7 @@ from spark_checkpoint_operator.coordinator import (
     TriggerRequested,
 )
 from spark_checkpoint_operator.coordinator.requests import RequestQueue
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT
 
 
 def _request(
@@ -78,26 +81,42 @@ def test_request_waits_in_queue_while_too_many_are_pending() -> None:
 
 
 def test_what_users_asked_for_and_is_unfinished_is_what_a_replacement_is_asked() -> None:
-    """In flight and queued user requests, oldest first, with what follows them; periodic
-    checkpoints are not: new settings replace the coordinator, and
-    a savepoint asked for was lost with the one replaced (a reviewer's)."""
+    """In flight and queued user requests, oldest first, with what follows them and whether a
+    snapshot object pins them; periodic checkpoints, in flight or queued, are not: new
+    settings replace the coordinator, and a savepoint asked for was lost with the one
+    replaced (a reviewer's)."""
     harness = Harness(CoordinatorConfig(interval=1.0, max_concurrent=2, min_pause=0.0))
     harness.start()
     harness.advance_to_next_deadline()  # a periodic checkpoint in flight
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="in flight"))
+    pinned = TriggerRequested(CheckpointKind.SAVEPOINT, label="snapshot s", pinned=True)
+    harness.send(pinned)
     harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="queued"))
-    stop = TriggerRequested(CheckpointKind.SAVEPOINT, after=AfterCompletion.STOP, label="suspend")
+    harness.advance_to_next_deadline()  # a periodic checkpoint queued
+    queued = [(r.label, r.is_periodic) for r in harness.coordinator.queued]
+    assert queued == [("queued", False), ("", True)]
+    checkpoint, savepoint = CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT
+    in_flight = TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "in flight")
+    pinned_again = TriggerRequested(savepoint, AfterCompletion.CONTINUE, True, "snapshot s", True)
+    queued_again = TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "queued")
+    assert harness.coordinator.unfinished_user_requests() == (
+        in_flight,
+        pinned_again,
+        queued_again,
+    )
+    stop = TriggerRequested(savepoint, after=AfterCompletion.STOP, label="suspend")
     harness.send(stop)
 
     again = harness.coordinator.unfinished_user_requests()
 
-    assert [p.label for p in harness.coordinator.pending] == ["", "in flight", "suspend"]
+    pending = [p.label for p in harness.coordinator.pending]
+    assert pending == ["", "in flight", "snapshot s", "suspend"]
     assert [r.label for r in harness.coordinator.queued] == ["queued"]
-    checkpoint = CheckpointKind.CHECKPOINT
     assert again == (
-        TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "in flight"),
-        TriggerRequested(CheckpointKind.SAVEPOINT, AfterCompletion.STOP, True, "suspend"),
-        TriggerRequested(checkpoint, AfterCompletion.CONTINUE, False, "queued"),
+        in_flight,
+        pinned_again,
+        TriggerRequested(savepoint, AfterCompletion.STOP, True, "suspend"),
+        queued_again,
     )
     assert harness.coordinator.tasks_reported == TasksReported(TASKS, all_running=True)
 
@@ -244,3 +263,26 @@ def test_coordinator_reports_requests_dropped_by_the_cap() -> None:
     assert [(d.request.label, d.reason) for d in declined] == [
         ("overflow", FailureReason.TOO_MANY_CHECKPOINT_REQUESTS)
     ]
+
+
+@pytest.mark.parametrize(("above_the_last_block", "continued"), [(1, True), (0, False)])
+def test_stored_ids_are_continued_above_only_while_a_block_above_them_is_persistable(
+    above_the_last_block: int, continued: bool
+) -> None:
+    """The next trigger reserves a block of ids past the highest stored one; a highest id
+    whose block would pass MAX_COUNT (a directory named by hand) changes nothing: a
+    persisted counter could not hold it (a mutation run found the bound untested)."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    highest = MAX_COUNT - CHECKPOINT_ID_BLOCK - above_the_last_block
+
+    effects = harness.send(StoredIdsReported(highest))
+
+    assert (harness.coordinator.next_checkpoint_id == highest + 1) is continued
+    assert bool(of_type(effects, PersistState)) is continued
+    if continued:
+        (trigger,) = of_type(
+            harness.send(TriggerRequested(CheckpointKind.SAVEPOINT)), TriggerCheckpoint
+        )
+        assert trigger.checkpoint_id == highest + 1
+        assert harness.coordinator.persisted_state.next_checkpoint_id <= MAX_COUNT

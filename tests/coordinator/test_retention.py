@@ -146,10 +146,12 @@ def test_savepoint_history_is_trimmed_by_age_but_never_the_newest() -> None:
 
 
 def test_a_savepoint_ages_out_at_the_deadline_given_for_it() -> None:
-    """Its age expiry converted to the timer, (now + expiry) - now, rounded a step short
+    """Its age expiry converted to the timer, now + (expiry - now), rounds a step short
     with one clock: a Tick at that deadline expired nothing, and the next deadline was the
-    same, for ever (a reviewer's numbers)."""
-    expiry, now = 835765.1039198696, 361691.6134807642
+    same, for ever (a reviewer's; numbers where that sum rounds short, as a mutation run
+    found the earlier ones no longer did)."""
+    expiry, now = 854140.4297478645, 295020.54406568065
+    assert now + (expiry - now) < expiry
     limits = SavepointHistoryLimits(max_count=10, max_age_seconds=expiry - 100_000.0)
     harness = Harness(
         CoordinatorConfig(interval=None, savepoint_history=limits), clock=FakeClock(100_000.0)
