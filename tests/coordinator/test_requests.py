@@ -286,3 +286,19 @@ def test_stored_ids_are_continued_above_only_while_a_block_above_them_is_persist
         )
         assert trigger.checkpoint_id == highest + 1
         assert harness.coordinator.persisted_state.next_checkpoint_id <= MAX_COUNT
+
+
+@pytest.mark.parametrize("beyond", [0, 1])
+def test_stored_ids_inside_the_reserved_block_take_no_state_write(beyond: int) -> None:
+    """The first trigger reserved ids up to the block's end (persisted): a highest stored
+    id at the block's last one continues the counter without a write; one past it is
+    persisted (a mutation run's)."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))  # reserves 1..CHECKPOINT_ID_BLOCK
+    highest = CHECKPOINT_ID_BLOCK + beyond
+
+    effects = harness.send(StoredIdsReported(highest))
+
+    assert harness.coordinator.next_checkpoint_id == highest + 1
+    assert len(of_type(effects, PersistState)) == beyond
