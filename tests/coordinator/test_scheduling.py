@@ -17,6 +17,7 @@ from spark_checkpoint_operator.coordinator import (
     JobPhaseChanged,
     JobTerminated,
     PersistedState,
+    PersistState,
     RequestDeclined,
     TaskDeclined,
     TasksReported,
@@ -431,3 +432,67 @@ def test_without_periodic_savepoints_none_is_next() -> None:
     harness.advance(100.0)
 
     assert harness.coordinator.next_periodic_savepoint is None
+
+
+def test_withdrawn_requests_still_queued_are_declined_and_pending_ones_aborted_by_label() -> None:
+    """A withdrawal reaches the label's queued requests too (declined, `Withdrawn`), its
+    aborts carry the label and the reason's own words, as the adapter reports them, and a
+    request queued behind them takes the freed slot at once (it waited for the next event;
+    a mutation run found the first two untested)."""
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=1))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="upgrade"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="upgrade"))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="nonce 2"))
+    assert [r.label for r in harness.coordinator.queued] == ["upgrade", "nonce 2"]
+
+    effects = harness.send(TriggerWithdrawn("upgrade"))
+
+    (declined,) = of_type(effects, RequestDeclined)
+    assert (declined.request.label, declined.reason) == ("upgrade", FailureReason.WITHDRAWN)
+    (abort,) = of_type(effects, AbortCheckpoint)
+    assert (abort.checkpoint_id, abort.reason, abort.message, abort.label) == (
+        1,
+        FailureReason.WITHDRAWN,
+        FailureReason.WITHDRAWN.description,
+        "upgrade",
+    )
+    assert [r.label for r in harness.coordinator.queued] == []
+    assert [p.label for p in harness.coordinator.pending] == ["nonce 2"]
+
+
+def test_a_job_failed_past_its_tolerance_declines_its_queued_periodic_checkpoints() -> None:
+    """Failing the job holds the scheduler and declines what it queued (Flink's failover
+    stops it); a mutation run found the declines untested."""
+    harness = Harness(
+        CoordinatorConfig(interval=1.0, min_pause=0.0, max_concurrent=1, tolerable_failures=0)
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="nonce 1"))
+    harness.advance_to_next_deadline()  # periodic checkpoints queue behind it
+    assert [r.is_periodic for r in harness.coordinator.queued] == [True]
+
+    effects = harness.send(TaskDeclined(1, "logs", "disk full"))
+
+    assert of_type(effects, FailJob) != []
+    (declined,) = of_type(effects, RequestDeclined)
+    assert declined.request.is_periodic
+    assert declined.reason is FailureReason.PERIODIC_SCHEDULER_SHUTDOWN
+
+
+def test_periodic_savepoints_start_persisted_and_go_past_max_concurrent() -> None:
+    """The first one is an interval after the job first ran, that time persisted (a restart
+    waits from it); one due while checkpoints fill `maxConcurrent` is taken anyway, as a
+    savepoint asked for is (a mutation run found both untested)."""
+    harness = Harness(
+        CoordinatorConfig(interval=None, timeout=600.0, max_concurrent=1, savepoint_interval=30.0)
+    )
+    harness.send(TasksReported(TASKS, all_running=True))
+    started = harness.clock.now
+
+    effects = harness.send(JobPhaseChanged(JobPhase.RUNNING))
+
+    (persist,) = of_type(effects, PersistState)
+    assert persist.state.last_periodic_savepoint == started
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="nonce 1"))
+    assert len(periodic_savepoints(harness.advance(30.0), harness)) == 1

@@ -467,6 +467,9 @@ class CheckpointCoordinator:
         for pending in list(self._pending.values()):
             if pending.label == label:
                 self._abort(pending, FailureReason.WITHDRAWN, "", effects)
+        # As after every abort: a request queued behind the withdrawn ones takes its slot now,
+        # not at whatever event comes next.
+        self._run_queue(effects)
 
     def _on_user_request(self, event: TriggerRequested, effects: list[Effect]) -> None:
         forced = (
