@@ -296,3 +296,29 @@ def test_termination_aborts_pending_with_shutdown_and_is_idempotent(harness: Har
     ]
     assert harness.send(JobTerminated(TerminalOutcome.FAILED)) == []
     assert harness.coordinator.persisted_state.terminated is TerminalOutcome.CANCELLED
+
+
+def test_a_pin_changes_only_its_own_savepoint() -> None:
+    """A mutation run found nothing checking that pinning one savepoint leaves the others
+    as they were (each SparkCheckpointSnapshot object pins its own)."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    _take(harness, CheckpointKind.SAVEPOINT)
+    _take(harness, CheckpointKind.SAVEPOINT)
+
+    harness.send(SavepointPinChanged(1, pinned=True))
+
+    state = harness.coordinator.persisted_state
+    assert [(s.checkpoint_id, s.pinned) for s in state.savepoints] == [(1, True), (2, False)]
+
+
+def test_the_history_says_who_asked_for_each_completed_image() -> None:
+    """status.history's label, of completions as of failures (a mutation run found the
+    completed ones' untested)."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT, label="nonce 3"))
+    harness.complete(harness.coordinator.pending[-1].checkpoint_id)
+
+    (outcome,) = harness.coordinator.persisted_state.history
+    assert (outcome.checkpoint_id, outcome.label) == (1, "nonce 3")
