@@ -142,6 +142,17 @@ def test_a_failures_message_in_the_history_is_kept_short(
     assert len(abort.message) < MESSAGE_CHARACTERS + 100
 
 
+def test_a_failures_message_of_exactly_the_limit_is_kept_whole() -> None:
+    harness = _failing_harness(tolerable=5)
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    message = "x" * MESSAGE_CHARACTERS
+
+    harness.send(FinalizationFailed(1, message))
+
+    (failed,) = harness.coordinator.persisted_state.history
+    assert failed.message == message
+
+
 def test_a_trigger_the_agent_refused_aborts_without_counting() -> None:
     """Flink counts no TRIGGER_CHECKPOINT_FAILURE: with ``tolerableFailures: 0`` one
     undeliverable trigger once failed the job."""

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.coordinator import START, TASKS, Harness, of_type
+from helpers.coordinator import START, TASKS, Aligned, Harness, of_type
 from spark_checkpoint_operator.coordinator import (
     AbortCheckpoint,
     AfterCompletion,
@@ -50,7 +50,7 @@ from spark_checkpoint_operator.coordinator.completed import (
     CompletedCheckpointStore,
     SavepointHistory,
 )
-from spark_checkpoint_operator.coordinator.state import format_time
+from spark_checkpoint_operator.coordinator.state import MAX_COUNT, format_time
 
 
 def _abort_message(harness: Harness, event: object) -> AbortCheckpoint:
@@ -135,6 +135,7 @@ def test_a_full_state_round_trips_and_its_times_are_rfc3339_utc() -> None:
     # What an outcome lacks is left out: kubectl describe showed "Reason: <nil>".
     assert "reason" not in data["history"][0]
     assert "batchId" not in data["history"][-1] and "sizeBytes" not in data["history"][-1]
+    assert "label" not in data["history"][0], "a routine checkpoint's outcome has no label"
     assert data["checkpoints"][0]["triggerTime"] == format_time(START)
     assert PersistedState.from_dict(data) == state
     assert format_time(0.0) == "1970-01-01T00:00:00Z"
@@ -152,6 +153,32 @@ def test_a_coordinator_rebuilt_after_termination_stays_shut_down() -> None:
     assert declined.request.kind is CheckpointKind.SAVEPOINT
 
 
+def _savepoint_dict(savepoint_id: int, **fields: object) -> dict[str, object]:
+    return {
+        "id": savepoint_id,
+        "kind": "savepoint",
+        "batchId": 0,
+        "path": f"file:///store/sp-{savepoint_id}",
+        "sizeBytes": 0,
+        "triggerTime": format_time(START),
+        "completionTime": format_time(START),
+        **fields,
+    }
+
+
+def test_counts_and_ids_up_to_the_largest_exact_json_integer_are_read() -> None:
+    data = PersistedState(next_checkpoint_id=4).to_dict()
+    data.update(nextCheckpointId=MAX_COUNT, completedCount=MAX_COUNT, failedCount=MAX_COUNT)
+
+    state = PersistedState.from_dict(data)
+
+    assert (state.next_checkpoint_id, state.completed_count, state.failed_count) == (
+        MAX_COUNT,
+        MAX_COUNT,
+        MAX_COUNT,
+    )
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [
@@ -167,6 +194,18 @@ def test_a_coordinator_rebuilt_after_termination_stays_shut_down() -> None:
             "checkpoints[0].kind: expected one of checkpoint, savepoint, got 'snapshot'",
         ),
         ({"nextCheckpointId": True}, "nextCheckpointId: expected an integer, got True"),
+        (
+            {"nextCheckpointId": 3, "checkpoints": [], "savepoints": [_savepoint_dict(3)]},
+            "nextCheckpointId: 3 is not above the newest registered id, 3",
+        ),
+        (
+            {
+                "nextCheckpointId": 4,
+                "checkpoints": [],
+                "savepoints": [_savepoint_dict(3, pinned="yes")],
+            },
+            "savepoints[0].pinned: expected a boolean, got 'yes'",
+        ),
     ],
 )
 def test_invalid_state_messages_name_the_field_exactly(data: object, message: str) -> None:
@@ -200,6 +239,10 @@ def test_an_outcome_with_a_zero_batch_and_size_round_trips() -> None:
             "checkpointing.timeout must be > 0, got 0; checkpointing.retained must be >= 1, got 0",
         ),
         (
+            {"interval": None, "savepoint_interval": 60.0, "savepoint_schedule": Aligned(3600)},
+            "savepoints.interval and savepoints.schedule: set one of them",
+        ),
+        (
             {"retention_policy": "Keep"},
             "checkpointing.retentionPolicy must be one of NeverRetainAfterTermination, "
             "RetainOnFailure, RetainOnCancellation, got 'Keep'",
@@ -227,6 +270,7 @@ def test_refused_savepoint_limits_say_exactly_why(limits: dict[str, float], mess
 
 def test_the_smallest_allowed_settings_are_accepted() -> None:
     CoordinatorConfig(interval=5.0, min_pause=5.0, history_size=1, max_queued_requests=1)
+    CoordinatorConfig(interval=None, savepoint_interval=0.5)  # > 0 is the only bound
     SavepointHistoryLimits(max_count=1, max_age_seconds=0.5)
 
 
@@ -573,6 +617,24 @@ def test_a_checkpoint_a_restore_passed_over_goes_before_a_good_one() -> None:
 
     assert [c.checkpoint_id for c in store.add(_checkpoint(201))] == [102]
     assert [c.checkpoint_id for c in store.checkpoints] == [101, 201]
+
+
+def test_a_registry_over_a_lowered_retained_count_gives_up_its_excess_oldest_first() -> None:
+    """Restored with more checkpoints than `retained` now allows, the next completion
+    subsumes every one over the count: the one a restore passed over goes first, and all
+    are reported (and so discarded) oldest first."""
+    restored = [_checkpoint(101), _checkpoint(102), _checkpoint(103)]
+    store = CompletedCheckpointStore(1, restored, unrestorable={102}.__contains__)
+
+    assert [c.checkpoint_id for c in store.add(_checkpoint(104))] == [101, 102, 103]
+    assert [c.checkpoint_id for c in store.checkpoints] == [104]
+
+
+def test_a_savepoint_the_history_does_not_hold_is_removed_as_none() -> None:
+    history = SavepointHistory(SavepointHistoryLimits(), [_savepoint(1, 10.0)])
+
+    assert history.remove(2) is None
+    assert [s.checkpoint_id for s in history.savepoints] == [1]
 
 
 def _checkpoint(checkpoint_id: int) -> CompletedCheckpoint:
