@@ -14,11 +14,13 @@ from spark_checkpoint_operator.coordinator import (
     FinalizationFailed,
     JobPhase,
     JobPhaseChanged,
+    JobTerminated,
     PersistState,
     SnapshotCaptured,
     TaskAck,
     TaskAcknowledged,
     TaskDeclined,
+    TerminalOutcome,
     TriggerCheckpoint,
     TriggerDeliveryFailed,
     TriggerRequested,
@@ -215,6 +217,23 @@ def test_a_completed_image_resets_the_failure_count(kind: CheckpointKind) -> Non
     assert of_type(harness.send(TaskDeclined(3, "logs", "x")), FailJob) == []
 
 
+def test_the_jobs_first_checkpoint_completing_resets_the_failure_count() -> None:
+    """Checkpoint 1 completes after checkpoint 2 failed: it is above every image completed
+    before (none), so the job can checkpoint and the count is cleared."""
+    harness = Harness(
+        CoordinatorConfig(interval=None, timeout=30.0, tolerable_failures=1, max_concurrent=2)
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TaskDeclined(2, "logs", "x"))
+    assert harness.coordinator.consecutive_failures == 1
+
+    harness.complete(1)
+
+    assert harness.coordinator.consecutive_failures == 0
+
+
 def test_an_image_older_than_the_last_completed_one_leaves_the_failure_count() -> None:
     """Flink's handleCheckpointSuccess clears the count only for an id above its
     lastSucceededCheckpointId: a savepoint that outlasted a newer completed checkpoint says
@@ -342,6 +361,20 @@ def test_a_failure_is_persisted_once_after_its_aborts(pending: int) -> None:
     (persisted,) = of_type(effects, PersistState)
     assert persisted.state.failed_count == pending
     assert [o.reason for o in persisted.state.history] == [FailureReason.EXPIRED] * pending
+
+
+def test_a_termination_that_aborts_checkpoints_writes_the_state_once() -> None:
+    """Its write after the aborts holds them: no second write for the failures."""
+    harness = Harness(CoordinatorConfig(interval=None, max_concurrent=2))
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+
+    effects = harness.send(JobTerminated(TerminalOutcome.FAILED))
+
+    assert [type(e) for e in effects] == [AbortCheckpoint, AbortCheckpoint, PersistState]
+    (persisted,) = of_type(effects, PersistState)
+    assert persisted.state.failed_count == 2
 
 
 def test_failing_the_job_holds_periodic_checkpoints_until_it_runs_again() -> None:

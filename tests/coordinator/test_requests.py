@@ -121,6 +121,12 @@ def test_what_users_asked_for_and_is_unfinished_is_what_a_replacement_is_asked()
     assert harness.coordinator.tasks_reported == TasksReported(TASKS, all_running=True)
 
 
+def test_before_the_agents_first_word_a_replacement_is_told_of_no_tasks_running() -> None:
+    """`tasks_reported` is what a replacing coordinator is told: before any TasksReported,
+    no tasks and not all running, so that it declines requests as this one does."""
+    assert Harness().coordinator.tasks_reported == TasksReported(frozenset(), all_running=False)
+
+
 def test_max_concurrent_allows_that_many_pending() -> None:
     harness = Harness(CoordinatorConfig(interval=None, max_concurrent=2))
     harness.start()
@@ -286,6 +292,20 @@ def test_stored_ids_are_continued_above_only_while_a_block_above_them_is_persist
         )
         assert trigger.checkpoint_id == highest + 1
         assert harness.coordinator.persisted_state.next_checkpoint_id <= MAX_COUNT
+
+
+def test_a_stored_id_equal_to_the_next_one_is_not_used_again() -> None:
+    """A directory chk-1 left by a run whose state was lost: the next trigger is 2."""
+    harness = Harness(CoordinatorConfig(interval=None))
+    harness.start()
+    assert harness.coordinator.next_checkpoint_id == 1
+
+    harness.send(StoredIdsReported(1))
+
+    (trigger,) = of_type(
+        harness.send(TriggerRequested(CheckpointKind.SAVEPOINT)), TriggerCheckpoint
+    )
+    assert trigger.checkpoint_id == 2
 
 
 @pytest.mark.parametrize("beyond", [0, 1])

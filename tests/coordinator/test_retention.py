@@ -192,6 +192,43 @@ def test_a_disposed_savepoint_leaves_the_registry_persisted_before_its_discard(
     assert harness.send(SavepointDisposeRequested(disposed)) == []
 
 
+@pytest.mark.parametrize("kind", [CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT])
+def test_over_the_count_the_image_a_restore_passed_over_goes_first(kind: CheckpointKind) -> None:
+    """The coordinator's `unrestorable`, asked by kind and id, decides what retention and
+    the savepoint history drop first: image 2, not the oldest."""
+    config = CoordinatorConfig(
+        interval=None, retained=2, savepoint_history=SavepointHistoryLimits(max_count=2)
+    )
+    harness = Harness(config, unrestorable=lambda k, image_id: (k, image_id) == (kind, 2))
+    harness.start()
+    for _ in range(3):
+        _take(harness, kind)
+
+    state = harness.coordinator.persisted_state
+    images = state.checkpoints if kind is CheckpointKind.CHECKPOINT else state.savepoints
+    assert [image.checkpoint_id for image in images] == [1, 3]
+
+
+def test_the_newest_image_is_disposed_of_when_no_restore_takes_it() -> None:
+    """Savepoint 2 (batch 5) is newer than checkpoint 1 (batch 3), but a restore failed on
+    it: the coordinator's `unrestorable` lets it go."""
+
+    def failed_on(kind: CheckpointKind, image_id: int) -> bool:
+        return (kind, image_id) == (CheckpointKind.SAVEPOINT, 2)
+
+    harness = Harness(CoordinatorConfig(interval=None), unrestorable=failed_on)
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT))
+    harness.complete(1, batch_id=3)
+    harness.send(TriggerRequested(CheckpointKind.SAVEPOINT))
+    harness.complete(2, batch_id=5)
+
+    effects = harness.send(SavepointDisposeRequested(2))
+
+    assert [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)] == [2]
+    assert harness.coordinator.persisted_state.savepoints == ()
+
+
 def test_the_newest_image_is_not_disposed_of_when_it_is_a_savepoint() -> None:
     """Sinks may have committed up to its batch (a stop-with-savepoint's): disposed of, the
     next run would restore an older image, behind the output."""

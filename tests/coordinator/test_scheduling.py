@@ -11,6 +11,7 @@ from spark_checkpoint_operator.coordinator import (
     AfterCompletion,
     CheckpointKind,
     CoordinatorConfig,
+    DiscardSavepoint,
     FailJob,
     FailureReason,
     JobPhase,
@@ -19,6 +20,8 @@ from spark_checkpoint_operator.coordinator import (
     PersistedState,
     PersistState,
     RequestDeclined,
+    RequestOrigin,
+    SavepointHistoryLimits,
     TaskDeclined,
     TasksReported,
     TerminalOutcome,
@@ -283,6 +286,55 @@ def test_periodic_savepoints_come_an_interval_apart_from_the_first_running() -> 
 
     assert periodic_savepoints(harness.advance(29.5), harness) == []
     assert len(periodic_savepoints(harness.advance(0.5), harness)) == 1
+
+
+def test_a_periodic_savepoint_is_asked_for_and_not_pinned() -> None:
+    """As a savepoint asked for: the operator writes status when it goes out (someone
+    waits for a savepoint), and unpinned, the history's count lets it go."""
+    harness = Harness(
+        CoordinatorConfig(
+            interval=None,
+            timeout=60.0,
+            savepoint_interval=30.0,
+            savepoint_history=SavepointHistoryLimits(max_count=1),
+        )
+    )
+    harness.start()
+    (first,) = periodic_savepoints(harness.advance(30.0), harness)
+    assert [p.origin for p in harness.coordinator.pending] == [RequestOrigin.USER]
+    harness.complete(first.checkpoint_id)
+    (second,) = periodic_savepoints(harness.advance(30.0), harness)
+
+    effects = harness.complete(second.checkpoint_id)
+
+    dropped = [d.savepoint.checkpoint_id for d in of_type(effects, DiscardSavepoint)]
+    assert dropped == [first.checkpoint_id]
+
+
+def test_a_periodic_savepoint_a_full_queue_turns_away_is_declined() -> None:
+    """A queue full of user requests takes no other (`RequestQueue.offer`): the periodic
+    savepoint is declined, said so, and the next is due an interval later."""
+    harness = Harness(
+        CoordinatorConfig(
+            interval=None,
+            timeout=600.0,
+            max_concurrent=1,
+            max_queued_requests=1,
+            savepoint_interval=30.0,
+        )
+    )
+    harness.start()
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="nonce 1"))  # pending
+    harness.send(TriggerRequested(CheckpointKind.CHECKPOINT, label="nonce 2"))  # queued
+
+    effects = harness.advance(30.0)
+
+    (declined,) = of_type(effects, RequestDeclined)
+    assert (declined.request.label, declined.reason) == (
+        PERIODIC_SAVEPOINT_LABEL,
+        FailureReason.TOO_MANY_CHECKPOINT_REQUESTS,
+    )
+    assert harness.coordinator.next_periodic_savepoint == START + 60.0
 
 
 def test_periodic_savepoints_by_a_schedule_come_at_its_times() -> None:

@@ -2,7 +2,7 @@
 
 import math
 import random
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -10,6 +10,7 @@ from spark_checkpoint_operator.coordinator import (
     CHECKPOINT_ID_BLOCK,
     CheckpointCoordinator,
     CheckpointFinalized,
+    CheckpointKind,
     CoordinatorConfig,
     Effect,
     Event,
@@ -51,6 +52,7 @@ class Harness:
         clock: FakeClock | None = None,
         id_block: int = CHECKPOINT_ID_BLOCK,
         next_id: int | None = None,
+        unrestorable: Callable[[CheckpointKind, int], bool] = lambda kind, image_id: False,
     ) -> None:
         self.clock = clock or FakeClock()
         self.config = config or CoordinatorConfig(interval=10.0, min_pause=0.0, timeout=60.0)
@@ -61,6 +63,7 @@ class Harness:
             state=state,
             id_block=id_block,
             next_id=next_id,
+            unrestorable=unrestorable,
         )
 
     def send(self, event: Event) -> list[Effect]:
