@@ -44,7 +44,7 @@ from spark_checkpoint.storage import (
     SymbolicLinkError,
     storage_failure,
 )
-from spark_checkpoint.storage.errors import is_missing_bucket
+from spark_checkpoint.storage.errors import is_missing_bucket, printable_line
 from spark_checkpoint.storage.layout import hide_password
 
 if TYPE_CHECKING:
@@ -202,16 +202,25 @@ def _start(
         return fail_with(str(error), DriverExit.FAILED)
     if outcome is not None:
         agent.restored(outcome)
-    try:
-        for participant in participants:
+    for participant in participants:
+        try:
             participant.on_restore(
                 outcome.batch_id if outcome else None,
                 f"{settings.namespace}/{settings.job}",
                 checkpoint_location=location,
             )
-    except (StartRefused, SymbolicLinkError) as error:
-        # A link in the output is not followed, and another attempt would meet it again.
-        return fail_with(str(error), DriverExit.MISCONFIGURED)
+        except (StartRefused, SymbolicLinkError) as error:
+            # A link in the output is not followed, and another attempt would meet it again.
+            return fail_with(str(error), DriverExit.MISCONFIGURED)
+        except Exception as error:  # its storage: no credentials, no answer, no access
+            # Another attempt may reach it (the runtime restarts the driver): the reason in
+            # one line, the traceback only at debug level.
+            log.debug("participant %r could not start", participant, exc_info=True)
+            failure = f"{type(error).__name__}: {error}"
+            return fail_with(
+                f"participant {participant!r} could not start: {printable_line(failure)}",
+                DriverExit.FAILED,
+            )
 
     try:
         # Spark reads the restored metadata file here, the logs and state once it runs.

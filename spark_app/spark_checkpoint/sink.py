@@ -52,36 +52,43 @@ Protocol (`CheckpointParticipant`)
 2. ``on_checkpoint_complete(B)`` (the agent, after the coordinator registered a checkpoint
    covering batches <= B): every staged batch <= B is committed, in ascending batch order:
    of a batch staged by several drivers the newest one's record (the others, of drivers
-   that ran on once superseded, are discarded; a newer driver's are never touched), its
+   that ran on once superseded, are dropped; a newer driver's are never touched), its
    commit record is created from that staged record (create-only), the batch's data
-   objects that the commit record does not list are deleted, then the staged record.
+   objects that the commit record does not list are deleted, then the staged records.
    If the commit record exists already, it wins: one identical to the staged record is
    this commit's own (written before a crash, or by a request whose answer was lost, so
-   that the store refused its retry); any other means the staged one is a duplicate,
-   whose objects are deleted and never seen.
+   that the store refused its retry); another of the same input means the staged one is
+   a duplicate (a superseded driver committed its own copy), whose objects are deleted
+   and never seen; one of other input fails the commit (`ReplayDiffers`), and a refusal
+   with no record there fails it too (OSError), the staged record kept for another try.
 3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
    batch ids would collide with the owner's). The driver claims the next writer epoch
    (``_epochs/epoch-<E>.json``, create-only) and deletes the older ones, which fences
    every earlier driver: one that runs on finds a newer epoch before it stages its next
-   batch or commits, and fails (`Superseded`). Staged batches > R are discarded
-   (Spark re-runs them from the restored offsets); staged batches <= R are committed,
+   batch or commits, and fails (`Superseded`). Staged batches <= R are committed,
    because the restored checkpoint is registered, so the crash came between the registry
-   update and the notification. ``R = None`` is a fresh start: every staged batch is
-   discarded, and a committed batch refuses the start (an earlier run's output: new
-   batches of its id would be dropped as replays). Then, the epoch found still the newest,
-   garbage is collected: the data
-   objects of every batch that has no commit record (killed attempts), and what writes
-   killed midway left that no listing shows (`OutputStorage.remove_unfinished_writes`): a
-   local record's temporary whose writer is gone, an S3 multipart upload of a data object
-   that was never completed.
+   update and the notification. Staged batches > R stay until their batch is committed
+   (Spark re-runs them from the restored offsets, and this driver's copy of each, staged
+   under its newer epoch, wins): the superseded driver may be committing one right now
+   (its epoch check passed just before the claim), so neither record nor data objects
+   may go before a commit record decides. ``R = None`` is a fresh start: no staged batch
+   is committed, and a committed batch refuses the start (an earlier run's output: new
+   batches of its id would be dropped as replays). Then, the epoch found still the
+   newest, garbage is collected: the data objects of every batch that has neither a
+   commit nor a staged record (attempts killed while writing), and what writes killed
+   midway left that no listing shows (`OutputStorage.remove_unfinished_writes`): a local
+   record's temporary whose writer is gone, an S3 multipart upload of a data object that
+   was never completed.
 
 Crash consistency: the visible state of a batch changes with one atomic write (of its
 commit record), so a batch is at any time wholly invisible or wholly committed, never
 partial. Every data object a record lists is complete and durable before the record is
-written, and no object a commit record lists is ever deleted: garbage collection of a batch
-first reads its commit record and keeps what it lists. An interrupted step leaves either
-garbage no record lists or a prefix of its commits done; repeating the call finishes it.
+written, and no object a commit record lists is ever deleted: a batch's data objects are
+deleted only once its commit record exists, keeping what it lists (and a driver's own
+attempt that no other driver can commit: one it failed to write or staged again). An
+interrupted step leaves either garbage no record lists, deleted when its batch is next
+committed, or a prefix of its commits done; repeating the call finishes it.
 
 Assumptions
 -----------
@@ -95,7 +102,9 @@ Assumptions
   that runs on once the next one started (its pod force-deleted on a cut-off node) is
   fenced by the writer epochs: it stages and commits nothing once it finds a newer one, and
   a record it wrote just before (its check and the next driver's claim crossing) is never
-  committed, as the next driver stages the same batch under its newer epoch.
+  committed, as the next driver stages the same batch under its newer epoch. A commit it
+  makes in that moment lands on data that is still there (see step 3); the next driver's
+  copy of that batch then yields to it, as the same input's, or fails as another's.
 - A replayed batch is skipped only when it reads the committed batch's input (each record
   keeps the SHA-256 of the batch's source offsets in ``offsets/B`` and of the files its file
   sources read), which is what Spark does when it re-runs a batch from its offset log
@@ -412,7 +421,13 @@ class TransactionalFileSink:
             self._current_epoch()  # a superseded driver stops here, before any work
         source_offsets, source_files = self._input_digests(batch_id)
         if (committed := self._committed_record(batch_id)) is not None:
-            self._require_same_input(committed, source_offsets, source_files)
+            self._require_same_input(
+                committed,
+                source_offsets,
+                source_files,
+                "its replay reads other input (Spark planned it again after a restore to "
+                "an older image)",
+            )
             logger.info(
                 "batch %d is already committed; discarding the output of its replay", batch_id
             )
@@ -488,13 +503,14 @@ class TransactionalFileSink:
         that runs on (a pod force-deleted while its node was cut off) stages no batch any
         more (Superseded), and no record it staged is committed over this driver's.
 
-        Staged batches > `restored_batch` are discarded (the query re-runs them); staged
-        batches <= `restored_batch` are committed (the restored checkpoint is registered, so
-        their notification was lost in a crash). ``None`` means a fresh start without a
-        checkpoint: every staged batch is discarded, and committed batches refuse the
-        start (StartRefused: new batches of their ids would be dropped as replays). Data
-        objects of batches without a commit record (attempts killed while writing) are
-        deleted, and so is what writes killed midway left unlisted (temporaries, unfinished
+        Staged batches <= `restored_batch` are committed (the restored checkpoint is
+        registered, so their notification was lost in a crash); later ones stay until their
+        batch is committed (the query re-runs them, and its copies win; a superseded driver
+        may still be committing one). ``None`` means a fresh start without a checkpoint: no
+        staged batch is committed, and committed batches refuse the start (StartRefused:
+        new batches of their ids would be dropped as replays). Data objects of batches with
+        neither a commit nor a staged record (attempts killed while writing) are deleted,
+        and so is what writes killed midway left unlisted (temporaries, unfinished
         uploads). Committed batches are never touched. Idempotent. A damaged record
         refuses the start (StartRefused naming the file): a staged one before anything
         changes, a commit record where it is met.
@@ -522,15 +538,15 @@ class TransactionalFileSink:
                 _read_record(self._storage, staged.path)
             self._claim(job)
             self._claim_epoch()
-            for staged in self._staged_not_newer():
-                if restored_batch is not None and staged.batch <= restored_batch:
-                    continue
-                record = _read_record(self._storage, staged.path)
-                if record is not None:
-                    self._discard_staged(staged, record)
-                    logger.info("discarded staged batch %d (it will be re-run)", staged.batch)
+            # Staged batches after the restored one stay, each until its batch is committed
+            # (_commit_through): the driver this one superseded may be committing one right
+            # now (its epoch check passed before the claim), and this driver stages its own
+            # copy of each batch it runs, which is newer and wins.
             if restored_batch is not None:
-                self._commit_through(restored_batch)
+                try:
+                    self._commit_through(restored_batch, restoring=True)
+                except ReplayDiffers as error:  # every attempt would meet it again
+                    raise StartRefused(str(error)) from None
             # A driver that started meanwhile (never two at once, by the runtimes; this is
             # the fence should they be) may be writing data no record lists yet.
             self._current_epoch()
@@ -654,36 +670,66 @@ class TransactionalFileSink:
             if self._epoch is None or staged.epoch <= self._epoch
         ]
 
-    def _commit_through(self, batch_id: int) -> None:
+    def _commit_through(self, batch_id: int, *, restoring: bool = False) -> None:
         """Commit staged batches <= `batch_id` in ascending order: of a batch staged by
-        several drivers, the newest driver's record, the others are discarded (a driver
-        that ran on after it was superseded staged them). Caller holds the lock."""
+        several drivers, the newest driver's record; the others (of drivers that ran on
+        after they were superseded, or were replaced) go once the commit record decides
+        what the batch's data objects are. Only a restore (`restoring`: its checkpoint
+        covers them) commits what an earlier driver staged: afterwards this driver stages
+        every batch it runs itself, and an earlier driver's copy of a batch it has not run
+        stays as it is. Caller holds the lock."""
         staged_by_batch: dict[int, list[_Staged]] = {}
         for staged in self._staged_not_newer():
             if staged.batch <= batch_id:
                 staged_by_batch.setdefault(staged.batch, []).append(staged)
         for staged_id, candidates in staged_by_batch.items():
-            *superseded, newest = candidates
-            for older in superseded:
-                if (record := _read_record(self._storage, older.path)) is not None:
-                    self._discard_staged(older, record)
-                    logger.warning(
-                        "batch %d: dropped the copy a superseded driver staged", staged_id
-                    )
-            staged_record = _read_record(self._storage, newest.path)
-            if staged_record is None:
-                continue
-            committed_path = f"{COMMITTED_DIR}/{batch_record_name(staged_id)}"
-            if self._storage.create(committed_path, staged_record.to_json()):
-                logger.info("batch %d committed", staged_id)
-            elif self._committed_record(staged_id) == staged_record:
-                # Written by an earlier try: before a crash, or by a request whose answer
-                # was lost and whose retry the store refused (S3 and GCS 412, Azure 409).
-                logger.info("batch %d committed (its record was already there)", staged_id)
+            newest = candidates[-1]
+            if restoring or self._epoch is None or newest.epoch == self._epoch:
+                staged_record = _read_record(self._storage, newest.path)
+                if staged_record is None:
+                    continue
+                self._commit(staged_record)
+                dropped = candidates[:-1]
+            elif self._committed_record(staged_id) is None:
+                continue  # an earlier driver's copy of a batch this driver has not run yet
             else:
-                logger.warning("batch %d is already committed; dropping its staged copy", staged_id)
+                dropped = candidates  # this driver found the batch committed: a replay
             self._collect_batch_garbage(staged_id)
-            self._storage.delete([newest.path])
+            self._storage.delete(staged.path for staged in candidates)
+            if dropped:
+                logger.warning("batch %d: dropped the copy an earlier driver staged", staged_id)
+
+    def _commit(self, staged: BatchRecord) -> None:
+        """Create the commit record of `staged` (create-only), or find it there already.
+
+        A refused create is decided by the record the store holds: one identical to
+        `staged` is this commit's own (written by an earlier try: before a crash, or by a
+        request whose answer was lost and whose retry the store refused, S3 and GCS 412,
+        Azure 409); one of the same input is a superseded driver's copy of the batch, which
+        wins; one of other input is ReplayDiffers; none at all (a refusal for another
+        reason) raises OSError and leaves the staged record for another try."""
+        path = f"{COMMITTED_DIR}/{batch_record_name(staged.batch)}"
+        if self._storage.create(path, staged.to_json()):
+            logger.info("batch %d committed", staged.batch)
+            return
+        committed = self._committed_record(staged.batch)
+        if committed == staged:
+            logger.info("batch %d committed (its record was already there)", staged.batch)
+        elif committed is None:
+            raise OSError(
+                f"{self._storage.native(path)}: the store refused to create it as existing, "
+                f"but it is not there: batch {staged.batch} stays staged for another try"
+            )
+        else:
+            # A superseded driver's copy, committed as this driver took over. It stands if
+            # it read the input this query's batch read (its offsets in the checkpoint).
+            self._require_same_input(
+                committed,
+                *self._input_digests(staged.batch),
+                "the copy this query staged reads other input (a driver that ran on after "
+                "it was superseded committed its own)",
+            )
+            logger.warning("batch %d is already committed; dropping its staged copy", staged.batch)
 
     def _discard_staged(self, staged: _Staged, record: BatchRecord) -> None:
         """Remove a staged attempt: its record first, so that no record ever names a
@@ -699,24 +745,38 @@ class TransactionalFileSink:
         self._storage.delete(self._storage.find(_attempt_dir(batch_id, attempt)))
 
     def _collect_batch_garbage(self, batch_id: int) -> None:
-        """Delete the data objects of batch `batch_id` that its commit record does not
-        list (all of them without one). Caller holds the lock."""
+        """Delete the data objects of committed batch `batch_id` that its commit record
+        does not list. Only a commit record decides them: a driver this one superseded may
+        be committing an attempt it staged (its epoch check passed before this driver's
+        claim), so no other driver's attempt is deleted before the commit record exists.
+        Nor is a newer driver's staged attempt: this driver may be the superseded one,
+        whose commit the newer driver's may yet replace (ReplayDiffers says how).
+        Caller holds the lock."""
         committed = self._committed_record(batch_id)
-        keep = {path for path, _size in committed.files} if committed else set()
+        if committed is None:
+            return
+        keep = {path for path, _size in committed.files}
+        newer = [
+            staged
+            for staged in _staged_records(self._storage)
+            if staged.batch == batch_id and self._epoch is not None and staged.epoch > self._epoch
+        ]
+        for staged in newer:
+            if (record := _read_record(self._storage, staged.path)) is not None:
+                keep.update(path for path, _size in record.files)
         self._storage.delete(
             path for path in self._storage.find(_data_dir(batch_id)) if path not in keep
         )
 
     def _collect_garbage(self) -> None:
-        """Delete the data of every batch without a commit record or a staged one.
-
-        Committed batches were cleaned when they were committed (before their staged
-        record went away), so only the names of data directories are listed for them."""
+        """Delete the data of every batch without a commit record or a staged one: what
+        attempts killed while writing left. Committed batches were cleaned when they were
+        committed, so only the names of data directories are listed for them."""
         keep = set(self.committed_batches()) | set(self.staged_batches())
         for name in self._storage.list_names(DATA_DIR):
             batch_id = parse_batch_record_name(f"{name}.json")
             if batch_id is not None and batch_id not in keep:
-                self._collect_batch_garbage(batch_id)
+                self._storage.delete(self._storage.find(_data_dir(batch_id)))
                 logger.info("removed the data of unfinished attempts of batch %d", batch_id)
 
     def _input_digests(self, batch_id: int) -> tuple[str | None, str | None]:
@@ -734,22 +794,26 @@ class TransactionalFileSink:
         )
 
     def _require_same_input(
-        self, committed: BatchRecord, source_offsets: str | None, source_files: str | None
+        self,
+        committed: BatchRecord,
+        source_offsets: str | None,
+        source_files: str | None,
+        difference: str,
     ) -> None:
-        """A replay of a committed batch is skipped only if it reads the committed batch's
-        input. After a restore to an older image Spark plans again the batches whose
-        offsets the image lacks, and may give one other input (a batch that only advanced
-        the watermark now reads new files; another maxFilesPerTrigger splits the files
-        otherwise): skipping it would lose that data, committing it would add a second
-        batch of its id. Raises ReplayDiffers."""
+        """This query's batch is taken for the committed one only if it reads the committed
+        batch's input. After a restore to an older image Spark plans again the batches
+        whose offsets the image lacks, and may give one other input (a batch that only
+        advanced the watermark now reads new files; another maxFilesPerTrigger splits the
+        files otherwise); a superseded driver may have committed its own copy of a batch
+        (`difference` says which). Skipping this query's batch would lose that data, committing
+        it would add a second batch of its id. Raises ReplayDiffers."""
         if _same(committed.source_offsets, source_offsets) and _same(
             committed.source_files, source_files
         ):
             return
         later = [b for b in self.committed_batches() if b >= committed.batch]
         raise ReplayDiffers(
-            f"batch {committed.batch} is committed in {self._storage.url}, but its replay "
-            "reads other input (Spark planned it again after a restore to an older image); "
+            f"batch {committed.batch} is committed in {self._storage.url}, but {difference}; "
             "skipping it would lose that input's output and committing it would add a second "
             f"batch {committed.batch}: restore the newest image, or take the output back to "
             f"the restored image by deleting the commit records of batches {later[0]}.."

@@ -77,6 +77,8 @@ __all__ = ["OutputStorage", "write_partition"]
 logger = logging.getLogger(__name__)
 
 _URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*)://(?P<authority>[^/]*)(?P<path>.*)")
+# A URI missing a slash (`gs:/bucket/out`), which would otherwise be a local directory `gs:`.
+_ONE_SLASH_URI = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*):/(?!/)")
 # fsspec protocols whose create-only write is atomic (see the module docstring).
 _OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "gcs", "abfs", "abfss", "az"})
 _FSYNC_UNSUPPORTED_ERRNOS = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EBADF})
@@ -92,8 +94,19 @@ def _output_url(output_dir: str | os.PathLike[str]) -> tuple[str, bool]:
     a URI of such a filesystem would otherwise become a local directory named after its
     scheme (``gs:/bucket/...``)."""
     text = os.fspath(output_dir)
+    if not text:
+        raise ValueError("TransactionalFileSink's output '' is empty: give a local path or a URI")
     uri = _URI.fullmatch(text)
     if uri is None:
+        if typo := _ONE_SLASH_URI.match(text):
+            if typo["scheme"].lower() == "file":  # file:/path, RFC 8089's short form
+                return os.path.abspath(url2pathname(text[typo.end() - 1 :])), True
+            meant = hide_password(f"{typo['scheme']}://{text[typo.end() :]}")
+            shown = meant.replace("://", ":/", 1)
+            raise ValueError(
+                f"TransactionalFileSink's output {shown!r} has one slash after its scheme: "
+                f"write {meant}"
+            )
         return os.path.abspath(text), True
     scheme = uri["scheme"].lower()
     if scheme == "file" and uri["authority"] in ("", "localhost"):

@@ -113,3 +113,26 @@ def test_the_agent_reports_a_restore_before_the_participants_discard_what_it_lef
 
     assert ended.value.code == DriverExit.MISCONFIGURED
     assert seen == [restored, ("on_restore", 3)]
+
+
+def test_an_output_the_driver_cannot_reach_fails_the_start_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No credentials for the sink's bucket: botocore's error escaped `run_coordinated` as a
+    traceback, and the runtime was told nothing (a reviewer's). Another attempt may have
+    them (a Secret created late): a failure to retry, not a misconfiguration."""
+    error_file = _driver_environment(tmp_path, monkeypatch)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance to ask
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+
+    with pytest.raises(SystemExit) as ended:
+        run_coordinated(None, participants=[TransactionalFileSink("s3://bucket/out")])  # type: ignore[arg-type]
+
+    assert ended.value.code == DriverExit.FAILED
+    assert error_file.read_text().splitlines()[1:] == [
+        "participant TransactionalFileSink('s3://bucket/out') could not start: "
+        "NoCredentialsError: Unable to locate credentials"
+    ]

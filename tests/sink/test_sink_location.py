@@ -54,6 +54,9 @@ def test_a_uri_without_create_only_writes_is_refused_before_anything_is_written(
         ("abfs://cont/back\\slash", None, "contains a backslash, which Azure Blob Storage"),
         ("abfs://Bad_Container!/out", None, "does not start with its container's name"),
         ("S3://Bad!/out", None, "has its scheme in capitals: write s3://"),
+        ("gs:/bucket/out", None, "has one slash after its scheme: write gs://bucket/out"),
+        ("s3:/key:secret@b/out", "s3:/key:***@b/out", "has one slash after its scheme"),
+        ("", None, "is empty: give a local path or a URI"),
     ],
 )
 def test_an_object_store_uri_fsspec_would_not_take_literally_is_refused(
@@ -90,9 +93,11 @@ def test_an_object_store_uri_is_taken_as_it_is_without_a_request(
     assert list(tmp_path.iterdir()) == []
 
 
-def test_a_file_uri_is_its_local_path(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["file:///path", "file:/path"])
+def test_a_file_uri_is_its_local_path(tmp_path: Path, form: str) -> None:
     target = tmp_path / "out put"
-    sink = TransactionalFileSink(target.as_uri())
+    uri = target.as_uri() if form == "file:///path" else target.as_uri().replace("///", "/")
+    sink = TransactionalFileSink(uri)
     assert sink.output_dir == str(target)
     assert (target / "committed").is_dir()
 

@@ -92,6 +92,18 @@ def listed_objects(root: StorageRoot, output_url: str) -> set[str]:
     }
 
 
+def recorded_objects(root: StorageRoot, output_url: str) -> set[str]:
+    """Every data object a commit record or a staged record lists."""
+    staged = {
+        path
+        for name in stored(root, output_url, STAGING_DIR)
+        for path, _size in BatchRecord.from_json(
+            root.read(f"{output_url}/{STAGING_DIR}/{name}"), name
+        ).files
+    }
+    return listed_objects(root, output_url) | staged
+
+
 def first_driver(sink: TransactionalFileSink, stage: Stage, *, checkpoint: int) -> None:
     """A fresh start that stages batches 0..2 and completes the checkpoint of `checkpoint`."""
     sink.on_restore(None, JOB)
@@ -234,7 +246,7 @@ def test_a_failed_write_stages_nothing_and_leaves_no_garbage(
 # --- restore -------------------------------------------------------------------------------
 
 
-def test_restore_discards_staged_batches_after_it_and_commits_those_it_covers(
+def test_restore_commits_the_staged_batches_it_covers_and_the_re_run_replaces_later_ones(
     sink: TransactionalFileSink,
     stage: Stage,
     new_sink: NewSink,
@@ -250,22 +262,38 @@ def test_restore_discards_staged_batches_after_it_and_commits_those_it_covers(
     restored.on_restore(2, JOB)
 
     assert restored.committed_batches() == [0, 1, 2]
-    assert restored.staged_batches() == []
     assert read_committed(output_url)[2] == rows_of(2)
+    # Batches 3 and 4 stay staged (the driver before may be committing one) until the
+    # re-run's copies, staged under the newer epoch, are committed in their place.
+    assert restored.staged_batches() == [3, 4]
+    assert data_objects(output_root, output_url) == recorded_objects(output_root, output_url)
+    for batch_id in (3, 4):
+        stage(restored, batch_id, rows_of(batch_id, "re-run"))
+    restored.on_checkpoint_complete(4)
+
+    assert read_committed(output_url) == {
+        **{batch_id: rows_of(batch_id) for batch_id in range(3)},
+        **{batch_id: rows_of(batch_id, "re-run") for batch_id in (3, 4)},
+    }
+    assert restored.staged_batches() == []
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
-def test_a_fresh_start_discards_every_staged_batch(
+def test_a_fresh_start_commits_no_staged_batch_and_its_own_replace_them(
     sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
 ) -> None:
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
 
     sink.on_restore(None, JOB)
+    sink.on_checkpoint_complete(2)
 
-    assert sink.staged_batches() == []
     assert sink.committed_batches() == []
-    assert data_objects(output_root, output_url) == set()
+    stage(sink, 0, rows_of(0, "fresh"))
+    sink.on_checkpoint_complete(2)
+    assert read_committed(output_url) == {0: rows_of(0, "fresh")}
+    assert sink.staged_batches() == [1, 2]
+    assert data_objects(output_root, output_url) == recorded_objects(output_root, output_url)
 
 
 def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
@@ -274,18 +302,20 @@ def test_restore_is_idempotent_and_collects_the_objects_of_killed_attempts(
     for batch_id in range(3):
         stage(sink, batch_id, rows_of(batch_id))
     # Attempts killed while their tasks wrote: objects that no record lists.
-    for orphan in (
+    orphans = {
         f"{DATA_DIR}/batch-3/{'a' * 32}/part-00000-x.json",
         f"{DATA_DIR}/batch-1/{'b' * 32}/part-00001-y.json",
-    ):
+    }
+    for orphan in orphans:
         output_root.write(f"{output_url}/{orphan}", b'{"word": "partial"')
 
     sink.on_restore(1, JOB)
     sink.on_restore(1, JOB)
 
     assert sink.committed_batches() == [0, 1]
-    assert sink.staged_batches() == []
-    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+    assert sink.staged_batches() == [2]
+    assert not orphans & data_objects(output_root, output_url)
+    assert data_objects(output_root, output_url) == recorded_objects(output_root, output_url)
     assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
 
 
@@ -305,7 +335,7 @@ def test_a_stray_key_of_pattern_characters_is_deleted_as_itself_not_as_a_pattern
     sink.on_restore(1, JOB)
 
     assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
-    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+    assert data_objects(output_root, output_url) == recorded_objects(output_root, output_url)
 
 
 def test_an_object_key_with_dot_segments_is_left_alone_by_garbage_collection(
@@ -328,9 +358,9 @@ def test_an_object_key_with_dot_segments_is_left_alone_by_garbage_collection(
     root.write(trap, b"placed by someone")
 
     with caplog.at_level(logging.WARNING, logger="spark_checkpoint.sink_storage"):
-        sink.on_restore(0, JOB)
+        sink.on_restore(1, JOB)  # commits batch 1, then deletes its unlisted objects
 
-    assert read_committed(output_url) == {0: rows_of(0)}
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
     assert root.read(f"{output_url}/victim") == b"not garbage"
     assert root.exists(trap)
     assert "1 object key(s) that are no path below it" in caplog.text
@@ -421,7 +451,7 @@ def test_the_existing_commit_record_wins_over_a_staged_copy_of_another_attempt(
 
     sink.on_checkpoint_complete(1)
 
-    assert "batch 0 is already committed; dropping its staged copy" in caplog.text
+    assert "batch 0: dropped the copy an earlier driver staged" in caplog.text
     assert record_of(output_root, output_url, 0) == winner
     assert read_committed(output_url) == {0: rows_of(0, "first"), 1: rows_of(1)}
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
@@ -1138,6 +1168,141 @@ def test_a_batch_a_superseded_driver_stages_as_it_is_replaced_is_never_committed
 
     assert read_committed(output_url) == {b: rows_of(b) for b in range(4)}
     assert stored(output_root, output_url, STAGING_DIR) == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_a_commit_a_superseded_driver_makes_as_it_is_replaced_lists_objects_still_there(
+    sink: TransactionalFileSink,
+    new_sink: NewSink,
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The race the fence leaves on the commit side (a reviewer's finding): the old driver
+    finds its writer epoch current on a late notification and reads its staged record, the
+    next driver restores an older checkpoint, then the old driver's commit record lands.
+    The next driver had deleted that attempt's objects as it discarded the batch: the
+    commit record listed objects that were gone, and every read of the output failed."""
+    first_driver(sink, stage, checkpoint=1)  # 0 and 1 committed, 2 staged
+    successors: list[TransactionalFileSink] = []
+    real_create = OutputStorage.create
+
+    def successor_restores_meanwhile(storage: OutputStorage, path: str, data: bytes) -> bool:
+        if path == f"{COMMITTED_DIR}/batch-2.json" and not successors:
+            successors.append(new_sink())
+            successors[0].on_restore(1, JOB)
+        return real_create(storage, path, data)
+
+    monkeypatch.setattr(OutputStorage, "create", successor_restores_meanwhile)
+    sink.on_checkpoint_complete(2)
+    monkeypatch.setattr(OutputStorage, "create", real_create)
+
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(3)}
+    successor = successors[0]
+    stage(successor, 2, rows_of(2, "replayed"))  # the same input: skipped as committed
+    stage(successor, 3, rows_of(3))
+    successor.on_checkpoint_complete(3)
+    assert read_committed(output_url) == {b: rows_of(b) for b in range(4)}
+    assert successor.staged_batches() == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+@pytest.mark.parametrize("input_read", ["the same", "other"])
+def test_a_superseded_drivers_commit_over_the_next_drivers_staged_copy_stands_if_same_input(
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    input_read: str,
+) -> None:
+    """The old driver's late commit lands after the next driver staged its own copy of the
+    batch: of the same input it stands (the next driver's copy is dropped unseen); of other
+    input (Spark planned the batch again) the next driver's commit fails with
+    ReplayDiffers, its copy kept staged, and goes through once the message's commit record
+    is deleted. Either way no listed object is gone."""
+    first, second = tmp_path / "first" / "checkpoint", tmp_path / "second" / "checkpoint"
+    old = TransactionalFileSink(output_url)
+    old.on_restore(None, JOB, checkpoint_location=first)
+    for batch_id in range(2):
+        _file_source_batch(first, batch_id, [f"part-{batch_id}"])
+        stage(old, batch_id, rows_of(batch_id))
+    old.on_checkpoint_complete(0)
+    successor = TransactionalFileSink(output_url)
+    real_create = OutputStorage.create
+
+    def successor_runs_batch_1_meanwhile(storage: OutputStorage, path: str, data: bytes) -> bool:
+        if path == f"{COMMITTED_DIR}/batch-1.json" and successor.staged_batches() == [1]:
+            successor.on_restore(0, JOB, checkpoint_location=second)
+            _file_source_batch(second, 0, ["part-0"])
+            files = ["part-1"] if input_read == "the same" else ["part-1", "part-2"]
+            _file_source_batch(second, 1, files)
+            stage(successor, 1, rows_of(1, "successor"))
+        return real_create(storage, path, data)
+
+    monkeypatch.setattr(OutputStorage, "create", successor_runs_batch_1_meanwhile)
+    old.on_checkpoint_complete(1)
+    monkeypatch.setattr(OutputStorage, "create", real_create)
+    caplog.set_level(logging.WARNING, logger="spark_checkpoint.sink")
+
+    if input_read == "the same":
+        successor.on_checkpoint_complete(1)
+        assert "batch 1 is already committed; dropping its staged copy" in caplog.text
+        assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    else:
+        with pytest.raises(
+            ReplayDiffers,
+            match=r"^batch 1 is committed in .*, but the copy this query staged reads other "
+            r"input \(a driver that ran on after it was superseded committed its own\)",
+        ):
+            successor.on_checkpoint_complete(1)
+        assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+        assert successor.staged_batches() == [1]
+        # The driver after it, restoring the image of batch 1, meets it too.
+        with pytest.raises(StartRefused, match=r"^batch 1 is committed in .*, but the copy"):
+            TransactionalFileSink(output_url).on_restore(1, JOB, checkpoint_location=second)
+        output_root.delete(f"{output_url}/{COMMITTED_DIR}/batch-1.json")
+        successor = TransactionalFileSink(output_url)
+        successor.on_restore(1, JOB, checkpoint_location=second)
+        assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1, "successor")}
+    assert successor.staged_batches() == []
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_a_commit_the_store_refuses_with_no_record_there_stays_staged_for_another_try(
+    sink: TransactionalFileSink,
+    stage: Stage,
+    *,
+    output_root: StorageRoot,
+    output_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A create-only write refused for another reason than its record being there (adlfs
+    raises FileExistsError for every 409, a container being deleted among them; the sink
+    takes any S3 412 for a refusal): the batch was dropped as a duplicate, its objects
+    deleted, and no retry could bring it back (a reviewer's finding)."""
+    stage(sink, 0, rows_of(0))
+    real_create = OutputStorage.create
+
+    def refusing_commits(storage: OutputStorage, path: str, data: bytes) -> bool:
+        return not path.startswith(f"{COMMITTED_DIR}/") and real_create(storage, path, data)
+
+    monkeypatch.setattr(OutputStorage, "create", refusing_commits)
+    with pytest.raises(
+        OSError,
+        match=r"/out/committed/batch-0\.json: the store refused to create it as existing, but "
+        r"it is not there: batch 0 stays staged for another try$",
+    ):
+        sink.on_checkpoint_complete(0)
+    monkeypatch.setattr(OutputStorage, "create", real_create)
+
+    assert sink.staged_batches() == [0]
+    sink.on_checkpoint_complete(0)
+    assert read_committed(output_url) == {0: rows_of(0)}
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
