@@ -17,11 +17,15 @@ from typing import Any, TypeVar, cast
 
 import aiohttp
 import kopf
-from kubernetes.aio import config
-from kubernetes.aio.client import Configuration
+from kubernetes.aio.client import ApiClient
 from prometheus_client import REGISTRY
 
 from spark_checkpoint_operator.kubernetes import objects, snapshots
+from spark_checkpoint_operator.kubernetes.connection import (
+    CannotConnect,
+    api_configuration,
+    require_api_server,
+)
 from spark_checkpoint_operator.kubernetes.controller import (
     JobController,
     StatusNotWritten,
@@ -207,8 +211,19 @@ async def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) 
     account = os.environ.get(OPERATOR_SERVICE_ACCOUNT_VARIABLE)
     if namespace and account:
         memo[CONTROLLER_SETTINGS]["operator_account"] = objects.ServiceAccount(namespace, account)
+    try:
+        api: ApiClient = OperatorApiClient(await api_configuration())
+    except CannotConnect as error:
+        raise kopf.PermanentError(str(error)) from None  # retrying cannot help
+    try:
+        await require_api_server(api)
+    except CannotConnect as error:
+        await api.close()
+        # Said once: in a pod, the kubelet's restarts retry (Kopf's retries would be a
+        # minute of tracebacks).
+        raise kopf.PermanentError(str(error)) from None
     memo[CLIENTS] = Clients(
-        api=OperatorApiClient(await _api_configuration()),
+        api=api,
         pods=PodRegistry(),
         # One connection pool for every job's agent; no cap shared by all of them.
         session=aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)),
@@ -251,24 +266,6 @@ def _seconds(text: str) -> float | None:
     if not (seconds > 0 and math.isfinite(seconds)):
         raise ValueError(text)
     return seconds
-
-
-async def _api_configuration() -> Configuration:
-    """The service account's credentials in a pod, else KUBECONFIG's (as Kopf finds its
-    own)."""
-    configuration = Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-    except config.ConfigException as not_in_pod:
-        try:
-            await config.load_kube_config(client_configuration=configuration)
-        except Exception as no_kubeconfig:  # a kubeconfig of any wrong shape, too
-            # Retrying cannot help: stop with one line instead of a traceback a minute.
-            raise kopf.PermanentError(
-                f"no Kubernetes credentials: in a pod, {not_in_pod}; "
-                f"from KUBECONFIG or ~/.kube/config, {no_kubeconfig}"
-            ) from None
-    return configuration
 
 
 @kopf.on.cleanup()

@@ -559,7 +559,9 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         path, accept = request.url.path, _header(request, "accept")
         if request.method != "GET":
             return None
-        if path == "/version":  # the Kubernetes whose schemas the OpenAPI documents hold
+        # The Kubernetes whose schemas the OpenAPI documents hold; the official Python
+        # client asks for "/version/", which a real API server answers too.
+        if path in ("/version", "/version/"):
             return _document(openapi.server_version(), "application/json")
         if path in ("/api", "/apis") and discovery.wants_aggregated(accept):
             found = discovery.aggregated(self.resources, legacy=path == "/api")

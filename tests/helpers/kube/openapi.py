@@ -65,13 +65,18 @@ _METADATA_DESCRIPTION = (
 
 
 def server_version() -> Body:
-    """``/version``: the Kubernetes release whose built-in schemas these documents hold."""
+    """``/version``: the Kubernetes release whose built-in schemas these documents hold,
+    with every field a real API server's has (the official client's model requires them)."""
     major, minor = KUBERNETES_VERSION.split(".")
     return {
         "major": major,
         "minor": minor,
         "gitVersion": f"v{KUBERNETES_VERSION}.0",
+        "gitCommit": "0" * 40,
         "gitTreeState": "clean",
+        "buildDate": "2024-12-11T00:00:00Z",
+        "goVersion": "go1.23.3",
+        "compiler": "gc",
         "platform": "linux/amd64",
     }
 
