@@ -186,6 +186,8 @@ INVALID_SNAPSHOTS = [
     ),
     ({"savepoint": {}, "checkpoint": {}}, "exactly one of savepoint and checkpoint"),
     ({"savepoint": {"formatType": "NATIVE"}}, 'unknown field "spec.savepoint.formatType"'),
+    # No job has such a name: it waited in TRIGGER_PENDING for ever (a newcomer's).
+    ({"jobReference": {"name": "Bad_Name!"}, "savepoint": {}}, "spec.jobReference.name"),
 ]
 
 

@@ -665,8 +665,7 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
         ),
         (
             {"driver": {"tolerations": [{"key": "spot", "tolerationSeconds": "soon"}]}},
-            "spec.driver.tolerations[0]: V1Toleration.tolerationSeconds: Input should be a "
-            "valid integer",
+            "spec.driver.tolerations[0].tolerationSeconds: Input should be a valid integer",
         ),
         # A quantity the API server would refuse when the driver is created (a reviewer's).
         (
@@ -708,7 +707,8 @@ def test_what_the_api_server_or_spark_would_refuse_in_pods_is_a_problem_naming_i
                     ]
                 }
             },
-            "spec.driver.volumes[0]: V1ObjectMeta.labels.sizeLimit: Input should be a valid string",
+            "spec.driver.volumes[0].ephemeral.volumeClaimTemplate.metadata.labels.sizeLimit: "
+            "Input should be a valid string",
         ),
     ],
 )

@@ -1775,7 +1775,9 @@ def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_reten
     commands = cleanup_commands(cluster, "orders")
     assert {int(c[1]) for c in commands if c[0] == "discard-checkpoint"} == set(retained)
     assert commands[-1][0] == "collect-garbage"
-    cluster.wait_for_event("orders", "JobCancelled")
+    said = "the job was deleted; no final savepoint could be taken"
+    assert status["message"] == said
+    cluster.wait_for_event("orders", "JobCancelled", f"job cancelled: {said}")
     assert "SavepointCompleted" not in cluster.event_reasons("orders"), "nothing ran to take one"
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
 
@@ -2385,8 +2387,7 @@ def test_a_restarted_operator_says_no_generation_observed_already_again(
                     "volumeMounts": [{"name": "settings", "mountPath": "/etc/settings"}],
                 }
             },
-            "spec.driver.volumes[0]: V1SecretVolumeSource.defaultMode: Input should be a "
-            "valid integer",
+            "spec.driver.volumes[0].secret.defaultMode: Input should be a valid integer",
         ),
         # A field the API server would drop: the volume would be an emptyDir.
         (
@@ -2402,7 +2403,7 @@ def test_a_restarted_operator_says_no_generation_observed_already_again(
         # A number for a string that is no quantity (the API server takes only those).
         (
             {"driver": {"volumes": [{"name": "host", "hostPath": {"path": 5}}]}},
-            "spec.driver.volumes[0]: V1HostPathVolumeSource.path: Input should be a valid string",
+            "spec.driver.volumes[0].hostPath.path: Input should be a valid string",
         ),
         # The job's code would hold the operator's token (a hostile reviewer's).
         (

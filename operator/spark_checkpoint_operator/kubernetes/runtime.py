@@ -1152,6 +1152,12 @@ def _kubernetes_object_problems(field: str, model: _PodPart, value: Mapping[str,
     try:
         built = model.from_dict(dict(value))
     except pydantic.ValidationError as error:
+        # from_dict builds each nested object on its own, whose error names only its own
+        # class and field (`V1HostPathVolumeSource.path`): validated whole, it has the path.
+        try:
+            model.model_validate(dict(value))
+        except pydantic.ValidationError as located:
+            return [f"{field}{_field_path(d['loc'])}: {d['msg']}" for d in located.errors()]
         return [f"{field}: {_problems(error)}"]
     return _unknown_fields(value, built.model_dump(by_alias=True) if built else {}, field)
 

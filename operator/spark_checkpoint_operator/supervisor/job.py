@@ -158,6 +158,7 @@ class JobSupervisor:
         self._snapshots = SnapshotProgress()
         self._polls = StatusPolls(idle_poll_interval)
         self._stop = StopRequest.NONE
+        self._final_savepoint_asked = False  # by the deletion (`shut_down`)
         self._suspended_for = ""  # why the runtime suspends the job, for its end's notice
         self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
@@ -573,8 +574,18 @@ class JobSupervisor:
             return TerminalOutcome.SUSPENDED
         return None
 
-    def _stop_message(self) -> str:
-        return "the job was deleted" if self.deleting else "cancelled by the user"
+    def _stop_message(self, final: CompletedCheckpoint | None = None) -> str:
+        """Why the job ends Cancelled; a deletion's names its final savepoint (an event's
+        may have been rate-limited away), or says none was taken though one was asked."""
+        if not self.deleting:
+            return "cancelled by the user"
+        if final is not None:
+            return (
+                f"the job was deleted; its final savepoint {final.checkpoint_id} is at {final.path}"
+            )
+        if self._final_savepoint_asked:
+            return "the job was deleted; no final savepoint could be taken"
+        return "the job was deleted"
 
     async def retire(self, outcome: TerminalOutcome) -> None:
         """End a job that has no driver (deleted while suspended): its retention policy
@@ -595,6 +606,7 @@ class JobSupervisor:
         """The job is being deleted: a final savepoint if asked (and possible), then the
         job ends Cancelled, so its retention policy applies as to a cancellation."""
         self._stop = StopRequest.DELETE
+        self._final_savepoint_asked = savepoint
         self._stop_requested.set()
         running = self._interpreter.attempt is not None
         if savepoint and running and self._record.phase is JobPhase.RUNNING:
@@ -712,13 +724,7 @@ class JobSupervisor:
             # restart left in the record included).
             self._record.message = ""
         if self._stop >= StopRequest.CANCEL:
-            self._record.message = self._stop_message()
-            if self.deleting and (final := attempt.stopped_with) is not None:
-                # The image to start a job like it from (an event's savepoint may have
-                # been rate-limited away).
-                self._record.message += (
-                    f"; its final savepoint {final.checkpoint_id} is at {final.path}"
-                )
+            self._record.message = self._stop_message(attempt.stopped_with)
             return TerminalOutcome.CANCELLED
         if self._stop is StopRequest.SUSPEND and not (
             exit_code == DriverExit.FINISHED or attempt.told_final()
