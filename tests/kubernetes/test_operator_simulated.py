@@ -1018,6 +1018,47 @@ def test_an_upgrade_asked_while_the_operator_is_down_goes_through_a_savepoint(
     assert not [e for e in cluster.events("orders") if "not running" in e["message"]]
 
 
+@pytest.mark.parametrize("gone", ["pod", "token"])
+def test_an_upgrade_pending_at_an_operator_restart_whose_driver_is_gone_starts_one_driver(
+    cluster: LocalCluster, gone: str
+) -> None:
+    """The recorded driver gone while no operator ran (its pod deleted, or stopped as its
+    token was lost): the restarted operator started a driver of the new spec, stopped it
+    for the upgrade ("the job is not running"), said the spec no longer asked to upgrade,
+    and started a third (a newcomer's). As the Flink operator recovers a missing
+    JobManager: one driver of the new spec, restored from the newest image."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"image": "example/orders:2"})
+        if gone == "pod":
+            cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
+            cluster.wait_for("the driver gone", lambda: not cluster.driver_pods("orders"))
+        else:
+            _damage_token(cluster, None)
+
+    status = cluster.wait_for(
+        "the new spec's driver restored",
+        lambda: (
+            (s := cluster.status("orders")).get("phase") == "Running"
+            and s.get("restoredFrom")
+            and s
+        ),
+        job="orders",
+    )
+    assert status["jobAttempt"] == 2
+    assert status["restoredFrom"]["source"].startswith("checkpoint:")
+    pods = cluster.pods("orders", component="driver")
+    assert [p["spec"]["containers"][0]["image"] for p in pods] == ["example/orders:2"]
+    time.sleep(1.0)  # Kopf posts from a queue
+    reasons = cluster.event_reasons("orders")
+    assert reasons.count("DriverStarting") == 2, reasons  # attempts 1 and 2
+    assert not {"Stopping", "StopWithdrawn", "JobSuspended", "RequestDeclined"} & set(reasons), [
+        (e["reason"], e["message"]) for e in cluster.events("orders")
+    ]
+
+
 def test_an_upgrade_asked_while_the_agent_does_not_answer_for_a_moment_takes_a_savepoint(
     cluster: LocalCluster,
 ) -> None:

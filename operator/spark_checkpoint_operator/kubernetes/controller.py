@@ -984,6 +984,9 @@ class JobController:
         await self._write_annotations()
         launcher = self._launcher(manifest)
         supervisor = self._supervisor(manifest, launcher)
+        # A driver recorded before an operator restart: the supervisor adopts it, or finds
+        # none to adopt (its pod gone while no operator ran, or stopped for a lost token).
+        adopting = self._driver_recorded()
         if (nonce := self._redeploy_due(manifest)) is not None:
             if not self._driver_recorded():
                 self._redeploy(supervisor, manifest, nonce)
@@ -1023,9 +1026,10 @@ class JobController:
                     supervisor.reconfigure(latest.coordinator_config())
                     await self._shut_down(_Shutdown(supervisor, latest), running)
                     return
-                if launcher.current is not None:
-                    self._deployed = launcher.current.deployed_hash
-                await self._follow_spec(supervisor, requested)
+                self._note_deployed(launcher, adopting=adopting)
+                await self._follow_spec(
+                    supervisor, requested, adopting=adopting and not launcher.adoption_answered
+                )
                 await self._follow_snapshots(supervisor, self._manifest or manifest)
                 # Changed in place while the job runs: its driver's spec. Not once it ended
                 # (stored Failed before its cleanup pods run): a change then is a retry's.
@@ -1052,10 +1056,39 @@ class JobController:
             return None
         return _spec_hash(self._spec)
 
-    async def _follow_spec(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
+    def _note_deployed(self, launcher: KubernetesLauncher, *, adopting: bool) -> None:
+        """What the driver runs: the launcher's current driver's deployment. The recorded
+        driver not adopted (``adopting``: after an operator restart, its pod gone while no
+        operator ran, or stopped for a lost token) and no restart's backoff left, the next
+        driver, started now, is of the launcher's spec: an upgrade to it needs no stop, and
+        its readiness timeout (spec.rollback) starts with it. In a backoff an upgrade ends
+        it at once, as for a driver that failed under this operator."""
+        if launcher.current is not None:
+            self._deployed = launcher.current.deployed_hash
+            return
+        deployed = launcher.deployed_hash
+        if (
+            not adopting
+            or not launcher.adoption_answered
+            or self._record.restart_due is not None
+            or deployed == self._deployed
+        ):
+            return
+        if deployed == objects.deployment_hash(self._spec):
+            self._note_upgrade()  # against the recorded driver's deployment
+            if (upgrade := self._rollback.upgrade) is not None and upgrade.started is None:
+                started = rollback.Upgrade(upgrade.deployment_hash, time.time())
+                self._rollback = rollback.RollbackState(upgrade=started)
+        self._deployed = deployed
+
+    async def _follow_spec(
+        self, supervisor: JobSupervisor, requested: dict[str, float], *, adopting: bool = False
+    ) -> None:
         """React to a changed spec while a driver runs. With the spec in error, the running
         deployment goes on under the spec accepted before, a suspension it asked for
-        included, until the spec is valid again."""
+        included, until the spec is valid again. While the recorded driver is being
+        adopted (``adopting``) nothing is stopped: the stored phase may be of a driver that
+        is gone, whose stop would stop the next driver, of this spec already."""
         manifest = await self._read_spec() or self._manifest
         if manifest is None:
             return
@@ -1082,8 +1115,9 @@ class JobController:
         if stop_reason == UPGRADE and self._record.phase in ACTIVE_PHASES:
             self._note_upgrade()
             await self._write_annotations()
-        if supervisor.stopping:
-            return  # stopped without a savepoint at an earlier change: the driver is going
+        if supervisor.stopping or self._held_while_adopting(adopting):
+            # Stopped without a savepoint at an earlier change: the driver is going.
+            return
         if self._record.phase not in (JobPhase.PENDING, *ACTIVE_PHASES):
             # An earlier change's stop-with-savepoint completed (an upgrade's, and the spec
             # says Suspended now), or the job ended: the driver is going, and the spec
@@ -1170,12 +1204,24 @@ class JobController:
                 "the driver without a savepoint (it resumes from the newest image)",
             )
             return False
+        self._recheck_soon()
+        return True
+
+    def _held_while_adopting(self, adopting: bool) -> bool:
+        """Whether the change waits for the recorded driver's adoption (after an operator
+        restart): its stored phase may be of a driver that is gone, and a stop now would
+        stop the next one, of this spec already. Followed again in a moment."""
+        if adopting:
+            self._recheck_soon()
+        return adopting
+
+    def _recheck_soon(self) -> None:
+        """The spec is followed again in a moment, whatever changes."""
         if self._recheck is not None:
             self._recheck.cancel()
         self._recheck = asyncio.get_running_loop().call_later(
             SPEC_RECHECK_SECONDS, self._changed.set
         )
-        return True
 
     def _withdraw_stops(self, supervisor: JobSupervisor, requested: dict[str, float]) -> None:
         """A suspension or an upgrade taken back: the savepoint that would stop the driver

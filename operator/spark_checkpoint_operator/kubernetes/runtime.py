@@ -610,8 +610,21 @@ class KubernetesLauncher:
         self._report = report
         self._deleting = deleting  # the job is deleted: no new attempt follows
         self.current: KubernetesDriver | None = None
+        # `adopt` has answered: the recorded driver is `current`, or (None) the next driver
+        # is one of this launcher's spec.
+        self.adoption_answered = False
+
+    @property
+    def deployed_hash(self) -> str:
+        """The deployment hash of the drivers this launcher starts."""
+        return self._deployed_hash
 
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
+        driver = await self._adopt(attempt)
+        self.adoption_answered = True
+        return driver
+
+    async def _adopt(self, attempt: int) -> KubernetesDriver | None:
         name = objects.driver_pod_name(self.manifest.name, attempt)
         try:
             pod = await self._api.read_namespaced_pod(name, self.manifest.namespace)
