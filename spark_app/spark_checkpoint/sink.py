@@ -61,12 +61,15 @@ Protocol (`CheckpointParticipant`)
    a duplicate (a superseded driver committed its own copy), whose objects are deleted
    and never seen; one of other input fails the commit (`ReplayDiffers`), and a refusal
    with no record there fails it too (OSError), the staged record kept for another try.
+   A staged copy some of whose objects are gone (a superseded driver's garbage
+   collection took them before the copy was staged) is never committed (OSError).
 3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
    batch ids would collide with the owner's). The driver claims the next writer epoch
    (``_epochs/epoch-<E>.json``, create-only) and deletes the older ones, which fences
    every earlier driver: one that runs on finds a newer epoch before it stages its next
-   batch or commits, and fails (`Superseded`). Staged batches <= R are committed,
+   batch or commits, and fails (`Superseded`). Staged batches <= R are committed (of
+   several copies, the newest that read the input the restored image's batch read),
    because the restored checkpoint is registered, so the crash came between the registry
    update and the notification. Staged batches > R stay until their batch is committed
    (Spark re-runs them from the restored offsets, and this driver's copy of each, staged
@@ -86,7 +89,7 @@ commit record), so a batch is at any time wholly invisible or wholly committed, 
 partial. Every data object a record lists is complete and durable before the record is
 written, and no object a commit record lists is ever deleted: a batch's data objects are
 deleted only once its commit record exists, keeping what it lists (and a driver's own
-attempt that no other driver can commit: one it failed to write or staged again). An
+attempt that no record lists, or that its own newer record replaced). An
 interrupted step leaves either garbage no record lists, deleted when its batch is next
 committed, or a prefix of its commits done; repeating the call finishes it.
 
@@ -386,6 +389,7 @@ class TransactionalFileSink:
         self._lock = threading.Lock()
         self._checkpoint_location: Path | None = None  # the query's (on_restore)
         self._epoch: int | None = None  # this driver's writer epoch, once claimed
+        self._restored = False  # on_restore ran: its restore commits earlier drivers' copies
         if self._storage.is_local:
             os.makedirs(self._storage.native(COMMITTED_DIR), exist_ok=True)
 
@@ -538,6 +542,7 @@ class TransactionalFileSink:
                 _read_record(self._storage, staged.path)
             self._claim(job)
             self._claim_epoch()
+            self._restored = True
             # Staged batches after the restored one stay, each until its batch is committed
             # (_commit_through): the driver this one superseded may be committing one right
             # now (its epoch check passed before the claim), and this driver stages its own
@@ -677,19 +682,18 @@ class TransactionalFileSink:
         what the batch's data objects are. Only a restore (`restoring`: its checkpoint
         covers them) commits what an earlier driver staged: afterwards this driver stages
         every batch it runs itself, and an earlier driver's copy of a batch it has not run
-        stays as it is. Caller holds the lock."""
+        stays as it is (a sink used without `on_restore` commits the newest copy, as
+        ever). Caller holds the lock."""
         staged_by_batch: dict[int, list[_Staged]] = {}
         for staged in self._staged_not_newer():
             if staged.batch <= batch_id:
                 staged_by_batch.setdefault(staged.batch, []).append(staged)
         for staged_id, candidates in staged_by_batch.items():
-            newest = candidates[-1]
-            if restoring or self._epoch is None or newest.epoch == self._epoch:
-                staged_record = _read_record(self._storage, newest.path)
-                if staged_record is None:
+            if restoring or not self._restored or candidates[-1].epoch == self._epoch:
+                if (chosen := self._copy_to_commit(staged_id, candidates, restoring)) is None:
                     continue
-                self._commit(staged_record)
-                dropped = candidates[:-1]
+                self._commit(chosen[1])
+                dropped = [staged for staged in candidates if staged != chosen[0]]
             elif self._committed_record(staged_id) is None:
                 continue  # an earlier driver's copy of a batch this driver has not run yet
             else:
@@ -698,6 +702,34 @@ class TransactionalFileSink:
             self._storage.delete(staged.path for staged in candidates)
             if dropped:
                 logger.warning("batch %d: dropped the copy an earlier driver staged", staged_id)
+
+    def _copy_to_commit(
+        self, batch_id: int, candidates: list[_Staged], restoring: bool
+    ) -> tuple[_Staged, BatchRecord] | None:
+        """The staged copy of `batch_id` to commit: the newest; at a restore the newest that
+        read the input the restored image's batch read (its offsets in the checkpoint): a
+        driver of another lineage (one that fell back to an older image) may have staged
+        one over other input. ReplayDiffers if no copy did; None if none is left."""
+        if not restoring:
+            record = _read_record(self._storage, candidates[-1].path)
+            return None if record is None else (candidates[-1], record)
+        offsets, files = self._input_digests(batch_id)
+        copies = [
+            (staged, record)
+            for staged in reversed(candidates)
+            if (record := _read_record(self._storage, staged.path)) is not None
+        ]
+        for staged, record in copies:
+            if _same(record.source_offsets, offsets) and _same(record.source_files, files):
+                return staged, record
+        if copies:
+            raise ReplayDiffers(
+                f"batch {batch_id} is staged in {self._storage.url}, but no staged copy of it "
+                f"reads the input the restored image's batch {batch_id} read (a driver that "
+                "fell back to an older image staged it again over other input): its output "
+                "would be lost; restore another image"
+            )
+        return None
 
     def _commit(self, staged: BatchRecord) -> None:
         """Create the commit record of `staged` (create-only), or find it there already.
@@ -709,12 +741,22 @@ class TransactionalFileSink:
         wins; one of other input is ReplayDiffers; none at all (a refusal for another
         reason) raises OSError and leaves the staged record for another try."""
         path = f"{COMMITTED_DIR}/{batch_record_name(staged.batch)}"
-        if self._storage.create(path, staged.to_json()):
+        # Never a commit record over objects that are gone: a driver that ran on after it
+        # was superseded deletes, as its own commit's garbage, the objects of a newer
+        # driver's attempt that is not staged yet.
+        missing = self._missing_objects(staged)
+        if not missing and self._storage.create(path, staged.to_json()):
             logger.info("batch %d committed", staged.batch)
             return
         committed = self._committed_record(staged.batch)
         if committed == staged:
             logger.info("batch %d committed (its record was already there)", staged.batch)
+        elif committed is None and missing:
+            raise OSError(
+                f"{self._storage.native(missing[0])}: listed by staged batch {staged.batch}, "
+                "missing (a driver that ran on after it was superseded deleted it): the "
+                "batch cannot be committed from this copy; restore an image from before it"
+            )
         elif committed is None:
             raise OSError(
                 f"{self._storage.native(path)}: the store refused to create it as existing, "
@@ -730,6 +772,13 @@ class TransactionalFileSink:
                 "it was superseded committed its own)",
             )
             logger.warning("batch %d is already committed; dropping its staged copy", staged.batch)
+
+    def _missing_objects(self, record: BatchRecord) -> list[str]:
+        """The data objects `record` lists that are not there (one listing)."""
+        if not record.files:
+            return []
+        present = set(self._storage.find(_attempt_dir(record.batch, record.attempt)))
+        return [path for path, _size in record.files if path not in present]
 
     def _discard_staged(self, staged: _Staged, record: BatchRecord) -> None:
         """Remove a staged attempt: its record first, so that no record ever names a

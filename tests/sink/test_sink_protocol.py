@@ -92,6 +92,12 @@ def listed_objects(root: StorageRoot, output_url: str) -> set[str]:
     }
 
 
+def stored_path(root: StorageRoot, output_url: str) -> str:
+    """The path of the one staged record in the output."""
+    (name,) = stored(root, output_url, STAGING_DIR)
+    return f"{STAGING_DIR}/{name}"
+
+
 def recorded_objects(root: StorageRoot, output_url: str) -> set[str]:
     """Every data object a commit record or a staged record lists."""
     staged = {
@@ -451,7 +457,7 @@ def test_the_existing_commit_record_wins_over_a_staged_copy_of_another_attempt(
 
     sink.on_checkpoint_complete(1)
 
-    assert "batch 0: dropped the copy an earlier driver staged" in caplog.text
+    assert "batch 0 is already committed; dropping its staged copy" in caplog.text
     assert record_of(output_root, output_url, 0) == winner
     assert read_committed(output_url) == {0: rows_of(0, "first"), 1: rows_of(1)}
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
@@ -1304,6 +1310,66 @@ def test_a_commit_the_store_refuses_with_no_record_there_stays_staged_for_anothe
     sink.on_checkpoint_complete(0)
     assert read_committed(output_url) == {0: rows_of(0)}
     assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
+
+
+def test_a_sink_used_without_on_restore_commits_what_an_earlier_process_staged(
+    stage: Stage, output_url: str
+) -> None:
+    """A sink used on its own (no agent, no on_restore) claims its epoch as it stages: an
+    earlier process's staged batch, which Spark took for done, was never committed (a
+    reviewer's, of a change that committed only this driver's copies)."""
+    stage(TransactionalFileSink(output_url), 0, rows_of(0))  # dies before its notification
+    sink = TransactionalFileSink(output_url)
+    stage(sink, 1, rows_of(1))
+
+    sink.on_checkpoint_complete(1)
+
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
+    assert sink.staged_batches() == []
+
+
+def test_a_staged_copy_whose_objects_are_gone_is_never_committed(
+    sink: TransactionalFileSink, stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """A driver that ran on after it was superseded deletes, as its own commit's garbage,
+    the objects of a newer driver's attempt not staged yet, which then stages a record
+    naming them (a reviewer's): a commit record of it would fail every read."""
+    stage(sink, 0, rows_of(0))
+    (listed, _size), *_ = BatchRecord.from_json(
+        output_root.read(f"{output_url}/{stored_path(output_root, output_url)}"), "staged"
+    ).files
+    output_root.delete(f"{output_url}/{listed}")
+
+    with pytest.raises(OSError, match=r"listed by staged batch 0, missing .*restore an image"):
+        sink.on_checkpoint_complete(0)
+
+    assert sink.committed_batches() == []
+    assert sink.staged_batches() == [0]
+
+
+def test_a_restore_commits_the_staged_copy_that_read_the_restored_images_input(
+    stage: Stage, output_url: str, tmp_path: Path
+) -> None:
+    """Image 1 turned out unusable, a driver fell back to image 0 and staged batch 1 again
+    over other input, then died; image 1 is restored after all (a change of the spec made
+    it usable, `run --from`). The newest copy of batch 1 is the fallback's: committing it
+    beside image 1's state would lose the input image 1's batch 1 read (a reviewer's)."""
+    first, second = tmp_path / "first" / "checkpoint", tmp_path / "second" / "checkpoint"
+    driver = TransactionalFileSink(output_url)
+    driver.on_restore(None, JOB, checkpoint_location=first)
+    for batch_id in range(2):
+        _file_source_batch(first, batch_id, [f"part-{batch_id}"])
+        stage(driver, batch_id, rows_of(batch_id))
+    driver.on_checkpoint_complete(0)  # image 1 registered, its notification lost
+    fallback = TransactionalFileSink(output_url)
+    fallback.on_restore(0, JOB, checkpoint_location=second)
+    _file_source_batch(second, 0, ["part-0"])
+    _file_source_batch(second, 1, ["part-1", "part-2"])
+    stage(fallback, 1, rows_of(1, "fallback"))
+
+    TransactionalFileSink(output_url).on_restore(1, JOB, checkpoint_location=first)
+
+    assert read_committed(output_url) == {0: rows_of(0), 1: rows_of(1)}
 
 
 # --- reading the output --------------------------------------------------------------------
