@@ -988,7 +988,7 @@ class JobController:
         # none to adopt (its pod gone while no operator ran, or stopped for a lost token).
         adopting = self._driver_recorded()
         if (nonce := self._redeploy_due(manifest)) is not None:
-            if not self._driver_recorded():
+            if not adopting:
                 self._redeploy(supervisor, manifest, nonce)
             elif await self._driver_redeploys(manifest):
                 # Started for this redeploy before an operator restart: it goes on.
@@ -1116,7 +1116,8 @@ class JobController:
             self._note_upgrade()
             await self._write_annotations()
         if supervisor.stopping or self._held_while_adopting(adopting):
-            # Stopped without a savepoint at an earlier change: the driver is going.
+            # Stopped without a savepoint at an earlier change (the driver is going), or the
+            # recorded driver's adoption has not answered yet.
             return
         if self._record.phase not in (JobPhase.PENDING, *ACTIVE_PHASES):
             # An earlier change's stop-with-savepoint completed (an upgrade's, and the spec
