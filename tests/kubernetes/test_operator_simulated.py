@@ -1032,11 +1032,7 @@ def test_an_upgrade_pending_at_an_operator_restart_whose_driver_is_gone_starts_o
 
     with operator_stopped(cluster):
         cluster.patch_spec("orders", {"image": "example/orders:2"})
-        if gone == "pod":
-            cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
-            cluster.wait_for("the driver gone", lambda: not cluster.driver_pods("orders"))
-        else:
-            _damage_token(cluster, None)
+        _lose_driver(cluster, gone)
 
     status = cluster.wait_for(
         "the new spec's driver restored",
@@ -1228,6 +1224,52 @@ def test_a_second_redeploy_to_the_same_image_asked_while_no_operator_ran_is_carr
     assert status["jobAttempt"] == 3
     assert status["restoredFrom"]["source"] == f"savepoint:{older}"
     assert cluster.event_reasons("orders").count("Redeploying") == 2
+
+
+@pytest.mark.parametrize("gone", ["pod", "token"])
+def test_a_redeploy_pending_at_an_operator_restart_whose_driver_is_gone_starts_one_driver(
+    cluster: LocalCluster, gone: str
+) -> None:
+    """The recorded driver gone while no operator ran and a redeploy asked meanwhile: the
+    restarted operator started a driver from the newest image, then stopped it for the
+    redeploy (a reviewer's). One driver, restoring the named savepoint."""
+    cluster.apply(job())
+    older = savepoint_by_nonce(cluster, 1)
+    completed(cluster, "orders", older + 2)
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", redeploy(older, 1))
+        _lose_driver(cluster, gone)
+
+    status = redeploy_handled(cluster, 1)
+    assert status["restoredFrom"]["source"] == f"savepoint:{older}"
+    assert status["jobAttempt"] == 2
+    time.sleep(1.0)  # Kopf posts from a queue
+    reasons = cluster.event_reasons("orders")
+    assert reasons.count("DriverStarting") == 2, reasons  # attempts 1 and 2
+    assert reasons.count("DriverReplaced") == (gone == "token"), reasons
+    assert reasons.count("Redeploying") == 1, reasons
+    assert "Stopping" not in reasons, reasons
+
+
+@pytest.mark.parametrize("gone", ["pod", "token"])
+def test_a_suspension_pending_at_an_operator_restart_whose_driver_is_gone_starts_no_driver(
+    cluster: LocalCluster, gone: str
+) -> None:
+    """The recorded driver gone while no operator ran and the job suspended meanwhile: it
+    ends Suspended without a driver started."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+
+    with operator_stopped(cluster):
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        _lose_driver(cluster, gone)
+
+    cluster.wait_for("suspended", lambda: cluster.status("orders").get("phase") == "Suspended")
+    time.sleep(1.0)  # Kopf posts from a queue
+    reasons = cluster.event_reasons("orders")
+    assert reasons.count("DriverStarting") == 1, reasons
+    assert cluster.status("orders")["jobAttempt"] == 1
 
 
 def test_a_redeploy_from_another_jobs_savepoint_outlives_an_operator_restart(
@@ -2047,6 +2089,15 @@ def test_a_driver_that_ended_while_the_operator_was_down_is_judged_by_its_exit(
         assert "restartPolicy is Never" in status["message"]
     if phase == "Running":
         cluster.wait_for_event("orders", "DriverFailed")
+
+
+def _lose_driver(cluster: LocalCluster, gone: str) -> None:
+    """The first driver gone while no operator runs: its pod deleted, or its token."""
+    if gone == "pod":
+        cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
+        cluster.wait_for("the driver gone", lambda: not cluster.driver_pods("orders"))
+    else:
+        _damage_token(cluster, None)
 
 
 def _damage_token(cluster: LocalCluster, token: bytes | None) -> None:

@@ -988,13 +988,7 @@ class JobController:
         # none to adopt (its pod gone while no operator ran, or stopped for a lost token).
         adopting = self._driver_recorded()
         if (nonce := self._redeploy_due(manifest)) is not None:
-            if not adopting:
-                self._redeploy(supervisor, manifest, nonce)
-            elif await self._driver_redeploys(manifest):
-                # Started for this redeploy before an operator restart: it goes on.
-                self._redeploy(supervisor, manifest, nonce, started=True)
-            else:
-                self._changed.set()  # `_follow_spec` stops the driver first
+            await self._start_redeploy(supervisor, launcher, manifest, nonce, adopting=adopting)
         if not self._driver_recorded() or not self._deployed:
             # A recorded driver is adopted: its own hash (status.deploymentHash, then its
             # pod's) stands until then, or a status write would say it runs this spec.
@@ -1048,6 +1042,30 @@ class JobController:
         if outcome in (TerminalOutcome.FAILED, TerminalOutcome.CANCELLED):
             self._stopped_spec = started_spec
             await self._save(self._record)
+
+    async def _start_redeploy(
+        self,
+        supervisor: JobSupervisor,
+        launcher: KubernetesLauncher,
+        manifest: JobManifest,
+        nonce: int,
+        *,
+        adopting: bool,
+    ) -> None:
+        """A new supervisor's redeploy of ``nonce``: its first driver restores the named
+        image, unless a recorded driver (``adopting``) not started for it runs: that one
+        is stopped first."""
+        if not adopting:
+            self._redeploy(supervisor, manifest, nonce)
+        elif await self._driver_redeploys(manifest):
+            # Started for this redeploy before an operator restart: it goes on.
+            self._redeploy(supervisor, manifest, nonce, started=True)
+        elif await launcher.adopt(self._record.attempt) is None:
+            # Gone while no operator ran (its pod deleted, or stopped for a lost token):
+            # the next driver is the redeploy's, not one of the newest image stopped for it.
+            self._redeploy(supervisor, manifest, nonce)
+        else:
+            self._changed.set()  # `_follow_spec` stops the driver first
 
     def _spec_deployed(self) -> str | None:
         """`_spec_hash` of the accepted spec if the driver runs it (changes applied in place
