@@ -16,7 +16,7 @@ import pytest
 # As every process of the product: it chooses gcsfs's classic filesystem (spark_checkpoint's
 # __init__), which must happen before anything imports gcsfs.
 import spark_checkpoint  # noqa: F401
-from helpers.faulty_proxy import FaultyProxy
+from helpers.faulty_proxy import ConditionIgnoringProxy, FaultyProxy
 from helpers.objectstore import (
     AzureServer,
     GCSServer,
@@ -163,23 +163,54 @@ def faulty_proxy(monkeypatch: pytest.MonkeyPatch) -> Iterator[StartProxy]:
     in front of the server of the object-store root `root`; what starts afterwards reaches
     the server through it (the endpoint in the environment is the proxy's)."""
     proxies: list[FaultyProxy] = []
-    server = re.compile(r"http://127\.0\.0\.1:[0-9]+")
 
     def start(
         root: StorageRoot, request_line: re.Pattern[bytes], answer: bytes | None
     ) -> FaultyProxy:
-        upstream = next(
-            match[0] for value in root.environment.values() if (match := server.search(value))
+        proxies.append(
+            _route_through(
+                root, lambda upstream: FaultyProxy(upstream, request_line, answer), monkeypatch
+            )
         )
-        proxy = FaultyProxy(upstream, request_line, answer)
-        proxies.append(proxy)
-        for name, value in root.environment.items():
-            monkeypatch.setenv(name, value.replace(upstream, proxy.url))
-        return proxy
+        return proxies[-1]
 
     yield start
     for proxy in proxies:
         proxy.close()
+
+
+@pytest.fixture
+def condition_ignoring_store(
+    monkeypatch: pytest.MonkeyPatch,
+) -> Iterator[Callable[[StorageRoot], FaultyProxy]]:
+    """``condition_ignoring_store(root)``: the server of `root` as a store that ignores
+    conditional writes (helpers/faulty_proxy.py's ConditionIgnoringProxy), for what starts
+    afterwards."""
+    proxies: list[FaultyProxy] = []
+
+    def start(root: StorageRoot) -> FaultyProxy:
+        proxies.append(_route_through(root, ConditionIgnoringProxy, monkeypatch))
+        return proxies[-1]
+
+    yield start
+    for proxy in proxies:
+        proxy.close()
+
+
+def _route_through(
+    root: StorageRoot, proxy_of: Callable[[str], FaultyProxy], monkeypatch: pytest.MonkeyPatch
+) -> FaultyProxy:
+    """A proxy (`proxy_of` its server's URL) in front of the server of the object-store
+    root `root`: the endpoint in the environment is the proxy's from now on."""
+    upstream = next(
+        match[0]
+        for value in root.environment.values()
+        if (match := re.search(r"http://127\.0\.0\.1:[0-9]+", value))
+    )
+    proxy = proxy_of(upstream)
+    for name, value in root.environment.items():
+        monkeypatch.setenv(name, value.replace(upstream, proxy.url))
+    return proxy
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -66,7 +66,9 @@ Protocol (`CheckpointParticipant`)
 3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
    batch ids would collide with the owner's). The driver claims the next writer epoch
-   (``_epochs/epoch-<E>.json``, create-only) and deletes the older ones, which fences
+   (``_epochs/epoch-<E>.json``, create-only; it creates it once more, and a store that
+   does not refuse that, ignoring the condition, is refused: `StartRefused`) and deletes
+   the older ones, which fences
    every earlier driver: one that runs on finds a newer epoch before it stages its next
    batch or commits, and fails (`Superseded`). Staged batches <= R are committed (of
    several copies, the newest that read the input the restored image's batch read),
@@ -634,14 +636,33 @@ class TransactionalFileSink:
         for _ in range(_CLAIM_TRIES):
             claimed = _claimed_epochs(self._storage)
             epoch = max(claimed, default=0) + 1
-            document = {"format": RECORD_FORMAT, "epoch": epoch}
-            if self._storage.create(_epoch_path(epoch), json.dumps(document).encode() + b"\n"):
-                self._storage.delete(_epoch_path(older) for older in claimed)
+            document = json.dumps({"format": RECORD_FORMAT, "epoch": epoch}).encode() + b"\n"
+            if self._storage.create(_epoch_path(epoch), document):
                 self._epoch = epoch
+                self._require_create_only_writes(_epoch_path(epoch), document)
+                self._storage.delete(_epoch_path(older) for older in claimed)
                 return
         raise Superseded(
             f"{self._storage.native(EPOCHS_DIR)}: cannot claim a writer epoch: other drivers "
             f"claimed {_CLAIM_TRIES} in a row meanwhile"
+        )
+
+    def _require_create_only_writes(self, claimed: str, document: bytes) -> None:
+        """Create the epoch record this driver just created (`claimed`) once more: the
+        store must refuse it. One that ignores the condition (older S3-compatible stores
+        ignore ``If-None-Match: *``) would let two drivers claim one epoch and a superseded
+        driver replace a commit record: the sink refuses it (StartRefused). Caller holds
+        the lock."""
+        if not self._storage.create(claimed, document):
+            return
+        self._current_epoch()  # a newer driver deleted it meanwhile: this one is Superseded
+        raise StartRefused(
+            f"the output {self._storage.url}: its store replaced {claimed} on a create-only "
+            "write instead of refusing it (on S3, a PutObject with If-None-Match: *, which "
+            "older MinIO and other S3-compatible stores ignore); the sink's writer epochs "
+            "and commit records rely on that refusal for exactly-once output: write the "
+            "output to a store that honours it (AWS S3, Google Cloud Storage, Azure Blob "
+            "Storage, a current MinIO)"
         )
 
     def _current_epoch(self) -> int:

@@ -4,7 +4,8 @@ when the server answers it, either closes the client's connection instead of pas
 answer back (a network failure after the server acted: the client library sees the
 connection dropped and retries the request), or sends a given answer in its place (a
 refusal the server itself would not give, such as a missing permission). Every other
-request and answer passes through.
+request and answer passes through. `ConditionIgnoringProxy` instead makes the server a
+store that ignores conditional writes.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ class FaultyProxy:
     """Proxy for the server at `upstream` (``http://host:port``, a path is ignored); its
     own address is `url`. The first request whose request line matches `request_line` (a
     pattern searched in each chunk a client sends) gets no answer (`answer` None) or
-    `answer`; `matched` counts the requests that matched."""
+    `answer` (`request_line` None: none); `matched` counts the requests that matched."""
 
     def __init__(
-        self, upstream: str, request_line: re.Pattern[bytes], answer: bytes | None = None
+        self, upstream: str, request_line: re.Pattern[bytes] | None, answer: bytes | None = None
     ) -> None:
         address = urlsplit(upstream)
         assert address.hostname is not None
@@ -77,7 +78,8 @@ class FaultyProxy:
         self, client: socket.socket, server: socket.socket, spoil: threading.Event
     ) -> None:
         while data := _receive(client):
-            if self._request_line.search(data):
+            data = self._forwarded(data)
+            if self._request_line is not None and self._request_line.search(data):
                 with self._lock:
                     self.matched += 1
                     if not self._spoiled:
@@ -88,6 +90,10 @@ class FaultyProxy:
             except OSError:
                 return
         _shut(server)
+
+    def _forwarded(self, data: bytes) -> bytes:
+        """What the server gets of a chunk a client sent."""
+        return data
 
     def _answers(
         self, server: socket.socket, client: socket.socket, spoil: threading.Event
@@ -116,6 +122,21 @@ class FaultyProxy:
             except OSError:
                 return
         _shut(client)
+
+
+class ConditionIgnoringProxy(FaultyProxy):
+    """Proxy for a server that makes it a store ignoring conditional writes, as older
+    S3-compatible stores ignore ``If-None-Match: *`` on a PutObject: the header is dropped
+    from every request (moto's server checks no signature)."""
+
+    def __init__(self, upstream: str) -> None:
+        super().__init__(upstream, None)
+
+    def _forwarded(self, data: bytes) -> bytes:
+        return _IF_NONE_MATCH.sub(b"", data)
+
+
+_IF_NONE_MATCH = re.compile(rb"\r\nIf-None-Match:[^\r]*", re.IGNORECASE)
 
 
 def split_interim_answers(data: bytes) -> tuple[bytes, bytes]:

@@ -12,11 +12,13 @@ from typing import TYPE_CHECKING
 import pytest
 from s3fs import S3FileSystem
 
-from helpers.faulty_proxy import http_answer
+from helpers.faulty_proxy import FaultyProxy, http_answer
 from helpers.objectstore import StorageRoot
-from spark_checkpoint.sink import TransactionalFileSink, read_committed
+from spark_checkpoint.sink import StartRefused, TransactionalFileSink, read_committed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from conftest import Stage, StartProxy
 
 JOB = "default/orders"  # the job the output belongs to (TransactionalFileSink.on_restore)
@@ -88,3 +90,32 @@ def test_a_store_that_refuses_deletes_fails_the_first_commit_naming_the_object(
     assert read_committed(output_url) == {0: ROWS}
     sink.on_checkpoint_complete(0)
     assert s3_root.files(f"{output_url}/_staging") == []
+
+
+@pytest.mark.parametrize("with_restore", [True, False])
+def test_a_store_that_ignores_create_only_writes_is_refused_before_anything_is_staged(
+    s3_root: StorageRoot,
+    condition_ignoring_store: Callable[[StorageRoot], FaultyProxy],
+    stage: Stage,
+    with_restore: bool,
+) -> None:
+    """Older S3-compatible stores ignore If-None-Match: *: two drivers could claim one
+    writer epoch, and a superseded driver replace a commit record. The sink took such a
+    store as it takes AWS S3; it refuses it now, in one line, before it stages anything."""
+    output_url = f"{s3_root.url}/out"
+    condition_ignoring_store(s3_root)
+    S3FileSystem.clear_instance_cache()
+    sink = TransactionalFileSink(output_url)
+
+    with pytest.raises(StartRefused) as refused:
+        if with_restore:
+            sink.on_restore(None, JOB)
+        else:
+            stage(sink, 0, ROWS)
+
+    message = str(refused.value)
+    assert "\n" not in message
+    assert f"the output {output_url}: its store replaced _epochs/epoch-1.json" in message
+    assert "If-None-Match: *" in message
+    assert s3_root.files(f"{output_url}/_staging") == []
+    assert read_committed(output_url) == {}
