@@ -374,7 +374,7 @@ def _dispose(args: argparse.Namespace) -> int:
                 )
             except NoRuntime:
                 name = f"{job.layout.namespace}/{job.layout.job}"
-                print(dispose_here(job.paths, job.storage, name, savepoint_id))
+                print(dispose_here(job.paths, job.storage, name, savepoint_id, job.named))
                 return ExitCode.OK
     except StorageUnusable as error:
         print(f"{prog}: {error}", file=sys.stderr)

@@ -79,6 +79,7 @@ from spark_checkpoint_operator.local_state import (
     made_here_before,
     make_private_job_directory,
     open_state_file,
+    storage_field,
 )
 from spark_checkpoint_operator.manifest.crd import cached_crd, resource_api_version, resource_kind
 from spark_checkpoint_operator.manifest.loading import load_manifest, manifest_from_document
@@ -182,12 +183,13 @@ def job_lock(paths: LocalPaths, job: str, *, handed_over: int | None = None) -> 
 
 
 @contextlib.contextmanager
-def storage_lock(storage: CheckpointStorage, job: str) -> Iterator[None]:
+def storage_lock(storage: CheckpointStorage, job: str, named: str) -> Iterator[None]:
     """Held for a whole run on local storage: a job's storage has one writer. Two runs of a
     job kept in two state directories would otherwise share it, each taking the other's
     checkpoints for garbage and writing the same checkpoint ids. (An object store has no
-    lock to take: there, one storage root per run is the user's to keep.)"""
-    subject = f"spec.checkpointing.storage {storage.layout.root!r}"
+    lock to take: there, one storage root per run is the user's to keep.) ``named``: what
+    messages call the storage (`local_state.storage_field`)."""
+    subject = f"{named} {storage.layout.root!r}"
     try:
         lock_file = storage.fs.local_path(storage.layout.writer_lock_path)
         if lock_file is not None:
@@ -664,7 +666,7 @@ async def run_local(
     with job_lock(paths, job, handed_over=handed_over_lock):
         # Before the storage's lock, which would create the job's directory there.
         check_storage_unchanged(load_record(paths), storage, paths)
-        with storage_lock(storage, job):
+        with storage_lock(storage, job, storage_field(manifest)):
             if warning := _executor_variables_warning(manifest):
                 display.line(warning)
             if note := _pod_settings_note(manifest):
@@ -1284,10 +1286,15 @@ def check_storage_unchanged(
     encoded = f"{Path(job_root).as_uri()}/" if job_root.startswith("/") else None
 
     def here(path: str) -> bool:
-        *image_store, image_path = storage.fs.place(path)
-        return (image_store == store and image_path.startswith(f"{job_root}/")) or (
-            encoded is not None and path.startswith(encoded)
-        )
+        if encoded is not None and path.startswith(encoded):
+            return True
+        try:
+            image_root = parse_snapshot_address(snapshot_uri(path)).layout.job_root
+        except ValueError:  # a path this version would not have written
+            return False
+        # Where its job directory is, not the image: a link inside the job's directory
+        # (refused where it is met) does not move the job's storage elsewhere.
+        return storage.fs.place(image_root) == (*store, job_root)
 
     images = (*registry.savepoints, *registry.checkpoints)
     elsewhere = [image for image in images if not here(image.path)]

@@ -98,6 +98,12 @@ def local_paths(manifest: JobManifest, state_dir: Path) -> LocalPaths:
     return local_job_paths(state_dir, manifest.namespace, manifest.name)
 
 
+def storage_field(manifest: JobManifest) -> str:
+    """What a message calls the job's checkpoint storage: the manifest's field, or (the
+    state directory's default) plain ``storage``."""
+    return "spec.checkpointing.storage" if manifest.spec.checkpointing.storage else "storage"
+
+
 def local_job_paths(state_dir: Path, namespace: str, job: str) -> LocalPaths:
     return LocalPaths(state_dir.resolve() / namespace / job)
 

@@ -91,9 +91,12 @@ _NO_CHECKPOINTS = (
 )
 
 
-def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepoint_id: int) -> str:
+def dispose_here(
+    paths: LocalPaths, storage: CheckpointStorage, job: str, savepoint_id: int, named: str
+) -> str:
     """Dispose of savepoint ``savepoint_id`` while no run of the job runs; what was done,
-    in a line. Raises DisposalRefused (DisposalDeclined: the coordinator's rule), or
+    in a line (``named``: what messages call the storage, as `storage_lock` takes it).
+    Raises DisposalRefused (DisposalDeclined: the coordinator's rule), or
     DisposalIncomplete."""
     if not paths.job_dir.is_dir():  # the lock said only "cannot open the lock ...run.lock"
         raise DisposalRefused(
@@ -101,7 +104,7 @@ def dispose_here(paths: LocalPaths, storage: CheckpointStorage, job: str, savepo
             "this state directory (--state-dir), so no savepoint of it is registered here"
         )
     try:
-        with job_lock(paths, job), storage_lock(storage, job):
+        with job_lock(paths, job), storage_lock(storage, job, named):
             return _dispose_locked(paths, storage, savepoint_id)
     except (JobBusy, RunRefused) as error:
         raise DisposalRefused(str(error)) from None
@@ -118,11 +121,20 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     registry_owner(paths, storage)
     state = record.coordinator
     due = DiscardDue(CheckpointKind.SAVEPOINT, savepoint_id)
+    directory = storage.layout.savepoint_dir(savepoint_id)
     # Asked again after a delete failed: its files are deleted now.
     if all(d.key != due.key for d in record.discards_due):
-        if (why := record.why_not_disposable(savepoint_id)) is not None:
+        absent = _absent_images(storage, record)
+        if (why := record.why_not_disposable(savepoint_id, absent)) is not None:
             registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
+            if absent:
+                gone = ", ".join(f"{kind.value} {image_id}" for kind, image_id in sorted(absent))
+                why = f"{why} ({gone}: registered, but not in storage)"
             raise DisposalDeclined(why) if registered else DisposalRefused(why)
+        try:  # a link in the way is refused before the registry changes
+            storage.fs.require_no_link(directory)
+        except StorageError as error:
+            raise DisposalRefused(str(error)) from None
         record.coordinator = replace(
             state, savepoints=tuple(s for s in state.savepoints if s.checkpoint_id != savepoint_id)
         )
@@ -130,7 +142,6 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
         # run deletes what is due.
         record.discards_due = [*record.discards_due, due]
         _write(paths, record)
-    directory = storage.layout.savepoint_dir(savepoint_id)
     try:
         was_there = storage.fs.exists(directory)
         storage.discard_savepoint(savepoint_id)
@@ -143,6 +154,22 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     _write(paths, record)
     files = "its files deleted" if was_there else "its files were gone already"
     return f"savepoint {savepoint_id} disposed of: no longer registered, {files} ({directory})"
+
+
+def _absent_images(
+    storage: CheckpointStorage, record: JobRecord
+) -> set[tuple[CheckpointKind, int]]:
+    """The registered images whose `_metadata` is not in storage (deleted by hand): the
+    rule that keeps the newest image must not count on them."""
+    images = (*record.coordinator.checkpoints, *record.coordinator.savepoints)
+    try:
+        return {
+            (image.kind, image.checkpoint_id)
+            for image in images
+            if not storage.has_metadata(image.kind, image.checkpoint_id)
+        }
+    except (StorageError, OSError) as error:
+        raise DisposalRefused(f"cannot look for the job's images in storage: {error}") from None
 
 
 def _write(paths: LocalPaths, record: JobRecord) -> None:

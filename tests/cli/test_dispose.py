@@ -216,6 +216,86 @@ def test_the_newest_image_is_kept_when_it_is_a_savepoint(
     assert _registered_savepoints(job) == [3, 4]
 
 
+def test_images_deleted_by_hand_do_not_count_as_images_a_restore_takes(
+    job: Job, manifest: Path, cli: Cli
+) -> None:
+    """The rule that keeps the job's newest image counted registered checkpoints whose
+    files were deleted by hand: the last image a restore could take was disposed of (a
+    reviewer's)."""
+    for checkpoint_id in (1, 2):
+        shutil.rmtree(job.storage.layout.checkpoint_dir(checkpoint_id))
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:3"
+    )
+
+    assert result.code == ExitCode.DECLINED, result.err
+    assert result.err == (
+        "spark-checkpoint savepoint: not disposed of: savepoint 3 is the only image the job "
+        "can restore from: run the job until a checkpoint completes (checkpoint 1, "
+        "checkpoint 2: registered, but not in storage)\n"
+    )
+    assert _registered_savepoints(job) == [3]
+    assert (_sp3(job) / "_metadata").is_file()
+
+
+def test_a_savepoint_behind_a_link_is_refused_before_it_leaves_the_registry(
+    job: Job, manifest: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """The delete refused the link only after the registry had let the savepoint go:
+    `run --from savepoint:3` no longer took it, and every later try met the same link (a
+    reviewer's)."""
+    elsewhere = tmp_path / "elsewhere"
+    shutil.move(_sp3(job), elsewhere)
+    _sp3(job).symlink_to(elsewhere)
+
+    result = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:3"
+    )
+
+    assert result.code == ExitCode.FAILED, result.err
+    assert result.err.startswith(f"spark-checkpoint savepoint: not disposed of: {_sp3(job)}")
+    assert "symbolic link" in result.err
+    assert result.err.count("\n") == 1
+    assert _registered_savepoints(job) == [3]
+    record = load_record(local_job_paths(job.state_dir, NAMESPACE, JOB))
+    assert record.discards_due == []
+    assert (elsewhere / "_metadata").is_file()
+
+
+def test_the_default_storage_is_not_called_a_field_the_manifest_does_not_have(
+    job: Job, manifest: Path, cli: Cli, tmp_path: Path
+) -> None:
+    """Without spec.checkpointing.storage, a refusal of the state directory's default
+    storage named that field (`list` and `inspect` say "storage"; a reviewer's)."""
+    document = yaml.safe_load(MINIMAL.read_text())
+    document["metadata"] = {"name": JOB, "namespace": NAMESPACE}
+    without_storage = tmp_path / "default-storage.yaml"
+    without_storage.write_text(yaml.safe_dump(document))
+    default_storage = local_job_paths(job.state_dir, NAMESPACE, JOB).default_storage
+    job_dir = Path(default_storage.removeprefix("file://")) / NAMESPACE / JOB
+    job_dir.parent.mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    job_dir.symlink_to(tmp_path / "elsewhere")
+
+    result = cli(
+        "savepoint",
+        "-f",
+        str(without_storage),
+        "--state-dir",
+        str(job.state_dir),
+        "-d",
+        "savepoint:3",
+    )
+
+    assert result.code == ExitCode.FAILED, result.err
+    assert result.err.startswith(
+        f"spark-checkpoint savepoint: not disposed of: storage {default_storage!r}: "
+    ), result.err
+    assert "symbolic link" in result.err
+    assert _registered_savepoints(job) == [3]
+
+
 def test_the_only_image_is_kept_unless_the_job_has_finished(
     job: Job, manifest: Path, cli: Cli
 ) -> None:

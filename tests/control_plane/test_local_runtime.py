@@ -318,7 +318,11 @@ def test_a_lock_the_filesystem_cannot_take_refuses_the_run_naming_the_field(
     manifest = _orders_manifest()
     with (
         pytest.raises(RunRefused) as refused,
-        storage_lock(CheckpointStorage(layout), f"{manifest.namespace}/{manifest.name}"),
+        storage_lock(
+            CheckpointStorage(layout),
+            f"{manifest.namespace}/{manifest.name}",
+            "spec.checkpointing.storage",
+        ),
     ):
         pass
     lock = tmp_path / "nfs" / "default" / "orders" / "writer.lock"

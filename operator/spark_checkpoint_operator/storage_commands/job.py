@@ -23,6 +23,7 @@ from spark_checkpoint_operator.local_state import (
     default_state_dir,
     local_job_paths,
     local_paths,
+    storage_field,
 )
 from spark_checkpoint_operator.manifest.loading import load_manifest
 from spark_checkpoint_operator.manifest.model import JobManifest
@@ -63,6 +64,8 @@ class JobStorage:
     # The manifest's variables a Secret gives the pods that this process lacks (storage
     # credentials, perhaps), as `JobSpec.unset_secret_variables` says them.
     unset_secrets: str | None = None
+    # What a message calls the storage: `local_state.storage_field`, or (--job) ``storage``.
+    named: str = "storage"
 
     @property
     def status_file(self) -> Path:
@@ -99,8 +102,7 @@ def _opened(source: StorageSource, manifest: JobManifest | None) -> JobStorage:
         assert source.manifest is not None
         paths = local_paths(manifest, source.state_dir or default_state_dir(source.manifest))
         root = manifest.spec.checkpointing.storage or paths.default_storage
-        # Named as `run` names it: the manifest's field.
-        named = "spec.checkpointing.storage" if manifest.spec.checkpointing.storage else "storage"
+        named = storage_field(manifest)  # as `run` names it
         namespace, job = manifest.namespace, manifest.name
         unset_secrets = manifest.spec.unset_secret_variables(os.environ)
     else:
@@ -130,7 +132,7 @@ def _opened(source: StorageSource, manifest: JobManifest | None) -> JobStorage:
     except (ValueError, ImportError, OSError) as error:  # no credentials, libhdfs, gcsfs
         reason = f"{named} {root!r}: {first_line(error)}"
         raise StorageUnusable(reason + unset_secrets_hint(unset_secrets)) from error
-    return JobStorage(storage, paths, unset_secrets)
+    return JobStorage(storage, paths, unset_secrets, named)
 
 
 def unset_secrets_hint(unset_secrets: str | None) -> str:

@@ -1,6 +1,6 @@
 """The persisted part of a job: what status shows and what a restarted runtime resumes from."""
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,9 +87,18 @@ class JobRecord:
         self.unrestorable = [e for e in self.unrestorable if e not in forgotten]
         return [entry.source for entry in forgotten]
 
-    def why_not_disposable(self, savepoint_id: int) -> str | None:
-        """`PersistedState.why_not_disposable`, counting only the images a restore takes."""
-        return self.coordinator.why_not_disposable(savepoint_id, self.is_unrestorable)
+    def why_not_disposable(
+        self, savepoint_id: int, absent: Collection[tuple[CheckpointKind, int]] = ()
+    ) -> str | None:
+        """`PersistedState.why_not_disposable`, counting only the images a restore takes:
+        not those it failed on or passed over, nor those known to be ``absent`` from
+        storage (kind and id)."""
+        return self.coordinator.why_not_disposable(
+            savepoint_id,
+            lambda kind, image_id: (
+                (kind, image_id) in absent or self.is_unrestorable(kind, image_id)
+            ),
+        )
 
     def persisted_status(self) -> PersistedStatus:
         """The record's part of the status (``status.render_status`` adds the views)."""
