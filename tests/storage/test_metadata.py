@@ -148,6 +148,21 @@ def test_unknown_format_version(metadata: CheckpointMetadata) -> None:
     )
 
 
+@pytest.mark.parametrize("version", [2.0, "2", True, None])
+def test_a_format_version_that_is_no_integer_is_named(
+    metadata: CheckpointMetadata, version: object
+) -> None:
+    """It was read by the newest schema, which named the first field it found missing
+    (``namespace``) instead (a reviewer's)."""
+    document = {"format_version": version}
+
+    with pytest.raises(InvalidMetadataError) as raised:
+        CheckpointMetadata.from_bytes(encode(document), SOURCE)
+
+    assert raised.value.field == "format_version"
+    assert str(version) in str(raised.value)
+
+
 @pytest.mark.parametrize("data", [b"", b"  \n"], ids=["empty", "whitespace"])
 def test_empty_metadata_is_truncated(data: bytes) -> None:
     with pytest.raises(TruncatedMetadataError) as raised:

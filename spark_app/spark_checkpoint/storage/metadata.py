@@ -376,6 +376,11 @@ class CheckpointMetadata:
         document = _parse_document(data, source)
         version = document.get("format_version") if isinstance(document, dict) else None
         if not isinstance(version, int) or isinstance(version, bool):
+            if isinstance(document, dict) and "format_version" in document:
+                # Named, not the first field the schema finds missing (a reviewer's 2.0).
+                raise InvalidMetadataError(
+                    source, "format_version", _shorten(f"{version!r} is not an integer")
+                )
             version = FORMAT_VERSION  # whose schema then names the bad field
         # Checked before the schema: a newer format may be valid under a different schema.
         elif version not in READABLE_FORMAT_VERSIONS:
