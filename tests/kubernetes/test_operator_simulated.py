@@ -971,6 +971,9 @@ def test_an_application_change_upgrades_through_a_savepoint(cluster: LocalCluste
     cluster.patch_spec("orders", {"image": "example/orders:2"})
 
     upgraded_to_image_2(cluster)
+    # Not a plain "job suspended", as for a suspension the user asked for (a Flink user's).
+    suspended = cluster.wait_for_event("orders", "JobSuspended")
+    assert suspended["message"] == "job suspended: for an upgrade"
 
 
 def test_an_upgrades_stopped_driver_is_an_upgrade_pending_not_a_suspension(
@@ -1829,6 +1832,23 @@ def test_a_job_deleted_while_the_operator_is_down_gets_its_final_savepoint_and_r
     assert commands[-1][0] == "collect-garbage"
     cluster.wait_for_event("orders", "JobCancelled")
     cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
+
+
+def test_a_suspended_jobs_deletion_names_its_newest_savepoint(cluster: LocalCluster) -> None:
+    """It said only "the job was deleted", though a running job's deletion names its final
+    savepoint: where a new job starts from (a Flink user's)."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    cluster.wait_for("suspended", lambda: cluster.status("orders").get("phase") == "Suspended")
+    newest = cluster.status("orders")["lastSavepoint"]
+
+    cluster.delete("orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    said = f"the job was deleted; its newest savepoint {newest['id']} is at {newest['path']}"
+    assert last_written_status(cluster, "orders")["message"] == said
+    cluster.wait_for_event("orders", "JobCancelled", f"job cancelled: {said}")
 
 
 def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_retention(
@@ -2983,6 +3003,29 @@ def test_an_upgrade_that_tightens_a_rule_neither_stops_a_running_job_nor_its_nex
     assert cluster.driver_pods("orders") == ["orders-driver-1"]
 
 
+def test_a_trigger_nonce_changed_while_the_job_is_suspended_is_said_to_wait_for_it_to_run(
+    cluster: LocalCluster,
+) -> None:
+    """No event said so and status.pending was empty: the request looked lost until the
+    job resumed (a Flink user's). As in Flink, it is taken once the job runs."""
+    cluster.apply(job())
+    completed(cluster, "orders", 1)
+    cluster.patch_spec("orders", {"state": "Suspended"})
+    in_phase(cluster, "orders", "Suspended")
+
+    cluster.patch_spec("orders", {"savepointTriggerNonce": 10})
+
+    cluster.wait_for_event(
+        "orders",
+        "TriggerWaiting",
+        "spec.savepointTriggerNonce 10: the job is Suspended; its savepoint is taken once it runs",
+    )
+    cluster.patch_spec("orders", {"checkpointing": {"interval": "2s"}})  # another change
+    cluster.patch_spec("orders", {"state": "Running"})
+    cluster.wait_for_event("orders", "SavepointCompleted", "nonce 10")
+    assert cluster.event_reasons("orders").count("TriggerWaiting") == 1
+
+
 def test_a_job_created_suspended_is_suspended_until_it_is_set_running(
     cluster: LocalCluster,
 ) -> None:
@@ -3307,6 +3350,8 @@ def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_
             assert logs.count("starting driver attempt") == 2, logs
 
             driving.stop()  # releases the Lease on its way out
+            # Kopf waited for no daemon at its exit: a warning per job (a Flink user's).
+            assert "did not exit in time" not in driving.log_path.read_text()
             cluster.wait_for_event("orders", "DriverAdopted", timeout=60)
             done = cluster.status("orders")["counts"]["completed"]
             after = completed(cluster, "orders", done + 2)

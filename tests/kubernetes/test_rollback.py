@@ -96,7 +96,7 @@ def test_the_rollback_annotation_is_read_as_written_and_anything_else_is_none() 
     upgrade = rollback.RollbackState(upgrade=rollback.Upgrade("d1", 1_700_000_000.0))
     pending = rollback.RollbackState(upgrade=rollback.Upgrade("d1"))
     rolled_back = rollback.RollbackState(
-        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "its driver failed")
+        rolled_back=rollback.RolledBack(4, "abc", 1_700_000_000.0, "the job failed")
     )
     for state in (upgrade, pending, rolled_back):
         assert rollback.RollbackState.from_annotation(state.to_annotation()) == state

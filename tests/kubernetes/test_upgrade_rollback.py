@@ -178,7 +178,7 @@ def test_the_documented_rollback_rolls_back_a_driver_that_fails_for_good(
 
         event = cluster.wait_for_event("orders", "RolledBack")
         assert event["message"].startswith(
-            "spec generation 2 is rolled back to the last stable spec: its driver failed: the "
+            "spec generation 2 is rolled back to the last stable spec: the job failed: the "
             "driver's checkpoint agent never answered in 2s"
         ), event["message"]
         rolled_back_and_running(cluster)

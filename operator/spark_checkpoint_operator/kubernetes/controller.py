@@ -377,12 +377,14 @@ class JobController:
                 return
             while self._stop is None:
                 # An invalid spec: the last valid one goes on for a driver that runs.
+                accepted_before = self._spec
                 manifest = await self._read_spec() or await self._last_valid_for_the_driver()
                 if manifest is not None and await self._should_run(manifest):
                     await self._supervise(manifest)
                     continue
                 await self._reconcile_snapshots(None)
                 if manifest is not None:
+                    self._say_nonces_wait(manifest, accepted_before)
                     await self._reconcile_mirrors(manifest)
                 if self._record.phase in snapshots.ENDED:
                     await self._let_go_of_snapshots()
@@ -1192,7 +1194,8 @@ class JobController:
             )
             after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
             supervisor.request(
-                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason)
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason),
+                _suspended_for(stop_reason),
             )
             asyncio.get_running_loop().call_later(retry_after, self._changed.set)
 
@@ -1259,15 +1262,33 @@ class JobController:
                 "withdrawn",
             )
 
+    def _say_nonces_wait(self, manifest: JobManifest, accepted_before: Mapping[str, Any]) -> None:
+        """A trigger nonce changed (since the spec ``accepted_before``) while the job does
+        not run waits for it to run (as in Flink): said, or the request looked lost;
+        nothing is taken for a Finished job, which does not run again."""
+        for kind in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
+            nonce = _trigger_nonce(manifest, kind)
+            if nonce is None or nonce in (
+                self._handled.get(f"{kind.value}Nonce"),
+                accepted_before.get(f"{kind.value}TriggerNonce"),
+            ):
+                continue
+            phase = self._record.phase
+            self._post_event(
+                "Normal",
+                "TriggerWaiting",
+                f"spec.{kind.value}TriggerNonce {nonce}: the job is {phase.value}"
+                + (
+                    f" and does not run again: no {kind.value} is taken"
+                    if phase is JobPhase.FINISHED
+                    else f"; its {kind.value} is taken once it runs"
+                ),
+            )
+
     def _request_by_nonce(
         self, supervisor: JobSupervisor, manifest: JobManifest, kind: CheckpointKind
     ) -> None:
-        spec = manifest.spec
-        nonce = (
-            spec.checkpoint_trigger_nonce
-            if kind is CheckpointKind.CHECKPOINT
-            else spec.savepoint_trigger_nonce
-        )
+        nonce = _trigger_nonce(manifest, kind)
         key = f"{kind.value}Nonce"
         if nonce is None or self._handled.get(key) == nonce:
             return
@@ -1501,6 +1522,13 @@ class JobController:
             await self._supervisor(manifest, launcher).collect_leftovers(deleting=True)
             return
         self._record.message = "the job was deleted"
+        if savepoints := self._record.coordinator.savepoints:
+            # What a new job starts from (spec.restore.initialSavepointPath), as the final
+            # savepoint of a running job's deletion is named.
+            newest = max(savepoints, key=lambda savepoint: savepoint.checkpoint_id)
+            self._record.message += (
+                f"; its newest savepoint {newest.checkpoint_id} is at {newest.path}"
+            )
         await self._supervisor(manifest, launcher).retire(TerminalOutcome.CANCELLED)
 
     # ------------------------------------------------------------------ status
@@ -2376,6 +2404,14 @@ def _suspended_for(stop_reason: str) -> str:
         ROLLBACK: "for a rollback",
         REDEPLOY: "for a redeploy",
     }.get(stop_reason, "")
+
+
+def _trigger_nonce(manifest: JobManifest, kind: CheckpointKind) -> int | None:
+    """spec.checkpointTriggerNonce or spec.savepointTriggerNonce."""
+    spec = manifest.spec
+    if kind is CheckpointKind.CHECKPOINT:
+        return spec.checkpoint_trigger_nonce
+    return spec.savepoint_trigger_nonce
 
 
 def _redeploy_nonce(spec: Mapping[str, Any]) -> int | None:

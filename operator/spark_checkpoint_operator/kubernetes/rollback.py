@@ -189,7 +189,8 @@ def rollback_reason(
     or ``timeout`` passed (an image that cannot be pulled, a driver that keeps failing, a
     restore that takes too long)."""
     if phase is JobPhase.FAILED:
-        return f"its driver failed: {message}" if message else "its driver failed"
+        # The message says how its driver failed ("driver failed (...)" included).
+        return f"the job failed: {message}" if message else "the job failed"
     if phase in (JobPhase.RUNNING, JobPhase.FINISHED, JobPhase.CANCELLED):
         return None
     if now - started < timeout:

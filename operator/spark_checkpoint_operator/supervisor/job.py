@@ -160,6 +160,8 @@ class JobSupervisor:
         self._stop = StopRequest.NONE
         self._final_savepoint_asked = False  # by the deletion (`shut_down`)
         self._suspended_for = ""  # why the runtime suspends the job, for its end's notice
+        # Of the stop-with-savepoints asked for by label: what the job is suspended for.
+        self._suspended_for_label: dict[str, str] = {}
         self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
         # The image the previous attempt's restored query failed on, that attempt and its
@@ -339,8 +341,12 @@ class JobSupervisor:
             self._chosen = self._record.restore_choice = choice = None
         return choice
 
-    def request(self, event: TriggerRequested) -> None:
-        """A user's checkpoint or savepoint request (thread-safe through the loop)."""
+    def request(self, event: TriggerRequested, suspended_for: str = "") -> None:
+        """A user's checkpoint or savepoint request (thread-safe through the loop);
+        ``suspended_for``: of a stop-with-savepoint, what the job ends Suspended for, if
+        not a suspension (see `end_suspended`)."""
+        if suspended_for:
+            self._suspended_for_label[event.label] = suspended_for
         self._unhandled[event.label] += 1
         self._polls.inbox.put_nowait(event)
 
@@ -745,6 +751,8 @@ class JobSupervisor:
             self._record.message = ""
             if exit_code != DriverExit.STOPPED_WITH_SAVEPOINT:
                 return TerminalOutcome.FINISHED
+            if (savepoint := attempt.stopped_with) is not None:
+                self._suspended_for = self._suspended_for_label.get(savepoint.label, "")
             return TerminalOutcome.SUSPENDED
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"
