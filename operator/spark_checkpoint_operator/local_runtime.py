@@ -655,12 +655,12 @@ async def run_local(
         # adlfs takes its credentials as it is made: they may be the manifest's literal
         # variables alone (the run's own storage work is local, its janitors' the driver's).
         storage = _checkpoint_storage(
+            manifest,
             JobStorageLayout(
                 manifest.spec.checkpointing.storage or paths.default_storage,
                 manifest.namespace,
                 manifest.name,
             ),
-            fresh=True,
         )
     job = f"{manifest.namespace}/{manifest.name}"
     with job_lock(paths, job, handed_over=handed_over_lock):
@@ -1264,12 +1264,14 @@ def _head(error_file: Path) -> str:
         return ""
 
 
-def _checkpoint_storage(layout: JobStorageLayout, *, fresh: bool = False) -> CheckpointStorage:
+def _checkpoint_storage(manifest: JobManifest, layout: JobStorageLayout) -> CheckpointStorage:
+    """The job's storage, its own filesystem (one fsspec made before holds this process's
+    credentials); RunRefused naming it as `storage_field` does."""
     try:
-        return CheckpointStorage(layout, fresh=fresh)
+        return CheckpointStorage(layout, fresh=True)
     except (ValueError, ImportError, OSError) as error:  # no library for it (gcsfs, libhdfs)
         raise RunRefused(
-            f"spec.checkpointing.storage {layout.root!r}: {first_line(error)}"
+            f"{storage_field(manifest)} {layout.root!r}: {first_line(error)}"
         ) from None
 
 
@@ -1332,8 +1334,7 @@ def _checked_images(
     if restore_from is None and initial is None:
         return None
     with driver_environment_here(manifest):
-        # Its own filesystem: one fsspec made before holds this process's credentials.
-        storage = _checkpoint_storage(storage.layout, fresh=True)
+        storage = _checkpoint_storage(manifest, storage.layout)
         image = None if restore_from is None else _chosen(restore_from, "--from", record, storage)
         if initial is not None:
             _chosen(initial, "spec.restore.initialSavepointPath", record, storage)

@@ -124,12 +124,17 @@ def _dispose_locked(paths: LocalPaths, storage: CheckpointStorage, savepoint_id:
     directory = storage.layout.savepoint_dir(savepoint_id)
     # Asked again after a delete failed: its files are deleted now.
     if all(d.key != due.key for d in record.discards_due):
-        absent = _absent_images(storage, record)
-        if (why := record.why_not_disposable(savepoint_id, absent)) is not None:
+        why = record.why_not_disposable(savepoint_id)
+        # Images deleted by hand are none a restore takes: they keep no savepoint disposable.
+        if (
+            why is None
+            and (absent := _absent_images(storage, record))
+            and (why := record.why_not_disposable(savepoint_id, absent)) is not None
+        ):
+            gone = ", ".join(f"{kind.value} {image_id}" for kind, image_id in sorted(absent))
+            why = f"{why} ({gone}: registered, but not in storage)"
+        if why is not None:
             registered = any(s.checkpoint_id == savepoint_id for s in state.savepoints)
-            if absent:
-                gone = ", ".join(f"{kind.value} {image_id}" for kind, image_id in sorted(absent))
-                why = f"{why} ({gone}: registered, but not in storage)"
             raise DisposalDeclined(why) if registered else DisposalRefused(why)
         try:  # a link in the way is refused before the registry changes
             storage.fs.require_no_link(directory)

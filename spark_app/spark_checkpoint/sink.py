@@ -639,7 +639,11 @@ class TransactionalFileSink:
             document = json.dumps({"format": RECORD_FORMAT, "epoch": epoch}).encode() + b"\n"
             if self._storage.create(_epoch_path(epoch), document):
                 self._epoch = epoch
-                self._require_create_only_writes(_epoch_path(epoch), document)
+                try:
+                    self._require_create_only_writes(_epoch_path(epoch), document)
+                except StartRefused:
+                    self._epoch = None  # claimed by nothing: the next call is refused too
+                    raise
                 self._storage.delete(_epoch_path(older) for older in claimed)
                 return
         raise Superseded(

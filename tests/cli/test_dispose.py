@@ -237,6 +237,13 @@ def test_images_deleted_by_hand_do_not_count_as_images_a_restore_takes(
     )
     assert _registered_savepoints(job) == [3]
     assert (_sp3(job) / "_metadata").is_file()
+    # Said only where the absence decided it.
+    unknown = cli(
+        "savepoint", "-f", str(manifest), "--state-dir", str(job.state_dir), "-d", "savepoint:7"
+    )
+    assert unknown.err == (
+        "spark-checkpoint savepoint: not disposed of: savepoint 7 is not in the job's registry\n"
+    )
 
 
 def test_a_savepoint_behind_a_link_is_refused_before_it_leaves_the_registry(

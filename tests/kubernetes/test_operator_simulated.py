@@ -635,6 +635,8 @@ def test_a_suspension_while_an_upgrades_savepoint_is_in_flight_takes_that_savepo
         assert suspended["counts"].get("failed", 0) == 0
         stops = [e["message"] for e in cluster.events("orders") if e["reason"] == "Stopping"]
         assert stops == ["savepoint, then stop the driver (upgrade)"], stops
+        # For the suspension, asked last: not "for an upgrade" (a reviewer's).
+        assert cluster.wait_for_event("orders", "JobSuspended")["message"] == "job suspended"
 
 
 def test_a_job_suspended_in_a_restarts_backoff_while_no_operator_ran_resumes_at_once(
@@ -1250,7 +1252,7 @@ def test_a_redeploy_pending_at_an_operator_restart_whose_driver_is_gone_starts_o
     time.sleep(1.0)  # Kopf posts from a queue
     reasons = cluster.event_reasons("orders")
     assert reasons.count("DriverStarting") == 2, reasons  # attempts 1 and 2
-    assert reasons.count("DriverReplaced") == (gone == "token"), reasons
+    assert reasons.count("DriverReplaced") == (gone == "token"), reasons  # once: one adopt
     assert reasons.count("Redeploying") == 1, reasons
     assert "Stopping" not in reasons, reasons
 
@@ -1851,6 +1853,28 @@ def test_a_suspended_jobs_deletion_names_its_newest_savepoint(cluster: LocalClus
     cluster.wait_for_event("orders", "JobCancelled", f"job cancelled: {said}")
 
 
+def test_a_job_deleted_while_the_operator_is_down_and_its_driver_gone_names_its_newest_savepoint(
+    cluster: LocalCluster,
+) -> None:
+    """No final savepoint could be taken (its driver pod was deleted): said, with the
+    savepoint a new job starts from."""
+    cluster.apply(job(shutdown={"finalSavepoint": True}))
+    savepoint = savepoint_by_nonce(cluster, 1)
+    path = cluster.status("orders")["lastSavepoint"]["path"]
+    with operator_stopped(cluster):
+        cluster.api.delete(PODS, "default", "orders-driver-1", grace_period_seconds=0)
+        cluster.wait_for("the driver gone", lambda: not cluster.driver_pods("orders"))
+        deleted_while_the_operator_is_down(cluster, "orders")
+
+    cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=60)
+    said = (
+        "the job was deleted; no final savepoint could be taken; its newest savepoint "
+        f"{savepoint} is at {path}"
+    )
+    assert last_written_status(cluster, "orders")["message"] == said
+    cluster.wait_for_event("orders", "JobCancelled", f"job cancelled: {said}")
+
+
 def test_a_job_deleted_while_the_operator_and_its_driver_are_down_gets_its_retention(
     cluster: LocalCluster,
 ) -> None:
@@ -2313,8 +2337,8 @@ def test_a_pod_that_took_the_drivers_name_while_the_operator_was_down_is_left_al
     replaced = cluster.wait_for_event("orders", "DriverReplaced")
     assert replaced["message"] == (
         "driver orders-driver-1 cannot be adopted: the pod of that name is not this job's "
-        "(no owner reference to it); it is left alone and a new attempt restores from the "
-        "latest checkpoint"
+        "(no owner reference to it); it is left alone and the job goes on without it, as after "
+        "a crash of its driver"
     )
     kept = cluster.api.get(PODS, "default", "orders-driver-1")
     assert kept["spec"]["containers"][0]["name"] == "theirs"

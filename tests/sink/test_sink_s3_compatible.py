@@ -115,6 +115,9 @@ def test_a_store_that_ignores_create_only_writes_is_refused_before_anything_is_s
 
     message = str(refused.value)
     assert "\n" not in message
+    # Refused again, not taken as claimed by the first try (a reviewer's).
+    with pytest.raises(StartRefused):
+        stage(sink, 0, ROWS)
     assert f"the output {output_url}: its store replaced _epochs/epoch-1.json" in message
     assert "If-None-Match: *" in message
     assert s3_root.files(f"{output_url}/_staging") == []

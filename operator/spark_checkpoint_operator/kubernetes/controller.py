@@ -1184,6 +1184,8 @@ class JobController:
         # upgrade's in flight suspends the job as well: the spec says Suspended once it
         # completes); asked again if it did not stop the driver (expired, or declined),
         # never while it is pending: a drain waits for the input to run out, however long.
+        # What the job ends Suspended for is the change asked last, whichever savepoint's.
+        supervisor.suspending_for(_suspended_for(stop_reason))
         if (
             not any(supervisor.pending(reason) for reason in (SUSPEND, UPGRADE, ROLLBACK))
             and now - requested.get(stop_reason, -retry_after) >= retry_after
@@ -1194,8 +1196,7 @@ class JobController:
             )
             after = AfterCompletion.DRAIN if manifest.spec.shutdown.drain else AfterCompletion.STOP
             supervisor.request(
-                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason),
-                _suspended_for(stop_reason),
+                TriggerRequested(CheckpointKind.SAVEPOINT, after=after, label=stop_reason)
             )
             asyncio.get_running_loop().call_later(retry_after, self._changed.set)
 
@@ -1521,14 +1522,20 @@ class JobController:
             # by a job that is gone). They go now.
             await self._supervisor(manifest, launcher).collect_leftovers(deleting=True)
             return
-        self._record.message = "the job was deleted"
-        if savepoints := self._record.coordinator.savepoints:
+        said = ["the job was deleted"]
+        if self._record.phase in ACTIVE_PHASES and manifest.spec.shutdown.final_savepoint:
+            said.append("no final savepoint could be taken")  # its driver was gone
+        restorable = [
+            savepoint
+            for savepoint in self._record.coordinator.savepoints
+            if not self._record.is_unrestorable(CheckpointKind.SAVEPOINT, savepoint.checkpoint_id)
+        ]
+        if restorable:
             # What a new job starts from (spec.restore.initialSavepointPath), as the final
             # savepoint of a running job's deletion is named.
-            newest = max(savepoints, key=lambda savepoint: savepoint.checkpoint_id)
-            self._record.message += (
-                f"; its newest savepoint {newest.checkpoint_id} is at {newest.path}"
-            )
+            newest = max(restorable, key=lambda savepoint: savepoint.checkpoint_id)
+            said.append(f"its newest savepoint {newest.checkpoint_id} is at {newest.path}")
+        self._record.message = "; ".join(said)
         await self._supervisor(manifest, launcher).retire(TerminalOutcome.CANCELLED)
 
     # ------------------------------------------------------------------ status

@@ -611,8 +611,10 @@ class KubernetesLauncher:
         self._deleting = deleting  # the job is deleted: no new attempt follows
         self.current: KubernetesDriver | None = None
         # `adopt` has answered: the recorded driver is `current`, or (None) the next driver
-        # is one of this launcher's spec.
+        # is one of this launcher's spec. Asked once: the controller may ask before its
+        # supervisor does, which then gets the same answer (one read of the pod, one event).
         self.adoption_answered = False
+        self._adopted: KubernetesDriver | None = None
 
     @property
     def deployed_hash(self) -> str:
@@ -620,9 +622,10 @@ class KubernetesLauncher:
         return self._deployed_hash
 
     async def adopt(self, attempt: int) -> KubernetesDriver | None:
-        driver = await self._adopt(attempt)
-        self.adoption_answered = True
-        return driver
+        if not self.adoption_answered:
+            self._adopted = await self._adopt(attempt)
+            self.adoption_answered = True
+        return self._adopted
 
     async def _adopt(self, attempt: int) -> KubernetesDriver | None:
         name = objects.driver_pod_name(self.manifest.name, attempt)
@@ -679,7 +682,9 @@ class KubernetesLauncher:
                 + (
                     "the job is deleted without a final savepoint"
                     if self._deleting
-                    else "a new attempt restores from the latest checkpoint"
+                    # Not "a new attempt restores from the latest checkpoint": a redeploy
+                    # restores its savepoint, a suspension starts none.
+                    else "the job goes on without it, as after a crash of its driver"
                 ),
             )
         )

@@ -160,8 +160,6 @@ class JobSupervisor:
         self._stop = StopRequest.NONE
         self._final_savepoint_asked = False  # by the deletion (`shut_down`)
         self._suspended_for = ""  # why the runtime suspends the job, for its end's notice
-        # Of the stop-with-savepoints asked for by label: what the job is suspended for.
-        self._suspended_for_label: dict[str, str] = {}
         self._driver_finished = False  # its last driver exited finished: the job ends so
         self._stop_requested = asyncio.Event()
         # The image the previous attempt's restored query failed on, that attempt and its
@@ -341,12 +339,8 @@ class JobSupervisor:
             self._chosen = self._record.restore_choice = choice = None
         return choice
 
-    def request(self, event: TriggerRequested, suspended_for: str = "") -> None:
-        """A user's checkpoint or savepoint request (thread-safe through the loop);
-        ``suspended_for``: of a stop-with-savepoint, what the job ends Suspended for, if
-        not a suspension (see `end_suspended`)."""
-        if suspended_for:
-            self._suspended_for_label[event.label] = suspended_for
+    def request(self, event: TriggerRequested) -> None:
+        """A user's checkpoint or savepoint request (thread-safe through the loop)."""
         self._unhandled[event.label] += 1
         self._polls.inbox.put_nowait(event)
 
@@ -711,11 +705,17 @@ class JobSupervisor:
         loop)."""
         self._polls.inbox.put_nowait(TriggerWithdrawn(label))
 
-    def end_suspended(self, reason: str = "") -> None:
+    def end_suspended(self, reason: str | None = None) -> None:
         """The job ends Suspended when its driver exits (unless it is cancelled);
-        ``reason``, what for, if not a suspension the user asked for (an upgrade), is said
-        as it ends: the last asked's (a user's suspension after an upgrade's stop is one)."""
+        ``reason``: see `suspending_for` (None: as told before)."""
         self._stop = max(self._stop, StopRequest.SUSPEND)
+        if reason is not None:
+            self.suspending_for(reason)
+
+    def suspending_for(self, reason: str) -> None:
+        """What the job ends Suspended for if its driver stops now, its stop-with-savepoint
+        included, if not a suspension the user asked for (``""``): "for an upgrade". Said
+        as it ends: the last told (a user's suspension after an upgrade's stop is one)."""
         self._suspended_for = reason
 
     def _stop_driver(self) -> None:
@@ -751,8 +751,6 @@ class JobSupervisor:
             self._record.message = ""
             if exit_code != DriverExit.STOPPED_WITH_SAVEPOINT:
                 return TerminalOutcome.FINISHED
-            if (savepoint := attempt.stopped_with) is not None:
-                self._suspended_for = self._suspended_for_label.get(savepoint.label, "")
             return TerminalOutcome.SUSPENDED
         if exit_code in (DriverExit.MISCONFIGURED, DriverExit.RESTORE_FAILED):
             self._record.message = f"driver cannot run: {DriverExit(exit_code).name}"

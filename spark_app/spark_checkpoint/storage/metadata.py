@@ -379,7 +379,10 @@ class CheckpointMetadata:
             if isinstance(document, dict) and "format_version" in document:
                 # Named, not the first field the schema finds missing (a reviewer's 2.0).
                 raise InvalidMetadataError(
-                    source, "format_version", _shorten(f"{version!r} is not an integer")
+                    # Worded as the schema words every other field's type.
+                    source,
+                    "format_version",
+                    _shorten(f"{version!r} is not of type 'integer'"),
                 )
             version = FORMAT_VERSION  # whose schema then names the bad field
         # Checked before the schema: a newer format may be valid under a different schema.
