@@ -62,7 +62,8 @@ Protocol (`CheckpointParticipant`)
    and never seen; one of other input fails the commit (`ReplayDiffers`), and a refusal
    with no record there fails it too (OSError), the staged record kept for another try.
    A staged copy some of whose objects are gone (a superseded driver's garbage
-   collection took them before the copy was staged) is never committed (OSError).
+   collection took them before the copy was staged) is never committed (OSError; a
+   restore commits an older whole copy of the same input, or refuses to start).
 3. ``on_restore(R, job)`` (before the restored query starts): the output must be `job`'s
    or no job's yet (``_owner.json``, created create-only; another job is refused, as its
    batch ids would collide with the owner's). The driver claims the next writer epoch
@@ -229,6 +230,10 @@ class ReplayDiffers(RuntimeError):
 class Superseded(RuntimeError):
     """A newer driver claimed the output (its writer epoch is newer than this driver's):
     this driver stages and commits nothing more, and its query fails."""
+
+
+class _StagedObjectsMissing(OSError):
+    """A staged copy of a batch lists data objects that are gone: it is never committed."""
 
 
 class StartRefused(Exception):
@@ -552,8 +557,8 @@ class TransactionalFileSink:
             if restored_batch is not None:
                 try:
                     self._commit_through(restored_batch, restoring=True)
-                except ReplayDiffers as error:  # every attempt would meet it again
-                    raise StartRefused(str(error)) from None
+                except (ReplayDiffers, _StagedObjectsMissing) as error:
+                    raise StartRefused(str(error)) from None  # every attempt would meet it
             # A driver that started meanwhile (never two at once, by the runtimes; this is
             # the fence should they be) may be writing data no record lists yet.
             self._current_epoch()
@@ -734,7 +739,10 @@ class TransactionalFileSink:
         """The staged copy of `batch_id` to commit: the newest; at a restore the newest that
         read the input the restored image's batch read (its offsets in the checkpoint): a
         driver of another lineage (one that fell back to an older image) may have staged
-        one over other input. ReplayDiffers if no copy did; None if none is left."""
+        one over other input; and whose objects are all there (a superseded driver's
+        garbage collection may have taken a newer copy's), else the newest of that input,
+        whose commit then fails naming what is missing. ReplayDiffers if no copy read that
+        input; None if none is left."""
         if not restoring:
             record = _read_record(self._storage, candidates[-1].path)
             return None if record is None else (candidates[-1], record)
@@ -744,9 +752,14 @@ class TransactionalFileSink:
             for staged in reversed(candidates)
             if (record := _read_record(self._storage, staged.path)) is not None
         ]
-        for staged, record in copies:
-            if _same(record.source_offsets, offsets) and _same(record.source_files, files):
-                return staged, record
+        same_input = [
+            (staged, record)
+            for staged, record in copies
+            if _same(record.source_offsets, offsets) and _same(record.source_files, files)
+        ]
+        whole = (copy for copy in same_input if not self._missing_objects(copy[1]))
+        if (chosen := next(whole, None) or next(iter(same_input), None)) is not None:
+            return chosen
         if copies:
             raise ReplayDiffers(
                 f"batch {batch_id} is staged in {self._storage.url}, but no staged copy of it "
@@ -777,7 +790,7 @@ class TransactionalFileSink:
         if committed == staged:
             logger.info("batch %d committed (its record was already there)", staged.batch)
         elif committed is None and missing:
-            raise OSError(
+            raise _StagedObjectsMissing(
                 f"{self._storage.native(missing[0])}: listed by staged batch {staged.batch}, "
                 "missing (a driver that ran on after it was superseded deleted it): the "
                 "batch cannot be committed from this copy; restore an image from before it"

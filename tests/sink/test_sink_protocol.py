@@ -1345,6 +1345,33 @@ def test_a_staged_copy_whose_objects_are_gone_is_never_committed(
 
     assert sink.committed_batches() == []
     assert sink.staged_batches() == [0]
+    # At a restore no try can commit it: refused (no retries), not a storage error (one line).
+    with pytest.raises(StartRefused, match=r"listed by staged batch 0, missing "):
+        TransactionalFileSink(output_url).on_restore(0, JOB)
+
+
+def test_a_restore_commits_an_older_whole_copy_of_a_batch_whose_newest_lost_objects(
+    stage: Stage, output_root: StorageRoot, output_url: str
+) -> None:
+    """Two drivers staged batch 0 over the same input; the newer copy's objects were taken
+    by a superseded driver's garbage collection. The restore committed nothing (the
+    newest copy was chosen, and failed), attempt after attempt: the older copy is whole."""
+    first = TransactionalFileSink(output_url)
+    first.on_restore(None, JOB)
+    stage(first, 0, rows_of(0))
+    second = TransactionalFileSink(output_url)
+    second.on_restore(None, JOB)
+    stage(second, 0, rows_of(0))
+    newest = max(stored(output_root, output_url, STAGING_DIR))  # batch-0.epoch-2.json
+    (listed, _size), *_ = BatchRecord.from_json(
+        output_root.read(f"{output_url}/{STAGING_DIR}/{newest}"), newest
+    ).files
+    output_root.delete(f"{output_url}/{listed}")
+
+    TransactionalFileSink(output_url).on_restore(0, JOB)
+
+    assert read_committed(output_url) == {0: rows_of(0)}
+    assert data_objects(output_root, output_url) == listed_objects(output_root, output_url)
 
 
 def test_a_restore_commits_the_staged_copy_that_read_the_restored_images_input(
