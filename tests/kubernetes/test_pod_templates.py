@@ -387,7 +387,14 @@ def _with(template: dict[str, Any], **spec: Any) -> dict[str, Any]:
         ),
         (
             {"executor": {"spec": {"nodeSelecter": {"pool": "x"}}}},
-            "spec.executor.podTemplate.spec.nodeSelecter: unknown field",
+            "spec.executor.podTemplate.spec.nodeSelecter: unknown field (did you mean "
+            "nodeSelector?)",
+        ),
+        (
+            # A typo deeper down is named with the closest field of its own object.
+            {"driver": {"spec": {"containers": [{"name": "x", "imagePullPolicyy": "Always"}]}}},
+            "spec.driver.podTemplate.spec.containers[0].imagePullPolicyy: unknown field (did "
+            "you mean imagePullPolicy?)",
         ),
         (
             {

@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import aiohttp
 import pydantic
@@ -1137,10 +1137,42 @@ def _pod_spec_problems(field: str, pod_spec: Any) -> list[str]:
     except pydantic.ValidationError as error:
         return [
             f"{field}{_field_path(detail['loc'])}: "
-            + ("unknown field" if detail["type"] == "extra_forbidden" else detail["msg"])
+            + (
+                "unknown field" + _closest_field(V1PodSpec, detail["loc"])
+                if detail["type"] == "extra_forbidden"
+                else detail["msg"]
+            )
             for detail in error.errors()
         ]
     return []
+
+
+def _closest_field(model: type[pydantic.BaseModel], location: tuple[int | str, ...]) -> str:
+    """`` (did you mean X?)`` for the unknown field at ``location`` in ``model``: the
+    closest field, as a manifest spells it, of the object it is in; "" if none is close."""
+    current: type[pydantic.BaseModel] | None = model
+    for key in location[:-1]:
+        if isinstance(key, int) or current is None:
+            continue  # an item of a list: the list field's model already
+        fields = current.model_fields.items()
+        found = next((i for name, i in fields if key in (name, i.serialization_alias)), None)
+        current = None if found is None else _model_in(found.annotation)
+    if current is None:
+        return ""
+    known = [info.serialization_alias or name for name, info in current.model_fields.items()]
+    close = difflib.get_close_matches(str(location[-1]), known, n=1)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
+def _model_in(annotation: Any) -> type[pydantic.BaseModel] | None:
+    """The pydantic model an annotation holds (``Optional[List[V1Container]]``: the
+    container's), None if it holds none."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    return next(
+        (model for arg in get_args(annotation) if (model := _model_in(arg)) is not None),
+        None,
+    )
 
 
 def _field_path(location: tuple[int | str, ...]) -> str:
