@@ -1160,7 +1160,12 @@ def _closest_field(model: type[pydantic.BaseModel], location: tuple[int | str, .
     if current is None:
         return ""
     known = [info.serialization_alias or name for name, info in current.model_fields.items()]
-    close = difflib.get_close_matches(str(location[-1]), known, n=1)
+    return _did_you_mean(location[-1], known)
+
+
+def _did_you_mean(key: object, known: Iterable[object]) -> str:
+    """`` (did you mean X?)``, X the field of ``known`` closest to ``key``; "" if none is."""
+    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1)
     return f" (did you mean {close[0]}?)" if close else ""
 
 
@@ -1237,9 +1242,7 @@ def _unknown_fields(given: Any, known: Any, field: str) -> list[str]:
             if key in known:
                 problems += _unknown_fields(value, known[key], f"{field}.{key}")
             elif value is not None:
-                close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1)
-                hint = f" (did you mean {close[0]}?)" if close else ""
-                problems.append(f"{field}: unknown field {key!r}{hint}")
+                problems.append(f"{field}: unknown field {key!r}{_did_you_mean(key, known)}")
     elif isinstance(given, list) and isinstance(known, list):
         for index, (item, known_item) in enumerate(zip(given, known, strict=False)):
             problems += _unknown_fields(item, known_item, f"{field}[{index}]")
