@@ -432,10 +432,10 @@ def _event_throttle(body: kopf.Body, memo: kopf.Memo) -> EventThrottle:
 
 # While a deleted job takes its final savepoint, Kopf checks every second whether its
 # daemon is done (it releases the finalizer then; first after the cancellation backoff
-# below), not once a minute. As the operator
-# exits, Kopf waits for each daemon (its controller stopping, its Lease released) as
-# long as for a controller in `close`, not ten event-loop cycles: then it warned that it
-# left each one orphaned. A deletion waits for the daemon however long, as before.
+# below), not once a minute. As the operator exits, Kopf waits for each daemon (its
+# controller stopping, its Lease released) as long as for a controller in `close`, not
+# ten event-loop cycles: then it warned that it left each one orphaned. A deletion waits
+# for the daemon however long, as before.
 @kopf.daemon(
     objects.GROUP,
     objects.VERSION,

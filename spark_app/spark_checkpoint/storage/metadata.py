@@ -377,9 +377,9 @@ class CheckpointMetadata:
         version = document.get("format_version") if isinstance(document, dict) else None
         if not isinstance(version, int) or isinstance(version, bool):
             if isinstance(document, dict) and "format_version" in document:
-                # Named, not the first field the schema finds missing (a reviewer's 2.0).
+                # Named, not the first field the schema finds missing (a reviewer's 2.0),
+                # and worded as the schema words every other field's type.
                 raise InvalidMetadataError(
-                    # Worded as the schema words every other field's type.
                     source,
                     "format_version",
                     _shorten(f"{version!r} is not of type 'integer'"),
