@@ -3050,6 +3050,24 @@ def test_a_trigger_nonce_changed_while_the_job_is_suspended_is_said_to_wait_for_
     assert cluster.event_reasons("orders").count("TriggerWaiting") == 1
 
 
+def test_a_trigger_nonce_changed_while_the_driver_stops_for_a_suspension_is_said_to_wait(
+    tmp_path: Path,
+) -> None:
+    """Read while the suspended driver was still exiting (phase Suspending), the nonce was
+    in the spec the controller compared with once the job was Suspended: nothing said."""
+    agents = SimulatedAgents(batch_seconds=0.3, exit_seconds=4.0)  # a stopping driver's exit
+    with LocalCluster(tmp_path, simulated=agents) as cluster:
+        cluster.apply(job())
+        completed(cluster, "orders", 1)
+        cluster.patch_spec("orders", {"state": "Suspended"})
+        in_phase(cluster, "orders", "Suspending")
+
+        cluster.patch_spec("orders", {"savepointTriggerNonce": 10})
+
+        cluster.wait_for_event("orders", "TriggerWaiting", "spec.savepointTriggerNonce 10")
+        assert cluster.status("orders")["phase"] == "Suspended"
+
+
 def test_a_job_created_suspended_is_suspended_until_it_is_set_running(
     cluster: LocalCluster,
 ) -> None:

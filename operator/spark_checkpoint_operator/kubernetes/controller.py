@@ -176,6 +176,16 @@ class _MirrorNames:
     standing: set[str] = dataclasses.field(default_factory=set)
 
 
+@dataclasses.dataclass
+class _SaidOnce:
+    """What a job's events said once, not at every change: the stops said to need no
+    savepoint (a run's, its input done), and the trigger nonces said to wait for the job to
+    run (by handledTriggers key, the value told)."""
+
+    finishing: set[str] = dataclasses.field(default_factory=set)
+    nonces_waiting: dict[str, int] = dataclasses.field(default_factory=dict)
+
+
 class _Stop(Enum):
     DELETE = "delete"
     EXIT = "exit"
@@ -252,7 +262,7 @@ class JobController:
         self._saving = asyncio.Lock()
         self._written_readiness: tuple[Readiness | None, Readiness | None] = (None, None)
         self._written_generation: int | None = None  # the observedGeneration stored last
-        self._finishing_told: set[str] = set()  # stops said to need no savepoint (a run's)
+        self._said = _SaidOnce()
         # Since when a change has waited for a driver whose query may run to answer
         # (monotonic; None while none waits), and the one wake-up that looks again.
         self._waiting_since: float | None = None
@@ -377,14 +387,13 @@ class JobController:
                 return
             while self._stop is None:
                 # An invalid spec: the last valid one goes on for a driver that runs.
-                accepted_before = self._spec
                 manifest = await self._read_spec() or await self._last_valid_for_the_driver()
                 if manifest is not None and await self._should_run(manifest):
                     await self._supervise(manifest)
                     continue
                 await self._reconcile_snapshots(None)
                 if manifest is not None:
-                    self._say_nonces_wait(manifest, accepted_before)
+                    self._say_nonces_wait(manifest)
                     await self._reconcile_mirrors(manifest)
                 if self._record.phase in snapshots.ENDED:
                     await self._let_go_of_snapshots()
@@ -1001,7 +1010,7 @@ class JobController:
         self._snapshots_of_new_supervisor()
         running = asyncio.create_task(supervisor.run())
         requested: dict[str, float] = {}
-        self._finishing_told.clear()
+        self._said.finishing.clear()
         changed = asyncio.create_task(self._changed.wait())
         try:
             while not running.done():
@@ -1152,8 +1161,8 @@ class JobController:
             # Its final checkpoint completed: the driver exits on its own, and the job ends
             # Finished (Suspended if it fails on its way out: not restarted). A savepoint
             # would be declined, and asked again at every timeout.
-            if stop_reason not in self._finishing_told:
-                self._finishing_told.add(stop_reason)
+            if stop_reason not in self._said.finishing:
+                self._said.finishing.add(stop_reason)
                 self._post_event(
                     "Normal", "Stopping", f"{stop_reason}: {FINISHING_NEEDS_NO_SAVEPOINT}"
                 )
@@ -1263,17 +1272,19 @@ class JobController:
                 "withdrawn",
             )
 
-    def _say_nonces_wait(self, manifest: JobManifest, accepted_before: Mapping[str, Any]) -> None:
-        """A trigger nonce changed (since the spec ``accepted_before``) while the job does
-        not run waits for it to run (as in Flink): said, or the request looked lost;
-        nothing is taken for a Finished job, which does not run again."""
+    def _say_nonces_wait(self, manifest: JobManifest) -> None:
+        """A trigger nonce changed while the job does not run waits for it to run (as in
+        Flink): said once per value (read while its driver stopped, too), or the request
+        looked lost; nothing is taken for a Finished job, which does not run again."""
         for kind in (CheckpointKind.CHECKPOINT, CheckpointKind.SAVEPOINT):
             nonce = _trigger_nonce(manifest, kind)
+            key = f"{kind.value}Nonce"
             if nonce is None or nonce in (
-                self._handled.get(f"{kind.value}Nonce"),
-                accepted_before.get(f"{kind.value}TriggerNonce"),
+                self._handled.get(key),
+                self._said.nonces_waiting.get(key),
             ):
                 continue
+            self._said.nonces_waiting[key] = nonce
             phase = self._record.phase
             self._post_event(
                 "Normal",
@@ -2127,7 +2138,7 @@ class JobController:
         starts): not a suspension, which Ready (and Argo CD's health) would say."""
         if (
             self._manifest is None
-            or self._finishing_told  # its input is done: it ends Finished, nothing waits
+            or self._said.finishing  # its input is done: it ends Finished, nothing waits
             or not self._deployed  # adopted, its deployment not known yet
         ):
             return None
