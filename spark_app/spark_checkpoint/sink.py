@@ -69,23 +69,22 @@ Protocol (`CheckpointParticipant`)
    batch ids would collide with the owner's). The driver claims the next writer epoch
    (``_epochs/epoch-<E>.json``, create-only; it creates it once more, and a store that
    does not refuse that, ignoring the condition, is refused: `StartRefused`) and deletes
-   the older ones, which fences
-   every earlier driver: one that runs on finds a newer epoch before it stages its next
-   batch or commits, and fails (`Superseded`). Staged batches <= R are committed (of
-   several copies, the newest that read the input the restored image's batch read),
-   because the restored checkpoint is registered, so the crash came between the registry
-   update and the notification. Staged batches > R stay until their batch is committed
-   (Spark re-runs them from the restored offsets, and this driver's copy of each, staged
-   under its newer epoch, wins): the superseded driver may be committing one right now
-   (its epoch check passed just before the claim), so neither record nor data objects
-   may go before a commit record decides. ``R = None`` is a fresh start: no staged batch
-   is committed, and a committed batch refuses the start (an earlier run's output: new
-   batches of its id would be dropped as replays). Then, the epoch found still the
-   newest, garbage is collected: the data objects of every batch that has neither a
-   commit nor a staged record (attempts killed while writing), and what writes killed
-   midway left that no listing shows (`OutputStorage.remove_unfinished_writes`): a local
-   record's temporary whose writer is gone, an S3 multipart upload of a data object that
-   was never completed.
+   the older ones, which fences every earlier driver: one that runs on finds a newer epoch
+   before it stages its next batch or commits, and fails (`Superseded`). Staged batches
+   <= R are committed (of several copies, the newest that read the input the restored
+   image's batch read), because the restored checkpoint is registered, so the crash came
+   between the registry update and the notification. Staged batches > R stay until their
+   batch is committed (Spark re-runs them from the restored offsets, and this driver's
+   copy of each, staged under its newer epoch, wins): the superseded driver may be
+   committing one right now (its epoch check passed just before the claim), so neither
+   record nor data objects may go before a commit record decides. ``R = None`` is a fresh
+   start: no staged batch is committed, and a committed batch refuses the start (an
+   earlier run's output: new batches of its id would be dropped as replays). Then, the
+   epoch found still the newest, garbage is collected: the data objects of every batch
+   that has neither a commit nor a staged record (attempts killed while writing), and what
+   writes killed midway left that no listing shows
+   (`OutputStorage.remove_unfinished_writes`): a local record's temporary whose writer is
+   gone, an S3 multipart upload of a data object that was never completed.
 
 Crash consistency: the visible state of a batch changes with one atomic write (of its
 commit record), so a batch is at any time wholly invisible or wholly committed, never
