@@ -137,6 +137,15 @@ def test_every_default_is_valid_for_its_field() -> None:
             assert list(validator.iter_errors(node["default"])) == [], pointer
 
 
+def test_no_field_inside_a_list_item_has_a_default() -> None:
+    # Argo CD's diff (client-side, its default) takes a default the API server filled in
+    # inside a list item for a change of the item (argo-cd#11074): the job would show
+    # OutOfSync for ever, and a self-healing Application re-apply it again and again.
+    for pointer, node in _nodes(crd_schema()):
+        if "/items/" in pointer:
+            assert "default" not in node, pointer
+
+
 def test_spec_objects_with_defaulted_fields_default_to_empty() -> None:
     # The API server only defaults inside objects that exist, so an object whose fields
     # have defaults must itself default to {} for the fields to be filled in.

@@ -8,6 +8,7 @@ import pytest
 from spark_checkpoint_operator.manifest.loading import manifest_from_document
 from spark_checkpoint_operator.manifest.model import EnvVar, SecretKeyRef
 from spark_checkpoint_operator.manifest.problems import ManifestError
+from spark_checkpoint_operator.manifest.validation import validate_document
 
 
 def _with_env(minimal: dict[str, Any], variable: dict[str, Any]) -> dict[str, Any]:
@@ -22,6 +23,17 @@ def test_a_secret_reference_is_read_into_the_model(minimal: dict[str, Any]) -> N
     assert manifest.spec.executor.env == (
         EnvVar("K", "", SecretKeyRef("s3-creds", "secret.key_1")),
     )
+
+
+def test_a_secret_reference_reads_back_as_it_was_applied(minimal: dict[str, Any]) -> None:
+    # What the API server stores (its defaults filled in) is what a GitOps tool compares
+    # with the manifest: an item of a list differs as a whole.
+    reference = {"secretKeyRef": {"name": "s3-creds", "key": "secret.key_1"}}
+    document = _with_env(minimal, {"name": "K", "valueFrom": reference})
+
+    stored = validate_document(document)
+
+    assert stored["spec"]["executor"]["env"] == [{"name": "K", "valueFrom": reference}]
 
 
 @pytest.mark.parametrize(

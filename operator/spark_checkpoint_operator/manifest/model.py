@@ -488,7 +488,7 @@ def _env(items: Sequence[Mapping[str, Any]] | None, path: str) -> tuple[EnvVar, 
     return tuple(
         EnvVar(
             item["name"],
-            item["value"],
+            item.get("value", ""),
             _secret_key_ref(item.get("valueFrom")),
             source=f"{path}[{index}]",
         )
