@@ -8,7 +8,7 @@ import lupa.lua51
 import pytest
 import yaml
 
-from helpers.doc_blocks import Block, marked_blocks
+from helpers.doc_blocks import ROOT, Block, marked_blocks
 from spark_checkpoint_operator.coordinator import JobPhase
 from spark_checkpoint_operator.status import Observed, render_status
 from spark_checkpoint_operator.supervisor import JobRecord
@@ -21,8 +21,8 @@ Health = Callable[[Mapping[str, Any]], tuple[str, str]]
 MARKED = "tests/docs/test_argocd_health.py::test_the_health_check"
 
 
-def _compiled(block: Block) -> Health:
-    script = yaml.safe_load(block.text)[HEALTH_KEY]
+def _compiled(block: Block, key: str = HEALTH_KEY) -> Health:
+    script = yaml.safe_load(block.text)[key]
     lua = lupa.lua51.LuaRuntime()
     check = lua.eval(f"function(obj)\n{script}\nend")
 
@@ -107,3 +107,67 @@ def test_the_message_is_the_status_message_or_the_phase(health: Health) -> None:
         "Healthy",
         "Running",
     )
+
+
+SNAPSHOT_KEY = "resource.customizations.health.sparkcheckpoint.io_SparkCheckpointSnapshot"
+SNAPSHOT_CRD = ROOT / "crds/sparkcheckpointsnapshots.sparkcheckpoint.io.yaml"
+
+# Each state the snapshot CRD lists, with the status the operator writes in it (operator
+# kubernetes/snapshots.py) and what the check says of it.
+SNAPSHOT_STATES: dict[str, tuple[dict[str, Any], tuple[str, str]]] = {
+    "TRIGGER_PENDING": (
+        {"message": "waits for the job to run (phase Suspended)"},
+        ("Progressing", "waits for the job to run (phase Suspended)"),
+    ),
+    "IN_PROGRESS": ({"triggerTimestamp": "2025-01-01T00:00:00Z"}, ("Progressing", "IN_PROGRESS")),
+    "COMPLETED": (
+        {"id": 7, "path": "s3://bucket/orders/savepoints/sp-7/_metadata"},
+        ("Healthy", "s3://bucket/orders/savepoints/sp-7/_metadata"),
+    ),
+    "FAILED": (
+        {
+            "failures": 3,
+            "error": "Expired: the checkpoint timed out",
+            "message": "failed 3 time(s), spec.backoffLimit 2: not taken again",
+        },
+        ("Degraded", "Expired: the checkpoint timed out"),
+    ),
+    "ABANDONED": (
+        {
+            "error": "the job is Finished: nothing runs to take it",
+            "message": "the job is Finished: nothing runs to take it",
+        },
+        ("Degraded", "the job is Finished: nothing runs to take it"),
+    ),
+}
+
+
+def _snapshot_states() -> list[str]:
+    (document,) = [d for d in yaml.safe_load_all(SNAPSHOT_CRD.read_text()) if d is not None]
+    (version,) = document["spec"]["versions"]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return list(status["properties"]["state"]["enum"])
+
+
+def _snapshot(status: Mapping[str, Any] | None) -> dict[str, Any]:
+    snapshot: dict[str, Any] = {
+        "metadata": {"name": "orders-before-migration", "generation": 1},
+        "spec": {"jobReference": {"name": "orders"}, "savepoint": {}},
+    }
+    if status is not None:
+        snapshot["status"] = dict(status)
+    return snapshot
+
+
+def test_the_snapshot_health_check() -> None:
+    # The literal: tests/docs/test_docs_run.py checks that this test reads its block.
+    (block,) = marked_blocks("tests/docs/test_argocd_health.py::test_the_snapshot_health_check")
+    check = _compiled(block, SNAPSHOT_KEY)
+
+    # A state the CRD adds fails here until the check and this table say what it is.
+    assert sorted(_snapshot_states()) == sorted(SNAPSHOT_STATES)
+    for state, (fields, expected) in SNAPSHOT_STATES.items():
+        status = {"state": state, "job": "orders", "kind": "savepoint", "failures": 0} | fields
+        assert check(_snapshot(status)) == expected, state
+    assert check(_snapshot(None)) == ("Progressing", "waiting for the operator")
+    assert check(_snapshot({})) == ("Progressing", "waiting for the operator")
