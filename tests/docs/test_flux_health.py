@@ -180,9 +180,8 @@ def test_a_rolled_back_upgrade_is_failed(job_health: Health) -> None:
 def _snapshot_states(crd: Path) -> list[str]:
     (document,) = [d for d in yaml.safe_load_all(crd.read_text()) if d is not None]
     (version,) = document["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["state"][
-        "enum"
-    ]
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]
+    return list(status["properties"]["state"]["enum"])
 
 
 SNAPSHOT_STATES = {
