@@ -668,6 +668,45 @@ def test_a_pod_with_finalizers_outlives_its_kubelet(api: EmulatedApiServer) -> N
     assert api.list(PODS, "x") == []
 
 
+def test_a_deleted_namespace_refuses_creates_and_goes_once_empty(api: EmulatedApiServer) -> None:
+    namespaces = "v1/namespaces"
+    api.create(namespaces, {"metadata": {"name": "team"}})
+    api.create(JOBS, {**job(), "metadata": {"name": "wc", "finalizers": ["a/b"]}}, "team")
+    api.create(CONFIGMAPS, {"metadata": {"name": "conf"}}, "team")
+    api.create(PODS, pod("bound", nodeName="n"), "team")
+    api.create(CONFIGMAPS, {"metadata": {"name": "elsewhere"}}, "default")
+
+    terminating = api.delete(namespaces, None, "team")
+
+    assert terminating["status"]["phase"] == "Terminating"
+    assert terminating["metadata"]["deletionTimestamp"]
+    assert api.list(CONFIGMAPS, "team") == []
+    assert api.get(JOBS, "team", "wc")["metadata"]["deletionTimestamp"]  # held
+    assert api.get(PODS, "team", "bound")["metadata"]["deletionGracePeriodSeconds"] == 30
+    assert len(api.list(CONFIGMAPS, "default")) == 1
+    creating = refused(lambda: api.create(CONFIGMAPS, {"metadata": {"name": "new"}}, "team"))
+    assert creating.status == 403
+    assert creating.message == (
+        'configmaps "new" is forbidden: unable to create new content in namespace team '
+        "because it is being terminated"
+    )
+    assert creating.details["causes"] == [
+        {
+            "type": "NamespaceTerminating",
+            "message": "namespace team is being terminated",
+            "field": "metadata.namespace",
+        }
+    ]
+    api.patch(JOBS, "team", "wc", {"metadata": {"annotations": {"updates": "allowed"}}})
+
+    api.patch(JOBS, "team", "wc", {"metadata": {"finalizers": None}})
+    assert api.get(namespaces, None, "team")["status"]["phase"] == "Terminating"
+    api.delete(PODS, "team", "bound", grace_period_seconds=0)  # the kubelet is done
+    assert refused(lambda: api.get(namespaces, None, "team")).status == 404
+    api.create(namespaces, {"metadata": {"name": "team"}})
+    api.create(CONFIGMAPS, {"metadata": {"name": "new"}}, "team")
+
+
 @pytest.mark.asyncio
 async def test_pods_are_bound_through_the_binding_subresource(api: EmulatedApiServer) -> None:
     api.create(PODS, pod("p"), "default")

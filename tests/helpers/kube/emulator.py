@@ -30,6 +30,10 @@ What it does like a real API server:
 - Deletion: finalizers hold an object (``deletionTimestamp``); removing the last one deletes
   it; dependents (``ownerReferences``) are garbage-collected in the background style; a pod
   bound to a node terminates gracefully until a kubelet deletes it with grace period 0.
+- A namespace's deletion: phase Terminating; creates in it are refused as the
+  NamespaceLifecycle admission refuses them (403, cause ``NamespaceTerminating``); every
+  object in it is deleted as by a client (finalizers and pods' grace periods hold them);
+  the namespace goes once nothing is left in it (the namespace controller's work).
 - ``/metrics`` counts the requests served as kube-apiserver's ``apiserver_request_total``
   (``request_metrics.py``).
 - Custom resources registered from their CRD (or created through the API) are discoverable
@@ -57,7 +61,7 @@ Simplified:
 - Validation is whatever the registered validator does (the SparkCheckpointJob one is the
   operator's manifest validation, on the spec and the status); of ObjectMeta, the name (a
   DNS subdomain), label and annotation keys and label values are checked; namespaces need
-  not exist and deleting one deletes nothing inside.
+  not exist.
 - Garbage collection happens at once, inside the deleting request; propagationPolicy
   Foreground is treated as Background; Orphan leaves dependents (with their ownerReferences).
 - Field selectors accept any field path of built-in resources (a real server supports a
@@ -927,6 +931,7 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             metadata["namespace"] = namespace or metadata.get("namespace")
             if not metadata["namespace"]:
                 raise _bad_request("the namespace of the object is not set")
+            self._require_not_terminating(res, metadata)
         else:
             metadata.pop("namespace", None)
         obj["apiVersion"], obj["kind"] = _api_version(res), _kind(res, info)
@@ -1269,6 +1274,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
                     f"Precondition failed: {field} in precondition: {preconditions[field]},"
                     f" {field} in object meta: {metadata[field]}",
                 )
+        if res == NAMESPACES:
+            return self._terminate_namespace(stored)
         grace = options.get("gracePeriodSeconds")
         orphan = (
             options.get("propagationPolicy") == "Orphan" or options.get("orphanDependents") is True
@@ -1311,7 +1318,61 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             self._collect_garbage(removed["metadata"]["uid"])
         if res == CUSTOM_RESOURCE_DEFINITIONS:
             self._stop_serving(_crd_resource(removed))
+        if namespace := removed["metadata"].get("namespace"):
+            self._remove_emptied_namespace(namespace)
         return removed
+
+    def _terminating(self, namespace: str) -> Body | None:
+        found = self._current(NAMESPACES, None, namespace)
+        return found if found is not None and found["metadata"].get("deletionTimestamp") else None
+
+    def _require_not_terminating(self, res: kmock.resource, metadata: Body) -> None:
+        """The NamespaceLifecycle admission plugin's refusal of a create."""
+        namespace = metadata["namespace"]
+        if self._terminating(namespace) is None:
+            return
+        name = metadata.get("name") or ""
+        cause = {
+            "type": "NamespaceTerminating",
+            "message": f"namespace {namespace} is being terminated",
+            "field": "metadata.namespace",
+        }
+        raise kmock.KubernetesError(
+            403,
+            "Forbidden",
+            f'{_qualified(res)} "{name}" is forbidden: unable to create new content in '
+            f"namespace {namespace} because it is being terminated",
+            {**_details(res, name), "causes": [cause]},
+        )
+
+    def _terminate_namespace(self, stored: Body) -> Body:
+        """Start a namespace's deletion: what is in it is deleted, the namespace once empty."""
+        name = stored["metadata"]["name"]
+        if stored["metadata"].get("deletionTimestamp"):
+            return stored
+        marked = copy.deepcopy(stored)
+        marked["metadata"].update(deletionTimestamp=_timestamp(), deletionGracePeriodSeconds=0)
+        marked["spec"] = {"finalizers": ["kubernetes"]}
+        marked["status"] = {"phase": "Terminating"}
+        terminating = self._commit(NAMESPACES, "MODIFIED", marked, stored)
+        for res, obj in list(self._live()):
+            if obj["metadata"].get("namespace") == name and self._current(
+                res, name, obj["metadata"]["name"]
+            ):
+                self._delete(res, name, obj["metadata"]["name"], {})
+        return self._remove_emptied_namespace(name) or terminating
+
+    def _remove_emptied_namespace(self, namespace: str) -> Body | None:
+        """The namespace controller's last step: a terminating namespace with nothing left
+        in it goes."""
+        terminating = self._terminating(namespace)
+        if terminating is None:
+            return None
+        if any(obj["metadata"].get("namespace") == namespace for _, obj in self._live()):
+            return None
+        done = copy.deepcopy(terminating)
+        done["spec"] = {}
+        return self._commit(NAMESPACES, "DELETED", done, terminating)
 
     def _stop_serving(self, res: kmock.resource) -> None:
         """A deleted CRD: its objects are deleted (the API server's CRD finalizer; their own
