@@ -22,6 +22,7 @@ from spark_checkpoint_operator.kubernetes.lease import (
     JobLease,
     LeaseHolder,
     LeaseUnavailable,
+    NamespaceTerminating,
     lease_name,
 )
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
@@ -149,7 +150,7 @@ def test_a_lease_the_operator_may_not_read_is_said_so_not_taken_for_another_oper
     async def scenario(clients: Clients, job: dict[str, Any]) -> None:
         with pytest.raises(LeaseUnavailable) as refused:
             await JobLease(clients.api, job, "operator-a", clock=Clock()).try_acquire()
-        seen["message"] = str(refused.value)
+        seen["message"], seen["type"] = str(refused.value), type(refused.value)
 
     with spark_checkpoint_api() as api:
         api.call(lambda emulator: emulator[leases] << forbidden)
@@ -159,4 +160,28 @@ def test_a_lease_the_operator_may_not_read_is_said_so_not_taken_for_another_oper
         "the job's Lease default/orders.sparkcheckpoint.io cannot be taken: HTTP 403 (the "
         "operator needs get, create and update on leases.coordination.k8s.io in the job's "
         "namespace)"
+    )
+    assert seen["type"] is LeaseUnavailable  # not taken for a namespace being deleted
+
+
+def test_a_lease_in_a_namespace_being_deleted_cannot_be_created_and_says_so(
+    tmp_path: Path,
+) -> None:
+    """No operator can create it: a deletion goes on without it (`handlers.delete_job`)."""
+    seen: dict[str, Any] = {}
+
+    async def scenario(clients: Clients, job: dict[str, Any]) -> None:
+        held = {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}
+        api.create("v1/configmaps", held, NAMESPACE)  # the namespace stays Terminating
+        api.delete("v1/namespaces", None, NAMESPACE)
+        with pytest.raises(NamespaceTerminating) as refused:
+            await JobLease(clients.api, job, "operator-a", clock=Clock()).try_acquire()
+        seen["message"] = str(refused.value)
+
+    with spark_checkpoint_api() as api:
+        _with_clients(api, tmp_path, scenario)
+
+    assert seen["message"] == (
+        "the job's namespace default is being deleted: its Lease orders.sparkcheckpoint.io "
+        "cannot be created"
     )

@@ -39,6 +39,7 @@ from spark_checkpoint_operator.kubernetes.lease import (
     JobLease,
     LeaseHolder,
     LeaseUnavailable,
+    NamespaceTerminating,
     lease_name,
 )
 from spark_checkpoint_operator.kubernetes.runtime import Clients, OperatorApiClient, PodRegistry
@@ -550,6 +551,11 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     lease = _lease(body, memo)
     try:
         holder = await lease.try_acquire()
+    except NamespaceTerminating as error:
+        # No operator can take the Lease, and the namespace goes only once the job's
+        # finalizer does: the deletion goes on without it.
+        log.info("%s/%s: %s; the job's deletion goes on without it", *key, error)
+        holder = None
     except LeaseUnavailable as error:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     if holder is not None:

@@ -20,6 +20,7 @@ so of two operators racing for it one wins.
 import asyncio
 import contextlib
 import datetime
+import json
 import logging
 import random
 import time
@@ -73,6 +74,11 @@ RETRY_SECONDS = 2.0
 
 class LeaseUnavailable(Exception):
     """The Lease cannot be read or written (the message says why, naming it)."""
+
+
+class NamespaceTerminating(LeaseUnavailable):
+    """The job's namespace is being deleted: nothing can be created in it, the job's
+    Lease neither (by this operator or any other)."""
 
 
 def lease_name(job: str) -> str:
@@ -149,6 +155,11 @@ class JobLease:
             except (ConflictException, NotFoundException):
                 continue  # another write came first: read it again
             except _FAILURES as error:
+                if _namespace_terminating(error):
+                    raise NamespaceTerminating(
+                        f"the job's namespace {self._namespace} is being deleted: its Lease "
+                        f"{self._name} cannot be created"
+                    ) from error
                 raise LeaseUnavailable(self._unavailable(error)) from error
             self._renewed = started
             self._releasing = None
@@ -305,6 +316,17 @@ def _holder(lease: Mapping[str, Any]) -> str | None:
 def _micro_time(moment: datetime.datetime) -> str:
     """As the API server's MicroTime reads it (RFC 3339, six fractional digits)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _namespace_terminating(error: BaseException) -> bool:
+    """A create the NamespaceLifecycle admission refused: the namespace is being deleted."""
+    if not isinstance(error, ApiException) or error.status != FORBIDDEN:
+        return False
+    try:
+        causes = json.loads(error.body or "")["details"]["causes"]
+        return any(cause.get("type") == "NamespaceTerminating" for cause in causes)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
 
 
 def _failure(error: BaseException) -> str:
