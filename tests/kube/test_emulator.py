@@ -697,6 +697,10 @@ def test_a_deleted_namespace_refuses_creates_and_goes_once_empty(api: EmulatedAp
             "field": "metadata.namespace",
         }
     ]
+    generated = refused(
+        lambda: api.create(CONFIGMAPS, {"metadata": {"generateName": "g-"}}, "team")
+    )
+    assert generated.message.startswith('configmaps "g-" is forbidden: unable to create')
     api.patch(JOBS, "team", "wc", {"metadata": {"annotations": {"updates": "allowed"}}})
 
     api.patch(JOBS, "team", "wc", {"metadata": {"finalizers": None}})

@@ -1331,7 +1331,8 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         namespace = metadata["namespace"]
         if self._terminating(namespace) is None:
             return
-        name = metadata.get("name") or ""
+        # As admission names an object whose name is not generated yet.
+        name = metadata.get("name") or metadata.get("generateName") or "Unknown"
         cause = {
             "type": "NamespaceTerminating",
             "message": f"namespace {namespace} is being terminated",
