@@ -1,9 +1,13 @@
 """Prometheus metrics of the coordinators in this process (the operator, or a local run).
 
-Every series is labelled with the job's namespace and name; a deleted job's series are
-removed. Served by ``prometheus_client``'s own HTTP server on ``/metrics``.
+Every series is labelled with the job's namespace and name (``job_namespace``,
+``job_name``: Prometheus sets ``namespace`` and ``job`` on every series it scrapes, the
+target's, and would rename ours ``exported_...``); a deleted job's series are removed, and
+so are those of a job another operator drives now. Served by ``prometheus_client``'s own
+HTTP server on ``/metrics``.
 """
 
+from collections.abc import Iterable
 from typing import TypeVar
 
 from prometheus_client import (
@@ -15,12 +19,23 @@ from prometheus_client import (
     start_http_server,
 )
 
-from spark_checkpoint_operator.coordinator import CheckpointKind, CompletedCheckpoint
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    FailureReason,
+)
 from spark_checkpoint_operator.supervisor import Observer, PeriodicSlot
 
 _Metric = TypeVar("_Metric", Counter, Gauge, Histogram)
 
-JOB = ("namespace", "job")
+JOB = ("job_namespace", "job_name")
+# Series that start at 0 when the job's metrics start, so that `increase()` sees their first
+# count (a series born at 1 has no sample before it): completions, the failures that count
+# toward tolerableFailures, restores.
+COUNTED_OUTCOMES = (
+    "completed",
+    *(r.value for r in FailureReason if r.counts_toward_tolerable_failures),
+)
 DURATION_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 SIZE_BUCKETS = tuple(float(1 << shift) for shift in range(10, 41, 3))  # 1 KiB .. 1 TiB
 LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
@@ -93,6 +108,10 @@ class JobMetrics(Observer):
         self._metrics = metrics
         self._job = (namespace, name)
         self._series: set[tuple[Counter | Gauge | Histogram, tuple[str, ...]]] = set()
+        for kind in CheckpointKind:
+            for outcome in COUNTED_OUTCOMES:
+                self._child(metrics.checkpoints, kind.value, outcome)
+        self._child(metrics.restores)
 
     def _child(self, collector: _Metric, *labels: str) -> _Metric:
         values = (*self._job, *labels)
@@ -106,6 +125,16 @@ class JobMetrics(Observer):
         self._child(m.duration, kind).observe(checkpoint.duration)
         self._child(m.size, kind).observe(checkpoint.size_bytes)
         self._child(m.last_completion, kind).set(checkpoint.completion_time)
+
+    def registered(self, images: Iterable[CompletedCheckpoint]) -> None:
+        # An operator restart: the stored registry's newest completions, or a job whose
+        # checkpoints stalled would have no series to alert on until one completes.
+        newest: dict[str, float] = {}
+        for image in images:
+            kind = image.kind.value
+            newest[kind] = max(newest.get(kind, image.completion_time), image.completion_time)
+        for kind, completion_time in newest.items():
+            self._child(self._metrics.last_completion, kind).set(completion_time)
 
     def failed(self, kind: CheckpointKind, reason: str) -> None:
         self._child(self._metrics.checkpoints, kind.value, reason).inc()

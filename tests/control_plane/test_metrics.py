@@ -9,12 +9,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from helpers.fake_driver import STORAGE, FakeLauncher, NoJanitor, until
 from helpers.ports import free_port
 from spark_checkpoint.exit_codes import DriverExit
-from spark_checkpoint_operator.coordinator import CoordinatorConfig
+from spark_checkpoint_operator.coordinator import (
+    CheckpointKind,
+    CompletedCheckpoint,
+    CoordinatorConfig,
+    PersistedState,
+)
 from spark_checkpoint_operator.manifest.model import RestartPolicySpec, RestartPolicyType
 from spark_checkpoint_operator.metrics import CheckpointMetrics
 from spark_checkpoint_operator.supervisor import JobRecord, JobSupervisor
 
-JOB = {"namespace": "default", "job": "orders"}
+JOB = {"job_namespace": "default", "job_name": "orders"}
 
 
 def _scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
@@ -78,6 +83,76 @@ def test_completions_failures_restores_and_lateness_are_counted() -> None:
     assert ("spark_checkpoint_trigger_lateness_seconds_count", _labels()) in samples
 
     job.forget()
-    assert not any(dict(labels).get("job") == "orders" for _, labels in _scrape(port)), (
+    assert not any(dict(labels).get("job_name") == "orders" for _, labels in _scrape(port)), (
         "a deleted job's series are gone"
     )
+
+
+def test_the_counts_alerts_rate_start_at_zero_and_only_those() -> None:
+    """A series born at 1 has no sample before it: `increase()` would miss a job's first
+    restore or first expired checkpoint (after every operator restart too)."""
+    metrics = CheckpointMetrics(CollectorRegistry())
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+
+    metrics.job("default", "orders")
+
+    samples = _scrape(port)
+    started = {
+        (name, dict(labels).get("kind"), dict(labels).get("outcome"))
+        for (name, labels), value in samples.items()
+        if value == 0 and dict(labels).get("job_name") == "orders"
+    }
+    assert started == {
+        ("spark_checkpoint_restores_total", None, None),
+        *(
+            ("spark_checkpoint_checkpoints_total", kind, outcome)
+            for kind in ("checkpoint", "savepoint")
+            for outcome in (
+                "completed",
+                "Expired",
+                "TaskDeclined",
+                "InconsistentAcknowledgements",
+                "FinalizeFailure",
+            )
+        ),
+    }
+
+
+def test_the_last_completion_comes_from_the_registry_a_supervisor_starts_with() -> None:
+    """An operator restart: a job whose checkpoints stalled still has the series an alert on
+    its age reads, before any checkpoint completes."""
+    metrics = CheckpointMetrics(CollectorRegistry())
+    port = free_port()
+    metrics.serve(port, "127.0.0.1")
+
+    def image(checkpoint_id: int, kind: CheckpointKind, completed: float) -> CompletedCheckpoint:
+        return CompletedCheckpoint(checkpoint_id, kind, 1, f"/{checkpoint_id}", 1, 0.0, completed)
+
+    registry = PersistedState(
+        next_checkpoint_id=9,
+        checkpoints=(
+            image(7, CheckpointKind.CHECKPOINT, 700.0),
+            image(8, CheckpointKind.CHECKPOINT, 800.0),
+        ),
+        savepoints=(image(5, CheckpointKind.SAVEPOINT, 500.0),),
+    )
+    JobSupervisor(
+        storage=STORAGE,
+        config=CoordinatorConfig(),
+        restart_policy=RestartPolicySpec(RestartPolicyType.NEVER, 0, 1.0, 1.0),
+        launcher=FakeLauncher(),
+        janitor=NoJanitor(),
+        save=_never_saved,
+        record=JobRecord(coordinator=registry),
+        observer=metrics.job("default", "orders"),
+    )
+
+    samples = _scrape(port)
+    last = "spark_checkpoint_last_completion_timestamp_seconds"
+    assert samples[(last, _labels(kind="checkpoint"))] == 800.0
+    assert samples[(last, _labels(kind="savepoint"))] == 500.0
+
+
+async def _never_saved(record: JobRecord) -> None:
+    raise AssertionError("nothing is saved before the supervisor runs")

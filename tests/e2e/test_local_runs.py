@@ -134,8 +134,8 @@ def test_stop_with_savepoint_then_resume_from_it_exactly_once(tmp_path: Path) ->
         if sample.name == "spark_checkpoint_checkpoints_total"
         and sample.labels
         == {
-            "namespace": "default",
-            "job": "wordcount",
+            "job_namespace": "default",
+            "job_name": "wordcount",
             "kind": "checkpoint",
             "outcome": "completed",
         }

@@ -4,6 +4,7 @@ operator with real Spark drivers."""
 
 import asyncio
 import base64
+import contextlib
 import copy
 import hashlib
 import json
@@ -127,7 +128,7 @@ def test_the_operator_serves_prometheus_metrics_per_job(cluster: LocalCluster) -
         for sample in family.samples
     }
 
-    job_labels = (("job", "orders"), ("namespace", "default"))
+    job_labels = (("job_name", "orders"), ("job_namespace", "default"))
     completed_checkpoints = samples[
         (
             "spark_checkpoint_checkpoints_total",
@@ -3403,6 +3404,59 @@ def test_a_second_operator_of_the_namespace_waits_and_takes_over_once_the_first_
             second.stop()
 
 
+@contextlib.contextmanager
+def _two_operators(tmp_path: Path) -> Iterator[tuple[LocalCluster, OperatorProcess]]:
+    """The cluster's operator, started, and a second one (another pod: another holder of
+    Leases), not started; both with the shortest Lease."""
+    with LocalCluster(
+        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), operator=False
+    ) as cluster:
+        second = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator-2.log", (NAMESPACE,))
+        second.pod = "spark-checkpoint-operator-1"
+        for operator in (cluster.operator, second):
+            operator.settings[LEASE_SECONDS_VARIABLE] = str(MIN_LEASE_SECONDS)
+        cluster.operator.start()
+        try:
+            yield cluster, second
+        finally:
+            second.stop()
+
+
+def _series_of(operator: OperatorProcess, job_name: str) -> dict[str, float]:
+    text = urllib.request.urlopen(operator.metrics_url, timeout=5).read().decode()
+    return {
+        sample.name: sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.labels.get("job_name") == job_name
+    }
+
+
+def test_an_operator_that_lost_a_jobs_lease_stops_serving_its_metrics(tmp_path: Path) -> None:
+    """The other operator drives the job now, and serves its metrics: the first one's would
+    stand still beside them (a frozen last completion, as if its checkpoints had stalled)."""
+    with _two_operators(tmp_path) as (cluster, second):
+        cluster.apply(job())
+        completed(cluster, "orders", 1)
+        second.start()
+        cluster.wait_for_event("orders", "AnotherOperator")
+        assert _series_of(cluster.operator, "orders")
+
+        # As when the first could not renew it in time and the second took it over.
+        cluster.api.patch(
+            LEASES,
+            NAMESPACE,
+            "orders.sparkcheckpoint.io",
+            {"spec": {"holderIdentity": second.pod}},
+        )
+
+        cluster.wait_for("the second serving its metrics", lambda: _series_of(second, "orders"))
+        cluster.wait_for(
+            "the first's series gone", lambda: not _series_of(cluster.operator, "orders")
+        )
+        assert "holds the job's Lease now" in cluster.operator.log_path.read_text()
+
+
 def test_a_job_deleted_after_its_operator_was_killed_is_deleted_by_the_other_once_the_lease_expires(
     tmp_path: Path,
 ) -> None:
@@ -3410,31 +3464,21 @@ def test_a_job_deleted_after_its_operator_was_killed_is_deleted_by_the_other_onc
     the other operator waits until the Lease has gone unrenewed for its duration, then does
     the deletion, the final savepoint from the driver that ran on, and releases the job."""
     seconds = MIN_LEASE_SECONDS
-    with LocalCluster(
-        tmp_path, simulated=SimulatedAgents(batch_seconds=0.3), operator=False
-    ) as cluster:
-        second = OperatorProcess(tmp_path / "kubeconfig", tmp_path / "operator-2.log", (NAMESPACE,))
-        second.pod = "spark-checkpoint-operator-1"
-        for operator in (cluster.operator, second):
-            operator.settings[LEASE_SECONDS_VARIABLE] = str(seconds)
-        cluster.operator.start()
-        try:
-            cluster.apply(job(shutdown={"finalSavepoint": True}))
-            completed(cluster, "orders", 1)
-            second.start()
-            told = cluster.wait_for_event("orders", "AnotherOperator")
-            assert f"leaves it unrenewed for {seconds} s" in told["message"]
+    with _two_operators(tmp_path) as (cluster, second):
+        cluster.apply(job(shutdown={"finalSavepoint": True}))
+        completed(cluster, "orders", 1)
+        second.start()
+        told = cluster.wait_for_event("orders", "AnotherOperator")
+        assert f"leaves it unrenewed for {seconds} s" in told["message"]
 
-            cluster.operator.kill()
-            killed = time.monotonic()
-            cluster.delete("orders")
+        cluster.operator.kill()
+        killed = time.monotonic()
+        cluster.delete("orders")
 
-            cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=90)
-            # Unrenewed for its duration since the last renewal seen, up to a third before the kill.
-            assert time.monotonic() - killed >= seconds * 2 / 3
-            cluster.wait_for_event("orders", "SavepointCompleted")
-            cluster.wait_for_event("orders", "JobCancelled")
-            assert "holds the job's Lease; its deletion waits for it" in second.log_path.read_text()
-            cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])
-        finally:
-            second.stop()
+        cluster.wait_for("the job gone", lambda: cluster.job("orders") is None, timeout=90)
+        # Unrenewed for its duration since the last renewal seen, up to a third before the kill.
+        assert time.monotonic() - killed >= seconds * 2 / 3
+        cluster.wait_for_event("orders", "SavepointCompleted")
+        cluster.wait_for_event("orders", "JobCancelled")
+        assert "holds the job's Lease; its deletion waits for it" in second.log_path.read_text()
+        cluster.wait_for("pods gone", lambda: cluster.pods("orders") == [])

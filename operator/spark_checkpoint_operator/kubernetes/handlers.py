@@ -490,7 +490,9 @@ async def _drive(
         if await controller.ended():
             memo[DELETED] = True
         if lost.done():
-            # Its driver runs on; whoever holds the Lease now drives it (adopts it).
+            # Its driver runs on; whoever holds the Lease now drives it (adopts it) and
+            # serves its metrics: this operator's would stand still beside them.
+            memo[METRICS].job(*key).forget()
             raise kopf.TemporaryError(
                 f"stopped driving the job: {lost.result()}", delay=DAEMON_RETRY_SECONDS
             )

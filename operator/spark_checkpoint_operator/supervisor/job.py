@@ -131,6 +131,7 @@ class JobSupervisor:
         self._initial_savepoint = initial_savepoint
         self._report = report
         self._observer = observer or Observer()
+        self._observer.registered((*record.coordinator.checkpoints, *record.coordinator.savepoints))
         # checkpointing.verifyRestorable: each completed image is checked in the background,
         # one at a time; images completed meanwhile give way to the newest
         # (`check_restorable`).

@@ -2,6 +2,7 @@
 restorable check, and a sink for what it observes. A local process or a Kubernetes pod
 supplies them (``local_runtime``, ``kubernetes.runtime``)."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -135,6 +136,9 @@ class Observer:
     a measurement (the operator-scale benchmark's probe). Every method does nothing here:
     an observer overrides those it wants."""
 
+    def registered(self, images: Iterable[CompletedCheckpoint]) -> None:
+        """The registry the supervisor starts with (read back from storage or status)."""
+
     def completed(self, checkpoint: CompletedCheckpoint) -> None:
         pass
 
@@ -159,6 +163,11 @@ class Observers(Observer):
 
     def __init__(self, *observers: Observer) -> None:
         self._observers = observers
+
+    def registered(self, images: Iterable[CompletedCheckpoint]) -> None:
+        listed = tuple(images)
+        for observer in self._observers:
+            observer.registered(listed)
 
     def completed(self, checkpoint: CompletedCheckpoint) -> None:
         for observer in self._observers:
