@@ -128,13 +128,16 @@ class JobMetrics(Observer):
 
     def registered(self, images: Iterable[CompletedCheckpoint]) -> None:
         # An operator restart: the stored registry's newest completions, or a job whose
-        # checkpoints stalled would have no series to alert on until one completes.
+        # checkpoints stalled would have no series to alert on until one completes. Only
+        # then: a later supervisor's registry may have lost its newest (disposed of).
         newest: dict[str, float] = {}
         for image in images:
             kind = image.kind.value
             newest[kind] = max(newest.get(kind, image.completion_time), image.completion_time)
+        last = self._metrics.last_completion
         for kind, completion_time in newest.items():
-            self._child(self._metrics.last_completion, kind).set(completion_time)
+            if (last, (*self._job, kind)) not in self._series:
+                self._child(last, kind).set(completion_time)
 
     def failed(self, kind: CheckpointKind, reason: str) -> None:
         self._child(self._metrics.checkpoints, kind.value, reason).inc()

@@ -153,6 +153,11 @@ def test_the_last_completion_comes_from_the_registry_a_supervisor_starts_with() 
     assert samples[(last, _labels(kind="checkpoint"))] == 800.0
     assert samples[(last, _labels(kind="savepoint"))] == 500.0
 
+    # A later supervisor of the job (a resume, a retirement) whose registry lost its newest
+    # image (disposed of) leaves what the metrics already say.
+    metrics.job("default", "orders").registered([image(7, CheckpointKind.CHECKPOINT, 700.0)])
+    assert _scrape(port)[(last, _labels(kind="checkpoint"))] == 800.0
+
 
 async def _never_saved(record: JobRecord) -> None:
     raise AssertionError("nothing is saved before the supervisor runs")

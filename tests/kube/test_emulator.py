@@ -677,8 +677,12 @@ def test_a_deleted_namespace_refuses_creates_and_goes_once_empty(api: EmulatedAp
     api.create(CONFIGMAPS, {"metadata": {"name": "elsewhere"}}, "default")
 
     terminating = api.delete(namespaces, None, "team")
+    again = refused(lambda: api.delete(namespaces, None, "team"))
 
     assert terminating["status"]["phase"] == "Terminating"
+    assert terminating["spec"]["finalizers"] == ["kubernetes"]
+    assert again.status == 409
+    assert refused(lambda: api.delete(namespaces, None, "default")).status == 403
     assert terminating["metadata"]["deletionTimestamp"]
     assert api.list(CONFIGMAPS, "team") == []
     assert api.get(JOBS, "team", "wc")["metadata"]["deletionTimestamp"]  # held

@@ -171,17 +171,19 @@ def test_a_lease_in_a_namespace_being_deleted_cannot_be_created_and_says_so(
     seen: dict[str, Any] = {}
 
     async def scenario(clients: Clients, job: dict[str, Any]) -> None:
+        in_team = {**job, "metadata": {**job["metadata"], "namespace": "team"}}
+        api.create("v1/namespaces", {"metadata": {"name": "team"}})
         held = {"metadata": {"name": "held", "finalizers": ["example.com/hold"]}}
-        api.create("v1/configmaps", held, NAMESPACE)  # the namespace stays Terminating
-        api.delete("v1/namespaces", None, NAMESPACE)
+        api.create("v1/configmaps", held, "team")  # the namespace stays Terminating
+        api.delete("v1/namespaces", None, "team")
         with pytest.raises(NamespaceTerminating) as refused:
-            await JobLease(clients.api, job, "operator-a", clock=Clock()).try_acquire()
+            await JobLease(clients.api, in_team, "operator-a", clock=Clock()).try_acquire()
         seen["message"] = str(refused.value)
 
     with spark_checkpoint_api() as api:
         _with_clients(api, tmp_path, scenario)
 
     assert seen["message"] == (
-        "the job's namespace default is being deleted: its Lease orders.sparkcheckpoint.io "
+        "the job's namespace team is being deleted: its Lease orders.sparkcheckpoint.io "
         "cannot be created"
     )

@@ -427,6 +427,20 @@ class JobController:
             self._ended.set()
             self._cancel_wakes()
 
+    async def let_go_with_namespace(self) -> None:
+        """The job's namespace is being deleted, and its Lease cannot be taken: another
+        operator may still carry out its deletion, so nothing is done to its driver or
+        storage (no pod can be created there anyway); its snapshots are let go of, or
+        their finalizers would hold the namespace too."""
+        self.stop(deleting=True)
+        try:
+            await self._abandon_snapshots()
+            self._metrics.forget()
+            self._deleted = True
+        finally:
+            self._ended.set()
+            self._cancel_wakes()
+
     async def _finish_deletion(self) -> None:
         """After the final savepoint (or without one): retention, then the job's directory
         on its live volume claim; then the finalizer may go."""

@@ -490,9 +490,7 @@ async def _drive(
         if await controller.ended():
             memo[DELETED] = True
         if lost.done():
-            # Its driver runs on; whoever holds the Lease now drives it (adopts it) and
-            # serves its metrics: this operator's would stand still beside them.
-            memo[METRICS].job(*key).forget()
+            # Its driver runs on; whoever holds the Lease now drives it (adopts it).
             raise kopf.TemporaryError(
                 f"stopped driving the job: {lost.result()}", delay=DAEMON_RETRY_SECONDS
             )
@@ -504,7 +502,11 @@ async def _drive(
         # Only if this daemon itself was cancelled (the event loop closing): nothing may go
         # on driving the job once its Lease is released.
         await _cancelled(running)
-        if not lost.done():
+        if lost.done():
+            # Whoever holds the Lease now serves the job's metrics: this operator's would
+            # stand still beside them.
+            memo[METRICS].job(*key).forget()
+        else:
             await _cancelled(lost)
             # A deleted job's Lease goes with it: released, another operator would do the
             # deletion again before the finalizer is gone.
@@ -555,9 +557,16 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         holder = await lease.try_acquire()
     except NamespaceTerminating as error:
         # No operator can take the Lease, and the namespace goes only once the job's
-        # finalizer does: the deletion goes on without it.
-        log.info("%s/%s: %s; the job's deletion goes on without it", *key, error)
-        holder = None
+        # finalizer does. Another operator may still be carrying out the deletion (its
+        # Lease deleted under it): nothing is done to the driver or the storage here.
+        log.warning(
+            "%s/%s: %s; the job is let go without a final savepoint or retention (its "
+            "checkpoints stay in storage; no pod can be created there)",
+            *key,
+            error,
+        )
+        await _controller(body, memo).let_go_with_namespace()
+        return
     except LeaseUnavailable as error:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
     if holder is not None:

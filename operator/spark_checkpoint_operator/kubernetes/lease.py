@@ -20,7 +20,6 @@ so of two operators racing for it one wins.
 import asyncio
 import contextlib
 import datetime
-import json
 import logging
 import random
 import time
@@ -32,6 +31,7 @@ from kubernetes.aio.client import ApiClient, CustomObjectsApi
 from kubernetes.aio.client.exceptions import ApiException, ConflictException, NotFoundException
 
 from spark_checkpoint_operator.kubernetes import objects
+from spark_checkpoint_operator.kubernetes.runtime import namespace_terminating
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class JobLease:
             except (ConflictException, NotFoundException):
                 continue  # another write came first: read it again
             except _FAILURES as error:
-                if _namespace_terminating(error):
+                if namespace_terminating(error):
                     raise NamespaceTerminating(
                         f"the job's namespace {self._namespace} is being deleted: its Lease "
                         f"{self._name} cannot be created"
@@ -316,17 +316,6 @@ def _holder(lease: Mapping[str, Any]) -> str | None:
 def _micro_time(moment: datetime.datetime) -> str:
     """As the API server's MicroTime reads it (RFC 3339, six fractional digits)."""
     return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _namespace_terminating(error: BaseException) -> bool:
-    """A create the NamespaceLifecycle admission refused: the namespace is being deleted."""
-    if not isinstance(error, ApiException) or error.status != FORBIDDEN:
-        return False
-    try:
-        causes = json.loads(error.body or "")["details"]["causes"]
-        return any(cause.get("type") == "NamespaceTerminating" for cause in causes)
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return False
 
 
 def _failure(error: BaseException) -> str:

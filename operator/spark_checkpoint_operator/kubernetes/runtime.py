@@ -222,6 +222,17 @@ def api_message(error: ApiException) -> str:
     return str(message or error.reason or f"HTTP {error.status}")
 
 
+def namespace_terminating(error: BaseException) -> bool:
+    """A create the NamespaceLifecycle admission refused: the namespace is being deleted."""
+    if not isinstance(error, ApiException) or error.status != FORBIDDEN:
+        return False
+    try:
+        causes = json.loads(error.body or "")["details"]["causes"]
+        return any(cause.get("type") == "NamespaceTerminating" for cause in causes)
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return False
+
+
 def _label_selector(labels: Mapping[str, str | tuple[str, ...]]) -> str:
     """``key=value`` for a value, ``key in (a,b)`` for a tuple of values."""
     return ",".join(
@@ -1058,6 +1069,8 @@ def _launch_error(error: ApiException, what: str) -> Exception:
     a mere retry (throttling, server errors) is raised as it is."""
     code = error.status or 0
     if code == FORBIDDEN and any(words in api_message(error) for words in _PASSING_REFUSALS):
+        return LaunchBlocked(f"{what}: {api_message(error)}")
+    if namespace_terminating(error):  # the job goes with its namespace: no failure of its own
         return LaunchBlocked(f"{what}: {api_message(error)}")
     if 400 <= code < 500 and code not in (CONFLICT, TOO_MANY_REQUESTS):
         return LaunchFailed(f"{what}: {api_message(error)}")

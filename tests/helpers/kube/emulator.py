@@ -198,6 +198,7 @@ _SERVER_METADATA = (
     "generation",
 )
 _DEFAULT_GRACE_SECONDS = 30
+_IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
 _INITIAL_EVENTS_END = "k8s.io/initial-events-end"
 
 
@@ -975,6 +976,10 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             obj.pop("status", None)
             if res in _INITIAL_STATUS:
                 obj["status"] = copy.deepcopy(_INITIAL_STATUS[res])
+        if res == NAMESPACES:  # what the namespace controller finalizes at its deletion
+            finalizers = obj.setdefault("spec", {}).setdefault("finalizers", [])
+            if "kubernetes" not in finalizers:
+                finalizers.append("kubernetes")
         if dry_run:
             return self._validated(res, info, obj, None)
         created = self._commit(res, "ADDED", self._validated(res, info, obj, None), None)
@@ -1347,13 +1352,26 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         )
 
     def _terminate_namespace(self, stored: Body) -> Body:
-        """Start a namespace's deletion: what is in it is deleted, the namespace once empty."""
+        """Start a namespace's deletion: what is in it is deleted, the namespace once empty.
+        The system's namespaces may not be deleted (NamespaceLifecycle), and one being
+        deleted answers a second deletion with 409 (the namespace storage's)."""
         name = stored["metadata"]["name"]
+        if name in _IMMORTAL_NAMESPACES:
+            raise kmock.KubernetesError(
+                403,
+                "Forbidden",
+                f'namespaces "{name}" is forbidden: this namespace may not be deleted',
+                _details(NAMESPACES, name),
+            )
         if stored["metadata"].get("deletionTimestamp"):
-            return stored
+            raise _conflict(
+                NAMESPACES,
+                name,
+                "The system is ensuring all content is removed from this namespace.  Upon "
+                "completion, this namespace will automatically be purged by the system.",
+            )
         marked = copy.deepcopy(stored)
-        marked["metadata"].update(deletionTimestamp=_timestamp(), deletionGracePeriodSeconds=0)
-        marked["spec"] = {"finalizers": ["kubernetes"]}
+        marked["metadata"]["deletionTimestamp"] = _timestamp()
         marked["status"] = {"phase": "Terminating"}
         terminating = self._commit(NAMESPACES, "MODIFIED", marked, stored)
         for res, obj in list(self._live()):
