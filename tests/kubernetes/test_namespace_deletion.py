@@ -9,7 +9,7 @@ import kmock
 import pytest
 from kubernetes.aio.client.exceptions import ApiException
 
-from helpers.kube.cluster import LocalCluster
+from helpers.kube.cluster import LocalCluster, refused_requests
 from helpers.kube.simulated import SimulatedAgents
 from helpers.kube.simulated_jobs import completed, job
 from spark_checkpoint_operator.kubernetes.handlers import LEASE_SECONDS_VARIABLE
@@ -57,12 +57,20 @@ def test_a_deleted_namespace_goes_and_the_job_in_it_with_it(
         )
 
         if lease_first:
+            # Not created again by the daemon's next try before the namespace's deletion.
+            refusing = refused_requests(
+                cluster,
+                lambda r: r.method.value == "POST" and "/namespaces/team/leases" in r.url.path,
+                kmock.KubernetesError(403, "Forbidden", "leases is forbidden", {}),
+            )
             cluster.api.delete(LEASES, "team", lease_name("orders"))
             cluster.wait_for(
                 "the Lease lost",
                 lambda: "Lease was deleted" in cluster.operator.log_path.read_text(),
             )
         cluster.api.delete(NAMESPACES, None, "team")
+        if lease_first:
+            refusing.clear()  # the namespace refuses it now
 
         cluster.wait_for("the namespace gone", lambda: _gone(cluster, "team"), timeout=90)
         before = cluster.status("orders")["counts"]["completed"]

@@ -429,9 +429,9 @@ class JobController:
 
     async def let_go_with_namespace(self) -> None:
         """The job's namespace is being deleted, and its Lease cannot be taken: another
-        operator may still carry out its deletion, so nothing is done to its driver or
-        storage (no pod can be created there anyway); its snapshots are let go of, or
-        their finalizers would hold the namespace too."""
+        operator may still be carrying out its deletion (cut short once the job goes), so
+        nothing is done to its driver or storage (no pod can be created there anyway); its
+        snapshots are let go of, or their finalizers would hold the namespace too."""
         self.stop(deleting=True)
         try:
             await self._abandon_snapshots()

@@ -541,6 +541,7 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         # second one would collect the job's garbage again.
         return
     key = (body["metadata"]["namespace"], body["metadata"]["name"])
+    clients: Clients = memo[CLIENTS]
     controllers: dict[tuple[str, str], JobController] = memo[CONTROLLERS]
     running = controllers.get(key)
     if running is not None:
@@ -558,7 +559,8 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     except NamespaceTerminating as error:
         # No operator can take the Lease, and the namespace goes only once the job's
         # finalizer does. Another operator may still be carrying out the deletion (its
-        # Lease deleted under it): nothing is done to the driver or the storage here.
+        # Lease deleted under it; the job going cuts it short): nothing is done to the
+        # driver or the storage here, so two never act on them at once.
         log.warning(
             "%s/%s: %s; the job is let go without a final savepoint or retention (its "
             "checkpoints stay in storage; no pod can be created there)",
@@ -566,6 +568,8 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
             error,
         )
         await _controller(body, memo).let_go_with_namespace()
+        memo[DELETED] = True
+        clients.pods.forget(*key)
         return
     except LeaseUnavailable as error:
         raise kopf.TemporaryError(str(error), delay=DELETE_RETRY_SECONDS) from error
@@ -585,5 +589,4 @@ async def delete_job(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         await _cancelled(renewing)
         if controllers.get(key) is controller:
             del controllers[key]
-    clients: Clients = memo[CLIENTS]
     clients.pods.forget(*key)
