@@ -1,9 +1,10 @@
 """Prometheus metrics of the coordinators in this process (the operator, or a local run).
 
 Every series is labelled with the job's namespace and name (``job_namespace``,
-``job_name``: Prometheus sets ``namespace`` and ``job`` on every series it scrapes, the
-target's, and would rename ours ``exported_...``); a deleted job's series are removed, and
-so are those of a job another operator drives now. Served by ``prometheus_client``'s own
+``job_name``: Prometheus sets ``job`` on every series it scrapes, and Kubernetes service
+discovery or a ServiceMonitor ``namespace``, the target's; it would rename ours
+``exported_...``); a deleted job's series are removed, and so are those of a job another
+operator drives now. Served by ``prometheus_client``'s own
 HTTP server on ``/metrics``.
 """
 
