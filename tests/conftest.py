@@ -5,7 +5,9 @@ one. Also the JVM settings of every Spark driver the tests start (helpers/spark_
 import logging
 import os
 import re
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,18 +33,30 @@ from helpers.objectstore import (
 from helpers.spark_jvm import driver_options
 
 _ARCHIVE_SAID = pytest.StashKey[str]()
+_JVM_TEMPORARY = pytest.StashKey[Path]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Sets SPARK_SUBMIT_OPTS once, in the process that starts the others (xdist's workers
-    inherit it): with pytest's cache, the class archive lives there."""
+    inherit it): with pytest's cache, the class archive lives there. The drivers' temporary
+    files go to a directory of the run's own, removed at its end: Spark's local directories
+    and the native libraries lz4 and RocksDB unpack (14 MB) go to java.io.tmpdir, and the
+    JVMs of drivers the tests kill leave them there (~300 MB a run in /tmp)."""
     if hasattr(config, "workerinput"):
         return
     cache = getattr(config, "cache", None)
     directory = None if cache is None else cache.mkdir("spark-class-archive")
     options, config.stash[_ARCHIVE_SAID] = driver_options(directory)
+    temporary = config.stash[_JVM_TEMPORARY] = Path(tempfile.mkdtemp(prefix="spark-tests-jvm-"))
     # A setting of one's own comes last, so that it wins.
-    os.environ["SPARK_SUBMIT_OPTS"] = f"{options} {os.environ.get('SPARK_SUBMIT_OPTS', '')}"
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        f"{options} -Djava.io.tmpdir={temporary} {os.environ.get('SPARK_SUBMIT_OPTS', '')}"
+    )
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if (temporary := config.stash.get(_JVM_TEMPORARY, None)) is not None:
+        shutil.rmtree(temporary, ignore_errors=True)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -329,7 +329,13 @@ def test_state_that_executor_processes_write_is_checkpointed_and_restored_exactl
     run.add_input(files=30)
     run.start()
     run.wait_for_line(r"checkpoint \d+ complete")
-    assert len(_executor_jvms(run.status()["driver"]["pid"])) == 2, "executor processes run it"
+    driver = run.status()["driver"]["pid"]
+    assert len(_jvms(driver, b"CoarseGrainedExecutorBackend")) == 2, "executor processes run it"
+    # The suite's drivers keep their temporary files (Spark's directories, native libraries)
+    # in the run's own directory (conftest.py): a killed one leaves them there, not in /tmp.
+    [driver_jvm] = _jvms(driver, b"SparkSubmit")
+    [temporary] = re.findall(rb"-Djava.io.tmpdir=([^\0]+)", driver_jvm)
+    assert list(Path(temporary.decode()).glob("spark-*")), temporary
     run.wait_for_line(r"checkpoint \d+ complete")
     run.kill_driver()
     run.wait_for_line(r"restored from checkpoint:\d+")
@@ -337,9 +343,9 @@ def test_state_that_executor_processes_write_is_checkpointed_and_restored_exactl
     _assert_exactly_once(run)
 
 
-def _executor_jvms(driver_pid: int) -> list[int]:
-    """Spark executor JVMs in the driver's process group (the runtime starts each driver in
-    a group of its own)."""
+def _jvms(driver_pid: int, main_class: bytes) -> list[bytes]:
+    """The command lines of the JVMs running `main_class` in the driver's process group (the
+    runtime starts each driver in a group of its own)."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -349,8 +355,8 @@ def _executor_jvms(driver_pid: int) -> list[int]:
             in_group = os.getpgid(int(entry.name)) == driver_pid
         except (OSError, ProcessLookupError):
             continue  # it ended meanwhile
-        if in_group and b"CoarseGrainedExecutorBackend" in command:
-            found.append(int(entry.name))
+        if in_group and main_class in command:
+            found.append(command)
     return found
 
 
