@@ -11,13 +11,13 @@ written. The committed output is compared with counts computed without Spark.
 from pathlib import Path
 
 import pytest
+from e2e.test_local_runs import ROCKSDB
 
 from helpers.job_run import JobRun
 
 pytestmark = pytest.mark.spark
 
 INTERVAL = 3  # compactions at batches 2, 5, 8, 11, 14, 17, 20
-ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 PROVIDERS = {
     "hdfs": {},
     "rocksdb-changelog": {
@@ -25,6 +25,7 @@ PROVIDERS = {
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
     },
 }
+STATE_FILES = {"hdfs": "*.delta", "rocksdb-changelog": "*.changelog"}
 # Kill right after a checkpoint at these batches. 5 = 2I-1: a single 5.compact would make
 # Spark guess interval 6; 14 = 5I-1: a compaction of the interval the job uses but not of
 # a run with interval 6; 18: one batch past compaction 17.
@@ -72,6 +73,10 @@ def test_exactly_once_over_restores_that_straddle_compactions(
 
     run.add_input(files=LAST_BATCH + 1 - files, start_index=files, lines=20)
     _checkpoint_at(run, LAST_BATCH)
+    # The restored attempt's live location, while it runs: the provider's own files.
+    [live] = (tmp_path / "job/state/default/wordcount/work").glob("attempt-*/checkpoint/state/0/0")
+    assert live.parts[-5] == f"attempt-{len(KILLED_AFTER) + 1}"
+    assert list(live.glob(STATE_FILES[provider])), f"the run did use {provider}"
     run.interrupt()
     run.wait_for_line(r"savepoint \d+ complete")
     assert run.wait() == 0, "\n".join(run.lines)
