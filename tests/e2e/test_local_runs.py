@@ -287,8 +287,8 @@ ROCKSDB = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvi
 
 
 def test_rocksdb_state_store_restores_exactly_once(tmp_path: Path) -> None:
-    """RocksDB's changelog checkpointing restores across kills in
-    tests/e2e/test_restarts_across_compactions.py."""
+    """RocksDB's own checkpoints (zipped files at each commit); with its changelog
+    checkpointing: tests/e2e/test_restarts_across_compactions.py."""
     run = JobRun(
         tmp_path / "job",
         spark_conf={
