@@ -622,7 +622,7 @@ def test_a_suspension_while_an_upgrades_savepoint_is_in_flight_takes_that_savepo
     once the first stopped the driver and counted as failed (a reviewer's)."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.5, 3.0))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h"}))
+        cluster.apply(job(checkpointing={"interval": "0s"}))
         in_phase(cluster, "orders", "Running")
         cluster.patch_spec("orders", {"image": "example/orders:2"})
         cluster.wait_for_event("orders", "Stopping", "savepoint, then stop the driver (upgrade)")
@@ -868,7 +868,7 @@ def test_a_suspending_driver_is_stopped_when_the_operator_returns_to_an_invalid_
 
 
 def test_trigger_nonces_take_a_checkpoint_and_a_savepoint(cluster: LocalCluster) -> None:
-    cluster.apply(job(checkpointing={"interval": "1h"}))
+    cluster.apply(job(checkpointing={"interval": "0s"}))
     cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
 
     cluster.patch_spec("orders", {"savepointTriggerNonce": 1, "checkpointTriggerNonce": 5})
@@ -892,7 +892,7 @@ def test_a_requested_checkpoint_is_in_status_while_it_is_in_flight(tmp_path: Pat
     ended: only savepoints were written at their trigger (a reviewer's)."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "30s"}))
+        cluster.apply(job(checkpointing={"interval": "0s", "timeout": "30s"}))
         cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
 
         cluster.patch_spec("orders", {"checkpointTriggerNonce": 4})  # its id block is written
@@ -931,7 +931,7 @@ def test_a_nonces_savepoint_in_flight_when_the_operator_stops_is_taken_after_it(
     for, and the coordinator that was taking it went with the operator."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h"}))
+        cluster.apply(job(checkpointing={"interval": "0s"}))
         cluster.wait_for("Running", lambda: cluster.status("orders").get("phase") == "Running")
         cluster.patch_spec("orders", {"savepointTriggerNonce": 1})
         cluster.wait_for(
@@ -1288,7 +1288,7 @@ def test_a_redeploy_from_another_jobs_savepoint_outlives_an_operator_restart(
     completed(cluster, "orders", 2)
     elsewhere = "/simulated/default/other/savepoints/sp-3"
     spec = {
-        "checkpointing": {"interval": "1h"},  # no image of its own completes meanwhile
+        "checkpointing": {"interval": "0s"},  # no image of its own completes meanwhile
         "restore": {"initialSavepointPath": elsewhere, "savepointRedeployNonce": 1},
     }
     cluster.patch_spec("orders", spec)
@@ -2025,7 +2025,7 @@ def test_a_suspension_whose_savepoint_drops_an_older_one_says_no_delay(
     """The stopping driver does not take the discard of the savepoint its stop's savepoint
     pushed out of the history: the cleanup after it deletes it. No SavepointDiscardDelayed,
     which read like an error at every suspension and upgrade (a newcomer's)."""
-    cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 1}))
+    cluster.apply(job(checkpointing={"interval": "0s"}, savepoints={"historyMaxCount": 1}))
     in_phase(cluster, "orders", "Running")
     agent = cluster.simulated_agent("orders-driver-1")
     assert agent is not None
@@ -2054,7 +2054,7 @@ def test_a_savepoint_discard_the_driver_did_not_take_is_done_after_an_operator_r
     """The savepoint history's discard a driver refused lived in the operator's memory: a
     restart before the driver took it left the savepoint in storage for good. It is in
     status.discardsDue until done, so the restarted operator asks the driver it adopts."""
-    cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 1}))
+    cluster.apply(job(checkpointing={"interval": "0s"}, savepoints={"historyMaxCount": 1}))
     in_phase(cluster, "orders", "Running")
     agent = cluster.simulated_agent("orders-driver-1")
     assert agent is not None
@@ -3338,7 +3338,7 @@ def test_an_operator_restart_neither_resets_the_restart_count_nor_cuts_the_backo
     policy = {"type": "OnFailure", "maxRetries": 1, "backoff": "4s"}
     cluster.apply(
         job(
-            checkpointing={**job()["spec"]["checkpointing"], "interval": "1h"}, restartPolicy=policy
+            checkpointing={**job()["spec"]["checkpointing"], "interval": "0s"}, restartPolicy=policy
         )
     )
     in_phase(cluster, "orders", "Running")

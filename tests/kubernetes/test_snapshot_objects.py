@@ -159,7 +159,7 @@ def test_the_documented_existing_savepoint_is_kept(tmp_path: Path) -> None:
 
 
 def test_a_checkpoint_snapshot_completes_with_its_checkpoint(cluster: LocalCluster) -> None:
-    cluster.apply(job(checkpointing={"interval": "1h"}))
+    cluster.apply(job(checkpointing={"interval": "0s"}))
     in_phase(cluster, "orders", "Running")
     cluster.api.create(SNAPSHOTS, snapshot("now", kind="checkpoint"), namespace=NAMESPACE)
 
@@ -216,7 +216,7 @@ def test_a_failing_snapshot_is_retried_up_to_its_backoff_limit(tmp_path: Path) -
     then once more (backoffLimit 1, after 10 s), then FAILED with the reason."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "1s"}))
+        cluster.apply(job(checkpointing={"interval": "0s", "timeout": "1s"}))
         in_phase(cluster, "orders", "Running")
         cluster.api.create(SNAPSHOTS, snapshot("doomed", backoffLimit=1), namespace=NAMESPACE)
 
@@ -251,7 +251,7 @@ def test_an_operator_restart_mid_snapshot_takes_it_once(tmp_path: Path) -> None:
     the restarted operator asks for it again, and the snapshot completes once."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h"}))
+        cluster.apply(job(checkpointing={"interval": "0s"}))
         in_phase(cluster, "orders", "Running")
         created = cluster.api.create(SNAPSHOTS, snapshot("restarted"), namespace=NAMESPACE)
         in_state(cluster, "restarted", "IN_PROGRESS")
@@ -451,7 +451,7 @@ def test_a_deletion_of_a_snapshot_never_taken_waits_for_nothing(tmp_path: Path) 
     dispose of a savepoint it never had)."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(3.0, 3.5))  # savepoints expire
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h", "timeout": "1s"}))
+        cluster.apply(job(checkpointing={"interval": "0s", "timeout": "1s"}))
         in_phase(cluster, "orders", "Running")
         cluster.api.create(SNAPSHOTS, snapshot("doomed", backoffLimit=3), namespace=NAMESPACE)
         cluster.wait_for(
@@ -480,7 +480,7 @@ def test_a_deletion_while_suspended_waits_for_the_status_that_says_it_completed(
     released, not disposed of); it waits for its status, then for the job (a reviewer's)."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(2.0, 2.5))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h"}, savepoints={"historyMaxCount": 10}))
+        cluster.apply(job(checkpointing={"interval": "0s"}, savepoints={"historyMaxCount": 10}))
         in_phase(cluster, "orders", "Running")
         cluster.api.create(SNAPSHOTS, snapshot("racing"), namespace=NAMESPACE)
         in_state(cluster, "racing", "IN_PROGRESS")
@@ -521,7 +521,7 @@ def test_a_finalizer_the_api_server_did_not_write_is_written_soon(
     """Nothing else changes (no checkpoint is due for an hour): the finalizer is asked for
     again on its own (it waited for the job's next change, and a deletion meanwhile would
     not have disposed of the savepoint)."""
-    cluster.apply(job(checkpointing={"interval": "1h"}))
+    cluster.apply(job(checkpointing={"interval": "0s"}))
     in_phase(cluster, "orders", "Running")
     failing = refused_requests(cluster, _finalizer_write, UNAVAILABLE)
     cluster.api.create(SNAPSHOTS, snapshot("later"), namespace=NAMESPACE)
@@ -585,7 +585,7 @@ def _finalizer_write_refused(cluster: LocalCluster, before: int) -> None:
 def test_the_jobs_newest_image_is_not_disposed_of(cluster: LocalCluster) -> None:
     """The output may be committed up to its batch: refused, said on the job, and handed to
     the history (which keeps the newest); the object goes."""
-    cluster.apply(job(checkpointing={"interval": "1h"}))
+    cluster.apply(job(checkpointing={"interval": "0s"}))
     in_phase(cluster, "orders", "Running")
     cluster.api.create(SNAPSHOTS, snapshot("newest"), namespace=NAMESPACE)
     taken = in_state(cluster, "newest", "COMPLETED")
@@ -741,7 +741,7 @@ def test_a_snapshot_is_asked_again_only_once_its_failure_is_counted(tmp_path: Pa
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(0.0, 0.02))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
         # Failures tolerated: the job keeps running (a restart is no failure of a snapshot's).
-        checkpointing = {"interval": "1h", "timeout": "10ms", "tolerableFailures": 100}
+        checkpointing = {"interval": "0s", "timeout": "10ms", "tolerableFailures": 100}
         cluster.apply(job(checkpointing=checkpointing))
         in_phase(cluster, "orders", "Running")
         names = [f"once-{i}" for i in range(16)]
@@ -778,8 +778,8 @@ def test_an_edit_after_the_trigger_changes_nothing(tmp_path: Path) -> None:
     name mistyped)."""
     agents = SimulatedAgents(batch_seconds=0.3, ack_delay=(1.0, 1.2))
     with LocalCluster(tmp_path, simulated=agents) as cluster:
-        cluster.apply(job(checkpointing={"interval": "1h"}))
-        cluster.apply(job("other", checkpointing={"interval": "1h"}))
+        cluster.apply(job(checkpointing={"interval": "0s"}))
+        cluster.apply(job("other", checkpointing={"interval": "0s"}))
         in_phase(cluster, "orders", "Running")
         in_phase(cluster, "other", "Running")
         cluster.api.create(SNAPSHOTS, snapshot("typo", job_name="ordres"), namespace=NAMESPACE)
