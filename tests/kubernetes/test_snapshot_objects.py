@@ -518,7 +518,7 @@ def test_a_deletion_while_suspended_waits_for_the_status_that_says_it_completed(
 def test_a_finalizer_the_api_server_did_not_write_is_written_soon(
     cluster: LocalCluster,
 ) -> None:
-    """Nothing else changes (no checkpoint is due for an hour): the finalizer is asked for
+    """Nothing else changes (periodic checkpoints are off): the finalizer is asked for
     again on its own (it waited for the job's next change, and a deletion meanwhile would
     not have disposed of the savepoint)."""
     cluster.apply(job(checkpointing={"interval": "0s"}))
