@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable, Coroutine, Iterator, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Protocol, Self, TypeVar
 
 import kmock
 
 from helpers import containers
+from helpers.kube import operator_child
 from helpers.kube.emulator import EmulatedApiServer, spark_checkpoint_api
 from helpers.kube.kubelet import KubeletThread
 from helpers.kube.simulated import SimulatedAgent, SimulatedAgents, SimulatedKubelet
@@ -55,22 +56,31 @@ OPERATOR_SERVICE_ACCOUNT = "spark-checkpoint-operator"
 T = TypeVar("T")
 
 
+class _Started(Protocol):
+    """A started operator, as ``multiprocessing.Process`` controls one."""
+
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+    def join(self, timeout: float | None = None) -> None: ...
+    def is_alive(self) -> bool: ...
+
+
 class OperatorProcess:
     """The operator's command (``spark-checkpoint-operator``: Kopf's ``run`` of its
-    handlers), as it runs in its Deployment."""
+    handlers), as it runs in its Deployment: a process of its own, with the Deployment's
+    environment, started from a fork server that imported it once (``operator_child``)."""
 
     def __init__(self, kubeconfig: Path, log_path: Path, namespaces: tuple[str, ...]) -> None:
         self._kubeconfig = kubeconfig
         self.log_path = log_path
         self._namespaces = namespaces
-        self._process: subprocess.Popen[bytes] | None = None
+        self._process: _Started | None = None
         self.starts = 0
         self.metrics_port = free_port()
         self.pod = "spark-checkpoint-operator-0"
         self.settings: dict[str, str] = {}  # the operator's environment variables, set by hand
 
-    def _command(self) -> tuple[list[str], dict[str, str]]:
-        command = [OPERATOR_COMMAND, *(f"--namespace={n}" for n in self._namespaces)]
+    def _launch(self) -> _Started:
         environment = {
             **os.environ,
             "KUBECONFIG": str(self._kubeconfig),
@@ -82,40 +92,30 @@ class OperatorProcess:
             OPERATOR_POD_VARIABLE: self.pod,
             **self.settings,
         }
-        return command, environment
-
-    def _kill(self, process: "subprocess.Popen[bytes]") -> None:
-        process.kill()
+        arguments = [f"--namespace={n}" for n in self._namespaces]
+        return operator_child.start(arguments, environment, str(self.log_path))
 
     def start(self) -> None:
-        command, environment = self._command()
         with self.log_path.open("ab") as log:
             log.write(f"--- operator start {self.starts + 1}\n".encode())
-            self._process = subprocess.Popen(
-                command,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=environment,
-                start_new_session=True,
-            )
+        self._process = self._launch()
         self.starts += 1
 
     def kill(self) -> None:
         """``kill -9``: no handler gets to clean anything up."""
         if self._process is not None:
-            self._kill(self._process)
-            self._process.wait()
+            self._process.kill()
+            self._process.join()
             self._process = None
 
     def stop(self, timeout: float = 30.0) -> None:
         if self._process is None:
             return
         self._process.terminate()
-        try:
-            self._process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._kill(self._process)
-            self._process.wait()
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
         self._process = None
 
     @property
@@ -123,12 +123,8 @@ class OperatorProcess:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
     @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
-    @property
     def running(self) -> bool:
-        return self._process is not None and self._process.poll() is None
+        return self._process is not None and self._process.is_alive()
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log_path.exists():
@@ -156,7 +152,7 @@ class OperatorContainer(OperatorProcess):
         self._mounted.mkdir(mode=0o755, exist_ok=True)
         self._mounted.chmod(0o755)
 
-    def _command(self) -> tuple[list[str], dict[str, str]]:
+    def _launch(self) -> _Started:
         config = self._mounted / "config"
         config.write_bytes(self._kubeconfig.read_bytes())
         config.chmod(0o644)
@@ -192,9 +188,32 @@ class OperatorContainer(OperatorProcess):
             *containers.podman_command("run", "--rm", "--pull=never", "--network=host"),
             *("--name", self._name, *options, self.image, *arguments),
         ]
-        return command, containers.environment()
+        with self.log_path.open("ab") as log:
+            podman = subprocess.Popen(
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=containers.environment(),
+                start_new_session=True,
+            )
+        return _PodmanRun(podman, self._name)
 
-    def _kill(self, process: "subprocess.Popen[bytes]") -> None:
+    @property
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.health_port}/healthz"
+
+
+class _PodmanRun:
+    """``podman run`` of the operator's container, controlled as a process."""
+
+    def __init__(self, podman: "subprocess.Popen[bytes]", name: str) -> None:
+        self._podman = podman
+        self._name = name
+
+    def terminate(self) -> None:
+        self._podman.terminate()
+
+    def kill(self) -> None:
         """``kill -9`` of the container (Podman's client cannot pass SIGKILL on)."""
         subprocess.run(
             containers.podman_command("kill", "--signal", "KILL", self._name),
@@ -204,9 +223,12 @@ class OperatorContainer(OperatorProcess):
             timeout=60,
         )
 
-    @property
-    def health_url(self) -> str:
-        return f"http://127.0.0.1:{self.health_port}/healthz"
+    def join(self, timeout: float | None = None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._podman.wait(timeout)
+
+    def is_alive(self) -> bool:
+        return self._podman.poll() is None
 
 
 class _LoopThread:
