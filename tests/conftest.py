@@ -8,6 +8,7 @@ import re
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -59,8 +60,23 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(temporary, ignore_errors=True)
 
 
-def pytest_report_header(config: pytest.Config) -> str:
-    return f"Spark drivers: {config.stash.get(_ARCHIVE_SAID, '')}"
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    return [
+        f"Spark drivers: {config.stash.get(_ARCHIVE_SAID, '')}",
+        f"machine speed: {_loop_seconds():.2f} CPU-s for 5 million steps of a Python loop "
+        "(the suite's time follows it on this shared machine)",
+    ]
+
+
+def _loop_seconds(steps: int = 5_000_000) -> float:
+    """The CPU time of a plain loop: how fast the machine runs Python as the suite starts
+    (a shared host's load slows every core): 0.33-0.37 s here on the evening of 2026-12-07,
+    idle, the loop in a function as here (at a module's top level, globals, it is slower)."""
+    started = time.process_time()
+    total = 0
+    for step in range(steps):
+        total += step
+    return time.process_time() - started
 
 
 @pytest.fixture(scope="session")
