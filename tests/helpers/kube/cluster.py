@@ -1,6 +1,7 @@
 """A cluster on this machine for operator tests: the emulated API server, a kubelet (real
-processes, or simulated drivers), and the operator itself as a real process (its installed
-command) that a test can kill and start again."""
+processes, or simulated drivers), and the operator itself as a real process (its command's
+``main()``, started from a fork server: ``operator_child``; or its image in a container) that
+a test can kill and start again."""
 
 import asyncio
 import contextlib
