@@ -105,14 +105,17 @@ class OperatorProcess:
     def kill(self) -> None:
         """``kill -9``: no handler gets to clean anything up."""
         if self._process is not None:
-            self._process.kill()
+            # Only a live one: the process id of one that ended may be another's by now.
+            if self._process.is_alive():
+                self._process.kill()
             self._process.join()
             self._process = None
 
     def stop(self, timeout: float = 30.0) -> None:
         if self._process is None:
             return
-        self._process.terminate()
+        if self._process.is_alive():
+            self._process.terminate()
         self._process.join(timeout)
         if self._process.is_alive():
             self._process.kill()

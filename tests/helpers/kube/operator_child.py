@@ -42,6 +42,10 @@ def start(
 
 
 def _run(arguments: list[str], environment: dict[str, str], log_path: str) -> None:
+    # First: whatever goes wrong from here is in the operator's log.
+    with open(log_path, "ab") as log:
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
     os.setsid()
     os.environ.clear()
     os.environ.update(environment)
@@ -49,8 +53,5 @@ def _run(arguments: list[str], environment: dict[str, str], log_path: str) -> No
     # from KUBECONFIG as they are imported: again, as in a process with this environment.
     importlib.reload(kubernetes.config.kube_config)
     importlib.reload(kubernetes.aio.config.kube_config)
-    with open(log_path, "ab") as log:
-        os.dup2(log.fileno(), 1)
-        os.dup2(log.fileno(), 2)
     sys.argv = [main.PROGRAM, *arguments]
     sys.exit(main.main(arguments))
