@@ -63,15 +63,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 def pytest_report_header(config: pytest.Config) -> list[str]:
     return [
         f"Spark drivers: {config.stash.get(_ARCHIVE_SAID, '')}",
-        f"machine speed: {_loop_seconds():.2f} CPU-s for 5 million steps of a Python loop "
-        "(the suite's time follows it on this shared machine)",
+        f"machine speed: {_loop_seconds():.2f} CPU-s for 5 million steps of a Python loop",
     ]
 
 
 def _loop_seconds(steps: int = 5_000_000) -> float:
-    """The CPU time of a plain loop: how fast the machine runs Python as the suite starts
-    (a shared host's load slows every core): 0.33-0.37 s here on the evening of 2026-12-07,
-    idle, the loop in a function as here (at a module's top level, globals, it is slower)."""
+    """The CPU time of a plain loop: how fast the machine runs Python as the suite starts,
+    one of the things a shared host's load changes: 0.33-0.37 s here on the evening of
+    2026-12-07 (at a module's top level, with globals, the loop is ~3 times slower); the
+    suite took 32 minutes at 0.34 that evening, slowed where this does not look (its JVMs)."""
     started = time.process_time()
     total = 0
     for step in range(steps):

@@ -1,6 +1,6 @@
 """pytest's header says how each run's Spark drivers start and how fast the machine ran
-Python as the run began: CI's time on this shared machine follows the host's load, and
-a log that says so explains a slow run (docs/testing.md)."""
+Python as the run began: on this shared machine the host's load changes CI's time, and a
+log that says how fast Python ran tells one kind of slow run from another (docs/testing.md)."""
 
 import re
 import subprocess
