@@ -71,7 +71,7 @@ def _loop_seconds(steps: int = 5_000_000) -> float:
     """The CPU time of a plain loop: how fast the machine runs Python as the suite starts,
     one of the things a shared host's load changes: 0.33-0.37 s here on the evening of
     2026-12-07 (at a module's top level, with globals, the loop is ~3 times slower); the
-    suite took 32 minutes at 0.34 that evening, slowed where this does not look (its JVMs)."""
+    suite took 32 minutes at 0.34 that evening, slowed by something this does not show."""
     started = time.process_time()
     total = 0
     for step in range(steps):
