@@ -880,7 +880,9 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     """The drain waits for the input to run out, and then the final checkpoint of bounded
     input came first: the job Finished, its savepoint was given up and `stop` said
     'savepoint N failed', exit 1, on the user guide's own example (a newcomer)."""
-    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "25")
+    # 10 s of input (a batch every 0.2 s): the stop must come before it runs out, after the
+    # first checkpoint (with 5 s, 4x faster batches let the input end first: Finished).
+    monkeypatch.setenv(INPUT_BATCHES_VARIABLE, "50")
     _detach(job)
     runtime = job.runtime_pid()
     drained = job.cli("stop", "-f", "job.yaml", "--drain", "--timeout", "60")
@@ -889,11 +891,11 @@ def test_stop_drain_of_bounded_input_ends_with_its_savepoint(
     wait_until_gone(runtime)
     record = job.status_file()
     assert record["phase"] == "Suspended"
-    assert record["lastSavepoint"]["batch"] == 24  # type: ignore[index]
+    assert record["lastSavepoint"]["batch"] == 49  # type: ignore[index]
     # The run's line names the request (it said "(cli-3b154906)", which meant nothing).
     log = (job.job_dir / "logs" / "runtime.log").read_text()
     assert re.search(
-        r"savepoint \d+ complete \(stop --drain request [0-9a-f]{8}\): batch 24,", log
+        r"savepoint \d+ complete \(stop --drain request [0-9a-f]{8}\): batch 49,", log
     ), log
 
     # Resumed, its input done, it finishes; asked to run again, it says how to start from
